@@ -1,0 +1,30 @@
+# capplan developer entry points. Each target creates .venv when it is missing.
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+
+.PHONY: demo test bench clean
+
+$(BIN)/capplan: pyproject.toml
+	test -d $(VENV) || $(PY) -m venv $(VENV)
+	$(BIN)/pip install -q -e '.[test]'
+	touch $(BIN)/capplan
+
+# torch (CPU build) for the probe tests: a local wheel on these machines, optional elsewhere.
+$(VENV)/.torch: $(BIN)/capplan
+	$(BIN)/pip install -q 'torch==2.13.0' || echo "torch not installed: probe tests will be skipped"
+	touch $(VENV)/.torch
+
+demo: $(BIN)/capplan
+	$(BIN)/capplan plan examples/chat-8b.yaml
+
+test: $(BIN)/capplan $(VENV)/.torch
+	$(BIN)/python -m pytest -q
+
+bench: $(BIN)/capplan
+	$(BIN)/python benchmarks/bench_perf.py
+	$(BIN)/python benchmarks/bench_sim.py
+	$(BIN)/python benchmarks/bench_search.py
+
+clean:
+	rm -rf $(VENV) build dist *.egg-info

@@ -1,0 +1,3 @@
+from capplan.cli import main
+
+main()

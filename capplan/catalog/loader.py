@@ -1,0 +1,169 @@
+"""Load catalogs on explicit call (never at import) and resolve user-typed names."""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field
+from functools import lru_cache
+from importlib import resources
+from pathlib import Path
+from typing import Any, TypeVar
+
+import yaml
+from pydantic import BaseModel, ValidationError
+
+from capplan.catalog.schema import GpuSpec, ModelSpec
+from capplan.errors import CatalogError, InputError, nearest
+
+T = TypeVar("T", bound=BaseModel)
+
+
+def package_dir(name: str) -> Path:
+    """A data folder shipped inside the package (gpu_catalog, model_catalog, examples)."""
+    return Path(str(resources.files("capplan").joinpath(name)))
+
+
+def read_yaml(path: Path) -> Any:
+    """yaml.safe_load with a one-line error naming the file and line."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as e:
+        raise InputError(f"{path}: cannot read ({e.strerror or e})") from e
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f"{path}:{mark.line + 1}" if mark is not None else str(path)
+        problem = getattr(e, "problem", None) or str(e).splitlines()[0]
+        raise InputError(f"{where}: YAML syntax error: {problem}") from e
+
+
+def validation_message(e: ValidationError, valid_keys: list[str] | None = None) -> str:
+    """The first pydantic error as 'key.path: message', suggesting the nearest key if unknown."""
+    err = e.errors()[0]
+    loc = ".".join(str(p) for p in err["loc"])
+    if err["type"] == "extra_forbidden":
+        leaf = str(err["loc"][-1])
+        near = nearest(leaf, valid_keys or [], 1) if valid_keys else []
+        hint = f" (did you mean {near[0]!r}?)" if near else ""
+        return f"unknown key {loc!r}{hint}"
+    return f"{loc or 'file'}: {err['msg']}"
+
+
+def load_spec(path: Path, cls: type[T]) -> T:
+    data = read_yaml(path)
+    if not isinstance(data, dict):
+        raise CatalogError(f"{path}: expected a mapping at the top level")
+    try:
+        return cls.model_validate(data)
+    except ValidationError as e:
+        raise CatalogError(f"{path}: {validation_message(e, list(cls.model_fields))}") from e
+
+
+def _norm(name: str) -> str:
+    return re.sub(r"[\s_]+", "-", name.strip().lower())
+
+
+# Checkpoint-name suffixes that do not change the architecture; some imply the weight dtype.
+_SUFFIX_DTYPE: list[tuple[str, str | None]] = [
+    ("-fp8-dynamic", "fp8"), ("-fp8", "fp8"), ("-w8a8", "int8"), ("-int8", "int8"),
+    ("-w4a16", "int4"), ("-awq", "int4"), ("-gptq-int4", "int4"), ("-gptq", "int4"),
+    ("-int4", "int4"), ("-nvfp4", "fp4"), ("-fp4", "fp4"), ("-mxfp4", "fp4"),
+    ("-instruct", None), ("-chat", None), ("-it", None), ("-hf", None), ("-base", None),
+    ("-2507", None), ("-0528", None), ("-thinking", None), ("-pt", None),
+]
+
+
+@dataclass(frozen=True)
+class ResolvedModel:
+    spec: ModelSpec
+    implied_weight_dtype: str | None = None
+
+
+@dataclass
+class Catalog:
+    """GPU and model catalogs, plus the calibration files found next to them."""
+
+    gpus: dict[str, GpuSpec] = field(default_factory=dict)
+    models: dict[str, ModelSpec] = field(default_factory=dict)
+    calibration_dirs: list[Path] = field(default_factory=list)
+
+    # ---- GPUs -----------------------------------------------------------------------------
+    def gpu(self, name: str) -> GpuSpec:
+        want = _norm(name)
+        for spec in self.gpus.values():
+            names = [spec.key, spec.name, *spec.aliases, *spec.nvml_names]
+            if want in {_norm(n) for n in names}:
+                return spec
+        choices = [*self.gpus, *(n for g in self.gpus.values() for n in g.nvml_names)]
+        near = ", ".join(nearest(name, choices))
+        raise CatalogError(f"unknown GPU {name!r}; nearest: {near} (see `capplan gpus`)")
+
+    # ---- models ---------------------------------------------------------------------------
+    def _model_index(self) -> dict[str, ModelSpec]:
+        index: dict[str, ModelSpec] = {}
+        for spec in self.models.values():
+            for n in (spec.key, spec.hf_id, *spec.aliases):
+                index.setdefault(_norm(n), spec)
+                index.setdefault(_norm(n.split("/")[-1]), spec)
+        for spec in self.models.values():  # keys win over other models' aliases
+            index[_norm(spec.key)] = spec
+        return index
+
+    def resolve_model(self, name: str) -> ResolvedModel:
+        index = self._model_index()
+        want = _norm(name)
+        candidates = [want, want.split("/")[-1]]
+        implied: str | None = None
+        base = want.split("/")[-1]
+        for _ in range(4):  # peel up to four suffixes: Llama-3.1-8B-Instruct-FP8-dynamic
+            for suffix, dtype in _SUFFIX_DTYPE:
+                if base.endswith(suffix):
+                    base = base[: -len(suffix)]
+                    implied = implied or dtype
+                    candidates.append(base)
+                    break
+        candidates += [c.removeprefix("meta-") for c in candidates]
+        for c in candidates:
+            if c in index:
+                return ResolvedModel(index[c], implied)
+        near = ", ".join(nearest(base, list(self.models)))
+        raise CatalogError(f"unknown model {name!r}; nearest: {near} (see `capplan models`)")
+
+    def model(self, name: str) -> ModelSpec:
+        return self.resolve_model(name).spec
+
+
+def _load_dir(folder: Path, cls: type[T]) -> dict[str, T]:
+    out: dict[str, T] = {}
+    for path in sorted(folder.glob("*.yaml")):
+        spec = load_spec(path, cls)
+        out[spec.key] = spec  # type: ignore[attr-defined]
+    return out
+
+
+def load_catalog(extra_dirs: tuple[str, ...] | list[str] = ()) -> Catalog:
+    """The shipped catalogs, overlaid by each extra dir (its gpus/ models/ or flat YAMLs)."""
+    env = os.environ.get("CAPPLAN_CATALOG_DIR")
+    dirs = [*(env.split(os.pathsep) if env else []), *extra_dirs]
+    return _load_cached(tuple(dirs))
+
+
+@lru_cache(maxsize=8)
+def _load_cached(extra_dirs: tuple[str, ...]) -> Catalog:
+    cat = Catalog(
+        gpus=_load_dir(package_dir("gpu_catalog"), GpuSpec),
+        models=_load_dir(package_dir("model_catalog"), ModelSpec),
+        calibration_dirs=[package_dir("gpu_catalog") / "calibrations"],
+    )
+    for d in extra_dirs:
+        root = Path(d)
+        if not root.is_dir():
+            raise InputError(f"--catalog-dir {d}: not a folder")
+        for sub, cls, target in (("gpus", GpuSpec, cat.gpus), ("models", ModelSpec, cat.models)):
+            if (root / sub).is_dir():
+                target.update(_load_dir(root / sub, cls))  # type: ignore[arg-type]
+        if (root / "calibrations").is_dir():
+            cat.calibration_dirs.insert(0, root / "calibrations")
+    return cat

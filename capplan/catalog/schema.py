@@ -1,0 +1,200 @@
+"""Pydantic schemas of the catalog files (GPU, model). YAML keys carry units; properties give SI."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from capplan.units import (
+    DTYPE_BYTES,
+    gb_per_s_to_bytes_per_s,
+    gib_to_bytes,
+    mib_to_bytes,
+    tflops_to_flops_per_s,
+)
+
+_STRICT = ConfigDict(extra="forbid", frozen=True)
+
+# When a GPU lacks a measured cudaMemGetInfo total, capplan subtracts what the driver keeps
+# back from the NVML total. H100 SXM: NVML 81559 MiB vs torch/vLLM 79.19-79.22 GiB (81090-81121
+# MiB) in vLLM logs (shared/reference/gpu_facts.yaml, llmd + vLLM PR 12126): about 450 MiB.
+DRIVER_RESERVED_MIB = 450.0
+
+
+class Interconnect(BaseModel):
+    model_config = _STRICT
+    kind: Literal[
+        "pcie3", "pcie4", "pcie5", "pcie6", "nvlink3", "nvlink4", "nvlink5",
+        "nvlink-bridge", "infinity-fabric",
+    ]
+    bandwidth_gb_per_s: float = Field(gt=0)
+    """Per GPU, per direction (decimal GB/s)."""
+    max_gpus_per_node: int = Field(ge=1)
+    """Largest tensor-parallel group on this interconnect."""
+
+    @property
+    def bytes_per_s(self) -> float:
+        return gb_per_s_to_bytes_per_s(self.bandwidth_gb_per_s)
+
+
+class GpuSpec(BaseModel):
+    """One GPU type, from gpu_catalog/<key>.yaml."""
+
+    model_config = _STRICT
+    key: str
+    name: str
+    vendor: Literal["nvidia", "amd"]
+    aliases: list[str] = []
+    nvml_names: list[str] = []
+    memory_mib: float = Field(gt=0)
+    """Total memory as NVML / nvidia-smi reports it (MiB)."""
+    cuda_total_memory_gib: float | None = Field(default=None, gt=0)
+    """Total that cudaMemGetInfo (torch, vLLM's total_gpu_memory) reports, when measured."""
+    memory_bandwidth_gb_per_s: float = Field(gt=0)
+    bf16_dense_tflops: float | None = Field(default=None, gt=0)
+    fp16_dense_tflops: float | None = Field(default=None, gt=0)
+    fp8_dense_tflops: float | None = Field(default=None, gt=0)
+    int8_dense_tops: float | None = Field(default=None, gt=0)
+    fp4_dense_tflops: float | None = Field(default=None, gt=0)
+    interconnect: Interconnect
+    price_per_hour_usd: float | None = Field(default=None, gt=0)
+    source: dict[str, str]
+    notes: str | None = None
+
+    @model_validator(mode="after")
+    def _check(self) -> GpuSpec:
+        if self.bf16_dense_tflops is None and self.fp16_dense_tflops is None:
+            raise ValueError("needs bf16_dense_tflops or fp16_dense_tflops")
+        missing = [
+            f for f in _GPU_NUMERIC if getattr(self, f) is not None and f not in self.source
+        ]
+        if missing:
+            raise ValueError(f"numbers without a source entry: {', '.join(missing)}")
+        return self
+
+    @property
+    def total_memory_bytes(self) -> float:
+        """What the engine sees as total device memory (cudaMemGetInfo), in bytes."""
+        if self.cuda_total_memory_gib is not None:
+            return gib_to_bytes(self.cuda_total_memory_gib)
+        return mib_to_bytes(self.memory_mib - DRIVER_RESERVED_MIB)
+
+    @property
+    def hbm_bytes_per_s(self) -> float:
+        return gb_per_s_to_bytes_per_s(self.memory_bandwidth_gb_per_s)
+
+    def dense_flops_per_s(self, dtype: str) -> float:
+        """Peak dense tensor-core rate for a compute dtype; falls back to the 16-bit rate."""
+        half = self.bf16_dense_tflops or self.fp16_dense_tflops
+        assert half is not None
+        table = {
+            "bf16": half, "fp16": self.fp16_dense_tflops or half, "fp32": half,
+            "fp8": self.fp8_dense_tflops or half, "int8": self.int8_dense_tops or half,
+            "fp4": self.fp4_dense_tflops or self.fp8_dense_tflops or half,
+        }
+        return tflops_to_flops_per_s(table.get(dtype, half))
+
+    def supports(self, dtype: str) -> bool:
+        """Whether the chip has native tensor cores for dtype (else it is emulated / upcast)."""
+        field = {"fp8": "fp8_dense_tflops", "fp4": "fp4_dense_tflops", "int8": "int8_dense_tops"}
+        return dtype not in field or getattr(self, field[dtype]) is not None
+
+
+_GPU_NUMERIC = (
+    "memory_mib", "cuda_total_memory_gib", "memory_bandwidth_gb_per_s", "bf16_dense_tflops",
+    "fp16_dense_tflops", "fp8_dense_tflops", "int8_dense_tops", "fp4_dense_tflops",
+    "price_per_hour_usd",
+)
+
+
+class Quantization(BaseModel):
+    """How a checkpoint ships quantized (DeepSeek-V3 fp8 blocks, gpt-oss MXFP4 experts...)."""
+
+    model_config = _STRICT
+    format: Literal["fp8", "int8", "int4", "mxfp4", "nvfp4", "fp4"]
+    modules: Literal["all_linear", "experts"] = "all_linear"
+    group_size: int | None = Field(default=None, ge=1)
+
+
+class MoeSpec(BaseModel):
+    model_config = _STRICT
+    num_experts: int = Field(ge=1)
+    num_experts_per_tok: int = Field(ge=1)
+    moe_intermediate_size: int = Field(ge=1)
+    num_shared_experts: int = Field(default=0, ge=0)
+    shared_expert_intermediate_size: int = Field(default=0, ge=0)
+    """Intermediate width of each shared expert."""
+    num_dense_layers: int = Field(default=0, ge=0)
+    """Layers with a dense MLP instead of experts (DeepSeek first_k_dense_replace)."""
+
+
+class MlaSpec(BaseModel):
+    model_config = _STRICT
+    kv_lora_rank: int = Field(ge=1)
+    q_lora_rank: int | None = Field(default=None, ge=1)
+    qk_rope_head_dim: int = Field(ge=1)
+    qk_nope_head_dim: int = Field(ge=1)
+    v_head_dim: int = Field(ge=1)
+
+
+class ModelSpec(BaseModel):
+    """One model architecture, from model_catalog/<key>.yaml (fields as in HF config.json)."""
+
+    model_config = _STRICT
+    key: str
+    name: str
+    hf_id: str
+    aliases: list[str] = []
+    architecture: str
+    torch_dtype: Literal["bf16", "fp16", "fp32"] = "bf16"
+    quantization: Quantization | None = None
+    num_layers: int = Field(ge=1)
+    hidden_size: int = Field(ge=1)
+    intermediate_size: int = Field(ge=1)
+    num_attention_heads: int = Field(ge=1)
+    num_kv_heads: int = Field(ge=1)
+    head_dim: int = Field(ge=1)
+    vocab_size: int = Field(ge=1)
+    max_position_embeddings: int = Field(ge=1)
+    tie_word_embeddings: bool = False
+    mlp_gated: bool = True
+    sliding_window: int | None = Field(default=None, ge=1)
+    num_sliding_layers: int = Field(default=0, ge=0)
+    moe: MoeSpec | None = None
+    mla: MlaSpec | None = None
+    vision_params: float = Field(default=0, ge=0)
+    params_total: float = Field(gt=0)
+    params_active: float = Field(gt=0)
+    source: dict[str, str]
+    notes: str | None = None
+
+    @model_validator(mode="after")
+    def _check(self) -> ModelSpec:
+        if self.num_sliding_layers > self.num_layers:
+            raise ValueError("num_sliding_layers exceeds num_layers")
+        if self.num_sliding_layers and self.sliding_window is None:
+            raise ValueError("num_sliding_layers set but sliding_window is null")
+        if self.num_attention_heads % self.num_kv_heads:
+            raise ValueError("num_attention_heads must be a multiple of num_kv_heads")
+        if self.moe and self.moe.num_dense_layers > self.num_layers:
+            raise ValueError("moe.num_dense_layers exceeds num_layers")
+        if "config" not in self.source:
+            raise ValueError("source.config (where the architecture came from) is required")
+        return self
+
+    @property
+    def dtype_bytes(self) -> float:
+        return DTYPE_BYTES[self.torch_dtype]
+
+    @property
+    def num_moe_layers(self) -> int:
+        return 0 if self.moe is None else self.num_layers - self.moe.num_dense_layers
+
+    @property
+    def is_moe(self) -> bool:
+        return self.moe is not None
+
+    @property
+    def is_multimodal(self) -> bool:
+        return self.vision_params > 0

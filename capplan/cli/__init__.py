@@ -1,0 +1,94 @@
+"""capplan: capacity planning for LLM serving.
+
+\b
+Does the model fit, how fast is a step, what latency under load, which GPUs to buy:
+  capplan memory   --model llama-3.1-8b --gpu h100-sxm
+  capplan speed    --model llama-3.1-8b --gpu a100-sxm-80gb --batch 1,8,32 --context 1024
+  capplan latency  --model llama-3.1-8b --gpu h100-sxm --rate 5 --input-len 1000 --output-len 300
+  capplan simulate --model llama-3.1-8b --gpu h100-sxm --rate 5 --requests 2000
+  capplan recommend --model llama-3.1-70b --rate 10 --input-len 1000 --output-len 300 \\
+                    --ttft-p99 1.0 --tbt-p99 0.06
+  capplan plan examples/chat-8b.yaml --export plan.xlsx
+"""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from capplan.errors import CapplanError, InputError
+
+
+class UserError(click.ClickException):
+    """A one-line error on stderr with exit code 2 (bad input)."""
+
+    exit_code = 2
+
+    def show(self, file=None) -> None:  # noqa: ANN001
+        click.echo(f"Error: {self.format_message()}", err=True)
+
+
+class CapplanGroup(click.Group):
+    """The ONE place errors are translated into exit codes and one-line messages."""
+
+    def invoke(self, ctx: click.Context):  # noqa: ANN201
+        try:
+            return super().invoke(ctx)
+        except click.exceptions.Exit:
+            raise
+        except click.UsageError as e:  # click's own bad-input errors: make them one line
+            raise UserError(e.format_message().splitlines()[0]) from e
+        except InputError as e:
+            raise UserError(str(e).splitlines()[0] if str(e) else type(e).__name__) from e
+        except CapplanError as e:
+            raise click.ClickException(str(e)) from e
+        except KeyboardInterrupt:
+            click.echo("interrupted", err=True)
+            sys.exit(130)
+
+    def main(self, *args, **kwargs):  # noqa: ANN002, ANN003, ANN201
+        # click prints usage + error over several lines for UsageError raised while parsing;
+        # keep it to one line on stderr, exit 2.
+        kwargs.setdefault("standalone_mode", True)
+        try:
+            return super().main(*args, **{**kwargs, "standalone_mode": False})
+        except click.exceptions.Abort:
+            click.echo("Aborted!", err=True)
+            sys.exit(1)
+        except click.exceptions.Exit as e:
+            sys.exit(e.exit_code)
+        except click.UsageError as e:
+            click.echo(f"Error: {e.format_message().splitlines()[0]}", err=True)
+            sys.exit(2)
+        except click.ClickException as e:
+            e.show()
+            sys.exit(e.exit_code)
+
+
+@click.group(cls=CapplanGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="capplan")
+def cli() -> None:
+    """capplan: which GPUs, how many, with which engine settings, for your LLM traffic."""
+
+
+def _register() -> None:
+    from capplan.cli import catalog_cmds, memory_cmd
+
+    catalog_cmds.register(cli)
+    memory_cmd.register(cli)
+    for mod in ("speed_cmd", "load_cmds", "plan_cmds", "calibrate_cmd"):
+        try:
+            module = __import__(f"capplan.cli.{mod}", fromlist=["register"])
+        except ModuleNotFoundError as e:
+            if e.name != f"capplan.cli.{mod}":
+                raise
+            continue
+        module.register(cli)
+
+
+_register()
+
+
+def main() -> None:
+    cli.main(prog_name="capplan")

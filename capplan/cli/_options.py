@@ -1,0 +1,134 @@
+"""Options shared by several commands, and the ParamTypes that reject bad values (exit 2)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+import click
+
+from capplan.cli._render import FORMATS
+from capplan.models.engine import KV_DTYPES, VLLM, WEIGHT_DTYPES, EngineSettings
+
+
+class FiniteFloat(click.ParamType):
+    """A finite float within (lo, hi] or [lo, hi]; NaN and inf are rejected by name."""
+
+    name = "number"
+
+    def __init__(self, lo: float | None = None, hi: float | None = None, lo_open: bool = False):
+        self.lo, self.hi, self.lo_open = lo, hi, lo_open
+
+    def convert(self, value: Any, param: Any, ctx: Any) -> float:
+        if isinstance(value, float):
+            x = value
+        else:
+            try:
+                x = float(str(value).strip())
+            except ValueError:
+                self.fail(f"{value!r} is not a number", param, ctx)
+        if not math.isfinite(x):
+            self.fail(f"{value!r} is not a finite number", param, ctx)
+        if self.lo is not None and (x < self.lo or (self.lo_open and x == self.lo)):
+            bound = f"> {self.lo:g}" if self.lo_open else f">= {self.lo:g}"
+            self.fail(f"{value} must be {bound}", param, ctx)
+        if self.hi is not None and x > self.hi:
+            self.fail(f"{value} must be <= {self.hi:g}", param, ctx)
+        return x
+
+
+class IntList(click.ParamType):
+    """'1,8,32' or a range '1-64' (powers of two), '8:64:8' (start:stop:step)."""
+
+    name = "list"
+
+    def convert(self, value: Any, param: Any, ctx: Any) -> list[int]:
+        if isinstance(value, list):
+            return value
+        out: list[int] = []
+        try:
+            for part in str(value).split(","):
+                part = part.strip()
+                if ":" in part:
+                    a, b, *step = (int(p) for p in part.split(":"))
+                    out += list(range(a, b + 1, step[0] if step else 1))
+                elif "-" in part.lstrip("-") and not part.startswith("-"):
+                    a, b = (int(p) for p in part.split("-"))
+                    x = a
+                    while x <= b:
+                        out.append(x)
+                        x *= 2
+                else:
+                    out.append(int(part))
+        except ValueError:
+            self.fail(f"{value!r} is not a list of integers like 1,8,32 or 1-256", param, ctx)
+        if not out or any(x < 1 for x in out):
+            self.fail(f"{value!r}: every value must be a positive integer", param, ctx)
+        return out
+
+
+POSITIVE = FiniteFloat(0, lo_open=True)
+NON_NEGATIVE = FiniteFloat(0)
+FRACTION = FiniteFloat(0, 1, lo_open=True)
+POS_INT = click.IntRange(min=1)
+
+
+def format_option(f: Callable) -> Callable:
+    return click.option("--format", "fmt", type=click.Choice(FORMATS), default="table",
+                        show_default=True, help="Output format (JSON in SI units).")(f)
+
+
+def catalog_option(f: Callable) -> Callable:
+    return click.option("--catalog-dir", multiple=True, type=click.Path(file_okay=False),
+                        help="Extra catalog folder (gpus/, models/, calibrations/) on top.")(f)
+
+
+def model_gpu_options(f: Callable) -> Callable:
+    f = click.option("--gpu", required=True, help="GPU: catalog key, alias or NVML name.")(f)
+    f = click.option("--model", required=True,
+                     help="Model: catalog key or Hugging Face id (suffixes like -FP8 allowed).")(f)
+    return f
+
+
+def engine_options(f: Callable) -> Callable:
+    """Engine options with vLLM's flag names; defaults from the vLLM engine profile."""
+    opts = [
+        click.option("--tp", type=POS_INT, default=1, show_default=True,
+                     help="Tensor-parallel size."),
+        click.option("--pp", type=POS_INT, default=1, show_default=True,
+                     help="Pipeline-parallel size."),
+        click.option("--weight-dtype", type=click.Choice(WEIGHT_DTYPES), default="auto",
+                     show_default=True, help="auto: the checkpoint's own (or the -FP8... suffix)."),
+        click.option("--kv-dtype", type=click.Choice(KV_DTYPES), default="auto",
+                     show_default=True, help="KV-cache dtype."),
+        click.option("--max-model-len", type=POS_INT, default=None,
+                     help="Context limit (default: the model's max_position_embeddings)."),
+        click.option("--gpu-memory-utilization", type=FRACTION,
+                     default=VLLM.gpu_memory_utilization, show_default=True),
+        click.option("--block-size", type=POS_INT, default=VLLM.block_size, show_default=True),
+        click.option("--max-num-seqs", type=POS_INT, default=VLLM.max_num_seqs,
+                     show_default=True),
+        click.option("--max-num-batched-tokens", type=POS_INT,
+                     default=VLLM.max_num_batched_tokens, show_default=True),
+        click.option("--calibration", type=click.Path(dir_okay=False), default=None,
+                     help="Calibration YAML (default: a measured one for the GPU, else "
+                          "datasheet defaults)."),
+    ]
+    for o in reversed(opts):
+        f = o(f)
+    return f
+
+
+def settings_from(kw: dict[str, Any], implied_dtype: str | None = None) -> EngineSettings:
+    """EngineSettings from parsed engine options (pops them from kw)."""
+    wd = kw.pop("weight_dtype")
+    if wd == "auto" and implied_dtype:
+        wd = implied_dtype
+    return EngineSettings(
+        tp=kw.pop("tp"), pp=kw.pop("pp"), weight_dtype=wd, kv_dtype=kw.pop("kv_dtype"),
+        max_model_len=kw.pop("max_model_len"),
+        gpu_memory_utilization=kw.pop("gpu_memory_utilization"),
+        block_size=kw.pop("block_size"), max_num_seqs=kw.pop("max_num_seqs"),
+        max_num_batched_tokens=kw.pop("max_num_batched_tokens"),
+    )

@@ -1,0 +1,107 @@
+"""`capplan gpus`, `capplan models`, `capplan models import`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+import yaml
+
+from capplan.catalog.loader import load_catalog
+from capplan.cli._options import catalog_option, format_option
+from capplan.cli._render import Column, emit, render_rows, to_json
+from capplan.export.atomic import atomic_write_text
+from capplan.units import GIB_BYTES, MIB_BYTES
+
+
+@click.command("gpus")
+@format_option
+@catalog_option
+def gpus_list(fmt: str, catalog_dir: tuple[str, ...]) -> None:
+    """List the GPU catalog."""
+    cat = load_catalog(catalog_dir)
+    rows = [
+        {
+            "key": g.key, "name": g.name, "memory_bytes": g.memory_mib * MIB_BYTES,
+            "memory_bandwidth_bytes_per_s": g.hbm_bytes_per_s,
+            "bf16_dense_flops_per_s": g.dense_flops_per_s("bf16"),
+            "fp8_dense_flops_per_s": g.dense_flops_per_s("fp8") if g.fp8_dense_tflops else None,
+            "interconnect": g.interconnect.kind,
+            "interconnect_bytes_per_s": g.interconnect.bytes_per_s,
+            "price_per_hour_usd": g.price_per_hour_usd,
+        }
+        for g in sorted(cat.gpus.values(), key=lambda g: g.key)
+    ]
+    if fmt == "json":
+        emit(to_json(rows))
+        return
+    cols = [
+        Column("key", "GPU"), Column("name", "name"),
+        Column("memory_bytes", "memory (GiB)", lambda b: b / GIB_BYTES, ".1f"),
+        Column("memory_bandwidth_bytes_per_s", "bandwidth (GB/s)", lambda b: b / 1e9, ".0f"),
+        Column("bf16_dense_flops_per_s", "bf16 (TFLOP/s)", lambda f: f / 1e12, ".0f"),
+        Column("fp8_dense_flops_per_s", "fp8 (TFLOP/s)", lambda f: f / 1e12, ".0f"),
+        Column("interconnect", "interconnect"),
+        Column("price_per_hour_usd", "$/GPU-hour", None, ".2f"),
+    ]
+    emit(render_rows(rows, cols, fmt))
+
+
+@click.group("models", invoke_without_command=True)
+@format_option
+@catalog_option
+@click.pass_context
+def models_group(ctx: click.Context, fmt: str, catalog_dir: tuple[str, ...]) -> None:
+    """List the model catalog (or `models import CONFIG.json`)."""
+    if ctx.invoked_subcommand is not None:
+        return
+    cat = load_catalog(catalog_dir)
+    rows = [
+        {
+            "key": m.key, "hf_id": m.hf_id, "params_total": m.params_total,
+            "params_active": m.params_active, "num_layers": m.num_layers,
+            "attention": "MLA" if m.mla else ("MHA" if m.num_kv_heads == m.num_attention_heads
+                                              else f"GQA {m.num_kv_heads} KV heads"),
+            "moe": f"{m.moe.num_experts}x top-{m.moe.num_experts_per_tok}" if m.moe else "",
+            "sliding_window": m.sliding_window, "weight_format": (
+                m.quantization.format if m.quantization else m.torch_dtype),
+            "max_position_embeddings": m.max_position_embeddings,
+        }
+        for m in sorted(cat.models.values(), key=lambda m: m.key)
+    ]
+    if fmt == "json":
+        emit(to_json(rows))
+        return
+    cols = [
+        Column("key", "model"), Column("hf_id", "Hugging Face id"),
+        Column("params_total", "params (B)", lambda p: p / 1e9, ".1f"),
+        Column("params_active", "active (B)", lambda p: p / 1e9, ".1f"),
+        Column("num_layers", "layers"), Column("attention", "attention"),
+        Column("moe", "experts"), Column("sliding_window", "window (tokens)"),
+        Column("weight_format", "weights"), Column("max_position_embeddings", "max len"),
+    ]
+    emit(render_rows(rows, cols, fmt))
+
+
+@models_group.command("import")
+@click.argument("config", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--name", "key", default=None, help="Catalog key for the new entry.")
+@click.option("--out", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Write the YAML here (default: stdout).")
+def models_import(config: Path, key: str | None, out: Path | None) -> None:
+    """Turn a Hugging Face config.json into a catalog YAML."""
+    from capplan.catalog.hf_import import import_config
+
+    spec = import_config(config, key)
+    data = spec.model_dump(mode="json", exclude_none=False)
+    text = yaml.safe_dump(data, sort_keys=False)
+    if out is None:
+        emit(text.rstrip("\n"))
+    else:
+        atomic_write_text(out, text)
+        click.echo(f"wrote {out}", err=True)
+
+
+def register(cli: click.Group) -> None:
+    cli.add_command(gpus_list)
+    cli.add_command(models_group)

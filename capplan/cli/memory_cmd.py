@@ -1,0 +1,66 @@
+"""`capplan memory`: does the model fit, and how many sequences run at once."""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+
+import click
+
+from capplan.catalog.loader import load_catalog
+from capplan.cli._options import (
+    catalog_option,
+    engine_options,
+    format_option,
+    model_gpu_options,
+    settings_from,
+)
+from capplan.cli._render import emit, kv_table, to_json
+from capplan.models.engine import VLLM
+from capplan.models.memory import memory_report
+from capplan.units import GIB_BYTES, bytes_to_gib
+
+
+@click.command("memory")
+@model_gpu_options
+@engine_options
+@format_option
+@catalog_option
+def memory_cmd(model: str, gpu: str, fmt: str, catalog_dir: tuple[str, ...], **kw) -> None:
+    """VRAM per GPU: weights, activations, overhead, paged KV cache, max concurrency."""
+    cat = load_catalog(catalog_dir)
+    resolved = cat.resolve_model(model)
+    g = cat.gpu(gpu)
+    kw.pop("calibration", None)
+    s = settings_from(kw, resolved.implied_weight_dtype)
+    r = memory_report(resolved.spec, g, s)
+    data = {"model": resolved.spec.key, "gpu": g.key, "tp": s.tp, "pp": s.pp,
+            "engine_profile": f"{VLLM.name} {VLLM.version}", **asdict(r)}
+    if fmt == "json":
+        emit(to_json(data))
+        return
+    gib = bytes_to_gib
+    pairs = [
+        ("model / GPU", f"{resolved.spec.key} on {g.key} (TP {s.tp}, PP {s.pp})"),
+        ("weight dtype", r.weight_dtype),
+        ("total memory (GiB)", f"{gib(r.total_memory_bytes):.2f}"),
+        (f"budget at {s.gpu_memory_utilization:g} (GiB)", f"{gib(r.budget_bytes):.2f}"),
+        ("weights per GPU (GiB)", f"{gib(r.weights_bytes_per_gpu):.2f}"),
+        ("activation peak (GiB)", f"{gib(r.activation_peak_bytes_per_gpu):.2f}"),
+        ("runtime overhead (GiB)", f"{gib(r.runtime_overhead_bytes_per_gpu):.2f}"),
+        ("CUDA graphs, outside budget (GiB)", f"{gib(r.cuda_graph_bytes_per_gpu):.2f}"),
+        ("KV cache (GiB)", f"{gib(r.kv_cache_bytes_per_gpu):.2f}"),
+        ("KV per token (KiB)", f"{r.kv_bytes_per_token_per_gpu / 1024:.1f}"),
+        ("KV blocks", f"{r.num_gpu_blocks} x {r.block_size} tokens"),
+        ("KV cache (tokens)", f"{r.kv_cache_tokens:,}"),
+        (f"max concurrency at {r.max_model_len:,} tokens (paged)", f"{r.max_concurrency:.2f}x"),
+        ("same, contiguous pre-allocation", f"{r.contiguous_max_concurrency:.0f}x"),
+        ("fits", "yes" if r.fits else f"NO: {r.reason}"),
+    ]
+    if r.margin_bytes_per_gpu < 0.25 * GIB_BYTES:
+        pairs.append(("warning", "under 0.25 GiB left outside the budget for CUDA context "
+                                 "and graphs: lower --gpu-memory-utilization"))
+    emit(kv_table(pairs, fmt))
+
+
+def register(cli: click.Group) -> None:
+    cli.add_command(memory_cmd)

@@ -1,0 +1,42 @@
+"""Error tiers (STYLE §2.8): bad input exits 2 with one line; anticipated failures exit 1."""
+
+from __future__ import annotations
+
+
+class CapplanError(Exception):
+    """Base of every error capplan raises on purpose."""
+
+    exit_code = 1
+
+
+class InputError(CapplanError, ValueError):
+    """The user's input is wrong: the message names the value, the constraint and the fix."""
+
+    exit_code = 2
+
+
+class CatalogError(InputError):
+    """A catalog entry is unknown or malformed (user-facing: exit 2)."""
+
+
+class InfeasibleError(InputError):
+    """No configuration meets the constraints; the message names the binding one."""
+
+
+class ProbeUnavailable(InputError):
+    """The probe cannot run here (no torch, no GPU): the message says what to install."""
+
+
+def nearest(name: str, choices: list[str], n: int = 3) -> list[str]:
+    """The n choices closest to name (difflib ratio, then substring matches)."""
+    import difflib
+
+    low = name.lower()
+    ranked = difflib.get_close_matches(low, [c.lower() for c in choices], n=n, cutoff=0.0)
+    by_low = {c.lower(): c for c in choices}
+    subs = [c for c in choices if low and (low in c.lower() or c.lower() in low)]
+    out: list[str] = []
+    for c in subs + [by_low[r] for r in ranked]:
+        if c not in out:
+            out.append(c)
+    return out[:n]

@@ -1,0 +1,81 @@
+"""The few efficiencies and overheads the step-time model needs, and their datasheet defaults.
+
+A calibration is plain frozen data. `default_calibration(gpu)` derives one from the datasheet
+with factors justified in docs/perf.md from public measurements; the probe (capplan calibrate)
+writes measured ones, loaded by capplan/catalog/calibration.py.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields, replace
+
+from capplan.catalog.schema import GpuSpec
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """Achieved fractions of datasheet peaks, and fixed costs, for one GPU type."""
+
+    mem_bw_frac: float
+    """Achieved fraction of peak HBM bandwidth when streaming weights and KV (0-1]."""
+    gemm_frac: float
+    """Achieved fraction of peak 16-bit dense tensor FLOP/s for large matrix products."""
+    gemm_frac_low_precision: float
+    """Same for fp8/int8/fp4 products (FP8 GEMMs reach a lower fraction of their peak)."""
+    gemm_half_tokens: float
+    """Tokens (rows) at which a skinny product reaches half the large-product efficiency."""
+    attn_frac: float
+    """Achieved fraction of peak 16-bit FLOP/s in prefill attention (FlashAttention)."""
+    attn_bw_frac: float
+    """Achieved fraction of peak bandwidth reading the KV cache in decode attention."""
+    step_overhead_s: float
+    """Fixed cost per engine step: scheduling, input preparation, launches, sampling."""
+    per_seq_overhead_s: float
+    """Cost per running sequence per step (sampling, output processing)."""
+    allreduce_latency_s: float
+    """Latency of one small all-reduce across the TP group."""
+    allreduce_bw_frac: float
+    """Achieved fraction of the interconnect's per-direction bandwidth in all-reduce."""
+    source: str = "default"
+    """'default (datasheet)' or the calibration file it came from."""
+
+    def with_(self, **changes: float | str) -> Calibration:
+        return replace(self, **changes)  # type: ignore[arg-type]
+
+    @classmethod
+    def param_names(cls) -> list[str]:
+        return [f.name for f in fields(cls) if f.name != "source"]
+
+
+# Defaults from public measurements (docs/perf.md, docs/research/published_perf.md):
+#  - copy bandwidth: A100-80GB 1.61-1.70 TB/s of 2.039 (79-83%), H100 2.90 TB/s of 3.35 (87%),
+#    H200 4.01-4.15 of 4.8 (84-86%), GB200 7.35 of 8.0 (92%): 0.80 for HBM2e parts, 0.85 for
+#    HBM3/HBM3e; GDDR parts and AMD (~81%, unverified) take the conservative 0.80.
+#  - GEMM: H100 bf16 794.5 of 989 (80%), A100 bf16 271 of 312 (87%), H100 fp8 1290-1403 of 1979
+#    (65-71%), MI300X bf16 668-782 of 1307 (51-60%): 0.78 / 0.68 NVIDIA, 0.55 / 0.48 AMD.
+#  - FlashAttention-2 forward on H100 reaches 328 TFLOP/s (33% of bf16 peak) at hd128: 0.35.
+#  - vLLM per-step CPU and launch cost with CUDA graphs: ~1-3.5 ms in published traces
+#    (vLLM #6854, tt-inference-server #340 Qwen3-0.6B floor); 1.5 ms + 10 us per sequence.
+_HBM3_BW_FRAC = 0.85
+_OTHER_BW_FRAC = 0.80
+
+
+def default_calibration(gpu: GpuSpec) -> Calibration:
+    """Datasheet-derived calibration for a GPU with no measured calibration file."""
+    hbm3 = gpu.vendor == "nvidia" and (gpu.fp8_dense_tflops is not None) and (
+        gpu.memory_bandwidth_gb_per_s >= 3000)
+    amd = gpu.vendor == "amd"
+    nvlink = gpu.interconnect.kind.startswith("nvlink") or gpu.interconnect.kind == "infinity-fabric"
+    return Calibration(
+        mem_bw_frac=_HBM3_BW_FRAC if hbm3 else _OTHER_BW_FRAC,
+        gemm_frac=0.55 if amd else 0.78,
+        gemm_frac_low_precision=0.48 if amd else 0.68,
+        gemm_half_tokens=32.0,
+        attn_frac=0.35,
+        attn_bw_frac=_HBM3_BW_FRAC * 0.9 if hbm3 else _OTHER_BW_FRAC * 0.9,
+        step_overhead_s=1.5e-3,
+        per_seq_overhead_s=10e-6,
+        allreduce_latency_s=8e-6 if nvlink else 25e-6,
+        allreduce_bw_frac=0.7,
+        source="default (datasheet x published efficiency factors, docs/perf.md)",
+    )

@@ -1,0 +1,50 @@
+"""Engine settings and the engine profile their defaults come from.
+
+The default profile is vLLM's V1 engine as of v0.10-v0.11 (docs/memory.md cites each default).
+Settings are plain frozen data: the models read them, they never do I/O.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+WEIGHT_DTYPES = ("auto", "fp32", "bf16", "fp16", "fp8", "int8", "int4", "fp4")
+KV_DTYPES = ("auto", "bf16", "fp16", "fp8")
+
+
+@dataclass(frozen=True)
+class EngineProfile:
+    """Defaults of one serving engine version (vLLM V1 unless said otherwise)."""
+
+    name: str = "vllm"
+    version: str = "0.10-0.11 (V1 engine)"
+    gpu_memory_utilization: float = 0.9  # vllm/config/cache.py CacheConfig.gpu_memory_utilization
+    block_size: int = 16  # CacheConfig.block_size default on CUDA
+    max_num_seqs: int = 256  # EngineArgs default for the OpenAI server on <70 GiB GPUs
+    max_num_batched_tokens: int = 8192  # V1 chunked-prefill token budget, OpenAI server, H100-class
+    cudagraphs_in_kv_budget: bool = False
+    """vLLM <= 0.11 captures CUDA graphs after sizing the KV cache: their memory comes out of the
+    (1 - gpu_memory_utilization) margin, not out of the KV cache."""
+
+
+VLLM = EngineProfile()
+
+
+@dataclass(frozen=True)
+class EngineSettings:
+    """The knobs a user passes to the engine (vLLM flag names)."""
+
+    tp: int = 1
+    pp: int = 1
+    weight_dtype: str = "auto"
+    kv_dtype: str = "auto"
+    max_model_len: int | None = None
+    """None: the model's max_position_embeddings, as vLLM defaults it."""
+    gpu_memory_utilization: float = VLLM.gpu_memory_utilization
+    block_size: int = VLLM.block_size
+    max_num_seqs: int = VLLM.max_num_seqs
+    max_num_batched_tokens: int = VLLM.max_num_batched_tokens
+    enforce_eager: bool = False
+
+    def with_(self, **changes: object) -> EngineSettings:
+        return replace(self, **changes)  # type: ignore[arg-type]

@@ -1,0 +1,395 @@
+"""VRAM per GPU, faithful to how vLLM (V1) sizes its KV cache. Derivations: docs/memory.md.
+
+    budget     = total_memory * gpu_memory_utilization          (vLLM Worker.determine_available_memory)
+    kv_cache   = budget - weights - activation_peak - runtime_overhead
+    num_blocks = kv_cache // (block_size * kv_bytes_per_token)   (vLLM kv_cache_utils)
+
+Pure functions of specs and numbers: no I/O, no catalog loading.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from capplan.catalog.schema import GpuSpec, ModelSpec
+from capplan.errors import InputError
+from capplan.models.engine import EngineProfile, EngineSettings, VLLM
+from capplan.units import DTYPE_BYTES, GIB_BYTES, MIB_BYTES, cdiv
+
+# ---------------------------------------------------------------------------------------------
+# Weights
+# ---------------------------------------------------------------------------------------------
+
+# Group-scale overhead in bytes per weight for each quantized storage format:
+#  fp8: per-tensor/per-channel scales are negligible; DeepSeek-style 128x128 blocks add 4 B/16384.
+#  int8: W8A8 per-channel scales, negligible.
+#  int4: AWQ/GPTQ group 128: an fp16 scale and a 4-bit zero point per group -> 2.5 B / 128.
+#  mxfp4: OCP MX spec, one e8m0 (1 B) scale per 32 elements -> 1 B / 32.
+#  nvfp4/fp4: NVIDIA NVFP4, one fp8 scale per 16 elements -> 1 B / 16.
+_SCALE_BYTES_PER_GROUP = {"fp8": 4.0, "int8": 0.0, "int4": 2.5, "mxfp4": 1.0, "nvfp4": 1.0,
+                          "fp4": 1.0}
+_DEFAULT_GROUP = {"fp8": 128 * 128, "int8": 1, "int4": 128, "mxfp4": 32, "nvfp4": 16, "fp4": 16}
+
+
+def quantized_bytes_per_param(fmt: str, group_size: int | None = None) -> float:
+    """Storage bytes per weight of a quantized format, scales included."""
+    group = group_size or _DEFAULT_GROUP[fmt]
+    if fmt == "fp8" and group_size is not None:
+        group = group_size * group_size  # fp8 groups are square blocks (weight_block_size)
+    return DTYPE_BYTES[fmt] + _SCALE_BYTES_PER_GROUP[fmt] / group
+
+
+@dataclass(frozen=True)
+class ParamCounts:
+    """Parameters held by the most loaded GPU, by kind, after the TP/PP split."""
+
+    embedding: float
+    lm_head: float
+    attention: float
+    dense_mlp: float
+    experts: float
+    shared_experts: float
+    router: float
+    norms: float
+    vision: float
+    expert_size: float
+    """Parameters of ONE routed expert in ONE layer on this GPU (what a routed token reads)."""
+    num_moe_layers: int
+    """MoE layers on this GPU's pipeline stage."""
+
+    @property
+    def linear(self) -> float:
+        """Parameters of the matrices a token multiplies by (everything but tables and norms)."""
+        return self.attention + self.dense_mlp + self.experts + self.shared_experts + self.router
+
+    @property
+    def total(self) -> float:
+        return (self.embedding + self.lm_head + self.attention + self.dense_mlp + self.experts
+                + self.shared_experts + self.router + self.norms + self.vision)
+
+
+def attention_params_per_layer(model: ModelSpec, tp: int) -> float:
+    """Attention projection parameters of one layer on one GPU.
+
+    GQA: q and o split by heads, k and v by KV heads, replicated when tp exceeds them (vLLM
+    QKVParallelLinear). MLA (DeepSeek-V2 paper, sec. 2.1): q_a/kv_a are replicated, q_b/kv_b/o
+    are split by heads.
+    """
+    h = model.hidden_size
+    if model.mla is not None:
+        m = model.mla
+        qk = m.qk_nope_head_dim + m.qk_rope_head_dim
+        heads = model.num_attention_heads / tp
+        q = (h * m.q_lora_rank + m.q_lora_rank + m.q_lora_rank * heads * qk
+             if m.q_lora_rank else h * heads * qk)
+        kv_a = h * (m.kv_lora_rank + m.qk_rope_head_dim) + m.kv_lora_rank
+        kv_b = m.kv_lora_rank * heads * (m.qk_nope_head_dim + m.v_head_dim)
+        o = heads * m.v_head_dim * h
+        return q + kv_a + kv_b + o
+    hd = model.head_dim
+    q_o = 2 * h * model.num_attention_heads * hd / tp
+    kv = 2 * h * kv_heads_per_gpu(model, tp) * hd
+    return q_o + kv
+
+
+def kv_heads_per_gpu(model: ModelSpec, tp: int) -> float:
+    """KV heads each GPU stores: max(1, kv_heads / tp); heads replicate when tp exceeds them."""
+    return max(1.0, model.num_kv_heads / tp)
+
+
+def param_counts(model: ModelSpec, tp: int = 1, pp: int = 1) -> ParamCounts:
+    """Per-GPU parameter counts of the heaviest pipeline stage (layers split evenly by vLLM)."""
+    h, v = model.hidden_size, model.vocab_size
+    layers = cdiv(model.num_layers, pp)
+    mlp_mats = 3 if model.mlp_gated else 2
+    moe_layers_total = model.num_moe_layers
+    moe_layers = min(layers, math.ceil(moe_layers_total / pp)) if moe_layers_total else 0
+    dense_layers = layers - moe_layers
+    expert_size = experts = shared = router = 0.0
+    if model.moe is not None:
+        m = model.moe
+        expert_size = mlp_mats * h * m.moe_intermediate_size / tp
+        experts = moe_layers * m.num_experts * expert_size
+        shared = moe_layers * m.num_shared_experts * mlp_mats * h * m.shared_expert_intermediate_size / tp
+        router = moe_layers * h * m.num_experts  # replicated gate (vLLM ReplicatedLinear)
+    # Vocabulary-parallel embedding and LM head (vLLM VocabParallelEmbedding): split by TP.
+    # With PP the first stage holds the embedding, the last the head; the worst GPU holds one.
+    embedding = v * h / tp
+    lm_head = 0.0 if model.tie_word_embeddings else v * h / tp
+    if pp > 1:
+        embedding, lm_head = max(embedding, lm_head), 0.0
+    return ParamCounts(
+        embedding=embedding,
+        lm_head=lm_head,
+        attention=layers * attention_params_per_layer(model, tp),
+        dense_mlp=dense_layers * mlp_mats * h * model.intermediate_size / tp,
+        experts=experts,
+        shared_experts=shared,
+        router=router,
+        norms=(2 * layers + 1) * h,
+        vision=model.vision_params / tp,
+        expert_size=expert_size,
+        num_moe_layers=moe_layers,
+    )
+
+
+@dataclass(frozen=True)
+class WeightDtypes:
+    """Bytes per parameter of each kind of tensor under one weight-dtype choice."""
+
+    linear: float
+    experts: float
+    unquantized: float
+    compute_dtype: str
+    """The tensor-core dtype the matrix products run in (fp8 when weights are fp8)."""
+    label: str
+
+
+def weight_dtypes(model: ModelSpec, weight_dtype: str = "auto") -> WeightDtypes:
+    """Resolve --weight-dtype to bytes per parameter per tensor kind.
+
+    Quantization covers linear layers only; embeddings, the LM head, norms and the MoE router
+    stay in the checkpoint dtype (vLLM Fp8Config / AWQ skip lm_head and embeddings).
+    """
+    base = model.dtype_bytes
+    if weight_dtype == "auto":
+        q = model.quantization
+        if q is None:
+            return WeightDtypes(base, base, base, model.torch_dtype, model.torch_dtype)
+        qb = quantized_bytes_per_param(q.format, q.group_size)
+        lin = qb if q.modules == "all_linear" else base
+        compute = _compute_dtype(q.format) if q.modules == "all_linear" else model.torch_dtype
+        return WeightDtypes(lin, qb, base, compute, q.format)
+    if weight_dtype in ("bf16", "fp16", "fp32"):
+        b = DTYPE_BYTES[weight_dtype]
+        return WeightDtypes(b, b, b, weight_dtype, weight_dtype)
+    if weight_dtype not in _DEFAULT_GROUP:
+        raise InputError(f"--weight-dtype {weight_dtype!r}: use auto, fp32, bf16, fp16, fp8, "
+                         "int8, int4 or fp4")
+    fmt = "nvfp4" if weight_dtype == "fp4" else weight_dtype
+    qb = quantized_bytes_per_param(fmt)
+    if weight_dtype == "fp8" and model.quantization and model.quantization.format == "fp8":
+        qb = quantized_bytes_per_param("fp8", model.quantization.group_size)
+    return WeightDtypes(qb, qb, base, _compute_dtype(fmt), weight_dtype)
+
+
+def _compute_dtype(fmt: str) -> str:
+    # Weight-only int4 (AWQ/GPTQ) and MXFP4-on-Hopper dequantize to 16-bit for the product.
+    return {"fp8": "fp8", "int8": "int8", "nvfp4": "fp4", "fp4": "fp4"}.get(fmt, "bf16")
+
+
+def weight_bytes(counts: ParamCounts, dt: WeightDtypes) -> float:
+    """Resident weight bytes on one GPU."""
+    return (
+        (counts.attention + counts.dense_mlp + counts.shared_experts) * dt.linear
+        + counts.experts * dt.experts
+        + (counts.embedding + counts.lm_head + counts.router + counts.norms + counts.vision)
+        * dt.unquantized
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# KV cache
+# ---------------------------------------------------------------------------------------------
+
+
+def kv_dtype_bytes(model: ModelSpec, kv_dtype: str = "auto") -> float:
+    """--kv-cache-dtype auto stores KV in the model's activation dtype (bf16 for fp8 checkpoints)."""
+    if kv_dtype == "auto":
+        return model.dtype_bytes
+    if kv_dtype not in ("bf16", "fp16", "fp8"):
+        raise InputError(f"--kv-dtype {kv_dtype!r}: use auto, bf16, fp16 or fp8")
+    return DTYPE_BYTES[kv_dtype]
+
+
+def kv_bytes_per_token_per_layer(model: ModelSpec, tp: int, kv_bytes: float) -> float:
+    """KV bytes one token occupies in one layer on one GPU.
+
+    GQA/MQA/MHA: 2 (K and V) * kv_heads_per_gpu * head_dim * dtype (vLLM FullAttentionSpec).
+    MLA: the compressed latent plus the rope key, kv_lora_rank + qk_rope_head_dim, stored once
+    per token and replicated on every TP rank (vLLM MLAAttentionSpec; DeepSeek-V2 paper eq. 9-10).
+    """
+    if model.mla is not None:
+        return (model.mla.kv_lora_rank + model.mla.qk_rope_head_dim) * kv_bytes
+    return 2 * kv_heads_per_gpu(model, tp) * model.head_dim * kv_bytes
+
+
+def kv_bytes_per_token(model: ModelSpec, tp: int, kv_bytes: float, pp: int = 1) -> float:
+    """KV bytes per token over every layer of the heaviest stage, as if all were full attention.
+
+    This is the unit vLLM reports "GPU KV cache size: N tokens" in, also for hybrid models.
+    """
+    return cdiv(model.num_layers, pp) * kv_bytes_per_token_per_layer(model, tp, kv_bytes)
+
+
+def kv_bytes_for_sequence(model: ModelSpec, seq_len: float, tp: int, kv_bytes: float,
+                          block_size: int = 16, pp: int = 1) -> float:
+    """KV bytes a sequence of seq_len tokens holds on one GPU, in whole blocks.
+
+    Full-attention layers hold ceil(L / block_size) blocks; sliding-window layers hold at most
+    ceil((window - 1) / block_size) + 1 blocks (vLLM SlidingWindowSpec.max_memory_usage_bytes).
+    """
+    per_layer = kv_bytes_per_token_per_layer(model, tp, kv_bytes)
+    layers = cdiv(model.num_layers, pp)
+    sliding = math.ceil(model.num_sliding_layers * layers / model.num_layers)
+    full_blocks = math.ceil(seq_len / block_size)
+    blocks = layers * full_blocks
+    if sliding and model.sliding_window:
+        window_blocks = cdiv(model.sliding_window - 1, block_size) + 1
+        blocks = (layers - sliding) * full_blocks + sliding * min(full_blocks, window_blocks)
+    return blocks * block_size * per_layer
+
+
+# ---------------------------------------------------------------------------------------------
+# Activation peak and runtime overhead
+# ---------------------------------------------------------------------------------------------
+
+SAMPLER_BYTES_PER_LOGIT = 16.0
+"""Peak bytes per (sequence, vocab entry) during vLLM's dummy sampler run: fp32 logits (4),
+their sorted copy (4) and int64 sort indices (8) live together in top-k/top-p (vLLM
+v1/sample/ops/topk_topp_sampler.py apply_top_k_top_p). See docs/memory.md."""
+
+
+def activation_peak_bytes(model: ModelSpec, settings: EngineSettings, act_bytes: float) -> float:
+    """Torch peak during vLLM's profile run: one forward of max_num_batched_tokens tokens,
+    then the sampler over min(max_num_seqs, tokens) sequences (gpu_model_runner.profile_run).
+
+    Forward peak: the MLP's gate_up output (2I) and activation output (I) per token, plus the
+    residual stream and hidden states (~4H); for MoE, vLLM fused_moe's three caches per token
+    and chosen expert (2I + I + H). Sampler peak: logits of every sequence over the whole
+    vocabulary (logits are all-gathered on every TP rank in V1).
+    """
+    tokens = settings.max_num_batched_tokens
+    tp, h = settings.tp, model.hidden_size
+    mlp = (3 if model.mlp_gated else 2) * model.intermediate_size / tp
+    if model.moe is not None:
+        m = model.moe
+        moe = m.num_experts_per_tok * (3 * m.moe_intermediate_size / tp + h)
+        mlp = max(mlp if m.num_dense_layers else 0.0, moe)
+    forward = tokens * (mlp + 4 * h) * act_bytes
+    seqs = min(settings.max_num_seqs, tokens)
+    sampler = tokens * h * act_bytes + seqs * model.vocab_size * SAMPLER_BYTES_PER_LOGIT
+    return max(forward, sampler)
+
+
+# Non-torch memory vLLM's profiler sees grow (cuBLAS/cuBLASLt workspaces, allocator slack):
+# ~0.13-0.2 GiB at TP=1 in vLLM logs; with TP>1 NCCL communicators and vLLM's custom
+# all-reduce buffers add about 0.3-0.6 GiB more (docs/memory.md).
+NON_TORCH_BASE_BYTES = 0.15 * GIB_BYTES
+NON_TORCH_TP_BYTES = 0.5 * GIB_BYTES
+# CUDA graph capture: vLLM logs "Graph capturing finished ... took 0.3-1.5 GiB"; it grows with
+# the number of capture sizes and layers. Modelled as a base plus a per-layer cost.
+CUDA_GRAPH_BASE_BYTES = 0.25 * GIB_BYTES
+CUDA_GRAPH_PER_LAYER_BYTES = 8 * MIB_BYTES
+
+
+def runtime_overhead_bytes(model: ModelSpec, settings: EngineSettings,
+                           profile: EngineProfile = VLLM) -> tuple[float, float]:
+    """(non-torch memory counted in the KV budget, CUDA-graph memory outside it or not)."""
+    non_torch = NON_TORCH_BASE_BYTES + (NON_TORCH_TP_BYTES if settings.tp > 1 else 0.0)
+    graphs = 0.0
+    if not settings.enforce_eager:
+        graphs = CUDA_GRAPH_BASE_BYTES + CUDA_GRAPH_PER_LAYER_BYTES * cdiv(model.num_layers,
+                                                                            settings.pp)
+    return non_torch, graphs
+
+
+# ---------------------------------------------------------------------------------------------
+# The report
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class MemoryReport:
+    """Per-GPU memory plan, in bytes and tokens. Keys follow the CLI JSON contract."""
+
+    total_memory_bytes: float
+    budget_bytes: float
+    weights_bytes_per_gpu: float
+    activation_peak_bytes_per_gpu: float
+    runtime_overhead_bytes_per_gpu: float
+    cuda_graph_bytes_per_gpu: float
+    kv_bytes_per_token_per_gpu: float
+    kv_cache_bytes_per_gpu: float
+    num_gpu_blocks: int
+    kv_cache_tokens: int
+    block_size: int
+    max_model_len: int
+    kv_bytes_per_max_len_seq: float
+    max_concurrency: float
+    contiguous_max_concurrency: float
+    fits: bool
+    reason: str
+    weight_dtype: str
+    kv_dtype_bytes: float
+    margin_bytes_per_gpu: float
+    """Memory left outside the budget after CUDA graphs: negative means vLLM would OOM."""
+
+
+def validate_settings(model: ModelSpec, s: EngineSettings) -> None:
+    """Raise InputError for settings vLLM itself would reject."""
+    u = s.gpu_memory_utilization
+    if not (isinstance(u, int | float) and math.isfinite(u) and 0 < u <= 1):
+        raise InputError(f"--gpu-memory-utilization {u}: must be in (0, 1]")
+    for name in ("tp", "pp", "block_size", "max_num_seqs", "max_num_batched_tokens"):
+        val = getattr(s, name)
+        if not isinstance(val, int) or val < 1:
+            raise InputError(f"--{name.replace('_', '-')} {val}: must be a positive integer")
+    if s.max_model_len is not None and s.max_model_len < 1:
+        raise InputError(f"--max-model-len {s.max_model_len}: must be a positive integer")
+    if model.num_attention_heads % s.tp:
+        raise InputError(f"--tp {s.tp}: must divide the {model.num_attention_heads} attention "
+                         f"heads of {model.key}")
+    kvh = model.num_kv_heads
+    if model.mla is None and kvh % s.tp and s.tp % kvh:
+        raise InputError(f"--tp {s.tp}: must divide, or be a multiple of, the {kvh} KV heads")
+    if s.pp > model.num_layers:
+        raise InputError(f"--pp {s.pp}: exceeds the {model.num_layers} layers of {model.key}")
+
+
+def memory_report(model: ModelSpec, gpu: GpuSpec, settings: EngineSettings,
+                  profile: EngineProfile = VLLM) -> MemoryReport:
+    """Size weights, activations, overheads and the paged KV cache on one GPU."""
+    validate_settings(model, settings)
+    s = settings
+    max_len = s.max_model_len or model.max_position_embeddings
+    dt = weight_dtypes(model, s.weight_dtype)
+    counts = param_counts(model, s.tp, s.pp)
+    weights = weight_bytes(counts, dt)
+    act_bytes = 2.0 if model.torch_dtype != "fp32" else 4.0
+    act = activation_peak_bytes(model, s, act_bytes)
+    non_torch, graphs = runtime_overhead_bytes(model, s, profile)
+    total = gpu.total_memory_bytes
+    budget = total * s.gpu_memory_utilization
+    overhead = non_torch + (graphs if profile.cudagraphs_in_kv_budget else 0.0)
+    kv_cache = budget - weights - act - overhead
+    kvb = kv_dtype_bytes(model, s.kv_dtype)
+    per_token = kv_bytes_per_token(model, s.tp, kvb, s.pp)
+    blocks = max(0, int(kv_cache // (s.block_size * per_token)))
+    tokens = blocks * s.block_size
+    seq_bytes = kv_bytes_for_sequence(model, max_len, s.tp, kvb, s.block_size, s.pp)
+    usable = blocks * s.block_size * per_token
+    concurrency = usable / seq_bytes if seq_bytes else 0.0
+    contiguous = math.floor(max(kv_cache, 0) / (max_len * per_token)) if per_token else 0.0
+    margin = total - budget - (0.0 if profile.cudagraphs_in_kv_budget else graphs)
+    fits, reason = True, "fits"
+    if kv_cache <= 0:
+        fits = False
+        need = (weights + act + overhead) / GIB_BYTES
+        reason = (f"weights+activations+overhead need {need:.1f} GiB per GPU but the budget is "
+                  f"{budget / GIB_BYTES:.1f} GiB")
+    elif concurrency < 1:
+        fits = False
+        reason = (f"KV cache holds {tokens} tokens, less than one sequence of max_model_len "
+                  f"{max_len} (lower --max-model-len or add GPUs)")
+    return MemoryReport(
+        total_memory_bytes=total, budget_bytes=budget, weights_bytes_per_gpu=weights,
+        activation_peak_bytes_per_gpu=act, runtime_overhead_bytes_per_gpu=overhead,
+        cuda_graph_bytes_per_gpu=graphs, kv_bytes_per_token_per_gpu=per_token,
+        kv_cache_bytes_per_gpu=max(kv_cache, 0.0), num_gpu_blocks=blocks,
+        kv_cache_tokens=tokens, block_size=s.block_size, max_model_len=max_len,
+        kv_bytes_per_max_len_seq=seq_bytes, max_concurrency=concurrency,
+        contiguous_max_concurrency=contiguous, fits=fits, reason=reason,
+        weight_dtype=dt.label, kv_dtype_bytes=kvb, margin_bytes_per_gpu=margin,
+    )

@@ -1,0 +1,293 @@
+"""Step time of one engine iteration, per GPU: decode, prefill and mixed chunked-prefill steps.
+
+For a step that pushes T tokens through the model (decode tokens plus prefill-chunk tokens):
+
+    linear   = smax(weight_bytes / (BW * mem_bw_frac),  linear_flops / (peak * gemm_eff(T)))
+    attention= smax(kv_read_bytes / (BW * attn_bw_frac), attn_flops / (peak16 * attn_frac))
+    comm     = 2 * layers * (allreduce_latency + 2 (tp-1)/tp * T * hidden * 2 B / link_bw)
+    step     = pp * (linear + attention + comm) + step_overhead + per_seq_overhead * seqs
+
+- weights are read once per step (roofline, Williams et al. 2009); for MoE only the experts
+  the batch touches, E * (1 - (1 - k/E)^T) per layer in expectation under uniform routing;
+- every decode sequence reads its whole KV cache (sliding-window layers at most the window);
+- attention FLOPs: 4 * heads * head_dim per query-key pair (QK^T and PV; FlashAttention paper);
+  causal prefill of a chunk of c tokens after p cached ones has c*p + c(c+1)/2 pairs;
+- two all-reduces per layer under tensor parallelism (Megatron-LM, Shoeybi et al. 2019);
+- smax is a smooth maximum (p-norm, p=4): kernels near the ridge point reach neither roof.
+
+Everything is numpy-vectorised: each input may be an array; constants may be arrays too
+(one per configuration), so a whole grid evaluates in one call. Derivation: docs/perf.md.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from numpy.typing import ArrayLike
+
+from capplan.catalog.schema import GpuSpec, ModelSpec
+from capplan.models.calibration import Calibration, default_calibration
+from capplan.models.engine import EngineSettings
+from capplan.models.memory import (
+    kv_bytes_per_token_per_layer,
+    kv_dtype_bytes,
+    param_counts,
+    validate_settings,
+    weight_dtypes,
+)
+from capplan.units import cdiv
+
+SMOOTH_P = 4.0
+LOW_PRECISION = ("fp8", "int8", "fp4")
+BOUNDS = ("memory", "compute", "communication", "overhead")
+
+
+def smooth_max(a: np.ndarray, b: np.ndarray, p: float = SMOOTH_P) -> np.ndarray:
+    """p-norm of (a, b): max(a, b) <= smax <= 2^(1/p) max(a, b)."""
+    hi = np.maximum(a, b)
+    safe = np.where(hi > 0, hi, 1.0)
+    return np.where(hi > 0, hi * ((a / safe) ** p + (b / safe) ** p) ** (1.0 / p), 0.0)
+
+
+@dataclass(frozen=True)
+class StepModel:
+    """Per-configuration constants of the step-time model (floats, or arrays for grids)."""
+
+    # bytes read per step
+    dense_weight_bytes: Any
+    expert_bytes: Any
+    num_moe_layers: Any
+    num_experts: Any
+    experts_per_tok: Any
+    kv_bytes_per_token_layer: Any
+    full_layers: Any
+    window_layers: Any
+    window: Any
+    # FLOPs
+    dense_flops_per_token: Any
+    expert_flops_per_token: Any
+    lm_head_flops_per_token: Any
+    attn_flops_per_pair_decode: Any
+    attn_flops_per_pair_prefill: Any
+    # hardware x calibration
+    mem_bytes_per_s: Any
+    kv_bytes_per_s: Any
+    gemm_flops_per_s: Any
+    attn_flops_per_s: Any
+    gemm_half_tokens: Any
+    allreduce_s_fixed: Any
+    allreduce_s_per_token: Any
+    pp: Any
+    p2p_s_per_token: Any
+    step_overhead_s: Any
+    per_seq_overhead_s: Any
+    calibration_source: str = "default"
+
+    # ------------------------------------------------------------------------------------------
+    def step(self, num_decode: ArrayLike = 0, decode_kv_tokens: ArrayLike = 0,
+             decode_kv_tokens_window: ArrayLike | None = None, prefill_tokens: ArrayLike = 0,
+             prefill_pairs: ArrayLike = 0, prefill_pairs_window: ArrayLike | None = None,
+             prefill_kv_read: ArrayLike = 0, prefill_kv_read_window: ArrayLike | None = None,
+             num_prefill_seqs: ArrayLike = 0, num_logits: ArrayLike | None = None
+             ) -> dict[str, np.ndarray]:
+        """Time of one step and its parts, in seconds.
+
+        Args:
+            num_decode: sequences decoding one token this step.
+            decode_kv_tokens: sum of their context lengths (KV tokens read), full layers.
+            decode_kv_tokens_window: the same, each capped at the sliding window.
+            prefill_tokens: prompt tokens computed this step (all chunks).
+            prefill_pairs: causal query-key pairs of those chunks, sum of c*p + c(c+1)/2.
+            prefill_pairs_window: the same with keys limited to the window.
+            prefill_kv_read: cached prefix tokens the chunks attend to (KV read), sum of p.
+            prefill_kv_read_window: the same capped at the window.
+            num_prefill_seqs: sequences with a prefill chunk this step.
+            num_logits: tokens needing logits (default: decode tokens + prefill sequences).
+
+        Returns:
+            dict with step_s, memory_s, compute_s, communication_s, overhead_s, bound_index.
+        """
+        bd = np.asarray(num_decode, float)
+        kv_full = np.asarray(decode_kv_tokens, float)
+        kv_win = kv_full if decode_kv_tokens_window is None else np.asarray(
+            decode_kv_tokens_window, float)
+        tp_ = np.asarray(prefill_tokens, float)
+        pairs = np.asarray(prefill_pairs, float)
+        pairs_w = pairs if prefill_pairs_window is None else np.asarray(prefill_pairs_window, float)
+        pre_read = np.asarray(prefill_kv_read, float)
+        pre_read_w = pre_read if prefill_kv_read_window is None else np.asarray(
+            prefill_kv_read_window, float)
+        nps = np.asarray(num_prefill_seqs, float)
+        logits = bd + nps if num_logits is None else np.asarray(num_logits, float)
+        return self._kernel(bd, kv_full, kv_win, tp_, pairs, pairs_w, pre_read, pre_read_w,
+                            nps, logits)
+
+    def _kernel(self, bd, kv_full, kv_win, tp_, pairs, pairs_w, pre_read, pre_read_w, nps,
+                logits) -> dict[str, np.ndarray]:  # noqa: ANN001
+        tokens = bd + tp_
+        # MoE: expected distinct experts touched per layer, uniform routing.
+        e = np.asarray(self.num_experts, float)
+        k = np.asarray(self.experts_per_tok, float)
+        safe_e = np.where(e > 0, e, 1.0)
+        touched = np.where(e > 0, e * (1.0 - (1.0 - k / safe_e) ** tokens), 0.0)
+        expert_bytes = self.num_moe_layers * touched * self.expert_bytes
+        dense_mem = self.dense_weight_bytes / self.mem_bytes_per_s
+        expert_mem = expert_bytes / self.mem_bytes_per_s
+        eff = tokens / (tokens + self.gemm_half_tokens)
+        dense_cmp = (tokens * self.dense_flops_per_token + logits * self.lm_head_flops_per_token) / (
+            self.gemm_flops_per_s * np.maximum(eff, 1e-12))
+        rows_per_expert = np.where(touched > 0, tokens * k / np.maximum(touched, 1e-12), 0.0)
+        eff_e = rows_per_expert / (rows_per_expert + self.gemm_half_tokens)
+        expert_cmp = tokens * self.expert_flops_per_token / (
+            self.gemm_flops_per_s * np.maximum(eff_e, 1e-12))
+        linear = smooth_max(dense_mem, dense_cmp) + smooth_max(expert_mem, expert_cmp)
+        # Attention: KV read and FLOPs, full and sliding-window layers.
+        kv_tokens = self.full_layers * (kv_full + pre_read + tp_) + self.window_layers * (
+            kv_win + pre_read_w + tp_)
+        kv_mem = kv_tokens * self.kv_bytes_per_token_layer / self.kv_bytes_per_s
+        attn_pairs_dec = self.full_layers * kv_full + self.window_layers * kv_win
+        attn_pairs_pre = self.full_layers * pairs + self.window_layers * pairs_w
+        attn_cmp = (attn_pairs_dec * self.attn_flops_per_pair_decode
+                    + attn_pairs_pre * self.attn_flops_per_pair_prefill) / self.attn_flops_per_s
+        attention = smooth_max(kv_mem, attn_cmp)
+        comm = np.where(tokens > 0, self.allreduce_s_fixed + tokens * self.allreduce_s_per_token,
+                        0.0)
+        pp = np.asarray(self.pp, float)
+        p2p = (pp - 1) * tokens * self.p2p_s_per_token
+        overhead = self.step_overhead_s + self.per_seq_overhead_s * (bd + nps)
+        step = pp * (linear + attention + comm) + p2p + overhead
+        step = np.where(tokens > 0, step, 0.0)
+        memory_s = pp * (dense_mem + expert_mem + kv_mem)
+        compute_s = pp * (dense_cmp + expert_cmp + attn_cmp)
+        comm_s = pp * comm + p2p
+        parts = np.stack(np.broadcast_arrays(memory_s, compute_s, comm_s,
+                                             overhead + 0 * memory_s))
+        return {"step_s": step, "memory_s": memory_s, "compute_s": compute_s,
+                "communication_s": comm_s, "overhead_s": overhead + 0 * memory_s,
+                "bound_index": np.argmax(parts, axis=0)}
+
+    # ------------------------------------------------------------------------------------------
+    def decode_step(self, batch: ArrayLike, context_len: ArrayLike) -> dict[str, np.ndarray]:
+        """A pure decode step: `batch` sequences, each with `context_len` tokens of context."""
+        b = np.asarray(batch, float)
+        c = np.asarray(context_len, float)
+        return self.step(num_decode=b, decode_kv_tokens=b * c,
+                         decode_kv_tokens_window=b * np.minimum(c, self.window))
+
+    def prefill_chunk(self, chunk_tokens: ArrayLike, prefix_tokens: ArrayLike = 0,
+                      num_decode: ArrayLike = 0, decode_kv_tokens: ArrayLike = 0,
+                      last_chunk: ArrayLike = True) -> dict[str, np.ndarray]:
+        """One step with a prefill chunk of one sequence (after `prefix_tokens` cached tokens),
+        optionally mixed with `num_decode` decode sequences (chunked prefill)."""
+        c = np.asarray(chunk_tokens, float)
+        p = np.asarray(prefix_tokens, float)
+        w = np.asarray(self.window, float)
+        pairs = c * p + c * (c + 1) / 2
+        # Window-capped pairs: each query attends to at most w keys.
+        cw = np.minimum(c, w)
+        pairs_w = np.minimum(pairs, c * w - np.where(p > 0, 0.0, cw * (cw - 1) / 2))
+        bd = np.asarray(num_decode, float)
+        dkv = np.asarray(decode_kv_tokens, float)
+        return self.step(num_decode=bd, decode_kv_tokens=dkv,
+                         decode_kv_tokens_window=np.minimum(dkv, bd * w),
+                         prefill_tokens=c, prefill_pairs=pairs, prefill_pairs_window=pairs_w,
+                         prefill_kv_read=p, prefill_kv_read_window=np.minimum(p, w),
+                         num_prefill_seqs=np.ones_like(c),
+                         num_logits=bd + np.asarray(last_chunk, float))
+
+    def prefill_time(self, prompt_len: ArrayLike, chunk: int) -> np.ndarray:
+        """Seconds to prefill a prompt alone, in chunks of `chunk` tokens (TTFT floor)."""
+        lens = np.atleast_1d(np.asarray(prompt_len, float))
+        n_chunks = int(np.max(np.ceil(lens / chunk))) if lens.size else 0
+        total = np.zeros_like(lens)
+        for i in range(n_chunks):  # a handful of chunks; vectorised over prompts
+            start = i * chunk
+            c = np.clip(lens - start, 0, chunk)
+            last = (start + c) >= lens
+            t = self.prefill_chunk(c, start, last_chunk=last)["step_s"]
+            total = total + np.where(c > 0, t, 0.0)
+        return total.reshape(np.shape(prompt_len))
+
+
+def build_step_model(model: ModelSpec, gpu: GpuSpec, settings: EngineSettings,
+                     calibration: Calibration | None = None) -> StepModel:
+    """Constants of the step model for one (model, GPU, settings, calibration)."""
+    validate_settings(model, settings)
+    cal = calibration or default_calibration(gpu)
+    tp, pp = settings.tp, settings.pp
+    counts = param_counts(model, tp, pp)
+    dt = weight_dtypes(model, settings.weight_dtype)
+    act_bytes = 2.0
+    lm_head_params = counts.lm_head if counts.lm_head else counts.embedding
+    if pp > 1:
+        lm_head_params = counts.embedding  # worst stage holds one vocab table
+    dense_params = counts.attention + counts.dense_mlp + counts.shared_experts + counts.router
+    dense_bytes = (counts.attention + counts.dense_mlp + counts.shared_experts) * dt.linear + (
+        counts.router + counts.norms + lm_head_params) * dt.unquantized
+    expert_bytes = counts.expert_size * dt.experts
+    moe = model.moe
+    layers = cdiv(model.num_layers, pp)
+    window_layers = round(model.num_sliding_layers * layers / model.num_layers)
+    kvb = kv_bytes_per_token_per_layer(model, tp, kv_dtype_bytes(model, settings.kv_dtype))
+    heads = model.num_attention_heads / tp
+    if model.mla is not None:
+        m = model.mla
+        # Decode uses the absorbed form: scores over kv_lora + rope dims, values over kv_lora.
+        per_pair_dec = 2 * heads * (m.kv_lora_rank + m.qk_rope_head_dim) + 2 * heads * m.kv_lora_rank
+        per_pair_pre = 2 * heads * (m.qk_nope_head_dim + m.qk_rope_head_dim) + 2 * heads * m.v_head_dim
+    else:
+        per_pair_dec = per_pair_pre = 4 * heads * model.head_dim
+    compute = dt.compute_dtype if gpu.supports(dt.compute_dtype) else "bf16"
+    frac = cal.gemm_frac_low_precision if compute in LOW_PRECISION else cal.gemm_frac
+    link = gpu.interconnect.bytes_per_s * cal.allreduce_bw_frac
+    ar_fixed = ar_token = 0.0
+    if tp > 1:
+        ar_fixed = 2 * layers * cal.allreduce_latency_s
+        ar_token = 2 * layers * 2 * (tp - 1) / tp * model.hidden_size * act_bytes / link
+    return StepModel(
+        dense_weight_bytes=dense_bytes,
+        expert_bytes=expert_bytes,
+        num_moe_layers=counts.num_moe_layers,
+        num_experts=moe.num_experts if moe else 0,
+        experts_per_tok=moe.num_experts_per_tok if moe else 0,
+        kv_bytes_per_token_layer=kvb,
+        full_layers=layers - window_layers,
+        window_layers=window_layers,
+        window=float(model.sliding_window or 2**62),
+        dense_flops_per_token=2 * dense_params,
+        expert_flops_per_token=2 * counts.num_moe_layers * (moe.num_experts_per_tok if moe else 0)
+        * counts.expert_size,
+        lm_head_flops_per_token=2 * lm_head_params,
+        attn_flops_per_pair_decode=per_pair_dec,
+        attn_flops_per_pair_prefill=per_pair_pre,
+        mem_bytes_per_s=gpu.hbm_bytes_per_s * cal.mem_bw_frac,
+        kv_bytes_per_s=gpu.hbm_bytes_per_s * cal.attn_bw_frac,
+        gemm_flops_per_s=gpu.dense_flops_per_s(compute) * frac,
+        attn_flops_per_s=gpu.dense_flops_per_s("bf16") * cal.attn_frac,
+        gemm_half_tokens=cal.gemm_half_tokens,
+        allreduce_s_fixed=ar_fixed,
+        allreduce_s_per_token=ar_token,
+        pp=pp,
+        p2p_s_per_token=model.hidden_size * act_bytes / link,
+        step_overhead_s=cal.step_overhead_s,
+        per_seq_overhead_s=cal.per_seq_overhead_s,
+        calibration_source=cal.source,
+    )
+
+
+def knee_batch(batches: np.ndarray, tokens_per_s: np.ndarray, gain: float = 0.15) -> int | None:
+    """The batch past which doubling adds under `gain` throughput (diminishing returns).
+
+    Evaluated on the model's own curve at b and 2b; None when it never bends in range.
+    """
+    b = np.asarray(batches, float)
+    t = np.asarray(tokens_per_s, float)
+    order = np.argsort(b)
+    b, t = b[order], t[order]
+    for i in range(len(b)):
+        j = np.searchsorted(b, 2 * b[i])
+        if j < len(b) and b[j] == 2 * b[i] and t[j] < t[i] * (1 + gain):
+            return int(b[i])
+    return None
