@@ -17,6 +17,20 @@ from capplan.errors import InputError
 _DTYPES = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32", "half": "fp16"}
 _REQUIRED = ("num_hidden_layers", "hidden_size", "num_attention_heads", "vocab_size")
 
+# transformers config-class defaults for fields that published config.json files often omit
+# (a missing key means "the class default", not "absent"). PretrainedConfig itself defaults
+# tie_word_embeddings to True; the Llama/Mistral/Qwen/DeepSeek/gpt-oss classes override it
+# with False, so only the families below tie by default.
+_MODEL_TYPE_DEFAULTS: dict[str, dict[str, Any]] = {
+    "gemma": {"tie_word_embeddings": True},   # GemmaConfig
+    "gemma2": {"tie_word_embeddings": True},  # Gemma2Config
+    # Gemma3TextConfig: vocab_size=262_208, max_position_embeddings=131_072,
+    # sliding_window_pattern=6, tie_word_embeddings=True (gemma-3-27b-it's text_config omits them)
+    "gemma3_text": {"tie_word_embeddings": True, "vocab_size": 262208,
+                    "max_position_embeddings": 131072, "sliding_window_pattern": 6},
+    "opt": {"tie_word_embeddings": True},     # OPTConfig
+}
+
 
 def read_config(path: Path) -> dict[str, Any]:
     try:
@@ -39,9 +53,29 @@ def _text_config(cfg: dict[str, Any]) -> dict[str, Any]:
         if isinstance(sub, dict) and "hidden_size" in sub:
             merged = {**sub}
             for k in ("torch_dtype", "tie_word_embeddings", "quantization_config"):
-                merged.setdefault(k, cfg.get(k))
-            return merged
-    return cfg
+                if cfg.get(k) is not None:
+                    merged.setdefault(k, cfg.get(k))
+            return _with_defaults(merged)
+    return _with_defaults(cfg)
+
+
+def _with_defaults(c: dict[str, Any]) -> dict[str, Any]:
+    mt = str(c.get("model_type", ""))
+    return {**_MODEL_TYPE_DEFAULTS.get(mt, {}), **c}
+
+
+def _vision_params(cfg: dict[str, Any], text_hidden: int) -> float:
+    """ViT encoder + projector estimate from vision_config: per layer 4h^2 (q, k, v, o) plus
+    2*h*i (fc1, fc2), plus a linear projector h*text_hidden. Embeddings and norms are ignored
+    (<2% of a SigLIP-So400m encoder)."""
+    v = cfg.get("vision_config")
+    if not isinstance(v, dict):
+        return 0.0
+    try:
+        h, i, n = int(v["hidden_size"]), int(v["intermediate_size"]), int(v["num_hidden_layers"])
+    except (KeyError, TypeError, ValueError):
+        return 0.0
+    return float(n * (4 * h * h + 2 * h * i) + h * text_hidden)
 
 
 def _quantization(q: dict[str, Any] | None) -> dict[str, Any] | None:
@@ -145,7 +179,7 @@ def config_to_entry(cfg: dict[str, Any], key: str, source: str) -> dict[str, Any
         "mlp_gated": str(c.get("hidden_act", c.get("activation_function", "silu"))) != "relu"
         and c.get("model_type") not in ("opt", "phi"),
         "sliding_window": window, "num_sliding_layers": n_sliding,
-        "moe": moe, "mla": mla, "vision_params": 0,
+        "moe": moe, "mla": mla, "vision_params": _vision_params(cfg, hidden),
         "params_total": 1.0, "params_active": 1.0,
         "source": {"config": source, "params": "computed by capplan from the architecture"},
     }

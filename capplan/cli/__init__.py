@@ -77,7 +77,7 @@ def _register() -> None:
 
     catalog_cmds.register(cli)
     memory_cmd.register(cli)
-    for mod in ("speed_cmd", "load_cmds", "plan_cmds", "calibrate_cmd"):
+    for mod in ("speed_cmd", "latency_cmd", "simulate_cmd", "plan_cmds", "calibrate_cmd"):
         try:
             module = __import__(f"capplan.cli.{mod}", fromlist=["register"])
         except ModuleNotFoundError as e:

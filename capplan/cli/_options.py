@@ -9,7 +9,8 @@ from typing import Any
 import click
 
 from capplan.cli._render import FORMATS
-from capplan.models.engine import KV_DTYPES, VLLM, WEIGHT_DTYPES, EngineSettings
+from capplan.catalog.schema import GpuSpec
+from capplan.models.engine import KV_DTYPES, VLLM, WEIGHT_DTYPES, EngineSettings, engine_defaults
 
 
 class FiniteFloat(click.ParamType):
@@ -107,10 +108,11 @@ def engine_options(f: Callable) -> Callable:
         click.option("--gpu-memory-utilization", type=FRACTION,
                      default=VLLM.gpu_memory_utilization, show_default=True),
         click.option("--block-size", type=POS_INT, default=VLLM.block_size, show_default=True),
-        click.option("--max-num-seqs", type=POS_INT, default=VLLM.max_num_seqs,
-                     show_default=True),
-        click.option("--max-num-batched-tokens", type=POS_INT,
-                     default=VLLM.max_num_batched_tokens, show_default=True),
+        click.option("--max-num-seqs", type=POS_INT, default=None,
+                     help="Default: vLLM's for the GPU (1024 on >=70 GiB non-A100, else 256)."),
+        click.option("--max-num-batched-tokens", type=POS_INT, default=None,
+                     help="Prefill chunk / token budget. Default: vLLM's for the GPU "
+                          "(8192 on >=70 GiB non-A100, else 2048)."),
         click.option("--calibration", type=click.Path(dir_okay=False), default=None,
                      help="Calibration YAML (default: a measured one for the GPU, else "
                           "datasheet defaults)."),
@@ -120,8 +122,13 @@ def engine_options(f: Callable) -> Callable:
     return f
 
 
-def settings_from(kw: dict[str, Any], implied_dtype: str | None = None) -> EngineSettings:
-    """EngineSettings from parsed engine options (pops them from kw)."""
+def settings_from(kw: dict[str, Any], implied_dtype: str | None = None,
+                  gpu: GpuSpec | None = None) -> EngineSettings:
+    """EngineSettings from parsed engine options (pops them from kw); unset batch limits take
+    vLLM's defaults for the GPU."""
+    seqs_default, tokens_default = (
+        engine_defaults(gpu.total_memory_bytes, gpu.name) if gpu is not None
+        else (VLLM.max_num_seqs, VLLM.max_num_batched_tokens))
     wd = kw.pop("weight_dtype")
     if wd == "auto" and implied_dtype:
         wd = implied_dtype
@@ -129,6 +136,7 @@ def settings_from(kw: dict[str, Any], implied_dtype: str | None = None) -> Engin
         tp=kw.pop("tp"), pp=kw.pop("pp"), weight_dtype=wd, kv_dtype=kw.pop("kv_dtype"),
         max_model_len=kw.pop("max_model_len"),
         gpu_memory_utilization=kw.pop("gpu_memory_utilization"),
-        block_size=kw.pop("block_size"), max_num_seqs=kw.pop("max_num_seqs"),
-        max_num_batched_tokens=kw.pop("max_num_batched_tokens"),
+        block_size=kw.pop("block_size"),
+        max_num_seqs=kw.pop("max_num_seqs") or seqs_default,
+        max_num_batched_tokens=kw.pop("max_num_batched_tokens") or tokens_default,
     )

@@ -31,7 +31,7 @@ def memory_cmd(model: str, gpu: str, fmt: str, catalog_dir: tuple[str, ...], **k
     resolved = cat.resolve_model(model)
     g = cat.gpu(gpu)
     kw.pop("calibration", None)
-    s = settings_from(kw, resolved.implied_weight_dtype)
+    s = settings_from(kw, resolved.implied_weight_dtype, g)
     r = memory_report(resolved.spec, g, s)
     data = {"model": resolved.spec.key, "gpu": g.key, "tp": s.tp, "pp": s.pp,
             "engine_profile": f"{VLLM.name} {VLLM.version}", **asdict(r)}

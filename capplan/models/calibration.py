@@ -32,6 +32,9 @@ class Calibration:
     """Fixed cost per engine step: scheduling, input preparation, launches, sampling."""
     per_seq_overhead_s: float
     """Cost per running sequence per step (sampling, output processing)."""
+    per_layer_overhead_s: float
+    """Fixed GPU cost per decoder layer per step: ~10 small kernels (norms, rope, activation,
+    cache writes) whose launch gaps and tails do not shrink with batch."""
     allreduce_latency_s: float
     """Latency of one small all-reduce across the TP group."""
     allreduce_bw_frac: float
@@ -48,16 +51,20 @@ class Calibration:
 
 
 # Defaults from public measurements (docs/perf.md, docs/research/published_perf.md):
-#  - copy bandwidth: A100-80GB 1.61-1.70 TB/s of 2.039 (79-83%), H100 2.90 TB/s of 3.35 (87%),
-#    H200 4.01-4.15 of 4.8 (84-86%), GB200 7.35 of 8.0 (92%): 0.80 for HBM2e parts, 0.85 for
-#    HBM3/HBM3e; GDDR parts and AMD (~81%, unverified) take the conservative 0.80.
+#  - bandwidth: decode streams weights and KV (read-only). Read-only "Dot" reaches 3.18 of 3.35
+#    TB/s on H100 (95%), copy 2.90 (87%); H200 copy 84-86%, GB200 92%; A100-80GB copy 79-83%.
+#    Skinny GEMMs stream a little below pure reads: 0.88 for HBM3/HBM3e parts, 0.83 for
+#    HBM2e/GDDR parts and AMD (MI300X ~81% reported, unverified).
 #  - GEMM: H100 bf16 794.5 of 989 (80%), A100 bf16 271 of 312 (87%), H100 fp8 1290-1403 of 1979
 #    (65-71%), MI300X bf16 668-782 of 1307 (51-60%): 0.78 / 0.68 NVIDIA, 0.55 / 0.48 AMD.
-#  - FlashAttention-2 forward on H100 reaches 328 TFLOP/s (33% of bf16 peak) at hd128: 0.35.
-#  - vLLM per-step CPU and launch cost with CUDA graphs: ~1-3.5 ms in published traces
-#    (vLLM #6854, tt-inference-server #340 Qwen3-0.6B floor); 1.5 ms + 10 us per sequence.
-_HBM3_BW_FRAC = 0.85
-_OTHER_BW_FRAC = 0.80
+#  - prefill attention: FlashAttention-2 reaches 50-73% of A100 peak (Dao 2023, fig. 4) but only
+#    33% on H100 (328 TFLOP/s, Azure guide); vLLM V1 runs FlashAttention-3 on Hopper, which
+#    reaches ~75% (Shah et al. 2024): 0.55 as a common default.
+#  - vLLM per-step CPU cost with CUDA graphs: ~1-3.5 ms in published traces (vLLM #6854,
+#    tt-inference-server #340 Qwen3-0.6B floor): 1.5 ms + 10 us per sequence; per-layer GPU
+#    fixed cost: ~10 kernels x ~3 us launch/tail inside a CUDA graph = 30 us.
+_HBM3_BW_FRAC = 0.88
+_OTHER_BW_FRAC = 0.83
 
 
 def default_calibration(gpu: GpuSpec) -> Calibration:
@@ -71,10 +78,11 @@ def default_calibration(gpu: GpuSpec) -> Calibration:
         gemm_frac=0.55 if amd else 0.78,
         gemm_frac_low_precision=0.48 if amd else 0.68,
         gemm_half_tokens=32.0,
-        attn_frac=0.35,
+        attn_frac=0.55,
         attn_bw_frac=_HBM3_BW_FRAC * 0.9 if hbm3 else _OTHER_BW_FRAC * 0.9,
         step_overhead_s=1.5e-3,
         per_seq_overhead_s=10e-6,
+        per_layer_overhead_s=30e-6,
         allreduce_latency_s=8e-6 if nvlink else 25e-6,
         allreduce_bw_frac=0.7,
         source="default (datasheet x published efficiency factors, docs/perf.md)",

@@ -30,6 +30,18 @@ class EngineProfile:
 VLLM = EngineProfile()
 
 
+def engine_defaults(total_memory_bytes: float, gpu_name: str,
+                    profile: EngineProfile = VLLM) -> tuple[int, int]:
+    """(max_num_seqs, max_num_batched_tokens) vLLM V1 picks for the OpenAI server on a GPU.
+
+    vLLM 0.10-0.11 EngineArgs._set_default_args: GPUs with >= 70 GiB that are not A100s get
+    max_num_seqs 1024 and max_num_batched_tokens 8192; others 256 and 2048
+    (docs/research/vllm_kv_logs.md, "defaults").
+    """
+    big = total_memory_bytes >= 70 * 2**30 and "a100" not in gpu_name.lower()
+    return (1024, 8192) if big else (256, 2048)
+
+
 @dataclass(frozen=True)
 class EngineSettings:
     """The knobs a user passes to the engine (vLLM flag names)."""

@@ -5,7 +5,8 @@ For a step that pushes T tokens through the model (decode tokens plus prefill-ch
     linear   = smax(weight_bytes / (BW * mem_bw_frac),  linear_flops / (peak * gemm_eff(T)))
     attention= smax(kv_read_bytes / (BW * attn_bw_frac), attn_flops / (peak16 * attn_frac))
     comm     = 2 * layers * (allreduce_latency + 2 (tp-1)/tp * T * hidden * 2 B / link_bw)
-    step     = pp * (linear + attention + comm) + step_overhead + per_seq_overhead * seqs
+    step     = pp * (linear + attention + comm + layers * per_layer_overhead)
+               + step_overhead + per_seq_overhead * seqs
 
 - weights are read once per step (roofline, Williams et al. 2009); for MoE only the experts
   the batch touches, E * (1 - (1 - k/E)^T) per layer in expectation under uniform routing;
@@ -83,6 +84,7 @@ class StepModel:
     p2p_s_per_token: Any
     step_overhead_s: Any
     per_seq_overhead_s: Any
+    layer_overhead_s: Any
     calibration_source: str = "default"
 
     # ------------------------------------------------------------------------------------------
@@ -156,7 +158,8 @@ class StepModel:
                         0.0)
         pp = np.asarray(self.pp, float)
         p2p = (pp - 1) * tokens * self.p2p_s_per_token
-        overhead = self.step_overhead_s + self.per_seq_overhead_s * (bd + nps)
+        overhead = (self.step_overhead_s + self.per_seq_overhead_s * (bd + nps)
+                    + pp * self.layer_overhead_s)
         step = pp * (linear + attention + comm) + p2p + overhead
         step = np.where(tokens > 0, step, 0.0)
         memory_s = pp * (dense_mem + expert_mem + kv_mem)
@@ -273,6 +276,7 @@ def build_step_model(model: ModelSpec, gpu: GpuSpec, settings: EngineSettings,
         p2p_s_per_token=model.hidden_size * act_bytes / link,
         step_overhead_s=cal.step_overhead_s,
         per_seq_overhead_s=cal.per_seq_overhead_s,
+        layer_overhead_s=layers * cal.per_layer_overhead_s,
         calibration_source=cal.source,
     )
 

@@ -1,0 +1,102 @@
+"""Calibration files: YAML <-> models.calibration.Calibration, and the default lookup.
+
+A calibration file (written by `capplan calibrate`, or by hand):
+
+    gpu: h100-sxm                 # catalog key of the GPU it was measured on
+    kind: measured                # measured | default
+    measured: {device_name: ..., driver: ..., torch: ..., date: ..., method: ...}
+    params: {mem_bw_frac: 0.87, gemm_frac: 0.8, ...}   # every Calibration field
+    fit: {median_rel_error: 0.03, worst_rel_error: 0.09, n_samples: 120}
+    samples: [...]                # raw measurements (free form)
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from capplan.catalog.loader import read_yaml, validation_message
+from capplan.catalog.schema import GpuSpec
+from capplan.errors import InputError
+from capplan.models.calibration import Calibration, default_calibration
+
+_FRACTIONS = ("mem_bw_frac", "gemm_frac", "gemm_frac_low_precision", "attn_frac",
+              "attn_bw_frac", "allreduce_bw_frac")
+
+
+class CalibrationParams(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    mem_bw_frac: float | None = Field(default=None, gt=0, le=1)
+    gemm_frac: float | None = Field(default=None, gt=0, le=1)
+    gemm_frac_low_precision: float | None = Field(default=None, gt=0, le=1)
+    gemm_half_tokens: float | None = Field(default=None, ge=0)
+    attn_frac: float | None = Field(default=None, gt=0, le=1)
+    attn_bw_frac: float | None = Field(default=None, gt=0, le=1)
+    step_overhead_s: float | None = Field(default=None, ge=0)
+    per_seq_overhead_s: float | None = Field(default=None, ge=0)
+    per_layer_overhead_s: float | None = Field(default=None, ge=0)
+    allreduce_latency_s: float | None = Field(default=None, ge=0)
+    allreduce_bw_frac: float | None = Field(default=None, gt=0, le=1)
+
+
+class CalibrationFile(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    version: int = 1
+    gpu: str
+    kind: Literal["measured", "default"] = "measured"
+    measured: dict[str, Any] = {}
+    params: CalibrationParams
+    fit: dict[str, Any] = {}
+    samples: list[Any] = []
+    notes: str | None = None
+
+
+def read_calibration_file(path: Path) -> CalibrationFile:
+    data = read_yaml(Path(path))
+    if not isinstance(data, dict):
+        raise InputError(f"{path}: a calibration file is a YAML mapping")
+    params = data.get("params")
+    if isinstance(params, dict):
+        for k, v in params.items():
+            if isinstance(v, float) and not math.isfinite(v):
+                raise InputError(f"{path}: params.{k} is not a finite number")
+    try:
+        return CalibrationFile.model_validate(data)
+    except ValidationError as e:
+        keys = list(CalibrationFile.model_fields) + list(CalibrationParams.model_fields)
+        raise InputError(f"{path}: {validation_message(e, keys)}") from e
+
+
+def calibration_from_file(cf: CalibrationFile, gpu: GpuSpec, source: str) -> Calibration:
+    """Measured parameters over the GPU's datasheet defaults (missing ones keep defaults)."""
+    base = default_calibration(gpu)
+    given = {k: v for k, v in cf.params.model_dump().items() if v is not None}
+    return base.with_(**given, source=source)
+
+
+def load_calibration(path: str | Path, gpu: GpuSpec) -> Calibration:
+    cf = read_calibration_file(Path(path))
+    return calibration_from_file(cf, gpu, f"{cf.kind} ({path})")
+
+
+def find_default_calibration(gpu: GpuSpec, dirs: list[Path]) -> Calibration:
+    """A measured calibration file for this GPU in the calibration dirs, else the default."""
+    for d in dirs:
+        if not d.is_dir():
+            continue
+        for path in sorted(d.glob("*.yaml")):
+            cf = read_calibration_file(path)
+            if cf.gpu == gpu.key and cf.kind == "measured":
+                return calibration_from_file(cf, gpu, f"measured ({path.name})")
+    return default_calibration(gpu)
+
+
+def write_calibration(path: Path, cf: CalibrationFile) -> None:
+    import yaml
+
+    from capplan.export.atomic import atomic_write_text
+
+    atomic_write_text(Path(path), yaml.safe_dump(cf.model_dump(mode="json"), sort_keys=False))

@@ -1,0 +1,171 @@
+"""`capplan calibrate`: measure a GPU/CPU, a running server, or saved benchmark results."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import click
+
+from capplan.catalog.loader import load_catalog
+from capplan.cli._options import POS_INT, POSITIVE, IntList, catalog_option, format_option
+from capplan.cli._render import Column, emit, render_rows, to_json
+from capplan.errors import InputError
+from capplan.units import s_to_ms
+
+_STEP_COLUMNS = [
+    Column("kind", "step"), Column("batch", "batch"), Column("context_len", "context/chunk"),
+    Column("measured_s", "measured (ms)", s_to_ms, ".3f"),
+    Column("before_s", "default model (ms)", s_to_ms, ".3f"),
+    Column("after_s", "calibrated (ms)", s_to_ms, ".3f"),
+]
+
+
+def _stat_ms(key: str, stat: str) -> Column:
+    return Column(f"{key}.{stat}", f"{key.split('_')[0].upper()} {stat} (ms)", s_to_ms, ".2f")
+
+
+_LEVEL_COLUMNS = [
+    Column("concurrency", "concurrency"), Column("completed", "done"), Column("errors", "errors"),
+    _stat_ms("ttft_s", "mean"), _stat_ms("ttft_s", "p99"), _stat_ms("tbt_s", "mean"),
+    _stat_ms("tbt_s", "p99"), _stat_ms("e2e_s", "mean"),
+    Column("output_tokens_per_s", "output tok/s", None, ".1f"),
+    Column("requests_per_s", "req/s", None, ".3f"),
+]
+
+
+def _flat(level: dict[str, Any]) -> dict[str, Any]:
+    out = dict(level)
+    for k in ("ttft_s", "tbt_s", "e2e_s"):
+        for stat, v in (level.get(k) or {}).items():
+            out[f"{k}.{stat}"] = v
+    return out
+
+
+@click.command("calibrate")
+@click.option("--device", type=click.Choice(["cuda", "cpu"]), default="cuda", show_default=True,
+              help="Where to run the microbenchmarks.")
+@click.option("--model", default=None,
+              help="Model whose shapes are measured (default llama-3.1-8b; cpu: llama-3.2-1b). "
+                   "With --endpoint: the served model name.")
+@click.option("--gpu", default=None,
+              help="With --endpoint/--from-results: the server's GPU, to derive overheads.")
+@click.option("--out", type=click.Path(dir_okay=False), default=None,
+              help="Calibration YAML to write (default calibration-<gpu>.yaml).")
+@click.option("--quick", is_flag=True, help="Fewer sizes: under 2 minutes.")
+@click.option("--force", is_flag=True, help="Measure even if other processes use the GPU.")
+@click.option("--layers", type=POS_INT, default=None,
+              help="Decoder layers to run (scaled to the full depth).")
+@click.option("--endpoint", default=None, help="Base URL of an OpenAI-compatible server.")
+@click.option("--concurrency", type=IntList(), default="1,8,32", show_default=True,
+              help="Closed-loop client counts, one level each.")
+@click.option("--input-len", type=POS_INT, default=512, show_default=True,
+              help="Prompt length in tokens (about).")
+@click.option("--output-len", type=POS_INT, default=128, show_default=True,
+              help="max_tokens per request (ignore_eos).")
+@click.option("--requests-per-level", type=POS_INT, default=None,
+              help="Requests per level (default: 4 x concurrency, at least 8).")
+@click.option("--timeout", type=POSITIVE, default=60.0, show_default=True,
+              help="Per-request timeout in seconds (also the stall timeout between events).")
+@click.option("--from-results", "from_results", multiple=True, type=click.Path(dir_okay=False),
+              help="vllm bench serve --save-result or GuideLLM report JSON files.")
+@click.argument("more_results", nargs=-1, type=click.Path(dir_okay=False))
+@format_option
+@catalog_option
+def calibrate_cmd(device: str, model: str | None, gpu: str | None, out: str | None, quick: bool,
+                  force: bool, layers: int | None, endpoint: str | None,
+                  concurrency: list[int], input_len: int, output_len: int,
+                  requests_per_level: int | None, timeout: float,
+                  from_results: tuple[str, ...], more_results: tuple[str, ...], fmt: str,
+                  catalog_dir: tuple[str, ...]) -> None:
+    """Measure step times and fit a calibration file (or benchmark a running server).
+
+    \b
+      capplan calibrate --device cuda --model llama-3.1-8b --out h100.yaml
+      capplan calibrate --device cpu --quick
+      capplan calibrate --endpoint http://localhost:8000 --model meta-llama/Llama-3.1-8B
+      capplan calibrate --from-results vllm-result.json guidellm-report.json
+    """
+    files = [*from_results, *more_results]
+    if more_results and not from_results:
+        raise InputError(f"unexpected argument {more_results[0]!r}: files go after --from-results")
+    if endpoint and files:
+        raise InputError("--endpoint and --from-results are exclusive: pick one")
+    cat = load_catalog(catalog_dir)
+    if endpoint:
+        if not model:
+            raise InputError("--endpoint needs --model NAME (the model the server serves)")
+        from capplan.probe.endpoint import run_endpoint
+
+        levels = run_endpoint(endpoint, model, concurrency, input_len, output_len,
+                              requests_per_level, timeout)
+        _emit_levels(levels, model, gpu, cat, fmt, out)
+        return
+    if files:
+        from capplan.probe.results import load_results
+
+        levels = load_results([Path(f) for f in files])
+        _emit_levels(levels, model, gpu, cat, fmt, out)
+        return
+    _device(device, model, out, quick, force, layers, cat, fmt)
+
+
+def _device(device: str, model: str | None, out: str | None, quick: bool, force: bool,
+            layers: int | None, cat: Any, fmt: str) -> None:
+    from capplan.catalog.calibration import write_calibration
+    from capplan.probe.run import calibration_file, fit_run, run_device
+
+    spec = cat.model(model or ("llama-3.2-1b" if device == "cpu" else "llama-3.1-8b"))
+    run = run_device(spec, device, quick, layers, force, cat, progress=True)
+    gpu, cal, fit = fit_run(run, spec)
+    cf = calibration_file(run, gpu, cal, fit)
+    path = Path(out or f"calibration-{gpu.key}.yaml")
+    write_calibration(path, cf)
+    if fmt == "json":
+        emit(to_json({"calibration_file": str(path), "gpu": gpu.key, "params": cf.params
+                      .model_dump(), "fit": cf.fit, "rows": fit.rows if fit else [],
+                      "skipped": run.skipped, "interrupted": run.interrupted}))
+        return
+    if fit is not None:
+        emit(render_rows(fit.rows, _STEP_COLUMNS, fmt))
+        emit(f"\nfit over {fit.n_samples} steps: median error {fit.before['median_rel_error']:.1%}"
+             f" -> {fit.after['median_rel_error']:.1%}, worst {fit.before['worst_rel_error']:.1%}"
+             f" -> {fit.after['worst_rel_error']:.1%}")
+    else:
+        emit("no decoder step was measured: the file holds the microbenchmark fractions only")
+    params = ", ".join(f"{k}={v:.4g}" for k, v in cf.params.model_dump().items() if v is not None)
+    emit(f"params: {params}")
+    for s in run.skipped:
+        click.echo(f"skipped: {s}", err=True)
+    if run.interrupted:
+        click.echo("interrupted: kept what was measured", err=True)
+    emit(f"wrote {path} (gpu {gpu.key})")
+
+
+def _emit_levels(levels: list[dict[str, Any]], model: str | None, gpu: str | None, cat: Any,
+                 fmt: str, out: str | None) -> None:
+    from capplan.probe.results import fit_levels
+
+    fit = fit_levels(levels, model, gpu, cat)
+    if out:
+        from capplan.probe.results import write_levels_calibration
+
+        write_levels_calibration(Path(out), levels, fit)
+    if fmt == "json":
+        emit(to_json({"levels": levels, "fit": fit}))
+        return
+    emit(render_rows([_flat(lv) for lv in levels], _LEVEL_COLUMNS, fmt))
+    law = fit.get("tbt_law") or {}
+    if law:
+        emit(f"\nTBT ~ {s_to_ms(law['intercept_s']):.3f} ms + "
+             f"{s_to_ms(law['per_concurrency_s']):.4f} ms x concurrency")
+    for k, v in (fit.get("calibration_params") or {}).items():
+        emit(f"{k} = {v:.4g}")
+    if fit.get("note"):
+        emit(fit["note"])
+    if out:
+        emit(f"wrote {out}")
+
+
+def register(cli: click.Group) -> None:
+    cli.add_command(calibrate_cmd)

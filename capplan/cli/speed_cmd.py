@@ -1,0 +1,81 @@
+"""`capplan speed`: the decode curve (step time, throughput, per-sequence speed, bound) and
+prefill times, side by side."""
+
+from __future__ import annotations
+
+import click
+import numpy as np
+
+from capplan.catalog.loader import load_catalog
+from capplan.cli._options import (
+    IntList,
+    catalog_option,
+    engine_options,
+    format_option,
+    model_gpu_options,
+    settings_from,
+)
+from capplan.cli._render import Column, emit, render_rows, to_json
+from capplan.plan.deployment import build_deployment, calibration_for
+from capplan.plan.speed import decode_curve, prefill_rows
+
+
+@click.command("speed")
+@model_gpu_options
+@click.option("--batch", type=IntList(), default="1,8,32,64,128", show_default=True,
+              help="Running batch sizes: a list (1,8,32) or a doubling range (1-256).")
+@click.option("--context", type=IntList(), default="1024", show_default=True,
+              help="Context length(s) in tokens of every running sequence.")
+@click.option("--prefill", type=IntList(), default=None,
+              help="Prompt lengths to time alone (TTFT floor), e.g. 512,2048,8192.")
+@engine_options
+@format_option
+@catalog_option
+@click.option("--plot", "plot_dir", type=click.Path(file_okay=False), default=None,
+              help="Write PNG and SVG charts of the curve to this folder (extra: plot).")
+def speed_cmd(model: str, gpu: str, batch: list[int], context: list[int],
+              prefill: list[int] | None, fmt: str, catalog_dir: tuple[str, ...],
+              plot_dir: str | None, **kw) -> None:
+    """Decode step time and throughput over batch and context; prefill times."""
+    cat = load_catalog(catalog_dir)
+    resolved = cat.resolve_model(model)
+    g = cat.gpu(gpu)
+    cal_path = kw.pop("calibration")
+    s = settings_from(kw, resolved.implied_weight_dtype, g)
+    dep = build_deployment(resolved.spec, g, s, calibration_for(cat, g, cal_path))
+    curve = decode_curve(dep, batch, context)
+    pre = prefill_rows(dep, prefill) if prefill else []
+    if plot_dir:
+        from capplan.export.plots import plot_speed
+
+        plot_speed(curve, plot_dir)
+    if fmt == "json":
+        emit(to_json({"model": dep.model.key, "gpu": dep.gpu.key, "tp": s.tp,
+                      "calibration": dep.calibration.source, "rows": curve["rows"],
+                      "knee_batch": curve["knee_batch"], "prefill": pre}))
+        return
+    cols = [
+        Column("batch", "batch"), Column("context_len", "context (tokens)"),
+        Column("step_time_s", "step (ms)", lambda x: x * 1e3, ".2f"),
+        Column("tokens_per_s_total", "throughput (tok/s)", None, ".0f"),
+        Column("tokens_per_s_per_seq", "per sequence (tok/s)", None, ".1f"),
+        Column("bound", "bound"),
+    ]
+    emit(render_rows(curve["rows"], cols, fmt))
+    if fmt == "table":
+        knees = ", ".join(f"context {c}: batch {k}" if k else f"context {c}: none in range"
+                          for c, k in curve["knee_batch"].items())
+        emit(f"\nknee (doubling the batch adds < 15% throughput): {knees}")
+        emit(f"calibration: {dep.calibration.source}")
+    if pre:
+        emit("")
+        emit(render_rows(pre, [
+            Column("prompt_len", "prompt (tokens)"),
+            Column("prefill_s", "prefill (ms)", lambda x: x * 1e3, ".1f"),
+            Column("ttft_floor_s", "TTFT floor (ms)", lambda x: x * 1e3, ".1f"),
+            Column("prefill_tokens_per_s", "prefill (tok/s)", None, ".0f"),
+        ], fmt))
+
+
+def register(cli: click.Group) -> None:
+    cli.add_command(speed_cmd)

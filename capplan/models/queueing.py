@@ -1,0 +1,277 @@
+"""Latency under load for one engine replica doing continuous batching (vLLM V1 style).
+
+Steady state at arrival rate lambda (open loop) -- derivation in docs/queueing.md:
+
+- Little's law: sequences decoding B = lambda * E[O-1] * tau; prefill tokens per step
+  P = lambda * E[I] * tau, where tau is the mean step time. tau depends on B and P through the
+  step-time model, so tau is the fixed point tau = T(B(tau), P(tau)), found by bisection.
+- A step holds new prefill work with probability f = 1 - exp(-lambda * tau * E[chunks]);
+  decode-only steps take T(B, 0), prefill steps T(B, chunk). Every inter-token gap is one step,
+  so the TBT distribution is that two-point mixture (prefill interference sets its tail).
+- TTFT = residual of the current step + wait behind other prefills (M/G/1 on prefill tokens,
+  Pollaczek-Khinchine) + own prefill (its chunks) + wait for a slot when the concurrency cap
+  (max_num_seqs or KV capacity) binds (M/G/c, Erlang C with the Allen-Cunneen correction).
+  Waiting times get exponential tails (exact for M/M/c); percentiles of the sum combine the
+  components' excesses over their means in quadrature.
+- Unstable (the queue grows without bound) when prefill demand exceeds the token budget,
+  the offered load reaches the concurrency cap, or the fixed point does not exist.
+
+All functions broadcast: rates, and the StepModel's constants, may be arrays.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from numpy.typing import ArrayLike
+from scipy import stats
+
+from capplan.models.perf import StepModel
+
+QUANTILES = {"p50": 0.50, "p90": 0.90, "p99": 0.99}
+_TAU_MAX_S = 60.0
+
+
+@dataclass(frozen=True)
+class LengthStats:
+    """Moments and quantiles of a token-length distribution."""
+
+    mean: float
+    mean_sq: float
+    q: dict[str, float]
+
+    @classmethod
+    def from_samples(cls, x: ArrayLike) -> LengthStats:
+        a = np.asarray(x, float)
+        return cls(float(a.mean()), float((a * a).mean()),
+                   {k: float(np.quantile(a, p)) for k, p in QUANTILES.items()})
+
+    @classmethod
+    def fixed(cls, n: float) -> LengthStats:
+        return cls(float(n), float(n) ** 2, {k: float(n) for k in QUANTILES})
+
+    @property
+    def var(self) -> float:
+        return max(self.mean_sq - self.mean**2, 0.0)
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Engine limits of one replica."""
+
+    max_num_seqs: Any
+    max_num_batched_tokens: Any
+    kv_cache_tokens: Any
+
+
+def _poisson_erlang_c(c: np.ndarray, a: np.ndarray) -> np.ndarray:
+    """Erlang C probability of waiting with c servers and offered load a (< c).
+
+    Erlang B = Poisson pmf(c; a) / cdf(c; a); C = c B / (c - a (1 - B)).
+    """
+    c = np.maximum(np.floor(c), 1.0)
+    b = stats.poisson.pmf(c, a) / np.maximum(stats.poisson.cdf(c, a), 1e-300)
+    return np.clip(c * b / np.maximum(c - a * (1 - b), 1e-12), 0.0, 1.0)
+
+
+def _exp_tail_quantile(p_wait: np.ndarray, mean_wait: np.ndarray, p: float) -> np.ndarray:
+    """Quantile of a wait that is 0 w.p. 1-p_wait, else exponential with the given overall mean."""
+    cond_mean = mean_wait / np.maximum(p_wait, 1e-12)
+    return np.where(p_wait > 1 - p, cond_mean * np.log(np.maximum(p_wait, 1e-12) / (1 - p)), 0.0)
+
+
+class QueueModel:
+    """Analytic steady state of one replica for given lengths and limits."""
+
+    def __init__(self, step: StepModel, inp: LengthStats, out: LengthStats, limits: Limits,
+                 arrival_scv: float = 1.0):
+        """arrival_scv: squared coefficient of variation of inter-arrival times (1 = Poisson;
+        gamma arrivals with burstiness k have 1/k), used in Kingman's G/G correction."""
+        self.step, self.inp, self.out, self.limits = step, inp, out, limits
+        self.ca2 = float(arrival_scv)
+        self.dec_tokens = max(out.mean - 1.0, 0.0)
+        # Time-averaged context of a decoding sequence, lengths independent:
+        # E[(O-1)(I + O/2)] / E[O-1] = E[I] + (E[O^2] - E[O]) / (2 E[O-1]).
+        self.ctx_mean = inp.mean + ((out.mean_sq - out.mean) / (2 * self.dec_tokens)
+                                    if self.dec_tokens > 0 else 0.0)
+        mnbt = np.asarray(limits.max_num_batched_tokens, float)
+        seq_tokens = inp.mean + out.mean / 2  # mean KV held by a running sequence
+        kv_cap = np.asarray(limits.kv_cache_tokens, float) / max(seq_tokens, 1.0)
+        self.cap = np.maximum(np.minimum(np.asarray(limits.max_num_seqs, float), kv_cap), 0.0)
+        self.mnbt = mnbt
+
+    # -- step times ------------------------------------------------------------------------
+    def _decode(self, b: np.ndarray) -> np.ndarray:
+        w = self.step.window
+        return self.step.step(num_decode=b, decode_kv_tokens=b * self.ctx_mean,
+                              decode_kv_tokens_window=b * np.minimum(self.ctx_mean, w))["step_s"]
+
+    def _mixed(self, b: np.ndarray, chunk: np.ndarray) -> np.ndarray:
+        """A step with b decode sequences and one prefill chunk of `chunk` tokens (mean prefix)."""
+        prefix = np.maximum(self.inp.mean - chunk, 0.0) / 2
+        return self.step.prefill_chunk(chunk, prefix, num_decode=b,
+                                       decode_kv_tokens=b * self.ctx_mean)["step_s"]
+
+    def _chunk_budget(self, b: np.ndarray) -> np.ndarray:
+        return np.maximum(self.mnbt - b, 1.0)
+
+    def _n_chunks(self, budget: np.ndarray) -> np.ndarray:
+        return np.maximum(1.0, self.inp.mean / budget + 0.5 * np.minimum(1.0, self.inp.mean / budget))
+
+    def _mean_step(self, lam: np.ndarray, tau: np.ndarray) -> dict[str, np.ndarray]:
+        b = np.minimum(lam * self.dec_tokens * tau, self.cap)
+        budget = self._chunk_budget(b)
+        n = self._n_chunks(budget)
+        f = 1.0 - np.exp(-lam * tau * n)
+        p_bar = lam * self.inp.mean * tau
+        chunk = np.clip(p_bar / np.maximum(f, 1e-12), 1.0, budget)
+        t_dec = self._decode(b)
+        t_pf = self._mixed(b, chunk)
+        mean = (1 - f) * t_dec + f * t_pf
+        return {"tau": mean, "b": b, "f": f, "t_dec": t_dec, "t_pf": t_pf, "budget": budget,
+                "chunk": chunk, "n": n}
+
+    def _fixed_point(self, lam: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Mean step time solving tau = T(tau), by bisection; and whether it exists."""
+        lo = np.broadcast_to(self._mean_step(lam, np.zeros_like(lam))["tau"], lam.shape).copy()
+        hi = np.full_like(lo, _TAU_MAX_S)
+        exists = (self._mean_step(lam, hi)["tau"] - hi) <= 0
+        for _ in range(48):
+            mid = 0.5 * (lo + hi)
+            g = self._mean_step(lam, mid)["tau"] - mid
+            lo = np.where(g > 0, mid, lo)
+            hi = np.where(g > 0, hi, mid)
+        return hi, exists
+
+    # -- public ------------------------------------------------------------------------------
+    def at_rate(self, rate_per_s: ArrayLike) -> dict[str, Any]:
+        """Latency and throughput at an open-loop Poisson arrival rate (array-friendly)."""
+        with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+            return self._at_rate(rate_per_s)
+
+    def _at_rate(self, rate_per_s: ArrayLike) -> dict[str, Any]:
+        lam = np.asarray(rate_per_s, float)
+        lam = np.broadcast_to(lam, np.broadcast_shapes(lam.shape, np.shape(self.cap))).copy()
+        tau, exists = self._fixed_point(lam)
+        s = self._mean_step(lam, tau)
+        b, budget, t_dec, t_pf = s["b"], s["budget"], s["t_dec"], s["t_pf"]
+        inp, out = self.inp, self.out
+        # Own prefill: one mixed step when the prompt fits the budget, else full chunks.
+        t_full = self._mixed(b, budget)
+
+        def own(i: float) -> np.ndarray:
+            return np.where(i <= budget, self._mixed(b, np.minimum(i, budget)),
+                            i / budget * t_full)
+
+        own_mean = own(inp.mean)
+        # Prefill queue (M/G/1 over prompt tokens at the full-chunk rate R).
+        r = budget / t_full
+        rho_p = lam * inp.mean / r
+        cs2_p = inp.var / max(inp.mean**2, 1e-12)
+        kingman_p = (self.ca2 + cs2_p) / (1 + cs2_p)  # Kingman: G/G/1 wait ~ (ca2+cs2)/2 scaling
+        wq_p = np.where(rho_p < 1, kingman_p * lam * inp.mean_sq / r**2 / (
+            2 * np.maximum(1 - rho_p, 1e-9)), np.inf)
+        # Concurrency cap (M/G/c): a request holds a slot for its prefill and its decode.
+        slot_s = own_mean + self.dec_tokens * tau
+        a = lam * slot_s
+        c = np.maximum(self.cap, 1.0)
+        p_wait = np.where(a < c, _poisson_erlang_c(c, a), 1.0)
+        cs2 = (out.var * tau**2) / np.maximum(slot_s**2, 1e-12)
+        wq_c = np.where(a < c, p_wait * slot_s / np.maximum(c - a, 1e-9) * (self.ca2 + cs2) / 2,
+                        np.inf)
+        stable = exists & (rho_p < 1) & (a < c) & (lam * inp.mean * tau < budget)
+        res: dict[str, Any] = {"stable": stable, "step_s": tau, "decode_step_s": t_dec,
+                               "prefill_step_s": t_pf, "prefill_step_frac": s["f"]}
+        ttft: dict[str, Any] = {"mean": tau / 2 + wq_p + own_mean + wq_c}
+        tbt: dict[str, Any] = {"mean": tau}
+        e2e: dict[str, Any] = {"mean": ttft["mean"] + self.dec_tokens * tau}
+        rho_safe = np.clip(rho_p, 1e-12, 1.0)
+        for name, p in QUANTILES.items():
+            ex = [
+                p * tau - tau / 2,
+                _exp_tail_quantile(rho_safe, wq_p, p) - wq_p,
+                own(inp.q[name]) - own_mean,
+                _exp_tail_quantile(p_wait, wq_c, p) - wq_c,
+            ]
+            excess = np.sqrt(sum(np.maximum(x, 0.0) ** 2 for x in ex))
+            ttft[name] = ttft["mean"] + excess
+            # TBT: a gap is a decode-only step w.p. 1-f, else a step carrying a prefill chunk.
+            f = s["f"]
+            tbt[name] = np.where(p <= 1 - f, t_dec,
+                                 np.maximum(t_dec, self._mixed(b, np.minimum(
+                                     np.maximum(inp.q[name], s["chunk"]), budget))))
+            dec_excess = max(out.q[name] - out.mean, 0.0) * tau
+            e2e[name] = e2e["mean"] + np.sqrt(excess**2 + dec_excess**2)
+        running = b + lam * own_mean
+        kv_used = b * self.ctx_mean + lam * own_mean * inp.mean
+        b_p99 = stats.poisson.ppf(0.99, np.maximum(b, 1e-9))
+        kv_cap = np.maximum(np.asarray(self.limits.kv_cache_tokens, float), 1.0)
+        res.update({
+            "ttft_s": ttft, "tbt_s": tbt, "e2e_s": e2e,
+            "requests_per_s": lam, "output_tokens_per_s": lam * out.mean,
+            "input_tokens_per_s": lam * inp.mean, "mean_running_batch": running,
+            "preemptions": np.zeros_like(lam),
+            "kv_mean_utilization": kv_used / kv_cap,
+            "kv_peak_utilization": np.minimum(b_p99 * self.ctx_mean / kv_cap + (
+                lam * own_mean * inp.mean) / kv_cap, 1.0),
+            "concurrency_cap": c, "prefill_utilization": rho_p, "slot_utilization": a / c,
+        })
+        for key in ("ttft_s", "tbt_s", "e2e_s"):
+            res[key] = {k: np.where(stable, v, np.inf) for k, v in res[key].items()}
+        return res
+
+    def capacity_rate(self) -> np.ndarray:
+        """Largest stable arrival rate (requests/s), by bisection on the stability test."""
+        lo = np.zeros(np.shape(self.cap))
+        tau0 = self._mean_step(np.ones_like(lo) * 1e-9, np.zeros_like(lo))["tau"]
+        per_req = self.inp.mean + self.out.mean
+        hi = np.broadcast_to(self.mnbt / np.maximum(tau0, 1e-6) / max(per_req, 1.0) * 4,
+                             lo.shape).copy()
+        for _ in range(40):
+            mid = 0.5 * (lo + hi)
+            ok = self.at_rate(mid)["stable"]
+            lo = np.where(ok, mid, lo)
+            hi = np.where(ok, hi, mid)
+        return lo
+
+    def closed_loop(self, concurrency: float) -> dict[str, Any]:
+        """C clients, each sending its next request when its last one ends (no think time).
+
+        The arrival rate solves lambda = C / (E2E(lambda) + slot wait); clients beyond the
+        concurrency cap wait in the queue (closed network, Little's law).
+        """
+        conc = float(concurrency)
+        lo, hi = 1e-9, conc / max(float(self.at_rate(1e-9)["e2e_s"]["mean"]), 1e-9)
+        for _ in range(60):
+            lam = 0.5 * (lo + hi)
+            r = self._closed_at(lam, conc)
+            implied = conc / r["e2e_s"]["mean"] if np.isfinite(r["e2e_s"]["mean"]) else 0.0
+            lo, hi = (lam, hi) if implied > lam else (lo, lam)
+        return self._closed_at(lo, conc)
+
+    def _closed_at(self, lam: float, conc: float) -> dict[str, Any]:
+        # In a closed loop the open-loop queueing terms do not apply: at most C requests exist.
+        # Model the decode batch as min(C, cap) and the prefill queue as the C clients' work.
+        cap = float(np.min(self.cap))
+        r = self.at_rate(np.asarray(lam))
+        queue_extra = max(conc - cap, 0.0) / max(lam, 1e-12)
+        for key in ("ttft_s", "e2e_s"):
+            r[key] = {k: float(v) + queue_extra for k, v in r[key].items()}
+        r["concurrency"] = conc
+        return r
+
+
+def summarize(res: dict[str, Any], index: Any = ()) -> dict[str, Any]:
+    """Plain floats of one element of an at_rate() result (for JSON)."""
+    out: dict[str, Any] = {}
+    for k, v in res.items():
+        if isinstance(v, dict):
+            out[k] = {kk: float(np.asarray(vv)[index]) for kk, vv in v.items()}
+        elif isinstance(v, np.ndarray | float | int | np.floating | np.bool_):
+            a = np.asarray(v)[index]
+            out[k] = bool(a) if a.dtype == bool else float(a)
+        else:
+            out[k] = v
+    return out

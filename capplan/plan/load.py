@@ -1,0 +1,96 @@
+"""Load descriptions (open/closed loop, trace, length distributions) and the analytic latency
+of one deployment under them. Composition only: the formulas live in models/queueing.py."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from capplan.errors import InputError
+from capplan.models.perf import BOUNDS
+from capplan.models.queueing import LengthStats, Limits, QueueModel, summarize
+from capplan.plan.deployment import Deployment
+
+_STATS_SAMPLES = 20_000
+_STATS_SEED = 12345  # fixed: analytic results must not depend on a user seed
+
+
+@dataclass(frozen=True)
+class LoadSpec:
+    rate_per_s: float | None
+    concurrency: int | None
+    input_stats: LengthStats
+    output_stats: LengthStats
+    arrival_scv: float = 1.0
+    source: str = "flags"
+
+
+def length_stats(text: str) -> LengthStats:
+    """LengthStats of a length option ('800', 'lognormal:mean=800,p99=4000', ...)."""
+    from capplan.sim.workload import LengthDist
+
+    dist = LengthDist.parse(str(text))
+    rng = np.random.default_rng(_STATS_SEED)
+    return LengthStats.from_samples(dist.sample(rng, _STATS_SAMPLES))
+
+
+def load_spec_from_options(rate: float | None, concurrency: int | None, trace: str | None,
+                           input_len: str, output_len: str, burstiness: float = 1.0) -> LoadSpec:
+    given = [x is not None for x in (rate, concurrency, trace)]
+    if sum(given) != 1:
+        raise InputError("give exactly one of --rate, --concurrency or --trace")
+    if trace is not None:
+        from capplan.sim.workload import load_trace
+
+        t = load_trace(trace)
+        arrivals = np.asarray(t.arrival_s, float)
+        span = float(arrivals.max() - arrivals.min())
+        if len(arrivals) < 2 or span <= 0:
+            raise InputError(f"{trace}: needs at least two requests at different times")
+        gaps = np.diff(np.sort(arrivals))
+        scv = float(gaps.var() / max(gaps.mean() ** 2, 1e-12))
+        return LoadSpec((len(arrivals) - 1) / span, None,
+                        LengthStats.from_samples(t.input_tokens),
+                        LengthStats.from_samples(t.output_tokens), scv, f"trace {trace}")
+    return LoadSpec(rate, concurrency, length_stats(input_len), length_stats(output_len),
+                    1.0 / burstiness)
+
+
+def queue_model(dep: Deployment, load: LoadSpec) -> QueueModel:
+    s = dep.settings
+    limits = Limits(s.max_num_seqs, s.max_num_batched_tokens, dep.memory.kv_cache_tokens)
+    return QueueModel(dep.step, load.input_stats, load.output_stats, limits, load.arrival_scv)
+
+
+def analytic_latency(dep: Deployment, load: LoadSpec) -> dict[str, Any]:
+    """Contract keys (ttft_s, tbt_s, e2e_s, throughput...) for one deployment and load."""
+    if not dep.memory.fits:
+        raise InputError(f"{dep.model.key} does not fit on {dep.gpu.key} with TP "
+                         f"{dep.settings.tp}: {dep.memory.reason}")
+    q = queue_model(dep, load)
+    if load.concurrency is not None:
+        res = summarize(q.closed_loop(load.concurrency))
+    else:
+        res = summarize(q.at_rate(np.asarray(float(load.rate_per_s))))
+    step = dep.step.decode_step(max(res["mean_running_batch"], 1.0), q.ctx_mean)
+    res["bound"] = BOUNDS[int(step["bound_index"])]
+    res["calibration"] = dep.calibration.source
+    res["model"], res["gpu"], res["tp"] = dep.model.key, dep.gpu.key, dep.settings.tp
+    res["load"] = load.source if load.concurrency is None else f"closed loop, {load.concurrency}"
+    if not res["stable"]:
+        cap = float(q.capacity_rate())
+        res["capacity_requests_per_s"] = cap
+        res["reason"] = (f"arrival rate {res['requests_per_s']:.3g}/s exceeds what one replica "
+                         f"sustains ({cap:.3g}/s)")
+        res["bound"] = _unstable_bound(res)
+    return res
+
+
+def _unstable_bound(res: dict[str, Any]) -> str:
+    if res.get("prefill_utilization", 0) >= 1:
+        return "prefill compute"
+    if res.get("slot_utilization", 0) >= 1:
+        return "concurrency cap"
+    return "decode bandwidth"

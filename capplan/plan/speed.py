@@ -1,0 +1,40 @@
+"""Decode curves and prefill times for one deployment (composition only; formulas in models/)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from capplan.models.perf import BOUNDS, knee_batch
+from capplan.plan.deployment import Deployment
+
+
+def decode_curve(dep: Deployment, batches: list[int], contexts: list[int]) -> dict[str, Any]:
+    """Rows of (batch, context) with step time, throughput, per-sequence speed and bound."""
+    b = np.asarray(batches, float)[:, None]
+    c = np.asarray(contexts, float)[None, :]
+    r = dep.step.decode_step(b, c)
+    step = np.broadcast_to(r["step_s"], (b.size, c.size))
+    bound = np.broadcast_to(r["bound_index"], (b.size, c.size))
+    rows = []
+    for j, ctx in enumerate(contexts):
+        for i, bs in enumerate(batches):
+            t = float(step[i, j])
+            rows.append({"batch": int(bs), "context_len": int(ctx), "step_time_s": t,
+                         "tokens_per_s_total": bs / t, "tokens_per_s_per_seq": 1.0 / t,
+                         "bound": BOUNDS[int(bound[i, j])]})
+    knees: dict[int, int | None] = {}
+    for j, ctx in enumerate(contexts):
+        dense = np.unique(np.concatenate([np.asarray(batches), 2 ** np.arange(0, 13)]))
+        t = dep.step.decode_step(dense, ctx)["step_s"]
+        knees[int(ctx)] = knee_batch(dense, dense / t)
+    return {"rows": rows, "knee_batch": knees}
+
+
+def prefill_rows(dep: Deployment, prompt_lens: list[int]) -> list[dict[str, Any]]:
+    """Prefill time of each prompt alone, chunked by max_num_batched_tokens; the TTFT floor."""
+    lens = np.asarray(prompt_lens, float)
+    t = dep.step.prefill_time(lens, dep.settings.max_num_batched_tokens)
+    return [{"prompt_len": int(n), "prefill_s": float(x), "ttft_floor_s": float(x),
+             "prefill_tokens_per_s": float(n / x)} for n, x in zip(prompt_lens, t)]
