@@ -24,6 +24,9 @@ def package_dir(name: str) -> Path:
     return Path(str(resources.files("capplan").joinpath(name)))
 
 
+_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
 def read_yaml(path: Path) -> Any:
     """yaml.safe_load with a one-line error naming the file and line."""
     try:
@@ -31,7 +34,7 @@ def read_yaml(path: Path) -> Any:
     except OSError as e:
         raise InputError(f"{path}: cannot read ({e.strerror or e})") from e
     try:
-        return yaml.safe_load(text)
+        return yaml.load(text, Loader=_LOADER)  # noqa: S506 - a SafeLoader (C when available)
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f"{path}:{mark.line + 1}" if mark is not None else str(path)

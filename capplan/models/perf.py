@@ -47,9 +47,10 @@ BOUNDS = ("memory", "compute", "communication", "overhead")
 
 def smooth_max(a: np.ndarray, b: np.ndarray, p: float = SMOOTH_P) -> np.ndarray:
     """p-norm of (a, b): max(a, b) <= smax <= 2^(1/p) max(a, b)."""
-    hi = np.maximum(a, b)
-    safe = np.where(hi > 0, hi, 1.0)
-    return np.where(hi > 0, hi * ((a / safe) ** p + (b / safe) ** p) ** (1.0 / p), 0.0)
+    if p == 4.0:  # the default: two squarings are much cheaper than a general power
+        a2, b2 = a * a, b * b
+        return np.sqrt(np.sqrt(a2 * a2 + b2 * b2))
+    return (a**p + b**p) ** (1.0 / p)
 
 
 @dataclass(frozen=True)
@@ -92,8 +93,8 @@ class StepModel:
              decode_kv_tokens_window: ArrayLike | None = None, prefill_tokens: ArrayLike = 0,
              prefill_pairs: ArrayLike = 0, prefill_pairs_window: ArrayLike | None = None,
              prefill_kv_read: ArrayLike = 0, prefill_kv_read_window: ArrayLike | None = None,
-             num_prefill_seqs: ArrayLike = 0, num_logits: ArrayLike | None = None
-             ) -> dict[str, np.ndarray]:
+             num_prefill_seqs: ArrayLike = 0, num_logits: ArrayLike | None = None,
+             detail: bool = True) -> dict[str, np.ndarray]:
         """Time of one step and its parts, in seconds.
 
         Args:
@@ -107,6 +108,7 @@ class StepModel:
             prefill_kv_read_window: the same capped at the window.
             num_prefill_seqs: sequences with a prefill chunk this step.
             num_logits: tokens needing logits (default: decode tokens + prefill sequences).
+            detail: False returns only step_s (faster; for solvers).
 
         Returns:
             dict with step_s, memory_s, compute_s, communication_s, overhead_s, bound_index.
@@ -124,10 +126,10 @@ class StepModel:
         nps = np.asarray(num_prefill_seqs, float)
         logits = bd + nps if num_logits is None else np.asarray(num_logits, float)
         return self._kernel(bd, kv_full, kv_win, tp_, pairs, pairs_w, pre_read, pre_read_w,
-                            nps, logits)
+                            nps, logits, detail)
 
     def _kernel(self, bd, kv_full, kv_win, tp_, pairs, pairs_w, pre_read, pre_read_w, nps,
-                logits) -> dict[str, np.ndarray]:  # noqa: ANN001
+                logits, detail=True) -> dict[str, np.ndarray]:  # noqa: ANN001
         tokens = bd + tp_
         # MoE: expected distinct experts touched per layer, uniform routing.
         e = np.asarray(self.num_experts, float)
@@ -162,6 +164,8 @@ class StepModel:
                     + pp * self.layer_overhead_s)
         step = pp * (linear + attention + comm) + p2p + overhead
         step = np.where(tokens > 0, step, 0.0)
+        if not detail:
+            return {"step_s": step}
         memory_s = pp * (dense_mem + expert_mem + kv_mem)
         compute_s = pp * (dense_cmp + expert_cmp + attn_cmp)
         comm_s = pp * comm + p2p
@@ -172,16 +176,18 @@ class StepModel:
                 "bound_index": np.argmax(parts, axis=0)}
 
     # ------------------------------------------------------------------------------------------
-    def decode_step(self, batch: ArrayLike, context_len: ArrayLike) -> dict[str, np.ndarray]:
+    def decode_step(self, batch: ArrayLike, context_len: ArrayLike, detail: bool = True
+                    ) -> dict[str, np.ndarray]:
         """A pure decode step: `batch` sequences, each with `context_len` tokens of context."""
         b = np.asarray(batch, float)
         c = np.asarray(context_len, float)
         return self.step(num_decode=b, decode_kv_tokens=b * c,
-                         decode_kv_tokens_window=b * np.minimum(c, self.window))
+                         decode_kv_tokens_window=b * np.minimum(c, self.window), detail=detail)
 
     def prefill_chunk(self, chunk_tokens: ArrayLike, prefix_tokens: ArrayLike = 0,
                       num_decode: ArrayLike = 0, decode_kv_tokens: ArrayLike = 0,
-                      last_chunk: ArrayLike = True) -> dict[str, np.ndarray]:
+                      last_chunk: ArrayLike = True, detail: bool = True
+                      ) -> dict[str, np.ndarray]:
         """One step with a prefill chunk of one sequence (after `prefix_tokens` cached tokens),
         optionally mixed with `num_decode` decode sequences (chunked prefill)."""
         c = np.asarray(chunk_tokens, float)
@@ -198,7 +204,7 @@ class StepModel:
                          prefill_tokens=c, prefill_pairs=pairs, prefill_pairs_window=pairs_w,
                          prefill_kv_read=p, prefill_kv_read_window=np.minimum(p, w),
                          num_prefill_seqs=np.ones_like(c),
-                         num_logits=bd + np.asarray(last_chunk, float))
+                         num_logits=bd + np.asarray(last_chunk, float), detail=detail)
 
     def prefill_time(self, prompt_len: ArrayLike, chunk: int) -> np.ndarray:
         """Seconds to prefill a prompt alone, in chunks of `chunk` tokens (TTFT floor)."""

@@ -29,9 +29,9 @@ class LoadSpec:
 
 def length_stats(text: str) -> LengthStats:
     """LengthStats of a length option ('800', 'lognormal:mean=800,p99=4000', ...)."""
-    from capplan.sim.workload import LengthDist
+    from capplan.sim.workload import parse_length
 
-    dist = LengthDist.parse(str(text))
+    dist = parse_length(str(text))
     rng = np.random.default_rng(_STATS_SEED)
     return LengthStats.from_samples(dist.sample(rng, _STATS_SAMPLES))
 
@@ -45,7 +45,7 @@ def load_spec_from_options(rate: float | None, concurrency: int | None, trace: s
         from capplan.sim.workload import load_trace
 
         t = load_trace(trace)
-        arrivals = np.asarray(t.arrival_s, float)
+        arrivals = np.asarray(t.arrival_at_s, float)
         span = float(arrivals.max() - arrivals.min())
         if len(arrivals) < 2 or span <= 0:
             raise InputError(f"{trace}: needs at least two requests at different times")

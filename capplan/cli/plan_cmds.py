@@ -1,0 +1,197 @@
+"""`capplan recommend`, `capplan plan FILE.yaml`, `capplan schema`."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import click
+
+from capplan.catalog.loader import load_catalog
+from capplan.cli._options import (
+    FRACTION,
+    IntList,
+    NON_NEGATIVE,
+    POSITIVE,
+    POS_INT,
+    catalog_option,
+    format_option,
+)
+from capplan.cli._render import Column, emit, render_rows, to_json
+from capplan.errors import InputError
+from capplan.plan.schema import PlanFile, load_plan, plan_json_schema
+
+ms = lambda x: None if x is None else x * 1e3  # noqa: E731
+
+
+def _verifier(enabled: bool):
+    if not enabled:
+        return None
+    from capplan.plan.verify import simulate_recommendation
+
+    return simulate_recommendation
+
+
+def _finish(result: dict[str, Any], fmt: str, exports: list[Path], plot_dir: str | None) -> None:
+    for path in exports:
+        from capplan.export import export_plan
+
+        export_plan(result, path)
+        click.echo(f"wrote {path}", err=True)
+    if plot_dir:
+        from capplan.export.plots import plot_plan
+
+        for p in plot_plan(result, plot_dir):
+            click.echo(f"wrote {p}", err=True)
+    if fmt == "json":
+        emit(to_json(result))
+        return
+    emit(render_plan(result, fmt))
+
+
+def render_plan(result: dict[str, Any], fmt: str) -> str:
+    cols = [
+        Column("rank", "#"), Column("gpu", "GPU"), Column("tp", "TP"),
+        Column("replicas", "replicas"), Column("gpus_total", "GPUs"),
+        Column("weight_dtype", "weights"), Column("kv_dtype", "KV"),
+        Column("max_num_seqs", "max seqs"), Column("max_num_batched_tokens", "chunk (tok)"),
+        Column("ttft_p99", "TTFT p99 (ms)", ms, ".0f"), Column("tbt_p99", "TBT p99 (ms)", ms,
+                                                                 ".1f"),
+        Column("capacity_per_replica_rps", "req/s per replica", None, ".2f"),
+        Column("cost_per_hour", "cost ($/h)", None, ".2f"),
+        Column("binding_constraint", "binding"),
+    ]
+    rows = [{**r, "ttft_p99": r["predicted"]["ttft_s"]["p99"],
+             "tbt_p99": r["predicted"]["tbt_s"]["p99"]} for r in result["recommendations"]]
+    out = [f"{result['model']}: {result['target_rate_per_s']:g} req/s, headroom "
+           f"{result['headroom']:.0%}, objective {result['objective']} "
+           f"({result['configurations_searched']} configurations searched)", "",
+           render_rows(rows[:10], cols, fmt)]
+    best = result["recommendations"][0]
+    margins = ", ".join(f"{k} {v:+.0%}" for k, v in best["slo_margins"].items())
+    ver = best.get("verified")
+    vtxt = "not simulated" if not ver else (
+        "simulator confirms" if ver.get("ok") else f"simulator: {ver.get('reason')}")
+    out += ["", f"recommended: {best['replicas']} x {best['gpu']} TP {best['tp']} "
+                f"({best['gpus_total']} GPUs), binding constraint: {best['binding_constraint']};"
+                f" SLO margins: {margins or 'no SLOs'}; {vtxt}"]
+    for r in result["recommendations"][1:4]:
+        out.append(f"  #{r['rank']} {r['gpu']} TP {r['tp']}: {r['why_not_first']}")
+    out += ["", "vLLM:    " + best["engine_flags"]["vllm"],
+            "SGLang:  " + best["engine_flags"]["sglang"],
+            "verify:  " + best["engine_flags"]["bench"]]
+    for w in result.get("warnings", []):
+        out.append(f"warning: {w}")
+    return "\n".join(out)
+
+
+def _exports(paths: tuple[str, ...] | list[str], base: Path | None = None) -> list[Path]:
+    out = []
+    for p in paths:
+        path = Path(p)
+        if base is not None and not path.is_absolute():
+            path = base / path
+        if path.suffix.lower() not in (".csv", ".json", ".md", ".xlsx"):
+            raise InputError(f"--export {p}: use a .csv, .json, .md or .xlsx file")
+        out.append(path)
+    return out
+
+
+@click.command("recommend")
+@click.option("--model", required=True, help="Model: catalog key or Hugging Face id.")
+@click.option("--rate", type=POSITIVE, required=True, help="Total arrival rate (requests/s).")
+@click.option("--input-len", default="512", show_default=True,
+              help="Prompt tokens: a number or a distribution.")
+@click.option("--output-len", default="256", show_default=True,
+              help="Output tokens: a number or a distribution.")
+@click.option("--ttft-p99", type=POSITIVE, default=None, help="p99 TTFT SLO (seconds).")
+@click.option("--tbt-p99", type=POSITIVE, default=None, help="p99 time-between-tokens SLO (s).")
+@click.option("--e2e-p99", type=POSITIVE, default=None, help="p99 end-to-end SLO (seconds).")
+@click.option("--gpu", "gpus", multiple=True, help="Candidate GPU (repeat); default: all.")
+@click.option("--tp", "tps", type=IntList(), default=None, help="TP sizes, e.g. 1,2,4,8.")
+@click.option("--weight-dtype", "weight_dtypes", multiple=True,
+              type=click.Choice(["auto", "fp32", "bf16", "fp16", "fp8", "int8", "int4", "fp4"]))
+@click.option("--kv-dtype", "kv_dtypes", multiple=True,
+              type=click.Choice(["auto", "bf16", "fp16", "fp8"]))
+@click.option("--max-num-seqs", type=IntList(), default=None, help="Values to search.")
+@click.option("--max-num-batched-tokens", type=IntList(), default=None,
+              help="Prefill chunk sizes to search.")
+@click.option("--max-model-len", type=POS_INT, default=None)
+@click.option("--gpu-memory-utilization", type=FRACTION, default=0.9, show_default=True)
+@click.option("--burstiness", type=POSITIVE, default=1.0, show_default=True)
+@click.option("--headroom", type=NON_NEGATIVE, default=0.2, show_default=True,
+              help="Extra capacity for bursts (0.2 = 20%).")
+@click.option("--objective", type=click.Choice(["min_cost", "min_gpus",
+                                                "max_goodput_per_dollar"]), default="min_cost",
+              show_default=True)
+@click.option("--verify-top", type=click.IntRange(min=0), default=5, show_default=True,
+              help="Simulate the best N to confirm their SLOs (0: skip).")
+@click.option("--export", "exports", multiple=True, help="Write .csv/.json/.md/.xlsx.")
+@click.option("--plot", "plot_dir", default=None, help="Write PNG/SVG charts to this folder.")
+@format_option
+@catalog_option
+def recommend_cmd(model: str, rate: float, input_len: str, output_len: str,
+                  ttft_p99: float | None, tbt_p99: float | None, e2e_p99: float | None,
+                  gpus: tuple[str, ...], tps: list[int] | None, weight_dtypes: tuple[str, ...],
+                  kv_dtypes: tuple[str, ...], max_num_seqs: list[int] | None,
+                  max_num_batched_tokens: list[int] | None, max_model_len: int | None,
+                  gpu_memory_utilization: float, burstiness: float, headroom: float,
+                  objective: str, verify_top: int, exports: tuple[str, ...],
+                  plot_dir: str | None, fmt: str, catalog_dir: tuple[str, ...]) -> None:
+    """GPU type, count and engine settings for a rate and latency SLOs."""
+    from capplan.plan.planner import run_plan
+
+    out_paths = _exports(exports)
+    plan = PlanFile.model_validate({
+        "model": model,
+        "candidates": {"gpus": list(gpus) or None, "tp": tps,
+                       "weight_dtypes": list(weight_dtypes) or ["auto"],
+                       "kv_dtypes": list(kv_dtypes) or ["auto"]},
+        "engine": {"max_num_seqs": max_num_seqs, "max_num_batched_tokens": max_num_batched_tokens,
+                   "max_model_len": max_model_len,
+                   "gpu_memory_utilization": gpu_memory_utilization},
+        "workloads": [{"name": "default", "rate_per_s": rate, "input_len": input_len,
+                       "output_len": output_len, "burstiness": burstiness,
+                       "arrival": "poisson" if burstiness == 1.0 else "gamma",
+                       "slo": {"ttft_p99_s": ttft_p99, "tbt_p99_s": tbt_p99,
+                               "e2e_p99_s": e2e_p99}}],
+        "objective": objective, "headroom": headroom, "verify": {"top": verify_top},
+    })
+    result = run_plan(load_catalog(catalog_dir), plan, _verifier(verify_top > 0))
+    _finish(result, fmt, out_paths, plot_dir)
+
+
+@click.command("plan")
+@click.argument("plan_file", type=click.Path(dir_okay=False))
+@click.option("--export", "exports", multiple=True,
+              help="Write .csv/.json/.md/.xlsx (adds to the plan file's export list).")
+@click.option("--plot", "plot_dir", default=None, help="Write PNG/SVG charts to this folder.")
+@click.option("--no-verify", is_flag=True, help="Skip the simulator check of the best configs.")
+@format_option
+@catalog_option
+def plan_cmd(plan_file: str, exports: tuple[str, ...], plot_dir: str | None, no_verify: bool,
+             fmt: str, catalog_dir: tuple[str, ...]) -> None:
+    """Run a YAML plan file: recommendations, pool comparison, exports."""
+    from capplan.plan.planner import run_plan
+
+    plan = load_plan(plan_file)
+    base = Path(plan_file).parent
+    out_paths = _exports(list(plan.export), base) + _exports(exports)
+    try:
+        result = run_plan(load_catalog(catalog_dir), plan, _verifier(not no_verify))
+    except InputError as e:
+        raise type(e)(f"{plan_file}: {e}") from e
+    _finish(result, fmt, out_paths, plot_dir)
+
+
+@click.command("schema")
+def schema_cmd() -> None:
+    """JSON Schema of plan files (point your editor's YAML extension at it)."""
+    emit(json.dumps(plan_json_schema(), indent=2))
+
+
+def register(cli: click.Group) -> None:
+    cli.add_command(recommend_cmd)
+    cli.add_command(plan_cmd)
+    cli.add_command(schema_cmd)
