@@ -102,7 +102,8 @@ def _moe(c: dict[str, Any], layers: int) -> dict[str, Any] | None:
     experts = c.get("num_local_experts") or c.get("num_experts") or c.get("n_routed_experts")
     if not experts:
         return None
-    topk = c.get("num_experts_per_tok") or c.get("experts_per_token") or c.get("num_experts_per_token")
+    topk = (c.get("num_experts_per_tok") or c.get("experts_per_token")
+            or c.get("num_experts_per_token"))
     inter = c.get("moe_intermediate_size") or c.get("intermediate_size")
     shared_n = c.get("n_shared_experts") or (1 if c.get("shared_expert_intermediate_size") else 0)
     shared_i = c.get("shared_expert_intermediate_size") or (inter if shared_n else 0)
@@ -206,5 +207,6 @@ def import_config(path: Path, key: str | None = None) -> ModelSpec:
     active = counts.total
     if spec.moe is not None:
         m = spec.moe
-        active -= counts.experts - counts.num_moe_layers * m.num_experts_per_tok * counts.expert_size
+        routed = counts.num_moe_layers * m.num_experts_per_tok * counts.expert_size
+        active -= counts.experts - routed
     return spec.model_copy(update={"params_total": counts.total, "params_active": active})

@@ -1,0 +1,43 @@
+"""Writers for plan results: CSV, JSON, Markdown and XLSX (chosen by suffix), and charts.
+
+Exporters consume the plan dict that `capplan plan --format json` prints and never recompute
+anything. Every file goes through `atomic.atomic_write`, so a failed export leaves any
+existing file untouched.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from capplan.errors import InputError
+
+EXPORT_SUFFIXES = (".csv", ".json", ".md", ".xlsx")
+
+
+def export_plan(plan: dict[str, Any], path: str | Path) -> Path:
+    """Write plan to path in the format its suffix names (.csv, .json, .md, .xlsx).
+
+    Raises:
+        InputError: for any other suffix, a plan without recommendations, or a missing extra.
+    """
+    from capplan.export.csv_export import recommendations_of
+
+    path = Path(path)
+    suffix = path.suffix.lower()
+    if suffix not in EXPORT_SUFFIXES:
+        raise InputError(f"cannot export to {path}: unknown suffix {path.suffix or '(none)'!r}; "
+                         f"use one of {', '.join(EXPORT_SUFFIXES)}")
+    recommendations_of(plan)  # one shape check for every format, before any file is touched
+    if suffix == ".csv":
+        from capplan.export.csv_export import write_csv as writer
+    elif suffix == ".json":
+        from capplan.export.json_export import write_json as writer
+    elif suffix == ".md":
+        from capplan.export.markdown import write_markdown as writer
+    else:
+        from capplan.export.xlsx import write_xlsx as writer
+    return writer(plan, path)
+
+
+__all__ = ["EXPORT_SUFFIXES", "export_plan"]

@@ -1,0 +1,154 @@
+"""CSV export of a plan: one row per recommendation, flattened, human units in the headers.
+
+The column table here (`RECOMMENDATION_COLUMNS`) is shared by the Markdown and XLSX writers, so
+every format shows the same columns with the same units. Exporters never recompute: a cell is a
+value of the plan, at most converted for display (seconds -> ms, fraction -> %).
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from capplan.errors import InputError
+from capplan.export.atomic import atomic_write
+from capplan.units import s_to_ms
+
+
+def clean_number(value: Any) -> Any:
+    """None for inf/nan (an empty cell, a JSON null); numpy scalars become Python numbers."""
+    if hasattr(value, "item") and not isinstance(value, str | bytes):
+        value = value.item()
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+def dig(record: dict[str, Any], path: Sequence[str]) -> Any:
+    """record[path[0]][path[1]]..., or None where any step is missing or null."""
+    cur: Any = record
+    for key in path:
+        if not isinstance(cur, dict):
+            return None
+        cur = cur.get(key)
+    return clean_number(cur)
+
+
+def _ms(x: Any) -> Any:
+    return s_to_ms(x) if isinstance(x, int | float) and not isinstance(x, bool) else None
+
+
+def _pct(x: Any) -> Any:
+    return 100.0 * x if isinstance(x, int | float) and not isinstance(x, bool) else None
+
+
+def _yes_no(x: Any) -> Any:
+    return None if x is None else ("yes" if x else "no")
+
+
+@dataclass(frozen=True)
+class RecColumn:
+    path: tuple[str, ...]
+    """Where the value sits in one recommendation dict."""
+    header: str
+    """Human header with its unit, e.g. 'TTFT p99 (ms)'."""
+    to_display: Callable[[Any], Any] | None = None
+    fmt: str = "g"
+    """tabulate float format for the Markdown table."""
+    brief: bool = True
+    """Shown in the Markdown table too; the rest (details, engine commands) only in CSV/XLSX."""
+
+
+def _c(path: str, header: str, conv: Callable[[Any], Any] | None = None, fmt: str = "g",
+       brief: bool = True) -> RecColumn:
+    return RecColumn(tuple(path.split(".")), header, conv, fmt, brief)
+
+
+RECOMMENDATION_COLUMNS: tuple[RecColumn, ...] = (
+    _c("rank", "rank"),
+    _c("gpu", "GPU"),
+    _c("tp", "TP"),
+    _c("replicas", "replicas"),
+    _c("gpus_total", "GPUs"),
+    _c("max_num_seqs", "max seqs"),
+    _c("max_num_batched_tokens", "max batched tokens", None, "g", False),
+    _c("weight_dtype", "weight dtype"),
+    _c("kv_dtype", "KV dtype", None, "g", False),
+    _c("cost_per_hour", "cost ($/h)", None, ".2f"),
+    _c("predicted.ttft_s.p50", "TTFT p50 (ms)", _ms, ".0f", False),
+    _c("predicted.ttft_s.p99", "TTFT p99 (ms)", _ms, ".0f"),
+    _c("predicted.tbt_s.p50", "TBT p50 (ms)", _ms, ".1f", False),
+    _c("predicted.tbt_s.p99", "TBT p99 (ms)", _ms, ".1f"),
+    _c("predicted.e2e_s.p99", "E2E p99 (ms)", _ms, ".0f"),
+    _c("predicted.output_tokens_per_s", "output throughput (tokens/s)", None, ".0f"),
+    _c("predicted.requests_per_s", "throughput (req/s)", None, ".2f", False),
+    _c("predicted.mean_running_batch", "mean running batch (seqs)", None, ".1f", False),
+    _c("predicted.preemptions", "preemptions", None, "g", False),
+    _c("predicted.kv_peak_utilization", "KV peak (%)", _pct, ".0f"),
+    _c("capacity_per_replica_rps", "capacity per replica (req/s)", None, ".2f", False),
+    _c("per_replica_rate_per_s", "load per replica (req/s)", None, ".2f"),
+    _c("binding_constraint", "binding constraint"),
+    _c("slo_margins.ttft_p99", "TTFT p99 margin (%)", _pct, ".0f", False),
+    _c("slo_margins.tbt_p99", "TBT p99 margin (%)", _pct, ".0f", False),
+    _c("verified.ok", "verified by sim", _yes_no),
+    _c("verified.simulated.ttft_s.p99", "sim TTFT p99 (ms)", _ms, ".0f", False),
+    _c("verified.simulated.tbt_s.p99", "sim TBT p99 (ms)", _ms, ".1f", False),
+    _c("why_not_first", "why not first"),
+    _c("engine_flags.vllm", "vLLM command", None, "g", False),
+    _c("engine_flags.sglang", "SGLang command", None, "g", False),
+)
+
+
+def recommendations_of(plan: Any) -> list[dict[str, Any]]:
+    """The plan's recommendations, checked for the shape every exporter relies on."""
+    if not isinstance(plan, dict):
+        raise InputError(f"a plan result must be a dict, got {type(plan).__name__}")
+    if "recommendations" not in plan:
+        raise InputError("the plan result has no 'recommendations' key; pass the dict that "
+                         "`capplan plan --format json` prints")
+    recs = plan["recommendations"]
+    if not isinstance(recs, list) or not all(isinstance(r, dict) for r in recs):
+        raise InputError("plan['recommendations'] must be a list of dicts")
+    for i, r in enumerate(recs):
+        if "gpu" not in r:
+            raise InputError(f"recommendation {i + 1} has no 'gpu' key")
+    return recs
+
+
+def recommendation_table(plan: dict[str, Any], *, brief: bool = False
+                         ) -> tuple[list[RecColumn], list[list[Any]]]:
+    """(columns, rows) in display units; None marks an empty cell (missing, null or inf).
+
+    brief=True keeps the columns a person reads first (the Markdown table).
+    """
+    cols = [c for c in RECOMMENDATION_COLUMNS if c.brief or not brief]
+    rows = []
+    for rec in recommendations_of(plan):
+        row = []
+        for c in cols:
+            v = dig(rec, c.path)
+            if v is not None and c.to_display is not None:
+                v = clean_number(c.to_display(v))
+            row.append(v)
+        rows.append(row)
+    return cols, rows
+
+
+def write_csv(plan: dict[str, Any], path: str | Path) -> Path:
+    """Write one CSV row per recommendation (header row first), atomically."""
+    path = Path(path)
+    cols, rows = recommendation_table(plan)
+
+    def write(tmp: Path) -> None:
+        with tmp.open("w", newline="", encoding="utf-8") as f:
+            w = csv.writer(f)
+            w.writerow([c.header for c in cols])
+            for row in rows:
+                w.writerow(["" if v is None else v for v in row])
+
+    atomic_write(path, write)
+    return path

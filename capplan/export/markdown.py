@@ -1,0 +1,108 @@
+"""Markdown export: a report a person reads (human units: ms, $/h, %)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from tabulate import tabulate
+
+from capplan.export.atomic import atomic_write_text
+from capplan.export.csv_export import clean_number, dig, recommendation_table, recommendations_of
+from capplan.units import s_to_ms
+
+_ENGINE_TITLES = (("vllm", "vLLM"), ("sglang", "SGLang"), ("bench", "Benchmark"))
+
+
+def _cell(v: Any) -> Any:
+    if v is None:
+        return ""
+    if isinstance(v, str):
+        return v.replace("|", "\\|").replace("\n", " ")
+    return v
+
+
+def _table(headers: list[str], rows: list[list[Any]], floatfmt: tuple[str, ...] | str) -> str:
+    return tabulate([[_cell(v) for v in r] for r in rows], headers=headers, tablefmt="github",
+                    floatfmt=floatfmt, missingval="")
+
+
+def _ms_or_none(x: Any) -> Any:
+    x = clean_number(x)
+    return s_to_ms(x) if isinstance(x, int | float) and not isinstance(x, bool) else None
+
+
+def _summary(plan: dict[str, Any]) -> list[str]:
+    facts = [("model", plan.get("model")), ("objective", plan.get("objective")),
+             ("headroom", plan.get("headroom")),
+             ("target rate (req/s)", clean_number(plan.get("target_rate_per_s")))]
+    return [f"- {k}: {v}" for k, v in facts if v is not None]
+
+
+def _lanes(plan: dict[str, Any]) -> list[str]:
+    lanes = [ln for ln in plan.get("lanes") or [] if isinstance(ln, dict)]
+    if not lanes:
+        return []
+    headers = ["lane", "rate (req/s)", "input length (tokens)", "output length (tokens)",
+               "TTFT p99 SLO (ms)", "TBT p99 SLO (ms)", "priority"]
+    rows = [[ln.get("name"), clean_number(ln.get("rate_per_s")), ln.get("input_len"),
+             ln.get("output_len"), _ms_or_none(ln.get("ttft_p99_s")),
+             _ms_or_none(ln.get("tbt_p99_s")), ln.get("priority")] for ln in lanes]
+    return ["## Workload", "", _table(headers, rows, ("g", ".3g", "g", "g", ".0f", ".1f", "g")),
+            ""]
+
+
+def _recommendations(plan: dict[str, Any]) -> list[str]:
+    cols, rows = recommendation_table(plan, brief=True)
+    if not rows:
+        return ["## Recommendations", "", "No configuration meets the constraints.", ""]
+    table = _table([c.header for c in cols], rows, tuple(c.fmt for c in cols))
+    return ["## Recommendations", "", table, ""]
+
+
+def _warnings(plan: dict[str, Any]) -> list[str]:
+    warnings = [str(w) for w in plan.get("warnings") or []]
+    body = [f"- {w}" for w in warnings] if warnings else ["None."]
+    return ["## Warnings", "", *body, ""]
+
+
+def _commands(plan: dict[str, Any]) -> list[str]:
+    recs = recommendations_of(plan)
+    flags = recs[0].get("engine_flags") if recs else None
+    if not isinstance(flags, dict) or not flags:
+        return []
+    lines = [f"## Engine commands (rank {recs[0].get('rank', 1)}: {recs[0]['gpu']})", ""]
+    known = [k for k, _ in _ENGINE_TITLES]
+    titled = [(k, t) for k, t in _ENGINE_TITLES if flags.get(k)]
+    titled += [(k, k) for k in flags if k not in known and flags.get(k)]
+    for key, title in titled:
+        lines += [f"{title}:", "", "```bash", str(flags[key]).rstrip(), "```", ""]
+    return lines
+
+
+def _pareto(plan: dict[str, Any]) -> list[str]:
+    points = [p for p in plan.get("pareto") or [] if isinstance(p, dict)]
+    if not points:
+        return []
+    headers = ["GPU", "TP", "replicas", "cost ($/h)", "TTFT p99 (ms)", "TBT p99 (ms)"]
+    rows = [[p.get("gpu"), p.get("tp"), p.get("replicas"), dig(p, ["cost_per_hour"]),
+             _ms_or_none(p.get("ttft_p99_s")), _ms_or_none(p.get("tbt_p99_s"))] for p in points]
+    return ["## Pareto front (cost against latency)", "",
+            _table(headers, rows, ("g", "g", "g", ".2f", ".0f", ".1f")), ""]
+
+
+def plan_to_markdown(plan: dict[str, Any]) -> str:
+    """The whole report as Markdown text, ending in a newline."""
+    recommendations_of(plan)  # shape check before anything is rendered
+    title = f"# Capacity plan: {plan.get('model', 'unnamed model')}"
+    parts = [title, "", *_summary(plan), ""]
+    parts += _lanes(plan) + _recommendations(plan) + _warnings(plan)
+    parts += _commands(plan) + _pareto(plan)
+    return "\n".join(parts).rstrip("\n") + "\n"
+
+
+def write_markdown(plan: dict[str, Any], path: str | Path) -> Path:
+    """Write the Markdown report, atomically."""
+    path = Path(path)
+    atomic_write_text(path, plan_to_markdown(plan))
+    return path

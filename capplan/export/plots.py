@@ -1,0 +1,302 @@
+"""Charts (matplotlib, the `plot` extra), each written as PNG and SVG.
+
+matplotlib is imported lazily and used through its object API with the Agg canvas, so nothing
+here touches pyplot's global state or the user's configured backend. SVG text is kept as text
+(not paths) so labels can be searched and edited. Every file goes through `atomic_write`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from capplan.errors import InputError
+from capplan.export.atomic import atomic_write
+from capplan.units import s_to_ms
+
+FORMATS = ("png", "svg")
+TTFT_MS = "p99 TTFT (ms)"
+TBT_MS = "p99 TBT (ms)"
+OUTPUT_TPS = "output throughput (tokens/s)"
+COST_PER_HOUR = r"cost (\$/hour)"  # \$: a literal dollar, never mathtext
+TIME_S = "time (s)"
+KV_USED_PCT = "KV cache used (%)"
+
+
+def _figure(ncols: int = 1, nrows: int = 1, **kw: Any) -> tuple[Any, Any]:
+    try:
+        from matplotlib.backends.backend_agg import FigureCanvasAgg
+        from matplotlib.figure import Figure
+    except ImportError as e:
+        raise InputError("matplotlib is not installed, run `pip install capplan[plot]`") from e
+    fig = Figure(figsize=(5.2 * ncols, 3.6 * nrows + 0.6), dpi=110, layout="constrained")
+    FigureCanvasAgg(fig)
+    axes = fig.subplots(nrows, ncols, squeeze=False, **kw)
+    return fig, axes
+
+
+def _save(fig: Any, out_dir: Path, stem: str) -> list[Path]:
+    import matplotlib
+
+    paths = []
+    for fmt in FORMATS:
+        path = out_dir / f"{stem}.{fmt}"
+
+        def write(tmp: Path, fmt: str = fmt) -> None:
+            # Date=None keeps the SVG byte-stable between runs; fonttype none keeps text as text.
+            meta = {"Date": None} if fmt == "svg" else {}
+            with matplotlib.rc_context({"svg.fonttype": "none", "svg.hashsalt": "capplan"}):
+                fig.savefig(tmp, format=fmt, metadata=meta)
+
+        atomic_write(path, write)
+        paths.append(path)
+    return paths
+
+
+def _out_dir(out_dir: str | Path) -> Path:
+    out = Path(out_dir)
+    if out.exists() and not out.is_dir():
+        raise InputError(f"{out} is a file; give a folder for the charts")
+    out.mkdir(parents=True, exist_ok=True)
+    return out
+
+
+def _num(x: Any) -> float | None:
+    """A finite float, or None (missing, null, inf, nan, not a number)."""
+    if isinstance(x, bool | str) or x is None:
+        return None
+    try:
+        x = float(x)  # numpy scalars too
+    except (TypeError, ValueError):
+        return None
+    return x if math.isfinite(x) else None
+
+
+def _ms(x: Any) -> float | None:
+    v = _num(x)
+    return None if v is None else s_to_ms(v)
+
+
+def _dig(d: Any, *path: str) -> Any:
+    for key in path:
+        if not isinstance(d, dict):
+            return None
+        d = d.get(key)
+    return d
+
+
+def _pairs(xs: Iterable[float | None], ys: Iterable[float | None]
+           ) -> tuple[list[float], list[float]]:
+    kept = [(x, y) for x, y in zip(xs, ys) if x is not None and y is not None]
+    return [x for x, _ in kept], [y for _, y in kept]
+
+
+def _legend(ax: Any, **kw: Any) -> None:
+    handles, _ = ax.get_legend_handles_labels()
+    if handles:  # an empty legend() call warns, and tests run with warnings as errors
+        ax.legend(fontsize="small", **kw)
+
+
+def _no_data(ax: Any, what: str) -> None:
+    ax.text(0.5, 0.5, f"no {what} in this result", ha="center", va="center",
+            transform=ax.transAxes, color="0.4")
+
+
+def _slo_lines(ax: Any, lanes: list[dict[str, Any]], key: str, name: str) -> None:
+    seen: set[float] = set()
+    for lane in lanes:
+        ms = _ms(lane.get(key))
+        if ms is None or ms in seen:
+            continue
+        seen.add(ms)
+        label = f"{name} SLO {ms:g} ms" + (f" ({lane['name']})" if lane.get("name") else "")
+        ax.axvline(ms, color="tab:red", linestyle="--", linewidth=1.2, label=label)
+
+
+def _first(plan: dict[str, Any]) -> dict[str, Any] | None:
+    recs = plan.get("recommendations") or []
+    return recs[0] if recs and isinstance(recs[0], dict) else None
+
+
+def _rec_label(rec: dict[str, Any]) -> str:
+    parts = [str(rec.get("gpu", "?"))]
+    if rec.get("tp") is not None:
+        parts.append(f"tp{rec['tp']}")
+    if rec.get("replicas") is not None:
+        parts.append(f"x{rec['replicas']}")
+    return "recommended: " + " ".join(parts)
+
+
+def _throughput_axes(ax: Any, plan: dict[str, Any], lat_key: str, slo_key: str,
+                     xlabel: str, name: str) -> None:
+    curves = [c for c in plan.get("curves") or [] if isinstance(c, dict)]
+    drawn = 0
+    for i, curve in enumerate(curves):
+        pts = [p for p in curve.get("points") or [] if isinstance(p, dict)]
+        xs, ys = _pairs((_ms(p.get(lat_key)) for p in pts),
+                        (_num(p.get("output_tokens_per_s")) for p in pts))
+        if xs:
+            ax.plot(xs, ys, marker="o", markersize=3.5, linewidth=1.4,
+                    label=str(curve.get("label") or f"curve {i + 1}"))
+            drawn += 1
+    lanes = [ln for ln in plan.get("lanes") or [] if isinstance(ln, dict)]
+    _slo_lines(ax, lanes, slo_key, name)
+    rec = _first(plan)
+    if rec is not None:
+        stat = "ttft_s" if lat_key.startswith("ttft") else "tbt_s"
+        x = _ms(_dig(rec, "predicted", stat, "p99"))
+        y = _num(_dig(rec, "predicted", "output_tokens_per_s"))
+        if x is not None and y is not None:
+            ax.plot([x], [y], marker="*", markersize=15, color="black", linestyle="none",
+                    label=_rec_label(rec), zorder=5)
+            drawn += 1
+    if not drawn:
+        _no_data(ax, "load curves")
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(OUTPUT_TPS)
+    ax.grid(True, alpha=0.3)
+    _legend(ax)
+
+
+def _pareto_axes(ax: Any, plan: dict[str, Any]) -> None:
+    pts = [p for p in plan.get("pareto") or [] if isinstance(p, dict)]
+    kept = [(x, y, p) for p in pts
+            if (x := _ms(p.get("ttft_p99_s"))) is not None
+            and (y := _num(p.get("cost_per_hour"))) is not None]
+    kept.sort(key=lambda t: t[0])
+    if kept:
+        xs, ys = [k[0] for k in kept], [k[1] for k in kept]
+        ax.step(xs, ys, where="post", color="tab:blue", linewidth=1.0, alpha=0.6)
+        ax.plot(xs, ys, marker="o", linestyle="none", color="tab:blue", label="Pareto front")
+        for x, y, p in kept:
+            text = f"{p.get('gpu', '?')} tp{p.get('tp', '?')} x{p.get('replicas', '?')}"
+            ax.annotate(text, (x, y), textcoords="offset points", xytext=(4, 4),
+                        fontsize="x-small")
+    lanes = [ln for ln in plan.get("lanes") or [] if isinstance(ln, dict)]
+    _slo_lines(ax, lanes, "ttft_p99_s", "TTFT")
+    rec = _first(plan)
+    if rec is not None:
+        x = _ms(_dig(rec, "predicted", "ttft_s", "p99"))
+        y = _num(rec.get("cost_per_hour"))
+        if x is not None and y is not None:
+            ax.plot([x], [y], marker="*", markersize=15, color="black", linestyle="none",
+                    label=_rec_label(rec), zorder=5)
+    if not kept:
+        _no_data(ax, "Pareto points")
+    ax.set_xlabel(TTFT_MS)
+    ax.set_ylabel(COST_PER_HOUR)
+    ax.grid(True, alpha=0.3)
+    _legend(ax)
+
+
+def plot_plan(plan: dict[str, Any], out_dir: str | Path) -> list[Path]:
+    """Write throughput-vs-latency and cost-vs-TTFT (Pareto) charts as PNG and SVG.
+
+    Files: ``throughput_latency.{png,svg}`` (output tokens/s against p99 TTFT and p99 TBT as load
+    rises, one line per curve, lane SLOs dashed, rank 1 starred) and ``pareto.{png,svg}``.
+
+    Returns:
+        The paths written, PNG before SVG for each chart.
+    """
+    if not isinstance(plan, dict):
+        raise InputError(f"a plan result must be a dict, got {type(plan).__name__}")
+    out = _out_dir(out_dir)
+    title = f"{plan.get('model', '')}: throughput against latency as load rises".lstrip(": ")
+    fig, axes = _figure(ncols=2)
+    _throughput_axes(axes[0][0], plan, "ttft_p99_s", "ttft_p99_s", TTFT_MS, "TTFT")
+    _throughput_axes(axes[0][1], plan, "tbt_p99_s", "tbt_p99_s", TBT_MS, "TBT")
+    fig.suptitle(title)
+    paths = _save(fig, out, "throughput_latency")
+    fig, axes = _figure()
+    _pareto_axes(axes[0][0], plan)
+    fig.suptitle(f"{plan.get('model', '')}: cost against p99 TTFT".lstrip(": "))
+    return paths + _save(fig, out, "pareto")
+
+
+def _knee(knees: dict[Any, Any], ctx: Any) -> float | None:
+    for key, batch in knees.items():
+        if str(key) == str(ctx):
+            return _num(batch)
+    return None
+
+
+def plot_speed(curve: dict[str, Any], out_dir: str | Path) -> list[Path]:
+    """Write ``speed.{png,svg}``: total and per-sequence decode tokens/s against batch size,
+    one line per context length, the knee batch marked."""
+    rows = curve.get("rows") if isinstance(curve, dict) else None
+    if not isinstance(rows, list):
+        raise InputError("a speed curve must be a dict with 'rows' (what `capplan speed` makes)")
+    out = _out_dir(out_dir)
+    knees = curve.get("knee_batch") or {}
+    contexts = sorted({r.get("context_len") for r in rows if isinstance(r, dict)},
+                      key=lambda c: (c is None, c if c is not None else 0))
+    fig, axes = _figure(ncols=2)
+    total_ax, seq_ax = axes[0]
+    batches: list[float] = []
+    for ctx in contexts:
+        sel = sorted((r for r in rows if isinstance(r, dict) and r.get("context_len") == ctx),
+                     key=lambda r: _num(r.get("batch")) or 0.0)
+        label = f"context {ctx} tokens"
+        for ax, key in ((total_ax, "tokens_per_s_total"), (seq_ax, "tokens_per_s_per_seq")):
+            xs, ys = _pairs((_num(r.get("batch")) for r in sel), (_num(r.get(key)) for r in sel))
+            if not xs:
+                continue
+            line = ax.plot(xs, ys, marker="o", markersize=3.5, label=label)[0]
+            batches += xs
+            knee = _knee(knees, ctx)
+            if knee is not None and knee in xs:
+                ax.plot([knee], [ys[xs.index(knee)]], marker="D", markersize=8, linestyle="none",
+                        color=line.get_color(), markeredgecolor="black",
+                        label=f"knee, context {ctx}")
+    for ax, ylabel in ((total_ax, "decode throughput, all sequences (tokens/s)"),
+                       (seq_ax, "decode speed per sequence (tokens/s)")):
+        if batches and min(batches) > 0 and max(batches) / min(batches) >= 8:
+            from matplotlib.ticker import FuncFormatter, NullFormatter
+
+            ax.set_xscale("log", base=2)
+            ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _pos: f"{v:g}"))
+            ax.xaxis.set_minor_formatter(NullFormatter())
+        if not batches:
+            _no_data(ax, "rows")
+        ax.set_xlabel("batch size (sequences)")
+        ax.set_ylabel(ylabel)
+        ax.grid(True, alpha=0.3)
+        _legend(ax)
+    fig.suptitle("Decode speed against batch size")
+    return _save(fig, out, "speed")
+
+
+def plot_sim(result: dict[str, Any], out_dir: str | Path) -> list[Path]:
+    """Write ``sim.{png,svg}``: KV-cache use (%) and running / waiting sequences over time."""
+    ts = result.get("timeseries") if isinstance(result, dict) else None
+    if not isinstance(ts, dict) or not isinstance(ts.get("time_s"), list | tuple):
+        raise InputError("a simulation result needs 'timeseries' with a 'time_s' list "
+                         "(run `capplan simulate` with its time series on)")
+    out = _out_dir(out_dir)
+    t = [_num(x) for x in ts["time_s"]]
+    fig, axes = _figure(nrows=2, sharex=True)
+    kv_ax, q_ax = axes[0][0], axes[1][0]
+    kv = [None if (v := _num(x)) is None else 100.0 * v for x in ts.get("kv_utilization") or []]
+    xs, ys = _pairs(t, kv)
+    if xs:
+        kv_ax.plot(xs, ys, color="tab:purple", linewidth=1.2, label="KV cache used")
+        kv_ax.set_ylim(0, max(105.0, max(ys) * 1.05))
+    else:
+        _no_data(kv_ax, "KV-cache samples")
+    for key, color in (("running", "tab:green"), ("waiting", "tab:orange")):
+        xs, ys = _pairs(t, (_num(x) for x in ts.get(key) or []))
+        if xs:
+            q_ax.step(xs, ys, where="post", color=color, linewidth=1.2, label=key)
+    kv_ax.set_ylabel(KV_USED_PCT)
+    q_ax.set_ylabel("sequences (count)")
+    q_ax.set_xlabel(TIME_S)
+    for ax in (kv_ax, q_ax):
+        ax.grid(True, alpha=0.3)
+        _legend(ax, loc="upper right")
+    fig.suptitle("Simulation over time")
+    return _save(fig, out, "sim")
+
+
+__all__ = ["plot_plan", "plot_sim", "plot_speed"]

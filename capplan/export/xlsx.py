@@ -1,0 +1,138 @@
+"""XLSX export (XlsxWriter, the `xlsx` extra): sheets "recommendations", "inputs", "curve" and
+"pareto", units in every header row, numbers stored as numbers, and a native line chart of
+output throughput against p99 TTFT on "curve"."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from pathlib import Path
+from typing import Any
+
+from capplan.errors import InputError
+from capplan.export.atomic import atomic_write
+from capplan.export.csv_export import clean_number, recommendation_table
+from capplan.export.json_export import jsonable
+from capplan.units import s_to_ms
+
+CURVE_HEADERS = ("curve", "arrival rate (req/s)", "output throughput (tokens/s)",
+                 "TTFT p99 (ms)", "TBT p99 (ms)")
+PARETO_HEADERS = ("GPU", "TP", "replicas", "cost ($/h)", "TTFT p99 (ms)", "TBT p99 (ms)")
+INPUT_HEADERS = ("input", "value")
+
+
+def _xlsxwriter() -> Any:
+    try:
+        import xlsxwriter
+    except ImportError as e:
+        raise InputError("XlsxWriter is not installed, run `pip install capplan[xlsx]`") from e
+    return xlsxwriter
+
+
+def _ms(x: Any) -> Any:
+    x = clean_number(x)
+    return s_to_ms(x) if isinstance(x, int | float) and not isinstance(x, bool) else None
+
+
+def _scalar(v: Any) -> Any:
+    """A cell value: numbers and text as they are, None for inf/nan, JSON for lists and dicts."""
+    v = clean_number(v)
+    if v is None or isinstance(v, str | int | float | bool):
+        return v
+    return json.dumps(jsonable(v))
+
+
+def _write_table(ws: Any, headers: Any, rows: list[list[Any]], bold: Any) -> None:
+    ws.write_row(0, 0, list(headers), bold)
+    ws.freeze_panes(1, 0)
+    for r, row in enumerate(rows, start=1):
+        for c, v in enumerate(row):
+            if v is not None:  # an empty cell stays blank (inf, missing)
+                ws.write(r, c, v)
+    for c, h in enumerate(headers):
+        width = max([len(str(h))] + [len(str(row[c])) for row in rows if row[c] is not None])
+        ws.set_column(c, c, min(max(width, 8) + 2, 60))
+
+
+def _inputs_rows(plan: dict[str, Any]) -> list[list[Any]]:
+    inputs = plan.get("inputs")
+    if not isinstance(inputs, dict) or not inputs:
+        keys = ("model", "objective", "headroom", "target_rate_per_s", "lanes")
+        inputs = {k: plan[k] for k in keys if k in plan}
+    return [[str(k), _scalar(v)] for k, v in inputs.items()]
+
+
+def _curve_rows(plan: dict[str, Any]) -> list[tuple[str, list[list[Any]]]]:
+    out = []
+    for i, curve in enumerate(plan.get("curves") or []):
+        if not isinstance(curve, dict):
+            continue
+        label = str(curve.get("label") or f"curve {i + 1}")
+        rows = [[label, clean_number(p.get("rate_per_s")),
+                 clean_number(p.get("output_tokens_per_s")),
+                 _ms(p.get("ttft_p99_s")), _ms(p.get("tbt_p99_s"))]
+                for p in curve.get("points") or [] if isinstance(p, dict)]
+        out.append((label, rows))
+    return out
+
+
+def _curve_sheet(wb: Any, plan: dict[str, Any], bold: Any) -> None:
+    ws = wb.add_worksheet("curve")
+    groups = _curve_rows(plan)
+    _write_table(ws, CURVE_HEADERS, [r for _, rows in groups for r in rows], bold)
+    chart = wb.add_chart({"type": "scatter", "subtype": "straight_with_markers"})
+    first = 1
+    for label, rows in groups:
+        if rows:
+            last = first + len(rows) - 1
+            chart.add_series({"name": label,
+                              "categories": ["curve", first, 3, last, 3],
+                              "values": ["curve", first, 2, last, 2],
+                              "marker": {"type": "circle", "size": 5}})
+        first += len(rows)
+    if first == 1:
+        return  # no points, no chart
+    chart.set_title({"name": "Output throughput against p99 TTFT"})
+    chart.set_x_axis({"name": CURVE_HEADERS[3], "major_gridlines": {"visible": True}})
+    chart.set_y_axis({"name": CURVE_HEADERS[2]})
+    chart.set_legend({"position": "bottom"})
+    chart.show_blanks_as("gap")
+    chart.set_size({"width": 720, "height": 420})
+    ws.insert_chart(1, len(CURVE_HEADERS) + 1, chart)
+
+
+def _pareto_rows(plan: dict[str, Any]) -> list[list[Any]]:
+    return [[p.get("gpu"), clean_number(p.get("tp")), clean_number(p.get("replicas")),
+             clean_number(p.get("cost_per_hour")), _ms(p.get("ttft_p99_s")),
+             _ms(p.get("tbt_p99_s"))]
+            for p in plan.get("pareto") or [] if isinstance(p, dict)]
+
+
+def write_xlsx(plan: dict[str, Any], path: str | Path) -> Path:
+    """Write the workbook, atomically (a failure leaves any existing file as it was)."""
+    xlsxwriter = _xlsxwriter()
+    path = Path(path)
+    cols, rec_rows = recommendation_table(plan)
+    inputs = _inputs_rows(plan)
+
+    def write(tmp: Path) -> None:
+        wb = xlsxwriter.Workbook(str(tmp), {"strings_to_numbers": False,
+                                            "strings_to_formulas": False,
+                                            "strings_to_urls": False})
+        try:
+            bold = wb.add_format({"bold": True, "bottom": 1})
+            _write_table(wb.add_worksheet("recommendations"), [c.header for c in cols],
+                         rec_rows, bold)
+            _write_table(wb.add_worksheet("inputs"), INPUT_HEADERS, inputs, bold)
+            _curve_sheet(wb, plan, bold)
+            pareto = _pareto_rows(plan)
+            if pareto:
+                _write_table(wb.add_worksheet("pareto"), PARETO_HEADERS, pareto, bold)
+        except BaseException:
+            with contextlib.suppress(Exception):  # the temp file is discarded anyway
+                wb.close()
+            raise
+        wb.close()
+
+    atomic_write(path, write)
+    return path

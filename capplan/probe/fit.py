@@ -1,0 +1,206 @@
+"""Fit a Calibration to measured step times: scipy.optimize.least_squares on relative error.
+
+The residual of sample i is `predicted_i / measured_i - 1`, where the prediction is the
+step-time model itself (`build_step_model(model, gpu, settings, candidate).decode_step(...)`
+or `.prefill_chunk(...)`), so a fitted calibration is exactly what `capplan speed` uses.
+Microbenchmarks pin the fractions they measure directly, as weak priors
+`sqrt(PRIOR_WEIGHT) * log(param / measured)`: copy bandwidth -> mem_bw_frac, the best bf16
+matrix product -> gemm_frac, decode attention KV bandwidth -> attn_bw_frac, causal prefill
+attention FLOP/s -> attn_frac. Bounds: fractions in (0, 1], overheads >= 0. A soft-L1 loss (f_scale 10%) keeps one
+noisy sample (a shared CPU, a clock change) from dragging the fit.
+Reference: scipy.optimize.least_squares (trust-region reflective, Branch et al. 1999).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import platform
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from capplan.catalog.schema import GpuSpec, Interconnect, ModelSpec
+from capplan.models.calibration import Calibration
+from capplan.models.engine import EngineSettings
+from capplan.models.perf import build_step_model
+from capplan.units import GIGA, MIB_BYTES, TERA
+
+FIT_PARAMS = ("mem_bw_frac", "gemm_frac", "gemm_half_tokens", "attn_frac", "attn_bw_frac",
+              "step_overhead_s", "per_seq_overhead_s")
+_BOUNDS = {"gemm_half_tokens": (0.0, 1e5), "step_overhead_s": (0.0, 10.0),
+           "per_seq_overhead_s": (0.0, 1.0)}
+_FRAC_BOUNDS = (1e-4, 1.0)
+_SCALE_FLOOR = {"gemm_half_tokens": 1.0, "step_overhead_s": 1e-5, "per_seq_overhead_s": 1e-7}
+PRIOR_WEIGHT = 1.0
+"""A microbenchmark prior weighs like this many step samples."""
+
+
+@dataclass(frozen=True)
+class FitResult:
+    calibration: Calibration
+    before: dict[str, float]
+    """median_rel_error, worst_rel_error of the starting calibration."""
+    after: dict[str, float]
+    n_samples: int
+    rows: list[dict[str, Any]]
+    """Per sample: kind, batch/context or chunk, measured_s, before_s, after_s."""
+    priors: dict[str, float]
+
+
+def step_samples(samples: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The decoder-step samples to fit: CUDA-graph decode steps when there are any."""
+    dec = [s for s in samples if s.get("kind") == "decode_step"]
+    if any(s.get("cuda_graphs") for s in dec):
+        dec = [s for s in dec if s.get("cuda_graphs")]
+    pre = [s for s in samples if s.get("kind") == "prefill_step"]
+    return [s for s in dec + pre if s.get("time_s", 0) > 0]
+
+
+def predict_s(model: ModelSpec, gpu: GpuSpec, cal: Calibration,
+              samples: list[dict[str, Any]], settings: EngineSettings | None = None
+              ) -> np.ndarray:
+    """Step-model seconds for each decode_step / prefill_step sample."""
+    sm = build_step_model(model, gpu, settings or EngineSettings(), cal)
+    out = np.zeros(len(samples))
+    dec = np.array([s["kind"] == "decode_step" for s in samples], bool)
+    if dec.any():
+        b = np.array([s["batch"] for s, d in zip(samples, dec, strict=True) if d], float)
+        c = np.array([s["context_len"] for s, d in zip(samples, dec, strict=True) if d], float)
+        out[dec] = sm.decode_step(b, c)["step_s"]
+    if (~dec).any():
+        ch = np.array([s["chunk_tokens"] for s, d in zip(samples, dec, strict=True) if not d],
+                      float)
+        pre = np.array([s.get("prefix_tokens", 0) for s, d in zip(samples, dec, strict=True)
+                        if not d], float)
+        out[~dec] = sm.prefill_chunk(ch, pre)["step_s"]
+    return out
+
+
+def rel_errors(pred: np.ndarray, meas: np.ndarray) -> dict[str, float]:
+    err = np.abs(pred / meas - 1.0)
+    return {"median_rel_error": float(np.median(err)) if err.size else math.nan,
+            "worst_rel_error": float(np.max(err)) if err.size else math.nan}
+
+
+def microbench_priors(samples: list[dict[str, Any]], gpu: GpuSpec) -> dict[str, float]:
+    """Fractions of the GPU's peaks reached by the microbenchmarks (capped at 1)."""
+    def best(kind: str, key: str, **match: Any) -> float | None:
+        vals = [s[key] for s in samples if s.get("kind") == kind
+                and all(s.get(k) == v for k, v in match.items())]
+        return max(vals) if vals else None
+
+    bw, flops = gpu.hbm_bytes_per_s, gpu.dense_flops_per_s("bf16")
+    found = {"mem_bw_frac": (best("copy", "bytes_per_s"), bw),
+             "gemm_frac": (best("gemm", "flops_per_s", dtype="bf16"), flops),
+             "gemm_frac_low_precision": (best("gemm", "flops_per_s", dtype="fp8"),
+                                         gpu.dense_flops_per_s("fp8")),
+             "attn_bw_frac": (best("attn_decode", "bytes_per_s", layout="contiguous"), bw),
+             "attn_frac": (best("attn_prefill", "flops_per_s"), flops)}
+    return {k: float(min(1.0, v / peak)) for k, (v, peak) in found.items() if v}
+
+
+def _bounds(name: str) -> tuple[float, float]:
+    return _BOUNDS.get(name, _FRAC_BOUNDS)
+
+
+def fit_calibration(model: ModelSpec, gpu: GpuSpec, samples: list[dict[str, Any]],
+                    base: Calibration, priors: dict[str, float] | None = None,
+                    source: str = "measured (capplan calibrate)") -> FitResult:
+    """Least-squares fit of FIT_PARAMS to the decoder-step samples (see module docstring).
+
+    Args:
+        model, gpu: what was measured (gpu may be the host-CPU spec of `host_gpu_spec`).
+        samples: raw samples; decode_step/prefill_step ones are fitted.
+        base: the starting calibration (datasheet default); unfitted fields keep its values.
+        priors: measured fractions (from `microbench_priors`) pinning the fit.
+    """
+    from scipy.optimize import least_squares
+
+    fit_s = step_samples(samples)
+    if not fit_s:
+        raise ValueError("no decoder-step samples to fit")
+    meas = np.array([s["time_s"] for s in fit_s], float)
+    all_priors = dict(priors or {})
+    priors = {k: v for k, v in all_priors.items() if k in FIT_PARAMS}
+    x0 = np.array([priors.get(n, getattr(base, n)) for n in FIT_PARAMS], float)
+    lo = np.array([_bounds(n)[0] for n in FIT_PARAMS])
+    hi = np.array([_bounds(n)[1] for n in FIT_PARAMS])
+    x0 = np.clip(x0, lo + 1e-12, hi)
+    scale = np.maximum(np.abs(x0), [_SCALE_FLOOR.get(n, 1e-3) for n in FIT_PARAMS])
+    w = math.sqrt(PRIOR_WEIGHT)
+
+    def cal_of(x: np.ndarray) -> Calibration:
+        return base.with_(**dict(zip(FIT_PARAMS, map(float, x), strict=True)), source=source)
+
+    def resid(x: np.ndarray) -> np.ndarray:
+        r = predict_s(model, gpu, cal_of(x), fit_s) / meas - 1.0
+        pr = [w * math.log(x[i] / priors[n]) for i, n in enumerate(FIT_PARAMS) if n in priors]
+        return np.concatenate([r, np.array(pr, float)])
+
+    sol = least_squares(resid, x0, bounds=(lo, hi), x_scale=scale, method="trf", loss="soft_l1", f_scale=0.1,
+                        max_nfev=400 * len(FIT_PARAMS))
+    cal = cal_of(sol.x)
+    if "gemm_frac_low_precision" in all_priors:  # fp8 GEMMs: pinned by the microbenchmark only
+        cal = cal.with_(gemm_frac_low_precision=all_priors["gemm_frac_low_precision"])
+    before = predict_s(model, gpu, base, fit_s)
+    after = predict_s(model, gpu, cal, fit_s)
+    rows = [{**_label(s), "measured_s": float(m), "before_s": float(b0), "after_s": float(a)}
+            for s, m, b0, a in zip(fit_s, meas, before, after, strict=True)]
+    return FitResult(calibration=cal, before=rel_errors(before, meas),
+                     after=rel_errors(after, meas), n_samples=len(fit_s), rows=rows,
+                     priors=all_priors)
+
+
+def _label(s: dict[str, Any]) -> dict[str, Any]:
+    if s["kind"] == "decode_step":
+        return {"kind": "decode", "batch": s["batch"], "context_len": s["context_len"]}
+    return {"kind": "prefill", "batch": 1, "context_len": s["chunk_tokens"]}
+
+
+# ---------------------------------------------------------------------------------------------
+def host_label() -> str:
+    """A hostname-free label of this CPU: architecture and logical core count."""
+    return f"cpu-{platform.machine().lower() or 'unknown'}-{os.cpu_count() or 1}c"
+
+
+def host_memory_mib() -> float:
+    try:
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") / MIB_BYTES
+    except (ValueError, OSError, AttributeError):
+        return 1024.0
+
+
+def host_peaks(samples: list[dict[str, Any]]) -> tuple[float, float]:
+    """(bytes/s, FLOP/s) the host CPU reached in the microbenchmarks: its effective peaks."""
+    bws = [s["bytes_per_s"] for s in samples if s.get("kind") in ("copy", "attn_decode")]
+    bws += [s["k"] * s["n"] * 2 / s["time_s"] for s in samples
+            if s.get("kind") == "gemm" and s.get("tokens") == 1]
+    flops = [s["flops_per_s"] for s in samples
+             if s.get("kind") in ("gemm", "attn_prefill") and s.get("dtype", "bf16") == "bf16"]
+    if not bws or not flops:
+        raise ValueError("no copy/GEMM samples to estimate the host's peaks from")
+    return max(bws), max(flops)
+
+
+def host_gpu_spec(samples: list[dict[str, Any]]) -> GpuSpec:
+    """A GpuSpec for the host CPU, its 'peaks' the best rates measured in this run.
+
+    Not a catalog entry: built without validation (vendor 'cpu' is outside the catalog's
+    vendors) and labelled as a quick measurement in its source and notes.
+    """
+    bw, flops = host_peaks(samples)
+    src = "estimated by a quick measurement (capplan calibrate --device cpu)"
+    return GpuSpec.model_construct(
+        key=host_label(), name=f"host CPU ({platform.processor() or platform.machine()})",
+        vendor="cpu", aliases=[], nvml_names=[], memory_mib=host_memory_mib(),
+        cuda_total_memory_gib=None, memory_bandwidth_gb_per_s=bw / GIGA,
+        bf16_dense_tflops=flops / TERA, fp16_dense_tflops=None, fp8_dense_tflops=None,
+        int8_dense_tops=None, fp4_dense_tflops=None,
+        interconnect=Interconnect(kind="pcie4", bandwidth_gb_per_s=bw / GIGA,
+                                  max_gpus_per_node=1),
+        price_per_hour_usd=None,
+        source={"memory_bandwidth_gb_per_s": src, "bf16_dense_tflops": src,
+                "memory_mib": "os.sysconf"},
+        notes="Host CPU measured by capplan calibrate; peaks are the best measured rates.")

@@ -1,0 +1,354 @@
+"""Workloads for the simulator: length distributions, lanes, arrivals, trace files.
+
+All randomness comes from an `np.random.Generator` passed in, so a seed fixes the workload.
+Arrival processes follow `vllm bench serve`: Poisson, or gamma inter-arrival times with shape
+`burstiness` and scale `1 / (rate * burstiness)` (mean 1/rate; burstiness 1 is Poisson, < 1 is
+burstier). References: vLLM `benchmarks/serve.py` (`get_request`).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+
+import numpy as np
+
+from capplan.errors import InputError
+
+Z99 = 2.3263478740408408
+"""Standard normal 99th percentile (scipy.stats.norm.ppf(0.99))."""
+
+
+@dataclass(frozen=True)
+class LengthDist:
+    """A token-length distribution: fixed, uniform, lognormal (mean, p99) or empirical."""
+
+    kind: str
+    params: tuple[float, ...] = ()
+    values: tuple[int, ...] = field(default=(), repr=False)
+    text: str = ""
+
+    @property
+    def mean(self) -> float:
+        """Mean length in tokens (before rounding to integers >= 1)."""
+        if self.kind == "fixed":
+            return self.params[0]
+        if self.kind == "uniform":
+            return (self.params[0] + self.params[1]) / 2
+        if self.kind == "lognormal":
+            return self.params[0]
+        return float(np.mean(self.values))
+
+    def sample(self, rng: np.random.Generator, n: int) -> np.ndarray:
+        """n integer lengths >= 1 (int64)."""
+        if self.kind == "fixed":
+            x = np.full(n, self.params[0])
+        elif self.kind == "uniform":
+            x = rng.integers(int(self.params[0]), int(self.params[1]) + 1, size=n)
+        elif self.kind == "lognormal":
+            mean, p99 = self.params[:2]
+            sigma = lognormal_sigma(mean, p99)
+            mu = math.log(mean) - sigma * sigma / 2
+            x = np.rint(rng.lognormal(mu, sigma, size=n))
+        else:
+            x = rng.choice(np.asarray(self.values), size=n)
+        return np.maximum(np.asarray(x, dtype=np.int64), 1)
+
+
+def lognormal_sigma(mean: float, p99: float) -> float:
+    """Sigma of a lognormal with the given mean and 99th percentile.
+
+    p99 / mean = exp(z sigma - sigma^2 / 2) with z = 2.326; the smaller root
+    sigma = z - sqrt(z^2 - 2 ln(p99/mean)) (the larger one gives a degenerate heavy tail).
+    """
+    if p99 < mean:
+        raise InputError(f"lognormal p99={p99:g} is below mean={mean:g}: p99 must be >= mean")
+    r = math.log(p99 / mean)
+    disc = Z99 * Z99 - 2 * r
+    if disc < 0:
+        raise InputError(f"lognormal p99/mean={p99 / mean:.3g} exceeds exp(z^2/2)="
+                         f"{math.exp(Z99 * Z99 / 2):.3g}: no lognormal has it; lower p99")
+    return Z99 - math.sqrt(disc)
+
+
+def _kv_params(text: str, body: str, names: tuple[str, ...]) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for part in body.split(","):
+        if "=" not in part:
+            raise InputError(f"length {text!r}: expected {'=..,'.join(names)}=..")
+        k, v = (p.strip() for p in part.split("=", 1))
+        if k not in names:
+            raise InputError(f"length {text!r}: unknown parameter {k!r}, expected {names}")
+        try:
+            out[k] = float(v)
+        except ValueError:
+            raise InputError(f"length {text!r}: {k}={v!r} is not a number") from None
+        if not math.isfinite(out[k]) or out[k] < 1:
+            raise InputError(f"length {text!r}: {k} must be a finite number >= 1")
+    missing = [n for n in names if n not in out]
+    if missing:
+        raise InputError(f"length {text!r}: missing {', '.join(missing)}")
+    return out
+
+
+def parse_length(text: str | int | float) -> LengthDist:
+    """'800', 'uniform:min=100,max=1000', 'lognormal:mean=800,p99=4000' or 'empirical:PATH'."""
+    s = str(text).strip()
+    kind, _, body = s.partition(":")
+    if not body:
+        try:
+            x = float(s)
+        except ValueError:
+            raise InputError(f"length {s!r}: expected a number or uniform:/lognormal:/"
+                             f"empirical: distribution") from None
+        if not math.isfinite(x) or x < 1:
+            raise InputError(f"length {s!r}: must be a finite number >= 1")
+        return LengthDist("fixed", (float(round(x)),), text=s)
+    kind = kind.strip().lower()
+    if kind == "uniform":
+        p = _kv_params(s, body, ("min", "max"))
+        if p["max"] < p["min"]:
+            raise InputError(f"length {s!r}: max must be >= min")
+        return LengthDist("uniform", (p["min"], p["max"]), text=s)
+    if kind == "lognormal":
+        p = _kv_params(s, body, ("mean", "p99"))
+        lognormal_sigma(p["mean"], p["p99"])
+        return LengthDist("lognormal", (p["mean"], p["p99"]), text=s)
+    if kind == "empirical":
+        return LengthDist("empirical", values=_read_empirical(body.strip()), text=s)
+    raise InputError(f"length {s!r}: unknown distribution {kind!r} "
+                     f"(fixed number, uniform, lognormal, empirical)")
+
+
+def _read_empirical(path: str) -> tuple[int, ...]:
+    p = Path(path)
+    if not p.is_file():
+        raise InputError(f"{path}: no such file (empirical length distribution)")
+    vals: list[int] = []
+    with p.open(newline="") as f:
+        for i, row in enumerate(csv.reader(f), 1):
+            if not row or not row[0].strip():
+                continue
+            cell = row[0].strip()
+            try:
+                v = float(cell)
+            except ValueError:
+                if i == 1:  # header line
+                    continue
+                raise InputError(f"{path}:{i}: {cell!r} is not a number") from None
+            if not math.isfinite(v) or v < 1:
+                raise InputError(f"{path}:{i}: length {cell} must be >= 1")
+            vals.append(int(round(v)))
+    if not vals:
+        raise InputError(f"{path}: no lengths (one integer per line expected)")
+    return tuple(vals)
+
+
+@dataclass(frozen=True)
+class Lane:
+    """One class of traffic: its arrival process, lengths, priority and SLOs."""
+
+    name: str = "default"
+    rate_per_s: float | None = None
+    arrival: str = "poisson"
+    burstiness: float = 1.0
+    input_len: LengthDist = field(default_factory=lambda: parse_length(512))
+    output_len: LengthDist = field(default_factory=lambda: parse_length(256))
+    priority: int = 0
+    """Lower is more important (vLLM's priority scheduling)."""
+    ttft_slo_s: float | None = None
+    tpot_slo_s: float | None = None
+
+
+@dataclass(frozen=True)
+class Requests:
+    """Concrete requests, sorted by arrival (open loop) or in sending order (closed loop)."""
+
+    arrival_at_s: np.ndarray
+    input_tokens: np.ndarray
+    output_tokens: np.ndarray
+    lane: np.ndarray
+    """Index into the workload's lanes."""
+    concurrency: int | None = None
+    """Closed loop: the first C arrive at 0, each later one when a request completes."""
+
+    def __len__(self) -> int:
+        return len(self.input_tokens)
+
+
+@dataclass(frozen=True)
+class Workload:
+    """Open loop (lanes with rates), closed loop (concurrency) or a trace."""
+
+    lanes: tuple[Lane, ...]
+    num_requests: int = 1000
+    concurrency: int | None = None
+    trace: Requests | None = None
+
+    def generate(self, rng: np.random.Generator) -> Requests:
+        """Draw the requests (lengths, lanes, arrival times) from `rng`."""
+        if self.trace is not None:
+            return self.trace
+        _validate(self)
+        n = self.num_requests
+        if self.concurrency is not None:
+            w = np.array([ln.rate_per_s or 1.0 for ln in self.lanes], float)
+            lane = rng.choice(len(self.lanes), size=n, p=w / w.sum()) if len(self.lanes) > 1 \
+                else np.zeros(n, np.int64)
+            arr = np.zeros(n)
+        else:
+            times, lanes = [], []
+            for i, ln in enumerate(self.lanes):
+                times.append(arrival_times(rng, ln.rate_per_s or 0.0, n, ln.arrival,
+                                           ln.burstiness))
+                lanes.append(np.full(n, i))
+            t, lane_all = np.concatenate(times), np.concatenate(lanes)
+            order = np.argsort(t, kind="stable")[:n]
+            arr, lane = t[order], lane_all[order]
+        inp = np.empty(n, np.int64)
+        out = np.empty(n, np.int64)
+        for i, ln in enumerate(self.lanes):
+            m = lane == i
+            k = int(m.sum())
+            inp[m] = ln.input_len.sample(rng, k)
+            out[m] = ln.output_len.sample(rng, k)
+        return Requests(arr, inp, out, np.asarray(lane, np.int64), self.concurrency)
+
+
+def _validate(w: Workload) -> None:
+    if not w.lanes:
+        raise InputError("workload has no lanes")
+    if not isinstance(w.num_requests, int | np.integer) or w.num_requests < 1:
+        raise InputError(f"--requests {w.num_requests}: must be a positive integer")
+    if w.concurrency is not None and w.concurrency < 1:
+        raise InputError(f"--concurrency {w.concurrency}: must be a positive integer")
+    for ln in w.lanes:
+        r = ln.rate_per_s
+        if r is not None and (not math.isfinite(r) or r <= 0):
+            raise InputError(f"lane {ln.name}: rate {r} must be a finite number > 0")
+        if r is None and w.concurrency is None:
+            raise InputError(f"lane {ln.name}: an open-loop workload needs a rate")
+        if ln.arrival not in ("poisson", "gamma"):
+            raise InputError(f"lane {ln.name}: arrival {ln.arrival!r} must be poisson or gamma")
+        if not math.isfinite(ln.burstiness) or ln.burstiness <= 0:
+            raise InputError(f"lane {ln.name}: burstiness {ln.burstiness} must be > 0")
+
+
+def arrival_times(rng: np.random.Generator, rate_per_s: float, n: int, arrival: str = "poisson",
+                  burstiness: float = 1.0) -> np.ndarray:
+    """n arrival times (s) from 0: exponential or gamma(shape=b, scale=1/(rate*b)) gaps."""
+    if not math.isfinite(rate_per_s) or rate_per_s <= 0:
+        raise InputError(f"rate {rate_per_s}: must be a finite number > 0")
+    shape = 1.0 if arrival == "poisson" else burstiness
+    gaps = rng.gamma(shape, 1.0 / (rate_per_s * shape), size=n)
+    return np.cumsum(gaps)
+
+
+# ---------------------------------------------------------------------------------------------
+# Traces
+ARRIVAL_COLUMNS = ("arrival_time_s", "timestamp", "TIMESTAMP")
+INPUT_COLUMNS = ("input_tokens", "prompt_tokens", "ContextTokens")
+OUTPUT_COLUMNS = ("output_tokens", "GeneratedTokens")
+
+
+def _pick(cols: list[str], names: tuple[str, ...], path: Path, what: str) -> str:
+    for n in names:
+        if n in cols:
+            return n
+    raise InputError(f"{path}:1: no {what} column; expected one of {', '.join(names)}")
+
+
+def _time_value(v: object, path: Path, line: int) -> float:
+    if isinstance(v, int | float) and not isinstance(v, bool):
+        x = float(v)
+    else:
+        s = str(v).strip()
+        try:
+            x = float(s)
+        except ValueError:
+            x = _parse_datetime(s, path, line)
+    if not math.isfinite(x):
+        raise InputError(f"{path}:{line}: arrival time {v!r} is not finite")
+    return x
+
+
+def _parse_datetime(s: str, path: Path, line: int) -> float:
+    # Azure LLM traces: "2023-11-16 18:15:46.6805900" (7 fractional digits: keep 6).
+    head, dot, frac = s.partition(".")
+    try:
+        t = datetime.fromisoformat(head.replace("T", " "))
+    except ValueError:
+        raise InputError(f"{path}:{line}: arrival time {s!r} is neither seconds nor a "
+                         f"datetime like 2023-11-16 18:15:46.68") from None
+    frac_s = float("0." + frac) if dot and frac.isdigit() else 0.0
+    return t.timestamp() + frac_s
+
+
+def _length_value(v: object, path: Path, line: int, col: str) -> int:
+    try:
+        x = float(v)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        raise InputError(f"{path}:{line}: {col} {v!r} is not a number") from None
+    if not math.isfinite(x) or x < 0 or x != round(x):
+        raise InputError(f"{path}:{line}: {col} {v!r} must be a non-negative integer")
+    return int(x)
+
+
+def _rows(path: Path) -> tuple[list[str], list[tuple[int, dict]]]:
+    text = path.read_text()
+    if path.suffix.lower() in (".jsonl", ".json", ".ndjson"):
+        rows = []
+        cols: list[str] = []
+        for i, ln in enumerate(text.splitlines(), 1):
+            if not ln.strip():
+                continue
+            try:
+                obj = json.loads(ln)
+            except json.JSONDecodeError as e:
+                raise InputError(f"{path}:{i}: not valid JSON ({e.msg})") from None
+            if not isinstance(obj, dict):
+                raise InputError(f"{path}:{i}: expected a JSON object per line")
+            if not cols:
+                cols = list(obj)
+            rows.append((i, obj))
+        return cols, rows
+    reader = csv.DictReader(text.splitlines())
+    cols = [c.strip() for c in (reader.fieldnames or [])]
+    reader.fieldnames = cols
+    return cols, [(i, r) for i, r in enumerate(reader, 2)]
+
+
+def load_trace(path: str | Path) -> Requests:
+    """Requests from a CSV or JSONL trace; arrival times shifted so the first is at 0.
+
+    Columns: arrival (`arrival_time_s`, `timestamp` or Azure's `TIMESTAMP` datetime), input
+    (`input_tokens`, `prompt_tokens`, `ContextTokens`), output (`output_tokens`,
+    `GeneratedTokens`). Lengths of 0 become 1 (every request has a prompt and one token).
+    """
+    p = Path(path)
+    if not p.is_file():
+        raise InputError(f"{p}: no such trace file")
+    cols, rows = _rows(p)
+    if not rows:
+        raise InputError(f"{p}: empty trace (no requests)")
+    ca = _pick(cols, ARRIVAL_COLUMNS, p, "arrival time")
+    ci = _pick(cols, INPUT_COLUMNS, p, "input tokens")
+    co = _pick(cols, OUTPUT_COLUMNS, p, "output tokens")
+    t = np.empty(len(rows))
+    inp = np.empty(len(rows), np.int64)
+    out = np.empty(len(rows), np.int64)
+    for k, (line, r) in enumerate(rows):
+        for c in (ca, ci, co):
+            if r.get(c) in (None, ""):
+                raise InputError(f"{p}:{line}: missing value for column {c}")
+        t[k] = _time_value(r[ca], p, line)
+        inp[k] = _length_value(r[ci], p, line, ci)
+        out[k] = _length_value(r[co], p, line, co)
+    order = np.argsort(t, kind="stable")
+    t = t[order] - t[order][0]
+    return Requests(t, np.maximum(inp[order], 1), np.maximum(out[order], 1),
+                    np.zeros(len(rows), np.int64))

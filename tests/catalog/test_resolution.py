@@ -1,0 +1,130 @@
+"""Resolving what users type (catalog keys, HF ids, checkpoint suffixes, NVML names)."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from capplan.errors import CatalogError, InputError
+
+
+@pytest.mark.parametrize(
+    ("name", "key"),
+    [
+        ("llama-3.1-8b", "llama-3.1-8b"),
+        ("meta-llama/Llama-3.1-8B-Instruct", "llama-3.1-8b"),
+        ("META-LLAMA/LLAMA-3.1-8B-INSTRUCT", "llama-3.1-8b"),
+        ("meta-llama/llama-3.1-8b-instruct", "llama-3.1-8b"),
+        ("meta-llama/Llama-3.1-8B", "llama-3.1-8b"),  # without -Instruct
+        ("Llama-3.1-8B-Instruct", "llama-3.1-8b"),  # without the org
+        ("llama 3.1 8b", "llama-3.1-8b"),  # spaces normalise to dashes
+        ("  llama_3.1_8b  ", "llama-3.1-8b"),
+        ("Qwen/Qwen2.5-7B-Instruct", "qwen2.5-7b"),
+        ("Qwen/Qwen2.5-7B", "qwen2.5-7b"),
+        ("Qwen/Qwen3-32B", "qwen3-32b"),
+        ("google/gemma-2-9b-it", "gemma-2-9b"),
+        ("google/gemma-2-9b", "gemma-2-9b"),
+        ("deepseek-ai/DeepSeek-V3", "deepseek-v3"),
+        ("deepseek-ai/DeepSeek-V2-Lite", "deepseek-v2-lite"),
+        ("mistralai/Mixtral-8x7B-Instruct-v0.1", "mixtral-8x7b"),
+        ("openai/gpt-oss-120b", "gpt-oss-120b"),
+    ],
+)
+def test_model_names(catalog, name, key):
+    r = catalog.resolve_model(name)
+    assert r.spec.key == key
+    assert r.implied_weight_dtype is None
+
+
+@pytest.mark.parametrize(
+    ("name", "key", "dtype"),
+    [
+        ("meta-llama/Llama-3.1-8B-Instruct-FP8", "llama-3.1-8b", "fp8"),
+        ("Llama-3.1-8B-Instruct-FP8-dynamic", "llama-3.1-8b", "fp8"),
+        ("neuralmagic/Meta-Llama-3.1-8B-Instruct-FP8", "llama-3.1-8b", "fp8"),
+        ("Qwen/Qwen3-235B-A22B-FP8", "qwen3-235b-a22b", "fp8"),
+        ("qwen3-32b-fp8", "qwen3-32b", "fp8"),
+        ("Qwen/Qwen2.5-7B-Instruct-AWQ", "qwen2.5-7b", "int4"),
+        ("Qwen/Qwen2.5-7B-Instruct-GPTQ-Int4", "qwen2.5-7b", "int4"),
+        ("llama-3.1-8b-instruct-w8a8", "llama-3.1-8b", "int8"),
+    ],
+)
+def test_suffix_implies_weight_dtype(catalog, name, key, dtype):
+    r = catalog.resolve_model(name)
+    assert r.spec.key == key
+    assert r.implied_weight_dtype == dtype
+
+
+@pytest.mark.parametrize(
+    ("name", "key"),
+    [
+        ("h100-sxm", "h100-sxm"),
+        ("H100", "h100-sxm"),
+        ("h100 sxm", "h100-sxm"),
+        ("NVIDIA H100 80GB HBM3", "h100-sxm"),  # nvidia-smi / NVML name
+        ("nvidia h100 80gb hbm3", "h100-sxm"),
+        ("NVIDIA H100 PCIe", "h100-pcie"),
+        ("NVIDIA H100 NVL", "h100-nvl"),
+        ("NVIDIA A100-SXM4-80GB", "a100-sxm-80gb"),
+        ("NVIDIA A100-SXM4-40GB", "a100-sxm-40gb"),
+        ("NVIDIA A100 80GB PCIe", "a100-pcie-80gb"),
+        ("NVIDIA L40S", "l40s"),
+        ("NVIDIA GeForce RTX 4090", "rtx-4090"),
+        ("NVIDIA H200", "h200"),
+        ("AMD Instinct MI300X", "mi300x"),
+        ("NVIDIA H100 SXM5 80GB", "h100-sxm"),  # the catalog's display name
+    ],
+)
+def test_gpu_names(catalog, name, key):
+    assert catalog.gpu(name).key == key
+
+
+def _nearest(message: str) -> list[str]:
+    m = re.search(r"nearest: (.*) \(see `capplan (?:gpus|models)`\)$", message)
+    assert m, message
+    return m.group(1).split(", ")
+
+
+@pytest.mark.parametrize("name", ["h1000", "a100x", "tpu-v5e", "nvidia blackwell"])
+def test_unknown_gpu_lists_three_nearest(catalog, name):
+    with pytest.raises(CatalogError) as e:
+        catalog.gpu(name)
+    msg = str(e.value)
+    assert "\n" not in msg
+    assert msg.startswith(f"unknown GPU {name!r}")
+    near = _nearest(msg)
+    assert len(near) == 3
+    for n in near:  # each suggestion is itself a name that resolves
+        catalog.gpu(n)
+
+
+def test_unknown_gpu_suggests_the_close_one(catalog):
+    with pytest.raises(CatalogError) as e:
+        catalog.gpu("h1000")
+    assert "h100-sxm" in _nearest(str(e.value))
+
+
+@pytest.mark.parametrize("name", ["llama-9-8b", "meta-llama/Llama-3.1-9B", "gpt-5", "qwen9"])
+def test_unknown_model_lists_three_nearest(catalog, name):
+    with pytest.raises(CatalogError) as e:
+        catalog.resolve_model(name)
+    msg = str(e.value)
+    assert "\n" not in msg
+    assert msg.startswith(f"unknown model {name!r}")
+    near = _nearest(msg)
+    assert len(near) == 3
+    for n in near:
+        assert n in catalog.models
+
+
+def test_unknown_model_suggests_the_close_one(catalog):
+    with pytest.raises(CatalogError) as e:
+        catalog.resolve_model("meta-llama/Llama-3.1-9B-Instruct")
+    assert "llama-3.1-8b" in _nearest(str(e.value))
+
+
+def test_catalog_error_is_an_input_error():
+    # exit code 2 through the CLI's InputError branch
+    assert issubclass(CatalogError, InputError)
+    assert CatalogError.exit_code == 2

@@ -1,0 +1,118 @@
+"""Bad input exits 2 with exactly one 'Error: ...' line on stderr and no traceback."""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+
+MEM = ("memory", "--model", "llama-3.1-8b", "--gpu", "h100-sxm")
+
+# (arguments, a fragment the one error line must contain)
+BAD_INPUTS = [
+    pytest.param(("memory", "--model", "llama-9-8b", "--gpu", "h100"),
+                 "unknown model 'llama-9-8b'; nearest: ", id="unknown-model"),
+    pytest.param(("memory", "--model", "llama-3.1-8b", "--gpu", "h1000"),
+                 "unknown GPU 'h1000'; nearest: ", id="unknown-gpu"),
+    pytest.param((*MEM, "--gpu-memory-utilization", "0"), "--gpu-memory-utilization", id="util-0"),
+    pytest.param((*MEM, "--gpu-memory-utilization", "1.5"), "--gpu-memory-utilization",
+                 id="util-1.5"),
+    pytest.param((*MEM, "--gpu-memory-utilization", "nan"), "finite", id="util-nan"),
+    pytest.param((*MEM, "--gpu-memory-utilization", "inf"), "finite", id="util-inf"),
+    pytest.param((*MEM, "--gpu-memory-utilization", "-1"), "--gpu-memory-utilization",
+                 id="util-negative"),
+    pytest.param((*MEM, "--gpu-memory-utilization", "abc"), "'abc' is not a number",
+                 id="util-abc"),
+    pytest.param((*MEM, "--tp", "0"), "--tp", id="tp-0"),
+    pytest.param((*MEM, "--tp", "-2"), "--tp", id="tp-negative"),
+    pytest.param((*MEM, "--tp", "two"), "--tp", id="tp-word"),
+    pytest.param((*MEM, "--tp", "3"), "--tp 3: must divide the 32 attention heads", id="tp-3"),
+    pytest.param((*MEM, "--pp", "64"), "--pp 64", id="pp-too-many"),
+    pytest.param((*MEM, "--max-model-len", "-5"), "--max-model-len", id="max-model-len-neg"),
+    pytest.param((*MEM, "--max-model-len", "0"), "--max-model-len", id="max-model-len-0"),
+    pytest.param((*MEM, "--block-size", "0"), "--block-size", id="block-size-0"),
+    pytest.param((*MEM, "--max-num-seqs", "0"), "--max-num-seqs", id="max-num-seqs-0"),
+    pytest.param((*MEM, "--weight-dtype", "int3"), "--weight-dtype", id="weight-dtype"),
+    pytest.param((*MEM, "--kv-dtype", "int4"), "--kv-dtype", id="kv-dtype"),
+    pytest.param((*MEM, "--format", "xml"), "--format", id="format"),
+    pytest.param(("memory", "--model", "llama-3.1-8b"), "--gpu", id="missing-gpu"),
+    pytest.param(("memory", "--gpu", "h100"), "--model", id="missing-model"),
+    pytest.param((*MEM, "--frobnicate"), "--frobnicate", id="unknown-option"),
+    pytest.param(("frobnicate",), "frobnicate", id="unknown-command"),
+    pytest.param(("gpus", "--catalog-dir", "/nonexistent/capplan"), "not a folder",
+                 id="catalog-dir-missing"),
+]
+
+
+def assert_one_line_error(res, fragment: str = "") -> None:
+    assert res.exit_code == 2, (res.exit_code, res.stdout, res.stderr, res.exception)
+    assert res.exception is None, repr(res.exception)
+    assert "Traceback" not in res.stderr + res.stdout
+    lines = res.stderr.splitlines()
+    assert len(lines) == 1, res.stderr
+    assert lines[0].startswith("Error: "), lines[0]
+    assert fragment in lines[0], (fragment, lines[0])
+    assert res.stdout == ""
+
+
+@pytest.mark.parametrize(("args", "fragment"), BAD_INPUTS)
+def test_bad_input_exits_2_one_line(run_cli, args, fragment):
+    assert_one_line_error(run_cli(*args), fragment)
+
+
+@pytest.mark.parametrize(
+    ("args", "fragment"),
+    [
+        pytest.param((*MEM, "--gpu-memory-utilization", "nan"), "finite", id="util-nan"),
+        pytest.param((*MEM, "--tp", "3"), "--tp 3", id="tp-3"),
+        pytest.param(("memory", "--model", "nope-model", "--gpu", "h100"), "unknown model",
+                     id="unknown-model"),
+    ],
+)
+def test_bad_input_subprocess(run_module, args, fragment):
+    """What a shell sees from `python -m capplan`: exit 2, one line, no traceback."""
+    assert_one_line_error(run_module(*args), fragment)
+
+
+def test_unknown_gpu_names_three_nearest(run_cli):
+    res = run_cli("memory", "--model", "llama-3.1-8b", "--gpu", "h1000")
+    assert_one_line_error(res)
+    nearest = res.stderr.split("nearest: ", 1)[1].split(" (see", 1)[0].split(", ")
+    assert len(nearest) == 3 and "h100-sxm" in nearest
+
+
+# ---------------------------------------------------------------------------------------------
+# Broken catalog files given with --catalog-dir: exit 2, one line, naming the file
+# ---------------------------------------------------------------------------------------------
+
+
+def test_catalog_dir_yaml_syntax_error(run_cli, tmp_path):
+    (tmp_path / "gpus").mkdir()
+    bad = tmp_path / "gpus" / "broken.yaml"
+    bad.write_text("key: broken\nname: [unclosed\n")
+    res = run_cli("gpus", "--catalog-dir", str(tmp_path))
+    assert_one_line_error(res, str(bad))
+    assert "YAML syntax error" in res.stderr
+
+
+def test_catalog_dir_unknown_key_suggests(run_cli, tmp_path, catalog):
+    (tmp_path / "models").mkdir()
+    bad = tmp_path / "models" / "typo.yaml"
+    data = catalog.models["llama-3.1-8b"].model_dump(mode="json")
+    data["key"] = "typo"
+    data["num_layer"] = 32  # a typo of num_layers, next to the real key
+    bad.write_text(yaml.safe_dump(data))
+    res = run_cli("models", "--catalog-dir", str(tmp_path))
+    assert_one_line_error(res, str(bad))
+    assert "did you mean 'num_layers'?" in res.stderr
+
+
+def test_catalog_dir_negative_number(run_cli, tmp_path, catalog):
+    (tmp_path / "gpus").mkdir()
+    bad = tmp_path / "gpus" / "neg.yaml"
+    data = catalog.gpus["h100-sxm"].model_dump(mode="json")
+    data["key"] = "neg"
+    data["memory_mib"] = -1
+    bad.write_text(yaml.safe_dump(data))
+    res = run_cli("gpus", "--catalog-dir", str(tmp_path))
+    assert_one_line_error(res, "memory_mib")
+    assert str(bad) in res.stderr

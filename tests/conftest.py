@@ -1,0 +1,92 @@
+"""Shared fixtures: an isolated CAPPLAN_HOME for every test, and two ways to run the CLI.
+
+`run_cli` uses click's CliRunner in-process (fast; stdout and stderr kept apart);
+`run_module` runs `python -m capplan` in a subprocess, to check what a user's shell sees
+(exit code, one-line stderr, no traceback) end to end.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+from capplan.catalog.loader import Catalog, load_catalog
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+CONFIGS_DIR = Path(__file__).resolve().parent / "data" / "configs"
+
+
+@pytest.fixture(autouse=True)
+def capplan_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Point CAPPLAN_HOME at a fresh folder so no test reads or writes the user's own."""
+    home = tmp_path / "capplan-home"
+    home.mkdir()
+    monkeypatch.setenv("CAPPLAN_HOME", str(home))
+    monkeypatch.delenv("CAPPLAN_CATALOG_DIR", raising=False)
+    return home
+
+
+@pytest.fixture(scope="session")
+def catalog() -> Catalog:
+    return load_catalog()
+
+
+@dataclass(frozen=True)
+class CliResult:
+    exit_code: int
+    stdout: str
+    stderr: str
+    exception: BaseException | None = None
+
+    def json(self) -> Any:
+        return json.loads(self.stdout)
+
+    @property
+    def stderr_lines(self) -> list[str]:
+        return [line for line in self.stderr.splitlines() if line.strip()]
+
+
+def _cli_runner() -> CliRunner:
+    try:  # click >= 8.2 always keeps stderr apart; older versions need mix_stderr=False
+        return CliRunner(mix_stderr=False)  # type: ignore[call-arg]
+    except TypeError:
+        return CliRunner()
+
+
+@pytest.fixture
+def run_cli():
+    """run_cli("memory", "--model", ...) -> CliResult, in-process through main()'s error path."""
+    from capplan.cli import cli
+
+    def _run(*args: str) -> CliResult:
+        runner = _cli_runner()
+        # prog_name as the console script sets it; CapplanGroup.main turns every error into
+        # one 'Error: ...' line and a SystemExit, which CliRunner records as exit_code.
+        res = runner.invoke(cli, list(args), prog_name="capplan", catch_exceptions=True)
+        exc = res.exception if not isinstance(res.exception, SystemExit) else None
+        return CliResult(res.exit_code, res.stdout, res.stderr, exc)
+
+    return _run
+
+
+@pytest.fixture
+def run_module():
+    """run_module("memory", ...) -> CliResult from `python -m capplan` in a subprocess."""
+
+    def _run(*args: str, timeout: float = 60) -> CliResult:
+        env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
+        proc = subprocess.run(
+            [sys.executable, "-m", "capplan", *args], capture_output=True, text=True,
+            cwd=REPO_ROOT, env=env, timeout=timeout, check=False,
+        )
+        return CliResult(proc.returncode, proc.stdout, proc.stderr)
+
+    return _run

@@ -1,0 +1,114 @@
+"""Length distributions, arrival processes and trace files."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+from capplan.errors import InputError
+from capplan.sim import Lane, Workload, load_trace, parse_length
+from capplan.sim.workload import arrival_times, lognormal_sigma
+
+
+def test_fixed_uniform_lognormal():
+    rng = np.random.default_rng(0)
+    assert parse_length("800").sample(rng, 3).tolist() == [800, 800, 800]
+    u = parse_length("uniform:min=100,max=1000").sample(rng, 10000)
+    assert u.min() >= 100 and u.max() <= 1000
+    ln = parse_length("lognormal:mean=800,p99=4000")
+    x = ln.sample(rng, 200000)
+    assert x.mean() == pytest.approx(800, rel=0.02)
+    assert np.percentile(x, 99) == pytest.approx(4000, rel=0.03)
+    assert ln.mean == 800
+
+
+def test_lognormal_sigma_smaller_root():
+    s = lognormal_sigma(800, 4000)
+    assert math.exp(2.3263478740408408 * s - s * s / 2) == pytest.approx(5.0)
+    assert s < 2.3263478740408408
+    with pytest.raises(InputError, match="no lognormal"):
+        parse_length("lognormal:mean=10,p99=1000")
+    with pytest.raises(InputError, match="below mean"):
+        parse_length("lognormal:mean=100,p99=50")
+
+
+@pytest.mark.parametrize("bad", ["abc", "0", "-5", "inf", "uniform:min=5", "weird:x=1",
+                                 "lognormal:mean=a,p99=3", "uniform:min=10,max=5"])
+def test_bad_lengths(bad):
+    with pytest.raises(InputError):
+        parse_length(bad)
+
+
+def test_empirical(tmp_path):
+    p = tmp_path / "lens.csv"
+    p.write_text("tokens\n10\n20\n30\n")
+    d = parse_length(f"empirical:{p}")
+    assert set(d.sample(np.random.default_rng(0), 100).tolist()) <= {10, 20, 30}
+    assert d.mean == 20
+    p.write_text("10\nx\n")
+    with pytest.raises(InputError, match=r"lens.csv:2"):
+        parse_length(f"empirical:{p}")
+
+
+def test_gamma_burstiness_keeps_mean_rate():
+    rng = np.random.default_rng(1)
+    t = arrival_times(rng, 10.0, 100000, "gamma", 0.25)
+    gaps = np.diff(t)
+    assert gaps.mean() == pytest.approx(0.1, rel=0.03)
+    assert gaps.std() / gaps.mean() == pytest.approx(2.0, rel=0.05)  # CV = 1/sqrt(shape)
+
+
+def test_workload_is_deterministic_and_validated():
+    wl = Workload((Lane(rate_per_s=5.0), Lane(name="b", rate_per_s=1.0, priority=1)),
+                  num_requests=200)
+    a, b = wl.generate(np.random.default_rng(0)), wl.generate(np.random.default_rng(0))
+    assert np.array_equal(a.arrival_at_s, b.arrival_at_s)
+    assert np.all(np.diff(a.arrival_at_s) >= 0)
+    assert 0 < (a.lane == 1).sum() < 100
+    for lane, n in [(Lane(rate_per_s=-1.0), 10), (Lane(rate_per_s=math.inf), 10),
+                    (Lane(rate_per_s=1.0), 0), (Lane(), 10)]:
+        with pytest.raises(InputError):
+            Workload((lane,), num_requests=n).generate(np.random.default_rng(0))
+
+
+def test_trace_csv_jsonl_azure(tmp_path):
+    p = tmp_path / "t.csv"
+    p.write_text("arrival_time_s,input_tokens,output_tokens\n1.5,100,20\n0.5,50,10\n")
+    r = load_trace(p)
+    assert r.arrival_at_s.tolist() == [0.0, 1.0]
+    assert r.input_tokens.tolist() == [50, 100]
+    j = tmp_path / "t.jsonl"
+    j.write_text(json.dumps({"timestamp": 3, "prompt_tokens": 7, "output_tokens": 2}) + "\n"
+                 + json.dumps({"timestamp": 4, "prompt_tokens": 8, "output_tokens": 3}) + "\n")
+    assert load_trace(j).output_tokens.tolist() == [2, 3]
+    az = tmp_path / "AzureLLMInferenceTrace_conv.csv"
+    az.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n"
+                  "2023-11-16 18:15:46.6805900,374,44\n2023-11-16 18:15:50.9951690,396,109\n")
+    r = load_trace(az)
+    assert r.arrival_at_s.tolist() == pytest.approx([0.0, 4.314579])
+    assert r.output_tokens.tolist() == [44, 109]
+
+
+@pytest.mark.parametrize("text, msg", [
+    ("when,input_tokens,output_tokens\n1,2,3\n", r"t.csv:1: no arrival time column; expected "
+                                                 r"one of arrival_time_s, timestamp, TIMESTAMP"),
+    ("timestamp,input_tokens,output_tokens\n1,2,3\n2,-4,3\n", r"t.csv:3: input_tokens '-4'"),
+    ("timestamp,input_tokens,output_tokens\n1,2,3\n2,4,x\n", r"t.csv:3: output_tokens 'x'"),
+    ("timestamp,input_tokens,output_tokens\n", r"t.csv: empty trace"),
+    ("timestamp,prompt_tokens\n1,2\n", r"t.csv:1: no output tokens column"),
+])
+def test_bad_traces(tmp_path, text, msg):
+    p = tmp_path / "t.csv"
+    p.write_text(text)
+    with pytest.raises(InputError, match=msg):
+        load_trace(p)
+
+
+def test_bad_jsonl_line(tmp_path):
+    p = tmp_path / "t.jsonl"
+    p.write_text('{"timestamp": 1, "input_tokens": 2, "output_tokens": 3}\n{oops\n')
+    with pytest.raises(InputError, match=r"t.jsonl:2: not valid JSON"):
+        load_trace(p)
