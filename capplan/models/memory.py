@@ -245,10 +245,12 @@ def kv_bytes_for_sequence(model: ModelSpec, seq_len: float, tp: int, kv_bytes: f
 # Activation peak and runtime overhead
 # ---------------------------------------------------------------------------------------------
 
-SAMPLER_BYTES_PER_LOGIT = 16.0
-"""Peak bytes per (sequence, vocab entry) during vLLM's dummy sampler run: fp32 logits (4),
-their sorted copy (4) and int64 sort indices (8) live together in top-k/top-p (vLLM
-v1/sample/ops/topk_topp_sampler.py apply_top_k_top_p). See docs/memory.md."""
+SAMPLER_BYTES_PER_LOGIT = 27.0
+"""Peak bytes per (sequence, vocab entry) during vLLM V1's dummy sampler run (top-k and top-p
+on, as the dummy metadata sets them), tensors alive together inside
+v1/sample/ops/topk_topp_sampler.py apply_top_k_top_p: the bf16 logits from compute_logits (2),
+their fp32 copy (4), the sorted values (4) and int64 indices (8), softmax of the sorted
+logits (4), the top-p mask (1) and the scattered result (4). See docs/memory.md."""
 
 
 def activation_peak_bytes(model: ModelSpec, settings: EngineSettings, act_bytes: float) -> float:
@@ -274,10 +276,11 @@ def activation_peak_bytes(model: ModelSpec, settings: EngineSettings, act_bytes:
 
 
 # Non-torch memory vLLM's profiler sees grow (cuBLAS/cuBLASLt workspaces, allocator slack):
-# ~0.13-0.2 GiB at TP=1 in vLLM logs; with TP>1 NCCL communicators and vLLM's custom
-# all-reduce buffers add about 0.3-0.6 GiB more (docs/memory.md).
+# 0.07-0.16 GiB at TP=1 in vLLM >= 0.9 logs; TP=2 and TP=8 runs log 0.21-0.30 GiB (NCCL and
+# custom all-reduce buffers allocated before the baseline snapshot are not counted)
+# (docs/research/vllm_kv_logs*.md).
 NON_TORCH_BASE_BYTES = 0.15 * GIB_BYTES
-NON_TORCH_TP_BYTES = 0.5 * GIB_BYTES
+NON_TORCH_TP_BYTES = 0.1 * GIB_BYTES
 # CUDA graph capture: vLLM logs "Graph capturing finished ... took 0.3-1.5 GiB"; it grows with
 # the number of capture sizes and layers. Modelled as a base plus a per-layer cost.
 CUDA_GRAPH_BASE_BYTES = 0.25 * GIB_BYTES

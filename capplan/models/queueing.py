@@ -41,16 +41,25 @@ class LengthStats:
     mean: float
     mean_sq: float
     q: dict[str, float]
+    table: tuple[float, ...] = ()
+    """Quantiles at 0, 0.005, ..., 1 (201 points) for interpolation; empty = fixed length."""
 
     @classmethod
     def from_samples(cls, x: ArrayLike) -> LengthStats:
         a = np.asarray(x, float)
         return cls(float(a.mean()), float((a * a).mean()),
-                   {k: float(np.quantile(a, p)) for k, p in QUANTILES.items()})
+                   {k: float(np.quantile(a, p)) for k, p in QUANTILES.items()},
+                   tuple(np.quantile(a, np.linspace(0, 1, 201)).tolist()))
 
     @classmethod
     def fixed(cls, n: float) -> LengthStats:
         return cls(float(n), float(n) ** 2, {k: float(n) for k in QUANTILES})
+
+    def quantile(self, u: ArrayLike) -> np.ndarray:
+        """Length at quantile level(s) u in [0, 1]."""
+        if not self.table:
+            return np.full(np.shape(u), self.mean)
+        return np.interp(np.clip(u, 0.0, 1.0), np.linspace(0, 1, 201), self.table)
 
     @property
     def var(self) -> float:
@@ -74,6 +83,19 @@ def _poisson_erlang_c(c: np.ndarray, a: np.ndarray) -> np.ndarray:
     c = np.maximum(np.floor(c), 1.0)
     b = stats.poisson.pmf(c, a) / np.maximum(stats.poisson.cdf(c, a), 1e-300)
     return np.clip(c * b / np.maximum(c - a * (1 - b), 1e-12), 0.0, 1.0)
+
+
+def _poisson_quantile(m: np.ndarray, p: float, kmax: int = 64) -> np.ndarray:
+    """Smallest k with P(Poisson(m) <= k) >= p, vectorised (k capped at kmax)."""
+    m = np.asarray(m, float)
+    term = np.exp(-m)
+    cdf = term.copy()
+    k = np.zeros_like(m)
+    for i in range(1, kmax + 1):
+        k = np.where(cdf < p, i, k)
+        term = term * m / i
+        cdf = cdf + term
+    return k
 
 
 def _exp_tail_quantile(p_wait: np.ndarray, mean_wait: np.ndarray, p: float) -> np.ndarray:
@@ -184,6 +206,7 @@ class QueueModel:
         wq_c = np.where(a < c, p_wait * slot_s / np.maximum(c - a, 1e-9) * (self.ca2 + cs2) / 2,
                         np.inf)
         stable = exists & (rho_p < 1) & (a < c) & (lam * inp.mean * tau < budget)
+        m_chunks = lam * tau * s["n"]
         res: dict[str, Any] = {"stable": stable, "step_s": tau, "decode_step_s": t_dec,
                                "prefill_step_s": t_pf, "prefill_step_frac": s["f"]}
         ttft: dict[str, Any] = {"mean": tau / 2 + wq_p + own_mean + wq_c}
@@ -199,11 +222,19 @@ class QueueModel:
             ]
             excess = np.sqrt(sum(np.maximum(x, 0.0) ** 2 for x in ex))
             ttft[name] = ttft["mean"] + excess
-            # TBT: a gap is a decode-only step w.p. 1-f, else a step carrying a prefill chunk.
-            f = s["f"]
-            tbt[name] = np.where(p <= 1 - f, t_dec,
-                                 np.maximum(t_dec, self._mixed(b, np.minimum(
-                                     np.maximum(inp.q[name], s["chunk"]), budget))))
+            # TBT: every gap is one step. The number of prefill chunks landing in a step is
+            # Poisson with mean m = lambda * tau * E[chunks]; a step with k of them carries
+            # min(k * chunk, budget) prompt tokens. The p-quantile gap is the step at the
+            # p-quantile of k (k = 0: a decode-only step).
+            # With one chunk in the step, its size is the prompt length at the conditional
+            # level u = (p - P(0)) / P(1); with more, about k mean prompts.
+            k = _poisson_quantile(m_chunks, p)
+            p0 = np.exp(-m_chunks)
+            p1 = np.maximum(m_chunks * p0, 1e-12)
+            one = inp.quantile((p - p0) / p1)
+            tokens = np.minimum(np.where(k < 1.5, one, k * inp.mean), budget)
+            tbt[name] = np.where(k < 0.5, t_dec,
+                                 np.maximum(t_dec, self._mixed(b, np.maximum(tokens, 1.0))))
             dec_excess = max(out.q[name] - out.mean, 0.0) * tau
             e2e[name] = e2e["mean"] + np.sqrt(excess**2 + dec_excess**2)
         running = b + lam * own_mean
@@ -244,10 +275,14 @@ class QueueModel:
     def capacity_rate(self) -> np.ndarray:
         """Largest stable arrival rate (requests/s), by bisection on the stability test."""
         lo = np.zeros(np.shape(self.cap))
-        tau0 = self._mean_step(np.ones_like(lo) * 1e-9, np.zeros_like(lo))["tau"]
-        per_req = self.inp.mean + self.out.mean
-        hi = np.broadcast_to(self.mnbt / np.maximum(tau0, 1e-6) / max(per_req, 1.0) * 4,
-                             lo.shape).copy()
+        # Upper bounds: a step computes at most mnbt tokens and lasts at least a 1-token step;
+        # prompts go no faster than full-budget prefill chunks.
+        one = self._decode(np.ones_like(lo))
+        full = self._mixed(np.zeros_like(lo), self.mnbt)
+        per_req = max(self.inp.mean + self.dec_tokens, 1.0)
+        hi = np.minimum(self.mnbt / np.maximum(one, 1e-9) / per_req,
+                        self.mnbt / np.maximum(full, 1e-9) / max(self.inp.mean, 1.0))
+        hi = np.broadcast_to(hi * 1.05, lo.shape).copy()
         for _ in range(20):
             mid = 0.5 * (lo + hi)
             ok = self.stable(mid)
@@ -263,7 +298,7 @@ class QueueModel:
         """
         conc = float(concurrency)
         lo, hi = 1e-9, conc / max(float(self.at_rate(1e-9)["e2e_s"]["mean"]), 1e-9)
-        for _ in range(60):
+        for _ in range(36):
             lam = 0.5 * (lo + hi)
             r = self._closed_at(lam, conc)
             implied = conc / r["e2e_s"]["mean"] if np.isfinite(r["e2e_s"]["mean"]) else 0.0

@@ -252,7 +252,9 @@ def _plan_pool(cat: Catalog, plan: PlanFile, model: ModelSpec, lanes: list[Lane]
             f") with TP in {list(space.tps)} at max_model_len {space.max_model_len}: add larger "
             "GPUs, more TP, or a smaller dtype")
     evals, qm, extra = analytic_search(steps, meta, t, plan.headroom)
-    feasible = [e for e in evals if e.max_rate_per_s > 0]
+    # A configuration needing thousands of replicas is a rounding artefact of the bisection
+    # near zero rate, not a plan.
+    feasible = [e for e in evals if e.max_rate_per_s > 0 and e.replicas <= 4096]
     if not feasible:
         raise InfeasibleError(nearest_miss(evals, qm, extra["floor"], t))
     described = [_describe(e, t, plan.headroom, steps) for e in feasible]

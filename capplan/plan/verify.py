@@ -1,8 +1,53 @@
-"""Simulator verification of a recommendation (placeholder until the simulator API settles)."""
+"""Check recommendations with the simulator: the same step model, the lanes' own arrival
+processes, lengths and priorities, at the per-replica rate."""
+
 from __future__ import annotations
 
 from typing import Any
 
+from capplan.sim import simulate
+from capplan.sim.workload import Lane as SimLane
+from capplan.sim.workload import Workload, parse_length
+
+_SEED = 7
+
+
+def _sim_lanes(ctx: Any, replicas: int) -> tuple[SimLane, ...]:
+    return tuple(
+        SimLane(name=ln.name, rate_per_s=ln.rate_per_s / replicas, arrival=ln.arrival,
+                burstiness=ln.burstiness, input_len=parse_length(str(ln.input_len)),
+                output_len=parse_length(str(ln.output_len)), priority=ln.priority)
+        for ln in ctx.lanes)
+
 
 def simulate_recommendation(r: dict[str, Any], ctx: Any) -> dict[str, Any]:
-    return {"ok": True, "reason": "", "simulated": None}
+    """Simulate one replica of recommendation r at its per-replica rate; ok if every SLO holds."""
+    wl = Workload(_sim_lanes(ctx, r["replicas"]), num_requests=ctx.requests)
+    res = simulate(ctx.step, workload=wl, seed=_SEED, scheduler="continuous",
+                   num_gpu_blocks=ctx.num_gpu_blocks, block_size=ctx.block_size,
+                   max_num_seqs=r["max_num_seqs"],
+                   max_num_batched_tokens=r["max_num_batched_tokens"]).to_dict()
+    t = ctx.traffic
+    misses = []
+    for key, slo, name in (("ttft_s", t.ttft_p99_s, "p99 TTFT"), ("tbt_s", t.tbt_p99_s,
+                                                                 "p99 TBT"),
+                           ("e2e_s", t.e2e_p99_s, "p99 E2E")):
+        if slo is not None and res[key]["p99"] > slo:
+            misses.append(f"{name} {res[key]['p99'] * 1e3:.0f} ms > {slo * 1e3:.0f} ms")
+    keep = ("ttft_s", "tbt_s", "e2e_s", "tpot_s", "output_tokens_per_s", "requests_per_s",
+            "mean_running_batch", "preemptions", "kv_peak_utilization")
+    return {"ok": not misses, "reason": "; ".join(misses),
+            "requests": ctx.requests, "simulated": {k: res[k] for k in keep if k in res}}
+
+
+def simulate_closed_loop(dep: Any, concurrency: int, isl: int, osl: int, requests: int = 400
+                         ) -> dict[str, Any]:
+    """A closed loop of `concurrency` clients with fixed lengths, on one deployment."""
+    lane = SimLane(name="bench", input_len=parse_length(isl), output_len=parse_length(osl))
+    wl = Workload((lane,), num_requests=requests, concurrency=concurrency)
+    s = dep.settings
+    return simulate(dep.step, workload=wl, seed=_SEED, scheduler="continuous",
+                    num_gpu_blocks=dep.memory.num_gpu_blocks, block_size=s.block_size,
+                    max_num_seqs=s.max_num_seqs,
+                    max_num_batched_tokens=max(s.max_num_batched_tokens, s.max_num_seqs)
+                    ).to_dict()

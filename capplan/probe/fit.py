@@ -6,8 +6,8 @@ or `.prefill_chunk(...)`), so a fitted calibration is exactly what `capplan spee
 Microbenchmarks pin the fractions they measure directly, as weak priors
 `sqrt(PRIOR_WEIGHT) * log(param / measured)`: copy bandwidth -> mem_bw_frac, the best bf16
 matrix product -> gemm_frac, decode attention KV bandwidth -> attn_bw_frac, causal prefill
-attention FLOP/s -> attn_frac. Bounds: fractions in (0, 1], overheads >= 0. A soft-L1 loss (f_scale 10%) keeps one
-noisy sample (a shared CPU, a clock change) from dragging the fit.
+attention FLOP/s -> attn_frac. Bounds: fractions in (0, 1], overheads >= 0. A soft-L1 loss
+(f_scale 10%) keeps one noisy sample (a shared CPU, a clock change) from dragging the fit.
 Reference: scipy.optimize.least_squares (trust-region reflective, Branch et al. 1999).
 """
 
@@ -139,8 +139,8 @@ def fit_calibration(model: ModelSpec, gpu: GpuSpec, samples: list[dict[str, Any]
         pr = [w * math.log(x[i] / priors[n]) for i, n in enumerate(FIT_PARAMS) if n in priors]
         return np.concatenate([r, np.array(pr, float)])
 
-    sol = least_squares(resid, x0, bounds=(lo, hi), x_scale=scale, method="trf", loss="soft_l1", f_scale=0.1,
-                        max_nfev=400 * len(FIT_PARAMS))
+    sol = least_squares(resid, x0, bounds=(lo, hi), x_scale=scale, method="trf",
+                        loss="soft_l1", f_scale=0.1, max_nfev=400 * len(FIT_PARAMS))
     cal = cal_of(sol.x)
     if "gemm_frac_low_precision" in all_priors:  # fp8 GEMMs: pinned by the microbenchmark only
         cal = cal.with_(gemm_frac_low_precision=all_priors["gemm_frac_low_precision"])

@@ -10,7 +10,7 @@ waiting queue, and its prompt plus the tokens it generated are computed again. A
 preemption admits no waiting request (vLLM V1 `Scheduler.schedule`).
 
 Speed: per-sequence state is lazy (a decoding sequence stores the step it started decoding), sums
-are kept incrementally, finishes and block-boundary crossings sit in heaps, so a step costs O(events)
+are kept incrementally, finishes sit in a heap and block-boundary crossings in per-step buckets, so a step costs O(events)
 in Python. Step times come from `StepModel.step`, evaluated for a window of steps in one vectorised
 call; only arrival times need the clock, so a window is scheduled against estimated step times and
 checked against the exact ones; from the first step where an arrival would have been seen
@@ -36,7 +36,7 @@ from capplan.sim.workload import Requests
 # per-sequence record fields
 TGT, NC, GEN, G0, EP, LAST, FIRST, FIN, ADM, ARRS, KEY = range(11)
 NUM_STEP_INPUTS = 10
-WINDOW_MAX = 96
+WINDOW_MAX = 32
 """Longest speculated window in open loop: longer ones are mostly rolled back."""
 _STEP_KEYS = ("num_decode", "decode_kv_tokens", "decode_kv_tokens_window", "prefill_tokens",
               "prefill_pairs", "prefill_pairs_window", "prefill_kv_read",
@@ -107,7 +107,8 @@ class _State:
         self.prefilling: list[int] = []
         self.waiting: list[tuple] = []
         self.fin_heap: list[tuple] = []
-        self.blk_heap: list[tuple] = []
+        self.blk_due: dict[int, list[tuple[int, int]]] = {}
+        """step -> decoding sequences whose next token starts a new KV block then"""
         self.win_heap: list[tuple] = []
         self.g = 0
         self.nxt = 0
@@ -148,7 +149,7 @@ class _State:
     def _snapshot(self) -> tuple:
         self.saved = {}
         return (dict(self.running), self.prefilling[:], self.waiting[:], self.fin_heap[:],
-                self.blk_heap[:], self.win_heap[:], len(self.log), len(self.gaps),
+                {k: v[:] for k, v in self.blk_due.items()}, self.win_heap[:], len(self.log), len(self.gaps),
                 (self.g, self.nxt, self.free, self.n_dec, self.sum_nc, self.sum_capw,
                  self.n_below, self.admit_ctr, self.preemptions, self.done))
 
@@ -156,9 +157,10 @@ class _State:
         for s, fields in self.saved.items():
             self.rec[s][:] = fields
         self.saved = {}
-        (self.running, self.prefilling, self.waiting, self.fin_heap, self.blk_heap,
+        (self.running, self.prefilling, self.waiting, self.fin_heap, self.blk_due,
          self.win_heap, nlog, ngaps, scal) = (dict(snap[0]), snap[1][:], snap[2][:], snap[3][:],
-                                              snap[4][:], snap[5][:], snap[6], snap[7], snap[8])
+                                              {k: v[:] for k, v in snap[4].items()}, snap[5][:],
+                                              snap[6], snap[7], snap[8])
         del self.log[nlog:]
         del self.gaps[ngaps:]
         (self.g, self.nxt, self.free, self.n_dec, self.sum_nc, self.sum_capw, self.n_below,
@@ -200,14 +202,11 @@ class _State:
 
     # -- one step ---------------------------------------------------------------------------
     def _decode_blocks(self) -> None:
-        g, rec, bs, bh = self.g, self.rec, self.e.bs, self.blk_heap
-        need = []
-        while bh and bh[0][0] <= g:
-            _, s, ep = heappop(bh)
-            if rec[s][EP] == ep and rec[s][G0] >= 0:
-                need.append(s)
-        if not need:
+        g, rec, bs = self.g, self.rec, self.e.bs
+        due = self.blk_due.pop(g, None)
+        if not due:
             return
+        need = [s for s, ep in due if rec[s][EP] == ep and rec[s][G0] >= 0]
         if self.free < len(need):
             pending = set(need)
             while self.free < len(pending):
@@ -216,8 +215,9 @@ class _State:
                 pending.discard(v)
             need = [s for s in need if s in pending]
         self.free -= len(need)
+        nxt = self.blk_due.setdefault(g + bs, [])
         for s in need:
-            heappush(bh, (g + bs, s, rec[s][EP]))
+            nxt.append((s, rec[s][EP]))
 
     def _prefill_running(self) -> None:
         rec, bs = self.rec, self.e.bs
@@ -356,7 +356,7 @@ class _State:
                     self.n_below += 1
                     heappush(self.win_heap, (g1 + e.w - ctx, s, ep))
             heappush(fh, (g1 + O[s] - r[GEN] - 1, s, ep))
-            heappush(self.blk_heap, (g1 + (-nc) % e.bs, s, ep))
+            self.blk_due.setdefault(g1 + (-nc) % e.bs, []).append((s, ep))
         self.g = g1
 
     def _exec(self) -> tuple:
@@ -480,7 +480,7 @@ class _Estimator:
         nd, kv, kvw = (float(x) for x in (comp[:3] if comp else (1, 1, 1)))
         if self.base is not None:
             bn, bk = self.base[0], self.base[1]
-            if abs(nd - bn) <= 0.02 * bn + 1 and abs(kv - bk) <= 0.2 * bk + 256:
+            if abs(nd - bn) <= 0.03 * bn + 1 and abs(kv - bk) <= 0.2 * bk + 256:
                 return
         nd, kv, kvw = max(nd, 1.0), max(kv, 1.0), max(kvw, 1.0)
         x = self.grid
