@@ -131,22 +131,24 @@ class StepModel:
     def _kernel(self, bd, kv_full, kv_win, tp_, pairs, pairs_w, pre_read, pre_read_w, nps,
                 logits, detail=True) -> dict[str, np.ndarray]:  # noqa: ANN001
         tokens = bd + tp_
-        # MoE: expected distinct experts touched per layer, uniform routing.
-        e = np.asarray(self.num_experts, float)
-        k = np.asarray(self.experts_per_tok, float)
-        safe_e = np.where(e > 0, e, 1.0)
-        touched = np.where(e > 0, e * (1.0 - (1.0 - k / safe_e) ** tokens), 0.0)
-        expert_bytes = self.num_moe_layers * touched * self.expert_bytes
         dense_mem = self.dense_weight_bytes / self.mem_bytes_per_s
-        expert_mem = expert_bytes / self.mem_bytes_per_s
         eff = tokens / (tokens + self.gemm_half_tokens)
         dense_cmp = (tokens * self.dense_flops_per_token + logits * self.lm_head_flops_per_token) / (
             self.gemm_flops_per_s * np.maximum(eff, 1e-12))
-        rows_per_expert = np.where(touched > 0, tokens * k / np.maximum(touched, 1e-12), 0.0)
-        eff_e = rows_per_expert / (rows_per_expert + self.gemm_half_tokens)
-        expert_cmp = tokens * self.expert_flops_per_token / (
-            self.gemm_flops_per_s * np.maximum(eff_e, 1e-12))
-        linear = smooth_max(dense_mem, dense_cmp) + smooth_max(expert_mem, expert_cmp)
+        linear = smooth_max(dense_mem, dense_cmp)
+        expert_mem = expert_cmp = 0.0
+        if np.any(np.asarray(self.num_experts) > 0):
+            # MoE: expected distinct experts touched per layer, uniform routing.
+            e = np.asarray(self.num_experts, float)
+            k = np.asarray(self.experts_per_tok, float)
+            safe_e = np.where(e > 0, e, 1.0)
+            touched = np.where(e > 0, e * (1.0 - (1.0 - k / safe_e) ** tokens), 0.0)
+            expert_mem = self.num_moe_layers * touched * self.expert_bytes / self.mem_bytes_per_s
+            rows = np.where(touched > 0, tokens * k / np.maximum(touched, 1e-12), 0.0)
+            eff_e = rows / (rows + self.gemm_half_tokens)
+            expert_cmp = tokens * self.expert_flops_per_token / (
+                self.gemm_flops_per_s * np.maximum(eff_e, 1e-12))
+            linear = linear + smooth_max(expert_mem, expert_cmp)
         # Attention: KV read and FLOPs, full and sliding-window layers.
         kv_tokens = self.full_layers * (kv_full + pre_read + tp_) + self.window_layers * (
             kv_win + pre_read_w + tp_)

@@ -32,6 +32,7 @@ from capplan.models.perf import StepModel
 
 QUANTILES = {"p50": 0.50, "p90": 0.90, "p99": 0.99}
 _TAU_MAX_S = 60.0
+_FP_ITERS = 10
 
 
 @dataclass(frozen=True)
@@ -145,7 +146,8 @@ class QueueModel:
         return np.maximum(1.0, self.inp.mean / budget + 0.5 * np.minimum(1.0, self.inp.mean / budget))
 
     def _mean_step(self, lam: np.ndarray, tau: np.ndarray) -> dict[str, np.ndarray]:
-        b = np.minimum(lam * self.dec_tokens * tau, self.cap)
+        # At least a sliver of a sequence, so that a step always costs its fixed overheads.
+        b = np.maximum(np.minimum(lam * self.dec_tokens * tau, self.cap), 1e-9)
         budget = self._chunk_budget(b)
         n = self._n_chunks(budget)
         f = 1.0 - np.exp(-lam * tau * n)
@@ -158,15 +160,31 @@ class QueueModel:
                 "chunk": chunk, "n": n}
 
     def _fixed_point(self, lam: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Mean step time solving tau = T(tau), by bisection; and whether it exists."""
-        lo = np.broadcast_to(self._mean_step(lam, np.zeros_like(lam))["tau"], lam.shape).copy()
+        """Mean step time solving tau = T(tau), and whether it exists.
+
+        g(tau) = T(tau) - tau is positive at tau = 0 and, when a fixed point exists, negative
+        at _TAU_MAX_S. T is close to affine in tau (B and P grow linearly with it), so the
+        Illinois variant of regula falsi converges in a few vectorised steps.
+        """
+        lo = np.zeros(np.broadcast_shapes(np.shape(lam), np.shape(self.cap)))
+        g_lo = self._mean_step(lam, lo)["tau"] - lo
         hi = np.full_like(lo, _TAU_MAX_S)
-        exists = (self._mean_step(lam, hi)["tau"] - hi) <= 0
-        for _ in range(26):
-            mid = 0.5 * (lo + hi)
-            g = self._mean_step(lam, mid)["tau"] - mid
-            lo = np.where(g > 0, mid, lo)
-            hi = np.where(g > 0, hi, mid)
+        g_hi = self._mean_step(lam, hi)["tau"] - hi
+        exists = g_hi <= 0
+        side = np.zeros_like(lo)
+        for _ in range(_FP_ITERS):
+            den = g_lo - g_hi
+            x = np.where(den > 0, (lo * -g_hi + hi * g_lo) / np.where(den > 0, den, 1.0),
+                         0.5 * (lo + hi))
+            x = np.clip(x, lo, hi)
+            g = self._mean_step(lam, x)["tau"] - x
+            pos = g > 0
+            # Illinois: halve the stale end's g when the same side is kept twice.
+            g_hi = np.where(pos & (side > 0), 0.5 * g_hi, g_hi)
+            g_lo = np.where(~pos & (side < 0), 0.5 * g_lo, g_lo)
+            lo, g_lo = np.where(pos, x, lo), np.where(pos, g, g_lo)
+            hi, g_hi = np.where(pos, hi, x), np.where(pos, g_hi, g)
+            side = np.where(pos, 1.0, -1.0)
         return hi, exists
 
     # -- public ------------------------------------------------------------------------------
@@ -283,7 +301,7 @@ class QueueModel:
         hi = np.minimum(self.mnbt / np.maximum(one, 1e-9) / per_req,
                         self.mnbt / np.maximum(full, 1e-9) / max(self.inp.mean, 1.0))
         hi = np.broadcast_to(hi * 1.05, lo.shape).copy()
-        for _ in range(20):
+        for _ in range(13):
             mid = 0.5 * (lo + hi)
             ok = self.stable(mid)
             lo = np.where(ok, mid, lo)

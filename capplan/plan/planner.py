@@ -116,13 +116,23 @@ def _single_qm(meta: dict[str, Any], step: Any, e: Evaluated, t: Traffic) -> Que
                                                  e.kv_cache_tokens), t.arrival_scv)
 
 
-def _describe(e: Evaluated, t: Traffic, headroom: float, steps: list[Any]) -> dict[str, Any]:
+def _rank_stub(e: Evaluated) -> dict[str, Any]:
+    """Just what rank_key reads, to pick the best configuration of each group cheaply."""
+    gpus = e.replicas * e.settings.tp * e.settings.pp
+    return {"cost_per_hour": cost_per_hour(e.gpu, gpus), "gpus_total": gpus,
+            "replicas": e.replicas, "capacity_per_replica_rps": e.max_rate_per_s,
+            "predicted": {"ttft_s": {"p99": e.ttft_p99_s}}}
+
+
+def _describe(e: Evaluated, t: Traffic, headroom: float, steps: list[Any],
+              pred_arrays: dict[str, Any] | None = None) -> dict[str, Any]:
     s = e.settings
     replicas = e.replicas or replicas_for(t.rate_per_s, e.max_rate_per_s, headroom)
     gpus_total = replicas * s.tp * s.pp
     per_replica = t.rate_per_s / replicas
-    pred = e.predicted
-    if pred is None:
+    if pred_arrays is not None:
+        pred = summarize(pred_arrays, (e.step_index, e.combo_index))
+    else:
         qm = _single_qm({}, steps[e.step_index], e, t)
         pred = summarize(qm.at_rate(np.asarray(per_replica)))
     margins = {}
@@ -257,14 +267,17 @@ def _plan_pool(cat: Catalog, plan: PlanFile, model: ModelSpec, lanes: list[Lane]
     feasible = [e for e in evals if e.max_rate_per_s > 0 and e.replicas <= 4096]
     if not feasible:
         raise InfeasibleError(nearest_miss(evals, qm, extra["floor"], t))
-    described = [_describe(e, t, plan.headroom, steps) for e in feasible]
     key = rank_key(plan.objective)
-    best_by_group: dict[tuple, dict[str, Any]] = {}
-    for r in described:
-        g = (r["gpu"], r["tp"], r["weight_dtype"], r["kv_dtype"])
-        if g not in best_by_group or key(r) < key(best_by_group[g]):
-            best_by_group[g] = r
-    ranked = sorted(best_by_group.values(), key=key)
+    best_by_group: dict[tuple, tuple[tuple, Evaluated]] = {}
+    for e in feasible:
+        s = e.settings
+        g = (e.gpu.key, s.tp, s.weight_dtype, s.kv_dtype)
+        k = key(_rank_stub(e))
+        if g not in best_by_group or k < best_by_group[g][0]:
+            best_by_group[g] = (k, e)
+    described = [_describe(e, t, plan.headroom, steps, extra["pred"])
+                 for _, e in best_by_group.values()]
+    ranked = sorted(described, key=key)
     warnings: list[str] = []
     if verify is not None and plan.verify.top > 0:
         ranked = _verify(ranked, described, plan, model, lanes, t, steps, meta, verify, key,

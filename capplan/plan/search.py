@@ -26,7 +26,7 @@ from capplan.plan.deployment import calibration_for
 DEFAULT_SEQS = (64, 128, 256, 512, 1024)
 DEFAULT_CHUNKS = (512, 1024, 2048, 4096, 8192, 16384)
 DEFAULT_TPS = (1, 2, 4, 8)
-_BISECT = 16
+_BISECT = 13
 
 
 @dataclass(frozen=True)
@@ -69,8 +69,8 @@ class Evaluated:
     step_index: int
     combo_index: int
     replicas: int = 0
-    predicted: dict[str, Any] | None = None
-    """Analytic latency and throughput at the per-replica rate (target / replicas)."""
+    ttft_p99_s: float = math.inf
+    """Analytic p99 TTFT at the per-replica rate (target / replicas), for ranking ties."""
 
 
 def stack_step_models(models: list[StepModel]) -> StepModel:
@@ -180,8 +180,8 @@ def analytic_search(steps: list[StepModel], meta: list[dict[str, Any]], t: Traff
                 kv_cache_tokens=int(kv[i, j]), max_rate_per_s=float(lo[i, j]),
                 capacity_per_s=float(cap[i, j]), binding_constraint=str(binding[i, j]),
                 step_index=i, combo_index=j, replicas=int(reps[i, j]),
-                predicted=summarize(pred, (i, j))))
-    return results, qm, {"floor": floor, "stack": sm}
+                ttft_p99_s=float(pred["ttft_s"]["p99"][i, j])))
+    return results, qm, {"floor": floor, "stack": sm, "pred": pred}
 
 
 def replicas_for(rate: float, per_replica: float, headroom: float) -> int:
