@@ -89,6 +89,7 @@ def parse_bytes(text: str | float) -> float:
     if isinstance(text, int | float):
         return float(text)
     value, unit = _split(text)
+    unit = unit or "b"
     if unit not in _SIZE_UNITS:
         raise ValueError(f"unknown size unit {unit!r} in {text!r} (use B, GB, GiB, MiB...)")
     return value * _SIZE_UNITS[unit]

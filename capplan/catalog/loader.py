@@ -70,6 +70,7 @@ def _norm(name: str) -> str:
 
 # Checkpoint-name suffixes that do not change the architecture; some imply the weight dtype.
 _SUFFIX_DTYPE: list[tuple[str, str | None]] = [
+    ("-quantized.w8a8", "int8"), ("-quantized.w4a16", "int4"), ("-quantized.w8a16", "int8"),
     ("-fp8-dynamic", "fp8"), ("-fp8", "fp8"), ("-w8a8", "int8"), ("-int8", "int8"),
     ("-w4a16", "int4"), ("-awq", "int4"), ("-gptq-int4", "int4"), ("-gptq", "int4"),
     ("-int4", "int4"), ("-nvfp4", "fp4"), ("-fp4", "fp4"), ("-mxfp4", "fp4"),

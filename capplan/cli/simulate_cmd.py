@@ -98,10 +98,12 @@ def _workload(kw: dict[str, Any], rate: float | None, concurrency: int | None,
 @engine_options
 @format_option
 @catalog_option
+@click.option("--plot", "plot_dir", default=None,
+              help="Write PNG/SVG charts (KV-cache use, running and waiting over time).")
 def simulate_cmd(model: str, gpu: str, rate: float | None, concurrency: int | None,
                  trace: str | None, seed: int, scheduler: str, batch_size: int | None,
                  batch_timeout: float, no_chunked_prefill: bool, fmt: str,
-                 catalog_dir: tuple[str, ...], **kw: Any) -> None:
+                 catalog_dir: tuple[str, ...], plot_dir: str | None, **kw: Any) -> None:
     """Simulate an engine step by step under a workload: latency, throughput, KV use."""
     names = _schedulers(scheduler)
     wl = _workload(kw, rate, concurrency, trace)
@@ -136,6 +138,14 @@ def simulate_cmd(model: str, gpu: str, rate: float | None, concurrency: int | No
                                               **opts).to_dict()
         else:
             results[name] = run_scheduler(dep.step, reqs, wl.lanes, **opts).to_dict()
+    if plot_dir:
+        from capplan.export.plots import plot_sim
+
+        first = results[names[0]]
+        ts = first.get("time_series") or {}
+        kv = ts.get("kv_utilization", [])
+        for path in plot_sim({**first, "timeseries": {**ts, "kv_utilization": kv}}, plot_dir):
+            click.echo(f"wrote {path}", err=True)
     head = {"model": resolved.spec.key, "gpu": g.key, "tp": s.tp, "pp": s.pp,
             "max_num_seqs": s.max_num_seqs, "max_num_batched_tokens": s.max_num_batched_tokens,
             "num_gpu_blocks": dep.memory.num_gpu_blocks, "seed": seed,

@@ -224,11 +224,16 @@ def kv_bytes_per_token(model: ModelSpec, tp: int, kv_bytes: float, pp: int = 1) 
 
 
 def kv_bytes_for_sequence(model: ModelSpec, seq_len: float, tp: int, kv_bytes: float,
-                          block_size: int = 16, pp: int = 1) -> float:
+                          block_size: int = 16, pp: int = 1,
+                          max_num_batched_tokens: int | None = None) -> float:
     """KV bytes a sequence of seq_len tokens holds on one GPU, in whole blocks.
 
-    Full-attention layers hold ceil(L / block_size) blocks; sliding-window layers hold at most
-    ceil((window - 1) / block_size) + 1 blocks (vLLM SlidingWindowSpec.max_memory_usage_bytes).
+    Full-attention layers hold ceil(L / block_size) blocks. Sliding-window layers:
+    - max_num_batched_tokens None: the steady decode footprint, min(ceil(L / bs),
+      ceil((window - 1) / bs) + 1) blocks (blocks behind the window are freed);
+    - else vLLM's reservation, ceil(min(window - 1 + max_num_batched_tokens, L) / bs) + 1
+      blocks: a prefill chunk needs the window behind its first token
+      (SlidingWindowSpec.max_memory_usage_bytes, the figure behind "Maximum concurrency").
     """
     per_layer = kv_bytes_per_token_per_layer(model, tp, kv_bytes)
     layers = cdiv(model.num_layers, pp)
@@ -236,8 +241,12 @@ def kv_bytes_for_sequence(model: ModelSpec, seq_len: float, tp: int, kv_bytes: f
     full_blocks = math.ceil(seq_len / block_size)
     blocks = layers * full_blocks
     if sliding and model.sliding_window:
-        window_blocks = cdiv(model.sliding_window - 1, block_size) + 1
-        blocks = (layers - sliding) * full_blocks + sliding * min(full_blocks, window_blocks)
+        if max_num_batched_tokens is None:
+            win = min(full_blocks, cdiv(model.sliding_window - 1, block_size) + 1)
+        else:
+            span = min(model.sliding_window - 1 + max_num_batched_tokens, math.ceil(seq_len))
+            win = cdiv(int(span), block_size) + 1
+        blocks = (layers - sliding) * full_blocks + sliding * win
     return blocks * block_size * per_layer
 
 
@@ -371,7 +380,8 @@ def memory_report(model: ModelSpec, gpu: GpuSpec, settings: EngineSettings,
     per_token = kv_bytes_per_token(model, s.tp, kvb, s.pp)
     blocks = max(0, int(kv_cache // (s.block_size * per_token)))
     tokens = blocks * s.block_size
-    seq_bytes = kv_bytes_for_sequence(model, max_len, s.tp, kvb, s.block_size, s.pp)
+    seq_bytes = kv_bytes_for_sequence(model, max_len, s.tp, kvb, s.block_size, s.pp,
+                                      s.max_num_batched_tokens)
     usable = blocks * s.block_size * per_token
     concurrency = usable / seq_bytes if seq_bytes else 0.0
     contiguous = math.floor(max(kv_cache, 0) / (max_len * per_token)) if per_token else 0.0

@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 from numpy.typing import ArrayLike
-from scipy import stats
+from scipy import special
 
 from capplan.models.perf import StepModel
 
@@ -79,24 +79,33 @@ class Limits:
 def _poisson_erlang_c(c: np.ndarray, a: np.ndarray) -> np.ndarray:
     """Erlang C probability of waiting with c servers and offered load a (< c).
 
-    Erlang B = Poisson pmf(c; a) / cdf(c; a); C = c B / (c - a (1 - B)).
+    Erlang B = Poisson pmf(c; a) / cdf(c; a); C = c B / (c - a (1 - B)). The Poisson cdf is the
+    regularised upper incomplete gamma Q(c + 1, a).
     """
     c = np.maximum(np.floor(c), 1.0)
-    b = stats.poisson.pmf(c, a) / np.maximum(stats.poisson.cdf(c, a), 1e-300)
+    a = np.maximum(np.asarray(a, float), 1e-300)
+    pmf = np.exp(c * np.log(a) - a - special.gammaln(c + 1))
+    b = pmf / np.maximum(special.gammaincc(c + 1, a), 1e-300)
     return np.clip(c * b / np.maximum(c - a * (1 - b), 1e-12), 0.0, 1.0)
 
 
-def _poisson_quantile(m: np.ndarray, p: float, kmax: int = 64) -> np.ndarray:
-    """Smallest k with P(Poisson(m) <= k) >= p, vectorised (k capped at kmax)."""
+def _poisson_quantile(m: np.ndarray, p: float, kmax: int = 64
+                      ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Smallest k with P(Poisson(m) <= k) >= p, with P(K < k) and P(K = k); vectorised."""
     m = np.asarray(m, float)
     term = np.exp(-m)
     cdf = term.copy()
     k = np.zeros_like(m)
+    below, at = np.zeros_like(m), term.copy()
     for i in range(1, kmax + 1):
-        k = np.where(cdf < p, i, k)
-        term = term * m / i
+        more = cdf < p
+        nxt = term * m / i
+        k = np.where(more, i, k)
+        below = np.where(more, cdf, below)
+        at = np.where(more, nxt, at)
+        term = nxt
         cdf = cdf + term
-    return k
+    return k, below, at
 
 
 def _exp_tail_quantile(p_wait: np.ndarray, mean_wait: np.ndarray, p: float) -> np.ndarray:
@@ -231,6 +240,7 @@ class QueueModel:
         tbt: dict[str, Any] = {"mean": tau}
         e2e: dict[str, Any] = {"mean": ttft["mean"] + self.dec_tokens * tau}
         rho_safe = np.clip(rho_p, 1e-12, 1.0)
+        prev_tbt = None
         for name, p in QUANTILES.items():
             ex = [
                 p * tau - tau / 2,
@@ -244,15 +254,17 @@ class QueueModel:
             # Poisson with mean m = lambda * tau * E[chunks]; a step with k of them carries
             # min(k * chunk, budget) prompt tokens. The p-quantile gap is the step at the
             # p-quantile of k (k = 0: a decode-only step).
-            # With one chunk in the step, its size is the prompt length at the conditional
-            # level u = (p - P(0)) / P(1); with more, about k mean prompts.
-            k = _poisson_quantile(m_chunks, p)
-            p0 = np.exp(-m_chunks)
-            p1 = np.maximum(m_chunks * p0, 1e-12)
-            one = inp.quantile((p - p0) / p1)
-            tokens = np.minimum(np.where(k < 1.5, one, k * inp.mean), budget)
+            # Within the stratum of steps holding k chunks, the largest one sits at the
+            # conditional level u = (p - P(K < k)) / P(K = k) of the prompt lengths; the
+            # others count at the mean.
+            k, below, at = _poisson_quantile(m_chunks, p)
+            u = (p - below) / np.maximum(at, 1e-12)
+            tokens = np.minimum(np.maximum(k - 1, 0) * inp.mean + inp.quantile(u), budget)
             tbt[name] = np.where(k < 0.5, t_dec,
                                  np.maximum(t_dec, self._mixed(b, np.maximum(tokens, 1.0))))
+            if prev_tbt is not None:  # quantiles are ordered by construction of the mixture
+                tbt[name] = np.maximum(tbt[name], prev_tbt)
+            prev_tbt = tbt[name]
             dec_excess = max(out.q[name] - out.mean, 0.0) * tau
             e2e[name] = e2e["mean"] + np.sqrt(excess**2 + dec_excess**2)
         running = b + lam * own_mean

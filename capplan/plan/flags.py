@@ -39,7 +39,7 @@ def engine_flags(model: ModelSpec, r: dict[str, Any], traffic: Any) -> dict[str,
          f"--mem-fraction-static {r['gpu_memory_utilization']:g}",
          f"--context-length {r['max_model_len']}"]
     if kvd == "fp8":
-        s.append("--kv-cache-dtype fp8_e5m2")
+        s.append("--kv-cache-dtype fp8_e4m3")  # vLLM's fp8 is e4m3 too
     if wd == "fp8" and own_format != "fp8":
         s.append("--quantization fp8")
     n = max(200, math.ceil(r["per_replica_rate_per_s"] * 300))

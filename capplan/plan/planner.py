@@ -121,6 +121,7 @@ def _rank_stub(e: Evaluated) -> dict[str, Any]:
     gpus = e.replicas * e.settings.tp * e.settings.pp
     return {"cost_per_hour": cost_per_hour(e.gpu, gpus), "gpus_total": gpus,
             "replicas": e.replicas, "capacity_per_replica_rps": e.max_rate_per_s,
+            "max_num_seqs": e.settings.max_num_seqs,
             "predicted": {"ttft_s": {"p99": e.ttft_p99_s}}}
 
 

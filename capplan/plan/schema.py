@@ -157,7 +157,10 @@ def load_plan(path: str | Path) -> PlanFile:
     try:
         return PlanFile.model_validate(data)
     except ValidationError as e:
-        err = e.errors()[0]
+        errs = e.errors()
+        # An unknown key often replaces a required one (workload: for workloads:); report the
+        # unknown key, which names the fix, before the missing one.
+        err = next((x for x in errs if x["type"] == "extra_forbidden"), errs[0])
         loc = tuple(err["loc"])
         line = _line_of(text, loc)
         where = f"{p}:{line}" if line else str(p)

@@ -198,13 +198,16 @@ def rank_key(objective: str):
     def key(r: dict[str, Any]) -> tuple:
         cost = r["cost_per_hour"] if r["cost_per_hour"] is not None else math.inf
         ttft = r["predicted"]["ttft_s"]["p99"]
+        # Ties (same cost and GPUs) go to the lower p99 TTFT (to the ms), then to the smaller
+        # max_num_seqs: no reason to advertise a bigger cap than the traffic needs.
+        tie = (round(ttft, 3), r.get("max_num_seqs", 0))
         if objective == "min_gpus":
-            return (r["gpus_total"], cost, ttft)
+            return (r["gpus_total"], cost, *tie)
         if objective == "max_goodput_per_dollar":
             gpd = r["capacity_per_replica_rps"] / (r["cost_per_hour"] / r["replicas"]) \
                 if r["cost_per_hour"] else 0.0
-            return (-gpd, r["gpus_total"], ttft)
-        return (cost, r["gpus_total"], ttft)
+            return (-gpd, r["gpus_total"], *tie)
+        return (cost, r["gpus_total"], *tie)
     return key
 
 

@@ -33,7 +33,7 @@ def simulate_recommendation(r: dict[str, Any], ctx: Any) -> dict[str, Any]:
                                                                  "p99 TBT"),
                            ("e2e_s", t.e2e_p99_s, "p99 E2E")):
         if slo is not None and res[key]["p99"] > slo:
-            misses.append(f"{name} {res[key]['p99'] * 1e3:.0f} ms > {slo * 1e3:.0f} ms")
+            misses.append(f"{name} {res[key]['p99'] * 1e3:.1f} ms > {slo * 1e3:.1f} ms")
     keep = ("ttft_s", "tbt_s", "e2e_s", "tpot_s", "output_tokens_per_s", "requests_per_s",
             "mean_running_batch", "preemptions", "kv_peak_utilization")
     return {"ok": not misses, "reason": "; ".join(misses),

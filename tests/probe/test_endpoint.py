@@ -16,7 +16,11 @@ from capplan.cli import cli
 from capplan.probe.endpoint import parse_url, run_level
 
 A_S, B_S, C_S, D_S = 0.080, 0.005, 0.010, 0.001
-"""TTFT = A + B * concurrency; every gap = C + D * concurrency."""
+"""TTFT = A + B * concurrency; every gap = C + D * concurrency (times the server's `scale`)."""
+LAW_SCALE = 4.0
+"""The law-recovery test stretches the law 4x (TTFT 340-480 ms, gaps 44-72 ms) so that thread
+scheduling noise on a loaded 2-core CI machine (a few ms per sleep and per request) stays well
+inside the 10% tolerance; the other tests keep the fast 1x law."""
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -36,15 +40,16 @@ class _Handler(BaseHTTPRequestHandler):
         srv = self.server
         conc = srv.level  # type: ignore[attr-defined]
         mode = srv.mode  # type: ignore[attr-defined]
+        k = srv.scale  # type: ignore[attr-defined]
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream")
         self.send_header("Transfer-Encoding", "chunked")
         self.end_headers()
-        time.sleep(A_S + B_S * conc)
+        time.sleep(k * (A_S + B_S * conc))
         n = body["max_tokens"]
         for i in range(n):
             if i:
-                time.sleep(C_S + D_S * conc)
+                time.sleep(k * (C_S + D_S * conc))
             if mode == "stall" and i == 2:
                 time.sleep(5)
             if mode == "cut" and i == 3:
@@ -64,7 +69,7 @@ def server() -> Iterator[ThreadingHTTPServer]:
     srv = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
     srv.daemon_threads = True
     srv.handle_error = lambda *a: None  # type: ignore[method-assign] # cut streams: quiet
-    srv.level, srv.mode = 1, "ok"  # type: ignore[attr-defined]
+    srv.level, srv.mode, srv.scale = 1, "ok", 1.0  # type: ignore[attr-defined]
     th = threading.Thread(target=srv.serve_forever, daemon=True)
     th.start()
     yield srv
@@ -78,12 +83,13 @@ def _url(srv: ThreadingHTTPServer) -> str:
 
 def test_recovers_latency_law_at_each_level(server: ThreadingHTTPServer) -> None:
     t = parse_url(_url(server))
+    server.scale = LAW_SCALE  # type: ignore[attr-defined]
     for conc in (1, 4, 8):
         server.level = conc  # type: ignore[attr-defined]
-        lv = run_level(t, "m", conc, 2 * conc, input_len=32, output_len=8, timeout_s=10)
+        lv = run_level(t, "m", conc, 2 * conc, input_len=32, output_len=6, timeout_s=10)
         assert lv["errors"] == 0 and lv["completed"] == 2 * conc
-        assert lv["ttft_s"]["mean"] == pytest.approx(A_S + B_S * conc, rel=0.10)
-        assert lv["tbt_s"]["p50"] == pytest.approx(C_S + D_S * conc, rel=0.10)
+        assert lv["ttft_s"]["mean"] == pytest.approx(LAW_SCALE * (A_S + B_S * conc), rel=0.10)
+        assert lv["tbt_s"]["p50"] == pytest.approx(LAW_SCALE * (C_S + D_S * conc), rel=0.10)
         assert lv["output_tokens_per_s"] > 0 and lv["requests_per_s"] > 0
 
 

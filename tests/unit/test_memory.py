@@ -326,14 +326,21 @@ def test_paged_equals_contiguous_for_full_attention(llama8b, h100):
 
 def test_paged_beats_contiguous_for_sliding_window(catalog, h100):
     m = catalog.models["gemma-2-9b"]
-    r = memory_report(m, h100, EngineSettings(max_model_len=8192))
-    # Paged: a full 8192-token sequence holds 16149 blocks (see above) instead of 42 * 512 =
-    # 21504 for a contiguous full-length reservation: 21504 / 16149 = 1.3316x more sequences.
+    # vLLM sizes a sliding-window layer of a max_model_len sequence at
+    # cdiv(min(W - 1 + max_num_batched_tokens, L), 16) + 1 blocks (SlidingWindowSpec).
+    # max_num_batched_tokens 512: min(4095 + 512, 8192) = 4607 -> 288 + 1 = 289 blocks; the 21
+    # full layers hold 8192 / 16 = 512 each: 21 * 512 + 21 * 289 = 16821 blocks per sequence,
+    # against 42 * 512 = 21504 for a contiguous full-length reservation: 1.2784x more.
+    r = memory_report(m, h100, EngineSettings(max_model_len=8192, max_num_batched_tokens=512))
     contiguous_exact = r.kv_cache_bytes_per_gpu / (8192 * 42 * 8192)
     usable_ratio = r.num_gpu_blocks * 16 * 42 * 8192 / r.kv_cache_bytes_per_gpu
-    assert r.max_concurrency == pytest.approx(contiguous_exact * usable_ratio * 21504 / 16149)
+    assert r.max_concurrency == pytest.approx(contiguous_exact * usable_ratio * 21504 / 16821)
     assert r.contiguous_max_concurrency == math.floor(contiguous_exact)
-    assert r.max_concurrency > 1.3 * r.contiguous_max_concurrency
+    assert r.max_concurrency > 1.25 * r.contiguous_max_concurrency
+    # With 8192 batched tokens the window reservation covers the whole sequence:
+    # min(4095 + 8192, 8192) = 8192 -> 513 blocks: 21 * 512 + 21 * 513 = 21525 blocks.
+    r2 = memory_report(m, h100, EngineSettings(max_model_len=8192, max_num_batched_tokens=8192))
+    assert r2.kv_bytes_per_max_len_seq == 21525 * 16 * 8192
 
 
 def test_does_not_fit_weights(catalog):

@@ -76,11 +76,7 @@ def test_conversions_round_trip():
         ("80 GiB", 80 * 2**30),
         ("80GB", 80e9),
         ("1.5 MiB", 1.5 * 2**20),
-        pytest.param("512", 512, marks=pytest.mark.xfail(
-            strict=True, raises=ValueError,
-            reason="units.parse_bytes: a bare number in a string ('512') is rejected with "
-                   "'unknown size unit', though its docstring and parse_seconds treat a bare "
-                   "number as the base unit (reported, not fixed here)")),
+        ("512", 512),
         ("2kib", 2048),
         ("1e3 B", 1000),
         (42, 42.0),

@@ -1,0 +1,226 @@
+"""`capplan latency`: open loop (--rate), closed loop (--concurrency), traces; the JSON contract;
+overload; bad input."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+LAT = ("latency", "--model", "llama-3.1-8b", "--gpu", "a100-sxm-80gb")
+DIST_KEYS = ("ttft_s", "tbt_s", "e2e_s")
+STATS = {"mean", "p50", "p90", "p99"}
+SCALARS = ("output_tokens_per_s", "input_tokens_per_s", "requests_per_s", "mean_running_batch",
+           "preemptions", "kv_peak_utilization")
+
+AZURE = """TIMESTAMP,ContextTokens,GeneratedTokens
+2023-11-16 18:15:46.0000000,400,100
+2023-11-16 18:15:46.5000000,600,300
+2023-11-16 18:15:47.0000000,500,200
+2023-11-16 18:15:48.0000000,500,200
+"""
+
+
+def _json(run_cli, *args: str) -> dict:
+    res = run_cli(*LAT, *args, "--format", "json")
+    assert res.exit_code == 0, (res.stderr, res.exception)
+    assert res.stderr == ""
+    return res.json()
+
+
+def _assert_contract(d: dict) -> None:
+    for key in DIST_KEYS:
+        assert set(d[key]) == STATS, key
+    for key in SCALARS:
+        assert isinstance(d[key], float), key
+    assert isinstance(d["stable"], bool)
+    if d["stable"]:
+        for key in DIST_KEYS:
+            v = d[key]
+            assert all(math.isfinite(v[s]) and v[s] > 0 for s in STATS), (key, v)
+            assert v["p50"] <= v["p90"] <= v["p99"], (key, v)
+        assert d["e2e_s"]["mean"] > d["ttft_s"]["mean"]
+        assert 0 <= d["kv_peak_utilization"] <= 1
+        assert d["preemptions"] == 0.0
+        assert d["mean_running_batch"] > 0
+
+
+def assert_one_line_error(res, fragment: str = "") -> None:
+    assert res.exit_code == 2, (res.exit_code, res.stdout, res.stderr, res.exception)
+    assert res.exception is None, repr(res.exception)
+    assert "Traceback" not in res.stderr + res.stdout
+    lines = res.stderr.splitlines()
+    assert len(lines) == 1, res.stderr
+    assert lines[0].startswith("Error: "), lines[0]
+    assert fragment in lines[0], (fragment, lines[0])
+    assert res.stdout == ""
+
+
+# ---------------------------------------------------------------------------------------------
+# Open loop
+# ---------------------------------------------------------------------------------------------
+
+
+def test_rate_contract_and_throughput(run_cli):
+    d = _json(run_cli, "--rate", "2", "--input-len", "512", "--output-len", "256")
+    _assert_contract(d)
+    assert d["stable"] is True
+    # 2 req/s x 256 = 512 output tok/s; x 512 = 1024 prompt tok/s
+    assert d["requests_per_s"] == 2.0
+    assert d["output_tokens_per_s"] == 512.0
+    assert d["input_tokens_per_s"] == 1024.0
+    # Little's law at light load (queueing waits are a few ms of a ~3 s stay): the running
+    # batch is about rate x time in the system = 2 x E2E mean; 5% for the waits
+    assert d["mean_running_batch"] == pytest.approx(2 * d["e2e_s"]["mean"], rel=0.05)
+    # E2E ~ TTFT + 255 gaps of one mean step
+    assert d["e2e_s"]["mean"] == pytest.approx(d["ttft_s"]["mean"] + 255 * d["tbt_s"]["mean"],
+                                               rel=1e-9)
+    # every gap is at least one bf16 weight read: 15,009,849,344 B / 2.039e12 B/s = 7.36 ms
+    assert d["tbt_s"]["p50"] >= 15_009_849_344 / 2.039e12
+    assert (d["model"], d["gpu"], d["tp"]) == ("llama-3.1-8b", "a100-sxm-80gb", 1)
+
+
+def test_latency_grows_with_rate(run_cli):
+    lo = _json(run_cli, "--rate", "1")
+    hi = _json(run_cli, "--rate", "10")
+    assert hi["ttft_s"]["mean"] > lo["ttft_s"]["mean"]
+    assert hi["tbt_s"]["mean"] > lo["tbt_s"]["mean"]
+    assert hi["mean_running_batch"] > lo["mean_running_batch"]
+
+
+def test_overloaded_rate_reports_capacity(run_cli):
+    d = _json(run_cli, "--rate", "200")
+    assert d["stable"] is False
+    assert "exceeds" in d["reason"] and "200" in d["reason"]
+    cap = d["capacity_requests_per_s"]
+    assert 0 < cap < 200
+    # one replica cannot decode faster than a bf16 weight read per step at the 256-sequence
+    # cap: 256 seqs / 7.36 ms / 256 tokens per request = 136 req/s at the very most
+    assert cap < 256 / (15_009_849_344 / 2.039e12) / 256
+    for key in DIST_KEYS:  # no numbers where the queue grows without bound
+        assert all(d[key][s] is None for s in STATS), (key, d[key])
+    assert d["bound"] in ("prefill compute", "concurrency cap", "decode bandwidth")
+    # the capacity is itself a stable rate, and just above it is not
+    at_cap = _json(run_cli, "--rate", f"{cap * 0.97:.6g}")
+    assert at_cap["stable"] is True
+    above = _json(run_cli, "--rate", f"{cap * 1.05:.6g}")
+    assert above["stable"] is False
+
+
+def test_overloaded_table_says_so(run_cli):
+    res = run_cli(*LAT, "--rate", "200")
+    assert res.exit_code == 0
+    assert "200" in res.stdout and "exceeds" in res.stdout
+
+
+def test_table_format(run_cli):
+    res = run_cli(*LAT, "--rate", "2")
+    assert res.exit_code == 0 and res.stderr == ""
+    for word in ("TTFT", "TBT", "E2E", "p99 (ms)", "output tokens (tok/s)", "512"):
+        assert word in res.stdout, word
+
+
+# ---------------------------------------------------------------------------------------------
+# Closed loop
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("conc", [1, 8])
+def test_concurrency_littles_law(run_cli, conc):
+    d = _json(run_cli, "--concurrency", str(conc))
+    _assert_contract(d)
+    assert d["stable"] is True
+    # Closed loop without think time, C below the 256-sequence cap: C = X * E2E (Little)
+    assert d["requests_per_s"] * d["e2e_s"]["mean"] == pytest.approx(conc, rel=0.01)
+    assert d["output_tokens_per_s"] == pytest.approx(256 * d["requests_per_s"], rel=1e-12)
+    assert "closed loop" in d["load"]
+    # about C sequences running (each spends nearly all of its time decoding)
+    assert d["mean_running_batch"] == pytest.approx(conc, rel=0.05)
+
+
+def test_more_clients_more_throughput(run_cli):
+    one = _json(run_cli, "--concurrency", "1")
+    many = _json(run_cli, "--concurrency", "16")
+    # memory-bound decode: 16 clients share each weight read; far more than 8x the throughput
+    assert many["output_tokens_per_s"] > 8 * one["output_tokens_per_s"]
+
+
+# ---------------------------------------------------------------------------------------------
+# Trace
+# ---------------------------------------------------------------------------------------------
+
+
+def test_azure_trace(run_cli, tmp_path):
+    f = tmp_path / "azure.csv"
+    f.write_text(AZURE)
+    d = _json(run_cli, "--trace", str(f))
+    _assert_contract(d)
+    # 4 requests over 2.0 s: (4 - 1) / 2 = 1.5 req/s; mean output (100+300+200+200)/4 = 200,
+    # mean prompt (400+600+500+500)/4 = 500
+    assert d["requests_per_s"] == pytest.approx(1.5, rel=1e-12)
+    assert d["output_tokens_per_s"] == pytest.approx(300.0, rel=1e-12)
+    assert d["input_tokens_per_s"] == pytest.approx(750.0, rel=1e-12)
+    assert str(f) in d["load"]
+
+
+@pytest.mark.parametrize(
+    ("text", "fragment"),
+    [
+        pytest.param("TIMESTAMP,ContextTokens\n2023-11-16 18:15:46.0,400\n",
+                     ":1: no output tokens column", id="missing-output-column"),
+        pytest.param("ContextTokens,GeneratedTokens\n400,100\n",
+                     ":1: no arrival time column", id="missing-arrival-column"),
+        pytest.param(AZURE.replace("600,300", "abc,300"), ":3: ContextTokens 'abc'",
+                     id="bad-value-line-3"),
+        pytest.param(AZURE.replace("500,200\n2023", "-5,200\n2023", 1), ":4: ContextTokens",
+                     id="negative-length"),
+        pytest.param("TIMESTAMP,ContextTokens,GeneratedTokens\n", "empty trace", id="empty"),
+        pytest.param("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.0,4,1\n",
+                     "at least two requests", id="one-request"),
+    ],
+)
+def test_bad_trace_one_line_names_file(run_cli, tmp_path, text, fragment):
+    f = tmp_path / "trace.csv"
+    f.write_text(text)
+    res = run_cli(*LAT, "--trace", str(f))
+    assert_one_line_error(res, fragment)
+    assert str(f) in res.stderr
+
+
+def test_missing_trace_file(run_cli, tmp_path):
+    assert_one_line_error(run_cli(*LAT, "--trace", str(tmp_path / "none.csv")),
+                          "no such trace file")
+
+
+# ---------------------------------------------------------------------------------------------
+# Bad input
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("args", "fragment"),
+    [
+        pytest.param(("--rate", "-1"), "--rate", id="rate-negative"),
+        pytest.param(("--rate", "0"), "--rate", id="rate-0"),
+        pytest.param(("--rate", "inf"), "finite", id="rate-inf"),
+        pytest.param(("--rate", "nan"), "finite", id="rate-nan"),
+        pytest.param(("--rate", "fast"), "'fast' is not a number", id="rate-word"),
+        pytest.param(("--rate", "1", "--concurrency", "2"), "exactly one of", id="rate-and-conc"),
+        pytest.param((), "exactly one of --rate, --concurrency or --trace", id="neither"),
+        pytest.param(("--concurrency", "0"), "--concurrency", id="conc-0"),
+        pytest.param(("--concurrency", "-3"), "--concurrency", id="conc-negative"),
+        pytest.param(("--concurrency", "2.5"), "--concurrency", id="conc-float"),
+        pytest.param(("--rate", "1", "--burstiness", "0"), "--burstiness", id="burstiness-0"),
+        pytest.param(("--rate", "1", "--input-len", "abc"), "", id="input-len-word"),
+        pytest.param(("--rate", "1", "--output-len", "-4"), "", id="output-len-negative"),
+    ],
+)
+def test_bad_input_one_line(run_cli, args, fragment):
+    assert_one_line_error(run_cli(*LAT, *args), fragment)
+
+
+def test_bad_rate_subprocess_no_traceback(run_module):
+    res = run_module(*LAT, "--rate", "nan")
+    assert res.exit_code == 2
+    assert "Traceback" not in res.stderr
+    assert len(res.stderr_lines) == 1 and res.stderr_lines[0].startswith("Error: ")

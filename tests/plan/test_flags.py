@@ -1,0 +1,201 @@
+"""Engine launch commands of a recommendation: vLLM, SGLang and the benchmark that checks it.
+
+Flag names as `vllm serve --help` (0.10-0.11) and `python -m sglang.launch_server --help`
+(0.4-0.5) spell them. Unit cases build the recommendation dict by hand; the CLI cases check
+that the flags printed with each recommendation repeat that recommendation's own fields.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from capplan.plan.flags import engine_flags
+
+
+def parse_cmd(cmd: str, prefix_words: int) -> dict[str, str | None]:
+    """'--flag value' pairs of a command line after its first `prefix_words` words."""
+    words = shlex.split(cmd.split("#", 1)[0])
+    flags: dict[str, str | None] = {}
+    rest = words[prefix_words:]
+    i = 0
+    while i < len(rest):
+        w = rest[i]
+        assert w.startswith("--"), (w, cmd)
+        assert w not in flags, f"{w} given twice in {cmd}"
+        if i + 1 < len(rest) and not rest[i + 1].startswith("--"):
+            flags[w], i = rest[i + 1], i + 2
+        else:
+            flags[w], i = None, i + 1
+    return flags
+
+
+def vllm_flags(cmd: str) -> dict[str, str | None]:
+    assert cmd.startswith("vllm serve "), cmd
+    return parse_cmd(cmd, 3)  # vllm serve MODEL
+
+
+def sglang_flags(cmd: str) -> dict[str, str | None]:
+    assert cmd.startswith("python -m sglang.launch_server "), cmd
+    return parse_cmd(cmd, 3)
+
+
+def bench_flags(cmd: str) -> dict[str, str | None]:
+    assert cmd.startswith("vllm bench serve "), cmd
+    return parse_cmd(cmd, 3)
+
+
+def rec(**kw: Any) -> dict[str, Any]:
+    r = {"tp": 2, "pp": 1, "max_num_seqs": 128, "max_num_batched_tokens": 2048,
+         "gpu_memory_utilization": 0.92, "max_model_len": 8192, "weight_dtype": "auto",
+         "kv_dtype": "auto", "per_replica_rate_per_s": 3.25, "replicas": 4}
+    r.update(kw)
+    return r
+
+
+TRAFFIC = SimpleNamespace(inp=SimpleNamespace(mean=1000.4), out=SimpleNamespace(mean=299.6))
+
+
+@pytest.fixture(scope="module")
+def llama(catalog):  # noqa: ANN001, ANN201
+    m = catalog.resolve_model("llama-3.1-8b").spec
+    assert m.quantization is None and m.torch_dtype == "bf16"  # a bf16 checkpoint
+    return m
+
+
+@pytest.fixture(scope="module")
+def fp8_checkpoint(catalog):  # noqa: ANN001, ANN201
+    m = catalog.resolve_model("deepseek-v3").spec
+    assert m.quantization is not None and m.quantization.format == "fp8"
+    return m
+
+
+# -- vLLM --------------------------------------------------------------------------------------
+
+def test_vllm_command_carries_the_engine_settings(llama) -> None:
+    f = engine_flags(llama, rec(), TRAFFIC)
+    assert f["vllm"].startswith(f"vllm serve {llama.hf_id} ")
+    v = vllm_flags(f["vllm"])
+    assert v["--tensor-parallel-size"] == "2"
+    assert v["--max-num-seqs"] == "128"
+    assert v["--max-num-batched-tokens"] == "2048"
+    assert float(v["--gpu-memory-utilization"]) == pytest.approx(0.92)
+    assert v["--max-model-len"] == "8192"
+    assert "--kv-cache-dtype" not in v and "--quantization" not in v
+    assert "--pipeline-parallel-size" not in v
+
+
+def test_vllm_pipeline_parallel_only_when_used(llama) -> None:
+    v = vllm_flags(engine_flags(llama, rec(pp=2), TRAFFIC)["vllm"])
+    assert v["--pipeline-parallel-size"] == "2"
+
+
+@pytest.mark.parametrize(("kv", "flag"), [("fp8", "fp8"), ("auto", None), ("bf16", None)])
+def test_vllm_kv_cache_dtype(llama, kv, flag) -> None:
+    v = vllm_flags(engine_flags(llama, rec(kv_dtype=kv), TRAFFIC)["vllm"])
+    assert v.get("--kv-cache-dtype") == flag
+
+
+@pytest.mark.parametrize(("wd", "flag"), [("fp8", "fp8"), ("auto", None), ("bf16", None)])
+def test_vllm_quantization_on_a_bf16_checkpoint(llama, wd, flag) -> None:
+    v = vllm_flags(engine_flags(llama, rec(weight_dtype=wd), TRAFFIC)["vllm"])
+    assert v.get("--quantization") == flag
+
+
+@pytest.mark.parametrize("wd", ["fp8", "auto"])
+def test_no_online_quantization_of_an_fp8_checkpoint(fp8_checkpoint, wd) -> None:
+    f = engine_flags(fp8_checkpoint, rec(tp=8, weight_dtype=wd), TRAFFIC)
+    assert "--quantization" not in vllm_flags(f["vllm"])
+    assert "--quantization" not in sglang_flags(f["sglang"])
+
+
+def test_int4_asks_for_a_prequantized_checkpoint(llama) -> None:
+    cmd = engine_flags(llama, rec(weight_dtype="int4"), TRAFFIC)["vllm"]
+    assert "--quantization" not in vllm_flags(cmd)
+    assert "#" in cmd and "int4" in cmd.split("#", 1)[1]
+
+
+# -- SGLang ------------------------------------------------------------------------------------
+
+def test_sglang_command_carries_the_engine_settings(llama) -> None:
+    f = engine_flags(llama, rec(), TRAFFIC)
+    s = sglang_flags(f["sglang"])
+    assert s["--model-path"] == llama.hf_id
+    assert s["--tp"] == "2"
+    assert s["--max-running-requests"] == "128"
+    assert s["--chunked-prefill-size"] == "2048"
+    assert float(s["--mem-fraction-static"]) == pytest.approx(0.92)
+    assert s["--context-length"] == "8192"
+    assert "--kv-cache-dtype" not in s and "--quantization" not in s
+
+
+def test_sglang_fp8_kv_and_weights(llama) -> None:
+    s = sglang_flags(engine_flags(llama, rec(kv_dtype="fp8", weight_dtype="fp8"),
+                                  TRAFFIC)["sglang"])
+    assert s["--kv-cache-dtype"] in ("fp8_e4m3", "fp8_e5m2")
+    assert s["--quantization"] == "fp8"
+
+
+# -- the benchmark -----------------------------------------------------------------------------
+
+@pytest.mark.parametrize("per_replica", [3.25, 0.4, 12.0, 1 / 3])
+def test_bench_runs_at_the_per_replica_rate(llama, per_replica) -> None:
+    f = engine_flags(llama, rec(per_replica_rate_per_s=per_replica), TRAFFIC)
+    b = bench_flags(f["bench"])
+    assert b["--model"] == llama.hf_id
+    assert float(b["--request-rate"]) == pytest.approx(per_replica, rel=5e-3)
+    assert b["--random-input-len"] == "1000" and b["--random-output-len"] == "300"
+    assert int(b["--num-prompts"]) >= 200
+
+
+# -- what the CLI prints -----------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def fp8_recs(tmp_path_factory) -> dict[str, Any]:
+    from click.testing import CliRunner
+
+    from capplan.cli import cli
+
+    home = tmp_path_factory.mktemp("home")
+    try:
+        runner = CliRunner(mix_stderr=False)  # type: ignore[call-arg]
+    except TypeError:
+        runner = CliRunner()
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("CAPPLAN_HOME", str(home))
+        mp.delenv("CAPPLAN_CATALOG_DIR", raising=False)
+        res = runner.invoke(cli, [
+            "recommend", "--model", "llama-3.1-8b", "--rate", "40", "--input-len", "1000",
+            "--output-len", "300", "--ttft-p99", "1.0", "--tbt-p99", "0.05", "--gpu", "h100-sxm",
+            "--gpu", "l40s", "--weight-dtype", "fp8", "--weight-dtype", "bf16",
+            "--kv-dtype", "fp8", "--kv-dtype", "auto", "--verify-top", "0", "--format", "json"],
+            prog_name="capplan")
+    assert res.exit_code == 0, (res.stderr, res.exception)
+    return json.loads(res.stdout)
+
+
+def test_cli_flags_repeat_each_recommendation(fp8_recs) -> None:
+    recs = fp8_recs["recommendations"]
+    assert {(r["weight_dtype"], r["kv_dtype"]) for r in recs} >= {("fp8", "fp8"),
+                                                                  ("bf16", "auto")}
+    for r in recs:
+        v = vllm_flags(r["engine_flags"]["vllm"])
+        s = sglang_flags(r["engine_flags"]["sglang"])
+        assert int(v["--tensor-parallel-size"]) == r["tp"] == int(s["--tp"])
+        assert int(v["--max-num-seqs"]) == r["max_num_seqs"] == int(s["--max-running-requests"])
+        assert int(v["--max-num-batched-tokens"]) == r["max_num_batched_tokens"] == int(
+            s["--chunked-prefill-size"])
+        assert int(v["--max-model-len"]) == r["max_model_len"] == int(s["--context-length"])
+        assert float(v["--gpu-memory-utilization"]) == pytest.approx(
+            r["gpu_memory_utilization"])
+        fp8_kv, fp8_w = r["kv_dtype"] == "fp8", r["weight_dtype"] == "fp8"
+        assert (v.get("--kv-cache-dtype") == "fp8") is fp8_kv, r["engine_flags"]["vllm"]
+        assert ("--kv-cache-dtype" in s) is fp8_kv
+        assert (v.get("--quantization") == "fp8") is fp8_w
+        assert (s.get("--quantization") == "fp8") is fp8_w
+        b = bench_flags(r["engine_flags"]["bench"])
+        assert float(b["--request-rate"]) == pytest.approx(40 / r["replicas"], rel=5e-3)

@@ -1,0 +1,139 @@
+"""Hypothesis properties of the analytic queueing model (capplan.models.queueing).
+
+Rates are drawn as fractions u of each configuration's capacity_rate(), so the stable and the
+unstable regions are both exercised whatever the configuration's absolute speed.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from capplan.catalog.loader import load_catalog
+from capplan.models.engine import EngineSettings
+from capplan.models.perf import build_step_model
+from capplan.models.queueing import LengthStats, Limits, QueueModel
+
+_CAT = load_catalog()
+# (model, gpu, tp, max_num_seqs, max_num_batched_tokens, kv_cache_tokens)
+CONFIGS = (
+    ("llama-3.1-8b", "a100-sxm-80gb", 1, 256, 2048, 400_000),
+    ("llama-3.1-8b", "h100-sxm", 1, 1024, 8192, 450_000),
+    ("mixtral-8x7b", "h100-sxm", 2, 1024, 8192, 300_000),  # MoE
+    ("deepseek-v2-lite", "h100-sxm", 1, 256, 8192, 1_000_000),  # MoE + MLA
+    ("gemma-2-9b", "l40s", 1, 64, 2048, 20_000),  # sliding window; small KV: KV cap binds
+)
+_RNG = np.random.default_rng(20240501)
+LENGTHS = (
+    (LengthStats.fixed(512), LengthStats.fixed(256)),
+    (LengthStats.fixed(3000), LengthStats.fixed(64)),  # prefill heavy, chunked (> 2048)
+    (LengthStats.from_samples(np.round(_RNG.lognormal(6.5, 1.0, 4000)) + 1),
+     LengthStats.from_samples(np.round(_RNG.lognormal(5.0, 0.8, 4000)) + 1)),
+)
+
+PROPS = settings(max_examples=60, deadline=None)
+
+
+@lru_cache(maxsize=None)
+def _queue(ci: int, li: int) -> tuple[QueueModel, float]:
+    model, gpu, tp, seqs, mnbt, kv = CONFIGS[ci]
+    sm = build_step_model(_CAT.models[model], _CAT.gpus[gpu], EngineSettings(tp=tp))
+    inp, out = LENGTHS[li]
+    q = QueueModel(sm, inp, out, Limits(seqs, mnbt, kv))
+    return q, float(q.capacity_rate())
+
+
+cfg = st.tuples(st.integers(0, len(CONFIGS) - 1), st.integers(0, len(LENGTHS) - 1))
+stable_u = st.floats(0.01, 0.98)
+PCTS = ("p50", "p90", "p99")
+
+
+def test_capacity_is_positive_and_finite():
+    for ci in range(len(CONFIGS)):
+        for li in range(len(LENGTHS)):
+            cap = _queue(ci, li)[1]
+            assert 0 < cap < 1e5, (ci, li, cap)
+
+
+@PROPS
+@given(c=cfg, u=st.lists(stable_u, min_size=2, max_size=2).map(sorted))
+def test_ttft_non_decreasing_in_rate(c, u):
+    q, cap = _queue(*c)
+    r = q.at_rate(np.asarray(u) * cap)
+    assert bool(np.all(r["stable"]))
+    for key in ("mean", "p99"):
+        lo, hi = r["ttft_s"][key]
+        assert np.isfinite(lo) and np.isfinite(hi)
+        assert hi >= lo * (1 - 1e-9), (key, lo, hi)
+    # the mean step (TBT mean) grows with load too
+    assert r["tbt_s"]["mean"][1] >= r["tbt_s"]["mean"][0] * (1 - 1e-9)
+
+
+@PROPS
+@given(c=cfg, u=st.floats(1.01, 5.0))
+def test_unstable_above_capacity_waits_infinite(c, u):
+    q, cap = _queue(*c)
+    r = q.at_rate(np.asarray(u * cap))
+    assert not bool(r["stable"])
+    for key in ("ttft_s", "tbt_s", "e2e_s"):
+        for name in ("mean", *PCTS):
+            assert np.isposinf(r[key][name]), (key, name)
+    assert not bool(q.stable(np.asarray(u * cap)))
+
+
+@PROPS
+@given(c=cfg, u=stable_u)
+def test_stable_below_capacity_and_consistent_with_stable(c, u):
+    q, cap = _queue(*c)
+    r = q.at_rate(np.asarray(u * cap))
+    assert bool(r["stable"]) and bool(q.stable(np.asarray(u * cap)))
+    for key in ("ttft_s", "tbt_s", "e2e_s"):
+        assert all(np.isfinite(r[key][n]) and r[key][n] > 0 for n in ("mean", *PCTS)), key
+
+
+@PROPS
+@given(c=cfg, u=stable_u)
+def test_percentiles_ordered(c, u):
+    q, cap = _queue(*c)
+    r = q.at_rate(np.asarray(u * cap))
+    for key in ("tbt_s", "ttft_s", "e2e_s"):
+        p50, p90, p99 = (float(r[key][n]) for n in PCTS)
+        assert p50 <= p90 * (1 + 1e-12) and p90 <= p99 * (1 + 1e-12), (key, p50, p90, p99)
+    # E2E = TTFT + (output - 1) decode steps: at least TTFT
+    assert float(r["e2e_s"]["mean"]) >= float(r["ttft_s"]["mean"])
+
+
+@PROPS
+@given(c=cfg, u=st.floats(0.01, 3.0))
+def test_throughput_is_rate_times_mean_lengths(c, u):
+    q, cap = _queue(*c)
+    lam = u * cap
+    r = q.at_rate(np.asarray(lam))
+    # open loop: what arrives leaves (reported even when unstable: offered load)
+    assert float(r["requests_per_s"]) == lam
+    assert float(r["output_tokens_per_s"]) == lam * q.out.mean
+    assert float(r["input_tokens_per_s"]) == lam * q.inp.mean
+
+
+def test_throughput_hand_value():
+    q, _ = _queue(0, 0)
+    r = q.at_rate(np.asarray(2.0))
+    # 2 requests/s x 256 output tokens = 512 tok/s; x 512 prompt tokens = 1024 tok/s
+    assert float(r["output_tokens_per_s"]) == 512.0
+    assert float(r["input_tokens_per_s"]) == 1024.0
+
+
+def test_light_load_ttft_near_prefill_floor():
+    # At a vanishing rate nothing queues: TTFT ~ half a (near-idle) step + own prefill.
+    q, _ = _queue(0, 0)
+    r = q.at_rate(np.asarray(1e-6))
+    floor = float(q.step.prefill_time(512, 2048))
+    assert floor <= float(r["ttft_s"]["mean"]) <= floor * 1.5
+    # and the TBT is one decode step of a batch of ~1 at the time-averaged context
+    # 512 + 256/2 = 640 tokens (5% for the sliver of batch and prefill mixing at this rate)
+    dec1 = float(q.step.decode_step(1, 512 + 128)["step_s"])
+    assert float(r["tbt_s"]["p50"]) == pytest.approx(dec1, rel=0.05)
