@@ -31,6 +31,8 @@ class Point:
     osl: int
     measured: float
     note: str = ""
+    informs_default: bool = False
+    """True where the figure also informed a default calibration factor (docs/perf.md)."""
 
 
 POINTS = [
@@ -51,17 +53,17 @@ POINTS = [
     Point("#19", "llama-3.3-70b", "h100-sxm", 2, "fp8", "tpot_ms", 1, 500, 2000, 18.91,
           "NIM 1.8 (TRT-LLM) ITL, c=1"),
     Point("#18b", "llama-3.3-70b", "h100-sxm", 2, "fp8", "ttft_ms", 1, 5000, 1, 406.77,
-          "NIM 1.8 (TRT-LLM) TTFT, c=1"),
+          "NIM 1.8 (TRT-LLM) TTFT, c=1", informs_default=True),
     Point("#19b", "llama-3.3-70b", "h100-sxm", 2, "fp8", "ttft_ms", 1, 500, 1, 47.77,
           "NIM 1.8 (TRT-LLM) TTFT, c=1"),
     Point("#1", "llama-2-7b", "h100-sxm", 1, "fp8", "ttft_ms", 1, 2048, 1, 36,
-          "TRT-LLM v0.5 first-token latency"),
+          "TRT-LLM v0.5 first-token latency", informs_default=True),
     Point("#3", "llama-2-7b", "a100-sxm-80gb", 1, "fp16", "ttft_ms", 1, 2048, 1, 133,
-          "TRT-LLM v0.5"),
-    Point("#4", "llama-2-7b", "l40s", 1, "fp8", "ttft_ms", 1, 2048, 1, 73, "TRT-LLM v0.5"),
-    Point("#5", "llama-2-70b", "h100-sxm", 4, "fp8", "ttft_ms", 1, 2048, 1, 109, "TRT-LLM v0.5"),
+          "TRT-LLM v0.5", informs_default=True),
+    Point("#4", "llama-2-7b", "l40s", 1, "fp8", "ttft_ms", 1, 2048, 1, 73, "TRT-LLM v0.5", informs_default=True),
+    Point("#5", "llama-2-70b", "h100-sxm", 4, "fp8", "ttft_ms", 1, 2048, 1, 109, "TRT-LLM v0.5", informs_default=True),
     Point("#6", "llama-2-70b", "a100-sxm-80gb", 4, "fp16", "ttft_ms", 1, 2048, 1, 377,
-          "TRT-LLM v0.5"),
+          "TRT-LLM v0.5", informs_default=True),
     Point("#31", "qwen3-30b-a3b", "a100-sxm-80gb", 1, "bf16", "tpot_ms", 1, 128, 128, 9.6,
           "vLLM c=1, MoE"),
     Point("#32a", "qwen3-30b-a3b", "a100-sxm-80gb", 1, "bf16", "ttft_ms", 1, 2048, 1, 81.0,
@@ -106,10 +108,13 @@ def main() -> None:
           "| error | source |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for p, pred, err in rows:
-        print(f"| {p.ref} | {p.model} | {p.gpu} | {p.tp} | {p.dtype} | {p.kind} | {p.batch} | "
+        print(f"| {p.ref}{'*' if p.informs_default else ''} | {p.model} | {p.gpu} | {p.tp} | {p.dtype} | {p.kind} | {p.batch} | "
               f"{p.isl}/{p.osl} | {p.measured:g} | {pred:.4g} | {err:+.1%} | {p.note} |")
     print(f"\nrows: {len(rows)}; median |error| {np.median(errs):.1%}; "
           f"p90 {np.quantile(errs, 0.9):.1%}; max {errs.max():.1%}")
+    held = np.abs([e for p, _, e in rows if not p.informs_default])
+    print(f"rows that informed no default ({len(held)}): median |error| {np.median(held):.1%}, "
+          f"p90 {np.quantile(held, 0.9):.1%}")
     gpus = {p.gpu for p in POINTS}
     print(f"GPU types: {len(gpus)} ({', '.join(sorted(gpus))})")
     if "--fit-gpu" in sys.argv:

@@ -79,7 +79,8 @@ def calibration_from_file(cf: CalibrationFile, gpu: GpuSpec, source: str) -> Cal
 
 def load_calibration(path: str | Path, gpu: GpuSpec) -> Calibration:
     cf = read_calibration_file(Path(path))
-    return calibration_from_file(cf, gpu, f"{cf.kind} ({path})")
+    note = "" if cf.gpu == gpu.key else f", measured on {cf.gpu}, applied to {gpu.key}"
+    return calibration_from_file(cf, gpu, f"{cf.kind} ({path}{note})")
 
 
 def find_default_calibration(gpu: GpuSpec, dirs: list[Path]) -> Calibration:
