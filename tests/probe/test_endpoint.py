@@ -17,10 +17,11 @@ from capplan.probe.endpoint import parse_url, run_level
 
 A_S, B_S, C_S, D_S = 0.080, 0.005, 0.010, 0.001
 """TTFT = A + B * concurrency; every gap = C + D * concurrency (times the server's `scale`)."""
-LAW_SCALE = 4.0
-"""The law-recovery test stretches the law 4x (TTFT 340-480 ms, gaps 44-72 ms) so that thread
-scheduling noise on a loaded 2-core CI machine (a few ms per sleep and per request) stays well
-inside the 10% tolerance; the other tests keep the fast 1x law."""
+LAW_SCALE = 5.0
+"""The law-recovery test stretches the law 5x (TTFT 425-600 ms, gaps 55-90 ms) so that thread
+scheduling noise on a loaded 2-core CI machine (5-20 ms per request measured with two busy
+processes pinned beside it) stays well inside the 10% tolerance; the other tests keep the fast
+1x law."""
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -64,9 +65,17 @@ class _Handler(BaseHTTPRequestHandler):
         self.wfile.write(b"0\r\n\r\n")
 
 
+class _Server(ThreadingHTTPServer):
+    # socketserver's default listen backlog is 5: with 8 clients connecting at once on a busy
+    # machine, the accept thread falls behind, the kernel drops the extra SYNs and the client
+    # retransmits after its 1 s initial RTO -- one request ~1 s late, +60 ms on a level's mean
+    # TTFT. Real servers (uvicorn: 2048) listen with a deep backlog.
+    request_queue_size = 128
+
+
 @pytest.fixture
 def server() -> Iterator[ThreadingHTTPServer]:
-    srv = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
+    srv = _Server(("127.0.0.1", 0), _Handler)
     srv.daemon_threads = True
     srv.handle_error = lambda *a: None  # type: ignore[method-assign] # cut streams: quiet
     srv.level, srv.mode, srv.scale = 1, "ok", 1.0  # type: ignore[attr-defined]
