@@ -27,12 +27,12 @@ class ProbeUnavailable(InputError):
     """The probe cannot run here (no torch, no GPU): the message says what to install."""
 
 
-def nearest(name: str, choices: list[str], n: int = 3) -> list[str]:
-    """The n choices closest to name (difflib ratio, then substring matches)."""
+def nearest(name: str, choices: list[str], n: int = 3, cutoff: float = 0.0) -> list[str]:
+    """The n choices closest to name (substring matches, then difflib ratio >= cutoff)."""
     import difflib
 
     low = name.lower()
-    ranked = difflib.get_close_matches(low, [c.lower() for c in choices], n=n, cutoff=0.0)
+    ranked = difflib.get_close_matches(low, [c.lower() for c in choices], n=n, cutoff=cutoff)
     by_low = {c.lower(): c for c in choices}
     subs = [c for c in choices if low and (low in c.lower() or c.lower() in low)]
     out: list[str] = []

@@ -66,8 +66,12 @@ def read_calibration_file(path: Path) -> CalibrationFile:
     try:
         return CalibrationFile.model_validate(data)
     except ValidationError as e:
-        keys = list(CalibrationFile.model_fields) + list(CalibrationParams.model_fields)
-        raise InputError(f"{path}: {validation_message(e, keys)}") from e
+        errs = e.errors()
+        err = next((x for x in errs if x["type"] == "extra_forbidden"), errs[0])
+        inner = err["loc"][:1] == ("params",)
+        keys = list((CalibrationParams if inner else CalibrationFile).model_fields)
+        one = ValidationError.from_exception_data(e.title, [err])  # type: ignore[list-item]
+        raise InputError(f"{path}: {validation_message(one, keys)}") from e
 
 
 def calibration_from_file(cf: CalibrationFile, gpu: GpuSpec, source: str) -> Calibration:

@@ -48,7 +48,7 @@ def validation_message(e: ValidationError, valid_keys: list[str] | None = None) 
     loc = ".".join(str(p) for p in err["loc"])
     if err["type"] == "extra_forbidden":
         leaf = str(err["loc"][-1])
-        near = nearest(leaf, valid_keys or [], 1) if valid_keys else []
+        near = nearest(leaf, valid_keys or [], 1, cutoff=0.5) if valid_keys else []
         hint = f" (did you mean {near[0]!r}?)" if near else ""
         return f"unknown key {loc!r}{hint}"
     return f"{loc or 'file'}: {err['msg']}"

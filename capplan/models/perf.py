@@ -205,8 +205,8 @@ class StepModel:
                          decode_kv_tokens_window=np.minimum(dkv, bd * w),
                          prefill_tokens=c, prefill_pairs=pairs, prefill_pairs_window=pairs_w,
                          prefill_kv_read=p, prefill_kv_read_window=np.minimum(p, w),
-                         num_prefill_seqs=np.ones_like(c),
-                         num_logits=bd + np.asarray(last_chunk, float), detail=detail)
+                         num_prefill_seqs=(c > 0).astype(float),
+                         num_logits=bd + np.asarray(last_chunk, float) * (c > 0), detail=detail)
 
     def prefill_time(self, prompt_len: ArrayLike, chunk: int) -> np.ndarray:
         """Seconds to prefill a prompt alone, in chunks of `chunk` tokens (TTFT floor)."""

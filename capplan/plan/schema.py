@@ -166,7 +166,7 @@ def load_plan(path: str | Path) -> PlanFile:
         where = f"{p}:{line}" if line else str(p)
         key = ".".join(str(x) for x in loc)
         if err["type"] == "extra_forbidden":
-            near = nearest(str(loc[-1]), _all_keys(PlanFile), 1)
+            near = nearest(str(loc[-1]), _all_keys(PlanFile), 1, cutoff=0.5)
             hint = f" (did you mean {near[0]!r}?)" if near else ""
             raise InputError(f"{where}: unknown key {key!r}{hint}") from e
         msg = err["msg"].removeprefix("Value error, ")

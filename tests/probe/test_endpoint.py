@@ -19,9 +19,10 @@ A_S, B_S, C_S, D_S = 0.080, 0.005, 0.010, 0.001
 """TTFT = A + B * concurrency; every gap = C + D * concurrency (times the server's `scale`)."""
 LAW_SCALE = 5.0
 """The law-recovery test stretches the law 5x (TTFT 425-600 ms, gaps 55-90 ms) so that thread
-scheduling noise on a loaded 2-core CI machine (5-20 ms per request measured with two busy
-processes pinned beside it) stays well inside the 10% tolerance; the other tests keep the fast
-1x law."""
+scheduling noise on a loaded 2-core CI machine stays inside the 10% tolerance: measured on 2
+cores, a request's TTFT runs 5-20 ms late beside two busy processes and up to ~40 ms beside
+four (the 1x law's 8.5 ms tolerance failed 5 runs in 6 beside two). The other tests keep the
+fast 1x law."""
 
 
 class _Handler(BaseHTTPRequestHandler):

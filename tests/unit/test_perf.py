@@ -255,8 +255,6 @@ def test_zero_prefill_tokens_is_exactly_the_decode_step(llama, a100):
             assert float(mixed[key]) == float(pure[key]), key
 
 
-@pytest.mark.xfail(strict=True, reason="prefill_chunk(0, ...) still charges a prefill sequence "
-                   "(per-sequence overhead) and a logit row for an empty chunk; reported")
 def test_empty_prefill_chunk_is_the_decode_step(llama, a100):
     sm = build_step_model(llama, a100, EngineSettings())
     # default per_seq_overhead 10 us: the empty chunk should add nothing
