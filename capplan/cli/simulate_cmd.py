@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 import click
@@ -127,7 +128,7 @@ def simulate_cmd(model: str, gpu: str, rate: float | None, concurrency: int | No
                     batch_timeout_s=batch_timeout)
         if len(reqs) >= PROGRESS_MIN_REQUESTS:
             with click.progressbar(length=len(reqs), label=f"simulating ({name})",
-                                   file=click.get_text_stream("stderr")) as bar:
+                                   file=sys.stderr) as bar:
                 state = {"done": 0}
 
                 def tick(done: int, bar: Any = bar, state: dict = state) -> None:
@@ -146,7 +147,13 @@ def simulate_cmd(model: str, gpu: str, rate: float | None, concurrency: int | No
         kv = ts.get("kv_utilization", [])
         for path in plot_sim({**first, "timeseries": {**ts, "kv_utilization": kv}}, plot_dir):
             click.echo(f"wrote {path}", err=True)
-    head = {"model": resolved.spec.key, "gpu": g.key, "tp": s.tp, "pp": s.pp,
+    from capplan.models.perf import BOUNDS
+
+    first = results[names[0]]
+    ctx = float(np.mean(reqs.input_tokens) + np.mean(reqs.output_tokens) / 2)
+    bound = BOUNDS[int(dep.step.decode_step(max(first["mean_running_batch"], 1.0), ctx)
+                       ["bound_index"])]
+    head = {"model": resolved.spec.key, "gpu": g.key, "tp": s.tp, "pp": s.pp, "bound": bound,
             "max_num_seqs": s.max_num_seqs, "max_num_batched_tokens": s.max_num_batched_tokens,
             "num_gpu_blocks": dep.memory.num_gpu_blocks, "seed": seed,
             "calibration": dep.step.calibration_source}
@@ -158,7 +165,8 @@ def simulate_cmd(model: str, gpu: str, rate: float | None, concurrency: int | No
     emit(render_rows(_rows(results), cols, fmt))
     if fmt == "table":
         click.echo(f"{head['model']} on {head['gpu']} (TP {s.tp}), {len(reqs)} requests, "
-                   f"seed {seed}; calibration: {head['calibration']}", err=True)
+                   f"seed {seed}; decode steps {bound}-bound at the mean running batch; "
+                   f"calibration: {head['calibration']}", err=True)
 
 
 def register(cli: click.Group) -> None:

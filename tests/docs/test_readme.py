@@ -1,0 +1,62 @@
+"""Docs as tests: every `capplan ...` line in README.md's code blocks runs as written, except
+those that need hardware, a server or files the reader would bring (listed with the reason)."""
+
+from __future__ import annotations
+
+import re
+import shlex
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+README = (ROOT / "README.md").read_text(encoding="utf-8")
+
+SKIP = {
+    "--device cuda": "needs a GPU",
+    "--endpoint": "needs a running server (tests/probe runs one)",
+    "--from-results": "needs the user's result files (tests/probe ingests samples)",
+    "azure_conv.csv": "needs the user's trace (tests/sim replays traces)",
+    "--calibration h100.yaml": "needs a file from a GPU run",
+    "config.json": "needs a config.json (tests/catalog imports real ones)",
+    "--device cpu": "slow here; tests/probe runs the CPU calibration end to end",
+}
+
+
+def _commands() -> list[str]:
+    cmds = []
+    for block in re.findall(r"```\n(.*?)```", README, flags=re.S):
+        text = block.replace("\\\n", " ")
+        for line in text.splitlines():
+            line = line.split("#")[0].strip()
+            if line.startswith("capplan "):
+                cmds.append(line)
+    return cmds
+
+
+COMMANDS = _commands()
+
+
+def test_readme_has_commands():
+    assert len(COMMANDS) >= 12
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("cmd", COMMANDS)
+def test_readme_command_runs(cmd, run_cli, tmp_path, monkeypatch):
+    for marker, why in SKIP.items():
+        if marker in cmd:
+            pytest.skip(why)
+    monkeypatch.chdir(ROOT)
+    args = shlex.split(cmd)[1:]
+    if ">" in args:  # shell redirection: drop it, the output is checked here instead
+        args = args[: args.index(">")]
+    # outputs go to a temporary folder, never into the checkout
+    args = [str(tmp_path / a) if a.endswith((".xlsx", ".yaml", ".json", ".csv", ".md")) and
+            not Path(a).exists() else a for a in args]
+    args = [str(tmp_path / "charts") if a == "charts/" else a for a in args]
+    if args[0] in ("recommend", "plan"):
+        args.append("--format=json")
+    res = run_cli(*args)
+    assert res.exit_code == 0, (cmd, res.stderr)
+    assert res.stdout.strip()
