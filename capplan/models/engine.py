@@ -22,6 +22,9 @@ class EngineProfile:
     block_size: int = 16  # CacheConfig.block_size default on CUDA
     max_num_seqs: int = 256  # EngineArgs default for the OpenAI server on <70 GiB GPUs
     max_num_batched_tokens: int = 8192  # V1 chunked-prefill token budget, OpenAI server, H100-class
+    sampler: str = "native"
+    """Sampler vLLM profiles: "native" (PyTorch, a pip install) or "flashinfer" (installed in
+    vLLM's Docker image); it sets the sampler's share of the activation peak."""
     cudagraphs_in_kv_budget: bool = False
     """vLLM <= 0.11 captures CUDA graphs after sizing the KV cache: their memory comes out of the
     (1 - gpu_memory_utilization) margin, not out of the KV cache."""

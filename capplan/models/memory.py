@@ -254,22 +254,38 @@ def kv_bytes_for_sequence(model: ModelSpec, seq_len: float, tp: int, kv_bytes: f
 # Activation peak and runtime overhead
 # ---------------------------------------------------------------------------------------------
 
-SAMPLER_BYTES_PER_LOGIT = 27.0
-"""Peak bytes per (sequence, vocab entry) during vLLM V1's dummy sampler run (top-k and top-p
-on, as the dummy metadata sets them), tensors alive together inside
-v1/sample/ops/topk_topp_sampler.py apply_top_k_top_p: the bf16 logits from compute_logits (2),
-their fp32 copy (4), the sorted values (4) and int64 indices (8), softmax of the sorted
-logits (4), the top-p mask (1) and the scattered result (4). See docs/memory.md."""
+# Sampler memory per (sequence, vocabulary entry) at the peak of vLLM V1's dummy sampler run
+# (top-k and top-p on; docs/research/vllm_v1_profile_peak.md, read from vLLM 0.9.2-0.11.0):
+#  - native PyTorch sampler (a plain `pip install vllm`): the peak is inside torch.sort of the
+#    fp32 logits: logits in the model dtype (d), fp32 copy (4), sort values (4) and int64
+#    indices (8) out, plus the sort's own int64 index buffer (8) and CUB temporaries (12): d+36;
+#  - FlashInfer sampler (used whenever FlashInfer is installed, as in vLLM's Docker image): no
+#    sort: logits (d), fp32 copy (4), probabilities (4), uniform samples (4): d+12.
+SAMPLER_EXTRA_BYTES_PER_LOGIT = {"native": 36.0, "flashinfer": 12.0}
+# cuBLAS workspace allocated through the torch allocator during profiling: 32 MiB on Hopper and
+# Blackwell (sm90+), 8 MiB on older GPUs (PyTorch's default CUBLAS_WORKSPACE_CONFIG sizes).
+_SM90_PREFIXES = ("h100", "h200", "h20", "b200", "b300", "gb200", "gb300", "rtx-pro")
 
 
-def activation_peak_bytes(model: ModelSpec, settings: EngineSettings, act_bytes: float) -> float:
-    """Torch peak during vLLM's profile run: one forward of max_num_batched_tokens tokens,
-    then the sampler over min(max_num_seqs, tokens) sequences (gpu_model_runner.profile_run).
+def cublas_workspace_bytes(gpu_key: str) -> float:
+    return (32 if gpu_key.startswith(_SM90_PREFIXES) else 8) * MIB_BYTES
 
-    Forward peak: the MLP's gate_up output (2I) and activation output (I) per token, plus the
-    residual stream and hidden states (~4H); for MoE, vLLM fused_moe's three caches per token
-    and chosen expert (2I + I + H). Sampler peak: logits of every sequence over the whole
-    vocabulary (logits are all-gathered on every TP rank in V1).
+
+def activation_peak_bytes(model: ModelSpec, settings: EngineSettings, act_bytes: float,
+                          sampler: str = "native", workspace_bytes: float = 0.0) -> float:
+    """Torch peak during vLLM V1's profile run (gpu_model_runner.profile_run).
+
+    One forward of T = max_num_batched_tokens tokens over S = min(max_num_seqs, T) dummy
+    requests, whose hidden states stay alive while the sampler runs on the S last positions
+    (logits are all-gathered on every TP rank):
+        forward  = T d (3 I / tp + 4 H)      (gate_up output 2I and activation output I, plus
+                   residual, normed input, attention output and down output; MoE: fused_moe's
+                   caches, k (3 I_e / tp + H). vLLM logs with a forward-dominated peak (V0,
+                   T = 20000 and 29000, issue #10517) show 4H, not the 2H a reading of V1's
+                   code suggests; see docs/memory.md)
+        sampler  = T H d + 2 S H d + S V (d + extra)
+        peak     = max(forward, sampler) + cuBLAS workspace
+    Attention metadata is None in the profile run, so attention kernels allocate nothing.
     """
     tokens = settings.max_num_batched_tokens
     tp, h = settings.tp, model.hidden_size
@@ -280,8 +296,9 @@ def activation_peak_bytes(model: ModelSpec, settings: EngineSettings, act_bytes:
         mlp = max(mlp if m.num_dense_layers else 0.0, moe)
     forward = tokens * (mlp + 4 * h) * act_bytes
     seqs = min(settings.max_num_seqs, tokens)
-    sampler = tokens * h * act_bytes + seqs * model.vocab_size * SAMPLER_BYTES_PER_LOGIT
-    return max(forward, sampler)
+    per_logit = act_bytes + SAMPLER_EXTRA_BYTES_PER_LOGIT[sampler]
+    sampler_peak = (tokens + 2 * seqs) * h * act_bytes + seqs * model.vocab_size * per_logit
+    return max(forward, sampler_peak) + workspace_bytes
 
 
 # Non-torch memory vLLM's profiler sees grow (cuBLAS/cuBLASLt workspaces, allocator slack):
@@ -370,7 +387,8 @@ def memory_report(model: ModelSpec, gpu: GpuSpec, settings: EngineSettings,
     counts = param_counts(model, s.tp, s.pp)
     weights = weight_bytes(counts, dt)
     act_bytes = 2.0 if model.torch_dtype != "fp32" else 4.0
-    act = activation_peak_bytes(model, s, act_bytes)
+    act = activation_peak_bytes(model, s, act_bytes, profile.sampler,
+                                cublas_workspace_bytes(gpu.key))
     non_torch, graphs = runtime_overhead_bytes(model, s, profile)
     total = gpu.total_memory_bytes
     budget = total * s.gpu_memory_utilization

@@ -292,15 +292,17 @@ def test_mixtral_tp2_replicates_router(catalog):
 def test_activation_peak_llama8b(llama8b):
     s = EngineSettings(max_num_batched_tokens=8192, max_num_seqs=1024)
     # forward: 8192 tokens * (3 * 14336 + 4 * 4096) * 2 B = 8192 * 59392 * 2 = 973,078,528
-    # sampler: 8192 * 4096 * 2 (hidden) + 1024 seqs * 128256 vocab * 27 B = 67,108,864 +
-    #          3,546,021,888 = 3,613,130,752  (the larger one is the peak)
-    # 27 B per logit: bf16 logits 2 + fp32 copy 4 + sorted 4 + int64 idx 8 + softmax 4 +
-    # mask 1 + scattered 4 (vLLM V1 apply_top_k_top_p)
-    assert activation_peak_bytes(llama8b, s, 2.0) == 3_613_130_752
+    # native sampler (docs/research/vllm_v1_profile_peak.md): hidden states of all tokens plus
+    # two [S, H] buffers, (8192 + 2 * 1024) * 4096 * 2 = 83,886,080, plus 1024 seqs * 128256
+    # vocab * (2 + 36) B = 4,990,697,472 -> 5,074,583,552 (the larger one is the peak)
+    assert activation_peak_bytes(llama8b, s, 2.0) == 5_074_583_552
+    # FlashInfer sampler: (2 + 12) B per logit -> 83,886,080 + 1,838,678,016 = 1,922,564,096
+    assert activation_peak_bytes(llama8b, s, 2.0, "flashinfer") == 1_922_564_096
     # 2048 tokens, 256 seqs: forward 2048*59392*2 = 243,269,632;
-    # sampler 2048*4096*2 + 256*128256*27 = 16,777,216 + 886,505,472 = 903,282,688
+    # sampler (2048 + 512) * 4096 * 2 + 256 * 128256 * 38 = 20,971,520 + 1,247,674,368
+    #         = 1,268,645,888; plus an 8 MiB cuBLAS workspace = 1,277,034,496
     s2 = s.with_(max_num_batched_tokens=2048, max_num_seqs=256)
-    assert activation_peak_bytes(llama8b, s2, 2.0) == 903_282_688
+    assert activation_peak_bytes(llama8b, s2, 2.0, workspace_bytes=8 * 2**20) == 1_277_034_496
 
 
 def test_activation_does_not_depend_on_max_model_len(llama8b, h100):
