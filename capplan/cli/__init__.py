@@ -13,6 +13,7 @@ Does the model fit, how fast is a step, what latency under load, which GPUs to b
 
 from __future__ import annotations
 
+import os
 import sys
 
 import click
@@ -46,6 +47,19 @@ class CapplanGroup(click.Group):
         except KeyboardInterrupt:
             click.echo("interrupted", err=True)
             sys.exit(130)
+        except Exception as e:  # noqa: BLE001 - the one place errors become exit codes
+            from pydantic import ValidationError
+
+            if isinstance(e, ValidationError):  # options assembled into a model: bad input
+                err = e.errors()[0]
+                where = ".".join(str(x) for x in err["loc"])
+                msg = err["msg"].removeprefix("Value error, ")
+                raise UserError(f"{where}: {msg}") from e
+            if os.environ.get("CAPPLAN_DEBUG"):
+                raise
+            raise click.ClickException(
+                f"internal error ({type(e).__name__}: {e}); rerun with CAPPLAN_DEBUG=1 for the "
+                "traceback and report it") from e
 
     def main(self, *args, **kwargs):  # noqa: ANN002, ANN003, ANN201
         # click prints usage + error over several lines for UsageError raised while parsing;

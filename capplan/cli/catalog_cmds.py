@@ -11,7 +11,7 @@ from capplan.catalog.loader import load_catalog
 from capplan.cli._options import catalog_option, format_option
 from capplan.cli._render import Column, emit, render_rows, to_json
 from capplan.export.atomic import atomic_write_text
-from capplan.units import GIB_BYTES, MIB_BYTES
+from capplan.units import GB_BYTES, GIB_BYTES, GIGA, MIB_BYTES, TERA
 
 
 @click.command("gpus")
@@ -38,9 +38,9 @@ def gpus_list(fmt: str, catalog_dir: tuple[str, ...]) -> None:
     cols = [
         Column("key", "GPU"), Column("name", "name"),
         Column("memory_bytes", "memory (GiB)", lambda b: b / GIB_BYTES, ".1f"),
-        Column("memory_bandwidth_bytes_per_s", "bandwidth (GB/s)", lambda b: b / 1e9, ".0f"),
-        Column("bf16_dense_flops_per_s", "bf16 (TFLOP/s)", lambda f: f / 1e12, ".0f"),
-        Column("fp8_dense_flops_per_s", "fp8 (TFLOP/s)", lambda f: f / 1e12, ".0f"),
+        Column("memory_bandwidth_bytes_per_s", "bandwidth (GB/s)", lambda b: b / GB_BYTES, ".0f"),
+        Column("bf16_dense_flops_per_s", "bf16 (TFLOP/s)", lambda f: f / TERA, ".0f"),
+        Column("fp8_dense_flops_per_s", "fp8 (TFLOP/s)", lambda f: f / TERA, ".0f"),
         Column("interconnect", "interconnect"),
         Column("price_per_hour_usd", "$/GPU-hour", None, ".2f"),
     ]
@@ -74,8 +74,8 @@ def models_group(ctx: click.Context, fmt: str, catalog_dir: tuple[str, ...]) -> 
         return
     cols = [
         Column("key", "model"), Column("hf_id", "Hugging Face id"),
-        Column("params_total", "params (B)", lambda p: p / 1e9, ".1f"),
-        Column("params_active", "active (B)", lambda p: p / 1e9, ".1f"),
+        Column("params_total", "params (B)", lambda p: p / GIGA, ".1f"),
+        Column("params_active", "active (B)", lambda p: p / GIGA, ".1f"),
         Column("num_layers", "layers"), Column("attention", "attention"),
         Column("moe", "experts"), Column("sliding_window", "window (tokens)"),
         Column("weight_format", "weights"), Column("max_position_embeddings", "max len"),

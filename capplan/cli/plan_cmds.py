@@ -109,6 +109,8 @@ def _exports(paths: tuple[str, ...] | list[str], base: Path | None = None) -> li
 @click.option("--tbt-p99", type=POSITIVE, default=None, help="p99 time-between-tokens SLO (s).")
 @click.option("--e2e-p99", type=POSITIVE, default=None, help="p99 end-to-end SLO (seconds).")
 @click.option("--gpu", "gpus", multiple=True, help="Candidate GPU (repeat); default: all.")
+@click.option("--price", "prices", multiple=True, metavar="GPU=USD",
+              help="Your price per GPU-hour, e.g. --price h200=3.5 (repeat).")
 @click.option("--tp", "tps", type=IntList(), default=None, help="TP sizes, e.g. 1,2,4,8.")
 @click.option("--weight-dtype", "weight_dtypes", multiple=True,
               type=click.Choice(["auto", "fp32", "bf16", "fp16", "fp8", "int8", "int4", "fp4"]))
@@ -133,7 +135,8 @@ def _exports(paths: tuple[str, ...] | list[str], base: Path | None = None) -> li
 @catalog_option
 def recommend_cmd(model: str, rate: float, input_len: str, output_len: str,
                   ttft_p99: float | None, tbt_p99: float | None, e2e_p99: float | None,
-                  gpus: tuple[str, ...], tps: list[int] | None, weight_dtypes: tuple[str, ...],
+                  gpus: tuple[str, ...], prices: tuple[str, ...], tps: list[int] | None,
+                  weight_dtypes: tuple[str, ...],
                   kv_dtypes: tuple[str, ...], max_num_seqs: list[int] | None,
                   max_num_batched_tokens: list[int] | None, max_model_len: int | None,
                   gpu_memory_utilization: float, burstiness: float, headroom: float,
@@ -143,9 +146,16 @@ def recommend_cmd(model: str, rate: float, input_len: str, output_len: str,
     from capplan.plan.planner import run_plan
 
     out_paths = _exports(exports)
+    price_map: dict[str, float] = {}
+    for item in prices:
+        name, _, usd = item.partition("=")
+        try:
+            price_map[name.strip()] = float(usd)
+        except ValueError:
+            raise InputError(f"--price {item!r}: expected GPU=USD, e.g. h200=3.5") from None
     plan = PlanFile.model_validate({
         "model": model,
-        "candidates": {"gpus": list(gpus) or None, "tp": tps,
+        "candidates": {"gpus": list(gpus) or None, "tp": tps, "prices": price_map,
                        "weight_dtypes": list(weight_dtypes) or ["auto"],
                        "kv_dtypes": list(kv_dtypes) or ["auto"]},
         "engine": {"max_num_seqs": max_num_seqs, "max_num_batched_tokens": max_num_batched_tokens,

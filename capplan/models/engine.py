@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from capplan.units import GIB_BYTES
+
 WEIGHT_DTYPES = ("auto", "fp32", "bf16", "fp16", "fp8", "int8", "int4", "fp4")
 KV_DTYPES = ("auto", "bf16", "fp16", "fp8")
 
@@ -41,7 +43,7 @@ def engine_defaults(total_memory_bytes: float, gpu_name: str,
     max_num_seqs 1024 and max_num_batched_tokens 8192; others 256 and 2048
     (docs/research/vllm_kv_logs.md, "defaults").
     """
-    big = total_memory_bytes >= 70 * 2**30 and "a100" not in gpu_name.lower()
+    big = total_memory_bytes >= 70 * GIB_BYTES and "a100" not in gpu_name.lower()
     return (1024, 8192) if big else (256, 2048)
 
 

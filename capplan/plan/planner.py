@@ -92,6 +92,11 @@ def search_space(cat: Catalog, plan: PlanFile, model: ModelSpec, t: Traffic,
                  implied_dtype: str | None) -> SearchSpace:
     gpus = [cat.gpu(g) for g in plan.candidates.gpus] if plan.candidates.gpus else sorted(
         cat.gpus.values(), key=lambda g: g.key)
+    prices = {cat.gpu(name).key: usd for name, usd in plan.candidates.prices.items()}
+    gpus = [g.model_copy(update={
+        "price_per_hour_usd": prices[g.key],
+        "source": {**g.source, "price_per_hour_usd": "given in the plan (candidates.prices)"}})
+        if g.key in prices else g for g in gpus]
     need = t.inp.q["p99"] + t.out.q["p99"]
     auto_len = min(model.max_position_embeddings, max(4096, 2 ** math.ceil(math.log2(2 * need))))
     max_len = plan.engine.max_model_len or auto_len

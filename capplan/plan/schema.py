@@ -69,6 +69,17 @@ class Candidates(BaseModel):
     weight_dtypes: list[Literal["auto", "fp32", "bf16", "fp16", "fp8", "int8", "int4",
                                 "fp4"]] = ["auto"]
     kv_dtypes: list[Literal["auto", "bf16", "fp16", "fp8"]] = ["auto"]
+    prices: dict[str, float] = {}
+    """Your price per GPU-hour (USD) by GPU name, over the catalog's indicative prices; GPUs
+    without any price rank after priced ones."""
+
+    @field_validator("prices")
+    @classmethod
+    def _positive_prices(cls, v: dict[str, float]) -> dict[str, float]:
+        for k, x in v.items():
+            if not (x > 0 and x < float("inf")):
+                raise ValueError(f"price of {k!r} must be a positive number")
+        return v
 
 
 class EngineSpec(BaseModel):

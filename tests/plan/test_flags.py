@@ -199,3 +199,17 @@ def test_cli_flags_repeat_each_recommendation(fp8_recs) -> None:
         assert (s.get("--quantization") == "fp8") is fp8_w
         b = bench_flags(r["engine_flags"]["bench"])
         assert float(b["--request-rate"]) == pytest.approx(40 / r["replicas"], rel=5e-3)
+
+
+def test_price_override_changes_cost_and_rejects_bad_prices(run_cli):
+    args = ("recommend", "--model", "llama-3.1-8b", "--rate", "5", "--input-len", "512",
+            "--output-len", "128", "--gpu", "b200", "--tp", "1", "--verify-top", "0")
+    res = run_cli(*args, "--price", "b200=5.5", "--format", "json")
+    assert res.exit_code == 0, res.stderr
+    best = res.json()["recommendations"][0]
+    # the catalog has no B200 price; the override makes cost = 5.5 $/GPU-hour x GPUs
+    assert best["cost_per_hour"] == pytest.approx(5.5 * best["gpus_total"])
+    for bad in ("b200=-1", "b200=abc", "b200=inf"):
+        res = run_cli(*args, "--price", bad)
+        assert res.exit_code == 2
+        assert res.stderr.count("\n") == 1 and res.stderr.startswith("Error:")
