@@ -8,8 +8,8 @@ from typing import Any
 
 import click
 
-from capplan.cli._render import FORMATS
 from capplan.catalog.schema import GpuSpec
+from capplan.cli._render import FORMATS
 from capplan.models.engine import KV_DTYPES, VLLM, WEIGHT_DTYPES, EngineSettings, engine_defaults
 
 

@@ -6,8 +6,8 @@ import click
 
 from capplan.catalog.loader import load_catalog
 from capplan.cli._options import (
-    POSITIVE,
     POS_INT,
+    POSITIVE,
     catalog_option,
     engine_options,
     format_option,

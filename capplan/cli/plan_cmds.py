@@ -11,10 +11,10 @@ import click
 from capplan.catalog.loader import load_catalog
 from capplan.cli._options import (
     FRACTION,
-    IntList,
     NON_NEGATIVE,
-    POSITIVE,
     POS_INT,
+    POSITIVE,
+    IntList,
     catalog_option,
     format_option,
 )

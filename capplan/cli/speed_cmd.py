@@ -4,7 +4,6 @@ prefill times, side by side."""
 from __future__ import annotations
 
 import click
-import numpy as np
 
 from capplan.catalog.loader import load_catalog
 from capplan.cli._options import (

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from capplan.catalog.schema import GpuSpec, ModelSpec
 from capplan.errors import InputError
-from capplan.models.engine import EngineProfile, EngineSettings, VLLM
+from capplan.models.engine import VLLM, EngineProfile, EngineSettings
 from capplan.units import DTYPE_BYTES, GIB_BYTES, MIB_BYTES, cdiv
 
 # ---------------------------------------------------------------------------------------------

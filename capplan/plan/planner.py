@@ -176,7 +176,8 @@ def _pareto(recs: list[dict[str, Any]]) -> list[dict[str, Any]]:
         for o in pts:
             b = (o["cost_per_hour"], o["predicted"]["ttft_s"]["p99"],
                  o["predicted"]["tbt_s"]["p99"])
-            if all(x <= y for x, y in zip(b, a)) and any(x < y for x, y in zip(b, a)):
+            if all(x <= y for x, y in zip(b, a, strict=True)) and any(
+                    x < y for x, y in zip(b, a, strict=True)):
                 dominated = True
                 break
         if not dominated:

@@ -9,18 +9,17 @@ them at once (models/queueing.py). Replicas then cover the target rate with head
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, fields
 from typing import Any
 
 import numpy as np
 
 from capplan.catalog.loader import Catalog
 from capplan.catalog.schema import GpuSpec, ModelSpec
-from capplan.errors import InfeasibleError, InputError
 from capplan.models.engine import EngineSettings
 from capplan.models.memory import memory_report
 from capplan.models.perf import StepModel, build_step_model
-from capplan.models.queueing import LengthStats, Limits, QueueModel, summarize
+from capplan.models.queueing import LengthStats, Limits, QueueModel
 from capplan.plan.deployment import calibration_for
 
 DEFAULT_SEQS = (64, 128, 256, 512, 1024)

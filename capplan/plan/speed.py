@@ -25,7 +25,7 @@ def decode_curve(dep: Deployment, batches: list[int], contexts: list[int]) -> di
                          "tokens_per_s_total": bs / t, "tokens_per_s_per_seq": 1.0 / t,
                          "bound": BOUNDS[int(bound[i, j])]})
     knees: dict[int, int | None] = {}
-    for j, ctx in enumerate(contexts):
+    for ctx in contexts:
         dense = np.unique(np.concatenate([np.asarray(batches), 2 ** np.arange(0, 13)]))
         t = dep.step.decode_step(dense, ctx)["step_s"]
         knees[int(ctx)] = knee_batch(dense, dense / t)
@@ -37,4 +37,4 @@ def prefill_rows(dep: Deployment, prompt_lens: list[int]) -> list[dict[str, Any]
     lens = np.asarray(prompt_lens, float)
     t = dep.step.prefill_time(lens, dep.settings.max_num_batched_tokens)
     return [{"prompt_len": int(n), "prefill_s": float(x), "ttft_floor_s": float(x),
-             "prefill_tokens_per_s": float(n / x)} for n, x in zip(prompt_lens, t)]
+             "prefill_tokens_per_s": float(n / x)} for n, x in zip(prompt_lens, t, strict=True)]

@@ -167,14 +167,16 @@ def bench_gemm(b: Bench, model: ModelSpec, tokens: list[int], fp8: bool = True) 
             continue
         w8 = w.to(b.torch.float8_e4m3fn) if fp8_mm else None
         for t in tokens:
-            def one(t: int = t, name: str = name, k: int = k, n: int = n) -> dict[str, Any]:
+            def one(t: int = t, name: str = name, k: int = k, n: int = n,
+                    w: Any = w) -> dict[str, Any]:
                 x = b.randn(t, k)
                 sec = b.time_s(lambda: b.torch.matmul(x, w.t()))
                 return {"kind": "gemm", "name": name, "dtype": "bf16", "tokens": t, "k": k,
                         "n": n, "time_s": sec, "flops_per_s": 2 * t * k * n / sec}
             b.guarded(f"gemm {name} x{t}", one)
             if fp8_mm is not None and t % 16 == 0:
-                def one8(t: int = t, name: str = name, k: int = k, n: int = n) -> dict[str, Any]:
+                def one8(t: int = t, name: str = name, k: int = k, n: int = n,
+                         w8: Any = w8) -> dict[str, Any]:
                     x8 = b.randn(t, k).to(b.torch.float8_e4m3fn)
                     sec = b.time_s(lambda: fp8_mm(x8, w8.t()))
                     return {"kind": "gemm", "name": name, "dtype": "fp8", "tokens": t, "k": k,

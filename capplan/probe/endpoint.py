@@ -145,7 +145,7 @@ def one_request(t: Target, model: str, prompt: str, output_len: int, timeout_s: 
         res.ok = done and last is not None
         if done and last is None:
             res.error = "no tokens received"
-    except (TimeoutError, socket.timeout):
+    except TimeoutError:
         res.error = f"timeout after {timeout_s:g} s"
     except (OSError, http.client.HTTPException) as e:
         res.error = f"{type(e).__name__}: {e}"[:120]

@@ -178,9 +178,9 @@ def fit_levels(levels: list[dict[str, Any]], model: str | None = None, gpu: str 
         fit["note"] = "no level completed a request: nothing to fit"
         return fit
     if model and gpu and catalog is not None:
-        from capplan.models.perf import build_step_model
         from capplan.models.calibration import default_calibration
         from capplan.models.engine import EngineSettings
+        from capplan.models.perf import build_step_model
 
         spec, g = catalog.model(model), catalog.gpu(gpu)
         bare = default_calibration(g).with_(step_overhead_s=0.0, per_seq_overhead_s=0.0)

@@ -22,8 +22,8 @@ Large Language Model Serving with PagedAttention", SOSP 2023; Yu et al., "Orca",
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from bisect import bisect_left
+from collections.abc import Callable
 from heapq import heappop, heappush
 from typing import Any
 
@@ -300,7 +300,7 @@ class _State:
 
     def _advance(self) -> None:
         """After the step: prefill progress, first tokens, finishes, decoders move on."""
-        e, g, rec, O = self.e, self.g, self.rec, self.O
+        e, g, rec, out_len = self.e, self.g, self.rec, self.O
         new_dec = []
         for s, c in self.chunks.items():
             r = rec[s]
@@ -314,7 +314,7 @@ class _State:
                     self.gaps.append((r[LAST], g))
                 r[GEN] += 1
                 r[LAST] = g
-                if r[GEN] >= O[s]:
+                if r[GEN] >= out_len[s]:
                     self._finish(s, r[NC])
                 else:
                     new_dec.append(s)
@@ -331,7 +331,7 @@ class _State:
                 self.sum_capw -= min(nc + 1, e.w)
                 self.n_below -= nc + 1 < e.w
             self._touch(s)
-            r[NC], r[GEN], r[G0], r[LAST] = nc + 1, O[s], -1, g
+            r[NC], r[GEN], r[G0], r[LAST] = nc + 1, out_len[s], -1, g
             self._finish(s, nc + 1)
         self.sum_nc += self.n_dec
         g1 = g + 1
@@ -355,7 +355,7 @@ class _State:
                 if ctx < e.w:
                     self.n_below += 1
                     heappush(self.win_heap, (g1 + e.w - ctx, s, ep))
-            heappush(fh, (g1 + O[s] - r[GEN] - 1, s, ep))
+            heappush(fh, (g1 + out_len[s] - r[GEN] - 1, s, ep))
             self.blk_due.setdefault(g1 + (-nc) % e.bs, []).append((s, ep))
         self.g = g1
 
