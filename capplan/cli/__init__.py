@@ -47,6 +47,12 @@ class CapplanGroup(click.Group):
         except KeyboardInterrupt:
             click.echo("interrupted", err=True)
             sys.exit(130)
+        except UnicodeDecodeError as e:
+            raise UserError(f"a file is not UTF-8 text ({e.reason} at byte {e.start}): save it "
+                            "as UTF-8") from e
+        except OSError as e:  # a path the user gave: missing, a folder, not writable
+            where = f"{e.filename}: " if getattr(e, "filename", None) else ""
+            raise UserError(f"{where}{e.strerror or e}") from e
         except Exception as e:  # noqa: BLE001 - the one place errors become exit codes
             from pydantic import ValidationError
 

@@ -140,3 +140,11 @@ def settings_from(kw: dict[str, Any], implied_dtype: str | None = None,
         max_num_seqs=kw.pop("max_num_seqs") or seqs_default,
         max_num_batched_tokens=kw.pop("max_num_batched_tokens") or tokens_default,
     )
+
+
+def warn_foreign_calibration(source: str) -> None:
+    """A calibration measured on another device applies its efficiencies to this GPU's
+    datasheet: allowed (a CPU file exercises the path), but say so where people look."""
+    if "applied to" in source:
+        click.echo(f"warning: calibration {source}: its efficiencies and overheads were "
+                   "measured on another device", err=True)

@@ -100,6 +100,7 @@ def calibrate_cmd(device: str, model: str | None, gpu: str | None, out: str | No
         levels = run_endpoint(endpoint, model, concurrency, input_len, output_len,
                               requests_per_level, timeout)
         _emit_levels(levels, model, gpu, cat, fmt, out)
+        _fail_if_nothing_completed(levels, endpoint)
         return
     if files:
         from capplan.probe.results import load_results
@@ -108,6 +109,20 @@ def calibrate_cmd(device: str, model: str | None, gpu: str | None, out: str | No
         _emit_levels(levels, model, gpu, cat, fmt, out)
         return
     _device(device, model, out, quick, force, layers, cat, fmt)
+
+
+def _fail_if_nothing_completed(levels: list[Any], endpoint: str) -> None:
+    """Partial results were printed; if no request at all completed, that is an error."""
+    rows = [lv if isinstance(lv, dict) else getattr(lv, "__dict__", {}) for lv in levels]
+    done = sum(int(r.get("completed", r.get("requests", 0)) or 0) for r in rows)
+    if rows and done == 0:
+        kinds: dict[str, int] = {}
+        for r in rows:
+            for k, v in (r.get("error_kinds") or {}).items():
+                kinds[k] = kinds.get(k, 0) + v
+        what = ", ".join(f"{k} x{v}" for k, v in kinds.items()) or "no response"
+        raise InputError(f"{endpoint}: every request failed ({what}); is it an "
+                         "OpenAI-compatible server serving that model?")
 
 
 def _device(device: str, model: str | None, out: str | None, quick: bool, force: bool,

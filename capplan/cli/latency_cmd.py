@@ -13,6 +13,7 @@ from capplan.cli._options import (
     format_option,
     model_gpu_options,
     settings_from,
+    warn_foreign_calibration,
 )
 from capplan.cli._render import emit, to_json
 from capplan.cli._tables import latency_table
@@ -45,8 +46,10 @@ def latency_cmd(model: str, gpu: str, rate: float | None, concurrency: int | Non
     g = cat.gpu(gpu)
     cal_path = kw.pop("calibration")
     s = settings_from(kw, resolved.implied_weight_dtype, g)
-    load = load_spec_from_options(rate, concurrency, trace, input_len, output_len, burstiness)
+    load = load_spec_from_options(rate, concurrency, trace, input_len, output_len, burstiness,
+                                  s.max_model_len or resolved.spec.max_position_embeddings)
     dep = build_deployment(resolved.spec, g, s, calibration_for(cat, g, cal_path))
+    warn_foreign_calibration(dep.calibration.source)
     res = analytic_latency(dep, load)
     if fmt == "json":
         emit(to_json(res))

@@ -47,23 +47,33 @@ def _finish(result: dict[str, Any], fmt: str, exports: list[Path], plot_dir: str
     if fmt == "json":
         emit(to_json(result))
         return
+    if fmt in ("csv", "markdown"):  # machine-readable: the table alone
+        emit(render_rows(_plan_rows(result), PLAN_COLUMNS, fmt))
+        return
     emit(render_plan(result, fmt))
 
 
-def render_plan(result: dict[str, Any], fmt: str) -> str:
-    cols = [
-        Column("rank", "#"), Column("gpu", "GPU"), Column("tp", "TP"),
-        Column("replicas", "replicas"), Column("gpus_total", "GPUs"),
-        Column("weight_dtype", "weights"), Column("kv_dtype", "KV"),
-        Column("max_num_seqs", "max seqs"), Column("max_num_batched_tokens", "chunk (tok)"),
-        Column("ttft_p99", "TTFT p99 (ms)", ms, ".0f"), Column("tbt_p99", "TBT p99 (ms)", ms,
-                                                                 ".1f"),
-        Column("capacity_per_replica_rps", "req/s per replica", None, ".2f"),
-        Column("cost_per_hour", "cost ($/h)", None, ".2f"),
-        Column("binding_constraint", "binding"),
-    ]
-    rows = [{**r, "ttft_p99": r["predicted"]["ttft_s"]["p99"],
+PLAN_COLUMNS = [
+    Column("rank", "#"), Column("gpu", "GPU"), Column("tp", "TP"),
+    Column("replicas", "replicas"), Column("gpus_total", "GPUs"),
+    Column("weight_dtype", "weights"), Column("kv_dtype", "KV"),
+    Column("max_num_seqs", "max seqs"), Column("max_num_batched_tokens", "chunk (tok)"),
+    Column("ttft_p99", "TTFT p99 (ms)", ms, ".0f"), Column("tbt_p99", "TBT p99 (ms)", ms,
+                                                             ".1f"),
+    Column("capacity_per_replica_rps", "req/s per replica", None, ".2f"),
+    Column("cost_per_hour", "cost ($/h)", None, ".2f"),
+    Column("binding_constraint", "binding"),
+]
+
+
+def _plan_rows(result: dict[str, Any]) -> list[dict[str, Any]]:
+    return [{**r, "ttft_p99": r["predicted"]["ttft_s"]["p99"],
              "tbt_p99": r["predicted"]["tbt_s"]["p99"]} for r in result["recommendations"]]
+
+
+def render_plan(result: dict[str, Any], fmt: str) -> str:
+    cols = PLAN_COLUMNS
+    rows = _plan_rows(result)
     out = [f"{result['model']}: {result['target_rate_per_s']:g} req/s, headroom "
            f"{result['headroom']:.0%}, objective {result['objective']} "
            f"({result['configurations_searched']} configurations searched)", "",
@@ -196,7 +206,10 @@ def plan_cmd(plan_file: str, exports: tuple[str, ...], plot_dir: str | None, no_
 
 
 @click.command("schema")
-def schema_cmd() -> None:
+@click.option("--format", "fmt", type=click.Choice(["json", "table", "csv", "markdown"]),
+              default="json", show_default=True,
+              help="A JSON Schema is JSON whatever the format; accepted for uniformity.")
+def schema_cmd(fmt: str) -> None:
     """JSON Schema of plan files (point your editor's YAML extension at it)."""
     emit(json.dumps(plan_json_schema(), indent=2))
 

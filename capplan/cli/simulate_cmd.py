@@ -18,6 +18,7 @@ from capplan.cli._options import (
     format_option,
     model_gpu_options,
     settings_from,
+    warn_foreign_calibration,
 )
 from capplan.cli._render import Column, emit, render_rows, to_json
 from capplan.errors import InputError
@@ -116,9 +117,14 @@ def simulate_cmd(model: str, gpu: str, rate: float | None, concurrency: int | No
     calibration = kw.pop("calibration", None)
     s = settings_from(kw, resolved.implied_weight_dtype, g)
     dep = build_deployment(resolved.spec, g, s, calibration_for(cat, g, calibration))
+    warn_foreign_calibration(dep.calibration.source)
     if not dep.memory.fits:
         raise InputError(f"{resolved.spec.key} does not fit on {g.key}: {dep.memory.reason}")
-    reqs = wl.generate(np.random.default_rng(seed))
+    reqs, clipped = wl.generate(np.random.default_rng(seed)).clip_to_context(
+        s.max_model_len or resolved.spec.max_position_embeddings)
+    if clipped:
+        click.echo(f"note: {clipped} prompts cut to fit max_model_len "
+                   f"{s.max_model_len or resolved.spec.max_position_embeddings}", err=True)
     results: dict[str, dict[str, Any]] = {}
     for name in names:
         opts = dict(scheduler=name, num_gpu_blocks=dep.memory.num_gpu_blocks,

@@ -13,8 +13,10 @@ from capplan.cli._options import (
     format_option,
     model_gpu_options,
     settings_from,
+    warn_foreign_calibration,
 )
 from capplan.cli._render import Column, emit, render_rows, to_json
+from capplan.errors import InputError
 from capplan.plan.deployment import build_deployment, calibration_for
 from capplan.plan.speed import decode_curve, prefill_rows
 
@@ -42,7 +44,15 @@ def speed_cmd(model: str, gpu: str, batch: list[int], context: list[int],
     cal_path = kw.pop("calibration")
     s = settings_from(kw, resolved.implied_weight_dtype, g)
     dep = build_deployment(resolved.spec, g, s, calibration_for(cat, g, cal_path))
+    warn_foreign_calibration(dep.calibration.source)
+    if not dep.memory.fits:
+        raise InputError(f"{dep.model.key} does not fit on {g.key} with TP {s.tp}: "
+                         f"{dep.memory.reason} (see `capplan memory`)")
     curve = decode_curve(dep, batch, context)
+    if not curve["rows"]:
+        raise InputError(f"no batch in {batch} fits: at most {curve['max_batch']} sequences "
+                         f"(max_num_seqs {s.max_num_seqs}, KV cache {dep.memory.kv_cache_tokens}"
+                         " tokens)")
     pre = prefill_rows(dep, prefill) if prefill else []
     if plot_dir:
         from capplan.export.plots import plot_speed
@@ -51,7 +61,8 @@ def speed_cmd(model: str, gpu: str, batch: list[int], context: list[int],
     if fmt == "json":
         emit(to_json({"model": dep.model.key, "gpu": dep.gpu.key, "tp": s.tp,
                       "calibration": dep.calibration.source, "rows": curve["rows"],
-                      "knee_batch": curve["knee_batch"], "prefill": pre}))
+                      "knee_batch": curve["knee_batch"], "excluded": curve["excluded"],
+                      "max_batch": curve["max_batch"], "prefill": pre}))
         return
     cols = [
         Column("batch", "batch"), Column("context_len", "context (tokens)"),
@@ -66,6 +77,10 @@ def speed_cmd(model: str, gpu: str, batch: list[int], context: list[int],
                           for c, k in curve["knee_batch"].items())
         emit(f"\nknee (doubling the batch adds < 15% throughput): {knees}")
         emit(f"calibration: {dep.calibration.source}")
+        if curve["excluded"]:
+            emit(f"left out (over max_num_seqs {s.max_num_seqs} or the KV cache of "
+                 f"{dep.memory.kv_cache_tokens:,} tokens): " + ", ".join(
+                     f"batch {r['batch']} at {r['context_len']}" for r in curve["excluded"]))
     if pre:
         emit("")
         emit(render_rows(pre, [

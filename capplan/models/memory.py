@@ -356,8 +356,8 @@ class MemoryReport:
     """Memory left outside the budget after CUDA graphs: negative means vLLM would OOM."""
 
 
-def validate_settings(model: ModelSpec, s: EngineSettings) -> None:
-    """Raise InputError for settings vLLM itself would reject."""
+def validate_settings(model: ModelSpec, s: EngineSettings, gpu: GpuSpec | None = None) -> None:
+    """Raise InputError for settings vLLM itself would reject (or a node cannot host)."""
     u = s.gpu_memory_utilization
     if not (isinstance(u, int | float) and math.isfinite(u) and 0 < u <= 1):
         raise InputError(f"--gpu-memory-utilization {u}: must be in (0, 1]")
@@ -375,12 +375,20 @@ def validate_settings(model: ModelSpec, s: EngineSettings) -> None:
         raise InputError(f"--tp {s.tp}: must divide, or be a multiple of, the {kvh} KV heads")
     if s.pp > model.num_layers:
         raise InputError(f"--pp {s.pp}: exceeds the {model.num_layers} layers of {model.key}")
+    if s.max_model_len is not None and s.max_model_len > model.max_position_embeddings:
+        raise InputError(f"--max-model-len {s.max_model_len}: exceeds {model.key}'s "
+                         f"{model.max_position_embeddings} (max_position_embeddings), which vLLM "
+                         "refuses")
+    if gpu is not None and s.tp > gpu.interconnect.max_gpus_per_node:
+        raise InputError(f"--tp {s.tp}: a {gpu.key} node connects at most "
+                         f"{gpu.interconnect.max_gpus_per_node} GPUs ({gpu.interconnect.kind}); "
+                         "split across nodes with --pp instead")
 
 
 def memory_report(model: ModelSpec, gpu: GpuSpec, settings: EngineSettings,
                   profile: EngineProfile = VLLM) -> MemoryReport:
     """Size weights, activations, overheads and the paged KV cache on one GPU."""
-    validate_settings(model, settings)
+    validate_settings(model, settings, gpu)
     s = settings
     max_len = s.max_model_len or model.max_position_embeddings
     dt = weight_dtypes(model, s.weight_dtype)

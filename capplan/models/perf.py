@@ -225,7 +225,7 @@ class StepModel:
 def build_step_model(model: ModelSpec, gpu: GpuSpec, settings: EngineSettings,
                      calibration: Calibration | None = None) -> StepModel:
     """Constants of the step model for one (model, GPU, settings, calibration)."""
-    validate_settings(model, settings)
+    validate_settings(model, settings, gpu)
     cal = calibration or default_calibration(gpu)
     tp, pp = settings.tp, settings.pp
     counts = param_counts(model, tp, pp)

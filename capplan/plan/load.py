@@ -36,8 +36,18 @@ def length_stats(text: str) -> LengthStats:
     return LengthStats.from_samples(dist.sample(rng, _STATS_SAMPLES))
 
 
+def _clipped_stats(inp: np.ndarray, out: np.ndarray, max_model_len: int | None
+                   ) -> tuple[LengthStats, LengthStats]:
+    if max_model_len:
+        from capplan.sim.workload import clip_lengths
+
+        inp, out = clip_lengths(inp, out, max_model_len)
+    return LengthStats.from_samples(inp), LengthStats.from_samples(out)
+
+
 def load_spec_from_options(rate: float | None, concurrency: int | None, trace: str | None,
-                           input_len: str, output_len: str, burstiness: float = 1.0) -> LoadSpec:
+                           input_len: str, output_len: str, burstiness: float = 1.0,
+                           max_model_len: int | None = None) -> LoadSpec:
     given = [x is not None for x in (rate, concurrency, trace)]
     if sum(given) != 1:
         raise InputError("give exactly one of --rate, --concurrency or --trace")
@@ -51,11 +61,15 @@ def load_spec_from_options(rate: float | None, concurrency: int | None, trace: s
             raise InputError(f"{trace}: needs at least two requests at different times")
         gaps = np.diff(np.sort(arrivals))
         scv = float(gaps.var() / max(gaps.mean() ** 2, 1e-12))
-        return LoadSpec((len(arrivals) - 1) / span, None,
-                        LengthStats.from_samples(t.input_tokens),
-                        LengthStats.from_samples(t.output_tokens), scv, f"trace {trace}")
-    return LoadSpec(rate, concurrency, length_stats(input_len), length_stats(output_len),
-                    1.0 / burstiness)
+        i_st, o_st = _clipped_stats(t.input_tokens, t.output_tokens, max_model_len)
+        return LoadSpec((len(arrivals) - 1) / span, None, i_st, o_st, scv, f"trace {trace}")
+    from capplan.sim.workload import parse_length
+
+    rng = np.random.default_rng(_STATS_SEED)
+    inp = parse_length(str(input_len)).sample(rng, _STATS_SAMPLES)
+    out = parse_length(str(output_len)).sample(rng, _STATS_SAMPLES)
+    i_st, o_st = _clipped_stats(inp, out, max_model_len)
+    return LoadSpec(rate, concurrency, i_st, o_st, 1.0 / burstiness)
 
 
 def queue_model(dep: Deployment, load: LoadSpec) -> QueueModel:
@@ -82,9 +96,17 @@ def analytic_latency(dep: Deployment, load: LoadSpec) -> dict[str, Any]:
     if not res["stable"]:
         cap = float(q.capacity_rate())
         res["capacity_requests_per_s"] = cap
+        res["offered_requests_per_s"] = res["requests_per_s"]
         res["reason"] = (f"arrival rate {res['requests_per_s']:.3g}/s exceeds what one replica "
                          f"sustains ({cap:.3g}/s)")
         res["bound"] = _unstable_bound(res)
+        # No steady state: throughput and utilisations of an overloaded queue are not numbers
+        # to report (latencies are already null); say what the replica can do instead.
+        for key in ("requests_per_s", "output_tokens_per_s", "input_tokens_per_s",
+                    "mean_running_batch", "kv_mean_utilization", "kv_peak_utilization",
+                    "prefill_utilization", "slot_utilization", "step_s", "decode_step_s",
+                    "prefill_step_s", "prefill_step_frac"):
+            res[key] = None
     return res
 
 

@@ -25,6 +25,7 @@ from capplan.plan.search import (
     Evaluated,
     SearchSpace,
     Traffic,
+    _tp_ok,
     analytic_search,
     build_candidates,
     cost_per_hour,
@@ -60,14 +61,19 @@ def lane_samples(lane: Lane, rng: np.random.Generator, n: int) -> tuple[np.ndarr
     return np.asarray(i, float), np.asarray(o, float)
 
 
-def traffic_for(lanes: list[Lane]) -> Traffic:
-    """Pool lanes: lengths mixed in proportion to rates; the strictest SLO of each kind."""
+def traffic_for(lanes: list[Lane], max_model_len: int | None = None) -> Traffic:
+    """Pool lanes: lengths mixed in proportion to rates; the strictest SLO of each kind.
+    Prompts are cut so that prompt + output fit max_model_len, as vLLM requires."""
     rng = np.random.default_rng(_SEED)
     total = sum(lane.rate_per_s for lane in lanes)
     ins, outs = [], []
     for lane in lanes:
         n = max(200, int(_SAMPLES * lane.rate_per_s / total))
         i, o = lane_samples(lane, rng, n)
+        if max_model_len:
+            from capplan.sim.workload import clip_lengths
+
+            i, o = clip_lengths(i, o, max_model_len)
         ins.append(i)
         outs.append(o)
     scv = sum(lane.rate_per_s / total / lane.burstiness for lane in lanes)
@@ -234,8 +240,10 @@ def run_plan(cat: Catalog, plan: PlanFile, verify: VerifyFn | None = None) -> di
         costs = [s.get("cost_per_hour") for s in separate]
         total = sum(costs) if all(c is not None for c in costs) else None
         shared = _head(result)
-        cheaper = "separate" if (total is not None and shared["cost_per_hour"] is not None
-                                 and total < shared["cost_per_hour"]) else "shared"
+        sc = shared["cost_per_hour"]
+        cheaper = ("equal" if total is not None and sc is not None and abs(total - sc) < 0.005
+                   else "separate" if (total is not None and sc is not None and total < sc)
+                   else "shared")
         result["pools"] = {"shared": shared, "separate": {"lanes": separate,
                                                            "cost_per_hour": total,
                                                            "gpus_total": sum(
@@ -244,7 +252,9 @@ def run_plan(cat: Catalog, plan: PlanFile, verify: VerifyFn | None = None) -> di
                            "cheaper": cheaper}
         result["warnings"].append(
             f"pools: one shared pool costs {_money(shared['cost_per_hour'])}/h, a pool per "
-            f"lane {_money(total)}/h: {cheaper} is cheaper")
+            f"lane {_money(total)}/h: " + ("they cost the same (shared keeps spare capacity "
+                                           "for either lane)" if cheaper == "equal"
+                                           else f"{cheaper} is cheaper"))
     return result
 
 
@@ -260,9 +270,15 @@ def _head(res: dict[str, Any]) -> dict[str, Any]:
 
 def _plan_pool(cat: Catalog, plan: PlanFile, model: ModelSpec, lanes: list[Lane],
                implied: str | None, verify: VerifyFn | None) -> dict[str, Any]:
-    t = traffic_for(lanes)
+    t = traffic_for(lanes, plan.engine.max_model_len or model.max_position_embeddings)
     space = search_space(cat, plan, model, t, implied)
     steps, meta = build_candidates(cat, model, space)
+    if not any(_tp_ok(model, tp, g) for g in space.gpus for tp in space.tps):
+        raise InputError(
+            f"no TP size in {list(space.tps)} works for {model.key} on "
+            f"{', '.join(g.key for g in space.gpus)}: TP must divide the "
+            f"{model.num_attention_heads} attention heads (and divide or be a multiple of the "
+            f"{model.num_kv_heads} KV heads) and fit in one node")
     if not steps:
         raise InfeasibleError(
             f"{model.key} does not fit on any candidate GPU ({', '.join(g.key for g in space.gpus)}"

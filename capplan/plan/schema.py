@@ -118,6 +118,15 @@ class PlanFile(BaseModel):
     export: list[str] = []
     """Files to write (.csv, .json, .md, .xlsx), relative to the plan file."""
 
+    @field_validator("workloads")
+    @classmethod
+    def _unique_lane_names(cls, v: list[Lane]) -> list[Lane]:
+        names = [lane.name for lane in v]
+        dup = next((n for n in names if names.count(n) > 1), None)
+        if dup is not None:
+            raise ValueError(f"two lanes are named {dup!r}; give each lane its own name")
+        return v
+
 
 def _all_keys(model: type[BaseModel]) -> list[str]:
     keys: list[str] = []

@@ -17,9 +17,12 @@ def decode_curve(dep: Deployment, batches: list[int], contexts: list[int]) -> di
     r = dep.step.decode_step(b, c)
     step = np.broadcast_to(r["step_s"], (b.size, c.size))
     bound = np.broadcast_to(r["bound_index"], (b.size, c.size))
-    rows = []
+    rows, excluded = [], []
     for j, ctx in enumerate(contexts):
         for i, bs in enumerate(batches):
+            if bs > max_batch(dep, ctx):
+                excluded.append({"batch": int(bs), "context_len": int(ctx)})
+                continue
             t = float(step[i, j])
             rows.append({"batch": int(bs), "context_len": int(ctx), "step_time_s": t,
                          "tokens_per_s_total": bs / t, "tokens_per_s_per_seq": 1.0 / t,
@@ -27,9 +30,17 @@ def decode_curve(dep: Deployment, batches: list[int], contexts: list[int]) -> di
     knees: dict[int, int | None] = {}
     for ctx in contexts:
         dense = np.unique(np.concatenate([np.asarray(batches), 2 ** np.arange(0, 13)]))
-        t = dep.step.decode_step(dense, ctx)["step_s"]
-        knees[int(ctx)] = knee_batch(dense, dense / t)
-    return {"rows": rows, "knee_batch": knees}
+        dense = dense[dense <= max_batch(dep, ctx)]
+        t = dep.step.decode_step(dense, ctx)["step_s"] if dense.size else np.zeros(0)
+        knees[int(ctx)] = knee_batch(dense, dense / t) if dense.size else None
+    return {"rows": rows, "knee_batch": knees, "excluded": excluded,
+            "max_batch": {int(c): max_batch(dep, c) for c in contexts}}
+
+
+def max_batch(dep: Deployment, context_len: int) -> int:
+    """The largest batch the engine can run at this context: max_num_seqs, or KV capacity."""
+    per_seq = -(-int(context_len) // dep.settings.block_size) * dep.settings.block_size
+    return int(min(dep.settings.max_num_seqs, dep.memory.kv_cache_tokens // max(per_seq, 1)))
 
 
 def prefill_rows(dep: Deployment, prompt_lens: list[int]) -> list[dict[str, Any]]:

@@ -129,7 +129,7 @@ def _read_empirical(path: str) -> tuple[int, ...]:
     if not p.is_file():
         raise InputError(f"{path}: no such file (empirical length distribution)")
     vals: list[int] = []
-    with p.open(newline="") as f:
+    with p.open(newline="", encoding="utf-8-sig") as f:
         for i, row in enumerate(csv.reader(f), 1):
             if not row or not row[0].strip():
                 continue
@@ -178,6 +178,30 @@ class Requests:
 
     def __len__(self) -> int:
         return len(self.input_tokens)
+
+    def clip_to_context(self, max_model_len: int) -> tuple[Requests, int]:
+        """Requests whose prompt plus output exceed max_model_len get their prompt cut to fit
+        (vLLM refuses longer ones; benchmark clients truncate). Returns (requests, n_clipped).
+        Raises InputError when the output alone does not fit."""
+        inp, out = clip_lengths(self.input_tokens, self.output_tokens, max_model_len)
+        n = int(np.count_nonzero(inp != self.input_tokens))
+        return Requests(self.arrival_at_s, inp, out, self.lane, self.concurrency), n
+
+
+def clip_lengths(inp: np.ndarray, out: np.ndarray, max_model_len: int
+                 ) -> tuple[np.ndarray, np.ndarray]:
+    """Cut prompts so that prompt + output <= max_model_len; see Requests.clip_to_context."""
+    inp, out = np.asarray(inp), np.asarray(out)
+    if out.size and int(out.max()) >= max_model_len:
+        raise InputError(f"an output length of {int(out.max())} tokens leaves no room for a "
+                         f"prompt within max_model_len {max_model_len}: raise --max-model-len "
+                         "or shorten --output-len")
+    fixed = inp.size and int(inp.min()) == int(inp.max()) and int(out.min()) == int(out.max())
+    if fixed and int(inp[0] + out[0]) > max_model_len:
+        raise InputError(f"input {int(inp[0])} + output {int(out[0])} tokens exceed "
+                         f"max_model_len {max_model_len}, which vLLM refuses: raise "
+                         "--max-model-len (up to the model's limit) or shorten the requests")
+    return np.minimum(inp, max_model_len - out).astype(inp.dtype), out
 
 
 @dataclass(frozen=True)
@@ -299,7 +323,7 @@ def _length_value(v: object, path: Path, line: int, col: str) -> int:
 
 
 def _rows(path: Path) -> tuple[list[str], list[tuple[int, dict]]]:
-    text = path.read_text()
+    text = path.read_text(encoding="utf-8-sig")
     if path.suffix.lower() in (".jsonl", ".json", ".ndjson"):
         rows = []
         cols: list[str] = []
