@@ -350,8 +350,12 @@ def _verify(ranked, described, plan, model, lanes, t, steps, meta, verify, key, 
             continue
         tried += 1
         e: Evaluated = r["_eval"]
+        # The simulator's cost is its steps: about requests * E[O] / running batch. At light
+        # load (small batches) cap that at ~40k steps; at least 300 requests either way.
+        batch = max(r["predicted"]["mean_running_batch"], 1.0)
+        n_req = int(min(plan.verify.requests, max(300, 40_000 * batch / max(t.out.mean, 1.0))))
         ctx = PoolContext(model, lanes, t, steps[e.step_index], e.kv_cache_tokens //
-                          e.settings.block_size, e.settings.block_size, plan.verify.requests)
+                          e.settings.block_size, e.settings.block_size, n_req)
         v = verify(r, ctx)
         r["verified"] = v
         if v.get("ok", True):
