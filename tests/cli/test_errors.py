@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 import yaml
+from _asserts import assert_one_line_error
 
 MEM = ("memory", "--model", "llama-3.1-8b", "--gpu", "h100-sxm")
 
@@ -43,15 +44,6 @@ BAD_INPUTS = [
 ]
 
 
-def assert_one_line_error(res, fragment: str = "") -> None:
-    assert res.exit_code == 2, (res.exit_code, res.stdout, res.stderr, res.exception)
-    assert res.exception is None, repr(res.exception)
-    assert "Traceback" not in res.stderr + res.stdout
-    lines = res.stderr.splitlines()
-    assert len(lines) == 1, res.stderr
-    assert lines[0].startswith("Error: "), lines[0]
-    assert fragment in lines[0], (fragment, lines[0])
-    assert res.stdout == ""
 
 
 @pytest.mark.parametrize(("args", "fragment"), BAD_INPUTS)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 
 import pytest
+from _asserts import assert_one_line_error
 
 LAT = ("latency", "--model", "llama-3.1-8b", "--gpu", "a100-sxm-80gb")
 DIST_KEYS = ("ttft_s", "tbt_s", "e2e_s")
@@ -45,15 +46,6 @@ def _assert_contract(d: dict) -> None:
         assert d["mean_running_batch"] > 0
 
 
-def assert_one_line_error(res, fragment: str = "") -> None:
-    assert res.exit_code == 2, (res.exit_code, res.stdout, res.stderr, res.exception)
-    assert res.exception is None, repr(res.exception)
-    assert "Traceback" not in res.stderr + res.stdout
-    lines = res.stderr.splitlines()
-    assert len(lines) == 1, res.stderr
-    assert lines[0].startswith("Error: "), lines[0]
-    assert fragment in lines[0], (fragment, lines[0])
-    assert res.stdout == ""
 
 
 # ---------------------------------------------------------------------------------------------

@@ -6,6 +6,7 @@ import csv
 import io
 
 import pytest
+from _asserts import assert_one_line_error
 
 SPEED = ("speed", "--model", "llama-3.1-8b", "--gpu", "a100-sxm-80gb")
 ROW_KEYS = {"batch", "context_len", "step_time_s", "tokens_per_s_total", "tokens_per_s_per_seq",
@@ -20,15 +21,6 @@ def _json(run_cli, *args: str) -> dict:
     return res.json()
 
 
-def assert_one_line_error(res, fragment: str = "") -> None:
-    assert res.exit_code == 2, (res.exit_code, res.stdout, res.stderr, res.exception)
-    assert res.exception is None, repr(res.exception)
-    assert "Traceback" not in res.stderr + res.stdout
-    lines = res.stderr.splitlines()
-    assert len(lines) == 1, res.stderr
-    assert lines[0].startswith("Error: "), lines[0]
-    assert fragment in lines[0], (fragment, lines[0])
-    assert res.stdout == ""
 
 
 # ---------------------------------------------------------------------------------------------
