@@ -108,6 +108,57 @@ def _poisson_quantile(m: np.ndarray, p: float, kmax: int = 64
     return k, below, at
 
 
+def _chunk_moments(inp: LengthStats, budget: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Mean and standard deviation of a chunk, min(prompt length, budget)."""
+    if not inp.table:
+        c = np.minimum(inp.mean, budget)
+        return c, np.zeros_like(c)
+    levels = np.asarray(inp.table, float)
+    clipped = np.minimum(levels, np.asarray(budget, float)[..., None])
+    mean = clipped.mean(axis=-1)
+    return mean, np.sqrt(np.maximum((clipped**2).mean(axis=-1) - mean**2, 0.0))
+
+
+def chunk_sum_quantile(m: np.ndarray, p: float, inp: LengthStats, budget: np.ndarray,
+                       iters: int = 12,
+                       moments: tuple[np.ndarray, np.ndarray] | None = None) -> np.ndarray:
+    """p-quantile of the prompt tokens in a step: a compound Poisson sum of chunk sizes.
+
+    F(x) = P(K=0) + P(K=1) F_chunk(x) + sum_{k>=2} P(K=k) Phi((x - k mu) / (sqrt(k) sigma)),
+    solved for F(x) = p by bisection on [0, budget]; 0 when p <= P(K=0) (a decode-only step).
+    """
+    m = np.asarray(m, float)
+    budget = np.broadcast_to(np.asarray(budget, float), m.shape)
+    mu, sigma = moments if moments is not None else _chunk_moments(inp, budget)
+    kmax = int(np.ceil(float(np.max(m, initial=0.0)) + 6 * np.sqrt(float(np.max(m, initial=0.0)))
+                       + 4))
+    pk = [np.exp(-m)]
+    for k in range(1, kmax + 1):
+        pk.append(pk[-1] * m / k)
+    # terms whose probability is negligible for every configuration add nothing to F
+    terms = [k for k in range(2, kmax + 1) if float(np.max(pk[k], initial=0.0)) > 1e-7]
+    levels = np.linspace(0.0, 1.0, 201)
+
+    def cdf(x: np.ndarray) -> np.ndarray:
+        if inp.table:
+            f1 = np.interp(x, np.asarray(inp.table, float), levels)
+        else:
+            f1 = (x >= inp.mean).astype(float)
+        f1 = np.where(x >= budget, 1.0, f1)
+        f = pk[0] + pk[1] * f1
+        for k in terms:
+            z = (x - k * mu) / np.maximum(np.sqrt(k) * sigma, 1e-9)
+            f = f + pk[k] * special.ndtr(z)
+        return f
+
+    lo, hi = np.zeros_like(m), budget.astype(float).copy()
+    for _ in range(iters):
+        mid = 0.5 * (lo + hi)
+        below = cdf(mid) < p
+        lo, hi = np.where(below, mid, lo), np.where(below, hi, mid)
+    return np.where(p <= pk[0], 0.0, hi)
+
+
 def _exp_tail_quantile(p_wait: np.ndarray, mean_wait: np.ndarray, p: float) -> np.ndarray:
     """Quantile of a wait that is 0 w.p. 1-p_wait, else exponential with the given overall mean."""
     cond_mean = mean_wait / np.maximum(p_wait, 1e-12)
@@ -241,6 +292,7 @@ class QueueModel:
         e2e: dict[str, Any] = {"mean": ttft["mean"] + self.dec_tokens * tau}
         rho_safe = np.clip(rho_p, 1e-12, 1.0)
         prev_tbt = None
+        moments = _chunk_moments(inp, budget)
         for name, p in QUANTILES.items():
             ex = [
                 p * tau - tau / 2,
@@ -250,17 +302,14 @@ class QueueModel:
             ]
             excess = np.sqrt(sum(np.maximum(x, 0.0) ** 2 for x in ex))
             ttft[name] = ttft["mean"] + excess
-            # TBT: every gap is one step. The number of prefill chunks landing in a step is
-            # Poisson with mean m = lambda * tau * E[chunks]; a step with k of them carries
-            # min(k * chunk, budget) prompt tokens. The p-quantile gap is the step at the
-            # p-quantile of k (k = 0: a decode-only step).
-            # Within the stratum of steps holding k chunks, the largest one sits at the
-            # conditional level u = (p - P(K < k)) / P(K = k) of the prompt lengths; the
-            # others count at the mean.
-            k, below, at = _poisson_quantile(m_chunks, p)
-            u = (p - below) / np.maximum(at, 1e-12)
-            tokens = np.minimum(np.maximum(k - 1, 0) * inp.mean + inp.quantile(u), budget)
-            tbt[name] = np.where(k < 0.5, t_dec,
+            # TBT: every gap is one step. The number K of prefill chunks landing in a step is
+            # Poisson with mean m = lambda * tau * E[chunks]; the step carries the sum of K
+            # chunk sizes (capped by the budget). The p-quantile gap is the step carrying the
+            # p-quantile of that compound sum: exact for K <= 1 (the prompt-length
+            # distribution), normal for K >= 2. Its quantile grows with m, so TBT tails grow
+            # with load.
+            tokens = chunk_sum_quantile(m_chunks, p, inp, budget, moments=moments)
+            tbt[name] = np.where(tokens < 0.5, t_dec,
                                  np.maximum(t_dec, self._mixed(b, np.maximum(tokens, 1.0))))
             if prev_tbt is not None:  # quantiles are ordered by construction of the mixture
                 tbt[name] = np.maximum(tbt[name], prev_tbt)
