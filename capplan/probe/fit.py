@@ -30,7 +30,7 @@ from capplan.units import GIGA, MIB_BYTES, TERA
 FIT_PARAMS = ("mem_bw_frac", "gemm_frac", "gemm_half_tokens", "attn_frac", "attn_bw_frac",
               "step_overhead_s", "per_seq_overhead_s")
 FEW_SAMPLE_PARAMS = ("mem_bw_frac", "gemm_frac", "attn_bw_frac", "step_overhead_s")
-"""With fewer than two step samples per parameter (a --quick run), only the parameters every
+"""With fewer than three step samples more than parameters, only the parameters every
 step sample has leverage on are fitted; the rest keep the microbenchmark or default values."""
 _BOUNDS = {"gemm_half_tokens": (0.0, 1e5), "step_overhead_s": (0.0, 10.0),
            "per_seq_overhead_s": (0.0, 1.0)}
@@ -126,7 +126,7 @@ def fit_calibration(model: ModelSpec, gpu: GpuSpec, samples: list[dict[str, Any]
         raise ValueError("no decoder-step samples to fit")
     meas = np.array([s["time_s"] for s in fit_s], float)
     all_priors = dict(priors or {})
-    names = FIT_PARAMS if len(fit_s) >= 2 * len(FIT_PARAMS) else FEW_SAMPLE_PARAMS
+    names = FIT_PARAMS if len(fit_s) >= len(FIT_PARAMS) + 3 else FEW_SAMPLE_PARAMS
     priors = {k: v for k, v in all_priors.items() if k in FIT_PARAMS}
     start = base.with_(**{k: v for k, v in priors.items() if k not in names})
     x0 = np.array([priors.get(n, getattr(base, n)) for n in names], float)
