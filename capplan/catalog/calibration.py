@@ -40,6 +40,7 @@ class CalibrationParams(BaseModel):
     per_layer_overhead_s: float | None = Field(default=None, ge=0)
     allreduce_latency_s: float | None = Field(default=None, ge=0)
     allreduce_bw_frac: float | None = Field(default=None, gt=0, le=1)
+    request_overhead_s: float | None = Field(default=None, ge=0)
 
 
 class CalibrationFile(BaseModel):

@@ -39,6 +39,9 @@ class Calibration:
     """Latency of one small all-reduce across the TP group."""
     allreduce_bw_frac: float
     """Achieved fraction of the interconnect's per-direction bandwidth in all-reduce."""
+    request_overhead_s: float = 0.0
+    """Per-request latency outside engine steps (tokenisation, HTTP, streaming), added to TTFT
+    and E2E. 0 unless measured (`capplan calibrate --endpoint` fits it)."""
     source: str = "default"
     """'default (datasheet)' or the calibration file it came from."""
 

@@ -86,6 +86,8 @@ class StepModel:
     step_overhead_s: Any
     per_seq_overhead_s: Any
     layer_overhead_s: Any
+    request_overhead_s: Any = 0.0
+    """Per-request latency outside steps (added to TTFT by the queueing model)."""
     calibration_source: str = "default"
 
     # ------------------------------------------------------------------------------------------
@@ -285,6 +287,7 @@ def build_step_model(model: ModelSpec, gpu: GpuSpec, settings: EngineSettings,
         step_overhead_s=cal.step_overhead_s,
         per_seq_overhead_s=cal.per_seq_overhead_s,
         layer_overhead_s=layers * cal.per_layer_overhead_s,
+        request_overhead_s=cal.request_overhead_s,
         calibration_source=cal.source,
     )
 

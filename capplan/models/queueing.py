@@ -287,7 +287,8 @@ class QueueModel:
         m_chunks = lam * tau * s["n"]
         res: dict[str, Any] = {"stable": stable, "step_s": tau, "decode_step_s": t_dec,
                                "prefill_step_s": t_pf, "prefill_step_frac": s["f"]}
-        ttft: dict[str, Any] = {"mean": tau / 2 + wq_p + own_mean + wq_c}
+        ttft: dict[str, Any] = {"mean": tau / 2 + wq_p + own_mean + wq_c
+                                + self.step.request_overhead_s}
         tbt: dict[str, Any] = {"mean": tau}
         e2e: dict[str, Any] = {"mean": ttft["mean"] + self.dec_tokens * tau}
         rho_safe = np.clip(rho_p, 1e-12, 1.0)

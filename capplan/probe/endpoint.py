@@ -223,5 +223,6 @@ def run_endpoint(url: str, model: str, concurrency: list[int], input_len: int, o
         except KeyboardInterrupt:
             break
         lv["mean_context_tokens"] = input_len + output_len / 2
+        lv["mean_input_tokens"] = float(input_len)
         levels.append(lv)
     return levels

@@ -85,6 +85,7 @@ def from_vllm(d: dict[str, Any], name: str) -> dict[str, Any]:
     ins, outs = d.get("input_lens") or [], d.get("output_lens") or []
     if ins and outs:
         lv["mean_context_tokens"] = float(np.mean(ins) + np.mean(outs) / 2)
+        lv["mean_input_tokens"] = float(np.mean(ins))
     lv["source"] = f"vllm bench serve ({name})"
     return lv
 
@@ -189,9 +190,20 @@ def fit_levels(levels: list[dict[str, Any]], model: str | None = None, gpu: str 
         resid = tbt - sm.decode_step(c, ctx)["step_s"]
         law = _line(c, resid) or {}
         fit["gpu_key"] = g.key
-        fit["calibration_params"] = {
-            "step_overhead_s": max(0.0, law.get("intercept_s", 0.0)),
-            "per_seq_overhead_s": max(0.0, law.get("per_concurrency_s", 0.0))}
+        params = {"step_overhead_s": max(0.0, law.get("intercept_s", 0.0)),
+                  "per_seq_overhead_s": max(0.0, law.get("per_concurrency_s", 0.0))}
+        # Per-request cost outside the engine steps (tokenisation, HTTP, streaming): TTFT at the
+        # lowest concurrency minus the model's prefill of that prompt and half a step of
+        # waiting, with the overheads just fitted.
+        low = int(np.argmin(c))
+        if "mean_input_tokens" in use[low]:
+            fitted = bare.with_(**params)
+            sm2 = build_step_model(spec, g, EngineSettings(), fitted)
+            prompt = float(use[low]["mean_input_tokens"])
+            pre = float(sm2.prefill_time(prompt, EngineSettings().max_num_batched_tokens))
+            half = 0.5 * float(sm2.decode_step(max(c[low], 1.0), ctx[low])["step_s"])
+            params["request_overhead_s"] = max(0.0, float(ttft[low]) - pre - half)
+        fit["calibration_params"] = params
         fit["note"] = (f"overheads: measured TBT minus the step model for {spec.key} on {g.key} "
                        "(default efficiencies), fitted as a + b x concurrency")
     else:

@@ -26,7 +26,8 @@ SPEED = ("speed", "--model", "llama-3.1-8b", "--gpu", "a100-sxm-80gb", "--contex
 # docs/perf.md's business and change when the research does).
 PARAMS = ("mem_bw_frac", "gemm_frac", "gemm_frac_low_precision", "gemm_half_tokens",
           "attn_frac", "attn_bw_frac", "step_overhead_s", "per_seq_overhead_s",
-          "per_layer_overhead_s", "allreduce_latency_s", "allreduce_bw_frac")
+          "per_layer_overhead_s", "allreduce_latency_s", "allreduce_bw_frac",
+          "request_overhead_s")
 
 IDEAL_YAML = """\
 gpu: a100-sxm-80gb
@@ -220,3 +221,25 @@ def test_file_for_another_gpu_says_so_in_source(tmp_path, a100):
     assert "h100-sxm" in cal.source and "a100-sxm-80gb" in cal.source
     same = load_calibration(_write(tmp_path, "gpu: a100-sxm-80gb\nparams: {}\n", "b.yaml"), a100)
     assert "applied to" not in same.source
+
+
+def test_request_overhead_adds_to_ttft_only(tmp_path, a100):
+    """A measured per-request overhead (tokenisation, HTTP) shifts every TTFT and E2E quantile
+    by exactly its value and leaves TBT alone."""
+    from capplan.catalog.loader import load_catalog
+    from capplan.models.engine import EngineSettings
+    from capplan.models.perf import build_step_model
+    from capplan.models.queueing import LengthStats, Limits, QueueModel, summarize
+
+    model = load_catalog().model("llama-3.1-8b")
+    base = load_calibration(_write(tmp_path, IDEAL_YAML), a100)
+    runs = []
+    for extra in (0.0, 0.05):
+        sm = build_step_model(model, a100, EngineSettings(), base.with_(request_overhead_s=extra))
+        q = QueueModel(sm, LengthStats.fixed(512), LengthStats.fixed(128),
+                       Limits(256, 2048, 400_000))
+        runs.append(summarize(q.at_rate(2.0)))
+    for key in ("mean", "p50", "p99"):
+        assert runs[1]["ttft_s"][key] - runs[0]["ttft_s"][key] == pytest.approx(0.05)
+        assert runs[1]["e2e_s"][key] - runs[0]["e2e_s"][key] == pytest.approx(0.05)
+        assert runs[1]["tbt_s"][key] == pytest.approx(runs[0]["tbt_s"][key])
