@@ -21,6 +21,7 @@ All functions broadcast: rates, and the StepModel's constants, may be arrays.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -180,8 +181,18 @@ class QueueModel:
         self.ctx_mean = inp.mean + ((out.mean_sq - out.mean) / (2 * self.dec_tokens)
                                     if self.dec_tokens > 0 else 0.0)
         mnbt = np.asarray(limits.max_num_batched_tokens, float)
-        seq_tokens = inp.mean + out.mean / 2  # mean KV held by a running sequence
-        kv_cap = np.asarray(limits.kv_cache_tokens, float) / max(seq_tokens, 1.0)
+        # KV held by a running sequence: its prompt plus the part of its output generated so
+        # far (uniform over its life): mean I + O/2, variance Var(I) + Var(O)/4 + E[O^2]/12.
+        # B sequences hold a sum with mean B mu and sd sqrt(B) sigma; the cap is the largest B
+        # whose 99th percentile fits: B mu + 2.33 sqrt(B) sigma = KV tokens (heavy-tailed
+        # lengths leave less room than the mean suggests; vLLM would preempt beyond it).
+        mu = max(inp.mean + out.mean / 2, 1.0)
+        sigma = math.sqrt(inp.var + out.var / 4 + out.mean_sq / 12)
+        kv = np.asarray(limits.kv_cache_tokens, float)
+        z = 2.326
+        root = (-z * sigma + np.sqrt(z * z * sigma * sigma + 4 * mu * np.maximum(kv, 0.0))) / (
+            2 * mu)
+        kv_cap = root * root
         self.cap = np.maximum(np.minimum(np.asarray(limits.max_num_seqs, float), kv_cap), 0.0)
         self.mnbt = mnbt
 
