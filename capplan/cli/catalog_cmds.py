@@ -88,13 +88,16 @@ def models_group(ctx: click.Context, fmt: str, catalog_dir: tuple[str, ...]) -> 
 @click.option("--name", "key", default=None, help="Catalog key for the new entry.")
 @click.option("--out", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Write the YAML here (default: stdout).")
-def models_import(config: Path, key: str | None, out: Path | None) -> None:
+@click.option("--format", "fmt", type=click.Choice(["table", "json", "csv", "markdown"]),
+              default="table", show_default=True,
+              help="json prints the entry as JSON; the others print the catalog YAML.")
+def models_import(config: Path, key: str | None, out: Path | None, fmt: str) -> None:
     """Turn a Hugging Face config.json into a catalog YAML."""
     from capplan.catalog.hf_import import import_config
 
     spec = import_config(config, key)
     data = spec.model_dump(mode="json", exclude_none=False)
-    text = yaml.safe_dump(data, sort_keys=False)
+    text = to_json(data) + "\n" if fmt == "json" else yaml.safe_dump(data, sort_keys=False)
     if out is None:
         emit(text.rstrip("\n"))
     else:
