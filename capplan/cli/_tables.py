@@ -17,6 +17,10 @@ def latency_rows(res: dict[str, Any]) -> list[dict[str, Any]]:
 
 def latency_table(res: dict[str, Any], fmt: str) -> str:
     if not res.get("stable", True):
+        if fmt in ("csv", "markdown"):
+            row = {k: res.get(k) for k in ("stable", "offered_requests_per_s",
+                                           "capacity_requests_per_s", "bound", "reason")}
+            return render_rows([row], [Column(k, k) for k in row], fmt)
         return (f"UNSTABLE: {res.get('reason', 'arrivals exceed capacity')}; capacity is about "
                 f"{res.get('capacity_requests_per_s', float('nan')):.2f} requests/s per replica")
     ms = lambda x: x * 1e3  # noqa: E731

@@ -14,7 +14,7 @@ from capplan.cli._options import (
     model_gpu_options,
     settings_from,
 )
-from capplan.cli._render import emit, kv_table, to_json
+from capplan.cli._render import Column, emit, kv_table, render_rows, to_json
 from capplan.models.engine import VLLM
 from capplan.models.memory import memory_report
 from capplan.units import GIB_BYTES, bytes_to_gib
@@ -37,6 +37,10 @@ def memory_cmd(model: str, gpu: str, fmt: str, catalog_dir: tuple[str, ...], **k
             "engine_profile": f"{VLLM.name} {VLLM.version}", **asdict(r)}
     if fmt == "json":
         emit(to_json(data))
+        return
+    if fmt == "csv":  # machine-readable: the JSON keys and SI values, one per row
+        emit(render_rows([{"key": k, "value": v} for k, v in data.items()],
+                         [Column("key", "key"), Column("value", "value (SI)")], fmt))
         return
     gib = bytes_to_gib
     pairs = [

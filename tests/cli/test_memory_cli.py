@@ -144,8 +144,12 @@ def test_csv_format(run_cli):
     res = run_cli("memory", *LLAMA, "--format", "csv")
     assert res.exit_code == 0, res.stderr
     rows = list(csv.reader(io.StringIO(res.stdout)))
-    assert rows[0] == ["quantity", "value"]
-    assert dict(rows[1:])["weight dtype"] == "bf16"
+    # machine-readable: the JSON contract keys with SI values
+    assert rows[0] == ["key", "value (SI)"]
+    values = dict(rows[1:])
+    assert values["weight_dtype"] == "bf16"
+    assert int(values["kv_bytes_per_token_per_gpu"]) == 131_072  # 2 * 32 * 8 * 128 * 2 B
+    assert int(values["kv_cache_tokens"]) == int(values["num_gpu_blocks"]) * 16
 
 
 @pytest.mark.parametrize("fmt", ["table", "json", "csv", "markdown"])
