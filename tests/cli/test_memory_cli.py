@@ -148,7 +148,7 @@ def test_csv_format(run_cli):
     assert rows[0] == ["key", "value (SI)"]
     values = dict(rows[1:])
     assert values["weight_dtype"] == "bf16"
-    assert int(values["kv_bytes_per_token_per_gpu"]) == 131_072  # 2 * 32 * 8 * 128 * 2 B
+    assert float(values["kv_bytes_per_token_per_gpu"]) == 131_072  # 2 * 32 * 8 * 128 * 2 B
     assert int(values["kv_cache_tokens"]) == int(values["num_gpu_blocks"]) * 16
 
 
