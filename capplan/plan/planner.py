@@ -121,7 +121,7 @@ def search_space(cat: Catalog, plan: PlanFile, model: ModelSpec, t: Traffic,
         block_size=plan.engine.block_size)
 
 
-def _single_qm(meta: dict[str, Any], step: Any, e: Evaluated, t: Traffic) -> QueueModel:
+def _single_qm(step: Any, e: Evaluated, t: Traffic) -> QueueModel:
     s = e.settings
     return QueueModel(step, t.inp, t.out, Limits(s.max_num_seqs, s.max_num_batched_tokens,
                                                  e.kv_cache_tokens), t.arrival_scv)
@@ -145,7 +145,7 @@ def _describe(e: Evaluated, t: Traffic, headroom: float, steps: list[Any],
     if pred_arrays is not None:
         pred = summarize(pred_arrays, (e.step_index, e.combo_index))
     else:
-        qm = _single_qm({}, steps[e.step_index], e, t)
+        qm = _single_qm(steps[e.step_index], e, t)
         pred = summarize(qm.at_rate(np.asarray(per_replica)))
     margins = {}
     for key, slo, name in (("ttft_s", t.ttft_p99_s, "ttft_p99"), ("tbt_s", t.tbt_p99_s,
@@ -195,7 +195,7 @@ def _pareto(recs: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def _curve(r: dict[str, Any], steps: list[Any], t: Traffic) -> dict[str, Any]:
     e: Evaluated = r["_eval"]
-    qm = _single_qm({}, steps[e.step_index], e, t)
+    qm = _single_qm(steps[e.step_index], e, t)
     rates = np.linspace(0.1, 1.0, 10) * max(e.capacity_per_s, 1e-6) * 0.98
     res = qm.at_rate(rates)
     pts = [{"rate_per_s": float(x), "output_tokens_per_s": float(x * t.out.mean),
