@@ -151,3 +151,25 @@ def warn_foreign_calibration(source: str) -> None:
     if "applied to" in source:
         click.echo(f"warning: calibration {source}: its efficiencies and overheads were "
                    "measured on another device", err=True)
+
+
+def deployment_from_options(catalog_dir: tuple[str, ...], model: str, gpu: str,
+                            kw: dict[str, Any]) -> Any:
+    """The Deployment a model/GPU command works on: catalog names, engine options (popped from
+    kw) with the GPU's vLLM defaults, the calibration (file, measured, or datasheet). Bad input
+    and a model that does not fit raise InputError."""
+    from capplan.catalog.loader import load_catalog
+    from capplan.errors import InputError
+    from capplan.plan.deployment import build_deployment, calibration_for
+
+    cat = load_catalog(catalog_dir)
+    resolved = cat.resolve_model(model)
+    g = cat.gpu(gpu)
+    cal_path = kw.pop("calibration", None)
+    s = settings_from(kw, resolved.implied_weight_dtype, g)
+    dep = build_deployment(resolved.spec, g, s, calibration_for(cat, g, cal_path))
+    warn_foreign_calibration(dep.calibration.source)
+    if not dep.memory.fits:
+        raise InputError(f"{dep.model.key} does not fit on {g.key} with TP {s.tp}: "
+                         f"{dep.memory.reason} (see `capplan memory`)")
+    return dep

@@ -4,20 +4,17 @@ from __future__ import annotations
 
 import click
 
-from capplan.catalog.loader import load_catalog
 from capplan.cli._options import (
     POS_INT,
     POSITIVE,
     catalog_option,
+    deployment_from_options,
     engine_options,
     format_option,
     model_gpu_options,
-    settings_from,
-    warn_foreign_calibration,
 )
 from capplan.cli._render import emit, to_json
 from capplan.cli._tables import latency_table
-from capplan.plan.deployment import build_deployment, calibration_for
 from capplan.plan.load import analytic_latency, load_spec_from_options
 
 
@@ -41,15 +38,9 @@ def latency_cmd(model: str, gpu: str, rate: float | None, concurrency: int | Non
                 trace: str | None, input_len: str, output_len: str, burstiness: float,
                 fmt: str, catalog_dir: tuple[str, ...], **kw) -> None:
     """Analytic TTFT / TBT / E2E percentiles and throughput under load (milliseconds)."""
-    cat = load_catalog(catalog_dir)
-    resolved = cat.resolve_model(model)
-    g = cat.gpu(gpu)
-    cal_path = kw.pop("calibration")
-    s = settings_from(kw, resolved.implied_weight_dtype, g)
+    dep = deployment_from_options(catalog_dir, model, gpu, kw)
     load = load_spec_from_options(rate, concurrency, trace, input_len, output_len, burstiness,
-                                  s.max_model_len or resolved.spec.max_position_embeddings)
-    dep = build_deployment(resolved.spec, g, s, calibration_for(cat, g, cal_path))
-    warn_foreign_calibration(dep.calibration.source)
+                                  dep.settings.max_model_len or dep.model.max_position_embeddings)
     res = analytic_latency(dep, load)
     if fmt == "json":
         emit(to_json(res))

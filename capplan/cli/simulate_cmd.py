@@ -8,21 +8,18 @@ from typing import Any
 import click
 import numpy as np
 
-from capplan.catalog.loader import load_catalog
 from capplan.cli._options import (
     NON_NEGATIVE,
     POS_INT,
     POSITIVE,
     catalog_option,
+    deployment_from_options,
     engine_options,
     format_option,
     model_gpu_options,
-    settings_from,
-    warn_foreign_calibration,
 )
 from capplan.cli._render import Column, emit, render_rows, to_json
 from capplan.errors import InputError
-from capplan.plan.deployment import build_deployment, calibration_for
 from capplan.sim import SCHEDULERS, run_scheduler
 from capplan.sim.workload import Lane, Workload, load_trace, parse_length
 from capplan.units import MS_S
@@ -111,20 +108,13 @@ def simulate_cmd(model: str, gpu: str, rate: float | None, concurrency: int | No
     wl = _workload(kw, rate, concurrency, trace)
     for k in ("burstiness", "input_len", "output_len", "num_requests"):
         kw.pop(k)
-    cat = load_catalog(catalog_dir)
-    resolved = cat.resolve_model(model)
-    g = cat.gpu(gpu)
-    calibration = kw.pop("calibration", None)
-    s = settings_from(kw, resolved.implied_weight_dtype, g)
-    dep = build_deployment(resolved.spec, g, s, calibration_for(cat, g, calibration))
-    warn_foreign_calibration(dep.calibration.source)
-    if not dep.memory.fits:
-        raise InputError(f"{resolved.spec.key} does not fit on {g.key}: {dep.memory.reason}")
+    dep = deployment_from_options(catalog_dir, model, gpu, kw)
+    s, g = dep.settings, dep.gpu
     reqs, clipped = wl.generate(np.random.default_rng(seed)).clip_to_context(
-        s.max_model_len or resolved.spec.max_position_embeddings)
+        s.max_model_len or dep.model.max_position_embeddings)
     if clipped:
         click.echo(f"note: {clipped} prompts cut to fit max_model_len "
-                   f"{s.max_model_len or resolved.spec.max_position_embeddings}", err=True)
+                   f"{s.max_model_len or dep.model.max_position_embeddings}", err=True)
     results: dict[str, dict[str, Any]] = {}
     for name in names:
         opts = dict(scheduler=name, num_gpu_blocks=dep.memory.num_gpu_blocks,
@@ -159,7 +149,7 @@ def simulate_cmd(model: str, gpu: str, rate: float | None, concurrency: int | No
     ctx = float(np.mean(reqs.input_tokens) + np.mean(reqs.output_tokens) / 2)
     bound = BOUNDS[int(dep.step.decode_step(max(first["mean_running_batch"], 1.0), ctx)
                        ["bound_index"])]
-    head = {"model": resolved.spec.key, "gpu": g.key, "tp": s.tp, "pp": s.pp, "bound": bound,
+    head = {"model": dep.model.key, "gpu": g.key, "tp": s.tp, "pp": s.pp, "bound": bound,
             "max_num_seqs": s.max_num_seqs, "max_num_batched_tokens": s.max_num_batched_tokens,
             "num_gpu_blocks": dep.memory.num_gpu_blocks, "seed": seed,
             "calibration": dep.step.calibration_source}

@@ -5,19 +5,16 @@ from __future__ import annotations
 
 import click
 
-from capplan.catalog.loader import load_catalog
 from capplan.cli._options import (
     IntList,
     catalog_option,
+    deployment_from_options,
     engine_options,
     format_option,
     model_gpu_options,
-    settings_from,
-    warn_foreign_calibration,
 )
 from capplan.cli._render import Column, emit, render_rows, to_json
 from capplan.errors import InputError
-from capplan.plan.deployment import build_deployment, calibration_for
 from capplan.plan.speed import decode_curve, prefill_rows
 
 
@@ -38,16 +35,8 @@ def speed_cmd(model: str, gpu: str, batch: list[int], context: list[int],
               prefill: list[int] | None, fmt: str, catalog_dir: tuple[str, ...],
               plot_dir: str | None, **kw) -> None:
     """Decode step time and throughput over batch and context; prefill times."""
-    cat = load_catalog(catalog_dir)
-    resolved = cat.resolve_model(model)
-    g = cat.gpu(gpu)
-    cal_path = kw.pop("calibration")
-    s = settings_from(kw, resolved.implied_weight_dtype, g)
-    dep = build_deployment(resolved.spec, g, s, calibration_for(cat, g, cal_path))
-    warn_foreign_calibration(dep.calibration.source)
-    if not dep.memory.fits:
-        raise InputError(f"{dep.model.key} does not fit on {g.key} with TP {s.tp}: "
-                         f"{dep.memory.reason} (see `capplan memory`)")
+    dep = deployment_from_options(catalog_dir, model, gpu, kw)
+    s = dep.settings
     curve = decode_curve(dep, batch, context)
     if not curve["rows"]:
         raise InputError(f"no batch in {batch} fits: at most {curve['max_batch']} sequences "

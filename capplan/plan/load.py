@@ -27,15 +27,6 @@ class LoadSpec:
     source: str = "flags"
 
 
-def length_stats(text: str) -> LengthStats:
-    """LengthStats of a length option ('800', 'lognormal:mean=800,p99=4000', ...)."""
-    from capplan.sim.workload import parse_length
-
-    dist = parse_length(str(text))
-    rng = np.random.default_rng(_STATS_SEED)
-    return LengthStats.from_samples(dist.sample(rng, _STATS_SAMPLES))
-
-
 def _clipped_stats(inp: np.ndarray, out: np.ndarray, max_model_len: int | None
                    ) -> tuple[LengthStats, LengthStats]:
     if max_model_len:
