@@ -20,8 +20,16 @@ T = TypeVar("T", bound=BaseModel)
 
 
 def package_dir(name: str) -> Path:
-    """A data folder shipped inside the package (gpu_catalog, model_catalog, examples)."""
-    return Path(str(resources.files("capplan").joinpath(name)))
+    """A data folder shipped with capplan (gpu_catalog, model_catalog, examples).
+
+    The repository keeps them at its top level (the design card's layout); the wheel carries
+    them inside the package (pyproject force-include), so an installed copy finds them there
+    and a source checkout (editable install) finds them beside the package.
+    """
+    inside = Path(str(resources.files("capplan").joinpath(name)))
+    if inside.is_dir():
+        return inside
+    return Path(__file__).resolve().parents[2] / name
 
 
 _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
