@@ -15,6 +15,26 @@ KV_DTYPES = ("auto", "bf16", "fp16", "fp8")
 
 
 @dataclass(frozen=True)
+class SchedulerPolicy:
+    """How an engine forms a step and admits requests: what the simulator and the analytic
+    queueing model read (each engine profile holds one; sources in docs/research/engines.md)."""
+
+    prefill_first: bool = False
+    """False (vLLM V1): every step decodes each running sequence, then fills the rest of the
+    token budget with prefill chunks. True (SGLang without --enable-mixed-chunk): a step that has
+    waiting prefill work runs prefill only, and running sequences skip that step."""
+    chunked_prefill: bool = True
+    """False: a prompt is prefilled whole in one step and must fit the token budget
+    (TensorRT-LLM's default, enable_chunked_prefill=False)."""
+    reserve_output_frac: float = 0.0
+    """KV reserved at admission for the output, as a fraction of the request's output length:
+    0 allocates as tokens are computed (vLLM); 1 reserves prompt + output up front
+    (TensorRT-LLM's GUARANTEED_NO_EVICT); SGLang reserves a decaying new_token_ratio."""
+    preemption: bool = True
+    """Whether a running sequence can be preempted when KV runs out (recompute)."""
+
+
+@dataclass(frozen=True)
 class EngineProfile:
     """Defaults of one serving engine version (vLLM V1 unless said otherwise)."""
 
@@ -30,6 +50,7 @@ class EngineProfile:
     cudagraphs_in_kv_budget: bool = False
     """vLLM <= 0.11 captures CUDA graphs after sizing the KV cache: their memory comes out of the
     (1 - gpu_memory_utilization) margin, not out of the KV cache."""
+    scheduler: SchedulerPolicy = SchedulerPolicy()
 
 
 VLLM = EngineProfile()
