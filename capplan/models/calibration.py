@@ -39,9 +39,9 @@ class Calibration:
     """Latency of one small all-reduce across the TP group."""
     allreduce_bw_frac: float
     """Achieved fraction of the interconnect's per-direction bandwidth in all-reduce."""
-    request_overhead_s: float = 0.0
+    request_overhead_s: float | None = None
     """Per-request latency outside engine steps (tokenisation, HTTP, streaming), added to TTFT
-    and E2E. 0 unless measured (`capplan calibrate --endpoint` fits it)."""
+    and E2E. None: the engine profile's default (`capplan calibrate --endpoint` measures it)."""
     source: str = "default"
     """'default (datasheet)' or the calibration file it came from."""
 
