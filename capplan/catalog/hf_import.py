@@ -39,6 +39,7 @@ _UNHANDLED = {
     "hybrid_layer_pattern": "hybrid_layer_pattern (MiMo-V2 per-layer attention kinds)",
     "attn_type_list": "attn_type_list (MiniMax lightning attention)",
     "parallel_attn_mamba": "parallel attention + Mamba in one layer (Falcon-H1)",
+    "moe_latent_size": "latent MoE (experts in a moe_latent_size projection, Nemotron-3 Super)",
 }
 _LAYER_TYPE = {"full_attention": "full_attention", "attention": "full_attention",
                "global": "full_attention", "sliding_attention": "sliding_attention",

@@ -1,0 +1,168 @@
+"""Hybrid, MoE and quantized architectures imported from real config.json files
+(tests/data/configs, provenance in SOURCES.md): parameter counts against the published totals,
+KV and recurrent-state bytes against hand calculations written out here."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from capplan.catalog.hf_import import import_config
+from capplan.catalog.loader import load_catalog
+from capplan.errors import InputError
+from capplan.models import layers
+from capplan.models.engine import EngineSettings
+from capplan.models.memory import memory_report
+from capplan.models.perf import build_step_model
+
+CONFIGS = Path(__file__).resolve().parent.parent / "data" / "configs"
+
+# config -> (published total parameters, where it is published). Tolerance 3%.
+PUBLISHED = {
+    "nemotron-h-56b-base-8k": (56e9, "Nemotron-H paper (arXiv 2504.03624) Table 1: 56B"),
+    "nemotron-3-nano-30b-a3b": (31.6e9, "HF model card: 31.6B total parameters"),
+    "qwen3-next-80b-a3b-thinking": (80e9, "HF model card: 80B total, 3B activated"),
+    "qwen3.5-27b": (27e9, "HF model card Qwen/Qwen3.5-27B: 27B"),
+    "qwen3.5-35b-a3b": (35e9, "HF model card Qwen/Qwen3.5-35B-A3B: 35B total, 3B active"),
+    "qwen3.5-397b-a17b": (397e9, "HF model card Qwen/Qwen3.5-397B-A17B: 397B total"),
+    "kimi-k2-instruct": (1.0e12, "HF model card: 1T total, 32B activated"),
+    "deepseek-v3.2": (671e9, "DeepSeek-V3 report: 671B main model (685B with the MTP module)"),
+    "llama-4-scout-17b-16e-instruct": (109e9, "Llama 4 model card: 109B total, 17B active"),
+    "nvidia-llama-3.1-70b-instruct-fp8": (70.6e9, "Llama 3.1 model card: 70.6B"),
+    "llama-3.1-8b-instruct": (8.03e9, "Llama 3.1 model card: 8.03B"),
+    "llama-3.3-70b-instruct": (70.6e9, "Llama 3.3 model card: 70.6B"),
+    "qwen2.5-7b-instruct": (7.61e9, "Qwen2.5 model card: 7.61B"),
+    "qwen3-32b": (32.8e9, "Qwen3 model card: 32.8B"),
+    "mixtral-8x7b": (46.7e9, "Mixtral paper: 47B (46.7B) total"),
+    "gpt-oss-120b": (116.8e9, "gpt-oss model card: 116.8B total"),
+}
+HYBRID_OR_NON_GATED = {"nemotron-h-56b-base-8k", "nemotron-3-nano-30b-a3b",
+                       "qwen3-next-80b-a3b-thinking", "qwen3.5-27b", "qwen3.5-35b-a3b",
+                       "qwen3.5-397b-a17b"}
+
+
+def _spec(name: str):
+    return import_config(CONFIGS / f"{name}.config.json")
+
+
+def test_acceptance_set_size():
+    assert len(PUBLISHED) >= 12
+    assert all((CONFIGS / f"{n}.config.json").is_file() for n in PUBLISHED)
+    assert HYBRID_OR_NON_GATED <= set(PUBLISHED) and len(HYBRID_OR_NON_GATED) >= 6
+
+
+@pytest.mark.parametrize("name", sorted(PUBLISHED))
+def test_total_parameters_within_3_percent_of_published(name):
+    want, _source = PUBLISHED[name]
+    assert _spec(name).params_total == pytest.approx(want, rel=0.03)
+
+
+def test_nemotron_h_56b_layers_kv_and_state():
+    s = _spec("nemotron-h-56b-base-8k")
+    # hybrid_override_pattern: 54 M (Mamba2), 10 * (attention), 54 - (relu2 MLP), 118 layers
+    assert s.layer_kinds.count("mamba2") == 54 and s.layer_kinds.count("full_attention") == 10
+    assert s.mlp_kinds.count("dense") == 54 and not s.mlp_gated and s.hidden_act == "relu2"
+    # KV per token, TP 1, bf16: 10 attention layers * 2 (K, V) * 8 kv heads * 128 * 2 B
+    assert layers.kv_bytes_per_token(s, 1, 2) == 10 * 2 * 8 * 128 * 2 == 40_960
+    # Mamba2 state per layer: conv (4-1) * (16384 inner + 2*8 groups*256) * 2 B = 122,880
+    # plus SSM 256 heads * 64 * 256 state * 4 B (vLLM's float32 default for NemotronH)
+    page = 3 * (256 * 64 + 2 * 8 * 256) * 2 + 256 * 64 * 256 * 4
+    assert page == 16_900_096 and layers.state_page_bytes(s, 1) == page
+    # block size: 16 * cdiv(16,900,096, 16 * 4096 B per token per attention layer) = 4128
+    assert layers.effective_block_size(s, 1, 2, 16) == 16 * 258 == 4128
+    # each of the 54 Mamba layers holds one page padded to 4128 * 4096 B
+    assert layers.state_bytes_per_seq(s, 1, 2, 4128) == 54 * 4128 * 4096
+    # TP 8: groups 8/8, heads 256/8: conv 3 * 20480/8 * 2 + 32 * 64 * 256 * 4
+    assert layers.state_page_bytes(s, 8) == 3 * 20480 / 8 * 2 + 32 * 64 * 256 * 4
+
+
+def test_qwen3_next_gated_deltanet_state():
+    s = _spec("qwen3-next-80b-a3b-thinking")
+    # full_attention_interval 4: 12 of 48 layers are full attention, 36 gated DeltaNet
+    assert s.layer_kinds.count("full_attention") == 12
+    assert s.layer_kinds.count("linear_attention") == 36
+    assert layers.kv_bytes_per_token(s, 1, 2) == 12 * 2 * 2 * 256 * 2 == 24_576
+    # conv (4-1) * (2*16*128 + 32*128) * 2 B + recurrent 32 v-heads * 128 * 128 * 2 B
+    page = 3 * (2 * 16 * 128 + 32 * 128) * 2 + 32 * 128 * 128 * 2
+    assert page == 1_097_728 and layers.state_page_bytes(s, 1) == page
+    # 16 * cdiv(1,097,728, 16 * 2048) = 16 * 34 = 544 tokens per block
+    assert layers.effective_block_size(s, 1, 2, 16) == 544
+    seq = layers.sequence_bytes(s, 1000, 1, 2, 544)
+    # 1000 tokens: 2 blocks of 544 in each of 12 attention layers, plus 36 padded state pages
+    assert seq == 12 * 2 * 544 * 2048 + 36 * 544 * 2048
+
+
+def test_qwen35_fp32_recurrent_state_and_vision_depth():
+    s = _spec("qwen3.5-27b")
+    assert s.ssm_state_dtype == "fp32"  # text_config.mamba_ssm_dtype float32
+    page = 3 * (2 * 16 * 128 + 48 * 128) * 2 + 48 * 128 * 128 * 4
+    assert layers.state_page_bytes(s, 1) == page == 3_207_168
+    assert s.vision_params > 0  # vision_config describes its tower with `depth`
+
+
+def test_nemotron3_nano_moe_hybrid_active_parameters():
+    s = _spec("nemotron-3-nano-30b-a3b")
+    # Model card: 3.6B active parameters including embeddings
+    assert s.params_active == pytest.approx(3.6e9, rel=0.03)
+    assert s.mlp_kinds.count("moe") == 23 and s.layer_kinds.count("full_attention") == 6
+
+
+def test_state_bounds_concurrency_in_memory_report(catalog):
+    s = _spec("qwen3-next-80b-a3b-thinking")
+    gpu = catalog.gpu("h200")
+    r = memory_report(s, gpu, EngineSettings(tp=4, max_model_len=32768))
+    per_token = layers.kv_bytes_per_token(s, 4, 2)  # 12 * 2 * max(1, 2/4) * 256 * 2
+    assert per_token == 12 * 2 * 1 * 256 * 2
+    bs = r.block_size
+    assert bs == 16 * -(-layers.state_page_bytes(s, 4) // (16 * 1024)) and bs > 16
+    state = 36 * bs * 1024
+    assert r.state_bytes_per_seq_per_gpu == state
+    seq = 12 * -(-32768 // bs) * bs * 1024 + state
+    assert r.kv_bytes_per_max_len_seq == seq
+    assert r.max_concurrency == pytest.approx(r.num_gpu_blocks * bs * per_token / seq)
+
+
+def test_step_time_reads_state_once_per_sequence(catalog):
+    s = _spec("qwen3-next-80b-a3b-thinking")
+    m = build_step_model(s, catalog.gpu("h100-sxm"), EngineSettings(tp=2))
+    assert m.state_bytes_per_seq == 36 * layers.recurrent_state_bytes(s, "linear_attention", 2)
+    assert m.full_layers == 12 and m.window_layers == 0
+    # the state does not grow with context: only attention KV does
+    t1 = m.decode_step(64, 1000)["memory_s"]
+    t2 = m.decode_step(64, 2000)["memory_s"]
+    kv = 64 * 1000 * 12 * m.kv_bytes_per_token_layer / m.kv_bytes_per_s
+    assert float(t2 - t1) == pytest.approx(kv, rel=1e-9)
+
+
+@pytest.mark.parametrize(("name", "fragment"), [
+    ("llama-3.3-nemotron-super-49b-v1", "block_configs"),
+    ("nemotron-3-super-120b-a12b-fp8", "moe_latent_size"),
+])
+def test_unsized_configs_refused_naming_the_field(run_cli, name, fragment):
+    path = CONFIGS / f"{name}.config.json"
+    with pytest.raises(InputError, match=fragment):
+        import_config(path)
+    res = run_cli("models", "import", str(path))
+    assert res.exit_code == 2 and len(res.stderr_lines) == 1 and fragment in res.stderr
+
+
+def test_unknown_layer_type_refused(tmp_path):
+    import json
+    cfg = json.loads((CONFIGS / "qwen3.5-27b.config.json").read_text())
+    cfg["text_config"]["layer_types"][0] = "retention"
+    cfg["text_config"]["layer_types"][1] = "linear_attention"
+    bad = tmp_path / "config.json"
+    bad.write_text(json.dumps(cfg))
+    with pytest.raises(InputError, match="'retention' is not handled"):
+        import_config(bad)
+
+
+def test_modelopt_fp8_from_hf_quant_config():
+    s = _spec("nvidia-llama-3.1-70b-instruct-fp8")
+    assert s.quantization is not None and s.quantization.format == "fp8"
+    assert s.quantization.exclude == ["lm_head"]
+
+
+def test_catalog_loads():
+    assert load_catalog().models
