@@ -200,6 +200,9 @@ class ModelSpec(BaseModel):
     head_dim: int = Field(ge=1)
     vocab_size: int = Field(ge=1)
     max_position_embeddings: int = Field(ge=1)
+    max_position_embeddings_by_id: dict[str, int] = {}
+    """Checkpoints of this architecture whose config.json allows a different context (an
+    Instruct release of 32768 next to a 131072 base), by Hugging Face id."""
     tie_word_embeddings: bool = False
     mlp_gated: bool = True
     hidden_act: str = "silu"

@@ -341,7 +341,7 @@ def validate_settings(model: ModelSpec, s: EngineSettings, gpu: GpuSpec | None =
     if s.pp > model.num_layers:
         raise InputError(f"--pp {s.pp}: exceeds the {model.num_layers} layers of {model.key}")
     if s.max_model_len is not None and s.max_model_len > model.max_position_embeddings:
-        raise InputError(f"--max-model-len {s.max_model_len}: exceeds {model.key}'s "
+        raise InputError(f"--max-model-len {s.max_model_len}: exceeds {model.hf_id}'s "
                          f"{model.max_position_embeddings} (max_position_embeddings), which vLLM "
                          "refuses")
     if gpu is not None and s.tp > gpu.interconnect.max_gpus_per_node:

@@ -166,3 +166,30 @@ def test_modelopt_fp8_from_hf_quant_config():
 
 def test_catalog_loads():
     assert load_catalog().models
+
+
+def test_model_path_everywhere(run_cli, tmp_path):
+    # a folder holding config.json and hf_quant_config.json, as a downloaded checkpoint has
+    folder = tmp_path / "Llama-3.1-70B-Instruct-FP8"
+    folder.mkdir()
+    stem = "nvidia-llama-3.1-70b-instruct-fp8"
+    (folder / "config.json").write_bytes((CONFIGS / f"{stem}.config.json").read_bytes())
+    (folder / "hf_quant_config.json").write_bytes(
+        (CONFIGS / f"{stem}.hf_quant_config.json").read_bytes())
+    res = run_cli("memory", "--model", str(folder), "--gpu", "h100-sxm", "--tp", "2",
+                  "--max-model-len", "8192", "--format", "json")
+    assert res.exit_code == 0, res.stderr
+    assert res.json()["weight_dtype"] == "fp8"
+    # a config.json: Qwen3-Next, 12 attention layers at TP 4: 12 * 2 * 1 * 256 * 2 B per token
+    cfg = CONFIGS / "qwen3-next-80b-a3b-thinking.config.json"
+    res = run_cli("memory", "--model", str(cfg), "--gpu", "h200", "--tp", "4",
+                  "--max-model-len", "32768", "--format", "json")
+    assert res.exit_code == 0, res.stderr
+    assert res.json()["kv_bytes_per_token_per_gpu"] == 12 * 2 * 1 * 256 * 2
+
+
+def test_max_model_len_over_the_checkpoint_limit_is_one_line(run_cli):
+    res = run_cli("memory", "--model", "Qwen/Qwen2.5-72B-Instruct", "--gpu", "h200",
+                  "--tp", "4", "--max-model-len", "65536")
+    assert res.exit_code == 2 and len(res.stderr_lines) == 1
+    assert "Qwen/Qwen2.5-72B-Instruct's 32768" in res.stderr

@@ -128,3 +128,32 @@ def test_catalog_error_is_an_input_error():
     # exit code 2 through the CLI's InputError branch
     assert issubclass(CatalogError, InputError)
     assert CatalogError.exit_code == 2
+
+
+# ---------------------------------------------------------------------------------------------
+# The checkpoint launch lines serve: the exact id the user gave (issue 15 item 1)
+# ---------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("name", ["Qwen/Qwen2.5-72B-Instruct",
+                                  "neuralmagic/Meta-Llama-3.1-70B-Instruct-FP8",
+                                  "meta-llama/Llama-3.1-8B-Instruct"])
+def test_served_id_is_the_id_given(catalog, name):
+    r = catalog.resolve_model(name)
+    assert r.served_id == name and r.spec.hf_id == name
+
+
+def test_catalog_key_serves_the_catalog_hf_id(catalog):
+    r = catalog.resolve_model("qwen2.5-72b")
+    assert r.served_id == "Qwen/Qwen2.5-72B" == r.spec.hf_id
+
+
+def test_fp8_checkpoint_carries_its_own_format(catalog):
+    r = catalog.resolve_model("neuralmagic/Meta-Llama-3.1-70B-Instruct-FP8")
+    assert r.spec.quantization is not None and r.spec.quantization.format == "fp8"
+    assert catalog.resolve_model("meta-llama/Llama-3.1-70B-Instruct").spec.quantization is None
+
+
+def test_instruct_checkpoint_context_limit(catalog):
+    # Qwen2.5-72B-Instruct's config.json allows 32768 tokens, the base 131072
+    assert catalog.resolve_model("Qwen/Qwen2.5-72B-Instruct").spec.max_position_embeddings == 32768
+    assert catalog.resolve_model("Qwen/Qwen2.5-72B").spec.max_position_embeddings == 131072
