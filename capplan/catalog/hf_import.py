@@ -248,6 +248,38 @@ _PATTERN = {"M": ("mamba2", "none"), "*": ("full_attention", "none"), "-": ("non
             "E": ("none", "moe")}  # NemotronH hybrid_override_pattern characters
 
 
+def _mixers_and_mlps(c: dict[str, Any], layers: int) -> tuple[list[str] | None,
+                                                                list[str] | None]:
+    """Per-layer mixer and MLP kinds from whichever per-layer description the config has."""
+    mt = str(c.get("model_type", ""))
+    pattern = c.get("hybrid_override_pattern")
+    types = c.get("layer_types")
+    if pattern:
+        bad = sorted(set(pattern) - set(_PATTERN))
+        if bad:
+            raise InputError(f"hybrid_override_pattern: layer type {bad[0]!r} is not handled "
+                             "(M, *, -, E)")
+        return [_PATTERN[ch][0] for ch in pattern], [_PATTERN[ch][1] for ch in pattern]
+    if isinstance(types, list) and any(t in ("linear_attention", "mamba", "mamba2", "conv")
+                                       for t in types):
+        unknown = [t for t in types if t not in _LAYER_TYPE]
+        if unknown:
+            raise InputError(f"layer_types: layer type {unknown[0]!r} is not handled")
+        return [_LAYER_TYPE[t] for t in types], None
+    if c.get("full_attention_interval") and c.get("linear_num_value_heads"):
+        k = int(c["full_attention_interval"])  # Qwen3-Next: every k-th layer is full attention
+        return ["full_attention" if (i + 1) % k == 0 else "linear_attention"
+                for i in range(layers)], None
+    if mt == "jamba":  # JambaConfig attn/expert layer period and offset
+        ap, ao = int(c["attn_layer_period"]), int(c["attn_layer_offset"])
+        ep, eo = int(c["expert_layer_period"]), int(c["expert_layer_offset"])
+        return (["full_attention" if i % ap == ao else "mamba" for i in range(layers)],
+                ["moe" if i % ep == eo else "dense" for i in range(layers)])
+    if mt in ("mamba", "falcon_mamba", "mamba2"):
+        return ["mamba2" if mt == "mamba2" else "mamba"] * layers, None
+    return None, None
+
+
 def _layer_plan(c: dict[str, Any], layers: int) -> dict[str, Any]:
     """Per-layer mixer and MLP kinds, and the recurrent-layer dimensions, for hybrid configs.
 
@@ -256,34 +288,7 @@ def _layer_plan(c: dict[str, Any], layers: int) -> dict[str, Any]:
     for field, what in _UNHANDLED.items():
         if c.get(field):
             raise InputError(f"{field}: {what} is not handled; capplan cannot size this model")
-    mt = str(c.get("model_type", ""))
-    mixers: list[str] | None = None
-    mlps: list[str] | None = None
-    pattern = c.get("hybrid_override_pattern")
-    if pattern:
-        bad = sorted(set(pattern) - set(_PATTERN))
-        if bad:
-            raise InputError(f"hybrid_override_pattern: layer type {bad[0]!r} is not handled "
-                             "(M, *, -, E)")
-        mixers = [_PATTERN[ch][0] for ch in pattern]
-        mlps = [_PATTERN[ch][1] for ch in pattern]
-    elif isinstance(c.get("layer_types"), list) and any(
-            t in ("linear_attention", "mamba", "mamba2", "conv") for t in c["layer_types"]):
-        unknown = [t for t in c["layer_types"] if t not in _LAYER_TYPE]
-        if unknown:
-            raise InputError(f"layer_types: layer type {unknown[0]!r} is not handled")
-        mixers = [_LAYER_TYPE[t] for t in c["layer_types"]]
-    elif c.get("full_attention_interval") and c.get("linear_num_value_heads"):
-        k = int(c["full_attention_interval"])  # Qwen3-Next: every k-th layer is full attention
-        mixers = ["full_attention" if (i + 1) % k == 0 else "linear_attention"
-                  for i in range(layers)]
-    elif mt == "jamba":
-        ap, ao = int(c["attn_layer_period"]), int(c["attn_layer_offset"])
-        ep, eo = int(c["expert_layer_period"]), int(c["expert_layer_offset"])
-        mixers = ["full_attention" if i % ap == ao else "mamba" for i in range(layers)]
-        mlps = ["moe" if i % ep == eo else "dense" for i in range(layers)]
-    elif mt in ("mamba", "mamba2", "falcon_mamba"):
-        mixers = ["mamba" if mt != "mamba2" else "mamba2"] * layers
+    mixers, mlps = _mixers_and_mlps(c, layers)
     if mixers is None:
         return {}
     if len(mixers) != layers:
@@ -291,7 +296,7 @@ def _layer_plan(c: dict[str, Any], layers: int) -> dict[str, Any]:
                          f"{layers}")
     plan: dict[str, Any] = {"layer_types": mixers, "mlp_types": mlps}
     kinds = set(mixers)
-    if "mamba2" in kinds or "mamba" in kinds:
+    if kinds & {"mamba", "mamba2"}:
         plan["ssm"] = _ssm(c, "mamba" in kinds)
     if "linear_attention" in kinds:
         plan["linear_attention"] = {
@@ -303,7 +308,7 @@ def _layer_plan(c: dict[str, Any], layers: int) -> dict[str, Any]:
     if "short_conv" in kinds:
         plan["conv_kernel"] = int(c.get("conv_L_cache") or c.get("conv_kernel") or 3)
     ssm_dtype = c.get("mamba_ssm_cache_dtype") or c.get("mamba_ssm_dtype")
-    if ssm_dtype is None and mt == "nemotron_h":
+    if ssm_dtype is None and c.get("model_type") == "nemotron_h":
         # vLLM NemotronHForCausalLMConfig: SSM cache float32 unless the config says otherwise.
         ssm_dtype = "float32"
     if ssm_dtype and kinds & {"mamba", "mamba2", "linear_attention"}:
@@ -432,7 +437,8 @@ def import_config(path: Path, key: str | None = None) -> ModelSpec:
     except (TypeError, ValueError, KeyError) as e:
         if isinstance(e, InputError):
             raise InputError(f"{path}: {e}") from e
-        msg = validation_message(e) if isinstance(e, ValidationError) else str(e)
+        msg = (validation_message(e) if isinstance(e, ValidationError)
+               else f"config lacks {e.args[0]}" if isinstance(e, KeyError) else str(e))
         raise InputError(f"{path}: {msg}") from e
     counts = param_counts(spec)
     active = counts.total

@@ -119,8 +119,8 @@ def state_dtype_bytes(model: ModelSpec) -> tuple[float, float]:
 def recurrent_state_bytes(model: ModelSpec, kind: str, tp: int) -> float:
     """Fixed state one sequence holds in one recurrent layer on one GPU (MambaSpec page).
 
-    mamba2: conv (k-1) x (inner + 2 g' n) / tp, SSM (heads / tp) x head_dim x n, where g' rounds
-        the groups up to a multiple of tp when tp does not divide them (extra_groups_for_head_shards)
+    mamba2: conv (k-1) x (inner + 2 g' n) / tp, SSM (heads / tp) x head_dim x n, where g' is
+        the groups raised to tp when tp does not divide them (extra_groups_for_head_shards)
     mamba (v1): conv (k-1) x inner / tp, SSM inner / tp x n
     linear_attention (gated DeltaNet): conv (k-1) x (2 k_heads dk + v_heads dv) / tp,
         recurrent (v_heads / tp) x dv x dk

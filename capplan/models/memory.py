@@ -95,7 +95,8 @@ def param_counts(model: ModelSpec, tp: int = 1, pp: int = 1) -> ParamCounts:
         m = model.moe
         expert_size = mlp_mats * h * m.moe_intermediate_size / tp
         experts = moe_layers * m.num_experts * expert_size
-        shared = moe_layers * m.num_shared_experts * mlp_mats * h * m.shared_expert_intermediate_size / tp
+        shared = (moe_layers * m.num_shared_experts * mlp_mats * h
+                  * m.shared_expert_intermediate_size / tp)
         router = moe_layers * h * m.num_experts  # replicated gate (vLLM ReplicatedLinear)
     # Vocabulary-parallel embedding and LM head (vLLM VocabParallelEmbedding): split by TP.
     # With PP the first stage holds the embedding, the last the head; the worst GPU holds one.

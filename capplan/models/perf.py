@@ -242,7 +242,8 @@ def build_step_model(model: ModelSpec, gpu: GpuSpec, settings: EngineSettings,
         lm_head_params = counts.embedding  # worst stage holds one vocab table
     dense_params = counts.attention + counts.dense_mlp + counts.shared_experts + counts.router
     mixer_b = dt.linear if dt.mixer is None else dt.mixer
-    dense_bytes = counts.attention * mixer_b + (counts.dense_mlp + counts.shared_experts) * dt.linear + (
+    dense_bytes = (counts.attention * mixer_b
+                   + (counts.dense_mlp + counts.shared_experts) * dt.linear) + (
         counts.router + counts.norms + lm_head_params) * dt.unquantized
     expert_bytes = counts.expert_size * dt.experts
     moe = model.moe
