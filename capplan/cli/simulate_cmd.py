@@ -65,7 +65,9 @@ def _workload(kw: dict[str, Any], rate: float | None, concurrency: int | None,
     if sum(x is not None for x in (rate, concurrency, trace)) != 1:
         raise InputError("give exactly one of --rate, --concurrency or --trace")
     if trace is not None:
-        return Workload((Lane(name="trace"),), trace=load_trace(trace))
+        reqs = load_trace(trace, kw.get("time_unit") or "auto")
+        click.echo(f"trace {reqs.note}", err=True)
+        return Workload((Lane(name="trace"),), trace=reqs)
     lane = Lane(rate_per_s=rate, arrival="gamma" if kw["burstiness"] != 1.0 else "poisson",
                 burstiness=kw["burstiness"], input_len=parse_length(kw["input_len"]),
                 output_len=parse_length(kw["output_len"]))
@@ -78,7 +80,11 @@ def _workload(kw: dict[str, Any], rate: float | None, concurrency: int | None,
 @click.option("--concurrency", type=POS_INT, default=None,
               help="Closed loop: C clients, each sends its next request when the last ends.")
 @click.option("--trace", type=click.Path(dir_okay=False), default=None,
-              help="CSV/JSONL trace: arrival time, input tokens, output tokens.")
+              help="CSV/JSONL trace: arrival time, input tokens, output tokens (Azure, Vidur, "
+                   "BurstGPT, Mooncake columns).")
+@click.option("--time-unit", type=click.Choice(["auto", "s", "ms", "us"]), default="auto",
+              show_default=True, help="Unit of a trace's numeric arrival times (auto: Mooncake "
+                                      "ms, epoch stamps by size, else seconds).")
 @click.option("--requests", "num_requests", type=POS_INT, default=1000, show_default=True)
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--input-len", default="512", show_default=True,
@@ -106,7 +112,7 @@ def simulate_cmd(model: str, gpu: str, rate: float | None, concurrency: int | No
     """Simulate an engine step by step under a workload: latency, throughput, KV use."""
     names = _schedulers(scheduler)
     wl = _workload(kw, rate, concurrency, trace)
-    for k in ("burstiness", "input_len", "output_len", "num_requests"):
+    for k in ("burstiness", "input_len", "output_len", "num_requests", "time_unit"):
         kw.pop(k)
     dep = deployment_from_options(catalog_dir, model, gpu, kw)
     s, g = dep.settings, dep.gpu
