@@ -353,7 +353,8 @@ def config_to_entry(cfg: dict[str, Any], key: str, source: str) -> dict[str, Any
     mla = None
     if c.get("kv_lora_rank"):
         mla = {k: c.get(k) for k in ("kv_lora_rank", "q_lora_rank", "qk_rope_head_dim",
-                                     "qk_nope_head_dim", "v_head_dim")}
+                                     "qk_nope_head_dim", "v_head_dim", "index_n_heads",
+                                     "index_head_dim", "index_topk")}
         head_dim = int(mla["qk_nope_head_dim"]) + int(mla["qk_rope_head_dim"])
         kv_heads = heads
     else:

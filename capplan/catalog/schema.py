@@ -142,6 +142,10 @@ class MlaSpec(BaseModel):
     qk_rope_head_dim: int = Field(ge=1)
     qk_nope_head_dim: int = Field(ge=1)
     v_head_dim: int = Field(ge=1)
+    index_n_heads: int | None = Field(default=None, ge=1)
+    """DeepSeek sparse attention (V3.2) lightning indexer: heads, head dim, keys kept."""
+    index_head_dim: int | None = Field(default=None, ge=1)
+    index_topk: int | None = Field(default=None, ge=1)
 
 
 LayerKind = Literal["full_attention", "sliding_attention", "chunked_attention", "mamba",
@@ -162,8 +166,8 @@ class SsmSpec(BaseModel):
     state_size: int = Field(ge=1)
     n_groups: int = Field(default=1, ge=1)
     conv_kernel: int = Field(default=4, ge=2)
-    dt_rank: int = Field(default=0, ge=0)
-    """Mamba1 x_proj rank (0 for Mamba2)."""
+    dt_rank: int | None = Field(default=None, ge=1)
+    """Mamba1 x_proj rank (None for Mamba2)."""
 
     @property
     def inner_size(self) -> int:

@@ -97,12 +97,28 @@ def models_import(config: Path, key: str | None, out: Path | None, fmt: str) -> 
 
     spec = import_config(config, key)
     data = spec.model_dump(mode="json", exclude_none=False)
-    text = to_json(data) + "\n" if fmt == "json" else yaml.safe_dump(data, sort_keys=False)
+    text = to_json(data) + "\n" if fmt == "json" else catalog_yaml(data)
     if out is None:
         emit(text.rstrip("\n"))
     else:
         atomic_write_text(out, text)
         click.echo(f"wrote {out}", err=True)
+
+
+class _CatalogDumper(yaml.SafeDumper):
+    """Per-layer lists (layer_types, mlp_types) on one line each, the rest block style."""
+
+
+def _flow_list(dumper: yaml.SafeDumper, data: list) -> yaml.Node:
+    flow = bool(data) and all(isinstance(x, str | int | float) for x in data)
+    return dumper.represent_sequence("tag:yaml.org,2002:seq", data, flow_style=flow)
+
+
+_CatalogDumper.add_representer(list, _flow_list)
+
+
+def catalog_yaml(data: dict) -> str:
+    return yaml.dump(data, Dumper=_CatalogDumper, sort_keys=False, width=100)
 
 
 def register(cli: click.Group) -> None:

@@ -89,8 +89,19 @@ def attention_kv_bytes_per_token(model: ModelSpec, tp: int, kv_bytes: float) -> 
     (MLAAttentionSpec; DeepSeek-V2 paper eq. 9-10).
     """
     if model.mla is not None:
-        return (model.mla.kv_lora_rank + model.mla.qk_rope_head_dim) * kv_bytes
+        return ((model.mla.kv_lora_rank + model.mla.qk_rope_head_dim) * kv_bytes
+                + indexer_bytes_per_token(model))
     return 2 * kv_heads_per_gpu(model, tp) * model.head_dim * kv_bytes
+
+
+def indexer_bytes_per_token(model: ModelSpec) -> float:
+    """DeepSeek-V3.2's lightning-indexer key cache, per token per layer: fp8 values plus one
+    fp32 scale per 128 (index_head_dim + index_head_dim // 128 * 4 = 132 B), a second
+    MLAAttentionSpec beside the latent (vLLM DeepseekV32IndexerCache)."""
+    m = model.mla
+    if m is None or not m.index_head_dim:
+        return 0.0
+    return float(m.index_head_dim + m.index_head_dim // 128 * 4)
 
 
 def kv_bytes_per_token(model: ModelSpec, tp: int, kv_bytes: float, pp: int = 1) -> float:
@@ -244,7 +255,7 @@ def mixer_params(model: ModelSpec, kind: str, tp: int) -> float:
     if kind == "mamba":
         s = model.ssm
         assert s is not None
-        inner, r, n = s.inner_size, s.dt_rank, s.state_size
+        inner, r, n = s.inner_size, s.dt_rank or math.ceil(model.hidden_size / 16), s.state_size
         return (h * 2 * inner + (s.conv_kernel + 1) * inner + inner * (r + 2 * n)
                 + (r + 1) * inner + inner * n + inner + inner * h) / tp
     if kind == "linear_attention":
@@ -271,7 +282,11 @@ def _attention_params(model: ModelSpec, tp: int) -> float:
         kv_a = h * (m.kv_lora_rank + m.qk_rope_head_dim) + m.kv_lora_rank
         kv_b = m.kv_lora_rank * heads * (m.qk_nope_head_dim + m.v_head_dim)
         o = heads * m.v_head_dim * h
-        return q + kv_a + kv_b + o
+        indexer = 0.0
+        if m.index_head_dim and m.index_n_heads:  # wq_b, wk, k_norm, weights_proj (replicated)
+            d, n = m.index_head_dim, m.index_n_heads
+            indexer = (m.q_lora_rank or h) * n * d + h * d + 2 * d + h * n
+        return q + kv_a + kv_b + o + indexer
     hd = model.head_dim
     q_o = (3 if model.attn_output_gate else 2) * h * model.num_attention_heads * hd / tp
     kv = 2 * h * kv_heads_per_gpu(model, tp) * hd
