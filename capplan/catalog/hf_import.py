@@ -63,6 +63,7 @@ _MODEL_TYPE_DEFAULTS: dict[str, dict[str, Any]] = {
     "starcoder2": {"tie_word_embeddings": True},  # Starcoder2Config
     "falcon": {"tie_word_embeddings": True, "vocab_size": 65024},  # FalconConfig
     "gpt_bigcode": {"tie_word_embeddings": True},  # GPTBigCodeConfig
+    "lfm2": {"tie_word_embeddings": True},  # Lfm2Config
     "jamba": {"tie_word_embeddings": False, "mamba_d_state": 16, "mamba_d_conv": 4,
               "mamba_expand": 2, "attn_layer_period": 8, "attn_layer_offset": 4,
               "expert_layer_period": 2, "expert_layer_offset": 1},  # JambaConfig
@@ -371,6 +372,8 @@ def config_to_entry(cfg: dict[str, Any], key: str, source: str) -> dict[str, Any
     inter = c.get("intermediate_size_mlp") or c.get("intermediate_size") or c.get("ffn_dim")
     if mt == "qwen":
         inter = int(inter) // 2  # Qwen1's w1/w2 are each intermediate_size / 2 wide (QWenMLP)
+    if mt == "lfm2" and c.get("block_auto_adjust_ff_dim"):
+        inter = _lfm2_ff_dim(c)
     if inter is None and mt == "falcon":
         inter = 4 * hidden  # FalconMLP: dense_h_to_4h
     if inter is None and moe is not None and (moe["num_dense_layers"] == 0 and not any(
@@ -402,6 +405,16 @@ def config_to_entry(cfg: dict[str, Any], key: str, source: str) -> dict[str, Any
         **plan,
     }
     return entry
+
+
+def _lfm2_ff_dim(c: dict[str, Any]) -> int:
+    """HF Lfm2MLP with block_auto_adjust_ff_dim: 2/3 of block_ff_dim, times the multiplier,
+    rounded up to block_multiple_of (LFM2-1.2B: 12288 -> 8192)."""
+    ff = int(2 * int(c.get("block_ff_dim") or c["intermediate_size"]) / 3)
+    if c.get("block_ffn_dim_multiplier") is not None:
+        ff = int(float(c["block_ffn_dim_multiplier"]) * ff)
+    m = int(c.get("block_multiple_of") or 256)
+    return m * ((ff + m - 1) // m)
 
 
 def read_hf_quant_config(config_path: Path) -> dict[str, Any] | None:

@@ -36,10 +36,13 @@ PUBLISHED = {
     "qwen3-32b": (32.8e9, "Qwen3 model card: 32.8B"),
     "mixtral-8x7b": (46.7e9, "Mixtral paper: 47B (46.7B) total"),
     "gpt-oss-120b": (116.8e9, "gpt-oss model card: 116.8B total"),
+    "lfm2.5-vl-1.6b": (1.6e9, "LFM2.5-VL-1.6B model card: 1.6B (1.2B LFM2 + 400M SigLIP2)"),
+    "phi-1": (1.42e9, "HF model page of microsoft/phi-1: 1.42B params in its safetensors "
+                      "(the card's '1.3B' is rounded)"),
 }
 HYBRID_OR_NON_GATED = {"nemotron-h-56b-base-8k", "nemotron-3-nano-30b-a3b",
                        "qwen3-next-80b-a3b-thinking", "qwen3.5-27b", "qwen3.5-35b-a3b",
-                       "qwen3.5-397b-a17b"}
+                       "qwen3.5-397b-a17b", "lfm2.5-vl-1.6b", "phi-1"}
 
 
 def _spec(name: str):
@@ -193,3 +196,26 @@ def test_max_model_len_over_the_checkpoint_limit_is_one_line(run_cli):
                   "--tp", "4", "--max-model-len", "65536")
     assert res.exit_code == 2 and len(res.stderr_lines) == 1
     assert "Qwen/Qwen2.5-72B-Instruct's 32768" in res.stderr
+
+
+def test_lfm2_short_conv_layers():
+    s = _spec("lfm2.5-vl-1.6b")
+    # layer_types: 10 conv, 6 full_attention; block_auto_adjust_ff_dim: 2/3 of 12288 = 8192
+    assert s.layer_kinds.count("short_conv") == 10 and s.intermediate_size == 8192
+    assert s.tie_word_embeddings  # Lfm2Config ties by default; the config omits the key
+    # KV per token: 6 attention layers * 2 * 8 KV heads * 64 head_dim * 2 B = 12,288
+    assert layers.kv_bytes_per_token(s, 1, 2) == 6 * 2 * 8 * 64 * 2 == 12_288
+    # conv state: (conv_L_cache 3 - 1) * 2048 hidden * 2 B = 8,192 per conv layer
+    assert layers.state_page_bytes(s, 1) == 2 * 2048 * 2 == 8192
+    # an attention page of 16 tokens (16 * 2048 B) already holds it: no block size change
+    assert layers.effective_block_size(s, 1, 2, 16) == 16
+    assert layers.state_bytes_per_seq(s, 1, 2, 16) == 10 * 16 * 2 * 8 * 64 * 2
+
+
+def test_phi1_non_gated_fp32_served_in_bf16():
+    s = _spec("phi-1")
+    assert not s.mlp_gated and s.torch_dtype == "bf16"  # vLLM --dtype auto: fp32 -> bf16
+    # 24 layers * (4 * 2048^2 attention + 2 * 2048 * 8192 MLP) = 1,207,959,552
+    counts_mlp_attn = 24 * (4 * 2048**2 + 2 * 2048 * 8192)
+    assert counts_mlp_attn == 1_207_959_552
+    assert layers.kv_bytes_per_token(s, 1, 2) == 24 * 2 * 32 * 64 * 2
