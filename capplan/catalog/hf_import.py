@@ -34,7 +34,6 @@ _NON_GATED = {"starcoder2", "nemotron", "nemotron_h", "falcon", "gpt2", "gpt_big
               "gpt_neox", "gptj", "opt", "phi", "bloom", "mpt"}
 # Fields describing layouts capplan does not size: refused by name, never approximated.
 _UNHANDLED = {
-    "block_configs": "per-layer block_configs (Nemotron-Super/Ultra NAS layers)",
     "swa_num_key_value_heads": "different heads for sliding-window layers (MiMo-V2)",
     "hybrid_layer_pattern": "hybrid_layer_pattern (MiMo-V2 per-layer attention kinds)",
     "attn_type_list": "attn_type_list (MiniMax lightning attention)",
@@ -278,7 +277,36 @@ def _mixers_and_mlps(c: dict[str, Any], layers: int) -> tuple[list[str] | None,
                 ["moe" if i % ep == eo else "dense" for i in range(layers)])
     if mt in ("mamba", "falcon_mamba", "mamba2"):
         return ["mamba2" if mt == "mamba2" else "mamba"] * layers, None
+    if c.get("block_configs"):
+        return (["none" if (b.get("attention") or {}).get("no_op") else "full_attention"
+                 for b in c["block_configs"]],
+                ["none" if (b.get("ffn") or {}).get("no_op") else "dense"
+                 for b in c["block_configs"]])
     return None, None
+
+
+def _block_configs(c: dict[str, Any], hidden: int, heads: int) -> dict[str, Any]:
+    """DeciLM / Nemotron-NAS per-layer blocks: attention kept (GQA, n_heads_in_group) or
+    skipped (no_op), MLP width from ffn_mult (HF DeciLM _ffn_mult_to_intermediate_size:
+    int(2 * ffn_mult * hidden / 3) rounded up to a multiple of 256)."""
+    groups, widths = set(), []
+    for i, b in enumerate(c["block_configs"]):
+        att, ffn = b.get("attention") or {}, b.get("ffn") or {}
+        for part, d in (("attention", att), ("ffn", ffn)):
+            for field in ("replace_with_linear", "sparsify", "window_length",
+                          "num_sink_tokens"):
+                if d.get(field):
+                    raise InputError(f"block_configs[{i}].{part}.{field} is not handled")
+        if not att.get("no_op"):
+            groups.add(int(att.get("n_heads_in_group") or 1))
+        w = int(2 * float(ffn.get("ffn_mult") or 0) * hidden / 3)
+        widths.append(0 if ffn.get("no_op") else 256 * ((w + 255) // 256))
+    if len(groups) > 1:
+        raise InputError(f"block_configs: attention layers with different n_heads_in_group "
+                         f"{sorted(groups)} are not handled")
+    kv = heads // (groups.pop() if groups else 1)
+    return {"num_key_value_heads": kv, "intermediate_size": max(widths),
+            "mlp_intermediate_sizes": [w or max(widths) for w in widths]}
 
 
 def _layer_plan(c: dict[str, Any], layers: int) -> dict[str, Any]:
@@ -351,6 +379,11 @@ def config_to_entry(cfg: dict[str, Any], key: str, source: str) -> dict[str, Any
     heads = int(c["num_attention_heads"])
     hidden = int(c["hidden_size"])
     plan = _layer_plan(c, layers)
+    if c.get("block_configs"):
+        nas = _block_configs(c, hidden, heads)
+        c = {**c, "num_key_value_heads": nas["num_key_value_heads"],
+             "intermediate_size": nas["intermediate_size"]}
+        plan["mlp_intermediate_sizes"] = nas["mlp_intermediate_sizes"]
     mla = None
     if c.get("kv_lora_rank"):
         mla = {k: c.get(k) for k in ("kv_lora_rank", "q_lora_rank", "qk_rope_head_dim",

@@ -214,6 +214,8 @@ class ModelSpec(BaseModel):
     """Token mixer of each layer; None: full attention plus num_sliding_layers (layer_kinds)."""
     mlp_types: list[MlpKind] | None = None
     """MLP of each layer; None: dense, or MoE after moe.num_dense_layers."""
+    mlp_intermediate_sizes: list[int] | None = None
+    """Dense MLP width of each layer when they differ (Nemotron-Super block_configs)."""
     ssm: SsmSpec | None = None
     linear_attention: LinearAttentionSpec | None = None
     conv_kernel: int | None = Field(default=None, ge=2)
@@ -242,7 +244,8 @@ class ModelSpec(BaseModel):
             raise ValueError("num_attention_heads must be a multiple of num_kv_heads")
         if self.moe and self.moe.num_dense_layers > self.num_layers:
             raise ValueError("moe.num_dense_layers exceeds num_layers")
-        for name, kinds in (("layer_types", self.layer_types), ("mlp_types", self.mlp_types)):
+        for name, kinds in (("layer_types", self.layer_types), ("mlp_types", self.mlp_types),
+                            ("mlp_intermediate_sizes", self.mlp_intermediate_sizes)):
             if kinds is not None and len(kinds) != self.num_layers:
                 raise ValueError(f"{name} has {len(kinds)} entries for {self.num_layers} layers")
         kinds = set(self.layer_types or ())

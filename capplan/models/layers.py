@@ -39,6 +39,8 @@ class StageLayers:
 
     mixers: tuple[str, ...]
     mlps: tuple[str, ...]
+    mlp_widths: tuple[int, ...] = ()
+    """Per-layer dense MLP widths, when the model lists them."""
 
     def count(self, *kinds: str) -> int:
         return sum(k in kinds for k in self.mixers)
@@ -66,8 +68,9 @@ def stage_layers(model: ModelSpec, pp: int = 1) -> StageLayers:
         return StageLayers(("full_attention",) * (per - win) + ("sliding_attention",) * win,
                            ("dense",) * (per - moe) + ("moe",) * moe)
     mixers, mlps = model.layer_kinds, model.mlp_kinds
-    stages = [StageLayers(tuple(mixers[i:i + per]), tuple(mlps[i:i + per]))
-              for i in range(0, n, per)]
+    widths = model.mlp_intermediate_sizes or []
+    stages = [StageLayers(tuple(mixers[i:i + per]), tuple(mlps[i:i + per]),
+                          tuple(widths[i:i + per])) for i in range(0, n, per)]
     return max(stages, key=lambda s: (len(s.mixers), s.count(*ATTENTION_KINDS), s.num_moe))
 
 
@@ -291,6 +294,16 @@ def _attention_params(model: ModelSpec, tp: int) -> float:
     q_o = (3 if model.attn_output_gate else 2) * h * model.num_attention_heads * hd / tp
     kv = 2 * h * kv_heads_per_gpu(model, tp) * hd
     return q_o + kv
+
+
+def dense_mlp_params(model: ModelSpec, stage: StageLayers, tp: int) -> float:
+    """Dense MLP parameters of a stage on one GPU: matrices x hidden x width / tp per dense
+    layer, with per-layer widths when the model has them (DeciLM ffn_mult blocks)."""
+    h, mats = model.hidden_size, mlp_matrices(model)
+    if stage.mlp_widths:
+        return sum(mats * h * w / tp for k, w in zip(stage.mlps, stage.mlp_widths, strict=True)
+                   if k == "dense")
+    return stage.num_dense_mlp * mats * h * model.intermediate_size / tp
 
 
 def mlp_matrices(model: ModelSpec) -> int:

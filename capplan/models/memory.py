@@ -109,7 +109,7 @@ def param_counts(model: ModelSpec, tp: int = 1, pp: int = 1) -> ParamCounts:
         embedding=embedding,
         lm_head=lm_head,
         attention=sum(layers.mixer_params(model, k, tp) for k in st.mixers),
-        dense_mlp=st.num_dense_mlp * mlp_mats * h * model.intermediate_size / tp,
+        dense_mlp=layers.dense_mlp_params(model, st, tp),
         experts=experts,
         shared_experts=shared,
         router=router,

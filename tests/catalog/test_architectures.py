@@ -37,6 +37,7 @@ PUBLISHED = {
     "mixtral-8x7b": (46.7e9, "Mixtral paper: 47B (46.7B) total"),
     "gpt-oss-120b": (116.8e9, "gpt-oss model card: 116.8B total"),
     "lfm2.5-vl-1.6b": (1.6e9, "LFM2.5-VL-1.6B model card: 1.6B (1.2B LFM2 + 400M SigLIP2)"),
+    "llama-3.3-nemotron-super-49b-v1": (49e9, "model card: 49B (NAS of Llama-3.3-70B)"),
     "phi-1": (1.42e9, "HF model page of microsoft/phi-1: 1.42B params in its safetensors "
                       "(the card's '1.3B' is rounded)"),
 }
@@ -139,7 +140,6 @@ def test_step_time_reads_state_once_per_sequence(catalog):
 
 
 @pytest.mark.parametrize(("name", "fragment"), [
-    ("llama-3.3-nemotron-super-49b-v1", "block_configs"),
     ("nemotron-3-super-120b-a12b-fp8", "moe_latent_size"),
 ])
 def test_unsized_configs_refused_naming_the_field(run_cli, name, fragment):
@@ -219,3 +219,81 @@ def test_phi1_non_gated_fp32_served_in_bf16():
     counts_mlp_attn = 24 * (4 * 2048**2 + 2 * 2048 * 8192)
     assert counts_mlp_attn == 1_207_959_552
     assert layers.kv_bytes_per_token(s, 1, 2) == 24 * 2 * 32 * 64 * 2
+
+
+# ---------------------------------------------------------------------------------------------
+# Field conventions of other families (inline configs: the fields each family's config class
+# reads; sizes hand-computed here)
+# ---------------------------------------------------------------------------------------------
+
+def _import_dict(tmp_path, cfg):
+    import json
+    p = tmp_path / "config.json"
+    p.write_text(json.dumps(cfg))
+    return import_config(p)
+
+
+def test_falcon_multi_query_and_old_names(tmp_path):
+    # Falcon-7B style: n_layer/n_head names, multi_query -> one KV head, MLP 4h not gated,
+    # FalconConfig ties the embeddings by default
+    s = _import_dict(tmp_path, {"model_type": "falcon", "hidden_size": 4544, "n_head": 71,
+                                "n_layer": 32, "multi_query": True, "vocab_size": 65024,
+                                "parallel_attn": True})
+    assert (s.num_layers, s.num_attention_heads, s.num_kv_heads) == (32, 71, 1)
+    assert s.intermediate_size == 4 * 4544 and not s.mlp_gated and s.tie_word_embeddings
+    assert layers.kv_bytes_per_token(s, 1, 2) == 32 * 2 * 1 * 64 * 2
+
+
+def test_qwen1_intermediate_is_doubled(tmp_path):
+    s = _import_dict(tmp_path, {"model_type": "qwen", "hidden_size": 4096,
+                                "num_hidden_layers": 32, "num_attention_heads": 32,
+                                "intermediate_size": 22016, "vocab_size": 151936,
+                                "kv_channels": 128, "seq_length": 8192})
+    assert s.intermediate_size == 11008 and s.max_position_embeddings == 8192
+
+
+@pytest.mark.parametrize("mt", ["starcoder2", "cohere"])
+def test_family_default_tied_embeddings(tmp_path, mt):
+    s = _import_dict(tmp_path, {"model_type": mt, "hidden_size": 1024, "num_hidden_layers": 2,
+                                "num_attention_heads": 8, "intermediate_size": 4096,
+                                "vocab_size": 1000, "hidden_act": "gelu_pytorch_tanh"})
+    assert s.tie_word_embeddings
+    assert s.mlp_gated is (mt == "cohere")  # Starcoder2MLP is c_fc/c_proj (no gate)
+
+
+def test_all_moe_without_dense_intermediate(tmp_path):
+    s = _import_dict(tmp_path, {"model_type": "qwen3_moe", "hidden_size": 2048,
+                                "num_hidden_layers": 4, "num_attention_heads": 16,
+                                "num_key_value_heads": 4, "head_dim": 128, "vocab_size": 1000,
+                                "num_experts": 8, "num_experts_per_tok": 2,
+                                "moe_intermediate_size": 768})
+    assert s.intermediate_size == 768 and s.num_moe_layers == 4
+
+
+def test_named_vision_tower(tmp_path):
+    # Phi-3-vision describes its tower by name: CLIP ViT-L/14-336, 303.5M (Radford et al.)
+    s = _import_dict(tmp_path, {"model_type": "phi3_v", "hidden_size": 3072,
+                                "num_hidden_layers": 32, "num_attention_heads": 32,
+                                "intermediate_size": 8192, "vocab_size": 32064,
+                                "embd_layer": {"img_processor": {
+                                    "model_name": "openai/clip-vit-large-patch14-336"}}})
+    assert s.vision_params == pytest.approx(303.5e6 + 1024 * 3072)
+
+
+def test_nemotron_super_block_configs():
+    s = _spec("llama-3.3-nemotron-super-49b-v1")
+    # 80 blocks: 49 keep GQA attention (64 heads in groups of 8 -> 8 KV heads), 31 no_op
+    assert s.layer_kinds.count("full_attention") == 49 and s.num_kv_heads == 8
+    assert layers.kv_bytes_per_token(s, 1, 2) == 49 * 2 * 8 * 128 * 2 == 200_704
+    # ffn_mult 5.25 -> int(2 * 5.25 * 8192 / 3) = 28672 (a multiple of 256)
+    assert s.mlp_intermediate_sizes is not None and max(s.mlp_intermediate_sizes) == 28672
+
+
+def test_block_configs_with_mixed_kv_groups_refused(tmp_path):
+    import json
+    cfg = json.loads((CONFIGS / "llama-3.3-nemotron-super-49b-v1.config.json").read_text())
+    cfg["block_configs"][0]["attention"]["n_heads_in_group"] = 4
+    bad = tmp_path / "config.json"
+    bad.write_text(json.dumps(cfg))
+    with pytest.raises(InputError, match="different n_heads_in_group"):
+        import_config(bad)
