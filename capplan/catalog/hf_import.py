@@ -152,10 +152,17 @@ def _quantization(q: dict[str, Any] | None) -> dict[str, Any] | None:
                "group_size": int(q.get("group_size", q.get("q_group_size", 128)))}
     elif method == "modelopt":
         algo = str(q.get("quant_algo", "")).upper()
+        if not algo and q.get("config_groups"):
+            out = _compressed_tensors(q)
+            out.setdefault("modules", _modules(exclude))
+            out["exclude"] = exclude
+            return out
         if algo not in ("FP8", "NVFP4"):
             raise InputError(f"quant_algo {algo!r} is not supported (FP8, NVFP4)")
         out = ({"format": "fp8", "group_size": None} if algo == "FP8"
                else {"format": "nvfp4", "group_size": int(q.get("group_size") or 16)})
+        if algo == "NVFP4" and q.get("config_groups"):
+            out["group_size"] = _compressed_tensors(q)["group_size"] or 16
     elif method == "compressed-tensors":
         out = _compressed_tensors(q)
     else:
@@ -167,9 +174,15 @@ def _quantization(q: dict[str, Any] | None) -> dict[str, Any] | None:
 
 
 def _modules(exclude: list[str]) -> str:
-    """Which linear layers stay quantized, from the excluded module names."""
+    """Which linear layers stay quantized, from the excluded module names (patterns as the
+    checkpoint lists them): token mixers excluded -> the MLPs only ("mlp"); mixers and the
+    shared experts or dense MLPs excluded too -> the routed experts only ("experts")."""
     text = " ".join(exclude).lower()
-    if any(w in text for w in ("self_attn", "attn", "mixer", "linear_attn")):
+    mixers = any(w in text for w in ("self_attn", "attn", "mixer"))
+    rest = "shared_expert" in text or re.search(r"mlp\W{0,3}\(?(gate|up|down)", text)
+    if mixers and rest:
+        return "experts"
+    if mixers:
         return "mlp"
     return "all_linear"
 

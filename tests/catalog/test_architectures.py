@@ -297,3 +297,20 @@ def test_block_configs_with_mixed_kv_groups_refused(tmp_path):
     bad.write_text(json.dumps(cfg))
     with pytest.raises(InputError, match="different n_heads_in_group"):
         import_config(bad)
+
+
+@pytest.mark.parametrize(("name", "fmt", "modules", "group"), [
+    # ModelOpt NVFP4 in quantization_config (config_groups, float 4-bit, group 16); the ignore
+    # list keeps linear_attn/self_attn and the shared experts in bf16 -> routed experts only
+    ("nvidia-qwen3.5-397b-a17b-nvfp4", "nvfp4", "experts", 16),
+    # compressed-tensors pack-quantized int4, group 32; ignores self_attn, shared_experts and
+    # the dense mlp projections -> routed experts only
+    ("kimi-k2.5", "int4", "experts", 32),
+    ("gpt-oss-120b", "mxfp4", "experts", 32),
+    # hf_quant_config.json beside config.json: ModelOpt FP8 per-tensor, lm_head excluded
+    ("nvidia-llama-3.1-70b-instruct-fp8", "fp8", "all_linear", None),
+])
+def test_checkpoint_quantization(name, fmt, modules, group):
+    q = _spec(name).quantization
+    assert q is not None and (q.format, q.modules, q.group_size) == (fmt, modules, group)
+    assert "lm_head" in q.exclude
