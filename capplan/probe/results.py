@@ -98,6 +98,8 @@ def from_vllm(d: dict[str, Any], name: str) -> dict[str, Any]:
               "errors": errors,
               "note": "no per-request lists: percentiles are the file's own pNN keys; rerun "
                       "vllm bench serve with --save-detailed to recompute them"}
+    if d.get("request_goodput") is not None:  # only when the run had --goodput SLOs
+        lv["request_goodput_per_s"] = float(d["request_goodput"])
     lv["output_tokens_per_s"] = float(d.get("output_throughput", lv.get("output_tokens_per_s")))
     lv["requests_per_s"] = float(d.get("request_throughput", lv.get("requests_per_s")))
     ins, outs = d.get("input_lens") or [], d.get("output_lens") or []
