@@ -12,7 +12,7 @@ import csv
 import json
 import math
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timezone
 from pathlib import Path
 
 import numpy as np
@@ -293,16 +293,20 @@ TIME_UNITS = {"s": 1.0, "ms": 1e-3, "us": 1e-6}
 _MOONCAKE = {"timestamp", "input_length", "output_length"}
 
 
+# Numeric stamps larger than this instant once read in a unit are epoch stamps in that unit.
+_EPOCH_FLOOR_S = datetime(2001, 1, 1, tzinfo=timezone.utc).timestamp()
+
+
 def trace_time_unit(cols: list[str], times: np.ndarray) -> tuple[str, str]:
     """(unit, why) for numeric arrival times: Mooncake's schema is in milliseconds; epoch
-    stamps are recognised by size (> 1e12 ms, > 1e9 s); anything else is seconds."""
+    stamps are recognised by size (in us or ms they would lie after 2001 only when read in
+    that unit); anything else is seconds."""
     if _MOONCAKE <= set(cols):
         return "ms", "Mooncake trace: timestamp in milliseconds"
     t0 = float(np.nanmin(times)) if times.size else 0.0
-    if t0 > 1e15:
-        return "us", "epoch microseconds"
-    if t0 > 1e12:
-        return "ms", "epoch milliseconds"
+    for unit, name in (("us", "epoch microseconds"), ("ms", "epoch milliseconds")):
+        if t0 * TIME_UNITS[unit] > _EPOCH_FLOOR_S:
+            return unit, name
     return "s", "seconds"
 
 
@@ -418,7 +422,7 @@ def load_trace(path: str | Path, time_unit: str = "auto") -> Requests:
     t = t[order] - t[order][0]
     span = float(t[-1]) if len(t) else 0.0
     rate = f", {(len(t) - 1) / span:.3g} req/s" if span > 0 else ""
-    note = (f"{p.name}: {len(t)} requests over {span:.4g} s{rate}; columns {ca} ({unit}, "
+    note = (f"{p}: {len(t)} requests over {span:.4g} s{rate}; columns {ca} ({unit}, "
             f"{why}), {ci}, {co}")
     return Requests(t, np.maximum(inp[order], 1), np.maximum(out[order], 1),
                     np.zeros(len(rows), np.int64), note=note)
