@@ -86,16 +86,24 @@ def models_group(ctx: click.Context, fmt: str, catalog_dir: tuple[str, ...]) -> 
 @models_group.command("import")
 @click.argument("config", type=click.Path(dir_okay=False, path_type=Path))
 @click.option("--name", "key", default=None, help="Catalog key for the new entry.")
+@click.option("--hf-id", default=None,
+              help="Hugging Face id launch lines serve (default: the config's _name_or_path).")
 @click.option("--out", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Write the YAML here (default: stdout).")
 @click.option("--format", "fmt", type=click.Choice(["table", "json", "csv", "markdown"]),
               default="table", show_default=True,
               help="json prints the entry as JSON; the others print the catalog YAML.")
-def models_import(config: Path, key: str | None, out: Path | None, fmt: str) -> None:
+def models_import(config: Path, key: str | None, hf_id: str | None, out: Path | None,
+                  fmt: str) -> None:
     """Turn a Hugging Face config.json into a catalog YAML."""
     from capplan.catalog.hf_import import import_config
 
     spec = import_config(config, key)
+    if hf_id:
+        spec = spec.model_copy(update={"hf_id": hf_id})
+    elif "/" not in spec.hf_id:
+        click.echo(f"note: {config} names no Hugging Face id (_name_or_path); launch lines "
+                   f"will serve {spec.hf_id!r}: pass --hf-id ORG/NAME", err=True)
     data = spec.model_dump(mode="json", exclude_none=False)
     text = to_json(data) + "\n" if fmt == "json" else catalog_yaml(data)
     if out is None:
