@@ -218,9 +218,11 @@ def _moe(c: dict[str, Any], layers: int) -> dict[str, Any] | None:
     topk = (c.get("num_experts_per_tok") or c.get("experts_per_token")
             or c.get("num_experts_per_token"))
     inter = c.get("moe_intermediate_size") or c.get("intermediate_size")
-    shared_n = c.get("n_shared_experts") or (1 if c.get("shared_expert_intermediate_size") else 0)
-    shared_i = (c.get("shared_expert_intermediate_size")
-                or c.get("moe_shared_expert_intermediate_size") or (inter if shared_n else 0))
+    shared_w = (c.get("shared_expert_intermediate_size")
+                or c.get("moe_shared_expert_intermediate_size")
+                or c.get("shared_intermediate_size"))  # GraniteMoeHybrid shared_mlp
+    shared_n = c.get("n_shared_experts") or (1 if shared_w else 0)
+    shared_i = shared_w or (inter if shared_n else 0)
     if c.get("model_type", "").startswith("llama4"):
         shared_n, shared_i = 1, c.get("intermediate_size")
     dense = int(c.get("first_k_dense_replace") or 0)

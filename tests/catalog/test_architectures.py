@@ -314,3 +314,28 @@ def test_checkpoint_quantization(name, fmt, modules, group):
     q = _spec(name).quantization
     assert q is not None and (q.format, q.modules, q.group_size) == (fmt, modules, group)
     assert "lm_head" in q.exclude
+
+
+def test_jamba_mamba1_moe_hybrid(tmp_path):
+    # JambaConfig's defaults are the Jamba-v0.1 architecture (published: 52B total, 12B
+    # active, AI21 Jamba paper): 32 layers, attention every 8th from layer 4, MoE every 2nd
+    # from layer 1 (16 experts top-2), Mamba-1 d_state 16, d_conv 4, expand 2
+    s = _import_dict(tmp_path, {"model_type": "jamba", "hidden_size": 4096,
+                                "num_hidden_layers": 32, "num_attention_heads": 32,
+                                "num_key_value_heads": 8, "intermediate_size": 14336,
+                                "vocab_size": 65536, "num_experts": 16,
+                                "num_experts_per_tok": 2, "mamba_dt_rank": 256})
+    assert s.layer_kinds.count("full_attention") == 4 and s.layer_kinds.count("mamba") == 28
+    assert s.num_moe_layers == 16
+    assert s.params_total == pytest.approx(52e9, rel=0.03)
+    assert s.params_active == pytest.approx(12e9, rel=0.03)
+    # Mamba-1 state per layer: conv (4-1) * 8192 * 2 B + SSM 8192 * 16 * 2 B = 311,296
+    assert layers.state_page_bytes(s, 1) == 3 * 8192 * 2 + 8192 * 16 * 2 == 311_296
+
+
+def test_state_blocks_per_sequence(catalog):
+    # Qwen3-Next at TP 4: 36 state pages of one block each over 12 attention layers' block
+    # (a block spans every attention layer): 36 / 12 = 3 blocks per running sequence
+    s = _spec("qwen3-next-80b-a3b-thinking")
+    r = memory_report(s, catalog.gpu("h200"), EngineSettings(tp=4, max_model_len=32768))
+    assert r.state_blocks_per_seq == pytest.approx(3.0)
