@@ -230,6 +230,15 @@ def _moe(c: dict[str, Any], layers: int) -> dict[str, Any] | None:
     if step and step > 1:
         dense = layers - layers // step
     dense += len(c.get("mlp_only_layers") or [])
+    freq = c.get("moe_layer_freq")
+    if isinstance(freq, list):  # one flag per layer (MiMo-V2, MiniMax-M3): 0 = dense MLP
+        if len(freq) != layers:
+            raise InputError(f"moe_layer_freq lists {len(freq)} layers, num_hidden_layers "
+                             f"{layers}")
+        dense = sum(1 for f in freq if not f)
+    elif isinstance(freq, int) and freq > 1:  # DeepSeek-V2: MoE where i >= k and i % freq == 0
+        k = int(c.get("first_k_dense_replace") or 0)
+        dense = sum(1 for i in range(layers) if not (i >= k and i % freq == 0))
     if topk is None or inter is None:
         raise InputError("MoE config lacks num_experts_per_tok or moe_intermediate_size")
     return {"num_experts": int(experts), "num_experts_per_tok": int(topk),
@@ -417,7 +426,8 @@ def config_to_entry(cfg: dict[str, Any], key: str, source: str) -> dict[str, Any
     moe = _moe(c, layers)
     if moe is not None and plan.get("mlp_types"):
         moe["num_dense_layers"] = sum(t == "dense" for t in plan["mlp_types"])
-    inter = c.get("intermediate_size_mlp") or c.get("intermediate_size") or c.get("ffn_dim")
+    inter = (c.get("dense_intermediate_size") or c.get("intermediate_size_mlp")
+             or c.get("intermediate_size") or c.get("ffn_dim"))
     if mt == "qwen":
         inter = int(inter) // 2  # Qwen1's w1/w2 are each intermediate_size / 2 wide (QWenMLP)
     if mt == "lfm2" and c.get("block_auto_adjust_ff_dim"):

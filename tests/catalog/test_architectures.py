@@ -339,3 +339,16 @@ def test_state_blocks_per_sequence(catalog):
     s = _spec("qwen3-next-80b-a3b-thinking")
     r = memory_report(s, catalog.gpu("h200"), EngineSettings(tp=4, max_model_len=32768))
     assert r.state_blocks_per_seq == pytest.approx(3.0)
+
+
+def test_moe_layer_freq_list(tmp_path):
+    # one flag per layer: 3 dense then MoE (MiniMax-M3 style); the dense MLP width is
+    # dense_intermediate_size, the experts' moe width intermediate_size
+    freq = [0, 0, 0] + [1] * 5
+    s = _import_dict(tmp_path, {"model_type": "x", "hidden_size": 1024, "num_hidden_layers": 8,
+                                "num_attention_heads": 8, "vocab_size": 1000,
+                                "intermediate_size": 512, "dense_intermediate_size": 4096,
+                                "num_local_experts": 8, "num_experts_per_tok": 2,
+                                "moe_layer_freq": freq})
+    assert s.num_moe_layers == 5 and s.moe is not None and s.moe.num_dense_layers == 3
+    assert s.intermediate_size == 4096 and s.moe.moe_intermediate_size == 512
