@@ -134,3 +134,21 @@ def test_sglang_bench_serving_line(tmp_path) -> None:
     lv = levels[1]
     assert lv["e2e_s"]["p99"] == pytest.approx(4.5) and lv["tbt_s"]["p95"] == pytest.approx(0.02)
     assert lv["mean_input_tokens"] == 1024 and lv["mean_context_tokens"] == 1024 + 128
+
+
+def test_goodput_as_vllm_counts_it() -> None:
+    import numpy as np
+
+    raw = json.loads(VLLM.read_text())
+    ttft = [t for t in raw["ttfts"] if t]
+    mid = float(np.median(ttft))
+    (lv,) = load_results([VLLM], slo_s={"ttft": mid})
+    # requests whose TTFT is at most the median, over the run's duration
+    good = sum(1 for t in ttft if t <= mid)
+    assert lv["goodput_per_s"] == pytest.approx(good / raw["duration"])
+    (lv,) = load_results([VLLM], slo_s={"ttft": max(ttft), "e2el": 1e6})
+    assert lv["goodput_per_s"] == pytest.approx(len(ttft) / raw["duration"])
+    (lv,) = load_results([VLLM], slo_s={"tpot": 0.0})
+    assert lv["goodput_per_s"] == 0.0
+    (lv,) = load_results([VLLM])
+    assert "goodput_per_s" not in lv  # only where SLOs are given
