@@ -12,7 +12,7 @@ import csv
 import json
 import math
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import numpy as np
@@ -294,7 +294,7 @@ _MOONCAKE = {"timestamp", "input_length", "output_length"}
 
 
 # Numeric stamps larger than this instant once read in a unit are epoch stamps in that unit.
-_EPOCH_FLOOR_S = datetime(2001, 1, 1, tzinfo=timezone.utc).timestamp()
+_EPOCH_FLOOR_S = datetime(2001, 1, 1, tzinfo=UTC).timestamp()
 
 
 def trace_time_unit(cols: list[str], times: np.ndarray) -> tuple[str, str]:
