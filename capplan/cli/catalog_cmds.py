@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import click
 import yaml
@@ -47,6 +48,19 @@ def gpus_list(fmt: str, catalog_dir: tuple[str, ...]) -> None:
     emit(render_rows(rows, cols, fmt))
 
 
+def _attention_label(m: Any) -> str:
+    """GQA/MHA/MLA, and for hybrids how many layers of each recurrent kind."""
+    base = "MLA" if m.mla else ("MHA" if m.num_kv_heads == m.num_attention_heads
+                                else f"GQA {m.num_kv_heads} KV heads")
+    if not m.is_hybrid:
+        return base
+    kinds = m.layer_kinds
+    attn = sum(k.endswith("attention") and k != "linear_attention" for k in kinds)
+    other = sorted({k for k in kinds if k not in ("none",) and (k == "linear_attention"
+                                                               or not k.endswith("attention"))})
+    return f"{base} x{attn} + " + " + ".join(f"{k} x{kinds.count(k)}" for k in other)
+
+
 @click.group("models", invoke_without_command=True)
 @format_option
 @catalog_option
@@ -60,8 +74,7 @@ def models_group(ctx: click.Context, fmt: str, catalog_dir: tuple[str, ...]) -> 
         {
             "key": m.key, "hf_id": m.hf_id, "params_total": m.params_total,
             "params_active": m.params_active, "num_layers": m.num_layers,
-            "attention": "MLA" if m.mla else ("MHA" if m.num_kv_heads == m.num_attention_heads
-                                              else f"GQA {m.num_kv_heads} KV heads"),
+            "attention": _attention_label(m),
             "moe": f"{m.moe.num_experts}x top-{m.moe.num_experts_per_tok}" if m.moe else "",
             "sliding_window": m.sliding_window, "weight_format": (
                 m.quantization.format if m.quantization else m.torch_dtype),
