@@ -20,6 +20,7 @@ from capplan.cli._options import (
 )
 from capplan.cli._render import Column, emit, render_rows, to_json
 from capplan.errors import InputError
+from capplan.plan.result import PlanResult
 from capplan.plan.schema import PlanFile, load_plan, plan_json_schema
 
 ms = lambda x: None if x is None else x * 1e3  # noqa: E731
@@ -33,7 +34,8 @@ def _verifier(enabled: bool):
     return simulate_recommendation
 
 
-def _finish(result: dict[str, Any], fmt: str, exports: list[Path], plot_dir: str | None) -> None:
+def _finish(plan: PlanResult, fmt: str, exports: list[Path], plot_dir: str | None) -> None:
+    result = plan.to_dict()  # the export edge: from here on, the JSON contract's dict
     for path in exports:
         from capplan.export import export_plan
 

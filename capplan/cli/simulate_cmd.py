@@ -111,10 +111,10 @@ def simulate_cmd(model: str, gpu: str, rate: float | None, concurrency: int | No
     dep = deployment_from_options(catalog_dir, model, gpu, kw)
     s, g = dep.settings, dep.gpu
     reqs, clipped = wl.generate(np.random.default_rng(seed)).clip_to_context(
-        s.max_model_len or dep.model.max_position_embeddings)
+        dep.model.context_len(s.max_model_len))
     if clipped:
         click.echo(f"note: {clipped} prompts cut to fit max_model_len "
-                   f"{s.max_model_len or dep.model.max_position_embeddings}", err=True)
+                   f"{dep.model.context_len(s.max_model_len)}", err=True)
     results: dict[str, dict[str, Any]] = {}
     for name in names:
         opts = dict(scheduler=name, num_gpu_blocks=dep.memory.num_gpu_blocks,

@@ -390,7 +390,7 @@ def memory_report(model: ModelSpec, gpu: GpuSpec, settings: EngineSettings,
     """Size weights, activations, overheads and the paged KV cache on one GPU."""
     validate_settings(model, settings, gpu)
     s = settings
-    max_len = s.max_model_len or model.max_position_embeddings
+    max_len = model.context_len(s.max_model_len)
     dt = weight_dtypes(model, s.weight_dtype)
     counts = param_counts(model, s.tp, s.pp)
     weights = weight_bytes(counts, dt)
