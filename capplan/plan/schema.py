@@ -9,7 +9,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from capplan.errors import InputError, nearest
+from capplan.errors import InputError, validation_error_line
 from capplan.units import parse_seconds
 
 _STRICT = ConfigDict(extra="forbid", frozen=True)
@@ -177,20 +177,9 @@ def load_plan(path: str | Path) -> PlanFile:
     try:
         return PlanFile.model_validate(data)
     except ValidationError as e:
-        errs = e.errors()
-        # An unknown key often replaces a required one (workload: for workloads:); report the
-        # unknown key, which names the fix, before the missing one.
-        err = next((x for x in errs if x["type"] == "extra_forbidden"), errs[0])
-        loc = tuple(err["loc"])
+        loc, msg = validation_error_line(e, _all_keys(PlanFile))
         line = _line_of(text, loc)
-        where = f"{p}:{line}" if line else str(p)
-        key = ".".join(str(x) for x in loc)
-        if err["type"] == "extra_forbidden":
-            near = nearest(str(loc[-1]), _all_keys(PlanFile), 1, cutoff=0.5)
-            hint = f" (did you mean {near[0]!r}?)" if near else ""
-            raise InputError(f"{where}: unknown key {key!r}{hint}") from e
-        msg = err["msg"].removeprefix("Value error, ")
-        raise InputError(f"{where}: {key}: {msg}") from e
+        raise InputError(f"{p}:{line}: {msg}" if line else f"{p}: {msg}") from e
 
 
 def plan_json_schema() -> dict[str, Any]:
