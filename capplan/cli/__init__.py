@@ -27,7 +27,7 @@ class UserError(click.ClickException):
     exit_code = 2
 
     def show(self, file=None) -> None:  # noqa: ANN001
-        click.echo(f"Error: {self.format_message()}", err=True)
+        click.echo(f"Error: {self.format_message()}", file=file, err=True)
 
 
 class CapplanGroup(click.Group):

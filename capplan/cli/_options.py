@@ -109,7 +109,7 @@ def engine_options(f: Callable) -> Callable:
                      default=VLLM.gpu_memory_utilization, show_default=True),
         click.option("--block-size", type=click.Choice(["8", "16", "32", "64", "128"]),
                      default=str(VLLM.block_size), show_default=True,
-                     callback=lambda ctx, param, v: int(v),
+                     callback=lambda _ctx, _param, v: int(v),
                      help="KV block size in tokens (vLLM's choices on CUDA)."),
         click.option("--max-num-seqs", type=POS_INT, default=None,
                      help="Default: vLLM's for the GPU (1024 on >=70 GiB non-A100, else 256)."),

@@ -208,10 +208,10 @@ def plan_cmd(plan_file: str, exports: tuple[str, ...], plot_dir: str | None, no_
 
 
 @click.command("schema")
-@click.option("--format", "fmt", type=click.Choice(["json", "table", "csv", "markdown"]),
+@click.option("--format", "_fmt", type=click.Choice(["json", "table", "csv", "markdown"]),
               default="json", show_default=True,
               help="A JSON Schema is JSON whatever the format; accepted for uniformity.")
-def schema_cmd(fmt: str) -> None:
+def schema_cmd(_fmt: str) -> None:
     """JSON Schema of plan files (point your editor's YAML extension at it)."""
     emit(json.dumps(plan_json_schema(), indent=2))
 

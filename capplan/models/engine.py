@@ -57,7 +57,8 @@ VLLM = EngineProfile()
 
 
 def engine_defaults(total_memory_bytes: float, gpu_name: str,
-                    profile: EngineProfile = VLLM) -> tuple[int, int]:
+                    profile: EngineProfile = VLLM,  # noqa: ARG001 - one rule for all profiles
+                    ) -> tuple[int, int]:
     """(max_num_seqs, max_num_batched_tokens) vLLM V1 picks for the OpenAI server on a GPU.
 
     vLLM 0.10-0.11 EngineArgs._set_default_args: GPUs with >= 70 GiB that are not A100s get

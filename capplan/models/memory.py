@@ -1,6 +1,6 @@
 """VRAM per GPU, faithful to how vLLM (V1) sizes its KV cache. Derivations: docs/memory.md.
 
-    budget     = total_memory * gpu_memory_utilization          (vLLM Worker.determine_available_memory)
+    budget     = total_memory * gpu_memory_utilization  (vLLM Worker.determine_available_memory)
     kv_cache   = budget - weights - activation_peak - runtime_overhead
     num_blocks = kv_cache // (block_size * kv_bytes_per_token)   (vLLM kv_cache_utils)
 
@@ -111,7 +111,8 @@ def param_counts(model: ModelSpec, tp: int = 1, pp: int = 1) -> ParamCounts:
         m = model.moe
         expert_size = mlp_mats * h * m.moe_intermediate_size / tp
         experts = moe_layers * m.num_experts * expert_size
-        shared = moe_layers * m.num_shared_experts * mlp_mats * h * m.shared_expert_intermediate_size / tp
+        shared = (moe_layers * m.num_shared_experts * mlp_mats * h
+                  * m.shared_expert_intermediate_size / tp)
         router = moe_layers * h * m.num_experts  # replicated gate (vLLM ReplicatedLinear)
     # Vocabulary-parallel embedding and LM head (vLLM VocabParallelEmbedding): split by TP.
     # With PP the first stage holds the embedding, the last the head; the worst GPU holds one.
@@ -195,7 +196,8 @@ def weight_bytes(counts: ParamCounts, dt: WeightDtypes) -> float:
 
 
 def kv_dtype_bytes(model: ModelSpec, kv_dtype: str = "auto") -> float:
-    """--kv-cache-dtype auto stores KV in the model's activation dtype (bf16 for fp8 checkpoints)."""
+    """--kv-cache-dtype auto stores KV in the model's activation dtype (bf16 for fp8
+    checkpoints)."""
     if kv_dtype == "auto":
         return model.dtype_bytes
     if kv_dtype not in ("bf16", "fp16", "fp8"):
@@ -314,7 +316,8 @@ CUDA_GRAPH_PER_LAYER_BYTES = 8 * MIB_BYTES
 
 
 def runtime_overhead_bytes(model: ModelSpec, settings: EngineSettings,
-                           profile: EngineProfile = VLLM) -> tuple[float, float]:
+                           profile: EngineProfile = VLLM,  # noqa: ARG001 - same for all
+                           ) -> tuple[float, float]:
     """(non-torch memory counted in the KV budget, CUDA-graph memory outside it or not)."""
     non_torch = NON_TORCH_BASE_BYTES + (NON_TORCH_TP_BYTES if settings.tp > 1 else 0.0)
     graphs = 0.0

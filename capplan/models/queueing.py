@@ -216,7 +216,8 @@ class QueueModel:
         return np.maximum(self.mnbt - b, 1.0)
 
     def _n_chunks(self, budget: np.ndarray) -> np.ndarray:
-        return np.maximum(1.0, self.inp.mean / budget + 0.5 * np.minimum(1.0, self.inp.mean / budget))
+        per_budget = self.inp.mean / budget
+        return np.maximum(1.0, per_budget + 0.5 * np.minimum(1.0, per_budget))
 
     def _mean_step(self, lam: np.ndarray, tau: np.ndarray) -> dict[str, np.ndarray]:
         # At least a sliver of a sequence, so that a step always costs its fixed overheads.

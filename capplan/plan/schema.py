@@ -38,8 +38,10 @@ class Slo(BaseModel):
     e2e_p99_s: float | None = None
     """p99 end-to-end latency."""
 
-    _parse = field_validator("ttft_p99_s", "tbt_p99_s", "e2e_p99_s", mode="before")(
-        lambda cls, v: _seconds(v))
+    @field_validator("ttft_p99_s", "tbt_p99_s", "e2e_p99_s", mode="before")
+    @classmethod
+    def _parse(cls, v: Any) -> float | None:
+        return _seconds(v)
 
 
 class Lane(BaseModel):

@@ -3,7 +3,7 @@ and several GPUs (NVIDIA HBM3, HBM2e, GDDR and AMD)."""
 
 from __future__ import annotations
 
-from functools import lru_cache
+from functools import cache
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -25,7 +25,7 @@ PROPS = settings(max_examples=120, deadline=None)
 REL = 1e-12  # float rounding slack on "non-decreasing"
 
 
-@lru_cache(maxsize=None)
+@cache
 def _model(model: str, gpu: str, tp: int = 1, ideal_comm: bool = False, kv: str = "auto"):
     g = _CAT.gpus[gpu]
     cal = default_calibration(g)

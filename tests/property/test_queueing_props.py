@@ -6,7 +6,7 @@ unstable regions are both exercised whatever the configuration's absolute speed.
 
 from __future__ import annotations
 
-from functools import lru_cache
+from functools import cache
 
 import numpy as np
 import pytest
@@ -38,7 +38,7 @@ LENGTHS = (
 PROPS = settings(max_examples=60, deadline=None)
 
 
-@lru_cache(maxsize=None)
+@cache
 def _queue(ci: int, li: int) -> tuple[QueueModel, float]:
     model, gpu, tp, seqs, mnbt, kv = CONFIGS[ci]
     sm = build_step_model(_CAT.models[model], _CAT.gpus[gpu], EngineSettings(tp=tp))
