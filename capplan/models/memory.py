@@ -309,8 +309,9 @@ def activation_peak_bytes(model: ModelSpec, settings: EngineSettings, act_bytes:
 # (docs/research/vllm_kv_logs*.md).
 NON_TORCH_BASE_BYTES = 0.15 * GIB_BYTES
 NON_TORCH_TP_BYTES = 0.1 * GIB_BYTES
-# CUDA graph capture: vLLM logs "Graph capturing finished ... took 0.3-1.5 GiB"; it grows with
-# the number of capture sizes and layers. Modelled as a base plus a per-layer cost.
+# CUDA graph capture: vLLM logs "Graph capturing finished ... took 0.52-3.34 GiB" (docs/research);
+# it grows with the number of capture sizes and layers. Modelled as a base plus a per-layer cost
+# (0.38-1.23 GiB over the catalog: low for large capture sets, see docs/memory.md).
 CUDA_GRAPH_BASE_BYTES = 0.25 * GIB_BYTES
 CUDA_GRAPH_PER_LAYER_BYTES = 8 * MIB_BYTES
 

@@ -115,3 +115,15 @@ def test_plan_result_to_dict_has_the_contract_keys(run_cli, tmp_path: Path) -> N
     cli = run_cli("plan", str(path), "--format", "json")
     assert cli.exit_code == 0, cli.stderr
     assert cli.json()["recommendations"] == d["recommendations"]
+
+
+def test_hypothesis_is_derandomised_under_ci() -> None:
+    """The ci profile (CI=1) makes every @given test draw the same examples each run; a
+    settings object built in a test module inherits it."""
+    code = ("import tests.conftest as c; from hypothesis import settings; "
+            "s = settings(max_examples=5); "
+            "print(c.HYPOTHESIS_PROFILE, settings.default.derandomize, s.derandomize)")
+    env = {k: v for k, v in __import__("os").environ.items() if k != "HYPOTHESIS_PROFILE"}
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
+                         env={**env, "CI": "1"}, timeout=60, check=True).stdout.split()
+    assert out == ["ci", "True", "True"], out
