@@ -90,12 +90,41 @@ def render_plan(result: dict[str, Any], fmt: str) -> str:
                 f" SLO margins: {margins or 'no SLOs'}; {vtxt}"]
     for r in result["recommendations"][1:4]:
         out.append(f"  #{r['rank']} {r['gpu']} TP {r['tp']}: {r['why_not_first']}")
+    out += _pool_lines(result, fmt)
     out += ["", "vLLM:    " + best["engine_flags"]["vllm"],
             "SGLang:  " + best["engine_flags"]["sglang"],
             "verify:  " + best["engine_flags"]["bench"]]
     for w in result.get("warnings", []):
         out.append(f"warning: {w}")
     return "\n".join(out)
+
+
+POOL_COLUMNS = [
+    Column("pool", "pool"), Column("gpu", "GPU"), Column("tp", "TP"),
+    Column("replicas", "replicas"), Column("gpus_total", "GPUs"),
+    Column("max_num_seqs", "max seqs"), Column("max_num_batched_tokens", "chunk (tok)"),
+    Column("cost_per_hour", "cost ($/h)", None, ".2f"), Column("note", "note"),
+]
+
+
+def _pool_lines(result: dict[str, Any], fmt: str) -> list[str]:
+    """One shared pool against a pool per lane, each lane's pool with its own launch line."""
+    pools = result.get("pools")
+    if not pools:
+        return []
+    lanes = pools["separate"]["lanes"]
+    rows = [{"pool": "shared (all lanes)", **pools["shared"]}]
+    rows += [{"pool": f"lane {ln['lane']}", **ln, "note": ln.get("error", "")} for ln in lanes]
+    rows.append({"pool": "a pool per lane, total", "gpus_total": pools["separate"]["gpus_total"],
+                 "cost_per_hour": pools["separate"]["cost_per_hour"],
+                 "note": f"cheaper: {pools['cheaper']}"})
+    title = ("pools (you asked for a pool per lane; the table above is one shared pool, for "
+             "comparison):" if result.get("inputs", {}).get("pools") == "separate"
+             else "pools:")
+    out = ["", title, render_rows(rows, POOL_COLUMNS, fmt)]
+    out += [f"vLLM ({ln['lane']}): {ln['engine_flags']['vllm']}" for ln in lanes
+            if ln.get("engine_flags")]
+    return out
 
 
 def _exports(paths: tuple[str, ...] | list[str], base: Path | None = None) -> list[Path]:

@@ -64,7 +64,8 @@ def traffic_for(lanes: Sequence[Lane], max_model_len: int | None = None) -> Traf
                             max_model_len)
     scv = sum(lane.rate_per_s / total / lane.burstiness for lane in lanes)
     return Traffic(total, inp, out, scv, SloSet.strictest(SloSet.of(ln.slo) for ln in lanes),
-                   tuple(lane.name for lane in lanes))
+                   tuple(lane.name for lane in lanes),
+                   priority_scheduling=len({ln.priority for ln in lanes}) > 1)
 
 
 def _as_tuple(v: list[int] | int | None, default: tuple[int, ...]) -> tuple[int, ...]:
@@ -270,7 +271,7 @@ def _inputs(plan: PlanFile, space: SearchSpace, searched: int) -> dict[str, obje
             "max_model_len": space.max_model_len,
             "gpu_memory_utilization": space.gpu_memory_utilization,
             "objective": plan.objective, "headroom": plan.headroom,
-            "configurations_searched": searched}
+            "pools": plan.pools, "configurations_searched": searched}
 
 
 def _verify_job(r: Recommendation, pool: _Pool, max_requests: int) -> VerifyJob:

@@ -182,7 +182,9 @@ class SeparatePool:
     def to_dict(self) -> dict[str, Any]:
         if self.best is None:
             return {"lane": self.lane, "error": self.error}
-        return {"lane": self.lane, **self.best.head()}
+        return {"lane": self.lane, **self.best.head(),
+                "binding_constraint": self.best.candidate.binding_constraint,
+                "engine_flags": dict(self.best.engine_flags)}
 
 
 @dataclass(frozen=True)

@@ -42,6 +42,9 @@ class Traffic:
     arrival_scv: float
     slos: SloSet
     lanes: tuple[str, ...]
+    priority_scheduling: bool = False
+    """Lanes of different priorities share the pool: the plan (and its simulation) assumes
+    the engine serves lower priority values first."""
 
 
 @dataclass(frozen=True)
