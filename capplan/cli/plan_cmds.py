@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import click
+from click.core import ParameterSource
 
 from capplan.catalog.loader import load_catalog
 from capplan.cli._options import (
@@ -86,8 +87,11 @@ def render_plan(result: dict[str, Any], fmt: str) -> str:
     vtxt = "not simulated" if not ver else (
         "simulator confirms" if ver.get("ok") else f"simulator: {ver.get('reason')}")
     out += ["", f"recommended: {best['replicas']} x {best['gpu']} TP {best['tp']} "
-                f"({best['gpus_total']} GPUs), binding constraint: {best['binding_constraint']};"
-                f" SLO margins: {margins or 'no SLOs'}; {vtxt}"]
+                f"({best['gpus_total']} GPUs); each replica carries up to "
+                f"{best['capacity_per_replica_rps']:.3g} req/s, limited by (binding constraint) "
+                f"{best['binding_constraint']}; at the planned "
+                f"{best['per_replica_rate_per_s']:.3g} req/s per replica the SLO margins are "
+                f"{margins or 'none (no SLOs)'}; {vtxt}"]
     for r in result["recommendations"][1:4]:
         out.append(f"  #{r['rank']} {r['gpu']} TP {r['tp']}: {r['why_not_first']}")
     out += _pool_lines(result, fmt)
@@ -170,6 +174,8 @@ def _exports(paths: tuple[str, ...] | list[str], base: Path | None = None) -> li
               show_default=True)
 @click.option("--verify-top", type=click.IntRange(min=0), default=5, show_default=True,
               help="Simulate the best N to confirm their SLOs (0: skip).")
+@click.option("--allow-near-floor", is_flag=True,
+              help="Also recommend fleets whose SLOs keep replicas under 10% of capacity.")
 @click.option("--export", "exports", multiple=True, help="Write .csv/.json/.md/.xlsx.")
 @click.option("--plot", "plot_dir", default=None, help="Write PNG/SVG charts to this folder.")
 @format_option
@@ -181,7 +187,8 @@ def recommend_cmd(model: str, rate: float, input_len: str, output_len: str,
                   kv_dtypes: tuple[str, ...], max_num_seqs: list[int] | None,
                   max_num_batched_tokens: list[int] | None, max_model_len: int | None,
                   gpu_memory_utilization: float, burstiness: float, headroom: float,
-                  objective: str, verify_top: int, exports: tuple[str, ...],
+                  objective: str, verify_top: int, allow_near_floor: bool,
+                  exports: tuple[str, ...],
                   plot_dir: str | None, fmt: str, catalog_dir: tuple[str, ...]) -> None:
     """GPU type, count and engine settings for a rate and latency SLOs."""
     from capplan.plan.planner import run_plan
@@ -194,6 +201,14 @@ def recommend_cmd(model: str, rate: float, input_len: str, output_len: str,
             price_map[name.strip()] = float(usd)
         except ValueError:
             raise InputError(f"--price {item!r}: expected GPU=USD, e.g. h200=3.5") from None
+    ctx = click.get_current_context()
+    lane: dict[str, Any] = {"name": "default", "rate_per_s": rate, "burstiness": burstiness,
+                            "arrival": "poisson" if burstiness == 1.0 else "gamma",
+                            "slo": {"ttft_p99_s": ttft_p99, "tbt_p99_s": tbt_p99,
+                                    "e2e_p99_s": e2e_p99}}
+    for key, value in (("input_len", input_len), ("output_len", output_len)):
+        if ctx.get_parameter_source(key) is not ParameterSource.DEFAULT:  # defaults: the plan's
+            lane[key] = value
     plan = PlanFile.model_validate({
         "model": model,
         "candidates": {"gpus": list(gpus) or None, "tp": tps, "prices": price_map,
@@ -202,12 +217,9 @@ def recommend_cmd(model: str, rate: float, input_len: str, output_len: str,
         "engine": {"max_num_seqs": max_num_seqs, "max_num_batched_tokens": max_num_batched_tokens,
                    "max_model_len": max_model_len,
                    "gpu_memory_utilization": gpu_memory_utilization},
-        "workloads": [{"name": "default", "rate_per_s": rate, "input_len": input_len,
-                       "output_len": output_len, "burstiness": burstiness,
-                       "arrival": "poisson" if burstiness == 1.0 else "gamma",
-                       "slo": {"ttft_p99_s": ttft_p99, "tbt_p99_s": tbt_p99,
-                               "e2e_p99_s": e2e_p99}}],
+        "workloads": [lane],
         "objective": objective, "headroom": headroom, "verify": {"top": verify_top},
+        "allow_near_floor": allow_near_floor,
     })
     result = run_plan(load_catalog(catalog_dir), plan, _verifier(verify_top > 0))
     _finish(result, fmt, out_paths, plot_dir)

@@ -54,6 +54,11 @@ from capplan.plan.verify import VerifyJob
 
 VerifyFn = Callable[[VerifyJob], Verification]
 _MAX_REPLICAS = 4096
+NEAR_FLOOR_FRAC = 0.10
+"""SLOs that let a replica carry less than this fraction of the load it sustains are near the
+unloaded latency floor: the fleet grows without bound as the SLO approaches the floor."""
+OVERSIZED_GPUS, OVERSIZED_COST = 4.0, 3.0
+"""Runner-ups needing more than 4x the best's GPUs (and 8 more) or 3x its cost are not shown."""
 
 
 def traffic_for(lanes: Sequence[Lane], max_model_len: int | None = None) -> Traffic:
@@ -145,10 +150,14 @@ def _warnings(r: Recommendation, ctx_mean: float) -> list[str]:
     out = []
     running = r.predicted.mean_running_batch
     seqs = r.candidate.settings.max_num_seqs
-    if seqs > 4 * max(running, 1):
+    # At capacity the cap binds when it is the binding constraint: then it matters, whatever
+    # the planned load keeps running.
+    cap_binds = r.candidate.binding_constraint.startswith("concurrency cap")
+    if seqs > 4 * max(running, 1) and not cap_binds:
         out.append(f"max_num_seqs {seqs} far exceeds the ~{running:.0f} sequences "
-                   "this traffic keeps running per replica (it only costs sampler and "
-                   "CUDA-graph memory, but says nothing about capacity)")
+                   f"the planned {r.per_replica_rate_per_s:.3g} req/s keeps running per replica "
+                   "(it only costs sampler and CUDA-graph memory, but says nothing about "
+                   "capacity)")
     batches = 2 ** np.arange(0, 12)
     tps = batches / r.candidate.step.decode_step(batches, ctx_mean)["step_s"]
     knee = knee_batch(batches, tps)
@@ -203,14 +212,62 @@ def _groups(cat: Catalog, model: ModelSpec, space: SearchSpace) -> list[ConfigGr
     return groups
 
 
-def _shortlist(found: SearchResult, key: RankKey) -> list[Candidate]:
-    """The best feasible candidate of each (GPU, TP, weight dtype, KV dtype), ranked."""
+def near_floor(c: Candidate) -> bool:
+    """More than one replica only because the SLOs sit just above the unloaded latency."""
+    return c.replicas > 1 and c.max_rate_per_s < NEAR_FLOOR_FRAC * c.capacity_per_s
+
+
+def _near_floor_note(c: Candidate, found: SearchResult, t: Traffic, headroom: float) -> str:
+    """The floor, what one replica carries within the SLOs, and what relaxing them buys."""
+    i, j = c.index
+    s = c.settings
+    floor = "; ".join(f"p99 {tgt.label} {float(found.at_floor[tgt.metric]['p99'][i, j]) * 1e3:.0f}"
+                      f" ms (SLO {tgt.limit_s * 1e3:.0f} ms)" for tgt in t.slos)
+    half_rate = 0.5 * c.capacity_per_s
+    with np.errstate(all="ignore"):
+        half = _queue_model(c, t).at_rate(np.asarray(half_rate))
+    relax = ", ".join(f"{tgt.label} p99 to >= {float(half[tgt.metric]['p99']) * 1e3:.0f} ms"
+                      for tgt in t.slos if float(half[tgt.metric]["p99"]) > tgt.limit_s)
+    reps = max(1, math.ceil(t.rate_per_s * (1 + headroom) / half_rate - 1e-9))
+    return (f"the SLOs are near the latency floor of {c.gpu.key} TP {s.tp} ({s.weight_dtype}), "
+            f"unloaded {floor}: within them one replica carries "
+            f"{c.max_rate_per_s:.3g} req/s, {c.max_rate_per_s / c.capacity_per_s:.0%} of the "
+            f"{c.capacity_per_s:.3g} req/s it sustains, so {c.replicas} replicas "
+            f"({c.gpus_total} GPUs) would be needed; relaxing {relax or 'them'} lets replicas "
+            f"run at half their capacity ({reps} replicas, {reps * s.tp * s.pp} GPUs), "
+            "as may a faster GPU or more TP")
+
+
+def _shortlist(found: SearchResult, t: Traffic, plan: PlanFile, key: RankKey
+               ) -> tuple[list[Candidate], list[str]]:
+    """The best feasible candidate of each (GPU, TP, weight dtype, KV dtype), ranked, and
+    warnings about what was left out. Raises InfeasibleError when nothing is left."""
     # A configuration needing thousands of replicas is a rounding artefact of the bisection
     # near zero rate, not a plan.
     feasible = [c for c in found.candidates
                 if c.max_rate_per_s > 0 and c.replicas <= _MAX_REPLICAS]
+    near = [c for c in feasible if near_floor(c)]
+    usable = feasible if plan.allow_near_floor else [c for c in feasible if not near_floor(c)]
+    if not usable:
+        if near:
+            raise InfeasibleError(
+                "no fleet of sensible size meets the SLOs: "
+                + _near_floor_note(min(near, key=key), found, t, plan.headroom)
+                + " (allow_near_floor: true in the plan, or recommend --allow-near-floor, "
+                "shows that fleet anyway)")
+        raise InfeasibleError(nearest_miss(found, t))
+    warnings = []
+    left_out = {c.family for c in near} - {c.family for c in usable}
+    if left_out:
+        warnings.append(f"{len(left_out)} configuration(s) left out: their SLOs are near the "
+                        f"latency floor and keep each replica under {NEAR_FLOOR_FRAC:.0%} of "
+                        "its capacity (allow_near_floor: true shows them)")
+    return _best_per_family(usable, key), warnings
+
+
+def _best_per_family(usable: list[Candidate], key: RankKey) -> list[Candidate]:
     best: dict[tuple[str, int, str, str], Candidate] = {}
-    for c in feasible:
+    for c in usable:
         if c.family not in best or key(c) < key(best[c.family]):
             best[c.family] = c
     return sorted(best.values(), key=key)
@@ -234,18 +291,24 @@ def _plan_pool(cat: Catalog, plan: PlanFile, resolved: ResolvedModel, lanes: lis
                                                resolved.implied_weight_dtype))
     found = analytic_search(_groups(cat, model, pool.space), t, plan.headroom)
     key = rank_key(plan.objective)
-    shortlist = _shortlist(found, key)
-    if not shortlist:
-        raise InfeasibleError(nearest_miss(found, t))
+    shortlist, warnings = _shortlist(found, t, plan, key)
     ranked = [_recommendation(c, found, t) for c in shortlist]
-    warnings: list[str] = []
     if verify is not None and plan.verify.top > 0:
         ranked = _verify(ranked, pool, plan.verify.top, plan.verify.requests, verify, warnings)
     if not ranked:
         raise InfeasibleError("every configuration that met the SLOs analytically missed them "
                               "in simulation; loosen the SLOs or lower the rate")
+    ranked, pruned = _prune(ranked)
+    if pruned:
+        warnings.append(f"{pruned} configuration(s) not listed: they need over "
+                        f"{OVERSIZED_GPUS:g}x the GPUs or {OVERSIZED_COST:g}x the cost of the "
+                        "best")
+    if near_floor(ranked[0].candidate):  # only when the plan allows it
+        warnings.append("near the floor: " + _near_floor_note(ranked[0].candidate, found, t,
+                                                               plan.headroom))
     ranked = _explain(ranked)
     warnings += _warnings(ranked[0], _queue_model(ranked[0].candidate, t).ctx_mean)
+    warnings += _default_lengths(lanes)
     ranked = [r.with_(rank=i + 1, engine_flags=engine_flags(model, r.to_dict(), t))
               for i, r in enumerate(ranked)]
     return PlanResult(
@@ -254,6 +317,33 @@ def _plan_pool(cat: Catalog, plan: PlanFile, resolved: ResolvedModel, lanes: lis
         inputs=_inputs(plan, pool.space, len(found.candidates)),
         configurations_searched=len(found.candidates), recommendations=ranked,
         pareto=_pareto(ranked), curves=[_curve(r, t) for r in ranked[:3]], warnings=warnings)
+
+
+def _prune(ranked: list[Recommendation]) -> tuple[list[Recommendation], int]:
+    """Drop runner-ups no one would run instead of the best (4x its GPUs, 3x its cost)."""
+    best = ranked[0]
+
+    def oversized(r: Recommendation) -> bool:
+        gpus = (r.gpus_total > OVERSIZED_GPUS * best.gpus_total
+                and r.gpus_total > best.gpus_total + 8)
+        cost = (r.cost_per_hour is not None and best.cost_per_hour is not None
+                and r.cost_per_hour > OVERSIZED_COST * best.cost_per_hour)
+        return gpus or cost
+
+    kept = [best] + [r for r in ranked[1:] if not oversized(r)]
+    return kept, len(ranked) - len(kept)
+
+
+def _default_lengths(lanes: Sequence[Lane]) -> list[str]:
+    """Say so when a lane's lengths are the defaults rather than the user's."""
+    out = []
+    for ln in lanes:
+        missing = [k for k in ("input_len", "output_len") if k not in ln.model_fields_set]
+        if missing:
+            got = ", ".join(f"{k} {getattr(ln, k)}" for k in missing)
+            out.append(f"lane {ln.name}: no {' or '.join(missing)} given, so {got} tokens are "
+                       "assumed; give your traffic's lengths, they change the answer")
+    return out
 
 
 def _lane_row(ln: Lane) -> dict[str, object]:

@@ -117,6 +117,10 @@ class PlanFile(BaseModel):
     headroom: float = Field(default=0.2, ge=0, le=10, allow_inf_nan=False)
     """Extra capacity for bursts: replicas cover rate * (1 + headroom)."""
     verify: VerifySpec = VerifySpec()
+    allow_near_floor: bool = False
+    """Recommend fleets whose SLOs keep each replica under 10% of the load it sustains (SLOs
+    just above the unloaded latency floor); by default they are left out and the floor and the
+    trade-off are reported instead."""
     export: list[str] = []
     """Files to write (.csv, .json, .md, .xlsx), relative to the plan file."""
 

@@ -419,3 +419,12 @@ def test_shared_pool_with_priorities_launches_priority_scheduling(run_cli, tmp_p
     for r in out["recommendations"]:
         assert "--scheduling-policy" not in r["engine_flags"]["vllm"]
         assert "priority" not in r["engine_flags"]["sglang"]
+
+
+def test_plan_lane_without_lengths_says_what_it_assumed(run_cli, tmp_path) -> None:
+    p = write(tmp_path, edit("    output_len: 200\n", ""))
+    res = run_cli("plan", str(p), "--no-verify", "--format", "json")
+    assert res.exit_code == 0, res.stderr
+    said = [w for w in res.json()["warnings"] if "assumed" in w]
+    assert said == ["lane chat: no output_len given, so output_len 256 tokens are assumed; give "
+                    "your traffic's lengths, they change the answer"], res.json()["warnings"]
