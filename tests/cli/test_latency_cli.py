@@ -60,10 +60,21 @@ def _simulated(run_cli, *args: str) -> dict:
     return res.json()
 
 
-def test_rate_contract_and_latency_against_the_simulator(run_cli):
+@pytest.fixture
+def steps_only(tmp_path) -> str:
+    """A calibration with no per-request overhead outside engine steps (the analytic model
+    adds request_overhead_s to TTFT and E2E; the simulator models engine steps only)."""
+    p = tmp_path / "steps-only.yaml"
+    p.write_text("version: 1\ngpu: a100-sxm-80gb\nparams:\n  request_overhead_s: 0\n",
+                 encoding="utf-8")
+    return str(p)
+
+
+def test_rate_contract_and_latency_against_the_simulator(run_cli, steps_only):
     """The analytic means against the step-by-step simulator (an independent implementation
     of the same engine, its own seed) on the same deployment and load: within 5 %."""
-    args = ("--rate", "2", "--input-len", "512", "--output-len", "256")
+    args = ("--rate", "2", "--input-len", "512", "--output-len", "256",
+            "--calibration", steps_only)
     d = _json(run_cli, *args)
     _assert_contract(d)
     assert d["stable"] is True
@@ -125,14 +136,14 @@ def test_table_format(run_cli):
 
 
 @pytest.mark.parametrize("conc", [1, 8])
-def test_concurrency_against_the_simulator(run_cli, conc):
+def test_concurrency_against_the_simulator(run_cli, conc, steps_only):
     """A closed loop of C clients: throughput and E2E against the simulator's closed loop of
     the same C clients (within 5 %), and about C sequences running."""
-    d = _json(run_cli, "--concurrency", str(conc))
+    d = _json(run_cli, "--concurrency", str(conc), "--calibration", steps_only)
     _assert_contract(d)
     assert d["stable"] is True
     assert "closed loop" in d["load"]
-    sim = _simulated(run_cli, "--concurrency", str(conc))
+    sim = _simulated(run_cli, "--concurrency", str(conc), "--calibration", steps_only)
     assert d["output_tokens_per_s"] == pytest.approx(sim["output_tokens_per_s"], rel=0.05)
     assert d["e2e_s"]["mean"] == pytest.approx(sim["e2e_s"]["mean"], rel=0.05)
     # each client spends nearly all of its time decoding: about C sequences running
