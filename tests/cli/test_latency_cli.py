@@ -62,8 +62,9 @@ def _simulated(run_cli, *args: str) -> dict:
 
 @pytest.fixture
 def steps_only(tmp_path) -> str:
-    """A calibration with no per-request overhead outside engine steps (the analytic model
-    adds request_overhead_s to TTFT and E2E; the simulator models engine steps only)."""
+    """A calibration with no per-request overhead outside engine steps: both doors add the
+    same constant request_overhead_s to TTFT and E2E, so the comparison is of what each models
+    independently, the engine's steps."""
     p = tmp_path / "steps-only.yaml"
     p.write_text("version: 1\ngpu: a100-sxm-80gb\nparams:\n  request_overhead_s: 0\n",
                  encoding="utf-8")
