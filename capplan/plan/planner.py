@@ -25,6 +25,7 @@ from capplan.plan.result import (
     Curve,
     CurvePoint,
     ParetoPoint,
+    PlanInputs,
     PlanResult,
     PoolComparison,
     Prediction,
@@ -313,8 +314,10 @@ def _plan_pool(cat: Catalog, plan: PlanFile, resolved: ResolvedModel, lanes: lis
               for i, r in enumerate(ranked)]
     return PlanResult(
         model=model.key, hf_id=model.hf_id, objective=plan.objective, headroom=plan.headroom,
-        target_rate_per_s=t.rate_per_s, lanes=[_lane_row(ln) for ln in lanes],
-        inputs=_inputs(plan, pool.space, len(found.candidates)),
+        target_rate_per_s=t.rate_per_s, lanes=list(lanes),
+        inputs=PlanInputs(model=plan.model, space=pool.space, objective=plan.objective,
+                          headroom=plan.headroom, pools=plan.pools,
+                          configurations_searched=len(found.candidates)),
         configurations_searched=len(found.candidates), recommendations=ranked,
         pareto=_pareto(ranked), curves=[_curve(r, t) for r in ranked[:3]], warnings=warnings)
 
@@ -344,24 +347,6 @@ def _default_lengths(lanes: Sequence[Lane]) -> list[str]:
             out.append(f"lane {ln.name}: no {' or '.join(missing)} given, so {got} tokens are "
                        "assumed; give your traffic's lengths, they change the answer")
     return out
-
-
-def _lane_row(ln: Lane) -> dict[str, object]:
-    return {"name": ln.name, "rate_per_s": ln.rate_per_s, "input_len": str(ln.input_len),
-            "output_len": str(ln.output_len), "ttft_p99_s": ln.slo.ttft_p99_s,
-            "tbt_p99_s": ln.slo.tbt_p99_s, "e2e_p99_s": ln.slo.e2e_p99_s,
-            "priority": ln.priority, "arrival": ln.arrival, "burstiness": ln.burstiness}
-
-
-def _inputs(plan: PlanFile, space: SearchSpace, searched: int) -> dict[str, object]:
-    return {"model": plan.model, "gpus": [g.key for g in space.gpus],
-            "tp": list(space.tps), "weight_dtypes": list(space.weight_dtypes),
-            "kv_dtypes": list(space.kv_dtypes), "max_num_seqs": list(space.max_num_seqs),
-            "max_num_batched_tokens": list(space.max_num_batched_tokens),
-            "max_model_len": space.max_model_len,
-            "gpu_memory_utilization": space.gpu_memory_utilization,
-            "objective": plan.objective, "headroom": plan.headroom,
-            "pools": plan.pools, "configurations_searched": searched}
 
 
 def _verify_job(r: Recommendation, pool: _Pool, max_requests: int) -> VerifyJob:

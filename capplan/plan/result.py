@@ -11,7 +11,8 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
-from capplan.plan.search import Candidate
+from capplan.plan.schema import Lane
+from capplan.plan.search import Candidate, SearchSpace
 
 LATENCY_KEYS = ("ttft_s", "tbt_s", "e2e_s")
 
@@ -216,6 +217,36 @@ class PoolComparison:
                 "cheaper": self.cheaper}
 
 
+def _lane_row(ln: Lane) -> dict[str, Any]:
+    return {"name": ln.name, "rate_per_s": ln.rate_per_s, "input_len": str(ln.input_len),
+            "output_len": str(ln.output_len), "ttft_p99_s": ln.slo.ttft_p99_s,
+            "tbt_p99_s": ln.slo.tbt_p99_s, "e2e_p99_s": ln.slo.e2e_p99_s,
+            "priority": ln.priority, "arrival": ln.arrival, "burstiness": ln.burstiness}
+
+
+@dataclass(frozen=True, kw_only=True)
+class PlanInputs:
+    """What was searched: the plan's model name, the resolved space, the objective."""
+
+    model: str
+    space: SearchSpace
+    objective: str
+    headroom: float
+    pools: str
+    configurations_searched: int
+
+    def to_dict(self) -> dict[str, Any]:
+        sp = self.space
+        return {"model": self.model, "gpus": [g.key for g in sp.gpus], "tp": list(sp.tps),
+                "weight_dtypes": list(sp.weight_dtypes), "kv_dtypes": list(sp.kv_dtypes),
+                "max_num_seqs": list(sp.max_num_seqs),
+                "max_num_batched_tokens": list(sp.max_num_batched_tokens),
+                "max_model_len": sp.max_model_len,
+                "gpu_memory_utilization": sp.gpu_memory_utilization,
+                "objective": self.objective, "headroom": self.headroom, "pools": self.pools,
+                "configurations_searched": self.configurations_searched}
+
+
 @dataclass(frozen=True, kw_only=True)
 class PlanResult:
     """Everything `capplan plan` answers for one plan file (or `capplan recommend`)."""
@@ -225,9 +256,9 @@ class PlanResult:
     objective: str
     headroom: float
     target_rate_per_s: float
-    lanes: list[dict[str, Any]]
+    lanes: list[Lane]
     """The lanes as the plan gave them (name, rate, lengths as written, SLOs, priority)."""
-    inputs: dict[str, Any]
+    inputs: PlanInputs
     """The search space as resolved (GPUs, TP, dtypes, engine values, max_model_len)."""
     configurations_searched: int
     recommendations: list[Recommendation]
@@ -244,7 +275,7 @@ class PlanResult:
         out = {
             "model": self.model, "hf_id": self.hf_id, "objective": self.objective,
             "headroom": self.headroom, "target_rate_per_s": self.target_rate_per_s,
-            "lanes": [dict(ln) for ln in self.lanes], "inputs": dict(self.inputs),
+            "lanes": [_lane_row(ln) for ln in self.lanes], "inputs": self.inputs.to_dict(),
             "configurations_searched": self.configurations_searched,
             "recommendations": [r.to_dict() for r in self.recommendations],
             "pareto": [asdict(p) for p in self.pareto],
