@@ -310,7 +310,7 @@ def _plan_pool(cat: Catalog, plan: PlanFile, resolved: ResolvedModel, lanes: lis
     ranked = _explain(ranked)
     warnings += _warnings(ranked[0], _queue_model(ranked[0].candidate, t).ctx_mean)
     warnings += _default_lengths(lanes)
-    ranked = [r.with_(rank=i + 1, engine_flags=engine_flags(model, r.to_dict(), t))
+    ranked = [r.with_(rank=i + 1, engine_flags=engine_flags(model, r.settings_dict(), t))
               for i, r in enumerate(ranked)]
     return PlanResult(
         model=model.key, hf_id=model.hf_id, objective=plan.objective, headroom=plan.headroom,
