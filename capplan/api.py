@@ -22,31 +22,13 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from capplan.catalog.loader import Catalog, load_catalog
 from capplan.errors import InputError
+from capplan.export.json_export import jsonable as _jsonable
 from capplan.plan.deployment import Deployment, EngineOptions, resolve_deployment
 
 _ENGINE_KEYS = ("engine", "tp", "pp", "weight_dtype", "kv_dtype", "max_model_len",
                 "gpu_memory_utilization", "block_size", "max_num_seqs", "max_num_batched_tokens")
-
-
-def _jsonable(obj: Any) -> Any:
-    if isinstance(obj, dict):
-        return {str(k): _jsonable(v) for k, v in obj.items()}
-    if isinstance(obj, list | tuple):
-        return [_jsonable(v) for v in obj]
-    if isinstance(obj, np.ndarray):
-        return _jsonable(obj.tolist())
-    if isinstance(obj, np.bool_):
-        return bool(obj)
-    if isinstance(obj, np.integer):
-        return int(obj)
-    if isinstance(obj, np.floating | float):
-        x = float(obj)
-        return x if np.isfinite(x) else None
-    return obj
 
 
 def deployment(model: str, gpu: str, *, calibration: str | Path | Any = None,
