@@ -106,6 +106,8 @@ PARETO_COLUMNS: tuple[RecColumn, ...] = (
     _c("cost_per_hour", "cost ($/h)", None, ".2f"),
     _c("ttft_p99_s", "TTFT p99 (ms)", _ms, ".0f"),
     _c("tbt_p99_s", "TBT p99 (ms)", _ms, ".1f"),
+    _c("weight_dtype", "weight dtype"),
+    _c("kv_dtype", "KV dtype"),
 )
 """Columns of the Pareto front (plan["pareto"]) in every format that shows it."""
 

@@ -131,7 +131,7 @@ def _pareto(recs: Sequence[Recommendation]) -> list[ParetoPoint]:
                    and any(x < y for x, y in zip(b, a, strict=True)) for _, b in pts)
 
     front = [ParetoPoint(r.candidate.gpu.key, r.candidate.settings.tp, r.replicas,
-                         r.candidate.settings.weight_dtype, *a)
+                         r.candidate.settings.weight_dtype, r.candidate.settings.kv_dtype, *a)
              for r, a in pts if not dominated(a)]
     return sorted(front, key=lambda p: p.cost_per_hour)
 
@@ -141,10 +141,11 @@ def _curve(r: Recommendation, t: Traffic) -> Curve:
     rates = np.linspace(0.1, 1.0, 10) * max(c.capacity_per_s, 1e-6) * 0.98
     res = _queue_model(c, t).at_rate(rates)
     pts = [CurvePoint(float(x), float(x * t.out.mean), float(res["ttft_s"]["p99"][k]),
-                      float(res["tbt_s"]["p99"][k])) for k, x in enumerate(rates)]
+                      float(res["tbt_s"]["p99"][k]), float(res["tbt_s"]["mean"][k]))
+           for k, x in enumerate(rates)]
     label = (f"{c.gpu.key} tp{s.tp} {s.weight_dtype} seqs{s.max_num_seqs} "
              f"chunk{s.max_num_batched_tokens}")
-    return Curve(label, pts)
+    return Curve(label, pts, s.tp * s.pp)
 
 
 def _warnings(r: Recommendation, ctx_mean: float) -> list[str]:

@@ -151,6 +151,7 @@ class ParetoPoint:
     tp: int
     replicas: int
     weight_dtype: str
+    kv_dtype: str
     cost_per_hour: float
     ttft_p99_s: float
     tbt_p99_s: float
@@ -162,6 +163,7 @@ class CurvePoint:
     output_tokens_per_s: float
     ttft_p99_s: float
     tbt_p99_s: float
+    tbt_mean_s: float
 
 
 @dataclass(frozen=True)
@@ -170,6 +172,7 @@ class Curve:
 
     label: str
     points: list[CurvePoint]
+    gpus_per_replica: int
 
 
 @dataclass(frozen=True)
