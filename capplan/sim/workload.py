@@ -18,9 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from capplan.errors import InputError
-
-Z99 = 2.3263478740408408
-"""Standard normal 99th percentile (scipy.stats.norm.ppf(0.99))."""
+from capplan.models.queueing import Z99
 
 
 @dataclass(frozen=True)
