@@ -17,6 +17,7 @@ import numpy as np
 from capplan.catalog.loader import Catalog, ResolvedModel
 from capplan.catalog.schema import ModelSpec
 from capplan.errors import InfeasibleError, InputError
+from capplan.models.memory import memory_report
 from capplan.models.perf import knee_batch
 from capplan.models.queueing import Limits, QueueModel, summarize
 from capplan.plan.flags import engine_flags
@@ -312,8 +313,10 @@ def _plan_pool(cat: Catalog, plan: PlanFile, resolved: ResolvedModel, lanes: lis
     ranked = _explain(ranked)
     warnings += _warnings(ranked[0], _queue_model(ranked[0].candidate, t).ctx_mean)
     warnings += _default_lengths(lanes)
-    ranked = [r.with_(rank=i + 1, engine_flags=engine_flags(model, r.settings_dict(), t))
-              for i, r in enumerate(ranked)]
+    ranked = [r.with_(rank=i + 1, engine_flags=engine_flags(
+        model, r.settings_dict(), t,
+        memory_report(model, r.candidate.gpu, r.candidate.settings)))
+        for i, r in enumerate(ranked)]
     return PlanResult(
         model=model.key, hf_id=model.hf_id, objective=plan.objective, headroom=plan.headroom,
         target_rate_per_s=t.rate_per_s, lanes=list(lanes),
