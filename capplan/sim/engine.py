@@ -211,6 +211,8 @@ class _State:
         self.last_decode_step = -1
         self.next_request = 0
         self.free_blocks = eng.total_blocks
+        # Decoders, kept as sums at the current decode step: how many, their computed tokens,
+        # their contexts capped at the window, and how many contexts are still below it.
         self.num_decoding = self.sum_computed = self.sum_ctx_window = self.num_below_window = 0
         self.admissions = self.preemptions = self.done = 0
         self.log: list[StepRecord] = []
