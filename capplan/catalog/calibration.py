@@ -35,6 +35,7 @@ class CalibrationParams(BaseModel):
     gemm_half_tokens: float | None = Field(default=None, ge=0)
     attn_frac: float | None = Field(default=None, gt=0, le=1)
     attn_bw_frac: float | None = Field(default=None, gt=0, le=1)
+    expert_bw_frac: float | None = Field(default=None, ge=0, le=1)
     step_overhead_s: float | None = Field(default=None, ge=0)
     per_seq_overhead_s: float | None = Field(default=None, ge=0)
     per_layer_overhead_s: float | None = Field(default=None, ge=0)

@@ -1,7 +1,8 @@
-"""VRAM per GPU, faithful to how vLLM (V1) sizes its KV cache. Derivations: docs/memory.md.
+"""VRAM per GPU, faithful to how each engine sizes its KV cache. Derivations: docs/memory.md.
 
-    budget     = total_memory * gpu_memory_utilization          (vLLM Worker.determine_available_memory)
-    kv_cache   = budget - weights - activation_peak - runtime_overhead
+    vLLM:    budget = total_memory * gpu_memory_utilization   (Worker.determine_available_memory)
+             kv_cache = budget - weights - activation_peak - runtime_overhead
+    SGLang and TensorRT-LLM apply their own rule (models/engine.py MemoryAccounting).
     num_blocks = kv_cache // (block_size * kv_bytes_per_token)   (vLLM kv_cache_utils)
 
 Pure functions of specs and numbers: no I/O, no catalog loading.
@@ -14,7 +15,7 @@ from dataclasses import dataclass
 
 from capplan.catalog.schema import GpuSpec, ModelSpec
 from capplan.errors import InputError
-from capplan.models.engine import VLLM, EngineProfile, EngineSettings
+from capplan.models.engine import EngineProfile, EngineSettings
 from capplan.units import DTYPE_BYTES, GIB_BYTES, MIB_BYTES, cdiv
 
 # ---------------------------------------------------------------------------------------------
@@ -313,8 +314,7 @@ CUDA_GRAPH_BASE_BYTES = 0.25 * GIB_BYTES
 CUDA_GRAPH_PER_LAYER_BYTES = 8 * MIB_BYTES
 
 
-def runtime_overhead_bytes(model: ModelSpec, settings: EngineSettings,
-                           profile: EngineProfile = VLLM) -> tuple[float, float]:
+def runtime_overhead_bytes(model: ModelSpec, settings: EngineSettings) -> tuple[float, float]:
     """(non-torch memory counted in the KV budget, CUDA-graph memory outside it or not)."""
     non_torch = NON_TORCH_BASE_BYTES + (NON_TORCH_TP_BYTES if settings.tp > 1 else 0.0)
     graphs = 0.0
@@ -386,8 +386,10 @@ def validate_settings(model: ModelSpec, s: EngineSettings, gpu: GpuSpec | None =
 
 
 def memory_report(model: ModelSpec, gpu: GpuSpec, settings: EngineSettings,
-                  profile: EngineProfile = VLLM) -> MemoryReport:
-    """Size weights, activations, overheads and the paged KV cache on one GPU."""
+                  profile: EngineProfile | None = None) -> MemoryReport:
+    """Size weights, activations, overheads and the paged KV cache on one GPU, by the memory
+    accounting of the settings' engine (or `profile`)."""
+    profile = profile or settings.profile
     validate_settings(model, settings, gpu)
     s = settings
     max_len = s.max_model_len or model.max_position_embeddings
@@ -397,11 +399,12 @@ def memory_report(model: ModelSpec, gpu: GpuSpec, settings: EngineSettings,
     act_bytes = 2.0 if model.torch_dtype != "fp32" else 4.0
     act = activation_peak_bytes(model, s, act_bytes, profile.sampler,
                                 cublas_workspace_bytes(gpu.key))
-    non_torch, graphs = runtime_overhead_bytes(model, s, profile)
+    non_torch, graphs = runtime_overhead_bytes(model, s)
     total = gpu.total_memory_bytes
-    budget = total * s.gpu_memory_utilization
-    overhead = non_torch + (graphs if profile.cudagraphs_in_kv_budget else 0.0)
-    kv_cache = budget - weights - act - overhead
+    kvb_plan = profile.memory.kv_budget(total, s.gpu_memory_utilization, weights, act,
+                                        non_torch, graphs)
+    budget, kv_cache = kvb_plan.budget_bytes, kvb_plan.kv_cache_bytes
+    overhead = non_torch + (graphs if profile.memory.cudagraphs_in_budget else 0.0)
     kvb = kv_dtype_bytes(model, s.kv_dtype)
     per_token = kv_bytes_per_token(model, s.tp, kvb, s.pp)
     blocks = max(0, int(kv_cache // (s.block_size * per_token)))
@@ -411,13 +414,13 @@ def memory_report(model: ModelSpec, gpu: GpuSpec, settings: EngineSettings,
     usable = blocks * s.block_size * per_token
     concurrency = usable / seq_bytes if seq_bytes else 0.0
     contiguous = math.floor(max(kv_cache, 0) / (max_len * per_token)) if per_token else 0.0
-    margin = total - budget - (0.0 if profile.cudagraphs_in_kv_budget else graphs)
+    margin = kvb_plan.margin_bytes
     fits, reason = True, "fits"
     if kv_cache <= 0:
         fits = False
         need = (weights + act + overhead) / GIB_BYTES
-        reason = (f"weights+activations+overhead need {need:.1f} GiB per GPU but the budget is "
-                  f"{budget / GIB_BYTES:.1f} GiB")
+        reason = (f"weights+activations+overhead need {need:.1f} GiB per GPU but the "
+                  f"{profile.name} budget is {budget / GIB_BYTES:.1f} GiB")
     elif concurrency < 1:
         fits = False
         reason = (f"KV cache holds {tokens} tokens, less than one sequence of max_model_len "

@@ -97,6 +97,7 @@ class StepModel:
     # hardware x calibration
     mem_bytes_per_s: Any
     kv_bytes_per_s: Any
+    expert_bytes_per_s: Any
     gemm_flops_per_s: Any
     attn_flops_per_s: Any
     gemm_half_tokens: Any
@@ -166,7 +167,7 @@ class StepModel:
             k = np.asarray(self.experts_per_tok, float)
             safe_e = np.where(e > 0, e, 1.0)
             touched = np.where(e > 0, e * (1.0 - (1.0 - k / safe_e) ** tokens), 0.0)
-            expert_mem = self.num_moe_layers * touched * self.expert_bytes / self.mem_bytes_per_s
+            expert_mem = self.num_moe_layers * touched * self.expert_bytes / self.expert_bytes_per_s
             rows = np.where(touched > 0, tokens * k / np.maximum(touched, 1e-12), 0.0)
             eff_e = rows / (rows + self.gemm_half_tokens)
             expert_cmp = tokens * self.expert_flops_per_token / (
@@ -295,6 +296,7 @@ def build_step_model(model: ModelSpec, gpu: GpuSpec, settings: EngineSettings,
         attn_flops_per_pair_prefill=per_pair_pre,
         mem_bytes_per_s=gpu.hbm_bytes_per_s * cal.mem_bw_frac,
         kv_bytes_per_s=gpu.hbm_bytes_per_s * cal.attn_bw_frac,
+        expert_bytes_per_s=gpu.hbm_bytes_per_s * (cal.expert_bw_frac or cal.mem_bw_frac),
         gemm_flops_per_s=gpu.dense_flops_per_s(compute) * frac,
         attn_flops_per_s=gpu.dense_flops_per_s("bf16") * cal.attn_frac,
         gemm_half_tokens=cal.gemm_half_tokens,
@@ -305,7 +307,8 @@ def build_step_model(model: ModelSpec, gpu: GpuSpec, settings: EngineSettings,
         step_overhead_s=cal.step_overhead_s,
         per_seq_overhead_s=cal.per_seq_overhead_s,
         layer_overhead_s=layers * cal.per_layer_overhead_s,
-        request_overhead_s=cal.request_overhead_s,
+        request_overhead_s=(cal.request_overhead_s if cal.request_overhead_s is not None
+                            else settings.profile.request_overhead_s),
         calibration_source=cal.source,
     )
 

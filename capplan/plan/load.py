@@ -9,6 +9,11 @@ from typing import Any
 import numpy as np
 
 from capplan.errors import InputError
+from capplan.models.closed_loop import (
+    VLLM_BENCH_NUM_PROMPTS,
+    BenchmarkProtocol,
+    closed_loop_latency,
+)
 from capplan.models.perf import BOUNDS
 from capplan.models.queueing import LengthStats, Limits, QueueModel, summarize
 from capplan.plan.deployment import Deployment
@@ -25,6 +30,10 @@ class LoadSpec:
     output_stats: LengthStats
     arrival_scv: float = 1.0
     source: str = "flags"
+    num_prompts: int | None = None
+    """Closed loop: requests the benchmark sends and averages over (vllm bench serve's
+    --num-prompts; default 1000)."""
+    warmup_prompts: int = 0
 
 
 def _clipped_stats(inp: np.ndarray, out: np.ndarray, max_model_len: int | None
@@ -36,12 +45,18 @@ def _clipped_stats(inp: np.ndarray, out: np.ndarray, max_model_len: int | None
     return LengthStats.from_samples(inp), LengthStats.from_samples(out)
 
 
-def load_spec_from_options(rate: float | None, concurrency: int | None, trace: str | None,
-                           input_len: str, output_len: str, burstiness: float = 1.0,
-                           max_model_len: int | None = None) -> LoadSpec:
+def require_one_load(rate: float | None, concurrency: int | None, trace: str | None) -> None:
+    """The one check that a load is described exactly once (latency and simulate)."""
     given = [x is not None for x in (rate, concurrency, trace)]
     if sum(given) != 1:
         raise InputError("give exactly one of --rate, --concurrency or --trace")
+
+
+def load_spec_from_options(rate: float | None, concurrency: int | None, trace: str | None,
+                           input_len: str, output_len: str, burstiness: float = 1.0,
+                           max_model_len: int | None = None, num_prompts: int | None = None,
+                           warmup_prompts: int = 0) -> LoadSpec:
+    require_one_load(rate, concurrency, trace)
     if trace is not None:
         from capplan.sim.workload import load_trace
 
@@ -60,7 +75,8 @@ def load_spec_from_options(rate: float | None, concurrency: int | None, trace: s
     inp = parse_length(str(input_len)).sample(rng, _STATS_SAMPLES)
     out = parse_length(str(output_len)).sample(rng, _STATS_SAMPLES)
     i_st, o_st = _clipped_stats(inp, out, max_model_len)
-    return LoadSpec(rate, concurrency, i_st, o_st, 1.0 / burstiness)
+    return LoadSpec(rate, concurrency, i_st, o_st, 1.0 / burstiness,
+                    num_prompts=num_prompts, warmup_prompts=warmup_prompts)
 
 
 def queue_model(dep: Deployment, load: LoadSpec) -> QueueModel:
@@ -76,7 +92,7 @@ def analytic_latency(dep: Deployment, load: LoadSpec) -> dict[str, Any]:
                          f"{dep.settings.tp}: {dep.memory.reason}")
     q = queue_model(dep, load)
     if load.concurrency is not None:
-        res = summarize(q.closed_loop(load.concurrency))
+        return _closed_loop(dep, load)
     else:
         res = summarize(q.at_rate(np.asarray(float(load.rate_per_s))))
     step = dep.step.decode_step(max(res["mean_running_batch"], 1.0), q.ctx_mean)
@@ -98,6 +114,27 @@ def analytic_latency(dep: Deployment, load: LoadSpec) -> dict[str, Any]:
                     "prefill_utilization", "slot_utilization", "step_s", "decode_step_s",
                     "prefill_step_s", "prefill_step_frac"):
             res[key] = None
+    return res
+
+
+def _closed_loop(dep: Deployment, load: LoadSpec) -> dict[str, Any]:
+    """A closed-loop benchmark run (models/closed_loop.py) with the contract keys."""
+    s = dep.settings
+    proto = BenchmarkProtocol(int(load.concurrency or 1),
+                              load.num_prompts or VLLM_BENCH_NUM_PROMPTS, load.warmup_prompts)
+    res = closed_loop_latency(dep.step, load.input_stats.mean, load.output_stats.mean,
+                              s.max_num_seqs, s.max_num_batched_tokens,
+                              dep.memory.kv_cache_tokens, s.block_size, proto,
+                              dep.profile.scheduler)
+    if res["bound"] == "clients":  # not capped: the decode step's own bound
+        step = dep.step.decode_step(res["mean_running_batch"],
+                                    load.input_stats.mean + load.output_stats.mean / 2)
+        res["bound"] = BOUNDS[int(step["bound_index"])]
+    res["calibration"] = dep.calibration.source
+    res["engine"] = dep.profile.label
+    res["model"], res["gpu"], res["tp"] = dep.model.key, dep.gpu.key, s.tp
+    res["load"] = (f"closed loop, {proto.concurrency} clients, {proto.num_prompts} prompts"
+                   + (f" after {proto.warmup_prompts} warm-up" if proto.warmup_prompts else ""))
     return res
 
 
