@@ -6,7 +6,6 @@ from dataclasses import asdict
 
 import click
 
-from capplan.catalog.loader import load_catalog
 from capplan.cli._options import (
     catalog_option,
     deployment_from_options,

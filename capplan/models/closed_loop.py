@@ -92,8 +92,9 @@ def kv_concurrency_cap(kv_tokens: float, isl: float, osl: float, block_size: int
 def closed_loop_latency(step: StepModel, isl: float, osl: float, max_num_seqs: int,
                         max_num_batched_tokens: int, kv_cache_tokens: float, block_size: int,
                         protocol: BenchmarkProtocol,
-                        policy: SchedulerPolicy = SchedulerPolicy()) -> dict[str, Any]:
+                        policy: SchedulerPolicy | None = None) -> dict[str, Any]:
     """Mean TTFT, TPOT and E2E the benchmark reports, with throughput and what bound it."""
+    policy = policy or SchedulerPolicy()
     c = int(protocol.concurrency)
     n = max(int(protocol.num_prompts), 1)
     isl, osl = float(isl), float(osl)

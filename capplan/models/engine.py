@@ -12,11 +12,25 @@ Settings are plain frozen data: the models read them, they never do I/O.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from typing import Protocol
 
 from capplan.errors import InputError, nearest
 from capplan.units import GIB_BYTES
+
+
+class GpuLike(Protocol):
+    """What engine defaults read of a GPU (capplan.catalog.schema.GpuSpec has it)."""
+
+    name: str
+
+    @property
+    def total_memory_bytes(self) -> float: ...
+
+    def supports(self, dtype: str) -> bool: ...
+
 
 WEIGHT_DTYPES = ("auto", "fp32", "bf16", "fp16", "fp8", "int8", "int4", "fp4")
 KV_DTYPES = ("auto", "bf16", "fp16", "fp8")
@@ -124,8 +138,8 @@ class EngineProfile:
     version: str
     memory: MemoryAccounting
     scheduler: SchedulerPolicy
-    defaults_rule: Callable[[float, str, int], EngineDefaults]
-    """(total memory bytes, GPU name, TP) -> the engine's defaults."""
+    defaults_rule: Callable[[GpuLike, int], EngineDefaults]
+    """(GPU, TP) -> the engine's defaults."""
     block_sizes: tuple[int, ...]
     """Block (page) sizes the engine accepts."""
     request_overhead_s: float
@@ -139,8 +153,8 @@ class EngineProfile:
     sources: dict[str, str] = field(default_factory=dict)
     """Where each default comes from (file and version of the engine's source)."""
 
-    def defaults(self, total_memory_bytes: float, gpu_name: str, tp: int = 1) -> EngineDefaults:
-        return self.defaults_rule(total_memory_bytes, gpu_name, tp)
+    def defaults(self, gpu: GpuLike, tp: int = 1) -> EngineDefaults:
+        return self.defaults_rule(gpu, tp)
 
     @property
     def label(self) -> str:
@@ -148,46 +162,46 @@ class EngineProfile:
 
     # Kept for callers of the 0.1 attribute names.
     @property
-    def gpu_memory_utilization(self) -> float:
-        return self.defaults(80 * GIB_BYTES, "", 1).memory_fraction
-
-    @property
     def cudagraphs_in_kv_budget(self) -> bool:
         return self.memory.cudagraphs_in_budget
 
 
-def _vllm_defaults(total_memory_bytes: float, gpu_name: str, tp: int) -> EngineDefaults:
-    # vLLM 0.10-0.11 EngineArgs._set_default_args (OpenAI server): GPUs with >= 70 GiB that
-    # are not A100s get max_num_seqs 1024 and max_num_batched_tokens 8192; others 256 and 2048
-    # (docs/research/vllm_kv_logs.md, "defaults").
-    big = total_memory_bytes >= 70 * GIB_BYTES and "a100" not in gpu_name.lower()
+def _vllm_defaults(gpu: GpuLike, tp: int) -> EngineDefaults:
+    # vLLM 0.10-0.19 EngineArgs (_set_default_args / get_batch_defaults), OpenAI server: GPUs
+    # with >= 70 GiB that are not A100s get max_num_seqs 1024 and max_num_batched_tokens 8192;
+    # others 256 and 2048 (docs/research/engines.md, "vLLM V1").
+    big = gpu.total_memory_bytes >= 70 * GIB_BYTES and "a100" not in gpu.name.lower()
     seqs, tokens = (1024, 8192) if big else (256, 2048)
     return EngineDefaults(seqs, tokens, 0.9, 16)
 
 
-def _sglang_defaults(total_memory_bytes: float, gpu_name: str, tp: int) -> EngineDefaults:
-    # SGLang 0.5 ServerArgs: chunked_prefill_size and mem_fraction_static by GPU memory
-    # (server_args.py _handle_gpu_memory_settings); cuda_graph_max_bs and max_running_requests
-    # likewise. docs/engines.md quotes the table.
-    gib = total_memory_bytes / GIB_BYTES
-    if gib < 20:
-        chunk, frac = 2048, 0.79
-    elif gib < 35:
-        chunk, frac = 2048, 0.82
-    elif gib < 60:
-        chunk, frac = 4096, 0.85
-    elif gib < 90:
-        chunk, frac = 8192, 0.85
-    elif gib < 160:
-        chunk, frac = 8192, 0.86
-    else:
-        chunk, frac = 16384, 0.88
-    # max_running_requests: unset means the request-slot pool bounds it (up to 4096 per rank).
-    return EngineDefaults(4096 if gib >= 60 else 2048, chunk, frac, 1)
+# SGLang 0.5.9 ServerArgs._handle_gpu_memory_settings: (upper bound GiB, chunked_prefill_size,
+# cuda_graph_max_bs at tp < 4, at tp >= 4).
+_SGLANG_TIERS = ((20, 2048, 8, 8), (35, 2048, 24, 80), (60, 4096, 32, 160), (90, 8192, 256, 512),
+                 (160, 8192, 256, 512), (math.inf, 16384, 512, 512))
 
 
-def _trtllm_defaults(total_memory_bytes: float, gpu_name: str, tp: int) -> EngineDefaults:
-    # TensorRT-LLM 1.x LLM API / trtllm-serve: max_batch_size 2048, max_num_tokens 8192,
+def _sglang_defaults(gpu: GpuLike, tp: int) -> EngineDefaults:
+    # SGLang 0.5.9 server_args.py: reserved = 512 MB + 1.5 x chunk + 2 x cuda_graph_max_bs
+    # + tp * pp / 8 GiB (at least 10 GiB above 60 GiB); mem_fraction_static =
+    # (gpu_mem - reserved) / gpu_mem. Page size 1, but 64 on Blackwell, whose default MHA
+    # backend (trtllm_mha) requires it (_handle_page_size).
+    gib = gpu.total_memory_bytes / GIB_BYTES
+    _, chunk, bs_small, bs_large = next(t for t in _SGLANG_TIERS if gib < t[0])
+    graph_bs = bs_small if tp < 4 else bs_large
+    mib = gib * 1024
+    reserved = 512 + max(chunk, 2048) * 1.5 + graph_bs * 2 + tp / 8 * 1024
+    if gib > 60:
+        reserved = max(reserved, 10 * 1024)
+    frac = round((mib - reserved) / mib, 3)
+    page = 64 if gpu.supports("fp4") else 1  # fp4 tensor cores: Blackwell
+    # max_running_requests unset: min(KV tokens / 2, req_to_token_pool.size <= 4096); the KV
+    # bound applies through the admission rule, so the slot cap is the pool's 4096.
+    return EngineDefaults(4096, chunk, frac, page)
+
+
+def _trtllm_defaults(gpu: GpuLike, tp: int) -> EngineDefaults:
+    # TensorRT-LLM 1.x LLM API BaseLlmArgs: max_batch_size 2048, max_num_tokens 8192;
     # KvCacheConfig.free_gpu_memory_fraction 0.9, tokens_per_block 32.
     return EngineDefaults(2048, 8192, 0.9, 32)
 
@@ -223,7 +237,7 @@ SGLANG = EngineProfile(
     scheduler=SchedulerPolicy(prefill_first=True, chunked_prefill=True,
                               reserve_output_frac=0.7, preemption=True),
     defaults_rule=_sglang_defaults,
-    block_sizes=(1, 16, 32, 64),
+    block_sizes=(1, 16, 32, 64, 128),
     request_overhead_s=0.240,
     sampler="flashinfer",
     flag_names={"tp": "--tp", "pp": "--pp-size", "max_num_seqs": "--max-running-requests",
@@ -284,10 +298,9 @@ def engine_profile(name: str) -> EngineProfile:
                      + (f" (did you mean {hint[0]}?)" if hint else ""))
 
 
-def engine_defaults(total_memory_bytes: float, gpu_name: str,
-                    profile: EngineProfile = VLLM) -> tuple[int, int]:
+def engine_defaults(gpu: GpuLike, profile: EngineProfile = VLLM) -> tuple[int, int]:
     """(max_num_seqs, max_num_batched_tokens) the engine picks on a GPU."""
-    d = profile.defaults(total_memory_bytes, gpu_name, 1)
+    d = profile.defaults(gpu, 1)
     return d.max_num_seqs, d.max_num_batched_tokens
 
 

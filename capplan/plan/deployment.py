@@ -69,6 +69,17 @@ class Deployment:
     def profile(self) -> EngineProfile:
         return self.settings.profile
 
+    def settings_summary(self) -> dict[str, object]:
+        """The resolved engine settings every output reports (JSON keys, SI)."""
+        s = self.settings
+        return {"engine": s.engine, "engine_profile": self.profile.label, "tp": s.tp, "pp": s.pp,
+                "weight_dtype": self.memory.weight_dtype, "kv_dtype": s.kv_dtype,
+                "max_num_seqs": s.max_num_seqs,
+                "max_num_batched_tokens": s.max_num_batched_tokens,
+                "memory_fraction": s.gpu_memory_utilization, "block_size": s.block_size,
+                "max_model_len": self.memory.max_model_len, "served_id": self.served_id,
+                "calibration": self.calibration.source}
+
     def warnings(self) -> list[str]:
         """Things a user should hear about this deployment (printed on stderr by the CLI)."""
         out = []
@@ -86,7 +97,7 @@ def resolve_settings(opts: EngineOptions, gpu: GpuSpec, implied_dtype: str | Non
                      ) -> EngineSettings:
     """EngineSettings with the engine profile's defaults for this GPU where `opts` has None."""
     profile = engine_profile(opts.engine)
-    d = profile.defaults(gpu.total_memory_bytes, gpu.name, opts.tp)
+    d = profile.defaults(gpu, opts.tp)
     block = opts.block_size if opts.block_size is not None else d.block_size
     if block not in profile.block_sizes:
         raise InputError(f"block size {block}: {profile.name} accepts "

@@ -99,6 +99,7 @@ def analytic_latency(dep: Deployment, load: LoadSpec) -> dict[str, Any]:
     res["bound"] = BOUNDS[int(step["bound_index"])]
     res["calibration"] = dep.calibration.source
     res["model"], res["gpu"], res["tp"] = dep.model.key, dep.gpu.key, dep.settings.tp
+    res["engine_settings"] = dep.settings_summary()
     res["load"] = load.source if load.concurrency is None else f"closed loop, {load.concurrency}"
     if not res["stable"]:
         cap = float(q.capacity_rate())
@@ -133,6 +134,7 @@ def _closed_loop(dep: Deployment, load: LoadSpec) -> dict[str, Any]:
     res["calibration"] = dep.calibration.source
     res["engine"] = dep.profile.label
     res["model"], res["gpu"], res["tp"] = dep.model.key, dep.gpu.key, s.tp
+    res["engine_settings"] = dep.settings_summary()
     res["load"] = (f"closed loop, {proto.concurrency} clients, {proto.num_prompts} prompts"
                    + (f" after {proto.warmup_prompts} warm-up" if proto.warmup_prompts else ""))
     return res
