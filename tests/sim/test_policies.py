@@ -185,3 +185,52 @@ def test_every_request_completes_within_the_cache(policy, n, seed, blocks, token
     in_system = float(np.dot(rec.step_running + rec.step_waiting, rec.step_dur_s))
     assert in_system == pytest.approx(float((rec.finished_at_s - seen).sum()), rel=1e-9)
     assert rec.finished_at_s.max() == pytest.approx(ends[-1])
+
+
+
+class WindowStep(LinearStep):
+    """LinearStep for a model with a 12-token sliding window."""
+
+    window = 12.0
+
+
+def _recount(state, decode: bool, rec) -> None:
+    """Decode sums and KV blocks recounted from each running sequence's own state."""
+    ctx, used = [], 0
+    for s in state.running:
+        q = state.seqs[s]
+        if q.decode_from >= 0:  # context this step: computed + decode steps since + 1
+            nc = q.computed_tokens + state.decode_step - q.decode_from
+            ctx.append(nc + 1)
+            used += state._held(q, nc + decode)  # a decode step holds the new token's block
+        else:
+            used += state._held(q, q.computed_tokens + state.chunks.get(s, 0))
+    if decode:
+        assert (rec.num_decode, rec.decode_kv_tokens) == (len(ctx), sum(ctx))
+        assert rec.decode_kv_tokens_window == sum(min(c, 12) for c in ctx)
+    assert rec.kv_blocks_used == used
+
+
+@settings(max_examples=30, deadline=None)
+@given(policy=POLICIES, n=st.integers(1, 20), seed=st.integers(0, 10**6))
+def test_incremental_sums_match_a_recount(policy, n, seed):
+    """The engine keeps decode aggregates incrementally (lazy decoders, a window heap, block
+    crossings by step); every step they equal a recount over the sequences themselves."""
+    from capplan.sim import engine as eng
+
+    steps = []
+    original = eng._State._record
+
+    def checked(self, decode):
+        rec = original(self, decode)
+        _recount(self, decode, rec)
+        steps.append(decode)
+        return rec
+
+    rng = np.random.default_rng(seed)
+    r = reqs(np.sort(rng.uniform(0, 0.05, n)), rng.integers(1, 30, n), rng.integers(1, 30, n))
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(eng._State, "_record", checked)
+        run(WindowStep(), r, policy, blocks=40, bs=4, seqs=8,
+            tokens=16 if policy.chunked_prefill else 64)
+    assert any(steps)
