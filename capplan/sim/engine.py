@@ -52,12 +52,13 @@ from typing import Any
 import numpy as np
 
 from capplan.errors import InputError
-from capplan.models.engine import SchedulerPolicy
+from capplan.models.engine import VLLM, SchedulerPolicy
 from capplan.models.perf import chunk_attention
 from capplan.sim.entities import STEP_INPUTS, RunRecord, StepRecord, step_array
 from capplan.sim.workload import Requests
 
-VLLM_POLICY = SchedulerPolicy()
+VLLM_POLICY = VLLM.scheduler
+"""The default: vLLM V1's scheduler policy, from its engine profile."""
 WINDOW_MAX = 32
 """Longest speculated window in open loop: longer ones are mostly rolled back."""
 NO_WINDOW = 2**62
