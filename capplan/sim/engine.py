@@ -130,11 +130,21 @@ class ContinuousEngine:
                                  f"{self.max_num_batched_tokens}: raise it or shorten prompts")
 
     def run(self, reqs: Requests, priorities: np.ndarray | None = None,
-            progress: Callable[[int], None] | None = None) -> RunRecord:
-        """Simulate `reqs` to completion. `priorities[lane]`: lower runs first."""
+            progress: Callable[[int], None] | None = None,
+            request_overhead_s: float = 0.0) -> RunRecord:
+        """Simulate `reqs` to completion. `priorities[lane]`: lower runs first.
+
+        `request_overhead_s` (closed loop): the time between a request's last token and the
+        client's next request reaching the engine (HTTP, tokenisation, streaming, the client),
+        so a client's cycle is its request's time in the engine plus the overhead, as the
+        analytic closed loop has it. Arrivals are recorded at the engine: add the overhead to
+        TTFT and E2E for what the client measures.
+        """
+        if not (np.isfinite(request_overhead_s) and request_overhead_s >= 0):
+            raise InputError(f"request_overhead_s {request_overhead_s}: must be >= 0")
         self._check_requests(reqs)
         prio = np.zeros(1, np.int64) if priorities is None else np.asarray(priorities)
-        st = _State(self, reqs, prio[reqs.lane].tolist())
+        st = _State(self, reqs, prio[reqs.lane].tolist(), float(request_overhead_s))
         st.simulate(progress)
         return st.record()
 
@@ -181,7 +191,8 @@ _seq_values = attrgetter(*_SEQ_FIELDS)
 class _State:
     """The mutable state of one run (the engine's instance is only configuration)."""
 
-    def __init__(self, eng: ContinuousEngine, reqs: Requests, prio: list[int]) -> None:
+    def __init__(self, eng: ContinuousEngine, reqs: Requests, prio: list[int],
+                 overhead_s: float = 0.0) -> None:
         self.e = eng
         self.reqs = reqs
         self.n = len(reqs)
@@ -189,6 +200,14 @@ class _State:
         self.chunked = eng.policy.chunked_prefill
         self.can_preempt = eng.policy.preemption
         self.closed = reqs.concurrency is not None
+        self.overhead_s = overhead_s if self.closed else 0.0
+        self.timed = self.closed and overhead_s > 0
+        """Closed loop whose next requests arrive `overhead_s` after a completion: the engine
+        needs the clock to see them (without overhead they arrive at the next step)."""
+        self.exact_ends: list[float] = []
+        """timed: end time of every step of the finished windows"""
+        self.window_ends: list[float] = []
+        """timed: end times of the current window's steps (estimated while speculating)"""
         self.arr = reqs.arrival_at_s.tolist()
         self.arr_np = np.asarray(reqs.arrival_at_s, float)
         self.seqs = [_Seq(p, o, pr, eng.reserved_blocks(p, o), p) for p, o, pr in
@@ -211,6 +230,9 @@ class _State:
         self.decode_step = 0
         self.last_decode_step = -1
         self.next_request = 0
+        """Requests sent so far (in order)."""
+        self.next_arrival = 0
+        """Requests that reached the waiting queue so far (in order)."""
         self.free_blocks = eng.total_blocks
         # Decoders, kept as sums at the current decode step: how many, their computed tokens,
         # their contexts capped at the window, and how many contexts are still below it.
@@ -222,6 +244,7 @@ class _State:
         self.saved: dict[int, tuple] = {}
         self.starts: list[np.ndarray] = []
         self.durs: list[np.ndarray] = []
+        self.ends: list[np.ndarray] = []
         self.chunks: dict[int, int] = {}
         self.budget = 0
         self.preempted_now = self.dec_done = self.prefill_blocked = False
@@ -229,7 +252,7 @@ class _State:
             c = min(int(reqs.concurrency or 0), self.n)
             for s in range(c):
                 self._enqueue(s, -1)
-            self.next_request = c
+            self.next_request = self.next_arrival = c
 
     # -- bookkeeping ------------------------------------------------------------------------
     def _touch(self, s: int) -> None:
@@ -245,16 +268,29 @@ class _State:
         q.queue_key = (q.priority, arrival_step if self.closed else self.arr[s], s)
         heappush(self.waiting, q.queue_key)
 
-    def _arrive(self, t: float) -> None:
-        if self.closed:
-            return
-        arr, n, nxt = self.arr, self.n, self.next_request
-        while nxt < n and arr[nxt] <= t:
-            self._enqueue(nxt, -1)
-            nxt += 1
-        self.next_request = nxt
+    def _step_end(self, g: int) -> float:
+        ends = self.exact_ends
+        return ends[g] if g < len(ends) else self.window_ends[g - len(ends)]
 
-    _SCALARS = ("step", "decode_step", "last_decode_step", "next_request", "free_blocks",
+    def _arrival_time(self, s: int) -> float:
+        if self.closed:  # timed: sent when the step `arrival_step` ended (-1: at 0)
+            g = self.seqs[s].arrival_step
+            return (self._step_end(g) if g >= 0 else 0.0) + self.overhead_s
+        return self.arr[s]
+
+    def _arrive(self, t: float) -> None:
+        if self.closed and not self.timed:
+            return
+        nxt, sent = self.next_arrival, self.next_request if self.closed else self.n
+        while nxt < sent and self._arrival_time(nxt) <= t:
+            self._enqueue(nxt, self.seqs[nxt].arrival_step)
+            nxt += 1
+        self.next_arrival = nxt
+        if not self.closed:
+            self.next_request = nxt
+
+    _SCALARS = ("step", "decode_step", "last_decode_step", "next_request", "next_arrival",
+                "free_blocks",
                 "num_decoding", "sum_computed", "sum_ctx_window", "num_below_window",
                 "admissions", "preemptions", "done")
 
@@ -444,8 +480,14 @@ class _State:
         self.free_blocks += self._held(q, computed)
         self.done += 1
         if self.closed and self.next_request < self.n:
-            self._enqueue(self.next_request, self.step)
+            nxt = self.next_request
             self.next_request += 1
+            if self.timed:  # on its way: _arrive enqueues it overhead_s after this step ends
+                self._touch(nxt)
+                self.seqs[nxt].arrival_step = self.step
+            else:
+                self._enqueue(nxt, self.step)
+                self.next_arrival = self.next_request
 
     def _advance_prefills(self) -> list[int]:
         """After the step: prefill progress; completed prompts give a token. Returns the
@@ -547,9 +589,11 @@ class _State:
     def _idle(self) -> bool:
         return not self.running and not self.waiting
 
-    def _replay(self, snap: tuple, starts: np.ndarray, m: int, w0: int) -> int:
+    def _replay(self, snap: tuple, starts: np.ndarray, ends: np.ndarray, m: int, w0: int) -> int:
         """Roll back to the window start and run its first m + 1 steps on the exact clock."""
         self._restore(snap)
+        if self.timed:
+            self.window_ends = ends.tolist()
         for k in range(m + 1):
             if k:
                 self._arrive(float(starts[k]))
@@ -558,18 +602,31 @@ class _State:
             self._exec()
         return len(self.log) - w0
 
+    def _seen_exact(self, first: int, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+        """Requests that had arrived by each step start on the exact clock (`first` had by
+        the window start)."""
+        if not self.closed:
+            return np.searchsorted(self.arr_np, starts, "right")
+        g = np.array([self.seqs[s].arrival_step for s in range(first, self.next_request)],
+                     np.int64)
+        all_ends = np.concatenate((self.exact_ends, ends))
+        arrivals = np.where(g >= 0, all_ends[np.maximum(g, 0)], 0.0) + self.overhead_s
+        return first + np.searchsorted(arrivals, starts, "right")
+
     def simulate(self, progress: Callable[[int], None] | None) -> None:
         t_s = 0.0
-        window = 64
-        cap = 1024 if self.closed else WINDOW_MAX  # closed loop needs no clock to schedule
+        # a closed loop without overhead needs no clock to schedule: long windows never roll back
+        cap = 1024 if self.closed and not self.timed else WINDOW_MAX
+        window = min(64, cap)
         est = _Estimator(self.e.step_model, self.e.max_num_batched_tokens)
         while self.done < self.n:
             self._arrive(t_s)
             if self._idle():
-                assert not self.closed and self.next_request < self.n, "idle with work left"
-                t_s = max(t_s, self.arr[self.next_request])
+                sent = self.next_request if self.closed else self.n
+                assert self.next_arrival < sent, "the engine is idle with requests left"
+                t_s = max(t_s, self._arrival_time(self.next_arrival))
                 continue
-            w0 = len(self.log)
+            w0, first = len(self.log), self.next_arrival
             snap = self._snapshot()
             est.refit(self.log[-1] if self.log else None)
             t, seen = t_s, []
@@ -578,27 +635,36 @@ class _State:
                     self._arrive(t)
                     if self._idle():
                         break
-                seen.append(self.next_request)
+                seen.append(self.next_arrival)
                 t += est(self._exec())
+                if self.timed:
+                    self.window_ends.append(t)
                 if self.done >= self.n:
                     break
             dur = step_times(self.e.step_model, step_array(self.log[w0:]))
-            starts = t_s + np.concatenate(([0.0], np.cumsum(dur)[:-1]))
-            bad = (np.flatnonzero(np.searchsorted(self.arr_np, starts, "right")
-                                  != np.asarray(seen)) if not self.closed else [])
+            # one clock: a step starts exactly when the one before it ends
+            ends = t_s + np.cumsum(dur)
+            starts = np.concatenate(([t_s], ends[:-1]))
+            bad = ([] if self.closed and not self.timed else
+                   np.flatnonzero(self._seen_exact(first, starts, ends) != np.asarray(seen)))
             if len(bad):
                 m = int(bad[0])
-                done_steps = self._replay(snap, starts, m, w0)
-                dur, starts = dur[:done_steps].copy(), starts[:done_steps]
+                done_steps = self._replay(snap, starts, ends, m, w0)
+                dur, starts, ends = (a[:done_steps].copy() for a in (dur, starts, ends))
                 if done_steps == m + 1:
                     dur[m] = step_times(self.e.step_model, step_array(self.log[-1:]))[0]
-                window = max(16, m + 8)
+                    ends[m] = starts[m] + dur[m]
+                window = min(max(16, m + 8), cap)
             else:
                 window = min(cap, 2 * window)
             self.saved = {}
             self.starts.append(starts)
             self.durs.append(dur)
-            t_s = float(starts[-1] + dur[-1])
+            self.ends.append(ends)
+            if self.timed:
+                self.exact_ends.extend(ends.tolist())
+                self.window_ends = []
+            t_s = float(ends[-1])
             if progress is not None:
                 progress(self.done)
 
@@ -606,13 +672,14 @@ class _State:
     def record(self) -> RunRecord:
         starts = np.concatenate(self.starts) if self.starts else np.zeros(0)
         dur = np.concatenate(self.durs) if self.durs else np.zeros(0)
-        ends = starts + dur
+        ends = np.concatenate(self.ends) if self.ends else np.zeros(0)
         log = step_array(self.log)
         steps = np.array([(q.admitted_step, q.first_token_step, q.finished_step, q.arrival_step)
                           for q in self.seqs], np.int64).reshape(-1, 4)
         admitted, first, finished, arrs = steps.T
-        if self.closed:
-            arrival = np.where(arrs >= 0, ends[np.maximum(arrs, 0)] if len(ends) else 0.0, 0.0)
+        if self.closed:  # sent when step `arrs` ended (-1: at 0), at the engine overhead later
+            sent = np.where(arrs >= 0, ends[np.maximum(arrs, 0)] if len(ends) else 0.0, 0.0)
+            arrival = np.where(arrs >= 0, sent + self.overhead_s, 0.0)
         else:
             arrival = self.arr_np
         # A step's counted gap runs from the previous decode step: the step's own duration

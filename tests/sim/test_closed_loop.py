@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from capplan.errors import InputError
 from capplan.models.engine import SchedulerPolicy
 from capplan.sim import ContinuousEngine, Lane, Requests, Workload, parse_length, simulate
 from capplan.sim.metrics import summarize
@@ -70,3 +71,54 @@ def test_closed_loop_under_prefill_first():
     # step 0 prefill R0, R1 | 1 decode R0 (done), R1 | 2 prefill R2 (done) | 3 decode R1 (done)
     assert rec.arrival_at_s.tolist() == pytest.approx([0.0, 0.0, 0.020])
     assert rec.finished_at_s.tolist() == pytest.approx([0.020, 0.040, 0.030])
+
+
+def test_request_overhead_delays_the_next_request():
+    # C = 1, overhead 5 ms: each request reaches the engine 5 ms after the last one ended.
+    # [0, 20] R0 (prefill, decode) | idle | [25, 45] R1 | idle | [50, 70] R2
+    r = Requests(np.zeros(3), np.full(3, 3), np.full(3, 2), np.zeros(3, np.int64),
+                 concurrency=1)
+    rec = ContinuousEngine(ConstStep(0.01), 100, 16, 8, 64).run(r, request_overhead_s=0.005)
+    assert rec.arrival_at_s.tolist() == pytest.approx([0.0, 0.025, 0.050])
+    assert rec.finished_at_s.tolist() == pytest.approx([0.020, 0.045, 0.070])
+    assert rec.step_start_s.tolist() == pytest.approx([0, 0.01, 0.025, 0.035, 0.05, 0.06])
+    res = summarize(rec, (Lane(),))
+    assert res.requests_per_s == pytest.approx(3 / 0.070)  # cycle = 20 ms + 5 ms overhead
+
+
+def test_request_overhead_arrival_waits_for_a_step_boundary():
+    # C = 2, overhead 15 ms: R2 is sent when R0 ends (20 ms) and arrives at 35 ms, inside
+    # R1's last decode step [30, 40]; it is prefilled in the next step, [40, 50].
+    r = Requests(np.zeros(3), np.full(3, 3), np.array([2, 4, 1]), np.zeros(3, np.int64),
+                 concurrency=2)
+    rec = ContinuousEngine(ConstStep(0.01), 100, 16, 8, 64).run(r, request_overhead_s=0.015)
+    assert rec.arrival_at_s.tolist() == pytest.approx([0.0, 0.0, 0.035])
+    assert rec.admitted_at_s.tolist() == pytest.approx([0.0, 0.0, 0.040])
+    assert rec.finished_at_s.tolist() == pytest.approx([0.020, 0.040, 0.050])
+    with pytest.raises(InputError, match="request_overhead_s -1"):
+        ContinuousEngine(ConstStep(0.01), 100, 16, 8, 64).run(r, request_overhead_s=-1)
+
+
+def test_request_overhead_with_speculation_matches_step_by_step(llama_h100):
+    """Closed-loop arrivals that depend on the clock: the windowed clock (with roll-backs)
+    gives the run of evaluating every step on its own."""
+    import capplan.sim.engine as eng
+
+    wl = Workload((Lane(input_len=parse_length("lognormal:mean=500,p99=2500"),
+                        output_len=parse_length("lognormal:mean=60,p99=300")),),
+                  num_requests=300, concurrency=24)
+    kw = dict(scheduler="continuous", num_gpu_blocks=3000, block_size=16, max_num_seqs=256,
+              max_num_batched_tokens=2048, request_overhead_s=0.07)
+    fast = simulate(llama_h100.step, workload=wl, seed=2, **kw).to_dict()
+    old = eng.WINDOW_MAX
+    try:
+        eng.WINDOW_MAX = 1
+        slow = simulate(llama_h100.step, workload=wl, seed=2, **kw).to_dict()
+    finally:
+        eng.WINDOW_MAX = old
+    for key in ("ttft_s", "e2e_s", "tbt_s"):
+        assert fast[key] == pytest.approx(slow[key], rel=1e-9)
+    assert fast["makespan_s"] == pytest.approx(slow["makespan_s"], rel=1e-12)
+    without = simulate(llama_h100.step, workload=wl, seed=2,
+                       **dict(kw, request_overhead_s=0.0)).to_dict()
+    assert fast["requests_per_s"] < without["requests_per_s"]

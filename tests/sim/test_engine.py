@@ -133,7 +133,8 @@ def test_deterministic_for_a_seed(llama_h100):
     SchedulerPolicy(chunked_prefill=False, reserve_output_frac=1.0, preemption=False)],
     ids=["vllm", "prefill-first", "no-evict"])
 def test_speculation_matches_step_by_step(llama_h100, policy):
-    """The windowed clock gives the same run as evaluating every step on its own."""
+    """The windowed clock gives the same run as evaluating every step on its own (windows of
+    one step never speculate)."""
     import capplan.sim.engine as eng
 
     kw = dict(KW, num_gpu_blocks=3000, policy=policy)

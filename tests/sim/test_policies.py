@@ -30,8 +30,9 @@ def reqs(arrivals, prompts, outputs, concurrency=None) -> Requests:
                     np.zeros(n, np.int64), concurrency)
 
 
-def run(model, r, policy, blocks=100, bs=16, seqs=4, tokens=64):
-    return ContinuousEngine(model, blocks, bs, seqs, tokens, policy).run(r)
+def run(model, r, policy, blocks=100, bs=16, seqs=4, tokens=64, overhead_s=0.0):
+    return ContinuousEngine(model, blocks, bs, seqs, tokens, policy).run(
+        r, request_overhead_s=overhead_s)
 
 
 def tbt_samples(rec) -> list[float]:
@@ -158,15 +159,19 @@ POLICIES = st.builds(
     st.booleans(), st.booleans(), st.booleans(), st.sampled_from([0.0, 0.3, 1.0]))
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=50, deadline=None)
 @given(policy=POLICIES, n=st.integers(1, 25), seed=st.integers(0, 10**6),
-       blocks=st.integers(15, 60), tokens=st.sampled_from([8, 16, 64]))
-def test_every_request_completes_within_the_cache(policy, n, seed, blocks, tokens):
+       blocks=st.integers(15, 60), tokens=st.sampled_from([8, 16, 64]),
+       clients=st.sampled_from([None, 1, 3]), overhead_s=st.sampled_from([0.0, 0.004]))
+def test_every_request_completes_within_the_cache(policy, n, seed, blocks, tokens, clients,
+                                                   overhead_s):
     if not policy.chunked_prefill:
         tokens = 64  # whole prompts (and recomputes) must fit the budget
     rng = np.random.default_rng(seed)
-    r = reqs(np.sort(rng.uniform(0, 0.05, n)), rng.integers(1, 30, n), rng.integers(1, 30, n))
-    rec = run(LinearStep(), r, policy, blocks=blocks, bs=4, seqs=8, tokens=tokens)
+    arrivals = np.zeros(n) if clients else np.sort(rng.uniform(0, 0.05, n))
+    r = reqs(arrivals, rng.integers(1, 30, n), rng.integers(1, 30, n), concurrency=clients)
+    rec = run(LinearStep(), r, policy, blocks=blocks, bs=4, seqs=8, tokens=tokens,
+              overhead_s=overhead_s)
     assert np.all(rec.first_token_at_s > rec.arrival_at_s)
     assert np.all(rec.finished_at_s >= rec.first_token_at_s)
     assert np.all(rec.admitted_at_s >= rec.arrival_at_s)
@@ -181,10 +186,14 @@ def test_every_request_completes_within_the_cache(policy, n, seed, blocks, token
     # + waiting, sampled each step) equals the sum of the times requests spend in it, counted
     # from the first step boundary at or after each arrival (the engine sees arrivals there).
     starts, ends = rec.step_start_s, rec.step_start_s + rec.step_dur_s
-    seen = starts[np.searchsorted(starts, rec.arrival_at_s - 1e-12)]
+    seen = starts[np.searchsorted(starts, rec.arrival_at_s)]
     in_system = float(np.dot(rec.step_running + rec.step_waiting, rec.step_dur_s))
     assert in_system == pytest.approx(float((rec.finished_at_s - seen).sum()), rel=1e-9)
     assert rec.finished_at_s.max() == pytest.approx(ends[-1])
+    if clients:  # each completion sends the next request, overhead_s later
+        assert int((rec.step_running + rec.step_waiting).max()) <= clients
+        sent = np.sort(rec.finished_at_s)[: max(n - clients, 0)] + overhead_s
+        assert np.sort(rec.arrival_at_s)[clients:] == pytest.approx(sent)
 
 
 
@@ -233,4 +242,4 @@ def test_incremental_sums_match_a_recount(policy, n, seed):
         mp.setattr(eng._State, "_record", checked)
         run(WindowStep(), r, policy, blocks=40, bs=4, seqs=8,
             tokens=16 if policy.chunked_prefill else 64)
-    assert any(steps)
+    assert steps
