@@ -29,7 +29,8 @@ from capplan.errors import InputError
 from capplan.plan.deployment import Deployment, EngineOptions, resolve_deployment
 
 _ENGINE_KEYS = ("engine", "tp", "pp", "weight_dtype", "kv_dtype", "max_model_len",
-                "gpu_memory_utilization", "block_size", "max_num_seqs", "max_num_batched_tokens")
+                "gpu_memory_utilization", "block_size", "max_num_seqs", "max_num_batched_tokens",
+                "enforce_eager")
 
 
 def _jsonable(obj: Any) -> Any:
@@ -208,12 +209,27 @@ class PlanResult:
         return _jsonable(self.data)
 
 
-def plan(path_or_plan: str | Path | dict[str, Any], *, verify: bool = True,
+def run_plan(path_or_plan: str | Path | dict[str, Any], *, verify: bool = True,
          catalog_dirs: tuple[str, ...] = ()) -> PlanResult:
-    """Run a plan file (a path, or the same content as a dict)."""
-    from capplan.plan.load_plan import plan_from_source
+    """Run a plan file (a path, or the same content as a dict), as `capplan plan` does.
 
-    data = plan_from_source(path_or_plan, verify=verify, catalog_dirs=catalog_dirs)
+    (Named run_plan because `capplan.plan` is the planner's package.)"""
+    from capplan.plan.planner import run_plan as _run_plan
+    from capplan.plan.schema import PlanFile, load_plan
+    from capplan.plan.verify import simulate_recommendation
+
+    if isinstance(path_or_plan, dict):
+        try:
+            spec = PlanFile.model_validate(path_or_plan)
+        except ValueError as e:
+            raise InputError(f"plan: {str(e).splitlines()[0]}") from e
+    else:
+        spec = load_plan(path_or_plan)
+        base = Path(path_or_plan).parent
+        if spec.calibration and not Path(spec.calibration).is_absolute():
+            spec = spec.model_copy(update={"calibration": str(base / spec.calibration)})
+    data = _run_plan(load_catalog(catalog_dirs), spec,
+                    simulate_recommendation if verify and spec.verify.top > 0 else None)
     return PlanResult(list(data.get("recommendations", [])), data)
 
 
@@ -233,4 +249,4 @@ def recommend(model: str, *, rate: float, input_len: str | int = 512,
                                                  ("tbt_p99_s", tbt_p99_s),
                                                  ("e2e_p99_s", e2e_p99_s)) if v is not None}}],
     }
-    return plan(doc, verify=verify, catalog_dirs=catalog_dirs)
+    return run_plan(doc, verify=verify, catalog_dirs=catalog_dirs)

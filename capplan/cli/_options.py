@@ -145,12 +145,13 @@ def deployment_from_options(catalog_dir: tuple[str, ...], model: str, gpu: str,
                             kw: dict[str, Any], require_fit: bool = True) -> Any:
     """The Deployment a model/GPU command works on, through the one resolver
     (capplan.plan.deployment.resolve_deployment); its warnings go to stderr."""
-    from capplan.catalog.loader import load_catalog
-    from capplan.plan.deployment import resolve_deployment
+    from dataclasses import asdict
+
+    from capplan.api import deployment
 
     cal_path = kw.pop("calibration", None)
-    dep = resolve_deployment(load_catalog(catalog_dir), model, gpu, options_from(kw), cal_path,
-                             require_fit=require_fit)
+    dep = deployment(model, gpu, calibration=cal_path, catalog_dirs=catalog_dir,
+                     require_fit=require_fit, **asdict(options_from(kw)))
     for w in dep.warnings():
         click.echo(f"warning: {w}", err=True)
     return dep

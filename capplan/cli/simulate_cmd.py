@@ -52,7 +52,11 @@ def _rows(results: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
 @click.option("--concurrency", type=POS_INT, default=None,
               help="Closed loop: C clients, each sends its next request when the last ends.")
 @click.option("--trace", type=click.Path(dir_okay=False), default=None,
-              help="CSV/JSONL trace: arrival time, input tokens, output tokens.")
+              help="CSV/JSONL trace: arrival time, input tokens, output tokens (Azure, Vidur, "
+                   "BurstGPT, Mooncake columns).")
+@click.option("--time-unit", type=click.Choice(["auto", "s", "ms", "us"]), default="auto",
+              show_default=True, help="Unit of a trace's numeric arrival times (auto: Mooncake "
+                                      "ms, epoch stamps by size, else seconds).")
 @click.option("--requests", "num_requests", type=POS_INT, default=1000, show_default=True)
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--input-len", default="512", show_default=True,
@@ -81,7 +85,8 @@ def simulate_cmd(model: str, gpu: str, rate: float | None, concurrency: int | No
     from capplan.plan.simulation import parse_schedulers, run_simulation
 
     names = parse_schedulers(scheduler)
-    load = {k: kw.pop(k) for k in ("burstiness", "input_len", "output_len", "num_requests")}
+    load = {k: kw.pop(k) for k in ("burstiness", "input_len", "output_len", "num_requests",
+                                   "time_unit")}
     dep = deployment_from_options(catalog_dir, model, gpu, kw)
     s = dep.settings
     bars: dict[str, Any] = {}
@@ -104,7 +109,8 @@ def simulate_cmd(model: str, gpu: str, rate: float | None, concurrency: int | No
                          burstiness=load["burstiness"], requests=load["num_requests"],
                          seed=seed, schedulers=names, batch_size=batch_size,
                          batch_timeout_s=batch_timeout,
-                         chunked_prefill=not no_chunked_prefill, progress=progress)
+                         chunked_prefill=not no_chunked_prefill, progress=progress,
+                         time_unit=load["time_unit"])
     for note in run["notes"]:
         click.echo(f"note: {note}", err=True)
     results, head = run["results"], run["head"]

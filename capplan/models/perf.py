@@ -29,6 +29,7 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from capplan.catalog.schema import GpuSpec, ModelSpec
+from capplan.models import layers as model_layers
 from capplan.models.calibration import Calibration, default_calibration
 from capplan.models.engine import EngineSettings
 from capplan.models.memory import (
@@ -111,6 +112,8 @@ class StepModel:
     request_overhead_s: Any = 0.0
     """Per-request latency outside steps (added to TTFT by the queueing model)."""
     calibration_source: str = "default"
+    state_bytes_per_seq: Any = 0.0
+    """Recurrent state per sequence, read and written back every step it runs (no growth)."""
 
     # ------------------------------------------------------------------------------------------
     def step(self, num_decode: ArrayLike = 0, decode_kv_tokens: ArrayLike = 0,
@@ -176,7 +179,8 @@ class StepModel:
         # Attention: KV read and FLOPs, full and sliding-window layers.
         kv_tokens = self.full_layers * (kv_full + pre_read + tp_) + self.window_layers * (
             kv_win + pre_read_w + tp_)
-        kv_mem = kv_tokens * self.kv_bytes_per_token_layer / self.kv_bytes_per_s
+        kv_mem = (kv_tokens * self.kv_bytes_per_token_layer
+                  + 2 * (bd + nps) * self.state_bytes_per_seq) / self.kv_bytes_per_s
         attn_pairs_dec = self.full_layers * kv_full + self.window_layers * kv_win
         attn_pairs_pre = self.full_layers * pairs + self.window_layers * pairs_w
         attn_cmp = (attn_pairs_dec * self.attn_flops_per_pair_decode
@@ -256,13 +260,19 @@ def build_step_model(model: ModelSpec, gpu: GpuSpec, settings: EngineSettings,
     if pp > 1:
         lm_head_params = counts.embedding  # worst stage holds one vocab table
     dense_params = counts.attention + counts.dense_mlp + counts.shared_experts + counts.router
-    dense_bytes = (counts.attention + counts.dense_mlp + counts.shared_experts) * dt.linear + (
+    mixer_b = dt.linear if dt.mixer is None else dt.mixer
+    dense_bytes = (counts.attention * mixer_b
+                   + (counts.dense_mlp + counts.shared_experts) * dt.linear) + (
         counts.router + counts.norms + lm_head_params) * dt.unquantized
     expert_bytes = counts.expert_size * dt.experts
     moe = model.moe
     layers = cdiv(model.num_layers, pp)
-    window_layers = round(model.num_sliding_layers * layers / model.num_layers)
-    kvb = kv_bytes_per_token_per_layer(model, tp, kv_dtype_bytes(model, settings.kv_dtype))
+    stage = model_layers.stage_layers(model, pp)
+    window_layers = stage.count(*model_layers.WINDOW_KINDS)
+    kv_dtype = kv_dtype_bytes(model, settings.kv_dtype)
+    kvb = kv_bytes_per_token_per_layer(model, tp, kv_dtype)
+    # Recurrent layers read and write their fixed state once per step per sequence.
+    state = sum(model_layers.recurrent_state_bytes(model, k, tp) for k in stage.mixers)
     heads = model.num_attention_heads / tp
     if model.mla is not None:
         m = model.mla
@@ -285,7 +295,7 @@ def build_step_model(model: ModelSpec, gpu: GpuSpec, settings: EngineSettings,
         num_experts=moe.num_experts if moe else 0,
         experts_per_tok=moe.num_experts_per_tok if moe else 0,
         kv_bytes_per_token_layer=kvb,
-        full_layers=layers - window_layers,
+        full_layers=stage.count("full_attention"),
         window_layers=window_layers,
         window=float(model.sliding_window or 2**62),
         dense_flops_per_token=2 * dense_params,
@@ -310,6 +320,7 @@ def build_step_model(model: ModelSpec, gpu: GpuSpec, settings: EngineSettings,
         request_overhead_s=(cal.request_overhead_s if cal.request_overhead_s is not None
                             else settings.profile.request_overhead_s),
         calibration_source=cal.source,
+        state_bytes_per_seq=state,
     )
 
 

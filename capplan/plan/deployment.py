@@ -83,9 +83,6 @@ class Deployment:
     def warnings(self) -> list[str]:
         """Things a user should hear about this deployment (printed on stderr by the CLI)."""
         out = []
-        if "applied to" in self.calibration.source:
-            out.append(f"calibration {self.calibration.source}: its efficiencies and overheads "
-                       "were measured on another device")
         if 0 <= self.memory.margin_bytes_per_gpu < LOW_MARGIN_BYTES:
             out.append(f"only {self.memory.margin_bytes_per_gpu / GIB_BYTES:.2f} GiB left "
                        f"outside the {self.profile.name} memory budget (CUDA graphs, other "

@@ -55,12 +55,12 @@ def require_one_load(rate: float | None, concurrency: int | None, trace: str | N
 def load_spec_from_options(rate: float | None, concurrency: int | None, trace: str | None,
                            input_len: str, output_len: str, burstiness: float = 1.0,
                            max_model_len: int | None = None, num_prompts: int | None = None,
-                           warmup_prompts: int = 0) -> LoadSpec:
+                           warmup_prompts: int = 0, time_unit: str = "auto") -> LoadSpec:
     require_one_load(rate, concurrency, trace)
     if trace is not None:
         from capplan.sim.workload import load_trace
 
-        t = load_trace(trace)
+        t = load_trace(trace, time_unit)
         arrivals = np.asarray(t.arrival_at_s, float)
         span = float(arrivals.max() - arrivals.min())
         if len(arrivals) < 2 or span <= 0:
@@ -68,7 +68,7 @@ def load_spec_from_options(rate: float | None, concurrency: int | None, trace: s
         gaps = np.diff(np.sort(arrivals))
         scv = float(gaps.var() / max(gaps.mean() ** 2, 1e-12))
         i_st, o_st = _clipped_stats(t.input_tokens, t.output_tokens, max_model_len)
-        return LoadSpec((len(arrivals) - 1) / span, None, i_st, o_st, scv, f"trace {trace}")
+        return LoadSpec((len(arrivals) - 1) / span, None, i_st, o_st, scv, f"trace {t.note}")
     from capplan.sim.workload import parse_length
 
     rng = np.random.default_rng(_STATS_SEED)

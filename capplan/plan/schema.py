@@ -84,13 +84,17 @@ class Candidates(BaseModel):
 
 class EngineSpec(BaseModel):
     model_config = _STRICT
+    name: Literal["vllm", "sglang", "trtllm"] = "vllm"
+    """The serving engine: its memory accounting, scheduler and defaults (docs/engines.md)."""
     max_num_seqs: list[int] | int | None = None
     """Values to search (default 64..1024)."""
     max_num_batched_tokens: list[int] | int | None = None
     """Prefill chunk sizes to search (default 512..16384)."""
-    gpu_memory_utilization: float = Field(default=0.9, gt=0, le=1, allow_inf_nan=False)
+    gpu_memory_utilization: float | None = Field(default=None, gt=0, le=1, allow_inf_nan=False)
+    """The engine's memory fraction in its own meaning; default: the engine's for the GPU."""
     max_model_len: int | None = Field(default=None, ge=1)
-    block_size: int = Field(default=16, ge=1)
+    block_size: int | None = Field(default=None, ge=1)
+    """KV block (page) size; default: the engine's."""
 
 
 class VerifySpec(BaseModel):
@@ -115,6 +119,9 @@ class PlanFile(BaseModel):
     headroom: float = Field(default=0.2, ge=0, le=10, allow_inf_nan=False)
     """Extra capacity for bursts: replicas cover rate * (1 + headroom)."""
     verify: VerifySpec = VerifySpec()
+    calibration: str | None = None
+    """Calibration YAML for every candidate GPU (relative to the plan file); default: a
+    measured one for each GPU, else datasheet defaults. A file for another device is refused."""
     export: list[str] = []
     """Files to write (.csv, .json, .md, .xlsx), relative to the plan file."""
 

@@ -29,10 +29,10 @@ def parse_schedulers(text: str) -> list[str]:
 
 def workload_from_options(rate: float | None, concurrency: int | None, trace: str | None,
                           input_len: str, output_len: str, burstiness: float,
-                          requests: int) -> Workload:
+                          requests: int, time_unit: str = "auto") -> Workload:
     require_one_load(rate, concurrency, trace)
     if trace is not None:
-        return Workload((Lane(name="trace"),), trace=load_trace(trace))
+        return Workload((Lane(name="trace"),), trace=load_trace(trace, time_unit))
     lane = Lane(rate_per_s=rate, arrival="gamma" if burstiness != 1.0 else "poisson",
                 burstiness=burstiness, input_len=parse_length(input_len),
                 output_len=parse_length(output_len))
@@ -44,15 +44,17 @@ def run_simulation(dep: Deployment, *, rate: float | None, concurrency: int | No
                    requests: int, seed: int, schedulers: tuple[str, ...] | list[str],
                    batch_size: int | None = None, batch_timeout_s: float = 0.05,
                    chunked_prefill: bool = True,
-                   progress: Callable[[str, int, int], Any] | None = None) -> dict[str, Any]:
+                   progress: Callable[[str, int, int], Any] | None = None,
+                   time_unit: str = "auto") -> dict[str, Any]:
     """{"head": run description and bound, "results": {scheduler: SimResult dict},
     "notes": [...]}. `progress(scheduler, done, total)` is called as requests finish."""
     wl = workload_from_options(rate, concurrency, trace, input_len, output_len, burstiness,
-                               requests)
+                               requests, time_unit)
     s = dep.settings
     max_len = dep.memory.max_model_len
     reqs, clipped = wl.generate(np.random.default_rng(seed)).clip_to_context(max_len)
-    notes = [f"{clipped} prompts cut to fit max_model_len {max_len}"] if clipped else []
+    notes = [f"trace {wl.trace.note}"] if wl.trace is not None and wl.trace.note else []
+    notes += [f"{clipped} prompts cut to fit max_model_len {max_len}"] if clipped else []
     overhead = float(np.asarray(dep.step.request_overhead_s))
     results: dict[str, dict[str, Any]] = {}
     for name in schedulers:
