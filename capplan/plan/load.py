@@ -67,7 +67,8 @@ def load_spec_from_options(rate: float | None, concurrency: int | None, trace: s
 def queue_model(dep: Deployment, load: LoadSpec) -> QueueModel:
     s = dep.settings
     limits = Limits(s.max_num_seqs, s.max_num_batched_tokens, dep.memory.kv_cache_tokens)
-    return QueueModel(dep.step, load.input_stats, load.output_stats, limits, load.arrival_scv)
+    return QueueModel(dep.step, load.input_stats, load.output_stats, limits, load.arrival_scv,
+                      dep.profile.scheduler)
 
 
 def analytic_latency(dep: Deployment, load: LoadSpec) -> dict[str, Any]:

@@ -113,7 +113,7 @@ def _queue_model(c: Candidate, t: Traffic) -> QueueModel:
     s = c.settings
     return QueueModel(c.step, t.inp, t.out,
                       Limits(s.max_num_seqs, s.max_num_batched_tokens, c.kv_cache_tokens),
-                      t.arrival_scv)
+                      t.arrival_scv, s.profile.scheduler)
 
 
 def _recommendation(c: Candidate, found: SearchResult, t: Traffic) -> Recommendation:
