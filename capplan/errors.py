@@ -40,3 +40,20 @@ def nearest(name: str, choices: list[str], n: int = 3, cutoff: float = 0.0) -> l
         if c not in out:
             out.append(c)
     return out[:n]
+
+
+def one_line_error(e: BaseException) -> str:
+    """One line for any error: a pydantic ValidationError becomes 'key.path: message' of its
+    first error (the one home of this formatter); other errors keep their first line. Never
+    echoes the offending input (a file's content must not leak into a message)."""
+    errors = getattr(e, "errors", None)
+    if callable(errors) and type(e).__name__ == "ValidationError":
+        errs = e.errors(include_input=False)  # type: ignore[attr-defined]
+        if errs:
+            err = errs[0]
+            where = ".".join(str(x) for x in err["loc"])
+            msg = str(err["msg"]).removeprefix("Value error, ")
+            first = msg.splitlines()[0] if msg else err["type"]
+            return f"{where}: {first}" if where else first
+    text = str(e)
+    return text.splitlines()[0] if text.strip() else type(e).__name__

@@ -7,8 +7,9 @@ from typing import Any
 
 import click
 
+from capplan import limits
 from capplan.catalog.loader import load_catalog
-from capplan.cli._options import POS_INT, POSITIVE, IntList, catalog_option, format_option
+from capplan.cli._options import POS_INT, SECONDS, IntList, catalog_option, format_option
 from capplan.cli._render import Column, emit, render_rows, to_json
 from capplan.errors import InputError
 from capplan.units import s_to_ms
@@ -57,7 +58,8 @@ def _flat(level: dict[str, Any]) -> dict[str, Any]:
 @click.option("--layers", type=POS_INT, default=None,
               help="Decoder layers to run (scaled to the full depth).")
 @click.option("--endpoint", default=None, help="Base URL of an OpenAI-compatible server.")
-@click.option("--concurrency", type=IntList(), default="1,8,32", show_default=True,
+@click.option("--concurrency", type=IntList(limits.ENDPOINT_CONCURRENCY), default="1,8,32",
+              show_default=True,
               help="Closed-loop client counts, one level each.")
 @click.option("--input-len", type=POS_INT, default=512, show_default=True,
               help="Prompt length in tokens (about).")
@@ -65,7 +67,7 @@ def _flat(level: dict[str, Any]) -> dict[str, Any]:
               help="max_tokens per request (ignore_eos).")
 @click.option("--requests-per-level", type=POS_INT, default=None,
               help="Requests per level (default: 4 x concurrency, at least 8).")
-@click.option("--timeout", type=POSITIVE, default=60.0, show_default=True,
+@click.option("--timeout", type=SECONDS, default=60.0, show_default=True,
               help="Per-request timeout in seconds (also the stall timeout between events).")
 @click.option("--from-results", "from_results", multiple=True, type=click.Path(dir_okay=False),
               help="vllm bench serve --save-result or GuideLLM report JSON files.")

@@ -8,12 +8,15 @@ from typing import Any
 
 import click
 
+from capplan import limits
 from capplan.catalog.loader import load_catalog
 from capplan.cli._options import (
+    BURSTINESS,
     FRACTION,
-    NON_NEGATIVE,
+    HEADROOM,
     POS_INT,
-    POSITIVE,
+    RATE,
+    SECONDS,
     IntList,
     catalog_option,
     format_option,
@@ -110,18 +113,19 @@ def _exports(paths: tuple[str, ...] | list[str], base: Path | None = None) -> li
 
 @click.command("recommend")
 @click.option("--model", required=True, help="Model: catalog key or Hugging Face id.")
-@click.option("--rate", type=POSITIVE, required=True, help="Total arrival rate (requests/s).")
+@click.option("--rate", type=RATE, required=True, help="Total arrival rate (requests/s).")
 @click.option("--input-len", default="512", show_default=True,
               help="Prompt tokens: a number or a distribution.")
 @click.option("--output-len", default="256", show_default=True,
               help="Output tokens: a number or a distribution.")
-@click.option("--ttft-p99", type=POSITIVE, default=None, help="p99 TTFT SLO (seconds).")
-@click.option("--tbt-p99", type=POSITIVE, default=None, help="p99 time-between-tokens SLO (s).")
-@click.option("--e2e-p99", type=POSITIVE, default=None, help="p99 end-to-end SLO (seconds).")
+@click.option("--ttft-p99", type=SECONDS, default=None, help="p99 TTFT SLO (seconds).")
+@click.option("--tbt-p99", type=SECONDS, default=None, help="p99 time-between-tokens SLO (s).")
+@click.option("--e2e-p99", type=SECONDS, default=None, help="p99 end-to-end SLO (seconds).")
 @click.option("--gpu", "gpus", multiple=True, help="Candidate GPU (repeat); default: all.")
 @click.option("--price", "prices", multiple=True, metavar="GPU=USD",
               help="Your price per GPU-hour, e.g. --price h200=3.5 (repeat).")
-@click.option("--tp", "tps", type=IntList(), default=None, help="TP sizes, e.g. 1,2,4,8.")
+@click.option("--tp", "tps", type=IntList(limits.PARALLEL), default=None,
+              help="TP sizes, e.g. 1,2,4,8.")
 @click.option("--weight-dtype", "weight_dtypes", multiple=True,
               type=click.Choice(["auto", "fp32", "bf16", "fp16", "fp8", "int8", "int4", "fp4"]))
 @click.option("--kv-dtype", "kv_dtypes", multiple=True,
@@ -131,8 +135,8 @@ def _exports(paths: tuple[str, ...] | list[str], base: Path | None = None) -> li
               help="Prefill chunk sizes to search.")
 @click.option("--max-model-len", type=POS_INT, default=None)
 @click.option("--gpu-memory-utilization", type=FRACTION, default=0.9, show_default=True)
-@click.option("--burstiness", type=POSITIVE, default=1.0, show_default=True)
-@click.option("--headroom", type=NON_NEGATIVE, default=0.2, show_default=True,
+@click.option("--burstiness", type=BURSTINESS, default=1.0, show_default=True)
+@click.option("--headroom", type=HEADROOM, default=0.2, show_default=True,
               help="Extra capacity for bursts (0.2 = 20%).")
 @click.option("--objective", type=click.Choice(["min_cost", "min_gpus",
                                                 "max_goodput_per_dollar"]), default="min_cost",

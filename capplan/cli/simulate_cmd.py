@@ -9,9 +9,13 @@ import click
 import numpy as np
 
 from capplan.cli._options import (
-    NON_NEGATIVE,
+    BURSTINESS,
+    CONCURRENCY,
     POS_INT,
-    POSITIVE,
+    RATE,
+    REQUESTS,
+    SECONDS_OR_0,
+    SEED,
     catalog_option,
     deployment_from_options,
     engine_options,
@@ -74,24 +78,24 @@ def _workload(kw: dict[str, Any], rate: float | None, concurrency: int | None,
 
 @click.command("simulate")
 @model_gpu_options
-@click.option("--rate", type=POSITIVE, default=None, help="Open-loop arrival rate (req/s).")
-@click.option("--concurrency", type=POS_INT, default=None,
+@click.option("--rate", type=RATE, default=None, help="Open-loop arrival rate (req/s).")
+@click.option("--concurrency", type=CONCURRENCY, default=None,
               help="Closed loop: C clients, each sends its next request when the last ends.")
 @click.option("--trace", type=click.Path(dir_okay=False), default=None,
               help="CSV/JSONL trace: arrival time, input tokens, output tokens.")
-@click.option("--requests", "num_requests", type=POS_INT, default=1000, show_default=True)
-@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--requests", "num_requests", type=REQUESTS, default=1000, show_default=True)
+@click.option("--seed", type=SEED, default=0, show_default=True)
 @click.option("--input-len", default="512", show_default=True,
               help="Tokens: a number or lognormal:mean=..,p99=.. / uniform:min=..,max=.. / "
                    "empirical:FILE.")
 @click.option("--output-len", default="256", show_default=True, help="As --input-len.")
-@click.option("--burstiness", type=POSITIVE, default=1.0, show_default=True,
+@click.option("--burstiness", type=BURSTINESS, default=1.0, show_default=True,
               help="Gamma arrivals of this shape (1 = Poisson; < 1 burstier), as vLLM bench.")
 @click.option("--scheduler", "scheduler", default="continuous", show_default=True,
               help="continuous, static, dynamic, or a comma list to compare side by side.")
 @click.option("--batch-size", type=POS_INT, default=None,
               help="Static/dynamic batch size (default: --max-num-seqs).")
-@click.option("--batch-timeout", type=NON_NEGATIVE, default=0.05, show_default=True,
+@click.option("--batch-timeout", type=SECONDS_OR_0, default=0.05, show_default=True,
               help="Dynamic batching: seconds to wait after the first waiting request.")
 @click.option("--no-chunked-prefill", is_flag=True, help="Prefill whole prompts only.")
 @engine_options

@@ -210,6 +210,11 @@ def rank_key(objective: str):
     return key
 
 
+MAX_REPLICAS = 4096
+"""A configuration needing more replicas is a rounding artefact of the bisection near zero
+rate, not a plan (planner.py filters on it)."""
+
+
 def nearest_miss(evals: list[Evaluated], qm: QueueModel, floor: dict[str, Any], t: Traffic
                  ) -> str:
     """Why nothing meets the SLOs, and what it would take."""
@@ -228,6 +233,12 @@ def nearest_miss(evals: list[Evaluated], qm: QueueModel, floor: dict[str, Any], 
             best_ratio, best, detail = worst[0], e, worst
     if best is None:
         return "no candidate configuration fits the model in memory"
+    if best_ratio < 1:  # the SLOs hold at low load: the rate needs too many replicas
+        fastest = max(evals, key=lambda e: e.max_rate_per_s)
+        return (f"no configuration serves {t.rate_per_s:g} req/s within {MAX_REPLICAS} "
+                f"replicas: the fastest, {fastest.gpu.key} TP {fastest.settings.tp}, sustains "
+                f"{fastest.max_rate_per_s:.3g} req/s per replica within the SLOs; split the "
+                "traffic into several deployments or plan a lower rate")
     _, name, v, slo = detail
     return (f"no configuration meets the SLOs: the closest, {best.gpu.key} TP {best.settings.tp} "
             f"({best.settings.weight_dtype}), reaches {name} {v * 1e3:.0f} ms even at negligible "

@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from capplan.errors import InputError
+from capplan.limits import TOKENS
 
 Z99 = 2.3263478740408408
 """Standard normal 99th percentile (scipy.stats.norm.ppf(0.99))."""
@@ -87,8 +88,7 @@ def _kv_params(text: str, body: str, names: tuple[str, ...]) -> dict[str, float]
             out[k] = float(v)
         except ValueError:
             raise InputError(f"length {text!r}: {k}={v!r} is not a number") from None
-        if not math.isfinite(out[k]) or out[k] < 1:
-            raise InputError(f"length {text!r}: {k} must be a finite number >= 1")
+        out[k] = float(TOKENS.check(out[k], f"length {text!r}: {k}"))
     missing = [n for n in names if n not in out]
     if missing:
         raise InputError(f"length {text!r}: missing {', '.join(missing)}")
@@ -105,8 +105,7 @@ def parse_length(text: str | int | float) -> LengthDist:
         except ValueError:
             raise InputError(f"length {s!r}: expected a number or uniform:/lognormal:/"
                              f"empirical: distribution") from None
-        if not math.isfinite(x) or x < 1:
-            raise InputError(f"length {s!r}: must be a finite number >= 1")
+        x = float(TOKENS.check(x, f"length {s!r}"))
         return LengthDist("fixed", (float(round(x)),), text=s)
     kind = kind.strip().lower()
     if kind == "uniform":
