@@ -57,3 +57,12 @@ def one_line_error(e: BaseException) -> str:
             return f"{where}: {first}" if where else first
     text = str(e)
     return text.splitlines()[0] if text.strip() else type(e).__name__
+
+
+def shown_key(key: str) -> str:
+    """A key from a user's file as an error may quote it: only when it looks like a key name.
+    A file that is not a plan (`--calibration /etc/shadow`) would otherwise have its first line
+    echoed as an 'unknown key'."""
+    import re
+
+    return repr(key) if re.fullmatch(r"[A-Za-z0-9_.\-]{1,64}", key) else "(not a key name)"

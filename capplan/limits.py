@@ -132,8 +132,9 @@ class Cap:
 
 
 CAPS: dict[str, Cap] = {c.name: c for c in (
-    Cap("sim_requests", 1_000_000, "requests",
-        "a simulated request costs ~1 KB and ~20 us: 1M is ~1 GB and ~30 s"),
+    Cap("sim_requests", 500_000, "requests",
+        "a simulated request costs ~1.5 KB and ~0.1 ms (300,000 took 41 s and 0.5 GB on one "
+        "core): 500,000 is about a minute"),
     Cap("speed_rows", 10_000, "rows", "batch x context rows of `capplan speed`"),
     Cap("plan_lanes", 64, "lanes", "each lane is planned (and simulated) on its own"),
     Cap("file_bytes", 256 * 2**20, "bytes",

@@ -14,7 +14,7 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from capplan.catalog.schema import GpuSpec, ModelSpec
-from capplan.errors import CatalogError, InputError, nearest
+from capplan.errors import CatalogError, InputError, nearest, shown_key
 
 T = TypeVar("T", bound=BaseModel)
 
@@ -37,8 +37,10 @@ _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 def read_yaml(path: Path) -> Any:
     """yaml.safe_load with a one-line error naming the file and line."""
+    from capplan.limits import read_text
+
     try:
-        text = path.read_text(encoding="utf-8")
+        text = read_text(path, "YAML file")
     except OSError as e:
         raise InputError(f"{path}: cannot read ({e.strerror or e})") from e
     try:
@@ -58,7 +60,7 @@ def validation_message(e: ValidationError, valid_keys: list[str] | None = None) 
         leaf = str(err["loc"][-1])
         near = nearest(leaf, valid_keys or [], 1, cutoff=0.5) if valid_keys else []
         hint = f" (did you mean {near[0]!r}?)" if near else ""
-        return f"unknown key {loc!r}{hint}"
+        return f"unknown key {shown_key(loc)}{hint}"
     return f"{loc or 'file'}: {err['msg']}"
 
 

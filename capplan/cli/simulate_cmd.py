@@ -8,6 +8,7 @@ from typing import Any
 import click
 import numpy as np
 
+from capplan import limits
 from capplan.cli._options import (
     BURSTINESS,
     CONCURRENCY,
@@ -44,7 +45,10 @@ def _schedulers(text: str) -> list[str]:
 
 def _rows(results: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
     def lat(key: str, label: str, scale: float, unit: str) -> list[tuple[str, Any]]:
-        return [(f"{label} {q} ({unit})", lambda d, q=q: d[key][q] / scale)
+        # A statistic with no samples (TBT when every request has one output token) is NaN:
+        # show an empty cell, not "nan".
+        return [(f"{label} {q} ({unit})",
+                 lambda d, q=q: d[key][q] / scale if np.isfinite(d[key][q]) else None)
                 for q in ("mean", "p50", "p90", "p99")]
 
     spec: list[tuple[str, Any]] = [
@@ -70,6 +74,9 @@ def _workload(kw: dict[str, Any], rate: float | None, concurrency: int | None,
         raise InputError("give exactly one of --rate, --concurrency or --trace")
     if trace is not None:
         return Workload((Lane(name="trace"),), trace=load_trace(trace))
+    limits.check_cap("sim_requests", kw["num_requests"], "--requests")
+    if rate is not None:
+        limits.check_sim_horizon(kw["num_requests"], rate)
     lane = Lane(rate_per_s=rate, arrival="gamma" if kw["burstiness"] != 1.0 else "poisson",
                 burstiness=kw["burstiness"], input_len=parse_length(kw["input_len"]),
                 output_len=parse_length(kw["output_len"]))
@@ -163,6 +170,9 @@ def simulate_cmd(model: str, gpu: str, rate: float | None, concurrency: int | No
         return
     cols = [Column("q", "quantity"), *(Column(n, n, fmt=".4g") for n in names)]
     emit(render_rows(_rows(results), cols, fmt))
+    if fmt == "table" and not np.isfinite(first["tbt_s"]["mean"]):
+        click.echo("note: no time between tokens to report: every request has one output "
+                   "token", err=True)
     if fmt == "table":
         click.echo(f"{head['model']} on {head['gpu']} (TP {s.tp}), {len(reqs)} requests, "
                    f"seed {seed}; decode steps {bound}-bound at the mean running batch; "

@@ -10,7 +10,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from capplan import limits as L
-from capplan.errors import InputError, nearest
+from capplan.errors import InputError, nearest, shown_key
 from capplan.units import parse_seconds
 
 _STRICT = ConfigDict(extra="forbid", frozen=True)
@@ -33,7 +33,8 @@ def _length(v: Any) -> Any:
     """A token length: a whole number or a distribution string, checked by parse_length (the
     edge's bounds) so that a plan file fails where the CLI does."""
     if isinstance(v, bool) or not isinstance(v, int | str):
-        raise ValueError(f"{v!r}: a length is a number of tokens or a distribution string")
+        raise ValueError(f"a length is a number of tokens or a distribution string, not a "
+                         f"{type(v).__name__}")
     from capplan.sim.workload import parse_length
 
     parse_length(v)
@@ -192,7 +193,7 @@ def load_plan(path: str | Path) -> PlanFile:
     data = read_yaml(p)
     if not isinstance(data, dict):
         raise InputError(f"{p}:1: a plan file is a YAML mapping (model:, workloads:, ...)")
-    text = p.read_text(encoding="utf-8")
+    text = L.read_text(p, "plan file")
     try:
         return PlanFile.model_validate(data)
     except ValidationError as e:
@@ -207,7 +208,7 @@ def load_plan(path: str | Path) -> PlanFile:
         if err["type"] == "extra_forbidden":
             near = nearest(str(loc[-1]), _all_keys(PlanFile), 1, cutoff=0.5)
             hint = f" (did you mean {near[0]!r}?)" if near else ""
-            raise InputError(f"{where}: unknown key {key!r}{hint}") from e
+            raise InputError(f"{where}: unknown key {shown_key(key)}{hint}") from e
         msg = err["msg"].removeprefix("Value error, ")
         raise InputError(f"{where}: {key}: {msg}") from e
 

@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from capplan.errors import InputError
+from capplan.limits import read_text
 
 MS = 1e-3
 
@@ -141,7 +142,7 @@ def load_results(paths: list[Path]) -> list[dict[str, Any]]:
     levels: list[dict[str, Any]] = []
     for p in paths:
         try:
-            d = json.loads(p.read_text(encoding="utf-8"))
+            d = json.loads(read_text(p, "results file"))
         except OSError as e:
             raise InputError(f"{p}: cannot read ({e.strerror or e})") from e
         except json.JSONDecodeError as e:

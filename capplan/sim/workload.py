@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from capplan.errors import InputError
-from capplan.limits import TOKENS
+from capplan.limits import TOKENS, check_input_file, read_text
 
 Z99 = 2.3263478740408408
 """Standard normal 99th percentile (scipy.stats.norm.ppf(0.99))."""
@@ -125,8 +125,7 @@ def parse_length(text: str | int | float) -> LengthDist:
 
 def _read_empirical(path: str) -> tuple[int, ...]:
     p = Path(path)
-    if not p.is_file():
-        raise InputError(f"{path}: no such file (empirical length distribution)")
+    check_input_file(p, "file (empirical length distribution)")
     vals: list[int] = []
     with p.open(newline="", encoding="utf-8-sig") as f:
         for i, row in enumerate(csv.reader(f), 1):
@@ -322,7 +321,7 @@ def _length_value(v: object, path: Path, line: int, col: str) -> int:
 
 
 def _rows(path: Path) -> tuple[list[str], list[tuple[int, dict]]]:
-    text = path.read_text(encoding="utf-8-sig")
+    text = read_text(path, "trace", encoding="utf-8-sig")
     if path.suffix.lower() in (".jsonl", ".json", ".ndjson"):
         rows = []
         cols: list[str] = []
