@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -97,10 +98,13 @@ def calibrate_cmd(device: str, model: str | None, gpu: str | None, out: str | No
     if endpoint:
         if not model:
             raise InputError("--endpoint needs --model NAME (the model the server serves)")
-        from capplan.probe.endpoint import run_endpoint
+        from capplan.probe.endpoint import Interrupted, run_endpoint
 
-        levels = run_endpoint(endpoint, model, concurrency, input_len, output_len,
-                              requests_per_level, timeout)
+        try:
+            levels = run_endpoint(endpoint, model, concurrency, input_len, output_len,
+                                  requests_per_level, timeout)
+        except Interrupted as e:
+            _interrupted(e.levels, len(concurrency), model, gpu, cat, fmt, out)
         _emit_levels(levels, model, gpu, cat, fmt, out)
         _fail_if_nothing_completed(levels, endpoint)
         return
@@ -111,6 +115,20 @@ def calibrate_cmd(device: str, model: str | None, gpu: str | None, out: str | No
         _emit_levels(levels, model, gpu, cat, fmt, out)
         return
     _device(device, model, out, quick, force, layers, cat, fmt)
+
+
+def _interrupted(levels: list[dict[str, Any]], planned: int, model: str, gpu: str | None,
+                 cat: Any, fmt: str, out: str | None) -> None:
+    """Ctrl-C: print the levels that finished, write nothing, say so, exit 130."""
+    if levels:
+        try:
+            _emit_levels(levels, model, gpu, cat, fmt, None)
+        except InputError as e:  # too few levels to fit: still say what happened
+            click.echo(f"note: {e}", err=True)
+    kept = f"; {out} left as it was" if out else ""
+    click.echo(f"interrupted: {len(levels)} of {planned} levels finished, no fit written"
+               f"{kept}", err=True)
+    sys.exit(130)
 
 
 def _fail_if_nothing_completed(levels: list[Any], endpoint: str) -> None:
