@@ -133,8 +133,14 @@ def _terminate(signum: int, frame: object) -> None:
     raise SystemExit(128 + signum)
 
 
-def main() -> None:
+def install_signal_handlers() -> None:
+    """SIGTERM exits through SystemExit(143), so `finally`/`except BaseException` blocks run
+    (atomic writes delete their temporary file) as they do on Ctrl-C."""
     import signal
 
     signal.signal(signal.SIGTERM, _terminate)
+
+
+def main() -> None:
+    install_signal_handlers()
     cli.main(prog_name="capplan")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import sys
 from pathlib import Path
 from typing import Any
@@ -109,12 +110,46 @@ def calibrate_cmd(device: str, model: str | None, gpu: str | None, out: str | No
         _fail_if_nothing_completed(levels, endpoint)
         return
     if files:
-        from capplan.probe.results import load_results
-
-        levels = load_results([Path(f) for f in files])
+        levels = _read_results(files)
         _emit_levels(levels, model, gpu, cat, fmt, out)
         return
     _device(device, model, out, quick, force, layers, cat, fmt)
+
+
+def _read_results(files: list[str]) -> list[dict[str, Any]]:
+    """Levels from results files, each checked: a file of the right shape with wrong values
+    (NaN, negative latencies) or of a shape the readers do not know is bad input."""
+    from capplan.probe.results import load_results
+
+    levels: list[dict[str, Any]] = []
+    for f in files:
+        try:
+            got = load_results([Path(f)])
+        except InputError:
+            raise
+        except (KeyError, TypeError, ValueError, AttributeError, IndexError,
+                ZeroDivisionError, OverflowError) as e:
+            raise InputError(f"{f}: not a results file capplan reads (vllm bench serve "
+                             f"--save-result or GuideLLM report): {type(e).__name__}") from e
+        for lv in got:
+            _check_level(lv, f)
+        levels += got
+    return sorted(levels, key=lambda lv: lv["concurrency"])
+
+
+def _check_level(level: dict[str, Any], source: str) -> None:
+    """Every number of a level finite and >= 0; concurrency a positive integer."""
+    conc = level.get("concurrency")
+    if isinstance(conc, bool) or not isinstance(conc, int) or conc < 1:
+        raise InputError(f"{source}: concurrency {str(conc)[:20]} is not a positive integer")
+    for key, v in level.items():
+        vals = v.items() if isinstance(v, dict) else [("", v)]
+        for stat, x in vals:
+            if isinstance(x, int | float) and not isinstance(x, bool) and not (
+                    math.isfinite(x) and x >= 0):
+                name = f"{key}.{stat}" if stat else key
+                raise InputError(f"{source}: {name} is {x:g} at concurrency {conc}; a "
+                                 "latency, rate or count must be a finite number >= 0")
 
 
 def _interrupted(levels: list[dict[str, Any]], planned: int, model: str, gpu: str | None,

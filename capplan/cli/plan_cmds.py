@@ -192,16 +192,21 @@ def recommend_cmd(model: str, rate: float, input_len: str, output_len: str,
               help="Write .csv/.json/.md/.xlsx (adds to the plan file's export list).")
 @click.option("--plot", "plot_dir", default=None, help="Write PNG/SVG charts to this folder.")
 @click.option("--no-verify", is_flag=True, help="Skip the simulator check of the best configs.")
+@click.option("--out-dir", type=click.Path(file_okay=False, exists=True), default=None,
+              help="Folder for the plan file's own exports (default: the plan file's folder).")
 @format_option
 @catalog_option
 def plan_cmd(plan_file: str, exports: tuple[str, ...], plot_dir: str | None, no_verify: bool,
-             fmt: str, catalog_dir: tuple[str, ...]) -> None:
+             out_dir: str | None, fmt: str, catalog_dir: tuple[str, ...]) -> None:
     """Run a YAML plan file: recommendations, pool comparison, exports."""
+    from capplan.plan.load import plan_output_path
     from capplan.plan.planner import run_plan
 
     plan = load_plan(plan_file)
     base = Path(plan_file).parent
-    out_paths = _exports(list(plan.export), base) + _exports(exports)
+    own = [str(plan_output_path(p, base, Path(out_dir) if out_dir else None))
+           for p in plan.export]
+    out_paths = _exports(own) + _exports(exports)
     try:
         result = run_plan(load_catalog(catalog_dir), plan, _verifier(not no_verify))
     except InputError as e:

@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from capplan.errors import InputError
-from capplan.limits import TOKENS, check_input_file, read_text
+from capplan.limits import SIM_HORIZON_S, TOKENS, check_input_file, read_text
 
 Z99 = 2.3263478740408408
 """Standard normal 99th percentile (scipy.stats.norm.ppf(0.99))."""
@@ -307,7 +307,10 @@ def _parse_datetime(s: str, path: Path, line: int) -> float:
         raise InputError(f"{path}:{line}: arrival time {s!r} is neither seconds nor a "
                          f"datetime like 2023-11-16 18:15:46.68") from None
     frac_s = float("0." + frac) if dot and frac.isdigit() else 0.0
-    return t.timestamp() + frac_s
+    try:
+        return t.timestamp() + frac_s
+    except (OverflowError, OSError, ValueError):  # year 1: before the platform's epoch range
+        raise InputError(f"{path}:{line}: arrival time {s!r} is out of range") from None
 
 
 def _length_value(v: object, path: Path, line: int, col: str) -> int:
@@ -317,6 +320,9 @@ def _length_value(v: object, path: Path, line: int, col: str) -> int:
         raise InputError(f"{path}:{line}: {col} {v!r} is not a number") from None
     if not math.isfinite(x) or x < 0 or x != round(x):
         raise InputError(f"{path}:{line}: {col} {v!r} must be a non-negative integer")
+    if x > TOKENS.hi:
+        raise InputError(f"{path}:{line}: {col} {int(x)} exceeds {int(TOKENS.hi):,} tokens, "
+                         "longer than any model's context")
     return int(x)
 
 
@@ -370,6 +376,10 @@ def load_trace(path: str | Path) -> Requests:
         t[k] = _time_value(r[ca], p, line)
         inp[k] = _length_value(r[ci], p, line, ci)
         out[k] = _length_value(r[co], p, line, co)
+    span = float(t.max()) - float(t.min())  # Python floats: inf without a numpy warning
+    if not span <= SIM_HORIZON_S:
+        raise InputError(f"{p}: arrival times span {span:.3g} s, past {SIM_HORIZON_S:.1g} s "
+                         "(float64 time stamps stop resolving a step)")
     order = np.argsort(t, kind="stable")
     t = t[order] - t[order][0]
     return Requests(t, np.maximum(inp[order], 1), np.maximum(out[order], 1),
