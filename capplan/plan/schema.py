@@ -7,7 +7,14 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from capplan import limits as L
 from capplan.errors import InputError, nearest, shown_key
@@ -15,6 +22,8 @@ from capplan.units import parse_seconds
 
 _STRICT = ConfigDict(extra="forbid", frozen=True)
 _COUNT = L.ENGINE_COUNT.field()
+_CATALOG_GPUS_ESTIMATE = 25
+"""GPUs a plan without `candidates.gpus` may search (the catalog holds 23)."""
 
 
 def _seconds(v: Any) -> float | None:
@@ -136,6 +145,18 @@ class PlanFile(BaseModel):
     verify: VerifySpec = VerifySpec()
     export: list[str] = []
     """Files to write (.csv, .json, .md, .xlsx), relative to the plan file."""
+
+    @model_validator(mode="after")
+    def _bounded_search(self) -> PlanFile:
+        """Configurations to search, estimated before the search (the planner evaluates every
+        GPU x TP x dtype x max_num_seqs x chunk combination as one array)."""
+        def n(v: Any, default: int) -> int:
+            return default if v is None else len(v) if isinstance(v, list) else 1
+        c, e = self.candidates, self.engine
+        total = (n(c.gpus, _CATALOG_GPUS_ESTIMATE) * n(c.tp, 4) * len(c.weight_dtypes)
+                 * len(c.kv_dtypes) * n(e.max_num_seqs, 5) * n(e.max_num_batched_tokens, 6))
+        L.check_cap("plan_configurations", total, "candidates x engine values")
+        return self
 
     @field_validator("workloads")
     @classmethod

@@ -75,6 +75,9 @@ def test_analytic_latency_answers_in_milliseconds_at_any_rate(llama_h100) -> Non
     pytest.param(("speed", *M, "--batch", "1:100000000"), "more than 10,000 values",
                  id="speed-batch-range"),
     pytest.param(("plan", "/dev/zero"), "not a regular file", id="plan-dev-zero"),
+    pytest.param(("recommend", "--model", "llama-3.1-8b", "--rate", "3", "--max-num-seqs",
+                  "1:10000", "--max-num-batched-tokens", "1:100"), "plan_configurations",
+                 id="recommend-1e6-configurations"),
 ])
 def test_unbounded_work_is_refused_up_front(run_cli, args, fragment) -> None:
     assert_one_line_error(_quick(lambda: run_cli(*args)), fragment)
