@@ -23,6 +23,7 @@ from capplan.cli._options import (
 )
 from capplan.cli._render import Column, emit, render_rows, to_json
 from capplan.errors import InputError
+from capplan.models.engine import ENGINES
 from capplan.plan.schema import PlanFile, load_plan, plan_json_schema
 
 ms = lambda x: None if x is None else x * 1e3  # noqa: E731
@@ -134,7 +135,12 @@ def _exports(paths: tuple[str, ...] | list[str], base: Path | None = None) -> li
 @click.option("--max-num-batched-tokens", type=IntList(), default=None,
               help="Prefill chunk sizes to search.")
 @click.option("--max-model-len", type=POS_INT, default=None)
-@click.option("--gpu-memory-utilization", type=FRACTION, default=0.9, show_default=True)
+@click.option("--engine", type=click.Choice(ENGINES, case_sensitive=False), default="vllm",
+              show_default=True, help="Serving engine whose profile applies (docs/engines.md).")
+@click.option("--calibration", type=click.Path(dir_okay=False), default=None,
+              help="Calibration YAML for the GPU it was measured on (others keep theirs).")
+@click.option("--gpu-memory-utilization", type=FRACTION, default=None,
+              help="The engine's memory fraction (default: the engine's for each GPU).")
 @click.option("--burstiness", type=BURSTINESS, default=1.0, show_default=True)
 @click.option("--headroom", type=HEADROOM, default=0.2, show_default=True,
               help="Extra capacity for bursts (0.2 = 20%).")
@@ -153,7 +159,8 @@ def recommend_cmd(model: str, rate: float, input_len: str, output_len: str,
                   weight_dtypes: tuple[str, ...],
                   kv_dtypes: tuple[str, ...], max_num_seqs: list[int] | None,
                   max_num_batched_tokens: list[int] | None, max_model_len: int | None,
-                  gpu_memory_utilization: float, burstiness: float, headroom: float,
+                  engine: str, calibration: str | None,
+                  gpu_memory_utilization: float | None, burstiness: float, headroom: float,
                   objective: str, verify_top: int, exports: tuple[str, ...],
                   plot_dir: str | None, fmt: str, catalog_dir: tuple[str, ...]) -> None:
     """GPU type, count and engine settings for a rate and latency SLOs."""
@@ -172,9 +179,11 @@ def recommend_cmd(model: str, rate: float, input_len: str, output_len: str,
         "candidates": {"gpus": list(gpus) or None, "tp": tps, "prices": price_map,
                        "weight_dtypes": list(weight_dtypes) or ["auto"],
                        "kv_dtypes": list(kv_dtypes) or ["auto"]},
-        "engine": {"max_num_seqs": max_num_seqs, "max_num_batched_tokens": max_num_batched_tokens,
+        "engine": {"name": engine.lower(), "max_num_seqs": max_num_seqs,
+                   "max_num_batched_tokens": max_num_batched_tokens,
                    "max_model_len": max_model_len,
                    "gpu_memory_utilization": gpu_memory_utilization},
+        "calibration": calibration,
         "workloads": [{"name": "default", "rate_per_s": rate, "input_len": input_len,
                        "output_len": output_len, "burstiness": burstiness,
                        "arrival": "poisson" if burstiness == 1.0 else "gamma",
@@ -204,6 +213,8 @@ def plan_cmd(plan_file: str, exports: tuple[str, ...], plot_dir: str | None, no_
 
     plan = load_plan(plan_file)
     base = Path(plan_file).parent
+    if plan.calibration and not Path(plan.calibration).is_absolute():
+        plan = plan.model_copy(update={"calibration": str(base / plan.calibration)})
     own = [str(plan_output_path(p, base, Path(out_dir) if out_dir else None))
            for p in plan.export]
     out_paths = _exports(own) + _exports(exports)

@@ -58,7 +58,8 @@ def speed_cmd(model: str, gpu: str, batch: list[int], context: list[int],
         emit(to_json({"model": dep.model.key, "gpu": dep.gpu.key, "tp": s.tp,
                       "calibration": dep.calibration.source, "rows": curve["rows"],
                       "knee_batch": curve["knee_batch"], "excluded": curve["excluded"],
-                      "max_batch": curve["max_batch"], "prefill": pre}))
+                      "max_batch": curve["max_batch"], "prefill": pre,
+                      "engine_settings": dep.settings_summary()}))
         return
     cols = [
         Column("batch", "batch"), Column("context_len", "context (tokens)"),

@@ -118,7 +118,8 @@ def search_space(cat: Catalog, plan: PlanFile, model: ModelSpec, t: Traffic,
         max_num_seqs=_as_tuple(plan.engine.max_num_seqs, DEFAULT_SEQS),
         max_num_batched_tokens=_as_tuple(plan.engine.max_num_batched_tokens, DEFAULT_CHUNKS),
         gpu_memory_utilization=plan.engine.gpu_memory_utilization, max_model_len=max_len,
-        block_size=plan.engine.block_size)
+        block_size=plan.engine.block_size, engine=plan.engine.name,
+        calibration=plan.calibration)
 
 
 def _single_qm(step: Any, e: Evaluated, t: Traffic) -> QueueModel:
@@ -334,6 +335,7 @@ def _plan_pool(cat: Catalog, plan: PlanFile, model: ModelSpec, lanes: list[Lane]
                    "max_num_batched_tokens": list(space.max_num_batched_tokens),
                    "max_model_len": space.max_model_len,
                    "gpu_memory_utilization": space.gpu_memory_utilization,
+                   "engine": space.engine, "calibration": space.calibration,
                    "objective": plan.objective, "headroom": plan.headroom,
                    "configurations_searched": len(evals)},
         "configurations_searched": len(evals),

@@ -110,14 +110,17 @@ class Candidates(BaseModel):
 
 class EngineSpec(BaseModel):
     model_config = _STRICT
+    name: Literal["vllm", "sglang", "trtllm"] = "vllm"
+    """The serving engine: its memory accounting, scheduler and defaults (docs/engines.md)."""
     max_num_seqs: list[_COUNT] | _COUNT | None = None  # type: ignore[valid-type]
     """Values to search (default 64..1024)."""
     max_num_batched_tokens: list[_COUNT] | _COUNT | None = None  # type: ignore[valid-type]
     """Prefill chunk sizes to search (default 512..16384)."""
-    gpu_memory_utilization: L.FRACTION.field() = 0.9  # type: ignore[valid-type]
+    gpu_memory_utilization: L.FRACTION.field() | None = None  # type: ignore[valid-type]
+    """The engine's memory fraction in its own meaning; default: the engine's for the GPU."""
     max_model_len: _COUNT | None = None  # type: ignore[valid-type]
-    block_size: Literal[8, 16, 32, 64, 128] = 16
-    """KV block size in tokens (vLLM's choices on CUDA, as the CLI's --block-size)."""
+    block_size: Literal[1, 8, 16, 32, 64, 128] | None = None
+    """KV block (page) size, one of the CLI's --block-size choices; default: the engine's."""
 
 
 class VerifySpec(BaseModel):
@@ -143,6 +146,9 @@ class PlanFile(BaseModel):
     headroom: L.HEADROOM.field() = 0.2  # type: ignore[valid-type]
     """Extra capacity for bursts: replicas cover rate * (1 + headroom)."""
     verify: VerifySpec = VerifySpec()
+    calibration: str | None = None
+    """Calibration YAML for every candidate GPU (relative to the plan file); default: a
+    measured one for each GPU, else datasheet defaults. A file for another device is refused."""
     export: list[str] = []
     """Files to write (.csv, .json, .md, .xlsx), relative to the plan file."""
 

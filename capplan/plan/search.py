@@ -14,13 +14,15 @@ from typing import Any
 
 import numpy as np
 
+from capplan.catalog.calibration import calibration_gpu
 from capplan.catalog.loader import Catalog
 from capplan.catalog.schema import GpuSpec, ModelSpec
+from capplan.errors import InputError
 from capplan.models.engine import EngineSettings
 from capplan.models.memory import memory_report
 from capplan.models.perf import StepModel, build_step_model
 from capplan.models.queueing import LengthStats, Limits, QueueModel
-from capplan.plan.deployment import calibration_for
+from capplan.plan.deployment import EngineOptions, calibration_for, resolve_settings
 
 DEFAULT_SEQS = (64, 128, 256, 512, 1024)
 DEFAULT_CHUNKS = (512, 1024, 2048, 4096, 8192, 16384)
@@ -50,9 +52,11 @@ class SearchSpace:
     kv_dtypes: tuple[str, ...]
     max_num_seqs: tuple[int, ...]
     max_num_batched_tokens: tuple[int, ...]
-    gpu_memory_utilization: float
+    gpu_memory_utilization: float | None
     max_model_len: int
-    block_size: int
+    block_size: int | None
+    engine: str = "vllm"
+    calibration: str | None = None
 
 
 @dataclass
@@ -94,18 +98,25 @@ def build_candidates(cat: Catalog, model: ModelSpec, space: SearchSpace, calibra
     """Step models per (gpu, tp, wd, kvd) and, per step model, the memory of each combo."""
     steps: list[StepModel] = []
     meta: list[dict[str, Any]] = []
+    cal_path = calibration_path or space.calibration
+    cal_gpu = calibration_gpu(cal_path) if cal_path else None
+    if cal_gpu is not None and cal_gpu not in {g.key for g in space.gpus}:
+        raise InputError(f"calibration {cal_path} was measured on {cal_gpu}, which is not a "
+                         "candidate GPU; a calibration applies only to its own device")
     combos = [(s, c) for s in space.max_num_seqs for c in space.max_num_batched_tokens]
     for gpu in space.gpus:
-        cal = calibration_for(cat, gpu, calibration_path)
+        # The file applies to the GPU it was measured on; the others keep their own.
+        cal = calibration_for(cat, gpu, cal_path if cal_gpu == gpu.key else None)
         for tp in space.tps:
             if not _tp_ok(model, tp, gpu):
                 continue
             for wd in space.weight_dtypes:
                 for kvd in space.kv_dtypes:
-                    base = EngineSettings(tp=tp, weight_dtype=wd, kv_dtype=kvd,
-                                          max_model_len=space.max_model_len,
-                                          gpu_memory_utilization=space.gpu_memory_utilization,
-                                          block_size=space.block_size)
+                    base = resolve_settings(EngineOptions(
+                        engine=space.engine, tp=tp, weight_dtype=wd, kv_dtype=kvd,
+                        max_model_len=space.max_model_len,
+                        gpu_memory_utilization=space.gpu_memory_utilization,
+                        block_size=space.block_size), gpu)
                     kv_tokens, ok = [], False
                     for seqs, chunk in combos:
                         r = memory_report(model, gpu, base.with_(max_num_seqs=seqs,
