@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from capplan.errors import InputError
+from capplan.units import GB_BYTES, GIGA, KB_BYTES, MB_BYTES
 
 
 @dataclass(frozen=True)
@@ -110,7 +111,7 @@ FRACTION = Bound("fraction", 0.0, 1.0, lo_open=True, reason="a fraction of the G
 HEADROOM = Bound("headroom", 0.0, 10.0, reason="at most 11x the offered rate")
 PRICE_PER_HOUR = Bound("price (USD per GPU-hour)", 0.0, 10_000.0, lo_open=True,
                        reason="no GPU rents for more than $10,000 an hour")
-REQUESTS = Bound("requests", 1, 10**9, integer=True,
+REQUESTS = Bound("requests", 1, GIGA, integer=True,
                  reason="a billion requests; the sim_requests cap bounds what one run does")
 
 SIM_HORIZON_S = 4.0e9
@@ -158,7 +159,8 @@ def set_cap(assignment: str) -> None:
     if not sep or name not in CAPS:
         raise InputError(f"--limit {assignment!r}: expected NAME=VALUE with NAME one of "
                          f"{', '.join(CAPS)}")
-    mult = {"k": 1e3, "m": 1e6, "g": 1e9}.get(text.strip()[-1:].lower(), 1.0)
+    # decimal prefixes: the factors of kB, MB, GB
+    mult = {"k": KB_BYTES, "m": MB_BYTES, "g": GB_BYTES}.get(text.strip()[-1:].lower(), 1.0)
     body = text.strip()[:-1] if mult != 1.0 else text.strip()
     try:
         x = float(body) * mult
@@ -205,8 +207,6 @@ def check_input_file(path: str | Path, what: str = "file") -> int:
     p = Path(path)
     try:
         st = os.stat(p)
-    except FileNotFoundError:
-        raise InputError(f"{p}: no such {what}") from None
     except OSError as e:
         raise InputError(f"{p}: cannot read ({e.strerror or e})") from None
     if not stat.S_ISREG(st.st_mode):
