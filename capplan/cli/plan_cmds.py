@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -195,6 +198,27 @@ def recommend_cmd(model: str, rate: float, input_len: str, output_len: str,
     _finish(result, fmt, out_paths, plot_dir)
 
 
+PROGRESS_MIN_LANES = 8
+"""Plans with this many lanes (a pool each, plus the shared one) show a progress bar."""
+
+
+@contextmanager
+def _plan_progress(n_lanes: int, pools: str) -> Iterator[Any]:
+    """A stderr progress bar over the pools a plan searches, or None for small plans."""
+    if n_lanes < PROGRESS_MIN_LANES:
+        yield None
+        return
+    total = 1 + (n_lanes if pools in ("separate", "both") else 0)
+    with click.progressbar(length=total, label="planning pools", file=sys.stderr) as bar:
+        seen = [0]
+
+        def tick(done: int, _total: int) -> None:
+            bar.update(done - seen[0])
+            seen[0] = done
+
+        yield tick
+
+
 @click.command("plan")
 @click.argument("plan_file", type=click.Path(dir_okay=False))
 @click.option("--export", "exports", multiple=True,
@@ -219,7 +243,9 @@ def plan_cmd(plan_file: str, exports: tuple[str, ...], plot_dir: str | None, no_
            for p in plan.export]
     out_paths = _exports(own) + _exports(exports)
     try:
-        result = run_plan(load_catalog(catalog_dir), plan, _verifier(not no_verify))
+        with _plan_progress(len(plan.workloads), plan.pools) as progress:
+            result = run_plan(load_catalog(catalog_dir), plan, _verifier(not no_verify),
+                              progress=progress)
     except InputError as e:
         raise type(e)(f"{plan_file}: {e}") from e
     _finish(result, fmt, out_paths, plot_dir)

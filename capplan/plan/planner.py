@@ -224,20 +224,28 @@ def _warnings(r: dict[str, Any], steps: list[Any], t: Traffic, qm_ctx: float) ->
     return out
 
 
-def run_plan(cat: Catalog, plan: PlanFile, verify: VerifyFn | None = None) -> dict[str, Any]:
-    """Plan every pool layout asked for and return the result dict (see export/)."""
+def run_plan(cat: Catalog, plan: PlanFile, verify: VerifyFn | None = None,
+             progress: Callable[[int, int], Any] | None = None) -> dict[str, Any]:
+    """Plan every pool layout asked for and return the result dict (see export/).
+    `progress(done, total)` is called after each pool is planned."""
     resolved = cat.resolve_model(plan.model)
     model = resolved.spec
     lanes = list(plan.workloads)
+    per_lane = len(lanes) > 1 and plan.pools in ("separate", "both")
+    total = 1 + (len(lanes) if per_lane else 0)
     result = _plan_pool(cat, plan, model, lanes, resolved.implied_weight_dtype, verify)
-    if len(lanes) > 1 and plan.pools in ("separate", "both"):
+    if progress is not None:
+        progress(1, total)
+    if per_lane:
         separate = []
-        for lane in lanes:
+        for i, lane in enumerate(lanes, 2):
             try:
                 sub = _plan_pool(cat, plan, model, [lane], resolved.implied_weight_dtype, None)
                 separate.append({"lane": lane.name, **_head(sub)})
             except InfeasibleError as e:
                 separate.append({"lane": lane.name, "error": str(e)})
+            if progress is not None:
+                progress(i, total)
         costs = [s.get("cost_per_hour") for s in separate]
         total = sum(costs) if all(c is not None for c in costs) else None
         shared = _head(result)

@@ -300,3 +300,13 @@ def test_closed_loop_queue_time_is_never_negative(run_cli) -> None:
     res = run_cli("simulate", *M, "--concurrency", "3", "--format", "json")
     assert res.exit_code == 0, res.stderr
     assert all(v >= 0 for v in res.json()["queue_s"].values())
+
+
+def test_long_plan_shows_progress(run_cli, tmp_path) -> None:
+    """A 10,000-lane plan ran over 5 minutes in silence: lanes are capped (plan_lanes) and a
+    plan of 8 or more shows a progress bar over its pools on stderr."""
+    lanes = [{"name": f"l{i}", "rate_per_s": 1, "input_len": 100, "output_len": 10}
+             for i in range(8)]
+    res = run_cli("plan", str(_plan(tmp_path, workloads=lanes, pools="shared")), "--no-verify")
+    assert res.exit_code == 0, res.stderr
+    assert "planning pools" in res.stderr
