@@ -2,7 +2,8 @@
 
 The property, for any input: exit 0 with finite, non-negative quantities in the JSON output,
 or exit 2 with exactly one 'Error: ...' line; never exit 1 (an internal error), never a
-traceback, and within a time limit. Work is bounded by the edge (capplan --limit keeps the
+traceback, never out of memory (`make fuzz` runs under a 4 GiB data limit), and within a time
+limit. Work is bounded by the edge (capplan --limit keeps the
 simulator's share small here).
 
 `make test` runs a bounded, derandomised set (about 20 s); `make fuzz` runs the same properties
@@ -32,6 +33,16 @@ TIME_LIMIT_S = 30
 """Per example: the longest a bounded command may take on a loaded 2-core machine."""
 CAPS = ("--limit", "sim_requests=2000", "--limit", "speed_rows=400")
 """Keep the fuzzed simulator runs small; the caps themselves are fuzzed by --requests."""
+
+
+MEMORY_CAP_BYTES = 4 * 2**30
+"""`make fuzz` runs under this data-segment limit (RLIMIT_DATA): a command that tries to hold
+more fails with MemoryError, which the CLI reports as 'out of memory' and the property refuses.
+Not set in `make test`, where the whole suite shares the process."""
+if LONG:
+    import resource
+
+    resource.setrlimit(resource.RLIMIT_DATA, (MEMORY_CAP_BYTES, MEMORY_CAP_BYTES))
 
 
 def _settings(examples: int) -> settings:
@@ -84,6 +95,7 @@ def check(args: list[str]) -> None:
     exc = res.exception if not isinstance(res.exception, SystemExit) else None
     assert exc is None, (args, repr(exc))
     assert "Traceback" not in res.stderr, (args, res.stderr)
+    assert "out of memory" not in res.stderr, (args, res.stderr)  # unbounded work
     if res.exit_code == 0:
         if "json" in args and res.stdout.strip():
             _check_numbers(json.loads(res.stdout, parse_constant=lambda c: math.nan))
