@@ -22,32 +22,15 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from capplan.catalog.loader import Catalog, load_catalog
 from capplan.errors import InputError
+from capplan.export.json_export import jsonable as _jsonable
 from capplan.plan.deployment import Deployment, EngineOptions, resolve_deployment
+from capplan.plan.result import PlanResult
 
 _ENGINE_KEYS = ("engine", "tp", "pp", "weight_dtype", "kv_dtype", "max_model_len",
                 "gpu_memory_utilization", "block_size", "max_num_seqs", "max_num_batched_tokens",
                 "enforce_eager")
-
-
-def _jsonable(obj: Any) -> Any:
-    if isinstance(obj, dict):
-        return {str(k): _jsonable(v) for k, v in obj.items()}
-    if isinstance(obj, list | tuple):
-        return [_jsonable(v) for v in obj]
-    if isinstance(obj, np.ndarray):
-        return _jsonable(obj.tolist())
-    if isinstance(obj, np.bool_):
-        return bool(obj)
-    if isinstance(obj, np.integer):
-        return int(obj)
-    if isinstance(obj, np.floating | float):
-        x = float(obj)
-        return x if np.isfinite(x) else None
-    return obj
 
 
 def deployment(model: str, gpu: str, *, calibration: str | Path | Any = None,
@@ -194,23 +177,8 @@ def simulate(model: str, gpu: str, *, rate: float | None = None,
     return LatencyResult.from_dict({**res["head"], **res["results"][scheduler]})
 
 
-@dataclass(frozen=True)
-class PlanResult:
-    """Ranked recommendations (best first) with their binding constraint, flags and checks."""
-
-    recommendations: list[dict[str, Any]]
-    data: dict[str, Any] = field(repr=False)
-
-    @property
-    def best(self) -> dict[str, Any] | None:
-        return self.recommendations[0] if self.recommendations else None
-
-    def to_dict(self) -> dict[str, Any]:
-        return _jsonable(self.data)
-
-
 def run_plan(path_or_plan: str | Path | dict[str, Any], *, verify: bool = True,
-         catalog_dirs: tuple[str, ...] = ()) -> PlanResult:
+             catalog_dirs: tuple[str, ...] = ()) -> PlanResult:
     """Run a plan file (a path, or the same content as a dict), as `capplan plan` does.
 
     (Named run_plan because `capplan.plan` is the planner's package.)"""
@@ -228,9 +196,8 @@ def run_plan(path_or_plan: str | Path | dict[str, Any], *, verify: bool = True,
         base = Path(path_or_plan).parent
         if spec.calibration and not Path(spec.calibration).is_absolute():
             spec = spec.model_copy(update={"calibration": str(base / spec.calibration)})
-    data = _run_plan(load_catalog(catalog_dirs), spec,
-                    simulate_recommendation if verify and spec.verify.top > 0 else None)
-    return PlanResult(list(data.get("recommendations", [])), data)
+    return _run_plan(load_catalog(catalog_dirs), spec,
+                     simulate_recommendation if verify and spec.verify.top > 0 else None)
 
 
 def recommend(model: str, *, rate: float, input_len: str | int = 512,

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Any
+
 
 class CapplanError(Exception):
     """Base of every error capplan raises on purpose."""
@@ -42,19 +45,31 @@ def nearest(name: str, choices: list[str], n: int = 3, cutoff: float = 0.0) -> l
     return out[:n]
 
 
+def validation_error_line(e: Any, valid_keys: Sequence[str] = ()) -> tuple[tuple[Any, ...], str]:
+    """The one pydantic ValidationError worth showing, as (location, one-line message).
+
+    An unknown key is reported first (it often replaces a required one, `workload:` for
+    `workloads:`, and names the fix): "unknown key 'a.b' (did you mean 'c'?)". Otherwise the
+    first error: "a.b: message" (pydantic's "Value error, " prefix dropped). The input is
+    never echoed, and an unknown key only when it looks like a key name (shown_key).
+    """
+    errs = e.errors(include_input=False)
+    err = next((x for x in errs if x["type"] == "extra_forbidden"), errs[0])
+    loc = tuple(err["loc"])
+    key = ".".join(str(p) for p in loc)
+    if err["type"] == "extra_forbidden":
+        near = nearest(str(loc[-1]), list(valid_keys), 1, cutoff=0.5) if valid_keys else []
+        hint = f" (did you mean {near[0]!r}?)" if near else ""
+        return loc, f"unknown key {shown_key(key)}{hint}"
+    msg = str(err["msg"]).removeprefix("Value error, ")
+    return loc, f"{key or 'file'}: {msg.splitlines()[0] if msg else err['type']}"
+
+
 def one_line_error(e: BaseException) -> str:
-    """One line for any error: a pydantic ValidationError becomes 'key.path: message' of its
-    first error (the one home of this formatter); other errors keep their first line. Never
-    echoes the offending input (a file's content must not leak into a message)."""
-    errors = getattr(e, "errors", None)
-    if callable(errors) and type(e).__name__ == "ValidationError":
-        errs = e.errors(include_input=False)  # type: ignore[attr-defined]
-        if errs:
-            err = errs[0]
-            where = ".".join(str(x) for x in err["loc"])
-            msg = str(err["msg"]).removeprefix("Value error, ")
-            first = msg.splitlines()[0] if msg else err["type"]
-            return f"{where}: {first}" if where else first
+    """One line for any error (the CLI's formatter): a pydantic ValidationError through
+    validation_error_line, any other error its first line."""
+    if type(e).__name__ == "ValidationError" and callable(getattr(e, "errors", None)):
+        return validation_error_line(e)[1]
     text = str(e)
     return text.splitlines()[0] if text.strip() else type(e).__name__
 

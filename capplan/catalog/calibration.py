@@ -18,9 +18,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from capplan.catalog.loader import read_yaml, validation_message
+from capplan.catalog.loader import read_yaml
 from capplan.catalog.schema import GpuSpec
-from capplan.errors import InputError
+from capplan.errors import InputError, validation_error_line
 from capplan.models.calibration import Calibration, default_calibration
 
 _FRACTIONS = ("mem_bw_frac", "gemm_frac", "gemm_frac_low_precision", "attn_frac",
@@ -68,12 +68,8 @@ def read_calibration_file(path: Path) -> CalibrationFile:
     try:
         return CalibrationFile.model_validate(data)
     except ValidationError as e:
-        errs = e.errors()
-        err = next((x for x in errs if x["type"] == "extra_forbidden"), errs[0])
-        inner = err["loc"][:1] == ("params",)
-        keys = list((CalibrationParams if inner else CalibrationFile).model_fields)
-        one = ValidationError.from_exception_data(e.title, [err])  # type: ignore[list-item]
-        raise InputError(f"{path}: {validation_message(one, keys)}") from e
+        keys = [*CalibrationFile.model_fields, *CalibrationParams.model_fields]
+        raise InputError(f"{path}: {validation_error_line(e, keys)[1]}") from e
 
 
 def calibration_from_file(cf: CalibrationFile, gpu: GpuSpec, source: str) -> Calibration:

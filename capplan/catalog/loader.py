@@ -14,7 +14,7 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from capplan.catalog.schema import GpuSpec, ModelSpec, Quantization
-from capplan.errors import CatalogError, InputError, nearest, shown_key
+from capplan.errors import CatalogError, InputError, nearest, validation_error_line
 
 T = TypeVar("T", bound=BaseModel)
 
@@ -53,15 +53,8 @@ def read_yaml(path: Path) -> Any:
 
 
 def validation_message(e: ValidationError, valid_keys: list[str] | None = None) -> str:
-    """The first pydantic error as 'key.path: message', suggesting the nearest key if unknown."""
-    err = e.errors()[0]
-    loc = ".".join(str(p) for p in err["loc"])
-    if err["type"] == "extra_forbidden":
-        leaf = str(err["loc"][-1])
-        near = nearest(leaf, valid_keys or [], 1, cutoff=0.5) if valid_keys else []
-        hint = f" (did you mean {near[0]!r}?)" if near else ""
-        return f"unknown key {shown_key(loc)}{hint}"
-    return f"{loc or 'file'}: {err['msg']}"
+    """The pydantic error as 'key.path: message', suggesting the nearest key if unknown."""
+    return validation_error_line(e, valid_keys or [])[1]
 
 
 def load_spec(path: Path, cls: type[T]) -> T:

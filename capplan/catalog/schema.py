@@ -271,6 +271,11 @@ class ModelSpec(BaseModel):
     def dtype_bytes(self) -> float:
         return DTYPE_BYTES[self.torch_dtype]
 
+    def context_len(self, max_model_len: int | None = None) -> int:
+        """The context an engine serves: max_model_len when set, else the checkpoint's own
+        max_position_embeddings (vLLM's default for --max-model-len)."""
+        return max_model_len or self.max_position_embeddings
+
     @property
     def num_moe_layers(self) -> int:
         if self.mlp_types is not None:

@@ -27,7 +27,7 @@ class UserError(click.ClickException):
     exit_code = 2
 
     def show(self, file=None) -> None:  # noqa: ANN001
-        click.echo(f"Error: {self.format_message()}", err=True)
+        click.echo(f"Error: {self.format_message()}", file=file, err=True)
 
 
 class CapplanGroup(click.Group):
@@ -129,7 +129,7 @@ def _register() -> None:
 _register()
 
 
-def _terminate(signum: int, frame: object) -> None:
+def _terminate(signum: int, _frame: object) -> None:
     # SIGTERM unwinds like Ctrl-C (atomic writes remove their temp file on the way out).
     raise SystemExit(128 + signum)
 

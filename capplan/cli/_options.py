@@ -183,7 +183,7 @@ def engine_options(f: Callable) -> Callable:
                           "--gpu-memory-utilization, SGLang --mem-fraction-static, TensorRT-LLM "
                           "free_gpu_memory_fraction). Default: the engine's (vLLM 0.9)."),
         click.option("--block-size", type=click.Choice(["1", "8", "16", "32", "64", "128"]),
-                     default=None, callback=lambda ctx, param, v: None if v is None else int(v),
+                     default=None, callback=lambda _ctx, _param, v: None if v is None else int(v),
                      help="KV block (page) size in tokens. Default: the engine's (vLLM 16, "
                           "SGLang 1, TensorRT-LLM 32)."),
         click.option("--max-num-seqs", type=POS_INT, default=None,

@@ -51,7 +51,7 @@ def latency_cmd(model: str, gpu: str, rate: float | None, concurrency: int | Non
     """Analytic TTFT / TBT / E2E percentiles and throughput under load (milliseconds)."""
     dep = deployment_from_options(catalog_dir, model, gpu, kw)
     load = load_spec_from_options(rate, concurrency, trace, input_len, output_len, burstiness,
-                                  dep.settings.max_model_len or dep.model.max_position_embeddings,
+                                  dep.model.context_len(dep.settings.max_model_len),
                                   num_prompts, warmup_prompts, time_unit=time_unit)
     res = analytic_latency(dep, load)
     if fmt == "json":

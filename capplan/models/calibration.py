@@ -85,7 +85,8 @@ def default_calibration(gpu: GpuSpec) -> Calibration:
     hbm3 = gpu.vendor == "nvidia" and (gpu.fp8_dense_tflops is not None) and (
         gpu.memory_bandwidth_gb_per_s >= 3000)
     amd = gpu.vendor == "amd"
-    nvlink = gpu.interconnect.kind.startswith("nvlink") or gpu.interconnect.kind == "infinity-fabric"
+    kind = gpu.interconnect.kind
+    nvlink = kind.startswith("nvlink") or kind == "infinity-fabric"
     return Calibration(
         mem_bw_frac=_HBM3_BW_FRAC if hbm3 else _OTHER_BW_FRAC,
         gemm_frac=0.55 if amd else 0.78,

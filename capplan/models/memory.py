@@ -186,7 +186,8 @@ def weight_bytes(counts: ParamCounts, dt: WeightDtypes) -> float:
 
 
 def kv_dtype_bytes(model: ModelSpec, kv_dtype: str = "auto") -> float:
-    """--kv-cache-dtype auto stores KV in the model's activation dtype (bf16 for fp8 checkpoints)."""
+    """--kv-cache-dtype auto stores KV in the model's activation dtype (bf16 for fp8
+    checkpoints)."""
     if kv_dtype == "auto":
         return model.dtype_bytes
     if kv_dtype not in ("bf16", "fp16", "fp8"):
@@ -271,8 +272,9 @@ def activation_peak_bytes(model: ModelSpec, settings: EngineSettings, act_bytes:
 # (docs/research/vllm_kv_logs*.md).
 NON_TORCH_BASE_BYTES = 0.15 * GIB_BYTES
 NON_TORCH_TP_BYTES = 0.1 * GIB_BYTES
-# CUDA graph capture: vLLM logs "Graph capturing finished ... took 0.3-1.5 GiB"; it grows with
-# the number of capture sizes and layers. Modelled as a base plus a per-layer cost.
+# CUDA graph capture: vLLM logs "Graph capturing finished ... took 0.52-3.34 GiB" (docs/research);
+# it grows with the number of capture sizes and layers. Modelled as a base plus a per-layer cost
+# (0.38-1.23 GiB over the catalog: low for large capture sets, see docs/memory.md).
 CUDA_GRAPH_BASE_BYTES = 0.25 * GIB_BYTES
 CUDA_GRAPH_PER_LAYER_BYTES = 8 * MIB_BYTES
 
@@ -361,7 +363,7 @@ def memory_report(model: ModelSpec, gpu: GpuSpec, settings: EngineSettings,
     profile = profile or settings.profile
     validate_settings(model, settings, gpu)
     s = settings
-    max_len = s.max_model_len or model.max_position_embeddings
+    max_len = model.context_len(s.max_model_len)
     dt = weight_dtypes(model, s.weight_dtype)
     counts = param_counts(model, s.tp, s.pp)
     weights = weight_bytes(counts, dt)

@@ -139,8 +139,8 @@ class StepModel:
         tokens = bd + tp_
         dense_mem = self.dense_weight_bytes / self.mem_bytes_per_s
         eff = tokens / (tokens + self.gemm_half_tokens)
-        dense_cmp = (tokens * self.dense_flops_per_token + logits * self.lm_head_flops_per_token) / (
-            self.gemm_flops_per_s * np.maximum(eff, 1e-12))
+        dense_flops = tokens * self.dense_flops_per_token + logits * self.lm_head_flops_per_token
+        dense_cmp = dense_flops / (self.gemm_flops_per_s * np.maximum(eff, 1e-12))
         linear = smooth_max(dense_mem, dense_cmp)
         expert_mem = expert_cmp = 0.0
         if np.any(np.asarray(self.num_experts) > 0):
@@ -259,8 +259,8 @@ def build_step_model(model: ModelSpec, gpu: GpuSpec, settings: EngineSettings,
     if model.mla is not None:
         m = model.mla
         # Decode uses the absorbed form: scores over kv_lora + rope dims, values over kv_lora.
-        per_pair_dec = 2 * heads * (m.kv_lora_rank + m.qk_rope_head_dim) + 2 * heads * m.kv_lora_rank
-        per_pair_pre = 2 * heads * (m.qk_nope_head_dim + m.qk_rope_head_dim) + 2 * heads * m.v_head_dim
+        per_pair_dec = 2 * heads * (m.kv_lora_rank + m.qk_rope_head_dim + m.kv_lora_rank)
+        per_pair_pre = 2 * heads * (m.qk_nope_head_dim + m.qk_rope_head_dim + m.v_head_dim)
     else:
         per_pair_dec = per_pair_pre = 4 * heads * model.head_dim
     compute = dt.compute_dtype if gpu.supports(dt.compute_dtype) else "bf16"

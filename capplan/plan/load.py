@@ -19,9 +19,7 @@ from capplan.models.closed_loop import (
 from capplan.models.perf import BOUNDS
 from capplan.models.queueing import LengthStats, Limits, QueueModel, summarize
 from capplan.plan.deployment import Deployment
-
-_STATS_SAMPLES = 20_000
-_STATS_SEED = 12345  # fixed: analytic results must not depend on a user seed
+from capplan.plan.lengths import clipped, length_stats, sample_lengths
 
 
 @dataclass(frozen=True)
@@ -36,15 +34,6 @@ class LoadSpec:
     """Closed loop: requests the benchmark sends and averages over (vllm bench serve's
     --num-prompts; default 1000)."""
     warmup_prompts: int = 0
-
-
-def _clipped_stats(inp: np.ndarray, out: np.ndarray, max_model_len: int | None
-                   ) -> tuple[LengthStats, LengthStats]:
-    if max_model_len:
-        from capplan.sim.workload import clip_lengths
-
-        inp, out = clip_lengths(inp, out, max_model_len)
-    return LengthStats.from_samples(inp), LengthStats.from_samples(out)
 
 
 def require_one_load(rate: float | None, concurrency: int | None, trace: str | None) -> None:
@@ -74,14 +63,10 @@ def load_spec_from_options(rate: float | None, concurrency: int | None, trace: s
             raise InputError(f"{trace}: needs at least two requests at different times")
         gaps = np.diff(np.sort(arrivals))
         scv = float(gaps.var() / max(gaps.mean() ** 2, 1e-12))
-        i_st, o_st = _clipped_stats(t.input_tokens, t.output_tokens, max_model_len)
+        i_st, o_st = length_stats(*clipped(np.asarray(t.input_tokens, float),
+                                           np.asarray(t.output_tokens, float), max_model_len))
         return LoadSpec((len(arrivals) - 1) / span, None, i_st, o_st, scv, f"trace {t.note}")
-    from capplan.sim.workload import parse_length
-
-    rng = np.random.default_rng(_STATS_SEED)
-    inp = parse_length(str(input_len)).sample(rng, _STATS_SAMPLES)
-    out = parse_length(str(output_len)).sample(rng, _STATS_SAMPLES)
-    i_st, o_st = _clipped_stats(inp, out, max_model_len)
+    i_st, o_st = length_stats(*sample_lengths(input_len, output_len, max_model_len))
     return LoadSpec(rate, concurrency, i_st, o_st, 1.0 / burstiness,
                     num_prompts=num_prompts, warmup_prompts=warmup_prompts)
 

@@ -17,7 +17,7 @@ from pydantic import (
 )
 
 from capplan import limits as L
-from capplan.errors import InputError, nearest, shown_key
+from capplan.errors import InputError, validation_error_line
 from capplan.units import parse_seconds
 
 _STRICT = ConfigDict(extra="forbid", frozen=True)
@@ -61,8 +61,10 @@ class Slo(BaseModel):
     e2e_p99_s: float | None = None
     """p99 end-to-end latency."""
 
-    _parse = field_validator("ttft_p99_s", "tbt_p99_s", "e2e_p99_s", mode="before")(
-        lambda cls, v: _seconds(v))
+    @field_validator("ttft_p99_s", "tbt_p99_s", "e2e_p99_s", mode="before")
+    @classmethod
+    def _parse(cls, v: Any) -> float | None:
+        return _seconds(v)
 
 
 class Lane(BaseModel):
@@ -82,8 +84,10 @@ class Lane(BaseModel):
     priority: L.PRIORITY.field() = 0  # type: ignore[valid-type]
     """Lower is served first when lanes share a pool (vLLM priority scheduling)."""
 
-    _lengths = field_validator("input_len", "output_len", mode="before")(
-        lambda cls, v: _length(v))
+    @field_validator("input_len", "output_len", mode="before")
+    @classmethod
+    def _lengths(cls, v: Any) -> Any:
+        return _length(v)
 
 
 class Candidates(BaseModel):
@@ -149,6 +153,10 @@ class PlanFile(BaseModel):
     calibration: str | None = None
     """Calibration YAML for every candidate GPU (relative to the plan file); default: a
     measured one for each GPU, else datasheet defaults. A file for another device is refused."""
+    allow_near_floor: bool = False
+    """Recommend fleets whose SLOs keep each replica under 10% of the load it sustains (SLOs
+    just above the unloaded latency floor); by default they are left out and the floor and the
+    trade-off are reported instead."""
     export: list[str] = []
     """Files to write (.csv, .json, .md, .xlsx), relative to the plan file."""
 
@@ -224,20 +232,9 @@ def load_plan(path: str | Path) -> PlanFile:
     try:
         return PlanFile.model_validate(data)
     except ValidationError as e:
-        errs = e.errors()
-        # An unknown key often replaces a required one (workload: for workloads:); report the
-        # unknown key, which names the fix, before the missing one.
-        err = next((x for x in errs if x["type"] == "extra_forbidden"), errs[0])
-        loc = tuple(err["loc"])
+        loc, msg = validation_error_line(e, _all_keys(PlanFile))
         line = _line_of(text, loc)
-        where = f"{p}:{line}" if line else str(p)
-        key = ".".join(str(x) for x in loc)
-        if err["type"] == "extra_forbidden":
-            near = nearest(str(loc[-1]), _all_keys(PlanFile), 1, cutoff=0.5)
-            hint = f" (did you mean {near[0]!r}?)" if near else ""
-            raise InputError(f"{where}: unknown key {shown_key(key)}{hint}") from e
-        msg = err["msg"].removeprefix("Value error, ")
-        raise InputError(f"{where}: {key}: {msg}") from e
+        raise InputError(f"{p}:{line}: {msg}" if line else f"{p}: {msg}") from e
 
 
 def plan_json_schema() -> dict[str, Any]:

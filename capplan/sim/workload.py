@@ -19,9 +19,7 @@ import numpy as np
 
 from capplan.errors import InputError
 from capplan.limits import SIM_HORIZON_S, TOKENS, check_input_file, read_text
-
-Z99 = 2.3263478740408408
-"""Standard normal 99th percentile (scipy.stats.norm.ppf(0.99))."""
+from capplan.models.queueing import Z99
 
 
 @dataclass(frozen=True)

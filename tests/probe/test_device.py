@@ -13,8 +13,8 @@ from capplan.catalog.calibration import load_calibration, read_calibration_file
 from capplan.catalog.loader import load_catalog
 from capplan.cli import cli
 from capplan.errors import InputError
-from capplan.models.perf import build_step_model
 from capplan.models.engine import EngineSettings
+from capplan.models.perf import build_step_model
 
 
 def _tiny_model():  # noqa: ANN202

@@ -164,7 +164,7 @@ def test_cli_overhead_override_adds_exactly(run_cli, tmp_path):
     base = run_cli(*SPEED, "--batch", "1,32")
     slow = run_cli(*SPEED, "--batch", "1,32", "--calibration", str(p))
     assert base.exit_code == 0 and slow.exit_code == 0, (base.stderr, slow.stderr)
-    for b, s in zip(base.json()["rows"], slow.json()["rows"]):
+    for b, s in zip(base.json()["rows"], slow.json()["rows"], strict=True):
         assert s["step_time_s"] - b["step_time_s"] == pytest.approx(0.010, rel=1e-9)
 
 
