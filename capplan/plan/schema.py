@@ -170,6 +170,8 @@ class PlanFile(BaseModel):
         total = (n(c.gpus, _CATALOG_GPUS_ESTIMATE) * n(c.tp, 4) * len(c.weight_dtypes)
                  * len(c.kv_dtypes) * n(e.max_num_seqs, 5) * n(e.max_num_batched_tokens, 6))
         L.check_cap("plan_configurations", total, "candidates x engine values")
+        L.check_cap("sim_requests", self.verify.top * self.verify.requests,
+                    "verify.top x verify.requests (simulated to check the best)")
         return self
 
     @field_validator("workloads")

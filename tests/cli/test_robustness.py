@@ -310,3 +310,8 @@ def test_long_plan_shows_progress(run_cli, tmp_path) -> None:
     res = run_cli("plan", str(_plan(tmp_path, workloads=lanes, pools="shared")), "--no-verify")
     assert res.exit_code == 0, res.stderr
     assert "planning pools" in res.stderr
+
+
+def test_plan_verification_work_is_capped(run_cli, tmp_path) -> None:
+    p = _plan(tmp_path, verify={"top": 100, "requests": 1_000_000})
+    assert_one_line_error(_quick(lambda: run_cli("plan", str(p))), "sim_requests")
