@@ -52,6 +52,7 @@ def run_simulation(dep: Deployment, *, rate: float | None, concurrency: int | No
                    time_unit: str = "auto") -> dict[str, Any]:
     """{"head": run description and bound, "results": {scheduler: SimResult dict},
     "notes": [...]}. `progress(scheduler, done, total)` is called as requests finish."""
+    limits.SEED.check(seed, "seed")
     wl = workload_from_options(rate, concurrency, trace, input_len, output_len, burstiness,
                                requests, time_unit)
     s = dep.settings

@@ -315,3 +315,20 @@ def test_long_plan_shows_progress(run_cli, tmp_path) -> None:
 def test_plan_verification_work_is_capped(run_cli, tmp_path) -> None:
     p = _plan(tmp_path, verify={"top": 100, "requests": 1_000_000})
     assert_one_line_error(_quick(lambda: run_cli("plan", str(p))), "sim_requests")
+
+
+@pytest.mark.parametrize(("fn", "kw", "fragment"), [
+    ("latency", {"rate": 1e9}, "--rate"),
+    ("latency", {"rate": 1, "input_len": "1e308"}, "length"),
+    ("latency", {"concurrency": 2**31}, "--concurrency"),
+    ("simulate", {"rate": 1, "requests": 10**9}, "sim_requests"),
+    ("simulate", {"rate": 1, "seed": -1}, "seed"),
+    ("simulate", {"rate": 1e-300}, "--rate"),
+])
+def test_python_api_refuses_what_the_cli_refuses(fn, kw, fragment) -> None:
+    """One validation layer: the library doors check the same bounds as the CLI options."""
+    import capplan
+    from capplan.errors import InputError
+
+    with pytest.raises(InputError, match=fragment):
+        getattr(capplan, fn)("llama-3.1-8b", "h100-sxm", **kw)
