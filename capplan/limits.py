@@ -100,6 +100,9 @@ ENDPOINT_CONCURRENCY = Bound("concurrency (client threads)", 1, 1024, integer=Tr
                               reason="one client thread per concurrent request")
 PRIORITY = Bound("priority", -1_000_000, 1_000_000, integer=True,
                  reason="an ordering: a million levels is more than any scheduler uses")
+ENDPOINT_TOKENS = Bound("tokens per request", 1, 2**20, integer=True,
+                        reason="a 1M-token prompt is a 6 MB request body; longer contexts are "
+                               "rare and the body is held in memory")
 SEED = Bound("seed", 0, 2**63 - 1, integer=True,
              reason="numpy seeds are non-negative 64-bit integers")
 BURSTINESS = Bound("burstiness", 1e-3, 1e3,

@@ -11,10 +11,19 @@ import click
 
 from capplan import limits
 from capplan.catalog.loader import load_catalog
-from capplan.cli._options import POS_INT, SECONDS, IntList, catalog_option, format_option
+from capplan.cli._options import (
+    POS_INT,
+    SECONDS,
+    BoundedInt,
+    IntList,
+    catalog_option,
+    format_option,
+)
 from capplan.cli._render import Column, emit, render_rows, to_json
 from capplan.errors import InputError
 from capplan.units import s_to_ms
+
+ENDPOINT_TOKENS = BoundedInt(limits.ENDPOINT_TOKENS)
 
 _STEP_COLUMNS = [
     Column("kind", "step"), Column("batch", "batch"), Column("context_len", "context/chunk"),
@@ -63,9 +72,9 @@ def _flat(level: dict[str, Any]) -> dict[str, Any]:
 @click.option("--concurrency", type=IntList(limits.ENDPOINT_CONCURRENCY), default="1,8,32",
               show_default=True,
               help="Closed-loop client counts, one level each.")
-@click.option("--input-len", type=POS_INT, default=512, show_default=True,
+@click.option("--input-len", type=ENDPOINT_TOKENS, default=512, show_default=True,
               help="Prompt length in tokens (about).")
-@click.option("--output-len", type=POS_INT, default=128, show_default=True,
+@click.option("--output-len", type=ENDPOINT_TOKENS, default=128, show_default=True,
               help="max_tokens per request (ignore_eos).")
 @click.option("--requests-per-level", type=POS_INT, default=None,
               help="Requests per level (default: 4 x concurrency, at least 8).")

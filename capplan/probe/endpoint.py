@@ -220,16 +220,22 @@ def _stream(resp: http.client.HTTPResponse, res: RequestResult, start: float,
             res.output_tokens += 1
 
 
+def request_body(model: str, prompt: str, output_len: int) -> bytes:
+    """The completion request, encoded once per level and shared by its clients."""
+    return json.dumps({"model": model, "prompt": prompt, "max_tokens": output_len,
+                       "ignore_eos": True, "stream": True, "temperature": 0.0,
+                       "stream_options": {"include_usage": True}}).encode()
+
+
 def one_request(t: Target, model: str, prompt: str, output_len: int, timeout_s: float,
-                clock: Callable[[], float] = time.perf_counter) -> RequestResult:
+                clock: Callable[[], float] = time.perf_counter,
+                body: bytes | None = None) -> RequestResult:
     """One streamed completion; never raises (errors are recorded in the result).
 
     `clock` stamps the events (tests drive their own); the deadline of `timeout_s` seconds is
     wall-clock time from the start, whatever the server sends.
     """
-    body = json.dumps({"model": model, "prompt": prompt, "max_tokens": output_len,
-                       "ignore_eos": True, "stream": True, "temperature": 0.0,
-                       "stream_options": {"include_usage": True}}).encode()
+    body = body if body is not None else request_body(model, prompt, output_len)
     cls = http.client.HTTPSConnection if t.https else http.client.HTTPConnection
     res = RequestResult(ok=False)
     conn = cls(t.host, t.port, timeout=timeout_s)
@@ -283,6 +289,7 @@ def run_level(t: Target, model: str, concurrency: int, num_requests: int, input_
         KeyboardInterrupt: Ctrl-C; the clients stop sending (requests in flight are dropped).
     """
     prompt = _WORD * max(1, input_len - 1)
+    body = request_body(model, prompt, output_len)
     results: list[RequestResult] = []
     lock = threading.Lock()
     issued = [0]
@@ -295,7 +302,7 @@ def run_level(t: Target, model: str, concurrency: int, num_requests: int, input_
                     return
                 issued[0] += 1
             try:
-                r = one_request(t, model, prompt, output_len, timeout_s, clock)
+                r = one_request(t, model, prompt, output_len, timeout_s, clock, body)
             except Exception as e:  # noqa: BLE001 - a client bug must not lose the request
                 r = RequestResult(ok=False, error=f"client error: {type(e).__name__}")
             with lock:
