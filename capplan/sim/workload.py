@@ -9,16 +9,20 @@ burstier). References: vLLM `benchmarks/serve.py` (`get_request`).
 from __future__ import annotations
 
 import csv
+import itertools
 import json
 import math
+from array import array
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import IO
 
 import numpy as np
 
 from capplan.errors import InputError
-from capplan.limits import SIM_HORIZON_S, TOKENS, check_input_file, read_text
+from capplan.limits import SIM_HORIZON_S, TOKENS, check_input_file
 from capplan.models.queueing import Z99
 
 
@@ -355,28 +359,30 @@ def _length_value(v: object, path: Path, line: int, col: str) -> int:
     return int(x)
 
 
-def _rows(path: Path) -> tuple[list[str], list[tuple[int, dict]]]:
-    text = read_text(path, "trace", encoding="utf-8-sig")
+def _rows(f: IO[str], path: Path) -> tuple[list[str], Iterator[tuple[int, dict]]]:
+    """Column names and a stream of (line, row) from an open trace: rows are read one at a
+    time, so a large trace costs its three arrays, not a dict per row held at once."""
     if path.suffix.lower() in (".jsonl", ".json", ".ndjson"):
-        rows = []
-        cols: list[str] = []
-        for i, ln in enumerate(text.splitlines(), 1):
-            if not ln.strip():
-                continue
-            try:
-                obj = json.loads(ln)
-            except json.JSONDecodeError as e:
-                raise InputError(f"{path}:{i}: not valid JSON ({e.msg})") from None
-            if not isinstance(obj, dict):
-                raise InputError(f"{path}:{i}: expected a JSON object per line")
-            if not cols:
-                cols = list(obj)
-            rows.append((i, obj))
-        return cols, rows
-    reader = csv.DictReader(text.splitlines())
+        def objects() -> Iterator[tuple[int, dict]]:
+            for i, ln in enumerate(f, 1):
+                if not ln.strip():
+                    continue
+                try:
+                    obj = json.loads(ln)
+                except json.JSONDecodeError as e:
+                    raise InputError(f"{path}:{i}: not valid JSON ({e.msg})") from None
+                if not isinstance(obj, dict):
+                    raise InputError(f"{path}:{i}: expected a JSON object per line")
+                yield i, obj
+        it = objects()
+        first = next(it, None)
+        if first is None:
+            return [], iter(())
+        return list(first[1]), itertools.chain([first], it)
+    reader = csv.DictReader(f)
     cols = [c.strip() for c in (reader.fieldnames or [])]
     reader.fieldnames = cols
-    return cols, [(i, r) for i, r in enumerate(reader, 2)]
+    return cols, ((i, r) for i, r in enumerate(reader, 2))
 
 
 def load_trace(path: str | Path, time_unit: str = "auto") -> Requests:
@@ -396,24 +402,33 @@ def load_trace(path: str | Path, time_unit: str = "auto") -> Requests:
         raise InputError(f"--time-unit {time_unit!r}: use auto, s, ms or us")
     if not p.is_file():
         raise InputError(f"{p}: no such trace file")
-    cols, rows = _rows(p)
-    if not rows:
-        raise InputError(f"{p}: empty trace (no requests)")
-    ca = _pick(cols, ARRIVAL_COLUMNS, p, "arrival time")
-    ci = _pick(cols, INPUT_COLUMNS, p, "input tokens")
-    co = _pick(cols, OUTPUT_COLUMNS, p, "output tokens")
-    t = np.empty(len(rows))
-    inp = np.empty(len(rows), np.int64)
-    out = np.empty(len(rows), np.int64)
+    check_input_file(p, "trace")
+    times, inputs, outputs = array("d"), array("q"), array("q")
     numeric = True
-    for k, (line, r) in enumerate(rows):
-        for c in (ca, ci, co):
-            if r.get(c) in (None, ""):
-                raise InputError(f"{p}:{line}: missing value for column {c}")
-        t[k], is_num = _time_and_kind(r[ca], p, line)
-        numeric = numeric and is_num
-        inp[k] = _length_value(r[ci], p, line, ci)
-        out[k] = _length_value(r[co], p, line, co)
+    with open(p, encoding="utf-8-sig", newline="") as f:
+        try:
+            cols, rows = _rows(f, p)
+            if not cols:
+                raise InputError(f"{p}: empty trace (no requests)")
+            ca = _pick(cols, ARRIVAL_COLUMNS, p, "arrival time")
+            ci = _pick(cols, INPUT_COLUMNS, p, "input tokens")
+            co = _pick(cols, OUTPUT_COLUMNS, p, "output tokens")
+            for line, r in rows:
+                for c in (ca, ci, co):
+                    if r.get(c) in (None, ""):
+                        raise InputError(f"{p}:{line}: missing value for column {c}")
+                tk, is_num = _time_and_kind(r[ca], p, line)
+                times.append(tk)
+                numeric = numeric and is_num
+                inputs.append(_length_value(r[ci], p, line, ci))
+                outputs.append(_length_value(r[co], p, line, co))
+        except csv.Error as e:  # a NUL byte, a field over csv's 128 KiB limit
+            raise InputError(f"{p}: not a CSV trace ({e})") from None
+    if not times:
+        raise InputError(f"{p}: empty trace (no requests)")
+    t = np.frombuffer(times, dtype=np.float64).copy()
+    inp = np.frombuffer(inputs, dtype=np.int64).copy()
+    out = np.frombuffer(outputs, dtype=np.int64).copy()
     if numeric:
         unit, why = ((time_unit, "--time-unit") if time_unit != "auto"
                      else trace_time_unit(cols, t))
@@ -431,7 +446,7 @@ def load_trace(path: str | Path, time_unit: str = "auto") -> Requests:
     note = (f"{p}: {len(t)} requests over {span:.4g} s{rate}; columns {ca} ({unit}, "
             f"{why}), {ci}, {co}")
     return Requests(t, np.maximum(inp[order], 1), np.maximum(out[order], 1),
-                    np.zeros(len(rows), np.int64), note=note)
+                    np.zeros(len(t), np.int64), note=note)
 
 
 def _time_and_kind(v: object, path: Path, line: int) -> tuple[float, bool]:

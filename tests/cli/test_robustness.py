@@ -332,3 +332,13 @@ def test_python_api_refuses_what_the_cli_refuses(fn, kw, fragment) -> None:
 
     with pytest.raises(InputError, match=fragment):
         getattr(capplan, fn)("llama-3.1-8b", "h100-sxm", **kw)
+
+
+@pytest.mark.parametrize("body", [
+    "timestamp,input_tokens,output_tokens\n0,1\x00,10\n1,10,10\n",
+    "timestamp,input_tokens,output_tokens\n0,\"" + "9" * 200_000 + "\",10\n",
+], ids=["nul-byte", "field-over-csv-limit"])
+def test_csv_errors_are_one_line(run_cli, tmp_path, body) -> None:
+    t = tmp_path / "t.csv"
+    t.write_text(body)
+    assert_one_line_error(run_cli("simulate", *M, "--trace", str(t)), "t.csv")
