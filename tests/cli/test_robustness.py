@@ -342,3 +342,14 @@ def test_csv_errors_are_one_line(run_cli, tmp_path, body) -> None:
     t = tmp_path / "t.csv"
     t.write_text(body)
     assert_one_line_error(run_cli("simulate", *M, "--trace", str(t)), "t.csv")
+
+
+def test_device_node_is_never_replaced() -> None:
+    """As root, an export to /dev/null turned it into a regular file. Checked with the guard
+    alone: the test must not touch /dev/null on a version without it."""
+    from capplan.errors import InputError
+    from capplan.export.atomic import check_replaceable
+
+    with pytest.raises(InputError, match="device node"):
+        check_replaceable(Path("/dev/null"))
+    assert Path("/dev/null").is_char_device()
