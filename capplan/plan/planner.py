@@ -374,7 +374,9 @@ def _verify_job(r: Recommendation, pool: _Pool, max_requests: int) -> VerifyJob:
     return VerifyJob(lanes=pool.lanes, replicas=r.replicas, step=c.step,
                      num_gpu_blocks=c.num_gpu_blocks, block_size=s.block_size,
                      max_num_seqs=s.max_num_seqs, max_num_batched_tokens=s.max_num_batched_tokens,
-                     max_model_len=s.max_model_len, requests=n_req)
+                     max_model_len=s.max_model_len, requests=n_req,
+                     policy=s.profile.scheduler,
+                     request_overhead_s=float(np.asarray(c.step.request_overhead_s)))
 
 
 def _verify(ranked: list[Recommendation], pool: _Pool, top: int, max_requests: int,

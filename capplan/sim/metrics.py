@@ -151,7 +151,7 @@ def summarize(r: RunRecord, lanes: tuple[Lane, ...]) -> SimResult:
                 "goodput_requests_per_s": float(ok[m].sum()) / span,
                 "output_tokens_per_s": float(r.output_tokens[m].sum()) / span,
             }
-    tbt_v = np.concatenate([dur, r.extra_gaps_s])
+    tbt_v = np.concatenate([r.step_tbt_gap_s, r.extra_gaps_s])
     tbt_w = np.concatenate([r.step_tbt_count, np.ones(len(r.extra_gaps_s))])
     return SimResult(
         scheduler=r.scheduler,

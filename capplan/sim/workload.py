@@ -174,7 +174,8 @@ class Requests:
     lane: np.ndarray
     """Index into the workload's lanes."""
     concurrency: int | None = None
-    """Closed loop: the first C arrive at 0, each later one when a request completes."""
+    """Closed loop: the first C arrive at 0, each later one when a request completes (plus the
+    engine run's `request_overhead_s`), in order, as `vllm bench serve --max-concurrency C`."""
     note: str = ""
     """Where a trace's requests came from: the columns and time unit used."""
 
