@@ -6,7 +6,7 @@ traceback, never out of memory (`make fuzz` runs under a 4 GiB data limit), and 
 limit. Work is bounded by the edge (capplan --limit keeps the
 simulator's share small here).
 
-`make test` runs a bounded, derandomised set (about 20 s); `make fuzz` runs the same properties
+`make test` runs a bounded, derandomised set (about 10 s); `make fuzz` runs the same properties
 with many more examples (CAPPLAN_FUZZ_EXAMPLES, default 2000 per property), randomised.
 """
 
@@ -159,20 +159,20 @@ def _cmd(name: str, spec: dict[str, st.SearchStrategy], examples: int):
     return test
 
 
-test_fuzz_memory = _cmd("memory", ENGINE, 60)
+test_fuzz_memory = _cmd("memory", ENGINE, 100)
 test_fuzz_speed = _cmd("speed", {**ENGINE, "--batch": LIST, "--context": LIST,
-                                 "--prefill": LIST}, 60)
+                                 "--prefill": LIST}, 100)
 test_fuzz_latency = _cmd("latency", {
     **ENGINE, "--rate": NUMBER, "--concurrency": NUMBER, "--input-len": LENGTH,
-    "--output-len": LENGTH, "--burstiness": NUMBER}, 60)
+    "--output-len": LENGTH, "--burstiness": NUMBER}, 100)
 test_fuzz_simulate = _cmd("simulate", {
     **ENGINE, "--rate": NUMBER, "--concurrency": SMALL_INT, "--input-len": LENGTH,
     "--output-len": LENGTH, "--burstiness": NUMBER, "--requests": SMALL_INT,
     "--seed": NUMBER, "--batch-timeout": NUMBER,
-    "--scheduler": st.sampled_from(["continuous", "static", "dynamic", "x"])}, 15)
+    "--scheduler": st.sampled_from(["continuous", "static", "dynamic", "x"])}, 25)
 
 
-@_settings(12)
+@_settings(20)
 @given(model=MODELS, opts=_opts({
     "--rate": NUMBER, "--input-len": LENGTH, "--output-len": LENGTH, "--ttft-p99": NUMBER,
     "--tbt-p99": NUMBER, "--e2e-p99": NUMBER, "--tp": LIST, "--max-num-seqs": LIST,
@@ -219,7 +219,7 @@ PLAN = st.fixed_dictionaries(
 )
 
 
-@_settings(15)
+@_settings(30)
 @given(plan=PLAN)
 def test_fuzz_plan_file(plan: dict[str, Any]) -> None:
     with tempfile.TemporaryDirectory() as d:
