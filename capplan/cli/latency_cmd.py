@@ -5,8 +5,10 @@ from __future__ import annotations
 import click
 
 from capplan.cli._options import (
+    BURSTINESS,
+    CONCURRENCY,
     POS_INT,
-    POSITIVE,
+    RATE,
     catalog_option,
     deployment_from_options,
     engine_options,
@@ -20,8 +22,8 @@ from capplan.plan.load import analytic_latency, load_spec_from_options
 
 @click.command("latency")
 @model_gpu_options
-@click.option("--rate", type=POSITIVE, default=None, help="Open-loop arrival rate (requests/s).")
-@click.option("--concurrency", type=POS_INT, default=None,
+@click.option("--rate", type=RATE, default=None, help="Open-loop arrival rate (requests/s).")
+@click.option("--concurrency", type=CONCURRENCY, default=None,
               help="Closed loop: C clients, each sending its next request when the last ends.")
 @click.option("--trace", type=click.Path(dir_okay=False), default=None,
               help="Trace (CSV/JSONL): its mean rate and its length distributions are used.")
@@ -31,7 +33,7 @@ from capplan.plan.load import analytic_latency, load_spec_from_options
               help="Prompt tokens: a number or a distribution (lognormal:mean=800,p99=4000).")
 @click.option("--output-len", default="256", show_default=True,
               help="Output tokens: a number or a distribution.")
-@click.option("--burstiness", type=POSITIVE, default=1.0, show_default=True,
+@click.option("--burstiness", type=BURSTINESS, default=1.0, show_default=True,
               help="Gamma arrivals shape (1 = Poisson), as vllm bench serve.")
 @click.option("--num-prompts", type=POS_INT, default=None,
               help="Closed loop: requests the benchmark sends and averages over, start-up wave "

@@ -333,7 +333,9 @@ class QueueModel:
         wq_c = np.where(a < c, p_wait * slot_s / np.maximum(c - a, 1e-9) * (self.ca2 + cs2) / 2,
                         np.inf)
         stable = exists & (rho_p < 1) & (a < c) & (lam * inp.mean * tau < budget)
-        m_chunks = lam * tau * s["n"]
+        # Unstable rows are reported as inf below; give them m = 0 so that the compound-Poisson
+        # sum does not loop over ~m terms for an absurd rate (1e9 req/s took minutes, 7 GB).
+        m_chunks = np.where(stable, lam * tau * s["n"], 0.0)
         res: dict[str, Any] = {"stable": stable, "step_s": tau, "decode_step_s": t_dec,
                                "prefill_step_s": t_pf, "prefill_step_frac": s["f"]}
         ttft: dict[str, Any] = {"mean": tau / 2 + wq_p + own_mean + wq_c

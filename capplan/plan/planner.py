@@ -171,13 +171,24 @@ def _warnings(r: Recommendation, ctx_mean: float) -> list[str]:
     return out
 
 
-def run_plan(cat: Catalog, plan: PlanFile, verify: VerifyFn | None = None) -> PlanResult:
-    """Plan every pool layout asked for (see PlanResult.to_dict for the JSON)."""
+def run_plan(cat: Catalog, plan: PlanFile, verify: VerifyFn | None = None,
+             progress: Callable[[int, int], object] | None = None) -> PlanResult:
+    """Plan every pool layout asked for (see PlanResult.to_dict for the JSON);
+    `progress(done, total)` is called after each pool is planned."""
     resolved = cat.resolve_model(plan.model)
     lanes = list(plan.workloads)
+    per_lane = len(lanes) > 1 and plan.pools in ("separate", "both")
+    total = 1 + len(lanes) * per_lane
     result = _plan_pool(cat, plan, resolved, lanes, verify)
-    if len(lanes) > 1 and plan.pools in ("separate", "both"):
-        pools = PoolComparison(result.best, [_separate(cat, plan, resolved, ln) for ln in lanes])
+    if progress is not None:
+        progress(1, total)
+    if per_lane:
+        separate = []
+        for i, ln in enumerate(lanes, 2):
+            separate.append(_separate(cat, plan, resolved, ln))
+            if progress is not None:
+                progress(i, total)
+        pools = PoolComparison(result.best, separate)
         cost, cheaper = pools.separate_cost_per_hour, pools.cheaper
         note = (f"pools: one shared pool costs {_money(result.best.cost_per_hour)}/h, a pool per "
                 f"lane {_money(cost)}/h: " + ("they cost the same (shared keeps spare capacity "

@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 
+from capplan import limits
 from capplan.errors import InputError
 from capplan.models.perf import BOUNDS
 from capplan.plan.deployment import Deployment
@@ -33,6 +34,9 @@ def workload_from_options(rate: float | None, concurrency: int | None, trace: st
     require_one_load(rate, concurrency, trace)
     if trace is not None:
         return Workload((Lane(name="trace"),), trace=load_trace(trace, time_unit))
+    limits.check_cap("sim_requests", requests, "--requests")  # estimated before the work
+    if rate is not None:
+        limits.check_sim_horizon(requests, rate)
     lane = Lane(rate_per_s=rate, arrival="gamma" if burstiness != 1.0 else "poisson",
                 burstiness=burstiness, input_len=parse_length(input_len),
                 output_len=parse_length(output_len))
@@ -49,6 +53,7 @@ def run_simulation(dep: Deployment, *, rate: float | None, concurrency: int | No
     """{"head": run description and bound, "results": {scheduler: SimResult dict},
     "notes": [...]}. `progress(scheduler, done, total)` is called as requests finish.
     `chunked_prefill` None keeps the engine profile's choice; False forces whole prompts."""
+    limits.SEED.check(seed, "seed")
     wl = workload_from_options(rate, concurrency, trace, input_len, output_len, burstiness,
                                requests, time_unit)
     s = dep.settings

@@ -99,7 +99,9 @@ def _per_request(r: RunRecord) -> dict[str, np.ndarray]:
     multi = out > 1
     tpot = np.where(multi, (e2e - ttft) / np.maximum(out - 1, 1), np.nan)
     return {"ttft_s": ttft, "e2e_s": e2e, "tpot_s": tpot,
-            "queue_s": r.admitted_at_s - r.arrival_at_s}
+            # a closed-loop request admitted in the step its predecessor ended can read
+            # -1e-15 s from float rounding of the two stamps: a wait is never negative
+            "queue_s": np.maximum(r.admitted_at_s - r.arrival_at_s, 0.0)}
 
 
 def _slo_met(r: RunRecord, lanes: tuple[Lane, ...], per: dict[str, np.ndarray]) -> np.ndarray:
