@@ -31,12 +31,12 @@ import numpy as np
 from capplan.catalog.loader import load_catalog
 from capplan.errors import CapplanError
 from capplan.models.closed_loop import BenchmarkProtocol, closed_loop_latency
-from capplan.plan.deployment import EngineOptions, resolve_deployment
+from capplan.plan.deployment import EngineOptions, calibration_for, resolve_deployment
 
 DATA = Path(__file__).resolve().parents[1].parent / "shared" / "validation" / "silicon_sample.csv"
 SYSTEMS = {"h200_sxm": "h200", "b200_sxm": "b200", "b300_sxm": "b300", "gb200": "gb200",
            "gb300": "gb300"}
-SILICON_ROUNDS = {"vllm": 3.0, "sglang": 1.0, "trtllm": 8.0}
+SILICON_ROUNDS = {"vllm": 3.0, "sglang": 3.0, "trtllm": 8.0}
 """Measured requests per client of the silicon benchmark (N / C) per engine's harness, fitted on
 the training rows (--fit; docs/validation.md): the dump does not record the protocol."""
 ROUNDS_GRID = (1, 1.5, 2, 3, 4, 5, 6, 8, 10, 15, 20)
@@ -89,7 +89,7 @@ class Prediction:
 _DEPS: dict[tuple, object] = {}
 
 
-def deployment(cat, r: dict[str, str]):
+def deployment(cat, r: dict[str, str], overhead_s: float | None = None):
     """The deployment of a row: its engine, layout, dtype; KV in fp8 for fp8/fp4 precision
     (AIConfigurator's quantized configurations quantize the KV cache too)."""
     res = cat.resolve_model(r["model_path"])
@@ -98,20 +98,26 @@ def deployment(cat, r: dict[str, str]):
     c = concurrency(r)
     isl, osl = int(r["isl"]), int(r["osl"])
     kvd = "fp8" if r["precision"] in ("fp8", "fp4", "nvfp4") else "auto"
-    key = (r["backend"], r["model_path"], r["system"], tp, r["precision"], isl, osl, c)
+    key = (r["backend"], r["model_path"], r["system"], tp, r["precision"], isl, osl, c,
+           overhead_s)
     if key not in _DEPS:
         # The benchmark sizes the engine for its concurrency: running-request cap >= C.
         opts = EngineOptions(engine=r["backend"], tp=tp, weight_dtype=dtype_for(r["precision"],
                                                                               own),
                              kv_dtype=kvd, max_model_len=isl + osl + 16,
                              max_num_seqs=None if c <= 256 else c)
-        _DEPS[key] = resolve_deployment(cat, r["model_path"], SYSTEMS[r["system"]], opts)
+        gpu = cat.gpu(SYSTEMS[r["system"]])
+        cal = calibration_for(cat, gpu, None)
+        if overhead_s is not None:  # --fit tries other overheads (they change cohort merging)
+            cal = cal.with_(request_overhead_s=overhead_s)
+        _DEPS[key] = resolve_deployment(cat, r["model_path"], gpu.key, opts, cal)
     return _DEPS[key]
 
 
-def predict(cat, r: dict[str, str], with_sim: bool, rounds: float) -> Prediction | None:
+def predict(cat, r: dict[str, str], with_sim: bool, rounds: float,
+            overhead_s: float | None = None) -> Prediction | None:
     try:
-        dep = deployment(cat, r)
+        dep = deployment(cat, r, overhead_s)
     except CapplanError:
         return None
     if not dep.memory.fits:
@@ -151,22 +157,27 @@ def cell(e: np.ndarray) -> str:
             f"{np.median(e):+.0%}")
 
 
-def fit(scored: list[tuple[dict[str, str], Prediction]]) -> None:
+OVERHEAD_GRID_S = (0.0, 0.02, 0.04, 0.06, 0.08, 0.1, 0.15, 0.2, 0.25, 0.3, 0.4)
+
+
+def fit(cat, rows: list[dict[str, str]]) -> None:
     """Per engine: the benchmark's rounds and the per-request overhead minimising the median
     |log error| of TTFT on that engine's training rows (each engine was benchmarked through its
-    own harness, so neither is assumed shared)."""
-    train = [(r, p) for r, p in scored if is_training(r)]
-    for eng in sorted({r["backend"] for r, _ in train}):
-        rows = [(r, float(r["silicon_ttft_ms"]) / 1e3, p) for r, p in train if r["backend"] == eng]
-        best = None
-        for rounds in ROUNDS_GRID:
-            for o in np.arange(0.0, 0.6, 0.005):
-                cost = float(np.median([abs(math.log(p.ttft(rounds, o) / m)) for _, m, p in rows]))
-                if best is None or cost < best[0]:
-                    best = (cost, rounds, o)
-        assert best is not None
-        print(f"{eng}: rounds {best[1]}, overhead {best[2] * 1e3:.0f} ms, median |log err| "
-              f"{best[0]:.3f} ({len(rows)} training rows)")
+    own harness, so neither is assumed shared). The overhead changes how cohorts merge, so each
+    overhead is a full prediction; rounds only reweight the wave."""
+    train = [r for r in rows if is_training(r)]
+    best: dict[str, tuple[float, float, float]] = {}
+    for o in OVERHEAD_GRID_S:
+        preds = [(r, predict(cat, r, False, 1.0, o)) for r in train]
+        for eng in sorted({r["backend"] for r in train}):
+            got = [(p, float(r["silicon_ttft_ms"]) / 1e3) for r, p in preds
+                   if p is not None and r["backend"] == eng]
+            for rounds in ROUNDS_GRID:
+                cost = float(np.median([abs(math.log(p.ttft(rounds) / m)) for p, m in got]))
+                if eng not in best or cost < best[eng][0]:
+                    best[eng] = (cost, rounds, o)
+    for eng, (cost, rounds, o) in sorted(best.items()):
+        print(f"{eng}: rounds {rounds}, overhead {o * 1e3:.0f} ms, median |log err| {cost:.3f}")
 
 
 def main() -> None:
@@ -175,6 +186,9 @@ def main() -> None:
         return
     with_sim = "--sim" in sys.argv
     cat = load_catalog()
+    if "--fit" in sys.argv:
+        fit(cat, agg_rows())
+        return
     scored = []
     for r in agg_rows():
         try:
@@ -183,9 +197,6 @@ def main() -> None:
             p = None
         if p is not None:
             scored.append((r, p))
-    if "--fit" in sys.argv:
-        fit(scored)
-        return
     groups: dict[tuple[str, str], dict[str, list]] = defaultdict(lambda: defaultdict(list))
     for r, p in scored:
         for key in ((r["backend"], r["system"]), (r["backend"], "all"), ("all", "all")):
