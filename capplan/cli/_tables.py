@@ -85,8 +85,9 @@ def sweep_table(results: Sequence[dict[str, Any]], level: str, levels: Sequence[
             for q, v in (res.get(key) or {}).items():
                 if res.get("stable") and v is not None:
                     row[f"{key}.{q}"] = v
-        if fmt == "table" and not res.get("stable"):
-            row["requests_per_s"] = "unstable"
+        if fmt == "table":  # text, so that "unstable" keeps the numbers' alignment
+            row["requests_per_s"] = (f"{res['requests_per_s']:.2f}" if res.get("stable")
+                                     else "unstable")
         rows.append(row)
     text = render_rows(rows, _sweep_columns(level, fmt), fmt)
     if fmt == "table":

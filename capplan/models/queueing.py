@@ -11,8 +11,8 @@ Steady state at arrival rate lambda (open loop) -- derivation in docs/queueing.m
 - TTFT = residual of the current step + wait behind other prefills (M/G/1 on prefill tokens,
   Pollaczek-Khinchine) + own prefill (its chunks) + wait for a slot when the concurrency cap
   (max_num_seqs or KV capacity) binds (M/G/c, Erlang C with the Allen-Cunneen correction).
-  Waiting times get exponential tails (exact for M/M/c); percentiles of the sum combine the
-  components' excesses over their means in quadrature.
+  Waiting times get exponential tails (exact for M/M/c); TTFT and E2E percentiles are those of
+  the sum of the terms' laws, convolved on a grid (see _sum_law).
 - Unstable (the queue grows without bound) when prefill demand exceeds the token budget,
   the offered load reaches the concurrency cap, or the fixed point does not exist.
 
@@ -173,8 +173,9 @@ _GRID_LEN = 256
 """Points of the convolution grid (FFT length)."""
 _GRID_SPAN = _GRID_LEN - 8
 """Points that the summed spans cover; the spare points keep the sum from wrapping around."""
-_TAIL_EPS = 1e-3
-"""An exponential term's span ends at its (1 - eps) quantile; the grid drops what lies beyond."""
+_TAIL_EPS = 1e-4
+"""An exponential term's span ends at its (1 - eps) quantile; the mass beyond (under eps) wraps
+to the grid's start, which lowers a p99 by under 0.5%."""
 _OWN_NODES = 6
 """Chunk sizes at which the own-prefill time is evaluated, then interpolated linearly."""
 _FREQ = np.arange(_GRID_LEN // 2 + 1)
