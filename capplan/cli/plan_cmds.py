@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -57,13 +58,15 @@ PLAN_COLUMNS = [
     Column("rank", "#"), Column("gpu", "GPU"), Column("tp", "TP"),
     Column("replicas", "replicas"), Column("gpus_total", "GPUs"),
     Column("weight_dtype", "weights"), Column("kv_dtype", "KV"),
-    Column("max_num_seqs", "max seqs"), Column("max_num_batched_tokens", "chunk (tok)"),
-    Column("ttft_p99", "TTFT p99 (ms)", ms, ".0f"), Column("tbt_p99", "TBT p99 (ms)", ms,
-                                                             ".1f"),
-    Column("capacity_per_replica_rps", "req/s per replica", None, ".2f"),
-    Column("cost_per_hour", "cost ($/h)", None, ".2f"),
-    Column("binding_constraint", "binding"),
+    Column("max_num_seqs", "max\nseqs"), Column("max_num_batched_tokens", "chunk\n(tok)"),
+    Column("ttft_p99", "TTFT p99\n(ms)", ms, ".0f"), Column("tbt_p99", "TBT p99\n(ms)", ms,
+                                                               ".1f"),
+    Column("capacity_per_replica_rps", "req/s per\nreplica", None, ".3g"),
+    Column("cost_per_hour", "cost\n($/h)", None, ".2f"),
+    Column("binding_constraint", "binding", lambda b: _SHORT_BINDING.get(b, b)),
 ]
+_SHORT_BINDING = {"concurrency cap (max_num_seqs)": "max_num_seqs cap"}
+"""Table abbreviations (the full names stay in JSON, CSV and the lines under the table)."""
 
 
 def _plan_rows(result: dict[str, Any]) -> list[dict[str, Any]]:
@@ -84,7 +87,7 @@ def render_plan(result: dict[str, Any], fmt: str) -> str:
     vtxt = "not simulated" if not ver else (
         "simulator confirms" if ver.get("ok") else f"simulator: {ver.get('reason')}")
     out += ["", f"recommended: {best['replicas']} x {best['gpu']} TP {best['tp']} "
-                f"({best['gpus_total']} GPUs), binding constraint: {best['binding_constraint']};"
+                f"({best['gpus_total']} GPU{'' if best['gpus_total'] == 1 else 's'}), binding constraint: {best['binding_constraint']};"
                 f" SLO margins: {margins or 'no SLOs'}; {vtxt}"]
     for r in result["recommendations"][1:4]:
         out.append(f"  #{r['rank']} {r['gpu']} TP {r['tp']}: {r['why_not_first']}")
@@ -93,7 +96,11 @@ def render_plan(result: dict[str, Any], fmt: str) -> str:
             "verify:  " + best["engine_flags"]["bench"]]
     for w in result.get("warnings", []):
         out.append(f"warning: {w}")
-    return "\n".join(out)
+    # prose wraps at 120 columns; the table is built to fit, and launch lines stay whole (to copy)
+    keep = ("vLLM:", "SGLang:", "verify:")
+    return "\n".join(line if "\n" in line or line.startswith(keep) else
+                     textwrap.fill(line, 120, subsequent_indent="    ", break_on_hyphens=False)
+                     for line in out)
 
 
 def _exports(paths: tuple[str, ...] | list[str], base: Path | None = None) -> list[Path]:

@@ -45,7 +45,7 @@ def _rows(results: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
 
     spec: list[tuple[str, Any]] = [
         *lat("ttft_s", "TTFT", MS_S, "ms"), *lat("tbt_s", "TBT", MS_S, "ms"),
-        *lat("tpot_s", "TPOT", MS_S, "ms"), *lat("e2e_s", "E2E", 1.0, "s"),
+        *lat("tpot_s", "TPOT", MS_S, "ms"), *lat("e2e_s", "E2E", MS_S, "ms"),
         *lat("queue_s", "queueing", MS_S, "ms"),
         ("output throughput (tok/s)", lambda d: d["output_tokens_per_s"]),
         ("input throughput (tok/s)", lambda d: d["input_tokens_per_s"]),
@@ -157,7 +157,7 @@ def simulate_cmd(model: str, gpu: str, rate: float | None, concurrency: int | No
         body = results[names[0]] if len(names) == 1 else {"schedulers": results}
         emit(to_json({**head, **body}))
         return
-    cols = [Column("q", "quantity"), *(Column(n, n, fmt=".4g") for n in names)]
+    cols = [Column("q", "quantity"), *(Column(n, n, fmt=",.1f") for n in names)]
     emit(render_rows(_rows(results), cols, fmt))
     if fmt == "table":
         click.echo(f"{head['model']} on {head['gpu']} (TP {s.tp}), {len(reqs)} requests, "
