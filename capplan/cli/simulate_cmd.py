@@ -141,7 +141,8 @@ def simulate_cmd(model: str, gpu: str, rate: float | None, concurrency: int | No
         first = results[names[0]]
         ts = first.get("time_series") or {}
         kv = ts.get("kv_utilization", [])
-        for path in plot_sim({**first, "timeseries": {**ts, "kv_utilization": kv}}, plot_dir):
+        for path in plot_sim({**first, "model": dep.model.key, "gpu": dep.gpu.key, "tp": s.tp,
+                              "timeseries": {**ts, "kv_utilization": kv}}, plot_dir):
             click.echo(f"wrote {path}", err=True)
     from capplan.models.perf import BOUNDS
 
@@ -161,7 +162,7 @@ def simulate_cmd(model: str, gpu: str, rate: float | None, concurrency: int | No
     emit(render_rows(_rows(results), cols, fmt))
     if fmt == "table":
         click.echo(f"{head['model']} on {head['gpu']} (TP {s.tp}), {len(reqs)} requests, "
-                   f"seed {seed}; decode steps {bound}-bound at the mean running batch; "
+                   f"seed {seed}; decode steps {bound}-bound at the mean running batch\n"
                    f"calibration: {head['calibration']}", err=True)
 
 

@@ -46,7 +46,7 @@ def speed_cmd(model: str, gpu: str, batch: list[int], context: list[int],
     if plot_dir:
         from capplan.export.plots import plot_speed
 
-        plot_speed(curve, plot_dir)
+        plot_speed({**curve, "model": dep.model.key, "gpu": dep.gpu.key, "tp": s.tp}, plot_dir)
     if fmt == "json":
         emit(to_json({"model": dep.model.key, "gpu": dep.gpu.key, "tp": s.tp,
                       "calibration": dep.calibration.source, "rows": curve["rows"],
@@ -62,8 +62,11 @@ def speed_cmd(model: str, gpu: str, batch: list[int], context: list[int],
     ]
     emit(render_rows(curve["rows"], cols, fmt))
     if fmt == "table":
-        knees = ", ".join(f"context {c}: batch {k}" if k else f"context {c}: none in range"
-                          for c, k in curve["knee_batch"].items())
+        lo, hi = min(batch), max(batch)
+        knees = ", ".join(
+            f"context {c}: batch {k}" if k and lo <= k <= hi else
+            f"context {c}: none within batches {lo}-{hi}" + (f" (at batch {k})" if k else "")
+            for c, k in curve["knee_batch"].items())
         emit(f"\nknee (doubling the batch adds < 15% throughput): {knees}")
         emit(f"calibration: {dep.calibration.source}")
         if curve["excluded"]:

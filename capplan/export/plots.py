@@ -203,7 +203,10 @@ def plot_plan(plan: dict[str, Any], out_dir: str | Path) -> list[Path]:
     if not isinstance(plan, dict):
         raise InputError(f"a plan result must be a dict, got {type(plan).__name__}")
     out = _out_dir(out_dir)
-    title = f"{plan.get('model', '')}: throughput against latency as load rises".lstrip(": ")
+    rec = _first(plan)
+    who = _who({"model": plan.get("model"), **({"gpu": rec.get("gpu"), "tp": rec.get("tp")}
+                                               if rec else {})})
+    title = ": ".join(x for x in (who, "throughput against latency as load rises") if x)
     fig, axes = _figure(ncols=2)
     _throughput_axes(axes[0][0], plan, "ttft_p99_s", "ttft_p99_s", TTFT_MS, "TTFT")
     _throughput_axes(axes[0][1], plan, "tbt_p99_s", "tbt_p99_s", TBT_MS, "TBT")
@@ -213,6 +216,14 @@ def plot_plan(plan: dict[str, Any], out_dir: str | Path) -> list[Path]:
     _pareto_axes(axes[0][0], plan)
     fig.suptitle(f"{plan.get('model', '')}: cost against p99 TTFT".lstrip(": "))
     return paths + _save(fig, out, "pareto")
+
+
+def _who(d: dict[str, Any]) -> str:
+    """'llama-3.1-8b on h100-sxm (TP 2)' from a result's model/gpu/tp keys, as far as known."""
+    text = str(d.get("model") or "")
+    if d.get("gpu"):
+        text += f" on {d['gpu']}" + (f" (TP {d['tp']})" if d.get("tp") else "")
+    return text.strip()
 
 
 def _knee(knees: dict[Any, Any], ctx: Any) -> float | None:
@@ -264,7 +275,7 @@ def plot_speed(curve: dict[str, Any], out_dir: str | Path) -> list[Path]:
         ax.set_ylabel(ylabel)
         ax.grid(True, alpha=0.3)
         _legend(ax)
-    fig.suptitle("Decode speed against batch size")
+    fig.suptitle(": ".join(x for x in (_who(curve), "decode speed against batch size") if x))
     return _save(fig, out, "speed")
 
 
@@ -295,7 +306,7 @@ def plot_sim(result: dict[str, Any], out_dir: str | Path) -> list[Path]:
     for ax in (kv_ax, q_ax):
         ax.grid(True, alpha=0.3)
         _legend(ax, loc="upper right")
-    fig.suptitle("Simulation over time")
+    fig.suptitle(": ".join(x for x in (_who(result), "simulation over time") if x))
     return _save(fig, out, "sim")
 
 

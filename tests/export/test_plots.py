@@ -120,10 +120,12 @@ def test_plot_speed(tmp_path: Path) -> None:
                          "tokens_per_s_total": b / step_s, "tokens_per_s_per_seq": 1 / step_s,
                          "bound": "memory"})
     # knee keys as ints (from the library) or strings (after a JSON round trip); None: no knee
-    paths = plot_speed({"rows": rows, "knee_batch": {1024: 64, "8192": None}}, str(tmp_path))
+    paths = plot_speed({"rows": rows, "knee_batch": {1024: 64, "8192": None},
+                        "model": "llama-3.1-8b", "gpu": "h100-sxm", "tp": 2}, str(tmp_path))
     assert [p.name for p in paths] == ["speed.png", "speed.svg"]
     _check_pair(paths, "speed", ["batch size (sequences)", "(tokens/s)",
-                                 "context 1024 tokens", "knee, context 1024"])
+                                 "context 1024 tokens", "knee, context 1024",
+                                 "llama-3.1-8b on h100-sxm (TP 2)"])
     assert "knee, context 8192" not in paths[1].read_text()
 
 
@@ -138,10 +140,11 @@ def test_plot_sim(tmp_path: Path) -> None:
           "running": [min(i, 20) for i in range(n)],
           "waiting": [max(0, i - 20) for i in range(n)],
           "kv_utilization": [min(1.0, i / 40) for i in range(n)]}
-    paths = plot_sim({"timeseries": ts, "ttft_s": {"p99": 1.0}}, tmp_path / "sim")
+    paths = plot_sim({"timeseries": ts, "ttft_s": {"p99": 1.0}, "model": "qwen3-30b-a3b",
+                      "gpu": "l40s"}, tmp_path / "sim")
     assert [p.name for p in paths] == ["sim.png", "sim.svg"]
     _check_pair(paths, "sim", ["time (s)", "KV cache used (%)", "sequences (count)",
-                               "running", "waiting"])
+                               "running", "waiting", "qwen3-30b-a3b on l40s"])
 
 
 def test_plot_sim_needs_timeseries(tmp_path: Path) -> None:
