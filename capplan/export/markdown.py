@@ -84,11 +84,13 @@ def _pareto(plan: dict[str, Any]) -> list[str]:
     points = [p for p in plan.get("pareto") or [] if isinstance(p, dict)]
     if not points:
         return []
-    headers = ["GPU", "TP", "replicas", "cost ($/h)", "TTFT p99 (ms)", "TBT p99 (ms)"]
-    rows = [[p.get("gpu"), p.get("tp"), p.get("replicas"), dig(p, ["cost_per_hour"]),
-             _ms_or_none(p.get("ttft_p99_s")), _ms_or_none(p.get("tbt_p99_s"))] for p in points]
+    headers = ["GPU", "TP", "replicas", "weight dtype", "KV dtype", "cost ($/h)",
+               "TTFT p99 (ms)", "TBT p99 (ms)"]
+    rows = [[p.get("gpu"), p.get("tp"), p.get("replicas"), p.get("weight_dtype"),
+             p.get("kv_dtype"), dig(p, ["cost_per_hour"]), _ms_or_none(p.get("ttft_p99_s")),
+             _ms_or_none(p.get("tbt_p99_s"))] for p in points]
     return ["## Pareto front (cost against latency)", "",
-            _table(headers, rows, ("g", "g", "g", ".2f", ".0f", ".1f")), ""]
+            _table(headers, rows, ("g", "g", "g", "g", "g", ".2f", ".0f", ".1f")), ""]
 
 
 def plan_to_markdown(plan: dict[str, Any]) -> str:

@@ -188,7 +188,8 @@ def _pareto(recs: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 break
         if not dominated:
             front.append({"gpu": r["gpu"], "tp": r["tp"], "replicas": r["replicas"],
-                          "weight_dtype": r["weight_dtype"], "cost_per_hour": a[0],
+                          "weight_dtype": r["weight_dtype"], "kv_dtype": r["kv_dtype"],
+                          "cost_per_hour": a[0],
                           "ttft_p99_s": a[1], "tbt_p99_s": a[2]})
     return sorted(front, key=lambda x: x["cost_per_hour"])
 
@@ -200,10 +201,11 @@ def _curve(r: dict[str, Any], steps: list[Any], t: Traffic) -> dict[str, Any]:
     res = qm.at_rate(rates)
     pts = [{"rate_per_s": float(x), "output_tokens_per_s": float(x * t.out.mean),
             "ttft_p99_s": float(res["ttft_s"]["p99"][k]), "tbt_p99_s": float(
-                res["tbt_s"]["p99"][k])} for k, x in enumerate(rates)]
+                res["tbt_s"]["p99"][k]), "tbt_mean_s": float(res["tbt_s"]["mean"][k])}
+           for k, x in enumerate(rates)]
     label = (f"{r['gpu']} tp{r['tp']} {r['weight_dtype']} seqs{r['max_num_seqs']} "
              f"chunk{r['max_num_batched_tokens']}")
-    return {"label": label, "points": pts}
+    return {"label": label, "points": pts, "gpus_per_replica": r["tp"] * r.get("pp", 1)}
 
 
 def _warnings(r: dict[str, Any], steps: list[Any], t: Traffic, qm_ctx: float) -> list[str]:
