@@ -8,6 +8,7 @@ import io
 import json
 import math
 import re
+import textwrap
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -92,5 +93,7 @@ def emit(text: str) -> None:
 
 def kv_table(pairs: Sequence[tuple[str, Any]], fmt: str) -> str:
     """A two-column 'quantity | value' table for single results."""
-    rows = [{"q": k, "v": v} for k, v in pairs]
+    # long values (reasons, sources) wrap so that the table fits 120 columns
+    rows = [{"q": k, "v": textwrap.fill(v, 72) if fmt == "table" and isinstance(v, str) else v}
+            for k, v in pairs]
     return render_rows(rows, [Column("q", "quantity"), Column("v", "value")], fmt)

@@ -13,6 +13,23 @@ def _ms(x: float) -> float:
     return x / MS_S
 
 
+def resolved_dtypes(dep: Any) -> dict[str, str]:
+    """The dtypes a deployment runs in, `auto` resolved: weights as the memory model loads them
+    (the checkpoint's own, e.g. mxfp4 experts), KV in the model's activation dtype (vLLM's
+    --kv-cache-dtype auto)."""
+    kv = dep.settings.kv_dtype
+    return {"weight_dtype": dep.memory.weight_dtype,
+            "kv_dtype": dep.model.torch_dtype if kv == "auto" else kv}
+
+
+def dtype_text(dtypes: dict[str, str], settings: Any) -> str:
+    """'weights bf16 (auto), KV fp8' for notes under tables."""
+    def one(name: str, key: str) -> str:
+        auto = " (auto)" if getattr(settings, key) == "auto" else ""
+        return f"{name} {dtypes[key]}{auto}"
+    return f"{one('weights', 'weight_dtype')}, {one('KV', 'kv_dtype')}"
+
+
 def latency_rows(res: dict[str, Any]) -> list[dict[str, Any]]:
     rows = []
     for metric, label in (("ttft_s", "TTFT"), ("tbt_s", "TBT"), ("e2e_s", "E2E")):
@@ -30,8 +47,11 @@ def _throughput_rows(res: dict[str, Any], fmt: str) -> list[dict[str, Any]]:
             ("mean running batch (seqs)", res["mean_running_batch"], ".1f"),
             ("KV peak utilization (%)", None if kv is None else 100 * kv, ".0f")]
     rows = [{"q": q, "v": v if fmt == "csv" or v is None else format(v, f)} for q, v, f in spec]
-    rows += [{"q": "bound", "v": res.get("bound", "")},
-             {"q": "calibration", "v": res.get("calibration", "")}]
+    rows += [{"q": "bound", "v": res.get("bound", "")}]
+    if res.get("weight_dtype"):
+        rows += [{"q": "weight dtype", "v": res["weight_dtype"]},
+                 {"q": "KV dtype", "v": res.get("kv_dtype", "")}]
+    rows += [{"q": "calibration", "v": res.get("calibration", "")}]
     return rows
 
 
@@ -94,8 +114,10 @@ def sweep_table(results: Sequence[dict[str, Any]], level: str, levels: Sequence[
         first = results[0]
         unstable = [f"{lv:g}" for lv, r in zip(levels, results, strict=True)
                     if not r.get("stable")]
-        notes = [f"{first.get('model')} on {first.get('gpu')} (TP {first.get('tp')}); latencies "
-                 "in ms", f"calibration: {first.get('calibration')}"]
+        dt = (f"; weights {first['weight_dtype']}, KV {first.get('kv_dtype')}"
+              if first.get("weight_dtype") else "")
+        notes = [f"{first.get('model')} on {first.get('gpu')} (TP {first.get('tp')}){dt}; "
+                 "latencies in ms", f"calibration: {first.get('calibration')}"]
         if unstable:
             cap = next(r.get("capacity_requests_per_s") for r in results if not r.get("stable"))
             notes.append(f"unstable at {', '.join(unstable)}: the queue grows without bound "

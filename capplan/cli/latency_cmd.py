@@ -16,7 +16,7 @@ from capplan.cli._options import (
     model_gpu_options,
 )
 from capplan.cli._render import emit, to_json
-from capplan.cli._tables import latency_table, sweep_table
+from capplan.cli._tables import latency_table, resolved_dtypes, sweep_table
 from capplan.plan.load import analytic_latency, load_spec_from_options
 
 
@@ -65,7 +65,7 @@ def latency_cmd(model: str, gpu: str, rate: list[float] | None, concurrency: lis
     for level in levels:
         load = load_spec_from_options(level if rate else None, level if concurrency else None,
                                       trace, input_len, output_len, burstiness, max_len)
-        results.append(analytic_latency(dep, load))
+        results.append({**analytic_latency(dep, load), **resolved_dtypes(dep)})
     if len(results) > 1:
         emit(to_json(results) if fmt == "json" else
              sweep_table(results, "rate" if rate else "concurrency", levels, fmt))

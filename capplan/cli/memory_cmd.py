@@ -45,7 +45,9 @@ def memory_cmd(model: str, gpu: str, fmt: str, catalog_dir: tuple[str, ...], **k
     gib = bytes_to_gib
     pairs = [
         ("model / GPU", f"{resolved.spec.key} on {g.key} (TP {s.tp}, PP {s.pp})"),
-        ("weight dtype", r.weight_dtype),
+        ("weight dtype", r.weight_dtype + (" (auto)" if s.weight_dtype == "auto" else "")),
+        ("KV dtype", (resolved.spec.torch_dtype + " (auto)") if s.kv_dtype == "auto"
+         else s.kv_dtype),
         ("total memory (GiB)", f"{gib(r.total_memory_bytes):.2f}"),
         (f"budget at {s.gpu_memory_utilization:g} (GiB)", f"{gib(r.budget_bytes):.2f}"),
         ("weights per GPU (GiB)", f"{gib(r.weights_bytes_per_gpu):.2f}"),

@@ -19,6 +19,7 @@ from capplan.cli._options import (
     model_gpu_options,
 )
 from capplan.cli._render import Column, emit, render_rows, to_json
+from capplan.cli._tables import dtype_text, resolved_dtypes
 from capplan.errors import InputError
 from capplan.sim import SCHEDULERS, run_scheduler
 from capplan.sim.workload import Lane, Workload, load_trace, parse_length
@@ -153,7 +154,7 @@ def simulate_cmd(model: str, gpu: str, rate: float | None, concurrency: int | No
     head = {"model": dep.model.key, "gpu": g.key, "tp": s.tp, "pp": s.pp, "bound": bound,
             "max_num_seqs": s.max_num_seqs, "max_num_batched_tokens": s.max_num_batched_tokens,
             "num_gpu_blocks": dep.memory.num_gpu_blocks, "seed": seed,
-            "calibration": dep.step.calibration_source}
+            "calibration": dep.step.calibration_source, **resolved_dtypes(dep)}
     if fmt == "json":
         body = results[names[0]] if len(names) == 1 else {"schedulers": results}
         emit(to_json({**head, **body}))
@@ -162,7 +163,8 @@ def simulate_cmd(model: str, gpu: str, rate: float | None, concurrency: int | No
     emit(render_rows(_rows(results), cols, fmt))
     if fmt == "table":
         click.echo(f"{head['model']} on {head['gpu']} (TP {s.tp}), {len(reqs)} requests, "
-                   f"seed {seed}; decode steps {bound}-bound at the mean running batch\n"
+                   f"seed {seed}; {dtype_text(resolved_dtypes(dep), s)}; decode steps "
+                   f"{bound}-bound at the mean running batch\n"
                    f"calibration: {head['calibration']}", err=True)
 
 

@@ -14,6 +14,7 @@ from capplan.cli._options import (
     model_gpu_options,
 )
 from capplan.cli._render import Column, emit, render_rows, to_json
+from capplan.cli._tables import dtype_text, resolved_dtypes
 from capplan.errors import InputError
 from capplan.plan.speed import decode_curve, prefill_rows
 
@@ -49,6 +50,7 @@ def speed_cmd(model: str, gpu: str, batch: list[int], context: list[int],
         plot_speed({**curve, "model": dep.model.key, "gpu": dep.gpu.key, "tp": s.tp}, plot_dir)
     if fmt == "json":
         emit(to_json({"model": dep.model.key, "gpu": dep.gpu.key, "tp": s.tp,
+                      **resolved_dtypes(dep),
                       "calibration": dep.calibration.source, "rows": curve["rows"],
                       "knee_batch": curve["knee_batch"], "excluded": curve["excluded"],
                       "max_batch": curve["max_batch"], "prefill": pre}))
@@ -68,6 +70,8 @@ def speed_cmd(model: str, gpu: str, batch: list[int], context: list[int],
             f"context {c}: none within batches {lo}-{hi}" + (f" (at batch {k})" if k else "")
             for c, k in curve["knee_batch"].items())
         emit(f"\nknee (doubling the batch adds < 15% throughput): {knees}")
+        emit(f"{dep.model.key} on {dep.gpu.key} (TP {s.tp}); "
+             f"{dtype_text(resolved_dtypes(dep), s)}")
         emit(f"calibration: {dep.calibration.source}")
         if curve["excluded"]:
             emit(f"left out (over max_num_seqs {s.max_num_seqs} or the KV cache of "

@@ -19,6 +19,7 @@ COMMANDS = [
     pytest.param(("gpus",), id="gpus"),
     pytest.param(("models",), id="models"),
     pytest.param(("memory", *M8), id="memory"),
+    pytest.param(("memory", "--model", "gpt-oss-120b", "--gpu", "h100-sxm"), id="memory-no-fit"),
     pytest.param(("speed", *M8, "--prefill", "512,8192"), id="speed"),
     pytest.param(("latency", *M8, "--rate", "10"), id="latency"),
     pytest.param(("latency", *M8, "--rate", "5,10,20,400"), id="latency-rate-sweep"),
@@ -50,3 +51,18 @@ def test_wrapped_headers_are_one_line_in_csv(run_cli):
     assert "memory (GiB)" in header and "$ per GPU-hour" in header
     res = run_cli("models", "--format", "csv")
     assert "meta-llama/Llama-3.1-8B-Instruct" in res.stdout
+
+
+def test_simulate_prints_ms_without_e_notation(run_cli):
+    """Issue 15: simulate printed `3.242e+04` and E2E in seconds where latency prints ms."""
+    res = run_cli("simulate", *M8, "--rate", "30", "--requests", "300",
+                  "--scheduler", "continuous,static")
+    assert res.exit_code == 0, res.stderr
+    assert "E2E p99 (ms)" in res.stdout and "(s)" not in res.stdout.split("makespan")[0]
+    assert "e+" not in res.stdout
+
+
+def test_memory_names_resolved_dtypes(run_cli):
+    res = run_cli("memory", "--model", "gpt-oss-120b", "--gpu", "h200")
+    assert res.exit_code == 0, res.stderr
+    assert "mxfp4 (auto)" in res.stdout and "bf16 (auto)" in res.stdout
