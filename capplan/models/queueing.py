@@ -169,7 +169,7 @@ def chunk_sum_quantile(m: np.ndarray, p: float, inp: LengthStats, budget: np.nda
 # sum of independent variables is the product of theirs), whose quantiles are read off its cdf.
 # Waits, residuals and normal terms have closed-form transforms (geometric and Gaussian sums);
 # only the empirical terms (functions of the prompt or output length) take an FFT.
-_GRID_LEN = 256
+_GRID_LEN = 128
 """Points of the convolution grid (FFT length)."""
 _GRID_SPAN = _GRID_LEN - 8
 """Points that the summed spans cover; the spare points keep the sum from wrapping around."""
@@ -177,6 +177,8 @@ _TAIL_EPS = 1e-4
 """An exponential term's span ends at its (1 - eps) quantile; the mass beyond (under eps) wraps
 to the grid's start, which lowers a p99 by under 0.5%."""
 _OWN_NODES = 6
+_SHARED_MAX = 8
+"""Other prompts' chunks counted in the step that carries a request's own prefill (0..7)."""
 """Chunk sizes at which the own-prefill time is evaluated, then interpolated linearly."""
 _FREQ = np.arange(_GRID_LEN // 2 + 1)
 _ROOTS = np.exp(-2j * np.pi * np.arange(_GRID_LEN) / _GRID_LEN).astype(np.complex64)
@@ -294,14 +296,14 @@ def _values_term(values: np.ndarray, weights: np.ndarray) -> _Term:
     return _Term(lo, span, spectrum)
 
 
-def _interp_cdf(cdf: np.ndarray, h: np.ndarray, y: np.ndarray) -> np.ndarray:
+def _interp_cdf(pad: np.ndarray, h: np.ndarray, y: np.ndarray) -> np.ndarray:
     """The piecewise-linear cdf of a grid law (point k spread over [(k - 1/2) h, (k + 1/2) h],
-    cdf[k] reached at (k + 1/2) h) at y (..., n), relative to the law's offset."""
+    cdf[k] reached at (k + 1/2) h) at y (..., n), relative to the law's offset; pad is the cdf
+    with a 0 in front."""
     u = y / h[..., None] + 0.5
     np.clip(u, 0, _GRID_LEN, out=u)
     i0 = np.minimum(u.astype(np.int64), _GRID_LEN - 1)
     frac = (u - i0).astype(np.float32)
-    pad = np.concatenate([np.zeros(cdf.shape[:-1] + (1,), np.float32), cdf], -1)
     lo = np.take_along_axis(pad, i0, -1)
     return lo + (np.take_along_axis(pad, i0 + 1, -1) - lo) * frac
 
@@ -313,7 +315,7 @@ class _SumLaw:
 
     offset: np.ndarray
     parts: tuple[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray], ...]
-    """(weight, h, span, cdf) per component."""
+    """(weight, h, span, cdf with a 0 in front) per component."""
 
     @property
     def span(self) -> np.ndarray:
@@ -323,16 +325,31 @@ class _SumLaw:
         return sum(w[..., None] * _interp_cdf(c, h, y) for w, h, _, c in self.parts)
 
     def quantiles(self, probs: tuple[float, ...]) -> list[np.ndarray]:
-        """By bisection on the mixture's cdf (all levels at once): 2^-22 of the span."""
+        """One law: read off its piecewise-linear cdf. A mixture: bisection on its cdf (all
+        levels at once) to 2^-14 of the span, then linear interpolation within the bracket."""
         p = np.asarray(probs, np.float32)
+        if len(self.parts) == 1:
+            _, h, _, pad = self.parts[0]
+            out = []
+            for q in probs:
+                k = np.minimum((pad < q).sum(axis=-1, keepdims=True), _GRID_LEN)  # pad[k] >= q
+                lo = np.take_along_axis(pad, k - 1, -1)
+                frac = np.clip((q - lo) / np.maximum(np.take_along_axis(pad, k, -1) - lo, 1e-30),
+                               0.0, 1.0)
+                out.append(self.offset + np.maximum(k[..., 0] - 1.5 + frac[..., 0], 0.0) * h)
+            return out
         hi = np.broadcast_to((self.span + max(float(np.max(h)) for _, h, _, _ in self.parts)
                               )[..., None], self.offset.shape + p.shape).copy()
         lo = np.zeros_like(hi)
-        for _ in range(22):
+        f_lo, f_hi = np.zeros_like(hi), np.ones_like(hi)
+        for _ in range(14):
             mid = 0.5 * (lo + hi)
-            below = self.cdf(mid) < p
+            f = self.cdf(mid)
+            below = f < p
             lo, hi = np.where(below, mid, lo), np.where(below, hi, mid)
-        return [self.offset + hi[..., i] for i in range(len(probs))]
+            f_lo, f_hi = np.where(below, f, f_lo), np.where(below, f_hi, f)
+        x = lo + (hi - lo) * np.clip((p - f_lo) / np.maximum(f_hi - f_lo, 1e-30), 0.0, 1.0)
+        return [self.offset + x[..., i] for i in range(len(probs))]
 
     def as_term(self) -> _Term:
         """This sum as one term of another sum (its cdf resampled on the other grid)."""
@@ -354,14 +371,19 @@ def _grid_cdf(terms: list[_Term], shape: tuple[int, ...]
                             shape)
     h = np.maximum(total / _GRID_SPAN, 1e-15)
     if not live:  # a constant: all mass at point 0
-        return h, total, np.ones(shape + (_GRID_LEN,), np.float32)
+        return h, total, _padded(np.ones(shape + (_GRID_LEN,), np.float32))
     spec = live[0].spectrum(h)
     for t in live[1:]:
         spec = spec * t.spectrum(h)
     pmf = np.maximum(sp_fft.irfft(spec, n=_GRID_LEN, axis=-1), 0.0)
     cdf = np.cumsum(pmf, axis=-1)
     cdf /= np.maximum(cdf[..., -1:], 1e-30)
-    return h, total, cdf.astype(np.float32)
+    return h, total, _padded(cdf)
+
+
+def _padded(cdf: np.ndarray) -> np.ndarray:
+    return np.concatenate([np.zeros(cdf.shape[:-1] + (1,), np.float32),
+                           cdf.astype(np.float32)], -1)
 
 
 def _offset(terms: list[_Term], shape: tuple[int, ...]) -> np.ndarray:
@@ -390,7 +412,10 @@ def _sum_with_waits(terms: list[_Term], waits: list[_Term], no_wait: np.ndarray,
         for w in waits[1:]:
             prod = prod * w.spectrum(h)
         return (prod - pi0[..., None]) / np.maximum(1 - pi0, 1e-12)[..., None]
-    h1, span1, cdf1 = _grid_cdf([*terms, _Term(0.0, span_w, spectrum)], shape)
+    # the no-wait law resampled onto the wider grid stands for the terms (cheaper than
+    # discretising each of them again)
+    base = _SumLaw(np.zeros(shape), ((np.ones(shape), h0, span0, cdf0),)).as_term()
+    h1, span1, cdf1 = _grid_cdf([base, _Term(0.0, span_w, spectrum)], shape)
     return _SumLaw(_offset(terms, shape), ((pi0, h0, span0, cdf0), (1 - pi0, h1, span1, cdf1)))
 
 
@@ -507,11 +532,13 @@ class QueueModel:
     def _sum_quantiles(self, lam: np.ndarray, tau: np.ndarray, b: np.ndarray,
                        budget: np.ndarray, t_dec: np.ndarray, t_full: np.ndarray,
                        rho_p: np.ndarray, wq_p: np.ndarray, p_wait: np.ndarray,
-                       wq_c: np.ndarray) -> tuple[list[np.ndarray], list[np.ndarray]]:
+                       wq_c: np.ndarray, m_chunks: np.ndarray, chunk_mean: np.ndarray
+                       ) -> tuple[list[np.ndarray], list[np.ndarray]]:
         """Quantiles (QUANTILES order) of TTFT and E2E as sums of independent terms.
 
         TTFT = overhead + residual of the current step (uniform on [0, tau]) + prefill-queue
-        wait + own prefill (a function of the prompt length, over its distribution) + slot wait.
+        wait + own prefill (a function of the prompt length, over its distribution) + the other
+        prompts sharing that step + slot wait.
         E2E = TTFT + (O - 1) tau over the output-length distribution + a normal term for the
         variation of those steps: the prompts arriving during the decode (compound Poisson,
         lambda (O-1) tau arrivals each adding its prefill's extra time) and the slow drift of the
@@ -524,9 +551,25 @@ class QueueModel:
         prompt, p_w = _strata_lengths(inp)
         own = self._own_values(b, budget, t_full, prompt)
         p_pf = fin(np.clip(rho_p, 0.0, 1.0))
+        # Prompts that arrived during the same step share the step that carries this one: K
+        # other chunks, Poisson with the mean m of the TBT model; one chunk is drawn from the
+        # prompt lengths (10 strata, capped at the budget), more are taken at the mean chunk;
+        # each token at the step's marginal cost per prefill token (up to the budget).
+        m = fin(m_chunks)[..., None]
+        k = np.arange(2, _SHARED_MAX)
+        pk = np.exp(k * np.log(np.maximum(m, 1e-300)) - m - special.gammaln(k + 1))
+        p0, p1 = np.exp(-m), m * np.exp(-m)
+        tail = np.maximum(1 - p0 - p1 - pk.sum(axis=-1, keepdims=True), 0.0)
+        pk[..., -1:] += tail
+        one = np.minimum(inp.quantile((np.arange(10) + 0.5) / 10), budget[..., None])
+        tokens = np.concatenate([np.zeros(shape + (1,)), one, k * chunk_mean[..., None]], -1)
+        weights = np.concatenate([p0, np.broadcast_to(p1 / 10, shape + (10,)), pk], -1)
+        per_token = np.maximum(fin(t_full) - fin(t_dec), 0.0) / budget
+        shared = np.minimum(tokens, budget[..., None]) * per_token[..., None]
         ttft = _sum_with_waits(
             [_Term(np.zeros(shape) + self.step.request_overhead_s, 0.0),
-             _uniform_term(fin(tau)), _values_term(fin(own), p_w)],
+             _uniform_term(fin(tau)), _values_term(fin(own), p_w),
+             _values_term(shared, weights)],
             [_wait_term(p_pf, fin(wq_p)), _wait_term(fin(p_wait), fin(wq_c))],
             (1 - p_pf) * (1 - np.clip(fin(p_wait), 0.0, 1.0)), shape)
         steps = np.maximum(1.0, prompt / budget[..., None])
@@ -600,9 +643,14 @@ class QueueModel:
                 tbt[name] = np.maximum(tbt[name], prev_tbt)
             prev_tbt = tbt[name]
         ttft_q, e2e_q = self._sum_quantiles(lam, tau, b, budget, t_dec, t_full, rho_p, wq_p,
-                                            p_wait, wq_c)
+                                            p_wait, wq_c, m_chunks, moments[0])
         for name, tq, eq in zip(QUANTILES, ttft_q, e2e_q, strict=True):
             ttft[name], e2e[name] = tq, eq
+        # the mean of the shared-step term of _sum_quantiles (m chunks of the mean size)
+        shared_mean = np.minimum(m_chunks * moments[0], budget) * np.maximum(
+            t_full - t_dec, 0.0) / budget
+        ttft["mean"] = ttft["mean"] + shared_mean
+        e2e["mean"] = e2e["mean"] + shared_mean
         running = b + lam * own_mean
         kv_used = b * self.ctx_mean + lam * own_mean * inp.mean
         b_p99 = b + 2.326 * np.sqrt(b)  # normal approximation of the Poisson p99
