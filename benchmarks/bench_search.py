@@ -29,7 +29,7 @@ def main() -> None:
     run_plan(cat, plan.model_copy(update={"verify": plan.verify.model_copy(update={"top": 0})}),
              None)  # warm-up (imports, catalog)
     t0 = time.perf_counter()
-    res = run_plan(cat, plan, simulate_recommendation)
+    res = run_plan(cat, plan, simulate_recommendation).to_dict()
     total = time.perf_counter() - t0
     n = res["configurations_searched"]
     verified = sum(1 for r in res["recommendations"] if r.get("verified"))

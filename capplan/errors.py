@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Any
+
 
 class CapplanError(Exception):
     """Base of every error capplan raises on purpose."""
@@ -40,3 +43,21 @@ def nearest(name: str, choices: list[str], n: int = 3, cutoff: float = 0.0) -> l
         if c not in out:
             out.append(c)
     return out[:n]
+
+
+def validation_error_line(e: Any, valid_keys: Sequence[str] = ()) -> tuple[tuple[Any, ...], str]:
+    """The one pydantic ValidationError worth showing, as (location, one-line message).
+
+    An unknown key is reported first (it often replaces a required one, `workload:` for
+    `workloads:`, and names the fix): "unknown key 'a.b' (did you mean 'c'?)". Otherwise the
+    first error: "a.b: message" (pydantic's "Value error, " prefix dropped).
+    """
+    errs = e.errors()
+    err = next((x for x in errs if x["type"] == "extra_forbidden"), errs[0])
+    loc = tuple(err["loc"])
+    key = ".".join(str(p) for p in loc)
+    if err["type"] == "extra_forbidden":
+        near = nearest(str(loc[-1]), list(valid_keys), 1, cutoff=0.5) if valid_keys else []
+        hint = f" (did you mean {near[0]!r}?)" if near else ""
+        return loc, f"unknown key {key!r}{hint}"
+    return loc, f"{key or 'file'}: {err['msg'].removeprefix('Value error, ')}"

@@ -3,6 +3,11 @@
 `run_cli` uses click's CliRunner in-process (fast; stdout and stderr kept apart);
 `run_module` runs `python -m capplan` in a subprocess, to check what a user's shell sees
 (exit code, one-line stderr, no traceback) end to end.
+
+Hypothesis profiles: "ci" (chosen when the CI environment variable is set, as GitHub Actions,
+GitLab and most runners set it) is derandomised, so a CI run tries the same examples every time
+and a red build is reproducible; "dev" (the default elsewhere) keeps Hypothesis's random search.
+HYPOTHESIS_PROFILE=ci|dev overrides the choice.
 """
 
 from __future__ import annotations
@@ -17,11 +22,18 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
+from hypothesis import settings
 
 from capplan.catalog.loader import Catalog, load_catalog
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 CONFIGS_DIR = Path(__file__).resolve().parent / "data" / "configs"
+
+settings.register_profile("ci", derandomize=True, database=None, print_blob=True)
+settings.register_profile("dev")
+HYPOTHESIS_PROFILE = os.environ.get("HYPOTHESIS_PROFILE") or ("ci" if os.environ.get("CI")
+                                                              else "dev")
+settings.load_profile(HYPOTHESIS_PROFILE)
 
 
 @pytest.fixture(autouse=True)

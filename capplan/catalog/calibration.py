@@ -18,9 +18,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from capplan.catalog.loader import read_yaml, validation_message
+from capplan.catalog.loader import read_yaml
 from capplan.catalog.schema import GpuSpec
-from capplan.errors import InputError
+from capplan.errors import InputError, validation_error_line
 from capplan.models.calibration import Calibration, default_calibration
 
 _FRACTIONS = ("mem_bw_frac", "gemm_frac", "gemm_frac_low_precision", "attn_frac",
@@ -35,6 +35,7 @@ class CalibrationParams(BaseModel):
     gemm_half_tokens: float | None = Field(default=None, ge=0)
     attn_frac: float | None = Field(default=None, gt=0, le=1)
     attn_bw_frac: float | None = Field(default=None, gt=0, le=1)
+    expert_bw_frac: float | None = Field(default=None, ge=0, le=1)
     step_overhead_s: float | None = Field(default=None, ge=0)
     per_seq_overhead_s: float | None = Field(default=None, ge=0)
     per_layer_overhead_s: float | None = Field(default=None, ge=0)
@@ -67,12 +68,8 @@ def read_calibration_file(path: Path) -> CalibrationFile:
     try:
         return CalibrationFile.model_validate(data)
     except ValidationError as e:
-        errs = e.errors()
-        err = next((x for x in errs if x["type"] == "extra_forbidden"), errs[0])
-        inner = err["loc"][:1] == ("params",)
-        keys = list((CalibrationParams if inner else CalibrationFile).model_fields)
-        one = ValidationError.from_exception_data(e.title, [err])  # type: ignore[list-item]
-        raise InputError(f"{path}: {validation_message(one, keys)}") from e
+        keys = [*CalibrationFile.model_fields, *CalibrationParams.model_fields]
+        raise InputError(f"{path}: {validation_error_line(e, keys)[1]}") from e
 
 
 def calibration_from_file(cf: CalibrationFile, gpu: GpuSpec, source: str) -> Calibration:
@@ -82,10 +79,21 @@ def calibration_from_file(cf: CalibrationFile, gpu: GpuSpec, source: str) -> Cal
     return base.with_(**given, source=source)
 
 
+def calibration_gpu(path: str | Path) -> str:
+    """The catalog key of the device a calibration file was measured on."""
+    return read_calibration_file(Path(path)).gpu
+
+
 def load_calibration(path: str | Path, gpu: GpuSpec) -> Calibration:
+    """A calibration file for this GPU. A file measured on another device is refused: its
+    efficiencies and overheads belong to that device (a CPU run applied to an H100 predicts
+    a thirtieth of its speed)."""
     cf = read_calibration_file(Path(path))
-    note = "" if cf.gpu == gpu.key else f", measured on {cf.gpu}, applied to {gpu.key}"
-    return calibration_from_file(cf, gpu, f"{cf.kind} ({path}{note})")
+    if cf.gpu != gpu.key:
+        raise InputError(f"{path}: measured on {cf.gpu}, not {gpu.key}; a calibration applies "
+                         f"only to its own device (run `capplan calibrate` on a {gpu.key}, or "
+                         "leave --calibration out)")
+    return calibration_from_file(cf, gpu, f"{cf.kind} ({path})")
 
 
 def find_default_calibration(gpu: GpuSpec, dirs: list[Path]) -> Calibration:

@@ -13,8 +13,8 @@ from typing import Any, TypeVar
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from capplan.catalog.schema import GpuSpec, ModelSpec
-from capplan.errors import CatalogError, InputError, nearest
+from capplan.catalog.schema import GpuSpec, ModelSpec, Quantization
+from capplan.errors import CatalogError, InputError, nearest, validation_error_line
 
 T = TypeVar("T", bound=BaseModel)
 
@@ -51,15 +51,8 @@ def read_yaml(path: Path) -> Any:
 
 
 def validation_message(e: ValidationError, valid_keys: list[str] | None = None) -> str:
-    """The first pydantic error as 'key.path: message', suggesting the nearest key if unknown."""
-    err = e.errors()[0]
-    loc = ".".join(str(p) for p in err["loc"])
-    if err["type"] == "extra_forbidden":
-        leaf = str(err["loc"][-1])
-        near = nearest(leaf, valid_keys or [], 1, cutoff=0.5) if valid_keys else []
-        hint = f" (did you mean {near[0]!r}?)" if near else ""
-        return f"unknown key {loc!r}{hint}"
-    return f"{loc or 'file'}: {err['msg']}"
+    """The pydantic error as 'key.path: message', suggesting the nearest key if unknown."""
+    return validation_error_line(e, valid_keys or [])[1]
 
 
 def load_spec(path: Path, cls: type[T]) -> T:
@@ -90,7 +83,48 @@ _SUFFIX_DTYPE: list[tuple[str, str | None]] = [
 @dataclass(frozen=True)
 class ResolvedModel:
     spec: ModelSpec
+    """The architecture, with hf_id set to the checkpoint to serve (served_id)."""
     implied_weight_dtype: str | None = None
+    served_id: str = ""
+    """The checkpoint launch lines serve: the Hugging Face id the user typed, the imported
+    config's id (or its folder), or the catalog's hf_id for a catalog key."""
+
+
+# Checkpoint formats a name suffix implies (the checkpoint ships them; vLLM reads its config).
+_IMPLIED_FORMAT = {"fp8": ("fp8", None), "int8": ("int8", None), "int4": ("int4", 128),
+                   "fp4": ("nvfp4", 16)}
+
+
+def _served(spec: ModelSpec, name: str, implied: str | None) -> ResolvedModel:
+    """The spec as the named checkpoint: its id, its own quantization, its context limit."""
+    served = name.strip() if "/" in name and not Path(name).exists() else spec.hf_id
+    update: dict[str, Any] = {"hf_id": served}
+    if implied in _IMPLIED_FORMAT and spec.quantization is None:
+        fmt, group = _IMPLIED_FORMAT[implied]
+        update["quantization"] = Quantization(format=fmt, group_size=group)  # type: ignore[arg-type]
+    limit = {k.lower(): v for k, v in spec.max_position_embeddings_by_id.items()}.get(
+        served.lower())
+    if limit:
+        update["max_position_embeddings"] = limit
+    return ResolvedModel(spec.model_copy(update=update), implied, served)
+
+
+def model_from_path(path: Path) -> ResolvedModel:
+    """--model PATH: a catalog YAML, a config.json, or a folder holding config.json."""
+    from capplan.catalog.hf_import import import_config
+
+    if path.suffix in (".yaml", ".yml"):
+        spec = load_spec(path, ModelSpec)
+        return ResolvedModel(spec, None, spec.hf_id)
+    folder = path if path.is_dir() else path.parent
+    if path.is_dir() and not (path / "config.json").is_file():
+        raise InputError(f"--model {path}: folder has no config.json")
+    spec = import_config(path)
+    hf = spec.hf_id
+    if hf == spec.key or Path(hf).exists() or "/" not in hf:
+        hf = str(folder) if path.is_dir() else spec.key  # vLLM serves a local folder by path
+    spec = spec.model_copy(update={"hf_id": hf})
+    return ResolvedModel(spec, None, hf)
 
 
 @dataclass
@@ -124,6 +158,9 @@ class Catalog:
         return index
 
     def resolve_model(self, name: str) -> ResolvedModel:
+        path = Path(name).expanduser()
+        if (path.suffix in (".yaml", ".yml", ".json") or os.sep in name) and path.exists():
+            return model_from_path(path)
         index = self._model_index()
         want = _norm(name)
         candidates = [want, want.split("/")[-1]]
@@ -139,7 +176,7 @@ class Catalog:
         candidates += [c.removeprefix("meta-") for c in candidates]
         for c in candidates:
             if c in index:
-                return ResolvedModel(index[c], implied)
+                return _served(index[c], name, implied)
         near = ", ".join(nearest(base, list(self.models)))
         raise CatalogError(f"unknown model {name!r}; nearest: {near} (see `capplan models`)")
 

@@ -15,6 +15,8 @@ from capplan.units import (
 )
 
 _STRICT = ConfigDict(extra="forbid", frozen=True)
+RECURRENT_KINDS = ("mamba", "mamba2", "linear_attention", "short_conv")
+ATTENTION_KINDS = ("full_attention", "sliding_attention", "chunked_attention")
 
 # When a GPU lacks a measured cudaMemGetInfo total, capplan subtracts what the driver keeps
 # back from the NVML total. H100 SXM: NVML 81559 MiB vs torch/vLLM 79.19-79.22 GiB (81090-81121
@@ -113,8 +115,12 @@ class Quantization(BaseModel):
 
     model_config = _STRICT
     format: Literal["fp8", "int8", "int4", "mxfp4", "nvfp4", "fp4"]
-    modules: Literal["all_linear", "experts"] = "all_linear"
+    modules: Literal["all_linear", "experts", "mlp"] = "all_linear"
+    """Linear layers stored quantized: all, the routed experts only, or every MLP (dense,
+    shared and routed) with the token mixers (attention, Mamba) left unquantized."""
     group_size: int | None = Field(default=None, ge=1)
+    exclude: list[str] = []
+    """Module names the checkpoint leaves unquantized, as its config lists them."""
 
 
 class MoeSpec(BaseModel):
@@ -136,6 +142,47 @@ class MlaSpec(BaseModel):
     qk_rope_head_dim: int = Field(ge=1)
     qk_nope_head_dim: int = Field(ge=1)
     v_head_dim: int = Field(ge=1)
+    index_n_heads: int | None = Field(default=None, ge=1)
+    """DeepSeek sparse attention (V3.2) lightning indexer: heads, head dim, keys kept."""
+    index_head_dim: int | None = Field(default=None, ge=1)
+    index_topk: int | None = Field(default=None, ge=1)
+
+
+LayerKind = Literal["full_attention", "sliding_attention", "chunked_attention", "mamba",
+                    "mamba2", "linear_attention", "short_conv", "none"]
+"""Token mixer of one layer (vLLM KV cache spec it maps to: docs/architectures.md)."""
+MlpKind = Literal["dense", "moe", "none"]
+
+
+class SsmSpec(BaseModel):
+    """Mamba / Mamba2 mixer dimensions (HF mamba_* / ssm_* fields)."""
+
+    model_config = _STRICT
+    version: Literal[1, 2] = 2
+    num_heads: int = Field(default=1, ge=1)
+    """Mamba2 heads (Mamba1: 1)."""
+    head_dim: int = Field(ge=1)
+    """Mamba2 head dim; Mamba1: the whole inner width."""
+    state_size: int = Field(ge=1)
+    n_groups: int = Field(default=1, ge=1)
+    conv_kernel: int = Field(default=4, ge=2)
+    dt_rank: int | None = Field(default=None, ge=1)
+    """Mamba1 x_proj rank (None for Mamba2)."""
+
+    @property
+    def inner_size(self) -> int:
+        return self.num_heads * self.head_dim
+
+
+class LinearAttentionSpec(BaseModel):
+    """Gated DeltaNet (Qwen3-Next, Qwen3.5) linear-attention dimensions."""
+
+    model_config = _STRICT
+    num_k_heads: int = Field(ge=1)
+    num_v_heads: int = Field(ge=1)
+    head_k_dim: int = Field(ge=1)
+    head_v_dim: int = Field(ge=1)
+    conv_kernel: int = Field(default=4, ge=2)
 
 
 class ModelSpec(BaseModel):
@@ -157,8 +204,26 @@ class ModelSpec(BaseModel):
     head_dim: int = Field(ge=1)
     vocab_size: int = Field(ge=1)
     max_position_embeddings: int = Field(ge=1)
+    max_position_embeddings_by_id: dict[str, int] = {}
+    """Checkpoints of this architecture whose config.json allows a different context (an
+    Instruct release of 32768 next to a 131072 base), by Hugging Face id."""
     tie_word_embeddings: bool = False
     mlp_gated: bool = True
+    hidden_act: str = "silu"
+    layer_types: list[LayerKind] | None = None
+    """Token mixer of each layer; None: full attention plus num_sliding_layers (layer_kinds)."""
+    mlp_types: list[MlpKind] | None = None
+    """MLP of each layer; None: dense, or MoE after moe.num_dense_layers."""
+    mlp_intermediate_sizes: list[int] | None = None
+    """Dense MLP width of each layer when they differ (Nemotron-Super block_configs)."""
+    ssm: SsmSpec | None = None
+    linear_attention: LinearAttentionSpec | None = None
+    conv_kernel: int | None = Field(default=None, ge=2)
+    """Short-conv (LFM2) kernel length (conv_L_cache)."""
+    ssm_state_dtype: Literal["bf16", "fp16", "fp32"] | None = None
+    """Recurrent (SSM) state dtype; None: the model dtype (vLLM mamba_ssm_cache_dtype auto)."""
+    attn_output_gate: bool = False
+    """q_proj also emits a per-head output gate (Qwen3-Next, Qwen3.5)."""
     sliding_window: int | None = Field(default=None, ge=1)
     num_sliding_layers: int = Field(default=0, ge=0)
     moe: MoeSpec | None = None
@@ -179,6 +244,25 @@ class ModelSpec(BaseModel):
             raise ValueError("num_attention_heads must be a multiple of num_kv_heads")
         if self.moe and self.moe.num_dense_layers > self.num_layers:
             raise ValueError("moe.num_dense_layers exceeds num_layers")
+        for name, kinds in (("layer_types", self.layer_types), ("mlp_types", self.mlp_types),
+                            ("mlp_intermediate_sizes", self.mlp_intermediate_sizes)):
+            if kinds is not None and len(kinds) != self.num_layers:
+                raise ValueError(f"{name} has {len(kinds)} entries for {self.num_layers} layers")
+        kinds = set(self.layer_types or ())
+        if kinds & {"mamba", "mamba2"} and self.ssm is None:
+            raise ValueError("mamba layers need an ssm: section")
+        if "linear_attention" in kinds and self.linear_attention is None:
+            raise ValueError("linear_attention layers need a linear_attention: section")
+        if "short_conv" in kinds and self.conv_kernel is None:
+            raise ValueError("short_conv layers need conv_kernel")
+        if self.layer_types is not None:
+            windowed = sum(k in ("sliding_attention", "chunked_attention") for k in kinds)
+            if windowed and self.sliding_window is None:
+                raise ValueError("sliding/chunked layers need sliding_window")
+            n_win = sum(k in ("sliding_attention", "chunked_attention") for k in self.layer_types)
+            if n_win != self.num_sliding_layers:
+                raise ValueError(f"num_sliding_layers is {self.num_sliding_layers} but layer_types "
+                                 f"has {n_win} sliding/chunked layers")
         if "config" not in self.source:
             raise ValueError("source.config (where the architecture came from) is required")
         return self
@@ -187,9 +271,36 @@ class ModelSpec(BaseModel):
     def dtype_bytes(self) -> float:
         return DTYPE_BYTES[self.torch_dtype]
 
+    def context_len(self, max_model_len: int | None = None) -> int:
+        """The context an engine serves: max_model_len when set, else the checkpoint's own
+        max_position_embeddings (vLLM's default for --max-model-len)."""
+        return max_model_len or self.max_position_embeddings
+
     @property
     def num_moe_layers(self) -> int:
+        if self.mlp_types is not None:
+            return sum(k == "moe" for k in self.mlp_types)
         return 0 if self.moe is None else self.num_layers - self.moe.num_dense_layers
+
+    @property
+    def layer_kinds(self) -> list[str]:
+        """Mixer of each layer; without layer_types the sliding layers are counted, not placed."""
+        if self.layer_types is not None:
+            return list(self.layer_types)
+        n = self.num_sliding_layers
+        return ["full_attention"] * (self.num_layers - n) + ["sliding_attention"] * n
+
+    @property
+    def mlp_kinds(self) -> list[str]:
+        if self.mlp_types is not None:
+            return list(self.mlp_types)
+        dense = self.num_layers if self.moe is None else self.moe.num_dense_layers
+        return ["dense"] * dense + ["moe"] * (self.num_layers - dense)
+
+    @property
+    def is_hybrid(self) -> bool:
+        """Holds a recurrent state per sequence (Mamba, linear attention, short conv layers)."""
+        return any(k in RECURRENT_KINDS for k in self.layer_kinds)
 
     @property
     def is_moe(self) -> bool:

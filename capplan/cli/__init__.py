@@ -18,7 +18,7 @@ import sys
 
 import click
 
-from capplan.errors import CapplanError, InputError
+from capplan.errors import CapplanError, InputError, validation_error_line
 
 
 class UserError(click.ClickException):
@@ -27,7 +27,7 @@ class UserError(click.ClickException):
     exit_code = 2
 
     def show(self, file=None) -> None:  # noqa: ANN001
-        click.echo(f"Error: {self.format_message()}", err=True)
+        click.echo(f"Error: {self.format_message()}", file=file, err=True)
 
 
 class CapplanGroup(click.Group):
@@ -57,10 +57,7 @@ class CapplanGroup(click.Group):
             from pydantic import ValidationError
 
             if isinstance(e, ValidationError):  # options assembled into a model: bad input
-                err = e.errors()[0]
-                where = ".".join(str(x) for x in err["loc"])
-                msg = err["msg"].removeprefix("Value error, ")
-                raise UserError(f"{where}: {msg}") from e
+                raise UserError(validation_error_line(e)[1]) from e
             if os.environ.get("CAPPLAN_DEBUG"):
                 raise
             raise click.ClickException(

@@ -8,9 +8,8 @@ from typing import Any
 
 import click
 
-from capplan.catalog.schema import GpuSpec
 from capplan.cli._render import FORMATS
-from capplan.models.engine import KV_DTYPES, VLLM, WEIGHT_DTYPES, EngineSettings, engine_defaults
+from capplan.models.engine import ENGINES, KV_DTYPES, WEIGHT_DTYPES
 
 
 class FiniteFloat(click.ParamType):
@@ -93,8 +92,13 @@ def model_gpu_options(f: Callable) -> Callable:
 
 
 def engine_options(f: Callable) -> Callable:
-    """Engine options with vLLM's flag names; defaults from the vLLM engine profile."""
+    """Engine options with vLLM's flag names; unset values take the engine profile's default
+    for the GPU (capplan.plan.deployment.resolve_settings)."""
     opts = [
+        click.option("--engine", type=click.Choice(ENGINES, case_sensitive=False),
+                     default="vllm", show_default=True,
+                     help="Serving engine whose memory accounting, scheduler and defaults "
+                          "apply (docs/engines.md)."),
         click.option("--tp", type=POS_INT, default=1, show_default=True,
                      help="Tensor-parallel size."),
         click.option("--pp", type=POS_INT, default=1, show_default=True,
@@ -105,17 +109,20 @@ def engine_options(f: Callable) -> Callable:
                      show_default=True, help="KV-cache dtype."),
         click.option("--max-model-len", type=POS_INT, default=None,
                      help="Context limit (default: the model's max_position_embeddings)."),
-        click.option("--gpu-memory-utilization", type=FRACTION,
-                     default=VLLM.gpu_memory_utilization, show_default=True),
-        click.option("--block-size", type=click.Choice(["8", "16", "32", "64", "128"]),
-                     default=str(VLLM.block_size), show_default=True,
-                     callback=lambda ctx, param, v: int(v),
-                     help="KV block size in tokens (vLLM's choices on CUDA)."),
+        click.option("--gpu-memory-utilization", type=FRACTION, default=None,
+                     help="The engine's memory fraction, in its own meaning (vLLM "
+                          "--gpu-memory-utilization, SGLang --mem-fraction-static, TensorRT-LLM "
+                          "free_gpu_memory_fraction). Default: the engine's (vLLM 0.9)."),
+        click.option("--block-size", type=click.Choice(["1", "8", "16", "32", "64", "128"]),
+                     default=None, callback=lambda _ctx, _param, v: None if v is None else int(v),
+                     help="KV block (page) size in tokens. Default: the engine's (vLLM 16, "
+                          "SGLang 1, TensorRT-LLM 32)."),
         click.option("--max-num-seqs", type=POS_INT, default=None,
-                     help="Default: vLLM's for the GPU (1024 on >=70 GiB non-A100, else 256)."),
+                     help="Running-sequence cap. Default: the engine's for the GPU (vLLM 1024 "
+                          "on >=70 GiB non-A100, else 256)."),
         click.option("--max-num-batched-tokens", type=POS_INT, default=None,
-                     help="Prefill chunk / token budget. Default: vLLM's for the GPU "
-                          "(8192 on >=70 GiB non-A100, else 2048)."),
+                     help="Prefill chunk / token budget. Default: the engine's for the GPU "
+                          "(vLLM 8192 on >=70 GiB non-A100, else 2048)."),
         click.option("--calibration", type=click.Path(dir_okay=False), default=None,
                      help="Calibration YAML (default: a measured one for the GPU, else "
                           "datasheet defaults)."),
@@ -125,51 +132,26 @@ def engine_options(f: Callable) -> Callable:
     return f
 
 
-def settings_from(kw: dict[str, Any], implied_dtype: str | None = None,
-                  gpu: GpuSpec | None = None) -> EngineSettings:
-    """EngineSettings from parsed engine options (pops them from kw); unset batch limits take
-    vLLM's defaults for the GPU."""
-    seqs_default, tokens_default = (
-        engine_defaults(gpu.total_memory_bytes, gpu.name) if gpu is not None
-        else (VLLM.max_num_seqs, VLLM.max_num_batched_tokens))
-    wd = kw.pop("weight_dtype")
-    if wd == "auto" and implied_dtype:
-        wd = implied_dtype
-    return EngineSettings(
-        tp=kw.pop("tp"), pp=kw.pop("pp"), weight_dtype=wd, kv_dtype=kw.pop("kv_dtype"),
-        max_model_len=kw.pop("max_model_len"),
-        gpu_memory_utilization=kw.pop("gpu_memory_utilization"),
-        block_size=kw.pop("block_size"),
-        max_num_seqs=kw.pop("max_num_seqs") or seqs_default,
-        max_num_batched_tokens=kw.pop("max_num_batched_tokens") or tokens_default,
-    )
+def options_from(kw: dict[str, Any]) -> Any:
+    """EngineOptions from parsed engine options (pops them from kw)."""
+    from capplan.plan.deployment import EngineOptions
 
-
-def warn_foreign_calibration(source: str) -> None:
-    """A calibration measured on another device applies its efficiencies to this GPU's
-    datasheet: allowed (a CPU file exercises the path), but say so where people look."""
-    if "applied to" in source:
-        click.echo(f"warning: calibration {source}: its efficiencies and overheads were "
-                   "measured on another device", err=True)
+    names = ("engine", "tp", "pp", "weight_dtype", "kv_dtype", "max_model_len",
+             "gpu_memory_utilization", "block_size", "max_num_seqs", "max_num_batched_tokens")
+    return EngineOptions(**{n: kw.pop(n) for n in names})
 
 
 def deployment_from_options(catalog_dir: tuple[str, ...], model: str, gpu: str,
-                            kw: dict[str, Any]) -> Any:
-    """The Deployment a model/GPU command works on: catalog names, engine options (popped from
-    kw) with the GPU's vLLM defaults, the calibration (file, measured, or datasheet). Bad input
-    and a model that does not fit raise InputError."""
-    from capplan.catalog.loader import load_catalog
-    from capplan.errors import InputError
-    from capplan.plan.deployment import build_deployment, calibration_for
+                            kw: dict[str, Any], require_fit: bool = True) -> Any:
+    """The Deployment a model/GPU command works on, through the one resolver
+    (capplan.plan.deployment.resolve_deployment); its warnings go to stderr."""
+    from dataclasses import asdict
 
-    cat = load_catalog(catalog_dir)
-    resolved = cat.resolve_model(model)
-    g = cat.gpu(gpu)
+    from capplan.api import deployment
+
     cal_path = kw.pop("calibration", None)
-    s = settings_from(kw, resolved.implied_weight_dtype, g)
-    dep = build_deployment(resolved.spec, g, s, calibration_for(cat, g, cal_path))
-    warn_foreign_calibration(dep.calibration.source)
-    if not dep.memory.fits:
-        raise InputError(f"{dep.model.key} does not fit on {g.key} with TP {s.tp}: "
-                         f"{dep.memory.reason} (see `capplan memory`)")
+    dep = deployment(model, gpu, calibration=cal_path, catalog_dirs=catalog_dir,
+                     require_fit=require_fit, **asdict(options_from(kw)))
+    for w in dep.warnings():
+        click.echo(f"warning: {w}", err=True)
     return dep

@@ -6,7 +6,6 @@ from __future__ import annotations
 import csv
 import io
 import json
-import math
 import re
 import textwrap
 from collections.abc import Callable, Sequence
@@ -71,20 +70,11 @@ def render_rows(rows: Sequence[dict[str, Any]], columns: Sequence[Column], fmt: 
         tabulate_module.MIN_PADDING = saved
 
 
-def _jsonable(obj: Any) -> Any:
-    if isinstance(obj, float) and not math.isfinite(obj):
-        return None
-    if isinstance(obj, dict):
-        return {k: _jsonable(v) for k, v in obj.items()}
-    if isinstance(obj, list | tuple):
-        return [_jsonable(v) for v in obj]
-    if hasattr(obj, "item"):  # numpy scalars
-        return _jsonable(obj.item())
-    return obj
-
-
 def to_json(obj: Any) -> str:
-    return json.dumps(_jsonable(obj), indent=2, sort_keys=False)
+    """JSON text of a result (inf/nan -> null, numpy -> Python), as every command prints it."""
+    from capplan.export.json_export import jsonable
+
+    return json.dumps(jsonable(obj), indent=2, sort_keys=False)
 
 
 def emit(text: str) -> None:

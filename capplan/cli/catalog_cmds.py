@@ -5,6 +5,7 @@ from __future__ import annotations
 import textwrap
 
 from pathlib import Path
+from typing import Any
 
 import click
 import yaml
@@ -55,6 +56,19 @@ def gpus_list(fmt: str, catalog_dir: tuple[str, ...]) -> None:
     emit(render_rows(rows, cols, fmt))
 
 
+def _attention_label(m: Any) -> str:
+    """GQA/MHA/MLA, and for hybrids how many layers of each recurrent kind."""
+    base = "MLA" if m.mla else ("MHA" if m.num_kv_heads == m.num_attention_heads
+                                else f"GQA {m.num_kv_heads} KV heads")
+    if not m.is_hybrid:
+        return base
+    kinds = m.layer_kinds
+    attn = sum(k.endswith("attention") and k != "linear_attention" for k in kinds)
+    other = sorted({k for k in kinds if k not in ("none",) and (k == "linear_attention"
+                                                               or not k.endswith("attention"))})
+    return f"{base} x{attn} + " + " + ".join(f"{k} x{kinds.count(k)}" for k in other)
+
+
 @click.group("models", invoke_without_command=True)
 @format_option
 @catalog_option
@@ -68,8 +82,7 @@ def models_group(ctx: click.Context, fmt: str, catalog_dir: tuple[str, ...]) -> 
         {
             "key": m.key, "hf_id": m.hf_id, "params_total": m.params_total,
             "params_active": m.params_active, "num_layers": m.num_layers,
-            "attention": "MLA" if m.mla else ("MHA" if m.num_kv_heads == m.num_attention_heads
-                                              else f"GQA {m.num_kv_heads} KV heads"),
+            "attention": _attention_label(m),
             "moe": f"{m.moe.num_experts}x top-{m.moe.num_experts_per_tok}" if m.moe else "",
             "sliding_window": m.sliding_window, "weight_format": (
                 m.quantization.format if m.quantization else m.torch_dtype),
@@ -95,23 +108,47 @@ def models_group(ctx: click.Context, fmt: str, catalog_dir: tuple[str, ...]) -> 
 @models_group.command("import")
 @click.argument("config", type=click.Path(dir_okay=False, path_type=Path))
 @click.option("--name", "key", default=None, help="Catalog key for the new entry.")
+@click.option("--hf-id", default=None,
+              help="Hugging Face id launch lines serve (default: the config's _name_or_path).")
 @click.option("--out", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Write the YAML here (default: stdout).")
 @click.option("--format", "fmt", type=click.Choice(["table", "json", "csv", "markdown"]),
               default="table", show_default=True,
               help="json prints the entry as JSON; the others print the catalog YAML.")
-def models_import(config: Path, key: str | None, out: Path | None, fmt: str) -> None:
+def models_import(config: Path, key: str | None, hf_id: str | None, out: Path | None,
+                  fmt: str) -> None:
     """Turn a Hugging Face config.json into a catalog YAML."""
     from capplan.catalog.hf_import import import_config
 
     spec = import_config(config, key)
+    if hf_id:
+        spec = spec.model_copy(update={"hf_id": hf_id})
+    elif "/" not in spec.hf_id:
+        click.echo(f"note: {config} names no Hugging Face id (_name_or_path); launch lines "
+                   f"will serve {spec.hf_id!r}: pass --hf-id ORG/NAME", err=True)
     data = spec.model_dump(mode="json", exclude_none=False)
-    text = to_json(data) + "\n" if fmt == "json" else yaml.safe_dump(data, sort_keys=False)
+    text = to_json(data) + "\n" if fmt == "json" else catalog_yaml(data)
     if out is None:
         emit(text.rstrip("\n"))
     else:
         atomic_write_text(out, text)
         click.echo(f"wrote {out}", err=True)
+
+
+class _CatalogDumper(yaml.SafeDumper):
+    """Per-layer lists (layer_types, mlp_types) on one line each, the rest block style."""
+
+
+def _flow_list(dumper: yaml.SafeDumper, data: list) -> yaml.Node:
+    flow = bool(data) and all(isinstance(x, str | int | float) for x in data)
+    return dumper.represent_sequence("tag:yaml.org,2002:seq", data, flow_style=flow)
+
+
+_CatalogDumper.add_representer(list, _flow_list)
+
+
+def catalog_yaml(data: dict) -> str:
+    return yaml.dump(data, Dumper=_CatalogDumper, sort_keys=False, width=100)
 
 
 def register(cli: click.Group) -> None:

@@ -43,28 +43,38 @@ class PositiveList(click.ParamType):
                    "a list (1,8,64) sweeps.")
 @click.option("--trace", type=click.Path(dir_okay=False), default=None,
               help="Trace (CSV/JSONL): its mean rate and its length distributions are used.")
+@click.option("--time-unit", type=click.Choice(["auto", "s", "ms", "us"]), default="auto",
+              show_default=True, help="Unit of the trace's numeric arrival times.")
 @click.option("--input-len", default="512", show_default=True,
               help="Prompt tokens: a number or a distribution (lognormal:mean=800,p99=4000).")
 @click.option("--output-len", default="256", show_default=True,
               help="Output tokens: a number or a distribution.")
 @click.option("--burstiness", type=POSITIVE, default=1.0, show_default=True,
               help="Gamma arrivals shape (1 = Poisson), as vllm bench serve.")
+@click.option("--num-prompts", type=POS_INT, default=None,
+              help="Closed loop: requests the benchmark sends and averages over, start-up wave "
+                   "included (default 1000, as vllm bench serve).")
+@click.option("--warmup-prompts", type=click.IntRange(min=0), default=0, show_default=True,
+              help="Closed loop: warm-up requests sent first and not measured (>= concurrency "
+                   "leaves only the steady state).")
 @engine_options
 @format_option
 @catalog_option
 def latency_cmd(model: str, gpu: str, rate: list[float] | None, concurrency: list[int] | None,
                 trace: str | None, input_len: str, output_len: str, burstiness: float,
-                fmt: str, catalog_dir: tuple[str, ...], **kw) -> None:
+                num_prompts: int | None, warmup_prompts: int, fmt: str,
+                catalog_dir: tuple[str, ...], time_unit: str = "auto", **kw) -> None:
     """Analytic TTFT / TBT / E2E percentiles and throughput under load (milliseconds).
 
     A list of rates or concurrencies prints one row per level (JSON: a list)."""
     dep = deployment_from_options(catalog_dir, model, gpu, kw)
-    max_len = dep.settings.max_model_len or dep.model.max_position_embeddings
     levels: list[Any] = list(rate or concurrency or [None])
     results = []
     for level in levels:
         load = load_spec_from_options(level if rate else None, level if concurrency else None,
-                                      trace, input_len, output_len, burstiness, max_len)
+                                      trace, input_len, output_len, burstiness,
+                                      dep.model.context_len(dep.settings.max_model_len),
+                                      num_prompts, warmup_prompts, time_unit=time_unit)
         results.append({**analytic_latency(dep, load), **resolved_dtypes(dep)})
     if len(results) > 1:
         emit(to_json(results) if fmt == "json" else

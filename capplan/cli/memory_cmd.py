@@ -6,18 +6,15 @@ from dataclasses import asdict
 
 import click
 
-from capplan.catalog.loader import load_catalog
 from capplan.cli._options import (
     catalog_option,
+    deployment_from_options,
     engine_options,
     format_option,
     model_gpu_options,
-    settings_from,
 )
 from capplan.cli._render import Column, emit, kv_table, render_rows, to_json
-from capplan.models.engine import VLLM
-from capplan.models.memory import memory_report
-from capplan.units import GIB_BYTES, bytes_to_gib
+from capplan.units import bytes_to_gib
 
 
 @click.command("memory")
@@ -27,14 +24,10 @@ from capplan.units import GIB_BYTES, bytes_to_gib
 @catalog_option
 def memory_cmd(model: str, gpu: str, fmt: str, catalog_dir: tuple[str, ...], **kw) -> None:
     """VRAM per GPU: weights, activations, overhead, paged KV cache, max concurrency."""
-    cat = load_catalog(catalog_dir)
-    resolved = cat.resolve_model(model)
-    g = cat.gpu(gpu)
-    kw.pop("calibration", None)
-    s = settings_from(kw, resolved.implied_weight_dtype, g)
-    r = memory_report(resolved.spec, g, s)
-    data = {"model": resolved.spec.key, "gpu": g.key, "tp": s.tp, "pp": s.pp,
-            "engine_profile": f"{VLLM.name} {VLLM.version}", **asdict(r)}
+    dep = deployment_from_options(catalog_dir, model, gpu, kw, require_fit=False)
+    r, s, g = dep.memory, dep.settings, dep.gpu
+    data = {"model": dep.model.key, "gpu": g.key, "tp": s.tp, "pp": s.pp,
+            "engine": s.engine, "engine_profile": dep.profile.label, **asdict(r)}
     if fmt == "json":
         emit(to_json(data))
         return
@@ -44,9 +37,10 @@ def memory_cmd(model: str, gpu: str, fmt: str, catalog_dir: tuple[str, ...], **k
         return
     gib = bytes_to_gib
     pairs = [
-        ("model / GPU", f"{resolved.spec.key} on {g.key} (TP {s.tp}, PP {s.pp})"),
+        ("model / GPU", f"{dep.model.key} on {g.key} (TP {s.tp}, PP {s.pp})"),
+        ("engine", dep.profile.label),
         ("weight dtype", r.weight_dtype + (" (auto)" if s.weight_dtype == "auto" else "")),
-        ("KV dtype", (resolved.spec.torch_dtype + " (auto)") if s.kv_dtype == "auto"
+        ("KV dtype", (dep.model.torch_dtype + " (auto)") if s.kv_dtype == "auto"
          else s.kv_dtype),
         ("total memory (GiB)", f"{gib(r.total_memory_bytes):.2f}"),
         (f"budget at {s.gpu_memory_utilization:g} (GiB)", f"{gib(r.budget_bytes):.2f}"),
@@ -62,9 +56,6 @@ def memory_cmd(model: str, gpu: str, fmt: str, catalog_dir: tuple[str, ...], **k
         ("same, contiguous pre-allocation", f"{r.contiguous_max_concurrency:.0f}x"),
         ("fits", "yes" if r.fits else f"NO: {r.reason}"),
     ]
-    if r.margin_bytes_per_gpu < 0.25 * GIB_BYTES:
-        pairs.append(("warning", "under 0.25 GiB left outside the budget for CUDA context "
-                                 "and graphs: lower --gpu-memory-utilization"))
     emit(kv_table(pairs, fmt))
 
 

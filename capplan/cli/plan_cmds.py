@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import click
+from click.core import ParameterSource
 
 from capplan.catalog.loader import load_catalog
 from capplan.cli._options import (
@@ -21,6 +22,8 @@ from capplan.cli._options import (
 )
 from capplan.cli._render import Column, emit, render_rows, to_json
 from capplan.errors import InputError
+from capplan.models.engine import ENGINES
+from capplan.plan.result import PlanResult
 from capplan.plan.schema import PlanFile, load_plan, plan_json_schema
 
 ms = lambda x: None if x is None else x * 1e3  # noqa: E731
@@ -34,7 +37,8 @@ def _verifier(enabled: bool):
     return simulate_recommendation
 
 
-def _finish(result: dict[str, Any], fmt: str, exports: list[Path], plot_dir: str | None) -> None:
+def _finish(plan: PlanResult, fmt: str, exports: list[Path], plot_dir: str | None) -> None:
+    result = plan.to_dict()  # the export edge: from here on, the JSON contract's dict
     for path in exports:
         from capplan.export import export_plan
 
@@ -87,10 +91,14 @@ def render_plan(result: dict[str, Any], fmt: str) -> str:
     vtxt = "not simulated" if not ver else (
         "simulator confirms" if ver.get("ok") else f"simulator: {ver.get('reason')}")
     out += ["", f"recommended: {best['replicas']} x {best['gpu']} TP {best['tp']} "
-                f"({best['gpus_total']} GPU{'' if best['gpus_total'] == 1 else 's'}), binding constraint: {best['binding_constraint']};"
-                f" SLO margins: {margins or 'no SLOs'}; {vtxt}"]
+                f"({best['gpus_total']} GPU{'' if best['gpus_total'] == 1 else 's'}); each replica carries up to "
+                f"{best['capacity_per_replica_rps']:.3g} req/s, limited by (binding constraint) "
+                f"{best['binding_constraint']}; at the planned "
+                f"{best['per_replica_rate_per_s']:.3g} req/s per replica the SLO margins are "
+                f"{margins or 'none (no SLOs)'}; {vtxt}"]
     for r in result["recommendations"][1:4]:
         out.append(f"  #{r['rank']} {r['gpu']} TP {r['tp']}: {r['why_not_first']}")
+    out += _pool_lines(result, fmt)
     out += ["", "vLLM:    " + best["engine_flags"]["vllm"],
             "SGLang:  " + best["engine_flags"]["sglang"],
             "verify:  " + best["engine_flags"]["bench"]]
@@ -101,6 +109,34 @@ def render_plan(result: dict[str, Any], fmt: str) -> str:
     return "\n".join(line if "\n" in line or line.startswith(keep) else
                      textwrap.fill(line, 120, subsequent_indent="    ", break_on_hyphens=False)
                      for line in out)
+
+
+POOL_COLUMNS = [
+    Column("pool", "pool"), Column("gpu", "GPU"), Column("tp", "TP"),
+    Column("replicas", "replicas"), Column("gpus_total", "GPUs"),
+    Column("max_num_seqs", "max seqs"), Column("max_num_batched_tokens", "chunk (tok)"),
+    Column("cost_per_hour", "cost ($/h)", None, ".2f"), Column("note", "note"),
+]
+
+
+def _pool_lines(result: dict[str, Any], fmt: str) -> list[str]:
+    """One shared pool against a pool per lane, each lane's pool with its own launch line."""
+    pools = result.get("pools")
+    if not pools:
+        return []
+    lanes = pools["separate"]["lanes"]
+    rows = [{"pool": "shared (all lanes)", **pools["shared"]}]
+    rows += [{"pool": f"lane {ln['lane']}", **ln, "note": ln.get("error", "")} for ln in lanes]
+    rows.append({"pool": "a pool per lane, total", "gpus_total": pools["separate"]["gpus_total"],
+                 "cost_per_hour": pools["separate"]["cost_per_hour"],
+                 "note": f"cheaper: {pools['cheaper']}"})
+    title = ("pools (you asked for a pool per lane; the table above is one shared pool, for "
+             "comparison):" if result.get("inputs", {}).get("pools") == "separate"
+             else "pools:")
+    out = ["", title, render_rows(rows, POOL_COLUMNS, fmt)]
+    out += [f"vLLM ({ln['lane']}): {ln['engine_flags']['vllm']}" for ln in lanes
+            if ln.get("engine_flags")]
+    return out
 
 
 def _exports(paths: tuple[str, ...] | list[str], base: Path | None = None) -> list[Path]:
@@ -137,7 +173,12 @@ def _exports(paths: tuple[str, ...] | list[str], base: Path | None = None) -> li
 @click.option("--max-num-batched-tokens", type=IntList(), default=None,
               help="Prefill chunk sizes to search.")
 @click.option("--max-model-len", type=POS_INT, default=None)
-@click.option("--gpu-memory-utilization", type=FRACTION, default=0.9, show_default=True)
+@click.option("--engine", type=click.Choice(ENGINES, case_sensitive=False), default="vllm",
+              show_default=True, help="Serving engine whose profile applies (docs/engines.md).")
+@click.option("--calibration", type=click.Path(dir_okay=False), default=None,
+              help="Calibration YAML for the GPU it was measured on (others keep theirs).")
+@click.option("--gpu-memory-utilization", type=FRACTION, default=None,
+              help="The engine's memory fraction (default: the engine's for each GPU).")
 @click.option("--burstiness", type=POSITIVE, default=1.0, show_default=True)
 @click.option("--headroom", type=NON_NEGATIVE, default=0.2, show_default=True,
               help="Extra capacity for bursts (0.2 = 20%).")
@@ -146,6 +187,8 @@ def _exports(paths: tuple[str, ...] | list[str], base: Path | None = None) -> li
               show_default=True)
 @click.option("--verify-top", type=click.IntRange(min=0), default=5, show_default=True,
               help="Simulate the best N to confirm their SLOs (0: skip).")
+@click.option("--allow-near-floor", is_flag=True,
+              help="Also recommend fleets whose SLOs keep replicas under 10% of capacity.")
 @click.option("--export", "exports", multiple=True, help="Write .csv/.json/.md/.xlsx.")
 @click.option("--plot", "plot_dir", default=None, help="Write PNG/SVG charts to this folder.")
 @format_option
@@ -156,8 +199,10 @@ def recommend_cmd(model: str, rate: float, input_len: str, output_len: str,
                   weight_dtypes: tuple[str, ...],
                   kv_dtypes: tuple[str, ...], max_num_seqs: list[int] | None,
                   max_num_batched_tokens: list[int] | None, max_model_len: int | None,
-                  gpu_memory_utilization: float, burstiness: float, headroom: float,
-                  objective: str, verify_top: int, exports: tuple[str, ...],
+                  engine: str, calibration: str | None,
+                  gpu_memory_utilization: float | None, burstiness: float, headroom: float,
+                  objective: str, verify_top: int, allow_near_floor: bool,
+                  exports: tuple[str, ...],
                   plot_dir: str | None, fmt: str, catalog_dir: tuple[str, ...]) -> None:
     """GPU type, count and engine settings for a rate and latency SLOs."""
     from capplan.plan.planner import run_plan
@@ -170,20 +215,27 @@ def recommend_cmd(model: str, rate: float, input_len: str, output_len: str,
             price_map[name.strip()] = float(usd)
         except ValueError:
             raise InputError(f"--price {item!r}: expected GPU=USD, e.g. h200=3.5") from None
+    ctx = click.get_current_context()
+    lane: dict[str, Any] = {"name": "default", "rate_per_s": rate, "burstiness": burstiness,
+                            "arrival": "poisson" if burstiness == 1.0 else "gamma",
+                            "slo": {"ttft_p99_s": ttft_p99, "tbt_p99_s": tbt_p99,
+                                    "e2e_p99_s": e2e_p99}}
+    for key, value in (("input_len", input_len), ("output_len", output_len)):
+        if ctx.get_parameter_source(key) is not ParameterSource.DEFAULT:  # defaults: the plan's
+            lane[key] = value
     plan = PlanFile.model_validate({
         "model": model,
         "candidates": {"gpus": list(gpus) or None, "tp": tps, "prices": price_map,
                        "weight_dtypes": list(weight_dtypes) or ["auto"],
                        "kv_dtypes": list(kv_dtypes) or ["auto"]},
-        "engine": {"max_num_seqs": max_num_seqs, "max_num_batched_tokens": max_num_batched_tokens,
+        "engine": {"name": engine.lower(), "max_num_seqs": max_num_seqs,
+                   "max_num_batched_tokens": max_num_batched_tokens,
                    "max_model_len": max_model_len,
                    "gpu_memory_utilization": gpu_memory_utilization},
-        "workloads": [{"name": "default", "rate_per_s": rate, "input_len": input_len,
-                       "output_len": output_len, "burstiness": burstiness,
-                       "arrival": "poisson" if burstiness == 1.0 else "gamma",
-                       "slo": {"ttft_p99_s": ttft_p99, "tbt_p99_s": tbt_p99,
-                               "e2e_p99_s": e2e_p99}}],
+        "calibration": calibration,
+        "workloads": [lane],
         "objective": objective, "headroom": headroom, "verify": {"top": verify_top},
+        "allow_near_floor": allow_near_floor,
     })
     result = run_plan(load_catalog(catalog_dir), plan, _verifier(verify_top > 0))
     _finish(result, fmt, out_paths, plot_dir)
@@ -204,6 +256,8 @@ def plan_cmd(plan_file: str, exports: tuple[str, ...], plot_dir: str | None, no_
 
     plan = load_plan(plan_file)
     base = Path(plan_file).parent
+    if plan.calibration and not Path(plan.calibration).is_absolute():
+        plan = plan.model_copy(update={"calibration": str(base / plan.calibration)})
     out_paths = _exports(list(plan.export), base) + _exports(exports)
     try:
         result = run_plan(load_catalog(catalog_dir), plan, _verifier(not no_verify))
@@ -213,10 +267,10 @@ def plan_cmd(plan_file: str, exports: tuple[str, ...], plot_dir: str | None, no_
 
 
 @click.command("schema")
-@click.option("--format", "fmt", type=click.Choice(["json", "table", "csv", "markdown"]),
+@click.option("--format", "_fmt", type=click.Choice(["json", "table", "csv", "markdown"]),
               default="json", show_default=True,
               help="A JSON Schema is JSON whatever the format; accepted for uniformity.")
-def schema_cmd(fmt: str) -> None:
+def schema_cmd(_fmt: str) -> None:
     """JSON Schema of plan files (point your editor's YAML extension at it)."""
     emit(json.dumps(plan_json_schema(), indent=2))
 

@@ -6,7 +6,6 @@ import sys
 from typing import Any
 
 import click
-import numpy as np
 
 from capplan.cli._options import (
     NON_NEGATIVE,
@@ -20,23 +19,10 @@ from capplan.cli._options import (
 )
 from capplan.cli._render import Column, emit, render_rows, to_json
 from capplan.cli._tables import dtype_text, resolved_dtypes
-from capplan.errors import InputError
-from capplan.sim import SCHEDULERS, run_scheduler
-from capplan.sim.workload import Lane, Workload, load_trace, parse_length
 from capplan.units import MS_S
 
 PROGRESS_MIN_REQUESTS = 5000
 """Runs with at least this many requests show a progress bar on stderr (a few seconds)."""
-
-
-def _schedulers(text: str) -> list[str]:
-    names = [s.strip() for s in text.split(",") if s.strip()]
-    for s in names:
-        if s not in SCHEDULERS:
-            raise InputError(f"--scheduler {s!r}: expected {', '.join(SCHEDULERS)} or a comma list")
-    if not names:
-        raise InputError("--scheduler: expected continuous, static or dynamic")
-    return list(dict.fromkeys(names))
 
 
 def _rows(results: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
@@ -61,25 +47,17 @@ def _rows(results: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
     return [{"q": label, **{name: f(d) for name, d in results.items()}} for label, f in spec]
 
 
-def _workload(kw: dict[str, Any], rate: float | None, concurrency: int | None,
-              trace: str | None) -> Workload:
-    if sum(x is not None for x in (rate, concurrency, trace)) != 1:
-        raise InputError("give exactly one of --rate, --concurrency or --trace")
-    if trace is not None:
-        return Workload((Lane(name="trace"),), trace=load_trace(trace))
-    lane = Lane(rate_per_s=rate, arrival="gamma" if kw["burstiness"] != 1.0 else "poisson",
-                burstiness=kw["burstiness"], input_len=parse_length(kw["input_len"]),
-                output_len=parse_length(kw["output_len"]))
-    return Workload((lane,), num_requests=kw["num_requests"], concurrency=concurrency)
-
-
 @click.command("simulate")
 @model_gpu_options
 @click.option("--rate", type=POSITIVE, default=None, help="Open-loop arrival rate (req/s).")
 @click.option("--concurrency", type=POS_INT, default=None,
               help="Closed loop: C clients, each sends its next request when the last ends.")
 @click.option("--trace", type=click.Path(dir_okay=False), default=None,
-              help="CSV/JSONL trace: arrival time, input tokens, output tokens.")
+              help="CSV/JSONL trace: arrival time, input tokens, output tokens (Azure, Vidur, "
+                   "BurstGPT, Mooncake columns).")
+@click.option("--time-unit", type=click.Choice(["auto", "s", "ms", "us"]), default="auto",
+              show_default=True, help="Unit of a trace's numeric arrival times (auto: Mooncake "
+                                      "ms, epoch stamps by size, else seconds).")
 @click.option("--requests", "num_requests", type=POS_INT, default=1000, show_default=True)
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--input-len", default="512", show_default=True,
@@ -105,37 +83,38 @@ def simulate_cmd(model: str, gpu: str, rate: float | None, concurrency: int | No
                  batch_timeout: float, no_chunked_prefill: bool, fmt: str,
                  catalog_dir: tuple[str, ...], plot_dir: str | None, **kw: Any) -> None:
     """Simulate an engine step by step under a workload: latency, throughput, KV use."""
-    names = _schedulers(scheduler)
-    wl = _workload(kw, rate, concurrency, trace)
-    for k in ("burstiness", "input_len", "output_len", "num_requests"):
-        kw.pop(k)
+    from capplan.plan.simulation import parse_schedulers, run_simulation
+
+    names = parse_schedulers(scheduler)
+    load = {k: kw.pop(k) for k in ("burstiness", "input_len", "output_len", "num_requests",
+                                   "time_unit")}
     dep = deployment_from_options(catalog_dir, model, gpu, kw)
-    s, g = dep.settings, dep.gpu
-    reqs, clipped = wl.generate(np.random.default_rng(seed)).clip_to_context(
-        s.max_model_len or dep.model.max_position_embeddings)
-    if clipped:
-        click.echo(f"note: {clipped} prompts cut to fit max_model_len "
-                   f"{s.max_model_len or dep.model.max_position_embeddings}", err=True)
-    results: dict[str, dict[str, Any]] = {}
-    for name in names:
-        opts = dict(scheduler=name, num_gpu_blocks=dep.memory.num_gpu_blocks,
-                    block_size=dep.memory.block_size, max_num_seqs=s.max_num_seqs,
-                    max_num_batched_tokens=s.max_num_batched_tokens,
-                    enable_chunked_prefill=not no_chunked_prefill, batch_size=batch_size,
-                    batch_timeout_s=batch_timeout)
-        if len(reqs) >= PROGRESS_MIN_REQUESTS:
-            with click.progressbar(length=len(reqs), label=f"simulating ({name})",
-                                   file=sys.stderr) as bar:
-                state = {"done": 0}
+    s = dep.settings
+    bars: dict[str, Any] = {}
 
-                def tick(done: int, bar: Any = bar, state: dict = state) -> None:
-                    bar.update(done - state["done"])
-                    state["done"] = done
+    def progress(name: str, done: int, total: int) -> None:
+        if total < PROGRESS_MIN_REQUESTS:
+            return
+        if name not in bars:
+            bars[name] = [click.progressbar(length=total, label=f"simulating ({name})",
+                                            file=sys.stderr), 0]
+            bars[name][0].__enter__()
+        bar, last = bars[name]
+        bar.update(done - last)
+        bars[name][1] = done
+        if done >= total:
+            bar.__exit__(None, None, None)
 
-                results[name] = run_scheduler(dep.step, reqs, wl.lanes, progress=tick,
-                                              **opts).to_dict()
-        else:
-            results[name] = run_scheduler(dep.step, reqs, wl.lanes, **opts).to_dict()
+    run = run_simulation(dep, rate=rate, concurrency=concurrency, trace=trace,
+                         input_len=load["input_len"], output_len=load["output_len"],
+                         burstiness=load["burstiness"], requests=load["num_requests"],
+                         seed=seed, schedulers=names, batch_size=batch_size,
+                         batch_timeout_s=batch_timeout,
+                         chunked_prefill=not no_chunked_prefill, progress=progress,
+                         time_unit=load["time_unit"])
+    for note in run["notes"]:
+        click.echo(f"note: {note}", err=True)
+    results, head = run["results"], run["head"]
     if plot_dir:
         from capplan.export.plots import plot_sim
 
@@ -145,16 +124,7 @@ def simulate_cmd(model: str, gpu: str, rate: float | None, concurrency: int | No
         for path in plot_sim({**first, "model": dep.model.key, "gpu": dep.gpu.key, "tp": s.tp,
                               "timeseries": {**ts, "kv_utilization": kv}}, plot_dir):
             click.echo(f"wrote {path}", err=True)
-    from capplan.models.perf import BOUNDS
-
-    first = results[names[0]]
-    ctx = float(np.mean(reqs.input_tokens) + np.mean(reqs.output_tokens) / 2)
-    bound = BOUNDS[int(dep.step.decode_step(max(first["mean_running_batch"], 1.0), ctx)
-                       ["bound_index"])]
-    head = {"model": dep.model.key, "gpu": g.key, "tp": s.tp, "pp": s.pp, "bound": bound,
-            "max_num_seqs": s.max_num_seqs, "max_num_batched_tokens": s.max_num_batched_tokens,
-            "num_gpu_blocks": dep.memory.num_gpu_blocks, "seed": seed,
-            "calibration": dep.step.calibration_source, **resolved_dtypes(dep)}
+    head = {**head, **resolved_dtypes(dep)}
     if fmt == "json":
         body = results[names[0]] if len(names) == 1 else {"schedulers": results}
         emit(to_json({**head, **body}))
@@ -162,9 +132,10 @@ def simulate_cmd(model: str, gpu: str, rate: float | None, concurrency: int | No
     cols = [Column("q", "quantity"), *(Column(n, n, fmt=",.1f") for n in names)]
     emit(render_rows(_rows(results), cols, fmt))
     if fmt == "table":
-        click.echo(f"{head['model']} on {head['gpu']} (TP {s.tp}), {len(reqs)} requests, "
-                   f"seed {seed}; {dtype_text(resolved_dtypes(dep), s)}; decode steps "
-                   f"{bound}-bound at the mean running batch\n"
+        click.echo(f"{head['model']} on {head['gpu']} (TP {s.tp}, {dep.profile.label}), "
+                   f"{head['num_requests']} requests, seed {seed}; "
+                   f"{dtype_text(resolved_dtypes(dep), s)}; decode steps "
+                   f"{head['bound']}-bound at the mean running batch\n"
                    f"calibration: {head['calibration']}", err=True)
 
 

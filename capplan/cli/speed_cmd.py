@@ -53,7 +53,8 @@ def speed_cmd(model: str, gpu: str, batch: list[int], context: list[int],
                       **resolved_dtypes(dep),
                       "calibration": dep.calibration.source, "rows": curve["rows"],
                       "knee_batch": curve["knee_batch"], "excluded": curve["excluded"],
-                      "max_batch": curve["max_batch"], "prefill": pre}))
+                      "max_batch": curve["max_batch"], "prefill": pre,
+                      "engine_settings": dep.settings_summary()}))
         return
     cols = [
         Column("batch", "batch"), Column("context_len", "context (tokens)"),

@@ -1,8 +1,8 @@
 """Writers for plan results: CSV, JSON, Markdown and XLSX (chosen by suffix), and charts.
 
-Exporters consume the plan dict that `capplan plan --format json` prints and never recompute
-anything. Every file goes through `atomic.atomic_write`, so a failed export leaves any
-existing file untouched.
+Exporters consume the plan dict that `capplan plan --format json` prints (a PlanResult is
+turned into it first) and never recompute anything. Every file goes through
+`atomic.atomic_write`, so a failed export leaves any existing file untouched.
 """
 
 from __future__ import annotations
@@ -15,14 +15,19 @@ from capplan.errors import InputError
 EXPORT_SUFFIXES = (".csv", ".json", ".md", ".xlsx")
 
 
-def export_plan(plan: dict[str, Any], path: str | Path) -> Path:
+def export_plan(plan: Any, path: str | Path) -> Path:
     """Write plan to path in the format its suffix names (.csv, .json, .md, .xlsx).
+
+    plan: a PlanResult (`capplan.plan.planner.run_plan`) or the dict its `to_dict()` gives
+    (what `capplan plan --format json` prints).
 
     Raises:
         InputError: for any other suffix, a plan without recommendations, or a missing extra.
     """
     from capplan.export.csv_export import recommendations_of
 
+    if hasattr(plan, "to_dict"):  # the typed result: its dict is the export edge
+        plan = plan.to_dict()
     path = Path(path)
     suffix = path.suffix.lower()
     if suffix not in EXPORT_SUFFIXES:

@@ -8,7 +8,6 @@ value of the plan, at most converted for display (seconds -> ms, fraction -> %).
 from __future__ import annotations
 
 import csv
-import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,16 +15,13 @@ from typing import Any
 
 from capplan.errors import InputError
 from capplan.export.atomic import atomic_write
+from capplan.export.json_export import jsonable
 from capplan.units import s_to_ms
 
 
 def clean_number(value: Any) -> Any:
     """None for inf/nan (an empty cell, a JSON null); numpy scalars become Python numbers."""
-    if hasattr(value, "item") and not isinstance(value, str | bytes):
-        value = value.item()
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    return value
+    return jsonable(value)
 
 
 def dig(record: dict[str, Any], path: Sequence[str]) -> Any:
@@ -103,6 +99,38 @@ RECOMMENDATION_COLUMNS: tuple[RecColumn, ...] = (
 )
 
 
+PARETO_COLUMNS: tuple[RecColumn, ...] = (
+    _c("gpu", "GPU"),
+    _c("tp", "TP"),
+    _c("replicas", "replicas"),
+    _c("cost_per_hour", "cost ($/h)", None, ".2f"),
+    _c("ttft_p99_s", "TTFT p99 (ms)", _ms, ".0f"),
+    _c("tbt_p99_s", "TBT p99 (ms)", _ms, ".1f"),
+    _c("weight_dtype", "weight dtype"),
+    _c("kv_dtype", "KV dtype"),
+)
+"""Columns of the Pareto front (plan["pareto"]) in every format that shows it."""
+
+
+def _rows(records: list[dict[str, Any]], cols: Sequence[RecColumn]) -> list[list[Any]]:
+    rows = []
+    for rec in records:
+        row = []
+        for c in cols:
+            v = dig(rec, c.path)
+            if v is not None and c.to_display is not None:
+                v = clean_number(c.to_display(v))
+            row.append(v)
+        rows.append(row)
+    return rows
+
+
+def pareto_table(plan: dict[str, Any]) -> tuple[list[RecColumn], list[list[Any]]]:
+    """(columns, rows) of the Pareto front in display units."""
+    points = [p for p in plan.get("pareto") or [] if isinstance(p, dict)]
+    return list(PARETO_COLUMNS), _rows(points, PARETO_COLUMNS)
+
+
 def recommendations_of(plan: Any) -> list[dict[str, Any]]:
     """The plan's recommendations, checked for the shape every exporter relies on."""
     if not isinstance(plan, dict):
@@ -126,16 +154,7 @@ def recommendation_table(plan: dict[str, Any], *, brief: bool = False
     brief=True keeps the columns a person reads first (the Markdown table).
     """
     cols = [c for c in RECOMMENDATION_COLUMNS if c.brief or not brief]
-    rows = []
-    for rec in recommendations_of(plan):
-        row = []
-        for c in cols:
-            v = dig(rec, c.path)
-            if v is not None and c.to_display is not None:
-                v = clean_number(c.to_display(v))
-            row.append(v)
-        rows.append(row)
-    return cols, rows
+    return cols, _rows(recommendations_of(plan), cols)
 
 
 def write_csv(plan: dict[str, Any], path: str | Path) -> Path:

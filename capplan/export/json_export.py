@@ -12,7 +12,13 @@ from capplan.export.atomic import atomic_write_text
 
 
 def jsonable(obj: Any) -> Any:
-    """A copy of obj that json.dumps accepts with allow_nan=False (inf/nan -> None)."""
+    """A copy of obj that json.dumps accepts with allow_nan=False (inf/nan -> None).
+
+    The one conversion of results to JSON-able values: `--format json`, the JSON export and
+    every cell of the CSV, Markdown and XLSX exports go through it.
+    """
+    if getattr(obj, "ndim", 0) and hasattr(obj, "tolist"):  # numpy arrays
+        return jsonable(obj.tolist())
     if hasattr(obj, "item") and not isinstance(obj, str | bytes):  # numpy scalars
         obj = obj.item()
     if isinstance(obj, float):

@@ -8,7 +8,12 @@ from typing import Any
 from tabulate import tabulate
 
 from capplan.export.atomic import atomic_write_text
-from capplan.export.csv_export import clean_number, dig, recommendation_table, recommendations_of
+from capplan.export.csv_export import (
+    clean_number,
+    pareto_table,
+    recommendation_table,
+    recommendations_of,
+)
 from capplan.units import s_to_ms
 
 _ENGINE_TITLES = (("vllm", "vLLM"), ("sglang", "SGLang"), ("bench", "Benchmark"))
@@ -81,16 +86,11 @@ def _commands(plan: dict[str, Any]) -> list[str]:
 
 
 def _pareto(plan: dict[str, Any]) -> list[str]:
-    points = [p for p in plan.get("pareto") or [] if isinstance(p, dict)]
-    if not points:
+    cols, rows = pareto_table(plan)
+    if not rows:
         return []
-    headers = ["GPU", "TP", "replicas", "weight dtype", "KV dtype", "cost ($/h)",
-               "TTFT p99 (ms)", "TBT p99 (ms)"]
-    rows = [[p.get("gpu"), p.get("tp"), p.get("replicas"), p.get("weight_dtype"),
-             p.get("kv_dtype"), dig(p, ["cost_per_hour"]), _ms_or_none(p.get("ttft_p99_s")),
-             _ms_or_none(p.get("tbt_p99_s"))] for p in points]
     return ["## Pareto front (cost against latency)", "",
-            _table(headers, rows, ("g", "g", "g", "g", "g", ".2f", ".0f", ".1f")), ""]
+            _table([c.header for c in cols], rows, tuple(c.fmt for c in cols)), ""]
 
 
 def plan_to_markdown(plan: dict[str, Any]) -> str:

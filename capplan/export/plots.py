@@ -89,7 +89,7 @@ def _dig(d: Any, *path: str) -> Any:
 
 def _pairs(xs: Iterable[float | None], ys: Iterable[float | None]
            ) -> tuple[list[float], list[float]]:
-    kept = [(x, y) for x, y in zip(xs, ys) if x is not None and y is not None]
+    kept = [(x, y) for x, y in zip(xs, ys, strict=False) if x is not None and y is not None]
     return [x for x, _ in kept], [y for _, y in kept]
 
 

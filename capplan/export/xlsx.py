@@ -11,15 +11,12 @@ from typing import Any
 
 from capplan.errors import InputError
 from capplan.export.atomic import atomic_write
-from capplan.export.csv_export import clean_number, recommendation_table
+from capplan.export.csv_export import clean_number, pareto_table, recommendation_table
 from capplan.export.json_export import jsonable
 from capplan.units import s_to_ms
 
 CURVE_HEADERS = ("curve", "arrival rate (req/s)", "output throughput (tokens/s)",
                  "TTFT p99 (ms)", "TBT p99 (ms)")
-PARETO_HEADERS = ("GPU", "TP", "replicas", "cost ($/h)", "TTFT p99 (ms)", "TBT p99 (ms)",
-                  "weight dtype", "KV dtype")
-PARETO_FMTS = ("g", "g", "g", ".2f", ".0f", ".1f", "g", "g")
 INPUT_HEADERS = ("input", "value")
 
 
@@ -159,13 +156,6 @@ def _curve_sheet(wb: Any, plan: dict[str, Any], bold: Any) -> None:
     ws.insert_chart(1, len(CURVE_HEADERS) + 1, chart)
 
 
-def _pareto_rows(plan: dict[str, Any]) -> list[list[Any]]:
-    return [[p.get("gpu"), clean_number(p.get("tp")), clean_number(p.get("replicas")),
-             clean_number(p.get("cost_per_hour")), _ms(p.get("ttft_p99_s")),
-             _ms(p.get("tbt_p99_s")), p.get("weight_dtype"), p.get("kv_dtype")]
-            for p in plan.get("pareto") or [] if isinstance(p, dict)]
-
-
 def write_xlsx(plan: dict[str, Any], path: str | Path) -> Path:
     """Write the workbook, atomically (a failure leaves any existing file as it was)."""
     xlsxwriter = _xlsxwriter()
@@ -182,10 +172,10 @@ def write_xlsx(plan: dict[str, Any], path: str | Path) -> Path:
                          rec_rows, bold, [c.fmt for c in cols], wb)
             _inputs_sheet(wb, plan, bold)
             _curve_sheet(wb, plan, bold)
-            pareto = _pareto_rows(plan)
+            pareto_cols, pareto = pareto_table(plan)
             if pareto:
-                _write_table(wb.add_worksheet("pareto"), PARETO_HEADERS, pareto, bold,
-                             PARETO_FMTS, wb)
+                _write_table(wb.add_worksheet("pareto"), [c.header for c in pareto_cols], pareto,
+                             bold, [c.fmt for c in pareto_cols], wb)
         except BaseException:
             with contextlib.suppress(Exception):  # the temp file is discarded anyway
                 wb.close()

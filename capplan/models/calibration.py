@@ -39,9 +39,12 @@ class Calibration:
     """Latency of one small all-reduce across the TP group."""
     allreduce_bw_frac: float
     """Achieved fraction of the interconnect's per-direction bandwidth in all-reduce."""
-    request_overhead_s: float = 0.0
+    request_overhead_s: float | None = None
     """Per-request latency outside engine steps (tokenisation, HTTP, streaming), added to TTFT
-    and E2E. 0 unless measured (`capplan calibrate --endpoint` fits it)."""
+    and E2E. None: the engine profile's default (`capplan calibrate --endpoint` measures it)."""
+    expert_bw_frac: float = 0.0
+    """Achieved fraction of peak bandwidth streaming routed-expert weights (fused MoE kernels,
+    few tokens per expert); 0 = same as mem_bw_frac."""
     source: str = "default"
     """'default (datasheet)' or the calibration file it came from."""
 
@@ -69,6 +72,10 @@ class Calibration:
 #  - vLLM per-step CPU cost with CUDA graphs: ~1-3.5 ms in published traces (vLLM #6854,
 #    tt-inference-server #340 Qwen3-0.6B floor): 1.5 ms + 10 us per sequence; per-layer GPU
 #    fixed cost: ~10 kernels x ~3 us launch/tail inside a CUDA graph = 30 us.
+#  - routed experts stream at mem_bw_frac by default (expert_bw_frac 0). A single factor does
+#    not fit the public points: 0.6 of the dense rate closes Qwen3-30B-A3B's batch-1 TPOT gap
+#    on A100 (#31, fine-grained experts) but over-predicts Mixtral-8x7B on H200 by 30% (#23,
+#    large experts); docs/validation.md keeps the MoE TPOT miss visible instead.
 _HBM3_BW_FRAC = 0.88
 _OTHER_BW_FRAC = 0.83
 
@@ -78,7 +85,8 @@ def default_calibration(gpu: GpuSpec) -> Calibration:
     hbm3 = gpu.vendor == "nvidia" and (gpu.fp8_dense_tflops is not None) and (
         gpu.memory_bandwidth_gb_per_s >= 3000)
     amd = gpu.vendor == "amd"
-    nvlink = gpu.interconnect.kind.startswith("nvlink") or gpu.interconnect.kind == "infinity-fabric"
+    kind = gpu.interconnect.kind
+    nvlink = kind.startswith("nvlink") or kind == "infinity-fabric"
     return Calibration(
         mem_bw_frac=_HBM3_BW_FRAC if hbm3 else _OTHER_BW_FRAC,
         gemm_frac=0.55 if amd else 0.78,

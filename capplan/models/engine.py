@@ -1,14 +1,36 @@
-"""Engine settings and the engine profile their defaults come from.
+"""Engine settings, and the versioned profiles of the engines capplan plans for.
 
-The default profile is vLLM's V1 engine as of v0.10-v0.11 (docs/memory.md cites each default).
+Every difference between vLLM, SGLang and TensorRT-LLM lives here, in one `EngineProfile` each:
+what the memory fraction covers (`MemoryAccounting`), how a step is formed and requests are
+admitted (`SchedulerPolicy`), the per-GPU defaults, the per-request cost outside engine steps,
+and the launch flags. The memory model, step model, queueing model, simulator and planner read
+the profile; none of them branches on an engine's name. Sources of every default:
+docs/engines.md (and docs/research/engines.md for the quotes).
+
 Settings are plain frozen data: the models read them, they never do I/O.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from typing import Protocol
 
+from capplan.errors import InputError, nearest
 from capplan.units import GIB_BYTES
+
+
+class GpuLike(Protocol):
+    """What engine defaults read of a GPU (capplan.catalog.schema.GpuSpec has it)."""
+
+    name: str
+
+    @property
+    def total_memory_bytes(self) -> float: ...
+
+    def supports(self, dtype: str) -> bool: ...
+
 
 WEIGHT_DTYPES = ("auto", "fp32", "bf16", "fp16", "fp8", "int8", "int4", "fp4")
 KV_DTYPES = ("auto", "bf16", "fp16", "fp8")
@@ -17,7 +39,7 @@ KV_DTYPES = ("auto", "bf16", "fp16", "fp8")
 @dataclass(frozen=True)
 class SchedulerPolicy:
     """How an engine forms a step and admits requests: what the simulator and the analytic
-    queueing model read (each engine profile holds one; sources in docs/research/engines.md)."""
+    queueing model read (each engine profile holds one; sources in docs/engines.md)."""
 
     prefill_first: bool = False
     """False (vLLM V1): every step decodes each running sequence, then fills the rest of the
@@ -35,42 +57,257 @@ class SchedulerPolicy:
 
 
 @dataclass(frozen=True)
-class EngineProfile:
-    """Defaults of one serving engine version (vLLM V1 unless said otherwise)."""
+class KvBudget:
+    """The KV cache an engine sizes, and the memory left outside what it accounts for."""
 
-    name: str = "vllm"
-    version: str = "0.10-0.11 (V1 engine)"
-    gpu_memory_utilization: float = 0.9  # vllm/config/cache.py CacheConfig.gpu_memory_utilization
-    block_size: int = 16  # CacheConfig.block_size default on CUDA
-    max_num_seqs: int = 256  # EngineArgs default for the OpenAI server on <70 GiB GPUs
-    max_num_batched_tokens: int = 8192  # V1 chunked-prefill token budget, OpenAI server, H100-class
-    sampler: str = "native"
-    """Sampler vLLM profiles: "native" (PyTorch, a pip install) or "flashinfer" (installed in
-    vLLM's Docker image); it sets the sampler's share of the activation peak."""
-    cudagraphs_in_kv_budget: bool = False
-    """vLLM <= 0.11 captures CUDA graphs after sizing the KV cache: their memory comes out of the
-    (1 - gpu_memory_utilization) margin, not out of the KV cache."""
-    scheduler: SchedulerPolicy = SchedulerPolicy()
+    budget_bytes: float
+    """What the memory fraction covers (reported as the budget)."""
+    kv_cache_bytes: float
+    margin_bytes: float
+    """Memory left on the GPU once everything the engine allocates is placed; < 0 means OOM."""
 
 
-VLLM = EngineProfile()
+@dataclass(frozen=True)
+class MemoryAccounting:
+    """What an engine's memory fraction covers, as a formula of the per-GPU terms.
 
-
-def engine_defaults(total_memory_bytes: float, gpu_name: str,
-                    profile: EngineProfile = VLLM) -> tuple[int, int]:
-    """(max_num_seqs, max_num_batched_tokens) vLLM V1 picks for the OpenAI server on a GPU.
-
-    vLLM 0.10-0.11 EngineArgs._set_default_args: GPUs with >= 70 GiB that are not A100s get
-    max_num_seqs 1024 and max_num_batched_tokens 8192; others 256 and 2048
-    (docs/research/vllm_kv_logs.md, "defaults").
+    `kind` names the rule; `kv_budget` applies it. The three rules (docs/engines.md):
+    - "total" (vLLM `--gpu-memory-utilization`): the fraction of TOTAL memory that weights,
+      the profiled activation peak, non-torch memory and the KV cache share; CUDA graphs are
+      captured after sizing (<= 0.11) and live in the remaining margin.
+    - "static" (SGLang `--mem-fraction-static`): the fraction of total memory for the static
+      pools, weights plus the KV pool; activations and CUDA graphs must fit in the rest.
+    - "free" (TensorRT-LLM `free_gpu_memory_fraction`): the fraction of memory still FREE after
+      weights, activations and runtime buffers are in place that goes to the KV cache.
     """
-    big = total_memory_bytes >= 70 * GIB_BYTES and "a100" not in gpu_name.lower()
-    return (1024, 8192) if big else (256, 2048)
+
+    kind: str = "total"
+    cudagraphs_in_budget: bool = False
+
+    def kv_budget(self, total: float, frac: float, weights: float, activation: float,
+                  non_torch: float, graphs: float) -> KvBudget:
+        """Apply the rule. All arguments in bytes per GPU; `frac` is the engine's fraction."""
+        return _KV_RULES[self.kind](self, total, frac, weights, activation, non_torch, graphs)
+
+
+def _kv_total(acc: MemoryAccounting, total: float, frac: float, weights: float, act: float,
+              non_torch: float, graphs: float) -> KvBudget:
+    # vLLM Worker.determine_available_memory: budget = total * util; KV = budget - profiled use.
+    budget = total * frac
+    in_budget = graphs if acc.cudagraphs_in_budget else 0.0
+    kv = budget - weights - act - non_torch - in_budget
+    return KvBudget(budget, kv, total - budget - (graphs - in_budget))
+
+
+def _kv_static(acc: MemoryAccounting, total: float, frac: float, weights: float, act: float,
+               non_torch: float, graphs: float) -> KvBudget:
+    # SGLang ModelRunner.profile_max_num_token: rest = available_after_weights - total*(1-frac).
+    budget = total * frac
+    kv = budget - weights - non_torch
+    return KvBudget(budget, kv, total - budget - act - graphs)
+
+
+def _kv_free(acc: MemoryAccounting, total: float, frac: float, weights: float, act: float,
+             non_torch: float, graphs: float) -> KvBudget:
+    # TensorRT-LLM KvCacheConfig.free_gpu_memory_fraction: a fraction of the free memory
+    # measured after the engine (weights, activation buffers, runtime) is loaded.
+    free = total - weights - act - non_torch - graphs
+    kv = frac * free
+    return KvBudget(kv, kv, free - kv)
+
+
+_KV_RULES: dict[str, Callable[..., KvBudget]] = {
+    "total": _kv_total, "static": _kv_static, "free": _kv_free}
+
+
+@dataclass(frozen=True)
+class EngineDefaults:
+    """What an engine picks when the user leaves a setting out, for one GPU and TP."""
+
+    max_num_seqs: int
+    max_num_batched_tokens: int
+    memory_fraction: float
+    block_size: int
+
+
+@dataclass(frozen=True)
+class EngineProfile:
+    """One serving engine at one version: memory accounting, scheduling, defaults, flags."""
+
+    name: str
+    version: str
+    memory: MemoryAccounting
+    scheduler: SchedulerPolicy
+    defaults_rule: Callable[[GpuLike, int], EngineDefaults]
+    """(GPU, TP) -> the engine's defaults."""
+    block_sizes: tuple[int, ...]
+    """Block (page) sizes the engine accepts."""
+    request_overhead_s: float
+    """Per-request latency outside engine steps (HTTP, tokenisation, detokenisation, streaming,
+    the benchmark client): the default when no calibration measured it (docs/validation.md)."""
+    sampler: str = "native"
+    """vLLM's sampler: "native" or "flashinfer"; sets the sampler's share of the activation
+    peak (docs/memory.md)."""
+    flag_names: dict[str, str] = field(default_factory=dict)
+    """The engine's own names of the settings, for launch lines."""
+    sources: dict[str, str] = field(default_factory=dict)
+    """Where each default comes from (file and version of the engine's source)."""
+
+    def defaults(self, gpu: GpuLike, tp: int = 1) -> EngineDefaults:
+        return self.defaults_rule(gpu, tp)
+
+    @property
+    def label(self) -> str:
+        return f"{self.name} {self.version}"
+
+    # Kept for callers of the 0.1 attribute names.
+    @property
+    def cudagraphs_in_kv_budget(self) -> bool:
+        return self.memory.cudagraphs_in_budget
+
+
+def _vllm_defaults(gpu: GpuLike, tp: int) -> EngineDefaults:
+    # vLLM 0.10-0.19 EngineArgs (_set_default_args / get_batch_defaults), OpenAI server: GPUs
+    # with >= 70 GiB that are not A100s get max_num_seqs 1024 and max_num_batched_tokens 8192;
+    # others 256 and 2048 (docs/research/engines.md, "vLLM V1").
+    big = gpu.total_memory_bytes >= 70 * GIB_BYTES and "a100" not in gpu.name.lower()
+    seqs, tokens = (1024, 8192) if big else (256, 2048)
+    return EngineDefaults(seqs, tokens, 0.9, 16)
+
+
+# SGLang 0.5.9 ServerArgs._handle_gpu_memory_settings: (upper bound GiB, chunked_prefill_size,
+# cuda_graph_max_bs at tp < 4, at tp >= 4).
+_SGLANG_TIERS = ((20, 2048, 8, 8), (35, 2048, 24, 80), (60, 4096, 32, 160), (90, 8192, 256, 512),
+                 (160, 8192, 256, 512), (math.inf, 16384, 512, 512))
+
+
+def _sglang_defaults(gpu: GpuLike, tp: int) -> EngineDefaults:
+    # SGLang 0.5.9 server_args.py: reserved = 512 MB + 1.5 x chunk + 2 x cuda_graph_max_bs
+    # + tp * pp / 8 GiB (at least 10 GiB above 60 GiB); mem_fraction_static =
+    # (gpu_mem - reserved) / gpu_mem. Page size 1, but 64 on Blackwell, whose default MHA
+    # backend (trtllm_mha) requires it (_handle_page_size).
+    gib = gpu.total_memory_bytes / GIB_BYTES
+    _, chunk, bs_small, bs_large = next(t for t in _SGLANG_TIERS if gib < t[0])
+    graph_bs = bs_small if tp < 4 else bs_large
+    mib = gib * 1024
+    reserved = 512 + max(chunk, 2048) * 1.5 + graph_bs * 2 + tp / 8 * 1024
+    if gib > 60:
+        reserved = max(reserved, 10 * 1024)
+    frac = round((mib - reserved) / mib, 3)
+    page = 64 if gpu.supports("fp4") else 1  # fp4 tensor cores: Blackwell
+    # max_running_requests unset: min(KV tokens / 2, req_to_token_pool.size <= 4096); the KV
+    # bound applies through the admission rule, so the slot cap is the pool's 4096.
+    return EngineDefaults(4096, chunk, frac, page)
+
+
+def _trtllm_defaults(gpu: GpuLike, tp: int) -> EngineDefaults:
+    # TensorRT-LLM 1.x LLM API BaseLlmArgs: max_batch_size 2048, max_num_tokens 8192;
+    # KvCacheConfig.free_gpu_memory_fraction 0.9, tokens_per_block 32.
+    return EngineDefaults(2048, 8192, 0.9, 32)
+
+
+VLLM = EngineProfile(
+    name="vllm",
+    version="0.10-0.11 (V1 engine)",
+    memory=MemoryAccounting("total", cudagraphs_in_budget=False),
+    scheduler=SchedulerPolicy(prefill_first=False, chunked_prefill=True,
+                              reserve_output_frac=0.0, preemption=True),
+    defaults_rule=_vllm_defaults,
+    block_sizes=(8, 16, 32, 64, 128),
+    request_overhead_s=0.070,
+    flag_names={"tp": "--tensor-parallel-size", "pp": "--pipeline-parallel-size",
+                "max_num_seqs": "--max-num-seqs",
+                "max_num_batched_tokens": "--max-num-batched-tokens",
+                "memory_fraction": "--gpu-memory-utilization", "max_model_len": "--max-model-len",
+                "block_size": "--block-size", "kv_fp8": "--kv-cache-dtype fp8",
+                "quant_fp8": "--quantization fp8"},
+    sources={
+        "memory": "vllm/v1/worker/gpu_worker.py Worker.determine_available_memory (v0.10.2)",
+        "scheduler": "vllm/v1/core/sched/scheduler.py Scheduler.schedule (v0.10.2): running "
+                     "requests first, then waiting ones, one token budget, recompute preemption",
+        "defaults": "vllm/engine/arg_utils.py EngineArgs._set_default_args (v0.10.2)",
+        "block_size": "vllm/config/cache.py CacheConfig.block_size (16 on CUDA)",
+    },
+)
+
+SGLANG = EngineProfile(
+    name="sglang",
+    version="0.5",
+    memory=MemoryAccounting("static"),
+    scheduler=SchedulerPolicy(prefill_first=True, chunked_prefill=True,
+                              reserve_output_frac=0.7, preemption=True),
+    defaults_rule=_sglang_defaults,
+    block_sizes=(1, 16, 32, 64, 128),
+    request_overhead_s=0.240,
+    sampler="flashinfer",
+    flag_names={"tp": "--tp", "pp": "--pp-size", "max_num_seqs": "--max-running-requests",
+                "max_num_batched_tokens": "--chunked-prefill-size",
+                "memory_fraction": "--mem-fraction-static", "max_model_len": "--context-length",
+                "block_size": "--page-size", "kv_fp8": "--kv-cache-dtype fp8_e4m3",
+                "quant_fp8": "--quantization fp8"},
+    sources={
+        "memory": "python/sglang/srt/model_executor/model_runner.py profile_max_num_token "
+                  "(v0.5): rest_memory = available - total * (1 - mem_fraction_static)",
+        "scheduler": "python/sglang/srt/managers/scheduler.py get_next_batch_to_run (v0.5): "
+                     "a new prefill batch runs before decode; mixed chunks off by default",
+        "reserve": "python/sglang/srt/managers/schedule_policy.py PrefillAdder: reserves "
+                   "new_token_ratio x max_new_tokens per running request "
+                   "(SGLANG_INIT_NEW_TOKEN_RATIO 0.7)",
+        "defaults": "python/sglang/srt/server_args.py (v0.5) GPU-memory tiers",
+    },
+)
+
+TRTLLM = EngineProfile(
+    name="trtllm",
+    version="1.0-1.2 (PyTorch backend)",
+    memory=MemoryAccounting("free"),
+    scheduler=SchedulerPolicy(prefill_first=False, chunked_prefill=False,
+                              reserve_output_frac=1.0, preemption=False),
+    defaults_rule=_trtllm_defaults,
+    block_sizes=(8, 16, 32, 64, 128),
+    request_overhead_s=0.040,
+    sampler="flashinfer",
+    flag_names={"tp": "--tp_size", "pp": "--pp_size", "max_num_seqs": "--max_batch_size",
+                "max_num_batched_tokens": "--max_num_tokens",
+                "memory_fraction": "--kv_cache_free_gpu_memory_fraction",
+                "max_model_len": "--max_seq_len"},
+    sources={
+        "memory": "tensorrt_llm/llmapi/llm_args.py KvCacheConfig.free_gpu_memory_fraction "
+                  "(default 0.9 of free memory after the model is loaded)",
+        "scheduler": "tensorrt_llm/llmapi/llm_args.py CapacitySchedulerPolicy "
+                     "GUARANTEED_NO_EVICT (default): admits a request only if its KV for "
+                     "input + max output tokens can be reserved; enable_chunked_prefill False",
+        "defaults": "tensorrt_llm/llmapi/llm_args.py BaseLlmArgs max_batch_size 2048, "
+                    "max_num_tokens 8192; KvCacheConfig tokens_per_block 32",
+    },
+)
+
+PROFILES: dict[str, EngineProfile] = {p.name: p for p in (VLLM, SGLANG, TRTLLM)}
+ENGINES = tuple(PROFILES)
+
+
+def engine_profile(name: str) -> EngineProfile:
+    """The profile of an engine by name (vllm, sglang, trtllm); InputError names the valid ones."""
+    key = str(name).strip().lower().replace("-", "").replace("_", "")
+    aliases = {"tensorrtllm": "trtllm", "trt": "trtllm", "trtllm": "trtllm", "vllm": "vllm",
+               "sglang": "sglang"}
+    if key in aliases:
+        return PROFILES[aliases[key]]
+    hint = nearest(str(name), list(PROFILES), n=1, cutoff=0.5)
+    raise InputError(f"unknown engine {name!r}: expected one of {', '.join(PROFILES)}"
+                     + (f" (did you mean {hint[0]}?)" if hint else ""))
+
+
+def engine_defaults(gpu: GpuLike, profile: EngineProfile = VLLM) -> tuple[int, int]:
+    """(max_num_seqs, max_num_batched_tokens) the engine picks on a GPU."""
+    d = profile.defaults(gpu, 1)
+    return d.max_num_seqs, d.max_num_batched_tokens
 
 
 @dataclass(frozen=True)
 class EngineSettings:
-    """The knobs a user passes to the engine (vLLM flag names)."""
+    """The knobs a user passes to the engine (vLLM flag names; other engines map them through
+    their profile's `flag_names`)."""
 
     tp: int = 1
     pp: int = 1
@@ -78,11 +315,18 @@ class EngineSettings:
     kv_dtype: str = "auto"
     max_model_len: int | None = None
     """None: the model's max_position_embeddings, as vLLM defaults it."""
-    gpu_memory_utilization: float = VLLM.gpu_memory_utilization
-    block_size: int = VLLM.block_size
-    max_num_seqs: int = VLLM.max_num_seqs
-    max_num_batched_tokens: int = VLLM.max_num_batched_tokens
+    gpu_memory_utilization: float = 0.9
+    """The engine's memory fraction, in that engine's own meaning (MemoryAccounting)."""
+    block_size: int = 16
+    max_num_seqs: int = 256
+    max_num_batched_tokens: int = 8192
     enforce_eager: bool = False
+    engine: str = "vllm"
+    """The engine profile these settings are for (a key of PROFILES)."""
 
     def with_(self, **changes: object) -> EngineSettings:
         return replace(self, **changes)  # type: ignore[arg-type]
+
+    @property
+    def profile(self) -> EngineProfile:
+        return engine_profile(self.engine)

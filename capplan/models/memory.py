@@ -1,7 +1,8 @@
-"""VRAM per GPU, faithful to how vLLM (V1) sizes its KV cache. Derivations: docs/memory.md.
+"""VRAM per GPU, faithful to how each engine sizes its KV cache. Derivations: docs/memory.md.
 
-    budget     = total_memory * gpu_memory_utilization          (vLLM Worker.determine_available_memory)
-    kv_cache   = budget - weights - activation_peak - runtime_overhead
+    vLLM:    budget = total_memory * gpu_memory_utilization   (Worker.determine_available_memory)
+             kv_cache = budget - weights - activation_peak - runtime_overhead
+    SGLang and TensorRT-LLM apply their own rule (models/engine.py MemoryAccounting).
     num_blocks = kv_cache // (block_size * kv_bytes_per_token)   (vLLM kv_cache_utils)
 
 Pure functions of specs and numbers: no I/O, no catalog loading.
@@ -14,7 +15,8 @@ from dataclasses import dataclass
 
 from capplan.catalog.schema import GpuSpec, ModelSpec
 from capplan.errors import InputError
-from capplan.models.engine import VLLM, EngineProfile, EngineSettings
+from capplan.models import layers
+from capplan.models.engine import EngineProfile, EngineSettings
 from capplan.units import DTYPE_BYTES, GIB_BYTES, MIB_BYTES, cdiv
 
 # ---------------------------------------------------------------------------------------------
@@ -70,48 +72,32 @@ class ParamCounts:
 
 
 def attention_params_per_layer(model: ModelSpec, tp: int) -> float:
-    """Attention projection parameters of one layer on one GPU.
-
-    GQA: q and o split by heads, k and v by KV heads, replicated when tp exceeds them (vLLM
-    QKVParallelLinear). MLA (DeepSeek-V2 paper, sec. 2.1): q_a/kv_a are replicated, q_b/kv_b/o
-    are split by heads.
-    """
-    h = model.hidden_size
-    if model.mla is not None:
-        m = model.mla
-        qk = m.qk_nope_head_dim + m.qk_rope_head_dim
-        heads = model.num_attention_heads / tp
-        q = (h * m.q_lora_rank + m.q_lora_rank + m.q_lora_rank * heads * qk
-             if m.q_lora_rank else h * heads * qk)
-        kv_a = h * (m.kv_lora_rank + m.qk_rope_head_dim) + m.kv_lora_rank
-        kv_b = m.kv_lora_rank * heads * (m.qk_nope_head_dim + m.v_head_dim)
-        o = heads * m.v_head_dim * h
-        return q + kv_a + kv_b + o
-    hd = model.head_dim
-    q_o = 2 * h * model.num_attention_heads * hd / tp
-    kv = 2 * h * kv_heads_per_gpu(model, tp) * hd
-    return q_o + kv
+    """Attention projection parameters of one layer on one GPU (models/layers.py)."""
+    return layers.mixer_params(model, "full_attention", tp)
 
 
 def kv_heads_per_gpu(model: ModelSpec, tp: int) -> float:
     """KV heads each GPU stores: max(1, kv_heads / tp); heads replicate when tp exceeds them."""
-    return max(1.0, model.num_kv_heads / tp)
+    return layers.kv_heads_per_gpu(model, tp)
 
 
 def param_counts(model: ModelSpec, tp: int = 1, pp: int = 1) -> ParamCounts:
-    """Per-GPU parameter counts of the heaviest pipeline stage (layers split evenly by vLLM)."""
+    """Per-GPU parameter counts of the heaviest pipeline stage (layers split evenly by vLLM).
+
+    Token mixers of every kind (attention, Mamba, linear attention, conv) count as `attention`;
+    per-layer kinds come from models/layers.py.
+    """
     h, v = model.hidden_size, model.vocab_size
-    layers = cdiv(model.num_layers, pp)
-    mlp_mats = 3 if model.mlp_gated else 2
-    moe_layers_total = model.num_moe_layers
-    moe_layers = min(layers, math.ceil(moe_layers_total / pp)) if moe_layers_total else 0
-    dense_layers = layers - moe_layers
+    st = layers.stage_layers(model, pp)
+    mlp_mats = layers.mlp_matrices(model)
+    moe_layers = st.num_moe
     expert_size = experts = shared = router = 0.0
     if model.moe is not None:
         m = model.moe
         expert_size = mlp_mats * h * m.moe_intermediate_size / tp
         experts = moe_layers * m.num_experts * expert_size
-        shared = moe_layers * m.num_shared_experts * mlp_mats * h * m.shared_expert_intermediate_size / tp
+        shared = (moe_layers * m.num_shared_experts * mlp_mats * h
+                  * m.shared_expert_intermediate_size / tp)
         router = moe_layers * h * m.num_experts  # replicated gate (vLLM ReplicatedLinear)
     # Vocabulary-parallel embedding and LM head (vLLM VocabParallelEmbedding): split by TP.
     # With PP the first stage holds the embedding, the last the head; the worst GPU holds one.
@@ -119,15 +105,16 @@ def param_counts(model: ModelSpec, tp: int = 1, pp: int = 1) -> ParamCounts:
     lm_head = 0.0 if model.tie_word_embeddings else v * h / tp
     if pp > 1:
         embedding, lm_head = max(embedding, lm_head), 0.0
+    sublayers = sum(k != "none" for k in st.mixers) + sum(k != "none" for k in st.mlps)
     return ParamCounts(
         embedding=embedding,
         lm_head=lm_head,
-        attention=layers * attention_params_per_layer(model, tp),
-        dense_mlp=dense_layers * mlp_mats * h * model.intermediate_size / tp,
+        attention=sum(layers.mixer_params(model, k, tp) for k in st.mixers),
+        dense_mlp=layers.dense_mlp_params(model, st, tp),
         experts=experts,
         shared_experts=shared,
         router=router,
-        norms=(2 * layers + 1) * h,
+        norms=(sublayers + 1) * h,
         vision=model.vision_params / tp,
         expert_size=expert_size,
         num_moe_layers=moe_layers,
@@ -144,6 +131,8 @@ class WeightDtypes:
     compute_dtype: str
     """The tensor-core dtype the matrix products run in (fp8 when weights are fp8)."""
     label: str
+    mixer: float | None = None
+    """Bytes per token-mixer (attention, Mamba) parameter when they differ from `linear`."""
 
 
 def weight_dtypes(model: ModelSpec, weight_dtype: str = "auto") -> WeightDtypes:
@@ -158,9 +147,10 @@ def weight_dtypes(model: ModelSpec, weight_dtype: str = "auto") -> WeightDtypes:
         if q is None:
             return WeightDtypes(base, base, base, model.torch_dtype, model.torch_dtype)
         qb = quantized_bytes_per_param(q.format, q.group_size)
-        lin = qb if q.modules == "all_linear" else base
-        compute = _compute_dtype(q.format) if q.modules == "all_linear" else model.torch_dtype
-        return WeightDtypes(lin, qb, base, compute, q.format)
+        lin = qb if q.modules != "experts" else base
+        compute = _compute_dtype(q.format) if q.modules != "experts" else model.torch_dtype
+        return WeightDtypes(lin, qb, base, compute, q.format,
+                            mixer=base if q.modules == "mlp" else None)
     if weight_dtype in ("bf16", "fp16", "fp32"):
         b = DTYPE_BYTES[weight_dtype]
         return WeightDtypes(b, b, b, weight_dtype, weight_dtype)
@@ -182,7 +172,8 @@ def _compute_dtype(fmt: str) -> str:
 def weight_bytes(counts: ParamCounts, dt: WeightDtypes) -> float:
     """Resident weight bytes on one GPU."""
     return (
-        (counts.attention + counts.dense_mlp + counts.shared_experts) * dt.linear
+        counts.attention * (dt.linear if dt.mixer is None else dt.mixer)
+        + (counts.dense_mlp + counts.shared_experts) * dt.linear
         + counts.experts * dt.experts
         + (counts.embedding + counts.lm_head + counts.router + counts.norms + counts.vision)
         * dt.unquantized
@@ -195,7 +186,8 @@ def weight_bytes(counts: ParamCounts, dt: WeightDtypes) -> float:
 
 
 def kv_dtype_bytes(model: ModelSpec, kv_dtype: str = "auto") -> float:
-    """--kv-cache-dtype auto stores KV in the model's activation dtype (bf16 for fp8 checkpoints)."""
+    """--kv-cache-dtype auto stores KV in the model's activation dtype (bf16 for fp8
+    checkpoints)."""
     if kv_dtype == "auto":
         return model.dtype_bytes
     if kv_dtype not in ("bf16", "fp16", "fp8"):
@@ -204,50 +196,23 @@ def kv_dtype_bytes(model: ModelSpec, kv_dtype: str = "auto") -> float:
 
 
 def kv_bytes_per_token_per_layer(model: ModelSpec, tp: int, kv_bytes: float) -> float:
-    """KV bytes one token occupies in one layer on one GPU.
-
-    GQA/MQA/MHA: 2 (K and V) * kv_heads_per_gpu * head_dim * dtype (vLLM FullAttentionSpec).
-    MLA: the compressed latent plus the rope key, kv_lora_rank + qk_rope_head_dim, stored once
-    per token and replicated on every TP rank (vLLM MLAAttentionSpec; DeepSeek-V2 paper eq. 9-10).
-    """
-    if model.mla is not None:
-        return (model.mla.kv_lora_rank + model.mla.qk_rope_head_dim) * kv_bytes
-    return 2 * kv_heads_per_gpu(model, tp) * model.head_dim * kv_bytes
+    """KV bytes one token occupies in one attention layer on one GPU (models/layers.py)."""
+    return layers.attention_kv_bytes_per_token(model, tp, kv_bytes)
 
 
 def kv_bytes_per_token(model: ModelSpec, tp: int, kv_bytes: float, pp: int = 1) -> float:
-    """KV bytes per token over every layer of the heaviest stage, as if all were full attention.
-
-    This is the unit vLLM reports "GPU KV cache size: N tokens" in, also for hybrid models.
-    """
-    return cdiv(model.num_layers, pp) * kv_bytes_per_token_per_layer(model, tp, kv_bytes)
+    """KV bytes per token over the attention layers of the heaviest stage, sliding ones counted
+    as if full (the unit vLLM reports "GPU KV cache size: N tokens" in); see models/layers.py."""
+    return layers.kv_bytes_per_token(model, tp, kv_bytes, pp)
 
 
 def kv_bytes_for_sequence(model: ModelSpec, seq_len: float, tp: int, kv_bytes: float,
                           block_size: int = 16, pp: int = 1,
                           max_num_batched_tokens: int | None = None) -> float:
-    """KV bytes a sequence of seq_len tokens holds on one GPU, in whole blocks.
-
-    Full-attention layers hold ceil(L / block_size) blocks. Sliding-window layers:
-    - max_num_batched_tokens None: the steady decode footprint, min(ceil(L / bs),
-      ceil((window - 1) / bs) + 1) blocks (blocks behind the window are freed);
-    - else vLLM's reservation, ceil(min(window - 1 + max_num_batched_tokens, L) / bs) + 1
-      blocks: a prefill chunk needs the window behind its first token
-      (SlidingWindowSpec.max_memory_usage_bytes, the figure behind "Maximum concurrency").
-    """
-    per_layer = kv_bytes_per_token_per_layer(model, tp, kv_bytes)
-    layers = cdiv(model.num_layers, pp)
-    sliding = math.ceil(model.num_sliding_layers * layers / model.num_layers)
-    full_blocks = math.ceil(seq_len / block_size)
-    blocks = layers * full_blocks
-    if sliding and model.sliding_window:
-        if max_num_batched_tokens is None:
-            win = min(full_blocks, cdiv(model.sliding_window - 1, block_size) + 1)
-        else:
-            span = min(model.sliding_window - 1 + max_num_batched_tokens, math.ceil(seq_len))
-            win = cdiv(int(span), block_size) + 1
-        blocks = (layers - sliding) * full_blocks + sliding * win
-    return blocks * block_size * per_layer
+    """KV and recurrent-state bytes a sequence of seq_len tokens holds on one GPU, in whole
+    blocks (models/layers.py sequence_bytes: sliding windows, state pages)."""
+    return layers.sequence_bytes(model, seq_len, tp, kv_bytes, block_size, pp,
+                                 max_num_batched_tokens)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -307,14 +272,14 @@ def activation_peak_bytes(model: ModelSpec, settings: EngineSettings, act_bytes:
 # (docs/research/vllm_kv_logs*.md).
 NON_TORCH_BASE_BYTES = 0.15 * GIB_BYTES
 NON_TORCH_TP_BYTES = 0.1 * GIB_BYTES
-# CUDA graph capture: vLLM logs "Graph capturing finished ... took 0.3-1.5 GiB"; it grows with
-# the number of capture sizes and layers. Modelled as a base plus a per-layer cost.
+# CUDA graph capture: vLLM logs "Graph capturing finished ... took 0.52-3.34 GiB" (docs/research);
+# it grows with the number of capture sizes and layers. Modelled as a base plus a per-layer cost
+# (0.38-1.23 GiB over the catalog: low for large capture sets, see docs/memory.md).
 CUDA_GRAPH_BASE_BYTES = 0.25 * GIB_BYTES
 CUDA_GRAPH_PER_LAYER_BYTES = 8 * MIB_BYTES
 
 
-def runtime_overhead_bytes(model: ModelSpec, settings: EngineSettings,
-                           profile: EngineProfile = VLLM) -> tuple[float, float]:
+def runtime_overhead_bytes(model: ModelSpec, settings: EngineSettings) -> tuple[float, float]:
     """(non-torch memory counted in the KV budget, CUDA-graph memory outside it or not)."""
     non_torch = NON_TORCH_BASE_BYTES + (NON_TORCH_TP_BYTES if settings.tp > 1 else 0.0)
     graphs = 0.0
@@ -354,6 +319,12 @@ class MemoryReport:
     kv_dtype_bytes: float
     margin_bytes_per_gpu: float
     """Memory left outside the budget after CUDA graphs: negative means vLLM would OOM."""
+    state_bytes_per_seq_per_gpu: float = 0.0
+    """Recurrent (Mamba, linear-attention, conv) state one sequence holds, padded to pages;
+    part of kv_bytes_per_max_len_seq, so it bounds max_concurrency (vLLM hybrid allocator)."""
+    state_blocks_per_seq: float = 0.0
+    """The same in KV blocks (block_size * kv_bytes_per_token): what a simulator must hold
+    per running sequence besides its ceil(tokens / block_size) blocks."""
 
 
 def validate_settings(model: ModelSpec, s: EngineSettings, gpu: GpuSpec | None = None) -> None:
@@ -376,7 +347,7 @@ def validate_settings(model: ModelSpec, s: EngineSettings, gpu: GpuSpec | None =
     if s.pp > model.num_layers:
         raise InputError(f"--pp {s.pp}: exceeds the {model.num_layers} layers of {model.key}")
     if s.max_model_len is not None and s.max_model_len > model.max_position_embeddings:
-        raise InputError(f"--max-model-len {s.max_model_len}: exceeds {model.key}'s "
+        raise InputError(f"--max-model-len {s.max_model_len}: exceeds {model.hf_id}'s "
                          f"{model.max_position_embeddings} (max_position_embeddings), which vLLM "
                          "refuses")
     if gpu is not None and s.tp > gpu.interconnect.max_gpus_per_node:
@@ -386,38 +357,50 @@ def validate_settings(model: ModelSpec, s: EngineSettings, gpu: GpuSpec | None =
 
 
 def memory_report(model: ModelSpec, gpu: GpuSpec, settings: EngineSettings,
-                  profile: EngineProfile = VLLM) -> MemoryReport:
-    """Size weights, activations, overheads and the paged KV cache on one GPU."""
+                  profile: EngineProfile | None = None) -> MemoryReport:
+    """Size weights, activations, overheads and the paged KV cache on one GPU, by the memory
+    accounting of the settings' engine (or `profile`)."""
+    profile = profile or settings.profile
     validate_settings(model, settings, gpu)
     s = settings
-    max_len = s.max_model_len or model.max_position_embeddings
+    max_len = model.context_len(s.max_model_len)
     dt = weight_dtypes(model, s.weight_dtype)
     counts = param_counts(model, s.tp, s.pp)
     weights = weight_bytes(counts, dt)
     act_bytes = 2.0 if model.torch_dtype != "fp32" else 4.0
     act = activation_peak_bytes(model, s, act_bytes, profile.sampler,
                                 cublas_workspace_bytes(gpu.key))
-    non_torch, graphs = runtime_overhead_bytes(model, s, profile)
+    non_torch, graphs = runtime_overhead_bytes(model, s)
     total = gpu.total_memory_bytes
-    budget = total * s.gpu_memory_utilization
-    overhead = non_torch + (graphs if profile.cudagraphs_in_kv_budget else 0.0)
-    kv_cache = budget - weights - act - overhead
+    kvb_plan = profile.memory.kv_budget(total, s.gpu_memory_utilization, weights, act,
+                                        non_torch, graphs)
+    budget, kv_cache = kvb_plan.budget_bytes, kvb_plan.kv_cache_bytes
+    overhead = non_torch + (graphs if profile.memory.cudagraphs_in_budget else 0.0)
     kvb = kv_dtype_bytes(model, s.kv_dtype)
     per_token = kv_bytes_per_token(model, s.tp, kvb, s.pp)
-    blocks = max(0, int(kv_cache // (s.block_size * per_token)))
-    tokens = blocks * s.block_size
-    seq_bytes = kv_bytes_for_sequence(model, max_len, s.tp, kvb, s.block_size, s.pp,
+    # Hybrids: vLLM raises the block size until an attention page holds a state page.
+    bs = layers.effective_block_size(model, s.tp, kvb, s.block_size)
+    state = layers.state_bytes_per_seq(model, s.tp, kvb, bs, s.pp)
+    seq_bytes = kv_bytes_for_sequence(model, max_len, s.tp, kvb, bs, s.pp,
                                       s.max_num_batched_tokens)
-    usable = blocks * s.block_size * per_token
+    if per_token:
+        blocks = max(0, int(kv_cache // (bs * per_token)))
+        usable = blocks * bs * per_token
+    else:  # no attention layer: one state page per sequence (MambaSpec, block = max_model_len)
+        bs, per_token = max_len, state / max_len
+        blocks = max(0, int(kv_cache // state)) if state else 0
+        usable = blocks * state
+    tokens = blocks * bs
     concurrency = usable / seq_bytes if seq_bytes else 0.0
-    contiguous = math.floor(max(kv_cache, 0) / (max_len * per_token)) if per_token else 0.0
-    margin = total - budget - (0.0 if profile.cudagraphs_in_kv_budget else graphs)
+    contiguous = (math.floor(max(kv_cache, 0) / (max_len * per_token + state))
+                  if per_token else 0.0)
+    margin = kvb_plan.margin_bytes
     fits, reason = True, "fits"
     if kv_cache <= 0:
         fits = False
         need = (weights + act + overhead) / GIB_BYTES
-        reason = (f"weights+activations+overhead need {need:.1f} GiB per GPU but the budget is "
-                  f"{budget / GIB_BYTES:.1f} GiB")
+        reason = (f"weights+activations+overhead need {need:.1f} GiB per GPU but the "
+                  f"{profile.name} budget is {budget / GIB_BYTES:.1f} GiB")
     elif concurrency < 1:
         fits = False
         reason = (f"KV cache holds {tokens} tokens, less than one sequence of max_model_len "
@@ -427,8 +410,10 @@ def memory_report(model: ModelSpec, gpu: GpuSpec, settings: EngineSettings,
         activation_peak_bytes_per_gpu=act, runtime_overhead_bytes_per_gpu=overhead,
         cuda_graph_bytes_per_gpu=graphs, kv_bytes_per_token_per_gpu=per_token,
         kv_cache_bytes_per_gpu=max(kv_cache, 0.0), num_gpu_blocks=blocks,
-        kv_cache_tokens=tokens, block_size=s.block_size, max_model_len=max_len,
+        kv_cache_tokens=tokens, block_size=bs, max_model_len=max_len,
         kv_bytes_per_max_len_seq=seq_bytes, max_concurrency=concurrency,
         contiguous_max_concurrency=contiguous, fits=fits, reason=reason,
         weight_dtype=dt.label, kv_dtype_bytes=kvb, margin_bytes_per_gpu=margin,
+        state_bytes_per_seq_per_gpu=state,
+        state_blocks_per_seq=state / (bs * per_token) if per_token else 0.0,
     )

@@ -29,6 +29,7 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from capplan.catalog.schema import GpuSpec, ModelSpec
+from capplan.models import layers as model_layers
 from capplan.models.calibration import Calibration, default_calibration
 from capplan.models.engine import EngineSettings
 from capplan.models.memory import (
@@ -76,6 +77,7 @@ class StepModel:
     # hardware x calibration
     mem_bytes_per_s: Any
     kv_bytes_per_s: Any
+    expert_bytes_per_s: Any
     gemm_flops_per_s: Any
     attn_flops_per_s: Any
     gemm_half_tokens: Any
@@ -89,6 +91,8 @@ class StepModel:
     request_overhead_s: Any = 0.0
     """Per-request latency outside steps (added to TTFT by the queueing model)."""
     calibration_source: str = "default"
+    state_bytes_per_seq: Any = 0.0
+    """Recurrent state per sequence, read and written back every step it runs (no growth)."""
 
     # ------------------------------------------------------------------------------------------
     def step(self, num_decode: ArrayLike = 0, decode_kv_tokens: ArrayLike = 0,
@@ -135,8 +139,8 @@ class StepModel:
         tokens = bd + tp_
         dense_mem = self.dense_weight_bytes / self.mem_bytes_per_s
         eff = tokens / (tokens + self.gemm_half_tokens)
-        dense_cmp = (tokens * self.dense_flops_per_token + logits * self.lm_head_flops_per_token) / (
-            self.gemm_flops_per_s * np.maximum(eff, 1e-12))
+        dense_flops = tokens * self.dense_flops_per_token + logits * self.lm_head_flops_per_token
+        dense_cmp = dense_flops / (self.gemm_flops_per_s * np.maximum(eff, 1e-12))
         linear = smooth_max(dense_mem, dense_cmp)
         expert_mem = expert_cmp = 0.0
         if np.any(np.asarray(self.num_experts) > 0):
@@ -145,7 +149,7 @@ class StepModel:
             k = np.asarray(self.experts_per_tok, float)
             safe_e = np.where(e > 0, e, 1.0)
             touched = np.where(e > 0, e * (1.0 - (1.0 - k / safe_e) ** tokens), 0.0)
-            expert_mem = self.num_moe_layers * touched * self.expert_bytes / self.mem_bytes_per_s
+            expert_mem = self.num_moe_layers * touched * self.expert_bytes / self.expert_bytes_per_s
             rows = np.where(touched > 0, tokens * k / np.maximum(touched, 1e-12), 0.0)
             eff_e = rows / (rows + self.gemm_half_tokens)
             expert_cmp = tokens * self.expert_flops_per_token / (
@@ -154,7 +158,8 @@ class StepModel:
         # Attention: KV read and FLOPs, full and sliding-window layers.
         kv_tokens = self.full_layers * (kv_full + pre_read + tp_) + self.window_layers * (
             kv_win + pre_read_w + tp_)
-        kv_mem = kv_tokens * self.kv_bytes_per_token_layer / self.kv_bytes_per_s
+        kv_mem = (kv_tokens * self.kv_bytes_per_token_layer
+                  + 2 * (bd + nps) * self.state_bytes_per_seq) / self.kv_bytes_per_s
         attn_pairs_dec = self.full_layers * kv_full + self.window_layers * kv_win
         attn_pairs_pre = self.full_layers * pairs + self.window_layers * pairs_w
         attn_cmp = (attn_pairs_dec * self.attn_flops_per_pair_decode
@@ -237,19 +242,25 @@ def build_step_model(model: ModelSpec, gpu: GpuSpec, settings: EngineSettings,
     if pp > 1:
         lm_head_params = counts.embedding  # worst stage holds one vocab table
     dense_params = counts.attention + counts.dense_mlp + counts.shared_experts + counts.router
-    dense_bytes = (counts.attention + counts.dense_mlp + counts.shared_experts) * dt.linear + (
+    mixer_b = dt.linear if dt.mixer is None else dt.mixer
+    dense_bytes = (counts.attention * mixer_b
+                   + (counts.dense_mlp + counts.shared_experts) * dt.linear) + (
         counts.router + counts.norms + lm_head_params) * dt.unquantized
     expert_bytes = counts.expert_size * dt.experts
     moe = model.moe
     layers = cdiv(model.num_layers, pp)
-    window_layers = round(model.num_sliding_layers * layers / model.num_layers)
-    kvb = kv_bytes_per_token_per_layer(model, tp, kv_dtype_bytes(model, settings.kv_dtype))
+    stage = model_layers.stage_layers(model, pp)
+    window_layers = stage.count(*model_layers.WINDOW_KINDS)
+    kv_dtype = kv_dtype_bytes(model, settings.kv_dtype)
+    kvb = kv_bytes_per_token_per_layer(model, tp, kv_dtype)
+    # Recurrent layers read and write their fixed state once per step per sequence.
+    state = sum(model_layers.recurrent_state_bytes(model, k, tp) for k in stage.mixers)
     heads = model.num_attention_heads / tp
     if model.mla is not None:
         m = model.mla
         # Decode uses the absorbed form: scores over kv_lora + rope dims, values over kv_lora.
-        per_pair_dec = 2 * heads * (m.kv_lora_rank + m.qk_rope_head_dim) + 2 * heads * m.kv_lora_rank
-        per_pair_pre = 2 * heads * (m.qk_nope_head_dim + m.qk_rope_head_dim) + 2 * heads * m.v_head_dim
+        per_pair_dec = 2 * heads * (m.kv_lora_rank + m.qk_rope_head_dim + m.kv_lora_rank)
+        per_pair_pre = 2 * heads * (m.qk_nope_head_dim + m.qk_rope_head_dim + m.v_head_dim)
     else:
         per_pair_dec = per_pair_pre = 4 * heads * model.head_dim
     compute = dt.compute_dtype if gpu.supports(dt.compute_dtype) else "bf16"
@@ -266,7 +277,7 @@ def build_step_model(model: ModelSpec, gpu: GpuSpec, settings: EngineSettings,
         num_experts=moe.num_experts if moe else 0,
         experts_per_tok=moe.num_experts_per_tok if moe else 0,
         kv_bytes_per_token_layer=kvb,
-        full_layers=layers - window_layers,
+        full_layers=stage.count("full_attention"),
         window_layers=window_layers,
         window=float(model.sliding_window or 2**62),
         dense_flops_per_token=2 * dense_params,
@@ -277,6 +288,7 @@ def build_step_model(model: ModelSpec, gpu: GpuSpec, settings: EngineSettings,
         attn_flops_per_pair_prefill=per_pair_pre,
         mem_bytes_per_s=gpu.hbm_bytes_per_s * cal.mem_bw_frac,
         kv_bytes_per_s=gpu.hbm_bytes_per_s * cal.attn_bw_frac,
+        expert_bytes_per_s=gpu.hbm_bytes_per_s * (cal.expert_bw_frac or cal.mem_bw_frac),
         gemm_flops_per_s=gpu.dense_flops_per_s(compute) * frac,
         attn_flops_per_s=gpu.dense_flops_per_s("bf16") * cal.attn_frac,
         gemm_half_tokens=cal.gemm_half_tokens,
@@ -287,8 +299,10 @@ def build_step_model(model: ModelSpec, gpu: GpuSpec, settings: EngineSettings,
         step_overhead_s=cal.step_overhead_s,
         per_seq_overhead_s=cal.per_seq_overhead_s,
         layer_overhead_s=layers * cal.per_layer_overhead_s,
-        request_overhead_s=cal.request_overhead_s,
+        request_overhead_s=(cal.request_overhead_s if cal.request_overhead_s is not None
+                            else settings.profile.request_overhead_s),
         calibration_source=cal.source,
+        state_bytes_per_seq=state,
     )
 
 

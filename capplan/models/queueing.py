@@ -34,6 +34,8 @@ from scipy import special
 from capplan.models.perf import StepModel
 
 QUANTILES = {"p50": 0.50, "p90": 0.90, "p99": 0.99}
+Z99 = 2.3263478740408408
+"""Standard normal 99th percentile (scipy.stats.norm.ppf(0.99)): the one home of this value."""
 _TAU_MAX_S = 60.0
 _FP_ITERS = 10
 
@@ -442,7 +444,7 @@ class QueueModel:
         mu = max(inp.mean + out.mean / 2, 1.0)
         sigma = math.sqrt(inp.var + out.var / 4 + out.mean_sq / 12)
         kv = np.asarray(limits.kv_cache_tokens, float)
-        z = 2.326
+        z = Z99
         root = (-z * sigma + np.sqrt(z * z * sigma * sigma + 4 * mu * np.maximum(kv, 0.0))) / (
             2 * mu)
         kv_cap = root * root
@@ -467,7 +469,8 @@ class QueueModel:
         return np.maximum(self.mnbt - b, 1.0)
 
     def _n_chunks(self, budget: np.ndarray) -> np.ndarray:
-        return np.maximum(1.0, self.inp.mean / budget + 0.5 * np.minimum(1.0, self.inp.mean / budget))
+        per_budget = self.inp.mean / budget
+        return np.maximum(1.0, per_budget + 0.5 * np.minimum(1.0, per_budget))
 
     def _mean_step(self, lam: np.ndarray, tau: np.ndarray) -> dict[str, np.ndarray]:
         # At least a sliver of a sequence, so that a step always costs its fixed overheads.
@@ -653,7 +656,7 @@ class QueueModel:
         e2e["mean"] = e2e["mean"] + shared_mean
         running = b + lam * own_mean
         kv_used = b * self.ctx_mean + lam * own_mean * inp.mean
-        b_p99 = b + 2.326 * np.sqrt(b)  # normal approximation of the Poisson p99
+        b_p99 = b + Z99 * np.sqrt(b)  # normal approximation of the Poisson p99
         kv_cap = np.maximum(np.asarray(self.limits.kv_cache_tokens, float), 1.0)
         res.update({
             "ttft_s": ttft, "tbt_s": tbt, "e2e_s": e2e,

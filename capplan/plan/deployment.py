@@ -1,20 +1,53 @@
-"""One deployment: a model on a GPU type with engine settings, its memory plan and step model.
+"""The one deployment resolver: (model, GPU, engine, options, calibration) -> a Deployment.
 
-The single place the CLI's names and options become specs, settings and models.
+Every door (the CLI commands, the planner, the benchmarks, the Python API) turns names and
+options into a deployment here and nowhere else, so the same question always gets the same
+engine defaults: the engine profile's per-GPU defaults fill what the user left out, the
+checkpoint's implied dtype applies to `auto`, and the fit check is made once.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 
 from capplan.catalog.calibration import find_default_calibration, load_calibration
 from capplan.catalog.loader import Catalog
 from capplan.catalog.schema import GpuSpec, ModelSpec
+from capplan.errors import InputError
 from capplan.models.calibration import Calibration
-from capplan.models.engine import EngineSettings
+from capplan.models.engine import EngineProfile, EngineSettings, engine_profile
 from capplan.models.memory import MemoryReport, memory_report
 from capplan.models.perf import StepModel, build_step_model
+from capplan.units import GIB_BYTES
+
+# Below this much memory left outside the engine's budget, CUDA graphs or a second process
+# are likely to OOM: a warning, not an error (vLLM itself does not check it).
+LOW_MARGIN_BYTES = 0.25 * GIB_BYTES
+
+
+@dataclass(frozen=True)
+class EngineOptions:
+    """What a user may set; None means "the engine's default for this GPU"."""
+
+    engine: str = "vllm"
+    tp: int = 1
+    pp: int = 1
+    weight_dtype: str = "auto"
+    kv_dtype: str = "auto"
+    max_model_len: int | None = None
+    gpu_memory_utilization: float | None = None
+    """The engine's memory fraction in its own meaning (vLLM --gpu-memory-utilization, SGLang
+    --mem-fraction-static, TensorRT-LLM free_gpu_memory_fraction)."""
+    block_size: int | None = None
+    max_num_seqs: int | None = None
+    max_num_batched_tokens: int | None = None
+    enforce_eager: bool = False
+
+    @classmethod
+    def from_settings(cls, s: EngineSettings) -> EngineOptions:
+        """Options that pin every value of fully-specified settings."""
+        return cls(**{f.name: getattr(s, f.name) for f in fields(cls)})
 
 
 @dataclass(frozen=True)
@@ -25,31 +58,100 @@ class Deployment:
     calibration: Calibration
     memory: MemoryReport
     step: StepModel
+    served_id: str = ""
+    """The checkpoint id the user named (what launch lines serve); the catalog id if none."""
 
     @property
     def gpus_per_replica(self) -> int:
         return self.settings.tp * self.settings.pp
 
+    @property
+    def profile(self) -> EngineProfile:
+        return self.settings.profile
 
-def calibration_for(cat: Catalog, gpu: GpuSpec, path: str | Path | None) -> Calibration:
+    def settings_summary(self) -> dict[str, object]:
+        """The resolved engine settings every output reports (JSON keys, SI)."""
+        s = self.settings
+        return {"engine": s.engine, "engine_profile": self.profile.label, "tp": s.tp, "pp": s.pp,
+                "weight_dtype": self.memory.weight_dtype, "kv_dtype": s.kv_dtype,
+                "max_num_seqs": s.max_num_seqs,
+                "max_num_batched_tokens": s.max_num_batched_tokens,
+                "memory_fraction": s.gpu_memory_utilization, "block_size": s.block_size,
+                "max_model_len": self.memory.max_model_len, "served_id": self.served_id,
+                "calibration": self.calibration.source}
+
+    def warnings(self) -> list[str]:
+        """Things a user should hear about this deployment (printed on stderr by the CLI)."""
+        out = []
+        if 0 <= self.memory.margin_bytes_per_gpu < LOW_MARGIN_BYTES:
+            out.append(f"only {self.memory.margin_bytes_per_gpu / GIB_BYTES:.2f} GiB left "
+                       f"outside the {self.profile.name} memory budget (CUDA graphs, other "
+                       "processes): lower the memory fraction if the engine runs out of memory")
+        return out
+
+
+def resolve_settings(opts: EngineOptions, gpu: GpuSpec, implied_dtype: str | None = None
+                     ) -> EngineSettings:
+    """EngineSettings with the engine profile's defaults for this GPU where `opts` has None."""
+    profile = engine_profile(opts.engine)
+    d = profile.defaults(gpu, opts.tp)
+    block = opts.block_size if opts.block_size is not None else d.block_size
+    if block not in profile.block_sizes:
+        raise InputError(f"block size {block}: {profile.name} accepts "
+                         f"{', '.join(map(str, profile.block_sizes))}")
+    wd = opts.weight_dtype
+    if wd == "auto" and implied_dtype:
+        wd = implied_dtype
+    return EngineSettings(
+        tp=opts.tp, pp=opts.pp, weight_dtype=wd, kv_dtype=opts.kv_dtype,
+        max_model_len=opts.max_model_len,
+        gpu_memory_utilization=(opts.gpu_memory_utilization
+                                if opts.gpu_memory_utilization is not None
+                                else d.memory_fraction),
+        block_size=block,
+        max_num_seqs=opts.max_num_seqs or d.max_num_seqs,
+        max_num_batched_tokens=opts.max_num_batched_tokens or d.max_num_batched_tokens,
+        enforce_eager=opts.enforce_eager, engine=profile.name)
+
+
+def calibration_for(cat: Catalog, gpu: GpuSpec, path: str | Path | Calibration | None
+                    ) -> Calibration:
+    """A calibration file, a Calibration as given, a measured one for the GPU, or defaults."""
+    if isinstance(path, Calibration):
+        return path
     if path:
         return load_calibration(path, gpu)
     return find_default_calibration(gpu, cat.calibration_dirs)
 
 
 def build_deployment(model: ModelSpec, gpu: GpuSpec, settings: EngineSettings,
-                     calibration: Calibration) -> Deployment:
+                     calibration: Calibration, served_id: str = "") -> Deployment:
     mem = memory_report(model, gpu, settings)
     step = build_step_model(model, gpu, settings, calibration)
-    return Deployment(model, gpu, settings, calibration, mem, step)
+    return Deployment(model, gpu, settings, calibration, mem, step, served_id or model.hf_id)
 
 
-def resolve_deployment(cat: Catalog, model_name: str, gpu_name: str, settings: EngineSettings,
-                       calibration_path: str | Path | None = None) -> Deployment:
-    """Names -> Deployment; a weight-dtype suffix in the model name applies when dtype is auto."""
+def resolve_deployment(cat: Catalog, model_name: str, gpu_name: str,
+                       options: EngineOptions | EngineSettings | None = None,
+                       calibration: str | Path | Calibration | None = None, *,
+                       require_fit: bool = False) -> Deployment:
+    """Names and options -> Deployment, the engine profile's defaults filling what is unset.
+
+    `options` may be EngineSettings (every value pinned, as library code builds them) or
+    EngineOptions (None = the engine's default for the GPU). A weight-dtype suffix in the model
+    name (-FP8...) applies when the dtype is auto. With `require_fit`, a model that does not fit
+    raises InputError naming why.
+    """
     resolved = cat.resolve_model(model_name)
-    if settings.weight_dtype == "auto" and resolved.implied_weight_dtype:
-        settings = settings.with_(weight_dtype=resolved.implied_weight_dtype)
     gpu = cat.gpu(gpu_name)
-    return build_deployment(resolved.spec, gpu, settings, calibration_for(cat, gpu,
-                                                                           calibration_path))
+    if options is None:
+        options = EngineOptions()
+    if isinstance(options, EngineSettings):
+        options = EngineOptions.from_settings(options)
+    settings = resolve_settings(options, gpu, resolved.implied_weight_dtype)
+    dep = build_deployment(resolved.spec, gpu, settings, calibration_for(cat, gpu, calibration),
+                           getattr(resolved, "served_id", "") or "")
+    if require_fit and not dep.memory.fits:
+        raise InputError(f"{dep.model.key} does not fit on {gpu.key} with TP {settings.tp} "
+                         f"under {settings.engine}: {dep.memory.reason} (see `capplan memory`)")
+    return dep

@@ -29,6 +29,12 @@ def engine_flags(model: ModelSpec, r: dict[str, Any], traffic: Any) -> dict[str,
     note = ""
     if kvd == "fp8":
         v.append("--kv-cache-dtype fp8")
+    # Lanes of different priorities in one pool: the simulator served lower values first, as
+    # vLLM does with --scheduling-policy priority (SchedulerConfig.policy, 0.10-0.11; each
+    # request then carries its lane's "priority" field).
+    priority = bool(getattr(traffic, "priority_scheduling", False))
+    if priority:
+        v.append("--scheduling-policy priority")
     if wd in _VLLM_QUANT and own_format != wd:
         v.append(f"--quantization {_VLLM_QUANT[wd]}")
     elif wd in ("int4", "int8", "fp4") and own_format != wd:
@@ -42,6 +48,8 @@ def engine_flags(model: ModelSpec, r: dict[str, Any], traffic: Any) -> dict[str,
         s.append("--kv-cache-dtype fp8_e4m3")  # vLLM's fp8 is e4m3 too
     if wd == "fp8" and own_format != "fp8":
         s.append("--quantization fp8")
+    if priority:  # SGLang 0.5 ServerArgs: off by default, and higher values first unless told
+        s += ["--enable-priority-scheduling", "--schedule-low-priority-values-first"]
     n = max(200, math.ceil(r["per_replica_rate_per_s"] * 300))
     bench = (f"vllm bench serve --model {hf} --dataset-name random "
              f"--random-input-len {round(traffic.inp.mean)} "

@@ -9,12 +9,15 @@ from typing import Any
 import numpy as np
 
 from capplan.errors import InputError
+from capplan.models.closed_loop import (
+    VLLM_BENCH_NUM_PROMPTS,
+    BenchmarkProtocol,
+    closed_loop_latency,
+)
 from capplan.models.perf import BOUNDS
 from capplan.models.queueing import LengthStats, Limits, QueueModel, summarize
 from capplan.plan.deployment import Deployment
-
-_STATS_SAMPLES = 20_000
-_STATS_SEED = 12345  # fixed: analytic results must not depend on a user seed
+from capplan.plan.lengths import clipped, length_stats, sample_lengths
 
 
 @dataclass(frozen=True)
@@ -25,42 +28,40 @@ class LoadSpec:
     output_stats: LengthStats
     arrival_scv: float = 1.0
     source: str = "flags"
+    num_prompts: int | None = None
+    """Closed loop: requests the benchmark sends and averages over (vllm bench serve's
+    --num-prompts; default 1000)."""
+    warmup_prompts: int = 0
 
 
-def _clipped_stats(inp: np.ndarray, out: np.ndarray, max_model_len: int | None
-                   ) -> tuple[LengthStats, LengthStats]:
-    if max_model_len:
-        from capplan.sim.workload import clip_lengths
-
-        inp, out = clip_lengths(inp, out, max_model_len)
-    return LengthStats.from_samples(inp), LengthStats.from_samples(out)
+def require_one_load(rate: float | None, concurrency: int | None, trace: str | None) -> None:
+    """The one check that a load is described exactly once (latency and simulate)."""
+    given = [x is not None for x in (rate, concurrency, trace)]
+    if sum(given) != 1:
+        raise InputError("give exactly one of --rate, --concurrency or --trace")
 
 
 def load_spec_from_options(rate: float | None, concurrency: int | None, trace: str | None,
                            input_len: str, output_len: str, burstiness: float = 1.0,
-                           max_model_len: int | None = None) -> LoadSpec:
-    given = [x is not None for x in (rate, concurrency, trace)]
-    if sum(given) != 1:
-        raise InputError("give exactly one of --rate, --concurrency or --trace")
+                           max_model_len: int | None = None, num_prompts: int | None = None,
+                           warmup_prompts: int = 0, time_unit: str = "auto") -> LoadSpec:
+    require_one_load(rate, concurrency, trace)
     if trace is not None:
         from capplan.sim.workload import load_trace
 
-        t = load_trace(trace)
+        t = load_trace(trace, time_unit)
         arrivals = np.asarray(t.arrival_at_s, float)
         span = float(arrivals.max() - arrivals.min())
         if len(arrivals) < 2 or span <= 0:
             raise InputError(f"{trace}: needs at least two requests at different times")
         gaps = np.diff(np.sort(arrivals))
         scv = float(gaps.var() / max(gaps.mean() ** 2, 1e-12))
-        i_st, o_st = _clipped_stats(t.input_tokens, t.output_tokens, max_model_len)
-        return LoadSpec((len(arrivals) - 1) / span, None, i_st, o_st, scv, f"trace {trace}")
-    from capplan.sim.workload import parse_length
-
-    rng = np.random.default_rng(_STATS_SEED)
-    inp = parse_length(str(input_len)).sample(rng, _STATS_SAMPLES)
-    out = parse_length(str(output_len)).sample(rng, _STATS_SAMPLES)
-    i_st, o_st = _clipped_stats(inp, out, max_model_len)
-    return LoadSpec(rate, concurrency, i_st, o_st, 1.0 / burstiness)
+        i_st, o_st = length_stats(*clipped(np.asarray(t.input_tokens, float),
+                                           np.asarray(t.output_tokens, float), max_model_len))
+        return LoadSpec((len(arrivals) - 1) / span, None, i_st, o_st, scv, f"trace {t.note}")
+    i_st, o_st = length_stats(*sample_lengths(input_len, output_len, max_model_len))
+    return LoadSpec(rate, concurrency, i_st, o_st, 1.0 / burstiness,
+                    num_prompts=num_prompts, warmup_prompts=warmup_prompts)
 
 
 def queue_model(dep: Deployment, load: LoadSpec) -> QueueModel:
@@ -76,13 +77,14 @@ def analytic_latency(dep: Deployment, load: LoadSpec) -> dict[str, Any]:
                          f"{dep.settings.tp}: {dep.memory.reason}")
     q = queue_model(dep, load)
     if load.concurrency is not None:
-        res = summarize(q.closed_loop(load.concurrency))
+        return _closed_loop(dep, load)
     else:
         res = summarize(q.at_rate(np.asarray(float(load.rate_per_s))))
     step = dep.step.decode_step(max(res["mean_running_batch"], 1.0), q.ctx_mean)
     res["bound"] = BOUNDS[int(step["bound_index"])]
     res["calibration"] = dep.calibration.source
     res["model"], res["gpu"], res["tp"] = dep.model.key, dep.gpu.key, dep.settings.tp
+    res["engine_settings"] = dep.settings_summary()
     res["load"] = load.source if load.concurrency is None else f"closed loop, {load.concurrency}"
     if not res["stable"]:
         cap = float(q.capacity_rate())
@@ -98,6 +100,28 @@ def analytic_latency(dep: Deployment, load: LoadSpec) -> dict[str, Any]:
                     "prefill_utilization", "slot_utilization", "step_s", "decode_step_s",
                     "prefill_step_s", "prefill_step_frac"):
             res[key] = None
+    return res
+
+
+def _closed_loop(dep: Deployment, load: LoadSpec) -> dict[str, Any]:
+    """A closed-loop benchmark run (models/closed_loop.py) with the contract keys."""
+    s = dep.settings
+    proto = BenchmarkProtocol(int(load.concurrency or 1),
+                              load.num_prompts or VLLM_BENCH_NUM_PROMPTS, load.warmup_prompts)
+    res = closed_loop_latency(dep.step, load.input_stats.mean, load.output_stats.mean,
+                              s.max_num_seqs, s.max_num_batched_tokens,
+                              dep.memory.kv_cache_tokens, s.block_size, proto,
+                              dep.profile.scheduler)
+    if res["bound"] == "clients":  # not capped: the decode step's own bound
+        step = dep.step.decode_step(res["mean_running_batch"],
+                                    load.input_stats.mean + load.output_stats.mean / 2)
+        res["bound"] = BOUNDS[int(step["bound_index"])]
+    res["calibration"] = dep.calibration.source
+    res["engine"] = dep.profile.label
+    res["model"], res["gpu"], res["tp"] = dep.model.key, dep.gpu.key, s.tp
+    res["engine_settings"] = dep.settings_summary()
+    res["load"] = (f"closed loop, {proto.concurrency} clients, {proto.num_prompts} prompts"
+                   + (f" after {proto.warmup_prompts} warm-up" if proto.warmup_prompts else ""))
     return res
 
 

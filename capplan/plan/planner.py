@@ -1,91 +1,77 @@
 """The main job: from a plan (model, candidates, lanes with SLOs) to ranked recommendations with
 their binding constraint, margins, engine flags, simulator verification, Pareto front and curves.
+
+The steps, each a function below: pool the lanes' traffic, resolve the search space, search
+every candidate analytically (search.py), keep the best candidate of each (GPU, TP, dtypes),
+rank, check the best with the simulator (verify.py), explain the ranking.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
 
 import numpy as np
 
-from capplan.catalog.loader import Catalog
+from capplan.catalog.loader import Catalog, ResolvedModel
 from capplan.catalog.schema import ModelSpec
 from capplan.errors import InfeasibleError, InputError
 from capplan.models.perf import knee_batch
-from capplan.models.queueing import LengthStats, Limits, QueueModel, summarize
+from capplan.models.queueing import Limits, QueueModel, summarize
 from capplan.plan.flags import engine_flags
+from capplan.plan.lengths import pooled_stats
+from capplan.plan.result import (
+    Curve,
+    CurvePoint,
+    ParetoPoint,
+    PlanInputs,
+    PlanResult,
+    PoolComparison,
+    Prediction,
+    Recommendation,
+    SeparatePool,
+    Verification,
+)
 from capplan.plan.schema import Lane, PlanFile
 from capplan.plan.search import (
     DEFAULT_CHUNKS,
     DEFAULT_SEQS,
     DEFAULT_TPS,
-    Evaluated,
+    Candidate,
+    ConfigGroup,
+    RankKey,
+    SearchResult,
     SearchSpace,
     Traffic,
     _tp_ok,
     analytic_search,
     build_candidates,
-    cost_per_hour,
     nearest_miss,
     rank_key,
-    replicas_for,
 )
+from capplan.plan.slo import SloSet
+from capplan.plan.verify import VerifyJob
 
-_SEED = 20240601  # fixed: the analytic plan must not depend on a user seed
-_SAMPLES = 20_000
-
-VerifyFn = Callable[[dict[str, Any], "PoolContext"], dict[str, Any]]
-
-
-@dataclass
-class PoolContext:
-    """What a verifier needs to simulate one recommendation."""
-
-    model: ModelSpec
-    lanes: list[Lane]
-    traffic: Traffic
-    step: Any
-    num_gpu_blocks: int
-    block_size: int
-    requests: int
+VerifyFn = Callable[[VerifyJob], Verification]
+_MAX_REPLICAS = 4096
+NEAR_FLOOR_FRAC = 0.10
+"""SLOs that let a replica carry less than this fraction of the load it sustains are near the
+unloaded latency floor: the fleet grows without bound as the SLO approaches the floor."""
+OVERSIZED_GPUS, OVERSIZED_COST = 4.0, 3.0
+"""Runner-ups needing more than 4x the best's GPUs (and 8 more) or 3x its cost are not shown."""
 
 
-def lane_samples(lane: Lane, rng: np.random.Generator, n: int) -> tuple[np.ndarray, np.ndarray]:
-    from capplan.sim.workload import parse_length
-
-    i = parse_length(str(lane.input_len)).sample(rng, n)
-    o = parse_length(str(lane.output_len)).sample(rng, n)
-    return np.asarray(i, float), np.asarray(o, float)
-
-
-def traffic_for(lanes: list[Lane], max_model_len: int | None = None) -> Traffic:
+def traffic_for(lanes: Sequence[Lane], max_model_len: int | None = None) -> Traffic:
     """Pool lanes: lengths mixed in proportion to rates; the strictest SLO of each kind.
     Prompts are cut so that prompt + output fit max_model_len, as vLLM requires."""
-    rng = np.random.default_rng(_SEED)
     total = sum(lane.rate_per_s for lane in lanes)
-    ins, outs = [], []
-    for lane in lanes:
-        n = max(200, int(_SAMPLES * lane.rate_per_s / total))
-        i, o = lane_samples(lane, rng, n)
-        if max_model_len:
-            from capplan.sim.workload import clip_lengths
-
-            i, o = clip_lengths(i, o, max_model_len)
-        ins.append(i)
-        outs.append(o)
+    inp, out = pooled_stats([(ln.rate_per_s, ln.input_len, ln.output_len) for ln in lanes],
+                            max_model_len)
     scv = sum(lane.rate_per_s / total / lane.burstiness for lane in lanes)
-
-    def strictest(attr: str) -> float | None:
-        vals = [getattr(lane.slo, attr) for lane in lanes if getattr(lane.slo, attr)]
-        return min(vals) if vals else None
-
-    return Traffic(total, LengthStats.from_samples(np.concatenate(ins)),
-                   LengthStats.from_samples(np.concatenate(outs)), scv,
-                   strictest("ttft_p99_s"), strictest("tbt_p99_s"), strictest("e2e_p99_s"),
-                   tuple(lane.name for lane in lanes))
+    return Traffic(total, inp, out, scv, SloSet.strictest(SloSet.of(ln.slo) for ln in lanes),
+                   tuple(lane.name for lane in lanes),
+                   priority_scheduling=len({ln.priority for ln in lanes}) > 1)
 
 
 def _as_tuple(v: list[int] | int | None, default: tuple[int, ...]) -> tuple[int, ...]:
@@ -118,106 +104,65 @@ def search_space(cat: Catalog, plan: PlanFile, model: ModelSpec, t: Traffic,
         max_num_seqs=_as_tuple(plan.engine.max_num_seqs, DEFAULT_SEQS),
         max_num_batched_tokens=_as_tuple(plan.engine.max_num_batched_tokens, DEFAULT_CHUNKS),
         gpu_memory_utilization=plan.engine.gpu_memory_utilization, max_model_len=max_len,
-        block_size=plan.engine.block_size)
+        block_size=plan.engine.block_size, engine=plan.engine.name,
+        calibration=plan.calibration)
 
 
-def _single_qm(step: Any, e: Evaluated, t: Traffic) -> QueueModel:
-    s = e.settings
-    return QueueModel(step, t.inp, t.out, Limits(s.max_num_seqs, s.max_num_batched_tokens,
-                                                 e.kv_cache_tokens), t.arrival_scv)
+def _queue_model(c: Candidate, t: Traffic) -> QueueModel:
+    s = c.settings
+    return QueueModel(c.step, t.inp, t.out,
+                      Limits(s.max_num_seqs, s.max_num_batched_tokens, c.kv_cache_tokens),
+                      t.arrival_scv)
 
 
-def _rank_stub(e: Evaluated) -> dict[str, Any]:
-    """Just what rank_key reads, to pick the best configuration of each group cheaply."""
-    gpus = e.replicas * e.settings.tp * e.settings.pp
-    return {"cost_per_hour": cost_per_hour(e.gpu, gpus), "gpus_total": gpus,
-            "replicas": e.replicas, "capacity_per_replica_rps": e.max_rate_per_s,
-            "max_num_seqs": e.settings.max_num_seqs,
-            "predicted": {"ttft_s": {"p99": e.ttft_p99_s}}}
+def _recommendation(c: Candidate, found: SearchResult, t: Traffic) -> Recommendation:
+    """What the analytic model says about candidate c, replicated to carry the target rate."""
+    pred = summarize(found.at_plan, c.index)
+    return Recommendation(candidate=c, per_replica_rate_per_s=t.rate_per_s / c.replicas,
+                          predicted=Prediction.of(pred), slo_margins=t.slos.margins(pred),
+                          calibration=c.group.calibration.source)
 
 
-def _describe(e: Evaluated, t: Traffic, headroom: float, steps: list[Any],
-              pred_arrays: dict[str, Any] | None = None) -> dict[str, Any]:
-    s = e.settings
-    replicas = e.replicas or replicas_for(t.rate_per_s, e.max_rate_per_s, headroom)
-    gpus_total = replicas * s.tp * s.pp
-    per_replica = t.rate_per_s / replicas
-    if pred_arrays is not None:
-        pred = summarize(pred_arrays, (e.step_index, e.combo_index))
-    else:
-        qm = _single_qm(steps[e.step_index], e, t)
-        pred = summarize(qm.at_rate(np.asarray(per_replica)))
-    margins = {}
-    for key, slo, name in (("ttft_s", t.ttft_p99_s, "ttft_p99"), ("tbt_s", t.tbt_p99_s,
-                                                                 "tbt_p99"),
-                           ("e2e_s", t.e2e_p99_s, "e2e_p99")):
-        if slo is not None:
-            margins[name] = 1 - pred[key]["p99"] / slo
-    return {
-        "gpu": e.gpu.key, "tp": s.tp, "pp": s.pp, "replicas": replicas, "gpus_total": gpus_total,
-        "max_num_seqs": s.max_num_seqs, "max_num_batched_tokens": s.max_num_batched_tokens,
-        "weight_dtype": s.weight_dtype, "kv_dtype": s.kv_dtype,
-        "max_model_len": s.max_model_len, "gpu_memory_utilization": s.gpu_memory_utilization,
-        "predicted": {k: pred[k] for k in ("ttft_s", "tbt_s", "e2e_s", "output_tokens_per_s",
-                                            "input_tokens_per_s", "requests_per_s",
-                                            "mean_running_batch", "preemptions",
-                                            "kv_peak_utilization")},
-        "capacity_per_replica_rps": e.max_rate_per_s,
-        "stable_capacity_per_replica_rps": e.capacity_per_s,
-        "per_replica_rate_per_s": per_replica,
-        "binding_constraint": e.binding_constraint, "slo_margins": margins,
-        "cost_per_hour": cost_per_hour(e.gpu, gpus_total),
-        "price_per_gpu_hour": e.gpu.price_per_hour_usd,
-        "kv_cache_tokens": e.kv_cache_tokens, "verified": None, "why_not_first": "",
-        "_eval": e,
-    }
+def _pareto(recs: Sequence[Recommendation]) -> list[ParetoPoint]:
+    pts = [(r, (r.cost_per_hour, r.predicted.ttft_s.p99, r.predicted.tbt_s.p99))
+           for r in recs if r.cost_per_hour is not None]
+
+    def dominated(a: tuple[float, ...]) -> bool:
+        return any(all(x <= y for x, y in zip(b, a, strict=True))
+                   and any(x < y for x, y in zip(b, a, strict=True)) for _, b in pts)
+
+    front = [ParetoPoint(r.candidate.gpu.key, r.candidate.settings.tp, r.replicas,
+                         r.candidate.settings.weight_dtype, r.candidate.settings.kv_dtype, *a)
+             for r, a in pts if not dominated(a)]
+    return sorted(front, key=lambda p: p.cost_per_hour)
 
 
-def _pareto(recs: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    pts = [r for r in recs if r["cost_per_hour"] is not None]
-    front = []
-    for r in pts:
-        a = (r["cost_per_hour"], r["predicted"]["ttft_s"]["p99"], r["predicted"]["tbt_s"]["p99"])
-        dominated = False
-        for o in pts:
-            b = (o["cost_per_hour"], o["predicted"]["ttft_s"]["p99"],
-                 o["predicted"]["tbt_s"]["p99"])
-            if all(x <= y for x, y in zip(b, a, strict=True)) and any(
-                    x < y for x, y in zip(b, a, strict=True)):
-                dominated = True
-                break
-        if not dominated:
-            front.append({"gpu": r["gpu"], "tp": r["tp"], "replicas": r["replicas"],
-                          "weight_dtype": r["weight_dtype"], "kv_dtype": r["kv_dtype"],
-                          "cost_per_hour": a[0],
-                          "ttft_p99_s": a[1], "tbt_p99_s": a[2]})
-    return sorted(front, key=lambda x: x["cost_per_hour"])
-
-
-def _curve(r: dict[str, Any], steps: list[Any], t: Traffic) -> dict[str, Any]:
-    e: Evaluated = r["_eval"]
-    qm = _single_qm(steps[e.step_index], e, t)
-    rates = np.linspace(0.1, 1.0, 10) * max(e.capacity_per_s, 1e-6) * 0.98
-    res = qm.at_rate(rates)
-    pts = [{"rate_per_s": float(x), "output_tokens_per_s": float(x * t.out.mean),
-            "ttft_p99_s": float(res["ttft_s"]["p99"][k]), "tbt_p99_s": float(
-                res["tbt_s"]["p99"][k]), "tbt_mean_s": float(res["tbt_s"]["mean"][k])}
+def _curve(r: Recommendation, t: Traffic) -> Curve:
+    c, s = r.candidate, r.candidate.settings
+    rates = np.linspace(0.1, 1.0, 10) * max(c.capacity_per_s, 1e-6) * 0.98
+    res = _queue_model(c, t).at_rate(rates)
+    pts = [CurvePoint(float(x), float(x * t.out.mean), float(res["ttft_s"]["p99"][k]),
+                      float(res["tbt_s"]["p99"][k]), float(res["tbt_s"]["mean"][k]))
            for k, x in enumerate(rates)]
-    label = (f"{r['gpu']} tp{r['tp']} {r['weight_dtype']} seqs{r['max_num_seqs']} "
-             f"chunk{r['max_num_batched_tokens']}")
-    return {"label": label, "points": pts, "gpus_per_replica": r["tp"] * r.get("pp", 1)}
+    label = (f"{c.gpu.key} tp{s.tp} {s.weight_dtype} seqs{s.max_num_seqs} "
+             f"chunk{s.max_num_batched_tokens}")
+    return Curve(label, pts, s.tp * s.pp)
 
 
-def _warnings(r: dict[str, Any], steps: list[Any], t: Traffic, qm_ctx: float) -> list[str]:
+def _warnings(r: Recommendation, ctx_mean: float) -> list[str]:
     out = []
-    running = r["predicted"]["mean_running_batch"]
-    if r["max_num_seqs"] > 4 * max(running, 1):
-        out.append(f"max_num_seqs {r['max_num_seqs']} far exceeds the ~{running:.0f} sequences "
-                   "this traffic keeps running per replica (it only costs sampler and "
-                   "CUDA-graph memory, but says nothing about capacity)")
-    e: Evaluated = r["_eval"]
+    running = r.predicted.mean_running_batch
+    seqs = r.candidate.settings.max_num_seqs
+    # At capacity the cap binds when it is the binding constraint: then it matters, whatever
+    # the planned load keeps running.
+    cap_binds = r.candidate.binding_constraint.startswith("concurrency cap")
+    if seqs > 4 * max(running, 1) and not cap_binds:
+        out.append(f"max_num_seqs {seqs} far exceeds the ~{running:.0f} sequences "
+                   f"the planned {r.per_replica_rate_per_s:.3g} req/s keeps running per replica "
+                   "(it only costs sampler and CUDA-graph memory, but says nothing about "
+                   "capacity)")
     batches = 2 ** np.arange(0, 12)
-    tps = batches / steps[e.step_index].decode_step(batches, qm_ctx)["step_s"]
+    tps = batches / r.candidate.step.decode_step(batches, ctx_mean)["step_s"]
     knee = knee_batch(batches, tps)
     if knee is not None and running > knee:
         out.append(f"the recommended point runs ~{running:.0f} sequences per replica, past the "
@@ -225,162 +170,229 @@ def _warnings(r: dict[str, Any], steps: list[Any], t: Traffic, qm_ctx: float) ->
     return out
 
 
-def run_plan(cat: Catalog, plan: PlanFile, verify: VerifyFn | None = None) -> dict[str, Any]:
-    """Plan every pool layout asked for and return the result dict (see export/)."""
+def run_plan(cat: Catalog, plan: PlanFile, verify: VerifyFn | None = None) -> PlanResult:
+    """Plan every pool layout asked for (see PlanResult.to_dict for the JSON)."""
     resolved = cat.resolve_model(plan.model)
-    model = resolved.spec
     lanes = list(plan.workloads)
-    result = _plan_pool(cat, plan, model, lanes, resolved.implied_weight_dtype, verify)
+    result = _plan_pool(cat, plan, resolved, lanes, verify)
     if len(lanes) > 1 and plan.pools in ("separate", "both"):
-        separate = []
-        for lane in lanes:
-            try:
-                sub = _plan_pool(cat, plan, model, [lane], resolved.implied_weight_dtype, None)
-                separate.append({"lane": lane.name, **_head(sub)})
-            except InfeasibleError as e:
-                separate.append({"lane": lane.name, "error": str(e)})
-        costs = [s.get("cost_per_hour") for s in separate]
-        total = sum(costs) if all(c is not None for c in costs) else None
-        shared = _head(result)
-        sc = shared["cost_per_hour"]
-        cheaper = ("equal" if total is not None and sc is not None and abs(total - sc) < 0.005
-                   else "separate" if (total is not None and sc is not None and total < sc)
-                   else "shared")
-        result["pools"] = {"shared": shared, "separate": {"lanes": separate,
-                                                           "cost_per_hour": total,
-                                                           "gpus_total": sum(
-                                                               s.get("gpus_total", 0)
-                                                               for s in separate)},
-                           "cheaper": cheaper}
-        result["warnings"].append(
-            f"pools: one shared pool costs {_money(shared['cost_per_hour'])}/h, a pool per "
-            f"lane {_money(total)}/h: " + ("they cost the same (shared keeps spare capacity "
-                                           "for either lane)" if cheaper == "equal"
-                                           else f"{cheaper} is cheaper"))
+        pools = PoolComparison(result.best, [_separate(cat, plan, resolved, ln) for ln in lanes])
+        cost, cheaper = pools.separate_cost_per_hour, pools.cheaper
+        note = (f"pools: one shared pool costs {_money(result.best.cost_per_hour)}/h, a pool per "
+                f"lane {_money(cost)}/h: " + ("they cost the same (shared keeps spare capacity "
+                                              "for either lane)" if cheaper == "equal"
+                                              else f"{cheaper} is cheaper"))
+        result = replace(result, pools=pools, warnings=[*result.warnings, note])
     return result
+
+
+def _separate(cat: Catalog, plan: PlanFile, resolved: ResolvedModel, lane: Lane
+              ) -> SeparatePool:
+    try:
+        return SeparatePool(lane.name, best=_plan_pool(cat, plan, resolved, [lane], None).best)
+    except InfeasibleError as e:
+        return SeparatePool(lane.name, error=str(e))
 
 
 def _money(x: float | None) -> str:
     return "unknown" if x is None else f"${x:,.2f}"
 
 
-def _head(res: dict[str, Any]) -> dict[str, Any]:
-    r = res["recommendations"][0]
-    return {k: r[k] for k in ("gpu", "tp", "replicas", "gpus_total", "cost_per_hour",
-                              "max_num_seqs", "max_num_batched_tokens")}
-
-
-def _plan_pool(cat: Catalog, plan: PlanFile, model: ModelSpec, lanes: list[Lane],
-               implied: str | None, verify: VerifyFn | None) -> dict[str, Any]:
-    t = traffic_for(lanes, plan.engine.max_model_len or model.max_position_embeddings)
-    space = search_space(cat, plan, model, t, implied)
-    steps, meta = build_candidates(cat, model, space)
+def _groups(cat: Catalog, model: ModelSpec, space: SearchSpace) -> list[ConfigGroup]:
+    """Step models of every (GPU, TP, dtypes) that can hold the model; one line if none."""
+    groups = build_candidates(cat, model, space)
     if not any(_tp_ok(model, tp, g) for g in space.gpus for tp in space.tps):
         raise InputError(
             f"no TP size in {list(space.tps)} works for {model.key} on "
             f"{', '.join(g.key for g in space.gpus)}: TP must divide the "
             f"{model.num_attention_heads} attention heads (and divide or be a multiple of the "
             f"{model.num_kv_heads} KV heads) and fit in one node")
-    if not steps:
+    if not groups:
         raise InfeasibleError(
             f"{model.key} does not fit on any candidate GPU ({', '.join(g.key for g in space.gpus)}"
             f") with TP in {list(space.tps)} at max_model_len {space.max_model_len}: add larger "
             "GPUs, more TP, or a smaller dtype")
-    evals, qm, extra = analytic_search(steps, meta, t, plan.headroom)
+    return groups
+
+
+def near_floor(c: Candidate) -> bool:
+    """More than one replica only because the SLOs sit just above the unloaded latency."""
+    return c.replicas > 1 and c.max_rate_per_s < NEAR_FLOOR_FRAC * c.capacity_per_s
+
+
+def _near_floor_note(c: Candidate, found: SearchResult, t: Traffic, headroom: float) -> str:
+    """The floor, what one replica carries within the SLOs, and what relaxing them buys."""
+    i, j = c.index
+    s = c.settings
+    floor = "; ".join(f"p99 {tgt.label} {float(found.at_floor[tgt.metric]['p99'][i, j]) * 1e3:.0f}"
+                      f" ms (SLO {tgt.limit_s * 1e3:.0f} ms)" for tgt in t.slos)
+    half_rate = 0.5 * c.capacity_per_s
+    with np.errstate(all="ignore"):
+        half = _queue_model(c, t).at_rate(np.asarray(half_rate))
+    relax = ", ".join(f"{tgt.label} p99 to >= {float(half[tgt.metric]['p99']) * 1e3:.0f} ms"
+                      for tgt in t.slos if float(half[tgt.metric]["p99"]) > tgt.limit_s)
+    reps = max(1, math.ceil(t.rate_per_s * (1 + headroom) / half_rate - 1e-9))
+    return (f"the SLOs are near the latency floor of {c.gpu.key} TP {s.tp} ({s.weight_dtype}), "
+            f"unloaded {floor}: within them one replica carries "
+            f"{c.max_rate_per_s:.3g} req/s, {c.max_rate_per_s / c.capacity_per_s:.0%} of the "
+            f"{c.capacity_per_s:.3g} req/s it sustains, so {c.replicas} replicas "
+            f"({c.gpus_total} GPUs) would be needed; relaxing {relax or 'them'} lets replicas "
+            f"run at half their capacity ({reps} replicas, {reps * s.tp * s.pp} GPUs), "
+            "as may a faster GPU or more TP")
+
+
+def _shortlist(found: SearchResult, t: Traffic, plan: PlanFile, key: RankKey
+               ) -> tuple[list[Candidate], list[str]]:
+    """The best feasible candidate of each (GPU, TP, weight dtype, KV dtype), ranked, and
+    warnings about what was left out. Raises InfeasibleError when nothing is left."""
     # A configuration needing thousands of replicas is a rounding artefact of the bisection
     # near zero rate, not a plan.
-    feasible = [e for e in evals if e.max_rate_per_s > 0 and e.replicas <= 4096]
-    if not feasible:
-        raise InfeasibleError(nearest_miss(evals, qm, extra["floor"], t))
+    feasible = [c for c in found.candidates
+                if c.max_rate_per_s > 0 and c.replicas <= _MAX_REPLICAS]
+    near = [c for c in feasible if near_floor(c)]
+    usable = feasible if plan.allow_near_floor else [c for c in feasible if not near_floor(c)]
+    if not usable:
+        if near:
+            raise InfeasibleError(
+                "no fleet of sensible size meets the SLOs: "
+                + _near_floor_note(min(near, key=key), found, t, plan.headroom)
+                + " (allow_near_floor: true in the plan, or recommend --allow-near-floor, "
+                "shows that fleet anyway)")
+        raise InfeasibleError(nearest_miss(found, t))
+    warnings = []
+    left_out = {c.family for c in near} - {c.family for c in usable}
+    if left_out:
+        warnings.append(f"{len(left_out)} configuration(s) left out: their SLOs are near the "
+                        f"latency floor and keep each replica under {NEAR_FLOOR_FRAC:.0%} of "
+                        "its capacity (allow_near_floor: true shows them)")
+    return _best_per_family(usable, key), warnings
+
+
+def _best_per_family(usable: list[Candidate], key: RankKey) -> list[Candidate]:
+    best: dict[tuple[str, int, str, str], Candidate] = {}
+    for c in usable:
+        if c.family not in best or key(c) < key(best[c.family]):
+            best[c.family] = c
+    return sorted(best.values(), key=key)
+
+
+@dataclass(frozen=True)
+class _Pool:
+    """One pool being planned: the model, its lanes and their pooled traffic."""
+
+    model: ModelSpec
+    lanes: list[Lane]
+    traffic: Traffic
+    space: SearchSpace
+
+
+def _plan_pool(cat: Catalog, plan: PlanFile, resolved: ResolvedModel, lanes: list[Lane],
+               verify: VerifyFn | None) -> PlanResult:
+    model = resolved.spec
+    t = traffic_for(lanes, model.context_len(plan.engine.max_model_len))
+    pool = _Pool(model, lanes, t, search_space(cat, plan, model, t,
+                                               resolved.implied_weight_dtype))
+    found = analytic_search(_groups(cat, model, pool.space), t, plan.headroom)
     key = rank_key(plan.objective)
-    best_by_group: dict[tuple, tuple[tuple, Evaluated]] = {}
-    for e in feasible:
-        s = e.settings
-        g = (e.gpu.key, s.tp, s.weight_dtype, s.kv_dtype)
-        k = key(_rank_stub(e))
-        if g not in best_by_group or k < best_by_group[g][0]:
-            best_by_group[g] = (k, e)
-    described = [_describe(e, t, plan.headroom, steps, extra["pred"])
-                 for _, e in best_by_group.values()]
-    ranked = sorted(described, key=key)
-    warnings: list[str] = []
+    shortlist, warnings = _shortlist(found, t, plan, key)
+    ranked = [_recommendation(c, found, t) for c in shortlist]
     if verify is not None and plan.verify.top > 0:
-        ranked = _verify(ranked, described, plan, model, lanes, t, steps, meta, verify, key,
-                         warnings)
+        ranked = _verify(ranked, pool, plan.verify.top, plan.verify.requests, verify, warnings)
     if not ranked:
         raise InfeasibleError("every configuration that met the SLOs analytically missed them "
                               "in simulation; loosen the SLOs or lower the rate")
-    _explain(ranked, key)
+    ranked, pruned = _prune(ranked)
+    if pruned:
+        warnings.append(f"{pruned} configuration(s) not listed: they need over "
+                        f"{OVERSIZED_GPUS:g}x the GPUs or {OVERSIZED_COST:g}x the cost of the "
+                        "best")
+    if near_floor(ranked[0].candidate):  # only when the plan allows it
+        warnings.append("near the floor: " + _near_floor_note(ranked[0].candidate, found, t,
+                                                               plan.headroom))
+    ranked = _explain(ranked)
+    warnings += _warnings(ranked[0], _queue_model(ranked[0].candidate, t).ctx_mean)
+    warnings += _default_lengths(lanes)
+    ranked = [r.with_(rank=i + 1, engine_flags=engine_flags(model, r.settings_dict(), t))
+              for i, r in enumerate(ranked)]
+    return PlanResult(
+        model=model.key, hf_id=model.hf_id, objective=plan.objective, headroom=plan.headroom,
+        target_rate_per_s=t.rate_per_s, lanes=list(lanes),
+        inputs=PlanInputs(model=plan.model, space=pool.space, objective=plan.objective,
+                          headroom=plan.headroom, pools=plan.pools,
+                          configurations_searched=len(found.candidates)),
+        configurations_searched=len(found.candidates), recommendations=ranked,
+        pareto=_pareto(ranked), curves=[_curve(r, t) for r in ranked[:3]], warnings=warnings)
+
+
+def _prune(ranked: list[Recommendation]) -> tuple[list[Recommendation], int]:
+    """Drop runner-ups no one would run instead of the best (4x its GPUs, 3x its cost)."""
     best = ranked[0]
-    curves = [_curve(r, steps, t) for r in ranked[:3]]
-    warnings += _warnings(best, steps, t, QueueModel(steps[0], t.inp, t.out,
-                                                     Limits(1, 1, 1)).ctx_mean)
-    recs = []
-    for i, r in enumerate(ranked):
-        m = meta[r["_eval"].step_index]
-        r["engine_flags"] = engine_flags(model, r, t)
-        r["calibration"] = m["calibration"].source
-        r["rank"] = i + 1
-        recs.append({k: v for k, v in r.items() if not k.startswith("_")})
-    lane_rows = [{"name": ln.name, "rate_per_s": ln.rate_per_s, "input_len": str(ln.input_len),
-                  "output_len": str(ln.output_len), "ttft_p99_s": ln.slo.ttft_p99_s,
-                  "tbt_p99_s": ln.slo.tbt_p99_s, "e2e_p99_s": ln.slo.e2e_p99_s,
-                  "priority": ln.priority, "arrival": ln.arrival, "burstiness": ln.burstiness}
-                 for ln in lanes]
-    return {
-        "model": model.key, "hf_id": model.hf_id, "objective": plan.objective,
-        "headroom": plan.headroom, "target_rate_per_s": t.rate_per_s, "lanes": lane_rows,
-        "inputs": {"model": plan.model, "gpus": [g.key for g in space.gpus],
-                   "tp": list(space.tps), "weight_dtypes": list(space.weight_dtypes),
-                   "kv_dtypes": list(space.kv_dtypes), "max_num_seqs": list(space.max_num_seqs),
-                   "max_num_batched_tokens": list(space.max_num_batched_tokens),
-                   "max_model_len": space.max_model_len,
-                   "gpu_memory_utilization": space.gpu_memory_utilization,
-                   "objective": plan.objective, "headroom": plan.headroom,
-                   "configurations_searched": len(evals)},
-        "configurations_searched": len(evals),
-        "recommendations": recs, "pareto": _pareto(ranked), "curves": curves,
-        "warnings": warnings,
-    }
+
+    def oversized(r: Recommendation) -> bool:
+        gpus = (r.gpus_total > OVERSIZED_GPUS * best.gpus_total
+                and r.gpus_total > best.gpus_total + 8)
+        cost = (r.cost_per_hour is not None and best.cost_per_hour is not None
+                and r.cost_per_hour > OVERSIZED_COST * best.cost_per_hour)
+        return gpus or cost
+
+    kept = [best] + [r for r in ranked[1:] if not oversized(r)]
+    return kept, len(ranked) - len(kept)
 
 
-def _verify(ranked, described, plan, model, lanes, t, steps, meta, verify, key, warnings):
-    kept, tried = [], 0
-    for r in ranked:
-        if tried >= plan.verify.top:
-            kept.append(r)
-            continue
-        tried += 1
-        e: Evaluated = r["_eval"]
-        # The simulator's cost is its steps: about requests * E[O] / running batch. At light
-        # load (small batches) cap that at ~40k steps; at least 300 requests either way.
-        batch = max(r["predicted"]["mean_running_batch"], 1.0)
-        n_req = int(min(plan.verify.requests, max(300, 40_000 * batch / max(t.out.mean, 1.0))))
-        ctx = PoolContext(model, lanes, t, steps[e.step_index], e.kv_cache_tokens //
-                          e.settings.block_size, e.settings.block_size, n_req)
-        v = verify(r, ctx)
-        r["verified"] = v
-        if v.get("ok", True):
-            kept.append(r)
+def _default_lengths(lanes: Sequence[Lane]) -> list[str]:
+    """Say so when a lane's lengths are the defaults rather than the user's."""
+    out = []
+    for ln in lanes:
+        missing = [k for k in ("input_len", "output_len") if k not in ln.model_fields_set]
+        if missing:
+            got = ", ".join(f"{k} {getattr(ln, k)}" for k in missing)
+            out.append(f"lane {ln.name}: no {' or '.join(missing)} given, so {got} tokens are "
+                       "assumed; give your traffic's lengths, they change the answer")
+    return out
+
+
+def _verify_job(r: Recommendation, pool: _Pool, max_requests: int) -> VerifyJob:
+    c, s = r.candidate, r.candidate.settings
+    # The simulator's cost is its steps: about requests * E[O] / running batch. At light
+    # load (small batches) cap that at ~40k steps; at least 300 requests either way.
+    batch = max(r.predicted.mean_running_batch, 1.0)
+    n_req = int(min(max_requests, max(300, 40_000 * batch / max(pool.traffic.out.mean, 1.0))))
+    return VerifyJob(lanes=pool.lanes, replicas=r.replicas, step=c.step,
+                     num_gpu_blocks=c.num_gpu_blocks, block_size=s.block_size,
+                     max_num_seqs=s.max_num_seqs, max_num_batched_tokens=s.max_num_batched_tokens,
+                     max_model_len=s.max_model_len, requests=n_req)
+
+
+def _verify(ranked: list[Recommendation], pool: _Pool, top: int, max_requests: int,
+            verify: VerifyFn, warnings: list[str]) -> list[Recommendation]:
+    """Simulate the best `top`; drop those that miss an SLO there (with a warning)."""
+    kept = ranked[top:]
+    checked = []
+    for r in ranked[:top]:
+        v = verify(_verify_job(r, pool, max_requests))
+        if v.ok:
+            checked.append(r.with_(verified=v))
         else:
-            warnings.append(f"{r['gpu']} TP {r['tp']} ({r['weight_dtype']}) met the SLOs "
-                            f"analytically but missed them in simulation ({v.get('reason')}); "
-                            "dropped")
-    return kept
+            warnings.append(f"{r.label} met the SLOs analytically but missed them in "
+                            f"simulation ({v.reason}); dropped")
+    return checked + kept
 
 
-def _explain(ranked: list[dict[str, Any]], key) -> None:
+def _explain(ranked: list[Recommendation]) -> list[Recommendation]:
+    """Say why each runner-up is not first."""
     best = ranked[0]
+    out = [best]
     for r in ranked[1:]:
         reasons = []
-        if r["cost_per_hour"] is not None and best["cost_per_hour"]:
-            d = r["cost_per_hour"] / best["cost_per_hour"] - 1
+        if r.cost_per_hour is not None and best.cost_per_hour:
+            d = r.cost_per_hour / best.cost_per_hour - 1
             if d > 0.005:
                 reasons.append(f"costs {d:.0%} more")
-        elif r["cost_per_hour"] is None:
+        elif r.cost_per_hour is None:
             reasons.append("no public price for this GPU")
-        if r["gpus_total"] > best["gpus_total"]:
-            reasons.append(f"needs {r['gpus_total']} GPUs vs {best['gpus_total']}")
-        reasons.append(f"limited by {r['binding_constraint']} at "
-                       f"{r['capacity_per_replica_rps']:.2f} req/s per replica")
-        r["why_not_first"] = "; ".join(reasons)
+        if r.gpus_total > best.gpus_total:
+            reasons.append(f"needs {r.gpus_total} GPUs vs {best.gpus_total}")
+        reasons.append(f"limited by {r.candidate.binding_constraint} at "
+                       f"{r.candidate.max_rate_per_s:.2f} req/s per replica")
+        out.append(r.with_(why_not_first="; ".join(reasons)))
+    return out

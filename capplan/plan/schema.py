@@ -9,7 +9,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from capplan.errors import InputError, nearest
+from capplan.errors import InputError, validation_error_line
 from capplan.units import parse_seconds
 
 _STRICT = ConfigDict(extra="forbid", frozen=True)
@@ -38,8 +38,10 @@ class Slo(BaseModel):
     e2e_p99_s: float | None = None
     """p99 end-to-end latency."""
 
-    _parse = field_validator("ttft_p99_s", "tbt_p99_s", "e2e_p99_s", mode="before")(
-        lambda cls, v: _seconds(v))
+    @field_validator("ttft_p99_s", "tbt_p99_s", "e2e_p99_s", mode="before")
+    @classmethod
+    def _parse(cls, v: Any) -> float | None:
+        return _seconds(v)
 
 
 class Lane(BaseModel):
@@ -84,13 +86,17 @@ class Candidates(BaseModel):
 
 class EngineSpec(BaseModel):
     model_config = _STRICT
+    name: Literal["vllm", "sglang", "trtllm"] = "vllm"
+    """The serving engine: its memory accounting, scheduler and defaults (docs/engines.md)."""
     max_num_seqs: list[int] | int | None = None
     """Values to search (default 64..1024)."""
     max_num_batched_tokens: list[int] | int | None = None
     """Prefill chunk sizes to search (default 512..16384)."""
-    gpu_memory_utilization: float = Field(default=0.9, gt=0, le=1, allow_inf_nan=False)
+    gpu_memory_utilization: float | None = Field(default=None, gt=0, le=1, allow_inf_nan=False)
+    """The engine's memory fraction in its own meaning; default: the engine's for the GPU."""
     max_model_len: int | None = Field(default=None, ge=1)
-    block_size: int = Field(default=16, ge=1)
+    block_size: int | None = Field(default=None, ge=1)
+    """KV block (page) size; default: the engine's."""
 
 
 class VerifySpec(BaseModel):
@@ -115,6 +121,13 @@ class PlanFile(BaseModel):
     headroom: float = Field(default=0.2, ge=0, le=10, allow_inf_nan=False)
     """Extra capacity for bursts: replicas cover rate * (1 + headroom)."""
     verify: VerifySpec = VerifySpec()
+    calibration: str | None = None
+    """Calibration YAML for every candidate GPU (relative to the plan file); default: a
+    measured one for each GPU, else datasheet defaults. A file for another device is refused."""
+    allow_near_floor: bool = False
+    """Recommend fleets whose SLOs keep each replica under 10% of the load it sustains (SLOs
+    just above the unloaded latency floor); by default they are left out and the floor and the
+    trade-off are reported instead."""
     export: list[str] = []
     """Files to write (.csv, .json, .md, .xlsx), relative to the plan file."""
 
@@ -177,20 +190,9 @@ def load_plan(path: str | Path) -> PlanFile:
     try:
         return PlanFile.model_validate(data)
     except ValidationError as e:
-        errs = e.errors()
-        # An unknown key often replaces a required one (workload: for workloads:); report the
-        # unknown key, which names the fix, before the missing one.
-        err = next((x for x in errs if x["type"] == "extra_forbidden"), errs[0])
-        loc = tuple(err["loc"])
+        loc, msg = validation_error_line(e, _all_keys(PlanFile))
         line = _line_of(text, loc)
-        where = f"{p}:{line}" if line else str(p)
-        key = ".".join(str(x) for x in loc)
-        if err["type"] == "extra_forbidden":
-            near = nearest(str(loc[-1]), _all_keys(PlanFile), 1, cutoff=0.5)
-            hint = f" (did you mean {near[0]!r}?)" if near else ""
-            raise InputError(f"{where}: unknown key {key!r}{hint}") from e
-        msg = err["msg"].removeprefix("Value error, ")
-        raise InputError(f"{where}: {key}: {msg}") from e
+        raise InputError(f"{p}:{line}: {msg}" if line else f"{p}: {msg}") from e
 
 
 def plan_json_schema() -> dict[str, Any]:

@@ -9,18 +9,24 @@ them at once (models/queueing.py). Replicas then cover the target rate with head
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, fields
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from capplan.catalog.calibration import calibration_gpu
 from capplan.catalog.loader import Catalog
 from capplan.catalog.schema import GpuSpec, ModelSpec
+from capplan.errors import InputError
+from capplan.models.calibration import Calibration
 from capplan.models.engine import EngineSettings
 from capplan.models.memory import memory_report
 from capplan.models.perf import StepModel, build_step_model
 from capplan.models.queueing import LengthStats, Limits, QueueModel
-from capplan.plan.deployment import calibration_for
+from capplan.plan.deployment import EngineOptions, calibration_for, resolve_settings
+from capplan.plan.slo import SloSet
 
 DEFAULT_SEQS = (64, 128, 256, 512, 1024)
 DEFAULT_CHUNKS = (512, 1024, 2048, 4096, 8192, 16384)
@@ -36,10 +42,11 @@ class Traffic:
     inp: LengthStats
     out: LengthStats
     arrival_scv: float
-    ttft_p99_s: float | None
-    tbt_p99_s: float | None
-    e2e_p99_s: float | None
+    slos: SloSet
     lanes: tuple[str, ...]
+    priority_scheduling: bool = False
+    """Lanes of different priorities share the pool: the plan (and its simulation) assumes
+    the engine serves lower priority values first."""
 
 
 @dataclass(frozen=True)
@@ -50,26 +57,81 @@ class SearchSpace:
     kv_dtypes: tuple[str, ...]
     max_num_seqs: tuple[int, ...]
     max_num_batched_tokens: tuple[int, ...]
-    gpu_memory_utilization: float
+    gpu_memory_utilization: float | None
     max_model_len: int
-    block_size: int
+    block_size: int | None
+    engine: str = "vllm"
+    calibration: str | None = None
 
 
-@dataclass
-class Evaluated:
-    """One configuration after the analytic search."""
+@dataclass(frozen=True)
+class ConfigGroup:
+    """One (GPU, TP, weight dtype, KV dtype): its step model, and the KV cache of each
+    (max_num_seqs, max_num_batched_tokens) combination (0 where it does not fit)."""
 
     gpu: GpuSpec
     settings: EngineSettings
+    step: StepModel
+    calibration: Calibration
+    combos: tuple[tuple[int, int], ...]
+    kv_tokens: tuple[int, ...]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Candidate:
+    """One configuration tried by the analytic search, with what the search found for it."""
+
+    group: ConfigGroup
+    settings: EngineSettings
     kv_cache_tokens: int
     max_rate_per_s: float
+    """Highest per-replica arrival rate that meets every SLO analytically."""
     capacity_per_s: float
+    """Highest stable per-replica arrival rate (SLOs aside)."""
     binding_constraint: str
-    step_index: int
-    combo_index: int
-    replicas: int = 0
+    index: tuple[int, int]
+    """(group, combination) position in the search's arrays."""
+    replicas: int
     ttft_p99_s: float = math.inf
     """Analytic p99 TTFT at the per-replica rate (target / replicas), for ranking ties."""
+
+    @property
+    def gpu(self) -> GpuSpec:
+        return self.group.gpu
+
+    @property
+    def step(self) -> StepModel:
+        return self.group.step
+
+    @property
+    def gpus_total(self) -> int:
+        return self.replicas * self.settings.tp * self.settings.pp
+
+    @property
+    def cost_per_hour(self) -> float | None:
+        return cost_per_hour(self.gpu, self.gpus_total)
+
+    @property
+    def num_gpu_blocks(self) -> int:
+        return self.kv_cache_tokens // self.settings.block_size
+
+    @property
+    def family(self) -> tuple[str, int, str, str]:
+        """What a recommendation row stands for: GPU, TP, weight and KV dtypes."""
+        s = self.settings
+        return (self.gpu.key, s.tp, s.weight_dtype, s.kv_dtype)
+
+
+@dataclass(frozen=True)
+class SearchResult:
+    """Every candidate, and the analytic arrays they index (for predictions and near-misses)."""
+
+    candidates: list[Candidate]
+    queue: QueueModel
+    at_floor: dict[str, Any]
+    """QueueModel.at_rate at negligible load: the latency floor of each configuration."""
+    at_plan: dict[str, Any]
+    """QueueModel.at_rate at each configuration's planned per-replica rate."""
 
 
 def stack_step_models(models: list[StepModel]) -> StepModel:
@@ -89,49 +151,45 @@ def _tp_ok(model: ModelSpec, tp: int, gpu: GpuSpec) -> bool:
     return model.mla is not None or kvh % tp == 0 or tp % kvh == 0
 
 
-def build_candidates(cat: Catalog, model: ModelSpec, space: SearchSpace, calibration_path=None
-                     ) -> tuple[list[StepModel], list[dict[str, Any]]]:
-    """Step models per (gpu, tp, wd, kvd) and, per step model, the memory of each combo."""
-    steps: list[StepModel] = []
-    meta: list[dict[str, Any]] = []
-    combos = [(s, c) for s in space.max_num_seqs for c in space.max_num_batched_tokens]
+def build_candidates(cat: Catalog, model: ModelSpec, space: SearchSpace,
+                     calibration_path: str | Path | None = None) -> list[ConfigGroup]:
+    """A step model per (gpu, tp, wd, kvd) that fits at all, with the memory of each combo."""
+    groups: list[ConfigGroup] = []
+    combos = tuple((s, c) for s in space.max_num_seqs for c in space.max_num_batched_tokens)
+    cal_path = calibration_path or space.calibration
+    cal_gpu = calibration_gpu(cal_path) if cal_path else None
+    if cal_gpu is not None and cal_gpu not in {g.key for g in space.gpus}:
+        raise InputError(f"calibration {cal_path} was measured on {cal_gpu}, which is not a "
+                         "candidate GPU; a calibration applies only to its own device")
     for gpu in space.gpus:
-        cal = calibration_for(cat, gpu, calibration_path)
+        # The file applies to the GPU it was measured on; the others keep their own.
+        cal = calibration_for(cat, gpu, cal_path if cal_gpu == gpu.key else None)
         for tp in space.tps:
             if not _tp_ok(model, tp, gpu):
                 continue
             for wd in space.weight_dtypes:
                 for kvd in space.kv_dtypes:
-                    base = EngineSettings(tp=tp, weight_dtype=wd, kv_dtype=kvd,
-                                          max_model_len=space.max_model_len,
-                                          gpu_memory_utilization=space.gpu_memory_utilization,
-                                          block_size=space.block_size)
-                    kv_tokens, ok = [], False
-                    for seqs, chunk in combos:
-                        r = memory_report(model, gpu, base.with_(max_num_seqs=seqs,
-                                                                 max_num_batched_tokens=chunk))
-                        kv_tokens.append(r.kv_cache_tokens if r.fits else 0)
-                        ok = ok or r.fits
-                    if not ok:
-                        continue
-                    steps.append(build_step_model(model, gpu, base, cal))
-                    meta.append({"gpu": gpu, "settings": base, "kv_tokens": kv_tokens,
-                                 "combos": combos, "calibration": cal})
-    return steps, meta
+                    base = resolve_settings(EngineOptions(
+                        engine=space.engine, tp=tp, weight_dtype=wd, kv_dtype=kvd,
+                        max_model_len=space.max_model_len,
+                        gpu_memory_utilization=space.gpu_memory_utilization,
+                        block_size=space.block_size), gpu)
+                    kv_tokens = tuple(_kv_tokens(model, gpu, base, seqs, chunk)
+                                      for seqs, chunk in combos)
+                    if any(kv_tokens):
+                        groups.append(ConfigGroup(gpu, base, build_step_model(model, gpu, base,
+                                                                              cal),
+                                                  cal, combos, kv_tokens))
+    return groups
 
 
-def _slo_ok(res: dict[str, Any], t: Traffic) -> np.ndarray:
-    ok = np.asarray(res["stable"], bool)
-    if t.ttft_p99_s is not None:
-        ok = ok & (res["ttft_s"]["p99"] <= t.ttft_p99_s)
-    if t.tbt_p99_s is not None:
-        ok = ok & (res["tbt_s"]["p99"] <= t.tbt_p99_s)
-    if t.e2e_p99_s is not None:
-        ok = ok & (res["e2e_s"]["p99"] <= t.e2e_p99_s)
-    return ok
+def _kv_tokens(model: ModelSpec, gpu: GpuSpec, base: EngineSettings, seqs: int, chunk: int
+               ) -> int:
+    r = memory_report(model, gpu, base.with_(max_num_seqs=seqs, max_num_batched_tokens=chunk))
+    return r.kv_cache_tokens if r.fits else 0
 
 
-def _binding(res: dict[str, Any], t: Traffic, qm: QueueModel, seqs: np.ndarray) -> np.ndarray:
+def _binding(res: dict[str, Any], slos: SloSet, qm: QueueModel, seqs: np.ndarray) -> np.ndarray:
     """Name what fails first just above the best rate."""
     out = np.full(np.shape(res["stable"]), "decode bandwidth", dtype=object)
     stable = np.asarray(res["stable"], bool)
@@ -140,96 +198,86 @@ def _binding(res: dict[str, Any], t: Traffic, qm: QueueModel, seqs: np.ndarray) 
     out = np.where(~stable & slot & kv_limited, "KV capacity", out)
     out = np.where(~stable & slot & ~kv_limited, "concurrency cap (max_num_seqs)", out)
     out = np.where(~stable & (res["prefill_utilization"] >= 0.98), "prefill compute", out)
-    for key, slo, name in (("tbt_s", t.tbt_p99_s, "TBT SLO"), ("ttft_s", t.ttft_p99_s,
-                                                                "TTFT SLO"),
-                           ("e2e_s", t.e2e_p99_s, "E2E SLO")):
-        if slo is not None:
-            out = np.where(stable & (res[key]["p99"] > slo), name, out)
+    # A stable configuration is bound by the SLO it exceeds; E2E over TTFT over TBT.
+    missed = {t.metric: (t, mask) for t, mask in slos.violated(res)}
+    for metric in ("tbt_s", "ttft_s", "e2e_s"):
+        if metric in missed:
+            t, mask = missed[metric]
+            out = np.where(stable & mask, f"{t.label} SLO", out)
     return out
 
 
-def analytic_search(steps: list[StepModel], meta: list[dict[str, Any]], t: Traffic,
-                    headroom: float = 0.2) -> tuple[list[Evaluated], QueueModel, dict[str, Any]]:
+def analytic_search(groups: list[ConfigGroup], t: Traffic, headroom: float = 0.2
+                    ) -> SearchResult:
     """Highest SLO-compliant rate per replica for every configuration, vectorised."""
-    sm = stack_step_models(steps)
-    seqs = np.asarray([[c[0] for c in m["combos"]] for m in meta], float)
-    chunk = np.asarray([[c[1] for c in m["combos"]] for m in meta], float)
-    kv = np.asarray([m["kv_tokens"] for m in meta], float)
+    sm = stack_step_models([g.step for g in groups])
+    seqs = np.asarray([[c[0] for c in g.combos] for g in groups], float)
+    chunk = np.asarray([[c[1] for c in g.combos] for g in groups], float)
+    kv = np.asarray([g.kv_tokens for g in groups], float)
     qm = QueueModel(sm, t.inp, t.out, Limits(seqs, chunk, kv), t.arrival_scv)
     with np.errstate(all="ignore"):
         cap = qm.capacity_rate()
         lo, hi = np.zeros_like(cap), np.maximum(cap, 1e-9)
         for _ in range(_BISECT):
             mid = 0.5 * (lo + hi)
-            ok = _slo_ok(qm.at_rate(mid), t)
+            res = qm.at_rate(mid)
+            ok = np.asarray(res["stable"], bool) & t.slos.ok(res)
             lo, hi = np.where(ok, mid, lo), np.where(ok, hi, mid)
-        above = qm.at_rate(np.maximum(lo * 1.03, 1e-6))
-        binding = _binding(above, t, qm, seqs)
+        binding = _binding(qm.at_rate(np.maximum(lo * 1.03, 1e-6)), t.slos, qm, seqs)
         floor = qm.at_rate(np.full_like(cap, 1e-6))
         reps = np.maximum(1.0, np.ceil(t.rate_per_s * (1 + headroom) / np.maximum(lo, 1e-12)
                                        - 1e-9))
         pred = qm.at_rate(np.where(lo > 0, t.rate_per_s / reps, 1e-6))
-    results = []
-    for i, m in enumerate(meta):
-        for j, (s, c) in enumerate(m["combos"]):
-            if kv[i, j] <= 0:
-                continue
-            results.append(Evaluated(
-                gpu=m["gpu"], settings=m["settings"].with_(max_num_seqs=s, max_num_batched_tokens=c),
-                kv_cache_tokens=int(kv[i, j]), max_rate_per_s=float(lo[i, j]),
-                capacity_per_s=float(cap[i, j]), binding_constraint=str(binding[i, j]),
-                step_index=i, combo_index=j, replicas=int(reps[i, j]),
-                ttft_p99_s=float(pred["ttft_s"]["p99"][i, j])))
-    return results, qm, {"floor": floor, "stack": sm, "pred": pred}
-
-
-def replicas_for(rate: float, per_replica: float, headroom: float) -> int:
-    if per_replica <= 0:
-        return 0
-    return max(1, math.ceil(rate * (1 + headroom) / per_replica - 1e-9))
+    found = [Candidate(
+        group=g, settings=g.settings.with_(max_num_seqs=s, max_num_batched_tokens=c),
+        kv_cache_tokens=int(kv[i, j]), max_rate_per_s=float(lo[i, j]),
+        capacity_per_s=float(cap[i, j]), binding_constraint=str(binding[i, j]), index=(i, j),
+        replicas=int(reps[i, j]), ttft_p99_s=float(pred["ttft_s"]["p99"][i, j]))
+        for i, g in enumerate(groups) for j, (s, c) in enumerate(g.combos) if kv[i, j] > 0]
+    return SearchResult(found, qm, floor, pred)
 
 
 def cost_per_hour(gpu: GpuSpec, gpus: int) -> float | None:
     return None if gpu.price_per_hour_usd is None else gpu.price_per_hour_usd * gpus
 
 
-def rank_key(objective: str):
-    def key(r: dict[str, Any]) -> tuple:
-        cost = r["cost_per_hour"] if r["cost_per_hour"] is not None else math.inf
-        ttft = r["predicted"]["ttft_s"]["p99"]
+RankKey = Callable[[Candidate], tuple[float, ...]]
+
+
+def rank_key(objective: str) -> RankKey:
+    """Sort key of candidates for an objective (smaller is better)."""
+    def key(c: Candidate) -> tuple[float, ...]:
+        cost = c.cost_per_hour if c.cost_per_hour is not None else math.inf
         # Ties (same cost and GPUs) go to the lower p99 TTFT (to the ms), then to the smaller
         # max_num_seqs: no reason to advertise a bigger cap than the traffic needs.
-        tie = (round(ttft, 3), r.get("max_num_seqs", 0))
+        tie = (round(c.ttft_p99_s, 3), c.settings.max_num_seqs)
         if objective == "min_gpus":
-            return (r["gpus_total"], cost, *tie)
+            return (c.gpus_total, cost, *tie)
         if objective == "max_goodput_per_dollar":
-            gpd = r["capacity_per_replica_rps"] / (r["cost_per_hour"] / r["replicas"]) \
-                if r["cost_per_hour"] else 0.0
-            return (-gpd, r["gpus_total"], *tie)
-        return (cost, r["gpus_total"], *tie)
+            gpd = c.max_rate_per_s / (c.cost_per_hour / c.replicas) if c.cost_per_hour else 0.0
+            return (-gpd, c.gpus_total, *tie)
+        return (cost, c.gpus_total, *tie)
     return key
 
 
-def nearest_miss(evals: list[Evaluated], qm: QueueModel, floor: dict[str, Any], t: Traffic
-                 ) -> str:
+def nearest_miss(found: SearchResult, t: Traffic) -> str:
     """Why nothing meets the SLOs, and what it would take."""
-    best, best_ratio, detail = None, math.inf, ""
-    for e in evals:
-        i, j = e.step_index, e.combo_index
-        ratios = []
-        for key, slo, name in (("ttft_s", t.ttft_p99_s, "p99 TTFT"), ("tbt_s", t.tbt_p99_s,
-                                                                     "p99 TBT"),
-                               ("e2e_s", t.e2e_p99_s, "p99 E2E")):
-            if slo is not None:
-                v = float(floor[key]["p99"][i, j])
-                ratios.append((v / slo, name, v, slo))
-        worst = max(ratios) if ratios else (0, "", 0, 0)
+    best: Candidate | None = None
+    best_ratio, detail = math.inf, None
+    for c in found.candidates:
+        i, j = c.index
+        at_floor = {tgt.metric: {"p99": found.at_floor[tgt.metric]["p99"][i, j]}
+                    for tgt in t.slos}
+        worst = t.slos.worst(at_floor)
         if worst[0] < best_ratio:
-            best_ratio, best, detail = worst[0], e, worst
-    if best is None:
+            best_ratio, best, detail = worst[0], c, worst
+    if best is None or detail is None:
         return "no candidate configuration fits the model in memory"
-    _, name, v, slo = detail
+    _, target, v = detail
+    name = f"p99 {target.label}" if target else ""
+    slo = target.limit_s if target else 0.0
+    label = target.label if target else ""
     return (f"no configuration meets the SLOs: the closest, {best.gpu.key} TP {best.settings.tp} "
             f"({best.settings.weight_dtype}), reaches {name} {v * 1e3:.0f} ms even at negligible "
-            f"load against {slo * 1e3:.0f} ms (binding: {name.split()[1]} SLO); loosen it to "
+            f"load against {slo * 1e3:.0f} ms (binding: {label} SLO); loosen it to "
             f">= {v * 1.05 * 1e3:.0f} ms, shorten prompts/outputs, or use a faster GPU or more TP")

@@ -34,7 +34,8 @@ def decode_curve(dep: Deployment, batches: list[int], contexts: list[int]) -> di
         t = dep.step.decode_step(dense, ctx)["step_s"] if dense.size else np.zeros(0)
         knees[int(ctx)] = knee_batch(dense, dense / t) if dense.size else None
     return {"rows": rows, "knee_batch": knees, "excluded": excluded,
-            "max_batch": {int(c): max_batch(dep, c) for c in contexts}}
+            "max_batch": {int(c): max_batch(dep, c) for c in contexts},
+            "engine_settings": dep.settings_summary()}
 
 
 def max_batch(dep: Deployment, context_len: int) -> int:

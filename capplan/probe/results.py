@@ -1,12 +1,21 @@
 """Serving-benchmark levels: summaries, ingestion of saved results, and the latency-law fit.
 
-Inputs: `vllm bench serve --save-result` JSON (keys of vllm/benchmarks/serve.py: date, backend,
-model_id, max_concurrency, duration, completed, total_output_tokens, request_throughput,
-output_throughput, mean/median/std/pXX_{ttft,tpot,itl,e2el}_ms, and the per-request lists
-input_lens, output_lens, ttfts, itls, errors) and GuideLLM reports ({"benchmarks": [...]},
-each with config.strategy and metrics.{time_to_first_token_ms, inter_token_latency_ms,
-request_latency, output_tokens_per_second, requests_per_second, request_totals}, every metric
-a status distribution {successful: {mean, median, percentiles: {p50, p90, p99...}}}).
+Every reader maps a tool's metrics onto vLLM's definitions (docs/probe.md has the table):
+TTFT; TBT = vLLM's ITL, the gap between consecutive tokens over all gaps of all requests;
+TPOT = vLLM's per-request (E2E - TTFT) / (output tokens - 1); E2E.
+
+- `vllm bench serve --save-result` JSON (vllm/benchmarks/serve.py): mean/median/std/pNN of
+  ttft, tpot, itl, e2el in ms; the per-request lists (ttfts, itls, input_lens, output_lens)
+  only with --save-detailed, and then every statistic is recomputed from them.
+- GuideLLM reports ({"benchmarks": [...]}): inter_token_latency_ms is the per-request mean
+  (E2E - TTFT) / (N - 1), i.e. vLLM's TPOT; time_per_output_token_ms divides by N instead.
+- LLMPerf summaries (results_*): inter_token_latency_s is E2E / N per request (the first
+  token's wait included; token_benchmark_ray.py), converted to TPOT through E2E and TTFT.
+- AIPerf profile_export_aiperf.json ({"records": {...}}) and genai-perf
+  profile_export_genai_perf.json: inter_token_latency = (E2E - TTFT) / (N - 1) per request
+  (vLLM's TPOT); inter_chunk_latency is every gap (vLLM's ITL when a chunk holds one token).
+- SGLang bench_serving JSONL (python/sglang/bench_serving.py): the vLLM keys, with
+  e2e_latency_ms for e2el.
 
 Fit: TBT = a + b * concurrency by least squares over levels (a decode step's time grows
 linearly with the batch while it is memory bound). With --gpu and a catalog --model, the
@@ -24,6 +33,13 @@ from typing import Any
 import numpy as np
 
 from capplan.errors import InputError
+from capplan.probe.report_formats import (
+    from_aiperf,
+    from_llmperf,
+    from_sglang,
+    mean_only,
+    ms_stats,
+)
 
 MS = 1e-3
 
@@ -50,16 +66,26 @@ def level_summary(concurrency: int, ttfts: list[float], itls: list[float], e2es:
 
 
 # ---------------------------------------------------------------------------------------------
-def _ms_stats(d: dict[str, Any], metric: str) -> dict[str, float | None]:
-    def g(key: str) -> float | None:
-        v = d.get(key)
-        return None if v is None else float(v) * MS
-    return {"mean": g(f"mean_{metric}_ms"), "p50": g(f"median_{metric}_ms"),
-            "p90": g(f"p90_{metric}_ms"), "p99": g(f"p99_{metric}_ms")}
+GOODPUT_METRICS = ("ttft", "tpot", "e2el")
 
 
-def from_vllm(d: dict[str, Any], name: str) -> dict[str, Any]:
-    """A level from one `vllm bench serve --save-result` file."""
+def goodput_per_s(per_request_s: dict[str, list[float]], slo_s: dict[str, float],
+                  duration_s: float) -> float:
+    """Requests per second that met every given SLO, as `vllm bench serve --goodput` counts
+    them (vllm/benchmarks/serve.py calculate_metrics): a request is good when each metric
+    named in slo_s (ttft, tpot, e2el; seconds) is at most its threshold; good / duration."""
+    names = [m for m in GOODPUT_METRICS if m in slo_s]
+    if not names or duration_s <= 0:
+        return 0.0
+    rows = zip(*(per_request_s[m] for m in names), strict=True)
+    good = sum(1 for row in rows if all(v <= slo_s[m] for m, v in zip(names, row, strict=True)))
+    return good / duration_s
+
+
+def from_vllm(d: dict[str, Any], name: str, slo_s: dict[str, float] | None = None
+              ) -> dict[str, Any]:
+    """A level from one `vllm bench serve --save-result` file; with SLOs (seconds) and the
+    per-request lists, also the goodput vLLM's --goodput would report."""
     conc = d.get("max_concurrency")
     if conc is None:
         raise InputError(f"{name}: max_concurrency is null (an open-loop run); capplan fits "
@@ -75,11 +101,20 @@ def from_vllm(d: dict[str, Any], name: str) -> dict[str, Any]:
         lv = level_summary(int(conc), ttfts, itls, e2es, tpots,
                            int(d.get("total_output_tokens", 0)), int(d.get("completed", 0)),
                            float(d.get("duration", 0)), errors)
+        if slo_s:  # vLLM counts tpot 0 for one-token outputs
+            per = {"ttft": [t for t, _o, _it in ok], "e2el": e2es,
+                   "tpot": [sum(it) / (o - 1) if o > 1 else 0.0 for _t, o, it in ok]}
+            lv["goodput_per_s"] = goodput_per_s(per, slo_s, float(d.get("duration", 0)))
+            lv["goodput_slo_s"] = dict(slo_s)
     else:
-        lv = {"concurrency": int(conc), "ttft_s": _ms_stats(d, "ttft"),
-              "tbt_s": _ms_stats(d, "itl"), "tpot_s": _ms_stats(d, "tpot"),
-              "e2e_s": _ms_stats(d, "e2el"), "completed": int(d.get("completed", 0)),
-              "errors": errors}
+        lv = {"concurrency": int(conc), "ttft_s": ms_stats(d, "ttft"),
+              "tbt_s": ms_stats(d, "itl"), "tpot_s": ms_stats(d, "tpot"),
+              "e2e_s": ms_stats(d, "e2el"), "completed": int(d.get("completed", 0)),
+              "errors": errors,
+              "note": "no per-request lists: percentiles are the file's own pNN keys; rerun "
+                      "vllm bench serve with --save-detailed to recompute them"}
+    if d.get("request_goodput") is not None:  # only when the run had --goodput SLOs
+        lv["request_goodput_per_s"] = float(d["request_goodput"])
     lv["output_tokens_per_s"] = float(d.get("output_throughput", lv.get("output_tokens_per_s")))
     lv["requests_per_s"] = float(d.get("request_throughput", lv.get("requests_per_s")))
     ins, outs = d.get("input_lens") or [], d.get("output_lens") or []
@@ -122,8 +157,14 @@ def from_guidellm(d: dict[str, Any], name: str) -> list[dict[str, Any]]:
         levels.append({
             "concurrency": conc,
             "ttft_s": _gl_stats(m.get("time_to_first_token_ms"), MS),
-            "tbt_s": _gl_stats(m.get("inter_token_latency_ms"), MS),
-            "tpot_s": _gl_stats(m.get("time_per_output_token_ms"), MS),
+            # inter_token_latency: per-request (E2E - TTFT) / (N - 1), vLLM's TPOT. Its mean
+            # equals the mean gap (vLLM's ITL mean) when outputs have equal lengths; the
+            # gap percentiles are not in the report.
+            "tbt_s": mean_only(_gl_stats(m.get("inter_token_latency_ms"), MS)),
+            "tpot_s": _gl_stats(m.get("inter_token_latency_ms"), MS),
+            # time_per_output_token: (E2E - TTFT) / N, kept under its own name
+            "guidellm_time_per_output_token_s": _gl_stats(
+                m.get("time_per_output_token_ms"), MS),
             "e2e_s": _gl_stats(m.get("request_latency"), 1.0),
             "output_tokens_per_s": _gl_stats(m.get("output_tokens_per_second"), 1.0)["mean"],
             "requests_per_s": _gl_stats(m.get("requests_per_second"), 1.0)["mean"],
@@ -136,23 +177,52 @@ def from_guidellm(d: dict[str, Any], name: str) -> list[dict[str, Any]]:
     return levels
 
 
-def load_results(paths: list[Path]) -> list[dict[str, Any]]:
-    """Levels from vLLM and GuideLLM result files, sorted by concurrency."""
+def _read_json_or_lines(p: Path) -> list[Any]:
+    try:
+        text = p.read_text(encoding="utf-8")
+    except OSError as e:
+        raise InputError(f"{p}: cannot read ({e.strerror or e})") from e
+    try:
+        return [json.loads(text)]
+    except json.JSONDecodeError as first:
+        lines = [ln for ln in text.splitlines() if ln.strip()]
+        if len(lines) < 2:
+            raise InputError(f"{p}:{first.lineno}: not JSON: {first.msg}") from first
+        out = []
+        for i, ln in enumerate(lines, 1):
+            try:
+                out.append(json.loads(ln))
+            except json.JSONDecodeError as e:
+                raise InputError(f"{p}:{i}: not JSON: {e.msg}") from e
+        return out
+
+
+def _levels_from(d: Any, p: Path, slo_s: dict[str, float] | None = None
+                 ) -> list[dict[str, Any]]:
+    if not isinstance(d, dict):
+        raise InputError(f"{p}: expected a JSON object")
+    if "benchmarks" in d:
+        return from_guidellm(d, p.name)
+    if "results_ttft_s_mean" in d:
+        return [from_llmperf(d, p.name)]
+    if "records" in d or ("time_to_first_token" in d and "input_config" in d):
+        return [from_aiperf(d, p.name)]
+    if "mean_e2e_latency_ms" in d:
+        return [from_sglang(d, p.name)]
+    if "mean_ttft_ms" in d or "ttfts" in d:
+        return [from_vllm(d, p.name, slo_s)]
+    raise InputError(f"{p}: not a result file capplan reads (vllm bench serve, GuideLLM, "
+                     "LLMPerf summary, AIPerf/genai-perf export, SGLang bench_serving)")
+
+
+def load_results(paths: list[Path], slo_s: dict[str, float] | None = None
+                 ) -> list[dict[str, Any]]:
+    """Levels from benchmark result files (any mix of the formats above), by concurrency;
+    with SLOs (ttft/tpot/e2el in seconds) the goodput of files that keep per-request data."""
     levels: list[dict[str, Any]] = []
     for p in paths:
-        try:
-            d = json.loads(p.read_text(encoding="utf-8"))
-        except OSError as e:
-            raise InputError(f"{p}: cannot read ({e.strerror or e})") from e
-        except json.JSONDecodeError as e:
-            raise InputError(f"{p}:{e.lineno}: not JSON: {e.msg}") from e
-        if isinstance(d, dict) and "benchmarks" in d:
-            levels += from_guidellm(d, p.name)
-        elif isinstance(d, dict) and ("mean_ttft_ms" in d or "ttfts" in d):
-            levels.append(from_vllm(d, p.name))
-        else:
-            raise InputError(f"{p}: neither a `vllm bench serve --save-result` file nor a "
-                             "GuideLLM report")
+        for d in _read_json_or_lines(p):
+            levels += _levels_from(d, p, slo_s)
     return sorted(levels, key=lambda lv: lv["concurrency"])
 
 

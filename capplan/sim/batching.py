@@ -53,7 +53,8 @@ class BatchEngine:
                              f"cache holds {cap}")
         return int(np.argmin(ok)) if not ok.all() else hi - lo
 
-    def run(self, reqs: Requests, priorities: np.ndarray | None = None,
+    def run(self, reqs: Requests,
+            priorities: np.ndarray | None = None,  # noqa: ARG002 - the continuous engine's API
             progress: Any = None) -> RunRecord:
         """Simulate `reqs` (open loop or trace; closed loop is rejected)."""
         if reqs.concurrency is not None:

@@ -10,11 +10,12 @@ waiting queue, and its prompt plus the tokens it generated are computed again. A
 preemption admits no waiting request (vLLM V1 `Scheduler.schedule`).
 
 Speed: per-sequence state is lazy (a decoding sequence stores the step it started decoding), sums
-are kept incrementally, finishes sit in a heap and block-boundary crossings in per-step buckets, so a step costs O(events)
-in Python. Step times come from `StepModel.step`, evaluated for a window of steps in one vectorised
-call; only arrival times need the clock, so a window is scheduled against estimated step times and
-checked against the exact ones; from the first step where an arrival would have been seen
-differently, the window is rolled back and replayed with exact times. Results are exact.
+are kept incrementally, finishes sit in a heap and block-boundary crossings in per-step buckets,
+so a step costs O(events) in Python. Step times come from `StepModel.step`, evaluated for a
+window of steps in one vectorised call; only arrival times need the clock, so a window is
+scheduled against estimated step times and checked against the exact ones; from the first step
+where an arrival would have been seen differently, the window is rolled back and replayed with
+exact times. Results are exact.
 
 References: vLLM `vllm/v1/core/sched/scheduler.py`; Kwon et al., "Efficient Memory Management for
 Large Language Model Serving with PagedAttention", SOSP 2023; Yu et al., "Orca", OSDI 2022.
@@ -149,7 +150,8 @@ class _State:
     def _snapshot(self) -> tuple:
         self.saved = {}
         return (dict(self.running), self.prefilling[:], self.waiting[:], self.fin_heap[:],
-                {k: v[:] for k, v in self.blk_due.items()}, self.win_heap[:], len(self.log), len(self.gaps),
+                {k: v[:] for k, v in self.blk_due.items()}, self.win_heap[:], len(self.log),
+                len(self.gaps),
                 (self.g, self.nxt, self.free, self.n_dec, self.sum_nc, self.sum_capw,
                  self.n_below, self.admit_ctr, self.preemptions, self.done))
 

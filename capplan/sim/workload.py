@@ -12,15 +12,13 @@ import csv
 import json
 import math
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 
 import numpy as np
 
 from capplan.errors import InputError
-
-Z99 = 2.3263478740408408
-"""Standard normal 99th percentile (scipy.stats.norm.ppf(0.99))."""
+from capplan.models.queueing import Z99
 
 
 @dataclass(frozen=True)
@@ -175,6 +173,8 @@ class Requests:
     """Index into the workload's lanes."""
     concurrency: int | None = None
     """Closed loop: the first C arrive at 0, each later one when a request completes."""
+    note: str = ""
+    """Where a trace's requests came from: the columns and time unit used."""
 
     def __len__(self) -> int:
         return len(self.input_tokens)
@@ -274,9 +274,38 @@ def arrival_times(rng: np.random.Generator, rate_per_s: float, n: int, arrival: 
 
 # ---------------------------------------------------------------------------------------------
 # Traces
-ARRIVAL_COLUMNS = ("arrival_time_s", "timestamp", "TIMESTAMP")
-INPUT_COLUMNS = ("input_tokens", "prompt_tokens", "ContextTokens")
-OUTPUT_COLUMNS = ("output_tokens", "GeneratedTokens")
+# Column names of the public trace formats, in order of preference:
+#  Azure LLM inference traces: TIMESTAMP (datetime), ContextTokens, GeneratedTokens
+#  Vidur processed traces (microsoft/vidur data/processed_traces): arrived_at (s),
+#    num_prefill_tokens, num_decode_tokens
+#  BurstGPT (HPMLL/BurstGPT README "Schema"): Timestamp (s from 0:00 of the first day),
+#    Request tokens, Response tokens
+#  Mooncake (kvcache-ai/Mooncake FAST25-release/README.md): timestamp (relative, in
+#    milliseconds), input_length, output_length, hash_ids
+ARRIVAL_COLUMNS = ("arrival_time_s", "arrived_at", "timestamp", "Timestamp", "TIMESTAMP")
+INPUT_COLUMNS = ("input_tokens", "prompt_tokens", "ContextTokens", "num_prefill_tokens",
+                 "Request tokens", "input_length")
+OUTPUT_COLUMNS = ("output_tokens", "GeneratedTokens", "num_decode_tokens", "Response tokens",
+                  "output_length")
+TIME_UNITS = {"s": 1.0, "ms": 1e-3, "us": 1e-6}
+_MOONCAKE = {"timestamp", "input_length", "output_length"}
+
+
+# Numeric stamps larger than this instant once read in a unit are epoch stamps in that unit.
+_EPOCH_FLOOR_S = datetime(2001, 1, 1, tzinfo=UTC).timestamp()
+
+
+def trace_time_unit(cols: list[str], times: np.ndarray) -> tuple[str, str]:
+    """(unit, why) for numeric arrival times: Mooncake's schema is in milliseconds; epoch
+    stamps are recognised by size (in us or ms they would lie after 2001 only when read in
+    that unit); anything else is seconds."""
+    if _MOONCAKE <= set(cols):
+        return "ms", "Mooncake trace: timestamp in milliseconds"
+    t0 = float(np.nanmin(times)) if times.size else 0.0
+    for unit, name in (("us", "epoch microseconds"), ("ms", "epoch milliseconds")):
+        if t0 * TIME_UNITS[unit] > _EPOCH_FLOOR_S:
+            return unit, name
+    return "s", "seconds"
 
 
 def _pick(cols: list[str], names: tuple[str, ...], path: Path, what: str) -> str:
@@ -346,14 +375,21 @@ def _rows(path: Path) -> tuple[list[str], list[tuple[int, dict]]]:
     return cols, [(i, r) for i, r in enumerate(reader, 2)]
 
 
-def load_trace(path: str | Path) -> Requests:
+def load_trace(path: str | Path, time_unit: str = "auto") -> Requests:
     """Requests from a CSV or JSONL trace; arrival times shifted so the first is at 0.
 
-    Columns: arrival (`arrival_time_s`, `timestamp` or Azure's `TIMESTAMP` datetime), input
-    (`input_tokens`, `prompt_tokens`, `ContextTokens`), output (`output_tokens`,
-    `GeneratedTokens`). Lengths of 0 become 1 (every request has a prompt and one token).
+    Columns (first present wins): arrival `arrival_time_s`, `arrived_at` (Vidur), `timestamp`,
+    `Timestamp` (BurstGPT) or Azure's `TIMESTAMP` datetime; input `input_tokens`,
+    `prompt_tokens`, `ContextTokens`, `num_prefill_tokens`, `Request tokens`, `input_length`;
+    output `output_tokens`, `GeneratedTokens`, `num_decode_tokens`, `Response tokens`,
+    `output_length`. Numeric times are in seconds unless time_unit says otherwise ("s", "ms",
+    "us"); "auto" reads Mooncake traces in milliseconds and recognises epoch stamps
+    (trace_time_unit). Lengths of 0 become 1 (every request has a prompt and one token).
+    The returned `note` names the columns and unit used.
     """
     p = Path(path)
+    if time_unit not in ("auto", *TIME_UNITS):
+        raise InputError(f"--time-unit {time_unit!r}: use auto, s, ms or us")
     if not p.is_file():
         raise InputError(f"{p}: no such trace file")
     cols, rows = _rows(p)
@@ -365,14 +401,37 @@ def load_trace(path: str | Path) -> Requests:
     t = np.empty(len(rows))
     inp = np.empty(len(rows), np.int64)
     out = np.empty(len(rows), np.int64)
+    numeric = True
     for k, (line, r) in enumerate(rows):
         for c in (ca, ci, co):
             if r.get(c) in (None, ""):
                 raise InputError(f"{p}:{line}: missing value for column {c}")
-        t[k] = _time_value(r[ca], p, line)
+        t[k], is_num = _time_and_kind(r[ca], p, line)
+        numeric = numeric and is_num
         inp[k] = _length_value(r[ci], p, line, ci)
         out[k] = _length_value(r[co], p, line, co)
+    if numeric:
+        unit, why = ((time_unit, "--time-unit") if time_unit != "auto"
+                     else trace_time_unit(cols, t))
+        t = t * TIME_UNITS[unit]
+    else:
+        unit, why = "s", "datetimes"
     order = np.argsort(t, kind="stable")
     t = t[order] - t[order][0]
+    span = float(t[-1]) if len(t) else 0.0
+    rate = f", {(len(t) - 1) / span:.3g} req/s" if span > 0 else ""
+    note = (f"{p}: {len(t)} requests over {span:.4g} s{rate}; columns {ca} ({unit}, "
+            f"{why}), {ci}, {co}")
     return Requests(t, np.maximum(inp[order], 1), np.maximum(out[order], 1),
-                    np.zeros(len(rows), np.int64))
+                    np.zeros(len(rows), np.int64), note=note)
+
+
+def _time_and_kind(v: object, path: Path, line: int) -> tuple[float, bool]:
+    """(value, is_numeric): numbers in the trace's unit, datetimes as epoch seconds."""
+    if isinstance(v, int | float) and not isinstance(v, bool):
+        return _time_value(v, path, line), True
+    try:
+        float(str(v).strip())
+        return _time_value(v, path, line), True
+    except ValueError:
+        return _time_value(v, path, line), False

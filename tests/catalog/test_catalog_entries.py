@@ -128,7 +128,7 @@ def _fits_somewhere(spec: ModelSpec) -> tuple[str, int] | None:
                 validate_settings(spec, s)
             except ValueError:
                 continue
-            seqs, tokens = engine_defaults(gpu.total_memory_bytes, gpu.name)
+            seqs, tokens = engine_defaults(gpu)
             r = memory_report(spec, gpu, s.with_(max_num_seqs=seqs, max_num_batched_tokens=tokens))
             if r.fits:
                 return gpu.key, tp

@@ -128,3 +128,55 @@ def test_catalog_error_is_an_input_error():
     # exit code 2 through the CLI's InputError branch
     assert issubclass(CatalogError, InputError)
     assert CatalogError.exit_code == 2
+
+
+# ---------------------------------------------------------------------------------------------
+# The checkpoint launch lines serve: the exact id the user gave (issue 15 item 1)
+# ---------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("name", ["Qwen/Qwen2.5-72B-Instruct",
+                                  "neuralmagic/Meta-Llama-3.1-70B-Instruct-FP8",
+                                  "meta-llama/Llama-3.1-8B-Instruct"])
+def test_served_id_is_the_id_given(catalog, name):
+    r = catalog.resolve_model(name)
+    assert r.served_id == name and r.spec.hf_id == name
+
+
+def test_catalog_key_serves_the_catalog_hf_id(catalog):
+    r = catalog.resolve_model("qwen2.5-72b")
+    assert r.served_id == "Qwen/Qwen2.5-72B" == r.spec.hf_id
+
+
+def test_fp8_checkpoint_carries_its_own_format(catalog):
+    r = catalog.resolve_model("neuralmagic/Meta-Llama-3.1-70B-Instruct-FP8")
+    assert r.spec.quantization is not None and r.spec.quantization.format == "fp8"
+    assert catalog.resolve_model("meta-llama/Llama-3.1-70B-Instruct").spec.quantization is None
+
+
+def test_instruct_checkpoint_context_limit(catalog):
+    # Qwen2.5-72B-Instruct's config.json allows 32768 tokens, the base 131072
+    assert catalog.resolve_model("Qwen/Qwen2.5-72B-Instruct").spec.max_position_embeddings == 32768
+    assert catalog.resolve_model("Qwen/Qwen2.5-72B").spec.max_position_embeddings == 131072
+
+
+def test_import_hf_id_option(run_cli, tmp_path):
+    from pathlib import Path
+
+    src = Path(__file__).resolve().parent.parent / "data" / "configs" / "phi-1.config.json"
+    res = run_cli("models", "import", str(src), "--name", "phi-1", "--format", "json")
+    assert res.exit_code == 0 and "--hf-id" in res.stderr  # no _name_or_path in the config
+    res = run_cli("models", "import", str(src), "--name", "phi-1", "--hf-id", "microsoft/phi-1",
+                  "--format", "json")
+    assert res.exit_code == 0 and res.json()["hf_id"] == "microsoft/phi-1"
+
+
+def test_recommend_prints_the_instruct_id(run_cli):
+    res = run_cli("recommend", "--model", "Qwen/Qwen2.5-72B-Instruct", "--rate", "1",
+                  "--input-len", "1000", "--output-len", "200", "--gpu", "h100-sxm",
+                  "--format", "json")
+    assert res.exit_code == 0, res.stderr
+    text = res.stdout
+    assert "vllm serve Qwen/Qwen2.5-72B-Instruct " in text
+    assert "vllm serve Qwen/Qwen2.5-72B " not in text
+    lens = [int(x) for x in re.findall(r"--max-model-len (\d+)", text)]
+    assert lens and max(lens) <= 32768  # the Instruct checkpoint's limit, not the base's

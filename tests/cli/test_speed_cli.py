@@ -127,7 +127,7 @@ def test_csv_format(run_cli):
     body = [r for r in rows[1:] if r]
     assert [r[0] for r in body] == ["1", "8"]
     j = _json(run_cli, "--batch", "1,8")
-    for r, jr in zip(body, j["rows"]):
+    for r, jr in zip(body, j["rows"], strict=True):
         # step in milliseconds in the human-facing formats, seconds in JSON
         assert float(r[2]) == pytest.approx(jr["step_time_s"] * 1e3, rel=1e-9)
         assert float(r[3]) == pytest.approx(jr["tokens_per_s_total"], rel=1e-9)

@@ -358,3 +358,39 @@ def test_bad_recommendation_shape(plan: dict[str, Any], tmp_path: Path) -> None:
         export_plan([], tmp_path / "plan.json")  # type: ignore[arg-type]
     assert not (tmp_path / "plan.md").exists() and not (tmp_path / "plan.json").exists()
     assert _leftovers(tmp_path) == []
+
+
+def test_typed_plan_result_exports_as_its_dict(tmp_path: Path) -> None:
+    """export_plan takes the planner's PlanResult as well: the file is that of its to_dict()."""
+    from capplan.catalog.loader import load_catalog
+    from capplan.plan.planner import run_plan
+    from capplan.plan.schema import PlanFile
+
+    plan = PlanFile.model_validate({
+        "model": "llama-3.1-8b", "candidates": {"gpus": ["l40s"], "tp": [1]},
+        "engine": {"max_num_seqs": 128, "max_num_batched_tokens": 2048},
+        "workloads": [{"rate_per_s": 2, "input_len": 500, "output_len": 100}],
+        "verify": {"top": 0}})
+    result = run_plan(load_catalog(), plan)
+    for suffix in (".json", ".csv", ".md"):
+        typed = export_plan(result, tmp_path / f"typed{suffix}")
+        plain = export_plan(result.to_dict(), tmp_path / f"plain{suffix}")
+        assert typed.read_bytes() == plain.read_bytes(), suffix
+
+
+def test_pareto_table_is_the_same_in_markdown_and_xlsx(plan: dict[str, Any],
+                                                        tmp_path: Path) -> None:
+    """One column spec for the Pareto front: the same headers, dtypes included (rows that
+    differ only in dtype must not look duplicated)."""
+    import openpyxl
+
+    for p in plan["pareto"]:
+        p.update(weight_dtype="fp8", kv_dtype="auto")
+    md = export_plan(plan, tmp_path / "p.md").read_text(encoding="utf-8")
+    section = md.split("## Pareto front", 1)[1]
+    md_header = [h.strip() for h in section.splitlines()[2].strip("|").split("|")]
+    wb = openpyxl.load_workbook(export_plan(plan, tmp_path / "p.xlsx"))
+    xlsx_header = [c.value for c in wb["pareto"][1]]
+    assert md_header == xlsx_header
+    assert {"weight dtype", "KV dtype"} <= set(xlsx_header)
+    assert list(wb["pareto"].iter_rows(values_only=True))[1][-2:] == ("fp8", "auto")

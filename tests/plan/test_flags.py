@@ -213,3 +213,18 @@ def test_price_override_changes_cost_and_rejects_bad_prices(run_cli):
         res = run_cli(*args, "--price", bad)
         assert res.exit_code == 2
         assert res.stderr.count("\n") == 1 and res.stderr.startswith("Error:")
+
+
+# -- the served checkpoint (issue 15 item 1) ----------------------------------------------------
+
+@pytest.mark.parametrize("name", ["Qwen/Qwen2.5-72B-Instruct",
+                                  "neuralmagic/Meta-Llama-3.1-70B-Instruct-FP8"])
+def test_launch_lines_serve_the_id_given(catalog, name) -> None:
+    r = catalog.resolve_model(name)
+    wd = r.implied_weight_dtype or "bf16"
+    f = engine_flags(r.spec, rec(weight_dtype=wd), TRAFFIC)
+    assert f["vllm"].startswith(f"vllm serve {name} ")
+    assert f["sglang"].startswith(f"python -m sglang.launch_server --model-path {name} ")
+    assert f"--model {name} " in f["bench"]
+    # an FP8 checkpoint is served as it ships: no on-the-fly --quantization
+    assert "--quantization" not in f["vllm"] and "--quantization" not in f["sglang"]

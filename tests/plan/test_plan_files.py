@@ -385,3 +385,46 @@ def test_one_pool_only_has_no_comparison(run_cli, tmp_path) -> None:
     res = run_cli("plan", str(p), "--no-verify", "--format", "json")
     assert res.exit_code == 0, res.stderr
     assert "pools" not in res.json()
+
+
+def test_separate_pools_print_each_pool_with_its_launch_line(run_cli, tmp_path) -> None:
+    """Issue 15: `pools: separate` printed the shared pool's table only; each lane's pool (GPU,
+    TP, replicas, cost) and its own vLLM line now appear in the table output."""
+    p = write(tmp_path, TWO_LANES.replace("pools: both", "pools: separate"))
+    out = run_cli("plan", str(p), "--no-verify", "--format", "json").json()
+    res = run_cli("plan", str(p), "--no-verify")
+    assert res.exit_code == 0, res.stderr
+    text = res.stdout
+    assert "you asked for a pool per lane" in text
+    for ln in out["pools"]["separate"]["lanes"]:
+        row = next(line for line in text.splitlines() if line.startswith(f"lane {ln['lane']}"))
+        assert ln["gpu"] in row and f"{ln['cost_per_hour']:.2f}" in row, row
+        assert f"vLLM ({ln['lane']}): {ln['engine_flags']['vllm']}" in text
+        # a lane alone has no other lane to yield to: no priority scheduling in its pool
+        assert "--scheduling-policy" not in ln["engine_flags"]["vllm"]
+
+
+def test_shared_pool_with_priorities_launches_priority_scheduling(run_cli, tmp_path) -> None:
+    """The simulator serves lower priority values first in a shared pool; the launch lines
+    must ask the engines for the same (issue 15: the vLLM line lacked it)."""
+    p = write(tmp_path, TWO_LANES.replace("pools: both", "pools: shared"))
+    out = run_cli("plan", str(p), "--no-verify", "--format", "json").json()
+    for r in out["recommendations"]:
+        assert "--scheduling-policy priority" in r["engine_flags"]["vllm"]
+        assert "--enable-priority-scheduling --schedule-low-priority-values-first" in (
+            r["engine_flags"]["sglang"])
+    same = write(tmp_path, TWO_LANES.replace("pools: both", "pools: shared")
+                 .replace("priority: 1", "priority: 0"), "same.yaml")
+    out = run_cli("plan", str(same), "--no-verify", "--format", "json").json()
+    for r in out["recommendations"]:
+        assert "--scheduling-policy" not in r["engine_flags"]["vllm"]
+        assert "priority" not in r["engine_flags"]["sglang"]
+
+
+def test_plan_lane_without_lengths_says_what_it_assumed(run_cli, tmp_path) -> None:
+    p = write(tmp_path, edit("    output_len: 200\n", ""))
+    res = run_cli("plan", str(p), "--no-verify", "--format", "json")
+    assert res.exit_code == 0, res.stderr
+    said = [w for w in res.json()["warnings"] if "assumed" in w]
+    assert said == ["lane chat: no output_len given, so output_len 256 tokens are assumed; give "
+                    "your traffic's lengths, they change the answer"], res.json()["warnings"]

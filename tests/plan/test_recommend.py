@@ -295,3 +295,95 @@ def test_unsatisfiable_in_a_real_shell(run_module) -> None:
     assert res.exit_code == 2, res.stderr
     assert res.stdout == ""
     assert "TBT" in _one_error_line(res.stderr)
+
+
+# -- SLOs near the latency floor (issue 15) ----------------------------------------------------
+
+NEAR_FLOOR = ("recommend", "--model", "llama-3.1-70b", "--rate", "2", "--input-len", "8000",
+              "--output-len", "300", "--gpu", "h100-sxm", "--gpu", "h200", "--verify-top", "0")
+
+
+def test_near_floor_slo_reports_floor_and_trade_off(cli_once) -> None:
+    """TTFT p99 0.4 s with 8k-token prompts on a 70B: the best fleet would run its replicas at
+    2% of their capacity (49 x TP 8). capplan says so, with the floor and what relaxing buys,
+    instead of recommending 392 GPUs for 2 req/s."""
+    code, out, err = cli_once(*NEAR_FLOOR, "--ttft-p99", "0.4", "--format", "json")
+    assert code == 2, (code, out)
+    line = _one_error_line(err)
+    assert "near the latency floor" in line, line
+    floor_ms = float(re.search(r"unloaded p99 TTFT (\d+) ms \(SLO 400 ms\)", line).group(1))
+    assert 0 < floor_ms < 400, line
+    share = float(re.search(r"(\d+)% of the", line).group(1))
+    assert share < 10, line
+    relaxed_ms = float(re.search(r"TTFT p99 to >= (\d+) ms", line).group(1))
+    reps = int(re.search(r"half their capacity \((\d+) replicas", line).group(1))
+    assert relaxed_ms > 400
+    # the trade-off it states holds: at the relaxed SLO the planner needs at most that fleet
+    ok = _json_of(cli_once, *NEAR_FLOOR, "--ttft-p99", f"{relaxed_ms / 1e3 * 1.01:.4f}",
+                  "--format", "json")
+    assert ok["recommendations"][0]["replicas"] <= reps, ok["recommendations"][0]
+    assert not any("near the floor" in w for w in ok["warnings"])
+
+
+def test_near_floor_fleet_only_when_asked_and_then_with_the_warning(cli_once) -> None:
+    res = _json_of(cli_once, *NEAR_FLOOR, "--ttft-p99", "0.4", "--allow-near-floor",
+                   "--format", "json")
+    best = res["recommendations"][0]
+    assert best["replicas"] > 1
+    assert best["capacity_per_replica_rps"] < 0.1 * best["stable_capacity_per_replica_rps"]
+    assert any(w.startswith("near the floor: ") for w in res["warnings"]), res["warnings"]
+
+
+def test_light_traffic_on_one_replica_is_not_near_the_floor(cli_once) -> None:
+    """One replica at 2% of its capacity is just light traffic, not an SLO at the floor."""
+    res = _json_of(cli_once, "recommend", "--model", "llama-3.1-8b", "--rate", "0.2",
+                   "--input-len", "500", "--output-len", "100", "--ttft-p99", "2",
+                   "--gpu", "h100-sxm", "--verify-top", "0", "--format", "json")
+    best = res["recommendations"][0]
+    assert best["replicas"] == 1
+    assert best["per_replica_rate_per_s"] < 0.1 * best["stable_capacity_per_replica_rps"]
+    assert not any("floor" in w for w in res["warnings"]), res["warnings"]
+
+
+def test_runner_ups_are_fleets_someone_would_run(accepted: dict[str, Any]) -> None:
+    """No padding with fleets of 4x the best's GPUs (and 8 more) or 3x its cost."""
+    recs = accepted["recommendations"]
+    best = recs[0]
+    for r in recs[1:]:
+        assert not (r["gpus_total"] > 4 * best["gpus_total"]
+                    and r["gpus_total"] > best["gpus_total"] + 8), r
+        assert r["cost_per_hour"] <= 3 * best["cost_per_hour"], r
+
+
+# -- messages that agree with each other (issue 15) -------------------------------------------
+
+LIGHT = ("recommend", "--model", "llama-3.1-8b", "--rate", "3", "--gpu", "h100-sxm",
+         "--ttft-p99", "1", "--verify-top", "0")
+
+
+def test_cap_that_binds_is_not_called_oversized(cli_once) -> None:
+    """'binding: concurrency cap (max_num_seqs)' next to 'max_num_seqs 64 far exceeds the ~3
+    sequences' contradicted itself: the cap binds at capacity, the warning spoke of the planned
+    load. When the cap is the binding constraint, it is not called oversized."""
+    res = _json_of(cli_once, *LIGHT, "--input-len", "500", "--output-len", "100",
+                   "--format", "json")
+    best = res["recommendations"][0]
+    assert best["binding_constraint"].startswith("concurrency cap"), best["binding_constraint"]
+    assert best["predicted"]["mean_running_batch"] * 4 < best["max_num_seqs"]
+    assert not any("far exceeds" in w for w in res["warnings"]), res["warnings"]
+    code, out, _ = cli_once(*LIGHT, "--input-len", "500", "--output-len", "100")
+    line = next(ln for ln in out.splitlines() if ln.startswith("recommended:"))
+    # which load each statement is about
+    assert f"carries up to {best['capacity_per_replica_rps']:.3g} req/s" in line, line
+    assert f"at the planned {best['per_replica_rate_per_s']:.3g} req/s" in line, line
+
+
+def test_default_lengths_are_said_not_silent(cli_once) -> None:
+    res = _json_of(cli_once, *LIGHT, "--format", "json")
+    said = [w for w in res["warnings"] if "assumed" in w]
+    assert len(said) == 1 and "512" in said[0] and "256" in said[0], res["warnings"]
+    given = _json_of(cli_once, *LIGHT, "--input-len", "512", "--output-len", "256",
+                     "--format", "json")
+    assert not any("assumed" in w for w in given["warnings"]), given["warnings"]
+    # the same numbers either way: only the message differs
+    assert given["recommendations"][0]["predicted"] == res["recommendations"][0]["predicted"]

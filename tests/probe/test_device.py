@@ -12,8 +12,9 @@ from click.testing import CliRunner
 from capplan.catalog.calibration import load_calibration, read_calibration_file
 from capplan.catalog.loader import load_catalog
 from capplan.cli import cli
-from capplan.models.perf import build_step_model
+from capplan.errors import InputError
 from capplan.models.engine import EngineSettings
+from capplan.models.perf import build_step_model
 
 
 def _tiny_model():  # noqa: ANN202
@@ -42,10 +43,13 @@ def test_cpu_calibration_end_to_end_tiny_shape(tmp_path: Path) -> None:
     cf = read_calibration_file(path)
     assert cf.gpu.startswith("cpu-") and cf.kind == "measured"
     assert cf.measured["host_gpu_spec"]["memory_bandwidth_gb_per_s"] > 0
-    h100 = load_catalog().gpu("h100-sxm")  # speed may apply a CPU file to any GPU
-    loaded = load_calibration(path, h100)
+    h100 = load_catalog().gpu("h100-sxm")
+    with pytest.raises(InputError, match="measured on cpu-"):  # never applied to another device
+        load_calibration(path, h100)
+    host = h100.model_copy(update={"key": cf.gpu})  # the device it was measured on
+    loaded = load_calibration(path, host)
     assert loaded.mem_bw_frac == pytest.approx(cal.mem_bw_frac)
-    sm = build_step_model(load_catalog().model("llama-3.1-8b"), h100, EngineSettings(), loaded)
+    sm = build_step_model(load_catalog().model("llama-3.1-8b"), host, EngineSettings(), loaded)
     assert float(sm.decode_step(8, 1024)["step_s"]) > 0
 
 

@@ -48,3 +48,107 @@ def test_not_a_result_file_is_one_line_exit_2(tmp_path: Path) -> None:
     p.write_text('{"a": 1}')
     r = CliRunner().invoke(cli, ["calibrate", "--from-results", str(p)])
     assert r.exit_code == 2 and len(r.output.strip().splitlines()) == 1
+
+
+# ---------------------------------------------------------------------------------------------
+# Real files from public repositories (tests/data/results/SOURCES.md)
+# ---------------------------------------------------------------------------------------------
+RESULTS = DATA / "results"
+
+
+def test_llmperf_summary_converted_to_vllm_tpot() -> None:
+    (lv,) = load_results([RESULTS / "llmperf_groq_70b_summary.json"])
+    raw = json.loads((RESULTS / "llmperf_groq_70b_summary.json").read_text())
+    assert lv["concurrency"] == 5
+    assert lv["ttft_s"]["mean"] == raw["results_ttft_s_mean"]
+    assert lv["ttft_s"]["p99"] == raw["results_ttft_s_quantiles_p99"]
+    # vLLM TPOT from the means, 150 output tokens for every request (stddev 0):
+    # (0.8151081097 s E2E - 0.2278603458 s TTFT) / 149 = 3.94126 ms
+    assert lv["tpot_s"]["mean"] == pytest.approx((0.8151081097126007 - 0.22786034579078357)
+                                                 / 149, rel=1e-12)
+    assert lv["tpot_s"]["mean"] == pytest.approx(3.94126e-3, rel=1e-5)
+    # LLMPerf's own "inter token latency" is E2E / N (5.38 ms), kept apart
+    assert lv["llmperf_inter_token_latency_s"]["mean"] == pytest.approx(5.384e-3, rel=1e-3)
+    assert lv["requests_per_s"] == pytest.approx(176.73895115400083 / 60)
+    assert lv["completed"] == 150 and lv["errors"] == 0
+
+
+def test_aiperf_export() -> None:
+    (lv,) = load_results([RESULTS / "aiperf_gpt-oss-20b_c100_profile_export_aiperf.json"])
+    assert lv["concurrency"] == 100
+    assert lv["ttft_s"]["mean"] == pytest.approx(2.343219436988764)
+    assert lv["tpot_s"]["mean"] == pytest.approx(27.763065454471807e-3)  # (E2E-TTFT)/(N-1)
+    assert lv["tbt_s"]["mean"] is not None  # inter_chunk_latency: every gap
+    assert lv["completed"] == 89 and lv["errors"] == 11  # 10% cancellation requested
+    assert lv["output_tokens_per_s"] == pytest.approx(2320.7222350404572)
+
+
+def test_guidellm_inter_token_latency_is_vllm_tpot() -> None:
+    path = RESULTS / "guidellm_synchronous_benchmarks_stripped.json"
+    (lv,) = load_results([path])
+    m = json.loads(path.read_text())["benchmarks"][0]["metrics"]
+
+    def mean(k: str) -> float:
+        return m[k]["successful"]["mean"]
+    assert lv["concurrency"] == 1  # synchronous
+    # GuideLLM's inter_token_latency is (E2E - TTFT) / (N - 1): its means agree to 0.02%
+    # (644.47 ms - 16.79 ms) / 127 = 4.9424 ms vs 4.9416 ms reported
+    tpot = (mean("request_latency") * 1e3 - mean("time_to_first_token_ms")) / (
+        mean("output_token_count") - 1)
+    assert lv["tpot_s"]["mean"] * 1e3 == pytest.approx(tpot, rel=5e-4)
+    # ... and time_per_output_token divides by N: (E2E - TTFT) / 128
+    per_n = (mean("request_latency") * 1e3 - mean("time_to_first_token_ms")) / mean(
+        "output_token_count")
+    assert lv["guidellm_time_per_output_token_s"]["mean"] * 1e3 == pytest.approx(per_n,
+                                                                                 rel=5e-4)
+
+
+def test_vllm_summary_only_uses_file_percentiles_and_says_save_detailed(tmp_path) -> None:
+    raw = json.loads(VLLM.read_text())
+    for k in ("ttfts", "itls", "input_lens", "output_lens", "generated_texts", "errors"):
+        raw.pop(k, None)
+    raw["p95_ttft_ms"] = 123.0
+    p = tmp_path / "summary.json"
+    p.write_text(json.dumps(raw))
+    (lv,) = load_results([p])
+    assert lv["ttft_s"]["p99"] == pytest.approx(raw["p99_ttft_ms"] / 1e3)
+    assert lv["ttft_s"]["p95"] == pytest.approx(0.123)
+    assert "--save-detailed" in lv["note"]
+
+
+def test_sglang_bench_serving_line(tmp_path) -> None:
+    # Keys as python/sglang/bench_serving.py writes them (--output-file, one JSON per line);
+    # no public result file was found to copy, see SOURCES.md
+    line = {"backend": "sglang", "dataset_name": "random", "request_rate": float("inf"),
+            "max_concurrency": 16, "completed": 64, "total_input_tokens": 65536,
+            "total_output_tokens": 16384, "request_throughput": 4.0,
+            "output_throughput": 1024.0, "mean_e2e_latency_ms": 4000.0,
+            "median_e2e_latency_ms": 3900.0, "p99_e2e_latency_ms": 4500.0,
+            "mean_ttft_ms": 120.0, "median_ttft_ms": 110.0, "p99_ttft_ms": 300.0,
+            "mean_tpot_ms": 15.2, "median_tpot_ms": 15.0, "p99_tpot_ms": 18.0,
+            "mean_itl_ms": 15.1, "median_itl_ms": 14.0, "p95_itl_ms": 20.0, "p99_itl_ms": 40.0}
+    p = tmp_path / "sglang.jsonl"
+    p.write_text(json.dumps(line) + "\n" + json.dumps({**line, "max_concurrency": 4}) + "\n")
+    levels = load_results([p])
+    assert [lv["concurrency"] for lv in levels] == [4, 16]
+    lv = levels[1]
+    assert lv["e2e_s"]["p99"] == pytest.approx(4.5) and lv["tbt_s"]["p95"] == pytest.approx(0.02)
+    assert lv["mean_input_tokens"] == 1024 and lv["mean_context_tokens"] == 1024 + 128
+
+
+def test_goodput_as_vllm_counts_it() -> None:
+    import numpy as np
+
+    raw = json.loads(VLLM.read_text())
+    ttft = [t for t in raw["ttfts"] if t]
+    mid = float(np.median(ttft))
+    (lv,) = load_results([VLLM], slo_s={"ttft": mid})
+    # requests whose TTFT is at most the median, over the run's duration
+    good = sum(1 for t in ttft if t <= mid)
+    assert lv["goodput_per_s"] == pytest.approx(good / raw["duration"])
+    (lv,) = load_results([VLLM], slo_s={"ttft": max(ttft), "e2el": 1e6})
+    assert lv["goodput_per_s"] == pytest.approx(len(ttft) / raw["duration"])
+    (lv,) = load_results([VLLM], slo_s={"tpot": 0.0})
+    assert lv["goodput_per_s"] == 0.0
+    (lv,) = load_results([VLLM])
+    assert "goodput_per_s" not in lv  # only where SLOs are given

@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 from capplan.catalog.loader import load_catalog
 from capplan.catalog.schema import ModelSpec
 from capplan.models.engine import EngineSettings
+from capplan.models.layers import state_bytes_per_seq
 from capplan.models.memory import (
     kv_bytes_for_sequence,
     kv_bytes_per_token,
@@ -128,12 +129,14 @@ def test_sequence_bytes_monotone_in_context(model, tp, lens, kvb, block):
     a = kv_bytes_for_sequence(model, lens[0], tp, kvb, block)
     b = kv_bytes_for_sequence(model, lens[1], tp, kvb, block)
     assert 0 < a <= b
-    # never more than every layer at full attention, in whole blocks
+    # never more than every attention layer at full attention, in whole blocks, plus the
+    # fixed recurrent state of hybrid layers (models/layers.py)
     per_token = kv_bytes_per_token(model, tp, kvb)
+    state = state_bytes_per_seq(model, tp, kvb, block)
     full_blocks = -(-lens[1] // block)
-    assert b <= full_blocks * block * per_token
+    assert b <= full_blocks * block * per_token + state
     if model.num_sliding_layers == 0:
-        assert b == full_blocks * block * per_token
+        assert b == full_blocks * block * per_token + state
 
 
 @PROPS

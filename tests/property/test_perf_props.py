@@ -3,7 +3,7 @@ and several GPUs (NVIDIA HBM3, HBM2e, GDDR and AMD)."""
 
 from __future__ import annotations
 
-from functools import lru_cache
+from functools import cache
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -25,7 +25,7 @@ PROPS = settings(max_examples=120, deadline=None)
 REL = 1e-12  # float rounding slack on "non-decreasing"
 
 
-@lru_cache(maxsize=None)
+@cache
 def _model(model: str, gpu: str, tp: int = 1, ideal_comm: bool = False, kv: str = "auto"):
     g = _CAT.gpus[gpu]
     cal = default_calibration(g)
@@ -87,13 +87,22 @@ def test_tp2_not_slower_than_tp1_before_communication(model, gpu, b, c):
 
 
 @PROPS
-@given(cfg=configs, b=st.integers(0, 2048), c=contexts)
-def test_zero_prefill_is_pure_decode(cfg, b, c):
+@given(cfg=configs, b=batches, c=contexts, chunk=st.integers(1, 16_384))
+def test_mixed_step_reads_the_weights_once(cfg, b, c, chunk):
+    """A chunked-prefill step (DESIGN: "weights read once") costs at least the decode alone
+    and at most the decode step plus the chunk's own step: never two weight reads, two
+    step overheads or two all-reduce latencies."""
     sm = _model(*cfg[:3], kv=cfg[3])
     w = min(c, sm.window)
-    mixed = sm.step(num_decode=b, decode_kv_tokens=b * c, decode_kv_tokens_window=b * w,
-                    prefill_tokens=0, prefill_pairs=0, prefill_kv_read=0, num_prefill_seqs=0)
-    assert float(mixed["step_s"]) == float(sm.decode_step(b, c)["step_s"])
+    pairs = chunk * (chunk + 1) / 2
+    pairs_w = pairs if chunk <= sm.window else float(chunk * sm.window)  # an upper bound
+    pre = dict(prefill_tokens=chunk, prefill_pairs=pairs, prefill_pairs_window=pairs_w,
+               num_prefill_seqs=1)
+    mixed = float(sm.step(num_decode=b, decode_kv_tokens=b * c, decode_kv_tokens_window=b * w,
+                          **pre)["step_s"])
+    decode = float(sm.decode_step(b, c)["step_s"])
+    alone = float(sm.step(**pre)["step_s"])
+    assert max(decode, alone) * (1 - REL) <= mixed <= (decode + alone) * (1 + REL)
 
 
 @PROPS

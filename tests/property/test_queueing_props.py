@@ -6,7 +6,7 @@ unstable regions are both exercised whatever the configuration's absolute speed.
 
 from __future__ import annotations
 
-from functools import lru_cache
+from functools import cache
 
 import numpy as np
 import pytest
@@ -38,7 +38,7 @@ LENGTHS = (
 PROPS = settings(max_examples=60, deadline=None)
 
 
-@lru_cache(maxsize=None)
+@cache
 def _queue(ci: int, li: int) -> tuple[QueueModel, float]:
     model, gpu, tp, seqs, mnbt, kv = CONFIGS[ci]
     sm = build_step_model(_CAT.models[model], _CAT.gpus[gpu], EngineSettings(tp=tp))
@@ -110,32 +110,34 @@ def test_percentiles_ordered(c, u):
     assert float(r["e2e_s"]["mean"]) >= float(r["ttft_s"]["mean"])
 
 
-@PROPS
-@given(c=cfg, u=st.floats(0.01, 3.0))
-def test_throughput_is_rate_times_mean_lengths(c, u):
-    q, cap = _queue(*c)
-    lam = u * cap
-    r = q.at_rate(np.asarray(lam))
-    # open loop: what arrives leaves (reported even when unstable: offered load)
-    assert float(r["requests_per_s"]) == lam
-    assert float(r["output_tokens_per_s"]) == lam * q.out.mean
-    assert float(r["input_tokens_per_s"]) == lam * q.inp.mean
+@pytest.mark.parametrize(("ci", "u"), [(0, 0.3), (0, 0.7), (2, 0.7)])
+def test_mean_latencies_match_the_simulator(ci, u):
+    """At 30% and 70% of capacity, mean E2E and TBT against the discrete-event simulator on
+    the same step model, limits and fixed 512/256 lengths (1,500 Poisson requests, its own
+    seed): within 3% (measured: under 1%)."""
+    from capplan.sim import simulate
+    from capplan.sim.workload import Lane, Workload, parse_length
 
-
-def test_throughput_hand_value():
-    q, _ = _queue(0, 0)
-    r = q.at_rate(np.asarray(2.0))
-    # 2 requests/s x 256 output tokens = 512 tok/s; x 512 prompt tokens = 1024 tok/s
-    assert float(r["output_tokens_per_s"]) == 512.0
-    assert float(r["input_tokens_per_s"]) == 1024.0
+    q, cap = _queue(ci, 0)
+    _, _, _, seqs, mnbt, kv = CONFIGS[ci]
+    r = q.at_rate(np.asarray(u * cap))
+    lane = Lane(name="x", rate_per_s=u * cap, input_len=parse_length(512),
+                output_len=parse_length(256))
+    sim = simulate(q.step, workload=Workload((lane,), num_requests=1500), seed=3,
+                   scheduler="continuous", num_gpu_blocks=kv // 16, block_size=16,
+                   max_num_seqs=seqs, max_num_batched_tokens=mnbt).to_dict()
+    for key in ("e2e_s", "tbt_s"):
+        assert float(r[key]["mean"]) == pytest.approx(sim[key]["mean"], rel=0.03), key
 
 
 def test_light_load_ttft_near_prefill_floor():
-    # At a vanishing rate nothing queues: TTFT ~ half a (near-idle) step + own prefill.
+    # At a vanishing rate nothing queues: TTFT ~ half a (near-idle) step + own prefill, plus
+    # the engine profile's per-request cost outside steps.
     q, _ = _queue(0, 0)
     r = q.at_rate(np.asarray(1e-6))
     floor = float(q.step.prefill_time(512, 2048))
-    assert floor <= float(r["ttft_s"]["mean"]) <= floor * 1.5
+    extra = float(q.step.request_overhead_s)
+    assert floor + extra <= float(r["ttft_s"]["mean"]) <= floor * 1.5 + extra
     # and the TBT is one decode step of a batch of ~1 at the time-averaged context
     # 512 + 256/2 = 640 tokens (5% for the sliver of batch and prefill mixing at this rate)
     dec1 = float(q.step.decode_step(1, 512 + 128)["step_s"])

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -94,7 +95,7 @@ def test_trace_csv_jsonl_azure(tmp_path):
 
 @pytest.mark.parametrize("text, msg", [
     ("when,input_tokens,output_tokens\n1,2,3\n", r"t.csv:1: no arrival time column; expected "
-                                                 r"one of arrival_time_s, timestamp, TIMESTAMP"),
+                                                 r"one of arrival_time_s, arrived_at, timestamp"),
     ("timestamp,input_tokens,output_tokens\n1,2,3\n2,-4,3\n", r"t.csv:3: input_tokens '-4'"),
     ("timestamp,input_tokens,output_tokens\n1,2,3\n2,4,x\n", r"t.csv:3: output_tokens 'x'"),
     ("timestamp,input_tokens,output_tokens\n", r"t.csv: empty trace"),
@@ -112,3 +113,59 @@ def test_bad_jsonl_line(tmp_path):
     p.write_text('{"timestamp": 1, "input_tokens": 2, "output_tokens": 3}\n{oops\n')
     with pytest.raises(InputError, match=r"t.jsonl:2: not valid JSON"):
         load_trace(p)
+
+
+# ---------------------------------------------------------------------------------------------
+# Real (excerpted) public traces, tests/data/traces (sources in SOURCES.md)
+# ---------------------------------------------------------------------------------------------
+TRACES = Path(__file__).resolve().parent.parent / "data" / "traces"
+
+
+def test_mooncake_trace_milliseconds():
+    # conversation_trace.jsonl, first 200 lines: timestamps 0 ... 72000 (ms, per the Mooncake
+    # README); 199 gaps over 72 s = 2.764 req/s (read as seconds it would be 1000x lower)
+    r = load_trace(TRACES / "mooncake_conversation_trace_head200.jsonl")
+    assert len(r) == 200 and r.arrival_at_s[-1] == pytest.approx(72.0)
+    assert (len(r) - 1) / r.arrival_at_s[-1] == pytest.approx(199 / 72.0)
+    assert r.input_tokens[0] == 6758 and r.output_tokens[0] == 500
+    assert "timestamp (ms" in r.note and "input_length" in r.note
+    # an explicit unit wins
+    assert load_trace(TRACES / "mooncake_conversation_trace_head200.jsonl",
+                      "s").arrival_at_s[-1] == pytest.approx(72000.0)
+
+
+def test_vidur_trace_seconds():
+    # splitwise_conv.csv head: arrived_at 0.0 ... 61.26..., the Azure conversation trace's
+    # first rows re-based (0.0,374,44 and 4.314579,396,109 as in the Azure test above)
+    r = load_trace(TRACES / "vidur_splitwise_conv_head200.csv")
+    assert len(r) == 200
+    assert r.arrival_at_s[1] == pytest.approx(4.314579)
+    assert (r.input_tokens[1], r.output_tokens[1]) == (396, 109)
+    last = float(Path(TRACES / "vidur_splitwise_conv_head200.csv").read_text()
+                 .splitlines()[-1].split(",")[0])
+    assert (len(r) - 1) / r.arrival_at_s[-1] == pytest.approx(199 / last)
+    assert "arrived_at (s" in r.note and "num_prefill_tokens" in r.note
+
+
+def test_burstgpt_trace_seconds():
+    # BurstGPT_1.csv head: Timestamp 5, 45, 118 s -> arrivals 0, 40, 113; 2 gaps / 113 s
+    r = load_trace(TRACES / "burstgpt_1_head3.csv")
+    assert r.arrival_at_s.tolist() == [0.0, 40.0, 113.0]
+    assert r.input_tokens.tolist() == [472, 1087, 417]
+    assert r.output_tokens.tolist() == [18, 230, 276]
+    assert "Request tokens" in r.note
+
+
+def test_epoch_stamps_recognised(tmp_path):
+    p = tmp_path / "t.csv"
+    p.write_text("timestamp,input_tokens,output_tokens\n1700000000000,10,5\n1700000000500,10,5\n")
+    assert load_trace(p).arrival_at_s.tolist() == [0.0, 0.5]  # epoch milliseconds
+    with pytest.raises(InputError, match="--time-unit 'h'"):
+        load_trace(p, "h")
+
+
+def test_simulate_trace_cli_says_columns(run_cli):
+    res = run_cli("simulate", "--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--trace",
+                  str(TRACES / "burstgpt_1_head3.csv"), "--format", "json")
+    assert res.exit_code == 0, res.stderr
+    assert "columns Timestamp (s, seconds), Request tokens, Response tokens" in res.stderr

@@ -27,7 +27,7 @@ SPEED = ("speed", "--model", "llama-3.1-8b", "--gpu", "a100-sxm-80gb", "--contex
 PARAMS = ("mem_bw_frac", "gemm_frac", "gemm_frac_low_precision", "gemm_half_tokens",
           "attn_frac", "attn_bw_frac", "step_overhead_s", "per_seq_overhead_s",
           "per_layer_overhead_s", "allreduce_latency_s", "allreduce_bw_frac",
-          "request_overhead_s")
+          "request_overhead_s", "expert_bw_frac")
 
 IDEAL_YAML = """\
 gpu: a100-sxm-80gb
@@ -164,7 +164,7 @@ def test_cli_overhead_override_adds_exactly(run_cli, tmp_path):
     base = run_cli(*SPEED, "--batch", "1,32")
     slow = run_cli(*SPEED, "--batch", "1,32", "--calibration", str(p))
     assert base.exit_code == 0 and slow.exit_code == 0, (base.stderr, slow.stderr)
-    for b, s in zip(base.json()["rows"], slow.json()["rows"]):
+    for b, s in zip(base.json()["rows"], slow.json()["rows"], strict=True):
         assert s["step_time_s"] - b["step_time_s"] == pytest.approx(0.010, rel=1e-9)
 
 
@@ -213,14 +213,16 @@ def test_cli_bad_file_exit_2_one_line(run_cli, tmp_path, text, fragment):
     assert str(p) in lines[0] and res.stdout == ""
 
 
-def test_file_for_another_gpu_says_so_in_source(tmp_path, a100):
-    # an explicit --calibration measured elsewhere still applies, but the source names both
+def test_file_for_another_gpu_is_refused(tmp_path, a100, run_cli):
+    # a calibration measured on another device is refused with one line naming both
     p = _write(tmp_path, "gpu: h100-sxm\nparams: {mem_bw_frac: 0.9}\n")
-    cal = load_calibration(p, a100)
-    assert cal.mem_bw_frac == 0.9
-    assert "h100-sxm" in cal.source and "a100-sxm-80gb" in cal.source
+    with pytest.raises(InputError, match="measured on h100-sxm, not a100-sxm-80gb"):
+        load_calibration(p, a100)
+    res = run_cli(*SPEED, "--calibration", str(p))
+    assert res.exit_code == 2 and len(res.stderr.splitlines()) == 1
+    assert "h100-sxm" in res.stderr and "a100-sxm-80gb" in res.stderr
     same = load_calibration(_write(tmp_path, "gpu: a100-sxm-80gb\nparams: {}\n", "b.yaml"), a100)
-    assert "applied to" not in same.source
+    assert str(tmp_path) in same.source
 
 
 def test_request_overhead_adds_to_ttft_only(tmp_path, a100):

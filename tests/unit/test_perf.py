@@ -245,14 +245,23 @@ def test_gemm_half_tokens_halves_efficiency(llama, a100):
                                                                         rel=REL)
 
 
-def test_zero_prefill_tokens_is_exactly_the_decode_step(llama, a100):
-    sm = build_step_model(llama, a100, EngineSettings())  # default calibration, all terms on
-    for b, c in ((1, 0), (8, 1000), (64, 4096)):
-        pure = sm.decode_step(b, c)
-        mixed = sm.step(num_decode=b, decode_kv_tokens=b * c, prefill_tokens=0,
-                        prefill_pairs=0, prefill_kv_read=0, num_prefill_seqs=0)
-        for key in ("step_s", "memory_s", "compute_s", "communication_s", "overhead_s"):
-            assert float(mixed[key]) == float(pure[key]), key
+def test_mixed_step_reads_weights_once_plus_every_kv_token(llama, a100):
+    """8 decodes at context 1000 plus a 16-token chunk after a 512-token cached prefix, on the
+    bandwidth-only calibration: one weight read, the decodes' KV, the prefix's KV read by the
+    chunk and the chunk's own KV: (15,009,849,344 + 131,072 x (8,000 + 512 + 16)) B /
+    2.039e12 B/s = (15,009,849,344 + 1,116,209,152) / 2.039e12 = 7.90888...e-3 s."""
+    sm = build_step_model(llama, a100, EngineSettings(), ideal())
+    mixed = sm.step(num_decode=8, decode_kv_tokens=8 * 1000, prefill_tokens=16,
+                    prefill_pairs=16 * 512 + 16 * 17 / 2, prefill_kv_read=512,
+                    num_prefill_seqs=1)
+    expected_s = (LLAMA_STEP_BYTES + LLAMA_KV_PER_TOKEN * (8000 + 512 + 16)) / A100_BW
+    assert float(mixed["step_s"]) == pytest.approx(expected_s, rel=REL)
+    # a second weight read would add 7.36 ms: the mixed step is far below decode + prefill
+    alone = sm.step(prefill_tokens=16, prefill_pairs=16 * 512 + 136, prefill_kv_read=512,
+                    num_prefill_seqs=1)
+    decode = sm.decode_step(8, 1000)
+    gap_s = float(decode["step_s"]) + float(alone["step_s"]) - float(mixed["step_s"])
+    assert gap_s == pytest.approx(LLAMA_STEP_BYTES / A100_BW, rel=REL)
 
 
 def test_empty_prefill_chunk_is_the_decode_step(llama, a100):

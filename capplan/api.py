@@ -1,0 +1,219 @@
+"""The Python API: what every CLI command calls, for notebooks and scripts.
+
+    >>> import capplan
+    >>> m = capplan.memory("llama-3.1-8b", "h100-sxm", max_model_len=8192)
+    >>> m.fits, m.kv_cache_tokens
+    >>> lat = capplan.latency("llama-3.1-8b", "h100-sxm", rate=10, input_len=1024,
+    ...                       output_len=256)
+    >>> lat.ttft_s["p99"], lat.output_tokens_per_s, lat.bound
+
+Each function takes catalog names (or Hugging Face ids / NVML names), the engine options of the
+CLI as keyword arguments (`engine`, `tp`, `pp`, `weight_dtype`, `kv_dtype`, `max_model_len`,
+`gpu_memory_utilization`, `block_size`, `max_num_seqs`, `max_num_batched_tokens`) and an
+optional `calibration` (a file path or a Calibration). Unset options take the engine profile's
+defaults for the GPU, through the same resolver the CLI and the planner use
+(capplan.plan.deployment.resolve_deployment). Results are typed; `.to_dict()` gives the CLI's
+JSON (SI units, the keys DESIGN.md lists).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from capplan.catalog.loader import Catalog, load_catalog
+from capplan.errors import InputError
+from capplan.export.json_export import jsonable as _jsonable
+from capplan.plan.deployment import Deployment, EngineOptions, resolve_deployment
+from capplan.plan.result import PlanResult
+
+_ENGINE_KEYS = ("engine", "tp", "pp", "weight_dtype", "kv_dtype", "max_model_len",
+                "gpu_memory_utilization", "block_size", "max_num_seqs", "max_num_batched_tokens",
+                "enforce_eager")
+
+
+def deployment(model: str, gpu: str, *, calibration: str | Path | Any = None,
+               catalog: Catalog | None = None, catalog_dirs: tuple[str, ...] = (),
+               require_fit: bool = True, **options: Any) -> Deployment:
+    """Resolve a deployment: names + engine options (unset = the engine's defaults)."""
+    unknown = sorted(set(options) - set(_ENGINE_KEYS))
+    if unknown:
+        raise InputError(f"unknown engine option(s) {', '.join(unknown)}: expected "
+                         f"{', '.join(_ENGINE_KEYS)}")
+    opts = EngineOptions(**{k: v for k, v in options.items() if v is not None})
+    cat = catalog or load_catalog(catalog_dirs)
+    return resolve_deployment(cat, model, gpu, opts, calibration, require_fit=require_fit)
+
+
+@dataclass(frozen=True)
+class MemoryResult:
+    """VRAM per GPU of one deployment (capplan.models.memory.MemoryReport plus settings)."""
+
+    deployment: Deployment = field(repr=False)
+
+    @property
+    def fits(self) -> bool:
+        return self.deployment.memory.fits
+
+    @property
+    def kv_cache_tokens(self) -> int:
+        return self.deployment.memory.kv_cache_tokens
+
+    @property
+    def max_concurrency(self) -> float:
+        return self.deployment.memory.max_concurrency
+
+    @property
+    def warnings(self) -> list[str]:
+        return self.deployment.warnings()
+
+    def to_dict(self) -> dict[str, Any]:
+        d = self.deployment
+        return _jsonable({"model": d.model.key, "gpu": d.gpu.key, "tp": d.settings.tp,
+                          "pp": d.settings.pp, "engine": d.settings.engine,
+                          "engine_profile": d.profile.label, **asdict(d.memory),
+                          "engine_settings": d.settings_summary()})
+
+
+def memory(model: str, gpu: str, **kw: Any) -> MemoryResult:
+    """Weights, activations, overheads and the paged KV cache per GPU (never raises for a
+    model that does not fit: `.fits` says so)."""
+    return MemoryResult(deployment(model, gpu, require_fit=False, **kw))
+
+
+@dataclass(frozen=True)
+class SpeedResult:
+    """Decode step time over batch and context, and prefill times."""
+
+    rows: list[dict[str, Any]]
+    knee_batch: dict[int, int | None]
+    excluded: list[dict[str, Any]]
+    max_batch: dict[int, int]
+    prefill: list[dict[str, Any]]
+    deployment: Deployment = field(repr=False)
+
+    def to_dict(self) -> dict[str, Any]:
+        d = self.deployment
+        return _jsonable({"model": d.model.key, "gpu": d.gpu.key, "tp": d.settings.tp,
+                          "calibration": d.calibration.source, "rows": self.rows,
+                          "knee_batch": self.knee_batch, "excluded": self.excluded,
+                          "max_batch": self.max_batch, "prefill": self.prefill,
+                          "engine_settings": d.settings_summary()})
+
+
+def speed(model: str, gpu: str, *, batch: list[int] | tuple[int, ...] = (1, 8, 32, 64, 128),
+          context: list[int] | tuple[int, ...] = (1024,),
+          prefill: list[int] | tuple[int, ...] = (), **kw: Any) -> SpeedResult:
+    """Decode curve (step time, tokens/s, bound) and prefill times (the TTFT floor)."""
+    from capplan.plan.speed import decode_curve, prefill_rows
+
+    dep = deployment(model, gpu, **kw)
+    curve = decode_curve(dep, list(batch), list(context))
+    if not curve["rows"]:
+        s = dep.settings
+        raise InputError(f"no batch in {list(batch)} fits: at most {curve['max_batch']} "
+                         f"sequences (max_num_seqs {s.max_num_seqs}, KV cache "
+                         f"{dep.memory.kv_cache_tokens} tokens)")
+    pre = prefill_rows(dep, list(prefill)) if prefill else []
+    return SpeedResult(curve["rows"], curve["knee_batch"], curve["excluded"],
+                       curve["max_batch"], pre, dep)
+
+
+@dataclass(frozen=True)
+class LatencyResult:
+    """Latency and throughput side by side, and what bound them (analytic or simulated)."""
+
+    ttft_s: dict[str, float]
+    tbt_s: dict[str, float]
+    e2e_s: dict[str, float]
+    output_tokens_per_s: float | None
+    requests_per_s: float | None
+    bound: str
+    data: dict[str, Any] = field(repr=False)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> LatencyResult:
+        return cls(d["ttft_s"], d["tbt_s"], d["e2e_s"], d.get("output_tokens_per_s"),
+                   d.get("requests_per_s"), str(d.get("bound", "")), d)
+
+    def to_dict(self) -> dict[str, Any]:
+        return _jsonable(self.data)
+
+
+def latency(model: str, gpu: str, *, rate: float | None = None, concurrency: int | None = None,
+            trace: str | None = None, input_len: str | int = 512, output_len: str | int = 256,
+            burstiness: float = 1.0, num_prompts: int | None = None, warmup_prompts: int = 0,
+            **kw: Any) -> LatencyResult:
+    """Analytic TTFT / TBT / E2E (mean, p50, p90, p99) and throughput under an open-loop rate,
+    a closed loop of `concurrency` clients (a benchmark of `num_prompts`), or a trace."""
+    from capplan.plan.load import analytic_latency, load_spec_from_options
+
+    dep = deployment(model, gpu, **kw)
+    load = load_spec_from_options(rate, concurrency, trace, str(input_len), str(output_len),
+                                  burstiness, dep.memory.max_model_len, num_prompts,
+                                  warmup_prompts)
+    return LatencyResult.from_dict(analytic_latency(dep, load))
+
+
+def simulate(model: str, gpu: str, *, rate: float | None = None,
+             concurrency: int | None = None, trace: str | None = None,
+             input_len: str | int = 512, output_len: str | int = 256, burstiness: float = 1.0,
+             requests: int = 1000, seed: int = 0, scheduler: str = "continuous",
+             batch_size: int | None = None, batch_timeout_s: float = 0.05,
+             chunked_prefill: bool = True, progress: Any = None,
+             **kw: Any) -> LatencyResult:
+    """Simulate the engine step by step (same step model); the result adds the simulator's
+    keys (tpot_s, queue_s, goodput, time series) to the latency keys."""
+    from capplan.plan.simulation import run_simulation
+
+    dep = deployment(model, gpu, **kw)
+    res = run_simulation(dep, rate=rate, concurrency=concurrency, trace=trace,
+                         input_len=str(input_len), output_len=str(output_len),
+                         burstiness=burstiness, requests=requests, seed=seed,
+                         schedulers=(scheduler,), batch_size=batch_size,
+                         batch_timeout_s=batch_timeout_s, chunked_prefill=chunked_prefill,
+                         progress=progress)
+    return LatencyResult.from_dict({**res["head"], **res["results"][scheduler]})
+
+
+def run_plan(path_or_plan: str | Path | dict[str, Any], *, verify: bool = True,
+             catalog_dirs: tuple[str, ...] = ()) -> PlanResult:
+    """Run a plan file (a path, or the same content as a dict), as `capplan plan` does.
+
+    (Named run_plan because `capplan.plan` is the planner's package.)"""
+    from capplan.plan.planner import run_plan as _run_plan
+    from capplan.plan.schema import PlanFile, load_plan
+    from capplan.plan.verify import simulate_recommendation
+
+    if isinstance(path_or_plan, dict):
+        try:
+            spec = PlanFile.model_validate(path_or_plan)
+        except ValueError as e:
+            raise InputError(f"plan: {str(e).splitlines()[0]}") from e
+    else:
+        spec = load_plan(path_or_plan)
+        base = Path(path_or_plan).parent
+        if spec.calibration and not Path(spec.calibration).is_absolute():
+            spec = spec.model_copy(update={"calibration": str(base / spec.calibration)})
+    return _run_plan(load_catalog(catalog_dirs), spec,
+                     simulate_recommendation if verify and spec.verify.top > 0 else None)
+
+
+def recommend(model: str, *, rate: float, input_len: str | int = 512,
+              output_len: str | int = 256, ttft_p99_s: float | None = None,
+              tbt_p99_s: float | None = None, e2e_p99_s: float | None = None,
+              gpus: list[str] | tuple[str, ...] = (), engine: str = "vllm",
+              verify: bool = True, catalog_dirs: tuple[str, ...] = ()) -> PlanResult:
+    """GPU type and count, TP, replicas and engine settings for one lane of traffic."""
+    doc: dict[str, Any] = {
+        "version": 1, "model": model,
+        "candidates": {"gpus": list(gpus)} if gpus else {},
+        "engine": {"name": engine} if engine != "vllm" else {},
+        "workloads": [{"name": "default", "rate_per_s": rate, "input_len": str(input_len),
+                       "output_len": str(output_len),
+                       "slo": {k: v for k, v in (("ttft_p99_s", ttft_p99_s),
+                                                 ("tbt_p99_s", tbt_p99_s),
+                                                 ("e2e_p99_s", e2e_p99_s)) if v is not None}}],
+    }
+    return run_plan(doc, verify=verify, catalog_dirs=catalog_dirs)

@@ -1,0 +1,240 @@
+"""Latency of a closed-loop benchmark, as `vllm bench serve --max-concurrency C --num-prompts N`
+(and genai-perf, AIPerf, the AIConfigurator silicon runs) measure it. Derivation and the check
+against the simulator: docs/queueing.md, "Closed loop".
+
+C clients start together and each sends its next request the moment its last one ends; the
+benchmark reports means over its N requests. Two regimes make up that mean:
+
+- the start-up wave: C prompts arrive at t = 0. The engine admits m = min(C, cap) of them and
+  prefills them in arrival order at the token budget B per step, so the i-th admitted prompt
+  gets its first token after ceil((i+1) ISL / B) prefill steps;
+- the steady state: requests prefilled in the same step have equal lengths, so they decode
+  together, finish together and come back together. Prompts therefore arrive in cohorts of
+  k = min(m, floor(B_eff / ISL)) (one prompt when ISL > B_eff), and a cohort's TTFT is the
+  step(s) that prefill it, with the other m - k sequences decoding in them (mixed engines) or
+  waiting (prefill-first engines). Throughput X closes the loop: C = X (cycle), cycle = TTFT +
+  (OSL - 1) TPOT + per-request overhead; when C exceeds the concurrency cap m, the remainder wait
+  for a slot, W = C / X - S - overhead with S the slot holding time.
+
+mean TTFT = overhead + [m TTFT_wave + (N - m) (TTFT_steady + W)] / N.
+
+The concurrency cap m depends on the engine's admission rule (SchedulerPolicy): vLLM admits
+while blocks for the prompt are free (and preempts when decode runs out of them), TensorRT-LLM's
+GUARANTEED_NO_EVICT reserves prompt + output, SGLang a fraction of the output.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from capplan.models.engine import SchedulerPolicy
+from capplan.models.perf import StepModel
+
+_FP_ITERS = 60
+QUANTILES = {"p50": 0.50, "p90": 0.90, "p99": 0.99}
+
+VLLM_BENCH_NUM_PROMPTS = 1000
+"""`vllm bench serve --num-prompts` default (vllm/benchmarks/serve.py)."""
+
+
+@dataclass(frozen=True)
+class BenchmarkProtocol:
+    """How the benchmark client runs: N requests through C concurrent clients."""
+
+    concurrency: int
+    num_prompts: int = VLLM_BENCH_NUM_PROMPTS
+    warmup_prompts: int = 0
+    """Requests sent (and excluded from the averages) before the measured ones; they leave the
+    engine in steady state, so no start-up wave is measured."""
+
+
+def cohort_step_s(step: StepModel, k: float, isl: float, num_decode: float,
+                  decode_ctx: float) -> float:
+    """One step prefilling k whole prompts of `isl` tokens with `num_decode` decoders.
+
+    Attention pairs are per prompt: k * isl (isl + 1) / 2 (causal, no cached prefix).
+    """
+    k = max(float(k), 0.0)
+    w = float(np.asarray(step.window))
+    pairs = k * isl * (isl + 1) / 2
+    cw = min(isl, w)
+    pairs_w = min(pairs, k * (isl * w - cw * (cw - 1) / 2))
+    out = step.step(num_decode=num_decode, decode_kv_tokens=num_decode * decode_ctx,
+                    decode_kv_tokens_window=num_decode * min(decode_ctx, w),
+                    prefill_tokens=k * isl, prefill_pairs=pairs, prefill_pairs_window=pairs_w,
+                    num_prefill_seqs=math.ceil(k), num_logits=num_decode + math.ceil(k),
+                    detail=False)["step_s"]
+    return float(np.asarray(out))
+
+
+def decode_step_s(step: StepModel, b: float, ctx: float) -> float:
+    return float(np.asarray(step.decode_step(max(b, 1e-9), ctx, detail=False)["step_s"]))
+
+
+def kv_concurrency_cap(kv_tokens: float, isl: float, osl: float, block_size: int,
+                       policy: SchedulerPolicy) -> float:
+    """Sequences the KV cache holds at once under the engine's admission rule.
+
+    Running sequences are spread evenly over their lives, so on average each holds
+    isl + osl / 2 tokens; an engine that reserves a fraction r of the output at admission
+    (TensorRT-LLM GUARANTEED_NO_EVICT: r = 1) holds at least isl + r osl from the start:
+    per sequence isl + osl (1 + r) / 2 (vLLM, r = 0, preempts to stay there).
+    """
+    r = min(max(policy.reserve_output_frac, 0.0), 1.0)
+    per_seq = math.ceil((isl + osl * (1 + r) / 2) / block_size) * block_size
+    return max(math.floor(kv_tokens / max(per_seq, 1)), 0)
+
+
+def closed_loop_latency(step: StepModel, isl: float, osl: float, max_num_seqs: int,
+                        max_num_batched_tokens: int, kv_cache_tokens: float, block_size: int,
+                        protocol: BenchmarkProtocol,
+                        policy: SchedulerPolicy | None = None) -> dict[str, Any]:
+    """Mean TTFT, TPOT and E2E the benchmark reports, with throughput and what bound it."""
+    policy = policy or SchedulerPolicy()
+    c = int(protocol.concurrency)
+    n = max(int(protocol.num_prompts), 1)
+    isl, osl = float(isl), float(osl)
+    overhead = float(np.asarray(step.request_overhead_s))
+    kv_cap = kv_concurrency_cap(kv_cache_tokens, isl, osl, block_size, policy)
+    m = max(min(c, max_num_seqs, kv_cap), 1)
+    bound = ("clients" if m == c else "max_num_seqs" if m == max_num_seqs else "kv_cache")
+    budget = float(max_num_batched_tokens)
+    dec_tokens = max(osl - 1.0, 0.0)
+    ctx = isl + osl / 2
+
+    # Steady state: the decode batch b, the cohort size k and the fixed point in X.
+    def steady(x: float) -> dict[str, float]:
+        # Little: sequences decoding = X * decode time; the rest of the m prefill or wait.
+        b_guess = min(m, max(x * dec_tokens * tpot_box[0], 0.0))
+        b_eff_budget = budget if policy.prefill_first else max(budget - b_guess, 1.0)
+        if isl <= b_eff_budget:
+            k = max(min(float(m), math.floor(b_eff_budget / isl)), 1.0)
+            others = max(b_guess - 0.0, 0.0) if not policy.prefill_first else 0.0
+            t_pf = cohort_step_s(step, k, isl, others, ctx)
+            ttft = t_pf
+            pf_steps_per_cohort = 1.0
+        else:
+            k = 1.0
+            n_steps = isl / b_eff_budget
+            others = b_guess if not policy.prefill_first else 0.0
+            t_pf = cohort_step_s(step, b_eff_budget / isl, isl, others, ctx)
+            ttft = t_pf * math.ceil(n_steps)
+            pf_steps_per_cohort = n_steps
+        t_dec = decode_step_s(step, b_guess, ctx)
+        # Steps per second that carry prefill: cohorts arrive at X / k per second.
+        cohorts_per_s = x / k
+        # Time shares: prefill steps take t_pf each, decode steps t_dec.
+        pf_time_frac = min(cohorts_per_s * pf_steps_per_cohort * t_pf, 0.999)
+        if policy.prefill_first:
+            # Decoders get no token in a prefill step: the gap includes the prefill steps.
+            tpot = t_dec / max(1.0 - pf_time_frac, 1e-3)
+        else:
+            # Every step gives each decoder a token; a prefill step is just a slower step.
+            n_dec_steps_per_s = (1.0 - pf_time_frac) / t_dec
+            n_pf_steps_per_s = cohorts_per_s * pf_steps_per_cohort
+            tpot = 1.0 / max(n_dec_steps_per_s + n_pf_steps_per_s, 1e-9)
+        return {"ttft": ttft, "tpot": tpot, "k": k, "b": b_guess, "t_pf": t_pf,
+                "t_dec": t_dec, "pf_frac": pf_time_frac}
+
+    tpot_box = [decode_step_s(step, m, ctx)]
+    x = m / max(isl / budget * tpot_box[0] + dec_tokens * tpot_box[0] + overhead, 1e-9)
+    st: dict[str, float] = {}
+    wait = 0.0
+    for _ in range(_FP_ITERS):  # damped fixed point on X (converges in a few dozen steps)
+        st = steady(x)
+        tpot_box[0] = st["tpot"]
+        service = st["ttft"] + dec_tokens * st["tpot"]
+        x_clients = c / max(service + overhead, 1e-12)
+        x_slots = m / max(service, 1e-12)
+        x_new = min(x_clients, x_slots)
+        wait = max(c / x_new - service - overhead, 0.0)
+        if abs(x_new - x) <= 1e-6 * x:
+            x = x_new
+            break
+        x = 0.5 * x + 0.5 * x_new
+
+    # Start-up wave: m prompts at once, prefilled in order at the full budget per step.
+    first = min(m, c)
+    if protocol.warmup_prompts >= c:
+        wave = st["ttft"] + wait
+    else:
+        wave = _wave_ttft(step, first, isl, budget, ctx, policy)
+    steady_ttft = st["ttft"] + wait
+    measured_wave = min(first, n) if protocol.warmup_prompts < c else 0
+    wave_frac = measured_wave / n
+    ttft_mean = overhead + wave_frac * wave + (1 - wave_frac) * steady_ttft
+    e2e = ttft_mean + dec_tokens * st["tpot"]
+    ttft_q = {name: overhead + _mixture_quantile(q, wave_frac, wave, steady_ttft)
+              for name, q in QUANTILES.items()}
+    # Token gaps: decode steps, and for each cohort one slower step carrying its prefill.
+    pf_gap = st["t_pf"] if not policy.prefill_first else st["t_pf"] + st["t_dec"]
+    pf_share = min(st["pf_frac"], 1.0)
+    tbt_q = {name: (pf_gap if q > 1 - pf_share else st["t_dec"]) for name, q in QUANTILES.items()}
+    e2e_q = {name: v + dec_tokens * st["tpot"] for name, v in ttft_q.items()}
+    return {
+        "ttft_s": {"mean": ttft_mean, **ttft_q},
+        "tbt_s": {"mean": st["tpot"], **tbt_q},
+        "e2e_s": {"mean": e2e, **e2e_q},
+        "tpot_s": st["tpot"],
+        "ttft_steady_s": steady_ttft + overhead, "ttft_wave_s": wave + overhead,
+        "slot_wait_s": wait, "requests_per_s": x, "output_tokens_per_s": x * osl,
+        "input_tokens_per_s": x * isl, "running": float(m), "cohort_size": st["k"],
+        "decode_step_s": st["t_dec"], "prefill_step_s": st["t_pf"],
+        "concurrency_cap": float(m), "bound": bound, "request_overhead_s": overhead,
+        "mean_running_batch": float(m), "preemptions": 0.0,
+        "kv_peak_utilization": min(float(m) * (isl + osl) / max(kv_cache_tokens, 1.0), 1.0),
+        "stable": True, "concurrency": float(c), "num_prompts": float(n),
+    }
+
+
+def _mixture_quantile(q: float, wave_frac: float, wave_mean: float, steady: float) -> float:
+    """Quantile of TTFT over the measured requests: a fraction wave_frac from the start-up wave
+    (spread evenly over [0, 2 wave_mean], the prompts being prefilled in order), the rest at
+    the steady-state value."""
+    if wave_frac <= 0:
+        return steady
+    # P(T <= x) = (1 - w) 1[x >= steady] + w min(x / (2 wave_mean), 1)
+    span = 2 * wave_mean
+    below_steady = wave_frac * min(steady / span, 1.0) if span > 0 else wave_frac
+    if q <= below_steady:
+        return q / wave_frac * span
+    if q <= below_steady + (1 - wave_frac):
+        return steady
+    return min((q - (1 - wave_frac)) / wave_frac * span, span)
+
+
+def _wave_ttft(step: StepModel, m: int, isl: float, budget: float, ctx: float,
+               policy: SchedulerPolicy) -> float:
+    """Mean TTFT of m prompts arriving together: prefilled in order, B tokens per step.
+
+    Step j holds the prompts whose tokens fall in [j B, (j+1) B); prompts finishing in step j
+    start decoding in step j+1 (mixed engines take their decode tokens from the budget).
+    """
+    total_tokens = m * isl
+    done = 0.0
+    t = 0.0
+    decoding = 0.0
+    ttft_sum = 0.0
+    finished = 0
+    guard = 0
+    while finished < m and guard < 100000:
+        guard += 1
+        room = budget if policy.prefill_first else max(budget - decoding, 1.0)
+        take = min(room, total_tokens - done)
+        start_idx = int(done // isl)
+        end_idx = int(min((done + take) // isl, m))
+        k_tokens = take
+        dt = cohort_step_s(step, k_tokens / isl, isl, 0.0 if policy.prefill_first else decoding,
+                           ctx)
+        t += dt
+        done += take
+        newly = end_idx - finished if end_idx > start_idx or end_idx > finished else 0
+        if newly > 0:
+            ttft_sum += newly * t
+            finished += newly
+            decoding += newly
+    return ttft_sum / max(m, 1)

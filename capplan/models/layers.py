@@ -1,0 +1,311 @@
+"""Per-layer KV cache and recurrent-state arithmetic: one spec per layer kind.
+
+Each layer kind maps to the vLLM V1 KV cache spec that allocates its memory
+(vllm/v1/kv_cache_interface.py, vLLM 0.10-0.11):
+
+    full_attention     FullAttentionSpec    2 * kv_heads * head_dim * dtype per token
+    (MLA)              MLAAttentionSpec     (kv_lora_rank + qk_rope_head_dim) * dtype per token
+    sliding_attention  SlidingWindowSpec    per token, but only the last window - 1 tokens kept
+    chunked_attention  ChunkedLocalAttentionSpec   per token, the current chunk kept
+    mamba, mamba2      MambaSpec            conv + SSM state, fixed per sequence
+    linear_attention   MambaSpec            gated-DeltaNet conv + recurrent state, fixed
+    short_conv         MambaSpec            conv state, fixed per sequence
+
+State shapes per GPU are those of vllm/model_executor/layers/mamba/mamba_utils.py
+(MambaStateShapeCalculator). Hybrid models share one block pool: vLLM's
+HybridAttentionMambaModelConfig (vllm/model_executor/models/config.py) raises the attention
+block size to 16 * cdiv(state_page, 16 * attention_page_per_token) tokens so an attention page
+holds a state page, and pads the state page to the attention page; each sequence then holds one
+page per recurrent layer (mamba_cache_mode "none": MambaSpec.max_memory_usage_bytes) and
+ceil(L / block_size) pages per attention layer. Derivations: docs/architectures.md.
+
+Pure functions of a ModelSpec and numbers.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from capplan.catalog.schema import ATTENTION_KINDS, RECURRENT_KINDS, ModelSpec
+from capplan.units import DTYPE_BYTES, cdiv
+
+WINDOW_KINDS = ("sliding_attention", "chunked_attention")
+
+
+@dataclass(frozen=True)
+class StageLayers:
+    """Mixer and MLP kinds of the layers on the heaviest pipeline stage."""
+
+    mixers: tuple[str, ...]
+    mlps: tuple[str, ...]
+    mlp_widths: tuple[int, ...] = ()
+    """Per-layer dense MLP widths, when the model lists them."""
+
+    def count(self, *kinds: str) -> int:
+        return sum(k in kinds for k in self.mixers)
+
+    @property
+    def num_moe(self) -> int:
+        return sum(k == "moe" for k in self.mlps)
+
+    @property
+    def num_dense_mlp(self) -> int:
+        return sum(k == "dense" for k in self.mlps)
+
+
+def stage_layers(model: ModelSpec, pp: int = 1) -> StageLayers:
+    """Layers of the heaviest of pp contiguous stages (vLLM splits layers evenly).
+
+    Without per-layer types the stage holds cdiv(L, pp) layers and a proportional share of the
+    sliding and MoE layers, rounded up (the worst stage).
+    """
+    n = model.num_layers
+    per = cdiv(n, pp)
+    if model.layer_types is None and model.mlp_types is None:
+        win = math.ceil(model.num_sliding_layers * per / n)
+        moe = min(per, math.ceil(model.num_moe_layers / pp)) if model.num_moe_layers else 0
+        return StageLayers(("full_attention",) * (per - win) + ("sliding_attention",) * win,
+                           ("dense",) * (per - moe) + ("moe",) * moe)
+    mixers, mlps = model.layer_kinds, model.mlp_kinds
+    widths = model.mlp_intermediate_sizes or []
+    stages = [StageLayers(tuple(mixers[i:i + per]), tuple(mlps[i:i + per]),
+                          tuple(widths[i:i + per])) for i in range(0, n, per)]
+    return max(stages, key=lambda s: (len(s.mixers), s.count(*ATTENTION_KINDS), s.num_moe))
+
+
+# ---------------------------------------------------------------------------------------------
+# KV bytes per token (attention kinds)
+# ---------------------------------------------------------------------------------------------
+
+
+def kv_heads_per_gpu(model: ModelSpec, tp: int) -> float:
+    """KV heads each GPU stores: max(1, kv_heads / tp); heads replicate when tp exceeds them."""
+    return max(1.0, model.num_kv_heads / tp)
+
+
+def attention_kv_bytes_per_token(model: ModelSpec, tp: int, kv_bytes: float) -> float:
+    """KV bytes one token occupies in one attention layer on one GPU.
+
+    GQA/MQA/MHA: 2 (K and V) * kv_heads_per_gpu * head_dim * dtype (FullAttentionSpec).
+    MLA: kv_lora_rank + qk_rope_head_dim, stored once per token and replicated on every TP rank
+    (MLAAttentionSpec; DeepSeek-V2 paper eq. 9-10).
+    """
+    if model.mla is not None:
+        return ((model.mla.kv_lora_rank + model.mla.qk_rope_head_dim) * kv_bytes
+                + indexer_bytes_per_token(model))
+    return 2 * kv_heads_per_gpu(model, tp) * model.head_dim * kv_bytes
+
+
+def indexer_bytes_per_token(model: ModelSpec) -> float:
+    """DeepSeek-V3.2's lightning-indexer key cache, per token per layer: fp8 values plus one
+    fp32 scale per 128 (index_head_dim + index_head_dim // 128 * 4 = 132 B), a second
+    MLAAttentionSpec beside the latent (vLLM DeepseekV32IndexerCache)."""
+    m = model.mla
+    if m is None or not m.index_head_dim:
+        return 0.0
+    return float(m.index_head_dim + m.index_head_dim // 128 * 4)
+
+
+def kv_bytes_per_token(model: ModelSpec, tp: int, kv_bytes: float, pp: int = 1) -> float:
+    """KV bytes per token over the attention layers of the heaviest stage (sliding ones counted
+    as if full: the unit of vLLM's "GPU KV cache size: N tokens"); recurrent layers add none."""
+    st = stage_layers(model, pp)
+    return st.count(*ATTENTION_KINDS) * attention_kv_bytes_per_token(model, tp, kv_bytes)
+
+
+# ---------------------------------------------------------------------------------------------
+# Recurrent state bytes per sequence
+# ---------------------------------------------------------------------------------------------
+
+
+def state_dtype_bytes(model: ModelSpec) -> tuple[float, float]:
+    """(conv state, SSM/recurrent state) bytes per element.
+
+    The conv state is in the model dtype (mamba_cache_dtype auto); the SSM state in
+    mamba_ssm_cache_dtype, which the checkpoint's config may set (MambaStateDtypeCalculator).
+    """
+    conv = DTYPE_BYTES["bf16"] if model.torch_dtype == "fp32" else model.dtype_bytes
+    ssm = DTYPE_BYTES[model.ssm_state_dtype] if model.ssm_state_dtype else conv
+    return conv, ssm
+
+
+def recurrent_state_bytes(model: ModelSpec, kind: str, tp: int) -> float:
+    """Fixed state one sequence holds in one recurrent layer on one GPU (MambaSpec page).
+
+    mamba2: conv (k-1) x (inner + 2 g' n) / tp, SSM (heads / tp) x head_dim x n, where g' is
+        the groups raised to tp when tp does not divide them (extra_groups_for_head_shards)
+    mamba (v1): conv (k-1) x inner / tp, SSM inner / tp x n
+    linear_attention (gated DeltaNet): conv (k-1) x (2 k_heads dk + v_heads dv) / tp,
+        recurrent (v_heads / tp) x dv x dk
+    short_conv (LFM2): conv (k-1) x hidden / tp
+    """
+    conv_b, ssm_b = state_dtype_bytes(model)
+    if kind in ("mamba", "mamba2"):
+        s = model.ssm
+        assert s is not None, "mamba layers need ssm"
+        if s.version == 1:
+            return (s.conv_kernel - 1) * s.inner_size / tp * conv_b + (
+                s.inner_size / tp * s.state_size * ssm_b)
+        groups = s.n_groups if s.n_groups % tp == 0 else s.n_groups + tp - s.n_groups
+        conv_dim = s.inner_size + 2 * groups * s.state_size
+        return ((s.conv_kernel - 1) * conv_dim / tp * conv_b
+                + s.num_heads / tp * s.head_dim * s.state_size * ssm_b)
+    if kind == "linear_attention":
+        la = model.linear_attention
+        assert la is not None, "linear_attention layers need linear_attention"
+        conv_dim = 2 * la.num_k_heads * la.head_k_dim + la.num_v_heads * la.head_v_dim
+        return ((la.conv_kernel - 1) * conv_dim / tp * conv_b
+                + la.num_v_heads / tp * la.head_v_dim * la.head_k_dim * ssm_b)
+    if kind == "short_conv":
+        assert model.conv_kernel is not None
+        return (model.conv_kernel - 1) * model.hidden_size / tp * conv_b
+    return 0.0
+
+
+def state_page_bytes(model: ModelSpec, tp: int) -> float:
+    """The largest recurrent state page of the model's layers (vLLM uses one page size)."""
+    kinds = {k for k in model.layer_kinds if k in RECURRENT_KINDS}
+    return max((recurrent_state_bytes(model, k, tp) for k in kinds), default=0.0)
+
+
+def effective_block_size(model: ModelSpec, tp: int, kv_bytes: float, block_size: int) -> int:
+    """Attention block size vLLM uses: a hybrid raises it until one attention page holds a state
+    page, in multiples of 16 (HybridAttentionMambaModelConfig.verify_and_update_config)."""
+    page = state_page_bytes(model, tp)
+    per_token = attention_kv_bytes_per_token(model, tp, kv_bytes)
+    if page == 0 or not any(k in ATTENTION_KINDS for k in model.layer_kinds):
+        return block_size
+    return max(block_size, 16 * cdiv(math.ceil(page), 16 * math.ceil(per_token)))
+
+
+def state_bytes_per_seq(model: ModelSpec, tp: int, kv_bytes: float, block_size: int,
+                        pp: int = 1) -> float:
+    """Memory one sequence's recurrent state holds on the heaviest stage, in padded pages.
+
+    With attention layers each state page is padded to block_size * attention bytes per token
+    (block_size from effective_block_size); a pure recurrent model keeps the raw page.
+    """
+    st = stage_layers(model, pp)
+    n_rec = st.count(*RECURRENT_KINDS)
+    if not n_rec:
+        return 0.0
+    page = state_page_bytes(model, tp)
+    if st.count(*ATTENTION_KINDS) or any(k in ATTENTION_KINDS for k in model.layer_kinds):
+        page = max(page, block_size * attention_kv_bytes_per_token(model, tp, kv_bytes))
+    return n_rec * page
+
+
+def sequence_bytes(model: ModelSpec, seq_len: float, tp: int, kv_bytes: float,
+                   block_size: int = 16, pp: int = 1,
+                   max_num_batched_tokens: int | None = None) -> float:
+    """KV and state bytes a sequence of seq_len tokens holds on one GPU, in whole blocks.
+
+    Full-attention layers hold ceil(L / block_size) blocks. Sliding-window layers:
+    - max_num_batched_tokens None: the steady decode footprint, min(ceil(L / bs),
+      ceil((window - 1) / bs) + 1) blocks (blocks behind the window are freed);
+    - else vLLM's reservation, ceil(min(window - 1 + max_num_batched_tokens, L) / bs) + 1
+      blocks: a prefill chunk needs the window behind its first token
+      (SlidingWindowSpec.max_memory_usage_bytes, the figure behind "Maximum concurrency").
+    Recurrent layers hold one (padded) state page whatever L is (MambaSpec).
+    """
+    st = stage_layers(model, pp)
+    per_layer = attention_kv_bytes_per_token(model, tp, kv_bytes)
+    full = st.count("full_attention")
+    win_layers = st.count(*WINDOW_KINDS)
+    full_blocks = math.ceil(seq_len / block_size)
+    blocks = (full + win_layers) * full_blocks
+    if win_layers and model.sliding_window:
+        if max_num_batched_tokens is None:
+            win = min(full_blocks, cdiv(model.sliding_window - 1, block_size) + 1)
+        else:
+            span = min(model.sliding_window - 1 + max_num_batched_tokens, math.ceil(seq_len))
+            win = cdiv(int(span), block_size) + 1
+        blocks = full * full_blocks + win_layers * win
+    return (blocks * block_size * per_layer
+            + state_bytes_per_seq(model, tp, kv_bytes, block_size, pp))
+
+
+# ---------------------------------------------------------------------------------------------
+# Parameters per layer
+# ---------------------------------------------------------------------------------------------
+
+
+def mixer_params(model: ModelSpec, kind: str, tp: int) -> float:
+    """Parameters of one layer's token mixer on one GPU (projections, convolutions, norms).
+
+    Attention (GQA): q and o split by heads (q doubled with an output gate), k and v by KV
+    heads, replicated when tp exceeds them (vLLM QKVParallelLinear). MLA (DeepSeek-V2 paper,
+    sec. 2.1): q_a/kv_a replicated, q_b/kv_b/o split by heads.
+    mamba2 (Mamba2 paper; HF NemotronH/Granite mixers): in_proj h x (2 inner + 2 g n + heads),
+    conv1d (k + 1) x conv_dim (weights and bias), A, D, dt_bias per head, a gated norm of inner,
+    out_proj inner x h. mamba (v1, Jamba): in_proj h x 2 inner, conv (k + 1) x inner, x_proj
+    inner x (dt_rank + 2 n), dt_proj (dt_rank + 1) x inner, A inner x n, D inner, out inner x h.
+    linear_attention (gated DeltaNet, HF Qwen3Next): in_proj_qkvz h x (2 key + 2 value),
+    in_proj_ba h x 2 v_heads, conv k x (2 key + value), dt_bias and A per v head, norm dv,
+    out_proj value x h. short_conv (HF Lfm2): in_proj h x 3h, conv k x h, out_proj h x h.
+    """
+    h = model.hidden_size
+    if kind in ATTENTION_KINDS:
+        return _attention_params(model, tp)
+    if kind == "mamba2":
+        s = model.ssm
+        assert s is not None
+        inner, gn = s.inner_size, 2 * s.n_groups * s.state_size
+        conv_dim = inner + gn
+        return (h * (2 * inner + gn + s.num_heads) + (s.conv_kernel + 1) * conv_dim
+                + 3 * s.num_heads + inner + inner * h) / tp
+    if kind == "mamba":
+        s = model.ssm
+        assert s is not None
+        inner, r, n = s.inner_size, s.dt_rank or math.ceil(model.hidden_size / 16), s.state_size
+        return (h * 2 * inner + (s.conv_kernel + 1) * inner + inner * (r + 2 * n)
+                + (r + 1) * inner + inner * n + inner + inner * h) / tp
+    if kind == "linear_attention":
+        la = model.linear_attention
+        assert la is not None
+        key, value = la.num_k_heads * la.head_k_dim, la.num_v_heads * la.head_v_dim
+        return (h * (2 * key + 2 * value) + h * 2 * la.num_v_heads
+                + la.conv_kernel * (2 * key + value) + 2 * la.num_v_heads + la.head_v_dim * tp
+                + value * h) / tp
+    if kind == "short_conv":
+        assert model.conv_kernel is not None
+        return (3 * h * h + model.conv_kernel * h + h * h) / tp
+    return 0.0
+
+
+def _attention_params(model: ModelSpec, tp: int) -> float:
+    h = model.hidden_size
+    if model.mla is not None:
+        m = model.mla
+        qk = m.qk_nope_head_dim + m.qk_rope_head_dim
+        heads = model.num_attention_heads / tp
+        q = (h * m.q_lora_rank + m.q_lora_rank + m.q_lora_rank * heads * qk
+             if m.q_lora_rank else h * heads * qk)
+        kv_a = h * (m.kv_lora_rank + m.qk_rope_head_dim) + m.kv_lora_rank
+        kv_b = m.kv_lora_rank * heads * (m.qk_nope_head_dim + m.v_head_dim)
+        o = heads * m.v_head_dim * h
+        indexer = 0.0
+        if m.index_head_dim and m.index_n_heads:  # wq_b, wk, k_norm, weights_proj (replicated)
+            d, n = m.index_head_dim, m.index_n_heads
+            indexer = (m.q_lora_rank or h) * n * d + h * d + 2 * d + h * n
+        return q + kv_a + kv_b + o + indexer
+    hd = model.head_dim
+    q_o = (3 if model.attn_output_gate else 2) * h * model.num_attention_heads * hd / tp
+    kv = 2 * h * kv_heads_per_gpu(model, tp) * hd
+    return q_o + kv
+
+
+def dense_mlp_params(model: ModelSpec, stage: StageLayers, tp: int) -> float:
+    """Dense MLP parameters of a stage on one GPU: matrices x hidden x width / tp per dense
+    layer, with per-layer widths when the model has them (DeciLM ffn_mult blocks)."""
+    h, mats = model.hidden_size, mlp_matrices(model)
+    if stage.mlp_widths:
+        return sum(mats * h * w / tp for k, w in zip(stage.mlps, stage.mlp_widths, strict=True)
+                   if k == "dense")
+    return stage.num_dense_mlp * mats * h * model.intermediate_size / tp
+
+
+def mlp_matrices(model: ModelSpec) -> int:
+    """Weight matrices of one MLP: gate, up and down when gated (SwiGLU/GeGLU), else up, down."""
+    return 3 if model.mlp_gated else 2

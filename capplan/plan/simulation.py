@@ -1,0 +1,98 @@
+"""Simulate one deployment under a workload: the library side of `capplan simulate` and of
+`capplan.simulate()` (workload from options, context clipping, schedulers, the bound)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from capplan.errors import InputError
+from capplan.models.perf import BOUNDS
+from capplan.plan.deployment import Deployment
+from capplan.plan.load import require_one_load
+from capplan.sim import SCHEDULERS, run_scheduler
+from capplan.sim.workload import Lane, Workload, load_trace, parse_length
+
+
+def parse_schedulers(text: str) -> list[str]:
+    """'continuous', or a comma list of continuous/static/dynamic (duplicates dropped)."""
+    names = [s.strip() for s in str(text).split(",") if s.strip()]
+    for s in names:
+        if s not in SCHEDULERS:
+            raise InputError(f"--scheduler {s!r}: expected {', '.join(SCHEDULERS)} or a comma list")
+    if not names:
+        raise InputError("--scheduler: expected continuous, static or dynamic")
+    return list(dict.fromkeys(names))
+
+
+def workload_from_options(rate: float | None, concurrency: int | None, trace: str | None,
+                          input_len: str, output_len: str, burstiness: float,
+                          requests: int, time_unit: str = "auto") -> Workload:
+    require_one_load(rate, concurrency, trace)
+    if trace is not None:
+        return Workload((Lane(name="trace"),), trace=load_trace(trace, time_unit))
+    lane = Lane(rate_per_s=rate, arrival="gamma" if burstiness != 1.0 else "poisson",
+                burstiness=burstiness, input_len=parse_length(input_len),
+                output_len=parse_length(output_len))
+    return Workload((lane,), num_requests=requests, concurrency=concurrency)
+
+
+def run_simulation(dep: Deployment, *, rate: float | None, concurrency: int | None,
+                   trace: str | None, input_len: str, output_len: str, burstiness: float,
+                   requests: int, seed: int, schedulers: tuple[str, ...] | list[str],
+                   batch_size: int | None = None, batch_timeout_s: float = 0.05,
+                   chunked_prefill: bool = True,
+                   progress: Callable[[str, int, int], Any] | None = None,
+                   time_unit: str = "auto") -> dict[str, Any]:
+    """{"head": run description and bound, "results": {scheduler: SimResult dict},
+    "notes": [...]}. `progress(scheduler, done, total)` is called as requests finish."""
+    wl = workload_from_options(rate, concurrency, trace, input_len, output_len, burstiness,
+                               requests, time_unit)
+    s = dep.settings
+    max_len = dep.memory.max_model_len
+    reqs, clipped = wl.generate(np.random.default_rng(seed)).clip_to_context(max_len)
+    notes = [f"trace {wl.trace.note}"] if wl.trace is not None and wl.trace.note else []
+    notes += [f"{clipped} prompts cut to fit max_model_len {max_len}"] if clipped else []
+    overhead = float(np.asarray(dep.step.request_overhead_s))
+    results: dict[str, dict[str, Any]] = {}
+    for name in schedulers:
+        tick = None
+        if progress is not None:
+            def tick(done: int, name: str = name) -> None:
+                progress(name, done, len(reqs))
+        res = run_scheduler(dep.step, reqs, wl.lanes, scheduler=name,
+                            num_gpu_blocks=dep.memory.num_gpu_blocks,
+                            block_size=dep.memory.block_size, max_num_seqs=s.max_num_seqs,
+                            max_num_batched_tokens=s.max_num_batched_tokens,
+                            enable_chunked_prefill=chunked_prefill, batch_size=batch_size,
+                            batch_timeout_s=batch_timeout_s, progress=tick).to_dict()
+        results[name] = add_request_overhead(res, overhead)
+    first = results[schedulers[0]]
+    ctx = float(np.mean(reqs.input_tokens) + np.mean(reqs.output_tokens) / 2)
+    bound = BOUNDS[int(dep.step.decode_step(max(first["mean_running_batch"], 1.0), ctx)
+                       ["bound_index"])]
+    head = {"model": dep.model.key, "gpu": dep.gpu.key, "tp": s.tp, "pp": s.pp, "bound": bound,
+            "max_num_seqs": s.max_num_seqs, "max_num_batched_tokens": s.max_num_batched_tokens,
+            "num_gpu_blocks": dep.memory.num_gpu_blocks, "seed": seed,
+            "calibration": dep.step.calibration_source, "num_requests": len(reqs),
+            "request_overhead_s": overhead, "engine_settings": dep.settings_summary()}
+    return {"head": head, "results": results, "notes": notes}
+
+
+def add_request_overhead(res: dict[str, Any], overhead_s: float) -> dict[str, Any]:
+    """What a client measures: the per-request cost outside engine steps (HTTP, tokenisation,
+    streaming; the engine profile's or a calibration's request_overhead_s) adds to TTFT and
+    E2E of every request, as it does in the analytic model."""
+    if overhead_s <= 0:
+        return res
+    out = dict(res)
+    for key in ("ttft_s", "e2e_s"):
+        if isinstance(res.get(key), dict):
+            out[key] = {k: (v + overhead_s if isinstance(v, int | float) and k != "count"
+                            else v) for k, v in res[key].items()}
+    lanes = res.get("lanes")
+    if isinstance(lanes, dict):
+        out["lanes"] = {n: add_request_overhead(v, overhead_s) for n, v in lanes.items()}
+    return out

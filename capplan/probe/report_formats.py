@@ -1,0 +1,148 @@
+"""Readers for the benchmark reports of LLMPerf, AIPerf / genai-perf and SGLang bench_serving,
+each mapped onto vLLM's metric definitions (probe/results.py has the overview; docs/probe.md
+the table)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from capplan.errors import InputError
+
+MS = 1e-3
+
+
+def mean_only(st: dict[str, float | None]) -> dict[str, float | None]:
+    return {"mean": st.get("mean"), "p50": None, "p90": None, "p99": None}
+
+
+def ms_stats(d: dict[str, Any], metric: str) -> dict[str, float | None]:
+    """mean, p50 (median) and every pNN the file holds for `metric` (vLLM/SGLang *_ms keys)."""
+    def g(key: str) -> float | None:
+        v = d.get(key)
+        return None if v is None else float(v) * MS
+    out = {"mean": g(f"mean_{metric}_ms"), "p50": g(f"median_{metric}_ms"),
+           "p90": g(f"p90_{metric}_ms"), "p99": g(f"p99_{metric}_ms")}
+    for key in d:  # --metric-percentiles 50,90,95,99 writes p50_ttft_ms ... p99_ttft_ms
+        if key.startswith("p") and key.endswith(f"_{metric}_ms"):
+            q = key[1:-len(f"_{metric}_ms")]
+            if q.replace(".", "", 1).isdigit():
+                out[f"p{q}"] = g(key)
+    return out
+
+
+def _q(d: dict[str, Any], prefix: str, scale: float = 1.0) -> dict[str, float | None]:
+    """LLMPerf results_<metric>_quantiles_pNN / _mean keys."""
+    def g(key: str) -> float | None:
+        v = d.get(key)
+        return None if v is None else float(v) * scale
+    return {"mean": g(f"{prefix}_mean"), "p50": g(f"{prefix}_quantiles_p50"),
+            "p90": g(f"{prefix}_quantiles_p90"), "p95": g(f"{prefix}_quantiles_p95"),
+            "p99": g(f"{prefix}_quantiles_p99")}
+
+
+def from_llmperf(d: dict[str, Any], name: str) -> dict[str, Any]:
+    """A level from an LLMPerf *_summary.json (token_benchmark_ray.py).
+
+    LLMPerf's inter_token_latency_s is E2E / N per request, the first token's wait included.
+    vLLM's TPOT is (E2E - TTFT) / (N - 1): from the means, (E2E_mean - TTFT_mean) / (N - 1),
+    exact when every request has the same N (stddev_output_tokens 0), else an estimate.
+    """
+    conc = d.get("num_concurrent_requests")
+    if conc is None:
+        raise InputError(f"{name}: LLMPerf summary without num_concurrent_requests")
+    ttft, e2e = _q(d, "results_ttft_s"), _q(d, "results_end_to_end_latency_s")
+    n_out = float(d.get("results_number_output_tokens_mean") or 0)
+    tpot = None
+    if n_out > 1 and ttft["mean"] is not None and e2e["mean"] is not None:
+        tpot = (e2e["mean"] - ttft["mean"]) / (n_out - 1)
+    tpot_st = {"mean": tpot, "p50": None, "p90": None, "p99": None}
+    n_in = float(d.get("results_number_input_tokens_mean") or 0)
+    exact = float(d.get("results_number_output_tokens_stddev") or 0) == 0
+    return {"concurrency": int(conc), "ttft_s": ttft, "tbt_s": dict(tpot_st),
+            "tpot_s": tpot_st, "e2e_s": e2e,
+            "llmperf_inter_token_latency_s": _q(d, "results_inter_token_latency_s"),
+            "output_tokens_per_s": float(d.get("results_mean_output_throughput_token_per_s",
+                                               0.0)),
+            "requests_per_s": float(d.get("results_num_completed_requests_per_min", 0)) / 60,
+            "completed": int(d.get("results_num_completed_requests", 0)),
+            "errors": int(d.get("results_number_errors", 0)),
+            "mean_input_tokens": n_in, "mean_context_tokens": n_in + n_out / 2,
+            "note": "TPOT = (E2E - TTFT) / (N - 1) from the means"
+                    + ("" if exact else " (output lengths vary: an estimate)"),
+            "source": f"llmperf ({name})"}
+
+
+_AIPERF_NAMES = {"ttft": ("ttft", "time_to_first_token"),
+                 "tpot": ("inter_token_latency",),
+                 "tbt": ("inter_chunk_latency",),
+                 "e2e": ("request_latency",)}
+_UNIT_S = {"ns": 1e-9, "us": 1e-6, "ms": 1e-3, "s": 1.0, "sec": 1.0}
+
+
+def _ai_metric(rec: dict[str, Any], names: tuple[str, ...]) -> dict[str, float | None] | None:
+    for n in names:
+        m = rec.get(n)
+        if isinstance(m, dict) and m.get("avg") is not None:
+            k = _UNIT_S.get(str(m.get("unit", "ms")), MS)
+            out: dict[str, float | None] = {"mean": float(m["avg"]) * k}
+            for q in ("p50", "p90", "p95", "p99"):
+                out[q] = None if m.get(q) is None else float(m[q]) * k
+            return out
+    return None
+
+
+def _ai_value(rec: dict[str, Any], name: str) -> float | None:
+    m = rec.get(name)
+    return float(m["avg"]) if isinstance(m, dict) and m.get("avg") is not None else None
+
+
+def from_aiperf(d: dict[str, Any], name: str) -> dict[str, Any]:
+    """A level from AIPerf profile_export_aiperf.json or genai-perf
+    profile_export_genai_perf.json (metric -> {unit, avg, p50, p90, p99...})."""
+    rec = d.get("records") if isinstance(d.get("records"), dict) else d
+    cfg = d.get("input_config") or {}
+    conc = (cfg.get("loadgen") or {}).get("concurrency") or cfg.get("concurrency")
+    if conc is None:
+        raise InputError(f"{name}: no loadgen concurrency in input_config (a request-rate "
+                         "run is open loop; capplan fits closed-loop levels)")
+    ttft = _ai_metric(rec, _AIPERF_NAMES["ttft"])
+    tpot = _ai_metric(rec, _AIPERF_NAMES["tpot"])
+    if ttft is None or tpot is None:
+        raise InputError(f"{name}: needs ttft and inter_token_latency (a streaming run)")
+    tbt = _ai_metric(rec, _AIPERF_NAMES["tbt"]) or mean_only(tpot)
+    n_in = _ai_value(rec, "input_sequence_length")
+    n_out = _ai_value(rec, "output_sequence_length")
+    lv: dict[str, Any] = {
+        "concurrency": int(conc), "ttft_s": ttft, "tbt_s": tbt, "tpot_s": tpot,
+        "e2e_s": _ai_metric(rec, _AIPERF_NAMES["e2e"]) or mean_only({}),
+        "output_tokens_per_s": _ai_value(rec, "output_token_throughput") or 0.0,
+        "requests_per_s": _ai_value(rec, "request_throughput") or 0.0,
+        "completed": int(_ai_value(rec, "request_count") or 0),
+        "errors": int(_ai_value(rec, "error_request_count") or 0),
+        "source": f"{'aiperf' if 'records' in d else 'genai-perf'} ({name})"}
+    if n_in is not None and n_out is not None:
+        lv["mean_input_tokens"] = n_in
+        lv["mean_context_tokens"] = n_in + n_out / 2
+    return lv
+
+
+def from_sglang(d: dict[str, Any], name: str) -> dict[str, Any]:
+    """A level from one line of SGLang bench_serving's --output-file JSONL."""
+    conc = d.get("max_concurrency")
+    if conc is None:
+        raise InputError(f"{name}: max_concurrency is null (an open-loop run); capplan fits "
+                         "closed-loop levels: rerun bench_serving with --max-concurrency")
+    lv = {"concurrency": int(conc), "ttft_s": ms_stats(d, "ttft"),
+          "tbt_s": ms_stats(d, "itl"), "tpot_s": ms_stats(d, "tpot"),
+          "e2e_s": ms_stats(d, "e2e_latency"), "completed": int(d.get("completed", 0)),
+          "errors": 0, "output_tokens_per_s": float(d.get("output_throughput", 0.0)),
+          "requests_per_s": float(d.get("request_throughput", 0.0)),
+          "source": f"sglang bench_serving ({name})"}
+    done = max(int(d.get("completed", 0)), 1)
+    if d.get("total_input_tokens") is not None and d.get("total_output_tokens") is not None:
+        n_in = float(d["total_input_tokens"]) / done
+        lv["mean_input_tokens"] = n_in
+        lv["mean_context_tokens"] = n_in + float(d["total_output_tokens"]) / done / 2
+    return lv
+
+

@@ -1,0 +1,117 @@
+"""Engine profiles: each engine's memory rule, defaults and scheduler, with hand calculations,
+and the one-line errors for engines and options that do not exist."""
+
+from __future__ import annotations
+
+import pytest
+
+from capplan.errors import InputError
+from capplan.models.engine import PROFILES, SGLANG, TRTLLM, VLLM, engine_profile
+from capplan.plan.deployment import EngineOptions, resolve_deployment, resolve_settings
+from capplan.units import GIB_BYTES
+
+MIB = 2**20
+
+
+def test_every_profile_cites_its_sources():
+    for p in PROFILES.values():
+        assert {"memory", "scheduler", "defaults"} <= set(p.sources), p.name
+        assert all(len(v) > 20 for v in p.sources.values()), p.name
+        assert p.version
+
+
+@pytest.mark.parametrize("name", ["SGLang", "trt-llm", "TensorRT-LLM", "vllm"])
+def test_engine_names_resolve(name):
+    assert engine_profile(name).name in PROFILES
+
+
+def test_unknown_engine_is_one_line_naming_the_valid_ones(run_cli):
+    with pytest.raises(InputError, match="expected one of vllm, sglang, trtllm"):
+        engine_profile("tgi")
+    res = run_cli("memory", "--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--engine", "tgi")
+    assert res.exit_code == 2 and len(res.stderr.strip().splitlines()) == 1
+    assert "vllm" in res.stderr and "sglang" in res.stderr and "trtllm" in res.stderr
+
+
+def test_block_size_the_engine_lacks_is_refused(catalog):
+    gpu = catalog.gpu("h100-sxm")
+    with pytest.raises(InputError, match="trtllm accepts 8, 16, 32, 64, 128"):
+        resolve_settings(EngineOptions(engine="trtllm", block_size=1), gpu)
+
+
+def test_sglang_mem_fraction_static_hand_calculation(catalog):
+    # SGLang 0.5.9 server_args.py on an H100 (NVML 81559 MiB), TP 1:
+    # chunk 8192, cuda_graph_max_bs 256 -> reserved = 512 + 8192*1.5 + 256*2 + 1/8*1024
+    # = 13440 MB (> the 10 GiB floor); fraction = (81559 - 13440) / 81559 = 0.835.
+    gpu = catalog.gpu("h100-sxm")
+    d = SGLANG.defaults(gpu, 1)
+    mib = gpu.total_memory_bytes / MIB
+    assert d.max_num_batched_tokens == 8192
+    assert d.memory_fraction == pytest.approx((mib - 13440) / mib, abs=1e-3)
+    assert d.memory_fraction == pytest.approx(0.835, abs=2e-3)  # worked value, same formula
+    assert d.block_size == 1
+    # TP 8: graph bs 512 -> reserved 512 + 12288 + 1024 + 1024 = 14848 MB -> 0.818
+    assert SGLANG.defaults(gpu, 8).memory_fraction == pytest.approx(0.818, abs=2e-3)
+    # Blackwell: chunk 16384, page 64 (trtllm_mha backend)
+    b200 = SGLANG.defaults(catalog.gpu("b200"), 1)
+    assert b200.max_num_batched_tokens == 16384 and b200.block_size == 64
+
+
+def test_vllm_defaults_by_gpu(catalog):
+    assert VLLM.defaults(catalog.gpu("h100-sxm")).max_num_seqs == 1024
+    assert VLLM.defaults(catalog.gpu("a100-sxm-80gb")).max_num_seqs == 256
+    assert VLLM.defaults(catalog.gpu("l40s")).max_num_batched_tokens == 2048
+    assert TRTLLM.defaults(catalog.gpu("h100-sxm")).block_size == 32
+
+
+def _dep(catalog, engine, **kw):
+    return resolve_deployment(catalog, "llama-3.1-8b", "h100-sxm",
+                              EngineOptions(engine=engine, max_model_len=8192, **kw))
+
+
+def test_memory_rules_by_hand(catalog):
+    """The same weights, activation and overheads under three accounting rules."""
+    v = _dep(catalog, "vllm", gpu_memory_utilization=0.9)
+    s = _dep(catalog, "sglang", gpu_memory_utilization=0.85)
+    t = _dep(catalog, "trtllm", gpu_memory_utilization=0.9)
+    total = v.memory.total_memory_bytes
+    w = v.memory.weights_bytes_per_gpu
+    # vLLM: 0.9 * total - weights - activation peak - non-torch
+    mv = v.memory
+    assert mv.kv_cache_bytes_per_gpu == pytest.approx(
+        0.9 * total - w - mv.activation_peak_bytes_per_gpu - mv.runtime_overhead_bytes_per_gpu)
+    # SGLang: 0.85 * total holds weights + KV; activations and graphs live outside
+    ms = s.memory
+    assert ms.kv_cache_bytes_per_gpu == pytest.approx(
+        0.85 * total - w - ms.runtime_overhead_bytes_per_gpu)
+    # TensorRT-LLM: 0.9 of what is free after weights, activations, runtime and graphs
+    mt = t.memory
+    free = (total - w - mt.activation_peak_bytes_per_gpu - mt.runtime_overhead_bytes_per_gpu
+            - mt.cuda_graph_bytes_per_gpu)
+    assert mt.kv_cache_bytes_per_gpu == pytest.approx(0.9 * free)
+    # 8B bf16 on 80 GB: weights ~15 GiB, KV tens of GiB under each rule
+    assert 14 * GIB_BYTES < w < 16 * GIB_BYTES
+    for m in (mv, ms, mt):
+        assert 40 * GIB_BYTES < m.kv_cache_bytes_per_gpu < 70 * GIB_BYTES
+
+
+def test_profiles_flow_into_scheduler_policy(catalog):
+    assert _dep(catalog, "sglang").profile.scheduler.prefill_first
+    trt = _dep(catalog, "trtllm").profile.scheduler
+    assert not trt.chunked_prefill and trt.reserve_output_frac == 1 and not trt.preemption
+    assert not _dep(catalog, "vllm").profile.scheduler.prefill_first
+
+
+def test_latency_cli_takes_engine(run_cli):
+    import json
+
+    outs = {}
+    for eng in ("vllm", "sglang", "trtllm"):
+        res = run_cli("latency", "--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--engine",
+                      eng, "--concurrency", "16", "--input-len", "1024", "--output-len", "256",
+                      "--format", "json")
+        assert res.exit_code == 0, res.stderr
+        outs[eng] = json.loads(res.stdout)
+        assert outs[eng]["engine_settings"]["engine"] == eng
+    # each engine's own per-request overhead shows in its TTFT
+    assert outs["sglang"]["ttft_s"]["mean"] > outs["vllm"]["ttft_s"]["mean"]
