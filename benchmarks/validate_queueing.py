@@ -73,7 +73,7 @@ def main() -> None:
         f"{m.upper()} {q} a/s (ms)" for m in METRICS for q in PCTS) + " | out tok/s a/s |")
     print("|---" * (8 + len(METRICS) * len(PCTS)) + "|")
     for model, gpu, tp, inp, out, chunk, load, p, e in rows:
-        def ms(k):
+        def ms(k, p=p, e=e):
             return f"{p[k][0] * 1e3:.0f}/{p[k][1] * 1e3:.0f} ({e[k]:+.0%})"
         print(f"| {model} | {gpu} | {tp} | {inp} | {out} | {chunk} | {load:.0%} | "
               + " | ".join(ms(f"{m}_{q}") for m in METRICS for q in PCTS)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import textwrap
-
 from pathlib import Path
 from typing import Any
 
@@ -18,9 +17,9 @@ from capplan.units import GB_BYTES, GIB_BYTES, GIGA, MIB_BYTES, TERA
 
 
 def _wrap_hf_id(hf_id: str) -> str:
-    """org/ on one line, the name wrapped at 18 characters (the table fits 120 columns)."""
+    """org/ on one line, the name wrapped at 16 characters (the table fits 120 columns)."""
     org, sep, name = hf_id.partition("/")
-    return org + sep + "\n" + textwrap.fill(name, 18) if sep else textwrap.fill(hf_id, 18)
+    return org + sep + "\n" + textwrap.fill(name, 16) if sep else textwrap.fill(hf_id, 16)
 
 
 @click.command("gpus")

@@ -7,6 +7,7 @@ from typing import Any
 import click
 
 from capplan.cli._options import (
+    POS_INT,
     POSITIVE,
     IntList,
     catalog_option,

@@ -91,7 +91,8 @@ def render_plan(result: dict[str, Any], fmt: str) -> str:
     vtxt = "not simulated" if not ver else (
         "simulator confirms" if ver.get("ok") else f"simulator: {ver.get('reason')}")
     out += ["", f"recommended: {best['replicas']} x {best['gpu']} TP {best['tp']} "
-                f"({best['gpus_total']} GPU{'' if best['gpus_total'] == 1 else 's'}); each replica carries up to "
+                f"({best['gpus_total']} GPU{'' if best['gpus_total'] == 1 else 's'}); "
+                "each replica carries up to "
                 f"{best['capacity_per_replica_rps']:.3g} req/s, limited by (binding constraint) "
                 f"{best['binding_constraint']}; at the planned "
                 f"{best['per_replica_rate_per_s']:.3g} req/s per replica the SLO margins are "
@@ -105,7 +106,7 @@ def render_plan(result: dict[str, Any], fmt: str) -> str:
     for w in result.get("warnings", []):
         out.append(f"warning: {w}")
     # prose wraps at 120 columns; the table is built to fit, and launch lines stay whole (to copy)
-    keep = ("vLLM:", "SGLang:", "verify:")
+    keep = ("vLLM", "SGLang", "verify")  # also "vLLM (lane):" lines of separate pools
     return "\n".join(line if "\n" in line or line.startswith(keep) else
                      textwrap.fill(line, 120, subsequent_indent="    ", break_on_hyphens=False)
                      for line in out)

@@ -421,6 +421,24 @@ def _sum_with_waits(terms: list[_Term], waits: list[_Term], no_wait: np.ndarray,
     return _SumLaw(_offset(terms, shape), ((pi0, h0, span0, cdf0), (1 - pi0, h1, span1, cdf1)))
 
 
+@dataclass(frozen=True)
+class _Terms:
+    """The steady-state quantities _sum_quantiles composes (arrays of one shape)."""
+
+    lam: np.ndarray
+    tau: np.ndarray
+    b: np.ndarray
+    budget: np.ndarray
+    t_dec: np.ndarray
+    t_full: np.ndarray
+    rho_p: np.ndarray
+    wq_p: np.ndarray
+    p_wait: np.ndarray
+    wq_c: np.ndarray
+    m_chunks: np.ndarray
+    chunk_mean: np.ndarray
+
+
 class QueueModel:
     """Analytic steady state of one replica for given lengths and limits."""
 
@@ -532,11 +550,7 @@ class QueueModel:
         return np.where(prompt > budget[..., None], prompt / budget[..., None]
                         * t_full[..., None], t)
 
-    def _sum_quantiles(self, lam: np.ndarray, tau: np.ndarray, b: np.ndarray,
-                       budget: np.ndarray, t_dec: np.ndarray, t_full: np.ndarray,
-                       rho_p: np.ndarray, wq_p: np.ndarray, p_wait: np.ndarray,
-                       wq_c: np.ndarray, m_chunks: np.ndarray, chunk_mean: np.ndarray
-                       ) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    def _sum_quantiles(self, x: _Terms) -> tuple[list[np.ndarray], list[np.ndarray]]:
         """Quantiles (QUANTILES order) of TTFT and E2E as sums of independent terms.
 
         TTFT = overhead + residual of the current step (uniform on [0, tau]) + prefill-queue
@@ -549,7 +563,12 @@ class QueueModel:
         (2/3) b, from the autocovariance lambda (D - |s|); Takacs 1962).
         """
         inp, out = self.inp, self.out
-        fin = lambda x: np.where(np.isfinite(x), x, 0.0)  # noqa: E731  unstable rows: inf later
+        lam, tau, b, budget, t_dec, t_full = x.lam, x.tau, x.b, x.budget, x.t_dec, x.t_full
+        rho_p, wq_p, p_wait, wq_c, m_chunks = x.rho_p, x.wq_p, x.p_wait, x.wq_c, x.m_chunks
+        chunk_mean = x.chunk_mean
+
+        def fin(v: np.ndarray) -> np.ndarray:  # unstable rows: replaced by inf afterwards
+            return np.where(np.isfinite(v), v, 0.0)
         shape = np.shape(tau)
         prompt, p_w = _strata_lengths(inp)
         own = self._own_values(b, budget, t_full, prompt)
@@ -569,12 +588,14 @@ class QueueModel:
         weights = np.concatenate([p0, np.broadcast_to(p1 / 10, shape + (10,)), pk], -1)
         per_token = np.maximum(fin(t_full) - fin(t_dec), 0.0) / budget
         shared = np.minimum(tokens, budget[..., None]) * per_token[..., None]
+        # the shared step, like the waits, is 0 with a probability (no other chunk) and long
+        # otherwise: it joins them in the split that keeps the no-wait law on a fine grid
         ttft = _sum_with_waits(
             [_Term(np.zeros(shape) + self.step.request_overhead_s, 0.0),
-             _uniform_term(fin(tau)), _values_term(fin(own), p_w),
+             _uniform_term(fin(tau)), _values_term(fin(own), p_w)],
+            [_wait_term(p_pf, fin(wq_p)), _wait_term(fin(p_wait), fin(wq_c)),
              _values_term(shared, weights)],
-            [_wait_term(p_pf, fin(wq_p)), _wait_term(fin(p_wait), fin(wq_c))],
-            (1 - p_pf) * (1 - np.clip(fin(p_wait), 0.0, 1.0)), shape)
+            (1 - p_pf) * (1 - np.clip(fin(p_wait), 0.0, 1.0)) * p0[..., 0], shape)
         steps = np.maximum(1.0, prompt / budget[..., None])
         extra = np.maximum(own - t_dec[..., None] * steps, 0.0)
         var_pf = lam * self.dec_tokens * tau * (extra**2 * p_w).sum(axis=-1)
@@ -645,8 +666,8 @@ class QueueModel:
             if prev_tbt is not None:  # quantiles are ordered by construction of the mixture
                 tbt[name] = np.maximum(tbt[name], prev_tbt)
             prev_tbt = tbt[name]
-        ttft_q, e2e_q = self._sum_quantiles(lam, tau, b, budget, t_dec, t_full, rho_p, wq_p,
-                                            p_wait, wq_c, m_chunks, moments[0])
+        ttft_q, e2e_q = self._sum_quantiles(_Terms(lam, tau, b, budget, t_dec, t_full, rho_p,
+                                                   wq_p, p_wait, wq_c, m_chunks, moments[0]))
         for name, tq, eq in zip(QUANTILES, ttft_q, e2e_q, strict=True):
             ttft[name], e2e[name] = tq, eq
         # the mean of the shared-step term of _sum_quantiles (m chunks of the mean size)
