@@ -1,6 +1,7 @@
 """Every command's default table fits 120 columns (issue 15: the demo table was 178 wide).
 
-Launch lines (`vLLM:`, `vLLM (lane):`, `SGLang:`, `verify:`) are exempt: they are commands to copy whole.
+Launch lines (`vLLM:`, `vLLM (lane):`, `SGLang:`, `verify:`) are exempt: they are commands
+to copy whole.
 `calibrate` is left out (it runs microbenchmarks or needs a server; its tables are the
 probe's) and `schema` prints JSON.
 """
