@@ -3,7 +3,7 @@ PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test bench clean
+.PHONY: demo test bench clean fuzz
 
 $(BIN)/capplan: pyproject.toml
 	test -d $(VENV) || $(PY) -m venv $(VENV)
@@ -28,3 +28,9 @@ bench: $(BIN)/capplan
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info
+
+# Long property-based fuzz of every command's options and plan-file fields (issue 18):
+# randomised, CAPPLAN_FUZZ_EXAMPLES examples per property (default 2000; ~30-60 min on 2 cores).
+fuzz: $(BIN)/capplan
+	CAPPLAN_FUZZ_EXAMPLES=$${CAPPLAN_FUZZ_EXAMPLES:-2000} $(BIN)/python -m pytest -q tests/fuzz \
+		--hypothesis-show-statistics -p no:cacheprovider

@@ -161,7 +161,7 @@ def simulate(model: str, gpu: str, *, rate: float | None = None,
              input_len: str | int = 512, output_len: str | int = 256, burstiness: float = 1.0,
              requests: int = 1000, seed: int = 0, scheduler: str = "continuous",
              batch_size: int | None = None, batch_timeout_s: float = 0.05,
-             chunked_prefill: bool = True, progress: Any = None,
+             chunked_prefill: bool | None = None, progress: Any = None,
              **kw: Any) -> LatencyResult:
     """Simulate the engine step by step (same step model); the result adds the simulator's
     keys (tpot_s, queue_s, goodput, time series) to the latency keys."""

@@ -28,7 +28,7 @@ _FRACTIONS = ("mem_bw_frac", "gemm_frac", "gemm_frac_low_precision", "attn_frac"
 
 
 class CalibrationParams(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
     mem_bw_frac: float | None = Field(default=None, gt=0, le=1)
     gemm_frac: float | None = Field(default=None, gt=0, le=1)
     gemm_frac_low_precision: float | None = Field(default=None, gt=0, le=1)

@@ -19,6 +19,7 @@ from pydantic import ValidationError
 from capplan.catalog.loader import validation_message
 from capplan.catalog.schema import ModelSpec
 from capplan.errors import InputError
+from capplan.limits import read_text
 
 _DTYPES = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32", "half": "fp16"}
 _REQUIRED = ("num_hidden_layers", "hidden_size", "num_attention_heads", "vocab_size")
@@ -71,7 +72,7 @@ _MODEL_TYPE_DEFAULTS: dict[str, dict[str, Any]] = {
 
 def read_config(path: Path) -> dict[str, Any]:
     try:
-        text = path.read_text(encoding="utf-8")
+        text = read_text(path, "config.json")
     except OSError as e:
         raise InputError(f"{path}: cannot read ({e.strerror or e})") from e
     try:
@@ -268,6 +269,15 @@ def _sliding(c: dict[str, Any], layers: int) -> tuple[int | None, int]:
     return int(window), layers
 
 
+def _count(c: dict[str, Any], key: str) -> int:
+    """A positive whole number from the config (a 0 head count divided by zero)."""
+    v = c[key]
+    if isinstance(v, bool) or not isinstance(v, int | float) or not v < 2**40 or v < 1 \
+            or v != int(v):
+        raise InputError(f"config field {key} must be a positive integer")
+    return int(v)
+
+
 _PATTERN = {"M": ("mamba2", "none"), "*": ("full_attention", "none"), "-": ("none", "dense"),
             "E": ("none", "moe")}  # NemotronH hybrid_override_pattern characters
 
@@ -399,9 +409,8 @@ def config_to_entry(cfg: dict[str, Any], key: str, source: str) -> dict[str, Any
         raise InputError(f"config lacks required field(s): {', '.join(missing)}")
     mt = str(c.get("model_type", ""))
     arch = (cfg.get("architectures") or [mt or "unknown"])[0]
-    layers = int(c["num_hidden_layers"])
-    heads = int(c["num_attention_heads"])
-    hidden = int(c["hidden_size"])
+    layers, heads, hidden = (_count(c, k) for k in ("num_hidden_layers", "num_attention_heads",
+                                                     "hidden_size"))
     plan = _layer_plan(c, layers)
     if c.get("block_configs"):
         nas = _block_configs(c, hidden, heads)

@@ -37,8 +37,10 @@ _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 def read_yaml(path: Path) -> Any:
     """yaml.safe_load with a one-line error naming the file and line."""
+    from capplan.limits import read_text
+
     try:
-        text = path.read_text(encoding="utf-8")
+        text = read_text(path, "YAML file")
     except OSError as e:
         raise InputError(f"{path}: cannot read ({e.strerror or e})") from e
     try:

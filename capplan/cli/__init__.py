@@ -18,7 +18,7 @@ import sys
 
 import click
 
-from capplan.errors import CapplanError, InputError, validation_error_line
+from capplan.errors import CapplanError, InputError, one_line_error
 
 
 class UserError(click.ClickException):
@@ -41,12 +41,18 @@ class CapplanGroup(click.Group):
         except click.UsageError as e:  # click's own bad-input errors: make them one line
             raise UserError(e.format_message().splitlines()[0]) from e
         except InputError as e:
-            raise UserError(str(e).splitlines()[0] if str(e) else type(e).__name__) from e
+            raise UserError(one_line_error(e)) from e
         except CapplanError as e:
             raise click.ClickException(str(e)) from e
         except KeyboardInterrupt:
             click.echo("interrupted", err=True)
             sys.exit(130)
+        except RecursionError as e:  # a deeply nested input (YAML, JSON) recursed out
+            raise UserError("input nested too deeply to read (a plan or data file nests "
+                            "a few levels)") from e
+        except MemoryError as e:
+            raise UserError("out of memory: the input asks for more work than this machine "
+                            "holds; lower the sizes (see docs/reliability.md)") from e
         except UnicodeDecodeError as e:
             raise UserError(f"a file is not UTF-8 text ({e.reason} at byte {e.start}): save it "
                             "as UTF-8") from e
@@ -57,7 +63,7 @@ class CapplanGroup(click.Group):
             from pydantic import ValidationError
 
             if isinstance(e, ValidationError):  # options assembled into a model: bad input
-                raise UserError(validation_error_line(e)[1]) from e
+                raise UserError(one_line_error(e)) from e
             if os.environ.get("CAPPLAN_DEBUG"):
                 raise
             raise click.ClickException(
@@ -83,8 +89,24 @@ class CapplanGroup(click.Group):
             sys.exit(e.exit_code)
 
 
+def _set_limits(ctx: click.Context, param: click.Parameter, value: tuple[str, ...]) -> None:
+    from capplan import limits
+
+    limits.reset_caps()
+    for item in value:
+        try:
+            limits.set_cap(item)
+        except InputError as e:
+            raise click.BadParameter(str(e), ctx, param) from None
+
+
 @click.group(cls=CapplanGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="capplan")
+@click.option("--limit", "limits", multiple=True, metavar="NAME=VALUE", expose_value=False,
+              callback=_set_limits, is_eager=True,
+              help="Raise a work cap (sim_requests, speed_rows, plan_configurations, plan_lanes, "
+                   "file_bytes); see "
+                   "docs/reliability.md.")
 def cli() -> None:
     """capplan: which GPUs, how many, with which engine settings, for your LLM traffic."""
 
@@ -107,5 +129,19 @@ def _register() -> None:
 _register()
 
 
+def _terminate(signum: int, _frame: object) -> None:
+    # SIGTERM unwinds like Ctrl-C (atomic writes remove their temp file on the way out).
+    raise SystemExit(128 + signum)
+
+
+def install_signal_handlers() -> None:
+    """SIGTERM exits through SystemExit(143), so `finally`/`except BaseException` blocks run
+    (atomic writes delete their temporary file) as they do on Ctrl-C."""
+    import signal
+
+    signal.signal(signal.SIGTERM, _terminate)
+
+
 def main() -> None:
+    install_signal_handlers()
     cli.main(prog_name="capplan")

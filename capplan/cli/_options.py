@@ -8,28 +8,38 @@ from typing import Any
 
 import click
 
+from capplan import limits
 from capplan.cli._render import FORMATS
+from capplan.errors import InputError
+from capplan.limits import Bound
 from capplan.models.engine import ENGINES, KV_DTYPES, WEIGHT_DTYPES
 
 
 class FiniteFloat(click.ParamType):
-    """A finite float within (lo, hi] or [lo, hi]; NaN and inf are rejected by name."""
+    """A finite float within (lo, hi] or [lo, hi]; NaN and inf are rejected by name. With a
+    `bound` (capplan.limits), the bound's interval and reason apply."""
 
     name = "number"
 
-    def __init__(self, lo: float | None = None, hi: float | None = None, lo_open: bool = False):
-        self.lo, self.hi, self.lo_open = lo, hi, lo_open
+    def __init__(self, lo: float | None = None, hi: float | None = None, lo_open: bool = False,
+                 bound: Bound | None = None):
+        self.lo, self.hi, self.lo_open, self.bound = lo, hi, lo_open, bound
 
     def convert(self, value: Any, param: Any, ctx: Any) -> float:
-        if isinstance(value, float):
-            x = value
+        if isinstance(value, float | int) and not isinstance(value, bool) and self.bound is None:
+            x = float(value)
         else:
             try:
                 x = float(str(value).strip())
-            except ValueError:
+            except (ValueError, OverflowError):
                 self.fail(f"{value!r} is not a number", param, ctx)
         if not math.isfinite(x):
             self.fail(f"{value!r} is not a finite number", param, ctx)
+        if self.bound is not None:
+            try:
+                return float(self.bound.check(value, ""))
+            except InputError as e:
+                self.fail(str(e), param, ctx)
         if self.lo is not None and (x < self.lo or (self.lo_open and x == self.lo)):
             bound = f"> {self.lo:g}" if self.lo_open else f">= {self.lo:g}"
             self.fail(f"{value} must be {bound}", param, ctx)
@@ -38,10 +48,59 @@ class FiniteFloat(click.ParamType):
         return x
 
 
+class BoundedInt(click.ParamType):
+    """A whole number inside a capplan.limits Bound (e.g. a seed >= 0, a TP size <= 128)."""
+
+    name = "integer"
+
+    def __init__(self, bound: Bound):
+        self.bound = bound
+
+    def convert(self, value: Any, param: Any, ctx: Any) -> int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            x: Any = value
+        else:
+            text = str(value).strip()
+            try:
+                x = int(text)
+            except ValueError:
+                self.fail(f"{value!r} is not a whole number", param, ctx)
+        try:
+            return int(self.bound.check(x, ""))
+        except InputError as e:
+            self.fail(str(e), param, ctx)
+
+
+def _range_size(a: int, b: int, step: int) -> int:
+    return max(0, (b - a) // step + 1)
+
+
 class IntList(click.ParamType):
-    """'1,8,32' or a range '1-64' (powers of two), '8:64:8' (start:stop:step)."""
+    """'1,8,32' or a range '1-64' (powers of two), '8:64:8' (start:stop:step); at most
+    MAX_LIST_ITEMS values, each inside `bound` (sized before the list is built)."""
 
     name = "list"
+
+    def __init__(self, bound: Bound = limits.ENGINE_COUNT):
+        self.bound = bound
+
+    def _expand(self, part: str, budget: int) -> list[int]:
+        if ":" in part:
+            a, b, *step = (int(p) for p in part.split(":"))
+            st = step[0] if step else 1
+            if st < 1:
+                raise ValueError("step")
+            if _range_size(a, b, st) > budget:
+                raise OverflowError
+            return list(range(a, b + 1, st))
+        if "-" in part.lstrip("-") and not part.startswith("-"):
+            a, b = (int(p) for p in part.split("-"))
+            out, x = [], a
+            while x <= b and x >= 1:
+                out.append(x)
+                x *= 2
+            return out
+        return [int(part)]
 
     def convert(self, value: Any, param: Any, ctx: Any) -> list[int]:
         if isinstance(value, list):
@@ -49,29 +108,39 @@ class IntList(click.ParamType):
         out: list[int] = []
         try:
             for part in str(value).split(","):
-                part = part.strip()
-                if ":" in part:
-                    a, b, *step = (int(p) for p in part.split(":"))
-                    out += list(range(a, b + 1, step[0] if step else 1))
-                elif "-" in part.lstrip("-") and not part.startswith("-"):
-                    a, b = (int(p) for p in part.split("-"))
-                    x = a
-                    while x <= b:
-                        out.append(x)
-                        x *= 2
-                else:
-                    out.append(int(part))
+                out += self._expand(part.strip(), limits.MAX_LIST_ITEMS - len(out))
+                if len(out) > limits.MAX_LIST_ITEMS:
+                    raise OverflowError
+        except OverflowError:
+            self.fail(f"{str(value)[:40]!r} expands to more than {limits.MAX_LIST_ITEMS:,} "
+                      "values", param, ctx)
         except ValueError:
-            self.fail(f"{value!r} is not a list of integers like 1,8,32 or 1-256", param, ctx)
+            self.fail(f"{str(value)[:40]!r} is not a list of integers like 1,8,32 or 1-256",
+                      param, ctx)
         if not out or any(x < 1 for x in out):
-            self.fail(f"{value!r}: every value must be a positive integer", param, ctx)
+            self.fail(f"{str(value)[:40]!r}: every value must be a positive integer", param, ctx)
+        try:
+            for x in out:
+                self.bound.check(x, "")
+        except InputError as e:
+            self.fail(str(e), param, ctx)
         return out
 
 
 POSITIVE = FiniteFloat(0, lo_open=True)
 NON_NEGATIVE = FiniteFloat(0)
 FRACTION = FiniteFloat(0, 1, lo_open=True)
-POS_INT = click.IntRange(min=1)
+POS_INT = BoundedInt(limits.ENGINE_COUNT)
+RATE = FiniteFloat(bound=limits.RATE_PER_S)
+"""--rate: requests per second within limits.RATE_PER_S."""
+SECONDS = FiniteFloat(bound=limits.DURATION_S)
+"""SLOs and timeouts in seconds (0, 1 day]."""
+SECONDS_OR_0 = FiniteFloat(0, limits.DURATION_S.hi)
+BURSTINESS = FiniteFloat(bound=limits.BURSTINESS)
+HEADROOM = FiniteFloat(bound=limits.HEADROOM)
+CONCURRENCY = BoundedInt(limits.CONCURRENCY)
+REQUESTS = BoundedInt(limits.REQUESTS)
+SEED = BoundedInt(limits.SEED)
 
 
 def format_option(f: Callable) -> Callable:

@@ -2,16 +2,28 @@
 
 from __future__ import annotations
 
+import math
+import sys
 from pathlib import Path
 from typing import Any
 
 import click
 
+from capplan import limits
 from capplan.catalog.loader import load_catalog
-from capplan.cli._options import POS_INT, POSITIVE, IntList, catalog_option, format_option
+from capplan.cli._options import (
+    POS_INT,
+    SECONDS,
+    BoundedInt,
+    IntList,
+    catalog_option,
+    format_option,
+)
 from capplan.cli._render import Column, emit, render_rows, to_json
 from capplan.errors import InputError
 from capplan.units import s_to_ms
+
+ENDPOINT_TOKENS = BoundedInt(limits.ENDPOINT_TOKENS)
 
 _STEP_COLUMNS = [
     Column("kind", "step"), Column("batch", "batch"), Column("context_len", "context/chunk"),
@@ -57,15 +69,16 @@ def _flat(level: dict[str, Any]) -> dict[str, Any]:
 @click.option("--layers", type=POS_INT, default=None,
               help="Decoder layers to run (scaled to the full depth).")
 @click.option("--endpoint", default=None, help="Base URL of an OpenAI-compatible server.")
-@click.option("--concurrency", type=IntList(), default="1,8,32", show_default=True,
+@click.option("--concurrency", type=IntList(limits.ENDPOINT_CONCURRENCY), default="1,8,32",
+              show_default=True,
               help="Closed-loop client counts, one level each.")
-@click.option("--input-len", type=POS_INT, default=512, show_default=True,
+@click.option("--input-len", type=ENDPOINT_TOKENS, default=512, show_default=True,
               help="Prompt length in tokens (about).")
-@click.option("--output-len", type=POS_INT, default=128, show_default=True,
+@click.option("--output-len", type=ENDPOINT_TOKENS, default=128, show_default=True,
               help="max_tokens per request (ignore_eos).")
 @click.option("--requests-per-level", type=POS_INT, default=None,
               help="Requests per level (default: 4 x concurrency, at least 8).")
-@click.option("--timeout", type=POSITIVE, default=60.0, show_default=True,
+@click.option("--timeout", type=SECONDS, default=60.0, show_default=True,
               help="Per-request timeout in seconds (also the stall timeout between events).")
 @click.option("--from-results", "from_results", multiple=True, type=click.Path(dir_okay=False),
               help="vllm bench serve --save-result or GuideLLM report JSON files.")
@@ -95,20 +108,71 @@ def calibrate_cmd(device: str, model: str | None, gpu: str | None, out: str | No
     if endpoint:
         if not model:
             raise InputError("--endpoint needs --model NAME (the model the server serves)")
-        from capplan.probe.endpoint import run_endpoint
+        from capplan.probe.endpoint import Interrupted, run_endpoint
 
-        levels = run_endpoint(endpoint, model, concurrency, input_len, output_len,
-                              requests_per_level, timeout)
+        try:
+            levels = run_endpoint(endpoint, model, concurrency, input_len, output_len,
+                                  requests_per_level, timeout)
+        except Interrupted as e:
+            _interrupted(e.levels, len(concurrency), model, gpu, cat, fmt, out)
         _emit_levels(levels, model, gpu, cat, fmt, out)
         _fail_if_nothing_completed(levels, endpoint)
         return
     if files:
-        from capplan.probe.results import load_results
-
-        levels = load_results([Path(f) for f in files])
+        levels = _read_results(files)
         _emit_levels(levels, model, gpu, cat, fmt, out)
         return
     _device(device, model, out, quick, force, layers, cat, fmt)
+
+
+def _read_results(files: list[str]) -> list[dict[str, Any]]:
+    """Levels from results files, each checked: a file of the right shape with wrong values
+    (NaN, negative latencies) or of a shape the readers do not know is bad input."""
+    from capplan.probe.results import load_results
+
+    levels: list[dict[str, Any]] = []
+    for f in files:
+        try:
+            got = load_results([Path(f)])
+        except InputError:
+            raise
+        except (KeyError, TypeError, ValueError, AttributeError, IndexError,
+                ZeroDivisionError, OverflowError) as e:
+            raise InputError(f"{f}: not a results file capplan reads (vllm bench serve "
+                             f"--save-result or GuideLLM report): {type(e).__name__}") from e
+        for lv in got:
+            _check_level(lv, f)
+        levels += got
+    return sorted(levels, key=lambda lv: lv["concurrency"])
+
+
+def _check_level(level: dict[str, Any], source: str) -> None:
+    """Every number of a level finite and >= 0; concurrency a positive integer."""
+    conc = level.get("concurrency")
+    if isinstance(conc, bool) or not isinstance(conc, int) or conc < 1:
+        raise InputError(f"{source}: concurrency {str(conc)[:20]} is not a positive integer")
+    for key, v in level.items():
+        vals = v.items() if isinstance(v, dict) else [("", v)]
+        for stat, x in vals:
+            if isinstance(x, int | float) and not isinstance(x, bool) and not (
+                    math.isfinite(x) and x >= 0):
+                name = f"{key}.{stat}" if stat else key
+                raise InputError(f"{source}: {name} is {x:g} at concurrency {conc}; a "
+                                 "latency, rate or count must be a finite number >= 0")
+
+
+def _interrupted(levels: list[dict[str, Any]], planned: int, model: str, gpu: str | None,
+                 cat: Any, fmt: str, out: str | None) -> None:
+    """Ctrl-C: print the levels that finished, write nothing, say so, exit 130."""
+    if levels:
+        try:
+            _emit_levels(levels, model, gpu, cat, fmt, None)
+        except InputError as e:  # too few levels to fit: still say what happened
+            click.echo(f"note: {e}", err=True)
+    kept = f"; {out} left as it was" if out else ""
+    click.echo(f"interrupted: {len(levels)} of {planned} levels finished, no fit written"
+               f"{kept}", err=True)
+    sys.exit(130)
 
 
 def _fail_if_nothing_completed(levels: list[Any], endpoint: str) -> None:

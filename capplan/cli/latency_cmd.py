@@ -7,9 +7,15 @@ from typing import Any
 import click
 
 from capplan.cli._options import (
+    BURSTINESS,
+    CONCURRENCY,
     POS_INT,
+<<<<<<< HEAD
     POSITIVE,
     IntList,
+=======
+    RATE,
+>>>>>>> main
     catalog_option,
     deployment_from_options,
     engine_options,
@@ -37,11 +43,17 @@ class PositiveList(click.ParamType):
 
 @click.command("latency")
 @model_gpu_options
+<<<<<<< HEAD
 @click.option("--rate", type=PositiveList(), default=None,
               help="Open-loop arrival rate (requests/s); a list (5,10,20) sweeps, one row each.")
 @click.option("--concurrency", type=IntList(), default=None,
               help="Closed loop: C clients, each sending its next request when the last ends; "
                    "a list (1,8,64) sweeps.")
+=======
+@click.option("--rate", type=RATE, default=None, help="Open-loop arrival rate (requests/s).")
+@click.option("--concurrency", type=CONCURRENCY, default=None,
+              help="Closed loop: C clients, each sending its next request when the last ends.")
+>>>>>>> main
 @click.option("--trace", type=click.Path(dir_okay=False), default=None,
               help="Trace (CSV/JSONL): its mean rate and its length distributions are used.")
 @click.option("--time-unit", type=click.Choice(["auto", "s", "ms", "us"]), default="auto",
@@ -50,7 +62,7 @@ class PositiveList(click.ParamType):
               help="Prompt tokens: a number or a distribution (lognormal:mean=800,p99=4000).")
 @click.option("--output-len", default="256", show_default=True,
               help="Output tokens: a number or a distribution.")
-@click.option("--burstiness", type=POSITIVE, default=1.0, show_default=True,
+@click.option("--burstiness", type=BURSTINESS, default=1.0, show_default=True,
               help="Gamma arrivals shape (1 = Poisson), as vllm bench serve.")
 @click.option("--num-prompts", type=POS_INT, default=None,
               help="Closed loop: requests the benchmark sends and averages over, start-up wave "

@@ -3,19 +3,28 @@
 from __future__ import annotations
 
 import json
+<<<<<<< HEAD
 import textwrap
+=======
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+>>>>>>> main
 from pathlib import Path
 from typing import Any
 
 import click
 from click.core import ParameterSource
 
+from capplan import limits
 from capplan.catalog.loader import load_catalog
 from capplan.cli._options import (
+    BURSTINESS,
     FRACTION,
-    NON_NEGATIVE,
+    HEADROOM,
     POS_INT,
-    POSITIVE,
+    RATE,
+    SECONDS,
     IntList,
     catalog_option,
     format_option,
@@ -154,18 +163,19 @@ def _exports(paths: tuple[str, ...] | list[str], base: Path | None = None) -> li
 
 @click.command("recommend")
 @click.option("--model", required=True, help="Model: catalog key or Hugging Face id.")
-@click.option("--rate", type=POSITIVE, required=True, help="Total arrival rate (requests/s).")
+@click.option("--rate", type=RATE, required=True, help="Total arrival rate (requests/s).")
 @click.option("--input-len", default="512", show_default=True,
               help="Prompt tokens: a number or a distribution.")
 @click.option("--output-len", default="256", show_default=True,
               help="Output tokens: a number or a distribution.")
-@click.option("--ttft-p99", type=POSITIVE, default=None, help="p99 TTFT SLO (seconds).")
-@click.option("--tbt-p99", type=POSITIVE, default=None, help="p99 time-between-tokens SLO (s).")
-@click.option("--e2e-p99", type=POSITIVE, default=None, help="p99 end-to-end SLO (seconds).")
+@click.option("--ttft-p99", type=SECONDS, default=None, help="p99 TTFT SLO (seconds).")
+@click.option("--tbt-p99", type=SECONDS, default=None, help="p99 time-between-tokens SLO (s).")
+@click.option("--e2e-p99", type=SECONDS, default=None, help="p99 end-to-end SLO (seconds).")
 @click.option("--gpu", "gpus", multiple=True, help="Candidate GPU (repeat); default: all.")
 @click.option("--price", "prices", multiple=True, metavar="GPU=USD",
               help="Your price per GPU-hour, e.g. --price h200=3.5 (repeat).")
-@click.option("--tp", "tps", type=IntList(), default=None, help="TP sizes, e.g. 1,2,4,8.")
+@click.option("--tp", "tps", type=IntList(limits.PARALLEL), default=None,
+              help="TP sizes, e.g. 1,2,4,8.")
 @click.option("--weight-dtype", "weight_dtypes", multiple=True,
               type=click.Choice(["auto", "fp32", "bf16", "fp16", "fp8", "int8", "int4", "fp4"]))
 @click.option("--kv-dtype", "kv_dtypes", multiple=True,
@@ -180,8 +190,8 @@ def _exports(paths: tuple[str, ...] | list[str], base: Path | None = None) -> li
               help="Calibration YAML for the GPU it was measured on (others keep theirs).")
 @click.option("--gpu-memory-utilization", type=FRACTION, default=None,
               help="The engine's memory fraction (default: the engine's for each GPU).")
-@click.option("--burstiness", type=POSITIVE, default=1.0, show_default=True)
-@click.option("--headroom", type=NON_NEGATIVE, default=0.2, show_default=True,
+@click.option("--burstiness", type=BURSTINESS, default=1.0, show_default=True)
+@click.option("--headroom", type=HEADROOM, default=0.2, show_default=True,
               help="Extra capacity for bursts (0.2 = 20%).")
 @click.option("--objective", type=click.Choice(["min_cost", "min_gpus",
                                                 "max_goodput_per_dollar"]), default="min_cost",
@@ -242,26 +252,54 @@ def recommend_cmd(model: str, rate: float, input_len: str, output_len: str,
     _finish(result, fmt, out_paths, plot_dir)
 
 
+PROGRESS_MIN_LANES = 8
+"""Plans with this many lanes (a pool each, plus the shared one) show a progress bar."""
+
+
+@contextmanager
+def _plan_progress(n_lanes: int, pools: str) -> Iterator[Any]:
+    """A stderr progress bar over the pools a plan searches, or None for small plans."""
+    if n_lanes < PROGRESS_MIN_LANES:
+        yield None
+        return
+    total = 1 + (n_lanes if pools in ("separate", "both") else 0)
+    with click.progressbar(length=total, label="planning pools", file=sys.stderr) as bar:
+        seen = [0]
+
+        def tick(done: int, _total: int) -> None:
+            bar.update(done - seen[0])
+            seen[0] = done
+
+        yield tick
+
+
 @click.command("plan")
 @click.argument("plan_file", type=click.Path(dir_okay=False))
 @click.option("--export", "exports", multiple=True,
               help="Write .csv/.json/.md/.xlsx (adds to the plan file's export list).")
 @click.option("--plot", "plot_dir", default=None, help="Write PNG/SVG charts to this folder.")
 @click.option("--no-verify", is_flag=True, help="Skip the simulator check of the best configs.")
+@click.option("--out-dir", type=click.Path(file_okay=False, exists=True), default=None,
+              help="Folder for the plan file's own exports (default: the plan file's folder).")
 @format_option
 @catalog_option
 def plan_cmd(plan_file: str, exports: tuple[str, ...], plot_dir: str | None, no_verify: bool,
-             fmt: str, catalog_dir: tuple[str, ...]) -> None:
+             out_dir: str | None, fmt: str, catalog_dir: tuple[str, ...]) -> None:
     """Run a YAML plan file: recommendations, pool comparison, exports."""
+    from capplan.plan.load import plan_output_path
     from capplan.plan.planner import run_plan
 
     plan = load_plan(plan_file)
     base = Path(plan_file).parent
     if plan.calibration and not Path(plan.calibration).is_absolute():
         plan = plan.model_copy(update={"calibration": str(base / plan.calibration)})
-    out_paths = _exports(list(plan.export), base) + _exports(exports)
+    own = [str(plan_output_path(p, base, Path(out_dir) if out_dir else None))
+           for p in plan.export]
+    out_paths = _exports(own) + _exports(exports)
     try:
-        result = run_plan(load_catalog(catalog_dir), plan, _verifier(not no_verify))
+        with _plan_progress(len(plan.workloads), plan.pools) as progress:
+            result = run_plan(load_catalog(catalog_dir), plan, _verifier(not no_verify),
+                              progress=progress)
     except InputError as e:
         raise type(e)(f"{plan_file}: {e}") from e
     _finish(result, fmt, out_paths, plot_dir)

@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
+import math
 import sys
 from typing import Any
 
 import click
 
 from capplan.cli._options import (
-    NON_NEGATIVE,
+    BURSTINESS,
+    CONCURRENCY,
     POS_INT,
-    POSITIVE,
+    RATE,
+    REQUESTS,
+    SECONDS_OR_0,
+    SEED,
     catalog_option,
     deployment_from_options,
     engine_options,
@@ -27,7 +32,10 @@ PROGRESS_MIN_REQUESTS = 5000
 
 def _rows(results: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
     def lat(key: str, label: str, scale: float, unit: str) -> list[tuple[str, Any]]:
-        return [(f"{label} {q} ({unit})", lambda d, q=q: d[key][q] / scale)
+        # A statistic with no samples (TBT when every request has one output token) is NaN:
+        # show an empty cell, not "nan".
+        return [(f"{label} {q} ({unit})",
+                 lambda d, q=q: d[key][q] / scale if math.isfinite(d[key][q]) else None)
                 for q in ("mean", "p50", "p90", "p99")]
 
     spec: list[tuple[str, Any]] = [
@@ -49,8 +57,8 @@ def _rows(results: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
 
 @click.command("simulate")
 @model_gpu_options
-@click.option("--rate", type=POSITIVE, default=None, help="Open-loop arrival rate (req/s).")
-@click.option("--concurrency", type=POS_INT, default=None,
+@click.option("--rate", type=RATE, default=None, help="Open-loop arrival rate (req/s).")
+@click.option("--concurrency", type=CONCURRENCY, default=None,
               help="Closed loop: C clients, each sends its next request when the last ends.")
 @click.option("--trace", type=click.Path(dir_okay=False), default=None,
               help="CSV/JSONL trace: arrival time, input tokens, output tokens (Azure, Vidur, "
@@ -58,19 +66,19 @@ def _rows(results: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
 @click.option("--time-unit", type=click.Choice(["auto", "s", "ms", "us"]), default="auto",
               show_default=True, help="Unit of a trace's numeric arrival times (auto: Mooncake "
                                       "ms, epoch stamps by size, else seconds).")
-@click.option("--requests", "num_requests", type=POS_INT, default=1000, show_default=True)
-@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--requests", "num_requests", type=REQUESTS, default=1000, show_default=True)
+@click.option("--seed", type=SEED, default=0, show_default=True)
 @click.option("--input-len", default="512", show_default=True,
               help="Tokens: a number or lognormal:mean=..,p99=.. / uniform:min=..,max=.. / "
                    "empirical:FILE.")
 @click.option("--output-len", default="256", show_default=True, help="As --input-len.")
-@click.option("--burstiness", type=POSITIVE, default=1.0, show_default=True,
+@click.option("--burstiness", type=BURSTINESS, default=1.0, show_default=True,
               help="Gamma arrivals of this shape (1 = Poisson; < 1 burstier), as vLLM bench.")
 @click.option("--scheduler", "scheduler", default="continuous", show_default=True,
               help="continuous, static, dynamic, or a comma list to compare side by side.")
 @click.option("--batch-size", type=POS_INT, default=None,
               help="Static/dynamic batch size (default: --max-num-seqs).")
-@click.option("--batch-timeout", type=NON_NEGATIVE, default=0.05, show_default=True,
+@click.option("--batch-timeout", type=SECONDS_OR_0, default=0.05, show_default=True,
               help="Dynamic batching: seconds to wait after the first waiting request.")
 @click.option("--no-chunked-prefill", is_flag=True, help="Prefill whole prompts only.")
 @engine_options
@@ -131,6 +139,9 @@ def simulate_cmd(model: str, gpu: str, rate: float | None, concurrency: int | No
         return
     cols = [Column("q", "quantity"), *(Column(n, n, fmt=",.1f") for n in names)]
     emit(render_rows(_rows(results), cols, fmt))
+    if fmt == "table" and not math.isfinite(results[names[0]]["tbt_s"]["mean"]):
+        click.echo("note: no time between tokens to report: every request has one output "
+                   "token", err=True)
     if fmt == "table":
         click.echo(f"{head['model']} on {head['gpu']} (TP {s.tp}, {dep.profile.label}), "
                    f"{head['num_requests']} requests, seed {seed}; "

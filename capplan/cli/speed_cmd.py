@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import click
 
+from capplan import limits
 from capplan.cli._options import (
     IntList,
     catalog_option,
@@ -21,11 +22,11 @@ from capplan.plan.speed import decode_curve, prefill_rows
 
 @click.command("speed")
 @model_gpu_options
-@click.option("--batch", type=IntList(), default="1,8,32,64,128", show_default=True,
+@click.option("--batch", type=IntList(limits.BATCH), default="1,8,32,64,128", show_default=True,
               help="Running batch sizes: a list (1,8,32) or a doubling range (1-256).")
-@click.option("--context", type=IntList(), default="1024", show_default=True,
+@click.option("--context", type=IntList(limits.TOKENS), default="1024", show_default=True,
               help="Context length(s) in tokens of every running sequence.")
-@click.option("--prefill", type=IntList(), default=None,
+@click.option("--prefill", type=IntList(limits.TOKENS), default=None,
               help="Prompt lengths to time alone (TTFT floor), e.g. 512,2048,8192.")
 @engine_options
 @format_option
@@ -36,8 +37,14 @@ def speed_cmd(model: str, gpu: str, batch: list[int], context: list[int],
               prefill: list[int] | None, fmt: str, catalog_dir: tuple[str, ...],
               plot_dir: str | None, **kw) -> None:
     """Decode step time and throughput over batch and context; prefill times."""
+    limits.check_cap("speed_rows", len(batch) * len(context) + len(prefill or ()),
+                     "--batch x --context")
     dep = deployment_from_options(catalog_dir, model, gpu, kw)
     s = dep.settings
+    context_len = s.max_model_len or dep.model.max_position_embeddings
+    limits.check_context(max(context), context_len, "--context")
+    if prefill:
+        limits.check_context(max(prefill), context_len, "--prefill")
     curve = decode_curve(dep, batch, context)
     if not curve["rows"]:
         raise InputError(f"no batch in {batch} fits: at most {curve['max_batch']} sequences "

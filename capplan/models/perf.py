@@ -54,6 +54,27 @@ def smooth_max(a: np.ndarray, b: np.ndarray, p: float = SMOOTH_P) -> np.ndarray:
     return (a**p + b**p) ** (1.0 / p)
 
 
+def chunk_attention(chunk_tokens: Any, prefix_tokens: Any, window: Any) -> tuple[Any, Any, Any]:
+    """Attention work of a causal prefill chunk: c new tokens after p cached ones.
+
+    Returns (pairs, pairs_window, kv_read_window):
+      pairs = c*p + c(c+1)/2 (the chunk's i-th query sees p + i keys, i = 1..c; causal mask);
+      pairs_window = min(pairs, c*w - [p = 0] cw(cw-1)/2), cw = min(c, w): each query sees at
+        most w keys of a sliding window (exact when p = 0 or p + c <= w, an upper bound between);
+      kv_read_window = min(p, w), the cached tokens a window layer reads.
+    The one home of this formula (StepModel.prefill_chunk, the simulator and request batching
+    call it). Python numbers in, Python numbers out, so the simulator can call it per chunk;
+    numpy arrays broadcast.
+    """
+    c, p, w = chunk_tokens, prefix_tokens, window
+    arrays = isinstance(c, np.ndarray) or isinstance(p, np.ndarray) or isinstance(w, np.ndarray)
+    mn = np.minimum if arrays else min
+    pairs = c * p + c * (c + 1) / 2
+    cw = mn(c, w)
+    pairs_w = mn(pairs, c * w - (p <= 0) * (cw * (cw - 1) / 2))
+    return pairs, pairs_w, mn(p, w)
+
+
 @dataclass(frozen=True)
 class StepModel:
     """Per-configuration constants of the step-time model (floats, or arrays for grids)."""
@@ -202,16 +223,13 @@ class StepModel:
         c = np.asarray(chunk_tokens, float)
         p = np.asarray(prefix_tokens, float)
         w = np.asarray(self.window, float)
-        pairs = c * p + c * (c + 1) / 2
-        # Window-capped pairs: each query attends to at most w keys.
-        cw = np.minimum(c, w)
-        pairs_w = np.minimum(pairs, c * w - np.where(p > 0, 0.0, cw * (cw - 1) / 2))
+        pairs, pairs_w, read_w = chunk_attention(c, p, w)
         bd = np.asarray(num_decode, float)
         dkv = np.asarray(decode_kv_tokens, float)
         return self.step(num_decode=bd, decode_kv_tokens=dkv,
                          decode_kv_tokens_window=np.minimum(dkv, bd * w),
                          prefill_tokens=c, prefill_pairs=pairs, prefill_pairs_window=pairs_w,
-                         prefill_kv_read=p, prefill_kv_read_window=np.minimum(p, w),
+                         prefill_kv_read=p, prefill_kv_read_window=read_w,
                          num_prefill_seqs=(c > 0).astype(float),
                          num_logits=bd + np.asarray(last_chunk, float) * (c > 0), detail=detail)
 

@@ -31,6 +31,7 @@ from numpy.typing import ArrayLike
 from scipy import fft as sp_fft
 from scipy import special
 
+from capplan.models.engine import SchedulerPolicy
 from capplan.models.perf import StepModel
 
 QUANTILES = {"p50": 0.50, "p90": 0.90, "p99": 0.99}
@@ -437,16 +438,22 @@ class _Terms:
     wq_c: np.ndarray
     m_chunks: np.ndarray
     chunk_mean: np.ndarray
+    gap: np.ndarray
+    """Mean gap between a sequence's tokens (tau, or longer for a prefill-first engine)."""
 
 
 class QueueModel:
     """Analytic steady state of one replica for given lengths and limits."""
 
     def __init__(self, step: StepModel, inp: LengthStats, out: LengthStats, limits: Limits,
-                 arrival_scv: float = 1.0):
+                 arrival_scv: float = 1.0, policy: SchedulerPolicy | None = None):
         """arrival_scv: squared coefficient of variation of inter-arrival times (1 = Poisson;
-        gamma arrivals with burstiness k have 1/k), used in Kingman's G/G correction."""
+        gamma arrivals with burstiness k have 1/k), used in Kingman's G/G correction.
+        policy: the engine profile's scheduler (default vLLM's): prefill-first steps stall the
+        decoders, whole-prompt engines take a prompt in one step, and an output reservation
+        lowers the KV concurrency cap (docs/engines.md)."""
         self.step, self.inp, self.out, self.limits = step, inp, out, limits
+        self.policy = policy or SchedulerPolicy()
         self.ca2 = float(arrival_scv)
         self.dec_tokens = max(out.mean - 1.0, 0.0)
         # Time-averaged context of a decoding sequence, lengths independent:
@@ -459,7 +466,10 @@ class QueueModel:
         # B sequences hold a sum with mean B mu and sd sqrt(B) sigma; the cap is the largest B
         # whose 99th percentile fits: B mu + 2.33 sqrt(B) sigma = KV tokens (heavy-tailed
         # lengths leave less room than the mean suggests; vLLM would preempt beyond it).
-        mu = max(inp.mean + out.mean / 2, 1.0)
+        # An engine reserving a fraction r of the output at admission holds at least I + r O:
+        # mean I + O (1 + r) / 2 (TensorRT-LLM's GUARANTEED_NO_EVICT: r = 1, I + O).
+        r = min(max(self.policy.reserve_output_frac, 0.0), 1.0)
+        mu = max(inp.mean + out.mean * (1 + r) / 2, 1.0)
         sigma = math.sqrt(inp.var + out.var / 4 + out.mean_sq / 12)
         kv = np.asarray(limits.kv_cache_tokens, float)
         z = Z99
@@ -477,32 +487,58 @@ class QueueModel:
                               detail=False)["step_s"]
 
     def _mixed(self, b: np.ndarray, chunk: np.ndarray) -> np.ndarray:
-        """A step with b decode sequences and one prefill chunk of `chunk` tokens (mean prefix)."""
+        """A step with b decode sequences and one prefill chunk of `chunk` tokens (mean prefix);
+        a prefill-first engine runs the chunk alone (the decoders wait)."""
         prefix = np.maximum(self.inp.mean - chunk, 0.0) / 2
+        if self.policy.prefill_first:
+            b = np.zeros_like(np.asarray(b, float))
         return self.step.prefill_chunk(chunk, prefix, num_decode=b,
                                        decode_kv_tokens=b * self.ctx_mean,
                                        detail=False)["step_s"]
 
     def _chunk_budget(self, b: np.ndarray) -> np.ndarray:
+        if self.policy.prefill_first:  # the prefill step holds no decode tokens
+            return np.maximum(self.mnbt + 0 * np.asarray(b, float), 1.0)
         return np.maximum(self.mnbt - b, 1.0)
 
     def _n_chunks(self, budget: np.ndarray) -> np.ndarray:
+        if not self.policy.chunked_prefill:  # whole prompts: one step each
+            return np.ones_like(np.asarray(budget, float))
         per_budget = self.inp.mean / budget
         return np.maximum(1.0, per_budget + 0.5 * np.minimum(1.0, per_budget))
 
     def _mean_step(self, lam: np.ndarray, tau: np.ndarray) -> dict[str, np.ndarray]:
-        # At least a sliver of a sequence, so that a step always costs its fixed overheads.
-        b = np.maximum(np.minimum(lam * self.dec_tokens * tau, self.cap), 1e-9)
-        budget = self._chunk_budget(b)
-        n = self._n_chunks(budget)
-        f = 1.0 - np.exp(-lam * tau * n)
+        # Decoders get a token every step (mixed), or only in decode steps (prefill-first:
+        # the gap between tokens is tau / (1 - f)). Little's law for the decoding batch:
+        # B = lambda (O - 1) gap. At least a sliver of a sequence, so that a step always costs
+        # its fixed overheads.
+        if self.policy.prefill_first:
+            budget = self._chunk_budget(np.zeros_like(np.asarray(tau, float)))
+            n = self._n_chunks(budget)
+            f = 1.0 - np.exp(-lam * tau * n)
+            gap = tau / np.maximum(1.0 - f, 1e-3)
+            b = np.maximum(np.minimum(lam * self.dec_tokens * gap, self.cap), 1e-9)
+        else:
+            b = np.maximum(np.minimum(lam * self.dec_tokens * tau, self.cap), 1e-9)
+            budget = self._chunk_budget(b)
+            n = self._n_chunks(budget)
+            f = 1.0 - np.exp(-lam * tau * n)
         p_bar = lam * self.inp.mean * tau
         chunk = np.clip(p_bar / np.maximum(f, 1e-12), 1.0, budget)
         t_dec = self._decode(b)
         t_pf = self._mixed(b, chunk)
+        if not self.policy.chunked_prefill:  # a whole prompt per prefill step
+            chunk = np.maximum(chunk, np.minimum(self.inp.mean, budget))
         mean = (1 - f) * t_dec + f * t_pf
         return {"tau": mean, "b": b, "f": f, "t_dec": t_dec, "t_pf": t_pf, "budget": budget,
                 "chunk": chunk, "n": n}
+
+    def token_gap(self, s: dict[str, np.ndarray], tau: np.ndarray) -> np.ndarray:
+        """Mean gap between a sequence's tokens: the mean step, or for a prefill-first engine
+        the mean step over the share of steps that decode."""
+        if self.policy.prefill_first:
+            return tau / np.maximum(1.0 - s["f"], 1e-3)
+        return tau
 
     def _fixed_point(self, lam: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Mean step time solving tau = T(tau), and whether it exists.
@@ -602,7 +638,7 @@ class QueueModel:
         slope = self._decode(b + 1.0) - t_dec
         var_b = (self.dec_tokens * slope) ** 2 * (2.0 / 3.0) * b
         out_len, o_w = _strata_lengths(out)
-        decode = np.maximum(out_len - 1.0, 0.0) * fin(tau)[..., None]
+        decode = np.maximum(out_len - 1.0, 0.0) * fin(x.gap)[..., None]
         e2e = _sum_law([_Term(ttft.offset, 0.0), ttft.as_term(), _values_term(decode, o_w),
                         _normal_term(np.sqrt(fin(np.maximum(var_pf + var_b, 0.0))))], shape)
         probs = tuple(QUANTILES.values())
@@ -637,7 +673,8 @@ class QueueModel:
         wq_p = np.where(rho_p < 1, kingman_p * lam * inp.mean_sq / r**2 / (
             2 * np.maximum(1 - rho_p, 1e-9)), np.inf)
         # Concurrency cap (M/G/c): a request holds a slot for its prefill and its decode.
-        slot_s = own_mean + self.dec_tokens * tau
+        gap = self.token_gap(s, tau)
+        slot_s = own_mean + self.dec_tokens * gap
         a = lam * slot_s
         c = np.maximum(self.cap, 1.0)
         p_wait = np.where(a < c, _poisson_erlang_c(c, a), 1.0)
@@ -645,13 +682,15 @@ class QueueModel:
         wq_c = np.where(a < c, p_wait * slot_s / np.maximum(c - a, 1e-9) * (self.ca2 + cs2) / 2,
                         np.inf)
         stable = exists & (rho_p < 1) & (a < c) & (lam * inp.mean * tau < budget)
-        m_chunks = lam * tau * s["n"]
+        # Unstable rows are reported as inf below; give them m = 0 so that the compound-Poisson
+        # sum does not loop over ~m terms for an absurd rate (1e9 req/s took minutes, 7 GB).
+        m_chunks = np.where(stable, lam * tau * s["n"], 0.0)
         res: dict[str, Any] = {"stable": stable, "step_s": tau, "decode_step_s": t_dec,
                                "prefill_step_s": t_pf, "prefill_step_frac": s["f"]}
         ttft: dict[str, Any] = {"mean": tau / 2 + wq_p + own_mean + wq_c
                                 + self.step.request_overhead_s}
-        tbt: dict[str, Any] = {"mean": tau}
-        e2e: dict[str, Any] = {"mean": ttft["mean"] + self.dec_tokens * tau}
+        tbt: dict[str, Any] = {"mean": gap}
+        e2e: dict[str, Any] = {"mean": ttft["mean"] + self.dec_tokens * gap}
         # TBT: every gap is one step. The number K of prefill chunks landing in a step is
         # Poisson with mean m = lambda * tau * E[chunks]; the step carries the sum of K chunk
         # sizes (capped by the budget). The p-quantile gap is the step carrying the p-quantile
@@ -667,7 +706,8 @@ class QueueModel:
                 tbt[name] = np.maximum(tbt[name], prev_tbt)
             prev_tbt = tbt[name]
         ttft_q, e2e_q = self._sum_quantiles(_Terms(lam, tau, b, budget, t_dec, t_full, rho_p,
-                                                   wq_p, p_wait, wq_c, m_chunks, moments[0]))
+                                                   wq_p, p_wait, wq_c, m_chunks, moments[0],
+                                                   gap))
         for name, tq, eq in zip(QUANTILES, ttft_q, e2e_q, strict=True):
             ttft[name], e2e[name] = tq, eq
         # the mean of the shared-step term of _sum_quantiles (m chunks of the mean size)

@@ -1,8 +1,15 @@
-"""Engine launch commands for a recommendation: vLLM, SGLang, and the benchmark to verify it.
+"""Engine launch commands for a recommendation: vLLM, SGLang, TensorRT-LLM, and the benchmark
+to verify it.
 
 Flag names: vLLM `vllm serve --help` (0.10-0.11); SGLang `python -m sglang.launch_server
 --help` (0.4-0.5): --tp, --max-running-requests, --chunked-prefill-size, --mem-fraction-static,
---context-length, --kv-cache-dtype, --quantization.
+--context-length, --kv-cache-dtype, --quantization; TensorRT-LLM `trtllm-serve --help` (1.x):
+--backend pytorch, --tp_size, --max_batch_size, --max_num_tokens,
+--kv_cache_free_gpu_memory_fraction, --max_seq_len.
+
+Every engine's memory fraction means something else (models/engine.py MemoryAccounting), so
+each line's fraction is derived from the planned memory by that engine's own rule: the line
+holds the KV cache the plan counted on, whichever engine it launches.
 """
 
 from __future__ import annotations
@@ -11,19 +18,45 @@ import math
 from typing import Any
 
 from capplan.catalog.schema import ModelSpec
+from capplan.models.memory import MemoryReport
 
 _VLLM_QUANT = {"fp8": "fp8"}  # int4/fp4 need a pre-quantized checkpoint (AWQ/GPTQ/NVFP4 repo)
 
 
-def engine_flags(model: ModelSpec, r: dict[str, Any], traffic: Any) -> dict[str, str]:
+def memory_fractions(mem: MemoryReport) -> dict[str, float]:
+    """Each engine's memory fraction that yields the plan's KV cache (rounded up to 0.001).
+
+    vLLM: (weights + activation peak + non-torch + KV) / total; SGLang --mem-fraction-static:
+    (weights + non-torch + KV) / total, activations outside; TensorRT-LLM
+    free_gpu_memory_fraction: KV / (memory free after weights, activations, runtime, graphs).
+    """
+    total = mem.total_memory_bytes
+    w, act = mem.weights_bytes_per_gpu, mem.activation_peak_bytes_per_gpu
+    ovh, graphs = mem.runtime_overhead_bytes_per_gpu, mem.cuda_graph_bytes_per_gpu
+    kv = mem.kv_cache_bytes_per_gpu
+    free = max(total - w - act - ovh - graphs, 1.0)
+
+    def up(x: float) -> float:
+        return min(math.ceil(x * 1000 - 1e-6) / 1000, 1.0)
+
+    return {"vllm": up((w + act + ovh + kv) / total), "sglang": up((w + ovh + kv) / total),
+            "trtllm": up(kv / free)}
+
+
+def engine_flags(model: ModelSpec, r: dict[str, Any], traffic: Any,
+                 memory: MemoryReport | None = None) -> dict[str, str]:
+    """Launch lines for every engine; `memory` (the planned MemoryReport) sets each engine's
+    memory fraction by its own rule, else the planned engine's fraction is printed as is."""
     hf = model.hf_id
+    frac = memory_fractions(memory) if memory is not None else {
+        e: r["gpu_memory_utilization"] for e in ("vllm", "sglang", "trtllm")}
     wd, kvd = r["weight_dtype"], r["kv_dtype"]
     v = [f"vllm serve {hf}", f"--tensor-parallel-size {r['tp']}"]
     if r.get("pp", 1) > 1:
         v.append(f"--pipeline-parallel-size {r['pp']}")
     v += [f"--max-num-seqs {r['max_num_seqs']}",
           f"--max-num-batched-tokens {r['max_num_batched_tokens']}",
-          f"--gpu-memory-utilization {r['gpu_memory_utilization']:g}",
+          f"--gpu-memory-utilization {frac['vllm']:g}",
           f"--max-model-len {r['max_model_len']}"]
     own_format = model.quantization.format if model.quantization else model.torch_dtype
     note = ""
@@ -42,7 +75,7 @@ def engine_flags(model: ModelSpec, r: dict[str, Any], traffic: Any) -> dict[str,
     s = [f"python -m sglang.launch_server --model-path {hf}", f"--tp {r['tp']}",
          f"--max-running-requests {r['max_num_seqs']}",
          f"--chunked-prefill-size {r['max_num_batched_tokens']}",
-         f"--mem-fraction-static {r['gpu_memory_utilization']:g}",
+         f"--mem-fraction-static {frac['sglang']:g}",
          f"--context-length {r['max_model_len']}"]
     if kvd == "fp8":
         s.append("--kv-cache-dtype fp8_e4m3")  # vLLM's fp8 is e4m3 too
@@ -50,10 +83,21 @@ def engine_flags(model: ModelSpec, r: dict[str, Any], traffic: Any) -> dict[str,
         s.append("--quantization fp8")
     if priority:  # SGLang 0.5 ServerArgs: off by default, and higher values first unless told
         s += ["--enable-priority-scheduling", "--schedule-low-priority-values-first"]
+    t = [f"trtllm-serve {hf} --backend pytorch", f"--tp_size {r['tp']}"]
+    if r.get("pp", 1) > 1:
+        t.append(f"--pp_size {r['pp']}")
+    t += [f"--max_batch_size {r['max_num_seqs']}",
+          f"--max_num_tokens {max(r['max_num_batched_tokens'], r['max_model_len'])}",
+          f"--kv_cache_free_gpu_memory_fraction {frac['trtllm']:g}",
+          f"--max_seq_len {r['max_model_len']}"]
+    # TensorRT-LLM prefills whole prompts (no chunking by default): max_num_tokens covers one.
+    if kvd == "fp8":
+        t.append("--extra_llm_api_options kv_fp8.yaml  # kv_cache_config: {dtype: fp8}")
     n = max(200, math.ceil(r["per_replica_rate_per_s"] * 300))
     bench = (f"vllm bench serve --model {hf} --dataset-name random "
              f"--random-input-len {round(traffic.inp.mean)} "
              f"--random-output-len {round(traffic.out.mean)} "
              f"--request-rate {r['per_replica_rate_per_s']:.3g} --num-prompts {n} "
              "--percentile-metrics ttft,tpot,itl,e2el --metric-percentiles 50,90,99")
-    return {"vllm": " ".join(v) + note, "sglang": " ".join(s), "bench": bench}
+    return {"vllm": " ".join(v) + note, "sglang": " ".join(s), "trtllm": " ".join(t),
+            "bench": bench}

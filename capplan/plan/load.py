@@ -4,11 +4,13 @@ of one deployment under them. Composition only: the formulas live in models/queu
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from capplan.errors import InputError
+from capplan.limits import CONCURRENCY, RATE_PER_S
 from capplan.models.closed_loop import (
     VLLM_BENCH_NUM_PROMPTS,
     BenchmarkProtocol,
@@ -39,6 +41,11 @@ def require_one_load(rate: float | None, concurrency: int | None, trace: str | N
     given = [x is not None for x in (rate, concurrency, trace)]
     if sum(given) != 1:
         raise InputError("give exactly one of --rate, --concurrency or --trace")
+    # the edge's bounds, for the Python API as for the CLI (whose options checked them already)
+    if rate is not None:
+        RATE_PER_S.check(rate, "--rate")
+    if concurrency is not None:
+        CONCURRENCY.check(concurrency, "--concurrency")
 
 
 def load_spec_from_options(rate: float | None, concurrency: int | None, trace: str | None,
@@ -67,7 +74,8 @@ def load_spec_from_options(rate: float | None, concurrency: int | None, trace: s
 def queue_model(dep: Deployment, load: LoadSpec) -> QueueModel:
     s = dep.settings
     limits = Limits(s.max_num_seqs, s.max_num_batched_tokens, dep.memory.kv_cache_tokens)
-    return QueueModel(dep.step, load.input_stats, load.output_stats, limits, load.arrival_scv)
+    return QueueModel(dep.step, load.input_stats, load.output_stats, limits, load.arrival_scv,
+                      dep.profile.scheduler)
 
 
 def analytic_latency(dep: Deployment, load: LoadSpec) -> dict[str, Any]:
@@ -131,3 +139,25 @@ def _unstable_bound(res: dict[str, Any]) -> str:
     if res.get("slot_utilization", 0) >= 1:
         return "concurrency cap"
     return "decode bandwidth"
+
+
+def plan_output_path(entry: str, plan_dir: Path, out_dir: Path | None = None) -> Path:
+    """Where a plan file's `export:` entry is written: inside the plan's folder (or `out_dir`).
+
+    A plan file can come from someone else: an absolute path or a `..` would let it overwrite
+    any file the user can write, so both are refused, and a path that resolves outside the
+    folder through a symlinked sub-folder is refused too.
+    """
+    base = Path(out_dir) if out_dir is not None else Path(plan_dir)
+    rel = Path(entry)
+    if rel.is_absolute() or rel.drive or rel.anchor:
+        raise InputError(f"export {entry!r}: a plan file writes only inside {base}; give a "
+                         "relative path (or pass --export on the command line)")
+    if ".." in rel.parts:
+        raise InputError(f"export {entry!r}: '..' leaves {base}; a plan file writes only "
+                         "inside its folder (use --out-dir or --export to write elsewhere)")
+    path = base / rel
+    root = base.resolve()
+    if not path.parent.resolve().is_relative_to(root):
+        raise InputError(f"export {entry!r}: resolves outside {base} through a symbolic link")
+    return path

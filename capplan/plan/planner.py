@@ -17,6 +17,7 @@ import numpy as np
 from capplan.catalog.loader import Catalog, ResolvedModel
 from capplan.catalog.schema import ModelSpec
 from capplan.errors import InfeasibleError, InputError
+from capplan.models.memory import memory_report
 from capplan.models.perf import knee_batch
 from capplan.models.queueing import Limits, QueueModel, summarize
 from capplan.plan.flags import engine_flags
@@ -112,7 +113,7 @@ def _queue_model(c: Candidate, t: Traffic) -> QueueModel:
     s = c.settings
     return QueueModel(c.step, t.inp, t.out,
                       Limits(s.max_num_seqs, s.max_num_batched_tokens, c.kv_cache_tokens),
-                      t.arrival_scv)
+                      t.arrival_scv, s.profile.scheduler)
 
 
 def _recommendation(c: Candidate, found: SearchResult, t: Traffic) -> Recommendation:
@@ -170,13 +171,24 @@ def _warnings(r: Recommendation, ctx_mean: float) -> list[str]:
     return out
 
 
-def run_plan(cat: Catalog, plan: PlanFile, verify: VerifyFn | None = None) -> PlanResult:
-    """Plan every pool layout asked for (see PlanResult.to_dict for the JSON)."""
+def run_plan(cat: Catalog, plan: PlanFile, verify: VerifyFn | None = None,
+             progress: Callable[[int, int], object] | None = None) -> PlanResult:
+    """Plan every pool layout asked for (see PlanResult.to_dict for the JSON);
+    `progress(done, total)` is called after each pool is planned."""
     resolved = cat.resolve_model(plan.model)
     lanes = list(plan.workloads)
+    per_lane = len(lanes) > 1 and plan.pools in ("separate", "both")
+    total = 1 + len(lanes) * per_lane
     result = _plan_pool(cat, plan, resolved, lanes, verify)
-    if len(lanes) > 1 and plan.pools in ("separate", "both"):
-        pools = PoolComparison(result.best, [_separate(cat, plan, resolved, ln) for ln in lanes])
+    if progress is not None:
+        progress(1, total)
+    if per_lane:
+        separate = []
+        for i, ln in enumerate(lanes, 2):
+            separate.append(_separate(cat, plan, resolved, ln))
+            if progress is not None:
+                progress(i, total)
+        pools = PoolComparison(result.best, separate)
         cost, cheaper = pools.separate_cost_per_hour, pools.cheaper
         note = (f"pools: one shared pool costs {_money(result.best.cost_per_hour)}/h, a pool per "
                 f"lane {_money(cost)}/h: " + ("they cost the same (shared keeps spare capacity "
@@ -312,8 +324,10 @@ def _plan_pool(cat: Catalog, plan: PlanFile, resolved: ResolvedModel, lanes: lis
     ranked = _explain(ranked)
     warnings += _warnings(ranked[0], _queue_model(ranked[0].candidate, t).ctx_mean)
     warnings += _default_lengths(lanes)
-    ranked = [r.with_(rank=i + 1, engine_flags=engine_flags(model, r.settings_dict(), t))
-              for i, r in enumerate(ranked)]
+    ranked = [r.with_(rank=i + 1, engine_flags=engine_flags(
+        model, r.settings_dict(), t,
+        memory_report(model, r.candidate.gpu, r.candidate.settings)))
+        for i, r in enumerate(ranked)]
     return PlanResult(
         model=model.key, hf_id=model.hf_id, objective=plan.objective, headroom=plan.headroom,
         target_rate_per_s=t.rate_per_s, lanes=list(lanes),
@@ -360,7 +374,9 @@ def _verify_job(r: Recommendation, pool: _Pool, max_requests: int) -> VerifyJob:
     return VerifyJob(lanes=pool.lanes, replicas=r.replicas, step=c.step,
                      num_gpu_blocks=c.num_gpu_blocks, block_size=s.block_size,
                      max_num_seqs=s.max_num_seqs, max_num_batched_tokens=s.max_num_batched_tokens,
-                     max_model_len=s.max_model_len, requests=n_req)
+                     max_model_len=s.max_model_len, requests=n_req,
+                     policy=s.profile.scheduler,
+                     request_overhead_s=float(np.asarray(c.step.request_overhead_s)))
 
 
 def _verify(ranked: list[Recommendation], pool: _Pool, top: int, max_requests: int,

@@ -7,12 +7,23 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
+from capplan import limits as L
 from capplan.errors import InputError, validation_error_line
 from capplan.units import parse_seconds
 
 _STRICT = ConfigDict(extra="forbid", frozen=True)
+_COUNT = L.ENGINE_COUNT.field()
+_CATALOG_GPUS_ESTIMATE = 25
+"""GPUs a plan without `candidates.gpus` may search (the catalog holds 23)."""
 
 
 def _seconds(v: Any) -> float | None:
@@ -24,7 +35,19 @@ def _seconds(v: Any) -> float | None:
         raise ValueError(str(e)) from e
     if not math.isfinite(x) or x <= 0:
         raise ValueError(f"{v!r} must be a positive duration (e.g. 1.0, '800ms')")
-    return x
+    return float(L.DURATION_S.check(x, ""))
+
+
+def _length(v: Any) -> Any:
+    """A token length: a whole number or a distribution string, checked by parse_length (the
+    edge's bounds) so that a plan file fails where the CLI does."""
+    if isinstance(v, bool) or not isinstance(v, int | str):
+        raise ValueError(f"a length is a number of tokens or a distribution string, not a "
+                         f"{type(v).__name__}")
+    from capplan.sim.workload import parse_length
+
+    parse_length(v)
+    return v
 
 
 class Slo(BaseModel):
@@ -49,29 +72,34 @@ class Lane(BaseModel):
 
     model_config = _STRICT
     name: str = "default"
-    rate_per_s: float = Field(gt=0, allow_inf_nan=False)
+    rate_per_s: L.RATE_PER_S.field()  # type: ignore[valid-type]
     """Mean arrival rate, requests per second (for the whole fleet)."""
     arrival: Literal["poisson", "gamma"] = "poisson"
-    burstiness: float = Field(default=1.0, gt=0, allow_inf_nan=False)
+    burstiness: L.BURSTINESS.field() = 1.0  # type: ignore[valid-type]
     """Gamma shape (1 = Poisson; < 1 burstier), as vllm bench serve --burstiness."""
     input_len: str | int = 512
     """Prompt tokens: a number or a distribution ('lognormal:mean=800,p99=4000')."""
     output_len: str | int = 256
     slo: Slo = Slo()
-    priority: int = 0
+    priority: L.PRIORITY.field() = 0  # type: ignore[valid-type]
     """Lower is served first when lanes share a pool (vLLM priority scheduling)."""
+
+    @field_validator("input_len", "output_len", mode="before")
+    @classmethod
+    def _lengths(cls, v: Any) -> Any:
+        return _length(v)
 
 
 class Candidates(BaseModel):
     model_config = _STRICT
     gpus: list[str] | None = None
     """GPU types to consider (default: every catalog GPU that can hold the model)."""
-    tp: list[int] | None = None
+    tp: list[L.PARALLEL.field()] | None = None  # type: ignore[valid-type]
     """Tensor-parallel sizes (default: 1, 2, 4, 8 where they divide the heads and fit)."""
     weight_dtypes: list[Literal["auto", "fp32", "bf16", "fp16", "fp8", "int8", "int4",
                                 "fp4"]] = ["auto"]
     kv_dtypes: list[Literal["auto", "bf16", "fp16", "fp8"]] = ["auto"]
-    prices: dict[str, float] = {}
+    prices: dict[str, L.PRICE_PER_HOUR.field()] = {}  # type: ignore[valid-type]
     """Your price per GPU-hour (USD) by GPU name, over the catalog's indicative prices; GPUs
     without any price rank after priced ones."""
 
@@ -88,22 +116,23 @@ class EngineSpec(BaseModel):
     model_config = _STRICT
     name: Literal["vllm", "sglang", "trtllm"] = "vllm"
     """The serving engine: its memory accounting, scheduler and defaults (docs/engines.md)."""
-    max_num_seqs: list[int] | int | None = None
+    max_num_seqs: list[_COUNT] | _COUNT | None = None  # type: ignore[valid-type]
     """Values to search (default 64..1024)."""
-    max_num_batched_tokens: list[int] | int | None = None
+    max_num_batched_tokens: list[_COUNT] | _COUNT | None = None  # type: ignore[valid-type]
     """Prefill chunk sizes to search (default 512..16384)."""
-    gpu_memory_utilization: float | None = Field(default=None, gt=0, le=1, allow_inf_nan=False)
+    gpu_memory_utilization: L.FRACTION.field() | None = None  # type: ignore[valid-type]
     """The engine's memory fraction in its own meaning; default: the engine's for the GPU."""
-    max_model_len: int | None = Field(default=None, ge=1)
-    block_size: int | None = Field(default=None, ge=1)
-    """KV block (page) size; default: the engine's."""
+    max_model_len: _COUNT | None = None  # type: ignore[valid-type]
+    block_size: Literal[1, 8, 16, 32, 64, 128] | None = None
+    """KV block (page) size, one of the CLI's --block-size choices; default: the engine's."""
 
 
 class VerifySpec(BaseModel):
     model_config = _STRICT
-    top: int = Field(default=5, ge=0)
+    top: int = Field(default=5, ge=0, le=100, strict=True)
     """How many of the best configurations the simulator checks."""
-    requests: int = Field(default=1500, ge=50)
+    requests: int = Field(default=1500, ge=50, le=1_000_000, strict=True)
+    """Requests per simulated check (the sim_requests cap's default bounds it)."""
 
 
 class PlanFile(BaseModel):
@@ -118,7 +147,7 @@ class PlanFile(BaseModel):
     pools: Literal["shared", "separate", "both"] = "both"
     """Several lanes: one shared pool with priorities, a pool per lane, or plan both."""
     objective: Literal["min_cost", "min_gpus", "max_goodput_per_dollar"] = "min_cost"
-    headroom: float = Field(default=0.2, ge=0, le=10, allow_inf_nan=False)
+    headroom: L.HEADROOM.field() = 0.2  # type: ignore[valid-type]
     """Extra capacity for bursts: replicas cover rate * (1 + headroom)."""
     verify: VerifySpec = VerifySpec()
     calibration: str | None = None
@@ -131,10 +160,25 @@ class PlanFile(BaseModel):
     export: list[str] = []
     """Files to write (.csv, .json, .md, .xlsx), relative to the plan file."""
 
+    @model_validator(mode="after")
+    def _bounded_search(self) -> PlanFile:
+        """Configurations to search, estimated before the search (the planner evaluates every
+        GPU x TP x dtype x max_num_seqs x chunk combination as one array)."""
+        def n(v: Any, default: int) -> int:
+            return default if v is None else len(v) if isinstance(v, list) else 1
+        c, e = self.candidates, self.engine
+        total = (n(c.gpus, _CATALOG_GPUS_ESTIMATE) * n(c.tp, 4) * len(c.weight_dtypes)
+                 * len(c.kv_dtypes) * n(e.max_num_seqs, 5) * n(e.max_num_batched_tokens, 6))
+        L.check_cap("plan_configurations", total, "candidates x engine values")
+        L.check_cap("sim_requests", self.verify.top * self.verify.requests,
+                    "verify.top x verify.requests (simulated to check the best)")
+        return self
+
     @field_validator("workloads")
     @classmethod
     def _unique_lane_names(cls, v: list[Lane]) -> list[Lane]:
         names = [lane.name for lane in v]
+        L.check_cap("plan_lanes", len(v), "workloads")
         dup = next((n for n in names if names.count(n) > 1), None)
         if dup is not None:
             raise ValueError(f"two lanes are named {dup!r}; give each lane its own name")
@@ -186,7 +230,7 @@ def load_plan(path: str | Path) -> PlanFile:
     data = read_yaml(p)
     if not isinstance(data, dict):
         raise InputError(f"{p}:1: a plan file is a YAML mapping (model:, workloads:, ...)")
-    text = p.read_text(encoding="utf-8")
+    text = L.read_text(p, "plan file")
     try:
         return PlanFile.model_validate(data)
     except ValidationError as e:

@@ -214,7 +214,8 @@ def analytic_search(groups: list[ConfigGroup], t: Traffic, headroom: float = 0.2
     seqs = np.asarray([[c[0] for c in g.combos] for g in groups], float)
     chunk = np.asarray([[c[1] for c in g.combos] for g in groups], float)
     kv = np.asarray([g.kv_tokens for g in groups], float)
-    qm = QueueModel(sm, t.inp, t.out, Limits(seqs, chunk, kv), t.arrival_scv)
+    policy = groups[0].settings.profile.scheduler if groups else None  # one engine per plan
+    qm = QueueModel(sm, t.inp, t.out, Limits(seqs, chunk, kv), t.arrival_scv, policy)
     with np.errstate(all="ignore"):
         cap = qm.capacity_rate()
         lo, hi = np.zeros_like(cap), np.maximum(cap, 1e-9)
@@ -273,6 +274,12 @@ def nearest_miss(found: SearchResult, t: Traffic) -> str:
             best_ratio, best, detail = worst[0], c, worst
     if best is None or detail is None:
         return "no candidate configuration fits the model in memory"
+    if best_ratio < 1:  # the SLOs hold at low load: the rate needs too many replicas
+        fastest = max(found.candidates, key=lambda c: c.max_rate_per_s)
+        return (f"no configuration serves {t.rate_per_s:g} req/s with a sensible number of "
+                f"replicas: the fastest, {fastest.gpu.key} TP {fastest.settings.tp}, sustains "
+                f"{fastest.max_rate_per_s:.3g} req/s per replica within the SLOs; split the "
+                "traffic into several deployments or plan a lower rate")
     _, target, v = detail
     name = f"p99 {target.label}" if target else ""
     slo = target.limit_s if target else 0.0

@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 
+from capplan import limits
 from capplan.errors import InputError
 from capplan.models.perf import BOUNDS
 from capplan.plan.deployment import Deployment
@@ -33,6 +34,9 @@ def workload_from_options(rate: float | None, concurrency: int | None, trace: st
     require_one_load(rate, concurrency, trace)
     if trace is not None:
         return Workload((Lane(name="trace"),), trace=load_trace(trace, time_unit))
+    limits.check_cap("sim_requests", requests, "--requests")  # estimated before the work
+    if rate is not None:
+        limits.check_sim_horizon(requests, rate)
     lane = Lane(rate_per_s=rate, arrival="gamma" if burstiness != 1.0 else "poisson",
                 burstiness=burstiness, input_len=parse_length(input_len),
                 output_len=parse_length(output_len))
@@ -43,11 +47,13 @@ def run_simulation(dep: Deployment, *, rate: float | None, concurrency: int | No
                    trace: str | None, input_len: str, output_len: str, burstiness: float,
                    requests: int, seed: int, schedulers: tuple[str, ...] | list[str],
                    batch_size: int | None = None, batch_timeout_s: float = 0.05,
-                   chunked_prefill: bool = True,
+                   chunked_prefill: bool | None = None,
                    progress: Callable[[str, int, int], Any] | None = None,
                    time_unit: str = "auto") -> dict[str, Any]:
     """{"head": run description and bound, "results": {scheduler: SimResult dict},
-    "notes": [...]}. `progress(scheduler, done, total)` is called as requests finish."""
+    "notes": [...]}. `progress(scheduler, done, total)` is called as requests finish.
+    `chunked_prefill` None keeps the engine profile's choice; False forces whole prompts."""
+    limits.SEED.check(seed, "seed")
     wl = workload_from_options(rate, concurrency, trace, input_len, output_len, burstiness,
                                requests, time_unit)
     s = dep.settings
@@ -67,7 +73,9 @@ def run_simulation(dep: Deployment, *, rate: float | None, concurrency: int | No
                             block_size=dep.memory.block_size, max_num_seqs=s.max_num_seqs,
                             max_num_batched_tokens=s.max_num_batched_tokens,
                             enable_chunked_prefill=chunked_prefill, batch_size=batch_size,
-                            batch_timeout_s=batch_timeout_s, progress=tick).to_dict()
+                            batch_timeout_s=batch_timeout_s, policy=s.profile.scheduler,
+                            request_overhead_s=overhead if concurrency is not None else 0.0,
+                            progress=tick).to_dict()
         results[name] = add_request_overhead(res, overhead)
     first = results[schedulers[0]]
     ctx = float(np.mean(reqs.input_tokens) + np.mean(reqs.output_tokens) / 2)

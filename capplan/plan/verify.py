@@ -9,10 +9,12 @@ from typing import Any
 
 import numpy as np
 
+from capplan.models.engine import SchedulerPolicy
 from capplan.models.perf import StepModel
 from capplan.plan.deployment import Deployment
 from capplan.plan.result import Verification
 from capplan.plan.schema import Lane
+from capplan.plan.simulation import add_request_overhead
 from capplan.plan.slo import SloSet
 from capplan.sim import run_scheduler, simulate
 from capplan.sim.workload import Lane as SimLane
@@ -34,6 +36,9 @@ class VerifyJob:
     max_num_batched_tokens: int
     max_model_len: int
     requests: int
+    policy: SchedulerPolicy = SchedulerPolicy()
+    """The engine profile's scheduler policy (prefill-first, reservation...)."""
+    request_overhead_s: float = 0.0
 
 
 def _sim_lanes(job: VerifyJob) -> tuple[SimLane, ...]:
@@ -51,7 +56,9 @@ def simulate_recommendation(job: VerifyJob) -> Verification:
     res = run_scheduler(job.step, reqs, wl.lanes, scheduler="continuous",
                         num_gpu_blocks=job.num_gpu_blocks, block_size=job.block_size,
                         max_num_seqs=job.max_num_seqs,
-                        max_num_batched_tokens=job.max_num_batched_tokens).to_dict()
+                        max_num_batched_tokens=job.max_num_batched_tokens,
+                        policy=job.policy).to_dict()
+    res = add_request_overhead(res, job.request_overhead_s)
     # Decode steps are shared, so TBT is one distribution for all lanes; TTFT and E2E are
     # checked per lane against that lane's own SLO (priorities make them differ).
     misses = SloSet.strictest(SloSet.of(ln.slo) for ln in job.lanes).only("tbt_s").misses(res)
@@ -92,8 +99,12 @@ def simulate_closed_loop(dep: Deployment, concurrency: int, isl: int, osl: int,
     lane = SimLane(name="bench", input_len=parse_length(isl), output_len=parse_length(osl))
     wl = Workload((lane,), num_requests=requests, concurrency=concurrency)
     s = dep.settings
-    return simulate(dep.step, workload=wl, seed=_SEED, scheduler="continuous",
-                    num_gpu_blocks=dep.memory.num_gpu_blocks, block_size=s.block_size,
-                    max_num_seqs=s.max_num_seqs,
-                    max_num_batched_tokens=max(s.max_num_batched_tokens, s.max_num_seqs)
-                    ).to_dict()
+    overhead = float(np.asarray(dep.step.request_overhead_s))
+    # The overhead is part of each client's cycle (the next request reaches the engine that
+    # long after the last one ended) and of what the client measures.
+    res = simulate(dep.step, workload=wl, seed=_SEED, scheduler="continuous",
+                   num_gpu_blocks=dep.memory.num_gpu_blocks, block_size=s.block_size,
+                   max_num_seqs=s.max_num_seqs,
+                   max_num_batched_tokens=max(s.max_num_batched_tokens, s.max_num_seqs),
+                   policy=s.profile.scheduler, request_overhead_s=overhead).to_dict()
+    return add_request_overhead(res, overhead)

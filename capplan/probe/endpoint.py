@@ -6,17 +6,22 @@ server-sent events (`data: {...}` lines, then `data: [DONE]`) and stamps every e
 carries text. Per request, as vLLM's benchmark defines them (vllm/benchmarks/serve.py):
 TTFT = first token time - send time; ITL = every gap between consecutive token events;
 E2E = last event - send time; TPOT = (E2E - TTFT) / (output tokens - 1).
-A stall past --timeout, an error mid-stream or a cut connection makes the request an error;
-malformed events are counted and skipped. What was measured is always reported.
+Every field from the server is checked (type, sign, range): an event with a wrong one, a stall
+past --timeout, a request running past its wall-clock deadline (--timeout; a server that
+trickles bytes cannot extend it), an event line over 1 MiB, an error mid-stream or a cut
+connection makes that request an error; lines that are not JSON are counted and skipped.
+Ctrl-C stops the run (Interrupted carries the levels measured before it).
 """
 
 from __future__ import annotations
 
 import http.client
 import json
+import math
 import socket
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
@@ -56,12 +61,18 @@ class Target:
 
 
 def parse_url(url: str) -> Target:
-    parts = urlsplit(url if "://" in url else f"http://{url}")
+    try:
+        parts = urlsplit(url if "://" in url else f"http://{url}")
+        port = parts.port  # raises ValueError when not a number or outside 0..65535
+    except ValueError as e:
+        raise InputError(f"--endpoint {url[:80]!r}: {e} (expected http://HOST:PORT)") from None
     if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise InputError(f"--endpoint {url!r}: expected http://HOST:PORT")
+        raise InputError(f"--endpoint {url[:80]!r}: expected http://HOST:PORT")
+    if port == 0:
+        raise InputError(f"--endpoint {url[:80]!r}: port 0 is not a server's port")
     base = parts.path.rstrip("/")
     base = base.removesuffix("/v1/completions").removesuffix("/v1")
-    return Target(parts.hostname, parts.port or (443 if parts.scheme == "https" else 80),
+    return Target(parts.hostname, port or (443 if parts.scheme == "https" else 80),
                   parts.scheme == "https", f"{base}/v1/completions")
 
 
@@ -69,111 +80,231 @@ def check_reachable(t: Target, timeout_s: float) -> None:
     """Connection refused or unresolvable host: one line, exit 2."""
     try:
         socket.create_connection((t.host, t.port), timeout=min(timeout_s, 10.0)).close()
-    except OSError as e:
-        reason = e.strerror or type(e).__name__
+    except (OSError, UnicodeError, ValueError) as e:
+        reason = getattr(e, "strerror", None) or type(e).__name__
         raise ProbeUnavailable(f"cannot connect to {t.host}:{t.port}: {reason} "
                                "(is the server running?)") from e
 
 
-def _tokens_in(event: dict[str, Any]) -> int:
-    """Whether a streamed completion event carries output text (1) or not (0)."""
-    choices = event.get("choices") or []
-    if not choices:
-        return 0
-    c = choices[0]
-    text = c.get("text")
+MAX_EVENT_BYTES = 1 << 20
+"""Longest server-sent event line accepted (1 MiB): a streamed completion event carries one
+token or a few, ~200 bytes; a 1 GB line would otherwise be held in memory whole."""
+
+
+class BadEvent(ValueError):
+    """A well-formed JSON event whose fields have the wrong type, sign or range."""
+
+
+def _text_of(choice: Any) -> str | None:
+    if not isinstance(choice, dict):
+        raise BadEvent("choices[0] is not an object")
+    text = choice.get("text")
     if text is None:
-        text = (c.get("delta") or {}).get("content")
-    return 1 if text else 0
+        delta = choice.get("delta")
+        if delta is None:
+            return None
+        if not isinstance(delta, dict):
+            raise BadEvent("choices[0].delta is not an object")
+        text = delta.get("content")
+    if text is not None and not isinstance(text, str):
+        raise BadEvent("the token text is not a string")
+    return text
 
 
-def one_request(t: Target, model: str, prompt: str, output_len: int, timeout_s: float
-                ) -> RequestResult:
-    """One streamed completion; never raises (errors are recorded in the result)."""
-    body = json.dumps({"model": model, "prompt": prompt, "max_tokens": output_len,
+def _usage_tokens(event: dict[str, Any], max_tokens: int) -> int | None:
+    usage = event.get("usage")
+    if usage is None:
+        return None
+    if not isinstance(usage, dict):
+        raise BadEvent("usage is not an object")
+    n = usage.get("completion_tokens")
+    if n is None:
+        return None
+    if isinstance(n, bool) or not isinstance(n, int):
+        raise BadEvent(f"usage.completion_tokens {str(n)[:20]} is not a whole number")
+    if not 0 <= n <= max_tokens:
+        raise BadEvent(f"usage.completion_tokens {n} is outside 0..max_tokens {max_tokens}")
+    return n
+
+
+def read_event(event: Any, max_tokens: int) -> tuple[int, int | None]:
+    """(1 if the event carries output text else 0, usage completion_tokens or None).
+
+    Raises:
+        BadEvent: a field of the wrong type, sign or range (an error for the request).
+    """
+    if not isinstance(event, dict):
+        raise BadEvent("an event is not a JSON object")
+    if "error" in event:
+        raise BadEvent(f"server error: {str(event['error'])[:80]}")
+    choices = event.get("choices")
+    if choices is not None and not isinstance(choices, list):
+        raise BadEvent("choices is not a list")
+    text = _text_of(choices[0]) if choices else None
+    return (1 if text else 0), _usage_tokens(event, max_tokens)
+
+
+def _finite_json(data: str) -> Any:
+    """json.loads that refuses NaN and Infinity (not JSON; Python's parser allows them)."""
+    def bad(x: str) -> Any:
+        raise BadEvent(f"{x} is not a JSON number")
+    return json.loads(data, parse_constant=bad,
+                      parse_float=lambda x: _finite_float(x))
+
+
+def _finite_float(x: str) -> float:
+    v = float(x)
+    if not math.isfinite(v):
+        raise BadEvent(f"{x[:20]} overflows a float")
+    return v
+
+
+class _Deadline:
+    """A wall-clock deadline for one request: at expiry the socket is shut down, which ends
+    any blocked read, so a server that trickles bytes cannot stretch a request past it."""
+
+    def __init__(self, conn: http.client.HTTPConnection, seconds: float):
+        self.conn, self.expired = conn, False
+        self.timer = threading.Timer(seconds, self._expire)
+        self.timer.daemon = True
+
+    def _expire(self) -> None:
+        self.expired = True
+        sock = self.conn.sock
+        if sock is not None:
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+    def __enter__(self) -> _Deadline:
+        self.timer.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.timer.cancel()
+
+
+def _stream(resp: http.client.HTTPResponse, res: RequestResult, start: float,
+            max_tokens: int, clock: Callable[[], float]) -> tuple[bool, float | None, int | None]:
+    """Read events until [DONE]; returns (done, last token time, usage tokens)."""
+    last = usage_tokens = None
+    while True:
+        raw = resp.readline(MAX_EVENT_BYTES + 1)
+        now = clock()
+        if not raw:
+            res.error = "stream ended before [DONE]"
+            return False, last, usage_tokens
+        if len(raw) > MAX_EVENT_BYTES:
+            res.error = f"an event exceeds {MAX_EVENT_BYTES // 1024} KiB"
+            return False, last, usage_tokens
+        line = raw.decode("utf-8", "replace").strip()
+        if not line.startswith("data:"):
+            continue
+        data = line[5:].strip()
+        if data == "[DONE]":
+            return True, last, usage_tokens
+        try:
+            event = _finite_json(data)
+        except json.JSONDecodeError:
+            res.malformed_events += 1  # not JSON at all: skipped, counted
+            continue
+        has_text, n = read_event(event, max_tokens)  # BadEvent: an error for the request
+        usage_tokens = n if n is not None else usage_tokens
+        if has_text:
+            if last is None:
+                res.ttft_s = now - start
+            else:
+                res.itl_s.append(now - last)
+            last = now
+            res.output_tokens += 1
+
+
+def request_body(model: str, prompt: str, output_len: int) -> bytes:
+    """The completion request, encoded once per level and shared by its clients."""
+    return json.dumps({"model": model, "prompt": prompt, "max_tokens": output_len,
                        "ignore_eos": True, "stream": True, "temperature": 0.0,
                        "stream_options": {"include_usage": True}}).encode()
+
+
+def one_request(t: Target, model: str, prompt: str, output_len: int, timeout_s: float,
+                clock: Callable[[], float] = time.perf_counter,
+                body: bytes | None = None) -> RequestResult:
+    """One streamed completion; never raises (errors are recorded in the result).
+
+    `clock` stamps the events (tests drive their own); the deadline of `timeout_s` seconds is
+    wall-clock time from the start, whatever the server sends.
+    """
+    body = body if body is not None else request_body(model, prompt, output_len)
     cls = http.client.HTTPSConnection if t.https else http.client.HTTPConnection
     res = RequestResult(ok=False)
     conn = cls(t.host, t.port, timeout=timeout_s)
-    start = res.start_s = time.perf_counter()
-    deadline = start + timeout_s
-    last = None
-    usage_tokens = None
+    start = res.start_s = clock()
+    last = usage_tokens = None
+    deadline = _Deadline(conn, timeout_s)
     try:
-        conn.request("POST", t.path, body=body, headers={"Content-Type": "application/json"})
-        resp = conn.getresponse()
-        if resp.status != 200:
-            res.error = f"HTTP {resp.status}"
-            return res
-        done = False
-        while not done:
-            raw = resp.readline()
-            now = time.perf_counter()
-            if not raw:
-                res.error = "stream ended before [DONE]"
-                break
-            if now > deadline:
-                res.error = f"timeout after {timeout_s:g} s"
-                break
-            line = raw.decode("utf-8", "replace").strip()
-            if not line.startswith("data:"):
-                continue
-            data = line[5:].strip()
-            if data == "[DONE]":
-                done = True
-                break
-            try:
-                event = json.loads(data)
-                if not isinstance(event, dict):
-                    raise ValueError("event is not an object")
-            except ValueError:
-                res.malformed_events += 1
-                continue
-            if "error" in event:
-                res.error = f"server error: {str(event['error'])[:80]}"
-                break
-            if isinstance(event.get("usage"), dict):
-                usage_tokens = event["usage"].get("completion_tokens", usage_tokens)
-            if _tokens_in(event):
-                if last is None:
-                    res.ttft_s = now - start
-                else:
-                    res.itl_s.append(now - last)
-                last = now
-                res.output_tokens += 1
-        res.ok = done and last is not None
-        if done and last is None:
-            res.error = "no tokens received"
+        with deadline:
+            conn.request("POST", t.path, body=body,
+                         headers={"Content-Type": "application/json"})
+            resp = conn.getresponse()
+            if resp.status != 200:
+                res.error = f"HTTP {resp.status}"
+            else:
+                done, last, usage_tokens = _stream(resp, res, start, output_len, clock)
+                res.ok = done and last is not None
+                if done and last is None:
+                    res.error = "no tokens received"
+    except BadEvent as e:
+        res.error = f"bad event: {e}"[:120]
     except TimeoutError:
         res.error = f"timeout after {timeout_s:g} s"
-    except (OSError, http.client.HTTPException) as e:
+    except (OSError, http.client.HTTPException, ValueError) as e:
         res.error = f"{type(e).__name__}: {e}"[:120]
     finally:
         conn.close()
-    res.end_s = time.perf_counter()
+    if deadline.expired:
+        res.ok, res.error = False, f"timeout after {timeout_s:g} s"
+    res.end_s = clock()
     if last is not None:
         res.e2e_s = last - start
     if res.ok and usage_tokens:
-        res.output_tokens = int(usage_tokens)  # several tokens may share one event
+        res.output_tokens = usage_tokens  # several tokens may share one event
     return res
 
 
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C during an endpoint run: carries the levels measured before it."""
+
+    def __init__(self, levels: list[dict[str, Any]]):
+        super().__init__()
+        self.levels = levels
+
+
 def run_level(t: Target, model: str, concurrency: int, num_requests: int, input_len: int,
-              output_len: int, timeout_s: float) -> dict[str, Any]:
-    """A closed loop of `concurrency` clients until `num_requests` requests have been sent."""
+              output_len: int, timeout_s: float,
+              clock: Callable[[], float] = time.perf_counter) -> dict[str, Any]:
+    """A closed loop of `concurrency` clients until `num_requests` requests have been sent.
+
+    Raises:
+        KeyboardInterrupt: Ctrl-C; the clients stop sending (requests in flight are dropped).
+    """
     prompt = _WORD * max(1, input_len - 1)
+    body = request_body(model, prompt, output_len)
     results: list[RequestResult] = []
     lock = threading.Lock()
     issued = [0]
+    stop = threading.Event()
 
     def worker() -> None:
-        while True:
+        while not stop.is_set():
             with lock:
                 if issued[0] >= num_requests:
                     return
                 issued[0] += 1
-            r = one_request(t, model, prompt, output_len, timeout_s)
+            try:
+                r = one_request(t, model, prompt, output_len, timeout_s, clock, body)
+            except Exception as e:  # noqa: BLE001 - a client bug must not lose the request
+                r = RequestResult(ok=False, error=f"client error: {type(e).__name__}")
             with lock:
                 results.append(r)
 
@@ -185,7 +316,8 @@ def run_level(t: Target, model: str, concurrency: int, num_requests: int, input_
         for th in threads:
             th.join()
     except KeyboardInterrupt:
-        pass  # report what finished
+        stop.set()
+        raise
     duration = time.perf_counter() - t0
     with lock:
         done = list(results)
@@ -215,13 +347,13 @@ def run_endpoint(url: str, model: str, concurrency: list[int], input_len: int, o
     """Every level in turn; refused connections fail fast, before any level."""
     t = parse_url(url)
     check_reachable(t, timeout_s)
-    levels = []
+    levels: list[dict[str, Any]] = []
     for c in concurrency:
         n = requests_per_level or max(8, 4 * c)
         try:
             lv = run_level(t, model, c, n, input_len, output_len, timeout_s)
         except KeyboardInterrupt:
-            break
+            raise Interrupted(levels) from None
         lv["mean_context_tokens"] = input_len + output_len / 2
         lv["mean_input_tokens"] = float(input_len)
         levels.append(lv)

@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 
 from capplan.errors import InputError
+from capplan.limits import read_text
 from capplan.probe.report_formats import (
     from_aiperf,
     from_llmperf,
@@ -179,7 +180,7 @@ def from_guidellm(d: dict[str, Any], name: str) -> list[dict[str, Any]]:
 
 def _read_json_or_lines(p: Path) -> list[Any]:
     try:
-        text = p.read_text(encoding="utf-8")
+        text = read_text(p, "results file")
     except OSError as e:
         raise InputError(f"{p}: cannot read ({e.strerror or e})") from e
     try:

@@ -8,13 +8,15 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
 
 from capplan.errors import InputError
+from capplan.models.engine import SchedulerPolicy
 from capplan.sim.batching import BatchEngine
-from capplan.sim.engine import ContinuousEngine
+from capplan.sim.engine import VLLM_POLICY, ContinuousEngine
 from capplan.sim.entities import RunRecord
 from capplan.sim.metrics import SimResult, summarize
 from capplan.sim.workload import Lane, LengthDist, Requests, Workload, load_trace, parse_length
@@ -28,23 +30,35 @@ __all__ = ["SCHEDULERS", "BatchEngine", "ContinuousEngine", "Lane", "LengthDist"
 
 def run_scheduler(step_model: Any, reqs: Requests, lanes: tuple[Lane, ...], *, scheduler: str,
                   num_gpu_blocks: int, block_size: int, max_num_seqs: int,
-                  max_num_batched_tokens: int, enable_chunked_prefill: bool = True,
-                  batch_size: int | None = None, batch_timeout_s: float = 0.0,
+                  max_num_batched_tokens: int, policy: SchedulerPolicy = VLLM_POLICY,
+                  enable_chunked_prefill: bool | None = None, batch_size: int | None = None,
+                  batch_timeout_s: float = 0.0, request_overhead_s: float = 0.0,
                   progress: Callable[[int], None] | None = None) -> SimResult:
-    """Simulate concrete requests under one scheduler and summarise the run."""
+    """Simulate concrete requests under one scheduler and summarise the run.
+
+    `policy` is the engine profile's scheduler policy (continuous batching only; default
+    vLLM V1's: mixed chunked prefill, KV allocated as computed, recompute preemption);
+    `enable_chunked_prefill`, when given, overrides the policy's `chunked_prefill` (a user's
+    `--no-enable-chunked-prefill`). `request_overhead_s` (closed loop, continuous): each
+    client's next request reaches the engine that long after its last one ended
+    (`ContinuousEngine.run`); latencies stay engine-side, so add it to TTFT and E2E.
+    """
+    if enable_chunked_prefill is not None:
+        policy = replace(policy, chunked_prefill=enable_chunked_prefill)
     prio = np.array([ln.priority for ln in lanes] or [0], np.int64)
     if scheduler == "continuous":
-        eng: Any = ContinuousEngine(step_model, num_gpu_blocks, block_size, max_num_seqs,
-                                    max_num_batched_tokens, enable_chunked_prefill)
-    elif scheduler in ("static", "dynamic"):
-        eng = BatchEngine(step_model, num_gpu_blocks, block_size, batch_size or max_num_seqs,
-                          scheduler, batch_timeout_s)
-    else:
-        raise InputError(f"--scheduler {scheduler!r}: expected one of {', '.join(SCHEDULERS)}")
-    return summarize(eng.run(reqs, prio, progress), lanes)
+        eng = ContinuousEngine(step_model, num_gpu_blocks, block_size, max_num_seqs,
+                               max_num_batched_tokens, policy)
+        return summarize(eng.run(reqs, prio, progress, request_overhead_s), lanes)
+    if scheduler in ("static", "dynamic"):
+        batch = BatchEngine(step_model, num_gpu_blocks, block_size,
+                            batch_size or max_num_seqs, scheduler, batch_timeout_s)
+        return summarize(batch.run(reqs, prio, progress), lanes)
+    raise InputError(f"--scheduler {scheduler!r}: expected one of {', '.join(SCHEDULERS)}")
 
 
 def simulate(step_model: Any, *, workload: Workload, seed: int = 0, **kw: Any) -> SimResult:
-    """Draw the workload with `np.random.default_rng(seed)` and run `run_scheduler`."""
+    """Draw the workload with `np.random.default_rng(seed)` and run `run_scheduler` (which
+    takes the keyword arguments, `policy=` among them)."""
     reqs = workload.generate(np.random.default_rng(seed))
     return run_scheduler(step_model, reqs, workload.lanes, **kw)

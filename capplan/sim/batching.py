@@ -21,8 +21,9 @@ from typing import Any
 import numpy as np
 
 from capplan.errors import InputError
-from capplan.sim.engine import NUM_STEP_INPUTS, step_times
-from capplan.sim.entities import RunRecord
+from capplan.models.perf import chunk_attention
+from capplan.sim.engine import NO_WINDOW, step_times
+from capplan.sim.entities import STEP_INPUTS, RunRecord
 from capplan.sim.workload import Requests
 
 
@@ -87,10 +88,14 @@ class BatchEngine:
                 progress(i)
         start_s, dur_s, tbt, run, kvb = (np.concatenate([s[j] for s in steps]) for j in range(5))
         waiting = np.searchsorted(arr, start_s, "right") - np.searchsorted(adm, start_s, "right")
-        return RunRecord(arr, adm, first, fin, np.asarray(reqs.input_tokens),
-                         np.asarray(reqs.output_tokens), np.asarray(reqs.lane), start_s, dur_s,
-                         tbt, np.zeros(0), run, waiting, kvb,
-                         self.total_blocks, 0, self.mode)
+        return RunRecord(
+            arrival_at_s=arr, admitted_at_s=adm, first_token_at_s=first, finished_at_s=fin,
+            input_tokens=np.asarray(reqs.input_tokens),
+            output_tokens=np.asarray(reqs.output_tokens),
+            lane=np.asarray(reqs.lane), step_start_s=start_s, step_dur_s=dur_s,
+            step_tbt_count=tbt, step_tbt_gap_s=dur_s, extra_gaps_s=np.zeros(0),
+            step_running=run, step_waiting=waiting, step_kv_blocks=kvb,
+            num_gpu_blocks=self.total_blocks, preemptions=0, scheduler=self.mode)
 
     def _run_batch(self, reqs: Requests, idx: slice, start: float, adm: np.ndarray,
                    first: np.ndarray, fin: np.ndarray) -> tuple[float, tuple[np.ndarray, ...]]:
@@ -98,18 +103,19 @@ class BatchEngine:
         out = reqs.output_tokens[idx]
         b, lmax, omax = len(inp), int(inp.max()), int(out.max())
         k = np.arange(1, omax, dtype=float)  # decode steps 1..omax-1
-        rows = np.zeros((omax, NUM_STEP_INPUTS))
-        rows[0, 3] = b * lmax
-        rows[0, 4] = rows[0, 5] = b * lmax * (lmax + 1) / 2  # causal pairs, no window cap
-        rows[0, 8] = rows[0, 9] = b
+        w = float(getattr(self.m, "window", NO_WINDOW))
+        # step 0: every prompt padded to the longest, one chunk each; then padded decode steps
+        pairs, pairs_w, _ = chunk_attention(float(lmax), 0.0, w)
+        cols = {key: np.zeros(omax) for key in STEP_INPUTS}
+        cols["prefill_tokens"][0] = b * lmax
+        cols["prefill_pairs"][0] = b * pairs
+        cols["prefill_pairs_window"][0] = b * pairs_w
+        cols["num_prefill_seqs"][0] = cols["num_logits"][0] = b
         ctx = lmax + k
-        rows[1:, 0] = rows[1:, 9] = b
-        rows[1:, 1] = b * ctx
-        w = float(getattr(self.m, "window", 2**62))
-        rows[1:, 2] = b * np.minimum(ctx, w)
-        if w < lmax:  # each query sees at most w keys
-            rows[0, 5] = b * (lmax * w - w * (w - 1) / 2)
-        dur = step_times(self.m, rows)
+        cols["num_decode"][1:] = cols["num_logits"][1:] = b
+        cols["decode_kv_tokens"][1:] = b * ctx
+        cols["decode_kv_tokens_window"][1:] = b * np.minimum(ctx, w)
+        dur = step_times(self.m, cols)
         ends = start + np.cumsum(dur)
         adm[idx] = start
         first[idx] = ends[0]

@@ -1,54 +1,77 @@
-"""Continuous batching, iteration-level scheduling as vLLM V1 does it.
+"""Continuous batching, iteration-level scheduling, under an engine's scheduler policy.
 
-Each step: every running sequence whose prompt is computed decodes one token; the rest of the
-token budget (`max_num_batched_tokens` minus decode tokens) goes to prefill chunks of running,
-partially prefilled sequences, then to waiting ones (ordered by priority, then arrival) while
+The default policy is vLLM V1's (`vllm/v1/core/sched/scheduler.py`, v0.10-v0.11): each step,
+every running sequence whose prompt is computed decodes one token; the rest of the token budget
+(`max_num_batched_tokens` minus decode tokens) goes to prefill chunks of running, partially
+prefilled sequences, then to waiting ones (ordered by priority, then arrival) while
 `max_num_seqs` and free KV blocks allow. Blocks (`ceil(tokens / block_size)`) are allocated as
-tokens are computed. A running sequence that needs a block when none is free preempts (recompute)
-the lowest-priority, most recently admitted sequence: its blocks are freed, it goes back to the
-waiting queue, and its prompt plus the tokens it generated are computed again. A step with a
-preemption admits no waiting request (vLLM V1 `Scheduler.schedule`).
+tokens are computed. A running sequence that needs a block when none is free preempts
+(recompute) the lowest-priority, most recently admitted sequence: its blocks are freed, it goes
+back to the waiting queue, and its prompt plus the tokens it generated are computed again. A step
+with a preemption admits no waiting request.
 
-Speed: per-sequence state is lazy (a decoding sequence stores the step it started decoding), sums
-are kept incrementally, finishes sit in a heap and block-boundary crossings in per-step buckets,
-so a step costs O(events) in Python. Step times come from `StepModel.step`, evaluated for a
-window of steps in one vectorised call; only arrival times need the clock, so a window is
+`SchedulerPolicy` (capplan/models/engine.py) changes four things, each honoured exactly:
+- prefill_first (SGLang `Scheduler.get_next_batch_to_run`, "run prefill first if possible"):
+  a step that can schedule prefill work (a partial prompt, or a waiting request that fits) is
+  prefill only, up to the token budget and `max_num_seqs`; decoders skip it (their next token
+  gap spans it). Otherwise the step decodes every decoder. Prefill steps never preempt: a
+  chunk whose blocks are not free waits.
+- chunked_prefill False (TensorRT-LLM's default; vLLM with chunking disabled): a prompt is
+  computed whole in one step, with the step's decode tokens, once decode tokens + prompt fit
+  the budget; a prompt over the budget is an InputError.
+- reserve_output_frac r > 0 (TensorRT-LLM GUARANTEED_NO_EVICT reserves ISL + OSL, r = 1):
+  admission needs ceil((prompt + r * output) / block_size) free blocks, held until the request
+  finishes; a sequence allocates beyond its reservation only as its context outgrows it.
+- preemption False: the engine never preempts; it needs r = 1, and a sequence finding no free
+  block is an internal error (assert), not a silent preemption.
+
+Speed: per-sequence state is lazy (a decoder stores the decode step it started decoding from),
+sums are kept incrementally, finishes sit in a heap and block-boundary crossings in per-step
+buckets, so a step costs O(events) in Python. Step times come from `StepModel.step`, evaluated
+for a window of steps in one vectorised call; only arrival times need the clock, so a window is
 scheduled against estimated step times and checked against the exact ones; from the first step
 where an arrival would have been seen differently, the window is rolled back and replayed with
 exact times. Results are exact.
 
-References: vLLM `vllm/v1/core/sched/scheduler.py`; Kwon et al., "Efficient Memory Management for
-Large Language Model Serving with PagedAttention", SOSP 2023; Yu et al., "Orca", OSDI 2022.
+References: Kwon et al., "Efficient Memory Management for Large Language Model Serving with
+PagedAttention", SOSP 2023; Yu et al., "Orca", OSDI 2022; TensorRT-LLM
+`cpp/tensorrt_llm/batch_manager/capacityScheduler.cpp` (GuaranteedNoEvictScheduler) and
+docs "Tuning Max Batch Size and Max Num Tokens".
 """
 
 from __future__ import annotations
 
+import math
 from bisect import bisect_left
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, fields
 from heapq import heappop, heappush
+from operator import attrgetter
 from typing import Any
 
 import numpy as np
 
 from capplan.errors import InputError
-from capplan.sim.entities import RunRecord
+from capplan.models.engine import VLLM, SchedulerPolicy
+from capplan.models.perf import chunk_attention
+from capplan.sim.entities import STEP_INPUTS, RunRecord, StepRecord, step_array
 from capplan.sim.workload import Requests
 
-# per-sequence record fields
-TGT, NC, GEN, G0, EP, LAST, FIRST, FIN, ADM, ARRS, KEY = range(11)
-NUM_STEP_INPUTS = 10
+VLLM_POLICY = VLLM.scheduler
+"""The default: vLLM V1's scheduler policy, from its engine profile."""
 WINDOW_MAX = 32
 """Longest speculated window in open loop: longer ones are mostly rolled back."""
-_STEP_KEYS = ("num_decode", "decode_kv_tokens", "decode_kv_tokens_window", "prefill_tokens",
-              "prefill_pairs", "prefill_pairs_window", "prefill_kv_read",
-              "prefill_kv_read_window", "num_prefill_seqs", "num_logits")
+NO_WINDOW = 2**62
+"""Sliding window of a model without one (no query is capped)."""
 
 
-def step_times(step_model: Any, comps: np.ndarray) -> np.ndarray:
-    """Exact step times (s) of many steps, one row of `_STEP_KEYS` aggregates each."""
-    kw = {k: comps[:, i] for i, k in enumerate(_STEP_KEYS)}
-    out = np.asarray(step_model.step(**kw)["step_s"], float)
-    return np.array(np.broadcast_to(out, (len(comps),)), float)
+def step_times(step_model: Any, steps: Mapping[str, Any] | np.ndarray) -> np.ndarray:
+    """Exact step times (s) of many steps; `steps[name]` is a column of `STEP_INPUTS` (a
+    structured array of StepRecords, or a dict of arrays)."""
+    kw = {k: steps[k] for k in STEP_INPUTS}
+    n = len(kw[STEP_INPUTS[0]])
+    out = np.asarray(step_model.step(**kw, detail=False)["step_s"], float)
+    return np.array(np.broadcast_to(out, (n,)), float)
 
 
 def _cdiv(a: int, b: int) -> int:
@@ -56,382 +79,592 @@ def _cdiv(a: int, b: int) -> int:
 
 
 class ContinuousEngine:
-    """A vLLM-V1-style engine over a step-time model; `run()` simulates a request set."""
+    """A continuous-batching engine over a step-time model; `run()` simulates a request set."""
 
     def __init__(self, step_model: Any, num_gpu_blocks: int, block_size: int, max_num_seqs: int,
-                 max_num_batched_tokens: int, enable_chunked_prefill: bool = True) -> None:
+                 max_num_batched_tokens: int, policy: SchedulerPolicy = VLLM_POLICY) -> None:
         if max_num_batched_tokens < max_num_seqs:
             raise InputError(f"--max-num-batched-tokens {max_num_batched_tokens} must be >= "
                              f"--max-num-seqs {max_num_seqs} (vLLM rejects it too)")
         if num_gpu_blocks < 1:
             raise InputError("no KV-cache blocks: the model does not fit; see `capplan memory`")
+        r = policy.reserve_output_frac
+        if not 0.0 <= r <= 1.0:
+            raise InputError(f"reserve_output_frac {r}: must be between 0 and 1")
+        if not policy.preemption and r < 1.0:
+            raise InputError(f"an engine without preemption must reserve the whole output at "
+                             f"admission (reserve_output_frac 1, not {r}): otherwise a running "
+                             "sequence can find no free KV block")
         self.step_model = step_model
+        self.policy = policy
         self.total_blocks = int(num_gpu_blocks)
-        self.bs = int(block_size)
-        self.max_seqs = int(max_num_seqs)
-        self.max_tokens = int(max_num_batched_tokens)
-        self.chunked = bool(enable_chunked_prefill)
-        w = float(getattr(step_model, "window", 2**62))
-        self.win = w < 1e15
-        self.w = int(w) if self.win else 0
+        self.block_size = int(block_size)
+        self.max_num_seqs = int(max_num_seqs)
+        self.max_num_batched_tokens = int(max_num_batched_tokens)
+        w = float(getattr(step_model, "window", NO_WINDOW))
+        self.has_window = w < 1e15
+        self.window = int(w) if self.has_window else NO_WINDOW
 
-    # ------------------------------------------------------------------------------------------
-    def run(self, reqs: Requests, priorities: np.ndarray | None = None,
-            progress: Callable[[int], None] | None = None) -> RunRecord:
-        """Simulate `reqs` to completion. `priorities[lane]`: lower runs first."""
-        n = len(reqs)
+    def reserved_blocks(self, prompt_tokens: int, output_tokens: int) -> int:
+        """Blocks held from admission: ceil((prompt + r * output) / block_size), 0 when r = 0."""
+        r = self.policy.reserve_output_frac
+        if r <= 0:
+            return 0
+        return math.ceil((prompt_tokens + r * output_tokens) / self.block_size)
+
+    def _check_requests(self, reqs: Requests) -> None:
         need = reqs.input_tokens + reqs.output_tokens
-        cap = self.total_blocks * self.bs
-        if n and int(need.max()) > cap:
+        cap = self.total_blocks * self.block_size
+        if len(reqs) and int(need.max()) > cap:
             i = int(np.argmax(need))
             raise InputError(f"request {i} needs {int(need[i])} KV tokens but the cache holds "
                              f"{cap}: raise --gpu-memory-utilization or shorten requests")
+        if len(reqs) and not self.policy.chunked_prefill:
+            # Without chunking a prompt runs whole; a recompute after a preemption computes the
+            # prompt and all but the last generated token again.
+            longest = reqs.input_tokens + (reqs.output_tokens - 1) * self.policy.preemption
+            i = int(np.argmax(longest))
+            if int(longest[i]) > self.max_num_batched_tokens:
+                raise InputError(f"request {i} needs a {int(longest[i])}-token prefill but "
+                                 f"chunked prefill is off and --max-num-batched-tokens is "
+                                 f"{self.max_num_batched_tokens}: raise it or shorten prompts")
+
+    def run(self, reqs: Requests, priorities: np.ndarray | None = None,
+            progress: Callable[[int], None] | None = None,
+            request_overhead_s: float = 0.0) -> RunRecord:
+        """Simulate `reqs` to completion. `priorities[lane]`: lower runs first.
+
+        `request_overhead_s` (closed loop): the time between a request's last token and the
+        client's next request reaching the engine (HTTP, tokenisation, streaming, the client),
+        so a client's cycle is its request's time in the engine plus the overhead, as the
+        analytic closed loop has it. Arrivals are recorded at the engine: add the overhead to
+        TTFT and E2E for what the client measures.
+        """
+        if not (np.isfinite(request_overhead_s) and request_overhead_s >= 0):
+            raise InputError(f"request_overhead_s {request_overhead_s}: must be >= 0")
+        self._check_requests(reqs)
         prio = np.zeros(1, np.int64) if priorities is None else np.asarray(priorities)
-        st = _State(self, reqs, prio[reqs.lane].tolist())
+        st = _State(self, reqs, prio[reqs.lane].tolist(), float(request_overhead_s))
         st.simulate(progress)
         return st.record()
 
 
+@dataclass(slots=True)
+class _Seq:
+    """One request's scheduling state. Step indices: `step` counts every engine step (the
+    clock's), `decode step` only the steps that decode (the same unless prefill_first)."""
+
+    prompt_tokens: int
+    output_tokens: int
+    priority: int
+    reserved_blocks: int
+    target_tokens: int
+    """Tokens to compute before the next token: the prompt, plus the generated tokens after a
+    recompute."""
+    computed_tokens: int = 0
+    """KV tokens computed (for a decoder: as of decode step `decode_from`)."""
+    generated_tokens: int = 0
+    """Output tokens produced (for a decoder: as of decode step `decode_from`)."""
+    decode_from: int = -1
+    """Decoding: the decode step from which it gets one token per decode step; -1 otherwise."""
+    epoch: int = 0
+    """Bumped when it starts decoding or is preempted: stale heap entries carry an old one."""
+    last_token_step: int = -1
+    first_token_step: int = -1
+    finished_step: int = -1
+    admitted_step: int = -1
+    arrival_step: int = -1
+    """Closed loop: the step whose end sends it (-1: sent at t = 0)."""
+    queue_key: tuple[int, float, int] = (0, 0.0, 0)
+
+    def restore(self, values: tuple) -> None:
+        """Set every field from a `_seq_values(q)` tuple."""
+        for f, v in zip(_SEQ_FIELDS, values, strict=True):
+            setattr(self, f, v)
+
+
+_SEQ_FIELDS = tuple(f.name for f in fields(_Seq))
+_seq_values = attrgetter(*_SEQ_FIELDS)
+"""All fields of a _Seq as a tuple (a snapshot for rollback)."""
+
+
 class _State:
-    def __init__(self, eng: ContinuousEngine, reqs: Requests, prio: list[int]) -> None:
+    """The mutable state of one run (the engine's instance is only configuration)."""
+
+    def __init__(self, eng: ContinuousEngine, reqs: Requests, prio: list[int],
+                 overhead_s: float = 0.0) -> None:
         self.e = eng
         self.reqs = reqs
-        self.n = n = len(reqs)
-        self.P = reqs.input_tokens.tolist()
-        self.O = reqs.output_tokens.tolist()
-        self.prio = prio
+        self.n = len(reqs)
+        self.prefill_first = eng.policy.prefill_first
+        self.chunked = eng.policy.chunked_prefill
+        self.can_preempt = eng.policy.preemption
         self.closed = reqs.concurrency is not None
+        self.overhead_s = overhead_s if self.closed else 0.0
+        self.timed = self.closed and overhead_s > 0
+        """Closed loop whose next requests arrive `overhead_s` after a completion: the engine
+        needs the clock to see them (without overhead they arrive at the next step)."""
+        self.exact_ends: list[float] = []
+        """timed: end time of every step of the finished windows"""
+        self.window_ends: list[float] = []
+        """timed: end times of the current window's steps (estimated while speculating)"""
         self.arr = reqs.arrival_at_s.tolist()
         self.arr_np = np.asarray(reqs.arrival_at_s, float)
-        self.rec = [[p, 0, 0, -1, 0, -1, -1, -1, -1, -1, None] for p in self.P]
+        self.seqs = [_Seq(p, o, pr, eng.reserved_blocks(p, o), p) for p, o, pr in
+                     zip(reqs.input_tokens.tolist(), reqs.output_tokens.tolist(), prio,
+                         strict=True)]
         self.running: dict[int, int] = {}
+        """sequence -> admission order"""
         self.prefilling: list[int] = []
         self.waiting: list[tuple] = []
-        self.fin_heap: list[tuple] = []
+        """heap of queue keys (priority, arrival, sequence)"""
+        self.fin_heap: list[tuple[int, int, int]] = []
+        """(decode step of the last token, sequence, epoch)"""
         self.blk_due: dict[int, list[tuple[int, int]]] = {}
-        """step -> decoding sequences whose next token starts a new KV block then"""
-        self.win_heap: list[tuple] = []
-        self.g = 0
-        self.nxt = 0
-        self.free = eng.total_blocks
-        self.n_dec = self.sum_nc = self.sum_capw = self.n_below = 0
-        self.admit_ctr = self.preemptions = self.done = 0
-        self.log: list[tuple] = []
+        """decode step -> decoders whose token then needs a new KV block"""
+        self.win_heap: list[tuple[int, int, int]] = []
+        """(decode step from which the context fills the window, sequence, epoch)"""
+        self.first_decodes: list[tuple[int, int, int]] = []
+        """prefill_first: (sequence, epoch, step of its last token) before its first decode"""
+        self.step = 0
+        self.decode_step = 0
+        self.last_decode_step = -1
+        self.next_request = 0
+        """Requests sent so far (in order)."""
+        self.next_arrival = 0
+        """Requests that reached the waiting queue so far (in order)."""
+        self.free_blocks = eng.total_blocks
+        # Decoders, kept as sums at the current decode step: how many, their computed tokens,
+        # their contexts capped at the window, and how many contexts are still below it.
+        self.num_decoding = self.sum_computed = self.sum_ctx_window = self.num_below_window = 0
+        self.admissions = self.preemptions = self.done = 0
+        self.log: list[StepRecord] = []
         self.gaps: list[tuple[int, int]] = []
-        self.saved: dict[int, list] = {}
+        """(step of a token, step of the next token) of gaps outside the per-step counts"""
+        self.saved: dict[int, tuple] = {}
         self.starts: list[np.ndarray] = []
         self.durs: list[np.ndarray] = []
+        self.ends: list[np.ndarray] = []
+        self.chunks: dict[int, int] = {}
+        self.budget = 0
+        self.preempted_now = self.dec_done = self.prefill_blocked = False
         if self.closed:
-            c = min(int(reqs.concurrency or 0), n)
+            c = min(int(reqs.concurrency or 0), self.n)
             for s in range(c):
                 self._enqueue(s, -1)
-            self.nxt = c
+            self.next_request = self.next_arrival = c
 
     # -- bookkeeping ------------------------------------------------------------------------
     def _touch(self, s: int) -> None:
         if s not in self.saved:
-            self.saved[s] = self.rec[s][:]
+            self.saved[s] = _seq_values(self.seqs[s])
+
+    def _held(self, q: _Seq, computed: int) -> int:
+        return max(q.reserved_blocks, _cdiv(computed, self.e.block_size))
 
     def _enqueue(self, s: int, arrival_step: int) -> None:
-        r = self.rec[s]
-        r[ARRS] = arrival_step
-        r[KEY] = (self.prio[s], arrival_step if self.closed else self.arr[s], s)
-        heappush(self.waiting, r[KEY])
+        q = self.seqs[s]
+        q.arrival_step = arrival_step
+        q.queue_key = (q.priority, arrival_step if self.closed else self.arr[s], s)
+        heappush(self.waiting, q.queue_key)
+
+    def _step_end(self, g: int) -> float:
+        ends = self.exact_ends
+        return ends[g] if g < len(ends) else self.window_ends[g - len(ends)]
+
+    def _arrival_time(self, s: int) -> float:
+        if self.closed:  # timed: sent when the step `arrival_step` ended (-1: at 0)
+            g = self.seqs[s].arrival_step
+            return (self._step_end(g) if g >= 0 else 0.0) + self.overhead_s
+        return self.arr[s]
 
     def _arrive(self, t: float) -> None:
-        if self.closed:
+        if self.closed and not self.timed:
             return
-        arr, n, nxt = self.arr, self.n, self.nxt
-        while nxt < n and arr[nxt] <= t:
-            self._enqueue(nxt, -1)
+        nxt, sent = self.next_arrival, self.next_request if self.closed else self.n
+        while nxt < sent and self._arrival_time(nxt) <= t:
+            self._enqueue(nxt, self.seqs[nxt].arrival_step)
             nxt += 1
-        self.nxt = nxt
+        self.next_arrival = nxt
+        if not self.closed:
+            self.next_request = nxt
+
+    _SCALARS = ("step", "decode_step", "last_decode_step", "next_request", "next_arrival",
+                "free_blocks",
+                "num_decoding", "sum_computed", "sum_ctx_window", "num_below_window",
+                "admissions", "preemptions", "done")
 
     def _snapshot(self) -> tuple:
         self.saved = {}
         return (dict(self.running), self.prefilling[:], self.waiting[:], self.fin_heap[:],
-                {k: v[:] for k, v in self.blk_due.items()}, self.win_heap[:], len(self.log),
-                len(self.gaps),
-                (self.g, self.nxt, self.free, self.n_dec, self.sum_nc, self.sum_capw,
-                 self.n_below, self.admit_ctr, self.preemptions, self.done))
+                {k: v[:] for k, v in self.blk_due.items()}, self.win_heap[:],
+                self.first_decodes[:], len(self.log), len(self.gaps),
+                tuple(getattr(self, k) for k in self._SCALARS))
 
     def _restore(self, snap: tuple) -> None:
-        for s, fields in self.saved.items():
-            self.rec[s][:] = fields
+        for s, values in self.saved.items():
+            self.seqs[s].restore(values)
         self.saved = {}
-        (self.running, self.prefilling, self.waiting, self.fin_heap, self.blk_due,
-         self.win_heap, nlog, ngaps, scal) = (dict(snap[0]), snap[1][:], snap[2][:], snap[3][:],
-                                              {k: v[:] for k, v in snap[4].items()}, snap[5][:],
-                                              snap[6], snap[7], snap[8])
+        (running, prefilling, waiting, fin_heap, blk_due, win_heap, first_decodes, nlog, ngaps,
+         scalars) = snap
+        self.running, self.prefilling, self.waiting = dict(running), prefilling[:], waiting[:]
+        self.fin_heap, self.win_heap = fin_heap[:], win_heap[:]
+        self.blk_due = {k: v[:] for k, v in blk_due.items()}
+        self.first_decodes = first_decodes[:]
         del self.log[nlog:]
         del self.gaps[ngaps:]
-        (self.g, self.nxt, self.free, self.n_dec, self.sum_nc, self.sum_capw, self.n_below,
-         self.admit_ctr, self.preemptions, self.done) = scal
+        for k, v in zip(self._SCALARS, scalars, strict=True):
+            setattr(self, k, v)
 
     # -- preemption -------------------------------------------------------------------------
     def _victim(self) -> int:
-        prio, running = self.prio, self.running
-        return max(running, key=lambda s: (prio[s], running[s]))
+        seqs, running = self.seqs, self.running
+        assert self.can_preempt, ("out of KV blocks under a policy without preemption: the "
+                                  "admission reservation must prevent this")
+        return max(running, key=lambda s: (seqs[s].priority, running[s]))
+
+    def _stop_decoding(self, q: _Seq) -> int:
+        """Take decoder q out of the decode sums; returns its computed tokens now."""
+        k = self.decode_step - q.decode_from
+        nc = q.computed_tokens + k
+        self.num_decoding -= 1
+        self.sum_computed -= nc
+        if self.e.has_window:
+            self.sum_ctx_window -= min(nc + 1, self.e.window)
+            self.num_below_window -= nc + 1 < self.e.window
+        if k > 0:
+            q.last_token_step = self.last_decode_step
+        q.generated_tokens += k
+        return nc
 
     def _preempt(self, v: int) -> None:
         """Recompute preemption: free v's blocks, back to the waiting queue (vLLM V1)."""
-        e, r, g = self.e, self.rec[v], self.g
+        q = self.seqs[v]
         self._touch(v)
-        if r[G0] >= 0:  # decoding: its context this step is nc + 1
-            nc = r[NC] + (g - r[G0])
-            gen = r[GEN] + (g - r[G0])
-            ctx = nc + 1
-            self.n_dec -= 1
-            self.sum_nc -= nc
-            if e.win:
-                self.sum_capw -= min(ctx, e.w)
-                self.n_below -= ctx < e.w
+        if q.decode_from >= 0:
+            nc = self._stop_decoding(q)
             if self.dec_done:  # its block for this step is allocated and its token budgeted
                 nc += 1
                 self.budget += 1
-            r[LAST] = g - 1
-            r[GEN] = gen
         else:
-            nc = r[NC] + self.chunks.pop(v, 0)
+            nc = q.computed_tokens + self.chunks.pop(v, 0)
             self.prefilling.remove(v)
-        self.free += _cdiv(nc, e.bs)
-        r[NC], r[TGT], r[G0] = 0, self.P[v] + r[GEN], -1
-        r[EP] += 1
+        self.free_blocks += self._held(q, nc)
+        q.computed_tokens, q.decode_from = 0, -1
+        q.target_tokens = q.prompt_tokens + q.generated_tokens
+        q.epoch += 1
         del self.running[v]
-        heappush(self.waiting, r[KEY])
+        heappush(self.waiting, q.queue_key)
         self.preemptions += 1
         self.preempted_now = True
 
     # -- one step ---------------------------------------------------------------------------
     def _decode_blocks(self) -> None:
-        g, rec, bs = self.g, self.rec, self.e.bs
-        due = self.blk_due.pop(g, None)
+        """Blocks for decoders whose token this decode step starts a new block."""
+        d, seqs, bs = self.decode_step, self.seqs, self.e.block_size
+        due = self.blk_due.pop(d, None)
         if not due:
             return
-        need = [s for s, ep in due if rec[s][EP] == ep and rec[s][G0] >= 0]
-        if self.free < len(need):
+        need = [s for s, ep in due if seqs[s].epoch == ep and seqs[s].decode_from >= 0]
+        if self.free_blocks < len(need):
             pending = set(need)
-            while self.free < len(pending):
+            while self.free_blocks < len(pending):
                 v = self._victim()
                 self._preempt(v)
                 pending.discard(v)
             need = [s for s in need if s in pending]
-        self.free -= len(need)
-        nxt = self.blk_due.setdefault(g + bs, [])
+        self.free_blocks -= len(need)
+        nxt = self.blk_due.setdefault(d + bs, [])
         for s in need:
-            nxt.append((s, rec[s][EP]))
+            nxt.append((s, seqs[s].epoch))
 
     def _prefill_running(self) -> None:
-        rec, bs = self.rec, self.e.bs
+        """Next chunks of running, partially prefilled sequences."""
+        seqs = self.seqs
         for s in list(self.prefilling):
             if self.budget <= 0:
                 break
             if s not in self.running:
                 continue
-            r = rec[s]
-            c = min(r[TGT] - r[NC], self.budget)
-            nb = _cdiv(r[NC] + c, bs) - _cdiv(r[NC], bs)
-            while self.free < nb:
+            q = seqs[s]
+            c = min(q.target_tokens - q.computed_tokens, self.budget)
+            nb = self._held(q, q.computed_tokens + c) - self._held(q, q.computed_tokens)
+            if nb > self.free_blocks and self.prefill_first:
+                # A prefill-only step does not preempt: the chunk waits for blocks, and no new
+                # prompt starts meanwhile (so at most one prompt is ever partly computed).
+                self.prefill_blocked = True
+                continue
+            while self.free_blocks < nb:
                 v = self._victim()
                 self._preempt(v)
                 if v == s:
                     break
             if s not in self.running:
                 continue
-            self.free -= nb
+            self.free_blocks -= nb
             self.chunks[s] = c
             self.budget -= c
 
     def _admit_waiting(self) -> None:
-        e, rec, wq = self.e, self.rec, self.waiting
-        while wq and self.budget > 0 and len(self.running) < e.max_seqs:
+        """Waiting requests in queue order while the budget, max_num_seqs and blocks allow."""
+        e, seqs, wq = self.e, self.seqs, self.waiting
+        while wq and self.budget > 0 and len(self.running) < e.max_num_seqs:
             s = wq[0][2]
-            r = rec[s]
-            c = min(r[TGT], self.budget)
-            if c < r[TGT] and not e.chunked:
-                if self.chunks or self.n_dec:
-                    break
-                c = r[TGT]  # a prompt over the budget runs alone, whole
-            nb = _cdiv(c, e.bs)
-            if nb > self.free:
+            q = seqs[s]
+            c = min(q.target_tokens, self.budget)
+            if c < q.target_tokens and not self.chunked:
+                break  # the whole prompt must fit what is left of the budget
+            nb = self._held(q, c)
+            if nb > self.free_blocks:
                 break
             heappop(wq)
             self._touch(s)
-            self.free -= nb
-            self.running[s] = self.admit_ctr
-            self.admit_ctr += 1
-            if r[ADM] < 0:
-                r[ADM] = self.g
+            self.free_blocks -= nb
+            self.running[s] = self.admissions
+            self.admissions += 1
+            if q.admitted_step < 0:
+                q.admitted_step = self.step
             self.prefilling.append(s)
             self.chunks[s] = c
             self.budget -= c
 
-    def _composition(self) -> tuple:
-        e, rec = self.e, self.rec
+    def _schedule_prefill(self, budget: int) -> bool:
+        self.budget = budget
+        self.prefill_blocked = False
+        self._prefill_running()
+        if not self.preempted_now and not self.prefill_blocked:
+            self._admit_waiting()
+        return bool(self.chunks)
+
+    def _first_decode_gaps(self) -> int:
+        """prefill_first: gaps of decoders decoding for the first time since their last token
+        (came in a prefill step); returns how many of them there are."""
+        g, seqs, n = self.step, self.seqs, 0
+        for s, ep, last in self.first_decodes:
+            if seqs[s].epoch == ep and seqs[s].decode_from >= 0:
+                self.gaps.append((last, g))
+                n += 1
+        self.first_decodes = []
+        return n
+
+    def _record(self, decode: bool) -> StepRecord:
+        e, seqs = self.e, self.seqs
         ptok = pairs = pairs_w = pread = pread_w = ncomp = 0
-        w = e.w
         for s, c in self.chunks.items():
-            r = rec[s]
-            p = r[NC]
-            pr = c * p + c * (c + 1) // 2
+            q = seqs[s]
+            p = q.computed_tokens
+            pr, prw, rw = chunk_attention(c, p, e.window)
             ptok += c
             pairs += pr
+            pairs_w += prw
             pread += p
-            if e.win:  # as StepModel.prefill_chunk: each query sees at most w keys
-                cw = min(c, w)
-                pairs_w += min(pr, c * w - (0 if p > 0 else cw * (cw - 1) // 2))
-                pread_w += min(p, w)
-            ncomp += p + c == r[TGT]
-        kv = self.sum_nc + self.n_dec
-        if not e.win:
-            pairs_w, pread_w, kvw = pairs, pread, kv
-        else:
-            kvw = self.sum_capw
-        return (self.n_dec, kv, kvw, ptok, pairs, pairs_w, pread, pread_w, len(self.chunks),
-                self.n_dec + ncomp, len(self.running), len(self.waiting),
-                self.e.total_blocks - self.free, self.nxt)
+            pread_w += rw
+            ncomp += p + c == q.target_tokens
+        nd = kv = kvw = tbt = 0
+        tbt_from = -1
+        if decode:
+            nd = self.num_decoding
+            kv = self.sum_computed + nd
+            kvw = self.sum_ctx_window if e.has_window else kv
+            tbt, tbt_from = nd, self.step - 1
+            if self.prefill_first:
+                tbt, tbt_from = nd - self._first_decode_gaps(), self.last_decode_step
+        return StepRecord(nd, kv, kvw, ptok, pairs, pairs_w, pread, pread_w, len(self.chunks),
+                          nd + ncomp, len(self.running), len(self.waiting),
+                          e.total_blocks - self.free_blocks, tbt, tbt_from)
 
-    def _finish(self, s: int, nc: int) -> None:
-        self.rec[s][FIN] = self.g
+    def _finish(self, s: int, computed: int) -> None:
+        q = self.seqs[s]
+        q.finished_step = self.step
         del self.running[s]
-        self.free += _cdiv(nc, self.e.bs)
+        self.free_blocks += self._held(q, computed)
         self.done += 1
-        if self.closed and self.nxt < self.n:
-            self._enqueue(self.nxt, self.g)
-            self.nxt += 1
+        if self.closed and self.next_request < self.n:
+            nxt = self.next_request
+            self.next_request += 1
+            if self.timed:  # on its way: _arrive enqueues it overhead_s after this step ends
+                self._touch(nxt)
+                self.seqs[nxt].arrival_step = self.step
+            else:
+                self._enqueue(nxt, self.step)
+                self.next_arrival = self.next_request
 
-    def _advance(self) -> None:
-        """After the step: prefill progress, first tokens, finishes, decoders move on."""
-        e, g, rec, out_len = self.e, self.g, self.rec, self.O
-        new_dec = []
+    def _advance_prefills(self) -> list[int]:
+        """After the step: prefill progress; completed prompts give a token. Returns the
+        sequences that start decoding."""
+        g, seqs, new_dec = self.step, self.seqs, []
         for s, c in self.chunks.items():
-            r = rec[s]
+            q = seqs[s]
             self._touch(s)
-            r[NC] += c
-            if r[NC] == r[TGT]:
-                self.prefilling.remove(s)
-                if r[GEN] == 0:
-                    r[FIRST] = g
-                else:
-                    self.gaps.append((r[LAST], g))
-                r[GEN] += 1
-                r[LAST] = g
-                if r[GEN] >= out_len[s]:
-                    self._finish(s, r[NC])
-                else:
-                    new_dec.append(s)
-        fh = self.fin_heap
-        while fh and fh[0][0] <= g:
-            _, s, ep = heappop(fh)
-            r = rec[s]
-            if r[EP] != ep or r[G0] < 0:
+            q.computed_tokens += c
+            if q.computed_tokens < q.target_tokens:
                 continue
-            nc = r[NC] + (g - r[G0])
-            self.n_dec -= 1
-            self.sum_nc -= nc
-            if e.win:
-                self.sum_capw -= min(nc + 1, e.w)
-                self.n_below -= nc + 1 < e.w
-            self._touch(s)
-            r[NC], r[GEN], r[G0], r[LAST] = nc + 1, out_len[s], -1, g
-            self._finish(s, nc + 1)
-        self.sum_nc += self.n_dec
-        g1 = g + 1
-        if e.win:
-            self.sum_capw += self.n_below
-            wh = self.win_heap
-            while wh and wh[0][0] <= g1:
-                _, s, ep = heappop(wh)
-                if rec[s][EP] == ep and rec[s][G0] >= 0:
-                    self.n_below -= 1
-        for s in new_dec:
-            r = rec[s]
-            r[G0] = g1
-            r[EP] += 1
-            ep, nc = r[EP], r[NC]
-            self.n_dec += 1
-            self.sum_nc += nc
-            if e.win:
-                ctx = nc + 1
-                self.sum_capw += min(ctx, e.w)
-                if ctx < e.w:
-                    self.n_below += 1
-                    heappush(self.win_heap, (g1 + e.w - ctx, s, ep))
-            heappush(fh, (g1 + out_len[s] - r[GEN] - 1, s, ep))
-            self.blk_due.setdefault(g1 + (-nc) % e.bs, []).append((s, ep))
-        self.g = g1
+            self.prefilling.remove(s)
+            if q.generated_tokens == 0:
+                q.first_token_step = g
+            else:
+                self.gaps.append((q.last_token_step, g))
+            q.generated_tokens += 1
+            q.last_token_step = g
+            if q.generated_tokens >= q.output_tokens:
+                self._finish(s, q.computed_tokens)
+            else:
+                new_dec.append(s)
+        return new_dec
 
-    def _exec(self) -> tuple:
-        self.chunks: dict[int, int] = {}
-        self.preempted_now = False
-        self.dec_done = False
-        self.budget = self.e.max_tokens
-        self._decode_blocks()
-        self.dec_done = True
-        self.budget -= self.n_dec
-        self._prefill_running()
-        if not self.preempted_now:
-            self._admit_waiting()
-        comp = self._composition()
-        self.log.append(comp)
-        self._advance()
-        return comp
+    def _advance_decoders(self) -> None:
+        """After a decode step: finishes, then every decoder moves on one token."""
+        e, d, seqs, fh = self.e, self.decode_step, self.seqs, self.fin_heap
+        while fh and fh[0][0] <= d:
+            _, s, ep = heappop(fh)
+            q = seqs[s]
+            if q.epoch != ep or q.decode_from < 0:
+                continue
+            self._touch(s)
+            nc = self._stop_decoding(q) + 1  # this step computed its last token's input
+            q.computed_tokens, q.generated_tokens = nc, q.output_tokens
+            q.decode_from, q.last_token_step = -1, self.step
+            self._finish(s, nc)
+        self.sum_computed += self.num_decoding
+        d1 = d + 1
+        if e.has_window:
+            self.sum_ctx_window += self.num_below_window
+            wh = self.win_heap
+            while wh and wh[0][0] <= d1:
+                _, s, ep = heappop(wh)
+                if seqs[s].epoch == ep and seqs[s].decode_from >= 0:
+                    self.num_below_window -= 1
+        self.decode_step = d1
+        self.last_decode_step = self.step
+
+    def _start_decoding(self, s: int) -> None:
+        """s decodes from the next decode step on."""
+        e, q, d1 = self.e, self.seqs[s], self.decode_step
+        q.decode_from = d1
+        q.epoch += 1
+        ep, nc = q.epoch, q.computed_tokens
+        self.num_decoding += 1
+        self.sum_computed += nc
+        if e.has_window:
+            ctx = nc + 1
+            self.sum_ctx_window += min(ctx, e.window)
+            if ctx < e.window:
+                self.num_below_window += 1
+                heappush(self.win_heap, (d1 + e.window - ctx, s, ep))
+        last = d1 + q.output_tokens - q.generated_tokens - 1
+        heappush(self.fin_heap, (last, s, ep))
+        # The first token whose KV starts a block beyond what it holds (its reservation, or
+        # the blocks of its computed tokens): context nc -> nc + 1 with nc at a block edge.
+        bs = e.block_size
+        edge = max(nc + (-nc) % bs, q.reserved_blocks * bs)
+        if d1 + edge - nc <= last:
+            self.blk_due.setdefault(d1 + edge - nc, []).append((s, ep))
+        if self.prefill_first:
+            self.first_decodes.append((s, ep, self.step))
+
+    def _exec(self) -> StepRecord:
+        self.chunks = {}
+        self.preempted_now = self.dec_done = False
+        if self.prefill_first:
+            decode = not self._schedule_prefill(self.e.max_num_batched_tokens)
+            if decode:
+                assert self.num_decoding, "a step with neither prefill nor decode work"
+                self._decode_blocks()
+        else:
+            decode = True
+            self._decode_blocks()
+            self.dec_done = True
+            self._schedule_prefill(self.e.max_num_batched_tokens - self.num_decoding)
+        rec = self._record(decode)
+        self.log.append(rec)
+        new_dec = self._advance_prefills()
+        if decode:
+            self._advance_decoders()
+        for s in new_dec:
+            self._start_decoding(s)
+        self.step += 1
+        return rec
 
     # -- the clock --------------------------------------------------------------------------
     def _idle(self) -> bool:
         return not self.running and not self.waiting
 
+    def _replay(self, snap: tuple, starts: np.ndarray, ends: np.ndarray, m: int, w0: int) -> int:
+        """Roll back to the window start and run its first m + 1 steps on the exact clock."""
+        self._restore(snap)
+        if self.timed:
+            self.window_ends = ends.tolist()
+        for k in range(m + 1):
+            if k:
+                self._arrive(float(starts[k]))
+                if self._idle():
+                    break
+            self._exec()
+        return len(self.log) - w0
+
+    def _seen_exact(self, first: int, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+        """Requests that had arrived by each step start on the exact clock (`first` had by
+        the window start)."""
+        if not self.closed:
+            return np.searchsorted(self.arr_np, starts, "right")
+        g = np.array([self.seqs[s].arrival_step for s in range(first, self.next_request)],
+                     np.int64)
+        all_ends = np.concatenate((self.exact_ends, ends))
+        arrivals = np.where(g >= 0, all_ends[np.maximum(g, 0)], 0.0) + self.overhead_s
+        return first + np.searchsorted(arrivals, starts, "right")
+
     def simulate(self, progress: Callable[[int], None] | None) -> None:
         t_s = 0.0
-        window = 64
-        cap = 1024 if self.closed else WINDOW_MAX  # closed loop needs no clock to schedule
-        est = _Estimator(self.e.step_model, self.e.max_tokens)
+        # a closed loop without overhead needs no clock to schedule: long windows never roll back
+        cap = 1024 if self.closed and not self.timed else WINDOW_MAX
+        window = min(64, cap)
+        est = _Estimator(self.e.step_model, self.e.max_num_batched_tokens)
         while self.done < self.n:
             self._arrive(t_s)
             if self._idle():
-                assert not self.closed and self.nxt < self.n, "engine idle with work left"
-                t_s = max(t_s, self.arr[self.nxt])
+                sent = self.next_request if self.closed else self.n
+                assert self.next_arrival < sent, "the engine is idle with requests left"
+                t_s = max(t_s, self._arrival_time(self.next_arrival))
                 continue
-            w0 = len(self.log)
+            w0, first = len(self.log), self.next_arrival
             snap = self._snapshot()
             est.refit(self.log[-1] if self.log else None)
-            t, elig = t_s, []
-            for k in range(window):  # speculate: estimated clock
+            t, seen = t_s, []
+            for k in range(window):  # speculate on the estimated clock
                 if k:
                     self._arrive(t)
                     if self._idle():
                         break
-                elig.append(self.nxt)
+                seen.append(self.next_arrival)
                 t += est(self._exec())
+                if self.timed:
+                    self.window_ends.append(t)
                 if self.done >= self.n:
                     break
-            comps = np.array(self.log[w0:], float)
-            dur = step_times(self.e.step_model, comps[:, :NUM_STEP_INPUTS])
-            starts = t_s + np.concatenate(([0.0], np.cumsum(dur)[:-1]))
-            bad = (np.flatnonzero(np.searchsorted(self.arr_np, starts, "right")
-                                  != np.asarray(elig)) if not self.closed else [])
+            dur = step_times(self.e.step_model, step_array(self.log[w0:]))
+            # one clock: a step starts exactly when the one before it ends
+            ends = t_s + np.cumsum(dur)
+            starts = np.concatenate(([t_s], ends[:-1]))
+            bad = ([] if self.closed and not self.timed else
+                   np.flatnonzero(self._seen_exact(first, starts, ends) != np.asarray(seen)))
             if len(bad):
                 m = int(bad[0])
-                self._restore(snap)
-                for k in range(m + 1):
-                    if k:
-                        self._arrive(float(starts[k]))
-                        if self._idle():
-                            break
-                    self._exec()
-                done_steps = len(self.log) - w0
-                dur = dur[:done_steps].copy()
-                starts = starts[:done_steps]
+                done_steps = self._replay(snap, starts, ends, m, w0)
+                dur, starts, ends = (a[:done_steps].copy() for a in (dur, starts, ends))
                 if done_steps == m + 1:
-                    last = np.array([self.log[-1]], float)[:, :NUM_STEP_INPUTS]
-                    dur[m] = step_times(self.e.step_model, last)[0]
-                window = max(16, m + 8)
+                    dur[m] = step_times(self.e.step_model, step_array(self.log[-1:]))[0]
+                    ends[m] = starts[m] + dur[m]
+                window = min(max(16, m + 8), cap)
             else:
                 window = min(cap, 2 * window)
             self.saved = {}
             self.starts.append(starts)
             self.durs.append(dur)
-            t_s = float(starts[-1] + dur[-1])
+            self.ends.append(ends)
+            if self.timed:
+                self.exact_ends.extend(ends.tolist())
+                self.window_ends = []
+            t_s = float(ends[-1])
             if progress is not None:
                 progress(self.done)
 
@@ -439,27 +672,35 @@ class _State:
     def record(self) -> RunRecord:
         starts = np.concatenate(self.starts) if self.starts else np.zeros(0)
         dur = np.concatenate(self.durs) if self.durs else np.zeros(0)
-        ends = starts + dur
-        log = np.array(self.log, np.int64).reshape(-1, 14)
-        rec = np.array([r[:KEY] for r in self.rec], np.int64).reshape(-1, KEY)
-        if self.closed:
-            arrs = rec[:, ARRS]
-            arrival = np.where(arrs >= 0, ends[np.maximum(arrs, 0)] if len(ends) else 0.0, 0.0)
+        ends = np.concatenate(self.ends) if self.ends else np.zeros(0)
+        log = step_array(self.log)
+        steps = np.array([(q.admitted_step, q.first_token_step, q.finished_step, q.arrival_step)
+                          for q in self.seqs], np.int64).reshape(-1, 4)
+        admitted, first, finished, arrs = steps.T
+        if self.closed:  # sent when step `arrs` ended (-1: at 0), at the engine overhead later
+            sent = np.where(arrs >= 0, ends[np.maximum(arrs, 0)] if len(ends) else 0.0, 0.0)
+            arrival = np.where(arrs >= 0, sent + self.overhead_s, 0.0)
         else:
             arrival = self.arr_np
+        # A step's counted gap runs from the previous decode step: the step's own duration
+        # when that is the step before (always, unless prefill_first).
+        prev = log["tbt_from_step"]
+        consecutive = prev == np.arange(len(log)) - 1
+        step_gap = np.where(consecutive, dur, ends - ends[np.maximum(prev, 0)])
         gaps = np.array(self.gaps, np.int64).reshape(-1, 2)
         return RunRecord(
             arrival_at_s=arrival,
-            admitted_at_s=starts[rec[:, ADM]],
-            first_token_at_s=ends[rec[:, FIRST]],
-            finished_at_s=ends[rec[:, FIN]],
+            admitted_at_s=starts[admitted],
+            first_token_at_s=ends[first],
+            finished_at_s=ends[finished],
             input_tokens=np.asarray(self.reqs.input_tokens),
             output_tokens=np.asarray(self.reqs.output_tokens),
             lane=np.asarray(self.reqs.lane),
             step_start_s=starts, step_dur_s=dur,
-            step_tbt_count=log[:, 0],
+            step_tbt_count=log["tbt_count"], step_tbt_gap_s=step_gap,
             extra_gaps_s=ends[gaps[:, 1]] - ends[gaps[:, 0]],
-            step_running=log[:, 10], step_waiting=log[:, 11], step_kv_blocks=log[:, 12],
+            step_running=log["num_running"], step_waiting=log["num_waiting"],
+            step_kv_blocks=log["kv_blocks_used"],
             num_gpu_blocks=self.e.total_blocks, preemptions=self.preemptions,
             scheduler="continuous",
         )
@@ -474,32 +715,39 @@ class _Estimator:
 
     def __init__(self, step_model: Any, max_tokens: int) -> None:
         self.m = step_model
-        self.base: list[float] | None = None
+        self.base: tuple[float, float] | None = None
         self.grid = np.unique(np.concatenate([np.arange(0, 256, 8),
                                               np.geomspace(256, max(max_tokens, 257), 96)]))
 
-    def refit(self, comp: tuple | None) -> None:
-        nd, kv, kvw = (float(x) for x in (comp[:3] if comp else (1, 1, 1)))
+    def refit(self, last: StepRecord | None) -> None:
+        nd, kv, kvw = ((float(last.num_decode), float(last.decode_kv_tokens),
+                        float(last.decode_kv_tokens_window)) if last else (1.0, 1.0, 1.0))
         if self.base is not None:
-            bn, bk = self.base[0], self.base[1]
+            bn, bk = self.base
             if abs(nd - bn) <= 0.03 * bn + 1 and abs(kv - bk) <= 0.2 * bk + 256:
                 return
         nd, kv, kvw = max(nd, 1.0), max(kv, 1.0), max(kvw, 1.0)
         x = self.grid
-        rows = np.zeros((6 + len(x), NUM_STEP_INPUTS))
-        rows[:, :3] = nd, kv, kvw
-        rows[:, 9] = nd
-        rows[1, [0, 9]] += 1
-        rows[2, 1:3] += 1000
-        rows[3, 4:6] = 3e4
-        rows[4, 8] += 1
-        rows[5, 9] += 1
-        rows[6:, 3] = x
-        rows[6:, 4] = rows[6:, 5] = x * (x + 1) / 2
-        rows[6:, 8] = x > 0
-        rows[6:, 9] += x > 0
-        d = step_times(self.m, rows)
-        self.base = [nd, kv]
+        n = 6 + len(x)
+        cols = {k: np.zeros(n) for k in STEP_INPUTS}
+        cols["num_decode"][:] = cols["num_logits"][:] = nd
+        cols["decode_kv_tokens"][:] = kv
+        cols["decode_kv_tokens_window"][:] = kvw
+        # rows: 0 base, 1 one more decoder, 2 +1000 KV tokens, 3 +3e4 pairs, 4 one more
+        # prefill sequence, 5 one more logit, 6.. prefill tokens over the grid
+        cols["num_decode"][1] += 1
+        cols["num_logits"][1] += 1
+        cols["decode_kv_tokens"][2] += 1000
+        cols["decode_kv_tokens_window"][2] += 1000
+        cols["prefill_pairs"][3] = cols["prefill_pairs_window"][3] = 3e4
+        cols["num_prefill_seqs"][4] += 1
+        cols["num_logits"][5] += 1
+        cols["prefill_tokens"][6:] = x
+        cols["prefill_pairs"][6:] = cols["prefill_pairs_window"][6:] = x * (x + 1) / 2
+        cols["num_prefill_seqs"][6:] = x > 0
+        cols["num_logits"][6:] += x > 0
+        d = step_times(self.m, cols)
+        self.base = (nd, kv)
         self.d0 = float(d[0])
         self.g_nd = float(d[1] - d[0])
         self.g_kv = float(d[2] - d[0]) / 1000
@@ -509,16 +757,19 @@ class _Estimator:
         self.table = (d[6:] - d[0]).tolist()
         self.x = x.tolist()
 
-    def __call__(self, comp: tuple) -> float:
-        self.refit(comp)
-        d = self.d0 + (comp[0] - self.base[0]) * self.g_nd + (comp[1] - self.base[1]) * self.g_kv
-        pt = comp[3]
+    def __call__(self, rec: StepRecord) -> float:
+        self.refit(rec)
+        assert self.base is not None
+        d = (self.d0 + (rec.num_decode - self.base[0]) * self.g_nd
+             + (rec.decode_kv_tokens - self.base[1]) * self.g_kv)
+        pt = rec.prefill_tokens
         if pt:
             x = self.x
             i = min(bisect_left(x, pt), len(x) - 1)
             lo = max(i - 1, 0)
             f = 0.0 if x[i] == x[lo] else (pt - x[lo]) / (x[i] - x[lo])
             d += self.table[lo] + f * (self.table[i] - self.table[lo])
-            d += (comp[4] - pt * (pt + 1) / 2) * self.g_pairs + (comp[8] - 1) * self.g_nps
-            d += (comp[9] - comp[0] - 1) * self.g_logits
+            d += (rec.prefill_pairs - pt * (pt + 1) / 2) * self.g_pairs
+            d += (rec.num_prefill_seqs - 1) * self.g_nps
+            d += (rec.num_logits - rec.num_decode - 1) * self.g_logits
         return d

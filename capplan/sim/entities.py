@@ -1,19 +1,70 @@
-"""Passive results of one simulated run, in SI units, consumed by `capplan.sim.metrics`."""
+"""Passive state of the simulator: the step record and the results of a run (SI units)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
+
+
+class StepRecord(NamedTuple):
+    """One engine step: what it computed (the first ten fields are the keyword arguments of
+    `StepModel.step`) and the engine's state once the step was scheduled."""
+
+    num_decode: int
+    """Sequences decoding one token this step."""
+    decode_kv_tokens: int
+    """Sum of their contexts (KV tokens read), full-attention layers."""
+    decode_kv_tokens_window: int
+    """The same, each capped at the sliding window."""
+    prefill_tokens: int
+    """Prompt tokens computed this step (all chunks)."""
+    prefill_pairs: float
+    """Causal query-key pairs of those chunks (`models.perf.chunk_attention`)."""
+    prefill_pairs_window: float
+    """The same, keys limited to the sliding window."""
+    prefill_kv_read: int
+    """Cached prefix tokens the chunks attend to."""
+    prefill_kv_read_window: int
+    """The same, capped at the window."""
+    num_prefill_seqs: int
+    """Sequences with a prefill chunk this step."""
+    num_logits: int
+    """Tokens sampled: decode tokens plus chunks that complete their prompt."""
+    num_running: int
+    """Admitted sequences (decoding or prefilling)."""
+    num_waiting: int
+    """Requests in the waiting queue."""
+    kv_blocks_used: int
+    """KV blocks allocated or reserved."""
+    tbt_count: int
+    """Decoders whose previous token came at step `tbt_from_step` (each saw that gap)."""
+    tbt_from_step: int
+    """The previous decode step (this step - 1 when every step decodes); -1 when none."""
+
+
+STEP_INPUTS: tuple[str, ...] = StepRecord._fields[:10]
+"""The StepRecord fields that `StepModel.step` takes as keyword arguments."""
+STEP_DTYPE = np.dtype([(f, np.float64 if f.startswith("prefill_pairs") else np.int64)
+                       for f in StepRecord._fields])
+
+
+def step_array(steps: Sequence[StepRecord]) -> np.ndarray:
+    """Step records as a structured array (one named column per field)."""
+    return np.array(steps, dtype=STEP_DTYPE) if len(steps) else np.zeros(0, STEP_DTYPE)
 
 
 @dataclass(frozen=True)
 class RunRecord:
     """What a scheduler produced: per-request timestamps and per-step samples.
 
-    TBT gaps are stored compactly (every gap stays exact): `step_dur_s[i]` is a gap for each of
-    the `step_tbt_count[i]` sequences that got a token in step i after one in step i-1; longer
-    gaps (after a preemption and recompute) are listed one by one in `extra_gaps_s`.
+    TBT gaps are stored compactly (every gap stays exact): `step_tbt_gap_s[i]` is the gap of
+    each of the `step_tbt_count[i]` sequences that got a token in step i after one in the
+    previous decode step (`step_dur_s[i]` when every step decodes); other gaps (after a
+    preemption and recompute, or a first decode after a prefill-only step) are listed one by one
+    in `extra_gaps_s`.
     """
 
     arrival_at_s: np.ndarray
@@ -26,6 +77,7 @@ class RunRecord:
     step_start_s: np.ndarray
     step_dur_s: np.ndarray
     step_tbt_count: np.ndarray
+    step_tbt_gap_s: np.ndarray
     extra_gaps_s: np.ndarray
     step_running: np.ndarray
     step_waiting: np.ndarray

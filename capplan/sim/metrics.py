@@ -99,7 +99,9 @@ def _per_request(r: RunRecord) -> dict[str, np.ndarray]:
     multi = out > 1
     tpot = np.where(multi, (e2e - ttft) / np.maximum(out - 1, 1), np.nan)
     return {"ttft_s": ttft, "e2e_s": e2e, "tpot_s": tpot,
-            "queue_s": r.admitted_at_s - r.arrival_at_s}
+            # a closed-loop request admitted in the step its predecessor ended can read
+            # -1e-15 s from float rounding of the two stamps: a wait is never negative
+            "queue_s": np.maximum(r.admitted_at_s - r.arrival_at_s, 0.0)}
 
 
 def _slo_met(r: RunRecord, lanes: tuple[Lane, ...], per: dict[str, np.ndarray]) -> np.ndarray:
@@ -149,7 +151,7 @@ def summarize(r: RunRecord, lanes: tuple[Lane, ...]) -> SimResult:
                 "goodput_requests_per_s": float(ok[m].sum()) / span,
                 "output_tokens_per_s": float(r.output_tokens[m].sum()) / span,
             }
-    tbt_v = np.concatenate([dur, r.extra_gaps_s])
+    tbt_v = np.concatenate([r.step_tbt_gap_s, r.extra_gaps_s])
     tbt_w = np.concatenate([r.step_tbt_count, np.ones(len(r.extra_gaps_s))])
     return SimResult(
         scheduler=r.scheduler,

@@ -9,15 +9,20 @@ burstier). References: vLLM `benchmarks/serve.py` (`get_request`).
 from __future__ import annotations
 
 import csv
+import itertools
 import json
 import math
+from array import array
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import IO
 
 import numpy as np
 
 from capplan.errors import InputError
+from capplan.limits import SIM_HORIZON_S, TOKENS, check_input_file
 from capplan.models.queueing import Z99
 
 
@@ -85,8 +90,7 @@ def _kv_params(text: str, body: str, names: tuple[str, ...]) -> dict[str, float]
             out[k] = float(v)
         except ValueError:
             raise InputError(f"length {text!r}: {k}={v!r} is not a number") from None
-        if not math.isfinite(out[k]) or out[k] < 1:
-            raise InputError(f"length {text!r}: {k} must be a finite number >= 1")
+        out[k] = float(TOKENS.check(out[k], f"length {text!r}: {k}"))
     missing = [n for n in names if n not in out]
     if missing:
         raise InputError(f"length {text!r}: missing {', '.join(missing)}")
@@ -103,8 +107,7 @@ def parse_length(text: str | int | float) -> LengthDist:
         except ValueError:
             raise InputError(f"length {s!r}: expected a number or uniform:/lognormal:/"
                              f"empirical: distribution") from None
-        if not math.isfinite(x) or x < 1:
-            raise InputError(f"length {s!r}: must be a finite number >= 1")
+        x = float(TOKENS.check(x, f"length {s!r}"))
         return LengthDist("fixed", (float(round(x)),), text=s)
     kind = kind.strip().lower()
     if kind == "uniform":
@@ -124,8 +127,7 @@ def parse_length(text: str | int | float) -> LengthDist:
 
 def _read_empirical(path: str) -> tuple[int, ...]:
     p = Path(path)
-    if not p.is_file():
-        raise InputError(f"{path}: no such file (empirical length distribution)")
+    check_input_file(p, "file (empirical length distribution)")
     vals: list[int] = []
     with p.open(newline="", encoding="utf-8-sig") as f:
         for i, row in enumerate(csv.reader(f), 1):
@@ -172,7 +174,8 @@ class Requests:
     lane: np.ndarray
     """Index into the workload's lanes."""
     concurrency: int | None = None
-    """Closed loop: the first C arrive at 0, each later one when a request completes."""
+    """Closed loop: the first C arrive at 0, each later one when a request completes (plus the
+    engine run's `request_overhead_s`), in order, as `vllm bench serve --max-concurrency C`."""
     note: str = ""
     """Where a trace's requests came from: the columns and time unit used."""
 
@@ -338,7 +341,10 @@ def _parse_datetime(s: str, path: Path, line: int) -> float:
         raise InputError(f"{path}:{line}: arrival time {s!r} is neither seconds nor a "
                          f"datetime like 2023-11-16 18:15:46.68") from None
     frac_s = float("0." + frac) if dot and frac.isdigit() else 0.0
-    return t.timestamp() + frac_s
+    try:
+        return t.timestamp() + frac_s
+    except (OverflowError, OSError, ValueError):  # year 1: before the platform's epoch range
+        raise InputError(f"{path}:{line}: arrival time {s!r} is out of range") from None
 
 
 def _length_value(v: object, path: Path, line: int, col: str) -> int:
@@ -348,31 +354,36 @@ def _length_value(v: object, path: Path, line: int, col: str) -> int:
         raise InputError(f"{path}:{line}: {col} {v!r} is not a number") from None
     if not math.isfinite(x) or x < 0 or x != round(x):
         raise InputError(f"{path}:{line}: {col} {v!r} must be a non-negative integer")
+    if x > TOKENS.hi:
+        raise InputError(f"{path}:{line}: {col} {int(x)} exceeds {int(TOKENS.hi):,} tokens, "
+                         "longer than any model's context")
     return int(x)
 
 
-def _rows(path: Path) -> tuple[list[str], list[tuple[int, dict]]]:
-    text = path.read_text(encoding="utf-8-sig")
+def _rows(f: IO[str], path: Path) -> tuple[list[str], Iterator[tuple[int, dict]]]:
+    """Column names and a stream of (line, row) from an open trace: rows are read one at a
+    time, so a large trace costs its three arrays, not a dict per row held at once."""
     if path.suffix.lower() in (".jsonl", ".json", ".ndjson"):
-        rows = []
-        cols: list[str] = []
-        for i, ln in enumerate(text.splitlines(), 1):
-            if not ln.strip():
-                continue
-            try:
-                obj = json.loads(ln)
-            except json.JSONDecodeError as e:
-                raise InputError(f"{path}:{i}: not valid JSON ({e.msg})") from None
-            if not isinstance(obj, dict):
-                raise InputError(f"{path}:{i}: expected a JSON object per line")
-            if not cols:
-                cols = list(obj)
-            rows.append((i, obj))
-        return cols, rows
-    reader = csv.DictReader(text.splitlines())
+        def objects() -> Iterator[tuple[int, dict]]:
+            for i, ln in enumerate(f, 1):
+                if not ln.strip():
+                    continue
+                try:
+                    obj = json.loads(ln)
+                except json.JSONDecodeError as e:
+                    raise InputError(f"{path}:{i}: not valid JSON ({e.msg})") from None
+                if not isinstance(obj, dict):
+                    raise InputError(f"{path}:{i}: expected a JSON object per line")
+                yield i, obj
+        it = objects()
+        first = next(it, None)
+        if first is None:
+            return [], iter(())
+        return list(first[1]), itertools.chain([first], it)
+    reader = csv.DictReader(f)
     cols = [c.strip() for c in (reader.fieldnames or [])]
     reader.fieldnames = cols
-    return cols, [(i, r) for i, r in enumerate(reader, 2)]
+    return cols, ((i, r) for i, r in enumerate(reader, 2))
 
 
 def load_trace(path: str | Path, time_unit: str = "auto") -> Requests:
@@ -392,30 +403,43 @@ def load_trace(path: str | Path, time_unit: str = "auto") -> Requests:
         raise InputError(f"--time-unit {time_unit!r}: use auto, s, ms or us")
     if not p.is_file():
         raise InputError(f"{p}: no such trace file")
-    cols, rows = _rows(p)
-    if not rows:
-        raise InputError(f"{p}: empty trace (no requests)")
-    ca = _pick(cols, ARRIVAL_COLUMNS, p, "arrival time")
-    ci = _pick(cols, INPUT_COLUMNS, p, "input tokens")
-    co = _pick(cols, OUTPUT_COLUMNS, p, "output tokens")
-    t = np.empty(len(rows))
-    inp = np.empty(len(rows), np.int64)
-    out = np.empty(len(rows), np.int64)
+    check_input_file(p, "trace")
+    times, inputs, outputs = array("d"), array("q"), array("q")
     numeric = True
-    for k, (line, r) in enumerate(rows):
-        for c in (ca, ci, co):
-            if r.get(c) in (None, ""):
-                raise InputError(f"{p}:{line}: missing value for column {c}")
-        t[k], is_num = _time_and_kind(r[ca], p, line)
-        numeric = numeric and is_num
-        inp[k] = _length_value(r[ci], p, line, ci)
-        out[k] = _length_value(r[co], p, line, co)
+    with open(p, encoding="utf-8-sig", newline="") as f:
+        try:
+            cols, rows = _rows(f, p)
+            if not cols:
+                raise InputError(f"{p}: empty trace (no requests)")
+            ca = _pick(cols, ARRIVAL_COLUMNS, p, "arrival time")
+            ci = _pick(cols, INPUT_COLUMNS, p, "input tokens")
+            co = _pick(cols, OUTPUT_COLUMNS, p, "output tokens")
+            for line, r in rows:
+                for c in (ca, ci, co):
+                    if r.get(c) in (None, ""):
+                        raise InputError(f"{p}:{line}: missing value for column {c}")
+                tk, is_num = _time_and_kind(r[ca], p, line)
+                times.append(tk)
+                numeric = numeric and is_num
+                inputs.append(_length_value(r[ci], p, line, ci))
+                outputs.append(_length_value(r[co], p, line, co))
+        except csv.Error as e:  # a NUL byte, a field over csv's 128 KiB limit
+            raise InputError(f"{p}: not a CSV trace ({e})") from None
+    if not times:
+        raise InputError(f"{p}: empty trace (no requests)")
+    t = np.frombuffer(times, dtype=np.float64).copy()
+    inp = np.frombuffer(inputs, dtype=np.int64).copy()
+    out = np.frombuffer(outputs, dtype=np.int64).copy()
     if numeric:
         unit, why = ((time_unit, "--time-unit") if time_unit != "auto"
                      else trace_time_unit(cols, t))
         t = t * TIME_UNITS[unit]
     else:
         unit, why = "s", "datetimes"
+    span = float(t.max()) - float(t.min())  # Python floats: inf without a numpy warning
+    if not span <= SIM_HORIZON_S:
+        raise InputError(f"{p}: arrival times span {span:.3g} s, past {SIM_HORIZON_S:.1g} s "
+                         "(float64 time stamps stop resolving a step)")
     order = np.argsort(t, kind="stable")
     t = t[order] - t[order][0]
     span = float(t[-1]) if len(t) else 0.0
@@ -423,7 +447,7 @@ def load_trace(path: str | Path, time_unit: str = "auto") -> Requests:
     note = (f"{p}: {len(t)} requests over {span:.4g} s{rate}; columns {ca} ({unit}, "
             f"{why}), {ci}, {co}")
     return Requests(t, np.maximum(inp[order], 1), np.maximum(out[order], 1),
-                    np.zeros(len(rows), np.int64), note=note)
+                    np.zeros(len(t), np.int64), note=note)
 
 
 def _time_and_kind(v: object, path: Path, line: int) -> tuple[float, bool]:

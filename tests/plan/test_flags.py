@@ -228,3 +228,25 @@ def test_launch_lines_serve_the_id_given(catalog, name) -> None:
     assert f"--model {name} " in f["bench"]
     # an FP8 checkpoint is served as it ships: no on-the-fly --quantization
     assert "--quantization" not in f["vllm"] and "--quantization" not in f["sglang"]
+
+
+def test_each_engine_line_holds_the_planned_kv_cache(catalog):
+    """Each launch line's memory fraction, read back by that engine's own rule, gives the KV
+    cache the plan counted on (within the 0.001 rounding up)."""
+    from capplan.models.engine import SGLANG, TRTLLM, VLLM
+    from capplan.models.memory import memory_report
+    from capplan.plan.deployment import EngineOptions, resolve_settings
+    from capplan.plan.flags import memory_fractions
+
+    gpu, model = catalog.gpu("h100-sxm"), catalog.model("llama-3.1-8b")
+    s = resolve_settings(EngineOptions(max_model_len=8192), gpu)
+    mem = memory_report(model, gpu, s)
+    frac = memory_fractions(mem)
+    args = (mem.total_memory_bytes, mem.weights_bytes_per_gpu, mem.activation_peak_bytes_per_gpu,
+            mem.runtime_overhead_bytes_per_gpu, mem.cuda_graph_bytes_per_gpu)
+    for name, prof in (("vllm", VLLM), ("sglang", SGLANG), ("trtllm", TRTLLM)):
+        total, w, act, ovh, graphs = args
+        kv = prof.memory.kv_budget(total, frac[name], w, act, ovh, graphs).kv_cache_bytes
+        assert mem.kv_cache_bytes_per_gpu <= kv <= mem.kv_cache_bytes_per_gpu + 0.002 * total
+    # SGLang's static fraction leaves out the activation peak, so it is below vLLM's
+    assert frac["sglang"] < frac["vllm"]

@@ -111,9 +111,9 @@ def test_unknown_key_names_the_nearest_valid_key(run_cli, tmp_path, old, new, ke
     pytest.param("      tbt_p99_s: 60ms", "      tbt_p99_s: -1", "workloads.0.slo.tbt_p99_s",
                  LINE["tbt"], "positive", id="slo-negative"),
     pytest.param("    rate_per_s: 5", "    rate_per_s: -3", "workloads.0.rate_per_s",
-                 LINE["rate_per_s"], "greater than 0", id="negative-rate"),
+                 LINE["rate_per_s"], "must be >= 1e-06", id="negative-rate"),
     pytest.param("    rate_per_s: 5", "    rate_per_s: 0", "workloads.0.rate_per_s",
-                 LINE["rate_per_s"], "greater than 0", id="zero-rate"),
+                 LINE["rate_per_s"], "must be >= 1e-06", id="zero-rate"),
     pytest.param("    rate_per_s: 5", "    rate_per_s: .inf", "workloads.0.rate_per_s",
                  LINE["rate_per_s"], "finite", id="infinite-rate"),
 ])

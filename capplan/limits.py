@@ -1,0 +1,227 @@
+"""The edge's bounds: every number capplan accepts, and the work one command may do.
+
+Two kinds of limit live here, each with its reason (docs/reliability.md lists them):
+- *Bounds* are physical or numerical: a rate, a length, a count outside them is not a question
+  the models can answer (a prompt longer than any model's context, a seed numpy refuses, a rate
+  whose simulated horizon outruns float64 time stamps). They are fixed; a value outside is bad
+  input (exit 2, one line).
+- *Caps* bound the work of one command (requests to simulate, rows to compute, bytes to read).
+  They are estimates checked before the work starts; `capplan --limit NAME=VALUE` raises one.
+
+CLI ParamTypes (cli/_options.py), plan-file fields (plan/schema.py) and the Python API all check
+against these same objects, so the models and the simulator never see a value they cannot
+handle.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import stat
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from capplan.errors import InputError
+from capplan.units import GB_BYTES, GIGA, KB_BYTES, MB_BYTES, MIB_BYTES
+
+
+@dataclass(frozen=True)
+class Bound:
+    """A closed (or left-open) interval for one kind of number, and why."""
+
+    what: str
+    lo: float
+    hi: float
+    reason: str
+    lo_open: bool = False
+    integer: bool = False
+
+    def check(self, value: Any, name: str | None = None) -> float:
+        """value as a float (an int when `integer`) inside the bound, else InputError."""
+        label = f"{self.what if name is None else name}: " if name != "" else ""
+        if isinstance(value, bool):  # YAML `true` is not the number 1
+            raise InputError(f"{label}{value!r} is not a number")
+        try:
+            x = float(value)
+        except (TypeError, ValueError, OverflowError):
+            raise InputError(f"{label}{value!r} is not a number") from None
+        if not math.isfinite(x):
+            raise InputError(f"{label}{value!r} is not a finite number")
+        if self.integer and x != math.floor(x):
+            raise InputError(f"{label}{value!r} is not a whole number")
+        if x < self.lo or (self.lo_open and x == self.lo) or x > self.hi:
+            lo = f"> {_num(self.lo)}" if self.lo_open else f">= {_num(self.lo)}"
+            raise InputError(f"{label}{_num(x)} must be {lo} and <= {_num(self.hi)} "
+                             f"({self.reason})")
+        return int(x) if self.integer else x
+
+    def field(self, integer: bool | None = None) -> Any:
+        """An Annotated pydantic type for this bound (plan files, typed API): strict (YAML
+        `true` is not 1), bounds in the JSON Schema, the reason in the error."""
+        from typing import Annotated
+
+        from pydantic import AfterValidator, Field
+
+        as_int = self.integer if integer is None else integer
+        schema = {"exclusiveMinimum" if self.lo_open else "minimum": self.lo,
+                  "maximum": self.hi}
+        extra = {} if as_int else {"allow_inf_nan": False}
+        return Annotated[int if as_int else float,
+                         Field(strict=True, json_schema_extra=schema, **extra),
+                         AfterValidator(lambda v: type(v)(self.check(v, "")))]
+
+
+def _num(x: float) -> str:
+    """1e+06 -> 1,000,000; 16777216 -> 16,777,216; 1e-06 stays 1e-06."""
+    if x == math.floor(x) and abs(x) < 1e15:
+        return f"{x:,.0f}"
+    return f"{x:g}"
+
+
+# --- bounds ---------------------------------------------------------------------------------
+RATE_PER_S = Bound(
+    "rate (requests/s)", 1e-6, 1e6, lo_open=False,
+    reason="1e6 req/s is ~86 billion requests a day, beyond any published LLM service; below "
+           "1e-6 req/s (one request in 11 days) simulated time outruns float64 resolution")
+TOKENS = Bound(
+    "length (tokens)", 1, 2**24, integer=False,
+    reason="16.7M tokens exceeds every catalog model's context (the longest is 10M); each "
+           "command then checks the model's own max_model_len")
+CONCURRENCY = Bound("concurrency (clients)", 1, 1_000_000, integer=True,
+                    reason="a million clients is beyond any engine's max_num_seqs by 1000x")
+BATCH = Bound("batch (sequences)", 1, 1_000_000, integer=True,
+              reason="vLLM's max_num_seqs is at most a few thousand")
+ENGINE_COUNT = Bound("engine limit", 1, 2**24, integer=True,
+                     reason="max_num_seqs / max_num_batched_tokens past 16.7M fit no GPU")
+PARALLEL = Bound("parallel size", 1, 128, integer=True,
+                 reason="the largest NVLink domain is 72 GPUs (GB200 NVL72)")
+ENDPOINT_CONCURRENCY = Bound("concurrency (client threads)", 1, 1024, integer=True,
+                              reason="one client thread per concurrent request")
+PRIORITY = Bound("priority", -1_000_000, 1_000_000, integer=True,
+                 reason="an ordering: a million levels is more than any scheduler uses")
+ENDPOINT_TOKENS = Bound("tokens per request", 1, 2**20, integer=True,
+                        reason="a 1M-token prompt is a 6 MB request body; longer contexts are "
+                               "rare and the body is held in memory")
+SEED = Bound("seed", 0, 2**63 - 1, integer=True,
+             reason="numpy seeds are non-negative 64-bit integers")
+BURSTINESS = Bound("burstiness", 1e-3, 1e3,
+                   reason="gamma shape; vllm bench serve uses 0.1..10, outside 1e-3..1e3 the "
+                          "gaps are all 0 or all equal to float64 precision")
+DURATION_S = Bound("duration (s)", 0.0, 86_400.0, lo_open=True,
+                   reason="a latency objective or timeout over a day is not a serving SLO")
+FRACTION = Bound("fraction", 0.0, 1.0, lo_open=True, reason="a fraction of the GPU memory")
+HEADROOM = Bound("headroom", 0.0, 10.0, reason="at most 11x the offered rate")
+PRICE_PER_HOUR = Bound("price (USD per GPU-hour)", 0.0, 10_000.0, lo_open=True,
+                       reason="no GPU rents for more than $10,000 an hour")
+REQUESTS = Bound("requests", 1, GIGA, integer=True,
+                 reason="a billion requests; the sim_requests cap bounds what one run does")
+
+SIM_HORIZON_S = 4.0e9
+"""Largest simulated span (requests / rate): float64 time stamps resolve 1 us up to 2**52 us
+(4.5e9 s); past that a 1 ms step no longer changes the clock and TTFT reads 0."""
+MAX_LIST_ITEMS = 10_000
+"""Longest list an option may expand to ('1:100000000' would build a 100M-element list)."""
+MAX_YAML_DEPTH = 64
+"""Deepest nesting of a YAML document (plan files need ~5; deep nesting recursed out)."""
+
+
+# --- caps (raisable with `capplan --limit NAME=VALUE`) --------------------------------------
+@dataclass(frozen=True)
+class Cap:
+    name: str
+    default: float
+    unit: str
+    why: str
+
+
+CAPS: dict[str, Cap] = {c.name: c for c in (
+    Cap("sim_requests", 500_000, "requests",
+        "a simulated request costs ~1.5 KB and ~0.1 ms (300,000 took 41 s and 0.5 GB on one "
+        "core): 500,000 is about a minute"),
+    Cap("speed_rows", 10_000, "rows", "batch x context rows of `capplan speed`"),
+    Cap("plan_lanes", 64, "lanes", "each lane is planned (and simulated) on its own"),
+    Cap("plan_configurations", 20_000, "configurations",
+        "the default search is ~3,000 configurations in ~0.5 s; 100,000 took 17 s of CPU"),
+    Cap("file_bytes", 128 * MIB_BYTES, "bytes",
+        "a trace is parsed row by row at ~10 us a row (a 19 MB, 1M-row trace: 11 s, 146 MB); "
+        "results, calibration and plan files are parsed whole"),
+)}
+
+_overrides: dict[str, float] = {}
+
+
+def cap(name: str) -> float:
+    """The cap's current value (its default unless `--limit` raised it)."""
+    return _overrides.get(name, CAPS[name].default)
+
+
+def set_cap(assignment: str) -> None:
+    """'NAME=VALUE' from `capplan --limit`; VALUE may use 'k', 'M', 'G' suffixes."""
+    name, sep, text = assignment.partition("=")
+    name = name.strip()
+    if not sep or name not in CAPS:
+        raise InputError(f"--limit {assignment!r}: expected NAME=VALUE with NAME one of "
+                         f"{', '.join(CAPS)}")
+    # decimal prefixes: the factors of kB, MB, GB
+    mult = {"k": KB_BYTES, "m": MB_BYTES, "g": GB_BYTES}.get(text.strip()[-1:].lower(), 1.0)
+    body = text.strip()[:-1] if mult != 1.0 else text.strip()
+    try:
+        x = float(body) * mult
+    except ValueError:
+        raise InputError(f"--limit {assignment!r}: {text!r} is not a number") from None
+    if not math.isfinite(x) or x < 1:
+        raise InputError(f"--limit {assignment!r}: the value must be a finite number >= 1")
+    _overrides[name] = x
+
+
+def reset_caps() -> None:
+    _overrides.clear()
+
+
+def check_cap(name: str, estimate: float, what: str) -> None:
+    """InputError when the work estimate exceeds the cap, naming the limit and the flag."""
+    limit = cap(name)
+    if estimate > limit:
+        c = CAPS[name]
+        raise InputError(f"{what}: {estimate:,.0f} {c.unit} exceeds the {name} limit of "
+                         f"{limit:,.0f} ({c.why}); raise it with `capplan --limit "
+                         f"{name}={int(estimate)}` if you mean it")
+
+
+def check_sim_horizon(num_requests: int, rate_per_s: float) -> None:
+    """A simulated span float64 time stamps resolve to 1 us (SIM_HORIZON_S)."""
+    span = num_requests / rate_per_s
+    if span > SIM_HORIZON_S:
+        raise InputError(f"{num_requests} requests at {rate_per_s:g} req/s span {span:.3g} s of "
+                         f"simulated time, past {SIM_HORIZON_S:.1g} s where float64 time "
+                         "stamps stop resolving a step: raise the rate or simulate fewer requests")
+
+
+def check_context(tokens: float, max_model_len: int, what: str) -> None:
+    if tokens > max_model_len:
+        raise InputError(f"{what} {tokens:g} tokens exceeds the model's context of "
+                         f"{max_model_len} tokens (max_model_len)")
+
+
+# --- files ----------------------------------------------------------------------------------
+def check_input_file(path: str | Path, what: str = "file") -> int:
+    """Size in bytes of a regular file under the file_bytes cap; refuses devices, FIFOs,
+    folders (`plan /dev/zero` read until memory ran out)."""
+    p = Path(path)
+    try:
+        st = os.stat(p)
+    except OSError as e:
+        raise InputError(f"{p}: cannot read ({e.strerror or e})") from None
+    if not stat.S_ISREG(st.st_mode):
+        kind = "a folder" if stat.S_ISDIR(st.st_mode) else "not a regular file"
+        raise InputError(f"{p}: {kind}; give a {what} on disk")
+    check_cap("file_bytes", st.st_size, f"{p}")
+    return st.st_size
+
+
+def read_text(path: str | Path, what: str = "file", encoding: str = "utf-8") -> str:
+    """The text of a regular file under the file_bytes cap."""
+    check_input_file(path, what)
+    with open(path, encoding=encoding) as f:
+        return f.read(int(cap("file_bytes")) + 1)
