@@ -10,12 +10,7 @@ from capplan.cli._options import (
     BURSTINESS,
     CONCURRENCY,
     POS_INT,
-<<<<<<< HEAD
-    POSITIVE,
-    IntList,
-=======
     RATE,
->>>>>>> main
     catalog_option,
     deployment_from_options,
     engine_options,
@@ -27,33 +22,30 @@ from capplan.cli._tables import latency_table, resolved_dtypes, sweep_table
 from capplan.plan.load import analytic_latency, load_spec_from_options
 
 
-class PositiveList(click.ParamType):
-    """'5,10,20': positive finite numbers (each checked as --rate alone would be)."""
+class ListOf(click.ParamType):
+    """'5,10,20': a comma list, each value checked as the option alone would check it."""
 
     name = "list"
 
-    def convert(self, value: Any, param: Any, ctx: Any) -> list[float]:
+    def __init__(self, inner: click.ParamType):
+        self.inner = inner
+
+    def convert(self, value: Any, param: Any, ctx: Any) -> list[Any]:
         if isinstance(value, list):
             return value
         parts = [p.strip() for p in str(value).split(",")]
         if not all(parts):
-            self.fail(f"{value!r} is not a list of numbers like 5,10,20", param, ctx)
-        return [POSITIVE.convert(p, param, ctx) for p in parts]
+            self.fail(f"{value!r} is not a comma list like 5,10,20", param, ctx)
+        return [self.inner.convert(p, param, ctx) for p in parts]
 
 
 @click.command("latency")
 @model_gpu_options
-<<<<<<< HEAD
-@click.option("--rate", type=PositiveList(), default=None,
+@click.option("--rate", type=ListOf(RATE), default=None,
               help="Open-loop arrival rate (requests/s); a list (5,10,20) sweeps, one row each.")
-@click.option("--concurrency", type=IntList(), default=None,
+@click.option("--concurrency", type=ListOf(CONCURRENCY), default=None,
               help="Closed loop: C clients, each sending its next request when the last ends; "
                    "a list (1,8,64) sweeps.")
-=======
-@click.option("--rate", type=RATE, default=None, help="Open-loop arrival rate (requests/s).")
-@click.option("--concurrency", type=CONCURRENCY, default=None,
-              help="Closed loop: C clients, each sending its next request when the last ends.")
->>>>>>> main
 @click.option("--trace", type=click.Path(dir_okay=False), default=None,
               help="Trace (CSV/JSONL): its mean rate and its length distributions are used.")
 @click.option("--time-unit", type=click.Choice(["auto", "s", "ms", "us"]), default="auto",

@@ -3,13 +3,10 @@
 from __future__ import annotations
 
 import json
-<<<<<<< HEAD
-import textwrap
-=======
 import sys
+import textwrap
 from collections.abc import Iterator
 from contextlib import contextmanager
->>>>>>> main
 from pathlib import Path
 from typing import Any
 
