@@ -36,9 +36,12 @@ from capplan.plan.deployment import EngineOptions, resolve_deployment
 DATA = Path(__file__).resolve().parents[1].parent / "shared" / "validation" / "silicon_sample.csv"
 SYSTEMS = {"h200_sxm": "h200", "b200_sxm": "b200", "b300_sxm": "b300", "gb200": "gb200",
            "gb300": "gb300"}
-SILICON_ROUNDS = 5.0
-"""Measured requests per client in the silicon benchmark (N / C), fitted on the training rows
-(--fit; docs/validation.md). Not an engine property: the benchmark protocol."""
+SILICON_ROUNDS = {"vllm": 3.0, "sglang": 1.0, "trtllm": 8.0}
+"""Measured requests per client of the silicon benchmark (N / C) per engine's harness, fitted on
+the training rows (--fit; docs/validation.md): the dump does not record the protocol."""
+ROUNDS_GRID = (1, 1.5, 2, 3, 4, 5, 6, 8, 10, 15, 20)
+SIM_MAX_CLIENTS = 256
+"""--sim simulates rows with at most this many clients (larger runs take minutes each)."""
 
 
 def concurrency(row: dict[str, str]) -> int:
@@ -125,7 +128,7 @@ def predict(cat, r: dict[str, str], with_sim: bool, rounds: float) -> Prediction
                               BenchmarkProtocol(c, n), s.profile.scheduler)
     p = Prediction(out["ttft_wave_s"], out["ttft_steady_s"], out["tpot_s"],
                    out["request_overhead_s"])
-    if with_sim:
+    if with_sim and c <= SIM_MAX_CLIENTS:
         from capplan.plan.verify import simulate_closed_loop
 
         try:
@@ -149,31 +152,21 @@ def cell(e: np.ndarray) -> str:
 
 
 def fit(scored: list[tuple[dict[str, str], Prediction]]) -> None:
-    """Rounds (shared) and per-engine overhead minimising the median |log error| of TTFT on
-    the training rows."""
+    """Per engine: the benchmark's rounds and the per-request overhead minimising the median
+    |log error| of TTFT on that engine's training rows (each engine was benchmarked through its
+    own harness, so neither is assumed shared)."""
     train = [(r, p) for r, p in scored if is_training(r)]
-    engines = sorted({r["backend"] for r, _ in train})
-    best = None
-    for rounds in (1, 1.5, 2, 3, 4, 5, 6, 8, 10, 15, 20):
-        over = {}
-        for eng in engines:
-            rows = [(r, p) for r, p in train if r["backend"] == eng]
-            grid = np.arange(0.0, 0.6, 0.005)
-            costs = [np.median([abs(math.log(p.ttft(rounds, o) / (float(r["silicon_ttft_ms"])
-                                                                  / 1e3))) for r, p in rows])
-                     for o in grid]
-            over[eng] = float(grid[int(np.argmin(costs))])
-        cost = np.median([abs(math.log(p.ttft(rounds, over[r["backend"]])
-                                       / (float(r["silicon_ttft_ms"]) / 1e3))) for r, p in train])
-        print(f"rounds {rounds:>4}: overhead "
-              + ", ".join(f"{e} {o * 1e3:.0f} ms" for e, o in over.items())
-              + f"; median |log err| {cost:.3f}")
-        if best is None or cost < best[0]:
-            best = (cost, rounds, over)
-    assert best is not None
-    print(f"best: rounds {best[1]}, overheads "
-          + ", ".join(f"{e} {o * 1e3:.0f} ms" for e, o in best[2].items())
-          + f" (training rows: {len(train)})")
+    for eng in sorted({r["backend"] for r, _ in train}):
+        rows = [(r, float(r["silicon_ttft_ms"]) / 1e3, p) for r, p in train if r["backend"] == eng]
+        best = None
+        for rounds in ROUNDS_GRID:
+            for o in np.arange(0.0, 0.6, 0.005):
+                cost = float(np.median([abs(math.log(p.ttft(rounds, o) / m)) for _, m, p in rows]))
+                if best is None or cost < best[0]:
+                    best = (cost, rounds, o)
+        assert best is not None
+        print(f"{eng}: rounds {best[1]}, overhead {best[2] * 1e3:.0f} ms, median |log err| "
+              f"{best[0]:.3f} ({len(rows)} training rows)")
 
 
 def main() -> None:
@@ -185,7 +178,7 @@ def main() -> None:
     scored = []
     for r in agg_rows():
         try:
-            p = predict(cat, r, with_sim, SILICON_ROUNDS)
+            p = predict(cat, r, with_sim, SILICON_ROUNDS[r["backend"]])
         except CapplanError:
             p = None
         if p is not None:
@@ -201,7 +194,7 @@ def main() -> None:
             if is_training(r):
                 continue
             mt, mp = float(r["silicon_ttft_ms"]) / 1e3, float(r["silicon_tpot_ms"]) / 1e3
-            g["ttft"].append((p.ttft(SILICON_ROUNDS), mt))
+            g["ttft"].append((p.ttft(SILICON_ROUNDS[r["backend"]]), mt))
             g["tpot"].append((p.tpot_s, mp))
             g["c"].append(concurrency(r))
             if with_sim:
