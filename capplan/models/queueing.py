@@ -700,8 +700,10 @@ class QueueModel:
         moments = _chunk_moments(inp, budget)
         for name, p in QUANTILES.items():
             tokens = chunk_sum_quantile(m_chunks, p, inp, budget, moments=moments)
-            tbt[name] = np.where(tokens < 0.5, t_dec,
-                                 np.maximum(t_dec, self._mixed(b, np.maximum(tokens, 1.0))))
+            pf = self._mixed(b, np.maximum(tokens, 1.0))
+            # Prefill-first: the prefill step is extra to the decoders' gap, not instead of one.
+            hit = t_dec + pf if self.policy.prefill_first else np.maximum(t_dec, pf)
+            tbt[name] = np.where(tokens < 0.5, t_dec, hit)
             if prev_tbt is not None:  # quantiles are ordered by construction of the mixture
                 tbt[name] = np.maximum(tbt[name], prev_tbt)
             prev_tbt = tbt[name]
