@@ -108,11 +108,13 @@ def render_plan(result: dict[str, Any], fmt: str) -> str:
     out += _pool_lines(result, fmt)
     out += ["", "vLLM:    " + best["engine_flags"]["vllm"],
             "SGLang:  " + best["engine_flags"]["sglang"],
-            "verify:  " + best["engine_flags"]["bench"]]
+            "TRT-LLM: " + best["engine_flags"]["trtllm"],
+            "verify:  " + best["engine_flags"]["bench"],
+            f"calibration: {best.get('calibration', '')}"]
     for w in result.get("warnings", []):
         out.append(f"warning: {w}")
     # prose wraps at 120 columns; the table is built to fit, and launch lines stay whole (to copy)
-    keep = ("vLLM", "SGLang", "verify")  # also "vLLM (lane):" lines of separate pools
+    keep = ("vLLM", "SGLang", "TRT-LLM", "verify")  # also "vLLM (lane):" lines of separate pools
     return "\n".join(line if "\n" in line or line.startswith(keep) else
                      textwrap.fill(line, 120, subsequent_indent="    ", break_on_hyphens=False)
                      for line in out)
