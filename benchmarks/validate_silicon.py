@@ -36,7 +36,7 @@ from capplan.plan.deployment import EngineOptions, calibration_for, resolve_depl
 DATA = Path(__file__).resolve().parents[1].parent / "shared" / "validation" / "silicon_sample.csv"
 SYSTEMS = {"h200_sxm": "h200", "b200_sxm": "b200", "b300_sxm": "b300", "gb200": "gb200",
            "gb300": "gb300"}
-SILICON_ROUNDS = {"vllm": 3.0, "sglang": 3.0, "trtllm": 8.0}
+SILICON_ROUNDS = {"vllm": 2.0, "sglang": 1.0, "trtllm": 8.0}
 """Measured requests per client of the silicon benchmark (N / C) per engine's harness, fitted on
 the training rows (--fit; docs/validation.md): the dump does not record the protocol."""
 ROUNDS_GRID = (1, 1.5, 2, 3, 4, 5, 6, 8, 10, 15, 20)

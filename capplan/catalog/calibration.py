@@ -36,6 +36,7 @@ class CalibrationParams(BaseModel):
     attn_frac: float | None = Field(default=None, gt=0, le=1)
     attn_bw_frac: float | None = Field(default=None, gt=0, le=1)
     expert_bw_frac: float | None = Field(default=None, ge=0, le=1)
+    per_moe_layer_overhead_s: float | None = Field(default=None, ge=0, allow_inf_nan=False)
     step_overhead_s: float | None = Field(default=None, ge=0)
     per_seq_overhead_s: float | None = Field(default=None, ge=0)
     per_layer_overhead_s: float | None = Field(default=None, ge=0)

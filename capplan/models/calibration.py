@@ -45,6 +45,10 @@ class Calibration:
     expert_bw_frac: float = 0.0
     """Achieved fraction of peak bandwidth streaming routed-expert weights (fused MoE kernels,
     few tokens per expert); 0 = same as mem_bw_frac."""
+    per_moe_layer_overhead_s: float = 21e-6
+    """Fixed GPU cost per MoE layer per step beyond the dense layer's: the fused-MoE path runs
+    ~7 more small kernels (router GEMM, top-k, align/permute, two grouped GEMMs, activation,
+    reduce) at the ~3 us launch/tail each that per_layer_overhead_s counts."""
     source: str = "default"
     """'default (datasheet)' or the calibration file it came from."""
 

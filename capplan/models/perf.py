@@ -316,7 +316,8 @@ def build_step_model(model: ModelSpec, gpu: GpuSpec, settings: EngineSettings,
         p2p_s_per_token=model.hidden_size * act_bytes / link,
         step_overhead_s=cal.step_overhead_s,
         per_seq_overhead_s=cal.per_seq_overhead_s,
-        layer_overhead_s=layers * cal.per_layer_overhead_s,
+        layer_overhead_s=(layers * cal.per_layer_overhead_s
+                          + counts.num_moe_layers * cal.per_moe_layer_overhead_s),
         request_overhead_s=(cal.request_overhead_s if cal.request_overhead_s is not None
                             else settings.profile.request_overhead_s),
         calibration_source=cal.source,

@@ -43,6 +43,7 @@ def ideal(**changes: float) -> Calibration:
         mem_bw_frac=1.0, gemm_frac=1e9, gemm_frac_low_precision=1e9, gemm_half_tokens=0.0,
         attn_frac=1e9, attn_bw_frac=1.0, step_overhead_s=0.0, per_seq_overhead_s=0.0,
         per_layer_overhead_s=0.0, allreduce_latency_s=0.0, allreduce_bw_frac=1e9,
+        per_moe_layer_overhead_s=0.0,
         source="test ideal")
     return base.with_(**changes)
 
