@@ -144,3 +144,24 @@ def test_run_scheduler_results_identical_either_engine(llama_h100):
         for q, v in a[key].items():
             assert v == pytest.approx(b[key][q], abs=TOL_S), (key, q)
     assert a["preemptions"] == b["preemptions"]
+
+
+SIM = ("simulate", "--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--rate", "30",
+       "--requests", "400", "--max-num-seqs", "64")
+
+
+def test_cli_names_the_engine_and_both_give_the_same_answer(run_cli):
+    fast = run_cli(*SIM, "--format", "json", "--sim-engine", "fast")
+    ref = run_cli(*SIM, "--format", "json", "--sim-engine", "reference")
+    auto = run_cli(*SIM, "--format", "json")
+    assert fast.exit_code == ref.exit_code == auto.exit_code == 0
+    a, b = fast.json(), ref.json()
+    assert (a.pop("engine_impl"), b.pop("engine_impl"), auto.json()["engine_impl"]) == (
+        "fast", "reference", "fast")
+    for key in ("ttft_s", "tbt_s", "e2e_s"):
+        for q in ("mean", "p50", "p90", "p99"):
+            assert a[key][q] == pytest.approx(b[key][q], abs=TOL_S), (key, q)
+    table = run_cli(*SIM, "--sim-engine", "reference")
+    assert "simulator engine: reference" in table.stderr
+    bad = run_cli(*SIM, "--sim-engine", "turbo")
+    assert bad.exit_code == 2 and len(bad.stderr_lines) == 1
