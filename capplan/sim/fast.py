@@ -35,6 +35,7 @@ from itertools import islice
 from typing import Any
 
 import numpy as np
+from numpy.lib.recfunctions import repack_fields
 
 from capplan.errors import InputError
 from capplan.sim.engine import WINDOW_MAX, ContinuousEngine, _Estimator, _State, step_times
@@ -47,6 +48,11 @@ RUN_MIN = 8
 """Shortest stretch of same-shape decode steps worth a vectorised step-time call."""
 RUN_MAX = 4096
 """Longest stretch evaluated at once (bounds the arrays of one stretch)."""
+
+
+KEPT = ("tbt_count", "tbt_from_step", "num_running", "num_waiting", "kv_blocks_used")
+"""Step record fields a finished window keeps (the results need them; the step-time inputs
+were used once)."""
 
 
 def _concat(parts: list[np.ndarray]) -> np.ndarray:
@@ -207,7 +213,7 @@ class _FastState(_State):
         if self.log:
             last = self.log[-1]
             self._last = StepRecord(*last[-1].tolist()) if isinstance(last, np.ndarray) else last
-            self._chunks.append(self._log_array(self.log))
+            self._chunks.append(repack_fields(self._log_array(self.log)[list(KEPT)]))
             self.log = []
 
     def simulate(self, progress: Callable[[int], None] | None) -> None:  # noqa: C901, PLR0912
@@ -281,7 +287,13 @@ class _FastState(_State):
 
     def record(self) -> RunRecord:
         self._flush_log()
-        self.log = _concat(self._chunks)  # type: ignore[assignment]
+        full = np.zeros(sum(len(c) for c in self._chunks), STEP_DTYPE)
+        i = 0
+        for c in self._chunks:
+            full[list(KEPT)][i:i + len(c)] = c
+            i += len(c)
+        self._chunks = []
+        self.log = full  # type: ignore[assignment]
         return super().record()
 
     # -- admissions and preemptions ---------------------------------------------------------
