@@ -44,7 +44,7 @@ from capplan.sim.workload import Requests
 
 ENGINE_IMPLS = ("auto", "fast", "reference")
 """`--sim-engine`: auto takes the fast engine whenever it supports the run."""
-RUN_MIN = 8
+RUN_MIN = 32
 """Shortest stretch of same-shape decode steps worth a vectorised step-time call."""
 RUN_MAX = 4096
 """Longest stretch evaluated at once (bounds the arrays of one stretch)."""
@@ -130,20 +130,17 @@ class _FastState(_State):
         sent = self.next_request if self.closed else self.n
         return self._arrival_time(self.next_arrival) if self.next_arrival < sent else math.inf
 
-    def _run(self, t: float, kmax: int, est: _Estimator) -> tuple[int, np.ndarray]:
-        """Up to kmax same-shape decode steps from t (the window's estimated clock), cut
-        before the first that would see an arrival or preempt; returns how many ran and
-        their estimated durations (s). The window's exact check covers them as any step."""
+    def _run(self, t: float, kmax: int) -> tuple[int, np.ndarray]:
+        """Up to kmax same-shape decode steps from t (exact: a window's start), their exact
+        times in one call, cut before the first that would see an arrival or preempt;
+        returns how many ran and their durations (s)."""
         nd, s0, j = self.num_decoding, self.sum_computed, np.arange(1, kmax + 1)
         rec = np.zeros(kmax, STEP_DTYPE)
         rec["num_decode"] = rec["num_logits"] = rec["tbt_count"] = nd
         rec["decode_kv_tokens"] = s0 + nd * j
         rec["decode_kv_tokens_window"] = (self.sum_ctx_window + self.num_below_window * (j - 1)
                                           if self.e.has_window else rec["decode_kv_tokens"])
-        est.refit(self._last)
-        assert est.base is not None
-        dur = (est.d0 + (nd - est.base[0]) * est.g_nd
-               + (rec["decode_kv_tokens"] - est.base[1]) * est.g_kv)
+        dur = step_times(self.e.step_model, rec)
         ends = t + np.cumsum(dur)
         # a step sees every arrival up to its start: the stretch ends before one that sees one
         k = int(min(kmax, 1 + np.searchsorted(ends[:-1], self._next_arrival_s(), "left")))
@@ -167,7 +164,7 @@ class _FastState(_State):
         self.step += k
         self.decode_step += k
         self.last_decode_step = self.step - 1
-        self.log.append(rec)  # type: ignore[arg-type]
+        self._chunks.append(repack_fields(rec[list(KEPT)]))
         return k, dur[:k]
 
     def _run_blocks(self, rec: np.ndarray, k: int) -> int:
@@ -217,8 +214,8 @@ class _FastState(_State):
             self.log = []
 
     def simulate(self, progress: Callable[[int], None] | None) -> None:  # noqa: C901, PLR0912
-        """The reference's windowed clock, where a stretch of same-shape decode steps is one
-        item of a window (`_run`)."""
+        """The reference's windowed clock; a stretch of same-shape decode steps runs on the
+        exact clock from a window's start (`_run`), so it is never rolled back."""
         t_s = 0.0
         cap = 1024 if self.closed and not self.timed else WINDOW_MAX
         window = min(64, cap)
@@ -231,6 +228,18 @@ class _FastState(_State):
                 t_s = max(t_s, self._arrival_time(self.next_arrival))
                 continue
             self._flush_log()
+            kq = self._quiet_bound()
+            if kq >= RUN_MIN:
+                n_run, dur = self._run(t_s, kq)
+                if n_run:
+                    ends = t_s + np.cumsum(dur)
+                    self.starts.append(np.concatenate(([t_s], ends[:-1])))
+                    self.durs.append(dur)
+                    self.ends.append(ends)
+                    if self.timed:
+                        self.exact_ends.extend(ends.tolist())
+                    t_s = float(ends[-1])
+                    continue
             w0, first = len(self.log), self.next_arrival
             snap = self._snapshot()
             est.refit(self._last)
@@ -238,17 +247,9 @@ class _FastState(_State):
             for k in range(window):  # speculate on the estimated clock
                 if k:
                     self._arrive(t)
-                    if self._idle():
+                    # idle, or a stretch starts: it runs from the next window's exact start
+                    if self._idle() or self._quiet_bound() >= RUN_MIN:
                         break
-                kq = self._quiet_bound()
-                if kq >= RUN_MIN:
-                    n_run, d_run = self._run(t, kq, est)
-                    if n_run:
-                        seen.extend([self.next_arrival] * n_run)
-                        if self.timed:
-                            self.window_ends.extend((t + np.cumsum(d_run)).tolist())
-                        t += float(d_run.sum())
-                        continue
                 seen.append(self.next_arrival)
                 rec = self._exec()
                 self._last = rec
