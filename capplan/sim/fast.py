@@ -1,8 +1,7 @@
 """A faster continuous-batching engine with the reference engine's exact results.
 
 `FastEngine` runs the reference scheduler (`capplan.sim.engine`: the same policy code, step
-records, windowed clock and results), and replaces the two parts whose cost grows with the
-batch or the queue rather than with the work:
+records, windowed clock and results) and changes three things:
 
 - Preemption victims come from a heap keyed by (priority, admission order), largest first,
   with lazy deletion (an entry is live while its sequence still runs under that admission
@@ -11,15 +10,16 @@ batch or the queue rather than with the work:
   `max(running, key=(priority, admission))`, keys being unique.
 - Event skipping: between arrivals, completions, window crossings and a block allocation that
   would preempt, decode steps have the same shape (the same decoders, each one token longer), so
-  such a stretch of up to `RUN_MAX` steps is written as arrays in closed form, its step times
-  evaluated in one vectorised `StepModel.step` call on the exact clock (no speculation, no
-  rollback), block-boundary allocations applied in step order. At low load most steps are such
-  stretches.
-- Step records are kept as numpy structured arrays (not one Python object per step).
-- The waiting queue is not copied at every speculation window: pushes and pops since the
-  window's snapshot are logged, and a rollback (rare) rebuilds the queue from the log, so an
-  overloaded run whose queue holds many requests costs per window what its events cost, not the
-  queue length. The heap holds the same keys, so requests leave it in the same order.
+  a stretch of `RUN_MIN` to `RUN_MAX` such steps is written as arrays in closed form, its step
+  times evaluated in one vectorised `StepModel.step` call on the exact clock from a window's
+  start (no speculation, so no rollback), block-boundary allocations applied in step order.
+- Step records of finished windows are kept as numpy structured arrays of the five columns the
+  results need (40 bytes a step), not one Python object of fifteen fields per step.
+
+Measured (docs/performance.md): the per-step Python of the shared scheduler code and the
+per-call cost of `StepModel.step` (~0.1 ms) dominate both engines, so these changes give about
+the reference's speed, not the issue's goal; they are the base a compiled step loop would build
+on.
 
 Per-request TTFT, TBT and E2E equal the reference's (tests/sim/test_fast_engine.py compares
 them to 1e-9 over seeds, loads and every scheduler feature). Features the reference gains later
@@ -69,8 +69,6 @@ class _FastState(_State):
     """The reference state with a victim heap and a logged waiting queue."""
 
     def __init__(self, *args: Any, **kw: Any) -> None:
-        self._wlog: list[tuple[int, tuple]] = []
-        """(+1 pushed / -1 popped, queue key) since the last snapshot"""
         self._vheap: list[tuple[int, int, int]] = []
         """(-priority, -admission order, sequence): the top live entry is the victim"""
         self._chunks: list[np.ndarray] = []
@@ -78,29 +76,8 @@ class _FastState(_State):
         self._last: StepRecord | None = None
         super().__init__(*args, **kw)
 
-    # -- the waiting queue: logged instead of copied ----------------------------------------
-    def _enqueue(self, s: int, arrival_step: int) -> None:
-        super()._enqueue(s, arrival_step)
-        self._wlog.append((1, self.seqs[s].queue_key))
-
-    def _snapshot(self) -> tuple:
-        waiting, self.waiting = self.waiting, []
-        try:
-            return super()._snapshot()
-        finally:
-            self.waiting = waiting
-            self._wlog = []
-
     def _restore(self, snap: tuple) -> None:
-        net: dict[tuple, int] = {}
-        for sign, key in self._wlog:
-            net[key] = net.get(key, 0) + sign
-        waiting = [k for k in self.waiting if net.get(k, 0) <= 0]
-        waiting += [k for k, c in net.items() if c < 0]
-        heapify(waiting)
         super()._restore(snap)
-        self.waiting = waiting
-        self._wlog = []
         self._rebuild_victims()
 
     # -- event skipping ----------------------------------------------------------------------
@@ -303,10 +280,9 @@ class _FastState(_State):
         super()._admit_waiting()
         new = self.admissions - before
         if new:
-            seqs, vh, log = self.seqs, self._vheap, self._wlog
+            seqs, vh = self.seqs, self._vheap
             for s, order in islice(reversed(self.running.items()), new):
                 heappush(vh, (-seqs[s].priority, -order, s))
-                log.append((-1, seqs[s].queue_key))
             if len(vh) > 2 * len(self.running) + 64:
                 self._rebuild_victims()
 
@@ -325,11 +301,6 @@ class _FastState(_State):
                 return s
             heappop(vh)  # a stale entry (finished or preempted): drop it
         raise AssertionError("no running sequence to preempt")
-
-    def _preempt(self, v: int) -> None:
-        super()._preempt(v)
-        self._wlog.append((1, self.seqs[v].queue_key))
-
 
 class FastEngine(ContinuousEngine):
     """`ContinuousEngine` with the same results, faster under overload (module docstring)."""
