@@ -32,10 +32,22 @@ CAPACITY_PER_S = 37.5
 LOADS = (0.1, 0.8, 1.2)
 
 
+MEMORY_CAP_BYTES = 4 << 30
+"""Address-space cap of each child (a shared machine): a run needing more fails, as the CLI's
+one-line out-of-memory error, rather than pushing the machine into swap."""
+
+
+def _cap_memory() -> None:
+    import resource
+
+    resource.setrlimit(resource.RLIMIT_AS, (MEMORY_CAP_BYTES, MEMORY_CAP_BYTES))
+
+
 def _child(args: list[str]) -> tuple[float, float, int]:
     """(wall s, peak RSS MiB, exit code) of one command."""
     t0 = time.perf_counter()
-    proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            preexec_fn=_cap_memory)
     _, status, usage = os.wait4(proc.pid, 0)
     wall = time.perf_counter() - t0
     proc.returncode = os.waitstatus_to_exitcode(status)
@@ -45,9 +57,9 @@ def _child(args: list[str]) -> tuple[float, float, int]:
     return wall, usage.ru_maxrss / 1024, proc.returncode
 
 
-def simulate(n: int) -> None:
+def simulate(n: int, loads: tuple[float, ...] = LOADS) -> None:
     print(f"simulate {n:,} requests ({MODEL} on {GPU}, {INP} in / {OUT} out, fast engine)")
-    for load in LOADS:
+    for load in loads:
         rate = load * CAPACITY_PER_S
         wall, rss, rc = _child([str(BIN), "--limit", f"sim_requests={max(n, 500_000)}",
                                 "simulate", "--model", MODEL, "--gpu", GPU, "--rate", f"{rate}",
@@ -104,13 +116,18 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--requests", type=int, default=1_000_000)
     ap.add_argument("--ref-requests", type=int, default=20_000)
+    ap.add_argument("--loads", default=",".join(map(str, LOADS)),
+                    help="fractions of capacity to simulate, e.g. 0.8,1.2")
+    ap.add_argument("--only", choices=["startup", "recommend", "speedup", "simulate"])
     a = ap.parse_args()
     print(f"machine: {platform.machine()}, {os.cpu_count()} cores, Python "
           f"{platform.python_version()}, load average {os.getloadavg()[0]:.1f}")
-    startup()
-    recommend()
-    speedup(a.ref_requests)
-    simulate(a.requests)
+    steps = {"startup": startup, "recommend": recommend,
+             "speedup": lambda: speedup(a.ref_requests),
+             "simulate": lambda: simulate(a.requests, tuple(map(float, a.loads.split(","))))}
+    for name, run in steps.items():
+        if a.only in (None, name):
+            run()
 
 
 if __name__ == "__main__":
