@@ -67,7 +67,7 @@ def _finish(plan: PlanResult, fmt: str, exports: list[Path], plot_dir: str | Non
 PLAN_COLUMNS = [
     Column("rank", "#"), Column("gpu", "GPU"), Column("tp", "TP"),
     Column("replicas", "replicas"), Column("gpus_total", "GPUs"),
-    Column("weight_dtype", "weights"), Column("kv_dtype", "KV"),
+    Column("weight_dtype_resolved", "weights"), Column("kv_dtype_resolved", "KV"),
     Column("max_num_seqs", "max\nseqs"), Column("max_num_batched_tokens", "chunk\n(tok)"),
     Column("ttft_p99", "TTFT p99\n(ms)", ms, ".0f"), Column("tbt_p99", "TBT p99\n(ms)", ms,
                                                                ".1f"),
@@ -108,11 +108,13 @@ def render_plan(result: dict[str, Any], fmt: str) -> str:
     out += _pool_lines(result, fmt)
     out += ["", "vLLM:    " + best["engine_flags"]["vllm"],
             "SGLang:  " + best["engine_flags"]["sglang"],
-            "verify:  " + best["engine_flags"]["bench"]]
+            "TRT-LLM: " + best["engine_flags"]["trtllm"],
+            "verify:  " + best["engine_flags"]["bench"],
+            f"calibration: {best.get('calibration', '')}"]
     for w in result.get("warnings", []):
         out.append(f"warning: {w}")
     # prose wraps at 120 columns; the table is built to fit, and launch lines stay whole (to copy)
-    keep = ("vLLM", "SGLang", "verify")  # also "vLLM (lane):" lines of separate pools
+    keep = ("vLLM", "SGLang", "TRT-LLM", "verify")  # also "vLLM (lane):" lines of separate pools
     return "\n".join(line if "\n" in line or line.startswith(keep) else
                      textwrap.fill(line, 120, subsequent_indent="    ", break_on_hyphens=False)
                      for line in out)

@@ -72,8 +72,8 @@ RECOMMENDATION_COLUMNS: tuple[RecColumn, ...] = (
     _c("gpus_total", "GPUs"),
     _c("max_num_seqs", "max seqs"),
     _c("max_num_batched_tokens", "max batched tokens", None, "g", False),
-    _c("weight_dtype", "weight dtype"),
-    _c("kv_dtype", "KV dtype", None, "g", False),
+    _c("weight_dtype_resolved", "weight dtype"),
+    _c("kv_dtype_resolved", "KV dtype", None, "g", False),
     _c("cost_per_hour", "cost ($/h)", None, ".2f"),
     _c("predicted.ttft_s.p50", "TTFT p50 (ms)", _ms, ".0f", False),
     _c("predicted.ttft_s.p99", "TTFT p99 (ms)", _ms, ".0f"),
@@ -96,6 +96,8 @@ RECOMMENDATION_COLUMNS: tuple[RecColumn, ...] = (
     _c("why_not_first", "why not first"),
     _c("engine_flags.vllm", "vLLM command", None, "g", False),
     _c("engine_flags.sglang", "SGLang command", None, "g", False),
+    _c("engine_flags.trtllm", "TensorRT-LLM command", None, "g", False),
+    _c("calibration", "calibration"),
 )
 
 

@@ -84,6 +84,9 @@ def _inputs_rows(plan: dict[str, Any]) -> list[list[Any]]:
     rows = [[str(k), _scalar(v)] for k, v in inputs.items()]
     if "target_rate_per_s" in plan and "target_rate_per_s" not in inputs:
         rows.append(["target rate (req/s)", clean_number(plan["target_rate_per_s"])])
+    recs = [r for r in plan.get("recommendations") or [] if isinstance(r, dict)]
+    if recs and recs[0].get("calibration"):
+        rows.append(["calibration used", str(recs[0]["calibration"])])
     return rows
 
 
