@@ -21,7 +21,10 @@ demo: $(BIN)/capplan
 test: $(BIN)/capplan $(VENV)/.torch
 	$(BIN)/python -m pytest -q
 
+# Issue 17 goals in one run (simulate 1M requests at 10/80/120% load, fast vs reference engine,
+# recommend, start-up; several minutes), then the older speed benchmarks.
 bench: $(BIN)/capplan
+	$(BIN)/python benchmarks/bench_speed.py
 	$(BIN)/python benchmarks/bench_perf.py
 	$(BIN)/python benchmarks/bench_sim.py
 	$(BIN)/python benchmarks/bench_search.py

@@ -30,8 +30,58 @@ class UserError(click.ClickException):
         click.echo(f"Error: {self.format_message()}", file=file, err=True)
 
 
+COMMANDS: dict[str, tuple[str, str]] = {
+    "calibrate": ("calibrate_cmd", "Measure step times and fit a calibration file (or benchmark "
+                  "a running server)."),
+    "gpus": ("catalog_cmds", "List the GPU catalog."),
+    "latency": ("latency_cmd", "Analytic TTFT / TBT / E2E percentiles and throughput under load "
+                "(milliseconds)."),
+    "memory": ("memory_cmd", "VRAM per GPU: weights, activations, overhead, paged KV cache, max "
+               "concurrency."),
+    "models": ("catalog_cmds", "List the model catalog (or `models import CONFIG.json`)."),
+    "plan": ("plan_cmds", "Run a YAML plan file: recommendations, pool comparison, exports."),
+    "recommend": ("plan_cmds", "GPU type, count and engine settings for a rate and latency SLOs."),
+    "schema": ("plan_cmds", "JSON Schema of plan files (point your editor's YAML extension at "
+               "it)."),
+    "simulate": ("simulate_cmd", "Simulate an engine step by step under a workload: latency, "
+                 "throughput, KV use."),
+    "speed": ("speed_cmd", "Decode step time and throughput over batch and context; prefill "
+              "times."),
+}
+"""Command -> (module in capplan.cli that registers it, its short help as `--help` lists it).
+Modules are imported only for the command that runs, so `capplan --help` and `--version` stay
+fast (numpy, scipy and pydantic load with the command that needs them); a test checks the short
+help against each command's own."""
+
+
 class CapplanGroup(click.Group):
-    """The ONE place errors are translated into exit codes and one-line messages."""
+    """The ONE place errors are translated into exit codes and one-line messages. Commands load
+    lazily (`COMMANDS`)."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:  # noqa: ARG002 - click API
+        return sorted(set(COMMANDS) | set(self.commands))
+
+    def get_command(self, ctx: click.Context,  # noqa: ARG002 - click API
+                    cmd_name: str) -> click.Command | None:
+        if cmd_name not in self.commands and cmd_name in COMMANDS:
+            module = __import__(f"capplan.cli.{COMMANDS[cmd_name][0]}", fromlist=["register"])
+            module.register(self)
+        return self.commands.get(cmd_name)
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        names = self.list_commands(ctx)
+        limit = formatter.width - 6 - max(map(len, names), default=0)
+        rows = [(name, click.Command(name, help=COMMANDS[name][1]).get_short_help_str(limit)
+                 if name in COMMANDS and name not in self.commands
+                 else self.commands[name].get_short_help_str(limit)) for name in names]
+        if rows:
+            with formatter.section("Commands"):
+                formatter.write_dl(rows)
+
+    def load_all(self) -> None:
+        """Import every command (for tools that walk `cli.commands`)."""
+        for name in COMMANDS:
+            self.get_command(click.Context(self), name)
 
     def invoke(self, ctx: click.Context):  # noqa: ANN201
         try:
@@ -118,24 +168,6 @@ def cli() -> None:
       2    bad input, or SLOs no configuration meets (one line, with the nearest miss)
       130  interrupted (Ctrl-C); 143 terminated (SIGTERM); nothing half-written is left
     """
-
-
-def _register() -> None:
-    from capplan.cli import catalog_cmds, memory_cmd
-
-    catalog_cmds.register(cli)
-    memory_cmd.register(cli)
-    for mod in ("speed_cmd", "latency_cmd", "simulate_cmd", "plan_cmds", "calibrate_cmd"):
-        try:
-            module = __import__(f"capplan.cli.{mod}", fromlist=["register"])
-        except ModuleNotFoundError as e:
-            if e.name != f"capplan.cli.{mod}":
-                raise
-            continue
-        module.register(cli)
-
-
-_register()
 
 
 def _terminate(signum: int, _frame: object) -> None:

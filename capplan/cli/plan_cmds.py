@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 import textwrap
 from collections.abc import Iterator
@@ -35,12 +36,20 @@ from capplan.plan.schema import PlanFile, load_plan, plan_json_schema
 ms = lambda x: None if x is None else x * 1e3  # noqa: E731
 
 
-def _verifier(enabled: bool):
+def _verifier(enabled: bool, jobs: int | None = None):
     if not enabled:
         return None
-    from capplan.plan.verify import simulate_recommendation
+    from capplan.plan.verify import ParallelVerifier, simulate_recommendation
 
-    return simulate_recommendation
+    n = jobs if jobs is not None else (len(os.sched_getaffinity(0))
+                                       if hasattr(os, "sched_getaffinity") else os.cpu_count())
+    return ParallelVerifier(n or 1) if (n or 1) > 1 else simulate_recommendation
+
+
+JOBS_OPTION = click.option(
+    "--jobs", type=click.IntRange(min=1, max=256), default=None,
+    help="Processes for the simulator verification (default: the cores available); the "
+         "answer is the same as with --jobs 1.")
 
 
 def _finish(plan: PlanResult, fmt: str, exports: list[Path], plot_dir: str | None) -> None:
@@ -201,6 +210,7 @@ def _exports(paths: tuple[str, ...] | list[str], base: Path | None = None) -> li
               help="Also recommend fleets whose SLOs keep replicas under 10% of capacity.")
 @click.option("--export", "exports", multiple=True, help="Write .csv/.json/.md/.xlsx.")
 @click.option("--plot", "plot_dir", default=None, help="Write PNG/SVG charts to this folder.")
+@JOBS_OPTION
 @format_option
 @catalog_option
 def recommend_cmd(model: str, rate: float, input_len: str, output_len: str,
@@ -213,7 +223,8 @@ def recommend_cmd(model: str, rate: float, input_len: str, output_len: str,
                   gpu_memory_utilization: float | None, burstiness: float, headroom: float,
                   objective: str, verify_top: int, allow_near_floor: bool,
                   exports: tuple[str, ...],
-                  plot_dir: str | None, fmt: str, catalog_dir: tuple[str, ...]) -> None:
+                  plot_dir: str | None, jobs: int | None, fmt: str,
+                  catalog_dir: tuple[str, ...]) -> None:
     """GPU type, count and engine settings for a rate and latency SLOs."""
     from capplan.plan.planner import run_plan
 
@@ -247,7 +258,7 @@ def recommend_cmd(model: str, rate: float, input_len: str, output_len: str,
         "objective": objective, "headroom": headroom, "verify": {"top": verify_top},
         "allow_near_floor": allow_near_floor,
     })
-    result = run_plan(load_catalog(catalog_dir), plan, _verifier(verify_top > 0))
+    result = run_plan(load_catalog(catalog_dir), plan, _verifier(verify_top > 0, jobs))
     _finish(result, fmt, out_paths, plot_dir)
 
 
@@ -280,10 +291,12 @@ def _plan_progress(n_lanes: int, pools: str) -> Iterator[Any]:
 @click.option("--no-verify", is_flag=True, help="Skip the simulator check of the best configs.")
 @click.option("--out-dir", type=click.Path(file_okay=False, exists=True), default=None,
               help="Folder for the plan file's own exports (default: the plan file's folder).")
+@JOBS_OPTION
 @format_option
 @catalog_option
 def plan_cmd(plan_file: str, exports: tuple[str, ...], plot_dir: str | None, no_verify: bool,
-             out_dir: str | None, fmt: str, catalog_dir: tuple[str, ...]) -> None:
+             out_dir: str | None, jobs: int | None, fmt: str,
+             catalog_dir: tuple[str, ...]) -> None:
     """Run a YAML plan file: recommendations, pool comparison, exports."""
     from capplan.plan.load import plan_output_path
     from capplan.plan.planner import run_plan
@@ -297,7 +310,7 @@ def plan_cmd(plan_file: str, exports: tuple[str, ...], plot_dir: str | None, no_
     out_paths = _exports(own) + _exports(exports)
     try:
         with _plan_progress(len(plan.workloads), plan.pools) as progress:
-            result = run_plan(load_catalog(catalog_dir), plan, _verifier(not no_verify),
+            result = run_plan(load_catalog(catalog_dir), plan, _verifier(not no_verify, jobs),
                               progress=progress)
     except InputError as e:
         raise type(e)(f"{plan_file}: {e}") from e

@@ -81,6 +81,10 @@ def _rows(results: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
 @click.option("--batch-timeout", type=SECONDS_OR_0, default=0.05, show_default=True,
               help="Dynamic batching: seconds to wait after the first waiting request.")
 @click.option("--no-chunked-prefill", is_flag=True, help="Prefill whole prompts only.")
+@click.option("--sim-engine", type=click.Choice(["auto", "fast", "reference"]), default="auto",
+              show_default=True,
+              help="Simulator implementation: fast (same results, faster) or the reference; "
+                   "auto takes fast whenever it supports the run.")
 @engine_options
 @format_option
 @catalog_option
@@ -88,7 +92,7 @@ def _rows(results: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
               help="Write PNG/SVG charts (KV-cache use, running and waiting over time).")
 def simulate_cmd(model: str, gpu: str, rate: float | None, concurrency: int | None,
                  trace: str | None, seed: int, scheduler: str, batch_size: int | None,
-                 batch_timeout: float, no_chunked_prefill: bool, fmt: str,
+                 batch_timeout: float, no_chunked_prefill: bool, sim_engine: str, fmt: str,
                  catalog_dir: tuple[str, ...], plot_dir: str | None, **kw: Any) -> None:
     """Simulate an engine step by step under a workload: latency, throughput, KV use."""
     from capplan.plan.simulation import parse_schedulers, run_simulation
@@ -119,7 +123,7 @@ def simulate_cmd(model: str, gpu: str, rate: float | None, concurrency: int | No
                          seed=seed, schedulers=names, batch_size=batch_size,
                          batch_timeout_s=batch_timeout,
                          chunked_prefill=not no_chunked_prefill, progress=progress,
-                         time_unit=load["time_unit"])
+                         time_unit=load["time_unit"], sim_engine=sim_engine)
     for note in run["notes"]:
         click.echo(f"note: {note}", err=True)
     results, head = run["results"], run["head"]
@@ -148,6 +152,8 @@ def simulate_cmd(model: str, gpu: str, rate: float | None, concurrency: int | No
                    f"{dtype_text(resolved_dtypes(dep), s)}; decode steps "
                    f"{head['bound']}-bound at the mean running batch\n"
                    f"calibration: {head['calibration']}", err=True)
+        impls = sorted({d.get("engine_impl", "reference") for d in results.values()})
+        click.echo(f"simulator engine: {', '.join(impls)}", err=True)
 
 
 def register(cli: click.Group) -> None:

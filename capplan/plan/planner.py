@@ -392,8 +392,11 @@ def _verify(ranked: list[Recommendation], pool: _Pool, top: int, max_requests: i
     """Simulate the best `top`; drop those that miss an SLO there (with a warning)."""
     kept = ranked[top:]
     checked = []
-    for r in ranked[:top]:
-        v = verify(_verify_job(r, pool, max_requests))
+    jobs = [_verify_job(r, pool, max_requests) for r in ranked[:top]]
+    # a verifier with a `map` (capplan.plan.verify.ParallelVerifier, `--jobs`) runs them at
+    # once; each result is its own job's (seeded), so the answer is the serial one
+    results = getattr(verify, "map", lambda js: [verify(j) for j in js])(jobs)
+    for r, v in zip(ranked[:top], results, strict=True):
         if v.ok:
             checked.append(r.with_(verified=v))
         else:

@@ -13,7 +13,7 @@ from capplan.errors import InputError
 from capplan.models.perf import BOUNDS
 from capplan.plan.deployment import Deployment
 from capplan.plan.load import require_one_load
-from capplan.sim import SCHEDULERS, run_scheduler
+from capplan.sim import SCHEDULERS, engine_impl, run_scheduler
 from capplan.sim.workload import Lane, Workload, load_trace, parse_length
 
 
@@ -49,10 +49,12 @@ def run_simulation(dep: Deployment, *, rate: float | None, concurrency: int | No
                    batch_size: int | None = None, batch_timeout_s: float = 0.05,
                    chunked_prefill: bool | None = None,
                    progress: Callable[[str, int, int], Any] | None = None,
-                   time_unit: str = "auto") -> dict[str, Any]:
+                   time_unit: str = "auto", sim_engine: str = "auto") -> dict[str, Any]:
     """{"head": run description and bound, "results": {scheduler: SimResult dict},
     "notes": [...]}. `progress(scheduler, done, total)` is called as requests finish.
-    `chunked_prefill` None keeps the engine profile's choice; False forces whole prompts."""
+    `chunked_prefill` None keeps the engine profile's choice; False forces whole prompts.
+    `sim_engine` (auto, fast, reference) picks the simulator; each result names the one that
+    ran as `engine_impl`."""
     limits.SEED.check(seed, "seed")
     wl = workload_from_options(rate, concurrency, trace, input_len, output_len, burstiness,
                                requests, time_unit)
@@ -75,8 +77,9 @@ def run_simulation(dep: Deployment, *, rate: float | None, concurrency: int | No
                             enable_chunked_prefill=chunked_prefill, batch_size=batch_size,
                             batch_timeout_s=batch_timeout_s, policy=s.profile.scheduler,
                             request_overhead_s=overhead if concurrency is not None else 0.0,
-                            progress=tick).to_dict()
-        results[name] = add_request_overhead(res, overhead)
+                            progress=tick, sim_engine=sim_engine).to_dict()
+        results[name] = {**add_request_overhead(res, overhead),
+                         "engine_impl": engine_impl(name, sim_engine)}
     first = results[schedulers[0]]
     ctx = float(np.mean(reqs.input_tokens) + np.mean(reqs.output_tokens) / 2)
     bound = BOUNDS[int(dep.step.decode_step(max(first["mean_running_batch"], 1.0), ctx)

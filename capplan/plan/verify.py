@@ -108,3 +108,31 @@ def simulate_closed_loop(dep: Deployment, concurrency: int, isl: int, osl: int,
                    max_num_batched_tokens=max(s.max_num_batched_tokens, s.max_num_seqs),
                    policy=s.profile.scheduler, request_overhead_s=overhead).to_dict()
     return add_request_overhead(res, overhead)
+
+
+PARALLEL_MIN_REQUESTS = 2000
+"""Below this many simulated requests in all, verification runs serially: a worker process
+costs ~0.1 s to start, more than small simulations take."""
+
+
+class ParallelVerifier:
+    """`simulate_recommendation` over several processes (`--jobs N`): `map(jobs)` returns the
+    results in job order, each the same as a serial call (every job seeds its own run)."""
+
+    def __init__(self, jobs: int) -> None:
+        self.jobs = max(1, int(jobs))
+
+    def __call__(self, job: VerifyJob) -> Verification:
+        return simulate_recommendation(job)
+
+    def map(self, jobs: list[VerifyJob]) -> list[Verification]:
+        workers = min(self.jobs, len(jobs))
+        if workers < 2 or sum(j.requests for j in jobs) < PARALLEL_MIN_REQUESTS:
+            return [simulate_recommendation(j) for j in jobs]
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor
+
+        # fork: the children inherit the loaded modules and catalog (no re-import)
+        ctx = multiprocessing.get_context("fork")
+        with ProcessPoolExecutor(workers, mp_context=ctx) as pool:
+            return list(pool.map(simulate_recommendation, jobs))

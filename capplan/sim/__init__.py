@@ -18,14 +18,26 @@ from capplan.models.engine import SchedulerPolicy
 from capplan.sim.batching import BatchEngine
 from capplan.sim.engine import VLLM_POLICY, ContinuousEngine
 from capplan.sim.entities import RunRecord
+from capplan.sim.fast import ENGINE_IMPLS, FastEngine
 from capplan.sim.metrics import SimResult, summarize
 from capplan.sim.workload import Lane, LengthDist, Requests, Workload, load_trace, parse_length
 
 SCHEDULERS = ("continuous", "static", "dynamic")
 
-__all__ = ["SCHEDULERS", "BatchEngine", "ContinuousEngine", "Lane", "LengthDist", "Requests",
-           "RunRecord", "SimResult", "Workload", "load_trace", "parse_length", "run_scheduler",
-           "simulate"]
+__all__ = ["ENGINE_IMPLS", "SCHEDULERS", "BatchEngine", "ContinuousEngine", "FastEngine", "Lane",
+           "LengthDist", "Requests", "RunRecord", "SimResult", "Workload", "engine_impl",
+           "load_trace", "parse_length", "run_scheduler", "simulate"]
+
+
+def engine_impl(scheduler: str, sim_engine: str = "auto", **features: Any) -> str:
+    """Which implementation runs a simulation: "fast" (capplan.sim.fast, the same results) when
+    asked for or `auto` and it supports the run's `features`, else "reference" (always for
+    static and dynamic batching, which have one engine each)."""
+    if sim_engine not in ENGINE_IMPLS:
+        raise InputError(f"--sim-engine {sim_engine!r}: expected one of {', '.join(ENGINE_IMPLS)}")
+    if scheduler != "continuous" or sim_engine == "reference":
+        return "reference"
+    return "fast" if FastEngine.supports(**features) else "reference"
 
 
 def run_scheduler(step_model: Any, reqs: Requests, lanes: tuple[Lane, ...], *, scheduler: str,
@@ -33,7 +45,8 @@ def run_scheduler(step_model: Any, reqs: Requests, lanes: tuple[Lane, ...], *, s
                   max_num_batched_tokens: int, policy: SchedulerPolicy = VLLM_POLICY,
                   enable_chunked_prefill: bool | None = None, batch_size: int | None = None,
                   batch_timeout_s: float = 0.0, request_overhead_s: float = 0.0,
-                  progress: Callable[[int], None] | None = None) -> SimResult:
+                  progress: Callable[[int], None] | None = None,
+                  sim_engine: str = "auto") -> SimResult:
     """Simulate concrete requests under one scheduler and summarise the run.
 
     `policy` is the engine profile's scheduler policy (continuous batching only; default
@@ -42,13 +55,16 @@ def run_scheduler(step_model: Any, reqs: Requests, lanes: tuple[Lane, ...], *, s
     `--no-enable-chunked-prefill`). `request_overhead_s` (closed loop, continuous): each
     client's next request reaches the engine that long after its last one ended
     (`ContinuousEngine.run`); latencies stay engine-side, so add it to TTFT and E2E.
+    `sim_engine` (auto, fast, reference) picks the implementation (`engine_impl`); both give
+    the same results.
     """
     if enable_chunked_prefill is not None:
         policy = replace(policy, chunked_prefill=enable_chunked_prefill)
     prio = np.array([ln.priority for ln in lanes] or [0], np.int64)
     if scheduler == "continuous":
-        eng = ContinuousEngine(step_model, num_gpu_blocks, block_size, max_num_seqs,
-                               max_num_batched_tokens, policy)
+        cls = FastEngine if engine_impl(scheduler, sim_engine) == "fast" else ContinuousEngine
+        eng = cls(step_model, num_gpu_blocks, block_size, max_num_seqs, max_num_batched_tokens,
+                  policy)
         return summarize(eng.run(reqs, prio, progress, request_overhead_s), lanes)
     if scheduler in ("static", "dynamic"):
         batch = BatchEngine(step_model, num_gpu_blocks, block_size,

@@ -1,0 +1,167 @@
+"""The fast engine (capplan/sim/fast.py) gives the reference engine's results exactly.
+
+Each case runs the same requests through `ContinuousEngine` (the reference) and `FastEngine`
+and compares every request's admission, first-token and finish time (so TTFT and E2E), and
+every TBT gap (the per-step gaps with their counts, and the gaps listed one by one), to 1e-9 s.
+The grid: seeds, loads of 10%, 80% and 120% of the configuration's measured capacity, the three
+engine policies (vLLM mixed chunked prefill with preemption, SGLang prefill-first, TensorRT-LLM
+whole prompts with the output reserved), a sliding window, two lanes with priorities, and closed
+loops with and without a per-request overhead.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pytest
+
+from capplan.models.engine import SchedulerPolicy
+from capplan.sim import ContinuousEngine, FastEngine, Requests, engine_impl, run_scheduler
+from capplan.sim.workload import Lane
+
+POLICIES = {
+    "vllm": SchedulerPolicy(),
+    "prefill_first": SchedulerPolicy(prefill_first=True),
+    "no_evict": SchedulerPolicy(chunked_prefill=False, reserve_output_frac=1.0,
+                                preemption=False),
+}
+BLOCKS, BLOCK_SIZE, SEQS, TOKENS = 300, 16, 24, 1024
+"""A small cache (4,800 tokens) and batch, so the overloaded runs preempt."""
+N = 240
+TOL_S = 1e-9
+
+
+@dataclass
+class Windowed:
+    """The real step model of a deployment with a sliding window (attention capped)."""
+
+    inner: object
+    window: float
+
+    def step(self, **kw):  # noqa: ANN003, ANN201
+        return self.inner.step(**kw)
+
+
+def _requests(seed: int, rate: float | None, concurrency: int | None = None) -> Requests:
+    rng = np.random.default_rng(seed)
+    inp = rng.integers(16, 700, N)
+    out = rng.integers(1, 200, N)
+    arr = (np.zeros(N) if rate is None else np.cumsum(rng.exponential(1 / rate, N)))
+    return Requests(arr, inp, out, rng.integers(0, 2, N), concurrency)
+
+
+def _run(cls, step, reqs, policy, overhead_s=0.0):
+    eng = cls(step, BLOCKS, BLOCK_SIZE, SEQS, TOKENS, policy)
+    return eng.run(reqs, np.array([1, 0]), request_overhead_s=overhead_s)
+
+
+def _same(a, b) -> None:
+    assert a.preemptions == b.preemptions
+    for key in ("arrival_at_s", "admitted_at_s", "first_token_at_s", "finished_at_s",
+                "step_start_s", "step_dur_s", "step_tbt_gap_s", "extra_gaps_s"):
+        x, y = getattr(a, key), getattr(b, key)
+        assert x.shape == y.shape, key
+        np.testing.assert_allclose(x, y, rtol=0, atol=TOL_S, err_msg=key)
+    for key in ("step_tbt_count", "step_running", "step_waiting", "step_kv_blocks"):
+        np.testing.assert_array_equal(getattr(a, key), getattr(b, key), err_msg=key)
+
+
+@pytest.fixture(scope="module")
+def capacity_per_s(llama_h100) -> dict[str, float]:
+    """Requests per second each policy completes with every request waiting at t = 0."""
+    out = {}
+    for name, policy in POLICIES.items():
+        rec = _run(ContinuousEngine, llama_h100.step, _requests(0, None), policy)
+        out[name] = N / float(rec.finished_at_s.max())
+    return out
+
+
+@pytest.mark.parametrize("policy", list(POLICIES))
+@pytest.mark.parametrize("load", [0.1, 0.8, 1.2])
+@pytest.mark.parametrize("seed", [1, 2])
+@pytest.mark.parametrize("window", [None, 256])
+def test_open_loop_matches_reference(llama_h100, capacity_per_s, policy, load, seed, window):
+    step = llama_h100.step if window is None else Windowed(llama_h100.step, window)
+    reqs = _requests(seed, load * capacity_per_s[policy])
+    ref = _run(ContinuousEngine, step, reqs, POLICIES[policy])
+    fast = _run(FastEngine, step, reqs, POLICIES[policy])
+    _same(fast, ref)
+    if load > 1 and POLICIES[policy].preemption and policy == "vllm":
+        assert ref.preemptions > 0  # the overloaded vLLM case exercises preemption
+
+
+@pytest.mark.parametrize("policy", list(POLICIES))
+@pytest.mark.parametrize("overhead_s", [0.0, 0.004])
+@pytest.mark.parametrize("seed", [3, 4])
+def test_closed_loop_matches_reference(llama_h100, policy, overhead_s, seed):
+    reqs = _requests(seed, None, concurrency=12)
+    ref = _run(ContinuousEngine, llama_h100.step, reqs, POLICIES[policy], overhead_s)
+    fast = _run(FastEngine, llama_h100.step, reqs, POLICIES[policy], overhead_s)
+    _same(fast, ref)
+
+
+def test_low_load_is_mostly_skipped_stretches(llama_h100, capacity_per_s):
+    # the fast engine's own claim: at 10% load most steps run in same-shape stretches
+    from capplan.sim import fast
+
+    reqs = _requests(5, 0.1 * capacity_per_s["vllm"])
+    eng = FastEngine(llama_h100.step, BLOCKS, BLOCK_SIZE, SEQS, TOKENS)
+    st = fast._FastState(eng, reqs, [0] * N)
+    calls = []
+    exec_one = st._exec
+
+    def counted():  # noqa: ANN202
+        calls.append(1)
+        return exec_one()
+
+    st._exec = counted
+    st.simulate(None)
+    rec = st.record()
+    assert len(calls) < 0.5 * len(rec.step_dur_s)
+    _same(rec, _run(ContinuousEngine, llama_h100.step, reqs, SchedulerPolicy()))
+
+
+def test_engine_choice():
+    assert engine_impl("continuous") == "fast"
+    assert engine_impl("continuous", "reference") == "reference"
+    assert engine_impl("static", "fast") == "reference"
+    # a feature the fast engine does not declare (e.g. prefix caching) runs on the reference
+    assert engine_impl("continuous", "auto", prefix_caching=True) == "reference"
+    assert engine_impl("continuous", "fast", prefix_caching=True) == "reference"
+    with pytest.raises(Exception, match="sim-engine"):
+        engine_impl("continuous", "turbo")
+
+
+def test_run_scheduler_results_identical_either_engine(llama_h100):
+    reqs = _requests(6, 20.0)
+    lanes = (Lane("a", priority=1), Lane("b", priority=0))
+    kw = dict(scheduler="continuous", num_gpu_blocks=BLOCKS, block_size=BLOCK_SIZE,
+              max_num_seqs=SEQS, max_num_batched_tokens=TOKENS)
+    a = run_scheduler(llama_h100.step, reqs, lanes, sim_engine="fast", **kw).to_dict()
+    b = run_scheduler(llama_h100.step, reqs, lanes, sim_engine="reference", **kw).to_dict()
+    for key in ("ttft_s", "tbt_s", "e2e_s", "tpot_s", "queue_s"):
+        for q, v in a[key].items():
+            assert v == pytest.approx(b[key][q], abs=TOL_S), (key, q)
+    assert a["preemptions"] == b["preemptions"]
+
+
+SIM = ("simulate", "--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--rate", "30",
+       "--requests", "400", "--max-num-seqs", "64")
+
+
+def test_cli_names_the_engine_and_both_give_the_same_answer(run_cli):
+    fast = run_cli(*SIM, "--format", "json", "--sim-engine", "fast")
+    ref = run_cli(*SIM, "--format", "json", "--sim-engine", "reference")
+    auto = run_cli(*SIM, "--format", "json")
+    assert fast.exit_code == ref.exit_code == auto.exit_code == 0
+    a, b = fast.json(), ref.json()
+    assert (a.pop("engine_impl"), b.pop("engine_impl"), auto.json()["engine_impl"]) == (
+        "fast", "reference", "fast")
+    for key in ("ttft_s", "tbt_s", "e2e_s"):
+        for q in ("mean", "p50", "p90", "p99"):
+            assert a[key][q] == pytest.approx(b[key][q], abs=TOL_S), (key, q)
+    table = run_cli(*SIM, "--sim-engine", "reference")
+    assert "simulator engine: reference" in table.stderr
+    bad = run_cli(*SIM, "--sim-engine", "turbo")
+    assert bad.exit_code == 2 and len(bad.stderr_lines) == 1
