@@ -15,6 +15,7 @@ from capplan.cli._options import (
     format_option,
     model_gpu_options,
 )
+from capplan.cli._prefix import pop_prefix_spec, prefix_options
 from capplan.cli._render import emit, to_json
 from capplan.cli._tables import latency_table
 from capplan.plan.load import analytic_latency, load_spec_from_options
@@ -41,6 +42,7 @@ from capplan.plan.load import analytic_latency, load_spec_from_options
 @click.option("--warmup-prompts", type=click.IntRange(min=0), default=0, show_default=True,
               help="Closed loop: warm-up requests sent first and not measured (>= concurrency "
                    "leaves only the steady state).")
+@prefix_options
 @engine_options
 @format_option
 @catalog_option
@@ -49,10 +51,13 @@ def latency_cmd(model: str, gpu: str, rate: float | None, concurrency: int | Non
                 num_prompts: int | None, warmup_prompts: int, fmt: str,
                 catalog_dir: tuple[str, ...], time_unit: str = "auto", **kw) -> None:
     """Analytic TTFT / TBT / E2E percentiles and throughput under load (milliseconds)."""
+    prefix = pop_prefix_spec(kw)
     dep = deployment_from_options(catalog_dir, model, gpu, kw)
     load = load_spec_from_options(rate, concurrency, trace, input_len, output_len, burstiness,
                                   dep.model.context_len(dep.settings.max_model_len),
-                                  num_prompts, warmup_prompts, time_unit=time_unit)
+                                  num_prompts, warmup_prompts, time_unit=time_unit,
+                                  prefix=prefix,
+                                  cache=(dep.memory.block_size, dep.memory.kv_cache_tokens))
     res = analytic_latency(dep, load)
     if fmt == "json":
         emit(to_json(res))

@@ -128,7 +128,7 @@ def hit_probability(share_rate_per_s: float, hold_s: float, cache_s: float) -> f
     return float(1.0 - math.exp(-share_rate_per_s * max(w, 0.0)))
 
 
-def prefix_cache(spec: PrefixSpec, prompt_tokens: ArrayLike, output_tokens: ArrayLike,
+def prefix_cache(spec: PrefixSpec, prompt_tokens: ArrayLike,
                  block_size: int, hit_prob: float = 1.0) -> PrefixCache:
     """The cache's effect on one lane, from samples of its prompt and output lengths (for a
     multi-turn lane: the prompts as resent, see `multi_turn_lengths`).

@@ -507,6 +507,7 @@ def load_trace(path: str | Path, time_unit: str = "auto") -> Requests:
         raise InputError(f"{p}: no such trace file")
     check_input_file(p, "trace")
     times, inputs, outputs = array("d"), array("q"), array("q")
+    hashes: list[np.ndarray] = []
     numeric = True
     with open(p, encoding="utf-8-sig", newline="") as f:
         try:
@@ -525,6 +526,8 @@ def load_trace(path: str | Path, time_unit: str = "auto") -> Requests:
                 numeric = numeric and is_num
                 inputs.append(_length_value(r[ci], p, line, ci))
                 outputs.append(_length_value(r[co], p, line, co))
+                if "hash_ids" in cols:
+                    hashes.append(_hash_ids(r.get("hash_ids"), p, line))
         except csv.Error as e:  # a NUL byte, a field over csv's 128 KiB limit
             raise InputError(f"{p}: not a CSV trace ({e})") from None
     if not times:
@@ -548,8 +551,53 @@ def load_trace(path: str | Path, time_unit: str = "auto") -> Requests:
     rate = f", {(len(t) - 1) / span:.3g} req/s" if span > 0 else ""
     note = (f"{p}: {len(t)} requests over {span:.4g} s{rate}; columns {ca} ({unit}, "
             f"{why}), {ci}, {co}")
+    hash_ids = tuple(hashes[i] for i in order.tolist()) if hashes else None
+    if hash_ids is not None:
+        note += f", hash_ids ({MOONCAKE_HASH_BLOCK_TOKENS}-token blocks)"
     return Requests(t, np.maximum(inp[order], 1), np.maximum(out[order], 1),
-                    np.zeros(len(t), np.int64), note=note)
+                    np.zeros(len(t), np.int64), note=note, hash_ids=hash_ids,
+                    hash_block_tokens=MOONCAKE_HASH_BLOCK_TOKENS)
+
+
+MOONCAKE_HASH_BLOCK_TOKENS = 512
+"""Tokens per `hash_ids` entry in Mooncake's traces: each id is a remapped hash of a 512-token
+block chained from its prefix (technical report arXiv 2407.00079 section 4; the FAST25-release
+README sample has 14 ids for 6955 tokens = ceil(6955 / 512))."""
+
+
+def _hash_ids(v: object, path: Path, line: int) -> np.ndarray:
+    """A Mooncake `hash_ids` cell: a JSON list of integers (a list already in JSONL)."""
+    if v in (None, ""):
+        return np.zeros(0, np.int64)
+    try:
+        ids = json.loads(v) if isinstance(v, str) else v
+        arr = np.asarray(ids, np.int64)
+    except (ValueError, TypeError, OverflowError):
+        raise InputError(f"{path}:{line}: hash_ids {str(v)[:40]!r} is not a list of "
+                         "integers") from None
+    if arr.ndim != 1:
+        raise InputError(f"{path}:{line}: hash_ids must be a flat list of integers")
+    return arr
+
+
+def trace_prefix_hits(reqs: Requests, block_size: int) -> np.ndarray:
+    """Prompt tokens each request of a trace could find cached with an unbounded cache: the
+    longest run of its leading full blocks whose content an earlier request had (vLLM's rules:
+    full blocks, chained, at most prompt - 1 tokens). An upper bound on the hit; the
+    simulator applies the KV cache's size."""
+    seen: set = set()
+    hits = np.zeros(len(reqs), np.int64)
+    for i in range(len(reqs)):
+        keys = reqs.block_keys(i, block_size)
+        cap = (int(reqs.input_tokens[i]) - 1) // block_size
+        n = 0
+        for k in keys[:cap]:
+            if k not in seen:
+                break
+            n += 1
+        hits[i] = n * block_size
+        seen.update(keys)
+    return hits
 
 
 def _time_and_kind(v: object, path: Path, line: int) -> tuple[float, bool]:
