@@ -25,6 +25,7 @@ from capplan.cli._options import (
     catalog_option,
     format_option,
 )
+from capplan.cli._prefix import pop_prefix_spec, prefix_options
 from capplan.cli._render import Column, emit, render_rows, to_json
 from capplan.errors import InputError
 from capplan.models.engine import ENGINES
@@ -191,6 +192,7 @@ def _exports(paths: tuple[str, ...] | list[str], base: Path | None = None) -> li
               help="Also recommend fleets whose SLOs keep replicas under 10% of capacity.")
 @click.option("--export", "exports", multiple=True, help="Write .csv/.json/.md/.xlsx.")
 @click.option("--plot", "plot_dir", default=None, help="Write PNG/SVG charts to this folder.")
+@prefix_options
 @format_option
 @catalog_option
 def recommend_cmd(model: str, rate: float, input_len: str, output_len: str,
@@ -203,7 +205,8 @@ def recommend_cmd(model: str, rate: float, input_len: str, output_len: str,
                   gpu_memory_utilization: float | None, burstiness: float, headroom: float,
                   objective: str, verify_top: int, allow_near_floor: bool,
                   exports: tuple[str, ...],
-                  plot_dir: str | None, fmt: str, catalog_dir: tuple[str, ...]) -> None:
+                  plot_dir: str | None, fmt: str, catalog_dir: tuple[str, ...],
+                  **prefix_kw: Any) -> None:
     """GPU type, count and engine settings for a rate and latency SLOs."""
     from capplan.plan.planner import run_plan
 
@@ -223,6 +226,11 @@ def recommend_cmd(model: str, rate: float, input_len: str, output_len: str,
     for key, value in (("input_len", input_len), ("output_len", output_len)):
         if ctx.get_parameter_source(key) is not ParameterSource.DEFAULT:  # defaults: the plan's
             lane[key] = value
+    spec = pop_prefix_spec(prefix_kw)
+    if spec is not None:
+        lane["prefix"] = ({"shared_tokens": spec.shared_tokens, "share": spec.share_frac}
+                          if spec.shared_tokens else {"turns": spec.turns, "think_s": spec.think_s}
+                          if spec.turns > 1 else {"hit_rate": spec.hit_rate})
     plan = PlanFile.model_validate({
         "model": model,
         "candidates": {"gpus": list(gpus) or None, "tp": tps, "prices": price_map,

@@ -22,6 +22,7 @@ from capplan.cli._options import (
     format_option,
     model_gpu_options,
 )
+from capplan.cli._prefix import pop_prefix_spec, prefix_options
 from capplan.cli._render import Column, emit, render_rows, to_json
 from capplan.units import MS_S
 
@@ -51,6 +52,9 @@ def _rows(results: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
         ("KV peak utilization (%)", lambda d: 100 * d["kv_peak_utilization"]),
         ("makespan (s)", lambda d: d["makespan_s"]),
     ]
+    if any("prefix_hit_frac" in d for d in results.values()):
+        spec.append(("prefix cache hits (% of prompt tokens)",
+                     lambda d: 100 * d.get("prefix_hit_frac", 0.0)))
     return [{"q": label, **{name: f(d) for name, d in results.items()}} for label, f in spec]
 
 
@@ -80,6 +84,7 @@ def _rows(results: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
 @click.option("--batch-timeout", type=SECONDS_OR_0, default=0.05, show_default=True,
               help="Dynamic batching: seconds to wait after the first waiting request.")
 @click.option("--no-chunked-prefill", is_flag=True, help="Prefill whole prompts only.")
+@prefix_options
 @engine_options
 @format_option
 @catalog_option
@@ -93,6 +98,7 @@ def simulate_cmd(model: str, gpu: str, rate: float | None, concurrency: int | No
     from capplan.plan.simulation import parse_schedulers, run_simulation
 
     names = parse_schedulers(scheduler)
+    prefix = pop_prefix_spec(kw)
     load = {k: kw.pop(k) for k in ("burstiness", "input_len", "output_len", "num_requests",
                                    "time_unit")}
     dep = deployment_from_options(catalog_dir, model, gpu, kw)
@@ -118,7 +124,7 @@ def simulate_cmd(model: str, gpu: str, rate: float | None, concurrency: int | No
                          seed=seed, schedulers=names, batch_size=batch_size,
                          batch_timeout_s=batch_timeout,
                          chunked_prefill=not no_chunked_prefill, progress=progress,
-                         time_unit=load["time_unit"])
+                         time_unit=load["time_unit"], prefix=prefix)
     for note in run["notes"]:
         click.echo(f"note: {note}", err=True)
     results, head = run["results"], run["head"]

@@ -101,6 +101,9 @@ class PrefixCache:
     """KV held once for the shared blocks (the shared prefix)."""
     hit_prob: float = 1.0
     """Probability that the shared content is still cached when a request arrives."""
+    common_prefix_tokens: int = 0
+    """Tokens of a prefix every request starts with (0 otherwise): `vllm bench serve
+    --random-prefix-len` reproduces such a workload."""
 
     @property
     def active(self) -> bool:
@@ -157,8 +160,9 @@ def prefix_cache(spec: PrefixSpec, prompt_tokens: ArrayLike,
         h = float(spec.hit_rate or 0.0)
         per = block_hit_tokens(h * inp, inp, block_size) * hit_prob
         shared, resident = 0.0, 0.0
+    common = spec.shared_tokens if spec.share_frac >= 1.0 else 0
     return PrefixCache(float(per.mean()), tuple((inp - per).tolist()), shared, resident,
-                       hit_prob)
+                       hit_prob, common)
 
 
 def multi_turn_lengths(message_tokens: ArrayLike, output_tokens: ArrayLike, turns: int

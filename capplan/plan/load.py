@@ -20,7 +20,7 @@ from capplan.models.perf import BOUNDS
 from capplan.models.prefix import PrefixCache, PrefixSpec
 from capplan.models.queueing import LengthStats, Limits, QueueModel, summarize
 from capplan.plan.deployment import Deployment
-from capplan.plan.lengths import clipped, length_stats, sample_lengths
+from capplan.plan.lengths import clipped, length_stats
 
 
 @dataclass(frozen=True)

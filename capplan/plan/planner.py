@@ -19,9 +19,10 @@ from capplan.catalog.schema import ModelSpec
 from capplan.errors import InfeasibleError, InputError
 from capplan.models.memory import memory_report
 from capplan.models.perf import knee_batch
+from capplan.models.prefix import PrefixCache
 from capplan.models.queueing import Limits, QueueModel, summarize
 from capplan.plan.flags import engine_flags
-from capplan.plan.lengths import pooled_stats
+from capplan.plan.lengths import length_stats, pooled_stats
 from capplan.plan.result import (
     Curve,
     CurvePoint,
@@ -67,12 +68,21 @@ def traffic_for(lanes: Sequence[Lane], max_model_len: int | None = None) -> Traf
     """Pool lanes: lengths mixed in proportion to rates; the strictest SLO of each kind.
     Prompts are cut so that prompt + output fit max_model_len, as vLLM requires."""
     total = sum(lane.rate_per_s for lane in lanes)
-    inp, out = pooled_stats([(ln.rate_per_s, ln.input_len, ln.output_len) for ln in lanes],
-                            max_model_len)
     scv = sum(lane.rate_per_s / total / lane.burstiness for lane in lanes)
+    if any(ln.prefix is not None for ln in lanes):
+        from capplan.plan.prefix import pooled_prefix
+
+        i_s, o_s, pc = pooled_prefix([(ln.rate_per_s, ln.prefix.spec() if ln.prefix else None,
+                                       ln.input_len, ln.output_len) for ln in lanes],
+                                     max_model_len)
+        inp, out = length_stats(i_s, o_s)
+    else:
+        inp, out = pooled_stats([(ln.rate_per_s, ln.input_len, ln.output_len) for ln in lanes],
+                                max_model_len)
+        pc = PrefixCache()
     return Traffic(total, inp, out, scv, SloSet.strictest(SloSet.of(ln.slo) for ln in lanes),
                    tuple(lane.name for lane in lanes),
-                   priority_scheduling=len({ln.priority for ln in lanes}) > 1)
+                   priority_scheduling=len({ln.priority for ln in lanes}) > 1, prefix=pc)
 
 
 def _as_tuple(v: list[int] | int | None, default: tuple[int, ...]) -> tuple[int, ...]:
@@ -113,7 +123,7 @@ def _queue_model(c: Candidate, t: Traffic) -> QueueModel:
     s = c.settings
     return QueueModel(c.step, t.inp, t.out,
                       Limits(s.max_num_seqs, s.max_num_batched_tokens, c.kv_cache_tokens),
-                      t.arrival_scv, s.profile.scheduler)
+                      t.arrival_scv, s.profile.scheduler, t.prefix)
 
 
 def _recommendation(c: Candidate, found: SearchResult, t: Traffic) -> Recommendation:

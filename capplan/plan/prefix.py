@@ -50,3 +50,29 @@ def _survival(spec: PrefixSpec, rate_per_s: float | None, kv_tokens: float | Non
     if spec.hit_rate is not None:
         return 1.0
     return hit_probability(rate_per_s * spec.share_frac, 0.0, t_c)
+
+
+def pooled_prefix(lanes: list[tuple[float, PrefixSpec | None, str | int, str | int]],
+                  max_model_len: int | None, block_size: int = 16
+                  ) -> tuple[np.ndarray, np.ndarray, PrefixCache]:
+    """Lanes (rate, prefix, input_len, output_len) sharing a pool: samples mixed in proportion
+    to rates (as plan/lengths.pooled_stats), cache effects pooled the same way; shared prefixes
+    of different lanes are held once each. The block size is vLLM's default (16): the pool's
+    candidates are searched before their block size is known."""
+    from capplan.plan.lengths import LENGTH_SAMPLES
+
+    total = sum(r for r, _, _, _ in lanes)
+    ins, outs, pfs, caches = [], [], [], []
+    for rate, spec, i_len, o_len in lanes:
+        i, o, pc = lane_lengths(spec, i_len, o_len, max_model_len, block_size)
+        n = len(i) if len(lanes) == 1 else max(200, int(LENGTH_SAMPLES * rate / total))
+        ins.append(i[:n])
+        outs.append(o[:n])
+        pfs.append(np.asarray(pc.prefill_tokens, float)[:n] if pc.active else i[:n])
+        caches.append((rate / total, pc))
+    return np.concatenate(ins), np.concatenate(outs), PrefixCache(
+        sum(w * pc.cached_tokens_mean for w, pc in caches),
+        tuple(np.concatenate(pfs).tolist()),
+        sum(w * pc.shared_kv_tokens_per_seq for w, pc in caches),
+        sum(pc.resident_kv_tokens for _, pc in caches),
+        common_prefix_tokens=caches[0][1].common_prefix_tokens if len(caches) == 1 else 0)

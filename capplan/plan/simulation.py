@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -11,6 +12,7 @@ import numpy as np
 from capplan import limits
 from capplan.errors import InputError
 from capplan.models.perf import BOUNDS
+from capplan.models.prefix import PrefixSpec
 from capplan.plan.deployment import Deployment
 from capplan.plan.load import require_one_load
 from capplan.sim import SCHEDULERS, run_scheduler
@@ -49,13 +51,16 @@ def run_simulation(dep: Deployment, *, rate: float | None, concurrency: int | No
                    batch_size: int | None = None, batch_timeout_s: float = 0.05,
                    chunked_prefill: bool | None = None,
                    progress: Callable[[str, int, int], Any] | None = None,
-                   time_unit: str = "auto") -> dict[str, Any]:
+                   time_unit: str = "auto", prefix: PrefixSpec | None = None
+                   ) -> dict[str, Any]:
     """{"head": run description and bound, "results": {scheduler: SimResult dict},
     "notes": [...]}. `progress(scheduler, done, total)` is called as requests finish.
     `chunked_prefill` None keeps the engine profile's choice; False forces whole prompts."""
     limits.SEED.check(seed, "seed")
     wl = workload_from_options(rate, concurrency, trace, input_len, output_len, burstiness,
                                requests, time_unit)
+    if prefix is not None and wl.trace is None:
+        wl = replace(wl, lanes=tuple(replace(ln, prefix=prefix) for ln in wl.lanes))
     s = dep.settings
     max_len = dep.memory.max_model_len
     reqs, clipped = wl.generate(np.random.default_rng(seed)).clip_to_context(max_len)
