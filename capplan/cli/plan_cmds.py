@@ -62,6 +62,30 @@ def _finish(plan: PlanResult, fmt: str, exports: list[Path], plot_dir: str | Non
         emit(render_rows(_plan_rows(result), PLAN_COLUMNS, fmt))
         return
     emit(render_plan(result, fmt))
+    if result.get("disaggregated"):
+        emit(render_disagg(result["disaggregated"]))
+
+
+def render_disagg(d: dict[str, Any]) -> str:
+    """The disaggregated layout beside the aggregated table: both pools, ratio, transfer,
+    verdict, launch lines."""
+    lines = ["", "disaggregated prefill/decode:"]
+    for role in ("prefill", "decode"):
+        p = d.get(role)
+        if p:
+            lines.append(f"  {role:<8} {p['replicas']} x {p['gpu']} TP {p['tp']} "
+                         f"({p['gpus_total']} GPUs), {p['rate_per_replica_per_s']:.3g} req/s per "
+                         f"replica, TTFT p99 share {p['ttft_p99_s'] * 1e3:.0f} ms")
+    if d.get("prefill"):
+        lines.append(f"  ratio {d['ratio']} (prefill:decode); KV transfer "
+                     f"{d['kv_transfer_s']['mean'] * 1e3:.2f} ms mean, "
+                     f"{d['kv_transfer_s']['p99'] * 1e3:.2f} ms p99 over {d['kv_link']}; "
+                     f"TTFT p99 {d['ttft_p99_s'] * 1e3:.0f} ms, TBT p99 "
+                     f"{d['tbt_p99_s'] * 1e3:.1f} ms")
+    lines.append(f"  {d['verdict']}")
+    for key, line in (d.get("launch") or {}).items():
+        lines.append(f"  {key + ':':<16} {line}")
+    return "\n".join(lines)
 
 
 PLAN_COLUMNS = [
@@ -193,6 +217,8 @@ def _exports(paths: tuple[str, ...] | list[str], base: Path | None = None) -> li
 @click.option("--export", "exports", multiple=True, help="Write .csv/.json/.md/.xlsx.")
 @click.option("--plot", "plot_dir", default=None, help="Write PNG/SVG charts to this folder.")
 @prefix_options
+@click.option("--disagg/--no-disagg", default=True, show_default=True,
+              help="Also size a disaggregated prefill/decode layout and say which wins.")
 @format_option
 @catalog_option
 def recommend_cmd(model: str, rate: float, input_len: str, output_len: str,
@@ -206,7 +232,7 @@ def recommend_cmd(model: str, rate: float, input_len: str, output_len: str,
                   objective: str, verify_top: int, allow_near_floor: bool,
                   exports: tuple[str, ...],
                   plot_dir: str | None, fmt: str, catalog_dir: tuple[str, ...],
-                  **prefix_kw: Any) -> None:
+                  disagg: bool = True, **prefix_kw: Any) -> None:
     """GPU type, count and engine settings for a rate and latency SLOs."""
     from capplan.plan.planner import run_plan
 
@@ -245,7 +271,8 @@ def recommend_cmd(model: str, rate: float, input_len: str, output_len: str,
         "objective": objective, "headroom": headroom, "verify": {"top": verify_top},
         "allow_near_floor": allow_near_floor,
     })
-    result = run_plan(load_catalog(catalog_dir), plan, _verifier(verify_top > 0))
+    result = run_plan(load_catalog(catalog_dir), plan, _verifier(verify_top > 0),
+                      disagg=disagg)
     _finish(result, fmt, out_paths, plot_dir)
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
+from typing import Any
 
 import numpy as np
 
@@ -182,9 +183,11 @@ def _warnings(r: Recommendation, ctx_mean: float) -> list[str]:
 
 
 def run_plan(cat: Catalog, plan: PlanFile, verify: VerifyFn | None = None,
-             progress: Callable[[int, int], object] | None = None) -> PlanResult:
+             progress: Callable[[int, int], object] | None = None,
+             disagg: bool = False) -> PlanResult:
     """Plan every pool layout asked for (see PlanResult.to_dict for the JSON);
-    `progress(done, total)` is called after each pool is planned."""
+    `progress(done, total)` is called after each pool is planned. `disagg`: also size a
+    disaggregated prefill/decode layout for the shared pool and say which wins."""
     resolved = cat.resolve_model(plan.model)
     lanes = list(plan.workloads)
     per_lane = len(lanes) > 1 and plan.pools in ("separate", "both")
@@ -205,7 +208,23 @@ def run_plan(cat: Catalog, plan: PlanFile, verify: VerifyFn | None = None,
                                               "for either lane)" if cheaper == "equal"
                                               else f"{cheaper} is cheaper"))
         result = replace(result, pools=pools, warnings=[*result.warnings, note])
+    if disagg:
+        result = replace(result, disaggregated=_disaggregated(cat, plan, resolved, lanes, result))
     return result
+
+
+def _disaggregated(cat: Catalog, plan: PlanFile, resolved: ResolvedModel, lanes: list[Lane],
+                   result: PlanResult) -> dict[str, Any]:
+    from capplan.plan.disagg import compare, plan_disaggregated
+
+    model = resolved.spec
+    t = traffic_for(lanes, model.context_len(plan.engine.max_model_len))
+    space = search_space(cat, plan, model, t, resolved.implied_weight_dtype)
+    d = plan_disaggregated(cat, model, space, t, plan.headroom)
+    best = result.best
+    verdict = compare(best.gpus_total, best.cost_per_hour, best.candidate.binding_constraint, d)
+    return {**(d.to_dict() if d else {}), "verdict": verdict,
+            "winner": verdict.split(" wins")[0]}
 
 
 def _separate(cat: Catalog, plan: PlanFile, resolved: ResolvedModel, lane: Lane

@@ -270,6 +270,9 @@ class PlanResult:
     curves: list[Curve]
     warnings: list[str]
     pools: PoolComparison | None = None
+    disaggregated: dict[str, Any] | None = None
+    """The disaggregated layout searched beside the aggregated one (plan/disagg.py), with the
+    verdict; None when not asked for."""
 
     @property
     def best(self) -> Recommendation:
@@ -288,4 +291,6 @@ class PlanResult:
         }
         if self.pools is not None:
             out["pools"] = self.pools.to_dict()
+        if self.disaggregated is not None:
+            out["disaggregated"] = self.disaggregated
         return out
