@@ -152,16 +152,36 @@ def _decode_pool(dep: Deployment, t: Traffic, target: float) -> PoolPlan | None:
                     float(at["tbt_s"]["p99"]))
 
 
-def _prefill_pool(dep: Deployment, t: Traffic, target: float, budget_s: float
-                  ) -> PoolPlan | None:
-    q = prefill_model(dep, t)
-    found = _best_rate(q, lambda r: r["ttft_s"]["p99"] <= budget_s)
-    if found is None:
-        return None
-    rate, _ = found
-    n = max(1, math.ceil(target / rate))
-    at = q.at_rate(t.rate_per_s / n)
-    return PoolPlan("prefill", dep, n, rate, float(at["ttft_s"]["p99"]), math.nan)
+@dataclass(frozen=True)
+class _PrefillCurve:
+    """A prefill replica's TTFT p99 over a grid of rates up to its capacity (computed once,
+    read for every TTFT budget)."""
+
+    dep: Deployment
+    rates: np.ndarray
+    ttft_p99_s: np.ndarray
+    """inf where unstable"""
+
+    @classmethod
+    def of(cls, dep: Deployment, t: Traffic) -> _PrefillCurve | None:
+        q = prefill_model(dep, t)
+        cap = float(q.capacity_rate())
+        if not cap > 0:
+            return None
+        rates = cap * np.linspace(1.0 / _GRID, 1.0, _GRID)
+        res = q.at_rate(rates)
+        ttft = np.where(np.asarray(res["stable"], bool), res["ttft_s"]["p99"], np.inf)
+        return cls(dep, rates, np.maximum.accumulate(ttft))
+
+    def pool(self, target: float, rate_per_s: float, budget_s: float) -> PoolPlan | None:
+        ok = np.flatnonzero(self.ttft_p99_s <= budget_s)
+        if not ok.size:
+            return None
+        rate = float(self.rates[ok[-1]])
+        n = max(1, math.ceil(target / rate))
+        # TTFT at the planned per-replica rate: the grid point at or above it (conservative)
+        i = min(int(np.searchsorted(self.rates, rate_per_s / n)), len(self.rates) - 1)
+        return PoolPlan("prefill", self.dep, n, rate, float(self.ttft_p99_s[i]), math.nan)
 
 
 def _cost(p: DisaggPlan) -> tuple[float, int]:
@@ -181,26 +201,27 @@ def plan_disaggregated(cat: Catalog, model: ModelSpec, space: SearchSpace, t: Tr
     target = t.rate_per_s * (1 + headroom)
     ttft_slo = _slo(t, "ttft_s")
     decodes = [p for p in (_decode_pool(d, t, target) for d in deps) if p is not None]
+    curves = [c for c in (_PrefillCurve.of(d, t) for d in deps) if c is not None]
     best: DisaggPlan | None = None
     for dp in decodes:
-        for pd in deps:
-            kv_per_token = dp.dep.memory.kv_bytes_per_token_per_gpu
+        for pc in curves:
             for same in (True, False):
-                plan = _pair(pd, dp, t, target, ttft_slo, kv_per_token, same)
+                plan = _pair(pc, dp, t, target, ttft_slo, same)
                 if plan is not None and (best is None or _cost(plan) < _cost(best)):
                     best = plan
     return best
 
 
-def _pair(pd: Deployment, dp: PoolPlan, t: Traffic, target: float, ttft_slo: float,
-          kv_per_token: float, same_domain: bool) -> DisaggPlan | None:
+def _pair(pc: _PrefillCurve, dp: PoolPlan, t: Traffic, target: float, ttft_slo: float,
+          same_domain: bool) -> DisaggPlan | None:
     ic = dp.dep.gpu.interconnect
-    if same_domain and pd.gpu.key != dp.dep.gpu.key:
+    if same_domain and pc.dep.gpu.key != dp.dep.gpu.key:
         return None
     link = kv_link(ic.bytes_per_s, same_domain)
+    kv_per_token = dp.dep.memory.kv_bytes_per_token_per_gpu
     tx_mean = float(kv_transfer_s(t.inp.mean, kv_per_token, link))
     tx_p99 = float(kv_transfer_s(t.inp.q["p99"], kv_per_token, link))
-    pp = _prefill_pool(pd, t, target, ttft_slo - tx_p99 - dp.ttft_p99_s)
+    pp = pc.pool(target, t.rate_per_s, ttft_slo - tx_p99 - dp.ttft_p99_s)
     if pp is None:
         return None
     if same_domain and pp.gpus + dp.gpus > ic.max_gpus_per_node:

@@ -220,6 +220,10 @@ def _disaggregated(cat: Catalog, plan: PlanFile, resolved: ResolvedModel, lanes:
     model = resolved.spec
     t = traffic_for(lanes, model.context_len(plan.engine.max_model_len))
     space = search_space(cat, plan, model, t, resolved.implied_weight_dtype)
+    # side by side: the GPU type of the aggregated recommendation (each pool picks its TP);
+    # every catalog GPU would cost ~0.2 s each
+    keys = {result.best.candidate.gpu.key}
+    space = replace(space, gpus=[g for g in space.gpus if g.key in keys])
     d = plan_disaggregated(cat, model, space, t, plan.headroom)
     best = result.best
     verdict = compare(best.gpus_total, best.cost_per_hour, best.candidate.binding_constraint, d)
