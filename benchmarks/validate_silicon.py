@@ -31,14 +31,17 @@ import numpy as np
 from capplan.catalog.loader import load_catalog
 from capplan.errors import CapplanError
 from capplan.models.closed_loop import BenchmarkProtocol, closed_loop_latency
-from capplan.plan.deployment import EngineOptions, resolve_deployment
+from capplan.plan.deployment import EngineOptions, calibration_for, resolve_deployment
 
 DATA = Path(__file__).resolve().parents[1].parent / "shared" / "validation" / "silicon_sample.csv"
 SYSTEMS = {"h200_sxm": "h200", "b200_sxm": "b200", "b300_sxm": "b300", "gb200": "gb200",
            "gb300": "gb300"}
-SILICON_ROUNDS = 5.0
-"""Measured requests per client in the silicon benchmark (N / C), fitted on the training rows
-(--fit; docs/validation.md). Not an engine property: the benchmark protocol."""
+SILICON_ROUNDS = {"vllm": 3.0, "sglang": 3.0, "trtllm": 8.0}
+"""Measured requests per client of the silicon benchmark (N / C) per engine's harness, fitted on
+the training rows (--fit; docs/validation.md): the dump does not record the protocol."""
+ROUNDS_GRID = (1, 1.5, 2, 3, 4, 5, 6, 8, 10, 15, 20)
+SIM_MAX_CLIENTS = 256
+"""--sim simulates rows with at most this many clients (larger runs take minutes each)."""
 
 
 def concurrency(row: dict[str, str]) -> int:
@@ -86,7 +89,7 @@ class Prediction:
 _DEPS: dict[tuple, object] = {}
 
 
-def deployment(cat, r: dict[str, str]):
+def deployment(cat, r: dict[str, str], overhead_s: float | None = None):
     """The deployment of a row: its engine, layout, dtype; KV in fp8 for fp8/fp4 precision
     (AIConfigurator's quantized configurations quantize the KV cache too)."""
     res = cat.resolve_model(r["model_path"])
@@ -95,20 +98,26 @@ def deployment(cat, r: dict[str, str]):
     c = concurrency(r)
     isl, osl = int(r["isl"]), int(r["osl"])
     kvd = "fp8" if r["precision"] in ("fp8", "fp4", "nvfp4") else "auto"
-    key = (r["backend"], r["model_path"], r["system"], tp, r["precision"], isl, osl, c)
+    key = (r["backend"], r["model_path"], r["system"], tp, r["precision"], isl, osl, c,
+           overhead_s)
     if key not in _DEPS:
         # The benchmark sizes the engine for its concurrency: running-request cap >= C.
         opts = EngineOptions(engine=r["backend"], tp=tp, weight_dtype=dtype_for(r["precision"],
                                                                               own),
                              kv_dtype=kvd, max_model_len=isl + osl + 16,
                              max_num_seqs=None if c <= 256 else c)
-        _DEPS[key] = resolve_deployment(cat, r["model_path"], SYSTEMS[r["system"]], opts)
+        gpu = cat.gpu(SYSTEMS[r["system"]])
+        cal = calibration_for(cat, gpu, None)
+        if overhead_s is not None:  # --fit tries other overheads (they change cohort merging)
+            cal = cal.with_(request_overhead_s=overhead_s)
+        _DEPS[key] = resolve_deployment(cat, r["model_path"], gpu.key, opts, cal)
     return _DEPS[key]
 
 
-def predict(cat, r: dict[str, str], with_sim: bool, rounds: float) -> Prediction | None:
+def predict(cat, r: dict[str, str], with_sim: bool, rounds: float,
+            overhead_s: float | None = None) -> Prediction | None:
     try:
-        dep = deployment(cat, r)
+        dep = deployment(cat, r, overhead_s)
     except CapplanError:
         return None
     if not dep.memory.fits:
@@ -125,7 +134,7 @@ def predict(cat, r: dict[str, str], with_sim: bool, rounds: float) -> Prediction
                               BenchmarkProtocol(c, n), s.profile.scheduler)
     p = Prediction(out["ttft_wave_s"], out["ttft_steady_s"], out["tpot_s"],
                    out["request_overhead_s"])
-    if with_sim:
+    if with_sim and c <= SIM_MAX_CLIENTS:
         from capplan.plan.verify import simulate_closed_loop
 
         try:
@@ -148,32 +157,27 @@ def cell(e: np.ndarray) -> str:
             f"{np.median(e):+.0%}")
 
 
-def fit(scored: list[tuple[dict[str, str], Prediction]]) -> None:
-    """Rounds (shared) and per-engine overhead minimising the median |log error| of TTFT on
-    the training rows."""
-    train = [(r, p) for r, p in scored if is_training(r)]
-    engines = sorted({r["backend"] for r, _ in train})
-    best = None
-    for rounds in (1, 1.5, 2, 3, 4, 5, 6, 8, 10, 15, 20):
-        over = {}
-        for eng in engines:
-            rows = [(r, p) for r, p in train if r["backend"] == eng]
-            grid = np.arange(0.0, 0.6, 0.005)
-            costs = [np.median([abs(math.log(p.ttft(rounds, o) / (float(r["silicon_ttft_ms"])
-                                                                  / 1e3))) for r, p in rows])
-                     for o in grid]
-            over[eng] = float(grid[int(np.argmin(costs))])
-        cost = np.median([abs(math.log(p.ttft(rounds, over[r["backend"]])
-                                       / (float(r["silicon_ttft_ms"]) / 1e3))) for r, p in train])
-        print(f"rounds {rounds:>4}: overhead "
-              + ", ".join(f"{e} {o * 1e3:.0f} ms" for e, o in over.items())
-              + f"; median |log err| {cost:.3f}")
-        if best is None or cost < best[0]:
-            best = (cost, rounds, over)
-    assert best is not None
-    print(f"best: rounds {best[1]}, overheads "
-          + ", ".join(f"{e} {o * 1e3:.0f} ms" for e, o in best[2].items())
-          + f" (training rows: {len(train)})")
+OVERHEAD_GRID_S = (0.0, 0.02, 0.04, 0.06, 0.08, 0.1, 0.15, 0.2, 0.25, 0.3, 0.4)
+
+
+def fit(cat, rows: list[dict[str, str]]) -> None:
+    """Per engine: the benchmark's rounds and the per-request overhead minimising the median
+    |log error| of TTFT on that engine's training rows (each engine was benchmarked through its
+    own harness, so neither is assumed shared). The overhead changes how cohorts merge, so each
+    overhead is a full prediction; rounds only reweight the wave."""
+    train = [r for r in rows if is_training(r)]
+    best: dict[str, tuple[float, float, float]] = {}
+    for o in OVERHEAD_GRID_S:
+        preds = [(r, predict(cat, r, False, 1.0, o)) for r in train]
+        for eng in sorted({r["backend"] for r in train}):
+            got = [(p, float(r["silicon_ttft_ms"]) / 1e3) for r, p in preds
+                   if p is not None and r["backend"] == eng]
+            for rounds in ROUNDS_GRID:
+                cost = float(np.median([abs(math.log(p.ttft(rounds) / m)) for p, m in got]))
+                if eng not in best or cost < best[eng][0]:
+                    best[eng] = (cost, rounds, o)
+    for eng, (cost, rounds, o) in sorted(best.items()):
+        print(f"{eng}: rounds {rounds}, overhead {o * 1e3:.0f} ms, median |log err| {cost:.3f}")
 
 
 def main() -> None:
@@ -182,17 +186,17 @@ def main() -> None:
         return
     with_sim = "--sim" in sys.argv
     cat = load_catalog()
+    if "--fit" in sys.argv:
+        fit(cat, agg_rows())
+        return
     scored = []
     for r in agg_rows():
         try:
-            p = predict(cat, r, with_sim, SILICON_ROUNDS)
+            p = predict(cat, r, with_sim, SILICON_ROUNDS[r["backend"]])
         except CapplanError:
             p = None
         if p is not None:
             scored.append((r, p))
-    if "--fit" in sys.argv:
-        fit(scored)
-        return
     groups: dict[tuple[str, str], dict[str, list]] = defaultdict(lambda: defaultdict(list))
     for r, p in scored:
         for key in ((r["backend"], r["system"]), (r["backend"], "all"), ("all", "all")):
@@ -201,7 +205,7 @@ def main() -> None:
             if is_training(r):
                 continue
             mt, mp = float(r["silicon_ttft_ms"]) / 1e3, float(r["silicon_tpot_ms"]) / 1e3
-            g["ttft"].append((p.ttft(SILICON_ROUNDS), mt))
+            g["ttft"].append((p.ttft(SILICON_ROUNDS[r["backend"]]), mt))
             g["tpot"].append((p.tpot_s, mp))
             g["c"].append(concurrency(r))
             if with_sim:

@@ -6,11 +6,14 @@ from __future__ import annotations
 import csv
 import io
 import json
+import re
+import textwrap
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import click
+import tabulate as tabulate_module
 from tabulate import tabulate
 
 FORMATS = ("table", "json", "csv", "markdown")
@@ -32,8 +35,20 @@ def _cell(col: Column, row: dict[str, Any]) -> Any:
     return col.to_display(val) if col.to_display else val
 
 
+def _one_line(x: Any) -> Any:
+    """A wrapped header or cell on one line: breaks after '/' or '-' join, others are spaces."""
+    return re.sub(r"([/-])\n", r"\1", x).replace("\n", " ") if isinstance(x, str) else x
+
+
 def render_rows(rows: Sequence[dict[str, Any]], columns: Sequence[Column], fmt: str) -> str:
-    """Rows as a table, CSV or Markdown (human units from the columns)."""
+    """Rows as a table, CSV or Markdown (human units from the columns).
+
+    Headers and cells may hold line breaks to keep a table within 120 columns; CSV and Markdown
+    get them on one line."""
+    if fmt != "table":
+        columns = [Column(c.key, _one_line(c.header),
+                          (lambda v, f=c.to_display: _one_line(f(v))) if c.to_display else None,
+                          c.fmt) for c in columns]
     if fmt == "csv":
         buf = io.StringIO()
         w = csv.writer(buf, lineterminator="\n")
@@ -44,8 +59,15 @@ def render_rows(rows: Sequence[dict[str, Any]], columns: Sequence[Column], fmt: 
     table = [[_cell(c, r) for c in columns] for r in rows]
     floatfmt = tuple(c.fmt for c in columns)
     tablefmt = "github" if fmt == "markdown" else "simple"
-    return tabulate(table, headers=[c.header for c in columns], floatfmt=floatfmt,
-                    tablefmt=tablefmt, disable_numparse=False)
+    saved = tabulate_module.MIN_PADDING
+    # tabulate widens every column by 2 beyond its header; the 2-space gap between columns
+    # already separates them, and tables must fit 120 columns
+    tabulate_module.MIN_PADDING = 0 if fmt == "table" else saved
+    try:
+        return tabulate(table, headers=[c.header for c in columns], floatfmt=floatfmt,
+                        tablefmt=tablefmt, disable_numparse=False)
+    finally:
+        tabulate_module.MIN_PADDING = saved
 
 
 def to_json(obj: Any) -> str:
@@ -61,5 +83,7 @@ def emit(text: str) -> None:
 
 def kv_table(pairs: Sequence[tuple[str, Any]], fmt: str) -> str:
     """A two-column 'quantity | value' table for single results."""
-    rows = [{"q": k, "v": v} for k, v in pairs]
+    # long values (reasons, sources) wrap so that the table fits 120 columns
+    rows = [{"q": k, "v": textwrap.fill(v, 72) if fmt == "table" and isinstance(v, str) else v}
+            for k, v in pairs]
     return render_rows(rows, [Column("q", "quantity"), Column("v", "value")], fmt)

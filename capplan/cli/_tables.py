@@ -2,9 +2,32 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from capplan.cli._render import Column, render_rows
+from capplan.units import MS_S
+
+
+def _ms(x: float) -> float:
+    return x / MS_S
+
+
+def resolved_dtypes(dep: Any) -> dict[str, str]:
+    """The dtypes a deployment runs in, `auto` resolved: weights as the memory model loads them
+    (the checkpoint's own, e.g. mxfp4 experts), KV in the model's activation dtype (vLLM's
+    --kv-cache-dtype auto)."""
+    kv = dep.settings.kv_dtype
+    return {"weight_dtype": dep.memory.weight_dtype,
+            "kv_dtype": dep.model.torch_dtype if kv == "auto" else kv}
+
+
+def dtype_text(dtypes: dict[str, str], settings: Any) -> str:
+    """'weights bf16 (auto), KV fp8' for notes under tables."""
+    def one(name: str, key: str) -> str:
+        auto = " (auto)" if getattr(settings, key) == "auto" else ""
+        return f"{name} {dtypes[key]}{auto}"
+    return f"{one('weights', 'weight_dtype')}, {one('KV', 'kv_dtype')}"
 
 
 def latency_rows(res: dict[str, Any]) -> list[dict[str, Any]]:
@@ -12,6 +35,23 @@ def latency_rows(res: dict[str, Any]) -> list[dict[str, Any]]:
     for metric, label in (("ttft_s", "TTFT"), ("tbt_s", "TBT"), ("e2e_s", "E2E")):
         d = res.get(metric) or {}
         rows.append({"metric": label, **{k: d.get(k) for k in ("mean", "p50", "p90", "p99")}})
+    return rows
+
+
+def _throughput_rows(res: dict[str, Any], fmt: str) -> list[dict[str, Any]]:
+    """Quantity | value rows: numbers in CSV (the unit in the label), formatted text otherwise."""
+    kv = res["kv_peak_utilization"]
+    spec = [("requests (req/s)", res["requests_per_s"], ".3f"),
+            ("output tokens (tok/s)", res["output_tokens_per_s"], ".0f"),
+            ("input tokens (tok/s)", res["input_tokens_per_s"], ".0f"),
+            ("mean running batch (seqs)", res["mean_running_batch"], ".1f"),
+            ("KV peak utilization (%)", None if kv is None else 100 * kv, ".0f")]
+    rows = [{"q": q, "v": v if fmt == "csv" or v is None else format(v, f)} for q, v, f in spec]
+    rows += [{"q": "bound", "v": res.get("bound", "")}]
+    if res.get("weight_dtype"):
+        rows += [{"q": "weight dtype", "v": res["weight_dtype"]},
+                 {"q": "KV dtype", "v": res.get("kv_dtype", "")}]
+    rows += [{"q": "calibration", "v": res.get("calibration", "")}]
     return rows
 
 
@@ -23,19 +63,64 @@ def latency_table(res: dict[str, Any], fmt: str) -> str:
             return render_rows([row], [Column(k, k) for k in row], fmt)
         return (f"UNSTABLE: {res.get('reason', 'arrivals exceed capacity')}; capacity is about "
                 f"{res.get('capacity_requests_per_s', float('nan')):.2f} requests/s per replica")
-    ms = lambda x: x * 1e3  # noqa: E731
-    cols = [Column("metric", "latency"), Column("mean", "mean (ms)", ms, ".1f"),
-            Column("p50", "p50 (ms)", ms, ".1f"), Column("p90", "p90 (ms)", ms, ".1f"),
-            Column("p99", "p99 (ms)", ms, ".1f")]
+    cols = [Column("metric", "latency"), Column("mean", "mean (ms)", _ms, ".1f"),
+            Column("p50", "p50 (ms)", _ms, ".1f"), Column("p90", "p90 (ms)", _ms, ".1f"),
+            Column("p99", "p99 (ms)", _ms, ".1f")]
     text = render_rows(latency_rows(res), cols, fmt)
-    thr = [
-        {"q": "requests (1/s)", "v": f"{res['requests_per_s']:.3f}"},
-        {"q": "output tokens (tok/s)", "v": f"{res['output_tokens_per_s']:.0f}"},
-        {"q": "input tokens (tok/s)", "v": f"{res['input_tokens_per_s']:.0f}"},
-        {"q": "mean running batch", "v": f"{res['mean_running_batch']:.1f}"},
-        {"q": "KV peak utilization", "v": f"{res['kv_peak_utilization']:.0%}"},
-        {"q": "bound", "v": res.get("bound", "")},
-        {"q": "calibration", "v": res.get("calibration", "")},
-    ]
-    return text + "\n\n" + render_rows(thr, [Column("q", "throughput"), Column("v", "value")],
-                                       fmt)
+    thr = render_rows(_throughput_rows(res, fmt), [Column("q", "throughput"),
+                                                   Column("v", "value")], fmt)
+    return text + "\n\n" + thr
+
+
+def _sweep_columns(level: str, fmt: str) -> list[Column]:
+    """Two-line headers in the table (metric and unit over the first of its three columns), one
+    line with the unit in each header for CSV and Markdown."""
+    table = fmt == "table"
+    head = ("rate\nreq/s" if table else "rate (req/s)") if level == "rate" else "clients"
+    cols = [Column("level", head)]
+    if not table:
+        cols.append(Column("stable", "stable"))
+    cols += [Column("requests_per_s", "\nreq/s" if table else "req/s", None, ".2f"),
+             Column("output_tokens_per_s", "out\ntok/s" if table else "out tok/s", None, ".0f")]
+    for key, name in (("ttft_s", "TTFT"), ("tbt_s", "TBT"), ("e2e_s", "E2E")):
+        for q in ("p50", "p90", "p99"):
+            header = ((f"{name} ms\n" if q == "p50" else "\n") + q) if table else (
+                f"{name} {q} (ms)")
+            cols.append(Column(f"{key}.{q}", header, _ms, ".1f" if key == "tbt_s" else ".0f"))
+    return cols + [Column("mean_running_batch", "\nbatch" if table else "mean batch", None,
+                          ".1f")]
+
+
+def sweep_table(results: Sequence[dict[str, Any]], level: str, levels: Sequence[Any],
+                fmt: str) -> str:
+    """One row per load level (GuideLLM-style): throughput and TTFT/TBT/E2E percentiles side by
+    side. An unstable level has no latencies (its row says so)."""
+    rows = []
+    for lv, res in zip(levels, results, strict=True):
+        row: dict[str, Any] = {"level": lv, "stable": "yes" if res.get("stable") else "no",
+                               "requests_per_s": res.get("requests_per_s"),
+                               "output_tokens_per_s": res.get("output_tokens_per_s"),
+                               "mean_running_batch": res.get("mean_running_batch")}
+        for key in ("ttft_s", "tbt_s", "e2e_s"):
+            for q, v in (res.get(key) or {}).items():
+                if res.get("stable") and v is not None:
+                    row[f"{key}.{q}"] = v
+        if fmt == "table":  # text, so that "unstable" keeps the numbers' alignment
+            row["requests_per_s"] = (f"{res['requests_per_s']:.2f}" if res.get("stable")
+                                     else "unstable")
+        rows.append(row)
+    text = render_rows(rows, _sweep_columns(level, fmt), fmt)
+    if fmt == "table":
+        first = results[0]
+        unstable = [f"{lv:g}" for lv, r in zip(levels, results, strict=True)
+                    if not r.get("stable")]
+        dt = (f"; weights {first['weight_dtype']}, KV {first.get('kv_dtype')}"
+              if first.get("weight_dtype") else "")
+        notes = [f"{first.get('model')} on {first.get('gpu')} (TP {first.get('tp')}){dt}; "
+                 "latencies in ms", f"calibration: {first.get('calibration')}"]
+        if unstable:
+            cap = next(r.get("capacity_requests_per_s") for r in results if not r.get("stable"))
+            notes.append(f"unstable at {', '.join(unstable)}: the queue grows without bound "
+                         f"(capacity about {cap:.2f} req/s per replica)")
+        text += "\n\n" + "\n".join(notes)
+    return text

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +14,12 @@ from capplan.cli._options import catalog_option, format_option
 from capplan.cli._render import Column, emit, render_rows, to_json
 from capplan.export.atomic import atomic_write_text
 from capplan.units import GB_BYTES, GIB_BYTES, GIGA, MIB_BYTES, TERA
+
+
+def _wrap_hf_id(hf_id: str) -> str:
+    """org/ on one line, the name wrapped at 16 characters (the table fits 120 columns)."""
+    org, sep, name = hf_id.partition("/")
+    return org + sep + "\n" + textwrap.fill(name, 16) if sep else textwrap.fill(hf_id, 16)
 
 
 @click.command("gpus")
@@ -37,13 +44,13 @@ def gpus_list(fmt: str, catalog_dir: tuple[str, ...]) -> None:
         emit(to_json(rows))
         return
     cols = [
-        Column("key", "GPU"), Column("name", "name"),
-        Column("memory_bytes", "memory (GiB)", lambda b: b / GIB_BYTES, ".1f"),
-        Column("memory_bandwidth_bytes_per_s", "bandwidth (GB/s)", lambda b: b / GB_BYTES, ".0f"),
-        Column("bf16_dense_flops_per_s", "bf16 (TFLOP/s)", lambda f: f / TERA, ".0f"),
-        Column("fp8_dense_flops_per_s", "fp8 (TFLOP/s)", lambda f: f / TERA, ".0f"),
+        Column("key", "GPU"), Column("name", "name", lambda n: textwrap.fill(n, 28)),
+        Column("memory_bytes", "memory\n(GiB)", lambda b: b / GIB_BYTES, ".1f"),
+        Column("memory_bandwidth_bytes_per_s", "bandwidth\n(GB/s)", lambda b: b / GB_BYTES, ".0f"),
+        Column("bf16_dense_flops_per_s", "bf16\n(TFLOP/s)", lambda f: f / TERA, ".0f"),
+        Column("fp8_dense_flops_per_s", "fp8\n(TFLOP/s)", lambda f: f / TERA, ".0f"),
         Column("interconnect", "interconnect"),
-        Column("price_per_hour_usd", "$/GPU-hour", None, ".2f"),
+        Column("price_per_hour_usd", "$ per\nGPU-hour", None, ".2f"),
     ]
     emit(render_rows(rows, cols, fmt))
 
@@ -86,12 +93,13 @@ def models_group(ctx: click.Context, fmt: str, catalog_dir: tuple[str, ...]) -> 
         emit(to_json(rows))
         return
     cols = [
-        Column("key", "model"), Column("hf_id", "Hugging Face id"),
-        Column("params_total", "params (B)", lambda p: p / GIGA, ".1f"),
-        Column("params_active", "active (B)", lambda p: p / GIGA, ".1f"),
-        Column("num_layers", "layers"), Column("attention", "attention"),
-        Column("moe", "experts"), Column("sliding_window", "window (tokens)"),
-        Column("weight_format", "weights"), Column("max_position_embeddings", "max len"),
+        Column("key", "model"), Column("hf_id", "Hugging Face id", _wrap_hf_id),
+        Column("params_total", "params\n(B)", lambda p: p / GIGA, ".1f"),
+        Column("params_active", "active\n(B)", lambda p: p / GIGA, ".1f"),
+        Column("num_layers", "layers"), Column("attention", "attention",
+                                                          lambda a: textwrap.fill(a, 10)),
+        Column("moe", "experts"), Column("sliding_window", "window\n(tokens)"),
+        Column("weight_format", "weights"), Column("max_position_embeddings", "max\nlen"),
     ]
     emit(render_rows(rows, cols, fmt))
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import click
 
 from capplan.cli._options import (
@@ -17,15 +19,34 @@ from capplan.cli._options import (
 )
 from capplan.cli._prefix import pop_prefix_spec, prefix_options
 from capplan.cli._render import emit, to_json
-from capplan.cli._tables import latency_table
+from capplan.cli._tables import latency_table, resolved_dtypes, sweep_table
 from capplan.plan.load import analytic_latency, load_spec_from_options
+
+
+class ListOf(click.ParamType):
+    """'5,10,20': a comma list, each value checked as the option alone would check it."""
+
+    name = "list"
+
+    def __init__(self, inner: click.ParamType):
+        self.inner = inner
+
+    def convert(self, value: Any, param: Any, ctx: Any) -> list[Any]:
+        if isinstance(value, list):
+            return value
+        parts = [p.strip() for p in str(value).split(",")]
+        if not all(parts):
+            self.fail(f"{value!r} is not a comma list like 5,10,20", param, ctx)
+        return [self.inner.convert(p, param, ctx) for p in parts]
 
 
 @click.command("latency")
 @model_gpu_options
-@click.option("--rate", type=RATE, default=None, help="Open-loop arrival rate (requests/s).")
-@click.option("--concurrency", type=CONCURRENCY, default=None,
-              help="Closed loop: C clients, each sending its next request when the last ends.")
+@click.option("--rate", type=ListOf(RATE), default=None,
+              help="Open-loop arrival rate (requests/s); a list (5,10,20) sweeps, one row each.")
+@click.option("--concurrency", type=ListOf(CONCURRENCY), default=None,
+              help="Closed loop: C clients, each sending its next request when the last ends; "
+                   "a list (1,8,64) sweeps.")
 @click.option("--trace", type=click.Path(dir_okay=False), default=None,
               help="Trace (CSV/JSONL): its mean rate and its length distributions are used.")
 @click.option("--time-unit", type=click.Choice(["auto", "s", "ms", "us"]), default="auto",
@@ -46,23 +67,30 @@ from capplan.plan.load import analytic_latency, load_spec_from_options
 @engine_options
 @format_option
 @catalog_option
-def latency_cmd(model: str, gpu: str, rate: float | None, concurrency: int | None,
+def latency_cmd(model: str, gpu: str, rate: list[float] | None, concurrency: list[int] | None,
                 trace: str | None, input_len: str, output_len: str, burstiness: float,
                 num_prompts: int | None, warmup_prompts: int, fmt: str,
                 catalog_dir: tuple[str, ...], time_unit: str = "auto", **kw) -> None:
-    """Analytic TTFT / TBT / E2E percentiles and throughput under load (milliseconds)."""
+    """Analytic TTFT / TBT / E2E percentiles and throughput under load (milliseconds).
+
+    A list of rates or concurrencies prints one row per level (JSON: a list)."""
     prefix = pop_prefix_spec(kw)
     dep = deployment_from_options(catalog_dir, model, gpu, kw)
-    load = load_spec_from_options(rate, concurrency, trace, input_len, output_len, burstiness,
-                                  dep.model.context_len(dep.settings.max_model_len),
-                                  num_prompts, warmup_prompts, time_unit=time_unit,
-                                  prefix=prefix,
-                                  cache=(dep.memory.block_size, dep.memory.kv_cache_tokens))
-    res = analytic_latency(dep, load)
-    if fmt == "json":
-        emit(to_json(res))
+    levels: list[Any] = list(rate or concurrency or [None])
+    results = []
+    for level in levels:
+        load = load_spec_from_options(level if rate else None, level if concurrency else None,
+                                      trace, input_len, output_len, burstiness,
+                                      dep.model.context_len(dep.settings.max_model_len),
+                                      num_prompts, warmup_prompts, time_unit=time_unit,
+                                      prefix=prefix,
+                                      cache=(dep.memory.block_size, dep.memory.kv_cache_tokens))
+        results.append({**analytic_latency(dep, load), **resolved_dtypes(dep)})
+    if len(results) > 1:
+        emit(to_json(results) if fmt == "json" else
+             sweep_table(results, "rate" if rate else "concurrency", levels, fmt))
         return
-    emit(latency_table(res, fmt))
+    emit(to_json(results[0]) if fmt == "json" else latency_table(results[0], fmt))
 
 
 def register(cli: click.Group) -> None:

@@ -39,7 +39,9 @@ def memory_cmd(model: str, gpu: str, fmt: str, catalog_dir: tuple[str, ...], **k
     pairs = [
         ("model / GPU", f"{dep.model.key} on {g.key} (TP {s.tp}, PP {s.pp})"),
         ("engine", dep.profile.label),
-        ("weight dtype", r.weight_dtype),
+        ("weight dtype", r.weight_dtype + (" (auto)" if s.weight_dtype == "auto" else "")),
+        ("KV dtype", (dep.model.torch_dtype + " (auto)") if s.kv_dtype == "auto"
+         else s.kv_dtype),
         ("total memory (GiB)", f"{gib(r.total_memory_bytes):.2f}"),
         (f"budget at {s.gpu_memory_utilization:g} (GiB)", f"{gib(r.budget_bytes):.2f}"),
         ("weights per GPU (GiB)", f"{gib(r.weights_bytes_per_gpu):.2f}"),

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+import textwrap
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -92,13 +93,15 @@ PLAN_COLUMNS = [
     Column("rank", "#"), Column("gpu", "GPU"), Column("tp", "TP"),
     Column("replicas", "replicas"), Column("gpus_total", "GPUs"),
     Column("weight_dtype", "weights"), Column("kv_dtype", "KV"),
-    Column("max_num_seqs", "max seqs"), Column("max_num_batched_tokens", "chunk (tok)"),
-    Column("ttft_p99", "TTFT p99 (ms)", ms, ".0f"), Column("tbt_p99", "TBT p99 (ms)", ms,
-                                                             ".1f"),
-    Column("capacity_per_replica_rps", "req/s per replica", None, ".2f"),
-    Column("cost_per_hour", "cost ($/h)", None, ".2f"),
-    Column("binding_constraint", "binding"),
+    Column("max_num_seqs", "max\nseqs"), Column("max_num_batched_tokens", "chunk\n(tok)"),
+    Column("ttft_p99", "TTFT p99\n(ms)", ms, ".0f"), Column("tbt_p99", "TBT p99\n(ms)", ms,
+                                                               ".1f"),
+    Column("capacity_per_replica_rps", "req/s per\nreplica", None, ".3g"),
+    Column("cost_per_hour", "cost\n($/h)", None, ".2f"),
+    Column("binding_constraint", "binding", lambda b: _SHORT_BINDING.get(b, b)),
 ]
+_SHORT_BINDING = {"concurrency cap (max_num_seqs)": "max_num_seqs cap"}
+"""Table abbreviations (the full names stay in JSON, CSV and the lines under the table)."""
 
 
 def _plan_rows(result: dict[str, Any]) -> list[dict[str, Any]]:
@@ -119,7 +122,8 @@ def render_plan(result: dict[str, Any], fmt: str) -> str:
     vtxt = "not simulated" if not ver else (
         "simulator confirms" if ver.get("ok") else f"simulator: {ver.get('reason')}")
     out += ["", f"recommended: {best['replicas']} x {best['gpu']} TP {best['tp']} "
-                f"({best['gpus_total']} GPUs); each replica carries up to "
+                f"({best['gpus_total']} GPU{'' if best['gpus_total'] == 1 else 's'}); "
+                "each replica carries up to "
                 f"{best['capacity_per_replica_rps']:.3g} req/s, limited by (binding constraint) "
                 f"{best['binding_constraint']}; at the planned "
                 f"{best['per_replica_rate_per_s']:.3g} req/s per replica the SLO margins are "
@@ -129,10 +133,16 @@ def render_plan(result: dict[str, Any], fmt: str) -> str:
     out += _pool_lines(result, fmt)
     out += ["", "vLLM:    " + best["engine_flags"]["vllm"],
             "SGLang:  " + best["engine_flags"]["sglang"],
-            "verify:  " + best["engine_flags"]["bench"]]
+            "TRT-LLM: " + best["engine_flags"]["trtllm"],
+            "verify:  " + best["engine_flags"]["bench"],
+            f"calibration: {best.get('calibration', '')}"]
     for w in result.get("warnings", []):
         out.append(f"warning: {w}")
-    return "\n".join(out)
+    # prose wraps at 120 columns; the table is built to fit, and launch lines stay whole (to copy)
+    keep = ("vLLM", "SGLang", "TRT-LLM", "verify")  # also "vLLM (lane):" lines of separate pools
+    return "\n".join(line if "\n" in line or line.startswith(keep) else
+                     textwrap.fill(line, 120, subsequent_indent="    ", break_on_hyphens=False)
+                     for line in out)
 
 
 POOL_COLUMNS = [

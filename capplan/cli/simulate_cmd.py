@@ -24,6 +24,7 @@ from capplan.cli._options import (
 )
 from capplan.cli._prefix import pop_prefix_spec, prefix_options
 from capplan.cli._render import Column, emit, render_rows, to_json
+from capplan.cli._tables import dtype_text, resolved_dtypes
 from capplan.units import MS_S
 
 PROGRESS_MIN_REQUESTS = 5000
@@ -40,7 +41,7 @@ def _rows(results: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
 
     spec: list[tuple[str, Any]] = [
         *lat("ttft_s", "TTFT", MS_S, "ms"), *lat("tbt_s", "TBT", MS_S, "ms"),
-        *lat("tpot_s", "TPOT", MS_S, "ms"), *lat("e2e_s", "E2E", 1.0, "s"),
+        *lat("tpot_s", "TPOT", MS_S, "ms"), *lat("e2e_s", "E2E", MS_S, "ms"),
         *lat("queue_s", "queueing", MS_S, "ms"),
         ("output throughput (tok/s)", lambda d: d["output_tokens_per_s"]),
         ("input throughput (tok/s)", lambda d: d["input_tokens_per_s"]),
@@ -134,21 +135,24 @@ def simulate_cmd(model: str, gpu: str, rate: float | None, concurrency: int | No
         first = results[names[0]]
         ts = first.get("time_series") or {}
         kv = ts.get("kv_utilization", [])
-        for path in plot_sim({**first, "timeseries": {**ts, "kv_utilization": kv}}, plot_dir):
+        for path in plot_sim({**first, "model": dep.model.key, "gpu": dep.gpu.key, "tp": s.tp,
+                              "timeseries": {**ts, "kv_utilization": kv}}, plot_dir):
             click.echo(f"wrote {path}", err=True)
+    head = {**head, **resolved_dtypes(dep)}
     if fmt == "json":
         body = results[names[0]] if len(names) == 1 else {"schedulers": results}
         emit(to_json({**head, **body}))
         return
-    cols = [Column("q", "quantity"), *(Column(n, n, fmt=".4g") for n in names)]
+    cols = [Column("q", "quantity"), *(Column(n, n, fmt=",.1f") for n in names)]
     emit(render_rows(_rows(results), cols, fmt))
     if fmt == "table" and not math.isfinite(results[names[0]]["tbt_s"]["mean"]):
         click.echo("note: no time between tokens to report: every request has one output "
                    "token", err=True)
     if fmt == "table":
         click.echo(f"{head['model']} on {head['gpu']} (TP {s.tp}, {dep.profile.label}), "
-                   f"{head['num_requests']} requests, seed {seed}; decode steps "
-                   f"{head['bound']}-bound at the mean running batch; "
+                   f"{head['num_requests']} requests, seed {seed}; "
+                   f"{dtype_text(resolved_dtypes(dep), s)}; decode steps "
+                   f"{head['bound']}-bound at the mean running batch\n"
                    f"calibration: {head['calibration']}", err=True)
 
 

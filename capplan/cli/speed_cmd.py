@@ -15,6 +15,7 @@ from capplan.cli._options import (
     model_gpu_options,
 )
 from capplan.cli._render import Column, emit, render_rows, to_json
+from capplan.cli._tables import dtype_text, resolved_dtypes
 from capplan.errors import InputError
 from capplan.plan.speed import decode_curve, prefill_rows
 
@@ -53,9 +54,10 @@ def speed_cmd(model: str, gpu: str, batch: list[int], context: list[int],
     if plot_dir:
         from capplan.export.plots import plot_speed
 
-        plot_speed(curve, plot_dir)
+        plot_speed({**curve, "model": dep.model.key, "gpu": dep.gpu.key, "tp": s.tp}, plot_dir)
     if fmt == "json":
         emit(to_json({"model": dep.model.key, "gpu": dep.gpu.key, "tp": s.tp,
+                      **resolved_dtypes(dep),
                       "calibration": dep.calibration.source, "rows": curve["rows"],
                       "knee_batch": curve["knee_batch"], "excluded": curve["excluded"],
                       "max_batch": curve["max_batch"], "prefill": pre,
@@ -70,9 +72,14 @@ def speed_cmd(model: str, gpu: str, batch: list[int], context: list[int],
     ]
     emit(render_rows(curve["rows"], cols, fmt))
     if fmt == "table":
-        knees = ", ".join(f"context {c}: batch {k}" if k else f"context {c}: none in range"
-                          for c, k in curve["knee_batch"].items())
+        lo, hi = min(batch), max(batch)
+        knees = ", ".join(
+            f"context {c}: batch {k}" if k and lo <= k <= hi else
+            f"context {c}: none within batches {lo}-{hi}" + (f" (at batch {k})" if k else "")
+            for c, k in curve["knee_batch"].items())
         emit(f"\nknee (doubling the batch adds < 15% throughput): {knees}")
+        emit(f"{dep.model.key} on {dep.gpu.key} (TP {s.tp}); "
+             f"{dtype_text(resolved_dtypes(dep), s)}")
         emit(f"calibration: {dep.calibration.source}")
         if curve["excluded"]:
             emit(f"left out (over max_num_seqs {s.max_num_seqs} or the KV cache of "

@@ -96,6 +96,8 @@ RECOMMENDATION_COLUMNS: tuple[RecColumn, ...] = (
     _c("why_not_first", "why not first"),
     _c("engine_flags.vllm", "vLLM command", None, "g", False),
     _c("engine_flags.sglang", "SGLang command", None, "g", False),
+    _c("engine_flags.trtllm", "TensorRT-LLM command", None, "g", False),
+    _c("calibration", "calibration"),
 )
 
 

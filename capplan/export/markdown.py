@@ -40,7 +40,10 @@ def _ms_or_none(x: Any) -> Any:
 def _summary(plan: dict[str, Any]) -> list[str]:
     facts = [("model", plan.get("model")), ("objective", plan.get("objective")),
              ("headroom", plan.get("headroom")),
-             ("target rate (req/s)", clean_number(plan.get("target_rate_per_s")))]
+             ("target rate (req/s)", clean_number(plan.get("target_rate_per_s"))),
+             ("engine", (plan.get("inputs") or {}).get("engine")),
+             ("calibration", next((r.get("calibration") for r in plan.get("recommendations") or []
+                                   if isinstance(r, dict)), None))]
     return [f"- {k}: {v}" for k, v in facts if v is not None]
 
 

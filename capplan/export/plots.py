@@ -160,20 +160,43 @@ def _throughput_axes(ax: Any, plan: dict[str, Any], lat_key: str, slo_key: str,
     _legend(ax)
 
 
+def _front_2d(points: list[tuple[float, float, Any]]) -> list[tuple[float, float, Any]]:
+    """Points not dominated in (x, y), both lower-is-better, sorted by x: a point is dominated
+    when another is no worse in both and better in one."""
+    front = [p for p in points
+             if not any(q[0] <= p[0] and q[1] <= p[1] and (q[0] < p[0] or q[1] < p[1])
+                        for q in points)]
+    return sorted(front, key=lambda t: (t[0], t[1]))
+
+
+def _point_label(p: dict[str, Any]) -> str:
+    dtypes = "/".join(str(p[k]) for k in ("weight_dtype", "kv_dtype") if p.get(k))
+    cost = _num(p.get("cost_per_hour"))
+    return (f"{p.get('gpu', '?')} TP{p.get('tp', '?')} x{p.get('replicas', '?')}"
+            + (f" {dtypes}" if dtypes else "") + (f", \\${cost:.2f}/h" if cost is not None else ""))
+
+
 def _pareto_axes(ax: Any, plan: dict[str, Any]) -> None:
+    """Cost against p99 TTFT. The plan's front is 3-D (cost, TTFT, TBT); here only what no
+    other point beats on both plotted axes is the front (numbered, named in the legend, joined
+    by the staircase); the rest of the 3-D front (kept for a better TBT) is grey, unlabelled."""
     pts = [p for p in plan.get("pareto") or [] if isinstance(p, dict)]
     kept = [(x, y, p) for p in pts
             if (x := _ms(p.get("ttft_p99_s"))) is not None
             and (y := _num(p.get("cost_per_hour"))) is not None]
-    kept.sort(key=lambda t: t[0])
-    if kept:
-        xs, ys = [k[0] for k in kept], [k[1] for k in kept]
+    front = _front_2d(kept)
+    others = [k for k in kept if not any(k[2] is f[2] for f in front)]
+    if others:
+        ax.plot([o[0] for o in others], [o[1] for o in others], marker="o", linestyle="none",
+                color="0.75", markersize=5, label="better TBT only (3-D front)")
+    if front:
+        xs, ys = [f[0] for f in front], [f[1] for f in front]
         ax.step(xs, ys, where="post", color="tab:blue", linewidth=1.0, alpha=0.6)
-        ax.plot(xs, ys, marker="o", linestyle="none", color="tab:blue", label="Pareto front")
-        for x, y, p in kept:
-            text = f"{p.get('gpu', '?')} tp{p.get('tp', '?')} x{p.get('replicas', '?')}"
-            ax.annotate(text, (x, y), textcoords="offset points", xytext=(4, 4),
-                        fontsize="x-small")
+        for i, (x, y, p) in enumerate(front, start=1):
+            # each point numbered on the chart and named in the legend (names would overlap)
+            ax.plot([x], [y], marker="o", linestyle="none", color="tab:blue", markersize=5,
+                    label=f"{i}: {_point_label(p)}")
+        _number_points(ax, xs, ys)
     lanes = [ln for ln in plan.get("lanes") or [] if isinstance(ln, dict)]
     _slo_lines(ax, lanes, "ttft_p99_s", "TTFT")
     rec = _first(plan)
@@ -182,11 +205,75 @@ def _pareto_axes(ax: Any, plan: dict[str, Any]) -> None:
         y = _num(rec.get("cost_per_hour"))
         if x is not None and y is not None:
             ax.plot([x], [y], marker="*", markersize=15, color="black", linestyle="none",
-                    label=_rec_label(rec), zorder=5)
+                    label=_rec_label(rec), zorder=5, alpha=0.6)
     if not kept:
         _no_data(ax, "Pareto points")
     ax.set_xlabel(TTFT_MS)
     ax.set_ylabel(COST_PER_HOUR)
+    ax.grid(True, alpha=0.3)
+    handles, _ = ax.get_legend_handles_labels()
+    if handles:
+        ax.legend(fontsize="x-small", loc="upper center", bbox_to_anchor=(0.5, -0.16), ncols=1)
+
+
+def _number_points(ax: Any, xs: list[float], ys: list[float], near_px: float = 14.0) -> None:
+    """Write 1, 2, ... next to the points without overlaps: points closer than near_px share
+    one label ("1,2"); each label takes the first of four places around its point whose box
+    meets no label placed before it (else the least crowded one)."""
+    ax.autoscale_view()
+    disp = ax.transData.transform(list(zip(xs, ys, strict=True)))
+    groups: list[list[int]] = []
+    for i, (px, py) in enumerate(disp):
+        for g in groups:
+            gx, gy = disp[g[0]]
+            if math.hypot(px - gx, py - gy) < near_px:
+                g.append(i)
+                break
+        else:
+            groups.append([i])
+    renderer = ax.figure.canvas.get_renderer()
+    placed: list[Any] = []
+    for g in groups:
+        text = ",".join(str(i + 1) for i in g)
+        best = None
+        for dx, dy, ha, va in ((5, 5, "left", "bottom"), (5, -5, "left", "top"),
+                               (-5, 5, "right", "bottom"), (-5, -5, "right", "top")):
+            ann = ax.annotate(text, (xs[g[0]], ys[g[0]]), textcoords="offset points",
+                              xytext=(dx, dy), ha=ha, va=va, fontsize="small",
+                              color="tab:blue", fontweight="bold")
+            box = ann.get_window_extent(renderer)
+            hits = sum(box.overlaps(b) for b in placed)
+            if best is None or hits < best[0]:
+                if best is not None:
+                    best[1].remove()
+                best = (hits, ann, box)
+            else:
+                ann.remove()
+            if hits == 0:
+                break
+        assert best is not None
+        placed.append(best[2])
+
+
+def _per_gpu_axes(ax: Any, plan: dict[str, Any]) -> None:
+    """Output tokens/s per GPU against tokens/s per user (1 / mean TBT) as load rises, one line
+    per curve: the trade-off deployments are compared on (InferenceMAX-style)."""
+    drawn = 0
+    for i, curve in enumerate(c for c in plan.get("curves") or [] if isinstance(c, dict)):
+        gpus = _num(curve.get("gpus_per_replica"))
+        pts = [p for p in curve.get("points") or [] if isinstance(p, dict)]
+        xs, ys = _pairs((None if (t := _num(p.get("tbt_mean_s"))) is None or t <= 0 else 1 / t
+                         for p in pts),
+                        (None if gpus is None or (o := _num(p.get("output_tokens_per_s"))) is None
+                         else o / gpus for p in pts))
+        if xs:
+            ax.plot(xs, ys, marker="o", markersize=3.5, linewidth=1.4,
+                    label=str(curve.get("label") or f"curve {i + 1}"))
+            drawn += 1
+    if not drawn:
+        _no_data(ax, "load curves with mean TBT")
+    ax.set_xlabel("decode speed per user (tokens/s, 1 / mean TBT)")
+    ax.set_ylabel("output throughput per GPU (tokens/s)")
     ax.grid(True, alpha=0.3)
     _legend(ax)
 
@@ -195,7 +282,9 @@ def plot_plan(plan: dict[str, Any], out_dir: str | Path) -> list[Path]:
     """Write throughput-vs-latency and cost-vs-TTFT (Pareto) charts as PNG and SVG.
 
     Files: ``throughput_latency.{png,svg}`` (output tokens/s against p99 TTFT and p99 TBT as load
-    rises, one line per curve, lane SLOs dashed, rank 1 starred) and ``pareto.{png,svg}``.
+    rises, one line per curve, lane SLOs dashed, rank 1 starred), ``pareto.{png,svg}`` (cost
+    against p99 TTFT, the front in those two axes) and ``tokens_per_gpu.{png,svg}`` (tokens/s
+    per GPU against tokens/s per user).
 
     Returns:
         The paths written, PNG before SVG for each chart.
@@ -203,16 +292,33 @@ def plot_plan(plan: dict[str, Any], out_dir: str | Path) -> list[Path]:
     if not isinstance(plan, dict):
         raise InputError(f"a plan result must be a dict, got {type(plan).__name__}")
     out = _out_dir(out_dir)
-    title = f"{plan.get('model', '')}: throughput against latency as load rises".lstrip(": ")
+    rec = _first(plan)
+    who = _who({"model": plan.get("model"), **({"gpu": rec.get("gpu"), "tp": rec.get("tp")}
+                                               if rec else {})})
+    title = ": ".join(x for x in (who, "throughput against latency as load rises") if x)
     fig, axes = _figure(ncols=2)
     _throughput_axes(axes[0][0], plan, "ttft_p99_s", "ttft_p99_s", TTFT_MS, "TTFT")
     _throughput_axes(axes[0][1], plan, "tbt_p99_s", "tbt_p99_s", TBT_MS, "TBT")
     fig.suptitle(title)
     paths = _save(fig, out, "throughput_latency")
     fig, axes = _figure()
+    fig.set_size_inches(6.4, 6.2)  # room under the axes for the numbered points' legend
     _pareto_axes(axes[0][0], plan)
     fig.suptitle(f"{plan.get('model', '')}: cost against p99 TTFT".lstrip(": "))
-    return paths + _save(fig, out, "pareto")
+    paths += _save(fig, out, "pareto")
+    fig, axes = _figure()
+    _per_gpu_axes(axes[0][0], plan)
+    fig.suptitle(": ".join(x for x in (plan.get("model"), "throughput per GPU against speed "
+                                       "per user") if x))
+    return paths + _save(fig, out, "tokens_per_gpu")
+
+
+def _who(d: dict[str, Any]) -> str:
+    """'llama-3.1-8b on h100-sxm (TP 2)' from a result's model/gpu/tp keys, as far as known."""
+    text = str(d.get("model") or "")
+    if d.get("gpu"):
+        text += f" on {d['gpu']}" + (f" (TP {d['tp']})" if d.get("tp") else "")
+    return text.strip()
 
 
 def _knee(knees: dict[Any, Any], ctx: Any) -> float | None:
@@ -264,7 +370,7 @@ def plot_speed(curve: dict[str, Any], out_dir: str | Path) -> list[Path]:
         ax.set_ylabel(ylabel)
         ax.grid(True, alpha=0.3)
         _legend(ax)
-    fig.suptitle("Decode speed against batch size")
+    fig.suptitle(": ".join(x for x in (_who(curve), "decode speed against batch size") if x))
     return _save(fig, out, "speed")
 
 
@@ -295,7 +401,7 @@ def plot_sim(result: dict[str, Any], out_dir: str | Path) -> list[Path]:
     for ax in (kv_ax, q_ax):
         ax.grid(True, alpha=0.3)
         _legend(ax, loc="upper right")
-    fig.suptitle("Simulation over time")
+    fig.suptitle(": ".join(x for x in (_who(result), "simulation over time") if x))
     return _save(fig, out, "sim")
 
 

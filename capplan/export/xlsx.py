@@ -41,24 +41,82 @@ def _scalar(v: Any) -> Any:
     return json.dumps(jsonable(v))
 
 
-def _write_table(ws: Any, headers: Any, rows: list[list[Any]], bold: Any) -> None:
-    ws.write_row(0, 0, list(headers), bold)
-    ws.freeze_panes(1, 0)
-    for r, row in enumerate(rows, start=1):
+def _num_format(fmt: str) -> str | None:
+    """A tabulate float format ('.0f', '.2f') as an Excel number format ('0', '0.00')."""
+    if fmt.endswith("f") and fmt[1:-1].isdigit():
+        places = int(fmt[1:-1])
+        return "#,##0" + ("." + "0" * places if places else "")
+    return None
+
+
+def _shown(v: Any, fmt: str) -> str:
+    if isinstance(v, float) and _num_format(fmt):
+        return format(v, "," + fmt)
+    return str(v)
+
+
+def _write_table(ws: Any, headers: Any, rows: list[list[Any]], bold: Any,
+                 fmts: Any = None, wb: Any = None, first_row: int = 0) -> None:
+    """Header row (bold, frozen when at the top), then rows; columns as wide as their header
+    and their formatted values (capped at 60); number formats from tabulate-style fmts."""
+    headers = list(headers)
+    fmts = list(fmts) if fmts is not None else ["g"] * len(headers)
+    ws.write_row(first_row, 0, headers, bold)
+    if first_row == 0:
+        ws.freeze_panes(1, 0)
+    cell_fmts = [wb.add_format({"num_format": nf}) if wb is not None and (nf := _num_format(f))
+                 else None for f in fmts]
+    for r, row in enumerate(rows, start=first_row + 1):
         for c, v in enumerate(row):
             if v is not None:  # an empty cell stays blank (inf, missing)
-                ws.write(r, c, v)
+                ws.write(r, c, v, cell_fmts[c]) if cell_fmts[c] is not None else ws.write(r, c, v)
     for c, h in enumerate(headers):
-        width = max([len(str(h))] + [len(str(row[c])) for row in rows if row[c] is not None])
-        ws.set_column(c, c, min(max(width, 8) + 2, 60))
+        width = max([len(str(h))] + [len(_shown(row[c], fmts[c])) for row in rows
+                                     if c < len(row) and row[c] is not None])
+        ws.set_column(c, c, min(max(width, 6) + 2, 60))
 
 
 def _inputs_rows(plan: dict[str, Any]) -> list[list[Any]]:
     inputs = plan.get("inputs")
     if not isinstance(inputs, dict) or not inputs:
-        keys = ("model", "objective", "headroom", "target_rate_per_s", "lanes")
+        keys = ("model", "objective", "headroom", "target_rate_per_s")
         inputs = {k: plan[k] for k in keys if k in plan}
-    return [[str(k), _scalar(v)] for k, v in inputs.items()]
+    rows = [[str(k), _scalar(v)] for k, v in inputs.items()]
+    if "target_rate_per_s" in plan and "target_rate_per_s" not in inputs:
+        rows.append(["target rate (req/s)", clean_number(plan["target_rate_per_s"])])
+    recs = [r for r in plan.get("recommendations") or [] if isinstance(r, dict)]
+    if recs and recs[0].get("calibration"):
+        rows.append(["calibration used", str(recs[0]["calibration"])])
+    return rows
+
+
+LANE_HEADERS = ("lane", "rate (req/s)", "input length (tokens)", "output length (tokens)",
+                "TTFT p99 SLO (ms)", "TBT p99 SLO (ms)", "E2E p99 SLO (ms)", "priority",
+                "arrival", "burstiness")
+LANE_FMTS = ("g", ".3f", "g", "g", ".0f", ".1f", ".0f", "g", "g", ".2f")
+
+
+def _lane_rows(plan: dict[str, Any]) -> list[list[Any]]:
+    """The workload the plan sized for: rate, lengths and SLOs per lane."""
+    return [[ln.get("name"), clean_number(ln.get("rate_per_s")), ln.get("input_len"),
+             ln.get("output_len"), _ms(ln.get("ttft_p99_s")), _ms(ln.get("tbt_p99_s")),
+             _ms(ln.get("e2e_p99_s")), clean_number(ln.get("priority")), ln.get("arrival"),
+             clean_number(ln.get("burstiness"))]
+            for ln in plan.get("lanes") or [] if isinstance(ln, dict)]
+
+
+def _inputs_sheet(wb: Any, plan: dict[str, Any], bold: Any) -> None:
+    ws = wb.add_worksheet("inputs")
+    inputs = _inputs_rows(plan)
+    lanes = _lane_rows(plan)
+    _write_table(ws, INPUT_HEADERS, inputs, bold)
+    if lanes:  # below the settings, after a blank row; widths fit both tables
+        _write_table(ws, LANE_HEADERS, lanes, bold, LANE_FMTS, wb, first_row=len(inputs) + 2)
+        for c, h in enumerate(LANE_HEADERS):
+            col = [r[c] for r in inputs if c < len(r)] if c < 2 else []
+            width = max([len(h)] + [len(_shown(r[c], LANE_FMTS[c])) for r in lanes
+                                    if r[c] is not None] + [len(str(v)) for v in col])
+            ws.set_column(c, c, min(max(width, 6) + 2, 60))
 
 
 def _curve_rows(plan: dict[str, Any]) -> list[tuple[str, list[list[Any]]]]:
@@ -78,7 +136,8 @@ def _curve_rows(plan: dict[str, Any]) -> list[tuple[str, list[list[Any]]]]:
 def _curve_sheet(wb: Any, plan: dict[str, Any], bold: Any) -> None:
     ws = wb.add_worksheet("curve")
     groups = _curve_rows(plan)
-    _write_table(ws, CURVE_HEADERS, [r for _, rows in groups for r in rows], bold)
+    _write_table(ws, CURVE_HEADERS, [r for _, rows in groups for r in rows], bold,
+                 ("g", ".3f", ".0f", ".0f", ".1f"), wb)
     chart = wb.add_chart({"type": "scatter", "subtype": "straight_with_markers"})
     first = 1
     for label, rows in groups:
@@ -105,7 +164,6 @@ def write_xlsx(plan: dict[str, Any], path: str | Path) -> Path:
     xlsxwriter = _xlsxwriter()
     path = Path(path)
     cols, rec_rows = recommendation_table(plan)
-    inputs = _inputs_rows(plan)
 
     def write(tmp: Path) -> None:
         wb = xlsxwriter.Workbook(str(tmp), {"strings_to_numbers": False,
@@ -114,13 +172,13 @@ def write_xlsx(plan: dict[str, Any], path: str | Path) -> Path:
         try:
             bold = wb.add_format({"bold": True, "bottom": 1})
             _write_table(wb.add_worksheet("recommendations"), [c.header for c in cols],
-                         rec_rows, bold)
-            _write_table(wb.add_worksheet("inputs"), INPUT_HEADERS, inputs, bold)
+                         rec_rows, bold, [c.fmt for c in cols], wb)
+            _inputs_sheet(wb, plan, bold)
             _curve_sheet(wb, plan, bold)
             pareto_cols, pareto = pareto_table(plan)
             if pareto:
                 _write_table(wb.add_worksheet("pareto"), [c.header for c in pareto_cols], pareto,
-                             bold)
+                             bold, [c.fmt for c in pareto_cols], wb)
         except BaseException:
             with contextlib.suppress(Exception):  # the temp file is discarded anyway
                 wb.close()

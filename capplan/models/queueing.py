@@ -11,8 +11,8 @@ Steady state at arrival rate lambda (open loop) -- derivation in docs/queueing.m
 - TTFT = residual of the current step + wait behind other prefills (M/G/1 on prefill tokens,
   Pollaczek-Khinchine) + own prefill (its chunks) + wait for a slot when the concurrency cap
   (max_num_seqs or KV capacity) binds (M/G/c, Erlang C with the Allen-Cunneen correction).
-  Waiting times get exponential tails (exact for M/M/c); percentiles of the sum combine the
-  components' excesses over their means in quadrature.
+  Waiting times get exponential tails (exact for M/M/c); TTFT and E2E percentiles are those of
+  the sum of the terms' laws, convolved on a grid (see _sum_law).
 - Unstable (the queue grows without bound) when prefill demand exceeds the token budget,
   the offered load reaches the concurrency cap, or the fixed point does not exist.
 
@@ -22,11 +22,13 @@ All functions broadcast: rates, and the StepModel's constants, may be arrays.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 from numpy.typing import ArrayLike
+from scipy import fft as sp_fft
 from scipy import special
 
 from capplan.models.engine import SchedulerPolicy
@@ -164,10 +166,281 @@ def chunk_sum_quantile(m: np.ndarray, p: float, inp: LengthStats, budget: np.nda
     return np.where(p <= pk[0], 0.0, hi)
 
 
-def _exp_tail_quantile(p_wait: np.ndarray, mean_wait: np.ndarray, p: float) -> np.ndarray:
-    """Quantile of a wait that is 0 w.p. 1-p_wait, else exponential with the given overall mean."""
-    cond_mean = mean_wait / np.maximum(p_wait, 1e-12)
-    return np.where(p_wait > 1 - p, cond_mean * np.log(np.maximum(p_wait, 1e-12) / (1 - p)), 0.0)
+# -- quantiles of a sum of independent terms (TTFT, E2E) -------------------------------------
+# Each term is an offset plus a non-negative part on [0, span]. On one grid per configuration
+# (step h, point k holding the mass of [(k - 1/2) h, (k + 1/2) h)) the terms' discrete Fourier
+# transforms multiply; the inverse is the pmf of the sum (Feller vol. 2, XV.3: the transform of a
+# sum of independent variables is the product of theirs), whose quantiles are read off its cdf.
+# Waits, residuals and normal terms have closed-form transforms (geometric and Gaussian sums);
+# only the empirical terms (functions of the prompt or output length) take an FFT.
+_GRID_LEN = 128
+"""Points of the convolution grid (FFT length)."""
+_GRID_SPAN = _GRID_LEN - 8
+"""Points that the summed spans cover; the spare points keep the sum from wrapping around."""
+_TAIL_EPS = 1e-4
+"""An exponential term's span ends at its (1 - eps) quantile; the mass beyond (under eps) wraps
+to the grid's start, which lowers a p99 by under 0.5%."""
+_OWN_NODES = 6
+_SHARED_MAX = 8
+"""Other prompts' chunks counted in the step that carries a request's own prefill (0..7)."""
+"""Chunk sizes at which the own-prefill time is evaluated, then interpolated linearly."""
+_FREQ = np.arange(_GRID_LEN // 2 + 1)
+_ROOTS = np.exp(-2j * np.pi * np.arange(_GRID_LEN) / _GRID_LEN).astype(np.complex64)
+"""exp(-2 pi i k / L): _ROOTS[(j * n) % L] is the DFT at frequency j of a unit mass at n."""
+_CONJ = np.conj(_ROOTS[:_GRID_LEN // 2 + 1])
+_INV_DIFF = np.concatenate([[0.0], 1.0 / (1.0 - _ROOTS[1:_GRID_LEN // 2 + 1])]).astype(
+    np.complex64)
+
+
+def _shift(n: np.ndarray) -> np.ndarray:
+    """DFT of a unit mass at integer points n (...,): shape (..., L/2 + 1)."""
+    return _ROOTS[(_FREQ * n.astype(np.int64)[..., None]) % _GRID_LEN]
+
+
+@dataclass(frozen=True)
+class _Term:
+    """offset + X with X in [0, span]; spectrum(h) is the DFT of X's masses on the grid of step
+    h, shape (..., L/2 + 1); None for a constant."""
+
+    offset: Any
+    span: Any
+    spectrum: Callable[[np.ndarray], np.ndarray] | None = None
+
+
+def _uniform_term(width: np.ndarray) -> _Term:
+    """Uniform on [0, width]: equal masses at 0, h, ..., n h (n = width / h, mixing the two
+    integers around it)."""
+    w = np.asarray(width, float)
+
+    def boxcar(n: np.ndarray) -> np.ndarray:
+        # sum_{k<=n} z^k / (n + 1) = (1 - z^(n+1)) / ((1 - z) (n + 1)); 1 at frequency 0
+        out = (1 - _shift(n + 1)) * _INV_DIFF / (n + 1).astype(np.float32)[..., None]
+        out[..., 0] = 1.0
+        return out
+
+    def spectrum(h: np.ndarray) -> np.ndarray:
+        # between n and n + 1 steps wide, mixed so that the mean is width / 2 exactly
+        x = np.clip(w / h, 0, _GRID_SPAN)
+        n = np.floor(x)
+        f = (x - n).astype(np.float32)[..., None]
+        return (1 - f) * boxcar(n) + f * boxcar(n + 1)
+    return _Term(0.0, w, spectrum)
+
+
+def _wait_term(p_wait: np.ndarray, mean_wait: np.ndarray) -> _Term:
+    """0 with probability 1 - p_wait, else exponential (overall mean mean_wait): the M/M/c
+    waiting time (Kleinrock, Queueing Systems vol. 1, 1975, eq. 3.40), used for M/G/c and
+    M/G/1 with their own means.
+
+    Point 0 holds 1 - p r^(1/2) and point k >= 1 holds p (1 - r) r^(k - 1/2), r = exp(-h / m),
+    m the conditional mean: a geometric series, DFT c0 + a r z / (1 - r z) (the tail beyond the
+    grid, under eps, is left out).
+    """
+    p = np.clip(np.asarray(p_wait, float), 0.0, 1.0)
+    cond = np.maximum(np.asarray(mean_wait, float) / np.maximum(p, 1e-12), 1e-300)
+    span = np.where(p > _TAIL_EPS, cond * np.log(np.maximum(p, 1e-300) / _TAIL_EPS), 0.0)
+
+    def spectrum(h: np.ndarray) -> np.ndarray:
+        r = np.exp(-h / cond)
+        root = np.sqrt(r)
+        c0, a = (1 - p * root).astype(np.float32), (p * (1 - r) * root).astype(np.float32)
+        inv_r = (1 / np.maximum(r, 1e-30)).astype(np.float32)
+        # r z / (1 - r z) = 1 / (conj(z) / r - 1)
+        return c0[..., None] + a[..., None] / (_CONJ * inv_r[..., None] - 1)
+    return _Term(0.0, span, spectrum)
+
+
+_NORMAL_STRATA = np.asarray([0, .001, .005, .01, .025, .05, .1, .2, .3, .4, .5, .6, .7, .8, .9,
+                             .95, .975, .99, .995, .999, 1])
+_NORMAL_W = np.diff(_NORMAL_STRATA)
+_NORMAL_Z = special.ndtri((_NORMAL_STRATA[:-1] + _NORMAL_STRATA[1:]) / 2)
+
+
+def _normal_term(sd: np.ndarray) -> _Term:
+    """Normal, mean 0, as 20 strata (finer in the tails) at their middle levels' quantiles."""
+    sd = np.asarray(sd, float)
+    return _values_term(sd[..., None] * _NORMAL_Z, _NORMAL_W)
+
+
+# Strata of a length distribution: 1% wide up to 0.98, finer in the tail (p99 reads it).
+_STRATA = np.concatenate([np.linspace(0.0, 0.98, 99), [0.985, 0.99, 0.9925, 0.995, 0.9975,
+                                                       0.999, 1.0]])
+_STRATA_MID = (_STRATA[:-1] + _STRATA[1:]) / 2
+_STRATA_W = np.diff(_STRATA)
+
+
+def _strata_lengths(x: LengthStats) -> tuple[np.ndarray, np.ndarray]:
+    """Lengths at the strata's middle levels and their probabilities (or the fixed length)."""
+    if not x.table:
+        return np.asarray([x.mean]), np.ones(1)
+    return x.quantile(_STRATA_MID), _STRATA_W
+
+
+def _values_term(values: np.ndarray, weights: np.ndarray) -> _Term:
+    """A discrete law: values (..., m) with probabilities weights (m,)."""
+    v = np.asarray(values, float)
+    lo = v.min(axis=-1)
+    span = v.max(axis=-1) - lo
+    if v.shape[-1] == 1:
+        return _Term(lo, 0.0)
+
+    def spectrum(h: np.ndarray) -> np.ndarray:
+        rows = int(np.prod(h.shape))
+        # linear binning: a value between two points splits its mass between them, so the
+        # result moves continuously with the values (no snapping to the grid)
+        pos = np.broadcast_to((v - lo[..., None]) / h[..., None], h.shape + v.shape[-1:])
+        pos = np.clip(pos, 0, _GRID_LEN - 2)
+        i0 = pos.astype(np.int64)
+        frac = pos - i0
+        flat = (i0 + np.arange(rows).reshape(h.shape)[..., None] * _GRID_LEN).ravel()
+        w = np.broadcast_to(weights, i0.shape)
+        pmf = (np.bincount(flat, (w * (1 - frac)).ravel(), minlength=rows * _GRID_LEN)
+               + np.bincount(flat + 1, (w * frac).ravel(), minlength=rows * _GRID_LEN))
+        return sp_fft.rfft(pmf.reshape(h.shape + (_GRID_LEN,)).astype(np.float32), axis=-1)
+    return _Term(lo, span, spectrum)
+
+
+def _interp_cdf(pad: np.ndarray, h: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """The piecewise-linear cdf of a grid law (point k spread over [(k - 1/2) h, (k + 1/2) h],
+    cdf[k] reached at (k + 1/2) h) at y (..., n), relative to the law's offset; pad is the cdf
+    with a 0 in front."""
+    u = y / h[..., None] + 0.5
+    np.clip(u, 0, _GRID_LEN, out=u)
+    i0 = np.minimum(u.astype(np.int64), _GRID_LEN - 1)
+    frac = (u - i0).astype(np.float32)
+    lo = np.take_along_axis(pad, i0, -1)
+    return lo + (np.take_along_axis(pad, i0 + 1, -1) - lo) * frac
+
+
+@dataclass(frozen=True)
+class _SumLaw:
+    """A mixture of grid laws sharing one offset: with probability w[i], offset + X_i where X_i
+    has cdf cdfs[i] on the grid of step hs[i] (over [0, spans[i]])."""
+
+    offset: np.ndarray
+    parts: tuple[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray], ...]
+    """(weight, h, span, cdf with a 0 in front) per component."""
+
+    @property
+    def span(self) -> np.ndarray:
+        return np.maximum.reduce([sp for _, _, sp, _ in self.parts])
+
+    def cdf(self, y: np.ndarray) -> np.ndarray:
+        return sum(w[..., None] * _interp_cdf(c, h, y) for w, h, _, c in self.parts)
+
+    def quantiles(self, probs: tuple[float, ...]) -> list[np.ndarray]:
+        """One law: read off its piecewise-linear cdf. A mixture: bisection on its cdf (all
+        levels at once) to 2^-14 of the span, then linear interpolation within the bracket."""
+        p = np.asarray(probs, np.float32)
+        if len(self.parts) == 1:
+            _, h, _, pad = self.parts[0]
+            out = []
+            for q in probs:
+                k = np.minimum((pad < q).sum(axis=-1, keepdims=True), _GRID_LEN)  # pad[k] >= q
+                lo = np.take_along_axis(pad, k - 1, -1)
+                frac = np.clip((q - lo) / np.maximum(np.take_along_axis(pad, k, -1) - lo, 1e-30),
+                               0.0, 1.0)
+                out.append(self.offset + np.maximum(k[..., 0] - 1.5 + frac[..., 0], 0.0) * h)
+            return out
+        hi = np.broadcast_to((self.span + max(float(np.max(h)) for _, h, _, _ in self.parts)
+                              )[..., None], self.offset.shape + p.shape).copy()
+        lo = np.zeros_like(hi)
+        f_lo, f_hi = np.zeros_like(hi), np.ones_like(hi)
+        for _ in range(14):
+            mid = 0.5 * (lo + hi)
+            f = self.cdf(mid)
+            below = f < p
+            lo, hi = np.where(below, mid, lo), np.where(below, hi, mid)
+            f_lo, f_hi = np.where(below, f, f_lo), np.where(below, f_hi, f)
+        x = lo + (hi - lo) * np.clip((p - f_lo) / np.maximum(f_hi - f_lo, 1e-30), 0.0, 1.0)
+        return [self.offset + x[..., i] for i in range(len(probs))]
+
+    def as_term(self) -> _Term:
+        """This sum as one term of another sum (its cdf resampled on the other grid)."""
+        def spectrum(h: np.ndarray) -> np.ndarray:
+            g = self.cdf((np.arange(_GRID_LEN - 1) + 0.5) * h[..., None])
+            ends = g.shape[:-1] + (1,)
+            pmf = np.diff(np.concatenate([np.zeros(ends, np.float32), g,
+                                          np.ones(ends, np.float32)], -1), axis=-1)
+            return sp_fft.rfft(pmf, axis=-1)
+        return _Term(0.0, self.span, spectrum)
+
+
+def _grid_cdf(terms: list[_Term], shape: tuple[int, ...]
+              ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(h, span, cdf) of the non-constant part of a sum of independent terms, from the product
+    of their transforms; the grid step is h = (sum of spans) / _GRID_SPAN."""
+    live = [t for t in terms if t.spectrum is not None and np.any(np.asarray(t.span) > 0)]
+    total = np.broadcast_to(sum((np.asarray(t.span, float) for t in live), np.asarray(0.0)),
+                            shape)
+    h = np.maximum(total / _GRID_SPAN, 1e-15)
+    if not live:  # a constant: all mass at point 0
+        return h, total, _padded(np.ones(shape + (_GRID_LEN,), np.float32))
+    spec = live[0].spectrum(h)
+    for t in live[1:]:
+        spec = spec * t.spectrum(h)
+    pmf = np.maximum(sp_fft.irfft(spec, n=_GRID_LEN, axis=-1), 0.0)
+    cdf = np.cumsum(pmf, axis=-1)
+    cdf /= np.maximum(cdf[..., -1:], 1e-30)
+    return h, total, _padded(cdf)
+
+
+def _padded(cdf: np.ndarray) -> np.ndarray:
+    return np.concatenate([np.zeros(cdf.shape[:-1] + (1,), np.float32),
+                           cdf.astype(np.float32)], -1)
+
+
+def _offset(terms: list[_Term], shape: tuple[int, ...]) -> np.ndarray:
+    return np.broadcast_to(sum(np.asarray(t.offset, float) for t in terms), shape)
+
+
+def _sum_law(terms: list[_Term], shape: tuple[int, ...]) -> _SumLaw:
+    h, span, cdf = _grid_cdf(terms, shape)
+    return _SumLaw(_offset(terms, shape), ((np.ones(shape), h, span, cdf),))
+
+
+def _sum_with_waits(terms: list[_Term], waits: list[_Term], no_wait: np.ndarray,
+                    shape: tuple[int, ...]) -> _SumLaw:
+    """terms + waits, split on whether any wait is positive: the waits' atoms at 0 would
+    otherwise share a grid with their long tails and blur a median that lies below them. The
+    positive-wait law's transform is (prod of the waits' transforms - P(no wait)) /
+    (1 - P(no wait))."""
+    pi0 = np.broadcast_to(no_wait, shape)
+    if np.all(pi0 >= 1 - 1e-9):
+        return _sum_law(terms, shape)
+    h0, span0, cdf0 = _grid_cdf(terms, shape)
+    span_w = sum(np.asarray(w.span, float) for w in waits)
+
+    def spectrum(h: np.ndarray) -> np.ndarray:
+        prod = waits[0].spectrum(h)
+        for w in waits[1:]:
+            prod = prod * w.spectrum(h)
+        return (prod - pi0[..., None]) / np.maximum(1 - pi0, 1e-12)[..., None]
+    # the no-wait law resampled onto the wider grid stands for the terms (cheaper than
+    # discretising each of them again)
+    base = _SumLaw(np.zeros(shape), ((np.ones(shape), h0, span0, cdf0),)).as_term()
+    h1, span1, cdf1 = _grid_cdf([base, _Term(0.0, span_w, spectrum)], shape)
+    return _SumLaw(_offset(terms, shape), ((pi0, h0, span0, cdf0), (1 - pi0, h1, span1, cdf1)))
+
+
+@dataclass(frozen=True)
+class _Terms:
+    """The steady-state quantities _sum_quantiles composes (arrays of one shape)."""
+
+    lam: np.ndarray
+    tau: np.ndarray
+    b: np.ndarray
+    budget: np.ndarray
+    t_dec: np.ndarray
+    t_full: np.ndarray
+    rho_p: np.ndarray
+    wq_p: np.ndarray
+    p_wait: np.ndarray
+    wq_c: np.ndarray
+    m_chunks: np.ndarray
+    chunk_mean: np.ndarray
+    gap: np.ndarray
+    """Mean gap between a sequence's tokens (tau, or longer for a prefill-first engine)."""
 
 
 class QueueModel:
@@ -307,6 +580,82 @@ class QueueModel:
             side = np.where(pos, 1.0, -1.0)
         return hi, exists
 
+    def _own_values(self, b: np.ndarray, budget: np.ndarray, t_full: np.ndarray,
+                    prompt: np.ndarray) -> np.ndarray:
+        """Own-prefill time of prompts of the given lengths (m,) -> (..., m): one mixed step
+        when the prompt fits the budget (interpolated between _OWN_NODES + 1 evaluated chunk
+        sizes over the prompts' range), else prompt / budget full chunks."""
+        lo = np.minimum(prompt.min(), budget)
+        width = np.minimum(prompt.max(), budget) - lo
+        nodes = np.linspace(0.0, 1.0, _OWN_NODES + 1)
+        t_nodes = np.stack([self._mixed(b, np.maximum(lo + width * x, 1.0)) for x in nodes], -1)
+        pos = (np.minimum(prompt, budget[..., None]) - lo[..., None]) / np.maximum(
+            width[..., None], 1e-9) * _OWN_NODES
+        i0 = np.clip(np.floor(pos), 0, _OWN_NODES - 1).astype(np.int64)
+        frac = np.clip(pos - i0, 0.0, 1.0)
+        t = (np.take_along_axis(t_nodes, i0, -1) * (1 - frac)
+             + np.take_along_axis(t_nodes, i0 + 1, -1) * frac)
+        return np.where(prompt > budget[..., None], prompt / budget[..., None]
+                        * t_full[..., None], t)
+
+    def _sum_quantiles(self, x: _Terms) -> tuple[list[np.ndarray], list[np.ndarray]]:
+        """Quantiles (QUANTILES order) of TTFT and E2E as sums of independent terms.
+
+        TTFT = overhead + residual of the current step (uniform on [0, tau]) + prefill-queue
+        wait + own prefill (a function of the prompt length, over its distribution) + the other
+        prompts sharing that step + slot wait.
+        E2E = TTFT + (O - 1) tau over the output-length distribution + a normal term for the
+        variation of those steps: the prompts arriving during the decode (compound Poisson,
+        lambda (O-1) tau arrivals each adding its prefill's extra time) and the slow drift of the
+        batch (M/G/inf: the batch averaged over a window as long as the service has variance
+        (2/3) b, from the autocovariance lambda (D - |s|); Takacs 1962).
+        """
+        inp, out = self.inp, self.out
+        lam, tau, b, budget, t_dec, t_full = x.lam, x.tau, x.b, x.budget, x.t_dec, x.t_full
+        rho_p, wq_p, p_wait, wq_c, m_chunks = x.rho_p, x.wq_p, x.p_wait, x.wq_c, x.m_chunks
+        chunk_mean = x.chunk_mean
+
+        def fin(v: np.ndarray) -> np.ndarray:  # unstable rows: replaced by inf afterwards
+            return np.where(np.isfinite(v), v, 0.0)
+        shape = np.shape(tau)
+        prompt, p_w = _strata_lengths(inp)
+        own = self._own_values(b, budget, t_full, prompt)
+        p_pf = fin(np.clip(rho_p, 0.0, 1.0))
+        # Prompts that arrived during the same step share the step that carries this one: K
+        # other chunks, Poisson with the mean m of the TBT model; one chunk is drawn from the
+        # prompt lengths (10 strata, capped at the budget), more are taken at the mean chunk;
+        # each token at the step's marginal cost per prefill token (up to the budget).
+        m = fin(m_chunks)[..., None]
+        k = np.arange(2, _SHARED_MAX)
+        pk = np.exp(k * np.log(np.maximum(m, 1e-300)) - m - special.gammaln(k + 1))
+        p0, p1 = np.exp(-m), m * np.exp(-m)
+        tail = np.maximum(1 - p0 - p1 - pk.sum(axis=-1, keepdims=True), 0.0)
+        pk[..., -1:] += tail
+        one = np.minimum(inp.quantile((np.arange(10) + 0.5) / 10), budget[..., None])
+        tokens = np.concatenate([np.zeros(shape + (1,)), one, k * chunk_mean[..., None]], -1)
+        weights = np.concatenate([p0, np.broadcast_to(p1 / 10, shape + (10,)), pk], -1)
+        per_token = np.maximum(fin(t_full) - fin(t_dec), 0.0) / budget
+        shared = np.minimum(tokens, budget[..., None]) * per_token[..., None]
+        # the shared step, like the waits, is 0 with a probability (no other chunk) and long
+        # otherwise: it joins them in the split that keeps the no-wait law on a fine grid
+        ttft = _sum_with_waits(
+            [_Term(np.zeros(shape) + self.step.request_overhead_s, 0.0),
+             _uniform_term(fin(tau)), _values_term(fin(own), p_w)],
+            [_wait_term(p_pf, fin(wq_p)), _wait_term(fin(p_wait), fin(wq_c)),
+             _values_term(shared, weights)],
+            (1 - p_pf) * (1 - np.clip(fin(p_wait), 0.0, 1.0)) * p0[..., 0], shape)
+        steps = np.maximum(1.0, prompt / budget[..., None])
+        extra = np.maximum(own - t_dec[..., None] * steps, 0.0)
+        var_pf = lam * self.dec_tokens * tau * (extra**2 * p_w).sum(axis=-1)
+        slope = self._decode(b + 1.0) - t_dec
+        var_b = (self.dec_tokens * slope) ** 2 * (2.0 / 3.0) * b
+        out_len, o_w = _strata_lengths(out)
+        decode = np.maximum(out_len - 1.0, 0.0) * fin(x.gap)[..., None]
+        e2e = _sum_law([_Term(ttft.offset, 0.0), ttft.as_term(), _values_term(decode, o_w),
+                        _normal_term(np.sqrt(fin(np.maximum(var_pf + var_b, 0.0))))], shape)
+        probs = tuple(QUANTILES.values())
+        return ttft.quantiles(probs), e2e.quantiles(probs)
+
     # -- public ------------------------------------------------------------------------------
     def at_rate(self, rate_per_s: ArrayLike) -> dict[str, Any]:
         """Latency and throughput at an open-loop Poisson arrival rate (array-friendly)."""
@@ -354,32 +703,32 @@ class QueueModel:
                                 + self.step.request_overhead_s}
         tbt: dict[str, Any] = {"mean": gap}
         e2e: dict[str, Any] = {"mean": ttft["mean"] + self.dec_tokens * gap}
-        rho_safe = np.clip(rho_p, 1e-12, 1.0)
+        # TBT: every gap is one step. The number K of prefill chunks landing in a step is
+        # Poisson with mean m = lambda * tau * E[chunks]; the step carries the sum of K chunk
+        # sizes (capped by the budget). The p-quantile gap is the step carrying the p-quantile
+        # of that compound sum: exact for K <= 1 (the prompt-length distribution), normal for
+        # K >= 2. Its quantile grows with m, so TBT tails grow with load.
         prev_tbt = None
         moments = _chunk_moments(inp, budget)
         for name, p in QUANTILES.items():
-            ex = [
-                p * tau - tau / 2,
-                _exp_tail_quantile(rho_safe, wq_p, p) - wq_p,
-                own(inp.q[name]) - own_mean,
-                _exp_tail_quantile(p_wait, wq_c, p) - wq_c,
-            ]
-            excess = np.sqrt(sum(np.maximum(x, 0.0) ** 2 for x in ex))
-            ttft[name] = ttft["mean"] + excess
-            # TBT: every gap is one step. The number K of prefill chunks landing in a step is
-            # Poisson with mean m = lambda * tau * E[chunks]; the step carries the sum of K
-            # chunk sizes (capped by the budget). The p-quantile gap is the step carrying the
-            # p-quantile of that compound sum: exact for K <= 1 (the prompt-length
-            # distribution), normal for K >= 2. Its quantile grows with m, so TBT tails grow
-            # with load.
             tokens = chunk_sum_quantile(m_chunks, p, inp, budget, moments=moments)
-            tbt[name] = np.where(tokens < 0.5, t_dec,
-                                 np.maximum(t_dec, self._mixed(b, np.maximum(tokens, 1.0))))
+            pf = self._mixed(b, np.maximum(tokens, 1.0))
+            # Prefill-first: the prefill step is extra to the decoders' gap, not instead of one.
+            hit = t_dec + pf if self.policy.prefill_first else np.maximum(t_dec, pf)
+            tbt[name] = np.where(tokens < 0.5, t_dec, hit)
             if prev_tbt is not None:  # quantiles are ordered by construction of the mixture
                 tbt[name] = np.maximum(tbt[name], prev_tbt)
             prev_tbt = tbt[name]
-            dec_excess = max(out.q[name] - out.mean, 0.0) * tau
-            e2e[name] = e2e["mean"] + np.sqrt(excess**2 + dec_excess**2)
+        ttft_q, e2e_q = self._sum_quantiles(_Terms(lam, tau, b, budget, t_dec, t_full, rho_p,
+                                                   wq_p, p_wait, wq_c, m_chunks, moments[0],
+                                                   gap))
+        for name, tq, eq in zip(QUANTILES, ttft_q, e2e_q, strict=True):
+            ttft[name], e2e[name] = tq, eq
+        # the mean of the shared-step term of _sum_quantiles (m chunks of the mean size)
+        shared_mean = np.minimum(m_chunks * moments[0], budget) * np.maximum(
+            t_full - t_dec, 0.0) / budget
+        ttft["mean"] = ttft["mean"] + shared_mean
+        e2e["mean"] = e2e["mean"] + shared_mean
         running = b + lam * own_mean
         kv_used = b * self.ctx_mean + lam * own_mean * self.inp.mean
         b_p99 = b + Z99 * np.sqrt(b)  # normal approximation of the Poisson p99

@@ -3,6 +3,8 @@ overload; bad input."""
 
 from __future__ import annotations
 
+import csv
+import io
 import math
 
 import pytest
@@ -237,3 +239,63 @@ def test_bad_rate_subprocess_no_traceback(run_module):
     assert res.exit_code == 2
     assert "Traceback" not in res.stderr
     assert len(res.stderr_lines) == 1 and res.stderr_lines[0].startswith("Error: ")
+
+
+# ---------------------------------------------------------------------------------------------
+# Sweeps (issue 15): one row per level, JSON a list
+# ---------------------------------------------------------------------------------------------
+
+
+def test_rate_sweep_one_row_per_level(run_cli):
+    res = run_cli(*LAT, "--rate", "1,2,4")
+    assert res.exit_code == 0, res.stderr
+    lines = res.stdout.splitlines()
+    head = next(i for i, ln in enumerate(lines) if ln.startswith("---"))
+    rows = [ln.split() for ln in lines[head + 1:] if ln.strip()][:3]
+    assert [r[0] for r in rows] == ["1", "2", "4"]
+    for word in ("TTFT ms", "TBT ms", "E2E ms", "p50", "p90", "p99"):
+        assert word in res.stdout, word
+
+
+def test_rate_sweep_json_is_a_list_matching_single_runs(run_cli):
+    res = run_cli(*LAT, "--rate", "1,3", "--format", "json")
+    assert res.exit_code == 0, res.stderr
+    levels = res.json()
+    assert isinstance(levels, list) and len(levels) == 2
+    for d in levels:
+        _assert_contract(d)
+    assert [d["requests_per_s"] for d in levels] == [1.0, 3.0]
+    single = _json(run_cli, "--rate", "3")
+    assert levels[1]["ttft_s"] == single["ttft_s"] and levels[1]["e2e_s"] == single["e2e_s"]
+
+
+def test_concurrency_sweep_csv_numbers_only(run_cli):
+    res = run_cli(*LAT, "--concurrency", "1,8", "--format", "csv")
+    assert res.exit_code == 0, res.stderr
+    rows = list(csv.reader(io.StringIO(res.stdout)))
+    assert rows[0][0] == "clients" and len(rows) == 3
+    assert [r[0] for r in rows[1:]] == ["1", "8"]
+    for r in rows[1:]:
+        for cell in r[2:]:
+            float(cell)  # numbers, no "5%" or "12 ms" strings
+
+
+def test_sweep_marks_unstable_levels(run_cli):
+    res = run_cli(*LAT, "--rate", "2,500")
+    assert res.exit_code == 0, res.stderr
+    assert "unstable" in res.stdout and "unstable at 500" in res.stdout
+
+
+def test_single_level_csv_has_numbers_not_percent_strings(run_cli):
+    res = run_cli(*LAT, "--rate", "2", "--format", "csv")
+    assert res.exit_code == 0
+    assert "%," not in res.stdout and not any(ln.endswith("%") for ln in res.stdout.splitlines())
+    kv = next(r for r in csv.reader(io.StringIO(res.stdout)) if r and r[0].startswith("KV peak"))
+    assert 0 <= float(kv[1]) <= 100
+
+
+def test_auto_dtypes_resolved(run_cli):
+    d = _json(run_cli, "--rate", "2", "--kv-dtype", "fp8")
+    assert d["weight_dtype"] == "bf16" and d["kv_dtype"] == "fp8"
+    res = run_cli(*LAT, "--rate", "2")
+    assert "weight dtype" in res.stdout and "auto" not in res.stdout

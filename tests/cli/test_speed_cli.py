@@ -215,3 +215,13 @@ def test_bad_batch_subprocess_no_traceback(run_module):
     assert res.exit_code == 2
     assert "Traceback" not in res.stderr
     assert len(res.stderr_lines) == 1 and res.stderr_lines[0].startswith("Error: ")
+
+
+def test_knee_only_within_the_requested_batches(run_cli):
+    """Issue 15: the knee was reported at batches the user never asked for. With batches 1-4
+    the curve is still rising (memory-bound decode: doubling the batch nearly doubles the
+    throughput), so no knee lies within them and none is named as if it did."""
+    res = run_cli(*SPEED, "--batch", "1,2,4")
+    assert res.exit_code == 0, res.stderr
+    line = next(ln for ln in res.stdout.splitlines() if ln.startswith("knee"))
+    assert "none within batches 1-4" in line, line

@@ -195,7 +195,7 @@ def test_xlsx_sheets_headers_values_and_chart(plan: dict[str, Any], tmp_path: Pa
     assert ws.max_row == 3
 
     inputs = {r[0]: r[1] for r in wb["inputs"].iter_rows(min_row=2, values_only=True)}
-    assert [c.value for c in wb["inputs"][1]] == ["input", "value"]
+    assert [c.value for c in wb["inputs"][1]][:2] == ["input", "value"]
     assert inputs["headroom"] == pytest.approx(0.2)
     assert json.loads(inputs["candidates"]) == ["h100-sxm", "l40s"]
 
@@ -220,6 +220,37 @@ def test_xlsx_sheets_headers_values_and_chart(plan: dict[str, Any], tmp_path: Pa
     assert chart.count("<c:ser>") == 2  # one series per curve label
     assert "curve!$D$2:$D$6" in chart and "curve!$C$2:$C$6" in chart
     assert "TTFT p99 (ms)" in chart and "output throughput (tokens/s)" in chart
+
+
+def test_xlsx_number_formats_widths_and_workload(plan: dict[str, Any], tmp_path: Path) -> None:
+    """Issue 15: numbers carry formats (ms whole, $ to cents), every column is at least as wide
+    as its header, and the inputs sheet holds the workload (rate, lengths, SLOs)."""
+    openpyxl = pytest.importorskip("openpyxl")
+    wb = openpyxl.load_workbook(export_plan(plan, tmp_path / "plan.xlsx"))
+    ws = wb["recommendations"]
+    col = {c.value: c.column_letter for c in ws[1]}
+    assert ws[f"{col['TTFT p99 (ms)']}2"].number_format == "#,##0"
+    assert ws[f"{col['TBT p99 (ms)']}2"].number_format == "#,##0.0"
+    assert ws[f"{col['cost ($/h)']}2"].number_format == "#,##0.00"
+    for sheet in ("recommendations", "inputs", "curve", "pareto"):
+        ws = wb[sheet]
+        widths = {}  # openpyxl files a run of equal widths under its first column
+        for dim in ws.column_dimensions.values():
+            for i in range(dim.min, dim.max + 1):
+                widths[i] = dim.width
+        for cell in ws[1]:
+            if cell.value is not None:
+                assert widths[cell.column] >= len(str(cell.value)), (sheet, cell.value)
+    rows = list(wb["inputs"].iter_rows(values_only=True))
+    lane_head = next(i for i, r in enumerate(rows) if r[0] == "lane")
+    assert rows[lane_head - 1][0] is None  # a blank row between the settings and the lanes
+    head, chat = rows[lane_head], rows[lane_head + 1]
+    lane = dict(zip(head, chat, strict=True))
+    assert lane["lane"] == "chat" and lane["rate (req/s)"] == pytest.approx(12.0)
+    assert lane["input length (tokens)"] == "lognormal:mean=800,p99=4000"
+    assert lane["output length (tokens)"] == "300"
+    assert lane["TTFT p99 SLO (ms)"] == pytest.approx(1000.0)
+    assert lane["TBT p99 SLO (ms)"] == pytest.approx(60.0)
 
 
 def test_xlsx_without_curves_has_no_chart(plan: dict[str, Any], tmp_path: Path) -> None:

@@ -68,22 +68,60 @@ def test_plot_plan_writes_png_and_svg(tmp_path: Path) -> None:
     out = tmp_path / "charts" / "nested"  # created when missing
     paths = plot_plan(sample_plan(), out)
     assert [p.name for p in paths] == ["throughput_latency.png", "throughput_latency.svg",
-                                       "pareto.png", "pareto.svg"]
+                                       "pareto.png", "pareto.svg", "tokens_per_gpu.png",
+                                       "tokens_per_gpu.svg"]
     assert all(p.parent == out for p in paths)
     _check_pair(paths, "throughput_latency",
                 ["p99 TTFT (ms)", "p99 TBT (ms)", "output throughput (tokens/s)",
                  "h100-sxm tp1 seqs256 chunk2048", "TTFT SLO 1000 ms (chat)",
                  "TBT SLO 60 ms (chat)", "recommended: h100-sxm tp1 x2"])
     _check_pair(paths, "pareto", ["cost ($/hour)", "p99 TTFT (ms)", "TTFT SLO 1000 ms",
-                                  "recommended: h100-sxm tp1 x2", "Pareto front"])
+                                  "recommended: h100-sxm tp1 x2", "1: h100-sxm TP1 x3",
+                                  "2: h100-sxm TP1 x2"])
     _no_temp_files(out)
 
 
 def test_plot_plan_with_nothing_to_draw(tmp_path: Path) -> None:
     plan = {"model": "m", "lanes": [], "recommendations": [], "pareto": [], "curves": []}
     paths = plot_plan(plan, tmp_path)
-    assert len(paths) == 4 and all(p.stat().st_size > 0 for p in paths)
+    assert len(paths) == 6 and all(p.stat().st_size > 0 for p in paths)
     assert "no load curves in this result" in (tmp_path / "throughput_latency.svg").read_text()
+
+
+def test_pareto_chart_draws_the_2d_front_only(tmp_path: Path) -> None:
+    """Issue 15: the plan's front is 3-D (cost, TTFT, TBT); a point kept only for its TBT is
+    dominated on the plotted axes (B: dearer and slower TTFT than A) and is not on the front."""
+    from capplan.export.plots import _front_2d
+
+    plan = sample_plan()
+    plan["pareto"] = [
+        {"gpu": "gpuA", "tp": 1, "replicas": 2, "weight_dtype": "fp8", "kv_dtype": "fp8",
+         "cost_per_hour": 10.0, "ttft_p99_s": 0.30, "tbt_p99_s": 0.05},
+        {"gpu": "gpuB", "tp": 2, "replicas": 1, "weight_dtype": "bf16", "kv_dtype": "bf16",
+         "cost_per_hour": 12.0, "ttft_p99_s": 0.40, "tbt_p99_s": 0.02},
+        {"gpu": "gpuC", "tp": 4, "replicas": 1, "weight_dtype": "bf16", "kv_dtype": "bf16",
+         "cost_per_hour": 20.0, "ttft_p99_s": 0.10, "tbt_p99_s": 0.03},
+    ]
+    front = _front_2d([(p["ttft_p99_s"], p["cost_per_hour"], p) for p in plan["pareto"]])
+    assert [f[2]["gpu"] for f in front] == ["gpuC", "gpuA"]  # by TTFT; gpuB is dominated by A
+    plot_plan(plan, tmp_path)
+    svg = (tmp_path / "pareto.svg").read_text()
+    assert "1: gpuC TP4 x1 bf16/bf16" in svg and "2: gpuA TP1 x2 fp8/fp8" in svg
+    assert "gpuB" not in svg and "better TBT only (3-D front)" in svg
+
+
+def test_tokens_per_gpu_chart(tmp_path: Path) -> None:
+    plan = sample_plan()
+    for c in plan["curves"]:
+        c["gpus_per_replica"] = 2
+        for p in c["points"]:
+            p["tbt_mean_s"] = 0.02
+    plot_plan(plan, tmp_path)
+    svg = (tmp_path / "tokens_per_gpu.svg").read_text()
+    for label in ("output throughput per GPU (tokens/s)", "decode speed per user",
+                  "h100-sxm tp1 seqs256 chunk2048", "llama-3.1-8b"):
+        assert label in svg, label
+    assert "no load curves" not in svg
 
 
 def test_plot_plan_replaces_old_files_atomically(tmp_path: Path,
@@ -120,10 +158,12 @@ def test_plot_speed(tmp_path: Path) -> None:
                          "tokens_per_s_total": b / step_s, "tokens_per_s_per_seq": 1 / step_s,
                          "bound": "memory"})
     # knee keys as ints (from the library) or strings (after a JSON round trip); None: no knee
-    paths = plot_speed({"rows": rows, "knee_batch": {1024: 64, "8192": None}}, str(tmp_path))
+    paths = plot_speed({"rows": rows, "knee_batch": {1024: 64, "8192": None},
+                        "model": "llama-3.1-8b", "gpu": "h100-sxm", "tp": 2}, str(tmp_path))
     assert [p.name for p in paths] == ["speed.png", "speed.svg"]
     _check_pair(paths, "speed", ["batch size (sequences)", "(tokens/s)",
-                                 "context 1024 tokens", "knee, context 1024"])
+                                 "context 1024 tokens", "knee, context 1024",
+                                 "llama-3.1-8b on h100-sxm (TP 2)"])
     assert "knee, context 8192" not in paths[1].read_text()
 
 
@@ -138,10 +178,11 @@ def test_plot_sim(tmp_path: Path) -> None:
           "running": [min(i, 20) for i in range(n)],
           "waiting": [max(0, i - 20) for i in range(n)],
           "kv_utilization": [min(1.0, i / 40) for i in range(n)]}
-    paths = plot_sim({"timeseries": ts, "ttft_s": {"p99": 1.0}}, tmp_path / "sim")
+    paths = plot_sim({"timeseries": ts, "ttft_s": {"p99": 1.0}, "model": "qwen3-30b-a3b",
+                      "gpu": "l40s"}, tmp_path / "sim")
     assert [p.name for p in paths] == ["sim.png", "sim.svg"]
     _check_pair(paths, "sim", ["time (s)", "KV cache used (%)", "sequences (count)",
-                               "running", "waiting"])
+                               "running", "waiting", "qwen3-30b-a3b on l40s"])
 
 
 def test_plot_sim_needs_timeseries(tmp_path: Path) -> None:
