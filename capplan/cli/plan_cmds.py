@@ -80,12 +80,14 @@ def render_disagg(d: dict[str, Any]) -> str:
     if d.get("prefill"):
         lines.append(f"  ratio {d['ratio']} (prefill:decode); KV transfer "
                      f"{d['kv_transfer_s']['mean'] * 1e3:.2f} ms mean, "
-                     f"{d['kv_transfer_s']['p99'] * 1e3:.2f} ms p99 over {d['kv_link']}; "
-                     f"TTFT p99 {d['ttft_p99_s'] * 1e3:.0f} ms, TBT p99 "
-                     f"{d['tbt_p99_s'] * 1e3:.1f} ms")
-    lines.append(f"  {d['verdict']}")
-    for key, line in (d.get("launch") or {}).items():
-        lines.append(f"  {key + ':':<16} {line}")
+                     f"{d['kv_transfer_s']['p99'] * 1e3:.2f} ms p99 over {d['kv_link']}")
+        lines.append(f"  TTFT p99 {d['ttft_p99_s'] * 1e3:.0f} ms (prefill + transfer + decode "
+                     f"admission), TBT p99 {d['tbt_p99_s'] * 1e3:.1f} ms")
+    lines += textwrap.wrap(d["verdict"], 118, initial_indent="  ", subsequent_indent="  ")
+    labels = {"vllm": "vLLM", "sglang": "SGLang"}
+    for key, line in (d.get("launch") or {}).items():  # launch lines stay whole, as above
+        engine, _, role = key.partition("_")
+        lines.append(f"{labels.get(engine, engine)} {role}: {line}")
     return "\n".join(lines)
 
 

@@ -224,7 +224,7 @@ def _disaggregated(cat: Catalog, plan: PlanFile, resolved: ResolvedModel, lanes:
     # every catalog GPU would cost ~0.2 s each
     keys = {result.best.candidate.gpu.key}
     space = replace(space, gpus=[g for g in space.gpus if g.key in keys])
-    d = plan_disaggregated(cat, model, space, t, plan.headroom)
+    d = plan_disaggregated(cat, model, space, t, plan.headroom, plan.model)
     best = result.best
     verdict = compare(best.gpus_total, best.cost_per_hour, best.candidate.binding_constraint, d)
     return {**(d.to_dict() if d else {}), "verdict": verdict,
