@@ -54,10 +54,9 @@ from __future__ import annotations
 
 import math
 from bisect import bisect_left
-from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields
-from heapq import heappop, heappush
+from heapq import heapify, heappop, heappush
 from operator import attrgetter
 from typing import Any
 
@@ -253,10 +252,18 @@ class _State:
         """Prefix caching applies: the engine has it and the requests share content."""
         self.keys: dict[int, list] = {}
         """sequence -> its blocks' keys (Requests.block_keys), computed on first use"""
-        self.cached: OrderedDict = OrderedDict()
-        """Free blocks that keep a key, least recently freed first (vLLM's free queue)."""
+        self.cached: dict = {}
+        """Free blocks that keep a key: key -> when it was freed (a stamp; vLLM's free queue
+        is in that order, least recently freed first)."""
+        self.lru: list[tuple[int, Any]] = []
+        """heap of (stamp, key) over `cached`, lazily cleaned (an entry is live while
+        cached[key] is its stamp)"""
+        self.stamp = 0
         self.ref: dict = {}
         """key -> requests holding the registered block with that key"""
+        self.undo: list[tuple] = []
+        """Changes to cached / ref / lru since the window's snapshot, to roll them back (copying
+        a cache of tens of thousands of blocks every window cost 6x the run)."""
         self.hit_tokens = 0
         # Decoders, kept as sums at the current decode step: how many, their computed tokens,
         # their contexts capped at the window, and how many contexts are still below it.
@@ -316,24 +323,35 @@ class _State:
     _SCALARS = ("step", "decode_step", "last_decode_step", "next_request", "next_arrival",
                 "free_blocks",
                 "num_decoding", "sum_computed", "sum_ctx_window", "num_below_window",
-                "admissions", "preemptions", "done", "hit_tokens")
+                "admissions", "preemptions", "done", "hit_tokens", "stamp")
 
     def _snapshot(self) -> tuple:
         self.saved = {}
+        self.undo = []
+        if len(self.lru) > 2 * len(self.cached) + 1024:  # drop stale heap entries
+            self.lru = [(st, k) for k, st in self.cached.items()]
+            heapify(self.lru)
         return (dict(self.running), self.prefilling[:], self.waiting[:], self.fin_heap[:],
                 {k: v[:] for k, v in self.blk_due.items()}, self.win_heap[:],
                 self.first_decodes[:], len(self.log), len(self.gaps),
-                tuple(getattr(self, k) for k in self._SCALARS),
-                (OrderedDict(self.cached), dict(self.ref)) if self.pc else None)
+                tuple(getattr(self, k) for k in self._SCALARS))
 
     def _restore(self, snap: tuple) -> None:
         for s, values in self.saved.items():
             self.seqs[s].restore(values)
         self.saved = {}
         (running, prefilling, waiting, fin_heap, blk_due, win_heap, first_decodes, nlog, ngaps,
-         scalars, cache) = snap
-        if cache is not None:
-            self.cached, self.ref = OrderedDict(cache[0]), dict(cache[1])
+         scalars) = snap
+        for kind, key, old in reversed(self.undo):
+            if kind == "h":  # an entry popped from the heap goes back
+                heappush(self.lru, (old, key))
+                continue
+            d = self.cached if kind == "c" else self.ref
+            if old is None:
+                d.pop(key, None)
+            else:
+                d[key] = old
+        self.undo = []
         self.running, self.prefilling, self.waiting = dict(running), prefilling[:], waiting[:]
         self.fin_heap, self.win_heap = fin_heap[:], win_heap[:]
         self.blk_due = {k: v[:] for k, v in blk_due.items()}
@@ -362,13 +380,13 @@ class _State:
 
     def _hit(self, q: _Seq, hits: list) -> None:
         """Reuse the hit blocks (block_pool.touch: ref count up, out of the free queue)."""
+        cached, ref, undo = self.cached, self.ref, self.undo
         for k in hits:
-            if k in self.cached:
-                del self.cached[k]
+            if k in cached:
+                undo.append(("c", k, cached.pop(k)))
                 self.free_blocks -= 1
-                self.ref[k] = 1
-            else:
-                self.ref[k] += 1
+            undo.append(("r", k, ref.get(k)))
+            ref[k] = ref.get(k, 0) + 1
         q.refs = tuple(range(len(hits)))
         q.computed_tokens = len(hits) * self.e.block_size
         self.hit_tokens += q.computed_tokens
@@ -378,8 +396,13 @@ class _State:
         (block_pool.get_new_blocks -> _maybe_evict_cached_block)."""
         if self.pc:
             evict = n - (self.free_blocks - len(self.cached))
-            for _ in range(max(evict, 0)):
-                self.cached.popitem(last=False)
+            cached, lru, undo = self.cached, self.lru, self.undo
+            while evict > 0:
+                st, k = heappop(lru)
+                undo.append(("h", k, st))
+                if cached.get(k) == st:
+                    undo.append(("c", k, cached.pop(k)))
+                    evict -= 1
         self.free_blocks -= n
 
     def _register(self, s: int, before: int, after: int) -> None:
@@ -389,6 +412,7 @@ class _State:
         new = [j for j in range(before // bs, min(after // bs, len(keys)))
                if keys[j] not in self.ref and keys[j] not in self.cached]
         for j in new:
+            self.undo.append(("r", keys[j], None))
             self.ref[keys[j]] = 1
         if new:
             q.refs = q.refs + tuple(new)
@@ -402,20 +426,28 @@ class _State:
         if not self.pc:
             self.free_blocks += held
             return
-        keys, refs, ref, cached = self._keys(s), set(q.refs), self.ref, self.cached
+        keys, refs, ref, undo = self._keys(s), set(q.refs), self.ref, self.undo
         full = computed // self.e.block_size
         for j in range(held - 1, -1, -1):
             k = keys[j] if j < len(keys) else None
             if j in refs:
+                undo.append(("r", k, ref[k]))
                 ref[k] -= 1
                 if ref[k]:
                     continue  # another request still holds the block
                 del ref[k]
-                cached[k] = None
-            elif k is not None and j < full and k not in ref and k not in cached:
-                cached[k] = None
+                self._cache(k)
+            elif k is not None and j < full and k not in ref and k not in self.cached:
+                self._cache(k)
             self.free_blocks += 1
         q.refs = ()
+
+    def _cache(self, k: Any) -> None:
+        """A freed block keeps its key at the back of the free queue."""
+        self.undo.append(("c", k, None))
+        self.cached[k] = self.stamp
+        heappush(self.lru, (self.stamp, k))
+        self.stamp += 1
 
     # -- preemption -------------------------------------------------------------------------
     def _victim(self) -> int:
