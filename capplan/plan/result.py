@@ -224,7 +224,8 @@ def _lane_row(ln: Lane) -> dict[str, Any]:
     return {"name": ln.name, "rate_per_s": ln.rate_per_s, "input_len": str(ln.input_len),
             "output_len": str(ln.output_len), "ttft_p99_s": ln.slo.ttft_p99_s,
             "tbt_p99_s": ln.slo.tbt_p99_s, "e2e_p99_s": ln.slo.e2e_p99_s,
-            "priority": ln.priority, "arrival": ln.arrival, "burstiness": ln.burstiness}
+            "priority": ln.priority, "arrival": ln.arrival, "burstiness": ln.burstiness,
+            **({"prefix": ln.prefix.model_dump()} if getattr(ln, "prefix", None) else {})}
 
 
 @dataclass(frozen=True, kw_only=True)
