@@ -60,6 +60,9 @@ def load_spec_from_options(rate: float | None, concurrency: int | None, trace: s
     """`prefix`: the lane's sharing; `cache`: (block size, KV cache tokens) of the deployment,
     for the cache's block granularity and how long freed blocks survive."""
     require_one_load(rate, concurrency, trace)
+    if concurrency is not None and prefix is not None and prefix.active:
+        raise InputError("prefix sharing is modelled for open-loop rates (--rate); the analytic "
+                         "closed loop does not take it: use `capplan simulate --concurrency`")
     block_size, kv_tokens = cache or (16, None)
     if trace is not None:
         from capplan.sim.workload import load_trace

@@ -56,6 +56,16 @@ def test_bad_prefix_options_are_one_line_errors(run_cli, args, fragment):
     _one_line_error(run_cli(*LAT, *args), fragment)
 
 
+def test_closed_loop_latency_refuses_a_prefix_it_would_ignore(run_cli):
+    args = [a for a in LAT if a not in ("--rate", "100")]
+    _one_line_error(run_cli(*args, "--concurrency", "8", "--shared-prefix", "128"),
+                    "capplan simulate --concurrency")
+    d = run_cli(*SIM[:5], "--concurrency", "8", *SIM[7:], "--shared-prefix", "128").json()
+    # the simulator takes it: the 8 first requests are admitted together in the first step,
+    # before any has computed the prefix (no hit, as in vLLM); the 292 others hit 128 tokens
+    assert d["prefix_hit_tokens"] == 128 * 292
+
+
 def test_plan_file_lane_prefix(run_cli, tmp_path):
     plan = tmp_path / "p.yaml"
     body = ("model: llama-3.1-8b\ncandidates: {gpus: [h100-sxm], tp: [1]}\n"
