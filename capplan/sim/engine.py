@@ -28,8 +28,9 @@ with a preemption admits no waiting request.
   and `block_pool.py`, v0.11-v0.19; docs/prefix_caching.md), for requests that carry shared
   content (`Requests.block_keys`): on admission the longest chain of the prompt's full blocks
   found in the cache is reused, capped at prompt - 1 tokens; those tokens are computed by no
-  step (attention still reads them). A computed full block is registered so that later
-  requests hit it while it is in use (ref counts: a shared block is held once). Freed blocks
+  step (attention still reads them). A full block is registered when the chunk that fills it
+  is scheduled (as vLLM's allocate_slots does), so later requests, even later in the same step,
+  hit it while it is in use (ref counts: a shared block is held once). Freed blocks
   keep their key in the free queue, tail blocks first, and count as free; an allocation takes
   a free block without a key first, then evicts the least recently freed cached one.
   Difference from vLLM: vLLM hashes every full block (a unique one can only be hit by its own
@@ -406,8 +407,10 @@ class _State:
         self.free_blocks -= n
 
     def _register(self, s: int, before: int, after: int) -> None:
-        """Full blocks completed by a chunk become cache entries (block_pool.cache_full_blocks)
-        unless an entry with their key exists (then the block stays private)."""
+        """Full blocks a scheduled chunk fills become cache entries when the chunk is scheduled,
+        before the step runs (kv_cache_manager.allocate_slots -> cache_blocks), so a request
+        admitted later in the same step already hits them; an existing entry with the same key
+        keeps the block private."""
         bs, keys, q = self.e.block_size, self._keys(s), self.seqs[s]
         new = [j for j in range(before // bs, min(after // bs, len(keys)))
                if keys[j] not in self.ref and keys[j] not in self.cached]
@@ -535,6 +538,9 @@ class _State:
             if s not in self.running:
                 continue
             self._take(nb)
+            if self.pc:
+                self._touch(s)
+                self._register(s, q.computed_tokens, q.computed_tokens + c)
             self.chunks[s] = c
             self.budget -= c
 
@@ -559,6 +565,8 @@ class _State:
             if hits:
                 self._hit(q, hits)
             self._take(nb)
+            if self.pc:
+                self._register(s, h, h + c)
             self.running[s] = self.admissions
             self.admissions += 1
             if q.admitted_step < 0:
@@ -636,8 +644,6 @@ class _State:
             q = seqs[s]
             self._touch(s)
             q.computed_tokens += c
-            if self.pc:
-                self._register(s, q.computed_tokens - c, q.computed_tokens)
             if q.computed_tokens < q.target_tokens:
                 continue
             self.prefilling.remove(s)
