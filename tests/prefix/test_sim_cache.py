@@ -83,19 +83,25 @@ def test_shared_blocks_are_held_once():
     assert int(rec.step_kv_blocks.max()) == 4
 
 
-@settings(max_examples=25, deadline=None)
+POLICIES = [VLLM, SchedulerPolicy(prefill_first=True, reserve_output_frac=0.7),
+            SchedulerPolicy(chunked_prefill=False, reserve_output_frac=1.0, preemption=False)]
+"""vLLM, SGLang-like (prefill first, part of the output reserved), TensorRT-LLM-like."""
+
+
+@settings(max_examples=40, deadline=None)
 @given(st.lists(st.tuples(st.integers(1, 80), st.integers(1, 20), st.integers(-1, 2)),
                 min_size=1, max_size=14),
-       st.integers(6, 30), st.sampled_from([0, 16, 48]))
-def test_block_conservation_and_completion(spec, blocks, shared):
-    """Every request finishes, hits never exceed prompt - 1, KV never over-commits."""
+       st.integers(6, 30), st.sampled_from([0, 16, 48]), st.sampled_from(range(3)))
+def test_block_conservation_and_completion(spec, blocks, shared, pol):
+    """Every request finishes, hits never exceed prompt - 1, KV never over-commits, under
+    each engine's policy."""
     prompts = [p for p, _, _ in spec]
     outs = [o for _, o, _ in spec]
     if max(p + o for p, o in zip(prompts, outs, strict=True)) > blocks * 16:
         return
     groups = [g for _, _, g in spec]
     r = reqs(np.arange(len(spec)) * 0.003, prompts, outs, groups, [shared] * len(spec))
-    rec = run(r, blocks=blocks, seqs=3, tokens=32)
+    rec = run(r, blocks=blocks, seqs=3, tokens=128, policy=POLICIES[pol])
     assert np.all(rec.finished_at_s >= rec.first_token_at_s)
     assert int(rec.step_kv_blocks.max()) <= blocks
     assert rec.prefix_hit_tokens <= sum(max(p - 1, 0) for p in prompts) * (1 + rec.preemptions)
