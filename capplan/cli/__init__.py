@@ -108,7 +108,16 @@ def _set_limits(ctx: click.Context, param: click.Parameter, value: tuple[str, ..
                    "file_bytes); see "
                    "docs/reliability.md.")
 def cli() -> None:
-    """capplan: which GPUs, how many, with which engine settings, for your LLM traffic."""
+    """capplan: which GPUs, how many, with which engine settings, for your LLM traffic.
+
+    \b
+    Exit codes:
+      0    an answer; an UNSTABLE latency verdict is one too (overload is an answer: the
+           output gives the rate one replica sustains instead of latencies)
+      1    an internal error (a bug: please report it)
+      2    bad input, or SLOs no configuration meets (one line, with the nearest miss)
+      130  interrupted (Ctrl-C); 143 terminated (SIGTERM); nothing half-written is left
+    """
 
 
 def _register() -> None:

@@ -94,7 +94,7 @@ def render_disagg(d: dict[str, Any]) -> str:
 PLAN_COLUMNS = [
     Column("rank", "#"), Column("gpu", "GPU"), Column("tp", "TP"),
     Column("replicas", "replicas"), Column("gpus_total", "GPUs"),
-    Column("weight_dtype", "weights"), Column("kv_dtype", "KV"),
+    Column("weight_dtype_resolved", "weights"), Column("kv_dtype_resolved", "KV"),
     Column("max_num_seqs", "max\nseqs"), Column("max_num_batched_tokens", "chunk\n(tok)"),
     Column("ttft_p99", "TTFT p99\n(ms)", ms, ".0f"), Column("tbt_p99", "TBT p99\n(ms)", ms,
                                                                ".1f"),

@@ -120,6 +120,17 @@ def search_space(cat: Catalog, plan: PlanFile, model: ModelSpec, t: Traffic,
         calibration=plan.calibration)
 
 
+def _finish(r: Recommendation, i: int, model: ModelSpec, t: Traffic) -> Recommendation:
+    """Rank, launch lines (each engine's memory fraction from the planned memory) and what
+    `auto` dtypes mean for this checkpoint."""
+    mem = memory_report(model, r.candidate.gpu, r.candidate.settings)
+    kvd = r.candidate.settings.kv_dtype
+    kv_label = kvd if kvd != "auto" else ("fp8" if mem.kv_dtype_bytes == 1 else
+                                          "fp16" if model.torch_dtype == "fp16" else "bf16")
+    return r.with_(rank=i + 1, engine_flags=engine_flags(model, r.settings_dict(), t, mem),
+                   resolved_dtypes=(mem.weight_dtype, kv_label))
+
+
 def _queue_model(c: Candidate, t: Traffic) -> QueueModel:
     s = c.settings
     return QueueModel(c.step, t.inp, t.out,
@@ -357,10 +368,7 @@ def _plan_pool(cat: Catalog, plan: PlanFile, resolved: ResolvedModel, lanes: lis
     ranked = _explain(ranked)
     warnings += _warnings(ranked[0], _queue_model(ranked[0].candidate, t).ctx_mean)
     warnings += _default_lengths(lanes)
-    ranked = [r.with_(rank=i + 1, engine_flags=engine_flags(
-        model, r.settings_dict(), t,
-        memory_report(model, r.candidate.gpu, r.candidate.settings)))
-        for i, r in enumerate(ranked)]
+    ranked = [_finish(r, i, model, t) for i, r in enumerate(ranked)]
     return PlanResult(
         model=model.key, hf_id=model.hf_id, objective=plan.objective, headroom=plan.headroom,
         target_rate_per_s=t.rate_per_s, lanes=list(lanes),

@@ -85,6 +85,8 @@ class Recommendation:
     engine_flags: dict[str, str] = field(default_factory=dict)
     calibration: str = ""
     rank: int = 0
+    resolved_dtypes: tuple[str, str] = ("", "")
+    """What `auto` weight and KV dtypes mean for this checkpoint (from the memory model)."""
 
     @property
     def replicas(self) -> int:
@@ -131,6 +133,9 @@ class Recommendation:
             "gpus_total": self.gpus_total, "max_num_seqs": s.max_num_seqs,
             "max_num_batched_tokens": s.max_num_batched_tokens,
             "weight_dtype": s.weight_dtype, "kv_dtype": s.kv_dtype,
+            "weight_dtype_resolved": self.resolved_dtypes[0] or s.weight_dtype,
+            "kv_dtype_resolved": self.resolved_dtypes[1] or s.kv_dtype,
+            "engine": s.engine,
             "max_model_len": s.max_model_len, "gpu_memory_utilization": s.gpu_memory_utilization,
             "predicted": self.predicted.to_dict(),
             "capacity_per_replica_rps": c.max_rate_per_s,

@@ -108,3 +108,22 @@ def test_catalog_dir_negative_number(run_cli, tmp_path, catalog):
     res = run_cli("gpus", "--catalog-dir", str(tmp_path))
     assert_one_line_error(res, "memory_mib")
     assert str(bad) in res.stderr
+
+
+def test_help_says_what_each_exit_code_means(run_cli):
+    # issue 15: UNSTABLE exits 0 on purpose (overload is an answer); --help says so
+    res = run_cli("--help")
+    assert res.exit_code == 0
+    for code in ("0 ", "1 ", "2 ", "130"):
+        assert f"  {code}" in res.stdout
+    assert "UNSTABLE" in res.stdout
+
+
+def test_unstable_latency_is_an_answer_with_exit_0(run_cli):
+    res = run_cli("latency", "--model", "llama-3.1-8b", "--gpu", "l40s", "--rate", "500",
+                  "--input-len", "2048", "--output-len", "256", "--format", "json")
+    assert res.exit_code == 0, res.stderr
+    import json
+
+    d = json.loads(res.stdout)
+    assert d["stable"] is False and d["capacity_requests_per_s"] < 500
