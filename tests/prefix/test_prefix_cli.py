@@ -95,3 +95,16 @@ def test_mooncake_hash_ids_give_the_hits(run_cli, tmp_path):
     lat = run_cli("latency", "--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--trace",
                   str(trace), "--format", "json").json()
     assert lat["cached_tokens_per_request"] == 512
+
+
+def test_multi_turn_analytic_hits_match_the_simulator(run_cli):
+    # 4 turns of 300-token messages and 100-token answers: prompts 300, 700, 1100, 1500; the
+    # history cached before turn k is 400 (k - 1) - 1 tokens, in blocks: 0, 384, 784, 1184,
+    # mean 588 per request (think time 10 s: far below how long a freed block survives)
+    base = ("--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--rate", "20", "--input-len",
+            "300", "--output-len", "100", "--turns", "4", "--think-time", "10",
+            "--format", "json")
+    lat = run_cli("latency", *base).json()
+    assert lat["cached_tokens_per_request"] == 588
+    sim = run_cli("simulate", *base, "--requests", "400").json()
+    assert sim["prefix_hit_tokens"] / 400 == 588
