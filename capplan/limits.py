@@ -114,6 +114,14 @@ FRACTION = Bound("fraction", 0.0, 1.0, lo_open=True, reason="a fraction of the G
 HEADROOM = Bound("headroom", 0.0, 10.0, reason="at most 11x the offered rate")
 PRICE_PER_HOUR = Bound("price (USD per GPU-hour)", 0.0, 10_000.0, lo_open=True,
                        reason="no GPU rents for more than $10,000 an hour")
+SHARE_FRAC = Bound("fraction of requests", 0.0, 1.0,
+                   reason="a share of the requests: 0 (none) to 1 (all)")
+HIT_RATE = Bound("prefix hit rate", 0.0, 1.0,
+                 reason="a fraction of the prompt tokens: 0 to 1")
+TURNS = Bound("turns per session", 1, 1000, integer=True,
+              reason="a thousand turns resend a history longer than any context")
+THINK_S = Bound("think time (s)", 0.0, 86_400.0,
+                reason="a day between turns is a new session, not a cached history")
 REQUESTS = Bound("requests", 1, GIGA, integer=True,
                  reason="a billion requests; the sim_requests cap bounds what one run does")
 

@@ -17,6 +17,7 @@ from capplan.cli._options import (
     format_option,
     model_gpu_options,
 )
+from capplan.cli._prefix import pop_prefix_spec, prefix_options
 from capplan.cli._render import emit, to_json
 from capplan.cli._tables import latency_table, resolved_dtypes, sweep_table
 from capplan.plan.load import analytic_latency, load_spec_from_options
@@ -62,6 +63,7 @@ class ListOf(click.ParamType):
 @click.option("--warmup-prompts", type=click.IntRange(min=0), default=0, show_default=True,
               help="Closed loop: warm-up requests sent first and not measured (>= concurrency "
                    "leaves only the steady state).")
+@prefix_options
 @engine_options
 @format_option
 @catalog_option
@@ -72,6 +74,7 @@ def latency_cmd(model: str, gpu: str, rate: list[float] | None, concurrency: lis
     """Analytic TTFT / TBT / E2E percentiles and throughput under load (milliseconds).
 
     A list of rates or concurrencies prints one row per level (JSON: a list)."""
+    prefix = pop_prefix_spec(kw)
     dep = deployment_from_options(catalog_dir, model, gpu, kw)
     levels: list[Any] = list(rate or concurrency or [None])
     results = []
@@ -79,7 +82,9 @@ def latency_cmd(model: str, gpu: str, rate: list[float] | None, concurrency: lis
         load = load_spec_from_options(level if rate else None, level if concurrency else None,
                                       trace, input_len, output_len, burstiness,
                                       dep.model.context_len(dep.settings.max_model_len),
-                                      num_prompts, warmup_prompts, time_unit=time_unit)
+                                      num_prompts, warmup_prompts, time_unit=time_unit,
+                                      prefix=prefix,
+                                      cache=(dep.memory.block_size, dep.memory.kv_cache_tokens))
         results.append({**analytic_latency(dep, load), **resolved_dtypes(dep)})
     if len(results) > 1:
         emit(to_json(results) if fmt == "json" else

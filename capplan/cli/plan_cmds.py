@@ -27,6 +27,7 @@ from capplan.cli._options import (
     catalog_option,
     format_option,
 )
+from capplan.cli._prefix import pop_prefix_spec, prefix_options
 from capplan.cli._render import Column, emit, render_rows, to_json
 from capplan.errors import InputError
 from capplan.models.engine import ENGINES
@@ -71,6 +72,32 @@ def _finish(plan: PlanResult, fmt: str, exports: list[Path], plot_dir: str | Non
         emit(render_rows(_plan_rows(result), PLAN_COLUMNS, fmt))
         return
     emit(render_plan(result, fmt))
+    if result.get("disaggregated"):
+        emit(render_disagg(result["disaggregated"]))
+
+
+def render_disagg(d: dict[str, Any]) -> str:
+    """The disaggregated layout beside the aggregated table: both pools, ratio, transfer,
+    verdict, launch lines."""
+    lines = ["", "disaggregated prefill/decode:"]
+    for role in ("prefill", "decode"):
+        p = d.get(role)
+        if p:
+            lines.append(f"  {role:<8} {p['replicas']} x {p['gpu']} TP {p['tp']} "
+                         f"({p['gpus_total']} GPUs), {p['rate_per_replica_per_s']:.3g} req/s per "
+                         f"replica, TTFT p99 share {p['ttft_p99_s'] * 1e3:.0f} ms")
+    if d.get("prefill"):
+        lines.append(f"  ratio {d['ratio']} (prefill:decode); KV transfer "
+                     f"{d['kv_transfer_s']['mean'] * 1e3:.2f} ms mean, "
+                     f"{d['kv_transfer_s']['p99'] * 1e3:.2f} ms p99 over {d['kv_link']}")
+        lines.append(f"  TTFT p99 {d['ttft_p99_s'] * 1e3:.0f} ms (prefill + transfer + decode "
+                     f"admission), TBT p99 {d['tbt_p99_s'] * 1e3:.1f} ms")
+    lines += textwrap.wrap(d["verdict"], 118, initial_indent="  ", subsequent_indent="  ")
+    labels = {"vllm": "vLLM", "sglang": "SGLang"}
+    for key, line in (d.get("launch") or {}).items():  # launch lines stay whole, as above
+        engine, _, role = key.partition("_")
+        lines.append(f"{labels.get(engine, engine)} {role}: {line}")
+    return "\n".join(lines)
 
 
 PLAN_COLUMNS = [
@@ -211,6 +238,9 @@ def _exports(paths: tuple[str, ...] | list[str], base: Path | None = None) -> li
 @click.option("--export", "exports", multiple=True, help="Write .csv/.json/.md/.xlsx.")
 @click.option("--plot", "plot_dir", default=None, help="Write PNG/SVG charts to this folder.")
 @JOBS_OPTION
+@prefix_options
+@click.option("--disagg/--no-disagg", default=True, show_default=True,
+              help="Also size a disaggregated prefill/decode layout and say which wins.")
 @format_option
 @catalog_option
 def recommend_cmd(model: str, rate: float, input_len: str, output_len: str,
@@ -224,7 +254,8 @@ def recommend_cmd(model: str, rate: float, input_len: str, output_len: str,
                   objective: str, verify_top: int, allow_near_floor: bool,
                   exports: tuple[str, ...],
                   plot_dir: str | None, jobs: int | None, fmt: str,
-                  catalog_dir: tuple[str, ...]) -> None:
+                  catalog_dir: tuple[str, ...], disagg: bool = True,
+                  **prefix_kw: Any) -> None:
     """GPU type, count and engine settings for a rate and latency SLOs."""
     from capplan.plan.planner import run_plan
 
@@ -244,6 +275,11 @@ def recommend_cmd(model: str, rate: float, input_len: str, output_len: str,
     for key, value in (("input_len", input_len), ("output_len", output_len)):
         if ctx.get_parameter_source(key) is not ParameterSource.DEFAULT:  # defaults: the plan's
             lane[key] = value
+    spec = pop_prefix_spec(prefix_kw)
+    if spec is not None:
+        lane["prefix"] = ({"shared_tokens": spec.shared_tokens, "share": spec.share_frac}
+                          if spec.shared_tokens else {"turns": spec.turns, "think_s": spec.think_s}
+                          if spec.turns > 1 else {"hit_rate": spec.hit_rate})
     plan = PlanFile.model_validate({
         "model": model,
         "candidates": {"gpus": list(gpus) or None, "tp": tps, "prices": price_map,
@@ -258,7 +294,8 @@ def recommend_cmd(model: str, rate: float, input_len: str, output_len: str,
         "objective": objective, "headroom": headroom, "verify": {"top": verify_top},
         "allow_near_floor": allow_near_floor,
     })
-    result = run_plan(load_catalog(catalog_dir), plan, _verifier(verify_top > 0, jobs))
+    result = run_plan(load_catalog(catalog_dir), plan, _verifier(verify_top > 0, jobs),
+                      disagg=disagg)
     _finish(result, fmt, out_paths, plot_dir)
 
 

@@ -22,6 +22,7 @@ from capplan.cli._options import (
     format_option,
     model_gpu_options,
 )
+from capplan.cli._prefix import pop_prefix_spec, prefix_options
 from capplan.cli._render import Column, emit, render_rows, to_json
 from capplan.cli._tables import dtype_text, resolved_dtypes
 from capplan.units import MS_S
@@ -52,6 +53,9 @@ def _rows(results: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
         ("KV peak utilization (%)", lambda d: 100 * d["kv_peak_utilization"]),
         ("makespan (s)", lambda d: d["makespan_s"]),
     ]
+    if any("prefix_hit_frac" in d for d in results.values()):
+        spec.append(("prefix cache hits (% of prompt tokens)",
+                     lambda d: 100 * d.get("prefix_hit_frac", 0.0)))
     return [{"q": label, **{name: f(d) for name, d in results.items()}} for label, f in spec]
 
 
@@ -85,6 +89,7 @@ def _rows(results: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
               show_default=True,
               help="Simulator implementation: fast (same results, faster) or the reference; "
                    "auto takes fast whenever it supports the run.")
+@prefix_options
 @engine_options
 @format_option
 @catalog_option
@@ -98,6 +103,7 @@ def simulate_cmd(model: str, gpu: str, rate: float | None, concurrency: int | No
     from capplan.plan.simulation import parse_schedulers, run_simulation
 
     names = parse_schedulers(scheduler)
+    prefix = pop_prefix_spec(kw)
     load = {k: kw.pop(k) for k in ("burstiness", "input_len", "output_len", "num_requests",
                                    "time_unit")}
     dep = deployment_from_options(catalog_dir, model, gpu, kw)
@@ -123,7 +129,7 @@ def simulate_cmd(model: str, gpu: str, rate: float | None, concurrency: int | No
                          seed=seed, schedulers=names, batch_size=batch_size,
                          batch_timeout_s=batch_timeout,
                          chunked_prefill=not no_chunked_prefill, progress=progress,
-                         time_unit=load["time_unit"], sim_engine=sim_engine)
+                         time_unit=load["time_unit"], sim_engine=sim_engine, prefix=prefix)
     for note in run["notes"]:
         click.echo(f"note: {note}", err=True)
     results, head = run["results"], run["head"]

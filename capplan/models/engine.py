@@ -54,6 +54,11 @@ class SchedulerPolicy:
     (TensorRT-LLM's GUARANTEED_NO_EVICT); SGLang reserves a decaying new_token_ratio."""
     preemption: bool = True
     """Whether a running sequence can be preempted when KV runs out (recompute)."""
+    prefix_caching: bool = True
+    """Automatic prefix caching on by default: vLLM V1 (`enable_prefix_caching` defaults to
+    True since 0.8, vllm/config/cache.py), SGLang (RadixAttention unless
+    --disable-radix-cache), TensorRT-LLM (KvCacheConfig.enable_block_reuse True). The
+    simulator and the queueing model apply a workload's prefix sharing only when it is on."""
 
 
 @dataclass(frozen=True)

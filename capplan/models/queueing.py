@@ -33,6 +33,7 @@ from scipy import special
 
 from capplan.models.engine import SchedulerPolicy
 from capplan.models.perf import StepModel
+from capplan.models.prefix import PrefixCache
 
 QUANTILES = {"p50": 0.50, "p90": 0.90, "p99": 0.99}
 Z99 = 2.3263478740408408
@@ -446,14 +447,24 @@ class QueueModel:
     """Analytic steady state of one replica for given lengths and limits."""
 
     def __init__(self, step: StepModel, inp: LengthStats, out: LengthStats, limits: Limits,
-                 arrival_scv: float = 1.0, policy: SchedulerPolicy | None = None):
+                 arrival_scv: float = 1.0, policy: SchedulerPolicy | None = None,
+                 prefix: PrefixCache | None = None):
         """arrival_scv: squared coefficient of variation of inter-arrival times (1 = Poisson;
         gamma arrivals with burstiness k have 1/k), used in Kingman's G/G correction.
         policy: the engine profile's scheduler (default vLLM's): prefill-first steps stall the
         decoders, whole-prompt engines take a prompt in one step, and an output reservation
-        lowers the KV concurrency cap (docs/engines.md)."""
+        lowers the KV concurrency cap (docs/engines.md).
+        prefix: automatic prefix caching (models/prefix.py, docs/prefix_caching.md): prompts
+        compute only their uncached tokens (`self.pf`), attention still reads the cached ones,
+        and blocks shared between running requests are held once."""
         self.step, self.inp, self.out, self.limits = step, inp, out, limits
         self.policy = policy or SchedulerPolicy()
+        self.prefix = prefix if (prefix is not None and prefix.active
+                                 and self.policy.prefix_caching) else PrefixCache()
+        self.cached = self.prefix.cached_tokens_mean
+        self.pf = (LengthStats.from_samples(self.prefix.prefill_tokens) if self.prefix.active
+                   else inp)
+        """Prompt tokens each request computes (all of them without a cache hit)."""
         self.ca2 = float(arrival_scv)
         self.dec_tokens = max(out.mean - 1.0, 0.0)
         # Time-averaged context of a decoding sequence, lengths independent:
@@ -469,9 +480,10 @@ class QueueModel:
         # An engine reserving a fraction r of the output at admission holds at least I + r O:
         # mean I + O (1 + r) / 2 (TensorRT-LLM's GUARANTEED_NO_EVICT: r = 1, I + O).
         r = min(max(self.policy.reserve_output_frac, 0.0), 1.0)
-        mu = max(inp.mean + out.mean * (1 + r) / 2, 1.0)
+        # Blocks shared with other running requests are held once (vLLM block_pool.touch).
+        mu = max(inp.mean + out.mean * (1 + r) / 2 - self.prefix.shared_kv_tokens_per_seq, 1.0)
         sigma = math.sqrt(inp.var + out.var / 4 + out.mean_sq / 12)
-        kv = np.asarray(limits.kv_cache_tokens, float)
+        kv = np.asarray(limits.kv_cache_tokens, float) - self.prefix.resident_kv_tokens
         z = Z99
         root = (-z * sigma + np.sqrt(z * z * sigma * sigma + 4 * mu * np.maximum(kv, 0.0))) / (
             2 * mu)
@@ -489,7 +501,7 @@ class QueueModel:
     def _mixed(self, b: np.ndarray, chunk: np.ndarray) -> np.ndarray:
         """A step with b decode sequences and one prefill chunk of `chunk` tokens (mean prefix);
         a prefill-first engine runs the chunk alone (the decoders wait)."""
-        prefix = np.maximum(self.inp.mean - chunk, 0.0) / 2
+        prefix = self.cached + np.maximum(self.pf.mean - chunk, 0.0) / 2
         if self.policy.prefill_first:
             b = np.zeros_like(np.asarray(b, float))
         return self.step.prefill_chunk(chunk, prefix, num_decode=b,
@@ -504,7 +516,7 @@ class QueueModel:
     def _n_chunks(self, budget: np.ndarray) -> np.ndarray:
         if not self.policy.chunked_prefill:  # whole prompts: one step each
             return np.ones_like(np.asarray(budget, float))
-        per_budget = self.inp.mean / budget
+        per_budget = self.pf.mean / budget
         return np.maximum(1.0, per_budget + 0.5 * np.minimum(1.0, per_budget))
 
     def _mean_step(self, lam: np.ndarray, tau: np.ndarray) -> dict[str, np.ndarray]:
@@ -523,12 +535,12 @@ class QueueModel:
             budget = self._chunk_budget(b)
             n = self._n_chunks(budget)
             f = 1.0 - np.exp(-lam * tau * n)
-        p_bar = lam * self.inp.mean * tau
+        p_bar = lam * self.pf.mean * tau
         chunk = np.clip(p_bar / np.maximum(f, 1e-12), 1.0, budget)
         t_dec = self._decode(b)
         t_pf = self._mixed(b, chunk)
         if not self.policy.chunked_prefill:  # a whole prompt per prefill step
-            chunk = np.maximum(chunk, np.minimum(self.inp.mean, budget))
+            chunk = np.maximum(chunk, np.minimum(self.pf.mean, budget))
         mean = (1 - f) * t_dec + f * t_pf
         return {"tau": mean, "b": b, "f": f, "t_dec": t_dec, "t_pf": t_pf, "budget": budget,
                 "chunk": chunk, "n": n}
@@ -656,7 +668,7 @@ class QueueModel:
         tau, exists = self._fixed_point(lam)
         s = self._mean_step(lam, tau)
         b, budget, t_dec, t_pf = s["b"], s["budget"], s["t_dec"], s["t_pf"]
-        inp, out = self.inp, self.out
+        inp, out = self.pf, self.out  # prefill work: the uncached prompt tokens
         # Own prefill: one mixed step when the prompt fits the budget, else full chunks.
         t_full = self._mixed(b, budget)
 
@@ -718,19 +730,21 @@ class QueueModel:
         ttft["mean"] = ttft["mean"] + shared_mean
         e2e["mean"] = e2e["mean"] + shared_mean
         running = b + lam * own_mean
-        kv_used = b * self.ctx_mean + lam * own_mean * inp.mean
+        kv_used = b * self.ctx_mean + lam * own_mean * self.inp.mean
         b_p99 = b + Z99 * np.sqrt(b)  # normal approximation of the Poisson p99
         kv_cap = np.maximum(np.asarray(self.limits.kv_cache_tokens, float), 1.0)
         res.update({
             "ttft_s": ttft, "tbt_s": tbt, "e2e_s": e2e,
             "requests_per_s": lam, "output_tokens_per_s": lam * out.mean,
-            "input_tokens_per_s": lam * inp.mean, "mean_running_batch": running,
+            "input_tokens_per_s": lam * self.inp.mean, "mean_running_batch": running,
             "preemptions": np.zeros_like(lam),
             "kv_mean_utilization": kv_used / kv_cap,
             "kv_peak_utilization": np.minimum(b_p99 * self.ctx_mean / kv_cap + (
-                lam * own_mean * inp.mean) / kv_cap, 1.0),
+                lam * own_mean * self.inp.mean) / kv_cap, 1.0),
             "concurrency_cap": c, "prefill_utilization": rho_p, "slot_utilization": a / c,
         })
+        if self.prefix.active:
+            res["cached_tokens_per_request"] = np.full_like(lam, self.cached)
         for key in ("ttft_s", "tbt_s", "e2e_s"):
             res[key] = {k: np.where(stable, v, np.inf) for k, v in res[key].items()}
         return res
@@ -744,13 +758,13 @@ class QueueModel:
             s = self._mean_step(lam, tau)
             b, budget = s["b"], s["budget"]
             t_full = self._mixed(b, budget)
-            rho_p = lam * self.inp.mean * t_full / budget
-            own_mean = np.where(self.inp.mean <= budget,
-                                self._mixed(b, np.minimum(self.inp.mean, budget)),
-                                self.inp.mean / budget * t_full)
+            pf = self.pf.mean
+            rho_p = lam * pf * t_full / budget
+            own_mean = np.where(pf <= budget, self._mixed(b, np.minimum(pf, budget)),
+                                pf / budget * t_full)
             a = lam * (own_mean + self.dec_tokens * tau)
             return exists & (rho_p < 1) & (a < np.maximum(self.cap, 1.0)) & (
-                lam * self.inp.mean * tau < budget)
+                lam * pf * tau < budget)
 
     def capacity_rate(self) -> np.ndarray:
         """Largest stable arrival rate (requests/s), by bisection on the stability test."""
@@ -759,9 +773,9 @@ class QueueModel:
         # prompts go no faster than full-budget prefill chunks.
         one = self._decode(np.ones_like(lo))
         full = self._mixed(np.zeros_like(lo), self.mnbt)
-        per_req = max(self.inp.mean + self.dec_tokens, 1.0)
+        per_req = max(self.pf.mean + self.dec_tokens, 1.0)
         hi = np.minimum(self.mnbt / np.maximum(one, 1e-9) / per_req,
-                        self.mnbt / np.maximum(full, 1e-9) / max(self.inp.mean, 1.0))
+                        self.mnbt / np.maximum(full, 1e-9) / max(self.pf.mean, 1.0))
         hi = np.broadcast_to(hi * 1.05, lo.shape).copy()
         for _ in range(13):
             mid = 0.5 * (lo + hi)

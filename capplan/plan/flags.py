@@ -94,8 +94,12 @@ def engine_flags(model: ModelSpec, r: dict[str, Any], traffic: Any,
     if kvd == "fp8":
         t.append("--extra_llm_api_options kv_fp8.yaml  # kv_cache_config: {dtype: fp8}")
     n = max(200, math.ceil(r["per_replica_rate_per_s"] * 300))
+    # A prefix every request shares: vllm bench's random dataset prepends --random-prefix-len
+    # tokens to each --random-input-len prompt (benchmarks/datasets.py RandomDataset).
+    common = getattr(getattr(traffic, "prefix", None), "common_prefix_tokens", 0)
     bench = (f"vllm bench serve --model {hf} --dataset-name random "
-             f"--random-input-len {round(traffic.inp.mean)} "
+             + (f"--random-prefix-len {common} " if common else "")
+             + f"--random-input-len {round(traffic.inp.mean) - common} "
              f"--random-output-len {round(traffic.out.mean)} "
              f"--request-rate {r['per_replica_rate_per_s']:.3g} --num-prompts {n} "
              "--percentile-metrics ttft,tpot,itl,e2el --metric-percentiles 50,90,99")

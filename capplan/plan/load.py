@@ -17,9 +17,10 @@ from capplan.models.closed_loop import (
     closed_loop_latency,
 )
 from capplan.models.perf import BOUNDS
+from capplan.models.prefix import PrefixCache, PrefixSpec
 from capplan.models.queueing import LengthStats, Limits, QueueModel, summarize
 from capplan.plan.deployment import Deployment
-from capplan.plan.lengths import clipped, length_stats, sample_lengths
+from capplan.plan.lengths import clipped, length_stats
 
 
 @dataclass(frozen=True)
@@ -34,6 +35,8 @@ class LoadSpec:
     """Closed loop: requests the benchmark sends and averages over (vllm bench serve's
     --num-prompts; default 1000)."""
     warmup_prompts: int = 0
+    prefix: PrefixCache = PrefixCache()
+    """What automatic prefix caching saves (models/prefix.py); none by default."""
 
 
 def require_one_load(rate: float | None, concurrency: int | None, trace: str | None) -> None:
@@ -51,8 +54,16 @@ def require_one_load(rate: float | None, concurrency: int | None, trace: str | N
 def load_spec_from_options(rate: float | None, concurrency: int | None, trace: str | None,
                            input_len: str, output_len: str, burstiness: float = 1.0,
                            max_model_len: int | None = None, num_prompts: int | None = None,
-                           warmup_prompts: int = 0, time_unit: str = "auto") -> LoadSpec:
+                           warmup_prompts: int = 0, time_unit: str = "auto",
+                           prefix: PrefixSpec | None = None,
+                           cache: tuple[int, float] | None = None) -> LoadSpec:
+    """`prefix`: the lane's sharing; `cache`: (block size, KV cache tokens) of the deployment,
+    for the cache's block granularity and how long freed blocks survive."""
     require_one_load(rate, concurrency, trace)
+    if concurrency is not None and prefix is not None and prefix.active:
+        raise InputError("prefix sharing is modelled for open-loop rates (--rate); the analytic "
+                         "closed loop does not take it: use `capplan simulate --concurrency`")
+    block_size, kv_tokens = cache or (16, None)
     if trace is not None:
         from capplan.sim.workload import load_trace
 
@@ -63,19 +74,31 @@ def load_spec_from_options(rate: float | None, concurrency: int | None, trace: s
             raise InputError(f"{trace}: needs at least two requests at different times")
         gaps = np.diff(np.sort(arrivals))
         scv = float(gaps.var() / max(gaps.mean() ** 2, 1e-12))
-        i_st, o_st = length_stats(*clipped(np.asarray(t.input_tokens, float),
-                                           np.asarray(t.output_tokens, float), max_model_len))
-        return LoadSpec((len(arrivals) - 1) / span, None, i_st, o_st, scv, f"trace {t.note}")
-    i_st, o_st = length_stats(*sample_lengths(input_len, output_len, max_model_len))
+        inp, out = clipped(np.asarray(t.input_tokens, float), np.asarray(t.output_tokens, float),
+                           max_model_len)
+        i_st, o_st = length_stats(inp, out)
+        pc = PrefixCache()
+        if t.has_prefix:  # Mooncake hash_ids: the hits an unbounded cache would give
+            from capplan.sim.workload import trace_prefix_hits
+
+            hits = np.minimum(trace_prefix_hits(t, block_size), np.maximum(inp - 1, 0))
+            pc = PrefixCache(float(hits.mean()), tuple((inp - hits).tolist()))
+        return LoadSpec((len(arrivals) - 1) / span, None, i_st, o_st, scv, f"trace {t.note}",
+                        prefix=pc)
+    from capplan.plan.prefix import lane_lengths
+
+    inp, out, pc = lane_lengths(prefix, input_len, output_len, max_model_len, block_size,
+                                rate, kv_tokens)
+    i_st, o_st = length_stats(inp, out)
     return LoadSpec(rate, concurrency, i_st, o_st, 1.0 / burstiness,
-                    num_prompts=num_prompts, warmup_prompts=warmup_prompts)
+                    num_prompts=num_prompts, warmup_prompts=warmup_prompts, prefix=pc)
 
 
 def queue_model(dep: Deployment, load: LoadSpec) -> QueueModel:
     s = dep.settings
     limits = Limits(s.max_num_seqs, s.max_num_batched_tokens, dep.memory.kv_cache_tokens)
     return QueueModel(dep.step, load.input_stats, load.output_stats, limits, load.arrival_scv,
-                      dep.profile.scheduler)
+                      dep.profile.scheduler, load.prefix)
 
 
 def analytic_latency(dep: Deployment, load: LoadSpec) -> dict[str, Any]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
+from typing import Any
 
 import numpy as np
 
@@ -19,9 +20,10 @@ from capplan.catalog.schema import ModelSpec
 from capplan.errors import InfeasibleError, InputError
 from capplan.models.memory import memory_report
 from capplan.models.perf import knee_batch
+from capplan.models.prefix import PrefixCache
 from capplan.models.queueing import Limits, QueueModel, summarize
 from capplan.plan.flags import engine_flags
-from capplan.plan.lengths import pooled_stats
+from capplan.plan.lengths import length_stats, pooled_stats
 from capplan.plan.result import (
     Curve,
     CurvePoint,
@@ -67,12 +69,21 @@ def traffic_for(lanes: Sequence[Lane], max_model_len: int | None = None) -> Traf
     """Pool lanes: lengths mixed in proportion to rates; the strictest SLO of each kind.
     Prompts are cut so that prompt + output fit max_model_len, as vLLM requires."""
     total = sum(lane.rate_per_s for lane in lanes)
-    inp, out = pooled_stats([(ln.rate_per_s, ln.input_len, ln.output_len) for ln in lanes],
-                            max_model_len)
     scv = sum(lane.rate_per_s / total / lane.burstiness for lane in lanes)
+    if any(ln.prefix is not None for ln in lanes):
+        from capplan.plan.prefix import pooled_prefix
+
+        i_s, o_s, pc = pooled_prefix([(ln.rate_per_s, ln.prefix.spec() if ln.prefix else None,
+                                       ln.input_len, ln.output_len) for ln in lanes],
+                                     max_model_len)
+        inp, out = length_stats(i_s, o_s)
+    else:
+        inp, out = pooled_stats([(ln.rate_per_s, ln.input_len, ln.output_len) for ln in lanes],
+                                max_model_len)
+        pc = PrefixCache()
     return Traffic(total, inp, out, scv, SloSet.strictest(SloSet.of(ln.slo) for ln in lanes),
                    tuple(lane.name for lane in lanes),
-                   priority_scheduling=len({ln.priority for ln in lanes}) > 1)
+                   priority_scheduling=len({ln.priority for ln in lanes}) > 1, prefix=pc)
 
 
 def _as_tuple(v: list[int] | int | None, default: tuple[int, ...]) -> tuple[int, ...]:
@@ -124,7 +135,7 @@ def _queue_model(c: Candidate, t: Traffic) -> QueueModel:
     s = c.settings
     return QueueModel(c.step, t.inp, t.out,
                       Limits(s.max_num_seqs, s.max_num_batched_tokens, c.kv_cache_tokens),
-                      t.arrival_scv, s.profile.scheduler)
+                      t.arrival_scv, s.profile.scheduler, t.prefix)
 
 
 def _recommendation(c: Candidate, found: SearchResult, t: Traffic) -> Recommendation:
@@ -183,9 +194,11 @@ def _warnings(r: Recommendation, ctx_mean: float) -> list[str]:
 
 
 def run_plan(cat: Catalog, plan: PlanFile, verify: VerifyFn | None = None,
-             progress: Callable[[int, int], object] | None = None) -> PlanResult:
+             progress: Callable[[int, int], object] | None = None,
+             disagg: bool = False) -> PlanResult:
     """Plan every pool layout asked for (see PlanResult.to_dict for the JSON);
-    `progress(done, total)` is called after each pool is planned."""
+    `progress(done, total)` is called after each pool is planned. `disagg`: also size a
+    disaggregated prefill/decode layout for the shared pool and say which wins."""
     resolved = cat.resolve_model(plan.model)
     lanes = list(plan.workloads)
     per_lane = len(lanes) > 1 and plan.pools in ("separate", "both")
@@ -206,7 +219,27 @@ def run_plan(cat: Catalog, plan: PlanFile, verify: VerifyFn | None = None,
                                               "for either lane)" if cheaper == "equal"
                                               else f"{cheaper} is cheaper"))
         result = replace(result, pools=pools, warnings=[*result.warnings, note])
+    if disagg:
+        result = replace(result, disaggregated=_disaggregated(cat, plan, resolved, lanes, result))
     return result
+
+
+def _disaggregated(cat: Catalog, plan: PlanFile, resolved: ResolvedModel, lanes: list[Lane],
+                   result: PlanResult) -> dict[str, Any]:
+    from capplan.plan.disagg import compare, plan_disaggregated
+
+    model = resolved.spec
+    t = traffic_for(lanes, model.context_len(plan.engine.max_model_len))
+    space = search_space(cat, plan, model, t, resolved.implied_weight_dtype)
+    # side by side: the GPU type of the aggregated recommendation (each pool picks its TP);
+    # every catalog GPU would cost ~0.2 s each
+    keys = {result.best.candidate.gpu.key}
+    space = replace(space, gpus=[g for g in space.gpus if g.key in keys])
+    d = plan_disaggregated(cat, model, space, t, plan.headroom, plan.model)
+    best = result.best
+    verdict = compare(best.gpus_total, best.cost_per_hour, best.candidate.binding_constraint, d)
+    return {**(d.to_dict() if d else {}), "verdict": verdict,
+            "winner": verdict.split(" wins")[0]}
 
 
 def _separate(cat: Catalog, plan: PlanFile, resolved: ResolvedModel, lane: Lane

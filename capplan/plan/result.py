@@ -229,7 +229,8 @@ def _lane_row(ln: Lane) -> dict[str, Any]:
     return {"name": ln.name, "rate_per_s": ln.rate_per_s, "input_len": str(ln.input_len),
             "output_len": str(ln.output_len), "ttft_p99_s": ln.slo.ttft_p99_s,
             "tbt_p99_s": ln.slo.tbt_p99_s, "e2e_p99_s": ln.slo.e2e_p99_s,
-            "priority": ln.priority, "arrival": ln.arrival, "burstiness": ln.burstiness}
+            "priority": ln.priority, "arrival": ln.arrival, "burstiness": ln.burstiness,
+            **({"prefix": ln.prefix.model_dump()} if getattr(ln, "prefix", None) else {})}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -275,6 +276,9 @@ class PlanResult:
     curves: list[Curve]
     warnings: list[str]
     pools: PoolComparison | None = None
+    disaggregated: dict[str, Any] | None = None
+    """The disaggregated layout searched beside the aggregated one (plan/disagg.py), with the
+    verdict; None when not asked for."""
 
     @property
     def best(self) -> Recommendation:
@@ -293,4 +297,6 @@ class PlanResult:
         }
         if self.pools is not None:
             out["pools"] = self.pools.to_dict()
+        if self.disaggregated is not None:
+            out["disaggregated"] = self.disaggregated
         return out

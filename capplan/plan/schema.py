@@ -67,6 +67,36 @@ class Slo(BaseModel):
         return _seconds(v)
 
 
+class Prefix(BaseModel):
+    """How a lane's prompts share content, for automatic prefix caching (one form):
+    a shared prefix (`shared_tokens` on a fraction `share` of requests), multi-turn sessions
+    (`turns`, `think_s` apart; the lane's input_len is each turn's new message), or an
+    explicit `hit_rate` (fraction of prompt tokens found cached). docs/prefix_caching.md."""
+
+    model_config = _STRICT
+    shared_tokens: L.TOKENS.field(integer=True) | None = None  # type: ignore[valid-type]
+    """Tokens at the start of the prompt (part of input_len) shared by `share` of requests."""
+    share: L.SHARE_FRAC.field() = 1.0  # type: ignore[valid-type]
+    turns: L.TURNS.field() | None = None  # type: ignore[valid-type]
+    think_s: L.THINK_S.field() = 0.0  # type: ignore[valid-type]
+    hit_rate: L.HIT_RATE.field() | None = None  # type: ignore[valid-type]
+
+    @model_validator(mode="after")
+    def _one_form(self) -> Prefix:
+        forms = [self.shared_tokens is not None, self.turns is not None,
+                 self.hit_rate is not None]
+        if sum(forms) != 1:
+            raise ValueError("give one of shared_tokens, turns or hit_rate")
+        return self
+
+    def spec(self) -> Any:
+        from capplan.models.prefix import PrefixSpec
+
+        return PrefixSpec(shared_tokens=self.shared_tokens or 0,
+                          share_frac=self.share if self.shared_tokens else 0.0,
+                          turns=self.turns or 1, think_s=self.think_s, hit_rate=self.hit_rate)
+
+
 class Lane(BaseModel):
     """One class of traffic with its own rate, lengths, SLOs and priority."""
 
@@ -83,6 +113,8 @@ class Lane(BaseModel):
     slo: Slo = Slo()
     priority: L.PRIORITY.field() = 0  # type: ignore[valid-type]
     """Lower is served first when lanes share a pool (vLLM priority scheduling)."""
+    prefix: Prefix | None = None
+    """Prompt content shared between requests (automatic prefix caching)."""
 
     @field_validator("input_len", "output_len", mode="before")
     @classmethod

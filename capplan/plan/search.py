@@ -24,6 +24,7 @@ from capplan.models.calibration import Calibration
 from capplan.models.engine import EngineSettings
 from capplan.models.memory import memory_report
 from capplan.models.perf import StepModel, build_step_model
+from capplan.models.prefix import PrefixCache
 from capplan.models.queueing import LengthStats, Limits, QueueModel
 from capplan.plan.deployment import EngineOptions, calibration_for, resolve_settings
 from capplan.plan.slo import SloSet
@@ -47,6 +48,8 @@ class Traffic:
     priority_scheduling: bool = False
     """Lanes of different priorities share the pool: the plan (and its simulation) assumes
     the engine serves lower priority values first."""
+    prefix: PrefixCache = PrefixCache()
+    """What automatic prefix caching saves on this traffic (none unless lanes share)."""
 
 
 @dataclass(frozen=True)
@@ -215,7 +218,7 @@ def analytic_search(groups: list[ConfigGroup], t: Traffic, headroom: float = 0.2
     chunk = np.asarray([[c[1] for c in g.combos] for g in groups], float)
     kv = np.asarray([g.kv_tokens for g in groups], float)
     policy = groups[0].settings.profile.scheduler if groups else None  # one engine per plan
-    qm = QueueModel(sm, t.inp, t.out, Limits(seqs, chunk, kv), t.arrival_scv, policy)
+    qm = QueueModel(sm, t.inp, t.out, Limits(seqs, chunk, kv), t.arrival_scv, policy, t.prefix)
     with np.errstate(all="ignore"):
         cap = qm.capacity_rate()
         lo, hi = np.zeros_like(cap), np.maximum(cap, 1e-9)

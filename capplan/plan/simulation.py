@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -11,9 +12,10 @@ import numpy as np
 from capplan import limits
 from capplan.errors import InputError
 from capplan.models.perf import BOUNDS
+from capplan.models.prefix import PrefixSpec
 from capplan.plan.deployment import Deployment
 from capplan.plan.load import require_one_load
-from capplan.sim import SCHEDULERS, engine_impl, run_scheduler
+from capplan.sim import SCHEDULERS, engine_impl, run_features, run_scheduler
 from capplan.sim.workload import Lane, Workload, load_trace, parse_length
 
 
@@ -49,7 +51,8 @@ def run_simulation(dep: Deployment, *, rate: float | None, concurrency: int | No
                    batch_size: int | None = None, batch_timeout_s: float = 0.05,
                    chunked_prefill: bool | None = None,
                    progress: Callable[[str, int, int], Any] | None = None,
-                   time_unit: str = "auto", sim_engine: str = "auto") -> dict[str, Any]:
+                   time_unit: str = "auto", sim_engine: str = "auto",
+                   prefix: PrefixSpec | None = None) -> dict[str, Any]:
     """{"head": run description and bound, "results": {scheduler: SimResult dict},
     "notes": [...]}. `progress(scheduler, done, total)` is called as requests finish.
     `chunked_prefill` None keeps the engine profile's choice; False forces whole prompts.
@@ -58,6 +61,8 @@ def run_simulation(dep: Deployment, *, rate: float | None, concurrency: int | No
     limits.SEED.check(seed, "seed")
     wl = workload_from_options(rate, concurrency, trace, input_len, output_len, burstiness,
                                requests, time_unit)
+    if prefix is not None and wl.trace is None:
+        wl = replace(wl, lanes=tuple(replace(ln, prefix=prefix) for ln in wl.lanes))
     s = dep.settings
     max_len = dep.memory.max_model_len
     reqs, clipped = wl.generate(np.random.default_rng(seed)).clip_to_context(max_len)
@@ -79,7 +84,8 @@ def run_simulation(dep: Deployment, *, rate: float | None, concurrency: int | No
                             request_overhead_s=overhead if concurrency is not None else 0.0,
                             progress=tick, sim_engine=sim_engine).to_dict()
         results[name] = {**add_request_overhead(res, overhead),
-                         "engine_impl": engine_impl(name, sim_engine)}
+                         "engine_impl": engine_impl(name, sim_engine,
+                                                    **run_features(s.profile.scheduler, reqs))}
     first = results[schedulers[0]]
     ctx = float(np.mean(reqs.input_tokens) + np.mean(reqs.output_tokens) / 2)
     bound = BOUNDS[int(dep.step.decode_step(max(first["mean_running_batch"], 1.0), ctx)

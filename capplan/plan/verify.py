@@ -45,7 +45,8 @@ def _sim_lanes(job: VerifyJob) -> tuple[SimLane, ...]:
     return tuple(
         SimLane(name=ln.name, rate_per_s=ln.rate_per_s / job.replicas, arrival=ln.arrival,
                 burstiness=ln.burstiness, input_len=parse_length(str(ln.input_len)),
-                output_len=parse_length(str(ln.output_len)), priority=ln.priority)
+                output_len=parse_length(str(ln.output_len)), priority=ln.priority,
+                **({"prefix": ln.prefix.spec()} if getattr(ln, "prefix", None) else {}))
         for ln in job.lanes)
 
 

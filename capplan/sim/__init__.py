@@ -26,6 +26,7 @@ SCHEDULERS = ("continuous", "static", "dynamic")
 
 __all__ = ["ENGINE_IMPLS", "SCHEDULERS", "BatchEngine", "ContinuousEngine", "FastEngine", "Lane",
            "LengthDist", "Requests", "RunRecord", "SimResult", "Workload", "engine_impl",
+           "run_features",
            "load_trace", "parse_length", "run_scheduler", "simulate"]
 
 
@@ -38,6 +39,12 @@ def engine_impl(scheduler: str, sim_engine: str = "auto", **features: Any) -> st
     if scheduler != "continuous" or sim_engine == "reference":
         return "reference"
     return "fast" if FastEngine.supports(**features) else "reference"
+
+
+def run_features(policy: SchedulerPolicy, reqs: Requests) -> dict[str, bool]:
+    """The extra features a run uses, for `engine_impl` (prefix caching runs only when the
+    policy has it on and the requests share content)."""
+    return {"prefix_caching": bool(policy.prefix_caching and getattr(reqs, "has_prefix", False))}
 
 
 def run_scheduler(step_model: Any, reqs: Requests, lanes: tuple[Lane, ...], *, scheduler: str,
@@ -62,7 +69,8 @@ def run_scheduler(step_model: Any, reqs: Requests, lanes: tuple[Lane, ...], *, s
         policy = replace(policy, chunked_prefill=enable_chunked_prefill)
     prio = np.array([ln.priority for ln in lanes] or [0], np.int64)
     if scheduler == "continuous":
-        cls = FastEngine if engine_impl(scheduler, sim_engine) == "fast" else ContinuousEngine
+        impl = engine_impl(scheduler, sim_engine, **run_features(policy, reqs))
+        cls = FastEngine if impl == "fast" else ContinuousEngine
         eng = cls(step_model, num_gpu_blocks, block_size, max_num_seqs, max_num_batched_tokens,
                   policy)
         return summarize(eng.run(reqs, prio, progress, request_overhead_s), lanes)

@@ -24,6 +24,18 @@ with a preemption admits no waiting request.
   finishes; a sequence allocates beyond its reservation only as its context outgrows it.
 - preemption False: the engine never preempts; it needs r = 1, and a sequence finding no free
   block is an internal error (assert), not a silent preemption.
+- prefix_caching True (vLLM V1's automatic prefix caching, `vllm/v1/core/kv_cache_manager.py`
+  and `block_pool.py`, v0.11-v0.19; docs/prefix_caching.md), for requests that carry shared
+  content (`Requests.block_keys`): on admission the longest chain of the prompt's full blocks
+  found in the cache is reused, capped at prompt - 1 tokens; those tokens are computed by no
+  step (attention still reads them). A full block is registered when the chunk that fills it
+  is scheduled (as vLLM's allocate_slots does), so later requests, even later in the same step,
+  hit it while it is in use (ref counts: a shared block is held once). Freed blocks
+  keep their key in the free queue, tail blocks first, and count as free; an allocation takes
+  a free block without a key first, then evicts the least recently freed cached one.
+  Difference from vLLM: vLLM hashes every full block (a unique one can only be hit by its own
+  request after a preemption) and pops its free queue strictly in order; here blocks without
+  shareable content carry no key and are reused before any cached block is evicted.
 
 Speed: per-sequence state is lazy (a decoder stores the decode step it started decoding from),
 sums are kept incrementally, finishes sit in a heap and block-boundary crossings in per-step
@@ -45,7 +57,7 @@ import math
 from bisect import bisect_left
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields
-from heapq import heappop, heappush
+from heapq import heapify, heappop, heappush
 from operator import attrgetter
 from typing import Any
 
@@ -176,6 +188,9 @@ class _Seq:
     arrival_step: int = -1
     """Closed loop: the step whose end sends it (-1: sent at t = 0)."""
     queue_key: tuple[int, float, int] = (0, 0.0, 0)
+    refs: tuple[int, ...] = ()
+    """Prefix caching: indices of its blocks that are shared cache entries (its hits, and the
+    full blocks it registered), released by ref count."""
 
     def restore(self, values: tuple) -> None:
         """Set every field from a `_seq_values(q)` tuple."""
@@ -234,6 +249,23 @@ class _State:
         self.next_arrival = 0
         """Requests that reached the waiting queue so far (in order)."""
         self.free_blocks = eng.total_blocks
+        self.pc = eng.policy.prefix_caching and reqs.has_prefix
+        """Prefix caching applies: the engine has it and the requests share content."""
+        self.keys: dict[int, list] = {}
+        """sequence -> its blocks' keys (Requests.block_keys), computed on first use"""
+        self.cached: dict = {}
+        """Free blocks that keep a key: key -> when it was freed (a stamp; vLLM's free queue
+        is in that order, least recently freed first)."""
+        self.lru: list[tuple[int, Any]] = []
+        """heap of (stamp, key) over `cached`, lazily cleaned (an entry is live while
+        cached[key] is its stamp)"""
+        self.stamp = 0
+        self.ref: dict = {}
+        """key -> requests holding the registered block with that key"""
+        self.undo: list[tuple] = []
+        """Changes to cached / ref / lru since the window's snapshot, to roll them back (copying
+        a cache of tens of thousands of blocks every window cost 6x the run)."""
+        self.hit_tokens = 0
         # Decoders, kept as sums at the current decode step: how many, their computed tokens,
         # their contexts capped at the window, and how many contexts are still below it.
         self.num_decoding = self.sum_computed = self.sum_ctx_window = self.num_below_window = 0
@@ -292,10 +324,14 @@ class _State:
     _SCALARS = ("step", "decode_step", "last_decode_step", "next_request", "next_arrival",
                 "free_blocks",
                 "num_decoding", "sum_computed", "sum_ctx_window", "num_below_window",
-                "admissions", "preemptions", "done")
+                "admissions", "preemptions", "done", "hit_tokens", "stamp")
 
     def _snapshot(self) -> tuple:
         self.saved = {}
+        self.undo = []
+        if len(self.lru) > 2 * len(self.cached) + 1024:  # drop stale heap entries
+            self.lru = [(st, k) for k, st in self.cached.items()]
+            heapify(self.lru)
         return (dict(self.running), self.prefilling[:], self.waiting[:], self.fin_heap[:],
                 {k: v[:] for k, v in self.blk_due.items()}, self.win_heap[:],
                 self.first_decodes[:], len(self.log), len(self.gaps),
@@ -307,6 +343,16 @@ class _State:
         self.saved = {}
         (running, prefilling, waiting, fin_heap, blk_due, win_heap, first_decodes, nlog, ngaps,
          scalars) = snap
+        for kind, key, old in reversed(self.undo):
+            if kind == "h":  # an entry popped from the heap goes back
+                heappush(self.lru, (old, key))
+                continue
+            d = self.cached if kind == "c" else self.ref
+            if old is None:
+                d.pop(key, None)
+            else:
+                d[key] = old
+        self.undo = []
         self.running, self.prefilling, self.waiting = dict(running), prefilling[:], waiting[:]
         self.fin_heap, self.win_heap = fin_heap[:], win_heap[:]
         self.blk_due = {k: v[:] for k, v in blk_due.items()}
@@ -315,6 +361,96 @@ class _State:
         del self.gaps[ngaps:]
         for k, v in zip(self._SCALARS, scalars, strict=True):
             setattr(self, k, v)
+
+    # -- prefix caching (vLLM V1 KVCacheManager / BlockPool) ----------------------------------
+    def _keys(self, s: int) -> list:
+        k = self.keys.get(s)
+        if k is None:
+            k = self.keys[s] = self.reqs.block_keys(s, self.e.block_size)
+        return k
+
+    def _lookup(self, s: int, num_tokens: int) -> list:
+        """Keys of the longest cached chain of full blocks, capped at num_tokens - 1 tokens
+        (kv_cache_manager.get_computed_blocks: max_cache_hit_length = num_tokens - 1)."""
+        keys, out = self._keys(s), []
+        for k in keys[:(num_tokens - 1) // self.e.block_size]:
+            if k not in self.ref and k not in self.cached:
+                break
+            out.append(k)
+        return out
+
+    def _hit(self, q: _Seq, hits: list) -> None:
+        """Reuse the hit blocks (block_pool.touch: ref count up, out of the free queue)."""
+        cached, ref, undo = self.cached, self.ref, self.undo
+        for k in hits:
+            if k in cached:
+                undo.append(("c", k, cached.pop(k)))
+                self.free_blocks -= 1
+            undo.append(("r", k, ref.get(k)))
+            ref[k] = ref.get(k, 0) + 1
+        q.refs = tuple(range(len(hits)))
+        q.computed_tokens = len(hits) * self.e.block_size
+        self.hit_tokens += q.computed_tokens
+
+    def _take(self, n: int) -> None:
+        """Allocate n free blocks: keyless ones first, then evict cached ones LRU-first
+        (block_pool.get_new_blocks -> _maybe_evict_cached_block)."""
+        if self.pc:
+            evict = n - (self.free_blocks - len(self.cached))
+            cached, lru, undo = self.cached, self.lru, self.undo
+            while evict > 0:
+                st, k = heappop(lru)
+                undo.append(("h", k, st))
+                if cached.get(k) == st:
+                    undo.append(("c", k, cached.pop(k)))
+                    evict -= 1
+        self.free_blocks -= n
+
+    def _register(self, s: int, before: int, after: int) -> None:
+        """Full blocks a scheduled chunk fills become cache entries when the chunk is scheduled,
+        before the step runs (kv_cache_manager.allocate_slots -> cache_blocks), so a request
+        admitted later in the same step already hits them; an existing entry with the same key
+        keeps the block private."""
+        bs, keys, q = self.e.block_size, self._keys(s), self.seqs[s]
+        new = [j for j in range(before // bs, min(after // bs, len(keys)))
+               if keys[j] not in self.ref and keys[j] not in self.cached]
+        for j in new:
+            self.undo.append(("r", keys[j], None))
+            self.ref[keys[j]] = 1
+        if new:
+            q.refs = q.refs + tuple(new)
+
+    def _release(self, s: int, computed: int) -> None:
+        """Free s's blocks, tail first (single_type_kv_cache_manager.free): a shared entry
+        frees its block when its last holder lets go; freed full blocks with a key stay cached
+        in the free queue (decode-filled ones included: a next turn resends them)."""
+        q = self.seqs[s]
+        held = self._held(q, computed)
+        if not self.pc:
+            self.free_blocks += held
+            return
+        keys, refs, ref, undo = self._keys(s), set(q.refs), self.ref, self.undo
+        full = computed // self.e.block_size
+        for j in range(held - 1, -1, -1):
+            k = keys[j] if j < len(keys) else None
+            if j in refs:
+                undo.append(("r", k, ref[k]))
+                ref[k] -= 1
+                if ref[k]:
+                    continue  # another request still holds the block
+                del ref[k]
+                self._cache(k)
+            elif k is not None and j < full and k not in ref and k not in self.cached:
+                self._cache(k)
+            self.free_blocks += 1
+        q.refs = ()
+
+    def _cache(self, k: Any) -> None:
+        """A freed block keeps its key at the back of the free queue."""
+        self.undo.append(("c", k, None))
+        self.cached[k] = self.stamp
+        heappush(self.lru, (self.stamp, k))
+        self.stamp += 1
 
     # -- preemption -------------------------------------------------------------------------
     def _victim(self) -> int:
@@ -349,7 +485,7 @@ class _State:
         else:
             nc = q.computed_tokens + self.chunks.pop(v, 0)
             self.prefilling.remove(v)
-        self.free_blocks += self._held(q, nc)
+        self._release(v, nc)
         q.computed_tokens, q.decode_from = 0, -1
         q.target_tokens = q.prompt_tokens + q.generated_tokens
         q.epoch += 1
@@ -373,7 +509,7 @@ class _State:
                 self._preempt(v)
                 pending.discard(v)
             need = [s for s in need if s in pending]
-        self.free_blocks -= len(need)
+        self._take(len(need))
         nxt = self.blk_due.setdefault(d + bs, [])
         for s in need:
             nxt.append((s, seqs[s].epoch))
@@ -401,7 +537,10 @@ class _State:
                     break
             if s not in self.running:
                 continue
-            self.free_blocks -= nb
+            self._take(nb)
+            if self.pc:
+                self._touch(s)
+                self._register(s, q.computed_tokens, q.computed_tokens + c)
             self.chunks[s] = c
             self.budget -= c
 
@@ -411,15 +550,23 @@ class _State:
         while wq and self.budget > 0 and len(self.running) < e.max_num_seqs:
             s = wq[0][2]
             q = seqs[s]
-            c = min(q.target_tokens, self.budget)
-            if c < q.target_tokens and not self.chunked:
+            hits = self._lookup(s, q.target_tokens) if self.pc else []
+            h = len(hits) * e.block_size
+            c = min(q.target_tokens - h, self.budget)
+            if c < q.target_tokens - h and not self.chunked:
                 break  # the whole prompt must fit what is left of the budget
-            nb = self._held(q, c)
-            if nb > self.free_blocks:
+            # New blocks beyond the hits, plus the hit blocks taken out of the free queue.
+            nb = self._held(q, h + c) - len(hits)
+            reuse = sum(k in self.cached for k in hits)
+            if nb + reuse > self.free_blocks:
                 break
             heappop(wq)
             self._touch(s)
-            self.free_blocks -= nb
+            if hits:
+                self._hit(q, hits)
+            self._take(nb)
+            if self.pc:
+                self._register(s, h, h + c)
             self.running[s] = self.admissions
             self.admissions += 1
             if q.admitted_step < 0:
@@ -477,7 +624,7 @@ class _State:
         q = self.seqs[s]
         q.finished_step = self.step
         del self.running[s]
-        self.free_blocks += self._held(q, computed)
+        self._release(s, computed)
         self.done += 1
         if self.closed and self.next_request < self.n:
             nxt = self.next_request
@@ -702,7 +849,7 @@ class _State:
             step_running=log["num_running"], step_waiting=log["num_waiting"],
             step_kv_blocks=log["kv_blocks_used"],
             num_gpu_blocks=self.e.total_blocks, preemptions=self.preemptions,
-            scheduler="continuous",
+            scheduler="continuous", prefix_hit_tokens=self.hit_tokens,
         )
 
 

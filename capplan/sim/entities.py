@@ -86,3 +86,5 @@ class RunRecord:
     preemptions: int
     scheduler: str
     bound_counts: dict[str, int] | None = None
+    prefix_hit_tokens: int = 0
+    """Prompt tokens found in the prefix cache (computed by no step), over all admissions."""

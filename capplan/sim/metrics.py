@@ -73,6 +73,9 @@ class SimResult:
     makespan_s: float
     lanes: dict[str, dict[str, Any]] = field(default_factory=dict)
     time_series: dict[str, list[float]] = field(default_factory=dict)
+    input_tokens_total: int = 0
+    prefix_hit_tokens: int = 0
+    """Prompt tokens served by the prefix cache (reported only when non-zero)."""
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -89,6 +92,9 @@ class SimResult:
             "mean_in_system": self.mean_in_system,
             "lanes": self.lanes,
             "time_series": self.time_series,
+            **({"prefix_hit_tokens": self.prefix_hit_tokens,
+                "prefix_hit_frac": self.prefix_hit_tokens / max(self.input_tokens_total, 1)}
+               if self.prefix_hit_tokens else {}),
         }
 
 
@@ -173,4 +179,6 @@ def summarize(r: RunRecord, lanes: tuple[Lane, ...]) -> SimResult:
         makespan_s=makespan,
         lanes=lane_out,
         time_series=_series(r),
+        input_tokens_total=int(r.input_tokens.sum()),
+        prefix_hit_tokens=int(r.prefix_hit_tokens),
     )

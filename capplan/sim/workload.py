@@ -23,6 +23,7 @@ import numpy as np
 
 from capplan.errors import InputError
 from capplan.limits import SIM_HORIZON_S, TOKENS, check_input_file
+from capplan.models.prefix import NO_PREFIX, PrefixSpec
 from capplan.models.queueing import Z99
 
 
@@ -162,6 +163,9 @@ class Lane:
     """Lower is more important (vLLM's priority scheduling)."""
     ttft_slo_s: float | None = None
     tpot_slo_s: float | None = None
+    prefix: PrefixSpec = NO_PREFIX
+    """How its prompts share content (models/prefix.py): a shared prefix, multi-turn sessions
+    or an explicit hit rate."""
 
 
 @dataclass(frozen=True)
@@ -178,9 +182,37 @@ class Requests:
     engine run's `request_overhead_s`), in order, as `vllm bench serve --max-concurrency C`."""
     note: str = ""
     """Where a trace's requests came from: the columns and time unit used."""
+    prefix_group: np.ndarray | None = None
+    """Content shared between requests: request i's first `prefix_tokens[i]` tokens (prompt,
+    then output) are the content of group `prefix_group[i]` (-1: none), the same in every
+    request of the group up to the shorter one (a system prompt; a session's history)."""
+    prefix_tokens: np.ndarray | None = None
+    hash_ids: tuple[np.ndarray, ...] | None = None
+    """A trace's chained block hashes (Mooncake `hash_ids`): id m names the content of prompt
+    tokens [0, (m + 1) * hash_block_tokens)."""
+    hash_block_tokens: int = 512
 
     def __len__(self) -> int:
         return len(self.input_tokens)
+
+    @property
+    def has_prefix(self) -> bool:
+        return self.hash_ids is not None or (
+            self.prefix_group is not None and bool((self.prefix_group >= 0).any()))
+
+    def block_keys(self, i: int, block_size: int) -> list:
+        """Keys of request i's full KV blocks whose content other requests can share, in
+        order (vLLM hashes a full block chained from its parent, so a key names the content of
+        every token up to the block's end: (content id, end token)). Blocks past the shared
+        content get none."""
+        if self.hash_ids is not None:
+            ids, g = self.hash_ids[i], self.hash_block_tokens
+            limit = min(len(ids) * g, int(self.input_tokens[i]))
+            return [(int(ids[(e - 1) // g]), e) for e in range(block_size, limit + 1, block_size)]
+        if self.prefix_group is None or self.prefix_tokens is None or self.prefix_group[i] < 0:
+            return []
+        grp, limit = int(self.prefix_group[i]), int(self.prefix_tokens[i])
+        return [(-1 - grp, e) for e in range(block_size, limit + 1, block_size)]
 
     def clip_to_context(self, max_model_len: int) -> tuple[Requests, int]:
         """Requests whose prompt plus output exceed max_model_len get their prompt cut to fit
@@ -188,7 +220,12 @@ class Requests:
         Raises InputError when the output alone does not fit."""
         inp, out = clip_lengths(self.input_tokens, self.output_tokens, max_model_len)
         n = int(np.count_nonzero(inp != self.input_tokens))
-        return Requests(self.arrival_at_s, inp, out, self.lane, self.concurrency), n
+        pt = self.prefix_tokens
+        if pt is not None:  # a cut prompt keeps its start: its shared part ends at the cut
+            cut = inp != self.input_tokens
+            pt = np.where(cut, np.minimum(pt, inp), pt)
+        return Requests(self.arrival_at_s, inp, out, self.lane, self.concurrency, self.note,
+                        self.prefix_group, pt, self.hash_ids, self.hash_block_tokens), n
 
 
 def clip_lengths(inp: np.ndarray, out: np.ndarray, max_model_len: int
@@ -222,28 +259,93 @@ class Workload:
             return self.trace
         _validate(self)
         n = self.num_requests
+        session = np.full(n, -1, np.int64)
+        """Multi-turn lanes: each request's session (-1 otherwise), turns in arrival order."""
         if self.concurrency is not None:
             w = np.array([ln.rate_per_s or 1.0 for ln in self.lanes], float)
             lane = rng.choice(len(self.lanes), size=n, p=w / w.sum()) if len(self.lanes) > 1 \
                 else np.zeros(n, np.int64)
             arr = np.zeros(n)
+            for i, ln in enumerate(self.lanes):  # a client's consecutive turns form a session
+                if ln.prefix.turns > 1:
+                    rows = np.flatnonzero(lane == i)
+                    session[rows] = n * i + np.arange(len(rows)) // ln.prefix.turns
         else:
-            times, lanes = [], []
+            times, lanes, sessions = [], [], []
             for i, ln in enumerate(self.lanes):
-                times.append(arrival_times(rng, ln.rate_per_s or 0.0, n, ln.arrival,
-                                           ln.burstiness))
-                lanes.append(np.full(n, i))
+                t_i, s_i = _lane_arrivals(rng, ln, n)
+                times.append(t_i)
+                lanes.append(np.full(len(t_i), i))
+                sessions.append(np.where(s_i >= 0, n * i + s_i, -1))
             t, lane_all = np.concatenate(times), np.concatenate(lanes)
             order = np.argsort(t, kind="stable")[:n]
             arr, lane = t[order], lane_all[order]
+            session = np.concatenate(sessions)[order]
         inp = np.empty(n, np.int64)
         out = np.empty(n, np.int64)
+        group = np.full(n, -1, np.int64)
+        shared = np.zeros(n, np.int64)
         for i, ln in enumerate(self.lanes):
             m = lane == i
             k = int(m.sum())
             inp[m] = ln.input_len.sample(rng, k)
             out[m] = ln.output_len.sample(rng, k)
-        return Requests(arr, inp, out, np.asarray(lane, np.int64), self.concurrency)
+            if ln.prefix.active:
+                rows, g, sh = _lane_prefix(ln.prefix, i, rng, np.flatnonzero(m), session, inp,
+                                           out)
+                group[rows], shared[rows] = g, sh
+        if not (group >= 0).any():
+            return Requests(arr, inp, out, np.asarray(lane, np.int64), self.concurrency)
+        return Requests(arr, inp, out, np.asarray(lane, np.int64), self.concurrency,
+                        prefix_group=group, prefix_tokens=shared)
+
+
+def _lane_arrivals(rng: np.random.Generator, ln: Lane, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """n arrival times of a lane, and each one's session (-1: single requests).
+
+    A multi-turn lane's sessions start at rate / turns (so requests arrive at the lane's rate)
+    and turn k + 1 arrives think_s after turn k (open loop: whether or not turn k finished)."""
+    t = ln.prefix.turns
+    if t <= 1:
+        return arrival_times(rng, ln.rate_per_s or 0.0, n, ln.arrival, ln.burstiness), \
+            np.full(n, -1, np.int64)
+    starts = arrival_times(rng, (ln.rate_per_s or 0.0) / t, -(-n // t), ln.arrival,
+                           ln.burstiness)
+    times = (starts[:, None] + ln.prefix.think_s * np.arange(t)).ravel()
+    sess = np.repeat(np.arange(len(starts)), t)
+    return times[:n], sess[:n]
+
+
+def _lane_prefix(spec: PrefixSpec, lane: int, rng: np.random.Generator, idx: np.ndarray,
+                 session: np.ndarray, inp: np.ndarray, out: np.ndarray
+                 ) -> tuple[np.ndarray, np.ndarray | int, np.ndarray]:
+    """Shared content of one lane's requests (rows `idx`, in arrival order): (rows, their
+    content group, their shared tokens); a multi-turn lane's prompts grow in place.
+
+    shared prefix: a fraction share_frac (drawn per request) starts with the lane's
+    shared_tokens (part of its prompt: the lane's input length is the whole prompt).
+    multi-turn: a session's turn k prompt resends turns 1..k-1 (prompts and answers) before its
+    new message (the lane's input length), and the whole session is one content group.
+    hit rate: every request of the lane shares its first h * prompt tokens with the lane's
+    common content (a corpus read by all), so a request finds them once a longer one ran.
+    """
+    if spec.shared_tokens > 0 and spec.share_frac > 0:
+        sel = idx[rng.random(len(idx)) < spec.share_frac]
+        return sel, lane, np.minimum(spec.shared_tokens, inp[sel])
+    if spec.turns > 1:
+        rows = idx[session[idx] >= 0]
+        sid = session[rows]
+        order = rows[np.lexsort((rows, sid))]  # by session, turns in arrival order
+        s_sorted = session[order]
+        uo = inp[order] + out[order]
+        cs = np.cumsum(uo)
+        first = np.r_[True, s_sorted[1:] != s_sorted[:-1]]
+        base = np.maximum.accumulate(np.where(first, cs - uo, 0))
+        done = cs - uo - base  # tokens of the session's earlier turns
+        inp[order] += done
+        # a session's group id never equals a lane's own (< number of lanes)
+        return order, s_sorted + 1_000_000_000 * (lane + 1), inp[order] + out[order]
+    return idx, lane, np.floor((spec.hit_rate or 0.0) * inp[idx]).astype(np.int64)
 
 
 def _validate(w: Workload) -> None:
@@ -405,6 +507,7 @@ def load_trace(path: str | Path, time_unit: str = "auto") -> Requests:
         raise InputError(f"{p}: no such trace file")
     check_input_file(p, "trace")
     times, inputs, outputs = array("d"), array("q"), array("q")
+    hashes: list[np.ndarray] = []
     numeric = True
     with open(p, encoding="utf-8-sig", newline="") as f:
         try:
@@ -423,6 +526,8 @@ def load_trace(path: str | Path, time_unit: str = "auto") -> Requests:
                 numeric = numeric and is_num
                 inputs.append(_length_value(r[ci], p, line, ci))
                 outputs.append(_length_value(r[co], p, line, co))
+                if "hash_ids" in cols:
+                    hashes.append(_hash_ids(r.get("hash_ids"), p, line))
         except csv.Error as e:  # a NUL byte, a field over csv's 128 KiB limit
             raise InputError(f"{p}: not a CSV trace ({e})") from None
     if not times:
@@ -446,8 +551,53 @@ def load_trace(path: str | Path, time_unit: str = "auto") -> Requests:
     rate = f", {(len(t) - 1) / span:.3g} req/s" if span > 0 else ""
     note = (f"{p}: {len(t)} requests over {span:.4g} s{rate}; columns {ca} ({unit}, "
             f"{why}), {ci}, {co}")
+    hash_ids = tuple(hashes[i] for i in order.tolist()) if hashes else None
+    if hash_ids is not None:
+        note += f", hash_ids ({MOONCAKE_HASH_BLOCK_TOKENS}-token blocks)"
     return Requests(t, np.maximum(inp[order], 1), np.maximum(out[order], 1),
-                    np.zeros(len(t), np.int64), note=note)
+                    np.zeros(len(t), np.int64), note=note, hash_ids=hash_ids,
+                    hash_block_tokens=MOONCAKE_HASH_BLOCK_TOKENS)
+
+
+MOONCAKE_HASH_BLOCK_TOKENS = 512
+"""Tokens per `hash_ids` entry in Mooncake's traces: each id is a remapped hash of a 512-token
+block chained from its prefix (technical report arXiv 2407.00079 section 4; the FAST25-release
+README sample has 14 ids for 6955 tokens = ceil(6955 / 512))."""
+
+
+def _hash_ids(v: object, path: Path, line: int) -> np.ndarray:
+    """A Mooncake `hash_ids` cell: a JSON list of integers (a list already in JSONL)."""
+    if v in (None, ""):
+        return np.zeros(0, np.int64)
+    try:
+        ids = json.loads(v) if isinstance(v, str) else v
+        arr = np.asarray(ids, np.int64)
+    except (ValueError, TypeError, OverflowError):
+        raise InputError(f"{path}:{line}: hash_ids {str(v)[:40]!r} is not a list of "
+                         "integers") from None
+    if arr.ndim != 1:
+        raise InputError(f"{path}:{line}: hash_ids must be a flat list of integers")
+    return arr
+
+
+def trace_prefix_hits(reqs: Requests, block_size: int) -> np.ndarray:
+    """Prompt tokens each request of a trace could find cached with an unbounded cache: the
+    longest run of its leading full blocks whose content an earlier request had (vLLM's rules:
+    full blocks, chained, at most prompt - 1 tokens). An upper bound on the hit; the
+    simulator applies the KV cache's size."""
+    seen: set = set()
+    hits = np.zeros(len(reqs), np.int64)
+    for i in range(len(reqs)):
+        keys = reqs.block_keys(i, block_size)
+        cap = (int(reqs.input_tokens[i]) - 1) // block_size
+        n = 0
+        for k in keys[:cap]:
+            if k not in seen:
+                break
+            n += 1
+        hits[i] = n * block_size
+        seen.update(keys)
+    return hits
 
 
 def _time_and_kind(v: object, path: Path, line: int) -> tuple[float, bool]:

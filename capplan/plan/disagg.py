@@ -1,0 +1,281 @@
+"""Disaggregated deployments: size a prefill pool and a decode pool for a traffic, compare with
+the aggregated plan, and give the launch lines (models/disagg.py has the model;
+docs/disaggregation.md the derivation). The planner only calls `plan_disaggregated`."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from capplan.catalog.loader import Catalog
+from capplan.catalog.schema import ModelSpec
+from capplan.errors import CapplanError
+from capplan.models.disagg import Link, decode_side_prefix, kv_link, kv_transfer_s
+from capplan.models.queueing import LengthStats, Limits, QueueModel
+from capplan.plan.deployment import Deployment, EngineOptions, resolve_deployment
+from capplan.plan.search import SearchSpace, Traffic
+
+_GRID = 48
+"""Rates tried per pool candidate, as fractions of its capacity (one vectorised call)."""
+
+
+@dataclass(frozen=True)
+class PoolPlan:
+    """One pool: a deployment replicated, and what one replica carries."""
+
+    role: str
+    dep: Deployment
+    replicas: int
+    rate_per_replica_per_s: float
+    """The highest per-replica rate meeting the pool's share of the SLOs."""
+    ttft_p99_s: float
+    tbt_p99_s: float
+
+    @property
+    def gpus(self) -> int:
+        return self.replicas * self.dep.gpus_per_replica
+
+    @property
+    def cost_per_hour(self) -> float | None:
+        price = self.dep.gpu.price_per_hour_usd
+        return None if price is None else price * self.gpus
+
+
+@dataclass(frozen=True)
+class DisaggPlan:
+    prefill: PoolPlan
+    decode: PoolPlan
+    link: Link
+    transfer_mean_s: float
+    transfer_p99_s: float
+    ttft_p99_s: float
+    tbt_p99_s: float
+
+    @property
+    def gpus(self) -> int:
+        return self.prefill.gpus + self.decode.gpus
+
+    @property
+    def cost_per_hour(self) -> float | None:
+        a, b = self.prefill.cost_per_hour, self.decode.cost_per_hour
+        return None if a is None or b is None else a + b
+
+    def to_dict(self) -> dict[str, Any]:
+        def pool(p: PoolPlan) -> dict[str, Any]:
+            return {"gpu": p.dep.gpu.key, "tp": p.dep.settings.tp, "replicas": p.replicas,
+                    "gpus_total": p.gpus, "max_num_seqs": p.dep.settings.max_num_seqs,
+                    "max_num_batched_tokens": p.dep.settings.max_num_batched_tokens,
+                    "rate_per_replica_per_s": p.rate_per_replica_per_s,
+                    "ttft_p99_s": p.ttft_p99_s, "tbt_p99_s": p.tbt_p99_s,
+                    "cost_per_hour": p.cost_per_hour}
+        return {"prefill": pool(self.prefill), "decode": pool(self.decode),
+                "ratio": f"{self.prefill.replicas}:{self.decode.replicas}",
+                "kv_link": self.link.name, "kv_link_bytes_per_s": self.link.bytes_per_s,
+                "kv_link_latency_s": self.link.latency_s, "kv_link_source": self.link.source,
+                "kv_transfer_s": {"mean": self.transfer_mean_s, "p99": self.transfer_p99_s},
+                "ttft_p99_s": self.ttft_p99_s, "tbt_p99_s": self.tbt_p99_s,
+                "gpus_total": self.gpus, "cost_per_hour": self.cost_per_hour,
+                "launch": launch_lines(self)}
+
+
+def _limits(dep: Deployment) -> Limits:
+    s = dep.settings
+    return Limits(s.max_num_seqs, s.max_num_batched_tokens, dep.memory.kv_cache_tokens)
+
+
+def prefill_model(dep: Deployment, t: Traffic) -> QueueModel:
+    """A prefill replica: prompts with a one-token output (prefix caching applies)."""
+    return QueueModel(dep.step, t.inp, LengthStats.fixed(1.0), _limits(dep), t.arrival_scv,
+                      dep.profile.scheduler, t.prefix)
+
+
+def decode_model(dep: Deployment, t: Traffic) -> QueueModel:
+    """A decode replica: the prompt's KV arrives with the request, one token is computed."""
+    return QueueModel(dep.step, t.inp, t.out, _limits(dep), t.arrival_scv,
+                      dep.profile.scheduler, decode_side_prefix(t.inp))
+
+
+def _best_rate(q: QueueModel, ok: Any) -> tuple[float, dict[str, Any]] | None:
+    """The highest rate on a grid up to capacity where ok(result) holds, with its result."""
+    cap = float(q.capacity_rate())
+    if not cap > 0:
+        return None
+    rates = cap * np.linspace(1.0 / _GRID, 1.0, _GRID)
+    res = q.at_rate(rates)
+    good = np.asarray(res["stable"], bool) & np.asarray(ok(res), bool)
+    if not good.any():
+        return None
+    i = int(np.flatnonzero(good)[-1])
+    return float(rates[i]), {k: (v[i] if isinstance(v, np.ndarray) and v.shape else v)
+                             for k, v in res.items() if not isinstance(v, dict)} | {
+        k: {kk: float(np.asarray(vv)[i]) for kk, vv in v.items()}
+        for k, v in res.items() if isinstance(v, dict)}
+
+
+def _slo(t: Traffic, metric: str) -> float:
+    v = getattr(t.slos, metric.replace("_s", "_p99_s"))
+    return math.inf if v is None else float(v)
+
+
+def _deployments(cat: Catalog, name: str, space: SearchSpace) -> list[Deployment]:
+    """Every (GPU, TP) of the space that holds the model (`name` as the user gave it: launch
+    lines serve that checkpoint id)."""
+    deps = []
+    for gpu in space.gpus:
+        for tp in space.tps:
+            try:
+                dep = resolve_deployment(cat, name, gpu.key, EngineOptions(
+                    engine=space.engine, tp=tp, max_model_len=space.max_model_len,
+                    gpu_memory_utilization=space.gpu_memory_utilization,
+                    block_size=space.block_size))
+            except CapplanError:
+                continue
+            if dep.memory.fits:
+                deps.append(dep)
+    return deps
+
+
+def _decode_pool(dep: Deployment, t: Traffic, target: float) -> PoolPlan | None:
+    tbt, e2e = _slo(t, "tbt_s"), _slo(t, "e2e_s")
+    q = decode_model(dep, t)
+    found = _best_rate(q, lambda r: (r["tbt_s"]["p99"] <= tbt) & (r["e2e_s"]["p99"] <= e2e))
+    if found is None:
+        return None
+    rate, res = found
+    n = max(1, math.ceil(target / rate))
+    at = q.at_rate(t.rate_per_s / n)
+    overhead = float(np.asarray(dep.step.request_overhead_s))
+    # its TTFT is the admission wait plus the step that emits the token (the client's
+    # request overhead is counted once, on the prefill side)
+    return PoolPlan("decode", dep, n, rate, float(at["ttft_s"]["p99"]) - overhead,
+                    float(at["tbt_s"]["p99"]))
+
+
+@dataclass(frozen=True)
+class _PrefillCurve:
+    """A prefill replica's TTFT p99 over a grid of rates up to its capacity (computed once,
+    read for every TTFT budget)."""
+
+    dep: Deployment
+    rates: np.ndarray
+    ttft_p99_s: np.ndarray
+    """inf where unstable"""
+
+    @classmethod
+    def of(cls, dep: Deployment, t: Traffic) -> _PrefillCurve | None:
+        q = prefill_model(dep, t)
+        cap = float(q.capacity_rate())
+        if not cap > 0:
+            return None
+        rates = cap * np.linspace(1.0 / _GRID, 1.0, _GRID)
+        res = q.at_rate(rates)
+        ttft = np.where(np.asarray(res["stable"], bool), res["ttft_s"]["p99"], np.inf)
+        return cls(dep, rates, np.maximum.accumulate(ttft))
+
+    def pool(self, target: float, rate_per_s: float, budget_s: float) -> PoolPlan | None:
+        ok = np.flatnonzero(self.ttft_p99_s <= budget_s)
+        if not ok.size:
+            return None
+        rate = float(self.rates[ok[-1]])
+        n = max(1, math.ceil(target / rate))
+        # TTFT at the planned per-replica rate: the grid point at or above it (conservative)
+        i = min(int(np.searchsorted(self.rates, rate_per_s / n)), len(self.rates) - 1)
+        return PoolPlan("prefill", self.dep, n, rate, float(self.ttft_p99_s[i]), math.nan)
+
+
+def _cost(p: DisaggPlan) -> tuple[float, int]:
+    c = p.cost_per_hour
+    return (math.inf if c is None else c, p.gpus)
+
+
+def plan_disaggregated(cat: Catalog, model: ModelSpec, space: SearchSpace, t: Traffic,
+                       headroom: float, name: str | None = None) -> DisaggPlan | None:
+    """The cheapest (prefill pool, decode pool) meeting the SLOs, or None.
+
+    The decode pool is sized first, for TBT (and E2E); what TTFT budget is left after the KV
+    transfer and the decode side's admission sizes the prefill pool. Each pool may use its own
+    GPU and TP from the search space; the transfer goes over NVLink when both pools fit one
+    NVLink domain of the same GPU, else over the network (models/disagg.py)."""
+    deps = _deployments(cat, name or model.key, space)
+    target = t.rate_per_s * (1 + headroom)
+    ttft_slo = _slo(t, "ttft_s")
+    decodes = [p for p in (_decode_pool(d, t, target) for d in deps) if p is not None]
+    curves = [c for c in (_PrefillCurve.of(d, t) for d in deps) if c is not None]
+    best: DisaggPlan | None = None
+    for dp in decodes:
+        for pc in curves:
+            for same in (True, False):
+                plan = _pair(pc, dp, t, target, ttft_slo, same)
+                if plan is not None and (best is None or _cost(plan) < _cost(best)):
+                    best = plan
+    return best
+
+
+def _pair(pc: _PrefillCurve, dp: PoolPlan, t: Traffic, target: float, ttft_slo: float,
+          same_domain: bool) -> DisaggPlan | None:
+    ic = dp.dep.gpu.interconnect
+    if same_domain and pc.dep.gpu.key != dp.dep.gpu.key:
+        return None
+    link = kv_link(ic.bytes_per_s, same_domain)
+    kv_per_token = dp.dep.memory.kv_bytes_per_token_per_gpu
+    tx_mean = float(kv_transfer_s(t.inp.mean, kv_per_token, link))
+    tx_p99 = float(kv_transfer_s(t.inp.q["p99"], kv_per_token, link))
+    pp = pc.pool(target, t.rate_per_s, ttft_slo - tx_p99 - dp.ttft_p99_s)
+    if pp is None:
+        return None
+    if same_domain and pp.gpus + dp.gpus > ic.max_gpus_per_node:
+        return None
+    return DisaggPlan(pp, dp, link, tx_mean, tx_p99, pp.ttft_p99_s + tx_p99 + dp.ttft_p99_s,
+                      dp.tbt_p99_s)
+
+
+def launch_lines(p: DisaggPlan) -> dict[str, str]:
+    """vLLM (NixlConnector on both pools; a proxy sends each request to a prefill replica with
+    max_tokens=1, then to a decode replica) and SGLang PD (a router in front)."""
+    pr, de = p.prefill.dep, p.decode.dep
+    hf = pr.served_id or pr.model.hf_id
+    kv = "--kv-transfer-config '{\"kv_connector\":\"NixlConnector\",\"kv_role\":\"kv_both\"}'"
+
+    def vllm(d: Deployment) -> str:
+        s = d.settings
+        return (f"vllm serve {hf} --tensor-parallel-size {s.tp} --max-num-seqs {s.max_num_seqs} "
+                f"--max-num-batched-tokens {s.max_num_batched_tokens} {kv}")
+
+    def sglang(d: Deployment, mode: str) -> str:
+        s = d.settings
+        return (f"python -m sglang.launch_server --model-path {hf} --tp {s.tp} "
+                f"--disaggregation-mode {mode} --disaggregation-transfer-backend nixl")
+
+    return {
+        "vllm_prefill": f"{p.prefill.replicas} x: {vllm(pr)}",
+        "vllm_decode": f"{p.decode.replicas} x: {vllm(de)}",
+        "vllm_proxy": "a disaggregated-serving proxy (vLLM examples/online_serving/"
+                      "disaggregated_serving): prefill with max_tokens=1, then decode",
+        "sglang_prefill": f"{p.prefill.replicas} x: {sglang(pr, 'prefill')}",
+        "sglang_decode": f"{p.decode.replicas} x: {sglang(de, 'decode')}",
+        "sglang_router": "python -m sglang_router.launch_router --pd-disaggregation "
+                         "--prefill http://PREFILL:30000 --decode http://DECODE:30000",
+    }
+
+
+def compare(agg_gpus: int, agg_cost: float | None, agg_binding: str, d: DisaggPlan | None
+            ) -> str:
+    """Which layout wins for the SLOs, and why, in one sentence."""
+    if d is None:
+        return ("aggregated wins: no disaggregated layout meets the SLOs (the KV transfer and "
+                "the decode side's admission leave no TTFT budget for a prefill pool)")
+    dc, ac = d.cost_per_hour, agg_cost
+    cheaper = (dc < ac) if dc is not None and ac is not None else d.gpus < agg_gpus
+    pair = (f"disaggregated {d.prefill.replicas} prefill + {d.decode.replicas} decode "
+            f"replicas = {d.gpus} GPUs vs aggregated {agg_gpus} GPUs")
+    if cheaper:
+        return (f"disaggregated wins: {pair}; the aggregated fleet is limited by {agg_binding}, "
+                f"while decode steps without prefill chunks keep TBT p99 at "
+                f"{d.tbt_p99_s * 1e3:.1f} ms and the KV transfer adds "
+                f"{d.transfer_p99_s * 1e3:.2f} ms (p99 prompt over {d.link.name})")
+    return (f"aggregated wins: {pair}; at these lengths prefill chunks cost TBT less than a "
+            f"second pool costs GPUs (KV transfer {d.transfer_p99_s * 1e3:.2f} ms p99 over "
+            f"{d.link.name})")

@@ -1,0 +1,94 @@
+"""Disaggregated prefill/decode: KV transfer by hand, the pools' queue models, recommend."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from capplan.catalog.loader import load_catalog
+from capplan.models.disagg import INTER_NODE, kv_link, kv_transfer_s
+from capplan.models.engine import EngineSettings
+from capplan.models.queueing import LengthStats, Limits, QueueModel
+from capplan.plan.deployment import resolve_deployment
+from capplan.plan.disagg import decode_model, prefill_model
+from capplan.plan.search import Traffic
+from capplan.plan.slo import SloSet
+
+KIB = 1024
+
+
+@pytest.fixture(scope="module")
+def dep():
+    return resolve_deployment(load_catalog(()), "llama-3.1-8b", "h100-sxm",
+                              EngineSettings(max_num_seqs=256, max_num_batched_tokens=8192))
+
+
+def traffic(rate, inp, out):
+    return Traffic(rate, LengthStats.fixed(inp), LengthStats.fixed(out), 1.0, SloSet(), ("x",))
+
+
+def test_kv_bytes_and_transfer_by_hand(dep):
+    # Llama-3.1-8B, bf16 KV: 32 layers x 8 KV heads x 128 dims x 2 (K, V) x 2 bytes = 128 KiB
+    per_token = dep.memory.kv_bytes_per_token_per_gpu
+    assert per_token == 32 * 8 * 128 * 2 * 2 == 128 * KIB
+    # 4096 tokens = 512 MiB: over a 50 GB/s NIC 10.737 ms + 10 us latency
+    t = float(kv_transfer_s(4096, per_token, INTER_NODE))
+    assert t == pytest.approx(4096 * 128 * KIB / 50e9 + 10e-6, rel=1e-12)
+    assert t == pytest.approx(0.010747, abs=1e-6)
+    # within the node, H100 NVLink 4 at 450 GB/s per direction: 1.193 ms + 10 us
+    nv = kv_link(dep.gpu.interconnect.bytes_per_s, same_domain=True)
+    assert float(kv_transfer_s(4096, per_token, nv)) == pytest.approx(0.0011930 + 10e-6,
+                                                                       abs=1e-6)
+
+
+def test_the_decode_pool_never_carries_a_prefill_chunk(dep):
+    # At the same rate, an aggregated replica's TBT tail holds prefill chunks of 4000-token
+    # prompts; the decode pool computes one token per new request, so its p99 gap stays near
+    # the pure decode step.
+    t = traffic(2.0, 4000, 200)
+    agg = QueueModel(dep.step, t.inp, t.out, Limits(256, 8192, dep.memory.kv_cache_tokens))
+    a = agg.at_rate(2.0)
+    d = decode_model(dep, t).at_rate(2.0)
+    assert float(d["tbt_s"]["p99"]) < 0.6 * float(a["tbt_s"]["p99"])
+    assert float(d["tbt_s"]["p99"]) == pytest.approx(float(d["decode_step_s"]), rel=0.05)
+
+
+def test_the_prefill_pool_is_the_prompt_alone(dep):
+    # One request alone on a prefill replica: TTFT = its prefill (4000 tokens in 8192-token
+    # chunks: one step) + the request overhead + half a (tiny) step of residual.
+    t = traffic(1e-6, 4000, 200)
+    q = prefill_model(dep, t)
+    r = q.at_rate(1e-6)
+    one = float(dep.step.prefill_chunk(4000, 0.0, num_decode=0, decode_kv_tokens=0,
+                                       detail=False)["step_s"])
+    overhead = float(np.asarray(dep.step.request_overhead_s))
+    assert float(r["ttft_s"]["mean"]) == pytest.approx(one + overhead, rel=0.05)
+
+
+def test_recommend_compares_both_layouts_for_long_prompts(run_cli):
+    res = run_cli("recommend", "--model", "llama-3.1-70b", "--gpu", "h100-sxm", "--rate", "10",
+                  "--input-len", "8000", "--output-len", "300", "--ttft-p99", "2",
+                  "--tbt-p99", "0.05", "--verify-top", "0", "--format", "json")
+    assert res.exit_code == 0, res.stderr
+    d = res.json()["disaggregated"]
+    assert d["winner"] in ("disaggregated", "aggregated")
+    p, q = d["prefill"], d["decode"]
+    assert d["ratio"] == f"{p['replicas']}:{q['replicas']}"
+    # the plan meets the SLOs it was sized for
+    assert d["ttft_p99_s"] <= 2.0 and d["tbt_p99_s"] <= 0.05
+    # TTFT = prefill share + transfer + decode admission
+    assert d["ttft_p99_s"] == pytest.approx(p["ttft_p99_s"] + d["kv_transfer_s"]["p99"]
+                                            + q["ttft_p99_s"], rel=1e-9)
+    # 8000 tokens x 320 KiB (80 layers x 8 KV heads x 128 x 2 x 2 bytes / TP) per decode GPU
+    per_gpu = 80 * 8 * 128 * 2 * 2 / q["tp"]
+    assert d["kv_transfer_s"]["mean"] == pytest.approx(
+        d["kv_link_latency_s"] + 8000 * per_gpu / d["kv_link_bytes_per_s"], rel=1e-6)
+    assert "NixlConnector" in d["launch"]["vllm_decode"]
+    assert "--disaggregation-mode prefill" in d["launch"]["sglang_prefill"]
+    text = run_cli("recommend", "--model", "llama-3.1-70b", "--gpu", "h100-sxm", "--rate",
+                   "10", "--input-len", "8000", "--output-len", "300", "--ttft-p99", "2",
+                   "--tbt-p99", "0.05", "--verify-top", "0").stdout
+    assert "disaggregated prefill/decode:" in text and " wins" in text
+    assert math.isfinite(p["rate_per_replica_per_s"])
