@@ -128,7 +128,7 @@ def simulate_cmd(model: str, gpu: str, rate: float | None, concurrency: int | No
                          burstiness=load["burstiness"], requests=load["num_requests"],
                          seed=seed, schedulers=names, batch_size=batch_size,
                          batch_timeout_s=batch_timeout,
-                         chunked_prefill=not no_chunked_prefill, progress=progress,
+                         chunked_prefill=False if no_chunked_prefill else None, progress=progress,
                          time_unit=load["time_unit"], sim_engine=sim_engine, prefix=prefix)
     for note in run["notes"]:
         click.echo(f"note: {note}", err=True)

@@ -490,6 +490,11 @@ class QueueModel:
         kv_cap = root * root
         self.cap = np.maximum(np.minimum(np.asarray(limits.max_num_seqs, float), kv_cap), 0.0)
         self.mnbt = mnbt
+        # Whole-prompt engines (no chunked prefill) cannot run a prompt over the token budget:
+        # TensorRT-LLM rejects it (max_num_tokens), so such a configuration has no steady state.
+        longest = max(inp.table) if inp.table else inp.mean
+        self.whole_prompts_fit = (np.ones_like(mnbt, bool) if self.policy.chunked_prefill
+                                  else mnbt >= longest)
 
     # -- step times ------------------------------------------------------------------------
     def _decode(self, b: np.ndarray) -> np.ndarray:
@@ -693,7 +698,8 @@ class QueueModel:
         cs2 = (out.var * tau**2) / np.maximum(slot_s**2, 1e-12)
         wq_c = np.where(a < c, p_wait * slot_s / np.maximum(c - a, 1e-9) * (self.ca2 + cs2) / 2,
                         np.inf)
-        stable = exists & (rho_p < 1) & (a < c) & (lam * inp.mean * tau < budget)
+        stable = (exists & (rho_p < 1) & (a < c) & (lam * inp.mean * tau < budget)
+                  & self.whole_prompts_fit)
         # Unstable rows are reported as inf below; give them m = 0 so that the compound-Poisson
         # sum does not loop over ~m terms for an absurd rate (1e9 req/s took minutes, 7 GB).
         m_chunks = np.where(stable, lam * tau * s["n"], 0.0)
@@ -763,7 +769,8 @@ class QueueModel:
             own_mean = np.where(pf <= budget, self._mixed(b, np.minimum(pf, budget)),
                                 pf / budget * t_full)
             a = lam * (own_mean + self.dec_tokens * tau)
-            return exists & (rho_p < 1) & (a < np.maximum(self.cap, 1.0)) & (
+            return self.whole_prompts_fit & exists & (rho_p < 1) & (
+                a < np.maximum(self.cap, 1.0)) & (
                 lam * pf * tau < budget)
 
     def capacity_rate(self) -> np.ndarray:

@@ -107,6 +107,12 @@ def analytic_latency(dep: Deployment, load: LoadSpec) -> dict[str, Any]:
         raise InputError(f"{dep.model.key} does not fit on {dep.gpu.key} with TP "
                          f"{dep.settings.tp}: {dep.memory.reason}")
     q = queue_model(dep, load)
+    if not bool(np.all(q.whole_prompts_fit)):
+        longest = max(load.input_stats.table) if load.input_stats.table else \
+            load.input_stats.mean
+        raise InputError(f"{dep.profile.name} prefills whole prompts (chunked prefill off): the "
+                         f"longest prompt, {longest:.0f} tokens, exceeds --max-num-batched-tokens "
+                         f"{dep.settings.max_num_batched_tokens}; raise it or shorten prompts")
     if load.concurrency is not None:
         return _closed_loop(dep, load)
     else:

@@ -115,3 +115,25 @@ def test_latency_cli_takes_engine(run_cli):
         assert outs[eng]["engine_settings"]["engine"] == eng
     # each engine's own per-request overhead shows in its TTFT
     assert outs["sglang"]["ttft_s"]["mean"] > outs["vllm"]["ttft_s"]["mean"]
+
+
+def test_simulate_runs_the_engine_policy_unless_told(run_cli):
+    # TensorRT-LLM prefills whole prompts (enable_chunked_prefill False): a prompt over its
+    # 8192-token budget is refused in one line, as the engine refuses it; vLLM chunks it.
+    args = ("simulate", "--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--rate", "1",
+            "--requests", "10", "--input-len", "12000", "--output-len", "8")
+    trt = run_cli(*args, "--engine", "trtllm")
+    assert trt.exit_code == 2 and "chunked prefill is off" in trt.stderr
+    assert len(trt.stderr.strip().splitlines()) == 1
+    assert run_cli(*args, "--engine", "vllm").exit_code == 0
+
+
+def test_latency_refuses_a_whole_prompt_over_the_budget(run_cli):
+    # the analytic model says what the simulator and TensorRT-LLM say: no chunking, no fit
+    res = run_cli("latency", "--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--engine", "trtllm",
+                  "--rate", "2", "--input-len", "16000", "--output-len", "100")
+    assert res.exit_code == 2 and "prefills whole prompts" in res.stderr
+    ok = run_cli("latency", "--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--engine", "trtllm",
+                 "--rate", "2", "--input-len", "16000", "--output-len", "100",
+                 "--max-num-batched-tokens", "16384")
+    assert ok.exit_code == 0
