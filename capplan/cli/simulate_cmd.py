@@ -70,7 +70,10 @@ def _rows(results: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
 @click.option("--time-unit", type=click.Choice(["auto", "s", "ms", "us"]), default="auto",
               show_default=True, help="Unit of a trace's numeric arrival times (auto: Mooncake "
                                       "ms, epoch stamps by size, else seconds).")
-@click.option("--requests", "num_requests", type=REQUESTS, default=1000, show_default=True)
+@click.option("--requests", "--num-prompts", "num_requests", type=REQUESTS, default=1000,
+              show_default=True,
+              help="Requests to simulate; with --concurrency, the benchmark's --num-prompts "
+                   "(all averaged, the start-up wave included, as vllm bench serve does).")
 @click.option("--seed", type=SEED, default=0, show_default=True)
 @click.option("--input-len", default="512", show_default=True,
               help="Tokens: a number or lognormal:mean=..,p99=.. / uniform:min=..,max=.. / "
