@@ -791,32 +791,6 @@ class QueueModel:
             hi = np.where(ok, hi, mid)
         return lo
 
-    def closed_loop(self, concurrency: float) -> dict[str, Any]:
-        """C clients, each sending its next request when its last one ends (no think time).
-
-        The arrival rate solves lambda = C / (E2E(lambda) + slot wait); clients beyond the
-        concurrency cap wait in the queue (closed network, Little's law).
-        """
-        conc = float(concurrency)
-        lo, hi = 1e-9, conc / max(float(self.at_rate(1e-9)["e2e_s"]["mean"]), 1e-9)
-        for _ in range(36):
-            lam = 0.5 * (lo + hi)
-            r = self._closed_at(lam, conc)
-            implied = conc / r["e2e_s"]["mean"] if np.isfinite(r["e2e_s"]["mean"]) else 0.0
-            lo, hi = (lam, hi) if implied > lam else (lo, lam)
-        return self._closed_at(lo, conc)
-
-    def _closed_at(self, lam: float, conc: float) -> dict[str, Any]:
-        # In a closed loop the open-loop queueing terms do not apply: at most C requests exist.
-        # Model the decode batch as min(C, cap) and the prefill queue as the C clients' work.
-        cap = float(np.min(self.cap))
-        r = self.at_rate(np.asarray(lam))
-        queue_extra = max(conc - cap, 0.0) / max(lam, 1e-12)
-        for key in ("ttft_s", "e2e_s"):
-            r[key] = {k: float(v) + queue_extra for k, v in r[key].items()}
-        r["concurrency"] = conc
-        return r
-
 
 def summarize(res: dict[str, Any], index: Any = ()) -> dict[str, Any]:
     """Plain floats of one element of an at_rate() result (for JSON)."""
