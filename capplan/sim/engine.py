@@ -789,31 +789,44 @@ class _State:
                 if self.done >= self.n:
                     break
             dur = step_times(self.e.step_model, step_array(self.log[w0:]))
-            # one clock: a step starts exactly when the one before it ends
-            ends = t_s + np.cumsum(dur)
-            starts = np.concatenate(([t_s], ends[:-1]))
-            bad = ([] if self.closed and not self.timed else
-                   np.flatnonzero(self._seen_exact(first, starts, ends) != np.asarray(seen)))
-            if len(bad):
-                m = int(bad[0])
-                done_steps = self._replay(snap, starts, ends, m, w0)
-                dur, starts, ends = (a[:done_steps].copy() for a in (dur, starts, ends))
-                if done_steps == m + 1:
-                    dur[m] = step_times(self.e.step_model, step_array(self.log[-1:]))[0]
-                    ends[m] = starts[m] + dur[m]
-                window = min(max(16, m + 8), cap)
-            else:
-                window = min(cap, 2 * window)
-            self.saved = {}
-            self.starts.append(starts)
-            self.durs.append(dur)
-            self.ends.append(ends)
-            if self.timed:
-                self.exact_ends.extend(ends.tolist())
-                self.window_ends = []
-            t_s = float(ends[-1])
-            if progress is not None:
-                progress(self.done)
+            starts, dur, ends, window, _ = self._settle_window(snap, t_s, dur, first, seen, w0,
+                                                                window, cap)
+            t_s = self._commit_steps(starts, dur, ends, progress)
+
+    def _settle_window(self, snap: tuple, t_s: float, dur: np.ndarray, first: int,
+                       seen: list[int], w0: int, window: int, cap: int
+                       ) -> tuple[np.ndarray, np.ndarray, np.ndarray, int, bool]:
+        """Exact times of a window scheduled on estimated ones: from the first step whose
+        arrivals the estimate saw differently, roll back and replay with the exact clock.
+        Returns (starts, durations, ends, the next window's length, whether it replayed)."""
+        # one clock: a step starts exactly when the one before it ends
+        ends = t_s + np.cumsum(dur)
+        starts = np.concatenate(([t_s], ends[:-1]))
+        bad = ([] if self.closed and not self.timed else
+               np.flatnonzero(self._seen_exact(first, starts, ends) != np.asarray(seen)))
+        if not len(bad):
+            return starts, dur, ends, min(cap, 2 * window), False
+        m = int(bad[0])
+        done_steps = self._replay(snap, starts, ends, m, w0)
+        dur, starts, ends = (a[:done_steps].copy() for a in (dur, starts, ends))
+        if done_steps == m + 1:
+            dur[m] = step_times(self.e.step_model, step_array(self.log[-1:]))[0]
+            ends[m] = starts[m] + dur[m]
+        return starts, dur, ends, min(max(16, m + 8), cap), True
+
+    def _commit_steps(self, starts: np.ndarray, dur: np.ndarray, ends: np.ndarray,
+                      progress: Callable[[int], None] | None) -> float:
+        """Keep exactly timed steps; returns the clock after the last."""
+        self.saved = {}
+        self.starts.append(starts)
+        self.durs.append(dur)
+        self.ends.append(ends)
+        if self.timed:
+            self.exact_ends.extend(ends.tolist())
+            self.window_ends = []
+        if progress is not None:
+            progress(self.done)
+        return float(ends[-1])
 
     # -- results ----------------------------------------------------------------------------
     def record(self) -> RunRecord:

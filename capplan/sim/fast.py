@@ -190,7 +190,7 @@ class _FastState(_State):
             self._chunks.append(repack_fields(self._log_array(self.log)[list(KEPT)]))
             self.log = []
 
-    def simulate(self, progress: Callable[[int], None] | None) -> None:  # noqa: C901, PLR0912
+    def simulate(self, progress: Callable[[int], None] | None) -> None:
         """The reference's windowed clock; a stretch of same-shape decode steps runs on the
         exact clock from a window's start (`_run`), so it is never rolled back."""
         t_s = 0.0
@@ -210,12 +210,8 @@ class _FastState(_State):
                 n_run, dur = self._run(t_s, kq)
                 if n_run:
                     ends = t_s + np.cumsum(dur)
-                    self.starts.append(np.concatenate(([t_s], ends[:-1])))
-                    self.durs.append(dur)
-                    self.ends.append(ends)
-                    if self.timed:
-                        self.exact_ends.extend(ends.tolist())
-                    t_s = float(ends[-1])
+                    t_s = self._commit_steps(np.concatenate(([t_s], ends[:-1])), dur, ends,
+                                             progress)
                     continue
             w0, first = len(self.log), self.next_arrival
             snap = self._snapshot()
@@ -236,32 +232,11 @@ class _FastState(_State):
                 if self.done >= self.n:
                     break
             dur = step_times(self.e.step_model, self._log_array(self.log[w0:]))
-            # one clock: a step starts exactly when the one before it ends
-            ends = t_s + np.cumsum(dur)
-            starts = np.concatenate(([t_s], ends[:-1]))
-            bad = ([] if self.closed and not self.timed else
-                   np.flatnonzero(self._seen_exact(first, starts, ends) != np.asarray(seen)))
-            if len(bad):
-                m = int(bad[0])
-                done_steps = self._replay(snap, starts, ends, m, w0)
-                dur, starts, ends = (a[:done_steps].copy() for a in (dur, starts, ends))
-                if done_steps == m + 1:
-                    dur[m] = step_times(self.e.step_model, step_array(self.log[-1:]))[0]
-                    ends[m] = starts[m] + dur[m]
-                window = min(max(16, m + 8), cap)
+            starts, dur, ends, window, replayed = self._settle_window(snap, t_s, dur, first, seen,
+                                                                       w0, window, cap)
+            if replayed:
                 self._last = self.log[-1] if self.log else None
-            else:
-                window = min(cap, 2 * window)
-            self.saved = {}
-            self.starts.append(starts)
-            self.durs.append(dur)
-            self.ends.append(ends)
-            if self.timed:
-                self.exact_ends.extend(ends.tolist())
-                self.window_ends = []
-            t_s = float(ends[-1])
-            if progress is not None:
-                progress(self.done)
+            t_s = self._commit_steps(starts, dur, ends, progress)
 
     def record(self) -> RunRecord:
         self._flush_log()
