@@ -154,7 +154,7 @@ class EngineProfile:
     """vLLM's sampler: "native" or "flashinfer"; sets the sampler's share of the activation
     peak (docs/memory.md)."""
     flag_names: dict[str, str] = field(default_factory=dict)
-    """The engine's own names of the settings, for launch lines."""
+    """The engine's own names of the settings, for launch lines (capplan/plan/flags.py)."""
     sources: dict[str, str] = field(default_factory=dict)
     """Where each default comes from (file and version of the engine's source)."""
 
@@ -275,7 +275,8 @@ TRTLLM = EngineProfile(
     flag_names={"tp": "--tp_size", "pp": "--pp_size", "max_num_seqs": "--max_batch_size",
                 "max_num_batched_tokens": "--max_num_tokens",
                 "memory_fraction": "--kv_cache_free_gpu_memory_fraction",
-                "max_model_len": "--max_seq_len"},
+                "max_model_len": "--max_seq_len",
+                "kv_fp8": "--extra_llm_api_options kv_fp8.yaml  # kv_cache_config: {dtype: fp8}"},
     sources={
         "memory": "tensorrt_llm/llmapi/llm_args.py KvCacheConfig.free_gpu_memory_fraction "
                   "(default 0.9 of free memory after the model is loaded)",

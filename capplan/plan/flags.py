@@ -18,6 +18,7 @@ import math
 from typing import Any
 
 from capplan.catalog.schema import ModelSpec
+from capplan.models.engine import SGLANG, TRTLLM, VLLM, EngineProfile
 from capplan.models.memory import MemoryReport
 
 _VLLM_QUANT = {"fp8": "fp8"}  # int4/fp4 need a pre-quantized checkpoint (AWQ/GPTQ/NVFP4 repo)
@@ -43,6 +44,19 @@ def memory_fractions(mem: MemoryReport) -> dict[str, float]:
             "trtllm": up(kv / free)}
 
 
+def _settings_line(profile: EngineProfile, head: str, r: dict[str, Any],
+                   frac: dict[str, float], tokens: int) -> list[str]:
+    """The launch line's common settings under the engine's own flag names (its profile)."""
+    f = profile.flag_names
+    line = [head, f"{f['tp']} {r['tp']}"]
+    if r.get("pp", 1) > 1:
+        line.append(f"{f['pp']} {r['pp']}")
+    return line + [f"{f['max_num_seqs']} {r['max_num_seqs']}",
+                   f"{f['max_num_batched_tokens']} {tokens}",
+                   f"{f['memory_fraction']} {frac[profile.name]:g}",
+                   f"{f['max_model_len']} {r['max_model_len']}"]
+
+
 def engine_flags(model: ModelSpec, r: dict[str, Any], traffic: Any,
                  memory: MemoryReport | None = None) -> dict[str, str]:
     """Launch lines for every engine; `memory` (the planned MemoryReport) sets each engine's
@@ -51,17 +65,11 @@ def engine_flags(model: ModelSpec, r: dict[str, Any], traffic: Any,
     frac = memory_fractions(memory) if memory is not None else {
         e: r["gpu_memory_utilization"] for e in ("vllm", "sglang", "trtllm")}
     wd, kvd = r["weight_dtype"], r["kv_dtype"]
-    v = [f"vllm serve {hf}", f"--tensor-parallel-size {r['tp']}"]
-    if r.get("pp", 1) > 1:
-        v.append(f"--pipeline-parallel-size {r['pp']}")
-    v += [f"--max-num-seqs {r['max_num_seqs']}",
-          f"--max-num-batched-tokens {r['max_num_batched_tokens']}",
-          f"--gpu-memory-utilization {frac['vllm']:g}",
-          f"--max-model-len {r['max_model_len']}"]
     own_format = model.quantization.format if model.quantization else model.torch_dtype
+    v = _settings_line(VLLM, f"vllm serve {hf}", r, frac, r["max_num_batched_tokens"])
     note = ""
     if kvd == "fp8":
-        v.append("--kv-cache-dtype fp8")
+        v.append(VLLM.flag_names["kv_fp8"])
     # Lanes of different priorities in one pool: the simulator served lower values first, as
     # vLLM does with --scheduling-policy priority (SchedulerConfig.policy, 0.10-0.11; each
     # request then carries its lane's "priority" field).
@@ -72,27 +80,19 @@ def engine_flags(model: ModelSpec, r: dict[str, Any], traffic: Any,
         v.append(f"--quantization {_VLLM_QUANT[wd]}")
     elif wd in ("int4", "int8", "fp4") and own_format != wd:
         note = f"  # serve a {wd} checkpoint of {hf} (AWQ/GPTQ/W8A8/NVFP4); vLLM reads its format"
-    s = [f"python -m sglang.launch_server --model-path {hf}", f"--tp {r['tp']}",
-         f"--max-running-requests {r['max_num_seqs']}",
-         f"--chunked-prefill-size {r['max_num_batched_tokens']}",
-         f"--mem-fraction-static {frac['sglang']:g}",
-         f"--context-length {r['max_model_len']}"]
+    s = _settings_line(SGLANG, f"python -m sglang.launch_server --model-path {hf}", r, frac,
+                       r["max_num_batched_tokens"])
     if kvd == "fp8":
-        s.append("--kv-cache-dtype fp8_e4m3")  # vLLM's fp8 is e4m3 too
+        s.append(SGLANG.flag_names["kv_fp8"])  # vLLM's fp8 is e4m3 too
     if wd == "fp8" and own_format != "fp8":
-        s.append("--quantization fp8")
+        s.append(SGLANG.flag_names["quant_fp8"])
     if priority:  # SGLang 0.5 ServerArgs: off by default, and higher values first unless told
         s += ["--enable-priority-scheduling", "--schedule-low-priority-values-first"]
-    t = [f"trtllm-serve {hf} --backend pytorch", f"--tp_size {r['tp']}"]
-    if r.get("pp", 1) > 1:
-        t.append(f"--pp_size {r['pp']}")
-    t += [f"--max_batch_size {r['max_num_seqs']}",
-          f"--max_num_tokens {max(r['max_num_batched_tokens'], r['max_model_len'])}",
-          f"--kv_cache_free_gpu_memory_fraction {frac['trtllm']:g}",
-          f"--max_seq_len {r['max_model_len']}"]
     # TensorRT-LLM prefills whole prompts (no chunking by default): max_num_tokens covers one.
+    t = _settings_line(TRTLLM, f"trtllm-serve {hf} --backend pytorch", r, frac,
+                       max(r["max_num_batched_tokens"], r["max_model_len"]))
     if kvd == "fp8":
-        t.append("--extra_llm_api_options kv_fp8.yaml  # kv_cache_config: {dtype: fp8}")
+        t.append(TRTLLM.flag_names["kv_fp8"])
     n = max(200, math.ceil(r["per_replica_rate_per_s"] * 300))
     # A prefix every request shares: vllm bench's random dataset prepends --random-prefix-len
     # tokens to each --random-input-len prompt (benchmarks/datasets.py RandomDataset).
