@@ -18,7 +18,7 @@ JSON (SI units, the keys DESIGN.md lists).
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -28,9 +28,7 @@ from capplan.export.json_export import jsonable as _jsonable
 from capplan.plan.deployment import Deployment, EngineOptions, resolve_deployment
 from capplan.plan.result import PlanResult
 
-_ENGINE_KEYS = ("engine", "tp", "pp", "weight_dtype", "kv_dtype", "max_model_len",
-                "gpu_memory_utilization", "block_size", "max_num_seqs", "max_num_batched_tokens",
-                "enforce_eager")
+_ENGINE_KEYS = tuple(f.name for f in fields(EngineOptions))
 
 
 def deployment(model: str, gpu: str, *, calibration: str | Path | Any = None,

@@ -203,11 +203,12 @@ def engine_options(f: Callable) -> Callable:
 
 def options_from(kw: dict[str, Any]) -> Any:
     """EngineOptions from parsed engine options (pops them from kw)."""
+    from dataclasses import fields
+
     from capplan.plan.deployment import EngineOptions
 
-    names = ("engine", "tp", "pp", "weight_dtype", "kv_dtype", "max_model_len",
-             "gpu_memory_utilization", "block_size", "max_num_seqs", "max_num_batched_tokens")
-    return EngineOptions(**{n: kw.pop(n) for n in names})
+    return EngineOptions(**{f.name: kw.pop(f.name) for f in fields(EngineOptions)
+                            if f.name in kw})
 
 
 def deployment_from_options(catalog_dir: tuple[str, ...], model: str, gpu: str,

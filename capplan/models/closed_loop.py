@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 
 from capplan.models.engine import SchedulerPolicy
-from capplan.models.perf import StepModel
+from capplan.models.perf import StepModel, chunk_attention
 
 _FP_ITERS = 60
 QUANTILES = {"p50": 0.50, "p90": 0.90, "p99": 0.99}
@@ -54,15 +54,12 @@ class BenchmarkProtocol:
 
 def cohort_step_s(step: StepModel, k: float, isl: float, num_decode: float,
                   decode_ctx: float) -> float:
-    """One step prefilling k whole prompts of `isl` tokens with `num_decode` decoders.
-
-    Attention pairs are per prompt: k * isl (isl + 1) / 2 (causal, no cached prefix).
-    """
+    """One step prefilling k whole prompts of `isl` tokens with `num_decode` decoders
+    (attention work per prompt from perf.chunk_attention, no cached prefix)."""
     k = max(float(k), 0.0)
     w = float(np.asarray(step.window))
-    pairs = k * isl * (isl + 1) / 2
-    cw = min(isl, w)
-    pairs_w = min(pairs, k * (isl * w - cw * (cw - 1) / 2))
+    one, one_w, _ = chunk_attention(float(isl), 0.0, w)
+    pairs, pairs_w = k * one, k * one_w
     out = step.step(num_decode=num_decode, decode_kv_tokens=num_decode * decode_ctx,
                     decode_kv_tokens_window=num_decode * min(decode_ctx, w),
                     prefill_tokens=k * isl, prefill_pairs=pairs, prefill_pairs_window=pairs_w,
@@ -79,13 +76,10 @@ def kv_concurrency_cap(kv_tokens: float, isl: float, osl: float, block_size: int
                        policy: SchedulerPolicy) -> float:
     """Sequences the KV cache holds at once under the engine's admission rule.
 
-    Running sequences are spread evenly over their lives, so on average each holds
-    isl + osl / 2 tokens; an engine that reserves a fraction r of the output at admission
-    (TensorRT-LLM GUARANTEED_NO_EVICT: r = 1) holds at least isl + r osl from the start:
-    per sequence isl + osl (1 + r) / 2 (vLLM, r = 0, preempts to stay there).
+    Per sequence the mean it holds under the policy (SchedulerPolicy.held_tokens), rounded up
+    to whole blocks; vLLM (no reservation) preempts to stay there.
     """
-    r = min(max(policy.reserve_output_frac, 0.0), 1.0)
-    per_seq = math.ceil((isl + osl * (1 + r) / 2) / block_size) * block_size
+    per_seq = math.ceil(policy.held_tokens(isl, osl) / block_size) * block_size
     return max(math.floor(kv_tokens / max(per_seq, 1)), 0)
 
 
@@ -212,17 +206,16 @@ def _mixture_quantile(q: float, wave_frac: float, wave_mean: float, steady: floa
 
 
 def _wave_ttft(step: StepModel, m: int, isl: float, budget: float, ctx: float,
-               policy: SchedulerPolicy, others: float = 0.0) -> float:
+               policy: SchedulerPolicy) -> float:
     """Mean TTFT of m prompts arriving together: prefilled in order, B tokens per step.
 
     Step j holds the prompts whose tokens fall in [j B, (j+1) B); prompts finishing in step j
     start decoding in step j+1 (mixed engines take their decode tokens from the budget).
-    `others` sequences are decoding throughout (a burst arriving mid-run).
     """
     total_tokens = m * isl
     done = 0.0
     t = 0.0
-    decoding = float(others)
+    decoding = 0.0
     ttft_sum = 0.0
     finished = 0
     guard = 0
@@ -230,14 +223,9 @@ def _wave_ttft(step: StepModel, m: int, isl: float, budget: float, ctx: float,
         guard += 1
         room = budget if policy.prefill_first else max(budget - decoding, 1.0)
         take = min(room, total_tokens - done)
-        start_idx = int(done // isl)
-        end_idx = int(min((done + take) // isl, m))
-        k_tokens = take
-        dt = cohort_step_s(step, k_tokens / isl, isl, 0.0 if policy.prefill_first else decoding,
-                           ctx)
-        t += dt
+        t += cohort_step_s(step, take / isl, isl, 0.0 if policy.prefill_first else decoding, ctx)
         done += take
-        newly = end_idx - finished if end_idx > start_idx or end_idx > finished else 0
+        newly = int(min(done // isl, m)) - finished  # prompts whose last token was this step
         if newly > 0:
             ttft_sum += newly * t
             finished += newly

@@ -15,7 +15,9 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import Protocol
+from typing import Any, Protocol
+
+from numpy.typing import ArrayLike
 
 from capplan.errors import InputError, nearest
 from capplan.units import GIB_BYTES
@@ -59,6 +61,14 @@ class SchedulerPolicy:
     True since 0.8, vllm/config/cache.py), SGLang (RadixAttention unless
     --disable-radix-cache), TensorRT-LLM (KvCacheConfig.enable_block_reuse True). The
     simulator and the queueing model apply a workload's prefix sharing only when it is on."""
+
+    def held_tokens(self, isl: ArrayLike, osl: ArrayLike) -> Any:
+        """Mean KV tokens a running sequence holds: running sequences are spread evenly over
+        their lives (prompt plus half the output); an engine reserving a fraction r of the
+        output at admission holds at least prompt + r output from the start, so
+        isl + osl (1 + r) / 2 (TensorRT-LLM's GUARANTEED_NO_EVICT, r = 1: isl + osl)."""
+        r = min(max(self.reserve_output_frac, 0.0), 1.0)
+        return isl + osl * (1 + r) / 2
 
 
 @dataclass(frozen=True)
@@ -166,10 +176,6 @@ class EngineProfile:
         return f"{self.name} {self.version}"
 
     # Kept for callers of the 0.1 attribute names.
-    @property
-    def cudagraphs_in_kv_budget(self) -> bool:
-        return self.memory.cudagraphs_in_budget
-
 
 def _vllm_defaults(gpu: GpuLike, tp: int) -> EngineDefaults:
     # vLLM 0.10-0.19 EngineArgs (_set_default_args / get_batch_defaults), OpenAI server: GPUs

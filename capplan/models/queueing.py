@@ -477,11 +477,10 @@ class QueueModel:
         # B sequences hold a sum with mean B mu and sd sqrt(B) sigma; the cap is the largest B
         # whose 99th percentile fits: B mu + 2.33 sqrt(B) sigma = KV tokens (heavy-tailed
         # lengths leave less room than the mean suggests; vLLM would preempt beyond it).
-        # An engine reserving a fraction r of the output at admission holds at least I + r O:
-        # mean I + O (1 + r) / 2 (TensorRT-LLM's GUARANTEED_NO_EVICT: r = 1, I + O).
-        r = min(max(self.policy.reserve_output_frac, 0.0), 1.0)
-        # Blocks shared with other running requests are held once (vLLM block_pool.touch).
-        mu = max(inp.mean + out.mean * (1 + r) / 2 - self.prefix.shared_kv_tokens_per_seq, 1.0)
+        # An output reservation at admission raises it (SchedulerPolicy.held_tokens); blocks
+        # shared with other running requests are held once (vLLM block_pool.touch).
+        mu = max(float(self.policy.held_tokens(inp.mean, out.mean))
+                 - self.prefix.shared_kv_tokens_per_seq, 1.0)
         sigma = math.sqrt(inp.var + out.var / 4 + out.mean_sq / 12)
         kv = np.asarray(limits.kv_cache_tokens, float) - self.prefix.resident_kv_tokens
         z = Z99
