@@ -40,6 +40,8 @@ Z99 = 2.3263478740408408
 """Standard normal 99th percentile (scipy.stats.norm.ppf(0.99)): the one home of this value."""
 _TAU_MAX_S = 60.0
 _FP_ITERS = 10
+_FP_ITERS_MAX = 60
+_FP_REL_TOL = 1e-4
 
 
 @dataclass(frozen=True)
@@ -561,7 +563,10 @@ class QueueModel:
 
         g(tau) = T(tau) - tau is positive at tau = 0 and, when a fixed point exists, negative
         at _TAU_MAX_S. T is close to affine in tau (B and P grow linearly with it), so the
-        Illinois variant of regula falsi converges in a few vectorised steps.
+        Illinois variant of regula falsi converges in a few vectorised steps; near saturation
+        it can need more, so it goes on (up to _FP_ITERS_MAX) until every bracket is within
+        _FP_REL_TOL (a stalled bracket left tau at _TAU_MAX_S: an unstable verdict between two
+        stable rates).
         """
         lo = np.zeros(np.broadcast_shapes(np.shape(lam), np.shape(self.cap)))
         g_lo = self._mean_step(lam, lo)["tau"] - lo
@@ -569,7 +574,9 @@ class QueueModel:
         g_hi = self._mean_step(lam, hi)["tau"] - hi
         exists = g_hi <= 0
         side = np.zeros_like(lo)
-        for _ in range(_FP_ITERS):
+        for i in range(_FP_ITERS_MAX):
+            if i >= _FP_ITERS and np.all(hi - lo <= _FP_REL_TOL * hi + 1e-12):
+                break
             den = g_lo - g_hi
             x = np.where(den > 0, (lo * -g_hi + hi * g_lo) / np.where(den > 0, den, 1.0),
                          0.5 * (lo + hi))
