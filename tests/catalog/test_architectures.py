@@ -38,6 +38,8 @@ PUBLISHED = {
     "gpt-oss-120b": (116.8e9, "gpt-oss model card: 116.8B total"),
     "lfm2.5-vl-1.6b": (1.6e9, "LFM2.5-VL-1.6B model card: 1.6B (1.2B LFM2 + 400M SigLIP2)"),
     "llama-3.3-nemotron-super-49b-v1": (49e9, "model card: 49B (NAS of Llama-3.3-70B)"),
+    "glm-4.5-air": (106e9, "GLM-4.5 model card: GLM-4.5-Air 106B total, 12B active"),
+    "mistral-nemo-base-2407": (12e9, "Mistral NeMo announcement (2024-07-18): a 12B model"),
     "phi-1": (1.42e9, "HF model page of microsoft/phi-1: 1.42B params in its safetensors "
                       "(the card's '1.3B' is rounded)"),
 }
@@ -210,6 +212,39 @@ def test_lfm2_short_conv_layers():
     # an attention page of 16 tokens (16 * 2048 B) already holds it: no block size change
     assert layers.effective_block_size(s, 1, 2, 16) == 16
     assert layers.state_bytes_per_seq(s, 1, 2, 16) == 10 * 16 * 2 * 8 * 64 * 2
+
+
+def test_glm45_air_moe_gqa_kv():
+    s = _spec("glm-4.5-air")
+    # first_k_dense_replace 1: one dense layer (10944), 45 MoE layers of 128 experts top-8 + 1
+    # shared (1408 each)
+    assert s.num_moe_layers == 45 and s.moe.num_dense_layers == 1
+    assert (s.moe.num_experts, s.moe.num_experts_per_tok, s.moe.num_shared_experts) == (128, 8, 1)
+    # head_dim 128 is given (96 heads x 128 = 12288 != hidden 4096); KV per token, bf16:
+    # 46 layers * 2 (K, V) * 8 KV heads * 128 * 2 B = 188,416
+    assert layers.kv_bytes_per_token(s, 1, 2) == 46 * 2 * 8 * 128 * 2 == 188_416
+    # TP 8: one KV head per rank
+    assert layers.kv_bytes_per_token(s, 8, 2) == 46 * 2 * 1 * 128 * 2
+    # parameters by hand: embeddings + untied head 2 * 151552 * 4096 = 1,241,513,984;
+    # attention per layer q 4096*12288 + k,v 2 * 4096*1024 + o 12288*4096 + biases
+    # (12288 + 2048) = 109,065,216; dense MLP 3 * 4096 * 10944 = 134,479,872; MoE layer
+    # 129 experts * 3 * 4096 * 1408 + router 128 * 4096 = 2,232,418,304 (norms and the
+    # router's bias are below 0.01%)
+    attn = 4096 * 12288 + 2 * 4096 * 1024 + 12288 * 4096 + 12288 + 2048
+    total = (2 * 151552 * 4096 + 46 * attn + 3 * 4096 * 10944
+             + 45 * (129 * 3 * 4096 * 1408 + 128 * 4096))
+    assert s.params_total == pytest.approx(total, rel=1e-4)
+
+
+def test_mistral_nemo_head_dim_not_hidden_over_heads():
+    s = _spec("mistral-nemo-base-2407")
+    assert s.head_dim == 128 and s.hidden_size // s.num_attention_heads == 160
+    # 40 layers * 2 * 8 KV heads * 128 * 2 B = 163,840 per token
+    assert layers.kv_bytes_per_token(s, 1, 2) == 40 * 2 * 8 * 128 * 2 == 163_840
+    # embeddings + head 2 * 131072 * 5120; per layer q,o 2 * 5120 * 4096, k,v 2 * 5120 * 1024,
+    # MLP 3 * 5120 * 14336 (norms 2 * 5120 per layer + 5120 final)
+    layer = 2 * 5120 * 4096 + 2 * 5120 * 1024 + 3 * 5120 * 14336 + 2 * 5120
+    assert s.params_total == pytest.approx(2 * 131072 * 5120 + 40 * layer + 5120, rel=1e-6)
 
 
 def test_phi1_non_gated_fp32_served_in_bf16():
