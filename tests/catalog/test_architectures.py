@@ -40,12 +40,13 @@ PUBLISHED = {
     "llama-3.3-nemotron-super-49b-v1": (49e9, "model card: 49B (NAS of Llama-3.3-70B)"),
     "glm-4.5-air": (106e9, "GLM-4.5 model card: GLM-4.5-Air 106B total, 12B active"),
     "mistral-nemo-base-2407": (12e9, "Mistral NeMo announcement (2024-07-18): a 12B model"),
+    "granite-4.0-h-350m": (340e6, "Ollama library granite4:350m-h (its GGUF): 340M"),
     "phi-1": (1.42e9, "HF model page of microsoft/phi-1: 1.42B params in its safetensors "
                       "(the card's '1.3B' is rounded)"),
 }
 HYBRID_OR_NON_GATED = {"nemotron-h-56b-base-8k", "nemotron-3-nano-30b-a3b",
                        "qwen3-next-80b-a3b-thinking", "qwen3.5-27b", "qwen3.5-35b-a3b",
-                       "qwen3.5-397b-a17b", "lfm2.5-vl-1.6b", "phi-1"}
+                       "qwen3.5-397b-a17b", "lfm2.5-vl-1.6b", "phi-1", "granite-4.0-h-350m"}
 
 
 def _spec(name: str):
@@ -234,6 +235,31 @@ def test_glm45_air_moe_gqa_kv():
     total = (2 * 151552 * 4096 + 46 * attn + 3 * 4096 * 10944
              + 45 * (129 * 3 * 4096 * 1408 + 128 * 4096))
     assert s.params_total == pytest.approx(total, rel=1e-4)
+
+
+def test_granite4_h_350m_mamba2_hybrid():
+    s = _spec("granite-4.0-h-350m")
+    # layer_types: 28 "mamba" (Mamba2), 4 "attention"; every layer has a dense gated MLP of
+    # shared_intermediate_size 2048 (num_local_experts 0)
+    assert s.layer_kinds.count("mamba2") == 28 and s.layer_kinds.count("full_attention") == 4
+    assert s.moe is None and s.intermediate_size == 2048 and s.tie_word_embeddings
+    # KV per token: 4 attention layers * 2 * 4 KV heads * 64 (768 / 12) * 2 B = 4,096
+    assert layers.kv_bytes_per_token(s, 1, 2) == 4 * 2 * 4 * 64 * 2 == 4096
+    # Mamba2 state per layer, bf16: conv (4 - 1) * (1536 inner + 2 * 1 group * 128) * 2 B
+    # = 10,752 plus SSM 48 heads * 32 * 128 state * 2 B = 393,216
+    page = 3 * (1536 + 2 * 128) * 2 + 48 * 32 * 128 * 2
+    assert page == 403_968 and layers.state_page_bytes(s, 1) == page
+    # block: 16 * cdiv(403,968, 16 * 1,024 B per token per attention layer: 2 * 4 * 64 * 2)
+    # = 16 * 25 = 400 tokens
+    assert layers.effective_block_size(s, 1, 2, 16) == 400
+    # parameters by hand: tied embedding 100352 * 768; attention layer q,o 2 * 768^2 +
+    # k,v 2 * 768 * 256; Mamba2 layer in_proj 768 * (2*1536 + 2*128 + 48) + conv (1536 +
+    # 256) * 4 + bias 1792 + dt_bias, A, D 3 * 48 + norm 1536 + out_proj 1536 * 768; MLP
+    # 3 * 768 * 2048 per layer; two RMSNorms per layer and a final one
+    attn = 2 * 768 * 768 + 2 * 768 * 256
+    mamba = 768 * (2 * 1536 + 2 * 128 + 48) + 1792 * 4 + 1792 + 3 * 48 + 1536 + 1536 * 768
+    total = 100352 * 768 + 4 * attn + 28 * mamba + 32 * (3 * 768 * 2048 + 2 * 768) + 768
+    assert s.params_total == pytest.approx(total, rel=1e-3)
 
 
 def test_mistral_nemo_head_dim_not_hidden_over_heads():
