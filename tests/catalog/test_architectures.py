@@ -394,6 +394,17 @@ def test_jamba_mamba1_moe_hybrid(tmp_path):
     assert layers.state_page_bytes(s, 1) == 3 * 8192 * 2 + 8192 * 16 * 2 == 311_296
 
 
+def test_jamba_catalog_entry_is_the_config_class_defaults(catalog):
+    # model_catalog/jamba-v0.1.yaml was imported from JambaConfig's defaults (its source): the
+    # same architecture as the inline dict above, KV over its 4 attention layers only
+    entry = catalog.model("jamba-v0.1")
+    assert entry.layer_kinds.count("full_attention") == 4 and entry.num_moe_layers == 16
+    # 4 attention layers * 2 * 8 KV heads * 128 * 2 B = 16,384 per token (a dense 32-layer
+    # model of the same shape would hold 131,072)
+    assert layers.kv_bytes_per_token(entry, 1, 2) == 4 * 2 * 8 * 128 * 2 == 16_384
+    assert layers.state_page_bytes(entry, 1) == 3 * 8192 * 2 + 8192 * 16 * 2
+
+
 def test_state_blocks_per_sequence(catalog):
     # Qwen3-Next at TP 4: 36 state pages of one block each over 12 attention layers' block
     # (a block spans every attention layer): 36 / 12 = 3 blocks per running sequence
