@@ -39,6 +39,39 @@ KV_DTYPES = ("auto", "bf16", "fp16", "fp8")
 
 
 @dataclass(frozen=True)
+class ClientJitter:
+    """Timing noise of a closed-loop benchmark's clients (docs/queueing.md, "Jitter").
+
+    The delay between a request's last token at the engine and its client's next request
+    reaching the engine is the per-request overhead o plus noise of standard deviation
+    `spread_s(osl) = sqrt(request_s^2 + osl * per_token_s^2)`: a per-request part (HTTP,
+    tokenisation, the client's event loop) and a per-streamed-token part whose independent
+    per-token costs add up over the finished request's `osl` streamed tokens (variance grows
+    with osl, the spread with sqrt(osl)). The delay is max(o + spread * z, 0), z standard normal,
+    pre-drawn per request from `seed`. All zero: the synchronised closed loop."""
+
+    request_s: float = 0.0
+    per_token_s: float = 0.0
+    seed: int = 7
+
+    def __post_init__(self) -> None:
+        for name in ("request_s", "per_token_s"):
+            v = getattr(self, name)
+            if not (math.isfinite(v) and v >= 0):
+                raise InputError(f"client jitter {name} {v}: must be a finite number >= 0")
+
+    @property
+    def active(self) -> bool:
+        return self.request_s > 0 or self.per_token_s > 0
+
+    def spread_s(self, osl: float) -> float:
+        return math.sqrt(self.request_s ** 2 + max(float(osl), 0.0) * self.per_token_s ** 2)
+
+
+NO_JITTER = ClientJitter()
+
+
+@dataclass(frozen=True)
 class SchedulerPolicy:
     """How an engine forms a step and admits requests: what the simulator and the analytic
     queueing model read (each engine profile holds one; sources in docs/engines.md)."""
@@ -165,6 +198,9 @@ class EngineProfile:
     default when no calibration measured it (docs/engines.md, "Host costs")."""
     per_seq_overhead_s: float = 10e-6
     """Host cost per running sequence per step (sampler, output processing, detokenisation)."""
+    client_jitter: ClientJitter = NO_JITTER
+    """Timing noise of a closed-loop benchmark's clients and server front end (breaks cohorts
+    up): the default of `latency --concurrency` and `simulate --concurrency`."""
     sampler: str = "native"
     """vLLM's sampler: "native" or "flashinfer"; sets the sampler's share of the activation
     peak (docs/memory.md)."""

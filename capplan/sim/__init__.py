@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from capplan.errors import InputError
-from capplan.models.engine import SchedulerPolicy
+from capplan.models.engine import ClientJitter, SchedulerPolicy
 from capplan.sim.batching import BatchEngine
 from capplan.sim.engine import VLLM_POLICY, ContinuousEngine
 from capplan.sim.entities import RunRecord
@@ -52,6 +52,7 @@ def run_scheduler(step_model: Any, reqs: Requests, lanes: tuple[Lane, ...], *, s
                   max_num_batched_tokens: int, policy: SchedulerPolicy = VLLM_POLICY,
                   enable_chunked_prefill: bool | None = None, batch_size: int | None = None,
                   batch_timeout_s: float = 0.0, request_overhead_s: float = 0.0,
+                  client_jitter: ClientJitter | None = None,
                   progress: Callable[[int], None] | None = None,
                   sim_engine: str = "auto") -> SimResult:
     """Simulate concrete requests under one scheduler and summarise the run.
@@ -62,6 +63,7 @@ def run_scheduler(step_model: Any, reqs: Requests, lanes: tuple[Lane, ...], *, s
     `--no-enable-chunked-prefill`). `request_overhead_s` (closed loop, continuous): each
     client's next request reaches the engine that long after its last one ended
     (`ContinuousEngine.run`); latencies stay engine-side, so add it to TTFT and E2E.
+    `client_jitter` (closed loop, continuous): the noise on that delay (ClientJitter).
     `sim_engine` (auto, fast, reference) picks the implementation (`engine_impl`); both give
     the same results.
     """
@@ -73,7 +75,8 @@ def run_scheduler(step_model: Any, reqs: Requests, lanes: tuple[Lane, ...], *, s
         cls = FastEngine if impl == "fast" else ContinuousEngine
         eng = cls(step_model, num_gpu_blocks, block_size, max_num_seqs, max_num_batched_tokens,
                   policy)
-        return summarize(eng.run(reqs, prio, progress, request_overhead_s), lanes)
+        return summarize(eng.run(reqs, prio, progress, request_overhead_s, client_jitter),
+                         lanes)
     if scheduler in ("static", "dynamic"):
         batch = BatchEngine(step_model, num_gpu_blocks, block_size,
                             batch_size or max_num_seqs, scheduler, batch_timeout_s)

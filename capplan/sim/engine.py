@@ -54,7 +54,7 @@ docs "Tuning Max Batch Size and Max Num Tokens".
 from __future__ import annotations
 
 import math
-from bisect import bisect_left
+from bisect import bisect_left, insort
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields
 from heapq import heapify, heappop, heappush
@@ -64,7 +64,7 @@ from typing import Any
 import numpy as np
 
 from capplan.errors import InputError
-from capplan.models.engine import VLLM, SchedulerPolicy
+from capplan.models.engine import VLLM, ClientJitter, SchedulerPolicy
 from capplan.models.perf import chunk_attention
 from capplan.sim.entities import STEP_INPUTS, RunRecord, StepRecord, step_array
 from capplan.sim.workload import Requests
@@ -143,20 +143,24 @@ class ContinuousEngine:
 
     def run(self, reqs: Requests, priorities: np.ndarray | None = None,
             progress: Callable[[int], None] | None = None,
-            request_overhead_s: float = 0.0) -> RunRecord:
+            request_overhead_s: float = 0.0,
+            client_jitter: ClientJitter | None = None) -> RunRecord:
         """Simulate `reqs` to completion. `priorities[lane]`: lower runs first.
 
         `request_overhead_s` (closed loop): the time between a request's last token and the
         client's next request reaching the engine (HTTP, tokenisation, streaming, the client),
         so a client's cycle is its request's time in the engine plus the overhead, as the
         analytic closed loop has it. Arrivals are recorded at the engine: add the overhead to
-        TTFT and E2E for what the client measures.
+        TTFT and E2E for what the client measures. `client_jitter` (closed loop): that delay
+        is max(overhead + spread * z, 0) with z pre-drawn per request from the jitter's seed
+        (ClientJitter); requests then reach the engine in the order of their delays.
         """
         if not (np.isfinite(request_overhead_s) and request_overhead_s >= 0):
             raise InputError(f"request_overhead_s {request_overhead_s}: must be >= 0")
         self._check_requests(reqs)
         prio = np.zeros(1, np.int64) if priorities is None else np.asarray(priorities)
-        st = _State(self, reqs, prio[reqs.lane].tolist(), float(request_overhead_s))
+        st = _State(self, reqs, prio[reqs.lane].tolist(), float(request_overhead_s),
+                    client_jitter)
         st.simulate(progress)
         return st.record()
 
@@ -187,6 +191,8 @@ class _Seq:
     admitted_step: int = -1
     arrival_step: int = -1
     """Closed loop: the step whose end sends it (-1: sent at t = 0)."""
+    jitter_s: float = 0.0
+    """Closed loop with client jitter: its delay from that step's end beyond the overhead."""
     queue_key: tuple[int, float, int] = (0, 0.0, 0)
     refs: tuple[int, ...] = ()
     """Prefix caching: indices of its blocks that are shared cache entries (its hits, and the
@@ -207,7 +213,7 @@ class _State:
     """The mutable state of one run (the engine's instance is only configuration)."""
 
     def __init__(self, eng: ContinuousEngine, reqs: Requests, prio: list[int],
-                 overhead_s: float = 0.0) -> None:
+                 overhead_s: float = 0.0, jitter: ClientJitter | None = None) -> None:
         self.e = eng
         self.reqs = reqs
         self.n = len(reqs)
@@ -216,9 +222,18 @@ class _State:
         self.can_preempt = eng.policy.preemption
         self.closed = reqs.concurrency is not None
         self.overhead_s = overhead_s if self.closed else 0.0
-        self.timed = self.closed and overhead_s > 0
+        self.jitter = jitter if self.closed and jitter is not None and jitter.active else None
+        """Client jitter: each next request's delay is drawn (ClientJitter); sent requests
+        wait in `pool` and reach the engine in the order of their arrival times, each taking
+        the next request's index (its lengths) when it arrives."""
+        self.timed = self.closed and (overhead_s > 0 or self.jitter is not None)
         """Closed loop whose next requests arrive `overhead_s` after a completion: the engine
         needs the clock to see them (without overhead they arrive at the next step)."""
+        self.noise = (np.random.default_rng(self.jitter.seed).standard_normal(self.n).tolist()
+                      if self.jitter is not None else [])
+        self.pool: dict[int, list[float]] = {}
+        """Client jitter: sending step -> sorted delays (beyond the overhead) of the requests
+        sent at its end that have not reached the engine yet."""
         self.exact_ends: list[float] = []
         """timed: end time of every step of the finished windows"""
         self.window_ends: list[float] = []
@@ -297,21 +312,54 @@ class _State:
     def _enqueue(self, s: int, arrival_step: int) -> None:
         q = self.seqs[s]
         q.arrival_step = arrival_step
-        q.queue_key = (q.priority, arrival_step if self.closed else self.arr[s], s)
+        # closed loop: in sending order (with jitter, indices are in arrival order)
+        order = s if self.jitter is not None else arrival_step if self.closed else self.arr[s]
+        q.queue_key = (q.priority, order, s)
         heappush(self.waiting, q.queue_key)
+
+    def _pool_next(self) -> tuple[float, int]:
+        """Client jitter: the earliest arrival among the requests on their way, and its
+        sending step (inf, -1: none)."""
+        best, best_g = math.inf, -1
+        for g, delays in self.pool.items():
+            t = self._step_end(g) + delays[0]
+            if t < best or (t == best and g < best_g):
+                best, best_g = t, g
+        return best + self.overhead_s, best_g
+
+    def _arrive_jittered(self, t: float) -> None:
+        while self.next_arrival < self.next_request:
+            t_arr, g = self._pool_next()
+            if t_arr > t:
+                break
+            delays = self.pool[g]
+            j = delays.pop(0)
+            if not delays:
+                del self.pool[g]
+            s = self.next_arrival
+            self._touch(s)
+            self.seqs[s].jitter_s = j
+            self._enqueue(s, g)
+            self.next_arrival += 1
 
     def _step_end(self, g: int) -> float:
         ends = self.exact_ends
         return ends[g] if g < len(ends) else self.window_ends[g - len(ends)]
 
     def _arrival_time(self, s: int) -> float:
+        if self.jitter is not None and s >= self.next_arrival:  # the next one on its way
+            return self._pool_next()[0]
         if self.closed:  # timed: sent when the step `arrival_step` ended (-1: at 0)
-            g = self.seqs[s].arrival_step
-            return (self._step_end(g) if g >= 0 else 0.0) + self.overhead_s
+            q = self.seqs[s]
+            g = q.arrival_step
+            return (self._step_end(g) if g >= 0 else 0.0) + self.overhead_s + q.jitter_s
         return self.arr[s]
 
     def _arrive(self, t: float) -> None:
         if self.closed and not self.timed:
+            return
+        if self.jitter is not None:
+            self._arrive_jittered(t)
             return
         nxt, sent = self.next_arrival, self.next_request if self.closed else self.n
         while nxt < sent and self._arrival_time(nxt) <= t:
@@ -335,14 +383,16 @@ class _State:
         return (dict(self.running), self.prefilling[:], self.waiting[:], self.fin_heap[:],
                 {k: v[:] for k, v in self.blk_due.items()}, self.win_heap[:],
                 self.first_decodes[:], len(self.log), len(self.gaps),
-                tuple(getattr(self, k) for k in self._SCALARS))
+                tuple(getattr(self, k) for k in self._SCALARS),
+                {k: v[:] for k, v in self.pool.items()})
 
     def _restore(self, snap: tuple) -> None:
         for s, values in self.saved.items():
             self.seqs[s].restore(values)
         self.saved = {}
         (running, prefilling, waiting, fin_heap, blk_due, win_heap, first_decodes, nlog, ngaps,
-         scalars) = snap
+         scalars, pool) = snap
+        self.pool = {k: v[:] for k, v in pool.items()}
         for kind, key, old in reversed(self.undo):
             if kind == "h":  # an entry popped from the heap goes back
                 heappush(self.lru, (old, key))
@@ -629,7 +679,11 @@ class _State:
         if self.closed and self.next_request < self.n:
             nxt = self.next_request
             self.next_request += 1
-            if self.timed:  # on its way: _arrive enqueues it overhead_s after this step ends
+            if self.jitter is not None:  # on its way with its own delay (the pool)
+                spread = self.jitter.spread_s(q.output_tokens)
+                j = max(self.overhead_s + spread * self.noise[nxt], 0.0) - self.overhead_s
+                insort(self.pool.setdefault(self.step, []), j)
+            elif self.timed:  # on its way: _arrive enqueues it overhead_s after this step ends
                 self._touch(nxt)
                 self.seqs[nxt].arrival_step = self.step
             else:
@@ -749,16 +803,39 @@ class _State:
             self._exec()
         return len(self.log) - w0
 
-    def _seen_exact(self, first: int, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    def _seen_exact(self, first: int, starts: np.ndarray, ends: np.ndarray,
+                    seen: list[int]) -> np.ndarray:
         """Requests that had arrived by each step start on the exact clock (`first` had by
         the window start)."""
         if not self.closed:
             return np.searchsorted(self.arr_np, starts, "right")
+        all_ends = np.concatenate((self.exact_ends, ends))
+        if self.jitter is not None:
+            return self._seen_jittered(first, starts, all_ends, seen)
         g = np.array([self.seqs[s].arrival_step for s in range(first, self.next_request)],
                      np.int64)
-        all_ends = np.concatenate((self.exact_ends, ends))
         arrivals = np.where(g >= 0, all_ends[np.maximum(g, 0)], 0.0) + self.overhead_s
         return first + np.searchsorted(arrivals, starts, "right")
+
+    def _seen_jittered(self, first: int, starts: np.ndarray, all_ends: np.ndarray,
+                       seen: list[int]) -> np.ndarray:
+        """`_seen_exact` with client jitter: the arrivals counted on the exact clock, and -1
+        from the step where a request arrived whose exact time falls after one that arrived
+        later on the estimated clock (the requests took the wrong indices: replay from it)."""
+        seqs = self.seqs
+        got = [(seqs[s].arrival_step, seqs[s].jitter_s) for s in range(first, self.next_arrival)]
+        way = [(g, j) for g, js in self.pool.items() for j in js]
+        gj = np.array(got + way, float).reshape(-1, 2)
+        t = all_ends[gj[:, 0].astype(np.int64)] + gj[:, 1] + self.overhead_s
+        counts = first + np.searchsorted(np.sort(t), starts, "right")
+        k = len(got)
+        if k:
+            later_min = np.minimum.accumulate(np.append(t[1:], np.inf)[::-1])[::-1]
+            bad = np.flatnonzero(t[:k] > later_min[:k])
+            if bad.size:
+                step = int(np.searchsorted(np.asarray(seen), first + bad[0], "right"))
+                counts[min(step, len(counts) - 1):] = -1
+        return counts
 
     def simulate(self, progress: Callable[[int], None] | None) -> None:
         t_s = 0.0
@@ -803,7 +880,7 @@ class _State:
         ends = t_s + np.cumsum(dur)
         starts = np.concatenate(([t_s], ends[:-1]))
         bad = ([] if self.closed and not self.timed else
-               np.flatnonzero(self._seen_exact(first, starts, ends) != np.asarray(seen)))
+               np.flatnonzero(self._seen_exact(first, starts, ends, seen) != np.asarray(seen)))
         if not len(bad):
             return starts, dur, ends, min(cap, 2 * window), False
         m = int(bad[0])
@@ -836,10 +913,11 @@ class _State:
         log = step_array(self.log)
         steps = np.array([(q.admitted_step, q.first_token_step, q.finished_step, q.arrival_step)
                           for q in self.seqs], np.int64).reshape(-1, 4)
+        jit = np.array([q.jitter_s for q in self.seqs], float)
         admitted, first, finished, arrs = steps.T
         if self.closed:  # sent when step `arrs` ended (-1: at 0), at the engine overhead later
             sent = np.where(arrs >= 0, ends[np.maximum(arrs, 0)] if len(ends) else 0.0, 0.0)
-            arrival = np.where(arrs >= 0, sent + self.overhead_s, 0.0)
+            arrival = np.where(arrs >= 0, sent + self.overhead_s + jit, 0.0)
         else:
             arrival = self.arr_np
         # A step's counted gap runs from the previous decode step: the step's own duration
