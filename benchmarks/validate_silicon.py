@@ -33,6 +33,7 @@ import numpy as np
 from capplan.catalog.loader import load_catalog
 from capplan.errors import CapplanError
 from capplan.models.closed_loop import BenchmarkProtocol, closed_loop_latency
+from capplan.models.engine import NO_JITTER, ClientJitter
 from capplan.plan.deployment import EngineOptions, calibration_for, resolve_deployment
 
 DATA = Path(__file__).resolve().parents[1].parent / "shared" / "validation" / "silicon_sample.csv"
@@ -121,7 +122,10 @@ def deployment(cat, r: dict[str, str], overhead_s: float | None = None,
 
 def predict(cat, r: dict[str, str], with_sim: bool, rounds: float,
             overhead_s: float | None = None,
-            host: tuple[float, float] | None = None) -> Prediction | None:
+            host: tuple[float, float] | None = None,
+            jitter: ClientJitter | None = None) -> Prediction | None:
+    """Analytic (and with_sim, simulated) mean TTFT and TPOT of a row; `jitter` replaces the
+    engine profile's client jitter (--fit tries several)."""
     try:
         dep = deployment(cat, r, overhead_s, host)
     except CapplanError:
@@ -135,16 +139,17 @@ def predict(cat, r: dict[str, str], with_sim: bool, rounds: float,
     budget = s.max_num_batched_tokens
     if not s.profile.scheduler.chunked_prefill:  # whole prompts: the benchmark sized for them
         budget = max(budget, isl)
+    jit = s.profile.client_jitter if jitter is None else jitter
     out = closed_loop_latency(dep.step, isl, osl, s.max_num_seqs, budget,
                               dep.memory.kv_cache_tokens, s.block_size,
-                              BenchmarkProtocol(c, n), s.profile.scheduler)
+                              BenchmarkProtocol(c, n, client_jitter=jit), s.profile.scheduler)
     p = Prediction(out["ttft_wave_s"], out["ttft_steady_s"], out["tpot_s"],
                    out["request_overhead_s"])
     if with_sim and c <= SIM_MAX_CLIENTS:
         from capplan.plan.verify import simulate_closed_loop
 
         try:
-            sim = simulate_closed_loop(dep, c, isl, osl, requests=n)
+            sim = simulate_closed_loop(dep, c, isl, osl, requests=n, client_jitter=jit)
             p.sim_ttft_s, p.sim_tpot_s = sim["ttft_s"]["mean"], sim["tpot_s"]["mean"]
         except CapplanError:
             pass
@@ -191,24 +196,38 @@ def fit_host_costs(cat, rows: list[dict[str, str]]) -> None:
               f"TPOT median |err| {cost:.3f}")
 
 
-def fit(cat, rows: list[dict[str, str]]) -> None:
-    """Per engine: the benchmark's rounds and the per-request overhead minimising the median
-    |log error| of TTFT on that engine's training rows (each engine was benchmarked through its
-    own harness, so neither is assumed shared). The overhead changes how cohorts merge, so each
-    overhead is a full prediction; rounds only reweight the wave."""
+JITTER_GRID = (NO_JITTER,) + tuple(
+    ClientJitter(request_s=a, per_token_s=b)
+    for a in (0.0, 0.005, 0.02, 0.05) for b in (0.0, 0.1e-3, 0.3e-3, 1e-3) if a or b)
+"""Client jitter tried by --fit (per-request spread, per-streamed-token spread)."""
+
+
+def fit(cat, rows: list[dict[str, str]], jitters: tuple[ClientJitter, ...] = (NO_JITTER,)
+        ) -> None:
+    """Per engine: the benchmark's rounds, the per-request overhead and (--fit-jitter) the
+    client jitter minimising the median |log error| of TTFT on that engine's training rows
+    (each engine was benchmarked through its own harness, so none is assumed shared). The
+    overhead and the jitter change the cohorts, so each pair is a full prediction; rounds only
+    reweight the wave."""
     train = [r for r in rows if is_training(r)]
-    best: dict[str, tuple[float, float, float]] = {}
-    for o in OVERHEAD_GRID_S:
-        preds = [(r, predict(cat, r, False, 1.0, o)) for r in train]
-        for eng in sorted({r["backend"] for r in train}):
-            got = [(p, float(r["silicon_ttft_ms"]) / 1e3) for r, p in preds
-                   if p is not None and r["backend"] == eng]
-            for rounds in ROUNDS_GRID:
-                cost = float(np.median([abs(math.log(p.ttft(rounds) / m)) for p, m in got]))
-                if eng not in best or cost < best[eng][0]:
-                    best[eng] = (cost, rounds, o)
-    for eng, (cost, rounds, o) in sorted(best.items()):
-        print(f"{eng}: rounds {rounds}, overhead {o * 1e3:.0f} ms, median |log err| {cost:.3f}")
+    best: dict[str, tuple[float, float, float, ClientJitter]] = {}
+    for jit in jitters:
+        for o in OVERHEAD_GRID_S:
+            preds = [(r, predict(cat, r, False, 1.0, o, jitter=jit)) for r in train]
+            for eng in sorted({r["backend"] for r in train}):
+                got = [(p, float(r["silicon_ttft_ms"]) / 1e3) for r, p in preds
+                       if p is not None and r["backend"] == eng]
+                for rounds in ROUNDS_GRID:
+                    cost = float(np.median([abs(math.log(p.ttft(rounds) / m)) for p, m in got]))
+                    if eng not in best or cost < best[eng][0]:
+                        best[eng] = (cost, rounds, o, jit)
+                print(f"  {eng} jitter {jit.request_s * 1e3:g} ms + {jit.per_token_s * 1e3:g} "
+                      f"ms/token, overhead {o * 1e3:.0f} ms: best so far {best[eng][0]:.3f}",
+                      flush=True)
+    for eng, (cost, rounds, o, jit) in sorted(best.items()):
+        print(f"{eng}: rounds {rounds}, overhead {o * 1e3:.0f} ms, jitter "
+              f"{jit.request_s * 1e3:g} ms + {jit.per_token_s * 1e3:g} ms/token, "
+              f"median |log err| {cost:.3f}")
 
 
 def main() -> None:
@@ -221,7 +240,7 @@ def main() -> None:
         fit_host_costs(cat, agg_rows())
         return
     if "--fit" in sys.argv:
-        fit(cat, agg_rows())
+        fit(cat, agg_rows(), JITTER_GRID if "--fit-jitter" in sys.argv else (NO_JITTER,))
         return
     scored = []
     for r in agg_rows():

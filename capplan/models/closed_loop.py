@@ -30,8 +30,9 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+from scipy.special import ndtri
 
-from capplan.models.engine import SchedulerPolicy
+from capplan.models.engine import NO_JITTER, ClientJitter, SchedulerPolicy
 from capplan.models.perf import StepModel, chunk_attention
 
 _FP_ITERS = 60
@@ -50,6 +51,9 @@ class BenchmarkProtocol:
     warmup_prompts: int = 0
     """Requests sent (and excluded from the averages) before the measured ones; they leave the
     engine in steady state, so no start-up wave is measured."""
+    client_jitter: ClientJitter = NO_JITTER
+    """Timing noise of the clients and the server's front end, which breaks cohorts up
+    (`_jittered_cohort`; the engine profile's default)."""
 
 
 def cohort_step_s(step: StepModel, k: float, isl: float, num_decode: float,
@@ -93,6 +97,7 @@ def closed_loop_latency(step: StepModel, isl: float, osl: float, max_num_seqs: i
     n = max(int(protocol.num_prompts), 1)
     isl, osl = float(isl), float(osl)
     overhead = float(np.asarray(step.request_overhead_s))
+    spread = protocol.client_jitter.spread_s(osl)
     kv_cap = kv_concurrency_cap(kv_cache_tokens, isl, osl, block_size, policy)
     m = max(min(c, max_num_seqs, kv_cap), 1)
     bound = ("clients" if m == c else "max_num_seqs" if m == max_num_seqs else "kv_cache")
@@ -105,9 +110,13 @@ def closed_loop_latency(step: StepModel, isl: float, osl: float, max_num_seqs: i
         # Little: sequences decoding = X * decode time; the rest of the m prefill or wait.
         b_guess = min(m, max(x * dec_tokens * tpot_box[0], 0.0))
         b_eff_budget = budget if policy.prefill_first else max(budget - b_guess, 1.0)
+        t_dec = decode_step_s(step, b_guess, ctx)
+        resid = 0.0
         if isl <= b_eff_budget:
             k = max(min(float(m), math.floor(b_eff_budget / isl)), 1.0)
             others = max(b_guess - 0.0, 0.0) if not policy.prefill_first else 0.0
+            if spread > 0 and m > 1:  # jitter breaks the cohort up (_jittered_cohort)
+                k, resid = _jittered_cohort(step, k, isl, others, ctx, spread, t_dec, x)
             t_pf = cohort_step_s(step, k, isl, others, ctx)
             ttft = t_pf
             pf_steps_per_cohort = 1.0
@@ -118,7 +127,8 @@ def closed_loop_latency(step: StepModel, isl: float, osl: float, max_num_seqs: i
             t_pf = cohort_step_s(step, b_eff_budget / isl, isl, others, ctx)
             ttft = t_pf * math.ceil(n_steps)
             pf_steps_per_cohort = n_steps
-        t_dec = decode_step_s(step, b_guess, ctx)
+            if spread > 0 and m > 1:  # arrivals land inside a step and wait for its end
+                resid = t_dec / 2
         # Steps per second that carry prefill: cohorts arrive at X / k per second.
         cohorts_per_s = x / k
         # Time shares: prefill steps take t_pf each, decode steps t_dec.
@@ -131,6 +141,7 @@ def closed_loop_latency(step: StepModel, isl: float, osl: float, max_num_seqs: i
             n_dec_steps_per_s = (1.0 - pf_time_frac) / t_dec
             n_pf_steps_per_s = cohorts_per_s * pf_steps_per_cohort
             tpot = 1.0 / max(n_dec_steps_per_s + n_pf_steps_per_s, 1e-9)
+        ttft += resid
         return {"ttft": ttft, "tpot": tpot, "k": k, "b": b_guess, "t_pf": t_pf,
                 "t_dec": t_dec, "pf_frac": pf_time_frac}
 
@@ -187,6 +198,38 @@ def closed_loop_latency(step: StepModel, isl: float, osl: float, max_num_seqs: i
         "kv_peak_utilization": min(float(m) * (isl + osl) / max(kv_cache_tokens, 1.0), 1.0),
         "stable": True, "concurrency": float(c), "num_prompts": float(n),
     }
+
+
+def normal_range(k: float) -> float:
+    """Expected range (max - min) of k standard normal draws, by Blom's approximation of the
+    extreme order statistics, 2 Phi^-1((k - 0.375) / (k + 0.25)) (Blom 1958: 1.179, 2.098, 2.868
+    against the exact 1.128, 2.059, 2.847 for k = 2, 4, 8); 0 for k <= 1."""
+    if k <= 1:
+        return 0.0
+    return float(2.0 * ndtri((k - 0.375) / (k + 0.25)))
+
+
+def _jittered_cohort(step: StepModel, k: float, isl: float, others: float, ctx: float,
+                     spread_s: float, t_dec: float, x: float) -> tuple[float, float]:
+    """Prompts per prefill step when client jitter of `spread_s` spreads a returning cohort of
+    k, and the mean wait for the step that takes them (docs/queueing.md, "Jitter").
+
+    The members come back over a span of spread * normal_range(k). The first ones land in a
+    decode step and are prefilled in the next; everyone arriving while that prefill step runs
+    (P = its time) gathers for the following one, and so on: the cohort splits into
+    g = min(k, 1 + span / P) groups of k / g, with P the step of one group (a fixed point).
+    Members of groups after the first wait P / 2 on average, the first t_dec / 2. Once groups
+    are broken up, prompts of other clients arriving in the same step join (x t_dec of them
+    at throughput x, weighted by how far the cohort is broken, 1 - 1 / g)."""
+    span = spread_s * normal_range(k)
+    g, p_s = 1.0, cohort_step_s(step, k, isl, others, ctx)
+    for _ in range(4):
+        g = min(k, 1.0 + span / max(p_s, 1e-12))
+        p_s = cohort_step_s(step, k / g, isl, others, ctx)
+    k_eff = min(k, k / g + (1.0 - 1.0 / g) * x * t_dec)
+    chained = span < (k - 1.0) * p_s  # groups follow back to back: later ones wait on P
+    wait = (t_dec / 2 + (g - 1.0) * p_s / 2) / g if chained else t_dec / 2
+    return max(k_eff, 1.0), wait
 
 
 def _mixture_quantile(q: float, wave_frac: float, wave_mean: float, steady: float) -> float:

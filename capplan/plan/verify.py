@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from capplan.models.engine import SchedulerPolicy
+from capplan.models.engine import ClientJitter, SchedulerPolicy
 from capplan.models.perf import StepModel
 from capplan.plan.deployment import Deployment
 from capplan.plan.result import Verification
@@ -95,8 +95,10 @@ def _queue_grows(ts: dict[str, list[float]], window_s: float) -> bool:
 
 
 def simulate_closed_loop(dep: Deployment, concurrency: int, isl: int, osl: int,
-                         requests: int = 400) -> dict[str, Any]:
-    """A closed loop of `concurrency` clients with fixed lengths, on one deployment."""
+                         requests: int = 400,
+                         client_jitter: ClientJitter | None = None) -> dict[str, Any]:
+    """A closed loop of `concurrency` clients with fixed lengths, on one deployment, with the
+    clients' timing jitter (default: the engine profile's, ClientJitter)."""
     lane = SimLane(name="bench", input_len=parse_length(isl), output_len=parse_length(osl))
     wl = Workload((lane,), num_requests=requests, concurrency=concurrency)
     s = dep.settings
@@ -107,7 +109,9 @@ def simulate_closed_loop(dep: Deployment, concurrency: int, isl: int, osl: int,
                    num_gpu_blocks=dep.memory.num_gpu_blocks, block_size=s.block_size,
                    max_num_seqs=s.max_num_seqs,
                    max_num_batched_tokens=max(s.max_num_batched_tokens, s.max_num_seqs),
-                   policy=s.profile.scheduler, request_overhead_s=overhead).to_dict()
+                   policy=s.profile.scheduler, request_overhead_s=overhead,
+                   client_jitter=(s.profile.client_jitter if client_jitter is None
+                                  else client_jitter)).to_dict()
     return add_request_overhead(res, overhead)
 
 
