@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from scipy.special import ndtri
+from scipy.special import digamma
 
 from capplan.models.engine import NO_JITTER, ClientJitter, SchedulerPolicy
 from capplan.models.perf import StepModel, chunk_attention
@@ -115,10 +115,12 @@ def closed_loop_latency(step: StepModel, isl: float, osl: float, max_num_seqs: i
         if isl <= b_eff_budget:
             k = max(min(float(m), math.floor(b_eff_budget / isl)), 1.0)
             others = max(b_guess - 0.0, 0.0) if not policy.prefill_first else 0.0
-            if spread > 0 and m > 1:  # jitter breaks the cohort up (_jittered_cohort)
-                k, resid = _jittered_cohort(step, k, isl, others, ctx, spread, t_dec, x)
             t_pf = cohort_step_s(step, k, isl, others, ctx)
             ttft = t_pf
+            if spread > 0 and m > 1:  # jitter breaks the cohorts up (_jittered_cohort)
+                ttft, k = _jittered_cohort(step, k, isl, others, ctx, m > k,
+                                           (spread, t_dec, x))
+                t_pf = cohort_step_s(step, k, isl, others, ctx)
             pf_steps_per_cohort = 1.0
         else:
             k = 1.0
@@ -200,36 +202,59 @@ def closed_loop_latency(step: StepModel, isl: float, osl: float, max_num_seqs: i
     }
 
 
-def normal_range(k: float) -> float:
-    """Expected range (max - min) of k standard normal draws, by Blom's approximation of the
-    extreme order statistics, 2 Phi^-1((k - 0.375) / (k + 0.25)) (Blom 1958: 1.179, 2.098, 2.868
-    against the exact 1.128, 2.059, 2.847 for k = 2, 4, 8); 0 for k <= 1."""
+def delay_range(k: float) -> float:
+    """Expected range (max - min) of k Exp(1) delays: H_(k-1) = psi(k) + gamma (the spacings of
+    exponential order statistics are independent, Exp(1) / i for i = 1..k-1; Renyi 1953),
+    continued to real k by the digamma function; 0 for k <= 1."""
     if k <= 1:
         return 0.0
-    return float(2.0 * ndtri((k - 0.375) / (k + 0.25)))
+    return float(digamma(k) + np.euler_gamma)
+
+
+_MAX_GROUPS = 64
+"""Groups followed one by one when a cohort breaks up (the rest are then spaced out)."""
 
 
 def _jittered_cohort(step: StepModel, k: float, isl: float, others: float, ctx: float,
-                     spread_s: float, t_dec: float, x: float) -> tuple[float, float]:
-    """Prompts per prefill step when client jitter of `spread_s` spreads a returning cohort of
-    k, and the mean wait for the step that takes them (docs/queueing.md, "Jitter").
+                     busy: bool, jit: tuple[float, float, float]) -> tuple[float, float]:
+    """A cohort of k prompts broken up by client jitter (docs/queueing.md, "Jitter"). `jit` =
+    (spread_s, t_dec, x); `busy`: other sequences decode when it comes back. Returns the mean
+    TTFT of its prompts (wait for their step, then the step) and the prompts per prefill step.
 
-    The members come back over a span of spread * normal_range(k). The first ones land in a
-    decode step and are prefilled in the next; everyone arriving while that prefill step runs
-    (P = its time) gathers for the following one, and so on: the cohort splits into
-    g = min(k, 1 + span / P) groups of k / g, with P the step of one group (a fixed point).
-    Members of groups after the first wait P / 2 on average, the first t_dec / 2. Once groups
-    are broken up, prompts of other clients arriving in the same step join (x t_dec of them
-    at throughput x, weighted by how far the cohort is broken, 1 - 1 / g)."""
-    span = spread_s * normal_range(k)
-    g, p_s = 1.0, cohort_step_s(step, k, isl, others, ctx)
-    for _ in range(4):
-        g = min(k, 1.0 + span / max(p_s, 1e-12))
-        p_s = cohort_step_s(step, k / g, isl, others, ctx)
-    k_eff = min(k, k / g + (1.0 - 1.0 / g) * x * t_dec)
-    chained = span < (k - 1.0) * p_s  # groups follow back to back: later ones wait on P
-    wait = (t_dec / 2 + (g - 1.0) * p_s / 2) / g if chained else t_dec / 2
-    return max(k_eff, 1.0), wait
+    The members come back over a span S = spread * H_(k-1) (delay_range) from the first one's
+    arrival (time 0), at a density lam = (k - 1) / S. The first lands in the decode step in
+    progress, which ends at t_dec / 2 on average (when the engine is idle it starts at once);
+    the arrivals up to that boundary form the first group. Each group's prefill step (P(n))
+    runs from the boundary; the members arriving while it runs gather for the next step, each
+    waiting until that step ends: a chain in which longer steps gather more. When a step
+    gathers less than one prompt the chain is broken, and the rest land one by one in decode
+    steps (1 + lam t_dec per step, waiting t_dec / 2). Gathering re-synchronises the groups
+    every cycle (they finish a step or two apart), so the break-up does not compound."""
+    spread_s, t_dec, _ = jit
+    span = spread_s * delay_range(k)
+    lam = (k - 1.0) / max(span, 1e-12)
+    t0 = t_dec / 2 if busy else 0.0  # first step boundary after the first arrival
+    n = min(k, 1.0 + lam * t0)
+    wait = t0 - (min(t0, span) * (n - 1.0) / 2) / n  # the first waits t0, the rest less
+    left, ttft_sum, steps = k, 0.0, 0
+    while left > 1e-9 and steps < _MAX_GROUPS:
+        n = min(n, left)
+        p_s = cohort_step_s(step, n, isl, others, ctx)
+        ttft_sum += n * (wait + p_s)
+        left -= n
+        steps += 1
+        t1 = t0 + p_s  # arrivals in (t0, min(t1, S)] gather for the step after this one
+        gathered = lam * max(min(t1, span) - t0, 0.0)
+        if gathered < 1.0:  # broken chain: the rest land one by one in decode steps
+            break
+        n, wait = gathered, t1 - (t0 + min(t1, span)) / 2
+        t0 = t1
+    if left > 1e-9:
+        n = min(left, 1.0 + lam * t_dec)
+        p_s = cohort_step_s(step, n, isl, others, ctx)
+        ttft_sum += left * (t_dec / 2 + p_s)
+        steps += left / n
+    return ttft_sum / k, k / steps
 
 
 def _mixture_quantile(q: float, wave_frac: float, wave_mean: float, steady: float) -> float:

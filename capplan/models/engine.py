@@ -47,8 +47,10 @@ class ClientJitter:
     `spread_s(osl) = sqrt(request_s^2 + osl * per_token_s^2)`: a per-request part (HTTP,
     tokenisation, the client's event loop) and a per-streamed-token part whose independent
     per-token costs add up over the finished request's `osl` streamed tokens (variance grows
-    with osl, the spread with sqrt(osl)). The delay is max(o + spread * z, 0), z standard normal,
-    pre-drawn per request from `seed`. All zero: the synchronised closed loop."""
+    with osl, the spread with sqrt(osl)). The delay is o + spread * e with e ~ Exp(1) (a
+    non-negative waiting time whose standard deviation is `spread`), pre-drawn per request from
+    `seed`; what the client measures stays engine time + o. All zero: the synchronised closed
+    loop."""
 
     request_s: float = 0.0
     per_token_s: float = 0.0

@@ -144,7 +144,8 @@ def _closed_loop(dep: Deployment, load: LoadSpec) -> dict[str, Any]:
     """A closed-loop benchmark run (models/closed_loop.py) with the contract keys."""
     s = dep.settings
     proto = BenchmarkProtocol(int(load.concurrency or 1),
-                              load.num_prompts or VLLM_BENCH_NUM_PROMPTS, load.warmup_prompts)
+                              load.num_prompts or VLLM_BENCH_NUM_PROMPTS, load.warmup_prompts,
+                              client_jitter=dep.profile.client_jitter)
     res = closed_loop_latency(dep.step, load.input_stats.mean, load.output_stats.mean,
                               s.max_num_seqs, s.max_num_batched_tokens,
                               dep.memory.kv_cache_tokens, s.block_size, proto,

@@ -82,6 +82,8 @@ def run_simulation(dep: Deployment, *, rate: float | None, concurrency: int | No
                             enable_chunked_prefill=chunked_prefill, batch_size=batch_size,
                             batch_timeout_s=batch_timeout_s, policy=s.profile.scheduler,
                             request_overhead_s=overhead if concurrency is not None else 0.0,
+                            client_jitter=(s.profile.client_jitter if concurrency is not None
+                                           else None),
                             progress=tick, sim_engine=sim_engine).to_dict()
         results[name] = {**add_request_overhead(res, overhead),
                          "engine_impl": engine_impl(name, sim_engine,

@@ -152,7 +152,7 @@ class ContinuousEngine:
         so a client's cycle is its request's time in the engine plus the overhead, as the
         analytic closed loop has it. Arrivals are recorded at the engine: add the overhead to
         TTFT and E2E for what the client measures. `client_jitter` (closed loop): that delay
-        is max(overhead + spread * z, 0) with z pre-drawn per request from the jitter's seed
+        is overhead + spread * e with e ~ Exp(1) pre-drawn per request from the jitter's seed
         (ClientJitter); requests then reach the engine in the order of their delays.
         """
         if not (np.isfinite(request_overhead_s) and request_overhead_s >= 0):
@@ -229,8 +229,8 @@ class _State:
         self.timed = self.closed and (overhead_s > 0 or self.jitter is not None)
         """Closed loop whose next requests arrive `overhead_s` after a completion: the engine
         needs the clock to see them (without overhead they arrive at the next step)."""
-        self.noise = (np.random.default_rng(self.jitter.seed).standard_normal(self.n).tolist()
-                      if self.jitter is not None else [])
+        self.noise = (np.random.default_rng(self.jitter.seed).standard_exponential(self.n)
+                      .tolist() if self.jitter is not None else [])
         self.pool: dict[int, list[float]] = {}
         """Client jitter: sending step -> sorted delays (beyond the overhead) of the requests
         sent at its end that have not reached the engine yet."""
@@ -681,7 +681,7 @@ class _State:
             self.next_request += 1
             if self.jitter is not None:  # on its way with its own delay (the pool)
                 spread = self.jitter.spread_s(q.output_tokens)
-                j = max(self.overhead_s + spread * self.noise[nxt], 0.0) - self.overhead_s
+                j = spread * self.noise[nxt]
                 insort(self.pool.setdefault(self.step, []), j)
             elif self.timed:  # on its way: _arrive enqueues it overhead_s after this step ends
                 self._touch(nxt)
