@@ -198,7 +198,7 @@ def fit_host_costs(cat, rows: list[dict[str, str]]) -> None:
 
 JITTER_GRID = (NO_JITTER,) + tuple(
     ClientJitter(request_s=a, per_token_s=b)
-    for a in (0.0, 0.01, 0.05) for b in (0.0, 0.2e-3, 1e-3) if a or b)
+    for a in (0.0, 0.01, 0.03, 0.1) for b in (0.0, 0.2e-3, 0.6e-3, 2e-3) if a or b)
 """Client jitter tried by --fit (per-request spread, per-streamed-token spread)."""
 
 

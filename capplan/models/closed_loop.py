@@ -26,6 +26,7 @@ GUARANTEED_NO_EVICT reserves prompt + output, SGLang a fraction of the output.
 from __future__ import annotations
 
 import math
+from bisect import bisect_right, insort
 from dataclasses import dataclass
 from typing import Any
 
@@ -53,7 +54,7 @@ class BenchmarkProtocol:
     engine in steady state, so no start-up wave is measured."""
     client_jitter: ClientJitter = NO_JITTER
     """Timing noise of the clients and the server's front end, which breaks cohorts up
-    (`_jittered_cohort`; the engine profile's default)."""
+    (`_jittered_burst`; the engine profile's default)."""
 
 
 def cohort_step_s(step: StepModel, k: float, isl: float, num_decode: float,
@@ -117,9 +118,10 @@ def closed_loop_latency(step: StepModel, isl: float, osl: float, max_num_seqs: i
             others = max(b_guess - 0.0, 0.0) if not policy.prefill_first else 0.0
             t_pf = cohort_step_s(step, k, isl, others, ctx)
             ttft = t_pf
-            if spread > 0 and m > 1:  # jitter breaks the cohorts up (_jittered_cohort)
-                ttft, k = _jittered_cohort(step, k, isl, others, ctx, m > k,
-                                           (spread, t_dec, x))
+            if spread > 0 and m > 1:  # jitter: cohorts merge or break up (_jittered_loop)
+                ttft, k = _jittered_loop(
+                    step, _LoopShape(m, int(k), isl, others, ctx, t_dec, int(dec_tokens)),
+                    (overhead, spread), (m, max(n, m + 1) + protocol.warmup_prompts))
                 t_pf = cohort_step_s(step, k, isl, others, ctx)
             pf_steps_per_cohort = 1.0
         else:
@@ -211,50 +213,97 @@ def delay_range(k: float) -> float:
     return float(digamma(k) + np.euler_gamma)
 
 
-_MAX_GROUPS = 64
-"""Groups followed one by one when a cohort breaks up (the rest are then spaced out)."""
+def _exp_order_means(n: int) -> np.ndarray:
+    """Expected order statistics of n Exp(1) draws: sum_(l=0)^(j-1) 1 / (n - l), j = 1..n (the
+    spacings of exponential order statistics are independent, Exp(1) / (n - l); Renyi 1953)."""
+    return np.cumsum(1.0 / (n - np.arange(n)))
 
 
-def _jittered_cohort(step: StepModel, k: float, isl: float, others: float, ctx: float,
-                     busy: bool, jit: tuple[float, float, float]) -> tuple[float, float]:
-    """A cohort of k prompts broken up by client jitter (docs/queueing.md, "Jitter"). `jit` =
-    (spread_s, t_dec, x); `busy`: other sequences decode when it comes back. Returns the mean
-    TTFT of its prompts (wait for their step, then the step) and the prompts per prefill step.
+@dataclass(frozen=True)
+class _LoopShape:
+    """What `_jittered_loop` needs of the steady state besides the step model."""
 
-    The members come back over a span S = spread * H_(k-1) (delay_range) from the first one's
-    arrival (time 0), at a density lam = (k - 1) / S. The first lands in the decode step in
-    progress, which ends at t_dec / 2 on average (when the engine is idle it starts at once);
-    the arrivals up to that boundary form the first group. Each group's prefill step (P(n))
-    runs from the boundary; the members arriving while it runs gather for the next step, each
-    waiting until that step ends: a chain in which longer steps gather more. When a step
-    gathers less than one prompt the chain is broken, and the rest land one by one in decode
-    steps (1 + lam t_dec per step, waiting t_dec / 2). Gathering re-synchronises the groups
-    every cycle (they finish a step or two apart), so the break-up does not compound."""
-    spread_s, t_dec, _ = jit
-    span = spread_s * delay_range(k)
-    lam = (k - 1.0) / max(span, 1e-12)
-    t0 = t_dec / 2 if busy else 0.0  # first step boundary after the first arrival
-    n = min(k, 1.0 + lam * t0)
-    wait = t0 - (min(t0, span) * (n - 1.0) / 2) / n  # the first waits t0, the rest less
-    left, ttft_sum, steps = k, 0.0, 0
-    while left > 1e-9 and steps < _MAX_GROUPS:
-        n = min(n, left)
-        p_s = cohort_step_s(step, n, isl, others, ctx)
-        ttft_sum += n * (wait + p_s)
-        left -= n
-        steps += 1
-        t1 = t0 + p_s  # arrivals in (t0, min(t1, S)] gather for the step after this one
-        gathered = lam * max(min(t1, span) - t0, 0.0)
-        if gathered < 1.0:  # broken chain: the rest land one by one in decode steps
-            break
-        n, wait = gathered, t1 - (t0 + min(t1, span)) / 2
-        t0 = t1
-    if left > 1e-9:
-        n = min(left, 1.0 + lam * t_dec)
-        p_s = cohort_step_s(step, n, isl, others, ctx)
-        ttft_sum += left * (t_dec / 2 + p_s)
-        steps += left / n
-    return ttft_sum / k, k / steps
+    m: int
+    """clients running (admitted)"""
+    k: int
+    """prompts the token budget admits to one prefill step"""
+    isl: float
+    others: float
+    """sequences decoding in a prefill step"""
+    ctx: float
+    t_dec: float
+    dec_steps: int
+    """steps from a prompt's first token to its last (OSL - 1)"""
+
+
+def _jittered_loop(step: StepModel, shape: _LoopShape, delay: tuple[float, float],
+                   prompts: tuple[int, int]) -> tuple[float, float]:
+    """Mean engine TTFT of the prompts after the start-up wave, and prompts per prefill step,
+    for a closed loop whose clients send the next request overhead + spread * Exp(1) after the
+    last one ends (`delay` = (overhead_s, spread_s); docs/queueing.md, "Jitter"). `prompts` =
+    (first measured prompt, last + 1) in sending order, the wave's m first.
+
+    An event model of the engine in expected values: a step prefills the prompts waiting at
+    its start (at most k, P(n)) or, when none waits, decodes (t_dec); prompts prefilled in
+    the same step decode in lockstep and finish together dec_steps steps later, whatever runs
+    in between, and their clients' next prompts reach the engine at that step's end plus the
+    overhead plus the spread times the expected order statistics of their Exp(1) delays. Runs
+    of decode steps with no event are skipped in one go. Without spread or overhead this is
+    the synchronised model (each cohort lands as the step before it ends); a delay shorter
+    than a prefill step makes cohorts queue behind each other's prefill steps (they merge);
+    a spread longer than one breaks them up."""
+    overhead_s, spread_s = delay
+    m, k, t_dec = shape.m, shape.k, shape.t_dec
+    p_cache: dict[int, float] = {}
+
+    def p_of(n: int) -> float:
+        if n not in p_cache:
+            p_cache[n] = cohort_step_s(step, n, shape.isl, shape.others, shape.ctx)
+        return p_cache[n]
+
+    first, last = prompts
+    arrivals: list[float] = [0.0] * m  # sorted times of prompts sent and not yet prefilled
+    finishes: list[tuple[int, int]] = []  # (step index of the last token, prompts), in order
+    t, idx, served, sent = 0.0, 0, 0, m
+    ttft_sum = 0.0
+    n_measured = pf_steps = 0
+    while served < last:
+        waiting = bisect_right(arrivals, t)
+        if waiting:
+            n = min(waiting, k)
+            end = t + p_of(n)
+            lo, hi = max(served, first), min(served + n, last)
+            if hi > lo:  # measured prompts of this step (in arrival order)
+                got = arrivals[lo - served:hi - served]
+                ttft_sum += (hi - lo) * end - sum(got)
+                n_measured += hi - lo
+                pf_steps += 1
+            del arrivals[:n]
+            served += n
+            finishes.append((idx + shape.dec_steps, n))
+            steps = 1
+        elif not finishes:  # nothing runs: the engine starts a step when the next arrives
+            if not arrivals:
+                break
+            t = arrivals[0]
+            continue
+        else:  # decode until the next event: a finish, or an arrival (then its step ends)
+            nxt_f = finishes[0][0] - idx + 1
+            nxt_a = math.ceil((arrivals[0] - t) / t_dec) if arrivals else nxt_f
+            steps = max(1, min(nxt_f, nxt_a))
+            end = t + steps * t_dec
+        idx += steps
+        t = end
+        while finishes and finishes[0][0] < idx:  # their last token came at this step's end
+            _, n = finishes.pop(0)
+            n_send = min(n, max(last - sent, 0))
+            if n_send:
+                for d in overhead_s + spread_s * _exp_order_means(n)[:n_send]:
+                    insort(arrivals, t + float(d))
+                sent += n_send
+    if not n_measured:
+        return 0.0, float(k)
+    return ttft_sum / n_measured, n_measured / max(pf_steps, 1)
 
 
 def _mixture_quantile(q: float, wave_frac: float, wave_mean: float, steady: float) -> float:

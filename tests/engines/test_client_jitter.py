@@ -1,0 +1,105 @@
+"""Client jitter in closed-loop benchmarks (ClientJitter; docs/queueing.md, "Jitter"): the
+delay model by hand and by sampling, the simulator's delays, the analytic break-up of cohorts
+against hand calculations and the simulator."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from capplan.errors import InputError
+from capplan.models.closed_loop import (
+    BenchmarkProtocol,
+    closed_loop_latency,
+    cohort_step_s,
+    delay_range,
+)
+from capplan.models.engine import ClientJitter, SchedulerPolicy
+from capplan.plan.deployment import EngineOptions, calibration_for, resolve_deployment
+from capplan.plan.verify import simulate_closed_loop
+from capplan.sim import ContinuousEngine, Requests
+
+
+@pytest.fixture(scope="module")
+def dep(catalog):
+    # engine time only: the jitter alone moves arrivals
+    cal = calibration_for(catalog, catalog.gpu("h100-sxm"), None).with_(request_overhead_s=0.0)
+    return resolve_deployment(catalog, "llama-3.1-8b", "h100-sxm",
+                              EngineOptions(max_model_len=8192), cal)
+
+
+def _cl(dep, c, isl, osl, n, jitter):
+    s = dep.settings
+    return closed_loop_latency(dep.step, isl, osl, s.max_num_seqs, s.max_num_batched_tokens,
+                               dep.memory.kv_cache_tokens, s.block_size,
+                               BenchmarkProtocol(c, n, client_jitter=jitter),
+                               s.profile.scheduler)
+
+
+def test_spread_by_hand():
+    # sqrt(0.01^2 + 1024 * 0.001^2) = sqrt(1e-4 + 1.024e-3) = 0.0335261...
+    j = ClientJitter(request_s=0.01, per_token_s=0.001)
+    assert j.spread_s(1024) == pytest.approx(math.sqrt(0.001124), rel=1e-12)
+    assert ClientJitter(per_token_s=0.001).spread_s(4096) == pytest.approx(0.064, rel=1e-12)
+    assert not ClientJitter().active
+    with pytest.raises(InputError, match="request_s"):
+        ClientJitter(request_s=-0.01)
+
+
+def test_delay_range_against_harmonic_numbers_and_sampling():
+    # range of k Exp(1) draws: H_(k-1) = 1, 1.5, 1 + 1/2 + 1/3, ... (exact)
+    assert delay_range(1) == 0.0
+    for k, h in ((2, 1.0), (3, 1.5), (4, 11 / 6), (8, 363 / 140)):
+        assert delay_range(k) == pytest.approx(h, rel=1e-9)
+    e = np.random.default_rng(1).standard_exponential((40000, 16))
+    sampled = float(np.mean(e.max(axis=1) - e.min(axis=1)))
+    assert delay_range(16) == pytest.approx(sampled, rel=0.02)
+
+
+@pytest.mark.parametrize(("overhead_s", "jitter", "osl"), [
+    (0.05, ClientJitter(request_s=0.01), 100),
+    (0.0, ClientJitter(per_token_s=0.002), 100),  # spread 0.002 * sqrt(100) = 0.02 s
+])
+def test_simulated_delays_have_the_stated_mean(dep, overhead_s, jitter, osl):
+    # every request after the first C is sent by a completion and reaches the engine
+    # overhead + spread * Exp(1) later: the mean delay is overhead + spread
+    n, c = 400, 8
+    reqs = Requests(np.zeros(n), np.full(n, 200), np.full(n, osl), np.zeros(n, np.int64), c)
+    eng = ContinuousEngine(dep.step, 4000, 16, 64, 2048, SchedulerPolicy())
+    r = eng.run(reqs, request_overhead_s=overhead_s, client_jitter=jitter)
+    sends = np.sort(r.finished_at_s)[: n - c]
+    delay = float(np.mean(r.arrival_at_s[c:]) - np.mean(sends))
+    spread = jitter.spread_s(osl)
+    assert delay == pytest.approx(overhead_s + spread, abs=4 * spread / math.sqrt(n - c))
+    assert (r.admitted_at_s >= r.arrival_at_s - 1e-12).all()
+
+
+def test_large_jitter_gives_dispersed_arrivals_by_hand(dep):
+    # spread far beyond a cycle: every prompt comes back alone, lands in a decode step of the
+    # others (waits half of it) and is prefilled alone with them decoding
+    r = _cl(dep, 8, 1024, 256, 8000, ClientJitter(request_s=30.0))
+    t_dec = r["decode_step_s"]
+    running = r["running"] - 1  # the others decode in the prompt's step
+    ctx = 1024 + 256 / 2
+    alone = cohort_step_s(dep.step, 1, 1024, running, ctx)
+    hand = t_dec / 2 + alone
+    assert r["ttft_steady_s"] == pytest.approx(hand, rel=0.1)
+    # against the synchronised cohort of eight (no jitter): far shorter
+    assert r["ttft_steady_s"] < 0.5 * _cl(dep, 8, 1024, 256, 8000, ClientJitter())[
+        "ttft_steady_s"]
+
+
+@pytest.mark.parametrize(("c", "isl", "osl", "jitter"), [
+    (8, 1024, 512, ClientJitter(request_s=0.02, per_token_s=0.001)),
+    (16, 512, 256, ClientJitter(per_token_s=0.5e-3)),
+    (4, 1024, 2048, ClientJitter(request_s=0.2)),
+])
+def test_analytic_break_up_agrees_with_simulator(dep, c, isl, osl, jitter):
+    # same protocol (10 rounds, start-up wave measured); docs/queueing.md has the whole grid
+    a = _cl(dep, c, isl, osl, 10 * c, jitter)["ttft_s"]["mean"]
+    s = simulate_closed_loop(dep, c, isl, osl, requests=10 * c, client_jitter=jitter)
+    sync = simulate_closed_loop(dep, c, isl, osl, requests=10 * c, client_jitter=ClientJitter())
+    assert a == pytest.approx(s["ttft_s"]["mean"], rel=0.25)
+    assert s["ttft_s"]["mean"] < 0.8 * sync["ttft_s"]["mean"]  # the jitter did break cohorts
