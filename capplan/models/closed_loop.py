@@ -18,6 +18,11 @@ benchmark reports means over its N requests. Two regimes make up that mean:
 
 mean TTFT = overhead + [m TTFT_wave + (N - m) (TTFT_steady + W)] / N.
 
+With client jitter (BenchmarkProtocol.client_jitter: each next request reaches the engine after a
+random delay) cohorts merge behind each other's prefill steps or break up; TTFT_steady and the
+prompts per prefill step then come from an event model of the loop in expected values
+(`_jittered_loop`; docs/queueing.md, "Jitter").
+
 The concurrency cap m depends on the engine's admission rule (SchedulerPolicy): vLLM admits
 while blocks for the prompt are free (and preempts when decode runs out of them), TensorRT-LLM's
 GUARANTEED_NO_EVICT reserves prompt + output, SGLang a fraction of the output.
@@ -31,7 +36,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from scipy.special import digamma
 
 from capplan.models.engine import NO_JITTER, ClientJitter, SchedulerPolicy
 from capplan.models.perf import StepModel, chunk_attention
@@ -172,10 +176,10 @@ def closed_loop_latency(step: StepModel, isl: float, osl: float, max_num_seqs: i
         wave = st["ttft"] + wait
     else:
         wave = _wave_ttft(step, first, isl, budget, ctx, policy)
-    # Not modelled: cohort merging. With a per-request overhead longer than a decode step, the
-    # deterministic simulator merges returning cohorts into bursts (docs/queueing.md); the
-    # silicon measurements, whose servers and clients add timing jitter, fit the unmerged
-    # cohorts better (docs/validation.md, section 4).
+    # Without client jitter cohorts stay synchronised, even with a per-request overhead, where
+    # the deterministic simulator merges them into bursts (docs/validation.md, section 4); with
+    # jitter the steady state comes from the event model (_jittered_loop), which merges and
+    # breaks them up as the simulator does (docs/queueing.md, "Jitter").
     steady_ttft = st["ttft"] + wait
     measured_wave = min(first, n) if protocol.warmup_prompts < c else 0
     wave_frac = measured_wave / n
@@ -202,15 +206,6 @@ def closed_loop_latency(step: StepModel, isl: float, osl: float, max_num_seqs: i
         "kv_peak_utilization": min(float(m) * (isl + osl) / max(kv_cache_tokens, 1.0), 1.0),
         "stable": True, "concurrency": float(c), "num_prompts": float(n),
     }
-
-
-def delay_range(k: float) -> float:
-    """Expected range (max - min) of k Exp(1) delays: H_(k-1) = psi(k) + gamma (the spacings of
-    exponential order statistics are independent, Exp(1) / i for i = 1..k-1; Renyi 1953),
-    continued to real k by the digamma function; 0 for k <= 1."""
-    if k <= 1:
-        return 0.0
-    return float(digamma(k) + np.euler_gamma)
 
 
 def _exp_order_means(n: int) -> np.ndarray:

@@ -12,9 +12,9 @@ import pytest
 from capplan.errors import InputError
 from capplan.models.closed_loop import (
     BenchmarkProtocol,
+    _exp_order_means,
     closed_loop_latency,
     cohort_step_s,
-    delay_range,
 )
 from capplan.models.engine import ClientJitter, SchedulerPolicy
 from capplan.plan.deployment import EngineOptions, calibration_for, resolve_deployment
@@ -48,14 +48,11 @@ def test_spread_by_hand():
         ClientJitter(request_s=-0.01)
 
 
-def test_delay_range_against_harmonic_numbers_and_sampling():
-    # range of k Exp(1) draws: H_(k-1) = 1, 1.5, 1 + 1/2 + 1/3, ... (exact)
-    assert delay_range(1) == 0.0
-    for k, h in ((2, 1.0), (3, 1.5), (4, 11 / 6), (8, 363 / 140)):
-        assert delay_range(k) == pytest.approx(h, rel=1e-9)
-    e = np.random.default_rng(1).standard_exponential((40000, 16))
-    sampled = float(np.mean(e.max(axis=1) - e.min(axis=1)))
-    assert delay_range(16) == pytest.approx(sampled, rel=0.02)
+def test_expected_exponential_order_statistics_by_hand_and_by_sampling():
+    # n = 3: 1/3, 1/3 + 1/2, 1/3 + 1/2 + 1 (Renyi's spacings Exp(1) / (n - l))
+    assert _exp_order_means(3) == pytest.approx([1 / 3, 5 / 6, 11 / 6], rel=1e-12)
+    e = np.sort(np.random.default_rng(1).standard_exponential((40000, 16)), axis=1)
+    assert _exp_order_means(16) == pytest.approx(e.mean(axis=0), rel=0.03)
 
 
 @pytest.mark.parametrize(("overhead_s", "jitter", "osl"), [
