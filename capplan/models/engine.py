@@ -271,6 +271,7 @@ VLLM = EngineProfile(
     request_overhead_s=0.060,
     step_overhead_s=2.0e-3,
     per_seq_overhead_s=45e-6,
+    client_jitter=ClientJitter(request_s=0.010, per_token_s=0.002),
     flag_names={"tp": "--tensor-parallel-size", "pp": "--pipeline-parallel-size",
                 "max_num_seqs": "--max-num-seqs",
                 "max_num_batched_tokens": "--max-num-batched-tokens",
@@ -281,6 +282,10 @@ VLLM = EngineProfile(
         "host_costs": "step_overhead_s, per_seq_overhead_s and request_overhead_s fitted "
                       "on the silicon training rows (sha1(id) % 3 == 0; "
                       "benchmarks/validate_silicon.py --fit-host, --fit; docs/validation.md)",
+        "client_jitter": "fitted on the silicon training rows with the request overhead and "
+                         "rounds (benchmarks/validate_silicon.py --fit --fit-jitter; "
+                         "docs/validation.md); SGLang's and TensorRT-LLM's rows fit best "
+                         "without it",
         "memory": "vllm/v1/worker/gpu_worker.py Worker.determine_available_memory (v0.10.2)",
         "scheduler": "vllm/v1/core/sched/scheduler.py Scheduler.schedule (v0.10.2): running "
                      "requests first, then waiting ones, one token budget, recompute preemption",
