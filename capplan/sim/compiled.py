@@ -50,14 +50,14 @@ INSTALL_HINT = "numba is not installed: pip install 'capplan[fast]' for --sim-en
 
 # rows of q[FIELD, request]
 (PROMPT, OUTPUT, PRIO, RESERVED, TARGET, COMPUTED, GENERATED, STATE, ADM_ORDER, LAST_TOK,
- FIRST_STEP, FIN_STEP, ADM_STEP, FD_LAST, CHUNK) = range(15)
-NUM_FIELDS = 15
+ FIRST_STEP, FIN_STEP, ADM_STEP, FD_LAST, CHUNK, DUE) = range(16)
+NUM_FIELDS = 16
 # q[STATE]
 ARRIVING, WAITING, PREFILLING, DECODING, FINISHED, NEW_DECODER = range(6)
 # scalars sc[...]
 (FREE, NDEC, BUDGET, PREEMPTED_NOW, DEC_DONE, BLOCKED, ADMISSIONS, PREEMPTIONS, DONE, NRUN,
- NHEAP, NCH, STEP, LAST_DEC, NGAPS, ERR) = range(16)
-NUM_SCALARS = 16
+ NHEAP, NCH, STEP, LAST_DEC, NGAPS, ERR, SUMCTX, SUMCTXW, NPF, NNEED, NFD) = range(21)
+NUM_SCALARS = 21
 # configuration cfg[...]
 (TOTAL, BS, MAX_SEQS, MAX_TOKENS, WINDOW, HAS_WINDOW, PREFILL_FIRST, CHUNKED, CAN_PREEMPT,
  STATE_BLOCKS) = range(10)
@@ -76,6 +76,11 @@ def available() -> bool:
 
 if numba is not None:
     register_jitable(perf.smooth_max)
+
+    @numba.extending.overload(perf.select)
+    def _select_scalar(cond, a, b):  # noqa: ANN001, ANN202, ARG001
+        return lambda cond, a, b: a if cond else b
+
     _njit = numba.njit(cache=True)
     _step_parts = numba.njit(cache=True)(perf.step_parts)
 else:
@@ -151,7 +156,9 @@ def _unrun(v: int, run: np.ndarray, sc: np.ndarray) -> None:
 @_njit
 def _victim(run: np.ndarray, sc: np.ndarray, q: np.ndarray, cfg: np.ndarray) -> int:
     """The largest (priority, admission order) running sequence (vLLM V1 preempts the lowest
-    priority, latest admitted one); -1 and an error code when there is none or no preemption."""
+    priority, latest admitted one); -1 and an error code when there is none or no preemption.
+    One scan from the newest end (preemptions are rare next to steps; a heap would cost a push
+    per admission)."""
     if cfg[CAN_PREEMPT] == 0:
         sc[ERR] = ERR_NO_PREEMPTION
         return -1
@@ -173,6 +180,8 @@ def _preempt(v: int, q: np.ndarray, sc: np.ndarray, cfg: np.ndarray, run: np.nda
     if q[STATE, v] == DECODING:
         nc = q[COMPUTED, v]
         sc[NDEC] -= 1
+        sc[SUMCTX] -= nc + 1
+        sc[SUMCTXW] -= min(nc + 1, cfg[WINDOW])
         if sc[DEC_DONE]:  # its block for this step is allocated and its token budgeted
             nc += 1
             sc[BUDGET] += 1
@@ -191,34 +200,31 @@ def _preempt(v: int, q: np.ndarray, sc: np.ndarray, cfg: np.ndarray, run: np.nda
 
 
 @_njit
-def _needs_block(s: int, q: np.ndarray, cfg: np.ndarray) -> bool:
-    """A decoder whose token this step starts a KV block beyond what it holds."""
-    c = q[COMPUTED, s]
-    return _held(s, c + 1, q, cfg) > _held(s, c, q, cfg)
-
-
-@_njit
-def _decode_blocks(q: np.ndarray, sc: np.ndarray, cfg: np.ndarray, run: np.ndarray,
-                   heap: np.ndarray, arr: np.ndarray, need: np.ndarray) -> None:
-    """Blocks for decoders whose token this step starts a new block; when too few are free,
-    preempt victims until the remaining ones fit (the reference's `_decode_blocks`)."""
-    n_need = 0
-    for i in range(sc[NRUN]):
-        s = run[i]
-        if q[STATE, s] == DECODING and _needs_block(s, q, cfg):
-            need[s] = 1
-            n_need += 1
+def _decode_blocks(q: np.ndarray, sc: np.ndarray, cfg: np.ndarray, lists: tuple,
+                   arr: np.ndarray, bufs: tuple) -> None:
+    """Blocks for decoders whose token this step starts a new block (listed when the decoders
+    last advanced); when too few are free, preempt victims until the remaining ones fit (the
+    reference's `_decode_blocks`)."""
+    run, heap = lists[0], lists[1]
+    needl, flag = bufs[2], bufs[3]
+    n_need = sc[NNEED]
+    for i in range(n_need):
+        flag[needl[i]] = 1
     while sc[FREE] < n_need:
         v = _victim(run, sc, q, cfg)
         if v < 0:
             return
         _preempt(v, q, sc, cfg, run, heap, arr)
-        if need[v]:
-            need[v] = 0
+        if flag[v]:
+            flag[v] = 0
             n_need -= 1
     sc[FREE] -= n_need
-    for i in range(sc[NRUN]):
-        need[run[i]] = 0
+    for i in range(sc[NNEED]):
+        s = needl[i]
+        if flag[s]:
+            flag[s] = 0
+            q[DUE, s] += cfg[BS]  # the next block edge of its context
+    sc[NNEED] = 0
 
 
 # -- prefill scheduling ----------------------------------------------------------------------
@@ -231,16 +237,12 @@ def _add_chunk(s: int, c: int, q: np.ndarray, sc: np.ndarray, chl: np.ndarray) -
 
 
 @_njit
-def _prefill_running(q: np.ndarray, sc: np.ndarray, cfg: np.ndarray, run: np.ndarray,
-                     heap: np.ndarray, arr: np.ndarray, pf: np.ndarray, chl: np.ndarray
-                     ) -> None:
+def _prefill_running(q: np.ndarray, sc: np.ndarray, cfg: np.ndarray, lists: tuple,
+                     arr: np.ndarray, bufs: tuple) -> None:
     """Next chunks of running, partially prefilled sequences, in admission order."""
-    npf = 0
-    for i in range(sc[NRUN]):
-        if q[STATE, run[i]] == PREFILLING:
-            pf[npf] = run[i]
-            npf += 1
-    for i in range(npf):
+    run, heap = lists[0], lists[1]
+    pf, chl = bufs[0], bufs[1]
+    for i in range(sc[NPF]):
         s = pf[i]
         if sc[BUDGET] <= 0:
             break
@@ -266,9 +268,11 @@ def _prefill_running(q: np.ndarray, sc: np.ndarray, cfg: np.ndarray, run: np.nda
 
 
 @_njit
-def _admit_waiting(q: np.ndarray, sc: np.ndarray, cfg: np.ndarray, run: np.ndarray,
-                   heap: np.ndarray, arr: np.ndarray, chl: np.ndarray) -> None:
+def _admit_waiting(q: np.ndarray, sc: np.ndarray, cfg: np.ndarray, lists: tuple,
+                   arr: np.ndarray, bufs: tuple) -> None:
     """Waiting requests in queue order while the budget, max_num_seqs and blocks allow."""
+    run, heap = lists[0], lists[1]
+    pf, chl = bufs[0], bufs[1]
     while sc[NHEAP] > 0 and sc[BUDGET] > 0 and sc[NRUN] < cfg[MAX_SEQS]:
         s = heap[0]
         target = q[TARGET, s]
@@ -287,18 +291,19 @@ def _admit_waiting(q: np.ndarray, sc: np.ndarray, cfg: np.ndarray, run: np.ndarr
             q[ADM_STEP, s] = sc[STEP]
         run[sc[NRUN]] = s
         sc[NRUN] += 1
+        pf[sc[NPF]] = s
+        sc[NPF] += 1
         _add_chunk(s, c, q, sc, chl)
 
 
 @_njit
 def _schedule_prefill(budget: int, q: np.ndarray, sc: np.ndarray, cfg: np.ndarray,
-                      run: np.ndarray, heap: np.ndarray, arr: np.ndarray, bufs: tuple
-                      ) -> bool:
+                      lists: tuple, arr: np.ndarray, bufs: tuple) -> bool:
     sc[BUDGET] = budget
     sc[BLOCKED] = 0
-    _prefill_running(q, sc, cfg, run, heap, arr, bufs[0], bufs[1])
+    _prefill_running(q, sc, cfg, lists, arr, bufs)
     if sc[PREEMPTED_NOW] == 0 and sc[BLOCKED] == 0:
-        _admit_waiting(q, sc, cfg, run, heap, arr, bufs[1])
+        _admit_waiting(q, sc, cfg, lists, arr, bufs)
     for i in range(sc[NCH]):
         if q[CHUNK, bufs[1][i]] > 0:
             return True
@@ -307,9 +312,9 @@ def _schedule_prefill(budget: int, q: np.ndarray, sc: np.ndarray, cfg: np.ndarra
 
 # -- one step --------------------------------------------------------------------------------
 @_njit
-def _inputs(decode: bool, q: np.ndarray, sc: np.ndarray, cfg: np.ndarray, run: np.ndarray,
-            chl: np.ndarray) -> tuple:
-    """The step's `StepModel.step` inputs (floats) from its chunks and decoders."""
+def _inputs(decode: bool, q: np.ndarray, sc: np.ndarray, cfg: np.ndarray, chl: np.ndarray
+            ) -> tuple:
+    """The step's `StepModel.step` inputs (floats) from its chunks and the decode sums."""
     w = cfg[WINDOW]
     wf = float(w)
     ptok = pairs = pairs_w = pread = pread_w = 0.0
@@ -333,15 +338,8 @@ def _inputs(decode: bool, q: np.ndarray, sc: np.ndarray, cfg: np.ndarray, run: n
         ncomp += p + c == q[TARGET, s]
     nd = kv = kvw = 0
     if decode:
-        for i in range(sc[NRUN]):
-            s = run[i]
-            if q[STATE, s] == DECODING:
-                ctx = q[COMPUTED, s] + 1
-                nd += 1
-                kv += ctx
-                kvw += min(ctx, w)
-        if not cfg[HAS_WINDOW]:
-            kvw = kv
+        nd, kv = sc[NDEC], sc[SUMCTX]
+        kvw = sc[SUMCTXW] if cfg[HAS_WINDOW] else kv
     return (float(nd), float(kv), float(kvw), ptok, pairs, pairs_w, pread, pread_w,
             float(nps), float(nd + ncomp))
 
@@ -365,11 +363,12 @@ def _gap(last: int, g: int, sc: np.ndarray, gaps: np.ndarray) -> None:
 
 
 @_njit
-def _advance_prefills(q: np.ndarray, sc: np.ndarray, cfg: np.ndarray, chl: np.ndarray,
+def _advance_prefills(q: np.ndarray, sc: np.ndarray, cfg: np.ndarray, bufs: tuple,
                       gaps: np.ndarray) -> None:
     """After the step: prefill progress; a completed prompt gives a token and then decodes
     from the next decode step (NEW_DECODER until the decoders have advanced)."""
     g = sc[STEP]
+    chl = bufs[1]
     for i in range(sc[NCH]):
         s = chl[i]
         c = q[CHUNK, s]
@@ -390,74 +389,101 @@ def _advance_prefills(q: np.ndarray, sc: np.ndarray, cfg: np.ndarray, chl: np.nd
         else:
             q[STATE, s] = NEW_DECODER
     sc[NCH] = 0
+    pf, j = bufs[0], 0
+    for i in range(sc[NPF]):  # the prefilling list keeps running prompts only
+        if q[STATE, pf[i]] == PREFILLING:
+            pf[j] = pf[i]
+            j += 1
+    sc[NPF] = j
 
 
 @_njit
-def _advance_decoders(decode: bool, q: np.ndarray, sc: np.ndarray, cfg: np.ndarray,
-                      run: np.ndarray) -> None:
-    """Decoders get their token (finishing at their last); new decoders join; finished
-    sequences leave the running set."""
-    g = sc[STEP]
-    j = 0
+def _start_decoding(s: int, q: np.ndarray, sc: np.ndarray, cfg: np.ndarray, bufs: tuple
+                    ) -> None:
+    """s decodes from the next decode step; its first block edge: the first context beyond
+    what it holds (its reservation, or the blocks of its computed tokens)."""
+    q[STATE, s] = DECODING
+    nc, bs = q[COMPUTED, s], cfg[BS]
+    q[DUE, s] = max(nc + (-nc) % bs, q[RESERVED, s] * bs)
+    if cfg[PREFILL_FIRST]:
+        q[FD_LAST, s] = sc[STEP]
+        bufs[4][sc[NFD]] = s
+        sc[NFD] += 1
+
+
+@_njit
+def _advance_running(decode: bool, q: np.ndarray, sc: np.ndarray, cfg: np.ndarray,
+                     run: np.ndarray, bufs: tuple) -> None:
+    """Decoders get their token (finishing at their last), new decoders join, finished
+    sequences leave the running set; then the decode sums and the decoders whose next token
+    starts a block, in one pass."""
+    g, w, needl = sc[STEP], cfg[WINDOW], bufs[2]
+    j = nd = sumctx = sumw = nneed = 0
     for i in range(sc[NRUN]):
         s = run[i]
         st = q[STATE, s]
+        if st == FINISHED:
+            continue
         if st == DECODING and decode:
-            q[COMPUTED, s] += 1
+            c = q[COMPUTED, s] + 1
+            q[COMPUTED, s] = c
             q[GENERATED, s] += 1
             q[LAST_TOK, s] = g
             if q[GENERATED, s] >= q[OUTPUT, s]:
-                sc[NDEC] -= 1
-                _finish(s, q[COMPUTED, s], q, sc, cfg)
+                _finish(s, c, q, sc, cfg)
                 continue
         elif st == NEW_DECODER:
-            q[STATE, s] = DECODING
-            sc[NDEC] += 1
-            if cfg[PREFILL_FIRST]:
-                q[FD_LAST, s] = g
-        elif st == FINISHED:
-            continue
+            _start_decoding(s, q, sc, cfg, bufs)
         run[j] = s
         j += 1
+        if q[STATE, s] == DECODING:
+            c = q[COMPUTED, s]
+            nd += 1
+            sumctx += c + 1
+            sumw += min(c + 1, w)
+            if c == q[DUE, s]:
+                needl[nneed] = s
+                nneed += 1
     sc[NRUN] = j
+    sc[NDEC], sc[SUMCTX], sc[SUMCTXW], sc[NNEED] = nd, sumctx, sumw, nneed
     if decode:
         sc[LAST_DEC] = g
 
 
 @_njit
-def _first_decode_gaps(q: np.ndarray, sc: np.ndarray, run: np.ndarray, gaps: np.ndarray
-                       ) -> int:
+def _first_decode_gaps(q: np.ndarray, sc: np.ndarray, bufs: tuple, gaps: np.ndarray) -> int:
     """prefill_first: decoders decoding for the first time since their token of a prefill
     step: their gap is listed one by one; returns how many."""
-    n = 0
-    for i in range(sc[NRUN]):
-        s = run[i]
+    n, fdl = 0, bufs[4]
+    for i in range(sc[NFD]):
+        s = fdl[i]
         if q[STATE, s] == DECODING and q[FD_LAST, s] >= 0:
             _gap(q[FD_LAST, s], sc[STEP], sc, gaps)
             q[FD_LAST, s] = -1
             n += 1
+    sc[NFD] = 0
     return n
 
 
 @_njit
-def _schedule(q: np.ndarray, sc: np.ndarray, cfg: np.ndarray, run: np.ndarray,
-              heap: np.ndarray, arr: np.ndarray, bufs: tuple) -> bool:
+def _schedule(q: np.ndarray, sc: np.ndarray, cfg: np.ndarray, lists: tuple, arr: np.ndarray,
+              bufs: tuple) -> bool:
     """Schedule one step (the reference's `_exec` up to its record); returns whether it
     decodes."""
     sc[PREEMPTED_NOW] = 0
     sc[DEC_DONE] = 0
     sc[NCH] = 0
     if cfg[PREFILL_FIRST]:
-        decode = not _schedule_prefill(cfg[MAX_TOKENS], q, sc, cfg, run, heap, arr, bufs)
+        decode = not _schedule_prefill(cfg[MAX_TOKENS], q, sc, cfg, lists, arr, bufs)
         if decode:
             if sc[NDEC] == 0:
                 sc[ERR] = ERR_NO_WORK
                 return False
-            _decode_blocks(q, sc, cfg, run, heap, arr, bufs[2])
+            _decode_blocks(q, sc, cfg, lists, arr, bufs)
         return decode
-    _decode_blocks(q, sc, cfg, run, heap, arr, bufs[2])
+    _decode_blocks(q, sc, cfg, lists, arr, bufs)
     sc[DEC_DONE] = 1
-    _schedule_prefill(cfg[MAX_TOKENS] - sc[NDEC], q, sc, cfg, run, heap, arr, bufs)
+    _schedule_prefill(cfg[MAX_TOKENS] - sc[NDEC], q, sc, cfg, lists, arr, bufs)
     return True
 
 
@@ -501,18 +527,17 @@ def _step(t: float, q: np.ndarray, sc: np.ndarray, cfg: np.ndarray, model: tuple
     """Run step sc[STEP] from time t (schedule, time, record, advance); returns its duration.
     `model` = (constants, moe); `lists` = (running set, waiting heap, extra gaps, float and
     int step samples)."""
-    run, heap, gaps, sf, si = lists
-    decode = _schedule(q, sc, cfg, run, heap, arr, bufs)
+    run, _, gaps, sf, si = lists
+    decode = _schedule(q, sc, cfg, lists, arr, bufs)
     if sc[ERR]:
         return 0.0
-    # step_parts' np.where gives a 0-d array on scalars
-    dur = _step_parts(_inputs(decode, q, sc, cfg, run, bufs[1]), model[0], model[1])[0].item()
+    dur = float(_step_parts(_inputs(decode, q, sc, cfg, bufs[1]), model[0], model[1])[0])
     nfd = 0
     if decode and cfg[PREFILL_FIRST]:
-        nfd = _first_decode_gaps(q, sc, run, gaps)
+        nfd = _first_decode_gaps(q, sc, bufs, gaps)
     _record(t, dur, decode, nfd, sc, cfg, (sf, si))
-    _advance_prefills(q, sc, cfg, bufs[1], gaps)
-    _advance_decoders(decode, q, sc, cfg, run)
+    _advance_prefills(q, sc, cfg, bufs, gaps)
+    _advance_running(decode, q, sc, cfg, run, bufs)
     return dur
 
 
@@ -533,7 +558,9 @@ def simulate_open_loop(arr: np.ndarray, q: np.ndarray, cfg: np.ndarray, consts: 
     gaps = np.empty((2, 1024), np.int64)
     m = cfg[MAX_SEQS] + 1
     run, heap = np.empty(m, np.int64), np.empty(max(n, 1), np.int64)
-    bufs = (np.empty(m, np.int64), np.empty(2 * m, np.int64), np.zeros(n, np.int8))
+    # prefilling list, chunk list, decoders due a block, their flags, pending first decodes
+    bufs = (np.empty(m, np.int64), np.empty(m, np.int64), np.empty(m, np.int64),
+            np.zeros(n, np.int8), np.empty(2 * m, np.int64))
     t, nxt, k = 0.0, 0, 0
     while sc[DONE] < n:
         while nxt < n and arr[nxt] <= t:
@@ -558,7 +585,7 @@ def simulate_open_loop(arr: np.ndarray, q: np.ndarray, cfg: np.ndarray, consts: 
 
 @_njit
 def _probe(x: tuple, consts: tuple, moe: bool) -> float:
-    return _step_parts(x, consts, moe)[0].item()
+    return float(_step_parts(x, consts, moe)[0])
 
 
 PROBE_STEP = (12.0, 5000.0, 4000.0, 300.0, 45150.0, 40000.0, 100.0, 100.0, 1.0, 13.0)
