@@ -5,9 +5,10 @@ vLLM V1's mixed chunked prefill with recompute preemption, SGLang's prefill-firs
 TensorRT-LLM's whole prompts with the output reserved, sliding windows, priorities) as one
 `numba.njit` loop over struct-of-arrays state, on the exact clock, one step at a time:
 
-- per request, one int64 row per field of `q[FIELD, request]` (prompt, output, priority,
-  reserved blocks, target, computed and generated tokens, state, admission order, the steps of
-  its last and first token, finish, admission, a pending first-decode gap, this step's chunk);
+- per request, one int32 row per field of `q[FIELD, request]` (prompt, output, priority,
+  reserved blocks, target, computed and generated tokens, state, the steps of its last and
+  first token, finish and admission, a pending first-decode gap, this step's chunk, the
+  context at which it next needs a KV block);
 - the running set as an index array in admission order (so running prefills come in vLLM's
   order, and the preemption victim, the largest (priority, admission order), is found by one
   scan from the newest end); the waiting queue as a binary heap keyed (priority, arrival,
@@ -38,6 +39,7 @@ from capplan.errors import InputError
 from capplan.models import perf
 from capplan.sim.engine import NO_WINDOW, ContinuousEngine
 from capplan.sim.entities import RunRecord
+from capplan.sim.fast import INSTALL_HINT, compiled_supports
 from capplan.sim.workload import Requests
 
 try:  # the optional `fast` extra
@@ -46,12 +48,11 @@ try:  # the optional `fast` extra
 except ImportError:  # pragma: no cover - exercised in a subprocess test
     numba = None
 
-INSTALL_HINT = "numba is not installed: pip install 'capplan[fast]' for --sim-engine compiled"
 
 # rows of q[FIELD, request]
-(PROMPT, OUTPUT, PRIO, RESERVED, TARGET, COMPUTED, GENERATED, STATE, ADM_ORDER, LAST_TOK,
- FIRST_STEP, FIN_STEP, ADM_STEP, FD_LAST, CHUNK, DUE) = range(16)
-NUM_FIELDS = 16
+(PROMPT, OUTPUT, PRIO, RESERVED, TARGET, COMPUTED, GENERATED, STATE, LAST_TOK, FIRST_STEP,
+ FIN_STEP, ADM_STEP, FD_LAST, CHUNK, DUE) = range(15)
+NUM_FIELDS = 15
 # q[STATE]
 ARRIVING, WAITING, PREFILLING, DECODING, FINISHED, NEW_DECODER = range(6)
 # scalars sc[...]
@@ -285,7 +286,6 @@ def _admit_waiting(q: np.ndarray, sc: np.ndarray, cfg: np.ndarray, lists: tuple,
         _pop(heap, sc, q, arr)
         sc[FREE] -= nb
         q[STATE, s] = PREFILLING
-        q[ADM_ORDER, s] = sc[ADMISSIONS]
         sc[ADMISSIONS] += 1
         if q[ADM_STEP, s] < 0:
             q[ADM_STEP, s] = sc[STEP]
@@ -606,11 +606,6 @@ def _check_kernel(step_model: Any, consts: tuple, moe: bool) -> None:
             f.recompile()
 
 
-def _numba_required() -> None:
-    if numba is None:
-        raise InputError(INSTALL_HINT)
-
-
 class CompiledEngine(ContinuousEngine):
     """`ContinuousEngine`'s scheduler as a compiled loop, the same results (module docstring).
 
@@ -628,13 +623,13 @@ class CompiledEngine(ContinuousEngine):
 
     @staticmethod
     def supports(**features: Any) -> bool:
-        """Open-loop runs without prefix caching (any truthy feature goes elsewhere)."""
-        return not any(features.values())
+        """Open-loop runs without prefix caching (`capplan.sim.fast.compiled_supports`)."""
+        return compiled_supports(**features)
 
     def _arrays(self, reqs: Requests, prio: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Per-request state q[FIELD] and the configuration array of the compiled loop."""
         n = len(reqs)
-        q = np.full((NUM_FIELDS, n), -1, np.int64)
+        q = np.full((NUM_FIELDS, n), -1, np.int32)  # tokens, steps < 2^31
         q[PROMPT] = q[TARGET] = reqs.input_tokens
         q[OUTPUT] = reqs.output_tokens
         q[PRIO] = prio[np.asarray(reqs.lane)]
@@ -658,6 +653,8 @@ class CompiledEngine(ContinuousEngine):
         if reqs.concurrency is not None:
             raise InputError("the compiled engine runs open-loop workloads only: use "
                              "--sim-engine fast or reference for --concurrency")
+        if numba is None:
+            raise InputError(INSTALL_HINT)
         self._check_requests(reqs)
         prio = np.zeros(1, np.int64) if priorities is None else np.asarray(priorities, np.int64)
         q, cfg = self._arrays(reqs, prio)
