@@ -508,13 +508,15 @@ def _record(t: float, dur: float, decode: bool, nfd: int, sc: np.ndarray, cfg: n
         tbt, prev = sc[NDEC], k - 1
         if cfg[PREFILL_FIRST]:
             tbt, prev = sc[NDEC] - nfd, sc[LAST_DEC]
-    # the gap since the previous decode step: this step's duration when that is the step
-    # before (always, unless prefill_first), else between the two steps' ends
-    if prev == k - 1:
-        sf[2, k] = dur
-    else:
-        j = max(prev, 0)
-        sf[2, k] = (t + dur) - (sf[0, j] + sf[1, j])
+    # prefill_first: the gap since the previous decode step, this step's duration when that is
+    # the step before, else between the two steps' ends (otherwise always the duration: the
+    # duration row serves as the gap row)
+    if cfg[PREFILL_FIRST]:
+        if prev == k - 1:
+            sf[2, k] = dur
+        else:
+            j = max(prev, 0)
+            sf[2, k] = (t + dur) - (sf[0, j] + sf[1, j])
     si[0, k] = tbt
     si[1, k] = sc[NRUN]
     si[2, k] = sc[NHEAP]
@@ -545,7 +547,8 @@ def _step(t: float, q: np.ndarray, sc: np.ndarray, cfg: np.ndarray, model: tuple
 def simulate_open_loop(arr: np.ndarray, q: np.ndarray, cfg: np.ndarray, consts: tuple,
                        moe: bool) -> tuple:
     """Simulate open-loop requests (arrival times `arr`, sorted; state `q`, filled in) to
-    completion. Returns (float step samples (3, n_steps): start, duration, TBT gap; int
+    completion. Returns (float step samples (2 or 3, n_steps): start, duration, and with
+    prefill_first the TBT gap; int
     samples (4, n_steps): TBT count, running, waiting, KV blocks; extra gaps (2, n_gaps) as
     step pairs; scalars `sc`)."""
     n = arr.shape[0]
@@ -553,7 +556,7 @@ def simulate_open_loop(arr: np.ndarray, q: np.ndarray, cfg: np.ndarray, consts: 
     sc[FREE] = cfg[TOTAL]
     sc[LAST_DEC] = -1
     cap = 1024
-    sf = np.empty((3, cap), np.float64)
+    sf = np.empty((3 if cfg[PREFILL_FIRST] else 2, cap), np.float64)
     si = np.empty((4, cap), np.int32)
     gaps = np.empty((2, 1024), np.int64)
     m = cfg[MAX_SEQS] + 1
@@ -594,16 +597,23 @@ PROBE_STEP = (12.0, 5000.0, 4000.0, 300.0, 45150.0, 40000.0, 100.0, 100.0, 1.0, 
 
 def _check_kernel(step_model: Any, consts: tuple, moe: bool) -> None:
     """numba's cache tracks only the file of the function it compiles: after an edit of
-    `perf.step_parts`, a cached loop would keep the old formula. A probe step compiled in the
-    same way must equal `StepModel.step`; otherwise recompile everything here."""
+    `perf.step_parts`, the cached loop (which has it compiled in) would keep the old formula.
+    A probe step compiled the same way must equal `StepModel.step`; otherwise drop every cached
+    function of this module and compile afresh."""
     from capplan.sim.entities import STEP_INPUTS
 
     want = float(np.asarray(step_model.step(**dict(zip(STEP_INPUTS, PROBE_STEP, strict=True)),
                                             detail=False)["step_s"]))
     got = _probe(PROBE_STEP, consts, moe)
-    if numba is not None and not math.isclose(got, want, rel_tol=1e-12, abs_tol=0.0):
-        for f in (_step_parts, _probe, simulate_open_loop):
-            f.recompile()
+    if numba is None or math.isclose(got, want, rel_tol=1e-12, abs_tol=0.0):
+        return
+    jitted = [f for f in globals().values() if isinstance(f, numba.core.dispatcher.Dispatcher)]
+    for f in jitted:
+        f._cache.flush()  # numba has no public call for this; recompile() flushes one at a time
+    for f in jitted:
+        f.recompile()
+    assert math.isclose(_probe(PROBE_STEP, consts, moe), want, rel_tol=1e-12), \
+        "the compiled step time differs from StepModel.step after recompiling"
 
 
 class CompiledEngine(ContinuousEngine):
@@ -667,7 +677,8 @@ class CompiledEngine(ContinuousEngine):
             raise AssertionError(ERRORS[int(sc[ERR])])
         if progress is not None:
             progress(int(sc[DONE]))
-        starts, dur, gap = sf
+        starts, dur = sf[0], sf[1]
+        gap = sf[2] if len(sf) > 2 else dur
         ends = starts + dur
         return RunRecord(
             arrival_at_s=arr,
