@@ -16,13 +16,17 @@ TensorRT-LLM's whole prompts with the output reserved, sliding windows, prioriti
 - the step time from `capplan.models.perf.step_parts`, the same Python function `StepModel`
   evaluates with numpy, compiled with `numba.njit` and called per step with the model's
   constants as floats;
-- per step only what the results need: start, duration, TBT gap (float64) and the TBT count,
-  running, waiting and KV blocks in use (int32); per request its admission, first-token and
-  finish step (times are read off the step clock afterwards, as the reference does).
+- per step only what the results need: start and duration (float64; under prefill-first also
+  the TBT gap, otherwise the duration is the gap) and the TBT count, running, waiting and KV
+  blocks in use (int32); per request its admission, first-token and finish step (times are
+  read off the step clock afterwards, as the reference does);
+- hybrid models: `state_blocks` pool blocks per running sequence, held from admission to
+  finish or preemption besides its token blocks.
 
 Without numba the functions are plain Python (the same code; tests run them with the JIT off),
 far too slow for large runs: `engine_impl` picks this engine only when numba imports.
-Per-request TTFT, TBT and E2E equal the reference's to 1e-9 s (tests/sim/test_compiled.py).
+Per-request TTFT, TBT and E2E equal the reference's to 1e-9 s (tests/sim/test_fast_engine.py's
+grid, tests/sim/test_compiled.py).
 Not covered (they run on the other engines, `CompiledEngine.supports`): closed-loop clients,
 prefix caching, step models other than `StepModel`.
 """
@@ -68,11 +72,6 @@ ERRORS = {ERR_NO_PREEMPTION: "out of KV blocks under a policy without preemption
                              "admission reservation must prevent this",
           ERR_NO_VICTIM: "no running sequence to preempt",
           ERR_NO_WORK: "a step with neither prefill nor decode work"}
-
-
-def available() -> bool:
-    """Whether numba imported (the compiled loop runs compiled)."""
-    return numba is not None
 
 
 if numba is not None:

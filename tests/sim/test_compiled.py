@@ -21,7 +21,7 @@ from test_fast_engine import (  # tests/sim is on sys.path (pytest's rootdir imp
     windowed,
 )
 
-from capplan.sim import ContinuousEngine, compiled_available
+from capplan.sim import ContinuousEngine, Requests, compiled_available
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 PRIO = np.array([1, 0])
@@ -146,3 +146,23 @@ def test_compiled_rejects_closed_loop(llama_h100):
 def test_windowed_helper_is_a_step_model(llama_h100):
     w = windowed(llama_h100.step, 128.0)
     assert hasattr(w, "constants") and w.window == 128.0
+
+
+@needs_numba
+@pytest.mark.parametrize(("model", "settings"), [
+    ("gpt-oss-20b", {}),  # MoE, sliding-window layers of 128 tokens
+    ("llama-3.1-70b", {"tp": 2, "pp": 2}),  # all-reduces and pipeline stages
+])
+def test_catalog_models_match_reference(model, settings):
+    from capplan.api import deployment
+    from capplan.sim.compiled import CompiledEngine
+
+    dep = deployment(model, "h100-sxm", **settings)
+    rng = np.random.default_rng(1)
+    n = 200
+    reqs = Requests(np.cumsum(rng.exponential(1 / 20, n)), rng.integers(100, 3000, n),
+                    rng.integers(1, 600, n), np.zeros(n, np.int64))
+    args = (dep.step, 2000, dep.memory.block_size, 64, 2048, dep.settings.profile.scheduler)
+    ref = ContinuousEngine(*args).run(reqs)
+    assert ref.preemptions > 0
+    _same(CompiledEngine(*args).run(reqs), ref, sort_gaps=True)
