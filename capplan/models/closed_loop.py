@@ -72,6 +72,25 @@ def decode_step_s(step: StepModel, b: float, ctx: float) -> float:
     return float(np.asarray(step.decode_step(max(b, 1e-9), ctx, detail=False)["step_s"]))
 
 
+def block_rounding_tokens(start_tokens: Any, added_tokens: Any, block_size: Any) -> Any:
+    """Mean KV tokens a sequence's last, partly filled block leaves empty while it grows from
+    start_tokens + 1 to start_tokens + added_tokens tokens (paged KV holds ceil(h / block_size)
+    blocks, Kwon et al. SOSP 2023): the mean of ceil(h / b) b - h over those h.
+
+    sum_{h=1..N} ceil(h / b) = b q (q + 1) / 2 + r (q + 1) with N = q b + r. 0 at b = 1.
+    Hybrids make it matter: vLLM raises their block size to hundreds or thousands of tokens.
+    """
+    b = np.maximum(np.asarray(block_size, float), 1.0)
+    s, n = float(start_tokens), max(float(added_tokens), 1.0)
+
+    def ceil_sum(x: float) -> Any:
+        q = np.floor(x / b)
+        return b * q * (q + 1) / 2 + (x - q * b) * (q + 1)
+
+    waste = (ceil_sum(s + n) - ceil_sum(s)) / n * b - (s + (n + 1) / 2)
+    return np.where(b > 1, np.maximum(waste, 0.0), 0.0)
+
+
 def kv_concurrency_cap(kv_tokens: float, isl: float, osl: float, block_size: int,
                        policy: SchedulerPolicy, state_tokens_per_seq: float = 0.0) -> float:
     """Sequences the KV cache holds at once under the engine's admission rule.

@@ -31,6 +31,7 @@ from numpy.typing import ArrayLike
 from scipy import fft as sp_fft
 from scipy import special
 
+from capplan.models.closed_loop import block_rounding_tokens
 from capplan.models.engine import SchedulerPolicy
 from capplan.models.perf import StepModel
 from capplan.models.prefix import PrefixCache
@@ -86,6 +87,8 @@ class Limits:
     state_tokens_per_seq: Any = 0.0
     """KV capacity (tokens) a running sequence's recurrent state holds whatever its length:
     hybrid models' state blocks * block_size (plan/deployment.KvPool)."""
+    block_size: Any = 1
+    """Tokens per KV block: a sequence holds whole blocks (1: counted in tokens)."""
 
 
 def _poisson_erlang_c(c: np.ndarray, a: np.ndarray) -> np.ndarray:
@@ -484,8 +487,10 @@ class QueueModel:
         # lengths leave less room than the mean suggests; vLLM would preempt beyond it).
         # An output reservation at admission raises it (SchedulerPolicy.held_tokens); blocks
         # shared with other running requests are held once (vLLM block_pool.touch); a hybrid's
-        # recurrent state holds its fixed blocks whatever the length (vLLM MambaManager).
+        # recurrent state holds its fixed blocks whatever the length (vLLM MambaManager), and
+        # the last block is partly empty (large for hybrids' raised block sizes).
         mu = np.maximum(float(self.policy.held_tokens(inp.mean, out.mean))
+                        + block_rounding_tokens(inp.mean, out.mean, limits.block_size)
                         - self.prefix.shared_kv_tokens_per_seq
                         + np.asarray(limits.state_tokens_per_seq, float), 1.0)
         sigma = math.sqrt(inp.var + out.var / 4 + out.mean_sq / 12)

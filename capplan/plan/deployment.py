@@ -102,7 +102,7 @@ class Deployment:
         """The engine limits the analytic queueing model takes (hybrid state included)."""
         s = self.settings
         return Limits(s.max_num_seqs, s.max_num_batched_tokens, self.memory.kv_cache_tokens,
-                      self.pool.state_tokens_per_seq)
+                      self.pool.state_tokens_per_seq, self.pool.block_size)
 
     def settings_summary(self) -> dict[str, object]:
         """The resolved engine settings every output reports (JSON keys, SI)."""

@@ -135,7 +135,7 @@ def _queue_model(c: Candidate, t: Traffic) -> QueueModel:
     s = c.settings
     return QueueModel(c.step, t.inp, t.out,
                       Limits(s.max_num_seqs, s.max_num_batched_tokens, c.kv_cache_tokens,
-                             c.pool.state_tokens_per_seq),
+                             c.pool.state_tokens_per_seq, c.pool.block_size),
                       t.arrival_scv, s.profile.scheduler, t.prefix)
 
 

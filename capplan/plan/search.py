@@ -226,9 +226,11 @@ def analytic_search(groups: list[ConfigGroup], t: Traffic, headroom: float = 0.2
     chunk = np.asarray([[c[1] for c in g.combos] for g in groups], float)
     kv = np.asarray([g.kv_tokens for g in groups], float)
     policy = groups[0].settings.profile.scheduler if groups else None  # one engine per plan
-    state = np.asarray([[g.pool.state_tokens_per_seq if g.pool else 0] for g in groups], float)
-    qm = QueueModel(sm, t.inp, t.out, Limits(seqs, chunk, kv, state), t.arrival_scv, policy,
-                    t.prefix)
+    pools = [g.pool or KvPool(0, g.settings.block_size) for g in groups]
+    state = np.asarray([[p.state_tokens_per_seq] for p in pools], float)
+    block = np.asarray([[p.block_size] for p in pools], float)
+    qm = QueueModel(sm, t.inp, t.out, Limits(seqs, chunk, kv, state, block), t.arrival_scv,
+                    policy, t.prefix)
     with np.errstate(all="ignore"):
         cap = qm.capacity_rate()
         lo, hi = np.zeros_like(cap), np.maximum(cap, 1e-9)

@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from capplan.catalog.hf_import import import_config
 from capplan.catalog.loader import load_catalog
 from capplan.models import layers
-from capplan.models.closed_loop import kv_concurrency_cap
+from capplan.models.closed_loop import block_rounding_tokens, kv_concurrency_cap
 from capplan.models.engine import VLLM, EngineSettings, SchedulerPolicy
 from capplan.models.memory import memory_report
 from capplan.models.perf import build_step_model
@@ -102,14 +102,16 @@ def test_closed_loop_and_queueing_capacity_count_the_state():
     assert kv_concurrency_cap(kv_tokens, PROMPT, OUTPUT, BLOCK_TOKENS, VLLM.scheduler,
                               state_tokens) == MAX_RUNNING
     assert kv_concurrency_cap(kv_tokens, PROMPT, OUTPUT, BLOCK_TOKENS, VLLM.scheduler) == 120
-    # queueing: the mean footprint in tokens, 200 + 50 / 2 + 816 = 1,041 (not whole blocks:
-    # 225 of a 272-token block), with a 99th-percentile margin on decode progress; within 6%
-    # of the 30 the simulator admits
+    # queueing: the mean footprint 200 + 50 / 2 = 225 tokens, plus the empty rest of its one
+    # 272-token block (mean of 272 - h over h = 201..250: 46.5), plus 816 of state = 1,087.5
+    # tokens: 32,640 / 1,087.5 = 30.01, less a 99th-percentile margin on decode progress
+    # (sd 50 / sqrt(12) per sequence); within 3% of the 30 the simulator admits
+    assert float(block_rounding_tokens(PROMPT, OUTPUT, BLOCK_TOKENS)) == pytest.approx(46.5)
     inp, out = LengthStats.fixed(PROMPT), LengthStats.fixed(OUTPUT)
-    q = QueueModel(STEP, inp, out, Limits(256, 16384, kv_tokens, state_tokens))
-    assert float(q.cap) == pytest.approx(MAX_RUNNING, rel=0.06)
-    stateless = QueueModel(STEP, inp, out, Limits(256, 16384, kv_tokens))
-    assert float(stateless.cap) > 4 * float(q.cap)
+    q = QueueModel(STEP, inp, out, Limits(256, 16384, kv_tokens, state_tokens, BLOCK_TOKENS))
+    assert float(q.cap) == pytest.approx(MAX_RUNNING, rel=0.03)
+    stateless = QueueModel(STEP, inp, out, Limits(256, 16384, kv_tokens, 0, BLOCK_TOKENS))
+    assert float(stateless.cap) > 3.5 * float(q.cap)
 
 
 def test_simulate_cli_reports_the_state_blocks(run_cli):
@@ -175,7 +177,21 @@ def test_recommend_search_counts_the_state():
     assert c.pool == KvPool(c.kv_cache_tokens // BLOCK_TOKENS, BLOCK_TOKENS, STATE_BLOCKS)
     # the search's concurrency cap is the queueing model's with the state counted
     kv = c.kv_cache_tokens
-    with_state = QueueModel(STEP, inp, out, Limits(1024, 8192, kv, STATE_BLOCKS * BLOCK_TOKENS))
-    stateless = QueueModel(STEP, inp, out, Limits(1024, 8192, kv))
+    with_state = QueueModel(STEP, inp, out, Limits(1024, 8192, kv, STATE_BLOCKS * BLOCK_TOKENS,
+                                                   BLOCK_TOKENS))
+    stateless = QueueModel(STEP, inp, out, Limits(1024, 8192, kv, 0, BLOCK_TOKENS))
     assert float(found.queue.cap[0, 0]) == pytest.approx(float(with_state.cap), rel=1e-12)
     assert float(with_state.cap) < float(stateless.cap) < 1024
+
+
+def test_speed_max_batch_counts_the_state():
+    from capplan.plan.speed import max_batch
+
+    # Nemotron-H-56B (tests/data), H100 TP 4: blocks of 4128 tokens (test_architectures), and
+    # 6 state blocks per sequence (54 Mamba2 layers in groups of 10): a 1,000-token context
+    # holds 1 + 6 = 7 blocks, so the pool runs num_gpu_blocks // 7 sequences
+    config = CONFIG.parent / "nemotron-h-56b-base-8k.config.json"
+    dep = resolve_deployment(_CAT, str(config), "h100-sxm", EngineSettings(tp=4))
+    assert (dep.pool.block_size, dep.pool.state_blocks_per_seq) == (4128, 6)
+    assert max_batch(dep, 1000) == min(dep.settings.max_num_seqs, dep.pool.num_blocks // 7)
+    assert max_batch(dep, 1000) < dep.settings.max_num_seqs
