@@ -195,3 +195,36 @@ def test_speed_max_batch_counts_the_state():
     assert (dep.pool.block_size, dep.pool.state_blocks_per_seq) == (4128, 6)
     assert max_batch(dep, 1000) == min(dep.settings.max_num_seqs, dep.pool.num_blocks // 7)
     assert max_batch(dep, 1000) < dep.settings.max_num_seqs
+
+
+def test_matches_a_vllm_server_log():
+    """A public vLLM 0.13.0 server log (Qwen3-Next-80B-A3B-Instruct, compressed-tensors WNA16
+    checkpoint, 2 x L40S, --tensor-parallel-size 2 --kv-cache-dtype fp8 --max-model-len
+    32768; found with the reference search, stored file id 33676930891) prints:
+        Setting attention block size to 1072 tokens ...
+        Available KV cache memory: 17.58 GiB
+        GPU KV cache size: 767,552 tokens
+        Maximum concurrency for 32,768 tokens per request: 84.29x
+    vLLM's "KV cache size" is num_blocks // 4 groups * 1072 (kv_cache_utils), so 767,552 =
+    716 * 1072 says 2,864 to 2,867 pool blocks; 84.29 = blocks / (cdiv(32768, 1072) = 31 token
+    blocks + 3 state blocks) says 2,866."""
+    s = QWEN3_NEXT
+    # TP 2, fp8: attention 2 * max(1, 2 / 2) * 256 * 1 B = 512 B per token per layer; state
+    # page: conv 3 * 8192 / 2 * 2 B + recurrent 16 * 128 * 128 * 2 B = 548,864 B
+    assert layers.state_page_bytes(s, 2) == 3 * 8192 // 2 * 2 + 16 * 128 * 128 * 2 == 548_864
+    assert layers.effective_block_size(s, 2, 1, 16) == 16 * (548_864 // (16 * 512)) == 1072
+    # a pool block: 1072 tokens in each of 12 attention layers = 6,586,368 B
+    block_bytes = 1072 * layers.kv_bytes_per_token(s, 2, 1)
+    assert block_bytes == 1072 * 12 * 512 == 6_586_368
+    # the log rounds the memory to 0.01 GiB: 17.575-17.585 GiB hold 2,865-2,866 blocks; 2,866
+    # is the one that gives both logged figures
+    lo, hi = (int(gib * 2**30 // block_bytes) for gib in (17.575, 17.585))
+    assert (lo, hi) == (2865, 2866)
+    blocks = 2866
+    assert blocks // 4 * 1072 == 767_552
+    assert layers.state_blocks_per_seq(s) == 3
+    assert blocks / (-(-32768 // 1072) + layers.state_blocks_per_seq(s)) == pytest.approx(
+        84.29, abs=0.005)
+    # the memory report's max_concurrency on that pool is the same ratio
+    seq_bytes = layers.sequence_bytes(s, 32768, 2, 1, 1072)
+    assert blocks * block_bytes / seq_bytes == pytest.approx(84.29, abs=0.005)
