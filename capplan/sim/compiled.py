@@ -616,19 +616,10 @@ def _check_kernel(step_model: Any, consts: tuple, moe: bool) -> None:
 
 
 class CompiledEngine(ContinuousEngine):
-    """`ContinuousEngine`'s scheduler as a compiled loop, the same results (module docstring).
-
-    `state_blocks`: KV blocks each running sequence holds for its recurrent state (hybrid
-    models), from admission to finish or preemption."""
+    """`ContinuousEngine`'s scheduler as a compiled loop, the same results (module docstring);
+    its `state_blocks` (hybrid models) included."""
 
     impl = "compiled"
-
-    def __init__(self, step_model: Any, num_gpu_blocks: int, block_size: int,
-                 max_num_seqs: int, max_num_batched_tokens: int, *args: Any,
-                 state_blocks: int = 0, **kw: Any) -> None:
-        super().__init__(step_model, num_gpu_blocks, block_size, max_num_seqs,
-                         max_num_batched_tokens, *args, **kw)
-        self.state_blocks = int(state_blocks)
 
     @staticmethod
     def supports(**features: Any) -> bool:

@@ -9,8 +9,9 @@ The grid: seeds, loads of 10%, 80% and 120% of the configuration's measured capa
 engine policies (vLLM mixed chunked prefill with preemption, SGLang prefill-first, TensorRT-LLM
 whole prompts with the output reserved), a sliding window, two lanes with priorities, and closed
 loops with and without a per-request overhead (fast engine only: the compiled one leaves closed
-loops to it). The compiled engine lists gaps outside the per-step counts in another order
-within a step, so those are compared sorted (they enter the metrics as a multiset).
+loops to it), and hybrid models' per-sequence state blocks. The compiled engine lists gaps
+outside the per-step counts in another order within a step, so those are compared sorted
+(they enter the metrics as a multiset).
 """
 
 from __future__ import annotations
@@ -60,8 +61,8 @@ def _requests(seed: int, rate: float | None, concurrency: int | None = None) -> 
     return Requests(arr, inp, out, rng.integers(0, 2, N), concurrency)
 
 
-def _run(cls, step, reqs, policy, overhead_s=0.0):
-    eng = cls(step, BLOCKS, BLOCK_SIZE, SEQS, TOKENS, policy)
+def _run(cls, step, reqs, policy, overhead_s=0.0, state_blocks=0):
+    eng = cls(step, BLOCKS, BLOCK_SIZE, SEQS, TOKENS, policy, state_blocks=state_blocks)
     return eng.run(reqs, np.array([1, 0]), request_overhead_s=overhead_s)
 
 
@@ -114,6 +115,27 @@ def test_windowed_model_caps_attention(llama_h100):
                           detail=False)["step_s"])
     full = float(llama_h100.step.step(num_decode=1, decode_kv_tokens=1000, detail=False)["step_s"])
     assert capped < full
+
+
+@pytest.mark.parametrize("policy", list(POLICIES))
+@pytest.mark.parametrize("load", [0.8, 1.2, None])
+def test_hybrid_state_blocks_match_reference(llama_h100, capacity_per_s, policy, load):
+    # a hybrid's recurrent state: 6 blocks held per running sequence from admission to finish
+    # or preemption (sim/engine.py), on a pool that binds; load None: a closed loop of 16
+    closed = load is None
+    reqs = _requests(7, None, concurrency=16) if closed else _requests(
+        7, load * capacity_per_s[policy])
+    ref = _run(ContinuousEngine, llama_h100.step, reqs, POLICIES[policy], state_blocks=6)
+    fast = _run(FastEngine, llama_h100.step, reqs, POLICIES[policy], state_blocks=6)
+    _same(fast, ref)
+    if compiled_available() and not closed:
+        from capplan.sim.compiled import CompiledEngine
+
+        comp = _run(CompiledEngine, llama_h100.step, reqs, POLICIES[policy], state_blocks=6)
+        _same(comp, ref, sort_gaps=True)
+    assert ref.step_kv_blocks.max() >= 6 * ref.step_running.max()
+    if not closed and load > 1 and policy == "vllm":
+        assert ref.preemptions > 0  # preemption frees the state blocks too
 
 
 @pytest.mark.parametrize("policy", list(POLICIES))
