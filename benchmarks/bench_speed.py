@@ -1,10 +1,11 @@
 """Issue 17 speed goals, measured in one run: simulate, recommend, start-up.
 
 - `capplan simulate` of N requests (default 1,000,000) at 10%, 80% and 120% of capacity
-  (llama-3.1-8b on h100-sxm, vLLM defaults, 512 prompt / 256 output tokens; capacity ~37.5
-  req/s, so 3.75, 30 and 45 req/s), each in its own process with `--sim-engine auto` (the
+  (llama-3.1-8b on h100-sxm, vLLM defaults, 512 prompt / 256 output tokens; capacity ~26.7
+  req/s, so 2.67, 21.4 and 32 req/s), each in its own process with `--sim-engine auto` (the
   compiled engine when numba is installed): wall time, CPU time, peak RSS, requests simulated
-  per second. Goal: 1M at 80% under 10 s and 500 MiB.
+  per second. Goal: 1M at 80% under 10 s and 500 MiB. `--rates` gives rates in req/s
+  instead (e.g. 30, the issue's "80%" under the step model before issue 11).
 - The compiled and fast engines' speed-up over the reference engine at each load, in-process
   on `--ref-requests` requests (default 20,000; the reference is too slow for 1M at overload),
   the compiled engine after a warm-up run (its numba cache loaded).
@@ -28,9 +29,10 @@ from pathlib import Path
 
 BIN = Path(sys.executable).parent / "capplan"
 MODEL, GPU, INP, OUT = "llama-3.1-8b", "h100-sxm", 512, 256
-CAPACITY_PER_S = 37.5
-"""Completions per second of this deployment saturated (measured: 40 req/s offered gives
-~35-37 req/s of completions and a growing queue)."""
+CAPACITY_PER_S = 26.7
+"""Completions per second of this deployment saturated (measured with main at ca2e210, after
+issue 11 moved the host cost per step and per sequence into the engine profile: 30, 45 and 60
+req/s offered give 26.7-26.8 req/s of completions and a growing queue; it was 37.5 before)."""
 LOADS = (0.1, 0.8, 1.2)
 
 
@@ -59,11 +61,12 @@ def _child(args: list[str]) -> tuple[float, float, int, float]:
     return wall, usage.ru_maxrss / 1024, proc.returncode, usage.ru_utime + usage.ru_stime
 
 
-def simulate(n: int, loads: tuple[float, ...] = LOADS, engine: str = "auto") -> None:
+def simulate(n: int, loads: tuple[float, ...] = LOADS, engine: str = "auto",
+             rates: tuple[float, ...] = ()) -> None:
     print(f"simulate {n:,} requests ({MODEL} on {GPU}, {INP} in / {OUT} out, "
           f"--sim-engine {engine})")
-    for load in loads:
-        rate = load * CAPACITY_PER_S
+    for rate in rates or tuple(load * CAPACITY_PER_S for load in loads):
+        load = rate / CAPACITY_PER_S
         wall, rss, rc, cpu = _child([str(BIN), "--limit", f"sim_requests={max(n, 500_000)}",
                                      "simulate", "--model", MODEL, "--gpu", GPU, "--rate",
                                      f"{rate}", "--requests", str(n), "--input-len", str(INP),
@@ -134,13 +137,15 @@ def main() -> None:
     ap.add_argument("--only", choices=["startup", "recommend", "speedup", "simulate"])
     ap.add_argument("--sim-engine", default="auto", help="simulate's engine (auto, compiled, "
                     "fast, reference)")
+    ap.add_argument("--rates", default="", help="simulate at these rates (req/s) instead")
     a = ap.parse_args()
     print(f"machine: {platform.machine()}, {os.cpu_count()} cores, Python "
           f"{platform.python_version()}, load average {os.getloadavg()[0]:.1f}")
     steps = {"startup": startup, "recommend": recommend,
              "speedup": lambda: speedup(a.ref_requests),
              "simulate": lambda: simulate(a.requests, tuple(map(float, a.loads.split(","))),
-                                          a.sim_engine)}
+                                          a.sim_engine,
+                                          tuple(map(float, filter(None, a.rates.split(",")))))}
     for name, run in steps.items():
         if a.only in (None, name):
             run()

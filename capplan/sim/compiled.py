@@ -488,7 +488,8 @@ def _schedule(q: np.ndarray, sc: np.ndarray, cfg: np.ndarray, lists: tuple, arr:
 
 @_njit
 def _grow(a: np.ndarray) -> np.ndarray:
-    out = np.empty((a.shape[0], 2 * a.shape[1]), a.dtype)
+    """Room for half as many columns again (1.5x: less unused room than doubling)."""
+    out = np.empty((a.shape[0], a.shape[1] + a.shape[1] // 2), a.dtype)
     out[:, :a.shape[1]] = a
     return out
 

@@ -30,22 +30,26 @@ def _percentiles(values: np.ndarray, weights: np.ndarray | None, qs: tuple[float
                  ) -> list[float]:
     """Inverted-CDF percentiles of `values` repeated `weights` times (NaN when empty), one
     sort for all of `qs` (unweighted: a plain sort, the same values as the weighted path with
-    unit weights)."""
+    unit weights). Zero weights stay in: their cumulative weight equals the entry before
+    theirs, so `searchsorted(side="left")` for a positive target never lands on one (no
+    filtered copies)."""
     v = np.asarray(values, float)
     if weights is None:
         sv = np.sort(v)
         cw = np.arange(1, len(sv) + 1, dtype=float)
     else:
-        w = np.asarray(weights, float)
-        keep = w > 0
-        v, w = v[keep], w[keep]
         order = np.argsort(v, kind="stable")
-        sv, cw = v[order], np.cumsum(w[order])
-    if not len(sv):
+        sv = v[order]
+        cw = np.asarray(weights, float)[order]
+        del order
+        np.cumsum(cw, out=cw)
+    if not len(sv) or cw[-1] <= 0:
         return [float("nan")] * len(qs)
     out = []
     for q in qs:
-        i = int(np.searchsorted(cw, q / 100.0 * cw[-1] * (1 - 1e-12), side="left"))
+        # at least the smallest positive float: q = 0 lands on the first weighted entry
+        target = max(q / 100.0 * cw[-1] * (1 - 1e-12), 5e-324)
+        i = int(np.searchsorted(cw, target, side="left"))
         out.append(float(sv[min(i, len(sv) - 1)]))
     return out
 
