@@ -56,8 +56,8 @@ def run_simulation(dep: Deployment, *, rate: float | None, concurrency: int | No
     """{"head": run description and bound, "results": {scheduler: SimResult dict},
     "notes": [...]}. `progress(scheduler, done, total)` is called as requests finish.
     `chunked_prefill` None keeps the engine profile's choice; False forces whole prompts.
-    `sim_engine` (auto, fast, reference) picks the simulator; each result names the one that
-    ran as `engine_impl`."""
+    `sim_engine` (auto, compiled, fast, reference) picks the simulator; each result names the
+    one that ran as `engine_impl`."""
     limits.SEED.check(seed, "seed")
     wl = workload_from_options(rate, concurrency, trace, input_len, output_len, burstiness,
                                requests, time_unit)
