@@ -264,6 +264,25 @@ def _normal_term(sd: np.ndarray) -> _Term:
     return _values_term(sd[..., None] * _NORMAL_Z, _NORMAL_W)
 
 
+def _compound_term(m: np.ndarray, jumps: np.ndarray, weights: np.ndarray) -> _Term:
+    """Compound Poisson, centred: the sum of N ~ Poisson(m) jumps drawn from `jumps` (..., k,
+    >= 0) with probabilities `weights`, minus its mean. DFT exp(m (phi - 1)), phi the jumps'
+    DFT (Feller vol. 1, XII.2); the span reaches 6 sd above the mean plus the largest jump."""
+    m = np.asarray(m, float)
+    j = np.asarray(jumps, float)
+    mean = m * (j * weights).sum(axis=-1)
+    sd = np.sqrt(m * (j * j * weights).sum(axis=-1))
+    one = _values_term(np.concatenate([np.zeros(j.shape[:-1] + (1,)), j], -1),
+                       np.concatenate([[0.0], weights]))
+    if one.spectrum is None:
+        return _Term(0.0, 0.0)
+
+    def spectrum(h: np.ndarray) -> np.ndarray:
+        phi = one.spectrum(h)
+        return np.exp(m.astype(np.float32)[..., None] * (phi - 1)).astype(np.complex64)
+    return _Term(-mean, mean + 6 * sd + j.max(axis=-1), spectrum)
+
+
 # Strata of a length distribution: 1% wide up to 0.98, finer in the tail (p99 reads it).
 _STRATA = np.concatenate([np.linspace(0.0, 0.98, 99), [0.985, 0.99, 0.9925, 0.995, 0.9975,
                                                        0.999, 1.0]])
@@ -657,13 +676,24 @@ class QueueModel:
             (1 - p_pf) * (1 - np.clip(fin(p_wait), 0.0, 1.0)) * p0[..., 0], shape)
         steps = np.maximum(1.0, prompt / budget[..., None])
         extra = np.maximum(own - t_dec[..., None] * steps, 0.0)
-        var_pf = lam * self.dec_tokens * tau * (extra**2 * p_w).sum(axis=-1)
+        # Prompts arriving during the decode lengthen it, which lets more arrive: a busy period
+        # started by the decode alone, D0 = D (1 - rho_e), rho_e = lambda E[e] (Takacs;
+        # Kleinrock vol. 1, 5.8: D0 + the busy periods of the N ~ Poisson(lambda D0) prompts
+        # arriving in D0, each ~ e / (1 - rho_e) on average; variance lambda D0 E[e^2] /
+        # (1 - rho_e)^3). The jumps are rare and long (skewed): a compound Poisson law, not
+        # a normal; the sub-busy periods' own spread (the rest of the variance) is normal.
+        rho_e = np.clip(fin(lam * (extra * p_w).sum(axis=-1)), 0.0, 0.95)
+        d0 = fin(self.dec_tokens * tau) * (1.0 - rho_e)
+        jumps = fin(extra) / (1.0 - rho_e)[..., None]
+        arrivals = _compound_term(fin(lam) * d0, jumps, p_w)
+        var_pf = fin(lam * d0 * (extra**2 * p_w).sum(axis=-1) * rho_e / (1.0 - rho_e) ** 3)
         slope = self._decode(b + 1.0) - t_dec
         var_b = (self.dec_tokens * slope) ** 2 * (2.0 / 3.0) * b
         out_len, o_w = _strata_lengths(out)
         decode = np.maximum(out_len - 1.0, 0.0) * fin(x.gap)[..., None]
         e2e = _sum_law([_Term(ttft.offset, 0.0), ttft.as_term(), _values_term(decode, o_w),
-                        _normal_term(np.sqrt(fin(np.maximum(var_pf + var_b, 0.0))))], shape)
+                        arrivals, _normal_term(np.sqrt(fin(np.maximum(var_pf + var_b, 0.0))))],
+                       shape)
         probs = tuple(QUANTILES.values())
         return ttft.quantiles(probs), e2e.quantiles(probs)
 
