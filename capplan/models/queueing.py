@@ -22,7 +22,7 @@ All functions broadcast: rates, and the StepModel's constants, may be arrays.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from typing import Any
 
@@ -42,6 +42,8 @@ _TAU_MAX_S = 60.0
 _FP_ITERS = 10
 _FP_ITERS_MAX = 60
 _FP_REL_TOL = 1e-4
+_FP_ROUNDING_TOL = 1e-13
+"""A bracket this narrow (relative) moves by no more than that in further iterations."""
 
 
 @dataclass(frozen=True)
@@ -577,7 +579,8 @@ class QueueModel:
             return tau / np.maximum(1.0 - s["f"], 1e-3)
         return tau
 
-    def _fixed_point(self, lam: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def _fixed_point(self, lam: np.ndarray, every_row: bool = True
+                     ) -> tuple[np.ndarray, np.ndarray]:
         """Mean step time solving tau = T(tau), and whether it exists.
 
         g(tau) = T(tau) - tau is positive at tau = 0 and, when a fixed point exists, negative
@@ -586,6 +589,11 @@ class QueueModel:
         it can need more, so it goes on (up to _FP_ITERS_MAX) until every bracket is within
         _FP_REL_TOL (a stalled bracket left tau at _TAU_MAX_S: an unstable verdict between two
         stable rates).
+
+        It stops early, with the same result to _FP_ROUNDING_TOL, once every row is either
+        within _FP_ROUNDING_TOL or at an exact root (g(hi) == 0: x = hi again, so hi stays);
+        rows where no fixed point exists never converge and keep it going to _FP_ITERS_MAX
+        unless `every_row` is False (a caller that reads no tau of those rows: stable()).
         """
         lo = np.zeros(np.broadcast_shapes(np.shape(lam), np.shape(self.cap)))
         g_lo = self._mean_step(lam, lo)["tau"] - lo
@@ -594,7 +602,8 @@ class QueueModel:
         exists = g_hi <= 0
         side = np.zeros_like(lo)
         for i in range(_FP_ITERS_MAX):
-            if i >= _FP_ITERS and np.all(hi - lo <= _FP_REL_TOL * hi + 1e-12):
+            if i >= _FP_ITERS and (np.all(hi - lo <= _FP_REL_TOL * hi + 1e-12) or np.all(
+                    (hi - lo <= _FP_ROUNDING_TOL * hi) | (g_hi == 0) | ~(exists | every_row))):
                 break
             den = g_lo - g_hi
             x = np.where(den > 0, (lo * -g_hi + hi * g_lo) / np.where(den > 0, den, 1.0),
@@ -628,8 +637,10 @@ class QueueModel:
         return np.where(prompt > budget[..., None], prompt / budget[..., None]
                         * t_full[..., None], t)
 
-    def _sum_quantiles(self, x: _Terms) -> tuple[list[np.ndarray], list[np.ndarray]]:
-        """Quantiles (QUANTILES order) of TTFT and E2E as sums of independent terms.
+    def _sum_quantiles(self, x: _Terms, levels: dict[str, tuple[str, ...]]
+                       ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+        """Quantiles of TTFT and E2E as sums of independent terms, at the QUANTILES names in
+        levels["ttft_s"] and levels["e2e_s"] (E2E's law is built only when some are asked).
 
         TTFT = overhead + residual of the current step (uniform on [0, tau]) + prefill-queue
         wait + own prefill (a function of the prompt length, over its distribution) + the other
@@ -674,6 +685,9 @@ class QueueModel:
             [_wait_term(p_pf, fin(wq_p)), _wait_term(fin(p_wait), fin(wq_c)),
              _values_term(shared, weights)],
             (1 - p_pf) * (1 - np.clip(fin(p_wait), 0.0, 1.0)) * p0[..., 0], shape)
+        if not levels["e2e_s"]:
+            return dict(zip(levels["ttft_s"], ttft.quantiles(
+                tuple(QUANTILES[k] for k in levels["ttft_s"])), strict=True)), {}
         steps = np.maximum(1.0, prompt / budget[..., None])
         extra = np.maximum(own - t_dec[..., None] * steps, 0.0)
         # Prompts arriving during the decode lengthen it, which lets more arrive: a busy period
@@ -694,16 +708,25 @@ class QueueModel:
         e2e = _sum_law([_Term(ttft.offset, 0.0), ttft.as_term(), _values_term(decode, o_w),
                         arrivals, _normal_term(np.sqrt(fin(np.maximum(var_pf + var_b, 0.0))))],
                        shape)
-        probs = tuple(QUANTILES.values())
-        return ttft.quantiles(probs), e2e.quantiles(probs)
+        return (dict(zip(levels["ttft_s"], ttft.quantiles(
+            tuple(QUANTILES[k] for k in levels["ttft_s"])), strict=True)),
+            dict(zip(levels["e2e_s"], e2e.quantiles(tuple(QUANTILES[k] for k in levels["e2e_s"])),
+                     strict=True)))
 
     # -- public ------------------------------------------------------------------------------
-    def at_rate(self, rate_per_s: ArrayLike) -> dict[str, Any]:
-        """Latency and throughput at an open-loop Poisson arrival rate (array-friendly)."""
-        with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
-            return self._at_rate(rate_per_s)
+    def at_rate(self, rate_per_s: ArrayLike, metrics: Collection[str] | None = None
+                ) -> dict[str, Any]:
+        """Latency and throughput at an open-loop Poisson arrival rate (array-friendly).
 
-    def _at_rate(self, rate_per_s: ArrayLike) -> dict[str, Any]:
+        metrics: the latency keys ("ttft_s", "e2e_s", ...) whose p99 alone the caller reads (a
+        planner's SLO check): TTFT's and E2E's other quantiles, and E2E's p99 unless named,
+        are left out (the sums' laws are most of the cost); the values computed are the same.
+        None: everything."""
+        with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+            return self._at_rate(rate_per_s, metrics)
+
+    def _at_rate(self, rate_per_s: ArrayLike, metrics: Collection[str] | None = None
+                 ) -> dict[str, Any]:
         lam = np.asarray(rate_per_s, float)
         lam = np.broadcast_to(lam, np.broadcast_shapes(lam.shape, np.shape(self.cap))).copy()
         tau, exists = self._fixed_point(lam)
@@ -761,11 +784,14 @@ class QueueModel:
             if prev_tbt is not None:  # quantiles are ordered by construction of the mixture
                 tbt[name] = np.maximum(tbt[name], prev_tbt)
             prev_tbt = tbt[name]
-        ttft_q, e2e_q = self._sum_quantiles(_Terms(lam, tau, b, budget, t_dec, t_full, rho_p,
-                                                   wq_p, p_wait, wq_c, m_chunks, moments[0],
-                                                   gap))
-        for name, tq, eq in zip(QUANTILES, ttft_q, e2e_q, strict=True):
-            ttft[name], e2e[name] = tq, eq
+        levels = {k: tuple(QUANTILES) if metrics is None else ("p99",) * (k in metrics)
+                  for k in ("ttft_s", "e2e_s")}
+        if levels["ttft_s"] or levels["e2e_s"]:
+            ttft_q, e2e_q = self._sum_quantiles(_Terms(
+                lam, tau, b, budget, t_dec, t_full, rho_p, wq_p, p_wait, wq_c, m_chunks,
+                moments[0], gap), levels)
+            ttft.update(ttft_q)
+            e2e.update(e2e_q)
         # the mean of the shared-step term of _sum_quantiles (m chunks of the mean size)
         shared_mean = np.minimum(m_chunks * moments[0], budget) * np.maximum(
             t_full - t_dec, 0.0) / budget
@@ -796,7 +822,7 @@ class QueueModel:
         with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
             lam = np.asarray(rate_per_s, float)
             lam = np.broadcast_to(lam, np.broadcast_shapes(lam.shape, np.shape(self.cap))).copy()
-            tau, exists = self._fixed_point(lam)
+            tau, exists = self._fixed_point(lam, every_row=False)
             s = self._mean_step(lam, tau)
             b, budget = s["b"], s["budget"]
             t_full = self._mixed(b, budget)
