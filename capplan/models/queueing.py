@@ -149,6 +149,8 @@ def chunk_sum_quantile(m: np.ndarray, p: float, inp: LengthStats, budget: np.nda
     # terms whose probability is negligible for every configuration add nothing to F
     terms = [k for k in range(2, kmax + 1) if float(np.max(pk[k], initial=0.0)) > 1e-7]
     levels = np.linspace(0.0, 1.0, 201)
+    centre = {k: k * mu for k in terms}
+    scale = {k: np.maximum(np.sqrt(k) * sigma, 1e-9) for k in terms}
 
     def cdf(x: np.ndarray) -> np.ndarray:
         if inp.table:
@@ -158,7 +160,7 @@ def chunk_sum_quantile(m: np.ndarray, p: float, inp: LengthStats, budget: np.nda
         f1 = np.where(x >= budget, 1.0, f1)
         f = pk[0] + pk[1] * f1
         for k in terms:
-            z = (x - k * mu) / np.maximum(np.sqrt(k) * sigma, 1e-9)
+            z = (x - centre[k]) / scale[k]
             f = f + pk[k] * special.ndtr(z)
         return f
 
@@ -323,6 +325,17 @@ def _values_term(values: np.ndarray, weights: np.ndarray) -> _Term:
     return _Term(lo, span, spectrum)
 
 
+def _take_pair(a: np.ndarray, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """a[..., idx] and a[..., idx + 1] along the last axis (np.take_along_axis, twice, without
+    its index set-up: one flat index serves both)."""
+    if a.shape[:-1] != idx.shape[:-1]:
+        return np.take_along_axis(a, idx, -1), np.take_along_axis(a, idx + 1, -1)
+    n = a.shape[-1]
+    flat = np.ascontiguousarray(a).reshape(-1)
+    at = idx + (np.arange(flat.size // n) * n).reshape(idx.shape[:-1] + (1,))
+    return flat[at], flat[at + 1]
+
+
 def _interp_cdf(pad: np.ndarray, h: np.ndarray, y: np.ndarray) -> np.ndarray:
     """The piecewise-linear cdf of a grid law (point k spread over [(k - 1/2) h, (k + 1/2) h],
     cdf[k] reached at (k + 1/2) h) at y (..., n), relative to the law's offset; pad is the cdf
@@ -331,8 +344,8 @@ def _interp_cdf(pad: np.ndarray, h: np.ndarray, y: np.ndarray) -> np.ndarray:
     np.clip(u, 0, _GRID_LEN, out=u)
     i0 = np.minimum(u.astype(np.int64), _GRID_LEN - 1)
     frac = (u - i0).astype(np.float32)
-    lo = np.take_along_axis(pad, i0, -1)
-    return lo + (np.take_along_axis(pad, i0 + 1, -1) - lo) * frac
+    lo, up = _take_pair(pad, i0)
+    return lo + (up - lo) * frac
 
 
 @dataclass(frozen=True)
@@ -632,8 +645,8 @@ class QueueModel:
             width[..., None], 1e-9) * _OWN_NODES
         i0 = np.clip(np.floor(pos), 0, _OWN_NODES - 1).astype(np.int64)
         frac = np.clip(pos - i0, 0.0, 1.0)
-        t = (np.take_along_axis(t_nodes, i0, -1) * (1 - frac)
-             + np.take_along_axis(t_nodes, i0 + 1, -1) * frac)
+        at, nxt = _take_pair(t_nodes, i0)
+        t = at * (1 - frac) + nxt * frac
         return np.where(prompt > budget[..., None], prompt / budget[..., None]
                         * t_full[..., None], t)
 
