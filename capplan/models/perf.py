@@ -75,6 +75,76 @@ def chunk_attention(chunk_tokens: Any, prefix_tokens: Any, window: Any) -> tuple
     return pairs, pairs_w, mn(p, w)
 
 
+STEP_CONSTANTS = ("dense_weight_bytes", "expert_bytes", "num_moe_layers", "num_experts",
+                  "experts_per_tok", "kv_bytes_per_token_layer", "full_layers", "window_layers",
+                  "dense_flops_per_token", "expert_flops_per_token", "lm_head_flops_per_token",
+                  "attn_flops_per_pair_decode", "attn_flops_per_pair_prefill", "mem_bytes_per_s",
+                  "kv_bytes_per_s", "expert_bytes_per_s", "gemm_flops_per_s", "attn_flops_per_s",
+                  "gemm_half_tokens", "allreduce_s_fixed", "allreduce_s_per_token", "pp",
+                  "p2p_s_per_token", "step_overhead_s", "per_seq_overhead_s", "layer_overhead_s",
+                  "state_bytes_per_seq")
+"""`StepModel` fields that `step_parts` takes, in its order."""
+
+
+def step_parts(x: tuple, c: tuple, moe: bool) -> tuple:
+    """The step-time formula (module docstring), written once for numpy and numba.
+
+    `x` = (num_decode, decode_kv_tokens, decode_kv_tokens_window, prefill_tokens, prefill_pairs,
+    prefill_pairs_window, prefill_kv_read, prefill_kv_read_window, num_prefill_seqs, num_logits)
+    as floats or arrays; `c` = the `STEP_CONSTANTS` values; `moe`: any num_experts > 0.
+    Only operations that numpy and numba's nopython mode both accept on scalars and arrays, so
+    `StepModel.step` evaluates it on arrays and the compiled simulator
+    (`capplan.sim.compiled`) calls `numba.njit(step_parts)` per step on floats.
+    Returns (step_s, dense_mem, expert_mem, kv_mem, dense_cmp, expert_cmp, attn_cmp, comm, p2p,
+    overhead, pp).
+    """
+    bd, kv_full, kv_win, tp_, pairs, pairs_w, pre_read, pre_read_w, nps, logits = x
+    (dense_weight_bytes, expert_bytes, num_moe_layers, num_experts, experts_per_tok,
+     kv_bytes_per_token_layer, full_layers, window_layers, dense_flops_per_token,
+     expert_flops_per_token, lm_head_flops_per_token, attn_flops_per_pair_decode,
+     attn_flops_per_pair_prefill, mem_bytes_per_s, kv_bytes_per_s, expert_bytes_per_s,
+     gemm_flops_per_s, attn_flops_per_s, gemm_half_tokens, allreduce_s_fixed,
+     allreduce_s_per_token, pp, p2p_s_per_token, step_overhead_s, per_seq_overhead_s,
+     layer_overhead_s, state_bytes_per_seq) = c
+    tokens = bd + tp_
+    dense_mem = dense_weight_bytes / mem_bytes_per_s
+    eff = tokens / (tokens + gemm_half_tokens)
+    dense_flops = tokens * dense_flops_per_token + logits * lm_head_flops_per_token
+    dense_cmp = dense_flops / (gemm_flops_per_s * np.maximum(eff, 1e-12))
+    linear = smooth_max(dense_mem, dense_cmp)
+    expert_mem = expert_cmp = 0.0
+    if moe:
+        # MoE: expected distinct experts touched per layer, uniform routing.
+        e = num_experts * 1.0
+        k = experts_per_tok * 1.0
+        safe_e = np.where(e > 0, e, 1.0)
+        touched = np.where(e > 0, e * (1.0 - (1.0 - k / safe_e) ** tokens), 0.0)
+        expert_mem = num_moe_layers * touched * expert_bytes / expert_bytes_per_s
+        rows = np.where(touched > 0, tokens * k / np.maximum(touched, 1e-12), 0.0)
+        eff_e = rows / (rows + gemm_half_tokens)
+        expert_cmp = tokens * expert_flops_per_token / (
+            gemm_flops_per_s * np.maximum(eff_e, 1e-12))
+        linear = linear + smooth_max(expert_mem, expert_cmp)
+    # Attention: KV read and FLOPs, full and sliding-window layers.
+    kv_tokens = full_layers * (kv_full + pre_read + tp_) + window_layers * (
+        kv_win + pre_read_w + tp_)
+    kv_mem = (kv_tokens * kv_bytes_per_token_layer
+              + 2 * (bd + nps) * state_bytes_per_seq) / kv_bytes_per_s
+    attn_pairs_dec = full_layers * kv_full + window_layers * kv_win
+    attn_pairs_pre = full_layers * pairs + window_layers * pairs_w
+    attn_cmp = (attn_pairs_dec * attn_flops_per_pair_decode
+                + attn_pairs_pre * attn_flops_per_pair_prefill) / attn_flops_per_s
+    attention = smooth_max(kv_mem, attn_cmp)
+    comm = np.where(tokens > 0, allreduce_s_fixed + tokens * allreduce_s_per_token, 0.0)
+    pp = pp * 1.0
+    p2p = (pp - 1) * tokens * p2p_s_per_token
+    overhead = step_overhead_s + per_seq_overhead_s * (bd + nps) + pp * layer_overhead_s
+    step = pp * (linear + attention + comm) + p2p + overhead
+    step = np.where(tokens > 0, step, 0.0)
+    return (step, dense_mem, expert_mem, kv_mem, dense_cmp, expert_cmp, attn_cmp, comm, p2p,
+            overhead, pp)
+
+
 @dataclass(frozen=True)
 class StepModel:
     """Per-configuration constants of the step-time model (floats, or arrays for grids)."""
@@ -155,45 +225,17 @@ class StepModel:
         return self._kernel(bd, kv_full, kv_win, tp_, pairs, pairs_w, pre_read, pre_read_w,
                             nps, logits, detail)
 
+    def constants(self) -> tuple:
+        """The model's constants in `STEP_CONSTANTS` order (the second argument of
+        `step_parts`)."""
+        return tuple(getattr(self, k) for k in STEP_CONSTANTS)
+
     def _kernel(self, bd, kv_full, kv_win, tp_, pairs, pairs_w, pre_read, pre_read_w, nps,
                 logits, detail=True) -> dict[str, np.ndarray]:  # noqa: ANN001
-        tokens = bd + tp_
-        dense_mem = self.dense_weight_bytes / self.mem_bytes_per_s
-        eff = tokens / (tokens + self.gemm_half_tokens)
-        dense_flops = tokens * self.dense_flops_per_token + logits * self.lm_head_flops_per_token
-        dense_cmp = dense_flops / (self.gemm_flops_per_s * np.maximum(eff, 1e-12))
-        linear = smooth_max(dense_mem, dense_cmp)
-        expert_mem = expert_cmp = 0.0
-        if np.any(np.asarray(self.num_experts) > 0):
-            # MoE: expected distinct experts touched per layer, uniform routing.
-            e = np.asarray(self.num_experts, float)
-            k = np.asarray(self.experts_per_tok, float)
-            safe_e = np.where(e > 0, e, 1.0)
-            touched = np.where(e > 0, e * (1.0 - (1.0 - k / safe_e) ** tokens), 0.0)
-            expert_mem = self.num_moe_layers * touched * self.expert_bytes / self.expert_bytes_per_s
-            rows = np.where(touched > 0, tokens * k / np.maximum(touched, 1e-12), 0.0)
-            eff_e = rows / (rows + self.gemm_half_tokens)
-            expert_cmp = tokens * self.expert_flops_per_token / (
-                self.gemm_flops_per_s * np.maximum(eff_e, 1e-12))
-            linear = linear + smooth_max(expert_mem, expert_cmp)
-        # Attention: KV read and FLOPs, full and sliding-window layers.
-        kv_tokens = self.full_layers * (kv_full + pre_read + tp_) + self.window_layers * (
-            kv_win + pre_read_w + tp_)
-        kv_mem = (kv_tokens * self.kv_bytes_per_token_layer
-                  + 2 * (bd + nps) * self.state_bytes_per_seq) / self.kv_bytes_per_s
-        attn_pairs_dec = self.full_layers * kv_full + self.window_layers * kv_win
-        attn_pairs_pre = self.full_layers * pairs + self.window_layers * pairs_w
-        attn_cmp = (attn_pairs_dec * self.attn_flops_per_pair_decode
-                    + attn_pairs_pre * self.attn_flops_per_pair_prefill) / self.attn_flops_per_s
-        attention = smooth_max(kv_mem, attn_cmp)
-        comm = np.where(tokens > 0, self.allreduce_s_fixed + tokens * self.allreduce_s_per_token,
-                        0.0)
-        pp = np.asarray(self.pp, float)
-        p2p = (pp - 1) * tokens * self.p2p_s_per_token
-        overhead = (self.step_overhead_s + self.per_seq_overhead_s * (bd + nps)
-                    + pp * self.layer_overhead_s)
-        step = pp * (linear + attention + comm) + p2p + overhead
-        step = np.where(tokens > 0, step, 0.0)
+        moe = bool(np.any(np.asarray(self.num_experts) > 0))
+        (step, dense_mem, expert_mem, kv_mem, dense_cmp, expert_cmp, attn_cmp, comm, p2p,
+         overhead, pp) = step_parts((bd, kv_full, kv_win, tp_, pairs, pairs_w, pre_read,
+                                     pre_read_w, nps, logits), self.constants(), moe)
         if not detail:
             return {"step_s": step}
         memory_s = pp * (dense_mem + expert_mem + kv_mem)
