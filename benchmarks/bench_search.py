@@ -12,7 +12,7 @@ from __future__ import annotations
 import sys
 import time
 
-from capplan.catalog.loader import load_catalog
+from capplan.catalog.loader import Catalog, load_catalog
 from capplan.plan.planner import _groups, run_plan, search_space, traffic_for
 from capplan.plan.schema import PlanFile
 from capplan.plan.search import analytic_search
@@ -29,7 +29,7 @@ PLAN = {
 }
 
 
-def _stages(cat, plan: PlanFile) -> dict[str, float]:  # noqa: ANN001
+def _stages(cat: Catalog, plan: PlanFile) -> dict[str, float]:
     """Wall and CPU seconds of candidate memory, analytic search and the whole plan."""
     resolved = cat.resolve_model(plan.model)
     model = resolved.spec
