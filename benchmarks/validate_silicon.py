@@ -6,14 +6,16 @@ of a model in the catalog, capplan predicts both with the engine's profile (--en
 analytic closed-loop model and, with --sim, the simulator.
 
 Honest split: a row is a TRAINING row when sha1(row id) % 3 == 0 (about a third); only training
-rows are used by --fit, which fits the two things the data cannot be predicted without:
+rows are used by --fit-host (each engine's host cost per step and per running sequence, from
+TPOT) and by --fit, which fits the two things the data cannot be predicted without:
   - each engine's per-request overhead (HTTP, tokenisation, streaming, the client): the
     engine profile's `request_overhead_s`;
   - the benchmark's effective rounds (measured requests per client, N / C), which the dump does
     not record (AIConfigurator's scripts say 10-20 rounds after 1-2 rounds of warm-up).
 Every table row scores the OTHER rows only.
 
-Run: .venv/bin/python benchmarks/validate_silicon.py [--fit] [--sim] [--markdown]
+Run: .venv/bin/python benchmarks/validate_silicon.py [--fit-host] [--fit] [--sim] [--markdown]
+(--fit-host first: the engines' host costs per step and per sequence, from TPOT; then --fit.)
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ from capplan.plan.deployment import EngineOptions, calibration_for, resolve_depl
 DATA = Path(__file__).resolve().parents[1].parent / "shared" / "validation" / "silicon_sample.csv"
 SYSTEMS = {"h200_sxm": "h200", "b200_sxm": "b200", "b300_sxm": "b300", "gb200": "gb200",
            "gb300": "gb300"}
-SILICON_ROUNDS = {"vllm": 2.0, "sglang": 1.0, "trtllm": 8.0}
+SILICON_ROUNDS = {"vllm": 3.0, "sglang": 3.0, "trtllm": 10.0}
 """Measured requests per client of the silicon benchmark (N / C) per engine's harness, fitted on
 the training rows (--fit; docs/validation.md): the dump does not record the protocol."""
 ROUNDS_GRID = (1, 1.5, 2, 3, 4, 5, 6, 8, 10, 15, 20)
@@ -89,7 +91,8 @@ class Prediction:
 _DEPS: dict[tuple, object] = {}
 
 
-def deployment(cat, r: dict[str, str], overhead_s: float | None = None):
+def deployment(cat, r: dict[str, str], overhead_s: float | None = None,
+               host: tuple[float, float] | None = None):
     """The deployment of a row: its engine, layout, dtype; KV in fp8 for fp8/fp4 precision
     (AIConfigurator's quantized configurations quantize the KV cache too)."""
     res = cat.resolve_model(r["model_path"])
@@ -99,7 +102,7 @@ def deployment(cat, r: dict[str, str], overhead_s: float | None = None):
     isl, osl = int(r["isl"]), int(r["osl"])
     kvd = "fp8" if r["precision"] in ("fp8", "fp4", "nvfp4") else "auto"
     key = (r["backend"], r["model_path"], r["system"], tp, r["precision"], isl, osl, c,
-           overhead_s)
+           overhead_s, host)
     if key not in _DEPS:
         # The benchmark sizes the engine for its concurrency: running-request cap >= C.
         opts = EngineOptions(engine=r["backend"], tp=tp, weight_dtype=dtype_for(r["precision"],
@@ -110,14 +113,17 @@ def deployment(cat, r: dict[str, str], overhead_s: float | None = None):
         cal = calibration_for(cat, gpu, None)
         if overhead_s is not None:  # --fit tries other overheads (they change cohort merging)
             cal = cal.with_(request_overhead_s=overhead_s)
+        if host is not None:  # --fit tries other host costs per step and per sequence
+            cal = cal.with_(step_overhead_s=host[0], per_seq_overhead_s=host[1])
         _DEPS[key] = resolve_deployment(cat, r["model_path"], gpu.key, opts, cal)
     return _DEPS[key]
 
 
 def predict(cat, r: dict[str, str], with_sim: bool, rounds: float,
-            overhead_s: float | None = None) -> Prediction | None:
+            overhead_s: float | None = None,
+            host: tuple[float, float] | None = None) -> Prediction | None:
     try:
-        dep = deployment(cat, r, overhead_s)
+        dep = deployment(cat, r, overhead_s, host)
     except CapplanError:
         return None
     if not dep.memory.fits:
@@ -160,6 +166,31 @@ def cell(e: np.ndarray) -> str:
 OVERHEAD_GRID_S = (0.0, 0.02, 0.04, 0.06, 0.08, 0.1, 0.15, 0.2, 0.25, 0.3, 0.4)
 
 
+HOST_STEP_GRID_S = (0.5e-3, 1.0e-3, 1.5e-3, 2.0e-3, 2.5e-3, 3.0e-3, 4.0e-3)
+HOST_SEQ_GRID_S = (0.0, 10e-6, 20e-6, 30e-6, 45e-6, 60e-6)
+
+
+def fit_host_costs(cat, rows: list[dict[str, str]]) -> None:
+    """Per engine: the host cost per step and per running sequence (EngineProfile
+    step_overhead_s, per_seq_overhead_s) minimising the median |error| of TPOT on that
+    engine's training rows. TPOT does not depend on the request overhead or the rounds, so
+    this comes first (slow: one full prediction per grid point)."""
+    train = [r for r in rows if is_training(r)]
+    best: dict[str, tuple[float, float, float]] = {}
+    for step_s in HOST_STEP_GRID_S:
+        for seq_s in HOST_SEQ_GRID_S:
+            preds = [(r, predict(cat, r, False, 1.0, host=(step_s, seq_s))) for r in train]
+            for eng in sorted({r["backend"] for r in train}):
+                got = [abs(p.tpot_s / (float(r["silicon_tpot_ms"]) / 1e3) - 1)
+                       for r, p in preds if p is not None and r["backend"] == eng]
+                cost = float(np.median(got))
+                if eng not in best or cost < best[eng][0]:
+                    best[eng] = (cost, step_s, seq_s)
+    for eng, (cost, step_s, seq_s) in sorted(best.items()):
+        print(f"{eng}: host step {step_s * 1e3:.1f} ms, per sequence {seq_s * 1e6:.0f} us, "
+              f"TPOT median |err| {cost:.3f}")
+
+
 def fit(cat, rows: list[dict[str, str]]) -> None:
     """Per engine: the benchmark's rounds and the per-request overhead minimising the median
     |log error| of TTFT on that engine's training rows (each engine was benchmarked through its
@@ -186,6 +217,9 @@ def main() -> None:
         return
     with_sim = "--sim" in sys.argv
     cat = load_catalog()
+    if "--fit-host" in sys.argv:
+        fit_host_costs(cat, agg_rows())
+        return
     if "--fit" in sys.argv:
         fit(cat, agg_rows())
         return

@@ -39,8 +39,9 @@ def _stat_ms(key: str, stat: str) -> Column:
 
 _LEVEL_COLUMNS = [
     Column("concurrency", "concurrency"), Column("completed", "done"), Column("errors", "errors"),
-    _stat_ms("ttft_s", "mean"), _stat_ms("ttft_s", "p99"), _stat_ms("tbt_s", "mean"),
-    _stat_ms("tbt_s", "p99"), _stat_ms("e2e_s", "mean"),
+    _stat_ms("ttft_s", "mean"), _stat_ms("ttft_s", "p50"), _stat_ms("ttft_s", "p99"),
+    _stat_ms("tbt_s", "mean"), _stat_ms("tbt_s", "p50"), _stat_ms("tbt_s", "p99"),
+    _stat_ms("e2e_s", "mean"),
     Column("output_tokens_per_s", "output tok/s", None, ".1f"),
     Column("requests_per_s", "req/s", None, ".3f"),
 ]
@@ -238,6 +239,11 @@ def _emit_levels(levels: list[dict[str, Any]], model: str | None, gpu: str | Non
     if law:
         emit(f"\nTBT ~ {s_to_ms(law['intercept_s']):.3f} ms + "
              f"{s_to_ms(law['per_concurrency_s']):.4f} ms x concurrency")
+    if fit.get("centre"):
+        emit(f"fitted on the {fit['centre']}")
+    if any(lv.get("open_loop") for lv in levels):
+        emit("open-loop runs: concurrency = mean requests in the system by Little's law "
+             "(queued included)")
     for k, v in (fit.get("calibration_params") or {}).items():
         emit(f"{k} = {v:.4g}")
     if fit.get("note"):

@@ -28,10 +28,6 @@ class Calibration:
     """Achieved fraction of peak 16-bit FLOP/s in prefill attention (FlashAttention)."""
     attn_bw_frac: float
     """Achieved fraction of peak bandwidth reading the KV cache in decode attention."""
-    step_overhead_s: float
-    """Fixed cost per engine step: scheduling, input preparation, launches, sampling."""
-    per_seq_overhead_s: float
-    """Cost per running sequence per step (sampling, output processing)."""
     per_layer_overhead_s: float
     """Fixed GPU cost per decoder layer per step: ~10 small kernels (norms, rope, activation,
     cache writes) whose launch gaps and tails do not shrink with batch."""
@@ -39,6 +35,12 @@ class Calibration:
     """Latency of one small all-reduce across the TP group."""
     allreduce_bw_frac: float
     """Achieved fraction of the interconnect's per-direction bandwidth in all-reduce."""
+    step_overhead_s: float | None = None
+    """Fixed cost per engine step: scheduling, input preparation, launches, sampling. None: the
+    engine profile's host cost (EngineProfile.step_overhead_s); a measurement replaces it."""
+    per_seq_overhead_s: float | None = None
+    """Cost per running sequence per step (sampling, output processing). None: the engine
+    profile's."""
     request_overhead_s: float | None = None
     """Per-request latency outside engine steps (tokenisation, HTTP, streaming), added to TTFT
     and E2E. None: the engine profile's default (`capplan calibrate --endpoint` measures it)."""
@@ -73,9 +75,9 @@ class Calibration:
 #  - prefill attention: FlashAttention-2 reaches 50-73% of A100 peak (Dao 2023, fig. 4) but only
 #    33% on H100 (328 TFLOP/s, Azure guide); vLLM V1 runs FlashAttention-3 on Hopper, which
 #    reaches ~75% (Shah et al. 2024): 0.55 as a common default.
-#  - vLLM per-step CPU cost with CUDA graphs: ~1-3.5 ms in published traces (vLLM #6854,
-#    tt-inference-server #340 Qwen3-0.6B floor): 1.5 ms + 10 us per sequence; per-layer GPU
-#    fixed cost: ~10 kernels x ~3 us launch/tail inside a CUDA graph = 30 us.
+#  - per-step and per-sequence host costs belong to the engine (EngineProfile: scheduler,
+#    input preparation, sampler, output processing); per-layer GPU fixed cost: ~10 kernels x
+#    ~3 us launch/tail inside a CUDA graph = 30 us.
 #  - routed experts stream at mem_bw_frac by default (expert_bw_frac 0). A single factor does
 #    not fit the public points: 0.6 of the dense rate closes Qwen3-30B-A3B's batch-1 TPOT gap
 #    on A100 (#31, fine-grained experts) but over-predicts Mixtral-8x7B on H200 by 30% (#23,
@@ -98,8 +100,6 @@ def default_calibration(gpu: GpuSpec) -> Calibration:
         gemm_half_tokens=32.0,
         attn_frac=0.55,
         attn_bw_frac=_HBM3_BW_FRAC * 0.9 if hbm3 else _OTHER_BW_FRAC * 0.9,
-        step_overhead_s=1.5e-3,
-        per_seq_overhead_s=10e-6,
         per_layer_overhead_s=30e-6,
         allreduce_latency_s=8e-6 if nvlink else 25e-6,
         allreduce_bw_frac=0.7,

@@ -160,6 +160,11 @@ class EngineProfile:
     request_overhead_s: float
     """Per-request latency outside engine steps (HTTP, tokenisation, detokenisation, streaming,
     the benchmark client): the default when no calibration measured it (docs/validation.md)."""
+    step_overhead_s: float = 1.5e-3
+    """Host cost of one engine step (scheduling, input preparation, launch, sampling), the
+    default when no calibration measured it (docs/engines.md, "Host costs")."""
+    per_seq_overhead_s: float = 10e-6
+    """Host cost per running sequence per step (sampler, output processing, detokenisation)."""
     sampler: str = "native"
     """vLLM's sampler: "native" or "flashinfer"; sets the sampler's share of the activation
     peak (docs/memory.md)."""
@@ -225,7 +230,9 @@ VLLM = EngineProfile(
                               reserve_output_frac=0.0, preemption=True),
     defaults_rule=_vllm_defaults,
     block_sizes=(8, 16, 32, 64, 128),
-    request_overhead_s=0.020,
+    request_overhead_s=0.060,
+    step_overhead_s=2.0e-3,
+    per_seq_overhead_s=45e-6,
     flag_names={"tp": "--tensor-parallel-size", "pp": "--pipeline-parallel-size",
                 "max_num_seqs": "--max-num-seqs",
                 "max_num_batched_tokens": "--max-num-batched-tokens",
@@ -233,6 +240,9 @@ VLLM = EngineProfile(
                 "block_size": "--block-size", "kv_fp8": "--kv-cache-dtype fp8",
                 "quant_fp8": "--quantization fp8"},
     sources={
+        "host_costs": "step_overhead_s, per_seq_overhead_s and request_overhead_s fitted "
+                      "on the silicon training rows (sha1(id) % 3 == 0; "
+                      "benchmarks/validate_silicon.py --fit-host, --fit; docs/validation.md)",
         "memory": "vllm/v1/worker/gpu_worker.py Worker.determine_available_memory (v0.10.2)",
         "scheduler": "vllm/v1/core/sched/scheduler.py Scheduler.schedule (v0.10.2): running "
                      "requests first, then waiting ones, one token budget, recompute preemption",
@@ -249,7 +259,9 @@ SGLANG = EngineProfile(
                               reserve_output_frac=0.7, preemption=True),
     defaults_rule=_sglang_defaults,
     block_sizes=(1, 16, 32, 64, 128),
-    request_overhead_s=0.300,
+    request_overhead_s=0.250,
+    step_overhead_s=2.0e-3,
+    per_seq_overhead_s=30e-6,
     sampler="flashinfer",
     flag_names={"tp": "--tp", "pp": "--pp-size", "max_num_seqs": "--max-running-requests",
                 "max_num_batched_tokens": "--chunked-prefill-size",
@@ -257,6 +269,9 @@ SGLANG = EngineProfile(
                 "block_size": "--page-size", "kv_fp8": "--kv-cache-dtype fp8_e4m3",
                 "quant_fp8": "--quantization fp8"},
     sources={
+        "host_costs": "step_overhead_s, per_seq_overhead_s and request_overhead_s fitted "
+                      "on the silicon training rows (sha1(id) % 3 == 0; "
+                      "benchmarks/validate_silicon.py --fit-host, --fit; docs/validation.md)",
         "memory": "python/sglang/srt/model_executor/model_runner.py profile_max_num_token "
                   "(v0.5): rest_memory = available - total * (1 - mem_fraction_static)",
         "scheduler": "python/sglang/srt/managers/scheduler.py get_next_batch_to_run (v0.5): "
@@ -277,6 +292,8 @@ TRTLLM = EngineProfile(
     defaults_rule=_trtllm_defaults,
     block_sizes=(8, 16, 32, 64, 128),
     request_overhead_s=0.100,
+    step_overhead_s=2.0e-3,
+    per_seq_overhead_s=0.0,
     sampler="flashinfer",
     flag_names={"tp": "--tp_size", "pp": "--pp_size", "max_num_seqs": "--max_batch_size",
                 "max_num_batched_tokens": "--max_num_tokens",
@@ -284,6 +301,9 @@ TRTLLM = EngineProfile(
                 "max_model_len": "--max_seq_len",
                 "kv_fp8": "--extra_llm_api_options kv_fp8.yaml  # kv_cache_config: {dtype: fp8}"},
     sources={
+        "host_costs": "step_overhead_s, per_seq_overhead_s and request_overhead_s fitted "
+                      "on the silicon training rows (sha1(id) % 3 == 0; "
+                      "benchmarks/validate_silicon.py --fit-host, --fit; docs/validation.md)",
         "memory": "tensorrt_llm/llmapi/llm_args.py KvCacheConfig.free_gpu_memory_fraction "
                   "(default 0.9 of free memory after the model is loaded)",
         "scheduler": "tensorrt_llm/llmapi/llm_args.py CapacitySchedulerPolicy "

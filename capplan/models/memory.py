@@ -340,9 +340,10 @@ class MemoryReport:
     state_bytes_per_seq_per_gpu: float = 0.0
     """Recurrent (Mamba, linear-attention, conv) state one sequence holds, padded to pages;
     part of kv_bytes_per_max_len_seq, so it bounds max_concurrency (vLLM hybrid allocator)."""
-    state_blocks_per_seq: float = 0.0
-    """The same in KV blocks (block_size * kv_bytes_per_token): what a simulator must hold
-    per running sequence besides its ceil(tokens / block_size) blocks."""
+    state_blocks_per_seq: int = 0
+    """The state in whole blocks of num_gpu_blocks (layers.state_blocks_per_seq): what a
+    running sequence holds besides its ceil(tokens / block_size) blocks (simulator, queueing,
+    closed loop)."""
 
 
 def validate_settings(model: ModelSpec, s: EngineSettings, gpu: GpuSpec | None = None) -> None:
@@ -433,5 +434,5 @@ def memory_report(model: ModelSpec, gpu: GpuSpec, settings: EngineSettings,
         contiguous_max_concurrency=contiguous, fits=fits, reason=reason,
         weight_dtype=dt.label, kv_dtype_bytes=kvb, margin_bytes_per_gpu=margin,
         state_bytes_per_seq_per_gpu=state,
-        state_blocks_per_seq=state / (bs * per_token) if per_token else 0.0,
+        state_blocks_per_seq=layers.state_blocks_per_seq(model, s.pp) if per_token else 0,
     )

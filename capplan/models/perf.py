@@ -4,7 +4,8 @@ For a step that pushes T tokens through the model (decode tokens plus prefill-ch
 
     linear   = smax(weight_bytes / (BW * mem_bw_frac),  linear_flops / (peak * gemm_eff(T)))
     attention= smax(kv_read_bytes / (BW * attn_bw_frac), attn_flops / (peak16 * attn_frac))
-    comm     = 2 * layers * (allreduce_latency + 2 (tp-1)/tp * T * hidden * 2 B / link_bw)
+    comm     = 2 * layers * min(latency + (tp-1) * T * hidden * 2 B / link_bw,        (one-shot)
+                                 2 latency + 2 (tp-1)/tp * T * hidden * 2 B / link_bw) (two-shot)
     step     = pp * (linear + attention + comm + layers * per_layer_overhead)
                + step_overhead + per_seq_overhead * seqs
 
@@ -82,7 +83,7 @@ STEP_CONSTANTS = ("dense_weight_bytes", "expert_bytes", "num_moe_layers", "num_e
                   "kv_bytes_per_s", "expert_bytes_per_s", "gemm_flops_per_s", "attn_flops_per_s",
                   "gemm_half_tokens", "allreduce_s_fixed", "allreduce_s_per_token", "pp",
                   "p2p_s_per_token", "step_overhead_s", "per_seq_overhead_s", "layer_overhead_s",
-                  "state_bytes_per_seq")
+                  "state_bytes_per_seq", "allreduce_s_per_token_oneshot")
 """`StepModel` fields that `step_parts` takes, in its order."""
 
 
@@ -105,7 +106,7 @@ def step_parts(x: tuple, c: tuple, moe: bool) -> tuple:
      attn_flops_per_pair_prefill, mem_bytes_per_s, kv_bytes_per_s, expert_bytes_per_s,
      gemm_flops_per_s, attn_flops_per_s, gemm_half_tokens, allreduce_s_fixed,
      allreduce_s_per_token, pp, p2p_s_per_token, step_overhead_s, per_seq_overhead_s,
-     layer_overhead_s, state_bytes_per_seq) = c
+     layer_overhead_s, state_bytes_per_seq, allreduce_s_per_token_oneshot) = c
     tokens = bd + tp_
     dense_mem = dense_weight_bytes / mem_bytes_per_s
     eff = tokens / (tokens + gemm_half_tokens)
@@ -135,7 +136,14 @@ def step_parts(x: tuple, c: tuple, moe: bool) -> tuple:
     attn_cmp = (attn_pairs_dec * attn_flops_per_pair_decode
                 + attn_pairs_pre * attn_flops_per_pair_prefill) / attn_flops_per_s
     attention = smooth_max(kv_mem, attn_cmp)
-    comm = np.where(tokens > 0, allreduce_s_fixed + tokens * allreduce_s_per_token, 0.0)
+    # The engines' custom all-reduce: one-shot (each rank reads every peer's buffer: one
+    # latency, (n-1) S bytes) for small messages, two-shot (reduce-scatter + all-gather: two
+    # latencies, 2 (n-1)/n S bytes) for larger ones (vLLM csrc/custom_all_reduce.cuh: 1-stage
+    # below 512 KB at <= 4 GPUs, 256 KB at 8, always at 2; TensorRT-LLM AllReduceStrategy
+    # ONESHOT/TWOSHOT); the faster of the two (alpha-beta costs, Thakur et al. 2005).
+    comm = np.where(tokens > 0, np.minimum(
+        allreduce_s_fixed + tokens * allreduce_s_per_token_oneshot,
+        2 * allreduce_s_fixed + tokens * allreduce_s_per_token), 0.0)
     pp = pp * 1.0
     p2p = (pp - 1) * tokens * p2p_s_per_token
     overhead = step_overhead_s + per_seq_overhead_s * (bd + nps) + pp * layer_overhead_s
@@ -184,6 +192,9 @@ class StepModel:
     calibration_source: str = "default"
     state_bytes_per_seq: Any = 0.0
     """Recurrent state per sequence, read and written back every step it runs (no growth)."""
+    allreduce_s_per_token_oneshot: Any = 0.0
+    """All-reduce seconds per token with the one-shot algorithm ((n-1) S bytes per rank);
+    `allreduce_s_per_token` is the two-shot/ring cost (2 (n-1)/n S)."""
 
     # ------------------------------------------------------------------------------------------
     def step(self, num_decode: ArrayLike = 0, decode_kv_tokens: ArrayLike = 0,
@@ -330,6 +341,7 @@ def build_step_model(model: ModelSpec, gpu: GpuSpec, settings: EngineSettings,
     if tp > 1:
         ar_fixed = 2 * layers * cal.allreduce_latency_s
         ar_token = 2 * layers * 2 * (tp - 1) / tp * model.hidden_size * act_bytes / link
+        ar_one = 2 * layers * (tp - 1) * model.hidden_size * act_bytes / link
     return StepModel(
         dense_weight_bytes=dense_bytes,
         expert_bytes=expert_bytes,
@@ -356,14 +368,17 @@ def build_step_model(model: ModelSpec, gpu: GpuSpec, settings: EngineSettings,
         allreduce_s_per_token=ar_token,
         pp=pp,
         p2p_s_per_token=model.hidden_size * act_bytes / link,
-        step_overhead_s=cal.step_overhead_s,
-        per_seq_overhead_s=cal.per_seq_overhead_s,
+        step_overhead_s=(cal.step_overhead_s if cal.step_overhead_s is not None
+                         else settings.profile.step_overhead_s),
+        per_seq_overhead_s=(cal.per_seq_overhead_s if cal.per_seq_overhead_s is not None
+                            else settings.profile.per_seq_overhead_s),
         layer_overhead_s=(layers * cal.per_layer_overhead_s
                           + counts.num_moe_layers * cal.per_moe_layer_overhead_s),
         request_overhead_s=(cal.request_overhead_s if cal.request_overhead_s is not None
                             else settings.profile.request_overhead_s),
         calibration_source=cal.source,
         state_bytes_per_seq=state,
+        allreduce_s_per_token_oneshot=ar_one if tp > 1 else 0.0,
     )
 
 

@@ -31,6 +31,7 @@ from numpy.typing import ArrayLike
 from scipy import fft as sp_fft
 from scipy import special
 
+from capplan.models.closed_loop import block_rounding_tokens
 from capplan.models.engine import SchedulerPolicy
 from capplan.models.perf import StepModel
 from capplan.models.prefix import PrefixCache
@@ -85,6 +86,11 @@ class Limits:
     max_num_seqs: Any
     max_num_batched_tokens: Any
     kv_cache_tokens: Any
+    state_tokens_per_seq: Any = 0.0
+    """KV capacity (tokens) a running sequence's recurrent state holds whatever its length:
+    hybrid models' state blocks * block_size (plan/deployment.KvPool)."""
+    block_size: Any = 1
+    """Tokens per KV block: a sequence holds whole blocks (1: counted in tokens)."""
 
 
 def _poisson_erlang_c(c: np.ndarray, a: np.ndarray) -> np.ndarray:
@@ -514,9 +520,13 @@ class QueueModel:
         # whose 99th percentile fits: B mu + 2.33 sqrt(B) sigma = KV tokens (heavy-tailed
         # lengths leave less room than the mean suggests; vLLM would preempt beyond it).
         # An output reservation at admission raises it (SchedulerPolicy.held_tokens); blocks
-        # shared with other running requests are held once (vLLM block_pool.touch).
-        mu = max(float(self.policy.held_tokens(inp.mean, out.mean))
-                 - self.prefix.shared_kv_tokens_per_seq, 1.0)
+        # shared with other running requests are held once (vLLM block_pool.touch); a hybrid's
+        # recurrent state holds its fixed blocks whatever the length (vLLM MambaManager), and
+        # the last block is partly empty (large for hybrids' raised block sizes).
+        mu = np.maximum(float(self.policy.held_tokens(inp.mean, out.mean))
+                        + block_rounding_tokens(inp.mean, out.mean, limits.block_size)
+                        - self.prefix.shared_kv_tokens_per_seq
+                        + np.asarray(limits.state_tokens_per_seq, float), 1.0)
         sigma = math.sqrt(inp.var + out.var / 4 + out.mean_sq / 12)
         kv = np.asarray(limits.kv_cache_tokens, float) - self.prefix.resident_kv_tokens
         z = Z99
@@ -811,7 +821,8 @@ class QueueModel:
         ttft["mean"] = ttft["mean"] + shared_mean
         e2e["mean"] = e2e["mean"] + shared_mean
         running = b + lam * own_mean
-        kv_used = b * self.ctx_mean + lam * own_mean * self.inp.mean
+        state = np.asarray(self.limits.state_tokens_per_seq, float)
+        kv_used = b * (self.ctx_mean + state) + lam * own_mean * (self.inp.mean + state)
         b_p99 = b + Z99 * np.sqrt(b)  # normal approximation of the Poisson p99
         kv_cap = np.maximum(np.asarray(self.limits.kv_cache_tokens, float), 1.0)
         res.update({
@@ -820,8 +831,8 @@ class QueueModel:
             "input_tokens_per_s": lam * self.inp.mean, "mean_running_batch": running,
             "preemptions": np.zeros_like(lam),
             "kv_mean_utilization": kv_used / kv_cap,
-            "kv_peak_utilization": np.minimum(b_p99 * self.ctx_mean / kv_cap + (
-                lam * own_mean * self.inp.mean) / kv_cap, 1.0),
+            "kv_peak_utilization": np.minimum(b_p99 * (self.ctx_mean + state) / kv_cap + (
+                lam * own_mean * (self.inp.mean + state)) / kv_cap, 1.0),
             "concurrency_cap": c, "prefill_utilization": rho_p, "slot_utilization": a / c,
         })
         if self.prefix.active:

@@ -104,6 +104,15 @@ def microbench_priors(samples: list[dict[str, Any]], gpu: GpuSpec) -> dict[str, 
     return {k: float(min(1.0, v / peak)) for k, (v, peak) in found.items() if v}
 
 
+def _start_value(base: Calibration, name: str) -> float:
+    """A parameter's starting value; host costs left to the engine profile start from vLLM's
+    (the probe's PyTorch steps are measured without an engine)."""
+    from capplan.models.engine import VLLM
+
+    v = getattr(base, name)
+    return float(getattr(VLLM, name) if v is None else v)
+
+
 def _bounds(name: str) -> tuple[float, float]:
     return _BOUNDS.get(name, _FRAC_BOUNDS)
 
@@ -129,7 +138,7 @@ def fit_calibration(model: ModelSpec, gpu: GpuSpec, samples: list[dict[str, Any]
     names = FIT_PARAMS if len(fit_s) >= len(FIT_PARAMS) + 3 else FEW_SAMPLE_PARAMS
     priors = {k: v for k, v in all_priors.items() if k in FIT_PARAMS}
     start = base.with_(**{k: v for k, v in priors.items() if k not in names})
-    x0 = np.array([priors.get(n, getattr(base, n)) for n in names], float)
+    x0 = np.array([priors.get(n, _start_value(base, n)) for n in names], float)
     lo = np.array([_bounds(n)[0] for n in names])
     hi = np.array([_bounds(n)[1] for n in names])
     x0 = np.clip(x0, lo + 1e-12, hi)

@@ -30,6 +30,27 @@ def ms_stats(d: dict[str, Any], metric: str) -> dict[str, float | None]:
     return out
 
 
+def open_loop_level(d: dict[str, Any], e2e_mean_s: float | None, name: str, rerun: str
+                    ) -> dict[str, Any]:
+    """Concurrency of a run without --max-concurrency (an open-loop rate or one burst): the
+    mean number of requests in the system by Little's law, L = (completed / duration) x mean
+    E2E (Little 1961; holds for any arrival process over a run that starts and ends empty).
+    It counts queued requests too, so it exceeds the running batch when the server fell
+    behind. Refused when the file lacks completed, duration or mean E2E."""
+    done, dur = d.get("completed"), d.get("duration")
+    if not done or not dur or not e2e_mean_s:
+        raise InputError(f"{name}: max_concurrency is null (an open-loop run) and the file "
+                         "lacks completed/duration/mean E2E to estimate the requests in "
+                         f"flight: {rerun}")
+    thr_per_s = float(done) / float(dur)
+    in_flight = thr_per_s * float(e2e_mean_s)
+    note = (f"open loop (request_rate {d.get('request_rate')}): concurrency is the mean "
+            f"requests in the system by Little's law, {thr_per_s:.4g} req/s x "
+            f"{e2e_mean_s:.4g} s E2E = {in_flight:.4g}, queued requests included")
+    return {"concurrency": max(1, round(in_flight)), "in_flight_mean": in_flight,
+            "open_loop": True, "note": note}
+
+
 def _q(d: dict[str, Any], prefix: str, scale: float = 1.0) -> dict[str, float | None]:
     """LLMPerf results_<metric>_quantiles_pNN / _mean keys."""
     def g(key: str) -> float | None:
@@ -127,22 +148,28 @@ def from_aiperf(d: dict[str, Any], name: str) -> dict[str, Any]:
 
 
 def from_sglang(d: dict[str, Any], name: str) -> dict[str, Any]:
-    """A level from one line of SGLang bench_serving's --output-file JSONL."""
+    """A level from one line of SGLang bench_serving's --output-file JSONL. Older versions
+    wrote fewer keys (no mean TTFT/ITL/TPOT, no request_throughput): what is absent stays
+    null, except the request rate, which is completed / duration as bench_serving computes
+    it."""
+    done = int(d.get("completed", 0))
+    lv: dict[str, Any] = {
+        "ttft_s": ms_stats(d, "ttft"), "tbt_s": ms_stats(d, "itl"), "tpot_s": ms_stats(d, "tpot"),
+        "e2e_s": ms_stats(d, "e2e_latency"), "completed": done, "errors": 0,
+        "output_tokens_per_s": float(d.get("output_throughput", 0.0)),
+        "source": f"sglang bench_serving ({name})"}
+    if d.get("request_throughput") is not None:
+        lv["requests_per_s"] = float(d["request_throughput"])
+    else:
+        lv["requests_per_s"] = done / float(d["duration"]) if d.get("duration") else 0.0
     conc = d.get("max_concurrency")
     if conc is None:
-        raise InputError(f"{name}: max_concurrency is null (an open-loop run); capplan fits "
-                         "closed-loop levels: rerun bench_serving with --max-concurrency")
-    lv = {"concurrency": int(conc), "ttft_s": ms_stats(d, "ttft"),
-          "tbt_s": ms_stats(d, "itl"), "tpot_s": ms_stats(d, "tpot"),
-          "e2e_s": ms_stats(d, "e2e_latency"), "completed": int(d.get("completed", 0)),
-          "errors": 0, "output_tokens_per_s": float(d.get("output_throughput", 0.0)),
-          "requests_per_s": float(d.get("request_throughput", 0.0)),
-          "source": f"sglang bench_serving ({name})"}
-    done = max(int(d.get("completed", 0)), 1)
+        lv.update(open_loop_level(d, lv["e2e_s"]["mean"], name,
+                                  "rerun bench_serving with --max-concurrency"))
+    else:
+        lv["concurrency"] = int(conc)
     if d.get("total_input_tokens") is not None and d.get("total_output_tokens") is not None:
-        n_in = float(d["total_input_tokens"]) / done
+        n_in = float(d["total_input_tokens"]) / max(done, 1)
         lv["mean_input_tokens"] = n_in
-        lv["mean_context_tokens"] = n_in + float(d["total_output_tokens"]) / done / 2
+        lv["mean_context_tokens"] = n_in + float(d["total_output_tokens"]) / max(done, 1) / 2
     return lv
-
-

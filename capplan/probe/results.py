@@ -40,6 +40,7 @@ from capplan.probe.report_formats import (
     from_sglang,
     mean_only,
     ms_stats,
+    open_loop_level,
 )
 
 MS = 1e-3
@@ -86,11 +87,9 @@ def goodput_per_s(per_request_s: dict[str, list[float]], slo_s: dict[str, float]
 def from_vllm(d: dict[str, Any], name: str, slo_s: dict[str, float] | None = None
               ) -> dict[str, Any]:
     """A level from one `vllm bench serve --save-result` file; with SLOs (seconds) and the
-    per-request lists, also the goodput vLLM's --goodput would report."""
+    per-request lists, also the goodput vLLM's --goodput would report. A run without
+    --max-concurrency gets its concurrency from Little's law (report_formats.open_loop_level)."""
     conc = d.get("max_concurrency")
-    if conc is None:
-        raise InputError(f"{name}: max_concurrency is null (an open-loop run); capplan fits "
-                         "closed-loop levels: rerun with --max-concurrency")
     ttfts = [x for x in d.get("ttfts") or [] if x]
     itls = [g for row in d.get("itls") or [] for g in row]
     errors = sum(1 for e in d.get("errors") or [] if e)
@@ -99,7 +98,7 @@ def from_vllm(d: dict[str, Any], name: str, slo_s: dict[str, float] | None = Non
         ok = [(t, o, it) for t, o, it in zip(d["ttfts"], out_lens, d["itls"], strict=False) if t]
         e2es = [t + sum(it) for t, _o, it in ok]
         tpots = [sum(it) / (o - 1) for _t, o, it in ok if o > 1]
-        lv = level_summary(int(conc), ttfts, itls, e2es, tpots,
+        lv = level_summary(0, ttfts, itls, e2es, tpots,
                            int(d.get("total_output_tokens", 0)), int(d.get("completed", 0)),
                            float(d.get("duration", 0)), errors)
         if slo_s:  # vLLM counts tpot 0 for one-token outputs
@@ -108,12 +107,24 @@ def from_vllm(d: dict[str, Any], name: str, slo_s: dict[str, float] | None = Non
             lv["goodput_per_s"] = goodput_per_s(per, slo_s, float(d.get("duration", 0)))
             lv["goodput_slo_s"] = dict(slo_s)
     else:
-        lv = {"concurrency": int(conc), "ttft_s": ms_stats(d, "ttft"),
+        lv = {"ttft_s": ms_stats(d, "ttft"),
               "tbt_s": ms_stats(d, "itl"), "tpot_s": ms_stats(d, "tpot"),
               "e2e_s": ms_stats(d, "e2el"), "completed": int(d.get("completed", 0)),
-              "errors": errors,
+              "errors": errors or int(d.get("failed") or 0),
               "note": "no per-request lists: percentiles are the file's own pNN keys; rerun "
                       "vllm bench serve with --save-detailed to recompute them"}
+        done = int(d.get("completed") or 0)
+        if done and d.get("total_input_tokens") is not None and d.get(
+                "total_output_tokens") is not None:  # totals / completed, as vLLM sums them
+            lv["mean_input_tokens"] = float(d["total_input_tokens"]) / done
+            lv["mean_context_tokens"] = (lv["mean_input_tokens"]
+                                         + float(d["total_output_tokens"]) / done / 2)
+    if conc is None:
+        ol = open_loop_level(d, lv["e2e_s"]["mean"], name, "rerun with --max-concurrency")
+        lv["note"] = "; ".join(n for n in (ol.pop("note"), lv.get("note")) if n)
+        lv.update(ol)
+    else:
+        lv["concurrency"] = int(conc)
     if d.get("request_goodput") is not None:  # only when the run had --goodput SLOs
         lv["request_goodput_per_s"] = float(d["request_goodput"])
     lv["output_tokens_per_s"] = float(d.get("output_throughput", lv.get("output_tokens_per_s")))
@@ -240,15 +251,23 @@ def _line(x: np.ndarray, y: np.ndarray) -> dict[str, float] | None:
 def fit_levels(levels: list[dict[str, Any]], model: str | None = None, gpu: str | None = None,
                catalog: Any = None) -> dict[str, Any]:
     """TBT and TTFT laws over concurrency; overheads when the model and GPU are known."""
-    use = [lv for lv in levels if (lv.get("tbt_s") or {}).get("mean") is not None]
-    c = np.array([lv["concurrency"] for lv in use], float)
-    tbt = np.array([lv["tbt_s"]["mean"] for lv in use], float)
-    ttft = np.array([lv["ttft_s"]["mean"] for lv in use], float)
-    fit: dict[str, Any] = {"tbt_law": _line(c, tbt), "ttft_law": _line(c, ttft),
+    use = [lv for lv in levels if _centre(lv, "tbt_s") is not None]
+    # open-loop levels: the mean requests in flight (Little's law), not the rounded count
+    c = np.array([lv.get("in_flight_mean", lv["concurrency"]) for lv in use], float)
+    tbt = np.array([_centre(lv, "tbt_s") for lv in use], float)
+    has_ttft = [_centre(lv, "ttft_s") is not None for lv in use]
+    ttft = np.array([_centre(lv, "ttft_s") for lv, ok in zip(use, has_ttft, strict=True)
+                     if ok], float)
+    fit: dict[str, Any] = {"tbt_law": _line(c, tbt), "ttft_law": _line(c[has_ttft], ttft),
                            "calibration_params": {}}
     if not use:
         fit["note"] = "no level completed a request: nothing to fit"
         return fit
+    medians = sorted({k for lv in use for k in ("tbt_s", "ttft_s")
+                      if (lv.get(k) or {}).get("mean") is None
+                      and (lv.get(k) or {}).get("p50") is not None})
+    if medians:  # old SGLang bench_serving lines hold medians only
+        fit["centre"] = f"median where the file has no mean ({', '.join(medians)})"
     if model and gpu and catalog is not None:
         from capplan.models.calibration import default_calibration
         from capplan.models.engine import EngineSettings
@@ -267,19 +286,26 @@ def fit_levels(levels: list[dict[str, Any]], model: str | None = None, gpu: str 
         # lowest concurrency minus the model's prefill of that prompt and half a step of
         # waiting, with the overheads just fitted.
         low = int(np.argmin(c))
-        if "mean_input_tokens" in use[low]:
+        ttft_low = _centre(use[low], "ttft_s")
+        if "mean_input_tokens" in use[low] and ttft_low is not None:
             fitted = bare.with_(**params)
             sm2 = build_step_model(spec, g, EngineSettings(), fitted)
             prompt = float(use[low]["mean_input_tokens"])
             pre = float(sm2.prefill_time(prompt, EngineSettings().max_num_batched_tokens))
             half = 0.5 * float(sm2.decode_step(max(c[low], 1.0), ctx[low])["step_s"])
-            params["request_overhead_s"] = max(0.0, float(ttft[low]) - pre - half)
+            params["request_overhead_s"] = max(0.0, float(ttft_low) - pre - half)
         fit["calibration_params"] = params
         fit["note"] = (f"overheads: measured TBT minus the step model for {spec.key} on {g.key} "
                        "(default efficiencies), fitted as a + b x concurrency")
     else:
         fit["note"] = "pass --gpu G and a catalog --model to derive step_overhead_s"
     return fit
+
+
+def _centre(level: dict[str, Any], key: str) -> float | None:
+    """The mean of a level's metric, else its median (files that hold only medians)."""
+    st = level.get(key) or {}
+    return st["mean"] if st.get("mean") is not None else st.get("p50")
 
 
 def _mean_context(level: dict[str, Any]) -> float:

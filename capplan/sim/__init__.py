@@ -53,7 +53,7 @@ def run_scheduler(step_model: Any, reqs: Requests, lanes: tuple[Lane, ...], *, s
                   enable_chunked_prefill: bool | None = None, batch_size: int | None = None,
                   batch_timeout_s: float = 0.0, request_overhead_s: float = 0.0,
                   progress: Callable[[int], None] | None = None,
-                  sim_engine: str = "auto") -> SimResult:
+                  sim_engine: str = "auto", state_blocks: int = 0) -> SimResult:
     """Simulate concrete requests under one scheduler and summarise the run.
 
     `policy` is the engine profile's scheduler policy (continuous batching only; default
@@ -63,7 +63,8 @@ def run_scheduler(step_model: Any, reqs: Requests, lanes: tuple[Lane, ...], *, s
     client's next request reaches the engine that long after its last one ended
     (`ContinuousEngine.run`); latencies stay engine-side, so add it to TTFT and E2E.
     `sim_engine` (auto, fast, reference) picks the implementation (`engine_impl`); both give
-    the same results.
+    the same results. `state_blocks`: blocks each running sequence's recurrent state holds
+    (hybrid models, `MemoryReport.state_blocks_per_seq`; continuous batching).
     """
     if enable_chunked_prefill is not None:
         policy = replace(policy, chunked_prefill=enable_chunked_prefill)
@@ -72,7 +73,7 @@ def run_scheduler(step_model: Any, reqs: Requests, lanes: tuple[Lane, ...], *, s
         impl = engine_impl(scheduler, sim_engine, **run_features(policy, reqs))
         cls = FastEngine if impl == "fast" else ContinuousEngine
         eng = cls(step_model, num_gpu_blocks, block_size, max_num_seqs, max_num_batched_tokens,
-                  policy)
+                  policy, state_blocks=state_blocks)
         return summarize(eng.run(reqs, prio, progress, request_overhead_s), lanes)
     if scheduler in ("static", "dynamic"):
         batch = BatchEngine(step_model, num_gpu_blocks, block_size,

@@ -38,12 +38,15 @@ PUBLISHED = {
     "gpt-oss-120b": (116.8e9, "gpt-oss model card: 116.8B total"),
     "lfm2.5-vl-1.6b": (1.6e9, "LFM2.5-VL-1.6B model card: 1.6B (1.2B LFM2 + 400M SigLIP2)"),
     "llama-3.3-nemotron-super-49b-v1": (49e9, "model card: 49B (NAS of Llama-3.3-70B)"),
+    "glm-4.5-air": (106e9, "GLM-4.5 model card: GLM-4.5-Air 106B total, 12B active"),
+    "mistral-nemo-base-2407": (12e9, "Mistral NeMo announcement (2024-07-18): a 12B model"),
+    "granite-4.0-h-350m": (340e6, "Ollama library granite4:350m-h (its GGUF): 340M"),
     "phi-1": (1.42e9, "HF model page of microsoft/phi-1: 1.42B params in its safetensors "
                       "(the card's '1.3B' is rounded)"),
 }
 HYBRID_OR_NON_GATED = {"nemotron-h-56b-base-8k", "nemotron-3-nano-30b-a3b",
                        "qwen3-next-80b-a3b-thinking", "qwen3.5-27b", "qwen3.5-35b-a3b",
-                       "qwen3.5-397b-a17b", "lfm2.5-vl-1.6b", "phi-1"}
+                       "qwen3.5-397b-a17b", "lfm2.5-vl-1.6b", "phi-1", "granite-4.0-h-350m"}
 
 
 def _spec(name: str):
@@ -75,8 +78,12 @@ def test_nemotron_h_56b_layers_kv_and_state():
     assert page == 16_900_096 and layers.state_page_bytes(s, 1) == page
     # block size: 16 * cdiv(16,900,096, 16 * 4096 B per token per attention layer) = 4128
     assert layers.effective_block_size(s, 1, 2, 16) == 16 * 258 == 4128
-    # each of the 54 Mamba layers holds one page padded to 4128 * 4096 B
-    assert layers.state_bytes_per_seq(s, 1, 2, 4128) == 54 * 4128 * 4096
+    # vLLM groups layers by spec in groups of min(10 attention, 54 Mamba) = 10 layers: 1
+    # attention group, cdiv(54, 10) = 6 Mamba groups (the last padded with 6 empty slots). A
+    # sequence holds one block per Mamba group, a block being one page padded to 4128 * 4096 B
+    # in each of the 10 slots: 60 pages, 6 blocks of the pool
+    assert layers.state_pages_per_seq(s) == 60 and layers.state_blocks_per_seq(s) == 6
+    assert layers.state_bytes_per_seq(s, 1, 2, 4128) == 60 * 4128 * 4096
     # TP 8: groups 8/8, heads 256/8: conv 3 * 20480/8 * 2 + 32 * 64 * 256 * 4
     assert layers.state_page_bytes(s, 8) == 3 * 20480 / 8 * 2 + 32 * 64 * 256 * 4
 
@@ -209,7 +216,67 @@ def test_lfm2_short_conv_layers():
     assert layers.state_page_bytes(s, 1) == 2 * 2048 * 2 == 8192
     # an attention page of 16 tokens (16 * 2048 B) already holds it: no block size change
     assert layers.effective_block_size(s, 1, 2, 16) == 16
-    assert layers.state_bytes_per_seq(s, 1, 2, 16) == 10 * 16 * 2 * 8 * 64 * 2
+    # groups of min(6, 10) = 6 layers: cdiv(10, 6) = 2 conv groups (12 slots), 2 pool blocks
+    assert layers.state_blocks_per_seq(s) == 2
+    assert layers.state_bytes_per_seq(s, 1, 2, 16) == 12 * 16 * 2 * 8 * 64 * 2
+
+
+def test_glm45_air_moe_gqa_kv():
+    s = _spec("glm-4.5-air")
+    # first_k_dense_replace 1: one dense layer (10944), 45 MoE layers of 128 experts top-8 + 1
+    # shared (1408 each)
+    assert s.num_moe_layers == 45 and s.moe.num_dense_layers == 1
+    assert (s.moe.num_experts, s.moe.num_experts_per_tok, s.moe.num_shared_experts) == (128, 8, 1)
+    # head_dim 128 is given (96 heads x 128 = 12288 != hidden 4096); KV per token, bf16:
+    # 46 layers * 2 (K, V) * 8 KV heads * 128 * 2 B = 188,416
+    assert layers.kv_bytes_per_token(s, 1, 2) == 46 * 2 * 8 * 128 * 2 == 188_416
+    # TP 8: one KV head per rank
+    assert layers.kv_bytes_per_token(s, 8, 2) == 46 * 2 * 1 * 128 * 2
+    # parameters by hand: embeddings + untied head 2 * 151552 * 4096 = 1,241,513,984;
+    # attention per layer q 4096*12288 + k,v 2 * 4096*1024 + o 12288*4096 + biases
+    # (12288 + 2048) = 109,065,216; dense MLP 3 * 4096 * 10944 = 134,479,872; MoE layer
+    # 129 experts * 3 * 4096 * 1408 + router 128 * 4096 = 2,232,418,304 (norms and the
+    # router's bias are below 0.01%)
+    attn = 4096 * 12288 + 2 * 4096 * 1024 + 12288 * 4096 + 12288 + 2048
+    total = (2 * 151552 * 4096 + 46 * attn + 3 * 4096 * 10944
+             + 45 * (129 * 3 * 4096 * 1408 + 128 * 4096))
+    assert s.params_total == pytest.approx(total, rel=1e-4)
+
+
+def test_granite4_h_350m_mamba2_hybrid():
+    s = _spec("granite-4.0-h-350m")
+    # layer_types: 28 "mamba" (Mamba2), 4 "attention"; every layer has a dense gated MLP of
+    # shared_intermediate_size 2048 (num_local_experts 0)
+    assert s.layer_kinds.count("mamba2") == 28 and s.layer_kinds.count("full_attention") == 4
+    assert s.moe is None and s.intermediate_size == 2048 and s.tie_word_embeddings
+    # KV per token: 4 attention layers * 2 * 4 KV heads * 64 (768 / 12) * 2 B = 4,096
+    assert layers.kv_bytes_per_token(s, 1, 2) == 4 * 2 * 4 * 64 * 2 == 4096
+    # Mamba2 state per layer, bf16: conv (4 - 1) * (1536 inner + 2 * 1 group * 128) * 2 B
+    # = 10,752 plus SSM 48 heads * 32 * 128 state * 2 B = 393,216
+    page = 3 * (1536 + 2 * 128) * 2 + 48 * 32 * 128 * 2
+    assert page == 403_968 and layers.state_page_bytes(s, 1) == page
+    # block: 16 * cdiv(403,968, 16 * 1,024 B per token per attention layer: 2 * 4 * 64 * 2)
+    # = 16 * 25 = 400 tokens
+    assert layers.effective_block_size(s, 1, 2, 16) == 400
+    # parameters by hand: tied embedding 100352 * 768; attention layer q,o 2 * 768^2 +
+    # k,v 2 * 768 * 256; Mamba2 layer in_proj 768 * (2*1536 + 2*128 + 48) + conv (1536 +
+    # 256) * 4 + bias 1792 + dt_bias, A, D 3 * 48 + norm 1536 + out_proj 1536 * 768; MLP
+    # 3 * 768 * 2048 per layer; two RMSNorms per layer and a final one
+    attn = 2 * 768 * 768 + 2 * 768 * 256
+    mamba = 768 * (2 * 1536 + 2 * 128 + 48) + 1792 * 4 + 1792 + 3 * 48 + 1536 + 1536 * 768
+    total = 100352 * 768 + 4 * attn + 28 * mamba + 32 * (3 * 768 * 2048 + 2 * 768) + 768
+    assert s.params_total == pytest.approx(total, rel=1e-3)
+
+
+def test_mistral_nemo_head_dim_not_hidden_over_heads():
+    s = _spec("mistral-nemo-base-2407")
+    assert s.head_dim == 128 and s.hidden_size // s.num_attention_heads == 160
+    # 40 layers * 2 * 8 KV heads * 128 * 2 B = 163,840 per token
+    assert layers.kv_bytes_per_token(s, 1, 2) == 40 * 2 * 8 * 128 * 2 == 163_840
+    # embeddings + head 2 * 131072 * 5120; per layer q,o 2 * 5120 * 4096, k,v 2 * 5120 * 1024,
+    # MLP 3 * 5120 * 14336 (norms 2 * 5120 per layer + 5120 final)
+    layer = 2 * 5120 * 4096 + 2 * 5120 * 1024 + 3 * 5120 * 14336 + 2 * 5120
+    assert s.params_total == pytest.approx(2 * 131072 * 5120 + 40 * layer + 5120, rel=1e-6)
 
 
 def test_phi1_non_gated_fp32_served_in_bf16():
@@ -333,12 +400,23 @@ def test_jamba_mamba1_moe_hybrid(tmp_path):
     assert layers.state_page_bytes(s, 1) == 3 * 8192 * 2 + 8192 * 16 * 2 == 311_296
 
 
+def test_jamba_catalog_entry_is_the_config_class_defaults(catalog):
+    # model_catalog/jamba-v0.1.yaml was imported from JambaConfig's defaults (its source): the
+    # same architecture as the inline dict above, KV over its 4 attention layers only
+    entry = catalog.model("jamba-v0.1")
+    assert entry.layer_kinds.count("full_attention") == 4 and entry.num_moe_layers == 16
+    # 4 attention layers * 2 * 8 KV heads * 128 * 2 B = 16,384 per token (a dense 32-layer
+    # model of the same shape would hold 131,072)
+    assert layers.kv_bytes_per_token(entry, 1, 2) == 4 * 2 * 8 * 128 * 2 == 16_384
+    assert layers.state_page_bytes(entry, 1) == 3 * 8192 * 2 + 8192 * 16 * 2
+
+
 def test_state_blocks_per_sequence(catalog):
     # Qwen3-Next at TP 4: 36 state pages of one block each over 12 attention layers' block
     # (a block spans every attention layer): 36 / 12 = 3 blocks per running sequence
     s = _spec("qwen3-next-80b-a3b-thinking")
     r = memory_report(s, catalog.gpu("h200"), EngineSettings(tp=4, max_model_len=32768))
-    assert r.state_blocks_per_seq == pytest.approx(3.0)
+    assert r.state_blocks_per_seq == 3 and isinstance(r.state_blocks_per_seq, int)
 
 
 def test_moe_layer_freq_list(tmp_path):

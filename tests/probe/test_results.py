@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 from click.testing import CliRunner
 
@@ -137,7 +138,6 @@ def test_sglang_bench_serving_line(tmp_path) -> None:
 
 
 def test_goodput_as_vllm_counts_it() -> None:
-    import numpy as np
 
     raw = json.loads(VLLM.read_text())
     ttft = [t for t in raw["ttfts"] if t]
@@ -152,3 +152,81 @@ def test_goodput_as_vllm_counts_it() -> None:
     assert lv["goodput_per_s"] == 0.0
     (lv,) = load_results([VLLM])
     assert "goodput_per_s" not in lv  # only where SLOs are given
+
+
+def test_real_vllm_bench_serve_result_closed_loop_summary() -> None:
+    # vllm bench sweep serve, vLLM 0.25.1, opt-125m, --max-concurrency 2 (SOURCES.md); no
+    # --save-detailed, so the file's own statistics are taken, converted ms -> s
+    path = RESULTS / "vllm_bench_serve_opt-125m_c2_run0.json"
+    (lv,) = load_results([path])
+    assert lv["concurrency"] == 2 and "open_loop" not in lv
+    assert lv["ttft_s"]["mean"] == pytest.approx(217.27289337468392e-3, rel=1e-12)
+    assert lv["ttft_s"]["p50"] == pytest.approx(44.92285849846667e-3, rel=1e-12)
+    assert lv["ttft_s"]["p99"] == pytest.approx(762.4942294094944e-3, rel=1e-12)
+    assert lv["ttft_s"]["p90"] is None  # not in the file: null, never filled in
+    assert lv["tbt_s"]["mean"] == pytest.approx(8.204563008257537e-3, rel=1e-12)  # ITL
+    assert lv["tbt_s"]["p99"] == pytest.approx(22.26501848665066e-3, rel=1e-12)
+    assert lv["tpot_s"]["mean"] == pytest.approx(8.204553624697533e-3, rel=1e-12)
+    assert lv["e2e_s"]["mean"] == pytest.approx(340.3411977451469e-3, rel=1e-12)
+    assert lv["e2e_s"]["p50"] == pytest.approx(166.47808399284258e-3, rel=1e-12)
+    assert lv["output_tokens_per_s"] == 93.74767963046673
+    assert lv["requests_per_s"] == 5.859229976904171
+    assert lv["completed"] == 8 and lv["errors"] == 0
+    # 256 input and 128 output tokens over 8 requests: 32 in, 32 + 16 / 2 = 40 mean context
+    assert lv["mean_input_tokens"] == 32 and lv["mean_context_tokens"] == 40
+    assert "--save-detailed" in lv["note"]
+
+
+def test_real_sglang_bench_serving_jsonl_open_loop() -> None:
+    # datacrunch-research/h200-benchmarks: Llama-3.3-70B on H200, bench_serving --request-rate
+    # 1..16 (no --max-concurrency), an older key set: medians of TTFT and ITL, mean and
+    # median E2E, no request_throughput
+    path = RESULTS / "sglang_bench_serving_llama-3.3-70b_h200_online.jsonl"
+    levels = load_results([path])
+    assert len(levels) == 7
+    by_rate = {(lv["source"], round(lv["requests_per_s"], 3)): lv for lv in levels}
+    assert len(by_rate) == 7
+    first = json.loads(path.read_text().splitlines()[0])  # random 1024/1024, rate 1.0
+    (lv,) = [x for x in levels if x["completed"] == 300]
+    assert first["request_rate"] == 1.0
+    assert lv["ttft_s"]["p50"] == pytest.approx(85.74514742940664e-3, rel=1e-12)
+    assert lv["ttft_s"]["mean"] is None  # the line has no mean_ttft_ms
+    assert lv["tbt_s"]["p50"] == pytest.approx(13.638956006616354e-3, rel=1e-12)
+    assert lv["e2e_s"]["mean"] == pytest.approx(7840.616212638561e-3, rel=1e-12)
+    assert lv["output_tokens_per_s"] == 537.4142851849319
+    # no request_throughput: completed / duration = 300 / 298.3675805060193 s
+    assert lv["requests_per_s"] == pytest.approx(300 / 298.3675805060193, rel=1e-12)
+    # Little's law: 1.005471 req/s x 7.840616 s = 7.8835 requests in the system
+    assert lv["in_flight_mean"] == pytest.approx(1.0054711691 * 7.8406162126, rel=1e-9)
+    assert lv["in_flight_mean"] == pytest.approx(7.8835, abs=1e-4)
+    assert lv["concurrency"] == 8 and lv["open_loop"] is True
+    assert "Little's law" in lv["note"]
+    # 152612 input / 300 = 508.71 tokens; context 508.71 + 160347 / 300 / 2 = 775.95
+    assert lv["mean_input_tokens"] == pytest.approx(508.70666, rel=1e-6)
+    assert lv["mean_context_tokens"] == pytest.approx(508.70666 + 267.245, rel=1e-6)
+
+
+def test_real_sglang_file_fits_on_medians_and_says_so() -> None:
+    path = RESULTS / "sglang_bench_serving_llama-3.3-70b_h200_online.jsonl"
+    r = CliRunner().invoke(cli, ["calibrate", "--from-results", str(path), "--format", "json"])
+    assert r.exit_code == 0, r.output
+    fit = json.loads(r.output)["fit"]
+    assert fit["tbt_law"]["n_levels"] == 7
+    assert "median" in fit["centre"]
+    # the fit's x is the Little's-law mean in flight, not the rounded concurrency
+    levels = load_results([path])
+    x = np.array([lv["in_flight_mean"] for lv in levels])
+    y = np.array([lv["tbt_s"]["p50"] for lv in levels])
+    b, a = np.polyfit(x, y, 1)
+    assert fit["tbt_law"]["per_concurrency_s"] == pytest.approx(b, rel=1e-9)
+    assert fit["tbt_law"]["intercept_s"] == pytest.approx(a, rel=1e-9)
+
+
+def test_open_loop_without_e2e_is_one_line_refusal(tmp_path: Path) -> None:
+    # a real vLLM nightly summary keeps no duration/completed: concurrency cannot be estimated
+    p = tmp_path / "nightly.json"
+    p.write_text(json.dumps({"backend": "vllm", "request_rate": 16.0, "max_concurrency": None,
+                             "mean_ttft_ms": 333.0, "mean_itl_ms": 107.0}))
+    r = CliRunner().invoke(cli, ["calibrate", "--from-results", str(p)])
+    assert r.exit_code == 2 and len(r.output.strip().splitlines()) == 1
+    assert "Little" not in r.output and "max-concurrency" in r.output

@@ -6,7 +6,7 @@ every TBT gap (the per-step gaps with their counts, and the gaps listed one by o
 The grid: seeds, loads of 10%, 80% and 120% of the configuration's measured capacity, the three
 engine policies (vLLM mixed chunked prefill with preemption, SGLang prefill-first, TensorRT-LLM
 whole prompts with the output reserved), a sliding window, two lanes with priorities, and closed
-loops with and without a per-request overhead.
+loops with and without a per-request overhead, and hybrid models' per-sequence state blocks.
 """
 
 from __future__ import annotations
@@ -51,8 +51,8 @@ def _requests(seed: int, rate: float | None, concurrency: int | None = None) -> 
     return Requests(arr, inp, out, rng.integers(0, 2, N), concurrency)
 
 
-def _run(cls, step, reqs, policy, overhead_s=0.0):
-    eng = cls(step, BLOCKS, BLOCK_SIZE, SEQS, TOKENS, policy)
+def _run(cls, step, reqs, policy, overhead_s=0.0, state_blocks=0):
+    eng = cls(step, BLOCKS, BLOCK_SIZE, SEQS, TOKENS, policy, state_blocks=state_blocks)
     return eng.run(reqs, np.array([1, 0]), request_overhead_s=overhead_s)
 
 
@@ -89,6 +89,22 @@ def test_open_loop_matches_reference(llama_h100, capacity_per_s, policy, load, s
     _same(fast, ref)
     if load > 1 and POLICIES[policy].preemption and policy == "vllm":
         assert ref.preemptions > 0  # the overloaded vLLM case exercises preemption
+
+
+@pytest.mark.parametrize("policy", list(POLICIES))
+@pytest.mark.parametrize("load", [0.8, 1.2, None])
+def test_hybrid_state_blocks_match_reference(llama_h100, capacity_per_s, policy, load):
+    # a hybrid's recurrent state: 6 blocks held per running sequence from admission to finish
+    # or preemption (sim/engine.py), on a pool that binds; load None: a closed loop of 16
+    closed = load is None
+    reqs = _requests(7, None, concurrency=16) if closed else _requests(
+        7, load * capacity_per_s[policy])
+    ref = _run(ContinuousEngine, llama_h100.step, reqs, POLICIES[policy], state_blocks=6)
+    fast = _run(FastEngine, llama_h100.step, reqs, POLICIES[policy], state_blocks=6)
+    _same(fast, ref)
+    assert ref.step_kv_blocks.max() >= 6 * ref.step_running.max()
+    if not closed and load > 1 and policy == "vllm":
+        assert ref.preemptions > 0  # preemption frees the state blocks too
 
 
 @pytest.mark.parametrize("policy", list(POLICIES))
