@@ -725,7 +725,17 @@ class QueueModel:
         arrivals = _compound_term(fin(lam) * d0, jumps, p_w)
         var_pf = fin(lam * d0 * (extra**2 * p_w).sum(axis=-1) * rho_e / (1.0 - rho_e) ** 3)
         slope = self._decode(b + 1.0) - t_dec
-        var_b = (self.dec_tokens * slope) ** 2 * (2.0 / 3.0) * b
+        # The batch feeds back on itself: more sequences, slower steps, longer stays. With
+        # kappa = b T'(b) / tau (the step's elasticity in the batch), the linear-noise
+        # approximation of the batch's birth-death process (van Kampen, Stochastic Processes in
+        # Physics and Chemistry, ch. X) gives variance b / (1 - kappa) and correlation time
+        # D / (1 - kappa); averaged over a window D, an exponentially correlated process keeps
+        # g(x) = 2 (x - 1 + e^-x) / x^2 of its variance (x = 1 - kappa: ox). Relative to no
+        # feedback (x = 1, where the M/G/inf window average is (2/3) b) that is the factor
+        # g(1 - kappa) / ((1 - kappa) g(1)).
+        ox = np.clip(1.0 - fin(b * slope / np.maximum(tau, 1e-12)), 0.05, 1.0)
+        gain = 2 * (ox - 1 + np.exp(-ox)) / ox**2 / (ox * 2 * math.exp(-1.0))
+        var_b = (self.dec_tokens * slope) ** 2 * (2.0 / 3.0) * b * gain
         out_len, o_w = _strata_lengths(out)
         decode = np.maximum(out_len - 1.0, 0.0) * fin(x.gap)[..., None]
         e2e = _sum_law([_Term(ttft.offset, 0.0), ttft.as_term(), _values_term(decode, o_w),

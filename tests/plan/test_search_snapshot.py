@@ -4,9 +4,9 @@ tests/data/search_snapshot.json holds, for two traffic cases over three GPUs (ev
 max_num_seqs and chunk size), every fifth candidate's SLO-compliant rate, capacity, replicas,
 binding constraint and p99 TTFT, and the predictions at the planned rate (mean and
 p50/p90/p99 of TTFT, TBT and E2E, step time, throughput). `write_snapshot()` below wrote it
-from commit c9d19be, before the search was made faster (lazy quantiles for the SLO bisection,
-the fixed point's early stop at rounding, memoised parameter counts, flat gathers); every
-number must stay within 1e-9 relative of it.
+from main at 4075451 with this branch's E2E terms (models/queueing.py) and none of its speed
+changes (lazy quantiles for the SLO bisection, the fixed point's early stop at rounding,
+memoised parameter counts, flat gathers); every number must stay within 1e-9 relative of it.
 
 Regenerate only when a change is meant to move the model's answers (say so in the commit):
 `.venv/bin/python -c "import runpy; runpy.run_path('tests/plan/test_search_snapshot.py')
