@@ -141,7 +141,8 @@ class SearchResult:
     candidates: list[Candidate]
     queue: QueueModel
     at_floor: dict[str, Any]
-    """QueueModel.at_rate at negligible load: the latency floor of each configuration."""
+    """QueueModel.at_rate at negligible load: the latency floor of each configuration (of the
+    SLOs' metrics, p99 only)."""
     at_plan: dict[str, Any]
     """QueueModel.at_rate at each configuration's planned per-replica rate."""
 
@@ -234,13 +235,15 @@ def analytic_search(groups: list[ConfigGroup], t: Traffic, headroom: float = 0.2
     with np.errstate(all="ignore"):
         cap = qm.capacity_rate()
         lo, hi = np.zeros_like(cap), np.maximum(cap, 1e-9)
+        # the SLOs read only their metrics' p99: the rest of the laws is not built
+        need = {tgt.metric for tgt in t.slos}
         for _ in range(_BISECT):
             mid = 0.5 * (lo + hi)
-            res = qm.at_rate(mid)
+            res = qm.at_rate(mid, need)
             ok = np.asarray(res["stable"], bool) & t.slos.ok(res)
             lo, hi = np.where(ok, mid, lo), np.where(ok, hi, mid)
-        binding = _binding(qm.at_rate(np.maximum(lo * 1.03, 1e-6)), t.slos, qm, seqs)
-        floor = qm.at_rate(np.full_like(cap, 1e-6))
+        binding = _binding(qm.at_rate(np.maximum(lo * 1.03, 1e-6), need), t.slos, qm, seqs)
+        floor = qm.at_rate(np.full_like(cap, 1e-6), need)
         reps = np.maximum(1.0, np.ceil(t.rate_per_s * (1 + headroom) / np.maximum(lo, 1e-12)
                                        - 1e-9))
         pred = qm.at_rate(np.where(lo > 0, t.rate_per_s / reps, 1e-6))
