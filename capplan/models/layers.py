@@ -27,9 +27,12 @@ Pure functions of a ModelSpec and numbers.
 from __future__ import annotations
 
 import math
+from collections import Counter
 from dataclasses import dataclass
+from functools import cached_property
 
 from capplan.catalog.schema import ATTENTION_KINDS, RECURRENT_KINDS, ModelSpec
+from capplan.models.memo import per_model
 from capplan.units import DTYPE_BYTES, cdiv
 
 WINDOW_KINDS = ("sliding_attention", "chunked_attention")
@@ -44,8 +47,12 @@ class StageLayers:
     mlp_widths: tuple[int, ...] = ()
     """Per-layer dense MLP widths, when the model lists them."""
 
+    @cached_property
+    def _mixer_counts(self) -> Counter:
+        return Counter(self.mixers)
+
     def count(self, *kinds: str) -> int:
-        return sum(k in kinds for k in self.mixers)
+        return sum(self._mixer_counts[k] for k in set(kinds))
 
     @property
     def num_moe(self) -> int:
@@ -57,7 +64,15 @@ class StageLayers:
 
 
 def stage_layers(model: ModelSpec, pp: int = 1) -> StageLayers:
-    """Layers of the heaviest of pp contiguous stages (vLLM splits layers evenly).
+    """Layers of the heaviest of pp contiguous stages (vLLM splits layers evenly); memoised
+    per model object and pp (models/memo.py).
+    """
+    return _stage_layers(model, int(pp))
+
+
+@per_model
+def _stage_layers(model: ModelSpec, pp: int) -> StageLayers:
+    """stage_layers, computed.
 
     Without per-layer types the stage holds cdiv(L, pp) layers and a proportional share of the
     sliding and MoE layers, rounded up (the worst stage).

@@ -17,6 +17,7 @@ from capplan.catalog.schema import GpuSpec, ModelSpec
 from capplan.errors import InputError
 from capplan.models import layers
 from capplan.models.engine import EngineProfile, EngineSettings
+from capplan.models.memo import per_model
 from capplan.units import DTYPE_BYTES, GIB_BYTES, MIB_BYTES, cdiv
 
 # ---------------------------------------------------------------------------------------------
@@ -81,29 +82,17 @@ def kv_heads_per_gpu(model: ModelSpec, tp: int) -> float:
     return layers.kv_heads_per_gpu(model, tp)
 
 
-_COUNTS_CACHE: dict[tuple[int, int, int], tuple[ModelSpec, ParamCounts]] = {}
-_COUNTS_CACHE_MAX = 256
-
-
 def param_counts(model: ModelSpec, tp: int = 1, pp: int = 1) -> ParamCounts:
     """Per-GPU parameter counts of the heaviest pipeline stage (layers split evenly by vLLM).
 
     Token mixers of every kind (attention, Mamba, linear attention, conv) count as `attention`;
     per-layer kinds come from models/layers.py. Memoised per (model object, tp, pp): a search
-    sizes memory for thousands of engine settings of the same model and TP (the model is a
-    frozen spec; the entry keeps it alive, so its id is not reused while cached).
+    sizes memory for thousands of engine settings of the same model and TP (models/memo.py).
     """
-    key = (id(model), int(tp), int(pp))
-    hit = _COUNTS_CACHE.get(key)
-    if hit is not None and hit[0] is model:
-        return hit[1]
-    if len(_COUNTS_CACHE) >= _COUNTS_CACHE_MAX:
-        _COUNTS_CACHE.clear()
-    counts = _param_counts(model, tp, pp)
-    _COUNTS_CACHE[key] = (model, counts)
-    return counts
+    return _param_counts(model, int(tp), int(pp))
 
 
+@per_model
 def _param_counts(model: ModelSpec, tp: int, pp: int) -> ParamCounts:
     h, v = model.hidden_size, model.vocab_size
     st = layers.stage_layers(model, pp)
