@@ -1,11 +1,14 @@
 """Issue 17 speed goals, measured in one run: simulate, recommend, start-up.
 
 - `capplan simulate` of N requests (default 1,000,000) at 10%, 80% and 120% of capacity
-  (llama-3.1-8b on h100-sxm, vLLM defaults, 512 prompt / 256 output tokens; capacity ~37.5
-  req/s, so 3.75, 30 and 45 req/s), each in its own process: wall time, peak RSS, requests
-  simulated per second. Goal: 1M at 80% under 10 s and 500 MiB.
-- The fast engine's speed-up over the reference engine at each load, in-process on
-  `--ref-requests` requests (default 20,000; the reference is too slow for 1M at overload).
+  (llama-3.1-8b on h100-sxm, vLLM defaults, 512 prompt / 256 output tokens; capacity ~26.7
+  req/s, so 2.67, 21.4 and 32 req/s), each in its own process with `--sim-engine auto` (the
+  compiled engine when numba is installed): wall time, CPU time, peak RSS, requests simulated
+  per second. Goal: 1M at 80% under 10 s and 500 MiB. `--rates` gives rates in req/s
+  instead (e.g. 30, the issue's "80%" under the step model before issue 11).
+- The compiled and fast engines' speed-up over the reference engine at each load, in-process
+  on `--ref-requests` requests (default 20,000; the reference is too slow for 1M at overload),
+  the compiled engine after a warm-up run (its numba cache loaded).
 - `capplan recommend` for one lane over the whole catalog with the top 5 verified (goal < 1 s).
 - `capplan --help` and `--version` (goal < 0.2 s).
 
@@ -26,13 +29,14 @@ from pathlib import Path
 
 BIN = Path(sys.executable).parent / "capplan"
 MODEL, GPU, INP, OUT = "llama-3.1-8b", "h100-sxm", 512, 256
-CAPACITY_PER_S = 37.5
-"""Completions per second of this deployment saturated (measured: 40 req/s offered gives
-~35-37 req/s of completions and a growing queue)."""
+CAPACITY_PER_S = 26.7
+"""Completions per second of this deployment saturated (measured with main at ca2e210, after
+issue 11 moved the host cost per step and per sequence into the engine profile: 30, 45 and 60
+req/s offered give 26.7-26.8 req/s of completions and a growing queue; it was 37.5 before)."""
 LOADS = (0.1, 0.8, 1.2)
 
 
-MEMORY_CAP_BYTES = 4 << 30
+MEMORY_CAP_BYTES = 6 << 30
 """Address-space cap of each child (a shared machine): a run needing more fails, as the CLI's
 one-line out-of-memory error, rather than pushing the machine into swap."""
 
@@ -43,8 +47,8 @@ def _cap_memory() -> None:
     resource.setrlimit(resource.RLIMIT_AS, (MEMORY_CAP_BYTES, MEMORY_CAP_BYTES))
 
 
-def _child(args: list[str]) -> tuple[float, float, int]:
-    """(wall s, peak RSS MiB, exit code) of one command."""
+def _child(args: list[str]) -> tuple[float, float, int, float]:
+    """(wall s, peak RSS MiB, exit code, CPU s) of one command."""
     t0 = time.perf_counter()
     proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                             preexec_fn=_cap_memory)
@@ -54,20 +58,23 @@ def _child(args: list[str]) -> tuple[float, float, int]:
     err = proc.stderr.read().decode() if proc.stderr else ""
     if proc.returncode:
         print(f"  failed ({proc.returncode}): {err.strip()[-300:]}")
-    return wall, usage.ru_maxrss / 1024, proc.returncode
+    return wall, usage.ru_maxrss / 1024, proc.returncode, usage.ru_utime + usage.ru_stime
 
 
-def simulate(n: int, loads: tuple[float, ...] = LOADS) -> None:
-    print(f"simulate {n:,} requests ({MODEL} on {GPU}, {INP} in / {OUT} out, fast engine)")
-    for load in loads:
-        rate = load * CAPACITY_PER_S
-        wall, rss, rc = _child([str(BIN), "--limit", f"sim_requests={max(n, 500_000)}",
-                                "simulate", "--model", MODEL, "--gpu", GPU, "--rate", f"{rate}",
-                                "--requests", str(n), "--input-len", str(INP), "--output-len",
-                                str(OUT), "--format", "json"])
+def simulate(n: int, loads: tuple[float, ...] = LOADS, engine: str = "auto",
+             rates: tuple[float, ...] = ()) -> None:
+    print(f"simulate {n:,} requests ({MODEL} on {GPU}, {INP} in / {OUT} out, "
+          f"--sim-engine {engine})")
+    for rate in rates or tuple(load * CAPACITY_PER_S for load in loads):
+        load = rate / CAPACITY_PER_S
+        wall, rss, rc, cpu = _child([str(BIN), "--limit", f"sim_requests={max(n, 500_000)}",
+                                     "simulate", "--model", MODEL, "--gpu", GPU, "--rate",
+                                     f"{rate}", "--requests", str(n), "--input-len", str(INP),
+                                     "--output-len", str(OUT), "--format", "json",
+                                     "--sim-engine", engine])
         if not rc:
-            print(f"  {load:>4.0%} load ({rate:5.2f} req/s): {wall:7.1f} s wall, "
-                  f"{rss:6.0f} MiB peak RSS, {n / wall:9,.0f} requests simulated/s")
+            print(f"  {load:>4.0%} load ({rate:5.2f} req/s): {wall:7.1f} s wall ({cpu:6.1f} s "
+                  f"CPU), {rss:6.0f} MiB peak RSS, {n / wall:9,.0f} requests simulated/s")
 
 
 def speedup(n: int) -> None:
@@ -75,32 +82,41 @@ def speedup(n: int) -> None:
 
     from capplan.api import deployment
     from capplan.plan.simulation import workload_from_options
-    from capplan.sim import ContinuousEngine, FastEngine
+    from capplan.sim import ContinuousEngine, FastEngine, compiled_available
 
     dep = deployment(MODEL, GPU)
     s = dep.settings
-    print(f"fast vs reference engine, {n:,} requests, in-process (same results)")
+    engines = [FastEngine, ContinuousEngine]
+    if compiled_available():
+        from capplan.sim.compiled import CompiledEngine
+
+        engines.insert(0, CompiledEngine)
+    print(f"{', '.join(e.__name__ for e in engines)}: {n:,} requests, in-process (same "
+          "results), CPU s")
     for load in LOADS:
         rate = load * CAPACITY_PER_S
         reqs = workload_from_options(rate, None, None, str(INP), str(OUT), 1.0, n,
                                      "auto").generate(np.random.default_rng(0))
-        walls = {}
-        for cls in (FastEngine, ContinuousEngine):
+        cpu = {}
+        for cls in engines:
             eng = cls(dep.step, dep.memory.num_gpu_blocks, dep.memory.block_size,
                       s.max_num_seqs, s.max_num_batched_tokens, s.profile.scheduler)
-            t0 = time.perf_counter()
+            if cls.__name__ == "CompiledEngine":
+                eng.run(reqs)  # load the cached machine code (or compile it) first
+            t0 = time.process_time()
             eng.run(reqs)
-            walls[cls.__name__] = time.perf_counter() - t0
-        fast, ref = walls["FastEngine"], walls["ContinuousEngine"]
-        print(f"  {load:>4.0%} load: fast {fast:6.2f} s, reference {ref:6.2f} s, "
-              f"speed-up {ref / fast:4.1f}x")
+            cpu[cls.__name__] = time.process_time() - t0
+        ref = cpu["ContinuousEngine"]
+        print(f"  {load:>4.0%} load: " + ", ".join(
+            f"{name.removesuffix('Engine').lower()} {t:6.2f} s ({ref / t:5.1f}x)"
+            for name, t in cpu.items()))
 
 
 def recommend(repeats: int = 3) -> None:
     args = [str(BIN), "recommend", "--model", MODEL, "--rate", "30", "--input-len", str(INP),
             "--output-len", str(OUT), "--ttft-p99", "1", "--tbt-p99", "0.06", "--format",
             "json"]
-    walls = sorted(_child(args)[0] for _ in range(repeats))
+    walls = sorted(_child(args)[0] for _ in range(repeats))  # wall s
     print(f"recommend, one lane, whole catalog, top 5 verified: median {walls[len(walls) // 2]:.2f}"
           f" s (best {walls[0]:.2f} s of {repeats})")
 
@@ -108,7 +124,7 @@ def recommend(repeats: int = 3) -> None:
 def startup(repeats: int = 5) -> None:
     for flag in ("--help", "--version"):
         runs = sorted(_child([str(BIN), flag]) for _ in range(repeats))
-        wall, rss, _ = runs[len(runs) // 2]
+        wall, rss, _, _ = runs[len(runs) // 2]
         print(f"capplan {flag}: median {wall:.3f} s, {rss:.0f} MiB")
 
 
@@ -119,12 +135,17 @@ def main() -> None:
     ap.add_argument("--loads", default=",".join(map(str, LOADS)),
                     help="fractions of capacity to simulate, e.g. 0.8,1.2")
     ap.add_argument("--only", choices=["startup", "recommend", "speedup", "simulate"])
+    ap.add_argument("--sim-engine", default="auto", help="simulate's engine (auto, compiled, "
+                    "fast, reference)")
+    ap.add_argument("--rates", default="", help="simulate at these rates (req/s) instead")
     a = ap.parse_args()
     print(f"machine: {platform.machine()}, {os.cpu_count()} cores, Python "
           f"{platform.python_version()}, load average {os.getloadavg()[0]:.1f}")
     steps = {"startup": startup, "recommend": recommend,
              "speedup": lambda: speedup(a.ref_requests),
-             "simulate": lambda: simulate(a.requests, tuple(map(float, a.loads.split(","))))}
+             "simulate": lambda: simulate(a.requests, tuple(map(float, a.loads.split(","))),
+                                          a.sim_engine,
+                                          tuple(map(float, filter(None, a.rates.split(",")))))}
     for name, run in steps.items():
         if a.only in (None, name):
             run()

@@ -81,29 +81,55 @@ def decode_step_s(step: StepModel, b: float, ctx: float) -> float:
     return float(np.asarray(step.decode_step(max(b, 1e-9), ctx, detail=False)["step_s"]))
 
 
+def block_rounding_tokens(start_tokens: Any, added_tokens: Any, block_size: Any) -> Any:
+    """Mean KV tokens a sequence's last, partly filled block leaves empty while it grows from
+    start_tokens + 1 to start_tokens + added_tokens tokens (paged KV holds ceil(h / block_size)
+    blocks, Kwon et al. SOSP 2023): the mean of ceil(h / b) b - h over those h.
+
+    sum_{h=1..N} ceil(h / b) = b q (q + 1) / 2 + r (q + 1) with N = q b + r. 0 at b = 1.
+    Hybrids make it matter: vLLM raises their block size to hundreds or thousands of tokens.
+    """
+    b = np.maximum(np.asarray(block_size, float), 1.0)
+    s, n = float(start_tokens), max(float(added_tokens), 1.0)
+
+    def ceil_sum(x: float) -> Any:
+        q = np.floor(x / b)
+        return b * q * (q + 1) / 2 + (x - q * b) * (q + 1)
+
+    waste = (ceil_sum(s + n) - ceil_sum(s)) / n * b - (s + (n + 1) / 2)
+    return np.where(b > 1, np.maximum(waste, 0.0), 0.0)
+
+
 def kv_concurrency_cap(kv_tokens: float, isl: float, osl: float, block_size: int,
-                       policy: SchedulerPolicy) -> float:
+                       policy: SchedulerPolicy, state_tokens_per_seq: float = 0.0) -> float:
     """Sequences the KV cache holds at once under the engine's admission rule.
 
     Per sequence the mean it holds under the policy (SchedulerPolicy.held_tokens), rounded up
-    to whole blocks; vLLM (no reservation) preempts to stay there.
+    to whole blocks, plus a hybrid's recurrent state (`state_tokens_per_seq`, whole blocks
+    held from admission to finish: vLLM V1 MambaManager); vLLM (no reservation) preempts to
+    stay there.
     """
-    per_seq = math.ceil(policy.held_tokens(isl, osl) / block_size) * block_size
+    per_seq = (math.ceil(policy.held_tokens(isl, osl) / block_size) * block_size
+               + state_tokens_per_seq)
     return max(math.floor(kv_tokens / max(per_seq, 1)), 0)
 
 
 def closed_loop_latency(step: StepModel, isl: float, osl: float, max_num_seqs: int,
                         max_num_batched_tokens: int, kv_cache_tokens: float, block_size: int,
                         protocol: BenchmarkProtocol,
-                        policy: SchedulerPolicy | None = None) -> dict[str, Any]:
-    """Mean TTFT, TPOT and E2E the benchmark reports, with throughput and what bound it."""
+                        policy: SchedulerPolicy | None = None,
+                        state_tokens_per_seq: float = 0.0) -> dict[str, Any]:
+    """Mean TTFT, TPOT and E2E the benchmark reports, with throughput and what bound it.
+    `state_tokens_per_seq`: KV capacity a hybrid's recurrent state holds per sequence
+    (plan/deployment.KvPool)."""
     policy = policy or SchedulerPolicy()
     c = int(protocol.concurrency)
     n = max(int(protocol.num_prompts), 1)
     isl, osl = float(isl), float(osl)
     overhead = float(np.asarray(step.request_overhead_s))
     spread = protocol.client_jitter.spread_s(osl)
-    kv_cap = kv_concurrency_cap(kv_cache_tokens, isl, osl, block_size, policy)
+    kv_cap = kv_concurrency_cap(kv_cache_tokens, isl, osl, block_size, policy,
+                                state_tokens_per_seq)
     m = max(min(c, max_num_seqs, kv_cap), 1)
     bound = ("clients" if m == c else "max_num_seqs" if m == max_num_seqs else "kv_cache")
     budget = float(max_num_batched_tokens)
@@ -203,7 +229,8 @@ def closed_loop_latency(step: StepModel, isl: float, osl: float, max_num_seqs: i
         "decode_step_s": st["t_dec"], "prefill_step_s": st["t_pf"],
         "concurrency_cap": float(m), "bound": bound, "request_overhead_s": overhead,
         "mean_running_batch": float(m), "preemptions": 0.0,
-        "kv_peak_utilization": min(float(m) * (isl + osl) / max(kv_cache_tokens, 1.0), 1.0),
+        "kv_peak_utilization": min(float(m) * (isl + osl + state_tokens_per_seq)
+                                   / max(kv_cache_tokens, 1.0), 1.0),
         "stable": True, "concurrency": float(c), "num_prompts": float(n),
     }
 

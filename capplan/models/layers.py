@@ -15,9 +15,11 @@ State shapes per GPU are those of vllm/model_executor/layers/mamba/mamba_utils.p
 (MambaStateShapeCalculator). Hybrid models share one block pool: vLLM's
 HybridAttentionMambaModelConfig (vllm/model_executor/models/config.py) raises the attention
 block size to 16 * cdiv(state_page, 16 * attention_page_per_token) tokens so an attention page
-holds a state page, and pads the state page to the attention page; each sequence then holds one
-page per recurrent layer (mamba_cache_mode "none": MambaSpec.max_memory_usage_bytes) and
-ceil(L / block_size) pages per attention layer. Derivations: docs/architectures.md.
+holds a state page, and pads the state page to the attention page; layers are split into
+groups of equal size (kv_cache_utils, the last group of a type padded) and each sequence then
+holds one block per recurrent group (mamba_cache_mode "none": MambaSpec.max_memory_usage_bytes)
+and ceil(L / block_size) blocks per attention group; state_blocks_per_seq is that state in the
+simulator's block unit. Derivations: docs/architectures.md.
 
 Pure functions of a ModelSpec and numbers.
 """
@@ -25,9 +27,12 @@ Pure functions of a ModelSpec and numbers.
 from __future__ import annotations
 
 import math
+from collections import Counter
 from dataclasses import dataclass
+from functools import cached_property
 
 from capplan.catalog.schema import ATTENTION_KINDS, RECURRENT_KINDS, ModelSpec
+from capplan.models.memo import per_model
 from capplan.units import DTYPE_BYTES, cdiv
 
 WINDOW_KINDS = ("sliding_attention", "chunked_attention")
@@ -42,8 +47,12 @@ class StageLayers:
     mlp_widths: tuple[int, ...] = ()
     """Per-layer dense MLP widths, when the model lists them."""
 
+    @cached_property
+    def _mixer_counts(self) -> Counter:
+        return Counter(self.mixers)
+
     def count(self, *kinds: str) -> int:
-        return sum(k in kinds for k in self.mixers)
+        return sum(self._mixer_counts[k] for k in set(kinds))
 
     @property
     def num_moe(self) -> int:
@@ -55,7 +64,15 @@ class StageLayers:
 
 
 def stage_layers(model: ModelSpec, pp: int = 1) -> StageLayers:
-    """Layers of the heaviest of pp contiguous stages (vLLM splits layers evenly).
+    """Layers of the heaviest of pp contiguous stages (vLLM splits layers evenly); memoised
+    per model object and pp (models/memo.py).
+    """
+    return _stage_layers(model, int(pp))
+
+
+@per_model
+def _stage_layers(model: ModelSpec, pp: int) -> StageLayers:
+    """stage_layers, computed.
 
     Without per-layer types the stage holds cdiv(L, pp) layers and a proportional share of the
     sliding and MoE layers, rounded up (the worst stage).
@@ -179,21 +196,65 @@ def effective_block_size(model: ModelSpec, tp: int, kv_bytes: float, block_size:
     return max(block_size, 16 * cdiv(math.ceil(page), 16 * math.ceil(per_token)))
 
 
+# vLLM v0.11 vllm/v1/core/kv_cache_utils.py _get_kv_cache_groups_uniform_page_size: a group's
+# size is the fewest layers of any spec type, or the most when that is < 1.25 x the fewest
+# (v0.10.0 took the fewest always; later releases raised 1.25 to 1.5).
+GROUP_BALANCE = 1.25
+
+
+def kv_cache_group_size(layers_per_type: list[int]) -> int:
+    """Layers per KV cache group when a model mixes spec types (vLLM V1 hybrid allocator)."""
+    lo, hi = min(layers_per_type), max(layers_per_type)
+    return hi if hi < lo * GROUP_BALANCE else lo
+
+
+def state_pages_per_seq(model: ModelSpec, pp: int = 1) -> int:
+    """Recurrent state pages one sequence holds on the heaviest stage, group padding included.
+
+    vLLM V1 splits each spec type's layers into groups of `kv_cache_group_size` (the last one
+    padded) and a running sequence holds one pool block per recurrent group (MambaManager,
+    mamba_cache_mode "none"), a block being one page in each of the group's slots: Nemotron-H's
+    54 Mamba2 layers over 10 attention layers make 6 groups, 60 pages. Without attention
+    layers the state is one page per layer (no groups to pad).
+    """
+    st = stage_layers(model, pp)
+    rec = [st.count(k) for k in RECURRENT_KINDS if st.count(k)]
+    attn = [st.count(k) for k in ATTENTION_KINDS if st.count(k)]
+    if not rec or not attn:
+        return sum(rec)
+    g = kv_cache_group_size(attn + rec)
+    return sum(cdiv(n, g) for n in rec) * g
+
+
+def state_blocks_per_seq(model: ModelSpec, pp: int = 1) -> int:
+    """Blocks of the KV pool one running sequence's recurrent state holds, from admission to
+    finish or preemption, in the unit of `memory_report`'s num_gpu_blocks (one block =
+    block_size tokens in every attention layer of the stage).
+
+    Whole pool blocks: the state pages over the attention layers a block spans, rounded up
+    (exact when the attention layers form one group, as in every hybrid of the catalog:
+    Qwen3-Next 36 / 12 = 3, Nemotron-H-56B 60 / 10 = 6). 0 without attention layers (the
+    state is then the sequence's only block) or without recurrent layers.
+    """
+    n_attn = stage_layers(model, pp).count(*ATTENTION_KINDS)
+    return cdiv(state_pages_per_seq(model, pp), n_attn) if n_attn else 0
+
+
 def state_bytes_per_seq(model: ModelSpec, tp: int, kv_bytes: float, block_size: int,
                         pp: int = 1) -> float:
     """Memory one sequence's recurrent state holds on the heaviest stage, in padded pages.
 
     With attention layers each state page is padded to block_size * attention bytes per token
-    (block_size from effective_block_size); a pure recurrent model keeps the raw page.
+    (block_size from effective_block_size) and groups are padded (state_pages_per_seq); a pure
+    recurrent model keeps the raw page.
     """
-    st = stage_layers(model, pp)
-    n_rec = st.count(*RECURRENT_KINDS)
-    if not n_rec:
+    pages = state_pages_per_seq(model, pp)
+    if not pages:
         return 0.0
     page = state_page_bytes(model, tp)
-    if st.count(*ATTENTION_KINDS) or any(k in ATTENTION_KINDS for k in model.layer_kinds):
+    if any(k in ATTENTION_KINDS for k in model.layer_kinds):
         page = max(page, block_size * attention_kv_bytes_per_token(model, tp, kv_bytes))
-    return n_rec * page
+    return pages * page
 
 
 def sequence_bytes(model: ModelSpec, seq_len: float, tp: int, kv_bytes: float,

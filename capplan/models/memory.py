@@ -17,6 +17,7 @@ from capplan.catalog.schema import GpuSpec, ModelSpec
 from capplan.errors import InputError
 from capplan.models import layers
 from capplan.models.engine import EngineProfile, EngineSettings
+from capplan.models.memo import per_model
 from capplan.units import DTYPE_BYTES, GIB_BYTES, MIB_BYTES, cdiv
 
 # ---------------------------------------------------------------------------------------------
@@ -85,8 +86,14 @@ def param_counts(model: ModelSpec, tp: int = 1, pp: int = 1) -> ParamCounts:
     """Per-GPU parameter counts of the heaviest pipeline stage (layers split evenly by vLLM).
 
     Token mixers of every kind (attention, Mamba, linear attention, conv) count as `attention`;
-    per-layer kinds come from models/layers.py.
+    per-layer kinds come from models/layers.py. Memoised per (model object, tp, pp): a search
+    sizes memory for thousands of engine settings of the same model and TP (models/memo.py).
     """
+    return _param_counts(model, int(tp), int(pp))
+
+
+@per_model
+def _param_counts(model: ModelSpec, tp: int, pp: int) -> ParamCounts:
     h, v = model.hidden_size, model.vocab_size
     st = layers.stage_layers(model, pp)
     mlp_mats = layers.mlp_matrices(model)
@@ -322,9 +329,10 @@ class MemoryReport:
     state_bytes_per_seq_per_gpu: float = 0.0
     """Recurrent (Mamba, linear-attention, conv) state one sequence holds, padded to pages;
     part of kv_bytes_per_max_len_seq, so it bounds max_concurrency (vLLM hybrid allocator)."""
-    state_blocks_per_seq: float = 0.0
-    """The same in KV blocks (block_size * kv_bytes_per_token): what a simulator must hold
-    per running sequence besides its ceil(tokens / block_size) blocks."""
+    state_blocks_per_seq: int = 0
+    """The state in whole blocks of num_gpu_blocks (layers.state_blocks_per_seq): what a
+    running sequence holds besides its ceil(tokens / block_size) blocks (simulator, queueing,
+    closed loop)."""
 
 
 def validate_settings(model: ModelSpec, s: EngineSettings, gpu: GpuSpec | None = None) -> None:
@@ -415,5 +423,5 @@ def memory_report(model: ModelSpec, gpu: GpuSpec, settings: EngineSettings,
         contiguous_max_concurrency=contiguous, fits=fits, reason=reason,
         weight_dtype=dt.label, kv_dtype_bytes=kvb, margin_bytes_per_gpu=margin,
         state_bytes_per_seq_per_gpu=state,
-        state_blocks_per_seq=state / (bs * per_token) if per_token else 0.0,
+        state_blocks_per_seq=layers.state_blocks_per_seq(model, s.pp) if per_token else 0,
     )

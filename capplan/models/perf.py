@@ -55,6 +55,12 @@ def smooth_max(a: np.ndarray, b: np.ndarray, p: float = SMOOTH_P) -> np.ndarray:
     return (a**p + b**p) ** (1.0 / p)
 
 
+def select(cond: Any, a: Any, b: Any) -> Any:
+    """np.where(cond, a, b) for `step_parts`; the compiled simulator gives numba a scalar
+    version (numba's np.where makes a 0-d array of scalars, a heap allocation per call)."""
+    return np.where(cond, a, b)
+
+
 def chunk_attention(chunk_tokens: Any, prefix_tokens: Any, window: Any) -> tuple[Any, Any, Any]:
     """Attention work of a causal prefill chunk: c new tokens after p cached ones.
 
@@ -118,10 +124,10 @@ def step_parts(x: tuple, c: tuple, moe: bool) -> tuple:
         # MoE: expected distinct experts touched per layer, uniform routing.
         e = num_experts * 1.0
         k = experts_per_tok * 1.0
-        safe_e = np.where(e > 0, e, 1.0)
-        touched = np.where(e > 0, e * (1.0 - (1.0 - k / safe_e) ** tokens), 0.0)
+        safe_e = select(e > 0, e, 1.0)
+        touched = select(e > 0, e * (1.0 - (1.0 - k / safe_e) ** tokens), 0.0)
         expert_mem = num_moe_layers * touched * expert_bytes / expert_bytes_per_s
-        rows = np.where(touched > 0, tokens * k / np.maximum(touched, 1e-12), 0.0)
+        rows = select(touched > 0, tokens * k / np.maximum(touched, 1e-12), 0.0)
         eff_e = rows / (rows + gemm_half_tokens)
         expert_cmp = tokens * expert_flops_per_token / (
             gemm_flops_per_s * np.maximum(eff_e, 1e-12))
@@ -141,14 +147,14 @@ def step_parts(x: tuple, c: tuple, moe: bool) -> tuple:
     # latencies, 2 (n-1)/n S bytes) for larger ones (vLLM csrc/custom_all_reduce.cuh: 1-stage
     # below 512 KB at <= 4 GPUs, 256 KB at 8, always at 2; TensorRT-LLM AllReduceStrategy
     # ONESHOT/TWOSHOT); the faster of the two (alpha-beta costs, Thakur et al. 2005).
-    comm = np.where(tokens > 0, np.minimum(
+    comm = select(tokens > 0, np.minimum(
         allreduce_s_fixed + tokens * allreduce_s_per_token_oneshot,
         2 * allreduce_s_fixed + tokens * allreduce_s_per_token), 0.0)
     pp = pp * 1.0
     p2p = (pp - 1) * tokens * p2p_s_per_token
     overhead = step_overhead_s + per_seq_overhead_s * (bd + nps) + pp * layer_overhead_s
     step = pp * (linear + attention + comm) + p2p + overhead
-    step = np.where(tokens > 0, step, 0.0)
+    step = select(tokens > 0, step, 0.0)
     return (step, dense_mem, expert_mem, kv_mem, dense_cmp, expert_cmp, attn_cmp, comm, p2p,
             overhead, pp)
 

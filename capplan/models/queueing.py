@@ -22,7 +22,7 @@ All functions broadcast: rates, and the StepModel's constants, may be arrays.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,6 +31,7 @@ from numpy.typing import ArrayLike
 from scipy import fft as sp_fft
 from scipy import special
 
+from capplan.models.closed_loop import block_rounding_tokens
 from capplan.models.engine import SchedulerPolicy
 from capplan.models.perf import StepModel
 from capplan.models.prefix import PrefixCache
@@ -42,6 +43,8 @@ _TAU_MAX_S = 60.0
 _FP_ITERS = 10
 _FP_ITERS_MAX = 60
 _FP_REL_TOL = 1e-4
+_FP_ROUNDING_TOL = 1e-13
+"""A bracket this narrow (relative) moves by no more than that in further iterations."""
 
 
 @dataclass(frozen=True)
@@ -83,6 +86,11 @@ class Limits:
     max_num_seqs: Any
     max_num_batched_tokens: Any
     kv_cache_tokens: Any
+    state_tokens_per_seq: Any = 0.0
+    """KV capacity (tokens) a running sequence's recurrent state holds whatever its length:
+    hybrid models' state blocks * block_size (plan/deployment.KvPool)."""
+    block_size: Any = 1
+    """Tokens per KV block: a sequence holds whole blocks (1: counted in tokens)."""
 
 
 def _poisson_erlang_c(c: np.ndarray, a: np.ndarray) -> np.ndarray:
@@ -147,6 +155,8 @@ def chunk_sum_quantile(m: np.ndarray, p: float, inp: LengthStats, budget: np.nda
     # terms whose probability is negligible for every configuration add nothing to F
     terms = [k for k in range(2, kmax + 1) if float(np.max(pk[k], initial=0.0)) > 1e-7]
     levels = np.linspace(0.0, 1.0, 201)
+    centre = {k: k * mu for k in terms}
+    scale = {k: np.maximum(np.sqrt(k) * sigma, 1e-9) for k in terms}
 
     def cdf(x: np.ndarray) -> np.ndarray:
         if inp.table:
@@ -156,7 +166,7 @@ def chunk_sum_quantile(m: np.ndarray, p: float, inp: LengthStats, budget: np.nda
         f1 = np.where(x >= budget, 1.0, f1)
         f = pk[0] + pk[1] * f1
         for k in terms:
-            z = (x - k * mu) / np.maximum(np.sqrt(k) * sigma, 1e-9)
+            z = (x - centre[k]) / scale[k]
             f = f + pk[k] * special.ndtr(z)
         return f
 
@@ -264,6 +274,25 @@ def _normal_term(sd: np.ndarray) -> _Term:
     return _values_term(sd[..., None] * _NORMAL_Z, _NORMAL_W)
 
 
+def _compound_term(m: np.ndarray, jumps: np.ndarray, weights: np.ndarray) -> _Term:
+    """Compound Poisson, centred: the sum of N ~ Poisson(m) jumps drawn from `jumps` (..., k,
+    >= 0) with probabilities `weights`, minus its mean. DFT exp(m (phi - 1)), phi the jumps'
+    DFT (Feller vol. 1, XII.2); the span reaches 6 sd above the mean plus the largest jump."""
+    m = np.asarray(m, float)
+    j = np.asarray(jumps, float)
+    mean = m * (j * weights).sum(axis=-1)
+    sd = np.sqrt(m * (j * j * weights).sum(axis=-1))
+    one = _values_term(np.concatenate([np.zeros(j.shape[:-1] + (1,)), j], -1),
+                       np.concatenate([[0.0], weights]))
+    if one.spectrum is None:
+        return _Term(0.0, 0.0)
+
+    def spectrum(h: np.ndarray) -> np.ndarray:
+        phi = one.spectrum(h)
+        return np.exp(m.astype(np.float32)[..., None] * (phi - 1)).astype(np.complex64)
+    return _Term(-mean, mean + 6 * sd + j.max(axis=-1), spectrum)
+
+
 # Strata of a length distribution: 1% wide up to 0.98, finer in the tail (p99 reads it).
 _STRATA = np.concatenate([np.linspace(0.0, 0.98, 99), [0.985, 0.99, 0.9925, 0.995, 0.9975,
                                                        0.999, 1.0]])
@@ -302,6 +331,17 @@ def _values_term(values: np.ndarray, weights: np.ndarray) -> _Term:
     return _Term(lo, span, spectrum)
 
 
+def _take_pair(a: np.ndarray, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """a[..., idx] and a[..., idx + 1] along the last axis (np.take_along_axis, twice, without
+    its index set-up: one flat index serves both)."""
+    if a.shape[:-1] != idx.shape[:-1]:
+        return np.take_along_axis(a, idx, -1), np.take_along_axis(a, idx + 1, -1)
+    n = a.shape[-1]
+    flat = np.ascontiguousarray(a).reshape(-1)
+    at = idx + (np.arange(flat.size // n) * n).reshape(idx.shape[:-1] + (1,))
+    return flat[at], flat[at + 1]
+
+
 def _interp_cdf(pad: np.ndarray, h: np.ndarray, y: np.ndarray) -> np.ndarray:
     """The piecewise-linear cdf of a grid law (point k spread over [(k - 1/2) h, (k + 1/2) h],
     cdf[k] reached at (k + 1/2) h) at y (..., n), relative to the law's offset; pad is the cdf
@@ -310,8 +350,8 @@ def _interp_cdf(pad: np.ndarray, h: np.ndarray, y: np.ndarray) -> np.ndarray:
     np.clip(u, 0, _GRID_LEN, out=u)
     i0 = np.minimum(u.astype(np.int64), _GRID_LEN - 1)
     frac = (u - i0).astype(np.float32)
-    lo = np.take_along_axis(pad, i0, -1)
-    return lo + (np.take_along_axis(pad, i0 + 1, -1) - lo) * frac
+    lo, up = _take_pair(pad, i0)
+    return lo + (up - lo) * frac
 
 
 @dataclass(frozen=True)
@@ -480,9 +520,13 @@ class QueueModel:
         # whose 99th percentile fits: B mu + 2.33 sqrt(B) sigma = KV tokens (heavy-tailed
         # lengths leave less room than the mean suggests; vLLM would preempt beyond it).
         # An output reservation at admission raises it (SchedulerPolicy.held_tokens); blocks
-        # shared with other running requests are held once (vLLM block_pool.touch).
-        mu = max(float(self.policy.held_tokens(inp.mean, out.mean))
-                 - self.prefix.shared_kv_tokens_per_seq, 1.0)
+        # shared with other running requests are held once (vLLM block_pool.touch); a hybrid's
+        # recurrent state holds its fixed blocks whatever the length (vLLM MambaManager), and
+        # the last block is partly empty (large for hybrids' raised block sizes).
+        mu = np.maximum(float(self.policy.held_tokens(inp.mean, out.mean))
+                        + block_rounding_tokens(inp.mean, out.mean, limits.block_size)
+                        - self.prefix.shared_kv_tokens_per_seq
+                        + np.asarray(limits.state_tokens_per_seq, float), 1.0)
         sigma = math.sqrt(inp.var + out.var / 4 + out.mean_sq / 12)
         kv = np.asarray(limits.kv_cache_tokens, float) - self.prefix.resident_kv_tokens
         z = Z99
@@ -558,7 +602,8 @@ class QueueModel:
             return tau / np.maximum(1.0 - s["f"], 1e-3)
         return tau
 
-    def _fixed_point(self, lam: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def _fixed_point(self, lam: np.ndarray, every_row: bool = True
+                     ) -> tuple[np.ndarray, np.ndarray]:
         """Mean step time solving tau = T(tau), and whether it exists.
 
         g(tau) = T(tau) - tau is positive at tau = 0 and, when a fixed point exists, negative
@@ -567,6 +612,11 @@ class QueueModel:
         it can need more, so it goes on (up to _FP_ITERS_MAX) until every bracket is within
         _FP_REL_TOL (a stalled bracket left tau at _TAU_MAX_S: an unstable verdict between two
         stable rates).
+
+        It stops early, with the same result to _FP_ROUNDING_TOL, once every row is either
+        within _FP_ROUNDING_TOL or at an exact root (g(hi) == 0: x = hi again, so hi stays);
+        rows where no fixed point exists never converge and keep it going to _FP_ITERS_MAX
+        unless `every_row` is False (a caller that reads no tau of those rows: stable()).
         """
         lo = np.zeros(np.broadcast_shapes(np.shape(lam), np.shape(self.cap)))
         g_lo = self._mean_step(lam, lo)["tau"] - lo
@@ -575,7 +625,8 @@ class QueueModel:
         exists = g_hi <= 0
         side = np.zeros_like(lo)
         for i in range(_FP_ITERS_MAX):
-            if i >= _FP_ITERS and np.all(hi - lo <= _FP_REL_TOL * hi + 1e-12):
+            if i >= _FP_ITERS and (np.all(hi - lo <= _FP_REL_TOL * hi + 1e-12) or np.all(
+                    (hi - lo <= _FP_ROUNDING_TOL * hi) | (g_hi == 0) | ~(exists | every_row))):
                 break
             den = g_lo - g_hi
             x = np.where(den > 0, (lo * -g_hi + hi * g_lo) / np.where(den > 0, den, 1.0),
@@ -604,13 +655,15 @@ class QueueModel:
             width[..., None], 1e-9) * _OWN_NODES
         i0 = np.clip(np.floor(pos), 0, _OWN_NODES - 1).astype(np.int64)
         frac = np.clip(pos - i0, 0.0, 1.0)
-        t = (np.take_along_axis(t_nodes, i0, -1) * (1 - frac)
-             + np.take_along_axis(t_nodes, i0 + 1, -1) * frac)
+        at, nxt = _take_pair(t_nodes, i0)
+        t = at * (1 - frac) + nxt * frac
         return np.where(prompt > budget[..., None], prompt / budget[..., None]
                         * t_full[..., None], t)
 
-    def _sum_quantiles(self, x: _Terms) -> tuple[list[np.ndarray], list[np.ndarray]]:
-        """Quantiles (QUANTILES order) of TTFT and E2E as sums of independent terms.
+    def _sum_quantiles(self, x: _Terms, levels: dict[str, tuple[str, ...]]
+                       ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+        """Quantiles of TTFT and E2E as sums of independent terms, at the QUANTILES names in
+        levels["ttft_s"] and levels["e2e_s"] (E2E's law is built only when some are asked).
 
         TTFT = overhead + residual of the current step (uniform on [0, tau]) + prefill-queue
         wait + own prefill (a function of the prompt length, over its distribution) + the other
@@ -655,25 +708,58 @@ class QueueModel:
             [_wait_term(p_pf, fin(wq_p)), _wait_term(fin(p_wait), fin(wq_c)),
              _values_term(shared, weights)],
             (1 - p_pf) * (1 - np.clip(fin(p_wait), 0.0, 1.0)) * p0[..., 0], shape)
+        if not levels["e2e_s"]:
+            return dict(zip(levels["ttft_s"], ttft.quantiles(
+                tuple(QUANTILES[k] for k in levels["ttft_s"])), strict=True)), {}
         steps = np.maximum(1.0, prompt / budget[..., None])
         extra = np.maximum(own - t_dec[..., None] * steps, 0.0)
-        var_pf = lam * self.dec_tokens * tau * (extra**2 * p_w).sum(axis=-1)
+        # Prompts arriving during the decode lengthen it, which lets more arrive: a busy period
+        # started by the decode alone, D0 = D (1 - rho_e), rho_e = lambda E[e] (Takacs;
+        # Kleinrock vol. 1, 5.8: D0 + the busy periods of the N ~ Poisson(lambda D0) prompts
+        # arriving in D0, each ~ e / (1 - rho_e) on average; variance lambda D0 E[e^2] /
+        # (1 - rho_e)^3). The jumps are rare and long (skewed): a compound Poisson law, not
+        # a normal; the sub-busy periods' own spread (the rest of the variance) is normal.
+        rho_e = np.clip(fin(lam * (extra * p_w).sum(axis=-1)), 0.0, 0.95)
+        d0 = fin(self.dec_tokens * tau) * (1.0 - rho_e)
+        jumps = fin(extra) / (1.0 - rho_e)[..., None]
+        arrivals = _compound_term(fin(lam) * d0, jumps, p_w)
+        var_pf = fin(lam * d0 * (extra**2 * p_w).sum(axis=-1) * rho_e / (1.0 - rho_e) ** 3)
         slope = self._decode(b + 1.0) - t_dec
-        var_b = (self.dec_tokens * slope) ** 2 * (2.0 / 3.0) * b
+        # The batch feeds back on itself: more sequences, slower steps, longer stays. With
+        # kappa = b T'(b) / tau (the step's elasticity in the batch), the linear-noise
+        # approximation of the batch's birth-death process (van Kampen, Stochastic Processes in
+        # Physics and Chemistry, ch. X) gives variance b / (1 - kappa) and correlation time
+        # D / (1 - kappa); averaged over a window D, an exponentially correlated process keeps
+        # g(x) = 2 (x - 1 + e^-x) / x^2 of its variance (x = 1 - kappa: ox). Relative to no
+        # feedback (x = 1, where the M/G/inf window average is (2/3) b) that is the factor
+        # g(1 - kappa) / ((1 - kappa) g(1)).
+        ox = np.clip(1.0 - fin(b * slope / np.maximum(tau, 1e-12)), 0.05, 1.0)
+        gain = 2 * (ox - 1 + np.exp(-ox)) / ox**2 / (ox * 2 * math.exp(-1.0))
+        var_b = (self.dec_tokens * slope) ** 2 * (2.0 / 3.0) * b * gain
         out_len, o_w = _strata_lengths(out)
         decode = np.maximum(out_len - 1.0, 0.0) * fin(x.gap)[..., None]
         e2e = _sum_law([_Term(ttft.offset, 0.0), ttft.as_term(), _values_term(decode, o_w),
-                        _normal_term(np.sqrt(fin(np.maximum(var_pf + var_b, 0.0))))], shape)
-        probs = tuple(QUANTILES.values())
-        return ttft.quantiles(probs), e2e.quantiles(probs)
+                        arrivals, _normal_term(np.sqrt(fin(np.maximum(var_pf + var_b, 0.0))))],
+                       shape)
+        return (dict(zip(levels["ttft_s"], ttft.quantiles(
+            tuple(QUANTILES[k] for k in levels["ttft_s"])), strict=True)),
+            dict(zip(levels["e2e_s"], e2e.quantiles(tuple(QUANTILES[k] for k in levels["e2e_s"])),
+                     strict=True)))
 
     # -- public ------------------------------------------------------------------------------
-    def at_rate(self, rate_per_s: ArrayLike) -> dict[str, Any]:
-        """Latency and throughput at an open-loop Poisson arrival rate (array-friendly)."""
-        with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
-            return self._at_rate(rate_per_s)
+    def at_rate(self, rate_per_s: ArrayLike, metrics: Collection[str] | None = None
+                ) -> dict[str, Any]:
+        """Latency and throughput at an open-loop Poisson arrival rate (array-friendly).
 
-    def _at_rate(self, rate_per_s: ArrayLike) -> dict[str, Any]:
+        metrics: the latency keys ("ttft_s", "e2e_s", ...) whose p99 alone the caller reads (a
+        planner's SLO check): TTFT's and E2E's other quantiles, and E2E's p99 unless named,
+        are left out (the sums' laws are most of the cost); the values computed are the same.
+        None: everything."""
+        with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+            return self._at_rate(rate_per_s, metrics)
+
+    def _at_rate(self, rate_per_s: ArrayLike, metrics: Collection[str] | None = None
+                 ) -> dict[str, Any]:
         lam = np.asarray(rate_per_s, float)
         lam = np.broadcast_to(lam, np.broadcast_shapes(lam.shape, np.shape(self.cap))).copy()
         tau, exists = self._fixed_point(lam)
@@ -731,18 +817,22 @@ class QueueModel:
             if prev_tbt is not None:  # quantiles are ordered by construction of the mixture
                 tbt[name] = np.maximum(tbt[name], prev_tbt)
             prev_tbt = tbt[name]
-        ttft_q, e2e_q = self._sum_quantiles(_Terms(lam, tau, b, budget, t_dec, t_full, rho_p,
-                                                   wq_p, p_wait, wq_c, m_chunks, moments[0],
-                                                   gap))
-        for name, tq, eq in zip(QUANTILES, ttft_q, e2e_q, strict=True):
-            ttft[name], e2e[name] = tq, eq
+        levels = {k: tuple(QUANTILES) if metrics is None else ("p99",) * (k in metrics)
+                  for k in ("ttft_s", "e2e_s")}
+        if levels["ttft_s"] or levels["e2e_s"]:
+            ttft_q, e2e_q = self._sum_quantiles(_Terms(
+                lam, tau, b, budget, t_dec, t_full, rho_p, wq_p, p_wait, wq_c, m_chunks,
+                moments[0], gap), levels)
+            ttft.update(ttft_q)
+            e2e.update(e2e_q)
         # the mean of the shared-step term of _sum_quantiles (m chunks of the mean size)
         shared_mean = np.minimum(m_chunks * moments[0], budget) * np.maximum(
             t_full - t_dec, 0.0) / budget
         ttft["mean"] = ttft["mean"] + shared_mean
         e2e["mean"] = e2e["mean"] + shared_mean
         running = b + lam * own_mean
-        kv_used = b * self.ctx_mean + lam * own_mean * self.inp.mean
+        state = np.asarray(self.limits.state_tokens_per_seq, float)
+        kv_used = b * (self.ctx_mean + state) + lam * own_mean * (self.inp.mean + state)
         b_p99 = b + Z99 * np.sqrt(b)  # normal approximation of the Poisson p99
         kv_cap = np.maximum(np.asarray(self.limits.kv_cache_tokens, float), 1.0)
         res.update({
@@ -751,8 +841,8 @@ class QueueModel:
             "input_tokens_per_s": lam * self.inp.mean, "mean_running_batch": running,
             "preemptions": np.zeros_like(lam),
             "kv_mean_utilization": kv_used / kv_cap,
-            "kv_peak_utilization": np.minimum(b_p99 * self.ctx_mean / kv_cap + (
-                lam * own_mean * self.inp.mean) / kv_cap, 1.0),
+            "kv_peak_utilization": np.minimum(b_p99 * (self.ctx_mean + state) / kv_cap + (
+                lam * own_mean * (self.inp.mean + state)) / kv_cap, 1.0),
             "concurrency_cap": c, "prefill_utilization": rho_p, "slot_utilization": a / c,
         })
         if self.prefix.active:
@@ -766,7 +856,7 @@ class QueueModel:
         with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
             lam = np.asarray(rate_per_s, float)
             lam = np.broadcast_to(lam, np.broadcast_shapes(lam.shape, np.shape(self.cap))).copy()
-            tau, exists = self._fixed_point(lam)
+            tau, exists = self._fixed_point(lam, every_row=False)
             s = self._mean_step(lam, tau)
             b, budget = s["b"], s["budget"]
             t_full = self._mixed(b, budget)

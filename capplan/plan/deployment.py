@@ -19,6 +19,7 @@ from capplan.models.calibration import Calibration
 from capplan.models.engine import EngineProfile, EngineSettings, engine_profile
 from capplan.models.memory import MemoryReport, memory_report
 from capplan.models.perf import StepModel, build_step_model
+from capplan.models.queueing import Limits
 from capplan.units import GIB_BYTES
 
 # Below this much memory left outside the engine's budget, CUDA graphs or a second process
@@ -51,6 +52,28 @@ class EngineOptions:
 
 
 @dataclass(frozen=True)
+class KvPool:
+    """One replica's paged KV pool as the simulator, the queueing model and the closed loop
+    count it: `num_blocks` blocks of `block_size` tokens (the size vLLM raises for hybrids),
+    of which a running sequence's recurrent state holds `state_blocks_per_seq` from admission
+    to finish besides its ceil(tokens / block_size) token blocks (vLLM V1's hybrid allocator;
+    models/layers.state_blocks_per_seq)."""
+
+    num_blocks: int
+    block_size: int
+    state_blocks_per_seq: int = 0
+
+    @property
+    def state_tokens_per_seq(self) -> int:
+        """The state in tokens of KV capacity (what kv_cache_tokens counts)."""
+        return self.state_blocks_per_seq * self.block_size
+
+    @classmethod
+    def of(cls, mem: MemoryReport) -> KvPool:
+        return cls(mem.num_gpu_blocks, mem.block_size, mem.state_blocks_per_seq)
+
+
+@dataclass(frozen=True)
 class Deployment:
     model: ModelSpec
     gpu: GpuSpec
@@ -68,6 +91,18 @@ class Deployment:
     @property
     def profile(self) -> EngineProfile:
         return self.settings.profile
+
+    @property
+    def pool(self) -> KvPool:
+        """The KV block pool every simulation of this deployment runs on."""
+        return KvPool.of(self.memory)
+
+    @property
+    def limits(self) -> Limits:
+        """The engine limits the analytic queueing model takes (hybrid state included)."""
+        s = self.settings
+        return Limits(s.max_num_seqs, s.max_num_batched_tokens, self.memory.kv_cache_tokens,
+                      self.pool.state_tokens_per_seq, self.pool.block_size)
 
     def settings_summary(self) -> dict[str, object]:
         """The resolved engine settings every output reports (JSON keys, SI)."""

@@ -82,8 +82,7 @@ class DisaggPlan:
 
 
 def _limits(dep: Deployment) -> Limits:
-    s = dep.settings
-    return Limits(s.max_num_seqs, s.max_num_batched_tokens, dep.memory.kv_cache_tokens)
+    return dep.limits
 
 
 def prefill_model(dep: Deployment, t: Traffic) -> QueueModel:

@@ -18,7 +18,7 @@ from capplan.models.closed_loop import (
 )
 from capplan.models.perf import BOUNDS
 from capplan.models.prefix import PrefixCache, PrefixSpec
-from capplan.models.queueing import LengthStats, Limits, QueueModel, summarize
+from capplan.models.queueing import LengthStats, QueueModel, summarize
 from capplan.plan.deployment import Deployment
 from capplan.plan.lengths import clipped, length_stats
 
@@ -95,9 +95,7 @@ def load_spec_from_options(rate: float | None, concurrency: int | None, trace: s
 
 
 def queue_model(dep: Deployment, load: LoadSpec) -> QueueModel:
-    s = dep.settings
-    limits = Limits(s.max_num_seqs, s.max_num_batched_tokens, dep.memory.kv_cache_tokens)
-    return QueueModel(dep.step, load.input_stats, load.output_stats, limits, load.arrival_scv,
+    return QueueModel(dep.step, load.input_stats, load.output_stats, dep.limits, load.arrival_scv,
                       dep.profile.scheduler, load.prefix)
 
 
@@ -148,8 +146,8 @@ def _closed_loop(dep: Deployment, load: LoadSpec) -> dict[str, Any]:
                               client_jitter=dep.profile.client_jitter)
     res = closed_loop_latency(dep.step, load.input_stats.mean, load.output_stats.mean,
                               s.max_num_seqs, s.max_num_batched_tokens,
-                              dep.memory.kv_cache_tokens, s.block_size, proto,
-                              dep.profile.scheduler)
+                              dep.memory.kv_cache_tokens, dep.pool.block_size, proto,
+                              dep.profile.scheduler, dep.pool.state_tokens_per_seq)
     if res["bound"] == "clients":  # not capped: the decode step's own bound
         step = dep.step.decode_step(res["mean_running_batch"],
                                     load.input_stats.mean + load.output_stats.mean / 2)

@@ -134,7 +134,8 @@ def _finish(r: Recommendation, i: int, model: ModelSpec, t: Traffic) -> Recommen
 def _queue_model(c: Candidate, t: Traffic) -> QueueModel:
     s = c.settings
     return QueueModel(c.step, t.inp, t.out,
-                      Limits(s.max_num_seqs, s.max_num_batched_tokens, c.kv_cache_tokens),
+                      Limits(s.max_num_seqs, s.max_num_batched_tokens, c.kv_cache_tokens,
+                             c.pool.state_tokens_per_seq, c.pool.block_size),
                       t.arrival_scv, s.profile.scheduler, t.prefix)
 
 
@@ -413,7 +414,8 @@ def _verify_job(r: Recommendation, pool: _Pool, max_requests: int) -> VerifyJob:
     batch = max(r.predicted.mean_running_batch, 1.0)
     n_req = int(min(max_requests, max(300, 40_000 * batch / max(pool.traffic.out.mean, 1.0))))
     return VerifyJob(lanes=pool.lanes, replicas=r.replicas, step=c.step,
-                     num_gpu_blocks=c.num_gpu_blocks, block_size=s.block_size,
+                     num_gpu_blocks=c.pool.num_blocks, block_size=c.pool.block_size,
+                     state_blocks=c.pool.state_blocks_per_seq,
                      max_num_seqs=s.max_num_seqs, max_num_batched_tokens=s.max_num_batched_tokens,
                      max_model_len=s.max_model_len, requests=n_req,
                      policy=s.profile.scheduler,

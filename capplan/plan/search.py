@@ -22,11 +22,11 @@ from capplan.catalog.schema import GpuSpec, ModelSpec
 from capplan.errors import InputError
 from capplan.models.calibration import Calibration
 from capplan.models.engine import EngineSettings
-from capplan.models.memory import memory_report
+from capplan.models.memory import MemoryReport, memory_report
 from capplan.models.perf import StepModel, build_step_model
 from capplan.models.prefix import PrefixCache
 from capplan.models.queueing import LengthStats, Limits, QueueModel
-from capplan.plan.deployment import EngineOptions, calibration_for, resolve_settings
+from capplan.plan.deployment import EngineOptions, KvPool, calibration_for, resolve_settings
 from capplan.plan.slo import SloSet
 
 DEFAULT_SEQS = (64, 128, 256, 512, 1024)
@@ -78,6 +78,8 @@ class ConfigGroup:
     calibration: Calibration
     combos: tuple[tuple[int, int], ...]
     kv_tokens: tuple[int, ...]
+    pool: KvPool | None = None
+    """Block size and hybrid state blocks (num_blocks varies by combo: kv_tokens)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -115,8 +117,15 @@ class Candidate:
         return cost_per_hour(self.gpu, self.gpus_total)
 
     @property
+    def pool(self) -> KvPool:
+        """The KV block pool a simulation of this candidate runs on (hybrids' block size and
+        state blocks included)."""
+        p = self.group.pool or KvPool(0, self.settings.block_size)
+        return KvPool(self.kv_cache_tokens // p.block_size, p.block_size, p.state_blocks_per_seq)
+
+    @property
     def num_gpu_blocks(self) -> int:
-        return self.kv_cache_tokens // self.settings.block_size
+        return self.pool.num_blocks
 
     @property
     def family(self) -> tuple[str, int, str, str]:
@@ -132,7 +141,8 @@ class SearchResult:
     candidates: list[Candidate]
     queue: QueueModel
     at_floor: dict[str, Any]
-    """QueueModel.at_rate at negligible load: the latency floor of each configuration."""
+    """QueueModel.at_rate at negligible load: the latency floor of each configuration (of the
+    SLOs' metrics, p99 only)."""
     at_plan: dict[str, Any]
     """QueueModel.at_rate at each configuration's planned per-replica rate."""
 
@@ -177,19 +187,18 @@ def build_candidates(cat: Catalog, model: ModelSpec, space: SearchSpace,
                         max_model_len=space.max_model_len,
                         gpu_memory_utilization=space.gpu_memory_utilization,
                         block_size=space.block_size), gpu)
-                    kv_tokens = tuple(_kv_tokens(model, gpu, base, seqs, chunk)
-                                      for seqs, chunk in combos)
+                    reports = [_report(model, gpu, base, seqs, chunk) for seqs, chunk in combos]
+                    kv_tokens = tuple(r.kv_cache_tokens if r.fits else 0 for r in reports)
                     if any(kv_tokens):
                         groups.append(ConfigGroup(gpu, base, build_step_model(model, gpu, base,
                                                                               cal),
-                                                  cal, combos, kv_tokens))
+                                                  cal, combos, kv_tokens, KvPool.of(reports[0])))
     return groups
 
 
-def _kv_tokens(model: ModelSpec, gpu: GpuSpec, base: EngineSettings, seqs: int, chunk: int
-               ) -> int:
-    r = memory_report(model, gpu, base.with_(max_num_seqs=seqs, max_num_batched_tokens=chunk))
-    return r.kv_cache_tokens if r.fits else 0
+def _report(model: ModelSpec, gpu: GpuSpec, base: EngineSettings, seqs: int, chunk: int
+            ) -> MemoryReport:
+    return memory_report(model, gpu, base.with_(max_num_seqs=seqs, max_num_batched_tokens=chunk))
 
 
 def _binding(res: dict[str, Any], slos: SloSet, qm: QueueModel, seqs: np.ndarray) -> np.ndarray:
@@ -218,17 +227,23 @@ def analytic_search(groups: list[ConfigGroup], t: Traffic, headroom: float = 0.2
     chunk = np.asarray([[c[1] for c in g.combos] for g in groups], float)
     kv = np.asarray([g.kv_tokens for g in groups], float)
     policy = groups[0].settings.profile.scheduler if groups else None  # one engine per plan
-    qm = QueueModel(sm, t.inp, t.out, Limits(seqs, chunk, kv), t.arrival_scv, policy, t.prefix)
+    pools = [g.pool or KvPool(0, g.settings.block_size) for g in groups]
+    state = np.asarray([[p.state_tokens_per_seq] for p in pools], float)
+    block = np.asarray([[p.block_size] for p in pools], float)
+    qm = QueueModel(sm, t.inp, t.out, Limits(seqs, chunk, kv, state, block), t.arrival_scv,
+                    policy, t.prefix)
     with np.errstate(all="ignore"):
         cap = qm.capacity_rate()
         lo, hi = np.zeros_like(cap), np.maximum(cap, 1e-9)
+        # the SLOs read only their metrics' p99: the rest of the laws is not built
+        need = {tgt.metric for tgt in t.slos}
         for _ in range(_BISECT):
             mid = 0.5 * (lo + hi)
-            res = qm.at_rate(mid)
+            res = qm.at_rate(mid, need)
             ok = np.asarray(res["stable"], bool) & t.slos.ok(res)
             lo, hi = np.where(ok, mid, lo), np.where(ok, hi, mid)
-        binding = _binding(qm.at_rate(np.maximum(lo * 1.03, 1e-6)), t.slos, qm, seqs)
-        floor = qm.at_rate(np.full_like(cap, 1e-6))
+        binding = _binding(qm.at_rate(np.maximum(lo * 1.03, 1e-6), need), t.slos, qm, seqs)
+        floor = qm.at_rate(np.full_like(cap, 1e-6), need)
         reps = np.maximum(1.0, np.ceil(t.rate_per_s * (1 + headroom) / np.maximum(lo, 1e-12)
                                        - 1e-9))
         pred = qm.at_rate(np.where(lo > 0, t.rate_per_s / reps, 1e-6))

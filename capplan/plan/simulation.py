@@ -56,8 +56,8 @@ def run_simulation(dep: Deployment, *, rate: float | None, concurrency: int | No
     """{"head": run description and bound, "results": {scheduler: SimResult dict},
     "notes": [...]}. `progress(scheduler, done, total)` is called as requests finish.
     `chunked_prefill` None keeps the engine profile's choice; False forces whole prompts.
-    `sim_engine` (auto, fast, reference) picks the simulator; each result names the one that
-    ran as `engine_impl`."""
+    `sim_engine` (auto, compiled, fast, reference) picks the simulator; each result names the
+    one that ran as `engine_impl`."""
     limits.SEED.check(seed, "seed")
     wl = workload_from_options(rate, concurrency, trace, input_len, output_len, burstiness,
                                requests, time_unit)
@@ -69,6 +69,7 @@ def run_simulation(dep: Deployment, *, rate: float | None, concurrency: int | No
     notes = [f"trace {wl.trace.note}"] if wl.trace is not None and wl.trace.note else []
     notes += [f"{clipped} prompts cut to fit max_model_len {max_len}"] if clipped else []
     overhead = float(np.asarray(dep.step.request_overhead_s))
+    pool = dep.pool  # hybrids: each running sequence's state holds pool.state_blocks_per_seq
     results: dict[str, dict[str, Any]] = {}
     for name in schedulers:
         tick = None
@@ -76,8 +77,8 @@ def run_simulation(dep: Deployment, *, rate: float | None, concurrency: int | No
             def tick(done: int, name: str = name) -> None:
                 progress(name, done, len(reqs))
         res = run_scheduler(dep.step, reqs, wl.lanes, scheduler=name,
-                            num_gpu_blocks=dep.memory.num_gpu_blocks,
-                            block_size=dep.memory.block_size, max_num_seqs=s.max_num_seqs,
+                            num_gpu_blocks=pool.num_blocks, block_size=pool.block_size,
+                            state_blocks=pool.state_blocks_per_seq, max_num_seqs=s.max_num_seqs,
                             max_num_batched_tokens=s.max_num_batched_tokens,
                             enable_chunked_prefill=chunked_prefill, batch_size=batch_size,
                             batch_timeout_s=batch_timeout_s, policy=s.profile.scheduler,
@@ -97,6 +98,8 @@ def run_simulation(dep: Deployment, *, rate: float | None, concurrency: int | No
             "num_gpu_blocks": dep.memory.num_gpu_blocks, "seed": seed,
             "calibration": dep.step.calibration_source, "num_requests": len(reqs),
             "request_overhead_s": overhead, "engine_settings": dep.settings_summary()}
+    if pool.state_blocks_per_seq:
+        head["state_blocks_per_seq"] = pool.state_blocks_per_seq
     return {"head": head, "results": results, "notes": notes}
 
 

@@ -39,8 +39,10 @@ def decode_curve(dep: Deployment, batches: list[int], contexts: list[int]) -> di
 
 
 def max_batch(dep: Deployment, context_len: int) -> int:
-    """The largest batch the engine can run at this context: max_num_seqs, or KV capacity."""
-    per_seq = -(-int(context_len) // dep.settings.block_size) * dep.settings.block_size
+    """The largest batch the engine can run at this context: max_num_seqs, or KV capacity
+    (whole blocks, plus a hybrid's recurrent state blocks)."""
+    bs = dep.pool.block_size
+    per_seq = -(-int(context_len) // bs) * bs + dep.pool.state_tokens_per_seq
     return int(min(dep.settings.max_num_seqs, dep.memory.kv_cache_tokens // max(per_seq, 1)))
 
 

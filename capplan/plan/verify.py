@@ -39,6 +39,8 @@ class VerifyJob:
     policy: SchedulerPolicy = SchedulerPolicy()
     """The engine profile's scheduler policy (prefill-first, reservation...)."""
     request_overhead_s: float = 0.0
+    state_blocks: int = 0
+    """Blocks a running sequence's recurrent state holds (hybrids; plan/deployment.KvPool)."""
 
 
 def _sim_lanes(job: VerifyJob) -> tuple[SimLane, ...]:
@@ -58,7 +60,7 @@ def simulate_recommendation(job: VerifyJob) -> Verification:
                         num_gpu_blocks=job.num_gpu_blocks, block_size=job.block_size,
                         max_num_seqs=job.max_num_seqs,
                         max_num_batched_tokens=job.max_num_batched_tokens,
-                        policy=job.policy).to_dict()
+                        policy=job.policy, state_blocks=job.state_blocks).to_dict()
     res = add_request_overhead(res, job.request_overhead_s)
     # Decode steps are shared, so TBT is one distribution for all lanes; TTFT and E2E are
     # checked per lane against that lane's own SLO (priorities make them differ).
@@ -105,8 +107,10 @@ def simulate_closed_loop(dep: Deployment, concurrency: int, isl: int, osl: int,
     overhead = float(np.asarray(dep.step.request_overhead_s))
     # The overhead is part of each client's cycle (the next request reaches the engine that
     # long after the last one ended) and of what the client measures.
+    pool = dep.pool
     res = simulate(dep.step, workload=wl, seed=_SEED, scheduler="continuous",
-                   num_gpu_blocks=dep.memory.num_gpu_blocks, block_size=s.block_size,
+                   num_gpu_blocks=pool.num_blocks, block_size=pool.block_size,
+                   state_blocks=pool.state_blocks_per_seq,
                    max_num_seqs=s.max_num_seqs,
                    max_num_batched_tokens=max(s.max_num_batched_tokens, s.max_num_seqs),
                    policy=s.profile.scheduler, request_overhead_s=overhead,

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import replace
+from functools import cache
 from typing import Any
 
 import numpy as np
@@ -18,7 +19,7 @@ from capplan.models.engine import ClientJitter, SchedulerPolicy
 from capplan.sim.batching import BatchEngine
 from capplan.sim.engine import VLLM_POLICY, ContinuousEngine
 from capplan.sim.entities import RunRecord
-from capplan.sim.fast import ENGINE_IMPLS, FastEngine
+from capplan.sim.fast import ENGINE_IMPLS, INSTALL_HINT, FastEngine, compiled_supports
 from capplan.sim.metrics import SimResult, summarize
 from capplan.sim.workload import Lane, LengthDist, Requests, Workload, load_trace, parse_length
 
@@ -30,21 +31,49 @@ __all__ = ["ENGINE_IMPLS", "SCHEDULERS", "BatchEngine", "ContinuousEngine", "Fas
            "load_trace", "parse_length", "run_scheduler", "simulate"]
 
 
-def engine_impl(scheduler: str, sim_engine: str = "auto", **features: Any) -> str:
-    """Which implementation runs a simulation: "fast" (capplan.sim.fast, the same results) when
-    asked for or `auto` and it supports the run's `features`, else "reference" (always for
-    static and dynamic batching, which have one engine each)."""
+COMPILED_MIN_REQUESTS = 10_000
+"""`auto` takes the compiled engine from this many requests: below, importing numba and loading
+its cached machine code (~1 s here) costs more than the pure engines spend (measured:
+docs/performance.md)."""
+
+
+def engine_impl(scheduler: str, sim_engine: str = "auto", num_requests: int | None = None,
+                **features: Any) -> str:
+    """Which implementation runs a simulation, all with the same results: "compiled"
+    (capplan.sim.compiled, needs numba) when asked for, or `auto` with numba installed and
+    `num_requests` unknown or at least COMPILED_MIN_REQUESTS; else "fast" (capplan.sim.fast);
+    each only when it supports the run's `features`, else the next; "reference" always for
+    static and dynamic batching, which have one engine each. `--sim-engine compiled` without
+    numba is an InputError naming the extra to install."""
     if sim_engine not in ENGINE_IMPLS:
         raise InputError(f"--sim-engine {sim_engine!r}: expected one of {', '.join(ENGINE_IMPLS)}")
     if scheduler != "continuous" or sim_engine == "reference":
         return "reference"
+    if sim_engine == "compiled" and not compiled_available():
+        raise InputError(INSTALL_HINT)
+    big = num_requests is None or num_requests >= COMPILED_MIN_REQUESTS
+    if (sim_engine == "compiled" or (sim_engine == "auto" and big and compiled_available())) \
+            and compiled_supports(**features):
+        return "compiled"
     return "fast" if FastEngine.supports(**features) else "reference"
 
 
-def run_features(policy: SchedulerPolicy, reqs: Requests) -> dict[str, bool]:
-    """The extra features a run uses, for `engine_impl` (prefix caching runs only when the
-    policy has it on and the requests share content)."""
-    return {"prefix_caching": bool(policy.prefix_caching and getattr(reqs, "has_prefix", False))}
+@cache
+def compiled_available() -> bool:
+    """Whether numba imports (the compiled engine can run); checked once, on first use."""
+    try:
+        import numba  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def run_features(policy: SchedulerPolicy, reqs: Requests) -> dict[str, Any]:
+    """The extra features a run uses and its size, for `engine_impl` (prefix caching runs only
+    when the policy has it on and the requests share content)."""
+    return {"prefix_caching": bool(policy.prefix_caching and getattr(reqs, "has_prefix", False)),
+            "closed_loop": getattr(reqs, "concurrency", None) is not None,
+            "num_requests": len(reqs)}
 
 
 def run_scheduler(step_model: Any, reqs: Requests, lanes: tuple[Lane, ...], *, scheduler: str,
@@ -54,7 +83,7 @@ def run_scheduler(step_model: Any, reqs: Requests, lanes: tuple[Lane, ...], *, s
                   batch_timeout_s: float = 0.0, request_overhead_s: float = 0.0,
                   client_jitter: ClientJitter | None = None,
                   progress: Callable[[int], None] | None = None,
-                  sim_engine: str = "auto") -> SimResult:
+                  sim_engine: str = "auto", state_blocks: int = 0) -> SimResult:
     """Simulate concrete requests under one scheduler and summarise the run.
 
     `policy` is the engine profile's scheduler policy (continuous batching only; default
@@ -64,17 +93,22 @@ def run_scheduler(step_model: Any, reqs: Requests, lanes: tuple[Lane, ...], *, s
     client's next request reaches the engine that long after its last one ended
     (`ContinuousEngine.run`); latencies stay engine-side, so add it to TTFT and E2E.
     `client_jitter` (closed loop, continuous): the noise on that delay (ClientJitter).
-    `sim_engine` (auto, fast, reference) picks the implementation (`engine_impl`); both give
-    the same results.
+    `sim_engine` (auto, compiled, fast, reference) picks the implementation (`engine_impl`);
+    all give the same results. `state_blocks`: blocks each running sequence's recurrent state
+    holds (hybrid models, `MemoryReport.state_blocks_per_seq`; continuous batching).
     """
     if enable_chunked_prefill is not None:
         policy = replace(policy, chunked_prefill=enable_chunked_prefill)
     prio = np.array([ln.priority for ln in lanes] or [0], np.int64)
     if scheduler == "continuous":
         impl = engine_impl(scheduler, sim_engine, **run_features(policy, reqs))
-        cls = FastEngine if impl == "fast" else ContinuousEngine
+        if impl == "compiled" and not hasattr(step_model, "constants"):
+            impl = "fast"  # a stand-in step model (tests): the loop needs StepModel's formula
+        cls = {"fast": FastEngine, "reference": ContinuousEngine}.get(impl)
+        if cls is None:
+            from capplan.sim.compiled import CompiledEngine as cls  # imports numba
         eng = cls(step_model, num_gpu_blocks, block_size, max_num_seqs, max_num_batched_tokens,
-                  policy)
+                  policy, state_blocks=state_blocks)
         return summarize(eng.run(reqs, prio, progress, request_overhead_s, client_jitter),
                          lanes)
     if scheduler in ("static", "dynamic"):

@@ -10,6 +10,13 @@ tokens are computed. A running sequence that needs a block when none is free pre
 back to the waiting queue, and its prompt plus the tokens it generated are computed again. A step
 with a preemption admits no waiting request.
 
+Hybrid models (Mamba, gated DeltaNet, short conv layers): `state_blocks` pool blocks hold a
+running sequence's recurrent state from admission until it finishes or is preempted, besides
+its token blocks; admission needs them free and a preemption frees them (vLLM V1's hybrid KV
+cache manager allocates them from the same block pool, `MambaManager` in
+`vllm/v1/core/single_type_kv_cache_manager.py`, v0.10-v0.11; the count is
+`capplan.models.layers.state_blocks_per_seq`).
+
 `SchedulerPolicy` (capplan/models/engine.py) changes four things, each honoured exactly:
 - prefill_first (SGLang `Scheduler.get_next_batch_to_run`, "run prefill first if possible"):
   a step that can schedule prefill work (a partial prompt, or a waiting request that fits) is
@@ -94,12 +101,16 @@ class ContinuousEngine:
     """A continuous-batching engine over a step-time model; `run()` simulates a request set."""
 
     def __init__(self, step_model: Any, num_gpu_blocks: int, block_size: int, max_num_seqs: int,
-                 max_num_batched_tokens: int, policy: SchedulerPolicy = VLLM_POLICY) -> None:
+                 max_num_batched_tokens: int, policy: SchedulerPolicy = VLLM_POLICY,
+                 state_blocks: int = 0) -> None:
         if max_num_batched_tokens < max_num_seqs:
             raise InputError(f"--max-num-batched-tokens {max_num_batched_tokens} must be >= "
                              f"--max-num-seqs {max_num_seqs} (vLLM rejects it too)")
         if num_gpu_blocks < 1:
             raise InputError("no KV-cache blocks: the model does not fit; see `capplan memory`")
+        if not (isinstance(state_blocks, int | np.integer) and 0 <= state_blocks < num_gpu_blocks):
+            raise InputError(f"state_blocks {state_blocks}: must be an integer from 0 to the "
+                             f"{num_gpu_blocks} KV blocks less one")
         r = policy.reserve_output_frac
         if not 0.0 <= r <= 1.0:
             raise InputError(f"reserve_output_frac {r}: must be between 0 and 1")
@@ -111,6 +122,9 @@ class ContinuousEngine:
         self.policy = policy
         self.total_blocks = int(num_gpu_blocks)
         self.block_size = int(block_size)
+        self.state_blocks = int(state_blocks)
+        """Blocks a running sequence's recurrent state holds from admission until it finishes
+        or is preempted (hybrid models: models/layers.state_blocks_per_seq)."""
         self.max_num_seqs = int(max_num_seqs)
         self.max_num_batched_tokens = int(max_num_batched_tokens)
         w = float(getattr(step_model, "window", NO_WINDOW))
@@ -126,7 +140,7 @@ class ContinuousEngine:
 
     def _check_requests(self, reqs: Requests) -> None:
         need = reqs.input_tokens + reqs.output_tokens
-        cap = self.total_blocks * self.block_size
+        cap = (self.total_blocks - self.state_blocks) * self.block_size
         if len(reqs) and int(need.max()) > cap:
             i = int(np.argmax(need))
             raise InputError(f"request {i} needs {int(need[i])} KV tokens but the cache holds "
@@ -471,11 +485,13 @@ class _State:
             q.refs = q.refs + tuple(new)
 
     def _release(self, s: int, computed: int) -> None:
-        """Free s's blocks, tail first (single_type_kv_cache_manager.free): a shared entry
-        frees its block when its last holder lets go; freed full blocks with a key stay cached
-        in the free queue (decode-filled ones included: a next turn resends them)."""
+        """Free s's blocks and its state's, tail first (single_type_kv_cache_manager.free): a
+        shared entry frees its block when its last holder lets go; freed full blocks with a
+        key stay cached in the free queue (decode-filled ones included: a next turn resends
+        them)."""
         q = self.seqs[s]
         held = self._held(q, computed)
+        self.free_blocks += self.e.state_blocks
         if not self.pc:
             self.free_blocks += held
             return
@@ -605,8 +621,9 @@ class _State:
             c = min(q.target_tokens - h, self.budget)
             if c < q.target_tokens - h and not self.chunked:
                 break  # the whole prompt must fit what is left of the budget
-            # New blocks beyond the hits, plus the hit blocks taken out of the free queue.
-            nb = self._held(q, h + c) - len(hits)
+            # New blocks beyond the hits (and the state's), plus the hit blocks taken out of
+            # the free queue.
+            nb = self._held(q, h + c) - len(hits) + e.state_blocks
             reuse = sum(k in self.cached for k in hits)
             if nb + reuse > self.free_blocks:
                 break

@@ -43,8 +43,18 @@ from capplan.sim.engine import WINDOW_MAX, ContinuousEngine, _Estimator, _State,
 from capplan.sim.entities import STEP_DTYPE, RunRecord, StepRecord, step_array
 from capplan.sim.workload import Requests
 
-ENGINE_IMPLS = ("auto", "fast", "reference")
-"""`--sim-engine`: auto takes the fast engine whenever it supports the run."""
+ENGINE_IMPLS = ("auto", "compiled", "fast", "reference")
+"""`--sim-engine`: auto takes the compiled engine (numba installed, a large run), else the fast
+one, whenever it supports the run (`capplan.sim.engine_impl`)."""
+INSTALL_HINT = "--sim-engine compiled needs numba: pip install 'capplan[fast]'"
+COMPILED_UNSUPPORTED = ("prefix_caching", "closed_loop")
+"""Features the compiled engine (capplan.sim.compiled) leaves to this one or the reference."""
+
+
+def compiled_supports(**features: Any) -> bool:
+    """Whether the compiled engine runs a simulation with these features (here, so the choice
+    needs no numba import): none of COMPILED_UNSUPPORTED, nor any it does not know."""
+    return not any(features.values())
 RUN_MIN = 32
 """Shortest stretch of same-shape decode steps worth a vectorised step-time call."""
 RUN_MAX = 4096
@@ -285,9 +295,9 @@ class FastEngine(ContinuousEngine):
 
     @staticmethod
     def supports(**features: Any) -> bool:
-        """Whether this engine runs a simulation with these extra features (any truthy feature
-        it does not know, e.g. prefix caching, goes to the reference engine)."""
-        return not any(features.values())
+        """Whether this engine runs a simulation with these extra features (closed loops yes;
+        any other truthy feature, e.g. prefix caching, goes to the reference engine)."""
+        return not any(v for k, v in features.items() if k != "closed_loop")
 
     def run(self, reqs: Requests, priorities: np.ndarray | None = None,
             progress: Callable[[int], None] | None = None,

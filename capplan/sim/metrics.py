@@ -26,18 +26,37 @@ LATENCY_KEYS = ("ttft_s", "tbt_s", "e2e_s", "tpot_s", "queue_s")
 SERIES_POINTS = 200
 
 
+def _percentiles(values: np.ndarray, weights: np.ndarray | None, qs: tuple[float, ...]
+                 ) -> list[float]:
+    """Inverted-CDF percentiles of `values` repeated `weights` times (NaN when empty), one
+    sort for all of `qs` (unweighted: a plain sort, the same values as the weighted path with
+    unit weights). Zero weights stay in: their cumulative weight equals the entry before
+    theirs, so `searchsorted(side="left")` for a positive target never lands on one (no
+    filtered copies)."""
+    v = np.asarray(values, float)
+    if weights is None:
+        sv = np.sort(v)
+        cw = np.arange(1, len(sv) + 1, dtype=float)
+    else:
+        order = np.argsort(v, kind="stable")
+        sv = v[order]
+        cw = np.asarray(weights, float)[order]
+        del order
+        np.cumsum(cw, out=cw)
+    if not len(sv) or cw[-1] <= 0:
+        return [float("nan")] * len(qs)
+    out = []
+    for q in qs:
+        # at least the smallest positive float: q = 0 lands on the first weighted entry
+        target = max(q / 100.0 * cw[-1] * (1 - 1e-12), 5e-324)
+        i = int(np.searchsorted(cw, target, side="left"))
+        out.append(float(sv[min(i, len(sv) - 1)]))
+    return out
+
+
 def weighted_percentile(values: np.ndarray, weights: np.ndarray, q: float) -> float:
     """Inverted-CDF percentile of `values` repeated `weights` times (NaN when empty)."""
-    v = np.asarray(values, float)
-    w = np.asarray(weights, float)
-    keep = w > 0
-    v, w = v[keep], w[keep]
-    if not len(v):
-        return float("nan")
-    order = np.argsort(v, kind="stable")
-    cw = np.cumsum(w[order])
-    i = int(np.searchsorted(cw, q / 100.0 * cw[-1] * (1 - 1e-12), side="left"))
-    return float(v[order][min(i, len(v) - 1)])
+    return _percentiles(values, weights, (q,))[0]
 
 
 def summary(values: np.ndarray, weights: np.ndarray | None = None) -> dict[str, float]:
@@ -46,8 +65,8 @@ def summary(values: np.ndarray, weights: np.ndarray | None = None) -> dict[str, 
     w = np.ones_like(v) if weights is None else np.asarray(weights, float)
     tot = float(w.sum())
     out = {"mean": float(np.dot(v, w) / tot) if tot > 0 else float("nan")}
-    for q in QUANTILES:
-        out[f"p{q}"] = weighted_percentile(v, w, q)
+    for q, x in zip(QUANTILES, _percentiles(v, weights, QUANTILES), strict=True):
+        out[f"p{q}"] = x
     return out
 
 

@@ -78,8 +78,12 @@ def test_nemotron_h_56b_layers_kv_and_state():
     assert page == 16_900_096 and layers.state_page_bytes(s, 1) == page
     # block size: 16 * cdiv(16,900,096, 16 * 4096 B per token per attention layer) = 4128
     assert layers.effective_block_size(s, 1, 2, 16) == 16 * 258 == 4128
-    # each of the 54 Mamba layers holds one page padded to 4128 * 4096 B
-    assert layers.state_bytes_per_seq(s, 1, 2, 4128) == 54 * 4128 * 4096
+    # vLLM groups layers by spec in groups of min(10 attention, 54 Mamba) = 10 layers: 1
+    # attention group, cdiv(54, 10) = 6 Mamba groups (the last padded with 6 empty slots). A
+    # sequence holds one block per Mamba group, a block being one page padded to 4128 * 4096 B
+    # in each of the 10 slots: 60 pages, 6 blocks of the pool
+    assert layers.state_pages_per_seq(s) == 60 and layers.state_blocks_per_seq(s) == 6
+    assert layers.state_bytes_per_seq(s, 1, 2, 4128) == 60 * 4128 * 4096
     # TP 8: groups 8/8, heads 256/8: conv 3 * 20480/8 * 2 + 32 * 64 * 256 * 4
     assert layers.state_page_bytes(s, 8) == 3 * 20480 / 8 * 2 + 32 * 64 * 256 * 4
 
@@ -212,7 +216,9 @@ def test_lfm2_short_conv_layers():
     assert layers.state_page_bytes(s, 1) == 2 * 2048 * 2 == 8192
     # an attention page of 16 tokens (16 * 2048 B) already holds it: no block size change
     assert layers.effective_block_size(s, 1, 2, 16) == 16
-    assert layers.state_bytes_per_seq(s, 1, 2, 16) == 10 * 16 * 2 * 8 * 64 * 2
+    # groups of min(6, 10) = 6 layers: cdiv(10, 6) = 2 conv groups (12 slots), 2 pool blocks
+    assert layers.state_blocks_per_seq(s) == 2
+    assert layers.state_bytes_per_seq(s, 1, 2, 16) == 12 * 16 * 2 * 8 * 64 * 2
 
 
 def test_glm45_air_moe_gqa_kv():
@@ -410,7 +416,7 @@ def test_state_blocks_per_sequence(catalog):
     # (a block spans every attention layer): 36 / 12 = 3 blocks per running sequence
     s = _spec("qwen3-next-80b-a3b-thinking")
     r = memory_report(s, catalog.gpu("h200"), EngineSettings(tp=4, max_model_len=32768))
-    assert r.state_blocks_per_seq == pytest.approx(3.0)
+    assert r.state_blocks_per_seq == 3 and isinstance(r.state_blocks_per_seq, int)
 
 
 def test_moe_layer_freq_list(tmp_path):

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from capplan.models.closed_loop import BenchmarkProtocol, closed_loop_latency
+from capplan.models.engine import VLLM, ClientJitter
 from capplan.plan.deployment import EngineOptions, calibration_for, resolve_deployment
 from capplan.plan.verify import simulate_closed_loop
 
@@ -78,13 +79,20 @@ GRID = [(4, 1024, 128, 1), (64, 1024, 128, 5), (16, 128, 512, 20), (64, 4096, 25
         (32, 512, 256, 5), (8, 2048, 128, 20)]
 
 
-def test_analytic_agrees_with_simulator_under_the_same_protocol(dep):
-    """Median |error| of mean TTFT and TPOT within 15% (the issue's bar) on a small grid; the
-    full grid is benchmarks/validate_closed_loop.py (docs/queueing.md)."""
+@pytest.mark.parametrize("jitter", [ClientJitter(), VLLM.client_jitter],
+                         ids=["synchronised", "vllm-profile-jitter"])
+def test_analytic_agrees_with_simulator_under_the_same_protocol(dep, jitter):
+    """Median |error| of mean TTFT and TPOT within 15% (the issue's bar) on a small grid,
+    without client jitter and with the vLLM profile's; the full grid is
+    benchmarks/validate_closed_loop.py (docs/queueing.md)."""
     e_ttft, e_tpot = [], []
     for c, isl, osl, rounds in GRID:
-        a = _cl(dep, c, isl, osl, c * rounds)
-        s = simulate_closed_loop(dep, c, isl, osl, requests=c * rounds)
+        s = dep.settings
+        a = closed_loop_latency(dep.step, isl, osl, s.max_num_seqs, s.max_num_batched_tokens,
+                                dep.memory.kv_cache_tokens, s.block_size,
+                                BenchmarkProtocol(c, c * rounds, client_jitter=jitter),
+                                s.profile.scheduler)
+        s = simulate_closed_loop(dep, c, isl, osl, requests=c * rounds, client_jitter=jitter)
         e_ttft.append(a["ttft_s"]["mean"] / s["ttft_s"]["mean"] - 1)
         e_tpot.append(a["tpot_s"] / s["tpot_s"]["mean"] - 1)
     assert np.median(np.abs(e_ttft)) <= 0.15, e_ttft

@@ -1,24 +1,38 @@
-"""The fast engine (capplan/sim/fast.py) gives the reference engine's results exactly.
+"""The fast and compiled engines (capplan/sim/fast.py, compiled.py) give the reference engine's
+results exactly.
 
-Each case runs the same requests through `ContinuousEngine` (the reference) and `FastEngine`
-and compares every request's admission, first-token and finish time (so TTFT and E2E), and
+Each case runs the same requests through `ContinuousEngine` (the reference), `FastEngine` and,
+for open loops when numba is installed, `CompiledEngine`, and compares every request's
+admission, first-token and finish time (so TTFT and E2E), and
 every TBT gap (the per-step gaps with their counts, and the gaps listed one by one), to 1e-9 s.
 The grid: seeds, loads of 10%, 80% and 120% of the configuration's measured capacity, the three
 engine policies (vLLM mixed chunked prefill with preemption, SGLang prefill-first, TensorRT-LLM
 whole prompts with the output reserved), a sliding window, two lanes with priorities, and closed
-loops with and without a per-request overhead.
+loops with and without a per-request overhead (fast engine only: the compiled one leaves closed
+loops to it), and hybrid models' per-sequence state blocks. The compiled engine lists gaps
+outside the per-step counts in another order within a step, so those are compared sorted
+(they enter the metrics as a multiset).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import replace
 
 import numpy as np
 import pytest
 
 from capplan.models.engine import ClientJitter, SchedulerPolicy
-from capplan.sim import ContinuousEngine, FastEngine, Requests, engine_impl, run_scheduler
+from capplan.sim import (
+    ContinuousEngine,
+    FastEngine,
+    Requests,
+    compiled_available,
+    engine_impl,
+    run_scheduler,
+)
 from capplan.sim.workload import Lane
+
+needs_numba = pytest.mark.skipif(not compiled_available(), reason="numba (the fast extra)")
 
 POLICIES = {
     "vllm": SchedulerPolicy(),
@@ -32,15 +46,11 @@ N = 240
 TOL_S = 1e-9
 
 
-@dataclass
-class Windowed:
-    """The real step model of a deployment with a sliding window (attention capped)."""
-
-    inner: object
-    window: float
-
-    def step(self, **kw):  # noqa: ANN003, ANN201
-        return self.inner.step(**kw)
+def windowed(step, window: float):  # noqa: ANN001, ANN201
+    """The deployment's step model with a sliding window on half its attention layers (as
+    Gemma 2 alternates them), so the windowed KV reads enter the step time."""
+    half = float(step.full_layers) / 2
+    return replace(step, window=window, full_layers=half, window_layers=half)
 
 
 def _requests(seed: int, rate: float | None, concurrency: int | None = None) -> Requests:
@@ -51,17 +61,19 @@ def _requests(seed: int, rate: float | None, concurrency: int | None = None) -> 
     return Requests(arr, inp, out, rng.integers(0, 2, N), concurrency)
 
 
-def _run(cls, step, reqs, policy, overhead_s=0.0, jitter=None):
-    eng = cls(step, BLOCKS, BLOCK_SIZE, SEQS, TOKENS, policy)
+def _run(cls, step, reqs, policy, overhead_s=0.0, state_blocks=0, jitter=None):
+    eng = cls(step, BLOCKS, BLOCK_SIZE, SEQS, TOKENS, policy, state_blocks=state_blocks)
     return eng.run(reqs, np.array([1, 0]), request_overhead_s=overhead_s, client_jitter=jitter)
 
 
-def _same(a, b) -> None:
+def _same(a, b, sort_gaps: bool = False) -> None:
     assert a.preemptions == b.preemptions
     for key in ("arrival_at_s", "admitted_at_s", "first_token_at_s", "finished_at_s",
                 "step_start_s", "step_dur_s", "step_tbt_gap_s", "extra_gaps_s"):
         x, y = getattr(a, key), getattr(b, key)
         assert x.shape == y.shape, key
+        if sort_gaps and key == "extra_gaps_s":
+            x, y = np.sort(x), np.sort(y)
         np.testing.assert_allclose(x, y, rtol=0, atol=TOL_S, err_msg=key)
     for key in ("step_tbt_count", "step_running", "step_waiting", "step_kv_blocks"):
         np.testing.assert_array_equal(getattr(a, key), getattr(b, key), err_msg=key)
@@ -82,13 +94,48 @@ def capacity_per_s(llama_h100) -> dict[str, float]:
 @pytest.mark.parametrize("seed", [1, 2])
 @pytest.mark.parametrize("window", [None, 256])
 def test_open_loop_matches_reference(llama_h100, capacity_per_s, policy, load, seed, window):
-    step = llama_h100.step if window is None else Windowed(llama_h100.step, window)
+    step = llama_h100.step if window is None else windowed(llama_h100.step, window)
     reqs = _requests(seed, load * capacity_per_s[policy])
     ref = _run(ContinuousEngine, step, reqs, POLICIES[policy])
     fast = _run(FastEngine, step, reqs, POLICIES[policy])
     _same(fast, ref)
+    if compiled_available():
+        from capplan.sim.compiled import CompiledEngine
+
+        _same(_run(CompiledEngine, step, reqs, POLICIES[policy]), ref, sort_gaps=True)
     if load > 1 and POLICIES[policy].preemption and policy == "vllm":
         assert ref.preemptions > 0  # the overloaded vLLM case exercises preemption
+
+
+def test_windowed_model_caps_attention(llama_h100):
+    # the grid's windowed model is not inert: a decoder with 1,000 tokens of context reads 256
+    # of them in half the layers, so the step is shorter than without the window
+    w = windowed(llama_h100.step, 256.0)
+    capped = float(w.step(num_decode=1, decode_kv_tokens=1000, decode_kv_tokens_window=256,
+                          detail=False)["step_s"])
+    full = float(llama_h100.step.step(num_decode=1, decode_kv_tokens=1000, detail=False)["step_s"])
+    assert capped < full
+
+
+@pytest.mark.parametrize("policy", list(POLICIES))
+@pytest.mark.parametrize("load", [0.8, 1.2, None])
+def test_hybrid_state_blocks_match_reference(llama_h100, capacity_per_s, policy, load):
+    # a hybrid's recurrent state: 6 blocks held per running sequence from admission to finish
+    # or preemption (sim/engine.py), on a pool that binds; load None: a closed loop of 16
+    closed = load is None
+    reqs = _requests(7, None, concurrency=16) if closed else _requests(
+        7, load * capacity_per_s[policy])
+    ref = _run(ContinuousEngine, llama_h100.step, reqs, POLICIES[policy], state_blocks=6)
+    fast = _run(FastEngine, llama_h100.step, reqs, POLICIES[policy], state_blocks=6)
+    _same(fast, ref)
+    if compiled_available() and not closed:
+        from capplan.sim.compiled import CompiledEngine
+
+        comp = _run(CompiledEngine, llama_h100.step, reqs, POLICIES[policy], state_blocks=6)
+        _same(comp, ref, sort_gaps=True)
+    assert ref.step_kv_blocks.max() >= 6 * ref.step_running.max()
+    if not closed and load > 1 and policy == "vllm":
+        assert ref.preemptions > 0  # preemption frees the state blocks too
 
 
 @pytest.mark.parametrize("policy", list(POLICIES))
@@ -110,8 +157,9 @@ def test_closed_loop_with_client_jitter_matches_reference(llama_h100, policy, ov
     # jittered arrivals reach the engine out of sending order; the windowed clock must replay
     # when the estimated clock put them in another order (checked by the equality)
     reqs = _requests(5, None, concurrency=12)
-    ref = _run(ContinuousEngine, llama_h100.step, reqs, POLICIES[policy], overhead_s, jitter)
-    fast = _run(FastEngine, llama_h100.step, reqs, POLICIES[policy], overhead_s, jitter)
+    ref = _run(ContinuousEngine, llama_h100.step, reqs, POLICIES[policy], overhead_s,
+               jitter=jitter)
+    fast = _run(FastEngine, llama_h100.step, reqs, POLICIES[policy], overhead_s, jitter=jitter)
     plain = _run(ContinuousEngine, llama_h100.step, reqs, POLICIES[policy], overhead_s)
     _same(fast, ref)
     # the jitter changed when requests arrived (one check that the test exercises it)
@@ -141,14 +189,29 @@ def test_low_load_is_mostly_skipped_stretches(llama_h100, capacity_per_s):
 
 
 def test_engine_choice():
-    assert engine_impl("continuous") == "fast"
+    big = 10**6
+    auto = "compiled" if compiled_available() else "fast"
+    assert engine_impl("continuous", num_requests=big) == auto
+    assert engine_impl("continuous") == auto
+    # a small run is not worth numba's start-up; closed loops run on the fast engine
+    assert engine_impl("continuous", num_requests=100) == "fast"
+    assert engine_impl("continuous", num_requests=big, closed_loop=True) == "fast"
+    assert engine_impl("continuous", "fast", num_requests=big) == "fast"
     assert engine_impl("continuous", "reference") == "reference"
     assert engine_impl("static", "fast") == "reference"
-    # a feature the fast engine does not declare (e.g. prefix caching) runs on the reference
+    assert engine_impl("static", "compiled") == "reference"
+    # a feature neither fast engine declares (e.g. prefix caching) runs on the reference
     assert engine_impl("continuous", "auto", prefix_caching=True) == "reference"
     assert engine_impl("continuous", "fast", prefix_caching=True) == "reference"
     with pytest.raises(Exception, match="sim-engine"):
         engine_impl("continuous", "turbo")
+
+
+@needs_numba
+def test_compiled_choice():
+    assert engine_impl("continuous", "compiled", num_requests=100) == "compiled"
+    assert engine_impl("continuous", "compiled", closed_loop=True) == "fast"
+    assert engine_impl("continuous", "compiled", prefix_caching=True) == "reference"
 
 
 def test_run_scheduler_results_identical_either_engine(llama_h100):
@@ -169,6 +232,7 @@ SIM = ("simulate", "--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--rate", "30
 
 
 def test_cli_names_the_engine_and_both_give_the_same_answer(run_cli):
+    # auto: 400 requests run on the fast engine (compiled from COMPILED_MIN_REQUESTS)
     fast = run_cli(*SIM, "--format", "json", "--sim-engine", "fast")
     ref = run_cli(*SIM, "--format", "json", "--sim-engine", "reference")
     auto = run_cli(*SIM, "--format", "json")
@@ -183,3 +247,17 @@ def test_cli_names_the_engine_and_both_give_the_same_answer(run_cli):
     assert "simulator engine: reference" in table.stderr
     bad = run_cli(*SIM, "--sim-engine", "turbo")
     assert bad.exit_code == 2 and len(bad.stderr_lines) == 1
+
+
+@needs_numba
+def test_cli_compiled_engine_same_answer(run_cli):
+    comp = run_cli(*SIM, "--format", "json", "--sim-engine", "compiled")
+    ref = run_cli(*SIM, "--format", "json", "--sim-engine", "reference")
+    assert comp.exit_code == ref.exit_code == 0
+    a, b = comp.json(), ref.json()
+    assert (a.pop("engine_impl"), b.pop("engine_impl")) == ("compiled", "reference")
+    for key in ("ttft_s", "tbt_s", "e2e_s", "tpot_s", "queue_s"):
+        for q in ("mean", "p50", "p90", "p99"):
+            assert a[key][q] == pytest.approx(b[key][q], abs=TOL_S), (key, q)
+    assert a["preemptions"] == b["preemptions"]
+    assert "simulator engine: compiled" in run_cli(*SIM, "--sim-engine", "compiled").stderr

@@ -1,0 +1,688 @@
+"""The reference continuous-batching scheduler as a compiled step loop (numba, optional).
+
+`CompiledEngine` runs `capplan.sim.engine`'s scheduler semantics (the module docstring there:
+vLLM V1's mixed chunked prefill with recompute preemption, SGLang's prefill-first steps,
+TensorRT-LLM's whole prompts with the output reserved, sliding windows, priorities) as one
+`numba.njit` loop over struct-of-arrays state, on the exact clock, one step at a time:
+
+- per request, one int32 row per field of `q[FIELD, request]` (prompt, output, priority,
+  reserved blocks, target, computed and generated tokens, state, the steps of its last and
+  first token, finish and admission, a pending first-decode gap, this step's chunk, the
+  context at which it next needs a KV block);
+- the running set as an index array in admission order (so running prefills come in vLLM's
+  order, and the preemption victim, the largest (priority, admission order), is found by one
+  scan from the newest end); the waiting queue as a binary heap keyed (priority, arrival,
+  index), the reference's queue key;
+- the step time from `capplan.models.perf.step_parts`, the same Python function `StepModel`
+  evaluates with numpy, compiled with `numba.njit` and called per step with the model's
+  constants as floats;
+- per step only what the results need: start and duration (float64; under prefill-first also
+  the TBT gap, otherwise the duration is the gap) and the TBT count, running, waiting and KV
+  blocks in use (int32); per request its admission, first-token and finish step (times are
+  read off the step clock afterwards, as the reference does);
+- hybrid models: `state_blocks` pool blocks per running sequence, held from admission to
+  finish or preemption besides its token blocks.
+
+Without numba the functions are plain Python (the same code; tests run them with the JIT off),
+far too slow for large runs: `engine_impl` picks this engine only when numba imports.
+Per-request TTFT, TBT and E2E equal the reference's to 1e-9 s (tests/sim/test_fast_engine.py's
+grid, tests/sim/test_compiled.py).
+Not covered (they run on the other engines, `CompiledEngine.supports`): closed-loop clients,
+prefix caching, step models other than `StepModel`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from capplan.errors import InputError
+from capplan.models import perf
+from capplan.sim.engine import NO_WINDOW, ContinuousEngine
+from capplan.sim.entities import RunRecord
+from capplan.sim.fast import INSTALL_HINT, compiled_supports
+from capplan.sim.workload import Requests
+
+try:  # the optional `fast` extra
+    import numba
+    from numba.extending import register_jitable
+except ImportError:  # pragma: no cover - exercised in a subprocess test
+    numba = None
+
+
+# rows of q[FIELD, request]
+(PROMPT, OUTPUT, PRIO, RESERVED, TARGET, COMPUTED, GENERATED, STATE, LAST_TOK, FIRST_STEP,
+ FIN_STEP, ADM_STEP, FD_LAST, CHUNK, DUE) = range(15)
+NUM_FIELDS = 15
+# q[STATE]
+ARRIVING, WAITING, PREFILLING, DECODING, FINISHED, NEW_DECODER = range(6)
+# scalars sc[...]
+(FREE, NDEC, BUDGET, PREEMPTED_NOW, DEC_DONE, BLOCKED, ADMISSIONS, PREEMPTIONS, DONE, NRUN,
+ NHEAP, NCH, STEP, LAST_DEC, NGAPS, ERR, SUMCTX, SUMCTXW, NPF, NNEED, NFD) = range(21)
+NUM_SCALARS = 21
+# configuration cfg[...]
+(TOTAL, BS, MAX_SEQS, MAX_TOKENS, WINDOW, HAS_WINDOW, PREFILL_FIRST, CHUNKED, CAN_PREEMPT,
+ STATE_BLOCKS) = range(10)
+# error codes sc[ERR]
+ERR_NO_PREEMPTION, ERR_NO_VICTIM, ERR_NO_WORK = 1, 2, 3
+ERRORS = {ERR_NO_PREEMPTION: "out of KV blocks under a policy without preemption: the "
+                             "admission reservation must prevent this",
+          ERR_NO_VICTIM: "no running sequence to preempt",
+          ERR_NO_WORK: "a step with neither prefill nor decode work"}
+
+
+if numba is not None:
+    register_jitable(perf.smooth_max)
+
+    @numba.extending.overload(perf.select)
+    def _select_scalar(cond, a, b):  # noqa: ANN001, ANN202, ARG001
+        return lambda cond, a, b: a if cond else b
+
+    _njit = numba.njit(cache=True)
+    _step_parts = numba.njit(cache=True)(perf.step_parts)
+else:
+    def _njit(f: Callable) -> Callable:
+        return f
+
+    _step_parts = perf.step_parts
+
+
+# -- the waiting queue: a binary heap of request indices keyed (priority, arrival, index) ----
+@_njit
+def _before(a: int, b: int, q: np.ndarray, arr: np.ndarray) -> bool:
+    if q[PRIO, a] != q[PRIO, b]:
+        return q[PRIO, a] < q[PRIO, b]
+    if arr[a] != arr[b]:
+        return arr[a] < arr[b]
+    return a < b
+
+
+@_njit
+def _push(s: int, heap: np.ndarray, sc: np.ndarray, q: np.ndarray, arr: np.ndarray) -> None:
+    i = sc[NHEAP]
+    sc[NHEAP] += 1
+    heap[i] = s
+    while i > 0:
+        p = (i - 1) // 2
+        if not _before(heap[i], heap[p], q, arr):
+            break
+        heap[i], heap[p] = heap[p], heap[i]
+        i = p
+
+
+@_njit
+def _pop(heap: np.ndarray, sc: np.ndarray, q: np.ndarray, arr: np.ndarray) -> int:
+    top = heap[0]
+    n = sc[NHEAP] - 1
+    sc[NHEAP] = n
+    heap[0] = heap[n]
+    i = 0
+    while True:
+        lo, r, m = 2 * i + 1, 2 * i + 2, i
+        if lo < n and _before(heap[lo], heap[m], q, arr):
+            m = lo
+        if r < n and _before(heap[r], heap[m], q, arr):
+            m = r
+        if m == i:
+            return top
+        heap[i], heap[m] = heap[m], heap[i]
+        i = m
+
+
+# -- blocks, the running set, preemption -----------------------------------------------------
+@_njit
+def _held(s: int, computed: int, q: np.ndarray, cfg: np.ndarray) -> int:
+    """KV blocks s holds with `computed` tokens: its recurrent-state blocks plus
+    max(reservation, ceil(computed / block_size)) (the reference's `_held`)."""
+    bs = cfg[BS]
+    return cfg[STATE_BLOCKS] + max(q[RESERVED, s], (computed + bs - 1) // bs)
+
+
+@_njit
+def _unrun(v: int, run: np.ndarray, sc: np.ndarray) -> None:
+    """Take v out of the running set (kept in admission order)."""
+    n = sc[NRUN]
+    j = 0
+    for i in range(n):
+        if run[i] != v:
+            run[j] = run[i]
+            j += 1
+    sc[NRUN] = j
+
+
+@_njit
+def _victim(run: np.ndarray, sc: np.ndarray, q: np.ndarray, cfg: np.ndarray) -> int:
+    """The largest (priority, admission order) running sequence (vLLM V1 preempts the lowest
+    priority, latest admitted one); -1 and an error code when there is none or no preemption.
+    One scan from the newest end (preemptions are rare next to steps; a heap would cost a push
+    per admission)."""
+    if cfg[CAN_PREEMPT] == 0:
+        sc[ERR] = ERR_NO_PREEMPTION
+        return -1
+    best = -1
+    for i in range(sc[NRUN] - 1, -1, -1):  # newest first: ties keep the latest admitted
+        s = run[i]
+        if best < 0 or q[PRIO, s] > q[PRIO, best]:
+            best = s
+    if best < 0:
+        sc[ERR] = ERR_NO_VICTIM
+    return best
+
+
+@_njit
+def _preempt(v: int, q: np.ndarray, sc: np.ndarray, cfg: np.ndarray, run: np.ndarray,
+             heap: np.ndarray, arr: np.ndarray) -> None:
+    """Recompute preemption (the reference's `_preempt`): free v's blocks, back to the queue;
+    a decoder preempted after this step's decode was budgeted gives its token back."""
+    if q[STATE, v] == DECODING:
+        nc = q[COMPUTED, v]
+        sc[NDEC] -= 1
+        sc[SUMCTX] -= nc + 1
+        sc[SUMCTXW] -= min(nc + 1, cfg[WINDOW])
+        if sc[DEC_DONE]:  # its block for this step is allocated and its token budgeted
+            nc += 1
+            sc[BUDGET] += 1
+    else:
+        nc = q[COMPUTED, v] + q[CHUNK, v]
+        q[CHUNK, v] = 0  # a chunk scheduled this step is dropped (its budget is not returned)
+    sc[FREE] += _held(v, nc, q, cfg)
+    q[COMPUTED, v] = 0
+    q[TARGET, v] = q[PROMPT, v] + q[GENERATED, v]
+    q[FD_LAST, v] = -1
+    q[STATE, v] = WAITING
+    _unrun(v, run, sc)
+    _push(v, heap, sc, q, arr)
+    sc[PREEMPTIONS] += 1
+    sc[PREEMPTED_NOW] = 1
+
+
+@_njit
+def _decode_blocks(q: np.ndarray, sc: np.ndarray, cfg: np.ndarray, lists: tuple,
+                   arr: np.ndarray, bufs: tuple) -> None:
+    """Blocks for decoders whose token this step starts a new block (listed when the decoders
+    last advanced); when too few are free, preempt victims until the remaining ones fit (the
+    reference's `_decode_blocks`)."""
+    run, heap = lists[0], lists[1]
+    needl, flag = bufs[2], bufs[3]
+    n_need = sc[NNEED]
+    for i in range(n_need):
+        flag[needl[i]] = 1
+    while sc[FREE] < n_need:
+        v = _victim(run, sc, q, cfg)
+        if v < 0:
+            return
+        _preempt(v, q, sc, cfg, run, heap, arr)
+        if flag[v]:
+            flag[v] = 0
+            n_need -= 1
+    sc[FREE] -= n_need
+    for i in range(sc[NNEED]):
+        s = needl[i]
+        if flag[s]:
+            flag[s] = 0
+            q[DUE, s] += cfg[BS]  # the next block edge of its context
+    sc[NNEED] = 0
+
+
+# -- prefill scheduling ----------------------------------------------------------------------
+@_njit
+def _add_chunk(s: int, c: int, q: np.ndarray, sc: np.ndarray, chl: np.ndarray) -> None:
+    q[CHUNK, s] = c
+    chl[sc[NCH]] = s
+    sc[NCH] += 1
+    sc[BUDGET] -= c
+
+
+@_njit
+def _prefill_running(q: np.ndarray, sc: np.ndarray, cfg: np.ndarray, lists: tuple,
+                     arr: np.ndarray, bufs: tuple) -> None:
+    """Next chunks of running, partially prefilled sequences, in admission order."""
+    run, heap = lists[0], lists[1]
+    pf, chl = bufs[0], bufs[1]
+    for i in range(sc[NPF]):
+        s = pf[i]
+        if sc[BUDGET] <= 0:
+            break
+        if q[STATE, s] != PREFILLING:
+            continue  # preempted earlier in this loop
+        have = q[COMPUTED, s]
+        c = min(q[TARGET, s] - have, sc[BUDGET])
+        nb = _held(s, have + c, q, cfg) - _held(s, have, q, cfg)
+        if nb > sc[FREE] and cfg[PREFILL_FIRST]:
+            sc[BLOCKED] = 1  # a prefill-only step does not preempt: the chunk waits
+            continue
+        while sc[FREE] < nb:
+            v = _victim(run, sc, q, cfg)
+            if v < 0:
+                return
+            _preempt(v, q, sc, cfg, run, heap, arr)
+            if v == s:
+                break
+        if q[STATE, s] != PREFILLING:
+            continue
+        sc[FREE] -= nb
+        _add_chunk(s, c, q, sc, chl)
+
+
+@_njit
+def _admit_waiting(q: np.ndarray, sc: np.ndarray, cfg: np.ndarray, lists: tuple,
+                   arr: np.ndarray, bufs: tuple) -> None:
+    """Waiting requests in queue order while the budget, max_num_seqs and blocks allow."""
+    run, heap = lists[0], lists[1]
+    pf, chl = bufs[0], bufs[1]
+    while sc[NHEAP] > 0 and sc[BUDGET] > 0 and sc[NRUN] < cfg[MAX_SEQS]:
+        s = heap[0]
+        target = q[TARGET, s]
+        c = min(target, sc[BUDGET])
+        if c < target and cfg[CHUNKED] == 0:
+            break  # the whole prompt must fit what is left of the budget
+        nb = _held(s, c, q, cfg)
+        if nb > sc[FREE]:
+            break
+        _pop(heap, sc, q, arr)
+        sc[FREE] -= nb
+        q[STATE, s] = PREFILLING
+        sc[ADMISSIONS] += 1
+        if q[ADM_STEP, s] < 0:
+            q[ADM_STEP, s] = sc[STEP]
+        run[sc[NRUN]] = s
+        sc[NRUN] += 1
+        pf[sc[NPF]] = s
+        sc[NPF] += 1
+        _add_chunk(s, c, q, sc, chl)
+
+
+@_njit
+def _schedule_prefill(budget: int, q: np.ndarray, sc: np.ndarray, cfg: np.ndarray,
+                      lists: tuple, arr: np.ndarray, bufs: tuple) -> bool:
+    sc[BUDGET] = budget
+    sc[BLOCKED] = 0
+    _prefill_running(q, sc, cfg, lists, arr, bufs)
+    if sc[PREEMPTED_NOW] == 0 and sc[BLOCKED] == 0:
+        _admit_waiting(q, sc, cfg, lists, arr, bufs)
+    for i in range(sc[NCH]):
+        if q[CHUNK, bufs[1][i]] > 0:
+            return True
+    return False
+
+
+# -- one step --------------------------------------------------------------------------------
+@_njit
+def _inputs(decode: bool, q: np.ndarray, sc: np.ndarray, cfg: np.ndarray, chl: np.ndarray
+            ) -> tuple:
+    """The step's `StepModel.step` inputs (floats) from its chunks and the decode sums."""
+    w = cfg[WINDOW]
+    wf = float(w)
+    ptok = pairs = pairs_w = pread = pread_w = 0.0
+    nps = ncomp = 0
+    for i in range(sc[NCH]):
+        s = chl[i]
+        c = q[CHUNK, s]
+        if c == 0:
+            continue  # dropped by a preemption
+        p = q[COMPUTED, s]
+        # perf.chunk_attention: c*p + c(c+1)/2 pairs; the window caps keys per query
+        cf, pf = float(c), float(p)
+        pr = cf * pf + cf * (cf + 1) / 2
+        cw = min(cf, wf)
+        ptok += cf
+        pairs += pr
+        pairs_w += min(pr, cf * wf - (p <= 0) * (cw * (cw - 1) / 2))
+        pread += pf
+        pread_w += min(pf, wf)
+        nps += 1
+        ncomp += p + c == q[TARGET, s]
+    nd = kv = kvw = 0
+    if decode:
+        nd, kv = sc[NDEC], sc[SUMCTX]
+        kvw = sc[SUMCTXW] if cfg[HAS_WINDOW] else kv
+    return (float(nd), float(kv), float(kvw), ptok, pairs, pairs_w, pread, pread_w,
+            float(nps), float(nd + ncomp))
+
+
+@_njit
+def _finish(s: int, computed: int, q: np.ndarray, sc: np.ndarray, cfg: np.ndarray) -> None:
+    q[FIN_STEP, s] = sc[STEP]
+    q[STATE, s] = FINISHED
+    sc[FREE] += _held(s, computed, q, cfg)
+    sc[DONE] += 1
+
+
+@_njit
+def _gap(last: int, g: int, sc: np.ndarray, gaps: np.ndarray) -> None:
+    """A token gap outside the per-step counts: (step of a token, step of the next)."""
+    i = sc[NGAPS]
+    if i < gaps.shape[1]:
+        gaps[0, i] = last
+        gaps[1, i] = g
+    sc[NGAPS] = i + 1
+
+
+@_njit
+def _advance_prefills(q: np.ndarray, sc: np.ndarray, cfg: np.ndarray, bufs: tuple,
+                      gaps: np.ndarray) -> None:
+    """After the step: prefill progress; a completed prompt gives a token and then decodes
+    from the next decode step (NEW_DECODER until the decoders have advanced)."""
+    g = sc[STEP]
+    chl = bufs[1]
+    for i in range(sc[NCH]):
+        s = chl[i]
+        c = q[CHUNK, s]
+        if c == 0:
+            continue
+        q[CHUNK, s] = 0
+        q[COMPUTED, s] += c
+        if q[COMPUTED, s] < q[TARGET, s]:
+            continue
+        if q[GENERATED, s] == 0:
+            q[FIRST_STEP, s] = g
+        else:
+            _gap(q[LAST_TOK, s], g, sc, gaps)
+        q[GENERATED, s] += 1
+        q[LAST_TOK, s] = g
+        if q[GENERATED, s] >= q[OUTPUT, s]:
+            _finish(s, q[COMPUTED, s], q, sc, cfg)
+        else:
+            q[STATE, s] = NEW_DECODER
+    sc[NCH] = 0
+    pf, j = bufs[0], 0
+    for i in range(sc[NPF]):  # the prefilling list keeps running prompts only
+        if q[STATE, pf[i]] == PREFILLING:
+            pf[j] = pf[i]
+            j += 1
+    sc[NPF] = j
+
+
+@_njit
+def _start_decoding(s: int, q: np.ndarray, sc: np.ndarray, cfg: np.ndarray, bufs: tuple
+                    ) -> None:
+    """s decodes from the next decode step; its first block edge: the first context beyond
+    what it holds (its reservation, or the blocks of its computed tokens)."""
+    q[STATE, s] = DECODING
+    nc, bs = q[COMPUTED, s], cfg[BS]
+    q[DUE, s] = max(nc + (-nc) % bs, q[RESERVED, s] * bs)
+    if cfg[PREFILL_FIRST]:
+        q[FD_LAST, s] = sc[STEP]
+        bufs[4][sc[NFD]] = s
+        sc[NFD] += 1
+
+
+@_njit
+def _advance_running(decode: bool, q: np.ndarray, sc: np.ndarray, cfg: np.ndarray,
+                     run: np.ndarray, bufs: tuple) -> None:
+    """Decoders get their token (finishing at their last), new decoders join, finished
+    sequences leave the running set; then the decode sums and the decoders whose next token
+    starts a block, in one pass."""
+    g, w, needl = sc[STEP], cfg[WINDOW], bufs[2]
+    j = nd = sumctx = sumw = nneed = 0
+    for i in range(sc[NRUN]):
+        s = run[i]
+        st = q[STATE, s]
+        if st == FINISHED:
+            continue
+        if st == DECODING and decode:
+            c = q[COMPUTED, s] + 1
+            q[COMPUTED, s] = c
+            q[GENERATED, s] += 1
+            q[LAST_TOK, s] = g
+            if q[GENERATED, s] >= q[OUTPUT, s]:
+                _finish(s, c, q, sc, cfg)
+                continue
+        elif st == NEW_DECODER:
+            _start_decoding(s, q, sc, cfg, bufs)
+        run[j] = s
+        j += 1
+        if q[STATE, s] == DECODING:
+            c = q[COMPUTED, s]
+            nd += 1
+            sumctx += c + 1
+            sumw += min(c + 1, w)
+            if c == q[DUE, s]:
+                needl[nneed] = s
+                nneed += 1
+    sc[NRUN] = j
+    sc[NDEC], sc[SUMCTX], sc[SUMCTXW], sc[NNEED] = nd, sumctx, sumw, nneed
+    if decode:
+        sc[LAST_DEC] = g
+
+
+@_njit
+def _first_decode_gaps(q: np.ndarray, sc: np.ndarray, bufs: tuple, gaps: np.ndarray) -> int:
+    """prefill_first: decoders decoding for the first time since their token of a prefill
+    step: their gap is listed one by one; returns how many."""
+    n, fdl = 0, bufs[4]
+    for i in range(sc[NFD]):
+        s = fdl[i]
+        if q[STATE, s] == DECODING and q[FD_LAST, s] >= 0:
+            _gap(q[FD_LAST, s], sc[STEP], sc, gaps)
+            q[FD_LAST, s] = -1
+            n += 1
+    sc[NFD] = 0
+    return n
+
+
+@_njit
+def _schedule(q: np.ndarray, sc: np.ndarray, cfg: np.ndarray, lists: tuple, arr: np.ndarray,
+              bufs: tuple) -> bool:
+    """Schedule one step (the reference's `_exec` up to its record); returns whether it
+    decodes."""
+    sc[PREEMPTED_NOW] = 0
+    sc[DEC_DONE] = 0
+    sc[NCH] = 0
+    if cfg[PREFILL_FIRST]:
+        decode = not _schedule_prefill(cfg[MAX_TOKENS], q, sc, cfg, lists, arr, bufs)
+        if decode:
+            if sc[NDEC] == 0:
+                sc[ERR] = ERR_NO_WORK
+                return False
+            _decode_blocks(q, sc, cfg, lists, arr, bufs)
+        return decode
+    _decode_blocks(q, sc, cfg, lists, arr, bufs)
+    sc[DEC_DONE] = 1
+    _schedule_prefill(cfg[MAX_TOKENS] - sc[NDEC], q, sc, cfg, lists, arr, bufs)
+    return True
+
+
+@_njit
+def _grow(a: np.ndarray) -> np.ndarray:
+    """Room for half as many columns again (1.5x: less unused room than doubling)."""
+    out = np.empty((a.shape[0], a.shape[1] + a.shape[1] // 2), a.dtype)
+    out[:, :a.shape[1]] = a
+    return out
+
+
+@_njit
+def _record(t: float, dur: float, decode: bool, nfd: int, sc: np.ndarray, cfg: np.ndarray,
+            steps: tuple) -> None:
+    """Step samples as scheduled (before it advances): start, duration, TBT gap; TBT count,
+    running, waiting, blocks in use."""
+    sf, si = steps
+    k = sc[STEP]
+    sf[0, k] = t
+    sf[1, k] = dur
+    tbt, prev = 0, -1
+    if decode:
+        tbt, prev = sc[NDEC], k - 1
+        if cfg[PREFILL_FIRST]:
+            tbt, prev = sc[NDEC] - nfd, sc[LAST_DEC]
+    # prefill_first: the gap since the previous decode step, this step's duration when that is
+    # the step before, else between the two steps' ends (otherwise always the duration: the
+    # duration row serves as the gap row)
+    if cfg[PREFILL_FIRST]:
+        if prev == k - 1:
+            sf[2, k] = dur
+        else:
+            j = max(prev, 0)
+            sf[2, k] = (t + dur) - (sf[0, j] + sf[1, j])
+    si[0, k] = tbt
+    si[1, k] = sc[NRUN]
+    si[2, k] = sc[NHEAP]
+    si[3, k] = cfg[TOTAL] - sc[FREE]
+
+
+@_njit
+def _step(t: float, q: np.ndarray, sc: np.ndarray, cfg: np.ndarray, model: tuple,
+          arr: np.ndarray, lists: tuple, bufs: tuple) -> float:
+    """Run step sc[STEP] from time t (schedule, time, record, advance); returns its duration.
+    `model` = (constants, moe); `lists` = (running set, waiting heap, extra gaps, float and
+    int step samples)."""
+    run, _, gaps, sf, si = lists
+    decode = _schedule(q, sc, cfg, lists, arr, bufs)
+    if sc[ERR]:
+        return 0.0
+    dur = float(_step_parts(_inputs(decode, q, sc, cfg, bufs[1]), model[0], model[1])[0])
+    nfd = 0
+    if decode and cfg[PREFILL_FIRST]:
+        nfd = _first_decode_gaps(q, sc, bufs, gaps)
+    _record(t, dur, decode, nfd, sc, cfg, (sf, si))
+    _advance_prefills(q, sc, cfg, bufs, gaps)
+    _advance_running(decode, q, sc, cfg, run, bufs)
+    return dur
+
+
+@_njit
+def simulate_open_loop(arr: np.ndarray, q: np.ndarray, cfg: np.ndarray, consts: tuple,
+                       moe: bool) -> tuple:
+    """Simulate open-loop requests (arrival times `arr`, sorted; state `q`, filled in) to
+    completion. Returns (float step samples (2 or 3, n_steps): start, duration, and with
+    prefill_first the TBT gap; int
+    samples (4, n_steps): TBT count, running, waiting, KV blocks; extra gaps (2, n_gaps) as
+    step pairs; scalars `sc`)."""
+    n = arr.shape[0]
+    sc = np.zeros(NUM_SCALARS, np.int64)
+    sc[FREE] = cfg[TOTAL]
+    sc[LAST_DEC] = -1
+    cap = 1024
+    sf = np.empty((3 if cfg[PREFILL_FIRST] else 2, cap), np.float64)
+    si = np.empty((4, cap), np.int32)
+    gaps = np.empty((2, 1024), np.int64)
+    m = cfg[MAX_SEQS] + 1
+    run, heap = np.empty(m, np.int64), np.empty(max(n, 1), np.int64)
+    # prefilling list, chunk list, decoders due a block, their flags, pending first decodes
+    bufs = (np.empty(m, np.int64), np.empty(m, np.int64), np.empty(m, np.int64),
+            np.zeros(n, np.int8), np.empty(2 * m, np.int64))
+    t, nxt, k = 0.0, 0, 0
+    while sc[DONE] < n:
+        while nxt < n and arr[nxt] <= t:
+            q[STATE, nxt] = WAITING
+            _push(nxt, heap, sc, q, arr)
+            nxt += 1
+        if sc[NRUN] == 0 and sc[NHEAP] == 0:
+            t = max(t, arr[nxt])
+            continue
+        if k == sf.shape[1]:
+            sf, si = _grow(sf), _grow(si)
+        if sc[NGAPS] + cfg[MAX_SEQS] + 1 > gaps.shape[1]:
+            gaps = _grow(gaps)
+        sc[STEP] = k
+        dur = _step(t, q, sc, cfg, (consts, moe), arr, (run, heap, gaps, sf, si), bufs)
+        if sc[ERR]:
+            break
+        t = t + dur
+        k += 1
+    return sf[:, :k], si[:, :k], gaps[:, :sc[NGAPS]], sc
+
+
+@_njit
+def _probe(x: tuple, consts: tuple, moe: bool) -> float:
+    return float(_step_parts(x, consts, moe)[0])
+
+
+PROBE_STEP = (12.0, 5000.0, 4000.0, 300.0, 45150.0, 40000.0, 100.0, 100.0, 1.0, 13.0)
+"""A mixed step whose compiled time is checked against `StepModel.step` before a run."""
+
+
+def _check_kernel(step_model: Any, consts: tuple, moe: bool) -> None:
+    """numba's cache tracks only the file of the function it compiles: after an edit of
+    `perf.step_parts`, the cached loop (which has it compiled in) would keep the old formula.
+    A probe step compiled the same way must equal `StepModel.step`; otherwise drop every cached
+    function of this module and compile afresh."""
+    from capplan.sim.entities import STEP_INPUTS
+
+    want = float(np.asarray(step_model.step(**dict(zip(STEP_INPUTS, PROBE_STEP, strict=True)),
+                                            detail=False)["step_s"]))
+    got = _probe(PROBE_STEP, consts, moe)
+    if numba is None or math.isclose(got, want, rel_tol=1e-12, abs_tol=0.0):
+        return
+    jitted = [f for f in globals().values() if isinstance(f, numba.core.dispatcher.Dispatcher)]
+    for f in jitted:
+        f._cache.flush()  # numba has no public call for this; recompile() flushes one at a time
+    for f in jitted:
+        f.recompile()
+    assert math.isclose(_probe(PROBE_STEP, consts, moe), want, rel_tol=1e-12), \
+        "the compiled step time differs from StepModel.step after recompiling"
+
+
+class CompiledEngine(ContinuousEngine):
+    """`ContinuousEngine`'s scheduler as a compiled loop, the same results (module docstring);
+    its `state_blocks` (hybrid models) included."""
+
+    impl = "compiled"
+
+    @staticmethod
+    def supports(**features: Any) -> bool:
+        """Open-loop runs without prefix caching (`capplan.sim.fast.compiled_supports`)."""
+        return compiled_supports(**features)
+
+    def _arrays(self, reqs: Requests, prio: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Per-request state q[FIELD] and the configuration array of the compiled loop."""
+        n = len(reqs)
+        q = np.full((NUM_FIELDS, n), -1, np.int32)  # tokens, steps < 2^31
+        q[PROMPT] = q[TARGET] = reqs.input_tokens
+        q[OUTPUT] = reqs.output_tokens
+        q[PRIO] = prio[np.asarray(reqs.lane)]
+        r = self.policy.reserve_output_frac
+        # reserved_blocks: ceil((prompt + r * output) / block_size), 0 when r = 0
+        q[RESERVED] = (np.ceil((q[PROMPT] + r * q[OUTPUT]) / self.block_size) if r > 0 else 0)
+        q[COMPUTED] = q[GENERATED] = q[CHUNK] = 0
+        q[STATE] = ARRIVING
+        pol = self.policy
+        cfg = np.array([self.total_blocks, self.block_size, self.max_num_seqs,
+                        self.max_num_batched_tokens, self.window if self.has_window else NO_WINDOW,
+                        self.has_window, pol.prefill_first, pol.chunked_prefill, pol.preemption,
+                        self.state_blocks], np.int64)
+        return q, cfg
+
+    def run(self, reqs: Requests, priorities: np.ndarray | None = None,
+            progress: Callable[[int], None] | None = None,
+            request_overhead_s: float = 0.0) -> RunRecord:
+        if not (np.isfinite(request_overhead_s) and request_overhead_s >= 0):
+            raise InputError(f"request_overhead_s {request_overhead_s}: must be >= 0")
+        if reqs.concurrency is not None:
+            raise InputError("the compiled engine runs open-loop workloads only: use "
+                             "--sim-engine fast or reference for --concurrency")
+        if numba is None:
+            raise InputError(INSTALL_HINT)
+        self._check_requests(reqs)
+        prio = np.zeros(1, np.int64) if priorities is None else np.asarray(priorities, np.int64)
+        q, cfg = self._arrays(reqs, prio)
+        consts = tuple(float(v) for v in self.step_model.constants())
+        moe = bool(float(self.step_model.num_experts) > 0)
+        _check_kernel(self.step_model, consts, moe)
+        arr = np.ascontiguousarray(reqs.arrival_at_s, np.float64)
+        sf, si, gaps, sc = simulate_open_loop(arr, q, cfg, consts, moe)
+        if sc[ERR]:
+            raise AssertionError(ERRORS[int(sc[ERR])])
+        if progress is not None:
+            progress(int(sc[DONE]))
+        starts, dur = sf[0], sf[1]
+        gap = sf[2] if len(sf) > 2 else dur
+        ends = starts + dur
+        return RunRecord(
+            arrival_at_s=arr,
+            admitted_at_s=starts[q[ADM_STEP]],
+            first_token_at_s=ends[q[FIRST_STEP]],
+            finished_at_s=ends[q[FIN_STEP]],
+            input_tokens=np.asarray(reqs.input_tokens),
+            output_tokens=np.asarray(reqs.output_tokens),
+            lane=np.asarray(reqs.lane),
+            step_start_s=starts, step_dur_s=dur,
+            step_tbt_count=si[0], step_tbt_gap_s=gap,
+            extra_gaps_s=ends[gaps[1]] - ends[gaps[0]],
+            step_running=si[1], step_waiting=si[2], step_kv_blocks=si[3],
+            num_gpu_blocks=self.total_blocks, preemptions=int(sc[PREEMPTIONS]),
+            scheduler="continuous",
+        )

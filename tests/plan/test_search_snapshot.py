@@ -1,0 +1,88 @@
+"""The analytic search's answers are unchanged by its speed work (issue 17).
+
+tests/data/search_snapshot.json holds, for two traffic cases over three GPUs (every TP,
+max_num_seqs and chunk size), every fifth candidate's SLO-compliant rate, capacity, replicas,
+binding constraint and p99 TTFT, and the predictions at the planned rate (mean and
+p50/p90/p99 of TTFT, TBT and E2E, step time, throughput). `write_snapshot()` below wrote it
+from main at 4075451 with this branch's E2E terms (models/queueing.py) and none of its speed
+changes (lazy quantiles for the SLO bisection, the fixed point's early stop at rounding,
+memoised parameter counts, flat gathers); every number must stay within 1e-9 relative of it.
+
+Regenerate only when a change is meant to move the model's answers (say so in the commit):
+`.venv/bin/python -c "import runpy; runpy.run_path('tests/plan/test_search_snapshot.py')
+['write_snapshot']()"`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from capplan.catalog.loader import load_catalog
+from capplan.plan.planner import _groups, search_space, traffic_for
+from capplan.plan.schema import PlanFile
+from capplan.plan.search import analytic_search
+
+SNAPSHOT = Path(__file__).parents[1] / "data" / "search_snapshot.json"
+CASES = {
+    "chat-8b": {"model": "llama-3.1-8b",
+                "lane": {"rate_per_s": 30, "input_len": "512", "output_len": "256",
+                         "slo": {"ttft_p99_s": 1.0, "tbt_p99_s": 0.06}}},
+    "rag-70b": {"model": "llama-3.1-70b",
+                "lane": {"rate_per_s": 4, "input_len": "lognormal:mean=2000,p99=8000",
+                         "output_len": "lognormal:mean=300,p99=1200",
+                         "slo": {"ttft_p99_s": 2.0, "e2e_p99_s": 30.0}}},
+}
+GPUS = ["h100-sxm", "a100-sxm-80gb", "l40s"]
+STRIDE = 5
+"""Every fifth candidate is kept (the file stays small; each covers its whole search)."""
+PRED_KEYS = ("step_s", "output_tokens_per_s", "mean_running_batch", "concurrency_cap")
+
+
+def _snapshot(case: dict[str, Any]) -> list[dict[str, Any]]:
+    cat = load_catalog()
+    plan = PlanFile.model_validate({"model": case["model"], "candidates": {"gpus": GPUS},
+                                    "workloads": [{"name": "x", **case["lane"]}]})
+    resolved = cat.resolve_model(plan.model)
+    model = resolved.spec
+    t = traffic_for(list(plan.workloads), model.context_len(plan.engine.max_model_len))
+    space = search_space(cat, plan, model, t, resolved.implied_weight_dtype)
+    found = analytic_search(_groups(cat, model, space), t, plan.headroom)
+    rows = []
+    for c in found.candidates[::STRIDE]:
+        i, j = c.index
+        pred = {f"{m}.{k}": float(np.asarray(v)[i, j]) for m in ("ttft_s", "tbt_s", "e2e_s")
+                for k, v in found.at_plan[m].items()}
+        pred.update({k: float(np.asarray(found.at_plan[k])[i, j]) for k in PRED_KEYS})
+        rows.append({"config": [c.gpu.key, c.settings.tp, c.settings.weight_dtype,
+                                c.settings.max_num_seqs, c.settings.max_num_batched_tokens],
+                     "max_rate_per_s": c.max_rate_per_s, "capacity_per_s": c.capacity_per_s,
+                     "replicas": c.replicas, "binding": c.binding_constraint,
+                     "ttft_p99_s": c.ttft_p99_s, **pred})
+    return rows
+
+
+def write_snapshot() -> None:
+    SNAPSHOT.write_text(json.dumps({k: _snapshot(v) for k, v in CASES.items()}) + "\n")
+
+
+def _close(a: Any, b: Any) -> bool:
+    if isinstance(a, float) and isinstance(b, float):
+        if math.isinf(a) or math.isinf(b) or math.isnan(a) or math.isnan(b):
+            return a == b or (math.isnan(a) and math.isnan(b))
+        return abs(a - b) <= 1e-9 * max(abs(a), abs(b)) or abs(a - b) < 1e-300
+    return a == b
+
+
+def test_search_answers_match_the_snapshot():
+    want = json.loads(SNAPSHOT.read_text())
+    for name, case in CASES.items():
+        got = _snapshot(case)
+        assert len(got) == len(want[name]), name
+        for g, w in zip(got, want[name], strict=True):
+            bad = {k: (g[k], w[k]) for k in w if not _close(g[k], w[k])}
+            assert not bad, (name, w["config"], bad)

@@ -1,0 +1,168 @@
+"""The compiled engine (capplan/sim/compiled.py) beyond the equality grid of test_fast_engine:
+its pure-Python twin (numba's JIT off) gives the same results, capplan works without numba, and
+the recurrent-state blocks of hybrid models are held per running sequence."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+from test_fast_engine import (  # tests/sim is on sys.path (pytest's rootdir imports)
+    BLOCK_SIZE,
+    POLICIES,
+    SEQS,
+    TOKENS,
+    _requests,
+    _same,
+    windowed,
+)
+
+from capplan.sim import ContinuousEngine, Requests, compiled_available
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+PRIO = np.array([1, 0])
+
+needs_numba = pytest.mark.skipif(not compiled_available(), reason="numba (the fast extra)")
+
+
+def _python(code: str, **env: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True,
+                          text=True, env={**os.environ, **env}, timeout=300)
+
+
+@needs_numba
+def test_pure_python_twin_matches_reference():
+    # The same functions run as plain Python (NUMBA_DISABLE_JIT=1): the reference's results on
+    # small overloaded runs of each policy, one with a sliding window.
+    code = """
+        import numpy as np
+        from capplan.catalog.loader import load_catalog
+        from capplan.models.engine import EngineSettings
+        from capplan.plan.deployment import resolve_deployment
+        from capplan.sim import ContinuousEngine, compiled
+        from test_fast_engine import (BLOCK_SIZE, POLICIES, SEQS, TOKENS, _requests, _same,
+                                      windowed)
+        assert not isinstance(compiled.simulate_open_loop, compiled.numba.core.dispatcher
+                              .Dispatcher)  # the JIT is off: a plain function
+        dep = resolve_deployment(load_catalog(()), "llama-3.1-8b", "h100-sxm",
+                                 EngineSettings(max_num_seqs=256, max_num_batched_tokens=8192))
+        for name, policy in POLICIES.items():
+            for step in (dep.step, windowed(dep.step, 256.0)):
+                reqs = _requests(7, 30.0)
+                args = (step, 300, BLOCK_SIZE, SEQS, TOKENS, policy)
+                ref = ContinuousEngine(*args).run(reqs, np.array([1, 0]))
+                twin = compiled.CompiledEngine(*args).run(reqs, np.array([1, 0]))
+                _same(twin, ref, sort_gaps=True)
+                print(name, ref.preemptions)
+    """
+    out = _python(code, NUMBA_DISABLE_JIT="1", PYTHONPATH=HERE)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "vllm" in out.stdout and "no_evict" in out.stdout
+    assert any(int(line.split()[1]) > 0 for line in out.stdout.splitlines())  # preempts
+
+
+BLOCKER = """
+    import sys
+
+    class NoNumba:
+        def find_spec(self, name, path=None, target=None):
+            if name.split(".")[0] in ("numba", "llvmlite"):
+                raise ImportError(f"{name} blocked by the test")
+            return None
+
+    sys.meta_path.insert(0, NoNumba())
+"""
+SIM_ARGS = ["simulate", "--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--rate", "30",
+            "--requests", "300", "--max-num-seqs", "64", "--format", "json"]
+
+
+def test_without_numba_auto_runs_pure_and_compiled_exits_2():
+    code = BLOCKER + f"""
+    import json
+    from capplan.sim import compiled_available, engine_impl
+    assert not compiled_available()
+    assert engine_impl("continuous", num_requests=10**6) == "fast"
+    from capplan.cli import main
+    sys.argv = ["capplan"] + {SIM_ARGS!r} + sys.argv[1:]
+    main()
+    """
+    auto = _python(code)
+    assert auto.returncode == 0, auto.stderr[-2000:]
+    assert '"engine_impl": "fast"' in auto.stdout
+    bad = subprocess.run([sys.executable, "-c", textwrap.dedent(code), "--sim-engine",
+                          "compiled"], capture_output=True, text=True, timeout=300)
+    assert bad.returncode == 2
+    assert bad.stderr.strip().count("\n") == 0, bad.stderr  # one line, no traceback
+    assert "pip install 'capplan[fast]'" in bad.stderr
+
+
+@needs_numba
+def test_state_blocks_are_held_per_running_sequence(llama_h100):
+    # With blocks to spare the schedule does not depend on them, so a hybrid model's k state
+    # blocks per running sequence show up exactly as k x running in the blocks in use.
+    from capplan.sim.compiled import CompiledEngine
+
+    reqs = _requests(8, 30.0)
+    args = (llama_h100.step, 10_000, BLOCK_SIZE, SEQS, TOKENS, POLICIES["vllm"])
+    base = CompiledEngine(*args).run(reqs, PRIO)
+    hybrid = CompiledEngine(*args, state_blocks=3).run(reqs, PRIO)
+    np.testing.assert_array_equal(hybrid.first_token_at_s, base.first_token_at_s)
+    np.testing.assert_array_equal(hybrid.finished_at_s, base.finished_at_s)
+    np.testing.assert_array_equal(hybrid.step_kv_blocks,
+                                  base.step_kv_blocks + 3 * base.step_running)
+    ref = ContinuousEngine(*args).run(reqs, PRIO)
+    _same(base, ref, sort_gaps=True)
+
+
+@needs_numba
+def test_state_blocks_cost_capacity(llama_h100):
+    # In a tight cache the state blocks change the schedule, and every step holds them.
+    from capplan.sim.compiled import CompiledEngine
+
+    reqs = _requests(9, 60.0)
+    args = (llama_h100.step, 300, BLOCK_SIZE, SEQS, TOKENS, POLICIES["vllm"])
+    base = CompiledEngine(*args).run(reqs, PRIO)
+    hybrid = CompiledEngine(*args, state_blocks=4).run(reqs, PRIO)
+    assert hybrid.preemptions > 0
+    assert not np.array_equal(hybrid.finished_at_s, base.finished_at_s)
+    assert (hybrid.step_kv_blocks >= 4 * hybrid.step_running).all()
+    assert hybrid.step_kv_blocks.max() <= 300
+
+
+@needs_numba
+def test_compiled_rejects_closed_loop(llama_h100):
+    from capplan.errors import InputError
+    from capplan.sim.compiled import CompiledEngine
+
+    eng = CompiledEngine(llama_h100.step, 300, BLOCK_SIZE, SEQS, TOKENS)
+    with pytest.raises(InputError, match="open-loop"):
+        eng.run(_requests(3, None, concurrency=4))
+
+
+def test_windowed_helper_is_a_step_model(llama_h100):
+    w = windowed(llama_h100.step, 128.0)
+    assert hasattr(w, "constants") and w.window == 128.0
+
+
+@needs_numba
+@pytest.mark.parametrize(("model", "settings"), [
+    ("gpt-oss-20b", {}),  # MoE, sliding-window layers of 128 tokens
+    ("llama-3.1-70b", {"tp": 2, "pp": 2}),  # all-reduces and pipeline stages
+])
+def test_catalog_models_match_reference(model, settings):
+    from capplan.api import deployment
+    from capplan.sim.compiled import CompiledEngine
+
+    dep = deployment(model, "h100-sxm", **settings)
+    rng = np.random.default_rng(1)
+    n = 200
+    reqs = Requests(np.cumsum(rng.exponential(1 / 20, n)), rng.integers(100, 3000, n),
+                    rng.integers(1, 600, n), np.zeros(n, np.int64))
+    args = (dep.step, 2000, dep.memory.block_size, 64, 2048, dep.settings.profile.scheduler)
+    ref = ContinuousEngine(*args).run(reqs)
+    assert ref.preemptions > 0
+    _same(CompiledEngine(*args).run(reqs), ref, sort_gaps=True)
