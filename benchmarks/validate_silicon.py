@@ -7,15 +7,20 @@ analytic closed-loop model and, with --sim, the simulator.
 
 Honest split: a row is a TRAINING row when sha1(row id) % 3 == 0 (about a third); only training
 rows are used by --fit-host (each engine's host cost per step and per running sequence, from
-TPOT) and by --fit, which fits the two things the data cannot be predicted without:
+TPOT) and by --fit, which fits the things the data cannot be predicted without:
   - each engine's per-request overhead (HTTP, tokenisation, streaming, the client): the
     engine profile's `request_overhead_s`;
   - the benchmark's effective rounds (measured requests per client, N / C), which the dump does
-    not record (AIConfigurator's scripts say 10-20 rounds after 1-2 rounds of warm-up).
+    not record (AIConfigurator's scripts say 10-20 rounds after 1-2 rounds of warm-up);
+  - with --fit-jitter, each engine's client jitter (ClientJitter: per-request and per-streamed-
+    token spread of the delay before a client's next request), jointly with the two above.
 Every table row scores the OTHER rows only.
 
-Run: .venv/bin/python benchmarks/validate_silicon.py [--fit-host] [--fit] [--sim] [--markdown]
-(--fit-host first: the engines' host costs per step and per sequence, from TPOT; then --fit.)
+Run: .venv/bin/python benchmarks/validate_silicon.py [--fit-host] [--fit [--fit-jitter]] [--sim]
+[--no-jitter]
+(--fit-host first: the engines' host costs per step and per sequence, from TPOT; then --fit,
+with --fit-jitter also each engine's client jitter; --no-jitter scores without the profiles'
+client jitter, for comparison.)
 """
 
 from __future__ import annotations
@@ -243,9 +248,10 @@ def main() -> None:
         fit(cat, agg_rows(), JITTER_GRID if "--fit-jitter" in sys.argv else (NO_JITTER,))
         return
     scored = []
+    jitter = NO_JITTER if "--no-jitter" in sys.argv else None  # None: the profiles' own
     for r in agg_rows():
         try:
-            p = predict(cat, r, with_sim, SILICON_ROUNDS[r["backend"]])
+            p = predict(cat, r, with_sim, SILICON_ROUNDS[r["backend"]], jitter=jitter)
         except CapplanError:
             p = None
         if p is not None:
