@@ -100,3 +100,36 @@ def test_analytic_break_up_agrees_with_simulator(dep, c, isl, osl, jitter):
     sync = simulate_closed_loop(dep, c, isl, osl, requests=10 * c, client_jitter=ClientJitter())
     assert a == pytest.approx(s["ttft_s"]["mean"], rel=0.25)
     assert s["ttft_s"]["mean"] < 0.8 * sync["ttft_s"]["mean"]  # the jitter did break cohorts
+
+
+def test_latency_and_simulate_concurrency_use_the_profile_jitter(run_cli, catalog):
+    # `latency --concurrency` is the analytic closed loop with the engine profile's jitter
+    # (vLLM's is not zero); `simulate --concurrency` runs the simulator with it
+    import json
+
+    from capplan.models.engine import VLLM
+
+    args = ("--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--concurrency", "16",
+            "--input-len", "1024", "--output-len", "256")
+    lat = run_cli("latency", *args, "--num-prompts", "160", "--format", "json")
+    assert lat.exit_code == 0, lat.stderr
+    got = json.loads(lat.stdout)["ttft_s"]["mean"]
+    dep = resolve_deployment(catalog, "llama-3.1-8b", "h100-sxm", EngineOptions(),
+                             calibration_for(catalog, catalog.gpu("h100-sxm"), None))
+    assert VLLM.client_jitter.active
+
+    def analytic(jitter):
+        s = dep.settings
+        return closed_loop_latency(dep.step, 1024, 256, s.max_num_seqs,
+                                   s.max_num_batched_tokens, dep.memory.kv_cache_tokens,
+                                   s.block_size, BenchmarkProtocol(16, 160, client_jitter=jitter),
+                                   s.profile.scheduler)["ttft_s"]["mean"]
+
+    assert got == pytest.approx(analytic(VLLM.client_jitter), rel=1e-6)
+    assert got != pytest.approx(analytic(ClientJitter()), rel=0.02)
+    sim = run_cli("simulate", *args, "--requests", "160", "--format", "json")
+    assert sim.exit_code == 0, sim.stderr
+    simulated = simulate_closed_loop(dep, 16, 1024, 256, requests=160)
+    out = json.loads(sim.stdout)
+    res = out["results"]["continuous"] if "results" in out else out
+    assert res["ttft_s"]["mean"] == pytest.approx(simulated["ttft_s"]["mean"], rel=1e-6)
