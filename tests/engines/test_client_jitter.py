@@ -8,6 +8,8 @@ import math
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from capplan.errors import InputError
 from capplan.models.closed_loop import (
@@ -133,3 +135,23 @@ def test_latency_and_simulate_concurrency_use_the_profile_jitter(run_cli, catalo
     out = json.loads(sim.stdout)
     res = out["results"]["continuous"] if "results" in out else out
     assert res["ttft_s"]["mean"] == pytest.approx(simulated["ttft_s"]["mean"], rel=1e-6)
+
+
+@settings(max_examples=30, deadline=None)
+@given(c=st.integers(2, 48), isl=st.sampled_from([128, 512, 1024, 3000]),
+       osl=st.integers(2, 600), request_ms=st.floats(0, 300), per_token_ms=st.floats(0, 5))
+def test_jittered_steady_ttft_lies_between_one_prompt_alone_and_a_full_train(
+        dep, c, isl, osl, request_ms, per_token_ms):
+    # a returning prompt takes at least a prefill step of its own (with the others decoding,
+    # here bounded below by the step with none) and at most the wait for every running prompt
+    # prefilled back to back at the full budget, plus the decode step it landed in
+    jitter = ClientJitter(request_s=request_ms / 1e3, per_token_s=per_token_ms / 1e3)
+    r = _cl(dep, c, isl, osl, 5 * c, jitter)
+    ctx = isl + osl / 2
+    alone = cohort_step_s(dep.step, 1, isl, 0, ctx)
+    k = max(math.floor(dep.settings.max_num_batched_tokens / isl), 1)
+    full = cohort_step_s(dep.step, k, isl, r["running"], ctx)
+    train = math.ceil(r["running"] / k) * full + r["decode_step_s"]
+    steady = r["ttft_steady_s"] - r["slot_wait_s"]
+    assert alone * 0.999 <= steady <= train * 1.001
+    assert math.isfinite(r["tpot_s"]) and r["tpot_s"] > 0
