@@ -41,6 +41,7 @@ import numpy as np
 
 from capplan.errors import InputError
 from capplan.models import perf
+from capplan.models.engine import ClientJitter
 from capplan.sim.engine import NO_WINDOW, ContinuousEngine
 from capplan.sim.entities import RunRecord
 from capplan.sim.fast import INSTALL_HINT, compiled_supports
@@ -648,7 +649,11 @@ class CompiledEngine(ContinuousEngine):
 
     def run(self, reqs: Requests, priorities: np.ndarray | None = None,
             progress: Callable[[int], None] | None = None,
-            request_overhead_s: float = 0.0) -> RunRecord:
+            request_overhead_s: float = 0.0,
+            client_jitter: ClientJitter | None = None) -> RunRecord:
+        """`client_jitter` delays a closed loop's next request (models/engine.ClientJitter); the
+        compiled engine runs open loops only, where the reference ignores it too."""
+        del client_jitter  # open loop: arrivals are given
         if not (np.isfinite(request_overhead_s) and request_overhead_s >= 0):
             raise InputError(f"request_overhead_s {request_overhead_s}: must be >= 0")
         if reqs.concurrency is not None:
