@@ -854,18 +854,29 @@ class _State:
                 counts[min(step, len(counts) - 1):] = -1
         return counts
 
+    def _clock(self) -> tuple[int, int, _Estimator]:
+        """The windowed clock's first window, its cap and the step-time estimator. A closed
+        loop without overhead needs no clock to schedule: long windows never roll back."""
+        cap = 1024 if self.closed and not self.timed else WINDOW_MAX
+        return min(64, cap), cap, _Estimator(self.e.step_model, self.e.max_num_batched_tokens)
+
+    def _wait(self, t_s: float) -> float | None:
+        """Admit what has arrived by t_s; when the engine is then idle, the time of the next
+        arrival (the loop jumps there), else None."""
+        self._arrive(t_s)
+        if not self._idle():
+            return None
+        sent = self.next_request if self.closed else self.n
+        assert self.next_arrival < sent, "the engine is idle with requests left"
+        return max(t_s, self._arrival_time(self.next_arrival))
+
     def simulate(self, progress: Callable[[int], None] | None) -> None:
         t_s = 0.0
-        # a closed loop without overhead needs no clock to schedule: long windows never roll back
-        cap = 1024 if self.closed and not self.timed else WINDOW_MAX
-        window = min(64, cap)
-        est = _Estimator(self.e.step_model, self.e.max_num_batched_tokens)
+        window, cap, est = self._clock()
         while self.done < self.n:
-            self._arrive(t_s)
-            if self._idle():
-                sent = self.next_request if self.closed else self.n
-                assert self.next_arrival < sent, "the engine is idle with requests left"
-                t_s = max(t_s, self._arrival_time(self.next_arrival))
+            jump = self._wait(t_s)
+            if jump is not None:
+                t_s = jump
                 continue
             w0, first = len(self.log), self.next_arrival
             snap = self._snapshot()

@@ -39,7 +39,7 @@ from numpy.lib.recfunctions import repack_fields
 
 from capplan.errors import InputError
 from capplan.models.engine import ClientJitter
-from capplan.sim.engine import WINDOW_MAX, ContinuousEngine, _Estimator, _State, step_times
+from capplan.sim.engine import ContinuousEngine, _State, step_times
 from capplan.sim.entities import STEP_DTYPE, RunRecord, StepRecord, step_array
 from capplan.sim.workload import Requests
 
@@ -205,15 +205,11 @@ class _FastState(_State):
         """The reference's windowed clock; a stretch of same-shape decode steps runs on the
         exact clock from a window's start (`_run`), so it is never rolled back."""
         t_s = 0.0
-        cap = 1024 if self.closed and not self.timed else WINDOW_MAX
-        window = min(64, cap)
-        est = _Estimator(self.e.step_model, self.e.max_num_batched_tokens)
+        window, cap, est = self._clock()
         while self.done < self.n:
-            self._arrive(t_s)
-            if self._idle():
-                sent = self.next_request if self.closed else self.n
-                assert self.next_arrival < sent, "the engine is idle with requests left"
-                t_s = max(t_s, self._arrival_time(self.next_arrival))
+            jump = self._wait(t_s)
+            if jump is not None:
+                t_s = jump
                 continue
             self._flush_log()
             kq = self._quiet_bound()
