@@ -260,6 +260,11 @@ def _trtllm_defaults(gpu: GpuLike, tp: int) -> EngineDefaults:
     return EngineDefaults(2048, 8192, 0.9, 32)
 
 
+HOST_COSTS_SOURCE = ("step_overhead_s, per_seq_overhead_s and request_overhead_s fitted on the "
+                     "silicon training rows (sha1(id) % 3 == 0; benchmarks/validate_silicon.py "
+                     "--fit-host, --fit; docs/validation.md)")
+
+
 VLLM = EngineProfile(
     name="vllm",
     version="0.10-0.11 (V1 engine)",
@@ -279,9 +284,7 @@ VLLM = EngineProfile(
                 "block_size": "--block-size", "kv_fp8": "--kv-cache-dtype fp8",
                 "quant_fp8": "--quantization fp8"},
     sources={
-        "host_costs": "step_overhead_s, per_seq_overhead_s and request_overhead_s fitted "
-                      "on the silicon training rows (sha1(id) % 3 == 0; "
-                      "benchmarks/validate_silicon.py --fit-host, --fit; docs/validation.md)",
+        "host_costs": HOST_COSTS_SOURCE,
         "client_jitter": "fitted on the silicon training rows with the request overhead and "
                          "rounds (benchmarks/validate_silicon.py --fit --fit-jitter; "
                          "docs/validation.md); SGLang's and TensorRT-LLM's rows fit best "
@@ -312,9 +315,7 @@ SGLANG = EngineProfile(
                 "block_size": "--page-size", "kv_fp8": "--kv-cache-dtype fp8_e4m3",
                 "quant_fp8": "--quantization fp8"},
     sources={
-        "host_costs": "step_overhead_s, per_seq_overhead_s and request_overhead_s fitted "
-                      "on the silicon training rows (sha1(id) % 3 == 0; "
-                      "benchmarks/validate_silicon.py --fit-host, --fit; docs/validation.md)",
+        "host_costs": HOST_COSTS_SOURCE,
         "memory": "python/sglang/srt/model_executor/model_runner.py profile_max_num_token "
                   "(v0.5): rest_memory = available - total * (1 - mem_fraction_static)",
         "scheduler": "python/sglang/srt/managers/scheduler.py get_next_batch_to_run (v0.5): "
@@ -344,9 +345,7 @@ TRTLLM = EngineProfile(
                 "max_model_len": "--max_seq_len",
                 "kv_fp8": "--extra_llm_api_options kv_fp8.yaml  # kv_cache_config: {dtype: fp8}"},
     sources={
-        "host_costs": "step_overhead_s, per_seq_overhead_s and request_overhead_s fitted "
-                      "on the silicon training rows (sha1(id) % 3 == 0; "
-                      "benchmarks/validate_silicon.py --fit-host, --fit; docs/validation.md)",
+        "host_costs": HOST_COSTS_SOURCE,
         "memory": "tensorrt_llm/llmapi/llm_args.py KvCacheConfig.free_gpu_memory_fraction "
                   "(default 0.9 of free memory after the model is loaded)",
         "scheduler": "tensorrt_llm/llmapi/llm_args.py CapacitySchedulerPolicy "
