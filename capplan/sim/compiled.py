@@ -42,7 +42,7 @@ import numpy as np
 from capplan.errors import InputError
 from capplan.models import perf
 from capplan.models.engine import ClientJitter
-from capplan.sim.engine import NO_WINDOW, ContinuousEngine
+from capplan.sim.engine import NO_WINDOW, ContinuousEngine, check_overhead
 from capplan.sim.entities import RunRecord
 from capplan.sim.fast import INSTALL_HINT, compiled_supports
 from capplan.sim.workload import Requests
@@ -654,8 +654,7 @@ class CompiledEngine(ContinuousEngine):
         """`client_jitter` delays a closed loop's next request (models/engine.ClientJitter); the
         compiled engine runs open loops only, where the reference ignores it too."""
         del client_jitter  # open loop: arrivals are given
-        if not (np.isfinite(request_overhead_s) and request_overhead_s >= 0):
-            raise InputError(f"request_overhead_s {request_overhead_s}: must be >= 0")
+        check_overhead(request_overhead_s)
         if reqs.concurrency is not None:
             raise InputError("the compiled engine runs open-loop workloads only: use "
                              "--sim-engine fast or reference for --concurrency")

@@ -169,14 +169,24 @@ class ContinuousEngine:
         is overhead + spread * e with e ~ Exp(1) pre-drawn per request from the jitter's seed
         (ClientJitter); requests then reach the engine in the order of their delays.
         """
-        if not (np.isfinite(request_overhead_s) and request_overhead_s >= 0):
-            raise InputError(f"request_overhead_s {request_overhead_s}: must be >= 0")
+        check_overhead(request_overhead_s)
         self._check_requests(reqs)
         prio = np.zeros(1, np.int64) if priorities is None else np.asarray(priorities)
-        st = _State(self, reqs, prio[reqs.lane].tolist(), float(request_overhead_s),
-                    client_jitter)
+        st = self._state_cls(self, reqs, prio[reqs.lane].tolist(), float(request_overhead_s),
+                             client_jitter)
         st.simulate(progress)
         return st.record()
+
+    @property
+    def _state_cls(self) -> type[_State]:
+        """The scheduler state that runs the simulation (a faster engine substitutes its own)."""
+        return _State
+
+
+def check_overhead(request_overhead_s: float) -> None:
+    """A per-request overhead must be a finite number >= 0 (one-line error otherwise)."""
+    if not (np.isfinite(request_overhead_s) and request_overhead_s >= 0):
+        raise InputError(f"request_overhead_s {request_overhead_s}: must be >= 0")
 
 
 @dataclass(slots=True)

@@ -37,11 +37,8 @@ from typing import Any
 import numpy as np
 from numpy.lib.recfunctions import repack_fields
 
-from capplan.errors import InputError
-from capplan.models.engine import ClientJitter
 from capplan.sim.engine import ContinuousEngine, _State, step_times
 from capplan.sim.entities import STEP_DTYPE, RunRecord, StepRecord, step_array
-from capplan.sim.workload import Requests
 
 ENGINE_IMPLS = ("auto", "compiled", "fast", "reference")
 """`--sim-engine`: auto takes the compiled engine (numba installed, a large run), else the fast
@@ -295,15 +292,6 @@ class FastEngine(ContinuousEngine):
         any other truthy feature, e.g. prefix caching, goes to the reference engine)."""
         return not any(v for k, v in features.items() if k != "closed_loop")
 
-    def run(self, reqs: Requests, priorities: np.ndarray | None = None,
-            progress: Callable[[int], None] | None = None,
-            request_overhead_s: float = 0.0,
-            client_jitter: ClientJitter | None = None) -> RunRecord:
-        if not (np.isfinite(request_overhead_s) and request_overhead_s >= 0):
-            raise InputError(f"request_overhead_s {request_overhead_s}: must be >= 0")
-        self._check_requests(reqs)
-        prio = np.zeros(1, np.int64) if priorities is None else np.asarray(priorities)
-        st = _FastState(self, reqs, prio[reqs.lane].tolist(), float(request_overhead_s),
-                        client_jitter)
-        st.simulate(progress)
-        return st.record()
+    @property
+    def _state_cls(self) -> type[_State]:
+        return _FastState
