@@ -170,7 +170,7 @@ def _curve(r: Recommendation, t: Traffic) -> Curve:
            for k, x in enumerate(rates)]
     label = (f"{c.gpu.key} tp{s.tp} {s.weight_dtype} seqs{s.max_num_seqs} "
              f"chunk{s.max_num_batched_tokens}")
-    return Curve(label, pts, s.tp * s.pp)
+    return Curve(label, pts, s.tp * s.pp * s.attention_dp)
 
 
 def _warnings(r: Recommendation, ctx_mean: float) -> list[str]:
@@ -294,7 +294,8 @@ def _near_floor_note(c: Candidate, found: SearchResult, t: Traffic, headroom: fl
             f"{c.max_rate_per_s:.3g} req/s, {c.max_rate_per_s / c.capacity_per_s:.0%} of the "
             f"{c.capacity_per_s:.3g} req/s it sustains, so {c.replicas} replicas "
             f"({c.gpus_total} GPUs) would be needed; relaxing {relax or 'them'} lets replicas "
-            f"run at half their capacity ({reps} replicas, {reps * s.tp * s.pp} GPUs), "
+            f"run at half their capacity ({reps} replicas, {reps * s.tp * s.pp * s.attention_dp} "
+            f"GPUs), "
             "as may a faster GPU or more TP")
 
 
