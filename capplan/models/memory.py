@@ -299,7 +299,7 @@ CUDA_GRAPH_PER_LAYER_BYTES = 8 * MIB_BYTES
 
 def runtime_overhead_bytes(model: ModelSpec, settings: EngineSettings) -> tuple[float, float]:
     """(non-torch memory counted in the KV budget, CUDA-graph memory outside it or not)."""
-    non_torch = NON_TORCH_BASE_BYTES + (NON_TORCH_TP_BYTES if settings.tp > 1 else 0.0)
+    non_torch = NON_TORCH_BASE_BYTES + (NON_TORCH_TP_BYTES if settings.world_size > 1 else 0.0)
     graphs = 0.0
     if not settings.enforce_eager:
         graphs = CUDA_GRAPH_BASE_BYTES + CUDA_GRAPH_PER_LAYER_BYTES * cdiv(model.num_layers,
