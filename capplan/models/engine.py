@@ -214,6 +214,8 @@ class EngineProfile:
     """Whether the engine runs attention data parallelism inside one replica."""
     supports_expert_parallel: bool = True
     """Whether the engine shards MoE experts across GPUs (expert parallelism)."""
+    attention_dp_tp1: bool = False
+    """Attention DP runs one rank per GPU (attention TP 1): TensorRT-LLM enable_attention_dp."""
     expert_parallel_is_world: bool = False
     """The engine's EP size is always the whole world (tp x attention_dp) when EP is on
     (vLLM --enable-expert-parallel), so no other EP size can be launched."""
@@ -289,7 +291,7 @@ VLLM = EngineProfile(
                 "max_num_batched_tokens": "--max-num-batched-tokens",
                 "memory_fraction": "--gpu-memory-utilization", "max_model_len": "--max-model-len",
                 "block_size": "--block-size", "kv_fp8": "--kv-cache-dtype fp8",
-                "quant_fp8": "--quantization fp8", "attention_dp": "--data-parallel-size",
+                "quant_fp8": "--quantization fp8", "attention_dp": "--data-parallel-size {n}",
                 "expert_parallel": "--enable-expert-parallel"},
     expert_parallel_is_world=True,
     sources={
@@ -326,8 +328,8 @@ SGLANG = EngineProfile(
                 "max_num_batched_tokens": "--chunked-prefill-size",
                 "memory_fraction": "--mem-fraction-static", "max_model_len": "--context-length",
                 "block_size": "--page-size", "kv_fp8": "--kv-cache-dtype fp8_e4m3",
-                "quant_fp8": "--quantization fp8", "attention_dp": "--enable-dp-attention --dp",
-                "expert_parallel": "--ep-size"},
+                "quant_fp8": "--quantization fp8", "attention_dp": "--enable-dp-attention --dp {n}",
+                "expert_parallel": "--ep-size {n}"},
     sources={
         "host_costs": HOST_COSTS_SOURCE,
         "layouts": "python/sglang/srt/server_args.py (v0.5): --tp is the world size; "
@@ -361,13 +363,14 @@ TRTLLM = EngineProfile(
                 "memory_fraction": "--kv_cache_free_gpu_memory_fraction",
                 "max_model_len": "--max_seq_len",
                 "kv_fp8": "--extra_llm_api_options kv_fp8.yaml  # kv_cache_config: {dtype: fp8}",
-                "attention_dp": "--extra_llm_api_options attention_dp.yaml  "
-                                "# enable_attention_dp: true",
-                "expert_parallel": "--ep_size"},
+                "attention_dp": "--extra_llm_api_options attention_dp.yaml",
+                "expert_parallel": "--ep_size {n}"},
+    attention_dp_tp1=True,
     sources={
         "host_costs": HOST_COSTS_SOURCE,
         "layouts": "tensorrt_llm/llmapi/llm_args.py (1.x): tensor_parallel_size is the world "
-                   "size; enable_attention_dp runs attention data parallel over it; "
+                   "size; enable_attention_dp (attention_dp.yaml: enable_attention_dp: true) "
+                   "makes every rank its own attention DP rank (attention TP 1); "
                    "moe_expert_parallel_size x moe_tensor_parallel_size = tensor_parallel_size",
         "memory": "tensorrt_llm/llmapi/llm_args.py KvCacheConfig.free_gpu_memory_fraction "
                   "(default 0.9 of free memory after the model is loaded)",

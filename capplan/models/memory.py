@@ -381,6 +381,10 @@ def validate_settings(model: ModelSpec, s: EngineSettings, gpu: GpuSpec | None =
         raise InputError(f"--tp {s.tp}: a {gpu.key} node connects at most "
                          f"{gpu.interconnect.max_gpus_per_node} GPUs ({gpu.interconnect.kind}); "
                          "split across nodes with --pp instead")
+    if gpu is not None and s.world_size > gpu.interconnect.max_gpus_per_node:
+        raise InputError(f"--tp {s.tp} x --attention-dp {s.attention_dp}: a {gpu.key} node "
+                         f"connects at most {gpu.interconnect.max_gpus_per_node} GPUs; DP "
+                         "attention and EP across nodes are not modelled")
 
 
 def validate_layout(model: ModelSpec, s: EngineSettings) -> None:
@@ -392,6 +396,9 @@ def validate_layout(model: ModelSpec, s: EngineSettings) -> None:
     p = s.profile
     if dp > 1 and not p.supports_attention_dp:
         raise InputError(f"--attention-dp {dp}: {p.name} has no attention data parallelism")
+    if dp > 1 and p.attention_dp_tp1 and s.tp != 1:
+        raise InputError(f"--attention-dp {dp}: {p.name} runs attention DP with one GPU per "
+                         f"rank (use --tp 1, not {s.tp})")
     if ep == 1:
         return
     if model.moe is None:

@@ -104,6 +104,11 @@ def search_space(cat: Catalog, plan: PlanFile, model: ModelSpec, t: Traffic,
     need = t.inp.q["p99"] + t.out.q["p99"]
     auto_len = min(model.max_position_embeddings, max(4096, 2 ** math.ceil(math.log2(2 * need))))
     max_len = plan.engine.max_model_len or auto_len
+    for key in ("attention_dp", "expert_parallel"):
+        if getattr(plan.engine, key) != 1:
+            raise InputError(f"engine.{key} {getattr(plan.engine, key)}: recommend and plan "
+                             "search plain TP layouts; size DP/EP layouts with `capplan "
+                             "latency --attention-dp N --expert-parallel N`")
     if max_len > model.max_position_embeddings:
         raise InputError(f"engine.max_model_len {max_len} exceeds {model.key}'s "
                          f"{model.max_position_embeddings}")

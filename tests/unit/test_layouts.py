@@ -151,3 +151,46 @@ def test_memory_cli_reports_the_layout(run_cli):
     data = res.json()
     assert (data["attention_dp"], data["expert_parallel"], data["gpus_per_replica"]) == (2, 2, 2)
     assert data["replica_kv_cache_tokens"] == 2 * data["kv_cache_tokens"]
+
+
+def test_launch_lines_carry_the_layout(catalog):
+    from types import SimpleNamespace
+
+    from capplan.plan.flags import engine_flags
+    from tests.plan.test_flags import parse_cmd, rec, sglang_flags, vllm_flags
+
+    model = catalog.resolve_model("gpt-oss-120b").spec
+    traffic = SimpleNamespace(inp=SimpleNamespace(mean=1000.0), out=SimpleNamespace(mean=300.0))
+    lines = engine_flags(model, rec(tp=1, attention_dp=2, expert_parallel=2), traffic)
+    v = vllm_flags(lines["vllm"])  # attention group TP 1, two DP engines, EP over both
+    assert (v["--tensor-parallel-size"], v["--data-parallel-size"]) == ("1", "2")
+    assert "--enable-expert-parallel" in v and v["--enable-expert-parallel"] is None
+    s = sglang_flags(lines["sglang"])  # --tp is the world: 1 x 2 GPUs, split by --dp
+    assert (s["--tp"], s["--dp"], s["--ep-size"]) == ("2", "2", "2")
+    assert "--enable-dp-attention" in s
+    t = parse_cmd(lines["trtllm"], 4)  # trtllm-serve MODEL --backend pytorch
+    assert (t["--tp_size"], t["--ep_size"]) == ("2", "2")
+    assert t["--extra_llm_api_options"] == "attention_dp.yaml"
+    plain = engine_flags(model, rec(tp=2), traffic)
+    assert "--data-parallel-size" not in plain["vllm"] and "--dp" not in plain["sglang"]
+
+
+PLAN = """version: 1
+model: openai/gpt-oss-120b
+candidates: {{gpus: [b200], tp: [1]}}
+engine: {{{engine}}}
+workloads:
+  - {{name: chat, rate_per_s: 2, input_len: 1000, output_len: 200,
+     slo: {{ttft_p99_s: 2.0, tbt_p99_s: 0.1}}}}
+"""
+
+
+@pytest.mark.parametrize(("engine", "fragment"), [
+    ("attention_dp: 2", "engine.attention_dp 2: recommend and plan search plain TP"),
+    ("expert_parallel: 0", "expert_parallel"),
+    ("attention_db: 2", "attention_dp"),  # unknown key: names the nearest valid one
+])
+def test_plan_file_layout_keys(run_cli, tmp_path, engine, fragment):
+    p = tmp_path / "plan.yaml"
+    p.write_text(PLAN.format(engine=engine))
+    assert_one_line_error(run_cli("plan", str(p), "--no-verify"), fragment)
