@@ -649,6 +649,10 @@ class QueueModel:
         sizes over the prompts' range), else prompt / budget full chunks."""
         lo = np.minimum(prompt.min(), budget)
         width = np.minimum(prompt.max(), budget) - lo
+        if prompt.size > 1 and prompt.min() == prompt.max():
+            # one prompt length (a fixed length's strata): every stratum's value is the first's
+            one = self._own_values(b, budget, t_full, prompt[:1])
+            return np.broadcast_to(one, one.shape[:-1] + prompt.shape).copy()
         nodes = np.linspace(0.0, 1.0, _OWN_NODES + 1)
         t_nodes = np.stack([self._mixed(b, np.maximum(lo + width * x, 1.0)) for x in nodes], -1)
         pos = (np.minimum(prompt, budget[..., None]) - lo[..., None]) / np.maximum(
