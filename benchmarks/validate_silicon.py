@@ -31,7 +31,7 @@ import hashlib
 import math
 import sys
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -45,7 +45,7 @@ from capplan.plan.deployment import EngineOptions, calibration_for, resolve_depl
 DATA = Path(__file__).resolve().parents[1].parent / "shared" / "validation" / "silicon_sample.csv"
 SYSTEMS = {"h200_sxm": "h200", "b200_sxm": "b200", "b300_sxm": "b300", "gb200": "gb200",
            "gb300": "gb300"}
-SILICON_ROUNDS = {"vllm": 3.0, "sglang": 3.0, "trtllm": 10.0}
+SILICON_ROUNDS = {"vllm": 4.0, "sglang": 1.5, "trtllm": 8.0}
 """Measured requests per client of the silicon benchmark (N / C) per engine's harness, fitted on
 the training rows (--fit; docs/validation.md): the dump does not record the protocol."""
 ROUNDS_GRID = (1, 1.5, 2, 3, 4, 5, 6, 8, 10, 15, 20)
@@ -129,14 +129,13 @@ def deployment(cat, r: dict[str, str], overhead_s: float | None = None,
     isl, osl = int(r["isl"]), int(r["osl"])
     kvd = "fp8" if r["precision"] in ("fp8", "fp4", "nvfp4") else "auto"
     key = (r["backend"], r["model_path"], r["system"], tp, dp, ep, r["precision"], isl, osl, c,
-           overhead_s, host)
+           overhead_s, host, r.get("batch_size"))
     if key not in _DEPS:
-        # The benchmark sizes the engine for its concurrency: running-request cap >= C.
+        bench = bench_settings(r)
         opts = EngineOptions(engine=r["backend"], tp=tp, weight_dtype=dtype_for(r["precision"],
                                                                               own),
-                             kv_dtype=kvd, max_model_len=isl + osl + 16,
-                             max_num_seqs=None if c <= 256 else c,
-                             attention_dp=dp, expert_parallel=ep)
+                             kv_dtype=kvd, attention_dp=dp, expert_parallel=ep,
+                             **bench.options)
         gpu = cat.gpu(SYSTEMS[r["system"]])
         cal = calibration_for(cat, gpu, None)
         if overhead_s is not None:  # --fit tries other overheads (they change cohort merging)
@@ -145,6 +144,36 @@ def deployment(cat, r: dict[str, str], overhead_s: float | None = None,
             cal = cal.with_(step_overhead_s=host[0], per_seq_overhead_s=host[1])
         _DEPS[key] = resolve_deployment(cat, r["model_path"], gpu.key, opts, cal)
     return _DEPS[key]
+
+
+@dataclass(frozen=True)
+class BenchSettings:
+    """The engine settings AIConfigurator's benchmark generator gives an `agg` worker."""
+
+    options: dict
+    mixed_prefill: bool
+
+
+def bench_settings(r: dict[str, str]) -> BenchSettings:
+    """What the silicon benchmark launched, from AIConfigurator's benchmark rules
+    (github:ai-dynamo/aiconfigurator src/aiconfigurator/generator/rule_plugin/benchmark/
+    {vllm,sglang,trtllm}.rule @2b264ba/043c66c/581e459): running-request cap = the row's
+    batch_size (vLLM max_num_seqs, SGLang max_running_requests, TensorRT-LLM max_batch_size);
+    per-step tokens = batch_size + ISL + 1500 (vLLM max_num_batched_tokens, TensorRT-LLM
+    max_num_tokens; SGLang max_prefill_tokens = ISL + 1500 on top of the decode batch);
+    max_model_len = ISL + OSL + 1500; SGLang with enable_mixed_chunk (prefill chunks ride with
+    the decode batch, not prefill-first). Not the engines' own defaults (the profiles keep
+    those): a different per-step token budget changes how many prompts share a prefill step,
+    which is most of the closed loop's TTFT."""
+    isl, osl = int(r["isl"]), int(r["osl"])
+    # per engine (per attention-DP rank: the deployment multiplies its limits by the ranks)
+    dp = layout(r)[0]
+    seqs = max(int(r["batch_size"] or 0), -(-concurrency(r) // dp))
+    tokens = seqs + isl + 1500
+    if r["backend"] == "trtllm":  # maxNumTokens % tokensPerBlock (32) == 0 (trtllm.rule)
+        tokens = -(-tokens // 32) * 32
+    return BenchSettings({"max_num_seqs": seqs, "max_num_batched_tokens": tokens,
+                          "max_model_len": isl + osl + 1500}, r["backend"] == "sglang")
 
 
 def predict(cat, r: dict[str, str], with_sim: bool, rounds: float,
@@ -167,18 +196,22 @@ def predict(cat, r: dict[str, str], with_sim: bool, rounds: float,
     if not s.profile.scheduler.chunked_prefill:  # whole prompts: the benchmark sized for them
         budget = max(budget, isl)
     jit = s.profile.client_jitter if jitter is None else jitter
+    policy = s.profile.scheduler
+    if bench_settings(r).mixed_prefill:
+        policy = replace(policy, prefill_first=False)
     lim = dep.limits  # the replica's: dp ranks x each rank's caps and KV pool
     budget = budget * s.attention_dp
     out = closed_loop_latency(dep.step, isl, osl, lim.max_num_seqs, budget,
                               lim.kv_cache_tokens, s.block_size,
-                              BenchmarkProtocol(c, n, client_jitter=jit), s.profile.scheduler)
+                              BenchmarkProtocol(c, n, client_jitter=jit), policy)
     p = Prediction(out["ttft_wave_s"], out["ttft_steady_s"], out["tpot_s"],
                    out["request_overhead_s"])
     if with_sim and c <= SIM_MAX_CLIENTS:
         from capplan.plan.verify import simulate_closed_loop
 
         try:
-            sim = simulate_closed_loop(dep, c, isl, osl, requests=n, client_jitter=jit)
+            sim = simulate_closed_loop(dep, c, isl, osl, requests=n, client_jitter=jit,
+                                       policy=policy)
             p.sim_ttft_s, p.sim_tpot_s = sim["ttft_s"]["mean"], sim["tpot_s"]["mean"]
         except CapplanError:
             pass
@@ -234,7 +267,9 @@ JITTER_GRID = (NO_JITTER,) + tuple(
 def fit(cat, rows: list[dict[str, str]], jitters: tuple[ClientJitter, ...] = (NO_JITTER,)
         ) -> None:
     """Per engine: the benchmark's rounds, the per-request overhead and (--fit-jitter) the
-    client jitter minimising the median |log error| of TTFT on that engine's training rows
+    client jitter minimising the median |error| of TTFT (the metric the rows are scored on, as
+    --fit-host does for TPOT; sessions 2-3 minimised the median |log error|) on that engine's
+    training rows
     (each engine was benchmarked through its own harness, so none is assumed shared). The
     overhead and the jitter change the cohorts, so each pair is a full prediction; rounds only
     reweight the wave."""
@@ -247,7 +282,7 @@ def fit(cat, rows: list[dict[str, str]], jitters: tuple[ClientJitter, ...] = (NO
                 got = [(p, float(r["silicon_ttft_ms"]) / 1e3) for r, p in preds
                        if p is not None and r["backend"] == eng]
                 for rounds in ROUNDS_GRID:
-                    cost = float(np.median([abs(math.log(p.ttft(rounds) / m)) for p, m in got]))
+                    cost = float(np.median([abs(p.ttft(rounds) / m - 1) for p, m in got]))
                     if eng not in best or cost < best[eng][0]:
                         best[eng] = (cost, rounds, o, jit)
                 print(f"  {eng} jitter {jit.request_s * 1e3:g} ms + {jit.per_token_s * 1e3:g} "
@@ -256,7 +291,7 @@ def fit(cat, rows: list[dict[str, str]], jitters: tuple[ClientJitter, ...] = (NO
     for eng, (cost, rounds, o, jit) in sorted(best.items()):
         print(f"{eng}: rounds {rounds}, overhead {o * 1e3:.0f} ms, jitter "
               f"{jit.request_s * 1e3:g} ms + {jit.per_token_s * 1e3:g} ms/token, "
-              f"median |log err| {cost:.3f}")
+              f"median |err| {cost:.3f}")
 
 
 def main() -> None:

@@ -104,9 +104,12 @@ def _queue_grows(ts: dict[str, list[float]], window_s: float) -> bool:
 
 def simulate_closed_loop(dep: Deployment, concurrency: int, isl: int, osl: int,
                          requests: int = 400,
-                         client_jitter: ClientJitter | None = None) -> dict[str, Any]:
+                         client_jitter: ClientJitter | None = None,
+                         policy: SchedulerPolicy | None = None) -> dict[str, Any]:
     """A closed loop of `concurrency` clients with fixed lengths, on one deployment, with the
-    clients' timing jitter (default: the engine profile's, ClientJitter)."""
+    clients' timing jitter (default: the engine profile's, ClientJitter) and scheduler policy
+    (default: the profile's; a benchmark may launch the engine with another, e.g. SGLang's
+    --enable-mixed-chunk)."""
     lane = SimLane(name="bench", input_len=parse_length(isl), output_len=parse_length(osl))
     wl = Workload((lane,), num_requests=requests, concurrency=concurrency)
     s = dep.settings
@@ -119,7 +122,8 @@ def simulate_closed_loop(dep: Deployment, concurrency: int, isl: int, osl: int,
                    state_blocks=pool.state_blocks_per_seq,
                    max_num_seqs=s.max_num_seqs,
                    max_num_batched_tokens=max(s.max_num_batched_tokens, s.max_num_seqs),
-                   policy=s.profile.scheduler, request_overhead_s=overhead,
+                   policy=s.profile.scheduler if policy is None else policy,
+                   request_overhead_s=overhead,
                    client_jitter=(s.profile.client_jitter if client_jitter is None
                                   else client_jitter)).to_dict()
     return add_request_overhead(res, overhead)

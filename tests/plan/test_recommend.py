@@ -304,20 +304,21 @@ NEAR_FLOOR = ("recommend", "--model", "llama-3.1-70b", "--rate", "2", "--input-l
 
 
 def test_near_floor_slo_reports_floor_and_trade_off(cli_once) -> None:
-    """TTFT p99 0.4 s with 8k-token prompts on a 70B: the best fleet would run its replicas at
-    2% of their capacity (49 x TP 8). capplan says so, with the floor and what relaxing buys,
-    instead of recommending 392 GPUs for 2 req/s."""
-    code, out, err = cli_once(*NEAR_FLOOR, "--ttft-p99", "0.4", "--format", "json")
+    """TTFT p99 0.48 s with 8k-token prompts on a 70B (the unloaded floor is ~0.43 s with vLLM's
+    100 ms request overhead): the best fleet would run its replicas at 2% of their capacity (60
+    x TP 8). capplan says so, with the floor and what relaxing buys, instead of recommending
+    480 GPUs for 2 req/s."""
+    code, out, err = cli_once(*NEAR_FLOOR, "--ttft-p99", "0.48", "--format", "json")
     assert code == 2, (code, out)
     line = _one_error_line(err)
     assert "near the latency floor" in line, line
-    floor_ms = float(re.search(r"unloaded p99 TTFT (\d+) ms \(SLO 400 ms\)", line).group(1))
-    assert 0 < floor_ms < 400, line
+    floor_ms = float(re.search(r"unloaded p99 TTFT (\d+) ms \(SLO 480 ms\)", line).group(1))
+    assert 0 < floor_ms < 480, line
     share = float(re.search(r"(\d+)% of the", line).group(1))
     assert share < 10, line
     relaxed_ms = float(re.search(r"TTFT p99 to >= (\d+) ms", line).group(1))
     reps = int(re.search(r"half their capacity \((\d+) replicas", line).group(1))
-    assert relaxed_ms > 400
+    assert relaxed_ms > 480
     # the trade-off it states holds: at the relaxed SLO the planner needs at most that fleet
     ok = _json_of(cli_once, *NEAR_FLOOR, "--ttft-p99", f"{relaxed_ms / 1e3 * 1.01:.4f}",
                   "--format", "json")
@@ -326,7 +327,7 @@ def test_near_floor_slo_reports_floor_and_trade_off(cli_once) -> None:
 
 
 def test_near_floor_fleet_only_when_asked_and_then_with_the_warning(cli_once) -> None:
-    res = _json_of(cli_once, *NEAR_FLOOR, "--ttft-p99", "0.4", "--allow-near-floor",
+    res = _json_of(cli_once, *NEAR_FLOOR, "--ttft-p99", "0.48", "--allow-near-floor",
                    "--format", "json")
     best = res["recommendations"][0]
     assert best["replicas"] > 1
