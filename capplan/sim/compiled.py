@@ -94,10 +94,15 @@ if numba is not None:
         return lambda cond, a, b: a if cond else b
 
     _njit = numba.njit(cache=True)
+    # the per-step aggregation, inlined into the step (numba IR inlining: no call, no
+    # reference counting of the tuples of arrays it receives)
+    _njit_inline = numba.njit(cache=True, inline="always")
     _step_parts = numba.njit(cache=True)(perf.step_parts)
 else:
     def _njit(f: Callable) -> Callable:
         return f
+
+    _njit_inline = _njit
 
     _step_parts = perf.step_parts
 
@@ -514,66 +519,63 @@ def _grow(a: np.ndarray) -> np.ndarray:
     return out
 
 
-@_njit
-def _bits(x: float, scratch: tuple) -> int:
-    """The float64's bit pattern (scratch: a float64 array and its int64 view)."""
-    scratch[0][0] = x
-    return int(scratch[1][0])
-
-
-@_njit
-def _tbt_add(x: float, w: int, tb: tuple, sc: np.ndarray) -> None:
-    """Add weight w to the TBT sample x in the open-addressing table tb = (values, weights,
-    scratch); an empty slot has weight 0. Equal gaps (the same batch shape recurs across the
-    run) share one entry: the multiset of samples, so its weighted percentiles, is unchanged."""
-    keys, wts = tb[0], tb[1]
-    mask = keys.shape[0] - 1
-    b = _bits(x, tb[2])
-    i = ((b ^ (b >> 29) ^ (b >> 43)) * 2654435761) & mask
-    while wts[i] != 0:
-        if keys[i] == x:
-            wts[i] += w
+@_njit_inline
+def _tbt_add(x: float, w: float, tb: np.ndarray, sc: np.ndarray) -> None:
+    """Add weight w to the TBT sample x in the open-addressing table tb[slot] = (value,
+    weight), an empty slot of weight 0 (one array: one cache line a probe). Equal gaps (the
+    same batch shape recurs across the run) share one entry: the multiset of samples, so its
+    weighted percentiles, is unchanged."""
+    mask = tb.shape[0] - 1
+    m, e = math.frexp(x)
+    b = int(m * 9007199254740992.0) ^ e  # the 53-bit significand and the exponent
+    i = ((b ^ (b >> 29)) * 2654435761) & mask
+    while tb[i, 1] != 0:
+        if tb[i, 0] == x:
+            tb[i, 1] += w
             return
         i = (i + 1) & mask
-    keys[i] = x
-    wts[i] = w
+    tb[i, 0] = x
+    tb[i, 1] = w
     sc[NTBT] += 1
 
 
 @_njit
-def _tbt_grow(tb: tuple, sc: np.ndarray) -> tuple:
+def _tbt_grow(tb: np.ndarray, sc: np.ndarray) -> np.ndarray:
     """The table with twice the slots, entries re-inserted."""
-    keys, wts = tb[0], tb[1]
-    out = (np.zeros(2 * keys.shape[0], np.float64), np.zeros(2 * keys.shape[0], np.int64),
-           tb[2])
+    out = np.zeros((2 * tb.shape[0], 2), np.float64)
     sc[NTBT] = 0
-    for i in range(keys.shape[0]):
-        if wts[i] != 0:
-            _tbt_add(keys[i], wts[i], out, sc)
+    for i in range(tb.shape[0]):
+        if tb[i, 1] != 0:
+            _tbt_add(tb[i, 0], tb[i, 1], out, sc)
     return out
 
 
 @_njit
 def _sample(t: float, sc: np.ndarray, cfg: np.ndarray, series: tuple) -> None:
-    """Keep step sc[STEP]'s start, running, waiting and blocks in use when it is a multiple of
-    the stride; a full buffer keeps every other sample and doubles the stride."""
-    k, st = sc[STEP], sc[STRIDE]
-    if k % st:
-        return
+    """Keep step sc[STEP]'s start, running, waiting and blocks in use (the caller calls at the
+    multiples of the stride); a full buffer keeps every other sample and doubles the stride."""
     sf, si = series
     j = sc[NSER]
     sf[j] = t
     si[0, j], si[1, j], si[2, j] = sc[NRUN], sc[NHEAP], cfg[TOTAL] - sc[FREE]
-    j += 1
-    if j == sf.shape[0]:
-        j //= 2
-        sf[:j] = sf[::2]
-        si[:, :j] = si[:, ::2]
-        sc[STRIDE] = 2 * st
-    sc[NSER] = j
+    sc[NSER] = j + 1
+    if j + 1 == sf.shape[0]:
+        _halve(sc, series)
 
 
 @_njit
+def _halve(sc: np.ndarray, series: tuple) -> None:
+    """Every other sample, twice the stride."""
+    sf, si = series
+    j = sf.shape[0] // 2
+    for i in range(j):
+        sf[i] = sf[2 * i]
+        si[0, i], si[1, i], si[2, i] = si[0, 2 * i], si[1, 2 * i], si[2, 2 * i]
+    sc[NSER] = j
+    sc[STRIDE] *= 2
+
+
+@_njit_inline
 def _record(t: float, dur: float, decode: bool, nfd: int, sc: np.ndarray, cfg: np.ndarray,
             tf: np.ndarray, agg: tuple) -> None:
     """Step samples as scheduled (before it advances), aggregated: the TBT gap and count into
@@ -600,7 +602,8 @@ def _record(t: float, dur: float, decode: bool, nfd: int, sc: np.ndarray, cfg: n
     tf[RUN_INT] += sc[NRUN] * dur
     tf[SYS_INT] += (sc[NRUN] + sc[NHEAP]) * dur
     sc[KV_MAX] = max(sc[KV_MAX], cfg[TOTAL] - sc[FREE])
-    _sample(t, sc, cfg, series)
+    if k == sc[NSER] * sc[STRIDE]:  # the next multiple of the stride
+        _sample(t, sc, cfg, series)
     if cfg[KEEP_STEPS]:
         sf[0, k], sf[1, k], sf[2, k] = t, dur, gap
         si[0, k], si[1, k], si[2, k], si[3, k] = tbt, sc[NRUN], sc[NHEAP], cfg[TOTAL] - sc[FREE]
@@ -612,11 +615,11 @@ def _step(t: float, q: np.ndarray, sc: np.ndarray, cfg: np.ndarray, model: tuple
     """Run step sc[STEP] from time t (schedule, time, record, advance); returns its duration.
     `model` = (constants, moe); `lists` = (running set, waiting heap, extra gaps, then the step
     aggregates of `_record`: TBT table, series samples, per-step rows)."""
-    run, gaps = lists[0], lists[2]
-    agg = (lists[3], lists[4], lists[5], lists[6])
+    sched, gaps, agg = lists
+    run = sched[0]
     tf = bufs[6]
     tf[T_START] = t
-    decode = _schedule(q, sc, cfg, lists, arr, bufs)
+    decode = _schedule(q, sc, cfg, sched, arr, bufs)
     if sc[ERR]:
         return 0.0
     dur = float(_step_parts(_inputs(decode, q, sc, cfg, bufs[1]), model[0], model[1])[0])
@@ -648,9 +651,7 @@ def simulate_open_loop(arr: np.ndarray, q: np.ndarray, cfg: np.ndarray, consts: 
     sf = np.empty((3, cap), np.float64)
     si = np.empty((4, cap), np.int32)
     gaps = np.empty((1, 1024), np.float64)
-    scratch = np.zeros(1, np.float64)
-    tb = (np.zeros(64, np.float64), np.zeros(64, np.int64),
-          (scratch, scratch.view(np.int64)))
+    tb = np.zeros((64, 2), np.float64)
     series = (np.empty(cfg[SERIES_CAP_], np.float64), np.empty((3, cfg[SERIES_CAP_]), np.int32))
     tf = np.zeros(6, np.float64)
     qt = np.zeros((5, n), np.float64)
@@ -661,6 +662,8 @@ def simulate_open_loop(arr: np.ndarray, q: np.ndarray, cfg: np.ndarray, consts: 
     bufs = (np.empty(m, np.int64), np.empty(m, np.int64), np.empty(m, np.int64),
             np.zeros(n, np.int8), np.empty(2 * m, np.int64), qt, tf)
     t, nxt, k = 0.0, 0, 0
+    model = (consts, moe)
+    lists = ((run, heap), gaps, (tb, series, sf, si))
     while sc[DONE] < n:
         while nxt < n and arr[nxt] <= t:
             q[STATE, nxt] = WAITING
@@ -669,22 +672,26 @@ def simulate_open_loop(arr: np.ndarray, q: np.ndarray, cfg: np.ndarray, consts: 
         if sc[NRUN] == 0 and sc[NHEAP] == 0:
             t = max(t, arr[nxt])
             continue
-        if cfg[KEEP_STEPS] and k == sf.shape[1]:
+        grow = cfg[KEEP_STEPS] and k == sf.shape[1]
+        if grow:
             sf, si = _grow(sf), _grow(si)
         if sc[NGAPS] + cfg[MAX_SEQS] + 1 > gaps.shape[1]:
             gaps = _grow(gaps)
-        if 2 * (sc[NTBT] + 1) > tb[0].shape[0]:
+            grow = True
+        if 2 * (sc[NTBT] + 1) > tb.shape[0]:
             tb = _tbt_grow(tb, sc)
+            grow = True
+        if grow:
+            lists = ((run, heap), gaps, (tb, series, sf, si))
         sc[STEP] = k
-        dur = _step(t, q, sc, cfg, (consts, moe), arr, (run, heap, gaps, tb, series, sf, si),
-                    bufs)
+        dur = _step(t, q, sc, cfg, model, arr, lists, bufs)
         if sc[ERR]:
             break
         t = t + dur
         k += 1
-    used = tb[1] != 0
-    return (qt, gaps[0, :sc[NGAPS]], tb[0][used], tb[1][used], series[0][:sc[NSER]],
-            series[1][:, :sc[NSER]], tf, sc, sf[:, :k], si[:, :k])
+    used = tb[:, 1] != 0
+    return (qt, gaps[0, :sc[NGAPS]], tb[used, 0], tb[used, 1].astype(np.int64),
+            series[0][:sc[NSER]], series[1][:, :sc[NSER]], tf, sc, sf[:, :k], si[:, :k])
 
 @_njit
 def _probe(x: tuple, consts: tuple, moe: bool) -> float:
