@@ -69,10 +69,12 @@ NUM_SCALARS = 25
 # float scalars tf[...]: this step's start and end, the end of the last decode step and of step
 # 0, the time integrals of the running set and of the requests in the system (s * requests)
 T_START, T_END, T_LAST_DEC, T_STEP0, RUN_INT, SYS_INT = range(6)
-# per-request times qt[FIELD, request]: admission (a step's start), first token, finish, last
-# token and pending first-decode gap (a step's end)
-ADM_T, FIRST_T, FIN_T, LAST_T, FD_T = range(5)
-SERIES_CAP = 1 << 20
+# per-request times qt[FIELD, request]: admission (a step's start), first token, finish (a
+# step's end); and in qtok[FIELD, request] (dropped after the run) last token and pending
+# first-decode gap (a step's end)
+ADM_T, FIRST_T, FIN_T = range(3)
+LAST_T, FD_T = range(2)
+SERIES_CAP = 1 << 16
 """Step samples kept for the time series: every step up to this many, then every 2nd, 4th..
 (the series of runs up to SERIES_CAP steps is exactly the reference's)."""
 # configuration cfg[...]
@@ -387,7 +389,7 @@ def _advance_prefills(q: np.ndarray, sc: np.ndarray, cfg: np.ndarray, bufs: tupl
     """After the step: prefill progress; a completed prompt gives a token and then decodes
     from the next decode step (NEW_DECODER until the decoders have advanced)."""
     g = sc[STEP]
-    chl, qt, t_end = bufs[1], bufs[5], bufs[6][T_END]
+    chl, qt, qtok, t_end = bufs[1], bufs[5], bufs[7], bufs[6][T_END]
     for i in range(sc[NCH]):
         s = chl[i]
         c = q[CHUNK, s]
@@ -401,10 +403,10 @@ def _advance_prefills(q: np.ndarray, sc: np.ndarray, cfg: np.ndarray, bufs: tupl
             q[FIRST_STEP, s] = g
             qt[FIRST_T, s] = t_end
         else:
-            _gap(t_end - qt[LAST_T, s], sc, gaps)
+            _gap(t_end - qtok[LAST_T, s], sc, gaps)
         q[GENERATED, s] += 1
         q[LAST_TOK, s] = g
-        qt[LAST_T, s] = t_end
+        qtok[LAST_T, s] = t_end
         if q[GENERATED, s] >= q[OUTPUT, s]:
             _finish(s, q[COMPUTED, s], q, sc, cfg, bufs)
         else:
@@ -428,7 +430,7 @@ def _start_decoding(s: int, q: np.ndarray, sc: np.ndarray, cfg: np.ndarray, bufs
     q[DUE, s] = max(nc + (-nc) % bs, q[RESERVED, s] * bs)
     if cfg[PREFILL_FIRST]:
         q[FD_LAST, s] = sc[STEP]
-        bufs[5][FD_T, s] = bufs[6][T_END]
+        bufs[7][FD_T, s] = bufs[6][T_END]
         bufs[4][sc[NFD]] = s
         sc[NFD] += 1
 
@@ -440,7 +442,7 @@ def _advance_running(decode: bool, q: np.ndarray, sc: np.ndarray, cfg: np.ndarra
     sequences leave the running set; then the decode sums and the decoders whose next token
     starts a block, in one pass."""
     g, w, needl = sc[STEP], cfg[WINDOW], bufs[2]
-    qt, t_end = bufs[5], bufs[6][T_END]
+    qtok, t_end = bufs[7], bufs[6][T_END]
     j = nd = sumctx = sumw = nneed = 0
     for i in range(sc[NRUN]):
         s = run[i]
@@ -452,7 +454,7 @@ def _advance_running(decode: bool, q: np.ndarray, sc: np.ndarray, cfg: np.ndarra
             q[COMPUTED, s] = c
             q[GENERATED, s] += 1
             q[LAST_TOK, s] = g
-            qt[LAST_T, s] = t_end
+            qtok[LAST_T, s] = t_end
             if q[GENERATED, s] >= q[OUTPUT, s]:
                 _finish(s, c, q, sc, cfg, bufs)
                 continue
@@ -482,7 +484,7 @@ def _first_decode_gaps(q: np.ndarray, sc: np.ndarray, bufs: tuple, gaps: np.ndar
     for i in range(sc[NFD]):
         s = fdl[i]
         if q[STATE, s] == DECODING and q[FD_LAST, s] >= 0:
-            _gap(bufs[6][T_END] - bufs[5][FD_T, s], sc, gaps)
+            _gap(bufs[6][T_END] - bufs[7][FD_T, s], sc, gaps)
             q[FD_LAST, s] = -1
             n += 1
     sc[NFD] = 0
@@ -654,13 +656,13 @@ def simulate_open_loop(arr: np.ndarray, q: np.ndarray, cfg: np.ndarray, consts: 
     tb = np.zeros((64, 2), np.float64)
     series = (np.empty(cfg[SERIES_CAP_], np.float64), np.empty((3, cfg[SERIES_CAP_]), np.int32))
     tf = np.zeros(6, np.float64)
-    qt = np.zeros((5, n), np.float64)
+    qt = np.zeros((3, n), np.float64)
     m = cfg[MAX_SEQS] + 1
     run, heap = np.empty(m, np.int64), np.empty(max(n, 1), np.int64)
     # prefilling list, chunk list, decoders due a block, their flags, pending first decodes,
-    # per-request times, float scalars
+    # per-request times, float scalars, per-request token times
     bufs = (np.empty(m, np.int64), np.empty(m, np.int64), np.empty(m, np.int64),
-            np.zeros(n, np.int8), np.empty(2 * m, np.int64), qt, tf)
+            np.zeros(n, np.int8), np.empty(2 * m, np.int64), qt, tf, np.zeros((2, n), np.float64))
     t, nxt, k = 0.0, 0, 0
     model = (consts, moe)
     lists = ((run, heap), gaps, (tb, series, sf, si))
