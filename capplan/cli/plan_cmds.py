@@ -37,14 +37,22 @@ from capplan.plan.schema import PlanFile, load_plan, plan_json_schema
 ms = lambda x: None if x is None else x * 1e3  # noqa: E731
 
 
-def _verifier(enabled: bool, jobs: int | None = None):
+@contextmanager
+def _verifier(enabled: bool, jobs: int | None = None) -> Iterator[Any]:
+    """The verification simulator for run_plan: serial, or a ParallelVerifier whose workers
+    (forked at once, loading the compiled engine) stop when the command ends."""
     if not enabled:
-        return None
+        yield None
+        return
     from capplan.plan.verify import ParallelVerifier, simulate_recommendation
 
     n = jobs if jobs is not None else (len(os.sched_getaffinity(0))
                                        if hasattr(os, "sched_getaffinity") else os.cpu_count())
-    return ParallelVerifier(n or 1) if (n or 1) > 1 else simulate_recommendation
+    if (n or 1) <= 1:
+        yield simulate_recommendation
+        return
+    with ParallelVerifier(n or 1) as v:
+        yield v
 
 
 JOBS_OPTION = click.option(
@@ -294,8 +302,8 @@ def recommend_cmd(model: str, rate: float, input_len: str, output_len: str,
         "objective": objective, "headroom": headroom, "verify": {"top": verify_top},
         "allow_near_floor": allow_near_floor,
     })
-    result = run_plan(load_catalog(catalog_dir), plan, _verifier(verify_top > 0, jobs),
-                      disagg=disagg)
+    with _verifier(verify_top > 0, jobs) as verify:
+        result = run_plan(load_catalog(catalog_dir), plan, verify, disagg=disagg)
     _finish(result, fmt, out_paths, plot_dir)
 
 
@@ -346,9 +354,9 @@ def plan_cmd(plan_file: str, exports: tuple[str, ...], plot_dir: str | None, no_
            for p in plan.export]
     out_paths = _exports(own) + _exports(exports)
     try:
-        with _plan_progress(len(plan.workloads), plan.pools) as progress:
-            result = run_plan(load_catalog(catalog_dir), plan, _verifier(not no_verify, jobs),
-                              progress=progress)
+        with _plan_progress(len(plan.workloads), plan.pools) as progress, \
+                _verifier(not no_verify, jobs) as verify:
+            result = run_plan(load_catalog(catalog_dir), plan, verify, progress=progress)
     except InputError as e:
         raise type(e)(f"{plan_file}: {e}") from e
     _finish(result, fmt, out_paths, plot_dir)

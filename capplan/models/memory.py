@@ -385,12 +385,8 @@ def memory_report(model: ModelSpec, gpu: GpuSpec, settings: EngineSettings,
     budget, kv_cache = kvb_plan.budget_bytes, kvb_plan.kv_cache_bytes
     overhead = non_torch + (graphs if profile.memory.cudagraphs_in_budget else 0.0)
     kvb = kv_dtype_bytes(model, s.kv_dtype)
-    per_token = kv_bytes_per_token(model, s.tp, kvb, s.pp)
-    # Hybrids: vLLM raises the block size until an attention page holds a state page.
-    bs = layers.effective_block_size(model, s.tp, kvb, s.block_size)
-    state = layers.state_bytes_per_seq(model, s.tp, kvb, bs, s.pp)
-    seq_bytes = kv_bytes_for_sequence(model, max_len, s.tp, kvb, bs, s.pp,
-                                      s.max_num_batched_tokens)
+    per_token, bs, state, state_blocks = _kv_layout(model, s.tp, kvb, s.block_size, s.pp)
+    seq_bytes = _sequence_bytes(model, max_len, s.tp, kvb, bs, s.pp, s.max_num_batched_tokens)
     if per_token:
         blocks = max(0, int(kv_cache // (bs * per_token)))
         usable = blocks * bs * per_token
@@ -423,5 +419,23 @@ def memory_report(model: ModelSpec, gpu: GpuSpec, settings: EngineSettings,
         contiguous_max_concurrency=contiguous, fits=fits, reason=reason,
         weight_dtype=dt.label, kv_dtype_bytes=kvb, margin_bytes_per_gpu=margin,
         state_bytes_per_seq_per_gpu=state,
-        state_blocks_per_seq=layers.state_blocks_per_seq(model, s.pp) if per_token else 0,
+        state_blocks_per_seq=state_blocks if per_token else 0,
     )
+
+
+@per_model
+def _kv_layout(model: ModelSpec, tp: int, kvb: float, block_size: int, pp: int
+               ) -> tuple[float, int, float, int]:
+    """KV bytes per token, block size, state bytes and state blocks per sequence: the same for
+    every max_num_seqs and chunk size of a search (memoised, as the parameter counts)."""
+    per_token = kv_bytes_per_token(model, tp, kvb, pp)
+    # Hybrids: vLLM raises the block size until an attention page holds a state page.
+    bs = layers.effective_block_size(model, tp, kvb, block_size)
+    return (per_token, bs, layers.state_bytes_per_seq(model, tp, kvb, bs, pp),
+            layers.state_blocks_per_seq(model, pp))
+
+
+@per_model
+def _sequence_bytes(model: ModelSpec, max_len: int, tp: int, kvb: float, bs: int, pp: int,
+                    max_num_batched_tokens: int) -> float:
+    return kv_bytes_for_sequence(model, max_len, tp, kvb, bs, pp, max_num_batched_tokens)

@@ -16,7 +16,7 @@ from capplan.errors import CapplanError
 from capplan.models.disagg import Link, decode_side_prefix, kv_link, kv_transfer_s
 from capplan.models.queueing import LengthStats, Limits, QueueModel
 from capplan.plan.deployment import Deployment, EngineOptions, resolve_deployment
-from capplan.plan.search import SearchSpace, Traffic
+from capplan.plan.search import SearchSpace, Traffic, stack_step_models
 
 _GRID = 48
 """Rates tried per pool candidate, as fractions of its capacity (one vectorised call)."""
@@ -97,13 +97,30 @@ def decode_model(dep: Deployment, t: Traffic) -> QueueModel:
                       dep.profile.scheduler, decode_side_prefix(t.inp))
 
 
-def _best_rate(q: QueueModel, ok: Any) -> tuple[float, dict[str, Any]] | None:
-    """The highest rate on a grid up to capacity where ok(result) holds, with its result."""
-    cap = float(q.capacity_rate())
+def _capacities(deps: list[Deployment], t: Traffic, role: str) -> list[float]:
+    """Each deployment's capacity_rate() in `role`, from one vectorised bisection over all of
+    them (a scalar model per deployment spent most of the plan in Python overhead)."""
+    if not deps:
+        return []
+    lims = [d.limits for d in deps]
+    limits = Limits(*(np.asarray([[float(getattr(x, f))] for x in lims]) for f in (
+        "max_num_seqs", "max_num_batched_tokens", "kv_cache_tokens", "state_tokens_per_seq",
+        "block_size")))
+    step = stack_step_models([d.step for d in deps])
+    out = LengthStats.fixed(1.0) if role == "prefill" else t.out
+    prefix = t.prefix if role == "prefill" else decode_side_prefix(t.inp)
+    q = QueueModel(step, t.inp, out, limits, t.arrival_scv, deps[0].profile.scheduler, prefix)
+    return [float(c) for c in np.asarray(q.capacity_rate()).ravel()]
+
+
+def _best_rate(q: QueueModel, ok: Any, cap: float, metrics: set[str]
+               ) -> tuple[float, dict[str, Any]] | None:
+    """The highest rate on a grid up to capacity where ok(result) holds, with its result
+    (p99 of `metrics` alone: what ok reads)."""
     if not cap > 0:
         return None
     rates = cap * np.linspace(1.0 / _GRID, 1.0, _GRID)
-    res = q.at_rate(rates)
+    res = q.at_rate(rates, metrics)
     good = np.asarray(res["stable"], bool) & np.asarray(ok(res), bool)
     if not good.any():
         return None
@@ -137,10 +154,11 @@ def _deployments(cat: Catalog, name: str, space: SearchSpace) -> list[Deployment
     return deps
 
 
-def _decode_pool(dep: Deployment, t: Traffic, target: float) -> PoolPlan | None:
+def _decode_pool(dep: Deployment, t: Traffic, target: float, cap: float) -> PoolPlan | None:
     tbt, e2e = _slo(t, "tbt_s"), _slo(t, "e2e_s")
     q = decode_model(dep, t)
-    found = _best_rate(q, lambda r: (r["tbt_s"]["p99"] <= tbt) & (r["e2e_s"]["p99"] <= e2e))
+    found = _best_rate(q, lambda r: (r["tbt_s"]["p99"] <= tbt) & (r["e2e_s"]["p99"] <= e2e),
+                       cap, {"tbt_s", "e2e_s"})
     if found is None:
         return None
     rate, res = found
@@ -164,13 +182,12 @@ class _PrefillCurve:
     """inf where unstable"""
 
     @classmethod
-    def of(cls, dep: Deployment, t: Traffic) -> _PrefillCurve | None:
-        q = prefill_model(dep, t)
-        cap = float(q.capacity_rate())
+    def of(cls, dep: Deployment, t: Traffic, cap: float) -> _PrefillCurve | None:
         if not cap > 0:
             return None
+        q = prefill_model(dep, t)
         rates = cap * np.linspace(1.0 / _GRID, 1.0, _GRID)
-        res = q.at_rate(rates)
+        res = q.at_rate(rates, {"ttft_s"})
         ttft = np.where(np.asarray(res["stable"], bool), res["ttft_s"]["p99"], np.inf)
         return cls(dep, rates, np.maximum.accumulate(ttft))
 
@@ -201,8 +218,10 @@ def plan_disaggregated(cat: Catalog, model: ModelSpec, space: SearchSpace, t: Tr
     deps = _deployments(cat, name or model.key, space)
     target = t.rate_per_s * (1 + headroom)
     ttft_slo = _slo(t, "ttft_s")
-    decodes = [p for p in (_decode_pool(d, t, target) for d in deps) if p is not None]
-    curves = [c for c in (_PrefillCurve.of(d, t) for d in deps) if c is not None]
+    decodes = [p for p in (_decode_pool(d, t, target, cap) for d, cap in zip(
+        deps, _capacities(deps, t, "decode"), strict=True)) if p is not None]
+    curves = [c for c in (_PrefillCurve.of(d, t, cap) for d, cap in zip(
+        deps, _capacities(deps, t, "prefill"), strict=True)) if c is not None]
     best: DisaggPlan | None = None
     for dp in decodes:
         for pc in curves:

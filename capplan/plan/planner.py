@@ -54,7 +54,7 @@ from capplan.plan.search import (
     rank_key,
 )
 from capplan.plan.slo import SloSet
-from capplan.plan.verify import VerifyJob
+from capplan.plan.verify import PARALLEL_MIN_REQUESTS, VerifyJob, verification_engine
 
 VerifyFn = Callable[[VerifyJob], Verification]
 _MAX_REPLICAS = 4096
@@ -349,7 +349,11 @@ def _plan_pool(cat: Catalog, plan: PlanFile, resolved: ResolvedModel, lanes: lis
     t = traffic_for(lanes, model.context_len(plan.engine.max_model_len))
     pool = _Pool(model, lanes, t, search_space(cat, plan, model, t,
                                                resolved.implied_weight_dtype))
-    found = analytic_search(_groups(cat, model, pool.space), t, plan.headroom)
+    groups = _groups(cat, model, pool.space)
+    if verify is not None and hasattr(verify, "prepare") and \
+            plan.verify.top * plan.verify.requests >= PARALLEL_MIN_REQUESTS:
+        _prepare(verify, groups, pool)  # workers load the compiled engine meanwhile
+    found = analytic_search(groups, t, plan.headroom)
     key = rank_key(plan.objective)
     shortlist, warnings = _shortlist(found, t, plan, key)
     ranked = [_recommendation(c, found, t) for c in shortlist]
@@ -422,12 +426,30 @@ def _verify_job(r: Recommendation, pool: _Pool, max_requests: int) -> VerifyJob:
                      request_overhead_s=float(np.asarray(c.step.request_overhead_s)))
 
 
+def _prepare(verify: Any, groups: list, pool: _Pool) -> None:
+    """Give a parallel verifier a small job shaped like the plan's (the first configuration
+    that fits), to load its workers' compiled engine while the analytic search runs."""
+    g = next((g for g in groups if g.pool is not None and any(g.kv_tokens)), None)
+    if g is None:
+        return
+    s, j = g.settings, int(np.argmax(g.kv_tokens))
+    verify.prepare(VerifyJob(lanes=pool.lanes, replicas=1, step=g.step,
+                             num_gpu_blocks=g.kv_tokens[j] // g.pool.block_size,
+                             block_size=g.pool.block_size,
+                             state_blocks=g.pool.state_blocks_per_seq,
+                             max_num_seqs=g.combos[j][0], max_num_batched_tokens=g.combos[j][1],
+                             max_model_len=s.max_model_len, requests=64,
+                             policy=s.profile.scheduler))
+
+
 def _verify(ranked: list[Recommendation], pool: _Pool, top: int, max_requests: int,
             verify: VerifyFn, warnings: list[str]) -> list[Recommendation]:
     """Simulate the best `top`; drop those that miss an SLO there (with a warning)."""
     kept = ranked[top:]
     checked = []
     jobs = [_verify_job(r, pool, max_requests) for r in ranked[:top]]
+    engine = verification_engine(jobs)  # one choice for the plan: serial == --jobs N
+    jobs = [replace(j, sim_engine=engine) for j in jobs]
     # a verifier with a `map` (capplan.plan.verify.ParallelVerifier, `--jobs`) runs them at
     # once; each result is its own job's (seeded), so the answer is the serial one
     results = getattr(verify, "map", lambda js: [verify(j) for j in js])(jobs)

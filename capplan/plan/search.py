@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, fields
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -140,11 +141,19 @@ class SearchResult:
 
     candidates: list[Candidate]
     queue: QueueModel
-    at_floor: dict[str, Any]
-    """QueueModel.at_rate at negligible load: the latency floor of each configuration (of the
-    SLOs' metrics, p99 only)."""
     at_plan: dict[str, Any]
     """QueueModel.at_rate at each configuration's planned per-replica rate."""
+    floor_metrics: frozenset[str] = frozenset()
+    """The SLOs' metrics, whose p99 at_floor holds."""
+
+    @cached_property
+    def at_floor(self) -> dict[str, Any]:
+        """QueueModel.at_rate at negligible load: the latency floor of each configuration (of
+        the SLOs' metrics, p99 only). Computed when first read (a near-floor note or a
+        nearest miss): most searches never read it."""
+        with np.errstate(all="ignore"):
+            return self.queue.at_rate(np.full(np.shape(self.queue.cap), 1e-6),
+                                      self.floor_metrics)
 
 
 def stack_step_models(models: list[StepModel]) -> StepModel:
@@ -243,7 +252,6 @@ def analytic_search(groups: list[ConfigGroup], t: Traffic, headroom: float = 0.2
             ok = np.asarray(res["stable"], bool) & t.slos.ok(res)
             lo, hi = np.where(ok, mid, lo), np.where(ok, hi, mid)
         binding = _binding(qm.at_rate(np.maximum(lo * 1.03, 1e-6), need), t.slos, qm, seqs)
-        floor = qm.at_rate(np.full_like(cap, 1e-6), need)
         reps = np.maximum(1.0, np.ceil(t.rate_per_s * (1 + headroom) / np.maximum(lo, 1e-12)
                                        - 1e-9))
         pred = qm.at_rate(np.where(lo > 0, t.rate_per_s / reps, 1e-6))
@@ -253,7 +261,7 @@ def analytic_search(groups: list[ConfigGroup], t: Traffic, headroom: float = 0.2
         capacity_per_s=float(cap[i, j]), binding_constraint=str(binding[i, j]), index=(i, j),
         replicas=int(reps[i, j]), ttft_p99_s=float(pred["ttft_s"]["p99"][i, j]))
         for i, g in enumerate(groups) for j, (s, c) in enumerate(g.combos) if kv[i, j] > 0]
-    return SearchResult(found, qm, floor, pred)
+    return SearchResult(found, qm, pred, frozenset(need))
 
 
 def cost_per_hour(gpu: GpuSpec, gpus: int) -> float | None:

@@ -3,8 +3,10 @@ processes, lengths and priorities, at the per-replica rate."""
 
 from __future__ import annotations
 
+import os
+import signal
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -41,6 +43,9 @@ class VerifyJob:
     request_overhead_s: float = 0.0
     state_blocks: int = 0
     """Blocks a running sequence's recurrent state holds (hybrids; plan/deployment.KvPool)."""
+    sim_engine: str = "auto"
+    """Simulator implementation (capplan.sim.engine_impl); the planner sets it for all jobs of a
+    plan at once (`verification_engine`), so a serial and a `--jobs N` run take the same one."""
 
 
 def _sim_lanes(job: VerifyJob) -> tuple[SimLane, ...]:
@@ -60,7 +65,8 @@ def simulate_recommendation(job: VerifyJob) -> Verification:
                         num_gpu_blocks=job.num_gpu_blocks, block_size=job.block_size,
                         max_num_seqs=job.max_num_seqs,
                         max_num_batched_tokens=job.max_num_batched_tokens,
-                        policy=job.policy, state_blocks=job.state_blocks).to_dict()
+                        policy=job.policy, state_blocks=job.state_blocks,
+                        sim_engine=job.sim_engine).to_dict()
     res = add_request_overhead(res, job.request_overhead_s)
     # Decode steps are shared, so TBT is one distribution for all lanes; TTFT and E2E are
     # checked per lane against that lane's own SLO (priorities make them differ).
@@ -120,28 +126,97 @@ def simulate_closed_loop(dep: Deployment, concurrency: int, isl: int, osl: int,
 
 
 PARALLEL_MIN_REQUESTS = 2000
-"""Below this many simulated requests in all, verification runs serially: a worker process
-costs ~0.1 s to start, more than small simulations take."""
+"""Below this many simulated requests in all, verification runs serially on the fast engine: a
+worker process costs ~0.1 s to start and the compiled engine ~0.7 s to load (numba and its
+cached loop), more than small simulations take."""
+
+
+def numba_installed() -> bool:
+    """Whether the compiled engine can be used, without importing numba (~0.2 s) here."""
+    import importlib.util
+
+    return importlib.util.find_spec("numba") is not None
+
+
+def verification_engine(jobs: Sequence[VerifyJob]) -> str:
+    """The simulator for a plan's verification jobs, the same with any `--jobs`: the compiled
+    engine (equal results to 1e-9 s, capplan.sim.compiled) when numba is installed and the jobs
+    total PARALLEL_MIN_REQUESTS or more, else `auto` (the fast engine at these sizes)."""
+    total = sum(j.requests for j in jobs)
+    return "compiled" if total >= PARALLEL_MIN_REQUESTS and numba_installed() else "auto"
+
+
+def _worker_init(load_compiled: bool) -> None:
+    """Worker initializer: the default SIGTERM action (the CLI's handler, inherited by the fork,
+    would print a traceback when `close` stops the worker); import the compiled engine while the
+    parent searches."""
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    if load_compiled:
+        import capplan.sim.compiled  # noqa: F401
+
+
+def _warm(job: VerifyJob) -> None:
+    """Load the compiled loop from numba's cache (~0.5 s) with a small job of the plan."""
+    simulate_recommendation(job)
 
 
 class ParallelVerifier:
     """`simulate_recommendation` over several processes (`--jobs N`): `map(jobs)` returns the
-    results in job order, each the same as a serial call (every job seeds its own run)."""
+    results in job order, each the same as a serial call (every job seeds its own run).
+
+    With numba installed the workers are forked when the verifier is made and `prepare` loads
+    the compiled engine in each of them while the parent's analytic search runs, so the
+    verification itself then takes milliseconds (docs/performance.md). Use it as a context
+    manager (or call `close`) to stop the workers."""
 
     def __init__(self, jobs: int) -> None:
         self.jobs = max(1, int(jobs))
+        self._pool: Any = None
+        if self.jobs > 1 and numba_installed():
+            self._pool = self._executor(self.jobs, load_compiled=True)
+
+    @staticmethod
+    def _executor(workers: int, load_compiled: bool = False) -> Any:
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor
+
+        # fork: the children inherit the loaded modules and catalog (no re-import)
+        return ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork"),
+                                   initializer=_worker_init, initargs=(load_compiled,))
 
     def __call__(self, job: VerifyJob) -> Verification:
         return simulate_recommendation(job)
+
+    def prepare(self, job: VerifyJob) -> None:
+        """Warm every worker's compiled engine on `job` (small) in the background."""
+        if self._pool is not None:
+            for _ in range(self.jobs):
+                self._pool.submit(_warm, replace(job, sim_engine="compiled"))
 
     def map(self, jobs: list[VerifyJob]) -> list[Verification]:
         workers = min(self.jobs, len(jobs))
         if workers < 2 or sum(j.requests for j in jobs) < PARALLEL_MIN_REQUESTS:
             return [simulate_recommendation(j) for j in jobs]
-        import multiprocessing
-        from concurrent.futures import ProcessPoolExecutor
+        if self._pool is None:
+            self._pool = self._executor(self.jobs)
+        return list(self._pool.map(simulate_recommendation, jobs))
 
-        # fork: the children inherit the loaded modules and catalog (no re-import)
-        ctx = multiprocessing.get_context("fork")
-        with ProcessPoolExecutor(workers, mp_context=ctx) as pool:
-            return list(pool.map(simulate_recommendation, jobs))
+    def close(self) -> None:
+        """Stop the workers at once: a warm-up the plan did not need is not waited for."""
+        if self._pool is None:
+            return
+        pool, self._pool = self._pool, None
+        procs = list(getattr(pool, "_processes", None) or {})  # pids; no public accessor
+        pool.shutdown(wait=False, cancel_futures=True)
+        for pid in procs:
+            try:
+                os.kill(pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+        pool.shutdown(wait=True)
+
+    def __enter__(self) -> ParallelVerifier:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -35,3 +35,56 @@ def test_parallel_recommend_equals_serial(run_cli, monkeypatch):
 def test_jobs_rejects_bad_values(run_cli, bad):
     res = run_cli(*REC, "--jobs", bad)
     assert res.exit_code == 2 and len(res.stderr_lines) == 1
+
+
+def _small_job():
+    """A real verification job (llama-3.1-8b on h100-sxm, vLLM defaults) of 64 requests."""
+    from capplan.catalog.loader import load_catalog
+    from capplan.plan.deployment import EngineOptions, resolve_deployment
+    from capplan.plan.schema import Lane
+    from capplan.plan.verify import VerifyJob
+
+    dep = resolve_deployment(load_catalog(), "llama-3.1-8b", "h100-sxm",
+                             EngineOptions(max_model_len=2048))
+    s = dep.settings
+    lane = Lane(name="chat", rate_per_s=5.0, input_len=256, output_len=64)
+    return VerifyJob(lanes=(lane,), replicas=1, step=dep.step,
+                     num_gpu_blocks=dep.pool.num_blocks, block_size=dep.pool.block_size,
+                     max_num_seqs=s.max_num_seqs, max_num_batched_tokens=s.max_num_batched_tokens,
+                     max_model_len=s.max_model_len, requests=64, policy=s.profile.scheduler)
+
+
+def test_engine_choice_does_not_depend_on_jobs():
+    """One simulator for a plan's verification: compiled (numba is in the test extra) from
+    PARALLEL_MIN_REQUESTS simulated requests in all, the fast engine below; so a serial and a
+    parallel run simulate the same way."""
+    from dataclasses import replace
+
+    from capplan.plan.verify import numba_installed, verification_engine
+
+    job = _small_job()
+    few = [replace(job, requests=PARALLEL_MIN_REQUESTS // 4)] * 3
+    many = [replace(job, requests=PARALLEL_MIN_REQUESTS // 4)] * 4
+    assert verification_engine(few) == "auto"
+    assert verification_engine(many) == ("compiled" if numba_installed() else "auto")
+
+
+def test_warm_workers_give_the_serial_results_and_stop():
+    """The warmed workers (compiled engine loaded by `prepare`) return what a serial call
+    returns, and `close` leaves no worker process behind."""
+    import os
+    from dataclasses import replace
+
+    from capplan.plan.verify import numba_installed, simulate_recommendation
+
+    engine = "compiled" if numba_installed() else "auto"
+    jobs = [replace(_small_job(), requests=n, sim_engine=engine) for n in (1000, 1100)]
+    with ParallelVerifier(2) as v:
+        v.prepare(_small_job())
+        pids = list(getattr(v._pool, "_processes", None) or {})
+        got = v.map(jobs)
+    assert got == [simulate_recommendation(j) for j in jobs]
+    assert pids or not numba_installed(), "prepare started no worker"
+    for pid in pids:  # terminated and reaped: no such process
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)

@@ -86,3 +86,45 @@ def test_search_answers_match_the_snapshot():
         for g, w in zip(got, want[name], strict=True):
             bad = {k: (g[k], w[k]) for k in w if not _close(g[k], w[k])}
             assert not bad, (name, w["config"], bad)
+
+
+def _search(case: dict[str, Any]) -> tuple[Any, Any, Any, Any]:
+    cat = load_catalog()
+    plan = PlanFile.model_validate({"model": case["model"], "candidates": {"gpus": GPUS},
+                                    "workloads": [{"name": "x", **case["lane"]}]})
+    resolved = cat.resolve_model(plan.model)
+    t = traffic_for(list(plan.workloads), resolved.spec.context_len(plan.engine.max_model_len))
+    space = search_space(cat, plan, resolved.spec, t, resolved.implied_weight_dtype)
+    return cat, plan, space, t
+
+
+def test_p99_only_calls_equal_the_full_call():
+    """The SLO bisection's calls (p99s of the SLO metrics alone) give the full call's p99s
+    exactly, at loads from light to capacity (TBT's lower quantiles are skipped there)."""
+    for case in CASES.values():
+        cat, plan, space, t = _search(case)
+        found = analytic_search(_groups(cat, found_model(cat, plan), space), t, plan.headroom)
+        cap = np.asarray(found.queue.capacity_rate())
+        for frac in (0.05, 0.5, 0.9, 1.0):
+            rate = np.maximum(cap * frac, 1e-6)
+            part = found.queue.at_rate(rate, {"ttft_s", "tbt_s", "e2e_s"})
+            full = found.queue.at_rate(rate)
+            for m in ("ttft_s", "tbt_s", "e2e_s"):
+                np.testing.assert_array_equal(part[m]["p99"], full[m]["p99"])
+            assert set(part["tbt_s"]) == {"mean", "p99"}
+
+
+def found_model(cat: Any, plan: PlanFile) -> Any:
+    return cat.resolve_model(plan.model).spec
+
+
+def test_disaggregated_capacities_equal_the_scalar_ones():
+    """One vectorised bisection per pool role gives each deployment's own capacity_rate()."""
+    from capplan.plan import disagg
+
+    cat, plan, space, t = _search(CASES["rag-70b"])
+    deps = disagg._deployments(cat, plan.model, space)
+    assert len(deps) >= 4
+    for role, model in (("prefill", disagg.prefill_model), ("decode", disagg.decode_model)):
+        assert disagg._capacities(deps, t, role) == [float(model(d, t).capacity_rate())
+                                                     for d in deps]
