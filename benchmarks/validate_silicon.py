@@ -17,8 +17,9 @@ TPOT) and by --fit, which fits the things the data cannot be predicted without:
 Every table row scores the OTHER rows only.
 
 Run: .venv/bin/python benchmarks/validate_silicon.py [--fit-host] [--fit [--fit-jitter]] [--sim]
-[--no-jitter]
-(--fit-host first: the engines' host costs per step and per sequence, from TPOT; then --fit,
+[--no-jitter] [--plain-tp]
+(--plain-tp scores every row as plain TP over tp_size GPUs, as before layouts;
+--fit-host first: the engines' host costs per step and per sequence, from TPOT; then --fit,
 with --fit-jitter also each engine's client jitter; --no-jitter scores without the profiles'
 client jitter, for comparison.)
 """
@@ -95,6 +96,25 @@ class Prediction:
 
 
 _DEPS: dict[tuple, object] = {}
+PLAIN_TP = "--plain-tp" in sys.argv
+"""Score every row as plain TP over tp_size GPUs (how rows were predicted before layouts)."""
+
+
+def _size(v: str) -> int:
+    return max(int(v or 1), 1)  # empty (and the few 0s) mean 1
+
+
+def layout(r: dict[str, str]) -> tuple[int, int]:
+    """(attention_dp, expert_parallel) of a row. AIConfigurator's columns: one engine spans
+    tp_size x attention_dp_size (x pp_size) GPUs and moe_tp_size x moe_ep_size = tp_size x
+    attention_dp_size (checked on the rows: docs/validation.md section 4)."""
+    if PLAIN_TP:
+        return 1, 1
+    return _size(r["attention_dp_size"]), _size(r["moe_ep_size"])
+
+
+def is_layout_row(r: dict[str, str]) -> bool:
+    return _size(r["attention_dp_size"]) > 1 or _size(r["moe_ep_size"]) > 1
 
 
 def deployment(cat, r: dict[str, str], overhead_s: float | None = None,
@@ -104,17 +124,19 @@ def deployment(cat, r: dict[str, str], overhead_s: float | None = None,
     res = cat.resolve_model(r["model_path"])
     own = res.spec.quantization.format if res.spec.quantization else res.spec.torch_dtype
     tp = int(r["tp_size"] or 1) * int(r["pp_size"] or 1)
+    dp, ep = layout(r)
     c = concurrency(r)
     isl, osl = int(r["isl"]), int(r["osl"])
     kvd = "fp8" if r["precision"] in ("fp8", "fp4", "nvfp4") else "auto"
-    key = (r["backend"], r["model_path"], r["system"], tp, r["precision"], isl, osl, c,
+    key = (r["backend"], r["model_path"], r["system"], tp, dp, ep, r["precision"], isl, osl, c,
            overhead_s, host)
     if key not in _DEPS:
         # The benchmark sizes the engine for its concurrency: running-request cap >= C.
         opts = EngineOptions(engine=r["backend"], tp=tp, weight_dtype=dtype_for(r["precision"],
                                                                               own),
                              kv_dtype=kvd, max_model_len=isl + osl + 16,
-                             max_num_seqs=None if c <= 256 else c)
+                             max_num_seqs=None if c <= 256 else c,
+                             attention_dp=dp, expert_parallel=ep)
         gpu = cat.gpu(SYSTEMS[r["system"]])
         cal = calibration_for(cat, gpu, None)
         if overhead_s is not None:  # --fit tries other overheads (they change cohort merging)
@@ -145,8 +167,10 @@ def predict(cat, r: dict[str, str], with_sim: bool, rounds: float,
     if not s.profile.scheduler.chunked_prefill:  # whole prompts: the benchmark sized for them
         budget = max(budget, isl)
     jit = s.profile.client_jitter if jitter is None else jitter
-    out = closed_loop_latency(dep.step, isl, osl, s.max_num_seqs, budget,
-                              dep.memory.kv_cache_tokens, s.block_size,
+    lim = dep.limits  # the replica's: dp ranks x each rank's caps and KV pool
+    budget = budget * s.attention_dp
+    out = closed_loop_latency(dep.step, isl, osl, lim.max_num_seqs, budget,
+                              lim.kv_cache_tokens, s.block_size,
                               BenchmarkProtocol(c, n, client_jitter=jit), s.profile.scheduler)
     p = Prediction(out["ttft_wave_s"], out["ttft_steady_s"], out["tpot_s"],
                    out["request_overhead_s"])
@@ -258,7 +282,9 @@ def main() -> None:
             scored.append((r, p))
     groups: dict[tuple[str, str], dict[str, list]] = defaultdict(lambda: defaultdict(list))
     for r, p in scored:
-        for key in ((r["backend"], r["system"]), (r["backend"], "all"), ("all", "all")):
+        kind = "EP/DP rows" if is_layout_row(r) else "TP-only rows"
+        for key in ((r["backend"], r["system"]), (r["backend"], kind), (r["backend"], "all"),
+                    ("all", kind), ("all", "all")):
             g = groups[key]
             g["train"].append(is_training(r))
             if is_training(r):
@@ -275,7 +301,8 @@ def main() -> None:
           + " | ".join(f"{m} median / p90 / bias" for m in metrics)
           + " | TTFT meas/pred C<=8 vs C>=128 |")
     print("|---|---|---|" + "---|" * (len(metrics) + 1))
-    for key in sorted(groups, key=lambda k: (k[0] == "all", k[0], k[1] == "all", k[1])):
+    for key in sorted(groups, key=lambda k: (k[0] == "all", k[0], k[1] == "all",
+                                             k[1].endswith("rows"), k[1])):
         g = groups[key]
         cells = []
         for m in metrics:

@@ -172,6 +172,12 @@ def engine_options(f: Callable) -> Callable:
                      help="Tensor-parallel size."),
         click.option("--pp", type=POS_INT, default=1, show_default=True,
                      help="Pipeline-parallel size."),
+        click.option("--attention-dp", type=POS_INT, default=1, show_default=True,
+                     help="Attention data-parallel ranks per replica (each a TP group with its "
+                          "own batch and KV pool; the replica uses tp x pp x attention-dp GPUs)."),
+        click.option("--expert-parallel", type=POS_INT, default=1, show_default=True,
+                     help="Expert-parallel size of the MoE layers over the tp x attention-dp "
+                          "GPUs (must divide them and the experts; MoE models only)."),
         click.option("--weight-dtype", type=click.Choice(WEIGHT_DTYPES), default="auto",
                      show_default=True, help="auto: the checkpoint's own (or the -FP8... suffix)."),
         click.option("--kv-dtype", type=click.Choice(KV_DTYPES), default="auto",

@@ -27,7 +27,9 @@ def memory_cmd(model: str, gpu: str, fmt: str, catalog_dir: tuple[str, ...], **k
     dep = deployment_from_options(catalog_dir, model, gpu, kw, require_fit=False)
     r, s, g = dep.memory, dep.settings, dep.gpu
     data = {"model": dep.model.key, "gpu": g.key, "tp": s.tp, "pp": s.pp,
-            "engine": s.engine, "engine_profile": dep.profile.label, **asdict(r)}
+            "engine": s.engine, "engine_profile": dep.profile.label, **asdict(r),
+            "expert_parallel": s.expert_parallel, "gpus_per_replica": dep.gpus_per_replica,
+            "replica_kv_cache_tokens": r.replica_kv_cache_tokens}
     if fmt == "json":
         emit(to_json(data))
         return
@@ -37,7 +39,9 @@ def memory_cmd(model: str, gpu: str, fmt: str, catalog_dir: tuple[str, ...], **k
         return
     gib = bytes_to_gib
     pairs = [
-        ("model / GPU", f"{dep.model.key} on {g.key} (TP {s.tp}, PP {s.pp})"),
+        ("model / GPU", f"{dep.model.key} on {g.key} (TP {s.tp}, PP {s.pp}"
+         + (f", attention DP {s.attention_dp}" if s.attention_dp > 1 else "")
+         + (f", EP {s.expert_parallel}" if s.expert_parallel > 1 else "") + ")"),
         ("engine", dep.profile.label),
         ("weight dtype", r.weight_dtype + (" (auto)" if s.weight_dtype == "auto" else "")),
         ("KV dtype", (dep.model.torch_dtype + " (auto)") if s.kv_dtype == "auto"
@@ -51,7 +55,9 @@ def memory_cmd(model: str, gpu: str, fmt: str, catalog_dir: tuple[str, ...], **k
         ("KV cache (GiB)", f"{gib(r.kv_cache_bytes_per_gpu):.2f}"),
         ("KV per token (KiB)", f"{r.kv_bytes_per_token_per_gpu / 1024:.1f}"),
         ("KV blocks", f"{r.num_gpu_blocks} x {r.block_size} tokens"),
-        ("KV cache (tokens)", f"{r.kv_cache_tokens:,}"),
+        ("KV cache (tokens)", f"{r.kv_cache_tokens:,}" + (
+            f" per DP rank, {r.replica_kv_cache_tokens:,} per replica"
+            if s.attention_dp > 1 else "")),
         (f"max concurrency at {r.max_model_len:,} tokens (paged)", f"{r.max_concurrency:.2f}x"),
         ("same, contiguous pre-allocation", f"{r.contiguous_max_concurrency:.0f}x"),
         ("fits", "yes" if r.fits else f"NO: {r.reason}"),

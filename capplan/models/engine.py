@@ -210,6 +210,15 @@ class EngineProfile:
     """The engine's own names of the settings, for launch lines (capplan/plan/flags.py)."""
     sources: dict[str, str] = field(default_factory=dict)
     """Where each default comes from (file and version of the engine's source)."""
+    supports_attention_dp: bool = True
+    """Whether the engine runs attention data parallelism inside one replica."""
+    supports_expert_parallel: bool = True
+    """Whether the engine shards MoE experts across GPUs (expert parallelism)."""
+    attention_dp_tp1: bool = False
+    """Attention DP runs one rank per GPU (attention TP 1): TensorRT-LLM enable_attention_dp."""
+    expert_parallel_is_world: bool = False
+    """The engine's EP size is always the whole world (tp x attention_dp) when EP is on
+    (vLLM --enable-expert-parallel), so no other EP size can be launched."""
 
     def defaults(self, gpu: GpuLike, tp: int = 1) -> EngineDefaults:
         return self.defaults_rule(gpu, tp)
@@ -282,9 +291,15 @@ VLLM = EngineProfile(
                 "max_num_batched_tokens": "--max-num-batched-tokens",
                 "memory_fraction": "--gpu-memory-utilization", "max_model_len": "--max-model-len",
                 "block_size": "--block-size", "kv_fp8": "--kv-cache-dtype fp8",
-                "quant_fp8": "--quantization fp8"},
+                "quant_fp8": "--quantization fp8", "attention_dp": "--data-parallel-size {n}",
+                "expert_parallel": "--enable-expert-parallel"},
+    expert_parallel_is_world=True,
     sources={
         "host_costs": HOST_COSTS_SOURCE,
+        "layouts": "vllm/config/parallel.py ParallelConfig (v0.10.2): --data-parallel-size "
+                   "ranks each run attention on their own requests; --enable-expert-parallel "
+                   "shards experts over EP = TP x DP ranks (docs: Data Parallel Deployment, "
+                   "Expert Parallel Deployment)",
         "client_jitter": "fitted on the silicon training rows with the request overhead and "
                          "rounds (benchmarks/validate_silicon.py --fit --fit-jitter; "
                          "docs/validation.md); SGLang's and TensorRT-LLM's rows fit best "
@@ -313,9 +328,13 @@ SGLANG = EngineProfile(
                 "max_num_batched_tokens": "--chunked-prefill-size",
                 "memory_fraction": "--mem-fraction-static", "max_model_len": "--context-length",
                 "block_size": "--page-size", "kv_fp8": "--kv-cache-dtype fp8_e4m3",
-                "quant_fp8": "--quantization fp8"},
+                "quant_fp8": "--quantization fp8", "attention_dp": "--enable-dp-attention --dp {n}",
+                "expert_parallel": "--ep-size {n}"},
     sources={
         "host_costs": HOST_COSTS_SOURCE,
+        "layouts": "python/sglang/srt/server_args.py (v0.5): --tp is the world size; "
+                   "--enable-dp-attention --dp N splits it into N attention groups of tp/N; "
+                   "--ep-size shards experts (moe_tp = tp / ep)",
         "memory": "python/sglang/srt/model_executor/model_runner.py profile_max_num_token "
                   "(v0.5): rest_memory = available - total * (1 - mem_fraction_static)",
         "scheduler": "python/sglang/srt/managers/scheduler.py get_next_batch_to_run (v0.5): "
@@ -343,9 +362,16 @@ TRTLLM = EngineProfile(
                 "max_num_batched_tokens": "--max_num_tokens",
                 "memory_fraction": "--kv_cache_free_gpu_memory_fraction",
                 "max_model_len": "--max_seq_len",
-                "kv_fp8": "--extra_llm_api_options kv_fp8.yaml  # kv_cache_config: {dtype: fp8}"},
+                "kv_fp8": "--extra_llm_api_options kv_fp8.yaml  # kv_cache_config: {dtype: fp8}",
+                "attention_dp": "--extra_llm_api_options attention_dp.yaml",
+                "expert_parallel": "--ep_size {n}"},
+    attention_dp_tp1=True,
     sources={
         "host_costs": HOST_COSTS_SOURCE,
+        "layouts": "tensorrt_llm/llmapi/llm_args.py (1.x): tensor_parallel_size is the world "
+                   "size; enable_attention_dp (attention_dp.yaml: enable_attention_dp: true) "
+                   "makes every rank its own attention DP rank (attention TP 1); "
+                   "moe_expert_parallel_size x moe_tensor_parallel_size = tensor_parallel_size",
         "memory": "tensorrt_llm/llmapi/llm_args.py KvCacheConfig.free_gpu_memory_fraction "
                   "(default 0.9 of free memory after the model is loaded)",
         "scheduler": "tensorrt_llm/llmapi/llm_args.py CapacitySchedulerPolicy "
@@ -397,6 +423,21 @@ class EngineSettings:
     enforce_eager: bool = False
     engine: str = "vllm"
     """The engine profile these settings are for (a key of PROFILES)."""
+    attention_dp: int = 1
+    """Attention data-parallel ranks of one replica, each a TP group of `tp` GPUs with its own
+    batch and KV pool; the replica spans tp x pp x attention_dp GPUs."""
+    expert_parallel: int = 1
+    """Expert-parallel size of the MoE layers over the replica's tp x attention_dp GPUs (the
+    rest of that world is MoE tensor parallelism: moe_tp = tp x attention_dp / expert_parallel)."""
+
+    @property
+    def world_size(self) -> int:
+        """GPUs of one pipeline stage of a replica (attention TP x DP = MoE TP x EP)."""
+        return self.tp * self.attention_dp
+
+    @property
+    def moe_tp(self) -> int:
+        return self.world_size // max(self.expert_parallel, 1)
 
     def with_(self, **changes: object) -> EngineSettings:
         return replace(self, **changes)  # type: ignore[arg-type]

@@ -11,7 +11,7 @@ Pure functions of specs and numbers: no I/O, no catalog loading.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from capplan.catalog.schema import GpuSpec, ModelSpec
 from capplan.errors import InputError
@@ -82,14 +82,25 @@ def kv_heads_per_gpu(model: ModelSpec, tp: int) -> float:
     return layers.kv_heads_per_gpu(model, tp)
 
 
-def param_counts(model: ModelSpec, tp: int = 1, pp: int = 1) -> ParamCounts:
+def param_counts(model: ModelSpec, tp: int = 1, pp: int = 1, attention_dp: int = 1,
+                 expert_parallel: int = 1) -> ParamCounts:
     """Per-GPU parameter counts of the heaviest pipeline stage (layers split evenly by vLLM).
 
     Token mixers of every kind (attention, Mamba, linear attention, conv) count as `attention`;
     per-layer kinds come from models/layers.py. Memoised per (model object, tp, pp): a search
     sizes memory for thousands of engine settings of the same model and TP (models/memo.py).
     """
-    return _param_counts(model, int(tp), int(pp))
+    counts = _param_counts(model, int(tp), int(pp))
+    if attention_dp == 1 and expert_parallel == 1:
+        return counts
+    # Attention DP x EP (vLLM --data-parallel-size --enable-expert-parallel, SGLang
+    # --enable-dp-attention --ep-size, TensorRT-LLM enable_attention_dp moe_expert_parallel_size):
+    # non-expert weights stay split by tp (replicated across DP ranks); each GPU holds
+    # num_experts / ep experts sliced by moe_tp = tp x dp / ep, i.e. the experts / (tp x dp).
+    world = tp * attention_dp
+    moe_tp = world // expert_parallel
+    return replace(counts, experts=counts.experts * tp / world,
+                   expert_size=counts.expert_size * tp / moe_tp)
 
 
 @per_model
@@ -288,7 +299,7 @@ CUDA_GRAPH_PER_LAYER_BYTES = 8 * MIB_BYTES
 
 def runtime_overhead_bytes(model: ModelSpec, settings: EngineSettings) -> tuple[float, float]:
     """(non-torch memory counted in the KV budget, CUDA-graph memory outside it or not)."""
-    non_torch = NON_TORCH_BASE_BYTES + (NON_TORCH_TP_BYTES if settings.tp > 1 else 0.0)
+    non_torch = NON_TORCH_BASE_BYTES + (NON_TORCH_TP_BYTES if settings.world_size > 1 else 0.0)
     graphs = 0.0
     if not settings.enforce_eager:
         graphs = CUDA_GRAPH_BASE_BYTES + CUDA_GRAPH_PER_LAYER_BYTES * cdiv(model.num_layers,
@@ -333,6 +344,13 @@ class MemoryReport:
     """The state in whole blocks of num_gpu_blocks (layers.state_blocks_per_seq): what a
     running sequence holds besides its ceil(tokens / block_size) blocks (simulator, queueing,
     closed loop)."""
+    attention_dp: int = 1
+    """Attention data-parallel ranks of the replica: each holds its own pool of the size above
+    for its own sequences (the replica's KV tokens are attention_dp x kv_cache_tokens)."""
+
+    @property
+    def replica_kv_cache_tokens(self) -> int:
+        return self.kv_cache_tokens * self.attention_dp
 
 
 def validate_settings(model: ModelSpec, s: EngineSettings, gpu: GpuSpec | None = None) -> None:
@@ -358,10 +376,45 @@ def validate_settings(model: ModelSpec, s: EngineSettings, gpu: GpuSpec | None =
         raise InputError(f"--max-model-len {s.max_model_len}: exceeds {model.hf_id}'s "
                          f"{model.max_position_embeddings} (max_position_embeddings), which vLLM "
                          "refuses")
+    validate_layout(model, s)
     if gpu is not None and s.tp > gpu.interconnect.max_gpus_per_node:
         raise InputError(f"--tp {s.tp}: a {gpu.key} node connects at most "
                          f"{gpu.interconnect.max_gpus_per_node} GPUs ({gpu.interconnect.kind}); "
                          "split across nodes with --pp instead")
+    if gpu is not None and s.world_size > gpu.interconnect.max_gpus_per_node:
+        raise InputError(f"--tp {s.tp} x --attention-dp {s.attention_dp}: a {gpu.key} node "
+                         f"connects at most {gpu.interconnect.max_gpus_per_node} GPUs; DP "
+                         "attention and EP across nodes are not modelled")
+
+
+def validate_layout(model: ModelSpec, s: EngineSettings) -> None:
+    """Raise InputError for an attention-DP / expert-parallel layout the engine cannot run."""
+    dp, ep = s.attention_dp, s.expert_parallel
+    for flag, val in (("--attention-dp", dp), ("--expert-parallel", ep)):
+        if not isinstance(val, int) or val < 1:
+            raise InputError(f"{flag} {val}: must be a positive integer")
+    p = s.profile
+    if dp > 1 and not p.supports_attention_dp:
+        raise InputError(f"--attention-dp {dp}: {p.name} has no attention data parallelism")
+    if dp > 1 and p.attention_dp_tp1 and s.tp != 1:
+        raise InputError(f"--attention-dp {dp}: {p.name} runs attention DP with one GPU per "
+                         f"rank (use --tp 1, not {s.tp})")
+    if ep == 1:
+        return
+    if model.moe is None:
+        raise InputError(f"--expert-parallel {ep}: {model.key} is dense (no experts to shard)")
+    if not p.supports_expert_parallel:
+        raise InputError(f"--expert-parallel {ep}: {p.name} has no expert parallelism")
+    world = s.tp * dp
+    if world % ep:
+        raise InputError(f"--expert-parallel {ep}: must divide the tp x attention-dp = {world} "
+                         "GPUs of a replica stage")
+    if model.moe.num_experts % ep:
+        raise InputError(f"--expert-parallel {ep}: must divide the {model.moe.num_experts} "
+                         f"experts of {model.key}")
+    if p.expert_parallel_is_world and ep != world:
+        raise InputError(f"--expert-parallel {ep}: {p.name} shards experts over all tp x "
+                         f"attention-dp = {world} GPUs (use {world} or 1)")
 
 
 def memory_report(model: ModelSpec, gpu: GpuSpec, settings: EngineSettings,
@@ -373,7 +426,7 @@ def memory_report(model: ModelSpec, gpu: GpuSpec, settings: EngineSettings,
     s = settings
     max_len = model.context_len(s.max_model_len)
     dt = weight_dtypes(model, s.weight_dtype)
-    counts = param_counts(model, s.tp, s.pp)
+    counts = param_counts(model, s.tp, s.pp, s.attention_dp, s.expert_parallel)
     weights = weight_bytes(counts, dt)
     act_bytes = 2.0 if model.torch_dtype != "fp32" else 4.0
     act = activation_peak_bytes(model, s, act_bytes, profile.sampler,
@@ -420,6 +473,7 @@ def memory_report(model: ModelSpec, gpu: GpuSpec, settings: EngineSettings,
         weight_dtype=dt.label, kv_dtype_bytes=kvb, margin_bytes_per_gpu=margin,
         state_bytes_per_seq_per_gpu=state,
         state_blocks_per_seq=state_blocks if per_token else 0,
+        attention_dp=s.attention_dp,
     )
 
 

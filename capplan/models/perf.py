@@ -89,7 +89,8 @@ STEP_CONSTANTS = ("dense_weight_bytes", "expert_bytes", "num_moe_layers", "num_e
                   "kv_bytes_per_s", "expert_bytes_per_s", "gemm_flops_per_s", "attn_flops_per_s",
                   "gemm_half_tokens", "allreduce_s_fixed", "allreduce_s_per_token", "pp",
                   "p2p_s_per_token", "step_overhead_s", "per_seq_overhead_s", "layer_overhead_s",
-                  "state_bytes_per_seq", "allreduce_s_per_token_oneshot")
+                  "state_bytes_per_seq", "allreduce_s_per_token_oneshot", "attention_dp",
+                  "expert_parallel", "moe_comm_s_fixed", "moe_comm_s_per_token")
 """`StepModel` fields that `step_parts` takes, in its order."""
 
 
@@ -112,8 +113,19 @@ def step_parts(x: tuple, c: tuple, moe: bool) -> tuple:
      attn_flops_per_pair_prefill, mem_bytes_per_s, kv_bytes_per_s, expert_bytes_per_s,
      gemm_flops_per_s, attn_flops_per_s, gemm_half_tokens, allreduce_s_fixed,
      allreduce_s_per_token, pp, p2p_s_per_token, step_overhead_s, per_seq_overhead_s,
-     layer_overhead_s, state_bytes_per_seq, allreduce_s_per_token_oneshot) = c
+     layer_overhead_s, state_bytes_per_seq, allreduce_s_per_token_oneshot, attention_dp,
+     expert_parallel, moe_comm_s_fixed, moe_comm_s_per_token) = c
     tokens = bd + tp_
+    # Attention data parallelism: the replica's batch splits evenly over `attention_dp` ranks,
+    # each a TP group running attention and the dense layers on its own share (vLLM
+    # --data-parallel-size, SGLang --enable-dp-attention, TensorRT-LLM enable_attention_dp);
+    # the MoE layers below see every rank's tokens. Dividing by 1.0 is exact: unchanged at DP 1.
+    dp = attention_dp * 1.0
+    global_tokens = tokens
+    tokens = tokens / dp
+    bd, tp_, nps, logits = bd / dp, tp_ / dp, nps / dp, logits / dp
+    kv_full, kv_win, pairs, pairs_w = kv_full / dp, kv_win / dp, pairs / dp, pairs_w / dp
+    pre_read, pre_read_w = pre_read / dp, pre_read_w / dp
     dense_mem = dense_weight_bytes / mem_bytes_per_s
     eff = tokens / (tokens + gemm_half_tokens)
     dense_flops = tokens * dense_flops_per_token + logits * lm_head_flops_per_token
@@ -121,15 +133,19 @@ def step_parts(x: tuple, c: tuple, moe: bool) -> tuple:
     linear = smooth_max(dense_mem, dense_cmp)
     expert_mem = expert_cmp = 0.0
     if moe:
-        # MoE: expected distinct experts touched per layer, uniform routing.
+        # MoE: expected distinct experts touched per layer by the global batch, uniform
+        # routing; with expert parallelism a GPU holds num_experts / ep of them (its own
+        # slice of each, expert_bytes) and does 1 / ep of the expert FLOPs (expert_size is
+        # already 1 / moe_tp), every rank's tokens included.
         e = num_experts * 1.0
         k = experts_per_tok * 1.0
+        ep = expert_parallel * 1.0
         safe_e = select(e > 0, e, 1.0)
-        touched = select(e > 0, e * (1.0 - (1.0 - k / safe_e) ** tokens), 0.0)
+        touched = select(e > 0, e / ep * (1.0 - (1.0 - k / safe_e) ** global_tokens), 0.0)
         expert_mem = num_moe_layers * touched * expert_bytes / expert_bytes_per_s
-        rows = select(touched > 0, tokens * k / np.maximum(touched, 1e-12), 0.0)
+        rows = select(touched > 0, global_tokens * k / np.maximum(touched * ep, 1e-12), 0.0)
         eff_e = rows / (rows + gemm_half_tokens)
-        expert_cmp = tokens * expert_flops_per_token / (
+        expert_cmp = global_tokens * expert_flops_per_token / ep / (
             gemm_flops_per_s * np.maximum(eff_e, 1e-12))
         linear = linear + smooth_max(expert_mem, expert_cmp)
     # Attention: KV read and FLOPs, full and sliding-window layers.
@@ -150,6 +166,10 @@ def step_parts(x: tuple, c: tuple, moe: bool) -> tuple:
     comm = select(tokens > 0, np.minimum(
         allreduce_s_fixed + tokens * allreduce_s_per_token_oneshot,
         2 * allreduce_s_fixed + tokens * allreduce_s_per_token), 0.0)
+    # DP attention: each MoE layer gathers every rank's hidden states and scatters the summed
+    # outputs back (all-gather + reduce-scatter over the tp x dp GPUs; constants 0 at DP 1).
+    comm = comm + select(global_tokens > 0,
+                         moe_comm_s_fixed + global_tokens * moe_comm_s_per_token, 0.0)
     pp = pp * 1.0
     p2p = (pp - 1) * tokens * p2p_s_per_token
     overhead = step_overhead_s + per_seq_overhead_s * (bd + nps) + pp * layer_overhead_s
@@ -201,6 +221,14 @@ class StepModel:
     allreduce_s_per_token_oneshot: Any = 0.0
     """All-reduce seconds per token with the one-shot algorithm ((n-1) S bytes per rank);
     `allreduce_s_per_token` is the two-shot/ring cost (2 (n-1)/n S)."""
+    attention_dp: Any = 1.0
+    """Attention data-parallel ranks the step's batch is split over (models/engine.py)."""
+    expert_parallel: Any = 1.0
+    """Expert-parallel size: each GPU holds num_experts / expert_parallel experts."""
+    moe_comm_s_fixed: Any = 0.0
+    """MoE dispatch + combine latency per step with attention DP (all MoE layers)."""
+    moe_comm_s_per_token: Any = 0.0
+    """MoE dispatch + combine seconds per token of the whole replica's batch."""
 
     # ------------------------------------------------------------------------------------------
     def step(self, num_decode: ArrayLike = 0, decode_kv_tokens: ArrayLike = 0,
@@ -311,8 +339,8 @@ def build_step_model(model: ModelSpec, gpu: GpuSpec, settings: EngineSettings,
     """Constants of the step model for one (model, GPU, settings, calibration)."""
     validate_settings(model, settings, gpu)
     cal = calibration or default_calibration(gpu)
-    tp, pp = settings.tp, settings.pp
-    counts = param_counts(model, tp, pp)
+    tp, pp, dp = settings.tp, settings.pp, settings.attention_dp
+    counts = param_counts(model, tp, pp, dp, settings.expert_parallel)
     dt = weight_dtypes(model, settings.weight_dtype)
     act_bytes = 2.0
     lm_head_params = counts.lm_head if counts.lm_head else counts.embedding
@@ -348,6 +376,18 @@ def build_step_model(model: ModelSpec, gpu: GpuSpec, settings: EngineSettings,
         ar_fixed = 2 * layers * cal.allreduce_latency_s
         ar_token = 2 * layers * 2 * (tp - 1) / tp * model.hidden_size * act_bytes / link
         ar_one = 2 * layers * (tp - 1) * model.hidden_size * act_bytes / link
+    moe_fixed = moe_token = 0.0
+    if dp > 1 and moe is not None:
+        # With DP attention each MoE layer all-gathers the dp ranks' hidden states before the
+        # experts and reduce-scatters their outputs after (SGLang layers/dp_attention.py
+        # dp_gather/dp_scatter, v0.5; TensorRT-LLM attention-DP fused MoE allgather +
+        # reducescatter, 1.x). Ring cost over W = tp x dp GPUs: (W-1)/W of the replica's
+        # T x hidden x 2 B per collective, two per MoE layer (Thakur et al. 2005). The same
+        # link as TP (NVLink inside a node; multi-node worlds are optimistic).
+        world = tp * dp
+        moe_fixed = 2 * counts.num_moe_layers * cal.allreduce_latency_s
+        moe_token = (2 * counts.num_moe_layers * (world - 1) / world * model.hidden_size
+                     * act_bytes / link)
     return StepModel(
         dense_weight_bytes=dense_bytes,
         expert_bytes=expert_bytes,
@@ -385,6 +425,10 @@ def build_step_model(model: ModelSpec, gpu: GpuSpec, settings: EngineSettings,
         calibration_source=cal.source,
         state_bytes_per_seq=state,
         allreduce_s_per_token_oneshot=ar_one if tp > 1 else 0.0,
+        attention_dp=dp,
+        expert_parallel=settings.expert_parallel,
+        moe_comm_s_fixed=moe_fixed,
+        moe_comm_s_per_token=moe_token,
     )
 
 

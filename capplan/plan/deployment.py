@@ -44,6 +44,8 @@ class EngineOptions:
     max_num_seqs: int | None = None
     max_num_batched_tokens: int | None = None
     enforce_eager: bool = False
+    attention_dp: int = 1
+    expert_parallel: int = 1
 
     @classmethod
     def from_settings(cls, s: EngineSettings) -> EngineOptions:
@@ -86,7 +88,8 @@ class Deployment:
 
     @property
     def gpus_per_replica(self) -> int:
-        return self.settings.tp * self.settings.pp
+        s = self.settings
+        return s.tp * s.pp * s.attention_dp
 
     @property
     def profile(self) -> EngineProfile:
@@ -95,19 +98,28 @@ class Deployment:
     @property
     def pool(self) -> KvPool:
         """The KV block pool every simulation of this deployment runs on."""
-        return KvPool.of(self.memory)
+        pool = KvPool.of(self.memory)
+        dp = self.settings.attention_dp
+        if dp == 1:
+            return pool
+        # Attention DP: each rank holds its own pool and scheduler; the replica is simulated as
+        # one pool of dp x the rank's blocks (requests balanced evenly over the ranks).
+        return KvPool(pool.num_blocks * dp, pool.block_size, pool.state_blocks_per_seq)
 
     @property
     def limits(self) -> Limits:
         """The engine limits the analytic queueing model takes (hybrid state included)."""
         s = self.settings
-        return Limits(s.max_num_seqs, s.max_num_batched_tokens, self.memory.kv_cache_tokens,
-                      self.pool.state_tokens_per_seq, self.pool.block_size)
+        dp = s.attention_dp  # each DP rank schedules its own batch (per-rank engine limits)
+        return Limits(s.max_num_seqs * dp, s.max_num_batched_tokens * dp,
+                      self.memory.replica_kv_cache_tokens, self.pool.state_tokens_per_seq,
+                      self.pool.block_size)
 
     def settings_summary(self) -> dict[str, object]:
         """The resolved engine settings every output reports (JSON keys, SI)."""
         s = self.settings
         return {"engine": s.engine, "engine_profile": self.profile.label, "tp": s.tp, "pp": s.pp,
+                "attention_dp": s.attention_dp, "expert_parallel": s.expert_parallel,
                 "weight_dtype": self.memory.weight_dtype, "kv_dtype": s.kv_dtype,
                 "max_num_seqs": s.max_num_seqs,
                 "max_num_batched_tokens": s.max_num_batched_tokens,
@@ -146,7 +158,8 @@ def resolve_settings(opts: EngineOptions, gpu: GpuSpec, implied_dtype: str | Non
         block_size=block,
         max_num_seqs=opts.max_num_seqs or d.max_num_seqs,
         max_num_batched_tokens=opts.max_num_batched_tokens or d.max_num_batched_tokens,
-        enforce_eager=opts.enforce_eager, engine=profile.name)
+        enforce_eager=opts.enforce_eager, engine=profile.name,
+        attention_dp=opts.attention_dp, expert_parallel=opts.expert_parallel)
 
 
 def calibration_for(cat: Catalog, gpu: GpuSpec, path: str | Path | Calibration | None

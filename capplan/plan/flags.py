@@ -48,9 +48,18 @@ def _settings_line(profile: EngineProfile, head: str, r: dict[str, Any],
                    frac: dict[str, float], tokens: int) -> list[str]:
     """The launch line's common settings under the engine's own flag names (its profile)."""
     f = profile.flag_names
-    line = [head, f"{f['tp']} {r['tp']}"]
+    dp, ep = r.get("attention_dp", 1), r.get("expert_parallel", 1)
+    # vLLM's --tensor-parallel-size is one attention group's; SGLang's --tp and TensorRT-LLM's
+    # --tp_size are the whole tp x dp world, which DP attention then splits (models/engine.py
+    # sources["layouts"]).
+    tp = r["tp"] if profile.expert_parallel_is_world else r["tp"] * dp
+    line = [head, f"{f['tp']} {tp}"]
     if r.get("pp", 1) > 1:
         line.append(f"{f['pp']} {r['pp']}")
+    if dp > 1:
+        line.append(f["attention_dp"].format(n=dp))
+    if ep > 1:  # vLLM's flag takes no size: EP = tp x dp
+        line.append(f["expert_parallel"].format(n=ep))
     return line + [f"{f['max_num_seqs']} {r['max_num_seqs']}",
                    f"{f['max_num_batched_tokens']} {tokens}",
                    f"{f['memory_fraction']} {frac[profile.name]:g}",

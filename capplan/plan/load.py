@@ -145,8 +145,8 @@ def _closed_loop(dep: Deployment, load: LoadSpec) -> dict[str, Any]:
                               load.num_prompts or VLLM_BENCH_NUM_PROMPTS, load.warmup_prompts,
                               client_jitter=dep.profile.client_jitter)
     res = closed_loop_latency(dep.step, load.input_stats.mean, load.output_stats.mean,
-                              s.max_num_seqs, s.max_num_batched_tokens,
-                              dep.memory.kv_cache_tokens, dep.pool.block_size, proto,
+                              dep.limits.max_num_seqs, dep.limits.max_num_batched_tokens,
+                              dep.memory.replica_kv_cache_tokens, dep.pool.block_size, proto,
                               dep.profile.scheduler, dep.pool.state_tokens_per_seq)
     if res["bound"] == "clients":  # not capped: the decode step's own bound
         step = dep.step.decode_step(res["mean_running_batch"],

@@ -104,6 +104,11 @@ def search_space(cat: Catalog, plan: PlanFile, model: ModelSpec, t: Traffic,
     need = t.inp.q["p99"] + t.out.q["p99"]
     auto_len = min(model.max_position_embeddings, max(4096, 2 ** math.ceil(math.log2(2 * need))))
     max_len = plan.engine.max_model_len or auto_len
+    for key in ("attention_dp", "expert_parallel"):
+        if getattr(plan.engine, key) != 1:
+            raise InputError(f"engine.{key} {getattr(plan.engine, key)}: recommend and plan "
+                             "search plain TP layouts; size DP/EP layouts with `capplan "
+                             "latency --attention-dp N --expert-parallel N`")
     if max_len > model.max_position_embeddings:
         raise InputError(f"engine.max_model_len {max_len} exceeds {model.key}'s "
                          f"{model.max_position_embeddings}")
@@ -170,7 +175,7 @@ def _curve(r: Recommendation, t: Traffic) -> Curve:
            for k, x in enumerate(rates)]
     label = (f"{c.gpu.key} tp{s.tp} {s.weight_dtype} seqs{s.max_num_seqs} "
              f"chunk{s.max_num_batched_tokens}")
-    return Curve(label, pts, s.tp * s.pp)
+    return Curve(label, pts, s.tp * s.pp * s.attention_dp)
 
 
 def _warnings(r: Recommendation, ctx_mean: float) -> list[str]:
@@ -294,7 +299,8 @@ def _near_floor_note(c: Candidate, found: SearchResult, t: Traffic, headroom: fl
             f"{c.max_rate_per_s:.3g} req/s, {c.max_rate_per_s / c.capacity_per_s:.0%} of the "
             f"{c.capacity_per_s:.3g} req/s it sustains, so {c.replicas} replicas "
             f"({c.gpus_total} GPUs) would be needed; relaxing {relax or 'them'} lets replicas "
-            f"run at half their capacity ({reps} replicas, {reps * s.tp * s.pp} GPUs), "
+            f"run at half their capacity ({reps} replicas, {reps * s.tp * s.pp * s.attention_dp} "
+            f"GPUs), "
             "as may a faster GPU or more TP")
 
 

@@ -111,7 +111,8 @@ class Recommendation:
     def settings_dict(self) -> dict[str, Any]:
         """The engine settings as the launch-line builder and the JSON name them."""
         s = self.candidate.settings
-        return {"tp": s.tp, "pp": s.pp, "max_num_seqs": s.max_num_seqs,
+        return {"tp": s.tp, "pp": s.pp, "attention_dp": s.attention_dp,
+                "expert_parallel": s.expert_parallel, "max_num_seqs": s.max_num_seqs,
                 "max_num_batched_tokens": s.max_num_batched_tokens,
                 "weight_dtype": s.weight_dtype, "kv_dtype": s.kv_dtype,
                 "max_model_len": s.max_model_len,

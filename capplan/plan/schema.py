@@ -157,6 +157,11 @@ class EngineSpec(BaseModel):
     max_model_len: _COUNT | None = None  # type: ignore[valid-type]
     block_size: Literal[1, 8, 16, 32, 64, 128] | None = None
     """KV block (page) size, one of the CLI's --block-size choices; default: the engine's."""
+    attention_dp: _COUNT = 1  # type: ignore[valid-type]
+    """Attention data-parallel ranks per replica (docs/perf.md, "Layouts"). recommend/plan
+    search plain TP: values above 1 are refused there (memory, latency and simulate take them)."""
+    expert_parallel: _COUNT = 1  # type: ignore[valid-type]
+    """Expert-parallel size of the MoE layers; as attention_dp, 1 in recommend/plan."""
 
 
 class VerifySpec(BaseModel):

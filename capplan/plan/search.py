@@ -111,7 +111,7 @@ class Candidate:
 
     @property
     def gpus_total(self) -> int:
-        return self.replicas * self.settings.tp * self.settings.pp
+        return self.replicas * self.settings.tp * self.settings.pp * self.settings.attention_dp
 
     @property
     def cost_per_hour(self) -> float | None:
