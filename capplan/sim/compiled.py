@@ -16,10 +16,11 @@ TensorRT-LLM's whole prompts with the output reserved, sliding windows, prioriti
 - the step time from `capplan.models.perf.step_parts`, the same Python function `StepModel`
   evaluates with numpy, compiled with `numba.njit` and called per step with the model's
   constants as floats;
-- per step only what the results need: start and duration (float64; under prefill-first also
-  the TBT gap, otherwise the duration is the gap) and the TBT count, running, waiting and KV
-  blocks in use (int32); per request its admission, first-token and finish step (times are
-  read off the step clock afterwards, as the reference does);
+- per step nothing that grows with the steps (`RunRecord.steps`): the TBT gap and count into a
+  hash table of distinct gaps (the batch shapes recur: 4.3M steps at 10% load are ~33k
+  entries), the time integrals of running and waiting, the peak of KV blocks, a strided sample
+  for the time series; per request its admission, first-token and finish times, stamped in the
+  loop; `keep_steps` keeps the per-step arrays too (tests compare them with the reference);
 - hybrid models: `state_blocks` pool blocks per running sequence, held from admission to
   finish or preemption besides its token blocks.
 
@@ -43,8 +44,9 @@ from capplan.errors import InputError
 from capplan.models import perf
 from capplan.models.engine import ClientJitter
 from capplan.sim.engine import NO_WINDOW, ContinuousEngine, check_overhead
-from capplan.sim.entities import RunRecord
+from capplan.sim.entities import RunRecord, StepSummary
 from capplan.sim.fast import INSTALL_HINT, compiled_supports
+from capplan.sim.metrics import series_steps
 from capplan.sim.workload import Requests
 
 try:  # the optional `fast` extra
@@ -62,11 +64,23 @@ NUM_FIELDS = 15
 ARRIVING, WAITING, PREFILLING, DECODING, FINISHED, NEW_DECODER = range(6)
 # scalars sc[...]
 (FREE, NDEC, BUDGET, PREEMPTED_NOW, DEC_DONE, BLOCKED, ADMISSIONS, PREEMPTIONS, DONE, NRUN,
- NHEAP, NCH, STEP, LAST_DEC, NGAPS, ERR, SUMCTX, SUMCTXW, NPF, NNEED, NFD) = range(21)
-NUM_SCALARS = 21
+ NHEAP, NCH, STEP, LAST_DEC, NGAPS, ERR, SUMCTX, SUMCTXW, NPF, NNEED, NFD, NTBT, STRIDE, NSER,
+ KV_MAX) = range(25)
+NUM_SCALARS = 25
+# float scalars tf[...]: this step's start and end, the end of the last decode step and of step
+# 0, the time integrals of the running set and of the requests in the system (s * requests)
+T_START, T_END, T_LAST_DEC, T_STEP0, RUN_INT, SYS_INT = range(6)
+# per-request times qt[FIELD, request]: admission (a step's start), first token, finish (a
+# step's end); and in qtok[FIELD, request] (dropped after the run) last token and pending
+# first-decode gap (a step's end)
+ADM_T, FIRST_T, FIN_T = range(3)
+LAST_T, FD_T = range(2)
+SERIES_CAP = 1 << 16
+"""Step samples kept for the time series: every step up to this many, then every 2nd, 4th..
+(the series of runs up to SERIES_CAP steps is exactly the reference's)."""
 # configuration cfg[...]
 (TOTAL, BS, MAX_SEQS, MAX_TOKENS, WINDOW, HAS_WINDOW, PREFILL_FIRST, CHUNKED, CAN_PREEMPT,
- STATE_BLOCKS) = range(10)
+ STATE_BLOCKS, KEEP_STEPS, SERIES_CAP_) = range(12)
 # error codes sc[ERR]
 ERR_NO_PREEMPTION, ERR_NO_VICTIM, ERR_NO_WORK = 1, 2, 3
 ERRORS = {ERR_NO_PREEMPTION: "out of KV blocks under a policy without preemption: the "
@@ -83,10 +97,15 @@ if numba is not None:
         return lambda cond, a, b: a if cond else b
 
     _njit = numba.njit(cache=True)
+    # the per-step aggregation, inlined into the step (numba IR inlining: no call, no
+    # reference counting of the tuples of arrays it receives)
+    _njit_inline = numba.njit(cache=True, inline="always")
     _step_parts = numba.njit(cache=True)(perf.step_parts)
 else:
     def _njit(f: Callable) -> Callable:
         return f
+
+    _njit_inline = _njit
 
     _step_parts = perf.step_parts
 
@@ -289,6 +308,7 @@ def _admit_waiting(q: np.ndarray, sc: np.ndarray, cfg: np.ndarray, lists: tuple,
         sc[ADMISSIONS] += 1
         if q[ADM_STEP, s] < 0:
             q[ADM_STEP, s] = sc[STEP]
+            bufs[5][ADM_T, s] = bufs[6][T_START]
         run[sc[NRUN]] = s
         sc[NRUN] += 1
         pf[sc[NPF]] = s
@@ -345,20 +365,22 @@ def _inputs(decode: bool, q: np.ndarray, sc: np.ndarray, cfg: np.ndarray, chl: n
 
 
 @_njit
-def _finish(s: int, computed: int, q: np.ndarray, sc: np.ndarray, cfg: np.ndarray) -> None:
+def _finish(s: int, computed: int, q: np.ndarray, sc: np.ndarray, cfg: np.ndarray,
+            bufs: tuple) -> None:
     q[FIN_STEP, s] = sc[STEP]
+    bufs[5][FIN_T, s] = bufs[6][T_END]
     q[STATE, s] = FINISHED
     sc[FREE] += _held(s, computed, q, cfg)
     sc[DONE] += 1
 
 
 @_njit
-def _gap(last: int, g: int, sc: np.ndarray, gaps: np.ndarray) -> None:
-    """A token gap outside the per-step counts: (step of a token, step of the next)."""
+def _gap(gap_s: float, sc: np.ndarray, gaps: np.ndarray) -> None:
+    """A token gap outside the per-step counts (end of the step of a token to the end of the
+    step of the next)."""
     i = sc[NGAPS]
     if i < gaps.shape[1]:
-        gaps[0, i] = last
-        gaps[1, i] = g
+        gaps[0, i] = gap_s
     sc[NGAPS] = i + 1
 
 
@@ -368,7 +390,7 @@ def _advance_prefills(q: np.ndarray, sc: np.ndarray, cfg: np.ndarray, bufs: tupl
     """After the step: prefill progress; a completed prompt gives a token and then decodes
     from the next decode step (NEW_DECODER until the decoders have advanced)."""
     g = sc[STEP]
-    chl = bufs[1]
+    chl, qt, qtok, t_end = bufs[1], bufs[5], bufs[7], bufs[6][T_END]
     for i in range(sc[NCH]):
         s = chl[i]
         c = q[CHUNK, s]
@@ -380,12 +402,14 @@ def _advance_prefills(q: np.ndarray, sc: np.ndarray, cfg: np.ndarray, bufs: tupl
             continue
         if q[GENERATED, s] == 0:
             q[FIRST_STEP, s] = g
+            qt[FIRST_T, s] = t_end
         else:
-            _gap(q[LAST_TOK, s], g, sc, gaps)
+            _gap(t_end - qtok[LAST_T, s], sc, gaps)
         q[GENERATED, s] += 1
         q[LAST_TOK, s] = g
+        qtok[LAST_T, s] = t_end
         if q[GENERATED, s] >= q[OUTPUT, s]:
-            _finish(s, q[COMPUTED, s], q, sc, cfg)
+            _finish(s, q[COMPUTED, s], q, sc, cfg, bufs)
         else:
             q[STATE, s] = NEW_DECODER
     sc[NCH] = 0
@@ -407,6 +431,7 @@ def _start_decoding(s: int, q: np.ndarray, sc: np.ndarray, cfg: np.ndarray, bufs
     q[DUE, s] = max(nc + (-nc) % bs, q[RESERVED, s] * bs)
     if cfg[PREFILL_FIRST]:
         q[FD_LAST, s] = sc[STEP]
+        bufs[7][FD_T, s] = bufs[6][T_END]
         bufs[4][sc[NFD]] = s
         sc[NFD] += 1
 
@@ -418,6 +443,7 @@ def _advance_running(decode: bool, q: np.ndarray, sc: np.ndarray, cfg: np.ndarra
     sequences leave the running set; then the decode sums and the decoders whose next token
     starts a block, in one pass."""
     g, w, needl = sc[STEP], cfg[WINDOW], bufs[2]
+    qtok, t_end = bufs[7], bufs[6][T_END]
     j = nd = sumctx = sumw = nneed = 0
     for i in range(sc[NRUN]):
         s = run[i]
@@ -429,8 +455,9 @@ def _advance_running(decode: bool, q: np.ndarray, sc: np.ndarray, cfg: np.ndarra
             q[COMPUTED, s] = c
             q[GENERATED, s] += 1
             q[LAST_TOK, s] = g
+            qtok[LAST_T, s] = t_end
             if q[GENERATED, s] >= q[OUTPUT, s]:
-                _finish(s, c, q, sc, cfg)
+                _finish(s, c, q, sc, cfg, bufs)
                 continue
         elif st == NEW_DECODER:
             _start_decoding(s, q, sc, cfg, bufs)
@@ -458,7 +485,7 @@ def _first_decode_gaps(q: np.ndarray, sc: np.ndarray, bufs: tuple, gaps: np.ndar
     for i in range(sc[NFD]):
         s = fdl[i]
         if q[STATE, s] == DECODING and q[FD_LAST, s] >= 0:
-            _gap(q[FD_LAST, s], sc[STEP], sc, gaps)
+            _gap(bufs[6][T_END] - bufs[7][FD_T, s], sc, gaps)
             q[FD_LAST, s] = -1
             n += 1
     sc[NFD] = 0
@@ -495,50 +522,115 @@ def _grow(a: np.ndarray) -> np.ndarray:
     return out
 
 
+@_njit_inline
+def _tbt_add(x: float, w: float, tb: np.ndarray, sc: np.ndarray) -> None:
+    """Add weight w to the TBT sample x in the open-addressing table tb[slot] = (value,
+    weight), an empty slot of weight 0 (one array: one cache line a probe). Equal gaps (the
+    same batch shape recurs across the run) share one entry: the multiset of samples, so its
+    weighted percentiles, is unchanged."""
+    mask = tb.shape[0] - 1
+    m, e = math.frexp(x)
+    b = int(m * 9007199254740992.0) ^ e  # the 53-bit significand and the exponent
+    i = ((b ^ (b >> 29)) * 2654435761) & mask
+    while tb[i, 1] != 0:
+        if tb[i, 0] == x:
+            tb[i, 1] += w
+            return
+        i = (i + 1) & mask
+    tb[i, 0] = x
+    tb[i, 1] = w
+    sc[NTBT] += 1
+
+
 @_njit
+def _tbt_grow(tb: np.ndarray, sc: np.ndarray) -> np.ndarray:
+    """The table with twice the slots, entries re-inserted."""
+    out = np.zeros((2 * tb.shape[0], 2), np.float64)
+    sc[NTBT] = 0
+    for i in range(tb.shape[0]):
+        if tb[i, 1] != 0:
+            _tbt_add(tb[i, 0], tb[i, 1], out, sc)
+    return out
+
+
+@_njit
+def _sample(t: float, sc: np.ndarray, cfg: np.ndarray, series: tuple) -> None:
+    """Keep step sc[STEP]'s start, running, waiting and blocks in use (the caller calls at the
+    multiples of the stride); a full buffer keeps every other sample and doubles the stride."""
+    sf, si = series
+    j = sc[NSER]
+    sf[j] = t
+    si[0, j], si[1, j], si[2, j] = sc[NRUN], sc[NHEAP], cfg[TOTAL] - sc[FREE]
+    sc[NSER] = j + 1
+    if j + 1 == sf.shape[0]:
+        _halve(sc, series)
+
+
+@_njit
+def _halve(sc: np.ndarray, series: tuple) -> None:
+    """Every other sample, twice the stride."""
+    sf, si = series
+    j = sf.shape[0] // 2
+    for i in range(j):
+        sf[i] = sf[2 * i]
+        si[0, i], si[1, i], si[2, i] = si[0, 2 * i], si[1, 2 * i], si[2, 2 * i]
+    sc[NSER] = j
+    sc[STRIDE] *= 2
+
+
+@_njit_inline
 def _record(t: float, dur: float, decode: bool, nfd: int, sc: np.ndarray, cfg: np.ndarray,
-            steps: tuple) -> None:
-    """Step samples as scheduled (before it advances): start, duration, TBT gap; TBT count,
-    running, waiting, blocks in use."""
-    sf, si = steps
+            tf: np.ndarray, agg: tuple) -> None:
+    """Step samples as scheduled (before it advances), aggregated: the TBT gap and count into
+    the table, the time integrals of running and waiting, the peak of blocks in use, the time
+    series sample; with cfg[KEEP_STEPS] also the per-step rows (start, duration, gap; TBT count,
+    running, waiting, blocks in use)."""
+    tb, series, sf, si = agg
     k = sc[STEP]
-    sf[0, k] = t
-    sf[1, k] = dur
-    tbt, prev = 0, -1
+    tbt, prev, gap = 0, -1, dur
     if decode:
         tbt, prev = sc[NDEC], k - 1
         if cfg[PREFILL_FIRST]:
             tbt, prev = sc[NDEC] - nfd, sc[LAST_DEC]
     # prefill_first: the gap since the previous decode step, this step's duration when that is
-    # the step before, else between the two steps' ends (otherwise always the duration: the
-    # duration row serves as the gap row)
-    if cfg[PREFILL_FIRST]:
-        if prev == k - 1:
-            sf[2, k] = dur
-        else:
-            j = max(prev, 0)
-            sf[2, k] = (t + dur) - (sf[0, j] + sf[1, j])
-    si[0, k] = tbt
-    si[1, k] = sc[NRUN]
-    si[2, k] = sc[NHEAP]
-    si[3, k] = cfg[TOTAL] - sc[FREE]
+    # the step before, else between the two steps' ends (step 0's when there is none)
+    if cfg[PREFILL_FIRST] and prev != k - 1:
+        gap = (t + dur) - (tf[T_LAST_DEC] if prev >= 0 else tf[T_STEP0])
+    if tbt > 0:
+        _tbt_add(gap, tbt, tb, sc)
+    if k == 0:
+        tf[T_STEP0] = t + dur
+    if decode:
+        tf[T_LAST_DEC] = t + dur
+    tf[RUN_INT] += sc[NRUN] * dur
+    tf[SYS_INT] += (sc[NRUN] + sc[NHEAP]) * dur
+    sc[KV_MAX] = max(sc[KV_MAX], cfg[TOTAL] - sc[FREE])
+    if k == sc[NSER] * sc[STRIDE]:  # the next multiple of the stride
+        _sample(t, sc, cfg, series)
+    if cfg[KEEP_STEPS]:
+        sf[0, k], sf[1, k], sf[2, k] = t, dur, gap
+        si[0, k], si[1, k], si[2, k], si[3, k] = tbt, sc[NRUN], sc[NHEAP], cfg[TOTAL] - sc[FREE]
 
 
 @_njit
 def _step(t: float, q: np.ndarray, sc: np.ndarray, cfg: np.ndarray, model: tuple,
           arr: np.ndarray, lists: tuple, bufs: tuple) -> float:
     """Run step sc[STEP] from time t (schedule, time, record, advance); returns its duration.
-    `model` = (constants, moe); `lists` = (running set, waiting heap, extra gaps, float and
-    int step samples)."""
-    run, _, gaps, sf, si = lists
-    decode = _schedule(q, sc, cfg, lists, arr, bufs)
+    `model` = (constants, moe); `lists` = (running set, waiting heap, extra gaps, then the step
+    aggregates of `_record`: TBT table, series samples, per-step rows)."""
+    sched, gaps, agg = lists
+    run = sched[0]
+    tf = bufs[6]
+    tf[T_START] = t
+    decode = _schedule(q, sc, cfg, sched, arr, bufs)
     if sc[ERR]:
         return 0.0
     dur = float(_step_parts(_inputs(decode, q, sc, cfg, bufs[1]), model[0], model[1])[0])
+    tf[T_END] = t + dur
     nfd = 0
     if decode and cfg[PREFILL_FIRST]:
         nfd = _first_decode_gaps(q, sc, bufs, gaps)
-    _record(t, dur, decode, nfd, sc, cfg, (sf, si))
+    _record(t, dur, decode, nfd, sc, cfg, tf, agg)
     _advance_prefills(q, sc, cfg, bufs, gaps)
     _advance_running(decode, q, sc, cfg, run, bufs)
     return dur
@@ -548,24 +640,33 @@ def _step(t: float, q: np.ndarray, sc: np.ndarray, cfg: np.ndarray, model: tuple
 def simulate_open_loop(arr: np.ndarray, q: np.ndarray, cfg: np.ndarray, consts: tuple,
                        moe: bool) -> tuple:
     """Simulate open-loop requests (arrival times `arr`, sorted; state `q`, filled in) to
-    completion. Returns (float step samples (2 or 3, n_steps): start, duration, and with
-    prefill_first the TBT gap; int
-    samples (4, n_steps): TBT count, running, waiting, KV blocks; extra gaps (2, n_gaps) as
-    step pairs; scalars `sc`)."""
+    completion, in memory that does not grow with the steps (unless cfg[KEEP_STEPS]). Returns
+    (per-request times qt (5, n); extra gaps; the TBT table (values, weights) of the per-step
+    gaps; the time series samples (starts; running, waiting, blocks) at stride sc[STRIDE];
+    float aggregates tf; scalars sc; with cfg[KEEP_STEPS] the per-step rows (start, duration,
+    gap) and (TBT count, running, waiting, blocks), else empty)."""
     n = arr.shape[0]
     sc = np.zeros(NUM_SCALARS, np.int64)
     sc[FREE] = cfg[TOTAL]
     sc[LAST_DEC] = -1
-    cap = 1024
-    sf = np.empty((3 if cfg[PREFILL_FIRST] else 2, cap), np.float64)
+    sc[STRIDE] = 1
+    cap = 1024 if cfg[KEEP_STEPS] else 0
+    sf = np.empty((3, cap), np.float64)
     si = np.empty((4, cap), np.int32)
-    gaps = np.empty((2, 1024), np.int64)
+    gaps = np.empty((1, 1024), np.float64)
+    tb = np.zeros((64, 2), np.float64)
+    series = (np.empty(cfg[SERIES_CAP_], np.float64), np.empty((3, cfg[SERIES_CAP_]), np.int32))
+    tf = np.zeros(6, np.float64)
+    qt = np.zeros((3, n), np.float64)
     m = cfg[MAX_SEQS] + 1
     run, heap = np.empty(m, np.int64), np.empty(max(n, 1), np.int64)
-    # prefilling list, chunk list, decoders due a block, their flags, pending first decodes
+    # prefilling list, chunk list, decoders due a block, their flags, pending first decodes,
+    # per-request times, float scalars, per-request token times
     bufs = (np.empty(m, np.int64), np.empty(m, np.int64), np.empty(m, np.int64),
-            np.zeros(n, np.int8), np.empty(2 * m, np.int64))
+            np.zeros(n, np.int8), np.empty(2 * m, np.int64), qt, tf, np.zeros((2, n), np.float64))
     t, nxt, k = 0.0, 0, 0
+    model = (consts, moe)
+    lists = ((run, heap), gaps, (tb, series, sf, si))
     while sc[DONE] < n:
         while nxt < n and arr[nxt] <= t:
             q[STATE, nxt] = WAITING
@@ -574,18 +675,26 @@ def simulate_open_loop(arr: np.ndarray, q: np.ndarray, cfg: np.ndarray, consts: 
         if sc[NRUN] == 0 and sc[NHEAP] == 0:
             t = max(t, arr[nxt])
             continue
-        if k == sf.shape[1]:
+        grow = cfg[KEEP_STEPS] and k == sf.shape[1]
+        if grow:
             sf, si = _grow(sf), _grow(si)
         if sc[NGAPS] + cfg[MAX_SEQS] + 1 > gaps.shape[1]:
             gaps = _grow(gaps)
+            grow = True
+        if 2 * (sc[NTBT] + 1) > tb.shape[0]:
+            tb = _tbt_grow(tb, sc)
+            grow = True
+        if grow:
+            lists = ((run, heap), gaps, (tb, series, sf, si))
         sc[STEP] = k
-        dur = _step(t, q, sc, cfg, (consts, moe), arr, (run, heap, gaps, sf, si), bufs)
+        dur = _step(t, q, sc, cfg, model, arr, lists, bufs)
         if sc[ERR]:
             break
         t = t + dur
         k += 1
-    return sf[:, :k], si[:, :k], gaps[:, :sc[NGAPS]], sc
-
+    used = tb[:, 1] != 0
+    return (qt, gaps[0, :sc[NGAPS]], tb[used, 0], tb[used, 1].astype(np.int64),
+            series[0][:sc[NSER]], series[1][:, :sc[NSER]], tf, sc, sf[:, :k], si[:, :k])
 
 @_njit
 def _probe(x: tuple, consts: tuple, moe: bool) -> float:
@@ -622,6 +731,11 @@ class CompiledEngine(ContinuousEngine):
     its `state_blocks` (hybrid models) included."""
 
     impl = "compiled"
+    keep_steps = False
+    """Keep the per-step arrays too (memory grows with the steps: tests compare them with the
+    reference engine's); by default only their aggregate `RunRecord.steps`."""
+    series_cap = SERIES_CAP
+    """Step samples kept for the time series (even; tests lower it)."""
 
     @staticmethod
     def supports(**features: Any) -> bool:
@@ -644,7 +758,7 @@ class CompiledEngine(ContinuousEngine):
         cfg = np.array([self.total_blocks, self.block_size, self.max_num_seqs,
                         self.max_num_batched_tokens, self.window if self.has_window else NO_WINDOW,
                         self.has_window, pol.prefill_first, pol.chunked_prefill, pol.preemption,
-                        self.state_blocks], np.int64)
+                        self.state_blocks, bool(self.keep_steps), self.series_cap], np.int64)
         return q, cfg
 
     def run(self, reqs: Requests, priorities: np.ndarray | None = None,
@@ -667,26 +781,30 @@ class CompiledEngine(ContinuousEngine):
         moe = bool(float(self.step_model.num_experts) > 0)
         _check_kernel(self.step_model, consts, moe)
         arr = np.ascontiguousarray(reqs.arrival_at_s, np.float64)
-        sf, si, gaps, sc = simulate_open_loop(arr, q, cfg, consts, moe)
+        (qt, gaps, tbt_v, tbt_w, ser_t, ser_i, tf, sc, sf, si) = simulate_open_loop(
+            arr, q, cfg, consts, moe)
         if sc[ERR]:
             raise AssertionError(ERRORS[int(sc[ERR])])
         if progress is not None:
             progress(int(sc[DONE]))
-        starts, dur = sf[0], sf[1]
-        gap = sf[2] if len(sf) > 2 else dur
-        ends = starts + dur
+        # the series' steps, read off the samples kept every sc[STRIDE] steps (the nearest)
+        num_steps = int(sc[STEP]) + 1 if len(arr) else 0
+        j = np.minimum(np.rint(series_steps(num_steps) / sc[STRIDE]).astype(np.int64),
+                       max(len(ser_t) - 1, 0))
+        steps = StepSummary(
+            num_steps=num_steps, tbt_gap_s=tbt_v, tbt_count=tbt_w,
+            running_s=float(tf[RUN_INT]), in_system_s=float(tf[SYS_INT]),
+            kv_blocks_max=int(sc[KV_MAX]), series_start_s=ser_t[j], series_running=ser_i[0, j],
+            series_waiting=ser_i[1, j], series_kv_blocks=ser_i[2, j])
         return RunRecord(
             arrival_at_s=arr,
-            admitted_at_s=starts[q[ADM_STEP]],
-            first_token_at_s=ends[q[FIRST_STEP]],
-            finished_at_s=ends[q[FIN_STEP]],
+            admitted_at_s=qt[ADM_T], first_token_at_s=qt[FIRST_T], finished_at_s=qt[FIN_T],
             input_tokens=np.asarray(reqs.input_tokens),
             output_tokens=np.asarray(reqs.output_tokens),
             lane=np.asarray(reqs.lane),
-            step_start_s=starts, step_dur_s=dur,
-            step_tbt_count=si[0], step_tbt_gap_s=gap,
-            extra_gaps_s=ends[gaps[1]] - ends[gaps[0]],
+            step_start_s=sf[0], step_dur_s=sf[1], step_tbt_count=si[0], step_tbt_gap_s=sf[2],
+            extra_gaps_s=gaps,
             step_running=si[1], step_waiting=si[2], step_kv_blocks=si[3],
             num_gpu_blocks=self.total_blocks, preemptions=int(sc[PREEMPTIONS]),
-            scheduler="continuous",
+            scheduler="continuous", steps=steps,
         )

@@ -57,9 +57,35 @@ def step_array(steps: Sequence[StepRecord]) -> np.ndarray:
 
 
 @dataclass(frozen=True)
+class StepSummary:
+    """What the results need of the engine steps, in memory that does not grow with them: the
+    per-step TBT samples as (gap, count) with equal gaps merged, the time integrals of the
+    running set and the requests in the system, the peak of KV blocks in use and the sampled
+    time series. The compiled engine builds it in its loop; `metrics.step_summary` builds the
+    same from a RunRecord's per-step arrays."""
+
+    num_steps: int
+    tbt_gap_s: np.ndarray
+    """Distinct per-step TBT gaps (s)."""
+    tbt_count: np.ndarray
+    """How many token gaps each one stands for."""
+    running_s: float
+    """Integral of the running set over time (sequences x s)."""
+    in_system_s: float
+    """Integral of running plus waiting requests over time (requests x s)."""
+    kv_blocks_max: int
+    series_start_s: np.ndarray
+    """The time series' steps: start (s), running, waiting, KV blocks in use."""
+    series_running: np.ndarray
+    series_waiting: np.ndarray
+    series_kv_blocks: np.ndarray
+
+
+@dataclass(frozen=True)
 class RunRecord:
     """What a scheduler produced: per-request timestamps and per-step samples.
 
+    Per-step arrays (`step_*`) or, from the compiled engine, their aggregate `steps`.
     TBT gaps are stored compactly (every gap stays exact): `step_tbt_gap_s[i]` is the gap of
     each of the `step_tbt_count[i]` sequences that got a token in step i after one in the
     previous decode step (`step_dur_s[i]` when every step decodes); other gaps (after a
@@ -88,3 +114,6 @@ class RunRecord:
     bound_counts: dict[str, int] | None = None
     prefix_hit_tokens: int = 0
     """Prompt tokens found in the prefix cache (computed by no step), over all admissions."""
+    steps: StepSummary | None = None
+    """The steps' aggregates when the engine kept no per-step arrays (the step_* arrays are
+    then empty); `metrics.summarize` reads either."""

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from capplan.sim.entities import RunRecord
+from capplan.sim.entities import RunRecord, StepSummary
 from capplan.sim.workload import Lane
 
 QUANTILES = (50, 90, 99)
@@ -140,15 +140,36 @@ def _slo_met(r: RunRecord, lanes: tuple[Lane, ...], per: dict[str, np.ndarray]) 
     return ok
 
 
-def _series(r: RunRecord) -> dict[str, list[float]]:
-    n = len(r.step_start_s)
-    if not n:
-        return {"time_s": [], "running": [], "waiting": [], "kv_utilization": []}
-    idx = np.unique(np.linspace(0, n - 1, min(n, SERIES_POINTS)).round().astype(int))
-    return {"time_s": r.step_start_s[idx].tolist(),
-            "running": r.step_running[idx].astype(float).tolist(),
-            "waiting": r.step_waiting[idx].astype(float).tolist(),
-            "kv_utilization": (r.step_kv_blocks[idx] / max(r.num_gpu_blocks, 1)).tolist()}
+def series_steps(num_steps: int) -> np.ndarray:
+    """The steps the time series shows: SERIES_POINTS evenly spaced over the run (all when
+    fewer)."""
+    if num_steps <= 0:
+        return np.zeros(0, np.int64)
+    n = num_steps
+    return np.unique(np.linspace(0, n - 1, min(n, SERIES_POINTS)).round().astype(np.int64))
+
+
+def step_summary(r: RunRecord) -> StepSummary:
+    """The aggregate of a RunRecord's per-step arrays (`RunRecord.steps` when the engine built
+    it in its loop)."""
+    if r.steps is not None:
+        return r.steps
+    idx = series_steps(len(r.step_start_s))
+    dur = r.step_dur_s
+    return StepSummary(
+        num_steps=len(dur), tbt_gap_s=r.step_tbt_gap_s, tbt_count=r.step_tbt_count,
+        running_s=float(np.dot(r.step_running, dur)),
+        in_system_s=float(np.dot(r.step_running + r.step_waiting, dur)),
+        kv_blocks_max=int(r.step_kv_blocks.max()) if len(dur) else 0,
+        series_start_s=r.step_start_s[idx], series_running=r.step_running[idx],
+        series_waiting=r.step_waiting[idx], series_kv_blocks=r.step_kv_blocks[idx])
+
+
+def _series(st: StepSummary, num_gpu_blocks: int) -> dict[str, list[float]]:
+    return {"time_s": st.series_start_s.tolist(),
+            "running": st.series_running.astype(float).tolist(),
+            "waiting": st.series_waiting.astype(float).tolist(),
+            "kv_utilization": (st.series_kv_blocks / max(num_gpu_blocks, 1)).tolist()}
 
 
 def summarize(r: RunRecord, lanes: tuple[Lane, ...]) -> SimResult:
@@ -160,9 +181,9 @@ def summarize(r: RunRecord, lanes: tuple[Lane, ...]) -> SimResult:
     span = makespan if makespan > 0 else float("nan")
     ok = _slo_met(r, lanes, per)
     # Time-weighted means over the window: idle time counts as zero.
-    dur = r.step_dur_s
-    running = float(np.dot(r.step_running, dur)) / span
-    in_system = float(np.dot(r.step_running + r.step_waiting, dur)) / span
+    st = step_summary(r)
+    running = st.running_s / span
+    in_system = st.in_system_s / span
     lane_out: dict[str, dict[str, Any]] = {}
     if len(lanes) > 1:
         for i, ln in enumerate(lanes):
@@ -176,8 +197,8 @@ def summarize(r: RunRecord, lanes: tuple[Lane, ...]) -> SimResult:
                 "goodput_requests_per_s": float(ok[m].sum()) / span,
                 "output_tokens_per_s": float(r.output_tokens[m].sum()) / span,
             }
-    tbt_v = np.concatenate([r.step_tbt_gap_s, r.extra_gaps_s])
-    tbt_w = np.concatenate([r.step_tbt_count, np.ones(len(r.extra_gaps_s))])
+    tbt_v = np.concatenate([st.tbt_gap_s, r.extra_gaps_s])
+    tbt_w = np.concatenate([st.tbt_count, np.ones(len(r.extra_gaps_s))])
     return SimResult(
         scheduler=r.scheduler,
         ttft_s=summary(per["ttft_s"]),
@@ -191,13 +212,12 @@ def summarize(r: RunRecord, lanes: tuple[Lane, ...]) -> SimResult:
         goodput_requests_per_s=float(ok.sum()) / span,
         mean_running_batch=running,
         preemptions=int(r.preemptions),
-        kv_peak_utilization=float(r.step_kv_blocks.max() / r.num_gpu_blocks)
-        if len(r.step_kv_blocks) else 0.0,
+        kv_peak_utilization=st.kv_blocks_max / r.num_gpu_blocks if st.num_steps else 0.0,
         mean_in_system=in_system,
         num_requests=n,
         makespan_s=makespan,
         lanes=lane_out,
-        time_series=_series(r),
+        time_series=_series(st, r.num_gpu_blocks),
         input_tokens_total=int(r.input_tokens.sum()),
         prefix_hit_tokens=int(r.prefix_hit_tokens),
     )

@@ -4,6 +4,7 @@ the recurrent-state blocks of hybrid models are held per running sequence."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import subprocess
 import sys
@@ -27,6 +28,11 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 PRIO = np.array([1, 0])
 
 needs_numba = pytest.mark.skipif(not compiled_available(), reason="numba (the fast extra)")
+
+
+def _keeping(eng):
+    eng.keep_steps = True  # per-step arrays as well as their aggregate
+    return eng
 
 
 def _python(code: str, **env: str) -> subprocess.CompletedProcess:
@@ -56,7 +62,7 @@ def test_pure_python_twin_matches_reference():
                 args = (step, 300, BLOCK_SIZE, SEQS, TOKENS, policy)
                 ref = ContinuousEngine(*args).run(reqs, np.array([1, 0]))
                 twin = compiled.CompiledEngine(*args).run(reqs, np.array([1, 0]))
-                _same(twin, ref, sort_gaps=True)
+                _same(twin, ref, sort_gaps=True, arrays=False)  # the default: aggregates
                 print(name, ref.preemptions)
     """
     out = _python(code, NUMBA_DISABLE_JIT="1", PYTHONPATH=HERE)
@@ -108,8 +114,8 @@ def test_state_blocks_are_held_per_running_sequence(llama_h100):
 
     reqs = _requests(8, 30.0)
     args = (llama_h100.step, 10_000, BLOCK_SIZE, SEQS, TOKENS, POLICIES["vllm"])
-    base = CompiledEngine(*args).run(reqs, PRIO)
-    hybrid = CompiledEngine(*args, state_blocks=3).run(reqs, PRIO)
+    base = _keeping(CompiledEngine(*args)).run(reqs, PRIO)
+    hybrid = _keeping(CompiledEngine(*args, state_blocks=3)).run(reqs, PRIO)
     np.testing.assert_array_equal(hybrid.first_token_at_s, base.first_token_at_s)
     np.testing.assert_array_equal(hybrid.finished_at_s, base.finished_at_s)
     np.testing.assert_array_equal(hybrid.step_kv_blocks,
@@ -125,8 +131,8 @@ def test_state_blocks_cost_capacity(llama_h100):
 
     reqs = _requests(9, 60.0)
     args = (llama_h100.step, 300, BLOCK_SIZE, SEQS, TOKENS, POLICIES["vllm"])
-    base = CompiledEngine(*args).run(reqs, PRIO)
-    hybrid = CompiledEngine(*args, state_blocks=4).run(reqs, PRIO)
+    base = _keeping(CompiledEngine(*args)).run(reqs, PRIO)
+    hybrid = _keeping(CompiledEngine(*args, state_blocks=4)).run(reqs, PRIO)
     assert hybrid.preemptions > 0
     assert not np.array_equal(hybrid.finished_at_s, base.finished_at_s)
     assert (hybrid.step_kv_blocks >= 4 * hybrid.step_running).all()
@@ -165,4 +171,62 @@ def test_catalog_models_match_reference(model, settings):
     args = (dep.step, 2000, dep.memory.block_size, 64, 2048, dep.settings.profile.scheduler)
     ref = ContinuousEngine(*args).run(reqs)
     assert ref.preemptions > 0
-    _same(CompiledEngine(*args).run(reqs), ref, sort_gaps=True)
+    _same(_keeping(CompiledEngine(*args)).run(reqs), ref, sort_gaps=True)
+
+
+@needs_numba
+@pytest.mark.parametrize("policy", ["vllm", "prefill_first"])
+def test_default_run_keeps_aggregates_only(llama_h100, policy):
+    # The default run keeps no per-step arrays: per-request times, extra gaps and the step
+    # aggregate equal the run that keeps them (and, through _same, the reference's), and the
+    # CLI's summary is the same from either representation.
+    from capplan.sim.compiled import CompiledEngine
+    from capplan.sim.metrics import summarize
+    from capplan.sim.workload import Lane
+
+    reqs = _requests(11, 40.0)
+    args = (llama_h100.step, 300, BLOCK_SIZE, SEQS, TOKENS, POLICIES[policy])
+    agg = CompiledEngine(*args).run(reqs, PRIO)
+    full = _keeping(CompiledEngine(*args)).run(reqs, PRIO)
+    ref = ContinuousEngine(*args).run(reqs, PRIO)
+    _same(agg, ref, sort_gaps=True, arrays=False)
+    assert agg.steps.num_steps == len(full.step_dur_s) > 1000
+    lanes = (Lane("a", 1.0, ttft_slo_s=0.5), Lane("b", 1.0, tpot_slo_s=0.02))
+    ref_full = dataclasses.replace(ref, steps=None)
+    got, want = summarize(agg, lanes).to_dict(), summarize(ref_full, lanes).to_dict()
+    assert got.keys() == want.keys()
+    np.testing.assert_allclose(_numbers(got), _numbers(want), rtol=1e-9, atol=1e-12)
+
+
+def _numbers(d) -> list[float]:
+    """The numbers of a nested result dict, in key order."""
+    if isinstance(d, dict):
+        return [x for k in sorted(d) for x in _numbers(d[k])]
+    if isinstance(d, list):
+        return [x for v in d for x in _numbers(v)]
+    return [float(d)] if isinstance(d, (int, float)) else []
+
+
+@needs_numba
+def test_series_of_long_runs_strides(llama_h100):
+    # Beyond `series_cap` steps the loop keeps every 2nd, 4th... step: the series shows the
+    # kept step nearest each evenly spaced one, exactly that step's values. Hand check with a
+    # cap of 64 on ~2,900 steps: the stride doubles to 64 (2,900 / 64 < 64 samples) and each
+    # shown step is within 32 steps of its target.
+    from capplan.sim.compiled import CompiledEngine
+    from capplan.sim.metrics import series_steps
+
+    reqs = _requests(7, 30.0)
+    args = (llama_h100.step, 300, BLOCK_SIZE, SEQS, TOKENS, POLICIES["no_evict"])
+    eng = _keeping(CompiledEngine(*args))
+    eng.series_cap = 64
+    rec = eng.run(reqs, PRIO)
+    st, n = rec.steps, len(rec.step_start_s)
+    assert 2048 < n <= 4096  # so the stride is 64: 64 samples would be 64 * 64 = 4096 steps
+    shown = np.searchsorted(rec.step_start_s, st.series_start_s)
+    np.testing.assert_array_equal(rec.step_start_s[shown], st.series_start_s)
+    assert (shown % 64 == 0).all()
+    assert np.abs(shown - series_steps(n)).max() <= 32
+    np.testing.assert_array_equal(st.series_running, rec.step_running[shown])
+    np.testing.assert_array_equal(st.series_waiting, rec.step_waiting[shown])
+    np.testing.assert_array_equal(st.series_kv_blocks, rec.step_kv_blocks[shown])

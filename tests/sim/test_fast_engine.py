@@ -30,6 +30,7 @@ from capplan.sim import (
     engine_impl,
     run_scheduler,
 )
+from capplan.sim.metrics import step_summary
 from capplan.sim.workload import Lane
 
 needs_numba = pytest.mark.skipif(not compiled_available(), reason="numba (the fast extra)")
@@ -63,19 +64,48 @@ def _requests(seed: int, rate: float | None, concurrency: int | None = None) -> 
 
 def _run(cls, step, reqs, policy, overhead_s=0.0, state_blocks=0, jitter=None):
     eng = cls(step, BLOCKS, BLOCK_SIZE, SEQS, TOKENS, policy, state_blocks=state_blocks)
+    eng.keep_steps = True  # the compiled engine: per-step arrays besides their aggregate
     return eng.run(reqs, np.array([1, 0]), request_overhead_s=overhead_s, client_jitter=jitter)
 
 
-def _same(a, b, sort_gaps: bool = False) -> None:
+def _tbt_samples(st) -> np.ndarray:
+    """Every per-step TBT sample of a StepSummary, sorted (its (gap, count) pairs expanded)."""
+    return np.sort(np.repeat(st.tbt_gap_s, np.asarray(st.tbt_count, np.int64)))
+
+
+def _same_steps(st, ref) -> None:
+    """A StepSummary built in the loop (the compiled engine's) against the one of the
+    reference's per-step arrays: the same TBT samples, integrals, peak and series."""
+    want = step_summary(ref)
+    assert (st.num_steps, st.kv_blocks_max) == (want.num_steps, want.kv_blocks_max)
+    np.testing.assert_allclose(_tbt_samples(st), _tbt_samples(want), rtol=0, atol=TOL_S)
+    assert len(st.tbt_gap_s) == len(np.unique(st.tbt_gap_s))  # equal gaps merged
+    for key in ("running_s", "in_system_s"):
+        assert getattr(st, key) == pytest.approx(getattr(want, key), rel=1e-9, abs=TOL_S), key
+    np.testing.assert_allclose(st.series_start_s, want.series_start_s, rtol=0, atol=TOL_S)
+    for key in ("series_running", "series_waiting", "series_kv_blocks"):
+        np.testing.assert_array_equal(getattr(st, key), getattr(want, key), err_msg=key)
+
+
+def _same(a, b, sort_gaps: bool = False, arrays: bool = True) -> None:
+    """`a` gives `b`'s results: per-request times, extra gaps, the step aggregate when `a` has
+    one and, with `arrays`, every per-step array."""
     assert a.preemptions == b.preemptions
-    for key in ("arrival_at_s", "admitted_at_s", "first_token_at_s", "finished_at_s",
-                "step_start_s", "step_dur_s", "step_tbt_gap_s", "extra_gaps_s"):
+    if a.steps is not None:
+        _same_steps(a.steps, b)
+    keys = ("arrival_at_s", "admitted_at_s", "first_token_at_s", "finished_at_s",
+            "extra_gaps_s")
+    if arrays:
+        keys += ("step_start_s", "step_dur_s", "step_tbt_gap_s")
+    else:
+        assert not len(a.step_dur_s)  # the compiled engine's default: aggregates only
+    for key in keys:
         x, y = getattr(a, key), getattr(b, key)
         assert x.shape == y.shape, key
         if sort_gaps and key == "extra_gaps_s":
             x, y = np.sort(x), np.sort(y)
         np.testing.assert_allclose(x, y, rtol=0, atol=TOL_S, err_msg=key)
-    for key in ("step_tbt_count", "step_running", "step_waiting", "step_kv_blocks"):
+    for key in ("step_tbt_count", "step_running", "step_waiting", "step_kv_blocks")[:4 * arrays]:
         np.testing.assert_array_equal(getattr(a, key), getattr(b, key), err_msg=key)
 
 
