@@ -136,7 +136,8 @@ cached loop), more than small simulations take."""
 
 
 def numba_installed() -> bool:
-    """Whether the compiled engine can be used, without importing numba (~0.2 s) here."""
+    """Whether numba is installed, found without importing it (~0.2 s): the parent only
+    decides; `capplan.sim.compiled_available` imports it where the compiled engine runs."""
     import importlib.util
 
     return importlib.util.find_spec("numba") is not None

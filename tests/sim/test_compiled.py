@@ -106,16 +106,21 @@ def test_without_numba_auto_runs_pure_and_compiled_exits_2():
     assert "pip install 'capplan[fast]'" in bad.stderr
 
 
+def _without_and_with_state(args: tuple, reqs, state_blocks: int):  # noqa: ANN001, ANN202
+    """The same run on the compiled engine without and with `state_blocks` per sequence."""
+    from capplan.sim.compiled import CompiledEngine
+
+    return (_keeping(CompiledEngine(*args)).run(reqs, PRIO),
+            _keeping(CompiledEngine(*args, state_blocks=state_blocks)).run(reqs, PRIO))
+
+
 @needs_numba
 def test_state_blocks_are_held_per_running_sequence(llama_h100):
     # With blocks to spare the schedule does not depend on them, so a hybrid model's k state
     # blocks per running sequence show up exactly as k x running in the blocks in use.
-    from capplan.sim.compiled import CompiledEngine
-
     reqs = _requests(8, 30.0)
     args = (llama_h100.step, 10_000, BLOCK_SIZE, SEQS, TOKENS, POLICIES["vllm"])
-    base = _keeping(CompiledEngine(*args)).run(reqs, PRIO)
-    hybrid = _keeping(CompiledEngine(*args, state_blocks=3)).run(reqs, PRIO)
+    base, hybrid = _without_and_with_state(args, reqs, 3)
     np.testing.assert_array_equal(hybrid.first_token_at_s, base.first_token_at_s)
     np.testing.assert_array_equal(hybrid.finished_at_s, base.finished_at_s)
     np.testing.assert_array_equal(hybrid.step_kv_blocks,
@@ -127,12 +132,9 @@ def test_state_blocks_are_held_per_running_sequence(llama_h100):
 @needs_numba
 def test_state_blocks_cost_capacity(llama_h100):
     # In a tight cache the state blocks change the schedule, and every step holds them.
-    from capplan.sim.compiled import CompiledEngine
-
     reqs = _requests(9, 60.0)
     args = (llama_h100.step, 300, BLOCK_SIZE, SEQS, TOKENS, POLICIES["vllm"])
-    base = _keeping(CompiledEngine(*args)).run(reqs, PRIO)
-    hybrid = _keeping(CompiledEngine(*args, state_blocks=4)).run(reqs, PRIO)
+    base, hybrid = _without_and_with_state(args, reqs, 4)
     assert hybrid.preemptions > 0
     assert not np.array_equal(hybrid.finished_at_s, base.finished_at_s)
     assert (hybrid.step_kv_blocks >= 4 * hybrid.step_running).all()
