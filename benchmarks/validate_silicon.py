@@ -45,7 +45,7 @@ from capplan.plan.deployment import EngineOptions, calibration_for, resolve_depl
 DATA = Path(__file__).resolve().parents[1].parent / "shared" / "validation" / "silicon_sample.csv"
 SYSTEMS = {"h200_sxm": "h200", "b200_sxm": "b200", "b300_sxm": "b300", "gb200": "gb200",
            "gb300": "gb300"}
-SILICON_ROUNDS = {"vllm": 4.0, "sglang": 1.5, "trtllm": 8.0}
+SILICON_ROUNDS = {"vllm": 4.0, "sglang": 1.5, "trtllm": 6.0}
 """Measured requests per client of the silicon benchmark (N / C) per engine's harness, fitted on
 the training rows (--fit; docs/validation.md): the dump does not record the protocol."""
 ROUNDS_GRID = (1, 1.5, 2, 3, 4, 5, 6, 8, 10, 15, 20)
@@ -230,9 +230,6 @@ def cell(e: np.ndarray) -> str:
             f"{np.median(e):+.0%}")
 
 
-OVERHEAD_GRID_S = (0.0, 0.02, 0.04, 0.06, 0.08, 0.1, 0.15, 0.2, 0.25, 0.3, 0.4)
-
-
 HOST_STEP_GRID_S = (0.5e-3, 1.0e-3, 1.5e-3, 2.0e-3, 2.5e-3, 3.0e-3, 4.0e-3)
 HOST_SEQ_GRID_S = (0.0, 10e-6, 20e-6, 30e-6, 45e-6, 60e-6)
 
@@ -264,33 +261,58 @@ JITTER_GRID = (NO_JITTER,) + tuple(
 """Client jitter tried by --fit (per-request spread, per-streamed-token spread)."""
 
 
+TOTAL_OVERHEAD_GRID_S = tuple(round(0.025 * i, 3) for i in range(25))
+"""Per-request overheads (s) each training row is predicted at by --fit (interpolated between)."""
+MLA_LAYER_GRID_S = tuple(round(0.25e-3 * i, 5) for i in range(17))
+"""Per-MLA-layer request overheads (s) tried by --fit (EngineProfile.mla_layer_request_overhead_s)."""
+
+
+def mla_layers(cat, r: dict[str, str]) -> int:
+    """Layers of multi-head latent attention in a row's model (0 for other attention)."""
+    spec = cat.resolve_model(r["model_path"]).spec
+    return spec.num_layers if spec.mla is not None else 0
+
+
 def fit(cat, rows: list[dict[str, str]], jitters: tuple[ClientJitter, ...] = (NO_JITTER,)
         ) -> None:
-    """Per engine: the benchmark's rounds, the per-request overhead and (--fit-jitter) the
-    client jitter minimising the median |error| of TTFT (the metric the rows are scored on, as
-    --fit-host does for TPOT; sessions 2-3 minimised the median |log error|) on that engine's
-    training rows
-    (each engine was benchmarked through its own harness, so none is assumed shared). The
-    overhead and the jitter change the cohorts, so each pair is a full prediction; rounds only
-    reweight the wave."""
+    """Per engine: the benchmark's rounds, the per-request overhead (a base and a cost per MLA
+    layer: EngineProfile.request_overhead_s, mla_layer_request_overhead_s) and (--fit-jitter)
+    the client jitter minimising the median |error| of TTFT (the metric the rows are scored on,
+    as --fit-host does for TPOT) on that engine's training rows (each engine was benchmarked
+    through its own harness, so none is assumed shared). The overhead changes the cohorts, so
+    each row is fully predicted at every overhead of TOTAL_OVERHEAD_GRID_S and interpolated in
+    between; rounds only reweight the wave."""
     train = [r for r in rows if is_training(r)]
-    best: dict[str, tuple[float, float, float, ClientJitter]] = {}
+    grid = np.asarray(TOTAL_OVERHEAD_GRID_S)
+    best: dict[str, tuple] = {}
     for jit in jitters:
-        for o in OVERHEAD_GRID_S:
-            preds = [(r, predict(cat, r, False, 1.0, o, jitter=jit)) for r in train]
-            for eng in sorted({r["backend"] for r in train}):
-                got = [(p, float(r["silicon_ttft_ms"]) / 1e3) for r, p in preds
-                       if p is not None and r["backend"] == eng]
-                for rounds in ROUNDS_GRID:
-                    cost = float(np.median([abs(p.ttft(rounds) / m - 1) for p, m in got]))
-                    if eng not in best or cost < best[eng][0]:
-                        best[eng] = (cost, rounds, o, jit)
-                print(f"  {eng} jitter {jit.request_s * 1e3:g} ms + {jit.per_token_s * 1e3:g} "
-                      f"ms/token, overhead {o * 1e3:.0f} ms: best so far {best[eng][0]:.3f}",
-                      flush=True)
-    for eng, (cost, rounds, o, jit) in sorted(best.items()):
-        print(f"{eng}: rounds {rounds}, overhead {o * 1e3:.0f} ms, jitter "
-              f"{jit.request_s * 1e3:g} ms + {jit.per_token_s * 1e3:g} ms/token, "
+        table: dict[int, list] = defaultdict(list)
+        for o in TOTAL_OVERHEAD_GRID_S:
+            for i, r in enumerate(train):
+                table[i].append(predict(cat, r, False, 1.0, o, jitter=jit))
+        for eng in sorted({r["backend"] for r in train}):
+            idx = [i for i, r in enumerate(train) if r["backend"] == eng
+                   and all(p is not None for p in table[i])]
+            wave = np.array([[p.wave_s for p in table[i]] for i in idx])
+            steady = np.array([[p.steady_s for p in table[i]] for i in idx])
+            meas = np.array([float(train[i]["silicon_ttft_ms"]) / 1e3 for i in idx])
+            nmla = np.array([mla_layers(cat, train[i]) for i in idx])
+            for base in TOTAL_OVERHEAD_GRID_S[:17]:
+                for per in MLA_LAYER_GRID_S:
+                    tot = np.minimum(base + per * nmla, grid[-1])
+                    wv = np.array([np.interp(t, grid, w) for t, w in zip(tot, wave)])
+                    st = np.array([np.interp(t, grid, s) for t, s in zip(tot, steady)])
+                    for rounds in ROUNDS_GRID:
+                        w = 1.0 / rounds
+                        pred = tot + w * (wv - tot) + (1 - w) * (st - tot)
+                        cost = float(np.median(np.abs(pred / meas - 1)))
+                        if eng not in best or cost < best[eng][0]:
+                            best[eng] = (cost, rounds, base, per, jit)
+            print(f"  {eng} jitter {jit.request_s * 1e3:g} ms + {jit.per_token_s * 1e3:g} "
+                  f"ms/token: best so far {best[eng][0]:.3f}", flush=True)
+    for eng, (cost, rounds, base, per, jit) in sorted(best.items()):
+        print(f"{eng}: rounds {rounds}, overhead {base * 1e3:.0f} ms + {per * 1e3:g} ms per MLA "
+              f"layer, jitter {jit.request_s * 1e3:g} ms + {jit.per_token_s * 1e3:g} ms/token, "
               f"median |err| {cost:.3f}")
 
 

@@ -195,6 +195,10 @@ class EngineProfile:
     request_overhead_s: float
     """Per-request latency outside engine steps (HTTP, tokenisation, detokenisation, streaming,
     the benchmark client): the default when no calibration measured it (docs/validation.md)."""
+    mla_layer_request_overhead_s: float = 0.0
+    """Added to `request_overhead_s` per layer of a model with multi-head latent attention
+    (DeepSeek-V2/V3/R1, Kimi-K2): such models show a fixed TTFT 100-200 ms above their prefill
+    at low load in every engine (docs/engines.md, "The per-request overhead")."""
     step_overhead_s: float = 1.5e-3
     """Host cost of one engine step (scheduling, input preparation, launch, sampling), the
     default when no calibration measured it (docs/engines.md, "Host costs")."""
@@ -269,9 +273,12 @@ def _trtllm_defaults(gpu: GpuLike, tp: int) -> EngineDefaults:
     return EngineDefaults(2048, 8192, 0.9, 32)
 
 
-HOST_COSTS_SOURCE = ("step_overhead_s, per_seq_overhead_s and request_overhead_s fitted on the "
-                     "silicon training rows (sha1(id) % 3 == 0; benchmarks/validate_silicon.py "
-                     "--fit-host, --fit; docs/validation.md)")
+HOST_COSTS_SOURCE = ("step_overhead_s, per_seq_overhead_s, request_overhead_s and "
+                     "mla_layer_request_overhead_s fitted on the silicon training rows "
+                     "(sha1(id) % 3 == 0; benchmarks/validate_silicon.py --fit-host, --fit; "
+                     "docs/validation.md); an MLA model's fixed TTFT independently: "
+                     "DeepSeek-R1-0528 on SGLang at C = 1, 180 ms at 128-token prompts "
+                     "(github:tenstorrent/tt-inference-server issue 356, 2025-07-09)")
 
 
 VLLM = EngineProfile(
@@ -282,7 +289,8 @@ VLLM = EngineProfile(
                               reserve_output_frac=0.0, preemption=True),
     defaults_rule=_vllm_defaults,
     block_sizes=(8, 16, 32, 64, 128),
-    request_overhead_s=0.060,
+    request_overhead_s=0.050,
+    mla_layer_request_overhead_s=0.75e-3,
     step_overhead_s=2.0e-3,
     per_seq_overhead_s=60e-6,
     flag_names={"tp": "--tensor-parallel-size", "pp": "--pipeline-parallel-size",
@@ -319,7 +327,8 @@ SGLANG = EngineProfile(
                               reserve_output_frac=0.7, preemption=True),
     defaults_rule=_sglang_defaults,
     block_sizes=(1, 16, 32, 64, 128),
-    request_overhead_s=0.200,
+    request_overhead_s=0.225,
+    mla_layer_request_overhead_s=2.25e-3,
     step_overhead_s=2.5e-3,
     per_seq_overhead_s=60e-6,
     sampler="flashinfer",
@@ -353,7 +362,8 @@ TRTLLM = EngineProfile(
                               reserve_output_frac=1.0, preemption=False),
     defaults_rule=_trtllm_defaults,
     block_sizes=(8, 16, 32, 64, 128),
-    request_overhead_s=0.150,
+    request_overhead_s=0.025,
+    mla_layer_request_overhead_s=2.25e-3,
     step_overhead_s=1.5e-3,
     per_seq_overhead_s=10e-6,
     sampler="flashinfer",

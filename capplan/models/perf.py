@@ -32,7 +32,7 @@ from numpy.typing import ArrayLike
 from capplan.catalog.schema import GpuSpec, ModelSpec
 from capplan.models import layers as model_layers
 from capplan.models.calibration import Calibration, default_calibration
-from capplan.models.engine import EngineSettings
+from capplan.models.engine import EngineProfile, EngineSettings
 from capplan.models.memory import (
     kv_bytes_per_token_per_layer,
     kv_dtype_bytes,
@@ -334,6 +334,14 @@ class StepModel:
         return total.reshape(np.shape(prompt_len))
 
 
+def request_overhead(model: ModelSpec, profile: EngineProfile) -> float:
+    """The engine profile's default per-request overhead for a model: its base plus, for a
+    model with multi-head latent attention, a cost per layer (docs/engines.md). A measured
+    calibration (`calibrate --endpoint`, `--from-results`) replaces the whole sum."""
+    mla_layers = model.num_layers if model.mla is not None else 0
+    return profile.request_overhead_s + mla_layers * profile.mla_layer_request_overhead_s
+
+
 def build_step_model(model: ModelSpec, gpu: GpuSpec, settings: EngineSettings,
                      calibration: Calibration | None = None) -> StepModel:
     """Constants of the step model for one (model, GPU, settings, calibration)."""
@@ -421,7 +429,7 @@ def build_step_model(model: ModelSpec, gpu: GpuSpec, settings: EngineSettings,
         layer_overhead_s=(layers * cal.per_layer_overhead_s
                           + counts.num_moe_layers * cal.per_moe_layer_overhead_s),
         request_overhead_s=(cal.request_overhead_s if cal.request_overhead_s is not None
-                            else settings.profile.request_overhead_s),
+                            else request_overhead(model, settings.profile)),
         calibration_source=cal.source,
         state_bytes_per_seq=state,
         allreduce_s_per_token_oneshot=ar_one if tp > 1 else 0.0,

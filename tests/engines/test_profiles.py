@@ -137,3 +137,28 @@ def test_latency_refuses_a_whole_prompt_over_the_budget(run_cli):
                  "--rate", "2", "--input-len", "16000", "--output-len", "100",
                  "--max-num-batched-tokens", "16384")
     assert ok.exit_code == 0
+
+
+def test_request_overhead_adds_a_cost_per_mla_layer(catalog):
+    # Hand calculation: DeepSeek-V2-Lite has 27 layers of multi-head latent attention, so its
+    # default per-request overhead is the profile's base plus 27 x the per-MLA-layer cost; a
+    # GQA model (Llama-3.1-8B) gets the base alone; a calibration's measured overhead replaces
+    # the whole sum (it was measured on the user's own model).
+    from capplan.models.perf import request_overhead
+    from capplan.plan.deployment import calibration_for
+
+    mla = catalog.resolve_model("deepseek-v2-lite").spec
+    gqa = catalog.resolve_model("llama-3.1-8b").spec
+    assert mla.num_layers == 27 and mla.mla is not None and gqa.mla is None
+    for p in PROFILES.values():
+        assert request_overhead(gqa, p) == p.request_overhead_s
+        assert request_overhead(mla, p) == pytest.approx(
+            p.request_overhead_s + 27 * p.mla_layer_request_overhead_s, rel=1e-12)
+    assert TRTLLM.mla_layer_request_overhead_s > 0  # fitted: docs/validation.md section 4
+    dep = resolve_deployment(catalog, "deepseek-v2-lite", "h100-sxm",
+                             EngineOptions(engine="trtllm"))
+    assert float(dep.step.request_overhead_s) == pytest.approx(request_overhead(mla, TRTLLM))
+    cal = calibration_for(catalog, catalog.gpu("h100-sxm"), None).with_(request_overhead_s=0.03)
+    dep = resolve_deployment(catalog, "deepseek-v2-lite", "h100-sxm",
+                             EngineOptions(engine="trtllm"), cal)
+    assert float(dep.step.request_overhead_s) == 0.03
