@@ -17,7 +17,7 @@ TPOT) and by --fit, which fits the things the data cannot be predicted without:
 Every table row scores the OTHER rows only.
 
 Run: .venv/bin/python benchmarks/validate_silicon.py [--fit-host] [--fit [--fit-jitter]] [--sim]
-[--no-jitter] [--plain-tp]
+[--no-jitter] [--plain-tp] [--only ENGINE]
 (--plain-tp scores every row as plain TP over tp_size GPUs, as before layouts;
 --fit-host first: the engines' host costs per step and per sequence, from TPOT; then --fit,
 with --fit-jitter also each engine's client jitter; --no-jitter scores without the profiles'
@@ -230,8 +230,10 @@ def cell(e: np.ndarray) -> str:
             f"{np.median(e):+.0%}")
 
 
-HOST_STEP_GRID_S = (0.5e-3, 1.0e-3, 1.5e-3, 2.0e-3, 2.5e-3, 3.0e-3, 4.0e-3)
-HOST_SEQ_GRID_S = (0.0, 10e-6, 20e-6, 30e-6, 45e-6, 60e-6)
+HOST_STEP_GRID_S = (0.5e-3, 1.0e-3, 1.25e-3, 1.5e-3, 1.75e-3, 2.0e-3, 2.5e-3, 3.0e-3, 4.0e-3)
+HOST_SEQ_GRID_S = (0.0, 5e-6, 10e-6, 15e-6, 20e-6, 30e-6, 45e-6, 60e-6)
+"""Session 5 added 1.25/1.75 ms and 5/15 us and refitted TensorRT-LLM alone on this grid
+(`--fit-host --only trtllm`); vLLM's and SGLang's values come from session 4's coarser grid."""
 
 
 def fit_host_costs(cat, rows: list[dict[str, str]]) -> None:
@@ -322,11 +324,14 @@ def main() -> None:
         return
     with_sim = "--sim" in sys.argv
     cat = load_catalog()
+    rows = agg_rows()
+    if "--only" in sys.argv:  # --only ENGINE: fit that engine's rows alone
+        rows = [r for r in rows if r["backend"] == sys.argv[sys.argv.index("--only") + 1]]
     if "--fit-host" in sys.argv:
-        fit_host_costs(cat, agg_rows())
+        fit_host_costs(cat, rows)
         return
     if "--fit" in sys.argv:
-        fit(cat, agg_rows(), JITTER_GRID if "--fit-jitter" in sys.argv else (NO_JITTER,))
+        fit(cat, rows, JITTER_GRID if "--fit-jitter" in sys.argv else (NO_JITTER,))
         return
     scored = []
     jitter = NO_JITTER if "--no-jitter" in sys.argv else None  # None: the profiles' own
