@@ -266,7 +266,7 @@ JITTER_GRID = (NO_JITTER,) + tuple(
 TOTAL_OVERHEAD_GRID_S = tuple(round(0.025 * i, 3) for i in range(25))
 """Per-request overheads (s) each training row is predicted at by --fit (interpolated between)."""
 MLA_LAYER_GRID_S = tuple(round(0.25e-3 * i, 5) for i in range(17))
-"""Per-MLA-layer request overheads (s) tried by --fit (EngineProfile.mla_layer_request_overhead_s)."""
+"""Per-MLA-layer request overheads (s) tried by --fit (mla_layer_request_overhead_s)."""
 
 
 def mla_layers(cat, r: dict[str, str]) -> int:
@@ -302,8 +302,8 @@ def fit(cat, rows: list[dict[str, str]], jitters: tuple[ClientJitter, ...] = (NO
             for base in TOTAL_OVERHEAD_GRID_S[:17]:
                 for per in MLA_LAYER_GRID_S:
                     tot = np.minimum(base + per * nmla, grid[-1])
-                    wv = np.array([np.interp(t, grid, w) for t, w in zip(tot, wave)])
-                    st = np.array([np.interp(t, grid, s) for t, s in zip(tot, steady)])
+                    wv = np.array([np.interp(t, grid, w) for t, w in zip(tot, wave, strict=True)])
+                    st = np.array([np.interp(t, grid, s) for t, s in zip(tot, steady, strict=True)])
                     for rounds in ROUNDS_GRID:
                         w = 1.0 / rounds
                         pred = tot + w * (wv - tot) + (1 - w) * (st - tot)
