@@ -40,6 +40,7 @@ from capplan.catalog.loader import load_catalog
 from capplan.errors import CapplanError
 from capplan.models.closed_loop import BenchmarkProtocol, closed_loop_latency
 from capplan.models.engine import NO_JITTER, ClientJitter
+from capplan.models.perf import mla_layers
 from capplan.plan.deployment import EngineOptions, calibration_for, resolve_deployment
 
 DATA = Path(__file__).resolve().parents[1].parent / "shared" / "validation" / "silicon_sample.csv"
@@ -269,12 +270,6 @@ MLA_LAYER_GRID_S = tuple(round(0.25e-3 * i, 5) for i in range(17))
 """Per-MLA-layer request overheads (s) tried by --fit (mla_layer_request_overhead_s)."""
 
 
-def mla_layers(cat, r: dict[str, str]) -> int:
-    """Layers of multi-head latent attention in a row's model (0 for other attention)."""
-    spec = cat.resolve_model(r["model_path"]).spec
-    return spec.num_layers if spec.mla is not None else 0
-
-
 def fit(cat, rows: list[dict[str, str]], jitters: tuple[ClientJitter, ...] = (NO_JITTER,)
         ) -> None:
     """Per engine: the benchmark's rounds, the per-request overhead (a base and a cost per MLA
@@ -298,7 +293,8 @@ def fit(cat, rows: list[dict[str, str]], jitters: tuple[ClientJitter, ...] = (NO
             wave = np.array([[p.wave_s for p in table[i]] for i in idx])
             steady = np.array([[p.steady_s for p in table[i]] for i in idx])
             meas = np.array([float(train[i]["silicon_ttft_ms"]) / 1e3 for i in idx])
-            nmla = np.array([mla_layers(cat, train[i]) for i in idx])
+            nmla = np.array([mla_layers(cat.resolve_model(train[i]["model_path"]).spec)
+                             for i in idx])
             for base in TOTAL_OVERHEAD_GRID_S[:17]:
                 for per in MLA_LAYER_GRID_S:
                     tot = np.minimum(base + per * nmla, grid[-1])

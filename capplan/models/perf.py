@@ -334,12 +334,16 @@ class StepModel:
         return total.reshape(np.shape(prompt_len))
 
 
+def mla_layers(model: ModelSpec) -> int:
+    """Layers of multi-head latent attention in a model (0 for any other attention)."""
+    return model.num_layers if model.mla is not None else 0
+
+
 def request_overhead(model: ModelSpec, profile: EngineProfile) -> float:
     """The engine profile's default per-request overhead for a model: its base plus, for a
     model with multi-head latent attention, a cost per layer (docs/engines.md). A measured
     calibration (`calibrate --endpoint`, `--from-results`) replaces the whole sum."""
-    mla_layers = model.num_layers if model.mla is not None else 0
-    return profile.request_overhead_s + mla_layers * profile.mla_layer_request_overhead_s
+    return profile.request_overhead_s + mla_layers(model) * profile.mla_layer_request_overhead_s
 
 
 def build_step_model(model: ModelSpec, gpu: GpuSpec, settings: EngineSettings,
