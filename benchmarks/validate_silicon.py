@@ -89,11 +89,15 @@ class Prediction:
     sim_ttft_s: float = math.nan
     sim_tpot_s: float = math.nan
 
-    def ttft(self, rounds: float, overhead_s: float | None = None) -> float:
-        o = self.overhead_s if overhead_s is None else overhead_s
-        w = 1.0 / max(rounds, 1.0)
-        return o + w * (self.wave_s - self.overhead_s) + (1 - w) * (
-            self.steady_s - self.overhead_s)
+    def ttft(self, rounds: float) -> float:
+        return reported_ttft(self.overhead_s, self.wave_s, self.steady_s, rounds)
+
+
+def reported_ttft(overhead_s, wave_s, steady_s, rounds: float):
+    """The benchmark's mean TTFT over `rounds` requests per client: one start-up wave, the rest
+    steady (docs/queueing.md, "What the benchmark reports"); floats or arrays."""
+    w = 1.0 / max(rounds, 1.0)
+    return overhead_s + w * (wave_s - overhead_s) + (1 - w) * (steady_s - overhead_s)
 
 
 _DEPS: dict[tuple, object] = {}
@@ -266,6 +270,8 @@ JITTER_GRID = (NO_JITTER,) + tuple(
 
 TOTAL_OVERHEAD_GRID_S = tuple(round(0.025 * i, 3) for i in range(25))
 """Per-request overheads (s) each training row is predicted at by --fit (interpolated between)."""
+BASE_OVERHEAD_GRID_S = TOTAL_OVERHEAD_GRID_S[:17]
+"""Base request overheads (s) tried by --fit (0-400 ms; request_overhead_s)."""
 MLA_LAYER_GRID_S = tuple(round(0.25e-3 * i, 5) for i in range(17))
 """Per-MLA-layer request overheads (s) tried by --fit (mla_layer_request_overhead_s)."""
 
@@ -295,14 +301,15 @@ def fit(cat, rows: list[dict[str, str]], jitters: tuple[ClientJitter, ...] = (NO
             meas = np.array([float(train[i]["silicon_ttft_ms"]) / 1e3 for i in idx])
             nmla = np.array([mla_layers(cat.resolve_model(train[i]["model_path"]).spec)
                              for i in idx])
-            for base in TOTAL_OVERHEAD_GRID_S[:17]:
+            for base in BASE_OVERHEAD_GRID_S:
                 for per in MLA_LAYER_GRID_S:
-                    tot = np.minimum(base + per * nmla, grid[-1])
+                    tot = base + per * nmla
+                    if tot.max() > grid[-1]:  # beyond the predicted overheads: not extrapolated
+                        continue
                     wv = np.array([np.interp(t, grid, w) for t, w in zip(tot, wave, strict=True)])
                     st = np.array([np.interp(t, grid, s) for t, s in zip(tot, steady, strict=True)])
                     for rounds in ROUNDS_GRID:
-                        w = 1.0 / rounds
-                        pred = tot + w * (wv - tot) + (1 - w) * (st - tot)
+                        pred = reported_ttft(tot, wv, st, rounds)
                         cost = float(np.median(np.abs(pred / meas - 1)))
                         if eng not in best or cost < best[eng][0]:
                             best[eng] = (cost, rounds, base, per, jit)

@@ -194,7 +194,8 @@ class EngineProfile:
     """Block (page) sizes the engine accepts."""
     request_overhead_s: float
     """Per-request latency outside engine steps (HTTP, tokenisation, detokenisation, streaming,
-    the benchmark client): the default when no calibration measured it (docs/validation.md)."""
+    the benchmark client): the default's base when no calibration measured it
+    (`capplan.models.perf.request_overhead` adds the MLA term; docs/validation.md)."""
     mla_layer_request_overhead_s: float = 0.0
     """Added to `request_overhead_s` per layer of a model with multi-head latent attention
     (DeepSeek-V2/V3/R1, Kimi-K2): such models show a fixed TTFT 100-200 ms above their prefill
