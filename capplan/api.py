@@ -142,16 +142,29 @@ class LatencyResult:
 def latency(model: str, gpu: str, *, rate: float | None = None, concurrency: int | None = None,
             trace: str | None = None, input_len: str | int = 512, output_len: str | int = 256,
             burstiness: float = 1.0, num_prompts: int | None = None, warmup_prompts: int = 0,
-            **kw: Any) -> LatencyResult:
-    """Analytic TTFT / TBT / E2E (mean, p50, p90, p99) and throughput under an open-loop rate,
-    a closed loop of `concurrency` clients (a benchmark of `num_prompts`), or a trace."""
-    from capplan.plan.load import analytic_latency, load_spec_from_options
+            benchmark: str | None = None, seed: int = 0, time_unit: str = "auto",
+            window_s: float | None = None, **kw: Any) -> LatencyResult:
+    """TTFT / TBT / E2E (mean, p50, p90, p99) and throughput under an open-loop rate, a closed
+    loop of `concurrency` clients (a benchmark of `num_prompts`; `benchmark` names a tool's
+    protocol, capplan.sim.protocol.PRESETS), or a trace. Closed loops and traces are answered
+    by the simulator's replay; a rate by the analytic queue where it agrees with the replay
+    within capplan.plan.replay.TOLERANCE, else by the replay. `.data["answered_by"]` says
+    which (capplan.plan.replay)."""
+    from capplan.plan.load import load_spec_from_options
+    from capplan.plan.replay import WINDOW_S, ReplayLoad, answer
 
     dep = deployment(model, gpu, **kw)
-    load = load_spec_from_options(rate, concurrency, trace, str(input_len), str(output_len),
-                                  burstiness, dep.memory.max_model_len, num_prompts,
-                                  warmup_prompts)
-    return LatencyResult.from_dict(analytic_latency(dep, load))
+    spec = None
+    if rate is not None:
+        spec = load_spec_from_options(rate, concurrency, trace, str(input_len), str(output_len),
+                                      burstiness, dep.model.context_len(dep.settings.max_model_len),
+                                      num_prompts, warmup_prompts, time_unit=time_unit)
+    load = ReplayLoad(rate=rate, concurrency=concurrency, trace=trace, input_len=str(input_len),
+                      output_len=str(output_len), burstiness=burstiness,
+                      num_prompts=num_prompts, warmup_prompts=warmup_prompts,
+                      time_unit=time_unit, benchmark=benchmark, seed=seed,
+                      window_s=window_s or WINDOW_S)
+    return LatencyResult.from_dict(answer(dep, load, spec))
 
 
 def simulate(model: str, gpu: str, *, rate: float | None = None,
@@ -160,18 +173,24 @@ def simulate(model: str, gpu: str, *, rate: float | None = None,
              requests: int = 1000, seed: int = 0, scheduler: str = "continuous",
              batch_size: int | None = None, batch_timeout_s: float = 0.05,
              chunked_prefill: bool | None = None, progress: Any = None,
+             benchmark: str | None = None, warmup_prompts: int | None = None,
              **kw: Any) -> LatencyResult:
     """Simulate the engine step by step (same step model); the result adds the simulator's
-    keys (tpot_s, queue_s, goodput, time series) to the latency keys."""
+    keys (tpot_s, queue_s, goodput, time series) to the latency keys. `benchmark` names a
+    tool's protocol (capplan.sim.protocol.PRESETS): its warm-ups, measured requests, random
+    lengths and metric definitions (the `benchmark` key)."""
     from capplan.plan.simulation import run_simulation
+    from capplan.sim.protocol import BenchmarkRun, preset
 
     dep = deployment(model, gpu, **kw)
+    bench = (BenchmarkRun.of(preset(benchmark), concurrency, None, warmup_prompts, requests)
+             if benchmark is not None else None)
     res = run_simulation(dep, rate=rate, concurrency=concurrency, trace=trace,
                          input_len=str(input_len), output_len=str(output_len),
                          burstiness=burstiness, requests=requests, seed=seed,
                          schedulers=(scheduler,), batch_size=batch_size,
                          batch_timeout_s=batch_timeout_s, chunked_prefill=chunked_prefill,
-                         progress=progress)
+                         progress=progress, benchmark=bench)
     return LatencyResult.from_dict({**res["head"], **res["results"][scheduler]})
 
 

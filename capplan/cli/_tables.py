@@ -67,9 +67,25 @@ def latency_table(res: dict[str, Any], fmt: str) -> str:
             Column("p50", "p50 (ms)", _ms, ".1f"), Column("p90", "p90 (ms)", _ms, ".1f"),
             Column("p99", "p99 (ms)", _ms, ".1f")]
     text = render_rows(latency_rows(res), cols, fmt)
-    thr = render_rows(_throughput_rows(res, fmt), [Column("q", "throughput"),
-                                                   Column("v", "value")], fmt)
-    return text + "\n\n" + thr
+    rows = _throughput_rows(res, fmt)
+    if fmt != "table":  # the footer as rows, so that every format carries it
+        rows += _answer_rows(res)
+    thr = render_rows(rows, [Column("q", "throughput"), Column("v", "value")], fmt)
+    foot = answer_footer(res) if fmt == "table" else ""
+    return text + "\n\n" + thr + (f"\n\n{foot}" if foot else "")
+
+
+def _answer_rows(res: dict[str, Any]) -> list[dict[str, Any]]:
+    """Which model answered, its notes and warnings (capplan.plan.replay), as quantity rows."""
+    rows = [{"q": "answered by", "v": res["answered_by"]}] if res.get("answered_by") else []
+    rows += [{"q": "note", "v": n} for n in res.get("notes", [])]
+    return rows + [{"q": "warning", "v": w} for w in res.get("warnings", [])]
+
+
+def answer_footer(res: dict[str, Any]) -> str:
+    """The table's footer: notes (which model answered first), then warnings."""
+    lines = [f"note: {n}" for n in res.get("notes", [])]
+    return "\n".join(lines + [f"WARNING: {w}" for w in res.get("warnings", [])])
 
 
 def _sweep_columns(level: str, fmt: str) -> list[Column]:
@@ -122,5 +138,9 @@ def sweep_table(results: Sequence[dict[str, Any]], level: str, levels: Sequence[
             cap = next(r.get("capacity_requests_per_s") for r in results if not r.get("stable"))
             notes.append(f"unstable at {', '.join(unstable)}: the queue grows without bound "
                          f"(capacity about {cap:.2f} req/s per replica)")
+        answered = [f"{lv:g}: {r['answered_by']}" for lv, r in zip(levels, results, strict=True)
+                    if r.get("answered_by")]
+        if answered:
+            notes.append("answered by (replay or analytic queue): " + ", ".join(answered))
         text += "\n\n" + "\n".join(notes)
     return text

@@ -16,6 +16,7 @@ from capplan.models.prefix import PrefixSpec
 from capplan.plan.deployment import Deployment
 from capplan.plan.load import require_one_load
 from capplan.sim import SCHEDULERS, engine_impl, run_features, run_scheduler
+from capplan.sim.protocol import BenchmarkRun
 from capplan.sim.workload import Lane, Workload, load_trace, parse_length
 
 
@@ -52,13 +53,17 @@ def run_simulation(dep: Deployment, *, rate: float | None, concurrency: int | No
                    chunked_prefill: bool | None = None,
                    progress: Callable[[str, int, int], Any] | None = None,
                    time_unit: str = "auto", sim_engine: str = "auto",
-                   prefix: PrefixSpec | None = None) -> dict[str, Any]:
+                   prefix: PrefixSpec | None = None,
+                   benchmark: BenchmarkRun | None = None) -> dict[str, Any]:
     """{"head": run description and bound, "results": {scheduler: SimResult dict},
     "notes": [...]}. `progress(scheduler, done, total)` is called as requests finish.
     `chunked_prefill` None keeps the engine profile's choice; False forces whole prompts.
     `sim_engine` (auto, compiled, fast, reference) picks the simulator; each result names the
-    one that ran as `engine_impl`."""
+    one that ran as `engine_impl`. `benchmark`: a tool's protocol (capplan.sim.protocol): its
+    measured and warm-up requests, random lengths and metric definitions (`benchmark` key)."""
     limits.SEED.check(seed, "seed")
+    if benchmark is not None:
+        requests, input_len, output_len = benchmark.workload(input_len, output_len)
     wl = workload_from_options(rate, concurrency, trace, input_len, output_len, burstiness,
                                requests, time_unit)
     if prefix is not None and wl.trace is None:
@@ -86,7 +91,9 @@ def run_simulation(dep: Deployment, *, rate: float | None, concurrency: int | No
                             request_overhead_s=overhead if concurrency is not None else 0.0,
                             client_jitter=(s.profile.client_jitter if concurrency is not None
                                            else None),
-                            progress=tick, sim_engine=sim_engine).to_dict()
+                            progress=tick, sim_engine=sim_engine,
+                            **({} if benchmark is None else
+                               {"measure": benchmark.measure(overhead)})).to_dict()
         results[name] = {**add_request_overhead(res, overhead),
                          "engine_impl": engine_impl(name, sim_engine,
                                                     **run_features(s.profile.scheduler, reqs))}
