@@ -50,7 +50,9 @@ class BenchmarkPreset:
     source: str
     """Where the values were read (file in the tool's repository, or its documented command)."""
     num_prompts: int | None = None
-    """Measured requests, fixed (None: `prompts_per_client` x concurrency)."""
+    """Measured requests, fixed; None: `prompts_per_client` x concurrency, else the run's own
+    count (--num-prompts; 1000 by default, the default of vllm bench serve and SGLang
+    bench_serving)."""
     prompts_per_client: float | None = None
     warmup_per_client: float = 0.0
     """Warm-up requests per client, sent first and not measured."""
@@ -81,12 +83,12 @@ PRESETS: dict[str, BenchmarkPreset] = {p.name: p for p in (
     # vllm/benchmarks/serve.py (`vllm bench serve`): --num-prompts 1000, --num-warmups 0,
     # --random-range-ratio 0.0 (lengths in [L(1-r), L(1+r)]: fixed), --request-rate inf with
     # --max-concurrency: every client sends at t = 0
-    BenchmarkPreset(name="vllm", tool="vllm bench serve", num_prompts=1000,
+    BenchmarkPreset(name="vllm", tool="vllm bench serve",
                     source="vllm/benchmarks/serve.py (--num-prompts 1000, --num-warmups 0, "
                            "--random-range-ratio 0.0)"),
     # python/sglang/bench_serving.py: --num-prompts 1000, --warmup-requests 1,
     # --random-range-ratio 0.0 (input lengths uniform in [1, L], output in [0, L] -> >= 1)
-    BenchmarkPreset(name="sglang", tool="SGLang bench_serving", num_prompts=1000, warmup_fixed=1,
+    BenchmarkPreset(name="sglang", tool="SGLang bench_serving", warmup_fixed=1,
                     range_ratio=0.0,
                     source="sglang python/sglang/bench_serving.py (--num-prompts 1000, "
                            "--warmup-requests 1, --random-range-ratio 0.0)"),
@@ -100,7 +102,7 @@ PRESETS: dict[str, BenchmarkPreset] = {p.name: p for p in (
                            "aiperf/metrics/types/inter_token_latency_metric.py"),
     # GuideLLM concurrent profile: src/guidellm/schemas/request_stats.py for the metrics
     # (TPOT includes the first token; ITL excludes it); no warm-up by default
-    BenchmarkPreset(name="guidellm", tool="GuideLLM", num_prompts=1000, tpot=TPOT_INCL_FIRST,
+    BenchmarkPreset(name="guidellm", tool="GuideLLM", tpot=TPOT_INCL_FIRST,
                     itl=ITL_PER_REQUEST,
                     source="guidellm src/guidellm/schemas/request_stats.py "
                            "(time_per_output_token_ms, inter_token_latency_ms)"),
