@@ -182,8 +182,7 @@ def closed_loop_latency(step: StepModel, isl: float, osl: float, max_num_seqs: i
             gap_share = n_pf_steps_per_s * tpot
         ttft += resid
         return {"ttft": ttft, "tpot": tpot, "k": k, "b": b_guess, "t_pf": t_pf,
-                "t_dec": t_dec, "pf_frac": pf_time_frac, "pf_gap_share": min(gap_share, 1.0),
-                "pf_steps": pf_steps_per_cohort}
+                "t_dec": t_dec, "pf_frac": pf_time_frac, "pf_gap_share": min(gap_share, 1.0)}
 
     tpot_box = [decode_step_s(step, m, ctx)]
     x = m / max(isl / budget * tpot_box[0] + dec_tokens * tpot_box[0] + overhead, 1e-9)
@@ -219,12 +218,16 @@ def closed_loop_latency(step: StepModel, isl: float, osl: float, max_num_seqs: i
     e2e = ttft_mean + dec_tokens * st["tpot"]
     ttft_q = {name: overhead + _mixture_quantile(q, wave_frac, wave, steady_ttft)
               for name, q in QUANTILES.items()}
-    # Token gaps: decode steps, and for each cohort one slower step carrying its prefill (a
-    # prefill-first engine: one gap holding the cohort's prefill steps and a decode step). The
-    # quantiles weigh gaps, not time: pf_gap_share is the share of gaps that carry a prefill.
-    pf_gap = st["t_pf"] if not policy.prefill_first else (
-        math.ceil(st["pf_steps"]) * st["t_pf"] + st["t_dec"])
+    # Token gaps: decode steps, and for each cohort one slower gap carrying its prefill (mixed
+    # engines: the prefill step, t_pf; prefill-first: a decode step plus the cohort's prefill
+    # steps). The quantiles weigh gaps, not time: pf_share is the share of gaps that carry a
+    # prefill, and the prefill gap is the one that keeps the mixture's mean at TPOT (the mean
+    # gap): t_dec + (TPOT - t_dec) / share, equal to t_pf for mixed engines (TPOT = 1 / steps
+    # per second, each step one gap) and to t_dec + the cohort's prefill time for prefill-first
+    # ones; so no quantile exceeds what the mean allows (q-quantile <= mean / (1 - q)).
     pf_share = st["pf_gap_share"]
+    pf_gap = (st["t_dec"] + max(st["tpot"] - st["t_dec"], 0.0) / pf_share if pf_share > 0
+              else st["t_dec"])
     tbt_q = {name: (pf_gap if q > 1 - pf_share else st["t_dec"]) for name, q in QUANTILES.items()}
     e2e_q = {name: v + dec_tokens * st["tpot"] for name, v in ttft_q.items()}
     return {

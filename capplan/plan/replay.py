@@ -35,9 +35,9 @@ for the replay (issue acceptance: latency and simulate agree within 15%)."""
 WINDOW_S = 900.0
 """Window over which a trace's rate is read for the varying-rate check (15 min, as fleet plans
 use)."""
-OPEN_LOOP_REQUESTS = 2000
-"""Requests replayed to check an open-loop rate (a p99 from ~2,000 TTFT samples and far more
-token gaps; seconds of simulated traffic cost milliseconds)."""
+OPEN_LOOP_REQUESTS = 1000
+"""Requests replayed to check an open-loop rate (`simulate`'s default: the same run; a TTFT p99
+from 1,000 samples, the TBT p99 from far more token gaps)."""
 CHECKED = (("ttft_s", "mean"), ("ttft_s", "p99"), ("tbt_s", "mean"), ("tbt_s", "p99"))
 LATENCY_KEYS = ("ttft_s", "tbt_s", "e2e_s", "tpot_s", "queue_s", "output_tokens_per_s",
                 "input_tokens_per_s", "requests_per_s", "mean_running_batch", "preemptions",
@@ -104,6 +104,8 @@ def answer(dep: Deployment, load: ReplayLoad, spec: LoadSpec | None) -> dict[str
     load (None: no analytic screen applies, e.g. prefix sharing under a closed loop)."""
     screen = load.rate is not None and load.benchmark is None and spec is not None
     ana = analytic_latency(dep, spec) if screen and spec is not None else None
+    if ana is not None and not ana.get("stable"):
+        return _overloaded(ana)
     if load.trace is not None:
         tr = trace_windows(load)
     run = replay(dep, load)
@@ -126,19 +128,24 @@ def answer(dep: Deployment, load: ReplayLoad, spec: LoadSpec | None) -> dict[str
         if tr.get("varies"):
             res["warnings"].append(varying_rate_warning(tr))
     if ana is not None:
-        res = _screen(ana, res, float(load.rate or 0.0))
+        res = _screen(ana, res)
     res["notes"].insert(0, answered_note(res))
     return res
 
 
-def _screen(ana: dict[str, Any], res: dict[str, Any], offered: float) -> dict[str, Any]:
+def _overloaded(ana: dict[str, Any]) -> dict[str, Any]:
+    """A rate above the analytic capacity: reported unstable, not replayed (a finite replay of
+    an overloaded queue has no steady state to report, and costs the most to run)."""
+    out = {**ana, "answered_by": "analytic", "tolerance": TOLERANCE, "warnings": [],
+           "notes": ["answered by: analytic queue (the rate exceeds its capacity; not replayed: "
+                     "`capplan simulate` shows how the queue grows)"]}
+    return out
+
+
+def _screen(ana: dict[str, Any], res: dict[str, Any]) -> dict[str, Any]:
     """Open loop: the analytic answer where it agrees with the replay (CHECKED within
-    TOLERANCE), else the replay's; both figures kept under `analytic_check`. A rate above the
-    analytic capacity stays unstable: a finite replay of an overloaded queue has no steady
-    state to report (its served rate is noted)."""
-    diffs = {f"{k}.{q}": (rel_diff(float(ana[k][q]), float(res[k][q]))
-                          if ana.get("stable") and ana[k][q] is not None else math.inf)
-             for k, q in CHECKED}
+    TOLERANCE), else the replay's; both figures kept under `analytic_check`."""
+    diffs = {f"{k}.{q}": rel_diff(float(ana[k][q]), float(res[k][q])) for k, q in CHECKED}
     agree = all(d <= TOLERANCE for d in diffs.values())
     replayed = {k: res[k] for k in ("ttft_s", "tbt_s", "e2e_s", "requests_per_s")}
     check = {"agrees": agree, "relative_difference": diffs,
@@ -146,11 +153,6 @@ def _screen(ana: dict[str, Any], res: dict[str, Any], offered: float) -> dict[st
     keep = {"notes": res["notes"], "warnings": res["warnings"], "tolerance": TOLERANCE,
             "engine_impl": res.get("engine_impl"), "num_requests": res.get("num_requests"),
             "analytic_check": check}
-    if not ana.get("stable"):
-        out = {**ana, **keep, "answered_by": "analytic"}
-        out["notes"].append(f"the replay of {res.get('num_requests')} requests served "
-                            f"{res['requests_per_s']:.3g} of {offered:.3g} req/s")
-        return out
     if not agree:
         return {**res, "analytic_check": check}
     return {**ana, **keep, "answered_by": "analytic"}
@@ -172,8 +174,6 @@ def answered_note(res: dict[str, Any]) -> str:
     """The footer line naming the model that answered."""
     if res["answered_by"] == "analytic":
         worst = max(res["analytic_check"]["relative_difference"].values())
-        if not res.get("stable", True):
-            return "answered by: analytic queue (the rate exceeds its capacity)"
         return (f"answered by: analytic queue (within {worst:.0%} of the replay on TTFT and "
                 f"TBT mean/p99; tolerance {TOLERANCE:.0%})")
     why = ""
