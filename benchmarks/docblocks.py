@@ -17,8 +17,8 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-_BLOCK = re.compile(r"(<!-- generated: (?P<key>[\w.-]+:[\w.-]+) -->\n)(?P<body>.*?)(<!-- /generated -->)",
-                    re.S)
+_BLOCK = re.compile(r"(<!-- generated: (?P<key>[\w.-]+:[\w.-]+) -->\n)(?P<body>.*?)"
+                    r"(<!-- /generated -->)", re.S)
 
 
 def blocks(path: Path) -> dict[str, str]:
