@@ -63,6 +63,13 @@ class BenchmarkPreset:
     vLLM's benchmark_serving.py `sample_random_requests`); 1 = fixed lengths."""
     tpot: str = TPOT_EXCL_FIRST
     itl: str = ITL_GAPS
+    warmup_drained: bool = True
+    """The tool waits for every warm-up response before the measured requests start, all
+    clients together again (vllm bench serve: `asyncio.gather` of the warm-up tasks, then the
+    main run; AIPerf: "waits indefinitely for all warmup responses before starting
+    profiling", docs/tutorials/warmup.md): the measured run has its own start-up wave, and the
+    warm-ups (which only warm a real server's caches and kernels) change nothing the replay
+    computes."""
 
     def prompts(self, concurrency: int | None, default: int) -> int:
         """Measured requests of a run with `concurrency` clients (open loop: None)."""
@@ -167,14 +174,16 @@ def benchmark_metrics(r: RunRecord, p: BenchmarkPreset, overhead_s: float,
     return {"ttft_s": summary(ttft), "tpot_s": summary(tpot), "itl_s": itl}
 
 
-def measure(p: BenchmarkPreset, warmups: int, overhead_s: float):  # noqa: ANN201
+def measure(p: BenchmarkPreset, warmups: int, overhead_s: float,
+            info: dict[str, Any] | None = None):  # noqa: ANN201
     """A `run_scheduler(measure=...)` hook: the replay summarised as the tool reports it (the
-    SimResult of the measured requests, with the tool's metrics under `benchmark`)."""
+    SimResult of the requests after the first `warmups`, with the tool's metrics and `info`
+    under `benchmark`)."""
     def run(r: RunRecord, lanes: tuple[Lane, ...]) -> Any:
         m = measured_record(r, warmups)
         res = summarize(m, lanes)
         extra = {**p.describe(), "num_prompts": len(m.arrival_at_s), "warmup_prompts": warmups,
-                 "metrics": benchmark_metrics(m, p, overhead_s, res.tbt_s)}
+                 **(info or {}), "metrics": benchmark_metrics(m, p, overhead_s, res.tbt_s)}
         return _WithBenchmark(res, extra)
     return run
 
@@ -219,19 +228,30 @@ def aiconfigurator_settings(backend: str, isl: int, osl: int, batch_size: int,
 
 @dataclass(frozen=True)
 class BenchmarkRun:
-    """A preset applied to one run: how many requests it measures and warms up with."""
+    """A preset applied to one run: how many requests it measures and warms up with, and
+    whether the warm-ups are drained before the measured requests start (the tools' way,
+    `BenchmarkPreset.warmup_drained`) or lead into them in one continuing loop (the first
+    `warmups` requests of the run go unmeasured: `latency --warmup-prompts`)."""
 
     preset: BenchmarkPreset
     measured: int
     warmups: int
+    drained: bool = True
 
     @classmethod
     def of(cls, p: BenchmarkPreset, concurrency: int | None, num_prompts: int | None = None,
            warmup_prompts: int | None = None, default: int = 1000) -> BenchmarkRun:
-        """`num_prompts` / `warmup_prompts`, when given, replace the preset's counts."""
+        """`num_prompts` replaces the preset's measured count; `warmup_prompts`, when given,
+        its warm-ups, sent in the same loop as the measured requests (not drained)."""
         n = num_prompts or p.prompts(concurrency, default)
-        w = p.warmups(concurrency) if warmup_prompts is None else int(warmup_prompts)
-        return cls(p, int(n), int(w))
+        if warmup_prompts is None:
+            return cls(p, int(n), p.warmups(concurrency), p.warmup_drained)
+        return cls(p, int(n), int(warmup_prompts), False)
+
+    @property
+    def sent_warmups(self) -> int:
+        """Warm-ups the replay sends before the measured requests (none when drained)."""
+        return 0 if self.drained else self.warmups
 
     def workload(self, input_len: str, output_len: str) -> tuple[int, str, str]:
         """(requests to send, input length, output length): warm-ups first; a fixed nominal
@@ -241,8 +261,9 @@ class BenchmarkRun:
                 return length_spec(float(text), self.preset.range_ratio)
             except ValueError:
                 return text
-        return self.measured + self.warmups, spec(str(input_len)), spec(str(output_len))
+        return self.measured + self.sent_warmups, spec(str(input_len)), spec(str(output_len))
 
     def measure(self, overhead_s: float):  # noqa: ANN201
         """The `run_scheduler(measure=...)` hook of this run."""
-        return measure(self.preset, self.warmups, overhead_s)
+        return measure(self.preset, self.sent_warmups, overhead_s,
+                       {"warmup_prompts": self.warmups, "warmup_drained": self.drained})

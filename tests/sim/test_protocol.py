@@ -25,12 +25,15 @@ def test_every_preset_cites_its_source_and_parses():
 
 def test_inferencex_counts_and_lengths():
     # benchmark_lib.sh: 10 x C measured, 2 x C warm-ups, lengths uniform in [0.8 L, L]
+    # warm-ups drained before the measured run (vllm bench serve gathers them), which starts
+    # all clients together again: the replay sends the 80 measured requests only
     run = BenchmarkRun.of(PRESETS["inferencex"], 8)
-    assert (run.measured, run.warmups) == (80, 16)
-    assert run.workload("1024", "128") == (96, "uniform:min=819,max=1024",
+    assert (run.measured, run.warmups, run.drained) == (80, 16, True)
+    assert run.workload("1024", "128") == (80, "uniform:min=819,max=1024",
                                            "uniform:min=102,max=128")
     d = _sim("inferencex")
     assert d["num_requests"] == 80 and d["benchmark"]["warmup_prompts"] == 16
+    assert d["benchmark"]["warmup_drained"] is True
     mean_in = d["input_tokens_per_s"] / d["requests_per_s"]
     assert 819 <= mean_in <= 1024 and mean_in == pytest.approx((819 + 1024) / 2, rel=0.05)
 
@@ -62,13 +65,23 @@ def test_tpot_and_itl_definitions():
 
 def test_warmups_leave_the_start_up_wave_out():
     # 32 clients send 2,048-token prompts together: the start-up wave prefills them in
-    # ceil(32 x 2048 / 8192) = 8 steps, the slowest TTFTs of the run; after 2 x C warm-ups the
-    # measured requests arrive as the loop's cohorts return, never 32 at once
+    # ceil(32 x 2048 / 8192) = 8 steps, the slowest TTFTs of the run; after 2 x C warm-ups sent
+    # in the same loop (--warmup-prompts) the measured requests arrive as the loop's cohorts
+    # return, never 32 at once
     kw = dict(concurrency=32, input_len=2048, output_len=64, num_prompts=96)
     cold = capplan.latency("llama-3.1-8b", "h100-sxm", **kw)
     warm = capplan.latency("llama-3.1-8b", "h100-sxm", warmup_prompts=64, **kw)
     assert warm.data["benchmark"]["warmup_prompts"] == 64 and warm.data["num_requests"] == 96
+    assert warm.data["benchmark"]["warmup_drained"] is False
     assert warm.ttft_s["p99"] < cold.ttft_s["p99"]
+    # a tool's drained warm-ups leave the measured run as a cold one: its own start-up wave
+    ix = capplan.latency("llama-3.1-8b", "h100-sxm", benchmark="inferencex",
+                         **{**kw, "num_prompts": None})
+    plain = capplan.latency("llama-3.1-8b", "h100-sxm", benchmark="vllm",
+                            **{**kw, "num_prompts": 320, "input_len": "uniform:min=1638,max=2048",
+                               "output_len": "uniform:min=51,max=64"})
+    assert ix.data["num_requests"] == 320
+    assert ix.ttft_s == plain.ttft_s
 
 
 def test_reported_ttft_weights_one_wave_per_client():
