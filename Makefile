@@ -30,6 +30,7 @@ bench: $(BIN)/capplan
 	$(BIN)/python benchmarks/bench_perf.py
 	$(BIN)/python benchmarks/bench_sim.py
 	$(BIN)/python benchmarks/bench_search.py
+	$(BIN)/python benchmarks/bench_replay.py
 
 # Regenerate the tables in docs/ that validation scripts compute (blocks marked
 # `<!-- generated: script:table -->`; tests/docs/test_generated_tables.py checks the fast ones).
