@@ -80,8 +80,9 @@ class ListOf(click.ParamType):
               help="Closed loop: requests the benchmark sends and averages over, start-up wave "
                    "included (default 1000, as vllm bench serve).")
 @click.option("--warmup-prompts", type=click.IntRange(min=0), default=0, show_default=True,
-              help="Closed loop: warm-up requests sent first and not measured (>= concurrency "
-                   "leaves only the steady state).")
+              help="Closed loop: warm-up requests sent first in the same loop and not "
+                   "measured (>= concurrency leaves the start-up wave out; a --benchmark "
+                   "preset's own warm-ups are drained instead, as the tools do).")
 @prefix_options
 @engine_options
 @format_option

@@ -125,6 +125,8 @@ def answer(dep: Deployment, load: ReplayLoad, spec: LoadSpec | None) -> dict[str
     if sim.get("prefix_hit_tokens"):  # the prompt tokens the replay found in the prefix cache
         res["prefix_hit_tokens"] = sim["prefix_hit_tokens"]
         res["cached_tokens_per_request"] = sim["prefix_hit_tokens"] / max(sim["num_requests"], 1)
+    if sim.get("benchmark") and load.benchmark is not None:
+        res["notes"].append(benchmark_note(sim["benchmark"]))
     if load.trace is not None:
         res["trace"] = tr
         if tr.get("varies"):
@@ -228,3 +230,13 @@ def varying_rate_warning(tr: dict[str, Any]) -> str:
             "replica's replay of the whole trace: size a fleet per window with "
             "`capplan recommend --trace`")
 
+
+def benchmark_note(b: dict[str, Any]) -> str:
+    """The tool's own figures, as it would print them (ms)."""
+    m = b["metrics"]
+    parts = ", ".join(f"{name} mean {m[k]['mean'] * 1e3:.1f} / p99 {m[k]['p99'] * 1e3:.1f} ms"
+                      for k, name in (("ttft_s", "TTFT"), ("tpot_s", "TPOT"), ("itl_s", "ITL")))
+    warm = (f", {b['warmup_prompts']} warm-ups drained first" if b.get("warmup_drained")
+            and b["warmup_prompts"] else "")
+    return (f"as {b['tool']} reports it ({b['num_prompts']} measured requests{warm}): "
+            f"{parts}")
