@@ -94,8 +94,8 @@ def _sweep_columns(level: str, fmt: str) -> list[Column]:
     table = fmt == "table"
     head = ("rate\nreq/s" if table else "rate (req/s)") if level == "rate" else "clients"
     cols = [Column("level", head)]
-    if not table:
-        cols.append(Column("stable", "stable"))
+    if not table:  # the table says these in its notes
+        cols += [Column("stable", "stable"), Column("answered_by", "answered by")]
     cols += [Column("requests_per_s", "\nreq/s" if table else "req/s", None, ".2f"),
              Column("output_tokens_per_s", "out\ntok/s" if table else "out tok/s", None, ".0f")]
     for key, name in (("ttft_s", "TTFT"), ("tbt_s", "TBT"), ("e2e_s", "E2E")):
@@ -114,6 +114,7 @@ def sweep_table(results: Sequence[dict[str, Any]], level: str, levels: Sequence[
     rows = []
     for lv, res in zip(levels, results, strict=True):
         row: dict[str, Any] = {"level": lv, "stable": "yes" if res.get("stable") else "no",
+                               "answered_by": res.get("answered_by", ""),
                                "requests_per_s": res.get("requests_per_s"),
                                "output_tokens_per_s": res.get("output_tokens_per_s"),
                                "mean_running_batch": res.get("mean_running_batch")}

@@ -282,8 +282,10 @@ def test_concurrency_sweep_csv_numbers_only(run_cli):
     rows = list(csv.reader(io.StringIO(res.stdout)))
     assert rows[0][0] == "clients" and len(rows) == 3
     assert [r[0] for r in rows[1:]] == ["1", "8"]
+    assert rows[0][1:3] == ["stable", "answered by"]
     for r in rows[1:]:
-        for cell in r[2:]:
+        assert r[2] == "replay"  # a closed loop is replayed
+        for cell in r[3:]:
             float(cell)  # numbers, no "5%" or "12 ms" strings
 
 
