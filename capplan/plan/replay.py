@@ -165,7 +165,10 @@ def _screen(ana: dict[str, Any], res: dict[str, Any]) -> dict[str, Any]:
 def _load_text(load: ReplayLoad, sim: dict[str, Any]) -> str:
     b = sim.get("benchmark")
     if load.concurrency is not None:
-        w = f" after {b['warmup_prompts']} warm-up" if b and b["warmup_prompts"] else ""
+        w = ""
+        if b and b["warmup_prompts"]:
+            w = (f" after {b['warmup_prompts']} warm-ups" + (" (drained)" if
+                                                             b.get("warmup_drained") else ""))
         tool = f" ({b['tool']})" if b else ""
         return (f"closed loop, {load.concurrency} clients, {sim['num_requests']} measured "
                 f"requests{w}{tool}")
