@@ -99,3 +99,15 @@ def test_step_ends_view_indexes_the_run_then_the_window():
     view = _EndsView([0.1, 0.2, 0.3], np.array([0.4, 0.5]))
     assert view[np.array([4, 0, 2, 3])].tolist() == [0.5, 0.1, 0.3, 0.4]
     assert view[np.array([], np.int64)].tolist() == []
+
+
+def test_simulate_cli_prints_the_tools_own_figures(run_cli):
+    args = ("simulate", "--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--concurrency", "4",
+            "--input-len", "256", "--output-len", "32", "--benchmark", "guidellm")
+    table = run_cli(*args, "--requests", "40")
+    assert table.exit_code == 0, table.stderr
+    assert "TPOT mean as the benchmark reports it (ms)" in table.stdout
+    d = run_cli(*args, "--requests", "40", "--format", "json").json()
+    assert d["benchmark"]["tool"] == "GuideLLM" and d["num_requests"] == 40
+    bad = run_cli(*args[:-1], "locust")
+    assert bad.exit_code == 2 and "locust" in bad.stderr
