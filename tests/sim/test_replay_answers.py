@@ -28,6 +28,11 @@ def _agree(lat: LatencyResult, sim: LatencyResult) -> None:
     for key, q in CHECKED:
         a, b = getattr(lat, key)[q], getattr(sim, key)[q]
         assert a == pytest.approx(b, rel=TOLERANCE), (key, q, a, b)
+    # token gaps: most are plain decode steps, a few carry prefill work, so the median gap is
+    # at most the mean (true of these loads, not of every one: the general bound is Markov's,
+    # _markov; the mean need not stay below the p99 either, test_sglang_70b_...)
+    t = lat.tbt_s
+    assert t["p50"] <= t["mean"], t
 
 
 def _markov(d: dict[str, float]) -> None:
@@ -74,6 +79,13 @@ def test_sglang_70b_closed_loop_has_no_impossible_tail():
     dec = dep.step.decode_step(32, 2560)["step_s"]
     longest = float(np.asarray(dec)) + np.ceil(32 * 2048 / budget) * float(np.asarray(pf))
     assert lat.tbt_s["p99"] <= longest
+    # the 32 synchronised clients come back together and SGLang prefills their prompts before
+    # it decodes again: one long gap per request in 511, under 1% of the gaps, so the p99 is a
+    # plain decode step while the mean carries the stall: mean > p99 is right here. Each
+    # request's share of the stall, (mean - p50) x 511 gaps, is at most the longest gap
+    t = lat.tbt_s
+    assert t["p99"] < t["mean"] and t["p99"] == pytest.approx(t["p50"], rel=0.02)
+    assert 0 < (t["mean"] - t["p50"]) * 511 <= longest
 
 
 def test_open_loop_answer_within_tolerance_of_the_replay():
