@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import click
+import yaml
 from click.core import ParameterSource
 
 from capplan import limits
@@ -150,18 +151,35 @@ def render_plan(result: dict[str, Any], fmt: str) -> str:
     for r in result["recommendations"][1:4]:
         out.append(f"  #{r['rank']} {r['gpu']} TP {r['tp']}: {r['why_not_first']}")
     out += _pool_lines(result, fmt)
-    out += ["", "vLLM:    " + best["engine_flags"]["vllm"],
-            "SGLang:  " + best["engine_flags"]["sglang"],
-            "TRT-LLM: " + best["engine_flags"]["trtllm"],
-            "verify:  " + best["engine_flags"]["bench"],
+    out += ["", *launch_block(best["engine_flags"]),
             f"calibration: {best.get('calibration', '')}"]
+    reason = result.get("inputs", {}).get("max_model_len_reason")
+    if reason:
+        out.append(reason)
     for w in result.get("warnings", []):
         out.append(f"warning: {w}")
     # prose wraps at 120 columns; the table is built to fit, and launch lines stay whole (to copy)
-    keep = ("vLLM", "SGLang", "TRT-LLM", "verify")  # also "vLLM (lane):" lines of separate pools
+    keep = ("vLLM", "SGLang", "TRT-LLM", "verify", "dataset", "  ")  # also "vLLM (lane):" lines of separate pools
     return "\n".join(line if "\n" in line or line.startswith(keep) else
                      textwrap.fill(line, 120, subsequent_indent="    ", break_on_hyphens=False)
                      for line in out)
+
+
+def launch_block(flags: dict[str, str]) -> list[str]:
+    """The launch lines, the files a line reads (indented), the verify steps."""
+    out = []
+    for key, label in (("vllm", "vLLM:    "), ("sglang", "SGLang:  "), ("trtllm", "TRT-LLM: ")):
+        if key not in flags:
+            continue
+        out.append(label + flags[key])
+        for name, text in flags.items():
+            if name.startswith(f"file:{key}:"):
+                flow = yaml.safe_dump(yaml.safe_load(text), default_flow_style=True).strip()
+                out.append(f"  {name.split(':', 2)[2]} (the file this line reads): {flow}")
+    if flags.get("bench_dataset"):
+        out.append("dataset: " + flags["bench_dataset"])
+    out.append("verify:  " + flags["bench"])
+    return out
 
 
 POOL_COLUMNS = [

@@ -23,6 +23,7 @@ from capplan.models.perf import knee_batch
 from capplan.models.prefix import PrefixCache
 from capplan.models.queueing import Limits, QueueModel, summarize
 from capplan.plan.flags import engine_flags
+from capplan.plan.launch import max_model_len_choice
 from capplan.plan.lengths import length_stats, pooled_stats
 from capplan.plan.result import (
     Curve,
@@ -101,9 +102,8 @@ def search_space(cat: Catalog, plan: PlanFile, model: ModelSpec, t: Traffic,
         "price_per_hour_usd": prices[g.key],
         "source": {**g.source, "price_per_hour_usd": "given in the plan (candidates.prices)"}})
         if g.key in prices else g for g in gpus]
-    need = t.inp.q["p99"] + t.out.q["p99"]
-    auto_len = min(model.max_position_embeddings, max(4096, 2 ** math.ceil(math.log2(2 * need))))
-    max_len = plan.engine.max_model_len or auto_len
+    max_len, len_reason = max_model_len_choice(model.max_position_embeddings, t.inp.q["p99"],
+                                               t.out.q["p99"], plan.engine.max_model_len)
     for key in ("attention_dp", "expert_parallel"):
         if getattr(plan.engine, key) != 1:
             raise InputError(f"engine.{key} {getattr(plan.engine, key)}: recommend and plan "
@@ -122,7 +122,7 @@ def search_space(cat: Catalog, plan: PlanFile, model: ModelSpec, t: Traffic,
         max_num_batched_tokens=_as_tuple(plan.engine.max_num_batched_tokens, DEFAULT_CHUNKS),
         gpu_memory_utilization=plan.engine.gpu_memory_utilization, max_model_len=max_len,
         block_size=plan.engine.block_size, engine=plan.engine.name,
-        calibration=plan.calibration)
+        calibration=plan.calibration, max_model_len_reason=len_reason)
 
 
 def _finish(r: Recommendation, i: int, model: ModelSpec, t: Traffic) -> Recommendation:

@@ -116,7 +116,7 @@ class Recommendation:
                 "max_num_batched_tokens": s.max_num_batched_tokens,
                 "weight_dtype": s.weight_dtype, "kv_dtype": s.kv_dtype,
                 "max_model_len": s.max_model_len,
-                "gpu_memory_utilization": s.gpu_memory_utilization,
+                "gpu_memory_utilization": s.gpu_memory_utilization, "engine": s.engine,
                 "replicas": self.replicas, "per_replica_rate_per_s": self.per_replica_rate_per_s}
 
     def head(self) -> dict[str, Any]:
@@ -252,6 +252,7 @@ class PlanInputs:
                 "max_num_seqs": list(sp.max_num_seqs),
                 "max_num_batched_tokens": list(sp.max_num_batched_tokens),
                 "max_model_len": sp.max_model_len,
+                "max_model_len_reason": sp.max_model_len_reason,
                 "gpu_memory_utilization": sp.gpu_memory_utilization,
                 "engine": sp.engine, "calibration": sp.calibration,
                 "objective": self.objective, "headroom": self.headroom, "pools": self.pools,

@@ -66,6 +66,8 @@ class SearchSpace:
     block_size: int | None
     engine: str = "vllm"
     calibration: str | None = None
+    max_model_len_reason: str = ""
+    """Why max_model_len has its value (capplan.plan.launch.max_model_len_choice)."""
 
 
 @dataclass(frozen=True)
