@@ -159,7 +159,8 @@ def render_plan(result: dict[str, Any], fmt: str) -> str:
     for w in result.get("warnings", []):
         out.append(f"warning: {w}")
     # prose wraps at 120 columns; the table is built to fit, and launch lines stay whole (to copy)
-    keep = ("vLLM", "SGLang", "TRT-LLM", "verify", "dataset", "  ")  # also "vLLM (lane):" lines of separate pools
+    # also "vLLM (lane):" lines of separate pools, and the files a line reads ("  ")
+    keep = ("vLLM", "SGLang", "TRT-LLM", "verify", "dataset", "  ")
     return "\n".join(line if "\n" in line or line.startswith(keep) else
                      textwrap.fill(line, 120, subsequent_indent="    ", break_on_hyphens=False)
                      for line in out)

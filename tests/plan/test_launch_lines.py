@@ -63,20 +63,20 @@ def _check(engine: str, o: LaunchOptions) -> None:
     assert env.get("CUDA_VISIBLE_DEVICES", "") == ",".join(map(str, o.gpu_ids))
 
 
+OPTIONS = st.builds(
+    LaunchOptions, model_id=st.just("org/Model-70B-Instruct"), tp=st.sampled_from([1, 2, 4, 8]),
+    attention_dp=st.sampled_from([1, 2]), max_num_seqs=st.integers(1, 4096),
+    max_num_batched_tokens=st.integers(16, 65536), memory_fraction=st.just(FRAC),
+    max_model_len=st.integers(256, 131072),
+    weight_dtype=st.sampled_from(["auto", "bf16", "fp8", "int4"]),
+    checkpoint_format=st.sampled_from(["bf16", "fp8"]), kv_dtype=st.sampled_from(["auto", "fp8"]),
+    port=st.none() | st.integers(1024, 65535), role=st.sampled_from([None, "prefill", "decode"]),
+    gpu_ids=st.sampled_from([(), (0, 1), (4, 5, 6, 7)]))
+
+
 @settings(max_examples=60, deadline=None)
-@given(tp=st.sampled_from([1, 2, 4, 8]), dp=st.sampled_from([1, 2]),
-       seqs=st.integers(1, 4096), chunk=st.integers(16, 65536),
-       mml=st.integers(256, 131072), wd=st.sampled_from(["auto", "bf16", "fp8", "int4"]),
-       own=st.sampled_from(["bf16", "fp8"]), kv=st.sampled_from(["auto", "fp8"]),
-       port=st.none() | st.integers(1024, 65535),
-       role=st.sampled_from([None, "prefill", "decode"]),
-       gpus=st.sampled_from([(), (0, 1), (4, 5, 6, 7)]))
-def test_every_engine_line_carries_the_plan(tp, dp, seqs, chunk, mml, wd, own, kv, port, role,
-                                            gpus) -> None:
-    o = LaunchOptions(model_id="org/Model-70B-Instruct", tp=tp, attention_dp=dp,
-                      max_num_seqs=seqs, max_num_batched_tokens=chunk, memory_fraction=FRAC,
-                      max_model_len=mml, weight_dtype=wd, checkpoint_format=own, kv_dtype=kv,
-                      port=port, role=role, gpu_ids=gpus)
+@given(o=OPTIONS)
+def test_every_engine_line_carries_the_plan(o: LaunchOptions) -> None:
     for engine in ("vllm", "sglang", "trtllm"):
         _check(engine, o)
 
