@@ -215,3 +215,15 @@ def recommend(model: str, *, rate: float, input_len: str | int = 512,
                                                  ("e2e_p99_s", e2e_p99_s)) if v is not None}}],
     }
     return run_plan(doc, verify=verify, catalog_dirs=catalog_dirs)
+
+
+def verify(plan: str | Path | dict[str, Any], *, endpoint: str | None = None,
+           write_dataset: str | None = None, client: str = "capplan", **kw: Any) -> Any:
+    """Run a plan's workload (a plan JSON/YAML path or the dict `run_plan(...).to_dict()` gives)
+    against a running server and/or write it as a client's dataset file; `.rows()` holds
+    predicted vs measured (capplan.plan.verify_endpoint.VerifyResult). Further keywords:
+    VerifyOptions' fields (served_model, requests, seed, trace, timeout_s, calibration_out)."""
+    from capplan.plan.verify_endpoint import VerifyOptions, verify_plan
+
+    return verify_plan(plan, VerifyOptions(endpoint=endpoint, write_dataset=write_dataset,
+                                           client=client, **kw))
