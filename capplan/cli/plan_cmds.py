@@ -177,7 +177,7 @@ def launch_block(flags: dict[str, str]) -> list[str]:
             if name.startswith(f"file:{key}:"):
                 flow = yaml.safe_dump(yaml.safe_load(text), default_flow_style=True).strip()
                 out.append(f"  {name.split(':', 2)[2]} (the file this line reads): {flow}")
-    if flags.get("bench_dataset"):
+    if flags.get("bench_dataset"):  # PLAN.json: this plan, written with --export PLAN.json
         out.append("dataset: " + flags["bench_dataset"])
     out.append("verify:  " + flags["bench"])
     return out

@@ -88,7 +88,7 @@ def verify_commands_for(model_id: str, rate_per_s: float, engine: str, port: int
     cmd = bench_command(client, model_id=model_id, base_url=f"http://localhost:{port}",
                         rate_per_s=rate_per_s, slo=slo)
     return {"dataset": f"capplan verify PLAN.json --client {client} --write-dataset "
-                       f"{dataset_name(client)}  # PLAN.json: this plan (--export PLAN.json)",
+                       f"{dataset_name(client)}",
             "bench": cmd, "client": client}
 
 
