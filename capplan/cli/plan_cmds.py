@@ -217,8 +217,11 @@ def _exports(paths: tuple[str, ...] | list[str], base: Path | None = None) -> li
         path = Path(p)
         if base is not None and not path.is_absolute():
             path = base / path
-        if path.suffix.lower() not in (".csv", ".json", ".md", ".xlsx"):
-            raise InputError(f"--export {p}: use a .csv, .json, .md or .xlsx file")
+        from capplan.export import EXPORT_SUFFIXES, export_kind
+
+        if export_kind(path) is None:
+            raise InputError(f"--export {p}: use a {', '.join(EXPORT_SUFFIXES[:-1])} or "
+                             f"{EXPORT_SUFFIXES[-1]} file")
         out.append(path)
     return out
 
