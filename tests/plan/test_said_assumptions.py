@@ -1,0 +1,68 @@
+"""What plans and commands say about their inputs: the JSON Schema accepts the unit strings the
+loader accepts, unknown keys get a sibling's name, `models import` summarises the entry."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _durations(node, out):  # noqa: ANN001, ANN202
+    if isinstance(node, dict):
+        for k, v in node.items():
+            if k.endswith("_s") and k != "rate_per_s" and v is not None:
+                out.append((k, v))
+            _durations(v, out)
+    elif isinstance(node, list):
+        for v in node:
+            _durations(v, out)
+    return out
+
+
+def test_schema_accepts_the_examples_unit_strings(run_cli) -> None:
+    res = run_cli("schema")
+    assert res.exit_code == 0
+    slo = json.loads(res.stdout)["$defs"]["Slo"]["properties"]
+    for key in ("ttft_p99_s", "tbt_p99_s", "e2e_p99_s"):
+        kinds = {a["type"]: a for a in slo[key]["anyOf"]}
+        assert set(kinds) == {"number", "string", "null"}
+        pattern = re.compile(kinds["string"]["pattern"])
+        for good in ("60ms", "1.5s", " 800 ms", "2e-1s", "250us"):
+            assert pattern.match(good), good
+        for bad in ("fast", "60 parsecs", "1,5s"):
+            assert not pattern.match(bad), bad
+    seen = []
+    for f in sorted((REPO / "examples").glob("*.yaml")):
+        for wl in yaml.safe_load(f.read_text())["workloads"]:
+            seen += _durations(wl.get("slo") or {}, [])
+    strings = [v for _, v in seen if isinstance(v, str)]
+    assert "60ms" in strings  # the demo's own
+    assert all(pattern.match(v) for v in strings)
+
+
+@pytest.mark.parametrize(("text", "bad", "near"), [
+    ("workloads:\n  - name: a\n    rate_per_s: 1\n    slo: {tpot_p99_s: 0.05}\n",
+     "workloads.0.slo.tpot_p99_s", "tbt_p99_s"),
+    ("candidats: {}\nworkloads:\n  - name: a\n    rate_per_s: 1\n", "candidats", "candidates"),
+])
+def test_unknown_key_names_a_sibling(run_cli, tmp_path, text, bad, near) -> None:
+    p = tmp_path / "plan.yaml"
+    p.write_text("version: 1\nmodel: llama-3.1-8b\n" + text)
+    res = run_cli("plan", str(p))
+    assert res.exit_code == 2
+    assert f"unknown key {bad!r} (did you mean {near!r}?)" in res.stderr
+
+
+def test_models_import_prints_a_summary(run_cli) -> None:
+    res = run_cli("models", "import", str(REPO / "tests/data/configs/deepseek-v3.config.json"))
+    assert res.exit_code == 0, res.stderr
+    # MLA: (kv_lora_rank 512 + qk_rope_head_dim 64) x 61 layers x 2 bytes = 70,272 B = 68.6 KiB
+    line = next(ln for ln in res.stderr.splitlines() if ln.startswith("imported"))
+    assert "61 layers" in line and "KV 68.6 KiB per token" in line
+    assert "B parameters" in line and "active" in line and "no recurrent state" in line
