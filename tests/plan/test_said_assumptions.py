@@ -66,3 +66,14 @@ def test_models_import_prints_a_summary(run_cli) -> None:
     line = next(ln for ln in res.stderr.splitlines() if ln.startswith("imported"))
     assert "61 layers" in line and "KV 68.6 KiB per token" in line
     assert "B parameters" in line and "active" in line and "no recurrent state" in line
+
+
+@pytest.mark.parametrize("fmt", ["table", "csv", "markdown"])
+@pytest.mark.parametrize("tp", ["1", "2"])  # unstable at TP 1 (its own output path), stable at 2
+def test_latency_trace_note_in_every_format(run_cli, fmt, tp) -> None:
+    trace = REPO / "tests/data/traces/mooncake_conversation_trace_head200.jsonl"
+    res = run_cli("latency", "--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--tp", tp,
+                  "--trace", str(trace), "--format", fmt)
+    assert res.exit_code == 0, res.stderr
+    flat = " ".join(res.stdout.split())
+    assert "200 requests over 72 s" in flat and "timestamp (ms" in flat
