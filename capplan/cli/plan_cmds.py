@@ -156,6 +156,9 @@ def render_plan(result: dict[str, Any], fmt: str) -> str:
     reason = result.get("inputs", {}).get("max_model_len_reason")
     if reason:
         out.append(reason)
+    for key in ("prefix_cache", "fp8_alternative"):  # what the plan assumed, what it left out
+        if (result.get(key) or {}).get("note"):
+            out.append(result[key]["note"])
     for w in result.get("warnings", []):
         out.append(f"warning: {w}")
     # prose wraps at 120 columns; the table is built to fit, and launch lines stay whole (to copy)

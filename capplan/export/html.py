@@ -265,9 +265,9 @@ def _assumptions(p: dict[str, Any]) -> str:
     items = [f"calibration: {best.get('calibration', '')}"]
     if inp.get("max_model_len_reason"):
         items.append(inp["max_model_len_reason"])
-    for key in ("prefix_cache", "trace_note", "fp8_alternative"):
-        if p.get(key):
-            items.append(f"{key.replace('_', ' ')}: {p[key]}")
+    for key in ("prefix_cache", "fp8_alternative"):
+        if (p.get(key) or {}).get("note"):
+            items.append(p[key]["note"])
     items += [f"warning: {w}" for w in p.get("warnings", [])]
     return "<h2>Assumptions</h2><ul>" + "".join(f"<li>{_e(x)}</li>" for x in items) + "</ul>"
 

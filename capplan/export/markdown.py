@@ -112,7 +112,7 @@ def _disaggregated(plan: dict[str, Any]) -> list[str]:
 def _assumptions(plan: dict[str, Any]) -> list[str]:
     inp = plan.get("inputs") or {}
     items = [inp.get("max_model_len_reason")] + [
-        plan.get(k) for k in ("prefix_cache_note", "trace_note", "fp8_alternative_note")]
+        (plan.get(k) or {}).get("note") for k in ("prefix_cache", "fp8_alternative")]
     items = [str(x) for x in items if x]
     return ["## Assumptions", "", *[f"- {x}" for x in items], ""] if items else []
 

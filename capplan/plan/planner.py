@@ -227,6 +227,13 @@ def run_plan(cat: Catalog, plan: PlanFile, verify: VerifyFn | None = None,
         result = replace(result, pools=pools, warnings=[*result.warnings, note])
     if disagg:
         result = replace(result, disaggregated=_disaggregated(cat, plan, resolved, lanes, result))
+    from capplan.plan.alternatives import fp8_alternative, wants_fp8_alternative
+
+    if wants_fp8_alternative(plan, resolved, cat):
+        alt = fp8_alternative(_plan_pool, cat, plan, resolved, lanes, result.best)
+        if alt is not None and alt["gpus_total"] <= result.best.gpus_total and (
+                alt["saving_frac"] is None or alt["saving_frac"] > 0):
+            result = replace(result, fp8_alternative=alt)
     return result
 
 

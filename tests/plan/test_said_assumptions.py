@@ -77,3 +77,25 @@ def test_latency_trace_note_in_every_format(run_cli, fmt, tp) -> None:
     assert res.exit_code == 0, res.stderr
     flat = " ".join(res.stdout.split())
     assert "200 requests over 72 s" in flat and "timestamp (ms" in flat
+
+
+def _rec(run_cli, *extra: str) -> dict:
+    res = run_cli("recommend", "--model", "llama-3.1-70b", "--rate", "20", "--input-len", "1000",
+                  "--output-len", "300", "--ttft-p99", "1", "--tbt-p99", "0.06", "--gpu",
+                  "h100-sxm", "--tp", "2,4,8", "--verify-top", "0", "--format", "json", *extra)
+    assert res.exit_code == 0, res.stderr
+    return res.json()
+
+
+def test_fp8_alternative_beside_a_bf16_plan(run_cli) -> None:
+    plan = _rec(run_cli)
+    best, alt = plan["recommendations"][0], plan["fp8_alternative"]
+    assert best["weight_dtype_resolved"] == "bf16"
+    # the alternative is what planning with fp8 allowed gives (the same planner, asked)
+    fp8 = _rec(run_cli, "--weight-dtype", "fp8")
+    assert "fp8_alternative" not in fp8  # allowed: nothing to suggest
+    b8 = fp8["recommendations"][0]
+    assert (alt["gpu"], alt["tp"], alt["replicas"]) == (b8["gpu"], b8["tp"], b8["replicas"])
+    assert alt["gpus_total"] < best["gpus_total"]
+    assert alt["saving_frac"] == pytest.approx(1 - b8["cost_per_hour"] / best["cost_per_hour"])
+    assert "check your own evaluation" in alt["note"] and f"{alt['gpus_total']} GPUs" in alt["note"]
