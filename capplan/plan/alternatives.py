@@ -60,3 +60,33 @@ def fp8_alternative(plan_pool: Any, cat: Any, plan: Any, resolved: Any, lanes: l
             "replicas": alt.replicas, "gpus_total": alt.gpus_total, "cost_per_hour": cost,
             "saving_frac": saving, "gpu_saving_frac": gpu_saving,
             "accuracy_caveat": ACCURACY_CAVEAT, "note": note}
+
+
+def prefix_savings(plan_pool: Any, cat: Any, plan: Any, resolved: Any, lanes: list[Any],
+                   best: Any, traffic: Any) -> dict[str, Any] | None:
+    """What prefix caching gives the plan: prompt tokens served from the cache per request
+    (models/prefix.py PrefixCache, the pooled lanes) and the fleet planned without the cache
+    (the same lanes with no prefix, analytic search only)."""
+    pc = getattr(traffic, "prefix", None)
+    if pc is None or not pc.active:
+        return None
+    plain = [ln.model_copy(update={"prefix": None}) for ln in lanes]
+    try:
+        without = plan_pool(cat, plan, resolved, plain, None).best
+    except CapplanError:
+        without = None
+    mean_in = float(traffic.inp.mean)  # whole prompts; the cache serves part of each
+    frac = pc.cached_tokens_mean / mean_in if mean_in > 0 else 0.0
+    note = (f"prefix cache: {pc.cached_tokens_mean:.0f} of {mean_in:.0f} prompt tokens per "
+            f"request ({frac:.0%}) are served from the cache on average; ")
+    if without is None:
+        note += "without the cache no fleet meets the SLOs"
+    else:
+        note += (f"without it the fleet would be {without.replicas} x "
+                 f"{without.candidate.gpu.key} TP {without.candidate.settings.tp} = "
+                 f"{without.gpus_total} GPUs instead of {best.gpus_total}")
+    return {"cached_tokens_per_request": float(pc.cached_tokens_mean),
+            "prompt_tokens_per_request": mean_in, "cached_frac": frac,
+            "gpus_total_without_cache": None if without is None else without.gpus_total,
+            "cost_per_hour_without_cache": None if without is None else without.cost_per_hour,
+            "note": note}

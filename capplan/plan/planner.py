@@ -227,7 +227,12 @@ def run_plan(cat: Catalog, plan: PlanFile, verify: VerifyFn | None = None,
         result = replace(result, pools=pools, warnings=[*result.warnings, note])
     if disagg:
         result = replace(result, disaggregated=_disaggregated(cat, plan, resolved, lanes, result))
-    from capplan.plan.alternatives import fp8_alternative, wants_fp8_alternative
+    from capplan.plan.alternatives import fp8_alternative, prefix_savings, wants_fp8_alternative
+
+    t = traffic_for(lanes, resolved.spec.context_len(plan.engine.max_model_len))
+    saved = prefix_savings(_plan_pool, cat, plan, resolved, lanes, result.best, t)
+    if saved is not None:
+        result = replace(result, prefix_cache=saved)
 
     if wants_fp8_alternative(plan, resolved, cat):
         alt = fp8_alternative(_plan_pool, cat, plan, resolved, lanes, result.best)

@@ -281,6 +281,9 @@ class PlanResult:
     disaggregated: dict[str, Any] | None = None
     """The disaggregated layout searched beside the aggregated one (plan/disagg.py), with the
     verdict; None when not asked for."""
+    prefix_cache: dict[str, Any] | None = None
+    """What prefix caching gives: prompt tokens cached per request and the fleet without the
+    cache (plan/alternatives.py prefix_savings); None when no lane shares prompts."""
     fp8_alternative: dict[str, Any] | None = None
     """The best fleet with fp8 weights when the plan did not allow them and they would save
     (plan/alternatives.py): GPUs, cost, saving, the accuracy caveat and a sentence."""
@@ -304,6 +307,8 @@ class PlanResult:
             out["pools"] = self.pools.to_dict()
         if self.disaggregated is not None:
             out["disaggregated"] = self.disaggregated
+        if self.prefix_cache is not None:
+            out["prefix_cache"] = self.prefix_cache
         if self.fp8_alternative is not None:
             out["fp8_alternative"] = self.fp8_alternative
         return out

@@ -99,3 +99,21 @@ def test_fp8_alternative_beside_a_bf16_plan(run_cli) -> None:
     assert alt["gpus_total"] < best["gpus_total"]
     assert alt["saving_frac"] == pytest.approx(1 - b8["cost_per_hour"] / best["cost_per_hour"])
     assert "check your own evaluation" in alt["note"] and f"{alt['gpus_total']} GPUs" in alt["note"]
+
+
+def test_prefix_cache_savings_stated(run_cli) -> None:
+    args = ("recommend", "--model", "llama-3.1-8b", "--rate", "30", "--input-len", "3000",
+            "--output-len", "200", "--ttft-p99", "0.5", "--gpu", "h100-sxm", "--tp", "1",
+            "--verify-top", "0", "--format", "json")
+    res = run_cli(*args, "--shared-prefix", "2000")
+    assert res.exit_code == 0, res.stderr
+    plan = res.json()
+    pc = plan["prefix_cache"]
+    # every prompt starts with the same 2000 tokens: 2000 of 3000 are cached once warm
+    assert pc["cached_tokens_per_request"] == pytest.approx(2000, rel=0.02)
+    assert pc["prompt_tokens_per_request"] == pytest.approx(3000, rel=0.02)
+    plain = run_cli(*args).json()  # the same traffic planned without the shared prefix
+    assert "prefix_cache" not in plain
+    assert pc["gpus_total_without_cache"] == plain["recommendations"][0]["gpus_total"]
+    assert pc["gpus_total_without_cache"] > plan["recommendations"][0]["gpus_total"]
+    assert "2000 of 3000 prompt tokens" in pc["note"]
