@@ -162,3 +162,24 @@ def test_disaggregated_lines_are_the_planned_engines_own(recs) -> None:
         assert int(f["--context-length"]) == recs["sglang"]["inputs"]["max_model_len"]
         assert 0 < float(f["--mem-fraction-static"]) <= 1 and f["--port"]
         assert len(env["CUDA_VISIBLE_DEVICES"].split(",")) == d[role]["tp"]
+
+
+def check_engine_lines(r: dict[str, Any]) -> None:
+    """Every engine line of a recommendation (the plan's JSON) carries its planned dtype,
+    a memory fraction in (0, 1] and its max-model-len; each parses with the engine's names."""
+    fl = r["engine_flags"]
+    fp8_w = r.get("weight_dtype_resolved", r["weight_dtype"]) == "fp8"
+    fp8_kv = r.get("kv_dtype_resolved", r["kv_dtype"]) == "fp8"
+    for e, (frac, mml) in {"vllm": ("--gpu-memory-utilization", "--max-model-len"),
+                           "sglang": ("--mem-fraction-static", "--context-length"),
+                           "trtllm": ("--kv_cache_free_gpu_memory_fraction", "--max_seq_len")
+                           }.items():
+        _prog, pos, f, _env = parse_line(fl[e])
+        assert 0 < float(f[frac]) <= 1 and int(f[mml]) == r["max_model_len"], fl[e]
+        if e == "trtllm":
+            opts = fl.get(f"file:trtllm:{TRTLLM_OPTIONS_FILE}", "")
+            assert ("dtype: fp8" in opts) is fp8_kv, fl[e]
+            # fp8 weights: a quantized checkpoint (its own, or the ModelOpt FP8 one)
+            assert not fp8_w or "fp8" in pos[0].lower() or "--quantization" not in fl["vllm"]
+        else:
+            assert ("--kv-cache-dtype" in f) is fp8_kv, fl[e]
