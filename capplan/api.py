@@ -202,7 +202,8 @@ def recommend(model: str, *, rate: float, input_len: str | int = 512,
               output_len: str | int = 256, ttft_p99_s: float | None = None,
               tbt_p99_s: float | None = None, e2e_p99_s: float | None = None,
               gpus: list[str] | tuple[str, ...] = (), engine: str = "vllm",
-              verify: bool = True, catalog_dirs: tuple[str, ...] = ()) -> PlanResult:
+              verify: bool = True, catalog_dirs: tuple[str, ...] = (),
+              tpot_p99_s: float | None = None, tpot_mean_s: float | None = None) -> PlanResult:
     """GPU type and count, TP, replicas and engine settings for one lane of traffic."""
     doc: dict[str, Any] = {
         "version": 1, "model": model,
@@ -212,7 +213,10 @@ def recommend(model: str, *, rate: float, input_len: str | int = 512,
                        "output_len": str(output_len),
                        "slo": {k: v for k, v in (("ttft_p99_s", ttft_p99_s),
                                                  ("tbt_p99_s", tbt_p99_s),
-                                                 ("e2e_p99_s", e2e_p99_s)) if v is not None}}],
+                                                 ("e2e_p99_s", e2e_p99_s),
+                                                 ("tpot_p99_s", tpot_p99_s),
+                                                 ("tpot_mean_s", tpot_mean_s))
+                               if v is not None}}],
     }
     return run_plan(doc, verify=verify, catalog_dirs=catalog_dirs)
 

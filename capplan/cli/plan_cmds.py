@@ -272,6 +272,9 @@ def _exports(paths: tuple[str, ...] | list[str], base: Path | None = None) -> li
 @click.option("--plot", "plot_dir", default=None, help="Write PNG/SVG charts to this folder.")
 @JOBS_OPTION
 @prefix_options
+@click.option("--tpot-p99", type=SECONDS, default=None,
+              help="p99 TPOT SLO (s): a request's mean gap, as vllm bench serve reports it.")
+@click.option("--tpot-mean", type=SECONDS, default=None, help="Mean TPOT SLO (seconds).")
 @click.option("--disagg/--no-disagg", default=True, show_default=True,
               help="Also size a disaggregated prefill/decode layout and say which wins.")
 @format_option
@@ -304,7 +307,9 @@ def recommend_cmd(model: str, rate: float, input_len: str, output_len: str,
     lane: dict[str, Any] = {"name": "default", "rate_per_s": rate, "burstiness": burstiness,
                             "arrival": "poisson" if burstiness == 1.0 else "gamma",
                             "slo": {"ttft_p99_s": ttft_p99, "tbt_p99_s": tbt_p99,
-                                    "e2e_p99_s": e2e_p99}}
+                                    "e2e_p99_s": e2e_p99,
+                                    "tpot_p99_s": prefix_kw.pop("tpot_p99", None),
+                                    "tpot_mean_s": prefix_kw.pop("tpot_mean", None)}}
     for key, value in (("input_len", input_len), ("output_len", output_len)):
         if ctx.get_parameter_source(key) is not ParameterSource.DEFAULT:  # defaults: the plan's
             lane[key] = value

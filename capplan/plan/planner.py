@@ -298,13 +298,15 @@ def _near_floor_note(c: Candidate, found: SearchResult, t: Traffic, headroom: fl
     """The floor, what one replica carries within the SLOs, and what relaxing them buys."""
     i, j = c.index
     s = c.settings
-    floor = "; ".join(f"p99 {tgt.label} {float(found.at_floor[tgt.metric]['p99'][i, j]) * 1e3:.0f}"
+    floor = "; ".join(f"{tgt.stat} {tgt.label} "
+                      f"{float(found.at_floor[tgt.metric][tgt.stat][i, j]) * 1e3:.0f}"
                       f" ms (SLO {tgt.limit_s * 1e3:.0f} ms)" for tgt in t.slos)
     half_rate = 0.5 * c.capacity_per_s
     with np.errstate(all="ignore"):
         half = _queue_model(c, t).at_rate(np.asarray(half_rate))
-    relax = ", ".join(f"{tgt.label} p99 to >= {float(half[tgt.metric]['p99']) * 1e3:.0f} ms"
-                      for tgt in t.slos if float(half[tgt.metric]["p99"]) > tgt.limit_s)
+    relax = ", ".join(f"{tgt.label} {tgt.stat} to >= "
+                      f"{float(half[tgt.metric][tgt.stat]) * 1e3:.0f} ms"
+                      for tgt in t.slos if float(half[tgt.metric][tgt.stat]) > tgt.limit_s)
     reps = max(1, math.ceil(t.rate_per_s * (1 + headroom) / half_rate - 1e-9))
     return (f"the SLOs are near the latency floor of {c.gpu.key} TP {s.tp} ({s.weight_dtype}), "
             f"unloaded {floor}: within them one replica carries "

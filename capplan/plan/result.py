@@ -230,6 +230,7 @@ def _lane_row(ln: Lane) -> dict[str, Any]:
     return {"name": ln.name, "rate_per_s": ln.rate_per_s, "input_len": str(ln.input_len),
             "output_len": str(ln.output_len), "ttft_p99_s": ln.slo.ttft_p99_s,
             "tbt_p99_s": ln.slo.tbt_p99_s, "e2e_p99_s": ln.slo.e2e_p99_s,
+            "tpot_p99_s": ln.slo.tpot_p99_s, "tpot_mean_s": ln.slo.tpot_mean_s,
             "priority": ln.priority, "arrival": ln.arrival, "burstiness": ln.burstiness,
             **({"prefix": ln.prefix.model_dump()} if getattr(ln, "prefix", None) else {})}
 

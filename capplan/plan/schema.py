@@ -71,8 +71,14 @@ class Slo(BaseModel):
     """p99 time between tokens (every inter-token gap, as vllm bench serve's ITL)."""
     e2e_p99_s: _Duration = None
     """p99 end-to-end latency."""
+    tpot_p99_s: _Duration = None
+    """p99 over requests of TPOT, a request's mean gap (E2E - TTFT) / (output tokens - 1), as
+    vllm bench serve and AIConfigurator report it; at most TBT p99 (plan/slo.py)."""
+    tpot_mean_s: _Duration = None
+    """Mean TPOT over requests."""
 
-    @field_validator("ttft_p99_s", "tbt_p99_s", "e2e_p99_s", mode="before")
+    @field_validator("ttft_p99_s", "tbt_p99_s", "e2e_p99_s", "tpot_p99_s", "tpot_mean_s",
+                     mode="before")
     @classmethod
     def _parse(cls, v: Any) -> float | None:
         return _seconds(v)

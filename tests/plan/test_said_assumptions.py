@@ -47,8 +47,10 @@ def test_schema_accepts_the_examples_unit_strings(run_cli) -> None:
 
 
 @pytest.mark.parametrize(("text", "bad", "near"), [
-    ("workloads:\n  - name: a\n    rate_per_s: 1\n    slo: {tpot_p99_s: 0.05}\n",
-     "workloads.0.slo.tpot_p99_s", "tbt_p99_s"),
+    ("workloads:\n  - name: a\n    rate_per_s: 1\n    slo: {tpot_p95_s: 0.05}\n",
+     "workloads.0.slo.tpot_p95_s", "tpot_p99_s"),
+    ("workloads:\n  - name: a\n    rate_per_s: 1\n    slo: {itl_p99_s: 0.05}\n",
+     "workloads.0.slo.itl_p99_s", "tbt_p99_s"),
     ("candidats: {}\nworkloads:\n  - name: a\n    rate_per_s: 1\n", "candidats", "candidates"),
 ])
 def test_unknown_key_names_a_sibling(run_cli, tmp_path, text, bad, near) -> None:
@@ -117,3 +119,33 @@ def test_prefix_cache_savings_stated(run_cli) -> None:
     assert pc["gpus_total_without_cache"] == plain["recommendations"][0]["gpus_total"]
     assert pc["gpus_total_without_cache"] > plan["recommendations"][0]["gpus_total"]
     assert "2000 of 3000 prompt tokens" in pc["note"]
+
+
+def test_tpot_objectives_by_hand() -> None:
+    from capplan.plan.slo import SloSet
+
+    slos = SloSet(tpot_p99_s=0.05, tpot_mean_s=0.02)
+    res = {"tpot_s": {"mean": 0.015, "p99": 0.06}}
+    # 1 - value / objective: mean 1 - 15/20 = +25%, p99 1 - 60/50 = -20%
+    assert slos.margins(res) == pytest.approx({"tpot_p99": -0.2, "tpot_mean": 0.25})
+    assert slos.misses(res) == ["p99 TPOT 60.0 ms > 50.0 ms"]
+    assert SloSet.strictest([slos, SloSet(tpot_mean_s=0.01)]).tpot_mean_s == 0.01
+
+
+def test_tpot_slo_plans_and_the_simulator_measures_it(run_cli, tmp_path) -> None:
+    p = tmp_path / "plan.yaml"
+    p.write_text("version: 1\nmodel: llama-3.1-8b\ncandidates: {gpus: [h100-sxm], tp: [1]}\n"
+                 "workloads:\n  - {name: chat, rate_per_s: 20, input_len: 1000, output_len: 300,"
+                 " slo: {ttft_p99_s: 1s, tpot_p99_s: 25ms, tpot_mean_s: 20ms}}\n"
+                 "verify: {top: 1, requests: 400}\n")
+    res = run_cli("plan", str(p), "--format", "json")
+    assert res.exit_code == 0, res.stderr
+    best = res.json()["recommendations"][0]
+    assert set(best["slo_margins"]) == {"ttft_p99", "tpot_p99", "tpot_mean"}
+    assert all(m >= 0 for m in best["slo_margins"].values())
+    sim = best["verified"]["simulated"]
+    # a request's mean gap never exceeds its largest: TPOT p99 <= TBT p99 (the analytic bound)
+    assert sim["tpot_s"]["p99"] <= sim["tbt_s"]["p99"] + 1e-9
+    assert best["verified"]["ok"] is (sim["tpot_s"]["p99"] <= 0.025
+                                      and sim["tpot_s"]["mean"] <= 0.020
+                                      and sim["ttft_s"]["p99"] <= 1.0)
