@@ -34,9 +34,14 @@ def load_plan_result(path_or_dict: str | Path | dict[str, Any],
         if not isinstance(d, dict) or "recommendations" not in d:
             raise InputError(f"{p}: not a plan result (`capplan plan FILE --export PLAN.json`)")
         return d
-    from capplan.api import run_plan
+    from capplan.catalog.loader import load_catalog
+    from capplan.plan.planner import run_plan
+    from capplan.plan.schema import load_plan
 
-    return run_plan(p, verify=False, catalog_dirs=catalog_dirs).to_dict()
+    spec = load_plan(p)
+    if spec.calibration and not Path(spec.calibration).is_absolute():
+        spec = spec.model_copy(update={"calibration": str(p.parent / spec.calibration)})
+    return run_plan(load_catalog(catalog_dirs), spec, None).to_dict()
 
 
 @dataclass(frozen=True)
