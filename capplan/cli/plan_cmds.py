@@ -268,7 +268,8 @@ def _exports(paths: tuple[str, ...] | list[str], base: Path | None = None) -> li
               help="Simulate the best N to confirm their SLOs (0: skip).")
 @click.option("--allow-near-floor", is_flag=True,
               help="Also recommend fleets whose SLOs keep replicas under 10% of capacity.")
-@click.option("--export", "exports", multiple=True, help="Write .csv/.json/.md/.xlsx.")
+@click.option("--export", "exports", multiple=True,
+              help="Write .csv/.json/.md/.xlsx/.k8s.yaml/.llm-d.yaml/.html.")
 @click.option("--plot", "plot_dir", default=None, help="Write PNG/SVG charts to this folder.")
 @JOBS_OPTION
 @prefix_options
@@ -361,7 +362,8 @@ def _plan_progress(n_lanes: int, pools: str) -> Iterator[Any]:
 @click.command("plan")
 @click.argument("plan_file", type=click.Path(dir_okay=False))
 @click.option("--export", "exports", multiple=True,
-              help="Write .csv/.json/.md/.xlsx (adds to the plan file's export list).")
+              help="Write .csv/.json/.md/.xlsx/.k8s.yaml/.llm-d.yaml/.html (adds to the plan "
+                   "file's export list).")
 @click.option("--plot", "plot_dir", default=None, help="Write PNG/SVG charts to this folder.")
 @click.option("--no-verify", is_flag=True, help="Skip the simulator check of the best configs.")
 @click.option("--out-dir", type=click.Path(file_okay=False, exists=True), default=None,

@@ -250,7 +250,10 @@ def _commands(p: dict[str, Any]) -> str:
     for key, label in (("bench_dataset", "workload"), ("bench", "verify")):
         if flags.get(key):
             out.append(_cmd(label, flags[key]))
-    out.append(_cmd("measure", "capplan verify PLAN.json --endpoint http://localhost:8000"))
+    words = str(flags.get("bench", "")).split()
+    url = next((words[i + 1] for i, w in enumerate(words[:-1])
+                if w in ("--base-url", "--url", "--target")), "http://localhost:8000")
+    out.append(_cmd("measure", f"capplan verify PLAN.json --endpoint {url}"))
     out.append(_cmd("deploy", "capplan plan PLAN.yaml --export plan.k8s.yaml && "
                               "kubectl apply -f plan.k8s.yaml"))
     d = p.get("disaggregated") or {}

@@ -212,7 +212,8 @@ class PlanFile(BaseModel):
     just above the unloaded latency floor); by default they are left out and the floor and the
     trade-off are reported instead."""
     export: list[str] = []
-    """Files to write (.csv, .json, .md, .xlsx), relative to the plan file."""
+    """Files to write (.csv, .json, .md, .xlsx, .k8s.yaml, .llm-d.yaml, .html), relative to the
+    plan file."""
 
     @model_validator(mode="after")
     def _bounded_search(self) -> PlanFile:
