@@ -4,9 +4,11 @@ files each client reads (capplan/plan/bench_cmds.py names the clients and their 
 The requests are drawn from the plan's lanes as the simulator draws them (capplan.sim.workload:
 the lanes' arrival processes and length distributions, at the per-replica rate), or replay a
 trace's timestamps (every `replicas`-th request: one replica's share of a round-robin router).
-A prompt of n tokens is n - 1 repetitions of "hello " (about one token each for Llama and GPT
-tokenizers, plus the BOS token: capplan.probe.endpoint uses the same text), so the lengths the
-server counts are the planned ones within a few tokens; the clients report what they measured.
+A prompt of n tokens is n - 1 common English words (about one token each for Llama and GPT
+tokenizers, plus the BOS token), drawn per request from a seeded generator: no two prompts
+share their first block, so a server's prefix cache (hash-chained blocks) finds no hit the plan
+did not count on. The lengths the server counts are the planned ones within a few tokens; the
+clients report what they measured.
 """
 
 from __future__ import annotations
@@ -25,6 +27,10 @@ from capplan.sim.workload import Lane as SimLane
 from capplan.sim.workload import Workload, load_trace, parse_length
 
 WORD = "hello "
+WORDS = ("the of and to in is it that for on was with as at by be this from or an are not but "
+         "all one can has more out up so what about there time some new would into other day "
+         "also work first way many then make well just").split()
+"""Common words, each one token after a space in Llama-3 and GPT BPE vocabularies."""
 
 
 @dataclass(frozen=True)
@@ -33,10 +39,14 @@ class PlannedRequest:
     input_tokens: int
     output_tokens: int
     lane: str
+    index: int = 0
 
     @property
     def prompt(self) -> str:
-        return WORD * max(1, self.input_tokens - 1)
+        """input_tokens - 1 words (BOS makes the last token), unique to this request."""
+        rng = np.random.default_rng(self.index)
+        picks = rng.integers(0, len(WORDS), max(1, self.input_tokens - 1))
+        return " ".join(WORDS[int(i)] for i in picks)
 
 
 def plan_requests(plan: dict[str, Any], *, num_requests: int | None = None, seed: int = 0,
@@ -71,8 +81,9 @@ def plan_requests(plan: dict[str, Any], *, num_requests: int | None = None, seed
     t0 = float(reqs.arrival_at_s[idx[0]]) if idx.size else 0.0
     return [PlannedRequest(float(reqs.arrival_at_s[i]) - t0, int(reqs.input_tokens[i]),
                            int(reqs.output_tokens[i]),
-                           names[int(reqs.lane[i])] if len(names) > 1 else names[0])
-            for i in idx]
+                           names[int(reqs.lane[i])] if len(names) > 1 else names[0],
+                           index=seed * 1_000_003 + k)
+            for k, i in enumerate(idx)]
 
 
 def _rows(client: str, reqs: list[PlannedRequest]) -> str:

@@ -87,6 +87,8 @@ def test_dataset_holds_the_planned_lengths(tmp_path, run_cli, client) -> None:
         key_in = {"aiperf": "input_length", "guidellm": "prompt_tokens_count",
                   "capplan": "input_tokens"}.get(client)
         ins = [r[key_in] if key_in else len(r["prompt"].split()) + 1 for r in rows]
+        if "prompt" in rows[0]:  # no two prompts share a first 16-token block (prefix cache)
+            assert len({tuple(r["prompt"].split()[:15]) for r in rows}) == len(rows)
         outs = [r[{"vllm": "output_tokens", "aiperf": "output_length",
                    "guidellm": "output_tokens_count", "capplan": "output_tokens"}[client]]
                 for r in rows]
