@@ -31,7 +31,8 @@ def report(tmp_path_factory) -> tuple[Path, dict[str, Any]]:
         res = CliRunner().invoke(cli, [
             "recommend", "--model", "llama-3.1-8b", "--rate", "20", "--input-len", "1000",
             "--output-len", "200", "--ttft-p99", "1", "--tbt-p99", "0.06", "--gpu", "h100-sxm",
-            "--gpu", "l40s", "--verify-top", "0", "--export", str(d / "plan.html"),
+            "--gpu", "l40s", "--tp", "1", "--verify-top", "0", "--no-disagg",
+            "--export", str(d / "plan.html"),
             "--format", "json"])
     assert res.exit_code == 0, res.output
     return d / "plan.html", json.loads(res.stdout)

@@ -56,7 +56,8 @@ def exported(tmp_path_factory) -> tuple[dict[str, Any], list[dict[str, Any]], di
         res = CliRunner().invoke(cli, [
             "recommend", "--model", "llama-3.1-70b", "--rate", "30", "--input-len", "1000",
             "--output-len", "200", "--gpu", "h100-sxm", "--engine", "trtllm",
-            "--weight-dtype", "fp8", "--kv-dtype", "fp8", "--verify-top", "0",
+            "--weight-dtype", "fp8", "--kv-dtype", "fp8", "--verify-top", "0", "--no-disagg",
+            "--tp", "4",
             "--export", str(d / "p.k8s.yaml"), "--export", str(d / "p.llm-d.yaml"),
             "--format", "json"])
     assert res.exit_code == 0, res.output

@@ -106,9 +106,10 @@ def recs(tmp_path_factory) -> dict[str, dict[str, Any]]:
             res = CliRunner().invoke(cli, [
                 "recommend", "--model", "llama-3.1-70b", "--rate", "8", "--input-len",
                 "lognormal:mean=800,p99=1500", "--output-len", "300", "--ttft-p99", "2",
-                "--tbt-p99", "0.1", "--gpu", "h100-sxm", "--tp", "2,4", "--weight-dtype", "fp8",
+                "--tbt-p99", "0.1", "--gpu", "h100-sxm", "--tp", "4", "--weight-dtype", "fp8",
                 "--kv-dtype", "fp8", "--engine", engine, "--verify-top", "0",
-                "--format", "json"])
+                "--max-num-seqs", "64,256", "--max-num-batched-tokens", "2048,8192",
+                "--format", "json", *(() if engine == "sglang" else ("--no-disagg",))])
             assert res.exit_code == 0, res.output
             out[engine] = json.loads(res.stdout)
     return out
