@@ -2,9 +2,9 @@
 
 Many fleets halve with fp8 weights (half the weight bytes per GPU, more KV cache, faster decode
 on fp8 tensor cores), so a plan searched in bf16 only says what allowing fp8 would change: the
-best fp8 fleet on the same candidate GPUs (those with fp8 tensor cores), planned the same way
-(analytic search, no simulation: the plan itself is what was verified), its GPUs and cost
-against the plan's, and the accuracy caveat.
+best fp8 fleet on the first GPU types of the plan's ranked list that have fp8 tensor cores,
+planned the same way (analytic search, no simulation: the plan itself is what was verified),
+its GPUs and cost against the plan's, and the accuracy caveat.
 """
 
 from __future__ import annotations
@@ -17,6 +17,9 @@ ACCURACY_CAVEAT = ("fp8 weights (e4m3, quantized when the engine loads a bf16 ch
                    "published FP8 checkpoint) change outputs slightly; FP8 checkpoints report "
                    "near-identical benchmark scores, but check your own evaluation before "
                    "switching")
+
+
+ALT_GPU_TYPES = 3
 
 
 def wants_fp8_alternative(plan: Any, resolved: Any, cat: Any) -> bool:
@@ -34,10 +37,17 @@ def wants_fp8_alternative(plan: Any, resolved: Any, cat: Any) -> bool:
 
 
 def fp8_alternative(plan_pool: Any, cat: Any, plan: Any, resolved: Any, lanes: list[Any],
-                    best: Any) -> dict[str, Any] | None:
-    """The best fp8 plan's fleet beside the plan's `best` (a Recommendation), or None when no
-    fp8 fleet exists. `plan_pool(cat, plan, resolved, lanes, verify)` plans one pool."""
-    gpus = [g for g in (plan.candidates.gpus or list(cat.gpus)) if cat.gpu(g).supports("fp8")]
+                    ranked: list[Any]) -> dict[str, Any] | None:
+    """The best fp8 plan's fleet beside the plan's best (`ranked`: its Recommendations, best
+    first), or None when no fp8 fleet exists. `plan_pool(cat, plan, resolved, lanes, verify)`
+    plans one pool. The GPU types searched are the first ALT_GPU_TYPES of the ranked list that
+    have fp8 tensor cores (the types that came closest in bf16; a search over every type would
+    add half the plan's time)."""
+    best = ranked[0]
+    keys = list(dict.fromkeys(r.candidate.gpu.key for r in ranked))
+    gpus = [g for g in keys if cat.gpu(g).supports("fp8")][:ALT_GPU_TYPES]
+    if not gpus:
+        return None
     alt_plan = plan.model_copy(update={"candidates": plan.candidates.model_copy(
         update={"weight_dtypes": ["fp8"], "gpus": gpus})})
     try:

@@ -235,7 +235,7 @@ def run_plan(cat: Catalog, plan: PlanFile, verify: VerifyFn | None = None,
         result = replace(result, prefix_cache=saved)
 
     if wants_fp8_alternative(plan, resolved, cat):
-        alt = fp8_alternative(_plan_pool, cat, plan, resolved, lanes, result.best)
+        alt = fp8_alternative(_plan_pool, cat, plan, resolved, lanes, result.recommendations)
         if alt is not None and alt["gpus_total"] <= result.best.gpus_total and (
                 alt["saving_frac"] is None or alt["saving_frac"] > 0):
             result = replace(result, fp8_alternative=alt)
