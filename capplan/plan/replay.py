@@ -137,7 +137,8 @@ def answer(dep: Deployment, load: ReplayLoad, spec: LoadSpec | None) -> dict[str
     if sim.get("benchmark") and load.benchmark is not None:
         res["notes"].append(benchmark_note(sim["benchmark"]))
     if load.trace is not None:  # the load line names the file, its columns and time unit
-        res["load"] = next((n for n in run["notes"] if n.startswith("trace ")), res["load"])
+        res["load"] = next((n for n in res["notes"] if n.startswith("trace ")), res["load"])
+        res["notes"] = [n for n in res["notes"] if n != res["load"]]
         res["trace"] = tr
         if tr.get("varies"):
             res["warnings"].append(varying_rate_warning(tr))
