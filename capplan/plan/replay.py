@@ -66,7 +66,10 @@ class ReplayLoad:
 
 
 def rel_diff(a: float, b: float) -> float:
-    """|a - b| / b (0 when both are 0; inf when b is 0 and a is not, or either is not finite)."""
+    """|a - b| / b (0 when both are 0, or both NaN: no samples in either, e.g. TBT of one-token
+    outputs; inf when b is 0 and a is not, or one is not finite)."""
+    if math.isnan(a) and math.isnan(b):
+        return 0.0
     if not (math.isfinite(a) and math.isfinite(b)):
         return math.inf
     if b == 0:
@@ -198,8 +201,9 @@ def answered_note(res: dict[str, Any]) -> str:
     chk = res.get("analytic_check")
     if chk is not None:
         key, worst = max(chk["relative_difference"].items(), key=lambda kv: kv[1])
-        why = (f"; the analytic queue differs by {worst:.0%} on {key.replace('_s', '')}"
-               if math.isfinite(worst) else "; the analytic queue has no steady state")
+        name = key.replace("_s", "")
+        why = (f"; the analytic queue differs by {worst:.0%} on {name}" if math.isfinite(worst)
+               else f"; the analytic queue and the replay disagree on whether {name} exists")
     return (f"answered by: replay (simulator, {res.get('engine_impl', 'reference')} engine, "
             f"{res.get('num_requests')} requests{why})")
 

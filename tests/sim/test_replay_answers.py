@@ -192,3 +192,12 @@ def test_open_loop_screen_quantiles_are_possible(rate, isl, osl, engine):
         return
     if res["stable"]:
         _markov({k: float(v) for k, v in res["tbt_s"].items()})
+
+
+def test_one_token_outputs_have_no_token_gaps():
+    # one output token per request: no gap between tokens exists; the analytic queue still
+    # prints a TBT, so it cannot answer for the replay, which has none
+    lat = capplan.latency("llama-3.1-8b", "h100-sxm", rate=5, input_len=512, output_len=1)
+    assert lat.data["answered_by"] == "replay"
+    assert all(np.isnan(v) for v in lat.tbt_s.values())
+    assert "whether tbt" in lat.data["notes"][0]
