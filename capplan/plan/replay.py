@@ -91,8 +91,9 @@ def _bench_run(load: ReplayLoad) -> BenchmarkRun | None:
     return None
 
 
-def replay(dep: Deployment, load: ReplayLoad) -> dict[str, Any]:
-    """The simulator's answer for one load: head, result and notes of run_simulation.
+def replay(dep: Deployment, load: ReplayLoad, trace: Any = None) -> dict[str, Any]:
+    """The simulator's answer for one load: head, result and notes of run_simulation (`trace`:
+    the load's trace already read, else it is read from `load.trace`).
 
     Open loops and traces run on the compiled engine whenever numba is installed, whatever
     their size (`simulate`'s `auto` waits for 10,000 requests): loading it costs ~0.7 s once
@@ -105,7 +106,8 @@ def replay(dep: Deployment, load: ReplayLoad) -> dict[str, Any]:
     requests = (bench.measured if bench is not None else OPEN_LOOP_REQUESTS
                 if load.rate is not None else 1000)
     engine = "compiled" if load.concurrency is None and compiled_available() else "auto"
-    return run_simulation(dep, rate=load.rate, concurrency=load.concurrency, trace=load.trace,
+    return run_simulation(dep, rate=load.rate, concurrency=load.concurrency,
+                          trace=load.trace if trace is None else trace,
                           input_len=load.input_len, output_len=load.output_len,
                           burstiness=load.burstiness, requests=requests, seed=load.seed,
                           schedulers=("continuous",), time_unit=load.time_unit,
@@ -120,9 +122,13 @@ def answer(dep: Deployment, load: ReplayLoad, spec: LoadSpec | None) -> dict[str
     ana = analytic_latency(dep, spec) if screen and spec is not None else None
     if ana is not None and not ana.get("stable"):
         return _overloaded(ana)
-    if load.trace is not None:
-        tr = trace_windows(load)
-    run = replay(dep, load)
+    trace = None
+    if load.trace is not None:  # read once: its windows here, its requests for the replay
+        from capplan.sim.workload import load_trace
+
+        trace = load_trace(load.trace, load.time_unit)
+        tr = trace_windows(load, trace)
+    run = replay(dep, load, trace)
     sim = run["results"]["continuous"]
     head = run["head"]
     res: dict[str, Any] = {
@@ -208,14 +214,14 @@ def answered_note(res: dict[str, Any]) -> str:
             f"{res.get('num_requests')} requests{why})")
 
 
-def trace_windows(load: ReplayLoad) -> dict[str, Any]:
+def trace_windows(load: ReplayLoad, trace: Any = None) -> dict[str, Any]:
     """What was read from a trace (rows, span, mean rate) and its rate per `window_s` window:
     `varies` when the peak window's rate exceeds the mean by more than TOLERANCE (windows
     shorter than a full one at the end are not counted; a trace shorter than two windows has
     no windows to compare)."""
     from capplan.sim.workload import load_trace
 
-    t = load_trace(load.trace, load.time_unit)
+    t = trace if trace is not None else load_trace(load.trace, load.time_unit)
     arr = np.sort(np.asarray(t.arrival_at_s, float))
     n = len(arr)
     span = float(arr[-1] - arr[0]) if n else 0.0

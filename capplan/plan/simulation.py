@@ -17,7 +17,7 @@ from capplan.plan.deployment import Deployment
 from capplan.plan.load import require_one_load
 from capplan.sim import SCHEDULERS, engine_impl, run_features, run_scheduler
 from capplan.sim.protocol import BenchmarkRun
-from capplan.sim.workload import Lane, Workload, load_trace, parse_length
+from capplan.sim.workload import Lane, Requests, Workload, load_trace, parse_length
 
 
 def parse_schedulers(text: str) -> list[str]:
@@ -31,12 +31,13 @@ def parse_schedulers(text: str) -> list[str]:
     return list(dict.fromkeys(names))
 
 
-def workload_from_options(rate: float | None, concurrency: int | None, trace: str | None,
+def workload_from_options(rate: float | None, concurrency: int | None, trace: str | Requests | None,
                           input_len: str, output_len: str, burstiness: float,
                           requests: int, time_unit: str = "auto") -> Workload:
     require_one_load(rate, concurrency, trace)
-    if trace is not None:
-        return Workload((Lane(name="trace"),), trace=load_trace(trace, time_unit))
+    if trace is not None:  # a path, or a trace already read (Requests: read once by latency)
+        reqs = trace if isinstance(trace, Requests) else load_trace(trace, time_unit)
+        return Workload((Lane(name="trace"),), trace=reqs)
     limits.check_cap("sim_requests", requests, "--requests")  # estimated before the work
     if rate is not None:
         limits.check_sim_horizon(requests, rate)
@@ -47,7 +48,7 @@ def workload_from_options(rate: float | None, concurrency: int | None, trace: st
 
 
 def run_simulation(dep: Deployment, *, rate: float | None, concurrency: int | None,
-                   trace: str | None, input_len: str, output_len: str, burstiness: float,
+                   trace: str | Requests | None, input_len: str, output_len: str, burstiness: float,
                    requests: int, seed: int, schedulers: tuple[str, ...] | list[str],
                    batch_size: int | None = None, batch_timeout_s: float = 0.05,
                    chunked_prefill: bool | None = None,
