@@ -1,0 +1,341 @@
+"""A day of traffic: replicas per window, autoscaled vs fixed GPU-hours and cost, scale-up lead.
+
+The steps:
+1. Each lane's traffic per window (plan/rate_curve.py): a trace cut into windows, or a daily
+   rate curve; lanes add up window by window.
+2. The steady-rate planner (planner.run_plan) sizes the peak window: it picks the GPU, TP,
+   dtypes and engine settings, and gives each replica's capacity under the SLOs
+   (`Candidate.max_rate_per_s`, the highest per-replica rate meeting every SLO analytically).
+3. Every window gets replicas = ceil(offered * (1 + headroom) / capacity), at least
+   `min_replicas`: the same rule the planner applies at one rate (search.analytic_search).
+   Its TTFT / TBT p99 are the analytic model's at the window's per-replica rate.
+4. Totals: GPU-hours and cost autoscaled (sum over windows) and for a fixed fleet sized for the
+   peak window, $ per million output tokens of both, the saving.
+5. Scale-up lead (plan/startup.py): a window that needs more replicas than the one before
+   must start them `replica_start_s` ahead. A reactive policy (each window gets the replicas
+   the previous window needed, joining after the start-up lag) is compared with the planned
+   schedule by replaying the trace over both (plan/day_replay.py).
+"""
+
+from __future__ import annotations
+
+import math
+import tempfile
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from capplan.catalog.loader import Catalog
+from capplan.errors import InputError
+from capplan.models.memory import memory_report
+from capplan.plan.rate_curve import (
+    DEFAULT_WINDOW_S,
+    WindowSeries,
+    parse_rate_curve,
+    series_from_curve,
+    series_from_trace,
+)
+from capplan.plan.result import PlanResult
+from capplan.plan.schema import PlanFile
+from capplan.plan.search import Candidate, cost_per_hour
+from capplan.plan.startup import ENGINE_STARTUP_S, StartupLag, startup_lag
+from capplan.sim.workload import Requests, load_trace, parse_length
+
+HOUR_S = 3600.0
+LENGTH_SAMPLE = 20_000
+"""Prompt / output lengths of a trace handed to the planner (a uniform sample: quantiles to
+~1% at p99, as plan/lengths.LENGTH_SAMPLES)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class DayOptions:
+    """How the day is planned (plan-file `day:` and the CLI's --window ... options)."""
+
+    window_s: float = DEFAULT_WINDOW_S
+    min_replicas: int = 1
+    """Replicas kept in every window (0 lets the fleet go to zero when no request comes)."""
+    load_from: str = "nvme"
+    load_gb_per_s: float | None = None
+    engine_startup_s: float = ENGINE_STARTUP_S
+    replay: str = "peak"
+    """Which windows the trace replay verifies: none, peak (the peak window and its
+    neighbours) or all."""
+
+
+@dataclass(frozen=True)
+class LaneDay:
+    """One lane's day: its windows and, for a trace, its requests."""
+
+    name: str
+    series: WindowSeries
+    requests: Requests | None = None
+
+
+def lane_day(lane: Any, window_s: float, base: Path | None = None) -> LaneDay:
+    """A plan lane's traffic per window: `trace`, `rate_curve` or a steady `rate_per_s`."""
+    if lane.trace is not None:
+        path = Path(lane.trace)
+        if base is not None and not path.is_absolute():
+            path = base / path
+        reqs = load_trace(path)
+        return LaneDay(lane.name, series_from_trace(reqs, window_s, str(path)), reqs)
+    out_mean = parse_length(str(lane.output_len)).mean
+    if lane.rate_curve is not None:
+        spec = lane.rate_curve if isinstance(lane.rate_curve, str) else [
+            p.model_dump() for p in lane.rate_curve]
+        curve = parse_rate_curve(spec, base)
+    else:
+        curve = parse_rate_curve([{"at": "00:00", "rate_per_s": lane.rate_per_s}])
+    return LaneDay(lane.name, series_from_curve(curve, out_mean, window_s,
+                                                dispersion=1.0 / lane.burstiness))
+
+
+def combine(days: Sequence[LaneDay]) -> WindowSeries:
+    """Lanes added window by window (a shorter lane counts 0 after its end)."""
+    n = max(len(d.series) for d in days)
+    w = float(days[0].series.end_s[0] - days[0].series.start_s[0])
+    rate, out_tok, disp_w = np.zeros(n), np.zeros(n), np.zeros(n)
+    for d in days:
+        k = len(d.series)
+        rate[:k] += d.series.offered_rps
+        out_tok[:k] += d.series.output_tokens
+        disp_w[:k] += d.series.dispersion * d.series.offered_rps
+    disp = np.where(rate > 0, disp_w / np.maximum(rate, 1e-300), 1.0)
+    edges = np.arange(n + 1) * w
+    return WindowSeries(edges[:-1], edges[1:], rate, disp, out_tok,
+                        " + ".join(d.series.source for d in days))
+
+
+@dataclass(frozen=True, kw_only=True)
+class Window:
+    """One window of the schedule."""
+
+    start_s: float
+    end_s: float
+    offered_rps: float
+    dispersion: float
+    replicas: int
+    gpus: int
+    ttft_p99_s: float
+    tbt_p99_s: float
+    scale_up_begin_s: float | None = None
+    """When the replicas this window adds must start (start_s - replica start time)."""
+    reactive_replicas: int = 0
+    """What a reactive policy runs: the replicas the previous window needed."""
+    replay: dict[str, Any] | None = None
+    """The trace replayed over the planned (and reactive) fleet: attainment, p99s."""
+
+    def to_dict(self) -> dict[str, Any]:
+        lead = None if self.scale_up_begin_s is None else self.start_s - self.scale_up_begin_s
+        return {"start_s": self.start_s, "end_s": self.end_s, "offered_rps": self.offered_rps,
+                "dispersion": self.dispersion, "replicas": self.replicas, "gpus": self.gpus,
+                "ttft_p99_s": self.ttft_p99_s, "tbt_p99_s": self.tbt_p99_s,
+                "scale_up_begin_s": self.scale_up_begin_s, "scale_up_lead_s": lead,
+                "reactive_replicas": self.reactive_replicas,
+                **({"replay": self.replay} if self.replay is not None else {})}
+
+
+@dataclass(frozen=True, kw_only=True)
+class DayPlan:
+    """The day's schedule and its totals, beside the peak window's steady-rate plan."""
+
+    plan: PlanResult
+    """The steady-rate plan at the peak window's rate (GPU, TP, engine settings, flags)."""
+    windows: list[Window]
+    gpus_per_replica: int
+    price_per_gpu_hour: float | None
+    output_tokens: float
+    lag: StartupLag
+    source: str
+    headroom: float
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def span_s(self) -> float:
+        return self.windows[-1].end_s - self.windows[0].start_s
+
+    @property
+    def peak_replicas(self) -> int:
+        return max(w.replicas for w in self.windows)
+
+    @property
+    def gpu_hours(self) -> float:
+        return sum(w.gpus * (w.end_s - w.start_s) for w in self.windows) / HOUR_S
+
+    @property
+    def fixed_fleet_gpu_hours(self) -> float:
+        return self.peak_replicas * self.gpus_per_replica * self.span_s / HOUR_S
+
+    def _per_day(self, gpu_hours: float) -> float | None:
+        """Cost of `gpu_hours` over the span, scaled to 24 h when the span is not a day."""
+        if self.price_per_gpu_hour is None:
+            return None
+        return gpu_hours * self.price_per_gpu_hour * 86_400.0 / self.span_s
+
+    def _per_mtok(self, gpu_hours: float) -> float | None:
+        if self.price_per_gpu_hour is None or self.output_tokens <= 0:
+            return None
+        return gpu_hours * self.price_per_gpu_hour / (self.output_tokens / 1e6)
+
+    def to_dict(self) -> dict[str, Any]:
+        auto, fixed = self.gpu_hours, self.fixed_fleet_gpu_hours
+        best = self.plan.best
+        return {
+            **self.plan.to_dict(),
+            "day": {"source": self.source, "window_s": self.windows[0].end_s
+                    - self.windows[0].start_s, "span_s": self.span_s,
+                    "gpu": best.candidate.gpu.key, "tp": best.candidate.settings.tp,
+                    "gpus_per_replica": self.gpus_per_replica,
+                    "capacity_per_replica_rps": best.candidate.max_rate_per_s,
+                    "price_per_gpu_hour": self.price_per_gpu_hour,
+                    "output_tokens": self.output_tokens, "startup": self.lag.to_dict(),
+                    "notes": list(self.notes)},
+            "schedule": [w.to_dict() for w in self.windows],
+            "peak_replicas": self.peak_replicas,
+            "gpu_hours": auto,
+            "fixed_fleet_gpu_hours": fixed,
+            "cost_per_day": self._per_day(auto),
+            "fixed_fleet_cost_per_day": self._per_day(fixed),
+            "cost_per_million_output_tokens": self._per_mtok(auto),
+            "fixed_fleet_cost_per_million_output_tokens": self._per_mtok(fixed),
+            "saving_gpu_hours": fixed - auto,
+            "saving_frac": 1.0 - auto / fixed if fixed > 0 else 0.0,
+        }
+
+
+def replicas_for(offered_rps: np.ndarray, capacity_rps: float, headroom: float,
+                 min_replicas: int) -> np.ndarray:
+    """ceil(offered * (1 + headroom) / capacity), at least min_replicas (search.py's rule)."""
+    need = np.ceil(np.asarray(offered_rps) * (1 + headroom) / capacity_rps - 1e-9)
+    return np.maximum(need, min_replicas).astype(np.int64)
+
+
+def _trace_lengths(days: Sequence[LaneDay], tmp: Path) -> dict[str, tuple[str, str]]:
+    """Each trace lane's prompt and output lengths as `empirical:` files (a uniform sample),
+    so the planner sees the trace's own length distribution."""
+    out = {}
+    rng = np.random.default_rng(12345)
+    for i, d in enumerate(days):
+        if d.requests is None:
+            continue
+        n = len(d.requests)
+        pick = rng.choice(n, size=min(n, LENGTH_SAMPLE), replace=False)
+        paths = []
+        for kind, arr in (("input", d.requests.input_tokens), ("output", d.requests.output_tokens)):
+            p = tmp / f"lane{i}_{kind}.txt"
+            p.write_text("\n".join(str(int(x)) for x in np.asarray(arr)[pick]) + "\n")
+            paths.append(f"empirical:{p}")
+        out[d.name] = (paths[0], paths[1])
+    return out
+
+
+def _peak_plan(plan: PlanFile, days: Sequence[LaneDay], total: WindowSeries, tmp: Path
+               ) -> PlanFile:
+    """The plan file at the peak window: each lane at its rate there (lanes at 0 get a
+    trickle, so that their SLOs still count), trace lanes with the trace's lengths."""
+    k = total.peak_index
+    lengths = _trace_lengths(days, tmp)
+    lanes = []
+    floor = 1e-3 * float(total.offered_rps[k])
+    for ln, d in zip(plan.workloads, days, strict=True):
+        rate = float(d.series.offered_rps[k]) if k < len(d.series) else 0.0
+        burst = 1.0 / max(d.series.mean_dispersion(), 1e-3)
+        upd: dict[str, Any] = {"rate_per_s": max(rate, floor), "trace": None,
+                               "rate_curve": None,
+                               "burstiness": float(np.clip(burst, 1e-3, 1e3)),
+                               "arrival": "poisson" if abs(burst - 1) < 0.05 else "gamma"}
+        if d.name in lengths:
+            upd["input_len"], upd["output_len"] = lengths[d.name]
+        lanes.append(ln.model_copy(update=upd))
+    return plan.model_copy(update={"workloads": lanes})
+
+
+def _predict(cand: Candidate, plan: PlanFile, model: Any, per_replica_rps: np.ndarray
+             ) -> tuple[np.ndarray, np.ndarray]:
+    """Analytic TTFT and TBT p99 of one replica at each per-replica rate."""
+    from capplan.plan.planner import _queue_model, traffic_for
+
+    t = traffic_for(plan.workloads, model.context_len(plan.engine.max_model_len))
+    with np.errstate(all="ignore"):
+        res = _queue_model(cand, t).at_rate(np.maximum(per_replica_rps, 1e-6))
+    return np.asarray(res["ttft_s"]["p99"], float), np.asarray(res["tbt_s"]["p99"], float)
+
+
+def _schedule(total: WindowSeries, cand: Candidate, opts: DayOptions, headroom: float,
+              lag: StartupLag, pred: Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]]
+              ) -> list[Window]:
+    reps = replicas_for(total.offered_rps, cand.max_rate_per_s, headroom, opts.min_replicas)
+    gpr = cand.gpus_total // max(cand.replicas, 1)
+    ttft, tbt = pred(total.offered_rps / np.maximum(reps, 1))
+    # reactive: each window runs what the previous one needed (the first: its own)
+    reactive = np.concatenate([reps[:1], reps[:-1]])
+    out = []
+    for i in range(len(total)):
+        up = i > 0 and reps[i] > reps[i - 1]
+        idle = reps[i] == 0
+        out.append(Window(
+            start_s=float(total.start_s[i]), end_s=float(total.end_s[i]),
+            offered_rps=float(total.offered_rps[i]), dispersion=float(total.dispersion[i]),
+            replicas=int(reps[i]), gpus=int(reps[i]) * gpr,
+            ttft_p99_s=math.nan if idle else float(ttft[i]),
+            tbt_p99_s=math.nan if idle else float(tbt[i]),
+            scale_up_begin_s=float(total.start_s[i]) - lag.total_s if up else None,
+            reactive_replicas=int(reactive[i])))
+    return out
+
+
+PlanFn = Callable[[Catalog, PlanFile], PlanResult]
+
+
+def plan_day(cat: Catalog, plan: PlanFile, opts: DayOptions, run: PlanFn,
+             base: Path | None = None) -> DayPlan:
+    """The day plan of one model's lanes (see the module docstring). `run(cat, plan)` is the
+    steady-rate planner (with or without simulator verification)."""
+    days = [lane_day(ln, opts.window_s, base) for ln in plan.workloads]
+    total = combine(days)
+    if not (total.offered_rps > 0).any():
+        raise InputError("no traffic in any window: nothing to plan")
+    with tempfile.TemporaryDirectory(prefix="capplan-day-") as tmp:
+        peak = _peak_plan(plan, days, total, Path(tmp))
+        result = run(cat, peak)
+    # the lanes as the user gave them, not the temporary length files
+    result = replace(result, lanes=list(plan.workloads))
+    best = result.best
+    cand = best.candidate
+    model = cat.resolve_model(plan.model).spec
+    mem = memory_report(model, cand.gpu, cand.settings)
+    gpr = cand.gpus_total // max(cand.replicas, 1)
+    lag = startup_lag(mem.weights_bytes_per_gpu * gpr, opts.load_from, opts.load_gb_per_s,
+                      opts.engine_startup_s)
+    windows = _schedule(total, cand, opts, plan.headroom, lag,
+                        lambda r: _predict(cand, peak, model, r))
+    price = cost_per_hour(cand.gpu, 1)
+    notes = [f"sized at the peak window ({total.offered_rps[total.peak_index]:.3g} req/s, "
+             f"window {total.peak_index}); each replica carries {cand.max_rate_per_s:.3g} "
+             f"req/s within the SLOs, headroom {plan.headroom:.0%}"]
+    dp = DayPlan(plan=result, windows=windows, gpus_per_replica=gpr, price_per_gpu_hour=price,
+                 output_tokens=float(total.output_tokens.sum()), lag=lag, source=total.source,
+                 headroom=plan.headroom, notes=notes)
+    reqs = _day_requests(days)
+    if reqs is not None and opts.replay != "none":
+        from capplan.plan.day_replay import verify_day
+
+        dp = verify_day(dp, reqs, opts.replay)
+    return dp
+
+
+def _day_requests(days: Sequence[LaneDay]) -> Requests | None:
+    """The requests of every trace lane, merged in arrival order (None without a trace)."""
+    traces = [d.requests for d in days if d.requests is not None]
+    if not traces:
+        return None
+    if len(traces) == 1:
+        return traces[0]
+    t = np.concatenate([r.arrival_at_s for r in traces])
+    order = np.argsort(t, kind="stable")
+    return Requests(t[order], np.concatenate([r.input_tokens for r in traces])[order],
+                    np.concatenate([r.output_tokens for r in traces])[order],
+                    np.zeros(len(t), np.int64))
