@@ -1,0 +1,361 @@
+"""Replay requests over a fleet of identical replicas behind a router, on a fixed replica count
+or a schedule that changes it per window (docs/fleet.md).
+
+    >>> res = replay_schedule(FleetReplaySpec(requests=reqs, engine_config=dep,
+    ...                                       windows=[(0, 900, 2), (900, 1800, 5)],
+    ...                                       startup_lag_s=120, slo_ttft_s=1.0))
+    >>> [w.attainment for w in res.windows]
+
+The replica timeline (`replica_timeline`): the first window's replicas serve from its start;
+a replica added by a later window serves `startup_lag_s` after that window starts (weights
+loaded, engine started); a window with fewer replicas drains the newest ones (a replica still
+starting is cancelled): a draining replica takes no new request and finishes its own. A request
+arriving while no replica accepts waits at the router for the next one to become ready; one
+that no replica ever takes is reported unfinished. Nothing is dropped: each arrival is either
+completed or unfinished, counted in its arrival window.
+
+Routers (`ROUTERS`), as the production routers use them:
+- round-robin: the i-th routed request goes to accepting replica i mod n (vLLM production
+  stack `RoundRobinRouter`: `sorted_endpoints[req_id % len(endpoints)]`);
+- least-outstanding: the accepting replica with the fewest requests in it (running plus
+  waiting), the lowest index on ties (llm-d inference scheduler's queue scorer; the vLLM router's
+  power-of-two and least-loaded policies use the same signal);
+- prefix-affinity: a request sharing content with an earlier one (its prefix group, or a
+  trace's first block hash) goes to the replica that served that content while it accepts,
+  the others round-robin (vLLM production stack `PrefixAwareRouter`: the endpoint of the
+  longest prefix match, inserted after routing; no eviction).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from capplan.errors import InputError
+from capplan.sim.entities import RunRecord
+from capplan.sim.metrics import QUANTILES, _percentiles
+from capplan.sim.workload import Requests
+
+if TYPE_CHECKING:
+    from capplan.plan.deployment import Deployment
+
+ROUTERS = ("round-robin", "least-outstanding", "prefix-affinity")
+NEVER = math.inf
+
+
+@dataclass(frozen=True, kw_only=True)
+class FleetReplaySpec:
+    """What to replay: requests (open loop, sorted by arrival), one replica's deployment, the
+    schedule of replica counts and the router."""
+
+    requests: Requests
+    """The workload's requests (`capplan.sim.workload.Requests`: arrival_at_s, input_tokens,
+    output_tokens), sorted by arrival."""
+    engine_config: Deployment
+    """One replica (`capplan.plan.deployment.Deployment`, what `run_simulation` takes)."""
+    windows: Sequence[tuple[float, float, int]]
+    """(start_s, end_s, replicas), contiguous and in order; arrivals after the last end count
+    in the last window (its replica count stays)."""
+    router: str = "least-outstanding"
+    startup_lag_s: float = 0.0
+    """Seconds from a scale-up decision (its window's start) until the new replica serves."""
+    slo_ttft_s: float | None = None
+    slo_tbt_s: float | None = None
+    """Per-request targets for attainment: TTFT <= slo_ttft_s and TPOT (the request's mean
+    gap between tokens) <= slo_tbt_s."""
+    sim_engine: str = "auto"
+    """The single-replica simulator (`capplan.sim.engine_impl`)."""
+
+
+@dataclass(frozen=True)
+class WindowStats:
+    """One window of a replay (SI units); requests are counted in their arrival window, tokens
+    and TBT gaps in the window where the token came."""
+
+    start_s: float
+    end_s: float
+    replicas: int
+    offered_rps: float
+    """Arrivals in the window / its length."""
+    served_rps: float
+    """Completions in the window / its length."""
+    ttft_p99_s: float
+    """Over the window's arrivals that completed (NaN when none)."""
+    tbt_p99_s: float
+    """Over the token gaps ending in the window (NaN when none)."""
+    attainment: float | None
+    """Fraction of the window's arrivals that completed within the SLOs (None without SLOs;
+    unfinished requests miss)."""
+    completed: int
+    unfinished: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+@dataclass(frozen=True)
+class FleetReplayResult:
+    """Per-window and whole-replay metrics, and per replica what it served."""
+
+    windows: list[WindowStats]
+    num_requests: int
+    completed: int
+    unfinished: int
+    ttft_s: dict[str, float]
+    tbt_s: dict[str, float]
+    attainment: float | None
+    makespan_s: float
+    replica_seconds: float
+    """Sum over replicas of the time each was up (from its scale-up decision to the end of its
+    drain or of the replay): what the schedule pays for."""
+    router: str
+    per_replica: list[dict[str, Any]] = field(default_factory=list)
+    """Per replica: `requests`, `ready_at_s`, `stop_at_s` (inf: never stopped)."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"router": self.router, "num_requests": self.num_requests,
+                "completed": self.completed, "unfinished": self.unfinished,
+                "ttft_s": self.ttft_s, "tbt_s": self.tbt_s, "attainment": self.attainment,
+                "makespan_s": self.makespan_s, "replica_seconds": self.replica_seconds,
+                "windows": [w.to_dict() for w in self.windows],
+                "per_replica": self.per_replica}
+
+
+# -- the schedule ----------------------------------------------------------------------------
+def check_windows(windows: Sequence[tuple[float, float, int]]) -> np.ndarray:
+    """The windows as a (n, 3) float array, checked: contiguous, increasing, counts >= 0."""
+    if not len(windows):
+        raise InputError("a fleet schedule needs at least one window")
+    w = np.asarray([(float(s), float(e), int(n)) for s, e, n in windows], float)
+    if not np.all(np.isfinite(w[:, 0])) or np.any(w[:, 1] <= w[:, 0]):
+        raise InputError("fleet schedule: each window needs start_s < end_s")
+    if np.any(np.abs(w[1:, 0] - w[:-1, 1]) > 1e-9 * np.maximum(1.0, np.abs(w[1:, 0]))):
+        raise InputError("fleet schedule: windows must be contiguous (each starts where the "
+                         "last ended)")
+    if np.any(w[:, 2] < 0) or w[:, 2].max() < 1:
+        raise InputError("fleet schedule: replica counts must be >= 0, at least one > 0")
+    return w
+
+
+def replica_timeline(windows: np.ndarray, startup_lag_s: float
+                     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(decided_at_s, ready_at_s, stop_at_s) of every replica the schedule starts: the first
+    window's serve from its start, later ones `startup_lag_s` after their window starts; a
+    decrease stops the newest first (stop_at_s <= ready_at_s: cancelled while starting)."""
+    decided: list[float] = []
+    ready: list[float] = []
+    stop: list[float] = []
+    active: list[int] = []
+    for i, (s, _, n) in enumerate(windows):
+        while len(active) < int(n):
+            active.append(len(ready))
+            decided.append(s)
+            ready.append(s if i == 0 else s + startup_lag_s)
+            stop.append(NEVER)
+        while len(active) > int(n):
+            stop[active.pop()] = s
+    return np.array(decided), np.array(ready), np.array(stop)
+
+
+def _group_keys(reqs: Requests) -> np.ndarray:
+    """Per request its shared-content key for prefix affinity (-1: none): the prefix group, or
+    a trace's first block hash."""
+    n = len(reqs)
+    if reqs.hash_ids is not None:
+        return np.array([int(h[0]) if len(h) else -1 for h in reqs.hash_ids], np.int64)
+    if reqs.prefix_group is not None:
+        return np.asarray(reqs.prefix_group, np.int64)
+    return np.full(n, -1, np.int64)
+
+
+def route_static(arrival_s: np.ndarray, keys: np.ndarray, ready: np.ndarray, stop: np.ndarray,
+                 router: str) -> tuple[np.ndarray, np.ndarray]:
+    """(replica, dispatch time) per request for the routers that do not read replica state
+    (round-robin, prefix-affinity); replica -1 when none ever accepts it."""
+    n = len(arrival_s)
+    rep = np.full(n, -1, np.int64)
+    disp = np.asarray(arrival_s, float).copy()
+    owner: dict[int, int] = {}
+    rr = 0
+    order = np.argsort(ready, kind="stable")
+    for i in range(n):
+        t = disp[i]
+        acc = np.flatnonzero((ready <= t) & (stop > t))
+        if not len(acc):  # wait at the router for the next replica to become ready
+            later = order[(ready[order] > t) & (stop[order] > ready[order])]
+            if not len(later):
+                continue
+            t = disp[i] = ready[later[0]]
+            acc = np.flatnonzero((ready <= t) & (stop > t))
+        k = int(keys[i])
+        r = owner.get(k, -1) if router == "prefix-affinity" and k >= 0 else -1
+        if r < 0 or not (ready[r] <= t < stop[r]):
+            r = int(acc[rr % len(acc)])
+            rr += 1
+            if k >= 0:
+                owner[k] = r
+        rep[i] = r
+    return rep, disp
+
+
+# -- one replica -----------------------------------------------------------------------------
+def _subset(reqs: Requests, idx: np.ndarray, dispatch_s: np.ndarray) -> Requests:
+    def pick(a: np.ndarray | None) -> np.ndarray | None:
+        return None if a is None else np.asarray(a)[idx]
+
+    hashes = None if reqs.hash_ids is None else tuple(reqs.hash_ids[i] for i in idx)
+    return Requests(dispatch_s[idx], np.asarray(reqs.input_tokens)[idx],
+                    np.asarray(reqs.output_tokens)[idx], np.asarray(reqs.lane)[idx], None,
+                    reqs.note, pick(reqs.prefix_group), pick(reqs.prefix_tokens), hashes,
+                    reqs.hash_block_tokens)
+
+
+def run_replica(dep: Deployment, reqs: Requests, sim_engine: str = "auto") -> RunRecord:
+    """One replica's run of its requests with per-step arrays kept (the fleet attributes token
+    gaps to windows by time)."""
+    from capplan.sim import engine_impl, run_features
+    from capplan.sim.engine import ContinuousEngine
+    from capplan.sim.fast import FastEngine
+
+    policy = dep.settings.profile.scheduler
+    impl = engine_impl("continuous", sim_engine, **run_features(policy, reqs))
+    cls: Any = {"fast": FastEngine, "reference": ContinuousEngine}.get(impl)
+    if cls is None:
+        from capplan.sim.compiled import CompiledEngine as cls
+    pool, lim = dep.pool, dep.limits
+    eng = cls(dep.step, pool.num_blocks, pool.block_size, lim.max_num_seqs,
+              lim.max_num_batched_tokens, policy, state_blocks=pool.state_blocks_per_seq)
+    if impl == "compiled":
+        eng.keep_steps = True
+    return eng.run(reqs)
+
+
+# -- metrics ---------------------------------------------------------------------------------
+@dataclass
+class _Times:
+    """Per request (in the spec's order) its times; NaN when unfinished; TBT samples."""
+
+    first_s: np.ndarray
+    finish_s: np.ndarray
+    tbt_at_s: list[np.ndarray]
+    tbt_gap_s: list[np.ndarray]
+    tbt_w: list[np.ndarray]
+
+
+def _p99(v: np.ndarray, w: np.ndarray | None = None) -> float:
+    return _percentiles(v, w, (99,))[0]
+
+
+def _summary(v: np.ndarray, w: np.ndarray | None = None) -> dict[str, float]:
+    w1 = np.ones(len(v)) if w is None else w
+    tot = float(w1.sum())
+    out = {"mean": float(np.dot(v, w1) / tot) if tot > 0 else float("nan")}
+    out.update({f"p{q}": x for q, x in zip(QUANTILES, _percentiles(v, w, QUANTILES),
+                                           strict=True)})
+    return out
+
+
+def _attained(spec: FleetReplaySpec, arr: np.ndarray, tm: _Times) -> np.ndarray | None:
+    if spec.slo_ttft_s is None and spec.slo_tbt_s is None:
+        return None
+    out = np.asarray(spec.requests.output_tokens, float)
+    ok = np.isfinite(tm.finish_s)
+    ttft = tm.first_s - arr
+    if spec.slo_ttft_s is not None:
+        ok &= ttft <= spec.slo_ttft_s
+    if spec.slo_tbt_s is not None:
+        tpot = np.where(out > 1, (tm.finish_s - tm.first_s) / np.maximum(out - 1, 1), 0.0)
+        ok &= tpot <= spec.slo_tbt_s
+    return ok
+
+
+def _window_stats(spec: FleetReplaySpec, w: np.ndarray, tm: _Times) -> list[WindowStats]:
+    arr = np.asarray(spec.requests.arrival_at_s, float)
+    nw = len(w)
+    starts = w[:, 0]
+    # arrival window (arrivals beyond the last end count in the last window)
+    win = np.clip(np.searchsorted(starts, arr, side="right") - 1, 0, nw - 1)
+    fin_win = np.clip(np.searchsorted(starts, tm.finish_s, side="right") - 1, 0, nw - 1)
+    done = np.isfinite(tm.finish_s)
+    ok = _attained(spec, arr, tm)
+    tat = np.concatenate(tm.tbt_at_s) if tm.tbt_at_s else np.zeros(0)
+    tgap = np.concatenate(tm.tbt_gap_s) if tm.tbt_gap_s else np.zeros(0)
+    tw = np.concatenate(tm.tbt_w) if tm.tbt_w else np.zeros(0)
+    twin = np.clip(np.searchsorted(starts, tat, side="right") - 1, 0, nw - 1)
+    out = []
+    for j, (s, e, n) in enumerate(w):
+        m = win == j
+        length = float(e - s)
+        md = m & done
+        mt = twin == j
+        out.append(WindowStats(
+            start_s=float(s), end_s=float(e), replicas=int(n),
+            offered_rps=float(m.sum()) / length,
+            served_rps=float((done & (fin_win == j)).sum()) / length,
+            ttft_p99_s=_p99((tm.first_s - arr)[md]),
+            tbt_p99_s=_p99(tgap[mt], tw[mt]),
+            attainment=(float(ok[m].mean()) if ok is not None and m.any()
+                        else (None if ok is None else float("nan"))),
+            completed=int(md.sum()), unfinished=int((m & ~done).sum())))
+    return out
+
+
+# -- the replay ------------------------------------------------------------------------------
+def replay_schedule(spec: FleetReplaySpec) -> FleetReplayResult:
+    """Replay `spec.requests` over the schedule `spec.windows` (module docstring)."""
+    if spec.router not in ROUTERS:
+        raise InputError(f"router {spec.router!r}: expected one of {', '.join(ROUTERS)}")
+    if not (math.isfinite(spec.startup_lag_s) and spec.startup_lag_s >= 0):
+        raise InputError(f"startup lag {spec.startup_lag_s!r}: expected seconds >= 0")
+    reqs = spec.requests
+    if reqs.concurrency is not None:
+        raise InputError("a fleet schedule replays open-loop requests (a trace or a rate)")
+    w = check_windows(spec.windows)
+    decided, ready, stop = replica_timeline(w, spec.startup_lag_s)
+    arr = np.asarray(reqs.arrival_at_s, float)
+    n = len(arr)
+    router = spec.router if spec.router != "least-outstanding" else "round-robin"
+    rep, disp = route_static(arr, _group_keys(reqs), ready, stop, router)
+    tm = _Times(np.full(n, np.nan), np.full(n, np.nan), [], [], [])
+    per = []
+    for r in range(len(ready)):
+        idx = np.flatnonzero(rep == r)
+        per.append({"requests": len(idx), "ready_at_s": float(ready[r]),
+                    "stop_at_s": float(stop[r])})
+        if not len(idx):
+            continue
+        rec = run_replica(spec.engine_config, _subset(reqs, idx, disp), spec.sim_engine)
+        tm.first_s[idx] = rec.first_token_at_s
+        tm.finish_s[idx] = rec.finished_at_s
+        tm.tbt_at_s.append(rec.step_start_s + rec.step_dur_s)
+        tm.tbt_gap_s.append(rec.step_tbt_gap_s)
+        tm.tbt_w.append(rec.step_tbt_count.astype(float))
+        per[r]["last_finish_s"] = float(rec.finished_at_s.max())
+    return _result(spec, w, tm, decided, stop, per)
+
+
+def _result(spec: FleetReplaySpec, w: np.ndarray, tm: _Times, decided: np.ndarray,
+            stop: np.ndarray, per: list[dict[str, Any]]) -> FleetReplayResult:
+    arr = np.asarray(spec.requests.arrival_at_s, float)
+    done = np.isfinite(tm.finish_s)
+    end = float(np.nanmax(tm.finish_s)) if done.any() else float(w[-1, 1])
+    end = max(end, float(w[-1, 1]))
+    up = 0.0
+    for r, p in enumerate(per):  # up from the decision until stopped and drained
+        last = p.get("last_finish_s", -NEVER)
+        off = end if not math.isfinite(stop[r]) else max(stop[r], last)
+        up += max(float(off - decided[r]), 0.0)
+    ok = _attained(spec, arr, tm)
+    tgap = np.concatenate(tm.tbt_gap_s) if tm.tbt_gap_s else np.zeros(0)
+    tw = np.concatenate(tm.tbt_w) if tm.tbt_w else np.zeros(0)
+    return FleetReplayResult(
+        windows=_window_stats(spec, w, tm), num_requests=len(arr),
+        completed=int(done.sum()), unfinished=int((~done).sum()),
+        ttft_s=_summary((tm.first_s - arr)[done]), tbt_s=_summary(tgap, tw),
+        attainment=None if ok is None else float(ok.mean()) if len(ok) else float("nan"),
+        makespan_s=(end - float(arr.min())) if len(arr) else 0.0, replica_seconds=up,
+        router=spec.router, per_replica=per)
