@@ -298,20 +298,19 @@ def plan_day(cat: Catalog, plan: PlanFile, opts: DayOptions, run: PlanFn,
     total = combine(days)
     if not (total.offered_rps > 0).any():
         raise InputError("no traffic in any window: nothing to plan")
+    model = cat.resolve_model(plan.model).spec
     with tempfile.TemporaryDirectory(prefix="capplan-day-") as tmp:
         peak = _peak_plan(plan, days, total, Path(tmp))
         result = run(cat, peak)
+        cand = result.best.candidate
+        mem = memory_report(model, cand.gpu, cand.settings)
+        gpr = cand.gpus_total // max(cand.replicas, 1)
+        lag = startup_lag(mem.weights_bytes_per_gpu * gpr, opts.load_from, opts.load_gb_per_s,
+                          opts.engine_startup_s)
+        windows = _schedule(total, cand, opts, plan.headroom, lag,
+                            lambda r: _predict(cand, peak, model, r))
     # the lanes as the user gave them, not the temporary length files
     result = replace(result, lanes=list(plan.workloads))
-    best = result.best
-    cand = best.candidate
-    model = cat.resolve_model(plan.model).spec
-    mem = memory_report(model, cand.gpu, cand.settings)
-    gpr = cand.gpus_total // max(cand.replicas, 1)
-    lag = startup_lag(mem.weights_bytes_per_gpu * gpr, opts.load_from, opts.load_gb_per_s,
-                      opts.engine_startup_s)
-    windows = _schedule(total, cand, opts, plan.headroom, lag,
-                        lambda r: _predict(cand, peak, model, r))
     price = cost_per_hour(cand.gpu, 1)
     notes = [f"sized at the peak window ({total.offered_rps[total.peak_index]:.3g} req/s, "
              f"window {total.peak_index}); each replica carries {cand.max_rate_per_s:.3g} "
@@ -323,7 +322,7 @@ def plan_day(cat: Catalog, plan: PlanFile, opts: DayOptions, run: PlanFn,
     if reqs is not None and opts.replay != "none":
         from capplan.plan.day_replay import verify_day
 
-        dp = verify_day(dp, reqs, opts.replay)
+        dp = verify_day(cat, dp, reqs, opts.replay)
     return dp
 
 
@@ -339,3 +338,28 @@ def _day_requests(days: Sequence[LaneDay]) -> Requests | None:
     return Requests(t[order], np.concatenate([r.input_tokens for r in traces])[order],
                     np.concatenate([r.output_tokens for r in traces])[order],
                     np.zeros(len(t), np.int64))
+
+
+def day_options(plan: PlanFile) -> DayOptions:
+    d = plan.day
+    return DayOptions(window_s=d.window_s, min_replicas=d.min_replicas, load_from=d.load_from,
+                      load_gb_per_s=d.load_gb_per_s, engine_startup_s=d.engine_startup_s,
+                      replay=d.replay)
+
+
+def run_day_plan(cat: Catalog, plan: PlanFile, verify: Any = None, base: Path | None = None,
+                 opts: DayOptions | None = None) -> Any:
+    """A day plan (one model: DayPlan) or a shared pool of several models (PoolDay), with the
+    steady-rate planner `planner.run_plan(cat, plan, verify)` sizing each peak."""
+    from capplan.plan.planner import run_plan
+
+    opts = opts or day_options(plan)
+
+    def run(c: Catalog, p: PlanFile) -> PlanResult:
+        return run_plan(c, p, verify)
+
+    if plan.models is not None:
+        from capplan.plan.pool_day import plan_pool_day
+
+        return plan_pool_day(cat, plan, opts, run, base)
+    return plan_day(cat, plan, opts, run, base)
