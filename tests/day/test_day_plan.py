@@ -1,0 +1,127 @@
+"""Day plans end to end: recommend --trace / --rate-curve, plan files with day lanes and with
+several models, and the schedule in every export."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+
+from capplan.catalog.loader import load_catalog
+from capplan.plan.day import run_day_plan
+from capplan.plan.schema import PlanFile
+
+SEARCH = ["--model", "llama-3.1-70b", "--gpu", "h100-sxm", "--tp", "4", "--max-num-seqs", "128",
+          "--max-num-batched-tokens", "2048", "--verify-top", "0", "--no-disagg"]
+SLO = ["--ttft-p99", "1.0", "--tbt-p99", "0.05"]
+CONTRACT = ("schedule", "peak_replicas", "gpu_hours", "fixed_fleet_gpu_hours", "cost_per_day",
+            "fixed_fleet_cost_per_day")
+
+
+def _curve_plan(**over) -> dict:
+    lane = {"name": "chat", "input_len": "lognormal:mean=1000,p99=6000",
+            "output_len": "lognormal:mean=250,p99=1000",
+            "rate_curve": [{"at": "04:00", "rate_per_s": 0.6}, {"at": "15:00", "rate_per_s": 3}],
+            "slo": {"ttft_p99_s": 1.0, "tbt_p99_s": 0.05}}
+    return {"model": "llama-3.1-70b",
+            "candidates": {"gpus": ["h100-sxm"], "tp": [4]},
+            "engine": {"max_num_seqs": [128], "max_num_batched_tokens": [2048]},
+            "workloads": [lane], "verify": {"top": 0}, **over}
+
+
+def test_recommend_trace_gives_a_verified_day(run_cli, day_trace: Path):
+    res = run_cli("recommend", *SEARCH, *SLO, "--trace", str(day_trace), "--format", "json")
+    assert res.exit_code == 0, res.stderr
+    d = json.loads(res.stdout)
+    for k in CONTRACT:
+        assert k in d
+    sched = d["schedule"]
+    assert len(sched) >= 24
+    for w in sched:
+        assert {"start_s", "end_s", "offered_rps", "replicas", "ttft_p99_s", "tbt_p99_s"} <= set(w)
+    reps = [w["replicas"] for w in sched]
+    assert d["peak_replicas"] == max(reps) >= 2 and min(reps) == 1
+    assert d["gpu_hours"] < d["fixed_fleet_gpu_hours"]
+    # GPU-hours by hand: 4 GPUs per replica, 15-minute windows
+    assert d["gpu_hours"] == pytest.approx(sum(reps) * 4 * 0.25)
+    assert d["fixed_fleet_gpu_hours"] == pytest.approx(max(reps) * 4 * 24)
+    price = d["day"]["price_per_gpu_hour"]
+    assert d["cost_per_day"] == pytest.approx(d["gpu_hours"] * price)
+    # every scale-up starts one replica start-up ahead of its window
+    lag = d["day"]["startup"]["replica_start_s"]
+    ups = [w for w in sched if w["scale_up_begin_s"] is not None]
+    assert ups and all(w["start_s"] - w["scale_up_begin_s"] == pytest.approx(lag) for w in ups)
+    # the peak window replayed over the schedule's replicas meets the SLOs within 10%
+    peak = max(sched, key=lambda w: w["offered_rps"])
+    rp = peak["replay"]["planned"]
+    assert rp["unfinished"] == 0 and rp["meets_slo"], rp
+    assert rp["ttft_p99_s"] <= 1.1 * 1.0 and rp["tbt_p99_s"] <= 1.1 * 0.05
+    assert "reactive" in peak["replay"]
+
+
+def test_recommend_needs_one_load(run_cli, day_trace: Path):
+    res = run_cli("recommend", *SEARCH, "--rate", "2", "--trace", str(day_trace))
+    assert res.exit_code == 2 and "exactly one of --rate, --trace or --rate-curve" in res.stderr
+    res = run_cli("recommend", *SEARCH, "--rate-curve", str(day_trace))
+    assert res.exit_code == 2 and "at,rate_per_s" in res.stderr
+    res = run_cli("recommend", *SEARCH, "--trace", str(day_trace), "--window", "10s")
+    assert res.exit_code == 2 and "--window" in res.stderr
+
+
+def test_rate_curve_plan_and_exports(run_cli, tmp_path: Path):
+    plan = tmp_path / "day.yaml"
+    plan.write_text(yaml.safe_dump(_curve_plan(export=["out.md", "out.csv", "out.xlsx"])))
+    res = run_cli("plan", str(plan), "--format", "json", "--plot", str(tmp_path / "charts"))
+    assert res.exit_code == 0, res.stderr
+    d = json.loads(res.stdout)
+    assert len(d["schedule"]) == 96 and d["gpu_hours"] < d["fixed_fleet_gpu_hours"]
+    md = (tmp_path / "out.md").read_text()
+    assert "## Day plan" in md and "xychart-beta" in md
+    sched_csv = (tmp_path / "out.schedule.csv").read_text().splitlines()
+    assert sched_csv[0].startswith("start (h)") and len(sched_csv) >= 97
+    from openpyxl import load_workbook
+
+    wb = load_workbook(tmp_path / "out.xlsx")
+    assert "schedule" in wb.sheetnames and wb["schedule"].max_row >= 97
+    assert (tmp_path / "charts" / "day_schedule.png").stat().st_size > 1000
+    table = run_cli("plan", str(plan))
+    assert table.exit_code == 0 and "day plan (replicas per window)" in table.stdout
+    assert "autoscaling saves" in table.stdout
+
+
+def test_two_models_share_a_pool():
+    """A night-peaking and an afternoon-peaking model on one GPU type: the pool's peak is below
+    the sum of their own peaks (one's off-peak GPUs serve the other's peak)."""
+    base = _curve_plan()
+    lane = base.pop("workloads")[0]
+    base.pop("model")
+    night = {**lane, "rate_curve": [{"at": "03:00", "rate_per_s": 3},
+                                    {"at": "15:00", "rate_per_s": 0.3}]}
+    day = {**lane, "rate_curve": [{"at": "03:00", "rate_per_s": 0.3},
+                                  {"at": "15:00", "rate_per_s": 3}]}
+    base["models"] = [{"model": "llama-3.1-70b", "workloads": [day]},
+                      {"model": "qwen2.5-72b", "workloads": [night]}]
+    d = run_day_plan(load_catalog(), PlanFile.model_validate(base)).to_dict()
+    pool = d["gpu_pools"][0]
+    assert pool["gpu"] == "h100-sxm" and len(pool["models"]) == 2
+    assert d["peak_gpus"] < d["separate_fleets_peak_gpus"]
+    assert pool["saving_gpus"] == d["separate_fleets_peak_gpus"] - d["peak_gpus"]
+    g = np.array([[w["gpus"] for w in m["schedule"]] for m in d["models"]])
+    assert d["peak_gpus"] == g.sum(axis=0).max()
+    assert d["separate_fleets_peak_gpus"] == g.max(axis=1).sum()
+
+
+@pytest.mark.parametrize("bad, msg", [
+    ({"rate_per_s": 2}, "give one of rate_per_s, trace or rate_curve"),
+    ({"rate_curve": [{"at": "nine", "rate_per_s": 1}]}, "time of day"),
+])
+def test_bad_day_lanes(run_cli, tmp_path: Path, bad, msg):
+    doc = _curve_plan()
+    doc["workloads"][0].update(bad)
+    p = tmp_path / "bad.yaml"
+    p.write_text(yaml.safe_dump(doc))
+    res = run_cli("plan", str(p))
+    assert res.exit_code == 2 and msg in res.stderr
