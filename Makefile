@@ -30,6 +30,7 @@ bench: $(BIN)/capplan
 	$(BIN)/python benchmarks/bench_perf.py
 	$(BIN)/python benchmarks/bench_sim.py
 	$(BIN)/python benchmarks/bench_search.py
+	$(BIN)/python benchmarks/bench_day.py
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info
