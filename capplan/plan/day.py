@@ -318,7 +318,7 @@ def plan_day(cat: Catalog, plan: PlanFile, opts: DayOptions, run: PlanFn,
     dp = DayPlan(plan=result, windows=windows, gpus_per_replica=gpr, price_per_gpu_hour=price,
                  output_tokens=float(total.output_tokens.sum()), lag=lag, source=total.source,
                  headroom=plan.headroom, notes=notes)
-    reqs = _day_requests(days)
+    reqs = _day_requests(days, plan)
     if reqs is not None and opts.replay != "none":
         from capplan.plan.day_replay import verify_day
 
@@ -326,11 +326,30 @@ def plan_day(cat: Catalog, plan: PlanFile, opts: DayOptions, run: PlanFn,
     return dp
 
 
-def _day_requests(days: Sequence[LaneDay]) -> Requests | None:
-    """The requests of every trace lane, merged in arrival order (None without a trace)."""
-    traces = [d.requests for d in days if d.requests is not None]
-    if not traces:
+REPLAY_SEED = 25
+"""Seed of the requests drawn for rate-curve lanes' replay (fixed: the answer is repeatable)."""
+
+
+def _curve_requests(d: LaneDay, lane: Any, rng: np.random.Generator) -> Requests:
+    """Requests of a rate-curve lane for the replay: Poisson arrivals at each window's rate
+    (gamma-burstiness lanes are replayed as Poisson), lengths drawn from the lane's."""
+    s = d.series
+    counts = rng.poisson(s.offered_rps * (s.end_s - s.start_s))
+    start = np.repeat(s.start_s, counts)
+    t = np.sort(start + rng.random(len(start)) * np.repeat(s.end_s - s.start_s, counts))
+    n = len(t)
+    return Requests(t, parse_length(str(lane.input_len)).sample(rng, n),
+                    parse_length(str(lane.output_len)).sample(rng, n), np.zeros(n, np.int64))
+
+
+def _day_requests(days: Sequence[LaneDay], plan: PlanFile) -> Requests | None:
+    """The requests of every lane, merged in arrival order: a trace's own, a rate curve's
+    drawn (_curve_requests); None when no lane has a trace or a curve (a steady rate)."""
+    if not any(ln.is_day for ln in plan.workloads):
         return None
+    rng = np.random.default_rng(REPLAY_SEED)
+    traces = [d.requests if d.requests is not None else _curve_requests(d, ln, rng)
+              for d, ln in zip(days, plan.workloads, strict=True)]
     if len(traces) == 1:
         return traces[0]
     t = np.concatenate([r.arrival_at_s for r in traces])

@@ -29,7 +29,7 @@ def _curve_plan(**over) -> dict:
     return {"model": "llama-3.1-70b",
             "candidates": {"gpus": ["h100-sxm"], "tp": [4]},
             "engine": {"max_num_seqs": [128], "max_num_batched_tokens": [2048]},
-            "workloads": [lane], "verify": {"top": 0}, **over}
+            "workloads": [lane], "verify": {"top": 0}, "day": {"replay": "none"}, **over}
 
 
 def test_recommend_trace_gives_a_verified_day(run_cli, day_trace: Path):
