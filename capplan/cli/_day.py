@@ -85,12 +85,21 @@ SCHEDULE_COLUMNS = [
 ]
 
 
+def columns(result: dict[str, Any]) -> list[Column]:
+    """The schedule's columns: one model's, or a pool's (GPUs per model, no p99s)."""
+    models = list(result["schedule"][0].get("gpus_by_model") or {})
+    if not models:
+        return SCHEDULE_COLUMNS
+    return [Column("start", "start"), Column("offered_rps", "req/s", None, ".3g"),
+            *(Column(f"gpus:{m}", f"GPUs\n{m}") for m in models), Column("gpus", "GPUs\npool")]
+
+
 def schedule_rows(result: dict[str, Any]) -> list[dict[str, Any]]:
     rows = []
     for w in result["schedule"]:
         begin = w.get("scale_up_begin_s")
         rows.append({**w, "start": _hhmm(w["start_s"]),
-                     "gpus": w.get("gpus"),
+                     **{f"gpus:{m}": n for m, n in (w.get("gpus_by_model") or {}).items()},
                      "lead": None if begin is None else _hhmm(begin % 86_400),
                      "planned_att": _replay(w, "planned", "attainment"),
                      "reactive_att": _replay(w, "reactive", "attainment")})
@@ -104,7 +113,9 @@ def _money(x: Any) -> str:
 def render_day(result: dict[str, Any], fmt: str) -> str:
     """The schedule table and the day's totals (for one model or a pool of several)."""
     out = ["", "day plan (replicas per window):",
-           render_rows(schedule_rows(result), SCHEDULE_COLUMNS, fmt)]
+           render_rows(schedule_rows(result), columns(result), fmt)]
+    if result.get("gpu_pools"):
+        return "\n".join(out + [_pool_line(p) for p in result["gpu_pools"]])
     auto, fixed = result["gpu_hours"], result["fixed_fleet_gpu_hours"]
     save = 1 - auto / fixed if fixed else 0.0
     out.append(f"peak {result['peak_replicas']} replicas; autoscaled {auto:,.1f} GPU-hours "
@@ -123,9 +134,12 @@ def render_day(result: dict[str, Any], fmt: str) -> str:
                    f"{st['load_s']:.0f} s + engine start-up {st['engine_startup_s']:.0f} s): "
                    "each scale-up begins that long before its window ('start scale-up')")
         out += [f"note: {n}" for n in day.get("notes", [])]
-    for p in result.get("gpu_pools", []):
-        out.append(f"pool {p['gpu']} ({', '.join(p['models'])}): peak {p['peak_gpus']} GPUs "
-                   f"shared vs {p['separate_fleets_peak_gpus']} in one fleet per model "
-                   f"(saves {p['saving_gpus']} GPUs); {p['gpu_hours']:,.1f} GPU-hours "
-                   "autoscaled")
     return "\n".join(out)
+
+
+def _pool_line(p: dict[str, Any]) -> str:
+    return (f"pool {p['gpu']} ({', '.join(p['models'])}): peak {p['peak_gpus']} GPUs shared vs "
+            f"{p['separate_fleets_peak_gpus']} in one fleet per model (saves {p['saving_gpus']} "
+            f"GPUs); {p['gpu_hours']:,.1f} GPU-hours autoscaled, {p['fixed_pool_gpu_hours']:,.1f} "
+            f"for a fixed pool at its peak, {p['separate_fleets_gpu_hours']:,.1f} for fixed "
+            "fleets per model")

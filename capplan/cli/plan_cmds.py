@@ -79,9 +79,9 @@ def _finish(plan: PlanResult, fmt: str, exports: list[Path], plot_dir: str | Non
         return
     if fmt in ("csv", "markdown"):  # machine-readable: the table alone
         if "schedule" in result:  # a day plan: its schedule is the table
-            from capplan.cli._day import SCHEDULE_COLUMNS, schedule_rows
+            from capplan.cli._day import columns, schedule_rows
 
-            emit(render_rows(schedule_rows(result), SCHEDULE_COLUMNS, fmt))
+            emit(render_rows(schedule_rows(result), columns(result), fmt))
             return
         emit(render_rows(_plan_rows(result), PLAN_COLUMNS, fmt))
         return

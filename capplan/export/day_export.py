@@ -43,12 +43,27 @@ def has_day(plan: dict[str, Any]) -> bool:
     return isinstance(plan.get("schedule"), list) and bool(plan["schedule"])
 
 
+def _models(plan: dict[str, Any]) -> list[str]:
+    """The models of a shared pool's schedule (GPUs per model columns), else none."""
+    first = plan["schedule"][0]
+    return list(first.get("gpus_by_model") or {})
+
+
+def headers(plan: dict[str, Any]) -> tuple[list[str], list[str]]:
+    """(headers, formats) of the schedule table: a pool adds GPUs per model."""
+    models = _models(plan)
+    return ([*HEADERS, *(f"GPUs {m}" for m in models)], [*FMTS, *("g" for _ in models)])
+
+
 def schedule_rows(plan: dict[str, Any]) -> list[list[Any]]:
     """One row per window in display units (None: empty cell)."""
+    models = _models(plan)
     return [[_h(w.get("start_s")), _h(w.get("end_s")), _num(w.get("offered_rps")),
              _num(w.get("dispersion")), w.get("replicas"), w.get("gpus"),
              _ms(w.get("ttft_p99_s")), _ms(w.get("tbt_p99_s")), _h(w.get("scale_up_begin_s")),
-             _att(w, "planned"), _att(w, "reactive")] for w in plan["schedule"]]
+             _att(w, "planned"), _att(w, "reactive"),
+             *((w.get("gpus_by_model") or {}).get(m) for m in models)]
+            for w in plan["schedule"]]
 
 
 def summary_rows(plan: dict[str, Any]) -> list[list[Any]]:
@@ -72,7 +87,7 @@ def write_schedule_csv(plan: dict[str, Any], path: Path) -> Path:
     def write(tmp: Path) -> None:
         with tmp.open("w", newline="", encoding="utf-8") as f:
             w = csv.writer(f)
-            w.writerow(HEADERS)
+            w.writerow(headers(plan)[0])
             for row in schedule_rows(plan):
                 w.writerow(["" if v is None else v for v in row])
             w.writerow([])
@@ -87,8 +102,9 @@ def markdown_section(plan: dict[str, Any], table: Any) -> list[str]:
     """The schedule table, the totals and a Mermaid chart (replicas as bars, offered rate as a
     line) that GitHub and most Markdown viewers draw."""
     rows = schedule_rows(plan)
+    heads, fmts = headers(plan)
     out = ["## Day plan: replicas per window", "",
-           table(list(HEADERS), rows, FMTS), "", table(["quantity", "value"],
+           table(heads, rows, tuple(fmts)), "", table(["quantity", "value"],
                                                        summary_rows(plan), "g"), ""]
     reps = [r[4] or 0 for r in rows]
     rate = [round(r[2] or 0.0, 3) for r in rows]
@@ -107,7 +123,8 @@ def xlsx_sheet(wb: Any, plan: dict[str, Any], bold: Any, write_table: Any) -> No
     rate (line, second axis) against the window's start."""
     ws = wb.add_worksheet("schedule")
     rows = schedule_rows(plan)
-    write_table(ws, HEADERS, rows, bold, FMTS, wb)
+    heads, fmts = headers(plan)
+    write_table(ws, heads, rows, bold, fmts, wb)
     n = len(rows)
     write_table(ws, ("quantity", "value"), summary_rows(plan), bold, ("g", "g"), wb,
                 first_row=n + 2)
@@ -123,7 +140,7 @@ def xlsx_sheet(wb: Any, plan: dict[str, Any], bold: Any, write_table: Any) -> No
     chart.set_y_axis({"name": "replicas"})
     line.set_y2_axis({"name": "offered (req/s)"})
     chart.set_size({"width": 900, "height": 360})
-    ws.insert_chart(1, len(HEADERS) + 1, chart)
+    ws.insert_chart(1, len(heads) + 1, chart)
 
 
 def plot_day(plan: dict[str, Any], out_dir: Path, figure: Any, save: Any) -> list[Path]:

@@ -202,6 +202,8 @@ class DayPlan:
             "cost_per_million_output_tokens": self._per_mtok(auto),
             "fixed_fleet_cost_per_million_output_tokens": self._per_mtok(fixed),
             "saving_gpu_hours": fixed - auto,
+            "saving_per_day": (None if self.price_per_gpu_hour is None else
+                               (self._per_day(fixed) or 0.0) - (self._per_day(auto) or 0.0)),
             "saving_frac": 1.0 - auto / fixed if fixed > 0 else 0.0,
         }
 
@@ -312,8 +314,13 @@ def plan_day(cat: Catalog, plan: PlanFile, opts: DayOptions, run: PlanFn,
     # the lanes as the user gave them, not the temporary length files
     result = replace(result, lanes=list(plan.workloads))
     price = cost_per_hour(cand.gpu, 1)
-    notes = [f"sized at the peak window ({total.offered_rps[total.peak_index]:.3g} req/s, "
-             f"window {total.peak_index}); each replica carries {cand.max_rate_per_s:.3g} "
+    span = float(total.end_s[-1] - total.start_s[0])
+    per_day = ([] if abs(span - 86_400.0) < 1 else
+               [f"the traffic spans {span / 3600:.3g} h: GPU-hours are over that span, costs "
+                "per day scale it to 24 h"])
+    k = total.peak_index
+    notes = [*per_day, f"sized at the peak window ({total.offered_rps[k]:.3g} req/s, "
+             f"window {k}); each replica carries {cand.max_rate_per_s:.3g} "
              f"req/s within the SLOs, headroom {plan.headroom:.0%}"]
     dp = DayPlan(plan=result, windows=windows, gpus_per_replica=gpr, price_per_gpu_hour=price,
                  output_tokens=float(total.output_tokens.sum()), lag=lag, source=total.source,

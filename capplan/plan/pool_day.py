@@ -79,14 +79,15 @@ class PoolDay:
                 "offered_rps": sum(w.offered_rps for w in ws),
                 "replicas": sum(w.replicas for w in ws), "gpus": int(g[:, k].sum()),
                 "gpus_by_model": {m: int(g[i, k]) for i, m in enumerate(self.names)},
-                "ttft_p99_s": max(w.ttft_p99_s for w in ws),
-                "tbt_p99_s": max(w.tbt_p99_s for w in ws)})
+                # each model's own p99s are in its schedule (`models`): a pool has none
+                "ttft_p99_s": None, "tbt_p99_s": None})
         per = [d.to_dict() for d in self.days]
         recs = [{**p["recommendations"][0], "model": m} for p, m in zip(per, self.names,
                                                                         strict=True)]
         pools = self.pools()
         cost = [p["cost_per_day"] for p in per]
         return {
+            "model": " + ".join(self.names),
             "models": [{"model": m, **p} for m, p in zip(self.names, per, strict=True)],
             "recommendations": recs,
             "gpu_pools": pools,
