@@ -125,3 +125,25 @@ def test_bad_day_lanes(run_cli, tmp_path: Path, bad, msg):
     p.write_text(yaml.safe_dump(doc))
     res = run_cli("plan", str(p))
     assert res.exit_code == 2 and msg in res.stderr
+
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "day"
+
+
+@pytest.mark.parametrize("name", ["chat-day", "two-models"])
+def test_day_examples_run(run_cli, tmp_path: Path, name: str):
+    """The shipped day examples run (replay and simulator check off here, for speed)."""
+    doc = yaml.safe_load((EXAMPLES / f"{name}.yaml").read_text())
+    doc["day"] = {**doc.get("day", {}), "replay": "none"}
+    doc["verify"] = {"top": 0}
+    for ln in [w for m in doc.get("models", [doc]) for w in m["workloads"]]:
+        if isinstance(ln.get("rate_curve"), str):
+            ln["rate_curve"] = str(EXAMPLES / ln["rate_curve"])
+    p = tmp_path / f"{name}.yaml"
+    p.write_text(yaml.safe_dump(doc))
+    res = run_cli("plan", str(p), "--format", "json")
+    assert res.exit_code == 0, res.stderr
+    d = json.loads(res.stdout)
+    assert d["gpu_hours"] < d["fixed_fleet_gpu_hours"]
+    if name == "two-models":
+        assert d["peak_gpus"] < d["separate_fleets_peak_gpus"]
