@@ -38,7 +38,7 @@ from capplan.plan.rate_curve import (
     series_from_curve,
     series_from_trace,
 )
-from capplan.plan.result import PlanResult
+from capplan.plan.result import PlanResult, Recommendation
 from capplan.plan.schema import PlanFile
 from capplan.plan.search import Candidate, cost_per_hour
 from capplan.plan.startup import ENGINE_STARTUP_S, StartupLag, startup_lag
@@ -292,6 +292,41 @@ def _schedule(total: WindowSeries, cand: Candidate, opts: DayOptions, headroom: 
 PlanFn = Callable[[Catalog, PlanFile], PlanResult]
 
 
+def _day_key(r: Recommendation, total: WindowSeries, headroom: float, min_replicas: int
+             ) -> tuple[float, float]:
+    """(cost over the day, GPU-hours) of recommendation r's configuration autoscaled over the
+    windows; unpriced GPUs rank after priced ones, as in the planner."""
+    c = r.candidate
+    reps = replicas_for(total.offered_rps, c.max_rate_per_s, headroom, min_replicas)
+    gpu_h = float((reps * (total.end_s - total.start_s)).sum()) / HOUR_S * (
+        c.gpus_total // max(c.replicas, 1))
+    price = cost_per_hour(c.gpu, 1)
+    return (math.inf if price is None else gpu_h * price, gpu_h)
+
+
+def rank_for_day(result: PlanResult, total: WindowSeries, headroom: float, min_replicas: int
+                 ) -> tuple[PlanResult, list[str]]:
+    """The peak plan with its recommendation that costs least over the day first (the peak's
+    cheapest may not be: a replica of fewer GPUs follows the trough more closely), and a note
+    when the order changed."""
+    recs = result.recommendations
+    keys = [_day_key(r, total, headroom, min_replicas) for r in recs]
+    i = min(range(len(recs)), key=lambda k: (keys[k], k))
+    if i == 0:
+        return result, []
+    best, old = recs[i], recs[0]
+    how = (f"${keys[i][0]:,.2f} vs ${keys[0][0]:,.2f}" if math.isfinite(keys[0][0])
+           else f"{keys[i][1]:,.1f} vs {keys[0][1]:,.1f} GPU-hours")
+    order = [best.with_(why_not_first="", rank=1), old.with_(
+        why_not_first=f"costs more over the day ({keys[0][0]:,.2f} vs {keys[i][0]:,.2f}); "
+                      "cheapest at the peak", rank=2)]
+    order += [r.with_(rank=k + 3) for k, r in enumerate(x for j, x in enumerate(recs)
+                                                        if j not in (0, i))]
+    note = (f"{best.label} costs least over the day ({how} for {old.label}, the cheapest at "
+            "the peak): it comes first")
+    return replace(result, recommendations=order), [note]
+
+
 def plan_day(cat: Catalog, plan: PlanFile, opts: DayOptions, run: PlanFn,
              base: Path | None = None) -> DayPlan:
     """The day plan of one model's lanes (see the module docstring). `run(cat, plan)` is the
@@ -303,7 +338,7 @@ def plan_day(cat: Catalog, plan: PlanFile, opts: DayOptions, run: PlanFn,
     model = cat.resolve_model(plan.model).spec
     with tempfile.TemporaryDirectory(prefix="capplan-day-") as tmp:
         peak = _peak_plan(plan, days, total, Path(tmp))
-        result = run(cat, peak)
+        result, rerank = rank_for_day(run(cat, peak), total, plan.headroom, opts.min_replicas)
         cand = result.best.candidate
         mem = memory_report(model, cand.gpu, cand.settings)
         gpr = cand.gpus_total // max(cand.replicas, 1)
@@ -319,7 +354,7 @@ def plan_day(cat: Catalog, plan: PlanFile, opts: DayOptions, run: PlanFn,
                [f"the traffic spans {span / 3600:.3g} h: GPU-hours are over that span, costs "
                 "per day scale it to 24 h"])
     k = total.peak_index
-    notes = [*per_day, f"sized at the peak window ({total.offered_rps[k]:.3g} req/s, "
+    notes = [*per_day, *rerank, f"sized at the peak window ({total.offered_rps[k]:.3g} req/s, "
              f"window {k}); each replica carries {cand.max_rate_per_s:.3g} "
              f"req/s within the SLOs, headroom {plan.headroom:.0%}"]
     dp = DayPlan(plan=result, windows=windows, gpus_per_replica=gpr, price_per_gpu_hour=price,

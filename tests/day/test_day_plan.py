@@ -147,3 +147,21 @@ def test_day_examples_run(run_cli, tmp_path: Path, name: str):
     assert d["gpu_hours"] < d["fixed_fleet_gpu_hours"]
     if name == "two-models":
         assert d["peak_gpus"] < d["separate_fleets_peak_gpus"]
+
+
+def test_first_recommendation_is_cheapest_over_the_day():
+    """The day plan puts first the configuration whose autoscaled day costs least, recomputed
+    here from each recommendation's capacity per replica and the schedule's rates."""
+    doc = _curve_plan(candidates={"gpus": ["h100-sxm"], "tp": [2, 4, 8]})
+    d = run_day_plan(load_catalog(), PlanFile.model_validate(doc)).to_dict()
+    rates = np.array([w["offered_rps"] for w in d["schedule"]])
+    price = d["day"]["price_per_gpu_hour"]
+
+    def day_cost(r: dict) -> float:
+        reps = np.maximum(np.ceil(rates * 1.2 / r["capacity_per_replica_rps"] - 1e-9), 1)
+        return float(reps.sum()) * 0.25 * r["gpus_total"] / r["replicas"] * price
+
+    costs = [day_cost(r) for r in d["recommendations"]]
+    assert len(costs) >= 2
+    assert costs[0] == pytest.approx(min(costs))
+    assert d["cost_per_day"] == pytest.approx(costs[0])
