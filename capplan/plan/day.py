@@ -211,7 +211,9 @@ class DayPlan:
 def replicas_for(offered_rps: np.ndarray, capacity_rps: float, headroom: float,
                  min_replicas: int) -> np.ndarray:
     """ceil(offered * (1 + headroom) / capacity), at least min_replicas (search.py's rule)."""
-    need = np.ceil(np.asarray(offered_rps) * (1 + headroom) / capacity_rps - 1e-9)
+    rate = np.asarray(offered_rps, float)
+    need = np.ceil(rate * (1 + headroom) / capacity_rps - 1e-9)
+    need = np.where(rate > 0, np.maximum(need, 1), need)  # any traffic needs a replica
     return np.maximum(need, min_replicas).astype(np.int64)
 
 

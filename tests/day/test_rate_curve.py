@@ -119,3 +119,33 @@ def test_startup_lag_by_hand():
         pytest.approx(8.03)
     with pytest.raises(InputError):
         startup_lag(1e9, "tape")
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.lists(st.floats(0, 1e4), min_size=1, max_size=50), st.floats(0.01, 1e3),
+       st.floats(0, 2), st.integers(0, 3))
+def test_replicas_cover_the_load_and_grow_with_it(rates, cap, headroom, floor):
+    r = np.asarray(rates)
+    reps = replicas_for(r, cap, headroom, floor)
+    # enough capacity (to the rule's 1e-9 rounding guard), and any traffic has a replica
+    assert (reps * cap >= r * (1 + headroom) - 1e-9 * cap).all()
+    assert (reps >= floor).all() and (reps[r > 0] >= 1).all()
+    # one replica fewer would not be enough (unless the floor holds it)
+    assert ((reps - 1) * cap < r * (1 + headroom) * (1 + 1e-6) + 1e-9)[reps > floor].all()
+    order = np.argsort(r)
+    assert (np.diff(reps[order]) >= 0).all()  # monotone in the offered rate
+
+
+def test_api_recommend_day():
+    import capplan
+    from capplan.plan.day import DayPlan
+
+    res = capplan.recommend("llama-3.1-70b", gpus=["h100-sxm"], ttft_p99_s=1.0, verify=False,
+                            input_len=1000, output_len=250,
+                            rate_curve=[{"at": "04:00", "rate_per_s": 2},
+                                        {"at": "16:00", "rate_per_s": 20}],
+                            day={"window_s": 3600, "replay": "none"})
+    assert isinstance(res, DayPlan) and len(res.windows) == 24
+    assert res.gpu_hours < res.fixed_fleet_gpu_hours
+    with pytest.raises(InputError, match="exactly one"):
+        capplan.recommend("llama-3.1-70b", rate=1, trace="x.csv")
