@@ -48,11 +48,16 @@ def _subset(reqs: Requests, start_s: float, end_s: float) -> Requests:
 def replay_windows(reqs: Requests, dep: Any, windows: list[tuple[float, float, int]],
                    startup_lag_s: float, slos: SloSet) -> list[dict[str, Any]]:
     """The one call into the fleet replay: per-window stats as dicts."""
+    from capplan.sim import compiled_available
     from capplan.sim.fleet import FleetReplaySpec, replay_schedule
 
+    # the compiled engine whatever each replica's share (sim.COMPILED_MIN_REQUESTS weighs
+    # numba's ~1 s load against one run; a replay runs a replica per window and per policy)
+    engine = "compiled" if compiled_available() else "auto"
     res = replay_schedule(FleetReplaySpec(
         requests=reqs, engine_config=dep, windows=windows, router="least-outstanding",
-        startup_lag_s=startup_lag_s, slo_ttft_s=slos.ttft_p99_s, slo_tbt_s=slos.tbt_p99_s))
+        startup_lag_s=startup_lag_s, slo_ttft_s=slos.ttft_p99_s, slo_tbt_s=slos.tbt_p99_s,
+        sim_engine=engine))
     return [w.to_dict() for w in res.windows]
 
 
