@@ -196,7 +196,7 @@ def run_plan(path_or_plan: str | Path | dict[str, Any], *, verify: bool = True,
             spec = spec.model_copy(update={"calibration": str(base / spec.calibration)})
     verify_fn = simulate_recommendation if verify and spec.verify.top > 0 else None
     if spec.is_day:  # lanes with trace: / rate_curve:, or models: -> a day plan
-        from capplan.plan.day import run_day_plan
+        from capplan.plan.day_run import run_day_plan
 
         base = None if isinstance(path_or_plan, dict) else Path(path_or_plan).parent
         return run_day_plan(load_catalog(catalog_dirs), spec, verify_fn, base=base)

@@ -325,7 +325,7 @@ def recommend_cmd(model: str, rate: float | None, input_len: str, output_len: st
     })
     with _verifier(verify_top > 0, jobs) as verify:
         if plan.is_day:
-            from capplan.plan.day import run_day_plan
+            from capplan.plan.day_run import run_day_plan
 
             result = run_day_plan(load_catalog(catalog_dir), plan, verify, base=Path.cwd())
         else:
@@ -395,7 +395,7 @@ def plan_cmd(plan_file: str, exports: tuple[str, ...], plot_dir: str | None, no_
         with _plan_progress(len(plan.workloads), plan.pools) as progress, \
                 _verifier(not no_verify, jobs) as verify:
             if plan.is_day:
-                from capplan.plan.day import run_day_plan
+                from capplan.plan.day_run import run_day_plan
 
                 result = run_day_plan(load_catalog(catalog_dir), plan, verify, base=base)
             else:

@@ -402,27 +402,3 @@ def _day_requests(days: Sequence[LaneDay], plan: PlanFile) -> Requests | None:
                     np.concatenate([r.output_tokens for r in traces])[order],
                     np.zeros(len(t), np.int64))
 
-
-def day_options(plan: PlanFile) -> DayOptions:
-    d = plan.day
-    return DayOptions(window_s=d.window_s, min_replicas=d.min_replicas, load_from=d.load_from,
-                      load_gb_per_s=d.load_gb_per_s, engine_startup_s=d.engine_startup_s,
-                      replay=d.replay)
-
-
-def run_day_plan(cat: Catalog, plan: PlanFile, verify: Any = None, base: Path | None = None,
-                 opts: DayOptions | None = None) -> Any:
-    """A day plan (one model: DayPlan) or a shared pool of several models (PoolDay), with the
-    steady-rate planner `planner.run_plan(cat, plan, verify)` sizing each peak."""
-    from capplan.plan.planner import run_plan
-
-    opts = opts or day_options(plan)
-
-    def run(c: Catalog, p: PlanFile) -> PlanResult:
-        return run_plan(c, p, verify)
-
-    if plan.models is not None:
-        from capplan.plan.pool_day import plan_pool_day
-
-        return plan_pool_day(cat, plan, opts, run, base)
-    return plan_day(cat, plan, opts, run, base)

@@ -151,7 +151,8 @@ def _clock(v: Any, where: str) -> float:
     return s
 
 
-def _points_from_csv(path: Path) -> list[dict[str, Any]]:
+def _points_from_csv(path: Path) -> tuple[list[dict[str, Any]], list[int]]:
+    """The CSV's points and the file line of each."""
     if not path.is_file():
         raise InputError(f"{path}: no such rate-curve file")
     L.check_input_file(path, "rate curve")
@@ -161,8 +162,9 @@ def _points_from_csv(path: Path) -> list[dict[str, Any]]:
         reader.fieldnames = cols
         if "at" not in cols or "rate_per_s" not in cols:
             raise InputError(f"{path}:1: a rate curve CSV has the columns at,rate_per_s")
-        return [{"at": r["at"], "rate_per_s": r["rate_per_s"], "_line": i}
-                for i, r in enumerate(reader, 2)]
+        rows = list(enumerate(reader, 2))
+        return [{"at": r["at"], "rate_per_s": r["rate_per_s"]} for _, r in rows], \
+            [i for i, _ in rows]
 
 
 def parse_rate_curve(spec: str | Path | Sequence[Any], base: Path | None = None) -> RateCurve:
@@ -171,17 +173,18 @@ def parse_rate_curve(spec: str | Path | Sequence[Any], base: Path | None = None)
         path = Path(spec)
         if base is not None and not path.is_absolute():
             path = base / path
-        points, label = _points_from_csv(path), str(path)
+        (points, lines), label = _points_from_csv(path), str(path)
     else:
         points, label = list(spec), "rate_curve"
+        lines = list(range(1, len(points) + 1))
     if not points:
         raise InputError(f"{label}: a rate curve needs at least one point")
     at, rate = [], []
     for i, p in enumerate(points):
-        where = f"{label}:{p.get('_line', i + 1)}" if isinstance(p, dict) else label
+        where = f"{label}:{lines[i]}" if isinstance(spec, str | Path) else f"{label}[{i}]"
         if not isinstance(p, dict) or "at" not in p or "rate_per_s" not in p:
             raise InputError(f"{where}: each point is {{at: 'HH:MM', rate_per_s: R}}")
-        extra = set(p) - {"at", "rate_per_s", "_line"}
+        extra = set(p) - {"at", "rate_per_s"}
         if extra:
             raise InputError(f"{where}: unknown key {sorted(extra)[0]!r} (at, rate_per_s)")
         at.append(_clock(p["at"], where))

@@ -109,7 +109,9 @@ class CurvePoint(BaseModel):
 class Lane(BaseModel):
     """One class of traffic with its own rate, lengths, SLOs and priority."""
 
-    model_config = _STRICT
+    model_config = ConfigDict(extra="forbid", frozen=True, json_schema_extra={
+        "oneOf": [{"required": ["rate_per_s"]}, {"required": ["trace"]},
+                  {"required": ["rate_curve"]}]})
     name: str = "default"
     rate_per_s: L.RATE_PER_S.field() | None = None  # type: ignore[valid-type]
     """Mean arrival rate, requests per second (for the whole fleet); or give `trace` or
@@ -232,7 +234,9 @@ class ModelEntry(BaseModel):
 class PlanFile(BaseModel):
     """A capacity plan: model, candidates, engine settings, lanes, objective, exports."""
 
-    model_config = _STRICT
+    # one model and its lanes, or several models (a shared pool over a day)
+    model_config = ConfigDict(extra="forbid", frozen=True, json_schema_extra={
+        "oneOf": [{"required": ["model", "workloads"]}, {"required": ["models"]}]})
     version: Literal[1] = 1
     model: str = ""
     candidates: Candidates = Candidates()

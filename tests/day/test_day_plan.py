@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from capplan.catalog.loader import load_catalog
-from capplan.plan.day import run_day_plan
+from capplan.plan.day_run import run_day_plan
 from capplan.plan.schema import PlanFile
 
 SEARCH = ["--model", "llama-3.1-70b", "--gpu", "h100-sxm", "--tp", "4", "--max-num-seqs", "128",
