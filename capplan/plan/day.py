@@ -122,18 +122,21 @@ class Window:
     ttft_p99_s: float
     tbt_p99_s: float
     scale_up_begin_s: float | None = None
-    """When the replicas this window adds must start (start_s - replica start time)."""
+    """When the replicas this window adds must start: start_s - scale_up_lead_s, taken
+    modulo the schedule's span (a daily cycle: before 00:00 is the previous evening)."""
+    scale_up_lead_s: float | None = None
+    """The replica start-up time the scale-up needs ahead of the window."""
     reactive_replicas: int = 0
     """What a reactive policy runs: the replicas the previous window needed."""
     replay: dict[str, Any] | None = None
     """The trace replayed over the planned (and reactive) fleet: attainment, p99s."""
 
     def to_dict(self) -> dict[str, Any]:
-        lead = None if self.scale_up_begin_s is None else self.start_s - self.scale_up_begin_s
         return {"start_s": self.start_s, "end_s": self.end_s, "offered_rps": self.offered_rps,
                 "dispersion": self.dispersion, "replicas": self.replicas, "gpus": self.gpus,
                 "ttft_p99_s": self.ttft_p99_s, "tbt_p99_s": self.tbt_p99_s,
-                "scale_up_begin_s": self.scale_up_begin_s, "scale_up_lead_s": lead,
+                "scale_up_begin_s": self.scale_up_begin_s,
+                "scale_up_lead_s": self.scale_up_lead_s,
                 "reactive_replicas": self.reactive_replicas,
                 **({"replay": self.replay} if self.replay is not None else {})}
 
@@ -276,6 +279,7 @@ def _schedule(total: WindowSeries, cand: Candidate, opts: DayOptions, headroom: 
     ttft, tbt = pred(total.offered_rps / np.maximum(reps, 1))
     # reactive: each window runs what the previous one needed (the first: its own)
     reactive = np.concatenate([reps[:1], reps[:-1]])
+    span = float(total.end_s[-1] - total.start_s[0])
     out = []
     for i in range(len(total)):
         up = i > 0 and reps[i] > reps[i - 1]
@@ -286,7 +290,9 @@ def _schedule(total: WindowSeries, cand: Candidate, opts: DayOptions, headroom: 
             replicas=int(reps[i]), gpus=int(reps[i]) * gpr,
             ttft_p99_s=math.nan if idle else float(ttft[i]),
             tbt_p99_s=math.nan if idle else float(tbt[i]),
-            scale_up_begin_s=float(total.start_s[i]) - lag.total_s if up else None,
+            # a daily cycle: a start before the schedule's is the previous day's clock time
+            scale_up_begin_s=(float(total.start_s[i]) - lag.total_s) % span if up else None,
+            scale_up_lead_s=lag.total_s if up else None,
             reactive_replicas=int(reactive[i])))
     return out
 

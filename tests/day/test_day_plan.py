@@ -53,7 +53,8 @@ def test_recommend_trace_gives_a_verified_day(run_cli, day_trace: Path):
     # every scale-up starts one replica start-up ahead of its window
     lag = d["day"]["startup"]["replica_start_s"]
     ups = [w for w in sched if w["scale_up_begin_s"] is not None]
-    assert ups and all(w["start_s"] - w["scale_up_begin_s"] == pytest.approx(lag) for w in ups)
+    assert ups and all(w["start_s"] - w["scale_up_begin_s"] == pytest.approx(lag)
+                       and w["scale_up_lead_s"] == pytest.approx(lag) for w in ups)
     # the peak window replayed over the schedule's replicas meets the SLOs within 10%
     peak = max(sched, key=lambda w: w["offered_rps"])
     rp = peak["replay"]["planned"]
