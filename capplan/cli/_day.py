@@ -106,6 +106,10 @@ def schedule_rows(result: dict[str, Any]) -> list[dict[str, Any]]:
     return rows
 
 
+def _hours(x: float) -> str:
+    return f"{x:,.1f}" if x >= 10 else f"{x:.3g}"
+
+
 def _money(x: Any) -> str:
     return "unknown (no price)" if x is None else f"${x:,.2f}"
 
@@ -118,10 +122,10 @@ def render_day(result: dict[str, Any], fmt: str) -> str:
         return "\n".join(out + [_pool_line(p) for p in result["gpu_pools"]])
     auto, fixed = result["gpu_hours"], result["fixed_fleet_gpu_hours"]
     save = 1 - auto / fixed if fixed else 0.0
-    out.append(f"peak {result['peak_replicas']} replicas; autoscaled {auto:,.1f} GPU-hours "
+    out.append(f"peak {result['peak_replicas']} replicas; autoscaled {_hours(auto)} GPU-hours "
                f"({_money(result.get('cost_per_day'))}/day) vs a fixed fleet for the peak "
-               f"{fixed:,.1f} GPU-hours ({_money(result.get('fixed_fleet_cost_per_day'))}/day): "
-               f"autoscaling saves {save:.0%}")
+               f"{_hours(fixed)} GPU-hours ({_money(result.get('fixed_fleet_cost_per_day'))}"
+               f"/day): autoscaling saves {save:.0%}")
     if result.get("cost_per_million_output_tokens") is not None:
         out.append(f"$ per million output tokens: autoscaled "
                    f"{result['cost_per_million_output_tokens']:.3f}, fixed "

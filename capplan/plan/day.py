@@ -95,8 +95,8 @@ def lane_day(lane: Any, window_s: float, base: Path | None = None) -> LaneDay:
 
 def combine(days: Sequence[LaneDay]) -> WindowSeries:
     """Lanes added window by window (a shorter lane counts 0 after its end)."""
-    n = max(len(d.series) for d in days)
-    w = float(days[0].series.end_s[0] - days[0].series.start_s[0])
+    longest = max(days, key=lambda d: (len(d.series), d.series.span_s)).series
+    n = len(longest)
     rate, out_tok, disp_w = np.zeros(n), np.zeros(n), np.zeros(n)
     for d in days:
         k = len(d.series)
@@ -104,8 +104,7 @@ def combine(days: Sequence[LaneDay]) -> WindowSeries:
         out_tok[:k] += d.series.output_tokens
         disp_w[:k] += d.series.dispersion * d.series.offered_rps
     disp = np.where(rate > 0, disp_w / np.maximum(rate, 1e-300), 1.0)
-    edges = np.arange(n + 1) * w
-    return WindowSeries(edges[:-1], edges[1:], rate, disp, out_tok,
+    return WindowSeries(longest.start_s, longest.end_s, rate, disp, out_tok,
                         " + ".join(d.series.source for d in days))
 
 

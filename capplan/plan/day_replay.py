@@ -38,9 +38,12 @@ def _selected(n: int, peak: int, which: str) -> tuple[int, int]:
     return max(0, peak - 1), min(n, peak + 2)
 
 
-def _subset(reqs: Requests, start_s: float, end_s: float) -> Requests:
+def _subset(reqs: Requests, start_s: float, end_s: float, last: bool) -> Requests:
+    """The requests arriving in [start_s, end_s) (to end_s inclusive for the last window:
+    a trace's last window ends at its last arrival)."""
     t = np.asarray(reqs.arrival_at_s)
-    lo, hi = np.searchsorted(t, [start_s, end_s])
+    lo = int(np.searchsorted(t, start_s))
+    hi = int(np.searchsorted(t, end_s, side="right" if last else "left"))
     return Requests(t[lo:hi], np.asarray(reqs.input_tokens)[lo:hi],
                     np.asarray(reqs.output_tokens)[lo:hi], np.zeros(hi - lo, np.int64))
 
@@ -76,7 +79,7 @@ def verify_day(cat: Any, dp: Any, reqs: Requests, which: str = "peak") -> Any:
     w = dp.windows
     peak = max(range(len(w)), key=lambda i: w[i].offered_rps)
     lo, hi = _selected(len(w), peak, which)
-    part = _subset(reqs, w[lo].start_s, w[hi - 1].end_s)
+    part = _subset(reqs, w[lo].start_s, w[hi - 1].end_s, hi == len(w))
     slos = SloSet.strictest(SloSet.of(ln.slo) for ln in dp.plan.lanes)
     if len(part) == 0:
         return dp

@@ -38,11 +38,17 @@ class PoolDay:
             g[i, :len(d.windows)] = [w.gpus for w in d.windows]
         return g
 
+    def _edges(self) -> tuple[np.ndarray, np.ndarray]:
+        """(start_s, end_s) of the pool's windows: the longest model day's."""
+        longest = max(self.days, key=lambda d: (len(d.windows), d.span_s)).windows
+        return (np.array([w.start_s for w in longest]), np.array([w.end_s for w in longest]))
+
     def pools(self) -> list[dict[str, Any]]:
         """One pool per GPU type: its peak, GPU-hours, and what separate fleets would need."""
         g = self._gpus()
-        w_s = self.days[0].windows[0].end_s - self.days[0].windows[0].start_s
-        span_h = g.shape[1] * w_s / HOUR_S
+        start, end = self._edges()
+        length_h = (end - start) / HOUR_S
+        span_h = float(length_h.sum())
         out = []
         types = sorted({d.plan.best.candidate.gpu.key for d in self.days})
         for gpu in types:
@@ -55,7 +61,7 @@ class PoolDay:
                 "gpu": gpu, "models": [self.names[i] for i in idx],
                 "peak_gpus": pool_peak, "separate_fleets_peak_gpus": sep,
                 "saving_gpus": sep - pool_peak,
-                "gpu_hours": float(total.sum() * w_s / HOUR_S),
+                "gpu_hours": float((total * length_h).sum()),
                 "fixed_pool_gpu_hours": pool_peak * span_h,
                 "separate_fleets_gpu_hours": sep * span_h,
                 "price_per_gpu_hour": price,
@@ -68,14 +74,12 @@ class PoolDay:
 
     def to_dict(self) -> dict[str, Any]:
         g = self._gpus()
-        first = self.days[0].windows
-        n = g.shape[1]
-        w_s = first[0].end_s - first[0].start_s
+        start, end = self._edges()
         sched = []
-        for k in range(n):
+        for k in range(g.shape[1]):
             ws = [d.windows[k] for d in self.days if k < len(d.windows)]
             sched.append({
-                "start_s": k * w_s, "end_s": (k + 1) * w_s,
+                "start_s": float(start[k]), "end_s": float(end[k]),
                 "offered_rps": sum(w.offered_rps for w in ws),
                 "replicas": sum(w.replicas for w in ws), "gpus": int(g[:, k].sum()),
                 "gpus_by_model": {m: int(g[i, k]) for i, m in enumerate(self.names)},
@@ -95,7 +99,7 @@ class PoolDay:
             "peak_gpus": int(g.sum(axis=0).max()),
             "separate_fleets_peak_gpus": int(g.max(axis=1).sum()),
             "peak_replicas": max(s["replicas"] for s in sched),
-            "gpu_hours": float(g.sum() * w_s / HOUR_S),
+            "gpu_hours": float((g.sum(axis=0) * (end - start)).sum() / HOUR_S),
             "fixed_fleet_gpu_hours": float(sum(p["fixed_pool_gpu_hours"] for p in pools)),
             "separate_fleets_gpu_hours": float(sum(p["separate_fleets_gpu_hours"]
                                                    for p in pools)),

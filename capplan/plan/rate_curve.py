@@ -95,13 +95,15 @@ def series_from_trace(reqs: Requests, window_s: float = DEFAULT_WINDOW_S,
         raise InputError(f"{source}: needs at least two requests at different times")
     n = max(1, math.ceil(float(t[-1]) / window_s - 1e-9))
     edges = np.arange(n + 1) * window_s
+    # the trace ends at its last arrival: a last window cut short counts its own length
+    edges[-1] = max(float(t[-1]), edges[-2] + 1.0)
     idx = np.minimum((t // window_s).astype(np.int64), n - 1)
     counts = np.bincount(idx, minlength=n)
     out_tok = np.bincount(idx, weights=np.asarray(reqs.output_tokens, float), minlength=n)
     bounds = np.searchsorted(t, edges)
     idc = np.array([_idc(t[bounds[i]:bounds[i + 1]], edges[i], edges[i + 1])
                     for i in range(n)])
-    return WindowSeries(edges[:-1], edges[1:], counts / window_s, idc, out_tok, source)
+    return WindowSeries(edges[:-1], edges[1:], counts / np.diff(edges), idc, out_tok, source)
 
 
 @dataclass(frozen=True)
