@@ -79,9 +79,11 @@ def test_bad_curves(points, msg):
 
 
 def test_trace_windows_by_hand():
-    # 3 arrivals in the first minute, 1 in the second: 60-s windows give 3/60 and 1/60
+    # 3 arrivals in the first minute; the second window ends at the last arrival (70 s):
+    # 60-s windows give 3/60 and 1/10
     s = series_from_trace(_reqs([0.0, 10.0, 20.0, 70.0]), window_s=60)
-    assert list(s.offered_rps) == pytest.approx([3 / 60, 1 / 60])
+    assert list(s.offered_rps) == pytest.approx([3 / 60, 1 / 10])
+    assert list(s.end_s) == [60.0, 70.0]
     assert list(s.output_tokens) == [30, 10]
 
 
