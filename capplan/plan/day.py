@@ -210,7 +210,7 @@ class DayPlan:
         }
 
 
-def replicas_for(offered_rps: np.ndarray, capacity_rps: float, headroom: float,
+def replicas_for(offered_rps: np.ndarray, capacity_rps: float | np.ndarray, headroom: float,
                  min_replicas: int) -> np.ndarray:
     """ceil(offered * (1 + headroom) / capacity), at least min_replicas (search.py's rule)."""
     rate = np.asarray(offered_rps, float)
@@ -259,23 +259,37 @@ def _peak_plan(plan: PlanFile, days: Sequence[LaneDay], total: WindowSeries, tmp
     return plan.model_copy(update={"workloads": lanes})
 
 
-def _predict(cand: Candidate, plan: PlanFile, model: Any, per_replica_rps: np.ndarray
-             ) -> tuple[np.ndarray, np.ndarray]:
-    """Analytic TTFT and TBT p99 of one replica at each per-replica rate."""
-    from capplan.plan.planner import _queue_model, traffic_for
+@dataclass(frozen=True)
+class _Sizing:
+    """One replica of the chosen configuration per window: its capacity within the SLOs and
+    the analytic p99s at a per-replica rate."""
 
-    t = traffic_for(plan.workloads, model.context_len(plan.engine.max_model_len))
-    with np.errstate(all="ignore"):
-        res = _queue_model(cand, t).at_rate(np.maximum(per_replica_rps, 1e-6))
-    return np.asarray(res["ttft_s"]["p99"], float), np.asarray(res["tbt_s"]["p99"], float)
+    capacity_rps: np.ndarray
+    predict: Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]]
+
+
+def _sizing(cand: Candidate, peak: PlanFile, model: Any, total: WindowSeries,
+            traced: bool) -> _Sizing:
+    """Per-window capacity and predictions: at each window's own burstiness (its IDC) when a
+    trace measured it (plan/burst.py), else at the lanes' (the planner's capacity)."""
+    from capplan.plan.burst import capacities, predict
+    from capplan.plan.planner import traffic_for
+
+    t = traffic_for(peak.workloads, model.context_len(peak.engine.max_model_len))
+    if traced:
+        idc = total.dispersion
+        caps = capacities(cand, t, idc)
+    else:
+        idc = np.full(len(total), t.arrival_scv)
+        caps = np.full(len(total), cand.max_rate_per_s)
+    return _Sizing(caps, lambda r: predict(cand, t, r, idc))
 
 
 def _schedule(total: WindowSeries, cand: Candidate, opts: DayOptions, headroom: float,
-              lag: StartupLag, pred: Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]]
-              ) -> list[Window]:
-    reps = replicas_for(total.offered_rps, cand.max_rate_per_s, headroom, opts.min_replicas)
+              lag: StartupLag, size: _Sizing) -> list[Window]:
+    reps = replicas_for(total.offered_rps, size.capacity_rps, headroom, opts.min_replicas)
     gpr = cand.gpus_total // max(cand.replicas, 1)
-    ttft, tbt = pred(total.offered_rps / np.maximum(reps, 1))
+    ttft, tbt = size.predict(total.offered_rps / np.maximum(reps, 1))
     # reactive: each window runs what the previous one needed (the first: its own)
     reactive = np.concatenate([reps[:1], reps[:-1]])
     span = float(total.end_s[-1] - total.start_s[0])
@@ -351,8 +365,8 @@ def plan_day(cat: Catalog, plan: PlanFile, opts: DayOptions, run: PlanFn,
         gpr = cand.gpus_total // max(cand.replicas, 1)
         lag = startup_lag(mem.weights_bytes_per_gpu * gpr, opts.load_from, opts.load_gb_per_s,
                           opts.engine_startup_s)
-        windows = _schedule(total, cand, opts, plan.headroom, lag,
-                            lambda r: _predict(cand, peak, model, r))
+        size = _sizing(cand, peak, model, total, any(d.requests is not None for d in days))
+        windows = _schedule(total, cand, opts, plan.headroom, lag, size)
     # the lanes as the user gave them, not the temporary length files
     result = replace(result, lanes=list(plan.workloads))
     price = cost_per_hour(cand.gpu, 1)

@@ -1,0 +1,75 @@
+"""Each window's burstiness in the capacity of a replica.
+
+The planner sizes a replica with one arrival variability, the squared coefficient of variation
+of inter-arrival gaps (SCV; 1 = Poisson), in the queueing model's waiting times
+(models/queueing.py: Kingman's / Allen-Cunneen's factor (c_a^2 + c_s^2) / 2). A day's windows
+differ: a window's index of dispersion of counts (IDC) stands for its SCV (for a renewal
+process IDC(T) tends to the SCV as the counting interval T grows: Cox & Lewis 1966, section
+4.5). This module gives the capacity within the SLOs, and the predicted p99s, of the chosen
+configuration at each window's IDC, by the same bisection on the analytic model as the search
+(search.analytic_search).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+import numpy as np
+
+from capplan.plan.search import Candidate, Traffic
+
+IDC_STEP = 0.25
+"""IDCs are rounded up to this step (capacities computed once per level; up, to be safe)."""
+IDC_RANGE = (0.25, 50.0)
+_BISECT = 13
+
+
+def levels(idc: np.ndarray) -> np.ndarray:
+    """The IDCs rounded up to IDC_STEP, within IDC_RANGE."""
+    x = np.ceil(np.asarray(idc, float) / IDC_STEP - 1e-9) * IDC_STEP
+    return np.clip(np.nan_to_num(x, nan=1.0), *IDC_RANGE)
+
+
+def _queue(cand: Candidate, t: Traffic, scv: float):  # noqa: ANN202 - a QueueModel
+    from capplan.plan.planner import _queue_model
+
+    return _queue_model(cand, replace(t, arrival_scv=float(scv)))
+
+
+def capacity_at(cand: Candidate, t: Traffic, scv: float) -> float:
+    """The highest per-replica rate meeting every SLO of t at arrival SCV scv (bisection)."""
+    qm = _queue(cand, t, scv)
+    need = {tgt.metric for tgt in t.slos}
+    with np.errstate(all="ignore"):
+        hi = float(np.asarray(qm.capacity_rate()).ravel()[0])
+        lo = 0.0
+        hi = max(hi, 1e-9)
+        for _ in range(_BISECT):
+            mid = 0.5 * (lo + hi)
+            res = qm.at_rate(np.asarray(mid), need)
+            ok = bool(np.asarray(res["stable"]).all()) and bool(np.all(t.slos.ok(res)))
+            lo, hi = (mid, hi) if ok else (lo, mid)
+    return lo
+
+
+def capacities(cand: Candidate, t: Traffic, idc: np.ndarray) -> np.ndarray:
+    """Capacity within the SLOs of one replica at each window's IDC (levels())."""
+    lv = levels(idc)
+    cap = {float(v): capacity_at(cand, t, v) for v in np.unique(lv)}
+    return np.array([cap[float(v)] for v in lv])
+
+
+def predict(cand: Candidate, t: Traffic, per_replica_rps: np.ndarray, idc: np.ndarray
+            ) -> tuple[np.ndarray, np.ndarray]:
+    """Analytic TTFT and TBT p99 at each window's per-replica rate and IDC level."""
+    lv = levels(idc)
+    rate = np.maximum(np.asarray(per_replica_rps, float), 1e-6)
+    ttft, tbt = np.full(len(rate), math.nan), np.full(len(rate), math.nan)
+    for v in np.unique(lv):
+        m = lv == v
+        with np.errstate(all="ignore"):
+            res = _queue(cand, t, float(v)).at_rate(rate[m])
+        ttft[m] = np.asarray(res["ttft_s"]["p99"], float)
+        tbt[m] = np.asarray(res["tbt_s"]["p99"], float)
+    return ttft, tbt
