@@ -22,7 +22,7 @@ from capplan.plan.search import Candidate, Traffic
 IDC_STEP = 0.25
 """IDCs are rounded up to this step (capacities computed once per level; up, to be safe)."""
 IDC_RANGE = (0.25, 50.0)
-_BISECT = 13
+GRID = 32
 
 
 def levels(idc: np.ndarray) -> np.ndarray:
@@ -38,18 +38,24 @@ def _queue(cand: Candidate, t: Traffic, scv: float):  # noqa: ANN202 - a QueueMo
 
 
 def capacity_at(cand: Candidate, t: Traffic, scv: float) -> float:
-    """The highest per-replica rate meeting every SLO of t at arrival SCV scv (bisection)."""
+    """The highest per-replica rate meeting every SLO of t at arrival SCV scv: the largest
+    rate of a GRID-point grid over (0, stable capacity] that meets them, refined once by a
+    second grid inside the step above it (resolution 1 / GRID^2 of the stable capacity; two
+    vectorised calls of the analytic model instead of a bisection's thirteen)."""
     qm = _queue(cand, t, scv)
     need = {tgt.metric for tgt in t.slos}
     with np.errstate(all="ignore"):
-        hi = float(np.asarray(qm.capacity_rate()).ravel()[0])
+        hi = max(float(np.asarray(qm.capacity_rate()).ravel()[0]), 1e-9)
         lo = 0.0
-        hi = max(hi, 1e-9)
-        for _ in range(_BISECT):
-            mid = 0.5 * (lo + hi)
-            res = qm.at_rate(np.asarray(mid), need)
-            ok = bool(np.asarray(res["stable"]).all()) and bool(np.all(t.slos.ok(res)))
-            lo, hi = (mid, hi) if ok else (lo, mid)
+        for _ in range(2):
+            rates = lo + (hi - lo) * np.arange(1, GRID + 1) / GRID
+            res = qm.at_rate(rates, need)
+            ok = np.asarray(res["stable"], bool) & np.asarray(t.slos.ok(res), bool)
+            # the SLOs hold up to a rate and fail beyond it: the first failure bounds it
+            k = int(np.argmin(ok)) if not ok.all() else GRID
+            lo, hi = (lo if k == 0 else float(rates[k - 1])), float(rates[min(k, GRID - 1)])
+            if k == GRID:
+                break
     return lo
 
 
