@@ -75,7 +75,7 @@ def _replay(w: dict[str, Any], which: str, key: str) -> Any:
 
 SCHEDULE_COLUMNS = [
     Column("start", "start"), Column("offered_rps", "req/s", None, ".3g"),
-    Column("dispersion", "IDC", None, ".2f"),
+    Column("dispersion", "IDC", None, ".2f"), Column("arrival_scv", "gap\nSCV", None, ".2f"),
     Column("replicas", "replicas"), Column("gpus", "GPUs"),
     Column("ttft_p99_s", "TTFT p99\n(ms)", _ms, ".0f"),
     Column("tbt_p99_s", "TBT p99\n(ms)", _ms, ".1f"),

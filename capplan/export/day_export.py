@@ -14,8 +14,8 @@ from capplan.export.atomic import atomic_write
 
 HEADERS = ("start (h)", "end (h)", "offered (req/s)", "IDC", "replicas", "GPUs",
            "TTFT p99 (ms)", "TBT p99 (ms)", "scale-up begins (h)", "replay planned attainment",
-           "replay reactive attainment")
-FMTS = (".2f", ".2f", ".3f", ".2f", "g", "g", ".0f", ".1f", ".2f", ".3f", ".3f")
+           "replay reactive attainment", "inter-arrival SCV")
+FMTS = (".2f", ".2f", ".3f", ".2f", "g", "g", ".0f", ".1f", ".2f", ".3f", ".3f", ".2f")
 
 
 def _num(x: Any) -> float | None:
@@ -61,7 +61,7 @@ def schedule_rows(plan: dict[str, Any]) -> list[list[Any]]:
     return [[_h(w.get("start_s")), _h(w.get("end_s")), _num(w.get("offered_rps")),
              _num(w.get("dispersion")), w.get("replicas"), w.get("gpus"),
              _ms(w.get("ttft_p99_s")), _ms(w.get("tbt_p99_s")), _h(w.get("scale_up_begin_s")),
-             _att(w, "planned"), _att(w, "reactive"),
+             _att(w, "planned"), _att(w, "reactive"), _num(w.get("arrival_scv")),
              *((w.get("gpus_by_model") or {}).get(m) for m in models)]
             for w in plan["schedule"]]
 

@@ -3,11 +3,9 @@
 The planner sizes a replica with one arrival variability, the squared coefficient of variation
 of inter-arrival gaps (SCV; 1 = Poisson), in the queueing model's waiting times
 (models/queueing.py: Kingman's / Allen-Cunneen's factor (c_a^2 + c_s^2) / 2). A day's windows
-differ: a window's index of dispersion of counts (IDC) stands for its SCV (for a renewal
-process IDC(T) tends to the SCV as the counting interval T grows: Cox & Lewis 1966, section
-4.5). This module gives the capacity within the SLOs, and the predicted p99s, of the chosen
-configuration at each window's IDC, by the same bisection on the analytic model as the search
-(search.analytic_search).
+differ: each has its own gaps' SCV (plan/rate_curve.py). This module gives the capacity within
+the SLOs, and the predicted p99s, of the chosen configuration at each window's SCV, searched on
+the analytic model as the planner's search does (search.analytic_search).
 """
 
 from __future__ import annotations
@@ -19,16 +17,16 @@ import numpy as np
 
 from capplan.plan.search import Candidate, Traffic
 
-IDC_STEP = 0.25
-"""IDCs are rounded up to this step (capacities computed once per level; up, to be safe)."""
-IDC_RANGE = (0.25, 50.0)
+SCV_STEP = 0.25
+"""SCVs are rounded up to this step (capacities computed once per level; up, to be safe)."""
+SCV_RANGE = (0.25, 50.0)
 GRID = 32
 
 
-def levels(idc: np.ndarray) -> np.ndarray:
-    """The IDCs rounded up to IDC_STEP, within IDC_RANGE."""
-    x = np.ceil(np.asarray(idc, float) / IDC_STEP - 1e-9) * IDC_STEP
-    return np.clip(np.nan_to_num(x, nan=1.0), *IDC_RANGE)
+def levels(scv: np.ndarray) -> np.ndarray:
+    """The SCVs rounded up to SCV_STEP, within SCV_RANGE."""
+    x = np.ceil(np.asarray(scv, float) / SCV_STEP - 1e-9) * SCV_STEP
+    return np.clip(np.nan_to_num(x, nan=1.0), *SCV_RANGE)
 
 
 def _queue(cand: Candidate, t: Traffic, scv: float):  # noqa: ANN202 - a QueueModel
@@ -59,17 +57,17 @@ def capacity_at(cand: Candidate, t: Traffic, scv: float) -> float:
     return lo
 
 
-def capacities(cand: Candidate, t: Traffic, idc: np.ndarray) -> np.ndarray:
-    """Capacity within the SLOs of one replica at each window's IDC (levels())."""
-    lv = levels(idc)
+def capacities(cand: Candidate, t: Traffic, scv: np.ndarray) -> np.ndarray:
+    """Capacity within the SLOs of one replica at each window's SCV (levels())."""
+    lv = levels(scv)
     cap = {float(v): capacity_at(cand, t, v) for v in np.unique(lv)}
     return np.array([cap[float(v)] for v in lv])
 
 
-def predict(cand: Candidate, t: Traffic, per_replica_rps: np.ndarray, idc: np.ndarray
+def predict(cand: Candidate, t: Traffic, per_replica_rps: np.ndarray, scv: np.ndarray
             ) -> tuple[np.ndarray, np.ndarray]:
-    """Analytic TTFT and TBT p99 at each window's per-replica rate and IDC level."""
-    lv = levels(idc)
+    """Analytic TTFT and TBT p99 at each window's per-replica rate and SCV level."""
+    lv = levels(scv)
     rate = np.maximum(np.asarray(per_replica_rps, float), 1e-6)
     ttft, tbt = np.full(len(rate), math.nan), np.full(len(rate), math.nan)
     for v in np.unique(lv):

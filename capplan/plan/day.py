@@ -97,14 +97,17 @@ def combine(days: Sequence[LaneDay]) -> WindowSeries:
     """Lanes added window by window (a shorter lane counts 0 after its end)."""
     longest = max(days, key=lambda d: (len(d.series), d.series.span_s)).series
     n = len(longest)
-    rate, out_tok, disp_w = np.zeros(n), np.zeros(n), np.zeros(n)
+    rate, out_tok, disp_w, scv_w = np.zeros(n), np.zeros(n), np.zeros(n), np.zeros(n)
     for d in days:
         k = len(d.series)
         rate[:k] += d.series.offered_rps
         out_tok[:k] += d.series.output_tokens
         disp_w[:k] += d.series.dispersion * d.series.offered_rps
+        scv_w[:k] += d.series.arrival_scv * d.series.offered_rps
+    # the lanes' rate-weighted mean (the planner pools lanes' SCVs the same way: traffic_for)
     disp = np.where(rate > 0, disp_w / np.maximum(rate, 1e-300), 1.0)
-    return WindowSeries(longest.start_s, longest.end_s, rate, disp, out_tok,
+    scv = np.where(rate > 0, scv_w / np.maximum(rate, 1e-300), 1.0)
+    return WindowSeries(longest.start_s, longest.end_s, rate, disp, scv, out_tok,
                         " + ".join(d.series.source for d in days))
 
 
@@ -116,6 +119,7 @@ class Window:
     end_s: float
     offered_rps: float
     dispersion: float
+    arrival_scv: float
     replicas: int
     gpus: int
     ttft_p99_s: float
@@ -132,7 +136,8 @@ class Window:
 
     def to_dict(self) -> dict[str, Any]:
         return {"start_s": self.start_s, "end_s": self.end_s, "offered_rps": self.offered_rps,
-                "dispersion": self.dispersion, "replicas": self.replicas, "gpus": self.gpus,
+                "dispersion": self.dispersion, "arrival_scv": self.arrival_scv,
+                "replicas": self.replicas, "gpus": self.gpus,
                 "ttft_p99_s": self.ttft_p99_s, "tbt_p99_s": self.tbt_p99_s,
                 "scale_up_begin_s": self.scale_up_begin_s,
                 "scale_up_lead_s": self.scale_up_lead_s,
@@ -248,7 +253,7 @@ def _peak_plan(plan: PlanFile, days: Sequence[LaneDay], total: WindowSeries, tmp
     floor = 1e-3 * float(total.offered_rps[k])
     for ln, d in zip(plan.workloads, days, strict=True):
         rate = float(d.series.offered_rps[k]) if k < len(d.series) else 0.0
-        burst = 1.0 / max(d.series.mean_dispersion(), 1e-3)
+        burst = 1.0 / max(d.series.mean_scv(), 1e-3)
         upd: dict[str, Any] = {"rate_per_s": max(rate, floor), "trace": None,
                                "rate_curve": None,
                                "burstiness": float(np.clip(burst, 1e-3, 1e3)),
@@ -270,19 +275,19 @@ class _Sizing:
 
 def _sizing(cand: Candidate, peak: PlanFile, model: Any, total: WindowSeries,
             traced: bool) -> _Sizing:
-    """Per-window capacity and predictions: at each window's own burstiness (its IDC) when a
-    trace measured it (plan/burst.py), else at the lanes' (the planner's capacity)."""
+    """Per-window capacity and predictions: at each window's own arrival SCV when a trace
+    measured it (plan/burst.py), else at the lanes' (the planner's capacity)."""
     from capplan.plan.burst import capacities, predict
     from capplan.plan.planner import traffic_for
 
     t = traffic_for(peak.workloads, model.context_len(peak.engine.max_model_len))
     if traced:
-        idc = total.dispersion
-        caps = capacities(cand, t, idc)
+        scv = total.arrival_scv
+        caps = capacities(cand, t, scv)
     else:
-        idc = np.full(len(total), t.arrival_scv)
+        scv = np.full(len(total), t.arrival_scv)
         caps = np.full(len(total), cand.max_rate_per_s)
-    return _Sizing(caps, lambda r: predict(cand, t, r, idc))
+    return _Sizing(caps, lambda r: predict(cand, t, r, scv))
 
 
 def _schedule(total: WindowSeries, cand: Candidate, opts: DayOptions, headroom: float,
@@ -300,6 +305,7 @@ def _schedule(total: WindowSeries, cand: Candidate, opts: DayOptions, headroom: 
         out.append(Window(
             start_s=float(total.start_s[i]), end_s=float(total.end_s[i]),
             offered_rps=float(total.offered_rps[i]), dispersion=float(total.dispersion[i]),
+            arrival_scv=float(total.arrival_scv[i]),
             replicas=int(reps[i]), gpus=int(reps[i]) * gpr,
             ttft_p99_s=math.nan if idle else float(ttft[i]),
             tbt_p99_s=math.nan if idle else float(tbt[i]),

@@ -4,9 +4,11 @@ A trace is cut into windows (default 15 minutes); each window's offered rate is 
 count over its length, and its burstiness the index of dispersion of counts (IDC: variance
 over mean of the arrivals counted in sub-intervals of the window; 1 for a Poisson process,
 above 1 for bursty traffic; Cox & Lewis, "The Statistical Analysis of Series of Events", 1966,
-section 4.5). A rate curve (`{at: "HH:MM", rate_per_s}` points, or a CSV with the columns `at`
-and `rate_per_s`) is linear between its points and wraps around midnight; a window's rate is
-the curve's mean over it.
+section 4.5) and the squared coefficient of variation (SCV) of its inter-arrival gaps, the
+arrival variability the queueing model takes (it does not change when time is stretched,
+where the IDC at a fixed counting interval does). A rate curve (`{at: "HH:MM", rate_per_s}`
+points, or a CSV with the columns `at` and `rate_per_s`) is linear between its points and wraps
+around midnight; a window's rate is the curve's mean over it.
 
 `warp_trace` turns a short real trace into a day: the trace is repeated end to end and its
 time is compressed or stretched so that its rate follows a curve (each request keeps its
@@ -46,7 +48,10 @@ class WindowSeries:
     end_s: np.ndarray
     offered_rps: np.ndarray
     dispersion: np.ndarray
-    """Index of dispersion of counts in the window (1 = Poisson)."""
+    """Index of dispersion of counts in the window (1 = Poisson): the burstiness reported."""
+    arrival_scv: np.ndarray
+    """Squared coefficient of variation of the window's inter-arrival gaps (1 = Poisson): the
+    arrival variability the queueing model takes (c_a^2), used to size the window."""
     output_tokens: np.ndarray
     """Output tokens the window's requests ask for (the $ per million output tokens)."""
     source: str
@@ -62,11 +67,11 @@ class WindowSeries:
     def peak_index(self) -> int:
         return int(np.argmax(self.offered_rps))
 
-    def mean_dispersion(self) -> float:
-        """Request-weighted mean IDC over the windows (the diurnal trend is not counted: each
-        window's own dispersion is taken about its own mean)."""
+    def mean_scv(self) -> float:
+        """Request-weighted mean inter-arrival SCV over the windows (the diurnal trend is not
+        counted: each window's gaps are taken about their own mean)."""
         w = self.offered_rps * (self.end_s - self.start_s)
-        return float(np.average(self.dispersion, weights=w)) if w.sum() > 0 else 1.0
+        return float(np.average(self.arrival_scv, weights=w)) if w.sum() > 0 else 1.0
 
 
 def check_window(window_s: float) -> float:
@@ -86,6 +91,15 @@ def _idc(t: np.ndarray, start: float, end: float) -> float:
     return float(counts.var() / mean) if mean > 0 else 1.0
 
 
+def _gap_scv(t: np.ndarray) -> float:
+    """SCV of the gaps between consecutive arrivals t (1.0 with fewer than 3 arrivals)."""
+    if len(t) < 3:
+        return 1.0
+    gaps = np.diff(t)
+    mean = gaps.mean()
+    return float(gaps.var() / (mean * mean)) if mean > 0 else 1.0
+
+
 def series_from_trace(reqs: Requests, window_s: float = DEFAULT_WINDOW_S,
                       source: str = "trace") -> WindowSeries:
     """Windows over a trace's arrivals (the last window ends at the last arrival's window)."""
@@ -103,7 +117,9 @@ def series_from_trace(reqs: Requests, window_s: float = DEFAULT_WINDOW_S,
     bounds = np.searchsorted(t, edges)
     idc = np.array([_idc(t[bounds[i]:bounds[i + 1]], edges[i], edges[i + 1])
                     for i in range(n)])
-    return WindowSeries(edges[:-1], edges[1:], counts / np.diff(edges), idc, out_tok, source)
+    scv = np.array([_gap_scv(t[bounds[i]:bounds[i + 1]]) for i in range(n)])
+    return WindowSeries(edges[:-1], edges[1:], counts / np.diff(edges), idc, scv, out_tok,
+                        source)
 
 
 @dataclass(frozen=True)
@@ -216,7 +232,8 @@ def series_from_curve(curve: RateCurve, mean_output_tokens: float,
     length = np.diff(edges)
     rate = np.diff(cum) / length
     return WindowSeries(edges[:-1], edges[1:], rate, np.full(n, float(dispersion)),
-                        rate * length * mean_output_tokens, curve.source)
+                        np.full(n, float(dispersion)), rate * length * mean_output_tokens,
+                        curve.source)
 
 
 def warp_trace(reqs: Requests, curve: RateCurve, days: float = 1.0) -> Requests:
