@@ -151,3 +151,14 @@ def test_api_recommend_day():
     assert res.gpu_hours < res.fixed_fleet_gpu_hours
     with pytest.raises(InputError, match="exactly one"):
         capplan.recommend("llama-3.1-70b", rate=1, trace="x.csv")
+
+
+def test_gap_scv_by_hand_and_under_stretching():
+    # gaps 1, 3, 1, 3 s: mean 2, variance 1, SCV 1 / 4
+    s = series_from_trace(_reqs([0.0, 1.0, 4.0, 5.0, 8.0]), window_s=60)
+    assert s.arrival_scv[0] == pytest.approx(0.25)
+    rng = np.random.default_rng(3)
+    t = np.cumsum(rng.exponential(0.2, 5000))
+    a = series_from_trace(_reqs(t), 3600).arrival_scv[0]
+    b = series_from_trace(_reqs(4 * t), 4 * 3600).arrival_scv[0]
+    assert a == pytest.approx(1.0, abs=0.1) and b == pytest.approx(a)
