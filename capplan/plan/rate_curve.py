@@ -115,6 +115,7 @@ def series_from_trace(reqs: Requests, window_s: float = DEFAULT_WINDOW_S,
     counts = np.bincount(idx, minlength=n)
     out_tok = np.bincount(idx, weights=np.asarray(reqs.output_tokens, float), minlength=n)
     bounds = np.searchsorted(t, edges)
+    bounds[-1] = len(t)  # the last window holds the last arrival (its end)
     idc = np.array([_idc(t[bounds[i]:bounds[i + 1]], edges[i], edges[i + 1])
                     for i in range(n)])
     scv = np.array([_gap_scv(t[bounds[i]:bounds[i + 1]]) for i in range(n)])
