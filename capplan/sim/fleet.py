@@ -318,8 +318,16 @@ def replay_schedule(spec: FleetReplaySpec) -> FleetReplayResult:
     decided, ready, stop = replica_timeline(w, spec.startup_lag_s)
     arr = np.asarray(reqs.arrival_at_s, float)
     n = len(arr)
-    router = spec.router if spec.router != "least-outstanding" else "round-robin"
-    rep, disp = route_static(arr, _group_keys(reqs), ready, stop, router)
+    keys = _group_keys(reqs)
+    dep = spec.engine_config
+    if fleet_compiled(dep, reqs, spec.sim_engine):
+        tm, per = _replay_compiled(dep, reqs, (ready, stop, spec.router, keys, w[:, 0]))
+        return _result(spec, w, tm, decided, stop, per)
+    if spec.router == "least-outstanding":
+        raise InputError("the least-outstanding router needs the compiled fleet loop, which "
+                         "runs open loops without prefix caching (--sim-engine auto or "
+                         "compiled): use round-robin or prefix-affinity")
+    rep, disp = route_static(arr, keys, ready, stop, spec.router)
     tm = _Times(np.full(n, np.nan), np.full(n, np.nan), [], [], [])
     per = []
     for r in range(len(ready)):
@@ -336,6 +344,66 @@ def replay_schedule(spec: FleetReplaySpec) -> FleetReplayResult:
         tm.tbt_w.append(rec.step_tbt_count.astype(float))
         per[r]["last_finish_s"] = float(rec.finished_at_s.max())
     return _result(spec, w, tm, decided, stop, per)
+
+
+def fleet_compiled(dep: Deployment, reqs: Requests, sim_engine: str) -> bool:
+    """Whether the fleet replays on the compiled loop (`capplan.sim.fleet_loop`): the
+    compiled engine supports the run (`--sim-engine auto` or compiled; open loop, no prefix
+    caching, numba installed); else each replica runs on its own engine after routing."""
+    from capplan.sim import compiled_available, engine_impl, run_features
+
+    if sim_engine not in ("auto", "compiled"):
+        engine_impl("continuous", sim_engine)  # checks the name
+        return False
+    feats = run_features(dep.settings.profile.scheduler, reqs)
+    feats.pop("num_requests")
+    if sim_engine == "compiled":
+        engine_impl("continuous", "compiled", **feats)  # InputError without numba
+    return compiled_available() and not any(feats.values())
+
+
+def _replay_compiled(dep: Deployment, reqs: Requests, fleet: tuple
+                     ) -> tuple[_Times, list[dict[str, Any]]]:
+    """Route and simulate on the compiled fleet loop; per-request times and TBT samples."""
+    from capplan.sim import compiled as C
+    from capplan.sim.fleet_loop import ROUTER_CODES, new_affinity_map, simulate_fleet
+
+    ready, stop, router, keys, bounds = fleet
+    pool, lim = dep.pool, dep.limits
+    eng = C.CompiledEngine(dep.step, pool.num_blocks, pool.block_size, lim.max_num_seqs,
+                           lim.max_num_batched_tokens, dep.settings.profile.scheduler,
+                           state_blocks=pool.state_blocks_per_seq)
+    eng._check_requests(reqs)
+    q, cfg = eng._arrays(reqs, np.zeros(1, np.int64))
+    consts = tuple(float(v) for v in dep.step.constants())
+    moe = bool(float(dep.step.num_experts) > 0)
+    C._check_kernel(dep.step, consts, moe)
+    arr = np.ascontiguousarray(reqs.arrival_at_s, np.float64)
+    (rep, _, qt, tv, tw, twin, gv, gwin, sc, tf) = simulate_fleet(
+        arr, q, cfg, consts, moe,
+        (np.asarray(ready, float), np.asarray(stop, float), ROUTER_CODES[router],
+         np.asarray(keys, np.int64), np.ascontiguousarray(bounds, float), new_affinity_map()))
+    err = int(sc[:, C.ERR].max()) if len(sc) else 0
+    if err:
+        raise AssertionError(C.ERRORS[err])
+    routed = rep >= 0
+    first = np.where(routed, qt[C.FIRST_T], np.nan)
+    fin = np.where(routed, qt[C.FIN_T], np.nan)
+    nw = len(bounds)
+    # a sample's time stands for its window: the window start (the metrics bin by time)
+    at = np.concatenate([np.asarray(bounds)[twin], np.asarray(bounds)[gwin]]) if nw else []
+    tm = _Times(first, fin, [np.asarray(at, float)], [np.concatenate([tv, gv])],
+                [np.concatenate([tw, np.ones(len(gv))])])
+    per = []
+    counts = np.bincount(rep[routed], minlength=len(ready))
+    for r in range(len(ready)):
+        mine = rep == r
+        p: dict[str, Any] = {"requests": int(counts[r]), "ready_at_s": float(ready[r]),
+                             "stop_at_s": float(stop[r]), "preemptions": int(sc[r, C.PREEMPTIONS])}
+        if mine.any():
+            p["last_finish_s"] = float(fin[mine].max())
+        per.append(p)
+    return tm, per
 
 
 def _result(spec: FleetReplaySpec, w: np.ndarray, tm: _Times, decided: np.ndarray,
