@@ -269,6 +269,8 @@ class _Times:
     tbt_w: list[np.ndarray]
     admitted_s: np.ndarray | None = None
     agg: dict[str, float] = field(default_factory=dict)
+    replica: np.ndarray | None = None
+    """Per request its replica (-1: never routed)."""
 
 
 def _p99(v: np.ndarray, w: np.ndarray | None = None) -> float:
@@ -362,6 +364,7 @@ def replay_schedule(spec: FleetReplaySpec) -> FleetReplayResult:
                     "stop_at_s": float(stop[r])})
         if not len(idx):
             continue
+        tm.replica = rep
         rec = run_replica(spec.engine_config, _subset(reqs, idx, disp), spec.sim_engine)
         tm.first_s[idx] = rec.first_token_at_s
         tm.finish_s[idx] = rec.finished_at_s
@@ -435,7 +438,7 @@ def _replay_compiled(dep: Deployment, reqs: Requests, fleet: tuple
                 {"running_s": float(tf[:, C.RUN_INT].sum()),
                  "in_system_s": float(tf[:, C.SYS_INT].sum()),
                  "kv_blocks_max": int(sc[:, C.KV_MAX].max()) if len(sc) else 0,
-                 "preemptions": int(sc[:, C.PREEMPTIONS].sum())})
+                 "preemptions": int(sc[:, C.PREEMPTIONS].sum())}, rep)
     per = []
     counts = np.bincount(rep[routed], minlength=len(ready))
     for r in range(len(ready)):
@@ -459,6 +462,11 @@ def _result(spec: FleetReplaySpec, w: np.ndarray, tm: _Times, decided: np.ndarra
         last = p.get("last_finish_s", -NEVER)
         off = end if not math.isfinite(stop[r]) else max(stop[r], last)
         up += max(float(off - decided[r]), 0.0)
+        if tm.replica is not None:
+            m = (tm.replica == r) & done
+            p["completed"] = int(m.sum())
+            p["ttft_p99_s"] = _p99((tm.first_s - arr)[m])
+            p["e2e_p99_s"] = _p99((tm.finish_s - arr)[m])
     ok = _attained(spec, arr, tm)
     tgap = np.concatenate(tm.tbt_gap_s) if tm.tbt_gap_s else np.zeros(0)
     tw = np.concatenate(tm.tbt_w) if tm.tbt_w else np.zeros(0)

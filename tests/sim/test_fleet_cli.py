@@ -79,3 +79,16 @@ def test_api_replicas():
     res = capplan.simulate("llama-3.1-8b", "h100-sxm", rate=60, requests=200, input_len=200,
                            output_len=40, replicas=2, router="least-outstanding").to_dict()
     assert res["replicas"] == 2 and res["num_requests"] == 200
+
+
+@needs_numba
+def test_trace_over_replicas(tmp_path):
+    p = tmp_path / "trace.csv"
+    p.write_text("timestamp,input_tokens,output_tokens\n" +
+                 "".join(f"{i * 0.05},{100 + i},{20 + i % 7}\n" for i in range(200)))
+    r = CliRunner().invoke(cli, ["simulate", "--model", "llama-3.1-8b", "--gpu", "h100-sxm",
+                                 "--trace", str(p), "--replicas", "2", "--format", "json"])
+    assert r.exit_code == 0, r.output
+    d = json.loads(r.stdout)
+    assert d["num_requests"] == 200 and d["unfinished"] == 0
+    assert sum(x["completed"] for x in d["per_replica"]) == 200
