@@ -160,18 +160,27 @@ def simulate(model: str, gpu: str, *, rate: float | None = None,
              requests: int = 1000, seed: int = 0, scheduler: str = "continuous",
              batch_size: int | None = None, batch_timeout_s: float = 0.05,
              chunked_prefill: bool | None = None, progress: Any = None,
-             **kw: Any) -> LatencyResult:
+             replicas: int = 1, router: str = "least-outstanding",
+             schedule: list[tuple[float, int]] | tuple[tuple[float, int], ...] = (),
+             startup_lag_s: float = 0.0, **kw: Any) -> LatencyResult:
     """Simulate the engine step by step (same step model); the result adds the simulator's
-    keys (tpot_s, queue_s, goodput, time series) to the latency keys."""
+    keys (tpot_s, queue_s, goodput, time series) to the latency keys. `replicas` > 1 or a
+    `schedule` of (start_s, replicas) windows replays the requests over a fleet behind
+    `router` (round-robin, least-outstanding, prefix-affinity; docs/fleet.md): fleet-wide
+    keys plus `per_replica` (and `windows` for a schedule)."""
+    from capplan.plan.fleet_sim import FleetOptions
     from capplan.plan.simulation import run_simulation
 
+    fleet = FleetOptions(replicas=replicas, router=router,
+                         schedule=tuple((float(a), int(b)) for a, b in schedule),
+                         startup_lag_s=startup_lag_s)
     dep = deployment(model, gpu, **kw)
     res = run_simulation(dep, rate=rate, concurrency=concurrency, trace=trace,
                          input_len=str(input_len), output_len=str(output_len),
                          burstiness=burstiness, requests=requests, seed=seed,
                          schedulers=(scheduler,), batch_size=batch_size,
                          batch_timeout_s=batch_timeout_s, chunked_prefill=chunked_prefill,
-                         progress=progress)
+                         progress=progress, fleet=fleet)
     return LatencyResult.from_dict({**res["head"], **res["results"][scheduler]})
 
 

@@ -36,8 +36,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from capplan.errors import InputError
-from capplan.sim.entities import RunRecord
-from capplan.sim.metrics import QUANTILES, _percentiles
+from capplan.sim.entities import RunRecord, StepSummary
+from capplan.sim.metrics import QUANTILES, _percentiles, step_summary
 from capplan.sim.workload import Requests
 
 if TYPE_CHECKING:
@@ -115,6 +115,9 @@ class FleetReplayResult:
     router: str
     per_replica: list[dict[str, Any]] = field(default_factory=list)
     """Per replica: `requests`, `ready_at_s`, `stop_at_s` (inf: never stopped)."""
+    record: RunRecord | None = field(default=None, repr=False)
+    """The completed requests as one run (`capplan.sim.metrics.summarize` gives the fleet's
+    latency and throughput keys; its step aggregates are the replicas' summed)."""
 
     def to_dict(self) -> dict[str, Any]:
         return {"router": self.router, "num_requests": self.num_requests,
@@ -175,31 +178,46 @@ def _group_keys(reqs: Requests) -> np.ndarray:
 def route_static(arrival_s: np.ndarray, keys: np.ndarray, ready: np.ndarray, stop: np.ndarray,
                  router: str) -> tuple[np.ndarray, np.ndarray]:
     """(replica, dispatch time) per request for the routers that do not read replica state
-    (round-robin, prefix-affinity); replica -1 when none ever accepts it."""
+    (round-robin, prefix-affinity); replica -1 when none ever accepts it. The accepting set
+    changes only at the replicas' ready and stop times: it is recomputed there."""
     n = len(arrival_s)
     rep = np.full(n, -1, np.int64)
     disp = np.asarray(arrival_s, float).copy()
     owner: dict[int, int] = {}
     rr = 0
-    order = np.argsort(ready, kind="stable")
+    serving = ready < stop
+    edges = np.unique(np.concatenate([ready[serving], stop[serving & np.isfinite(stop)]]))
+    acc: list[int] = []
+    seg = (np.inf, -np.inf)  # the interval [lo, hi) where `acc` holds
     for i in range(n):
         t = disp[i]
-        acc = np.flatnonzero((ready <= t) & (stop > t))
-        if not len(acc):  # wait at the router for the next replica to become ready
-            later = order[(ready[order] > t) & (stop[order] > ready[order])]
+        if not seg[0] <= t < seg[1]:
+            acc, seg = _accepting(t, ready, stop, edges)
+        if not acc:  # wait at the router for the next replica to become ready
+            later = ready[serving & (ready > t)]
             if not len(later):
                 continue
-            t = disp[i] = ready[later[0]]
-            acc = np.flatnonzero((ready <= t) & (stop > t))
+            t = disp[i] = later.min()
+            acc, seg = _accepting(t, ready, stop, edges)
         k = int(keys[i])
         r = owner.get(k, -1) if router == "prefix-affinity" and k >= 0 else -1
         if r < 0 or not (ready[r] <= t < stop[r]):
-            r = int(acc[rr % len(acc)])
+            r = acc[rr % len(acc)]
             rr += 1
             if k >= 0:
                 owner[k] = r
         rep[i] = r
     return rep, disp
+
+
+def _accepting(t: float, ready: np.ndarray, stop: np.ndarray, edges: np.ndarray
+               ) -> tuple[list[int], tuple[float, float]]:
+    """The replicas accepting at t, in index order, and the interval of times where that set
+    holds (between two ready/stop edges)."""
+    j = int(np.searchsorted(edges, t, side="right"))
+    lo = edges[j - 1] if j > 0 else -np.inf
+    hi = edges[j] if j < len(edges) else np.inf
+    return np.flatnonzero((ready <= t) & (stop > t)).tolist(), (lo, hi)
 
 
 # -- one replica -----------------------------------------------------------------------------
@@ -214,9 +232,11 @@ def _subset(reqs: Requests, idx: np.ndarray, dispatch_s: np.ndarray) -> Requests
                     reqs.hash_block_tokens)
 
 
-def run_replica(dep: Deployment, reqs: Requests, sim_engine: str = "auto") -> RunRecord:
+def run_replica(dep: Deployment, reqs: Requests, sim_engine: str = "auto",
+                request_overhead_s: float = 0.0, client_jitter: Any = None) -> RunRecord:
     """One replica's run of its requests with per-step arrays kept (the fleet attributes token
-    gaps to windows by time)."""
+    gaps to windows by time); a closed loop's `request_overhead_s` and `client_jitter` as
+    `ContinuousEngine.run` takes them."""
     from capplan.sim import engine_impl, run_features
     from capplan.sim.engine import ContinuousEngine
     from capplan.sim.fast import FastEngine
@@ -231,19 +251,26 @@ def run_replica(dep: Deployment, reqs: Requests, sim_engine: str = "auto") -> Ru
               lim.max_num_batched_tokens, policy, state_blocks=pool.state_blocks_per_seq)
     if impl == "compiled":
         eng.keep_steps = True
-    return eng.run(reqs)
+    if reqs.concurrency is None:
+        return eng.run(reqs)
+    return eng.run(reqs, None, None, request_overhead_s, client_jitter)
 
 
 # -- metrics ---------------------------------------------------------------------------------
 @dataclass
 class _Times:
-    """Per request (in the spec's order) its times; NaN when unfinished; TBT samples."""
+    """Per request (in the spec's order) its times; NaN when unfinished; TBT samples; the
+    replicas' step aggregates summed (running and in-system integrals) or maxed (KV blocks)."""
 
     first_s: np.ndarray
     finish_s: np.ndarray
     tbt_at_s: list[np.ndarray]
     tbt_gap_s: list[np.ndarray]
     tbt_w: list[np.ndarray]
+    admitted_s: np.ndarray | None = None
+    agg: dict[str, float] = field(default_factory=dict)
+    replica: np.ndarray | None = None
+    """Per request its replica (-1: never routed)."""
 
 
 def _p99(v: np.ndarray, w: np.ndarray | None = None) -> float:
@@ -318,9 +345,18 @@ def replay_schedule(spec: FleetReplaySpec) -> FleetReplayResult:
     decided, ready, stop = replica_timeline(w, spec.startup_lag_s)
     arr = np.asarray(reqs.arrival_at_s, float)
     n = len(arr)
-    router = spec.router if spec.router != "least-outstanding" else "round-robin"
-    rep, disp = route_static(arr, _group_keys(reqs), ready, stop, router)
-    tm = _Times(np.full(n, np.nan), np.full(n, np.nan), [], [], [])
+    keys = _group_keys(reqs)
+    dep = spec.engine_config
+    if fleet_compiled(dep, reqs, spec.sim_engine):
+        tm, per = _replay_compiled(dep, reqs, (ready, stop, spec.router, keys, w[:, 0]))
+        return _result(spec, w, tm, decided, stop, per)
+    if spec.router == "least-outstanding":
+        raise InputError("the least-outstanding router needs the compiled fleet loop, which "
+                         "runs open loops without prefix caching (--sim-engine auto or "
+                         "compiled): use round-robin or prefix-affinity")
+    rep, disp = route_static(arr, keys, ready, stop, spec.router)
+    tm = _Times(np.full(n, np.nan), np.full(n, np.nan), [], [], [], np.full(n, np.nan),
+                {"running_s": 0.0, "in_system_s": 0.0, "kv_blocks_max": 0, "preemptions": 0})
     per = []
     for r in range(len(ready)):
         idx = np.flatnonzero(rep == r)
@@ -328,14 +364,91 @@ def replay_schedule(spec: FleetReplaySpec) -> FleetReplayResult:
                     "stop_at_s": float(stop[r])})
         if not len(idx):
             continue
+        tm.replica = rep
         rec = run_replica(spec.engine_config, _subset(reqs, idx, disp), spec.sim_engine)
         tm.first_s[idx] = rec.first_token_at_s
         tm.finish_s[idx] = rec.finished_at_s
+        tm.admitted_s[idx] = rec.admitted_at_s
         tm.tbt_at_s.append(rec.step_start_s + rec.step_dur_s)
         tm.tbt_gap_s.append(rec.step_tbt_gap_s)
         tm.tbt_w.append(rec.step_tbt_count.astype(float))
+        # extra gaps (after a preemption, SGLang's first decodes) carry no time: the replica's
+        # last finish stands for them
+        tm.tbt_at_s.append(np.full(len(rec.extra_gaps_s), rec.finished_at_s.max()))
+        tm.tbt_gap_s.append(rec.extra_gaps_s)
+        tm.tbt_w.append(np.ones(len(rec.extra_gaps_s)))
+        st = step_summary(rec)
+        tm.agg["running_s"] += st.running_s
+        tm.agg["in_system_s"] += st.in_system_s
+        tm.agg["kv_blocks_max"] = max(tm.agg["kv_blocks_max"], st.kv_blocks_max)
+        tm.agg["preemptions"] += rec.preemptions
         per[r]["last_finish_s"] = float(rec.finished_at_s.max())
     return _result(spec, w, tm, decided, stop, per)
+
+
+def fleet_compiled(dep: Deployment, reqs: Requests, sim_engine: str) -> bool:
+    """Whether the fleet replays on the compiled loop (`capplan.sim.fleet_loop`): the
+    compiled engine supports the run (`--sim-engine auto` or compiled; open loop, no prefix
+    caching, numba installed); else each replica runs on its own engine after routing."""
+    from capplan.sim import compiled_available, engine_impl, run_features
+
+    if sim_engine not in ("auto", "compiled"):
+        engine_impl("continuous", sim_engine)  # checks the name
+        return False
+    feats = run_features(dep.settings.profile.scheduler, reqs)
+    feats.pop("num_requests")
+    if sim_engine == "compiled":
+        engine_impl("continuous", "compiled", **feats)  # InputError without numba
+    return compiled_available() and not any(feats.values())
+
+
+def _replay_compiled(dep: Deployment, reqs: Requests, fleet: tuple
+                     ) -> tuple[_Times, list[dict[str, Any]]]:
+    """Route and simulate on the compiled fleet loop; per-request times and TBT samples."""
+    from capplan.sim import compiled as C
+    from capplan.sim.fleet_loop import ROUTER_CODES, new_affinity_map, simulate_fleet
+
+    ready, stop, router, keys, bounds = fleet
+    pool, lim = dep.pool, dep.limits
+    eng = C.CompiledEngine(dep.step, pool.num_blocks, pool.block_size, lim.max_num_seqs,
+                           lim.max_num_batched_tokens, dep.settings.profile.scheduler,
+                           state_blocks=pool.state_blocks_per_seq)
+    eng._check_requests(reqs)
+    q, cfg = eng._arrays(reqs, np.zeros(1, np.int64))
+    consts = tuple(float(v) for v in dep.step.constants())
+    moe = bool(float(dep.step.num_experts) > 0)
+    C._check_kernel(dep.step, consts, moe)
+    arr = np.ascontiguousarray(reqs.arrival_at_s, np.float64)
+    (rep, _, qt, tv, tw, twin, gv, gwin, sc, tf) = simulate_fleet(
+        arr, q, cfg, consts, moe,
+        (np.asarray(ready, float), np.asarray(stop, float), ROUTER_CODES[router],
+         np.asarray(keys, np.int64), np.ascontiguousarray(bounds, float), new_affinity_map()))
+    err = int(sc[:, C.ERR].max()) if len(sc) else 0
+    if err:
+        raise AssertionError(C.ERRORS[err])
+    routed = rep >= 0
+    first = np.where(routed, qt[C.FIRST_T], np.nan)
+    fin = np.where(routed, qt[C.FIN_T], np.nan)
+    nw = len(bounds)
+    # a sample's time stands for its window: the window start (the metrics bin by time)
+    at = np.concatenate([np.asarray(bounds)[twin], np.asarray(bounds)[gwin]]) if nw else []
+    tm = _Times(first, fin, [np.asarray(at, float)], [np.concatenate([tv, gv])],
+                [np.concatenate([tw, np.ones(len(gv))])],
+                np.where(routed, qt[C.ADM_T], np.nan),
+                {"running_s": float(tf[:, C.RUN_INT].sum()),
+                 "in_system_s": float(tf[:, C.SYS_INT].sum()),
+                 "kv_blocks_max": int(sc[:, C.KV_MAX].max()) if len(sc) else 0,
+                 "preemptions": int(sc[:, C.PREEMPTIONS].sum())}, rep)
+    per = []
+    counts = np.bincount(rep[routed], minlength=len(ready))
+    for r in range(len(ready)):
+        mine = rep == r
+        p: dict[str, Any] = {"requests": int(counts[r]), "ready_at_s": float(ready[r]),
+                             "stop_at_s": float(stop[r]), "preemptions": int(sc[r, C.PREEMPTIONS])}
+        if mine.any():
+            p["last_finish_s"] = float(fin[mine].max())
+        per.append(p)
+    return tm, per
 
 
 def _result(spec: FleetReplaySpec, w: np.ndarray, tm: _Times, decided: np.ndarray,
@@ -349,13 +462,44 @@ def _result(spec: FleetReplaySpec, w: np.ndarray, tm: _Times, decided: np.ndarra
         last = p.get("last_finish_s", -NEVER)
         off = end if not math.isfinite(stop[r]) else max(stop[r], last)
         up += max(float(off - decided[r]), 0.0)
+        if tm.replica is not None:
+            m = (tm.replica == r) & done
+            p["completed"] = int(m.sum())
+            p["ttft_p99_s"] = _p99((tm.first_s - arr)[m])
+            p["e2e_p99_s"] = _p99((tm.finish_s - arr)[m])
     ok = _attained(spec, arr, tm)
     tgap = np.concatenate(tm.tbt_gap_s) if tm.tbt_gap_s else np.zeros(0)
     tw = np.concatenate(tm.tbt_w) if tm.tbt_w else np.zeros(0)
     return FleetReplayResult(
+        record=fleet_record(spec, tm, tgap, tw),
         windows=_window_stats(spec, w, tm), num_requests=len(arr),
         completed=int(done.sum()), unfinished=int((~done).sum()),
         ttft_s=_summary((tm.first_s - arr)[done]), tbt_s=_summary(tgap, tw),
         attainment=None if ok is None else float(ok.mean()) if len(ok) else float("nan"),
         makespan_s=(end - float(arr.min())) if len(arr) else 0.0, replica_seconds=up,
         router=spec.router, per_replica=per)
+
+
+def fleet_record(spec: FleetReplaySpec, tm: _Times, tbt_gap_s: np.ndarray,
+                 tbt_w: np.ndarray) -> RunRecord:
+    """The completed requests as one RunRecord (arrivals as offered, not as dispatched), the
+    step aggregates of all replicas (`summarize` reads `steps`)."""
+    reqs = spec.requests
+    done = np.isfinite(tm.finish_s)
+    pool = spec.engine_config.pool
+    z, zi = np.zeros(0), np.zeros(0, np.int64)
+    steps = StepSummary(
+        num_steps=max(len(tbt_gap_s), 1), tbt_gap_s=np.asarray(tbt_gap_s, float),
+        tbt_count=np.asarray(tbt_w, float), running_s=float(tm.agg.get("running_s", 0.0)),
+        in_system_s=float(tm.agg.get("in_system_s", 0.0)),
+        kv_blocks_max=int(tm.agg.get("kv_blocks_max", 0)), series_start_s=z,
+        series_running=zi, series_waiting=zi, series_kv_blocks=zi)
+    adm = tm.admitted_s if tm.admitted_s is not None else tm.first_s
+    return RunRecord(
+        arrival_at_s=np.asarray(reqs.arrival_at_s, float)[done], admitted_at_s=adm[done],
+        first_token_at_s=tm.first_s[done], finished_at_s=tm.finish_s[done],
+        input_tokens=np.asarray(reqs.input_tokens)[done],
+        output_tokens=np.asarray(reqs.output_tokens)[done], lane=np.asarray(reqs.lane)[done],
+        step_start_s=z, step_dur_s=z, step_tbt_count=zi, step_tbt_gap_s=z, extra_gaps_s=z,
+        step_running=zi, step_waiting=zi, step_kv_blocks=zi, num_gpu_blocks=pool.num_blocks,
+        preemptions=int(tm.agg.get("preemptions", 0)), scheduler="continuous", steps=steps)
