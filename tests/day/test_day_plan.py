@@ -74,10 +74,13 @@ def test_recommend_needs_one_load(run_cli, day_trace: Path):
 
 def test_rate_curve_plan_and_exports(run_cli, tmp_path: Path):
     plan = tmp_path / "day.yaml"
-    plan.write_text(yaml.safe_dump(_curve_plan(export=["out.md", "out.csv", "out.xlsx"])))
-    res = run_cli("plan", str(plan), "--format", "json", "--plot", str(tmp_path / "charts"))
-    assert res.exit_code == 0, res.stderr
-    d = json.loads(res.stdout)
+    plan.write_text(yaml.safe_dump(_curve_plan(export=["out.md", "out.csv", "out.xlsx",
+                                                       "out.json"])))
+    table = run_cli("plan", str(plan), "--plot", str(tmp_path / "charts"))
+    assert table.exit_code == 0, table.stderr
+    assert "day plan (replicas per window)" in table.stdout
+    assert "autoscaling saves" in table.stdout
+    d = json.loads((tmp_path / "out.json").read_text())
     assert len(d["schedule"]) == 96 and d["gpu_hours"] < d["fixed_fleet_gpu_hours"]
     md = (tmp_path / "out.md").read_text()
     assert "## Day plan" in md and "xychart-beta" in md
@@ -88,9 +91,6 @@ def test_rate_curve_plan_and_exports(run_cli, tmp_path: Path):
     wb = load_workbook(tmp_path / "out.xlsx")
     assert "schedule" in wb.sheetnames and wb["schedule"].max_row >= 97
     assert (tmp_path / "charts" / "day_schedule.png").stat().st_size > 1000
-    table = run_cli("plan", str(plan))
-    assert table.exit_code == 0 and "day plan (replicas per window)" in table.stdout
-    assert "autoscaling saves" in table.stdout
 
 
 def test_two_models_share_a_pool():
