@@ -39,7 +39,7 @@ from capplan.plan.rate_curve import (
     series_from_trace,
 )
 from capplan.plan.result import PlanResult, Recommendation
-from capplan.plan.schema import PlanFile
+from capplan.plan.schema import PlanFile, Prefix
 from capplan.plan.search import Candidate, cost_per_hour
 from capplan.plan.startup import ENGINE_STARTUP_S, StartupLag, startup_lag
 from capplan.sim.workload import Requests, load_trace, parse_length
@@ -159,6 +159,9 @@ class DayPlan:
     source: str
     headroom: float
     notes: list[str] = field(default_factory=list)
+    rebuild: Callable[[np.ndarray], list[Window]] | None = field(default=None, repr=False,
+                                                                 compare=False)
+    """The windows for other replica counts (the replay adds replicas where it misses)."""
 
     @property
     def span_s(self) -> float:
@@ -243,6 +246,31 @@ def _trace_lengths(days: Sequence[LaneDay], tmp: Path) -> dict[str, tuple[str, s
     return out
 
 
+PREFIX_SAMPLE = 50_000
+"""Requests of a trace whose prefix hits are counted (the first ones: hits follow the order)."""
+
+
+def trace_hit_rate(reqs: Requests, block_size: int | None) -> float:
+    """The fraction of prompt tokens a trace's shared content (Mooncake `hash_ids`) lets an
+    unbounded prefix cache serve (sim.workload.trace_prefix_hits, vLLM's full-block rule;
+    block size 16, vLLM's default, unless the plan sets one), over its first PREFIX_SAMPLE
+    requests. The planner then applies the KV cache's size (models/prefix.py)."""
+    from capplan.sim.workload import trace_prefix_hits
+
+    head = _head(reqs, PREFIX_SAMPLE)
+    inp = np.asarray(head.input_tokens, float)
+    hits = np.minimum(trace_prefix_hits(head, block_size or 16), np.maximum(inp - 1, 0))
+    return float(hits.sum() / max(inp.sum(), 1.0))
+
+
+def _head(reqs: Requests, n: int) -> Requests:
+    if len(reqs) <= n:
+        return reqs
+    return Requests(reqs.arrival_at_s[:n], reqs.input_tokens[:n], reqs.output_tokens[:n],
+                    reqs.lane[:n], hash_ids=None if reqs.hash_ids is None else
+                    reqs.hash_ids[:n], hash_block_tokens=reqs.hash_block_tokens)
+
+
 def _peak_plan(plan: PlanFile, days: Sequence[LaneDay], total: WindowSeries, tmp: Path
                ) -> PlanFile:
     """The plan file at the peak window: each lane at its rate there (lanes at 0 get a
@@ -260,6 +288,8 @@ def _peak_plan(plan: PlanFile, days: Sequence[LaneDay], total: WindowSeries, tmp
                                "arrival": "poisson" if abs(burst - 1) < 0.05 else "gamma"}
         if d.name in lengths:
             upd["input_len"], upd["output_len"] = lengths[d.name]
+        if d.requests is not None and d.requests.has_prefix and ln.prefix is None:
+            upd["prefix"] = Prefix(hit_rate=trace_hit_rate(d.requests, plan.engine.block_size))
         lanes.append(ln.model_copy(update=upd))
     return plan.model_copy(update={"workloads": lanes})
 
@@ -290,10 +320,11 @@ def _sizing(cand: Candidate, peak: PlanFile, model: Any, total: WindowSeries,
     return _Sizing(caps, lambda r: predict(cand, t, r, scv))
 
 
-def _schedule(total: WindowSeries, cand: Candidate, opts: DayOptions, headroom: float,
-              lag: StartupLag, size: _Sizing) -> list[Window]:
-    reps = replicas_for(total.offered_rps, size.capacity_rps, headroom, opts.min_replicas)
-    gpr = cand.gpus_total // max(cand.replicas, 1)
+def windows_for(total: WindowSeries, reps: np.ndarray, gpr: int, lag: StartupLag,
+                size: _Sizing) -> list[Window]:
+    """The schedule's windows for replica counts `reps` (GPUs, predicted p99s, scale-up lead,
+    the reactive policy's counts)."""
+    reps = np.asarray(reps, np.int64)
     ttft, tbt = size.predict(total.offered_rps / np.maximum(reps, 1))
     # reactive: each window runs what the previous one needed (the first: its own)
     reactive = np.concatenate([reps[:1], reps[:-1]])
@@ -314,6 +345,19 @@ def _schedule(total: WindowSeries, cand: Candidate, opts: DayOptions, headroom: 
             scale_up_lead_s=lag.total_s if up else None,
             reactive_replicas=int(reactive[i])))
     return out
+
+
+def _schedule(total: WindowSeries, cand: Candidate, opts: DayOptions, headroom: float,
+              lag: StartupLag, size: _Sizing) -> tuple[list[Window], Callable]:
+    """The windows at the analytic replica counts, and the function rebuilding them for
+    other counts (the replay's corrections)."""
+    reps = replicas_for(total.offered_rps, size.capacity_rps, headroom, opts.min_replicas)
+    gpr = cand.gpus_total // max(cand.replicas, 1)
+
+    def rebuild(r: np.ndarray) -> list[Window]:
+        return windows_for(total, r, gpr, lag, size)
+
+    return rebuild(reps), rebuild
 
 
 PlanFn = Callable[[Catalog, PlanFile], PlanResult]
@@ -372,7 +416,7 @@ def plan_day(cat: Catalog, plan: PlanFile, opts: DayOptions, run: PlanFn,
         lag = startup_lag(mem.weights_bytes_per_gpu * gpr, opts.load_from, opts.load_gb_per_s,
                           opts.engine_startup_s)
         size = _sizing(cand, peak, model, total, any(d.requests is not None for d in days))
-        windows = _schedule(total, cand, opts, plan.headroom, lag, size)
+        windows, rebuild = _schedule(total, cand, opts, plan.headroom, lag, size)
     # the lanes as the user gave them, not the temporary length files
     result = replace(result, lanes=list(plan.workloads))
     price = cost_per_hour(cand.gpu, 1)
@@ -386,7 +430,7 @@ def plan_day(cat: Catalog, plan: PlanFile, opts: DayOptions, run: PlanFn,
              f"req/s within the SLOs, headroom {plan.headroom:.0%}"]
     dp = DayPlan(plan=result, windows=windows, gpus_per_replica=gpr, price_per_gpu_hour=price,
                  output_tokens=float(total.output_tokens.sum()), lag=lag, source=total.source,
-                 headroom=plan.headroom, notes=notes)
+                 headroom=plan.headroom, notes=notes, rebuild=rebuild)
     reqs = _day_requests(days, plan)
     if reqs is not None and opts.replay != "none":
         from capplan.plan.day_replay import verify_day
