@@ -130,6 +130,7 @@ def render_day(result: dict[str, Any], fmt: str) -> str:
         out.append(f"$ per million output tokens: autoscaled "
                    f"{result['cost_per_million_output_tokens']:.3f}, fixed "
                    f"{result['fixed_fleet_cost_per_million_output_tokens']:.3f}")
+    out += _replay_lines(result)
     day = result.get("day")
     if day:
         st = day["startup"]
@@ -139,6 +140,23 @@ def render_day(result: dict[str, Any], fmt: str) -> str:
                    "each scale-up begins that long before its window ('start scale-up')")
         out += [f"note: {n}" for n in day.get("notes", [])]
     return "\n".join(out)
+
+
+def _replay_lines(result: dict[str, Any]) -> list[str]:
+    """Planned against reactive over the replayed windows: the worst attainment of each."""
+    rep = [w["replay"] for w in result["schedule"] if w.get("replay")]
+    if not rep:
+        return []
+
+    def worst(which: str) -> str:
+        vals = [r[which]["attainment"] for r in rep if r[which].get("attainment") is not None]
+        met = all(r[which].get("meets_slo") for r in rep)
+        return (f"{min(vals):.2%}" if vals else "n/a") + (
+            ", SLOs met" if met else ", SLOs missed")
+
+    return [f"replayed {len(rep)} window(s): lowest SLO attainment planned {worst('planned')}; "
+            f"reactive (scales after a short window, replicas join after the start-up) "
+            f"{worst('reactive')}"]
 
 
 def _pool_line(p: dict[str, Any]) -> str:
