@@ -69,7 +69,10 @@ def replay_windows(reqs: Requests, dep: Any, windows: list[tuple[float, float, i
     engine = "compiled" if compiled_available() else "auto"
     res = replay_schedule(FleetReplaySpec(
         requests=reqs, engine_config=dep, windows=windows, router=router_for(reqs),
-        startup_lag_s=startup_lag_s, slo_ttft_s=slos.ttft_p99_s, slo_tbt_s=slos.tbt_p99_s,
+        # per request, the fleet checks TPOT (its mean gap) against slo_tbt_s: a TPOT SLO
+        # when the lanes give one, else the TBT one
+        startup_lag_s=startup_lag_s, slo_ttft_s=slos.ttft_p99_s,
+        slo_tbt_s=getattr(slos, "tpot_p99_s", None) or slos.tbt_p99_s,
         sim_engine=engine))
     return [w.to_dict() for w in res.windows]
 
