@@ -162,3 +162,21 @@ def plot_day(plan: dict[str, Any], out_dir: Path, figure: Any, save: Any) -> lis
     ax.grid(True, alpha=0.3)
     fig.suptitle(f"{plan.get('model') or 'pool'}: replicas and offered rate over the day")
     return save(fig, out_dir, "day_schedule")
+
+
+def html_section(plan: dict[str, Any], table: Any, line_chart: Any, num: Any) -> str:
+    """The HTML report's day section: the schedule table and a chart of replicas and offered
+    rate over the day (inline SVG, the page's own chart helper)."""
+    heads, fmts = headers(plan)
+    rows = [[num(v, f if f != "g" else "g") if v is not None else "" for v, f in zip(r, fmts,
+                                                                                    strict=True)]
+            for r in schedule_rows(plan)]
+    raw = schedule_rows(plan)
+    reps = [(r[0], float(r[4] or 0)) for r in raw]
+    rate = [(r[0], float(r[2] or 0.0)) for r in raw]
+    chart = line_chart("Replicas and offered rate over the day", [("replicas", reps),
+                                                                 ("offered (req/s)", rate)],
+                       "time of day (h)", "replicas, requests/s")
+    totals = table(["quantity", "value"], [[k, num(v)] for k, v in summary_rows(plan)])
+    return ("<h2>Day plan: replicas per window</h2>" + f'<div class="charts">{chart}</div>'
+            + totals + table(heads, rows, 1))

@@ -92,6 +92,7 @@ class PoolDay:
         cost = [p["cost_per_day"] for p in per]
         return {
             "model": " + ".join(self.names),
+            "target_rate_per_s": max(x["offered_rps"] for x in sched),
             "models": [{"model": m, **p} for m, p in zip(self.names, per, strict=True)],
             "recommendations": recs,
             "gpu_pools": pools,

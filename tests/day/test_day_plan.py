@@ -75,7 +75,7 @@ def test_recommend_needs_one_load(run_cli, day_trace: Path):
 def test_rate_curve_plan_and_exports(run_cli, tmp_path: Path):
     plan = tmp_path / "day.yaml"
     plan.write_text(yaml.safe_dump(_curve_plan(export=["out.md", "out.csv", "out.xlsx",
-                                                       "out.json"])))
+                                                       "out.json", "out.html"])))
     table = run_cli("plan", str(plan), "--plot", str(tmp_path / "charts"))
     assert table.exit_code == 0, table.stderr
     assert "day plan (replicas per window)" in table.stdout
@@ -91,6 +91,9 @@ def test_rate_curve_plan_and_exports(run_cli, tmp_path: Path):
     wb = load_workbook(tmp_path / "out.xlsx")
     assert "schedule" in wb.sheetnames and wb["schedule"].max_row >= 97
     assert (tmp_path / "charts" / "day_schedule.png").stat().st_size > 1000
+    page = (tmp_path / "out.html").read_text()
+    day = page[page.index("Day plan: replicas per window"):]
+    assert "<svg" in day and day.count("<tr>") >= 97
 
 
 def test_two_models_share_a_pool():
