@@ -7,14 +7,17 @@ The steps:
    dtypes and engine settings, and gives each replica's capacity under the SLOs
    (`Candidate.max_rate_per_s`, the highest per-replica rate meeting every SLO analytically).
 3. Every window gets replicas = ceil(offered * (1 + headroom) / capacity), at least
-   `min_replicas`: the same rule the planner applies at one rate (search.analytic_search).
-   Its TTFT / TBT p99 are the analytic model's at the window's per-replica rate.
+   `min_replicas`: the same rule the planner applies at one rate (search.analytic_search),
+   with a traced window's capacity at its own inter-arrival SCV (plan/burst.py). Its TTFT /
+   TBT p99 are the analytic model's at the window's per-replica rate. Of the peak plan's
+   configurations, the one whose day costs least comes first (plan/day_peak.py).
 4. Totals: GPU-hours and cost autoscaled (sum over windows) and for a fixed fleet sized for the
    peak window, $ per million output tokens of both, the saving.
 5. Scale-up lead (plan/startup.py): a window that needs more replicas than the one before
    must start them `replica_start_s` ahead. A reactive policy (each window gets the replicas
    the previous window needed, joining after the start-up lag) is compared with the planned
-   schedule by replaying the trace over both (plan/day_replay.py).
+   schedule by replaying the trace over both (plan/day_replay.py); a replayed window that
+   misses the SLOs gets replicas until it meets them.
 """
 
 from __future__ import annotations

@@ -149,7 +149,12 @@ def verify_day(cat: Any, dp: Any, reqs: Requests, which: str = "peak") -> Any:
     if len(part) == 0:
         return dp
     dep = _deployment(cat, dp)
+    # prompts cut so that prompt + output fit max_model_len, as the planner's lengths are
+    part, cut = part.clip_to_context(dep.settings.max_model_len)
     w, planned, added = _correct(part, dep, dp, lo, hi, slos)
+    if cut:
+        added.append(f"{cut} replayed prompt(s) cut to fit max_model_len "
+                     f"{dep.settings.max_model_len}")
     reactive = replay_windows(part, dep, [(x.start_s, x.end_s, x.reactive_replicas)
                                           for x in w[lo:hi]], dp.lag.total_s, slos)
     out = list(w)
