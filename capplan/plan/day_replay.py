@@ -115,13 +115,20 @@ def _correct(part: Requests, dep: Any, dp: Any, lo: int, hi: int, slos: SloSet
             break  # a replica more does not help these windows: keep the count, say so
         reps, w, stats = trial, w_trial, again
         added[miss] += 1
-    notes = [f"the replay missed the SLOs in window {i} on the analytic count: "
-             f"{added[i]} replica(s) added ({reps[i]})" for i in np.flatnonzero(added)]
     still = [lo + i for i, p in enumerate(stats) if not _meets(p, slos)]
-    if still:
-        notes.append(f"window(s) {', '.join(map(str, still))} still miss the SLOs in the "
-                     "replay with more replicas: the limit is per request (long prompts, "
-                     "bursts), not the fleet's size; loosen the SLOs or shorten requests")
+    notes = []
+    if still:  # replicas did not fix these: keep the analytic count, say what limits them
+        reps[still] -= added[still]
+        added[still] = 0
+        w = dp.rebuild(reps) if dp.rebuild is not None else w
+        stats = replay_windows(part, dep, [(x.start_s, x.end_s, max(x.replicas, 0))
+                                           for x in w[lo:hi]], 0.0, slos)
+        notes.append(f"window(s) {', '.join(map(str, still))} miss the SLOs in the replay "
+                     "and more replicas do not fix it: the limit is per request (long "
+                     "prompts, prefill chunks, bursts), not the fleet's size; loosen the SLOs, "
+                     "shorten requests or choose a smaller chunk")
+    notes[:0] = [f"the replay missed the SLOs in window {i} on the analytic count: "
+                 f"{added[i]} replica(s) added ({reps[i]})" for i in np.flatnonzero(added)]
     return w, stats, notes
 
 
