@@ -95,16 +95,18 @@ def lane_day(lane: Any, window_s: float, base: Path | None = None) -> LaneDay:
 
 
 def combine(days: Sequence[LaneDay]) -> WindowSeries:
-    """Lanes added window by window (a shorter lane counts 0 after its end)."""
+    """Lanes added window by window: a rate curve repeats every day (beside a trace of several
+    days), a shorter trace counts 0 after its end."""
     longest = max(days, key=lambda d: (len(d.series), d.series.span_s)).series
     n = len(longest)
     rate, out_tok, disp_w, scv_w = np.zeros(n), np.zeros(n), np.zeros(n), np.zeros(n)
     for d in days:
-        k = len(d.series)
-        rate[:k] += d.series.offered_rps
-        out_tok[:k] += d.series.output_tokens
-        disp_w[:k] += d.series.dispersion * d.series.offered_rps
-        scv_w[:k] += d.series.arrival_scv * d.series.offered_rps
+        s = d.series
+        k = n if d.requests is None else len(s)  # np.resize repeats a day's curve cyclically
+        rate[:k] += np.resize(s.offered_rps, k)
+        out_tok[:k] += np.resize(s.output_tokens, k)
+        disp_w[:k] += np.resize(s.dispersion * s.offered_rps, k)
+        scv_w[:k] += np.resize(s.arrival_scv * s.offered_rps, k)
     # the lanes' rate-weighted mean (the planner pools lanes' SCVs the same way: traffic_for)
     disp = np.where(rate > 0, disp_w / np.maximum(rate, 1e-300), 1.0)
     scv = np.where(rate > 0, scv_w / np.maximum(rate, 1e-300), 1.0)

@@ -162,3 +162,15 @@ def test_gap_scv_by_hand_and_under_stretching():
     a = series_from_trace(_reqs(t), 3600).arrival_scv[0]
     b = series_from_trace(_reqs(4 * t), 4 * 3600).arrival_scv[0]
     assert a == pytest.approx(1.0, abs=0.1) and b == pytest.approx(a)
+
+
+def test_a_curve_repeats_beside_a_two_day_trace():
+    from capplan.plan.day import LaneDay, combine
+
+    t = np.arange(0.0, 2 * DAY_S, 10.0)  # 0.1 req/s for two days
+    trace = LaneDay("t", series_from_trace(_reqs(t), 3600), _reqs(t))
+    curve = LaneDay("c", series_from_curve(parse_rate_curve([{"at": "00:00",
+                                                              "rate_per_s": 2}]), 1.0, 3600))
+    total = combine([trace, curve])
+    assert len(total) == 48
+    assert total.offered_rps[:47] == pytest.approx(2.1)  # the last window ends at 172790 s
