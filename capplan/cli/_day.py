@@ -15,6 +15,9 @@ DAY_OPTIONS = (
     click.option("--trace", default=None, type=click.Path(dir_okay=False),
                  help="A trace (any format simulate --trace reads): plan a day of it, replicas "
                       "per window (instead of --rate)."),
+    click.option("--time-unit", type=click.Choice(["auto", "s", "ms", "us"]), default="auto",
+                 show_default=True, help="Numeric arrival times of --trace (auto: by schema "
+                                         "and size)."),
     click.option("--rate-curve", default=None, type=click.Path(dir_okay=False),
                  help="A daily rate curve CSV (at,rate_per_s; HH:MM, linear between points) "
                       "with --input-len/--output-len (instead of --rate)."),

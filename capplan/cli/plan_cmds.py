@@ -367,13 +367,14 @@ def recommend_cmd(model: str, rate: float | None, input_len: str, output_len: st
 def day_lane(kw: dict[str, Any], rate: float | None) -> dict[str, Any]:
     """The day options of recommend (popped from kw): the lane's trace / rate curve (replacing
     its rate) and the plan's `day:`; one of --rate, --trace, --rate-curve."""
-    trace, curve = kw.pop("trace"), kw.pop("rate_curve")
+    trace, curve, unit = kw.pop("trace"), kw.pop("rate_curve"), kw.pop("time_unit")
     spec = day_spec(kw)
     if sum(x is not None for x in (rate, trace, curve)) != 1:
         raise click.UsageError("give exactly one of --rate, --trace or --rate-curve")
     if rate is not None:
         return {"lane": {}, "day": spec}
-    return {"lane": {"rate_per_s": None, "trace": trace, "rate_curve": curve}, "day": spec}
+    return {"lane": {"rate_per_s": None, "trace": trace, "rate_curve": curve,
+                     **({"time_unit": unit} if trace else {})}, "day": spec}
 
 
 PROGRESS_MIN_LANES = 8

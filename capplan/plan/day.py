@@ -81,7 +81,7 @@ def lane_day(lane: Any, window_s: float, base: Path | None = None) -> LaneDay:
         path = Path(lane.trace)
         if base is not None and not path.is_absolute():
             path = base / path
-        reqs = load_trace(path)
+        reqs = load_trace(path, getattr(lane, "time_unit", "auto"))
         return LaneDay(lane.name, series_from_trace(reqs, window_s, str(path)), reqs)
     out_mean = parse_length(str(lane.output_len)).mean
     if lane.rate_curve is not None:

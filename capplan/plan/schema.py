@@ -139,6 +139,8 @@ class Lane(BaseModel):
     rate_curve: str | list[CurvePoint] | None = None
     """A daily rate curve: a list of {at: 'HH:MM', rate_per_s} or a CSV (at,rate_per_s),
     with this lane's lengths: the plan becomes a day plan."""
+    time_unit: Literal["auto", "s", "ms", "us"] = "auto"
+    """A trace's numeric arrival times: seconds, ms or us (auto: as `simulate --time-unit`)."""
     arrival: Literal["poisson", "gamma"] = "poisson"
     burstiness: L.BURSTINESS.field() = 1.0  # type: ignore[valid-type]
     """Gamma shape (1 = Poisson; < 1 burstier), as vllm bench serve --burstiness."""
