@@ -26,6 +26,7 @@ from capplan.sim.compiled import (
     ERR,
     FREE,
     LAST_DEC,
+    LAST_FIN,
     MAX_SEQS,
     NGAPS,
     NHEAP,
@@ -38,7 +39,7 @@ from capplan.sim.compiled import (
     T_END,
     TOTAL,
     WAITING,
-    _bulk,
+    _bulk_all,
     _grow,
     _njit,
     _push,
@@ -174,9 +175,9 @@ def _advance(r: int, until: float, eng: tuple, st: tuple, tb: tuple, shared: tup
         for g in range(ng[0], sc[NGAPS]):  # extra gaps: the window of their step's end
             gl[1][0, g] = we
         t_edge = bounds[w + 1] if w + 1 < bounds.shape[0] else np.inf
-        t2 = _bulk(t, min(until, t_edge), q, sc, cfg, model, lists, bufs)
+        t2 = _bulk_all(t, min(until, t_edge), q, sc, cfg, model, lists, bufs)
         if t2 != t:
-            last_done[r] = 0  # a decode stretch completes nothing
+            last_done[r] = sc[LAST_FIN]  # completions of the stretch's last step
         t_r[r] = t2
         k_r[r] = sc[STEP] + 1
         nt[w], ng[0] = sc[NTBT], sc[NGAPS]
