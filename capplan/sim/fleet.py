@@ -406,7 +406,12 @@ def _replay_compiled(dep: Deployment, reqs: Requests, fleet: tuple
                      ) -> tuple[_Times, list[dict[str, Any]]]:
     """Route and simulate on the compiled fleet loop; per-request times and TBT samples."""
     from capplan.sim import compiled as C
-    from capplan.sim.fleet_loop import ROUTER_CODES, new_affinity_map, simulate_fleet
+    from capplan.sim.fleet_loop import (
+        ROUTER_CODES,
+        check_kernel,
+        new_affinity_map,
+        simulate_fleet,
+    )
 
     ready, stop, router, keys, bounds = fleet
     pool, lim = dep.pool, dep.limits
@@ -418,6 +423,7 @@ def _replay_compiled(dep: Deployment, reqs: Requests, fleet: tuple
     consts = tuple(float(v) for v in dep.step.constants())
     moe = bool(float(dep.step.num_experts) > 0)
     C._check_kernel(dep.step, consts, moe)
+    check_kernel(q, cfg, consts, moe)
     arr = np.ascontiguousarray(reqs.arrival_at_s, np.float64)
     (rep, _, qt, tv, tw, twin, gv, gwin, sc, tf) = simulate_fleet(
         arr, q, cfg, consts, moe,

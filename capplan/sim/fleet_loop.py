@@ -266,3 +266,28 @@ def simulate_fleet(arr: np.ndarray, q: np.ndarray, cfg: np.ndarray, consts: tupl
     k = ng[0]
     return (rep, eng_arr, qt, tv[:j], tw[:j], twin[:j], gl[0][0, :k].copy(),
             gl[1][0, :k].astype(np.int64), SC, TF)
+
+
+def check_kernel(q: np.ndarray, cfg: np.ndarray, consts: tuple, moe: bool) -> None:
+    """numba's cache tracks only this file: after an edit of the step-time formula or of
+    `capplan.sim.compiled` (whose functions this loop has compiled in), the cached loop would
+    keep the old code. A one-request run of this loop must equal `simulate_open_loop`'s (which
+    `compiled._check_kernel` keeps current); otherwise drop this module's cached functions and
+    compile afresh."""
+    from capplan.sim.compiled import PROMPT, simulate_open_loop
+
+    if numba is None or numba.config.DISABLE_JIT or not q.shape[1]:
+        return
+    one = np.ascontiguousarray(q[:, :1])
+    one[PROMPT] = min(int(one[PROMPT, 0]), 64)
+    arr = np.zeros(1)
+    want = simulate_open_loop(arr, one.copy(), cfg, consts, moe)[0]
+    fleet = (np.zeros(1), np.full(1, np.inf), 0, np.full(1, -1, np.int64), np.zeros(1),
+             new_affinity_map())
+    if np.array_equal(simulate_fleet(arr, one.copy(), cfg, consts, moe, fleet)[2], want):
+        return
+    jitted = [f for f in globals().values() if isinstance(f, numba.core.dispatcher.Dispatcher)]
+    for f in jitted:
+        f._cache.flush()  # numba has no public call for this (as compiled._check_kernel)
+    for f in jitted:
+        f.recompile()
