@@ -357,6 +357,7 @@ def replay_schedule(spec: FleetReplaySpec) -> FleetReplayResult:
     rep, disp = route_static(arr, keys, ready, stop, spec.router)
     tm = _Times(np.full(n, np.nan), np.full(n, np.nan), [], [], [], np.full(n, np.nan),
                 {"running_s": 0.0, "in_system_s": 0.0, "kv_blocks_max": 0, "preemptions": 0})
+    tm.replica = rep
     per = []
     for r in range(len(ready)):
         idx = np.flatnonzero(rep == r)
@@ -364,12 +365,11 @@ def replay_schedule(spec: FleetReplaySpec) -> FleetReplayResult:
                     "stop_at_s": float(stop[r])})
         if not len(idx):
             continue
-        tm.replica = rep
         rec = run_replica(spec.engine_config, _subset(reqs, idx, disp), spec.sim_engine)
         tm.first_s[idx] = rec.first_token_at_s
         tm.finish_s[idx] = rec.finished_at_s
         tm.admitted_s[idx] = rec.admitted_at_s
-        tm.tbt_at_s.append(rec.step_start_s + rec.step_dur_s)
+        tm.tbt_at_s.append(rec.step_start_s)  # a step's gaps count where it starts
         tm.tbt_gap_s.append(rec.step_tbt_gap_s)
         tm.tbt_w.append(rec.step_tbt_count.astype(float))
         # extra gaps (after a preemption, SGLang's first decodes) carry no time: the replica's
