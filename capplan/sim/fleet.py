@@ -47,7 +47,7 @@ ROUTERS = ("round-robin", "least-outstanding", "prefix-affinity")
 NEVER = math.inf
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True)
 class FleetReplaySpec:
     """What to replay: requests (open loop, sorted by arrival), one replica's deployment, the
     schedule of replica counts and the router."""
