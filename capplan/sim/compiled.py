@@ -67,6 +67,9 @@ ARRIVING, WAITING, PREFILLING, DECODING, FINISHED, NEW_DECODER = range(6)
  NHEAP, NCH, STEP, LAST_DEC, NGAPS, ERR, SUMCTX, SUMCTXW, NPF, NNEED, NFD, NTBT, STRIDE, NSER,
  KV_MAX) = range(25)
 NUM_SCALARS = 26
+BULK_MIN_STEPS = 2
+"""Shortest decode stretch `_bulk` runs: a one-step stretch costs more passes over the running
+set than a full step (overload, where a large batch completes a sequence every step)."""
 LAST_FIN = 25
 """sc[LAST_FIN]: completions in the last step of a decode stretch (`_bulk`)."""
 # float scalars tf[...]: this step's start and end, the end of the last decode step and of step
@@ -717,6 +720,8 @@ def _bulk(t: float, t_next: float, q: np.ndarray, sc: np.ndarray, cfg: np.ndarra
     tb, sf = lists[2][0], lists[2][2]
     if cfg[KEEP_STEPS]:
         b = min(b, sf.shape[1] - sc[STEP] - 1)
+    if b < BULK_MIN_STEPS:
+        return t
     tf = bufs[6]
     nd = sc[NDEC]
     j = 0
