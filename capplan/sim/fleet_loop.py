@@ -205,10 +205,11 @@ def _fleet_loop(eng: tuple, st: tuple, fl: tuple, tb: tuple, shared: tuple, rep:
         d = _dispatch_time(arr[i], fl[0], fl[1])
         if d == np.inf:
             continue  # no replica ever takes it: unfinished
-        for r in range(R):
-            _advance(r, d, eng, st, tb, shared)
-            if SC[r, ERR]:
-                return
+        for r in range(R):  # (the test here spares a call for an idle replica)
+            if (SC[r, NRUN] > 0 or SC[r, NHEAP] > 0) and t_r[r] < d:
+                _advance(r, d, eng, st, tb, shared)
+                if SC[r, ERR]:
+                    return
         r = _route(i, d, (SC, t_r, st[2], fl[5]), fl)
         rep[i] = r
         arr[i] = d  # the engine sees the request when the router sends it
