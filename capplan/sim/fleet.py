@@ -300,34 +300,46 @@ def _attained(spec: FleetReplaySpec, arr: np.ndarray, tm: _Times) -> np.ndarray 
     return ok
 
 
+def _by_window(win: np.ndarray, nw: int, values: np.ndarray | None = None
+               ) -> tuple[np.ndarray, np.ndarray]:
+    """(order, bounds): `order` groups indices by window (within a window ascending by
+    `values` when given, so each window's percentile sort meets sorted input), window j's
+    indices are order[bounds[j]:bounds[j + 1]]; one sort instead of a mask per window."""
+    order = np.arange(len(win)) if values is None else np.argsort(values)
+    order = order[np.argsort(win[order], kind="stable")]
+    return order, np.searchsorted(win[order], np.arange(nw + 1), side="left")
+
+
 def _window_stats(spec: FleetReplaySpec, w: np.ndarray, tm: _Times) -> list[WindowStats]:
     arr = np.asarray(spec.requests.arrival_at_s, float)
     nw = len(w)
     starts = w[:, 0]
     # arrival window (arrivals beyond the last end count in the last window)
     win = np.clip(np.searchsorted(starts, arr, side="right") - 1, 0, nw - 1)
-    fin_win = np.clip(np.searchsorted(starts, tm.finish_s, side="right") - 1, 0, nw - 1)
     done = np.isfinite(tm.finish_s)
+    fin_win = np.clip(np.searchsorted(starts, tm.finish_s[done], side="right") - 1, 0, nw - 1)
+    served = np.bincount(fin_win, minlength=nw)
     ok = _attained(spec, arr, tm)
+    ttft = tm.first_s - arr
     tat = np.concatenate(tm.tbt_at_s) if tm.tbt_at_s else np.zeros(0)
     tgap = np.concatenate(tm.tbt_gap_s) if tm.tbt_gap_s else np.zeros(0)
     tw = np.concatenate(tm.tbt_w) if tm.tbt_w else np.zeros(0)
     twin = np.clip(np.searchsorted(starts, tat, side="right") - 1, 0, nw - 1)
+    ro, rb = _by_window(win, nw, np.where(done, ttft, np.inf))
+    to, tbnd = _by_window(twin, nw, tgap)
     out = []
     for j, (s, e, n) in enumerate(w):
-        m = win == j
+        m = ro[rb[j]:rb[j + 1]]  # the window's arrivals, by TTFT
+        md = m[done[m]]
+        mt = to[tbnd[j]:tbnd[j + 1]]
         length = float(e - s)
-        md = m & done
-        mt = twin == j
         out.append(WindowStats(
             start_s=float(s), end_s=float(e), replicas=int(n),
-            offered_rps=float(m.sum()) / length,
-            served_rps=float((done & (fin_win == j)).sum()) / length,
-            ttft_p99_s=_p99((tm.first_s - arr)[md]),
-            tbt_p99_s=_p99(tgap[mt], tw[mt]),
-            attainment=(float(ok[m].mean()) if ok is not None and m.any()
+            offered_rps=len(m) / length, served_rps=float(served[j]) / length,
+            ttft_p99_s=_p99(ttft[md]), tbt_p99_s=_p99(tgap[mt], tw[mt]),
+            attainment=(float(ok[m].mean()) if ok is not None and len(m)
                         else (None if ok is None else float("nan"))),
-            completed=int(md.sum()), unfinished=int((m & ~done).sum())))
+            completed=len(md), unfinished=len(m) - len(md)))
     return out
 
 
