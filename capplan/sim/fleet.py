@@ -114,7 +114,8 @@ class FleetReplayResult:
     drain or of the replay): what the schedule pays for."""
     router: str
     per_replica: list[dict[str, Any]] = field(default_factory=list)
-    """Per replica: `requests`, `ready_at_s`, `stop_at_s` (inf: never stopped)."""
+    """Per replica: `requests`, `completed`, `ready_at_s`, `stop_at_s` (None: never drains),
+    `ttft_p99_s`, `e2e_p99_s`, `preemptions`."""
     record: RunRecord | None = field(default=None, repr=False)
     """The completed requests as one run (`capplan.sim.metrics.summarize` gives the fleet's
     latency and throughput keys; its step aggregates are the replicas' summed)."""
@@ -218,6 +219,11 @@ def _accepting(t: float, ready: np.ndarray, stop: np.ndarray, edges: np.ndarray
     lo = edges[j - 1] if j > 0 else -np.inf
     hi = edges[j] if j < len(edges) else np.inf
     return np.flatnonzero((ready <= t) & (stop > t)).tolist(), (lo, hi)
+
+
+def _finite(x: float) -> float | None:
+    """x, or None for infinity (JSON has no infinity: a replica that never drains)."""
+    return float(x) if math.isfinite(x) else None
 
 
 # -- one replica -----------------------------------------------------------------------------
@@ -374,7 +380,7 @@ def replay_schedule(spec: FleetReplaySpec) -> FleetReplayResult:
     for r in range(len(ready)):
         idx = np.flatnonzero(rep == r)
         per.append({"requests": len(idx), "ready_at_s": float(ready[r]),
-                    "stop_at_s": float(stop[r])})
+                    "stop_at_s": _finite(stop[r])})
         if not len(idx):
             continue
         rec = run_replica(spec.engine_config, _subset(reqs, idx, disp), spec.sim_engine)
@@ -462,7 +468,8 @@ def _replay_compiled(dep: Deployment, reqs: Requests, fleet: tuple
     for r in range(len(ready)):
         mine = rep == r
         p: dict[str, Any] = {"requests": int(counts[r]), "ready_at_s": float(ready[r]),
-                             "stop_at_s": float(stop[r]), "preemptions": int(sc[r, C.PREEMPTIONS])}
+                             "stop_at_s": _finite(stop[r]),
+                             "preemptions": int(sc[r, C.PREEMPTIONS])}
         if mine.any():
             p["last_finish_s"] = float(fin[mine].max())
         per.append(p)
