@@ -66,7 +66,12 @@ ARRIVING, WAITING, PREFILLING, DECODING, FINISHED, NEW_DECODER = range(6)
 (FREE, NDEC, BUDGET, PREEMPTED_NOW, DEC_DONE, BLOCKED, ADMISSIONS, PREEMPTIONS, DONE, NRUN,
  NHEAP, NCH, STEP, LAST_DEC, NGAPS, ERR, SUMCTX, SUMCTXW, NPF, NNEED, NFD, NTBT, STRIDE, NSER,
  KV_MAX) = range(25)
-NUM_SCALARS = 25
+NUM_SCALARS = 26
+BULK_MIN_STEPS = 2
+"""Shortest decode stretch `_bulk` runs: a one-step stretch costs more passes over the running
+set than a full step (overload, where a large batch completes a sequence every step)."""
+LAST_FIN = 25
+"""sc[LAST_FIN]: completions in the last step of a decode stretch (`_bulk`)."""
 # float scalars tf[...]: this step's start and end, the end of the last decode step and of step
 # 0, the time integrals of the running set and of the requests in the system (s * requests)
 T_START, T_END, T_LAST_DEC, T_STEP0, RUN_INT, SYS_INT = range(6)
@@ -660,14 +665,14 @@ def _bulk_ok(q: np.ndarray, sc: np.ndarray, cfg: np.ndarray, heap: np.ndarray) -
 @_njit
 def _bulk_len(q: np.ndarray, sc: np.ndarray, cfg: np.ndarray, run: np.ndarray) -> tuple:
     """(steps, sequences below the window, steps to the first block edge): how many decode
-    steps finish no sequence (the step after does) and take none across the sliding window
-    (below it, a windowed context grows by one a step)."""
+    steps keep the same decoders (the last may finish some) and take none across the sliding
+    window (below it, a windowed context grows by one a step)."""
     w = cfg[WINDOW]
     b, below, edge = 1 << 30, 0, 1 << 30
     for i in range(sc[NRUN]):
         s = run[i]
         c = q[COMPUTED, s]
-        b = min(b, q[OUTPUT, s] - q[GENERATED, s] - 1)
+        b = min(b, q[OUTPUT, s] - q[GENERATED, s])
         edge = min(edge, q[DUE, s] - c)
         if c + 1 < w:
             below += 1
@@ -705,8 +710,9 @@ def _bulk(t: float, t_next: float, q: np.ndarray, sc: np.ndarray, cfg: np.ndarra
     """Event skipping: the pure decode steps up to the next event (an arrival at t_next, a
     completion, a window crossing, a block edge that would preempt) with only their step time,
     block edges and record (the same `_step_parts` inputs and `_record` as `_step`, so the same
-    results), the sequences advanced once by the number of steps at the end. Returns the
-    clock; sc[STEP] is the last step run."""
+    results); at the end the sequences advance by all steps but the last at once, and by the
+    last as `_step` advances them (`_advance_running`: tokens, completions, the next step's
+    sums and block edges). Returns the clock; sc[STEP] is the last step run."""
     run, heap = lists[0][0], lists[0][1]
     if not _bulk_ok(q, sc, cfg, heap):
         return t
@@ -714,6 +720,8 @@ def _bulk(t: float, t_next: float, q: np.ndarray, sc: np.ndarray, cfg: np.ndarra
     tb, sf = lists[2][0], lists[2][2]
     if cfg[KEEP_STEPS]:
         b = min(b, sf.shape[1] - sc[STEP] - 1)
+    if b < BULK_MIN_STEPS:
+        return t
     tf = bufs[6]
     nd = sc[NDEC]
     j = 0
@@ -740,21 +748,26 @@ def _bulk(t: float, t_next: float, q: np.ndarray, sc: np.ndarray, cfg: np.ndarra
     if j == 0:
         return t
     tf[T_START], tf[T_END] = t, t
-    qtok, g, needl, w = bufs[7], sc[STEP], bufs[2], cfg[WINDOW]
-    nneed = sumw = 0
-    for i in range(sc[NRUN]):  # advanced by j tokens; the next step's sums and block edges
+    for i in range(sc[NRUN]):
         s = run[i]
-        c = q[COMPUTED, s] + j
-        q[COMPUTED, s] = c
-        q[GENERATED, s] += j
-        q[LAST_TOK, s] = g
-        qtok[LAST_T, s] = t
-        sumw += min(c + 1, w)  # the last step may have taken one to the window
-        if c == q[DUE, s]:
-            needl[nneed] = s
-            nneed += 1
-    sc[NNEED], sc[SUMCTXW] = nneed, sumw
+        q[COMPUTED, s] += j - 1
+        q[GENERATED, s] += j - 1
+    d0 = sc[DONE]
+    _advance_running(True, q, sc, cfg, run, bufs)
+    sc[LAST_FIN] = sc[DONE] - d0
     return t
+
+
+@_njit
+def _bulk_all(t: float, t_next: float, q: np.ndarray, sc: np.ndarray, cfg: np.ndarray,
+              model: tuple, lists: tuple, bufs: tuple) -> float:
+    """Decode stretches one after another (a completion ends one; the next starts when the
+    waiting queue still cannot be admitted)."""
+    while True:
+        t2 = _bulk(t, t_next, q, sc, cfg, model, lists, bufs)
+        if t2 == t:
+            return t
+        t = t2
 
 
 @_njit
@@ -812,7 +825,7 @@ def simulate_open_loop(arr: np.ndarray, q: np.ndarray, cfg: np.ndarray, consts: 
         if sc[ERR]:
             break
         t = t + dur
-        t = _bulk(t, arr[nxt] if nxt < n else np.inf, q, sc, cfg, model, lists, bufs)
+        t = _bulk_all(t, arr[nxt] if nxt < n else np.inf, q, sc, cfg, model, lists, bufs)
         k = sc[STEP] + 1
     used = tb[:, 1] != 0
     return (qt, gaps[0, :sc[NGAPS]], tb[used, 0], tb[used, 1].astype(np.int64),

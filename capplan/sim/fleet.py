@@ -47,7 +47,7 @@ ROUTERS = ("round-robin", "least-outstanding", "prefix-affinity")
 NEVER = math.inf
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True)
 class FleetReplaySpec:
     """What to replay: requests (open loop, sorted by arrival), one replica's deployment, the
     schedule of replica counts and the router."""
@@ -114,7 +114,8 @@ class FleetReplayResult:
     drain or of the replay): what the schedule pays for."""
     router: str
     per_replica: list[dict[str, Any]] = field(default_factory=list)
-    """Per replica: `requests`, `ready_at_s`, `stop_at_s` (inf: never stopped)."""
+    """Per replica: `requests`, `completed`, `ready_at_s`, `stop_at_s` (None: never drains),
+    `ttft_p99_s`, `e2e_p99_s`, `preemptions`."""
     record: RunRecord | None = field(default=None, repr=False)
     """The completed requests as one run (`capplan.sim.metrics.summarize` gives the fleet's
     latency and throughput keys; its step aggregates are the replicas' summed)."""
@@ -220,6 +221,11 @@ def _accepting(t: float, ready: np.ndarray, stop: np.ndarray, edges: np.ndarray
     return np.flatnonzero((ready <= t) & (stop > t)).tolist(), (lo, hi)
 
 
+def _finite(x: float) -> float | None:
+    """x, or None for infinity (JSON has no infinity: a replica that never drains)."""
+    return float(x) if math.isfinite(x) else None
+
+
 # -- one replica -----------------------------------------------------------------------------
 def _subset(reqs: Requests, idx: np.ndarray, dispatch_s: np.ndarray) -> Requests:
     def pick(a: np.ndarray | None) -> np.ndarray | None:
@@ -300,34 +306,46 @@ def _attained(spec: FleetReplaySpec, arr: np.ndarray, tm: _Times) -> np.ndarray 
     return ok
 
 
+def _by_window(win: np.ndarray, nw: int, values: np.ndarray | None = None
+               ) -> tuple[np.ndarray, np.ndarray]:
+    """(order, bounds): `order` groups indices by window (within a window ascending by
+    `values` when given, so each window's percentile sort meets sorted input), window j's
+    indices are order[bounds[j]:bounds[j + 1]]; one sort instead of a mask per window."""
+    order = np.arange(len(win)) if values is None else np.argsort(values)
+    order = order[np.argsort(win[order], kind="stable")]
+    return order, np.searchsorted(win[order], np.arange(nw + 1), side="left")
+
+
 def _window_stats(spec: FleetReplaySpec, w: np.ndarray, tm: _Times) -> list[WindowStats]:
     arr = np.asarray(spec.requests.arrival_at_s, float)
     nw = len(w)
     starts = w[:, 0]
     # arrival window (arrivals beyond the last end count in the last window)
     win = np.clip(np.searchsorted(starts, arr, side="right") - 1, 0, nw - 1)
-    fin_win = np.clip(np.searchsorted(starts, tm.finish_s, side="right") - 1, 0, nw - 1)
     done = np.isfinite(tm.finish_s)
+    fin_win = np.clip(np.searchsorted(starts, tm.finish_s[done], side="right") - 1, 0, nw - 1)
+    served = np.bincount(fin_win, minlength=nw)
     ok = _attained(spec, arr, tm)
+    ttft = tm.first_s - arr
     tat = np.concatenate(tm.tbt_at_s) if tm.tbt_at_s else np.zeros(0)
     tgap = np.concatenate(tm.tbt_gap_s) if tm.tbt_gap_s else np.zeros(0)
     tw = np.concatenate(tm.tbt_w) if tm.tbt_w else np.zeros(0)
     twin = np.clip(np.searchsorted(starts, tat, side="right") - 1, 0, nw - 1)
+    ro, rb = _by_window(win, nw, np.where(done, ttft, np.inf))
+    to, tbnd = _by_window(twin, nw, tgap)
     out = []
     for j, (s, e, n) in enumerate(w):
-        m = win == j
+        m = ro[rb[j]:rb[j + 1]]  # the window's arrivals, by TTFT
+        md = m[done[m]]
+        mt = to[tbnd[j]:tbnd[j + 1]]
         length = float(e - s)
-        md = m & done
-        mt = twin == j
         out.append(WindowStats(
             start_s=float(s), end_s=float(e), replicas=int(n),
-            offered_rps=float(m.sum()) / length,
-            served_rps=float((done & (fin_win == j)).sum()) / length,
-            ttft_p99_s=_p99((tm.first_s - arr)[md]),
-            tbt_p99_s=_p99(tgap[mt], tw[mt]),
-            attainment=(float(ok[m].mean()) if ok is not None and m.any()
+            offered_rps=len(m) / length, served_rps=float(served[j]) / length,
+            ttft_p99_s=_p99(ttft[md]), tbt_p99_s=_p99(tgap[mt], tw[mt]),
+            attainment=(float(ok[m].mean()) if ok is not None and len(m)
                         else (None if ok is None else float("nan"))),
-            completed=int(md.sum()), unfinished=int((m & ~done).sum())))
+            completed=len(md), unfinished=len(m) - len(md)))
     return out
 
 
@@ -357,19 +375,19 @@ def replay_schedule(spec: FleetReplaySpec) -> FleetReplayResult:
     rep, disp = route_static(arr, keys, ready, stop, spec.router)
     tm = _Times(np.full(n, np.nan), np.full(n, np.nan), [], [], [], np.full(n, np.nan),
                 {"running_s": 0.0, "in_system_s": 0.0, "kv_blocks_max": 0, "preemptions": 0})
+    tm.replica = rep
     per = []
     for r in range(len(ready)):
         idx = np.flatnonzero(rep == r)
         per.append({"requests": len(idx), "ready_at_s": float(ready[r]),
-                    "stop_at_s": float(stop[r])})
+                    "stop_at_s": _finite(stop[r])})
         if not len(idx):
             continue
-        tm.replica = rep
         rec = run_replica(spec.engine_config, _subset(reqs, idx, disp), spec.sim_engine)
         tm.first_s[idx] = rec.first_token_at_s
         tm.finish_s[idx] = rec.finished_at_s
         tm.admitted_s[idx] = rec.admitted_at_s
-        tm.tbt_at_s.append(rec.step_start_s + rec.step_dur_s)
+        tm.tbt_at_s.append(rec.step_start_s)  # a step's gaps count where it starts
         tm.tbt_gap_s.append(rec.step_tbt_gap_s)
         tm.tbt_w.append(rec.step_tbt_count.astype(float))
         # extra gaps (after a preemption, SGLang's first decodes) carry no time: the replica's
@@ -406,7 +424,12 @@ def _replay_compiled(dep: Deployment, reqs: Requests, fleet: tuple
                      ) -> tuple[_Times, list[dict[str, Any]]]:
     """Route and simulate on the compiled fleet loop; per-request times and TBT samples."""
     from capplan.sim import compiled as C
-    from capplan.sim.fleet_loop import ROUTER_CODES, new_affinity_map, simulate_fleet
+    from capplan.sim.fleet_loop import (
+        ROUTER_CODES,
+        check_kernel,
+        new_affinity_map,
+        simulate_fleet,
+    )
 
     ready, stop, router, keys, bounds = fleet
     pool, lim = dep.pool, dep.limits
@@ -418,6 +441,7 @@ def _replay_compiled(dep: Deployment, reqs: Requests, fleet: tuple
     consts = tuple(float(v) for v in dep.step.constants())
     moe = bool(float(dep.step.num_experts) > 0)
     C._check_kernel(dep.step, consts, moe)
+    check_kernel(q, cfg, consts, moe)
     arr = np.ascontiguousarray(reqs.arrival_at_s, np.float64)
     (rep, _, qt, tv, tw, twin, gv, gwin, sc, tf) = simulate_fleet(
         arr, q, cfg, consts, moe,
@@ -444,7 +468,8 @@ def _replay_compiled(dep: Deployment, reqs: Requests, fleet: tuple
     for r in range(len(ready)):
         mine = rep == r
         p: dict[str, Any] = {"requests": int(counts[r]), "ready_at_s": float(ready[r]),
-                             "stop_at_s": float(stop[r]), "preemptions": int(sc[r, C.PREEMPTIONS])}
+                             "stop_at_s": _finite(stop[r]),
+                             "preemptions": int(sc[r, C.PREEMPTIONS])}
         if mine.any():
             p["last_finish_s"] = float(fin[mine].max())
         per.append(p)

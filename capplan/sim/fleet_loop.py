@@ -26,6 +26,7 @@ from capplan.sim.compiled import (
     ERR,
     FREE,
     LAST_DEC,
+    LAST_FIN,
     MAX_SEQS,
     NGAPS,
     NHEAP,
@@ -38,7 +39,7 @@ from capplan.sim.compiled import (
     T_END,
     TOTAL,
     WAITING,
-    _bulk,
+    _bulk_all,
     _grow,
     _njit,
     _push,
@@ -174,9 +175,9 @@ def _advance(r: int, until: float, eng: tuple, st: tuple, tb: tuple, shared: tup
         for g in range(ng[0], sc[NGAPS]):  # extra gaps: the window of their step's end
             gl[1][0, g] = we
         t_edge = bounds[w + 1] if w + 1 < bounds.shape[0] else np.inf
-        t2 = _bulk(t, min(until, t_edge), q, sc, cfg, model, lists, bufs)
+        t2 = _bulk_all(t, min(until, t_edge), q, sc, cfg, model, lists, bufs)
         if t2 != t:
-            last_done[r] = 0  # a decode stretch completes nothing
+            last_done[r] = sc[LAST_FIN]  # completions of the stretch's last step
         t_r[r] = t2
         k_r[r] = sc[STEP] + 1
         nt[w], ng[0] = sc[NTBT], sc[NGAPS]
@@ -204,10 +205,11 @@ def _fleet_loop(eng: tuple, st: tuple, fl: tuple, tb: tuple, shared: tuple, rep:
         d = _dispatch_time(arr[i], fl[0], fl[1])
         if d == np.inf:
             continue  # no replica ever takes it: unfinished
-        for r in range(R):
-            _advance(r, d, eng, st, tb, shared)
-            if SC[r, ERR]:
-                return
+        for r in range(R):  # (the test here spares a call for an idle replica)
+            if (SC[r, NRUN] > 0 or SC[r, NHEAP] > 0) and t_r[r] < d:
+                _advance(r, d, eng, st, tb, shared)
+                if SC[r, ERR]:
+                    return
         r = _route(i, d, (SC, t_r, st[2], fl[5]), fl)
         rep[i] = r
         arr[i] = d  # the engine sees the request when the router sends it
@@ -265,3 +267,28 @@ def simulate_fleet(arr: np.ndarray, q: np.ndarray, cfg: np.ndarray, consts: tupl
     k = ng[0]
     return (rep, eng_arr, qt, tv[:j], tw[:j], twin[:j], gl[0][0, :k].copy(),
             gl[1][0, :k].astype(np.int64), SC, TF)
+
+
+def check_kernel(q: np.ndarray, cfg: np.ndarray, consts: tuple, moe: bool) -> None:
+    """numba's cache tracks only this file: after an edit of the step-time formula or of
+    `capplan.sim.compiled` (whose functions this loop has compiled in), the cached loop would
+    keep the old code. A one-request run of this loop must equal `simulate_open_loop`'s (which
+    `compiled._check_kernel` keeps current); otherwise drop this module's cached functions and
+    compile afresh."""
+    from capplan.sim.compiled import PROMPT, simulate_open_loop
+
+    if numba is None or numba.config.DISABLE_JIT or not q.shape[1]:
+        return
+    one = np.ascontiguousarray(q[:, :1])
+    one[PROMPT] = min(int(one[PROMPT, 0]), 64)
+    arr = np.zeros(1)
+    want = simulate_open_loop(arr, one.copy(), cfg, consts, moe)[0]
+    fleet = (np.zeros(1), np.full(1, np.inf), 0, np.full(1, -1, np.int64), np.zeros(1),
+             new_affinity_map())
+    if np.array_equal(simulate_fleet(arr, one.copy(), cfg, consts, moe, fleet)[2], want):
+        return
+    jitted = [f for f in globals().values() if isinstance(f, numba.core.dispatcher.Dispatcher)]
+    for f in jitted:
+        f._cache.flush()  # numba has no public call for this (as compiled._check_kernel)
+    for f in jitted:
+        f.recompile()

@@ -179,3 +179,16 @@ def test_replica_timeline_by_hand():
     assert decided.tolist() == [0, 0, 10, 10, 40]
     assert ready.tolist() == [0, 0, 15, 15, 45]
     assert stop.tolist() == [np.inf, 30, 30, 20, np.inf]
+
+
+@needs_numba
+def test_least_outstanding_by_hand(llama_h100):
+    # r0 (long) at 0 s -> replica 0 (tie: lowest index); r1 (2 tokens) at 1 ms -> replica 1
+    # (replica 0 holds one); r2 at 1 s: r1 finished long ago, r0 still decodes (500 tokens at
+    # ~7 ms a step) -> replica 1 holds none: it takes r2. Round-robin sends r2 to replica 0.
+    reqs = Requests(np.array([0.0, 0.001, 1.0]), np.array([100, 100, 100]),
+                    np.array([500, 2, 10]), np.zeros(3, np.int64))
+    lo = replay_schedule(_spec(llama_h100, reqs, [(0.0, 10.0, 2)], router="least-outstanding"))
+    rr = replay_schedule(_spec(llama_h100, reqs, [(0.0, 10.0, 2)], router="round-robin"))
+    assert [p["requests"] for p in lo.per_replica] == [1, 2]
+    assert [p["requests"] for p in rr.per_replica] == [2, 1]
