@@ -34,7 +34,8 @@ DAY_OPTIONS = (
                  help="Engine start-up after loading (CUDA graphs, profiling), seconds."),
     click.option("--replay", type=click.Choice(["none", "peak", "all"]), default="peak",
                  show_default=True,
-                 help="Windows of a --trace day plan the fleet replay verifies."),
+                 help="Windows of a day plan the fleet replay verifies (the trace, or "
+                      "Poisson arrivals drawn from the rate curve)."),
 )
 
 
