@@ -10,6 +10,7 @@ from typing import Any
 import click
 
 from capplan.cli._render import Column, render_rows
+from capplan.units import bytes_to_gb
 
 DAY_OPTIONS = (
     click.option("--trace", default=None, type=click.Path(dir_okay=False),
@@ -139,7 +140,7 @@ def render_day(result: dict[str, Any], fmt: str) -> str:
     if day:
         st = day["startup"]
         out.append(f"a replica starts in {st['replica_start_s']:.0f} s (weights "
-                   f"{st['weights_bytes'] / 1e9:.1f} GB from {st['load_from']} in "
+                   f"{bytes_to_gb(st['weights_bytes']):.1f} GB from {st['load_from']} in "
                    f"{st['load_s']:.0f} s + engine start-up {st['engine_startup_s']:.0f} s): "
                    "each scale-up begins that long before its window ('start scale-up')")
         out += [f"note: {n}" for n in day.get("notes", [])]
