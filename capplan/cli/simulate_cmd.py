@@ -112,6 +112,9 @@ def simulate_cmd(model: str, gpu: str, rate: float | None, concurrency: int | No
     names = parse_schedulers(scheduler)
     prefix = pop_prefix_spec(kw)
     fleet = pop_fleet_options(kw)
+    if fleet is not None and plot_dir:
+        raise click.UsageError("--plot draws one engine's time series, which a fleet run "
+                               "(--replicas, --schedule) does not keep")
     load = {k: kw.pop(k) for k in ("burstiness", "input_len", "output_len", "num_requests",
                                    "time_unit")}
     dep = deployment_from_options(catalog_dir, model, gpu, kw)

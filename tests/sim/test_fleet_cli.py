@@ -65,6 +65,7 @@ def test_closed_loop_splits_clients():
 @pytest.mark.parametrize("args", [
     ["--replicas", "0"], ["--schedule", "5:1"], ["--schedule", "0:1,0:2"], ["--schedule", "x"],
     ["--router", "random"], ["--startup-lag", "-1"], ["--slo-ttft", "1"],
+    ["--replicas", "2", "--plot", "charts"],
     ["--replicas", "2", "--scheduler", "static"]])
 def test_bad_fleet_input_exit_2(args):
     r = invoke("--rate", "5", "--requests", "20", *args)
