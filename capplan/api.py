@@ -33,12 +33,25 @@ _ENGINE_KEYS = tuple(f.name for f in fields(EngineOptions))
 
 def deployment(model: str, gpu: str, *, calibration: str | Path | Any = None,
                catalog: Catalog | None = None, catalog_dirs: tuple[str, ...] = (),
-               require_fit: bool = True, **options: Any) -> Deployment:
-    """Resolve a deployment: names + engine options (unset = the engine's defaults)."""
+               require_fit: bool = True, engine_notation: bool = False,
+               **options: Any) -> Deployment:
+    """Resolve a deployment: names + engine options (unset = the engine's defaults).
+
+    `tp` is capplan's attention TP per data-parallel rank (a replica stage is tp x
+    attention_dp GPUs); with `engine_notation=True` it is read as the engine writes it
+    (SGLang `--tp 8 --dp 8` and TensorRT-LLM `tensor_parallel_size 8` with attention DP are 8
+    GPUs; capplan.models.layout.tp_from_engine_notation), as the CLI does."""
     unknown = sorted(set(options) - set(_ENGINE_KEYS))
     if unknown:
         raise InputError(f"unknown engine option(s) {', '.join(unknown)}: expected "
                          f"{', '.join(_ENGINE_KEYS)}")
+    if engine_notation and options.get("tp"):
+        from capplan.models.engine import engine_profile
+        from capplan.models.layout import tp_from_engine_notation
+
+        name = engine_profile(options.get("engine") or "vllm").name
+        options["tp"] = tp_from_engine_notation(name, int(options["tp"]),
+                                                int(options.get("attention_dp") or 1))
     opts = EngineOptions(**{k: v for k, v in options.items() if v is not None})
     cat = catalog or load_catalog(catalog_dirs)
     return resolve_deployment(cat, model, gpu, opts, calibration, require_fit=require_fit)
