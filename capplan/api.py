@@ -228,3 +228,48 @@ def recommend(model: str, *, rate: float, input_len: str | int = 512,
                                                  ("e2e_p99_s", e2e_p99_s)) if v is not None}}],
     }
     return run_plan(doc, verify=verify, catalog_dirs=catalog_dirs)
+
+
+def disaggregated(model: str, gpu: str, *, prefill_workers: int, decode_workers: int,
+                  prefill: dict[str, Any] | None = None, decode: dict[str, Any] | None = None,
+                  kv_link: str = "auto", calibration: str | Path | Any = None,
+                  catalog_dirs: tuple[str, ...] = (), engine_notation: bool = False,
+                  **options: Any) -> Any:
+    """A fixed disaggregated layout (capplan.plan.pd.PdLayout): `prefill_workers` x the
+    deployment of `options` updated by `prefill` (e.g. {"tp": 8}), `decode_workers` x the same
+    updated by `decode` (a pool may name its own "gpu"); the KV link `auto`, `nvlink` or
+    `network`."""
+    from capplan.plan.pd import make_layout
+
+    cat = load_catalog(catalog_dirs)
+    deps = []
+    for role, extra in (("prefill", prefill or {}), ("decode", decode or {})):
+        opts = {**options, **{k: v for k, v in extra.items() if k != "gpu"}}
+        try:
+            deps.append(deployment(model, extra.get("gpu") or gpu, calibration=calibration,
+                                   catalog=cat, require_fit=False,
+                                   engine_notation=engine_notation, **opts))
+        except InputError as e:
+            raise InputError(f"{role} pool: {e}") from e
+    return make_layout(deps[0], prefill_workers, deps[1], decode_workers, kv_link)
+
+
+def pd_latency(model: str, gpu: str, *, prefill_workers: int, decode_workers: int,
+               prefill: dict[str, Any] | None = None, decode: dict[str, Any] | None = None,
+               kv_link: str = "auto", rate: float | None = None,
+               concurrency: int | None = None, trace: str | None = None,
+               input_len: str | int = 512, output_len: str | int = 256,
+               burstiness: float = 1.0, **kw: Any) -> LatencyResult:
+    """Analytic latency of a fixed disaggregated layout (open loop, closed loop or a trace's
+    rate and lengths): TTFT = prefill queue + prefill + KV transfer + decode admission, TBT from
+    the decode pool; `data["pools"]` holds each pool's figures and `data["saturated_pools"]`
+    names a pool whose share of the rate exceeds its capacity (then `stable` is False)."""
+    from capplan.plan.load import load_spec_from_options
+    from capplan.plan.pd import pd_latency as _pd_latency
+
+    lay = disaggregated(model, gpu, prefill_workers=prefill_workers,
+                        decode_workers=decode_workers, prefill=prefill, decode=decode,
+                        kv_link=kv_link, **kw)
+    load = load_spec_from_options(rate, concurrency, trace, str(input_len), str(output_len),
+                                  burstiness, lay.decode.memory.max_model_len)
+    return LatencyResult.from_dict(_pd_latency(lay, load))
