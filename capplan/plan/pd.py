@@ -108,6 +108,7 @@ class PdModel:
                              p.profile.scheduler, prefix)
         self.qd = QueueModel(d.step, inp, out, d.limits, arrival_scv, d.profile.scheduler,
                              decode_side_prefix(inp))
+        self.qp.pack_prompts = self.qd.pack_prompts = True
         kv = d.memory.kv_bytes_per_token_per_gpu
         self.transfer = {"mean": float(kv_transfer_s(inp.mean, kv, layout.link)),
                          "p50": float(kv_transfer_s(inp.quantile(0.5), kv, layout.link)),
