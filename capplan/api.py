@@ -251,7 +251,28 @@ def disaggregated(model: str, gpu: str, *, prefill_workers: int, decode_workers:
                                    engine_notation=engine_notation, **opts))
         except InputError as e:
             raise InputError(f"{role} pool: {e}") from e
+        if not deps[-1].memory.fits:
+            raise InputError(f"{role} pool: {deps[-1].model.key} does not fit on "
+                             f"{deps[-1].gpu.key} ({deps[-1].layout_text}): "
+                             f"{deps[-1].memory.reason}{_wider_hint(deps[-1], role)}")
     return make_layout(deps[0], prefill_workers, deps[1], decode_workers, kv_link)
+
+
+def _wider_hint(dep: Deployment, role: str) -> str:
+    """'; --prefill-tp 16 (2 nodes) fits': the smallest doubling of TP that holds the model."""
+    from capplan.plan.deployment import build_deployment
+
+    s = dep.settings
+    tp = s.tp * 2
+    while tp <= 64:
+        try:
+            wider = build_deployment(dep.model, dep.gpu, s.with_(tp=tp), dep.calibration)
+        except InputError:
+            return ""
+        if wider.memory.fits:
+            return f"; --{role}-tp {tp} ({wider.layout_text}) fits"
+        tp *= 2
+    return ""
 
 
 def pd_latency(model: str, gpu: str, *, prefill_workers: int, decode_workers: int,

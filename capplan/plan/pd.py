@@ -34,7 +34,7 @@ from capplan.plan.load import LoadSpec
 
 SATURATED_UTILIZATION = 0.97
 """A pool at this share of its capacity in a closed loop is where the clients queue."""
-_BISECT = 30
+_BISECT = 22
 QUANTILES = ("mean", "p50", "p90", "p99")
 
 
@@ -127,7 +127,10 @@ class PdModel:
         saturated = [role for role, r in (("prefill", p), ("decode", d)) if not r["stable"]]
         ttft = {q: p["ttft_s"][q] + self.transfer[q] + d["ttft_s"][q] - self.decode_overhead_s
                 for q in QUANTILES}
-        e2e = {q: ttft[q] + d["e2e_s"][q] - d["ttft_s"][q] for q in QUANTILES}
+        # E2E = TTFT + (osl - 1) x the decode pool's mean token gap, per TTFT quantile (the
+        # gaps of one request average out over its output)
+        gaps = max(self.out.mean - 1.0, 0.0) * d["tbt_s"]["mean"]
+        e2e = {q: ttft[q] + gaps for q in QUANTILES}
         return {"stable": not saturated, "saturated_pools": saturated,
                 "ttft_s": ttft, "tbt_s": d["tbt_s"], "e2e_s": e2e,
                 "tpot_s": d["tbt_s"]["mean"], "kv_transfer_s": dict(self.transfer),
@@ -210,7 +213,8 @@ def pd_latency(layout: PdLayout, load: LoadSpec) -> dict[str, Any]:
         res["offered_requests_per_s"] = res["requests_per_s"]
         res["reason"] = "; ".join(
             f"the {role} pool is saturated: {res['requests_per_s']:.3g} req/s exceeds its "
-            f"{caps[role]:.3g} req/s ({res['pools'][role]['workers']} workers)" for role in sat)
+            f"{caps[role]:.3g} req/s ({res['pools'][role]['workers']} x "
+            f"{res['pools'][role]['layout']})" for role in sat)
         for key in ("ttft_s", "tbt_s", "e2e_s"):
             res[key] = {q: None for q in QUANTILES}
         res["tpot_s"] = None

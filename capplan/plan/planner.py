@@ -366,8 +366,11 @@ def _plan_pool(cat: Catalog, plan: PlanFile, resolved: ResolvedModel, lanes: lis
     if verify is not None and plan.verify.top > 0:
         ranked = _verify(ranked, pool, plan.verify.top, plan.verify.requests, verify, warnings)
     if not ranked:
+        misses = [w.replace(" met the SLOs analytically but missed them in simulation", "")
+                  .removesuffix("; dropped") for w in warnings if "missed them in simulation" in w]
+        nearest = f"; nearest miss: {misses[0]}" if misses else ""
         raise InfeasibleError("every configuration that met the SLOs analytically missed them "
-                              "in simulation; loosen the SLOs or lower the rate")
+                              f"in simulation{nearest}; loosen the SLOs or lower the rate")
     ranked, pruned = _prune(ranked)
     if pruned:
         warnings.append(f"{pruned} configuration(s) not listed: they need over "
