@@ -119,18 +119,20 @@ class PdModel:
         self.capacity = {"prefill": float(self.qp.capacity_rate()) * layout.prefill_workers,
                          "decode": float(self.qd.capacity_rate()) * layout.decode_workers}
 
-    def at_rate(self, rate_per_s: float) -> dict[str, Any]:
-        """The pools at a total open-loop rate: per-pool figures, composed TTFT, saturation."""
+    def at_rate(self, rate_per_s: float, metrics: set[str] | None = None) -> dict[str, Any]:
+        """The pools at a total open-loop rate: per-pool figures, composed TTFT, saturation
+        (`metrics`: as QueueModel.at_rate, the keys whose quantiles are read; means always)."""
         lay = self.layout
         rp, rd = rate_per_s / lay.prefill_workers, rate_per_s / lay.decode_workers
-        p, d = _plain(self.qp.at_rate(rp)), _plain(self.qd.at_rate(rd))
+        p = _plain(self.qp.at_rate(rp, metrics))
+        d = _plain(self.qd.at_rate(rd, metrics))
         saturated = [role for role, r in (("prefill", p), ("decode", d)) if not r["stable"]]
         ttft = {q: p["ttft_s"][q] + self.transfer[q] + d["ttft_s"][q] - self.decode_overhead_s
-                for q in QUANTILES}
+                for q in QUANTILES if q in p["ttft_s"] and q in d["ttft_s"]}
         # E2E = TTFT + (osl - 1) x the decode pool's mean token gap, per TTFT quantile (the
         # gaps of one request average out over its output)
         gaps = max(self.out.mean - 1.0, 0.0) * d["tbt_s"]["mean"]
-        e2e = {q: ttft[q] + gaps for q in QUANTILES}
+        e2e = {q: v + gaps for q, v in ttft.items()}
         return {"stable": not saturated, "saturated_pools": saturated,
                 "ttft_s": ttft, "tbt_s": d["tbt_s"], "e2e_s": e2e,
                 "tpot_s": d["tbt_s"]["mean"], "kv_transfer_s": dict(self.transfer),
@@ -153,7 +155,7 @@ class PdModel:
         if role == "prefill":
             out["ttft_s"] = r["ttft_s"]
         else:
-            out["admission_s"] = {q: r["ttft_s"][q] - self.decode_overhead_s for q in QUANTILES}
+            out["admission_s"] = {q: v - self.decode_overhead_s for q, v in r["ttft_s"].items()}
             out["tbt_s"] = r["tbt_s"]
         return out
 
@@ -168,7 +170,7 @@ class PdModel:
         hi *= 1 - 1e-9
         for _ in range(_BISECT):
             lam = 0.5 * (lo + hi)
-            r = self.at_rate(lam)
+            r = self.at_rate(lam, {"ttft_s"})
             busy = r["ttft_s"]["mean"] + max(osl - 1, 0) * r["tpot_s"]
             implied = concurrency / busy if r["stable"] and math.isfinite(busy) else 0.0
             lo, hi = (lam, hi) if implied > lam else (lo, lam)
