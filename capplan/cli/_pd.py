@@ -106,5 +106,8 @@ def pd_table(res: dict[str, Any], fmt: str) -> str:
                 f"the closed loop queues at the {' and '.join(res['saturated_pools'])} pool "
                 "(it runs at its capacity; TTFT is mostly that queue)")))
         notes.append(f"bound: {res['bound']}; calibration: {res.get('calibration')}")
+        notes.append("launch (one line per node; NODE0_IP, PREFILLi, DECODEj: addresses):")
+        for name, lines in (res.get("launch") or {}).items():
+            notes += [f"  {name} {line}" for line in lines]
         text += "\n\n" + "\n".join(notes)
     return text

@@ -30,6 +30,7 @@ from capplan.models.disagg import INTER_NODE, Link, decode_side_prefix, kv_trans
 from capplan.models.disagg import kv_link as _nvlink_or_default
 from capplan.models.queueing import LengthStats, QueueModel
 from capplan.plan.deployment import Deployment
+from capplan.plan.launch_multinode import pd_launch
 from capplan.plan.load import LoadSpec
 
 SATURATED_UTILIZATION = 0.97
@@ -228,6 +229,7 @@ def pd_latency(layout: PdLayout, load: LoadSpec) -> dict[str, Any]:
                 "kv_link": {"name": lay.link.name, "bytes_per_s": lay.link.bytes_per_s,
                             "latency_s": lay.link.latency_s, "source": lay.link.source},
                 "capacity_by_pool_requests_per_s": model.capacity,
+                "launch": pd_launch(lay),
                 "calibration": lay.decode.calibration.source})
     return res
 

@@ -167,3 +167,29 @@ def test_tp16_two_nodes_step_by_hand(tp16):
     # TP 16 over two nodes spends more on all-reduces than TP 8 inside one, at the same batch.
     tp8 = deployment("llama-3.1-405b", "h100", tp=8, weight_dtype="fp8")
     assert comm > step_parts(x, tp8.step.constants(), False)[7]
+
+
+# --- launch lines, one per node ------------------------------------------------------------
+
+def test_multinode_launch_lines():
+    from capplan.plan.launch_multinode import replica_launch
+
+    # SGLang --tp 16 --enable-dp-attention --dp 16 --ep-size 16 over two H100 nodes
+    d = deployment("deepseek-v3", "h100", engine="sglang", tp=16, attention_dp=16,
+                   expert_parallel=16, max_model_len=32768, engine_notation=True)
+    lines = replica_launch(d)
+    sg = lines["sglang"]
+    assert len(sg) == 2
+    for rank, line in enumerate(sg):
+        assert f"--nnodes 2 --node-rank {rank} --dist-init-addr NODE0_IP:5000" in line
+        assert ("--tp 16 --enable-dp-attention --dp 16 --ep-size 16 --moe-a2a-backend deepep"
+                in line)
+        assert "--context-length 32768" in line and "--mem-fraction-static" in line
+    assert "--port 8000" in sg[0] and "--port" not in sg[1]
+    # vLLM: 16 DP engines of TP 1, 8 per node; node 1 headless from rank 8
+    v = lines["vllm"]
+    assert "--data-parallel-size 16 --data-parallel-size-local 8" in v[0]
+    assert "--headless" in v[1] and "--data-parallel-start-rank 8" in v[1]
+    assert all("--enable-expert-parallel" in x for x in v)  # EP 16 = the world of 16
+    t = lines["trtllm"]
+    assert t[0].startswith("any node: mpirun -H node0:8,node1:8 -np 16 trtllm-llmapi-launch")
