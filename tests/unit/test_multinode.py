@@ -193,3 +193,42 @@ def test_multinode_launch_lines():
     assert all("--enable-expert-parallel" in x for x in v)  # EP 16 = the world of 16
     t = lines["trtllm"]
     assert t[0].startswith("any node: mpirun -H node0:8,node1:8 -np 16 trtllm-llmapi-launch")
+
+
+# --- recommend searches attention-DP / EP layouts and two-node worlds -----------------------
+
+def test_moe_layouts_searched(catalog):
+    from types import SimpleNamespace
+
+    from capplan.plan.search import moe_layouts
+
+    v3 = catalog.resolve_model("deepseek-v3").spec
+    space = SimpleNamespace(engine="sglang", tps=(1, 2, 4, 8))
+    # DP over every GPU of each world, EP over all of them; 16 = two H200 nodes (network)
+    assert moe_layouts(v3, catalog.gpu("h200"), space) == [
+        (1, 2, 2), (1, 4, 4), (1, 8, 8), (1, 16, 16)]
+    assert moe_layouts(catalog.resolve_model("llama-3.1-8b").spec, catalog.gpu("h200"),
+                       space) == []  # dense: plain TP only
+
+
+def test_recommend_deepseek_sglang_picks_a_dp_ep_layout():
+    import capplan.api as api
+
+    r = api.recommend("deepseek-v3", rate=10, input_len=2000, output_len=500, ttft_p99_s=2,
+                      tbt_p99_s=0.2, gpus=["h200"], engine="sglang", verify=False)
+    best = r.recommendations[0].to_dict()
+    assert (best["attention_dp"], best["expert_parallel"]) == (8, 8)
+    assert best["gpus_total"] == best["replicas"] * 8
+    assert "--tp 8 --enable-dp-attention --dp 8 --ep-size 8" in best["engine_flags"]["sglang"]
+
+
+@pytest.mark.slow
+def test_recommend_nearest_miss_has_numbers(run_cli):
+    # issue 26's acceptance: a plan, or the nearest miss with its numbers
+    res = run_cli("recommend", "--model", "deepseek-v3", "--gpu", "h200", "--engine", "sglang",
+                  "--rate", "10", "--input-len", "2000", "--output-len", "500", "--ttft-p99",
+                  "2", "--tbt-p99", "0.1")
+    if res.exit_code != 0:
+        assert "nearest miss" in res.stderr and " ms > " in res.stderr
+    else:
+        assert "recommended" in res.stdout
