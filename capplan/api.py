@@ -234,14 +234,14 @@ def disaggregated(model: str, gpu: str, *, prefill_workers: int, decode_workers:
                   prefill: dict[str, Any] | None = None, decode: dict[str, Any] | None = None,
                   kv_link: str = "auto", calibration: str | Path | Any = None,
                   catalog_dirs: tuple[str, ...] = (), engine_notation: bool = False,
-                  **options: Any) -> Any:
+                  catalog: Catalog | None = None, **options: Any) -> Any:
     """A fixed disaggregated layout (capplan.plan.pd.PdLayout): `prefill_workers` x the
     deployment of `options` updated by `prefill` (e.g. {"tp": 8}), `decode_workers` x the same
     updated by `decode` (a pool may name its own "gpu"); the KV link `auto`, `nvlink` or
     `network`."""
     from capplan.plan.pd import make_layout
 
-    cat = load_catalog(catalog_dirs)
+    cat = catalog or load_catalog(catalog_dirs)
     deps = []
     for role, extra in (("prefill", prefill or {}), ("decode", decode or {})):
         opts = {**options, **{k: v for k, v in extra.items() if k != "gpu"}}

@@ -236,3 +236,31 @@ def pd_latency(layout: PdLayout, load: LoadSpec) -> dict[str, Any]:
 
 def _util(res: dict[str, Any], role: str) -> float:
     return float(res["pools"][role]["utilization"])
+
+
+def fixed_layout_for_plan(cat: Any, plan: Any, resolved: Any, traffic: Any) -> dict[str, Any]:
+    """A plan file's `disaggregated_layout` predicted at the lanes' pooled rate and lengths
+    (open loop; the plan's engine settings; each pool's GPU or the first candidate's)."""
+    from capplan.api import disaggregated
+
+    spec, eng = plan.disaggregated_layout, plan.engine
+    gpu = spec.prefill.gpu or spec.decode.gpu or (
+        plan.candidates.gpus[0] if plan.candidates.gpus else None)
+    if gpu is None:
+        raise InputError("disaggregated_layout: name a gpu in a pool or in candidates.gpus")
+
+    def pool(p: Any) -> dict[str, Any]:
+        return {k: v for k, v in p.model_dump().items() if k != "workers" and v is not None}
+
+    lay = disaggregated(getattr(resolved, "served_id", "") or plan.model, gpu,
+                        prefill_workers=spec.prefill.workers,
+                        decode_workers=spec.decode.workers, prefill=pool(spec.prefill),
+                        decode=pool(spec.decode), kv_link=spec.kv_link, engine_notation=True,
+                        engine=eng.name, max_model_len=eng.max_model_len,
+                        gpu_memory_utilization=eng.gpu_memory_utilization,
+                        block_size=eng.block_size, calibration=plan.calibration,
+                        catalog=cat, **({"max_num_seqs": eng.max_num_seqs}
+                                        if isinstance(eng.max_num_seqs, int) else {}))
+    load = LoadSpec(traffic.rate_per_s, None, traffic.inp, traffic.out, traffic.arrival_scv,
+                    "the plan's lanes, pooled")
+    return pd_latency(lay, load)

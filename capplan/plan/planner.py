@@ -227,6 +227,12 @@ def run_plan(cat: Catalog, plan: PlanFile, verify: VerifyFn | None = None,
         result = replace(result, pools=pools, warnings=[*result.warnings, note])
     if disagg:
         result = replace(result, disaggregated=_disaggregated(cat, plan, resolved, lanes, result))
+    if plan.disaggregated_layout is not None:
+        from capplan.plan.pd import fixed_layout_for_plan
+
+        result = replace(result, fixed_disaggregated=fixed_layout_for_plan(
+            cat, plan, resolved, traffic_for(lanes, resolved.spec.context_len(
+                plan.engine.max_model_len))))
     return result
 
 

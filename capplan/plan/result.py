@@ -287,6 +287,8 @@ class PlanResult:
     disaggregated: dict[str, Any] | None = None
     """The disaggregated layout searched beside the aggregated one (plan/disagg.py), with the
     verdict; None when not asked for."""
+    fixed_disaggregated: dict[str, Any] | None = None
+    """The plan file's fixed prefill/decode layout predicted (plan/pd.py); None if none."""
 
     @property
     def best(self) -> Recommendation:
@@ -307,4 +309,6 @@ class PlanResult:
             out["pools"] = self.pools.to_dict()
         if self.disaggregated is not None:
             out["disaggregated"] = self.disaggregated
+        if self.fixed_disaggregated is not None:
+            out["fixed_disaggregated"] = self.fixed_disaggregated
         return out

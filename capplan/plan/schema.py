@@ -164,6 +164,32 @@ class EngineSpec(BaseModel):
     """Expert-parallel size of the MoE layers; as attention_dp, 1 in recommend/plan."""
 
 
+class PdPool(BaseModel):
+    """One pool of a fixed disaggregated layout (docs/disaggregation.md)."""
+
+    model_config = _STRICT
+    workers: _COUNT  # type: ignore[valid-type]
+    """Workers (replicas) of this pool."""
+    tp: _COUNT = 1  # type: ignore[valid-type]
+    """TP of a worker in the engine's notation (SGLang/TensorRT-LLM: the world)."""
+    pp: _COUNT = 1  # type: ignore[valid-type]
+    attention_dp: _COUNT = 1  # type: ignore[valid-type]
+    expert_parallel: _COUNT = 1  # type: ignore[valid-type]
+    gpu: str | None = None
+    """GPU of this pool (default: the plan's first candidate GPU)."""
+    max_num_seqs: _COUNT | None = None  # type: ignore[valid-type]
+    max_num_batched_tokens: _COUNT | None = None  # type: ignore[valid-type]
+
+
+class FixedDisaggregated(BaseModel):
+    """A given prefill/decode layout to predict for the plan's lanes (not searched)."""
+
+    model_config = _STRICT
+    prefill: PdPool
+    decode: PdPool
+    kv_link: Literal["auto", "nvlink", "network"] = "auto"
+
+
 class VerifySpec(BaseModel):
     model_config = _STRICT
     top: int = Field(default=5, ge=0, le=100, strict=True)
@@ -196,6 +222,9 @@ class PlanFile(BaseModel):
     trade-off are reported instead."""
     export: list[str] = []
     """Files to write (.csv, .json, .md, .xlsx), relative to the plan file."""
+    disaggregated_layout: FixedDisaggregated | None = None
+    """A fixed prefill/decode layout predicted for the lanes' pooled traffic beside the
+    search (JSON `fixed_disaggregated`: per-pool figures, a saturated pool named)."""
 
     @model_validator(mode="after")
     def _bounded_search(self) -> PlanFile:

@@ -104,3 +104,21 @@ def test_cli_needs_both_pools(run_cli):
     res = run_cli("latency", "--model", "llama-3.1-8b", "--gpu", "h100", "--prefill-workers",
                   "1", "--rate", "1")
     assert res.exit_code == 2 and "--decode-workers" in res.stderr
+
+
+def test_plan_file_takes_a_fixed_layout():
+    from capplan.api import run_plan
+
+    doc = {"version": 1, "model": "deepseek-ai/DeepSeek-R1", "candidates": {"gpus": ["h200"]},
+           "engine": {"name": "sglang", "max_model_len": 4096},
+           "workloads": [{"name": "chat", "rate_per_s": 4, "input_len": 2000,
+                          "output_len": 500, "slo": {"ttft_p99_s": 3.0, "tbt_p99_s": 0.2}}],
+           "disaggregated_layout": {
+               "prefill": {"workers": 2, "tp": 8},
+               "decode": {"workers": 1, "tp": 16, "attention_dp": 16,
+                          "expert_parallel": 16}}}
+    fixed = run_plan(doc, verify=False).to_dict()["fixed_disaggregated"]
+    assert fixed["gpus_total"] == 32 and fixed["stable"]
+    dec = fixed["pools"]["decode"]
+    assert dec["gpus_per_worker"] == 16 and "DP 16, EP 16" in dec["layout"]
+    assert any("--nnodes 2 --node-rank 1" in line for line in fixed["launch"]["decode worker 0"])
