@@ -136,13 +136,9 @@ def table(groups: dict) -> str:
 
 def write_docs(text: str, block: str = "validate_disagg:by-engine") -> None:
     """Rewrite the generated block `block` of docs/validation.md with `text` (atomic)."""
-    doc = DOC.read_text()
-    head, tail = f"<!-- generated: {block} -->", "<!-- /generated -->"
-    i = doc.index(head) + len(head)
-    j = doc.index(tail, i)
-    tmp = DOC.with_suffix(".md.tmp")
-    tmp.write_text(doc[:i] + "\n" + text + "\n" + doc[j:])
-    tmp.replace(DOC)
+    from docblocks import write_block
+
+    write_block(DOC, block, text)
 
 
 def main() -> None:
