@@ -239,40 +239,17 @@ def disaggregated(model: str, gpu: str, *, prefill_workers: int, decode_workers:
     deployment of `options` updated by `prefill` (e.g. {"tp": 8}), `decode_workers` x the same
     updated by `decode` (a pool may name its own "gpu"); the KV link `auto`, `nvlink` or
     `network`."""
-    from capplan.plan.pd import make_layout
+    from capplan.plan.pd import PdPools, build_layout
 
-    cat = catalog or load_catalog(catalog_dirs)
-    deps = []
-    for role, extra in (("prefill", prefill or {}), ("decode", decode or {})):
-        opts = {**options, **{k: v for k, v in extra.items() if k != "gpu"}}
-        try:
-            deps.append(deployment(model, extra.get("gpu") or gpu, calibration=calibration,
-                                   catalog=cat, require_fit=False,
-                                   engine_notation=engine_notation, **opts))
-        except InputError as e:
-            raise InputError(f"{role} pool: {e}") from e
-        if not deps[-1].memory.fits:
-            raise InputError(f"{role} pool: {deps[-1].model.key} does not fit on "
-                             f"{deps[-1].gpu.key} ({deps[-1].layout_text}): "
-                             f"{deps[-1].memory.reason}{_wider_hint(deps[-1], role)}")
-    return make_layout(deps[0], prefill_workers, deps[1], decode_workers, kv_link)
-
-
-def _wider_hint(dep: Deployment, role: str) -> str:
-    """'; --prefill-tp 16 (2 nodes) fits': the smallest doubling of TP that holds the model."""
-    from capplan.plan.deployment import build_deployment
-
-    s = dep.settings
-    tp = s.tp * 2
-    while tp <= 64:
-        try:
-            wider = build_deployment(dep.model, dep.gpu, s.with_(tp=tp), dep.calibration)
-        except InputError:
-            return ""
-        if wider.memory.fits:
-            return f"; --{role}-tp {tp} ({wider.layout_text}) fits"
-        tp *= 2
-    return ""
+    for extra in (options, prefill or {}, decode or {}):
+        unknown = sorted(set(extra) - set(_ENGINE_KEYS) - {"gpu"})
+        if unknown:
+            raise InputError(f"unknown engine option(s) {', '.join(unknown)}: expected "
+                             f"{', '.join(_ENGINE_KEYS)}")
+    pools = PdPools(prefill_workers=prefill_workers, decode_workers=decode_workers,
+                    prefill=dict(prefill or {}), decode=dict(decode or {}), kv_link=kv_link)
+    return build_layout(catalog or load_catalog(catalog_dirs), model, gpu, pools,
+                        calibration=calibration, engine_notation=engine_notation, **options)
 
 
 def pd_latency(model: str, gpu: str, *, prefill_workers: int, decode_workers: int,

@@ -20,7 +20,7 @@ queue for.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -28,8 +28,15 @@ import numpy as np
 from capplan.errors import InputError
 from capplan.models.disagg import INTER_NODE, Link, decode_side_prefix, kv_transfer_s
 from capplan.models.disagg import kv_link as _nvlink_or_default
+from capplan.models.engine import engine_profile
+from capplan.models.layout import tp_from_engine_notation
 from capplan.models.queueing import LengthStats, QueueModel
-from capplan.plan.deployment import Deployment
+from capplan.plan.deployment import (
+    Deployment,
+    EngineOptions,
+    build_deployment,
+    resolve_deployment,
+)
 from capplan.plan.launch_multinode import pd_launch
 from capplan.plan.load import LoadSpec
 
@@ -238,11 +245,64 @@ def _util(res: dict[str, Any], role: str) -> float:
     return float(res["pools"][role]["utilization"])
 
 
+@dataclass(frozen=True, kw_only=True)
+class PdPools:
+    """The two pools of a fixed layout as given: workers, per-pool engine options (a pool may
+    name its own "gpu"), the KV link."""
+
+    prefill_workers: int
+    decode_workers: int
+    prefill: dict[str, Any] = field(default_factory=dict)
+    decode: dict[str, Any] = field(default_factory=dict)
+    kv_link: str = "auto"
+
+
+def build_layout(cat: Any, model: str, gpu: str, pools: PdPools, *, calibration: Any = None,
+                 engine_notation: bool = False, **options: Any) -> PdLayout:
+    """Resolve both pools' deployments (options, updated per pool) and check the layout
+    (`make_layout`). With `engine_notation`, each pool's `tp` is read as its engine writes it
+    (models/layout.py)."""
+    prefill, decode = pools.prefill, pools.decode
+    prefill_workers, decode_workers, kv_link = (pools.prefill_workers, pools.decode_workers,
+                                                pools.kv_link)
+    deps = []
+    for role, extra in (("prefill", prefill or {}), ("decode", decode or {})):
+        opts = {k: v for k, v in {**options, **extra}.items() if k != "gpu" and v is not None}
+        if engine_notation and opts.get("tp"):
+            opts["tp"] = tp_from_engine_notation(engine_profile(opts.get("engine") or "vllm")
+                                                 .name, int(opts["tp"]),
+                                                 int(opts.get("attention_dp") or 1))
+        try:
+            dep = resolve_deployment(cat, model, extra.get("gpu") or gpu, EngineOptions(**opts),
+                                     calibration)
+        except InputError as e:
+            raise InputError(f"{role} pool: {e}") from e
+        if not dep.memory.fits:
+            raise InputError(f"{role} pool: {dep.model.key} does not fit on {dep.gpu.key} "
+                             f"({dep.layout_text}): {dep.memory.reason}"
+                             f"{_wider_hint(dep, role)}")
+        deps.append(dep)
+    return make_layout(deps[0], prefill_workers, deps[1], decode_workers, kv_link)
+
+
+def _wider_hint(dep: Deployment, role: str) -> str:
+    """'; --prefill-tp 16 (2 nodes) fits': the smallest doubling of TP that holds the model."""
+    s = dep.settings
+    tp = s.tp * 2
+    while tp <= 64:
+        try:
+            wider = build_deployment(dep.model, dep.gpu, s.with_(tp=tp), dep.calibration)
+        except InputError:
+            return ""
+        if wider.memory.fits:
+            return f"; --{role}-tp {tp} ({wider.layout_text}) fits"
+        tp *= 2
+    return ""
+
+
 def fixed_layout_for_plan(cat: Any, plan: Any, resolved: Any, traffic: Any) -> dict[str, Any]:
     """A plan file's `disaggregated_layout` predicted at the lanes' pooled rate and lengths
     (open loop; the plan's engine settings; each pool's GPU or the first candidate's)."""
-    from capplan.api import disaggregated
-
     spec, eng = plan.disaggregated_layout, plan.engine
     gpu = spec.prefill.gpu or spec.decode.gpu or (
         plan.candidates.gpus[0] if plan.candidates.gpus else None)
@@ -252,15 +312,15 @@ def fixed_layout_for_plan(cat: Any, plan: Any, resolved: Any, traffic: Any) -> d
     def pool(p: Any) -> dict[str, Any]:
         return {k: v for k, v in p.model_dump().items() if k != "workers" and v is not None}
 
-    lay = disaggregated(getattr(resolved, "served_id", "") or plan.model, gpu,
-                        prefill_workers=spec.prefill.workers,
-                        decode_workers=spec.decode.workers, prefill=pool(spec.prefill),
-                        decode=pool(spec.decode), kv_link=spec.kv_link, engine_notation=True,
-                        engine=eng.name, max_model_len=eng.max_model_len,
-                        gpu_memory_utilization=eng.gpu_memory_utilization,
-                        block_size=eng.block_size, calibration=plan.calibration,
-                        catalog=cat, **({"max_num_seqs": eng.max_num_seqs}
-                                        if isinstance(eng.max_num_seqs, int) else {}))
+    base: dict[str, Any] = {"engine": eng.name, "max_model_len": eng.max_model_len,
+                            "gpu_memory_utilization": eng.gpu_memory_utilization,
+                            "block_size": eng.block_size}
+    if isinstance(eng.max_num_seqs, int):
+        base["max_num_seqs"] = eng.max_num_seqs
+    pools = PdPools(prefill_workers=spec.prefill.workers, decode_workers=spec.decode.workers,
+                    prefill=pool(spec.prefill), decode=pool(spec.decode), kv_link=spec.kv_link)
+    lay = build_layout(cat, getattr(resolved, "served_id", "") or plan.model, gpu, pools,
+                       engine_notation=True, calibration=plan.calibration, **base)
     load = LoadSpec(traffic.rate_per_s, None, traffic.inp, traffic.out, traffic.arrival_scv,
                     "the plan's lanes, pooled")
     return pd_latency(lay, load)
