@@ -82,8 +82,8 @@ def speed_cmd(model: str, gpu: str, batch: list[int], context: list[int],
              f"{dtype_text(resolved_dtypes(dep), s)}")
         emit(f"calibration: {dep.calibration.source}")
         if curve["excluded"]:
-            emit(f"left out (over max_num_seqs {s.max_num_seqs} or the KV cache of "
-                 f"{dep.memory.kv_cache_tokens:,} tokens): " + ", ".join(
+            emit(f"left out (over max_num_seqs {dep.limits.max_num_seqs} or the KV cache of "
+                 f"{dep.memory.replica_kv_cache_tokens:,} tokens): " + ", ".join(
                      f"batch {r['batch']} at {r['context_len']}" for r in curve["excluded"]))
     if pre:
         emit("")
