@@ -107,8 +107,9 @@ def search_space(cat: Catalog, plan: PlanFile, model: ModelSpec, t: Traffic,
     for key in ("attention_dp", "expert_parallel"):
         if getattr(plan.engine, key) != 1:
             raise InputError(f"engine.{key} {getattr(plan.engine, key)}: recommend and plan "
-                             "search plain TP layouts; size DP/EP layouts with `capplan "
-                             "latency --attention-dp N --expert-parallel N`")
+                             "choose layouts themselves (plain TP; for MoE models attention DP "
+                             "+ EP over each world); size a given layout with `capplan latency "
+                             "--attention-dp N --expert-parallel N` or disaggregated_layout:")
     if max_len > model.max_position_embeddings:
         raise InputError(f"engine.max_model_len {max_len} exceeds {model.key}'s "
                          f"{model.max_position_embeddings}")

@@ -159,7 +159,8 @@ class EngineSpec(BaseModel):
     """KV block (page) size, one of the CLI's --block-size choices; default: the engine's."""
     attention_dp: _COUNT = 1  # type: ignore[valid-type]
     """Attention data-parallel ranks per replica (docs/perf.md, "Layouts"). recommend/plan
-    search plain TP: values above 1 are refused there (memory, latency and simulate take them)."""
+    choose layouts themselves (for MoE models attention DP + EP over each world): values above
+    1 are refused there (memory, latency and simulate take them)."""
     expert_parallel: _COUNT = 1  # type: ignore[valid-type]
     """Expert-parallel size of the MoE layers; as attention_dp, 1 in recommend/plan."""
 
