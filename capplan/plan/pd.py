@@ -42,7 +42,7 @@ from capplan.plan.load import LoadSpec
 
 SATURATED_UTILIZATION = 0.97
 """A pool at this share of its capacity in a closed loop is where the clients queue."""
-_BISECT = 22
+_BISECT = 16
 QUANTILES = ("mean", "p50", "p90", "p99")
 
 
