@@ -10,6 +10,8 @@ node; one 400 Gb/s NIC = 50 GB/s per GPU, 10 us).
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from capplan.api import deployment
 from capplan.models.layout import (
@@ -232,3 +234,17 @@ def test_recommend_nearest_miss_has_numbers(run_cli):
         assert "nearest miss" in res.stderr and " ms > " in res.stderr
     else:
         assert "recommended" in res.stdout
+
+
+@settings(max_examples=40, deadline=None)
+@given(engine=st.sampled_from(["vllm", "sglang", "trtllm"]),
+       rank_tp=st.sampled_from([1, 2, 4, 8]), dp=st.sampled_from([1, 2, 4, 8, 16]))
+def test_notation_round_trip(engine, rank_tp, dp):
+    # capplan's (tp per rank, dp) -> the engine's flags -> back: the same GPUs, once
+    from capplan.models.layout import engine_world
+
+    if engine == "trtllm" and dp > 1 and rank_tp != 1:
+        return  # TensorRT-LLM's attention DP is attention TP 1
+    w = engine_world(engine, rank_tp, dp)
+    assert w["gpus"] == rank_tp * dp
+    assert tp_from_engine_notation(engine, w["tp"], dp) == rank_tp
