@@ -12,9 +12,9 @@ Quantiles of TTFT add the pools' quantiles (an upper bound for p90/p99: the stag
 perfectly correlated). Each pool is one replica's analytic queue at its share of the rate; a
 pool whose share exceeds its capacity is SATURATED: the open loop has no steady state and the
 answer says which pool (never a saturated pool taken as stable). A closed loop of C clients
-solves lambda = C / (TTFT + (osl - 1) TPOT) by bisection below the smaller pool capacity; the
-pool running at >= `SATURATED_UTILIZATION` of its capacity there is named as the one clients
-queue for.
+solves lambda = C / (TTFT + (osl - 1) TPOT) by bisection below the smaller pool capacity; a
+pool running at >= `SATURATED_UTILIZATION` of its capacity there, or whose wait is over
+`QUEUE_SHARE` of a client's cycle, is named as the one clients queue for.
 """
 
 from __future__ import annotations
@@ -42,6 +42,8 @@ from capplan.plan.load import LoadSpec
 
 SATURATED_UTILIZATION = 0.97
 """A pool at this share of its capacity in a closed loop is where the clients queue."""
+QUEUE_SHARE = 0.5
+"""...as is a pool whose mean wait exceeds this share of a client's cycle (TTFT + decode)."""
 _BISECT = 16
 QUANTILES = ("mean", "p50", "p90", "p99")
 
@@ -183,8 +185,15 @@ class PdModel:
             implied = concurrency / busy if r["stable"] and math.isfinite(busy) else 0.0
             lo, hi = (lam, hi) if implied > lam else (lo, lam)
         res = self.at_rate(lo if lo > 0 else hi * 1e-6)
-        util = {role: res["pools"][role]["utilization"] for role in ("prefill", "decode")}
-        res["saturated_pools"] = [k for k, u in util.items() if u >= SATURATED_UTILIZATION]
+        pools = res["pools"]
+        # where the clients queue: a pool at capacity, or one whose wait is most of a client's
+        # cycle (a KV-bound decode pool admits below its nominal capacity)
+        cycle = res["ttft_s"]["mean"] + max(osl - 1, 0) * res["tpot_s"]
+        wait = {"prefill": pools["prefill"]["ttft_s"]["mean"],
+                "decode": pools["decode"]["admission_s"]["mean"]}
+        res["saturated_pools"] = [k for k in ("prefill", "decode")
+                                  if pools[k]["utilization"] >= SATURATED_UTILIZATION
+                                  or wait[k] > QUEUE_SHARE * cycle]
         return res
 
 
