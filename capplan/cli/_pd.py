@@ -90,7 +90,7 @@ def pd_table(res: dict[str, Any], fmt: str) -> str:
     cols = [Column("pool", "pool"), Column("workers", "workers"),
             Column("gpus", "GPUs/worker"), Column("rate", "req/s per worker"),
             Column("cap", "pool capacity (req/s)"), Column("util", "utilization"),
-            Column("mean", "TTFT|TBT mean (ms)"), Column("p99", "TTFT|TBT p99 (ms)")]
+            Column("mean", "TTFT or TBT mean (ms)"), Column("p99", "TTFT or TBT p99 (ms)")]
     text = render_rows(rows, cols, fmt)
     comp = [{"metric": name, **{q: ms((res.get(key) or {}).get(q))
                                 for q in ("mean", "p50", "p90", "p99")}}

@@ -691,7 +691,9 @@ class QueueModel:
         batch (M/G/inf: the batch averaged over a window as long as the service has variance
         (2/3) b, from the autocovariance lambda (D - |s|); Takacs 1962).
         """
-        inp, out = self.inp, self.out
+        # the prefill work is the uncached prompt tokens, as in the means (self.pf; the prompt
+        # itself without a prefix cache)
+        inp, out = self.pf, self.out
         lam, tau, b, budget, t_dec, t_full = x.lam, x.tau, x.b, x.budget, x.t_dec, x.t_full
         rho_p, wq_p, p_wait, wq_c, m_chunks = x.rho_p, x.wq_p, x.p_wait, x.wq_c, x.m_chunks
         chunk_mean = x.chunk_mean

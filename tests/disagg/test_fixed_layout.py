@@ -122,3 +122,13 @@ def test_plan_file_takes_a_fixed_layout():
     dec = fixed["pools"]["decode"]
     assert dec["gpus_per_worker"] == 16 and "DP 16, EP 16" in dec["layout"]
     assert any("--nnodes 2 --node-rank 1" in line for line in fixed["launch"]["decode worker 0"])
+
+
+def test_decode_side_quantiles_follow_its_mean(model):
+    # the decode pool computes one token of each prompt (its KV arrived): its TTFT quantiles
+    # come from that work, as its mean does, not from prefilling the whole prompt
+    d = model.qd.at_rate(1.0)
+    mean, p50 = float(d["ttft_s"]["mean"]), float(d["ttft_s"]["p50"])
+    assert p50 == pytest.approx(mean, rel=0.05)
+    r = model.at_rate(1.0)["ttft_s"]
+    assert r["p50"] <= r["p90"] <= r["p99"] and r["p50"] == pytest.approx(r["mean"], rel=0.1)
