@@ -43,7 +43,11 @@ from capplan.models.engine import NO_JITTER, ClientJitter
 from capplan.models.perf import mla_layers
 from capplan.plan.deployment import EngineOptions, calibration_for, resolve_deployment
 
-DATA = Path(__file__).resolve().parents[1].parent / "shared" / "validation" / "silicon_sample.csv"
+_HERE = Path(__file__).resolve()
+DATA = next((d / "shared" / "validation" / "silicon_sample.csv" for d in _HERE.parents[1:4]
+             if (d / "shared" / "validation" / "silicon_sample.csv").exists()),
+            _HERE.parents[1].parent / "shared" / "validation" / "silicon_sample.csv")
+"""The public measured rows: ../shared/validation (searched up to the worktrees' parent)."""
 SYSTEMS = {"h200_sxm": "h200", "b200_sxm": "b200", "b300_sxm": "b300", "gb200": "gb200",
            "gb300": "gb300"}
 SILICON_ROUNDS = {"vllm": 4.0, "sglang": 1.5, "trtllm": 6.0}

@@ -90,7 +90,7 @@ STEP_CONSTANTS = ("dense_weight_bytes", "expert_bytes", "num_moe_layers", "num_e
                   "gemm_half_tokens", "allreduce_s_fixed", "allreduce_s_per_token", "pp",
                   "p2p_s_per_token", "step_overhead_s", "per_seq_overhead_s", "layer_overhead_s",
                   "state_bytes_per_seq", "allreduce_s_per_token_oneshot", "attention_dp",
-                  "expert_parallel", "moe_comm_s_fixed", "moe_comm_s_per_token")
+                  "expert_parallel", "moe_comm_s_fixed", "moe_comm_s_per_token", "host_overlap")
 """`StepModel` fields that `step_parts` takes, in its order."""
 
 
@@ -114,7 +114,7 @@ def step_parts(x: tuple, c: tuple, moe: bool) -> tuple:
      gemm_flops_per_s, attn_flops_per_s, gemm_half_tokens, allreduce_s_fixed,
      allreduce_s_per_token, pp, p2p_s_per_token, step_overhead_s, per_seq_overhead_s,
      layer_overhead_s, state_bytes_per_seq, allreduce_s_per_token_oneshot, attention_dp,
-     expert_parallel, moe_comm_s_fixed, moe_comm_s_per_token) = c
+     expert_parallel, moe_comm_s_fixed, moe_comm_s_per_token, host_overlap) = c
     tokens = bd + tp_
     # Attention data parallelism: the replica's batch splits evenly over `attention_dp` ranks,
     # each a TP group running attention and the dense layers on its own share (vLLM
@@ -172,8 +172,15 @@ def step_parts(x: tuple, c: tuple, moe: bool) -> tuple:
                          moe_comm_s_fixed + global_tokens * moe_comm_s_per_token, 0.0)
     pp = pp * 1.0
     p2p = (pp - 1) * tokens * p2p_s_per_token
-    overhead = step_overhead_s + per_seq_overhead_s * (bd + nps) + pp * layer_overhead_s
-    step = pp * (linear + attention + comm) + p2p + overhead
+    gpu = pp * (linear + attention + comm) + p2p + pp * layer_overhead_s
+    host = per_seq_overhead_s * (bd + nps)
+    # Host overlap (vLLM async scheduling, SGLang/TensorRT-LLM overlap schedulers): the CPU
+    # prepares step n+1 while the GPU runs step n, so only host work beyond the GPU's step
+    # shows: gpu + host - min(host, gpu) = max(gpu, host) (host_overlap 1); 0 adds it all.
+    # The fixed step cost (launch, sampling, synchronisation) stays on the critical path.
+    overhead = step_overhead_s + host - host_overlap * np.minimum(host, gpu) + (
+        pp * layer_overhead_s)
+    step = gpu - pp * layer_overhead_s + overhead
     step = select(tokens > 0, step, 0.0)
     return (step, dense_mem, expert_mem, kv_mem, dense_cmp, expert_cmp, attn_cmp, comm, p2p,
             overhead, pp)
@@ -229,6 +236,8 @@ class StepModel:
     """MoE dispatch + combine latency per step with attention DP (all MoE layers)."""
     moe_comm_s_per_token: Any = 0.0
     """MoE dispatch + combine seconds per token of the whole replica's batch."""
+    host_overlap: Any = 0.0
+    """1.0: the per-sequence host cost overlaps the GPU's step (EngineProfile.host_overlap)."""
 
     # ------------------------------------------------------------------------------------------
     def step(self, num_decode: ArrayLike = 0, decode_kv_tokens: ArrayLike = 0,
@@ -441,6 +450,7 @@ def build_step_model(model: ModelSpec, gpu: GpuSpec, settings: EngineSettings,
         expert_parallel=settings.expert_parallel,
         moe_comm_s_fixed=moe_fixed,
         moe_comm_s_per_token=moe_token,
+        host_overlap=1.0 if settings.profile.host_overlap else 0.0,
     )
 
 

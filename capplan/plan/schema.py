@@ -146,8 +146,39 @@ class Candidates(BaseModel):
 
 class EngineSpec(BaseModel):
     model_config = _STRICT
-    name: Literal["vllm", "sglang", "trtllm"] = "vllm"
-    """The serving engine: its memory accounting, scheduler and defaults (docs/engines.md)."""
+    name: str = "vllm"
+    """The serving engine: vllm, sglang or trtllm, optionally with its release and profile
+    options (`vllm@0.11`, `sglang@0.5+mixed-chunk`); its memory accounting, scheduler, host
+    costs and defaults apply (docs/engines.md, "Profiles by version")."""
+    version: str | None = None
+    """The engine's release (e.g. "0.11"); default: the newest profile. Same as name@version."""
+
+    @model_validator(mode="after")
+    def _known_engine(self) -> EngineSpec:
+        from capplan.models.engine import engine_profile
+
+        spec = self.name
+        if self.version is not None:
+            if "@" in spec:
+                raise ValueError(f"engine: give the release once, in name ({spec!r}) or "
+                                 f"version ({self.version!r})")
+            head, plus, opts = spec.partition("+")
+            spec = f"{head}@{self.version}{plus}{opts}"
+        try:
+            engine_profile(spec)
+        except InputError as e:
+            raise ValueError(str(e)) from None
+        return self
+
+    @property
+    def profile_spec(self) -> str:
+        """The engine spec string the engine settings carry (name@version+options)."""
+        from capplan.models.engine import engine_profile
+
+        if self.version is None:
+            return engine_profile(self.name).spec
+        head, plus, opts = self.name.partition("+")
+        return engine_profile(f"{head}@{self.version}{plus}{opts}").spec
     max_num_seqs: list[_COUNT] | _COUNT | None = None  # type: ignore[valid-type]
     """Values to search (default 64..1024)."""
     max_num_batched_tokens: list[_COUNT] | _COUNT | None = None  # type: ignore[valid-type]
