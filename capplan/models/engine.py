@@ -435,7 +435,8 @@ TRTLLM = EngineProfile(
 )
 
 VLLM = replace(
-    VLLM_0_11, version="0.14", since="0.14", covers="0.14 and later (V1 engine, asynchronous scheduling)",
+    VLLM_0_11, version="0.14", since="0.14",
+    covers="0.14 and later (V1 engine, asynchronous scheduling)",
     host_overlap=True,
     sources={**VLLM_0_11.sources,
              "host_overlap": "on: async scheduling became vLLM's default in 0.14 "
