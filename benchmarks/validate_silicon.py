@@ -127,7 +127,7 @@ def is_layout_row(r: dict[str, str]) -> bool:
 
 
 def deployment(cat, r: dict[str, str], overhead_s: float | None = None,
-               host: tuple[float, float] | None = None):
+               host: tuple[float, float] | None = None, engine: str | None = None):
     """The deployment of a row: its engine, layout, dtype; KV in fp8 for fp8/fp4 precision
     (AIConfigurator's quantized configurations quantize the KV cache too)."""
     res = cat.resolve_model(r["model_path"])
@@ -137,11 +137,12 @@ def deployment(cat, r: dict[str, str], overhead_s: float | None = None,
     c = concurrency(r)
     isl, osl = int(r["isl"]), int(r["osl"])
     kvd = "fp8" if r["precision"] in ("fp8", "fp4", "nvfp4") else "auto"
-    key = (r["backend"], r["model_path"], r["system"], tp, dp, ep, r["precision"], isl, osl, c,
+    engine = engine or r["backend"]  # --loso: the row's release profile (silicon_loso)
+    key = (engine, r["model_path"], r["system"], tp, dp, ep, r["precision"], isl, osl, c,
            overhead_s, host, r.get("batch_size"))
     if key not in _DEPS:
         bench = bench_settings(r)
-        opts = EngineOptions(engine=r["backend"], tp=tp, weight_dtype=dtype_for(r["precision"],
+        opts = EngineOptions(engine=engine, tp=tp, weight_dtype=dtype_for(r["precision"],
                                                                               own),
                              kv_dtype=kvd, attention_dp=dp, expert_parallel=ep,
                              **bench.options)
@@ -325,10 +326,83 @@ def fit(cat, rows: list[dict[str, str]], jitters: tuple[ClientJitter, ...] = (NO
               f"median |err| {cost:.3f}")
 
 
+DOC = Path(__file__).resolve().parents[1] / "docs" / "validation.md"
+BANDS = Path(__file__).resolve().parents[1] / "capplan" / "plan" / "error_bands.json"
+
+
+def _sample(rows: list[dict[str, str]], n: int) -> list[dict[str, str]]:
+    """A deterministic subsample of n rows (lowest sha1 of the id)."""
+    return sorted(rows, key=lambda r: hashlib.sha1(r["id"].encode()).hexdigest())[:n]
+
+
+def main_loso() -> None:
+    """--loso: replay every row, fit each engine's constants, score leave-one-system-out and
+    leave-one-engine-version-out (benchmarks/silicon_loso.py); --write-docs rewrites the
+    generated blocks of docs/validation.md, --write-bands capplan/plan/error_bands.json;
+    --sample N replays N rows only (a quick look; never written into the docs)."""
+    import silicon_loso as L
+
+    cat = load_catalog()
+    rows = agg_rows()
+    sample = int(sys.argv[sys.argv.index("--sample") + 1]) if "--sample" in sys.argv else None
+    if sample:
+        rows = _sample(rows, sample)
+    base = L.run_base(sys.modules[__name__], cat, rows, progress=True)
+    print(f"{len(base)} of {len(rows)} rows replayed")
+    fits_all = {}
+    for eng in sorted({r["backend"] for r, _ in base}):
+        fits_all[eng] = L.fit(L._arrays([(r, p) for r, p in base if r["backend"] == eng]))
+    me = sys.modules[__name__]
+    # Exact replays at the first fit; then every fit is linearised around them (silicon_loso).
+    exact0 = {r["id"]: (L.replay(me, cat, r, fits_all[r["backend"]]), fits_all[r["backend"]])
+              for r, _ in base}
+    base = [(r, p) for r, p in base if exact0[r["id"]][0] is not None]
+    for eng in sorted(fits_all):
+        fits_all[eng] = c = L.fit(L._arrays([(r, p) for r, p in base if r["backend"] == eng],
+                                            exact0))
+        print(f"{eng} (all rows): step {c.step_s * 1e3:g} ms, per sequence {c.seq_s * 1e6:g} "
+              f"us, request {c.overhead_s * 1e3:g} ms + {c.mla_s * 1e3:g} ms per MLA layer")
+    exact = [(r, p, L.replay(me, cat, r, fits_all[r["backend"]])) for r, p in base]
+    t_in, t_sur = L.in_sample(exact, fits_all, exact0)
+    loso, _ = L.held_out(base, lambda r: r["system"], exact0, progress=True)
+    loev, _ = L.held_out(base, L.release_key, exact0, progress=True)
+    t_sys, t_ver = L.table(loso, "system"), L.table(loev, "release")
+    print("\n".join(t_in) + "\n\n" + "\n".join(t_sur) + "\n\n" + "\n".join(t_sys)
+          + "\n\n" + "\n".join(t_ver))
+    const = ["| engine | step (ms) | per sequence (us) | request (ms) | per MLA layer (ms) |",
+             "|---|---|---|---|---|"] + [
+        f"| {e} | {c.step_s * 1e3:g} | {c.seq_s * 1e6:g} | {c.overhead_s * 1e3:g} | "
+        f"{c.mla_s * 1e3:g} |" for e, c in sorted(fits_all.items())]
+    print("\n".join(const))
+    if sample:
+        print("(subsample: nothing written)")
+        return
+    if "--write-docs" in sys.argv:
+        text = L.replace_blocks(DOC.read_text(), {"loso": "\n".join(t_sys) + "\n",
+                                                  "in-sample": "\n".join(t_in) + "\n",
+                                                  "surrogate": "\n".join(t_sur) + "\n",
+                                                  "loev": "\n".join(t_ver) + "\n",
+                                                  "constants": "\n".join(const) + "\n"})
+        tmp = DOC.with_suffix(".tmp")
+        tmp.write_text(text)
+        tmp.replace(DOC)
+        print(f"wrote {DOC}")
+    if "--write-bands" in sys.argv:
+        L.write_bands(BANDS, L.bands(loso), fits_all, len(base), sample)
+        print(f"wrote {BANDS}")
+
+
 def main() -> None:
     if not DATA.exists():
         print(f"{DATA} not found; nothing to score")
-        return
+    elif "--loso" in sys.argv:
+        main_loso()
+    else:
+        main_analytic()
+
+
+def main_analytic() -> None:
+    """The analytic closed loop's scores on the test split (and --fit, --fit-host)."""
     with_sim = "--sim" in sys.argv
     cat = load_catalog()
     rows = agg_rows()
