@@ -38,7 +38,7 @@ from capplan.errors import CapplanError
 from capplan.models.engine import VERSIONS, engine_profile, profile_for_version
 from capplan.models.perf import mla_layers
 
-STEP_GRID_S = tuple(np.round(np.arange(0, 4.01e-3, 0.125e-3), 7))
+LAYER_GRID_S = tuple(np.round(np.arange(0, 100.1e-6, 2.5e-6), 9))
 SEQ_GRID_S = tuple(np.round(np.arange(0, 100.1e-6, 2.5e-6), 9))
 OVERHEAD_GRID_S = tuple(np.round(np.arange(0, 0.4001, 0.005), 4))
 MLA_GRID_S = tuple(np.round(np.arange(0, 4.01e-3, 0.125e-3), 7))
@@ -80,11 +80,15 @@ class Replay:
     batch: float
     mla: int
     overlap: bool
+    layers: int
 
 
 @dataclass(frozen=True)
 class Constants:
-    step_s: float
+    """layer_s: fixed step cost per layer (EngineProfile.layer_step_overhead_s); seq_s: host
+    cost per running sequence; overhead_s + mla_s x MLA layers: the request overhead."""
+
+    layer_s: float
     seq_s: float
     overhead_s: float
     mla_s: float
@@ -97,7 +101,9 @@ def replay(v, cat, r: dict[str, str], c: Constants) -> Replay | None:
     """The row replayed with constants `c` (v: the validate_silicon module)."""
     try:
         nmla = mla_layers(cat.resolve_model(r["model_path"]).spec)
-        dep = v.deployment(cat, r, c.request_overhead(nmla), (c.step_s, c.seq_s),
+        layers = -(-cat.resolve_model(r["model_path"]).spec.num_layers
+                   // max(int(r["pp_size"] or 1), 1))
+        dep = v.deployment(cat, r, c.request_overhead(nmla), (c.layer_s * layers, c.seq_s),
                            engine=row_engine(r))
     except CapplanError:
         return None
@@ -112,7 +118,8 @@ def replay(v, cat, r: dict[str, str], c: Constants) -> Replay | None:
         return None
     return Replay(measured_mean(wave["ttft_s"]["mean"], out["ttft_s"]["mean"]),
                   measured_mean(wave["tpot_s"]["mean"], out["tpot_s"]["mean"]),
-                  out["mean_running_batch"], nmla, dep.profile.host_overlap)
+                  out["mean_running_batch"], nmla, dep.profile.host_overlap,
+                  -(-dep.model.num_layers // dep.settings.pp))
 
 
 def measured_mean(wave: float, first_rounds: float) -> float:
@@ -148,20 +155,22 @@ def benchmark_replay(dep, concurrency: int, isl: int, osl: int, requests: int) -
 
 
 ZERO = Constants(0.0, 0.0, 0.0, 0.0)
+"""Replays at these constants (engine time alone) are what every fit starts from."""
 
 
-def _tpot_zero(z: dict[str, np.ndarray], step_s: np.ndarray, seq_s: np.ndarray) -> np.ndarray:
+def _tpot_zero(z: dict[str, np.ndarray], layer_s: np.ndarray, seq_s: np.ndarray) -> np.ndarray:
     host = seq_s * z["batch"]
-    return z["tpot"] + step_s + host - z["overlap"] * np.minimum(host, z["tpot"])
+    return z["tpot"] + layer_s * z["layers"] + host - z["overlap"] * np.minimum(host, z["tpot"])
 
 
-def predict(z: dict[str, np.ndarray], step_s, seq_s, overhead_s, mla_s
+def predict(z: dict[str, np.ndarray], layer_s, seq_s, overhead_s, mla_s
             ) -> tuple[np.ndarray, np.ndarray]:
     """(TTFT, TPOT) of rows `z` under the constants (arrays broadcast), to first order: from
     the zero-constant replays (TPOT0 + F + s B - overlap min(s B, TPOT0); the engine's share
     of TTFT scales with the step), or, when `z` has exact replays at constants c0 (keys
-    "ttft_x", "tpot_x", "c0"), linearised around those (the fold's constants are near c0)."""
-    tpot = _tpot_zero(z, step_s, seq_s)
+    "ttft_x", "tpot_x", "c0"), linearised around those (the fold's constants are near c0).
+    F = layer_s x the rows' layers per stage."""
+    tpot = _tpot_zero(z, layer_s, seq_s)
     if "tpot_x" in z:
         f0, s0, o0, m0 = z["c0"]
         tpot = z["tpot_x"] + tpot - _tpot_zero(z, np.float64(f0), np.float64(s0))
@@ -174,18 +183,18 @@ def fit(z: dict[str, np.ndarray]) -> Constants:
     """The four constants minimising the median |error| of TPOT, then TTFT, on rows `z`
     (`predict`'s first-order model of the replay)."""
     zz = {k: (val if k == "c0" else val[None, None, :]) for k, val in z.items()}
-    f = np.asarray(STEP_GRID_S)[:, None, None]
+    f = np.asarray(LAYER_GRID_S)[:, None, None]
     s = np.asarray(SEQ_GRID_S)[None, :, None]
     _, tpot = predict(zz, f, s, 0.0, 0.0)
     cost = np.median(np.abs(tpot / z["tpot_meas"] - 1), axis=2)
     i, j = np.unravel_index(np.argmin(cost), cost.shape)
-    step_s, seq_s = float(STEP_GRID_S[i]), float(SEQ_GRID_S[j])
+    layer_s, seq_s = float(LAYER_GRID_S[i]), float(SEQ_GRID_S[j])
     o = np.asarray(OVERHEAD_GRID_S)[:, None, None]
     m = np.asarray(MLA_GRID_S)[None, :, None]
-    ttft, _ = predict(zz, np.float64(step_s), np.float64(seq_s), o, m)
+    ttft, _ = predict(zz, np.float64(layer_s), np.float64(seq_s), o, m)
     cost = np.median(np.abs(ttft / z["ttft_meas"] - 1), axis=2)
     i, j = np.unravel_index(np.argmin(cost), cost.shape)
-    return Constants(step_s, seq_s, float(OVERHEAD_GRID_S[i]), float(MLA_GRID_S[j]))
+    return Constants(layer_s, seq_s, float(OVERHEAD_GRID_S[i]), float(MLA_GRID_S[j]))
 
 
 def _arrays(items: Sequence[tuple[dict[str, str], Replay]],
@@ -197,6 +206,7 @@ def _arrays(items: Sequence[tuple[dict[str, str], Replay]],
          "batch": np.array([p.batch for _, p in items]),
          "overlap": np.array([1.0 if p.overlap else 0.0 for _, p in items]),
          "mla": np.array([float(p.mla) for _, p in items]),
+         "layers": np.array([float(p.layers) for _, p in items]),
          "ttft_meas": np.array([float(r["silicon_ttft_ms"]) / 1e3 for r, _ in items]),
          "tpot_meas": np.array([float(r["silicon_tpot_ms"]) / 1e3 for r, _ in items])}
     if exact:
@@ -204,7 +214,7 @@ def _arrays(items: Sequence[tuple[dict[str, str], Replay]],
         z["ttft_x"] = np.array([x.ttft_s for x, _ in xs])
         z["tpot_x"] = np.array([x.tpot_s for x, _ in xs])
         c0 = xs[0][1] if xs else Constants(0, 0, 0, 0)
-        z["c0"] = np.array([c0.step_s, c0.seq_s, c0.overhead_s, c0.mla_s])
+        z["c0"] = np.array([c0.layer_s, c0.seq_s, c0.overhead_s, c0.mla_s])
     return z
 
 
@@ -238,11 +248,11 @@ def held_out(base: list[tuple[dict[str, str], Replay]], key: Callable[[dict[str,
             c = fit(_arrays(train, exact))
             fits[(eng, g)] = c
             if progress:
-                print(f"  {eng} without {g}: {len(train)} rows fit F {c.step_s * 1e3:g} ms, "
+                print(f"  {eng} without {g}: {len(train)} rows fit F {c.layer_s * 1e6:g} us/layer, "
                       f"s {c.seq_s * 1e6:g} us, o {c.overhead_s * 1e3:g} ms + "
                       f"{c.mla_s * 1e3:g} ms/MLA layer; {len(test)} held out", flush=True)
             z = _arrays(test, exact)
-            ttft, tpot = predict(z, c.step_s, c.seq_s, c.overhead_s, c.mla_s)
+            ttft, tpot = predict(z, c.layer_s, c.seq_s, c.overhead_s, c.mla_s)
             for (r, _), a, b, ma, mb in zip(test, ttft, tpot, z["ttft_meas"], z["tpot_meas"],
                                             strict=True):
                 scored.append(Scored(eng, g, int(r["_c"]), a / ma - 1, b / mb - 1))
@@ -267,7 +277,7 @@ def in_sample(exact: list[tuple[dict[str, str], Replay, Replay | None]],
         for g in (row_engine(r), "all"):
             err[(eng, g)].append(e)
         c = fits_all[eng]
-        ttft, tpot = predict(_arrays([(r, p0)], exact0), c.step_s, c.seq_s, c.overhead_s,
+        ttft, tpot = predict(_arrays([(r, p0)], exact0), c.layer_s, c.seq_s, c.overhead_s,
                              c.mla_s)
         gap[eng].append((float(ttft[0]) / p.ttft_s - 1, float(tpot[0]) / p.tpot_s - 1))
     t_in = ["| engine | profile | rows | TTFT median / p90 / bias | TPOT median / p90 / bias |",
@@ -375,7 +385,8 @@ def write_bands(path: Path, b: dict, fits_all: dict[str, Constants], n_rows: int
                                                        else "") + "); docs/validation.md"),
         "metric": "signed relative error of the prediction: measured = predicted / (1 + e)",
         "engines": b,
-        "fitted_constants": {e: {"step_overhead_s": c.step_s, "per_seq_overhead_s": c.seq_s,
+        "fitted_constants": {e: {"layer_step_overhead_s": c.layer_s,
+                                 "per_seq_overhead_s": c.seq_s,
                                  "request_overhead_s": c.overhead_s,
                                  "mla_layer_request_overhead_s": c.mla_s}
                              for e, c in fits_all.items()},

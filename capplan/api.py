@@ -145,13 +145,15 @@ def latency(model: str, gpu: str, *, rate: float | None = None, concurrency: int
             **kw: Any) -> LatencyResult:
     """Analytic TTFT / TBT / E2E (mean, p50, p90, p99) and throughput under an open-loop rate,
     a closed loop of `concurrency` clients (a benchmark of `num_prompts`), or a trace."""
+    from capplan.plan.bands import attach_bands
     from capplan.plan.load import analytic_latency, load_spec_from_options
 
     dep = deployment(model, gpu, **kw)
     load = load_spec_from_options(rate, concurrency, trace, str(input_len), str(output_len),
                                   burstiness, dep.memory.max_model_len, num_prompts,
                                   warmup_prompts)
-    return LatencyResult.from_dict(analytic_latency(dep, load))
+    return LatencyResult.from_dict(attach_bands(analytic_latency(dep, load), dep.profile.name,
+                                                load.concurrency))
 
 
 def simulate(model: str, gpu: str, *, rate: float | None = None,
@@ -172,7 +174,10 @@ def simulate(model: str, gpu: str, *, rate: float | None = None,
                          schedulers=(scheduler,), batch_size=batch_size,
                          batch_timeout_s=batch_timeout_s, chunked_prefill=chunked_prefill,
                          progress=progress)
-    return LatencyResult.from_dict({**res["head"], **res["results"][scheduler]})
+    from capplan.plan.bands import attach_bands
+
+    return LatencyResult.from_dict(attach_bands({**res["head"], **res["results"][scheduler]},
+                                                dep.profile.name, concurrency))
 
 
 def run_plan(path_or_plan: str | Path | dict[str, Any], *, verify: bool = True,

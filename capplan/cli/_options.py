@@ -158,7 +158,18 @@ SECONDS = FiniteFloat(bound=limits.DURATION_S)
 """SLOs and timeouts in seconds (0, 1 day]."""
 SECONDS_OR_0 = FiniteFloat(0, limits.DURATION_S.hi)
 BURSTINESS = FiniteFloat(bound=limits.BURSTINESS)
-HEADROOM = FiniteFloat(bound=limits.HEADROOM)
+class Headroom(FiniteFloat):
+    """A headroom fraction, or "auto": from the engine's error band (capplan.plan.bands)."""
+
+    name = "number|auto"
+
+    def convert(self, value: Any, param: Any, ctx: Any) -> Any:
+        if isinstance(value, str) and value.strip().lower() == "auto":
+            return "auto"
+        return super().convert(value, param, ctx)
+
+
+HEADROOM = Headroom(bound=limits.HEADROOM)
 CONCURRENCY = BoundedInt(limits.CONCURRENCY)
 REQUESTS = BoundedInt(limits.REQUESTS)
 SEED = BoundedInt(limits.SEED)

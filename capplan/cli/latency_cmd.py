@@ -20,6 +20,7 @@ from capplan.cli._options import (
 from capplan.cli._prefix import pop_prefix_spec, prefix_options
 from capplan.cli._render import emit, to_json
 from capplan.cli._tables import latency_table, resolved_dtypes, sweep_table
+from capplan.plan.bands import attach_bands
 from capplan.plan.load import analytic_latency, load_spec_from_options
 
 
@@ -85,7 +86,8 @@ def latency_cmd(model: str, gpu: str, rate: list[float] | None, concurrency: lis
                                       num_prompts, warmup_prompts, time_unit=time_unit,
                                       prefix=prefix,
                                       cache=(dep.memory.block_size, dep.memory.kv_cache_tokens))
-        results.append({**analytic_latency(dep, load), **resolved_dtypes(dep)})
+        results.append({**attach_bands(analytic_latency(dep, load), dep.profile.name,
+                                       load.concurrency), **resolved_dtypes(dep)})
     if len(results) > 1:
         emit(to_json(results) if fmt == "json" else
              sweep_table(results, "rate" if rate else "concurrency", levels, fmt))

@@ -235,7 +235,8 @@ def _exports(paths: tuple[str, ...] | list[str], base: Path | None = None) -> li
               help="The engine's memory fraction (default: the engine's for each GPU).")
 @click.option("--burstiness", type=BURSTINESS, default=1.0, show_default=True)
 @click.option("--headroom", type=HEADROOM, default=0.2, show_default=True,
-              help="Extra capacity for bursts (0.2 = 20%).")
+              help="Extra capacity for bursts (0.2 = 20%); auto: enough to cover the engine's "
+                   "optimistic predictions, from its error band (docs/validation.md 4b).")
 @click.option("--objective", type=click.Choice(["min_cost", "min_gpus",
                                                 "max_goodput_per_dollar"]), default="min_cost",
               show_default=True)

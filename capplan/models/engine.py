@@ -205,6 +205,10 @@ class EngineProfile:
     """Fixed cost of one engine step that no overlap hides (launch, sampling, the step's
     synchronisation), the default when no calibration measured it (docs/engines.md, "Host
     costs")."""
+    layer_step_overhead_s: float = 0.0
+    """Fixed cost of a step per layer of a pipeline stage (kernel launches and the gaps between
+    a layer's small kernels, which CUDA graphs do not remove): adds layers x this to
+    `step_overhead_s`, so the fixed cost grows with the model's depth (docs/engines.md)."""
     per_seq_overhead_s: float = 10e-6
     """Host (CPU) cost per running sequence per step (scheduling, input preparation, output
     processing, detokenisation); hidden behind the GPU's step when `host_overlap` is on."""

@@ -436,7 +436,8 @@ def build_step_model(model: ModelSpec, gpu: GpuSpec, settings: EngineSettings,
         pp=pp,
         p2p_s_per_token=model.hidden_size * act_bytes / link,
         step_overhead_s=(cal.step_overhead_s if cal.step_overhead_s is not None
-                         else settings.profile.step_overhead_s),
+                         else settings.profile.step_overhead_s
+                         + layers * settings.profile.layer_step_overhead_s),
         per_seq_overhead_s=(cal.per_seq_overhead_s if cal.per_seq_overhead_s is not None
                             else settings.profile.per_seq_overhead_s),
         layer_overhead_s=(layers * cal.per_layer_overhead_s

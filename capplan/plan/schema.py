@@ -216,7 +216,26 @@ class PlanFile(BaseModel):
     """Several lanes: one shared pool with priorities, a pool per lane, or plan both."""
     objective: Literal["min_cost", "min_gpus", "max_goodput_per_dollar"] = "min_cost"
     headroom: L.HEADROOM.field() = 0.2  # type: ignore[valid-type]
-    """Extra capacity for bursts: replicas cover rate * (1 + headroom)."""
+    """Extra capacity for bursts and model error: replicas cover rate * (1 + headroom). "auto"
+    in the file: the headroom that covers the engine's optimistic predictions, from its error
+    band (capplan.plan.bands.auto_headroom; docs/validation.md section 4b)."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _auto_headroom(cls, data: Any) -> Any:
+        if isinstance(data, dict) and str(data.get("headroom", "")).strip().lower() == "auto":
+            from capplan.models.engine import engine_profile
+            from capplan.plan.bands import auto_headroom
+
+            eng = data.get("engine") or {}
+            name = eng.get("name", "vllm") if isinstance(eng, dict) else "vllm"
+            try:
+                engine = engine_profile(str(name)).name
+            except InputError:
+                engine = "vllm"  # the engine's own validator reports it
+            data = {**data, "headroom": round(auto_headroom(engine), 3)}
+        return data
+
     verify: VerifySpec = VerifySpec()
     calibration: str | None = None
     """Calibration YAML for every candidate GPU (relative to the plan file); default: a
