@@ -395,15 +395,3 @@ def write_bands(path: Path, b: dict, fits_all: dict[str, Constants], n_rows: int
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(doc, indent=1) + "\n")
     tmp.replace(path)
-
-
-def replace_blocks(text: str, blocks: dict[str, str], stem: str = "validate_silicon") -> str:
-    """`text` with each `<!-- generated: stem:ID -->` ... `<!-- /generated -->` block's body
-    replaced by blocks[ID]; other text untouched. KeyError names a missing block."""
-    for bid, body in blocks.items():
-        pat = re.compile(rf"(<!-- generated: {re.escape(stem)}:{re.escape(bid)} -->\n)"
-                         r"(.*?)(<!-- /generated -->)", re.S)
-        if not pat.search(text):
-            raise KeyError(f"no generated block {stem}:{bid}")
-        text = pat.sub(lambda m, b=body: m.group(1) + b.rstrip("\n") + "\n" + m.group(3), text)
-    return text

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import sys
-from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -139,17 +137,3 @@ def test_auto_headroom_covers_the_worst_optimistic_tpot():
     plan = PlanFile.model_validate({"model": "llama-3.1-8b", "headroom": "auto",
                                     "workloads": [{"name": "a", "rate_per_s": 1}]})
     assert plan.headroom == pytest.approx(round(auto_headroom("vllm"), 3))
-
-
-def test_generated_doc_blocks_are_rewritten_and_nothing_else():
-    sys.path.insert(0, str(Path(__file__).parents[2] / "benchmarks"))
-    import silicon_loso
-
-    text = ("intro\n<!-- generated: validate_silicon:loso -->\nold\n<!-- /generated -->\n"
-            "middle\n<!-- generated: validate_silicon:loev -->\n<!-- /generated -->\nend\n")
-    out = silicon_loso.replace_blocks(text, {"loso": "| a |\n", "loev": "| b |"})
-    assert out == ("intro\n<!-- generated: validate_silicon:loso -->\n| a |\n"
-                   "<!-- /generated -->\nmiddle\n<!-- generated: validate_silicon:loev -->\n"
-                   "| b |\n<!-- /generated -->\nend\n")
-    with pytest.raises(KeyError, match="constants"):
-        silicon_loso.replace_blocks(text, {"constants": "x"})
