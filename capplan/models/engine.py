@@ -301,10 +301,11 @@ def _trtllm_defaults(gpu: GpuLike, tp: int) -> EngineDefaults:
     return EngineDefaults(2048, 8192, 0.9, 32)
 
 
-HOST_COSTS_SOURCE = ("step_overhead_s, per_seq_overhead_s, request_overhead_s and "
-                     "mla_layer_request_overhead_s fitted on the silicon training rows "
-                     "(sha1(id) % 3 == 0; benchmarks/validate_silicon.py --fit-host, --fit; "
-                     "docs/validation.md); an MLA model's fixed TTFT independently: "
+HOST_COSTS_SOURCE = ("layer_step_overhead_s, per_seq_overhead_s, request_overhead_s and "
+                     "mla_layer_request_overhead_s fitted per engine (shared by its releases) on "
+                     "every silicon row replayed with its release's profile "
+                     "(benchmarks/validate_silicon.py --loso; held-out scores and error bands in "
+                     "docs/validation.md section 4b); an MLA model's fixed TTFT independently: "
                      "DeepSeek-R1-0528 on SGLang at C = 1, 180 ms at 128-token prompts "
                      "(github:tenstorrent/tt-inference-server issue 356, 2025-07-09)")
 
@@ -319,10 +320,11 @@ VLLM_0_11 = EngineProfile(
                               reserve_output_frac=0.0, preemption=True),
     defaults_rule=_vllm_defaults,
     block_sizes=(8, 16, 32, 64, 128),
-    request_overhead_s=0.050,
-    mla_layer_request_overhead_s=0.75e-3,
-    step_overhead_s=2.0e-3,
-    per_seq_overhead_s=60e-6,
+    request_overhead_s=0.020,
+    mla_layer_request_overhead_s=0.5e-3,
+    step_overhead_s=0.0,
+    layer_step_overhead_s=40e-6,
+    per_seq_overhead_s=62.5e-6,
     flag_names={"tp": "--tensor-parallel-size", "pp": "--pipeline-parallel-size",
                 "max_num_seqs": "--max-num-seqs",
                 "max_num_batched_tokens": "--max-num-batched-tokens",
@@ -365,10 +367,11 @@ SGLANG = EngineProfile(
                               reserve_output_frac=0.7, preemption=True),
     defaults_rule=_sglang_defaults,
     block_sizes=(1, 16, 32, 64, 128),
-    request_overhead_s=0.225,
-    mla_layer_request_overhead_s=2.25e-3,
-    step_overhead_s=2.5e-3,
-    per_seq_overhead_s=60e-6,
+    request_overhead_s=0.220,
+    mla_layer_request_overhead_s=2.5e-3,
+    step_overhead_s=0.0,
+    layer_step_overhead_s=60e-6,
+    per_seq_overhead_s=45e-6,
     sampler="flashinfer",
     flag_names={"tp": "--tp", "pp": "--pp-size", "max_num_seqs": "--max-running-requests",
                 "max_num_batched_tokens": "--chunked-prefill-size",
@@ -407,10 +410,11 @@ TRTLLM = EngineProfile(
                               reserve_output_frac=1.0, preemption=False),
     defaults_rule=_trtllm_defaults,
     block_sizes=(8, 16, 32, 64, 128),
-    request_overhead_s=0.025,
-    mla_layer_request_overhead_s=2.25e-3,
-    step_overhead_s=1.25e-3,
-    per_seq_overhead_s=20e-6,
+    request_overhead_s=0.020,
+    mla_layer_request_overhead_s=1.625e-3,
+    step_overhead_s=0.0,
+    layer_step_overhead_s=20e-6,
+    per_seq_overhead_s=0.0,
     sampler="flashinfer",
     flag_names={"tp": "--tp_size", "pp": "--pp_size", "max_num_seqs": "--max_batch_size",
                 "max_num_batched_tokens": "--max_num_tokens",
