@@ -348,7 +348,13 @@ def bands(scored: list[Scored]) -> dict[str, dict]:
                 entry[m] = [round(float(np.quantile(e, 0.1)), 4),
                             round(float(np.quantile(e, 0.9)), 4)]
             regimes.append(entry)
-        out[eng] = {"regimes": regimes}
+        pooled: dict = {"rows": sum(1 for s in scored if s.engine == eng)}
+        for m in ("ttft", "tpot"):
+            e = np.array([getattr(s, f"{m}_err") for s in scored if s.engine == eng])
+            e = e[np.isfinite(e)]
+            pooled[m] = [round(float(np.quantile(e, 0.1)), 4),
+                         round(float(np.quantile(e, 0.9)), 4)]
+        out[eng] = {"regimes": regimes, "all": pooled}
     return out
 
 

@@ -76,10 +76,11 @@ def attach_bands(res: dict[str, Any], engine: str, concurrency: float | None) ->
 
 def auto_headroom(engine: str) -> float:
     """Headroom that covers the engine's optimistic predictions: capacity scales with 1 / TPOT,
-    so a TPOT predicted (1 + e10) of what was measured (e10 < 0) needs 1 / (1 + e10) - 1 more
-    replicas; the worst concurrency range of the engine. 0.2 without band data."""
-    regimes = band_table().get("engines", {}).get(engine, {}).get("regimes", [])
-    if not regimes:
+    so a TPOT predicted at (1 + e10) of what was measured (e10 < 0: the 10th percentile of the
+    signed error over all the engine's held-out rows) needs 1 / (1 + e10) - 1 more capacity.
+    0.2 without band data."""
+    pooled = band_table().get("engines", {}).get(engine, {}).get("all")
+    if not pooled:
         return 0.2
-    worst = min(float(r["tpot"][0]) for r in regimes)
-    return max(0.0, 1.0 / (1.0 + worst) - 1.0) if worst > -1 else 0.2
+    e10 = float(pooled["tpot"][0])
+    return max(0.0, 1.0 / (1.0 + e10) - 1.0) if e10 > -1 else 0.2
