@@ -12,6 +12,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from capplan.models.engine import engine_profile
+from capplan.plan.bands import attach_bands
 from capplan.plan.schema import Lane
 from capplan.plan.search import Candidate, SearchSpace
 
@@ -139,7 +140,7 @@ class Recommendation:
             "kv_dtype_resolved": self.resolved_dtypes[1] or s.kv_dtype,
             "engine": s.profile.name, "engine_profile": s.profile.spec,
             "max_model_len": s.max_model_len, "gpu_memory_utilization": s.gpu_memory_utilization,
-            "predicted": self.predicted.to_dict(),
+            "predicted": attach_bands(self.predicted.to_dict(), s.profile.name, None),
             "capacity_per_replica_rps": c.max_rate_per_s,
             "stable_capacity_per_replica_rps": c.capacity_per_s,
             "per_replica_rate_per_s": self.per_replica_rate_per_s,
