@@ -115,7 +115,7 @@ def step_parts(x: tuple, c: tuple, moe: bool) -> tuple:
 
 def fixed_parts(x: tuple, c: tuple, moe: bool) -> tuple:
     """The step's terms that do not read the KV cache: (linear, dense_mem, expert_mem,
-    dense_cmp, expert_cmp, comm, p2p, overhead, pp, tokens, host, host_overlap, layer)
+    dense_cmp, expert_cmp, comm, p2p, overhead, pp, tokens, host, host_overlap, layer, fixed)
     (`step_parts`; overhead as if nothing overlapped: `combine_parts` hides the host's share)."""
     bd, _, _, tp_, _, _, _, _, nps, logits = x
     (dense_weight_bytes, expert_bytes, num_moe_layers, num_experts, experts_per_tok,
@@ -174,7 +174,7 @@ def fixed_parts(x: tuple, c: tuple, moe: bool) -> tuple:
     host = per_seq_overhead_s * (bd + nps)
     overhead = step_overhead_s + host + pp * layer_overhead_s
     return (linear, dense_mem, expert_mem, dense_cmp, expert_cmp, comm, p2p, overhead, pp,
-            tokens, host, host_overlap * 1.0, pp * layer_overhead_s)
+            tokens, host, host_overlap * 1.0, pp * layer_overhead_s, step_overhead_s * 1.0)
 
 
 def attention_parts(x: tuple, c: tuple) -> tuple:
@@ -203,15 +203,18 @@ def attention_parts(x: tuple, c: tuple) -> tuple:
 def combine_parts(f: tuple, a: tuple) -> tuple:
     """`step_parts`' result from `fixed_parts` f and `attention_parts` a."""
     (linear, dense_mem, expert_mem, dense_cmp, expert_cmp, comm, p2p, overhead, pp, tokens,
-     host, host_overlap, layer) = f
+     host, host_overlap, layer, fixed) = f
     kv_mem, attn_cmp, attention = a
     # Host overlap (vLLM async scheduling, SGLang/TensorRT-LLM overlap schedulers): the CPU
     # prepares step n+1 while the GPU runs step n, so only host work beyond the GPU's step
     # shows: gpu + host - min(host, gpu) = max(gpu, host) (host_overlap 1); 0 adds it all.
     # The fixed step cost (launch, sampling, synchronisation) stays on the critical path.
+    # max(gpu, host) itself (not gpu + host - gpu: its rounding would break the ordering of
+    # steps that differ only in hidden prefill work).
     gpu = pp * (linear + attention + comm) + p2p + layer
-    overhead = overhead - host_overlap * np.minimum(host, gpu)
-    step = pp * (linear + attention + comm) + p2p + overhead
+    overlapped = select(host_overlap > 0, np.maximum(gpu, host), gpu + host)
+    step = fixed + overlapped
+    overhead = step - (pp * (linear + attention + comm) + p2p)
     step = select(tokens > 0, step, 0.0)
     return (step, dense_mem, expert_mem, kv_mem, dense_cmp, expert_cmp, attn_cmp, comm, p2p,
             overhead, pp)
