@@ -33,12 +33,25 @@ _ENGINE_KEYS = tuple(f.name for f in fields(EngineOptions))
 
 def deployment(model: str, gpu: str, *, calibration: str | Path | Any = None,
                catalog: Catalog | None = None, catalog_dirs: tuple[str, ...] = (),
-               require_fit: bool = True, **options: Any) -> Deployment:
-    """Resolve a deployment: names + engine options (unset = the engine's defaults)."""
+               require_fit: bool = True, engine_notation: bool = False,
+               **options: Any) -> Deployment:
+    """Resolve a deployment: names + engine options (unset = the engine's defaults).
+
+    `tp` is capplan's attention TP per data-parallel rank (a replica stage is tp x
+    attention_dp GPUs); with `engine_notation=True` it is read as the engine writes it
+    (SGLang `--tp 8 --dp 8` and TensorRT-LLM `tensor_parallel_size 8` with attention DP are 8
+    GPUs; capplan.models.layout.tp_from_engine_notation), as the CLI does."""
     unknown = sorted(set(options) - set(_ENGINE_KEYS))
     if unknown:
         raise InputError(f"unknown engine option(s) {', '.join(unknown)}: expected "
                          f"{', '.join(_ENGINE_KEYS)}")
+    if engine_notation and options.get("tp"):
+        from capplan.models.engine import engine_profile
+        from capplan.models.layout import tp_from_engine_notation
+
+        name = engine_profile(options.get("engine") or "vllm").name
+        options["tp"] = tp_from_engine_notation(name, int(options["tp"]),
+                                                int(options.get("attention_dp") or 1))
     opts = EngineOptions(**{k: v for k, v in options.items() if v is not None})
     cat = catalog or load_catalog(catalog_dirs)
     return resolve_deployment(cat, model, gpu, opts, calibration, require_fit=require_fit)
@@ -253,6 +266,49 @@ def recommend(model: str, *, rate: float | None = None, input_len: str | int = 5
                                if v is not None}}],
     }
     return run_plan(doc, verify=verify, catalog_dirs=catalog_dirs)
+
+
+def disaggregated(model: str, gpu: str, *, prefill_workers: int, decode_workers: int,
+                  prefill: dict[str, Any] | None = None, decode: dict[str, Any] | None = None,
+                  kv_link: str = "auto", calibration: str | Path | Any = None,
+                  catalog_dirs: tuple[str, ...] = (), engine_notation: bool = False,
+                  catalog: Catalog | None = None, **options: Any) -> Any:
+    """A fixed disaggregated layout (capplan.plan.pd.PdLayout): `prefill_workers` x the
+    deployment of `options` updated by `prefill` (e.g. {"tp": 8}), `decode_workers` x the same
+    updated by `decode` (a pool may name its own "gpu"); the KV link `auto`, `nvlink` or
+    `network`."""
+    from capplan.plan.pd import PdPools, build_layout
+
+    for extra in (options, prefill or {}, decode or {}):
+        unknown = sorted(set(extra) - set(_ENGINE_KEYS) - {"gpu"})
+        if unknown:
+            raise InputError(f"unknown engine option(s) {', '.join(unknown)}: expected "
+                             f"{', '.join(_ENGINE_KEYS)}")
+    pools = PdPools(prefill_workers=prefill_workers, decode_workers=decode_workers,
+                    prefill=dict(prefill or {}), decode=dict(decode or {}), kv_link=kv_link)
+    return build_layout(catalog or load_catalog(catalog_dirs), model, gpu, pools,
+                        calibration=calibration, engine_notation=engine_notation, **options)
+
+
+def pd_latency(model: str, gpu: str, *, prefill_workers: int, decode_workers: int,
+               prefill: dict[str, Any] | None = None, decode: dict[str, Any] | None = None,
+               kv_link: str = "auto", rate: float | None = None,
+               concurrency: int | None = None, trace: str | None = None,
+               input_len: str | int = 512, output_len: str | int = 256,
+               burstiness: float = 1.0, **kw: Any) -> LatencyResult:
+    """Analytic latency of a fixed disaggregated layout (open loop, closed loop or a trace's
+    rate and lengths): TTFT = prefill queue + prefill + KV transfer + decode admission, TBT from
+    the decode pool; `data["pools"]` holds each pool's figures and `data["saturated_pools"]`
+    names a pool whose share of the rate exceeds its capacity (then `stable` is False)."""
+    from capplan.plan.load import load_spec_from_options
+    from capplan.plan.pd import pd_latency as _pd_latency
+
+    lay = disaggregated(model, gpu, prefill_workers=prefill_workers,
+                        decode_workers=decode_workers, prefill=prefill, decode=decode,
+                        kv_link=kv_link, **kw)
+    load = load_spec_from_options(rate, concurrency, trace, str(input_len), str(output_len),
+                                  burstiness, lay.decode.memory.max_model_len)
+    return LatencyResult.from_dict(_pd_latency(lay, load))
 
 
 def verify(plan: str | Path | dict[str, Any], *, endpoint: str | None = None,

@@ -62,6 +62,9 @@ def _throughput_rows(res: dict[str, Any], fmt: str) -> list[dict[str, Any]]:
             ("KV peak utilization (%)", None if kv is None else 100 * kv, ".0f")]
     rows = [{"q": q, "v": v if fmt == "csv" or v is None else format(v, f)} for q, v, f in spec]
     rows += [{"q": "bound", "v": res.get("bound", "")}]
+    layout = (res.get("engine_settings") or {}).get("layout")
+    if layout:
+        rows += [{"q": "replica", "v": layout}]
     if res.get("weight_dtype"):
         rows += [{"q": "weight dtype", "v": res["weight_dtype"]},
                  {"q": "KV dtype", "v": res.get("kv_dtype", "")}]
@@ -138,7 +141,8 @@ def sweep_table(results: Sequence[dict[str, Any]], level: str, levels: Sequence[
                     if not r.get("stable")]
         dt = (f"; weights {first['weight_dtype']}, KV {first.get('kv_dtype')}"
               if first.get("weight_dtype") else "")
-        notes = [f"{first.get('model')} on {first.get('gpu')} (TP {first.get('tp')}){dt}; "
+        layout = (first.get("engine_settings") or {}).get("layout") or f"TP {first.get('tp')}"
+        notes = [f"{first.get('model')} on {first.get('gpu')} ({layout}){dt}; "
                  "latencies in ms", f"calibration: {first.get('calibration')}"]
         if unstable:
             cap = next(r.get("capacity_requests_per_s") for r in results if not r.get("stable"))

@@ -17,6 +17,7 @@ from capplan.cli._options import (
     format_option,
     model_gpu_options,
 )
+from capplan.cli._pd import pd_options, pd_table, pop_pd
 from capplan.cli._prefix import pop_prefix_spec, prefix_options
 from capplan.cli._render import emit, to_json
 from capplan.cli._tables import latency_table, resolved_dtypes, sweep_table
@@ -66,6 +67,7 @@ class ListOf(click.ParamType):
                    "leaves only the steady state).")
 @prefix_options
 @engine_options
+@pd_options
 @format_option
 @catalog_option
 def latency_cmd(model: str, gpu: str, rate: list[float] | None, concurrency: list[int] | None,
@@ -76,6 +78,11 @@ def latency_cmd(model: str, gpu: str, rate: list[float] | None, concurrency: lis
 
     A list of rates or concurrencies prints one row per level (JSON: a list)."""
     prefix = pop_prefix_spec(kw)
+    pd = pop_pd(kw)
+    if pd is not None:
+        _pd_latency(model, gpu, pd, rate, concurrency, trace, input_len, output_len,
+                    burstiness, fmt, catalog_dir, prefix, kw)
+        return
     dep = deployment_from_options(catalog_dir, model, gpu, kw)
     levels: list[Any] = list(rate or concurrency or [None])
     results = []
@@ -93,6 +100,31 @@ def latency_cmd(model: str, gpu: str, rate: list[float] | None, concurrency: lis
              sweep_table(results, "rate" if rate else "concurrency", levels, fmt))
         return
     emit(to_json(results[0]) if fmt == "json" else latency_table(results[0], fmt))
+
+
+def _pd_latency(model: str, gpu: str, pd: dict[str, Any], rate: list[float] | None,
+                concurrency: list[int] | None, trace: str | None, input_len: str,
+                output_len: str, burstiness: float, fmt: str, catalog_dir: tuple[str, ...],
+                prefix: Any, kw: dict[str, Any]) -> None:
+    """A fixed prefill/decode layout (capplan.api.pd_latency): per-pool figures."""
+    from dataclasses import asdict
+
+    from capplan.api import disaggregated
+    from capplan.cli._options import options_from
+    from capplan.plan.pd import pd_latency
+
+    if prefix is not None and prefix.active:
+        raise click.UsageError("prefix sharing is not modelled for a disaggregated layout")
+    if (rate and len(rate) > 1) or (concurrency and len(concurrency) > 1):
+        raise click.UsageError("a disaggregated layout takes one --rate or --concurrency")
+    cal = kw.pop("calibration", None)
+    lay = disaggregated(model, gpu, calibration=cal, catalog_dirs=catalog_dir,
+                        engine_notation=True, **pd, **asdict(options_from(kw)))
+    load = load_spec_from_options(rate[0] if rate else None,
+                                  concurrency[0] if concurrency else None, trace, input_len,
+                                  output_len, burstiness, lay.decode.memory.max_model_len)
+    res = pd_latency(lay, load)
+    emit(to_json(res) if fmt == "json" else pd_table(res, fmt))
 
 
 def register(cli: click.Group) -> None:

@@ -169,7 +169,7 @@ def simulate_cmd(model: str, gpu: str, rate: float | None, concurrency: int | No
         click.echo("note: no time between tokens to report: every request has one output "
                    "token", err=True)
     if fmt == "table":
-        click.echo(f"{head['model']} on {head['gpu']} (TP {s.tp}, {dep.profile.label}), "
+        click.echo(f"{head['model']} on {head['gpu']} ({dep.layout_text}, {dep.profile.label}), "
                    f"{head['num_requests']} requests, seed {seed}; "
                    f"{dtype_text(resolved_dtypes(dep), s)}; decode steps "
                    f"{head['bound']}-bound at the mean running batch\n"

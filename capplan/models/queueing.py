@@ -34,6 +34,7 @@ from scipy import special
 from capplan.models.closed_loop import block_rounding_tokens
 from capplan.models.engine import SchedulerPolicy
 from capplan.models.perf import StepModel
+from capplan.models.prefill import packed_prefill_step
 from capplan.models.prefix import PrefixCache
 
 QUANTILES = {"p50": 0.50, "p90": 0.90, "p99": 0.99}
@@ -508,6 +509,11 @@ class QueueModel:
                    else inp)
         """Prompt tokens each request computes (all of them without a cache hit)."""
         self.ca2 = float(arrival_scv)
+        self.pack_prompts = False
+        """Cost a chunk longer than a prompt as whole prompts (models/prefill.py): always with
+        attention DP; on request otherwise (the disaggregated pools, capplan.plan.pd), while
+        the aggregated answers keep one sequence's chunk (docs/multinode.md, known limits)."""
+        self._dp = bool(np.any(np.asarray(step.attention_dp) > 1))
         self.dec_tokens = max(out.mean - 1.0, 0.0)
         # Time-averaged context of a decoding sequence, lengths independent:
         # E[(O-1)(I + O/2)] / E[O-1] = E[I] + (E[O^2] - E[O]) / (2 E[O-1]).
@@ -549,14 +555,21 @@ class QueueModel:
                               detail=False)["step_s"]
 
     def _mixed(self, b: np.ndarray, chunk: np.ndarray) -> np.ndarray:
-        """A step with b decode sequences and one prefill chunk of `chunk` tokens (mean prefix);
-        a prefill-first engine runs the chunk alone (the decoders wait)."""
+        """A step with b decode sequences and `chunk` prefill tokens (mean prefix); a
+        prefill-first engine runs the chunk alone (the decoders wait).
+
+        Attention DP splits the chunk over the ranks, each its own sequences' chunk; a rank's
+        chunk longer than a prompt packs whole prompts (chunk / prompt of them), whose causal
+        pairs add per prompt, not as one sequence of the chunk's length (models/prefill.py)."""
         prefix = self.cached + np.maximum(self.pf.mean - chunk, 0.0) / 2
         if self.policy.prefill_first:
             b = np.zeros_like(np.asarray(b, float))
-        return self.step.prefill_chunk(chunk, prefix, num_decode=b,
-                                       decode_kv_tokens=b * self.ctx_mean,
-                                       detail=False)["step_s"]
+        if not (self.pack_prompts or self._dp):
+            return self.step.prefill_chunk(chunk, prefix, num_decode=b,
+                                           decode_kv_tokens=b * self.ctx_mean,
+                                           detail=False)["step_s"]
+        return packed_prefill_step(self.step, chunk, self.pf.mean, self.cached, b,
+                                   b * self.ctx_mean)
 
     def _chunk_budget(self, b: np.ndarray) -> np.ndarray:
         if self.policy.prefill_first:  # the prefill step holds no decode tokens
@@ -678,7 +691,9 @@ class QueueModel:
         batch (M/G/inf: the batch averaged over a window as long as the service has variance
         (2/3) b, from the autocovariance lambda (D - |s|); Takacs 1962).
         """
-        inp, out = self.inp, self.out
+        # the prefill work is the uncached prompt tokens, as in the means (self.pf; the prompt
+        # itself without a prefix cache)
+        inp, out = self.pf, self.out
         lam, tau, b, budget, t_dec, t_full = x.lam, x.tau, x.b, x.budget, x.t_dec, x.t_full
         rho_p, wq_p, p_wait, wq_c, m_chunks = x.rho_p, x.wq_p, x.p_wait, x.wq_c, x.m_chunks
         chunk_mean = x.chunk_mean
