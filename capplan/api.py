@@ -177,7 +177,10 @@ def latency(model: str, gpu: str, *, rate: float | None = None, concurrency: int
                       num_prompts=num_prompts, warmup_prompts=warmup_prompts,
                       time_unit=time_unit, benchmark=benchmark, seed=seed,
                       window_s=window_s or WINDOW_S)
-    return LatencyResult.from_dict(answer(dep, load, spec))
+    from capplan.plan.bands import attach_bands
+
+    return LatencyResult.from_dict(attach_bands(answer(dep, load, spec), dep.profile.name,
+                                                concurrency))
 
 
 def simulate(model: str, gpu: str, *, rate: float | None = None,
@@ -213,7 +216,10 @@ def simulate(model: str, gpu: str, *, rate: float | None = None,
                          schedulers=(scheduler,), batch_size=batch_size,
                          batch_timeout_s=batch_timeout_s, chunked_prefill=chunked_prefill,
                          progress=progress, fleet=fleet, benchmark=bench)
-    return LatencyResult.from_dict({**res["head"], **res["results"][scheduler]})
+    from capplan.plan.bands import attach_bands
+
+    return LatencyResult.from_dict(attach_bands({**res["head"], **res["results"][scheduler]},
+                                                dep.profile.name, concurrency))
 
 
 def run_plan(path_or_plan: str | Path | dict[str, Any], *, verify: bool = True,

@@ -35,8 +35,21 @@ def latency_rows(res: dict[str, Any]) -> list[dict[str, Any]]:
     rows = []
     for metric, label in (("ttft_s", "TTFT"), ("tbt_s", "TBT"), ("e2e_s", "E2E")):
         d = res.get(metric) or {}
-        rows.append({"metric": label, **{k: d.get(k) for k in ("mean", "p50", "p90", "p99")}})
+        rows.append({"metric": label, **{k: d.get(k) for k in ("mean", "p50", "p90", "p99")},
+                     "band": d.get("band")})
     return rows
+
+
+def _band_ms(b: list[float]) -> str:
+    """The error band of a mean (capplan.plan.bands), in milliseconds: "lo-hi"."""
+    lo, hi = (_ms(x) for x in b)
+    digits = 1 if hi < 100 else 0
+    return f"{lo:.{digits}f}-{hi:.{digits}f}"
+
+
+BAND_COLUMN = Column("band", "measured mean, 80% band (ms)", _band_ms)
+"""Where measurements fell for 80% of held-out silicon rows of the engine at this load
+(capplan.plan.bands; docs/validation.md section 4b)."""
 
 
 def _throughput_rows(res: dict[str, Any], fmt: str) -> list[dict[str, Any]]:
@@ -75,7 +88,10 @@ def latency_table(res: dict[str, Any], fmt: str) -> str:
     cols = [Column("metric", "latency"), Column("mean", "mean (ms)", _ms, ".1f"),
             Column("p50", "p50 (ms)", _ms, ".1f"), Column("p90", "p90 (ms)", _ms, ".1f"),
             Column("p99", "p99 (ms)", _ms, ".1f")]
-    text = render_rows(latency_rows(res), cols, fmt)
+    lrows = latency_rows(res)
+    if any(r["band"] for r in lrows):
+        cols.insert(2, BAND_COLUMN)
+    text = render_rows(lrows, cols, fmt)
     rows = _throughput_rows(res, fmt)
     if fmt != "table":  # the footer as rows, so that every format carries it
         rows += _answer_rows(res)

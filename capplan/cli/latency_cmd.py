@@ -23,6 +23,7 @@ from capplan.cli._pd import pd_options, pd_table, pop_pd
 from capplan.cli._prefix import pop_prefix_spec, prefix_options
 from capplan.cli._render import emit, to_json
 from capplan.cli._tables import latency_table, resolved_dtypes, sweep_table
+from capplan.plan.bands import attach_bands
 from capplan.plan.load import load_spec_from_options
 from capplan.plan.replay import WINDOW_S, ReplayLoad, answer
 from capplan.sim.protocol import PRESETS
@@ -125,7 +126,8 @@ def latency_cmd(model: str, gpu: str, rate: list[float] | None, concurrency: lis
                           output_len=output_len, burstiness=burstiness, num_prompts=num_prompts,
                           warmup_prompts=warmup_prompts, time_unit=time_unit, prefix=prefix,
                           benchmark=benchmark, seed=seed, window_s=window_s)
-        results.append({**answer(dep, load, spec), **resolved_dtypes(dep)})
+        results.append({**attach_bands(answer(dep, load, spec), dep.profile.name, c),
+                        **resolved_dtypes(dep)})
     if len(results) > 1:
         emit(to_json(results) if fmt == "json" else
              sweep_table(results, "rate" if rate else "concurrency", levels, fmt))

@@ -26,6 +26,7 @@ from capplan.cli._options import (
 from capplan.cli._prefix import pop_prefix_spec, prefix_options
 from capplan.cli._render import Column, emit, render_rows, to_json
 from capplan.cli._tables import dtype_text, resolved_dtypes
+from capplan.plan.bands import attach_bands
 from capplan.sim.protocol import PRESETS, BenchmarkRun, preset
 from capplan.units import MS_S
 
@@ -168,7 +169,8 @@ def simulate_cmd(model: str, gpu: str, rate: float | None, concurrency: int | No
             click.echo(f"wrote {path}", err=True)
     head = {**head, **resolved_dtypes(dep)}
     if fmt == "json":
-        body = results[names[0]] if len(names) == 1 else {"schedulers": results}
+        body = (attach_bands(results[names[0]], dep.profile.name, concurrency)
+                if len(names) == 1 else {"schedulers": results})
         emit(to_json({**head, **body}))
         return
     cols = [Column("q", "quantity"), *(Column(n, n, fmt=",.1f") for n in names)]

@@ -91,7 +91,7 @@ STEP_CONSTANTS = ("dense_weight_bytes", "expert_bytes", "num_moe_layers", "num_e
                   "gemm_half_tokens", "allreduce_s_fixed", "allreduce_s_per_token", "pp",
                   "p2p_s_per_token", "step_overhead_s", "per_seq_overhead_s", "layer_overhead_s",
                   "state_bytes_per_seq", "allreduce_s_per_token_oneshot", "attention_dp",
-                  "expert_parallel", "moe_comm_s_fixed", "moe_comm_s_per_token")
+                  "expert_parallel", "moe_comm_s_fixed", "moe_comm_s_per_token", "host_overlap")
 """`StepModel` fields that `step_parts` takes, in its order."""
 
 
@@ -116,7 +116,8 @@ def step_parts(x: tuple, c: tuple, moe: bool) -> tuple:
 
 def fixed_parts(x: tuple, c: tuple, moe: bool) -> tuple:
     """The step's terms that do not read the KV cache: (linear, dense_mem, expert_mem,
-    dense_cmp, expert_cmp, comm, p2p, overhead, pp, tokens) (`step_parts`)."""
+    dense_cmp, expert_cmp, comm, p2p, overhead, pp, tokens, host, host_overlap, layer, fixed)
+    (`step_parts`; overhead as if nothing overlapped: `combine_parts` hides the host's share)."""
     bd, _, _, tp_, _, _, _, _, nps, logits = x
     (dense_weight_bytes, expert_bytes, num_moe_layers, num_experts, experts_per_tok,
      _, _, _, dense_flops_per_token,
@@ -125,7 +126,7 @@ def fixed_parts(x: tuple, c: tuple, moe: bool) -> tuple:
      gemm_flops_per_s, _, gemm_half_tokens, allreduce_s_fixed,
      allreduce_s_per_token, pp, p2p_s_per_token, step_overhead_s, per_seq_overhead_s,
      layer_overhead_s, _, allreduce_s_per_token_oneshot, attention_dp,
-     expert_parallel, moe_comm_s_fixed, moe_comm_s_per_token) = c
+     expert_parallel, moe_comm_s_fixed, moe_comm_s_per_token, host_overlap) = c
     tokens = bd + tp_
     # Attention data parallelism: the replica's batch splits evenly over `attention_dp` ranks,
     # each a TP group running attention and the dense layers on its own share (vLLM
@@ -171,9 +172,10 @@ def fixed_parts(x: tuple, c: tuple, moe: bool) -> tuple:
                          moe_comm_s_fixed + global_tokens * moe_comm_s_per_token, 0.0)
     pp = pp * 1.0
     p2p = (pp - 1) * tokens * p2p_s_per_token
-    overhead = step_overhead_s + per_seq_overhead_s * (bd + nps) + pp * layer_overhead_s
+    host = per_seq_overhead_s * (bd + nps)
+    overhead = step_overhead_s + host + pp * layer_overhead_s
     return (linear, dense_mem, expert_mem, dense_cmp, expert_cmp, comm, p2p, overhead, pp,
-            tokens)
+            tokens, host, host_overlap * 1.0, pp * layer_overhead_s, step_overhead_s * 1.0)
 
 
 def attention_parts(x: tuple, c: tuple) -> tuple:
@@ -183,7 +185,7 @@ def attention_parts(x: tuple, c: tuple) -> tuple:
     (_, _, _, _, _, kv_bytes_per_token_layer, full_layers, window_layers, _, _, _,
      attn_flops_per_pair_decode, attn_flops_per_pair_prefill, _, kv_bytes_per_s, _, _,
      attn_flops_per_s, _, _, _, _, _, _, _, _, state_bytes_per_seq, _, attention_dp,
-     _, _, _) = c
+     _, _, _, _) = c
     dp = attention_dp * 1.0  # each attention-DP rank reads its share (fixed_parts)
     bd, tp_, nps = bd / dp, tp_ / dp, nps / dp
     kv_full, kv_win, pairs, pairs_w = kv_full / dp, kv_win / dp, pairs / dp, pairs_w / dp
@@ -201,9 +203,19 @@ def attention_parts(x: tuple, c: tuple) -> tuple:
 
 def combine_parts(f: tuple, a: tuple) -> tuple:
     """`step_parts`' result from `fixed_parts` f and `attention_parts` a."""
-    linear, dense_mem, expert_mem, dense_cmp, expert_cmp, comm, p2p, overhead, pp, tokens = f
+    (linear, dense_mem, expert_mem, dense_cmp, expert_cmp, comm, p2p, overhead, pp, tokens,
+     host, host_overlap, layer, fixed) = f
     kv_mem, attn_cmp, attention = a
-    step = pp * (linear + attention + comm) + p2p + overhead
+    # Host overlap (vLLM async scheduling, SGLang/TensorRT-LLM overlap schedulers): the CPU
+    # prepares step n+1 while the GPU runs step n, so only host work beyond the GPU's step
+    # shows: gpu + host - min(host, gpu) = max(gpu, host) (host_overlap 1); 0 adds it all.
+    # The fixed step cost (launch, sampling, synchronisation) stays on the critical path.
+    # max(gpu, host) itself (not gpu + host - gpu: its rounding would break the ordering of
+    # steps that differ only in hidden prefill work).
+    gpu = pp * (linear + attention + comm) + p2p + layer
+    overlapped = select(host_overlap > 0, np.maximum(gpu, host), gpu + host)
+    step = fixed + overlapped
+    overhead = step - (pp * (linear + attention + comm) + p2p)
     step = select(tokens > 0, step, 0.0)
     return (step, dense_mem, expert_mem, kv_mem, dense_cmp, expert_cmp, attn_cmp, comm, p2p,
             overhead, pp)
@@ -259,6 +271,8 @@ class StepModel:
     """MoE dispatch + combine latency per step with attention DP (all MoE layers)."""
     moe_comm_s_per_token: Any = 0.0
     """MoE dispatch + combine seconds per token of the whole replica's batch."""
+    host_overlap: Any = 0.0
+    """1.0: the per-sequence host cost overlaps the GPU's step (EngineProfile.host_overlap)."""
 
     # ------------------------------------------------------------------------------------------
     def step(self, num_decode: ArrayLike = 0, decode_kv_tokens: ArrayLike = 0,
@@ -501,7 +515,8 @@ def build_step_model(model: ModelSpec, gpu: GpuSpec, settings: EngineSettings,
             span.net_bytes_per_s if span is not None and tp * dp * pp > span.gpus_per_domain
             else link),
         step_overhead_s=(cal.step_overhead_s if cal.step_overhead_s is not None
-                         else settings.profile.step_overhead_s),
+                         else settings.profile.step_overhead_s
+                         + layers * settings.profile.layer_step_overhead_s),
         per_seq_overhead_s=(cal.per_seq_overhead_s if cal.per_seq_overhead_s is not None
                             else settings.profile.per_seq_overhead_s),
         layer_overhead_s=(layers * cal.per_layer_overhead_s
@@ -515,6 +530,7 @@ def build_step_model(model: ModelSpec, gpu: GpuSpec, settings: EngineSettings,
         expert_parallel=settings.expert_parallel,
         moe_comm_s_fixed=moe_fixed,
         moe_comm_s_per_token=moe_token,
+        host_overlap=1.0 if settings.profile.host_overlap else 0.0,
     )
 
 

@@ -177,7 +177,7 @@ def resolve_settings(opts: EngineOptions, gpu: GpuSpec, implied_dtype: str | Non
         block_size=block,
         max_num_seqs=opts.max_num_seqs or d.max_num_seqs,
         max_num_batched_tokens=opts.max_num_batched_tokens or d.max_num_batched_tokens,
-        enforce_eager=opts.enforce_eager, engine=profile.name,
+        enforce_eager=opts.enforce_eager, engine=profile.spec,
         attention_dp=opts.attention_dp, expert_parallel=opts.expert_parallel)
 
 

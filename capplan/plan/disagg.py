@@ -283,7 +283,7 @@ def launch_lines(p: DisaggPlan) -> dict[str, str]:
     from capplan.plan.launch import launch_line
 
     pr, de = p.prefill.dep, p.decode.dep
-    engine = pr.settings.engine
+    engine = pr.settings.profile.name
     po = _pool_options(pr, "prefill", 0)
     do = _pool_options(de, "decode", pr.gpus_per_replica
                        if pr.gpus_per_replica + de.gpus_per_replica <= 8 else 0)

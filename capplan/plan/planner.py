@@ -122,7 +122,7 @@ def search_space(cat: Catalog, plan: PlanFile, model: ModelSpec, t: Traffic,
         max_num_seqs=_as_tuple(plan.engine.max_num_seqs, DEFAULT_SEQS),
         max_num_batched_tokens=_as_tuple(plan.engine.max_num_batched_tokens, DEFAULT_CHUNKS),
         gpu_memory_utilization=plan.engine.gpu_memory_utilization, max_model_len=max_len,
-        block_size=plan.engine.block_size, engine=plan.engine.name,
+        block_size=plan.engine.block_size, engine=plan.engine.profile_spec,
         calibration=plan.calibration, max_model_len_reason=len_reason)
 
 

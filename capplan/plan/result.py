@@ -11,7 +11,9 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
+from capplan.models.engine import engine_profile
 from capplan.models.layout import describe
+from capplan.plan.bands import attach_bands
 from capplan.plan.schema import Lane
 from capplan.plan.search import Candidate, SearchSpace
 
@@ -121,7 +123,7 @@ class Recommendation:
                 "max_num_batched_tokens": s.max_num_batched_tokens,
                 "weight_dtype": s.weight_dtype, "kv_dtype": s.kv_dtype,
                 "max_model_len": s.max_model_len,
-                "gpu_memory_utilization": s.gpu_memory_utilization, "engine": s.engine,
+                "gpu_memory_utilization": s.gpu_memory_utilization, "engine": s.profile.name,
                 "replicas": self.replicas, "per_replica_rate_per_s": self.per_replica_rate_per_s}
 
     def head(self) -> dict[str, Any]:
@@ -143,9 +145,9 @@ class Recommendation:
             "weight_dtype": s.weight_dtype, "kv_dtype": s.kv_dtype,
             "weight_dtype_resolved": self.resolved_dtypes[0] or s.weight_dtype,
             "kv_dtype_resolved": self.resolved_dtypes[1] or s.kv_dtype,
-            "engine": s.engine,
+            "engine": s.profile.name, "engine_profile": s.profile.spec,
             "max_model_len": s.max_model_len, "gpu_memory_utilization": s.gpu_memory_utilization,
-            "predicted": self.predicted.to_dict(),
+            "predicted": attach_bands(self.predicted.to_dict(), s.profile.name, None),
             "capacity_per_replica_rps": c.max_rate_per_s,
             "stable_capacity_per_replica_rps": c.capacity_per_s,
             "per_replica_rate_per_s": self.per_replica_rate_per_s,
@@ -266,7 +268,7 @@ class PlanInputs:
                 "max_model_len": sp.max_model_len,
                 "max_model_len_reason": sp.max_model_len_reason,
                 "gpu_memory_utilization": sp.gpu_memory_utilization,
-                "engine": sp.engine, "calibration": sp.calibration,
+                "engine": engine_profile(sp.engine).name, "calibration": sp.calibration,
                 "objective": self.objective, "headroom": self.headroom, "pools": self.pools,
                 "configurations_searched": self.configurations_searched}
 

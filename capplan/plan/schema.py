@@ -196,8 +196,39 @@ class Candidates(BaseModel):
 
 class EngineSpec(BaseModel):
     model_config = _STRICT
-    name: Literal["vllm", "sglang", "trtllm"] = "vllm"
-    """The serving engine: its memory accounting, scheduler and defaults (docs/engines.md)."""
+    name: str = "vllm"
+    """The serving engine: vllm, sglang or trtllm, optionally with its release and profile
+    options (`vllm@0.11`, `sglang@0.5+mixed-chunk`); its memory accounting, scheduler, host
+    costs and defaults apply (docs/engines.md, "Profiles by version")."""
+    version: str | None = None
+    """The engine's release (e.g. "0.11"); default: the newest profile. Same as name@version."""
+
+    @model_validator(mode="after")
+    def _known_engine(self) -> EngineSpec:
+        from capplan.models.engine import engine_profile
+
+        spec = self.name
+        if self.version is not None:
+            if "@" in spec:
+                raise ValueError(f"engine: give the release once, in name ({spec!r}) or "
+                                 f"version ({self.version!r})")
+            head, plus, opts = spec.partition("+")
+            spec = f"{head}@{self.version}{plus}{opts}"
+        try:
+            engine_profile(spec)
+        except InputError as e:
+            raise ValueError(str(e)) from None
+        return self
+
+    @property
+    def profile_spec(self) -> str:
+        """The engine spec string the engine settings carry (name@version+options)."""
+        from capplan.models.engine import engine_profile
+
+        if self.version is None:
+            return engine_profile(self.name).spec
+        head, plus, opts = self.name.partition("+")
+        return engine_profile(f"{head}@{self.version}{plus}{opts}").spec
     max_num_seqs: list[_COUNT] | _COUNT | None = None  # type: ignore[valid-type]
     """Values to search (default 64..1024)."""
     max_num_batched_tokens: list[_COUNT] | _COUNT | None = None  # type: ignore[valid-type]
@@ -291,8 +322,27 @@ class PlanFile(BaseModel):
     pools: Literal["shared", "separate", "both"] = "both"
     """Several lanes: one shared pool with priorities, a pool per lane, or plan both."""
     objective: Literal["min_cost", "min_gpus", "max_goodput_per_dollar"] = "min_cost"
-    headroom: L.HEADROOM.field() = 0.2  # type: ignore[valid-type]
-    """Extra capacity for bursts: replicas cover rate * (1 + headroom)."""
+    headroom: L.HEADROOM.field() | Literal["auto"] = 0.2  # type: ignore[valid-type]
+    """Extra capacity for bursts and model error: replicas cover rate * (1 + headroom). "auto"
+    in the file: the headroom that covers the engine's optimistic predictions, from its error
+    band (capplan.plan.bands.auto_headroom; docs/validation.md section 4b)."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _auto_headroom(cls, data: Any) -> Any:
+        if isinstance(data, dict) and str(data.get("headroom", "")).strip().lower() == "auto":
+            from capplan.models.engine import engine_profile
+            from capplan.plan.bands import auto_headroom
+
+            eng = data.get("engine") or {}
+            name = eng.get("name", "vllm") if isinstance(eng, dict) else "vllm"
+            try:
+                engine = engine_profile(str(name)).name
+            except InputError:
+                engine = "vllm"  # the engine's own validator reports it
+            data = {**data, "headroom": round(auto_headroom(engine), 3)}
+        return data
+
     verify: VerifySpec = VerifySpec()
     calibration: str | None = None
     """Calibration YAML for every candidate GPU (relative to the plan file); default: a
