@@ -32,6 +32,10 @@ from capplan.sim.protocol import PRESETS, BenchmarkRun, preset
 TOLERANCE = 0.15
 """Relative difference of TTFT / TBT (mean and p99) within which the analytic queue may answer
 for the replay (issue acceptance: latency and simulate agree within 15%)."""
+SCREEN_TOLERANCE = 0.10
+"""Relative difference within which the analytic queue answers for the 2,000-request replay: the
+promise is TOLERANCE against any replay of the load, and a 2,000-request replay's p99 differs
+from a longer one's by a few percent (sampling), so the screen keeps that margin."""
 WINDOW_S = 900.0
 """Window over which a trace's rate is read for the varying-rate check (15 min, as fleet plans
 use)."""
@@ -170,7 +174,7 @@ def _screen(ana: dict[str, Any], res: dict[str, Any]) -> dict[str, Any]:
     """Open loop: the analytic answer where it agrees with the replay (CHECKED within
     TOLERANCE), else the replay's; both figures kept under `analytic_check`."""
     diffs = {f"{k}.{q}": rel_diff(float(ana[k][q]), float(res[k][q])) for k, q in CHECKED}
-    agree = all(d <= TOLERANCE for d in diffs.values())
+    agree = all(d <= SCREEN_TOLERANCE for d in diffs.values())
     replayed = {k: res[k] for k in ("ttft_s", "tbt_s", "e2e_s", "requests_per_s")}
     check = {"agrees": agree, "relative_difference": diffs,
              "analytic": {k: ana[k] for k in ("ttft_s", "tbt_s", "e2e_s")}, "replay": replayed}
@@ -202,7 +206,7 @@ def answered_note(res: dict[str, Any]) -> str:
     if res["answered_by"] == "analytic":
         worst = max(res["analytic_check"]["relative_difference"].values())
         return (f"answered by: analytic queue (within {worst:.0%} of the replay on TTFT and "
-                f"TBT mean/p99; tolerance {TOLERANCE:.0%})")
+                f"TBT mean/p99; screen tolerance {SCREEN_TOLERANCE:.0%})")
     why = ""
     chk = res.get("analytic_check")
     if chk is not None:

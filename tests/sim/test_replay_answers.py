@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 import capplan
 from capplan.api import LatencyResult
 from capplan.models.closed_loop import BenchmarkProtocol, closed_loop_latency
-from capplan.plan.replay import TOLERANCE, ReplayLoad, trace_windows
+from capplan.plan.replay import SCREEN_TOLERANCE, TOLERANCE, ReplayLoad, trace_windows
 
 TRACES = Path(__file__).resolve().parents[1] / "data" / "traces"
 CHECKED = (("ttft_s", "mean"), ("ttft_s", "p99"), ("tbt_s", "mean"), ("tbt_s", "p99"))
@@ -97,7 +97,7 @@ def test_open_loop_answer_within_tolerance_of_the_replay():
     chk = lat.data["analytic_check"]
     # whichever model answers, the choice follows the measured difference
     worst = max(chk["relative_difference"].values())
-    assert (lat.data["answered_by"] == "analytic") == (worst <= TOLERANCE)
+    assert (lat.data["answered_by"] == "analytic") == (worst <= SCREEN_TOLERANCE)
     assert lat.data["notes"][0].startswith("answered by:")
 
 
