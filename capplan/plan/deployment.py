@@ -17,6 +17,7 @@ from capplan.catalog.schema import GpuSpec, ModelSpec
 from capplan.errors import InputError
 from capplan.models.calibration import Calibration
 from capplan.models.engine import EngineProfile, EngineSettings, engine_profile
+from capplan.models.features import FEATURE_FIELDS, resolve_draft_model
 from capplan.models.memory import MemoryReport, memory_report
 from capplan.models.perf import StepModel, build_step_model
 from capplan.models.queueing import Limits
@@ -46,6 +47,19 @@ class EngineOptions:
     enforce_eager: bool = False
     attention_dp: int = 1
     expert_parallel: int = 1
+    speculative: str | None = None
+    spec_tokens: int | None = None
+    spec_topk: int = 1
+    spec_draft_tokens: int | None = None
+    acceptance_length: float | None = None
+    spec_workload: str = "chat"
+    max_loras: int = 0
+    max_lora_rank: int = 16
+    lora_adapters: int = 0
+    lora_popularity: str = "uniform"
+    images_per_request: int = 0
+    image_width: int = 1024
+    image_height: int = 1024
 
     @classmethod
     def from_settings(cls, s: EngineSettings) -> EngineOptions:
@@ -137,6 +151,11 @@ class Deployment:
         return out
 
 
+def feature_options(opts: EngineOptions) -> dict[str, object]:
+    """The feature settings (speculation, LoRA, vision) of options, as EngineSettings takes."""
+    return {k: getattr(opts, k) for k in FEATURE_FIELDS}
+
+
 def resolve_settings(opts: EngineOptions, gpu: GpuSpec, implied_dtype: str | None = None
                      ) -> EngineSettings:
     """EngineSettings with the engine profile's defaults for this GPU where `opts` has None."""
@@ -159,7 +178,8 @@ def resolve_settings(opts: EngineOptions, gpu: GpuSpec, implied_dtype: str | Non
         max_num_seqs=opts.max_num_seqs or d.max_num_seqs,
         max_num_batched_tokens=opts.max_num_batched_tokens or d.max_num_batched_tokens,
         enforce_eager=opts.enforce_eager, engine=profile.name,
-        attention_dp=opts.attention_dp, expert_parallel=opts.expert_parallel)
+        attention_dp=opts.attention_dp, expert_parallel=opts.expert_parallel,
+        **feature_options(opts))
 
 
 def calibration_for(cat: Catalog, gpu: GpuSpec, path: str | Path | Calibration | None
@@ -197,6 +217,7 @@ def resolve_deployment(cat: Catalog, model_name: str, gpu_name: str,
     if isinstance(options, EngineSettings):
         options = EngineOptions.from_settings(options)
     settings = resolve_settings(options, gpu, resolved.implied_weight_dtype)
+    settings = resolve_draft_model(cat, settings)
     dep = build_deployment(resolved.spec, gpu, settings, calibration_for(cat, gpu, calibration),
                            getattr(resolved, "served_id", "") or "")
     if require_fit and not dep.memory.fits:
