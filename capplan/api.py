@@ -26,6 +26,7 @@ from capplan.catalog.loader import Catalog, load_catalog
 from capplan.errors import InputError
 from capplan.export.json_export import jsonable as _jsonable
 from capplan.plan.deployment import Deployment, EngineOptions, resolve_deployment
+from capplan.plan.images import with_images
 from capplan.plan.result import PlanResult
 
 _ENGINE_KEYS = tuple(f.name for f in fields(EngineOptions))
@@ -147,7 +148,7 @@ def latency(model: str, gpu: str, *, rate: float | None = None, concurrency: int
     a closed loop of `concurrency` clients (a benchmark of `num_prompts`), or a trace."""
     from capplan.plan.load import analytic_latency, load_spec_from_options
 
-    dep = deployment(model, gpu, **kw)
+    dep, input_len = with_images(deployment(model, gpu, **kw), input_len)
     load = load_spec_from_options(rate, concurrency, trace, str(input_len), str(output_len),
                                   burstiness, dep.memory.max_model_len, num_prompts,
                                   warmup_prompts)
@@ -165,7 +166,7 @@ def simulate(model: str, gpu: str, *, rate: float | None = None,
     keys (tpot_s, queue_s, goodput, time series) to the latency keys."""
     from capplan.plan.simulation import run_simulation
 
-    dep = deployment(model, gpu, **kw)
+    dep, input_len = with_images(deployment(model, gpu, **kw), input_len)
     res = run_simulation(dep, rate=rate, concurrency=concurrency, trace=trace,
                          input_len=str(input_len), output_len=str(output_len),
                          burstiness=burstiness, requests=requests, seed=seed,

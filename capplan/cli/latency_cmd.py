@@ -6,6 +6,8 @@ from typing import Any
 
 import click
 
+from capplan.cli._features import feature_options
+from capplan.plan.images import with_images
 from capplan.cli._options import (
     BURSTINESS,
     CONCURRENCY,
@@ -65,6 +67,7 @@ class ListOf(click.ParamType):
                    "leaves only the steady state).")
 @prefix_options
 @engine_options
+@feature_options
 @format_option
 @catalog_option
 def latency_cmd(model: str, gpu: str, rate: list[float] | None, concurrency: list[int] | None,
@@ -76,6 +79,7 @@ def latency_cmd(model: str, gpu: str, rate: list[float] | None, concurrency: lis
     A list of rates or concurrencies prints one row per level (JSON: a list)."""
     prefix = pop_prefix_spec(kw)
     dep = deployment_from_options(catalog_dir, model, gpu, kw)
+    dep, input_len = with_images(dep, input_len)
     levels: list[Any] = list(rate or concurrency or [None])
     results = []
     for level in levels:

@@ -6,6 +6,7 @@ from dataclasses import asdict
 
 import click
 
+from capplan.cli._features import feature_options
 from capplan.cli._options import (
     catalog_option,
     deployment_from_options,
@@ -20,6 +21,7 @@ from capplan.units import bytes_to_gib
 @click.command("memory")
 @model_gpu_options
 @engine_options
+@feature_options
 @format_option
 @catalog_option
 def memory_cmd(model: str, gpu: str, fmt: str, catalog_dir: tuple[str, ...], **kw) -> None:

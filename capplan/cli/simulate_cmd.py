@@ -8,6 +8,8 @@ from typing import Any
 
 import click
 
+from capplan.cli._features import feature_options
+from capplan.plan.images import with_images
 from capplan.cli._options import (
     BURSTINESS,
     CONCURRENCY,
@@ -96,6 +98,7 @@ def _rows(results: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
                    "the run.")
 @prefix_options
 @engine_options
+@feature_options
 @format_option
 @catalog_option
 @click.option("--plot", "plot_dir", default=None,
@@ -112,6 +115,7 @@ def simulate_cmd(model: str, gpu: str, rate: float | None, concurrency: int | No
     load = {k: kw.pop(k) for k in ("burstiness", "input_len", "output_len", "num_requests",
                                    "time_unit")}
     dep = deployment_from_options(catalog_dir, model, gpu, kw)
+    dep, load["input_len"] = with_images(dep, load["input_len"])
     s = dep.settings
     bars: dict[str, Any] = {}
 

@@ -31,6 +31,7 @@ from numpy.typing import ArrayLike
 
 from capplan.catalog.schema import GpuSpec, ModelSpec
 from capplan.models import layers as model_layers
+from capplan.models import lora, speculative
 from capplan.models.calibration import Calibration, default_calibration
 from capplan.models.engine import EngineProfile, EngineSettings
 from capplan.models.memory import (
@@ -90,7 +91,12 @@ STEP_CONSTANTS = ("dense_weight_bytes", "expert_bytes", "num_moe_layers", "num_e
                   "gemm_half_tokens", "allreduce_s_fixed", "allreduce_s_per_token", "pp",
                   "p2p_s_per_token", "step_overhead_s", "per_seq_overhead_s", "layer_overhead_s",
                   "state_bytes_per_seq", "allreduce_s_per_token_oneshot", "attention_dp",
-                  "expert_parallel", "moe_comm_s_fixed", "moe_comm_s_per_token")
+                  "expert_parallel", "moe_comm_s_fixed", "moe_comm_s_per_token",
+                  "spec_verify_tokens", "spec_accept_len", "draft_weight_bytes",
+                  "draft_flops_per_token", "draft_steps", "draft_width",
+                  "draft_kv_bytes_per_token", "draft_overhead_s", "lora_adapter_bytes",
+                  "lora_adapters", "lora_max_loras", "lora_flops_per_token", "lora_overhead_s",
+                  "prefill_extra_flops_per_token")
 """`StepModel` fields that `step_parts` takes, in its order."""
 
 
@@ -114,8 +120,26 @@ def step_parts(x: tuple, c: tuple, moe: bool) -> tuple:
      gemm_flops_per_s, attn_flops_per_s, gemm_half_tokens, allreduce_s_fixed,
      allreduce_s_per_token, pp, p2p_s_per_token, step_overhead_s, per_seq_overhead_s,
      layer_overhead_s, state_bytes_per_seq, allreduce_s_per_token_oneshot, attention_dp,
-     expert_parallel, moe_comm_s_fixed, moe_comm_s_per_token) = c
-    tokens = bd + tp_
+     expert_parallel, moe_comm_s_fixed, moe_comm_s_per_token, spec_verify_tokens,
+     spec_accept_len, draft_weight_bytes, draft_flops_per_token, draft_steps, draft_width,
+     draft_kv_bytes_per_token, draft_overhead_s, lora_adapter_bytes, lora_adapters,
+     lora_max_loras, lora_flops_per_token, lora_overhead_s, prefill_extra_flops_per_token) = c
+    # Speculative decoding (capplan/models/speculative.py): a step with decoders is 1/tau of a
+    # speculative step, which verifies V tokens per decoder after the draft passes and, in the
+    # tau emitted tokens' time, takes tau of this step's prefill work. Without speculation
+    # V = tau = 1 and the draft terms are 0, so every expression below is unchanged exactly.
+    dec = bd > 0
+    g = select(dec, spec_accept_len * 1.0, 1.0)
+    v = spec_verify_tokens * 1.0
+    dec_kv = kv_full  # context each decoder reads once (all V queries share the KV read)
+    tp_, pairs, pairs_w, pre_read, pre_read_w = tp_ * g, pairs * g, pairs_w * g, \
+        pre_read * g, pre_read_w * g
+    logits = bd * v + (logits - bd) * g
+    nps = nps * g
+    extra_flops = tp_ * prefill_extra_flops_per_token  # vision encoder (models/vision.py)
+    bd_rows = bd * v
+    tokens = bd_rows + tp_
+    seqs_all = bd + nps
     # Attention data parallelism: the replica's batch splits evenly over `attention_dp` ranks,
     # each a TP group running attention and the dense layers on its own share (vLLM
     # --data-parallel-size, SGLang --enable-dp-attention, TensorRT-LLM enable_attention_dp);
@@ -124,11 +148,13 @@ def step_parts(x: tuple, c: tuple, moe: bool) -> tuple:
     global_tokens = tokens
     tokens = tokens / dp
     bd, tp_, nps, logits = bd / dp, tp_ / dp, nps / dp, logits / dp
+    bd_rows, dec_kv, extra_flops = bd_rows / dp, dec_kv / dp, extra_flops / dp
     kv_full, kv_win, pairs, pairs_w = kv_full / dp, kv_win / dp, pairs / dp, pairs_w / dp
     pre_read, pre_read_w = pre_read / dp, pre_read_w / dp
     dense_mem = dense_weight_bytes / mem_bytes_per_s
     eff = tokens / (tokens + gemm_half_tokens)
-    dense_flops = tokens * dense_flops_per_token + logits * lm_head_flops_per_token
+    dense_flops = (tokens * dense_flops_per_token + logits * lm_head_flops_per_token
+                   + extra_flops + tokens * lora_flops_per_token)
     dense_cmp = dense_flops / (gemm_flops_per_s * np.maximum(eff, 1e-12))
     linear = smooth_max(dense_mem, dense_cmp)
     expert_mem = expert_cmp = 0.0
@@ -153,7 +179,7 @@ def step_parts(x: tuple, c: tuple, moe: bool) -> tuple:
         kv_win + pre_read_w + tp_)
     kv_mem = (kv_tokens * kv_bytes_per_token_layer
               + 2 * (bd + nps) * state_bytes_per_seq) / kv_bytes_per_s
-    attn_pairs_dec = full_layers * kv_full + window_layers * kv_win
+    attn_pairs_dec = (full_layers * kv_full + window_layers * kv_win) * v
     attn_pairs_pre = full_layers * pairs + window_layers * pairs_w
     attn_cmp = (attn_pairs_dec * attn_flops_per_pair_decode
                 + attn_pairs_pre * attn_flops_per_pair_prefill) / attn_flops_per_s
@@ -173,7 +199,29 @@ def step_parts(x: tuple, c: tuple, moe: bool) -> tuple:
     pp = pp * 1.0
     p2p = (pp - 1) * tokens * p2p_s_per_token
     overhead = step_overhead_s + per_seq_overhead_s * (bd + nps) + pp * layer_overhead_s
-    step = pp * (linear + attention + comm) + p2p + overhead
+    # LoRA (models/lora.py): the A and B matrices of the batch's distinct adapters, read once,
+    # and the shrink/expand kernels' fixed cost; 0 without adapters.
+    distinct = lora_adapters * (1.0 - (1.0 - 1.0 / np.maximum(lora_adapters, 1.0)) ** seqs_all)
+    distinct = np.minimum(distinct, lora_max_loras)
+    lora_s = distinct * lora_adapter_bytes / mem_bytes_per_s + lora_overhead_s
+    # The draft passes: the drafter's weights and its KV read per pass, FLOPs of its rows, and
+    # a fixed cost per pass (its layers' small kernels). The first pass runs over the V
+    # verified positions of each decoder (it refreshes the drafter's KV and hidden states: vLLM
+    # EagleProposer.propose, SGLang draft extend), the others over draft_width tokens each.
+    w_mem = draft_weight_bytes / mem_bytes_per_s
+    kv_d = dec_kv * draft_kv_bytes_per_token / kv_bytes_per_s
+    rows_w, rows_v = bd * draft_width, bd_rows
+    pass_w = smooth_max(w_mem, rows_w * draft_flops_per_token / (gemm_flops_per_s * np.maximum(
+        rows_w / (rows_w + gemm_half_tokens), 1e-12))) + kv_d
+    pass_v = smooth_max(w_mem, rows_v * draft_flops_per_token / (gemm_flops_per_s * np.maximum(
+        rows_v / (rows_v + gemm_half_tokens), 1e-12))) + kv_d
+    draft = select(dec, (draft_steps - 1.0) * pass_w + pass_v + draft_steps * draft_overhead_s,
+                   0.0)
+    step = pp * (linear + attention + comm + lora_s) + p2p + overhead + draft
+    # Emitted tokens share the speculative step; the per-sequence host cost (output
+    # processing, detokenisation, streaming) stays per emitted token: a conservative choice
+    # (docs/features.md). At g = 1 the added term is exactly 0.
+    step = step / g + per_seq_overhead_s * bd * (1.0 - 1.0 / g)
     step = select(tokens > 0, step, 0.0)
     return (step, dense_mem, expert_mem, kv_mem, dense_cmp, expert_cmp, attn_cmp, comm, p2p,
             overhead, pp)
@@ -229,6 +277,34 @@ class StepModel:
     """MoE dispatch + combine latency per step with attention DP (all MoE layers)."""
     moe_comm_s_per_token: Any = 0.0
     """MoE dispatch + combine seconds per token of the whole replica's batch."""
+    # Speculative decoding, LoRA, vision (capplan/models/features.py; 0/1 = off).
+    spec_verify_tokens: Any = 1.0
+    """Tokens verified per decoding sequence per step (K + 1 for a chain of K drafts)."""
+    spec_accept_len: Any = 1.0
+    """Mean tokens emitted per decoding sequence per speculative step (tau)."""
+    draft_weight_bytes: Any = 0.0
+    """Drafter weights read per draft pass, per GPU."""
+    draft_flops_per_token: Any = 0.0
+    draft_steps: Any = 0.0
+    """Draft passes per speculative step."""
+    draft_width: Any = 1.0
+    """Tokens per sequence in each draft pass (tree top-k)."""
+    draft_kv_bytes_per_token: Any = 0.0
+    """Drafter KV bytes read per context token per draft pass, per GPU."""
+    draft_overhead_s: Any = 0.0
+    """Fixed cost of one draft pass (its layers' small kernels, head and sampling)."""
+    lora_adapter_bytes: Any = 0.0
+    """One adapter's A and B matrices on one GPU, read once per step it is in the batch."""
+    lora_adapters: Any = 0.0
+    """Adapters the traffic draws from (uniform-equivalent); 0: no LoRA."""
+    lora_max_loras: Any = 0.0
+    lora_flops_per_token: Any = 0.0
+    lora_overhead_s: Any = 0.0
+    """Fixed cost per step of the punica shrink/expand kernels (all layers)."""
+    prefill_extra_flops_per_token: Any = 0.0
+    """Vision-encoder FLOPs charged per prefill token (models/vision.py)."""
+    spec_source: str = ""
+    """Where the acceptance length came from (empty without speculation)."""
 
     # ------------------------------------------------------------------------------------------
     def step(self, num_decode: ArrayLike = 0, decode_kv_tokens: ArrayLike = 0,
@@ -346,6 +422,36 @@ def request_overhead(model: ModelSpec, profile: EngineProfile) -> float:
     return profile.request_overhead_s + mla_layers(model) * profile.mla_layer_request_overhead_s
 
 
+def feature_step_constants(model: ModelSpec, settings: EngineSettings, cal: Calibration,
+                           kv_bytes_per_token_layer: float) -> dict[str, Any]:
+    """StepModel fields of speculative decoding and LoRA (capplan/models/speculative.py,
+    lora.py); empty when both are off, so the defaults (no effect) apply."""
+    out: dict[str, Any] = {}
+    tp = settings.tp
+    sp = speculative.plan_speculation(model, settings)
+    if sp is not None:
+        out.update(
+            spec_verify_tokens=float(sp.verify_tokens), spec_accept_len=float(sp.accept_len),
+            draft_weight_bytes=sp.draft_params * model.dtype_bytes / tp,
+            draft_flops_per_token=sp.draft_flops_per_token / tp,
+            draft_steps=float(sp.num_steps), draft_width=float(sp.topk),
+            draft_kv_bytes_per_token=sp.draft_kv_layers * kv_bytes_per_token_layer,
+            # A draft pass runs its layers' small kernels plus a head, sampling and input
+            # preparation, each costing what the calibration charges a decoder layer.
+            draft_overhead_s=(sp.draft_layers + 1) * cal.per_layer_overhead_s,
+            spec_source=f"{sp.method}: tau {sp.accept_len:.2f}, {sp.accept_source}")
+    lp = lora.plan_lora(model, settings, model.dtype_bytes)
+    if lp is not None:
+        # Punica launches a shrink and an expand kernel per adapted module and layer, each
+        # costing what one of a layer's ~10 small kernels does (Calibration.per_layer_overhead_s).
+        out.update(lora_adapter_bytes=lp.slot_bytes_per_gpu,
+                   lora_adapters=lp.effective_adapters, lora_max_loras=float(lp.max_loras),
+                   lora_flops_per_token=lp.flops_per_token,
+                   lora_overhead_s=(lp.num_layers * lora.LORA_KERNELS_PER_LAYER
+                                    * cal.per_layer_overhead_s / 10))
+    return out
+
+
 def build_step_model(model: ModelSpec, gpu: GpuSpec, settings: EngineSettings,
                      calibration: Calibration | None = None) -> StepModel:
     """Constants of the step model for one (model, GPU, settings, calibration)."""
@@ -401,6 +507,7 @@ def build_step_model(model: ModelSpec, gpu: GpuSpec, settings: EngineSettings,
         moe_token = (2 * counts.num_moe_layers * (world - 1) / world * model.hidden_size
                      * act_bytes / link)
     return StepModel(
+        **feature_step_constants(model, settings, cal, kvb),
         dense_weight_bytes=dense_bytes,
         expert_bytes=expert_bytes,
         num_moe_layers=counts.num_moe_layers,
