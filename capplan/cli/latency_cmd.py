@@ -7,7 +7,6 @@ from typing import Any
 import click
 
 from capplan.cli._features import feature_options
-from capplan.plan.images import with_images
 from capplan.cli._options import (
     BURSTINESS,
     CONCURRENCY,
@@ -22,6 +21,7 @@ from capplan.cli._options import (
 from capplan.cli._prefix import pop_prefix_spec, prefix_options
 from capplan.cli._render import emit, to_json
 from capplan.cli._tables import latency_table, resolved_dtypes, sweep_table
+from capplan.plan.images import with_images
 from capplan.plan.load import analytic_latency, load_spec_from_options
 
 

@@ -9,7 +9,6 @@ from typing import Any
 import click
 
 from capplan.cli._features import feature_options
-from capplan.plan.images import with_images
 from capplan.cli._options import (
     BURSTINESS,
     CONCURRENCY,
@@ -27,6 +26,7 @@ from capplan.cli._options import (
 from capplan.cli._prefix import pop_prefix_spec, prefix_options
 from capplan.cli._render import Column, emit, render_rows, to_json
 from capplan.cli._tables import dtype_text, resolved_dtypes
+from capplan.plan.images import with_images
 from capplan.units import MS_S
 
 PROGRESS_MIN_REQUESTS = 5000

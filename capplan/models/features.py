@@ -51,7 +51,7 @@ def resolve_draft_model(catalog: Any, settings: Any) -> Any:
     return replace(settings, draft_model=catalog.resolve_model(name).spec)
 
 
-def validate_features(model: Any, settings: Any) -> None:
+def validate_features(settings: Any) -> None:
     """InputError for feature settings no engine runs."""
     if settings.spec_workload not in spec_mod.WORKLOAD_KINDS:
         raise InputError(f"--spec-workload {settings.spec_workload!r}: expected one of "
@@ -64,7 +64,7 @@ def validate_features(model: Any, settings: Any) -> None:
 def feature_memory(model: Any, settings: Any, kv_bytes_per_token_layer: float,
                    weight_bytes_per_param: float, act_bytes: float) -> FeatureMemory:
     """Per-GPU memory the features add (docstrings of the feature modules)."""
-    validate_features(model, settings)
+    validate_features(settings)
     out = FeatureMemory()
     sp = spec_mod.plan_speculation(model, settings)
     if sp is not None:

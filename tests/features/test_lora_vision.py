@@ -1,0 +1,91 @@
+"""LoRA adapter memory and step cost; Qwen2.5-VL image tokens, memory and TTFT, by hand."""
+
+import numpy as np
+import pytest
+
+import capplan
+from capplan.catalog.loader import load_catalog
+from capplan.models import vision
+
+MODEL, GPU = "llama-3.1-8b", "h100-sxm"
+
+
+def test_lora_kv_tokens_drop_by_the_adapter_bytes():
+    plain = capplan.memory(MODEL, GPU, max_model_len=8192).deployment.memory
+    lora = capplan.memory(MODEL, GPU, max_model_len=8192, max_loras=4,
+                          max_lora_rank=64).deployment.memory
+    # Per slot and layer (r = 64, h = 4096, q = 4096, kv = 1024, I = 14336, TP 1):
+    # qkv 64 x 4096 + 64 x 6144 = 655,360; o 64 x 4096 + 4096 x 64 = 524,288;
+    # gate_up 2 x 64 x 4096 + 2 x 14336 x 64 = 2,359,296; down 64 x 14336 + 4096 x 64
+    # = 1,179,648; sum 4,718,592 x 32 layers x 4 slots x 2 B = 1,207,959,552 B (1.125 GiB).
+    adapters = 4_718_592 * 32 * 4 * 2
+    assert lora.weights_bytes_per_gpu - plain.weights_bytes_per_gpu == adapters
+    assert plain.kv_cache_bytes_per_gpu - lora.kv_cache_bytes_per_gpu == pytest.approx(adapters)
+    block = 16 * 131072  # bytes of one 16-token block
+    lost = plain.kv_cache_tokens - lora.kv_cache_tokens
+    assert abs(lost - adapters / 131072) <= 16  # the blocks' floor
+    assert plain.num_gpu_blocks - lora.num_gpu_blocks == pytest.approx(adapters / block, abs=1)
+
+
+def test_lora_step_time_grows_with_distinct_adapters():
+    steps = []
+    for n in (1, 4, 16):
+        dep = capplan.deployment(MODEL, GPU, max_model_len=8192, max_loras=16,
+                                 max_lora_rank=64, lora_adapters=n)
+        steps.append(float(dep.step.decode_step(64, 1024)["step_s"]))
+    assert steps[0] < steps[1] < steps[2]
+    # 16 adapters drawn uniformly by 64 sequences: 16 (1 - (15/16)^64) = 15.7 distinct adapters
+    # read per step, each 4,718,592 x 32 x 2 B = 301,989,888 B, against 1 adapter: the step
+    # grows by 14.7 adapters' bytes over the achievable bandwidth.
+    dep = capplan.deployment(MODEL, GPU, max_model_len=8192, max_loras=16, max_lora_rank=64,
+                             lora_adapters=16)
+    slot = 4_718_592 * 32 * 2
+    distinct = 16 * (1 - (15 / 16) ** 64)
+    extra = (distinct - 1) * slot / dep.step.mem_bytes_per_s
+    assert steps[2] - steps[0] == pytest.approx(extra, rel=1e-6)
+    zipf = capplan.deployment(MODEL, GPU, max_model_len=8192, max_loras=16, max_lora_rank=64,
+                              lora_adapters=16, lora_popularity="zipf")
+    assert float(zipf.step.decode_step(64, 1024)["step_s"]) < steps[2]
+
+
+def _vl():
+    return load_catalog(()).resolve_model("qwen2.5-vl-7b").spec
+
+
+def test_image_tokens_by_hand():
+    v = _vl().vision
+    # 1024 / 28 = 36.57 -> 37 x 28 = 1036 px a side; 1036 / 14 = 74 patches a side:
+    # 5476 patches, / (2 x 2) merge = 1369 tokens.
+    assert vision.resized(1024, 1024, v) == (1036, 1036)
+    assert vision.image_patches(1024, 1024, v) == 5476
+    assert vision.image_tokens(1024, 1024, v) == 1369
+    # Below min_pixels (3136 = 56 x 56): scaled up to 56 x 56 -> 16 patches, 4 tokens.
+    assert vision.image_tokens(20, 20, v) == 4
+
+
+def test_vl_memory_by_hand():
+    vl = capplan.memory("qwen2.5-vl-7b", GPU, max_model_len=32768).deployment.memory
+    text = capplan.memory("qwen2.5-7b", GPU, max_model_len=32768).deployment.memory
+    # Encoder parameters by hand: patch embedding 3 x 2 x 14 x 14 x 1280 = 1,505,280;
+    # 32 blocks x (4 x 1280^2 + 3 x 1280 x 3420) = 629,964,800; merger 16 x 1280^2 +
+    # 4 x 1280 x 3584 = 44,564,480: 676,034,560 params, 2 B each, on top of the same LM.
+    assert vision.encoder_params(_vl().vision) == 676_034_560
+    assert vl.weights_bytes_per_gpu - text.weights_bytes_per_gpu == 676_034_560 * 2
+    # Activation peak: the encoder forward over the largest image, 12,845,056 px / 196 =
+    # 65,536 patches x (3 x 3420 + 4 x 1280) x 2 B = 2,015,887,360 B, against the language
+    # model's peak plus the encoder cache, max(8192, 16384) tokens x 3584 x 2 B = 117,440,512.
+    want = max(text.activation_peak_bytes_per_gpu + 117_440_512, 2_015_887_360)
+    assert vl.activation_peak_bytes_per_gpu == want
+
+
+def test_ttft_grows_with_images_per_request():
+    ttft = [capplan.latency("qwen2.5-vl-7b", GPU, rate=0.5, input_len=200, output_len=64,
+                            max_model_len=32768, images_per_request=n).ttft_s["mean"]
+            for n in (0, 1, 2, 4)]
+    assert np.all(np.diff(ttft) > 0)
+    # One 1024 x 1024 image: the encoder's FLOPs (hand formula in capplan/models/vision.py)
+    # add at least their compute-bound time at the calibrated GEMM rate.
+    dep = capplan.deployment("qwen2.5-vl-7b", GPU, max_model_len=32768)
+    flops = vision.encoder_flops(5476, _vl().vision)
+    assert flops == pytest.approx(7.7e12, rel=0.05)
+    assert ttft[1] - ttft[0] > flops / dep.step.gemm_flops_per_s
