@@ -20,6 +20,7 @@ from typing import Any
 from capplan.catalog.schema import ModelSpec
 from capplan.models.engine import SGLANG, TRTLLM, VLLM, EngineProfile
 from capplan.models.memory import MemoryReport
+from capplan.plan.feature_flags import feature_flags
 
 _VLLM_QUANT = {"fp8": "fp8"}  # int4/fp4 need a pre-quantized checkpoint (AWQ/GPTQ/NVFP4 repo)
 
@@ -112,5 +113,7 @@ def engine_flags(model: ModelSpec, r: dict[str, Any], traffic: Any,
              f"--random-output-len {round(traffic.out.mean)} "
              f"--request-rate {r['per_replica_rate_per_s']:.3g} --num-prompts {n} "
              "--percentile-metrics ttft,tpot,itl,e2el --metric-percentiles 50,90,99")
+    extra = feature_flags(r, hf)
+    v, s, t = v + extra["vllm"], s + extra["sglang"], t + extra["trtllm"]
     return {"vllm": " ".join(v) + note, "sglang": " ".join(s), "trtllm": " ".join(t),
             "bench": bench}

@@ -89,3 +89,17 @@ def test_ttft_grows_with_images_per_request():
     flops = vision.encoder_flops(5476, _vl().vision)
     assert flops == pytest.approx(7.7e12, rel=0.05)
     assert ttft[1] - ttft[0] > flops / dep.step.gemm_flops_per_s
+
+
+def test_launch_flags():
+    from capplan.plan.feature_flags import feature_flags
+
+    f = feature_flags({"speculative": "eagle3", "spec_tokens": 3, "max_loras": 4,
+                       "max_lora_rank": 64, "images_per_request": 2}, "org/m")
+    assert ("--speculative-config '{\"method\": \"eagle3\", \"num_speculative_tokens\": 3, "
+            "\"model\": \"<EAGLE3 draft head for org/m>\"}'") in f["vllm"]
+    assert "--enable-lora --max-loras 4 --max-lora-rank 64" in f["vllm"]
+    assert "--limit-mm-per-prompt '{\"image\": 2}'" in f["vllm"]
+    assert "--speculative-num-draft-tokens 4" in " ".join(f["sglang"])
+    assert feature_flags({"speculative": "eagle3", "spec_tokens": 0}, "m") == {
+        "vllm": [], "sglang": [], "trtllm": []}

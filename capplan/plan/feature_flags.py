@@ -1,0 +1,76 @@
+"""Launch flags of speculative decoding, LoRA and images, per engine (capplan/plan/flags.py
+appends them to its lines).
+
+vLLM (0.10-0.11 `vllm serve --help`, docs/features/spec_decode.md and lora.md):
+--speculative-config JSON {method, model, num_speculative_tokens}, --enable-lora --max-loras
+--max-lora-rank, --limit-mm-per-prompt JSON {"image": N}. SGLang (0.5 server_args.py,
+docs/advanced_features/speculative_decoding.md and lora.md): --speculative-algorithm
+EAGLE3|EAGLE|NGRAM|STANDALONE (MTP checkpoints run as EAGLE on the model itself)
+--speculative-draft-model-path --speculative-num-steps --speculative-eagle-topk
+--speculative-num-draft-tokens; --enable-lora --max-loras-per-batch --max-lora-rank.
+TensorRT-LLM (1.x llm_args.py): speculative_config {decoding_type: Eagle3|MTP|NGram|
+DraftTarget, max_draft_len} and lora_config {max_loras, max_lora_rank} in the YAML given to
+--extra_llm_api_options.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from capplan.models.speculative import DEFAULT_SPEC_TOKENS, parse_method
+
+_SGLANG_ALGO = {"eagle3": "EAGLE3", "eagle": "EAGLE", "mtp": "EAGLE", "ngram": "NGRAM",
+                "draft": "STANDALONE"}
+_TRT_TYPE = {"eagle3": "Eagle3", "eagle": "Eagle", "mtp": "MTP", "ngram": "NGram",
+             "draft": "DraftTarget"}
+
+
+def _draft_path(method: str, arg: str | None, r: dict[str, Any], hf: str) -> str | None:
+    if method == "draft":
+        return r.get("draft_hf_id") or arg
+    if method in ("eagle3", "eagle"):
+        return f"<{method.upper()} draft head for {hf}>"
+    return None
+
+
+def feature_flags(r: dict[str, Any], hf: str) -> dict[str, list[str]]:
+    """Extra launch arguments per engine for the features in a recommendation/settings dict
+    (keys as EngineSettings names them); empty lists when none is on."""
+    out: dict[str, list[str]] = {"vllm": [], "sglang": [], "trtllm": []}
+    spec = r.get("speculative")
+    k = r.get("spec_tokens")
+    trt_yaml: list[str] = []
+    if spec and k != 0:
+        method, arg = parse_method(spec)
+        k = k if k is not None else DEFAULT_SPEC_TOKENS[method]
+        draft = _draft_path(method, arg, r, hf)
+        cfg: dict[str, Any] = {"method": {"draft": "draft_model"}.get(method, method),
+                               "num_speculative_tokens": k}
+        if draft:
+            cfg["model"] = draft
+        if method == "ngram":
+            cfg["prompt_lookup_max"] = 4
+        out["vllm"].append(f"--speculative-config '{json.dumps(cfg)}'")
+        topk = r.get("spec_topk") or 1
+        verify = r.get("spec_draft_tokens") or (k * topk if topk > 1 else k) + 1
+        s = [f"--speculative-algorithm {_SGLANG_ALGO[method]}"]
+        if draft:
+            s.append(f"--speculative-draft-model-path {draft}")
+        s += [f"--speculative-num-steps {k}", f"--speculative-eagle-topk {topk}",
+              f"--speculative-num-draft-tokens {verify}"]
+        out["sglang"] += s
+        trt_yaml.append(f"speculative_config: {{decoding_type: {_TRT_TYPE[method]}, "
+                        f"max_draft_len: {k}}}")
+    loras, rank = r.get("max_loras") or 0, r.get("max_lora_rank") or 16
+    if loras:
+        out["vllm"].append(f"--enable-lora --max-loras {loras} --max-lora-rank {rank}")
+        out["sglang"].append(f"--enable-lora --max-loras-per-batch {loras} "
+                             f"--max-lora-rank {rank}")
+        trt_yaml.append(f"lora_config: {{max_loras: {loras}, max_lora_rank: {rank}}}")
+    images = r.get("images_per_request") or 0
+    if images:
+        out["vllm"].append(f"--limit-mm-per-prompt '{json.dumps({'image': images})}'")
+    if trt_yaml:
+        out["trtllm"].append("--extra_llm_api_options features.yaml  # " + "; ".join(trt_yaml))
+    return out
