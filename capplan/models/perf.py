@@ -96,7 +96,7 @@ STEP_CONSTANTS = ("dense_weight_bytes", "expert_bytes", "num_moe_layers", "num_e
                   "draft_flops_per_token", "draft_steps", "draft_width",
                   "draft_kv_bytes_per_token", "draft_overhead_s", "lora_adapter_bytes",
                   "lora_adapters", "lora_max_loras", "lora_flops_per_token", "lora_overhead_s",
-                  "prefill_extra_flops_per_token")
+                  "prefill_extra_flops_per_token", "spec_step_overhead_s")
 """`StepModel` fields that `step_parts` takes, in its order."""
 
 
@@ -123,7 +123,8 @@ def step_parts(x: tuple, c: tuple, moe: bool) -> tuple:
      expert_parallel, moe_comm_s_fixed, moe_comm_s_per_token, spec_verify_tokens,
      spec_accept_len, draft_weight_bytes, draft_flops_per_token, draft_steps, draft_width,
      draft_kv_bytes_per_token, draft_overhead_s, lora_adapter_bytes, lora_adapters,
-     lora_max_loras, lora_flops_per_token, lora_overhead_s, prefill_extra_flops_per_token) = c
+     lora_max_loras, lora_flops_per_token, lora_overhead_s, prefill_extra_flops_per_token,
+     spec_step_overhead_s) = c
     # Speculative decoding (capplan/models/speculative.py): a step with decoders is 1/tau of a
     # speculative step, which verifies V tokens per decoder after the draft passes and, in the
     # tau emitted tokens' time, takes tau of this step's prefill work. Without speculation
@@ -215,8 +216,8 @@ def step_parts(x: tuple, c: tuple, moe: bool) -> tuple:
         rows_w / (rows_w + gemm_half_tokens), 1e-12))) + kv_d
     pass_v = smooth_max(w_mem, rows_v * draft_flops_per_token / (gemm_flops_per_s * np.maximum(
         rows_v / (rows_v + gemm_half_tokens), 1e-12))) + kv_d
-    draft = select(dec, (draft_steps - 1.0) * pass_w + pass_v + draft_steps * draft_overhead_s,
-                   0.0)
+    draft = select(dec, (draft_steps - 1.0) * pass_w + pass_v + draft_steps * draft_overhead_s
+                   + spec_step_overhead_s, 0.0)
     step = pp * (linear + attention + comm + lora_s) + p2p + overhead + draft
     # Emitted tokens share the speculative step; the per-sequence host cost (output
     # processing, detokenisation, streaming) stays per emitted token: a conservative choice
@@ -303,6 +304,8 @@ class StepModel:
     """Fixed cost per step of the punica shrink/expand kernels (all layers)."""
     prefill_extra_flops_per_token: Any = 0.0
     """Vision-encoder FLOPs charged per prefill token (models/vision.py)."""
+    spec_step_overhead_s: Any = 0.0
+    """Host cost of one speculative step beyond a plain one (speculative.SPEC_HOST_COSTS)."""
     spec_source: str = ""
     """Where the acceptance length came from (empty without speculation)."""
 
@@ -430,6 +433,7 @@ def feature_step_constants(model: ModelSpec, settings: EngineSettings, cal: Cali
     tp = settings.tp
     sp = speculative.plan_speculation(model, settings)
     if sp is not None:
+        host = speculative.SPEC_HOST_COSTS.get(settings.engine, (0.0, 0.0))
         out.update(
             spec_verify_tokens=float(sp.verify_tokens), spec_accept_len=float(sp.accept_len),
             draft_weight_bytes=sp.draft_params * model.dtype_bytes / tp,
@@ -438,7 +442,9 @@ def feature_step_constants(model: ModelSpec, settings: EngineSettings, cal: Cali
             draft_kv_bytes_per_token=sp.draft_kv_layers * kv_bytes_per_token_layer,
             # A draft pass runs its layers' small kernels plus a head, sampling and input
             # preparation, each costing what the calibration charges a decoder layer.
-            draft_overhead_s=(sp.draft_layers + 1) * cal.per_layer_overhead_s,
+            draft_overhead_s=((sp.draft_layers + 1) * cal.per_layer_overhead_s + host[1]
+                              if sp.num_steps else 0.0),
+            spec_step_overhead_s=host[0],
             spec_source=f"{sp.method}: tau {sp.accept_len:.2f}, {sp.accept_source}")
     lp = lora.plan_lora(model, settings, model.dtype_bytes)
     if lp is not None:
