@@ -4,6 +4,7 @@ EngineOptions fields, so they reach the one deployment resolver unchanged."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import click
 
@@ -46,3 +47,62 @@ def feature_options(f: Callable) -> Callable:
     for o in reversed(opts):
         f = o(f)
     return f
+
+
+class CountList(click.ParamType):
+    """'0,2,3': integers in [0, hi] (0 allowed: speculation or LoRA off)."""
+
+    name = "list"
+
+    def __init__(self, hi: int):
+        self.hi = hi
+
+    def convert(self, value: Any, param: Any, ctx: Any) -> list[int]:
+        if isinstance(value, list):
+            return value
+        try:
+            out = [int(p) for p in str(value).split(",")]
+        except ValueError:
+            self.fail(f"{str(value)[:40]!r} is not a list of integers like 0,2,3", param, ctx)
+        if not out or any(not 0 <= x <= self.hi for x in out) or len(out) > 64:
+            self.fail(f"{str(value)[:40]!r}: 1-64 integers in [0, {self.hi}]", param, ctx)
+        return out
+
+
+def recommend_feature_options(f: Callable) -> Callable:
+    """recommend's feature options: draft lengths and slot counts are searched."""
+    opts = [
+        click.option("--speculative", default=None, metavar="METHOD",
+                     help="Consider speculative decoding (eagle3, eagle, mtp, ngram, "
+                          "draft:MODEL): the draft length (0 = off) is searched per candidate."),
+        click.option("--spec-tokens", type=CountList(16), default=None,
+                     help="Draft lengths to search (default 0..5; 0 = off)."),
+        click.option("--acceptance-length", type=click.FloatRange(min=1.0), default=None,
+                     help="Measured tokens per step (one --spec-tokens value)."),
+        click.option("--spec-workload", type=click.Choice(WORKLOAD_KINDS), default="chat",
+                     show_default=True, help="Workload kind for the default acceptance."),
+        click.option("--max-loras", type=CountList(1024), default=None,
+                     help="LoRA slot counts to search (default: searched up to --adapters)."),
+        click.option("--max-lora-rank", type=click.Choice(
+            ["1", "8", "16", "32", "64", "128", "256", "320", "512"]), default="16",
+            show_default=True, help="Largest adapter rank."),
+        click.option("--adapters", type=click.IntRange(min=0), default=0,
+                     help="Distinct LoRA adapters the traffic uses."),
+        click.option("--popularity", type=click.Choice(POPULARITIES), default="uniform",
+                     show_default=True, help="How requests pick their adapter."),
+    ]
+    for o in reversed(opts):
+        f = o(f)
+    return f
+
+
+def pop_plan_features(kw: dict) -> tuple[dict, dict]:
+    """(engine section, lane keys) of a plan from recommend's feature options (popped)."""
+    engine = {"speculative": kw.pop("speculative", None),
+              "spec_tokens": kw.pop("spec_tokens", None),
+              "acceptance_length": kw.pop("acceptance_length", None),
+              "spec_workload": kw.pop("spec_workload", "chat"),
+              "max_loras": kw.pop("max_loras", None),
+              "max_lora_rank": int(kw.pop("max_lora_rank", 16))}
+    lane = {"adapters": kw.pop("adapters", 0), "popularity": kw.pop("popularity", "uniform")}
+    return engine, lane

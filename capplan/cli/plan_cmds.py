@@ -16,6 +16,7 @@ from click.core import ParameterSource
 
 from capplan import limits
 from capplan.catalog.loader import load_catalog
+from capplan.cli._features import pop_plan_features, recommend_feature_options
 from capplan.cli._options import (
     BURSTINESS,
     FRACTION,
@@ -247,6 +248,7 @@ def _exports(paths: tuple[str, ...] | list[str], base: Path | None = None) -> li
 @click.option("--plot", "plot_dir", default=None, help="Write PNG/SVG charts to this folder.")
 @JOBS_OPTION
 @prefix_options
+@recommend_feature_options
 @click.option("--disagg/--no-disagg", default=True, show_default=True,
               help="Also size a disaggregated prefill/decode layout and say which wins.")
 @format_option
@@ -276,6 +278,7 @@ def recommend_cmd(model: str, rate: float, input_len: str, output_len: str,
         except ValueError:
             raise InputError(f"--price {item!r}: expected GPU=USD, e.g. h200=3.5") from None
     ctx = click.get_current_context()
+    feat_engine, feat_lane = pop_plan_features(prefix_kw)
     lane: dict[str, Any] = {"name": "default", "rate_per_s": rate, "burstiness": burstiness,
                             "arrival": "poisson" if burstiness == 1.0 else "gamma",
                             "slo": {"ttft_p99_s": ttft_p99, "tbt_p99_s": tbt_p99,
@@ -296,9 +299,9 @@ def recommend_cmd(model: str, rate: float, input_len: str, output_len: str,
         "engine": {"name": engine.lower(), "max_num_seqs": max_num_seqs,
                    "max_num_batched_tokens": max_num_batched_tokens,
                    "max_model_len": max_model_len,
-                   "gpu_memory_utilization": gpu_memory_utilization},
+                   "gpu_memory_utilization": gpu_memory_utilization, **feat_engine},
         "calibration": calibration,
-        "workloads": [lane],
+        "workloads": [{**lane, **feat_lane}],
         "objective": objective, "headroom": headroom, "verify": {"top": verify_top},
         "allow_near_floor": allow_near_floor,
     })

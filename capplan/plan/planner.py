@@ -19,9 +19,10 @@ from capplan.catalog.loader import Catalog, ResolvedModel
 from capplan.catalog.schema import ModelSpec
 from capplan.errors import InfeasibleError, InputError
 from capplan.models.memory import memory_report
-from capplan.models.perf import knee_batch
+from capplan.models.perf import build_step_model, knee_batch
 from capplan.models.prefix import PrefixCache
 from capplan.models.queueing import Limits, QueueModel, summarize
+from capplan.plan.features_plan import feature_space, speculation_note
 from capplan.plan.flags import engine_flags
 from capplan.plan.lengths import length_stats, pooled_stats
 from capplan.plan.result import (
@@ -122,7 +123,14 @@ def search_space(cat: Catalog, plan: PlanFile, model: ModelSpec, t: Traffic,
         max_num_batched_tokens=_as_tuple(plan.engine.max_num_batched_tokens, DEFAULT_CHUNKS),
         gpu_memory_utilization=plan.engine.gpu_memory_utilization, max_model_len=max_len,
         block_size=plan.engine.block_size, engine=plan.engine.name,
-        calibration=plan.calibration)
+        calibration=plan.calibration, **_features(plan, t))
+
+
+def _features(plan: PlanFile, t: Traffic) -> dict[str, Any]:
+    """The SearchSpace fields of speculative decoding, LoRA and images (features_plan)."""
+    fs = feature_space(plan, t.lanes)
+    return {"features": tuple(sorted(fs["fixed"].items())), "spec_tokens": fs["spec_tokens"],
+            "max_loras": fs["max_loras"]}
 
 
 def _finish(r: Recommendation, i: int, model: ModelSpec, t: Traffic) -> Recommendation:
@@ -133,7 +141,18 @@ def _finish(r: Recommendation, i: int, model: ModelSpec, t: Traffic) -> Recommen
     kv_label = kvd if kvd != "auto" else ("fp8" if mem.kv_dtype_bytes == 1 else
                                           "fp16" if model.torch_dtype == "fp16" else "bf16")
     return r.with_(rank=i + 1, engine_flags=engine_flags(model, r.settings_dict(), t, mem),
-                   resolved_dtypes=(mem.weight_dtype, kv_label))
+                   resolved_dtypes=(mem.weight_dtype, kv_label),
+                   speculation=_speculation(model, r, t))
+
+
+def _speculation(model: ModelSpec, r: Recommendation, t: Traffic) -> dict[str, Any] | None:
+    """Where speculative decoding stops paying on the recommendation's own step model."""
+    c = r.candidate
+    s = c.settings
+    if not s.speculative or s.spec_tokens == 0:
+        return None
+    plain = build_step_model(model, c.gpu, s.with_(speculative=None), c.group.calibration)
+    return speculation_note(c.step, plain, s.max_num_seqs, t.inp.mean + t.out.mean / 2)
 
 
 def _queue_model(c: Candidate, t: Traffic) -> QueueModel:

@@ -1,0 +1,92 @@
+"""Speculative decoding, LoRA and images in plans: what recommend searches and reports.
+
+- `engine.speculative` turns the search over draft lengths on: `engine.spec_tokens` (default
+  0..5, 0 = off) is a search dimension like max_num_seqs, so each candidate GPU/TP gets the
+  draft length (or none) that serves the traffic cheapest; the recommendation reports the
+  batch at which speculation stops paying on its step model (`speculation`).
+- `engine.max_loras` (a value or a list to search) and the lanes' `adapters` / `popularity`
+  size the adapter slots and the per-step adapter reads (capplan/models/lora.py).
+- Lanes' `images_per_request` and image size: the largest lane's count and size apply to the
+  pool (the launch line's --limit-mm-per-prompt).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from capplan.errors import InputError
+
+DEFAULT_SPEC_TOKENS = (0, 1, 2, 3, 4, 5)
+"""Draft lengths recommend tries when the plan names a method but no spec_tokens."""
+DEFAULT_MAX_LORAS = (1, 2, 4, 8, 16)
+"""Slot counts tried (up to the lanes' adapter count) when lanes use adapters."""
+
+
+def _as_tuple(v: Any) -> tuple[Any, ...]:
+    return tuple(v) if isinstance(v, list | tuple) else (v,)
+
+
+def feature_space(plan: Any, lane_names: tuple[str, ...]) -> dict[str, Any]:
+    """{"fixed": EngineOptions feature fields, "spec_tokens": tuple, "max_loras": tuple}."""
+    eng = plan.engine
+    lanes = [ln for ln in plan.workloads if ln.name in lane_names] or list(plan.workloads)
+    fixed: dict[str, Any] = {}
+    spec_tokens: tuple[Any, ...] = (None,)
+    if eng.speculative:
+        spec_tokens = _as_tuple(eng.spec_tokens) if eng.spec_tokens is not None else \
+            DEFAULT_SPEC_TOKENS
+        if eng.acceptance_length is not None and len([k for k in spec_tokens if k]) > 1:
+            raise InputError("engine.acceptance_length holds for one draft length: give one "
+                             "engine.spec_tokens value with it")
+        fixed.update(speculative=eng.speculative, acceptance_length=eng.acceptance_length,
+                     spec_workload=eng.spec_workload, spec_topk=eng.spec_topk,
+                     spec_draft_tokens=eng.spec_draft_tokens)
+    adapters = sum(ln.adapters for ln in lanes)
+    max_loras: tuple[int, ...] = (0,)
+    if eng.max_loras is not None:
+        max_loras = _as_tuple(eng.max_loras)
+    elif adapters:
+        max_loras = tuple(n for n in DEFAULT_MAX_LORAS if n <= adapters) or (1,)
+    if adapters or eng.max_loras:
+        fixed.update(max_lora_rank=eng.max_lora_rank, lora_adapters=adapters,
+                     lora_popularity="zipf" if any(ln.popularity == "zipf" for ln in lanes)
+                     else "uniform")
+    images = max((ln.images_per_request for ln in lanes), default=0)
+    if images:
+        big = max(lanes, key=lambda ln: ln.image_width * ln.image_height)
+        fixed.update(images_per_request=images, image_width=big.image_width,
+                     image_height=big.image_height)
+    return {"fixed": fixed, "spec_tokens": spec_tokens, "max_loras": max_loras}
+
+
+def features_dict(s: Any) -> dict[str, Any]:
+    """The feature settings of EngineSettings `s` (for JSON and launch lines)."""
+    out: dict[str, Any] = {}
+    if s.speculative and s.spec_tokens != 0:
+        out.update(speculative=s.speculative, spec_tokens=s.spec_tokens, spec_topk=s.spec_topk,
+                   spec_draft_tokens=s.spec_draft_tokens)
+    if s.max_loras:
+        out.update(max_loras=s.max_loras, max_lora_rank=s.max_lora_rank,
+                   lora_adapters=s.lora_adapters, lora_popularity=s.lora_popularity)
+    if s.images_per_request:
+        out.update(images_per_request=s.images_per_request, image_width=s.image_width,
+                   image_height=s.image_height)
+    return out
+
+
+def speculation_note(step: Any, plain: Any, max_num_seqs: int, context: float
+                     ) -> dict[str, Any] | None:
+    """Decode speed-up of a speculative step model over the plain one by batch, and the first
+    batch (powers of two up to max_num_seqs) at which it falls to 1 or below (None: never)."""
+    if float(np.max(step.spec_accept_len)) == 1.0:
+        return None
+    batches = 2.0 ** np.arange(0, int(np.log2(max(max_num_seqs, 1024))) + 1)
+    ratio = (plain.decode_step(batches, context)["step_s"]
+             / step.decode_step(batches, context)["step_s"])
+    stops = next((int(b) for b, r in zip(batches, ratio, strict=True) if r <= 1.0), None)
+    return {"speedup_at_batch_1": float(ratio[0]),
+            "speedup_by_batch": {int(b): round(float(r), 3) for b, r in zip(batches, ratio,
+                                                                             strict=True)},
+            "stops_paying_at_batch": stops, "acceptance": step.spec_source}
