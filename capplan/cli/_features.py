@@ -101,7 +101,7 @@ def pop_plan_features(kw: dict) -> tuple[dict, dict]:
     engine = {"speculative": kw.pop("speculative", None),
               "spec_tokens": kw.pop("spec_tokens", None),
               "acceptance_length": kw.pop("acceptance_length", None),
-              "spec_workload": kw.pop("spec_workload", "chat"),
+              "acceptance_kind": kw.pop("spec_workload", "chat"),
               "max_loras": kw.pop("max_loras", None),
               "max_lora_rank": int(kw.pop("max_lora_rank", 16))}
     lane = {"adapters": kw.pop("adapters", 0), "popularity": kw.pop("popularity", "uniform")}

@@ -213,9 +213,9 @@ def step_parts(x: tuple, c: tuple, moe: bool) -> tuple:
     kv_d = dec_kv * draft_kv_bytes_per_token / kv_bytes_per_s
     rows_w, rows_v = bd * draft_width, bd_rows
     pass_w = smooth_max(w_mem, rows_w * draft_flops_per_token / (gemm_flops_per_s * np.maximum(
-        rows_w / (rows_w + gemm_half_tokens), 1e-12))) + kv_d
+        rows_w / np.maximum(rows_w + gemm_half_tokens, 1e-12), 1e-12))) + kv_d
     pass_v = smooth_max(w_mem, rows_v * draft_flops_per_token / (gemm_flops_per_s * np.maximum(
-        rows_v / (rows_v + gemm_half_tokens), 1e-12))) + kv_d
+        rows_v / np.maximum(rows_v + gemm_half_tokens, 1e-12), 1e-12))) + kv_d
     draft = select(dec, (draft_steps - 1.0) * pass_w + pass_v + draft_steps * draft_overhead_s
                    + spec_step_overhead_s, 0.0)
     step = pp * (linear + attention + comm + lora_s) + p2p + overhead + draft

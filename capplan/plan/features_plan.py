@@ -41,7 +41,7 @@ def feature_space(plan: Any, lane_names: tuple[str, ...]) -> dict[str, Any]:
             raise InputError("engine.acceptance_length holds for one draft length: give one "
                              "engine.spec_tokens value with it")
         fixed.update(speculative=eng.speculative, acceptance_length=eng.acceptance_length,
-                     spec_workload=eng.spec_workload, spec_topk=eng.spec_topk,
+                     spec_workload=eng.acceptance_kind, spec_topk=eng.spec_topk,
                      spec_draft_tokens=eng.spec_draft_tokens)
     adapters = sum(ln.adapters for ln in lanes)
     max_loras: tuple[int, ...] = (0,)

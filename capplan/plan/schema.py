@@ -180,7 +180,8 @@ class EngineSpec(BaseModel):
     spec_draft_tokens: int | None = Field(default=None, ge=2, le=1024)
     acceptance_length: float | None = Field(default=None, ge=1, le=65)
     """Measured tokens per step (1 + accepted / drafts); default: the published figure."""
-    spec_workload: Literal["chat", "code", "math", "summarisation"] = "chat"
+    acceptance_kind: Literal["chat", "code", "math", "summarisation"] = "chat"
+    """Workload kind whose published acceptance length is the default."""
     max_loras: list[Annotated[int, Field(ge=0, le=1024)]] | Annotated[
         int, Field(ge=0, le=1024)] | None = None
     """LoRA adapter slots (a value or a list to search); default: searched when lanes use
