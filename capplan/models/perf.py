@@ -95,7 +95,8 @@ STEP_CONSTANTS = ("dense_weight_bytes", "expert_bytes", "num_moe_layers", "num_e
                   "spec_verify_tokens", "spec_accept_len", "draft_weight_bytes",
                   "draft_flops_per_token", "draft_steps", "draft_width",
                   "draft_kv_bytes_per_token", "draft_overhead_s", "lora_adapter_bytes",
-                  "lora_adapters", "lora_max_loras", "lora_flops_per_token", "lora_overhead_s",
+                  "lora_n1", "lora_q1", "lora_n2", "lora_q2", "lora_n3", "lora_q3", "lora_n4",
+                  "lora_q4", "lora_max_loras", "lora_flops_per_token", "lora_overhead_s",
                   "prefill_extra_flops_per_token", "spec_step_overhead_s")
 """`StepModel` fields that `step_parts` takes, in its order."""
 
@@ -122,9 +123,9 @@ def step_parts(x: tuple, c: tuple, moe: bool) -> tuple:
      layer_overhead_s, state_bytes_per_seq, allreduce_s_per_token_oneshot, attention_dp,
      expert_parallel, moe_comm_s_fixed, moe_comm_s_per_token, spec_verify_tokens,
      spec_accept_len, draft_weight_bytes, draft_flops_per_token, draft_steps, draft_width,
-     draft_kv_bytes_per_token, draft_overhead_s, lora_adapter_bytes, lora_adapters,
-     lora_max_loras, lora_flops_per_token, lora_overhead_s, prefill_extra_flops_per_token,
-     spec_step_overhead_s) = c
+     draft_kv_bytes_per_token, draft_overhead_s, lora_adapter_bytes, lora_n1, lora_q1, lora_n2,
+     lora_q2, lora_n3, lora_q3, lora_n4, lora_q4, lora_max_loras, lora_flops_per_token,
+     lora_overhead_s, prefill_extra_flops_per_token, spec_step_overhead_s) = c
     # Speculative decoding (capplan/models/speculative.py): a step with decoders is 1/tau of a
     # speculative step, which verifies V tokens per decoder after the draft passes and, in the
     # tau emitted tokens' time, takes tau of this step's prefill work. Without speculation
@@ -202,7 +203,10 @@ def step_parts(x: tuple, c: tuple, moe: bool) -> tuple:
     overhead = step_overhead_s + per_seq_overhead_s * (bd + nps) + pp * layer_overhead_s
     # LoRA (models/lora.py): the A and B matrices of the batch's distinct adapters, read once,
     # and the shrink/expand kernels' fixed cost; 0 without adapters.
-    distinct = lora_adapters * (1.0 - (1.0 - 1.0 / np.maximum(lora_adapters, 1.0)) ** seqs_all)
+    distinct = (lora_n1 * (1.0 - (1.0 - lora_q1) ** seqs_all)
+                + lora_n2 * (1.0 - (1.0 - lora_q2) ** seqs_all)
+                + lora_n3 * (1.0 - (1.0 - lora_q3) ** seqs_all)
+                + lora_n4 * (1.0 - (1.0 - lora_q4) ** seqs_all))
     distinct = np.minimum(distinct, lora_max_loras)
     lora_s = distinct * lora_adapter_bytes / mem_bytes_per_s + lora_overhead_s
     # The draft passes: the drafter's weights and its KV read per pass, FLOPs of its rows, and
@@ -296,8 +300,16 @@ class StepModel:
     """Fixed cost of one draft pass (its layers' small kernels, head and sampling)."""
     lora_adapter_bytes: Any = 0.0
     """One adapter's A and B matrices on one GPU, read once per step it is in the batch."""
-    lora_adapters: Any = 0.0
-    """Adapters the traffic draws from (uniform-equivalent); 0: no LoRA."""
+    lora_n1: Any = 0.0
+    """Adapters in popularity group 1 (of 4; models/lora.py adapter_groups); 0: no LoRA."""
+    lora_q1: Any = 0.0
+    """Probability a request picks one given adapter of group 1."""
+    lora_n2: Any = 0.0
+    lora_q2: Any = 0.0
+    lora_n3: Any = 0.0
+    lora_q3: Any = 0.0
+    lora_n4: Any = 0.0
+    lora_q4: Any = 0.0
     lora_max_loras: Any = 0.0
     lora_flops_per_token: Any = 0.0
     lora_overhead_s: Any = 0.0
@@ -451,7 +463,9 @@ def feature_step_constants(model: ModelSpec, settings: EngineSettings, cal: Cali
         # Punica launches a shrink and an expand kernel per adapted module and layer, each
         # costing what one of a layer's ~10 small kernels does (Calibration.per_layer_overhead_s).
         out.update(lora_adapter_bytes=lp.slot_bytes_per_gpu,
-                   lora_adapters=lp.effective_adapters, lora_max_loras=float(lp.max_loras),
+                   **{f"lora_{k}{g + 1}": v for g, grp in enumerate(lp.groups)
+                      for k, v in zip(("n", "q"), grp, strict=True)},
+                   lora_max_loras=float(lp.max_loras),
                    lora_flops_per_token=lp.flops_per_token,
                    lora_overhead_s=(lp.num_layers * lora.LORA_KERNELS_PER_LAYER
                                     * cal.per_layer_overhead_s / 10))

@@ -103,3 +103,15 @@ def test_launch_flags():
     assert "--speculative-num-draft-tokens 4" in " ".join(f["sglang"])
     assert feature_flags({"speculative": "eagle3", "spec_tokens": 0}, "m") == {
         "vllm": [], "sglang": [], "trtllm": []}
+
+
+@pytest.mark.parametrize("n", [16, 100, 1000])
+def test_zipf_groups_match_the_exact_distinct_count(n):
+    from capplan.models.lora import adapter_groups, expected_distinct
+
+    p = 1 / np.arange(1, n + 1)
+    p /= p.sum()
+    groups = adapter_groups(n, "zipf")
+    for s in (1, 8, 64, 512):
+        exact = float((1 - (1 - p) ** s).sum())
+        assert expected_distinct(s, groups, 10**9) == pytest.approx(exact, rel=0.045)
