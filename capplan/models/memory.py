@@ -348,6 +348,10 @@ class MemoryReport:
     attention_dp: int = 1
     """Attention data-parallel ranks of the replica: each holds its own pool of the size above
     for its own sequences (the replica's KV tokens are attention_dp x kv_cache_tokens)."""
+    draft_weights_bytes_per_gpu: float = 0.0
+    """Speculative drafter weights, part of weights_bytes_per_gpu (models/speculative.py)."""
+    lora_bytes_per_gpu: float = 0.0
+    """LoRA adapter slots, part of weights_bytes_per_gpu (models/lora.py)."""
 
     @property
     def replica_kv_cache_tokens(self) -> int:
@@ -485,6 +489,7 @@ def memory_report(model: ModelSpec, gpu: GpuSpec, settings: EngineSettings,
         state_bytes_per_seq_per_gpu=state,
         state_blocks_per_seq=state_blocks if per_token else 0,
         attention_dp=s.attention_dp,
+        draft_weights_bytes_per_gpu=feat.draft_weights_bytes, lora_bytes_per_gpu=feat.lora_bytes,
     )
 
 
