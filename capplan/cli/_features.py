@@ -90,6 +90,12 @@ def recommend_feature_options(f: Callable) -> Callable:
                      help="Distinct LoRA adapters the traffic uses."),
         click.option("--popularity", type=click.Choice(POPULARITIES), default="uniform",
                      show_default=True, help="How requests pick their adapter."),
+        click.option("--images-per-request", type=click.IntRange(0, 64), default=0,
+                     help="Images in each prompt (vision models; --input-len is the text)."),
+        click.option("--image-width", type=click.IntRange(1, 16384), default=1024,
+                     show_default=True, help="Image width in pixels."),
+        click.option("--image-height", type=click.IntRange(1, 16384), default=1024,
+                     show_default=True, help="Image height in pixels."),
     ]
     for o in reversed(opts):
         f = o(f)
@@ -104,5 +110,8 @@ def pop_plan_features(kw: dict) -> tuple[dict, dict]:
               "acceptance_kind": kw.pop("spec_workload", "chat"),
               "max_loras": kw.pop("max_loras", None),
               "max_lora_rank": int(kw.pop("max_lora_rank", 16))}
-    lane = {"adapters": kw.pop("adapters", 0), "popularity": kw.pop("popularity", "uniform")}
+    lane = {"adapters": kw.pop("adapters", 0), "popularity": kw.pop("popularity", "uniform"),
+            "images_per_request": kw.pop("images_per_request", 0),
+            "image_width": kw.pop("image_width", 1024),
+            "image_height": kw.pop("image_height", 1024)}
     return engine, lane

@@ -6,8 +6,10 @@
   batch at which speculation stops paying on its step model (`speculation`).
 - `engine.max_loras` (a value or a list to search) and the lanes' `adapters` / `popularity`
   size the adapter slots and the per-step adapter reads (capplan/models/lora.py).
-- Lanes' `images_per_request` and image size: the largest lane's count and size apply to the
-  pool (the launch line's --limit-mm-per-prompt).
+- Lanes' `images_per_request` and image size: each lane's prompt grows by its images' tokens
+  (`image_lanes`, before the traffic is pooled), the candidates' step models charge the
+  encoder's FLOPs over prefill tokens (rate-weighted over the lanes), and the largest lane's
+  count and size set the memory and the launch line's --limit-mm-per-prompt.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from capplan.errors import InputError
+from capplan.models import vision
 
 DEFAULT_SPEC_TOKENS = (0, 1, 2, 3, 4, 5)
 """Draft lengths recommend tries when the plan names a method but no spec_tokens."""
@@ -28,8 +31,9 @@ def _as_tuple(v: Any) -> tuple[Any, ...]:
     return tuple(v) if isinstance(v, list | tuple) else (v,)
 
 
-def feature_space(plan: Any, lane_names: tuple[str, ...]) -> dict[str, Any]:
-    """{"fixed": EngineOptions feature fields, "spec_tokens": tuple, "max_loras": tuple}."""
+def feature_space(plan: Any, lane_names: tuple[str, ...], model: Any) -> dict[str, Any]:
+    """{"fixed": EngineOptions feature fields, "spec_tokens": tuple, "max_loras": tuple,
+    "prefill_extra_flops_per_token": encoder FLOPs per prefill token on one GPU at TP 1}."""
     eng = plan.engine
     lanes = [ln for ln in plan.workloads if ln.name in lane_names] or list(plan.workloads)
     fixed: dict[str, Any] = {}
@@ -58,7 +62,48 @@ def feature_space(plan: Any, lane_names: tuple[str, ...]) -> dict[str, Any]:
         big = max(lanes, key=lambda ln: ln.image_width * ln.image_height)
         fixed.update(images_per_request=images, image_width=big.image_width,
                      image_height=big.image_height)
-    return {"fixed": fixed, "spec_tokens": spec_tokens, "max_loras": max_loras}
+    return {"fixed": fixed, "spec_tokens": spec_tokens, "max_loras": max_loras,
+            "prefill_extra_flops_per_token": encoder_flops_per_prompt_token(model, lanes)}
+
+
+def _lane_images(model: Any, lane: Any) -> tuple[int, float]:
+    """(image tokens, encoder FLOPs) of one request of a lane."""
+    n = lane.images_per_request
+    if not n:
+        return 0, 0.0
+    if model.vision is None:
+        raise InputError(f"lane {lane.name!r}: images_per_request {n} but {model.key} has no "
+                         "vision encoder in the catalog")
+    patches = vision.image_patches(lane.image_height, lane.image_width, model.vision)
+    return (n * (patches // model.vision.spatial_merge_size ** 2),
+            n * vision.encoder_flops(patches, model.vision))
+
+
+def image_lanes(model: Any, lanes: list[Any]) -> list[Any]:
+    """Lanes whose prompts carry their images' tokens (input_len must be a number: the text)."""
+    out = []
+    for ln in lanes:
+        tokens, _ = _lane_images(model, ln)
+        if tokens:
+            text = str(ln.input_len).strip()
+            if not text.isdigit():
+                raise InputError(f"lane {ln.name!r}: input_len {ln.input_len!r} with "
+                                 "images_per_request: give the text tokens as a number")
+            ln = ln.model_copy(update={"input_len": str(int(text) + tokens)})
+        out.append(ln)
+    return out
+
+
+def encoder_flops_per_prompt_token(model: Any, lanes: list[Any]) -> float:
+    """Encoder FLOPs per prefill token over lanes already carrying image tokens (image_lanes),
+    weighted by rate: sum(rate x FLOPs per request) / sum(rate x prompt tokens)."""
+    flops = tokens = 0.0
+    for ln in lanes:
+        _, f = _lane_images(model, ln)
+        text = str(ln.input_len).strip()
+        flops += ln.rate_per_s * f
+        tokens += ln.rate_per_s * (float(text) if text.replace(".", "", 1).isdigit() else 0.0)
+    return flops / tokens if flops and tokens else 0.0
 
 
 def features_dict(s: Any) -> dict[str, Any]:

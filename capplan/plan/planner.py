@@ -22,7 +22,7 @@ from capplan.models.memory import memory_report
 from capplan.models.perf import build_step_model, knee_batch
 from capplan.models.prefix import PrefixCache
 from capplan.models.queueing import Limits, QueueModel, summarize
-from capplan.plan.features_plan import feature_space, speculation_note
+from capplan.plan.features_plan import feature_space, image_lanes, speculation_note
 from capplan.plan.flags import engine_flags
 from capplan.plan.lengths import length_stats, pooled_stats
 from capplan.plan.result import (
@@ -123,14 +123,15 @@ def search_space(cat: Catalog, plan: PlanFile, model: ModelSpec, t: Traffic,
         max_num_batched_tokens=_as_tuple(plan.engine.max_num_batched_tokens, DEFAULT_CHUNKS),
         gpu_memory_utilization=plan.engine.gpu_memory_utilization, max_model_len=max_len,
         block_size=plan.engine.block_size, engine=plan.engine.name,
-        calibration=plan.calibration, **_features(plan, t))
+        calibration=plan.calibration, **_features(plan, t, model))
 
 
-def _features(plan: PlanFile, t: Traffic) -> dict[str, Any]:
+def _features(plan: PlanFile, t: Traffic, model: ModelSpec) -> dict[str, Any]:
     """The SearchSpace fields of speculative decoding, LoRA and images (features_plan)."""
-    fs = feature_space(plan, t.lanes)
+    fs = feature_space(plan, t.lanes, model)
     return {"features": tuple(sorted(fs["fixed"].items())), "spec_tokens": fs["spec_tokens"],
-            "max_loras": fs["max_loras"]}
+            "max_loras": fs["max_loras"],
+            "prefill_extra_flops_per_token": fs["prefill_extra_flops_per_token"]}
 
 
 def _finish(r: Recommendation, i: int, model: ModelSpec, t: Traffic) -> Recommendation:
@@ -225,6 +226,9 @@ def run_plan(cat: Catalog, plan: PlanFile, verify: VerifyFn | None = None,
     `progress(done, total)` is called after each pool is planned. `disagg`: also size a
     disaggregated prefill/decode layout for the shared pool and say which wins."""
     resolved = cat.resolve_model(plan.model)
+    if any(ln.images_per_request for ln in plan.workloads):
+        plan = plan.model_copy(update={"workloads": image_lanes(resolved.spec,
+                                                                list(plan.workloads))})
     lanes = list(plan.workloads)
     per_lane = len(lanes) > 1 and plan.pools in ("separate", "both")
     total = 1 + len(lanes) * per_lane

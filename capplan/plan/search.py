@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from functools import cached_property
 from itertools import product
 from pathlib import Path
@@ -74,6 +74,8 @@ class SearchSpace:
     """Draft lengths searched (None: speculation off, or the method's default)."""
     max_loras: tuple[int, ...] = (0,)
     """LoRA slot counts searched (0: no LoRA)."""
+    prefill_extra_flops_per_token: float = 0.0
+    """Vision-encoder FLOPs per prefill token at TP 1 (features_plan, lanes with images)."""
 
 
 @dataclass(frozen=True)
@@ -209,8 +211,12 @@ def build_candidates(cat: Catalog, model: ModelSpec, space: SearchSpace,
                 reports = [_report(model, gpu, base, seqs, chunk) for seqs, chunk in combos]
                 kv_tokens = tuple(r.kv_cache_tokens if r.fits else 0 for r in reports)
                 if any(kv_tokens):
-                    groups.append(ConfigGroup(gpu, base, build_step_model(model, gpu, base, cal),
-                                              cal, combos, kv_tokens, KvPool.of(reports[0])))
+                    step = build_step_model(model, gpu, base, cal)
+                    if space.prefill_extra_flops_per_token:
+                        step = replace(step, prefill_extra_flops_per_token=(
+                            space.prefill_extra_flops_per_token / tp))
+                    groups.append(ConfigGroup(gpu, base, step, cal, combos, kv_tokens,
+                                              KvPool.of(reports[0])))
     return groups
 
 

@@ -49,3 +49,16 @@ def test_cli_memory_and_bad_input():
               "--images-per-request", "1"])
     assert r.exit_code == 2
     assert "no vision encoder" in r.output
+
+
+def test_recommend_with_images():
+    out = {}
+    for n in (0, 2):
+        r = _run(["recommend", "--model", "qwen2.5-vl-7b", "--rate", "1", "--input-len", "200",
+                  "--output-len", "100", "--gpu", "h100-sxm", "--tp", "1", "--max-model-len",
+                  "16384", "--images-per-request", str(n), "--verify-top", "0", "--no-disagg",
+                  "--format", "json"])
+        assert r.exit_code == 0, r.output
+        out[n] = json.loads(r.output)["recommendations"][0]
+    assert out[2]["predicted"]["ttft_s"]["mean"] > out[0]["predicted"]["ttft_s"]["mean"]
+    assert "--limit-mm-per-prompt '{\"image\": 2}'" in out[2]["engine_flags"]["vllm"]
