@@ -66,7 +66,7 @@ def feature_memory(model: Any, settings: Any, kv_bytes_per_token_layer: float,
     """Per-GPU memory the features add (docstrings of the feature modules)."""
     validate_features(settings)
     out = FeatureMemory()
-    sp = spec_mod.plan_speculation(model, settings)
+    sp = spec_mod.plan_speculation(model, settings, need_accept_len=False)
     if sp is not None:
         # The drafter runs at the target's TP (vLLM draft_tensor_parallel_size default) and in
         # the target's dtype; its KV pages sit in the same pool, per token.

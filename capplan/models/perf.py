@@ -443,7 +443,7 @@ def feature_step_constants(model: ModelSpec, settings: EngineSettings, cal: Cali
     lora.py); empty when both are off, so the defaults (no effect) apply."""
     out: dict[str, Any] = {}
     tp = settings.tp
-    sp = speculative.plan_speculation(model, settings)
+    sp = speculative.plan_speculation(model, settings, cal.spec_acceptance_length)
     if sp is not None:
         host = speculative.SPEC_HOST_COSTS.get(settings.engine, (0.0, 0.0))
         out.update(

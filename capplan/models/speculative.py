@@ -217,11 +217,15 @@ def _mtp_layer(model: Any) -> float:
     return body + 2 * h * h + model.vocab_size * h
 
 
-def plan_speculation(model: Any, settings: Any) -> SpecPlan | None:
+def plan_speculation(model: Any, settings: Any, measured_accept_len: float | None = None,
+                     need_accept_len: bool = True) -> SpecPlan | None:
     """The SpecPlan of engine settings (None without speculation or with 0 draft tokens).
 
     Settings fields read: speculative, spec_tokens, spec_topk, spec_draft_tokens,
     acceptance_length, spec_workload, and draft_model (a ModelSpec for draft:MODEL).
+    `measured_accept_len` (a calibration's) replaces the published default; the settings'
+    acceptance_length replaces both. need_accept_len False (memory only) skips the acceptance
+    length (tau 1 when no source gives it).
     """
     if not getattr(settings, "speculative", None):
         return None
@@ -236,11 +240,15 @@ def plan_speculation(model: Any, settings: Any) -> SpecPlan | None:
     if topk < 1 or verify < 2 or verify > k * topk + 1:
         raise InputError(f"--spec-draft-tokens {verify}: must be in [2, {k * topk + 1}] for "
                          f"{k} steps of top-{topk}")
-    if settings.acceptance_length is not None:
-        tau, src = float(settings.acceptance_length), "given (--acceptance-length)"
+    if settings.acceptance_length is not None or measured_accept_len is not None:
+        tau, src = ((float(settings.acceptance_length), "given (--acceptance-length)")
+                    if settings.acceptance_length is not None else
+                    (float(measured_accept_len), "measured (calibration spec_acceptance_length)"))
         if not (math.isfinite(tau) and 1 <= tau <= verify):
             raise InputError(f"--acceptance-length {tau}: must be in [1, {verify}] (at most "
                              "the verified tokens per step)")
+    elif not need_accept_len:
+        tau, src = 1.0, "not needed for memory"
     else:
         tau, src = default_accept_len(method, settings.spec_workload, k)
         if topk > 1:

@@ -28,6 +28,7 @@ from urllib.parse import urlsplit
 
 from capplan.errors import InputError, ProbeUnavailable
 from capplan.probe.results import level_summary
+from capplan.probe.spec_metrics import acceptance, fetch_counters
 
 _WORD = "hello "
 """One short English word plus a space is about one token for Llama/GPT tokenizers."""
@@ -350,10 +351,14 @@ def run_endpoint(url: str, model: str, concurrency: list[int], input_len: int, o
     levels: list[dict[str, Any]] = []
     for c in concurrency:
         n = requests_per_level or max(8, 4 * c)
+        before = fetch_counters(t, timeout_s)  # speculative decoding, when the server has it
         try:
             lv = run_level(t, model, c, n, input_len, output_len, timeout_s)
         except KeyboardInterrupt:
             raise Interrupted(levels) from None
+        spec = acceptance(before, fetch_counters(t, timeout_s) if before else None)
+        if spec:
+            lv["spec_decode"] = spec
         lv["mean_context_tokens"] = input_len + output_len / 2
         lv["mean_input_tokens"] = float(input_len)
         levels.append(lv)
