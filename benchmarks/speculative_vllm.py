@@ -17,11 +17,9 @@ vanilla TPOT 7.07 ms. A speculative step lasts AL x TPOT.
 from __future__ import annotations
 
 import argparse
-import re
-import sys
-from pathlib import Path
 
 import numpy as np
+from docblocks import ROOT, write_block  # benchmarks/ is on sys.path when run as a script
 
 import capplan
 from capplan.models import speculative
@@ -32,7 +30,7 @@ EAGLE3 = {2: (2.36, 4.32), 3: (2.79, 4.09), 4: (3.08, 4.05), 5: (3.32, 4.13), 6:
           7: (3.54, 4.29)}
 VANILLA_TPOT_MS = 7.07
 KW = dict(max_model_len=8192, batch=[1], context=[300])  # MT-Bench: short prompts
-DOC = Path(__file__).resolve().parent.parent / "docs" / "features.md"
+DOC = ROOT / "docs" / "features.md"
 
 
 def _tok_s(**kw) -> float:
@@ -78,16 +76,11 @@ def table(rows: list[dict[str, float]]) -> str:
     return "\n".join(out)
 
 
-def write_docs(text: str) -> None:
-    doc = DOC.read_text()
-    pat = re.compile(r"(<!-- generated: speculative_vllm:eagle3 -->\n).*?(<!-- /generated -->)",
-                     re.S)
-    if not pat.search(doc):
-        sys.exit(f"{DOC}: no speculative_vllm:eagle3 block")
-    new = pat.sub(lambda m: m.group(1) + text + "\n" + m.group(2), doc)
-    tmp = DOC.with_suffix(".md.tmp")
-    tmp.write_text(new)
-    tmp.replace(DOC)
+def eagle3_table() -> str:
+    return table(score()) + "\n"
+
+
+TABLES = {"speculative_vllm:eagle3": eagle3_table}
 
 
 def main() -> None:
@@ -98,10 +91,11 @@ def main() -> None:
     a, b = fit_host()
     print(f"host cost fit on EAGLE-1: {a * 1e3:.2f} ms per step + {b * 1e3:.3f} ms per pass "
           f"(in use: {speculative.SPEC_HOST_COSTS['vllm']})")
-    text = table(score())
-    print(text)
-    if args.write_docs:
-        write_docs(text)
+    for key, make in TABLES.items():
+        text = make()
+        print(text, end="")
+        if args.write_docs:
+            write_block(DOC, key, text)
 
 
 if __name__ == "__main__":
