@@ -9,8 +9,10 @@
 
 Each function takes catalog names (or Hugging Face ids / NVML names), the engine options of the
 CLI as keyword arguments (`engine`, `tp`, `pp`, `weight_dtype`, `kv_dtype`, `max_model_len`,
-`gpu_memory_utilization`, `block_size`, `max_num_seqs`, `max_num_batched_tokens`) and an
-optional `calibration` (a file path or a Calibration). Unset options take the engine profile's
+`gpu_memory_utilization`, `block_size`, `max_num_seqs`, `max_num_batched_tokens`; the
+features of docs/features.md: `speculative`, `spec_tokens`, `acceptance_length`, `max_loras`,
+`max_lora_rank`, `images_per_request`...) and an optional `calibration` (a file path or a
+Calibration). Unset options take the engine profile's
 defaults for the GPU, through the same resolver the CLI and the planner use
 (capplan.plan.deployment.resolve_deployment). Results are typed; `.to_dict()` gives the CLI's
 JSON (SI units, the keys DESIGN.md lists).

@@ -143,7 +143,17 @@ class Deployment:
                 "max_num_batched_tokens": s.max_num_batched_tokens,
                 "memory_fraction": s.gpu_memory_utilization, "block_size": s.block_size,
                 "max_model_len": self.memory.max_model_len, "served_id": self.served_id,
-                "calibration": self.calibration.source}
+                "calibration": self.calibration.source, **self.features_summary()}
+
+    def features_summary(self) -> dict[str, object]:
+        """Speculative decoding, LoRA and image settings in effect (empty when none is on)."""
+        from capplan.plan.features_plan import features_dict
+
+        out: dict[str, object] = dict(features_dict(self.settings))
+        if self.step.spec_source:
+            out.update(spec_acceptance_length=float(self.step.spec_accept_len),
+                       spec_acceptance_source=self.step.spec_source)
+        return out
 
     def warnings(self) -> list[str]:
         """Things a user should hear about this deployment (printed on stderr by the CLI)."""

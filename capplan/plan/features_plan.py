@@ -20,6 +20,8 @@ import numpy as np
 
 from capplan.errors import InputError
 from capplan.models import vision
+from capplan.models.speculative import DEFAULT_SPEC_TOKENS as DEFAULT_DRAFT_LENGTH
+from capplan.models.speculative import parse_method
 
 DEFAULT_SPEC_TOKENS = (0, 1, 2, 3, 4, 5)
 """Draft lengths recommend tries when the plan names a method but no spec_tokens."""
@@ -110,7 +112,9 @@ def features_dict(s: Any) -> dict[str, Any]:
     """The feature settings of EngineSettings `s` (for JSON and launch lines)."""
     out: dict[str, Any] = {}
     if s.speculative and s.spec_tokens != 0:
-        out.update(speculative=s.speculative, spec_tokens=s.spec_tokens, spec_topk=s.spec_topk,
+        k = s.spec_tokens if s.spec_tokens is not None else \
+            DEFAULT_DRAFT_LENGTH[parse_method(s.speculative)[0]]
+        out.update(speculative=s.speculative, spec_tokens=k, spec_topk=s.spec_topk,
                    spec_draft_tokens=s.spec_draft_tokens)
     if s.max_loras:
         out.update(max_loras=s.max_loras, max_lora_rank=s.max_lora_rank,
