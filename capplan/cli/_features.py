@@ -115,3 +115,26 @@ def pop_plan_features(kw: dict) -> tuple[dict, dict]:
             "image_width": kw.pop("image_width", 1024),
             "image_height": kw.pop("image_height", 1024)}
     return engine, lane
+
+
+def echo_features(dep: Any, fmt: str) -> None:
+    """One stderr line naming the features in effect (table output only)."""
+    if fmt != "table":
+        return
+    f = dep.features_summary()
+    parts = []
+    if f.get("speculative"):
+        src = str(f["spec_acceptance_source"]).split(", ", 1)[-1]
+        origin = ("given" if src.startswith("given") else "measured" if
+                  src.startswith("measured") else "published default, docs/features.md")
+        parts.append(f"speculative {f['speculative']} K={f['spec_tokens']}, acceptance length "
+                     f"{f['spec_acceptance_length']:.2f} ({origin}); step times are per "
+                     "emitted token")
+    if f.get("max_loras"):
+        parts.append(f"LoRA {f['max_loras']} slots of rank {f['max_lora_rank']}")
+    if f.get("image_tokens_per_image"):
+        parts.append(f"{f['images_per_request']} image(s) of {f['image_width']}x"
+                     f"{f['image_height']} px per request, {f['image_tokens_per_image']} tokens "
+                     "each")
+    if parts:
+        click.echo("features: " + "; ".join(parts), err=True)

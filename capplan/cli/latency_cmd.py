@@ -6,7 +6,7 @@ from typing import Any
 
 import click
 
-from capplan.cli._features import feature_options
+from capplan.cli._features import echo_features, feature_options
 from capplan.cli._options import (
     BURSTINESS,
     CONCURRENCY,
@@ -80,6 +80,7 @@ def latency_cmd(model: str, gpu: str, rate: list[float] | None, concurrency: lis
     prefix = pop_prefix_spec(kw)
     dep = deployment_from_options(catalog_dir, model, gpu, kw)
     dep, input_len = with_images(dep, input_len)
+    echo_features(dep, fmt)
     levels: list[Any] = list(rate or concurrency or [None])
     results = []
     for level in levels:

@@ -8,7 +8,7 @@ from typing import Any
 
 import click
 
-from capplan.cli._features import feature_options
+from capplan.cli._features import echo_features, feature_options
 from capplan.cli._options import (
     BURSTINESS,
     CONCURRENCY,
@@ -116,6 +116,7 @@ def simulate_cmd(model: str, gpu: str, rate: float | None, concurrency: int | No
                                    "time_unit")}
     dep = deployment_from_options(catalog_dir, model, gpu, kw)
     dep, load["input_len"] = with_images(dep, load["input_len"])
+    echo_features(dep, fmt)
     s = dep.settings
     bars: dict[str, Any] = {}
 

@@ -150,6 +150,13 @@ class Deployment:
         from capplan.plan.features_plan import features_dict
 
         out: dict[str, object] = dict(features_dict(self.settings))
+        if self.settings.images_per_request:
+            from capplan.models.vision import plan_vision
+
+            vl = plan_vision(self.model, self.settings)
+            if vl is not None:
+                out.update(image_tokens_per_image=vl.tokens_per_image,
+                           encoder_flops_per_image=vl.encoder_flops_per_image)
         if self.step.spec_source:
             out.update(spec_acceptance_length=float(self.step.spec_accept_len),
                        spec_acceptance_source=self.step.spec_source)
