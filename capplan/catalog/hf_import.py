@@ -465,6 +465,7 @@ def config_to_entry(cfg: dict[str, Any], key: str, source: str) -> dict[str, Any
         "mlp_gated": gated, "hidden_act": act,
         "sliding_window": window, "num_sliding_layers": n_sliding,
         "moe": moe, "mla": mla, "vision_params": _vision_params(cfg, hidden),
+        "mtp_layers": int(c.get("num_nextn_predict_layers") or 0),
         "attn_output_gate": bool(c.get("attn_output_gate", mt.startswith("qwen3_next"))),
         "params_total": 1.0, "params_active": 1.0,
         "source": {"config": source, "params": "computed by capplan from the architecture"},

@@ -253,6 +253,9 @@ class ModelSpec(BaseModel):
     vision_params: float = Field(default=0, ge=0)
     vision: VisionSpec | None = None
     """The vision encoder's shape (image tokens and encoder cost); vision_params its size."""
+    mtp_layers: int = Field(default=0, ge=0)
+    """Multi-token-prediction layers the checkpoint holds (config num_nextn_predict_layers):
+    what `--speculative mtp` drafts with (capplan/models/speculative.py)."""
     params_total: float = Field(gt=0)
     params_active: float = Field(gt=0)
     source: dict[str, str]

@@ -62,16 +62,22 @@ def validate_features(settings: Any) -> None:
 
 
 def feature_memory(model: Any, settings: Any, kv_bytes_per_token_layer: float,
-                   weight_bytes_per_param: float, act_bytes: float) -> FeatureMemory:
-    """Per-GPU memory the features add (docstrings of the feature modules)."""
+                   weight_bytes_per_param: float, act_bytes: float,
+                   linear_bytes_per_param: float | None = None) -> FeatureMemory:
+    """Per-GPU memory the features add (docstrings of the feature modules).
+
+    `weight_bytes_per_param`: the checkpoint dtype (EAGLE heads, adapters, draft models ship
+    in it); `linear_bytes_per_param`: the target's quantised linear layers, which an MTP module
+    (a layer of the checkpoint itself) shares."""
     validate_features(settings)
     out = FeatureMemory()
     sp = spec_mod.plan_speculation(model, settings, need_accept_len=False)
     if sp is not None:
         # The drafter runs at the target's TP (vLLM draft_tensor_parallel_size default) and in
         # the target's dtype; its KV pages sit in the same pool, per token.
-        out = replace(out, draft_weights_bytes=sp.draft_params * weight_bytes_per_param
-                      / settings.tp,
+        per_param = (linear_bytes_per_param if sp.method == "mtp" and linear_bytes_per_param
+                     else weight_bytes_per_param)
+        out = replace(out, draft_weights_bytes=sp.resident_params * per_param / settings.tp,
                       draft_kv_bytes_per_token=sp.draft_kv_layers * kv_bytes_per_token_layer)
     lp = lora_mod.plan_lora(model, settings, model.dtype_bytes)
     if lp is not None:

@@ -438,7 +438,7 @@ def memory_report(model: ModelSpec, gpu: GpuSpec, settings: EngineSettings,
                                 cublas_workspace_bytes(gpu.key))
     kvb = kv_dtype_bytes(model, s.kv_dtype)
     feat = feature_memory(model, s, kv_bytes_per_token_per_layer(model, s.tp, kvb),
-                          model.dtype_bytes, act_bytes)
+                          model.dtype_bytes, act_bytes, dt.linear)
     weights += feat.weights_bytes
     if feat.encoder_forward_bytes or feat.encoder_cache_bytes:
         act = max(act + feat.encoder_cache_bytes, feat.encoder_forward_bytes)

@@ -448,7 +448,9 @@ def feature_step_constants(model: ModelSpec, settings: EngineSettings, cal: Cali
         host = speculative.SPEC_HOST_COSTS.get(settings.engine, (0.0, 0.0))
         out.update(
             spec_verify_tokens=float(sp.verify_tokens), spec_accept_len=float(sp.accept_len),
-            draft_weight_bytes=sp.draft_params * model.dtype_bytes / tp,
+            draft_weight_bytes=sp.draft_params * (weight_dtypes(model, settings.weight_dtype).linear
+                                                  if sp.method == "mtp" else model.dtype_bytes)
+            / tp,
             draft_flops_per_token=sp.draft_flops_per_token / tp,
             draft_steps=float(sp.num_steps), draft_width=float(sp.topk),
             draft_kv_bytes_per_token=sp.draft_kv_layers * kv_bytes_per_token_layer,

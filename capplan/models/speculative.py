@@ -145,6 +145,8 @@ class SpecPlan:
     accept_source: str
     draft_params: float
     """Drafter parameters read per draft pass (all GPUs of the TP group together)."""
+    resident_params: float
+    """Drafter parameters held in GPU memory (MTP: a whole layer with all its experts)."""
     draft_flops_per_token: float
     draft_kv_layers: float
     """Layers of KV the drafter keeps per token (EAGLE head: 1; MTP: its layers; draft model:
@@ -208,13 +210,53 @@ def _eagle_head(model: Any, eagle3: bool) -> tuple[float, int]:
     return attn + mlp + fc + head, 1
 
 
-def _mtp_layer(model: Any) -> float:
-    """Parameters one MTP module reads per pass: one decoder layer of the target (for MoE the
-    dense part plus the experts one token routes to), eh_proj (2h -> h) and the shared LM head
-    (DeepSeek-V3 report sec. 2.2; vLLM deepseek_mtp.py)."""
+def _mtp_layer(model: Any, resident: bool) -> float:
+    """Parameters of one MTP module: one decoder layer of the target, eh_proj (2h -> h) and
+    the shared LM head (DeepSeek-V3 report sec. 2.2; vLLM deepseek_mtp.py). `resident`: what
+    it holds in memory (a whole layer, every expert; the head is the target's); else what one
+    pass reads (the layer's active parameters and the head)."""
     h = model.hidden_size
-    body = (model.params_active - 2 * model.vocab_size * h) / model.num_layers
-    return body + 2 * h * h + model.vocab_size * h
+    params = model.params_total if resident else model.params_active
+    body = (params - 2 * model.vocab_size * h) / model.num_layers
+    return body + 2 * h * h + (0.0 if resident else model.vocab_size * h)
+
+
+def _accept_len(method: str, settings: Any, k: int, topk: int, verify: int,
+                measured: float | None, needed: bool) -> tuple[float, str]:
+    """(tau, source): the settings' value, else a calibration's, else the published default."""
+    if settings.acceptance_length is not None or measured is not None:
+        tau, src = ((float(settings.acceptance_length), "given (--acceptance-length)")
+                    if settings.acceptance_length is not None else
+                    (float(measured), "measured (calibration spec_acceptance_length)"))
+        if not (math.isfinite(tau) and 1 <= tau <= verify):
+            raise InputError(f"--acceptance-length {tau}: must be in [1, {verify}] (at most "
+                             "the verified tokens per step)")
+        return tau, src
+    if not needed:
+        return 1.0, "not needed for memory"
+    tau, src = default_accept_len(method, settings.spec_workload, k)
+    return tau, src + ("; a chain's value for a tree (a lower bound)" if topk > 1 else "")
+
+
+def _drafter(method: str, model: Any, draft: Any) -> tuple[float, float, int, float]:
+    """(parameters read per pass, parameters resident, kernel layers, KV layers)."""
+    if method in ("eagle3", "eagle"):
+        params, layers = _eagle_head(model, method == "eagle3")
+        return params, params, layers, 1.0
+    if method == "mtp":
+        if not getattr(model, "mtp_layers", 0):
+            raise InputError(f"--speculative mtp: {model.key} has no multi-token-prediction "
+                             "layer (config num_nextn_predict_layers is 0)")
+        return _mtp_layer(model, resident=False), _mtp_layer(model, resident=True), 1, 1.0
+    if method == "ngram":
+        return 0.0, 0.0, 0, 0.0
+    if draft is None:
+        raise InputError("--speculative draft:MODEL: the draft model was not resolved")
+    if draft.vocab_size != model.vocab_size:
+        raise InputError(f"draft model {draft.key}: vocabulary {draft.vocab_size} differs "
+                         f"from {model.key}'s {model.vocab_size} (the engines require one)")
+    return (draft.params_total, draft.params_total, draft.num_layers,
+            draft_kv_layers(model, draft))
 
 
 def plan_speculation(model: Any, settings: Any, measured_accept_len: float | None = None,
@@ -240,39 +282,15 @@ def plan_speculation(model: Any, settings: Any, measured_accept_len: float | Non
     if topk < 1 or verify < 2 or verify > k * topk + 1:
         raise InputError(f"--spec-draft-tokens {verify}: must be in [2, {k * topk + 1}] for "
                          f"{k} steps of top-{topk}")
-    if settings.acceptance_length is not None or measured_accept_len is not None:
-        tau, src = ((float(settings.acceptance_length), "given (--acceptance-length)")
-                    if settings.acceptance_length is not None else
-                    (float(measured_accept_len), "measured (calibration spec_acceptance_length)"))
-        if not (math.isfinite(tau) and 1 <= tau <= verify):
-            raise InputError(f"--acceptance-length {tau}: must be in [1, {verify}] (at most "
-                             "the verified tokens per step)")
-    elif not need_accept_len:
-        tau, src = 1.0, "not needed for memory"
-    else:
-        tau, src = default_accept_len(method, settings.spec_workload, k)
-        if topk > 1:
-            src += "; a chain's value for a tree (a lower bound)"
+    tau, src = _accept_len(method, settings, k, topk, verify, measured_accept_len,
+                           need_accept_len)
     draft = getattr(settings, "draft_model", None)
-    if method in ("eagle3", "eagle"):
-        params, layers = _eagle_head(model, method == "eagle3")
-        kv_layers = 1.0
-    elif method == "mtp":
-        params, layers, kv_layers = _mtp_layer(model), 1, 1.0
-    elif method == "ngram":
-        params, layers, kv_layers = 0.0, 0, 0.0
-    else:
-        if draft is None:
-            raise InputError("--speculative draft:MODEL: the draft model was not resolved")
-        if draft.vocab_size != model.vocab_size:
-            raise InputError(f"draft model {draft.key}: vocabulary {draft.vocab_size} differs "
-                             f"from {model.key}'s {model.vocab_size} (the engines require one)")
-        params, layers = draft.params_total, draft.num_layers
-        kv_layers = draft_kv_layers(model, draft)
+    params, resident, layers, kv_layers = _drafter(method, model, draft)
     return SpecPlan(method=method, num_steps=k if method != "ngram" else 0, topk=topk,
                     verify_tokens=verify, accept_len=tau, accept_source=src,
                     draft_params=params, draft_flops_per_token=2 * params,
-                    draft_kv_layers=kv_layers, draft_layers=layers, draft_model=draft)
+                    resident_params=resident, draft_kv_layers=kv_layers, draft_layers=layers,
+                    draft_model=draft)
 
 
 def draft_kv_layers(model: Any, draft: Any) -> float:

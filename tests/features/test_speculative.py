@@ -106,3 +106,17 @@ def test_bad_input():
         capplan.memory(MODEL, GPU, speculative="ngram", spec_workload="chat")
     with pytest.raises(InputError, match="acceptance-length"):
         capplan.memory(MODEL, GPU, speculative="eagle3", acceptance_length=9.0)
+
+
+def test_mtp_needs_the_layer_and_holds_one():
+    with pytest.raises(InputError, match="no multi-token-prediction layer"):
+        capplan.memory(MODEL, GPU, speculative="mtp")
+    kw = dict(tp=8, max_model_len=8192)
+    plain = capplan.memory("deepseek-v3", "h200-sxm", **kw).deployment.memory
+    mtp = capplan.memory("deepseek-v3", "h200-sxm", speculative="mtp", **kw).deployment.memory
+    # One MTP module = one of the 61 layers of the 671B checkpoint with the embeddings set
+    # apart, (671e9 - 2 x 129280 x 7168) / 61, plus eh_proj 2 x 7168^2, in the checkpoint's
+    # block FP8 (1 B plus a 4-byte scale per 128 x 128 block), over TP 8.
+    layer = ((671e9 - 2 * 129280 * 7168) / 61 + 2 * 7168**2) * (1 + 4 / (128 * 128))
+    assert mtp.draft_weights_bytes_per_gpu == pytest.approx(layer / 8)
+    assert mtp.weights_bytes_per_gpu - plain.weights_bytes_per_gpu == pytest.approx(layer / 8)
