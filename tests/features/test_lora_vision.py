@@ -115,3 +115,25 @@ def test_zipf_groups_match_the_exact_distinct_count(n):
     for s in (1, 8, 64, 512):
         exact = float((1 - (1 - p) ** s).sum())
         assert expected_distinct(s, groups, 10**9) == pytest.approx(exact, rel=0.045)
+
+
+def test_import_reads_the_vision_encoder():
+    from capplan.catalog.hf_import import config_to_entry
+
+    # Qwen/Qwen2.5-VL-7B-Instruct config.json (the fields the importer reads; values as in the
+    # catalog entry's source).
+    cfg = {"architectures": ["Qwen2_5_VLForConditionalGeneration"], "model_type": "qwen2_5_vl",
+           "hidden_size": 3584, "intermediate_size": 18944, "num_hidden_layers": 28,
+           "num_attention_heads": 28, "num_key_value_heads": 4, "vocab_size": 152064,
+           "max_position_embeddings": 128000, "tie_word_embeddings": False,
+           "torch_dtype": "bfloat16", "hidden_act": "silu",
+           "vision_config": {"depth": 32, "hidden_act": "silu", "hidden_size": 1280,
+                             "intermediate_size": 3420, "num_heads": 16, "in_chans": 3,
+                             "out_hidden_size": 3584, "patch_size": 14,
+                             "spatial_merge_size": 2, "spatial_patch_size": 14,
+                             "temporal_patch_size": 2, "window_size": 112,
+                             "fullatt_block_indexes": [7, 15, 23, 31]}}
+    entry = config_to_entry(cfg, "qwen2.5-vl-test", "test")
+    want = _vl()
+    assert entry["vision"] == want.vision.model_dump(exclude={"min_pixels", "max_pixels"})
+    assert entry["vision_params"] == want.vision_params
