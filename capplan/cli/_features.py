@@ -76,7 +76,7 @@ def recommend_feature_options(f: Callable) -> Callable:
                      help="Consider speculative decoding (eagle3, eagle, mtp, ngram, "
                           "draft:MODEL): the draft length (0 = off) is searched per candidate."),
         click.option("--spec-tokens", type=CountList(16), default=None,
-                     help="Draft lengths to search (default 0..5; 0 = off)."),
+                     help="Draft lengths to search (default 0..4; 0 = off)."),
         click.option("--acceptance-length", type=click.FloatRange(min=1.0), default=None,
                      help="Measured tokens per step (one --spec-tokens value)."),
         click.option("--spec-workload", type=click.Choice(WORKLOAD_KINDS), default="chat",

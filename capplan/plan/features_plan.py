@@ -1,7 +1,7 @@
 """Speculative decoding, LoRA and images in plans: what recommend searches and reports.
 
 - `engine.speculative` turns the search over draft lengths on: `engine.spec_tokens` (default
-  0..5, 0 = off) is a search dimension like max_num_seqs, so each candidate GPU/TP gets the
+  0..4, 0 = off) is a search dimension like max_num_seqs, so each candidate GPU/TP gets the
   draft length (or none) that serves the traffic cheapest; the recommendation reports the
   batch at which speculation stops paying on its step model (`speculation`).
 - `engine.max_loras` (a value or a list to search) and the lanes' `adapters` / `popularity`
@@ -23,8 +23,9 @@ from capplan.models import vision
 from capplan.models.speculative import DEFAULT_SPEC_TOKENS as DEFAULT_DRAFT_LENGTH
 from capplan.models.speculative import parse_method
 
-DEFAULT_SPEC_TOKENS = (0, 1, 2, 3, 4, 5)
-"""Draft lengths recommend tries when the plan names a method but no spec_tokens."""
+DEFAULT_SPEC_TOKENS = (0, 1, 2, 3, 4)
+"""Draft lengths recommend tries when the plan names a method but no spec_tokens (vLLM issue
+20780: EAGLE-3 on Llama-3.1-8B is fastest at K = 4, EAGLE-1 at K = 3)."""
 DEFAULT_MAX_LORAS = (1, 2, 4, 8, 16)
 """Slot counts tried (up to the lanes' adapter count) when lanes use adapters."""
 

@@ -175,7 +175,7 @@ class EngineSpec(BaseModel):
     recommend then searches spec_tokens per candidate."""
     spec_tokens: list[Annotated[int, Field(ge=0, le=16)]] | Annotated[
         int, Field(ge=0, le=16)] | None = None
-    """Draft lengths to search (0 = off); default 0..5."""
+    """Draft lengths to search (0 = off); default 0..4."""
     spec_topk: int = Field(default=1, ge=1, le=64, strict=True)
     spec_draft_tokens: int | None = Field(default=None, ge=2, le=1024)
     acceptance_length: float | None = Field(default=None, ge=1, le=65)
