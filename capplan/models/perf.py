@@ -16,6 +16,12 @@ For a step that pushes T tokens through the model (decode tokens plus prefill-ch
   causal prefill of a chunk of c tokens after p cached ones has c*p + c(c+1)/2 pairs;
 - two all-reduces per layer under tensor parallelism (Megatron-LM, Shoeybi et al. 2019);
 - smax is a smooth maximum (p-norm, p=4): kernels near the ridge point reach neither roof.
+- speculative decoding (models/speculative.py): a step with decoders verifies V tokens per
+  decoder after the drafter's passes and emits tau; it is charged per emitted token,
+  step_spec = [step(V tokens per decoder, tau x the prefill work) + draft] / tau
+              + per_seq_overhead * decoders * (1 - 1/tau)      (exactly step at V = tau = 1);
+- LoRA (models/lora.py): + distinct adapters in the batch x adapter bytes / BW + the punica
+  kernels' fixed cost; vision (models/vision.py): + encoder FLOPs per prefill token.
 
 Everything is numpy-vectorised: each input may be an array; constants may be arrays too
 (one per configuration), so a whole grid evaluates in one call. Derivation: docs/perf.md.
