@@ -6,12 +6,17 @@ and `vllm:spec_decode_num_accepted_tokens_total` (vllm/v1/metrics/loggers.py
 --endpoint` reads them before and after each level, and the difference gives the acceptance the
 server reached on the level's requests; the fit pools them into the calibration parameter
 `spec_acceptance_length`, which replaces the published default (capplan/models/speculative.py).
-Servers without the counters (speculation off, other engines) give nothing.
+SGLang has no such counters; its /get_server_info reports `avg_spec_accept_length` in
+`internal_states` (read the same way by sglang/bench_serving.py), an average over everything the
+server has served since it started: `calibrate --endpoint` records it after each level when no
+vLLM counters are found, and the fit takes the last level's value. Servers with neither
+(speculation off, other engines) give nothing.
 """
 
 from __future__ import annotations
 
 import http.client
+import json
 import math
 import re
 from typing import Any
@@ -59,6 +64,26 @@ def fetch_counters(target: Any, timeout_s: float) -> dict[str, float] | None:
         conn.close()
 
 
+def fetch_sglang_accept_length(target: Any, timeout_s: float) -> float | None:
+    """SGLang's server-cumulative mean acceptance length, or None."""
+    cls = http.client.HTTPSConnection if target.https else http.client.HTTPConnection
+    conn = cls(target.host, target.port, timeout=min(timeout_s, 10.0))
+    try:
+        conn.request("GET", "/get_server_info")
+        resp = conn.getresponse()
+        body = resp.read(2**20)
+        if resp.status != 200:
+            return None
+        states = json.loads(body).get("internal_states") or [{}]
+        v = float(states[0].get("avg_spec_accept_length"))
+        return v if math.isfinite(v) and v >= 1 else None
+    except (OSError, http.client.HTTPException, ValueError, TypeError, AttributeError,
+            IndexError):
+        return None
+    finally:
+        conn.close()
+
+
 def acceptance(before: dict[str, float] | None, after: dict[str, float] | None
                ) -> dict[str, float] | None:
     """What happened between two snapshots: drafts, tokens, and the acceptance length."""
@@ -74,7 +99,14 @@ def acceptance(before: dict[str, float] | None, after: dict[str, float] | None
 
 
 def pooled_acceptance_length(levels: list[dict[str, Any]]) -> float | None:
-    """1 + accepted / drafts over every level that recorded spec-decode counters."""
-    drafts = sum(lv["spec_decode"]["drafts"] for lv in levels if lv.get("spec_decode"))
-    acc = sum(lv["spec_decode"]["accepted_tokens"] for lv in levels if lv.get("spec_decode"))
-    return 1.0 + acc / drafts if drafts > 0 else None
+    """1 + accepted / drafts over every level that recorded vLLM's counters; else the last
+    level's SGLang server-cumulative figure."""
+    counted = [lv["spec_decode"] for lv in levels
+               if isinstance(lv.get("spec_decode"), dict) and "drafts" in lv["spec_decode"]]
+    drafts = sum(d["drafts"] for d in counted)
+    if drafts > 0:
+        return 1.0 + sum(d["accepted_tokens"] for d in counted) / drafts
+    cumulative = [lv["spec_decode"]["acceptance_length"] for lv in levels
+                  if isinstance(lv.get("spec_decode"), dict)
+                  and "acceptance_length" in lv["spec_decode"]]
+    return float(cumulative[-1]) if cumulative else None

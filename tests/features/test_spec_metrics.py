@@ -72,3 +72,33 @@ def test_fetch_from_a_server_and_use_in_a_calibration():
     given = capplan.deployment("llama-3.1-8b", "h100-sxm", max_model_len=4096,
                                speculative="eagle3", calibration=cal, acceptance_length=2.0)
     assert given.step.spec_accept_len == 2.0
+
+
+class _SGLang(BaseHTTPRequestHandler):
+    def log_message(self, *args: object) -> None:
+        pass
+
+    def do_GET(self) -> None:  # noqa: N802
+        ok = self.path == "/get_server_info"
+        body = b'{"internal_states": [{"avg_spec_accept_length": 3.1}]}' if ok else b"no"
+        self.send_response(200 if ok else 404)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+
+def test_sglang_server_info():
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), _SGLang)
+    th = threading.Thread(target=srv.serve_forever, daemon=True)
+    th.start()
+    try:
+        t = parse_url(f"http://127.0.0.1:{srv.server_address[1]}")
+        assert spec_metrics.fetch_counters(t, 5.0) is None  # no vLLM counters here
+        got = spec_metrics.fetch_sglang_accept_length(t, 5.0)
+    finally:
+        srv.shutdown()
+        srv.server_close()
+    assert got == 3.1
+    levels = [{"spec_decode": {"acceptance_length": 2.9}},
+              {"spec_decode": {"acceptance_length": got}}]
+    assert spec_metrics.pooled_acceptance_length(levels) == 3.1  # server-cumulative: the last
