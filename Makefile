@@ -18,7 +18,16 @@ $(VENV)/.torch: $(BIN)/capplan
 demo: $(BIN)/capplan
 	$(BIN)/capplan plan examples/chat-8b.yaml
 
-test: $(BIN)/capplan $(VENV)/.torch
+# Chromium + its driver from the distribution for the HTML report's browser test (Debian:
+# chromium, chromium-driver); not fatal: without them that test skips and says why.
+$(VENV)/.chromium: $(BIN)/capplan
+	command -v chromium >/dev/null && command -v chromedriver >/dev/null || \
+		{ (apt-get install -y -q chromium chromium-driver || sudo -n apt-get install -y -q \
+		chromium chromium-driver) >/dev/null 2>&1 || echo "chromium not installed: the HTML \
+		report's browser test will be skipped"; }
+	touch $(VENV)/.chromium
+
+test: $(BIN)/capplan $(VENV)/.torch $(VENV)/.chromium
 	$(BIN)/python -m pytest -q
 
 # The speed targets in one run (simulate 1M requests at 10/80/120% load with the compiled engine

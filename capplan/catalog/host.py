@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from capplan.catalog.schema import GpuSpec, Interconnect
+from capplan.units import TERA
 
 HOST_SOURCE = "estimated by a quick measurement: the best copy/GEMM rates of this run"
 
@@ -49,6 +50,6 @@ def host_device_from_record(rec: Any) -> GpuSpec | None:
         key, name = str(rec["key"]), str(rec.get("name", rec["key"]))
     except (KeyError, TypeError, ValueError):
         return None
-    if not all(0 < v < 1e12 for v in vals):
+    if not all(0 < v < TERA for v in vals):  # a sanity bound on each field
         return None
     return host_device(key, name, *vals)

@@ -9,8 +9,8 @@ EAGLE3|EAGLE|NGRAM|STANDALONE (MTP checkpoints run as EAGLE on the model itself)
 --speculative-draft-model-path --speculative-num-steps --speculative-eagle-topk
 --speculative-num-draft-tokens; --enable-lora --max-loras-per-batch --max-lora-rank.
 TensorRT-LLM (1.x llm_args.py): speculative_config {decoding_type: Eagle3|MTP|NGram|
-DraftTarget, max_draft_len} and lora_config {max_loras, max_lora_rank} in the YAML given to
---extra_llm_api_options.
+DraftTarget, max_draft_len} and lora_config {max_loras, max_lora_rank} in the LLM-API options
+YAML (capplan.plan.launch's trtllm_line writes it).
 """
 
 from __future__ import annotations
@@ -34,13 +34,14 @@ def _draft_path(method: str, arg: str | None, r: dict[str, Any], hf: str) -> str
     return None
 
 
-def feature_flags(r: dict[str, Any], hf: str) -> dict[str, list[str]]:
-    """Extra launch arguments per engine for the features in a recommendation/settings dict
-    (keys as EngineSettings names them); empty lists when none is on."""
+def feature_launch(r: dict[str, Any], hf: str
+                   ) -> tuple[dict[str, tuple[str, ...]], tuple[str, ...]]:
+    """(extra argv words per engine, TensorRT-LLM LLM-API YAML lines) for the features in a
+    recommendation/settings dict (keys as EngineSettings names them); empty when none is on.
+    capplan.plan.launch.options_from puts them in LaunchOptions.extra / .llm_api_options."""
     out: dict[str, list[str]] = {"vllm": [], "sglang": [], "trtllm": []}
-    spec = r.get("speculative")
-    k = r.get("spec_tokens")
     trt_yaml: list[str] = []
+    spec, k = r.get("speculative"), r.get("spec_tokens")
     if spec and k != 0:
         method, arg = parse_method(spec)
         k = k if k is not None else DEFAULT_SPEC_TOKENS[method]
@@ -51,26 +52,23 @@ def feature_flags(r: dict[str, Any], hf: str) -> dict[str, list[str]]:
             cfg["model"] = draft
         if method == "ngram":
             cfg["prompt_lookup_max"] = 4
-        out["vllm"].append(f"--speculative-config '{json.dumps(cfg)}'")
+        out["vllm"] += ["--speculative-config", json.dumps(cfg)]
         topk = r.get("spec_topk") or 1
         verify = r.get("spec_draft_tokens") or (k * topk if topk > 1 else k) + 1
-        s = [f"--speculative-algorithm {_SGLANG_ALGO[method]}"]
+        out["sglang"] += ["--speculative-algorithm", _SGLANG_ALGO[method]]
         if draft:
-            s.append(f"--speculative-draft-model-path {draft}")
-        s += [f"--speculative-num-steps {k}", f"--speculative-eagle-topk {topk}",
-              f"--speculative-num-draft-tokens {verify}"]
-        out["sglang"] += s
-        trt_yaml.append(f"speculative_config: {{decoding_type: {_TRT_TYPE[method]}, "
-                        f"max_draft_len: {k}}}")
+            out["sglang"] += ["--speculative-draft-model-path", draft]
+        out["sglang"] += ["--speculative-num-steps", str(k), "--speculative-eagle-topk",
+                          str(topk), "--speculative-num-draft-tokens", str(verify)]
+        trt_yaml += ["speculative_config:", f"  decoding_type: {_TRT_TYPE[method]}",
+                     f"  max_draft_len: {k}"]
     loras, rank = r.get("max_loras") or 0, r.get("max_lora_rank") or 16
     if loras:
-        out["vllm"].append(f"--enable-lora --max-loras {loras} --max-lora-rank {rank}")
-        out["sglang"].append(f"--enable-lora --max-loras-per-batch {loras} "
-                             f"--max-lora-rank {rank}")
-        trt_yaml.append(f"lora_config: {{max_loras: {loras}, max_lora_rank: {rank}}}")
+        out["vllm"] += ["--enable-lora", "--max-loras", str(loras), "--max-lora-rank", str(rank)]
+        out["sglang"] += ["--enable-lora", "--max-loras-per-batch", str(loras),
+                          "--max-lora-rank", str(rank)]
+        trt_yaml += ["lora_config:", f"  max_loras: {loras}", f"  max_lora_rank: {rank}"]
     images = r.get("images_per_request") or 0
     if images:
-        out["vllm"].append(f"--limit-mm-per-prompt '{json.dumps({'image': images})}'")
-    if trt_yaml:
-        out["trtllm"].append("--extra_llm_api_options features.yaml  # " + "; ".join(trt_yaml))
-    return out
+        out["vllm"] += ["--limit-mm-per-prompt", json.dumps({"image": images})]
+    return {e: tuple(w) for e, w in out.items()}, tuple(trt_yaml)

@@ -92,17 +92,31 @@ def test_ttft_grows_with_images_per_request():
 
 
 def test_launch_flags():
-    from capplan.plan.feature_flags import feature_flags
+    from capplan.plan.feature_flags import feature_launch
+    from capplan.plan.launch import BUILDERS, options_from
+    from tests.plan.engine_args import parse_line
 
-    f = feature_flags({"speculative": "eagle3", "spec_tokens": 3, "max_loras": 4,
-                       "max_lora_rank": 64, "images_per_request": 2}, "org/m")
-    assert ("--speculative-config '{\"method\": \"eagle3\", \"num_speculative_tokens\": 3, "
-            "\"model\": \"<EAGLE3 draft head for org/m>\"}'") in f["vllm"]
-    assert "--enable-lora --max-loras 4 --max-lora-rank 64" in f["vllm"]
-    assert "--limit-mm-per-prompt '{\"image\": 2}'" in f["vllm"]
-    assert "--speculative-num-draft-tokens 4" in " ".join(f["sglang"])
-    assert feature_flags({"speculative": "eagle3", "spec_tokens": 0}, "m") == {
-        "vllm": [], "sglang": [], "trtllm": []}
+    rec = {"tp": 1, "max_num_seqs": 64, "max_num_batched_tokens": 8192, "max_model_len": 8192,
+           "weight_dtype": "bf16", "kv_dtype": "auto", "speculative": "eagle3",
+           "spec_tokens": 3, "max_loras": 4, "max_lora_rank": 64, "images_per_request": 2}
+    extra, yaml_lines = feature_launch(rec, "org/m")
+    assert extra["vllm"][:2] == ("--speculative-config", '{"method": "eagle3", '
+                                 '"num_speculative_tokens": 3, "model": "<EAGLE3 draft head '
+                                 'for org/m>"}')
+    frac = {"vllm": 0.9, "sglang": 0.85, "trtllm": 0.9}
+    opts = options_from(rec, "org/m", "bf16", frac)
+    _, _, v, _ = parse_line(BUILDERS["vllm"](opts).command)
+    assert v["--max-loras"] == "4" and v["--max-lora-rank"] == "64" and "--enable-lora" in v
+    assert v["--limit-mm-per-prompt"] == '{"image": 2}'
+    _, _, sg, _ = parse_line(BUILDERS["sglang"](opts).command)
+    assert sg["--speculative-algorithm"] == "EAGLE3"
+    assert sg["--speculative-num-draft-tokens"] == "4"  # K + 1 for a chain
+    trt = BUILDERS["trtllm"](opts)
+    parse_line(trt.command)
+    assert "  max_draft_len: 3" in next(iter(trt.files.values())).splitlines()
+    assert "speculative_config:" in yaml_lines
+    assert feature_launch({"speculative": "eagle3", "spec_tokens": 0}, "m") == (
+        {"vllm": (), "sglang": (), "trtllm": ()}, ())
 
 
 @pytest.mark.parametrize("n", [16, 100, 1000])
