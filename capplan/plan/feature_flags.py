@@ -8,8 +8,8 @@ docs/advanced_features/speculative_decoding.md and lora.md): --speculative-algor
 EAGLE3|EAGLE|NGRAM|STANDALONE (MTP checkpoints run as EAGLE on the model itself)
 --speculative-draft-model-path --speculative-num-steps --speculative-eagle-topk
 --speculative-num-draft-tokens; --enable-lora --max-loras-per-batch --max-lora-rank.
-TensorRT-LLM (1.x llm_args.py): speculative_config {decoding_type: Eagle3|MTP|NGram|
-DraftTarget, max_draft_len} and lora_config {max_loras, max_lora_rank} in the LLM-API options
+TensorRT-LLM (1.x llm_args.py): speculative_config {decoding_type: Eagle3|Eagle|MTP|NGram|
+Draft_Target, max_draft_len (MTP: num_nextn_predict_layers), speculative_model} and lora_config {max_loras, max_lora_rank} in the LLM-API options
 YAML (capplan.plan.launch's trtllm_line writes it).
 """
 
@@ -23,7 +23,7 @@ from capplan.models.speculative import DEFAULT_SPEC_TOKENS, parse_method
 _SGLANG_ALGO = {"eagle3": "EAGLE3", "eagle": "EAGLE", "mtp": "EAGLE", "ngram": "NGRAM",
                 "draft": "STANDALONE"}
 _TRT_TYPE = {"eagle3": "Eagle3", "eagle": "Eagle", "mtp": "MTP", "ngram": "NGram",
-             "draft": "DraftTarget"}
+             "draft": "Draft_Target"}
 
 
 def _draft_path(method: str, arg: str | None, r: dict[str, Any], hf: str) -> str | None:
@@ -60,8 +60,13 @@ def feature_launch(r: dict[str, Any], hf: str
             out["sglang"] += ["--speculative-draft-model-path", draft]
         out["sglang"] += ["--speculative-num-steps", str(k), "--speculative-eagle-topk",
                           str(topk), "--speculative-num-draft-tokens", str(verify)]
+        # TensorRT-LLM 1.x llm_args.py: MTPDecodingConfig counts num_nextn_predict_layers (N
+        # modules, N drafts); the others take max_draft_len and, with a drafter, its path.
         trt_yaml += ["speculative_config:", f"  decoding_type: {_TRT_TYPE[method]}",
-                     f"  max_draft_len: {k}"]
+                     f"  num_nextn_predict_layers: {k}" if method == "mtp"
+                     else f"  max_draft_len: {k}"]
+        if draft:
+            trt_yaml.append(f"  speculative_model: {json.dumps(draft)}")
     loras, rank = r.get("max_loras") or 0, r.get("max_lora_rank") or 16
     if loras:
         out["vllm"] += ["--enable-lora", "--max-loras", str(loras), "--max-lora-rank", str(rank)]
