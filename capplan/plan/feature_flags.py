@@ -9,8 +9,9 @@ EAGLE3|EAGLE|NGRAM|STANDALONE (MTP checkpoints run as EAGLE on the model itself)
 --speculative-draft-model-path --speculative-num-steps --speculative-eagle-topk
 --speculative-num-draft-tokens; --enable-lora --max-loras-per-batch --max-lora-rank.
 TensorRT-LLM (1.x llm_args.py): speculative_config {decoding_type: Eagle3|Eagle|MTP|NGram|
-Draft_Target, max_draft_len (MTP: num_nextn_predict_layers), speculative_model} and lora_config {max_loras, max_lora_rank} in the LLM-API options
-YAML (capplan.plan.launch's trtllm_line writes it).
+Draft_Target, max_draft_len (MTP: num_nextn_predict_layers), speculative_model} and
+lora_config {max_loras, max_lora_rank} in the LLM-API options YAML (capplan.plan.launch's
+trtllm_line writes it).
 """
 
 from __future__ import annotations
