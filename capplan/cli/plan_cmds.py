@@ -180,7 +180,12 @@ def launch_block(flags: dict[str, str]) -> list[str]:
         for name, text in flags.items():
             if name.startswith(f"file:{key}:"):
                 flow = yaml.safe_dump(yaml.safe_load(text), default_flow_style=True).strip()
-                out.append(f"  {name.split(':', 2)[2]} (the file this line reads): {flow}")
+                head = f"  {name.split(':', 2)[2]} (the file this line reads): "
+                if len(head) + len(flow) > 120:  # speculation and LoRA lengthen it: wrap
+                    flow = "\n    " + yaml.safe_dump(yaml.safe_load(text), width=90,
+                                                     default_flow_style=True
+                                                     ).strip().replace("\n", "\n    ")
+                out.append(head.rstrip() + (flow if flow.startswith("\n") else " " + flow))
     if flags.get("bench_dataset"):  # PLAN.json: this plan, written with --export PLAN.json
         out.append("dataset: " + flags["bench_dataset"])
     out.append("verify:  " + flags["bench"])
