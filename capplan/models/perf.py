@@ -105,6 +105,8 @@ STEP_CONSTANTS = ("dense_weight_bytes", "expert_bytes", "num_moe_layers", "num_e
                   "lora_q4", "lora_max_loras", "lora_flops_per_token", "lora_overhead_s",
                   "prefill_extra_flops_per_token", "spec_step_overhead_s")
 """`StepModel` fields that `step_parts` takes, in its order."""
+_N_BASE = 32
+"""Constants before the feature terms (speculative decoding, LoRA, vision)."""
 
 
 def step_parts(x: tuple, c: tuple, moe: bool) -> tuple:
@@ -118,8 +120,37 @@ def step_parts(x: tuple, c: tuple, moe: bool) -> tuple:
     (`capplan.sim.compiled`) calls `numba.njit(step_parts)` per step on floats.
     Returns (step_s, dense_mem, expert_mem, kv_mem, dense_cmp, expert_cmp, attn_cmp, comm, p2p,
     overhead, pp).
+
+    It is `combine_parts(fixed_parts(x, c, moe), attention_parts(x, c))`: the compiled
+    simulator evaluates `fixed_parts` once for a stretch of decode steps that differ only in
+    their KV reads and `attention_parts` per step (the same operations, so the same bits).
+    """
+    return combine_parts(fixed_parts(x, c, moe), attention_parts(x, c))
+
+
+def feature_inputs(x: tuple, c: tuple) -> tuple:
+    """Speculative decoding's view of a step's inputs: (x', g, v) (`step_parts`).
+
+    A step with decoders is 1/tau of a speculative step (capplan/models/speculative.py): each
+    decoder is verified over V tokens and, in the tau emitted tokens' time, the step takes tau
+    of its prefill work (chunk tokens, pairs, KV reads, sequences and their logits). g = tau
+    when the step has decoders, else 1. Without speculation V = tau = 1: x' is x exactly.
     """
     bd, kv_full, kv_win, tp_, pairs, pairs_w, pre_read, pre_read_w, nps, logits = x
+    v = c[_N_BASE] * 1.0  # spec_verify_tokens
+    g = select(bd > 0, c[_N_BASE + 1] * 1.0, 1.0)  # spec_accept_len
+    return ((bd, kv_full, kv_win, tp_ * g, pairs * g, pairs_w * g, pre_read * g,
+             pre_read_w * g, nps * g, bd * v + (logits - bd) * g), g, v)
+
+
+def fixed_parts(x: tuple, c: tuple, moe: bool) -> tuple:
+    """The step's terms that do not read the KV cache: (linear, dense_mem, expert_mem,
+    dense_cmp, expert_cmp, comm, p2p, overhead, pp, tokens, extra, g, seq_cost, kv_passes)
+    (`step_parts`); extra = LoRA and the drafter's weights, FLOPs and fixed costs, g the
+    speculative scale, seq_cost the per-sequence host cost of the decoders, kv_passes the
+    draft passes that read the drafter's KV (all 0/1 without the features)."""
+    x, g, v = feature_inputs(x, c)
+    bd, _, _, tp_, _, _, _, _, nps, logits = x
     (dense_weight_bytes, expert_bytes, num_moe_layers, num_experts, experts_per_tok,
      kv_bytes_per_token_layer, full_layers, window_layers, dense_flops_per_token,
      expert_flops_per_token, lm_head_flops_per_token, attn_flops_per_pair_decode,
@@ -132,22 +163,11 @@ def step_parts(x: tuple, c: tuple, moe: bool) -> tuple:
      draft_kv_bytes_per_token, draft_overhead_s, lora_adapter_bytes, lora_n1, lora_q1, lora_n2,
      lora_q2, lora_n3, lora_q3, lora_n4, lora_q4, lora_max_loras, lora_flops_per_token,
      lora_overhead_s, prefill_extra_flops_per_token, spec_step_overhead_s) = c
-    # Speculative decoding (capplan/models/speculative.py): a step with decoders is 1/tau of a
-    # speculative step, which verifies V tokens per decoder after the draft passes and, in the
-    # tau emitted tokens' time, takes tau of this step's prefill work. Without speculation
-    # V = tau = 1 and the draft terms are 0, so every expression below is unchanged exactly.
     dec = bd > 0
-    g = select(dec, spec_accept_len * 1.0, 1.0)
-    v = spec_verify_tokens * 1.0
-    dec_kv = kv_full  # context each decoder reads once (all V queries share the KV read)
-    tp_, pairs, pairs_w, pre_read, pre_read_w = tp_ * g, pairs * g, pairs_w * g, \
-        pre_read * g, pre_read_w * g
-    logits = bd * v + (logits - bd) * g
-    nps = nps * g
-    extra_flops = tp_ * prefill_extra_flops_per_token  # vision encoder (models/vision.py)
     bd_rows = bd * v
     tokens = bd_rows + tp_
     seqs_all = bd + nps
+    extra_flops = tp_ * prefill_extra_flops_per_token  # vision encoder (models/vision.py)
     # Attention data parallelism: the replica's batch splits evenly over `attention_dp` ranks,
     # each a TP group running attention and the dense layers on its own share (vLLM
     # --data-parallel-size, SGLang --enable-dp-attention, TensorRT-LLM enable_attention_dp);
@@ -155,10 +175,8 @@ def step_parts(x: tuple, c: tuple, moe: bool) -> tuple:
     dp = attention_dp * 1.0
     global_tokens = tokens
     tokens = tokens / dp
-    bd, tp_, nps, logits = bd / dp, tp_ / dp, nps / dp, logits / dp
-    bd_rows, dec_kv, extra_flops = bd_rows / dp, dec_kv / dp, extra_flops / dp
-    kv_full, kv_win, pairs, pairs_w = kv_full / dp, kv_win / dp, pairs / dp, pairs_w / dp
-    pre_read, pre_read_w = pre_read / dp, pre_read_w / dp
+    bd, nps, logits = bd / dp, nps / dp, logits / dp
+    bd_rows, extra_flops = bd_rows / dp, extra_flops / dp
     dense_mem = dense_weight_bytes / mem_bytes_per_s
     eff = tokens / (tokens + gemm_half_tokens)
     dense_flops = (tokens * dense_flops_per_token + logits * lm_head_flops_per_token
@@ -182,16 +200,6 @@ def step_parts(x: tuple, c: tuple, moe: bool) -> tuple:
         expert_cmp = global_tokens * expert_flops_per_token / ep / (
             gemm_flops_per_s * np.maximum(eff_e, 1e-12))
         linear = linear + smooth_max(expert_mem, expert_cmp)
-    # Attention: KV read and FLOPs, full and sliding-window layers.
-    kv_tokens = full_layers * (kv_full + pre_read + tp_) + window_layers * (
-        kv_win + pre_read_w + tp_)
-    kv_mem = (kv_tokens * kv_bytes_per_token_layer
-              + 2 * (bd + nps) * state_bytes_per_seq) / kv_bytes_per_s
-    attn_pairs_dec = (full_layers * kv_full + window_layers * kv_win) * v
-    attn_pairs_pre = full_layers * pairs + window_layers * pairs_w
-    attn_cmp = (attn_pairs_dec * attn_flops_per_pair_decode
-                + attn_pairs_pre * attn_flops_per_pair_prefill) / attn_flops_per_s
-    attention = smooth_max(kv_mem, attn_cmp)
     # The engines' custom all-reduce: one-shot (each rank reads every peer's buffer: one
     # latency, (n-1) S bytes) for small messages, two-shot (reduce-scatter + all-gather: two
     # latencies, 2 (n-1)/n S bytes) for larger ones (vLLM csrc/custom_all_reduce.cuh: 1-stage
@@ -215,24 +223,67 @@ def step_parts(x: tuple, c: tuple, moe: bool) -> tuple:
                 + lora_n4 * (1.0 - (1.0 - lora_q4) ** seqs_all))
     distinct = np.minimum(distinct, lora_max_loras)
     lora_s = distinct * lora_adapter_bytes / mem_bytes_per_s + lora_overhead_s
-    # The draft passes: the drafter's weights and its KV read per pass, FLOPs of its rows, and
-    # a fixed cost per pass (its layers' small kernels). The first pass runs over the V
-    # verified positions of each decoder (it refreshes the drafter's KV and hidden states: vLLM
-    # EagleProposer.propose, SGLang draft extend), the others over draft_width tokens each.
+    # The draft passes: the drafter's weights read per pass, FLOPs of its rows, and a fixed
+    # cost per pass (its layers' small kernels); its KV read is in attention_parts. The first
+    # pass runs over the V verified positions of each decoder (it refreshes the drafter's KV
+    # and hidden states: vLLM EagleProposer.propose, SGLang draft extend), the others over
+    # draft_width tokens each.
     w_mem = draft_weight_bytes / mem_bytes_per_s
-    kv_d = dec_kv * draft_kv_bytes_per_token / kv_bytes_per_s
     rows_w, rows_v = bd * draft_width, bd_rows
     pass_w = smooth_max(w_mem, rows_w * draft_flops_per_token / (gemm_flops_per_s * np.maximum(
-        rows_w / np.maximum(rows_w + gemm_half_tokens, 1e-12), 1e-12))) + kv_d
+        rows_w / np.maximum(rows_w + gemm_half_tokens, 1e-12), 1e-12)))
     pass_v = smooth_max(w_mem, rows_v * draft_flops_per_token / (gemm_flops_per_s * np.maximum(
-        rows_v / np.maximum(rows_v + gemm_half_tokens, 1e-12), 1e-12))) + kv_d
-    draft = select(dec, (draft_steps - 1.0) * pass_w + pass_v + draft_steps * draft_overhead_s
-                   + spec_step_overhead_s, 0.0)
-    step = pp * (linear + attention + comm + lora_s) + p2p + overhead + draft
+        rows_v / np.maximum(rows_v + gemm_half_tokens, 1e-12), 1e-12)))
+    extra = pp * lora_s + select(dec, (draft_steps - 1.0) * pass_w + pass_v + draft_steps
+                                 * draft_overhead_s + spec_step_overhead_s, 0.0)
+    return (linear, dense_mem, expert_mem, dense_cmp, expert_cmp, comm, p2p, overhead, pp,
+            tokens, extra, g, per_seq_overhead_s * bd, select(dec, draft_steps * 1.0, 0.0))
+
+
+def attention_parts(x: tuple, c: tuple) -> tuple:
+    """The step's attention: (kv_mem, attn_cmp, attention, draft_kv), KV read and FLOPs, full
+    and sliding-window layers, and one draft pass's read of the drafter's KV (`step_parts`)."""
+    x, _, v = feature_inputs(x, c)
+    bd, kv_full, kv_win, tp_, pairs, pairs_w, pre_read, pre_read_w, nps, _ = x
+    (dense_weight_bytes, expert_bytes, num_moe_layers, num_experts, experts_per_tok,
+     kv_bytes_per_token_layer, full_layers, window_layers, dense_flops_per_token,
+     expert_flops_per_token, lm_head_flops_per_token, attn_flops_per_pair_decode,
+     attn_flops_per_pair_prefill, mem_bytes_per_s, kv_bytes_per_s, expert_bytes_per_s,
+     gemm_flops_per_s, attn_flops_per_s, gemm_half_tokens, allreduce_s_fixed,
+     allreduce_s_per_token, pp, p2p_s_per_token, step_overhead_s, per_seq_overhead_s,
+     layer_overhead_s, state_bytes_per_seq, allreduce_s_per_token_oneshot, attention_dp,
+     expert_parallel, moe_comm_s_fixed, moe_comm_s_per_token, spec_verify_tokens,
+     spec_accept_len, draft_weight_bytes, draft_flops_per_token, draft_steps, draft_width,
+     draft_kv_bytes_per_token, draft_overhead_s, lora_adapter_bytes, lora_n1, lora_q1, lora_n2,
+     lora_q2, lora_n3, lora_q3, lora_n4, lora_q4, lora_max_loras, lora_flops_per_token,
+     lora_overhead_s, prefill_extra_flops_per_token, spec_step_overhead_s) = c
+    dp = attention_dp * 1.0  # each attention-DP rank reads its share (fixed_parts)
+    bd, tp_, nps = bd / dp, tp_ / dp, nps / dp
+    kv_full, kv_win, pairs, pairs_w = kv_full / dp, kv_win / dp, pairs / dp, pairs_w / dp
+    pre_read, pre_read_w = pre_read / dp, pre_read_w / dp
+    kv_tokens = full_layers * (kv_full + pre_read + tp_) + window_layers * (
+        kv_win + pre_read_w + tp_)
+    kv_mem = (kv_tokens * kv_bytes_per_token_layer
+              + 2 * (bd + nps) * state_bytes_per_seq) / kv_bytes_per_s
+    # V verified queries per decoder each attend to its context; the KV is read once.
+    attn_pairs_dec = (full_layers * kv_full + window_layers * kv_win) * v
+    attn_pairs_pre = full_layers * pairs + window_layers * pairs_w
+    attn_cmp = (attn_pairs_dec * attn_flops_per_pair_decode
+                + attn_pairs_pre * attn_flops_per_pair_prefill) / attn_flops_per_s
+    draft_kv = kv_full * draft_kv_bytes_per_token / kv_bytes_per_s
+    return kv_mem, attn_cmp, smooth_max(kv_mem, attn_cmp), draft_kv
+
+
+def combine_parts(f: tuple, a: tuple) -> tuple:
+    """`step_parts`' result from `fixed_parts` f and `attention_parts` a."""
+    (linear, dense_mem, expert_mem, dense_cmp, expert_cmp, comm, p2p, overhead, pp, tokens,
+     extra, g, seq_cost, kv_passes) = f
+    kv_mem, attn_cmp, attention, draft_kv = a
+    step = pp * (linear + attention + comm) + p2p + overhead + extra + kv_passes * draft_kv
     # Emitted tokens share the speculative step; the per-sequence host cost (output
     # processing, detokenisation, streaming) stays per emitted token: a conservative choice
     # (docs/features.md). At g = 1 the added term is exactly 0.
-    step = step / g + per_seq_overhead_s * bd * (1.0 - 1.0 / g)
+    step = step / g + seq_cost * (1.0 - 1.0 / g)
     step = select(tokens > 0, step, 0.0)
     return (step, dense_mem, expert_mem, kv_mem, dense_cmp, expert_cmp, attn_cmp, comm, p2p,
             overhead, pp)
@@ -326,6 +377,7 @@ class StepModel:
     """Host cost of one speculative step beyond a plain one (speculative.SPEC_HOST_COSTS)."""
     spec_source: str = ""
     """Where the acceptance length came from (empty without speculation)."""
+
 
     # ------------------------------------------------------------------------------------------
     def step(self, num_decode: ArrayLike = 0, decode_kv_tokens: ArrayLike = 0,
