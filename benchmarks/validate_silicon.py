@@ -42,6 +42,7 @@ from capplan.models.closed_loop import BenchmarkProtocol, closed_loop_latency
 from capplan.models.engine import NO_JITTER, ClientJitter
 from capplan.models.perf import mla_layers
 from capplan.plan.deployment import EngineOptions, calibration_for, resolve_deployment
+from capplan.sim.protocol import aiconfigurator_settings, reported_ttft
 
 DATA = Path(__file__).resolve().parents[1].parent / "shared" / "validation" / "silicon_sample.csv"
 SYSTEMS = {"h200_sxm": "h200", "b200_sxm": "b200", "b300_sxm": "b300", "gb200": "gb200",
@@ -91,13 +92,6 @@ class Prediction:
 
     def ttft(self, rounds: float) -> float:
         return reported_ttft(self.overhead_s, self.wave_s, self.steady_s, rounds)
-
-
-def reported_ttft(overhead_s, wave_s, steady_s, rounds: float):
-    """The benchmark's mean TTFT over `rounds` requests per client: one start-up wave, the rest
-    steady (docs/queueing.md, "What the benchmark reports"); floats or arrays."""
-    w = 1.0 / max(rounds, 1.0)
-    return overhead_s + w * (wave_s - overhead_s) + (1 - w) * (steady_s - overhead_s)
 
 
 _DEPS: dict[tuple, object] = {}
@@ -160,25 +154,13 @@ class BenchSettings:
 
 
 def bench_settings(r: dict[str, str]) -> BenchSettings:
-    """What the silicon benchmark launched, from AIConfigurator's benchmark rules
-    (github:ai-dynamo/aiconfigurator src/aiconfigurator/generator/rule_plugin/benchmark/
-    {vllm,sglang,trtllm}.rule @2b264ba/043c66c/581e459): running-request cap = the row's
-    batch_size (vLLM max_num_seqs, SGLang max_running_requests, TensorRT-LLM max_batch_size);
-    per-step tokens = batch_size + ISL + 1500 (vLLM max_num_batched_tokens, TensorRT-LLM
-    max_num_tokens; SGLang max_prefill_tokens = ISL + 1500 on top of the decode batch);
-    max_model_len = ISL + OSL + 1500; SGLang with enable_mixed_chunk (prefill chunks ride with
-    the decode batch, not prefill-first). Not the engines' own defaults (the profiles keep
-    those): a different per-step token budget changes how many prompts share a prefill step,
-    which is most of the closed loop's TTFT."""
-    isl, osl = int(r["isl"]), int(r["osl"])
-    # per engine (per attention-DP rank: the deployment multiplies its limits by the ranks)
-    dp = layout(r)[0]
-    seqs = max(int(r["batch_size"] or 0), -(-concurrency(r) // dp))
-    tokens = seqs + isl + 1500
-    if r["backend"] == "trtllm":  # maxNumTokens % tokensPerBlock (32) == 0 (trtllm.rule)
-        tokens = -(-tokens // 32) * 32
-    return BenchSettings({"max_num_seqs": seqs, "max_num_batched_tokens": tokens,
-                          "max_model_len": isl + osl + 1500}, r["backend"] == "sglang")
+    """What the silicon benchmark launched for a row (capplan.sim.protocol.
+    aiconfigurator_settings: the rules and their source). Not the engines' own defaults (the
+    profiles keep those): a different per-step token budget changes how many prompts share a
+    prefill step, which is most of the closed loop's TTFT."""
+    got = aiconfigurator_settings(r["backend"], int(r["isl"]), int(r["osl"]),
+                                  int(r["batch_size"] or 0), concurrency(r), layout(r)[0])
+    return BenchSettings(got["options"], got["mixed_prefill"])
 
 
 def predict(cat, r: dict[str, str], with_sim: bool, rounds: float,

@@ -169,12 +169,16 @@ def engine_options(f: Callable) -> Callable:
                      help="Serving engine whose memory accounting, scheduler and defaults "
                           "apply (docs/engines.md)."),
         click.option("--tp", type=POS_INT, default=1, show_default=True,
-                     help="Tensor-parallel size."),
+                     help="Tensor-parallel size as the engine writes it: vLLM's per DP rank; "
+                          "SGLang's and TensorRT-LLM's the world that --attention-dp splits "
+                          "(SGLang --tp 8 --dp 8 is 8 GPUs)."),
         click.option("--pp", type=POS_INT, default=1, show_default=True,
                      help="Pipeline-parallel size."),
         click.option("--attention-dp", type=POS_INT, default=1, show_default=True,
-                     help="Attention data-parallel ranks per replica (each a TP group with its "
-                          "own batch and KV pool; the replica uses tp x pp x attention-dp GPUs)."),
+                     help="Attention data-parallel ranks per replica, each with its own batch "
+                          "and KV pool (vLLM --data-parallel-size: tp x dp GPUs; SGLang "
+                          "--enable-dp-attention --dp and TensorRT-LLM enable_attention_dp: "
+                          "ranks inside --tp)."),
         click.option("--expert-parallel", type=POS_INT, default=1, show_default=True,
                      help="Expert-parallel size of the MoE layers over the tp x attention-dp "
                           "GPUs (must divide them and the experts; MoE models only)."),
@@ -227,7 +231,8 @@ def deployment_from_options(catalog_dir: tuple[str, ...], model: str, gpu: str,
 
     cal_path = kw.pop("calibration", None)
     dep = deployment(model, gpu, calibration=cal_path, catalog_dirs=catalog_dir,
-                     require_fit=require_fit, **asdict(options_from(kw)))
+                     require_fit=require_fit, engine_notation=True,
+                     **asdict(options_from(kw)))
     for w in dep.warnings():
         click.echo(f"warning: {w}", err=True)
     return dep

@@ -101,6 +101,11 @@ def _finish(plan: PlanResult, fmt: str, exports: list[Path], plot_dir: str | Non
         from capplan.cli._day import render_day
 
         emit(render_day(result, fmt))
+    if result.get("fixed_disaggregated"):
+        from capplan.cli._pd import pd_table
+
+        emit("\nthe plan's fixed disaggregated layout:\n"
+             + pd_table(result["fixed_disaggregated"], fmt))
 
 
 def render_disagg(d: dict[str, Any]) -> str:

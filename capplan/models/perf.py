@@ -40,6 +40,7 @@ from capplan.models import layers as model_layers
 from capplan.models import lora, speculative
 from capplan.models.calibration import Calibration, default_calibration
 from capplan.models.engine import EngineProfile, EngineSettings
+from capplan.models.layout import Links, allreduce_cost, ep_all_to_all, gather_scatter_cost
 from capplan.models.memory import (
     kv_bytes_per_token_per_layer,
     kv_dtype_bytes,
@@ -532,6 +533,37 @@ def feature_step_constants(model: ModelSpec, settings: EngineSettings, cal: Cali
     return out
 
 
+_OUT_OF_REACH_S = 1.0
+"""Per-token seconds that keep the step formula's min() off an algorithm that cannot run."""
+
+
+def _span(gpu: GpuSpec, cal: Calibration) -> Links | None:
+    """Effective NVLink and network figures of a GPU with a scale-out network: the
+    calibration's all-reduce bandwidth fraction applies to both (achievable over peak), the
+    catalog's latencies (None: the GPU has no network; replicas stay in one domain)."""
+    if gpu.network is None:
+        return None
+    return Links(gpu.interconnect.bytes_per_s * cal.allreduce_bw_frac, cal.allreduce_latency_s,
+                 gpu.network.bytes_per_s * cal.allreduce_bw_frac, gpu.network.latency_s,
+                 gpu.interconnect.max_gpus_per_node)
+
+
+def _moe_span_comm(model: ModelSpec, s: EngineSettings, span: Links, moe_layers: int,
+                   fp8: bool) -> tuple[float, float]:
+    """(fixed s, s per token of the replica's batch) of the MoE layers' traffic when attention
+    DP spans domains: with expert parallelism, DeepEP's dispatch + combine all-to-all (each GPU
+    sends batch / world tokens); without, the hierarchical all-gather + reduce-scatter of the
+    hidden states (models/layout.py)."""
+    world = s.tp * s.attention_dp
+    moe = model.moe
+    if s.expert_parallel > 1 and moe is not None:
+        a2a = ep_all_to_all(model.hidden_size, moe.num_experts_per_tok, s.expert_parallel, span,
+                            fp8_dispatch=fp8)
+        return moe_layers * a2a.latency_s, moe_layers * a2a.s_per_token_per_gpu / world
+    lat, per_byte = gather_scatter_cost(world, span)
+    return moe_layers * lat, moe_layers * model.hidden_size * 2.0 * per_byte
+
+
 def build_step_model(model: ModelSpec, gpu: GpuSpec, settings: EngineSettings,
                      calibration: Calibration | None = None) -> StepModel:
     """Constants of the step model for one (model, GPU, settings, calibration)."""
@@ -574,6 +606,14 @@ def build_step_model(model: ModelSpec, gpu: GpuSpec, settings: EngineSettings,
         ar_fixed = 2 * layers * cal.allreduce_latency_s
         ar_token = 2 * layers * 2 * (tp - 1) / tp * model.hidden_size * act_bytes / link
         ar_one = 2 * layers * (tp - 1) * model.hidden_size * act_bytes / link
+    span = _span(gpu, cal)
+    if tp > 1 and span is not None and tp > span.gpus_per_domain:
+        # TP across NVLink domains: the hierarchical all-reduce (models/layout.py); no
+        # one-shot kernel spans nodes, so its per-token cost is set out of reach.
+        lat, per_byte = allreduce_cost(tp, span)
+        ar_fixed = layers * lat  # the two-shot branch counts it twice: 2 per layer
+        ar_token = 2 * layers * model.hidden_size * act_bytes * per_byte
+        ar_one = _OUT_OF_REACH_S
     moe_fixed = moe_token = 0.0
     if dp > 1 and moe is not None:
         # With DP attention each MoE layer all-gathers the dp ranks' hidden states before the
@@ -586,6 +626,9 @@ def build_step_model(model: ModelSpec, gpu: GpuSpec, settings: EngineSettings,
         moe_fixed = 2 * counts.num_moe_layers * cal.allreduce_latency_s
         moe_token = (2 * counts.num_moe_layers * (world - 1) / world * model.hidden_size
                      * act_bytes / link)
+        if span is not None and world > span.gpus_per_domain:
+            moe_fixed, moe_token = _moe_span_comm(model, settings, span, counts.num_moe_layers,
+                                                  dt.compute_dtype in LOW_PRECISION)
     return StepModel(
         **feature_step_constants(model, settings, cal, kvb),
         dense_weight_bytes=dense_bytes,
@@ -612,7 +655,9 @@ def build_step_model(model: ModelSpec, gpu: GpuSpec, settings: EngineSettings,
         allreduce_s_fixed=ar_fixed,
         allreduce_s_per_token=ar_token,
         pp=pp,
-        p2p_s_per_token=model.hidden_size * act_bytes / link,
+        p2p_s_per_token=model.hidden_size * act_bytes / (
+            span.net_bytes_per_s if span is not None and tp * dp * pp > span.gpus_per_domain
+            else link),
         step_overhead_s=(cal.step_overhead_s if cal.step_overhead_s is not None
                          else settings.profile.step_overhead_s),
         per_seq_overhead_s=(cal.per_seq_overhead_s if cal.per_seq_overhead_s is not None

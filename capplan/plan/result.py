@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
+from capplan.models.layout import describe
 from capplan.plan.features_plan import features_dict
 from capplan.plan.schema import Lane
 from capplan.plan.search import Candidate, SearchSpace
@@ -106,6 +107,10 @@ class Recommendation:
     @property
     def label(self) -> str:
         s = self.candidate.settings
+        if s.attention_dp > 1 or s.expert_parallel > 1:
+            layout = describe(s.tp, s.pp, s.attention_dp, s.expert_parallel,
+                              self.candidate.gpu.interconnect.max_gpus_per_node)
+            return f"{self.candidate.gpu.key} {layout} ({s.weight_dtype})"
         return f"{self.candidate.gpu.key} TP {s.tp} ({s.weight_dtype})"
 
     def with_(self, **changes: Any) -> Recommendation:
@@ -134,7 +139,9 @@ class Recommendation:
     def to_dict(self) -> dict[str, Any]:
         c, s = self.candidate, self.candidate.settings
         return {
-            "gpu": c.gpu.key, "tp": s.tp, "pp": s.pp, "replicas": self.replicas,
+            "gpu": c.gpu.key, "tp": s.tp, "pp": s.pp, "attention_dp": s.attention_dp,
+            "expert_parallel": s.expert_parallel, "replicas": self.replicas,
+            "gpus_per_replica": s.tp * s.pp * s.attention_dp,
             "gpus_total": self.gpus_total, "max_num_seqs": s.max_num_seqs,
             "max_num_batched_tokens": s.max_num_batched_tokens,
             "weight_dtype": s.weight_dtype, "kv_dtype": s.kv_dtype,
@@ -297,6 +304,8 @@ class PlanResult:
     fp8_alternative: dict[str, Any] | None = None
     """The best fleet with fp8 weights when the plan did not allow them and they would save
     (plan/alternatives.py): GPUs, cost, saving, the accuracy caveat and a sentence."""
+    fixed_disaggregated: dict[str, Any] | None = None
+    """The plan file's fixed prefill/decode layout predicted (plan/pd.py); None if none."""
 
     @property
     def best(self) -> Recommendation:
@@ -321,4 +330,6 @@ class PlanResult:
             out["prefix_cache"] = self.prefix_cache
         if self.fp8_alternative is not None:
             out["fp8_alternative"] = self.fp8_alternative
+        if self.fixed_disaggregated is not None:
+            out["fixed_disaggregated"] = self.fixed_disaggregated
         return out

@@ -217,7 +217,8 @@ class EngineSpec(BaseModel):
     """KV block (page) size, one of the CLI's --block-size choices; default: the engine's."""
     attention_dp: _COUNT = 1  # type: ignore[valid-type]
     """Attention data-parallel ranks per replica (docs/perf.md, "Layouts"). recommend/plan
-    search plain TP: values above 1 are refused there (memory, latency and simulate take them)."""
+    choose layouts themselves (for MoE models attention DP + EP over each world): values above
+    1 are refused there (memory, latency and simulate take them)."""
     expert_parallel: _COUNT = 1  # type: ignore[valid-type]
     """Expert-parallel size of the MoE layers; as attention_dp, 1 in recommend/plan."""
     speculative: str | None = None
@@ -237,6 +238,32 @@ class EngineSpec(BaseModel):
     """LoRA adapter slots (a value or a list to search); default: searched when lanes use
     adapters."""
     max_lora_rank: Literal[1, 8, 16, 32, 64, 128, 256, 320, 512] = 16
+
+
+class PdPool(BaseModel):
+    """One pool of a fixed disaggregated layout (docs/disaggregation.md)."""
+
+    model_config = _STRICT
+    workers: _COUNT  # type: ignore[valid-type]
+    """Workers (replicas) of this pool."""
+    tp: _COUNT = 1  # type: ignore[valid-type]
+    """TP of a worker in the engine's notation (SGLang/TensorRT-LLM: the world)."""
+    pp: _COUNT = 1  # type: ignore[valid-type]
+    attention_dp: _COUNT = 1  # type: ignore[valid-type]
+    expert_parallel: _COUNT = 1  # type: ignore[valid-type]
+    gpu: str | None = None
+    """GPU of this pool (default: the plan's first candidate GPU)."""
+    max_num_seqs: _COUNT | None = None  # type: ignore[valid-type]
+    max_num_batched_tokens: _COUNT | None = None  # type: ignore[valid-type]
+
+
+class FixedDisaggregated(BaseModel):
+    """A given prefill/decode layout to predict for the plan's lanes (not searched)."""
+
+    model_config = _STRICT
+    prefill: PdPool
+    decode: PdPool
+    kv_link: Literal["auto", "nvlink", "network"] = "auto"
 
 
 class VerifySpec(BaseModel):
@@ -302,6 +329,9 @@ class PlanFile(BaseModel):
     export: list[str] = []
     """Files to write (.csv, .json, .md, .xlsx, .k8s.yaml, .llm-d.yaml, .html), relative to the
     plan file."""
+    disaggregated_layout: FixedDisaggregated | None = None
+    """A fixed prefill/decode layout predicted for the lanes' pooled traffic beside the
+    search (JSON `fixed_disaggregated`: per-pool figures, a saturated pool named)."""
     day: DaySpec = DaySpec()
     """Day plans (lanes with `trace` or `rate_curve`): windows and replica start-up."""
     models: list[ModelEntry] | None = None
