@@ -9,8 +9,10 @@
 
 Each function takes catalog names (or Hugging Face ids / NVML names), the engine options of the
 CLI as keyword arguments (`engine`, `tp`, `pp`, `weight_dtype`, `kv_dtype`, `max_model_len`,
-`gpu_memory_utilization`, `block_size`, `max_num_seqs`, `max_num_batched_tokens`) and an
-optional `calibration` (a file path or a Calibration). Unset options take the engine profile's
+`gpu_memory_utilization`, `block_size`, `max_num_seqs`, `max_num_batched_tokens`; the
+features of docs/features.md: `speculative`, `spec_tokens`, `acceptance_length`, `max_loras`,
+`max_lora_rank`, `images_per_request`...) and an optional `calibration` (a file path or a
+Calibration). Unset options take the engine profile's
 defaults for the GPU, through the same resolver the CLI and the planner use
 (capplan.plan.deployment.resolve_deployment). Results are typed; `.to_dict()` gives the CLI's
 JSON (SI units, the keys DESIGN.md lists).
@@ -26,6 +28,7 @@ from capplan.catalog.loader import Catalog, load_catalog
 from capplan.errors import InputError
 from capplan.export.json_export import jsonable as _jsonable
 from capplan.plan.deployment import Deployment, EngineOptions, resolve_deployment
+from capplan.plan.images import with_images
 from capplan.plan.result import PlanResult
 
 _ENGINE_KEYS = tuple(f.name for f in fields(EngineOptions))
@@ -166,7 +169,7 @@ def latency(model: str, gpu: str, *, rate: float | None = None, concurrency: int
     from capplan.plan.load import load_spec_from_options
     from capplan.plan.replay import WINDOW_S, ReplayLoad, answer
 
-    dep = deployment(model, gpu, **kw)
+    dep, input_len = with_images(deployment(model, gpu, **kw), input_len)
     spec = None
     if rate is not None:
         spec = load_spec_from_options(rate, concurrency, trace, str(input_len), str(output_len),
@@ -207,7 +210,7 @@ def simulate(model: str, gpu: str, *, rate: float | None = None,
     fleet = FleetOptions(replicas=replicas, router=router,
                          schedule=tuple((float(a), int(b)) for a, b in schedule),
                          startup_lag_s=startup_lag_s)
-    dep = deployment(model, gpu, **kw)
+    dep, input_len = with_images(deployment(model, gpu, **kw), input_len)
     bench = (BenchmarkRun.of(preset(benchmark), concurrency, None, warmup_prompts, requests)
              if benchmark is not None else None)
     res = run_simulation(dep, rate=rate, concurrency=concurrency, trace=trace,

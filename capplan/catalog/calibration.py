@@ -44,6 +44,7 @@ class CalibrationParams(BaseModel):
     allreduce_latency_s: float | None = Field(default=None, ge=0)
     allreduce_bw_frac: float | None = Field(default=None, gt=0, le=1)
     request_overhead_s: float | None = Field(default=None, ge=0)
+    spec_acceptance_length: float | None = Field(default=None, ge=1, le=65)
 
 
 class CalibrationFile(BaseModel):

@@ -16,7 +16,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from capplan.catalog.schema import ModelSpec
+from capplan.catalog.schema import ModelSpec, VisionSpec
 from capplan.errors import InputError, validation_error_line
 from capplan.limits import read_text
 
@@ -127,6 +127,46 @@ def _vision_params(cfg: dict[str, Any], text_hidden: int) -> float:
         return 0.0
     out = int(v.get("out_hidden_size") or h)
     return float(n * (4 * h * h + 2 * h * i) + h * out + out * text_hidden)
+
+
+def _vision_fields(cfg: dict[str, Any], text_hidden: int) -> dict[str, Any]:
+    """vision_params, and the vision section when the encoder is one capplan describes."""
+    spec = _vision_spec(cfg)
+    if spec is None:
+        return {"vision_params": _vision_params(cfg, text_hidden)}
+    from capplan.models.vision import encoder_params
+
+    return {"vision_params": float(encoder_params(VisionSpec(**spec))), "vision": spec}
+
+
+def _vision_spec(cfg: dict[str, Any]) -> dict[str, Any] | None:
+    """The `vision:` section for Qwen2-VL / Qwen2.5-VL style encoders (a ViT of `depth` blocks
+    over patch_size patches, a spatial_merge_size^2 merger): the fields capplan.models.vision
+    reads. Qwen2-VL names the ViT width embed_dim (its hidden_size is the merger's output) and
+    uses a plain MLP of mlp_ratio x width; Qwen2.5-VL a gated one of intermediate_size. The
+    pixel limits are the processors' defaults (Qwen2VLImageProcessor: 56 x 56 to 28 x 28 x
+    16384 px; preprocessor_config.json may set others). None for other encoders."""
+    v = cfg.get("vision_config")
+    if not isinstance(v, dict) or "depth" not in v or "spatial_merge_size" not in v:
+        return None
+    try:
+        if "embed_dim" in v:  # Qwen2-VL
+            width, out = int(v["embed_dim"]), int(v.get("hidden_size") or v["embed_dim"])
+            inter, gated = int(width * float(v.get("mlp_ratio", 4))), False
+        else:  # Qwen2.5-VL
+            width, out = int(v["hidden_size"]), int(v["out_hidden_size"])
+            inter, gated = int(v["intermediate_size"]), True
+        spec = {"depth": int(v["depth"]), "hidden_size": width, "intermediate_size": inter,
+                "num_heads": int(v["num_heads"]), "patch_size": int(v["patch_size"]),
+                "spatial_merge_size": int(v["spatial_merge_size"]),
+                "temporal_patch_size": int(v.get("temporal_patch_size", 2)),
+                "out_hidden_size": out, "mlp_gated": gated}
+    except (KeyError, TypeError, ValueError):
+        return None
+    if v.get("window_size"):
+        spec.update(window_size=int(v["window_size"]),
+                    fullatt_block_indexes=[int(i) for i in v.get("fullatt_block_indexes", [])])
+    return spec
 
 
 def _quantization(q: dict[str, Any] | None) -> dict[str, Any] | None:
@@ -464,7 +504,8 @@ def config_to_entry(cfg: dict[str, Any], key: str, source: str) -> dict[str, Any
         "tie_word_embeddings": bool(c.get("tie_word_embeddings", False)),
         "mlp_gated": gated, "hidden_act": act,
         "sliding_window": window, "num_sliding_layers": n_sliding,
-        "moe": moe, "mla": mla, "vision_params": _vision_params(cfg, hidden),
+        "moe": moe, "mla": mla, **_vision_fields(cfg, hidden),
+        "mtp_layers": int(c.get("num_nextn_predict_layers") or 0),
         "attn_output_gate": bool(c.get("attn_output_gate", mt.startswith("qwen3_next"))),
         "params_total": 1.0, "params_active": 1.0,
         "source": {"config": source, "params": "computed by capplan from the architecture"},

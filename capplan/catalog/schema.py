@@ -211,6 +211,28 @@ class LinearAttentionSpec(BaseModel):
     conv_kernel: int = Field(default=4, ge=2)
 
 
+class VisionSpec(BaseModel):
+    """A vision encoder (ViT + patch merger), from config.json `vision_config` and the image
+    processor's preprocessor_config.json (Qwen2-VL / Qwen2.5-VL field names)."""
+
+    model_config = _STRICT
+    depth: int = Field(ge=1)
+    hidden_size: int = Field(ge=1)
+    intermediate_size: int = Field(ge=1)
+    num_heads: int = Field(ge=1)
+    patch_size: int = Field(ge=1)
+    spatial_merge_size: int = Field(default=2, ge=1)
+    temporal_patch_size: int = Field(default=2, ge=1)
+    out_hidden_size: int = Field(ge=1)
+    mlp_gated: bool = True
+    window_size: int | None = Field(default=None, ge=1)
+    """Window attention span in pixels (Qwen2.5-VL 112); None: every layer attends fully."""
+    fullatt_block_indexes: list[int] = []
+    """Layers with full attention when window_size is set."""
+    min_pixels: int = Field(default=3136, ge=1)
+    max_pixels: int = Field(default=12845056, ge=1)
+
+
 class ModelSpec(BaseModel):
     """One model architecture, from model_catalog/<key>.yaml (fields as in HF config.json)."""
 
@@ -255,6 +277,11 @@ class ModelSpec(BaseModel):
     moe: MoeSpec | None = None
     mla: MlaSpec | None = None
     vision_params: float = Field(default=0, ge=0)
+    vision: VisionSpec | None = None
+    """The vision encoder's shape (image tokens and encoder cost); vision_params its size."""
+    mtp_layers: int = Field(default=0, ge=0)
+    """Multi-token-prediction layers the checkpoint holds (config num_nextn_predict_layers):
+    what `--speculative mtp` drafts with (capplan/models/speculative.py)."""
     params_total: float = Field(gt=0)
     params_active: float = Field(gt=0)
     source: dict[str, str]

@@ -8,6 +8,7 @@ from typing import Any
 
 import click
 
+from capplan.cli._features import echo_features, feature_options
 from capplan.cli._options import (
     BURSTINESS,
     CONCURRENCY,
@@ -24,6 +25,7 @@ from capplan.cli._prefix import pop_prefix_spec, prefix_options
 from capplan.cli._render import emit, to_json
 from capplan.cli._tables import latency_table, resolved_dtypes, sweep_table
 from capplan.plan.bands import attach_bands
+from capplan.plan.images import with_images
 from capplan.plan.load import load_spec_from_options
 from capplan.plan.replay import WINDOW_S, ReplayLoad, answer
 from capplan.sim.protocol import PRESETS
@@ -88,6 +90,7 @@ class ListOf(click.ParamType):
 @prefix_options
 @engine_options
 @pd_options
+@feature_options
 @format_option
 @catalog_option
 @replay_options
@@ -111,6 +114,8 @@ def latency_cmd(model: str, gpu: str, rate: list[float] | None, concurrency: lis
                     burstiness, fmt, catalog_dir, prefix, kw)
         return
     dep = deployment_from_options(catalog_dir, model, gpu, kw)
+    dep, input_len = with_images(dep, input_len)
+    echo_features(dep, fmt)
     levels: list[Any] = list(rate or concurrency or [None])
     results = []
     for level in levels:

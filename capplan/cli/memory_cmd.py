@@ -6,6 +6,7 @@ from dataclasses import asdict
 
 import click
 
+from capplan.cli._features import feature_options
 from capplan.cli._options import (
     catalog_option,
     deployment_from_options,
@@ -14,12 +15,14 @@ from capplan.cli._options import (
     model_gpu_options,
 )
 from capplan.cli._render import Column, emit, kv_table, render_rows, to_json
+from capplan.models.memory import MemoryReport
 from capplan.units import bytes_to_gib
 
 
 @click.command("memory")
 @model_gpu_options
 @engine_options
+@feature_options
 @format_option
 @catalog_option
 def memory_cmd(model: str, gpu: str, fmt: str, catalog_dir: tuple[str, ...], **kw) -> None:
@@ -48,6 +51,7 @@ def memory_cmd(model: str, gpu: str, fmt: str, catalog_dir: tuple[str, ...], **k
         ("total memory (GiB)", f"{gib(r.total_memory_bytes):.2f}"),
         (f"budget at {s.gpu_memory_utilization:g} (GiB)", f"{gib(r.budget_bytes):.2f}"),
         ("weights per GPU (GiB)", f"{gib(r.weights_bytes_per_gpu):.2f}"),
+        *feature_rows(r),
         ("activation peak (GiB)", f"{gib(r.activation_peak_bytes_per_gpu):.2f}"),
         ("runtime overhead (GiB)", f"{gib(r.runtime_overhead_bytes_per_gpu):.2f}"),
         ("CUDA graphs, outside budget (GiB)", f"{gib(r.cuda_graph_bytes_per_gpu):.2f}"),
@@ -62,6 +66,18 @@ def memory_cmd(model: str, gpu: str, fmt: str, catalog_dir: tuple[str, ...], **k
         ("fits", "yes" if r.fits else f"NO: {r.reason}"),
     ]
     emit(kv_table(pairs, fmt))
+
+
+def feature_rows(r: MemoryReport) -> list[tuple[str, str]]:
+    """The parts of the weights that speculation and LoRA add, when present."""
+    rows = []
+    if r.draft_weights_bytes_per_gpu:
+        rows.append(("  of which drafter (GiB)",
+                     f"{bytes_to_gib(r.draft_weights_bytes_per_gpu):.2f}"))
+    if r.lora_bytes_per_gpu:
+        rows.append(("  of which LoRA slots (GiB)",
+                     f"{bytes_to_gib(r.lora_bytes_per_gpu):.2f}"))
+    return rows
 
 
 def register(cli: click.Group) -> None:

@@ -18,6 +18,7 @@ from click.core import ParameterSource
 from capplan import limits
 from capplan.catalog.loader import load_catalog
 from capplan.cli._day import day_options, day_spec
+from capplan.cli._features import pop_plan_features, recommend_feature_options
 from capplan.cli._options import (
     BURSTINESS,
     ENGINE,
@@ -202,7 +203,12 @@ def launch_block(flags: dict[str, str]) -> list[str]:
         for name, text in flags.items():
             if name.startswith(f"file:{key}:"):
                 flow = yaml.safe_dump(yaml.safe_load(text), default_flow_style=True).strip()
-                out.append(f"  {name.split(':', 2)[2]} (the file this line reads): {flow}")
+                head = f"  {name.split(':', 2)[2]} (the file this line reads): "
+                if len(head) + len(flow) > 120:  # speculation and LoRA lengthen it: wrap
+                    flow = "\n    " + yaml.safe_dump(yaml.safe_load(text), width=90,
+                                                     default_flow_style=True
+                                                     ).strip().replace("\n", "\n    ")
+                out.append(head.rstrip() + (flow if flow.startswith("\n") else " " + flow))
     if flags.get("bench_dataset"):  # PLAN.json: this plan, written with --export PLAN.json
         out.append("dataset: " + flags["bench_dataset"])
     out.append("verify:  " + flags["bench"])
@@ -300,6 +306,7 @@ def _exports(paths: tuple[str, ...] | list[str], base: Path | None = None) -> li
 @click.option("--tpot-p99", type=SECONDS, default=None,
               help="p99 TPOT SLO (s): a request's mean gap, as vllm bench serve reports it.")
 @click.option("--tpot-mean", type=SECONDS, default=None, help="Mean TPOT SLO (seconds).")
+@recommend_feature_options
 @click.option("--disagg/--no-disagg", default=True, show_default=True,
               help="Also size a disaggregated prefill/decode layout and say which wins.")
 @format_option
@@ -331,6 +338,7 @@ def recommend_cmd(model: str, rate: float | None, input_len: str, output_len: st
             raise InputError(f"--price {item!r}: expected GPU=USD, e.g. h200=3.5") from None
     ctx = click.get_current_context()
     day = day_lane(prefix_kw, rate)
+    feat_engine, feat_lane = pop_plan_features(prefix_kw)
     lane: dict[str, Any] = {"name": "default", "rate_per_s": rate, "burstiness": burstiness,
                             "arrival": "poisson" if burstiness == 1.0 else "gamma",
                             "slo": {"ttft_p99_s": ttft_p99, "tbt_p99_s": tbt_p99,
@@ -353,12 +361,13 @@ def recommend_cmd(model: str, rate: float | None, input_len: str, output_len: st
         "engine": {"name": engine.lower(), "max_num_seqs": max_num_seqs,
                    "max_num_batched_tokens": max_num_batched_tokens,
                    "max_model_len": max_model_len,
-                   "gpu_memory_utilization": gpu_memory_utilization},
+                   "gpu_memory_utilization": gpu_memory_utilization, **feat_engine},
         "calibration": calibration,
-        "workloads": [lane],
+        "workloads": [{**lane, **feat_lane}],
         "objective": objective, "headroom": headroom, "verify": {"top": verify_top},
         "allow_near_floor": allow_near_floor,
-        **({"workloads": [{**lane, **day["lane"]}], "day": day["day"]} if day["lane"] else {}),
+        **({"workloads": [{**lane, **feat_lane, **day["lane"]}], "day": day["day"]}
+           if day["lane"] else {}),
     })
     with _verifier(verify_top > 0, jobs) as verify:
         if plan.is_day:

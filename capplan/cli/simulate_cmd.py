@@ -8,6 +8,7 @@ from typing import Any
 
 import click
 
+from capplan.cli._features import echo_features, feature_options
 from capplan.cli._fleet import fleet_options, pop_fleet_options, render_fleet
 from capplan.cli._options import (
     BURSTINESS,
@@ -27,6 +28,7 @@ from capplan.cli._prefix import pop_prefix_spec, prefix_options
 from capplan.cli._render import Column, emit, render_rows, to_json
 from capplan.cli._tables import dtype_text, resolved_dtypes
 from capplan.plan.bands import attach_bands
+from capplan.plan.images import with_images
 from capplan.sim.protocol import PRESETS, BenchmarkRun, preset
 from capplan.units import MS_S
 
@@ -105,6 +107,7 @@ def _rows(results: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
 @prefix_options
 @fleet_options
 @engine_options
+@feature_options
 @format_option
 @catalog_option
 @click.option("--plot", "plot_dir", default=None,
@@ -129,6 +132,8 @@ def simulate_cmd(model: str, gpu: str, rate: float | None, concurrency: int | No
     load = {k: kw.pop(k) for k in ("burstiness", "input_len", "output_len", "num_requests",
                                    "time_unit")}
     dep = deployment_from_options(catalog_dir, model, gpu, kw)
+    dep, load["input_len"] = with_images(dep, load["input_len"])
+    echo_features(dep, fmt)
     s = dep.settings
     bars: dict[str, Any] = {}
     bench = (BenchmarkRun.of(preset(benchmark), concurrency, None, None, load["num_requests"])

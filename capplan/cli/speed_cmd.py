@@ -6,6 +6,7 @@ from __future__ import annotations
 import click
 
 from capplan import limits
+from capplan.cli._features import echo_features, feature_options
 from capplan.cli._options import (
     IntList,
     catalog_option,
@@ -29,6 +30,7 @@ from capplan.plan.speed import decode_curve, prefill_rows
 @click.option("--prefill", type=IntList(limits.TOKENS), default=None,
               help="Prompt lengths to time alone (TTFT floor), e.g. 512,2048,8192.")
 @engine_options
+@feature_options
 @format_option
 @catalog_option
 @click.option("--plot", "plot_dir", type=click.Path(file_okay=False), default=None,
@@ -40,6 +42,7 @@ def speed_cmd(model: str, gpu: str, batch: list[int], context: list[int],
     limits.check_cap("speed_rows", len(batch) * len(context) + len(prefill or ()),
                      "--batch x --context")
     dep = deployment_from_options(catalog_dir, model, gpu, kw)
+    echo_features(dep, fmt)
     s = dep.settings
     context_len = s.max_model_len or dep.model.max_position_embeddings
     limits.check_context(max(context), context_len, "--context")

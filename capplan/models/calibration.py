@@ -51,6 +51,10 @@ class Calibration:
     """Fixed GPU cost per MoE layer per step beyond the dense layer's: the fused-MoE path runs
     ~7 more small kernels (router GEMM, top-k, align/permute, two grouped GEMMs, activation,
     reduce) at the ~3 us launch/tail each that per_layer_overhead_s counts."""
+    spec_acceptance_length: float | None = None
+    """Mean tokens per speculative step the server measured (1 + accepted / drafts, from its
+    spec-decode counters: capplan/probe/spec_metrics.py); None: the published default for the
+    method and workload kind. --acceptance-length overrides it."""
     source: str = "default"
     """'default (datasheet)' or the calibration file it came from."""
 

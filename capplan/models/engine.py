@@ -600,6 +600,38 @@ class EngineSettings:
     expert_parallel: int = 1
     """Expert-parallel size of the MoE layers over the replica's tp x attention_dp GPUs (the
     rest of that world is MoE tensor parallelism: moe_tp = tp x attention_dp / expert_parallel)."""
+    # Features that change memory and step cost (capplan/models/speculative.py, lora.py,
+    # vision.py; docs/features.md).
+    speculative: str | None = None
+    """Speculative decoding method: eagle3, eagle, mtp, ngram or draft:MODEL; None: off."""
+    spec_tokens: int | None = None
+    """Draft steps per engine step (vLLM num_speculative_tokens); None: the method's default;
+    0: no speculation."""
+    spec_topk: int = 1
+    """Draft tree branching (SGLang --speculative-eagle-topk); 1: a chain."""
+    spec_draft_tokens: int | None = None
+    """Tokens verified per sequence per step (SGLang --speculative-num-draft-tokens); None:
+    spec_tokens + 1 for a chain."""
+    acceptance_length: float | None = None
+    """Mean tokens emitted per sequence per step (measured); None: the published default."""
+    spec_workload: str = "chat"
+    """Workload kind the default acceptance is taken for: chat, code, math, summarisation."""
+    draft_model: Any = field(default=None, compare=False, repr=False)
+    """The draft model's ModelSpec for draft:MODEL (resolved from the catalog)."""
+    max_loras: int = 0
+    """LoRA adapter slots on the GPU (vLLM --max-loras); 0: LoRA off."""
+    max_lora_rank: int = 16
+    """Largest adapter rank the slots are sized for (vLLM --max-lora-rank, default 16)."""
+    lora_adapters: int = 0
+    """Distinct adapters in the traffic (0: as many as max_loras)."""
+    lora_popularity: str = "uniform"
+    """How requests pick adapters: uniform or zipf (s = 1)."""
+    images_per_request: int = 0
+    """Images in each request's prompt (vLLM --limit-mm-per-prompt image=N); 0: text only."""
+    image_width: int = 1024
+    """Image width in pixels."""
+    image_height: int = 1024
+    """Image height in pixels."""
 
     @property
     def world_size(self) -> int:

@@ -17,6 +17,7 @@ from capplan.catalog.schema import GpuSpec, ModelSpec
 from capplan.errors import InputError
 from capplan.models import layers
 from capplan.models.engine import EngineProfile, EngineSettings
+from capplan.models.features import feature_memory
 from capplan.models.memo import per_model
 from capplan.units import DTYPE_BYTES, GIB_BYTES, MIB_BYTES, cdiv
 
@@ -347,6 +348,10 @@ class MemoryReport:
     attention_dp: int = 1
     """Attention data-parallel ranks of the replica: each holds its own pool of the size above
     for its own sequences (the replica's KV tokens are attention_dp x kv_cache_tokens)."""
+    draft_weights_bytes_per_gpu: float = 0.0
+    """Speculative drafter weights, part of weights_bytes_per_gpu (models/speculative.py)."""
+    lora_bytes_per_gpu: float = 0.0
+    """LoRA adapter slots, part of weights_bytes_per_gpu (models/lora.py)."""
 
     @property
     def replica_kv_cache_tokens(self) -> int:
@@ -439,15 +444,25 @@ def memory_report(model: ModelSpec, gpu: GpuSpec, settings: EngineSettings,
     act_bytes = 2.0 if model.torch_dtype != "fp32" else 4.0
     act = activation_peak_bytes(model, s, act_bytes, profile.sampler,
                                 cublas_workspace_bytes(gpu.key))
+    kvb = kv_dtype_bytes(model, s.kv_dtype)
+    feat = feature_memory(model, s, kv_bytes_per_token_per_layer(model, s.tp, kvb),
+                          model.dtype_bytes, act_bytes, dt.linear)
+    weights += feat.weights_bytes
+    if feat.encoder_forward_bytes or feat.encoder_cache_bytes:
+        act = max(act + feat.encoder_cache_bytes, feat.encoder_forward_bytes)
     non_torch, graphs = runtime_overhead_bytes(model, s)
     total = gpu.total_memory_bytes
     kvb_plan = profile.memory.kv_budget(total, s.gpu_memory_utilization, weights, act,
                                         non_torch, graphs)
     budget, kv_cache = kvb_plan.budget_bytes, kvb_plan.kv_cache_bytes
     overhead = non_torch + (graphs if profile.memory.cudagraphs_in_budget else 0.0)
-    kvb = kv_dtype_bytes(model, s.kv_dtype)
     per_token, bs, state, state_blocks = _kv_layout(model, s.tp, kvb, s.block_size, s.pp)
     seq_bytes = _sequence_bytes(model, max_len, s.tp, kvb, bs, s.pp, s.max_num_batched_tokens)
+    if per_token and feat.draft_kv_bytes_per_token:
+        # The drafter's KV pages share the pool, token for token (vLLM allocates them in the
+        # same KV cache config; SGLang's draft worker shares the token pool).
+        seq_bytes *= (per_token + feat.draft_kv_bytes_per_token) / per_token
+        per_token += feat.draft_kv_bytes_per_token
     if per_token:
         blocks = max(0, int(kv_cache // (bs * per_token)))
         usable = blocks * bs * per_token
@@ -482,6 +497,7 @@ def memory_report(model: ModelSpec, gpu: GpuSpec, settings: EngineSettings,
         state_bytes_per_seq_per_gpu=state,
         state_blocks_per_seq=state_blocks if per_token else 0,
         attention_dp=s.attention_dp,
+        draft_weights_bytes_per_gpu=feat.draft_weights_bytes, lora_bytes_per_gpu=feat.lora_bytes,
     )
 
 

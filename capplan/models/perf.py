@@ -16,6 +16,12 @@ For a step that pushes T tokens through the model (decode tokens plus prefill-ch
   causal prefill of a chunk of c tokens after p cached ones has c*p + c(c+1)/2 pairs;
 - two all-reduces per layer under tensor parallelism (Megatron-LM, Shoeybi et al. 2019);
 - smax is a smooth maximum (p-norm, p=4): kernels near the ridge point reach neither roof.
+- speculative decoding (models/speculative.py): a step with decoders verifies V tokens per
+  decoder after the drafter's passes and emits tau; it is charged per emitted token,
+  step_spec = [step(V tokens per decoder, tau x the prefill work) + draft] / tau
+              + per_seq_overhead * decoders * (1 - 1/tau)      (exactly step at V = tau = 1);
+- LoRA (models/lora.py): + distinct adapters in the batch x adapter bytes / BW + the punica
+  kernels' fixed cost; vision (models/vision.py): + encoder FLOPs per prefill token.
 
 Everything is numpy-vectorised: each input may be an array; constants may be arrays too
 (one per configuration), so a whole grid evaluates in one call. Derivation: docs/perf.md.
@@ -31,6 +37,7 @@ from numpy.typing import ArrayLike
 
 from capplan.catalog.schema import GpuSpec, ModelSpec
 from capplan.models import layers as model_layers
+from capplan.models import lora, speculative
 from capplan.models.calibration import Calibration, default_calibration
 from capplan.models.engine import EngineProfile, EngineSettings
 from capplan.models.layout import Links, allreduce_cost, ep_all_to_all, gather_scatter_cost
@@ -91,8 +98,16 @@ STEP_CONSTANTS = ("dense_weight_bytes", "expert_bytes", "num_moe_layers", "num_e
                   "gemm_half_tokens", "allreduce_s_fixed", "allreduce_s_per_token", "pp",
                   "p2p_s_per_token", "step_overhead_s", "per_seq_overhead_s", "layer_overhead_s",
                   "state_bytes_per_seq", "allreduce_s_per_token_oneshot", "attention_dp",
-                  "expert_parallel", "moe_comm_s_fixed", "moe_comm_s_per_token", "host_overlap")
+                  "expert_parallel", "moe_comm_s_fixed", "moe_comm_s_per_token", "host_overlap",
+                  "spec_verify_tokens", "spec_accept_len", "draft_weight_bytes",
+                  "draft_flops_per_token", "draft_steps", "draft_width",
+                  "draft_kv_bytes_per_token", "draft_overhead_s", "lora_adapter_bytes",
+                  "lora_n1", "lora_q1", "lora_n2", "lora_q2", "lora_n3", "lora_q3", "lora_n4",
+                  "lora_q4", "lora_max_loras", "lora_flops_per_token", "lora_overhead_s",
+                  "prefill_extra_flops_per_token", "spec_step_overhead_s")
 """`StepModel` fields that `step_parts` takes, in its order."""
+_N_BASE = STEP_CONSTANTS.index("spec_verify_tokens")
+"""Constants before the feature terms (speculative decoding, LoRA, vision)."""
 
 
 def step_parts(x: tuple, c: tuple, moe: bool) -> tuple:
@@ -114,20 +129,47 @@ def step_parts(x: tuple, c: tuple, moe: bool) -> tuple:
     return combine_parts(fixed_parts(x, c, moe), attention_parts(x, c))
 
 
+def feature_inputs(x: tuple, c: tuple) -> tuple:
+    """Speculative decoding's view of a step's inputs: (x', g, v) (`step_parts`).
+
+    A step with decoders is 1/tau of a speculative step (capplan/models/speculative.py): each
+    decoder is verified over V tokens and, in the tau emitted tokens' time, the step takes tau
+    of its prefill work (chunk tokens, pairs, KV reads, sequences and their logits). g = tau
+    when the step has decoders, else 1. Without speculation V = tau = 1: x' is x exactly.
+    """
+    bd, kv_full, kv_win, tp_, pairs, pairs_w, pre_read, pre_read_w, nps, logits = x
+    v = c[_N_BASE] * 1.0  # spec_verify_tokens
+    g = select(bd > 0, c[_N_BASE + 1] * 1.0, 1.0)  # spec_accept_len
+    return ((bd, kv_full, kv_win, tp_ * g, pairs * g, pairs_w * g, pre_read * g,
+             pre_read_w * g, nps * g, bd * v + (logits - bd) * g), g, v)
+
+
 def fixed_parts(x: tuple, c: tuple, moe: bool) -> tuple:
     """The step's terms that do not read the KV cache: (linear, dense_mem, expert_mem,
-    dense_cmp, expert_cmp, comm, p2p, overhead, pp, tokens, host, host_overlap, layer, fixed)
-    (`step_parts`; overhead as if nothing overlapped: `combine_parts` hides the host's share)."""
+    dense_cmp, expert_cmp, comm, p2p, overhead, pp, tokens, host, host_overlap, layer, fixed,
+    extra, g, seq_cost, kv_passes) (`step_parts`; overhead as if nothing overlapped:
+    `combine_parts` hides the host's share); extra = LoRA and the drafter's weights, FLOPs and
+    fixed costs, g the speculative scale, seq_cost the per-sequence host cost of the decoders,
+    kv_passes the draft passes that read the drafter's KV (all 0/1 without the features)."""
+    x, g, v = feature_inputs(x, c)
     bd, _, _, tp_, _, _, _, _, nps, logits = x
     (dense_weight_bytes, expert_bytes, num_moe_layers, num_experts, experts_per_tok,
-     _, _, _, dense_flops_per_token,
-     expert_flops_per_token, lm_head_flops_per_token, _,
-     _, mem_bytes_per_s, _, expert_bytes_per_s,
-     gemm_flops_per_s, _, gemm_half_tokens, allreduce_s_fixed,
+     kv_bytes_per_token_layer, full_layers, window_layers, dense_flops_per_token,
+     expert_flops_per_token, lm_head_flops_per_token, attn_flops_per_pair_decode,
+     attn_flops_per_pair_prefill, mem_bytes_per_s, kv_bytes_per_s, expert_bytes_per_s,
+     gemm_flops_per_s, attn_flops_per_s, gemm_half_tokens, allreduce_s_fixed,
      allreduce_s_per_token, pp, p2p_s_per_token, step_overhead_s, per_seq_overhead_s,
-     layer_overhead_s, _, allreduce_s_per_token_oneshot, attention_dp,
-     expert_parallel, moe_comm_s_fixed, moe_comm_s_per_token, host_overlap) = c
-    tokens = bd + tp_
+     layer_overhead_s, state_bytes_per_seq, allreduce_s_per_token_oneshot, attention_dp,
+     expert_parallel, moe_comm_s_fixed, moe_comm_s_per_token, host_overlap, spec_verify_tokens,
+     spec_accept_len, draft_weight_bytes, draft_flops_per_token, draft_steps, draft_width,
+     draft_kv_bytes_per_token, draft_overhead_s, lora_adapter_bytes, lora_n1, lora_q1, lora_n2,
+     lora_q2, lora_n3, lora_q3, lora_n4, lora_q4, lora_max_loras, lora_flops_per_token,
+     lora_overhead_s, prefill_extra_flops_per_token, spec_step_overhead_s) = c
+    dec = bd > 0
+    bd_rows = bd * v
+    tokens = bd_rows + tp_
+    seqs_all = bd + nps
+    extra_flops = tp_ * prefill_extra_flops_per_token  # vision encoder (models/vision.py)
     # Attention data parallelism: the replica's batch splits evenly over `attention_dp` ranks,
     # each a TP group running attention and the dense layers on its own share (vLLM
     # --data-parallel-size, SGLang --enable-dp-attention, TensorRT-LLM enable_attention_dp);
@@ -136,9 +178,11 @@ def fixed_parts(x: tuple, c: tuple, moe: bool) -> tuple:
     global_tokens = tokens
     tokens = tokens / dp
     bd, nps, logits = bd / dp, nps / dp, logits / dp
+    bd_rows, extra_flops = bd_rows / dp, extra_flops / dp
     dense_mem = dense_weight_bytes / mem_bytes_per_s
     eff = tokens / (tokens + gemm_half_tokens)
-    dense_flops = tokens * dense_flops_per_token + logits * lm_head_flops_per_token
+    dense_flops = (tokens * dense_flops_per_token + logits * lm_head_flops_per_token
+                   + extra_flops + tokens * lora_flops_per_token)
     dense_cmp = dense_flops / (gemm_flops_per_s * np.maximum(eff, 1e-12))
     linear = smooth_max(dense_mem, dense_cmp)
     expert_mem = expert_cmp = 0.0
@@ -174,18 +218,49 @@ def fixed_parts(x: tuple, c: tuple, moe: bool) -> tuple:
     p2p = (pp - 1) * tokens * p2p_s_per_token
     host = per_seq_overhead_s * (bd + nps)
     overhead = step_overhead_s + host + pp * layer_overhead_s
+    # LoRA (models/lora.py): the A and B matrices of the batch's distinct adapters, read once,
+    # and the shrink/expand kernels' fixed cost; 0 without adapters.
+    distinct = (lora_n1 * (1.0 - (1.0 - lora_q1) ** seqs_all)
+                + lora_n2 * (1.0 - (1.0 - lora_q2) ** seqs_all)
+                + lora_n3 * (1.0 - (1.0 - lora_q3) ** seqs_all)
+                + lora_n4 * (1.0 - (1.0 - lora_q4) ** seqs_all))
+    distinct = np.minimum(distinct, lora_max_loras)
+    lora_s = distinct * lora_adapter_bytes / mem_bytes_per_s + lora_overhead_s
+    # The draft passes: the drafter's weights read per pass, FLOPs of its rows, and a fixed
+    # cost per pass (its layers' small kernels); its KV read is in attention_parts. The first
+    # pass runs over the V verified positions of each decoder (it refreshes the drafter's KV
+    # and hidden states: vLLM EagleProposer.propose, SGLang draft extend), the others over
+    # draft_width tokens each.
+    w_mem = draft_weight_bytes / mem_bytes_per_s
+    rows_w, rows_v = bd * draft_width, bd_rows
+    pass_w = smooth_max(w_mem, rows_w * draft_flops_per_token / (gemm_flops_per_s * np.maximum(
+        rows_w / np.maximum(rows_w + gemm_half_tokens, 1e-12), 1e-12)))
+    pass_v = smooth_max(w_mem, rows_v * draft_flops_per_token / (gemm_flops_per_s * np.maximum(
+        rows_v / np.maximum(rows_v + gemm_half_tokens, 1e-12), 1e-12)))
+    extra = pp * lora_s + select(dec, (draft_steps - 1.0) * pass_w + pass_v + draft_steps
+                                 * draft_overhead_s + spec_step_overhead_s, 0.0)
     return (linear, dense_mem, expert_mem, dense_cmp, expert_cmp, comm, p2p, overhead, pp,
-            tokens, host, host_overlap * 1.0, pp * layer_overhead_s, step_overhead_s * 1.0)
+            tokens, host, host_overlap * 1.0, pp * layer_overhead_s, step_overhead_s * 1.0,
+            extra, g, per_seq_overhead_s * bd, select(dec, draft_steps * 1.0, 0.0))
 
 
 def attention_parts(x: tuple, c: tuple) -> tuple:
-    """The step's attention: (kv_mem, attn_cmp, attention), KV read and FLOPs, full and
-    sliding-window layers (`step_parts`)."""
+    """The step's attention: (kv_mem, attn_cmp, attention, draft_kv), KV read and FLOPs, full
+    and sliding-window layers, and one draft pass's read of the drafter's KV (`step_parts`)."""
+    x, _, v = feature_inputs(x, c)
     bd, kv_full, kv_win, tp_, pairs, pairs_w, pre_read, pre_read_w, nps, _ = x
-    (_, _, _, _, _, kv_bytes_per_token_layer, full_layers, window_layers, _, _, _,
-     attn_flops_per_pair_decode, attn_flops_per_pair_prefill, _, kv_bytes_per_s, _, _,
-     attn_flops_per_s, _, _, _, _, _, _, _, _, state_bytes_per_seq, _, attention_dp,
-     _, _, _, _) = c
+    (dense_weight_bytes, expert_bytes, num_moe_layers, num_experts, experts_per_tok,
+     kv_bytes_per_token_layer, full_layers, window_layers, dense_flops_per_token,
+     expert_flops_per_token, lm_head_flops_per_token, attn_flops_per_pair_decode,
+     attn_flops_per_pair_prefill, mem_bytes_per_s, kv_bytes_per_s, expert_bytes_per_s,
+     gemm_flops_per_s, attn_flops_per_s, gemm_half_tokens, allreduce_s_fixed,
+     allreduce_s_per_token, pp, p2p_s_per_token, step_overhead_s, per_seq_overhead_s,
+     layer_overhead_s, state_bytes_per_seq, allreduce_s_per_token_oneshot, attention_dp,
+     expert_parallel, moe_comm_s_fixed, moe_comm_s_per_token, host_overlap, spec_verify_tokens,
+     spec_accept_len, draft_weight_bytes, draft_flops_per_token, draft_steps, draft_width,
+     draft_kv_bytes_per_token, draft_overhead_s, lora_adapter_bytes, lora_n1, lora_q1, lora_n2,
+     lora_q2, lora_n3, lora_q3, lora_n4, lora_q4, lora_max_loras, lora_flops_per_token,
+     lora_overhead_s, prefill_extra_flops_per_token, spec_step_overhead_s) = c
     dp = attention_dp * 1.0  # each attention-DP rank reads its share (fixed_parts)
     bd, tp_, nps = bd / dp, tp_ / dp, nps / dp
     kv_full, kv_win, pairs, pairs_w = kv_full / dp, kv_win / dp, pairs / dp, pairs_w / dp
@@ -194,28 +269,35 @@ def attention_parts(x: tuple, c: tuple) -> tuple:
         kv_win + pre_read_w + tp_)
     kv_mem = (kv_tokens * kv_bytes_per_token_layer
               + 2 * (bd + nps) * state_bytes_per_seq) / kv_bytes_per_s
-    attn_pairs_dec = full_layers * kv_full + window_layers * kv_win
+    # V verified queries per decoder each attend to its context; the KV is read once.
+    attn_pairs_dec = (full_layers * kv_full + window_layers * kv_win) * v
     attn_pairs_pre = full_layers * pairs + window_layers * pairs_w
     attn_cmp = (attn_pairs_dec * attn_flops_per_pair_decode
                 + attn_pairs_pre * attn_flops_per_pair_prefill) / attn_flops_per_s
-    return kv_mem, attn_cmp, smooth_max(kv_mem, attn_cmp)
+    draft_kv = kv_full * draft_kv_bytes_per_token / kv_bytes_per_s
+    return kv_mem, attn_cmp, smooth_max(kv_mem, attn_cmp), draft_kv
 
 
 def combine_parts(f: tuple, a: tuple) -> tuple:
     """`step_parts`' result from `fixed_parts` f and `attention_parts` a."""
     (linear, dense_mem, expert_mem, dense_cmp, expert_cmp, comm, p2p, overhead, pp, tokens,
-     host, host_overlap, layer, fixed) = f
-    kv_mem, attn_cmp, attention = a
+     host, host_overlap, layer, fixed, extra, g, seq_cost, kv_passes) = f
+    kv_mem, attn_cmp, attention, draft_kv = a
     # Host overlap (vLLM async scheduling, SGLang/TensorRT-LLM overlap schedulers): the CPU
     # prepares step n+1 while the GPU runs step n, so only host work beyond the GPU's step
     # shows: gpu + host - min(host, gpu) = max(gpu, host) (host_overlap 1); 0 adds it all.
     # The fixed step cost (launch, sampling, synchronisation) stays on the critical path.
     # max(gpu, host) itself (not gpu + host - gpu: its rounding would break the ordering of
-    # steps that differ only in hidden prefill work).
-    gpu = pp * (linear + attention + comm) + p2p + layer
+    # steps that differ only in hidden prefill work). The draft passes (extra, draft_kv) are
+    # GPU work of the same step.
+    gpu = pp * (linear + attention + comm) + p2p + layer + extra + kv_passes * draft_kv
     overlapped = select(host_overlap > 0, np.maximum(gpu, host), gpu + host)
     step = fixed + overlapped
     overhead = step - (pp * (linear + attention + comm) + p2p)
+    # Emitted tokens share the speculative step; the per-sequence host cost (output
+    # processing, detokenisation, streaming) stays per emitted token: a conservative choice
+    # (docs/features.md). At g = 1 the added term is exactly 0.
+    step = step / g + seq_cost * (1.0 - 1.0 / g)
     step = select(tokens > 0, step, 0.0)
     return (step, dense_mem, expert_mem, kv_mem, dense_cmp, expert_cmp, attn_cmp, comm, p2p,
             overhead, pp)
@@ -273,6 +355,45 @@ class StepModel:
     """MoE dispatch + combine seconds per token of the whole replica's batch."""
     host_overlap: Any = 0.0
     """1.0: the per-sequence host cost overlaps the GPU's step (EngineProfile.host_overlap)."""
+    # Speculative decoding, LoRA, vision (capplan/models/features.py; 0/1 = off).
+    spec_verify_tokens: Any = 1.0
+    """Tokens verified per decoding sequence per step (K + 1 for a chain of K drafts)."""
+    spec_accept_len: Any = 1.0
+    """Mean tokens emitted per decoding sequence per speculative step (tau)."""
+    draft_weight_bytes: Any = 0.0
+    """Drafter weights read per draft pass, per GPU."""
+    draft_flops_per_token: Any = 0.0
+    draft_steps: Any = 0.0
+    """Draft passes per speculative step."""
+    draft_width: Any = 1.0
+    """Tokens per sequence in each draft pass (tree top-k)."""
+    draft_kv_bytes_per_token: Any = 0.0
+    """Drafter KV bytes read per context token per draft pass, per GPU."""
+    draft_overhead_s: Any = 0.0
+    """Fixed cost of one draft pass (its layers' small kernels, head and sampling)."""
+    lora_adapter_bytes: Any = 0.0
+    """One adapter's A and B matrices on one GPU, read once per step it is in the batch."""
+    lora_n1: Any = 0.0
+    """Adapters in popularity group 1 (of 4; models/lora.py adapter_groups); 0: no LoRA."""
+    lora_q1: Any = 0.0
+    """Probability a request picks one given adapter of group 1."""
+    lora_n2: Any = 0.0
+    lora_q2: Any = 0.0
+    lora_n3: Any = 0.0
+    lora_q3: Any = 0.0
+    lora_n4: Any = 0.0
+    lora_q4: Any = 0.0
+    lora_max_loras: Any = 0.0
+    lora_flops_per_token: Any = 0.0
+    lora_overhead_s: Any = 0.0
+    """Fixed cost per step of the punica shrink/expand kernels (all layers)."""
+    prefill_extra_flops_per_token: Any = 0.0
+    """Vision-encoder FLOPs charged per prefill token (models/vision.py)."""
+    spec_step_overhead_s: Any = 0.0
+    """Host cost of one speculative step beyond a plain one (speculative.SPEC_HOST_COSTS)."""
+    spec_source: str = ""
+    """Where the acceptance length came from (empty without speculation)."""
+
 
     # ------------------------------------------------------------------------------------------
     def step(self, num_decode: ArrayLike = 0, decode_kv_tokens: ArrayLike = 0,
@@ -390,6 +511,43 @@ def request_overhead(model: ModelSpec, profile: EngineProfile) -> float:
     return profile.request_overhead_s + mla_layers(model) * profile.mla_layer_request_overhead_s
 
 
+def feature_step_constants(model: ModelSpec, settings: EngineSettings, cal: Calibration,
+                           kv_bytes_per_token_layer: float) -> dict[str, Any]:
+    """StepModel fields of speculative decoding and LoRA (capplan/models/speculative.py,
+    lora.py); empty when both are off, so the defaults (no effect) apply."""
+    out: dict[str, Any] = {}
+    tp = settings.tp
+    sp = speculative.plan_speculation(model, settings, cal.spec_acceptance_length)
+    if sp is not None:
+        host = speculative.SPEC_HOST_COSTS.get(settings.engine, (0.0, 0.0))
+        out.update(
+            spec_verify_tokens=float(sp.verify_tokens), spec_accept_len=float(sp.accept_len),
+            draft_weight_bytes=sp.draft_params * (weight_dtypes(model, settings.weight_dtype).linear
+                                                  if sp.method == "mtp" else model.dtype_bytes)
+            / tp,
+            draft_flops_per_token=sp.draft_flops_per_token / tp,
+            draft_steps=float(sp.num_steps), draft_width=float(sp.topk),
+            draft_kv_bytes_per_token=sp.draft_kv_layers * kv_bytes_per_token_layer,
+            # A draft pass runs its layers' small kernels plus a head, sampling and input
+            # preparation, each costing what the calibration charges a decoder layer.
+            draft_overhead_s=((sp.draft_layers + 1) * cal.per_layer_overhead_s + host[1]
+                              if sp.num_steps else 0.0),
+            spec_step_overhead_s=host[0],
+            spec_source=f"{sp.method}: tau {sp.accept_len:.2f}, {sp.accept_source}")
+    lp = lora.plan_lora(model, settings, model.dtype_bytes)
+    if lp is not None:
+        # Punica launches a shrink and an expand kernel per adapted module and layer, each
+        # costing what one of a layer's ~10 small kernels does (Calibration.per_layer_overhead_s).
+        out.update(lora_adapter_bytes=lp.slot_bytes_per_gpu,
+                   **{f"lora_{k}{g + 1}": v for g, grp in enumerate(lp.groups)
+                      for k, v in zip(("n", "q"), grp, strict=True)},
+                   lora_max_loras=float(lp.max_loras),
+                   lora_flops_per_token=lp.flops_per_token,
+                   lora_overhead_s=(lp.num_layers * lora.LORA_KERNELS_PER_LAYER
+                                    * cal.per_layer_overhead_s / 10))
+    return out
+
+
 _OUT_OF_REACH_S = 1.0
 """Per-token seconds that keep the step formula's min() off an algorithm that cannot run."""
 
@@ -487,6 +645,7 @@ def build_step_model(model: ModelSpec, gpu: GpuSpec, settings: EngineSettings,
             moe_fixed, moe_token = _moe_span_comm(model, settings, span, counts.num_moe_layers,
                                                   dt.compute_dtype in LOW_PRECISION)
     return StepModel(
+        **feature_step_constants(model, settings, cal, kvb),
         dense_weight_bytes=dense_bytes,
         expert_bytes=expert_bytes,
         num_moe_layers=counts.num_moe_layers,

@@ -21,6 +21,7 @@ from capplan.catalog.schema import GpuSpec, ModelSpec
 from capplan.errors import CatalogError, InputError
 from capplan.models.calibration import Calibration
 from capplan.models.engine import EngineProfile, EngineSettings, engine_profile
+from capplan.models.features import FEATURE_FIELDS, resolve_draft_model
 from capplan.models.layout import describe, nodes_spanned
 from capplan.models.memory import MemoryReport, memory_report
 from capplan.models.perf import StepModel, build_step_model
@@ -51,6 +52,19 @@ class EngineOptions:
     enforce_eager: bool = False
     attention_dp: int = 1
     expert_parallel: int = 1
+    speculative: str | None = None
+    spec_tokens: int | None = None
+    spec_topk: int = 1
+    spec_draft_tokens: int | None = None
+    acceptance_length: float | None = None
+    spec_workload: str = "chat"
+    max_loras: int = 0
+    max_lora_rank: int = 16
+    lora_adapters: int = 0
+    lora_popularity: str = "uniform"
+    images_per_request: int = 0
+    image_width: int = 1024
+    image_height: int = 1024
 
     @classmethod
     def from_settings(cls, s: EngineSettings) -> EngineOptions:
@@ -144,7 +158,24 @@ class Deployment:
                 "max_model_len": self.memory.max_model_len, "served_id": self.served_id,
                 "calibration": self.calibration.source,
                 "gpus_per_replica": self.gpus_per_replica, "nodes_per_replica": self.nodes,
-                "layout": self.layout_text}
+                "layout": self.layout_text, **self.features_summary()}
+
+    def features_summary(self) -> dict[str, object]:
+        """Speculative decoding, LoRA and image settings in effect (empty when none is on)."""
+        from capplan.plan.features_plan import features_dict
+
+        out: dict[str, object] = dict(features_dict(self.settings))
+        if self.settings.images_per_request:
+            from capplan.models.vision import plan_vision
+
+            vl = plan_vision(self.model, self.settings)
+            if vl is not None:
+                out.update(image_tokens_per_image=vl.tokens_per_image,
+                           encoder_flops_per_image=vl.encoder_flops_per_image)
+        if self.step.spec_source:
+            out.update(spec_acceptance_length=float(self.step.spec_accept_len),
+                       spec_acceptance_source=self.step.spec_source)
+        return out
 
     def warnings(self) -> list[str]:
         """Things a user should hear about this deployment (printed on stderr by the CLI)."""
@@ -154,6 +185,11 @@ class Deployment:
                        f"outside the {self.profile.name} memory budget (CUDA graphs, other "
                        "processes): lower the memory fraction if the engine runs out of memory")
         return out
+
+
+def feature_options(opts: EngineOptions) -> dict[str, object]:
+    """The feature settings (speculation, LoRA, vision) of options, as EngineSettings takes."""
+    return {k: getattr(opts, k) for k in FEATURE_FIELDS}
 
 
 def resolve_settings(opts: EngineOptions, gpu: GpuSpec, implied_dtype: str | None = None
@@ -178,7 +214,8 @@ def resolve_settings(opts: EngineOptions, gpu: GpuSpec, implied_dtype: str | Non
         max_num_seqs=opts.max_num_seqs or d.max_num_seqs,
         max_num_batched_tokens=opts.max_num_batched_tokens or d.max_num_batched_tokens,
         enforce_eager=opts.enforce_eager, engine=profile.spec,
-        attention_dp=opts.attention_dp, expert_parallel=opts.expert_parallel)
+        attention_dp=opts.attention_dp, expert_parallel=opts.expert_parallel,
+        **feature_options(opts))
 
 
 def calibration_for(cat: Catalog, gpu: GpuSpec, path: str | Path | Calibration | None
@@ -231,6 +268,7 @@ def resolve_deployment(cat: Catalog, model_name: str, gpu_name: str,
     if isinstance(options, EngineSettings):
         options = EngineOptions.from_settings(options)
     settings = resolve_settings(options, gpu, resolved.implied_weight_dtype)
+    settings = resolve_draft_model(cat, settings)
     dep = build_deployment(resolved.spec, gpu, settings, calibration_for(cat, gpu, calibration),
                            getattr(resolved, "served_id", "") or "")
     if require_fit and not dep.memory.fits:

@@ -5,7 +5,7 @@ docs/disaggregation.md the derivation). The planner only calls `plan_disaggregat
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -144,12 +144,18 @@ def _deployments(cat: Catalog, name: str, space: SearchSpace) -> list[Deployment
     for gpu in space.gpus:
         for tp in space.tps:
             try:
+                # Speculation (at the method's default draft length), LoRA and images as the
+                # aggregated search has them (capplan/plan/features_plan.py).
                 dep = resolve_deployment(cat, name, gpu.key, EngineOptions(
                     engine=space.engine, tp=tp, max_model_len=space.max_model_len,
                     gpu_memory_utilization=space.gpu_memory_utilization,
-                    block_size=space.block_size))
+                    block_size=space.block_size, **dict(space.features),
+                    max_loras=max(space.max_loras)))
             except CapplanError:
                 continue
+            if space.prefill_extra_flops_per_token:
+                dep = replace(dep, step=replace(dep.step, prefill_extra_flops_per_token=(
+                    space.prefill_extra_flops_per_token / tp)))
             if dep.memory.fits:
                 deps.append(dep)
     return deps

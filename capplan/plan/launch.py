@@ -24,6 +24,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from capplan.plan.feature_flags import feature_launch
+
 DEFAULT_PORTS = {"vllm": 8000, "sglang": 30000, "trtllm": 8000}
 """Each engine's default HTTP port (sources in the module docstring)."""
 HEALTH_PATH = "/health"
@@ -61,6 +63,8 @@ class LaunchOptions:
     priority_scheduling: bool = False
     extra: dict[str, tuple[str, ...]] = field(default_factory=dict)
     """Further words per engine (e.g. {"vllm": ("--enable-lora",)}), appended as given."""
+    llm_api_options: tuple[str, ...] = ()
+    """Further TensorRT-LLM LLM-API YAML lines (speculative_config, lora_config)."""
 
     def port_for(self, engine: str) -> int:
         return self.port if self.port is not None else DEFAULT_PORTS[engine]
@@ -196,6 +200,7 @@ def trtllm_line(o: LaunchOptions) -> LaunchLine:
         options += ["kv_cache_config:", "  dtype: fp8"]
     if o.attention_dp > 1:
         options += ["enable_attention_dp: true"]
+    options += list(o.llm_api_options)
     # TensorRT-LLM prefills whole prompts (no chunking by default): max_num_tokens covers one.
     w = ["trtllm-serve", model, "--backend", "pytorch", *_parallel("trtllm", o),
          "--max_batch_size", str(o.max_num_seqs),
@@ -240,11 +245,15 @@ def max_model_len_choice(model_max: int, p99_input: float, p99_output: float,
 
 def options_from(rec: dict[str, Any], model_id: str, checkpoint_format: str,
                  memory_fraction: dict[str, float], **kw: Any) -> LaunchOptions:
-    """LaunchOptions from a recommendation's settings dict (Recommendation.settings_dict)."""
+    """LaunchOptions from a recommendation's settings dict (Recommendation.settings_dict);
+    its speculative decoding, LoRA and image settings become extra words and LLM-API lines
+    (capplan.plan.feature_flags)."""
+    extra, api_lines = feature_launch(rec, model_id)
     return replace(LaunchOptions(
         model_id=model_id, tp=rec["tp"], pp=rec.get("pp", 1),
         attention_dp=rec.get("attention_dp", 1), expert_parallel=rec.get("expert_parallel", 1),
         max_num_seqs=rec["max_num_seqs"], max_num_batched_tokens=rec["max_num_batched_tokens"],
         memory_fraction=memory_fraction, max_model_len=rec["max_model_len"],
         weight_dtype=rec["weight_dtype"], checkpoint_format=checkpoint_format,
-        kv_dtype=rec["kv_dtype"]), **kw)
+        kv_dtype=rec["kv_dtype"], extra={e: w for e, w in extra.items() if w},
+        llm_api_options=api_lines), **kw)

@@ -19,9 +19,10 @@ from capplan.catalog.loader import Catalog, ResolvedModel
 from capplan.catalog.schema import ModelSpec
 from capplan.errors import InfeasibleError, InputError
 from capplan.models.memory import memory_report
-from capplan.models.perf import knee_batch
+from capplan.models.perf import build_step_model, knee_batch
 from capplan.models.prefix import PrefixCache
 from capplan.models.queueing import Limits, QueueModel, summarize
+from capplan.plan.features_plan import feature_space, image_lanes, speculation_note
 from capplan.plan.flags import engine_flags
 from capplan.plan.launch import max_model_len_choice
 from capplan.plan.lengths import length_stats, pooled_stats
@@ -123,7 +124,16 @@ def search_space(cat: Catalog, plan: PlanFile, model: ModelSpec, t: Traffic,
         max_num_batched_tokens=_as_tuple(plan.engine.max_num_batched_tokens, DEFAULT_CHUNKS),
         gpu_memory_utilization=plan.engine.gpu_memory_utilization, max_model_len=max_len,
         block_size=plan.engine.block_size, engine=plan.engine.profile_spec,
-        calibration=plan.calibration, max_model_len_reason=len_reason)
+        calibration=plan.calibration, max_model_len_reason=len_reason,
+        **_features(plan, t, model))
+
+
+def _features(plan: PlanFile, t: Traffic, model: ModelSpec) -> dict[str, Any]:
+    """The SearchSpace fields of speculative decoding, LoRA and images (features_plan)."""
+    fs = feature_space(plan, t.lanes, model)
+    return {"features": tuple(sorted(fs["fixed"].items())), "spec_tokens": fs["spec_tokens"],
+            "max_loras": fs["max_loras"],
+            "prefill_extra_flops_per_token": fs["prefill_extra_flops_per_token"]}
 
 
 def _finish(r: Recommendation, i: int, model: ModelSpec, t: Traffic) -> Recommendation:
@@ -134,7 +144,18 @@ def _finish(r: Recommendation, i: int, model: ModelSpec, t: Traffic) -> Recommen
     kv_label = kvd if kvd != "auto" else ("fp8" if mem.kv_dtype_bytes == 1 else
                                           "fp16" if model.torch_dtype == "fp16" else "bf16")
     return r.with_(rank=i + 1, engine_flags=engine_flags(model, r.settings_dict(), t, mem),
-                   resolved_dtypes=(mem.weight_dtype, kv_label))
+                   resolved_dtypes=(mem.weight_dtype, kv_label),
+                   speculation=_speculation(model, r, t))
+
+
+def _speculation(model: ModelSpec, r: Recommendation, t: Traffic) -> dict[str, Any] | None:
+    """Where speculative decoding stops paying on the recommendation's own step model."""
+    c = r.candidate
+    s = c.settings
+    if not s.speculative or s.spec_tokens == 0:
+        return None
+    plain = build_step_model(model, c.gpu, s.with_(speculative=None), c.group.calibration)
+    return speculation_note(c.step, plain, s.max_num_seqs, t.inp.mean + t.out.mean / 2)
 
 
 def _queue_model(c: Candidate, t: Traffic) -> QueueModel:
@@ -207,6 +228,9 @@ def run_plan(cat: Catalog, plan: PlanFile, verify: VerifyFn | None = None,
     `progress(done, total)` is called after each pool is planned. `disagg`: also size a
     disaggregated prefill/decode layout for the shared pool and say which wins."""
     resolved = cat.resolve_model(plan.model)
+    if any(ln.images_per_request for ln in plan.workloads):
+        plan = plan.model_copy(update={"workloads": image_lanes(resolved.spec,
+                                                                list(plan.workloads))})
     lanes = list(plan.workloads)
     per_lane = len(lanes) > 1 and plan.pools in ("separate", "both")
     total = 1 + len(lanes) * per_lane

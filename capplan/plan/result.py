@@ -14,6 +14,7 @@ from typing import Any
 from capplan.models.engine import engine_profile
 from capplan.models.layout import describe
 from capplan.plan.bands import attach_bands
+from capplan.plan.features_plan import features_dict
 from capplan.plan.schema import Lane
 from capplan.plan.search import Candidate, SearchSpace
 
@@ -90,6 +91,8 @@ class Recommendation:
     rank: int = 0
     resolved_dtypes: tuple[str, str] = ("", "")
     """What `auto` weight and KV dtypes mean for this checkpoint (from the memory model)."""
+    speculation: dict[str, Any] | None = None
+    """Speculative decoding's decode speed-up by batch and where it stops paying (None: off)."""
 
     @property
     def replicas(self) -> int:
@@ -124,7 +127,8 @@ class Recommendation:
                 "weight_dtype": s.weight_dtype, "kv_dtype": s.kv_dtype,
                 "max_model_len": s.max_model_len,
                 "gpu_memory_utilization": s.gpu_memory_utilization, "engine": s.profile.name,
-                "replicas": self.replicas, "per_replica_rate_per_s": self.per_replica_rate_per_s}
+                "replicas": self.replicas, "per_replica_rate_per_s": self.per_replica_rate_per_s,
+                **features_dict(s)}
 
     def head(self) -> dict[str, Any]:
         """The few keys a pool comparison shows."""
@@ -157,6 +161,7 @@ class Recommendation:
             "verified": self.verified.to_dict() if self.verified else None,
             "why_not_first": self.why_not_first, "engine_flags": dict(self.engine_flags),
             "calibration": self.calibration, "rank": self.rank,
+            "features": features_dict(s), "speculation": self.speculation,
         }
 
 

@@ -152,6 +152,14 @@ class Lane(BaseModel):
     """Lower is served first when lanes share a pool (vLLM priority scheduling)."""
     prefix: Prefix | None = None
     """Prompt content shared between requests (automatic prefix caching)."""
+    adapters: int = Field(default=0, ge=0, le=100_000, strict=True)
+    """Distinct LoRA adapters this lane's requests use (0: the base model)."""
+    popularity: Literal["uniform", "zipf"] = "uniform"
+    """How the lane's requests pick their adapter."""
+    images_per_request: int = Field(default=0, ge=0, le=64, strict=True)
+    """Images in each prompt (vision models); their tokens are not in input_len."""
+    image_width: int = Field(default=1024, ge=1, le=16384, strict=True)
+    image_height: int = Field(default=1024, ge=1, le=16384, strict=True)
 
     @field_validator("input_len", "output_len", mode="before")
     @classmethod
@@ -244,6 +252,23 @@ class EngineSpec(BaseModel):
     1 are refused there (memory, latency and simulate take them)."""
     expert_parallel: _COUNT = 1  # type: ignore[valid-type]
     """Expert-parallel size of the MoE layers; as attention_dp, 1 in recommend/plan."""
+    speculative: str | None = None
+    """Speculative decoding method: eagle3, eagle, mtp, ngram or draft:MODEL (docs/features.md);
+    recommend then searches spec_tokens per candidate."""
+    spec_tokens: list[Annotated[int, Field(ge=0, le=16)]] | Annotated[
+        int, Field(ge=0, le=16)] | None = None
+    """Draft lengths to search (0 = off); default 0..4."""
+    spec_topk: int = Field(default=1, ge=1, le=64, strict=True)
+    spec_draft_tokens: int | None = Field(default=None, ge=2, le=1024)
+    acceptance_length: float | None = Field(default=None, ge=1, le=65)
+    """Measured tokens per step (1 + accepted / drafts); default: the published figure."""
+    acceptance_kind: Literal["chat", "code", "math", "summarisation"] = "chat"
+    """Workload kind whose published acceptance length is the default."""
+    max_loras: list[Annotated[int, Field(ge=0, le=1024)]] | Annotated[
+        int, Field(ge=0, le=1024)] | None = None
+    """LoRA adapter slots (a value or a list to search); default: searched when lanes use
+    adapters."""
+    max_lora_rank: Literal[1, 8, 16, 32, 64, 128, 256, 320, 512] = 16
 
 
 class PdPool(BaseModel):

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from functools import cached_property
+from itertools import product
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +24,7 @@ from capplan.catalog.schema import GpuSpec, ModelSpec
 from capplan.errors import InputError
 from capplan.models.calibration import Calibration
 from capplan.models.engine import EngineSettings, engine_profile
+from capplan.models.features import resolve_draft_model
 from capplan.models.memory import MemoryReport, memory_report
 from capplan.models.perf import StepModel, build_step_model
 from capplan.models.prefix import PrefixCache
@@ -68,6 +70,14 @@ class SearchSpace:
     calibration: str | None = None
     max_model_len_reason: str = ""
     """Why max_model_len has its value (capplan.plan.launch.max_model_len_choice)."""
+    features: tuple[tuple[str, Any], ...] = ()
+    """Fixed feature settings (EngineOptions field, value): capplan/plan/features_plan.py."""
+    spec_tokens: tuple[int | None, ...] = (None,)
+    """Draft lengths searched (None: speculation off, or the method's default)."""
+    max_loras: tuple[int, ...] = (0,)
+    """LoRA slot counts searched (0: no LoRA)."""
+    prefill_extra_flops_per_token: float = 0.0
+    """Vision-encoder FLOPs per prefill token at TP 1 (features_plan, lanes with images)."""
 
 
 @dataclass(frozen=True)
@@ -167,8 +177,8 @@ def stack_step_models(models: list[StepModel]) -> StepModel:
     kw: dict[str, Any] = {}
     for f in fields(StepModel):
         vals = [getattr(m, f.name) for m in models]
-        kw[f.name] = "; ".join(sorted(set(map(str, vals)))) if f.name == "calibration_source" \
-            else np.asarray(vals, float)[:, None]
+        kw[f.name] = "; ".join(sorted(set(map(str, vals)))) if f.name in (
+            "calibration_source", "spec_source") else np.asarray(vals, float)[:, None]
     return StepModel(**kw)
 
 
@@ -195,20 +205,25 @@ def build_candidates(cat: Catalog, model: ModelSpec, space: SearchSpace,
         layouts = [(tp, 1, 1) for tp in space.tps if _tp_ok(model, tp, gpu)]
         layouts += moe_layouts(model, gpu, space)
         for tp, dp, ep in layouts:
-            for wd in space.weight_dtypes:
-                for kvd in space.kv_dtypes:
-                    base = resolve_settings(EngineOptions(
-                        engine=space.engine, tp=tp, weight_dtype=wd, kv_dtype=kvd,
-                        max_model_len=space.max_model_len,
-                        gpu_memory_utilization=space.gpu_memory_utilization,
-                        block_size=space.block_size, attention_dp=dp, expert_parallel=ep), gpu)
-                    reports = [_report(model, gpu, base, seqs, chunk) for seqs, chunk in combos]
-                    kv_tokens = tuple(r.replica_kv_cache_tokens if r.fits else 0
-                                      for r in reports)
-                    if any(kv_tokens):
-                        groups.append(ConfigGroup(gpu, base, build_step_model(model, gpu, base,
-                                                                              cal),
-                                                  cal, combos, kv_tokens, KvPool.of(reports[0])))
+            for wd, kvd, k, loras in product(space.weight_dtypes, space.kv_dtypes,
+                                             space.spec_tokens, space.max_loras):
+                base = resolve_settings(EngineOptions(
+                    engine=space.engine, tp=tp, weight_dtype=wd, kv_dtype=kvd,
+                    max_model_len=space.max_model_len,
+                    gpu_memory_utilization=space.gpu_memory_utilization,
+                    block_size=space.block_size, attention_dp=dp, expert_parallel=ep,
+                    **dict(space.features), spec_tokens=k, max_loras=loras), gpu)
+                base = resolve_draft_model(cat, base)
+                reports = [_report(model, gpu, base, seqs, chunk) for seqs, chunk in combos]
+                kv_tokens = tuple(r.replica_kv_cache_tokens if r.fits else 0
+                                  for r in reports)
+                if any(kv_tokens):
+                    step = build_step_model(model, gpu, base, cal)
+                    if space.prefill_extra_flops_per_token:
+                        step = replace(step, prefill_extra_flops_per_token=(
+                            space.prefill_extra_flops_per_token / tp))
+                    groups.append(ConfigGroup(gpu, base, step, cal, combos, kv_tokens,
+                                              KvPool.of(reports[0])))
     return groups
 
 

@@ -28,6 +28,7 @@ from urllib.parse import urlsplit
 
 from capplan.errors import InputError, ProbeUnavailable
 from capplan.probe.results import level_summary
+from capplan.probe.spec_metrics import acceptance, fetch_counters, fetch_sglang_accept_length
 
 _WORD = "hello "
 """One short English word plus a space is about one token for Llama/GPT tokenizers."""
@@ -350,10 +351,18 @@ def run_endpoint(url: str, model: str, concurrency: list[int], input_len: int, o
     levels: list[dict[str, Any]] = []
     for c in concurrency:
         n = requests_per_level or max(8, 4 * c)
+        before = fetch_counters(t, timeout_s)  # speculative decoding, when the server has it
         try:
             lv = run_level(t, model, c, n, input_len, output_len, timeout_s)
         except KeyboardInterrupt:
             raise Interrupted(levels) from None
+        spec = acceptance(before, fetch_counters(t, timeout_s) if before else None)
+        if spec is None and before is None:
+            sg = fetch_sglang_accept_length(t, timeout_s)
+            spec = {"acceptance_length": sg, "source": "sglang /get_server_info "
+                    "avg_spec_accept_length (server-cumulative)"} if sg else None
+        if spec:
+            lv["spec_decode"] = spec
         lv["mean_context_tokens"] = input_len + output_len / 2
         lv["mean_input_tokens"] = float(input_len)
         levels.append(lv)

@@ -42,6 +42,7 @@ from capplan.probe.report_formats import (
     ms_stats,
     open_loop_level,
 )
+from capplan.probe.spec_metrics import pooled_acceptance_length
 
 MS = 1e-3
 
@@ -299,6 +300,9 @@ def fit_levels(levels: list[dict[str, Any]], model: str | None = None, gpu: str 
                        "(default efficiencies), fitted as a + b x concurrency")
     else:
         fit["note"] = "pass --gpu G and a catalog --model to derive step_overhead_s"
+    tau = pooled_acceptance_length(levels)
+    if tau is not None:  # the server's own speculative acceptance (probe/spec_metrics.py)
+        fit["calibration_params"] = {**fit["calibration_params"], "spec_acceptance_length": tau}
     return fit
 
 

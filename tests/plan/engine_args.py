@@ -31,7 +31,7 @@ VLLM_SERVE = {
     "--kv-transfer-config": True, "--host": True, "--port": True,
     "--served-model-name": True, "--enable-prefix-caching": False, "--trust-remote-code": False,
     "--speculative-config": True, "--enable-lora": False, "--max-loras": True,
-    "--max-lora-rank": True, "--lora-modules": True,
+    "--max-lora-rank": True, "--lora-modules": True, "--limit-mm-per-prompt": True,
 }
 SGLANG_SERVE = {
     "--model-path": True, "--tp": True, "--tp-size": True, "--pp-size": True, "--dp": True,
@@ -43,7 +43,9 @@ SGLANG_SERVE = {
     "--disaggregation-mode": True, "--disaggregation-transfer-backend": True,
     "--served-model-name": True, "--trust-remote-code": False, "--speculative-algorithm": True,
     "--lora-paths": True, "--max-loras-per-batch": True, "--nnodes": True, "--node-rank": True,
-    "--dist-init-addr": True,
+    "--dist-init-addr": True, "--speculative-draft-model-path": True,
+    "--speculative-num-steps": True, "--speculative-eagle-topk": True,
+    "--speculative-num-draft-tokens": True, "--enable-lora": False, "--max-lora-rank": True,
 }
 TRTLLM_SERVE = {
     "--backend": True, "--tp_size": True, "--pp_size": True, "--ep_size": True,

@@ -1,0 +1,64 @@
+"""recommend / plan with speculative decoding and LoRA; the CLI's feature options."""
+
+import json
+
+from click.testing import CliRunner
+
+from capplan.cli import cli
+
+BASE = ["--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--max-model-len", "4096"]
+
+
+def _run(args):
+    r = CliRunner().invoke(cli, args)
+    return r
+
+
+def test_recommend_searches_the_draft_length():
+    r = _run(["recommend", "--model", "llama-3.1-8b", "--rate", "1", "--input-len", "300",
+              "--output-len", "300", "--tbt-p99", "0.006", "--gpu", "h100-sxm", "--tp", "1",
+              "--speculative", "eagle3", "--spec-tokens", "0,2,3", "--verify-top", "0",
+              "--no-disagg", "--format", "json"])
+    assert r.exit_code == 0, r.output
+    best = json.loads(r.output)["recommendations"][0]
+    # 6 ms p99 TBT on one H100: plain decoding of Llama-3.1-8B takes ~8 ms a token, so only a
+    # speculative candidate meets it.
+    assert best["features"]["spec_tokens"] in (2, 3)
+    assert "--speculative-config" in best["engine_flags"]["vllm"]
+    assert best["speculation"]["speedup_at_batch_1"] > 1.5
+
+
+def test_recommend_lora_lane():
+    r = _run(["recommend", "--model", "llama-3.1-8b", "--rate", "2", "--input-len", "300",
+              "--output-len", "100", "--gpu", "h100-sxm", "--tp", "1", "--adapters", "8",
+              "--max-loras", "8", "--max-lora-rank", "64", "--popularity", "zipf",
+              "--verify-top", "0", "--no-disagg", "--format", "json"])
+    assert r.exit_code == 0, r.output
+    best = json.loads(r.output)["recommendations"][0]
+    assert best["features"]["max_loras"] == 8
+    assert "--enable-lora --max-loras 8 --max-lora-rank 64" in best["engine_flags"]["vllm"]
+
+
+def test_cli_memory_and_bad_input():
+    r = _run(["memory", *BASE, "--speculative", "eagle3", "--format", "json"])
+    assert r.exit_code == 0, r.output
+    r = _run(["memory", *BASE, "--speculative", "medusa"])
+    assert r.exit_code == 2
+    assert "expected one of eagle3" in r.output
+    r = _run(["latency", "--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--rate", "1",
+              "--images-per-request", "1"])
+    assert r.exit_code == 2
+    assert "no vision encoder" in r.output
+
+
+def test_recommend_with_images():
+    out = {}
+    for n in (0, 2):
+        r = _run(["recommend", "--model", "qwen2.5-vl-7b", "--rate", "1", "--input-len", "200",
+                  "--output-len", "100", "--gpu", "h100-sxm", "--tp", "1", "--max-model-len",
+                  "16384", "--images-per-request", str(n), "--verify-top", "0", "--no-disagg",
+                  "--format", "json"])
+        assert r.exit_code == 0, r.output
+        out[n] = json.loads(r.output)["recommendations"][0]
+    assert out[2]["predicted"]["ttft_s"]["mean"] > out[0]["predicted"]["ttft_s"]["mean"]
+    assert "--limit-mm-per-prompt '{\"image\": 2}'" in out[2]["engine_flags"]["vllm"]
