@@ -101,6 +101,14 @@ if numba is not None:
     # reference counting of the tuples of arrays it receives)
     _njit_inline = numba.njit(cache=True, inline="always")
     _step_parts = numba.njit(cache=True)(perf.step_parts)
+
+    @_njit
+    def _poll_signals() -> None:
+        """Back in the interpreter for a moment: a pending Ctrl-C or SIGTERM handler runs
+        there and its exception leaves the loop (numba propagates exceptions out of objmode).
+        Without it the compiled loop never returned to Python and only SIGKILL stopped it."""
+        with numba.objmode():
+            _interpreter_tick()
 else:
     def _njit(f: Callable) -> Callable:
         return f
@@ -108,6 +116,18 @@ else:
     _njit_inline = _njit
 
     _step_parts = perf.step_parts
+
+    def _poll_signals() -> None:
+        """Plain Python checks signals between bytecodes: nothing to do."""
+
+
+POLL_STEPS = 4096
+"""Steps between signal polls (a power of two): a step takes ~1 us compiled, so a poll every
+~4 ms ends the run well within a second of Ctrl-C; the objmode round trip costs ~1 us."""
+
+
+def _interpreter_tick() -> None:
+    """Any Python bytecode: CPython runs pending signal handlers on entry."""
 
 
 # -- the waiting queue: a binary heap of request indices keyed (priority, arrival, index) ----
@@ -692,6 +712,8 @@ def simulate_open_loop(arr: np.ndarray, q: np.ndarray, cfg: np.ndarray, consts: 
             break
         t = t + dur
         k += 1
+        if (k & (POLL_STEPS - 1)) == 0:
+            _poll_signals()
     used = tb[:, 1] != 0
     return (qt, gaps[0, :sc[NGAPS]], tb[used, 0], tb[used, 1].astype(np.int64),
             series[0][:sc[NSER]], series[1][:, :sc[NSER]], tf, sc, sf[:, :k], si[:, :k])
