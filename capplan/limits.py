@@ -147,6 +147,16 @@ CAPS: dict[str, Cap] = {c.name: c for c in (
     Cap("sim_requests", 500_000, "requests",
         "a simulated request costs ~1.5 KB and ~0.1 ms (300,000 took 41 s and 0.5 GB on one "
         "core): 500,000 is about a minute"),
+    Cap("sim_tokens", 100_000_000, "output tokens",
+        "simulated work grows with the tokens decoded, not the requests: 2,000 requests of "
+        "20,000 tokens (40M) took 15 s and 0.46 GB with the fast engine, 24 s and 0.59 GB "
+        "with the reference; 100M is about a minute"),
+    Cap("prefix_blocks", 5_000_000, "prompt blocks",
+        "prefix caching keys every full prompt block it may share (~100 bytes a key: a "
+        "Mooncake trace of 5,000 130k-token prompts, 40M blocks, took 4 GiB)"),
+    Cap("yaml_bytes", 4 * MIB_BYTES, "bytes",
+        "PyYAML holds ~130 bytes of objects per byte of text while it parses (a 5.8 MB file "
+        "of lists: 0.76 GB and 42 s); plan and calibration files are a few kB"),
     Cap("speed_rows", 10_000, "rows", "batch x context rows of `capplan speed`"),
     Cap("plan_lanes", 64, "lanes", "each lane is planned (and simulated) on its own"),
     Cap("plan_configurations", 20_000, "configurations",

@@ -37,8 +37,10 @@ _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 def read_yaml(path: Path) -> Any:
     """yaml.safe_load with a one-line error naming the file and line."""
-    from capplan.limits import read_text
+    from capplan.limits import check_cap, check_input_file, read_text
 
+    # the parser needs ~130x the text in memory: a smaller cap than file_bytes
+    check_cap("yaml_bytes", check_input_file(path, "YAML file"), f"{path}")
     try:
         text = read_text(path, "YAML file")
     except OSError as e:

@@ -154,8 +154,8 @@ def _set_limits(ctx: click.Context, param: click.Parameter, value: tuple[str, ..
 @click.version_option(package_name="capplan")
 @click.option("--limit", "limits", multiple=True, metavar="NAME=VALUE", expose_value=False,
               callback=_set_limits, is_eager=True,
-              help="Raise a work cap (sim_requests, speed_rows, plan_configurations, plan_lanes, "
-                   "file_bytes); see "
+              help="Raise a work cap (sim_requests, sim_tokens, prefix_blocks, yaml_bytes, "
+                   "speed_rows, plan_configurations, plan_lanes, file_bytes, workers); see "
                    "docs/reliability.md.")
 def cli() -> None:
     """capplan: which GPUs, how many, with which engine settings, for your LLM traffic.

@@ -42,6 +42,8 @@ def workload_from_options(rate: float | None, concurrency: int | None, trace: st
     lane = Lane(rate_per_s=rate, arrival="gamma" if burstiness != 1.0 else "poisson",
                 burstiness=burstiness, input_len=parse_length(input_len),
                 output_len=parse_length(output_len))
+    limits.check_cap("sim_tokens", requests * lane.output_len.mean,
+                     "--requests x mean --output-len")
     return Workload((lane,), num_requests=requests, concurrency=concurrency)
 
 
@@ -66,6 +68,12 @@ def run_simulation(dep: Deployment, *, rate: float | None, concurrency: int | No
     s = dep.settings
     max_len = dep.memory.max_model_len
     reqs, clipped = wl.generate(np.random.default_rng(seed)).clip_to_context(max_len)
+    if wl.trace is not None:  # a trace's own lengths, before any step is simulated
+        limits.check_cap("sim_tokens", float(np.sum(reqs.output_tokens)),
+                         "the trace's output tokens")
+    if s.profile.scheduler.prefix_caching and reqs.has_prefix:
+        limits.check_cap("prefix_blocks", shared_prompt_blocks(reqs, dep.pool.block_size),
+                         "shared prompt blocks to hash for prefix caching")
     notes = [f"trace {wl.trace.note}"] if wl.trace is not None and wl.trace.note else []
     notes += [f"{clipped} prompts cut to fit max_model_len {max_len}"] if clipped else []
     overhead = float(np.asarray(dep.step.request_overhead_s))
@@ -102,6 +110,20 @@ def run_simulation(dep: Deployment, *, rate: float | None, concurrency: int | No
     if pool.state_blocks_per_seq:
         head["state_blocks_per_seq"] = pool.state_blocks_per_seq
     return {"head": head, "results": results, "notes": notes}
+
+
+def shared_prompt_blocks(reqs: Any, block_size: int) -> float:
+    """Full prompt blocks prefix caching keys (Requests.block_keys, counted without building
+    them): the shared part of each prompt (hash_ids x their block, or the prefix) over the
+    block size."""
+    inp = np.asarray(reqs.input_tokens, np.int64)
+    if reqs.hash_ids is not None:
+        shared = np.array([len(h) for h in reqs.hash_ids], np.int64) * reqs.hash_block_tokens
+    elif reqs.prefix_tokens is not None and reqs.prefix_group is not None:
+        shared = np.where(np.asarray(reqs.prefix_group) >= 0, reqs.prefix_tokens, 0)
+    else:
+        return 0.0
+    return float(np.sum(np.minimum(shared, inp) // block_size))
 
 
 def add_request_overhead(res: dict[str, Any], overhead_s: float) -> dict[str, Any]:

@@ -21,7 +21,7 @@ from typing import IO
 
 import numpy as np
 
-from capplan.errors import InputError
+from capplan.errors import InputError, shown_key
 from capplan.limits import SIM_HORIZON_S, TOKENS, check_input_file
 from capplan.models.prefix import NO_PREFIX, PrefixSpec
 from capplan.models.queueing import Z99
@@ -126,27 +126,73 @@ def parse_length(text: str | int | float) -> LengthDist:
                      f"(fixed number, uniform, lognormal, empirical)")
 
 
-def _read_empirical(path: str) -> tuple[int, ...]:
-    p = Path(path)
+def _split_empirical(body: str) -> tuple[Path, str | None]:
+    """'FILE' or 'FILE:COLUMN' (a path may hold ':' itself: an existing file wins)."""
+    path, sep, col = body.rpartition(":")
+    if Path(body).exists() or not sep or not path:
+        return Path(body), None
+    return Path(path), col.strip()
+
+
+def _column_index(header: list[str] | None, width: int, col: str | None, path: Path) -> int:
+    """The column to read: the one named (by header name or 1-based number); a file of one
+    column needs no name; a wider file without one is refused with its columns listed."""
+    names = [h.strip() for h in header] if header else [str(i + 1) for i in range(width)]
+    if col is None:
+        if width == 1:
+            return 0
+        shown = ", ".join(shown_key(n) for n in names[:12])
+        raise InputError(f"{path} has {width} columns ({shown}): name the one to read, "
+                         f"empirical:{path}:COLUMN")
+    if col in names:
+        return names.index(col)
+    if col.isdigit() and 1 <= int(col) <= width:
+        return int(col) - 1
+    shown = ", ".join(shown_key(n) for n in names[:12])
+    raise InputError(f"{path}: no column {shown_key(col)} (columns: {shown})")
+
+
+def _is_number(cell: str) -> bool:
+    try:
+        float(cell)
+    except ValueError:
+        return False
+    return True
+
+
+def _read_empirical(body: str) -> tuple[int, ...]:
+    """Lengths from one column of a CSV (`empirical:FILE[:COLUMN]`): a header line is
+    recognised by a cell that is not a number; every value is a token length within TOKENS.
+    A cell of the file is never echoed (`empirical:/etc/shadow` would print a line)."""
+    p, col = _split_empirical(body)
     check_input_file(p, "file (empirical length distribution)")
     vals: list[int] = []
-    with p.open(newline="", encoding="utf-8-sig") as f:
-        for i, row in enumerate(csv.reader(f), 1):
-            if not row or not row[0].strip():
-                continue
-            cell = row[0].strip()
-            try:
-                v = float(cell)
-            except ValueError:
-                if i == 1:  # header line
+    idx: int | None = None
+    try:
+        with p.open(newline="", encoding="utf-8-sig") as f:
+            for i, row in enumerate(csv.reader(f), 1):
+                if not row or not any(c.strip() for c in row):
                     continue
-                raise InputError(f"{path}:{i}: {cell!r} is not a number") from None
-            if not math.isfinite(v) or v < 1:
-                raise InputError(f"{path}:{i}: length {cell} must be >= 1")
-            vals.append(int(round(v)))
+                if idx is None:
+                    header = None if all(_is_number(c) for c in row) else row
+                    idx = _column_index(header, len(row), col, p)
+                    if header is not None:
+                        continue
+                vals.append(_length_cell(row, idx, p, i))
+    except csv.Error as e:
+        raise InputError(f"{p}: not a CSV of lengths ({e})") from None
     if not vals:
-        raise InputError(f"{path}: no lengths (one integer per line expected)")
+        raise InputError(f"{p}: no lengths (one integer per line expected)")
     return tuple(vals)
+
+
+def _length_cell(row: list[str], idx: int, p: Path, line: int) -> int:
+    cell = row[idx].strip() if idx < len(row) else ""
+    try:
+        v = float(cell)
+    except ValueError:
+        raise InputError(f"{p}:{line}: column {idx + 1} is not a number") from None
+    return int(round(TOKENS.check(v, f"{p}:{line}: length")))
 
 
 @dataclass(frozen=True)
