@@ -22,8 +22,9 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from capplan.api_checks import check_kwargs, check_names
 from capplan.catalog.loader import Catalog, load_catalog
-from capplan.errors import InputError
+from capplan.errors import InputError, one_line_error
 from capplan.export.json_export import jsonable as _jsonable
 from capplan.plan.deployment import Deployment, EngineOptions, resolve_deployment
 from capplan.plan.result import PlanResult
@@ -39,6 +40,8 @@ def deployment(model: str, gpu: str, *, calibration: str | Path | Any = None,
     if unknown:
         raise InputError(f"unknown engine option(s) {', '.join(unknown)}: expected "
                          f"{', '.join(_ENGINE_KEYS)}")
+    check_names(model=model, gpu=gpu)
+    check_kwargs(**options)  # the CLI's bounds (capplan.limits), with its reasons
     opts = EngineOptions(**{k: v for k, v in options.items() if v is not None})
     cat = catalog or load_catalog(catalog_dirs)
     return resolve_deployment(cat, model, gpu, opts, calibration, require_fit=require_fit)
@@ -106,6 +109,7 @@ def speed(model: str, gpu: str, *, batch: list[int] | tuple[int, ...] = (1, 8, 3
     """Decode curve (step time, tokens/s, bound) and prefill times (the TTFT floor)."""
     from capplan.plan.speed import decode_curve, prefill_rows
 
+    check_kwargs(batch=batch, context=context, prefill=prefill or None)
     dep = deployment(model, gpu, **kw)
     curve = decode_curve(dep, list(batch), list(context))
     if not curve["rows"]:
@@ -147,6 +151,8 @@ def latency(model: str, gpu: str, *, rate: float | None = None, concurrency: int
     a closed loop of `concurrency` clients (a benchmark of `num_prompts`), or a trace."""
     from capplan.plan.load import analytic_latency, load_spec_from_options
 
+    check_kwargs(rate=rate, concurrency=concurrency, burstiness=burstiness,
+                 num_prompts=num_prompts, warmup_prompts=warmup_prompts)
     dep = deployment(model, gpu, **kw)
     load = load_spec_from_options(rate, concurrency, trace, str(input_len), str(output_len),
                                   burstiness, dep.memory.max_model_len, num_prompts,
@@ -165,6 +171,8 @@ def simulate(model: str, gpu: str, *, rate: float | None = None,
     keys (tpot_s, queue_s, goodput, time series) to the latency keys."""
     from capplan.plan.simulation import run_simulation
 
+    check_kwargs(rate=rate, concurrency=concurrency, burstiness=burstiness, requests=requests,
+                 seed=seed, batch_size=batch_size, batch_timeout_s=batch_timeout_s)
     dep = deployment(model, gpu, **kw)
     res = run_simulation(dep, rate=rate, concurrency=concurrency, trace=trace,
                          input_len=str(input_len), output_len=str(output_len),
@@ -187,8 +195,8 @@ def run_plan(path_or_plan: str | Path | dict[str, Any], *, verify: bool = True,
     if isinstance(path_or_plan, dict):
         try:
             spec = PlanFile.model_validate(path_or_plan)
-        except ValueError as e:
-            raise InputError(f"plan: {str(e).splitlines()[0]}") from e
+        except ValueError as e:  # a ValidationError: "key.path: reason", as the CLI says it
+            raise InputError(f"plan: {one_line_error(e)}") from e
     else:
         spec = load_plan(path_or_plan)
         base = Path(path_or_plan).parent
@@ -204,6 +212,9 @@ def recommend(model: str, *, rate: float, input_len: str | int = 512,
               gpus: list[str] | tuple[str, ...] = (), engine: str = "vllm",
               verify: bool = True, catalog_dirs: tuple[str, ...] = ()) -> PlanResult:
     """GPU type and count, TP, replicas and engine settings for one lane of traffic."""
+    check_names(model=model)
+    check_kwargs(rate=rate, ttft_p99_s=ttft_p99_s, tbt_p99_s=tbt_p99_s, e2e_p99_s=e2e_p99_s,
+                 engine=engine)
     doc: dict[str, Any] = {
         "version": 1, "model": model,
         "candidates": {"gpus": list(gpus)} if gpus else {},

@@ -1,0 +1,62 @@
+"""The Python API's argument checks: the same `capplan.limits` objects the CLI's ParamTypes
+use, so `capplan.speed(..., batch=[0])` is refused with the reason `capplan speed --batch 0`
+gives (InputError, "KEYWORD: reason") instead of a ZeroDivisionError deep in the models.
+
+Each keyword maps to (the CLI flag it mirrors, its Bound); lists to `limits.check_int_list`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from capplan import limits as L
+from capplan.errors import InputError
+
+SCALARS: dict[str, L.Bound] = {
+    "rate": L.RATE_PER_S, "concurrency": L.CONCURRENCY, "burstiness": L.BURSTINESS,
+    "num_prompts": L.ENGINE_COUNT, "warmup_prompts": L.WARMUP_PROMPTS,
+    "requests": L.REQUESTS, "seed": L.SEED, "batch_size": L.ENGINE_COUNT,
+    "batch_timeout_s": L.Bound("duration (s)", 0.0, L.DURATION_S.hi, reason=L.DURATION_S.reason),
+    # engine options (cli/_options.engine_options: POS_INT = ENGINE_COUNT, FRACTION)
+    "tp": L.ENGINE_COUNT, "pp": L.ENGINE_COUNT, "attention_dp": L.ENGINE_COUNT,
+    "expert_parallel": L.ENGINE_COUNT, "max_model_len": L.ENGINE_COUNT,
+    "max_num_seqs": L.ENGINE_COUNT, "max_num_batched_tokens": L.ENGINE_COUNT,
+    "gpu_memory_utilization": L.FRACTION,
+    "ttft_p99_s": L.DURATION_S, "tbt_p99_s": L.DURATION_S, "e2e_p99_s": L.DURATION_S,
+}
+"""Keyword -> the bound its CLI option checks."""
+LISTS: dict[str, L.Bound] = {"batch": L.BATCH, "context": L.TOKENS, "prefill": L.TOKENS}
+BLOCK_SIZES = (1, 8, 16, 32, 64, 128)
+
+
+def _choices() -> dict[str, tuple[Any, ...]]:
+    from capplan.models.engine import ENGINES, KV_DTYPES, WEIGHT_DTYPES
+
+    return {"engine": tuple(ENGINES), "weight_dtype": tuple(WEIGHT_DTYPES),
+            "kv_dtype": tuple(KV_DTYPES), "block_size": BLOCK_SIZES}
+
+
+def check_names(**names: Any) -> None:
+    """model / gpu: non-empty strings (`latency(model, None)` raised AttributeError)."""
+    for key, v in names.items():
+        if not isinstance(v, str) or not v.strip():
+            raise InputError(f"{key}: expected a catalog name, Hugging Face id or NVML name, "
+                             f"got {type(v).__name__}")
+
+
+def check_kwargs(**kw: Any) -> None:
+    """InputError("KEYWORD: reason") for the first value the CLI would refuse; None = unset."""
+    choices = _choices()
+    for key, v in kw.items():
+        if v is None:
+            continue
+        if key in SCALARS:
+            SCALARS[key].check(v, key)
+        elif key in LISTS:
+            L.check_int_list(v, LISTS[key], key)
+        elif key in choices and v not in choices[key]:
+            raise InputError(f"{key}: {v!r} is not one of "
+                             f"{', '.join(str(c) for c in choices[key])}")
+    if kw.get("batch") is not None and kw.get("context") is not None:
+        L.check_cap("speed_rows", len(kw["batch"]) * len(kw["context"])
+                    + len(kw.get("prefill") or ()), "batch x context")
