@@ -27,6 +27,13 @@ SCALARS: dict[str, L.Bound] = {
 """Keyword -> the bound its CLI option checks."""
 LISTS: dict[str, L.Bound] = {"batch": L.BATCH, "context": L.TOKENS, "prefill": L.TOKENS}
 BLOCK_SIZES = (1, 8, 16, 32, 64, 128)
+_FLAG_NAMES = {"batch_timeout_s": "--batch-timeout", "ttft_p99_s": "--ttft-p99",
+               "tbt_p99_s": "--tbt-p99", "e2e_p99_s": "--e2e-p99"}
+
+
+def label(key: str) -> str:
+    """'max_num_seqs (--max-num-seqs)': the keyword and the CLI option it mirrors."""
+    return f"{key} ({_FLAG_NAMES.get(key, '--' + key.replace('_', '-'))})"
 
 
 def _choices() -> dict[str, tuple[Any, ...]]:
@@ -40,22 +47,23 @@ def check_names(**names: Any) -> None:
     """model / gpu: non-empty strings (`latency(model, None)` raised AttributeError)."""
     for key, v in names.items():
         if not isinstance(v, str) or not v.strip():
-            raise InputError(f"{key}: expected a catalog name, Hugging Face id or NVML name, "
+            raise InputError(f"{label(key)}: expected a catalog name, Hugging Face id or NVML name, "
                              f"got {type(v).__name__}")
 
 
 def check_kwargs(**kw: Any) -> None:
-    """InputError("KEYWORD: reason") for the first value the CLI would refuse; None = unset."""
+    """InputError("KEYWORD (--FLAG): reason") for the first value the CLI would refuse (the
+    reason is the CLI's); None = unset."""
     choices = _choices()
     for key, v in kw.items():
         if v is None:
             continue
         if key in SCALARS:
-            SCALARS[key].check(v, key)
+            SCALARS[key].check(v, label(key))
         elif key in LISTS:
-            L.check_int_list(v, LISTS[key], key)
+            L.check_int_list(v, LISTS[key], label(key))
         elif key in choices and v not in choices[key]:
-            raise InputError(f"{key}: {v!r} is not one of "
+            raise InputError(f"{label(key)}: {v!r} is not one of "
                              f"{', '.join(str(c) for c in choices[key])}")
     if kw.get("batch") is not None and kw.get("context") is not None:
         L.check_cap("speed_rows", len(kw["batch"]) * len(kw["context"])

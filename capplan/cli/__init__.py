@@ -124,6 +124,12 @@ class CapplanGroup(click.Group):
         # click prints usage + error over several lines for UsageError raised while parsing;
         # keep it to one line on stderr, exit 2.
         kwargs.setdefault("standalone_mode", True)
+        from capplan.cli._terminal import escaped_output
+
+        with escaped_output():  # user input echoed never reaches the terminal raw
+            return self._main(*args, **kwargs)
+
+    def _main(self, *args, **kwargs):  # noqa: ANN002, ANN003, ANN201
         try:
             return super().main(*args, **{**kwargs, "standalone_mode": False})
         except click.exceptions.Abort:

@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import capplan
-from capplan.api_checks import check_kwargs
+from capplan.api_checks import check_kwargs, label
 from capplan.cli import _options as O
 from capplan.errors import InputError
 
@@ -39,7 +39,7 @@ def _api_reason(key: str, value: object) -> str | None:
     try:
         check_kwargs(**{key: value})
     except InputError as e:
-        return str(e).removeprefix(f"{key}: ")
+        return str(e).removeprefix(f"{label(key)}: ")
     return None
 
 
@@ -56,15 +56,20 @@ def test_api_and_cli_refuse_the_same_values_for_the_same_reason(key: str, data) 
 
 
 @pytest.mark.parametrize("call, says", [
-    (lambda: capplan.speed(M, G, batch=[0]), "batch: 0 must be >= 1"),
-    (lambda: capplan.latency(M, G, rate=5, burstiness=0), "burstiness: 0 must be >= 0.001"),
-    (lambda: capplan.latency(M, None, rate=5), "gpu: expected a catalog name"),
-    (lambda: capplan.speed(M, G, prefill=[2**63]), "prefill: 9.22337e+18 must be >= 1"),
-    (lambda: capplan.memory(M, G, max_num_seqs=0), "max_num_seqs: 0 must be >= 1"),
-    (lambda: capplan.latency(M, G, concurrency=4, num_prompts=-1), "num_prompts: -1 must be"),
-    (lambda: capplan.speed(M, G, batch=list(range(1, 200_001))), "batch: 200,000 values exceed"),
-    (lambda: capplan.memory(M, G, block_size=7), "block_size: 7 is not one of"),
-    (lambda: capplan.recommend(M, rate=0), "rate: 0 must be >= 1e-06"),
+    (lambda: capplan.speed(M, G, batch=[0]), "batch (--batch): 0 must be >= 1"),
+    (lambda: capplan.latency(M, G, rate=5, burstiness=0),
+     "burstiness (--burstiness): 0 must be >= 0.001"),
+    (lambda: capplan.latency(M, None, rate=5), "gpu (--gpu): expected a catalog name"),
+    (lambda: capplan.speed(M, G, prefill=[2**63]),
+     "prefill (--prefill): 9.22337e+18 must be >= 1"),
+    (lambda: capplan.memory(M, G, max_num_seqs=0),
+     "max_num_seqs (--max-num-seqs): 0 must be >= 1"),
+    (lambda: capplan.latency(M, G, concurrency=4, num_prompts=-1),
+     "num_prompts (--num-prompts): -1 must be"),
+    (lambda: capplan.speed(M, G, batch=list(range(1, 200_001))),
+     "batch (--batch): 200,000 values exceed"),
+    (lambda: capplan.memory(M, G, block_size=7), "block_size (--block-size): 7 is not one of"),
+    (lambda: capplan.recommend(M, rate=0), "rate (--rate): 0 must be >= 1e-06"),
     (lambda: capplan.run_plan({"version": 1, "model": M,
                                "workloads": [{"name": "a", "rate_per_s": -1}]}),
      "plan: workloads.0.rate_per_s: -1 must be >= 1e-06"),
