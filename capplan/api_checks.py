@@ -47,8 +47,8 @@ def check_names(**names: Any) -> None:
     """model / gpu: non-empty strings (`latency(model, None)` raised AttributeError)."""
     for key, v in names.items():
         if not isinstance(v, str) or not v.strip():
-            raise InputError(f"{label(key)}: expected a catalog name, Hugging Face id or NVML name, "
-                             f"got {type(v).__name__}")
+            raise InputError(f"{label(key)}: expected a catalog name, Hugging Face id or NVML "
+                             f"name, got {type(v).__name__}")
 
 
 def check_kwargs(**kw: Any) -> None:
