@@ -32,7 +32,17 @@ def package_dir(name: str) -> Path:
     return Path(__file__).resolve().parents[2] / name
 
 
-_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+class _Loader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # type: ignore[misc]
+    """The safe loader (C when available) that also reads `1e3`, `2.5e1`, `1e-05` as floats:
+    YAML 1.1 wants a dot in a float, so PyYAML read these (what JSON writers emit) as strings
+    and the strict schemas refused them."""
+
+
+_Loader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^[-+]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)[eE][-+]?[0-9]+$"),
+    list("-+0123456789."))
+_LOADER = _Loader
 
 
 def read_yaml(path: Path) -> Any:
