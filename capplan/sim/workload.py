@@ -456,6 +456,28 @@ def trace_time_unit(cols: list[str], times: np.ndarray) -> tuple[str, str]:
     for unit, name in (("us", "epoch microseconds"), ("ms", "epoch milliseconds")):
         if t0 * TIME_UNITS[unit] > _EPOCH_FLOOR_S:
             return unit, name
+    return _unit_from_span(times)
+
+
+MIN_TRACE_RATE_PER_S = 0.01
+"""Slowest mean rate a serving trace is read at in seconds when its stamps are whole numbers
+(36 requests an hour; BurstGPT, the sparsest public trace, averages ~0.13 req/s): below it,
+whole-number stamps are read as milliseconds, as Mooncake-style traces whose columns were
+renamed carry them (read as seconds they gave 0.003 req/s, 1000x slow)."""
+
+
+def _unit_from_span(times: np.ndarray) -> tuple[str, str]:
+    """(unit, why) for relative stamps: seconds, unless every stamp is a whole number and the
+    span read in seconds puts the mean rate below MIN_TRACE_RATE_PER_S while milliseconds give
+    a rate a server sees (at most 1e6 req/s, limits.RATE_PER_S)."""
+    n = int(times.size)
+    span = float(np.nanmax(times) - np.nanmin(times)) if n else 0.0
+    if n < 2 or span <= 0 or not bool(np.all(times == np.floor(times))):
+        return "s", "seconds"
+    rate_s = (n - 1) / span
+    if rate_s < MIN_TRACE_RATE_PER_S and rate_s * 1e3 <= 1e6:
+        return "ms", (f"whole-number stamps spanning {span:.4g}: {rate_s:.2g} req/s in seconds, "
+                      f"{rate_s * 1e3:.3g} req/s in milliseconds; --time-unit s to override")
     return "s", "seconds"
 
 
@@ -480,6 +502,11 @@ def _time_value(v: object, path: Path, line: int) -> float:
     return x
 
 
+_NAIVE_SEEN: list[int] = []
+_AWARE_SEEN: list[int] = []
+"""Lines of the trace being read whose datetime had no / a UTC offset (reset per trace)."""
+
+
 def _parse_datetime(s: str, path: Path, line: int) -> float:
     # Azure LLM traces: "2023-11-16 18:15:46.6805900" (7 fractional digits: keep 6).
     head, dot, frac = s.partition(".")
@@ -489,6 +516,15 @@ def _parse_datetime(s: str, path: Path, line: int) -> float:
         raise InputError(f"{path}:{line}: arrival time {s!r} is neither seconds nor a "
                          f"datetime like 2023-11-16 18:15:46.68") from None
     frac_s = float("0." + frac) if dot and frac.isdigit() else 0.0
+    if t.tzinfo is None:  # naive: UTC, not this machine's zone (answers must not move with it)
+        t = t.replace(tzinfo=UTC)
+        _NAIVE_SEEN.append(line)
+    else:
+        _AWARE_SEEN.append(line)
+    if _NAIVE_SEEN and _AWARE_SEEN:
+        raise InputError(f"{path}:{line}: arrival times mix stamps with a UTC offset (line "
+                         f"{_AWARE_SEEN[0]}) and without one (line {_NAIVE_SEEN[0]}): give "
+                         "every stamp an offset, or none")
     try:
         return t.timestamp() + frac_s
     except (OverflowError, OSError, ValueError):  # year 1: before the platform's epoch range
@@ -553,6 +589,8 @@ def load_trace(path: str | Path, time_unit: str = "auto") -> Requests:
         raise InputError(f"{p}: no such trace file")
     check_input_file(p, "trace")
     times, inputs, outputs = array("d"), array("q"), array("q")
+    _NAIVE_SEEN.clear()
+    _AWARE_SEEN.clear()
     hashes: list[np.ndarray] = []
     numeric = True
     with open(p, encoding="utf-8-sig", newline="") as f:
