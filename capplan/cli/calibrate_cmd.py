@@ -159,7 +159,22 @@ def _read_results(files: list[str]) -> list[dict[str, Any]]:
         for lv in got:
             _check_level(lv, f)
         levels += got
+    _one_model(levels)
     return sorted(levels, key=lambda lv: lv["concurrency"])
+
+
+def _one_model(levels: list[dict[str, Any]]) -> None:
+    """One latency law is fitted over all levels: files of different served models (or GPUs,
+    where a file records one) measure different laws and are refused."""
+    for key in ("model", "gpu"):
+        seen: dict[str, str] = {}
+        for lv in levels:
+            if lv.get(key):
+                seen.setdefault(str(lv[key]), str(lv.get("file", "?")))
+        if len(seen) > 1:
+            shown = "; ".join(f"{f}: {m}" for m, f in list(seen.items())[:3])
+            raise InputError(f"results files of different {key}s ({shown}): one law is fitted "
+                             f"per {key}; calibrate each {key}'s files on their own")
 
 
 def _check_level(level: dict[str, Any], source: str) -> None:

@@ -231,11 +231,36 @@ def load_results(paths: list[Path], slo_s: dict[str, float] | None = None
                  ) -> list[dict[str, Any]]:
     """Levels from benchmark result files (any mix of the formats above), by concurrency;
     with SLOs (ttft/tpot/e2el in seconds) the goodput of files that keep per-request data."""
+    from capplan.probe.aiperf_records import from_aiperf_records, is_records
+
     levels: list[dict[str, Any]] = []
     for p in paths:
-        for d in _read_json_or_lines(p):
-            levels += _levels_from(d, p, slo_s)
+        docs = _read_json_or_lines(p)
+        if is_records(docs):  # AIPerf profile_export.jsonl: one record a request
+            got = [from_aiperf_records(docs, p)]
+        else:
+            got = [lv for d in docs for lv in _levels_from(d, p, slo_s)]
+        model = next((m for d in docs if (m := _model_of(d))), None)
+        for lv in got:
+            lv.setdefault("file", str(p))
+            if model:
+                lv.setdefault("model", model)
+        levels += got
     return sorted(levels, key=lambda lv: lv["concurrency"])
+
+
+def _model_of(d: Any) -> str | None:
+    """The served model a results file names (vLLM model_id, LLMPerf model, AIPerf
+    input_config.endpoint.model_names), or None."""
+    if not isinstance(d, dict):
+        return None
+    names = ((d.get("input_config") or {}).get("endpoint") or {}).get("model_names") \
+        if isinstance(d.get("input_config"), dict) else None
+    for m in (d.get("model_id"), d.get("model"), names[0] if isinstance(names, list)
+              and names else None):
+        if isinstance(m, str) and m.strip():
+            return m.strip()
+    return None
 
 
 # ---------------------------------------------------------------------------------------------
