@@ -98,6 +98,11 @@ def run_simulation(dep: Deployment, *, rate: float | None, concurrency: int | No
         results[name] = {**add_request_overhead(res, overhead),
                          "engine_impl": engine_impl(name, sim_engine,
                                                     **run_features(s.profile.scheduler, reqs))}
+    if concurrency is None:  # open loop: say when the arrivals outran the engine
+        for name, res in results.items():
+            note = mark_overload(res, np.asarray(reqs.arrival_at_s, float))
+            if note:
+                notes.append(note if len(results) == 1 else f"{name}: {note}")
     first = results[schedulers[0]]
     ctx = float(np.mean(reqs.input_tokens) + np.mean(reqs.output_tokens) / 2)
     bound = BOUNDS[int(dep.step.decode_step(max(first["mean_running_batch"], 1.0), ctx)
@@ -110,6 +115,34 @@ def run_simulation(dep: Deployment, *, rate: float | None, concurrency: int | No
     if pool.state_blocks_per_seq:
         head["state_blocks_per_seq"] = pool.state_blocks_per_seq
     return {"head": head, "results": results, "notes": notes}
+
+
+OVERLOAD_QUEUE_FRAC = 0.1
+"""A run is overloaded when more than this share of its requests still wait for admission at
+the last arrival: a stable engine's queue stays near its mean (Little's law), an overloaded one
+grows by (offered - served) x time, so its means depend on the run's length."""
+
+
+def mark_overload(res: dict[str, Any], arrivals: np.ndarray) -> str | None:
+    """Add offered_requests_per_s and overloaded to an open-loop result; the note when
+    overloaded ("served X of Y req/s offered")."""
+    n = len(arrivals)
+    span = float(arrivals.max() - arrivals.min()) if n > 1 else 0.0
+    if span <= 0:
+        return None
+    offered = (n - 1) / span
+    ts = res.get("time_series") or {}
+    t, waiting = np.asarray(ts.get("time_s", []), float), np.asarray(ts.get("waiting", []))
+    at_end = int(waiting[np.searchsorted(t, float(arrivals.max()), side="right") - 1]) \
+        if len(t) and len(waiting) == len(t) and t[0] <= arrivals.max() else 0
+    served = float(res.get("requests_per_s") or 0.0)
+    res["offered_requests_per_s"] = offered
+    res["overloaded"] = bool(at_end > OVERLOAD_QUEUE_FRAC * n and served < offered)
+    if not res["overloaded"]:
+        return None
+    return (f"overloaded: served {served:.3g} of {offered:.3g} req/s offered; {at_end} of {n} "
+            "requests still waited at the last arrival, so the latencies grow with the run's "
+            "length (capplan latency gives the rate one replica sustains)")
 
 
 def shared_prompt_blocks(reqs: Any, block_size: int) -> float:
