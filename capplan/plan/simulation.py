@@ -64,6 +64,10 @@ def run_simulation(dep: Deployment, *, rate: float | None, concurrency: int | No
     wl = workload_from_options(rate, concurrency, trace, input_len, output_len, burstiness,
                                requests, time_unit)
     if prefix is not None and wl.trace is None:
+        from capplan.plan.prefix import check_prefix_fits
+
+        for ln in wl.lanes:
+            check_prefix_fits(prefix, ln.input_len.mean)
         wl = replace(wl, lanes=tuple(replace(ln, prefix=prefix) for ln in wl.lanes))
     s = dep.settings
     max_len = dep.memory.max_model_len
