@@ -46,6 +46,8 @@ from capplan.models.engine import ClientJitter
 from capplan.sim.engine import NO_WINDOW, ContinuousEngine, check_overhead
 from capplan.sim.entities import RunRecord, StepSummary
 from capplan.sim.fast import INSTALL_HINT, compiled_supports
+from capplan.sim.interrupt import pending as _pending_signals
+from capplan.sim.interrupt import signals_as_flag
 from capplan.sim.metrics import series_steps
 from capplan.sim.workload import Requests
 
@@ -103,12 +105,12 @@ if numba is not None:
     _step_parts = numba.njit(cache=True)(perf.step_parts)
 
     @_njit
-    def _poll_signals() -> None:
-        """Back in the interpreter for a moment: a pending Ctrl-C or SIGTERM handler runs
-        there and its exception leaves the loop (numba propagates exceptions out of objmode).
-        Without it the compiled loop never returned to Python and only SIGKILL stopped it."""
-        with numba.objmode():
-            _interpreter_tick()
+    def _poll_signals() -> bool:
+        """Back in the interpreter for a moment (objmode): pending signal handlers run there
+        and record Ctrl-C / SIGTERM (sim/interrupt.py); True when one came."""
+        with numba.objmode(n="int64"):
+            n = _pending_signals()
+        return n > 0
 else:
     def _njit(f: Callable) -> Callable:
         return f
@@ -117,17 +119,13 @@ else:
 
     _step_parts = perf.step_parts
 
-    def _poll_signals() -> None:
-        """Plain Python checks signals between bytecodes: nothing to do."""
+    def _poll_signals() -> bool:
+        return _pending_signals() > 0
 
 
 POLL_STEPS = 4096
 """Steps between signal polls (a power of two): a step takes ~1 us compiled, so a poll every
 ~4 ms ends the run well within a second of Ctrl-C; the objmode round trip costs ~1 us."""
-
-
-def _interpreter_tick() -> None:
-    """Any Python bytecode: CPython runs pending signal handlers on entry."""
 
 
 # -- the waiting queue: a binary heap of request indices keyed (priority, arrival, index) ----
@@ -712,8 +710,8 @@ def simulate_open_loop(arr: np.ndarray, q: np.ndarray, cfg: np.ndarray, consts: 
             break
         t = t + dur
         k += 1
-        if (k & (POLL_STEPS - 1)) == 0:
-            _poll_signals()
+        if (k & (POLL_STEPS - 1)) == 0 and _poll_signals():
+            break  # Ctrl-C / SIGTERM: the caller re-raises it (sim/interrupt.py)
     used = tb[:, 1] != 0
     return (qt, gaps[0, :sc[NGAPS]], tb[used, 0], tb[used, 1].astype(np.int64),
             series[0][:sc[NSER]], series[1][:, :sc[NSER]], tf, sc, sf[:, :k], si[:, :k])
@@ -803,8 +801,9 @@ class CompiledEngine(ContinuousEngine):
         moe = bool(float(self.step_model.num_experts) > 0)
         _check_kernel(self.step_model, consts, moe)
         arr = np.ascontiguousarray(reqs.arrival_at_s, np.float64)
-        (qt, gaps, tbt_v, tbt_w, ser_t, ser_i, tf, sc, sf, si) = simulate_open_loop(
-            arr, q, cfg, consts, moe)
+        with signals_as_flag():  # a signal stops the loop, then is raised here
+            (qt, gaps, tbt_v, tbt_w, ser_t, ser_i, tf, sc, sf, si) = simulate_open_loop(
+                arr, q, cfg, consts, moe)
         if sc[ERR]:
             raise AssertionError(ERRORS[int(sc[ERR])])
         if progress is not None:
