@@ -35,23 +35,26 @@ _FRACTIONS = ("mem_bw_frac", "gemm_frac", "gemm_frac_low_precision", "attn_frac"
 _STEP_S = 1.0
 _REQUEST_S = 60.0
 _TOKENS = 2**24  # limits.TOKENS
+_MIN_FRAC = 1e-3
+"""Smallest efficiency fraction: published MBU/MFU of serving engines are 0.3-0.9; a GPU at 0.1%
+of its datasheet is a mis-measurement, and at 1e-183 the step times overflowed (internal error)."""
 
 
 class CalibrationParams(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
-    mem_bw_frac: float | None = Field(default=None, gt=0, le=1)
-    gemm_frac: float | None = Field(default=None, gt=0, le=1)
-    gemm_frac_low_precision: float | None = Field(default=None, gt=0, le=1)
+    mem_bw_frac: float | None = Field(default=None, ge=_MIN_FRAC, le=1)
+    gemm_frac: float | None = Field(default=None, ge=_MIN_FRAC, le=1)
+    gemm_frac_low_precision: float | None = Field(default=None, ge=_MIN_FRAC, le=1)
     gemm_half_tokens: float | None = Field(default=None, ge=0, le=_TOKENS)
-    attn_frac: float | None = Field(default=None, gt=0, le=1)
-    attn_bw_frac: float | None = Field(default=None, gt=0, le=1)
+    attn_frac: float | None = Field(default=None, ge=_MIN_FRAC, le=1)
+    attn_bw_frac: float | None = Field(default=None, ge=_MIN_FRAC, le=1)
     expert_bw_frac: float | None = Field(default=None, ge=0, le=1)
     per_moe_layer_overhead_s: float | None = Field(default=None, ge=0, le=_STEP_S)
     step_overhead_s: float | None = Field(default=None, ge=0, le=_STEP_S)
     per_seq_overhead_s: float | None = Field(default=None, ge=0, le=_STEP_S)
     per_layer_overhead_s: float | None = Field(default=None, ge=0, le=_STEP_S)
     allreduce_latency_s: float | None = Field(default=None, ge=0, le=_STEP_S)
-    allreduce_bw_frac: float | None = Field(default=None, gt=0, le=1)
+    allreduce_bw_frac: float | None = Field(default=None, ge=_MIN_FRAC, le=1)
     request_overhead_s: float | None = Field(default=None, ge=0, le=_REQUEST_S)
 
 
