@@ -99,9 +99,14 @@ def run_simulation(dep: Deployment, *, rate: float | None, concurrency: int | No
                             client_jitter=(s.profile.client_jitter if concurrency is not None
                                            else None),
                             progress=tick, sim_engine=sim_engine).to_dict()
-        results[name] = {**add_request_overhead(res, overhead),
-                         "engine_impl": engine_impl(name, sim_engine,
-                                                    **run_features(s.profile.scheduler, reqs))}
+        impl = engine_impl(name, sim_engine, **run_features(s.profile.scheduler, reqs))
+        results[name] = {**add_request_overhead(res, overhead), "engine_impl": impl}
+        if sim_engine not in ("auto", impl):  # said in every format, not only on stderr
+            used = [k for k, v in run_features(s.profile.scheduler, reqs).items() if v is True]
+            why = f"it does not run {', '.join(used)}" if used else f"the {name} scheduler"
+            results[name]["engine_note"] = (f"--sim-engine {sim_engine} asked, {impl} ran: "
+                                            f"{why}")
+            notes.append(results[name]["engine_note"])
     if concurrency is None:  # open loop: say when the arrivals outran the engine
         for name, res in results.items():
             note = mark_overload(res, np.asarray(reqs.arrival_at_s, float))

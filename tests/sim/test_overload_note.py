@@ -25,3 +25,16 @@ def test_stable_run_says_nothing(run_cli) -> None:  # noqa: ANN001
     r = run_cli(*SIM, "--rate", "2", "--format", "json")
     assert r.exit_code == 0 and r.json()["overloaded"] is False
     assert "overloaded" not in r.stderr
+
+
+def test_engine_fallback_is_in_the_result(run_cli) -> None:  # noqa: ANN001
+    """Before: a --sim-engine the run could not use was replaced, said only on stderr."""
+    from capplan.sim import compiled_available
+
+    if not compiled_available():
+        pytest.skip("numba (the fast extra)")
+    r = run_cli("simulate", "--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--concurrency",
+                "4", "--requests", "20", "--sim-engine", "compiled", "--format", "json")
+    assert r.exit_code == 0, r.stderr
+    assert r.json()["engine_note"] == ("--sim-engine compiled asked, fast ran: it does not run "
+                                       "closed_loop")
