@@ -13,6 +13,7 @@ Does the model fit, how fast is a step, what latency under load, which GPUs to b
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 
@@ -126,7 +127,7 @@ class CapplanGroup(click.Group):
         kwargs.setdefault("standalone_mode", True)
         from capplan.cli._terminal import escaped_output
 
-        with escaped_output():  # user input echoed never reaches the terminal raw
+        with escaped_output(), _warnings_as_notes():  # user input never reaches it raw
             return self._main(*args, **kwargs)
 
     def _main(self, *args, **kwargs):  # noqa: ANN002, ANN003, ANN201
@@ -143,6 +144,25 @@ class CapplanGroup(click.Group):
         except click.ClickException as e:
             e.show()
             sys.exit(e.exit_code)
+
+
+@contextlib.contextmanager
+def _warnings_as_notes():  # noqa: ANN202
+    """A Python/numpy warning reaches the user as one line without a source path ('note:
+    numerical warning ...'); before, `path/to/capplan/models/x.py:629: RuntimeWarning` and the
+    source line were printed."""
+    import warnings
+
+    def show(message, category, filename, lineno, file=None, line=None) -> None:  # noqa: ANN001, ARG001
+        click.echo(f"note: {category.__name__}: {str(message).splitlines()[0]} (in capplan; "
+                   "the result may be affected, please report it)", err=True)
+
+    saved = warnings.showwarning
+    warnings.showwarning = show
+    try:
+        yield
+    finally:
+        warnings.showwarning = saved
 
 
 def _set_limits(ctx: click.Context, param: click.Parameter, value: tuple[str, ...]) -> None:

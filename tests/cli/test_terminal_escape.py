@@ -39,3 +39,20 @@ def test_in_process_runs_escape_too(run_cli, tmp_path: Path) -> None:  # noqa: A
     r = run_cli("simulate", "--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--trace",
                 str(tmp_path / "a\x07b.csv"))
     assert r.exit_code == 2 and "a\\x07b.csv" in r.stderr and "\x07" not in r.stderr
+
+
+def test_warnings_reach_the_user_as_one_line_without_a_source_path(capsys) -> None:  # noqa: ANN001
+    """Before: numpy RuntimeWarnings printed `/path/to/capplan/...py:629: RuntimeWarning` and the
+    source line on stderr."""
+    import warnings
+
+    import numpy as np
+
+    from capplan.cli import _warnings_as_notes
+
+    with warnings.catch_warnings(), _warnings_as_notes():
+        warnings.simplefilter("always")
+        np.float64(0) / np.float64(0)
+    err = capsys.readouterr().err
+    assert err == ("note: RuntimeWarning: invalid value encountered in scalar divide (in "
+                   "capplan; the result may be affected, please report it)\n")
