@@ -471,8 +471,8 @@ def _unit_from_span(times: np.ndarray) -> tuple[str, str]:
     span read in seconds puts the mean rate below MIN_TRACE_RATE_PER_S while milliseconds give
     a rate a server sees (at most 1e6 req/s, limits.RATE_PER_S)."""
     n = int(times.size)
-    span = float(np.nanmax(times) - np.nanmin(times)) if n else 0.0
-    if n < 2 or span <= 0 or not bool(np.all(times == np.floor(times))):
+    span = float(np.nanmax(times)) - float(np.nanmin(times)) if n else 0.0  # inf, no warning
+    if n < 2 or not 0 < span < math.inf or not bool(np.all(times == np.floor(times))):
         return "s", "seconds"
     rate_s = (n - 1) / span
     if rate_s < MIN_TRACE_RATE_PER_S and rate_s * 1e3 <= 1e6:
