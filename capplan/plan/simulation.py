@@ -123,6 +123,8 @@ def run_simulation(dep: Deployment, *, rate: float | None, concurrency: int | No
             "request_overhead_s": overhead, "engine_settings": dep.settings_summary()}
     if pool.state_blocks_per_seq:
         head["state_blocks_per_seq"] = pool.state_blocks_per_seq
+    if wl.trace is not None and wl.trace.note:  # the columns and time unit read, as latency's
+        head["load"] = f"trace {wl.trace.note}"
     return {"head": head, "results": results, "notes": notes}
 
 

@@ -63,3 +63,10 @@ def test_mixed_utc_offsets_are_refused(tmp_path: Path) -> None:
                  "2023-11-16T18:15:50+05:00,10,10\n")
     with pytest.raises(InputError, match="mix stamps with a UTC offset"):
         load_trace(p)
+
+
+def test_simulate_json_states_the_trace_unit(run_cli, renamed: Path) -> None:  # noqa: ANN001
+    r = run_cli("simulate", "--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--trace",
+                str(renamed), "--format", "json")
+    assert r.exit_code == 0, r.stderr
+    assert "timestamp (ms, whole-number stamps" in r.json()["load"]
