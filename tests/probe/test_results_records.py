@@ -59,3 +59,13 @@ def test_files_of_different_models_are_refused(run_cli) -> None:  # noqa: ANN001
     assert r.exit_code == 2 and len(r.stderr_lines) == 1, r.stderr
     assert "results files of different models" in r.stderr
     assert "openai/gpt-oss-20b" in r.stderr and "facebook/opt-125m" in r.stderr
+
+
+def test_per_request_latencies_out_of_range_are_one_line(run_cli, tmp_path: Path) -> None:  # noqa: ANN001
+    """Found by the fuzz suite: gaps of 1e308 s overflowed the mean to an internal error."""
+    p = tmp_path / "r.json"
+    p.write_text(json.dumps({"max_concurrency": 1, "completed": 1, "duration": 1,
+                             "ttfts": [1], "itls": [[1e308, 1e308]]}))
+    r = run_cli("calibrate", "--from-results", str(p))
+    assert r.exit_code == 2 and len(r.stderr_lines) == 1, r.stderr
+    assert "itls holds 1e+308; a latency is a number of seconds in [0, 86,400]" in r.stderr
