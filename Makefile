@@ -3,7 +3,7 @@ PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test bench clean fuzz
+.PHONY: demo test bench validate clean fuzz
 
 $(BIN)/capplan: pyproject.toml
 	test -d $(VENV) || $(PY) -m venv $(VENV)
@@ -18,10 +18,19 @@ $(VENV)/.torch: $(BIN)/capplan
 demo: $(BIN)/capplan
 	$(BIN)/capplan plan examples/chat-8b.yaml
 
-test: $(BIN)/capplan $(VENV)/.torch
+# Chromium + its driver from the distribution for the HTML report's browser test (Debian:
+# chromium, chromium-driver); not fatal: without them that test skips and says why.
+$(VENV)/.chromium: $(BIN)/capplan
+	command -v chromium >/dev/null && command -v chromedriver >/dev/null || \
+		{ (apt-get install -y -q chromium chromium-driver || sudo -n apt-get install -y -q \
+		chromium chromium-driver) >/dev/null 2>&1 || echo "chromium not installed: the HTML \
+		report's browser test will be skipped"; }
+	touch $(VENV)/.chromium
+
+test: $(BIN)/capplan $(VENV)/.torch $(VENV)/.chromium
 	$(BIN)/python -m pytest -q
 
-# Issue 17 goals in one run (simulate 1M requests at 10/80/120% load with the compiled engine
+# The speed targets in one run (simulate 1M requests at 10/80/120% load with the compiled engine
 # when numba is installed, compiled and fast vs reference engine, recommend, start-up; several
 # minutes), then the older speed benchmarks. `pip install -e '.[fast]'` for the compiled engine
 # outside this venv (the test extra has numba).
@@ -31,10 +40,15 @@ bench: $(BIN)/capplan
 	$(BIN)/python benchmarks/bench_sim.py
 	$(BIN)/python benchmarks/bench_search.py
 
+# Regenerate the tables in docs/ that validation scripts compute (blocks marked
+# `<!-- generated: script:table -->`; tests/docs/test_generated_tables.py checks the fast ones).
+validate: $(BIN)/capplan
+	$(BIN)/python benchmarks/validate_perf.py --write-docs
+
 clean:
 	rm -rf $(VENV) build dist *.egg-info
 
-# Long property-based fuzz of every command's options and plan-file fields (issue 18):
+# Long property-based fuzz of every command's options and plan-file fields:
 # randomised, CAPPLAN_FUZZ_EXAMPLES examples per property (default 2000; ~30-60 min on 2 cores).
 fuzz: $(BIN)/capplan
 	CAPPLAN_FUZZ_EXAMPLES=$${CAPPLAN_FUZZ_EXAMPLES:-2000} $(BIN)/python -m pytest -q tests/fuzz \

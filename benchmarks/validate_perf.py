@@ -1,6 +1,6 @@
 """Score the step-time model against published measurements (docs/research/published_perf.md).
 
-Run: .venv/bin/python benchmarks/validate_perf.py [--markdown]
+Run: .venv/bin/python benchmarks/validate_perf.py [--write-docs] [--fit-gpu]
 Each row: a published figure (cited in docs/research/published_perf.md by its #), the model's
 prediction with the default (datasheet) calibration, and the relative error. Nothing here is
 fitted to these numbers.
@@ -16,6 +16,8 @@ import numpy as np
 from capplan.catalog.loader import load_catalog
 from capplan.models.engine import EngineSettings
 from capplan.plan.deployment import resolve_deployment
+
+from docblocks import ROOT, write_block  # benchmarks/ is on sys.path when run as a script
 
 
 @dataclass
@@ -37,11 +39,11 @@ class Point:
 
 POINTS = [
     Point("brief", "llama-3.1-8b", "a100-sxm-80gb", 1, "bf16", "decode_tok_s", 1, 1024, 0, 95,
-          "vLLM; issue 3 reference"),
+          "vLLM; seed reference"),
     Point("brief", "llama-3.1-8b", "a100-sxm-80gb", 1, "bf16", "decode_tok_s", 8, 1024, 0, 620,
-          "vLLM; issue 3 reference"),
+          "vLLM; seed reference"),
     Point("brief", "llama-3.1-8b", "a100-sxm-80gb", 1, "bf16", "decode_tok_s", 32, 1024, 0,
-          2400, "vLLM; issue 3 reference"),
+          2400, "vLLM; seed reference"),
     Point("#21", "llama-3.1-8b", "h200", 1, "bf16", "e2e_ms", 8, 32, 128, 833.4,
           "vLLM CI benchmark_latency"),
     Point("#22", "llama-3.1-70b", "h200", 4, "bf16", "e2e_ms", 8, 32, 128, 2077.5,
@@ -97,26 +99,40 @@ def predict(p: Point) -> float:
     return float(pre + dec.sum()) * 1e3
 
 
-def main() -> None:
+def published_table() -> str:
+    """Section 2 of docs/validation.md: every published point, its prediction and the error."""
     rows = []
     for p in POINTS:
         pred = predict(p)
         err = pred / p.measured - 1
         rows.append((p, pred, err))
     errs = np.abs([e for _, _, e in rows])
-    print("| ref | model | GPU | TP | dtype | metric | batch | in/out | measured | predicted "
-          "| error | source |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    out = ["| ref | model | GPU | TP | dtype | metric | batch | in/out | measured | predicted "
+           "| error | source |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for p, pred, err in rows:
-        print(f"| {p.ref}{'*' if p.informs_default else ''} | {p.model} | {p.gpu} | {p.tp} | {p.dtype} | {p.kind} | {p.batch} | "
-              f"{p.isl}/{p.osl} | {p.measured:g} | {pred:.4g} | {err:+.1%} | {p.note} |")
-    print(f"\nrows: {len(rows)}; median |error| {np.median(errs):.1%}; "
-          f"p90 {np.quantile(errs, 0.9):.1%}; max {errs.max():.1%}")
+        out.append(f"| {p.ref}{'*' if p.informs_default else ''} | {p.model} | {p.gpu} | {p.tp} "
+                   f"| {p.dtype} | {p.kind} | {p.batch} | {p.isl}/{p.osl} | {p.measured:g} "
+                   f"| {pred:.4g} | {err:+.1%} | {p.note} |")
+    out.append(f"\nrows: {len(rows)}; median |error| {np.median(errs):.1%}; "
+               f"p90 {np.quantile(errs, 0.9):.1%}; max {errs.max():.1%}")
     held = np.abs([e for p, _, e in rows if not p.informs_default])
-    print(f"rows that informed no default ({len(held)}): median |error| {np.median(held):.1%}, "
-          f"p90 {np.quantile(held, 0.9):.1%}")
+    out.append(f"rows that informed no default ({len(held)}): median |error| "
+               f"{np.median(held):.1%}, p90 {np.quantile(held, 0.9):.1%}")
     gpus = {p.gpu for p in POINTS}
-    print(f"GPU types: {len(gpus)} ({', '.join(sorted(gpus))})")
+    out.append(f"GPU types: {len(gpus)} ({', '.join(sorted(gpus))})")
+    return "\n".join(out) + "\n"
+
+
+TABLES = {"validate_perf:published": published_table}
+DOC = ROOT / "docs" / "validation.md"
+
+
+def main() -> None:
+    if "--write-docs" in sys.argv:
+        for key, make in TABLES.items():
+            write_block(DOC, key, make())
+        return
+    print(published_table())
     if "--fit-gpu" in sys.argv:
         b = [1, 8, 32]
         ref = np.array([95, 620, 2400])

@@ -13,7 +13,8 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["deployment", "latency", "memory", "recommend", "run_plan", "simulate", "speed"]
+__all__ = ["deployment", "latency", "memory", "recommend", "run_plan", "simulate", "speed",
+           "verify"]
 
 
 def __getattr__(name: str) -> Any:

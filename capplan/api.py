@@ -210,7 +210,8 @@ def recommend(model: str, *, rate: float, input_len: str | int = 512,
               output_len: str | int = 256, ttft_p99_s: float | None = None,
               tbt_p99_s: float | None = None, e2e_p99_s: float | None = None,
               gpus: list[str] | tuple[str, ...] = (), engine: str = "vllm",
-              verify: bool = True, catalog_dirs: tuple[str, ...] = ()) -> PlanResult:
+              verify: bool = True, catalog_dirs: tuple[str, ...] = (),
+              tpot_p99_s: float | None = None, tpot_mean_s: float | None = None) -> PlanResult:
     """GPU type and count, TP, replicas and engine settings for one lane of traffic."""
     check_names(model=model)
     check_kwargs(rate=rate, ttft_p99_s=ttft_p99_s, tbt_p99_s=tbt_p99_s, e2e_p99_s=e2e_p99_s,
@@ -223,6 +224,21 @@ def recommend(model: str, *, rate: float, input_len: str | int = 512,
                        "output_len": str(output_len),
                        "slo": {k: v for k, v in (("ttft_p99_s", ttft_p99_s),
                                                  ("tbt_p99_s", tbt_p99_s),
-                                                 ("e2e_p99_s", e2e_p99_s)) if v is not None}}],
+                                                 ("e2e_p99_s", e2e_p99_s),
+                                                 ("tpot_p99_s", tpot_p99_s),
+                                                 ("tpot_mean_s", tpot_mean_s))
+                               if v is not None}}],
     }
     return run_plan(doc, verify=verify, catalog_dirs=catalog_dirs)
+
+
+def verify(plan: str | Path | dict[str, Any], *, endpoint: str | None = None,
+           write_dataset: str | None = None, client: str = "capplan", **kw: Any) -> Any:
+    """Run a plan's workload (a plan JSON/YAML path or the dict `run_plan(...).to_dict()` gives)
+    against a running server and/or write it as a client's dataset file; `.rows()` holds
+    predicted vs measured (capplan.plan.verify_endpoint.VerifyResult). Further keywords:
+    VerifyOptions' fields (served_model, requests, seed, trace, timeout_s, calibration_out)."""
+    from capplan.plan.verify_endpoint import VerifyOptions, verify_plan
+
+    return verify_plan(plan, VerifyOptions(endpoint=endpoint, write_dataset=write_dataset,
+                                           client=client, **kw))

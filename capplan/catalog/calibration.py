@@ -18,6 +18,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from capplan.catalog.host import host_device_from_record
 from capplan.catalog.loader import read_yaml
 from capplan.catalog.schema import GpuSpec
 from capplan.errors import InputError, validation_error_line
@@ -96,6 +97,14 @@ def calibration_from_file(cf: CalibrationFile, gpu: GpuSpec, source: str) -> Cal
 def calibration_gpu(path: str | Path) -> str:
     """The catalog key of the device a calibration file was measured on."""
     return read_calibration_file(Path(path)).gpu
+
+
+def calibration_device(path: str | Path) -> GpuSpec | None:
+    """The host device a CPU calibration file was measured on (`capplan calibrate --device
+    cpu` embeds its measured peaks), or None for a file measured on a catalog GPU."""
+    cf = read_calibration_file(Path(path))
+    spec = host_device_from_record(cf.measured.get("host_gpu_spec"))
+    return spec if spec is not None and spec.key == cf.gpu else None
 
 
 def load_calibration(path: str | Path, gpu: GpuSpec) -> Calibration:

@@ -16,9 +16,8 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from capplan.catalog.loader import validation_message
 from capplan.catalog.schema import ModelSpec
-from capplan.errors import InputError
+from capplan.errors import InputError, validation_error_line
 from capplan.limits import read_text
 
 _DTYPES = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32", "half": "fp16"}
@@ -518,7 +517,7 @@ def import_config(path: Path, key: str | None = None) -> ModelSpec:
     except (TypeError, ValueError, KeyError) as e:
         if isinstance(e, InputError):
             raise InputError(f"{path}: {e}") from e
-        msg = (validation_message(e) if isinstance(e, ValidationError)
+        msg = (validation_error_line(e, [])[1] if isinstance(e, ValidationError)
                else f"config lacks {e.args[0]}" if isinstance(e, KeyError) else str(e))
         raise InputError(f"{path}: {msg}") from e
     counts = param_counts(spec)

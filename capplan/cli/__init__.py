@@ -48,6 +48,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
                  "throughput, KV use."),
     "speed": ("speed_cmd", "Decode step time and throughput over batch and context; prefill "
               "times."),
+    "verify": ("verify_cmd", "Run a plan's workload against a server: predicted vs measured, "
+               "side by side."),
 }
 """Command -> (module in capplan.cli that registers it, its short help as `--help` lists it).
 Modules are imported only for the command that runs, so `capplan --help` and `--version` stay

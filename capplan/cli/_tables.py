@@ -53,24 +53,22 @@ def _throughput_rows(res: dict[str, Any], fmt: str) -> list[dict[str, Any]]:
         rows += [{"q": "weight dtype", "v": res["weight_dtype"]},
                  {"q": "KV dtype", "v": res.get("kv_dtype", "")}]
     rows += [{"q": "calibration", "v": res.get("calibration", "")}]
-    if str(res.get("load", "")).startswith("trace "):  # the columns and time unit read
+    if res.get("load"):  # what the load was: a trace's note (file, columns, time unit) included
         load = str(res["load"])
-        rows += [{"q": "load", "v": textwrap.fill(load, 80) if fmt == "table" else load}]
+        rows += [{"q": "load", "v": textwrap.fill(load, 90) if fmt == "table" else load}]
     return rows
 
 
 def latency_table(res: dict[str, Any], fmt: str) -> str:
     if not res.get("stable", True):
         if fmt in ("csv", "markdown"):
-            keys = ("stable", "offered_requests_per_s", "capacity_requests_per_s", "bound",
-                    "reason") + (("load",) if str(res.get("load", "")).startswith("trace ")
-                                 else ())
-            row = {k: res.get(k) for k in keys}
+            row = {k: res.get(k) for k in ("stable", "offered_requests_per_s",
+                                           "capacity_requests_per_s", "bound", "reason",
+                                           "load")}
             return render_rows([row], [Column(k, k) for k in row], fmt)
-        load = str(res.get("load", ""))
         return (f"UNSTABLE: {res.get('reason', 'arrivals exceed capacity')}; capacity is about "
                 f"{res.get('capacity_requests_per_s', float('nan')):.2f} requests/s per replica"
-                + (f"\n{load}" if load.startswith("trace ") else ""))
+                + (f"\nload: {textwrap.fill(str(res['load']), 110)}" if res.get("load") else ""))
     cols = [Column("metric", "latency"), Column("mean", "mean (ms)", _ms, ".1f"),
             Column("p50", "p50 (ms)", _ms, ".1f"), Column("p90", "p90 (ms)", _ms, ".1f"),
             Column("p99", "p99 (ms)", _ms, ".1f")]

@@ -125,6 +125,7 @@ def models_import(config: Path, key: str | None, hf_id: str | None, out: Path | 
     elif "/" not in spec.hf_id:
         click.echo(f"note: {config} names no Hugging Face id (_name_or_path); launch lines "
                    f"will serve {spec.hf_id!r}: pass --hf-id ORG/NAME", err=True)
+    click.echo(import_summary(spec), err=True)
     data = spec.model_dump(mode="json", exclude_none=False)
     text = to_json(data) + "\n" if fmt == "json" else catalog_yaml(data)
     if out is None:
@@ -132,6 +133,23 @@ def models_import(config: Path, key: str | None, hf_id: str | None, out: Path | 
     else:
         atomic_write_text(out, text)
         click.echo(f"wrote {out}", err=True)
+
+
+def import_summary(spec: Any) -> str:
+    """One line on what was imported: parameters, KV bytes per token, recurrent state."""
+    from capplan.models import layers
+    from capplan.models.memory import kv_bytes_per_token, kv_dtype_bytes
+    from capplan.units import GIGA, KIB_BYTES, MIB_BYTES
+
+    kvb = kv_dtype_bytes(spec)
+    kv = kv_bytes_per_token(spec, 1, kvb)
+    state = layers.state_bytes_per_seq(spec, 1, kvb, 16)
+    active = (f", {spec.params_active / GIGA:.3g}B active"
+              if spec.params_active < spec.params_total else "")
+    return (f"imported {spec.key}: {spec.params_total / GIGA:.3g}B parameters{active}, "
+            f"{spec.num_layers} layers, KV {kv / KIB_BYTES:.1f} KiB per token ({kvb:g}-byte KV, "
+            f"TP 1), " + (f"recurrent state {state / MIB_BYTES:.1f} MiB per sequence"
+                          if state else "no recurrent state"))
 
 
 class _CatalogDumper(yaml.SafeDumper):

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import click
+import yaml
 from click.core import ParameterSource
 
 from capplan import limits
@@ -150,18 +151,39 @@ def render_plan(result: dict[str, Any], fmt: str) -> str:
     for r in result["recommendations"][1:4]:
         out.append(f"  #{r['rank']} {r['gpu']} TP {r['tp']}: {r['why_not_first']}")
     out += _pool_lines(result, fmt)
-    out += ["", "vLLM:    " + best["engine_flags"]["vllm"],
-            "SGLang:  " + best["engine_flags"]["sglang"],
-            "TRT-LLM: " + best["engine_flags"]["trtllm"],
-            "verify:  " + best["engine_flags"]["bench"],
+    out += ["", *launch_block(best["engine_flags"]),
             f"calibration: {best.get('calibration', '')}"]
+    reason = result.get("inputs", {}).get("max_model_len_reason")
+    if reason:
+        out.append(reason)
+    for key in ("prefix_cache", "fp8_alternative"):  # what the plan assumed, what it left out
+        if (result.get(key) or {}).get("note"):
+            out.append(result[key]["note"])
     for w in result.get("warnings", []):
         out.append(f"warning: {w}")
     # prose wraps at 120 columns; the table is built to fit, and launch lines stay whole (to copy)
-    keep = ("vLLM", "SGLang", "TRT-LLM", "verify")  # also "vLLM (lane):" lines of separate pools
+    # also "vLLM (lane):" lines of separate pools, and the files a line reads ("  ")
+    keep = ("vLLM", "SGLang", "TRT-LLM", "verify", "dataset", "  ")
     return "\n".join(line if "\n" in line or line.startswith(keep) else
                      textwrap.fill(line, 120, subsequent_indent="    ", break_on_hyphens=False)
                      for line in out)
+
+
+def launch_block(flags: dict[str, str]) -> list[str]:
+    """The launch lines, the files a line reads (indented), the verify steps."""
+    out = []
+    for key, label in (("vllm", "vLLM:    "), ("sglang", "SGLang:  "), ("trtllm", "TRT-LLM: ")):
+        if key not in flags:
+            continue
+        out.append(label + flags[key])
+        for name, text in flags.items():
+            if name.startswith(f"file:{key}:"):
+                flow = yaml.safe_dump(yaml.safe_load(text), default_flow_style=True).strip()
+                out.append(f"  {name.split(':', 2)[2]} (the file this line reads): {flow}")
+    if flags.get("bench_dataset"):  # PLAN.json: this plan, written with --export PLAN.json
+        out.append("dataset: " + flags["bench_dataset"])
+    out.append("verify:  " + flags["bench"])
+    return out
 
 
 POOL_COLUMNS = [
@@ -198,8 +220,11 @@ def _exports(paths: tuple[str, ...] | list[str], base: Path | None = None) -> li
         path = Path(p)
         if base is not None and not path.is_absolute():
             path = base / path
-        if path.suffix.lower() not in (".csv", ".json", ".md", ".xlsx"):
-            raise InputError(f"--export {p}: use a .csv, .json, .md or .xlsx file")
+        from capplan.export import EXPORT_SUFFIXES, export_kind
+
+        if export_kind(path) is None:
+            raise InputError(f"--export {p}: use a {', '.join(EXPORT_SUFFIXES[:-1])} or "
+                             f"{EXPORT_SUFFIXES[-1]} file")
         out.append(path)
     return out
 
@@ -243,10 +268,14 @@ def _exports(paths: tuple[str, ...] | list[str], base: Path | None = None) -> li
               help="Simulate the best N to confirm their SLOs (0: skip).")
 @click.option("--allow-near-floor", is_flag=True,
               help="Also recommend fleets whose SLOs keep replicas under 10% of capacity.")
-@click.option("--export", "exports", multiple=True, help="Write .csv/.json/.md/.xlsx.")
+@click.option("--export", "exports", multiple=True,
+              help="Write .csv/.json/.md/.xlsx/.k8s.yaml/.llm-d.yaml/.html.")
 @click.option("--plot", "plot_dir", default=None, help="Write PNG/SVG charts to this folder.")
 @JOBS_OPTION
 @prefix_options
+@click.option("--tpot-p99", type=SECONDS, default=None,
+              help="p99 TPOT SLO (s): a request's mean gap, as vllm bench serve reports it.")
+@click.option("--tpot-mean", type=SECONDS, default=None, help="Mean TPOT SLO (seconds).")
 @click.option("--disagg/--no-disagg", default=True, show_default=True,
               help="Also size a disaggregated prefill/decode layout and say which wins.")
 @format_option
@@ -279,7 +308,9 @@ def recommend_cmd(model: str, rate: float, input_len: str, output_len: str,
     lane: dict[str, Any] = {"name": "default", "rate_per_s": rate, "burstiness": burstiness,
                             "arrival": "poisson" if burstiness == 1.0 else "gamma",
                             "slo": {"ttft_p99_s": ttft_p99, "tbt_p99_s": tbt_p99,
-                                    "e2e_p99_s": e2e_p99}}
+                                    "e2e_p99_s": e2e_p99,
+                                    "tpot_p99_s": prefix_kw.pop("tpot_p99", None),
+                                    "tpot_mean_s": prefix_kw.pop("tpot_mean", None)}}
     for key, value in (("input_len", input_len), ("output_len", output_len)):
         if ctx.get_parameter_source(key) is not ParameterSource.DEFAULT:  # defaults: the plan's
             lane[key] = value
@@ -331,7 +362,8 @@ def _plan_progress(n_lanes: int, pools: str) -> Iterator[Any]:
 @click.command("plan")
 @click.argument("plan_file", type=click.Path(dir_okay=False))
 @click.option("--export", "exports", multiple=True,
-              help="Write .csv/.json/.md/.xlsx (adds to the plan file's export list).")
+              help="Write .csv/.json/.md/.xlsx/.k8s.yaml/.llm-d.yaml/.html (adds to the plan "
+                   "file's export list).")
 @click.option("--plot", "plot_dir", default=None, help="Write PNG/SVG charts to this folder.")
 @click.option("--no-verify", is_flag=True, help="Skip the simulator check of the best configs.")
 @click.option("--out-dir", type=click.Path(file_okay=False, exists=True), default=None,

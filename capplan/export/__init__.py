@@ -12,11 +12,19 @@ from typing import Any
 
 from capplan.errors import InputError
 
-EXPORT_SUFFIXES = (".csv", ".json", ".md", ".xlsx")
+EXPORT_SUFFIXES = (".csv", ".json", ".md", ".xlsx", ".k8s.yaml", ".llm-d.yaml", ".html")
+
+
+def export_kind(path: str | Path) -> str | None:
+    """The export suffix a file name ends with (case-insensitive), else None."""
+    name = Path(path).name.lower()
+    return next((s for s in sorted(EXPORT_SUFFIXES, key=len, reverse=True)
+                 if name.endswith(s)), None)
 
 
 def export_plan(plan: Any, path: str | Path) -> Path:
-    """Write plan to path in the format its suffix names (.csv, .json, .md, .xlsx).
+    """Write plan to path in the format its suffix names (.csv, .json, .md, .xlsx, .k8s.yaml
+    Kubernetes manifests, .llm-d.yaml llm-d Helm values, .html a self-contained report).
 
     plan: a PlanResult (`capplan.plan.planner.run_plan`) or the dict its `to_dict()` gives
     (what `capplan plan --format json` prints).
@@ -29,8 +37,8 @@ def export_plan(plan: Any, path: str | Path) -> Path:
     if hasattr(plan, "to_dict"):  # the typed result: its dict is the export edge
         plan = plan.to_dict()
     path = Path(path)
-    suffix = path.suffix.lower()
-    if suffix not in EXPORT_SUFFIXES:
+    suffix = export_kind(path)
+    if suffix is None:
         raise InputError(f"cannot export to {path}: unknown suffix {path.suffix or '(none)'!r}; "
                          f"use one of {', '.join(EXPORT_SUFFIXES)}")
     recommendations_of(plan)  # one shape check for every format, before any file is touched
@@ -40,9 +48,15 @@ def export_plan(plan: Any, path: str | Path) -> Path:
         from capplan.export.json_export import write_json as writer
     elif suffix == ".md":
         from capplan.export.markdown import write_markdown as writer
+    elif suffix == ".k8s.yaml":
+        from capplan.export.k8s import write_k8s as writer
+    elif suffix == ".llm-d.yaml":
+        from capplan.export.k8s import write_llmd as writer
+    elif suffix == ".html":
+        from capplan.export.html import write_html as writer
     else:
         from capplan.export.xlsx import write_xlsx as writer
     return writer(plan, path)
 
 
-__all__ = ["EXPORT_SUFFIXES", "export_plan"]
+__all__ = ["EXPORT_SUFFIXES", "export_kind", "export_plan"]

@@ -127,6 +127,11 @@ def _rows(records: list[dict[str, Any]], cols: Sequence[RecColumn]) -> list[list
     return rows
 
 
+def table_rows(records: list[dict[str, Any]], cols: Sequence[RecColumn]) -> list[list[Any]]:
+    """Records (recommendation-shaped dicts) as rows of `cols` in display units."""
+    return _rows(records, cols)
+
+
 def pareto_table(plan: dict[str, Any]) -> tuple[list[RecColumn], list[list[Any]]]:
     """(columns, rows) of the Pareto front in display units."""
     points = [p for p in plan.get("pareto") or [] if isinstance(p, dict)]
@@ -149,6 +154,31 @@ def recommendations_of(plan: Any) -> list[dict[str, Any]]:
     return recs
 
 
+def disaggregated_records(plan: dict[str, Any]) -> list[dict[str, Any]]:
+    """The disaggregated layout's pools as rows of the recommendation table: rank names the
+    role, the TTFT column is the pool's share of TTFT p99, the binding column the verdict."""
+    d = plan.get("disaggregated")
+    if not isinstance(d, dict):
+        return []
+    launch = d.get("launch") or {}
+    out = []
+    for role in ("prefill", "decode"):
+        p = d.get(role)
+        if not isinstance(p, dict):
+            continue
+        flags = {k.split("_", 1)[0]: v for k, v in launch.items() if k.endswith(f"_{role}")}
+        out.append({"rank": f"disaggregated {role}", "gpu": p.get("gpu"), "tp": p.get("tp"),
+                    "replicas": p.get("replicas"), "gpus_total": p.get("gpus_total"),
+                    "max_num_seqs": p.get("max_num_seqs"),
+                    "max_num_batched_tokens": p.get("max_num_batched_tokens"),
+                    "cost_per_hour": p.get("cost_per_hour"),
+                    "predicted": {"ttft_s": {"p99": p.get("ttft_p99_s")},
+                                  "tbt_s": {"p99": p.get("tbt_p99_s")}},
+                    "per_replica_rate_per_s": p.get("rate_per_replica_per_s"),
+                    "binding_constraint": d.get("verdict"), "engine_flags": flags})
+    return out
+
+
 def recommendation_table(plan: dict[str, Any], *, brief: bool = False
                          ) -> tuple[list[RecColumn], list[list[Any]]]:
     """(columns, rows) in display units; None marks an empty cell (missing, null or inf).
@@ -160,9 +190,11 @@ def recommendation_table(plan: dict[str, Any], *, brief: bool = False
 
 
 def write_csv(plan: dict[str, Any], path: str | Path) -> Path:
-    """Write one CSV row per recommendation (header row first), atomically."""
+    """Write one CSV row per recommendation (header row first), then one per pool of the
+    disaggregated layout when the plan has one, atomically."""
     path = Path(path)
     cols, rows = recommendation_table(plan)
+    rows += _rows(disaggregated_records(plan), cols)  # the disaggregated pools, rank says so
 
     def write(tmp: Path) -> None:
         with tmp.open("w", newline="", encoding="utf-8") as f:

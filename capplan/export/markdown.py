@@ -9,14 +9,18 @@ from tabulate import tabulate
 
 from capplan.export.atomic import atomic_write_text
 from capplan.export.csv_export import (
+    RECOMMENDATION_COLUMNS,
     clean_number,
+    disaggregated_records,
     pareto_table,
     recommendation_table,
     recommendations_of,
+    table_rows,
 )
 from capplan.units import s_to_ms
 
-_ENGINE_TITLES = (("vllm", "vLLM"), ("sglang", "SGLang"), ("bench", "Benchmark"))
+_ENGINE_TITLES = (("vllm", "vLLM"), ("sglang", "SGLang"), ("trtllm", "TensorRT-LLM"),
+                  ("bench_dataset", "Benchmark workload"), ("bench", "Benchmark"))
 
 
 def _cell(v: Any) -> Any:
@@ -88,6 +92,31 @@ def _commands(plan: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _disaggregated(plan: dict[str, Any]) -> list[str]:
+    recs = disaggregated_records(plan)
+    d = plan.get("disaggregated") or {}
+    if not d:
+        return []
+    cols = [c for c in RECOMMENDATION_COLUMNS if c.brief and c.path[0] in (
+        "rank", "gpu", "tp", "replicas", "gpus_total", "max_num_seqs", "cost_per_hour",
+        "predicted", "per_replica_rate_per_s")]
+    lines = ["## Disaggregated prefill/decode", "", str(d.get("verdict", "")), ""]
+    if recs:
+        lines += [_table([c.header for c in cols], table_rows(recs, cols),
+                         tuple(c.fmt for c in cols)), ""]
+    for key, line in (d.get("launch") or {}).items():
+        lines += [f"{key}:", "", "```bash", str(line), "```", ""]
+    return lines
+
+
+def _assumptions(plan: dict[str, Any]) -> list[str]:
+    inp = plan.get("inputs") or {}
+    items = [inp.get("max_model_len_reason")] + [
+        (plan.get(k) or {}).get("note") for k in ("prefix_cache", "fp8_alternative")]
+    items = [str(x) for x in items if x]
+    return ["## Assumptions", "", *[f"- {x}" for x in items], ""] if items else []
+
+
 def _pareto(plan: dict[str, Any]) -> list[str]:
     cols, rows = pareto_table(plan)
     if not rows:
@@ -102,7 +131,7 @@ def plan_to_markdown(plan: dict[str, Any]) -> str:
     title = f"# Capacity plan: {plan.get('model', 'unnamed model')}"
     parts = [title, "", *_summary(plan), ""]
     parts += _lanes(plan) + _recommendations(plan) + _warnings(plan)
-    parts += _commands(plan) + _pareto(plan)
+    parts += _assumptions(plan) + _commands(plan) + _disaggregated(plan) + _pareto(plan)
     return "\n".join(parts).rstrip("\n") + "\n"
 
 

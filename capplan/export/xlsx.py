@@ -11,7 +11,13 @@ from typing import Any
 
 from capplan.errors import InputError
 from capplan.export.atomic import atomic_write
-from capplan.export.csv_export import clean_number, pareto_table, recommendation_table
+from capplan.export.csv_export import (
+    clean_number,
+    disaggregated_records,
+    pareto_table,
+    recommendation_table,
+    table_rows,
+)
 from capplan.export.json_export import jsonable
 from capplan.units import s_to_ms
 
@@ -175,6 +181,10 @@ def write_xlsx(plan: dict[str, Any], path: str | Path) -> Path:
                          rec_rows, bold, [c.fmt for c in cols], wb)
             _inputs_sheet(wb, plan, bold)
             _curve_sheet(wb, plan, bold)
+            disagg = table_rows(disaggregated_records(plan), cols)
+            if disagg:
+                _write_table(wb.add_worksheet("disaggregated"), [c.header for c in cols],
+                             disagg, bold, [c.fmt for c in cols], wb)
             pareto_cols, pareto = pareto_table(plan)
             if pareto:
                 _write_table(wb.add_worksheet("pareto"), [c.header for c in pareto_cols], pareto,

@@ -855,7 +855,11 @@ class QueueModel:
         })
         if self.prefix.active:
             res["cached_tokens_per_request"] = np.full_like(lam, self.cached)
-        for key in ("ttft_s", "tbt_s", "e2e_s"):
+        # TPOT (one request's mean gap): its mean is the mean gap; its p99 is at most TBT's
+        # (a mean of gaps never exceeds their largest), the conservative bound used here
+        # (plan/slo.py; the simulator measures TPOT itself).
+        res["tpot_s"] = {k: tbt[k] for k in ("mean", "p99") if k in tbt}
+        for key in ("ttft_s", "tbt_s", "tpot_s", "e2e_s"):
             res[key] = {k: np.where(stable, v, np.inf) for k, v in res[key].items()}
         return res
 

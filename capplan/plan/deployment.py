@@ -11,10 +11,14 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from pathlib import Path
 
-from capplan.catalog.calibration import find_default_calibration, load_calibration
+from capplan.catalog.calibration import (
+    calibration_device,
+    find_default_calibration,
+    load_calibration,
+)
 from capplan.catalog.loader import Catalog
 from capplan.catalog.schema import GpuSpec, ModelSpec
-from capplan.errors import InputError
+from capplan.errors import CatalogError, InputError
 from capplan.models.calibration import Calibration
 from capplan.models.engine import EngineProfile, EngineSettings, engine_profile
 from capplan.models.memory import MemoryReport, memory_report
@@ -172,6 +176,21 @@ def calibration_for(cat: Catalog, gpu: GpuSpec, path: str | Path | Calibration |
     return find_default_calibration(gpu, cat.calibration_dirs)
 
 
+def device_for(cat: Catalog, gpu_name: str, calibration: str | Path | Calibration | None
+               ) -> GpuSpec:
+    """The catalog GPU of that name, or the host device a CPU calibration file measured when
+    `gpu_name` is that file's device key (`--gpu cpu-x86_64-2c --calibration cpu.yaml`)."""
+    try:
+        return cat.gpu(gpu_name)
+    except CatalogError:
+        if calibration is None or isinstance(calibration, Calibration):
+            raise
+        host = calibration_device(calibration)
+        if host is None or host.key != gpu_name:
+            raise
+        return host
+
+
 def build_deployment(model: ModelSpec, gpu: GpuSpec, settings: EngineSettings,
                      calibration: Calibration, served_id: str = "") -> Deployment:
     mem = memory_report(model, gpu, settings)
@@ -191,7 +210,7 @@ def resolve_deployment(cat: Catalog, model_name: str, gpu_name: str,
     raises InputError naming why.
     """
     resolved = cat.resolve_model(model_name)
-    gpu = cat.gpu(gpu_name)
+    gpu = device_for(cat, gpu_name, calibration)
     if options is None:
         options = EngineOptions()
     if isinstance(options, EngineSettings):

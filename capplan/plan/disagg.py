@@ -256,33 +256,52 @@ def _pair(pc: _PrefillCurve, dp: PoolPlan, t: Traffic, target: float, ttft_slo: 
                       dp.tbt_p99_s)
 
 
+DISAGG_PORTS = {"prefill": 8100, "decode": 8200}
+"""Ports of the first prefill and decode replica on a node (vLLM's disaggregated-serving
+examples use 8100 and 8200); replica k listens on port + k."""
+
+
+def _pool_options(d: Deployment, role: str, first_gpu: int) -> Any:
+    from capplan.plan.flags import memory_fractions
+    from capplan.plan.launch import LaunchOptions
+
+    s = d.settings
+    own = d.model.quantization.format if d.model.quantization else d.model.torch_dtype
+    return LaunchOptions(
+        model_id=d.served_id or d.model.hf_id, tp=s.tp, pp=s.pp, attention_dp=s.attention_dp,
+        expert_parallel=s.expert_parallel, max_num_seqs=s.max_num_seqs,
+        max_num_batched_tokens=s.max_num_batched_tokens,
+        memory_fraction=memory_fractions(d.memory), max_model_len=d.memory.max_model_len,
+        weight_dtype=s.weight_dtype, checkpoint_format=own, kv_dtype=s.kv_dtype,
+        port=DISAGG_PORTS[role], role=role,
+        gpu_ids=tuple(range(first_gpu, first_gpu + d.gpus_per_replica)))
+
+
 def launch_lines(p: DisaggPlan) -> dict[str, str]:
-    """vLLM (NixlConnector on both pools; a proxy sends each request to a prefill replica with
-    max_tokens=1, then to a decode replica) and SGLang PD (a router in front)."""
+    """The planned engine's lines for the first replica of each pool (further replicas: the
+    next GPUs, port + 1), with the pool's own settings, memory fraction, max-model-len, port
+    and GPUs; vLLM: NixlConnector on both pools, a proxy sends each request to a prefill
+    replica with max_tokens=1, then to a decode replica; SGLang: a router in front (docs: PD
+    Disaggregation). TensorRT-LLM's disaggregated serving takes a YAML of both pools
+    (trtllm-serve disaggregated), not launch lines: its pools are given as such."""
+    from capplan.plan.launch import launch_line
+
     pr, de = p.prefill.dep, p.decode.dep
-    hf = pr.served_id or pr.model.hf_id
-    kv = "--kv-transfer-config '{\"kv_connector\":\"NixlConnector\",\"kv_role\":\"kv_both\"}'"
-
-    def vllm(d: Deployment) -> str:
-        s = d.settings
-        return (f"vllm serve {hf} --tensor-parallel-size {s.tp} --max-num-seqs {s.max_num_seqs} "
-                f"--max-num-batched-tokens {s.max_num_batched_tokens} {kv}")
-
-    def sglang(d: Deployment, mode: str) -> str:
-        s = d.settings
-        return (f"python -m sglang.launch_server --model-path {hf} --tp {s.tp} "
-                f"--disaggregation-mode {mode} --disaggregation-transfer-backend nixl")
-
-    return {
-        "vllm_prefill": f"{p.prefill.replicas} x: {vllm(pr)}",
-        "vllm_decode": f"{p.decode.replicas} x: {vllm(de)}",
-        "vllm_proxy": "a disaggregated-serving proxy (vLLM examples/online_serving/"
-                      "disaggregated_serving): prefill with max_tokens=1, then decode",
-        "sglang_prefill": f"{p.prefill.replicas} x: {sglang(pr, 'prefill')}",
-        "sglang_decode": f"{p.decode.replicas} x: {sglang(de, 'decode')}",
-        "sglang_router": "python -m sglang_router.launch_router --pd-disaggregation "
-                         "--prefill http://PREFILL:30000 --decode http://DECODE:30000",
-    }
+    engine = pr.settings.engine
+    po = _pool_options(pr, "prefill", 0)
+    do = _pool_options(de, "decode", pr.gpus_per_replica
+                       if pr.gpus_per_replica + de.gpus_per_replica <= 8 else 0)
+    out = {f"{engine}_prefill": f"{p.prefill.replicas} x: {launch_line(engine, po).command}",
+           f"{engine}_decode": f"{p.decode.replicas} x: {launch_line(engine, do).command}"}
+    pre, dec = f"http://localhost:{po.port}", f"http://localhost:{do.port}"
+    if engine == "vllm":
+        out["vllm_proxy"] = (f"a disaggregated-serving proxy (vLLM examples/online_serving/"
+                             f"disaggregated_serving) to prefill {pre} with max_tokens=1, then "
+                             f"decode {dec}")
+    elif engine == "sglang":
+        out["sglang_router"] = ("python -m sglang_router.launch_router --pd-disaggregation "
+                                f"--prefill {pre} --decode {dec} --host 0.0.0.0 --port 30000")
+    return out
 
 
 def compare(agg_gpus: int, agg_cost: float | None, agg_binding: str, d: DisaggPlan | None

@@ -23,6 +23,7 @@ from capplan.models.perf import knee_batch
 from capplan.models.prefix import PrefixCache
 from capplan.models.queueing import Limits, QueueModel, summarize
 from capplan.plan.flags import engine_flags
+from capplan.plan.launch import max_model_len_choice
 from capplan.plan.lengths import length_stats, pooled_stats
 from capplan.plan.result import (
     Curve,
@@ -101,9 +102,8 @@ def search_space(cat: Catalog, plan: PlanFile, model: ModelSpec, t: Traffic,
         "price_per_hour_usd": prices[g.key],
         "source": {**g.source, "price_per_hour_usd": "given in the plan (candidates.prices)"}})
         if g.key in prices else g for g in gpus]
-    need = t.inp.q["p99"] + t.out.q["p99"]
-    auto_len = min(model.max_position_embeddings, max(4096, 2 ** math.ceil(math.log2(2 * need))))
-    max_len = plan.engine.max_model_len or auto_len
+    max_len, len_reason = max_model_len_choice(model.max_position_embeddings, t.inp.q["p99"],
+                                               t.out.q["p99"], plan.engine.max_model_len)
     for key in ("attention_dp", "expert_parallel"):
         if getattr(plan.engine, key) != 1:
             raise InputError(f"engine.{key} {getattr(plan.engine, key)}: recommend and plan "
@@ -122,7 +122,7 @@ def search_space(cat: Catalog, plan: PlanFile, model: ModelSpec, t: Traffic,
         max_num_batched_tokens=_as_tuple(plan.engine.max_num_batched_tokens, DEFAULT_CHUNKS),
         gpu_memory_utilization=plan.engine.gpu_memory_utilization, max_model_len=max_len,
         block_size=plan.engine.block_size, engine=plan.engine.name,
-        calibration=plan.calibration)
+        calibration=plan.calibration, max_model_len_reason=len_reason)
 
 
 def _finish(r: Recommendation, i: int, model: ModelSpec, t: Traffic) -> Recommendation:
@@ -227,6 +227,18 @@ def run_plan(cat: Catalog, plan: PlanFile, verify: VerifyFn | None = None,
         result = replace(result, pools=pools, warnings=[*result.warnings, note])
     if disagg:
         result = replace(result, disaggregated=_disaggregated(cat, plan, resolved, lanes, result))
+    from capplan.plan.alternatives import fp8_alternative, prefix_savings, wants_fp8_alternative
+
+    t = traffic_for(lanes, resolved.spec.context_len(plan.engine.max_model_len))
+    saved = prefix_savings(_plan_pool, cat, plan, resolved, lanes, result.best, t)
+    if saved is not None:
+        result = replace(result, prefix_cache=saved)
+
+    if wants_fp8_alternative(plan, resolved, cat):
+        alt = fp8_alternative(_plan_pool, cat, plan, resolved, lanes, result.recommendations)
+        if alt is not None and alt["gpus_total"] <= result.best.gpus_total and (
+                alt["saving_frac"] is None or alt["saving_frac"] > 0):
+            result = replace(result, fp8_alternative=alt)
     return result
 
 
@@ -291,13 +303,15 @@ def _near_floor_note(c: Candidate, found: SearchResult, t: Traffic, headroom: fl
     """The floor, what one replica carries within the SLOs, and what relaxing them buys."""
     i, j = c.index
     s = c.settings
-    floor = "; ".join(f"p99 {tgt.label} {float(found.at_floor[tgt.metric]['p99'][i, j]) * 1e3:.0f}"
+    floor = "; ".join(f"{tgt.stat} {tgt.label} "
+                      f"{float(found.at_floor[tgt.metric][tgt.stat][i, j]) * 1e3:.0f}"
                       f" ms (SLO {tgt.limit_s * 1e3:.0f} ms)" for tgt in t.slos)
     half_rate = 0.5 * c.capacity_per_s
     with np.errstate(all="ignore"):
         half = _queue_model(c, t).at_rate(np.asarray(half_rate))
-    relax = ", ".join(f"{tgt.label} p99 to >= {float(half[tgt.metric]['p99']) * 1e3:.0f} ms"
-                      for tgt in t.slos if float(half[tgt.metric]["p99"]) > tgt.limit_s)
+    relax = ", ".join(f"{tgt.label} {tgt.stat} to >= "
+                      f"{float(half[tgt.metric][tgt.stat]) * 1e3:.0f} ms"
+                      for tgt in t.slos if float(half[tgt.metric][tgt.stat]) > tgt.limit_s)
     reps = max(1, math.ceil(t.rate_per_s * (1 + headroom) / half_rate - 1e-9))
     return (f"the SLOs are near the latency floor of {c.gpu.key} TP {s.tp} ({s.weight_dtype}), "
             f"unloaded {floor}: within them one replica carries "

@@ -116,7 +116,7 @@ class Recommendation:
                 "max_num_batched_tokens": s.max_num_batched_tokens,
                 "weight_dtype": s.weight_dtype, "kv_dtype": s.kv_dtype,
                 "max_model_len": s.max_model_len,
-                "gpu_memory_utilization": s.gpu_memory_utilization,
+                "gpu_memory_utilization": s.gpu_memory_utilization, "engine": s.engine,
                 "replicas": self.replicas, "per_replica_rate_per_s": self.per_replica_rate_per_s}
 
     def head(self) -> dict[str, Any]:
@@ -230,6 +230,7 @@ def _lane_row(ln: Lane) -> dict[str, Any]:
     return {"name": ln.name, "rate_per_s": ln.rate_per_s, "input_len": str(ln.input_len),
             "output_len": str(ln.output_len), "ttft_p99_s": ln.slo.ttft_p99_s,
             "tbt_p99_s": ln.slo.tbt_p99_s, "e2e_p99_s": ln.slo.e2e_p99_s,
+            "tpot_p99_s": ln.slo.tpot_p99_s, "tpot_mean_s": ln.slo.tpot_mean_s,
             "priority": ln.priority, "arrival": ln.arrival, "burstiness": ln.burstiness,
             **({"prefix": ln.prefix.model_dump()} if getattr(ln, "prefix", None) else {})}
 
@@ -252,6 +253,7 @@ class PlanInputs:
                 "max_num_seqs": list(sp.max_num_seqs),
                 "max_num_batched_tokens": list(sp.max_num_batched_tokens),
                 "max_model_len": sp.max_model_len,
+                "max_model_len_reason": sp.max_model_len_reason,
                 "gpu_memory_utilization": sp.gpu_memory_utilization,
                 "engine": sp.engine, "calibration": sp.calibration,
                 "objective": self.objective, "headroom": self.headroom, "pools": self.pools,
@@ -280,6 +282,12 @@ class PlanResult:
     disaggregated: dict[str, Any] | None = None
     """The disaggregated layout searched beside the aggregated one (plan/disagg.py), with the
     verdict; None when not asked for."""
+    prefix_cache: dict[str, Any] | None = None
+    """What prefix caching gives: prompt tokens cached per request and the fleet without the
+    cache (plan/alternatives.py prefix_savings); None when no lane shares prompts."""
+    fp8_alternative: dict[str, Any] | None = None
+    """The best fleet with fp8 weights when the plan did not allow them and they would save
+    (plan/alternatives.py): GPUs, cost, saving, the accuracy caveat and a sentence."""
 
     @property
     def best(self) -> Recommendation:
@@ -300,4 +308,8 @@ class PlanResult:
             out["pools"] = self.pools.to_dict()
         if self.disaggregated is not None:
             out["disaggregated"] = self.disaggregated
+        if self.prefix_cache is not None:
+            out["prefix_cache"] = self.prefix_cache
+        if self.fp8_alternative is not None:
+            out["fp8_alternative"] = self.fp8_alternative
         return out

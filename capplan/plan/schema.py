@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import (
@@ -12,6 +12,7 @@ from pydantic import (
     ConfigDict,
     Field,
     ValidationError,
+    WithJsonSchema,
     field_validator,
     model_validator,
 )
@@ -38,6 +39,16 @@ def _seconds(v: Any) -> float | None:
     return float(L.DURATION_S.check(x, ""))
 
 
+_Duration = Annotated[float | None, WithJsonSchema({
+    "anyOf": [{"type": "number", "exclusiveMinimum": 0},
+              {"type": "string", "pattern": r"^\s*([0-9]+\.?[0-9]*|\.[0-9]+)([eE][-+]?[0-9]+)?"
+                                            r"\s*(s|ms|us|µs|m|min|h)?\s*$"},
+              {"type": "null"}],
+    "description": "seconds: a number, or a string with a unit ('60ms', '1.5s')"})]
+"""A duration as the file may write it: the JSON Schema says what the validator accepts
+(capplan.units.parse_seconds), so an editor does not flag the demo's own '60ms'."""
+
+
 def _length(v: Any) -> Any:
     """A token length: a whole number or a distribution string, checked by parse_length (the
     edge's bounds) so that a plan file fails where the CLI does."""
@@ -54,14 +65,20 @@ class Slo(BaseModel):
     """Latency objectives of a lane; a number is seconds, a string may carry a unit ('60ms')."""
 
     model_config = _STRICT
-    ttft_p99_s: float | None = None
+    ttft_p99_s: _Duration = None
     """p99 time to first token."""
-    tbt_p99_s: float | None = None
+    tbt_p99_s: _Duration = None
     """p99 time between tokens (every inter-token gap, as vllm bench serve's ITL)."""
-    e2e_p99_s: float | None = None
+    e2e_p99_s: _Duration = None
     """p99 end-to-end latency."""
+    tpot_p99_s: _Duration = None
+    """p99 over requests of TPOT, a request's mean gap (E2E - TTFT) / (output tokens - 1), as
+    vllm bench serve and AIConfigurator report it; at most TBT p99 (plan/slo.py)."""
+    tpot_mean_s: _Duration = None
+    """Mean TPOT over requests."""
 
-    @field_validator("ttft_p99_s", "tbt_p99_s", "e2e_p99_s", mode="before")
+    @field_validator("ttft_p99_s", "tbt_p99_s", "e2e_p99_s", "tpot_p99_s", "tpot_mean_s",
+                     mode="before")
     @classmethod
     def _parse(cls, v: Any) -> float | None:
         return _seconds(v)
@@ -201,7 +218,8 @@ class PlanFile(BaseModel):
     just above the unloaded latency floor); by default they are left out and the floor and the
     trade-off are reported instead."""
     export: list[str] = []
-    """Files to write (.csv, .json, .md, .xlsx), relative to the plan file."""
+    """Files to write (.csv, .json, .md, .xlsx, .k8s.yaml, .llm-d.yaml, .html), relative to the
+    plan file."""
 
     @model_validator(mode="after")
     def _bounded_search(self) -> PlanFile:
@@ -226,6 +244,30 @@ class PlanFile(BaseModel):
         if dup is not None:
             raise ValueError(f"two lanes are named {dup!r}; give each lane its own name")
         return v
+
+
+def _keys_at(model: type[BaseModel], loc: tuple[Any, ...]) -> list[str]:
+    """The keys valid where `loc` points (the fields of the object that holds loc[-1]), so a
+    suggestion names a sibling ('tbt_p99_s' under slo:, not 'tp' of candidates:)."""
+    for part in loc[:-1]:
+        if isinstance(part, int):
+            continue
+        f = model.model_fields.get(str(part))
+        if f is None:
+            return []
+        subs = [t for t in _flat_args(f.annotation)
+                if isinstance(t, type) and issubclass(t, BaseModel)]
+        if not subs:
+            return []
+        model = subs[0]
+    return list(model.model_fields)
+
+
+def _flat_args(ann: Any) -> list[Any]:
+    args = getattr(ann, "__args__", None)
+    if not args:
+        return [ann]
+    return [x for a in args for x in _flat_args(a)]
 
 
 def _all_keys(model: type[BaseModel]) -> list[str]:
@@ -277,7 +319,10 @@ def load_plan(path: str | Path) -> PlanFile:
     try:
         return PlanFile.model_validate(data)
     except ValidationError as e:
-        loc, msg = validation_error_line(e, _all_keys(PlanFile))
+        err = next((x for x in e.errors(include_input=False)
+                    if x["type"] == "extra_forbidden"), None)
+        keys = _keys_at(PlanFile, tuple(err["loc"])) if err else []
+        loc, msg = validation_error_line(e, keys or _all_keys(PlanFile))
         line = _line_of(text, loc)
         raise InputError(f"{p}:{line}: {msg}" if line else f"{p}: {msg}") from e
 

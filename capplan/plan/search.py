@@ -66,6 +66,8 @@ class SearchSpace:
     block_size: int | None
     engine: str = "vllm"
     calibration: str | None = None
+    max_model_len_reason: str = ""
+    """Why max_model_len has its value (capplan.plan.launch.max_model_len_choice)."""
 
 
 @dataclass(frozen=True)
@@ -221,7 +223,7 @@ def _binding(res: dict[str, Any], slos: SloSet, qm: QueueModel, seqs: np.ndarray
     out = np.where(~stable & (res["prefill_utilization"] >= 0.98), "prefill compute", out)
     # A stable configuration is bound by the SLO it exceeds; E2E over TTFT over TBT.
     missed = {t.metric: (t, mask) for t, mask in slos.violated(res)}
-    for metric in ("tbt_s", "ttft_s", "e2e_s"):
+    for metric in ("tbt_s", "tpot_s", "ttft_s", "e2e_s"):
         if metric in missed:
             t, mask = missed[metric]
             out = np.where(stable & mask, f"{t.label} SLO", out)
@@ -293,8 +295,10 @@ def nearest_miss(found: SearchResult, t: Traffic) -> str:
     best_ratio, detail = math.inf, None
     for c in found.candidates:
         i, j = c.index
-        at_floor = {tgt.metric: {"p99": found.at_floor[tgt.metric]["p99"][i, j]}
-                    for tgt in t.slos}
+        at_floor: dict[str, dict[str, Any]] = {}
+        for tgt in t.slos:
+            at_floor.setdefault(tgt.metric, {})[tgt.stat] = \
+                found.at_floor[tgt.metric][tgt.stat][i, j]
         worst = t.slos.worst(at_floor)
         if worst[0] < best_ratio:
             best_ratio, best, detail = worst[0], c, worst

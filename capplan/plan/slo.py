@@ -1,8 +1,15 @@
-"""Latency objectives (p99 TTFT, TBT, E2E) and the one check of a result against them.
+"""Latency objectives (p99 TTFT, TBT, E2E; TPOT p99 and mean) and the one check of a result
+against them.
 
 The same `SloSet` checks the analytic model's arrays during the search, one prediction's
-margins, and the simulator's result: each takes the contract shape `res[metric]["p99"]`
+margins, and the simulator's result: each takes the contract shape `res[metric][stat]`
 (a float or an array), so the three can never disagree on what "meets the SLOs" means.
+
+TBT is every inter-token gap (vllm bench serve's ITL); TPOT is one request's mean gap,
+(E2E - TTFT) / (output tokens - 1), as vllm bench serve and AIConfigurator report it. Their
+means are the same gaps averaged per token or per request; a request's mean gap is never above
+its largest gap, so TPOT's p99 sits at or below TBT's: the analytic model answers TPOT with the
+TBT law (capplan.models.queueing `tpot_s`, conservative at p99) and the simulator measures it.
 """
 
 from __future__ import annotations
@@ -16,39 +23,47 @@ import numpy as np
 
 @dataclass(frozen=True)
 class SloTarget:
-    """One objective: the p99 of `metric` (a contract latency key) at most `limit_s`."""
+    """One objective: the `stat` (p99 or mean) of `metric` (a contract latency key) at most
+    `limit_s`."""
 
     metric: str
-    """'ttft_s', 'tbt_s' or 'e2e_s'."""
+    """'ttft_s', 'tbt_s', 'tpot_s' or 'e2e_s'."""
     label: str
-    """'TTFT', 'TBT' or 'E2E'."""
+    """'TTFT', 'TBT', 'TPOT' or 'E2E'."""
     limit_s: float
+    stat: str = "p99"
+    """'p99' or 'mean'."""
 
     @property
     def margin_key(self) -> str:
-        """The key of this objective in `slo_margins` ('ttft_p99', ...)."""
-        return f"{self.label.lower()}_p99"
+        """The key of this objective in `slo_margins` ('ttft_p99', 'tpot_mean', ...)."""
+        return f"{self.label.lower()}_{self.stat}"
 
 
-_LABELS = (("ttft_s", "TTFT"), ("tbt_s", "TBT"), ("e2e_s", "E2E"))
+_TARGETS = (("ttft_s", "TTFT", "p99"), ("tbt_s", "TBT", "p99"), ("tpot_s", "TPOT", "p99"),
+            ("tpot_s", "TPOT", "mean"), ("e2e_s", "E2E", "p99"))
+_FIELDS = tuple(f"{label.lower()}_{stat}_s" for _, label, stat in _TARGETS)
 
 
-def _p99(res: Mapping[str, Any], metric: str) -> Any:
-    return res[metric]["p99"]
+def _value(res: Mapping[str, Any], t: SloTarget) -> Any:
+    return res[t.metric][t.stat]
 
 
 @dataclass(frozen=True)
 class SloSet:
-    """The p99 latency objectives of a lane, or the strictest of several lanes."""
+    """The latency objectives of a lane, or the strictest of several lanes."""
 
     ttft_p99_s: float | None = None
     tbt_p99_s: float | None = None
     e2e_p99_s: float | None = None
+    tpot_p99_s: float | None = None
+    tpot_mean_s: float | None = None
 
     @classmethod
     def of(cls, slo: Any) -> SloSet:
-        """From anything with ttft_p99_s, tbt_p99_s and e2e_p99_s attributes (a plan's Slo)."""
-        return cls(slo.ttft_p99_s, slo.tbt_p99_s, slo.e2e_p99_s)
+        """From anything with the objectives as attributes (a plan's Slo); missing ones are
+        None."""
+        return cls(**{f: getattr(slo, f, None) for f in _FIELDS})
 
     @classmethod
     def strictest(cls, slos: Iterable[SloSet]) -> SloSet:
@@ -59,49 +74,51 @@ class SloSet:
             vals = [getattr(s, attr) for s in slos if getattr(s, attr)]
             return min(vals) if vals else None
 
-        return cls(least("ttft_p99_s"), least("tbt_p99_s"), least("e2e_p99_s"))
+        return cls(**{f: least(f) for f in _FIELDS})
 
     def __iter__(self) -> Iterator[SloTarget]:
-        for metric, label in _LABELS:
-            limit = getattr(self, f"{label.lower()}_p99_s")
+        for (metric, label, stat), f in zip(_TARGETS, _FIELDS, strict=True):
+            limit = getattr(self, f)
             if limit is not None:
-                yield SloTarget(metric, label, limit)
+                yield SloTarget(metric, label, limit, stat)
 
     def only(self, *metrics: str) -> SloSet:
         """The objectives on the given metrics alone (the others dropped)."""
-        keep = {f"{label.lower()}_p99_s": getattr(self, f"{label.lower()}_p99_s")
-                for metric, label in _LABELS if metric in metrics}
-        return SloSet(**keep)
+        return SloSet(**{f: getattr(self, f) for (metric, _, _), f in zip(_TARGETS, _FIELDS,
+                                                                         strict=True)
+                         if metric in metrics})
 
     def ok(self, res: Mapping[str, Any]) -> Any:
-        """True where every p99 is within its objective (elementwise on arrays)."""
+        """True where every objective holds (elementwise on arrays)."""
         ok: Any = True
         for t in self:
-            ok = np.logical_and(ok, np.asarray(_p99(res, t.metric)) <= t.limit_s)
+            ok = np.logical_and(ok, np.asarray(_value(res, t)) <= t.limit_s)
         return ok
 
     def violated(self, res: Mapping[str, Any]) -> list[tuple[SloTarget, Any]]:
-        """(objective, mask where it is exceeded) for each objective, in TTFT, TBT, E2E order."""
-        return [(t, np.asarray(_p99(res, t.metric)) > t.limit_s) for t in self]
+        """(objective, mask where it is exceeded) for each objective, in TTFT, TBT, TPOT, E2E
+        order."""
+        return [(t, np.asarray(_value(res, t)) > t.limit_s) for t in self]
 
     def margins(self, res: Mapping[str, Any]) -> dict[str, float]:
-        """1 - p99 / objective per objective: the fraction of each SLO left unused."""
-        return {t.margin_key: float(1 - _p99(res, t.metric) / t.limit_s) for t in self}
+        """1 - value / objective per objective: the fraction of each SLO left unused."""
+        return {t.margin_key: float(1 - _value(res, t) / t.limit_s) for t in self}
 
     def misses(self, res: Mapping[str, Any], who: str = "") -> list[str]:
         """One phrase per objective the result misses: 'p99 TTFT 812.0 ms > 800.0 ms'."""
         out = []
         for t in self:
-            got = (res.get(t.metric) or {}).get("p99")  # a lane the run never served: no key
+            got = (res.get(t.metric) or {}).get(t.stat)  # a lane the run never served: no key
             if got is not None and got > t.limit_s:
-                out.append(f"p99 {t.label}{who} {got * 1e3:.1f} ms > {t.limit_s * 1e3:.1f} ms")
+                out.append(f"{t.stat} {t.label}{who} {got * 1e3:.1f} ms > "
+                           f"{t.limit_s * 1e3:.1f} ms")
         return out
 
     def worst(self, res: Mapping[str, Any]) -> tuple[float, SloTarget | None, float]:
-        """(p99 / objective, objective, p99) of the objective the result is furthest over."""
+        """(value / objective, objective, value) of the objective the result is furthest over."""
         worst: tuple[float, SloTarget | None, float] = (0.0, None, 0.0)
         for t in self:
-            got = float(_p99(res, t.metric))
+            got = float(_value(res, t))
             if worst[1] is None or got / t.limit_s > worst[0]:
                 worst = (got / t.limit_s, t, got)
         return worst

@@ -70,7 +70,8 @@ def simulate_recommendation(job: VerifyJob) -> Verification:
     res = add_request_overhead(res, job.request_overhead_s)
     # Decode steps are shared, so TBT is one distribution for all lanes; TTFT and E2E are
     # checked per lane against that lane's own SLO (priorities make them differ).
-    misses = SloSet.strictest(SloSet.of(ln.slo) for ln in job.lanes).only("tbt_s").misses(res)
+    misses = SloSet.strictest(SloSet.of(ln.slo) for ln in job.lanes).only(
+        "tbt_s", "tpot_s").misses(res)
     # An overloaded replica's queue keeps growing while requests arrive. (Completions per
     # second of a finite run are biased low by its drain, so compare the waiting queue in the
     # last third of the arrival window with the middle third instead.)

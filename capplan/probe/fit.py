@@ -21,7 +21,8 @@ from typing import Any
 
 import numpy as np
 
-from capplan.catalog.schema import GpuSpec, Interconnect, ModelSpec
+from capplan.catalog.host import host_device
+from capplan.catalog.schema import GpuSpec, ModelSpec
 from capplan.models.calibration import Calibration
 from capplan.models.engine import EngineSettings
 from capplan.models.perf import build_step_model
@@ -205,22 +206,7 @@ def host_peaks(samples: list[dict[str, Any]]) -> tuple[float, float]:
 
 
 def host_gpu_spec(samples: list[dict[str, Any]]) -> GpuSpec:
-    """A GpuSpec for the host CPU, its 'peaks' the best rates measured in this run.
-
-    Not a catalog entry: built without validation (vendor 'cpu' is outside the catalog's
-    vendors) and labelled as a quick measurement in its source and notes.
-    """
+    """A GpuSpec for the host CPU, its 'peaks' the best rates measured in this run."""
     bw, flops = host_peaks(samples)
-    src = "estimated by a quick measurement (capplan calibrate --device cpu)"
-    return GpuSpec.model_construct(
-        key=host_label(), name=f"host CPU ({platform.processor() or platform.machine()})",
-        vendor="cpu", aliases=[], nvml_names=[], memory_mib=host_memory_mib(),
-        cuda_total_memory_gib=None, memory_bandwidth_gb_per_s=bw / GIGA,
-        bf16_dense_tflops=flops / TERA, fp16_dense_tflops=None, fp8_dense_tflops=None,
-        int8_dense_tops=None, fp4_dense_tflops=None,
-        interconnect=Interconnect(kind="pcie4", bandwidth_gb_per_s=bw / GIGA,
-                                  max_gpus_per_node=1),
-        price_per_hour_usd=None,
-        source={"memory_bandwidth_gb_per_s": src, "bf16_dense_tflops": src,
-                "memory_mib": "os.sysconf"},
-        notes="Host CPU measured by capplan calibrate; peaks are the best measured rates.")
+    return host_device(host_label(), f"host CPU ({platform.processor() or platform.machine()})",
+                       host_memory_mib(), bw / GIGA, flops / TERA)

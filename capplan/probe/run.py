@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from capplan.catalog.calibration import CalibrationFile, CalibrationParams
+from capplan.catalog.host import host_device_record
 from capplan.catalog.schema import GpuSpec, ModelSpec
 from capplan.errors import InputError, ProbeUnavailable
 from capplan.models.calibration import Calibration, default_calibration
@@ -177,11 +178,7 @@ def calibration_file(run: DeviceRun, gpu: GpuSpec, cal: Calibration, fit: FitRes
                      ) -> CalibrationFile:
     measured = dict(run.measured)
     if run.device == "cpu":
-        measured["host_gpu_spec"] = {
-            "key": gpu.key, "name": gpu.name, "memory_mib": gpu.memory_mib,
-            "memory_bandwidth_gb_per_s": gpu.memory_bandwidth_gb_per_s,
-            "bf16_dense_tflops": gpu.bf16_dense_tflops,
-            "source": "estimated by a quick measurement: the best copy/GEMM rates of this run"}
+        measured["host_gpu_spec"] = host_device_record(gpu)
     measured["skipped"] = run.skipped
     measured["interrupted"] = run.interrupted
     params = {n: getattr(cal, n) for n in Calibration.param_names()}

@@ -51,12 +51,35 @@ def test_readme_command_runs(cmd, run_cli, tmp_path, monkeypatch):
     args = shlex.split(cmd)[1:]
     if ">" in args:  # shell redirection: drop it, the output is checked here instead
         args = args[: args.index(">")]
-    # outputs go to a temporary folder, never into the checkout
-    args = [str(tmp_path / a) if a.endswith((".xlsx", ".yaml", ".json", ".csv", ".md")) and
-            not Path(a).exists() else a for a in args]
-    args = [str(tmp_path / "charts") if a == "charts/" else a for a in args]
+    # run as printed: outputs the README names go to /tmp, never into the checkout
+    assert not any(a.endswith((".xlsx", ".json", ".csv", ".md", ".html", ".jsonl"))
+                   and not a.startswith(("/tmp/", "examples/", "tests/")) for a in args), cmd
     if args[0] in ("recommend", "plan"):
         args.append("--format=json")
+    before = _untracked()
     res = run_cli(*args)
     assert res.exit_code == 0, (cmd, res.stderr)
-    assert res.stdout.strip()
+    assert res.stdout.strip() or "--write-dataset" in cmd
+    assert _untracked() == before, f"{cmd} wrote into the checkout"
+
+
+def _untracked() -> set[str]:
+    """Files in the checkout git does not know (outputs a command left behind)."""
+    import subprocess
+
+    try:
+        out = subprocess.run(["git", "status", "--porcelain", "--untracked-files=all"],
+                             cwd=ROOT, capture_output=True, text=True, timeout=30, check=True)
+    except (OSError, subprocess.SubprocessError):
+        return set()  # not a git checkout (an sdist): nothing to compare
+    return {ln[3:] for ln in out.stdout.splitlines() if ln.startswith("??")}
+
+
+def test_readme_counts_are_the_catalogs(catalog) -> None:
+    """`capplan gpus` / `capplan models` list every catalog entry: the README's counts say how
+    many there are."""
+    gpus = re.search(r"capplan gpus +# (\d+) GPUs", README)
+    models = re.search(r"capplan models +# (\d+) models", README)
+    assert gpus and models
+    assert int(gpus.group(1)) == len(catalog.gpus)
+    assert int(models.group(1)) == len(catalog.models)

@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.plan.test_launch_lines import check_engine_lines
+
 EXAMPLES_DIR = Path(__file__).resolve().parents[2] / "examples"
 EXAMPLES = sorted(EXAMPLES_DIR.glob("*.yaml"))
 VERIFIED = {"chat-8b"}
@@ -53,6 +55,7 @@ def test_example_plans_and_exports_xlsx(run_cli, tmp_path, example: Path) -> Non
             assert r["gpu"] in gpus
         assert r["replicas"] >= 1 and r["gpus_total"] == r["replicas"] * r["tp"] * r.get("pp", 1)
         assert r["engine_flags"]["vllm"].startswith("vllm serve ")
+        check_engine_lines(r)  # every engine's line: dtype, memory fraction, max-model-len
     if example.stem in VERIFIED:
         ver = recs[0]["verified"]
         assert ver and ver["ok"], ver  # the simulator confirms the first recommendation

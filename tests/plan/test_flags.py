@@ -19,7 +19,7 @@ from capplan.plan.flags import engine_flags
 
 def parse_cmd(cmd: str, prefix_words: int) -> dict[str, str | None]:
     """'--flag value' pairs of a command line after its first `prefix_words` words."""
-    words = shlex.split(cmd.split("#", 1)[0])
+    words = shlex.split(cmd, comments=True)
     flags: dict[str, str | None] = {}
     rest = words[prefix_words:]
     i = 0
@@ -148,7 +148,9 @@ def test_bench_runs_at_the_per_replica_rate(llama, per_replica) -> None:
     b = bench_flags(f["bench"])
     assert b["--model"] == llama.hf_id
     assert float(b["--request-rate"]) == pytest.approx(per_replica, rel=5e-3)
-    assert b["--random-input-len"] == "1000" and b["--random-output-len"] == "300"
+    # the plan's lengths come from the dataset capplan writes (one line per request)
+    assert b["--dataset-name"] == "custom" and b["--custom-output-len"] == "-1"
+    assert b["--dataset-path"] in f["bench_dataset"] and "--ignore-eos" in b
     assert int(b["--num-prompts"]) >= 200
 
 

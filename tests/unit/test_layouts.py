@@ -170,7 +170,9 @@ def test_launch_lines_carry_the_layout(catalog):
     assert "--enable-dp-attention" in s
     t = parse_cmd(lines["trtllm"], 4)  # trtllm-serve MODEL --backend pytorch
     assert (t["--tp_size"], t["--ep_size"]) == ("2", "2")
-    assert t["--extra_llm_api_options"] == "attention_dp.yaml"
+    # one LLM-API options file (its content beside the line) holds enable_attention_dp
+    opts = t["--extra_llm_api_options"]
+    assert "enable_attention_dp: true" in lines[f"file:trtllm:{opts}"]
     plain = engine_flags(model, rec(tp=2), traffic)
     assert "--data-parallel-size" not in plain["vllm"] and "--dp" not in plain["sglang"]
 

@@ -1,0 +1,93 @@
+"""`capplan verify PLAN`: run a plan's workload against a running server, predicted vs measured."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+from capplan.cli._options import POS_INT, SECONDS, catalog_option, format_option
+from capplan.cli._render import Column, emit, render_rows, to_json
+from capplan.plan.bench_cmds import CLIENTS
+
+
+def _human(row: dict[str, Any], key: str) -> Any:
+    v = row.get(key)
+    if v is None:
+        return None
+    return v * 1e3 if row["unit"] == "s" else v
+
+
+_COLUMNS = [
+    Column("metric", "metric"), Column("unit_h", "unit"),
+    Column("predicted_h", "predicted", None, ".4g"), Column("measured_h", "measured", None, ".4g"),
+    Column("measured_over_predicted", "measured /\npredicted", None, ".2f"),
+]
+
+
+@click.command("verify")
+@click.argument("plan_file", type=click.Path(dir_okay=False))
+@click.option("--endpoint", default=None, help="Base URL of a running OpenAI-compatible server: "
+              "send it the plan's workload and compare.")
+@click.option("--served-model", default=None,
+              help="Model name the server serves (default: the plan's Hugging Face id).")
+@click.option("--client", type=click.Choice(["capplan", *CLIENTS]), default="capplan",
+              show_default=True, help="Dataset format for --write-dataset (the client that "
+              "reads it).")
+@click.option("--write-dataset", default=None, type=click.Path(dir_okay=False),
+              help="Write the workload (one request per line, planned lengths and times).")
+@click.option("--requests", type=POS_INT, default=None,
+              help="Requests to send (default: five minutes at the per-replica rate, >= 200).")
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--trace", default=None, type=click.Path(dir_okay=False, exists=True),
+              help="Replay this trace's timestamps and lengths (one replica's share).")
+@click.option("--timeout", type=SECONDS, default=60.0, show_default=True,
+              help="Per-request timeout in seconds.")
+@click.option("--out", default=None, type=click.Path(dir_okay=False),
+              help="Write a calibration fitted from the measurement (host overheads).")
+@format_option
+@catalog_option
+def verify_cmd(plan_file: str, endpoint: str | None, served_model: str | None, client: str,
+               write_dataset: str | None, requests: int | None, seed: int, trace: str | None,
+               timeout: float, out: str | None, fmt: str, catalog_dir: tuple[str, ...]) -> None:
+    """Run a plan's workload against a server: predicted vs measured, side by side.
+
+    PLAN_FILE is the JSON of `capplan plan FILE.yaml --export PLAN.json` (or a plan YAML,
+    planned again without the simulator check).
+
+    \b
+      capplan verify PLAN.json --endpoint http://localhost:8000
+      capplan verify PLAN.json --client vllm --write-dataset capplan-workload.jsonl
+    """
+    from capplan.plan.verify_endpoint import VerifyOptions, verify_plan
+
+    res = verify_plan(plan_file, VerifyOptions(
+        endpoint=endpoint, served_model=served_model, client=client,
+        write_dataset=write_dataset, requests=requests, seed=seed, trace=trace,
+        timeout_s=timeout, calibration_out=out, catalog_dirs=catalog_dir))
+    if res.dataset:
+        click.echo(f"wrote {res.dataset} ({len(res.requests)} requests, {client} format)",
+                   err=True)
+    if res.calibration:
+        click.echo(f"wrote {res.calibration}", err=True)
+    d = res.to_dict()
+    if fmt == "json":
+        emit(to_json(d))
+        return
+    if res.measured is None:
+        return
+    rows = [{**r, "unit_h": "ms" if r["unit"] == "s" else r["unit"],
+             "predicted_h": _human(r, "predicted"), "measured_h": _human(r, "measured")}
+            for r in d["comparison"]]
+    m = res.measured
+    head = (f"{d['model']} on one replica ({d['gpu']} TP {d['tp']}) at "
+            f"{d['per_replica_rate_per_s']:.3g} req/s: {m['completed']} of {d['requests']} "
+            f"requests completed, {m['errors']} errors")
+    emit(head + "\n" + render_rows(rows, _COLUMNS, fmt) if fmt == "table"
+         else render_rows(rows, _COLUMNS, fmt))
+    if m["completed"] == 0:
+        raise click.ClickException(f"no request to {endpoint} completed")
+
+
+def register(cli: click.Group) -> None:
+    cli.add_command(verify_cmd)

@@ -1,0 +1,292 @@
+"""A plan as one self-contained HTML page to share (`--export FILE.html`): inputs, the
+recommendation and runner-ups, binding constraints, SLO margins, latency-vs-load and cost charts
+as inline SVG, the launch / verify / deploy commands with copy buttons, and what was assumed.
+
+No network: no external script, style, font or image; a Content-Security-Policy forbids any
+fetch. Built from the plan dict (never recomputed). The page is a list of sections
+(`SECTIONS`); a further table or chart is one more function appended to it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import html
+import math
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from capplan.export.atomic import atomic_write_text
+
+Section = Callable[[dict[str, Any]], str]
+COLORS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b")
+_CSP = ("default-src 'none'; style-src 'unsafe-inline'; script-src 'unsafe-inline'; "
+        "img-src data:; connect-src 'none'; form-action 'none'")
+_STYLE = """
+body{font:14px/1.45 system-ui,sans-serif;margin:24px auto;max-width:1100px;color:#222;
+padding:0 16px}
+h1{font-size:22px}h2{font-size:17px;margin-top:28px;border-bottom:1px solid #ddd}
+table{border-collapse:collapse;margin:8px 0}td,th{border:1px solid #ddd;padding:3px 8px;
+text-align:right}th{background:#f4f4f4}td.l,th.l{text-align:left}
+.cmd{display:flex;gap:8px;align-items:flex-start;margin:6px 0}
+.cmd pre{flex:1;margin:0;padding:6px 8px;background:#f6f8fa;border:1px solid #ddd;
+white-space:pre-wrap;word-break:break-all;font-size:12px}
+button{cursor:pointer}.ok{color:#1a7f37}.bad{color:#cf222e}svg{background:#fff}
+.charts{display:flex;flex-wrap:wrap;gap:16px}
+"""
+_SCRIPT = """
+function capplanCopy(id, btn){
+  var text = document.getElementById(id).textContent;
+  function done(){
+    btn.textContent = 'copied'; setTimeout(function(){ btn.textContent = 'copy'; }, 1500);
+  }
+  function fallback(){
+    var r = document.createRange(); r.selectNodeContents(document.getElementById(id));
+    var s = window.getSelection(); s.removeAllRanges(); s.addRange(r);
+    try { document.execCommand('copy'); done(); } catch (e) { btn.textContent = 'select + Ctrl-C'; }
+  }
+  if (navigator.clipboard && window.isSecureContext) {
+    navigator.clipboard.writeText(text).then(done, fallback);
+  } else { fallback(); }
+}
+"""
+
+
+def _e(x: Any) -> str:
+    return html.escape(str(x), quote=True)
+
+
+def _num(x: Any, fmt: str = ".3g") -> str:
+    return "" if x is None else format(x, fmt) if isinstance(x, (int, float)) else _e(x)
+
+
+def _table(headers: Sequence[str], rows: Sequence[Sequence[Any]], left: int = 1) -> str:
+    th = "".join(f'<th class="{"l" if i < left else ""}">{_e(h)}</th>'
+                 for i, h in enumerate(headers))
+    body = "".join("<tr>" + "".join(f'<td class="{"l" if i < left else ""}">{c}</td>'
+                                    for i, c in enumerate(r)) + "</tr>" for r in rows)
+    return f"<table><tr>{th}</tr>{body}</table>"
+
+
+def _ticks(lo: float, hi: float, n: int = 5) -> list[float]:
+    """Round tick values covering [lo, hi] (1, 2, 5 x 10^k steps)."""
+    span = hi - lo if hi > lo else abs(hi) or 1.0
+    raw = span / n
+    mag = 10 ** math.floor(math.log10(raw))
+    step = next(m * mag for m in (1, 2, 5, 10) if m * mag >= raw)
+    start = math.floor(lo / step) * step
+    return [start + i * step for i in range(int(math.ceil((hi - start) / step)) + 1)]
+
+
+def line_chart(title: str, series: Sequence[tuple[str, Sequence[tuple[float, float]]]],
+               x_label: str, y_label: str, hline: tuple[str, float] | None = None,
+               w: int = 520, h: int = 300) -> str:
+    """An inline SVG line chart with axes, ticks, a legend and an optional dashed line."""
+    pts = [p for _, s in series for p in s]
+    if not pts:
+        return ""
+    ys = [y for _, y in pts] + ([hline[1]] if hline else [])
+    xt, yt = _ticks(0.0, max(x for x, _ in pts)), _ticks(0.0, max(ys) * 1.05)
+    x0, x1, y0, y1 = 60, w - 20, h - 45, 30
+
+    def sx(x: float) -> float:
+        return x0 + (x - xt[0]) / ((xt[-1] - xt[0]) or 1) * (x1 - x0)
+
+    def sy(y: float) -> float:
+        return y0 - (y - yt[0]) / ((yt[-1] - yt[0]) or 1) * (y0 - y1)
+
+    out = [f'<svg xmlns="http://www.w3.org/2000/svg" role="img" class="chart" width="{w}" '
+           f'height="{h}" viewBox="0 0 {w} {h}"><title>{_e(title)}</title>',
+           f'<text x="{w / 2}" y="18" text-anchor="middle" font-size="13">{_e(title)}</text>',
+           f'<line x1="{x0}" y1="{y0}" x2="{x1}" y2="{y0}" stroke="#333"/>',
+           f'<line x1="{x0}" y1="{y0}" x2="{x0}" y2="{y1}" stroke="#333"/>']
+    for t in xt:
+        out.append(f'<text x="{sx(t):.1f}" y="{y0 + 15}" text-anchor="middle" '
+                   f'font-size="11">{t:g}</text>')
+    for t in yt:
+        out.append(f'<line x1="{x0}" y1="{sy(t):.1f}" x2="{x1}" y2="{sy(t):.1f}" '
+                   f'stroke="#eee"/><text x="{x0 - 6}" y="{sy(t) + 4:.1f}" text-anchor="end" '
+                   f'font-size="11">{t:g}</text>')
+    out.append(f'<text x="{(x0 + x1) / 2}" y="{h - 8}" text-anchor="middle" '
+               f'font-size="12">{_e(x_label)}</text>')
+    out.append(f'<text x="14" y="{(y0 + y1) / 2}" text-anchor="middle" font-size="12" '
+               f'transform="rotate(-90 14 {(y0 + y1) / 2})">{_e(y_label)}</text>')
+    if hline:
+        out.append(f'<line x1="{x0}" y1="{sy(hline[1]):.1f}" x2="{x1}" y2="{sy(hline[1]):.1f}" '
+                   f'stroke="#cf222e" stroke-dasharray="5,4"/><text x="{x1}" '
+                   f'y="{sy(hline[1]) - 4:.1f}" text-anchor="end" font-size="11" '
+                   f'fill="#cf222e">{_e(hline[0])}</text>')
+    for i, (label, s) in enumerate(series):
+        c = COLORS[i % len(COLORS)]
+        path = " ".join(f"{sx(x):.1f},{sy(y):.1f}" for x, y in s)
+        out.append(f'<polyline class="series" fill="none" stroke="{c}" stroke-width="2" '
+                   f'points="{path}"/>')
+        out.append(f'<text x="{x0 + 10}" y="{y1 + 14 * (i + 1)}" font-size="11" '
+                   f'fill="{c}">{_e(label)}</text>')
+    return "".join(out) + "</svg>"
+
+
+def bar_chart(title: str, bars: Sequence[tuple[str, float]], y_label: str,
+              w: int = 520, h: int = 300) -> str:
+    """An inline SVG bar chart (one bar per label)."""
+    if not bars:
+        return ""
+    yt = _ticks(0.0, max(v for _, v in bars) * 1.05)
+    x0, x1, y0, y1 = 60, w - 20, h - 70, 30
+    bw = (x1 - x0) / len(bars)
+
+    def sy(y: float) -> float:
+        return y0 - y / (yt[-1] or 1) * (y0 - y1)
+
+    out = [f'<svg xmlns="http://www.w3.org/2000/svg" role="img" class="chart" width="{w}" '
+           f'height="{h}" viewBox="0 0 {w} {h}"><title>{_e(title)}</title>',
+           f'<text x="{w / 2}" y="18" text-anchor="middle" font-size="13">{_e(title)}</text>',
+           f'<line x1="{x0}" y1="{y0}" x2="{x1}" y2="{y0}" stroke="#333"/>']
+    for t in yt:
+        out.append(f'<line x1="{x0}" y1="{sy(t):.1f}" x2="{x1}" y2="{sy(t):.1f}" '
+                   f'stroke="#eee"/><text x="{x0 - 6}" y="{sy(t) + 4:.1f}" text-anchor="end" '
+                   f'font-size="11">{t:g}</text>')
+    for i, (label, v) in enumerate(bars):
+        x = x0 + i * bw + bw * 0.15
+        c = COLORS[0] if i == 0 else "#9ab"
+        out.append(f'<rect class="series" x="{x:.1f}" y="{sy(v):.1f}" width="{bw * 0.7:.1f}" '
+                   f'height="{y0 - sy(v):.1f}" fill="{c}"><title>{_e(label)}: {v:.2f}</title>'
+                   f'</rect><text x="{x + bw * 0.35:.1f}" y="{y0 + 14}" text-anchor="middle" '
+                   f'font-size="10">{_e(label)}</text>')
+    out.append(f'<text x="14" y="{(y0 + y1) / 2}" text-anchor="middle" font-size="12" '
+               f'transform="rotate(-90 14 {(y0 + y1) / 2})">{_e(y_label)}</text>')
+    return "".join(out) + "</svg>"
+
+
+def _inputs(p: dict[str, Any]) -> str:
+    inp = p.get("inputs", {})
+    lanes = [[_e(ln["name"]), _num(ln["rate_per_s"]), _e(ln["input_len"]), _e(ln["output_len"]),
+              _num(_ms(ln.get("ttft_p99_s")), ".0f"), _num(_ms(ln.get("tbt_p99_s")), ".0f"),
+              _num(ln.get("e2e_p99_s"), ".3g"), _num(ln.get("priority"))]
+             for ln in p.get("lanes", [])]
+    facts = [("model", p.get("hf_id") or p.get("model")), ("target rate (req/s)",
+                                                           p.get("target_rate_per_s")),
+             ("objective", p.get("objective")), ("headroom", p.get("headroom")),
+             ("engine", inp.get("engine")), ("GPUs searched", ", ".join(inp.get("gpus", []))),
+             ("configurations searched", p.get("configurations_searched"))]
+    return ("<h2>Inputs</h2>" + _table(["", "value"], [[_e(k), _e(v)] for k, v in facts], 2)
+            + _table(["lane", "rate (req/s)", "input tokens", "output tokens", "TTFT p99 SLO (ms)",
+                      "TBT p99 SLO (ms)", "E2E p99 SLO (s)", "priority"], lanes, 4))
+
+
+def _ms(x: float | None) -> float | None:
+    return None if x is None else x * 1e3
+
+
+def _recommendations(p: dict[str, Any]) -> str:
+    recs = p["recommendations"]
+    best = recs[0]
+    rows = []
+    for r in recs[:8]:
+        pred = r.get("predicted", {})
+        margins = ", ".join(f"{k} {v:+.0%}" for k, v in (r.get("slo_margins") or {}).items())
+        rows.append([f"#{r.get('rank', '')}", _e(r["gpu"]), r["tp"], r["replicas"],
+                     r["gpus_total"], _e(f"{r.get('weight_dtype_resolved', r['weight_dtype'])}"
+                                         f"/{r.get('kv_dtype_resolved', r['kv_dtype'])}"),
+                     r["max_num_seqs"], r["max_num_batched_tokens"],
+                     _num(_ms(pred.get("ttft_s", {}).get("p99")), ".0f"),
+                     _num(_ms(pred.get("tbt_s", {}).get("p99")), ".1f"),
+                     _num(r.get("cost_per_hour"), ".2f"), _e(r.get("binding_constraint", "")),
+                     _e(margins), _e(r.get("why_not_first") or "")])
+    ver = best.get("verified")
+    vtxt = ("not simulated" if not ver else "the simulator confirms the SLOs" if ver.get("ok")
+            else f"simulator: {ver.get('reason')}")
+    cls = "ok" if ver and ver.get("ok") else "bad" if ver else ""
+    head = (f"<p><b>Recommended: {best['replicas']} x {_e(best['gpu'])} TP {best['tp']} "
+            f"({best['gpus_total']} GPUs)</b>, each replica up to "
+            f"{_num(best.get('capacity_per_replica_rps'))} req/s, bound by "
+            f"<b>{_e(best.get('binding_constraint', ''))}</b>; "
+            f'<span class="{cls}">{_e(vtxt)}</span>.</p>')
+    return ("<h2>Recommendation and runner-ups</h2>" + head + _table(
+        ["#", "GPU", "TP", "replicas", "GPUs", "weights/KV", "max seqs", "chunk (tok)",
+         "TTFT p99 (ms)", "TBT p99 (ms)", "cost ($/h)", "binding constraint", "SLO margins",
+         "why not first"], rows, 2))
+
+
+def _charts(p: dict[str, Any]) -> str:
+    curves = p.get("curves") or []
+    slo_t = min((ln["ttft_p99_s"] for ln in p.get("lanes", []) if ln.get("ttft_p99_s")),
+                default=None)
+    slo_b = min((ln["tbt_p99_s"] for ln in p.get("lanes", []) if ln.get("tbt_p99_s")),
+                default=None)
+    # TTFT grows without bound near capacity: show up to 4x the SLO
+    cap = 4 * slo_t if slo_t else math.inf
+    ttft = [(c["label"], [(q["rate_per_s"], q["ttft_p99_s"] * 1e3) for q in c["points"]
+                          if q["ttft_p99_s"] <= cap]) for c in curves]
+    tbt = [(c["label"], [(q["rate_per_s"], q["tbt_p99_s"] * 1e3) for q in c["points"]])
+           for c in curves]
+    costs = [(f"#{r.get('rank', i + 1)}", r["cost_per_hour"])
+             for i, r in enumerate(p["recommendations"][:8]) if r.get("cost_per_hour") is not None]
+    charts = [line_chart("TTFT p99 vs load (one replica)", ttft, "requests/s per replica",
+                         "TTFT p99 (ms)", ("SLO", slo_t * 1e3) if slo_t else None),
+              line_chart("TBT p99 vs load (one replica)", tbt, "requests/s per replica",
+                         "TBT p99 (ms)", ("SLO", slo_b * 1e3) if slo_b else None),
+              bar_chart("Fleet cost per configuration (# as in the table)", costs,
+                        "$ per hour")]
+    return '<h2>Latency vs load, and cost</h2><div class="charts">' + "".join(charts) + "</div>"
+
+
+def _cmd(label: str, text: str) -> str:
+    i = "cmd-" + hashlib.sha1(f"{label}\n{text}".encode()).hexdigest()[:12]
+    return (f'<div class="cmd"><b style="min-width:110px">{_e(label)}</b><pre id="{i}">'
+            f'{_e(text)}</pre><button type="button" onclick="capplanCopy(\'{i}\', this)">copy'
+            "</button></div>")
+
+
+def _commands(p: dict[str, Any]) -> str:
+    flags = p["recommendations"][0].get("engine_flags", {})
+    out = ["<h2>Launch, verify, deploy</h2>"]
+    for key, label in (("vllm", "vLLM"), ("sglang", "SGLang"), ("trtllm", "TensorRT-LLM")):
+        if flags.get(key):
+            out.append(_cmd(label, flags[key]))
+        for name, text in flags.items():
+            if name.startswith(f"file:{key}:"):
+                out.append(_cmd(name.split(":", 2)[2], text))
+    for key, label in (("bench_dataset", "workload"), ("bench", "verify")):
+        if flags.get(key):
+            out.append(_cmd(label, flags[key]))
+    words = str(flags.get("bench", "")).split()
+    url = next((words[i + 1] for i, w in enumerate(words[:-1])
+                if w in ("--base-url", "--url", "--target")), "http://localhost:8000")
+    out.append(_cmd("measure", f"capplan verify PLAN.json --endpoint {url}"))
+    out.append(_cmd("deploy", "capplan plan PLAN.yaml --export plan.k8s.yaml && "
+                              "kubectl apply -f plan.k8s.yaml"))
+    d = p.get("disaggregated") or {}
+    for key, line in (d.get("launch") or {}).items():
+        out.append(_cmd(f"disagg {key}", line))
+    return "".join(out)
+
+
+def _assumptions(p: dict[str, Any]) -> str:
+    best = p["recommendations"][0]
+    inp = p.get("inputs", {})
+    items = [f"calibration: {best.get('calibration', '')}"]
+    if inp.get("max_model_len_reason"):
+        items.append(inp["max_model_len_reason"])
+    for key in ("prefix_cache", "fp8_alternative"):
+        if (p.get(key) or {}).get("note"):
+            items.append(p[key]["note"])
+    items += [f"warning: {w}" for w in p.get("warnings", [])]
+    return "<h2>Assumptions</h2><ul>" + "".join(f"<li>{_e(x)}</li>" for x in items) + "</ul>"
+
+
+SECTIONS: list[Section] = [_inputs, _recommendations, _charts, _commands, _assumptions]
+
+
+def render_html(plan: dict[str, Any]) -> str:
+    title = f"capplan: {plan.get('model')} at {plan.get('target_rate_per_s')} req/s"
+    body = "".join(s(plan) for s in SECTIONS)
+    return ("<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\">"
+            f'<meta http-equiv="Content-Security-Policy" content="{_CSP}">'
+            f"<title>{_e(title)}</title><style>{_STYLE}</style><script>{_SCRIPT}</script>"
+            f"</head><body><h1>{_e(title)}</h1>{body}</body></html>\n")
+
+
+def write_html(plan: dict[str, Any], path: Path) -> Path:
+    atomic_write_text(path, render_html(plan))
+    return path

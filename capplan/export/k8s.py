@@ -1,0 +1,233 @@
+"""Kubernetes manifests of a plan (`--export FILE.k8s.yaml`) and llm-d Helm values
+(`--export FILE.llm-d.yaml`), from the plan dict's launch lines (never recomputed).
+
+Per pool (the recommendation; each lane's pool when the plan asked for a pool per lane; the
+prefill and decode pools when the disaggregated layout wins): a Deployment whose replicas are
+the pool's replicas and whose container runs the pool's launch line with `nvidia.com/gpu` =
+GPUs per replica, probes on the engine's `/health` route (startup: weights take minutes to
+load), /dev/shm as a memory-backed emptyDir (NCCL and the engines' shared-memory transport need
+more than the container runtime's 64 MiB default), a model cache volume (HF_HOME) and the
+Hugging Face token from an optional Secret `hf-token`; a Service in front. A replica that needs
+more GPUs than one node holds becomes a LeaderWorkerSet (leaderworkerset.x-k8s.io/v1:
+spec.replicas groups of spec.leaderWorkerTemplate.size pods, one node each; the multi-node launch
+flags are the launch line's). TensorRT-LLM's LLM-API options file becomes a ConfigMap.
+
+Object shapes: the Kubernetes API reference (apps/v1 Deployment, v1 Service, v1 ConfigMap) and
+the LeaderWorkerSet API (sigs.k8s.io/lws api/leaderworkerset/v1); the llm-d values follow
+llm-d-modelservice's chart values (modelArtifacts, multinode, routing, decode, prefill).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import shlex
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from capplan.export.atomic import atomic_write_text
+
+IMAGES = {"vllm": "vllm/vllm-openai:v0.11.0", "sglang": "lmsysorg/sglang:v0.5.2-cu126",
+          "trtllm": "nvcr.io/nvidia/tensorrt-llm/release:1.0.0"}
+"""Container images of the engine versions the profiles model (models/engine.py); change the
+tag to the version you run."""
+LLMD_IMAGE = "ghcr.io/llm-d/llm-d:v0.2.0"
+GPUS_PER_NODE = 8
+HF_HOME = "/root/.cache/huggingface"
+CONFIG_DIR = "/etc/capplan"
+
+
+@dataclass(frozen=True)
+class Pool:
+    """One pool of identical replicas as the plan launches it."""
+
+    name: str
+    engine: str
+    argv: list[str]
+    replicas: int
+    gpus_per_replica: int
+    port: int
+    files: dict[str, str] = field(default_factory=dict)
+    gpu: str = ""
+
+
+def _argv(line: str) -> tuple[list[str], int]:
+    """A launch line's words without environment assignments (the device plugin assigns GPUs),
+    and its --port / --port value."""
+    words = shlex.split(line.split(": ", 1)[1] if re.match(r"^\d+ x: ", line) else line,
+                        comments=True)
+    while words and re.match(r"^[A-Z_][A-Z0-9_]*=", words[0]):
+        words.pop(0)
+    port = 8000
+    for i, w in enumerate(words[:-1]):
+        if w == "--port":
+            port = int(words[i + 1])
+    return words, port
+
+
+def _name(*parts: str) -> str:
+    s = re.sub(r"[^a-z0-9-]+", "-", "-".join(parts).lower()).strip("-")
+    return s[:50].strip("-") or "capplan"
+
+
+def _rec_pool(name: str, r: dict[str, Any], engine: str) -> Pool:
+    flags = r["engine_flags"]
+    argv, port = _argv(flags[engine])
+    files = {k.split(":", 2)[2]: v for k, v in flags.items() if k.startswith(f"file:{engine}:")}
+    reps = max(1, int(r["replicas"]))
+    return Pool(name, engine, argv, reps, int(r["gpus_total"]) // reps, port, files,
+                r.get("gpu", ""))
+
+
+def plan_pools(plan: dict[str, Any], engine: str | None = None) -> list[Pool]:
+    """The pools a cluster runs for this plan."""
+    best = plan["recommendations"][0]
+    engine = engine or best.get("engine") or plan.get("inputs", {}).get("engine") or "vllm"
+    model = (plan.get("model") or "model").split("/")[-1]
+    d = plan.get("disaggregated") or {}
+    if d.get("winner") == "disaggregated" and d.get("launch", {}).get(f"{engine}_prefill"):
+        out = []
+        for role in ("prefill", "decode"):
+            argv, port = _argv(d["launch"][f"{engine}_{role}"])
+            reps = max(1, int(d[role]["replicas"]))
+            out.append(Pool(_name(model, role), engine, argv, reps,
+                            int(d[role]["gpus_total"]) // reps, port, {}, d[role]["gpu"]))
+        return out
+    lanes = ((plan.get("pools") or {}).get("separate") or {}).get("lanes") or []
+    if plan.get("inputs", {}).get("pools") == "separate" and all(
+            ln.get("engine_flags") for ln in lanes):
+        return [_rec_pool(_name(model, ln["lane"]), ln, engine) for ln in lanes]
+    return [_rec_pool(_name(model), best, engine)]
+
+
+def _probe(port: int, period_s: int, failures: int) -> dict[str, Any]:
+    return {"httpGet": {"path": "/health", "port": port}, "periodSeconds": period_s,
+            "failureThreshold": failures, "timeoutSeconds": 5}
+
+
+def _pod_spec(p: Pool, gpus: int, cache_claim: str | None, config: str | None) -> dict[str, Any]:
+    argv = [f"{CONFIG_DIR}/{w}" if w in p.files else w for w in p.argv]
+    mounts = [{"name": "dshm", "mountPath": "/dev/shm"},
+              {"name": "model-cache", "mountPath": HF_HOME}]
+    volumes: list[dict[str, Any]] = [
+        {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "16Gi"}},
+        {"name": "model-cache", **({"persistentVolumeClaim": {"claimName": cache_claim}}
+                                   if cache_claim else {"emptyDir": {}})}]
+    if config:
+        mounts.append({"name": "engine-config", "mountPath": CONFIG_DIR, "readOnly": True})
+        volumes.append({"name": "engine-config", "configMap": {"name": config}})
+    container = {
+        "name": p.engine, "image": IMAGES[p.engine], "command": argv,
+        "ports": [{"name": "http", "containerPort": p.port, "protocol": "TCP"}],
+        "env": [{"name": "HF_HOME", "value": HF_HOME},
+                {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {
+                    "name": "hf-token", "key": "token", "optional": True}}}],
+        "resources": {"limits": {"nvidia.com/gpu": str(gpus)},
+                      "requests": {"nvidia.com/gpu": str(gpus)}},
+        # weights load for minutes: the startup probe allows 30 min before liveness applies
+        "startupProbe": _probe(p.port, 10, 180),
+        "readinessProbe": _probe(p.port, 10, 3),
+        "livenessProbe": _probe(p.port, 30, 5),
+        "volumeMounts": mounts,
+    }
+    return {"containers": [container], "volumes": volumes}
+
+
+def k8s_objects(plan: dict[str, Any], *, engine: str | None = None,
+                model_cache_claim: str | None = None) -> list[dict[str, Any]]:
+    """Deployments (or LeaderWorkerSets), Services and ConfigMaps of the plan's pools."""
+    objs: list[dict[str, Any]] = []
+    for p in plan_pools(plan, engine):
+        labels = {"app.kubernetes.io/name": p.name, "app.kubernetes.io/part-of": "capplan"}
+        meta = {"name": p.name, "labels": labels,
+                "annotations": {"capplan/gpu": p.gpu, "capplan/gpus-per-replica":
+                                str(p.gpus_per_replica), "capplan/engine": p.engine}}
+        config = None
+        if p.files:
+            config = f"{p.name}-config"
+            objs.append({"apiVersion": "v1", "kind": "ConfigMap",
+                         "metadata": {"name": config, "labels": labels}, "data": dict(p.files)})
+        nodes = math.ceil(p.gpus_per_replica / GPUS_PER_NODE)
+        gpus = p.gpus_per_replica if nodes == 1 else math.ceil(p.gpus_per_replica / nodes)
+        template = {"metadata": {"labels": labels},
+                    "spec": _pod_spec(p, gpus, model_cache_claim, config)}
+        if nodes == 1:
+            objs.append({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": meta,
+                         "spec": {"replicas": p.replicas,
+                                  "selector": {"matchLabels": labels}, "template": template}})
+        else:
+            objs.append({"apiVersion": "leaderworkerset.x-k8s.io/v1", "kind": "LeaderWorkerSet",
+                         "metadata": meta, "spec": {
+                             "replicas": p.replicas, "startupPolicy": "LeaderCreated",
+                             "leaderWorkerTemplate": {"size": nodes, "restartPolicy":
+                                                      "RecreateGroupOnPodRestart",
+                                                      "leaderTemplate": template,
+                                                      "workerTemplate": template}}})
+        objs.append({"apiVersion": "v1", "kind": "Service", "metadata": {
+            "name": p.name, "labels": labels}, "spec": {
+            "type": "ClusterIP", "selector": labels,
+            "ports": [{"name": "http", "port": p.port, "targetPort": "http",
+                       "protocol": "TCP"}]}})
+    return objs
+
+
+def _vllm_args(argv: list[str]) -> list[str]:
+    """vLLM's words after `vllm serve MODEL`, without --host/--port (the chart sets them)."""
+    out, i, rest = [], 0, argv[3:]
+    while i < len(rest):
+        if rest[i] in ("--host", "--port"):
+            i += 2
+            continue
+        out.append(rest[i])
+        i += 1
+    return out
+
+
+def llmd_values(plan: dict[str, Any]) -> dict[str, Any]:
+    """llm-d-modelservice Helm values: decode (and prefill, when disaggregated wins) pools of
+    the plan's vLLM lines (llm-d serves vLLM)."""
+    pools = plan_pools(plan, "vllm")
+    hf = plan.get("hf_id") or plan["model"]
+
+    def role(p: Pool | None) -> dict[str, Any]:
+        if p is None:
+            return {"create": False, "replicas": 0}
+        gpus = p.gpus_per_replica
+        return {"create": True, "replicas": p.replicas, "containers": [{
+            "name": "vllm", "image": LLMD_IMAGE, "modelCommand": "vllmServe",
+            "args": _vllm_args(p.argv), "mountModelVolume": True,
+            "resources": {"limits": {"nvidia.com/gpu": str(gpus)},
+                          "requests": {"nvidia.com/gpu": str(gpus)}}}]}
+
+    pd = len(pools) == 2 and pools[0].name.endswith("prefill")
+    return {
+        "modelArtifacts": {"name": hf, "uri": f"hf://{hf}", "authSecretName": "hf-token",
+                           "size": "200Gi"},
+        "multinode": any(p.gpus_per_replica > GPUS_PER_NODE for p in pools),
+        "routing": {"servicePort": 8000, "proxy": {"targetPort": 8200}},
+        "decode": role(pools[1] if pd else pools[0]),
+        "prefill": role(pools[0] if pd else None),
+    }
+
+
+class _Dumper(yaml.SafeDumper):
+    def ignore_aliases(self, data: Any) -> bool:  # noqa: ARG002 - PyYAML's hook
+        return True  # labels repeat as text, not as &id001 anchors
+
+
+def write_k8s(plan: dict[str, Any], path: Path) -> Path:
+    objs = k8s_objects(plan)
+    head = (f"# capplan: {plan.get('model')} at {plan.get('target_rate_per_s')} req/s; "
+            "kubectl apply -f this file\n")
+    atomic_write_text(path, head + yaml.dump_all(objs, Dumper=_Dumper, sort_keys=False))
+    return path
+
+
+def write_llmd(plan: dict[str, Any], path: Path) -> Path:
+    head = ("# capplan: llm-d-modelservice values (helm install ... -f this file)\n")
+    atomic_write_text(path, head + yaml.dump(llmd_values(plan), Dumper=_Dumper,
+                                                     sort_keys=False))
+    return path

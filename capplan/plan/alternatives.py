@@ -1,0 +1,102 @@
+"""The fp8-weights alternative a plan shows beside itself when the user did not allow fp8.
+
+Many fleets halve with fp8 weights (half the weight bytes per GPU, more KV cache, faster decode
+on fp8 tensor cores), so a plan searched in bf16 only says what allowing fp8 would change: the
+best fp8 fleet on the first GPU types of the plan's ranked list that have fp8 tensor cores,
+planned the same way (analytic search, no simulation: the plan itself is what was verified),
+its GPUs and cost against the plan's, and the accuracy caveat.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from capplan.errors import CapplanError
+
+ACCURACY_CAVEAT = ("fp8 weights (e4m3, quantized when the engine loads a bf16 checkpoint, or a "
+                   "published FP8 checkpoint) change outputs slightly; FP8 checkpoints report "
+                   "near-identical benchmark scores, but check your own evaluation before "
+                   "switching")
+
+
+ALT_GPU_TYPES = 3
+
+
+def wants_fp8_alternative(plan: Any, resolved: Any, cat: Any) -> bool:
+    """fp8 was not allowed, the checkpoint is not already quantized, and some candidate GPU has
+    fp8 tensor cores."""
+    wds = set(plan.candidates.weight_dtypes)
+    if "fp8" in wds or not wds <= {"auto", "bf16", "fp16"}:
+        return False
+    m = resolved.spec
+    if m.quantization is not None or resolved.implied_weight_dtype:
+        return False
+    gpus = [cat.gpu(g) for g in plan.candidates.gpus] if plan.candidates.gpus else list(
+        cat.gpus.values())
+    return any(g.supports("fp8") for g in gpus)
+
+
+def fp8_alternative(plan_pool: Any, cat: Any, plan: Any, resolved: Any, lanes: list[Any],
+                    ranked: list[Any]) -> dict[str, Any] | None:
+    """The best fp8 plan's fleet beside the plan's best (`ranked`: its Recommendations, best
+    first), or None when no fp8 fleet exists. `plan_pool(cat, plan, resolved, lanes, verify)`
+    plans one pool. The GPU types searched are the first ALT_GPU_TYPES of the ranked list that
+    have fp8 tensor cores (the types that came closest in bf16; a search over every type would
+    add half the plan's time)."""
+    best = ranked[0]
+    keys = list(dict.fromkeys(r.candidate.gpu.key for r in ranked))
+    gpus = [g for g in keys if cat.gpu(g).supports("fp8")][:ALT_GPU_TYPES]
+    if not gpus:
+        return None
+    alt_plan = plan.model_copy(update={"candidates": plan.candidates.model_copy(
+        update={"weight_dtypes": ["fp8"], "gpus": gpus})})
+    try:
+        alt = plan_pool(cat, alt_plan, resolved, lanes, None).best
+    except CapplanError:
+        return None
+    base_cost, cost = best.cost_per_hour, alt.cost_per_hour
+    saving = (1 - cost / base_cost) if base_cost and cost is not None else None
+    gpu_saving = 1 - alt.gpus_total / best.gpus_total
+    note = (f"fp8 weights were not allowed: with them, {alt.replicas} x "
+            f"{alt.candidate.gpu.key} TP {alt.candidate.settings.tp} = {alt.gpus_total} GPUs"
+            + (f" (${cost:,.2f}/h)" if cost is not None else "")
+            + f" instead of {best.gpus_total} {best.candidate.gpu.key}"
+            + (f" (${base_cost:,.2f}/h)" if base_cost is not None else "")
+            + (f": {saving:.0%} cheaper" if saving is not None else
+               f": {gpu_saving:.0%} fewer GPUs")
+            + "; add fp8 to candidates.weight_dtypes (or --weight-dtype fp8) to plan it. "
+            + ACCURACY_CAVEAT)
+    return {"gpu": alt.candidate.gpu.key, "tp": alt.candidate.settings.tp,
+            "replicas": alt.replicas, "gpus_total": alt.gpus_total, "cost_per_hour": cost,
+            "saving_frac": saving, "gpu_saving_frac": gpu_saving,
+            "accuracy_caveat": ACCURACY_CAVEAT, "note": note}
+
+
+def prefix_savings(plan_pool: Any, cat: Any, plan: Any, resolved: Any, lanes: list[Any],
+                   best: Any, traffic: Any) -> dict[str, Any] | None:
+    """What prefix caching gives the plan: prompt tokens served from the cache per request
+    (models/prefix.py PrefixCache, the pooled lanes) and the fleet planned without the cache
+    (the same lanes with no prefix, analytic search only)."""
+    pc = getattr(traffic, "prefix", None)
+    if pc is None or not pc.active:
+        return None
+    plain = [ln.model_copy(update={"prefix": None}) for ln in lanes]
+    try:
+        without = plan_pool(cat, plan, resolved, plain, None).best
+    except CapplanError:
+        without = None
+    mean_in = float(traffic.inp.mean)  # whole prompts; the cache serves part of each
+    frac = pc.cached_tokens_mean / mean_in if mean_in > 0 else 0.0
+    note = (f"prefix cache: {pc.cached_tokens_mean:.0f} of {mean_in:.0f} prompt tokens per "
+            f"request ({frac:.0%}) are served from the cache on average; ")
+    if without is None:
+        note += "without the cache no fleet meets the SLOs"
+    else:
+        note += (f"without it the fleet would be {without.replicas} x "
+                 f"{without.candidate.gpu.key} TP {without.candidate.settings.tp} = "
+                 f"{without.gpus_total} GPUs instead of {best.gpus_total}")
+    return {"cached_tokens_per_request": float(pc.cached_tokens_mean),
+            "prompt_tokens_per_request": mean_in, "cached_frac": frac,
+            "gpus_total_without_cache": None if without is None else without.gpus_total,
+            "cost_per_hour_without_cache": None if without is None else without.cost_per_hour,
+            "note": note}

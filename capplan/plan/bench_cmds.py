@@ -1,0 +1,110 @@
+"""The verify command of a plan: a benchmark client sending the plan's workload to one replica.
+
+Each client runs the dataset capplan writes (`capplan verify --write-dataset FILE PLAN`: one
+request per line, the planned prompt and output lengths and arrival times, plan/workload_file.py)
+at the per-replica rate, with outputs held at the planned length (EOS ignored) and the SLOs as
+goodput thresholds where the client has them. Argument names, each client's own:
+- vLLM `vllm bench serve` (vllm/benchmarks/serve.py, 0.10-0.11): --dataset-name custom reads
+  JSONL {"prompt", "output_tokens"}, --custom-output-len -1 takes each line's output_tokens
+  (vllm/benchmarks/datasets.py CustomDataset), --ignore-eos, --goodput ttft:MS tpot:MS e2el:MS;
+- SGLang `python -m sglang.bench_serving` (python/sglang/bench_serving.py, 0.5): ShareGPT JSON
+  whose reply lengths set max_tokens; EOS is ignored unless --disable-ignore-eos;
+- AIPerf `aiperf profile` (ai-dynamo/aiperf docs, "Custom Prompt Benchmarking", "Trace
+  Replay"): --custom-dataset-type mooncake_trace JSONL {"timestamp" ms, "input_length",
+  "output_length"}, --fixed-schedule replays the timestamps, --goodput with metric tags;
+- GuideLLM `guidellm benchmark` (vllm-project/guidellm README): --data JSONL with prompt and
+  output_tokens_count columns, --rate-type poisson.
+"""
+
+from __future__ import annotations
+
+import math
+import shlex
+from typing import Any
+
+CLIENTS = ("vllm", "sglang", "aiperf", "guidellm")
+DEFAULT_CLIENT = {"vllm": "vllm", "sglang": "sglang", "trtllm": "aiperf"}
+"""Each engine's own client; TensorRT-LLM's serving benchmarks use AIPerf (trtllm-serve docs)."""
+DATASET_SUFFIX = {"vllm": ".jsonl", "sglang": ".sharegpt.json", "aiperf": ".mooncake.jsonl",
+                  "guidellm": ".guidellm.jsonl", "capplan": ".jsonl"}
+
+
+def dataset_name(client: str, stem: str = "capplan-workload") -> str:
+    return stem + DATASET_SUFFIX[client]
+
+
+def num_prompts(rate_per_s: float) -> int:
+    """Five minutes of traffic at the per-replica rate, at least 200 requests."""
+    return max(200, math.ceil(rate_per_s * 300))
+
+
+def _ms(x: float) -> str:
+    return f"{x * 1e3:.0f}"
+
+
+def bench_command(client: str, *, model_id: str, base_url: str, rate_per_s: float,
+                  slo: dict[str, float | None], trace: bool = False) -> str:
+    """The client's command line for the plan's workload (dataset file from dataset_name)."""
+    n = num_prompts(rate_per_s)
+    data = dataset_name(client)
+    if client == "vllm":
+        w = ["vllm", "bench", "serve", "--backend", "openai", "--base-url", base_url,
+             "--endpoint", "/v1/completions", "--model", model_id, "--dataset-name", "custom",
+             "--dataset-path", data, "--custom-output-len", "-1",
+             "--custom-skip-chat-template", "--ignore-eos", "--request-rate", f"{rate_per_s:.4g}",
+             "--num-prompts", str(n), "--percentile-metrics", "ttft,tpot,itl,e2el",
+             "--metric-percentiles", "50,90,99"]
+        good = [f"{k}:{_ms(v)}" for k, v in (("ttft", slo.get("ttft_p99_s")),
+                                             ("tpot", slo.get("tpot_p99_s")),
+                                             ("e2el", slo.get("e2e_p99_s"))) if v]
+        return shlex.join(w + (["--goodput", *good] if good else []))
+    if client == "sglang":
+        w = ["python", "-m", "sglang.bench_serving", "--backend", "sglang", "--base-url",
+             base_url, "--model", model_id, "--dataset-name", "sharegpt", "--dataset-path", data,
+             "--num-prompts", str(n), "--request-rate", f"{rate_per_s:.4g}"]
+        return shlex.join(w)
+    if client == "aiperf":
+        w = ["aiperf", "profile", "--model", model_id, "--url", base_url,
+             "--endpoint-type", "completions", "--streaming", "--input-file", data,
+             "--custom-dataset-type", "mooncake_trace", "--fixed-schedule",
+             "--extra-inputs", "ignore_eos:true"]
+        good = [f"{k}:{_ms(v)}" for k, v in (("time_to_first_token", slo.get("ttft_p99_s")),
+                                             ("inter_token_latency", slo.get("tpot_p99_s")),
+                                             ("request_latency", slo.get("e2e_p99_s"))) if v]
+        return shlex.join(w + (["--goodput", " ".join(good)] if good else []))
+    if client == "guidellm":
+        w = ["guidellm", "benchmark", "--target", base_url, "--model", model_id,
+             "--data", data, "--rate-type", "constant" if trace else "poisson",
+             "--rate", f"{rate_per_s:.4g}", "--max-requests", str(n)]
+        return shlex.join(w)
+    raise ValueError(client)
+
+
+def verify_commands_for(model_id: str, rate_per_s: float, engine: str, port: int,
+                        slo: dict[str, float | None], client: str | None = None
+                        ) -> dict[str, str]:
+    """The dataset-writing step and the client's command for one replica of a plan."""
+    client = client or DEFAULT_CLIENT.get(engine, "vllm")
+    cmd = bench_command(client, model_id=model_id, base_url=f"http://localhost:{port}",
+                        rate_per_s=rate_per_s, slo=slo)
+    return {"dataset": f"capplan verify PLAN.json --client {client} --write-dataset "
+                       f"{dataset_name(client)}",
+            "bench": cmd, "client": client}
+
+
+def verify_commands(plan: dict[str, Any], rec: dict[str, Any], port: int,
+                    client: str | None = None) -> dict[str, str]:
+    """verify_commands_for a recommendation of a plan dict (`capplan plan --format json`)."""
+    return verify_commands_for(plan.get("hf_id") or plan["model"], rec["per_replica_rate_per_s"],
+                               rec.get("engine", "vllm"), port, _slo_of(plan), client)
+
+
+def _slo_of(plan: dict[str, Any]) -> dict[str, float | None]:
+    """The strictest SLO of each kind over the lanes."""
+    out: dict[str, float | None] = {}
+    for ln in plan.get("lanes", []):
+        for k in ("ttft_p99_s", "tpot_p99_s", "e2e_p99_s", "tbt_p99_s"):
+            v = ln.get(k)
+            if v is not None:
+                out[k] = v if out.get(k) is None else min(v, out[k])  # type: ignore[type-var]
+    return out

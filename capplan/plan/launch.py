@@ -1,0 +1,250 @@
+"""Engine launch lines built from a plan: one builder per engine, all options in one dataclass.
+
+Flag names are each engine's own (tests/plan/engine_args.py holds the argument sets with their
+sources and parses every line against them):
+- vLLM `vllm serve` (vllm/engine/arg_utils.py EngineArgs, 0.10-0.11; `--host`/`--port` from
+  vllm/entrypoints/openai/cli_args.py, default port 8000);
+- SGLang `python -m sglang.launch_server` (python/sglang/srt/server_args.py ServerArgs, 0.5;
+  default host 127.0.0.1, port 30000);
+- TensorRT-LLM `trtllm-serve` (tensorrt_llm/commands/serve.py, 1.x; default host localhost,
+  port 8000; every other LLM-API setting through one `--extra_llm_api_options` YAML file).
+All three answer `GET /health` (vLLM api_server, SGLang http_server, trtllm-serve docs
+"commands/trtllm-serve"), which the Kubernetes probes use.
+
+To add an engine feature (speculative decoding, LoRA, multi-node ranks), add a field to
+LaunchOptions and a line in each builder, or return words from `node_flags` (multi-node ranks:
+one place for them, empty for a single-node replica).
+"""
+
+from __future__ import annotations
+
+import math
+import shlex
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+DEFAULT_PORTS = {"vllm": 8000, "sglang": 30000, "trtllm": 8000}
+"""Each engine's default HTTP port (sources in the module docstring)."""
+HEALTH_PATH = "/health"
+TRTLLM_OPTIONS_FILE = "llm_api_options.yaml"
+"""The TensorRT-LLM LLM-API options file a line reads (its content is in LaunchLine.files)."""
+_VLLM_QUANT = {"fp8": "fp8"}  # int4/fp4 need a pre-quantized checkpoint (AWQ/GPTQ/NVFP4 repo)
+
+
+@dataclass(frozen=True, kw_only=True)
+class LaunchOptions:
+    """Everything a launch line says, as the plan decided it (one replica of one pool)."""
+
+    model_id: str
+    """The served checkpoint (Hugging Face id or path)."""
+    tp: int
+    pp: int = 1
+    attention_dp: int = 1
+    expert_parallel: int = 1
+    max_num_seqs: int
+    max_num_batched_tokens: int
+    memory_fraction: dict[str, float]
+    """Each engine's memory fraction in its own meaning (plan.flags.memory_fractions)."""
+    max_model_len: int
+    weight_dtype: str = "auto"
+    checkpoint_format: str = "bf16"
+    """The checkpoint's own weight format (fp8 checkpoints are served as they ship)."""
+    kv_dtype: str = "auto"
+    host: str = "0.0.0.0"
+    port: int | None = None
+    """None: the engine's default port (DEFAULT_PORTS)."""
+    role: str | None = None
+    """None (aggregated), "prefill" or "decode" (disaggregated pools)."""
+    gpu_ids: tuple[int, ...] = ()
+    """GPUs of this replica on its node (CUDA_VISIBLE_DEVICES); empty: all the node shows."""
+    priority_scheduling: bool = False
+    extra: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    """Further words per engine (e.g. {"vllm": ("--enable-lora",)}), appended as given."""
+
+    def port_for(self, engine: str) -> int:
+        return self.port if self.port is not None else DEFAULT_PORTS[engine]
+
+    @property
+    def fp8_weights_online(self) -> bool:
+        """fp8 weights planned on a checkpoint that does not ship them."""
+        return self.weight_dtype == "fp8" and self.checkpoint_format != "fp8"
+
+
+@dataclass(frozen=True)
+class LaunchLine:
+    """One engine's command for one replica, the files it reads, and what to tell the user."""
+
+    engine: str
+    argv: tuple[str, ...]
+    env: tuple[tuple[str, str], ...] = ()
+    files: dict[str, str] = field(default_factory=dict)
+    """File name -> content, for files the command reads (TensorRT-LLM's options YAML)."""
+    note: str = ""
+    port: int = 8000
+
+    @property
+    def command(self) -> str:
+        """The shell line: environment, command, then the note as a shell comment."""
+        words = [f"{k}={shlex.quote(v)}" for k, v in self.env]
+        words += [shlex.quote(w) for w in self.argv]
+        return " ".join(words) + (f"  # {self.note}" if self.note else "")
+
+
+def node_flags(engine: str, o: LaunchOptions) -> list[str]:  # noqa: ARG001 - the hook's shape
+    """Multi-node ranks of a replica (node rank, master address): none for one node."""
+    return []
+
+
+def _parallel(engine: str, o: LaunchOptions) -> list[str]:
+    """TP/PP/DP/EP words. vLLM's --tensor-parallel-size is one attention group's; SGLang's --tp
+    and TensorRT-LLM's --tp_size are the whole tp x dp world, which DP attention splits
+    (models/engine.py sources["layouts"])."""
+    dp, ep = o.attention_dp, o.expert_parallel
+    if engine == "vllm":
+        w = ["--tensor-parallel-size", str(o.tp)]
+        w += ["--pipeline-parallel-size", str(o.pp)] if o.pp > 1 else []
+        w += ["--data-parallel-size", str(dp)] if dp > 1 else []
+        return w + (["--enable-expert-parallel"] if ep > 1 else [])  # EP = tp x dp
+    if engine == "sglang":
+        w = ["--tp", str(o.tp * dp)]
+        w += ["--pp-size", str(o.pp)] if o.pp > 1 else []
+        w += ["--enable-dp-attention", "--dp", str(dp)] if dp > 1 else []
+        return w + (["--ep-size", str(ep)] if ep > 1 else [])
+    w = ["--tp_size", str(o.tp * dp)]
+    w += ["--pp_size", str(o.pp)] if o.pp > 1 else []
+    return w + (["--ep_size", str(ep)] if ep > 1 else [])
+
+
+def _env(o: LaunchOptions) -> tuple[tuple[str, str], ...]:
+    return (("CUDA_VISIBLE_DEVICES", ",".join(map(str, o.gpu_ids))),) if o.gpu_ids else ()
+
+
+def _frac(o: LaunchOptions, engine: str) -> str:
+    return f"{o.memory_fraction[engine]:g}"
+
+
+_NIXL_BOTH = '{"kv_connector":"NixlConnector","kv_role":"kv_both"}'
+
+
+def vllm_line(o: LaunchOptions) -> LaunchLine:
+    """`vllm serve`: --quantization fp8 quantizes a bf16 checkpoint when it loads."""
+    w = ["vllm", "serve", o.model_id, *_parallel("vllm", o),
+         "--max-num-seqs", str(o.max_num_seqs),
+         "--max-num-batched-tokens", str(o.max_num_batched_tokens),
+         "--gpu-memory-utilization", _frac(o, "vllm"), "--max-model-len", str(o.max_model_len)]
+    note = ""
+    if o.kv_dtype == "fp8":
+        w += ["--kv-cache-dtype", "fp8"]
+    # Lanes of different priorities in one pool: served lower values first, as vLLM does with
+    # --scheduling-policy priority (SchedulerConfig.policy, 0.10-0.11).
+    if o.priority_scheduling:
+        w += ["--scheduling-policy", "priority"]
+    if o.weight_dtype in _VLLM_QUANT and o.checkpoint_format != o.weight_dtype:
+        w += ["--quantization", _VLLM_QUANT[o.weight_dtype]]
+    elif o.weight_dtype in ("int4", "int8", "fp4") and o.checkpoint_format != o.weight_dtype:
+        note = (f"serve a {o.weight_dtype} checkpoint of {o.model_id} (AWQ/GPTQ/W8A8/NVFP4); "
+                "vLLM reads its format")
+    if o.role is not None:  # vLLM disaggregated prefill (docs: NixlConnector usage)
+        w += ["--kv-transfer-config", _NIXL_BOTH]
+    w += ["--host", o.host, "--port", str(o.port_for("vllm")), *node_flags("vllm", o),
+          *o.extra.get("vllm", ())]
+    return LaunchLine("vllm", tuple(w), _env(o), note=note, port=o.port_for("vllm"))
+
+
+def sglang_line(o: LaunchOptions) -> LaunchLine:
+    """`python -m sglang.launch_server`: --quantization fp8 quantizes when it loads."""
+    w = ["python", "-m", "sglang.launch_server", "--model-path", o.model_id,
+         *_parallel("sglang", o), "--max-running-requests", str(o.max_num_seqs),
+         "--chunked-prefill-size", str(o.max_num_batched_tokens),
+         "--mem-fraction-static", _frac(o, "sglang"), "--context-length", str(o.max_model_len)]
+    if o.kv_dtype == "fp8":
+        w += ["--kv-cache-dtype", "fp8_e4m3"]  # vLLM's fp8 is e4m3 too
+    if o.fp8_weights_online:
+        w += ["--quantization", "fp8"]
+    if o.priority_scheduling:  # SGLang 0.5 ServerArgs: off by default, higher values first
+        w += ["--enable-priority-scheduling", "--schedule-low-priority-values-first"]
+    if o.role is not None:  # SGLang PD disaggregation (docs: PD Disaggregation)
+        w += ["--disaggregation-mode", o.role, "--disaggregation-transfer-backend", "nixl"]
+    w += ["--host", o.host, "--port", str(o.port_for("sglang")), *node_flags("sglang", o),
+          *o.extra.get("sglang", ())]
+    return LaunchLine("sglang", tuple(w), _env(o), port=o.port_for("sglang"))
+
+
+def fp8_checkpoint_id(model_id: str) -> str:
+    """The ModelOpt FP8 checkpoint name NVIDIA publishes for a model (nvidia/<name>-FP8, e.g.
+    nvidia/Llama-3.3-70B-Instruct-FP8)."""
+    return f"nvidia/{model_id.rstrip('/').rsplit('/', 1)[-1]}-FP8"
+
+
+def trtllm_line(o: LaunchOptions) -> LaunchLine:
+    """`trtllm-serve` (PyTorch backend). Its PyTorch backend does not quantize when it loads:
+    fp8 weights come from a ModelOpt FP8 checkpoint (TensorRT-LLM docs, torch/features/
+    quantization: "pass quantized models ... generated by Model Optimizer"), so an fp8 plan of
+    a bf16 checkpoint serves that checkpoint. KV dtype and attention DP go in the LLM-API
+    options file (KvCacheConfig.dtype, enable_attention_dp)."""
+    model, note = o.model_id, ""
+    if o.fp8_weights_online:
+        model = fp8_checkpoint_id(o.model_id)
+        note = (f"ModelOpt FP8 checkpoint of {o.model_id}; if NVIDIA does not publish it, make "
+                "it with Model-Optimizer examples/llm_ptq (huggingface_example.sh --quant fp8 "
+                "--export_fmt hf) and serve that directory")
+    elif o.weight_dtype in ("int4", "int8", "fp4") and o.checkpoint_format != o.weight_dtype:
+        note = f"serve a ModelOpt {o.weight_dtype} checkpoint of {o.model_id}"
+    options: list[str] = []
+    if o.kv_dtype == "fp8":
+        options += ["kv_cache_config:", "  dtype: fp8"]
+    if o.attention_dp > 1:
+        options += ["enable_attention_dp: true"]
+    # TensorRT-LLM prefills whole prompts (no chunking by default): max_num_tokens covers one.
+    w = ["trtllm-serve", model, "--backend", "pytorch", *_parallel("trtllm", o),
+         "--max_batch_size", str(o.max_num_seqs),
+         "--max_num_tokens", str(max(o.max_num_batched_tokens, o.max_model_len)),
+         "--kv_cache_free_gpu_memory_fraction", _frac(o, "trtllm"),
+         "--max_seq_len", str(o.max_model_len)]
+    files = {}
+    if options:
+        w += ["--extra_llm_api_options", TRTLLM_OPTIONS_FILE]
+        files[TRTLLM_OPTIONS_FILE] = "\n".join(options) + "\n"
+    w += ["--host", o.host, "--port", str(o.port_for("trtllm")), *node_flags("trtllm", o),
+          *o.extra.get("trtllm", ())]
+    return LaunchLine("trtllm", tuple(w), _env(o), files, note, o.port_for("trtllm"))
+
+
+BUILDERS: dict[str, Callable[[LaunchOptions], LaunchLine]] = {
+    "vllm": vllm_line, "sglang": sglang_line, "trtllm": trtllm_line}
+
+
+def launch_line(engine: str, o: LaunchOptions) -> LaunchLine:
+    return BUILDERS[engine](o)
+
+
+def max_model_len_choice(model_max: int, p99_input: float, p99_output: float,
+                         given: int | None) -> tuple[int, str]:
+    """The max-model-len a plan launches with, and why (printed beside the launch lines).
+
+    Unset, it is twice the p99 request (p99 prompt + p99 output) rounded up to a power of two,
+    at least 4096 and at most the model's context: room for the tail the plan saw, so the
+    server does not reject a longer prompt than the plan's p99 (a prompt + output above it
+    is rejected by the engine: vLLM checks it in its input processor)."""
+    if given:
+        return given, f"max-model-len {given}: engine.max_model_len in the plan"
+    need = p99_input + p99_output
+    auto = min(model_max, max(4096, 2 ** math.ceil(math.log2(max(2 * need, 1.0)))))
+    capped = " (the model's maximum)" if auto == model_max and auto < 2 * need else ""
+    return auto, (f"max-model-len {auto}{capped}: 2 x (p99 prompt {p99_input:.0f} + p99 output "
+                  f"{p99_output:.0f} tokens) rounded up to a power of two, at least 4096; a "
+                  "longer request is rejected by the server, set engine.max_model_len to "
+                  "allow it (KV capacity is unchanged, the per-sequence limit grows)")
+
+
+def options_from(rec: dict[str, Any], model_id: str, checkpoint_format: str,
+                 memory_fraction: dict[str, float], **kw: Any) -> LaunchOptions:
+    """LaunchOptions from a recommendation's settings dict (Recommendation.settings_dict)."""
+    return replace(LaunchOptions(
+        model_id=model_id, tp=rec["tp"], pp=rec.get("pp", 1),
+        attention_dp=rec.get("attention_dp", 1), expert_parallel=rec.get("expert_parallel", 1),
+        max_num_seqs=rec["max_num_seqs"], max_num_batched_tokens=rec["max_num_batched_tokens"],
+        memory_fraction=memory_fraction, max_model_len=rec["max_model_len"],
+        weight_dtype=rec["weight_dtype"], checkpoint_format=checkpoint_format,
+        kv_dtype=rec["kv_dtype"]), **kw)

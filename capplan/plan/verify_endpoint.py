@@ -1,0 +1,126 @@
+"""`capplan verify`: send a plan's workload to a running server and set what it measures beside
+what the plan predicted for one replica (and optionally write a calibration from it)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from capplan.errors import InputError
+from capplan.plan.bench_cmds import CLIENTS, dataset_name
+from capplan.plan.workload_file import PlannedRequest, plan_requests, write_dataset
+
+COMPARED = (("ttft_s", "mean"), ("ttft_s", "p50"), ("ttft_s", "p99"), ("tbt_s", "mean"),
+            ("tbt_s", "p50"), ("tbt_s", "p99"), ("e2e_s", "mean"), ("e2e_s", "p50"),
+            ("e2e_s", "p99"), ("output_tokens_per_s", None), ("requests_per_s", None))
+
+
+def load_plan_result(path_or_dict: str | Path | dict[str, Any],
+                     catalog_dirs: tuple[str, ...] = ()) -> dict[str, Any]:
+    """A plan result dict: given, read from `--export PLAN.json`, or computed from a plan YAML
+    (without the simulator check)."""
+    if isinstance(path_or_dict, dict):
+        return path_or_dict
+    p = Path(path_or_dict)
+    if not p.is_file():
+        raise InputError(f"{p}: no such plan file")
+    if p.suffix.lower() == ".json":
+        try:
+            d = json.loads(p.read_text(encoding="utf-8"))
+        except (ValueError, UnicodeDecodeError) as e:
+            raise InputError(f"{p}: not a plan JSON ({e})") from e
+        if not isinstance(d, dict) or "recommendations" not in d:
+            raise InputError(f"{p}: not a plan result (`capplan plan FILE --export PLAN.json`)")
+        return d
+    from capplan.catalog.loader import load_catalog
+    from capplan.plan.planner import run_plan
+    from capplan.plan.schema import load_plan
+
+    spec = load_plan(p)
+    if spec.calibration and not Path(spec.calibration).is_absolute():
+        spec = spec.model_copy(update={"calibration": str(p.parent / spec.calibration)})
+    return run_plan(load_catalog(catalog_dirs), spec, None).to_dict()
+
+
+@dataclass(frozen=True)
+class VerifyResult:
+    """Predicted vs measured for one replica of the plan's best recommendation."""
+
+    plan: dict[str, Any] = field(repr=False)
+    requests: list[PlannedRequest] = field(repr=False)
+    measured: dict[str, Any] | None = None
+    dataset: str | None = None
+    calibration: str | None = None
+
+    def rows(self) -> list[dict[str, Any]]:
+        pred = self.plan["recommendations"][0].get("predicted") or {}
+        out = []
+        for key, stat in COMPARED:
+            p = pred.get(key)
+            m = (self.measured or {}).get(key)
+            if stat is not None:
+                p, m = (p or {}).get(stat), (m or {}).get(stat)
+            ratio = m / p if isinstance(m, (int, float)) and p else None
+            out.append({"metric": key if stat is None else f"{key[:-2]} {stat}",
+                        "unit": "s" if key.endswith("_s") else "/s",
+                        "predicted": p, "measured": m, "measured_over_predicted": ratio})
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        best = self.plan["recommendations"][0]
+        return {"model": self.plan.get("hf_id") or self.plan.get("model"),
+                "gpu": best.get("gpu"), "tp": best.get("tp"),
+                "per_replica_rate_per_s": best.get("per_replica_rate_per_s"),
+                "requests": len(self.requests), "dataset": self.dataset,
+                "comparison": self.rows(), "measured": self.measured,
+                "calibration": self.calibration}
+
+
+@dataclass(frozen=True, kw_only=True)
+class VerifyOptions:
+    endpoint: str | None = None
+    served_model: str | None = None
+    """The model name the server serves (default: the plan's Hugging Face id)."""
+    client: str = "capplan"
+    write_dataset: str | None = None
+    requests: int | None = None
+    seed: int = 0
+    trace: str | None = None
+    timeout_s: float = 60.0
+    calibration_out: str | None = None
+    catalog_dirs: tuple[str, ...] = ()
+
+
+def verify_plan(plan: str | Path | dict[str, Any], opts: VerifyOptions) -> VerifyResult:
+    """Write the workload dataset and/or run it against `opts.endpoint`."""
+    if opts.client not in (*CLIENTS, "capplan"):
+        raise InputError(f"--client {opts.client}: expected one of capplan, {', '.join(CLIENTS)}")
+    if opts.endpoint is None and opts.write_dataset is None:
+        raise InputError("give --endpoint URL (run the workload) or --write-dataset FILE")
+    d = load_plan_result(plan, opts.catalog_dirs)
+    reqs = plan_requests(d, num_requests=opts.requests, seed=opts.seed, trace=opts.trace)
+    ds = None
+    if opts.write_dataset is not None:
+        ds = str(write_dataset(opts.write_dataset or dataset_name(opts.client), opts.client, reqs))
+    measured = cal = None
+    if opts.endpoint is not None:
+        from capplan.probe.replay import replay
+
+        model = opts.served_model or d.get("hf_id") or d["model"]
+        measured = replay(opts.endpoint, model, reqs, opts.timeout_s)
+        if opts.calibration_out:
+            cal = _write_calibration(d, measured, opts)
+    return VerifyResult(d, reqs, measured, ds, cal)
+
+
+def _write_calibration(d: dict[str, Any], level: dict[str, Any], opts: VerifyOptions) -> str:
+    """The host overheads fitted from the measured level (capplan.probe.results.fit_levels)."""
+    from capplan.catalog.loader import load_catalog
+    from capplan.probe.results import fit_levels, write_levels_calibration
+
+    best = d["recommendations"][0]
+    fit = fit_levels([level], d["model"], best["gpu"], load_catalog(opts.catalog_dirs))
+    write_levels_calibration(Path(opts.calibration_out or ""), [level], fit)
+    return str(opts.calibration_out)

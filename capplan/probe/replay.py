@@ -1,0 +1,63 @@
+"""Replay a plan's requests against a running OpenAI-compatible server, open loop: each request
+is sent at its planned arrival time (one thread each), whatever the server's pace, as `vllm
+bench serve --request-rate` does with its own arrival times. Each request streams its planned
+prompt and max_tokens with ignore_eos (capplan.probe.endpoint.one_request), so outputs keep
+their planned length; the level summary has the keys of `calibrate --endpoint`."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from capplan.probe.endpoint import (
+    Interrupted,
+    RequestResult,
+    check_reachable,
+    level_from_requests,
+    one_request,
+    parse_url,
+)
+
+
+def replay(url: str, model: str, reqs: Sequence[Any], timeout_s: float) -> dict[str, Any]:
+    """Send `reqs` (objects with arrival_s, prompt, output_tokens) on schedule; one level.
+
+    `in_flight_mean` is the mean number of requests in flight (Little's law: the summed
+    latencies over the run's duration), the concurrency an open loop reaches."""
+    t = parse_url(url)
+    check_reachable(t, timeout_s)
+    results: list[RequestResult | None] = [None] * len(reqs)
+
+    def send(i: int) -> None:
+        r = reqs[i]
+        try:
+            results[i] = one_request(t, model, r.prompt, int(r.output_tokens), timeout_s)
+        except Exception as e:  # noqa: BLE001 - a client bug must not lose the request
+            results[i] = RequestResult(ok=False, error=f"client error: {type(e).__name__}")
+
+    threads = []
+    t0 = time.perf_counter()
+    try:
+        for i, r in enumerate(reqs):
+            wait = t0 + float(r.arrival_s) - time.perf_counter()
+            if wait > 0:
+                time.sleep(wait)
+            th = threading.Thread(target=send, args=(i,), daemon=True)
+            th.start()
+            threads.append(th)
+        for th in threads:
+            th.join()
+    except KeyboardInterrupt:
+        raise Interrupted([]) from None
+    done = [r for r in results if r is not None]
+    duration = max((r.end_s for r in done), default=t0) - t0
+    in_flight = sum((r.e2e_s or 0.0) for r in done if r.ok) / duration if duration > 0 else 0.0
+    level = level_from_requests(max(1, round(in_flight)), done, duration)
+    n = max(len(reqs), 1)
+    level.update(in_flight_mean=in_flight,
+                 mean_input_tokens=sum(int(r.input_tokens) for r in reqs) / n,
+                 mean_context_tokens=sum(int(r.input_tokens) + int(r.output_tokens) / 2
+                                         for r in reqs) / n)
+    return level

@@ -1,0 +1,148 @@
+"""`--export FILE.k8s.yaml` / `FILE.llm-d.yaml`: validated as Kubernetes objects by the official
+client's models (kubernetes.client: every field typed, required fields enforced), round-tripped
+so that a misspelled or unknown field fails, and checked against the plan's GPUs and replicas."""
+
+from __future__ import annotations
+
+import json
+import shlex
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.plan.engine_args import parse_line
+
+k8s = pytest.importorskip("kubernetes.client", reason="the test extra installs kubernetes")
+
+MODELS = {("apps/v1", "Deployment"): "V1Deployment", ("v1", "Service"): "V1Service",
+          ("v1", "ConfigMap"): "V1ConfigMap"}
+LWS_SPEC = {"replicas", "leaderWorkerTemplate", "startupPolicy", "rolloutStrategy",
+            "networkConfig"}
+LWS_TEMPLATE = {"size", "leaderTemplate", "workerTemplate", "restartPolicy", "subGroupPolicy"}
+"""Fields of LeaderWorkerSetSpec and LeaderWorkerTemplate (sigs.k8s.io/lws
+api/leaderworkerset/v1/leaderworkerset_types.go)."""
+
+
+def _as_model(obj: dict[str, Any], model: str) -> Any:
+    api = k8s.ApiClient()
+    m = api.deserialize(json.dumps(obj), model, "application/json")
+    assert api.sanitize_for_serialization(m) == obj, f"{model}: fields lost in the round trip"
+    return m
+
+
+def _validate(doc: dict[str, Any]) -> Any:
+    key = (doc["apiVersion"], doc["kind"])
+    if key == ("leaderworkerset.x-k8s.io/v1", "LeaderWorkerSet"):
+        spec = doc["spec"]
+        assert set(spec) <= LWS_SPEC and set(spec["leaderWorkerTemplate"]) <= LWS_TEMPLATE
+        _as_model(doc["metadata"], "V1ObjectMeta")
+        for t in ("leaderTemplate", "workerTemplate"):
+            _as_model(spec["leaderWorkerTemplate"][t], "V1PodTemplateSpec")
+        return doc
+    return _as_model(doc, MODELS[key])
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory) -> tuple[dict[str, Any], list[dict[str, Any]], dict[str, Any]]:
+    from click.testing import CliRunner
+
+    from capplan.cli import cli
+
+    d = tmp_path_factory.mktemp("k8s")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("CAPPLAN_HOME", str(d))
+        res = CliRunner().invoke(cli, [
+            "recommend", "--model", "llama-3.1-70b", "--rate", "30", "--input-len", "1000",
+            "--output-len", "200", "--gpu", "h100-sxm", "--engine", "trtllm",
+            "--weight-dtype", "fp8", "--kv-dtype", "fp8", "--verify-top", "0", "--no-disagg",
+            "--tp", "4",
+            "--export", str(d / "p.k8s.yaml"), "--export", str(d / "p.llm-d.yaml"),
+            "--format", "json"])
+    assert res.exit_code == 0, res.output
+    plan = json.loads(res.stdout)
+    docs = list(yaml.safe_load_all((d / "p.k8s.yaml").read_text()))
+    return plan, docs, yaml.safe_load((d / "p.llm-d.yaml").read_text())
+
+
+def test_manifests_are_kubernetes_objects_with_the_plans_gpus(exported) -> None:
+    plan, docs, _ = exported
+    best = plan["recommendations"][0]
+    kinds = [d["kind"] for d in docs]
+    assert kinds == ["ConfigMap", "Deployment", "Service"], kinds
+    cm, dep, svc = (_validate(d) for d in docs)
+    assert dep.spec.replicas == best["replicas"]
+    pod = dep.spec.template.spec
+    c = pod.containers[0]
+    gpus = best["gpus_total"] // best["replicas"]
+    assert c.resources.limits["nvidia.com/gpu"] == str(gpus)
+    # the container runs the plan's TensorRT-LLM line, the options file from the ConfigMap
+    line = best["engine_flags"]["trtllm"]
+    _prog, pos, f, _env = parse_line(shlex.join(c.command))
+    assert pos[0].endswith("-FP8") and int(f["--tp_size"]) == best["tp"]
+    opts = f["--extra_llm_api_options"]
+    mount = next(m for m in c.volume_mounts if m.name == "engine-config")
+    assert opts.startswith(mount.mount_path + "/")
+    assert yaml.safe_load(cm.data[opts.rsplit("/", 1)[1]]) == {"kv_cache_config": {"dtype": "fp8"}}
+    assert shlex.join(c.command).replace(mount.mount_path + "/", "") == line.split("  #")[0]
+    port = int(f["--port"])
+    for probe in (c.readiness_probe, c.liveness_probe, c.startup_probe):
+        assert probe.http_get.path == "/health" and probe.http_get.port == port
+    shm = next(v for v in pod.volumes if v.name == "dshm")
+    assert shm.empty_dir.medium == "Memory"
+    assert {m.mount_path for m in c.volume_mounts} >= {"/dev/shm", "/root/.cache/huggingface"}
+    assert svc.spec.selector == dep.spec.selector.match_labels
+    assert svc.spec.ports[0].port == port
+
+
+def test_llmd_values_carry_the_vllm_line(exported) -> None:
+    plan, _, values = exported
+    best = plan["recommendations"][0]
+    dec = values["decode"]
+    assert dec["replicas"] == best["replicas"] and values["prefill"]["replicas"] == 0
+    c = dec["containers"][0]
+    assert c["resources"]["limits"]["nvidia.com/gpu"] == str(best["gpus_total"] //
+                                                               best["replicas"])
+    _prog, _pos, f, _env = parse_line(shlex.join(["vllm", "serve", "M", *c["args"]]))
+    v = parse_line(best["engine_flags"]["vllm"])[2]
+    assert f == {k: x for k, x in v.items() if k not in ("--host", "--port")}
+    assert values["modelArtifacts"]["uri"] == f"hf://{plan['hf_id']}"
+
+
+def test_a_replica_over_one_node_is_a_leaderworkerset() -> None:
+    from capplan.export.k8s import k8s_objects
+
+    line = ("vllm serve meta-llama/Llama-3.1-405B-Instruct --tensor-parallel-size 8 "
+            "--pipeline-parallel-size 2 --max-num-seqs 64 --max-num-batched-tokens 4096 "
+            "--gpu-memory-utilization 0.9 --max-model-len 8192 --host 0.0.0.0 --port 8000")
+    plan = {"model": "llama-3.1-405b", "recommendations": [{
+        "gpu": "h100-sxm", "replicas": 3, "gpus_total": 48, "engine": "vllm",
+        "engine_flags": {"vllm": line}}]}
+    (lws, svc) = k8s_objects(plan)
+    _validate(lws)
+    _validate(svc)
+    assert lws["kind"] == "LeaderWorkerSet" and lws["spec"]["replicas"] == 3
+    tmpl = lws["spec"]["leaderWorkerTemplate"]
+    assert tmpl["size"] == 2  # 16 GPUs per replica over 8-GPU nodes
+    limit = tmpl["workerTemplate"]["spec"]["containers"][0]["resources"]["limits"]
+    assert int(limit["nvidia.com/gpu"]) * tmpl["size"] == 16
+
+
+def test_unknown_export_suffix_is_one_line_exit_2(run_cli, tmp_path: Path) -> None:
+    res = run_cli("recommend", "--model", "llama-3.1-8b", "--rate", "1", "--gpu", "h100-sxm",
+                  "--verify-top", "0", "--export", str(tmp_path / "x.yaml"))
+    assert res.exit_code == 2 and ".k8s.yaml" in res.stderr and res.stderr.count("\n") == 1
+
+
+def test_the_validation_can_fail(exported) -> None:
+    """A misspelled field or a wrong type is caught (the check is not vacuous)."""
+    _, docs, _ = exported
+    dep = next(d for d in docs if d["kind"] == "Deployment")
+    typo = {**dep, "spec": {**dep["spec"], "replica": 2}}
+    with pytest.raises((AssertionError, ValueError)):
+        _validate(typo)
+    bad = json.loads(json.dumps(dep))
+    bad["spec"]["template"]["spec"]["containers"][0]["ports"][0]["containerPort"] = "http"
+    with pytest.raises((AssertionError, ValueError)):
+        _validate(bad)

@@ -1,0 +1,186 @@
+"""Launch and verify lines parsed with each engine's own argument names (tests/plan/engine_args.py),
+every value checked against the plan that printed it. Nothing is started."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from capplan.plan.launch import (
+    DEFAULT_PORTS,
+    TRTLLM_OPTIONS_FILE,
+    LaunchOptions,
+    launch_line,
+    max_model_len_choice,
+)
+from tests.plan.engine_args import parse_line
+
+FRAC = {"vllm": 0.9, "sglang": 0.87, "trtllm": 0.81}
+
+
+def _check(engine: str, o: LaunchOptions) -> None:
+    line = launch_line(engine, o)
+    prog, pos, f, env = parse_line(line.command)
+    port = str(o.port_for(engine))
+    if engine == "vllm":
+        assert pos == [o.model_id]
+        assert f["--tensor-parallel-size"] == str(o.tp)
+        assert f["--max-num-seqs"] == str(o.max_num_seqs)
+        assert f["--max-num-batched-tokens"] == str(o.max_num_batched_tokens)
+        assert float(f["--gpu-memory-utilization"]) == o.memory_fraction["vllm"]
+        assert f["--max-model-len"] == str(o.max_model_len)
+        assert (f.get("--kv-cache-dtype") == "fp8") is (o.kv_dtype == "fp8")
+        assert (f.get("--quantization") == "fp8") is o.fp8_weights_online
+        assert ("--kv-transfer-config" in f) is (o.role is not None)
+    elif engine == "sglang":
+        assert f["--model-path"] == o.model_id
+        assert f["--tp"] == str(o.tp * o.attention_dp)
+        assert f["--max-running-requests"] == str(o.max_num_seqs)
+        assert f["--chunked-prefill-size"] == str(o.max_num_batched_tokens)
+        assert float(f["--mem-fraction-static"]) == o.memory_fraction["sglang"]
+        assert f["--context-length"] == str(o.max_model_len)
+        assert ("--kv-cache-dtype" in f) is (o.kv_dtype == "fp8")
+        assert (f.get("--quantization") == "fp8") is o.fp8_weights_online
+        assert f.get("--disaggregation-mode") == o.role
+    else:
+        # an fp8 plan of a bf16 checkpoint serves the FP8 checkpoint: never bf16 weights
+        assert pos[0].endswith("-FP8") is o.fp8_weights_online
+        assert f["--tp_size"] == str(o.tp * o.attention_dp)
+        assert f["--max_batch_size"] == str(o.max_num_seqs)
+        assert int(f["--max_num_tokens"]) >= o.max_model_len
+        assert float(f["--kv_cache_free_gpu_memory_fraction"]) == o.memory_fraction["trtllm"]
+        assert f["--max_seq_len"] == str(o.max_model_len)
+        opts = yaml.safe_load(line.files[TRTLLM_OPTIONS_FILE]) if line.files else {}
+        assert f.get("--extra_llm_api_options") == (TRTLLM_OPTIONS_FILE if opts else None)
+        assert (opts.get("kv_cache_config", {}).get("dtype") == "fp8") is (o.kv_dtype == "fp8")
+        assert bool(opts.get("enable_attention_dp")) is (o.attention_dp > 1)
+    assert f["--host"] == "0.0.0.0" and f["--port"] == port == str(line.port)
+    assert env.get("CUDA_VISIBLE_DEVICES", "") == ",".join(map(str, o.gpu_ids))
+
+
+OPTIONS = st.builds(
+    LaunchOptions, model_id=st.just("org/Model-70B-Instruct"), tp=st.sampled_from([1, 2, 4, 8]),
+    attention_dp=st.sampled_from([1, 2]), max_num_seqs=st.integers(1, 4096),
+    max_num_batched_tokens=st.integers(16, 65536), memory_fraction=st.just(FRAC),
+    max_model_len=st.integers(256, 131072),
+    weight_dtype=st.sampled_from(["auto", "bf16", "fp8", "int4"]),
+    checkpoint_format=st.sampled_from(["bf16", "fp8"]), kv_dtype=st.sampled_from(["auto", "fp8"]),
+    port=st.none() | st.integers(1024, 65535), role=st.sampled_from([None, "prefill", "decode"]),
+    gpu_ids=st.sampled_from([(), (0, 1), (4, 5, 6, 7)]))
+
+
+@settings(max_examples=60, deadline=None)
+@given(o=OPTIONS)
+def test_every_engine_line_carries_the_plan(o: LaunchOptions) -> None:
+    for engine in ("vllm", "sglang", "trtllm"):
+        _check(engine, o)
+
+
+def test_max_model_len_reason_by_hand() -> None:
+    # p99 prompt 3000 + p99 output 1000 = 4000; twice 8000 -> next power of two 8192
+    n, why = max_model_len_choice(131072, 3000, 1000, None)
+    assert n == 8192 and "p99 prompt 3000" in why and "rejected" in why
+    assert max_model_len_choice(131072, 100, 100, None)[0] == 4096  # the floor
+    assert max_model_len_choice(8192, 6000, 2000, None)[0] == 8192  # the model's context
+    assert max_model_len_choice(131072, 100, 100, 32768) == (
+        32768, "max-model-len 32768: engine.max_model_len in the plan")
+
+
+@pytest.fixture(scope="module")
+def recs(tmp_path_factory) -> dict[str, dict[str, Any]]:
+    """A fp8-weights, fp8-KV plan of a bf16 checkpoint under each engine (no simulation)."""
+    from click.testing import CliRunner
+
+    from capplan.cli import cli
+
+    out = {}
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("CAPPLAN_HOME", str(tmp_path_factory.mktemp("home")))
+        mp.delenv("CAPPLAN_CATALOG_DIR", raising=False)
+        for engine in ("vllm", "sglang", "trtllm"):
+            res = CliRunner().invoke(cli, [
+                "recommend", "--model", "llama-3.1-70b", "--rate", "8", "--input-len",
+                "lognormal:mean=800,p99=1500", "--output-len", "300", "--ttft-p99", "2",
+                "--tbt-p99", "0.1", "--gpu", "h100-sxm", "--tp", "4", "--weight-dtype", "fp8",
+                "--kv-dtype", "fp8", "--engine", engine, "--verify-top", "0",
+                "--max-num-seqs", "64,256", "--max-num-batched-tokens", "2048,8192",
+                "--format", "json", *(() if engine == "sglang" else ("--no-disagg",))])
+            assert res.exit_code == 0, res.output
+            out[engine] = json.loads(res.stdout)
+    return out
+
+
+@pytest.mark.parametrize("engine", ["vllm", "sglang", "trtllm"])
+def test_cli_lines_repeat_the_recommendation(recs, engine) -> None:
+    plan = recs[engine]
+    assert "p99 prompt" in plan["inputs"]["max_model_len_reason"]
+    for r in plan["recommendations"]:
+        fl = r["engine_flags"]
+        for e in ("vllm", "sglang", "trtllm"):
+            _prog, pos, f, _env = parse_line(fl[e])
+            got = {"vllm": f.get("--max-model-len"), "sglang": f.get("--context-length"),
+                   "trtllm": f.get("--max_seq_len")}[e]
+            assert int(got) == r["max_model_len"]
+        assert parse_line(fl["trtllm"])[1][0].endswith("-FP8")  # not the bf16 weights
+        assert "dtype: fp8" in fl[f"file:trtllm:{TRTLLM_OPTIONS_FILE}"]
+
+
+@pytest.mark.parametrize(("engine", "prog"), [
+    ("vllm", ("vllm", "bench", "serve")), ("sglang", ("python", "-m", "sglang.bench_serving")),
+    ("trtllm", ("aiperf", "profile"))])
+def test_verify_reaches_the_planned_engine_at_the_planned_lengths(recs, engine, prog) -> None:
+    best = recs[engine]["recommendations"][0]
+    got, _pos, f, _env = parse_line(best["engine_flags"]["bench"])
+    assert got == prog
+    url = f.get("--base-url") or f.get("--url")
+    assert url == f"http://localhost:{DEFAULT_PORTS[engine]}"
+    if engine == "vllm":  # outputs at the planned length: EOS ignored, each line's own length
+        assert "--ignore-eos" in f and f["--custom-output-len"] == "-1"
+        assert f["--goodput"] == "ttft:2000"  # the TTFT SLO in ms (vLLM has no TBT goodput)
+    elif engine == "sglang":  # bench_serving ignores EOS unless --disable-ignore-eos
+        assert "--disable-ignore-eos" not in f and f["--dataset-name"] == "sharegpt"
+    else:
+        assert f["--extra-inputs"] == "ignore_eos:true" and "--fixed-schedule" in f
+    rate = f.get("--request-rate")
+    if rate is not None:
+        assert float(rate) == pytest.approx(best["per_replica_rate_per_s"], rel=1e-3)
+
+
+def test_disaggregated_lines_are_the_planned_engines_own(recs) -> None:
+    d = recs["sglang"].get("disaggregated")
+    if not d or not d.get("launch"):
+        pytest.skip("no disaggregated layout in this plan")
+    assert not any(k.startswith("vllm") for k in d["launch"])  # no vLLM line with SGLang values
+    for role in ("prefill", "decode"):
+        _prog, _pos, f, env = parse_line(d["launch"][f"sglang_{role}"].split(": ", 1)[1])
+        assert f["--disaggregation-mode"] == role
+        assert int(f["--max-running-requests"]) == d[role]["max_num_seqs"]
+        assert int(f["--context-length"]) == recs["sglang"]["inputs"]["max_model_len"]
+        assert 0 < float(f["--mem-fraction-static"]) <= 1 and f["--port"]
+        assert len(env["CUDA_VISIBLE_DEVICES"].split(",")) == d[role]["tp"]
+
+
+def check_engine_lines(r: dict[str, Any]) -> None:
+    """Every engine line of a recommendation (the plan's JSON) carries its planned dtype,
+    a memory fraction in (0, 1] and its max-model-len; each parses with the engine's names."""
+    fl = r["engine_flags"]
+    fp8_w = r.get("weight_dtype_resolved", r["weight_dtype"]) == "fp8"
+    fp8_kv = r.get("kv_dtype_resolved", r["kv_dtype"]) == "fp8"
+    for e, (frac, mml) in {"vllm": ("--gpu-memory-utilization", "--max-model-len"),
+                           "sglang": ("--mem-fraction-static", "--context-length"),
+                           "trtllm": ("--kv_cache_free_gpu_memory_fraction", "--max_seq_len")
+                           }.items():
+        _prog, pos, f, _env = parse_line(fl[e])
+        assert 0 < float(f[frac]) <= 1 and int(f[mml]) == r["max_model_len"], fl[e]
+        if e == "trtllm":
+            opts = fl.get(f"file:trtllm:{TRTLLM_OPTIONS_FILE}", "")
+            assert ("dtype: fp8" in opts) is fp8_kv, fl[e]
+            # fp8 weights: a quantized checkpoint (its own, or the ModelOpt FP8 one)
+            assert not fp8_w or "fp8" in pos[0].lower() or "--quantization" not in fl["vllm"]
+        else:
+            assert ("--kv-cache-dtype" in f) is fp8_kv, fl[e]

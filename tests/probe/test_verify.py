@@ -1,0 +1,98 @@
+"""`capplan verify`: the plan's workload as dataset files, and run against the test suite's
+local OpenAI-compatible server (tests/probe/test_endpoint.py), predicted beside measured."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.probe.test_endpoint import A_S, B_S, C_S, D_S, _url, server  # noqa: F401
+
+# The server's law at level 1 (its fixed level): TTFT = A + B, every gap C + D; a request of
+# 6 output tokens ends after TTFT + 5 gaps. The "plan" below predicts exactly that, so the
+# measured/predicted ratios are 1 up to the client's and the machine's own delays.
+TTFT_S, GAP_S = A_S + B_S, C_S + D_S
+E2E_S = TTFT_S + 5 * GAP_S
+
+
+def _plan(rate: float = 20.0, inp: str = "32", out: str = "6") -> dict:
+    pred = {"ttft_s": dict.fromkeys(("mean", "p50", "p90", "p99"), TTFT_S),
+            "tbt_s": dict.fromkeys(("mean", "p50", "p90", "p99"), GAP_S),
+            "e2e_s": dict.fromkeys(("mean", "p50", "p90", "p99"), E2E_S),
+            "output_tokens_per_s": rate * 6, "requests_per_s": rate}
+    return {"model": "llama-3.1-8b", "hf_id": "m",
+            "lanes": [{"name": "chat", "rate_per_s": 2 * rate, "input_len": inp,
+                       "output_len": out, "ttft_p99_s": 1.0}],
+            "recommendations": [{"gpu": "h100-sxm", "tp": 1, "replicas": 2,
+                                 "per_replica_rate_per_s": rate, "max_model_len": 4096,
+                                 "predicted": pred}]}
+
+
+@pytest.fixture
+def plan_json(tmp_path: Path) -> Path:
+    p = tmp_path / "plan.json"
+    p.write_text(json.dumps(_plan()))
+    return p
+
+
+def test_verify_prints_predicted_beside_measured(server, plan_json, run_cli,  # noqa: F811
+                                                 tmp_path) -> None:
+    cal = tmp_path / "cal.yaml"
+    res = run_cli("verify", str(plan_json), "--endpoint", _url(server), "--requests", "3")
+    assert res.exit_code == 0, res.stderr
+    assert "predicted" in res.stdout and "measured" in res.stdout
+    assert "3 of 3 requests completed, 0 errors" in res.stdout
+    res = run_cli("verify", str(plan_json), "--endpoint", _url(server), "--requests", "12",
+                  "--out", str(cal), "--format", "json")
+    d = res.json()
+    rows = {r["metric"]: r for r in d["comparison"]}
+    # sleeps on a loaded machine only add time: measured >= the law, and not by much
+    for metric, law in (("ttft p50", TTFT_S), ("tbt p50", GAP_S), ("e2e p50", E2E_S)):
+        assert rows[metric]["predicted"] == pytest.approx(law)
+        assert law * 0.99 <= rows[metric]["measured"] <= law + 0.15, metric
+    assert d["measured"]["output_tokens_per_s"] > 0
+    written = yaml.safe_load(cal.read_text())
+    assert written["gpu"] == "h100-sxm" and written["params"]
+
+
+def test_refused_endpoint_is_one_line_exit_2(plan_json, run_cli) -> None:
+    res = run_cli("verify", str(plan_json), "--endpoint", "http://127.0.0.1:9")
+    assert res.exit_code == 2 and res.stderr.count("\n") == 1
+
+
+def test_needs_an_endpoint_or_a_dataset(plan_json, run_cli) -> None:
+    res = run_cli("verify", str(plan_json))
+    assert res.exit_code == 2 and "--endpoint" in res.stderr
+
+
+@pytest.mark.parametrize("client", ["vllm", "sglang", "aiperf", "guidellm", "capplan"])
+def test_dataset_holds_the_planned_lengths(tmp_path, run_cli, client) -> None:
+    p = tmp_path / "plan.json"
+    p.write_text(json.dumps(_plan(rate=4, inp="700", out="uniform:min=10,max=50")))
+    ds = tmp_path / f"ds.{client}"
+    res = run_cli("verify", str(p), "--client", client, "--write-dataset", str(ds),
+                  "--requests", "40")
+    assert res.exit_code == 0, res.stderr
+    text = ds.read_text()
+    if client == "sglang":
+        convs = [c["conversations"] for c in json.loads(text)]
+        ins = [len(c[0]["value"].split()) + 1 for c in convs]
+        outs = [len(c[1]["value"].split()) for c in convs]
+    else:
+        rows = [json.loads(line) for line in text.splitlines()]
+        key_in = {"aiperf": "input_length", "guidellm": "prompt_tokens_count",
+                  "capplan": "input_tokens"}.get(client)
+        ins = [r[key_in] if key_in else len(r["prompt"].split()) + 1 for r in rows]
+        if "prompt" in rows[0]:  # no two prompts share a first 16-token block (prefix cache)
+            assert len({tuple(r["prompt"].split()[:15]) for r in rows}) == len(rows)
+        outs = [r[{"vllm": "output_tokens", "aiperf": "output_length",
+                   "guidellm": "output_tokens_count", "capplan": "output_tokens"}[client]]
+                for r in rows]
+        if client == "aiperf":  # Poisson arrivals at 4 req/s per replica, in ms
+            ts = [r["timestamp"] for r in rows]
+            assert ts == sorted(ts) and 40 / 4 * 1e3 / 3 < ts[-1] < 40 / 4 * 1e3 * 3
+    assert len(ins) == 40 and set(ins) == {700}
+    assert all(10 <= o <= 50 for o in outs) and len(set(outs)) > 5
