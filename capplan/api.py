@@ -109,7 +109,9 @@ def speed(model: str, gpu: str, *, batch: list[int] | tuple[int, ...] = (1, 8, 3
     """Decode curve (step time, tokens/s, bound) and prefill times (the TTFT floor)."""
     from capplan.plan.speed import decode_curve, prefill_rows
 
-    check_kwargs(batch=batch, context=context, prefill=prefill or None)
+    checked = check_kwargs(batch=batch, context=context, prefill=prefill or None)
+    batch, context = checked["batch"], checked["context"]
+    prefill = checked["prefill"] or []
     dep = deployment(model, gpu, **kw)
     curve = decode_curve(dep, list(batch), list(context))
     if not curve["rows"]:

@@ -27,6 +27,9 @@ SCALARS: dict[str, L.Bound] = {
 """Keyword -> the bound its CLI option checks."""
 LISTS: dict[str, L.Bound] = {"batch": L.BATCH, "context": L.TOKENS, "prefill": L.TOKENS}
 BLOCK_SIZES = (1, 8, 16, 32, 64, 128)
+NOT_NONE = frozenset({"burstiness", "requests", "seed", "batch_timeout_s", "warmup_prompts",
+                      "batch", "context"})
+"""Keywords whose default is a value, not "unset": None there is refused, not skipped."""
 _FLAG_NAMES = {"batch_timeout_s": "--batch-timeout", "ttft_p99_s": "--ttft-p99",
                "tbt_p99_s": "--tbt-p99", "e2e_p99_s": "--e2e-p99"}
 
@@ -51,20 +54,26 @@ def check_names(**names: Any) -> None:
                              f"name, got {type(v).__name__}")
 
 
-def check_kwargs(**kw: Any) -> None:
+def check_kwargs(**kw: Any) -> dict[str, Any]:
     """InputError("KEYWORD (--FLAG): reason") for the first value the CLI would refuse (the
-    reason is the CLI's); None = unset."""
+    reason is the CLI's); None = unset. Returns the keywords with lists as whole numbers."""
     choices = _choices()
+    out = dict(kw)
     for key, v in kw.items():
+        if v is None and key in NOT_NONE:
+            raise InputError(f"{label(key)}: None is not a value (leave it out for the default)")
         if v is None:
             continue
         if key in SCALARS:
+            if isinstance(v, str | bytes):  # the API takes numbers (a CLI value is text)
+                raise InputError(f"{label(key)}: {str(v)[:40]!r} is not a number")
             SCALARS[key].check(v, label(key))
-        elif key in LISTS:
-            L.check_int_list(v, LISTS[key], label(key))
+        elif key in LISTS:  # the values as the CLI parses them ('5' -> 5)
+            out[key] = L.check_int_list(v, LISTS[key], label(key))
         elif key in choices and v not in choices[key]:
             raise InputError(f"{label(key)}: {v!r} is not one of "
                              f"{', '.join(str(c) for c in choices[key])}")
     if kw.get("batch") is not None and kw.get("context") is not None:
         L.check_cap("speed_rows", len(kw["batch"]) * len(kw["context"])
                     + len(kw.get("prefill") or ()), "batch x context")
+    return out
