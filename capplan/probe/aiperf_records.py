@@ -13,6 +13,7 @@ beside the file, else the most requests in flight at once (said in the note).
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -79,10 +80,10 @@ def _max_in_flight(spans: list[tuple[float, float]]) -> int:
     return best
 
 
-def from_aiperf_records(docs: list[dict[str, Any]], p: Path) -> dict[str, Any]:
-    """One level from AIPerf per-request records (the profiling phase; warm-up skipped)."""
-    from capplan.probe.results import level_summary
-
+def from_aiperf_records(docs: list[dict[str, Any]], p: Path,
+                        level_summary: Callable[..., dict[str, Any]]) -> dict[str, Any]:
+    """One level from AIPerf per-request records (the profiling phase; warm-up skipped);
+    `level_summary` is probe.results.level_summary (passed in: results imports this module)."""
     recs = [d for d in docs if (d["metadata"].get("credit_phase") or "profiling") == "profiling"]
     ttfts, itls, e2es, tpots, spans = [], [], [], [], []
     out_tokens, errors, first_error = 0, {}, None

@@ -259,7 +259,7 @@ def load_results(paths: list[Path], slo_s: dict[str, float] | None = None
     for p in paths:
         docs = _read_json_or_lines(p)
         if is_records(docs):  # AIPerf profile_export.jsonl: one record a request
-            got = [from_aiperf_records(docs, p)]
+            got = [from_aiperf_records(docs, p, level_summary)]
         else:
             got = [lv for d in docs for lv in _levels_from(d, p, slo_s)]
         model = next((m for d in docs if (m := _model_of(d))), None)
