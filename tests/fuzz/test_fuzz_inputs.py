@@ -30,7 +30,7 @@ HASH_IDS = st.one_of(st.lists(st.integers(-2**70, 2**70), max_size=40),
                      st.sampled_from([None, "", "[1,2", [[1, 2]], ["a"], 5, {"a": 1}]))
 
 
-@_settings(15)
+@_settings(5)
 @given(rows=st.lists(st.fixed_dictionaries({
     "timestamp": NUM, "input_length": NUM, "output_length": NUM, "hash_ids": HASH_IDS}),
     min_size=1, max_size=6), unit=st.sampled_from(["auto", "ms", "s"]))
@@ -60,7 +60,7 @@ VLLM = st.fixed_dictionaries({"max_concurrency": NUM, "completed": NUM, "duratio
                                        "itls": st.lists(st.lists(NUM, max_size=3), max_size=3)})
 
 
-@_settings(20)
+@_settings(8)
 @given(docs=st.one_of(st.lists(RECORD, min_size=1, max_size=5), st.lists(VLLM, min_size=1,
                                                                           max_size=2)))
 def test_fuzz_results_files(docs: list[dict[str, Any]]) -> None:
@@ -78,7 +78,7 @@ PARAMS = ("step_overhead_s", "per_seq_overhead_s", "per_layer_overhead_s", "requ
           "mem_bw_frac", "gemm_frac", "gemm_half_tokens", "allreduce_latency_s")
 
 
-@_settings(20)
+@_settings(5)
 @given(params=st.dictionaries(st.sampled_from(PARAMS), NUM, max_size=3))
 def test_fuzz_calibration_numbers(params: dict[str, Any]) -> None:
     with tempfile.TemporaryDirectory() as d:
@@ -92,7 +92,7 @@ GPU_FIELDS = ("memory_mib", "cuda_total_memory_gib", "memory_bandwidth_gb_per_s"
               "bf16_dense_tflops", "fp8_dense_tflops", "price_per_hour_usd")
 
 
-@_settings(20)
+@_settings(4)
 @given(changes=st.dictionaries(st.sampled_from(GPU_FIELDS), NUM, min_size=1, max_size=2))
 def test_fuzz_catalog_gpu_numbers(changes: dict[str, Any]) -> None:
     spec = yaml.safe_load((REPO / "gpu_catalog" / "h100-sxm.yaml").read_text())
@@ -120,7 +120,7 @@ def _finite(obj: Any) -> None:
         assert math.isfinite(obj)
 
 
-@_settings(30)
+@_settings(10)
 @given(fn=st.sampled_from(["latency", "speed", "memory"]),
        kw=st.dictionaries(st.sampled_from(sorted(API_KW)), NUM, max_size=3),
        batch=st.one_of(st.none(), st.lists(NUM, max_size=3)))
