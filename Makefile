@@ -32,13 +32,16 @@ test: $(BIN)/capplan $(VENV)/.torch $(VENV)/.chromium
 
 # The speed targets in one run (simulate 1M requests at 10/80/120% load with the compiled engine
 # when numba is installed, compiled and fast vs reference engine, recommend, start-up; several
-# minutes), then the older speed benchmarks. `pip install -e '.[fast]'` for the compiled engine
+# minutes), a day of ~1M requests replayed over a schedule of replicas, then the older speed
+# benchmarks. `pip install -e '.[fast]'` for the compiled engine
 # outside this venv (the test extra has numba).
 bench: $(BIN)/capplan
 	$(BIN)/python benchmarks/bench_speed.py
+	$(BIN)/python benchmarks/bench_fleet.py
 	$(BIN)/python benchmarks/bench_perf.py
 	$(BIN)/python benchmarks/bench_sim.py
 	$(BIN)/python benchmarks/bench_search.py
+	$(BIN)/python benchmarks/bench_day.py
 
 # Regenerate the tables in docs/ that validation scripts compute (blocks marked
 # `<!-- generated: script:table -->`; tests/docs/test_generated_tables.py checks the fast ones).

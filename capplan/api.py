@@ -168,20 +168,29 @@ def simulate(model: str, gpu: str, *, rate: float | None = None,
              requests: int = 1000, seed: int = 0, scheduler: str = "continuous",
              batch_size: int | None = None, batch_timeout_s: float = 0.05,
              chunked_prefill: bool | None = None, progress: Any = None,
-             **kw: Any) -> LatencyResult:
+             replicas: int = 1, router: str = "least-outstanding",
+             schedule: list[tuple[float, int]] | tuple[tuple[float, int], ...] = (),
+             startup_lag_s: float = 0.0, **kw: Any) -> LatencyResult:
     """Simulate the engine step by step (same step model); the result adds the simulator's
-    keys (tpot_s, queue_s, goodput, time series) to the latency keys."""
+    keys (tpot_s, queue_s, goodput, time series) to the latency keys. `replicas` > 1 or a
+    `schedule` of (start_s, replicas) windows replays the requests over a fleet behind
+    `router` (round-robin, least-outstanding, prefix-affinity; docs/fleet.md): fleet-wide
+    keys plus `per_replica` (and `windows` for a schedule)."""
+    from capplan.plan.fleet_sim import FleetOptions
     from capplan.plan.simulation import run_simulation
 
     check_kwargs(rate=rate, concurrency=concurrency, burstiness=burstiness, requests=requests,
                  seed=seed, batch_size=batch_size, batch_timeout_s=batch_timeout_s)
+    fleet = FleetOptions(replicas=replicas, router=router,
+                         schedule=tuple((float(a), int(b)) for a, b in schedule),
+                         startup_lag_s=startup_lag_s)
     dep = deployment(model, gpu, **kw)
     res = run_simulation(dep, rate=rate, concurrency=concurrency, trace=trace,
                          input_len=str(input_len), output_len=str(output_len),
                          burstiness=burstiness, requests=requests, seed=seed,
                          schedulers=(scheduler,), batch_size=batch_size,
                          batch_timeout_s=batch_timeout_s, chunked_prefill=chunked_prefill,
-                         progress=progress)
+                         progress=progress, fleet=fleet)
     return LatencyResult.from_dict({**res["head"], **res["results"][scheduler]})
 
 
@@ -204,25 +213,45 @@ def run_plan(path_or_plan: str | Path | dict[str, Any], *, verify: bool = True,
         base = Path(path_or_plan).parent
         if spec.calibration and not Path(spec.calibration).is_absolute():
             spec = spec.model_copy(update={"calibration": str(base / spec.calibration)})
-    return _run_plan(load_catalog(catalog_dirs), spec,
-                     simulate_recommendation if verify and spec.verify.top > 0 else None)
+    verify_fn = simulate_recommendation if verify and spec.verify.top > 0 else None
+    if spec.is_day:  # lanes with trace: / rate_curve:, or models: -> a day plan
+        from capplan.plan.day_run import run_day_plan
+
+        base = None if isinstance(path_or_plan, dict) else Path(path_or_plan).parent
+        return run_day_plan(load_catalog(catalog_dirs), spec, verify_fn, base=base)
+    return _run_plan(load_catalog(catalog_dirs), spec, verify_fn)
 
 
-def recommend(model: str, *, rate: float, input_len: str | int = 512,
+def recommend(model: str, *, rate: float | None = None, input_len: str | int = 512,
               output_len: str | int = 256, ttft_p99_s: float | None = None,
               tbt_p99_s: float | None = None, e2e_p99_s: float | None = None,
               gpus: list[str] | tuple[str, ...] = (), engine: str = "vllm",
               verify: bool = True, catalog_dirs: tuple[str, ...] = (),
-              tpot_p99_s: float | None = None, tpot_mean_s: float | None = None) -> PlanResult:
-    """GPU type and count, TP, replicas and engine settings for one lane of traffic."""
+              tpot_p99_s: float | None = None, tpot_mean_s: float | None = None,
+              trace: str | Path | None = None, rate_curve: Any = None,
+              day: dict[str, Any] | None = None) -> Any:
+    """GPU type and count, TP, replicas and engine settings for one lane of traffic.
+
+    Give `rate` (requests/s), or a day of traffic: `trace` (a trace file) or `rate_curve` (a
+    list of {at: 'HH:MM', rate_per_s} or a CSV path); then the result is a DayPlan (replicas
+    per window, GPU-hours and cost autoscaled vs a fixed fleet; docs/day-planning.md) and
+    `day` takes the plan file's `day:` settings (window_s, min_replicas, load_from,
+    load_gb_per_s, engine_startup_s, replay)."""
     check_names(model=model)
     check_kwargs(rate=rate, ttft_p99_s=ttft_p99_s, tbt_p99_s=tbt_p99_s, e2e_p99_s=e2e_p99_s,
                  engine=engine)
+    if sum(x is not None for x in (rate, trace, rate_curve)) != 1:
+        raise InputError("give exactly one of rate, trace or rate_curve")
+    load: dict[str, Any] = ({"rate_per_s": rate} if rate is not None else
+                            {"trace": str(trace)} if trace is not None else
+                            {"rate_curve": rate_curve if isinstance(rate_curve, list)
+                             else str(rate_curve)})
     doc: dict[str, Any] = {
         "version": 1, "model": model,
         "candidates": {"gpus": list(gpus)} if gpus else {},
         "engine": {"name": engine} if engine != "vllm" else {},
-        "workloads": [{"name": "default", "rate_per_s": rate, "input_len": str(input_len),
+        **({"day": day} if day else {}),
+        "workloads": [{"name": "default", **load, "input_len": str(input_len),
                        "output_len": str(output_len),
                        "slo": {k: v for k, v in (("ttft_p99_s", ttft_p99_s),
                                                  ("tbt_p99_s", tbt_p99_s),

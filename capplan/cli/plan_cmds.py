@@ -17,6 +17,7 @@ from click.core import ParameterSource
 
 from capplan import limits
 from capplan.catalog.loader import load_catalog
+from capplan.cli._day import day_options, day_spec
 from capplan.cli._options import (
     BURSTINESS,
     FRACTION,
@@ -78,11 +79,27 @@ def _finish(plan: PlanResult, fmt: str, exports: list[Path], plot_dir: str | Non
         emit(to_json(result))
         return
     if fmt in ("csv", "markdown"):  # machine-readable: the table alone
+        if "schedule" in result:  # a day plan: its schedule is the table
+            from capplan.cli._day import columns, schedule_rows
+
+            emit(render_rows(schedule_rows(result), columns(result), fmt))
+            return
         emit(render_rows(_plan_rows(result), PLAN_COLUMNS, fmt))
+        return
+    if "models" in result and "schedule" in result:  # several models on one pool
+        from capplan.cli._day import render_day
+
+        for m in result["models"]:
+            emit(render_plan(m, fmt))
+        emit(render_day(result, fmt))
         return
     emit(render_plan(result, fmt))
     if result.get("disaggregated"):
         emit(render_disagg(result["disaggregated"]))
+    if "schedule" in result:
+        from capplan.cli._day import render_day
+
+        emit(render_day(result, fmt))
 
 
 def render_disagg(d: dict[str, Any]) -> str:
@@ -231,7 +248,8 @@ def _exports(paths: tuple[str, ...] | list[str], base: Path | None = None) -> li
 
 @click.command("recommend")
 @click.option("--model", required=True, help="Model: catalog key or Hugging Face id.")
-@click.option("--rate", type=RATE, required=True, help="Total arrival rate (requests/s).")
+@click.option("--rate", type=RATE, default=None,
+              help="Total arrival rate (requests/s); or --trace / --rate-curve for a day.")
 @click.option("--input-len", default="512", show_default=True,
               help="Prompt tokens: a number or a distribution.")
 @click.option("--output-len", default="256", show_default=True,
@@ -280,7 +298,8 @@ def _exports(paths: tuple[str, ...] | list[str], base: Path | None = None) -> li
               help="Also size a disaggregated prefill/decode layout and say which wins.")
 @format_option
 @catalog_option
-def recommend_cmd(model: str, rate: float, input_len: str, output_len: str,
+@day_options
+def recommend_cmd(model: str, rate: float | None, input_len: str, output_len: str,
                   ttft_p99: float | None, tbt_p99: float | None, e2e_p99: float | None,
                   gpus: tuple[str, ...], prices: tuple[str, ...], tps: list[int] | None,
                   weight_dtypes: tuple[str, ...],
@@ -305,6 +324,7 @@ def recommend_cmd(model: str, rate: float, input_len: str, output_len: str,
         except ValueError:
             raise InputError(f"--price {item!r}: expected GPU=USD, e.g. h200=3.5") from None
     ctx = click.get_current_context()
+    day = day_lane(prefix_kw, rate)
     lane: dict[str, Any] = {"name": "default", "rate_per_s": rate, "burstiness": burstiness,
                             "arrival": "poisson" if burstiness == 1.0 else "gamma",
                             "slo": {"ttft_p99_s": ttft_p99, "tbt_p99_s": tbt_p99,
@@ -332,10 +352,29 @@ def recommend_cmd(model: str, rate: float, input_len: str, output_len: str,
         "workloads": [lane],
         "objective": objective, "headroom": headroom, "verify": {"top": verify_top},
         "allow_near_floor": allow_near_floor,
+        **({"workloads": [{**lane, **day["lane"]}], "day": day["day"]} if day["lane"] else {}),
     })
     with _verifier(verify_top > 0, jobs) as verify:
-        result = run_plan(load_catalog(catalog_dir), plan, verify, disagg=disagg)
+        if plan.is_day:
+            from capplan.plan.day_run import run_day_plan
+
+            result = run_day_plan(load_catalog(catalog_dir), plan, verify, base=Path.cwd())
+        else:
+            result = run_plan(load_catalog(catalog_dir), plan, verify, disagg=disagg)
     _finish(result, fmt, out_paths, plot_dir)
+
+
+def day_lane(kw: dict[str, Any], rate: float | None) -> dict[str, Any]:
+    """The day options of recommend (popped from kw): the lane's trace / rate curve (replacing
+    its rate) and the plan's `day:`; one of --rate, --trace, --rate-curve."""
+    trace, curve, unit = kw.pop("trace"), kw.pop("rate_curve"), kw.pop("time_unit")
+    spec = day_spec(kw)
+    if sum(x is not None for x in (rate, trace, curve)) != 1:
+        raise click.UsageError("give exactly one of --rate, --trace or --rate-curve")
+    if rate is not None:
+        return {"lane": {}, "day": spec}
+    return {"lane": {"rate_per_s": None, "trace": trace, "rate_curve": curve,
+                     **({"time_unit": unit} if trace else {})}, "day": spec}
 
 
 PROGRESS_MIN_LANES = 8
@@ -388,7 +427,12 @@ def plan_cmd(plan_file: str, exports: tuple[str, ...], plot_dir: str | None, no_
     try:
         with _plan_progress(len(plan.workloads), plan.pools) as progress, \
                 _verifier(not no_verify, jobs) as verify:
-            result = run_plan(load_catalog(catalog_dir), plan, verify, progress=progress)
+            if plan.is_day:
+                from capplan.plan.day_run import run_day_plan
+
+                result = run_day_plan(load_catalog(catalog_dir), plan, verify, base=base)
+            else:
+                result = run_plan(load_catalog(catalog_dir), plan, verify, progress=progress)
     except InputError as e:
         raise type(e)(f"{plan_file}: {e}") from e
     _finish(result, fmt, out_paths, plot_dir)

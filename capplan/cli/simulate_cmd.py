@@ -8,6 +8,7 @@ from typing import Any
 
 import click
 
+from capplan.cli._fleet import fleet_options, pop_fleet_options, render_fleet
 from capplan.cli._options import (
     BURSTINESS,
     CONCURRENCY,
@@ -95,6 +96,7 @@ def _rows(results: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
                    "for 10,000+ requests when numba is installed, else fast, when it supports "
                    "the run.")
 @prefix_options
+@fleet_options
 @engine_options
 @format_option
 @catalog_option
@@ -109,6 +111,10 @@ def simulate_cmd(model: str, gpu: str, rate: float | None, concurrency: int | No
 
     names = parse_schedulers(scheduler)
     prefix = pop_prefix_spec(kw)
+    fleet = pop_fleet_options(kw)
+    if fleet is not None and plot_dir:
+        raise click.UsageError("--plot draws one engine's time series, which a fleet run "
+                               "(--replicas, --schedule) does not keep")
     load = {k: kw.pop(k) for k in ("burstiness", "input_len", "output_len", "num_requests",
                                    "time_unit")}
     dep = deployment_from_options(catalog_dir, model, gpu, kw)
@@ -134,7 +140,8 @@ def simulate_cmd(model: str, gpu: str, rate: float | None, concurrency: int | No
                          seed=seed, schedulers=names, batch_size=batch_size,
                          batch_timeout_s=batch_timeout,
                          chunked_prefill=False if no_chunked_prefill else None, progress=progress,
-                         time_unit=load["time_unit"], sim_engine=sim_engine, prefix=prefix)
+                         time_unit=load["time_unit"], sim_engine=sim_engine, prefix=prefix,
+                         fleet=fleet)
     for note in run["notes"]:
         click.echo(f"note: {note}", err=True)
     results, head = run["results"], run["head"]
@@ -154,6 +161,8 @@ def simulate_cmd(model: str, gpu: str, rate: float | None, concurrency: int | No
         return
     cols = [Column("q", "quantity"), *(Column(n, n, fmt=",.1f") for n in names)]
     emit(render_rows(_rows(results), cols, fmt))
+    if fleet is not None:
+        emit(render_fleet(results[names[0]], fmt))
     if fmt == "table" and not math.isfinite(results[names[0]]["tbt_s"]["mean"]):
         click.echo("note: no time between tokens to report: every request has one output "
                    "token", err=True)

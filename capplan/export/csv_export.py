@@ -204,4 +204,8 @@ def write_csv(plan: dict[str, Any], path: str | Path) -> Path:
                 w.writerow(["" if v is None else v for v in row])
 
     atomic_write(path, write)
+    from capplan.export.day_export import has_day, write_schedule_csv
+
+    if has_day(plan):  # a day plan: its schedule beside, plan.schedule.csv
+        write_schedule_csv(plan, path)
     return path

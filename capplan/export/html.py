@@ -275,7 +275,14 @@ def _assumptions(p: dict[str, Any]) -> str:
     return "<h2>Assumptions</h2><ul>" + "".join(f"<li>{_e(x)}</li>" for x in items) + "</ul>"
 
 
-SECTIONS: list[Section] = [_inputs, _recommendations, _charts, _commands, _assumptions]
+def _day(p: dict[str, Any]) -> str:
+    """A day plan's schedule and its chart (capplan.export.day_export)."""
+    from capplan.export.day_export import has_day, html_section
+
+    return html_section(p, _table, line_chart, _num) if has_day(p) else ""
+
+
+SECTIONS: list[Section] = [_inputs, _recommendations, _charts, _commands, _assumptions, _day]
 
 
 def render_html(plan: dict[str, Any]) -> str:

@@ -132,6 +132,10 @@ def plan_to_markdown(plan: dict[str, Any]) -> str:
     parts = [title, "", *_summary(plan), ""]
     parts += _lanes(plan) + _recommendations(plan) + _warnings(plan)
     parts += _assumptions(plan) + _commands(plan) + _disaggregated(plan) + _pareto(plan)
+    from capplan.export.day_export import has_day, markdown_section
+
+    if has_day(plan):
+        parts += markdown_section(plan, _table)
     return "\n".join(parts).rstrip("\n") + "\n"
 
 

@@ -310,7 +310,12 @@ def plot_plan(plan: dict[str, Any], out_dir: str | Path) -> list[Path]:
     _per_gpu_axes(axes[0][0], plan)
     fig.suptitle(": ".join(x for x in (plan.get("model"), "throughput per GPU against speed "
                                        "per user") if x))
-    return paths + _save(fig, out, "tokens_per_gpu")
+    paths += _save(fig, out, "tokens_per_gpu")
+    from capplan.export.day_export import has_day, plot_day
+
+    if has_day(plan):  # a day plan: replicas and offered rate over the day
+        paths += plot_day(plan, out, _figure, _save)
+    return paths
 
 
 def _who(d: dict[str, Any]) -> str:

@@ -189,6 +189,10 @@ def write_xlsx(plan: dict[str, Any], path: str | Path) -> Path:
             if pareto:
                 _write_table(wb.add_worksheet("pareto"), [c.header for c in pareto_cols], pareto,
                              bold, [c.fmt for c in pareto_cols], wb)
+            from capplan.export.day_export import has_day, xlsx_sheet
+
+            if has_day(plan):
+                xlsx_sheet(wb, plan, bold, _write_table)
         except BaseException:
             with contextlib.suppress(Exception):  # the temp file is discarded anyway
                 wb.close()

@@ -105,15 +105,25 @@ def step_parts(x: tuple, c: tuple, moe: bool) -> tuple:
     (`capplan.sim.compiled`) calls `numba.njit(step_parts)` per step on floats.
     Returns (step_s, dense_mem, expert_mem, kv_mem, dense_cmp, expert_cmp, attn_cmp, comm, p2p,
     overhead, pp).
+
+    It is `combine_parts(fixed_parts(x, c, moe), attention_parts(x, c))`: the compiled
+    simulator evaluates `fixed_parts` once for a stretch of decode steps that differ only in
+    their KV reads and `attention_parts` per step (the same operations, so the same bits).
     """
-    bd, kv_full, kv_win, tp_, pairs, pairs_w, pre_read, pre_read_w, nps, logits = x
+    return combine_parts(fixed_parts(x, c, moe), attention_parts(x, c))
+
+
+def fixed_parts(x: tuple, c: tuple, moe: bool) -> tuple:
+    """The step's terms that do not read the KV cache: (linear, dense_mem, expert_mem,
+    dense_cmp, expert_cmp, comm, p2p, overhead, pp, tokens) (`step_parts`)."""
+    bd, _, _, tp_, _, _, _, _, nps, logits = x
     (dense_weight_bytes, expert_bytes, num_moe_layers, num_experts, experts_per_tok,
-     kv_bytes_per_token_layer, full_layers, window_layers, dense_flops_per_token,
-     expert_flops_per_token, lm_head_flops_per_token, attn_flops_per_pair_decode,
-     attn_flops_per_pair_prefill, mem_bytes_per_s, kv_bytes_per_s, expert_bytes_per_s,
-     gemm_flops_per_s, attn_flops_per_s, gemm_half_tokens, allreduce_s_fixed,
+     _, _, _, dense_flops_per_token,
+     expert_flops_per_token, lm_head_flops_per_token, _,
+     _, mem_bytes_per_s, _, expert_bytes_per_s,
+     gemm_flops_per_s, _, gemm_half_tokens, allreduce_s_fixed,
      allreduce_s_per_token, pp, p2p_s_per_token, step_overhead_s, per_seq_overhead_s,
-     layer_overhead_s, state_bytes_per_seq, allreduce_s_per_token_oneshot, attention_dp,
+     layer_overhead_s, _, allreduce_s_per_token_oneshot, attention_dp,
      expert_parallel, moe_comm_s_fixed, moe_comm_s_per_token) = c
     tokens = bd + tp_
     # Attention data parallelism: the replica's batch splits evenly over `attention_dp` ranks,
@@ -123,9 +133,7 @@ def step_parts(x: tuple, c: tuple, moe: bool) -> tuple:
     dp = attention_dp * 1.0
     global_tokens = tokens
     tokens = tokens / dp
-    bd, tp_, nps, logits = bd / dp, tp_ / dp, nps / dp, logits / dp
-    kv_full, kv_win, pairs, pairs_w = kv_full / dp, kv_win / dp, pairs / dp, pairs_w / dp
-    pre_read, pre_read_w = pre_read / dp, pre_read_w / dp
+    bd, nps, logits = bd / dp, nps / dp, logits / dp
     dense_mem = dense_weight_bytes / mem_bytes_per_s
     eff = tokens / (tokens + gemm_half_tokens)
     dense_flops = tokens * dense_flops_per_token + logits * lm_head_flops_per_token
@@ -148,16 +156,6 @@ def step_parts(x: tuple, c: tuple, moe: bool) -> tuple:
         expert_cmp = global_tokens * expert_flops_per_token / ep / (
             gemm_flops_per_s * np.maximum(eff_e, 1e-12))
         linear = linear + smooth_max(expert_mem, expert_cmp)
-    # Attention: KV read and FLOPs, full and sliding-window layers.
-    kv_tokens = full_layers * (kv_full + pre_read + tp_) + window_layers * (
-        kv_win + pre_read_w + tp_)
-    kv_mem = (kv_tokens * kv_bytes_per_token_layer
-              + 2 * (bd + nps) * state_bytes_per_seq) / kv_bytes_per_s
-    attn_pairs_dec = full_layers * kv_full + window_layers * kv_win
-    attn_pairs_pre = full_layers * pairs + window_layers * pairs_w
-    attn_cmp = (attn_pairs_dec * attn_flops_per_pair_decode
-                + attn_pairs_pre * attn_flops_per_pair_prefill) / attn_flops_per_s
-    attention = smooth_max(kv_mem, attn_cmp)
     # The engines' custom all-reduce: one-shot (each rank reads every peer's buffer: one
     # latency, (n-1) S bytes) for small messages, two-shot (reduce-scatter + all-gather: two
     # latencies, 2 (n-1)/n S bytes) for larger ones (vLLM csrc/custom_all_reduce.cuh: 1-stage
@@ -173,6 +171,37 @@ def step_parts(x: tuple, c: tuple, moe: bool) -> tuple:
     pp = pp * 1.0
     p2p = (pp - 1) * tokens * p2p_s_per_token
     overhead = step_overhead_s + per_seq_overhead_s * (bd + nps) + pp * layer_overhead_s
+    return (linear, dense_mem, expert_mem, dense_cmp, expert_cmp, comm, p2p, overhead, pp,
+            tokens)
+
+
+def attention_parts(x: tuple, c: tuple) -> tuple:
+    """The step's attention: (kv_mem, attn_cmp, attention), KV read and FLOPs, full and
+    sliding-window layers (`step_parts`)."""
+    bd, kv_full, kv_win, tp_, pairs, pairs_w, pre_read, pre_read_w, nps, _ = x
+    (_, _, _, _, _, kv_bytes_per_token_layer, full_layers, window_layers, _, _, _,
+     attn_flops_per_pair_decode, attn_flops_per_pair_prefill, _, kv_bytes_per_s, _, _,
+     attn_flops_per_s, _, _, _, _, _, _, _, _, state_bytes_per_seq, _, attention_dp,
+     _, _, _) = c
+    dp = attention_dp * 1.0  # each attention-DP rank reads its share (fixed_parts)
+    bd, tp_, nps = bd / dp, tp_ / dp, nps / dp
+    kv_full, kv_win, pairs, pairs_w = kv_full / dp, kv_win / dp, pairs / dp, pairs_w / dp
+    pre_read, pre_read_w = pre_read / dp, pre_read_w / dp
+    kv_tokens = full_layers * (kv_full + pre_read + tp_) + window_layers * (
+        kv_win + pre_read_w + tp_)
+    kv_mem = (kv_tokens * kv_bytes_per_token_layer
+              + 2 * (bd + nps) * state_bytes_per_seq) / kv_bytes_per_s
+    attn_pairs_dec = full_layers * kv_full + window_layers * kv_win
+    attn_pairs_pre = full_layers * pairs + window_layers * pairs_w
+    attn_cmp = (attn_pairs_dec * attn_flops_per_pair_decode
+                + attn_pairs_pre * attn_flops_per_pair_prefill) / attn_flops_per_s
+    return kv_mem, attn_cmp, smooth_max(kv_mem, attn_cmp)
+
+
+def combine_parts(f: tuple, a: tuple) -> tuple:
+    """`step_parts`' result from `fixed_parts` f and `attention_parts` a."""
+    linear, dense_mem, expert_mem, dense_cmp, expert_cmp, comm, p2p, overhead, pp, tokens = f
+    kv_mem, attn_cmp, attention = a
     step = pp * (linear + attention + comm) + p2p + overhead
     step = select(tokens > 0, step, 0.0)
     return (step, dense_mem, expert_mem, kv_mem, dense_cmp, expert_cmp, attn_cmp, comm, p2p,

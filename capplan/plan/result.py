@@ -232,7 +232,11 @@ def _lane_row(ln: Lane) -> dict[str, Any]:
             "tbt_p99_s": ln.slo.tbt_p99_s, "e2e_p99_s": ln.slo.e2e_p99_s,
             "tpot_p99_s": ln.slo.tpot_p99_s, "tpot_mean_s": ln.slo.tpot_mean_s,
             "priority": ln.priority, "arrival": ln.arrival, "burstiness": ln.burstiness,
-            **({"prefix": ln.prefix.model_dump()} if getattr(ln, "prefix", None) else {})}
+            **({"prefix": ln.prefix.model_dump()} if getattr(ln, "prefix", None) else {}),
+            **({"trace": ln.trace} if getattr(ln, "trace", None) else {}),
+            **({"rate_curve": ln.rate_curve if isinstance(ln.rate_curve, str) else
+                [p.model_dump() for p in ln.rate_curve]}
+               if getattr(ln, "rate_curve", None) else {})}
 
 
 @dataclass(frozen=True, kw_only=True)

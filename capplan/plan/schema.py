@@ -120,13 +120,33 @@ class Prefix(BaseModel):
                           turns=self.turns or 1, think_s=self.think_s, hit_rate=self.hit_rate)
 
 
+class CurvePoint(BaseModel):
+    """One point of a daily rate curve (linear between points, wrapping at midnight)."""
+
+    model_config = _STRICT
+    at: str | float
+    """Time of day, 'HH:MM' (or seconds after midnight)."""
+    rate_per_s: float = Field(ge=0, allow_inf_nan=False)
+
+
 class Lane(BaseModel):
     """One class of traffic with its own rate, lengths, SLOs and priority."""
 
-    model_config = _STRICT
+    model_config = ConfigDict(extra="forbid", frozen=True, json_schema_extra={
+        "oneOf": [{"required": ["rate_per_s"]}, {"required": ["trace"]},
+                  {"required": ["rate_curve"]}]})
     name: str = "default"
-    rate_per_s: L.RATE_PER_S.field()  # type: ignore[valid-type]
-    """Mean arrival rate, requests per second (for the whole fleet)."""
+    rate_per_s: L.RATE_PER_S.field() | None = None  # type: ignore[valid-type]
+    """Mean arrival rate, requests per second (for the whole fleet); or give `trace` or
+    `rate_curve` for a day of traffic (docs/day-planning.md)."""
+    trace: str | None = None
+    """A trace file (any format `simulate --trace` reads), relative to the plan file: the plan
+    becomes a day plan, replicas per window (docs/day-planning.md)."""
+    rate_curve: str | list[CurvePoint] | None = None
+    """A daily rate curve: a list of {at: 'HH:MM', rate_per_s} or a CSV (at,rate_per_s),
+    with this lane's lengths: the plan becomes a day plan."""
+    time_unit: Literal["auto", "s", "ms", "us"] = "auto"
+    """A trace's numeric arrival times: seconds, ms or us (auto: as `simulate --time-unit`)."""
     arrival: Literal["poisson", "gamma"] = "poisson"
     burstiness: L.BURSTINESS.field() = 1.0  # type: ignore[valid-type]
     """Gamma shape (1 = Poisson; < 1 burstier), as vllm bench serve --burstiness."""
@@ -143,6 +163,19 @@ class Lane(BaseModel):
     @classmethod
     def _lengths(cls, v: Any) -> Any:
         return _length(v)
+
+    @model_validator(mode="after")
+    def _one_rate(self) -> Lane:
+        given = [k for k in ("rate_per_s", "trace", "rate_curve") if getattr(self, k) is not None]
+        if len(given) != 1:
+            raise ValueError("give one of rate_per_s, trace or rate_curve"
+                             + (f" (got {', '.join(given)})" if given else ""))
+        return self
+
+    @property
+    def is_day(self) -> bool:
+        """Traffic over a day (a trace or a rate curve) rather than one rate."""
+        return self.trace is not None or self.rate_curve is not None
 
 
 class Candidates(BaseModel):
@@ -195,15 +228,45 @@ class VerifySpec(BaseModel):
     """Requests per simulated check (the sim_requests cap's default bounds it)."""
 
 
+class DaySpec(BaseModel):
+    """How a day plan is cut and how replicas start (lanes with `trace` or `rate_curve`)."""
+
+    model_config = _STRICT
+    window_s: float = Field(default=900.0, ge=60, le=86_400, allow_inf_nan=False)
+    """Window length in seconds (replicas are decided per window)."""
+    min_replicas: int = Field(default=1, ge=0, le=100_000, strict=True)
+    """Replicas kept in every window (0 lets the fleet go to zero)."""
+    load_from: Literal["nvme", "network"] = "nvme"
+    """Where a starting replica reads its weights (docs/day-planning.md gives the rates)."""
+    load_gb_per_s: float | None = Field(default=None, gt=0, le=1000, allow_inf_nan=False)
+    """Your storage's read rate (GB/s), over load_from's stated one."""
+    engine_startup_s: float = Field(default=60.0, ge=0, le=86_400, allow_inf_nan=False)
+    """Engine start-up after the weights load (CUDA graphs, profiling), seconds."""
+    replay: Literal["none", "peak", "all"] = "peak"
+    """Which windows a trace replay over the fleet verifies."""
+
+
+class ModelEntry(BaseModel):
+    """One model of a shared pool: its name, lanes and (optionally) its own candidates."""
+
+    model_config = _STRICT
+    model: str
+    workloads: list[Lane] = Field(min_length=1)
+    candidates: Candidates | None = None
+    engine: EngineSpec | None = None
+
+
 class PlanFile(BaseModel):
     """A capacity plan: model, candidates, engine settings, lanes, objective, exports."""
 
-    model_config = _STRICT
+    # one model and its lanes, or several models (a shared pool over a day)
+    model_config = ConfigDict(extra="forbid", frozen=True, json_schema_extra={
+        "oneOf": [{"required": ["model", "workloads"]}, {"required": ["models"]}]})
     version: Literal[1] = 1
-    model: str
+    model: str = ""
     candidates: Candidates = Candidates()
     engine: EngineSpec = EngineSpec()
-    workloads: list[Lane] = Field(min_length=1)
+    workloads: list[Lane] = []
     pools: Literal["shared", "separate", "both"] = "both"
     """Several lanes: one shared pool with priorities, a pool per lane, or plan both."""
     objective: Literal["min_cost", "min_gpus", "max_goodput_per_dollar"] = "min_cost"
@@ -220,6 +283,15 @@ class PlanFile(BaseModel):
     export: list[str] = []
     """Files to write (.csv, .json, .md, .xlsx, .k8s.yaml, .llm-d.yaml, .html), relative to the
     plan file."""
+    day: DaySpec = DaySpec()
+    """Day plans (lanes with `trace` or `rate_curve`): windows and replica start-up."""
+    models: list[ModelEntry] | None = None
+    """Several models on one GPU pool over the day (then `model` and `workloads` are left
+    out): each model's lanes, GPUs per window, the pool's peak (docs/day-planning.md)."""
+
+    @property
+    def is_day(self) -> bool:
+        return self.models is not None or any(ln.is_day for ln in self.workloads)
 
     @model_validator(mode="after")
     def _bounded_search(self) -> PlanFile:
@@ -233,6 +305,21 @@ class PlanFile(BaseModel):
         L.check_cap("plan_configurations", total, "candidates x engine values")
         L.check_cap("sim_requests", self.verify.top * self.verify.requests,
                     "verify.top x verify.requests (simulated to check the best)")
+        return self
+
+    @model_validator(mode="after")
+    def _model_or_models(self) -> PlanFile:
+        if self.models is not None:
+            if self.model or self.workloads:
+                raise ValueError("give either model + workloads or models, not both")
+            if not self.models:
+                raise ValueError("models: list at least one model")
+            L.check_cap("plan_lanes", sum(len(m.workloads) for m in self.models), "workloads")
+            return self
+        if not self.model:
+            raise ValueError("model: missing (the model to plan, e.g. llama-3.1-8b)")
+        if not self.workloads:
+            raise ValueError("workloads: list at least one lane")
         return self
 
     @field_validator("workloads")

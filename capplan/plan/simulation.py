@@ -14,8 +14,10 @@ from capplan.errors import InputError
 from capplan.models.perf import BOUNDS
 from capplan.models.prefix import PrefixSpec
 from capplan.plan.deployment import Deployment
+from capplan.plan.fleet_sim import FleetOptions, run_fleet
 from capplan.plan.load import require_one_load
 from capplan.sim import SCHEDULERS, engine_impl, run_features, run_scheduler
+from capplan.sim.fleet import fleet_compiled
 from capplan.sim.workload import Lane, Workload, load_trace, parse_length
 
 
@@ -54,12 +56,14 @@ def run_simulation(dep: Deployment, *, rate: float | None, concurrency: int | No
                    chunked_prefill: bool | None = None,
                    progress: Callable[[str, int, int], Any] | None = None,
                    time_unit: str = "auto", sim_engine: str = "auto",
-                   prefix: PrefixSpec | None = None) -> dict[str, Any]:
+                   prefix: PrefixSpec | None = None,
+                   fleet: FleetOptions | None = None) -> dict[str, Any]:
     """{"head": run description and bound, "results": {scheduler: SimResult dict},
     "notes": [...]}. `progress(scheduler, done, total)` is called as requests finish.
     `chunked_prefill` None keeps the engine profile's choice; False forces whole prompts.
     `sim_engine` (auto, compiled, fast, reference) picks the simulator; each result names the
-    one that ran as `engine_impl`."""
+    one that ran as `engine_impl`. `fleet` (replicas > 1 or a schedule): the continuous
+    scheduler over a fleet behind a router (`capplan.plan.fleet_sim.run_fleet`)."""
     limits.SEED.check(seed, "seed")
     wl = workload_from_options(rate, concurrency, trace, input_len, output_len, burstiness,
                                requests, time_unit)
@@ -84,6 +88,15 @@ def run_simulation(dep: Deployment, *, rate: float | None, concurrency: int | No
     pool = dep.pool  # hybrids: each running sequence's state holds pool.state_blocks_per_seq
     results: dict[str, dict[str, Any]] = {}
     for name in schedulers:
+        if fleet is not None and fleet.is_fleet:
+            if name != "continuous":
+                raise InputError("--replicas and --schedule simulate continuous batching only")
+            res = run_fleet(dep, reqs, wl.lanes, fleet, sim_engine)
+            results[name] = {**add_request_overhead(res, overhead),
+                             "engine_impl": "compiled fleet" if fleet_compiled(
+                                 dep, reqs, sim_engine) else engine_impl(
+                                 name, sim_engine, **run_features(s.profile.scheduler, reqs))}
+            continue
         tick = None
         if progress is not None:
             def tick(done: int, name: str = name) -> None:
@@ -114,8 +127,8 @@ def run_simulation(dep: Deployment, *, rate: float | None, concurrency: int | No
                 notes.append(note if len(results) == 1 else f"{name}: {note}")
     first = results[schedulers[0]]
     ctx = float(np.mean(reqs.input_tokens) + np.mean(reqs.output_tokens) / 2)
-    bound = BOUNDS[int(dep.step.decode_step(max(first["mean_running_batch"], 1.0), ctx)
-                       ["bound_index"])]
+    per_replica_batch = first["mean_running_batch"] / max(first.get("replicas", 1), 1)
+    bound = BOUNDS[int(dep.step.decode_step(max(per_replica_batch, 1.0), ctx)["bound_index"])]
     head = {"model": dep.model.key, "gpu": dep.gpu.key, "tp": s.tp, "pp": s.pp, "bound": bound,
             "max_num_seqs": s.max_num_seqs, "max_num_batched_tokens": s.max_num_batched_tokens,
             "num_gpu_blocks": dep.memory.num_gpu_blocks, "seed": seed,

@@ -68,7 +68,12 @@ ARRIVING, WAITING, PREFILLING, DECODING, FINISHED, NEW_DECODER = range(6)
 (FREE, NDEC, BUDGET, PREEMPTED_NOW, DEC_DONE, BLOCKED, ADMISSIONS, PREEMPTIONS, DONE, NRUN,
  NHEAP, NCH, STEP, LAST_DEC, NGAPS, ERR, SUMCTX, SUMCTXW, NPF, NNEED, NFD, NTBT, STRIDE, NSER,
  KV_MAX) = range(25)
-NUM_SCALARS = 25
+NUM_SCALARS = 26
+BULK_MIN_STEPS = 2
+"""Shortest decode stretch `_bulk` runs: a one-step stretch costs more passes over the running
+set than a full step (overload, where a large batch completes a sequence every step)."""
+LAST_FIN = 25
+"""sc[LAST_FIN]: completions in the last step of a decode stretch (`_bulk`)."""
 # float scalars tf[...]: this step's start and end, the end of the last decode step and of step
 # 0, the time integrals of the running set and of the requests in the system (s * requests)
 T_START, T_END, T_LAST_DEC, T_STEP0, RUN_INT, SYS_INT = range(6)
@@ -93,6 +98,8 @@ ERRORS = {ERR_NO_PREEMPTION: "out of KV blocks under a policy without preemption
 
 if numba is not None:
     register_jitable(perf.smooth_max)
+    for _f in (perf.fixed_parts, perf.attention_parts, perf.combine_parts):
+        register_jitable(_f)
 
     @numba.extending.overload(perf.select)
     def _select_scalar(cond, a, b):  # noqa: ANN001, ANN202, ARG001
@@ -655,6 +662,133 @@ def _step(t: float, q: np.ndarray, sc: np.ndarray, cfg: np.ndarray, model: tuple
 
 
 @_njit
+def _bulk_ok(q: np.ndarray, sc: np.ndarray, cfg: np.ndarray, heap: np.ndarray) -> bool:
+    """Whether the next steps are pure decode steps of the same sequences (each one token
+    longer) until an event: every running sequence decodes, no first-decode gap is pending,
+    the last step decoded, and the waiting queue's head cannot be admitted (`_admit_waiting`'s
+    tests, which a completion or an arrival can change, and a block allocation cannot undo)."""
+    n = sc[NRUN]
+    if n == 0 or sc[ERR] or sc[NDEC] != n or sc[NPF] or sc[NFD] or sc[LAST_DEC] != sc[STEP]:
+        return False
+    if sc[NHEAP] == 0 or n >= cfg[MAX_SEQS]:
+        return True
+    budget = cfg[MAX_TOKENS] - (0 if cfg[PREFILL_FIRST] else sc[NDEC])
+    if budget <= 0:
+        return True
+    s = heap[0]
+    c = min(q[TARGET, s], budget)
+    return (c < q[TARGET, s] and cfg[CHUNKED] == 0) or _held(s, c, q, cfg) > sc[FREE]
+
+
+@_njit
+def _bulk_len(q: np.ndarray, sc: np.ndarray, cfg: np.ndarray, run: np.ndarray) -> tuple:
+    """(steps, sequences below the window, steps to the first block edge): how many decode
+    steps keep the same decoders (the last may finish some) and take none across the sliding
+    window (below it, a windowed context grows by one a step)."""
+    w = cfg[WINDOW]
+    b, below, edge = 1 << 30, 0, 1 << 30
+    for i in range(sc[NRUN]):
+        s = run[i]
+        c = q[COMPUTED, s]
+        b = min(b, q[OUTPUT, s] - q[GENERATED, s])
+        edge = min(edge, q[DUE, s] - c)
+        if c + 1 < w:
+            below += 1
+            b = min(b, w - c)
+    return b, below, edge
+
+
+@_njit
+def _bulk_blocks(adv: int, q: np.ndarray, sc: np.ndarray, cfg: np.ndarray, run: np.ndarray
+                 ) -> int:
+    """The block edges `adv` steps into a stretch: the decoders whose context reaches their
+    next block edge get a block (`_decode_blocks` without preemption). Returns the steps to the
+    next edge, or -1 (nothing allocated) when too few blocks are free: a preemption, which the
+    full step handles."""
+    need = 0
+    for i in range(sc[NRUN]):
+        s = run[i]
+        need += q[COMPUTED, s] + adv == q[DUE, s]
+    if need > sc[FREE]:
+        return -1
+    sc[FREE] -= need
+    edge = 1 << 30
+    for i in range(sc[NRUN]):
+        s = run[i]
+        c = q[COMPUTED, s] + adv
+        if c == q[DUE, s]:
+            q[DUE, s] += cfg[BS]
+        edge = min(edge, q[DUE, s] - c)
+    return edge
+
+
+@_njit
+def _bulk(t: float, t_next: float, q: np.ndarray, sc: np.ndarray, cfg: np.ndarray,
+          model: tuple, lists: tuple, bufs: tuple) -> float:
+    """Event skipping: the pure decode steps up to the next event (an arrival at t_next, a
+    completion, a window crossing, a block edge that would preempt) with only their step time,
+    block edges and record (the same `_step_parts` inputs and `_record` as `_step`, so the same
+    results); at the end the sequences advance by all steps but the last at once, and by the
+    last as `_step` advances them (`_advance_running`: tokens, completions, the next step's
+    sums and block edges). Returns the clock; sc[STEP] is the last step run."""
+    run, heap = lists[0][0], lists[0][1]
+    if not _bulk_ok(q, sc, cfg, heap):
+        return t
+    b, below, edge = _bulk_len(q, sc, cfg, run)
+    tb, sf = lists[2][0], lists[2][2]
+    if cfg[KEEP_STEPS]:
+        b = min(b, sf.shape[1] - sc[STEP] - 1)
+    if b < BULK_MIN_STEPS:
+        return t
+    tf = bufs[6]
+    nd = sc[NDEC]
+    j = 0
+    # the terms that do not read the KV cache are the same for every step of the stretch
+    x = (float(nd), 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, float(nd))
+    fixed = perf.fixed_parts(x, model[0], model[1])
+    while j < b and t < t_next and 2 * (sc[NTBT] + 1) <= tb.shape[0]:
+        if j == edge:
+            e = _bulk_blocks(j, q, sc, cfg, run)
+            if e < 0:
+                break
+            edge = j + e
+        sc[STEP] += 1
+        kv = sc[SUMCTX]
+        x = (float(nd), float(kv), float(sc[SUMCTXW] if cfg[HAS_WINDOW] else kv), 0.0, 0.0,
+             0.0, 0.0, 0.0, 0.0, float(nd))
+        dur = float(perf.combine_parts(fixed, perf.attention_parts(x, model[0]))[0])
+        _record(t, dur, True, 0, sc, cfg, tf, lists[2])
+        sc[LAST_DEC] = sc[STEP]
+        sc[SUMCTX] += nd
+        sc[SUMCTXW] += below
+        t = t + dur
+        j += 1
+    if j == 0:
+        return t
+    tf[T_START], tf[T_END] = t, t
+    for i in range(sc[NRUN]):
+        s = run[i]
+        q[COMPUTED, s] += j - 1
+        q[GENERATED, s] += j - 1
+    d0 = sc[DONE]
+    _advance_running(True, q, sc, cfg, run, bufs)
+    sc[LAST_FIN] = sc[DONE] - d0
+    return t
+
+
+@_njit
+def _bulk_all(t: float, t_next: float, q: np.ndarray, sc: np.ndarray, cfg: np.ndarray,
+              model: tuple, lists: tuple, bufs: tuple) -> float:
+    """Decode stretches one after another (a completion ends one; the next starts when the
+    waiting queue still cannot be admitted)."""
+    while True:
+        t2 = _bulk(t, t_next, q, sc, cfg, model, lists, bufs)
+        if t2 == t:
+            return t
+        t = t2
+
+
+@_njit
 def simulate_open_loop(arr: np.ndarray, q: np.ndarray, cfg: np.ndarray, consts: tuple,
                        moe: bool) -> tuple:
     """Simulate open-loop requests (arrival times `arr`, sorted; state `q`, filled in) to
@@ -683,6 +817,7 @@ def simulate_open_loop(arr: np.ndarray, q: np.ndarray, cfg: np.ndarray, consts: 
     bufs = (np.empty(m, np.int64), np.empty(m, np.int64), np.empty(m, np.int64),
             np.zeros(n, np.int8), np.empty(2 * m, np.int64), qt, tf, np.zeros((2, n), np.float64))
     t, nxt, k = 0.0, 0, 0
+    next_poll = POLL_STEPS
     model = (consts, moe)
     lists = ((run, heap), gaps, (tb, series, sf, si))
     while sc[DONE] < n:
@@ -709,9 +844,12 @@ def simulate_open_loop(arr: np.ndarray, q: np.ndarray, cfg: np.ndarray, consts: 
         if sc[ERR]:
             break
         t = t + dur
-        k += 1
-        if (k & (POLL_STEPS - 1)) == 0 and _poll_signals():
-            break  # Ctrl-C / SIGTERM: the caller re-raises it (sim/interrupt.py)
+        t = _bulk_all(t, arr[nxt] if nxt < n else np.inf, q, sc, cfg, model, lists, bufs)
+        k = sc[STEP] + 1
+        if k >= next_poll:  # every POLL_STEPS steps (bulk runs move k by more than one)
+            next_poll = k + POLL_STEPS
+            if _poll_signals():
+                break  # Ctrl-C / SIGTERM: the caller re-raises it (sim/interrupt.py)
     used = tb[:, 1] != 0
     return (qt, gaps[0, :sc[NGAPS]], tb[used, 0], tb[used, 1].astype(np.int64),
             series[0][:sc[NSER]], series[1][:, :sc[NSER]], tf, sc, sf[:, :k], si[:, :k])

@@ -25,7 +25,10 @@ SKIP = {
 
 def _commands() -> list[str]:
     cmds = []
-    for block in re.findall(r"```\n(.*?)```", README, flags=re.S):
+    # fences paired from the start of a line: a ```yaml block's closing fence opens nothing
+    for lang, block in re.findall(r"^```(\w*)\n(.*?)^```", README, flags=re.S | re.M):
+        if lang:
+            continue
         text = block.replace("\\\n", " ")
         for line in text.splitlines():
             line = line.split("#")[0].strip()

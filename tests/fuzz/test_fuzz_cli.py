@@ -226,3 +226,38 @@ def test_fuzz_plan_file(plan: dict[str, Any]) -> None:
         p = Path(d) / "plan.yaml"
         p.write_text(yaml.safe_dump(plan))
         check(["plan", str(p), "--format", "json"])
+
+
+# --- day plans (rate curves, windows, replica start-up) ---------------------------------------
+_AT = st.one_of(st.builds(lambda h, m: f"{h:02d}:{m:02d}", st.integers(0, 25), st.integers(0, 61)),
+                st.sampled_from(["24:00", "9", "noon", "", None, -5, 86400, 1e9]))
+DAY_PLAN = st.fixed_dictionaries(
+    {"model": st.just("llama-3.1-8b"),
+     "candidates": st.just({"gpus": ["h100-sxm"], "tp": [1]}),
+     "engine": st.just({"max_num_seqs": [128], "max_num_batched_tokens": [2048]}),
+     "workloads": st.lists(st.fixed_dictionaries(
+         {"rate_curve": st.one_of(
+             st.lists(st.fixed_dictionaries({"at": _AT, "rate_per_s": _yaml_number()}),
+                      max_size=4),
+             st.sampled_from(["missing.csv", "", None, 3]))},
+         optional={"input_len": LENGTH, "output_len": LENGTH,
+                   "slo": st.fixed_dictionaries({}, optional={
+                       "ttft_p99_s": _yaml_number(), "tbt_p99_s": _yaml_number()})}),
+         min_size=1, max_size=2).map(
+         lambda lanes: [{**ln, "name": f"l{i}"} for i, ln in enumerate(lanes)]),
+     "verify": st.just({"top": 0})},
+    optional={"day": st.fixed_dictionaries({"replay": st.just("none")}, optional={
+        "window_s": _yaml_number(), "min_replicas": _yaml_number(),
+        "load_from": st.sampled_from(["nvme", "network", "tape"]),
+        "load_gb_per_s": _yaml_number(), "engine_startup_s": _yaml_number()}),
+        "headroom": _yaml_number()},
+)
+
+
+@_settings(15)
+@given(plan=DAY_PLAN)
+def test_fuzz_day_plan_file(plan: dict[str, Any]) -> None:
+    with tempfile.TemporaryDirectory() as d:
+        p = Path(d) / "plan.yaml"
+        p.write_text(yaml.safe_dump(plan))
+        check(["plan", str(p), "--format", "json"])

@@ -1,0 +1,172 @@
+"""Day-plan options of `capplan recommend` (--trace, --rate-curve, --window, replica start-up)
+and the day plan's table (the schedule and its totals)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+import click
+
+from capplan.cli._render import Column, render_rows
+from capplan.units import bytes_to_gb
+
+DAY_OPTIONS = (
+    click.option("--trace", default=None, type=click.Path(dir_okay=False),
+                 help="A trace (any format simulate --trace reads): plan a day of it, replicas "
+                      "per window (instead of --rate)."),
+    click.option("--time-unit", type=click.Choice(["auto", "s", "ms", "us"]), default="auto",
+                 show_default=True, help="Numeric arrival times of --trace (auto: by schema "
+                                         "and size)."),
+    click.option("--rate-curve", default=None, type=click.Path(dir_okay=False),
+                 help="A daily rate curve CSV (at,rate_per_s; HH:MM, linear between points) "
+                      "with --input-len/--output-len (instead of --rate)."),
+    click.option("--window", "window", default="15m", show_default=True,
+                 help="Window of a day plan (e.g. 15m, 900, 1h)."),
+    click.option("--min-replicas", type=click.IntRange(min=0), default=1, show_default=True,
+                 help="Replicas kept in every window of a day plan."),
+    click.option("--load-from", type=click.Choice(["nvme", "network"]), default="nvme",
+                 show_default=True, help="Where a starting replica reads its weights."),
+    click.option("--load-gb-per-s", type=click.FloatRange(min=0, min_open=True, max=1000),
+                 default=None, help="Your storage's read rate (GB/s), over --load-from's."),
+    click.option("--engine-startup", "engine_startup_s", type=click.FloatRange(0, 86_400),
+                 default=60.0, show_default=True,
+                 help="Engine start-up after loading (CUDA graphs, profiling), seconds."),
+    click.option("--replay", type=click.Choice(["none", "peak", "all"]), default="peak",
+                 show_default=True,
+                 help="Windows of a day plan the fleet replay verifies (the trace, or "
+                      "Poisson arrivals drawn from the rate curve)."),
+)
+
+
+def day_options(f: Callable[..., Any]) -> Callable[..., Any]:
+    """Decorate a command with the day-plan options (one block, added after the others)."""
+    for opt in reversed(DAY_OPTIONS):
+        f = opt(f)
+    return f
+
+
+def day_spec(kw: dict[str, Any]) -> dict[str, Any]:
+    """Pop the day options from a command's keyword arguments: the plan file's `day:`."""
+    from capplan.errors import InputError
+    from capplan.units import parse_seconds
+
+    try:
+        window_s = parse_seconds(kw.pop("window"))
+    except ValueError as e:
+        raise InputError(f"--window: {e}") from None
+    if not math.isfinite(window_s) or not 60 <= window_s <= 86_400:
+        raise InputError(f"--window {window_s:g} s: use 60 s to 24 h")
+    out = {"window_s": window_s}
+    for k in ("min_replicas", "load_from", "load_gb_per_s", "engine_startup_s", "replay"):
+        out[k] = kw.pop(k)
+    return out
+
+
+def _hhmm(s: float) -> str:
+    m = int(round(s / 60))
+    return f"{m // 60:02d}:{m % 60:02d}"
+
+
+def _ms(x: Any) -> Any:
+    return None if x is None or (isinstance(x, float) and math.isnan(x)) else x * 1e3
+
+
+def _replay(w: dict[str, Any], which: str, key: str) -> Any:
+    r = (w.get("replay") or {}).get(which)
+    return None if r is None else r.get(key)
+
+
+SCHEDULE_COLUMNS = [
+    Column("start", "start"), Column("offered_rps", "req/s", None, ".3g"),
+    Column("dispersion", "IDC", None, ".2f"), Column("arrival_scv", "gap\nSCV", None, ".2f"),
+    Column("replicas", "replicas"), Column("gpus", "GPUs"),
+    Column("ttft_p99_s", "TTFT p99\n(ms)", _ms, ".0f"),
+    Column("tbt_p99_s", "TBT p99\n(ms)", _ms, ".1f"),
+    Column("lead", "start\nscale-up"),
+    Column("planned_att", "replay\nplanned", None, ".1%"),
+    Column("reactive_att", "replay\nreactive", None, ".1%"),
+]
+
+
+def columns(result: dict[str, Any]) -> list[Column]:
+    """The schedule's columns: one model's, or a pool's (GPUs per model, no p99s)."""
+    models = list(result["schedule"][0].get("gpus_by_model") or {})
+    if not models:
+        return SCHEDULE_COLUMNS
+    return [Column("start", "start"), Column("offered_rps", "req/s", None, ".3g"),
+            *(Column(f"gpus:{m}", f"GPUs\n{m}") for m in models), Column("gpus", "GPUs\npool")]
+
+
+def schedule_rows(result: dict[str, Any]) -> list[dict[str, Any]]:
+    rows = []
+    for w in result["schedule"]:
+        begin = w.get("scale_up_begin_s")
+        rows.append({**w, "start": _hhmm(w["start_s"]),
+                     **{f"gpus:{m}": n for m, n in (w.get("gpus_by_model") or {}).items()},
+                     "lead": None if begin is None else _hhmm(begin % 86_400),
+                     "planned_att": _replay(w, "planned", "attainment"),
+                     "reactive_att": _replay(w, "reactive", "attainment")})
+    return rows
+
+
+def _hours(x: float) -> str:
+    return f"{x:,.1f}" if x >= 10 else f"{x:.3g}"
+
+
+def _money(x: Any) -> str:
+    return "unknown (no price)" if x is None else f"${x:,.2f}"
+
+
+def render_day(result: dict[str, Any], fmt: str) -> str:
+    """The schedule table and the day's totals (for one model or a pool of several)."""
+    out = ["", "day plan (replicas per window):",
+           render_rows(schedule_rows(result), columns(result), fmt)]
+    if result.get("gpu_pools"):
+        return "\n".join(out + [_pool_line(p) for p in result["gpu_pools"]])
+    auto, fixed = result["gpu_hours"], result["fixed_fleet_gpu_hours"]
+    save = 1 - auto / fixed if fixed else 0.0
+    out.append(f"peak {result['peak_replicas']} replicas; autoscaled {_hours(auto)} GPU-hours "
+               f"({_money(result.get('cost_per_day'))}/day) vs a fixed fleet for the peak "
+               f"{_hours(fixed)} GPU-hours ({_money(result.get('fixed_fleet_cost_per_day'))}"
+               f"/day): autoscaling saves {save:.0%}")
+    if result.get("cost_per_million_output_tokens") is not None:
+        out.append(f"$ per million output tokens: autoscaled "
+                   f"{result['cost_per_million_output_tokens']:.3f}, fixed "
+                   f"{result['fixed_fleet_cost_per_million_output_tokens']:.3f}")
+    out += _replay_lines(result)
+    day = result.get("day")
+    if day:
+        st = day["startup"]
+        out.append(f"a replica starts in {st['replica_start_s']:.0f} s (weights "
+                   f"{bytes_to_gb(st['weights_bytes']):.1f} GB from {st['load_from']} in "
+                   f"{st['load_s']:.0f} s + engine start-up {st['engine_startup_s']:.0f} s): "
+                   "each scale-up begins that long before its window ('start scale-up')")
+        out += [f"note: {n}" for n in day.get("notes", [])]
+    return "\n".join(out)
+
+
+def _replay_lines(result: dict[str, Any]) -> list[str]:
+    """Planned against reactive over the replayed windows: the worst attainment of each."""
+    rep = [w["replay"] for w in result["schedule"] if w.get("replay")]
+    if not rep:
+        return []
+
+    def worst(which: str) -> str:
+        vals = [r[which]["attainment"] for r in rep if r[which].get("attainment") is not None]
+        met = all(r[which].get("meets_slo") for r in rep)
+        return (f"{min(vals):.2%}" if vals else "n/a") + (
+            ", SLOs met" if met else ", SLOs missed")
+
+    return [f"replayed {len(rep)} window(s): lowest SLO attainment planned {worst('planned')}; "
+            f"reactive (scales after a short window, replicas join after the start-up) "
+            f"{worst('reactive')}"]
+
+
+def _pool_line(p: dict[str, Any]) -> str:
+    return (f"pool {p['gpu']} ({', '.join(p['models'])}): peak {p['peak_gpus']} GPUs shared vs "
+            f"{p['separate_fleets_peak_gpus']} in one fleet per model (saves {p['saving_gpus']} "
+            f"GPUs); {p['gpu_hours']:,.1f} GPU-hours autoscaled, {p['fixed_pool_gpu_hours']:,.1f} "
+            f"for a fixed pool at its peak, {p['separate_fleets_gpu_hours']:,.1f} for fixed "
+            "fleets per model")

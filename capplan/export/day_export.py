@@ -1,0 +1,182 @@
+"""The day plan in every export: the schedule table (per window: offered rate, replicas, GPUs,
+predicted p99s, scale-up start, replay attainment) and a chart of replicas and offered rate
+over the day. Exporters call these when the plan dict has a `schedule` (a day plan); nothing is
+recomputed."""
+
+from __future__ import annotations
+
+import csv
+import math
+from pathlib import Path
+from typing import Any
+
+from capplan.export.atomic import atomic_write
+
+HEADERS = ("start (h)", "end (h)", "offered (req/s)", "IDC", "replicas", "GPUs",
+           "TTFT p99 (ms)", "TBT p99 (ms)", "scale-up begins (h)", "replay planned attainment",
+           "replay reactive attainment", "inter-arrival SCV")
+FMTS = (".2f", ".2f", ".3f", ".2f", "g", "g", ".0f", ".1f", ".2f", ".3f", ".3f", ".2f")
+
+
+def _num(x: Any) -> float | None:
+    if x is None or isinstance(x, bool) or not isinstance(x, int | float):
+        return None
+    return None if math.isnan(x) or math.isinf(x) else float(x)
+
+
+def _ms(x: Any) -> float | None:
+    v = _num(x)
+    return None if v is None else v * 1e3
+
+
+def _h(x: Any) -> float | None:
+    v = _num(x)
+    return None if v is None else v / 3600.0
+
+
+def _att(w: dict[str, Any], which: str) -> float | None:
+    r = (w.get("replay") or {}).get(which) or {}
+    return _num(r.get("attainment"))
+
+
+def has_day(plan: dict[str, Any]) -> bool:
+    return isinstance(plan.get("schedule"), list) and bool(plan["schedule"])
+
+
+def _models(plan: dict[str, Any]) -> list[str]:
+    """The models of a shared pool's schedule (GPUs per model columns), else none."""
+    first = plan["schedule"][0]
+    return list(first.get("gpus_by_model") or {})
+
+
+def headers(plan: dict[str, Any]) -> tuple[list[str], list[str]]:
+    """(headers, formats) of the schedule table: a pool adds GPUs per model."""
+    models = _models(plan)
+    return ([*HEADERS, *(f"GPUs {m}" for m in models)], [*FMTS, *("g" for _ in models)])
+
+
+def schedule_rows(plan: dict[str, Any]) -> list[list[Any]]:
+    """One row per window in display units (None: empty cell)."""
+    models = _models(plan)
+    return [[_h(w.get("start_s")), _h(w.get("end_s")), _num(w.get("offered_rps")),
+             _num(w.get("dispersion")), w.get("replicas"), w.get("gpus"),
+             _ms(w.get("ttft_p99_s")), _ms(w.get("tbt_p99_s")), _h(w.get("scale_up_begin_s")),
+             _att(w, "planned"), _att(w, "reactive"), _num(w.get("arrival_scv")),
+             *((w.get("gpus_by_model") or {}).get(m) for m in models)]
+            for w in plan["schedule"]]
+
+
+def summary_rows(plan: dict[str, Any]) -> list[list[Any]]:
+    """(quantity, value) rows of the day's totals."""
+    keys = ("peak_replicas", "gpu_hours", "fixed_fleet_gpu_hours", "cost_per_day",
+            "fixed_fleet_cost_per_day", "cost_per_million_output_tokens",
+            "fixed_fleet_cost_per_million_output_tokens", "saving_frac", "peak_gpus",
+            "separate_fleets_peak_gpus")
+    return [[k, plan[k]] for k in keys if k in plan]
+
+
+def schedule_csv_path(path: Path) -> Path:
+    """The CSV export's sibling holding the schedule: plan.csv -> plan.schedule.csv."""
+    return path.with_name(path.stem + ".schedule.csv")
+
+
+def write_schedule_csv(plan: dict[str, Any], path: Path) -> Path:
+    """The schedule as its own CSV (one row per window, then the totals), atomically."""
+    out = schedule_csv_path(path)
+
+    def write(tmp: Path) -> None:
+        with tmp.open("w", newline="", encoding="utf-8") as f:
+            w = csv.writer(f)
+            w.writerow(headers(plan)[0])
+            for row in schedule_rows(plan):
+                w.writerow(["" if v is None else v for v in row])
+            w.writerow([])
+            for row in summary_rows(plan):
+                w.writerow(["" if v is None else v for v in row])
+
+    atomic_write(out, write)
+    return out
+
+
+def markdown_section(plan: dict[str, Any], table: Any) -> list[str]:
+    """The schedule table, the totals and a Mermaid chart (replicas as bars, offered rate as a
+    line) that GitHub and most Markdown viewers draw."""
+    rows = schedule_rows(plan)
+    heads, fmts = headers(plan)
+    out = ["## Day plan: replicas per window", "",
+           table(heads, rows, tuple(fmts)), "", table(["quantity", "value"],
+                                                       summary_rows(plan), "g"), ""]
+    reps = [r[4] or 0 for r in rows]
+    rate = [round(r[2] or 0.0, 3) for r in rows]
+    labels = ", ".join(f'"{r[0]:.1f}"' for r in rows)
+    top = max(max(reps), max(rate), 1)
+    out += ["```mermaid", "xychart-beta",
+            '    title "replicas (bars) and offered req/s (line) over the day"',
+            f"    x-axis [{labels}]", f'    y-axis "replicas, req/s" 0 --> {top * 1.1:.3g}',
+            f"    bar [{', '.join(str(x) for x in reps)}]",
+            f"    line [{', '.join(str(x) for x in rate)}]", "```", ""]
+    return out
+
+
+def xlsx_sheet(wb: Any, plan: dict[str, Any], bold: Any, write_table: Any) -> None:
+    """A `schedule` sheet (table + totals) with a native chart: replicas (columns) and offered
+    rate (line, second axis) against the window's start."""
+    ws = wb.add_worksheet("schedule")
+    rows = schedule_rows(plan)
+    heads, fmts = headers(plan)
+    write_table(ws, heads, rows, bold, fmts, wb)
+    n = len(rows)
+    write_table(ws, ("quantity", "value"), summary_rows(plan), bold, ("g", "g"), wb,
+                first_row=n + 2)
+    chart = wb.add_chart({"type": "column"})
+    chart.add_series({"name": "replicas", "categories": ["schedule", 1, 0, n, 0],
+                      "values": ["schedule", 1, 4, n, 4]})
+    line = wb.add_chart({"type": "line"})
+    line.add_series({"name": "offered (req/s)", "categories": ["schedule", 1, 0, n, 0],
+                     "values": ["schedule", 1, 2, n, 2], "y2_axis": True})
+    chart.combine(line)
+    chart.set_title({"name": "replicas and offered rate over the day"})
+    chart.set_x_axis({"name": "window start (h)"})
+    chart.set_y_axis({"name": "replicas"})
+    line.set_y2_axis({"name": "offered (req/s)"})
+    chart.set_size({"width": 900, "height": 360})
+    ws.insert_chart(1, len(heads) + 1, chart)
+
+
+def plot_day(plan: dict[str, Any], out_dir: Path, figure: Any, save: Any) -> list[Path]:
+    """`day_schedule.{png,svg}`: replicas (steps) and offered rate (second axis) over the day."""
+    rows = schedule_rows(plan)
+    x = [r[0] for r in rows] + [rows[-1][1]]
+    reps = [r[4] or 0 for r in rows]
+    rate = [r[2] or 0.0 for r in rows]
+    fig, axes = figure()
+    ax = axes[0][0]
+    ax.stairs(reps, x, color="C0", label="replicas", linewidth=2)
+    ax.set_xlabel("time of day (h)")
+    ax.set_ylabel("replicas", color="C0")
+    ax.set_ylim(0, max(reps + [1]) * 1.15)
+    ax2 = ax.twinx()
+    ax2.stairs(rate, x, color="C1", label="offered (req/s)")
+    ax2.set_ylabel("offered (req/s)", color="C1")
+    ax2.set_ylim(0, max(rate + [1e-9]) * 1.15)
+    ax.grid(True, alpha=0.3)
+    fig.suptitle(f"{plan.get('model') or 'pool'}: replicas and offered rate over the day")
+    return save(fig, out_dir, "day_schedule")
+
+
+def html_section(plan: dict[str, Any], table: Any, line_chart: Any, num: Any) -> str:
+    """The HTML report's day section: the schedule table and a chart of replicas and offered
+    rate over the day (inline SVG, the page's own chart helper)."""
+    heads, fmts = headers(plan)
+    rows = [[num(v, f if f != "g" else "g") if v is not None else "" for v, f in zip(r, fmts,
+                                                                                    strict=True)]
+            for r in schedule_rows(plan)]
+    raw = schedule_rows(plan)
+    reps = [(r[0], float(r[4] or 0)) for r in raw]
+    rate = [(r[0], float(r[2] or 0.0)) for r in raw]
+    chart = line_chart("Replicas and offered rate over the day", [("replicas", reps),
+                                                                 ("offered (req/s)", rate)],
+                       "time of day (h)", "replicas, requests/s")
+    totals = table(["quantity", "value"], [[k, num(v)] for k, v in summary_rows(plan)])
+    return ("<h2>Day plan: replicas per window</h2>" + f'<div class="charts">{chart}</div>'
+            + totals + table(heads, rows, 1))

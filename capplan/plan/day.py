@@ -1,0 +1,362 @@
+"""A day of traffic: replicas per window, autoscaled vs fixed GPU-hours and cost, scale-up lead.
+
+The steps:
+1. Each lane's traffic per window (plan/rate_curve.py): a trace cut into windows, or a daily
+   rate curve; lanes add up window by window.
+2. The steady-rate planner (planner.run_plan) sizes the peak window: it picks the GPU, TP,
+   dtypes and engine settings, and gives each replica's capacity under the SLOs
+   (`Candidate.max_rate_per_s`, the highest per-replica rate meeting every SLO analytically).
+3. Every window gets replicas = ceil(offered * (1 + headroom) / capacity), at least
+   `min_replicas`: the same rule the planner applies at one rate (search.analytic_search),
+   with a traced window's capacity at its own inter-arrival SCV (plan/burst.py). Its TTFT /
+   TBT p99 are the analytic model's at the window's per-replica rate. Of the peak plan's
+   configurations, the one whose day costs least comes first (plan/day_peak.py).
+4. Totals: GPU-hours and cost autoscaled (sum over windows) and for a fixed fleet sized for the
+   peak window, $ per million output tokens of both, the saving.
+5. Scale-up lead (plan/startup.py): a window that needs more replicas than the one before
+   must start them `replica_start_s` ahead. A reactive policy (each window gets the replicas
+   the previous window needed, joining after the start-up lag) is compared with the planned
+   schedule by replaying the trace over both (plan/day_replay.py); a replayed window that
+   misses the SLOs gets replicas until it meets them.
+"""
+
+from __future__ import annotations
+
+import math
+import tempfile
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from capplan.catalog.loader import Catalog
+from capplan.errors import InputError
+from capplan.models.memory import memory_report
+from capplan.plan.day_peak import HOUR_S, peak_plan, rank_for_day, replicas_for
+from capplan.plan.rate_curve import (
+    DEFAULT_WINDOW_S,
+    WindowSeries,
+    parse_rate_curve,
+    series_from_curve,
+    series_from_trace,
+)
+from capplan.plan.result import PlanResult
+from capplan.plan.schema import PlanFile
+from capplan.plan.search import Candidate, cost_per_hour
+from capplan.plan.startup import ENGINE_STARTUP_S, StartupLag, startup_lag
+from capplan.sim.workload import Requests, load_trace, parse_length
+
+PlanFn = Callable[[Catalog, PlanFile], PlanResult]
+
+
+@dataclass(frozen=True, kw_only=True)
+class DayOptions:
+    """How the day is planned (plan-file `day:` and the CLI's --window ... options)."""
+
+    window_s: float = DEFAULT_WINDOW_S
+    min_replicas: int = 1
+    """Replicas kept in every window (0 lets the fleet go to zero when no request comes)."""
+    load_from: str = "nvme"
+    load_gb_per_s: float | None = None
+    engine_startup_s: float = ENGINE_STARTUP_S
+    replay: str = "peak"
+    """Which windows the trace replay verifies: none, peak (the peak window and its
+    neighbours) or all."""
+
+
+@dataclass(frozen=True)
+class LaneDay:
+    """One lane's day: its windows and, for a trace, its requests."""
+
+    name: str
+    series: WindowSeries
+    requests: Requests | None = None
+
+
+def lane_day(lane: Any, window_s: float, base: Path | None = None) -> LaneDay:
+    """A plan lane's traffic per window: `trace`, `rate_curve` or a steady `rate_per_s`."""
+    if lane.trace is not None:
+        path = Path(lane.trace)
+        if base is not None and not path.is_absolute():
+            path = base / path
+        reqs = load_trace(path, getattr(lane, "time_unit", "auto"))
+        return LaneDay(lane.name, series_from_trace(reqs, window_s, str(path)), reqs)
+    out_mean = parse_length(str(lane.output_len)).mean
+    if lane.rate_curve is not None:
+        spec = lane.rate_curve if isinstance(lane.rate_curve, str) else [
+            p.model_dump() for p in lane.rate_curve]
+        curve = parse_rate_curve(spec, base)
+    else:
+        curve = parse_rate_curve([{"at": "00:00", "rate_per_s": lane.rate_per_s}])
+    return LaneDay(lane.name, series_from_curve(curve, out_mean, window_s,
+                                                dispersion=1.0 / lane.burstiness))
+
+
+def combine(days: Sequence[LaneDay]) -> WindowSeries:
+    """Lanes added window by window: a rate curve repeats every day (beside a trace of several
+    days), a shorter trace counts 0 after its end."""
+    longest = max(days, key=lambda d: (len(d.series), d.series.span_s)).series
+    n = len(longest)
+    rate, out_tok, disp_w, scv_w = np.zeros(n), np.zeros(n), np.zeros(n), np.zeros(n)
+    for d in days:
+        s = d.series
+        k = n if d.requests is None else len(s)  # np.resize repeats a day's curve cyclically
+        rate[:k] += np.resize(s.offered_rps, k)
+        out_tok[:k] += np.resize(s.output_tokens, k)
+        disp_w[:k] += np.resize(s.dispersion * s.offered_rps, k)
+        scv_w[:k] += np.resize(s.arrival_scv * s.offered_rps, k)
+    # the lanes' rate-weighted mean (the planner pools lanes' SCVs the same way: traffic_for)
+    disp = np.where(rate > 0, disp_w / np.maximum(rate, 1e-300), 1.0)
+    scv = np.where(rate > 0, scv_w / np.maximum(rate, 1e-300), 1.0)
+    return WindowSeries(longest.start_s, longest.end_s, rate, disp, scv, out_tok,
+                        " + ".join(d.series.source for d in days))
+
+
+@dataclass(frozen=True, kw_only=True)
+class Window:
+    """One window of the schedule."""
+
+    start_s: float
+    end_s: float
+    offered_rps: float
+    dispersion: float
+    arrival_scv: float
+    replicas: int
+    gpus: int
+    ttft_p99_s: float
+    tbt_p99_s: float
+    scale_up_begin_s: float | None = None
+    """When the replicas this window adds must start: start_s - scale_up_lead_s, taken
+    modulo the schedule's span (a daily cycle: before 00:00 is the previous evening)."""
+    scale_up_lead_s: float | None = None
+    """The replica start-up time the scale-up needs ahead of the window."""
+    reactive_replicas: int = 0
+    """What a reactive policy runs: the replicas the previous window needed."""
+    replay: dict[str, Any] | None = None
+    """The trace replayed over the planned (and reactive) fleet: attainment, p99s."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"start_s": self.start_s, "end_s": self.end_s, "offered_rps": self.offered_rps,
+                "dispersion": self.dispersion, "arrival_scv": self.arrival_scv,
+                "replicas": self.replicas, "gpus": self.gpus,
+                "ttft_p99_s": self.ttft_p99_s, "tbt_p99_s": self.tbt_p99_s,
+                "scale_up_begin_s": self.scale_up_begin_s,
+                "scale_up_lead_s": self.scale_up_lead_s,
+                "reactive_replicas": self.reactive_replicas,
+                **({"replay": self.replay} if self.replay is not None else {})}
+
+
+@dataclass(frozen=True, kw_only=True)
+class DayPlan:
+    """The day's schedule and its totals, beside the peak window's steady-rate plan."""
+
+    plan: PlanResult
+    """The steady-rate plan at the peak window's rate (GPU, TP, engine settings, flags)."""
+    windows: list[Window]
+    gpus_per_replica: int
+    price_per_gpu_hour: float | None
+    output_tokens: float
+    lag: StartupLag
+    source: str
+    headroom: float
+    notes: list[str] = field(default_factory=list)
+    rebuild: Callable[[np.ndarray], list[Window]] | None = field(default=None, repr=False,
+                                                                 compare=False)
+    """The windows for other replica counts (the replay adds replicas where it misses)."""
+
+    @property
+    def span_s(self) -> float:
+        return self.windows[-1].end_s - self.windows[0].start_s
+
+    @property
+    def peak_replicas(self) -> int:
+        return max(w.replicas for w in self.windows)
+
+    @property
+    def gpu_hours(self) -> float:
+        return sum(w.gpus * (w.end_s - w.start_s) for w in self.windows) / HOUR_S
+
+    @property
+    def fixed_fleet_gpu_hours(self) -> float:
+        return self.peak_replicas * self.gpus_per_replica * self.span_s / HOUR_S
+
+    def _per_day(self, gpu_hours: float) -> float | None:
+        """Cost of `gpu_hours` over the span, scaled to 24 h when the span is not a day."""
+        if self.price_per_gpu_hour is None:
+            return None
+        return gpu_hours * self.price_per_gpu_hour * 86_400.0 / self.span_s
+
+    def _per_mtok(self, gpu_hours: float) -> float | None:
+        if self.price_per_gpu_hour is None or self.output_tokens <= 0:
+            return None
+        return gpu_hours * self.price_per_gpu_hour / (self.output_tokens / 1e6)
+
+    def to_dict(self) -> dict[str, Any]:
+        auto, fixed = self.gpu_hours, self.fixed_fleet_gpu_hours
+        best = self.plan.best
+        return {
+            **self.plan.to_dict(),
+            "day": {"source": self.source, "window_s": self.windows[0].end_s
+                    - self.windows[0].start_s, "span_s": self.span_s,
+                    "gpu": best.candidate.gpu.key, "tp": best.candidate.settings.tp,
+                    "gpus_per_replica": self.gpus_per_replica,
+                    "capacity_per_replica_rps": best.candidate.max_rate_per_s,
+                    "price_per_gpu_hour": self.price_per_gpu_hour,
+                    "output_tokens": self.output_tokens, "startup": self.lag.to_dict(),
+                    "notes": list(self.notes)},
+            "schedule": [w.to_dict() for w in self.windows],
+            "peak_replicas": self.peak_replicas,
+            "gpu_hours": auto,
+            "fixed_fleet_gpu_hours": fixed,
+            "cost_per_day": self._per_day(auto),
+            "fixed_fleet_cost_per_day": self._per_day(fixed),
+            "cost_per_million_output_tokens": self._per_mtok(auto),
+            "fixed_fleet_cost_per_million_output_tokens": self._per_mtok(fixed),
+            "saving_gpu_hours": fixed - auto,
+            "saving_per_day": (None if self.price_per_gpu_hour is None else
+                               (self._per_day(fixed) or 0.0) - (self._per_day(auto) or 0.0)),
+            "saving_frac": 1.0 - auto / fixed if fixed > 0 else 0.0,
+        }
+
+
+@dataclass(frozen=True)
+class _Sizing:
+    """One replica of the chosen configuration per window: its capacity within the SLOs and
+    the analytic p99s at a per-replica rate."""
+
+    capacity_rps: np.ndarray
+    predict: Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]]
+
+
+def _sizing(cand: Candidate, peak: PlanFile, model: Any, total: WindowSeries,
+            traced: bool) -> _Sizing:
+    """Per-window capacity and predictions: at each window's own arrival SCV when a trace
+    measured it (plan/burst.py), else at the lanes' (the planner's capacity)."""
+    from capplan.plan.burst import capacities, predict
+    from capplan.plan.planner import traffic_for
+
+    t = traffic_for(peak.workloads, model.context_len(peak.engine.max_model_len))
+    if traced:
+        scv = total.arrival_scv
+        caps = capacities(cand, t, scv)
+    else:
+        scv = np.full(len(total), t.arrival_scv)
+        caps = np.full(len(total), cand.max_rate_per_s)
+    return _Sizing(caps, lambda r: predict(cand, t, r, scv))
+
+
+def windows_for(total: WindowSeries, reps: np.ndarray, gpr: int, lag: StartupLag,
+                size: _Sizing) -> list[Window]:
+    """The schedule's windows for replica counts `reps` (GPUs, predicted p99s, scale-up lead,
+    the reactive policy's counts)."""
+    reps = np.asarray(reps, np.int64)
+    ttft, tbt = size.predict(total.offered_rps / np.maximum(reps, 1))
+    # reactive: each window runs what the previous one needed (the first: its own)
+    reactive = np.concatenate([reps[:1], reps[:-1]])
+    span = float(total.end_s[-1] - total.start_s[0])
+    out = []
+    for i in range(len(total)):
+        up = i > 0 and reps[i] > reps[i - 1]
+        idle = reps[i] == 0
+        out.append(Window(
+            start_s=float(total.start_s[i]), end_s=float(total.end_s[i]),
+            offered_rps=float(total.offered_rps[i]), dispersion=float(total.dispersion[i]),
+            arrival_scv=float(total.arrival_scv[i]),
+            replicas=int(reps[i]), gpus=int(reps[i]) * gpr,
+            ttft_p99_s=math.nan if idle else float(ttft[i]),
+            tbt_p99_s=math.nan if idle else float(tbt[i]),
+            # a daily cycle: a start before the schedule's is the previous day's clock time
+            scale_up_begin_s=(float(total.start_s[i]) - lag.total_s) % span if up else None,
+            scale_up_lead_s=lag.total_s if up else None,
+            reactive_replicas=int(reactive[i])))
+    return out
+
+
+def _schedule(total: WindowSeries, cand: Candidate, opts: DayOptions, headroom: float,
+              lag: StartupLag, size: _Sizing) -> tuple[list[Window], Callable]:
+    """The windows at the analytic replica counts, and the function rebuilding them for
+    other counts (the replay's corrections)."""
+    reps = replicas_for(total.offered_rps, size.capacity_rps, headroom, opts.min_replicas)
+    gpr = cand.gpus_total // max(cand.replicas, 1)
+
+    def rebuild(r: np.ndarray) -> list[Window]:
+        return windows_for(total, r, gpr, lag, size)
+
+    return rebuild(reps), rebuild
+
+
+def plan_day(cat: Catalog, plan: PlanFile, opts: DayOptions, run: PlanFn,
+             base: Path | None = None) -> DayPlan:
+    """The day plan of one model's lanes (see the module docstring). `run(cat, plan)` is the
+    steady-rate planner (with or without simulator verification)."""
+    days = [lane_day(ln, opts.window_s, base) for ln in plan.workloads]
+    total = combine(days)
+    if not (total.offered_rps > 0).any():
+        raise InputError("no traffic in any window: nothing to plan")
+    model = cat.resolve_model(plan.model).spec
+    with tempfile.TemporaryDirectory(prefix="capplan-day-") as tmp:
+        peak = peak_plan(plan, days, total, Path(tmp))
+        result, rerank = rank_for_day(run(cat, peak), total, plan.headroom, opts.min_replicas)
+        cand = result.best.candidate
+        mem = memory_report(model, cand.gpu, cand.settings)
+        gpr = cand.gpus_total // max(cand.replicas, 1)
+        lag = startup_lag(mem.weights_bytes_per_gpu * gpr, opts.load_from, opts.load_gb_per_s,
+                          opts.engine_startup_s)
+        size = _sizing(cand, peak, model, total, any(d.requests is not None for d in days))
+        windows, rebuild = _schedule(total, cand, opts, plan.headroom, lag, size)
+    # the lanes as the user gave them, not the temporary length files
+    result = replace(result, lanes=list(plan.workloads))
+    price = cost_per_hour(cand.gpu, 1)
+    span = float(total.end_s[-1] - total.start_s[0])
+    per_day = ([] if abs(span - 86_400.0) < 1 else
+               [f"the traffic spans {span / 3600:.3g} h: GPU-hours are over that span, costs "
+                "per day scale it to 24 h"])
+    k = total.peak_index
+    notes = [*per_day, *rerank, f"sized at the peak window ({total.offered_rps[k]:.3g} req/s, "
+             f"window {k}); each replica carries {cand.max_rate_per_s:.3g} "
+             f"req/s within the SLOs, headroom {plan.headroom:.0%}"]
+    dp = DayPlan(plan=result, windows=windows, gpus_per_replica=gpr, price_per_gpu_hour=price,
+                 output_tokens=float(total.output_tokens.sum()), lag=lag, source=total.source,
+                 headroom=plan.headroom, notes=notes, rebuild=rebuild)
+    reqs = _day_requests(days, plan)
+    if reqs is not None and opts.replay != "none":
+        from capplan.plan.day_replay import verify_day
+
+        dp = verify_day(cat, dp, reqs, opts.replay)
+    return dp
+
+
+REPLAY_SEED = 25
+"""Seed of the requests drawn for rate-curve lanes' replay (fixed: the answer is repeatable)."""
+
+
+def _curve_requests(d: LaneDay, lane: Any, rng: np.random.Generator) -> Requests:
+    """Requests of a rate-curve lane for the replay: Poisson arrivals at each window's rate
+    (gamma-burstiness lanes are replayed as Poisson), lengths drawn from the lane's."""
+    s = d.series
+    counts = rng.poisson(s.offered_rps * (s.end_s - s.start_s))
+    start = np.repeat(s.start_s, counts)
+    t = np.sort(start + rng.random(len(start)) * np.repeat(s.end_s - s.start_s, counts))
+    n = len(t)
+    return Requests(t, parse_length(str(lane.input_len)).sample(rng, n),
+                    parse_length(str(lane.output_len)).sample(rng, n), np.zeros(n, np.int64))
+
+
+def _day_requests(days: Sequence[LaneDay], plan: PlanFile) -> Requests | None:
+    """The requests of every lane, merged in arrival order: a trace's own, a rate curve's
+    drawn (_curve_requests); None when no lane has a trace or a curve (a steady rate)."""
+    if not any(ln.is_day for ln in plan.workloads):
+        return None
+    rng = np.random.default_rng(REPLAY_SEED)
+    traces = [d.requests if d.requests is not None else _curve_requests(d, ln, rng)
+              for d, ln in zip(days, plan.workloads, strict=True)]
+    if len(traces) == 1:
+        return traces[0]
+    t = np.concatenate([r.arrival_at_s for r in traces])
+    order = np.argsort(t, kind="stable")
+    return Requests(t[order], np.concatenate([r.input_tokens for r in traces])[order],
+                    np.concatenate([r.output_tokens for r in traces])[order],
+                    np.zeros(len(t), np.int64))
+

@@ -1,0 +1,135 @@
+"""The peak window's plan for a day (plan/day.py): the plan file at the peak rate (trace
+lanes with the trace's own lengths, burstiness and prefix hits), the replica rule, and the
+peak plan's configurations ranked by what their autoscaled day costs."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from capplan.plan.rate_curve import WindowSeries
+from capplan.plan.result import PlanResult, Recommendation
+from capplan.plan.schema import PlanFile, Prefix
+from capplan.plan.search import cost_per_hour
+from capplan.sim.workload import Requests
+
+HOUR_S = 3600.0
+LENGTH_SAMPLE = 20_000
+"""Prompt / output lengths of a trace handed to the planner (a uniform sample: quantiles to
+~1% at p99, as plan/lengths.LENGTH_SAMPLES)."""
+
+
+def replicas_for(offered_rps: np.ndarray, capacity_rps: float | np.ndarray, headroom: float,
+                 min_replicas: int) -> np.ndarray:
+    """ceil(offered * (1 + headroom) / capacity), at least min_replicas (search.py's rule)."""
+    rate = np.asarray(offered_rps, float)
+    need = np.ceil(rate * (1 + headroom) / capacity_rps - 1e-9)
+    need = np.where(rate > 0, np.maximum(need, 1), need)  # any traffic needs a replica
+    return np.maximum(need, min_replicas).astype(np.int64)
+
+
+def _trace_lengths(days: Sequence[Any], tmp: Path) -> dict[str, tuple[str, str]]:
+    """Each trace lane's prompt and output lengths as `empirical:` files (a uniform sample),
+    so the planner sees the trace's own length distribution."""
+    out = {}
+    rng = np.random.default_rng(12345)
+    for i, d in enumerate(days):
+        if d.requests is None:
+            continue
+        n = len(d.requests)
+        pick = rng.choice(n, size=min(n, LENGTH_SAMPLE), replace=False)
+        paths = []
+        for kind, arr in (("input", d.requests.input_tokens), ("output", d.requests.output_tokens)):
+            p = tmp / f"lane{i}_{kind}.txt"
+            p.write_text("\n".join(str(int(x)) for x in np.asarray(arr)[pick]) + "\n")
+            paths.append(f"empirical:{p}")
+        out[d.name] = (paths[0], paths[1])
+    return out
+
+
+PREFIX_SAMPLE = 50_000
+"""Requests of a trace whose prefix hits are counted (the first ones: hits follow the order)."""
+
+
+def trace_hit_rate(reqs: Requests, block_size: int | None) -> float:
+    """The fraction of prompt tokens a trace's shared content (Mooncake `hash_ids`) lets an
+    unbounded prefix cache serve (sim.workload.trace_prefix_hits, vLLM's full-block rule;
+    block size 16, vLLM's default, unless the plan sets one), over its first PREFIX_SAMPLE
+    requests. The planner then applies the KV cache's size (models/prefix.py)."""
+    from capplan.sim.workload import trace_prefix_hits
+
+    head = _head(reqs, PREFIX_SAMPLE)
+    inp = np.asarray(head.input_tokens, float)
+    hits = np.minimum(trace_prefix_hits(head, block_size or 16), np.maximum(inp - 1, 0))
+    return float(hits.sum() / max(inp.sum(), 1.0))
+
+
+def _head(reqs: Requests, n: int) -> Requests:
+    if len(reqs) <= n:
+        return reqs
+    return Requests(reqs.arrival_at_s[:n], reqs.input_tokens[:n], reqs.output_tokens[:n],
+                    reqs.lane[:n], hash_ids=None if reqs.hash_ids is None else
+                    reqs.hash_ids[:n], hash_block_tokens=reqs.hash_block_tokens)
+
+
+def peak_plan(plan: PlanFile, days: Sequence[Any], total: WindowSeries, tmp: Path
+               ) -> PlanFile:
+    """The plan file at the peak window: each lane at its rate there (lanes at 0 get a
+    trickle, so that their SLOs still count), trace lanes with the trace's lengths."""
+    k = total.peak_index
+    lengths = _trace_lengths(days, tmp)
+    lanes = []
+    floor = 1e-3 * float(total.offered_rps[k])
+    for ln, d in zip(plan.workloads, days, strict=True):
+        rate = float(d.series.offered_rps[k]) if k < len(d.series) else 0.0
+        burst = 1.0 / max(d.series.mean_scv(), 1e-3)
+        upd: dict[str, Any] = {"rate_per_s": max(rate, floor), "trace": None,
+                               "rate_curve": None,
+                               "burstiness": float(np.clip(burst, 1e-3, 1e3)),
+                               "arrival": "poisson" if abs(burst - 1) < 0.05 else "gamma"}
+        if d.name in lengths:
+            upd["input_len"], upd["output_len"] = lengths[d.name]
+        if d.requests is not None and d.requests.has_prefix and ln.prefix is None:
+            upd["prefix"] = Prefix(hit_rate=trace_hit_rate(d.requests, plan.engine.block_size))
+        lanes.append(ln.model_copy(update=upd))
+    return plan.model_copy(update={"workloads": lanes})
+
+
+def _day_key(r: Recommendation, total: WindowSeries, headroom: float, min_replicas: int
+             ) -> tuple[float, float]:
+    """(cost over the day, GPU-hours) of recommendation r's configuration autoscaled over the
+    windows; unpriced GPUs rank after priced ones, as in the planner."""
+    c = r.candidate
+    reps = replicas_for(total.offered_rps, c.max_rate_per_s, headroom, min_replicas)
+    gpu_h = float((reps * (total.end_s - total.start_s)).sum()) / HOUR_S * (
+        c.gpus_total // max(c.replicas, 1))
+    price = cost_per_hour(c.gpu, 1)
+    return (math.inf if price is None else gpu_h * price, gpu_h)
+
+
+def rank_for_day(result: PlanResult, total: WindowSeries, headroom: float, min_replicas: int
+                 ) -> tuple[PlanResult, list[str]]:
+    """The peak plan with its recommendation that costs least over the day first (the peak's
+    cheapest may not be: a replica of fewer GPUs follows the trough more closely), and a note
+    when the order changed."""
+    recs = result.recommendations
+    keys = [_day_key(r, total, headroom, min_replicas) for r in recs]
+    i = min(range(len(recs)), key=lambda k: (keys[k], k))
+    if i == 0:
+        return result, []
+    best, old = recs[i], recs[0]
+    how = (f"${keys[i][0]:,.2f} vs ${keys[0][0]:,.2f}" if math.isfinite(keys[0][0])
+           else f"{keys[i][1]:,.1f} vs {keys[0][1]:,.1f} GPU-hours")
+    order = [best.with_(why_not_first="", rank=1), old.with_(
+        why_not_first=f"costs more over the day ({keys[0][0]:,.2f} vs {keys[i][0]:,.2f}); "
+                      "cheapest at the peak", rank=2)]
+    order += [r.with_(rank=k + 3) for k, r in enumerate(x for j, x in enumerate(recs)
+                                                        if j not in (0, i))]
+    note = (f"{best.label} costs least over the day ({how} for {old.label}, the cheapest at "
+            "the peak): it comes first")
+    return replace(result, recommendations=order), [note]

@@ -1,0 +1,178 @@
+"""Verify a day plan by replaying its trace over the fleet (capplan.sim.fleet.replay_schedule).
+
+Two replays over the same windows: the planned schedule (scale-ups started `replica_start_s`
+ahead, so a window's replicas serve from its start) and a reactive policy (each window runs the
+replicas the previous window needed, and the added ones serve only after the start-up lag).
+Each window gets its SLO attainment (the fraction of its arrivals whose TTFT and TPOT meet the
+SLOs) and its replayed TTFT / TBT p99 under both.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+import numpy as np
+
+from capplan.plan.slo import SloSet
+from capplan.sim.workload import Requests
+
+SLO_TOLERANCE = 0.10
+"""A replayed p99 within 10% of its SLO counts as meeting it (the acceptance's tolerance: the
+analytic plan and the replay agree to about this much, docs/queueing.md)."""
+
+
+def _deployment(cat: Any, dp: Any) -> Any:
+    """The Deployment of one replica of the plan's best configuration."""
+    from capplan.plan.deployment import resolve_deployment
+
+    c = dp.plan.best.candidate
+    return resolve_deployment(cat, dp.plan.model, c.gpu.key, c.settings,
+                              c.group.calibration)
+
+
+def _selected(n: int, peak: int, which: str) -> tuple[int, int]:
+    """[first, last) window indices to replay: all, or the peak and its two neighbours."""
+    if which == "all":
+        return 0, n
+    return max(0, peak - 1), min(n, peak + 2)
+
+
+def _subset(reqs: Requests, start_s: float, end_s: float, last: bool) -> Requests:
+    """The requests arriving in [start_s, end_s) (to end_s inclusive for the last window:
+    a trace's last window ends at its last arrival)."""
+    t = np.asarray(reqs.arrival_at_s)
+    lo = int(np.searchsorted(t, start_s))
+    hi = int(np.searchsorted(t, end_s, side="right" if last else "left"))
+    ids = None if reqs.hash_ids is None else reqs.hash_ids[lo:hi]  # shared content, kept
+    return Requests(t[lo:hi], np.asarray(reqs.input_tokens)[lo:hi],
+                    np.asarray(reqs.output_tokens)[lo:hi], np.zeros(hi - lo, np.int64),
+                    hash_ids=ids, hash_block_tokens=reqs.hash_block_tokens)
+
+
+def router_for(reqs: Requests) -> str:
+    """least-outstanding (llm-d's queue scorer); round-robin when the requests share content
+    (a Mooncake trace's hash_ids), which the fleet's least-outstanding loop does not replay:
+    it spreads the load evenly as the plan assumes (prefix-affinity would send every request
+    of a shared system prompt to one replica)."""
+    return "round-robin" if reqs.has_prefix else "least-outstanding"
+
+
+def replay_windows(reqs: Requests, dep: Any, windows: list[tuple[float, float, int]],
+                   startup_lag_s: float, slos: SloSet) -> list[dict[str, Any]]:
+    """The one call into the fleet replay: per-window stats as dicts."""
+    from capplan.sim import compiled_available
+    from capplan.sim.fleet import FleetReplaySpec, replay_schedule
+
+    # the compiled engine whatever each replica's share (sim.COMPILED_MIN_REQUESTS weighs
+    # numba's ~1 s load against one run; a replay runs a replica per window and per policy)
+    engine = "compiled" if compiled_available() else "auto"
+    res = replay_schedule(FleetReplaySpec(
+        requests=reqs, engine_config=dep, windows=windows, router=router_for(reqs),
+        # per request, the fleet checks TPOT (its mean gap) against slo_tbt_s: a TPOT SLO
+        # when the lanes give one, else the TBT one
+        startup_lag_s=startup_lag_s, slo_ttft_s=slos.ttft_p99_s,
+        slo_tbt_s=getattr(slos, "tpot_p99_s", None) or slos.tbt_p99_s,
+        sim_engine=engine))
+    return [w.to_dict() for w in res.windows]
+
+
+def _meets(stats: dict[str, Any], slos: SloSet) -> bool:
+    lim = 1 + SLO_TOLERANCE
+    ok = True
+    for key, slo in (("ttft_p99_s", slos.ttft_p99_s), ("tbt_p99_s", slos.tbt_p99_s)):
+        v = stats.get(key)
+        if slo is not None and v is not None and np.isfinite(v):
+            ok = ok and v <= lim * slo
+    return ok and stats.get("unfinished", 0) == 0
+
+
+MAX_ROUNDS = 4
+"""Replays that may add a replica to the windows still missing the SLOs."""
+
+
+def _correct(part: Requests, dep: Any, dp: Any, lo: int, hi: int, slos: SloSet
+             ) -> tuple[list[Any], list[dict[str, Any]], list[str]]:
+    """Replay the planned windows [lo, hi); where one misses the SLOs (beyond the 10%
+    tolerance), add a replica to it and replay again, up to MAX_ROUNDS times. Returns the
+    windows, the last replay's stats and what was added (the replay is right where it and the
+    analytic model disagree)."""
+    w = dp.windows
+    reps = np.array([x.replicas for x in w])
+    added = np.zeros(len(w), np.int64)
+    stats = replay_windows(part, dep, [(x.start_s, x.end_s, max(x.replicas, 0))
+                                       for x in w[lo:hi]], 0.0, slos)
+    for _ in range(MAX_ROUNDS):
+        miss = [lo + i for i, p in enumerate(stats) if not _meets(p, slos)]
+        if not miss or dp.rebuild is None:
+            break
+        trial = reps.copy()
+        trial[miss] += 1
+        w_trial = dp.rebuild(trial)
+        again = replay_windows(part, dep, [(x.start_s, x.end_s, max(x.replicas, 0))
+                                           for x in w_trial[lo:hi]], 0.0, slos)
+        if not _better(again, stats, [i - lo for i in miss]):
+            break  # a replica more does not help these windows: keep the count, say so
+        reps, w, stats = trial, w_trial, again
+        added[miss] += 1
+    still = [lo + i for i, p in enumerate(stats) if not _meets(p, slos)]
+    notes = []
+    if still:  # replicas did not fix these: keep the analytic count, say what limits them
+        reps[still] -= added[still]
+        added[still] = 0
+        w = dp.rebuild(reps) if dp.rebuild is not None else w
+        stats = replay_windows(part, dep, [(x.start_s, x.end_s, max(x.replicas, 0))
+                                           for x in w[lo:hi]], 0.0, slos)
+        notes.append(f"window(s) {', '.join(map(str, still))} miss the SLOs in the replay "
+                     "and more replicas do not fix it: the limit is per request (long "
+                     "prompts, prefill chunks, bursts), not the fleet's size; loosen the SLOs, "
+                     "shorten requests or choose a smaller chunk")
+    notes[:0] = [f"the replay missed the SLOs in window {i} on the analytic count: "
+                 f"{added[i]} replica(s) added ({reps[i]})" for i in np.flatnonzero(added)]
+    return w, stats, notes
+
+
+def _better(new: list[dict[str, Any]], old: list[dict[str, Any]], idx: list[int]) -> bool:
+    """Whether a replay improved any of the windows idx (attainment or a p99)."""
+    for i in idx:
+        a, b = new[i], old[i]
+        if (a.get("attainment") or 0) > (b.get("attainment") or 0) + 1e-9:
+            return True
+        for k in ("ttft_p99_s", "tbt_p99_s"):
+            x, y = a.get(k), b.get(k)
+            if x is not None and y is not None and x < 0.98 * y:
+                return True
+    return False
+
+
+def verify_day(cat: Any, dp: Any, reqs: Requests, which: str = "peak") -> Any:
+    """The day plan with each replayed window's `replay` filled in (planned and reactive);
+    replayed windows that miss the SLOs get replicas until they meet them (_correct)."""
+    w = dp.windows
+    peak = max(range(len(w)), key=lambda i: w[i].offered_rps)
+    lo, hi = _selected(len(w), peak, which)
+    part = _subset(reqs, w[lo].start_s, w[hi - 1].end_s, hi == len(w))
+    slos = SloSet.strictest(SloSet.of(ln.slo) for ln in dp.plan.lanes)
+    if len(part) == 0:
+        return dp
+    dep = _deployment(cat, dp)
+    # prompts cut so that prompt + output fit max_model_len, as the planner's lengths are
+    part, cut = part.clip_to_context(dep.settings.max_model_len)
+    w, planned, added = _correct(part, dep, dp, lo, hi, slos)
+    if cut:
+        added.append(f"{cut} replayed prompt(s) cut to fit max_model_len "
+                     f"{dep.settings.max_model_len}")
+    reactive = replay_windows(part, dep, [(x.start_s, x.end_s, x.reactive_replicas)
+                                          for x in w[lo:hi]], dp.lag.total_s, slos)
+    out = list(w)
+    for i, (p, r) in enumerate(zip(planned, reactive, strict=True)):
+        keep = ("replicas", "served_rps", "ttft_p99_s", "tbt_p99_s", "attainment",
+                "completed", "unfinished")
+        out[lo + i] = replace(out[lo + i], replay={
+            "planned": {**{k: p[k] for k in keep}, "meets_slo": _meets(p, slos)},
+            "reactive": {**{k: r[k] for k in keep}, "meets_slo": _meets(r, slos)}})
+    notes = [*dp.notes, *added,
+             f"replayed windows {lo} to {hi - 1} ({len(part)} requests) over the "
+             f"planned schedule and a reactive one ({router_for(part)} routing; a replica the "
+             f"reactive policy adds serves after {dp.lag.total_s:.0f} s)"]
+    return replace(dp, windows=out, notes=notes)

@@ -1,0 +1,36 @@
+"""Run a plan file's day plan: one model (plan/day.py) or several on one pool
+(plan/pool_day.py), each peak sized by the steady-rate planner."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from capplan.catalog.loader import Catalog
+from capplan.plan.day import DayOptions, plan_day
+from capplan.plan.pool_day import plan_pool_day
+from capplan.plan.result import PlanResult
+from capplan.plan.schema import PlanFile
+
+
+def day_options(plan: PlanFile) -> DayOptions:
+    d = plan.day
+    return DayOptions(window_s=d.window_s, min_replicas=d.min_replicas, load_from=d.load_from,
+                      load_gb_per_s=d.load_gb_per_s, engine_startup_s=d.engine_startup_s,
+                      replay=d.replay)
+
+
+def run_day_plan(cat: Catalog, plan: PlanFile, verify: Any = None, base: Path | None = None,
+                 opts: DayOptions | None = None) -> Any:
+    """A day plan (one model: DayPlan) or a shared pool of several models (PoolDay), with the
+    steady-rate planner `planner.run_plan(cat, plan, verify)` sizing each peak."""
+    from capplan.plan.planner import run_plan
+
+    opts = opts or day_options(plan)
+
+    def run(c: Catalog, p: PlanFile) -> PlanResult:
+        return run_plan(c, p, verify)
+
+    if plan.models is not None:
+        return plan_pool_day(cat, plan, opts, run, base)
+    return plan_day(cat, plan, opts, run, base)

@@ -1,0 +1,137 @@
+"""Several models on one GPU pool over a day: each model's day plan, GPUs per window per model,
+the pool's peak (the most GPUs any window needs, all models together) against one fleet per
+model (the sum of each model's own peak), and the GPU-hours of both.
+
+Models share a pool when their plans pick the same GPU type: a model's off-peak GPUs then serve
+another's peak (the pool is sized for the peak of the sum, not the sum of the peaks). Models on
+different GPU types form a pool each. Each replica keeps whole GPUs: two small models sharing
+one GPU (memory fractions) is not planned here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from capplan.catalog.loader import Catalog
+from capplan.errors import InputError
+from capplan.plan.day import HOUR_S, DayOptions, DayPlan, plan_day
+from capplan.plan.schema import PlanFile
+
+
+@dataclass(frozen=True)
+class PoolDay:
+    """The day plans of several models and their shared pool(s)."""
+
+    days: list[DayPlan]
+    names: list[str]
+
+    def _gpus(self) -> np.ndarray:
+        """(models, windows) GPUs per window (a shorter day counts 0 after its end)."""
+        n = max(len(d.windows) for d in self.days)
+        g = np.zeros((len(self.days), n), np.int64)
+        for i, d in enumerate(self.days):
+            g[i, :len(d.windows)] = [w.gpus for w in d.windows]
+        return g
+
+    def _edges(self) -> tuple[np.ndarray, np.ndarray]:
+        """(start_s, end_s) of the pool's windows: the longest model day's."""
+        longest = max(self.days, key=lambda d: (len(d.windows), d.span_s)).windows
+        return (np.array([w.start_s for w in longest]), np.array([w.end_s for w in longest]))
+
+    def pools(self) -> list[dict[str, Any]]:
+        """One pool per GPU type: its peak, GPU-hours, and what separate fleets would need."""
+        g = self._gpus()
+        start, end = self._edges()
+        length_h = (end - start) / HOUR_S
+        span_h = float(length_h.sum())
+        out = []
+        types = sorted({d.plan.best.candidate.gpu.key for d in self.days})
+        for gpu in types:
+            idx = [i for i, d in enumerate(self.days) if d.plan.best.candidate.gpu.key == gpu]
+            total = g[idx].sum(axis=0)
+            peaks = g[idx].max(axis=1)
+            price = self.days[idx[0]].price_per_gpu_hour
+            pool_peak, sep = int(total.max()), int(peaks.sum())
+            out.append({
+                "gpu": gpu, "models": [self.names[i] for i in idx],
+                "peak_gpus": pool_peak, "separate_fleets_peak_gpus": sep,
+                "saving_gpus": sep - pool_peak,
+                "gpu_hours": float((total * length_h).sum()),
+                "fixed_pool_gpu_hours": pool_peak * span_h,
+                "separate_fleets_gpu_hours": sep * span_h,
+                "price_per_gpu_hour": price,
+                "fixed_pool_cost_per_day": None if price is None else
+                pool_peak * price * 24.0,
+                "separate_fleets_cost_per_day": None if price is None else sep * price * 24.0,
+                "peak_window": int(np.argmax(total)),
+            })
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        g = self._gpus()
+        start, end = self._edges()
+        sched = []
+        for k in range(g.shape[1]):
+            ws = [d.windows[k] for d in self.days if k < len(d.windows)]
+            sched.append({
+                "start_s": float(start[k]), "end_s": float(end[k]),
+                "offered_rps": sum(w.offered_rps for w in ws),
+                "replicas": sum(w.replicas for w in ws), "gpus": int(g[:, k].sum()),
+                "gpus_by_model": {m: int(g[i, k]) for i, m in enumerate(self.names)},
+                # each model's own p99s are in its schedule (`models`): a pool has none
+                "ttft_p99_s": None, "tbt_p99_s": None})
+        per = [d.to_dict() for d in self.days]
+        recs = [{**p["recommendations"][0], "model": m} for p, m in zip(per, self.names,
+                                                                        strict=True)]
+        pools = self.pools()
+        cost = [p["cost_per_day"] for p in per]
+        return {
+            "model": " + ".join(self.names),
+            "target_rate_per_s": max(x["offered_rps"] for x in sched),
+            "models": [{"model": m, **p} for m, p in zip(self.names, per, strict=True)],
+            "recommendations": recs,
+            "gpu_pools": pools,
+            "schedule": sched,
+            "peak_gpus": int(g.sum(axis=0).max()),
+            "separate_fleets_peak_gpus": int(g.max(axis=1).sum()),
+            "peak_replicas": max(s["replicas"] for s in sched),
+            "gpu_hours": float((g.sum(axis=0) * (end - start)).sum() / HOUR_S),
+            "fixed_fleet_gpu_hours": float(sum(p["fixed_pool_gpu_hours"] for p in pools)),
+            "separate_fleets_gpu_hours": float(sum(p["separate_fleets_gpu_hours"]
+                                                   for p in pools)),
+            "cost_per_day": None if None in cost else float(sum(cost)),
+            "fixed_fleet_cost_per_day": _sum_or_none(p["fixed_pool_cost_per_day"]
+                                                     for p in pools),
+            "separate_fleets_cost_per_day": _sum_or_none(p["separate_fleets_cost_per_day"]
+                                                         for p in pools),
+            "warnings": [w for p in per for w in p.get("warnings", [])],
+        }
+
+
+def _sum_or_none(xs: Any) -> float | None:
+    vals = list(xs)
+    return None if any(v is None for v in vals) else float(sum(vals))
+
+
+def plan_pool_day(cat: Catalog, plan: PlanFile, opts: DayOptions,
+                  run: Callable[[Catalog, PlanFile], Any], base: Path | None = None) -> PoolDay:
+    """Each model's day plan (its lanes; its own candidates/engine or the plan's), pooled."""
+    assert plan.models is not None, "plan_pool_day needs models:"
+    days, names = [], []
+    for m in plan.models:
+        one = plan.model_copy(update={
+            "models": None, "model": m.model, "workloads": m.workloads,
+            "candidates": m.candidates or plan.candidates, "engine": m.engine or plan.engine})
+        try:
+            days.append(plan_day(cat, one, opts, run, base))
+        except InputError as e:
+            raise InputError(f"model {m.model}: {e}") from e
+        names.append(m.model)
+    if len(set(names)) != len(names):
+        raise InputError("models: a model is listed twice; give each its lanes once")
+    return PoolDay(days, names)

@@ -1,0 +1,261 @@
+"""Traffic over a day: per-window offered rate and burstiness, from a trace or a rate curve.
+
+A trace is cut into windows (default 15 minutes); each window's offered rate is its request
+count over its length, and its burstiness the index of dispersion of counts (IDC: variance
+over mean of the arrivals counted in sub-intervals of the window; 1 for a Poisson process,
+above 1 for bursty traffic; Cox & Lewis, "The Statistical Analysis of Series of Events", 1966,
+section 4.5) and the squared coefficient of variation (SCV) of its inter-arrival gaps, the
+arrival variability the queueing model takes (it does not change when time is stretched,
+where the IDC at a fixed counting interval does). A rate curve (`{at: "HH:MM", rate_per_s}`
+points, or a CSV with the columns `at` and `rate_per_s`) is linear between its points and wraps
+around midnight; a window's rate is the curve's mean over it.
+
+`warp_trace` turns a short real trace into a day: the trace is repeated end to end and its
+time is compressed or stretched so that its rate follows a curve (each request keeps its
+lengths and its place in the real arrival sequence; inter-arrival gaps scale by the local
+rate: the inverse of the cumulative rate, as for a non-homogeneous Poisson process, Lewis &
+Shedler 1979).
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from capplan import limits as L
+from capplan.errors import InputError
+from capplan.sim.workload import Requests
+
+DAY_S = 86_400.0
+DEFAULT_WINDOW_S = 900.0
+"""15-minute windows: the interval Kubernetes autoscalers and the llm-d / Dynamo planners
+decide on is of this order (minutes), and a window holds enough requests for a p99."""
+IDC_SUBBINS = 60
+"""Sub-intervals per window counted for the index of dispersion (15 s in a 15-min window)."""
+
+
+@dataclass(frozen=True)
+class WindowSeries:
+    """Offered traffic per window (arrays of one length, seconds from the start)."""
+
+    start_s: np.ndarray
+    end_s: np.ndarray
+    offered_rps: np.ndarray
+    dispersion: np.ndarray
+    """Index of dispersion of counts in the window (1 = Poisson): the burstiness reported."""
+    arrival_scv: np.ndarray
+    """Squared coefficient of variation of the window's inter-arrival gaps (1 = Poisson): the
+    arrival variability the queueing model takes (c_a^2), used to size the window."""
+    output_tokens: np.ndarray
+    """Output tokens the window's requests ask for (the $ per million output tokens)."""
+    source: str
+
+    def __len__(self) -> int:
+        return len(self.start_s)
+
+    @property
+    def span_s(self) -> float:
+        return float(self.end_s[-1] - self.start_s[0]) if len(self) else 0.0
+
+    @property
+    def peak_index(self) -> int:
+        return int(np.argmax(self.offered_rps))
+
+    def mean_scv(self) -> float:
+        """Request-weighted mean inter-arrival SCV over the windows (the diurnal trend is not
+        counted: each window's gaps are taken about their own mean)."""
+        w = self.offered_rps * (self.end_s - self.start_s)
+        return float(np.average(self.arrival_scv, weights=w)) if w.sum() > 0 else 1.0
+
+
+def check_window(window_s: float) -> float:
+    """A window length in seconds, checked: at least a minute, at most a day."""
+    x = float(L.DURATION_S.check(window_s, "window"))
+    if x < 60:
+        raise InputError(f"window {x:g} s: use at least 60 s (a p99 needs requests)")
+    return x
+
+
+def _idc(t: np.ndarray, start: float, end: float) -> float:
+    """Index of dispersion of the arrivals t in [start, end) over IDC_SUBBINS bins."""
+    if len(t) < 2:
+        return 1.0
+    counts = np.histogram(t, bins=IDC_SUBBINS, range=(start, end))[0]
+    mean = counts.mean()
+    return float(counts.var() / mean) if mean > 0 else 1.0
+
+
+def _gap_scv(t: np.ndarray) -> float:
+    """SCV of the gaps between consecutive arrivals t (1.0 with fewer than 3 arrivals)."""
+    if len(t) < 3:
+        return 1.0
+    gaps = np.diff(t)
+    mean = gaps.mean()
+    return float(gaps.var() / (mean * mean)) if mean > 0 else 1.0
+
+
+def series_from_trace(reqs: Requests, window_s: float = DEFAULT_WINDOW_S,
+                      source: str = "trace") -> WindowSeries:
+    """Windows over a trace's arrivals (the last window ends at the last arrival's window)."""
+    window_s = check_window(window_s)
+    t = np.asarray(reqs.arrival_at_s, float)
+    if len(t) < 2 or float(t[-1] - t[0]) <= 0:
+        raise InputError(f"{source}: needs at least two requests at different times")
+    n = max(1, math.ceil(float(t[-1]) / window_s - 1e-9))
+    edges = np.arange(n + 1) * window_s
+    # the trace ends at its last arrival: a last window cut short counts its own length
+    edges[-1] = max(float(t[-1]), edges[-2] + 1.0)
+    idx = np.minimum((t // window_s).astype(np.int64), n - 1)
+    counts = np.bincount(idx, minlength=n)
+    out_tok = np.bincount(idx, weights=np.asarray(reqs.output_tokens, float), minlength=n)
+    bounds = np.searchsorted(t, edges)
+    bounds[-1] = len(t)  # the last window holds the last arrival (its end)
+    idc = np.array([_idc(t[bounds[i]:bounds[i + 1]], edges[i], edges[i + 1])
+                    for i in range(n)])
+    scv = np.array([_gap_scv(t[bounds[i]:bounds[i + 1]]) for i in range(n)])
+    return WindowSeries(edges[:-1], edges[1:], counts / np.diff(edges), idc, scv, out_tok,
+                        source)
+
+
+@dataclass(frozen=True)
+class RateCurve:
+    """A daily rate curve: points (seconds after midnight, requests/s), linear between them,
+    wrapping around midnight."""
+
+    at_s: np.ndarray
+    rate_per_s: np.ndarray
+    source: str = "rate curve"
+
+    def rate_at(self, t_s: np.ndarray) -> np.ndarray:
+        x = np.mod(np.asarray(t_s, float), DAY_S)
+        xp = np.concatenate([self.at_s - DAY_S, self.at_s, self.at_s + DAY_S])
+        fp = np.tile(self.rate_per_s, 3)
+        return np.interp(x, xp, fp)
+
+    def cumulative(self, t_s: np.ndarray) -> np.ndarray:
+        """Expected requests in [0, t] (the integral of the rate), by the trapezoid rule on a
+        1-second grid's worth of knots: exact for a piecewise-linear curve at its knots."""
+        t = np.asarray(t_s, float)
+        days = np.floor(t / DAY_S)
+        knots = np.unique(np.concatenate([[0.0, DAY_S], np.mod(self.at_s, DAY_S)]))
+        r = self.rate_at(knots)
+        cum = np.concatenate([[0.0], np.cumsum(np.diff(knots) * (r[1:] + r[:-1]) / 2)])
+        frac = t - days * DAY_S
+        k = np.clip(np.searchsorted(knots, frac, side="right") - 1, 0, len(knots) - 2)
+        part = cum[k] + (frac - knots[k]) * (r[k] + self.rate_at(frac)) / 2
+        return days * cum[-1] + part
+
+
+def _clock(v: Any, where: str) -> float:
+    """'HH:MM' (or 'HH:MM:SS', or seconds after midnight) -> seconds after midnight."""
+    if isinstance(v, int | float) and not isinstance(v, bool):
+        s = float(v)
+    else:
+        parts = str(v).strip().split(":")
+        try:
+            nums = [float(p) for p in parts]
+        except ValueError:
+            raise InputError(f"{where}: at {v!r} is not a time of day like 14:30") from None
+        if not 2 <= len(nums) <= 3 or not 0 <= nums[0] <= 24 or not 0 <= nums[1] < 60:
+            raise InputError(f"{where}: at {v!r} is not a time of day like 14:30")
+        s = nums[0] * 3600 + nums[1] * 60 + (nums[2] if len(nums) == 3 else 0.0)
+    if not 0 <= s <= DAY_S:
+        raise InputError(f"{where}: at {v!r} is outside the day (00:00 to 24:00)")
+    return s
+
+
+def _points_from_csv(path: Path) -> tuple[list[dict[str, Any]], list[int]]:
+    """The CSV's points and the file line of each."""
+    if not path.is_file():
+        raise InputError(f"{path}: no such rate-curve file")
+    L.check_input_file(path, "rate curve")
+    with open(path, encoding="utf-8-sig", newline="") as f:
+        reader = csv.DictReader(f)
+        cols = [c.strip() for c in (reader.fieldnames or [])]
+        reader.fieldnames = cols
+        if "at" not in cols or "rate_per_s" not in cols:
+            raise InputError(f"{path}:1: a rate curve CSV has the columns at,rate_per_s")
+        rows = list(enumerate(reader, 2))
+        return [{"at": r["at"], "rate_per_s": r["rate_per_s"]} for _, r in rows], \
+            [i for i, _ in rows]
+
+
+def parse_rate_curve(spec: str | Path | Sequence[Any], base: Path | None = None) -> RateCurve:
+    """A RateCurve from a list of `{at, rate_per_s}` points or a CSV path (relative to base)."""
+    if isinstance(spec, str | Path):
+        path = Path(spec)
+        if base is not None and not path.is_absolute():
+            path = base / path
+        (points, lines), label = _points_from_csv(path), str(path)
+    else:
+        points, label = list(spec), "rate_curve"
+        lines = list(range(1, len(points) + 1))
+    if not points:
+        raise InputError(f"{label}: a rate curve needs at least one point")
+    at, rate = [], []
+    for i, p in enumerate(points):
+        where = f"{label}:{lines[i]}" if isinstance(spec, str | Path) else f"{label}[{i}]"
+        if not isinstance(p, dict) or "at" not in p or "rate_per_s" not in p:
+            raise InputError(f"{where}: each point is {{at: 'HH:MM', rate_per_s: R}}")
+        extra = set(p) - {"at", "rate_per_s"}
+        if extra:
+            raise InputError(f"{where}: unknown key {sorted(extra)[0]!r} (at, rate_per_s)")
+        at.append(_clock(p["at"], where))
+        r = L.Bound("rate (requests/s)", 0.0, L.RATE_PER_S.hi, "a rate curve's rate").check(
+            p["rate_per_s"], f"{where}: rate_per_s")
+        rate.append(float(r))
+    a, r = np.asarray(at), np.asarray(rate)
+    order = np.argsort(a, kind="stable")
+    a, r = a[order], r[order]
+    if len(np.unique(a)) != len(a):
+        raise InputError(f"{label}: two points at the same time of day")
+    if not (r > 0).any():
+        raise InputError(f"{label}: every rate is 0: nothing to plan")
+    return RateCurve(a, r, label)
+
+
+def series_from_curve(curve: RateCurve, mean_output_tokens: float,
+                      window_s: float = DEFAULT_WINDOW_S, dispersion: float = 1.0
+                      ) -> WindowSeries:
+    """A day of windows from a rate curve: each window's rate is the curve's mean over it
+    (the integral by the trapezoid rule: exact for the piecewise-linear curve), its IDC the
+    lane's (1 for Poisson arrivals; 1 / burstiness for gamma gaps)."""
+    window_s = check_window(window_s)
+    n = max(1, math.ceil(DAY_S / window_s - 1e-9))
+    edges = np.minimum(np.arange(n + 1) * window_s, DAY_S)
+    cum = curve.cumulative(edges)
+    length = np.diff(edges)
+    rate = np.diff(cum) / length
+    return WindowSeries(edges[:-1], edges[1:], rate, np.full(n, float(dispersion)),
+                        np.full(n, float(dispersion)), rate * length * mean_output_tokens,
+                        curve.source)
+
+
+def warp_trace(reqs: Requests, curve: RateCurve, days: float = 1.0) -> Requests:
+    """A trace repeated end to end and time-warped so that its rate follows `curve` over
+    `days` (see the module docstring). The request count is the curve's integral."""
+    t = np.asarray(reqs.arrival_at_s, float)
+    n_src = len(t)
+    if n_src < 2 or float(t[-1]) <= 0:
+        raise InputError("warp_trace: the trace needs at least two requests at different times")
+    period = float(t[-1]) * n_src / (n_src - 1)  # one mean gap between repeats
+    total = float(curve.cumulative(np.asarray([days * DAY_S]))[0])
+    n = int(total)
+    L.REQUESTS.check(n, "requests of the warped day")
+    reps = np.arange(n) // n_src
+    pos = np.arange(n) % n_src
+    tau = reps * period + t[pos]  # time in the repeated real trace
+    src_rate = n_src / period
+    target = tau * src_rate  # expected requests before each arrival at the trace's own rate
+    grid = np.linspace(0.0, days * DAY_S, int(days * DAY_S / 10) + 1)
+    arr = np.interp(target, curve.cumulative(grid), grid)
+    return Requests(arr, np.asarray(reqs.input_tokens)[pos], np.asarray(reqs.output_tokens)[pos],
+                    np.zeros(n, np.int64),
+                    note=f"{n} requests: {reqs.note or 'a trace'} repeated and warped to "
+                         f"{curve.source}")

@@ -1,0 +1,318 @@
+"""Replay requests over a fleet of identical replicas behind a router, on a fixed replica count
+or a schedule that changes it per window (docs/fleet.md).
+
+    >>> res = replay_schedule(FleetReplaySpec(requests=reqs, engine_config=dep,
+    ...                                       windows=[(0, 900, 2), (900, 1800, 5)],
+    ...                                       startup_lag_s=120, slo_ttft_s=1.0))
+    >>> [w.attainment for w in res.windows]
+
+The replica timeline (`replica_timeline`): the first window's replicas serve from its start;
+a replica added by a later window serves `startup_lag_s` after that window starts (weights
+loaded, engine started); a window with fewer replicas drains the newest ones (a replica still
+starting is cancelled): a draining replica takes no new request and finishes its own. A request
+arriving while no replica accepts waits at the router for the next one to become ready; one
+that no replica ever takes is reported unfinished. Nothing is dropped: each arrival is either
+completed or unfinished, counted in its arrival window.
+
+Routers (`ROUTERS`), as the production routers use them:
+- round-robin: the i-th routed request goes to accepting replica i mod n (vLLM production
+  stack `RoundRobinRouter`: `sorted_endpoints[req_id % len(endpoints)]`);
+- least-outstanding: the accepting replica with the fewest requests in it (running plus
+  waiting), the lowest index on ties (llm-d inference scheduler's queue scorer; the vLLM router's
+  power-of-two and least-loaded policies use the same signal);
+- prefix-affinity: a request sharing content with an earlier one (its prefix group, or a
+  trace's first block hash) goes to the replica that served that content while it accepts,
+  the others round-robin (vLLM production stack `PrefixAwareRouter`: the endpoint of the
+  longest prefix match, inserted after routing; no eviction).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from capplan.errors import InputError
+from capplan.sim.entities import RunRecord
+from capplan.sim.fleet_results import (
+    NEVER,
+    FleetReplayResult,
+    FleetReplaySpec,
+    WindowStats,
+    _result,
+    _Times,
+)
+from capplan.sim.metrics import step_summary
+from capplan.sim.workload import Requests
+
+if TYPE_CHECKING:
+    from capplan.plan.deployment import Deployment
+
+ROUTERS = ("round-robin", "least-outstanding", "prefix-affinity")
+__all__ = ["NEVER", "ROUTERS", "FleetReplayResult", "FleetReplaySpec", "WindowStats",
+           "check_windows", "fleet_compiled", "replay_schedule", "replica_timeline",
+           "route_static", "run_replica"]
+
+
+# -- the schedule ----------------------------------------------------------------------------
+def check_windows(windows: Sequence[tuple[float, float, int]]) -> np.ndarray:
+    """The windows as a (n, 3) float array, checked: contiguous, increasing, counts >= 0."""
+    if not len(windows):
+        raise InputError("a fleet schedule needs at least one window")
+    w = np.asarray([(float(s), float(e), int(n)) for s, e, n in windows], float)
+    if not np.all(np.isfinite(w[:, 0])) or np.any(w[:, 1] <= w[:, 0]):
+        raise InputError("fleet schedule: each window needs start_s < end_s")
+    if np.any(np.abs(w[1:, 0] - w[:-1, 1]) > 1e-9 * np.maximum(1.0, np.abs(w[1:, 0]))):
+        raise InputError("fleet schedule: windows must be contiguous (each starts where the "
+                         "last ended)")
+    if np.any(w[:, 2] < 0) or w[:, 2].max() < 1:
+        raise InputError("fleet schedule: replica counts must be >= 0, at least one > 0")
+    return w
+
+
+def replica_timeline(windows: np.ndarray, startup_lag_s: float
+                     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(decided_at_s, ready_at_s, stop_at_s) of every replica the schedule starts: the first
+    window's serve from its start, later ones `startup_lag_s` after their window starts; a
+    decrease stops the newest first (stop_at_s <= ready_at_s: cancelled while starting)."""
+    decided: list[float] = []
+    ready: list[float] = []
+    stop: list[float] = []
+    active: list[int] = []
+    for i, (s, _, n) in enumerate(windows):
+        while len(active) < int(n):
+            active.append(len(ready))
+            decided.append(s)
+            ready.append(s if i == 0 else s + startup_lag_s)
+            stop.append(NEVER)
+        while len(active) > int(n):
+            stop[active.pop()] = s
+    return np.array(decided), np.array(ready), np.array(stop)
+
+
+def _group_keys(reqs: Requests) -> np.ndarray:
+    """Per request its shared-content key for prefix affinity (-1: none): the prefix group, or
+    a trace's first block hash."""
+    n = len(reqs)
+    if reqs.hash_ids is not None:
+        return np.array([int(h[0]) if len(h) else -1 for h in reqs.hash_ids], np.int64)
+    if reqs.prefix_group is not None:
+        return np.asarray(reqs.prefix_group, np.int64)
+    return np.full(n, -1, np.int64)
+
+
+def route_static(arrival_s: np.ndarray, keys: np.ndarray, ready: np.ndarray, stop: np.ndarray,
+                 router: str) -> tuple[np.ndarray, np.ndarray]:
+    """(replica, dispatch time) per request for the routers that do not read replica state
+    (round-robin, prefix-affinity); replica -1 when none ever accepts it. The accepting set
+    changes only at the replicas' ready and stop times: it is recomputed there."""
+    n = len(arrival_s)
+    rep = np.full(n, -1, np.int64)
+    disp = np.asarray(arrival_s, float).copy()
+    owner: dict[int, int] = {}
+    rr = 0
+    serving = ready < stop
+    edges = np.unique(np.concatenate([ready[serving], stop[serving & np.isfinite(stop)]]))
+    acc: list[int] = []
+    seg = (np.inf, -np.inf)  # the interval [lo, hi) where `acc` holds
+    for i in range(n):
+        t = disp[i]
+        if not seg[0] <= t < seg[1]:
+            acc, seg = _accepting(t, ready, stop, edges)
+        if not acc:  # wait at the router for the next replica to become ready
+            later = ready[serving & (ready > t)]
+            if not len(later):
+                continue
+            t = disp[i] = later.min()
+            acc, seg = _accepting(t, ready, stop, edges)
+        k = int(keys[i])
+        r = owner.get(k, -1) if router == "prefix-affinity" and k >= 0 else -1
+        if r < 0 or not (ready[r] <= t < stop[r]):
+            r = acc[rr % len(acc)]
+            rr += 1
+            if k >= 0:
+                owner[k] = r
+        rep[i] = r
+    return rep, disp
+
+
+def _accepting(t: float, ready: np.ndarray, stop: np.ndarray, edges: np.ndarray
+               ) -> tuple[list[int], tuple[float, float]]:
+    """The replicas accepting at t, in index order, and the interval of times where that set
+    holds (between two ready/stop edges)."""
+    j = int(np.searchsorted(edges, t, side="right"))
+    lo = edges[j - 1] if j > 0 else -np.inf
+    hi = edges[j] if j < len(edges) else np.inf
+    return np.flatnonzero((ready <= t) & (stop > t)).tolist(), (lo, hi)
+
+
+def _finite(x: float) -> float | None:
+    """x, or None for infinity (JSON has no infinity: a replica that never drains)."""
+    return float(x) if math.isfinite(x) else None
+
+
+# -- one replica -----------------------------------------------------------------------------
+def _subset(reqs: Requests, idx: np.ndarray, dispatch_s: np.ndarray) -> Requests:
+    def pick(a: np.ndarray | None) -> np.ndarray | None:
+        return None if a is None else np.asarray(a)[idx]
+
+    hashes = None if reqs.hash_ids is None else tuple(reqs.hash_ids[i] for i in idx)
+    return Requests(dispatch_s[idx], np.asarray(reqs.input_tokens)[idx],
+                    np.asarray(reqs.output_tokens)[idx], np.asarray(reqs.lane)[idx], None,
+                    reqs.note, pick(reqs.prefix_group), pick(reqs.prefix_tokens), hashes,
+                    reqs.hash_block_tokens)
+
+
+def run_replica(dep: Deployment, reqs: Requests, sim_engine: str = "auto",
+                request_overhead_s: float = 0.0, client_jitter: Any = None) -> RunRecord:
+    """One replica's run of its requests with per-step arrays kept (the fleet attributes token
+    gaps to windows by time); a closed loop's `request_overhead_s` and `client_jitter` as
+    `ContinuousEngine.run` takes them."""
+    from capplan.sim import engine_impl, run_features
+    from capplan.sim.engine import ContinuousEngine
+    from capplan.sim.fast import FastEngine
+
+    policy = dep.settings.profile.scheduler
+    impl = engine_impl("continuous", sim_engine, **run_features(policy, reqs))
+    cls: Any = {"fast": FastEngine, "reference": ContinuousEngine}.get(impl)
+    if cls is None:
+        from capplan.sim.compiled import CompiledEngine as cls
+    pool, lim = dep.pool, dep.limits
+    eng = cls(dep.step, pool.num_blocks, pool.block_size, lim.max_num_seqs,
+              lim.max_num_batched_tokens, policy, state_blocks=pool.state_blocks_per_seq)
+    if impl == "compiled":
+        eng.keep_steps = True
+    if reqs.concurrency is None:
+        return eng.run(reqs)
+    return eng.run(reqs, None, None, request_overhead_s, client_jitter)
+
+
+# -- the replay ------------------------------------------------------------------------------
+def replay_schedule(spec: FleetReplaySpec) -> FleetReplayResult:
+    """Replay `spec.requests` over the schedule `spec.windows` (module docstring)."""
+    if spec.router not in ROUTERS:
+        raise InputError(f"router {spec.router!r}: expected one of {', '.join(ROUTERS)}")
+    if not (math.isfinite(spec.startup_lag_s) and spec.startup_lag_s >= 0):
+        raise InputError(f"startup lag {spec.startup_lag_s!r}: expected seconds >= 0")
+    reqs = spec.requests
+    if reqs.concurrency is not None:
+        raise InputError("a fleet schedule replays open-loop requests (a trace or a rate)")
+    w = check_windows(spec.windows)
+    decided, ready, stop = replica_timeline(w, spec.startup_lag_s)
+    arr = np.asarray(reqs.arrival_at_s, float)
+    n = len(arr)
+    keys = _group_keys(reqs)
+    dep = spec.engine_config
+    if fleet_compiled(dep, reqs, spec.sim_engine):
+        tm, per = _replay_compiled(dep, reqs, (ready, stop, spec.router, keys, w[:, 0]))
+        return _result(spec, w, tm, decided, stop, per)
+    if spec.router == "least-outstanding":
+        raise InputError("the least-outstanding router needs the compiled fleet loop, which "
+                         "runs open loops without prefix caching (--sim-engine auto or "
+                         "compiled): use round-robin or prefix-affinity")
+    rep, disp = route_static(arr, keys, ready, stop, spec.router)
+    tm = _Times(np.full(n, np.nan), np.full(n, np.nan), [], [], [], np.full(n, np.nan),
+                {"running_s": 0.0, "in_system_s": 0.0, "kv_blocks_max": 0, "preemptions": 0})
+    tm.replica = rep
+    per = []
+    for r in range(len(ready)):
+        idx = np.flatnonzero(rep == r)
+        per.append({"requests": len(idx), "ready_at_s": float(ready[r]),
+                    "stop_at_s": _finite(stop[r])})
+        if not len(idx):
+            continue
+        rec = run_replica(spec.engine_config, _subset(reqs, idx, disp), spec.sim_engine)
+        tm.first_s[idx] = rec.first_token_at_s
+        tm.finish_s[idx] = rec.finished_at_s
+        tm.admitted_s[idx] = rec.admitted_at_s
+        tm.tbt_at_s.append(rec.step_start_s)  # a step's gaps count where it starts
+        tm.tbt_gap_s.append(rec.step_tbt_gap_s)
+        tm.tbt_w.append(rec.step_tbt_count.astype(float))
+        # extra gaps (after a preemption, SGLang's first decodes) carry no time: the replica's
+        # last finish stands for them
+        tm.tbt_at_s.append(np.full(len(rec.extra_gaps_s), rec.finished_at_s.max()))
+        tm.tbt_gap_s.append(rec.extra_gaps_s)
+        tm.tbt_w.append(np.ones(len(rec.extra_gaps_s)))
+        st = step_summary(rec)
+        tm.agg["running_s"] += st.running_s
+        tm.agg["in_system_s"] += st.in_system_s
+        tm.agg["kv_blocks_max"] = max(tm.agg["kv_blocks_max"], st.kv_blocks_max)
+        tm.agg["preemptions"] += rec.preemptions
+        per[r]["last_finish_s"] = float(rec.finished_at_s.max())
+    return _result(spec, w, tm, decided, stop, per)
+
+
+def fleet_compiled(dep: Deployment, reqs: Requests, sim_engine: str) -> bool:
+    """Whether the fleet replays on the compiled loop (`capplan.sim.fleet_loop`): the
+    compiled engine supports the run (`--sim-engine auto` or compiled; open loop, no prefix
+    caching, numba installed); else each replica runs on its own engine after routing."""
+    from capplan.sim import compiled_available, engine_impl, run_features
+
+    if sim_engine not in ("auto", "compiled"):
+        engine_impl("continuous", sim_engine)  # checks the name
+        return False
+    feats = run_features(dep.settings.profile.scheduler, reqs)
+    feats.pop("num_requests")
+    if sim_engine == "compiled":
+        engine_impl("continuous", "compiled", **feats)  # InputError without numba
+    return compiled_available() and not any(feats.values())
+
+
+def _replay_compiled(dep: Deployment, reqs: Requests, fleet: tuple
+                     ) -> tuple[_Times, list[dict[str, Any]]]:
+    """Route and simulate on the compiled fleet loop; per-request times and TBT samples."""
+    from capplan.sim import compiled as C
+    from capplan.sim.fleet_loop import (
+        ROUTER_CODES,
+        check_kernel,
+        new_affinity_map,
+        simulate_fleet,
+    )
+
+    ready, stop, router, keys, bounds = fleet
+    pool, lim = dep.pool, dep.limits
+    eng = C.CompiledEngine(dep.step, pool.num_blocks, pool.block_size, lim.max_num_seqs,
+                           lim.max_num_batched_tokens, dep.settings.profile.scheduler,
+                           state_blocks=pool.state_blocks_per_seq)
+    eng._check_requests(reqs)
+    q, cfg = eng._arrays(reqs, np.zeros(1, np.int64))
+    consts = tuple(float(v) for v in dep.step.constants())
+    moe = bool(float(dep.step.num_experts) > 0)
+    C._check_kernel(dep.step, consts, moe)
+    check_kernel(q, cfg, consts, moe)
+    arr = np.ascontiguousarray(reqs.arrival_at_s, np.float64)
+    (rep, _, qt, tv, tw, twin, gv, gwin, sc, tf) = simulate_fleet(
+        arr, q, cfg, consts, moe,
+        (np.asarray(ready, float), np.asarray(stop, float), ROUTER_CODES[router],
+         np.asarray(keys, np.int64), np.ascontiguousarray(bounds, float), new_affinity_map()))
+    err = int(sc[:, C.ERR].max()) if len(sc) else 0
+    if err:
+        raise AssertionError(C.ERRORS[err])
+    routed = rep >= 0
+    first = np.where(routed, qt[C.FIRST_T], np.nan)
+    fin = np.where(routed, qt[C.FIN_T], np.nan)
+    nw = len(bounds)
+    # a sample's time stands for its window: the window start (the metrics bin by time)
+    at = np.concatenate([np.asarray(bounds)[twin], np.asarray(bounds)[gwin]]) if nw else []
+    tm = _Times(first, fin, [np.asarray(at, float)], [np.concatenate([tv, gv])],
+                [np.concatenate([tw, np.ones(len(gv))])],
+                np.where(routed, qt[C.ADM_T], np.nan),
+                {"running_s": float(tf[:, C.RUN_INT].sum()),
+                 "in_system_s": float(tf[:, C.SYS_INT].sum()),
+                 "kv_blocks_max": int(sc[:, C.KV_MAX].max()) if len(sc) else 0,
+                 "preemptions": int(sc[:, C.PREEMPTIONS].sum())}, rep)
+    per = []
+    counts = np.bincount(rep[routed], minlength=len(ready))
+    for r in range(len(ready)):
+        mine = rep == r
+        p: dict[str, Any] = {"requests": int(counts[r]), "ready_at_s": float(ready[r]),
+                             "stop_at_s": _finite(stop[r]),
+                             "preemptions": int(sc[r, C.PREEMPTIONS])}
+        if mine.any():
+            p["last_finish_s"] = float(fin[mine].max())
+        per.append(p)
+    return tm, per
+
+

@@ -1,0 +1,294 @@
+"""The compiled engine's step loop for a fleet of identical replicas behind a router.
+
+`simulate_fleet` runs `capplan.sim.compiled`'s `_step` and `_bulk` (the same scheduler, the
+same per-step record) for R replicas on one time line: before routing the arrival at time t,
+every replica has run the steps that start before t (the single engine pushes an arrival before
+a step that starts at or after it), so the router reads each replica's state as it is at t:
+- outstanding requests (running plus waiting) for least-outstanding, with the completions of a
+  step still running at t not yet counted;
+- whether it accepts (ready at or before t, not yet draining) for every router.
+A replica's own run is exactly the single engine's on the requests it receives (tests: one
+replica equals `simulate_open_loop`; round-robin over k equals k separate runs).
+
+Per replica: the scalars, the running set, the waiting heap, the step lists and the float
+aggregates (rows of 2-D arrays); per request (shared, each request is on one replica): its state
+`q`, times and flags. The per-step TBT samples go to one table per window of the caller's
+schedule (a step's window is the one its start falls in; a decode stretch stops at a window
+edge), the extra gaps with the window of their step's end.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from capplan.sim.compiled import (
+    DONE,
+    ERR,
+    FREE,
+    LAST_DEC,
+    LAST_FIN,
+    MAX_SEQS,
+    NGAPS,
+    NHEAP,
+    NRUN,
+    NTBT,
+    NUM_SCALARS,
+    STATE,
+    STEP,
+    STRIDE,
+    T_END,
+    TOTAL,
+    WAITING,
+    _bulk_all,
+    _grow,
+    _njit,
+    _push,
+    _step,
+    _tbt_add,
+    numba,
+)
+
+RUN_, HEAP_, PF_, CHL_, NEEDL_, FDL_ = range(6)
+"""The per-replica index arrays (rows: replicas): running set, waiting heap, prefilling list,
+chunk list, decoders due a block, pending first decodes."""
+ROUTER_CODES = {"round-robin": 0, "least-outstanding": 1, "prefix-affinity": 2}
+SERIES_DUMMY = 64
+"""The per-step time-series samples are not kept for a fleet (one scratch buffer)."""
+
+
+def new_affinity_map() -> object:
+    """An empty request-key -> replica map for prefix affinity (numba's typed dict when the
+    loop is compiled, a dict otherwise)."""
+    if numba is None or numba.config.DISABLE_JIT:
+        return {}
+    from numba import types
+    from numba.typed import Dict
+
+    return Dict.empty(key_type=types.int64, value_type=types.int64)
+
+
+@_njit
+def _window(t: float, bounds: np.ndarray) -> int:
+    """Index of the window holding t (bounds: the W window starts; before the first: 0)."""
+    w = np.searchsorted(bounds, t, side="right") - 1
+    return max(int(w), 0)
+
+
+@_njit
+def _grow_table(tb: np.ndarray) -> tuple:
+    """The table with twice the slots, entries re-inserted; (table, entries)."""
+    out = np.zeros((2 * tb.shape[0], 2), np.float64)
+    sc = np.zeros(NUM_SCALARS, np.int64)
+    for i in range(tb.shape[0]):
+        if tb[i, 1] != 0:
+            _tbt_add(tb[i, 0], tb[i, 1], out, sc)
+    return out, sc[NTBT]
+
+
+@_njit
+def _accepts(r: int, t: float, ready: np.ndarray, stop: np.ndarray) -> bool:
+    return ready[r] <= t < stop[r]
+
+
+@_njit
+def _outstanding(r: int, t: float, SC: np.ndarray, t_r: np.ndarray, last_done: np.ndarray
+                 ) -> int:
+    """Requests in replica r at time t: running plus waiting, plus those its step running at t
+    completes at its end (already applied)."""
+    n = SC[r, NRUN] + SC[r, NHEAP]
+    if t_r[r] > t:
+        n += last_done[r]
+    return n
+
+
+@_njit
+def _route(i: int, t: float, st: tuple, fl: tuple) -> int:
+    """The replica for request i at time t (-1: none accepts)."""
+    ready, stop, router, keys, owner = fl[0], fl[1], fl[2], fl[3], fl[4]
+    SC, t_r, last_done, rr = st[0], st[1], st[2], st[3]
+    R = ready.shape[0]
+    k = keys[i]
+    if router == 2 and k >= 0 and k in owner:
+        r = owner[k]
+        if _accepts(r, t, ready, stop):
+            return r
+    if router == 1:
+        best, bn = -1, 0
+        for r in range(R):
+            if _accepts(r, t, ready, stop):
+                o = _outstanding(r, t, SC, t_r, last_done)
+                if best < 0 or o < bn:
+                    best, bn = r, o
+        return best
+    na = 0
+    for r in range(R):
+        na += _accepts(r, t, ready, stop)
+    if na == 0:
+        return -1
+    j = rr[0] % na
+    rr[0] += 1
+    for r in range(R):
+        if _accepts(r, t, ready, stop):
+            if j == 0:
+                if router == 2 and k >= 0:
+                    owner[k] = r
+                return r
+            j -= 1
+    return -1
+
+
+@_njit
+def _ensure_room(r: int, ia: list, SC: np.ndarray) -> None:
+    """Room in replica r's heap for every request it holds plus one (a step can move each
+    running one back to the waiting heap)."""
+    if SC[r, NHEAP] + SC[r, NRUN] + 2 > ia[HEAP_].shape[1]:
+        ia[HEAP_] = _grow(ia[HEAP_])
+
+
+@_njit
+def _advance(r: int, until: float, eng: tuple, st: tuple, tb: tuple, shared: tuple) -> None:
+    """Replica r runs its steps that start before `until` (decode stretches stop there and at
+    the end of their window). `eng` = (q, cfg, model, engine arrival times)."""
+    q, cfg, model, arr = eng
+    SC, t_r, last_done, k_r, TF, ia = st
+    tabs, nt, bounds, gl, ng, agg_rest = tb
+    sc = SC[r]
+    while (sc[NRUN] > 0 or sc[NHEAP] > 0) and t_r[r] < until and sc[ERR] == 0:
+        t = t_r[r]
+        w = _window(t, bounds)
+        if 2 * (nt[w] + 1) > tabs[w].shape[0]:
+            tabs[w], nt[w] = _grow_table(tabs[w])
+        if ng[0] + cfg[MAX_SEQS] + 1 > gl[0].shape[1]:
+            gl[0], gl[1] = _grow(gl[0]), _grow(gl[1])
+        _ensure_room(r, ia, SC)
+        sc[NTBT], sc[NGAPS], sc[STEP] = nt[w], ng[0], k_r[r]
+        d0 = sc[DONE]
+        lists = ((ia[RUN_][r], ia[HEAP_][r]), gl[0], (tabs[w], agg_rest[0], agg_rest[1],
+                                                       agg_rest[2]))
+        bufs = (ia[PF_][r], ia[CHL_][r], ia[NEEDL_][r], shared[0], ia[FDL_][r], shared[1],
+                TF[r], shared[2])
+        t = t + _step(t, q, sc, cfg, model, arr, lists, bufs)
+        if sc[ERR]:
+            return
+        last_done[r] = sc[DONE] - d0
+        we = _window(TF[r, T_END], bounds)
+        for g in range(ng[0], sc[NGAPS]):  # extra gaps: the window of their step's end
+            gl[1][0, g] = we
+        t_edge = bounds[w + 1] if w + 1 < bounds.shape[0] else np.inf
+        t2 = _bulk_all(t, min(until, t_edge), q, sc, cfg, model, lists, bufs)
+        if t2 != t:
+            last_done[r] = sc[LAST_FIN]  # completions of the stretch's last step
+        t_r[r] = t2
+        k_r[r] = sc[STEP] + 1
+        nt[w], ng[0] = sc[NTBT], sc[NGAPS]
+
+
+@_njit
+def _dispatch_time(t: float, ready: np.ndarray, stop: np.ndarray) -> float:
+    """t when a replica accepts then, else the next time one becomes ready (inf: never)."""
+    best = np.inf
+    for r in range(ready.shape[0]):
+        if _accepts(r, t, ready, stop):
+            return t
+        if t < ready[r] < stop[r]:
+            best = min(best, ready[r])
+    return best
+
+
+@_njit
+def _fleet_loop(eng: tuple, st: tuple, fl: tuple, tb: tuple, shared: tuple, rep: np.ndarray
+                ) -> None:
+    q, arr = eng[0], eng[3]
+    SC, t_r, ia = st[0], st[1], st[5]
+    R = t_r.shape[0]
+    for i in range(arr.shape[0]):
+        d = _dispatch_time(arr[i], fl[0], fl[1])
+        if d == np.inf:
+            continue  # no replica ever takes it: unfinished
+        for r in range(R):  # (the test here spares a call for an idle replica)
+            if (SC[r, NRUN] > 0 or SC[r, NHEAP] > 0) and t_r[r] < d:
+                _advance(r, d, eng, st, tb, shared)
+                if SC[r, ERR]:
+                    return
+        r = _route(i, d, (SC, t_r, st[2], fl[5]), fl)
+        rep[i] = r
+        arr[i] = d  # the engine sees the request when the router sends it
+        if SC[r, NRUN] == 0 and SC[r, NHEAP] == 0:
+            t_r[r] = max(t_r[r], d)
+        _ensure_room(r, ia, SC)
+        q[STATE, i] = WAITING
+        _push(i, ia[HEAP_][r], SC[r], q, arr)
+    for r in range(R):
+        _advance(r, np.inf, eng, st, tb, shared)
+
+
+@_njit
+def simulate_fleet(arr: np.ndarray, q: np.ndarray, cfg: np.ndarray, consts: tuple, moe: bool,
+                   fleet: tuple) -> tuple:
+    """Route and simulate open-loop requests (arrival times `arr`, sorted; state `q`) over the
+    replicas of `fleet` = (ready_at_s, stop_at_s, router code, per-request affinity keys,
+    window starts, the affinity map (empty)). Returns (replica per request (-1: never routed),
+    dispatch time, per-request times qt (3, n), per-step TBT samples (gap, weight, window),
+    extra gaps (gap, window), per-replica scalars, per-replica float aggregates)."""
+    ready, stop, router, keys, bounds, owner = fleet
+    n, R, W = arr.shape[0], ready.shape[0], bounds.shape[0]
+    m = cfg[MAX_SEQS] + 1
+    SC = np.zeros((R, NUM_SCALARS), np.int64)
+    for r in range(R):
+        SC[r, FREE], SC[r, LAST_DEC], SC[r, STRIDE] = cfg[TOTAL], -1, 1
+    ia = [np.empty((R, m), np.int64), np.empty((R, 64), np.int64), np.empty((R, m), np.int64),
+          np.empty((R, m), np.int64), np.empty((R, m), np.int64), np.empty((R, 2 * m), np.int64)]
+    TF = np.zeros((R, 6), np.float64)
+    st = (SC, np.zeros(R), np.zeros(R, np.int64), np.zeros(R, np.int64), TF, ia)
+    fl = (ready, stop, router, keys, owner, np.zeros(1, np.int64))
+    tabs = [np.zeros((64, 2), np.float64) for _ in range(W)]
+    nt = np.zeros(W, np.int64)
+    gl = [np.empty((1, 1024), np.float64), np.empty((1, 1024), np.float64)]
+    ng = np.zeros(1, np.int64)
+    agg_rest = ((np.empty(SERIES_DUMMY, np.float64), np.empty((3, SERIES_DUMMY), np.int32)),
+                np.empty((3, 0), np.float64), np.empty((4, 0), np.int32))
+    qt = np.zeros((3, n), np.float64)
+    shared = (np.zeros(n, np.int8), qt, np.zeros((2, n), np.float64))
+    eng_arr = arr.copy()
+    rep = np.full(n, -1, np.int64)
+    _fleet_loop((q, cfg, (consts, moe), eng_arr), st, fl, (tabs, nt, bounds, gl, ng, agg_rest),
+                shared, rep)
+    total = 0
+    for w in range(W):
+        total += nt[w]
+    tv, tw, twin = np.empty(total), np.empty(total), np.empty(total, np.int64)
+    j = 0
+    for w in range(W):
+        tab = tabs[w]
+        for i in range(tab.shape[0]):
+            if tab[i, 1] != 0:
+                tv[j], tw[j], twin[j] = tab[i, 0], tab[i, 1], w
+                j += 1
+    k = ng[0]
+    return (rep, eng_arr, qt, tv[:j], tw[:j], twin[:j], gl[0][0, :k].copy(),
+            gl[1][0, :k].astype(np.int64), SC, TF)
+
+
+def check_kernel(q: np.ndarray, cfg: np.ndarray, consts: tuple, moe: bool) -> None:
+    """numba's cache tracks only this file: after an edit of the step-time formula or of
+    `capplan.sim.compiled` (whose functions this loop has compiled in), the cached loop would
+    keep the old code. A one-request run of this loop must equal `simulate_open_loop`'s (which
+    `compiled._check_kernel` keeps current); otherwise drop this module's cached functions and
+    compile afresh."""
+    from capplan.sim.compiled import PROMPT, simulate_open_loop
+
+    if numba is None or numba.config.DISABLE_JIT or not q.shape[1]:
+        return
+    one = np.ascontiguousarray(q[:, :1])
+    one[PROMPT] = min(int(one[PROMPT, 0]), 64)
+    arr = np.zeros(1)
+    want = simulate_open_loop(arr, one.copy(), cfg, consts, moe)[0]
+    fleet = (np.zeros(1), np.full(1, np.inf), 0, np.full(1, -1, np.int64), np.zeros(1),
+             new_affinity_map())
+    if np.array_equal(simulate_fleet(arr, one.copy(), cfg, consts, moe, fleet)[2], want):
+        return
+    jitted = [f for f in globals().values() if isinstance(f, numba.core.dispatcher.Dispatcher)]
+    for f in jitted:
+        f._cache.flush()  # numba has no public call for this (as compiled._check_kernel)
+    for f in jitted:
+        f.recompile()
