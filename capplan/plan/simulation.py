@@ -76,12 +76,7 @@ def run_simulation(dep: Deployment, *, rate: float | None, concurrency: int | No
     s = dep.settings
     max_len = dep.memory.max_model_len
     reqs, clipped = wl.generate(np.random.default_rng(seed)).clip_to_context(max_len)
-    if wl.trace is not None:  # a trace's own lengths, before any step is simulated
-        limits.check_cap("sim_tokens", float(np.sum(reqs.output_tokens)),
-                         "the trace's output tokens")
-    if s.profile.scheduler.prefix_caching and reqs.has_prefix:
-        limits.check_cap("prefix_blocks", shared_prompt_blocks(reqs, dep.pool.block_size),
-                         "shared prompt blocks to hash for prefix caching")
+    _check_work(wl.trace is not None, reqs, dep)
     notes = [f"trace {wl.trace.note}"] if wl.trace is not None and wl.trace.note else []
     notes += [f"{clipped} prompts cut to fit max_model_len {max_len}"] if clipped else []
     overhead = float(np.asarray(dep.step.request_overhead_s))
@@ -112,13 +107,11 @@ def run_simulation(dep: Deployment, *, rate: float | None, concurrency: int | No
                             client_jitter=(s.profile.client_jitter if concurrency is not None
                                            else None),
                             progress=tick, sim_engine=sim_engine).to_dict()
-        impl = engine_impl(name, sim_engine, **run_features(s.profile.scheduler, reqs))
+        features = run_features(s.profile.scheduler, reqs)
+        impl = engine_impl(name, sim_engine, **features)
         results[name] = {**add_request_overhead(res, overhead), "engine_impl": impl}
         if sim_engine not in ("auto", impl):  # said in every format, not only on stderr
-            used = [k for k, v in run_features(s.profile.scheduler, reqs).items() if v is True]
-            why = f"it does not run {', '.join(used)}" if used else f"the {name} scheduler"
-            results[name]["engine_note"] = (f"--sim-engine {sim_engine} asked, {impl} ran: "
-                                            f"{why}")
+            results[name]["engine_note"] = _engine_note(name, sim_engine, impl, features)
             notes.append(results[name]["engine_note"])
     if concurrency is None:  # open loop: say when the arrivals outran the engine
         for name, res in results.items():
@@ -139,6 +132,22 @@ def run_simulation(dep: Deployment, *, rate: float | None, concurrency: int | No
     if wl.trace is not None and wl.trace.note:  # the columns and time unit read, as latency's
         head["load"] = f"trace {wl.trace.note}"
     return {"head": head, "results": results, "notes": notes}
+
+
+def _check_work(is_trace: bool, reqs: Any, dep: Deployment) -> None:
+    """The caps on what the run will do, from the generated requests, before any step."""
+    if is_trace:  # a trace's own lengths
+        limits.check_cap("sim_tokens", float(np.sum(reqs.output_tokens)),
+                         "the trace's output tokens")
+    if dep.settings.profile.scheduler.prefix_caching and reqs.has_prefix:
+        limits.check_cap("prefix_blocks", shared_prompt_blocks(reqs, dep.pool.block_size),
+                         "shared prompt blocks to hash for prefix caching")
+
+
+def _engine_note(name: str, asked: str, impl: str, features: dict[str, Any]) -> str:
+    used = [k for k, v in features.items() if v is True]
+    why = f"it does not run {', '.join(used)}" if used else f"the {name} scheduler"
+    return f"--sim-engine {asked} asked, {impl} ran: {why}"
 
 
 OVERLOAD_QUEUE_FRAC = 0.1
