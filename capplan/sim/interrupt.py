@@ -32,16 +32,18 @@ def _record(signum: int, _frame: Any) -> None:
 
 @contextmanager
 def signals_as_flag() -> Iterator[None]:
-    """SIGINT/SIGTERM recorded (not raised) for the duration; then delivered to the handler
-    they would have reached. Outside the main thread (handlers cannot be set there) a no-op."""
+    """SIGINT/SIGTERM recorded (not raised) for the duration when a Python handler would take
+    them; then delivered to that handler. Outside the main thread (handlers cannot be set
+    there) a no-op."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    old = {s: signal.getsignal(s) for s in _SIGNALS}
+    # only Python handlers need the flag: SIG_DFL (a verification worker's SIGTERM) ends the
+    # process from the kernel, compiled loop or not, and SIG_IGN ignores it
+    old = {s: h for s in _SIGNALS if callable(h := signal.getsignal(s))}
     _PENDING.clear()
-    for s, h in old.items():
-        if h is not signal.SIG_IGN:
-            signal.signal(s, _record)
+    for s in old:
+        signal.signal(s, _record)
     try:
         yield
     finally:
@@ -54,7 +56,4 @@ def signals_as_flag() -> Iterator[None]:
 
 
 def _deliver(signum: int, handler: Any) -> None:
-    if callable(handler):  # default_int_handler raises KeyboardInterrupt; the CLI's SystemExit
-        handler(signum, None)
-    elif handler == signal.SIG_DFL:
-        signal.raise_signal(signum)  # the default action, now restored
+    handler(signum, None)  # default_int_handler raises KeyboardInterrupt; the CLI's SystemExit
