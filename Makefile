@@ -41,6 +41,7 @@ bench: $(BIN)/capplan
 	$(BIN)/python benchmarks/bench_perf.py
 	$(BIN)/python benchmarks/bench_sim.py
 	$(BIN)/python benchmarks/bench_search.py
+	$(BIN)/python benchmarks/bench_replay.py
 	$(BIN)/python benchmarks/bench_day.py
 
 # Regenerate the tables in docs/ that validation scripts compute (blocks marked

@@ -1,22 +1,23 @@
-"""Score the disaggregated model against the `disagg` rows of the silicon sample.
+"""Score the fixed-layout disaggregated prediction against the `disagg` rows of the silicon sample.
 
 `../shared/validation/silicon_sample.csv` (AIConfigurator, Apache-2.0): mean TTFT and TPOT of
 disaggregated deployments (prefill_num_workers x prefill layout, decode_num_workers x decode
 layout) under a closed loop of C clients (`silicon_concurrency=`), fixed input/output lengths.
 
-Per row (models/disagg.py, plan/disagg.py; nothing fitted):
-- a worker's GPUs are tp x pp x attention_dp (attention data parallelism runs on its own GPUs;
-  capplan models the worker as one replica over that many GPUs, TP = that count);
-- TPOT: the decode pool's mean token gap at the per-worker rate, the decode pool being a queue
-  whose prompts arrive as a cache hit (one token computed);
-- TTFT: prefill pool TTFT (queue + prefill + the engine's request overhead) + KV transfer over
-  NVLink inside an NVL72 rack (gb200, gb300) and over the network elsewhere + the decode
-  side's admission and first step;
-- the closed loop: the rate solves lambda = C / (TTFT + (osl - 1) TPOT) by bisection.
+The harness reads rows and scores; the prediction is the product's (capplan.plan.pd, the same
+solve as `capplan latency --prefill-workers ... --concurrency C`; nothing fitted):
+- a worker's layout as the row gives it: tp_size x attention_dp_size GPUs (x pp_size), MoE
+  layers over moe_ep_size expert-parallel ranks (capplan's notation is AIConfigurator's), and
+  its batch_size as the engine's max batch per attention-DP rank when the row sets it;
+- a worker wider than the GPU's NVLink domain spans nodes over the catalog's network
+  (docs/multinode.md); the KV link is NVLink when both pools fit one domain (an NVL72 rack),
+  else the network;
+- closed loop: lambda = C / (TTFT + (osl - 1) TPOT), a saturated pool named as the bottleneck.
 Errors |predicted / measured - 1| as median / p90 / median signed bias, by engine and system.
 
-Run: .venv/bin/python benchmarks/validate_disagg.py [--per-group N]   (default 10 rows per
-engine and system, every k-th row by id: ~0.5 s a row; --per-group 0 scores every row)
+Run: .venv/bin/python benchmarks/validate_disagg.py [--per-group N] [--data CSV] [--write-docs]
+(default 10 rows per engine and system, every k-th row by id; --per-group 0 scores every row;
+--write-docs rewrites the generated block of docs/validation.md with the full scoring)
 """
 
 from __future__ import annotations
@@ -31,18 +32,18 @@ import numpy as np
 
 from capplan.catalog.loader import load_catalog
 from capplan.errors import CapplanError
-from capplan.models.disagg import kv_link, kv_transfer_s
 from capplan.models.queueing import LengthStats
 from capplan.plan.deployment import EngineOptions, resolve_deployment
-from capplan.plan.disagg import decode_model, prefill_model
-from capplan.plan.search import Traffic
-from capplan.plan.slo import SloSet
+from capplan.plan.pd import PdModel, make_layout
 
-DATA = Path(__file__).resolve().parents[1].parent / "shared" / "validation" / "silicon_sample.csv"
-SYSTEMS = {"h200_sxm": "h200", "b200_sxm": "b200", "b300_sxm": "b300", "gb200": "gb200",
-           "gb300": "gb300"}
-NVL72 = {"gb200", "gb300"}
-"""Systems whose NVLink domain spans the rack: prefill and decode workers share it."""
+ROOT = Path(__file__).resolve().parents[1]
+DATA = (Path(sys.argv[sys.argv.index("--data") + 1]) if "--data" in sys.argv
+        else ROOT.parent / "shared" / "validation" / "silicon_sample.csv")
+DOC = ROOT / "docs" / "validation.md"
+SYSTEMS = {"h100_sxm": "h100-sxm", "h200_sxm": "h200", "b200_sxm": "b200", "b300_sxm": "b300",
+           "gb200": "gb200", "gb300": "gb300"}
+BARS = {"predicted": 0.90, "tpot": 0.15, "ttft": 0.35}
+"""The issue's bars for rows not seen: share predicted, median |error| of TPOT and TTFT."""
 
 
 def concurrency(row: dict[str, str]) -> int | None:
@@ -56,19 +57,26 @@ def dtype_for(precision: str) -> str:
     return {"fp8": "fp8", "fp4": "fp4"}.get(precision, "auto")
 
 
+def _size(v: str) -> int:
+    return int(v) if v and int(v) > 0 else 1
+
+
 _DEPS: dict[tuple, object] = {}
 
 
 def _worker(cat, r: dict[str, str], role: str):
-    gpus = (int(r[f"{role}_tp_size"] or 1) * int(r[f"{role}_pp_size"] or 1)
-            * int(r[f"{role}_attention_dp_size"] or 1))
+    tp, pp = _size(r[f"{role}_tp_size"]), _size(r[f"{role}_pp_size"])
+    dp, ep = _size(r[f"{role}_attention_dp_size"]), _size(r[f"{role}_moe_ep_size"])
+    bs = _size(r[f"{role}_batch_size"]) if r[f"{role}_batch_size"] else None
     kvd = "fp8" if r["precision"] in ("fp8", "fp4") else "auto"
     isl, osl = int(r["isl"]), int(r["osl"])
-    key = (r["backend"], r["model_path"], r["system"], r["precision"], gpus, isl + osl)
+    key = (r["backend"], r["model_path"], r["system"], r["precision"], tp, pp, dp, ep, bs,
+           isl + osl)
     if key not in _DEPS:
-        opts = EngineOptions(engine=r["backend"], tp=gpus,
-                             weight_dtype=dtype_for(r["precision"]), kv_dtype=kvd,
-                             max_model_len=isl + osl + 16)
+        opts = EngineOptions(engine=r["backend"], tp=tp, pp=pp, attention_dp=dp,
+                             expert_parallel=ep, weight_dtype=dtype_for(r["precision"]),
+                             kv_dtype=kvd, max_model_len=isl + osl + 16,
+                             max_num_seqs=bs if role == "decode" else None)
         _DEPS[key] = resolve_deployment(cat, r["model_path"], SYSTEMS[r["system"]], opts)
     return _DEPS[key]
 
@@ -78,31 +86,13 @@ def predict(cat, r: dict[str, str]) -> tuple[float, float] | None:
     if c is None:
         return None
     try:
-        pd, dd = _worker(cat, r, "prefill"), _worker(cat, r, "decode")
+        lay = make_layout(_worker(cat, r, "prefill"), _size(r["prefill_num_workers"]),
+                          _worker(cat, r, "decode"), _size(r["decode_num_workers"]))
+        isl, osl = int(r["isl"]), int(r["osl"])
+        res = PdModel(lay, LengthStats.fixed(isl), LengthStats.fixed(osl)).closed_loop(c)
     except CapplanError:
         return None
-    if not (pd.memory.fits and dd.memory.fits):
-        return None
-    isl, osl = int(r["isl"]), int(r["osl"])
-    n_p, n_d = int(r["prefill_num_workers"] or 1), int(r["decode_num_workers"] or 1)
-    t = Traffic(1.0, LengthStats.fixed(isl), LengthStats.fixed(osl), 1.0, SloSet(), ("row",))
-    qp, qd = prefill_model(pd, t), decode_model(dd, t)
-    link = kv_link(dd.gpu.interconnect.bytes_per_s, r["system"] in NVL72)
-    tx = float(kv_transfer_s(isl, dd.memory.kv_bytes_per_token_per_gpu, link))
-    overhead = float(np.asarray(dd.step.request_overhead_s))
-
-    def at(lam: float) -> tuple[float, float]:
-        p, d = qp.at_rate(lam / n_p), qd.at_rate(lam / n_d)
-        ttft = float(p["ttft_s"]["mean"]) + tx + float(d["ttft_s"]["mean"]) - overhead
-        return ttft, float(d["tbt_s"]["mean"])
-
-    lo, hi = 1e-6, min(float(qp.capacity_rate()) * n_p, float(qd.capacity_rate()) * n_d)
-    for _ in range(24):  # closed loop: lambda = C / (TTFT + (osl - 1) TPOT)
-        lam = 0.5 * (lo + hi)
-        ttft, tpot = at(lam)
-        implied = c / (ttft + (osl - 1) * tpot) if math.isfinite(ttft + tpot) else 0.0
-        lo, hi = (lam, hi) if implied > lam else (lo, lam)
-    ttft, tpot = at(lo)
+    ttft, tpot = res["ttft_s"]["mean"], res["tpot_s"]
     return (ttft, tpot) if math.isfinite(ttft) and math.isfinite(tpot) else None
 
 
@@ -113,40 +103,65 @@ def cell(e: np.ndarray) -> str:
             f"{np.median(e):+.0%}")
 
 
-def main() -> None:
-    if not DATA.exists():
-        print(f"{DATA} not found; nothing to score")
-        return
+def score(rows: list[dict[str, str]]) -> tuple[dict, int]:
     cat = load_catalog()
-    with DATA.open() as f:
-        rows = [r for r in csv.DictReader(f) if r["mode"] == "disagg" and r["system"] in SYSTEMS]
-    per_group = int(sys.argv[sys.argv.index("--per-group") + 1]) if "--per-group" in sys.argv \
-        else 10
-    if per_group:
-        by: dict[tuple[str, str], list] = defaultdict(list)
-        for r in sorted(rows, key=lambda r: r["id"]):
-            by[(r["backend"], r["system"])].append(r)
-        rows = [r for g in by.values() for r in g[::max(1, math.ceil(len(g) / per_group))]]
     groups: dict[tuple[str, str], dict[str, list[float]]] = defaultdict(
         lambda: defaultdict(list))
     skipped = 0
     for r in rows:
         p = predict(cat, r)
+        keys = ((r["backend"], r["system"]), (r["backend"], "all"), ("all", "all"))
+        for key in keys:
+            groups[key]["rows"].append(1.0)
         if p is None:
             skipped += 1
             continue
         mt, mp = float(r["silicon_ttft_ms"]) / 1e3, float(r["silicon_tpot_ms"]) / 1e3
-        for key in ((r["backend"], r["system"]), ("all", "all")):
+        for key in keys:
             groups[key]["ttft"].append(p[0] / mt - 1)
             groups[key]["tpot"].append(p[1] / mp - 1)
+    return groups, skipped
+
+
+def table(groups: dict) -> str:
+    lines = ["| engine | system | rows | predicted | TTFT median / p90 / bias | "
+             "TPOT median / p90 / bias |", "|---|---|---|---|---|---|"]
+    for key in sorted(groups, key=lambda k: (k[0] == "all", k[1] == "all", k)):
+        g = groups[key]
+        n, k = len(g["rows"]), len(g["ttft"])
+        lines.append(f"| {key[0]} | {key[1]} | {n} | {k / n:.0%} | "
+                     f"{cell(np.asarray(g['ttft']))} | {cell(np.asarray(g['tpot']))} |")
+    return "\n".join(lines)
+
+
+def write_docs(text: str, block: str = "validate_disagg:by-engine") -> None:
+    """Rewrite the generated block `block` of docs/validation.md with `text` (atomic)."""
+    from docblocks import write_block
+
+    write_block(DOC, block, text)
+
+
+def main() -> None:
+    if not DATA.exists():
+        print(f"{DATA} not found; nothing to score")
+        return
+    with DATA.open() as f:
+        rows = [r for r in csv.DictReader(f) if r["mode"] == "disagg" and r["system"] in SYSTEMS]
+    per_group = int(sys.argv[sys.argv.index("--per-group") + 1]) if "--per-group" in sys.argv \
+        else (0 if "--write-docs" in sys.argv else 10)
+    if per_group:
+        by: dict[tuple[str, str], list] = defaultdict(list)
+        for r in sorted(rows, key=lambda r: r["id"]):
+            by[(r["backend"], r["system"])].append(r)
+        rows = [r for g in by.values() for r in g[::max(1, math.ceil(len(g) / per_group))]]
+    groups, skipped = score(rows)
     print(f"disagg rows: {len(rows)}, scored {len(rows) - skipped}, skipped {skipped} "
           "(model not in the catalog, no concurrency, or does not fit)")
-    print("| engine | system | rows | TTFT median / p90 / bias | TPOT median / p90 / bias |")
-    print("|---|---|---|---|---|")
-    for key in sorted(groups, key=lambda k: (k[0] == "all", k)):
-        g = groups[key]
-        print(f"| {key[0]} | {key[1]} | {len(g['ttft'])} | {cell(np.asarray(g['ttft']))} | "
-              f"{cell(np.asarray(g['tpot']))} |")
+    text = table(groups)
+    print(text)
+    if "--write-docs" in sys.argv:
+        write_docs(text)
+        print(f"wrote {DOC}")
 
 
 if __name__ == "__main__":

@@ -29,6 +29,7 @@ from __future__ import annotations
 import csv
 import hashlib
 import math
+import pickle
 import sys
 from collections import defaultdict
 from dataclasses import dataclass, replace
@@ -42,8 +43,13 @@ from capplan.models.closed_loop import BenchmarkProtocol, closed_loop_latency
 from capplan.models.engine import NO_JITTER, ClientJitter
 from capplan.models.perf import mla_layers
 from capplan.plan.deployment import EngineOptions, calibration_for, resolve_deployment
+from capplan.sim.protocol import aiconfigurator_settings, reported_ttft
 
-DATA = Path(__file__).resolve().parents[1].parent / "shared" / "validation" / "silicon_sample.csv"
+_HERE = Path(__file__).resolve()
+DATA = next((d / "shared" / "validation" / "silicon_sample.csv" for d in _HERE.parents[1:4]
+             if (d / "shared" / "validation" / "silicon_sample.csv").exists()),
+            _HERE.parents[1].parent / "shared" / "validation" / "silicon_sample.csv")
+"""The public measured rows: ../shared/validation (searched up to the worktrees' parent)."""
 SYSTEMS = {"h200_sxm": "h200", "b200_sxm": "b200", "b300_sxm": "b300", "gb200": "gb200",
            "gb300": "gb300"}
 SILICON_ROUNDS = {"vllm": 4.0, "sglang": 1.5, "trtllm": 6.0}
@@ -93,13 +99,6 @@ class Prediction:
         return reported_ttft(self.overhead_s, self.wave_s, self.steady_s, rounds)
 
 
-def reported_ttft(overhead_s, wave_s, steady_s, rounds: float):
-    """The benchmark's mean TTFT over `rounds` requests per client: one start-up wave, the rest
-    steady (docs/queueing.md, "What the benchmark reports"); floats or arrays."""
-    w = 1.0 / max(rounds, 1.0)
-    return overhead_s + w * (wave_s - overhead_s) + (1 - w) * (steady_s - overhead_s)
-
-
 _DEPS: dict[tuple, object] = {}
 PLAIN_TP = "--plain-tp" in sys.argv
 """Score every row as plain TP over tp_size GPUs (how rows were predicted before layouts)."""
@@ -123,7 +122,7 @@ def is_layout_row(r: dict[str, str]) -> bool:
 
 
 def deployment(cat, r: dict[str, str], overhead_s: float | None = None,
-               host: tuple[float, float] | None = None):
+               host: tuple[float, float] | None = None, engine: str | None = None):
     """The deployment of a row: its engine, layout, dtype; KV in fp8 for fp8/fp4 precision
     (AIConfigurator's quantized configurations quantize the KV cache too)."""
     res = cat.resolve_model(r["model_path"])
@@ -133,11 +132,12 @@ def deployment(cat, r: dict[str, str], overhead_s: float | None = None,
     c = concurrency(r)
     isl, osl = int(r["isl"]), int(r["osl"])
     kvd = "fp8" if r["precision"] in ("fp8", "fp4", "nvfp4") else "auto"
-    key = (r["backend"], r["model_path"], r["system"], tp, dp, ep, r["precision"], isl, osl, c,
+    engine = engine or r["backend"]  # --loso: the row's release profile (silicon_loso)
+    key = (engine, r["model_path"], r["system"], tp, dp, ep, r["precision"], isl, osl, c,
            overhead_s, host, r.get("batch_size"))
     if key not in _DEPS:
         bench = bench_settings(r)
-        opts = EngineOptions(engine=r["backend"], tp=tp, weight_dtype=dtype_for(r["precision"],
+        opts = EngineOptions(engine=engine, tp=tp, weight_dtype=dtype_for(r["precision"],
                                                                               own),
                              kv_dtype=kvd, attention_dp=dp, expert_parallel=ep,
                              **bench.options)
@@ -160,25 +160,13 @@ class BenchSettings:
 
 
 def bench_settings(r: dict[str, str]) -> BenchSettings:
-    """What the silicon benchmark launched, from AIConfigurator's benchmark rules
-    (github:ai-dynamo/aiconfigurator src/aiconfigurator/generator/rule_plugin/benchmark/
-    {vllm,sglang,trtllm}.rule @2b264ba/043c66c/581e459): running-request cap = the row's
-    batch_size (vLLM max_num_seqs, SGLang max_running_requests, TensorRT-LLM max_batch_size);
-    per-step tokens = batch_size + ISL + 1500 (vLLM max_num_batched_tokens, TensorRT-LLM
-    max_num_tokens; SGLang max_prefill_tokens = ISL + 1500 on top of the decode batch);
-    max_model_len = ISL + OSL + 1500; SGLang with enable_mixed_chunk (prefill chunks ride with
-    the decode batch, not prefill-first). Not the engines' own defaults (the profiles keep
-    those): a different per-step token budget changes how many prompts share a prefill step,
-    which is most of the closed loop's TTFT."""
-    isl, osl = int(r["isl"]), int(r["osl"])
-    # per engine (per attention-DP rank: the deployment multiplies its limits by the ranks)
-    dp = layout(r)[0]
-    seqs = max(int(r["batch_size"] or 0), -(-concurrency(r) // dp))
-    tokens = seqs + isl + 1500
-    if r["backend"] == "trtllm":  # maxNumTokens % tokensPerBlock (32) == 0 (trtllm.rule)
-        tokens = -(-tokens // 32) * 32
-    return BenchSettings({"max_num_seqs": seqs, "max_num_batched_tokens": tokens,
-                          "max_model_len": isl + osl + 1500}, r["backend"] == "sglang")
+    """What the silicon benchmark launched for a row (capplan.sim.protocol.
+    aiconfigurator_settings: the rules and their source). Not the engines' own defaults (the
+    profiles keep those): a different per-step token budget changes how many prompts share a
+    prefill step, which is most of the closed loop's TTFT."""
+    got = aiconfigurator_settings(r["backend"], int(r["isl"]), int(r["osl"]),
+                                  int(r["batch_size"] or 0), concurrency(r), layout(r)[0])
+    return BenchSettings(got["options"], got["mixed_prefill"])
 
 
 def predict(cat, r: dict[str, str], with_sim: bool, rounds: float,
@@ -321,10 +309,98 @@ def fit(cat, rows: list[dict[str, str]], jitters: tuple[ClientJitter, ...] = (NO
               f"median |err| {cost:.3f}")
 
 
+DOC = Path(__file__).resolve().parents[1] / "docs" / "validation.md"
+BANDS = Path(__file__).resolve().parents[1] / "capplan" / "plan" / "error_bands.json"
+
+
+def _sample(rows: list[dict[str, str]], n: int) -> list[dict[str, str]]:
+    """A deterministic subsample of n rows (lowest sha1 of the id)."""
+    return sorted(rows, key=lambda r: hashlib.sha1(r["id"].encode()).hexdigest())[:n]
+
+
+def first_fits(exact0: dict, base: list) -> dict:
+    """Each engine's constants of the first fit (those `exact0` was replayed at)."""
+    return {r["backend"]: exact0[r["id"]][1] for r, _ in base}
+
+
+def main_loso() -> None:
+    """--loso: replay every row, fit each engine's constants, score leave-one-system-out and
+    leave-one-engine-version-out (benchmarks/silicon_loso.py); --write-docs rewrites the
+    generated blocks of docs/validation.md, --write-bands capplan/plan/error_bands.json;
+    --sample N replays N rows only (a quick look; never written into the docs)."""
+    import silicon_loso as L
+
+    cat = load_catalog()
+    rows = agg_rows()
+    sample = int(sys.argv[sys.argv.index("--sample") + 1]) if "--sample" in sys.argv else None
+    if sample:
+        rows = _sample(rows, sample)
+    me = sys.modules[__name__]
+    cache = Path(sys.argv[sys.argv.index("--cache") + 1]) if "--cache" in sys.argv else None
+    if cache is not None and cache.exists():  # --cache FILE: the first two passes, reused
+        base, exact0 = pickle.loads(cache.read_bytes())
+        print(f"{len(base)} replays from {cache}")
+    else:
+        base = L.run_base(me, cat, rows, progress=True)
+        print(f"{len(base)} of {len(rows)} rows replayed")
+        first = {eng: L.fit(L._arrays([(r, p) for r, p in base if r["backend"] == eng]))
+                 for eng in sorted({r["backend"] for r, _ in base})}
+        # Exact replays at the first fit; every fit is then linearised around them.
+        exact0 = {r["id"]: (L.replay(me, cat, r, first[r["backend"]]), first[r["backend"]])
+                  for r, _ in base}
+        if cache is not None:
+            cache.write_bytes(pickle.dumps((base, exact0)))
+    base = [(r, p) for r, p in base if exact0[r["id"]][0] is not None]
+    fits_all = {}
+    for eng in sorted({r["backend"] for r, _ in base}):
+        fits_all[eng] = c = L.fit(L._arrays([(r, p) for r, p in base if r["backend"] == eng],
+                                            exact0))
+        print(f"{eng} (all rows): step {c.layer_s * 1e6:g} us per layer, per sequence "
+              f"{c.seq_s * 1e6:g} us, request {c.overhead_s * 1e3:g} ms + {c.mla_s * 1e3:g} ms "
+              "per MLA layer", flush=True)
+    if "--skip-final" in sys.argv:  # in sample at the first fit's replays; no model check
+        t_in, _ = L.in_sample([(r, p, exact0[r["id"]][0]) for r, p in base],
+                              {e: c for (e, c) in first_fits(exact0, base).items()}, exact0)
+        t_sur = ["(not run: --skip-final; `--sample 60` measures it in seconds)"]
+    else:
+        exact = [(r, p, L.replay(me, cat, r, fits_all[r["backend"]])) for r, p in base]
+        t_in, t_sur = L.in_sample(exact, fits_all, exact0)
+    loso, _ = L.held_out(base, lambda r: r["system"], exact0, progress=True)
+    loev, _ = L.held_out(base, L.release_key, exact0, progress=True)
+    t_sys, t_ver = L.table(loso, "system"), L.table(loev, "release")
+    print("\n".join(t_in) + "\n\n" + "\n".join(t_sur) + "\n\n" + "\n".join(t_sys)
+          + "\n\n" + "\n".join(t_ver))
+    const = ["| engine | step, per layer (us) | per sequence (us) | request (ms) | "
+             "per MLA layer (ms) |", "|---|---|---|---|---|"] + [
+        f"| {e} | {c.layer_s * 1e6:g} | {c.seq_s * 1e6:g} | {c.overhead_s * 1e3:g} | "
+        f"{c.mla_s * 1e3:g} |" for e, c in sorted(fits_all.items())]
+    print("\n".join(const))
+    if sample:
+        print("(subsample: nothing written)")
+        return
+    if "--write-docs" in sys.argv:
+        from docblocks import write_block  # benchmarks/ is on sys.path when run as a script
+
+        for bid, body in (("constants", const), ("in-sample", t_in), ("surrogate", t_sur),
+                          ("loso", t_sys), ("loev", t_ver)):
+            write_block(DOC, f"validate_silicon:{bid}", "\n".join(body))
+        print(f"wrote {DOC}")
+    if "--write-bands" in sys.argv:
+        L.write_bands(BANDS, L.bands(loso), fits_all, len(base), sample)
+        print(f"wrote {BANDS}")
+
+
 def main() -> None:
     if not DATA.exists():
         print(f"{DATA} not found; nothing to score")
-        return
+    elif "--loso" in sys.argv:
+        main_loso()
+    else:
+        main_analytic()
+
+
+def main_analytic() -> None:
+    """The analytic closed loop's scores on the test split (and --fit, --fit-host)."""
     with_sim = "--sim" in sys.argv
     cat = load_catalog()
     rows = agg_rows()

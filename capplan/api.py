@@ -34,14 +34,27 @@ _ENGINE_KEYS = tuple(f.name for f in fields(EngineOptions))
 
 def deployment(model: str, gpu: str, *, calibration: str | Path | Any = None,
                catalog: Catalog | None = None, catalog_dirs: tuple[str, ...] = (),
-               require_fit: bool = True, **options: Any) -> Deployment:
-    """Resolve a deployment: names + engine options (unset = the engine's defaults)."""
+               require_fit: bool = True, engine_notation: bool = False,
+               **options: Any) -> Deployment:
+    """Resolve a deployment: names + engine options (unset = the engine's defaults).
+
+    `tp` is capplan's attention TP per data-parallel rank (a replica stage is tp x
+    attention_dp GPUs); with `engine_notation=True` it is read as the engine writes it
+    (SGLang `--tp 8 --dp 8` and TensorRT-LLM `tensor_parallel_size 8` with attention DP are 8
+    GPUs; capplan.models.layout.tp_from_engine_notation), as the CLI does."""
     unknown = sorted(set(options) - set(_ENGINE_KEYS))
     if unknown:
         raise InputError(f"unknown engine option(s) {', '.join(unknown)}: expected "
                          f"{', '.join(_ENGINE_KEYS)}")
     check_names(model=model, gpu=gpu)
     check_kwargs(**options)  # the CLI's bounds (capplan.limits), with its reasons
+    if engine_notation and options.get("tp"):
+        from capplan.models.engine import engine_profile
+        from capplan.models.layout import tp_from_engine_notation
+
+        name = engine_profile(options.get("engine") or "vllm").name
+        options["tp"] = tp_from_engine_notation(name, int(options["tp"]),
+                                                int(options.get("attention_dp") or 1))
     opts = EngineOptions(**{k: v for k, v in options.items() if v is not None})
     cat = catalog or load_catalog(catalog_dirs)
     return resolve_deployment(cat, model, gpu, opts, calibration, require_fit=require_fit)
@@ -148,18 +161,34 @@ class LatencyResult:
 def latency(model: str, gpu: str, *, rate: float | None = None, concurrency: int | None = None,
             trace: str | None = None, input_len: str | int = 512, output_len: str | int = 256,
             burstiness: float = 1.0, num_prompts: int | None = None, warmup_prompts: int = 0,
-            **kw: Any) -> LatencyResult:
-    """Analytic TTFT / TBT / E2E (mean, p50, p90, p99) and throughput under an open-loop rate,
-    a closed loop of `concurrency` clients (a benchmark of `num_prompts`), or a trace."""
-    from capplan.plan.load import analytic_latency, load_spec_from_options
+            benchmark: str | None = None, seed: int = 0, time_unit: str = "auto",
+            window_s: float | None = None, **kw: Any) -> LatencyResult:
+    """TTFT / TBT / E2E (mean, p50, p90, p99) and throughput under an open-loop rate, a closed
+    loop of `concurrency` clients (a benchmark of `num_prompts`; `benchmark` names a tool's
+    protocol, capplan.sim.protocol.PRESETS), or a trace. Closed loops and traces are answered
+    by the simulator's replay; a rate by the analytic queue where it agrees with the replay
+    within capplan.plan.replay.TOLERANCE, else by the replay. `.data["answered_by"]` says
+    which (capplan.plan.replay)."""
+    from capplan.plan.load import load_spec_from_options
+    from capplan.plan.replay import WINDOW_S, ReplayLoad, answer
 
     check_kwargs(rate=rate, concurrency=concurrency, burstiness=burstiness,
                  num_prompts=num_prompts, warmup_prompts=warmup_prompts)
     dep = deployment(model, gpu, **kw)
-    load = load_spec_from_options(rate, concurrency, trace, str(input_len), str(output_len),
-                                  burstiness, dep.memory.max_model_len, num_prompts,
-                                  warmup_prompts)
-    return LatencyResult.from_dict(analytic_latency(dep, load))
+    spec = None
+    if rate is not None:
+        spec = load_spec_from_options(rate, concurrency, trace, str(input_len), str(output_len),
+                                      burstiness, dep.model.context_len(dep.settings.max_model_len),
+                                      num_prompts, warmup_prompts, time_unit=time_unit)
+    load = ReplayLoad(rate=rate, concurrency=concurrency, trace=trace, input_len=str(input_len),
+                      output_len=str(output_len), burstiness=burstiness,
+                      num_prompts=num_prompts, warmup_prompts=warmup_prompts,
+                      time_unit=time_unit, benchmark=benchmark, seed=seed,
+                      window_s=window_s or WINDOW_S)
+    from capplan.plan.bands import attach_bands
+
+    return LatencyResult.from_dict(attach_bands(answer(dep, load, spec), dep.profile.name,
+                                                concurrency))
 
 
 def simulate(model: str, gpu: str, *, rate: float | None = None,
@@ -170,14 +199,18 @@ def simulate(model: str, gpu: str, *, rate: float | None = None,
              chunked_prefill: bool | None = None, progress: Any = None,
              replicas: int = 1, router: str = "least-outstanding",
              schedule: list[tuple[float, int]] | tuple[tuple[float, int], ...] = (),
-             startup_lag_s: float = 0.0, **kw: Any) -> LatencyResult:
+             startup_lag_s: float = 0.0, benchmark: str | None = None,
+             warmup_prompts: int | None = None, **kw: Any) -> LatencyResult:
     """Simulate the engine step by step (same step model); the result adds the simulator's
     keys (tpot_s, queue_s, goodput, time series) to the latency keys. `replicas` > 1 or a
     `schedule` of (start_s, replicas) windows replays the requests over a fleet behind
     `router` (round-robin, least-outstanding, prefix-affinity; docs/fleet.md): fleet-wide
-    keys plus `per_replica` (and `windows` for a schedule)."""
+    keys plus `per_replica` (and `windows` for a schedule). `benchmark` names a tool's
+    protocol (capplan.sim.protocol.PRESETS): its warm-ups, measured requests, random lengths
+    and metric definitions (the `benchmark` key)."""
     from capplan.plan.fleet_sim import FleetOptions
     from capplan.plan.simulation import run_simulation
+    from capplan.sim.protocol import BenchmarkRun, preset
 
     check_kwargs(rate=rate, concurrency=concurrency, burstiness=burstiness, requests=requests,
                  seed=seed, batch_size=batch_size, batch_timeout_s=batch_timeout_s)
@@ -185,13 +218,18 @@ def simulate(model: str, gpu: str, *, rate: float | None = None,
                          schedule=tuple((float(a), int(b)) for a, b in schedule),
                          startup_lag_s=startup_lag_s)
     dep = deployment(model, gpu, **kw)
+    bench = (BenchmarkRun.of(preset(benchmark), concurrency, None, warmup_prompts, requests)
+             if benchmark is not None else None)
     res = run_simulation(dep, rate=rate, concurrency=concurrency, trace=trace,
                          input_len=str(input_len), output_len=str(output_len),
                          burstiness=burstiness, requests=requests, seed=seed,
                          schedulers=(scheduler,), batch_size=batch_size,
                          batch_timeout_s=batch_timeout_s, chunked_prefill=chunked_prefill,
-                         progress=progress, fleet=fleet)
-    return LatencyResult.from_dict({**res["head"], **res["results"][scheduler]})
+                         progress=progress, fleet=fleet, benchmark=bench)
+    from capplan.plan.bands import attach_bands
+
+    return LatencyResult.from_dict(attach_bands({**res["head"], **res["results"][scheduler]},
+                                                dep.profile.name, concurrency))
 
 
 def run_plan(path_or_plan: str | Path | dict[str, Any], *, verify: bool = True,
@@ -261,6 +299,49 @@ def recommend(model: str, *, rate: float | None = None, input_len: str | int = 5
                                if v is not None}}],
     }
     return run_plan(doc, verify=verify, catalog_dirs=catalog_dirs)
+
+
+def disaggregated(model: str, gpu: str, *, prefill_workers: int, decode_workers: int,
+                  prefill: dict[str, Any] | None = None, decode: dict[str, Any] | None = None,
+                  kv_link: str = "auto", calibration: str | Path | Any = None,
+                  catalog_dirs: tuple[str, ...] = (), engine_notation: bool = False,
+                  catalog: Catalog | None = None, **options: Any) -> Any:
+    """A fixed disaggregated layout (capplan.plan.pd.PdLayout): `prefill_workers` x the
+    deployment of `options` updated by `prefill` (e.g. {"tp": 8}), `decode_workers` x the same
+    updated by `decode` (a pool may name its own "gpu"); the KV link `auto`, `nvlink` or
+    `network`."""
+    from capplan.plan.pd import PdPools, build_layout
+
+    for extra in (options, prefill or {}, decode or {}):
+        unknown = sorted(set(extra) - set(_ENGINE_KEYS) - {"gpu"})
+        if unknown:
+            raise InputError(f"unknown engine option(s) {', '.join(unknown)}: expected "
+                             f"{', '.join(_ENGINE_KEYS)}")
+    pools = PdPools(prefill_workers=prefill_workers, decode_workers=decode_workers,
+                    prefill=dict(prefill or {}), decode=dict(decode or {}), kv_link=kv_link)
+    return build_layout(catalog or load_catalog(catalog_dirs), model, gpu, pools,
+                        calibration=calibration, engine_notation=engine_notation, **options)
+
+
+def pd_latency(model: str, gpu: str, *, prefill_workers: int, decode_workers: int,
+               prefill: dict[str, Any] | None = None, decode: dict[str, Any] | None = None,
+               kv_link: str = "auto", rate: float | None = None,
+               concurrency: int | None = None, trace: str | None = None,
+               input_len: str | int = 512, output_len: str | int = 256,
+               burstiness: float = 1.0, **kw: Any) -> LatencyResult:
+    """Analytic latency of a fixed disaggregated layout (open loop, closed loop or a trace's
+    rate and lengths): TTFT = prefill queue + prefill + KV transfer + decode admission, TBT from
+    the decode pool; `data["pools"]` holds each pool's figures and `data["saturated_pools"]`
+    names a pool whose share of the rate exceeds its capacity (then `stable` is False)."""
+    from capplan.plan.load import load_spec_from_options
+    from capplan.plan.pd import pd_latency as _pd_latency
+
+    lay = disaggregated(model, gpu, prefill_workers=prefill_workers,
+                        decode_workers=decode_workers, prefill=prefill, decode=decode,
+                        kv_link=kv_link, **kw)
+    load = load_spec_from_options(rate, concurrency, trace, str(input_len), str(output_len),
+                                  burstiness, lay.decode.memory.max_model_len)
+    return LatencyResult.from_dict(_pd_latency(lay, load))
 
 
 def verify(plan: str | Path | dict[str, Any], *, endpoint: str | None = None,

@@ -8,6 +8,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from capplan.units import (
     DTYPE_BYTES,
+    US_S,
     gb_per_s_to_bytes_per_s,
     gib_to_bytes,
     mib_to_bytes,
@@ -48,6 +49,27 @@ class Interconnect(BaseModel):
         return gb_per_s_to_bytes_per_s(self.bandwidth_gb_per_s)
 
 
+class Network(BaseModel):
+    """The scale-out network between NVLink domains (nodes, or racks on NVL72), per GPU: what a
+    replica spanning several domains uses for TP, attention-DP, EP and PP traffic that leaves
+    its domain (docs/multinode.md)."""
+
+    model_config = _STRICT
+    kind: Literal["infiniband", "roce", "ethernet"]
+    bandwidth_gb_per_s: float = Field(gt=0)
+    """Per GPU, per direction (decimal GB/s): one 400 Gb/s NIC per GPU is 50."""
+    latency_us: float = Field(gt=0)
+    """One-way latency of a message between GPUs of two domains (microseconds)."""
+
+    @property
+    def bytes_per_s(self) -> float:
+        return gb_per_s_to_bytes_per_s(self.bandwidth_gb_per_s)
+
+    @property
+    def latency_s(self) -> float:
+        return self.latency_us * US_S
+
+
 class GpuSpec(BaseModel):
     """One GPU type, from gpu_catalog/<key>.yaml."""
 
@@ -68,6 +90,8 @@ class GpuSpec(BaseModel):
     int8_dense_tops: float | None = Field(default=None, gt=0, le=_MAX_TFLOPS)
     fp4_dense_tflops: float | None = Field(default=None, gt=0, le=_MAX_TFLOPS)
     interconnect: Interconnect
+    network: Network | None = None
+    """Scale-out network between NVLink domains; None: the GPU is planned within one domain."""
     price_per_hour_usd: float | None = Field(default=None, gt=0, le=_MAX_PRICE)
     source: dict[str, str]
     notes: str | None = None
@@ -79,6 +103,8 @@ class GpuSpec(BaseModel):
         missing = [
             f for f in _GPU_NUMERIC if getattr(self, f) is not None and f not in self.source
         ]
+        if self.network is not None and "network" not in self.source:
+            missing.append("network")
         if missing:
             raise ValueError(f"numbers without a source entry: {', '.join(missing)}")
         return self

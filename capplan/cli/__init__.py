@@ -35,7 +35,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "calibrate": ("calibrate_cmd", "Measure step times and fit a calibration file (or benchmark "
                   "a running server)."),
     "gpus": ("catalog_cmds", "List the GPU catalog."),
-    "latency": ("latency_cmd", "Analytic TTFT / TBT / E2E percentiles and throughput under load "
+    "latency": ("latency_cmd", "TTFT / TBT / E2E percentiles and throughput under load "
                 "(milliseconds)."),
     "memory": ("memory_cmd", "VRAM per GPU: weights, activations, overhead, paged KV cache, max "
                "concurrency."),

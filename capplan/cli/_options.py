@@ -12,7 +12,28 @@ from capplan import limits
 from capplan.cli._render import FORMATS
 from capplan.errors import InputError
 from capplan.limits import Bound
-from capplan.models.engine import ENGINES, KV_DTYPES, WEIGHT_DTYPES
+from capplan.models.engine import ENGINES, KV_DTYPES, WEIGHT_DTYPES, engine_profile
+
+
+class EngineSpec(click.ParamType):
+    """An engine, optionally a release and profile options: vllm, vllm@0.11,
+    sglang@0.5+mixed-chunk (capplan.models.engine.engine_profile); the canonical name@version
+    spec of the profile it names."""
+
+    name = "ENGINE[@VERSION][+OPTION]"
+
+    def convert(self, value: Any, param: Any, ctx: Any) -> str:
+        try:
+            return engine_profile(str(value)).spec
+        except InputError as e:
+            self.fail(str(e), param, ctx)
+
+
+ENGINE = EngineSpec()
+ENGINE_HELP = ("Serving engine and release whose memory accounting, scheduler, host costs and "
+               "defaults apply: " + ", ".join(ENGINES) + ", optionally @VERSION (vllm@0.11; "
+               "default the newest) and +OPTION (+mixed-chunk, +overlap, +no-overlap; "
+               "docs/engines.md).")
 
 
 class FiniteFloat(click.ParamType):
@@ -133,7 +154,18 @@ SECONDS = FiniteFloat(bound=limits.DURATION_S)
 """SLOs and timeouts in seconds (0, 1 day]."""
 SECONDS_OR_0 = FiniteFloat(0, limits.DURATION_S.hi)
 BURSTINESS = FiniteFloat(bound=limits.BURSTINESS)
-HEADROOM = FiniteFloat(bound=limits.HEADROOM)
+class Headroom(FiniteFloat):
+    """A headroom fraction, or "auto": from the engine's error band (capplan.plan.bands)."""
+
+    name = "number|auto"
+
+    def convert(self, value: Any, param: Any, ctx: Any) -> Any:
+        if isinstance(value, str) and value.strip().lower() == "auto":
+            return "auto"
+        return super().convert(value, param, ctx)
+
+
+HEADROOM = Headroom(bound=limits.HEADROOM)
 CONCURRENCY = BoundedInt(limits.CONCURRENCY)
 REQUESTS = BoundedInt(limits.REQUESTS)
 SEED = BoundedInt(limits.SEED)
@@ -160,17 +192,19 @@ def engine_options(f: Callable) -> Callable:
     """Engine options with vLLM's flag names; unset values take the engine profile's default
     for the GPU (capplan.plan.deployment.resolve_settings)."""
     opts = [
-        click.option("--engine", type=click.Choice(ENGINES, case_sensitive=False),
-                     default="vllm", show_default=True,
-                     help="Serving engine whose memory accounting, scheduler and defaults "
-                          "apply (docs/engines.md)."),
+        click.option("--engine", type=ENGINE, default="vllm", show_default=True,
+                     help=ENGINE_HELP),
         click.option("--tp", type=POS_INT, default=1, show_default=True,
-                     help="Tensor-parallel size."),
+                     help="Tensor-parallel size as the engine writes it: vLLM's per DP rank; "
+                          "SGLang's and TensorRT-LLM's the world that --attention-dp splits "
+                          "(SGLang --tp 8 --dp 8 is 8 GPUs)."),
         click.option("--pp", type=POS_INT, default=1, show_default=True,
                      help="Pipeline-parallel size."),
         click.option("--attention-dp", type=POS_INT, default=1, show_default=True,
-                     help="Attention data-parallel ranks per replica (each a TP group with its "
-                          "own batch and KV pool; the replica uses tp x pp x attention-dp GPUs)."),
+                     help="Attention data-parallel ranks per replica, each with its own batch "
+                          "and KV pool (vLLM --data-parallel-size: tp x dp GPUs; SGLang "
+                          "--enable-dp-attention --dp and TensorRT-LLM enable_attention_dp: "
+                          "ranks inside --tp)."),
         click.option("--expert-parallel", type=POS_INT, default=1, show_default=True,
                      help="Expert-parallel size of the MoE layers over the tp x attention-dp "
                           "GPUs (must divide them and the experts; MoE models only)."),
@@ -223,7 +257,8 @@ def deployment_from_options(catalog_dir: tuple[str, ...], model: str, gpu: str,
 
     cal_path = kw.pop("calibration", None)
     dep = deployment(model, gpu, calibration=cal_path, catalog_dirs=catalog_dir,
-                     require_fit=require_fit, **asdict(options_from(kw)))
+                     require_fit=require_fit, engine_notation=True,
+                     **asdict(options_from(kw)))
     for w in dep.warnings():
         click.echo(f"warning: {w}", err=True)
     return dep

@@ -1,4 +1,6 @@
-"""`capplan latency`: analytic latency under load (TTFT, TBT, E2E percentiles) in milliseconds."""
+"""`capplan latency`: latency under load (TTFT, TBT, E2E percentiles) in milliseconds, answered
+by the simulator's replay or, for an open-loop rate where they agree, the analytic queue
+(capplan.plan.replay)."""
 
 from __future__ import annotations
 
@@ -17,10 +19,28 @@ from capplan.cli._options import (
     format_option,
     model_gpu_options,
 )
+from capplan.cli._pd import pd_options, pd_table, pop_pd
 from capplan.cli._prefix import pop_prefix_spec, prefix_options
 from capplan.cli._render import emit, to_json
 from capplan.cli._tables import latency_table, resolved_dtypes, sweep_table
-from capplan.plan.load import analytic_latency, load_spec_from_options
+from capplan.plan.bands import attach_bands
+from capplan.plan.load import load_spec_from_options
+from capplan.plan.replay import WINDOW_S, ReplayLoad, answer
+from capplan.sim.protocol import PRESETS
+
+
+def replay_options(f: Any) -> Any:
+    """--benchmark, --seed, --window: how the replay runs (a separate group)."""
+    f = click.option("--window", "window_s", type=click.FloatRange(min=60.0),
+                     default=WINDOW_S, show_default=True,
+                     help="Trace: seconds per window over which the rate is checked for "
+                          "variation (a varying trace names its peak window).")(f)
+    f = click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True,
+                     help="Seed of the replayed workload.")(f)
+    return click.option("--benchmark", type=click.Choice(sorted(PRESETS)), default=None,
+                        help="Replay a benchmark tool's protocol: its warm-ups, measured "
+                             "requests, random lengths and metric definitions (the JSON "
+                             "`benchmark` key; docs/queueing.md).")(f)
 
 
 class ListOf(click.ParamType):
@@ -48,7 +68,8 @@ class ListOf(click.ParamType):
               help="Closed loop: C clients, each sending its next request when the last ends; "
                    "a list (1,8,64) sweeps.")
 @click.option("--trace", type=click.Path(dir_okay=False), default=None,
-              help="Trace (CSV/JSONL): its mean rate and its length distributions are used.")
+              help="Trace (CSV/JSONL): replayed as it arrives; a rate that varies across "
+                   "windows is named (peak window).")
 @click.option("--time-unit", type=click.Choice(["auto", "s", "ms", "us"]), default="auto",
               show_default=True, help="Unit of the trace's numeric arrival times.")
 @click.option("--input-len", default="512", show_default=True,
@@ -61,36 +82,82 @@ class ListOf(click.ParamType):
               help="Closed loop: requests the benchmark sends and averages over, start-up wave "
                    "included (default 1000, as vllm bench serve).")
 @click.option("--warmup-prompts", type=click.IntRange(min=0), default=0, show_default=True,
-              help="Closed loop: warm-up requests sent first and not measured (>= concurrency "
-                   "leaves only the steady state).")
+              help="Closed loop: warm-up requests sent first in the same loop and not "
+                   "measured (>= concurrency leaves the start-up wave out; a --benchmark "
+                   "preset's own warm-ups are drained instead, as the tools do).")
 @prefix_options
 @engine_options
+@pd_options
 @format_option
 @catalog_option
+@replay_options
 def latency_cmd(model: str, gpu: str, rate: list[float] | None, concurrency: list[int] | None,
                 trace: str | None, input_len: str, output_len: str, burstiness: float,
                 num_prompts: int | None, warmup_prompts: int, fmt: str,
-                catalog_dir: tuple[str, ...], time_unit: str = "auto", **kw) -> None:
-    """Analytic TTFT / TBT / E2E percentiles and throughput under load (milliseconds).
+                catalog_dir: tuple[str, ...], time_unit: str = "auto",
+                benchmark: str | None = None, seed: int = 0, window_s: float = WINDOW_S,
+                **kw) -> None:
+    """TTFT / TBT / E2E percentiles and throughput under load (milliseconds).
 
-    A list of rates or concurrencies prints one row per level (JSON: a list)."""
+    \b
+    Closed loops (--concurrency) and traces are replayed by the simulator; an open-loop
+    --rate is answered by the analytic queue where it agrees with the replay within 15%
+    (TTFT and TBT, mean and p99), else by the replay. The footer (JSON: answered_by) says
+    which. A list of rates or concurrencies prints one row per level (JSON: a list)."""
     prefix = pop_prefix_spec(kw)
+    pd = pop_pd(kw)
+    if pd is not None:
+        _pd_latency(model, gpu, pd, rate, concurrency, trace, input_len, output_len,
+                    burstiness, fmt, catalog_dir, prefix, kw)
+        return
     dep = deployment_from_options(catalog_dir, model, gpu, kw)
     levels: list[Any] = list(rate or concurrency or [None])
     results = []
     for level in levels:
-        load = load_spec_from_options(level if rate else None, level if concurrency else None,
-                                      trace, input_len, output_len, burstiness,
-                                      dep.model.context_len(dep.settings.max_model_len),
-                                      num_prompts, warmup_prompts, time_unit=time_unit,
-                                      prefix=prefix,
-                                      cache=(dep.memory.block_size, dep.memory.kv_cache_tokens))
-        results.append({**analytic_latency(dep, load), **resolved_dtypes(dep)})
+        r, c = (level if rate else None), (level if concurrency else None)
+        spec = None
+        if r is not None:
+            spec = load_spec_from_options(r, None, None, input_len, output_len, burstiness,
+                                          dep.model.context_len(dep.settings.max_model_len),
+                                          num_prompts, warmup_prompts, time_unit=time_unit,
+                                          prefix=prefix, cache=(dep.memory.block_size,
+                                                                dep.memory.kv_cache_tokens))
+        load = ReplayLoad(rate=r, concurrency=c, trace=trace, input_len=input_len,
+                          output_len=output_len, burstiness=burstiness, num_prompts=num_prompts,
+                          warmup_prompts=warmup_prompts, time_unit=time_unit, prefix=prefix,
+                          benchmark=benchmark, seed=seed, window_s=window_s)
+        results.append({**attach_bands(answer(dep, load, spec), dep.profile.name, c),
+                        **resolved_dtypes(dep)})
     if len(results) > 1:
         emit(to_json(results) if fmt == "json" else
              sweep_table(results, "rate" if rate else "concurrency", levels, fmt))
         return
     emit(to_json(results[0]) if fmt == "json" else latency_table(results[0], fmt))
+
+
+def _pd_latency(model: str, gpu: str, pd: dict[str, Any], rate: list[float] | None,
+                concurrency: list[int] | None, trace: str | None, input_len: str,
+                output_len: str, burstiness: float, fmt: str, catalog_dir: tuple[str, ...],
+                prefix: Any, kw: dict[str, Any]) -> None:
+    """A fixed prefill/decode layout (capplan.api.pd_latency): per-pool figures."""
+    from dataclasses import asdict
+
+    from capplan.api import disaggregated
+    from capplan.cli._options import options_from
+    from capplan.plan.pd import pd_latency
+
+    if prefix is not None and prefix.active:
+        raise click.UsageError("prefix sharing is not modelled for a disaggregated layout")
+    if (rate and len(rate) > 1) or (concurrency and len(concurrency) > 1):
+        raise click.UsageError("a disaggregated layout takes one --rate or --concurrency")
+    cal = kw.pop("calibration", None)
+    lay = disaggregated(model, gpu, calibration=cal, catalog_dirs=catalog_dir,
+                        engine_notation=True, **pd, **asdict(options_from(kw)))
+    load = load_spec_from_options(rate[0] if rate else None,
+                                  concurrency[0] if concurrency else None, trace, input_len,
+                                  output_len, burstiness, lay.decode.memory.max_model_len)
+    res = pd_latency(lay, load)
+    emit(to_json(res) if fmt == "json" else pd_table(res, fmt))
 
 
 def register(cli: click.Group) -> None:

@@ -29,7 +29,8 @@ def memory_cmd(model: str, gpu: str, fmt: str, catalog_dir: tuple[str, ...], **k
     data = {"model": dep.model.key, "gpu": g.key, "tp": s.tp, "pp": s.pp,
             "engine": s.engine, "engine_profile": dep.profile.label, **asdict(r),
             "expert_parallel": s.expert_parallel, "gpus_per_replica": dep.gpus_per_replica,
-            "replica_kv_cache_tokens": r.replica_kv_cache_tokens}
+            "replica_kv_cache_tokens": r.replica_kv_cache_tokens,
+            "nodes_per_replica": dep.nodes, "layout": dep.layout_text}
     if fmt == "json":
         emit(to_json(data))
         return
@@ -39,9 +40,7 @@ def memory_cmd(model: str, gpu: str, fmt: str, catalog_dir: tuple[str, ...], **k
         return
     gib = bytes_to_gib
     pairs = [
-        ("model / GPU", f"{dep.model.key} on {g.key} (TP {s.tp}, PP {s.pp}"
-         + (f", attention DP {s.attention_dp}" if s.attention_dp > 1 else "")
-         + (f", EP {s.expert_parallel}" if s.expert_parallel > 1 else "") + ")"),
+        ("model / GPU", f"{dep.model.key} on {g.key} ({dep.layout_text})"),
         ("engine", dep.profile.label),
         ("weight dtype", r.weight_dtype + (" (auto)" if s.weight_dtype == "auto" else "")),
         ("KV dtype", (dep.model.torch_dtype + " (auto)") if s.kv_dtype == "auto"

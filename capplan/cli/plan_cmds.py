@@ -20,6 +20,8 @@ from capplan.catalog.loader import load_catalog
 from capplan.cli._day import day_options, day_spec
 from capplan.cli._options import (
     BURSTINESS,
+    ENGINE,
+    ENGINE_HELP,
     FRACTION,
     HEADROOM,
     POS_INT,
@@ -32,7 +34,6 @@ from capplan.cli._options import (
 from capplan.cli._prefix import pop_prefix_spec, prefix_options
 from capplan.cli._render import Column, emit, render_rows, to_json
 from capplan.errors import InputError
-from capplan.models.engine import ENGINES
 from capplan.plan.result import PlanResult
 from capplan.plan.schema import PlanFile, load_plan, plan_json_schema
 
@@ -100,6 +101,11 @@ def _finish(plan: PlanResult, fmt: str, exports: list[Path], plot_dir: str | Non
         from capplan.cli._day import render_day
 
         emit(render_day(result, fmt))
+    if result.get("fixed_disaggregated"):
+        from capplan.cli._pd import pd_table
+
+        emit("\nthe plan's fixed disaggregated layout:\n"
+             + pd_table(result["fixed_disaggregated"], fmt))
 
 
 def render_disagg(d: dict[str, Any]) -> str:
@@ -270,15 +276,15 @@ def _exports(paths: tuple[str, ...] | list[str], base: Path | None = None) -> li
 @click.option("--max-num-batched-tokens", type=IntList(), default=None,
               help="Prefill chunk sizes to search.")
 @click.option("--max-model-len", type=POS_INT, default=None)
-@click.option("--engine", type=click.Choice(ENGINES, case_sensitive=False), default="vllm",
-              show_default=True, help="Serving engine whose profile applies (docs/engines.md).")
+@click.option("--engine", type=ENGINE, default="vllm", show_default=True, help=ENGINE_HELP)
 @click.option("--calibration", type=click.Path(dir_okay=False), default=None,
               help="Calibration YAML for the GPU it was measured on (others keep theirs).")
 @click.option("--gpu-memory-utilization", type=FRACTION, default=None,
               help="The engine's memory fraction (default: the engine's for each GPU).")
 @click.option("--burstiness", type=BURSTINESS, default=1.0, show_default=True)
 @click.option("--headroom", type=HEADROOM, default=0.2, show_default=True,
-              help="Extra capacity for bursts (0.2 = 20%).")
+              help="Extra capacity for bursts (0.2 = 20%); auto: enough to cover the engine's "
+                   "optimistic predictions, from its error band (docs/validation.md 4b).")
 @click.option("--objective", type=click.Choice(["min_cost", "min_gpus",
                                                 "max_goodput_per_dollar"]), default="min_cost",
               show_default=True)

@@ -26,6 +26,8 @@ from capplan.cli._options import (
 from capplan.cli._prefix import pop_prefix_spec, prefix_options
 from capplan.cli._render import Column, emit, render_rows, to_json
 from capplan.cli._tables import dtype_text, resolved_dtypes
+from capplan.plan.bands import attach_bands
+from capplan.sim.protocol import PRESETS, BenchmarkRun, preset
 from capplan.units import MS_S
 
 PROGRESS_MIN_REQUESTS = 5000
@@ -54,6 +56,11 @@ def _rows(results: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
         ("KV peak utilization (%)", lambda d: 100 * d["kv_peak_utilization"]),
         ("makespan (s)", lambda d: d["makespan_s"]),
     ]
+    if any("benchmark" in d for d in results.values()):  # the tool's own definitions
+        for key, label in (("ttft_s", "TTFT"), ("tpot_s", "TPOT"), ("itl_s", "ITL")):
+            spec += [(f"{label} {q} as the benchmark reports it (ms)",
+                      lambda d, key=key, q=q: d["benchmark"]["metrics"][key][q] / MS_S)
+                     for q in ("mean", "p99")]
     if any("prefix_hit_frac" in d for d in results.values()):
         spec.append(("prefix cache hits (% of prompt tokens)",
                      lambda d: 100 * d.get("prefix_hit_frac", 0.0)))
@@ -102,10 +109,14 @@ def _rows(results: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
 @catalog_option
 @click.option("--plot", "plot_dir", default=None,
               help="Write PNG/SVG charts (KV-cache use, running and waiting over time).")
+@click.option("--benchmark", type=click.Choice(sorted(PRESETS)), default=None,
+              help="Replay a benchmark tool's protocol: its warm-ups, measured requests, random "
+                   "lengths and metric definitions (JSON `benchmark`; docs/queueing.md).")
 def simulate_cmd(model: str, gpu: str, rate: float | None, concurrency: int | None,
                  trace: str | None, seed: int, scheduler: str, batch_size: int | None,
                  batch_timeout: float, no_chunked_prefill: bool, sim_engine: str, fmt: str,
-                 catalog_dir: tuple[str, ...], plot_dir: str | None, **kw: Any) -> None:
+                 catalog_dir: tuple[str, ...], plot_dir: str | None,
+                 benchmark: str | None = None, **kw: Any) -> None:
     """Simulate an engine step by step under a workload: latency, throughput, KV use."""
     from capplan.plan.simulation import parse_schedulers, run_simulation
 
@@ -120,6 +131,8 @@ def simulate_cmd(model: str, gpu: str, rate: float | None, concurrency: int | No
     dep = deployment_from_options(catalog_dir, model, gpu, kw)
     s = dep.settings
     bars: dict[str, Any] = {}
+    bench = (BenchmarkRun.of(preset(benchmark), concurrency, None, None, load["num_requests"])
+             if benchmark else None)
 
     def progress(name: str, done: int, total: int) -> None:
         if total < PROGRESS_MIN_REQUESTS:
@@ -141,7 +154,7 @@ def simulate_cmd(model: str, gpu: str, rate: float | None, concurrency: int | No
                          batch_timeout_s=batch_timeout,
                          chunked_prefill=False if no_chunked_prefill else None, progress=progress,
                          time_unit=load["time_unit"], sim_engine=sim_engine, prefix=prefix,
-                         fleet=fleet)
+                         fleet=fleet, benchmark=bench)
     for note in run["notes"]:
         click.echo(f"note: {note}", err=True)
     results, head = run["results"], run["head"]
@@ -156,7 +169,8 @@ def simulate_cmd(model: str, gpu: str, rate: float | None, concurrency: int | No
             click.echo(f"wrote {path}", err=True)
     head = {**head, **resolved_dtypes(dep)}
     if fmt == "json":
-        body = results[names[0]] if len(names) == 1 else {"schedulers": results}
+        body = (attach_bands(results[names[0]], dep.profile.name, concurrency)
+                if len(names) == 1 else {"schedulers": results})
         emit(to_json({**head, **body}))
         return
     cols = [Column("q", "quantity"), *(Column(n, n, fmt=",.1f") for n in names)]
@@ -167,7 +181,7 @@ def simulate_cmd(model: str, gpu: str, rate: float | None, concurrency: int | No
         click.echo("note: no time between tokens to report: every request has one output "
                    "token", err=True)
     if fmt == "table":
-        click.echo(f"{head['model']} on {head['gpu']} (TP {s.tp}, {dep.profile.label}), "
+        click.echo(f"{head['model']} on {head['gpu']} ({dep.layout_text}, {dep.profile.label}), "
                    f"{head['num_requests']} requests, seed {seed}; "
                    f"{dtype_text(resolved_dtypes(dep), s)}; decode steps "
                    f"{head['bound']}-bound at the mean running batch\n"

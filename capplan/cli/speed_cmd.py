@@ -78,12 +78,12 @@ def speed_cmd(model: str, gpu: str, batch: list[int], context: list[int],
             f"context {c}: none within batches {lo}-{hi}" + (f" (at batch {k})" if k else "")
             for c, k in curve["knee_batch"].items())
         emit(f"\nknee (doubling the batch adds < 15% throughput): {knees}")
-        emit(f"{dep.model.key} on {dep.gpu.key} (TP {s.tp}); "
+        emit(f"{dep.model.key} on {dep.gpu.key} ({dep.layout_text}); "
              f"{dtype_text(resolved_dtypes(dep), s)}")
         emit(f"calibration: {dep.calibration.source}")
         if curve["excluded"]:
-            emit(f"left out (over max_num_seqs {s.max_num_seqs} or the KV cache of "
-                 f"{dep.memory.kv_cache_tokens:,} tokens): " + ", ".join(
+            emit(f"left out (over max_num_seqs {dep.limits.max_num_seqs} or the KV cache of "
+                 f"{dep.memory.replica_kv_cache_tokens:,} tokens): " + ", ".join(
                      f"batch {r['batch']} at {r['context_len']}" for r in curve["excluded"]))
     if pre:
         emit("")

@@ -167,17 +167,22 @@ def closed_loop_latency(step: StepModel, isl: float, osl: float, max_num_seqs: i
         cohorts_per_s = x / k
         # Time shares: prefill steps take t_pf each, decode steps t_dec.
         pf_time_frac = min(cohorts_per_s * pf_steps_per_cohort * t_pf, 0.999)
+        n_dec_steps_per_s = (1.0 - pf_time_frac) / t_dec
         if policy.prefill_first:
             # Decoders get no token in a prefill step: the gap includes the prefill steps.
             tpot = t_dec / max(1.0 - pf_time_frac, 1e-3)
+            # Share of token GAPS (not of time) that hold a cohort's prefill steps: one gap per
+            # cohort among the decode steps' gaps.
+            gap_share = cohorts_per_s / max(n_dec_steps_per_s, 1e-9)
         else:
             # Every step gives each decoder a token; a prefill step is just a slower step.
-            n_dec_steps_per_s = (1.0 - pf_time_frac) / t_dec
             n_pf_steps_per_s = cohorts_per_s * pf_steps_per_cohort
             tpot = 1.0 / max(n_dec_steps_per_s + n_pf_steps_per_s, 1e-9)
+            # Share of token gaps that are prefill steps: their count over all steps' count.
+            gap_share = n_pf_steps_per_s * tpot
         ttft += resid
         return {"ttft": ttft, "tpot": tpot, "k": k, "b": b_guess, "t_pf": t_pf,
-                "t_dec": t_dec, "pf_frac": pf_time_frac}
+                "t_dec": t_dec, "pf_frac": pf_time_frac, "pf_gap_share": min(gap_share, 1.0)}
 
     tpot_box = [decode_step_s(step, m, ctx)]
     x = m / max(isl / budget * tpot_box[0] + dec_tokens * tpot_box[0] + overhead, 1e-9)
@@ -213,9 +218,16 @@ def closed_loop_latency(step: StepModel, isl: float, osl: float, max_num_seqs: i
     e2e = ttft_mean + dec_tokens * st["tpot"]
     ttft_q = {name: overhead + _mixture_quantile(q, wave_frac, wave, steady_ttft)
               for name, q in QUANTILES.items()}
-    # Token gaps: decode steps, and for each cohort one slower step carrying its prefill.
-    pf_gap = st["t_pf"] if not policy.prefill_first else st["t_pf"] + st["t_dec"]
-    pf_share = min(st["pf_frac"], 1.0)
+    # Token gaps: decode steps, and for each cohort one slower gap carrying its prefill (mixed
+    # engines: the prefill step, t_pf; prefill-first: a decode step plus the cohort's prefill
+    # steps). The quantiles weigh gaps, not time: pf_share is the share of gaps that carry a
+    # prefill, and the prefill gap is the one that keeps the mixture's mean at TPOT (the mean
+    # gap): t_dec + (TPOT - t_dec) / share, equal to t_pf for mixed engines (TPOT = 1 / steps
+    # per second, each step one gap) and to t_dec + the cohort's prefill time for prefill-first
+    # ones; so no quantile exceeds what the mean allows (q-quantile <= mean / (1 - q)).
+    pf_share = st["pf_gap_share"]
+    pf_gap = (st["t_dec"] + max(st["tpot"] - st["t_dec"], 0.0) / pf_share if pf_share > 0
+              else st["t_dec"])
     tbt_q = {name: (pf_gap if q > 1 - pf_share else st["t_dec"]) for name, q in QUANTILES.items()}
     e2e_q = {name: v + dec_tokens * st["tpot"] for name, v in ttft_q.items()}
     return {

@@ -12,6 +12,7 @@ Settings are plain frozen data: the models read them, they never do I/O.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -201,10 +202,20 @@ class EngineProfile:
     (DeepSeek-V2/V3/R1, Kimi-K2): such models show a fixed TTFT 100-200 ms above their prefill
     at low load in every engine (docs/engines.md, "The per-request overhead")."""
     step_overhead_s: float = 1.5e-3
-    """Host cost of one engine step (scheduling, input preparation, launch, sampling), the
-    default when no calibration measured it (docs/engines.md, "Host costs")."""
+    """Fixed cost of one engine step that no overlap hides (launch, sampling, the step's
+    synchronisation), the default when no calibration measured it (docs/engines.md, "Host
+    costs")."""
+    layer_step_overhead_s: float = 0.0
+    """Fixed cost of a step per layer of a pipeline stage (kernel launches and the gaps between
+    a layer's small kernels, which CUDA graphs do not remove): adds layers x this to
+    `step_overhead_s`, so the fixed cost grows with the model's depth (docs/engines.md)."""
     per_seq_overhead_s: float = 10e-6
-    """Host cost per running sequence per step (sampler, output processing, detokenisation)."""
+    """Host (CPU) cost per running sequence per step (scheduling, input preparation, output
+    processing, detokenisation); hidden behind the GPU's step when `host_overlap` is on."""
+    host_overlap: bool = False
+    """The host work of step n+1 runs while the GPU runs step n (vLLM async scheduling,
+    SGLang's overlap scheduler, TensorRT-LLM's overlap scheduler): only the part of the
+    per-sequence host cost that exceeds the GPU's step shows (capplan.models.perf.step_parts)."""
     client_jitter: ClientJitter = NO_JITTER
     """Timing noise of a closed-loop benchmark's clients and server front end (breaks cohorts
     up): the default of `latency --concurrency` and `simulate --concurrency`."""
@@ -225,14 +236,30 @@ class EngineProfile:
     """The engine's EP size is always the whole world (tp x attention_dp) when EP is on
     (vLLM --enable-expert-parallel), so no other EP size can be launched."""
 
+    covers: str = ""
+    """The engine releases this profile stands for, e.g. "0.10-0.13"."""
+    since: str = ""
+    """The first release the profile stands for (default: `version`)."""
+    options: tuple[str, ...] = ()
+    """Profile options applied to this profile (PROFILE_OPTIONS keys), in the order given."""
+    option_flags: dict[str, str] = field(default_factory=dict)
+    """The engine's own launch flag of each profile option it supports."""
+
     def defaults(self, gpu: GpuLike, tp: int = 1) -> EngineDefaults:
         return self.defaults_rule(gpu, tp)
 
     @property
     def label(self) -> str:
-        return f"{self.name} {self.version}"
+        opts = "".join(f" +{o}" for o in self.options)
+        return f"{self.name} {self.version}{opts}"
 
-    # Kept for callers of the 0.1 attribute names.
+    @property
+    def spec(self) -> str:
+        """The string `engine_profile` resolves back to this profile: name@version+options,
+        the bare name for the engine's newest profile (the default)."""
+        newest = VERSIONS[self.name][-1].version == self.version
+        return (self.name if newest else f"{self.name}@{self.version}") + "".join(
+            f"+{o}" for o in self.options)
 
 def _vllm_defaults(gpu: GpuLike, tp: int) -> EngineDefaults:
     # vLLM 0.10-0.19 EngineArgs (_set_default_args / get_batch_defaults), OpenAI server: GPUs
@@ -274,26 +301,30 @@ def _trtllm_defaults(gpu: GpuLike, tp: int) -> EngineDefaults:
     return EngineDefaults(2048, 8192, 0.9, 32)
 
 
-HOST_COSTS_SOURCE = ("step_overhead_s, per_seq_overhead_s, request_overhead_s and "
-                     "mla_layer_request_overhead_s fitted on the silicon training rows "
-                     "(sha1(id) % 3 == 0; benchmarks/validate_silicon.py --fit-host, --fit; "
-                     "docs/validation.md); an MLA model's fixed TTFT independently: "
+HOST_COSTS_SOURCE = ("layer_step_overhead_s, per_seq_overhead_s, request_overhead_s and "
+                     "mla_layer_request_overhead_s fitted per engine (shared by its releases) on "
+                     "every silicon row replayed with its release's profile "
+                     "(benchmarks/validate_silicon.py --loso; held-out scores and error bands in "
+                     "docs/validation.md section 4b); an MLA model's fixed TTFT independently: "
                      "DeepSeek-R1-0528 on SGLang at C = 1, 180 ms at 128-token prompts "
                      "(github:tenstorrent/tt-inference-server issue 356, 2025-07-09)")
 
 
-VLLM = EngineProfile(
+VLLM_0_11 = EngineProfile(
     name="vllm",
-    version="0.10-0.11 (V1 engine)",
+    version="0.11",
+    since="0.10",
+    covers="0.10-0.13 (V1 engine, synchronous scheduling by default)",
     memory=MemoryAccounting("total", cudagraphs_in_budget=False),
     scheduler=SchedulerPolicy(prefill_first=False, chunked_prefill=True,
                               reserve_output_frac=0.0, preemption=True),
     defaults_rule=_vllm_defaults,
     block_sizes=(8, 16, 32, 64, 128),
-    request_overhead_s=0.050,
-    mla_layer_request_overhead_s=0.75e-3,
-    step_overhead_s=2.0e-3,
-    per_seq_overhead_s=60e-6,
+    request_overhead_s=0.020,
+    mla_layer_request_overhead_s=0.5e-3,
+    step_overhead_s=0.0,
+    layer_step_overhead_s=40e-6,
+    per_seq_overhead_s=62.5e-6,
     flag_names={"tp": "--tensor-parallel-size", "pp": "--pipeline-parallel-size",
                 "max_num_seqs": "--max-num-seqs",
                 "max_num_batched_tokens": "--max-num-batched-tokens",
@@ -302,8 +333,12 @@ VLLM = EngineProfile(
                 "quant_fp8": "--quantization fp8", "attention_dp": "--data-parallel-size {n}",
                 "expert_parallel": "--enable-expert-parallel"},
     expert_parallel_is_world=True,
+    option_flags={"overlap": "--async-scheduling", "no-overlap": "--no-async-scheduling"},
     sources={
         "host_costs": HOST_COSTS_SOURCE,
+        "host_overlap": "off: vllm/config/scheduler.py SchedulerConfig.async_scheduling "
+                        "defaults to False through 0.13 (opt-in --async-scheduling since "
+                        "0.10)",
         "layouts": "vllm/config/parallel.py ParallelConfig (v0.10.2): --data-parallel-size "
                    "ranks each run attention on their own requests; --enable-expert-parallel "
                    "shards experts over EP = TP x DP ranks (docs: Data Parallel Deployment, "
@@ -323,15 +358,20 @@ VLLM = EngineProfile(
 SGLANG = EngineProfile(
     name="sglang",
     version="0.5",
+    covers="0.5.x",
+    host_overlap=True,
+    option_flags={"mixed-chunk": "--enable-mixed-chunk",
+                  "no-overlap": "--disable-overlap-schedule"},
     memory=MemoryAccounting("static"),
     scheduler=SchedulerPolicy(prefill_first=True, chunked_prefill=True,
                               reserve_output_frac=0.7, preemption=True),
     defaults_rule=_sglang_defaults,
     block_sizes=(1, 16, 32, 64, 128),
-    request_overhead_s=0.225,
-    mla_layer_request_overhead_s=2.25e-3,
-    step_overhead_s=2.5e-3,
-    per_seq_overhead_s=60e-6,
+    request_overhead_s=0.220,
+    mla_layer_request_overhead_s=2.5e-3,
+    step_overhead_s=0.0,
+    layer_step_overhead_s=60e-6,
+    per_seq_overhead_s=45e-6,
     sampler="flashinfer",
     flag_names={"tp": "--tp", "pp": "--pp-size", "max_num_seqs": "--max-running-requests",
                 "max_num_batched_tokens": "--chunked-prefill-size",
@@ -341,6 +381,9 @@ SGLANG = EngineProfile(
                 "expert_parallel": "--ep-size {n}"},
     sources={
         "host_costs": HOST_COSTS_SOURCE,
+        "host_overlap": "on: python/sglang/srt/server_args.py disable_overlap_schedule "
+                        "defaults to False (the overlap scheduler, default since v0.4.0); "
+                        "--enable-mixed-chunk is the mixed-chunk option",
         "layouts": "python/sglang/srt/server_args.py (v0.5): --tp is the world size; "
                    "--enable-dp-attention --dp N splits it into N attention groups of tp/N; "
                    "--ep-size shards experts (moe_tp = tp / ep)",
@@ -357,16 +400,21 @@ SGLANG = EngineProfile(
 
 TRTLLM = EngineProfile(
     name="trtllm",
-    version="1.0-1.2 (PyTorch backend)",
+    version="1.2",
+    covers="1.2-1.3 (PyTorch backend)",
+    host_overlap=True,
+    option_flags={"no-overlap": "--extra_llm_api_options no_overlap.yaml  "
+                                "# disable_overlap_scheduler: true"},
     memory=MemoryAccounting("free"),
     scheduler=SchedulerPolicy(prefill_first=False, chunked_prefill=False,
                               reserve_output_frac=1.0, preemption=False),
     defaults_rule=_trtllm_defaults,
     block_sizes=(8, 16, 32, 64, 128),
-    request_overhead_s=0.025,
-    mla_layer_request_overhead_s=2.25e-3,
-    step_overhead_s=1.25e-3,
-    per_seq_overhead_s=20e-6,
+    request_overhead_s=0.020,
+    mla_layer_request_overhead_s=1.625e-3,
+    step_overhead_s=0.0,
+    layer_step_overhead_s=20e-6,
+    per_seq_overhead_s=0.0,
     sampler="flashinfer",
     flag_names={"tp": "--tp_size", "pp": "--pp_size", "max_num_seqs": "--max_batch_size",
                 "max_num_batched_tokens": "--max_num_tokens",
@@ -378,6 +426,8 @@ TRTLLM = EngineProfile(
     attention_dp_tp1=True,
     sources={
         "host_costs": HOST_COSTS_SOURCE,
+        "host_overlap": "on: tensorrt_llm/llmapi/llm_args.py TorchLlmArgs."
+                        "disable_overlap_scheduler defaults to False (PyTorch backend, 1.x)",
         "layouts": "tensorrt_llm/llmapi/llm_args.py (1.x): tensor_parallel_size is the world "
                    "size; enable_attention_dp (attention_dp.yaml: enable_attention_dp: true) "
                    "makes every rank its own attention DP rank (attention TP 1); "
@@ -392,20 +442,131 @@ TRTLLM = EngineProfile(
     },
 )
 
-PROFILES: dict[str, EngineProfile] = {p.name: p for p in (VLLM, SGLANG, TRTLLM)}
+VLLM = replace(
+    VLLM_0_11, version="0.14", since="0.14",
+    covers="0.14 and later (V1 engine, asynchronous scheduling)",
+    host_overlap=True,
+    sources={**VLLM_0_11.sources,
+             "host_overlap": "on: async scheduling became vLLM's default in 0.14 "
+                             "(github:vllm-project/vllm pull 27614, the last item of the "
+                             "async-scheduling plan, issue 27679); --no-async-scheduling "
+                             "turns it off"})
+
+
+def _sglang04_defaults(gpu: GpuLike, tp: int) -> EngineDefaults:
+    # SGLang 0.4.x ServerArgs.__post_init__: mem_fraction_static by TP size (0.88 at TP 1,
+    # 0.87 at 2-3, 0.85 at 4-7, 0.81 at 8-15, 0.79 at 16+); chunked_prefill_size 2048 below
+    # 25 GB of GPU memory, else 8192; page size 1.
+    frac = 0.88 if tp < 2 else 0.87 if tp < 4 else 0.85 if tp < 8 else 0.81 if tp < 16 else 0.79
+    chunk = 2048 if gpu.total_memory_bytes < 25e9 else 8192
+    return EngineDefaults(4096, chunk, frac, 1)
+
+
+SGLANG_0_4 = replace(
+    SGLANG, version="0.4", covers="0.4.x", defaults_rule=_sglang04_defaults,
+    sources={**SGLANG.sources,
+             "defaults": "python/sglang/srt/server_args.py (v0.4) __post_init__: "
+                         "mem_fraction_static by tp_size, chunked_prefill_size by GPU memory"})
+
+TRTLLM_1_0 = replace(
+    TRTLLM, version="1.0", covers="1.0-1.1 (PyTorch backend)")
+"""TensorRT-LLM 1.0-1.1: the same scheduler, defaults and overlap as 1.2; its own profile so
+that a plan names the release it was made for (docs/engines.md, "Profiles by version")."""
+
+VERSIONS: dict[str, tuple[EngineProfile, ...]] = {
+    "vllm": (VLLM_0_11, VLLM), "sglang": (SGLANG_0_4, SGLANG), "trtllm": (TRTLLM_1_0, TRTLLM)}
+"""Every engine's profiles by version, oldest first; the last is the default."""
+PROFILES: dict[str, EngineProfile] = {name: v[-1] for name, v in VERSIONS.items()}
 ENGINES = tuple(PROFILES)
 
 
+def _with_overlap(p: EngineProfile, on: bool) -> EngineProfile:
+    return replace(p, host_overlap=on)
+
+
+def _mixed_chunk(p: EngineProfile) -> EngineProfile:
+    if not p.scheduler.prefill_first:
+        raise InputError(f"engine option mixed-chunk: {p.name}'s steps already mix prefill "
+                         "chunks with decodes (it applies to sglang)")
+    return replace(p, scheduler=replace(p.scheduler, prefill_first=False))
+
+
+PROFILE_OPTIONS: dict[str, Callable[[EngineProfile], EngineProfile]] = {
+    "mixed-chunk": _mixed_chunk,
+    "overlap": lambda p: _with_overlap(p, True),
+    "no-overlap": lambda p: _with_overlap(p, False),
+}
+"""Options on top of a version's profile, written `engine@version+option`: SGLang's
+--enable-mixed-chunk (prefill chunks ride with the decode batch), and the host overlap on or
+off (vLLM --async-scheduling / --no-async-scheduling, SGLang --disable-overlap-schedule,
+TensorRT-LLM disable_overlap_scheduler)."""
+
+_ALIASES = {"tensorrtllm": "trtllm", "trt": "trtllm", "trtllm": "trtllm", "vllm": "vllm",
+            "sglang": "sglang"}
+
+
+def _version_key(version: str) -> tuple[int, ...] | None:
+    """(0, 11) of "0.11", "v0.11.2rc1" or "0.11.0.post1"; None when it does not start with a
+    number."""
+    parts = []
+    for piece in version.strip().lstrip("vV").split("."):
+        digits = ""
+        for ch in piece:
+            if not ch.isdigit():
+                break
+            digits += ch
+        if not digits:
+            break
+        parts.append(int(digits))
+        if len(digits) < len(piece):
+            break
+    return tuple(parts) or None
+
+
+def profile_for_version(name: str, version: str | None) -> EngineProfile:
+    """The profile of engine `name` (a VERSIONS key) for release `version`: the newest profile
+    whose version is not later than it ("0.12" -> vLLM's 0.11 profile); None or "latest": the
+    newest. InputError for releases older than every profile or unreadable versions."""
+    versions = VERSIONS[name]
+    if version is None or version.strip().lower() in ("", "latest", "newest"):
+        return versions[-1]
+    key = _version_key(version)
+    if key is None:
+        raise InputError(f"engine version {version!r}: expected a release number such as "
+                         f"{versions[0].version} or {versions[-1].version}")
+    older = [p for p in versions if (_version_key(p.since or p.version) or ()) <= key]
+    if not older:
+        raise InputError(f"engine {name}@{version}: capplan models {name} from "
+                         f"{versions[0].since or versions[0].version} ({versions[0].covers})")
+    return older[-1]
+
+
 def engine_profile(name: str) -> EngineProfile:
-    """The profile of an engine by name (vllm, sglang, trtllm); InputError names the valid ones."""
-    key = str(name).strip().lower().replace("-", "").replace("_", "")
-    aliases = {"tensorrtllm": "trtllm", "trt": "trtllm", "trtllm": "trtllm", "vllm": "vllm",
-               "sglang": "sglang"}
-    if key in aliases:
-        return PROFILES[aliases[key]]
-    hint = nearest(str(name), list(PROFILES), n=1, cutoff=0.5)
-    raise InputError(f"unknown engine {name!r}: expected one of {', '.join(PROFILES)}"
-                     + (f" (did you mean {hint[0]}?)" if hint else ""))
+    """The profile an engine spec names: `vllm`, `vllm@0.11`, `sglang@0.5+mixed-chunk`,
+    `trtllm@1.0+no-overlap` (name, optional release, optional PROFILE_OPTIONS); InputError
+    names the valid ones."""
+    return _engine_profile(str(name))
+
+
+@functools.lru_cache(maxsize=256)
+def _engine_profile(spec: str) -> EngineProfile:
+    head, *opts = spec.strip().split("+")
+    base, _, version = head.partition("@")
+    key = base.strip().lower().replace("-", "").replace("_", "")
+    if key not in _ALIASES:
+        hint = nearest(base, list(PROFILES), n=1, cutoff=0.5)
+        raise InputError(f"unknown engine {spec!r}: expected one of {', '.join(PROFILES)}, "
+                         "optionally @VERSION and +OPTION (e.g. vllm@0.11, "
+                         "sglang+mixed-chunk)" + (f" (did you mean {hint[0]}?)" if hint else ""))
+    prof = profile_for_version(_ALIASES[key], version if "@" in head else None)
+    applied = []
+    for opt in (o.strip().lower() for o in opts):
+        if opt not in PROFILE_OPTIONS:
+            raise InputError(f"unknown engine option {opt!r} in {spec!r}: expected one of "
+                             f"{', '.join(PROFILE_OPTIONS)}")
+        prof = PROFILE_OPTIONS[opt](prof)
+        applied.append(opt)
+    return replace(prof, options=tuple(applied)) if applied else prof
 
 
 def engine_defaults(gpu: GpuLike, profile: EngineProfile = VLLM) -> tuple[int, int]:

@@ -377,14 +377,22 @@ def validate_settings(model: ModelSpec, s: EngineSettings, gpu: GpuSpec | None =
                          f"{model.max_position_embeddings} (max_position_embeddings), which vLLM "
                          "refuses")
     validate_layout(model, s)
-    if gpu is not None and s.tp > gpu.interconnect.max_gpus_per_node:
-        raise InputError(f"--tp {s.tp}: a {gpu.key} node connects at most "
-                         f"{gpu.interconnect.max_gpus_per_node} GPUs ({gpu.interconnect.kind}); "
-                         "split across nodes with --pp instead")
-    if gpu is not None and s.world_size > gpu.interconnect.max_gpus_per_node:
-        raise InputError(f"--tp {s.tp} x --attention-dp {s.attention_dp}: a {gpu.key} node "
-                         f"connects at most {gpu.interconnect.max_gpus_per_node} GPUs; DP "
-                         "attention and EP across nodes are not modelled")
+    if gpu is not None:
+        validate_span(s, gpu)
+
+
+def validate_span(s: EngineSettings, gpu: GpuSpec) -> None:
+    """A replica wider than one NVLink domain needs the GPU's scale-out network (catalog
+    `network:`); TP, attention DP, EP and PP then cross it (models/layout.py)."""
+    domain = gpu.interconnect.max_gpus_per_node
+    if gpu.network is not None or s.world_size <= domain:
+        return
+    what = (f"--tp {s.tp}" if s.attention_dp == 1 else
+            f"--tp {s.tp} x --attention-dp {s.attention_dp}")
+    raise InputError(f"{what}: a {gpu.key} node connects at most {domain} GPUs "
+                     f"({gpu.interconnect.kind}) and the GPU catalog gives it no scale-out "
+                     "network (network: in its YAML) to span nodes; split across nodes with "
+                     "--pp instead")
 
 
 def validate_layout(model: ModelSpec, s: EngineSettings) -> None:

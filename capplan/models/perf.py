@@ -33,6 +33,7 @@ from capplan.catalog.schema import GpuSpec, ModelSpec
 from capplan.models import layers as model_layers
 from capplan.models.calibration import Calibration, default_calibration
 from capplan.models.engine import EngineProfile, EngineSettings
+from capplan.models.layout import Links, allreduce_cost, ep_all_to_all, gather_scatter_cost
 from capplan.models.memory import (
     kv_bytes_per_token_per_layer,
     kv_dtype_bytes,
@@ -90,7 +91,7 @@ STEP_CONSTANTS = ("dense_weight_bytes", "expert_bytes", "num_moe_layers", "num_e
                   "gemm_half_tokens", "allreduce_s_fixed", "allreduce_s_per_token", "pp",
                   "p2p_s_per_token", "step_overhead_s", "per_seq_overhead_s", "layer_overhead_s",
                   "state_bytes_per_seq", "allreduce_s_per_token_oneshot", "attention_dp",
-                  "expert_parallel", "moe_comm_s_fixed", "moe_comm_s_per_token")
+                  "expert_parallel", "moe_comm_s_fixed", "moe_comm_s_per_token", "host_overlap")
 """`StepModel` fields that `step_parts` takes, in its order."""
 
 
@@ -115,7 +116,8 @@ def step_parts(x: tuple, c: tuple, moe: bool) -> tuple:
 
 def fixed_parts(x: tuple, c: tuple, moe: bool) -> tuple:
     """The step's terms that do not read the KV cache: (linear, dense_mem, expert_mem,
-    dense_cmp, expert_cmp, comm, p2p, overhead, pp, tokens) (`step_parts`)."""
+    dense_cmp, expert_cmp, comm, p2p, overhead, pp, tokens, host, host_overlap, layer, fixed)
+    (`step_parts`; overhead as if nothing overlapped: `combine_parts` hides the host's share)."""
     bd, _, _, tp_, _, _, _, _, nps, logits = x
     (dense_weight_bytes, expert_bytes, num_moe_layers, num_experts, experts_per_tok,
      _, _, _, dense_flops_per_token,
@@ -124,7 +126,7 @@ def fixed_parts(x: tuple, c: tuple, moe: bool) -> tuple:
      gemm_flops_per_s, _, gemm_half_tokens, allreduce_s_fixed,
      allreduce_s_per_token, pp, p2p_s_per_token, step_overhead_s, per_seq_overhead_s,
      layer_overhead_s, _, allreduce_s_per_token_oneshot, attention_dp,
-     expert_parallel, moe_comm_s_fixed, moe_comm_s_per_token) = c
+     expert_parallel, moe_comm_s_fixed, moe_comm_s_per_token, host_overlap) = c
     tokens = bd + tp_
     # Attention data parallelism: the replica's batch splits evenly over `attention_dp` ranks,
     # each a TP group running attention and the dense layers on its own share (vLLM
@@ -170,9 +172,10 @@ def fixed_parts(x: tuple, c: tuple, moe: bool) -> tuple:
                          moe_comm_s_fixed + global_tokens * moe_comm_s_per_token, 0.0)
     pp = pp * 1.0
     p2p = (pp - 1) * tokens * p2p_s_per_token
-    overhead = step_overhead_s + per_seq_overhead_s * (bd + nps) + pp * layer_overhead_s
+    host = per_seq_overhead_s * (bd + nps)
+    overhead = step_overhead_s + host + pp * layer_overhead_s
     return (linear, dense_mem, expert_mem, dense_cmp, expert_cmp, comm, p2p, overhead, pp,
-            tokens)
+            tokens, host, host_overlap * 1.0, pp * layer_overhead_s, step_overhead_s * 1.0)
 
 
 def attention_parts(x: tuple, c: tuple) -> tuple:
@@ -182,7 +185,7 @@ def attention_parts(x: tuple, c: tuple) -> tuple:
     (_, _, _, _, _, kv_bytes_per_token_layer, full_layers, window_layers, _, _, _,
      attn_flops_per_pair_decode, attn_flops_per_pair_prefill, _, kv_bytes_per_s, _, _,
      attn_flops_per_s, _, _, _, _, _, _, _, _, state_bytes_per_seq, _, attention_dp,
-     _, _, _) = c
+     _, _, _, _) = c
     dp = attention_dp * 1.0  # each attention-DP rank reads its share (fixed_parts)
     bd, tp_, nps = bd / dp, tp_ / dp, nps / dp
     kv_full, kv_win, pairs, pairs_w = kv_full / dp, kv_win / dp, pairs / dp, pairs_w / dp
@@ -200,9 +203,19 @@ def attention_parts(x: tuple, c: tuple) -> tuple:
 
 def combine_parts(f: tuple, a: tuple) -> tuple:
     """`step_parts`' result from `fixed_parts` f and `attention_parts` a."""
-    linear, dense_mem, expert_mem, dense_cmp, expert_cmp, comm, p2p, overhead, pp, tokens = f
+    (linear, dense_mem, expert_mem, dense_cmp, expert_cmp, comm, p2p, overhead, pp, tokens,
+     host, host_overlap, layer, fixed) = f
     kv_mem, attn_cmp, attention = a
-    step = pp * (linear + attention + comm) + p2p + overhead
+    # Host overlap (vLLM async scheduling, SGLang/TensorRT-LLM overlap schedulers): the CPU
+    # prepares step n+1 while the GPU runs step n, so only host work beyond the GPU's step
+    # shows: gpu + host - min(host, gpu) = max(gpu, host) (host_overlap 1); 0 adds it all.
+    # The fixed step cost (launch, sampling, synchronisation) stays on the critical path.
+    # max(gpu, host) itself (not gpu + host - gpu: its rounding would break the ordering of
+    # steps that differ only in hidden prefill work).
+    gpu = pp * (linear + attention + comm) + p2p + layer
+    overlapped = select(host_overlap > 0, np.maximum(gpu, host), gpu + host)
+    step = fixed + overlapped
+    overhead = step - (pp * (linear + attention + comm) + p2p)
     step = select(tokens > 0, step, 0.0)
     return (step, dense_mem, expert_mem, kv_mem, dense_cmp, expert_cmp, attn_cmp, comm, p2p,
             overhead, pp)
@@ -258,6 +271,8 @@ class StepModel:
     """MoE dispatch + combine latency per step with attention DP (all MoE layers)."""
     moe_comm_s_per_token: Any = 0.0
     """MoE dispatch + combine seconds per token of the whole replica's batch."""
+    host_overlap: Any = 0.0
+    """1.0: the per-sequence host cost overlaps the GPU's step (EngineProfile.host_overlap)."""
 
     # ------------------------------------------------------------------------------------------
     def step(self, num_decode: ArrayLike = 0, decode_kv_tokens: ArrayLike = 0,
@@ -375,6 +390,37 @@ def request_overhead(model: ModelSpec, profile: EngineProfile) -> float:
     return profile.request_overhead_s + mla_layers(model) * profile.mla_layer_request_overhead_s
 
 
+_OUT_OF_REACH_S = 1.0
+"""Per-token seconds that keep the step formula's min() off an algorithm that cannot run."""
+
+
+def _span(gpu: GpuSpec, cal: Calibration) -> Links | None:
+    """Effective NVLink and network figures of a GPU with a scale-out network: the
+    calibration's all-reduce bandwidth fraction applies to both (achievable over peak), the
+    catalog's latencies (None: the GPU has no network; replicas stay in one domain)."""
+    if gpu.network is None:
+        return None
+    return Links(gpu.interconnect.bytes_per_s * cal.allreduce_bw_frac, cal.allreduce_latency_s,
+                 gpu.network.bytes_per_s * cal.allreduce_bw_frac, gpu.network.latency_s,
+                 gpu.interconnect.max_gpus_per_node)
+
+
+def _moe_span_comm(model: ModelSpec, s: EngineSettings, span: Links, moe_layers: int,
+                   fp8: bool) -> tuple[float, float]:
+    """(fixed s, s per token of the replica's batch) of the MoE layers' traffic when attention
+    DP spans domains: with expert parallelism, DeepEP's dispatch + combine all-to-all (each GPU
+    sends batch / world tokens); without, the hierarchical all-gather + reduce-scatter of the
+    hidden states (models/layout.py)."""
+    world = s.tp * s.attention_dp
+    moe = model.moe
+    if s.expert_parallel > 1 and moe is not None:
+        a2a = ep_all_to_all(model.hidden_size, moe.num_experts_per_tok, s.expert_parallel, span,
+                            fp8_dispatch=fp8)
+        return moe_layers * a2a.latency_s, moe_layers * a2a.s_per_token_per_gpu / world
+    lat, per_byte = gather_scatter_cost(world, span)
+    return moe_layers * lat, moe_layers * model.hidden_size * 2.0 * per_byte
+
+
 def build_step_model(model: ModelSpec, gpu: GpuSpec, settings: EngineSettings,
                      calibration: Calibration | None = None) -> StepModel:
     """Constants of the step model for one (model, GPU, settings, calibration)."""
@@ -417,6 +463,14 @@ def build_step_model(model: ModelSpec, gpu: GpuSpec, settings: EngineSettings,
         ar_fixed = 2 * layers * cal.allreduce_latency_s
         ar_token = 2 * layers * 2 * (tp - 1) / tp * model.hidden_size * act_bytes / link
         ar_one = 2 * layers * (tp - 1) * model.hidden_size * act_bytes / link
+    span = _span(gpu, cal)
+    if tp > 1 and span is not None and tp > span.gpus_per_domain:
+        # TP across NVLink domains: the hierarchical all-reduce (models/layout.py); no
+        # one-shot kernel spans nodes, so its per-token cost is set out of reach.
+        lat, per_byte = allreduce_cost(tp, span)
+        ar_fixed = layers * lat  # the two-shot branch counts it twice: 2 per layer
+        ar_token = 2 * layers * model.hidden_size * act_bytes * per_byte
+        ar_one = _OUT_OF_REACH_S
     moe_fixed = moe_token = 0.0
     if dp > 1 and moe is not None:
         # With DP attention each MoE layer all-gathers the dp ranks' hidden states before the
@@ -429,6 +483,9 @@ def build_step_model(model: ModelSpec, gpu: GpuSpec, settings: EngineSettings,
         moe_fixed = 2 * counts.num_moe_layers * cal.allreduce_latency_s
         moe_token = (2 * counts.num_moe_layers * (world - 1) / world * model.hidden_size
                      * act_bytes / link)
+        if span is not None and world > span.gpus_per_domain:
+            moe_fixed, moe_token = _moe_span_comm(model, settings, span, counts.num_moe_layers,
+                                                  dt.compute_dtype in LOW_PRECISION)
     return StepModel(
         dense_weight_bytes=dense_bytes,
         expert_bytes=expert_bytes,
@@ -454,9 +511,12 @@ def build_step_model(model: ModelSpec, gpu: GpuSpec, settings: EngineSettings,
         allreduce_s_fixed=ar_fixed,
         allreduce_s_per_token=ar_token,
         pp=pp,
-        p2p_s_per_token=model.hidden_size * act_bytes / link,
+        p2p_s_per_token=model.hidden_size * act_bytes / (
+            span.net_bytes_per_s if span is not None and tp * dp * pp > span.gpus_per_domain
+            else link),
         step_overhead_s=(cal.step_overhead_s if cal.step_overhead_s is not None
-                         else settings.profile.step_overhead_s),
+                         else settings.profile.step_overhead_s
+                         + layers * settings.profile.layer_step_overhead_s),
         per_seq_overhead_s=(cal.per_seq_overhead_s if cal.per_seq_overhead_s is not None
                             else settings.profile.per_seq_overhead_s),
         layer_overhead_s=(layers * cal.per_layer_overhead_s
@@ -470,6 +530,7 @@ def build_step_model(model: ModelSpec, gpu: GpuSpec, settings: EngineSettings,
         expert_parallel=settings.expert_parallel,
         moe_comm_s_fixed=moe_fixed,
         moe_comm_s_per_token=moe_token,
+        host_overlap=1.0 if settings.profile.host_overlap else 0.0,
     )
 
 

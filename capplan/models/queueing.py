@@ -24,21 +24,42 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
+from functools import cache
 from typing import Any
 
 import numpy as np
 from numpy.typing import ArrayLike
-from scipy import fft as sp_fft
-from scipy import special
 
 from capplan.models.closed_loop import block_rounding_tokens
 from capplan.models.engine import SchedulerPolicy
 from capplan.models.perf import StepModel
+from capplan.models.prefill import packed_prefill_step
 from capplan.models.prefix import PrefixCache
 
 QUANTILES = {"p50": 0.50, "p90": 0.90, "p99": 0.99}
 Z99 = 2.3263478740408408
 """Standard normal 99th percentile (scipy.stats.norm.ppf(0.99)): the one home of this value."""
+
+
+def _special() -> Any:
+    """scipy.special, imported on first use: a replayed closed loop or trace needs none of it,
+    and importing scipy costs ~0.2 s of every command's start-up."""
+    from scipy import special
+
+    return special
+
+
+def _fft() -> Any:
+    """scipy.fft, imported on first use (as `_special`)."""
+    from scipy import fft
+
+    return fft
+
+
+@cache
+def _normal_z() -> np.ndarray:
+    """Standard normal quantiles at the midpoints of _NORMAL_STRATA (computed once)."""
+    return _special().ndtri((_NORMAL_STRATA[:-1] + _NORMAL_STRATA[1:]) / 2)
 _TAU_MAX_S = 60.0
 _FP_ITERS = 10
 _FP_ITERS_MAX = 60
@@ -101,8 +122,8 @@ def _poisson_erlang_c(c: np.ndarray, a: np.ndarray) -> np.ndarray:
     """
     c = np.maximum(np.floor(c), 1.0)
     a = np.maximum(np.asarray(a, float), 1e-300)
-    pmf = np.exp(c * np.log(a) - a - special.gammaln(c + 1))
-    b = pmf / np.maximum(special.gammaincc(c + 1, a), 1e-300)
+    pmf = np.exp(c * np.log(a) - a - _special().gammaln(c + 1))
+    b = pmf / np.maximum(_special().gammaincc(c + 1, a), 1e-300)
     return np.clip(c * b / np.maximum(c - a * (1 - b), 1e-12), 0.0, 1.0)
 
 
@@ -167,7 +188,7 @@ def chunk_sum_quantile(m: np.ndarray, p: float, inp: LengthStats, budget: np.nda
         f = pk[0] + pk[1] * f1
         for k in terms:
             z = (x - centre[k]) / scale[k]
-            f = f + pk[k] * special.ndtr(z)
+            f = f + pk[k] * _special().ndtr(z)
         return f
 
     lo, hi = np.zeros_like(m), budget.astype(float).copy()
@@ -265,13 +286,12 @@ def _wait_term(p_wait: np.ndarray, mean_wait: np.ndarray) -> _Term:
 _NORMAL_STRATA = np.asarray([0, .001, .005, .01, .025, .05, .1, .2, .3, .4, .5, .6, .7, .8, .9,
                              .95, .975, .99, .995, .999, 1])
 _NORMAL_W = np.diff(_NORMAL_STRATA)
-_NORMAL_Z = special.ndtri((_NORMAL_STRATA[:-1] + _NORMAL_STRATA[1:]) / 2)
 
 
 def _normal_term(sd: np.ndarray) -> _Term:
     """Normal, mean 0, as 20 strata (finer in the tails) at their middle levels' quantiles."""
     sd = np.asarray(sd, float)
-    return _values_term(sd[..., None] * _NORMAL_Z, _NORMAL_W)
+    return _values_term(sd[..., None] * _normal_z(), _NORMAL_W)
 
 
 def _compound_term(m: np.ndarray, jumps: np.ndarray, weights: np.ndarray) -> _Term:
@@ -327,7 +347,7 @@ def _values_term(values: np.ndarray, weights: np.ndarray) -> _Term:
         w = np.broadcast_to(weights, i0.shape)
         pmf = (np.bincount(flat, (w * (1 - frac)).ravel(), minlength=rows * _GRID_LEN)
                + np.bincount(flat + 1, (w * frac).ravel(), minlength=rows * _GRID_LEN))
-        return sp_fft.rfft(pmf.reshape(h.shape + (_GRID_LEN,)).astype(np.float32), axis=-1)
+        return _fft().rfft(pmf.reshape(h.shape + (_GRID_LEN,)).astype(np.float32), axis=-1)
     return _Term(lo, span, spectrum)
 
 
@@ -404,7 +424,7 @@ class _SumLaw:
             ends = g.shape[:-1] + (1,)
             pmf = np.diff(np.concatenate([np.zeros(ends, np.float32), g,
                                           np.ones(ends, np.float32)], -1), axis=-1)
-            return sp_fft.rfft(pmf, axis=-1)
+            return _fft().rfft(pmf, axis=-1)
         return _Term(0.0, self.span, spectrum)
 
 
@@ -421,7 +441,7 @@ def _grid_cdf(terms: list[_Term], shape: tuple[int, ...]
     spec = live[0].spectrum(h)
     for t in live[1:]:
         spec = spec * t.spectrum(h)
-    pmf = np.maximum(sp_fft.irfft(spec, n=_GRID_LEN, axis=-1), 0.0)
+    pmf = np.maximum(_fft().irfft(spec, n=_GRID_LEN, axis=-1), 0.0)
     cdf = np.cumsum(pmf, axis=-1)
     cdf /= np.maximum(cdf[..., -1:], 1e-30)
     return h, total, _padded(cdf)
@@ -508,6 +528,11 @@ class QueueModel:
                    else inp)
         """Prompt tokens each request computes (all of them without a cache hit)."""
         self.ca2 = float(arrival_scv)
+        self.pack_prompts = False
+        """Cost a chunk longer than a prompt as whole prompts (models/prefill.py): always with
+        attention DP; on request otherwise (the disaggregated pools, capplan.plan.pd), while
+        the aggregated answers keep one sequence's chunk (docs/multinode.md, known limits)."""
+        self._dp = bool(np.any(np.asarray(step.attention_dp) > 1))
         self.dec_tokens = max(out.mean - 1.0, 0.0)
         # Time-averaged context of a decoding sequence, lengths independent:
         # E[(O-1)(I + O/2)] / E[O-1] = E[I] + (E[O^2] - E[O]) / (2 E[O-1]).
@@ -549,14 +574,21 @@ class QueueModel:
                               detail=False)["step_s"]
 
     def _mixed(self, b: np.ndarray, chunk: np.ndarray) -> np.ndarray:
-        """A step with b decode sequences and one prefill chunk of `chunk` tokens (mean prefix);
-        a prefill-first engine runs the chunk alone (the decoders wait)."""
+        """A step with b decode sequences and `chunk` prefill tokens (mean prefix); a
+        prefill-first engine runs the chunk alone (the decoders wait).
+
+        Attention DP splits the chunk over the ranks, each its own sequences' chunk; a rank's
+        chunk longer than a prompt packs whole prompts (chunk / prompt of them), whose causal
+        pairs add per prompt, not as one sequence of the chunk's length (models/prefill.py)."""
         prefix = self.cached + np.maximum(self.pf.mean - chunk, 0.0) / 2
         if self.policy.prefill_first:
             b = np.zeros_like(np.asarray(b, float))
-        return self.step.prefill_chunk(chunk, prefix, num_decode=b,
-                                       decode_kv_tokens=b * self.ctx_mean,
-                                       detail=False)["step_s"]
+        if not (self.pack_prompts or self._dp):
+            return self.step.prefill_chunk(chunk, prefix, num_decode=b,
+                                           decode_kv_tokens=b * self.ctx_mean,
+                                           detail=False)["step_s"]
+        return packed_prefill_step(self.step, chunk, self.pf.mean, self.cached, b,
+                                   b * self.ctx_mean)
 
     def _chunk_budget(self, b: np.ndarray) -> np.ndarray:
         if self.policy.prefill_first:  # the prefill step holds no decode tokens
@@ -678,7 +710,9 @@ class QueueModel:
         batch (M/G/inf: the batch averaged over a window as long as the service has variance
         (2/3) b, from the autocovariance lambda (D - |s|); Takacs 1962).
         """
-        inp, out = self.inp, self.out
+        # the prefill work is the uncached prompt tokens, as in the means (self.pf; the prompt
+        # itself without a prefix cache)
+        inp, out = self.pf, self.out
         lam, tau, b, budget, t_dec, t_full = x.lam, x.tau, x.b, x.budget, x.t_dec, x.t_full
         rho_p, wq_p, p_wait, wq_c, m_chunks = x.rho_p, x.wq_p, x.p_wait, x.wq_c, x.m_chunks
         chunk_mean = x.chunk_mean
@@ -695,7 +729,7 @@ class QueueModel:
         # each token at the step's marginal cost per prefill token (up to the budget).
         m = fin(m_chunks)[..., None]
         k = np.arange(2, _SHARED_MAX)
-        pk = np.exp(k * np.log(np.maximum(m, 1e-300)) - m - special.gammaln(k + 1))
+        pk = np.exp(k * np.log(np.maximum(m, 1e-300)) - m - _special().gammaln(k + 1))
         p0, p1 = np.exp(-m), m * np.exp(-m)
         tail = np.maximum(1 - p0 - p1 - pk.sum(axis=-1, keepdims=True), 0.0)
         pk[..., -1:] += tail

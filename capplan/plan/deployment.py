@@ -21,6 +21,7 @@ from capplan.catalog.schema import GpuSpec, ModelSpec
 from capplan.errors import CatalogError, InputError
 from capplan.models.calibration import Calibration
 from capplan.models.engine import EngineProfile, EngineSettings, engine_profile
+from capplan.models.layout import describe, nodes_spanned
 from capplan.models.memory import MemoryReport, memory_report
 from capplan.models.perf import StepModel, build_step_model
 from capplan.models.queueing import Limits
@@ -119,6 +120,18 @@ class Deployment:
                       self.memory.replica_kv_cache_tokens, self.pool.state_tokens_per_seq,
                       self.pool.block_size)
 
+    @property
+    def layout_text(self) -> str:
+        """'8 GPUs: attention TP 1 x DP 8, EP 8', '16 GPUs over 2 nodes: TP 16' (footers)."""
+        s = self.settings
+        return describe(s.tp, s.pp, s.attention_dp, s.expert_parallel,
+                        self.gpu.interconnect.max_gpus_per_node)
+
+    @property
+    def nodes(self) -> int:
+        """NVLink domains (nodes; racks on NVL72) one replica spans."""
+        return nodes_spanned(self.gpus_per_replica, self.gpu.interconnect.max_gpus_per_node)
+
     def settings_summary(self) -> dict[str, object]:
         """The resolved engine settings every output reports (JSON keys, SI)."""
         s = self.settings
@@ -129,7 +142,9 @@ class Deployment:
                 "max_num_batched_tokens": s.max_num_batched_tokens,
                 "memory_fraction": s.gpu_memory_utilization, "block_size": s.block_size,
                 "max_model_len": self.memory.max_model_len, "served_id": self.served_id,
-                "calibration": self.calibration.source}
+                "calibration": self.calibration.source,
+                "gpus_per_replica": self.gpus_per_replica, "nodes_per_replica": self.nodes,
+                "layout": self.layout_text}
 
     def warnings(self) -> list[str]:
         """Things a user should hear about this deployment (printed on stderr by the CLI)."""
@@ -162,7 +177,7 @@ def resolve_settings(opts: EngineOptions, gpu: GpuSpec, implied_dtype: str | Non
         block_size=block,
         max_num_seqs=opts.max_num_seqs or d.max_num_seqs,
         max_num_batched_tokens=opts.max_num_batched_tokens or d.max_num_batched_tokens,
-        enforce_eager=opts.enforce_eager, engine=profile.name,
+        enforce_eager=opts.enforce_eager, engine=profile.spec,
         attention_dp=opts.attention_dp, expert_parallel=opts.expert_parallel)
 
 

@@ -16,6 +16,7 @@ from capplan.errors import CapplanError
 from capplan.models.disagg import Link, decode_side_prefix, kv_link, kv_transfer_s
 from capplan.models.queueing import LengthStats, Limits, QueueModel
 from capplan.plan.deployment import Deployment, EngineOptions, resolve_deployment
+from capplan.plan.pd import network_link
 from capplan.plan.search import SearchSpace, Traffic, stack_step_models
 
 _GRID = 48
@@ -243,7 +244,8 @@ def _pair(pc: _PrefillCurve, dp: PoolPlan, t: Traffic, target: float, ttft_slo: 
     ic = dp.dep.gpu.interconnect
     if same_domain and pc.dep.gpu.key != dp.dep.gpu.key:
         return None
-    link = kv_link(ic.bytes_per_s, same_domain)
+    # the catalog's scale-out network between domains (plan/pd.network_link)
+    link = kv_link(ic.bytes_per_s, True) if same_domain else network_link(dp.dep)
     kv_per_token = dp.dep.memory.kv_bytes_per_token_per_gpu
     tx_mean = float(kv_transfer_s(t.inp.mean, kv_per_token, link))
     tx_p99 = float(kv_transfer_s(t.inp.q["p99"], kv_per_token, link))
@@ -287,7 +289,7 @@ def launch_lines(p: DisaggPlan) -> dict[str, str]:
     from capplan.plan.launch import launch_line
 
     pr, de = p.prefill.dep, p.decode.dep
-    engine = pr.settings.engine
+    engine = pr.settings.profile.name
     po = _pool_options(pr, "prefill", 0)
     do = _pool_options(de, "decode", pr.gpus_per_replica
                        if pr.gpus_per_replica + de.gpus_per_replica <= 8 else 0)

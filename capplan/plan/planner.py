@@ -107,8 +107,9 @@ def search_space(cat: Catalog, plan: PlanFile, model: ModelSpec, t: Traffic,
     for key in ("attention_dp", "expert_parallel"):
         if getattr(plan.engine, key) != 1:
             raise InputError(f"engine.{key} {getattr(plan.engine, key)}: recommend and plan "
-                             "search plain TP layouts; size DP/EP layouts with `capplan "
-                             "latency --attention-dp N --expert-parallel N`")
+                             "choose layouts themselves (plain TP; for MoE models attention DP "
+                             "+ EP over each world); size a given layout with `capplan latency "
+                             "--attention-dp N --expert-parallel N` or disaggregated_layout:")
     if max_len > model.max_position_embeddings:
         raise InputError(f"engine.max_model_len {max_len} exceeds {model.key}'s "
                          f"{model.max_position_embeddings}")
@@ -121,7 +122,7 @@ def search_space(cat: Catalog, plan: PlanFile, model: ModelSpec, t: Traffic,
         max_num_seqs=_as_tuple(plan.engine.max_num_seqs, DEFAULT_SEQS),
         max_num_batched_tokens=_as_tuple(plan.engine.max_num_batched_tokens, DEFAULT_CHUNKS),
         gpu_memory_utilization=plan.engine.gpu_memory_utilization, max_model_len=max_len,
-        block_size=plan.engine.block_size, engine=plan.engine.name,
+        block_size=plan.engine.block_size, engine=plan.engine.profile_spec,
         calibration=plan.calibration, max_model_len_reason=len_reason)
 
 
@@ -239,6 +240,11 @@ def run_plan(cat: Catalog, plan: PlanFile, verify: VerifyFn | None = None,
         if alt is not None and alt["gpus_total"] <= result.best.gpus_total and (
                 alt["saving_frac"] is None or alt["saving_frac"] > 0):
             result = replace(result, fp8_alternative=alt)
+    if plan.disaggregated_layout is not None:
+        from capplan.plan.pd import fixed_layout_for_plan
+
+        result = replace(result, fixed_disaggregated=fixed_layout_for_plan(
+            cat, plan, resolved, t))
     return result
 
 
@@ -385,8 +391,11 @@ def _plan_pool(cat: Catalog, plan: PlanFile, resolved: ResolvedModel, lanes: lis
     if verify is not None and plan.verify.top > 0:
         ranked = _verify(ranked, pool, plan.verify.top, plan.verify.requests, verify, warnings)
     if not ranked:
+        misses = [w.replace(" met the SLOs analytically but missed them in simulation", "")
+                  .removesuffix("; dropped") for w in warnings if "missed them in simulation" in w]
+        nearest = f"; nearest miss: {misses[0]}" if misses else ""
         raise InfeasibleError("every configuration that met the SLOs analytically missed them "
-                              "in simulation; loosen the SLOs or lower the rate")
+                              f"in simulation{nearest}; loosen the SLOs or lower the rate")
     ranked, pruned = _prune(ranked)
     if pruned:
         warnings.append(f"{pruned} configuration(s) not listed: they need over "
@@ -445,7 +454,8 @@ def _verify_job(r: Recommendation, pool: _Pool, max_requests: int) -> VerifyJob:
     return VerifyJob(lanes=pool.lanes, replicas=r.replicas, step=c.step,
                      num_gpu_blocks=c.pool.num_blocks, block_size=c.pool.block_size,
                      state_blocks=c.pool.state_blocks_per_seq,
-                     max_num_seqs=s.max_num_seqs, max_num_batched_tokens=s.max_num_batched_tokens,
+                     max_num_seqs=s.max_num_seqs * s.attention_dp,  # per rank x ranks
+                     max_num_batched_tokens=s.max_num_batched_tokens * s.attention_dp,
                      max_model_len=s.max_model_len, requests=n_req,
                      policy=s.profile.scheduler,
                      request_overhead_s=float(np.asarray(c.step.request_overhead_s)))

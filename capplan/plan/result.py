@@ -11,6 +11,9 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
+from capplan.models.engine import engine_profile
+from capplan.models.layout import describe
+from capplan.plan.bands import attach_bands
 from capplan.plan.schema import Lane
 from capplan.plan.search import Candidate, SearchSpace
 
@@ -103,6 +106,10 @@ class Recommendation:
     @property
     def label(self) -> str:
         s = self.candidate.settings
+        if s.attention_dp > 1 or s.expert_parallel > 1:
+            layout = describe(s.tp, s.pp, s.attention_dp, s.expert_parallel,
+                              self.candidate.gpu.interconnect.max_gpus_per_node)
+            return f"{self.candidate.gpu.key} {layout} ({s.weight_dtype})"
         return f"{self.candidate.gpu.key} TP {s.tp} ({s.weight_dtype})"
 
     def with_(self, **changes: Any) -> Recommendation:
@@ -116,7 +123,7 @@ class Recommendation:
                 "max_num_batched_tokens": s.max_num_batched_tokens,
                 "weight_dtype": s.weight_dtype, "kv_dtype": s.kv_dtype,
                 "max_model_len": s.max_model_len,
-                "gpu_memory_utilization": s.gpu_memory_utilization, "engine": s.engine,
+                "gpu_memory_utilization": s.gpu_memory_utilization, "engine": s.profile.name,
                 "replicas": self.replicas, "per_replica_rate_per_s": self.per_replica_rate_per_s}
 
     def head(self) -> dict[str, Any]:
@@ -130,15 +137,17 @@ class Recommendation:
     def to_dict(self) -> dict[str, Any]:
         c, s = self.candidate, self.candidate.settings
         return {
-            "gpu": c.gpu.key, "tp": s.tp, "pp": s.pp, "replicas": self.replicas,
+            "gpu": c.gpu.key, "tp": s.tp, "pp": s.pp, "attention_dp": s.attention_dp,
+            "expert_parallel": s.expert_parallel, "replicas": self.replicas,
+            "gpus_per_replica": s.tp * s.pp * s.attention_dp,
             "gpus_total": self.gpus_total, "max_num_seqs": s.max_num_seqs,
             "max_num_batched_tokens": s.max_num_batched_tokens,
             "weight_dtype": s.weight_dtype, "kv_dtype": s.kv_dtype,
             "weight_dtype_resolved": self.resolved_dtypes[0] or s.weight_dtype,
             "kv_dtype_resolved": self.resolved_dtypes[1] or s.kv_dtype,
-            "engine": s.engine,
+            "engine": s.profile.name, "engine_profile": s.profile.spec,
             "max_model_len": s.max_model_len, "gpu_memory_utilization": s.gpu_memory_utilization,
-            "predicted": self.predicted.to_dict(),
+            "predicted": attach_bands(self.predicted.to_dict(), s.profile.name, None),
             "capacity_per_replica_rps": c.max_rate_per_s,
             "stable_capacity_per_replica_rps": c.capacity_per_s,
             "per_replica_rate_per_s": self.per_replica_rate_per_s,
@@ -259,7 +268,7 @@ class PlanInputs:
                 "max_model_len": sp.max_model_len,
                 "max_model_len_reason": sp.max_model_len_reason,
                 "gpu_memory_utilization": sp.gpu_memory_utilization,
-                "engine": sp.engine, "calibration": sp.calibration,
+                "engine": engine_profile(sp.engine).name, "calibration": sp.calibration,
                 "objective": self.objective, "headroom": self.headroom, "pools": self.pools,
                 "configurations_searched": self.configurations_searched}
 
@@ -292,6 +301,8 @@ class PlanResult:
     fp8_alternative: dict[str, Any] | None = None
     """The best fleet with fp8 weights when the plan did not allow them and they would save
     (plan/alternatives.py): GPUs, cost, saving, the accuracy caveat and a sentence."""
+    fixed_disaggregated: dict[str, Any] | None = None
+    """The plan file's fixed prefill/decode layout predicted (plan/pd.py); None if none."""
 
     @property
     def best(self) -> Recommendation:
@@ -316,4 +327,6 @@ class PlanResult:
             out["prefix_cache"] = self.prefix_cache
         if self.fp8_alternative is not None:
             out["fp8_alternative"] = self.fp8_alternative
+        if self.fixed_disaggregated is not None:
+            out["fixed_disaggregated"] = self.fixed_disaggregated
         return out

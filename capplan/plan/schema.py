@@ -202,8 +202,39 @@ class Candidates(BaseModel):
 
 class EngineSpec(BaseModel):
     model_config = _STRICT
-    name: Literal["vllm", "sglang", "trtllm"] = "vllm"
-    """The serving engine: its memory accounting, scheduler and defaults (docs/engines.md)."""
+    name: str = "vllm"
+    """The serving engine: vllm, sglang or trtllm, optionally with its release and profile
+    options (`vllm@0.11`, `sglang@0.5+mixed-chunk`); its memory accounting, scheduler, host
+    costs and defaults apply (docs/engines.md, "Profiles by version")."""
+    version: str | None = None
+    """The engine's release (e.g. "0.11"); default: the newest profile. Same as name@version."""
+
+    @model_validator(mode="after")
+    def _known_engine(self) -> EngineSpec:
+        from capplan.models.engine import engine_profile
+
+        spec = self.name
+        if self.version is not None:
+            if "@" in spec:
+                raise ValueError(f"engine: give the release once, in name ({spec!r}) or "
+                                 f"version ({self.version!r})")
+            head, plus, opts = spec.partition("+")
+            spec = f"{head}@{self.version}{plus}{opts}"
+        try:
+            engine_profile(spec)
+        except InputError as e:
+            raise ValueError(str(e)) from None
+        return self
+
+    @property
+    def profile_spec(self) -> str:
+        """The engine spec string the engine settings carry (name@version+options)."""
+        from capplan.models.engine import engine_profile
+
+        if self.version is None:
+            return engine_profile(self.name).spec
+        head, plus, opts = self.name.partition("+")
+        return engine_profile(f"{head}@{self.version}{plus}{opts}").spec
     max_num_seqs: list[_COUNT] | _COUNT | None = None  # type: ignore[valid-type]
     """Values to search (default 64..1024)."""
     max_num_batched_tokens: list[_COUNT] | _COUNT | None = None  # type: ignore[valid-type]
@@ -215,9 +246,36 @@ class EngineSpec(BaseModel):
     """KV block (page) size, one of the CLI's --block-size choices; default: the engine's."""
     attention_dp: _COUNT = 1  # type: ignore[valid-type]
     """Attention data-parallel ranks per replica (docs/perf.md, "Layouts"). recommend/plan
-    search plain TP: values above 1 are refused there (memory, latency and simulate take them)."""
+    choose layouts themselves (for MoE models attention DP + EP over each world): values above
+    1 are refused there (memory, latency and simulate take them)."""
     expert_parallel: _COUNT = 1  # type: ignore[valid-type]
     """Expert-parallel size of the MoE layers; as attention_dp, 1 in recommend/plan."""
+
+
+class PdPool(BaseModel):
+    """One pool of a fixed disaggregated layout (docs/disaggregation.md)."""
+
+    model_config = _STRICT
+    workers: _COUNT  # type: ignore[valid-type]
+    """Workers (replicas) of this pool."""
+    tp: _COUNT = 1  # type: ignore[valid-type]
+    """TP of a worker in the engine's notation (SGLang/TensorRT-LLM: the world)."""
+    pp: _COUNT = 1  # type: ignore[valid-type]
+    attention_dp: _COUNT = 1  # type: ignore[valid-type]
+    expert_parallel: _COUNT = 1  # type: ignore[valid-type]
+    gpu: str | None = None
+    """GPU of this pool (default: the plan's first candidate GPU)."""
+    max_num_seqs: _COUNT | None = None  # type: ignore[valid-type]
+    max_num_batched_tokens: _COUNT | None = None  # type: ignore[valid-type]
+
+
+class FixedDisaggregated(BaseModel):
+    """A given prefill/decode layout to predict for the plan's lanes (not searched)."""
+
+    model_config = _STRICT
+    prefill: PdPool
+    decode: PdPool
+    kv_link: Literal["auto", "nvlink", "network"] = "auto"
 
 
 class VerifySpec(BaseModel):
@@ -270,8 +328,27 @@ class PlanFile(BaseModel):
     pools: Literal["shared", "separate", "both"] = "both"
     """Several lanes: one shared pool with priorities, a pool per lane, or plan both."""
     objective: Literal["min_cost", "min_gpus", "max_goodput_per_dollar"] = "min_cost"
-    headroom: L.HEADROOM.field() = 0.2  # type: ignore[valid-type]
-    """Extra capacity for bursts: replicas cover rate * (1 + headroom)."""
+    headroom: L.HEADROOM.field() | Literal["auto"] = 0.2  # type: ignore[valid-type]
+    """Extra capacity for bursts and model error: replicas cover rate * (1 + headroom). "auto"
+    in the file: the headroom that covers the engine's optimistic predictions, from its error
+    band (capplan.plan.bands.auto_headroom; docs/validation.md section 4b)."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _auto_headroom(cls, data: Any) -> Any:
+        if isinstance(data, dict) and str(data.get("headroom", "")).strip().lower() == "auto":
+            from capplan.models.engine import engine_profile
+            from capplan.plan.bands import auto_headroom
+
+            eng = data.get("engine") or {}
+            name = eng.get("name", "vllm") if isinstance(eng, dict) else "vllm"
+            try:
+                engine = engine_profile(str(name)).name
+            except InputError:
+                engine = "vllm"  # the engine's own validator reports it
+            data = {**data, "headroom": round(auto_headroom(engine), 3)}
+        return data
+
     verify: VerifySpec = VerifySpec()
     calibration: str | None = None
     """Calibration YAML for every candidate GPU (relative to the plan file); default: a
@@ -283,6 +360,9 @@ class PlanFile(BaseModel):
     export: list[str] = []
     """Files to write (.csv, .json, .md, .xlsx, .k8s.yaml, .llm-d.yaml, .html), relative to the
     plan file."""
+    disaggregated_layout: FixedDisaggregated | None = None
+    """A fixed prefill/decode layout predicted for the lanes' pooled traffic beside the
+    search (JSON `fixed_disaggregated`: per-pool figures, a saturated pool named)."""
     day: DaySpec = DaySpec()
     """Day plans (lanes with `trace` or `rate_curve`): windows and replica start-up."""
     models: list[ModelEntry] | None = None

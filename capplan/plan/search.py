@@ -22,7 +22,7 @@ from capplan.catalog.loader import Catalog
 from capplan.catalog.schema import GpuSpec, ModelSpec
 from capplan.errors import InputError
 from capplan.models.calibration import Calibration
-from capplan.models.engine import EngineSettings
+from capplan.models.engine import EngineSettings, engine_profile
 from capplan.models.memory import MemoryReport, memory_report
 from capplan.models.perf import StepModel, build_step_model
 from capplan.models.prefix import PrefixCache
@@ -131,9 +131,13 @@ class Candidate:
         return self.pool.num_blocks
 
     @property
-    def family(self) -> tuple[str, int, str, str]:
-        """What a recommendation row stands for: GPU, TP, weight and KV dtypes."""
+    def family(self) -> tuple[str, int, str, str] | tuple[str, int, str, str, int, int]:
+        """What a recommendation row stands for: GPU, TP, weight and KV dtypes (and the
+        attention-DP / EP layout when there is one)."""
         s = self.settings
+        if s.attention_dp > 1 or s.expert_parallel > 1:
+            return (self.gpu.key, s.tp, s.weight_dtype, s.kv_dtype, s.attention_dp,
+                    s.expert_parallel)
         return (self.gpu.key, s.tp, s.weight_dtype, s.kv_dtype)
 
 
@@ -188,23 +192,41 @@ def build_candidates(cat: Catalog, model: ModelSpec, space: SearchSpace,
     for gpu in space.gpus:
         # The file applies to the GPU it was measured on; the others keep their own.
         cal = calibration_for(cat, gpu, cal_path if cal_gpu == gpu.key else None)
-        for tp in space.tps:
-            if not _tp_ok(model, tp, gpu):
-                continue
+        layouts = [(tp, 1, 1) for tp in space.tps if _tp_ok(model, tp, gpu)]
+        layouts += moe_layouts(model, gpu, space)
+        for tp, dp, ep in layouts:
             for wd in space.weight_dtypes:
                 for kvd in space.kv_dtypes:
                     base = resolve_settings(EngineOptions(
                         engine=space.engine, tp=tp, weight_dtype=wd, kv_dtype=kvd,
                         max_model_len=space.max_model_len,
                         gpu_memory_utilization=space.gpu_memory_utilization,
-                        block_size=space.block_size), gpu)
+                        block_size=space.block_size, attention_dp=dp, expert_parallel=ep), gpu)
                     reports = [_report(model, gpu, base, seqs, chunk) for seqs, chunk in combos]
-                    kv_tokens = tuple(r.kv_cache_tokens if r.fits else 0 for r in reports)
+                    kv_tokens = tuple(r.replica_kv_cache_tokens if r.fits else 0
+                                      for r in reports)
                     if any(kv_tokens):
                         groups.append(ConfigGroup(gpu, base, build_step_model(model, gpu, base,
                                                                               cal),
                                                   cal, combos, kv_tokens, KvPool.of(reports[0])))
     return groups
+
+
+def moe_layouts(model: ModelSpec, gpu: GpuSpec, space: SearchSpace
+                ) -> list[tuple[int, int, int]]:
+    """(tp, attention_dp, expert_parallel) layouts searched for a MoE model besides plain TP:
+    attention DP over every GPU of the world with the experts sharded over all of them (how
+    SGLang and TensorRT-LLM serve DeepSeek: `--tp W --enable-dp-attention --dp W --ep-size W`;
+    vLLM `--data-parallel-size W --enable-expert-parallel`), for the space's TP sizes as
+    worlds, and a two-node world on a GPU with a scale-out network (docs/multinode.md)."""
+    p = engine_profile(space.engine)
+    if model.moe is None or not (p.supports_attention_dp and p.supports_expert_parallel):
+        return []
+    node = gpu.interconnect.max_gpus_per_node
+    worlds = {w for w in space.tps if 1 < w <= node}
+    if gpu.network is not None and node <= 8:
+        worlds.add(2 * node)
+    return [(1, w, w) for w in sorted(worlds) if model.moe.num_experts % w == 0]
 
 
 def _report(model: ModelSpec, gpu: GpuSpec, base: EngineSettings, seqs: int, chunk: int
@@ -234,8 +256,10 @@ def analytic_search(groups: list[ConfigGroup], t: Traffic, headroom: float = 0.2
                     ) -> SearchResult:
     """Highest SLO-compliant rate per replica for every configuration, vectorised."""
     sm = stack_step_models([g.step for g in groups])
-    seqs = np.asarray([[c[0] for c in g.combos] for g in groups], float)
-    chunk = np.asarray([[c[1] for c in g.combos] for g in groups], float)
+    # engine limits are per attention-DP rank: a replica holds dp x them
+    dps = np.asarray([[g.settings.attention_dp] for g in groups], float)
+    seqs = np.asarray([[c[0] for c in g.combos] for g in groups], float) * dps
+    chunk = np.asarray([[c[1] for c in g.combos] for g in groups], float) * dps
     kv = np.asarray([g.kv_tokens for g in groups], float)
     policy = groups[0].settings.profile.scheduler if groups else None  # one engine per plan
     pools = [g.pool or KvPool(0, g.settings.block_size) for g in groups]

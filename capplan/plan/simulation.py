@@ -18,7 +18,8 @@ from capplan.plan.fleet_sim import FleetOptions, run_fleet
 from capplan.plan.load import require_one_load
 from capplan.sim import SCHEDULERS, engine_impl, run_features, run_scheduler
 from capplan.sim.fleet import fleet_compiled
-from capplan.sim.workload import Lane, Workload, load_trace, parse_length
+from capplan.sim.protocol import BenchmarkRun
+from capplan.sim.workload import Lane, Requests, Workload, load_trace, parse_length
 
 
 def parse_schedulers(text: str) -> list[str]:
@@ -32,12 +33,13 @@ def parse_schedulers(text: str) -> list[str]:
     return list(dict.fromkeys(names))
 
 
-def workload_from_options(rate: float | None, concurrency: int | None, trace: str | None,
+def workload_from_options(rate: float | None, concurrency: int | None, trace: str | Requests | None,
                           input_len: str, output_len: str, burstiness: float,
                           requests: int, time_unit: str = "auto") -> Workload:
     require_one_load(rate, concurrency, trace)
-    if trace is not None:
-        return Workload((Lane(name="trace"),), trace=load_trace(trace, time_unit))
+    if trace is not None:  # a path, or a trace already read (Requests: read once by latency)
+        reqs = trace if isinstance(trace, Requests) else load_trace(trace, time_unit)
+        return Workload((Lane(name="trace"),), trace=reqs)
     limits.check_cap("sim_requests", requests, "--requests")  # estimated before the work
     if rate is not None:
         limits.check_sim_horizon(requests, rate)
@@ -50,21 +52,29 @@ def workload_from_options(rate: float | None, concurrency: int | None, trace: st
 
 
 def run_simulation(dep: Deployment, *, rate: float | None, concurrency: int | None,
-                   trace: str | None, input_len: str, output_len: str, burstiness: float,
+                   trace: str | Requests | None, input_len: str, output_len: str, burstiness: float,
                    requests: int, seed: int, schedulers: tuple[str, ...] | list[str],
                    batch_size: int | None = None, batch_timeout_s: float = 0.05,
                    chunked_prefill: bool | None = None,
                    progress: Callable[[str, int, int], Any] | None = None,
                    time_unit: str = "auto", sim_engine: str = "auto",
                    prefix: PrefixSpec | None = None,
-                   fleet: FleetOptions | None = None) -> dict[str, Any]:
+                   fleet: FleetOptions | None = None,
+                   benchmark: BenchmarkRun | None = None) -> dict[str, Any]:
     """{"head": run description and bound, "results": {scheduler: SimResult dict},
     "notes": [...]}. `progress(scheduler, done, total)` is called as requests finish.
     `chunked_prefill` None keeps the engine profile's choice; False forces whole prompts.
     `sim_engine` (auto, compiled, fast, reference) picks the simulator; each result names the
     one that ran as `engine_impl`. `fleet` (replicas > 1 or a schedule): the continuous
-    scheduler over a fleet behind a router (`capplan.plan.fleet_sim.run_fleet`)."""
+    scheduler over a fleet behind a router (`capplan.plan.fleet_sim.run_fleet`). `benchmark`:
+    a tool's protocol (capplan.sim.protocol): its measured and warm-up requests, random
+    lengths and metric definitions (`benchmark` key)."""
     limits.SEED.check(seed, "seed")
+    if benchmark is not None:
+        if fleet is not None and fleet.is_fleet:
+            raise InputError("--benchmark measures one engine as the tool does; it does not "
+                             "combine with --replicas or --schedule")
+        requests, input_len, output_len = benchmark.workload(input_len, output_len)
     wl = workload_from_options(rate, concurrency, trace, input_len, output_len, burstiness,
                                requests, time_unit)
     if prefix is not None and wl.trace is None:
@@ -106,18 +116,13 @@ def run_simulation(dep: Deployment, *, rate: float | None, concurrency: int | No
                             request_overhead_s=overhead if concurrency is not None else 0.0,
                             client_jitter=(s.profile.client_jitter if concurrency is not None
                                            else None),
-                            progress=tick, sim_engine=sim_engine).to_dict()
-        features = run_features(s.profile.scheduler, reqs)
-        impl = engine_impl(name, sim_engine, **features)
-        results[name] = {**add_request_overhead(res, overhead), "engine_impl": impl}
-        if sim_engine not in ("auto", impl):  # said in every format, not only on stderr
-            results[name]["engine_note"] = _engine_note(name, sim_engine, impl, features)
-            notes.append(results[name]["engine_note"])
+                            progress=tick, sim_engine=sim_engine,
+                            **({} if benchmark is None else
+                               {"measure": benchmark.measure(overhead)})).to_dict()
+        results[name] = _with_engine(add_request_overhead(res, overhead), name, sim_engine,
+                                     run_features(s.profile.scheduler, reqs), notes)
     if concurrency is None:  # open loop: say when the arrivals outran the engine
-        for name, res in results.items():
-            note = mark_overload(res, np.asarray(reqs.arrival_at_s, float))
-            if note:
-                notes.append(note if len(results) == 1 else f"{name}: {note}")
+        notes += _overload_notes(results, np.asarray(reqs.arrival_at_s, float))
     first = results[schedulers[0]]
     ctx = float(np.mean(reqs.input_tokens) + np.mean(reqs.output_tokens) / 2)
     per_replica_batch = first["mean_running_batch"] / max(first.get("replicas", 1), 1)
@@ -144,10 +149,27 @@ def _check_work(is_trace: bool, reqs: Any, dep: Deployment) -> None:
                          "shared prompt blocks to hash for prefix caching")
 
 
-def _engine_note(name: str, asked: str, impl: str, features: dict[str, Any]) -> str:
-    used = [k for k, v in features.items() if v is True]
-    why = f"it does not run {', '.join(used)}" if used else f"the {name} scheduler"
-    return f"--sim-engine {asked} asked, {impl} ran: {why}"
+def _with_engine(res: dict[str, Any], name: str, asked: str, features: dict[str, Any],
+                 notes: list[str]) -> dict[str, Any]:
+    """The result with the engine that ran; when it is not the one asked for, why (said in
+    every format, not only on stderr)."""
+    impl = engine_impl(name, asked, **features)
+    out = {**res, "engine_impl": impl}
+    if asked not in ("auto", impl):
+        used = [k for k, v in features.items() if v is True]
+        why = f"it does not run {', '.join(used)}" if used else f"the {name} scheduler"
+        out["engine_note"] = f"--sim-engine {asked} asked, {impl} ran: {why}"
+        notes.append(out["engine_note"])
+    return out
+
+
+def _overload_notes(results: dict[str, dict[str, Any]], arrivals: np.ndarray) -> list[str]:
+    out = []
+    for name, res in results.items():
+        note = mark_overload(res, arrivals)
+        if note:
+            out.append(note if len(results) == 1 else f"{name}: {note}")
+    return out
 
 
 OVERLOAD_QUEUE_FRAC = 0.1

@@ -43,7 +43,9 @@ def max_batch(dep: Deployment, context_len: int) -> int:
     (whole blocks, plus a hybrid's recurrent state blocks)."""
     bs = dep.pool.block_size
     per_seq = -(-int(context_len) // bs) * bs + dep.pool.state_tokens_per_seq
-    return int(min(dep.settings.max_num_seqs, dep.memory.kv_cache_tokens // max(per_seq, 1)))
+    # a replica of attention-DP ranks holds each rank's limits and KV pool (Deployment.limits)
+    return int(min(dep.limits.max_num_seqs, dep.memory.replica_kv_cache_tokens
+                   // max(per_seq, 1)))
 
 
 def prefill_rows(dep: Deployment, prompt_lens: list[int]) -> list[dict[str, Any]]:

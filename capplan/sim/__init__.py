@@ -83,7 +83,8 @@ def run_scheduler(step_model: Any, reqs: Requests, lanes: tuple[Lane, ...], *, s
                   batch_timeout_s: float = 0.0, request_overhead_s: float = 0.0,
                   client_jitter: ClientJitter | None = None,
                   progress: Callable[[int], None] | None = None,
-                  sim_engine: str = "auto", state_blocks: int = 0) -> SimResult:
+                  sim_engine: str = "auto", state_blocks: int = 0,
+                  measure: Callable[[RunRecord, tuple[Lane, ...]], Any] = summarize) -> SimResult:
     """Simulate concrete requests under one scheduler and summarise the run.
 
     `policy` is the engine profile's scheduler policy (continuous batching only; default
@@ -96,6 +97,8 @@ def run_scheduler(step_model: Any, reqs: Requests, lanes: tuple[Lane, ...], *, s
     `sim_engine` (auto, compiled, fast, reference) picks the implementation (`engine_impl`);
     all give the same results. `state_blocks`: blocks each running sequence's recurrent state
     holds (hybrid models, `MemoryReport.state_blocks_per_seq`; continuous batching).
+    `measure(record, lanes)` summarises the run (default `summarize`; a benchmark protocol's
+    drops its warm-ups, capplan.sim.protocol.measure).
     """
     if enable_chunked_prefill is not None:
         policy = replace(policy, chunked_prefill=enable_chunked_prefill)
@@ -109,12 +112,11 @@ def run_scheduler(step_model: Any, reqs: Requests, lanes: tuple[Lane, ...], *, s
             from capplan.sim.compiled import CompiledEngine as cls  # imports numba
         eng = cls(step_model, num_gpu_blocks, block_size, max_num_seqs, max_num_batched_tokens,
                   policy, state_blocks=state_blocks)
-        return summarize(eng.run(reqs, prio, progress, request_overhead_s, client_jitter),
-                         lanes)
+        return measure(eng.run(reqs, prio, progress, request_overhead_s, client_jitter), lanes)
     if scheduler in ("static", "dynamic"):
         batch = BatchEngine(step_model, num_gpu_blocks, block_size,
                             batch_size or max_num_seqs, scheduler, batch_timeout_s)
-        return summarize(batch.run(reqs, prio, progress), lanes)
+        return measure(batch.run(reqs, prio, progress), lanes)
     raise InputError(f"--scheduler {scheduler!r}: expected one of {', '.join(SCHEDULERS)}")
 
 

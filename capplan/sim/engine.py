@@ -836,7 +836,7 @@ class _State:
         the window start)."""
         if not self.closed:
             return np.searchsorted(self.arr_np, starts, "right")
-        all_ends = np.concatenate((self.exact_ends, ends))
+        all_ends = _EndsView(self.exact_ends, ends)
         if self.jitter is not None:
             return self._seen_jittered(first, starts, all_ends, seen)
         g = np.array([self.seqs[s].arrival_step for s in range(first, self.next_request)],
@@ -844,7 +844,7 @@ class _State:
         arrivals = np.where(g >= 0, all_ends[np.maximum(g, 0)], 0.0) + self.overhead_s
         return first + np.searchsorted(arrivals, starts, "right")
 
-    def _seen_jittered(self, first: int, starts: np.ndarray, all_ends: np.ndarray,
+    def _seen_jittered(self, first: int, starts: np.ndarray, all_ends: _EndsView,
                        seen: list[int]) -> np.ndarray:
         """`_seen_exact` with client jitter: the arrivals counted on the exact clock, and -1
         from the step where a request arrived whose exact time falls after one that arrived
@@ -980,6 +980,27 @@ class _State:
             num_gpu_blocks=self.e.total_blocks, preemptions=self.preemptions,
             scheduler="continuous", prefix_hit_tokens=self.hit_tokens,
         )
+
+
+class _EndsView:
+    """The step ends so far (a list) followed by a window's (an array), indexed by step number
+    without joining them: a closed loop looks up the few steps its clients' last requests ended
+    in, and a join copied every step of the run at each window (quadratic in the steps)."""
+
+    __slots__ = ("done", "window")
+
+    def __init__(self, done: list[float], window: np.ndarray) -> None:
+        self.done, self.window = done, window
+
+    def __getitem__(self, idx: np.ndarray) -> np.ndarray:
+        idx = np.asarray(idx, np.int64)
+        n = len(self.done)
+        old = idx < n
+        out = np.empty(idx.shape, float)
+        if old.any():
+            out[old] = [self.done[i] for i in idx[old].tolist()]
+        out[~old] = self.window[idx[~old] - n]
+        return out
 
 
 class _Estimator:

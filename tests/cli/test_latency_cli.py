@@ -33,7 +33,8 @@ def _json(run_cli, *args: str) -> dict:
 
 def _assert_contract(d: dict) -> None:
     for key in DIST_KEYS:
-        assert set(d[key]) == STATS, key
+        assert set(d[key]) - {"band"} == STATS, key  # band: the mean's error band
+        assert len(d[key].get("band", [0, 0])) == 2, key
     for key in SCALARS:
         assert isinstance(d[key], float), key
     assert isinstance(d["stable"], bool)
@@ -170,12 +171,19 @@ def test_azure_trace(run_cli, tmp_path):
     f.write_text(AZURE)
     d = _json(run_cli, "--trace", str(f))
     _assert_contract(d)
-    # 4 requests over 2.0 s: (4 - 1) / 2 = 1.5 req/s; mean output (100+300+200+200)/4 = 200,
-    # mean prompt (400+600+500+500)/4 = 500
-    assert d["requests_per_s"] == pytest.approx(1.5, rel=1e-12)
-    assert d["output_tokens_per_s"] == pytest.approx(300.0, rel=1e-12)
-    assert d["input_tokens_per_s"] == pytest.approx(750.0, rel=1e-12)
+    # what was read: 4 requests over 2.0 s, (4 - 1) / 2 = 1.5 req/s
+    assert d["trace"]["rows"] == 4 and d["trace"]["span_s"] == pytest.approx(2.0)
+    assert d["trace"]["mean_rate_per_s"] == pytest.approx(1.5, rel=1e-12)
+    # the replay serves the trace as it arrives: 4 requests, 800 output and 2000 prompt tokens
+    # ((100+300+200+200), (400+600+500+500)) from the first arrival to the last completion
+    assert d["answered_by"] == "replay" and not d["warnings"]
+    span = d["makespan_s"]
+    assert span > 2.0
+    assert d["requests_per_s"] == pytest.approx(4 / span, rel=1e-12)
+    assert d["output_tokens_per_s"] == pytest.approx(800 / span, rel=1e-12)
+    assert d["input_tokens_per_s"] == pytest.approx(2000 / span, rel=1e-12)
     assert str(f) in d["load"]
+    assert "4 requests over 2 s" in d["load"]
 
 
 @pytest.mark.parametrize(
@@ -275,8 +283,10 @@ def test_concurrency_sweep_csv_numbers_only(run_cli):
     rows = list(csv.reader(io.StringIO(res.stdout)))
     assert rows[0][0] == "clients" and len(rows) == 3
     assert [r[0] for r in rows[1:]] == ["1", "8"]
+    assert rows[0][1:3] == ["stable", "answered by"]
     for r in rows[1:]:
-        for cell in r[2:]:
+        assert r[2] == "replay"  # a closed loop is replayed
+        for cell in r[3:]:
             float(cell)  # numbers, no "5%" or "12 ms" strings
 
 

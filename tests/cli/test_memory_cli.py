@@ -127,7 +127,7 @@ def test_json_is_strict(run_cli):
 def test_table_format(run_cli):
     res = run_cli("memory", *LLAMA)
     assert res.exit_code == 0, res.stderr
-    assert "llama-3.1-8b on h100-sxm (TP 1, PP 1)" in res.stdout
+    assert "llama-3.1-8b on h100-sxm (1 GPU: TP 1)" in res.stdout
     assert "KV cache (tokens)" in res.stdout
     assert "fits" in res.stdout
 

@@ -15,7 +15,8 @@ from capplan.plan.day_run import run_day_plan
 from capplan.plan.schema import PlanFile
 
 SEARCH = ["--model", "llama-3.1-70b", "--gpu", "h100-sxm", "--tp", "4", "--max-num-seqs", "128",
-          "--max-num-batched-tokens", "2048", "--verify-top", "0", "--no-disagg"]
+          "--max-num-batched-tokens", "2048", "--verify-top", "0", "--no-disagg",
+          "--allow-near-floor"]
 SLO = ["--ttft-p99", "1.0", "--tbt-p99", "0.05"]
 CONTRACT = ("schedule", "peak_replicas", "gpu_hours", "fixed_fleet_gpu_hours", "cost_per_day",
             "fixed_fleet_cost_per_day")

@@ -18,7 +18,7 @@ from capplan.models.closed_loop import (
     closed_loop_latency,
     cohort_step_s,
 )
-from capplan.models.engine import ClientJitter, SchedulerPolicy
+from capplan.models.engine import NO_JITTER, ClientJitter, SchedulerPolicy
 from capplan.plan.deployment import EngineOptions, calibration_for, resolve_deployment
 from capplan.plan.verify import simulate_closed_loop
 from capplan.sim import ContinuousEngine, Requests
@@ -105,12 +105,10 @@ def test_analytic_break_up_agrees_with_simulator(dep, c, isl, osl, jitter):
 
 
 def test_latency_and_simulate_concurrency_use_the_profile_jitter(run_cli, catalog):
-    # `latency --concurrency` is the analytic closed loop with the engine profile's jitter
-    # (none in every profile since session 4's refit: docs/validation.md); `simulate
-    # --concurrency` runs the simulator with it
+    # `latency --concurrency` and `simulate --concurrency` both replay the loop in the
+    # simulator with the engine profile's jitter (none in every profile since session 4's
+    # refit: docs/validation.md); the analytic closed loop (the planner's screen) takes it too
     import json
-
-    from capplan.models.engine import VLLM
 
     args = ("--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--concurrency", "16",
             "--input-len", "1024", "--output-len", "256")
@@ -119,6 +117,8 @@ def test_latency_and_simulate_concurrency_use_the_profile_jitter(run_cli, catalo
     got = json.loads(lat.stdout)["ttft_s"]["mean"]
     dep = resolve_deployment(catalog, "llama-3.1-8b", "h100-sxm", EngineOptions(),
                              calibration_for(catalog, catalog.gpu("h100-sxm"), None))
+    assert got == pytest.approx(simulate_closed_loop(dep, 16, 1024, 256, requests=160)
+                                ["ttft_s"]["mean"], rel=1e-9)
 
     def analytic(jitter):
         s = dep.settings
@@ -127,9 +127,8 @@ def test_latency_and_simulate_concurrency_use_the_profile_jitter(run_cli, catalo
                                    s.block_size, BenchmarkProtocol(16, 160, client_jitter=jitter),
                                    s.profile.scheduler)["ttft_s"]["mean"]
 
-    assert got == pytest.approx(analytic(VLLM.client_jitter), rel=1e-6)
-    assert got != pytest.approx(analytic(ClientJitter(request_s=0.1, per_token_s=0.002)),
-                                rel=0.02)  # the jitter is an input of the closed loop
+    assert analytic(NO_JITTER) != pytest.approx(
+        analytic(ClientJitter(request_s=0.1, per_token_s=0.002)), rel=0.02)
     sim = run_cli("simulate", *args, "--requests", "160", "--format", "json")
     assert sim.exit_code == 0, sim.stderr
     simulated = simulate_closed_loop(dep, 16, 1024, 256, requests=160)

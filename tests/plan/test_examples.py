@@ -53,7 +53,8 @@ def test_example_plans_and_exports_xlsx(run_cli, tmp_path, example: Path) -> Non
     for r in recs:
         if gpus:
             assert r["gpu"] in gpus
-        assert r["replicas"] >= 1 and r["gpus_total"] == r["replicas"] * r["tp"] * r.get("pp", 1)
+        assert r["replicas"] >= 1 and r["gpus_total"] == (
+            r["replicas"] * r["tp"] * r.get("pp", 1) * r.get("attention_dp", 1))
         assert r["engine_flags"]["vllm"].startswith("vllm serve ")
         check_engine_lines(r)  # every engine's line: dtype, memory fraction, max-model-len
     if example.stem in VERIFIED:

@@ -56,15 +56,19 @@ def test_bad_prefix_options_are_one_line_errors(run_cli, args, fragment):
     _one_line_error(run_cli(*LAT, *args), fragment)
 
 
-def test_closed_loop_latency_refuses_a_prefix_it_would_ignore(run_cli):
-    args = [a for a in LAT if a not in ("--rate", "100")]
-    _one_line_error(run_cli(*args, "--concurrency", "8", "--shared-prefix", "128"),
-                    "capplan simulate --concurrency")
+def test_closed_loop_latency_replays_a_prefix(run_cli):
     d = run_cli(*SIM[:5], "--concurrency", "8", *SIM[7:], "--shared-prefix", "128").json()
     # the simulator takes it: the 8 first requests are admitted together in the first step;
     # vLLM registers a block when the chunk filling it is scheduled (allocate_slots ->
     # cache_blocks), so the 2nd to 8th already hit the 1st's prefix: 299 hits of 128 tokens
     assert d["prefix_hit_tokens"] == 128 * 299
+    # latency answers a closed loop by the same replay, the prefix included
+    args = [a for a in LAT if a not in ("--rate", "100")]
+    lat = run_cli(*args, "--concurrency", "8", "--num-prompts", "300",
+                  "--shared-prefix", "128").json()
+    assert lat["answered_by"] == "replay"
+    assert lat["prefix_hit_tokens"] == 128 * 299
+    assert lat["ttft_s"] == d["ttft_s"] and lat["tbt_s"] == d["tbt_s"]
 
 
 def test_plan_file_lane_prefix(run_cli, tmp_path):

@@ -59,6 +59,14 @@ def test_capacity_is_positive_and_finite():
             assert 0 < cap < 1e5, (ci, li, cap)
 
 
+HOST_OVERLAP_DIP = 5e-4
+"""Largest relative dip allowed in a latency metric as the rate grows. With host overlap (vLLM
+0.14's async scheduling) a host-bound step hides prefill work behind the host's per-sequence
+time, and more load hides more of it: where host and GPU time cross, TTFT p99 and TBT p99 dip
+by up to ~2e-4 (measured on these configurations); far below what the planner's bisection
+resolves. A quantile scheme that jumps back does so by percents."""
+
+
 @PROPS
 @given(c=cfg, u=st.lists(stable_u, min_size=2, max_size=2).map(sorted))
 def test_ttft_non_decreasing_in_rate(c, u):
@@ -68,12 +76,12 @@ def test_ttft_non_decreasing_in_rate(c, u):
     for key in ("mean", "p99"):
         lo, hi = r["ttft_s"][key]
         assert np.isfinite(lo) and np.isfinite(hi)
-        assert hi >= lo * (1 - 1e-9), (key, lo, hi)
+        assert hi >= lo * (1 - HOST_OVERLAP_DIP), (key, lo, hi)
     # the mean step (TBT mean) and the TBT tail grow with load too: the planner's bisection
     # on the rate relies on every SLO metric being monotone in it
     for key in ("mean", "p90", "p99"):
         lo, hi = r["tbt_s"][key]
-        assert hi >= lo * (1 - 1e-6), (key, lo, hi)
+        assert hi >= lo * (1 - HOST_OVERLAP_DIP), (key, lo, hi)
 
 
 @PROPS
@@ -153,7 +161,7 @@ def test_tbt_tail_monotone_on_a_fine_grid(ci, li):
     r = q.at_rate(np.linspace(0.01, 0.98, 200) * cap)
     for key in ("p90", "p99"):
         v = np.asarray(r["tbt_s"][key])
-        assert np.all(np.diff(v) >= -1e-6 * v[:-1]), (key, v)
+        assert np.all(np.diff(v) >= -HOST_OVERLAP_DIP * v[:-1]), (key, v)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -233,17 +241,18 @@ def test_compound_poisson_term_is_a_scaled_poisson():
 
 
 @pytest.mark.parametrize(("gpu", "inp", "out", "chunk", "sim_p99_s"), [
-    ("l40s", "lognormal:mean=1000,p99=4000", "300", 4096, 22.75),
-    ("h100-sxm", "512", "256", 2048, 7.07),
+    ("l40s", "lognormal:mean=1000,p99=4000", "300", 4096, 20.81),
+    ("h100-sxm", "512", "256", 2048, 4.89),
 ])
 def test_e2e_p99_against_the_simulator(gpu, inp, out, chunk, sim_p99_s):
     """Llama-3.1-8B at 85% of capacity (benchmarks/validate_queueing.py's setup: simulator 3000
     requests, seed 3, engine-side latency). The E2E tail is set by how a request's decode
     steps vary: prompts arriving meanwhile lengthen it, rarely but by a lot (a busy period
     with compound Poisson jumps), and the batch feeds back on the step time (its variance
-    grows by 1 / (1 - kappa)). Simulated E2E p99: 22.75 s (long prompts) and 7.07 s (fixed
-    512/256) with vLLM's session-4 host costs (22.33 and 6.65 s with session 3's); the analytic
-    p99 within 10% (with the normal term alone: -10.1% and -10.4% in session 3)."""
+    grows by 1 / (1 - kappa)). Simulated E2E p99: 20.81 s (long prompts) and 4.89 s (fixed
+    512/256) with vLLM 0.14's host costs (per-layer step cost, per-sequence host work hidden by
+    async scheduling; 22.75 and 7.07 s with one 2 ms step cost + 60 us per sequence added);
+    the analytic p99 within 10%."""
     from capplan.plan.deployment import resolve_deployment
     from capplan.sim import simulate
     from capplan.sim.workload import Lane, Workload, parse_length

@@ -33,7 +33,7 @@ def test_replicas_json(router):
     d = json.loads(r.stdout)
     assert d["replicas"] == 3 and d["router"] == router and d["unfinished"] == 0
     assert sum(p["requests"] for p in d["per_replica"]) == d["num_requests"] == 300
-    assert set(d["ttft_s"]) == {"mean", "p50", "p90", "p99"}
+    assert set(d["ttft_s"]) - {"band"} == {"mean", "p50", "p90", "p99"}  # band: error band
     if router == "round-robin":
         assert [p["requests"] for p in d["per_replica"]] == [100, 100, 100]
 

@@ -160,16 +160,17 @@ def test_cli_uses_file_hand_computed_step(run_cli, tmp_path):
 
 
 def test_cli_overhead_override_adds_exactly(run_cli, tmp_path):
-    # Only step_overhead_s changes (vLLM profile's 2.0 ms -> 12 ms): every step is 10 ms longer.
+    # Only step_overhead_s changes: a measured value replaces the profile's whole fixed step
+    # cost (vLLM: 0 + 32 layers x 40 us = 1.28 ms -> 12 ms), so every step is 10.72 ms longer.
     from capplan.models.engine import VLLM
 
-    assert VLLM.step_overhead_s == 2.0e-3
+    assert VLLM.step_overhead_s + 32 * VLLM.layer_step_overhead_s == pytest.approx(1.28e-3)
     p = _write(tmp_path, "gpu: a100-sxm-80gb\nparams:\n  step_overhead_s: 0.012\n")
     base = run_cli(*SPEED, "--batch", "1,32")
     slow = run_cli(*SPEED, "--batch", "1,32", "--calibration", str(p))
     assert base.exit_code == 0 and slow.exit_code == 0, (base.stderr, slow.stderr)
     for b, s in zip(base.json()["rows"], slow.json()["rows"], strict=True):
-        assert s["step_time_s"] - b["step_time_s"] == pytest.approx(0.010, rel=1e-9)
+        assert s["step_time_s"] - b["step_time_s"] == pytest.approx(0.01072, rel=1e-9)
 
 
 def test_measured_file_in_catalog_dir_is_found(run_cli, tmp_path, a100):

@@ -188,7 +188,7 @@ workloads:
 
 
 @pytest.mark.parametrize(("engine", "fragment"), [
-    ("attention_dp: 2", "engine.attention_dp 2: recommend and plan search plain TP"),
+    ("attention_dp: 2", "engine.attention_dp 2: recommend and plan choose layouts"),
     ("expert_parallel: 0", "expert_parallel"),
     ("attention_db: 2", "attention_dp"),  # unknown key: names the nearest valid one
 ])

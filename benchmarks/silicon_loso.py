@@ -1,0 +1,403 @@
+"""Fits that transfer: the silicon rows replayed, each engine's four constants fitted, and every
+fit scored on rows it has not seen (leave-one-system-out, leave-one-engine-version-out).
+
+Used by `validate_silicon.py --loso [--write-docs] [--write-bands] [--sample N]`.
+
+Each `agg` row is run as its benchmark ran (AIConfigurator's protocol: `aiperf --concurrency C
+--num-requests 20C --warmup-request-count 2C`, the warm-up drained before the measured phase,
+so the measured phase starts with all C clients together: `benchmark_protocol`), by the
+simulator's replay with the row's engine RELEASE profile (`row_engine`: vLLM 0.12 rows run
+the synchronous 0.11 profile, 0.14+ the asynchronous one). Nothing about the protocol is
+fitted (the analytic closed loop's rounds and client jitter are gone).
+
+Per engine, four constants with a physical meaning are fitted (shared by its releases; a
+release differs by mechanism, not by constants):
+  F  step_overhead_s: the fixed cost of a step no overlap hides (launch, sampling, sync);
+  s  per_seq_overhead_s: host work per running sequence per step (hidden by host overlap);
+  o  request_overhead_s: per request outside the engine's steps (HTTP, tokenise, stream);
+  m  mla_layer_request_overhead_s: more of it per MLA layer (DeepSeek/Kimi family).
+F and s minimise TPOT's median |error|, then o and m TTFT's. The fit uses a first-order
+surrogate of the replay (one replay per row at F = s = o = 0: TPOT(F, s) = TPOT0 + F +
+s B - overlap min(s B, TPOT0), B the mean running batch; TTFT = TTFT0 TPOT(F, s) / TPOT0 + o
++ m x MLA layers); every SCORE below is an exact replay with the fold's constants.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from capplan.errors import CapplanError
+from capplan.models.engine import VERSIONS, engine_profile, profile_for_version
+from capplan.models.perf import mla_layers
+
+LAYER_GRID_S = tuple(np.round(np.arange(0, 100.1e-6, 2.5e-6), 9))
+SEQ_GRID_S = tuple(np.round(np.arange(0, 100.1e-6, 2.5e-6), 9))
+OVERHEAD_GRID_S = tuple(np.round(np.arange(0, 0.4001, 0.005), 4))
+MLA_GRID_S = tuple(np.round(np.arange(0, 4.01e-3, 0.125e-3), 7))
+MEASURED_ROUNDS = 20
+"""AIConfigurator's bench_run.sh.j2: --num-requests 20 x concurrency (docs/validation.md)."""
+REPLAY_ROUNDS = 4
+"""Rounds replayed; the rest are extrapolated from rounds 2-4 (`measured_mean`)."""
+REGIMES = ((1, 8), (9, 64), (65, 256), (257, 1 << 30))
+"""Concurrency ranges of the error bands (clients of a closed loop; running batch otherwise)."""
+
+
+def row_release(r: dict[str, str]) -> str:
+    """The row's engine release as AIConfigurator recorded it ("" -> "unlabelled"; nightly and
+    model-specific builds -> "dev")."""
+    v = r["backend_version"].strip()
+    if not v:
+        return "unlabelled"
+    return v if re.match(r"^\d", v) else "dev"
+
+
+def row_engine(r: dict[str, str]) -> str:
+    """The engine spec a row runs with: its release's profile (unlabelled and dev builds: the
+    newest), SGLang with +mixed-chunk as AIConfigurator's benchmark launched it."""
+    name = r["backend"]
+    rel = row_release(r)
+    prof = profile_for_version(name, None if rel in ("unlabelled", "dev") else rel)
+    spec = f"{name}@{prof.version}"
+    if name == "sglang":
+        spec += "+mixed-chunk"
+    return engine_profile(spec).spec
+
+
+@dataclass
+class Replay:
+    """One row's replay: TTFT and TPOT means (s), mean running batch, MLA layers."""
+
+    ttft_s: float
+    tpot_s: float
+    batch: float
+    mla: int
+    overlap: bool
+    layers: int
+
+
+@dataclass(frozen=True)
+class Constants:
+    """layer_s: fixed step cost per layer (EngineProfile.layer_step_overhead_s); seq_s: host
+    cost per running sequence; overhead_s + mla_s x MLA layers: the request overhead."""
+
+    layer_s: float
+    seq_s: float
+    overhead_s: float
+    mla_s: float
+
+    def request_overhead(self, mla: int) -> float:
+        return self.overhead_s + self.mla_s * mla
+
+
+def replay(v, cat, r: dict[str, str], c: Constants) -> Replay | None:
+    """The row replayed with constants `c` (v: the validate_silicon module)."""
+    try:
+        nmla = mla_layers(cat.resolve_model(r["model_path"]).spec)
+        layers = -(-cat.resolve_model(r["model_path"]).spec.num_layers
+                   // max(int(r["pp_size"] or 1), 1))
+        dep = v.deployment(cat, r, c.request_overhead(nmla), (c.layer_s * layers, c.seq_s),
+                           engine=row_engine(r))
+    except CapplanError:
+        return None
+    if not dep.memory.fits:
+        return None
+    conc = v.concurrency(r)
+    isl, osl = int(r["isl"]), int(r["osl"])
+    try:
+        wave = benchmark_replay(dep, conc, isl, osl, conc)
+        out = benchmark_replay(dep, conc, isl, osl, REPLAY_ROUNDS * conc)
+    except CapplanError:
+        return None
+    return Replay(measured_mean(wave["ttft_s"]["mean"], out["ttft_s"]["mean"]),
+                  measured_mean(wave["tpot_s"]["mean"], out["tpot_s"]["mean"]),
+                  out["mean_running_batch"], nmla, dep.profile.host_overlap,
+                  -(-dep.model.num_layers // dep.settings.pp))
+
+
+def measured_mean(wave: float, first_rounds: float) -> float:
+    """The mean over MEASURED_ROUNDS rounds from replays of the first round (the start-up wave:
+    `wave`) and of the first REPLAY_ROUNDS rounds (`first_rounds`): the later rounds repeat the
+    mean of rounds 2..REPLAY_ROUNDS (the replay of 20 rounds costs 5x more)."""
+    k = REPLAY_ROUNDS
+    later = (k * first_rounds - wave) / (k - 1)
+    return (wave + (MEASURED_ROUNDS - 1) * later) / MEASURED_ROUNDS
+
+
+def benchmark_replay(dep, concurrency: int, isl: int, osl: int, requests: int) -> dict:
+    """The benchmark's measured phase replayed: `concurrency` clients start together, each
+    sending its next request when its last one ends (plus the request overhead), `requests`
+    in all; what the clients measure. capplan.plan.verify.simulate_closed_loop on the
+    compiled engine whatever the size (its `auto` picks the slower pure engines below 10,000
+    requests)."""
+    from capplan.plan.simulation import add_request_overhead
+    from capplan.sim import simulate
+    from capplan.sim.workload import Lane, Workload, parse_length
+
+    lane = Lane(name="bench", input_len=parse_length(isl), output_len=parse_length(osl))
+    wl = Workload((lane,), num_requests=requests, concurrency=concurrency)
+    s, pool = dep.settings, dep.pool
+    overhead = float(np.asarray(dep.step.request_overhead_s))
+    res = simulate(dep.step, workload=wl, seed=0, scheduler="continuous",
+                   num_gpu_blocks=pool.num_blocks, block_size=pool.block_size,
+                   state_blocks=pool.state_blocks_per_seq, max_num_seqs=s.max_num_seqs,
+                   max_num_batched_tokens=max(s.max_num_batched_tokens, s.max_num_seqs),
+                   policy=s.profile.scheduler, request_overhead_s=overhead,
+                   client_jitter=s.profile.client_jitter, sim_engine="compiled").to_dict()
+    return add_request_overhead(res, overhead)
+
+
+ZERO = Constants(0.0, 0.0, 0.0, 0.0)
+"""Replays at these constants (engine time alone) are what every fit starts from."""
+
+
+def _tpot_zero(z: dict[str, np.ndarray], layer_s: np.ndarray, seq_s: np.ndarray) -> np.ndarray:
+    host = seq_s * z["batch"]
+    return z["tpot"] + layer_s * z["layers"] + host - z["overlap"] * np.minimum(host, z["tpot"])
+
+
+def predict(z: dict[str, np.ndarray], layer_s, seq_s, overhead_s, mla_s
+            ) -> tuple[np.ndarray, np.ndarray]:
+    """(TTFT, TPOT) of rows `z` under the constants (arrays broadcast), to first order: from
+    the zero-constant replays (TPOT0 + F + s B - overlap min(s B, TPOT0); the engine's share
+    of TTFT scales with the step), or, when `z` has exact replays at constants c0 (keys
+    "ttft_x", "tpot_x", "c0"), linearised around those (the fold's constants are near c0).
+    F = layer_s x the rows' layers per stage."""
+    tpot = _tpot_zero(z, layer_s, seq_s)
+    if "tpot_x" in z:
+        f0, s0, o0, m0 = z["c0"]
+        tpot = z["tpot_x"] + tpot - _tpot_zero(z, np.float64(f0), np.float64(s0))
+        engine = z["ttft_x"] - o0 - m0 * z["mla"]
+        return engine * tpot / z["tpot_x"] + overhead_s + mla_s * z["mla"], tpot
+    return z["ttft"] * tpot / z["tpot"] + overhead_s + mla_s * z["mla"], tpot
+
+
+def fit(z: dict[str, np.ndarray]) -> Constants:
+    """The four constants minimising the median |error| of TPOT, then TTFT, on rows `z`
+    (`predict`'s first-order model of the replay)."""
+    zz = {k: (val if k == "c0" else val[None, None, :]) for k, val in z.items()}
+    f = np.asarray(LAYER_GRID_S)[:, None, None]
+    s = np.asarray(SEQ_GRID_S)[None, :, None]
+    _, tpot = predict(zz, f, s, 0.0, 0.0)
+    cost = np.median(np.abs(tpot / z["tpot_meas"] - 1), axis=2)
+    i, j = np.unravel_index(np.argmin(cost), cost.shape)
+    layer_s, seq_s = float(LAYER_GRID_S[i]), float(SEQ_GRID_S[j])
+    o = np.asarray(OVERHEAD_GRID_S)[:, None, None]
+    m = np.asarray(MLA_GRID_S)[None, :, None]
+    ttft, _ = predict(zz, np.float64(layer_s), np.float64(seq_s), o, m)
+    cost = np.median(np.abs(ttft / z["ttft_meas"] - 1), axis=2)
+    i, j = np.unravel_index(np.argmin(cost), cost.shape)
+    return Constants(layer_s, seq_s, float(OVERHEAD_GRID_S[i]), float(MLA_GRID_S[j]))
+
+
+def _arrays(items: Sequence[tuple[dict[str, str], Replay]],
+            exact: dict[str, tuple[Replay, Constants]] | None = None) -> dict[str, np.ndarray]:
+    """Arrays of rows' zero-constant replays and measurements; with `exact` (row id -> exact
+    replay at constants c0, one c0 per call), the exact replays too."""
+    z = {"ttft": np.array([p.ttft_s for _, p in items]),
+         "tpot": np.array([p.tpot_s for _, p in items]),
+         "batch": np.array([p.batch for _, p in items]),
+         "overlap": np.array([1.0 if p.overlap else 0.0 for _, p in items]),
+         "mla": np.array([float(p.mla) for _, p in items]),
+         "layers": np.array([float(p.layers) for _, p in items]),
+         "ttft_meas": np.array([float(r["silicon_ttft_ms"]) / 1e3 for r, _ in items]),
+         "tpot_meas": np.array([float(r["silicon_tpot_ms"]) / 1e3 for r, _ in items])}
+    if exact:
+        xs = [exact[r["id"]] for r, _ in items]
+        z["ttft_x"] = np.array([x.ttft_s for x, _ in xs])
+        z["tpot_x"] = np.array([x.tpot_s for x, _ in xs])
+        c0 = xs[0][1] if xs else Constants(0, 0, 0, 0)
+        z["c0"] = np.array([c0.layer_s, c0.seq_s, c0.overhead_s, c0.mla_s])
+    return z
+
+
+@dataclass
+class Scored:
+    """One held-out row: engine, group it was held out in, concurrency, signed errors."""
+
+    engine: str
+    group: str
+    concurrency: int
+    ttft_err: float
+    tpot_err: float
+
+
+def held_out(base: list[tuple[dict[str, str], Replay]], key: Callable[[dict[str, str]], str],
+             exact: dict[str, tuple[Replay, Constants]], progress: bool = False
+             ) -> tuple[list[Scored], dict[tuple[str, str], Constants]]:
+    """Per engine and group g of `key`: fit on the engine's rows outside g, predict g's rows
+    with those constants, score them. Groups with no other rows of the engine are skipped."""
+    scored: list[Scored] = []
+    fits: dict[tuple[str, str], Constants] = {}
+    by_engine: dict[str, list] = defaultdict(list)
+    for r, p in base:
+        by_engine[r["backend"]].append((r, p))
+    for eng, items in sorted(by_engine.items()):
+        for g in sorted({key(r) for r, _ in items}):
+            train = [(r, p) for r, p in items if key(r) != g]
+            test = [(r, p) for r, p in items if key(r) == g]
+            if not train:
+                continue
+            c = fit(_arrays(train, exact))
+            fits[(eng, g)] = c
+            if progress:
+                print(f"  {eng} without {g}: {len(train)} rows fit F {c.layer_s * 1e6:g} us/layer, "
+                      f"s {c.seq_s * 1e6:g} us, o {c.overhead_s * 1e3:g} ms + "
+                      f"{c.mla_s * 1e3:g} ms/MLA layer; {len(test)} held out", flush=True)
+            z = _arrays(test, exact)
+            ttft, tpot = predict(z, c.layer_s, c.seq_s, c.overhead_s, c.mla_s)
+            for (r, _), a, b, ma, mb in zip(test, ttft, tpot, z["ttft_meas"], z["tpot_meas"],
+                                            strict=True):
+                scored.append(Scored(eng, g, int(r["_c"]), a / ma - 1, b / mb - 1))
+    return scored, fits
+
+
+def in_sample(exact: list[tuple[dict[str, str], Replay, Replay | None]],
+              fits_all: dict[str, Constants], exact0: dict[str, tuple[Replay, Constants]]
+              ) -> tuple[list[str], list[str]]:
+    """Markdown rows: every row replayed with its engine's all-rows constants (in sample), per
+    engine and release profile; and how far `predict` (linearised around the first fit's
+    replays `exact0`, as the held-out scores are) is from those exact replays. `exact` holds
+    (row, zero-constant replay, replay at the final constants)."""
+    err: dict[tuple[str, str], list[tuple[float, float]]] = defaultdict(list)
+    gap: dict[str, list[tuple[float, float]]] = defaultdict(list)
+    for r, p0, p in exact:
+        if p is None:
+            continue
+        eng = r["backend"]
+        meas = (float(r["silicon_ttft_ms"]) / 1e3, float(r["silicon_tpot_ms"]) / 1e3)
+        e = (p.ttft_s / meas[0] - 1, p.tpot_s / meas[1] - 1)
+        for g in (row_engine(r), "all"):
+            err[(eng, g)].append(e)
+        c = fits_all[eng]
+        ttft, tpot = predict(_arrays([(r, p0)], exact0), c.layer_s, c.seq_s, c.overhead_s,
+                             c.mla_s)
+        gap[eng].append((float(ttft[0]) / p.ttft_s - 1, float(tpot[0]) / p.tpot_s - 1))
+    t_in = ["| engine | profile | rows | TTFT median / p90 / bias | TPOT median / p90 / bias |",
+            "|---|---|---|---|---|"]
+    for (eng, g), es in sorted(err.items(), key=lambda kv: (kv[0][0], kv[0][1] == "all",
+                                                            kv[0][1])):
+        t_in.append(f"| {eng} | {g} | {len(es)} | {summary([a for a, _ in es])} | "
+                    f"{summary([b for _, b in es])} |")
+    t_sur = ["| engine | rows | first-order prediction vs replay: TTFT median / p90 / bias | "
+             "TPOT |",
+             "|---|---|---|---|"]
+    for eng, gs in sorted(gap.items()):
+        t_sur.append(f"| {eng} | {len(gs)} | {summary([a for a, _ in gs])} | "
+                     f"{summary([b for _, b in gs])} |")
+    return t_in, t_sur
+
+
+def summary(errs: Sequence[float]) -> str:
+    e = np.asarray(errs, float)
+    e = e[np.isfinite(e)]
+    if not e.size:
+        return "-"
+    return f"{np.median(np.abs(e)):.0%} / {np.quantile(np.abs(e), 0.9):.0%} / {np.median(e):+.0%}"
+
+
+def _median_abs(errs: Sequence[float]) -> float:
+    e = np.asarray(errs, float)
+    return float(np.median(np.abs(e[np.isfinite(e)]))) if len(e) else math.nan
+
+
+def table(scored: list[Scored], what: str) -> list[str]:
+    """Markdown rows: per engine and held-out group, then per engine all groups, with the
+    bars (TTFT <= 30%, TPOT <= 15% median |error|)."""
+    lines = [f"| engine | {what} held out | rows | TTFT median / p90 / bias | "
+             "TPOT median / p90 / bias |", "|---|---|---|---|---|"]
+    by: dict[tuple[str, str], list[Scored]] = defaultdict(list)
+    for s in scored:
+        by[(s.engine, s.group)].append(s)
+        by[(s.engine, "all")].append(s)
+    for (eng, g), ss in sorted(by.items(), key=lambda kv: (kv[0][0], kv[0][1] == "all",
+                                                          kv[0][1])):
+        ttft = [s.ttft_err for s in ss]
+        tpot = [s.tpot_err for s in ss]
+        label = f"**all** (bars: {_bar(ttft, 0.30)}, {_bar(tpot, 0.15)})" if g == "all" else g
+        lines.append(f"| {eng} | {label} | {len(ss)} | {summary(ttft)} | {summary(tpot)} |")
+    return lines
+
+
+def _bar(errs: Sequence[float], bar: float) -> str:
+    m = _median_abs(errs)
+    return f"{m:.1%} {'<=' if m <= bar else '>'} {bar:.0%}"
+
+
+def bands(scored: list[Scored]) -> dict[str, dict]:
+    """Per engine and concurrency regime: p10 and p90 of the signed error of TTFT and TPOT
+    (prediction / measurement - 1) over the leave-one-system-out rows."""
+    out: dict[str, dict] = {}
+    for eng in sorted({s.engine for s in scored}):
+        regimes = []
+        for lo, hi in REGIMES:
+            ss = [s for s in scored if s.engine == eng and lo <= s.concurrency <= hi]
+            if len(ss) < 10:
+                continue
+            entry: dict = {"concurrency": [lo, hi], "rows": len(ss)}
+            for m in ("ttft", "tpot"):
+                e = np.array([getattr(s, f"{m}_err") for s in ss])
+                e = e[np.isfinite(e)]
+                entry[m] = [round(float(np.quantile(e, 0.1)), 4),
+                            round(float(np.quantile(e, 0.9)), 4)]
+            regimes.append(entry)
+        pooled: dict = {"rows": sum(1 for s in scored if s.engine == eng)}
+        for m in ("ttft", "tpot"):
+            e = np.array([getattr(s, f"{m}_err") for s in scored if s.engine == eng])
+            e = e[np.isfinite(e)]
+            pooled[m] = [round(float(np.quantile(e, 0.1)), 4),
+                         round(float(np.quantile(e, 0.9)), 4)]
+        out[eng] = {"regimes": regimes, "all": pooled}
+    return out
+
+
+def run_base(v, cat, rows: list[dict[str, str]], progress: bool = False
+             ) -> list[tuple[dict[str, str], Replay]]:
+    base = []
+    for i, r in enumerate(rows):
+        p = replay(v, cat, r, ZERO)
+        if p is not None and p.tpot_s > 0 and math.isfinite(p.ttft_s):
+            base.append(({**r, "_c": str(v.concurrency(r))}, p))
+        if progress and i % 200 == 0:
+            print(f"  replayed {i} / {len(rows)}", flush=True)
+    return base
+
+
+def release_key(r: dict[str, str]) -> str:
+    """Leave-one-engine-version-out groups: the row's release family (major.minor, with the
+    profile it runs), unlabelled and dev builds as their own groups."""
+    rel = row_release(r)
+    if rel in ("unlabelled", "dev"):
+        return rel
+    m = re.match(r"^(\d+)\.(\d+)", rel)
+    return f"{m.group(1)}.{m.group(2)}" if m else rel
+
+
+def write_bands(path: Path, b: dict, fits_all: dict[str, Constants], n_rows: int,
+                sample: int | None) -> None:
+    doc = {
+        "provenance": ("benchmarks/validate_silicon.py --loso --write-bands: p10/p90 of the "
+                       "signed error (predicted / measured - 1) of mean TTFT and TPOT, "
+                       "leave-one-system-out, per engine and concurrency range, on the "
+                       "AIConfigurator silicon rows (../shared/validation/silicon_sample.csv, "
+                       f"{n_rows} agg rows replayed" + (f", subsample {sample}" if sample
+                                                       else "") + "); docs/validation.md"),
+        "metric": "signed relative error of the prediction: measured = predicted / (1 + e)",
+        "engines": b,
+        "fitted_constants": {e: {"layer_step_overhead_s": c.layer_s,
+                                 "per_seq_overhead_s": c.seq_s,
+                                 "request_overhead_s": c.overhead_s,
+                                 "mla_layer_request_overhead_s": c.mla_s}
+                             for e, c in fits_all.items()},
+        "versions": {e: [p.version for p in ps] for e, ps in VERSIONS.items()},
+    }
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(doc, indent=1) + "\n")
+    tmp.replace(path)

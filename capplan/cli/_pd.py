@@ -1,0 +1,113 @@
+"""Fixed disaggregated-layout options of latency and simulate (docs/disaggregation.md):
+--prefill-workers N --prefill-tp T ... --decode-workers M --decode-tp U ... --kv-link."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+import click
+
+from capplan.cli._options import POS_INT
+from capplan.cli._render import Column, render_rows
+from capplan.units import MS_S
+
+_ROLE_KEYS = ("workers", "tp", "pp", "attention_dp", "expert_parallel", "max_num_seqs",
+              "max_num_batched_tokens", "gpu")
+
+
+def pd_options(f: Callable[..., Any]) -> Callable[..., Any]:
+    """Add the prefill/decode pool options; a pool's unset layout falls back to --tp etc."""
+    opts = []
+    for role in ("prefill", "decode"):
+        opts += [
+            click.option(f"--{role}-workers", type=POS_INT, default=None,
+                         help=f"Disaggregated: {role} workers (replicas); with the other "
+                              "pool's workers this predicts a fixed P/D layout."),
+            click.option(f"--{role}-tp", type=POS_INT, default=None,
+                         help=f"TP of a {role} worker, in the engine's notation "
+                              "(default --tp)."),
+            click.option(f"--{role}-pp", type=POS_INT, default=None,
+                         help=f"PP of a {role} worker (default --pp)."),
+            click.option(f"--{role}-attention-dp", type=POS_INT, default=None,
+                         help=f"Attention-DP ranks of a {role} worker (default "
+                              "--attention-dp)."),
+            click.option(f"--{role}-expert-parallel", type=POS_INT, default=None,
+                         help=f"EP size of a {role} worker (default --expert-parallel)."),
+            click.option(f"--{role}-max-num-seqs", type=POS_INT, default=None,
+                         help=f"Max running sequences per {role} worker rank."),
+            click.option(f"--{role}-max-num-batched-tokens", type=POS_INT, default=None,
+                         help=f"Token budget of a {role} worker rank."),
+            click.option(f"--{role}-gpu", default=None,
+                         help=f"GPU of the {role} pool (default --gpu)."),
+        ]
+    opts.append(click.option("--kv-link", type=click.Choice(["auto", "nvlink", "network"]),
+                             default="auto", show_default=True,
+                             help="Disaggregated: the KV path from prefill to decode GPUs "
+                                  "(auto: NVLink when both pools fit one NVLink domain)."))
+    for o in reversed(opts):
+        f = o(f)
+    return f
+
+
+def pop_pd(kw: dict[str, Any]) -> dict[str, Any] | None:
+    """The P/D arguments of capplan.api.disaggregated, or None when no pool was given."""
+    pools: dict[str, dict[str, Any]] = {}
+    for role in ("prefill", "decode"):
+        pools[role] = {k: kw.pop(f"{role}_{k}") for k in _ROLE_KEYS}
+    link = kw.pop("kv_link")
+    workers = {r: p.pop("workers") for r, p in pools.items()}
+    given = any(workers.values()) or any(v is not None for p in pools.values()
+                                          for v in p.values())
+    if not given:
+        return None
+    if not all(workers.values()):
+        raise click.UsageError("a disaggregated layout needs both --prefill-workers and "
+                               "--decode-workers")
+    return {"prefill_workers": workers["prefill"], "decode_workers": workers["decode"],
+            "prefill": {k: v for k, v in pools["prefill"].items() if v is not None},
+            "decode": {k: v for k, v in pools["decode"].items() if v is not None},
+            "kv_link": link}
+
+
+def pd_table(res: dict[str, Any], fmt: str) -> str:
+    """Per-pool rows, then the composed latencies; the layout and any saturated pool below."""
+    def ms(x: Any) -> str:
+        return "-" if x is None or not math.isfinite(x) else f"{x / MS_S:.1f}"
+
+    pools = res["pools"]
+    rows = []
+    for role in ("prefill", "decode"):
+        p = pools[role]
+        lat = p.get("ttft_s") if role == "prefill" else p.get("tbt_s")
+        rows.append({"pool": role, "workers": p["workers"], "gpus": p["gpus_per_worker"],
+                     "rate": f"{p['requests_per_s_per_worker']:.3g}",
+                     "cap": f"{p['capacity_requests_per_s']:.3g}",
+                     "util": f"{100 * p['utilization']:.0f}%"
+                     + (" SATURATED" if role in res["saturated_pools"] else ""),
+                     "mean": ms(lat and lat["mean"]), "p99": ms(lat and lat["p99"])})
+    cols = [Column("pool", "pool"), Column("workers", "workers"),
+            Column("gpus", "GPUs/worker"), Column("rate", "req/s per worker"),
+            Column("cap", "pool capacity (req/s)"), Column("util", "utilization"),
+            Column("mean", "TTFT or TBT mean (ms)"), Column("p99", "TTFT or TBT p99 (ms)")]
+    text = render_rows(rows, cols, fmt)
+    comp = [{"metric": name, **{q: ms((res.get(key) or {}).get(q))
+                                for q in ("mean", "p50", "p90", "p99")}}
+            for key, name in (("ttft_s", "TTFT"), ("tbt_s", "TBT"), ("e2e_s", "E2E"),
+                              ("kv_transfer_s", "KV transfer"))]
+    text += "\n\n" + render_rows(comp, [Column("metric", "latency"),
+                                        *(Column(q, f"{q} (ms)") for q in (
+                                            "mean", "p50", "p90", "p99"))], fmt)
+    if fmt == "table":
+        notes = [f"{res['model']}: {res['layout']}", f"load: {res.get('load')}"]
+        if res["saturated_pools"]:
+            notes.append("SATURATED: " + (res.get("reason") or (
+                f"the closed loop queues at the {' and '.join(res['saturated_pools'])} pool "
+                "(it runs at its capacity; TTFT is mostly that queue)")))
+        notes.append(f"bound: {res['bound']}; calibration: {res.get('calibration')}")
+        notes.append("launch (one line per node; NODE0_IP, PREFILLi, DECODEj: addresses):")
+        for name, lines in (res.get("launch") or {}).items():
+            notes += [f"  {name} {line}" for line in lines]
+        text += "\n\n" + "\n".join(notes)
+    return text

@@ -1,0 +1,160 @@
+"""Launch lines for replicas that span nodes and for fixed prefill/decode layouts: one command
+per node, complete (model, layout, context length, memory fraction, ports).
+
+Kept apart from capplan/plan/flags.py (single-node launch lines of recommendations), which
+calls nothing here; both read the engine profile's flag names. Sources of the multi-node flags:
+- vLLM data parallel across nodes (docs "Data Parallel Deployment", v0.10): `vllm serve M
+  --data-parallel-size D --data-parallel-size-local L --data-parallel-address HEAD
+  --data-parallel-rpc-port P`, the other nodes `--headless --data-parallel-start-rank k`;
+  TP wider than a node runs on a Ray cluster (`--distributed-executor-backend ray`);
+  expert parallelism `--enable-expert-parallel`;
+- SGLang (python/sglang/srt/server_args.py, v0.5): `--nnodes N --node-rank r
+  --dist-init-addr HEAD:PORT` on every node, `--enable-dp-attention --dp D`, `--ep-size E`
+  with `--moe-a2a-backend deepep` across nodes; P/D `--disaggregation-mode prefill|decode`
+  and `python -m sglang_router.launch_router --pd-disaggregation --prefill URL --decode URL`;
+- TensorRT-LLM (docs "trtllm-serve", 1.x): `mpirun -H node0:8,node1:8 -np W
+  trtllm-llmapi-launch trtllm-serve M --backend pytorch --tp_size W --ep_size E`;
+  disaggregated `trtllm-serve disaggregated -c disagg.yaml` in front of context and
+  generation servers.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from capplan.models.layout import engine_world, nodes_spanned
+from capplan.plan.deployment import Deployment
+
+HEAD = "NODE0_IP"
+"""Placeholder the user replaces with the first node's address."""
+DIST_PORT, DP_RPC_PORT, SERVE_PORT = 5000, 13345, 8000
+
+
+def _common(dep: Deployment) -> dict[str, str]:
+    s, f = dep.settings, dep.profile.flag_names
+    out = {"max_model_len": f"{f['max_model_len']} {dep.memory.max_model_len}",
+           "memory_fraction": f"{f['memory_fraction']} {s.gpu_memory_utilization:g}",
+           "max_num_seqs": f"{f['max_num_seqs']} {s.max_num_seqs}",
+           "max_num_batched_tokens": f"{f['max_num_batched_tokens']} "
+                                     f"{s.max_num_batched_tokens}"}
+    if s.kv_dtype == "fp8" and "kv_fp8" in f:
+        out["kv"] = f["kv_fp8"]
+    return out
+
+
+def _vllm(dep: Deployment, port: int, extra: str = "") -> list[str]:
+    s = dep.settings
+    per_node = dep.gpu.interconnect.max_gpus_per_node
+    n = nodes_spanned(dep.gpus_per_replica, per_node)
+    c = " ".join(_common(dep).values())
+    ep = " --enable-expert-parallel" if s.expert_parallel > 1 else ""
+    pp = f" --pipeline-parallel-size {s.pp}" if s.pp > 1 else ""
+    model = dep.served_id
+    if s.attention_dp > 1 and s.tp * s.pp <= per_node:
+        local = max(1, per_node // (s.tp * s.pp))
+        head = (f"vllm serve {model} --tensor-parallel-size {s.tp}{pp} --data-parallel-size "
+                f"{s.attention_dp} --data-parallel-size-local {min(local, s.attention_dp)} "
+                f"--data-parallel-address {HEAD} --data-parallel-rpc-port {DP_RPC_PORT}{ep} "
+                f"{c} --port {port}{extra}")
+        lines = [f"node 0: {head}"]
+        for k in range(1, n):
+            lines.append(f"node {k}: vllm serve {model} --tensor-parallel-size {s.tp}{pp} "
+                         f"--data-parallel-size {s.attention_dp} --data-parallel-size-local "
+                         f"{local} --data-parallel-start-rank {k * local} "
+                         f"--data-parallel-address {HEAD} --data-parallel-rpc-port "
+                         f"{DP_RPC_PORT}{ep} {c} --headless{extra}")
+        return lines
+    serve = (f"vllm serve {model} --tensor-parallel-size {s.tp}{pp}{ep} {c} --port {port}"
+             + extra)
+    if n == 1:
+        return [f"node 0: {serve}"]
+    return ([f"node 0: ray start --head --port 6379 && {serve} "
+             "--distributed-executor-backend ray"]
+            + [f"node {k}: ray start --address {HEAD}:6379 --block" for k in range(1, n)])
+
+
+def _sglang(dep: Deployment, port: int, extra: str = "") -> list[str]:
+    s = dep.settings
+    w = engine_world("sglang", s.tp, s.attention_dp)
+    n = nodes_spanned(dep.gpus_per_replica, dep.gpu.interconnect.max_gpus_per_node)
+    parts = [f"python -m sglang.launch_server --model-path {dep.served_id} --tp {w['tp']}"]
+    if s.pp > 1:
+        parts.append(f"--pp-size {s.pp}")
+    if s.attention_dp > 1:
+        parts.append(f"--enable-dp-attention --dp {s.attention_dp}")
+    if s.expert_parallel > 1:
+        parts.append(f"--ep-size {s.expert_parallel}"
+                     + (" --moe-a2a-backend deepep" if n > 1 else ""))
+    parts += list(_common(dep).values()) + ["--trust-remote-code"]
+    base = " ".join(parts)
+    if n == 1:
+        return [f"node 0: {base} --host 0.0.0.0 --port {port}{extra}"]
+    return [f"node {k}: {base} --nnodes {n} --node-rank {k} --dist-init-addr {HEAD}:{DIST_PORT}"
+            + (f" --host 0.0.0.0 --port {port}" if k == 0 else "") + extra for k in range(n)]
+
+
+def _trtllm(dep: Deployment, port: int) -> list[str]:
+    s = dep.settings
+    w = engine_world("trtllm", s.tp, s.attention_dp)
+    per_node = dep.gpu.interconnect.max_gpus_per_node
+    n = nodes_spanned(dep.gpus_per_replica, per_node)
+    c = " ".join(v for k, v in _common(dep).items() if k != "kv")
+    ep = f" --ep_size {s.expert_parallel}" if s.expert_parallel > 1 else ""
+    pp = f" --pp_size {s.pp}" if s.pp > 1 else ""
+    yaml = " --extra_llm_api_options attention_dp.yaml" if s.attention_dp > 1 else ""
+    serve = (f"trtllm-serve {dep.served_id} --backend pytorch --tp_size {w['tp']}{pp}{ep} {c}"
+             f"{yaml} --host 0.0.0.0 --port {port}")
+    if n == 1:
+        return [f"node 0: {serve}"]
+    hosts = ",".join(f"node{k}:{min(per_node, dep.gpus_per_replica)}" for k in range(n))
+    return [f"any node: mpirun -H {hosts} -np {dep.gpus_per_replica} trtllm-llmapi-launch "
+            f"{serve}"]
+
+
+def replica_launch(dep: Deployment, port: int = SERVE_PORT) -> dict[str, list[str]]:
+    """One command per node for one replica, per engine (the deployment's own engine first)."""
+    return {"vllm": _vllm(dep, port), "sglang": _sglang(dep, port), "trtllm": _trtllm(dep, port)}
+
+
+def pd_launch(layout: Any, engine: str | None = None) -> dict[str, list[str]]:
+    """Launch lines of a fixed P/D layout (capplan.plan.pd.PdLayout): every worker's commands,
+    then the router/proxy in front (ports: prefill workers 30000 + i, decode 31000 + j)."""
+    eng = engine or layout.decode.settings.engine
+    p, d = layout.prefill, layout.decode
+    out: dict[str, list[str]] = {}
+    pre = [30000 + i for i in range(layout.prefill_workers)]
+    dec = [31000 + j for j in range(layout.decode_workers)]
+    if eng == "sglang":
+        for role, dep, ports in (("prefill", p, pre), ("decode", d, dec)):
+            mode = f" --disaggregation-mode {role} --disaggregation-transfer-backend nixl"
+            for i, port in enumerate(ports):
+                out[f"{role} worker {i}"] = _sglang(dep, port, mode)
+        out["router"] = [
+            "python -m sglang_router.launch_router --pd-disaggregation "
+            + " ".join(f"--prefill http://PREFILL{i}:{q}" for i, q in enumerate(pre)) + " "
+            + " ".join(f"--decode http://DECODE{j}:{q}" for j, q in enumerate(dec))
+            + f" --host 0.0.0.0 --port {SERVE_PORT}"]
+        return out
+    if eng == "trtllm":
+        for role, dep, ports in (("context", p, pre), ("generation", d, dec)):
+            for i, port in enumerate(ports):
+                out[f"{role} worker {i}"] = _trtllm(dep, port)
+        out["router"] = [
+            f"trtllm-serve disaggregated -c disagg.yaml  # disagg.yaml: port {SERVE_PORT}, "
+            f"context_servers urls PREFILL0:{pre[0]}.., generation_servers urls "
+            f"DECODE0:{dec[0]}.., cache_transceiver_config on both"]
+        return out
+    kv = " --kv-transfer-config '{\"kv_connector\":\"NixlConnector\",\"kv_role\":\"kv_both\"}'"
+    for role, dep, ports in (("prefill", p, pre), ("decode", d, dec)):
+        for i, port in enumerate(ports):
+            out[f"{role} worker {i}"] = _vllm(dep, port, kv)
+    # vLLM's NIXL proxy (tests/v1/kv_connector/nixl_integration/toy_proxy_server.py):
+    # prefill with max_tokens=1, then decode on a decoder
+    out["router"] = [
+        "python tests/v1/kv_connector/nixl_integration/toy_proxy_server.py --host 0.0.0.0 "
+        f"--port {SERVE_PORT} --prefiller-hosts "
+        + " ".join(f"PREFILL{i}" for i in range(len(pre)))
+        + " --prefiller-ports " + " ".join(map(str, pre))
+        + " --decoder-hosts " + " ".join(f"DECODE{j}" for j in range(len(dec)))
+        + " --decoder-ports " + " ".join(map(str, dec))]
+    return out

@@ -1,0 +1,335 @@
+"""A fixed disaggregated deployment: P prefill workers of one layout, D decode workers of
+another, and the KV link between them, under an open loop, a closed loop or a trace.
+
+Per request (models/disagg.py has the pieces; docs/disaggregation.md the derivation):
+
+    TTFT = prefill-pool queue + prefill (+ the request overhead)  [prefill replica at rate / P]
+           + KV transfer of the prompt over the link
+           + decode-pool admission + its first step                [decode replica at rate / D]
+    TBT  = the decode pool's token gap (no prefill chunk ever shares a decode step)
+
+Quantiles of TTFT add the pools' quantiles (an upper bound for p90/p99: the stages are not
+perfectly correlated). Each pool is one replica's analytic queue at its share of the rate; a
+pool whose share exceeds its capacity is SATURATED: the open loop has no steady state and the
+answer says which pool (never a saturated pool taken as stable). A closed loop of C clients
+solves lambda = C / (TTFT + (osl - 1) TPOT) by bisection below the smaller pool capacity; a
+pool running at >= `SATURATED_UTILIZATION` of its capacity there, or whose wait is over
+`QUEUE_SHARE` of a client's cycle, is named as the one clients queue for.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from capplan.errors import InputError
+from capplan.models.disagg import INTER_NODE, Link, decode_side_prefix, kv_transfer_s
+from capplan.models.disagg import kv_link as _nvlink_or_default
+from capplan.models.engine import engine_profile
+from capplan.models.layout import tp_from_engine_notation
+from capplan.models.queueing import LengthStats, QueueModel
+from capplan.plan.deployment import (
+    Deployment,
+    EngineOptions,
+    build_deployment,
+    resolve_deployment,
+)
+from capplan.plan.launch_multinode import pd_launch
+from capplan.plan.load import LoadSpec
+
+SATURATED_UTILIZATION = 0.97
+"""A pool at this share of its capacity in a closed loop is where the clients queue."""
+QUEUE_SHARE = 0.5
+"""...as is a pool whose mean wait exceeds this share of a client's cycle (TTFT + decode)."""
+_BISECT = 16
+QUANTILES = ("mean", "p50", "p90", "p99")
+
+
+@dataclass(frozen=True)
+class PdLayout:
+    """P prefill workers x their deployment, D decode workers x theirs, the KV link."""
+
+    prefill: Deployment
+    prefill_workers: int
+    decode: Deployment
+    decode_workers: int
+    link: Link
+
+    @property
+    def gpus(self) -> int:
+        return (self.prefill_workers * self.prefill.gpus_per_replica
+                + self.decode_workers * self.decode.gpus_per_replica)
+
+    def describe(self) -> str:
+        return (f"prefill {self.prefill_workers} x ({self.prefill.layout_text}), decode "
+                f"{self.decode_workers} x ({self.decode.layout_text}), KV over "
+                f"{self.link.name}; {self.gpus} GPUs")
+
+
+def network_link(dep: Deployment) -> Link:
+    """The decode GPU's scale-out network from the catalog (models/disagg.INTER_NODE if the
+    catalog gives none)."""
+    net = dep.gpu.network
+    if net is None:
+        return INTER_NODE
+    return Link(f"network ({net.bandwidth_gb_per_s * 8:g} Gb/s per GPU)", net.bytes_per_s,
+                net.latency_s, f"the GPU catalog's network: entry ({dep.gpu.key})")
+
+
+def make_layout(prefill: Deployment, prefill_workers: int, decode: Deployment,
+                decode_workers: int, link: str = "auto") -> PdLayout:
+    """Check a P/D layout and pick its KV link: `nvlink` when both pools fit one NVLink domain
+    of the same GPU (a node; a GB200/GB300 NVL72 rack), else `network`; `auto` chooses so."""
+    for role, n, dep in (("prefill", prefill_workers, prefill), ("decode", decode_workers,
+                                                                 decode)):
+        if not isinstance(n, int) or n < 1:
+            raise InputError(f"--{role}-workers {n}: must be a positive integer")
+        if not dep.memory.fits:
+            raise InputError(f"{role} pool: {dep.model.key} does not fit on {dep.gpu.key} "
+                             f"({dep.layout_text}): {dep.memory.reason}")
+    if prefill.model.key != decode.model.key:
+        raise InputError("prefill and decode pools must serve the same model")
+    total = prefill_workers * prefill.gpus_per_replica + decode_workers * decode.gpus_per_replica
+    one_domain = (prefill.gpu.key == decode.gpu.key
+                  and total <= decode.gpu.interconnect.max_gpus_per_node)
+    if link not in ("auto", "nvlink", "network"):
+        raise InputError(f"--kv-link {link!r}: expected auto, nvlink or network")
+    if link == "nvlink" and not one_domain:
+        raise InputError(f"--kv-link nvlink: the two pools ({total} GPUs) do not fit one "
+                         f"{decode.gpu.interconnect.max_gpus_per_node}-GPU NVLink domain of "
+                         "one GPU type")
+    use_nvlink = link == "nvlink" or (link == "auto" and one_domain)
+    chosen = (_nvlink_or_default(decode.gpu.interconnect.bytes_per_s, True) if use_nvlink
+              else network_link(decode))
+    return PdLayout(prefill, prefill_workers, decode, decode_workers, chosen)
+
+
+class PdModel:
+    """The two pools' analytic queues for one load's lengths (models/queueing.py)."""
+
+    def __init__(self, layout: PdLayout, inp: LengthStats, out: LengthStats,
+                 arrival_scv: float = 1.0, prefix: Any = None):
+        self.layout, self.inp, self.out = layout, inp, out
+        p, d = layout.prefill, layout.decode
+        self.qp = QueueModel(p.step, inp, LengthStats.fixed(1.0), p.limits, arrival_scv,
+                             p.profile.scheduler, prefix)
+        self.qd = QueueModel(d.step, inp, out, d.limits, arrival_scv, d.profile.scheduler,
+                             decode_side_prefix(inp))
+        self.qp.pack_prompts = self.qd.pack_prompts = True
+        kv = d.memory.kv_bytes_per_token_per_gpu
+        self.transfer = {"mean": float(kv_transfer_s(inp.mean, kv, layout.link)),
+                         "p50": float(kv_transfer_s(inp.quantile(0.5), kv, layout.link)),
+                         "p90": float(kv_transfer_s(inp.quantile(0.9), kv, layout.link)),
+                         "p99": float(kv_transfer_s(inp.quantile(0.99), kv, layout.link))}
+        # the client's request overhead is counted once, on the prefill side
+        self.decode_overhead_s = float(np.asarray(d.step.request_overhead_s))
+        self.capacity = {"prefill": float(self.qp.capacity_rate()) * layout.prefill_workers,
+                         "decode": float(self.qd.capacity_rate()) * layout.decode_workers}
+
+    def at_rate(self, rate_per_s: float, metrics: set[str] | None = None) -> dict[str, Any]:
+        """The pools at a total open-loop rate: per-pool figures, composed TTFT, saturation
+        (`metrics`: as QueueModel.at_rate, the keys whose quantiles are read; means always)."""
+        lay = self.layout
+        rp, rd = rate_per_s / lay.prefill_workers, rate_per_s / lay.decode_workers
+        p = _plain(self.qp.at_rate(rp, metrics))
+        d = _plain(self.qd.at_rate(rd, metrics))
+        saturated = [role for role, r in (("prefill", p), ("decode", d)) if not r["stable"]]
+        ttft = {q: p["ttft_s"][q] + self.transfer[q] + d["ttft_s"][q] - self.decode_overhead_s
+                for q in QUANTILES if q in p["ttft_s"] and q in d["ttft_s"]}
+        # E2E = TTFT + (osl - 1) x the decode pool's mean token gap, per TTFT quantile (the
+        # gaps of one request average out over its output)
+        gaps = max(self.out.mean - 1.0, 0.0) * d["tbt_s"]["mean"]
+        e2e = {q: v + gaps for q, v in ttft.items()}
+        return {"stable": not saturated, "saturated_pools": saturated,
+                "ttft_s": ttft, "tbt_s": d["tbt_s"], "e2e_s": e2e,
+                "tpot_s": d["tbt_s"]["mean"], "kv_transfer_s": dict(self.transfer),
+                "requests_per_s": rate_per_s,
+                "pools": {"prefill": self._pool("prefill", p, rp),
+                          "decode": self._pool("decode", d, rd)}}
+
+    def _pool(self, role: str, r: dict[str, Any], rate_per_replica: float) -> dict[str, Any]:
+        lay = self.layout
+        dep, n = (lay.prefill, lay.prefill_workers) if role == "prefill" else (
+            lay.decode, lay.decode_workers)
+        cap = self.capacity[role]
+        out = {"workers": n, "gpus_per_worker": dep.gpus_per_replica,
+               "layout": dep.layout_text, "engine_settings": dep.settings_summary(),
+               "requests_per_s_per_worker": rate_per_replica,
+               "capacity_requests_per_s": cap,
+               "utilization": rate_per_replica * n / cap if cap > 0 else math.inf,
+               "stable": bool(r["stable"]), "mean_running_batch": r.get("mean_running_batch"),
+               "kv_peak_utilization": r.get("kv_peak_utilization")}
+        if role == "prefill":
+            out["ttft_s"] = r["ttft_s"]
+        else:
+            out["admission_s"] = {q: v - self.decode_overhead_s for q, v in r["ttft_s"].items()}
+            out["tbt_s"] = r["tbt_s"]
+        return out
+
+    def closed_loop(self, concurrency: int) -> dict[str, Any]:
+        """C clients, each sending its next request when the last ends: the rate where
+        lambda (TTFT + (osl - 1) TPOT) = C, below the smaller pool capacity."""
+        osl = self.out.mean
+        hi = min(self.capacity.values())
+        if not hi > 0:
+            raise InputError("a pool has no capacity for these lengths (see `capplan memory`)")
+        lo = 0.0
+        hi *= 1 - 1e-9
+        for _ in range(_BISECT):
+            lam = 0.5 * (lo + hi)
+            r = self.at_rate(lam, {"ttft_s"})
+            busy = r["ttft_s"]["mean"] + max(osl - 1, 0) * r["tpot_s"]
+            implied = concurrency / busy if r["stable"] and math.isfinite(busy) else 0.0
+            lo, hi = (lam, hi) if implied > lam else (lo, lam)
+        res = self.at_rate(lo if lo > 0 else hi * 1e-6)
+        pools = res["pools"]
+        # where the clients queue: a pool at capacity, or one whose wait is most of a client's
+        # cycle (a KV-bound decode pool admits below its nominal capacity)
+        cycle = res["ttft_s"]["mean"] + max(osl - 1, 0) * res["tpot_s"]
+        wait = {"prefill": pools["prefill"]["ttft_s"]["mean"],
+                "decode": pools["decode"]["admission_s"]["mean"]}
+        res["saturated_pools"] = [k for k in ("prefill", "decode")
+                                  if pools[k]["utilization"] >= SATURATED_UTILIZATION
+                                  or wait[k] > QUEUE_SHARE * cycle]
+        return res
+
+
+def _plain(res: dict[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in res.items():
+        if isinstance(v, dict):
+            out[k] = {kk: float(np.asarray(vv)) for kk, vv in v.items()}
+        elif isinstance(v, np.ndarray | float | int | np.floating | np.bool_):
+            a = np.asarray(v)
+            out[k] = bool(a) if a.dtype == bool else float(a)
+        else:
+            out[k] = v
+    return out
+
+
+def pd_latency(layout: PdLayout, load: LoadSpec) -> dict[str, Any]:
+    """Contract keys of `latency` for a fixed P/D layout, plus per-pool figures
+    (`pools.prefill`, `pools.decode`), `kv_transfer_s`, `saturated_pools` and `bound`."""
+    model = PdModel(layout, load.input_stats, load.output_stats, load.arrival_scv, load.prefix)
+    if load.concurrency is not None:
+        res = model.closed_loop(int(load.concurrency))
+        res["load"] = f"closed loop, {load.concurrency} clients"
+    else:
+        res = model.at_rate(float(load.rate_per_s or 0.0))
+        res["load"] = load.source
+    sat = res["saturated_pools"]
+    res["output_tokens_per_s"] = res["requests_per_s"] * load.output_stats.mean
+    res["input_tokens_per_s"] = res["requests_per_s"] * load.input_stats.mean
+    res["bound"] = (f"{' and '.join(sat)} pool saturated" if sat else
+                    "prefill pool" if _util(res, "prefill") >= _util(res, "decode")
+                    else "decode pool")
+    if not res["stable"]:
+        caps = model.capacity
+        res["capacity_requests_per_s"] = min(caps.values())
+        res["offered_requests_per_s"] = res["requests_per_s"]
+        res["reason"] = "; ".join(
+            f"the {role} pool is saturated: {res['requests_per_s']:.3g} req/s exceeds its "
+            f"{caps[role]:.3g} req/s ({res['pools'][role]['workers']} x "
+            f"{res['pools'][role]['layout']})" for role in sat)
+        for key in ("ttft_s", "tbt_s", "e2e_s"):
+            res[key] = {q: None for q in QUANTILES}
+        res["tpot_s"] = None
+        for key in ("requests_per_s", "output_tokens_per_s", "input_tokens_per_s"):
+            res[key] = None
+    lay = layout
+    res.update({"model": lay.decode.model.key, "gpu": lay.decode.gpu.key,
+                "disaggregated": True, "layout": lay.describe(), "gpus_total": lay.gpus,
+                "kv_link": {"name": lay.link.name, "bytes_per_s": lay.link.bytes_per_s,
+                            "latency_s": lay.link.latency_s, "source": lay.link.source},
+                "capacity_by_pool_requests_per_s": model.capacity,
+                "launch": pd_launch(lay),
+                "calibration": lay.decode.calibration.source})
+    return res
+
+
+def _util(res: dict[str, Any], role: str) -> float:
+    return float(res["pools"][role]["utilization"])
+
+
+@dataclass(frozen=True, kw_only=True)
+class PdPools:
+    """The two pools of a fixed layout as given: workers, per-pool engine options (a pool may
+    name its own "gpu"), the KV link."""
+
+    prefill_workers: int
+    decode_workers: int
+    prefill: dict[str, Any] = field(default_factory=dict)
+    decode: dict[str, Any] = field(default_factory=dict)
+    kv_link: str = "auto"
+
+
+def build_layout(cat: Any, model: str, gpu: str, pools: PdPools, *, calibration: Any = None,
+                 engine_notation: bool = False, **options: Any) -> PdLayout:
+    """Resolve both pools' deployments (options, updated per pool) and check the layout
+    (`make_layout`). With `engine_notation`, each pool's `tp` is read as its engine writes it
+    (models/layout.py)."""
+    prefill, decode = pools.prefill, pools.decode
+    prefill_workers, decode_workers, kv_link = (pools.prefill_workers, pools.decode_workers,
+                                                pools.kv_link)
+    deps = []
+    for role, extra in (("prefill", prefill or {}), ("decode", decode or {})):
+        opts = {k: v for k, v in {**options, **extra}.items() if k != "gpu" and v is not None}
+        if engine_notation and opts.get("tp"):
+            opts["tp"] = tp_from_engine_notation(engine_profile(opts.get("engine") or "vllm")
+                                                 .name, int(opts["tp"]),
+                                                 int(opts.get("attention_dp") or 1))
+        try:
+            dep = resolve_deployment(cat, model, extra.get("gpu") or gpu, EngineOptions(**opts),
+                                     calibration)
+        except InputError as e:
+            raise InputError(f"{role} pool: {e}") from e
+        if not dep.memory.fits:
+            raise InputError(f"{role} pool: {dep.model.key} does not fit on {dep.gpu.key} "
+                             f"({dep.layout_text}): {dep.memory.reason}"
+                             f"{_wider_hint(dep, role)}")
+        deps.append(dep)
+    return make_layout(deps[0], prefill_workers, deps[1], decode_workers, kv_link)
+
+
+def _wider_hint(dep: Deployment, role: str) -> str:
+    """'; --prefill-tp 16 (2 nodes) fits': the smallest doubling of TP that holds the model."""
+    s = dep.settings
+    tp = s.tp * 2
+    while tp <= 64:
+        try:
+            wider = build_deployment(dep.model, dep.gpu, s.with_(tp=tp), dep.calibration)
+        except InputError:
+            return ""
+        if wider.memory.fits:
+            return f"; --{role}-tp {tp} ({wider.layout_text}) fits"
+        tp *= 2
+    return ""
+
+
+def fixed_layout_for_plan(cat: Any, plan: Any, resolved: Any, traffic: Any) -> dict[str, Any]:
+    """A plan file's `disaggregated_layout` predicted at the lanes' pooled rate and lengths
+    (open loop; the plan's engine settings; each pool's GPU or the first candidate's)."""
+    spec, eng = plan.disaggregated_layout, plan.engine
+    gpu = spec.prefill.gpu or spec.decode.gpu or (
+        plan.candidates.gpus[0] if plan.candidates.gpus else None)
+    if gpu is None:
+        raise InputError("disaggregated_layout: name a gpu in a pool or in candidates.gpus")
+
+    def pool(p: Any) -> dict[str, Any]:
+        return {k: v for k, v in p.model_dump().items() if k != "workers" and v is not None}
+
+    base: dict[str, Any] = {"engine": eng.name, "max_model_len": eng.max_model_len,
+                            "gpu_memory_utilization": eng.gpu_memory_utilization,
+                            "block_size": eng.block_size}
+    if isinstance(eng.max_num_seqs, int):
+        base["max_num_seqs"] = eng.max_num_seqs
+    pools = PdPools(prefill_workers=spec.prefill.workers, decode_workers=spec.decode.workers,
+                    prefill=pool(spec.prefill), decode=pool(spec.decode), kv_link=spec.kv_link)
+    lay = build_layout(cat, getattr(resolved, "served_id", "") or plan.model, gpu, pools,
+                       engine_notation=True, calibration=plan.calibration, **base)
+    load = LoadSpec(traffic.rate_per_s, None, traffic.inp, traffic.out, traffic.arrival_scv,
+                    "the plan's lanes, pooled")
+    return pd_latency(lay, load)

@@ -1,0 +1,266 @@
+"""Which model answers `latency`: the simulator's replay for time-dependent loads, the analytic
+queue only where it agrees with the replay (docs/queueing.md, "Which model answers").
+
+- Closed loops (`--concurrency`, as benchmark clients run them) and traces are replayed: the
+  simulator runs the same requests through the engine's scheduler step by step (the compiled
+  engine when numba is installed and the run is large, else the fast engine; both give the
+  reference's results) and its figures are the answer. Quantiles come from the replay's token
+  gaps (capplan.sim.metrics), never from time shares.
+- An open-loop rate (`--rate`) is answered by the analytic queue (capplan.models.queueing) when
+  its TTFT and TBT, mean and p99, are each within TOLERANCE of the replay of the same load;
+  otherwise the replay answers. The output names which (`answered_by`) and, for a rate, the
+  analytic figures and their relative differences (`analytic_check`).
+- A trace whose rate varies across windows by more than TOLERANCE is flagged with its peak
+  window (`trace.peak_window`, a warning): one replica's replay of a whole day is what one
+  replica would do, not a fleet plan (`recommend --trace`).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from capplan.errors import InputError
+from capplan.plan.deployment import Deployment
+from capplan.plan.load import LoadSpec, analytic_latency
+from capplan.plan.simulation import run_simulation
+from capplan.sim.protocol import PRESETS, BenchmarkRun, preset
+
+TOLERANCE = 0.15
+"""Relative difference of TTFT / TBT (mean and p99) within which the analytic queue may answer
+for the replay (issue acceptance: latency and simulate agree within 15%)."""
+WINDOW_S = 900.0
+"""Window over which a trace's rate is read for the varying-rate check (15 min, as fleet plans
+use)."""
+OPEN_LOOP_REQUESTS = 2000
+"""Requests replayed to check an open-loop rate. Long enough for the tails to settle: at 10
+req/s (Llama-3.1-8B, H100, 1024/256) the TBT p99 of 1,000 requests is 29.8 ms, of 2,000 45.1 ms,
+of 5,000 44.7 ms (the start and the drain of a short run dilute the steps that carry two
+prompts' chunks)."""
+CHECKED = (("ttft_s", "mean"), ("ttft_s", "p99"), ("tbt_s", "mean"), ("tbt_s", "p99"))
+LATENCY_KEYS = ("ttft_s", "tbt_s", "e2e_s", "tpot_s", "queue_s", "output_tokens_per_s",
+                "input_tokens_per_s", "requests_per_s", "mean_running_batch", "preemptions",
+                "kv_peak_utilization", "makespan_s", "num_requests", "engine_impl", "benchmark")
+
+
+@dataclass(frozen=True, kw_only=True)
+class ReplayLoad:
+    """What `latency` was asked to answer (the options of one load level)."""
+
+    rate: float | None = None
+    concurrency: int | None = None
+    trace: str | None = None
+    input_len: str = "512"
+    output_len: str = "256"
+    burstiness: float = 1.0
+    num_prompts: int | None = None
+    warmup_prompts: int = 0
+    time_unit: str = "auto"
+    prefix: Any = None
+    benchmark: str | None = None
+    seed: int = 0
+    window_s: float = WINDOW_S
+
+
+def rel_diff(a: float, b: float) -> float:
+    """|a - b| / b (0 when both are 0, or both NaN: no samples in either, e.g. TBT of one-token
+    outputs; inf when b is 0 and a is not, or one is not finite)."""
+    if math.isnan(a) and math.isnan(b):
+        return 0.0
+    if not (math.isfinite(a) and math.isfinite(b)):
+        return math.inf
+    if b == 0:
+        return 0.0 if a == 0 else math.inf
+    return abs(a - b) / abs(b)
+
+
+def _bench_run(load: ReplayLoad) -> BenchmarkRun | None:
+    """The protocol a closed loop is measured with: the named preset, else `vllm bench serve`'s
+    (what --concurrency means) with the given warm-ups; open loops only with --benchmark."""
+    if load.trace is not None:
+        return None
+    if load.benchmark is not None:
+        return BenchmarkRun.of(preset(load.benchmark), load.concurrency, load.num_prompts,
+                               load.warmup_prompts or None)
+    if load.concurrency is not None:
+        return BenchmarkRun.of(PRESETS["vllm"], load.concurrency, load.num_prompts,
+                               load.warmup_prompts)
+    return None
+
+
+def replay(dep: Deployment, load: ReplayLoad, trace: Any = None) -> dict[str, Any]:
+    """The simulator's answer for one load: head, result and notes of run_simulation (`trace`:
+    the load's trace already read, else it is read from `load.trace`).
+
+    Open loops and traces run on the compiled engine whenever numba is installed, whatever
+    their size (`simulate`'s `auto` waits for 10,000 requests): loading it costs ~0.7 s once
+    per process, and a 2,000-request check at a low rate then takes ~0.1 s instead of the fast
+    engine's ~1.4 s. Closed loops, which it does not run, go to the fast engine. All engines
+    give the same results (tests/sim/test_fast_engine.py)."""
+    from capplan.sim import compiled_available
+
+    bench = _bench_run(load)
+    requests = (bench.measured if bench is not None else OPEN_LOOP_REQUESTS
+                if load.rate is not None else 1000)
+    engine = "compiled" if load.concurrency is None and compiled_available() else "auto"
+    return run_simulation(dep, rate=load.rate, concurrency=load.concurrency,
+                          trace=load.trace if trace is None else trace,
+                          input_len=load.input_len, output_len=load.output_len,
+                          burstiness=load.burstiness, requests=requests, seed=load.seed,
+                          schedulers=("continuous",), time_unit=load.time_unit,
+                          prefix=load.prefix, benchmark=bench, sim_engine=engine)
+
+
+def answer(dep: Deployment, load: ReplayLoad, spec: LoadSpec | None) -> dict[str, Any]:
+    """`latency`'s result for one load: the replay's figures, or the analytic queue's for an
+    open-loop rate where they agree within TOLERANCE (module docstring). `spec` is the analytic
+    load (None: no analytic screen applies, e.g. prefix sharing under a closed loop)."""
+    screen = load.rate is not None and load.benchmark is None and spec is not None
+    ana = analytic_latency(dep, spec) if screen and spec is not None else None
+    if ana is not None and not ana.get("stable"):
+        return _overloaded(ana)
+    trace = None
+    if load.trace is not None:  # read once: its windows here, its requests for the replay
+        from capplan.sim.workload import load_trace
+
+        trace = load_trace(load.trace, load.time_unit)
+        tr = trace_windows(load, trace)
+    run = replay(dep, load, trace)
+    sim = run["results"]["continuous"]
+    head = run["head"]
+    res: dict[str, Any] = {
+        "model": head["model"], "gpu": head["gpu"], "tp": head["tp"], "stable": True,
+        **{k: sim[k] for k in LATENCY_KEYS if k in sim},
+        "preemptions": float(sim["preemptions"]),
+        "bound": head["bound"], "calibration": head["calibration"],
+        "engine": dep.profile.label, "engine_settings": head["engine_settings"],
+        "answered_by": "replay", "tolerance": TOLERANCE, "notes": list(run["notes"]),
+        "warnings": [], "load": _load_text(load, sim),
+    }
+    if sim.get("prefix_hit_tokens"):  # the prompt tokens the replay found in the prefix cache
+        res["prefix_hit_tokens"] = sim["prefix_hit_tokens"]
+        res["cached_tokens_per_request"] = sim["prefix_hit_tokens"] / max(sim["num_requests"], 1)
+    if sim.get("benchmark") and load.benchmark is not None:
+        res["notes"].append(benchmark_note(sim["benchmark"]))
+    if load.trace is not None:  # the load line names the file, its columns and time unit
+        res["load"] = next((n for n in res["notes"] if n.startswith("trace ")), res["load"])
+        res["notes"] = [n for n in res["notes"] if n != res["load"]]
+        res["trace"] = tr
+        if tr.get("varies"):
+            res["warnings"].append(varying_rate_warning(tr))
+    if ana is not None:
+        res = _screen(ana, res)
+    res["notes"].insert(0, answered_note(res))
+    return res
+
+
+def _overloaded(ana: dict[str, Any]) -> dict[str, Any]:
+    """A rate above the analytic capacity: reported unstable, not replayed (a finite replay of
+    an overloaded queue has no steady state to report, and costs the most to run)."""
+    out = {**ana, "answered_by": "analytic", "tolerance": TOLERANCE, "warnings": [],
+           "notes": ["answered by: analytic queue (the rate exceeds its capacity; not replayed: "
+                     "`capplan simulate` shows how the queue grows)"]}
+    return out
+
+
+def _screen(ana: dict[str, Any], res: dict[str, Any]) -> dict[str, Any]:
+    """Open loop: the analytic answer where it agrees with the replay (CHECKED within
+    TOLERANCE), else the replay's; both figures kept under `analytic_check`."""
+    diffs = {f"{k}.{q}": rel_diff(float(ana[k][q]), float(res[k][q])) for k, q in CHECKED}
+    agree = all(d <= TOLERANCE for d in diffs.values())
+    replayed = {k: res[k] for k in ("ttft_s", "tbt_s", "e2e_s", "requests_per_s")}
+    check = {"agrees": agree, "relative_difference": diffs,
+             "analytic": {k: ana[k] for k in ("ttft_s", "tbt_s", "e2e_s")}, "replay": replayed}
+    keep = {"notes": res["notes"], "warnings": res["warnings"], "tolerance": TOLERANCE,
+            "engine_impl": res.get("engine_impl"), "num_requests": res.get("num_requests"),
+            "analytic_check": check}
+    if not agree:
+        return {**res, "analytic_check": check}
+    return {**ana, **keep, "answered_by": "analytic"}
+
+
+def _load_text(load: ReplayLoad, sim: dict[str, Any]) -> str:
+    b = sim.get("benchmark")
+    if load.concurrency is not None:
+        w = ""
+        if b and b["warmup_prompts"]:
+            w = (f" after {b['warmup_prompts']} warm-ups" + (" (drained)" if
+                                                             b.get("warmup_drained") else ""))
+        tool = f" ({b['tool']})" if b else ""
+        return (f"closed loop, {load.concurrency} clients, {sim['num_requests']} measured "
+                f"requests{w}{tool}")
+    if load.trace is not None:
+        return f"trace {load.trace}"
+    return f"open loop, {load.rate:g} req/s" + (f" ({b['tool']})" if b else "")
+
+
+def answered_note(res: dict[str, Any]) -> str:
+    """The footer line naming the model that answered."""
+    if res["answered_by"] == "analytic":
+        worst = max(res["analytic_check"]["relative_difference"].values())
+        return (f"answered by: analytic queue (within {worst:.0%} of the replay on TTFT and "
+                f"TBT mean/p99; tolerance {TOLERANCE:.0%})")
+    why = ""
+    chk = res.get("analytic_check")
+    if chk is not None:
+        key, worst = max(chk["relative_difference"].items(), key=lambda kv: kv[1])
+        name = key.replace("_s", "")
+        why = (f"; the analytic queue differs by {worst:.0%} on {name}" if math.isfinite(worst)
+               else f"; the analytic queue and the replay disagree on whether {name} exists")
+    return (f"answered by: replay (simulator, {res.get('engine_impl', 'reference')} engine, "
+            f"{res.get('num_requests')} requests{why})")
+
+
+def trace_windows(load: ReplayLoad, trace: Any = None) -> dict[str, Any]:
+    """What was read from a trace (rows, span, mean rate) and its rate per `window_s` window:
+    `varies` when the peak window's rate exceeds the mean by more than TOLERANCE (windows
+    shorter than a full one at the end are not counted; a trace shorter than two windows has
+    no windows to compare)."""
+    from capplan.sim.workload import load_trace
+
+    t = trace if trace is not None else load_trace(load.trace, load.time_unit)
+    arr = np.sort(np.asarray(t.arrival_at_s, float))
+    n = len(arr)
+    span = float(arr[-1] - arr[0]) if n else 0.0
+    if n < 2 or span <= 0:
+        raise InputError(f"{load.trace}: needs at least two requests at different times")
+    out: dict[str, Any] = {"path": str(load.trace), "rows": n, "span_s": span,
+                           "mean_rate_per_s": (n - 1) / span if span > 0 else None,
+                           "window_s": load.window_s, "windows": [], "varies": False}
+    full = int(span // load.window_s)
+    if full < 2:
+        return out
+    edges = arr[0] + load.window_s * np.arange(full + 1)
+    counts = np.diff(np.searchsorted(arr, edges, side="left"))
+    rates = counts / load.window_s
+    mean = float(rates.mean())
+    i = int(np.argmax(rates))
+    out["windows"] = [{"start_s": float(edges[j] - arr[0]), "rate_per_s": float(rates[j])}
+                      for j in range(full)]
+    out["peak_window"] = {"start_s": float(edges[i] - arr[0]), "rate_per_s": float(rates[i])}
+    out["varies"] = bool(mean > 0 and rates[i] > (1 + TOLERANCE) * mean)
+    return out
+
+
+def varying_rate_warning(tr: dict[str, Any]) -> str:
+    p = tr["peak_window"]
+    mean = float(np.mean([w["rate_per_s"] for w in tr["windows"]]))
+    return (f"the trace's rate varies across {tr['window_s'] / 60:g}-min windows: peak "
+            f"{p['rate_per_s']:.3g} req/s in the window at {p['start_s'] / 3600:.2f} h, "
+            f"{p['rate_per_s'] / mean - 1:.0%} above the mean {mean:.3g} req/s; this is one "
+            "replica's replay of the whole trace: size a fleet per window with "
+            "`capplan recommend --trace`")
+
+
+def benchmark_note(b: dict[str, Any]) -> str:
+    """The tool's own figures, as it would print them (ms)."""
+    m = b["metrics"]
+    parts = ", ".join(f"{name} mean {m[k]['mean'] * 1e3:.1f} / p99 {m[k]['p99'] * 1e3:.1f} ms"
+                      for k, name in (("ttft_s", "TTFT"), ("tpot_s", "TPOT"), ("itl_s", "ITL")))
+    warm = (f", {b['warmup_prompts']} warm-ups drained first" if b.get("warmup_drained")
+            and b["warmup_prompts"] else "")
+    return (f"as {b['tool']} reports it ({b['num_prompts']} measured requests{warm}): "
+            f"{parts}")

@@ -1,0 +1,57 @@
+"""The leave-one-out pipeline of benchmarks/validate_silicon.py --loso on a small subsample of the
+public silicon rows (the full run replays ~2,300 rows and takes tens of minutes; this checks
+the machinery, not the figures: those are in docs/validation.md section 4b)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+vs = pytest.importorskip("validate_silicon")
+L = pytest.importorskip("silicon_loso")
+
+pytestmark = pytest.mark.skipif(not vs.DATA.exists(), reason="../shared/validation is absent")
+
+
+def _small_rows(n: int = 8) -> list[dict[str, str]]:
+    rows = [r for r in vs.agg_rows() if vs.concurrency(r) <= 16 and int(r["osl"]) <= 1024
+            and r["model_path"].startswith("meta-llama")]
+    return vs._sample(rows, n)
+
+
+def test_a_row_runs_its_release_profile():
+    row = {"backend": "vllm", "backend_version": "0.12.0"}
+    assert L.row_engine(row) == "vllm@0.11"
+    assert L.row_engine({**row, "backend_version": "0.19.0"}) == "vllm"
+    assert L.row_engine({**row, "backend_version": "nightly-5b8c"}) == "vllm"
+    assert L.row_engine({"backend": "sglang", "backend_version": ""}) == "sglang+mixed-chunk"
+    assert L.release_key({**row, "backend_version": "0.12.0"}) == "0.12"
+
+
+def test_replay_fit_and_held_out_scores_on_a_subsample():
+    from capplan.catalog.loader import load_catalog
+
+    cat = load_catalog()
+    base = L.run_base(vs, cat, _small_rows())
+    assert len(base) >= 4
+    from capplan.models.engine import engine_profile
+
+    for r, p in base:  # each row runs its release's profile
+        assert p.overlap == engine_profile(L.row_engine(r)).host_overlap
+    c = L.fit(L._arrays(base))
+    assert c.layer_s in L.LAYER_GRID_S and c.overhead_s in L.OVERHEAD_GRID_S
+    # the first-order model is exact at zero constants and moves TPOT by F + s B at most
+    z = L._arrays(base)
+    ttft0, tpot0 = L.predict(z, 0.0, 0.0, 0.0, 0.0)
+    assert np.allclose(tpot0, z["tpot"]) and np.allclose(ttft0, z["ttft"])
+    _, tpot = L.predict(z, 10e-6, 20e-6, 0.0, 0.0)
+    assert np.all(tpot <= z["tpot"] + 10e-6 * z["layers"] + 20e-6 * z["batch"] + 1e-12)
+    scored, fits = L.held_out(base, lambda row: row["system"], {})
+    assert all(np.isfinite(s.tpot_err) for s in scored)
+    lines = L.table(scored, "system")
+    assert lines[0].startswith("| engine | system held out |")
