@@ -40,9 +40,10 @@ def label(key: str) -> str:
 
 
 def _choices() -> dict[str, tuple[Any, ...]]:
-    from capplan.models.engine import ENGINES, KV_DTYPES, WEIGHT_DTYPES
+    from capplan.models.engine import KV_DTYPES, WEIGHT_DTYPES
 
-    return {"engine": tuple(ENGINES), "weight_dtype": tuple(WEIGHT_DTYPES),
+    # engine: not here (names may carry a release, 'vllm@0.11'; the resolver checks them)
+    return {"weight_dtype": tuple(WEIGHT_DTYPES),
             "kv_dtype": tuple(KV_DTYPES), "block_size": BLOCK_SIZES}
 
 
