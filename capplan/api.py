@@ -24,8 +24,9 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from capplan.api_checks import check_kwargs, check_names
 from capplan.catalog.loader import Catalog, load_catalog
-from capplan.errors import InputError
+from capplan.errors import InputError, one_line_error
 from capplan.export.json_export import jsonable as _jsonable
 from capplan.plan.deployment import Deployment, EngineOptions, resolve_deployment
 from capplan.plan.images import with_images
@@ -48,6 +49,8 @@ def deployment(model: str, gpu: str, *, calibration: str | Path | Any = None,
     if unknown:
         raise InputError(f"unknown engine option(s) {', '.join(unknown)}: expected "
                          f"{', '.join(_ENGINE_KEYS)}")
+    check_names(model=model, gpu=gpu)
+    check_kwargs(**options)  # the CLI's bounds (capplan.limits), with its reasons
     if engine_notation and options.get("tp"):
         from capplan.models.engine import engine_profile
         from capplan.models.layout import tp_from_engine_notation
@@ -122,6 +125,9 @@ def speed(model: str, gpu: str, *, batch: list[int] | tuple[int, ...] = (1, 8, 3
     """Decode curve (step time, tokens/s, bound) and prefill times (the TTFT floor)."""
     from capplan.plan.speed import decode_curve, prefill_rows
 
+    checked = check_kwargs(batch=batch, context=context, prefill=prefill or None)
+    batch, context = checked["batch"], checked["context"]
+    prefill = checked["prefill"] or []
     dep = deployment(model, gpu, **kw)
     curve = decode_curve(dep, list(batch), list(context))
     if not curve["rows"]:
@@ -169,6 +175,8 @@ def latency(model: str, gpu: str, *, rate: float | None = None, concurrency: int
     from capplan.plan.load import load_spec_from_options
     from capplan.plan.replay import WINDOW_S, ReplayLoad, answer
 
+    check_kwargs(rate=rate, concurrency=concurrency, burstiness=burstiness,
+                 num_prompts=num_prompts, warmup_prompts=warmup_prompts)
     dep, input_len = with_images(deployment(model, gpu, **kw), input_len)
     spec = None
     if rate is not None:
@@ -207,6 +215,8 @@ def simulate(model: str, gpu: str, *, rate: float | None = None,
     from capplan.plan.simulation import run_simulation
     from capplan.sim.protocol import BenchmarkRun, preset
 
+    check_kwargs(rate=rate, concurrency=concurrency, burstiness=burstiness, requests=requests,
+                 seed=seed, batch_size=batch_size, batch_timeout_s=batch_timeout_s)
     fleet = FleetOptions(replicas=replicas, router=router,
                          schedule=tuple((float(a), int(b)) for a, b in schedule),
                          startup_lag_s=startup_lag_s)
@@ -237,8 +247,8 @@ def run_plan(path_or_plan: str | Path | dict[str, Any], *, verify: bool = True,
     if isinstance(path_or_plan, dict):
         try:
             spec = PlanFile.model_validate(path_or_plan)
-        except ValueError as e:
-            raise InputError(f"plan: {str(e).splitlines()[0]}") from e
+        except ValueError as e:  # a ValidationError: "key.path: reason", as the CLI says it
+            raise InputError(f"plan: {one_line_error(e)}") from e
     else:
         spec = load_plan(path_or_plan)
         base = Path(path_or_plan).parent
@@ -268,6 +278,9 @@ def recommend(model: str, *, rate: float | None = None, input_len: str | int = 5
     per window, GPU-hours and cost autoscaled vs a fixed fleet; docs/day-planning.md) and
     `day` takes the plan file's `day:` settings (window_s, min_replicas, load_from,
     load_gb_per_s, engine_startup_s, replay)."""
+    check_names(model=model)
+    check_kwargs(rate=rate, ttft_p99_s=ttft_p99_s, tbt_p99_s=tbt_p99_s, e2e_p99_s=e2e_p99_s,
+                 engine=engine)
     if sum(x is not None for x in (rate, trace, rate_curve)) != 1:
         raise InputError("give exactly one of rate, trace or rate_curve")
     load: dict[str, Any] = ({"rate_per_s": rate} if rate is not None else

@@ -50,11 +50,13 @@ class Bound:
             raise InputError(f"{label}{value!r} is not a finite number")
         if self.integer and x != math.floor(x):
             raise InputError(f"{label}{value!r} is not a whole number")
-        if x < self.lo or (self.lo_open and x == self.lo) or x > self.hi:
+        # whole numbers compared exactly: float(2**63 - 1) rounds up to 2**63, past SEED.hi
+        v: float = int(value) if self.integer and isinstance(value, int) else x
+        if v < self.lo or (self.lo_open and v == self.lo) or v > self.hi:
             lo = f"> {_num(self.lo)}" if self.lo_open else f">= {_num(self.lo)}"
-            raise InputError(f"{label}{_num(x)} must be {lo} and <= {_num(self.hi)} "
+            raise InputError(f"{label}{_num(v)} must be {lo} and <= {_num(self.hi)} "
                              f"({self.reason})")
-        return int(x) if self.integer else x
+        return int(v) if self.integer else x
 
     def field(self, integer: bool | None = None) -> Any:
         """An Annotated pydantic type for this bound (plan files, typed API): strict (YAML
@@ -74,6 +76,8 @@ class Bound:
 
 def _num(x: float) -> str:
     """1e+06 -> 1,000,000; 16777216 -> 16,777,216; 1e-06 stays 1e-06."""
+    if isinstance(x, int):
+        return f"{x:,}"
     if x == math.floor(x) and abs(x) < 1e15:
         return f"{x:,.0f}"
     return f"{x:g}"
@@ -124,6 +128,9 @@ THINK_S = Bound("think time (s)", 0.0, 86_400.0,
                 reason="a day between turns is a new session, not a cached history")
 REQUESTS = Bound("requests", 1, GIGA, integer=True,
                  reason="a billion requests; the sim_requests cap bounds what one run does")
+WARMUP_PROMPTS = Bound("warm-up prompts", 0, GIGA, integer=True,
+                       reason="a billion requests; warm-up prompts are sent before the measured "
+                              "ones")
 
 SIM_HORIZON_S = 4.0e9
 """Largest simulated span (requests / rate): float64 time stamps resolve 1 us up to 2**52 us
@@ -132,6 +139,20 @@ MAX_LIST_ITEMS = 10_000
 """Longest list an option may expand to ('1:100000000' would build a 100M-element list)."""
 MAX_YAML_DEPTH = 64
 """Deepest nesting of a YAML document (plan files need ~5; deep nesting recursed out)."""
+
+
+def check_int_list(values: Any, bound: Bound, name: str = "") -> list[int]:
+    """A list option's values (CLI `1,8,32` expanded, or a Python list): at most
+    MAX_LIST_ITEMS, each a whole number inside `bound` (the CLI and the API share it)."""
+    label = f"{name}: " if name else ""
+    if isinstance(values, str | bytes) or not hasattr(values, "__len__"):
+        raise InputError(f"{label}{str(values)[:40]!r} is not a list of integers")
+    if len(values) > MAX_LIST_ITEMS:
+        raise InputError(f"{label}{len(values):,} values exceed the {MAX_LIST_ITEMS:,} a list "
+                         "may hold")
+    if not len(values):
+        raise InputError(f"{label}an empty list: give at least one value")
+    return [int(bound.check(v, name)) for v in values]
 
 
 # --- caps (raisable with `capplan --limit NAME=VALUE`) --------------------------------------
@@ -147,6 +168,16 @@ CAPS: dict[str, Cap] = {c.name: c for c in (
     Cap("sim_requests", 500_000, "requests",
         "a simulated request costs ~1.5 KB and ~0.1 ms (300,000 took 41 s and 0.5 GB on one "
         "core): 500,000 is about a minute"),
+    Cap("sim_tokens", 100_000_000, "output tokens",
+        "simulated work grows with the tokens decoded, not the requests: 2,000 requests of "
+        "20,000 tokens (40M) took 15 s and 0.46 GB with the fast engine, 24 s and 0.59 GB "
+        "with the reference; 100M is about a minute"),
+    Cap("prefix_blocks", 5_000_000, "prompt blocks",
+        "prefix caching keys every full prompt block it may share (~100 bytes a key: a "
+        "Mooncake trace of 5,000 130k-token prompts, 40M blocks, took 4 GiB)"),
+    Cap("yaml_bytes", 4 * MIB_BYTES, "bytes",
+        "PyYAML holds ~130 bytes of objects per byte of text while it parses (a 5.8 MB file "
+        "of lists: 0.76 GB and 42 s); plan and calibration files are a few kB"),
     Cap("speed_rows", 10_000, "rows", "batch x context rows of `capplan speed`"),
     Cap("plan_lanes", 64, "lanes", "each lane is planned (and simulated) on its own"),
     Cap("plan_configurations", 20_000, "configurations",

@@ -96,7 +96,9 @@ def parse_bytes(text: str | float) -> float:
 
 
 def parse_seconds(text: str | float) -> float:
-    """'50ms' -> 0.05; a bare number is seconds."""
+    """'50ms' -> 0.05; a bare number is seconds (YAML `true` is not 1 s)."""
+    if isinstance(text, bool):
+        raise ValueError(f"{text!r} is not a duration (give seconds, e.g. 1.0 or '800ms')")
     if isinstance(text, int | float):
         return float(text)
     value, unit = _split(text)

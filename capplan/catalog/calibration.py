@@ -28,22 +28,35 @@ _FRACTIONS = ("mem_bw_frac", "gemm_frac", "gemm_frac_low_precision", "attn_frac"
               "attn_bw_frac", "allreduce_bw_frac")
 
 
+# Upper bounds of the measured overheads: an engine step of H100-class serving takes 5-50 ms,
+# the slowest published per-step overhead (CPU scheduling, vLLM V0) ~10 ms, so 1 s per step (or
+# per sequence, layer, all-reduce) is no GPU's; a request's client-side overhead (HTTP,
+# tokenisation) is milliseconds, 60 s is a timeout. Past them the step time overflowed float64
+# (step_overhead_s: 1e308 gave an IndexError; request_overhead_s: 1e308 a TTFT of inf).
+_STEP_S = 1.0
+_REQUEST_S = 60.0
+_TOKENS = 2**24  # limits.TOKENS
+_MIN_FRAC = 1e-3
+"""Smallest efficiency fraction: published MBU/MFU of serving engines are 0.3-0.9; a GPU at 0.1%
+of its datasheet is a mis-measurement, and at 1e-183 the step times overflowed (internal error)."""
+
+
 class CalibrationParams(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
-    mem_bw_frac: float | None = Field(default=None, gt=0, le=1)
-    gemm_frac: float | None = Field(default=None, gt=0, le=1)
-    gemm_frac_low_precision: float | None = Field(default=None, gt=0, le=1)
-    gemm_half_tokens: float | None = Field(default=None, ge=0)
-    attn_frac: float | None = Field(default=None, gt=0, le=1)
-    attn_bw_frac: float | None = Field(default=None, gt=0, le=1)
+    mem_bw_frac: float | None = Field(default=None, ge=_MIN_FRAC, le=1)
+    gemm_frac: float | None = Field(default=None, ge=_MIN_FRAC, le=1)
+    gemm_frac_low_precision: float | None = Field(default=None, ge=_MIN_FRAC, le=1)
+    gemm_half_tokens: float | None = Field(default=None, ge=0, le=_TOKENS)
+    attn_frac: float | None = Field(default=None, ge=_MIN_FRAC, le=1)
+    attn_bw_frac: float | None = Field(default=None, ge=_MIN_FRAC, le=1)
     expert_bw_frac: float | None = Field(default=None, ge=0, le=1)
-    per_moe_layer_overhead_s: float | None = Field(default=None, ge=0, allow_inf_nan=False)
-    step_overhead_s: float | None = Field(default=None, ge=0)
-    per_seq_overhead_s: float | None = Field(default=None, ge=0)
-    per_layer_overhead_s: float | None = Field(default=None, ge=0)
-    allreduce_latency_s: float | None = Field(default=None, ge=0)
-    allreduce_bw_frac: float | None = Field(default=None, gt=0, le=1)
-    request_overhead_s: float | None = Field(default=None, ge=0)
+    per_moe_layer_overhead_s: float | None = Field(default=None, ge=0, le=_STEP_S)
+    step_overhead_s: float | None = Field(default=None, ge=0, le=_STEP_S)
+    per_seq_overhead_s: float | None = Field(default=None, ge=0, le=_STEP_S)
+    per_layer_overhead_s: float | None = Field(default=None, ge=0, le=_STEP_S)
+    allreduce_latency_s: float | None = Field(default=None, ge=0, le=_STEP_S)
+    allreduce_bw_frac: float | None = Field(default=None, ge=_MIN_FRAC, le=1)
+    request_overhead_s: float | None = Field(default=None, ge=0, le=_REQUEST_S)
     spec_acceptance_length: float | None = Field(default=None, ge=1, le=65)
 
 

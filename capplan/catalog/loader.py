@@ -32,13 +32,25 @@ def package_dir(name: str) -> Path:
     return Path(__file__).resolve().parents[2] / name
 
 
-_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+class _Loader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # type: ignore[misc]
+    """The safe loader (C when available) that also reads `1e3`, `2.5e1`, `1e-05` as floats:
+    YAML 1.1 wants a dot in a float, so PyYAML read these (what JSON writers emit) as strings
+    and the strict schemas refused them."""
+
+
+_Loader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^[-+]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)[eE][-+]?[0-9]+$"),
+    list("-+0123456789."))
+_LOADER = _Loader
 
 
 def read_yaml(path: Path) -> Any:
     """yaml.safe_load with a one-line error naming the file and line."""
-    from capplan.limits import read_text
+    from capplan.limits import check_cap, check_input_file, read_text
 
+    # the parser needs ~130x the text in memory: a smaller cap than file_bytes
+    check_cap("yaml_bytes", check_input_file(path, "YAML file"), f"{path}")
     try:
         text = read_text(path, "YAML file")
     except OSError as e:

@@ -15,7 +15,15 @@ from capplan.units import (
     tflops_to_flops_per_s,
 )
 
-_STRICT = ConfigDict(extra="forbid", frozen=True)
+_STRICT = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+# Upper bounds of a GPU's numbers, each ~20x past the largest part shipping (B300: 288 GB HBM,
+# 8 TB/s, ~5 PFLOPS dense FP4; NVLink 5: 1.8 TB/s): a value past them is a typo or a unit slip
+# (`.inf` bandwidth was accepted and changed answers; `.inf` memory raised an internal error).
+_MAX_GIB = 8192.0
+_MAX_MIB = 8192.0 * 1024
+_MAX_GB_PER_S = 200_000.0
+_MAX_TFLOPS = 100_000.0
+_MAX_PRICE = 10_000.0  # limits.PRICE_PER_HOUR
 RECURRENT_KINDS = ("mamba", "mamba2", "linear_attention", "short_conv")
 ATTENTION_KINDS = ("full_attention", "sliding_attention", "chunked_attention")
 
@@ -31,7 +39,7 @@ class Interconnect(BaseModel):
         "pcie3", "pcie4", "pcie5", "pcie6", "nvlink3", "nvlink4", "nvlink5",
         "nvlink-bridge", "infinity-fabric",
     ]
-    bandwidth_gb_per_s: float = Field(gt=0)
+    bandwidth_gb_per_s: float = Field(gt=0, le=_MAX_GB_PER_S)
     """Per GPU, per direction (decimal GB/s)."""
     max_gpus_per_node: int = Field(ge=1)
     """Largest tensor-parallel group on this interconnect."""
@@ -71,20 +79,20 @@ class GpuSpec(BaseModel):
     vendor: Literal["nvidia", "amd"]
     aliases: list[str] = []
     nvml_names: list[str] = []
-    memory_mib: float = Field(gt=0)
+    memory_mib: float = Field(gt=0, le=_MAX_MIB)
     """Total memory as NVML / nvidia-smi reports it (MiB)."""
-    cuda_total_memory_gib: float | None = Field(default=None, gt=0)
+    cuda_total_memory_gib: float | None = Field(default=None, gt=0, le=_MAX_GIB)
     """Total that cudaMemGetInfo (torch, vLLM's total_gpu_memory) reports, when measured."""
-    memory_bandwidth_gb_per_s: float = Field(gt=0)
-    bf16_dense_tflops: float | None = Field(default=None, gt=0)
-    fp16_dense_tflops: float | None = Field(default=None, gt=0)
-    fp8_dense_tflops: float | None = Field(default=None, gt=0)
-    int8_dense_tops: float | None = Field(default=None, gt=0)
-    fp4_dense_tflops: float | None = Field(default=None, gt=0)
+    memory_bandwidth_gb_per_s: float = Field(gt=0, le=_MAX_GB_PER_S)
+    bf16_dense_tflops: float | None = Field(default=None, gt=0, le=_MAX_TFLOPS)
+    fp16_dense_tflops: float | None = Field(default=None, gt=0, le=_MAX_TFLOPS)
+    fp8_dense_tflops: float | None = Field(default=None, gt=0, le=_MAX_TFLOPS)
+    int8_dense_tops: float | None = Field(default=None, gt=0, le=_MAX_TFLOPS)
+    fp4_dense_tflops: float | None = Field(default=None, gt=0, le=_MAX_TFLOPS)
     interconnect: Interconnect
     network: Network | None = None
     """Scale-out network between NVLink domains; None: the GPU is planned within one domain."""
-    price_per_hour_usd: float | None = Field(default=None, gt=0)
+    price_per_hour_usd: float | None = Field(default=None, gt=0, le=_MAX_PRICE)
     source: dict[str, str]
     notes: str | None = None
 

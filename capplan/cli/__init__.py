@@ -13,6 +13,7 @@ Does the model fit, how fast is a step, what latency under load, which GPUs to b
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 
@@ -126,6 +127,12 @@ class CapplanGroup(click.Group):
         # click prints usage + error over several lines for UsageError raised while parsing;
         # keep it to one line on stderr, exit 2.
         kwargs.setdefault("standalone_mode", True)
+        from capplan.cli._terminal import escaped_output
+
+        with escaped_output(), _warnings_as_notes():  # user input never reaches it raw
+            return self._main(*args, **kwargs)
+
+    def _main(self, *args, **kwargs):  # noqa: ANN002, ANN003, ANN201
         try:
             return super().main(*args, **{**kwargs, "standalone_mode": False})
         except click.exceptions.Abort:
@@ -139,6 +146,25 @@ class CapplanGroup(click.Group):
         except click.ClickException as e:
             e.show()
             sys.exit(e.exit_code)
+
+
+@contextlib.contextmanager
+def _warnings_as_notes():  # noqa: ANN202
+    """A Python/numpy warning reaches the user as one line without a source path ('note:
+    numerical warning ...'); before, `path/to/capplan/models/x.py:629: RuntimeWarning` and the
+    source line were printed."""
+    import warnings
+
+    def show(message, category, filename, lineno, file=None, line=None) -> None:  # noqa: ANN001, ARG001
+        click.echo(f"note: {category.__name__}: {str(message).splitlines()[0]} (in capplan; "
+                   "the result may be affected, please report it)", err=True)
+
+    saved = warnings.showwarning
+    warnings.showwarning = show
+    try:
+        yield
+    finally:
+        warnings.showwarning = saved
 
 
 def _set_limits(ctx: click.Context, param: click.Parameter, value: tuple[str, ...]) -> None:
@@ -156,8 +182,8 @@ def _set_limits(ctx: click.Context, param: click.Parameter, value: tuple[str, ..
 @click.version_option(package_name="capplan")
 @click.option("--limit", "limits", multiple=True, metavar="NAME=VALUE", expose_value=False,
               callback=_set_limits, is_eager=True,
-              help="Raise a work cap (sim_requests, speed_rows, plan_configurations, plan_lanes, "
-                   "file_bytes); see "
+              help="Raise a work cap (sim_requests, sim_tokens, prefix_blocks, yaml_bytes, "
+                   "speed_rows, plan_configurations, plan_lanes, file_bytes, workers); see "
                    "docs/reliability.md.")
 def cli() -> None:
     """capplan: which GPUs, how many, with which engine settings, for your LLM traffic.

@@ -138,19 +138,15 @@ class IntList(click.ParamType):
         except ValueError:
             self.fail(f"{str(value)[:40]!r} is not a list of integers like 1,8,32 or 1-256",
                       param, ctx)
-        if not out or any(x < 1 for x in out):
-            self.fail(f"{str(value)[:40]!r}: every value must be a positive integer", param, ctx)
         try:
-            for x in out:
-                self.bound.check(x, "")
+            return limits.check_int_list(out, self.bound)  # the API checks the same way
         except InputError as e:
             self.fail(str(e), param, ctx)
-        return out
 
 
 POSITIVE = FiniteFloat(0, lo_open=True)
 NON_NEGATIVE = FiniteFloat(0)
-FRACTION = FiniteFloat(0, 1, lo_open=True)
+FRACTION = FiniteFloat(bound=limits.FRACTION)
 POS_INT = BoundedInt(limits.ENGINE_COUNT)
 RATE = FiniteFloat(bound=limits.RATE_PER_S)
 """--rate: requests per second within limits.RATE_PER_S."""

@@ -111,19 +111,34 @@ def calibrate_cmd(device: str, model: str | None, gpu: str | None, out: str | No
             raise InputError("--endpoint needs --model NAME (the model the server serves)")
         from capplan.probe.endpoint import Interrupted, run_endpoint
 
+        if out:  # checked before the benchmark: its minutes are not lost at the end
+            _check_levels_out(out, model, gpu, cat)
         try:
             levels = run_endpoint(endpoint, model, concurrency, input_len, output_len,
                                   requests_per_level, timeout)
         except Interrupted as e:
             _interrupted(e.levels, len(concurrency), model, gpu, cat, fmt, out)
-        _emit_levels(levels, model, gpu, cat, fmt, out)
-        _fail_if_nothing_completed(levels, endpoint)
+        done = any(lv.get("completed") for lv in levels)
+        _emit_levels(levels, model, gpu, cat, fmt, out if done else None)
+        _fail_if_nothing_completed(levels, endpoint)  # --out left as it was
         return
     if files:
         levels = _read_results(files)
         _emit_levels(levels, model, gpu, cat, fmt, out)
         return
     _device(device, model, out, quick, force, layers, cat, fmt)
+
+
+def _check_levels_out(out: str, model: str, gpu: str | None, cat: Any) -> None:
+    """What writing a levels calibration to `out` needs, before any request is sent."""
+    from capplan.export.atomic import check_writable
+
+    if not gpu:
+        raise InputError("--out with --endpoint needs --gpu G (the server's GPU) to derive "
+                         "calibration parameters; add it or drop --out")
+    cat.gpu(gpu)
+    cat.model(model)  # a catalog model (or its Hugging Face id) to derive overheads
+    check_writable(Path(out))
 
 
 def _read_results(files: list[str]) -> list[dict[str, Any]]:
@@ -144,7 +159,22 @@ def _read_results(files: list[str]) -> list[dict[str, Any]]:
         for lv in got:
             _check_level(lv, f)
         levels += got
+    _one_model(levels)
     return sorted(levels, key=lambda lv: lv["concurrency"])
+
+
+def _one_model(levels: list[dict[str, Any]]) -> None:
+    """One latency law is fitted over all levels: files of different served models (or GPUs,
+    where a file records one) measure different laws and are refused."""
+    for key in ("model", "gpu"):
+        seen: dict[str, str] = {}
+        for lv in levels:
+            if lv.get(key):
+                seen.setdefault(str(lv[key]), str(lv.get("file", "?")))
+        if len(seen) > 1:
+            shown = "; ".join(f"{f}: {m}" for m, f in list(seen.items())[:3])
+            raise InputError(f"results files of different {key}s ({shown}): one law is fitted "
+                             f"per {key}; calibrate each {key}'s files on their own")
 
 
 def _check_level(level: dict[str, Any], source: str) -> None:
@@ -227,14 +257,26 @@ def _emit_levels(levels: list[dict[str, Any]], model: str | None, gpu: str | Non
     from capplan.probe.results import fit_levels
 
     fit = fit_levels(levels, model, gpu, cat)
+    _print_levels(levels, fit, fmt)  # printed before the file is written (or fails to be)
     if out:
         from capplan.probe.results import write_levels_calibration
 
         write_levels_calibration(Path(out), levels, fit)
+        if fmt != "json":
+            emit(f"wrote {out}")
+
+
+def _print_levels(levels: list[dict[str, Any]], fit: dict[str, Any], fmt: str) -> None:
     if fmt == "json":
         emit(to_json({"levels": levels, "fit": fit}))
         return
-    emit(render_rows([_flat(lv) for lv in levels], _LEVEL_COLUMNS, fmt))
+    failed = [lv for lv in levels if lv.get("first_error")]
+    cols = _LEVEL_COLUMNS + ([Column("first_error", "first error")]
+                             if failed and fmt != "table" else [])
+    emit(render_rows([_flat(lv) for lv in levels], cols, fmt))
+    if fmt == "table":  # the cause of the errors, one line a level (a column would be too wide)
+        for lv in failed:
+            emit(f"first error at concurrency {lv['concurrency']}: {lv['first_error']}")
     law = fit.get("tbt_law") or {}
     if law:
         emit(f"\nTBT ~ {s_to_ms(law['intercept_s']):.3f} ms + "
@@ -248,8 +290,6 @@ def _emit_levels(levels: list[dict[str, Any]], model: str | None, gpu: str | Non
         emit(f"{k} = {v:.4g}")
     if fit.get("note"):
         emit(fit["note"])
-    if out:
-        emit(f"wrote {out}")
 
 
 def register(cli: click.Group) -> None:

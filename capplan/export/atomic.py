@@ -35,6 +35,40 @@ def check_replaceable(path: Path) -> None:
         raise InputError(f"{path} is not a regular file: write to another path")
 
 
+_CONFINED: dict[str, Path] = {}
+"""Target path -> the resolved folder it must stay in (a plan file's own exports)."""
+
+
+def confine(path: Path, root: Path) -> None:
+    """Writes to `path` must land inside `root` (resolved now): checked again at write time,
+    before the temporary file is made and just before the rename, so a sub-folder swapped for
+    a symbolic link while a long plan runs cannot carry the write outside."""
+    _CONFINED[str(path)] = Path(root).resolve()
+
+
+def _check_confined(path: Path) -> None:
+    root = _CONFINED.get(str(path))
+    if root is not None and not path.parent.resolve().is_relative_to(root):
+        raise InputError(f"{path}: its folder now resolves outside {root} through a symbolic "
+                         "link; nothing written")
+
+
+def check_writable(path: Path) -> None:
+    """Before long work whose result goes to `path`: the folder exists and takes a file, and
+    the target is absent or a regular file (a benchmark's minutes are not lost at the end)."""
+    path = Path(path)
+    folder = path.parent if str(path.parent) else Path(".")
+    if not folder.is_dir():
+        raise InputError(f"{path}: folder {folder} does not exist")
+    check_replaceable(path)
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=folder)
+    except OSError as e:
+        raise InputError(f"{path}: cannot write in {folder} ({e.strerror or e})") from None
+    os.close(fd)
+    os.unlink(tmp)
+
+
 def atomic_write(path: Path, write: Callable[[Path], None]) -> None:
     """Call write(tmp_path), then rename tmp_path over path (a regular file or nothing)."""
     path = Path(path)
@@ -42,7 +76,11 @@ def atomic_write(path: Path, write: Callable[[Path], None]) -> None:
     if not folder.is_dir():
         raise InputError(f"{path}: folder {folder} does not exist")
     check_replaceable(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=folder)
+    _check_confined(path)
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=folder)
+    except OSError as e:
+        raise InputError(f"{path}: cannot write ({e.strerror or e})") from None
     os.close(fd)
     try:
         write(Path(tmp))
@@ -50,7 +88,11 @@ def atomic_write(path: Path, write: Callable[[Path], None]) -> None:
         os.umask(umask)
         os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; give the user's usual mode
         check_replaceable(path)  # again: something may have appeared while we wrote
+        _check_confined(path)  # again, just before the rename
         os.replace(tmp, path)
+    except OSError as e:  # name the target, not the temporary file
+        Path(tmp).unlink(missing_ok=True)
+        raise InputError(f"{path}: cannot write ({e.strerror or e})") from None
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise

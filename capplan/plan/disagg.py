@@ -137,10 +137,14 @@ def _slo(t: Traffic, metric: str) -> float:
     return math.inf if v is None else float(v)
 
 
-def _deployments(cat: Catalog, name: str, space: SearchSpace) -> list[Deployment]:
+def _deployments(cat: Catalog, name: str, space: SearchSpace,
+                 pinned: dict[str, int | None] | None = None) -> list[Deployment]:
     """Every (GPU, TP) of the space that holds the model (`name` as the user gave it: launch
-    lines serve that checkpoint id)."""
+    lines serve that checkpoint id). `pinned`: the max_num_seqs / max_num_batched_tokens the
+    user set (the largest of a list), which both pools keep as the aggregated search does;
+    without them the pools took the engine's defaults and "won" on a cap the user had set."""
     deps = []
+    pin = pinned or {}
     for gpu in space.gpus:
         for tp in space.tps:
             try:
@@ -149,8 +153,9 @@ def _deployments(cat: Catalog, name: str, space: SearchSpace) -> list[Deployment
                 dep = resolve_deployment(cat, name, gpu.key, EngineOptions(
                     engine=space.engine, tp=tp, max_model_len=space.max_model_len,
                     gpu_memory_utilization=space.gpu_memory_utilization,
-                    block_size=space.block_size, **dict(space.features),
-                    max_loras=max(space.max_loras)))
+                    block_size=space.block_size, max_num_seqs=pin.get("max_num_seqs"),
+                    max_num_batched_tokens=pin.get("max_num_batched_tokens"),
+                    **dict(space.features), max_loras=max(space.max_loras)))
             except CapplanError:
                 continue
             if space.prefill_extra_flops_per_token:
@@ -215,14 +220,15 @@ def _cost(p: DisaggPlan) -> tuple[float, int]:
 
 
 def plan_disaggregated(cat: Catalog, model: ModelSpec, space: SearchSpace, t: Traffic,
-                       headroom: float, name: str | None = None) -> DisaggPlan | None:
+                       headroom: float, name: str | None = None,
+                       pinned: dict[str, int | None] | None = None) -> DisaggPlan | None:
     """The cheapest (prefill pool, decode pool) meeting the SLOs, or None.
 
     The decode pool is sized first, for TBT (and E2E); what TTFT budget is left after the KV
     transfer and the decode side's admission sizes the prefill pool. Each pool may use its own
     GPU and TP from the search space; the transfer goes over NVLink when both pools fit one
     NVLink domain of the same GPU, else over the network (models/disagg.py)."""
-    deps = _deployments(cat, name or model.key, space)
+    deps = _deployments(cat, name or model.key, space, pinned)
     target = t.rate_per_s * (1 + headroom)
     ttft_slo = _slo(t, "ttft_s")
     decodes = [p for p in (_decode_pool(d, t, target, cap) for d, cap in zip(

@@ -177,6 +177,9 @@ def plan_output_path(entry: str, plan_dir: Path, out_dir: Path | None = None) ->
     folder through a symlinked sub-folder is refused too.
     """
     base = Path(out_dir) if out_dir is not None else Path(plan_dir)
+    if not entry or any(ord(ch) < 32 or ord(ch) == 127 for ch in entry):
+        raise InputError(f"export {entry!r}: a file name without control characters (NUL, "
+                         "newline, ESC) is needed")
     rel = Path(entry)
     if rel.is_absolute() or rel.drive or rel.anchor:
         raise InputError(f"export {entry!r}: a plan file writes only inside {base}; give a "
@@ -188,4 +191,7 @@ def plan_output_path(entry: str, plan_dir: Path, out_dir: Path | None = None) ->
     root = base.resolve()
     if not path.parent.resolve().is_relative_to(root):
         raise InputError(f"export {entry!r}: resolves outside {base} through a symbolic link")
+    from capplan.export.atomic import confine
+
+    confine(path, root)  # checked again at write time (the folder may change meanwhile)
     return path

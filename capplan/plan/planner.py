@@ -283,7 +283,12 @@ def _disaggregated(cat: Catalog, plan: PlanFile, resolved: ResolvedModel, lanes:
     # every catalog GPU would cost ~0.2 s each
     keys = {result.best.candidate.gpu.key}
     space = replace(space, gpus=[g for g in space.gpus if g.key in keys])
-    d = plan_disaggregated(cat, model, space, t, plan.headroom, plan.model)
+    def top(v: Any) -> int | None:  # a pinned value or the largest of a searched list
+        return max(v) if isinstance(v, list) and v else (v if isinstance(v, int) else None)
+
+    pinned = {"max_num_seqs": top(plan.engine.max_num_seqs),
+              "max_num_batched_tokens": top(plan.engine.max_num_batched_tokens)}
+    d = plan_disaggregated(cat, model, space, t, plan.headroom, plan.model, pinned)
     best = result.best
     verdict = compare(best.gpus_total, best.cost_per_hour, best.candidate.binding_constraint, d)
     return {**(d.to_dict() if d else {}), "verdict": verdict,

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from capplan.errors import InputError
 from capplan.models.prefix import (
     PrefixCache,
     PrefixSpec,
@@ -36,8 +37,20 @@ def lane_lengths(spec: PrefixSpec | None, input_len: str | int, output_len: str 
         prompt, out = clipped(prompt.astype(float), out.astype(float), max_model_len)
         p = _survival(spec, rate_per_s, kv_cache_tokens, prompt, out)
         return prompt, out, prefix_cache_history(prompt, np.minimum(hist, prompt), block_size, p)
+    check_prefix_fits(spec, float(np.mean(inp)))
     p = _survival(spec, rate_per_s, kv_cache_tokens, inp, out)
     return inp, out, prefix_cache(spec, inp, block_size, p)
+
+
+def check_prefix_fits(spec: PrefixSpec | None, mean_input_tokens: float) -> None:
+    """A shared prefix is the start of each prompt (part of input_len): it must leave a token of
+    the prompt its own. Longer, it was accepted and a verify line read `--random-input-len
+    -16776216` (input - prefix)."""
+    if spec is not None and spec.shared_tokens and spec.shared_tokens >= mean_input_tokens:
+        raise InputError(f"shared prefix of {spec.shared_tokens:,} tokens is the start of each "
+                         f"prompt and must be shorter than it (mean input length "
+                         f"{mean_input_tokens:,.0f} tokens): lower the shared prefix or raise "
+                         "the input length")
 
 
 def _survival(spec: PrefixSpec, rate_per_s: float | None, kv_tokens: float | None,

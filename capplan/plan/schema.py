@@ -104,6 +104,12 @@ class Prefix(BaseModel):
                  self.hit_rate is not None]
         if sum(forms) != 1:
             raise ValueError("give one of shared_tokens, turns or hit_rate")
+        # a field of another form would be ignored in silence: refused
+        stray = [(k, form) for k, form in (("share", "shared_tokens"), ("think_s", "turns"))
+                 if k in self.model_fields_set and getattr(self, form) is None]
+        if stray:
+            key, form = stray[0]
+            raise ValueError(f"{key} applies with {form} only; drop it or use {form}")
         return self
 
     def spec(self) -> Any:

@@ -46,6 +46,8 @@ def workload_from_options(rate: float | None, concurrency: int | None, trace: st
     lane = Lane(rate_per_s=rate, arrival="gamma" if burstiness != 1.0 else "poisson",
                 burstiness=burstiness, input_len=parse_length(input_len),
                 output_len=parse_length(output_len))
+    limits.check_cap("sim_tokens", requests * lane.output_len.mean,
+                     "--requests x mean --output-len")
     return Workload((lane,), num_requests=requests, concurrency=concurrency)
 
 
@@ -76,10 +78,15 @@ def run_simulation(dep: Deployment, *, rate: float | None, concurrency: int | No
     wl = workload_from_options(rate, concurrency, trace, input_len, output_len, burstiness,
                                requests, time_unit)
     if prefix is not None and wl.trace is None:
+        from capplan.plan.prefix import check_prefix_fits
+
+        for ln in wl.lanes:
+            check_prefix_fits(prefix, ln.input_len.mean)
         wl = replace(wl, lanes=tuple(replace(ln, prefix=prefix) for ln in wl.lanes))
     s = dep.settings
     max_len = dep.memory.max_model_len
     reqs, clipped = wl.generate(np.random.default_rng(seed)).clip_to_context(max_len)
+    _check_work(wl.trace is not None, reqs, dep)
     notes = [f"trace {wl.trace.note}"] if wl.trace is not None and wl.trace.note else []
     notes += [f"{clipped} prompts cut to fit max_model_len {max_len}"] if clipped else []
     overhead = float(np.asarray(dep.step.request_overhead_s))
@@ -112,9 +119,10 @@ def run_simulation(dep: Deployment, *, rate: float | None, concurrency: int | No
                             progress=tick, sim_engine=sim_engine,
                             **({} if benchmark is None else
                                {"measure": benchmark.measure(overhead)})).to_dict()
-        results[name] = {**add_request_overhead(res, overhead),
-                         "engine_impl": engine_impl(name, sim_engine,
-                                                    **run_features(s.profile.scheduler, reqs))}
+        results[name] = _with_engine(add_request_overhead(res, overhead), name, sim_engine,
+                                     run_features(s.profile.scheduler, reqs), notes)
+    if concurrency is None:  # open loop: say when the arrivals outran the engine
+        notes += _overload_notes(results, np.asarray(reqs.arrival_at_s, float))
     first = results[schedulers[0]]
     ctx = float(np.mean(reqs.input_tokens) + np.mean(reqs.output_tokens) / 2)
     per_replica_batch = first["mean_running_batch"] / max(first.get("replicas", 1), 1)
@@ -126,7 +134,84 @@ def run_simulation(dep: Deployment, *, rate: float | None, concurrency: int | No
             "request_overhead_s": overhead, "engine_settings": dep.settings_summary()}
     if pool.state_blocks_per_seq:
         head["state_blocks_per_seq"] = pool.state_blocks_per_seq
+    if wl.trace is not None and wl.trace.note:  # the columns and time unit read, as latency's
+        head["load"] = f"trace {wl.trace.note}"
     return {"head": head, "results": results, "notes": notes}
+
+
+def _check_work(is_trace: bool, reqs: Any, dep: Deployment) -> None:
+    """The caps on what the run will do, from the generated requests, before any step."""
+    if is_trace:  # a trace's own lengths
+        limits.check_cap("sim_tokens", float(np.sum(reqs.output_tokens)),
+                         "the trace's output tokens")
+    if dep.settings.profile.scheduler.prefix_caching and reqs.has_prefix:
+        limits.check_cap("prefix_blocks", shared_prompt_blocks(reqs, dep.pool.block_size),
+                         "shared prompt blocks to hash for prefix caching")
+
+
+def _with_engine(res: dict[str, Any], name: str, asked: str, features: dict[str, Any],
+                 notes: list[str]) -> dict[str, Any]:
+    """The result with the engine that ran; when it is not the one asked for, why (said in
+    every format, not only on stderr)."""
+    impl = engine_impl(name, asked, **features)
+    out = {**res, "engine_impl": impl}
+    if asked not in ("auto", impl):
+        used = [k for k, v in features.items() if v is True]
+        why = f"it does not run {', '.join(used)}" if used else f"the {name} scheduler"
+        out["engine_note"] = f"--sim-engine {asked} asked, {impl} ran: {why}"
+        notes.append(out["engine_note"])
+    return out
+
+
+def _overload_notes(results: dict[str, dict[str, Any]], arrivals: np.ndarray) -> list[str]:
+    out = []
+    for name, res in results.items():
+        note = mark_overload(res, arrivals)
+        if note:
+            out.append(note if len(results) == 1 else f"{name}: {note}")
+    return out
+
+
+OVERLOAD_QUEUE_FRAC = 0.1
+"""A run is overloaded when more than this share of its requests still wait for admission at
+the last arrival: a stable engine's queue stays near its mean (Little's law), an overloaded one
+grows by (offered - served) x time, so its means depend on the run's length."""
+
+
+def mark_overload(res: dict[str, Any], arrivals: np.ndarray) -> str | None:
+    """Add offered_requests_per_s and overloaded to an open-loop result; the note when
+    overloaded ("served X of Y req/s offered")."""
+    n = len(arrivals)
+    span = float(arrivals.max() - arrivals.min()) if n > 1 else 0.0
+    if span <= 0:
+        return None
+    offered = (n - 1) / span
+    ts = res.get("time_series") or {}
+    t, waiting = np.asarray(ts.get("time_s", []), float), np.asarray(ts.get("waiting", []))
+    at_end = int(waiting[np.searchsorted(t, float(arrivals.max()), side="right") - 1]) \
+        if len(t) and len(waiting) == len(t) and t[0] <= arrivals.max() else 0
+    served = float(res.get("requests_per_s") or 0.0)
+    res["offered_requests_per_s"] = offered
+    res["overloaded"] = bool(at_end > OVERLOAD_QUEUE_FRAC * n and served < offered)
+    if not res["overloaded"]:
+        return None
+    return (f"overloaded: served {served:.3g} of {offered:.3g} req/s offered; {at_end} of {n} "
+            "requests still waited at the last arrival, so the latencies grow with the run's "
+            "length (capplan latency gives the rate one replica sustains)")
+
+
+def shared_prompt_blocks(reqs: Any, block_size: int) -> float:
+    """Full prompt blocks prefix caching keys (Requests.block_keys, counted without building
+    them): the shared part of each prompt (hash_ids x their block, or the prefix) over the
+    block size."""
+    inp = np.asarray(reqs.input_tokens, np.int64)
+    if reqs.hash_ids is not None:
+        shared = np.array([len(h) for h in reqs.hash_ids], np.int64) * reqs.hash_block_tokens
+    elif reqs.prefix_tokens is not None and reqs.prefix_group is not None:
+        shared = np.where(np.asarray(reqs.prefix_group) >= 0, reqs.prefix_tokens, 0)
+    else:
+        return 0.0
+    return float(np.sum(np.minimum(shared, inp) // block_size))
 
 
 def add_request_overhead(res: dict[str, Any], overhead_s: float) -> dict[str, Any]:

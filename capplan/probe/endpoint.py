@@ -162,21 +162,30 @@ def _finite_float(x: str) -> float:
 
 class _Deadline:
     """A wall-clock deadline for one request: at expiry the socket is shut down, which ends
-    any blocked read, so a server that trickles bytes cannot stretch a request past it."""
+    any blocked read, so a server that trickles bytes cannot stretch a request past it.
 
-    def __init__(self, conn: http.client.HTTPConnection, seconds: float):
-        self.conn, self.expired = conn, False
-        self.timer = threading.Timer(seconds, self._expire)
+    The socket is the one connect() opened, kept here (`attach`): http.client drops
+    `conn.sock` once a response will close the connection (HTTP/1.0, `Connection: close`),
+    and a deadline that read it back there found nothing to shut."""
+
+    def __init__(self, seconds: float):
+        self.expired = False
+        self.sock: socket.socket | None = None
+        self._lock = threading.Lock()
+        self.timer = threading.Timer(seconds, self.expire)
         self.timer.daemon = True
 
-    def _expire(self) -> None:
-        self.expired = True
-        sock = self.conn.sock
-        if sock is not None:
-            try:
-                sock.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
+    def attach(self, sock: socket.socket) -> None:
+        with self._lock:
+            self.sock = sock
+            if self.expired:  # expired while connecting
+                _shut(sock)
+
+    def expire(self) -> None:
+        with self._lock:
+            self.expired = True
+            if self.sock is not None:
+                _shut(self.sock)
 
     def __enter__(self) -> _Deadline:
         self.timer.start()
@@ -184,6 +193,58 @@ class _Deadline:
 
     def __exit__(self, *exc: object) -> None:
         self.timer.cancel()
+
+
+def _shut(sock: socket.socket) -> None:
+    try:
+        sock.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        pass
+
+
+class LevelDeadline:
+    """A wall-clock deadline for a whole level: at expiry every request in flight has its
+    socket shut and no new request starts. Each client sends its requests one after another,
+    each bounded by --timeout, so a level ends by timeout x ceil(requests / clients); this
+    bound holds even where a per-request deadline cannot act (a connect blocked in DNS)."""
+
+    SLACK_S = 1.0
+
+    def __init__(self, timeout_s: float, num_requests: int, concurrency: int):
+        self.seconds = timeout_s * math.ceil(num_requests / concurrency) + self.SLACK_S
+        self.passed = False
+        self._active: set[_Deadline] = set()
+        self._lock = threading.Lock()
+
+    def add(self, d: _Deadline) -> bool:
+        with self._lock:
+            if not self.passed:
+                self._active.add(d)
+            return not self.passed
+
+    def discard(self, d: _Deadline) -> None:
+        with self._lock:
+            self._active.discard(d)
+
+    def expire(self) -> None:
+        with self._lock:
+            self.passed = True
+            active = list(self._active)
+        for d in active:
+            d.expire()
+
+
+def _connection(t: Target, timeout_s: float, deadline: _Deadline
+                ) -> http.client.HTTPConnection:
+    """An HTTP(S) connection whose connect() hands its socket to the deadline."""
+    base = http.client.HTTPSConnection if t.https else http.client.HTTPConnection
+
+    class _Kept(base):  # type: ignore[misc, valid-type]
+        def connect(self) -> None:
+            super().connect()
+            deadline.attach(self.sock)
+
+    return _Kept(t.host, t.port, timeout=timeout_s)
 
 
 def _stream(resp: http.client.HTTPResponse, res: RequestResult, start: float,
@@ -219,6 +280,8 @@ def _stream(resp: http.client.HTTPResponse, res: RequestResult, start: float,
                 res.itl_s.append(now - last)
             last = now
             res.output_tokens += 1
+            if res.output_tokens > max_tokens:  # every text event is at least one token
+                raise BadEvent(f"more token events than max_tokens {max_tokens}")
 
 
 def request_body(model: str, prompt: str, output_len: int) -> bytes:
@@ -230,19 +293,22 @@ def request_body(model: str, prompt: str, output_len: int) -> bytes:
 
 def one_request(t: Target, model: str, prompt: str, output_len: int, timeout_s: float,
                 clock: Callable[[], float] = time.perf_counter,
-                body: bytes | None = None) -> RequestResult:
+                body: bytes | None = None, level: LevelDeadline | None = None
+                ) -> RequestResult:
     """One streamed completion; never raises (errors are recorded in the result).
 
     `clock` stamps the events (tests drive their own); the deadline of `timeout_s` seconds is
     wall-clock time from the start, whatever the server sends.
     """
     body = body if body is not None else request_body(model, prompt, output_len)
-    cls = http.client.HTTPSConnection if t.https else http.client.HTTPConnection
     res = RequestResult(ok=False)
-    conn = cls(t.host, t.port, timeout=timeout_s)
+    deadline = _Deadline(timeout_s)
+    if level is not None and not level.add(deadline):
+        res.error = f"level deadline of {level.seconds:g} s passed"
+        return res
+    conn = _connection(t, timeout_s, deadline)
     start = res.start_s = clock()
     last = usage_tokens = None
-    deadline = _Deadline(conn, timeout_s)
     try:
         with deadline:
             conn.request("POST", t.path, body=body,
@@ -263,8 +329,12 @@ def one_request(t: Target, model: str, prompt: str, output_len: int, timeout_s: 
         res.error = f"{type(e).__name__}: {e}"[:120]
     finally:
         conn.close()
+        if level is not None:
+            level.discard(deadline)
     if deadline.expired:
         res.ok, res.error = False, f"timeout after {timeout_s:g} s"
+        if level is not None and level.passed:
+            res.error = f"level deadline of {level.seconds:g} s passed"
     res.end_s = clock()
     if last is not None:
         res.e2e_s = last - start
@@ -295,33 +365,44 @@ def run_level(t: Target, model: str, concurrency: int, num_requests: int, input_
     lock = threading.Lock()
     issued = [0]
     stop = threading.Event()
+    level = LevelDeadline(timeout_s, num_requests, concurrency)
 
     def worker() -> None:
-        while not stop.is_set():
+        while not stop.is_set() and not level.passed:
             with lock:
                 if issued[0] >= num_requests:
                     return
                 issued[0] += 1
             try:
-                r = one_request(t, model, prompt, output_len, timeout_s, clock, body)
+                r = one_request(t, model, prompt, output_len, timeout_s, clock, body, level)
             except Exception as e:  # noqa: BLE001 - a client bug must not lose the request
                 r = RequestResult(ok=False, error=f"client error: {type(e).__name__}")
             with lock:
                 results.append(r)
 
     threads = [threading.Thread(target=worker, daemon=True) for _ in range(concurrency)]
+    timer = threading.Timer(level.seconds, level.expire)
+    timer.daemon = True
     t0 = time.perf_counter()
+    timer.start()
     for th in threads:
         th.start()
     try:
-        for th in threads:
-            th.join()
+        for th in threads:  # a request ends within 1 s of the level's deadline shutting it
+            th.join(max(0.0, t0 + level.seconds + LevelDeadline.SLACK_S - time.perf_counter()))
     except KeyboardInterrupt:
         stop.set()
+        level.expire()
         raise
+    finally:
+        timer.cancel()
     duration = time.perf_counter() - t0
     with lock:
         done = list(results)
+        issued_n = issued[0]
+    lost = issued_n - len(done)  # still blocked past the level's deadline: errors
+    done += [RequestResult(ok=False, error=f"level deadline of {level.seconds:g} s passed")
+             for _ in range(lost)]
     return level_from_requests(concurrency, done, duration)
 
 
@@ -340,7 +421,9 @@ def level_from_requests(concurrency: int, reqs: list[RequestResult], duration_s:
         tpots=[x for r in ok if (x := r.tpot_s) is not None],
         output_tokens=sum(r.output_tokens for r in ok), completed=len(ok),
         duration_s=duration_s, errors=sum(errors.values()), error_kinds=errors,
-        malformed_events=sum(r.malformed_events for r in reqs))
+        malformed_events=sum(r.malformed_events for r in reqs),
+        **({"first_error": first} if (first := next(
+            (r.error or "error" for r in reqs if not r.ok), None)) else {}))
 
 
 def run_endpoint(url: str, model: str, concurrency: list[int], input_len: int, output_len: int,

@@ -85,12 +85,34 @@ def goodput_per_s(per_request_s: dict[str, list[float]], slo_s: dict[str, float]
     return good / duration_s
 
 
+MAX_LATENCY_S = 86_400.0
+"""Longest per-request latency a results file may hold (limits.DURATION_S: a day); past it a
+mean of 1e308-second gaps overflowed to an internal error."""
+
+
+def _check_latencies(d: dict[str, Any], name: str) -> None:
+    """vLLM's per-request lists (seconds): every TTFT and gap a number in [0, a day]."""
+    rows = d.get("itls") or []
+    if not isinstance(rows, list) or not isinstance(d.get("ttfts") or [], list):
+        raise InputError(f"{name}: ttfts and itls must be lists")
+    for key, vals in (("ttfts", d.get("ttfts") or []),
+                      ("itls", [g for r in rows for g in (r if isinstance(r, list) else [r])])):
+        for x in vals:
+            if x is None and key == "ttfts":
+                continue  # a failed request
+            if isinstance(x, bool) or not isinstance(x, int | float) or not (
+                    0 <= x <= MAX_LATENCY_S):
+                raise InputError(f"{name}: {key} holds {str(x)[:20]}; a latency is a number of "
+                                 f"seconds in [0, {MAX_LATENCY_S:,.0f}]")
+
+
 def from_vllm(d: dict[str, Any], name: str, slo_s: dict[str, float] | None = None
               ) -> dict[str, Any]:
     """A level from one `vllm bench serve --save-result` file; with SLOs (seconds) and the
     per-request lists, also the goodput vLLM's --goodput would report. A run without
     --max-concurrency gets its concurrency from Little's law (report_formats.open_loop_level)."""
     conc = d.get("max_concurrency")
+    _check_latencies(d, name)
     ttfts = [x for x in d.get("ttfts") or [] if x]
     itls = [g for row in d.get("itls") or [] for g in row]
     errors = sum(1 for e in d.get("errors") or [] if e)
@@ -232,11 +254,36 @@ def load_results(paths: list[Path], slo_s: dict[str, float] | None = None
                  ) -> list[dict[str, Any]]:
     """Levels from benchmark result files (any mix of the formats above), by concurrency;
     with SLOs (ttft/tpot/e2el in seconds) the goodput of files that keep per-request data."""
+    from capplan.probe.aiperf_records import from_aiperf_records, is_records
+
     levels: list[dict[str, Any]] = []
     for p in paths:
-        for d in _read_json_or_lines(p):
-            levels += _levels_from(d, p, slo_s)
+        docs = _read_json_or_lines(p)
+        if is_records(docs):  # AIPerf profile_export.jsonl: one record a request
+            got = [from_aiperf_records(docs, p, level_summary)]
+        else:
+            got = [lv for d in docs for lv in _levels_from(d, p, slo_s)]
+        model = next((m for d in docs if (m := _model_of(d))), None)
+        for lv in got:
+            lv.setdefault("file", str(p))
+            if model:
+                lv.setdefault("model", model)
+        levels += got
     return sorted(levels, key=lambda lv: lv["concurrency"])
+
+
+def _model_of(d: Any) -> str | None:
+    """The served model a results file names (vLLM model_id, LLMPerf model, AIPerf
+    input_config.endpoint.model_names), or None."""
+    if not isinstance(d, dict):
+        return None
+    names = ((d.get("input_config") or {}).get("endpoint") or {}).get("model_names") \
+        if isinstance(d.get("input_config"), dict) else None
+    for m in (d.get("model_id"), d.get("model"), names[0] if isinstance(names, list)
+              and names else None):
+        if isinstance(m, str) and m.strip():
+            return m.strip()
+    return None
 
 
 # ---------------------------------------------------------------------------------------------

@@ -46,6 +46,8 @@ from capplan.models.engine import ClientJitter
 from capplan.sim.engine import NO_WINDOW, ContinuousEngine, check_overhead
 from capplan.sim.entities import RunRecord, StepSummary
 from capplan.sim.fast import INSTALL_HINT, compiled_supports
+from capplan.sim.interrupt import pending as _pending_signals
+from capplan.sim.interrupt import signals_as_flag
 from capplan.sim.metrics import series_steps
 from capplan.sim.workload import Requests
 
@@ -108,6 +110,14 @@ if numba is not None:
     # reference counting of the tuples of arrays it receives)
     _njit_inline = numba.njit(cache=True, inline="always")
     _step_parts = numba.njit(cache=True)(perf.step_parts)
+
+    @_njit
+    def _poll_signals() -> bool:
+        """Back in the interpreter for a moment (objmode): pending signal handlers run there
+        and record Ctrl-C / SIGTERM (sim/interrupt.py); True when one came."""
+        with numba.objmode(n="int64"):
+            n = _pending_signals()
+        return n > 0
 else:
     def _njit(f: Callable) -> Callable:
         return f
@@ -115,6 +125,14 @@ else:
     _njit_inline = _njit
 
     _step_parts = perf.step_parts
+
+    def _poll_signals() -> bool:
+        return _pending_signals() > 0
+
+
+POLL_STEPS = 4096
+"""Steps between signal polls (a power of two): a step takes ~1 us compiled, so a poll every
+~4 ms ends the run well within a second of Ctrl-C; the objmode round trip costs ~1 us."""
 
 
 # -- the waiting queue: a binary heap of request indices keyed (priority, arrival, index) ----
@@ -799,6 +817,7 @@ def simulate_open_loop(arr: np.ndarray, q: np.ndarray, cfg: np.ndarray, consts: 
     bufs = (np.empty(m, np.int64), np.empty(m, np.int64), np.empty(m, np.int64),
             np.zeros(n, np.int8), np.empty(2 * m, np.int64), qt, tf, np.zeros((2, n), np.float64))
     t, nxt, k = 0.0, 0, 0
+    next_poll = POLL_STEPS
     model = (consts, moe)
     lists = ((run, heap), gaps, (tb, series, sf, si))
     while sc[DONE] < n:
@@ -827,6 +846,10 @@ def simulate_open_loop(arr: np.ndarray, q: np.ndarray, cfg: np.ndarray, consts: 
         t = t + dur
         t = _bulk_all(t, arr[nxt] if nxt < n else np.inf, q, sc, cfg, model, lists, bufs)
         k = sc[STEP] + 1
+        if k >= next_poll:  # every POLL_STEPS steps (bulk runs move k by more than one)
+            next_poll = k + POLL_STEPS
+            if _poll_signals():
+                break  # Ctrl-C / SIGTERM: the caller re-raises it (sim/interrupt.py)
     used = tb[:, 1] != 0
     return (qt, gaps[0, :sc[NGAPS]], tb[used, 0], tb[used, 1].astype(np.int64),
             series[0][:sc[NSER]], series[1][:, :sc[NSER]], tf, sc, sf[:, :k], si[:, :k])
@@ -916,8 +939,9 @@ class CompiledEngine(ContinuousEngine):
         moe = bool(float(self.step_model.num_experts) > 0)
         _check_kernel(self.step_model, consts, moe)
         arr = np.ascontiguousarray(reqs.arrival_at_s, np.float64)
-        (qt, gaps, tbt_v, tbt_w, ser_t, ser_i, tf, sc, sf, si) = simulate_open_loop(
-            arr, q, cfg, consts, moe)
+        with signals_as_flag():  # a signal stops the loop, then is raised here
+            (qt, gaps, tbt_v, tbt_w, ser_t, ser_i, tf, sc, sf, si) = simulate_open_loop(
+                arr, q, cfg, consts, moe)
         if sc[ERR]:
             raise AssertionError(ERRORS[int(sc[ERR])])
         if progress is not None:

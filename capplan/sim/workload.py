@@ -21,7 +21,7 @@ from typing import IO
 
 import numpy as np
 
-from capplan.errors import InputError
+from capplan.errors import InputError, shown_key
 from capplan.limits import SIM_HORIZON_S, TOKENS, check_input_file
 from capplan.models.prefix import NO_PREFIX, PrefixSpec
 from capplan.models.queueing import Z99
@@ -126,27 +126,73 @@ def parse_length(text: str | int | float) -> LengthDist:
                      f"(fixed number, uniform, lognormal, empirical)")
 
 
-def _read_empirical(path: str) -> tuple[int, ...]:
-    p = Path(path)
+def _split_empirical(body: str) -> tuple[Path, str | None]:
+    """'FILE' or 'FILE:COLUMN' (a path may hold ':' itself: an existing file wins)."""
+    path, sep, col = body.rpartition(":")
+    if Path(body).exists() or not sep or not path:
+        return Path(body), None
+    return Path(path), col.strip()
+
+
+def _column_index(header: list[str] | None, width: int, col: str | None, path: Path) -> int:
+    """The column to read: the one named (by header name or 1-based number); a file of one
+    column needs no name; a wider file without one is refused with its columns listed."""
+    names = [h.strip() for h in header] if header else [str(i + 1) for i in range(width)]
+    if col is None:
+        if width == 1:
+            return 0
+        shown = ", ".join(shown_key(n) for n in names[:12])
+        raise InputError(f"{path} has {width} columns ({shown}): name the one to read, "
+                         f"empirical:{path}:COLUMN")
+    if col in names:
+        return names.index(col)
+    if col.isdigit() and 1 <= int(col) <= width:
+        return int(col) - 1
+    shown = ", ".join(shown_key(n) for n in names[:12])
+    raise InputError(f"{path}: no column {shown_key(col)} (columns: {shown})")
+
+
+def _is_number(cell: str) -> bool:
+    try:
+        float(cell)
+    except ValueError:
+        return False
+    return True
+
+
+def _read_empirical(body: str) -> tuple[int, ...]:
+    """Lengths from one column of a CSV (`empirical:FILE[:COLUMN]`): a header line is
+    recognised by a cell that is not a number; every value is a token length within TOKENS.
+    A cell of the file is never echoed (`empirical:/etc/shadow` would print a line)."""
+    p, col = _split_empirical(body)
     check_input_file(p, "file (empirical length distribution)")
     vals: list[int] = []
-    with p.open(newline="", encoding="utf-8-sig") as f:
-        for i, row in enumerate(csv.reader(f), 1):
-            if not row or not row[0].strip():
-                continue
-            cell = row[0].strip()
-            try:
-                v = float(cell)
-            except ValueError:
-                if i == 1:  # header line
+    idx: int | None = None
+    try:
+        with p.open(newline="", encoding="utf-8-sig") as f:
+            for i, row in enumerate(csv.reader(f), 1):
+                if not row or not any(c.strip() for c in row):
                     continue
-                raise InputError(f"{path}:{i}: {cell!r} is not a number") from None
-            if not math.isfinite(v) or v < 1:
-                raise InputError(f"{path}:{i}: length {cell} must be >= 1")
-            vals.append(int(round(v)))
+                if idx is None:
+                    header = None if all(_is_number(c) for c in row) else row
+                    idx = _column_index(header, len(row), col, p)
+                    if header is not None:
+                        continue
+                vals.append(_length_cell(row, idx, p, i))
+    except csv.Error as e:
+        raise InputError(f"{p}: not a CSV of lengths ({e})") from None
     if not vals:
-        raise InputError(f"{path}: no lengths (one integer per line expected)")
+        raise InputError(f"{p}: no lengths (one integer per line expected)")
     return tuple(vals)
+
+
+def _length_cell(row: list[str], idx: int, p: Path, line: int) -> int:
+    cell = row[idx].strip() if idx < len(row) else ""
+    try:
+        v = float(cell)
+    except ValueError:
+        raise InputError(f"{p}:{line}: column {idx + 1} is not a number") from None
+    return int(round(TOKENS.check(v, f"{p}:{line}: length")))
 
 
 @dataclass(frozen=True)
@@ -410,6 +456,28 @@ def trace_time_unit(cols: list[str], times: np.ndarray) -> tuple[str, str]:
     for unit, name in (("us", "epoch microseconds"), ("ms", "epoch milliseconds")):
         if t0 * TIME_UNITS[unit] > _EPOCH_FLOOR_S:
             return unit, name
+    return _unit_from_span(times)
+
+
+MIN_TRACE_RATE_PER_S = 0.01
+"""Slowest mean rate a serving trace is read at in seconds when its stamps are whole numbers
+(36 requests an hour; BurstGPT, the sparsest public trace, averages ~0.13 req/s): below it,
+whole-number stamps are read as milliseconds, as Mooncake-style traces whose columns were
+renamed carry them (read as seconds they gave 0.003 req/s, 1000x slow)."""
+
+
+def _unit_from_span(times: np.ndarray) -> tuple[str, str]:
+    """(unit, why) for relative stamps: seconds, unless every stamp is a whole number and the
+    span read in seconds puts the mean rate below MIN_TRACE_RATE_PER_S while milliseconds give
+    a rate a server sees (at most 1e6 req/s, limits.RATE_PER_S)."""
+    n = int(times.size)
+    span = float(np.nanmax(times)) - float(np.nanmin(times)) if n else 0.0  # inf, no warning
+    if n < 2 or not 0 < span < math.inf or not bool(np.all(times == np.floor(times))):
+        return "s", "seconds"
+    rate_s = (n - 1) / span
+    if rate_s < MIN_TRACE_RATE_PER_S and rate_s * 1e3 <= 1e6:
+        return "ms", (f"whole-number stamps spanning {span:.4g}: {rate_s:.2g} req/s in seconds, "
+                      f"{rate_s * 1e3:.3g} req/s in milliseconds; --time-unit s to override")
     return "s", "seconds"
 
 
@@ -434,6 +502,11 @@ def _time_value(v: object, path: Path, line: int) -> float:
     return x
 
 
+_NAIVE_SEEN: list[int] = []
+_AWARE_SEEN: list[int] = []
+"""Lines of the trace being read whose datetime had no / a UTC offset (reset per trace)."""
+
+
 def _parse_datetime(s: str, path: Path, line: int) -> float:
     # Azure LLM traces: "2023-11-16 18:15:46.6805900" (7 fractional digits: keep 6).
     head, dot, frac = s.partition(".")
@@ -443,6 +516,15 @@ def _parse_datetime(s: str, path: Path, line: int) -> float:
         raise InputError(f"{path}:{line}: arrival time {s!r} is neither seconds nor a "
                          f"datetime like 2023-11-16 18:15:46.68") from None
     frac_s = float("0." + frac) if dot and frac.isdigit() else 0.0
+    if t.tzinfo is None:  # naive: UTC, not this machine's zone (answers must not move with it)
+        t = t.replace(tzinfo=UTC)
+        _NAIVE_SEEN.append(line)
+    else:
+        _AWARE_SEEN.append(line)
+    if _NAIVE_SEEN and _AWARE_SEEN:
+        raise InputError(f"{path}:{line}: arrival times mix stamps with a UTC offset (line "
+                         f"{_AWARE_SEEN[0]}) and without one (line {_NAIVE_SEEN[0]}): give "
+                         "every stamp an offset, or none")
     try:
         return t.timestamp() + frac_s
     except (OverflowError, OSError, ValueError):  # year 1: before the platform's epoch range
@@ -507,6 +589,8 @@ def load_trace(path: str | Path, time_unit: str = "auto") -> Requests:
         raise InputError(f"{p}: no such trace file")
     check_input_file(p, "trace")
     times, inputs, outputs = array("d"), array("q"), array("q")
+    _NAIVE_SEEN.clear()
+    _AWARE_SEEN.clear()
     hashes: list[np.ndarray] = []
     numeric = True
     with open(p, encoding="utf-8-sig", newline="") as f:

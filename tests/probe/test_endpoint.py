@@ -282,7 +282,8 @@ def test_ctrl_c_stops_the_run_exits_130_and_keeps_out(server: ThreadingHTTPServe
     env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
     proc = subprocess.Popen(
         [sys.executable, "-m", "capplan", "calibrate", "--endpoint", _url(server), "--model",
-         "m", "--concurrency", "1,2", "--requests-per-level", "1", "--out", str(out)],
+         "llama-3.1-8b", "--gpu", "h100-sxm", "--concurrency", "1,2", "--requests-per-level",
+         "1", "--out", str(out)],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=tmp_path)
     try:
         assert server.requests_seen.wait(30)  # type: ignore[attr-defined]
