@@ -27,6 +27,8 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from capplan.errors import InputError, ProbeUnavailable
+from capplan.probe.deadline import Deadline as _Deadline
+from capplan.probe.deadline import connection as _connection
 from capplan.probe.results import level_summary
 from capplan.probe.spec_metrics import acceptance, fetch_counters, fetch_sglang_accept_length
 
@@ -160,48 +162,6 @@ def _finite_float(x: str) -> float:
     return v
 
 
-class _Deadline:
-    """A wall-clock deadline for one request: at expiry the socket is shut down, which ends
-    any blocked read, so a server that trickles bytes cannot stretch a request past it.
-
-    The socket is the one connect() opened, kept here (`attach`): http.client drops
-    `conn.sock` once a response will close the connection (HTTP/1.0, `Connection: close`),
-    and a deadline that read it back there found nothing to shut."""
-
-    def __init__(self, seconds: float):
-        self.expired = False
-        self.sock: socket.socket | None = None
-        self._lock = threading.Lock()
-        self.timer = threading.Timer(seconds, self.expire)
-        self.timer.daemon = True
-
-    def attach(self, sock: socket.socket) -> None:
-        with self._lock:
-            self.sock = sock
-            if self.expired:  # expired while connecting
-                _shut(sock)
-
-    def expire(self) -> None:
-        with self._lock:
-            self.expired = True
-            if self.sock is not None:
-                _shut(self.sock)
-
-    def __enter__(self) -> _Deadline:
-        self.timer.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.timer.cancel()
-
-
-def _shut(sock: socket.socket) -> None:
-    try:
-        sock.shutdown(socket.SHUT_RDWR)
-    except OSError:
-        pass
-
-
 class LevelDeadline:
     """A wall-clock deadline for a whole level: at expiry every request in flight has its
     socket shut and no new request starts. Each client sends its requests one after another,
@@ -232,19 +192,6 @@ class LevelDeadline:
             active = list(self._active)
         for d in active:
             d.expire()
-
-
-def _connection(t: Target, timeout_s: float, deadline: _Deadline
-                ) -> http.client.HTTPConnection:
-    """An HTTP(S) connection whose connect() hands its socket to the deadline."""
-    base = http.client.HTTPSConnection if t.https else http.client.HTTPConnection
-
-    class _Kept(base):  # type: ignore[misc, valid-type]
-        def connect(self) -> None:
-            super().connect()
-            deadline.attach(self.sock)
-
-    return _Kept(t.host, t.port, timeout=timeout_s)
 
 
 def _stream(resp: http.client.HTTPResponse, res: RequestResult, start: float,

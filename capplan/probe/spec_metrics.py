@@ -15,11 +15,12 @@ vLLM counters are found, and the fit takes the last level's value. Servers with 
 
 from __future__ import annotations
 
-import http.client
 import json
 import math
 import re
 from typing import Any
+
+from capplan.probe.deadline import get
 
 COUNTERS = {"drafts": "vllm:spec_decode_num_drafts_total",
             "draft_tokens": "vllm:spec_decode_num_draft_tokens_total",
@@ -47,41 +48,27 @@ def parse_counters(text: str) -> dict[str, float]:
 
 
 def fetch_counters(target: Any, timeout_s: float) -> dict[str, float] | None:
-    """GET /metrics of the endpoint's server; None when it has none or cannot be read."""
-    cls = http.client.HTTPSConnection if target.https else http.client.HTTPConnection
-    conn = cls(target.host, target.port, timeout=min(timeout_s, 10.0))
-    try:
-        conn.request("GET", "/metrics")
-        resp = conn.getresponse()
-        body = resp.read(8 * 2**20)  # expositions are ~100 KB; cap what a server can send
-        if resp.status != 200:
-            return None
-        found = parse_counters(body.decode("utf-8", "replace"))
-        return found if "drafts" in found and "accepted_tokens" in found else None
-    except (OSError, http.client.HTTPException):
+    """GET /metrics of the endpoint's server (within min(timeout_s, 10) s of wall-clock time,
+    whatever the server sends); None when it has none or cannot be read."""
+    got = get(target, "/metrics", min(timeout_s, 10.0), 8 * 2**20)  # expositions: ~100 KB
+    if got is None or got[0] != 200:
         return None
-    finally:
-        conn.close()
+    found = parse_counters(got[1].decode("utf-8", "replace"))
+    return found if "drafts" in found and "accepted_tokens" in found else None
 
 
 def fetch_sglang_accept_length(target: Any, timeout_s: float) -> float | None:
-    """SGLang's server-cumulative mean acceptance length, or None."""
-    cls = http.client.HTTPSConnection if target.https else http.client.HTTPConnection
-    conn = cls(target.host, target.port, timeout=min(timeout_s, 10.0))
-    try:
-        conn.request("GET", "/get_server_info")
-        resp = conn.getresponse()
-        body = resp.read(2**20)
-        if resp.status != 200:
-            return None
-        states = json.loads(body).get("internal_states") or [{}]
-        v = float(states[0].get("avg_spec_accept_length"))
-        return v if math.isfinite(v) and v >= 1 else None
-    except (OSError, http.client.HTTPException, ValueError, TypeError, AttributeError,
-            IndexError):
+    """SGLang's server-cumulative mean acceptance length, or None (same deadline as
+    fetch_counters)."""
+    got = get(target, "/get_server_info", min(timeout_s, 10.0), 2**20)
+    if got is None or got[0] != 200:
         return None
-    finally:
-        conn.close()
+    try:
+        states = json.loads(got[1]).get("internal_states") or [{}]
+        v = float(states[0].get("avg_spec_accept_length"))
+    except (ValueError, TypeError, AttributeError, IndexError):
+        return None
+    return v if math.isfinite(v) and v >= 1 else None
 
 
 def acceptance(before: dict[str, float] | None, after: dict[str, float] | None
