@@ -48,6 +48,10 @@ bench: $(BIN)/capplan
 # `<!-- generated: script:table -->`; tests/docs/test_generated_tables.py checks the fast ones).
 validate: $(BIN)/capplan
 	$(BIN)/python benchmarks/validate_perf.py --write-docs
+	$(BIN)/python benchmarks/speculative_vllm.py --write-docs
+	$(BIN)/python benchmarks/validate_replay_screen.py --write-docs
+	$(BIN)/python benchmarks/validate_silicon.py --loso --cache /tmp/capplan-silicon.pkl --skip-final --write-docs --write-bands
+	$(BIN)/python benchmarks/validate_disagg.py --write-docs
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info
