@@ -22,9 +22,10 @@ demo: $(BIN)/capplan
 # chromium, chromium-driver); not fatal: without them that test skips and says why.
 $(VENV)/.chromium: $(BIN)/capplan
 	command -v chromium >/dev/null && command -v chromedriver >/dev/null || \
-		{ (apt-get install -y -q chromium chromium-driver || sudo -n apt-get install -y -q \
-		chromium chromium-driver) >/dev/null 2>&1 || echo "chromium not installed: the HTML \
-		report's browser test will be skipped"; }
+		{ (apt-get install -y -q chromium chromium-driver || \
+		(apt-get update -q && apt-get install -y -q chromium chromium-driver) || \
+		sudo -n apt-get install -y -q chromium chromium-driver) >/dev/null 2>&1 || \
+		echo "chromium not installed: the HTML report's browser test will be skipped"; }
 	touch $(VENV)/.chromium
 
 test: $(BIN)/capplan $(VENV)/.torch $(VENV)/.chromium
