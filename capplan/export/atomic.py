@@ -57,21 +57,14 @@ def check_writable(path: Path) -> None:
     """Before long work whose result goes to `path`: the folder exists and takes a file, and
     the target is absent or a regular file (a benchmark's minutes are not lost at the end)."""
     path = Path(path)
-    folder = path.parent if str(path.parent) else Path(".")
-    if not folder.is_dir():
-        raise InputError(f"{path}: folder {folder} does not exist")
-    check_replaceable(path)
-    try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=folder)
-    except OSError as e:
-        raise InputError(f"{path}: cannot write in {folder} ({e.strerror or e})") from None
-    os.close(fd)
+    tmp = _temp_beside(path, "cannot write in {folder}")
     os.unlink(tmp)
 
 
-def atomic_write(path: Path, write: Callable[[Path], None]) -> None:
-    """Call write(tmp_path), then rename tmp_path over path (a regular file or nothing)."""
-    path = Path(path)
+def _temp_beside(path: Path, failure: str) -> str:
+    """An empty temporary file in `path`'s folder (its name hides it), after checking the folder
+    exists and the target is absent or a regular file; `failure` (with {folder}) heads the
+    one-line error when the folder takes no file."""
     folder = path.parent if str(path.parent) else Path(".")
     if not folder.is_dir():
         raise InputError(f"{path}: folder {folder} does not exist")
@@ -80,8 +73,15 @@ def atomic_write(path: Path, write: Callable[[Path], None]) -> None:
     try:
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=folder)
     except OSError as e:
-        raise InputError(f"{path}: cannot write ({e.strerror or e})") from None
+        raise InputError(f"{path}: {failure.format(folder=folder)} ({e.strerror or e})") from None
     os.close(fd)
+    return tmp
+
+
+def atomic_write(path: Path, write: Callable[[Path], None]) -> None:
+    """Call write(tmp_path), then rename tmp_path over path (a regular file or nothing)."""
+    path = Path(path)
+    tmp = _temp_beside(path, "cannot write")
     try:
         write(Path(tmp))
         umask = os.umask(0)
