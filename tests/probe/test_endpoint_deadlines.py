@@ -60,12 +60,28 @@ class TrickleServer:
             data = f"{len(data):x}\r\n".encode() + data + b"\r\n"
         conn.sendall(data)
 
+    @staticmethod
+    def _read_body(conn: socket.socket, buf: bytes) -> None:
+        """Reads the request body: closing with it unread makes the kernel send a reset,
+        which can reach the client before the scripted events it should read."""
+        head, _, body = buf.partition(b"\r\n\r\n")
+        length = 0
+        for line in head.split(b"\r\n"):
+            if line.lower().startswith(b"content-length:"):
+                length = int(line.split(b":", 1)[1])
+        while len(body) < length:
+            chunk = conn.recv(65536)
+            if not chunk:
+                return
+            body += chunk
+
     def _handle(self, conn: socket.socket) -> None:
         try:
             conn.settimeout(5)
             buf = b""
             while b"\r\n\r\n" not in buf:
                 buf += conn.recv(65536)
+            self._read_body(conn, buf)
             conn.sendall(FRAMINGS[self.framing])
             if self.events is not None:  # a scripted stream, then close
                 for e in self.events:
