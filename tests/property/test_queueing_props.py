@@ -198,7 +198,7 @@ def test_e2e_quantiles_follow_the_output_length():
 def test_ttft_quantiles_of_a_wait_alone():
     """A sum with one atom-plus-exponential term and nothing else is that term: its quantile
     is m / p * ln(p / (1 - P)) above the atom (Kleinrock 1975, eq. 3.40), 0 below it."""
-    from capplan.models.queueing import _sum_with_waits, _Term, _wait_term
+    from capplan.models.queueing.sums import _sum_with_waits, _Term, _wait_term
 
     p_wait, mean = np.asarray([0.3, 0.8]), np.asarray([0.05, 2.0])
     law = _sum_with_waits([_Term(np.zeros(2), 0.0)], [_wait_term(p_wait, mean)], 1 - p_wait, (2,))
@@ -229,7 +229,7 @@ def test_compound_poisson_term_is_a_scaled_poisson():
     off a grid of 128 points with linear interpolation inside a point: within one grid step."""
     from scipy import stats
 
-    from capplan.models.queueing import _compound_term, _sum_law
+    from capplan.models.queueing.sums import _compound_term, _sum_law
 
     m, j = np.asarray([4.0, 0.5]), np.asarray([[0.25], [2.0]])
     term = _compound_term(m, j, np.ones(1))

@@ -1,0 +1,293 @@
+"""Latency under load of one replica: means and percentiles of TTFT, TBT, TPOT and E2E.
+
+On top of the steady state (steady.py): the TBT percentiles from the prompt tokens a step carries
+(arrivals.chunk_sum_quantile), the TTFT and E2E percentiles as laws of sums of independent terms
+(sums.py), the waits from the arrival laws (arrivals.py). Derivation: docs/queueing.md.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Collection
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from numpy.typing import ArrayLike
+
+from capplan.models.queueing.arrivals import (
+    _chunk_moments,
+    chunk_sum_quantile,
+    prefill_wait_s,
+    shared_chunks_law,
+    slot_wait_s,
+)
+from capplan.models.queueing.laws import QUANTILES, Z99
+from capplan.models.queueing.steady import SteadyState
+from capplan.models.queueing.sums import (
+    _compound_term,
+    _normal_term,
+    _strata_lengths,
+    _sum_law,
+    _sum_with_waits,
+    _take_pair,
+    _Term,
+    _uniform_term,
+    _values_term,
+    _wait_term,
+)
+
+_OWN_NODES = 6
+"""Chunk sizes at which the own-prefill time is evaluated, then interpolated linearly."""
+_SHARED_MAX = 8
+"""Other prompts' chunks counted in the step that carries a request's own prefill (0..7)."""
+
+
+@dataclass(frozen=True)
+class _Terms:
+    """The steady-state quantities _sum_quantiles composes (arrays of one shape)."""
+
+    lam: np.ndarray
+    tau: np.ndarray
+    b: np.ndarray
+    budget: np.ndarray
+    t_dec: np.ndarray
+    t_full: np.ndarray
+    rho_p: np.ndarray
+    wq_p: np.ndarray
+    p_wait: np.ndarray
+    wq_c: np.ndarray
+    m_chunks: np.ndarray
+    chunk_mean: np.ndarray
+    gap: np.ndarray
+    """Mean gap between a sequence's tokens (tau, or longer for a prefill-first engine)."""
+
+
+class QueueModel(SteadyState):
+    """Analytic latency of one replica under load: its steady state (SteadyState) and the
+    laws of TTFT, TBT, TPOT and E2E at a rate."""
+
+    def _own_values(self, b: np.ndarray, budget: np.ndarray, t_full: np.ndarray,
+                    prompt: np.ndarray) -> np.ndarray:
+        """Own-prefill time of prompts of the given lengths (m,) -> (..., m): one mixed step
+        when the prompt fits the budget (interpolated between _OWN_NODES + 1 evaluated chunk
+        sizes over the prompts' range), else prompt / budget full chunks."""
+        lo = np.minimum(prompt.min(), budget)
+        width = np.minimum(prompt.max(), budget) - lo
+        if prompt.size > 1 and prompt.min() == prompt.max():
+            # one prompt length (a fixed length's strata): every stratum's value is the first's
+            one = self._own_values(b, budget, t_full, prompt[:1])
+            return np.broadcast_to(one, one.shape[:-1] + prompt.shape).copy()
+        nodes = np.linspace(0.0, 1.0, _OWN_NODES + 1)
+        t_nodes = np.stack([self._mixed(b, np.maximum(lo + width * x, 1.0)) for x in nodes], -1)
+        pos = (np.minimum(prompt, budget[..., None]) - lo[..., None]) / np.maximum(
+            width[..., None], 1e-9) * _OWN_NODES
+        i0 = np.clip(np.floor(pos), 0, _OWN_NODES - 1).astype(np.int64)
+        frac = np.clip(pos - i0, 0.0, 1.0)
+        at, nxt = _take_pair(t_nodes, i0)
+        t = at * (1 - frac) + nxt * frac
+        return np.where(prompt > budget[..., None], prompt / budget[..., None]
+                        * t_full[..., None], t)
+
+    def _sum_quantiles(self, x: _Terms, levels: dict[str, tuple[str, ...]]
+                       ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+        """Quantiles of TTFT and E2E as sums of independent terms, at the QUANTILES names in
+        levels["ttft_s"] and levels["e2e_s"] (E2E's law is built only when some are asked).
+
+        TTFT = overhead + residual of the current step (uniform on [0, tau]) + prefill-queue
+        wait + own prefill (a function of the prompt length, over its distribution) + the other
+        prompts sharing that step + slot wait.
+        E2E = TTFT + (O - 1) tau over the output-length distribution + a normal term for the
+        variation of those steps: the prompts arriving during the decode (compound Poisson,
+        lambda (O-1) tau arrivals each adding its prefill's extra time) and the slow drift of the
+        batch (M/G/inf: the batch averaged over a window as long as the service has variance
+        (2/3) b, from the autocovariance lambda (D - |s|); Takacs 1962).
+        """
+        # the prefill work is the uncached prompt tokens, as in the means (self.pf; the prompt
+        # itself without a prefix cache)
+        inp, out = self.pf, self.out
+        lam, tau, b, budget, t_dec, t_full = x.lam, x.tau, x.b, x.budget, x.t_dec, x.t_full
+        rho_p, wq_p, p_wait, wq_c, m_chunks = x.rho_p, x.wq_p, x.p_wait, x.wq_c, x.m_chunks
+        chunk_mean = x.chunk_mean
+
+        def fin(v: np.ndarray) -> np.ndarray:  # unstable rows: replaced by inf afterwards
+            return np.where(np.isfinite(v), v, 0.0)
+        shape = np.shape(tau)
+        prompt, p_w = _strata_lengths(inp)
+        own = self._own_values(b, budget, t_full, prompt)
+        p_pf = fin(np.clip(rho_p, 0.0, 1.0))
+        # Prompts that arrived during the same step share the step that carries this one: K
+        # other chunks, Poisson with the mean m of the TBT model; one chunk is drawn from the
+        # prompt lengths (10 strata, capped at the budget), more are taken at the mean chunk;
+        # each token at the step's marginal cost per prefill token (up to the budget).
+        p0, p1, pk, k = shared_chunks_law(fin(m_chunks)[..., None], _SHARED_MAX)
+        one = np.minimum(inp.quantile((np.arange(10) + 0.5) / 10), budget[..., None])
+        tokens = np.concatenate([np.zeros(shape + (1,)), one, k * chunk_mean[..., None]], -1)
+        weights = np.concatenate([p0, np.broadcast_to(p1 / 10, shape + (10,)), pk], -1)
+        per_token = np.maximum(fin(t_full) - fin(t_dec), 0.0) / budget
+        shared = np.minimum(tokens, budget[..., None]) * per_token[..., None]
+        # the shared step, like the waits, is 0 with a probability (no other chunk) and long
+        # otherwise: it joins them in the split that keeps the no-wait law on a fine grid
+        ttft = _sum_with_waits(
+            [_Term(np.zeros(shape) + self.step.request_overhead_s, 0.0),
+             _uniform_term(fin(tau)), _values_term(fin(own), p_w)],
+            [_wait_term(p_pf, fin(wq_p)), _wait_term(fin(p_wait), fin(wq_c)),
+             _values_term(shared, weights)],
+            (1 - p_pf) * (1 - np.clip(fin(p_wait), 0.0, 1.0)) * p0[..., 0], shape)
+        if not levels["e2e_s"]:
+            return dict(zip(levels["ttft_s"], ttft.quantiles(
+                tuple(QUANTILES[k] for k in levels["ttft_s"])), strict=True)), {}
+        steps = np.maximum(1.0, prompt / budget[..., None])
+        extra = np.maximum(own - t_dec[..., None] * steps, 0.0)
+        # Prompts arriving during the decode lengthen it, which lets more arrive: a busy period
+        # started by the decode alone, D0 = D (1 - rho_e), rho_e = lambda E[e] (Takacs;
+        # Kleinrock vol. 1, 5.8: D0 + the busy periods of the N ~ Poisson(lambda D0) prompts
+        # arriving in D0, each ~ e / (1 - rho_e) on average; variance lambda D0 E[e^2] /
+        # (1 - rho_e)^3). The jumps are rare and long (skewed): a compound Poisson law, not
+        # a normal; the sub-busy periods' own spread (the rest of the variance) is normal.
+        rho_e = np.clip(fin(lam * (extra * p_w).sum(axis=-1)), 0.0, 0.95)
+        d0 = fin(self.dec_tokens * tau) * (1.0 - rho_e)
+        jumps = fin(extra) / (1.0 - rho_e)[..., None]
+        arrivals = _compound_term(fin(lam) * d0, jumps, p_w)
+        var_pf = fin(lam * d0 * (extra**2 * p_w).sum(axis=-1) * rho_e / (1.0 - rho_e) ** 3)
+        slope = self._decode(b + 1.0) - t_dec
+        # The batch feeds back on itself: more sequences, slower steps, longer stays. With
+        # kappa = b T'(b) / tau (the step's elasticity in the batch), the linear-noise
+        # approximation of the batch's birth-death process (van Kampen, Stochastic Processes in
+        # Physics and Chemistry, ch. X) gives variance b / (1 - kappa) and correlation time
+        # D / (1 - kappa); averaged over a window D, an exponentially correlated process keeps
+        # g(x) = 2 (x - 1 + e^-x) / x^2 of its variance (x = 1 - kappa: ox). Relative to no
+        # feedback (x = 1, where the M/G/inf window average is (2/3) b) that is the factor
+        # g(1 - kappa) / ((1 - kappa) g(1)).
+        ox = np.clip(1.0 - fin(b * slope / np.maximum(tau, 1e-12)), 0.05, 1.0)
+        gain = 2 * (ox - 1 + np.exp(-ox)) / ox**2 / (ox * 2 * math.exp(-1.0))
+        var_b = (self.dec_tokens * slope) ** 2 * (2.0 / 3.0) * b * gain
+        out_len, o_w = _strata_lengths(out)
+        decode = np.maximum(out_len - 1.0, 0.0) * fin(x.gap)[..., None]
+        e2e = _sum_law([_Term(ttft.offset, 0.0), ttft.as_term(), _values_term(decode, o_w),
+                        arrivals, _normal_term(np.sqrt(fin(np.maximum(var_pf + var_b, 0.0))))],
+                       shape)
+        return (dict(zip(levels["ttft_s"], ttft.quantiles(
+            tuple(QUANTILES[k] for k in levels["ttft_s"])), strict=True)),
+            dict(zip(levels["e2e_s"], e2e.quantiles(tuple(QUANTILES[k] for k in levels["e2e_s"])),
+                     strict=True)))
+
+    # -- public ------------------------------------------------------------------------------
+    def at_rate(self, rate_per_s: ArrayLike, metrics: Collection[str] | None = None
+                ) -> dict[str, Any]:
+        """Latency and throughput at an open-loop Poisson arrival rate (array-friendly).
+
+        metrics: the latency keys ("ttft_s", "e2e_s", ...) whose p99 alone the caller reads (a
+        planner's SLO check): TTFT's and E2E's other quantiles, and E2E's p99 unless named,
+        are left out (the sums' laws are most of the cost); the values computed are the same.
+        None: everything."""
+        with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+            return self._at_rate(rate_per_s, metrics)
+
+    def _at_rate(self, rate_per_s: ArrayLike, metrics: Collection[str] | None = None
+                 ) -> dict[str, Any]:
+        lam = np.asarray(rate_per_s, float)
+        lam = np.broadcast_to(lam, np.broadcast_shapes(lam.shape, np.shape(self.cap))).copy()
+        tau, exists = self._fixed_point(lam)
+        s = self._mean_step(lam, tau)
+        b, budget, t_dec, t_pf = s["b"], s["budget"], s["t_dec"], s["t_pf"]
+        inp, out = self.pf, self.out  # prefill work: the uncached prompt tokens
+        # Own prefill: one mixed step when the prompt fits the budget, else full chunks.
+        t_full = self._mixed(b, budget)
+
+        def own(i: float) -> np.ndarray:
+            return np.where(i <= budget, self._mixed(b, np.minimum(i, budget)),
+                            i / budget * t_full)
+
+        own_mean = own(inp.mean)
+        # Prefill queue (M/G/1 over prompt tokens at the full-chunk rate R).
+        rho_p, wq_p = prefill_wait_s(lam, inp, budget / t_full, self.ca2)
+        # Concurrency cap (M/G/c): a request holds a slot for its prefill and its decode.
+        gap = self.token_gap(s, tau)
+        slot_s = own_mean + self.dec_tokens * gap
+        a = lam * slot_s
+        c = np.maximum(self.cap, 1.0)
+        cs2 = (out.var * tau**2) / np.maximum(slot_s**2, 1e-12)
+        p_wait, wq_c = slot_wait_s(a, c, slot_s, cs2, self.ca2)
+        stable = (exists & (rho_p < 1) & (a < c) & (lam * inp.mean * tau < budget)
+                  & self.whole_prompts_fit)
+        # Unstable rows are reported as inf below; give them m = 0 so that the compound-Poisson
+        # sum does not loop over ~m terms for an absurd rate (1e9 req/s took minutes, 7 GB).
+        m_chunks = np.where(stable, lam * tau * s["n"], 0.0)
+        res: dict[str, Any] = {"stable": stable, "step_s": tau, "decode_step_s": t_dec,
+                               "prefill_step_s": t_pf, "prefill_step_frac": s["f"]}
+        ttft: dict[str, Any] = {"mean": tau / 2 + wq_p + own_mean + wq_c
+                                + self.step.request_overhead_s}
+        tbt: dict[str, Any] = {"mean": gap}
+        e2e: dict[str, Any] = {"mean": ttft["mean"] + self.dec_tokens * gap}
+        # TBT: every gap is one step. The number K of prefill chunks landing in a step is
+        # Poisson with mean m = lambda * tau * E[chunks]; the step carries the sum of K chunk
+        # sizes (capped by the budget). The p-quantile gap is the step carrying the p-quantile
+        # of that compound sum: exact for K <= 1 (the prompt-length distribution), normal for
+        # K >= 2. Its quantile grows with m, so TBT tails grow with load.
+        prev_tbt = None
+        moments = _chunk_moments(inp, budget)
+        # A caller reading p99s alone gets the p99 alone: the lower quantiles only guard the
+        # ordering, which the mixture already gives (a higher level's token quantile is never
+        # lower, and a step with more tokens is never faster).
+        tbt_levels = QUANTILES if metrics is None else {"p99": QUANTILES["p99"]}
+        for name, p in tbt_levels.items():
+            tokens = chunk_sum_quantile(m_chunks, p, inp, budget, moments=moments)
+            pf = self._mixed(b, np.maximum(tokens, 1.0))
+            # Prefill-first: the prefill step is extra to the decoders' gap, not instead of one.
+            hit = t_dec + pf if self.policy.prefill_first else np.maximum(t_dec, pf)
+            tbt[name] = np.where(tokens < 0.5, t_dec, hit)
+            if prev_tbt is not None:  # quantiles are ordered by construction of the mixture
+                tbt[name] = np.maximum(tbt[name], prev_tbt)
+            prev_tbt = tbt[name]
+        levels = {k: tuple(QUANTILES) if metrics is None else ("p99",) * (k in metrics)
+                  for k in ("ttft_s", "e2e_s")}
+        if levels["ttft_s"] or levels["e2e_s"]:
+            ttft_q, e2e_q = self._sum_quantiles(_Terms(
+                lam, tau, b, budget, t_dec, t_full, rho_p, wq_p, p_wait, wq_c, m_chunks,
+                moments[0], gap), levels)
+            ttft.update(ttft_q)
+            e2e.update(e2e_q)
+        # the mean of the shared-step term of _sum_quantiles (m chunks of the mean size)
+        shared_mean = np.minimum(m_chunks * moments[0], budget) * np.maximum(
+            t_full - t_dec, 0.0) / budget
+        ttft["mean"] = ttft["mean"] + shared_mean
+        e2e["mean"] = e2e["mean"] + shared_mean
+        running = b + lam * own_mean
+        state = np.asarray(self.limits.state_tokens_per_seq, float)
+        kv_used = b * (self.ctx_mean + state) + lam * own_mean * (self.inp.mean + state)
+        b_p99 = b + Z99 * np.sqrt(b)  # normal approximation of the Poisson p99
+        kv_cap = np.maximum(np.asarray(self.limits.kv_cache_tokens, float), 1.0)
+        res.update({
+            "ttft_s": ttft, "tbt_s": tbt, "e2e_s": e2e,
+            "requests_per_s": lam, "output_tokens_per_s": lam * out.mean,
+            "input_tokens_per_s": lam * self.inp.mean, "mean_running_batch": running,
+            "preemptions": np.zeros_like(lam),
+            "kv_mean_utilization": kv_used / kv_cap,
+            "kv_peak_utilization": np.minimum(b_p99 * (self.ctx_mean + state) / kv_cap + (
+                lam * own_mean * (self.inp.mean + state)) / kv_cap, 1.0),
+            "concurrency_cap": c, "prefill_utilization": rho_p, "slot_utilization": a / c,
+        })
+        if self.prefix.active:
+            res["cached_tokens_per_request"] = np.full_like(lam, self.cached)
+        # TPOT (one request's mean gap): its mean is the mean gap; its p99 is at most TBT's
+        # (a mean of gaps never exceeds their largest), the conservative bound used here
+        # (plan/slo.py; the simulator measures TPOT itself).
+        res["tpot_s"] = {k: tbt[k] for k in ("mean", "p99") if k in tbt}
+        for key in ("ttft_s", "tbt_s", "tpot_s", "e2e_s"):
+            res[key] = {k: np.where(stable, v, np.inf) for k, v in res[key].items()}
+        return res
+
+
+def summarize(res: dict[str, Any], index: Any = ()) -> dict[str, Any]:
+    """Plain floats of one element of an at_rate() result (for JSON)."""
+    out: dict[str, Any] = {}
+    for k, v in res.items():
+        if isinstance(v, dict):
+            out[k] = {kk: float(np.asarray(vv)[index]) for kk, vv in v.items()}
+        elif isinstance(v, np.ndarray | float | int | np.floating | np.bool_):
+            a = np.asarray(v)[index]
+            out[k] = bool(a) if a.dtype == bool else float(a)
+        else:
+            out[k] = v
+    return out

@@ -1,0 +1,251 @@
+"""The mean steady state of one replica and its stability (capacity) bound.
+
+Little's law gives the running batch for an arrival rate; the step time depends on that batch,
+so the mean step is the fixed point tau = T(B(tau), P(tau)) (docs/queueing.md). The concurrency
+cap is the batch whose KV footprint fits at the 99th percentile. A rate is stable when the fixed
+point exists, the prefill queue and the slot queue are below saturation and a step's prefill
+demand fits the token budget; the capacity is the largest stable rate.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from numpy.typing import ArrayLike
+
+from capplan.models.closed_loop import block_rounding_tokens
+from capplan.models.engine import SchedulerPolicy
+from capplan.models.perf import StepModel
+from capplan.models.prefill import packed_prefill_step
+from capplan.models.prefix import PrefixCache
+from capplan.models.queueing.laws import Z99, LengthStats
+
+_TAU_MAX_S = 60.0
+_FP_ITERS = 10
+_FP_ITERS_MAX = 60
+_FP_REL_TOL = 1e-4
+_FP_ROUNDING_TOL = 1e-13
+"""A bracket this narrow (relative) moves by no more than that in further iterations."""
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Engine limits of one replica."""
+
+    max_num_seqs: Any
+    max_num_batched_tokens: Any
+    kv_cache_tokens: Any
+    state_tokens_per_seq: Any = 0.0
+    """KV capacity (tokens) a running sequence's recurrent state holds whatever its length:
+    hybrid models' state blocks * block_size (plan/deployment.KvPool)."""
+    block_size: Any = 1
+    """Tokens per KV block: a sequence holds whole blocks (1: counted in tokens)."""
+
+
+class SteadyState:
+    """Mean steady state of one replica for given lengths and limits, and its stability."""
+
+    def __init__(self, step: StepModel, inp: LengthStats, out: LengthStats, limits: Limits,
+                 arrival_scv: float = 1.0, policy: SchedulerPolicy | None = None,
+                 prefix: PrefixCache | None = None):
+        """arrival_scv: squared coefficient of variation of inter-arrival times (1 = Poisson;
+        gamma arrivals with burstiness k have 1/k), used in Kingman's G/G correction.
+        policy: the engine profile's scheduler (default vLLM's): prefill-first steps stall the
+        decoders, whole-prompt engines take a prompt in one step, and an output reservation
+        lowers the KV concurrency cap (docs/engines.md).
+        prefix: automatic prefix caching (models/prefix.py, docs/prefix_caching.md): prompts
+        compute only their uncached tokens (`self.pf`), attention still reads the cached ones,
+        and blocks shared between running requests are held once."""
+        self.step, self.inp, self.out, self.limits = step, inp, out, limits
+        self.policy = policy or SchedulerPolicy()
+        self.prefix = prefix if (prefix is not None and prefix.active
+                                 and self.policy.prefix_caching) else PrefixCache()
+        self.cached = self.prefix.cached_tokens_mean
+        self.pf = (LengthStats.from_samples(self.prefix.prefill_tokens) if self.prefix.active
+                   else inp)
+        """Prompt tokens each request computes (all of them without a cache hit)."""
+        self.ca2 = float(arrival_scv)
+        self.pack_prompts = False
+        """Cost a chunk longer than a prompt as whole prompts (models/prefill.py): always with
+        attention DP; on request otherwise (the disaggregated pools, capplan.plan.pd), while
+        the aggregated answers keep one sequence's chunk (docs/multinode.md, known limits)."""
+        self._dp = bool(np.any(np.asarray(step.attention_dp) > 1))
+        self.dec_tokens = max(out.mean - 1.0, 0.0)
+        # Time-averaged context of a decoding sequence, lengths independent:
+        # E[(O-1)(I + O/2)] / E[O-1] = E[I] + (E[O^2] - E[O]) / (2 E[O-1]).
+        self.ctx_mean = inp.mean + ((out.mean_sq - out.mean) / (2 * self.dec_tokens)
+                                    if self.dec_tokens > 0 else 0.0)
+        mnbt = np.asarray(limits.max_num_batched_tokens, float)
+        # KV held by a running sequence: its prompt plus the part of its output generated so
+        # far (uniform over its life): mean I + O/2, variance Var(I) + Var(O)/4 + E[O^2]/12.
+        # B sequences hold a sum with mean B mu and sd sqrt(B) sigma; the cap is the largest B
+        # whose 99th percentile fits: B mu + 2.33 sqrt(B) sigma = KV tokens (heavy-tailed
+        # lengths leave less room than the mean suggests; vLLM would preempt beyond it).
+        # An output reservation at admission raises it (SchedulerPolicy.held_tokens); blocks
+        # shared with other running requests are held once (vLLM block_pool.touch); a hybrid's
+        # recurrent state holds its fixed blocks whatever the length (vLLM MambaManager), and
+        # the last block is partly empty (large for hybrids' raised block sizes).
+        mu = np.maximum(float(self.policy.held_tokens(inp.mean, out.mean))
+                        + block_rounding_tokens(inp.mean, out.mean, limits.block_size)
+                        - self.prefix.shared_kv_tokens_per_seq
+                        + np.asarray(limits.state_tokens_per_seq, float), 1.0)
+        sigma = math.sqrt(inp.var + out.var / 4 + out.mean_sq / 12)
+        kv = np.asarray(limits.kv_cache_tokens, float) - self.prefix.resident_kv_tokens
+        z = Z99
+        root = (-z * sigma + np.sqrt(z * z * sigma * sigma + 4 * mu * np.maximum(kv, 0.0))) / (
+            2 * mu)
+        kv_cap = root * root
+        self.cap = np.maximum(np.minimum(np.asarray(limits.max_num_seqs, float), kv_cap), 0.0)
+        self.mnbt = mnbt
+        # Whole-prompt engines (no chunked prefill) cannot run a prompt over the token budget:
+        # TensorRT-LLM rejects it (max_num_tokens), so such a configuration has no steady state.
+        longest = max(inp.table) if inp.table else inp.mean
+        self.whole_prompts_fit = (np.ones_like(mnbt, bool) if self.policy.chunked_prefill
+                                  else mnbt >= longest)
+
+    # -- step times ------------------------------------------------------------------------
+    def _decode(self, b: np.ndarray) -> np.ndarray:
+        w = self.step.window
+        return self.step.step(num_decode=b, decode_kv_tokens=b * self.ctx_mean,
+                              decode_kv_tokens_window=b * np.minimum(self.ctx_mean, w),
+                              detail=False)["step_s"]
+
+    def _mixed(self, b: np.ndarray, chunk: np.ndarray) -> np.ndarray:
+        """A step with b decode sequences and `chunk` prefill tokens (mean prefix); a
+        prefill-first engine runs the chunk alone (the decoders wait).
+
+        Attention DP splits the chunk over the ranks, each its own sequences' chunk; a rank's
+        chunk longer than a prompt packs whole prompts (chunk / prompt of them), whose causal
+        pairs add per prompt, not as one sequence of the chunk's length (models/prefill.py)."""
+        prefix = self.cached + np.maximum(self.pf.mean - chunk, 0.0) / 2
+        if self.policy.prefill_first:
+            b = np.zeros_like(np.asarray(b, float))
+        if not (self.pack_prompts or self._dp):
+            return self.step.prefill_chunk(chunk, prefix, num_decode=b,
+                                           decode_kv_tokens=b * self.ctx_mean,
+                                           detail=False)["step_s"]
+        return packed_prefill_step(self.step, chunk, self.pf.mean, self.cached, b,
+                                   b * self.ctx_mean)
+
+    def _chunk_budget(self, b: np.ndarray) -> np.ndarray:
+        if self.policy.prefill_first:  # the prefill step holds no decode tokens
+            return np.maximum(self.mnbt + 0 * np.asarray(b, float), 1.0)
+        return np.maximum(self.mnbt - b, 1.0)
+
+    def _n_chunks(self, budget: np.ndarray) -> np.ndarray:
+        if not self.policy.chunked_prefill:  # whole prompts: one step each
+            return np.ones_like(np.asarray(budget, float))
+        per_budget = self.pf.mean / budget
+        return np.maximum(1.0, per_budget + 0.5 * np.minimum(1.0, per_budget))
+
+    def _mean_step(self, lam: np.ndarray, tau: np.ndarray) -> dict[str, np.ndarray]:
+        # Decoders get a token every step (mixed), or only in decode steps (prefill-first:
+        # the gap between tokens is tau / (1 - f)). Little's law for the decoding batch:
+        # B = lambda (O - 1) gap. At least a sliver of a sequence, so that a step always costs
+        # its fixed overheads.
+        if self.policy.prefill_first:
+            budget = self._chunk_budget(np.zeros_like(np.asarray(tau, float)))
+            n = self._n_chunks(budget)
+            f = 1.0 - np.exp(-lam * tau * n)
+            gap = tau / np.maximum(1.0 - f, 1e-3)
+            b = np.maximum(np.minimum(lam * self.dec_tokens * gap, self.cap), 1e-9)
+        else:
+            b = np.maximum(np.minimum(lam * self.dec_tokens * tau, self.cap), 1e-9)
+            budget = self._chunk_budget(b)
+            n = self._n_chunks(budget)
+            f = 1.0 - np.exp(-lam * tau * n)
+        p_bar = lam * self.pf.mean * tau
+        chunk = np.clip(p_bar / np.maximum(f, 1e-12), 1.0, budget)
+        t_dec = self._decode(b)
+        t_pf = self._mixed(b, chunk)
+        if not self.policy.chunked_prefill:  # a whole prompt per prefill step
+            chunk = np.maximum(chunk, np.minimum(self.pf.mean, budget))
+        mean = (1 - f) * t_dec + f * t_pf
+        return {"tau": mean, "b": b, "f": f, "t_dec": t_dec, "t_pf": t_pf, "budget": budget,
+                "chunk": chunk, "n": n}
+
+    def token_gap(self, s: dict[str, np.ndarray], tau: np.ndarray) -> np.ndarray:
+        """Mean gap between a sequence's tokens: the mean step, or for a prefill-first engine
+        the mean step over the share of steps that decode."""
+        if self.policy.prefill_first:
+            return tau / np.maximum(1.0 - s["f"], 1e-3)
+        return tau
+
+    def _fixed_point(self, lam: np.ndarray, every_row: bool = True
+                     ) -> tuple[np.ndarray, np.ndarray]:
+        """Mean step time solving tau = T(tau), and whether it exists.
+
+        g(tau) = T(tau) - tau is positive at tau = 0 and, when a fixed point exists, negative
+        at _TAU_MAX_S. T is close to affine in tau (B and P grow linearly with it), so the
+        Illinois variant of regula falsi converges in a few vectorised steps; near saturation
+        it can need more, so it goes on (up to _FP_ITERS_MAX) until every bracket is within
+        _FP_REL_TOL (a stalled bracket left tau at _TAU_MAX_S: an unstable verdict between two
+        stable rates).
+
+        It stops early, with the same result to _FP_ROUNDING_TOL, once every row is either
+        within _FP_ROUNDING_TOL or at an exact root (g(hi) == 0: x = hi again, so hi stays);
+        rows where no fixed point exists never converge and keep it going to _FP_ITERS_MAX
+        unless `every_row` is False (a caller that reads no tau of those rows: stable()).
+        """
+        lo = np.zeros(np.broadcast_shapes(np.shape(lam), np.shape(self.cap)))
+        g_lo = self._mean_step(lam, lo)["tau"] - lo
+        hi = np.full_like(lo, _TAU_MAX_S)
+        g_hi = self._mean_step(lam, hi)["tau"] - hi
+        exists = g_hi <= 0
+        side = np.zeros_like(lo)
+        for i in range(_FP_ITERS_MAX):
+            if i >= _FP_ITERS and (np.all(hi - lo <= _FP_REL_TOL * hi + 1e-12) or np.all(
+                    (hi - lo <= _FP_ROUNDING_TOL * hi) | (g_hi == 0) | ~(exists | every_row))):
+                break
+            den = g_lo - g_hi
+            x = np.where(den > 0, (lo * -g_hi + hi * g_lo) / np.where(den > 0, den, 1.0),
+                         0.5 * (lo + hi))
+            x = np.clip(x, lo, hi)
+            g = self._mean_step(lam, x)["tau"] - x
+            pos = g > 0
+            # Illinois: halve the stale end's g when the same side is kept twice.
+            g_hi = np.where(pos & (side > 0), 0.5 * g_hi, g_hi)
+            g_lo = np.where(~pos & (side < 0), 0.5 * g_lo, g_lo)
+            lo, g_lo = np.where(pos, x, lo), np.where(pos, g, g_lo)
+            hi, g_hi = np.where(pos, hi, x), np.where(pos, g_hi, g)
+            side = np.where(pos, 1.0, -1.0)
+        return hi, exists
+
+    def stable(self, rate_per_s: ArrayLike) -> np.ndarray:
+        """The stability test of at_rate() alone (cheaper: no percentiles)."""
+        with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+            lam = np.asarray(rate_per_s, float)
+            lam = np.broadcast_to(lam, np.broadcast_shapes(lam.shape, np.shape(self.cap))).copy()
+            tau, exists = self._fixed_point(lam, every_row=False)
+            s = self._mean_step(lam, tau)
+            b, budget = s["b"], s["budget"]
+            t_full = self._mixed(b, budget)
+            pf = self.pf.mean
+            rho_p = lam * pf * t_full / budget
+            own_mean = np.where(pf <= budget, self._mixed(b, np.minimum(pf, budget)),
+                                pf / budget * t_full)
+            a = lam * (own_mean + self.dec_tokens * tau)
+            return self.whole_prompts_fit & exists & (rho_p < 1) & (
+                a < np.maximum(self.cap, 1.0)) & (
+                lam * pf * tau < budget)
+
+    def capacity_rate(self) -> np.ndarray:
+        """Largest stable arrival rate (requests/s), by bisection on the stability test."""
+        lo = np.zeros(np.shape(self.cap))
+        # Upper bounds: a step computes at most mnbt tokens and lasts at least a 1-token step;
+        # prompts go no faster than full-budget prefill chunks.
+        one = self._decode(np.ones_like(lo))
+        full = self._mixed(np.zeros_like(lo), self.mnbt)
+        per_req = max(self.pf.mean + self.dec_tokens, 1.0)
+        hi = np.minimum(self.mnbt / np.maximum(one, 1e-9) / per_req,
+                        self.mnbt / np.maximum(full, 1e-9) / max(self.pf.mean, 1.0))
+        hi = np.broadcast_to(hi * 1.05, lo.shape).copy()
+        for _ in range(13):
+            mid = 0.5 * (lo + hi)
+            ok = self.stable(mid)
+            lo = np.where(ok, mid, lo)
+            hi = np.where(ok, hi, mid)
+        return lo
