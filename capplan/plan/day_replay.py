@@ -91,38 +91,55 @@ MAX_ROUNDS = 4
 """Replays that may add a replica to the windows still missing the SLOs."""
 
 
+def _replay_range(part: Requests, dep: Any, w: Any, lo: int, hi: int, slos: SloSet
+                  ) -> list[dict[str, Any]]:
+    """Replay windows [lo, hi) of `w` at their replica counts."""
+    return replay_windows(part, dep, [(x.start_s, x.end_s, max(x.replicas, 0))
+                                      for x in w[lo:hi]], 0.0, slos)
+
+
+def _misses(stats: list[dict[str, Any]], slos: SloSet, lo: int) -> list[int]:
+    """Indices (from lo) of the replayed windows that miss the SLOs."""
+    return [lo + i for i, p in enumerate(stats) if not _meets(p, slos)]
+
+
+def _add_replicas(part: Requests, dep: Any, dp: Any, lo: int, hi: int, slos: SloSet
+                  ) -> tuple[np.ndarray, np.ndarray, Any, list[dict[str, Any]]]:
+    """Up to MAX_ROUNDS replays, each adding a replica to the windows still missing the SLOs
+    while that helps (_better): (replicas, added, windows, last stats)."""
+    w = dp.windows
+    reps = np.array([x.replicas for x in w])
+    added = np.zeros(len(w), np.int64)
+    stats = _replay_range(part, dep, w, lo, hi, slos)
+    for _ in range(MAX_ROUNDS):
+        miss = _misses(stats, slos, lo)
+        if not miss or dp.rebuild is None:
+            break
+        trial = reps.copy()
+        trial[miss] += 1
+        w_trial = dp.rebuild(trial)
+        again = _replay_range(part, dep, w_trial, lo, hi, slos)
+        if not _better(again, stats, [i - lo for i in miss]):
+            break  # a replica more does not help these windows: keep the count, say so
+        reps, w, stats = trial, w_trial, again
+        added[miss] += 1
+    return reps, added, w, stats
+
+
 def _correct(part: Requests, dep: Any, dp: Any, lo: int, hi: int, slos: SloSet
              ) -> tuple[list[Any], list[dict[str, Any]], list[str]]:
     """Replay the planned windows [lo, hi); where one misses the SLOs (beyond the 10%
     tolerance), add a replica to it and replay again, up to MAX_ROUNDS times. Returns the
     windows, the last replay's stats and what was added (the replay is right where it and the
     analytic model disagree)."""
-    w = dp.windows
-    reps = np.array([x.replicas for x in w])
-    added = np.zeros(len(w), np.int64)
-    stats = replay_windows(part, dep, [(x.start_s, x.end_s, max(x.replicas, 0))
-                                       for x in w[lo:hi]], 0.0, slos)
-    for _ in range(MAX_ROUNDS):
-        miss = [lo + i for i, p in enumerate(stats) if not _meets(p, slos)]
-        if not miss or dp.rebuild is None:
-            break
-        trial = reps.copy()
-        trial[miss] += 1
-        w_trial = dp.rebuild(trial)
-        again = replay_windows(part, dep, [(x.start_s, x.end_s, max(x.replicas, 0))
-                                           for x in w_trial[lo:hi]], 0.0, slos)
-        if not _better(again, stats, [i - lo for i in miss]):
-            break  # a replica more does not help these windows: keep the count, say so
-        reps, w, stats = trial, w_trial, again
-        added[miss] += 1
-    still = [lo + i for i, p in enumerate(stats) if not _meets(p, slos)]
+    reps, added, w, stats = _add_replicas(part, dep, dp, lo, hi, slos)
+    still = _misses(stats, slos, lo)
     notes = []
     if still:  # replicas did not fix these: keep the analytic count, say what limits them
         reps[still] -= added[still]
         added[still] = 0
         w = dp.rebuild(reps) if dp.rebuild is not None else w
-        stats = replay_windows(part, dep, [(x.start_s, x.end_s, max(x.replicas, 0))
-                                           for x in w[lo:hi]], 0.0, slos)
+        stats = _replay_range(part, dep, w, lo, hi, slos)
         notes.append(f"window(s) {', '.join(map(str, still))} miss the SLOs in the replay "
                      "and more replicas do not fix it: the limit is per request (long "
                      "prompts, prefill chunks, bursts), not the fleet's size; loosen the SLOs, "

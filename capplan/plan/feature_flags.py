@@ -35,6 +35,38 @@ def _draft_path(method: str, arg: str | None, r: dict[str, Any], hf: str) -> str
     return None
 
 
+def _speculative(r: dict[str, Any], hf: str, out: dict[str, list[str]],
+                 trt_yaml: list[str]) -> None:
+    """Speculative decoding's flags per engine, appended to `out` and `trt_yaml`."""
+    spec, k = r.get("speculative"), r.get("spec_tokens")
+    if not spec or k == 0:
+        return
+    method, arg = parse_method(spec)
+    k = k if k is not None else DEFAULT_SPEC_TOKENS[method]
+    draft = _draft_path(method, arg, r, hf)
+    cfg: dict[str, Any] = {"method": {"draft": "draft_model"}.get(method, method),
+                           "num_speculative_tokens": k}
+    if draft:
+        cfg["model"] = draft
+    if method == "ngram":
+        cfg["prompt_lookup_max"] = 4
+    out["vllm"] += ["--speculative-config", json.dumps(cfg)]
+    topk = r.get("spec_topk") or 1
+    verify = r.get("spec_draft_tokens") or (k * topk if topk > 1 else k) + 1
+    out["sglang"] += ["--speculative-algorithm", _SGLANG_ALGO[method]]
+    if draft:
+        out["sglang"] += ["--speculative-draft-model-path", draft]
+    out["sglang"] += ["--speculative-num-steps", str(k), "--speculative-eagle-topk",
+                      str(topk), "--speculative-num-draft-tokens", str(verify)]
+    # TensorRT-LLM 1.x llm_args.py: MTPDecodingConfig counts num_nextn_predict_layers (N
+    # modules, N drafts); the others take max_draft_len and, with a drafter, its path.
+    trt_yaml += ["speculative_config:", f"  decoding_type: {_TRT_TYPE[method]}",
+                 f"  num_nextn_predict_layers: {k}" if method == "mtp"
+                 else f"  max_draft_len: {k}"]
+    if draft:
+        trt_yaml.append(f"  speculative_model: {json.dumps(draft)}")
+
+
 def feature_launch(r: dict[str, Any], hf: str
                    ) -> tuple[dict[str, tuple[str, ...]], tuple[str, ...]]:
     """(extra argv words per engine, TensorRT-LLM LLM-API YAML lines) for the features in a
@@ -42,32 +74,7 @@ def feature_launch(r: dict[str, Any], hf: str
     capplan.plan.launch.options_from puts them in LaunchOptions.extra / .llm_api_options."""
     out: dict[str, list[str]] = {"vllm": [], "sglang": [], "trtllm": []}
     trt_yaml: list[str] = []
-    spec, k = r.get("speculative"), r.get("spec_tokens")
-    if spec and k != 0:
-        method, arg = parse_method(spec)
-        k = k if k is not None else DEFAULT_SPEC_TOKENS[method]
-        draft = _draft_path(method, arg, r, hf)
-        cfg: dict[str, Any] = {"method": {"draft": "draft_model"}.get(method, method),
-                               "num_speculative_tokens": k}
-        if draft:
-            cfg["model"] = draft
-        if method == "ngram":
-            cfg["prompt_lookup_max"] = 4
-        out["vllm"] += ["--speculative-config", json.dumps(cfg)]
-        topk = r.get("spec_topk") or 1
-        verify = r.get("spec_draft_tokens") or (k * topk if topk > 1 else k) + 1
-        out["sglang"] += ["--speculative-algorithm", _SGLANG_ALGO[method]]
-        if draft:
-            out["sglang"] += ["--speculative-draft-model-path", draft]
-        out["sglang"] += ["--speculative-num-steps", str(k), "--speculative-eagle-topk",
-                          str(topk), "--speculative-num-draft-tokens", str(verify)]
-        # TensorRT-LLM 1.x llm_args.py: MTPDecodingConfig counts num_nextn_predict_layers (N
-        # modules, N drafts); the others take max_draft_len and, with a drafter, its path.
-        trt_yaml += ["speculative_config:", f"  decoding_type: {_TRT_TYPE[method]}",
-                     f"  num_nextn_predict_layers: {k}" if method == "mtp"
-                     else f"  max_draft_len: {k}"]
-        if draft:
-            trt_yaml.append(f"  speculative_model: {json.dumps(draft)}")
+    _speculative(r, hf, out, trt_yaml)
     loras, rank = r.get("max_loras") or 0, r.get("max_lora_rank") or 16
     if loras:
         out["vllm"] += ["--enable-lora", "--max-loras", str(loras), "--max-lora-rank", str(rank)]

@@ -34,22 +34,23 @@ def _as_tuple(v: Any) -> tuple[Any, ...]:
     return tuple(v) if isinstance(v, list | tuple) else (v,)
 
 
-def feature_space(plan: Any, lane_names: tuple[str, ...], model: Any) -> dict[str, Any]:
-    """{"fixed": EngineOptions feature fields, "spec_tokens": tuple, "max_loras": tuple,
-    "prefill_extra_flops_per_token": encoder FLOPs per prefill token on one GPU at TP 1}."""
-    eng = plan.engine
-    lanes = [ln for ln in plan.workloads if ln.name in lane_names] or list(plan.workloads)
-    fixed: dict[str, Any] = {}
-    spec_tokens: tuple[Any, ...] = (None,)
-    if eng.speculative:
-        spec_tokens = _as_tuple(eng.spec_tokens) if eng.spec_tokens is not None else \
-            DEFAULT_SPEC_TOKENS
-        if eng.acceptance_length is not None and len([k for k in spec_tokens if k]) > 1:
-            raise InputError("engine.acceptance_length holds for one draft length: give one "
-                             "engine.spec_tokens value with it")
-        fixed.update(speculative=eng.speculative, acceptance_length=eng.acceptance_length,
-                     spec_workload=eng.acceptance_kind, spec_topk=eng.spec_topk,
-                     spec_draft_tokens=eng.spec_draft_tokens)
+def _spec_space(eng: Any, fixed: dict[str, Any]) -> tuple[Any, ...]:
+    """Draft lengths to search (None: speculation off); its fixed fields into `fixed`."""
+    if not eng.speculative:
+        return (None,)
+    spec_tokens = _as_tuple(eng.spec_tokens) if eng.spec_tokens is not None else \
+        DEFAULT_SPEC_TOKENS
+    if eng.acceptance_length is not None and len([k for k in spec_tokens if k]) > 1:
+        raise InputError("engine.acceptance_length holds for one draft length: give one "
+                         "engine.spec_tokens value with it")
+    fixed.update(speculative=eng.speculative, acceptance_length=eng.acceptance_length,
+                 spec_workload=eng.acceptance_kind, spec_topk=eng.spec_topk,
+                 spec_draft_tokens=eng.spec_draft_tokens)
+    return spec_tokens
+
+
+def _lora_space(eng: Any, lanes: list[Any], fixed: dict[str, Any]) -> tuple[int, ...]:
+    """Adapter slot counts to search (0: LoRA off); its fixed fields into `fixed`."""
     adapters = sum(ln.adapters for ln in lanes)
     max_loras: tuple[int, ...] = (0,)
     if eng.max_loras is not None:
@@ -60,6 +61,17 @@ def feature_space(plan: Any, lane_names: tuple[str, ...], model: Any) -> dict[st
         fixed.update(max_lora_rank=eng.max_lora_rank, lora_adapters=adapters,
                      lora_popularity="zipf" if any(ln.popularity == "zipf" for ln in lanes)
                      else "uniform")
+    return max_loras
+
+
+def feature_space(plan: Any, lane_names: tuple[str, ...], model: Any) -> dict[str, Any]:
+    """{"fixed": EngineOptions feature fields, "spec_tokens": tuple, "max_loras": tuple,
+    "prefill_extra_flops_per_token": encoder FLOPs per prefill token on one GPU at TP 1}."""
+    eng = plan.engine
+    lanes = [ln for ln in plan.workloads if ln.name in lane_names] or list(plan.workloads)
+    fixed: dict[str, Any] = {}
+    spec_tokens = _spec_space(eng, fixed)
+    max_loras = _lora_space(eng, lanes, fixed)
     images = max((ln.images_per_request for ln in lanes), default=0)
     if images:
         big = max(lanes, key=lambda ln: ln.image_width * ln.image_height)

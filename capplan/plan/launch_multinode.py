@@ -120,30 +120,43 @@ def pd_launch(layout: Any, engine: str | None = None) -> dict[str, list[str]]:
     """Launch lines of a fixed P/D layout (capplan.plan.pd.PdLayout): every worker's commands,
     then the router/proxy in front (ports: prefill workers 30000 + i, decode 31000 + j)."""
     eng = engine or layout.decode.settings.engine
-    p, d = layout.prefill, layout.decode
-    out: dict[str, list[str]] = {}
     pre = [30000 + i for i in range(layout.prefill_workers)]
     dec = [31000 + j for j in range(layout.decode_workers)]
-    if eng == "sglang":
-        for role, dep, ports in (("prefill", p, pre), ("decode", d, dec)):
-            mode = f" --disaggregation-mode {role} --disaggregation-transfer-backend nixl"
-            for i, port in enumerate(ports):
-                out[f"{role} worker {i}"] = _sglang(dep, port, mode)
-        out["router"] = [
-            "python -m sglang_router.launch_router --pd-disaggregation "
-            + " ".join(f"--prefill http://PREFILL{i}:{q}" for i, q in enumerate(pre)) + " "
-            + " ".join(f"--decode http://DECODE{j}:{q}" for j, q in enumerate(dec))
-            + f" --host 0.0.0.0 --port {SERVE_PORT}"]
-        return out
-    if eng == "trtllm":
-        for role, dep, ports in (("context", p, pre), ("generation", d, dec)):
-            for i, port in enumerate(ports):
-                out[f"{role} worker {i}"] = _trtllm(dep, port)
-        out["router"] = [
-            f"trtllm-serve disaggregated -c disagg.yaml  # disagg.yaml: port {SERVE_PORT}, "
-            f"context_servers urls PREFILL0:{pre[0]}.., generation_servers urls "
-            f"DECODE0:{dec[0]}.., cache_transceiver_config on both"]
-        return out
+    build = {"sglang": _pd_sglang, "trtllm": _pd_trtllm}.get(eng, _pd_vllm)
+    return build(layout.prefill, layout.decode, pre, dec)
+
+
+def _pd_sglang(p: Deployment, d: Deployment, pre: list[int], dec: list[int]
+               ) -> dict[str, list[str]]:
+    out: dict[str, list[str]] = {}
+    for role, dep, ports in (("prefill", p, pre), ("decode", d, dec)):
+        mode = f" --disaggregation-mode {role} --disaggregation-transfer-backend nixl"
+        for i, port in enumerate(ports):
+            out[f"{role} worker {i}"] = _sglang(dep, port, mode)
+    out["router"] = [
+        "python -m sglang_router.launch_router --pd-disaggregation "
+        + " ".join(f"--prefill http://PREFILL{i}:{q}" for i, q in enumerate(pre)) + " "
+        + " ".join(f"--decode http://DECODE{j}:{q}" for j, q in enumerate(dec))
+        + f" --host 0.0.0.0 --port {SERVE_PORT}"]
+    return out
+
+
+def _pd_trtllm(p: Deployment, d: Deployment, pre: list[int], dec: list[int]
+               ) -> dict[str, list[str]]:
+    out: dict[str, list[str]] = {}
+    for role, dep, ports in (("context", p, pre), ("generation", d, dec)):
+        for i, port in enumerate(ports):
+            out[f"{role} worker {i}"] = _trtllm(dep, port)
+    out["router"] = [
+        f"trtllm-serve disaggregated -c disagg.yaml  # disagg.yaml: port {SERVE_PORT}, "
+        f"context_servers urls PREFILL0:{pre[0]}.., generation_servers urls "
+        f"DECODE0:{dec[0]}.., cache_transceiver_config on both"]
+    return out
+
+
+def _pd_vllm(p: Deployment, d: Deployment, pre: list[int], dec: list[int]
+             ) -> dict[str, list[str]]:
+    out: dict[str, list[str]] = {}
     kv = " --kv-transfer-config '{\"kv_connector\":\"NixlConnector\",\"kv_role\":\"kv_both\"}'"
     for role, dep, ports in (("prefill", p, pre), ("decode", d, dec)):
         for i, port in enumerate(ports):

@@ -238,22 +238,38 @@ def run_plan(cat: Catalog, plan: PlanFile, verify: VerifyFn | None = None,
     if progress is not None:
         progress(1, total)
     if per_lane:
-        separate = []
-        for i, ln in enumerate(lanes, 2):
-            separate.append(_separate(cat, plan, resolved, ln))
-            if progress is not None:
-                progress(i, total)
-        pools = PoolComparison(result.best, separate)
-        cost, cheaper = pools.separate_cost_per_hour, pools.cheaper
-        note = (f"pools: one shared pool costs {_money(result.best.cost_per_hour)}/h, a pool per "
-                f"lane {_money(cost)}/h: " + ("they cost the same (shared keeps spare capacity "
-                                              "for either lane)" if cheaper == "equal"
-                                              else f"{cheaper} is cheaper"))
-        result = replace(result, pools=pools, warnings=[*result.warnings, note])
+        result = _per_lane_pools(cat, plan, resolved, result, progress)
     if disagg:
         result = replace(result, disaggregated=_disaggregated(cat, plan, resolved, lanes, result))
+    return _alternatives(cat, plan, resolved, result)
+
+
+def _per_lane_pools(cat: Catalog, plan: PlanFile, resolved: ResolvedModel, result: PlanResult,
+                    progress: Callable[[int, int], object] | None) -> PlanResult:
+    """A pool per lane beside the shared one, and which costs less."""
+    lanes = list(plan.workloads)
+    total = 1 + len(lanes)
+    separate = []
+    for i, ln in enumerate(lanes, 2):
+        separate.append(_separate(cat, plan, resolved, ln))
+        if progress is not None:
+            progress(i, total)
+    pools = PoolComparison(result.best, separate)
+    cost, cheaper = pools.separate_cost_per_hour, pools.cheaper
+    note = (f"pools: one shared pool costs {_money(result.best.cost_per_hour)}/h, a pool per "
+            f"lane {_money(cost)}/h: " + ("they cost the same (shared keeps spare capacity "
+                                          "for either lane)" if cheaper == "equal"
+                                          else f"{cheaper} is cheaper"))
+    return replace(result, pools=pools, warnings=[*result.warnings, note])
+
+
+def _alternatives(cat: Catalog, plan: PlanFile, resolved: ResolvedModel, result: PlanResult
+                  ) -> PlanResult:
+    """What the prefix cache saves, the FP8 alternative where it is cheaper, and the fixed
+    disaggregated layout the plan names."""
     from capplan.plan.alternatives import fp8_alternative, prefix_savings, wants_fp8_alternative
 
+    lanes = list(plan.workloads)
     t = traffic_for(lanes, resolved.spec.context_len(plan.engine.max_model_len))
     saved = prefix_savings(_plan_pool, cat, plan, resolved, lanes, result.best, t)
     if saved is not None:

@@ -72,9 +72,9 @@ class PoolDay:
             })
         return out
 
-    def to_dict(self) -> dict[str, Any]:
-        g = self._gpus()
-        start, end = self._edges()
+    def _schedule(self, g: np.ndarray, start: np.ndarray, end: np.ndarray
+                  ) -> list[dict[str, Any]]:
+        """The pool's windows: every model's offered rate, replicas and GPUs summed."""
         sched = []
         for k in range(g.shape[1]):
             ws = [d.windows[k] for d in self.days if k < len(d.windows)]
@@ -85,6 +85,12 @@ class PoolDay:
                 "gpus_by_model": {m: int(g[i, k]) for i, m in enumerate(self.names)},
                 # each model's own p99s are in its schedule (`models`): a pool has none
                 "ttft_p99_s": None, "tbt_p99_s": None})
+        return sched
+
+    def to_dict(self) -> dict[str, Any]:
+        g = self._gpus()
+        start, end = self._edges()
+        sched = self._schedule(g, start, end)
         per = [d.to_dict() for d in self.days]
         recs = [{**p["recommendations"][0], "model": m} for p, m in zip(per, self.names,
                                                                         strict=True)]
@@ -101,16 +107,22 @@ class PoolDay:
             "separate_fleets_peak_gpus": int(g.max(axis=1).sum()),
             "peak_replicas": max(s["replicas"] for s in sched),
             "gpu_hours": float((g.sum(axis=0) * (end - start)).sum() / HOUR_S),
-            "fixed_fleet_gpu_hours": float(sum(p["fixed_pool_gpu_hours"] for p in pools)),
-            "separate_fleets_gpu_hours": float(sum(p["separate_fleets_gpu_hours"]
-                                                   for p in pools)),
-            "cost_per_day": None if None in cost else float(sum(cost)),
-            "fixed_fleet_cost_per_day": _sum_or_none(p["fixed_pool_cost_per_day"]
-                                                     for p in pools),
-            "separate_fleets_cost_per_day": _sum_or_none(p["separate_fleets_cost_per_day"]
-                                                         for p in pools),
+            **_pool_totals(pools, cost),
             "warnings": [w for p in per for w in p.get("warnings", [])],
         }
+
+
+def _pool_totals(pools: list[dict[str, Any]], cost: list[Any]) -> dict[str, Any]:
+    """GPU-hours and cost per day of the fixed pools and of separate fleets, over all pools
+    (`cost`: each model's own cost per day, None where its GPU has no price)."""
+    return {
+        "fixed_fleet_gpu_hours": float(sum(p["fixed_pool_gpu_hours"] for p in pools)),
+        "separate_fleets_gpu_hours": float(sum(p["separate_fleets_gpu_hours"] for p in pools)),
+        "cost_per_day": None if None in cost else float(sum(cost)),
+        "fixed_fleet_cost_per_day": _sum_or_none(p["fixed_pool_cost_per_day"] for p in pools),
+        "separate_fleets_cost_per_day": _sum_or_none(p["separate_fleets_cost_per_day"]
+                                                     for p in pools),
+    }
 
 
 def _sum_or_none(xs: Any) -> float | None:

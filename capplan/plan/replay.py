@@ -126,13 +126,32 @@ def answer(dep: Deployment, load: ReplayLoad, spec: LoadSpec | None) -> dict[str
     ana = analytic_latency(dep, spec) if screen and spec is not None else None
     if ana is not None and not ana.get("stable"):
         return _overloaded(ana)
-    trace = None
+    trace, tr = None, None
     if load.trace is not None:  # read once: its windows here, its requests for the replay
         from capplan.sim.workload import load_trace
 
         trace = load_trace(load.trace, load.time_unit)
         tr = trace_windows(load, trace)
-    run = replay(dep, load, trace)
+    res = _replayed(dep, load, replay(dep, load, trace))
+    if tr is not None:
+        _add_trace(res, tr)
+    if ana is not None:
+        res = _screen(ana, res)
+    res["notes"].insert(0, answered_note(res))
+    return res
+
+
+def _add_trace(res: dict[str, Any], tr: dict[str, Any]) -> None:
+    """A trace's windows into `res`; the load line names the file, its columns and time unit."""
+    res["load"] = next((n for n in res["notes"] if n.startswith("trace ")), res["load"])
+    res["notes"] = [n for n in res["notes"] if n != res["load"]]
+    res["trace"] = tr
+    if tr.get("varies"):
+        res["warnings"].append(varying_rate_warning(tr))
+
+
+def _replayed(dep: Deployment, load: ReplayLoad, run: dict[str, Any]) -> dict[str, Any]:
+    """`latency`'s result from one replay run (before the trace's windows and the screen)."""
     sim = run["results"]["continuous"]
     head = run["head"]
     res: dict[str, Any] = {
@@ -149,15 +168,6 @@ def answer(dep: Deployment, load: ReplayLoad, spec: LoadSpec | None) -> dict[str
         res["cached_tokens_per_request"] = sim["prefix_hit_tokens"] / max(sim["num_requests"], 1)
     if sim.get("benchmark") and load.benchmark is not None:
         res["notes"].append(benchmark_note(sim["benchmark"]))
-    if load.trace is not None:  # the load line names the file, its columns and time unit
-        res["load"] = next((n for n in res["notes"] if n.startswith("trace ")), res["load"])
-        res["notes"] = [n for n in res["notes"] if n != res["load"]]
-        res["trace"] = tr
-        if tr.get("varies"):
-            res["warnings"].append(varying_rate_warning(tr))
-    if ana is not None:
-        res = _screen(ana, res)
-    res["notes"].insert(0, answered_note(res))
     return res
 
 
