@@ -35,40 +35,36 @@ from pathlib import Path
 import numpy as np
 
 from capplan.errors import CapplanError
-from capplan.models.engine import VERSIONS, engine_profile, profile_for_version
+from capplan.models.engine import VERSIONS
 from capplan.models.perf import mla_layers
+
+# the protocol and the replay are the product's; these names stay importable from here
+from capplan.plan.aiconfigurator import (  # noqa: F401
+    MEASURED_ROUNDS,
+    REPLAY_ROUNDS,
+    benchmark_replay,
+    measured_mean,
+    release_engine,
+    release_label,
+    replayed_means,
+)
 
 LAYER_GRID_S = tuple(np.round(np.arange(0, 100.1e-6, 2.5e-6), 9))
 SEQ_GRID_S = tuple(np.round(np.arange(0, 100.1e-6, 2.5e-6), 9))
 OVERHEAD_GRID_S = tuple(np.round(np.arange(0, 0.4001, 0.005), 4))
 MLA_GRID_S = tuple(np.round(np.arange(0, 4.01e-3, 0.125e-3), 7))
-MEASURED_ROUNDS = 20
-"""AIConfigurator's bench_run.sh.j2: --num-requests 20 x concurrency (docs/validation.md)."""
-REPLAY_ROUNDS = 4
-"""Rounds replayed; the rest are extrapolated from rounds 2-4 (`measured_mean`)."""
 REGIMES = ((1, 8), (9, 64), (65, 256), (257, 1 << 30))
 """Concurrency ranges of the error bands (clients of a closed loop; running batch otherwise)."""
 
 
 def row_release(r: dict[str, str]) -> str:
-    """The row's engine release as AIConfigurator recorded it ("" -> "unlabelled"; nightly and
-    model-specific builds -> "dev")."""
-    v = r["backend_version"].strip()
-    if not v:
-        return "unlabelled"
-    return v if re.match(r"^\d", v) else "dev"
+    """The row's engine release as AIConfigurator recorded it (release_label)."""
+    return release_label(r["backend_version"])
 
 
 def row_engine(r: dict[str, str]) -> str:
-    """The engine spec a row runs with: its release's profile (unlabelled and dev builds: the
-    newest), SGLang with +mixed-chunk as AIConfigurator's benchmark launched it."""
-    name = r["backend"]
-    rel = row_release(r)
-    prof = profile_for_version(name, None if rel in ("unlabelled", "dev") else rel)
-    spec = f"{name}@{prof.version}"
-    if name == "sglang":
-        spec += "+mixed-chunk"
-    return engine_profile(spec).spec
+    """The engine spec a row runs with (release_engine: its release's profile)."""
+    return release_engine(r["backend"], row_release(r))
 
 
 @dataclass
@@ -109,49 +105,12 @@ def replay(v, cat, r: dict[str, str], c: Constants) -> Replay | None:
         return None
     if not dep.memory.fits:
         return None
-    conc = v.concurrency(r)
-    isl, osl = int(r["isl"]), int(r["osl"])
     try:
-        wave = benchmark_replay(dep, conc, isl, osl, conc)
-        out = benchmark_replay(dep, conc, isl, osl, REPLAY_ROUNDS * conc)
+        ttft, tpot, batch = replayed_means(dep, v.concurrency(r), int(r["isl"]), int(r["osl"]))
     except CapplanError:
         return None
-    return Replay(measured_mean(wave["ttft_s"]["mean"], out["ttft_s"]["mean"]),
-                  measured_mean(wave["tpot_s"]["mean"], out["tpot_s"]["mean"]),
-                  out["mean_running_batch"], nmla, dep.profile.host_overlap,
+    return Replay(ttft, tpot, batch, nmla, dep.profile.host_overlap,
                   -(-dep.model.num_layers // dep.settings.pp))
-
-
-def measured_mean(wave: float, first_rounds: float) -> float:
-    """The mean over MEASURED_ROUNDS rounds from replays of the first round (the start-up wave:
-    `wave`) and of the first REPLAY_ROUNDS rounds (`first_rounds`): the later rounds repeat the
-    mean of rounds 2..REPLAY_ROUNDS (the replay of 20 rounds costs 5x more)."""
-    k = REPLAY_ROUNDS
-    later = (k * first_rounds - wave) / (k - 1)
-    return (wave + (MEASURED_ROUNDS - 1) * later) / MEASURED_ROUNDS
-
-
-def benchmark_replay(dep, concurrency: int, isl: int, osl: int, requests: int) -> dict:
-    """The benchmark's measured phase replayed: `concurrency` clients start together, each
-    sending its next request when its last one ends (plus the request overhead), `requests`
-    in all; what the clients measure. capplan.plan.verify.simulate_closed_loop on the
-    compiled engine whatever the size (its `auto` picks the slower pure engines below 10,000
-    requests)."""
-    from capplan.plan.simulation import add_request_overhead
-    from capplan.sim import simulate
-    from capplan.sim.workload import Lane, Workload, parse_length
-
-    lane = Lane(name="bench", input_len=parse_length(isl), output_len=parse_length(osl))
-    wl = Workload((lane,), num_requests=requests, concurrency=concurrency)
-    s, pool = dep.settings, dep.pool
-    overhead = float(np.asarray(dep.step.request_overhead_s))
-    res = simulate(dep.step, workload=wl, seed=0, scheduler="continuous",
-                   num_gpu_blocks=pool.num_blocks, block_size=pool.block_size,
-                   state_blocks=pool.state_blocks_per_seq, max_num_seqs=s.max_num_seqs,
-                   max_num_batched_tokens=max(s.max_num_batched_tokens, s.max_num_seqs),
-                   policy=s.profile.scheduler, request_overhead_s=overhead,
-                   client_jitter=s.profile.client_jitter, sim_engine="compiled").to_dict()
-    return add_request_overhead(res, overhead)
 
 
 ZERO = Constants(0.0, 0.0, 0.0, 0.0)

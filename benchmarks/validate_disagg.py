@@ -33,15 +33,14 @@ import numpy as np
 from capplan.catalog.loader import load_catalog
 from capplan.errors import CapplanError
 from capplan.models.queueing import LengthStats
-from capplan.plan.deployment import EngineOptions, resolve_deployment
+from capplan.plan.aiconfigurator import SYSTEM_GPUS, disagg_worker_options
+from capplan.plan.deployment import resolve_deployment
 from capplan.plan.pd import PdModel, make_layout
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = (Path(sys.argv[sys.argv.index("--data") + 1]) if "--data" in sys.argv
         else ROOT.parent / "shared" / "validation" / "silicon_sample.csv")
 DOC = ROOT / "docs" / "validation.md"
-SYSTEMS = {"h100_sxm": "h100-sxm", "h200_sxm": "h200", "b200_sxm": "b200", "b300_sxm": "b300",
-           "gb200": "gb200", "gb300": "gb300"}
 BARS = {"predicted": 0.90, "tpot": 0.15, "ttft": 0.35}
 """The issue's bars for rows not seen: share predicted, median |error| of TPOT and TTFT."""
 
@@ -53,10 +52,6 @@ def concurrency(row: dict[str, str]) -> int | None:
     return None
 
 
-def dtype_for(precision: str) -> str:
-    return {"fp8": "fp8", "fp4": "fp4"}.get(precision, "auto")
-
-
 def _size(v: str) -> int:
     return int(v) if v and int(v) > 0 else 1
 
@@ -65,19 +60,15 @@ _DEPS: dict[tuple, object] = {}
 
 
 def _worker(cat, r: dict[str, str], role: str):
-    tp, pp = _size(r[f"{role}_tp_size"]), _size(r[f"{role}_pp_size"])
-    dp, ep = _size(r[f"{role}_attention_dp_size"]), _size(r[f"{role}_moe_ep_size"])
+    """A worker's deployment (capplan.plan.aiconfigurator.disagg_worker_options), memoised."""
+    size = [_size(r[f"{role}_{k}"]) for k in ("tp_size", "pp_size", "attention_dp_size",
+                                               "moe_ep_size")]
     bs = _size(r[f"{role}_batch_size"]) if r[f"{role}_batch_size"] else None
-    kvd = "fp8" if r["precision"] in ("fp8", "fp4") else "auto"
-    isl, osl = int(r["isl"]), int(r["osl"])
-    key = (r["backend"], r["model_path"], r["system"], r["precision"], tp, pp, dp, ep, bs,
-           isl + osl)
+    key = (r["backend"], r["model_path"], r["system"], r["precision"], *size, bs,
+           int(r["isl"]) + int(r["osl"]))
     if key not in _DEPS:
-        opts = EngineOptions(engine=r["backend"], tp=tp, pp=pp, attention_dp=dp,
-                             expert_parallel=ep, weight_dtype=dtype_for(r["precision"]),
-                             kv_dtype=kvd, max_model_len=isl + osl + 16,
-                             max_num_seqs=bs if role == "decode" else None)
-        _DEPS[key] = resolve_deployment(cat, r["model_path"], SYSTEMS[r["system"]], opts)
+        _DEPS[key] = resolve_deployment(cat, r["model_path"], SYSTEM_GPUS[r["system"]],
+                                        disagg_worker_options(r, role))
     return _DEPS[key]
 
 
@@ -146,7 +137,8 @@ def main() -> None:
         print(f"{DATA} not found; nothing to score")
         return
     with DATA.open() as f:
-        rows = [r for r in csv.DictReader(f) if r["mode"] == "disagg" and r["system"] in SYSTEMS]
+        rows = [r for r in csv.DictReader(f)
+                if r["mode"] == "disagg" and r["system"] in SYSTEM_GPUS]
     per_group = int(sys.argv[sys.argv.index("--per-group") + 1]) if "--per-group" in sys.argv \
         else (0 if "--write-docs" in sys.argv else 10)
     if per_group:

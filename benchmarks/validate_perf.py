@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from capplan.catalog.loader import load_catalog
+from capplan.models import fixed_batch
 from capplan.models.engine import EngineSettings
 from capplan.plan.deployment import resolve_deployment
 
@@ -80,23 +81,18 @@ POINTS = [
 
 
 def predict(p: Point) -> float:
+    """The model's figure for a published point (capplan.models.fixed_batch), in its unit."""
     cat = load_catalog()
     s = EngineSettings(tp=p.tp, weight_dtype=p.dtype, max_num_batched_tokens=max(8192, p.isl),
                        max_num_seqs=256)
-    dep = resolve_deployment(cat, p.model, p.gpu, s)
-    sm = dep.step
+    sm = resolve_deployment(cat, p.model, p.gpu, s).step
     if p.kind == "decode_tok_s":
-        return float(p.batch / sm.decode_step(p.batch, p.isl)["step_s"])
+        return fixed_batch.decode_tok_per_s(sm, p.batch, p.isl)
     if p.kind == "ttft_ms":
-        return float(sm.prefill_time(p.isl, s.max_num_batched_tokens)) * 1e3
-    ctx = p.isl + np.arange(1, p.osl)
-    dec = sm.decode_step(p.batch, ctx)["step_s"]
+        return fixed_batch.first_token_s(sm, p.isl, s.max_num_batched_tokens) * 1e3
     if p.kind == "tpot_ms":
-        return float(dec.mean()) * 1e3
-    # e2e: all prompts prefilled in one step, then osl-1 decode steps
-    pre = sm.step(prefill_tokens=p.batch * p.isl, prefill_pairs=p.batch * p.isl * (p.isl + 1) / 2,
-                  num_prefill_seqs=p.batch)["step_s"]
-    return float(pre + dec.sum()) * 1e3
+        return fixed_batch.mean_tpot_s(sm, p.batch, p.isl, p.osl) * 1e3
+    return fixed_batch.batch_e2e_s(sm, p.batch, p.isl, p.osl) * 1e3
 
 
 def published_table() -> str:
@@ -142,7 +138,7 @@ def main() -> None:
                 dep = resolve_deployment(cat, "llama-3.1-8b", g, EngineSettings())
             except Exception:  # noqa: BLE001
                 continue
-            pred = np.array([x / dep.step.decode_step(x, 1024)["step_s"] for x in b])
+            pred = np.array([fixed_batch.decode_tok_per_s(dep.step, x, 1024) for x in b])
             print(g, np.round(pred), f"{np.median(np.abs(pred / ref - 1)):.1%}")
 
 

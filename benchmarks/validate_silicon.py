@@ -32,26 +32,30 @@ import math
 import pickle
 import sys
 from collections import defaultdict
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from capplan.catalog.loader import load_catalog
 from capplan.errors import CapplanError
-from capplan.models.closed_loop import BenchmarkProtocol, closed_loop_latency
 from capplan.models.engine import NO_JITTER, ClientJitter
 from capplan.models.perf import mla_layers
-from capplan.plan.deployment import EngineOptions, calibration_for, resolve_deployment
-from capplan.sim.protocol import aiconfigurator_settings, reported_ttft
+from capplan.plan.aiconfigurator import (
+    AggRun,
+    agg_closed_loop,
+    agg_closed_loop_replay,
+    agg_deployment,
+)
+from capplan.sim.protocol import reported_ttft
 
 _HERE = Path(__file__).resolve()
 DATA = next((d / "shared" / "validation" / "silicon_sample.csv" for d in _HERE.parents[1:4]
              if (d / "shared" / "validation" / "silicon_sample.csv").exists()),
             _HERE.parents[1].parent / "shared" / "validation" / "silicon_sample.csv")
 """The public measured rows: ../shared/validation (searched up to the worktrees' parent)."""
-SYSTEMS = {"h200_sxm": "h200", "b200_sxm": "b200", "b300_sxm": "b300", "gb200": "gb200",
-           "gb300": "gb300"}
+SYSTEMS = ("h200_sxm", "b200_sxm", "b300_sxm", "gb200", "gb300")
+"""The systems whose `agg` rows are scored (capplan.plan.aiconfigurator.SYSTEM_GPUS maps them)."""
 SILICON_ROUNDS = {"vllm": 4.0, "sglang": 1.5, "trtllm": 6.0}
 """Measured requests per client of the silicon benchmark (N / C) per engine's harness, fitted on
 the training rows (--fit; docs/validation.md): the dump does not record the protocol."""
@@ -69,16 +73,6 @@ def concurrency(row: dict[str, str]) -> int:
 
 def is_training(row: dict[str, str]) -> bool:
     return int(hashlib.sha1(row["id"].encode()).hexdigest(), 16) % 3 == 0
-
-
-def dtype_for(precision: str, own: str | None) -> str:
-    if not precision or precision == own:
-        return "auto"
-    if precision in ("fp4", "nvfp4") and own in ("mxfp4", "fp4", "nvfp4"):
-        return "auto"
-    if precision == "int4" and own == "int4":
-        return "auto"
-    return {"fp8": "fp8", "fp4": "fp4", "int4": "int4", "bf16": "bf16"}.get(precision, "auto")
 
 
 def agg_rows() -> list[dict[str, str]]:
@@ -121,90 +115,57 @@ def is_layout_row(r: dict[str, str]) -> bool:
     return _size(r["attention_dp_size"]) > 1 or _size(r["moe_ep_size"]) > 1
 
 
+def run_of(r: dict[str, str], engine: str | None = None) -> AggRun:
+    """A row as the run capplan predicts (capplan.plan.aiconfigurator.AggRun)."""
+    dp, ep = layout(r)
+    return AggRun(backend=r["backend"], model=r["model_path"], system=r["system"],
+                  precision=r["precision"], tp=int(r["tp_size"] or 1) * int(r["pp_size"] or 1),
+                  isl=int(r["isl"]), osl=int(r["osl"]), batch_size=int(r["batch_size"] or 0),
+                  concurrency=concurrency(r), attention_dp=dp, expert_parallel=ep,
+                  engine=engine)
+
+
 def deployment(cat, r: dict[str, str], overhead_s: float | None = None,
                host: tuple[float, float] | None = None, engine: str | None = None):
-    """The deployment of a row: its engine, layout, dtype; KV in fp8 for fp8/fp4 precision
-    (AIConfigurator's quantized configurations quantize the KV cache too)."""
-    res = cat.resolve_model(r["model_path"])
-    own = res.spec.quantization.format if res.spec.quantization else res.spec.torch_dtype
+    """The deployment of a row (capplan.plan.aiconfigurator.agg_deployment), memoised;
+    `overhead_s` and `host` replace the calibration's request overhead and host costs per step
+    and per sequence (--fit's trials), `engine` the profile (--loso: the row's release)."""
     tp = int(r["tp_size"] or 1) * int(r["pp_size"] or 1)
     dp, ep = layout(r)
-    c = concurrency(r)
-    isl, osl = int(r["isl"]), int(r["osl"])
-    kvd = "fp8" if r["precision"] in ("fp8", "fp4", "nvfp4") else "auto"
-    engine = engine or r["backend"]  # --loso: the row's release profile (silicon_loso)
-    key = (engine, r["model_path"], r["system"], tp, dp, ep, r["precision"], isl, osl, c,
-           overhead_s, host, r.get("batch_size"))
+    key = (engine or r["backend"], r["model_path"], r["system"], tp, dp, ep, r["precision"],
+           int(r["isl"]), int(r["osl"]), concurrency(r), overhead_s, host, r.get("batch_size"))
     if key not in _DEPS:
-        bench = bench_settings(r)
-        opts = EngineOptions(engine=engine, tp=tp, weight_dtype=dtype_for(r["precision"],
-                                                                              own),
-                             kv_dtype=kvd, attention_dp=dp, expert_parallel=ep,
-                             **bench.options)
-        gpu = cat.gpu(SYSTEMS[r["system"]])
-        cal = calibration_for(cat, gpu, None)
+        cal: dict[str, float] = {}
         if overhead_s is not None:  # --fit tries other overheads (they change cohort merging)
-            cal = cal.with_(request_overhead_s=overhead_s)
+            cal["request_overhead_s"] = overhead_s
         if host is not None:  # --fit tries other host costs per step and per sequence
-            cal = cal.with_(step_overhead_s=host[0], per_seq_overhead_s=host[1])
-        _DEPS[key] = resolve_deployment(cat, r["model_path"], gpu.key, opts, cal)
+            cal.update(step_overhead_s=host[0], per_seq_overhead_s=host[1])
+        _DEPS[key] = agg_deployment(cat, run_of(r, engine), cal)
     return _DEPS[key]
-
-
-@dataclass(frozen=True)
-class BenchSettings:
-    """The engine settings AIConfigurator's benchmark generator gives an `agg` worker."""
-
-    options: dict
-    mixed_prefill: bool
-
-
-def bench_settings(r: dict[str, str]) -> BenchSettings:
-    """What the silicon benchmark launched for a row (capplan.sim.protocol.
-    aiconfigurator_settings: the rules and their source). Not the engines' own defaults (the
-    profiles keep those): a different per-step token budget changes how many prompts share a
-    prefill step, which is most of the closed loop's TTFT."""
-    got = aiconfigurator_settings(r["backend"], int(r["isl"]), int(r["osl"]),
-                                  int(r["batch_size"] or 0), concurrency(r), layout(r)[0])
-    return BenchSettings(got["options"], got["mixed_prefill"])
 
 
 def predict(cat, r: dict[str, str], with_sim: bool, rounds: float,
             overhead_s: float | None = None,
             host: tuple[float, float] | None = None,
             jitter: ClientJitter | None = None) -> Prediction | None:
-    """Analytic (and with_sim, simulated) mean TTFT and TPOT of a row; `jitter` replaces the
-    engine profile's client jitter (--fit tries several)."""
+    """Analytic (and with_sim, simulated) mean TTFT and TPOT of a row
+    (capplan.plan.aiconfigurator.agg_closed_loop); `jitter` replaces the engine profile's
+    client jitter (--fit tries several)."""
     try:
         dep = deployment(cat, r, overhead_s, host)
     except CapplanError:
         return None
     if not dep.memory.fits:
         return None
-    s = dep.settings
-    c = concurrency(r)
-    isl, osl = int(r["isl"]), int(r["osl"])
+    run = run_of(r)
+    c = run.concurrency
     n = max(int(round(rounds * c)), c)
-    budget = s.max_num_batched_tokens
-    if not s.profile.scheduler.chunked_prefill:  # whole prompts: the benchmark sized for them
-        budget = max(budget, isl)
-    jit = s.profile.client_jitter if jitter is None else jitter
-    policy = s.profile.scheduler
-    if bench_settings(r).mixed_prefill:
-        policy = replace(policy, prefill_first=False)
-    lim = dep.limits  # the replica's: dp ranks x each rank's caps and KV pool
-    budget = budget * s.attention_dp
-    out = closed_loop_latency(dep.step, isl, osl, lim.max_num_seqs, budget,
-                              lim.kv_cache_tokens, s.block_size,
-                              BenchmarkProtocol(c, n, client_jitter=jit), policy)
+    out = agg_closed_loop(dep, run, n, jitter)
     p = Prediction(out["ttft_wave_s"], out["ttft_steady_s"], out["tpot_s"],
                    out["request_overhead_s"])
     if with_sim and c <= SIM_MAX_CLIENTS:
-        from capplan.plan.verify import simulate_closed_loop
-
         try:
-            sim = simulate_closed_loop(dep, c, isl, osl, requests=n, client_jitter=jit,
-                                       policy=policy)
+            sim = agg_closed_loop_replay(dep, run, n, jitter)
             p.sim_ttft_s, p.sim_tpot_s = sim["ttft_s"]["mean"], sim["tpot_s"]["mean"]
         except CapplanError:
             pass
