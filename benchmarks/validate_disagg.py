@@ -64,7 +64,9 @@ def _worker(cat, r: dict[str, str], role: str):
     size = [_size(r[f"{role}_{k}"]) for k in ("tp_size", "pp_size", "attention_dp_size",
                                                "moe_ep_size")]
     bs = _size(r[f"{role}_batch_size"]) if r[f"{role}_batch_size"] else None
-    key = (r["backend"], r["model_path"], r["system"], r["precision"], *size, bs,
+    # the role is part of the key: a decode worker takes the row's batch_size as its cap, a
+    # prefill worker of the same layout does not
+    key = (role, r["backend"], r["model_path"], r["system"], r["precision"], *size, bs,
            int(r["isl"]) + int(r["osl"]))
     if key not in _DEPS:
         _DEPS[key] = resolve_deployment(cat, r["model_path"], SYSTEM_GPUS[r["system"]],
