@@ -427,15 +427,8 @@ def _plan_pool(cat: Catalog, plan: PlanFile, resolved: ResolvedModel, lanes: lis
     found = analytic_search(groups, t, plan.headroom)
     key = rank_key(plan.objective)
     shortlist, warnings = _shortlist(found, t, plan, key)
-    ranked = [_recommendation(c, found, t) for c in shortlist]
-    if verify is not None and plan.verify.top > 0:
-        ranked = _verify(ranked, pool, plan.verify.top, plan.verify.requests, verify, warnings)
-    if not ranked:
-        misses = [w.replace(" met the SLOs analytically but missed them in simulation", "")
-                  .removesuffix("; dropped") for w in warnings if "missed them in simulation" in w]
-        nearest = f"; nearest miss: {misses[0]}" if misses else ""
-        raise InfeasibleError("every configuration that met the SLOs analytically missed them "
-                              f"in simulation{nearest}; loosen the SLOs or lower the rate")
+    ranked = _verified([_recommendation(c, found, t) for c in shortlist], pool, plan, verify,
+                       warnings)
     ranked, pruned = _prune(ranked)
     if pruned:
         warnings.append(f"{pruned} configuration(s) not listed: they need over "
@@ -456,6 +449,21 @@ def _plan_pool(cat: Catalog, plan: PlanFile, resolved: ResolvedModel, lanes: lis
                           configurations_searched=len(found.candidates)),
         configurations_searched=len(found.candidates), recommendations=ranked,
         pareto=_pareto(ranked), curves=[_curve(r, t) for r in ranked[:3]], warnings=warnings)
+
+
+def _verified(ranked: list[Recommendation], pool: _Pool, plan: PlanFile,
+              verify: VerifyFn | None, warnings: list[str]) -> list[Recommendation]:
+    """The top `plan.verify.top` replayed (a miss is dropped, with a warning); raises
+    InfeasibleError when every one missed."""
+    if verify is not None and plan.verify.top > 0:
+        ranked = _verify(ranked, pool, plan.verify.top, plan.verify.requests, verify, warnings)
+    if not ranked:
+        misses = [w.replace(" met the SLOs analytically but missed them in simulation", "")
+                  .removesuffix("; dropped") for w in warnings if "missed them in simulation" in w]
+        nearest = f"; nearest miss: {misses[0]}" if misses else ""
+        raise InfeasibleError("every configuration that met the SLOs analytically missed them "
+                              f"in simulation{nearest}; loosen the SLOs or lower the rate")
+    return ranked
 
 
 def _prune(ranked: list[Recommendation]) -> tuple[list[Recommendation], int]:
