@@ -1,4 +1,4 @@
-"""Analytic queueing model (models/queueing.py) against the simulator (sim/), same step model.
+"""Analytic queueing model (models/queueing/) against the simulator (sim/), same step model.
 
 Run: .venv/bin/python benchmarks/validate_queueing.py [--requests N]
 Prints the markdown table used in docs/queueing.md: for each configuration and load (a fraction

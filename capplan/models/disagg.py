@@ -8,7 +8,7 @@ Patel et al., ISCA 2024). Per request:
     TTFT = prefill-pool queue + prefill + KV transfer + decode-pool admission + one step
     TBT  = the decode pool's step alone (no prefill chunk ever shares a decode step)
 
-Each pool is one replica's analytic queue (models/queueing.py) at its share of the rate:
+Each pool is one replica's analytic queue (models/queueing/) at its share of the rate:
 - the prefill pool serves prompts with a one-token output (its first token, which vLLM's
   disaggregated proxy requests with max_tokens=1);
 - the decode pool receives prompts whose KV arrived with the request: a prefix-cache hit on

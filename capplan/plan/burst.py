@@ -2,7 +2,7 @@
 
 The planner sizes a replica with one arrival variability, the squared coefficient of variation
 of inter-arrival gaps (SCV; 1 = Poisson), in the queueing model's waiting times
-(models/queueing.py: Kingman's / Allen-Cunneen's factor (c_a^2 + c_s^2) / 2). A day's windows
+(models/queueing/: Kingman's / Allen-Cunneen's factor (c_a^2 + c_s^2) / 2). A day's windows
 differ: each has its own gaps' SCV (plan/rate_curve.py). This module gives the capacity within
 the SLOs, and the predicted p99s, of the chosen configuration at each window's SCV, searched on
 the analytic model as the planner's search does (search.analytic_search).

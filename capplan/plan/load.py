@@ -1,5 +1,5 @@
 """Load descriptions (open/closed loop, trace, length distributions) and the analytic latency
-of one deployment under them. Composition only: the formulas live in models/queueing.py."""
+of one deployment under them. Composition only: the formulas live in models/queueing/."""
 
 from __future__ import annotations
 
