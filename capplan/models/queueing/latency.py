@@ -220,26 +220,8 @@ class QueueModel(SteadyState):
                                 + self.step.request_overhead_s}
         tbt: dict[str, Any] = {"mean": gap}
         e2e: dict[str, Any] = {"mean": ttft["mean"] + self.dec_tokens * gap}
-        # TBT: every gap is one step. The number K of prefill chunks landing in a step is
-        # Poisson with mean m = lambda * tau * E[chunks]; the step carries the sum of K chunk
-        # sizes (capped by the budget). The p-quantile gap is the step carrying the p-quantile
-        # of that compound sum: exact for K <= 1 (the prompt-length distribution), normal for
-        # K >= 2. Its quantile grows with m, so TBT tails grow with load.
-        prev_tbt = None
         moments = _chunk_moments(inp, budget)
-        # A caller reading p99s alone gets the p99 alone: the lower quantiles only guard the
-        # ordering, which the mixture already gives (a higher level's token quantile is never
-        # lower, and a step with more tokens is never faster).
-        tbt_levels = QUANTILES if metrics is None else {"p99": QUANTILES["p99"]}
-        for name, p in tbt_levels.items():
-            tokens = chunk_sum_quantile(m_chunks, p, inp, budget, moments=moments)
-            pf = self._mixed(b, np.maximum(tokens, 1.0))
-            # Prefill-first: the prefill step is extra to the decoders' gap, not instead of one.
-            hit = t_dec + pf if self.policy.prefill_first else np.maximum(t_dec, pf)
-            tbt[name] = np.where(tokens < 0.5, t_dec, hit)
-            if prev_tbt is not None:  # quantiles are ordered by construction of the mixture
-                tbt[name] = np.maximum(tbt[name], prev_tbt)
-            prev_tbt = tbt[name]
+        tbt.update(self._tbt_quantiles(m_chunks, b, budget, t_dec, moments, metrics))
         levels = {k: tuple(QUANTILES) if metrics is None else ("p99",) * (k in metrics)
                   for k in ("ttft_s", "e2e_s")}
         if levels["ttft_s"] or levels["e2e_s"]:
@@ -253,19 +235,13 @@ class QueueModel(SteadyState):
             t_full - t_dec, 0.0) / budget
         ttft["mean"] = ttft["mean"] + shared_mean
         e2e["mean"] = e2e["mean"] + shared_mean
-        running = b + lam * own_mean
-        state = np.asarray(self.limits.state_tokens_per_seq, float)
-        kv_used = b * (self.ctx_mean + state) + lam * own_mean * (self.inp.mean + state)
-        b_p99 = b + Z99 * np.sqrt(b)  # normal approximation of the Poisson p99
-        kv_cap = np.maximum(np.asarray(self.limits.kv_cache_tokens, float), 1.0)
+        running, kv_mean, kv_peak = self._occupancy(lam, b, own_mean)
         res.update({
             "ttft_s": ttft, "tbt_s": tbt, "e2e_s": e2e,
             "requests_per_s": lam, "output_tokens_per_s": lam * out.mean,
             "input_tokens_per_s": lam * self.inp.mean, "mean_running_batch": running,
             "preemptions": np.zeros_like(lam),
-            "kv_mean_utilization": kv_used / kv_cap,
-            "kv_peak_utilization": np.minimum(b_p99 * (self.ctx_mean + state) / kv_cap + (
-                lam * own_mean * (self.inp.mean + state)) / kv_cap, 1.0),
+            "kv_mean_utilization": kv_mean, "kv_peak_utilization": kv_peak,
             "concurrency_cap": c, "prefill_utilization": rho_p, "slot_utilization": a / c,
         })
         if self.prefix.active:
@@ -277,6 +253,46 @@ class QueueModel(SteadyState):
         for key in ("ttft_s", "tbt_s", "tpot_s", "e2e_s"):
             res[key] = {k: np.where(stable, v, np.inf) for k, v in res[key].items()}
         return res
+
+    def _tbt_quantiles(self, m_chunks: np.ndarray, b: np.ndarray, budget: np.ndarray,
+                       t_dec: np.ndarray, moments: tuple[np.ndarray, np.ndarray],
+                       metrics: Collection[str] | None) -> dict[str, np.ndarray]:
+        """TBT quantiles. Every gap is one step. The number K of prefill chunks landing in a
+        step is Poisson with mean m = lambda * tau * E[chunks]; the step carries the sum of K
+        chunk sizes (capped by the budget). The p-quantile gap is the step carrying the
+        p-quantile of that compound sum: exact for K <= 1 (the prompt-length distribution),
+        normal for K >= 2. Its quantile grows with m, so TBT tails grow with load."""
+        inp = self.pf
+        tbt: dict[str, np.ndarray] = {}
+        prev_tbt = None
+        # A caller reading p99s alone gets the p99 alone: the lower quantiles only guard the
+        # ordering, which the mixture already gives (a higher level's token quantile is never
+        # lower, and a step with more tokens is never faster).
+        tbt_levels = QUANTILES if metrics is None else {"p99": QUANTILES["p99"]}
+        for name, p in tbt_levels.items():
+            tokens = chunk_sum_quantile(m_chunks, p, inp, budget, moments=moments)
+            pf = self._mixed(b, np.maximum(tokens, 1.0))
+            # Prefill-first: the prefill step is extra to the decoders' gap, not instead of one.
+            hit = t_dec + pf if self.policy.prefill_first else np.maximum(t_dec, pf)
+            tbt[name] = np.where(tokens < 0.5, t_dec, hit)
+            if prev_tbt is not None:  # quantiles are ordered by construction of the mixture
+                tbt[name] = np.maximum(tbt[name], prev_tbt)
+            prev_tbt = tbt[name]
+        return tbt
+
+    def _occupancy(self, lam: np.ndarray, b: np.ndarray, own_mean: np.ndarray
+                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Mean running batch, and the KV cache's mean and peak utilisation: B decoding
+        sequences at the mean context plus the lambda * own-prefill prompts being prefilled
+        (Little's law); the peak at the Poisson p99 of B (normal approximation)."""
+        running = b + lam * own_mean
+        state = np.asarray(self.limits.state_tokens_per_seq, float)
+        kv_used = b * (self.ctx_mean + state) + lam * own_mean * (self.inp.mean + state)
+        b_p99 = b + Z99 * np.sqrt(b)  # normal approximation of the Poisson p99
+        kv_cap = np.maximum(np.asarray(self.limits.kv_cache_tokens, float), 1.0)
+        peak = np.minimum(b_p99 * (self.ctx_mean + state) / kv_cap + (
+            lam * own_mean * (self.inp.mean + state)) / kv_cap, 1.0)
+        return running, kv_used / kv_cap, peak
 
 
 def summarize(res: dict[str, Any], index: Any = ()) -> dict[str, Any]:
