@@ -64,16 +64,9 @@ def plan_requests(plan: dict[str, Any], *, num_requests: int | None = None, seed
         keep = np.arange(len(reqs)) % replicas == 0
         names = ["trace"]
     else:
-        lanes = tuple(SimLane(name=ln["name"], rate_per_s=ln["rate_per_s"] / replicas,
-                              arrival=ln.get("arrival", "poisson"),
-                              burstiness=ln.get("burstiness", 1.0),
-                              input_len=parse_length(str(ln["input_len"])),
-                              output_len=parse_length(str(ln["output_len"])),
-                              priority=ln.get("priority", 0)) for ln in plan["lanes"])
-        n = num_requests or num_prompts(best["per_replica_rate_per_s"])
-        reqs = Workload(lanes, num_requests=n).generate(np.random.default_rng(seed))
+        reqs, names = _generated(plan, replicas, num_requests
+                                 or num_prompts(best["per_replica_rate_per_s"]), seed)
         keep = np.ones(len(reqs), bool)
-        names = [ln.name for ln in lanes]
     reqs, _ = reqs.clip_to_context(max_len)
     idx = np.flatnonzero(keep)
     if num_requests and trace is not None:
@@ -84,6 +77,20 @@ def plan_requests(plan: dict[str, Any], *, num_requests: int | None = None, seed
                            names[int(reqs.lane[i])] if len(names) > 1 else names[0],
                            index=seed * 1_000_003 + k)
             for k, i in enumerate(idx)]
+
+
+def _generated(plan: dict[str, Any], replicas: int, n: int, seed: int
+               ) -> tuple[Any, list[str]]:
+    """`n` requests of the plan's lanes at one replica's share of their rates, and the lanes'
+    names."""
+    lanes = tuple(SimLane(name=ln["name"], rate_per_s=ln["rate_per_s"] / replicas,
+                          arrival=ln.get("arrival", "poisson"),
+                          burstiness=ln.get("burstiness", 1.0),
+                          input_len=parse_length(str(ln["input_len"])),
+                          output_len=parse_length(str(ln["output_len"])),
+                          priority=ln.get("priority", 0)) for ln in plan["lanes"])
+    reqs = Workload(lanes, num_requests=n).generate(np.random.default_rng(seed))
+    return reqs, [ln.name for ln in lanes]
 
 
 def _rows(client: str, reqs: list[PlannedRequest]) -> str:
