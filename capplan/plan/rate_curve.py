@@ -186,6 +186,19 @@ def _points_from_csv(path: Path) -> tuple[list[dict[str, Any]], list[int]]:
             [i for i, _ in rows]
 
 
+def _point(p: Any, where: str) -> tuple[float, float]:
+    """(time of day in s, rate) of one `{at, rate_per_s}` point; `where` names it in errors."""
+    if not isinstance(p, dict) or "at" not in p or "rate_per_s" not in p:
+        raise InputError(f"{where}: each point is {{at: 'HH:MM', rate_per_s: R}}")
+    extra = set(p) - {"at", "rate_per_s"}
+    if extra:
+        raise InputError(f"{where}: unknown key {sorted(extra)[0]!r} (at, rate_per_s)")
+    t = _clock(p["at"], where)
+    r = L.Bound("rate (requests/s)", 0.0, L.RATE_PER_S.hi, "a rate curve's rate").check(
+        p["rate_per_s"], f"{where}: rate_per_s")
+    return t, float(r)
+
+
 def parse_rate_curve(spec: str | Path | Sequence[Any], base: Path | None = None) -> RateCurve:
     """A RateCurve from a list of `{at, rate_per_s}` points or a CSV path (relative to base)."""
     if isinstance(spec, str | Path):
@@ -201,15 +214,9 @@ def parse_rate_curve(spec: str | Path | Sequence[Any], base: Path | None = None)
     at, rate = [], []
     for i, p in enumerate(points):
         where = f"{label}:{lines[i]}" if isinstance(spec, str | Path) else f"{label}[{i}]"
-        if not isinstance(p, dict) or "at" not in p or "rate_per_s" not in p:
-            raise InputError(f"{where}: each point is {{at: 'HH:MM', rate_per_s: R}}")
-        extra = set(p) - {"at", "rate_per_s"}
-        if extra:
-            raise InputError(f"{where}: unknown key {sorted(extra)[0]!r} (at, rate_per_s)")
-        at.append(_clock(p["at"], where))
-        r = L.Bound("rate (requests/s)", 0.0, L.RATE_PER_S.hi, "a rate curve's rate").check(
-            p["rate_per_s"], f"{where}: rate_per_s")
-        rate.append(float(r))
+        t, r = _point(p, where)
+        at.append(t)
+        rate.append(r)
     a, r = np.asarray(at), np.asarray(rate)
     order = np.argsort(a, kind="stable")
     a, r = a[order], r[order]
