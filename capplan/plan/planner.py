@@ -380,13 +380,7 @@ def _shortlist(found: SearchResult, t: Traffic, plan: PlanFile, key: RankKey
     near = [c for c in feasible if near_floor(c)]
     usable = feasible if plan.allow_near_floor else [c for c in feasible if not near_floor(c)]
     if not usable:
-        if near:
-            raise InfeasibleError(
-                "no fleet of sensible size meets the SLOs: "
-                + _near_floor_note(min(near, key=key), found, t, plan.headroom)
-                + " (allow_near_floor: true in the plan, or recommend --allow-near-floor, "
-                "shows that fleet anyway)")
-        raise InfeasibleError(nearest_miss(found, t))
+        raise _nothing_usable(near, found, t, plan, key)
     warnings = []
     left_out = {c.family for c in near} - {c.family for c in usable}
     if left_out:
@@ -394,6 +388,18 @@ def _shortlist(found: SearchResult, t: Traffic, plan: PlanFile, key: RankKey
                         f"latency floor and keep each replica under {NEAR_FLOOR_FRAC:.0%} of "
                         "its capacity (allow_near_floor: true shows them)")
     return _best_per_family(usable, key), warnings
+
+
+def _nothing_usable(near: list[Candidate], found: SearchResult, t: Traffic, plan: PlanFile,
+                    key: RankKey) -> InfeasibleError:
+    """Why no candidate is left: the best one near the latency floor, else the nearest miss."""
+    if near:
+        return InfeasibleError(
+            "no fleet of sensible size meets the SLOs: "
+            + _near_floor_note(min(near, key=key), found, t, plan.headroom)
+            + " (allow_near_floor: true in the plan, or recommend --allow-near-floor, "
+            "shows that fleet anyway)")
+    return InfeasibleError(nearest_miss(found, t))
 
 
 def _best_per_family(usable: list[Candidate], key: RankKey) -> list[Candidate]:
