@@ -235,6 +235,13 @@ def plan_disaggregated(cat: Catalog, model: ModelSpec, space: SearchSpace, t: Tr
         deps, _capacities(deps, t, "decode"), strict=True)) if p is not None]
     curves = [c for c in (_PrefillCurve.of(d, t, cap) for d, cap in zip(
         deps, _capacities(deps, t, "prefill"), strict=True)) if c is not None]
+    return _cheapest(decodes, curves, t, target, ttft_slo)
+
+
+def _cheapest(decodes: list[PoolPlan], curves: list[_PrefillCurve], t: Traffic, target: float,
+              ttft_slo: float) -> DisaggPlan | None:
+    """The cheapest pairing of a decode pool with a prefill pool (inside one NVLink domain or
+    across the network); the first found wins a tie."""
     best: DisaggPlan | None = None
     for dp in decodes:
         for pc in curves:
