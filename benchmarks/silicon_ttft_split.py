@@ -29,6 +29,7 @@ import silicon_loso as L  # noqa: E402
 import validate_silicon as V  # noqa: E402
 
 from capplan.errors import CapplanError  # noqa: E402
+from capplan.plan.aiconfigurator import later_rounds_mean, rounds_mean  # noqa: E402
 
 REGIMES = ((1, 8), (9, 64), (65, 1 << 30))
 
@@ -45,7 +46,7 @@ def split(cat, r: dict[str, str]) -> tuple[float, float, float, float] | None:
     except CapplanError:
         return None
     w = wave["ttft_s"]["mean"]
-    s = (L.REPLAY_ROUNDS * four["ttft_s"]["mean"] - w) / (L.REPLAY_ROUNDS - 1)
+    s = later_rounds_mean(w, four["ttft_s"]["mean"])
     return w, s, four["tpot_s"]["mean"], float(r["silicon_tpot_ms"]) / 1e3
 
 
@@ -57,7 +58,7 @@ def table(rows: list[tuple[dict[str, str], tuple[float, float, float, float]]]) 
         rng = f"{lo}-{hi}" if hi < 1 << 30 else f"{lo}+"
         m = float(r["silicon_ttft_ms"]) / 1e3
         share = (m - s) / (w - s) if w - s > 1e-4 else float("nan")
-        groups[(r["backend"], rng)].append((m, w, s, share, (w / 20 + 19 * s / 20) / m - 1))
+        groups[(r["backend"], rng)].append((m, w, s, share, rounds_mean(w, s) / m - 1))
     out = ["| engine | clients | rows | measured TTFT (ms) | wave W (ms) | later rounds S (ms) | "
            "implied wave share, median (p25-p75) | 20-round replay / measured - 1, median |",
            "|---|---|---|---|---|---|---|---|"]

@@ -180,13 +180,24 @@ def benchmark_replay(dep: Deployment, concurrency: int, isl: int, osl: int, requ
     return add_request_overhead(res, overhead)
 
 
+def later_rounds_mean(wave: float, first_rounds: float) -> float:
+    """The mean of rounds 2..REPLAY_ROUNDS, from the mean of the first round (the start-up
+    wave: `wave`) and of the first REPLAY_ROUNDS rounds (`first_rounds`)."""
+    k = REPLAY_ROUNDS
+    return (k * first_rounds - wave) / (k - 1)
+
+
+def rounds_mean(wave: float, later: float) -> float:
+    """The mean over MEASURED_ROUNDS rounds: one start-up wave, the rest at the later rounds'
+    mean."""
+    return (wave + (MEASURED_ROUNDS - 1) * later) / MEASURED_ROUNDS
+
+
 def measured_mean(wave: float, first_rounds: float) -> float:
     """The mean over MEASURED_ROUNDS rounds from replays of the first round (the start-up wave:
     `wave`) and of the first REPLAY_ROUNDS rounds (`first_rounds`): the later rounds repeat the
     mean of rounds 2..REPLAY_ROUNDS (the replay of 20 rounds costs 5x more)."""
-    k = REPLAY_ROUNDS
-    later = (k * first_rounds - wave) / (k - 1)
-    return (wave + (MEASURED_ROUNDS - 1) * later) / MEASURED_ROUNDS
+    return rounds_mean(wave, later_rounds_mean(wave, first_rounds))
 
 
 def replayed_means(dep: Deployment, concurrency: int, isl: int, osl: int

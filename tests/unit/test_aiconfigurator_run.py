@@ -7,6 +7,7 @@ import math
 
 import pytest
 
+import capplan
 from capplan.catalog.loader import load_catalog
 from capplan.plan.aiconfigurator import (
     MEASURED_ROUNDS,
@@ -16,6 +17,7 @@ from capplan.plan.aiconfigurator import (
     agg_deployment,
     agg_policy,
     agg_weight_dtype,
+    benchmark_replay,
     disagg_worker_options,
     measured_mean,
     release_engine,
@@ -87,3 +89,11 @@ def test_a_disaggregated_worker_takes_the_row_layout():
     p = disagg_worker_options({**{k.replace("decode", "prefill"): v for k, v in row.items()}},
                               "prefill")
     assert p.max_num_seqs is None  # a prefill worker has no running cap from the row
+
+
+def test_the_replay_runs_an_attention_dp_replica_at_its_limits():
+    # 2 ranks of 8 running sequences: 16 clients all decode together after the start-up wave
+    # (at one rank's cap of 8, half of them would queue: batch <= 8; tests/sim/test_dp_replay.py)
+    dep = capplan.deployment("gpt-oss-120b", "b200", attention_dp=2, expert_parallel=2,
+                             max_num_seqs=8)
+    assert benchmark_replay(dep, 16, 256, 64, 48)["mean_running_batch"] > 12
