@@ -347,6 +347,28 @@ def pd_latency(model: str, gpu: str, *, prefill_workers: int, decode_workers: in
     return LatencyResult.from_dict(_pd_latency(lay, load))
 
 
+def pd_simulate(model: str, gpu: str, *, prefill_workers: int, decode_workers: int,
+                prefill: dict[str, Any] | None = None, decode: dict[str, Any] | None = None,
+                kv_link: str = "auto", rate: float | None = None,
+                concurrency: int | None = None, trace: str | None = None,
+                input_len: str | int = 512, output_len: str | int = 256,
+                burstiness: float = 1.0, requests: int = 1000, seed: int = 0,
+                sim_engine: str = "auto", **kw: Any) -> LatencyResult:
+    """Replay a fixed disaggregated layout step by step (capplan.sim.pd): the prefill pool runs
+    the prompts, the KV moves over the link, the decode pool runs the outputs; open loop,
+    closed loop (clients across both pools) or a trace. `data["pools"]` holds each pool's
+    figures and `data["saturated_pools"]` the pools that could not keep up."""
+    from capplan.plan.pd_sim import PdLoad, pd_requests, simulate_pd
+
+    lay = disaggregated(model, gpu, prefill_workers=prefill_workers,
+                        decode_workers=decode_workers, prefill=prefill, decode=decode,
+                        kv_link=kv_link, **kw)
+    reqs, _ = pd_requests(lay, PdLoad(rate=rate, concurrency=concurrency, trace=trace,
+                                      input_len=str(input_len), output_len=str(output_len),
+                                      burstiness=burstiness, requests=requests, seed=seed))
+    return LatencyResult.from_dict(simulate_pd(lay, reqs, sim_engine))
+
+
 def verify(plan: str | Path | dict[str, Any], *, endpoint: str | None = None,
            write_dataset: str | None = None, client: str = "capplan", **kw: Any) -> Any:
     """Run a plan's workload (a plan JSON/YAML path or the dict `run_plan(...).to_dict()` gives)

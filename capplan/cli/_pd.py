@@ -106,6 +106,9 @@ def pd_table(res: dict[str, Any], fmt: str) -> str:
                 f"the closed loop queues at the {' and '.join(res['saturated_pools'])} pool "
                 "(it runs at its capacity; TTFT is mostly that queue)")))
         notes.append(f"bound: {res['bound']}; calibration: {res.get('calibration')}")
+        if res.get("answered_by"):
+            notes.append(f"answered by: {res['answered_by']}"
+                         + (f" ({res['replay_note']})" if res.get("replay_note") else ""))
         notes.append("launch (one line per node; NODE0_IP, PREFILLi, DECODEj: addresses):")
         for name, lines in (res.get("launch") or {}).items():
             notes += [f"  {name} {line}" for line in lines]

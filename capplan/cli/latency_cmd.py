@@ -20,7 +20,7 @@ from capplan.cli._options import (
     format_option,
     model_gpu_options,
 )
-from capplan.cli._pd import pd_options, pd_table, pop_pd
+from capplan.cli._pd import pd_options, pd_sim_table, pd_table, pop_pd
 from capplan.cli._prefix import pop_prefix_spec, prefix_options
 from capplan.cli._render import emit, to_json
 from capplan.cli._tables import latency_table, resolved_dtypes, sweep_table
@@ -162,6 +162,17 @@ def _pd_latency(model: str, gpu: str, pd: dict[str, Any], rate: list[float] | No
                                   concurrency[0] if concurrency else None, trace, input_len,
                                   output_len, burstiness, lay.decode.memory.max_model_len)
     res = pd_latency(lay, load)
+    if load.rate_per_s is not None or load.concurrency is not None:  # a trace: its mean rate
+        from capplan.plan.pd_sim import PdLoad, check_latency, pd_requests, replay_requests
+
+        reqs, _ = pd_requests(lay, PdLoad(
+            rate=load.rate_per_s if load.concurrency is None else None,
+            concurrency=load.concurrency, input_len=input_len, output_len=output_len,
+            burstiness=burstiness, requests=replay_requests(load.concurrency)))
+        res = check_latency(lay, res, reqs)
+    if "replay_passes" in res:
+        emit(to_json(res) if fmt == "json" else pd_sim_table(res, fmt))
+        return
     emit(to_json(res) if fmt == "json" else pd_table(res, fmt))
 
 

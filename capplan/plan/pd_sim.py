@@ -29,9 +29,20 @@ from capplan.sim.workload import Requests
 TOLERANCE = 0.15
 """`latency` on a layout: the analytic solve answers when its TTFT and TPOT means are within
 this of the replay (the aggregated check's tolerance, plan/replay.py)."""
+OPEN_LOOP_REQUESTS = 500
+"""Requests `latency` replays to check an open-loop rate on a layout."""
+CLOSED_LOOP_WAVES = 8
+"""...and, for a closed loop of C clients, C x this many (capped at 2,000): eight rounds of
+every client, the start-up wave included as benchmark clients average it."""
 CHECK_TOKENS = 2_000_000
 """`latency` replays its check when requests x output tokens x passes stays below this (a few
 seconds here); a larger load is answered by the analytic solve alone and says so."""
+
+
+def replay_requests(concurrency: int | None) -> int:
+    """How many requests `latency` replays for its check (OPEN_LOOP_REQUESTS, or
+    CLOSED_LOOP_WAVES rounds of the clients)."""
+    return min(2000, CLOSED_LOOP_WAVES * concurrency) if concurrency else OPEN_LOOP_REQUESTS
 
 
 def spec_of(layout: PdLayout, sim_engine: str = "auto") -> PdReplaySpec:
