@@ -34,7 +34,7 @@ OPEN_LOOP_REQUESTS = 500
 CLOSED_LOOP_WAVES = 8
 """...and, for a closed loop of C clients, C x this many (capped at 2,000): eight rounds of
 every client, the start-up wave included as benchmark clients average it."""
-CHECK_TOKENS = 2_000_000
+CHECK_TOKENS = 2_500_000
 """`latency` replays its check when requests x output tokens x passes stays below this (a few
 seconds here); a larger load is answered by the analytic solve alone and says so."""
 

@@ -104,3 +104,15 @@ def test_api_trace_and_cli(tmp_path, run_cli):
     assert out.exit_code == 0 and "decode admission" in out.stdout
     bad = run_cli(*args, "--replicas", "2")
     assert bad.exit_code == 2 and "disaggregated" in bad.stderr
+
+
+def test_r1_fp8_on_8_h100_cannot_hold_its_weights():
+    # DeepSeek-R1: 671e9 parameters, fp8 = 1 B each (plus bf16 embeddings and block scales):
+    # over TP 8 at least 671e9 / 8 = 83.9e9 B = 78.1 GiB of weights per GPU, above the 0.9 x
+    # 81,559 MiB = 71.7 GiB an engine may use on an H100 80 GB: the refusal is real.
+    from capplan.api import deployment
+
+    dep = deployment("deepseek-r1", "h100-sxm", tp=8, weight_dtype="fp8", require_fit=False)
+    assert dep.memory.weights_bytes_per_gpu >= 671e9 / 8
+    assert dep.memory.weights_bytes_per_gpu > 0.9 * dep.gpu.memory_mib * 2**20
+    assert not dep.memory.fits
