@@ -35,6 +35,7 @@ from capplan.errors import CapplanError
 from capplan.models.queueing import LengthStats
 from capplan.plan.deployment import EngineOptions, resolve_deployment
 from capplan.plan.pd import PdModel, make_layout
+from capplan.sim.protocol import preset
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = (Path(sys.argv[sys.argv.index("--data") + 1]) if "--data" in sys.argv
@@ -42,6 +43,9 @@ DATA = (Path(sys.argv[sys.argv.index("--data") + 1]) if "--data" in sys.argv
 DOC = ROOT / "docs" / "validation.md"
 SYSTEMS = {"h100_sxm": "h100-sxm", "h200_sxm": "h200", "b200_sxm": "b200", "b300_sxm": "b300",
            "gb200": "gb200", "gb300": "gb300"}
+WAVES = preset("aiperf").prompts_per_client
+"""The rows are Dynamo deployments measured with AIPerf as NVIDIA's recipes run it: 10 x C
+requests after the warm-ups, every client sending at t = 0 (capplan.sim.protocol)."""
 BARS = {"predicted": 0.90, "tpot": 0.15, "ttft": 0.35}
 """The issue's bars for rows not seen: share predicted, median |error| of TPOT and TTFT."""
 
@@ -76,7 +80,7 @@ def _worker(cat, r: dict[str, str], role: str):
         opts = EngineOptions(engine=r["backend"], tp=tp, pp=pp, attention_dp=dp,
                              expert_parallel=ep, weight_dtype=dtype_for(r["precision"]),
                              kv_dtype=kvd, max_model_len=isl + osl + 16,
-                             max_num_seqs=bs if role == "decode" else None)
+                             max_num_seqs=bs)
         _DEPS[key] = resolve_deployment(cat, r["model_path"], SYSTEMS[r["system"]], opts)
     return _DEPS[key]
 
@@ -89,7 +93,8 @@ def predict(cat, r: dict[str, str]) -> tuple[float, float] | None:
         lay = make_layout(_worker(cat, r, "prefill"), _size(r["prefill_num_workers"]),
                           _worker(cat, r, "decode"), _size(r["decode_num_workers"]))
         isl, osl = int(r["isl"]), int(r["osl"])
-        res = PdModel(lay, LengthStats.fixed(isl), LengthStats.fixed(osl)).closed_loop(c)
+        res = PdModel(lay, LengthStats.fixed(isl), LengthStats.fixed(osl)).closed_loop(
+            c, waves=WAVES)
     except CapplanError:
         return None
     ttft, tpot = res["ttft_s"]["mean"], res["tpot_s"]

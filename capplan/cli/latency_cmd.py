@@ -111,7 +111,7 @@ def latency_cmd(model: str, gpu: str, rate: list[float] | None, concurrency: lis
     pd = pop_pd(kw)
     if pd is not None:
         _pd_latency(model, gpu, pd, rate, concurrency, trace, input_len, output_len,
-                    burstiness, fmt, catalog_dir, prefix, kw)
+                    burstiness, fmt, catalog_dir, prefix, {**kw, "num_prompts": num_prompts})
         return
     dep = deployment_from_options(catalog_dir, model, gpu, kw)
     dep, input_len = with_images(dep, input_len)
@@ -156,11 +156,13 @@ def _pd_latency(model: str, gpu: str, pd: dict[str, Any], rate: list[float] | No
     if (rate and len(rate) > 1) or (concurrency and len(concurrency) > 1):
         raise click.UsageError("a disaggregated layout takes one --rate or --concurrency")
     cal = kw.pop("calibration", None)
+    num_prompts = kw.pop("num_prompts", None)
     lay = disaggregated(model, gpu, calibration=cal, catalog_dirs=catalog_dir,
                         engine_notation=True, **pd, **asdict(options_from(kw)))
     load = load_spec_from_options(rate[0] if rate else None,
                                   concurrency[0] if concurrency else None, trace, input_len,
-                                  output_len, burstiness, lay.decode.memory.max_model_len)
+                                  output_len, burstiness, lay.decode.memory.max_model_len,
+                                  num_prompts=num_prompts)
     res = pd_latency(lay, load)
     if load.rate_per_s is not None or load.concurrency is not None:  # a trace: its mean rate
         from capplan.plan.pd_sim import PdLoad, check_latency, pd_requests, replay_requests
@@ -168,7 +170,7 @@ def _pd_latency(model: str, gpu: str, pd: dict[str, Any], rate: list[float] | No
         reqs, _ = pd_requests(lay, PdLoad(
             rate=load.rate_per_s if load.concurrency is None else None,
             concurrency=load.concurrency, input_len=input_len, output_len=output_len,
-            burstiness=burstiness, requests=replay_requests(load.concurrency)))
+            burstiness=burstiness, requests=replay_requests(load.concurrency, load.num_prompts)))
         res = check_latency(lay, res, reqs)
     if "replay_passes" in res:
         emit(to_json(res) if fmt == "json" else pd_sim_table(res, fmt))

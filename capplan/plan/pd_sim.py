@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from capplan.plan.pd import QUEUE_SHARE, PdLayout
+from capplan.plan.pd import DEFAULT_PROMPTS, QUEUE_SHARE, PdLayout
 from capplan.plan.simulation import mark_overload, workload_from_options
 from capplan.sim.metrics import step_summary, summarize, summary
 from capplan.sim.pd import PdReplay, PdReplaySpec, replay_pd
@@ -31,18 +31,19 @@ TOLERANCE = 0.15
 this of the replay (the aggregated check's tolerance, plan/replay.py)."""
 OPEN_LOOP_REQUESTS = 500
 """Requests `latency` replays to check an open-loop rate on a layout."""
-CLOSED_LOOP_WAVES = 8
-"""...and, for a closed loop of C clients, C x this many (capped at 2,000): eight rounds of
-every client, the start-up wave included as benchmark clients average it."""
-CHECK_TOKENS = 2_500_000
-"""`latency` replays its check when requests x output tokens x passes stays below this (a few
-seconds here); a larger load is answered by the analytic solve alone and says so."""
+CHECK_TOKENS = 10_000_000
+"""`latency` replays its check when requests x output tokens x passes stays below this (about
+8 s of CPU here: DeepSeek-R1 on 48 H100s, 64 clients, 1,000 requests of 2000/500 tokens); a
+larger load is answered by the analytic solve alone and says so."""
 
 
-def replay_requests(concurrency: int | None) -> int:
-    """How many requests `latency` replays for its check (OPEN_LOOP_REQUESTS, or
-    CLOSED_LOOP_WAVES rounds of the clients)."""
-    return min(2000, CLOSED_LOOP_WAVES * concurrency) if concurrency else OPEN_LOOP_REQUESTS
+def replay_requests(concurrency: int | None, num_prompts: int | None = None) -> int:
+    """How many requests `latency` replays for its check: OPEN_LOOP_REQUESTS for a rate; for
+    a closed loop the benchmark's requests (`num_prompts`, default vllm bench serve's 1000,
+    at least C), which the analytic solve assumes too."""
+    if not concurrency:
+        return OPEN_LOOP_REQUESTS
+    return max(num_prompts or DEFAULT_PROMPTS, concurrency)
 
 
 def spec_of(layout: PdLayout, sim_engine: str = "auto") -> PdReplaySpec:

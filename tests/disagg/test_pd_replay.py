@@ -116,3 +116,28 @@ def test_r1_fp8_on_8_h100_cannot_hold_its_weights():
     assert dep.memory.weights_bytes_per_gpu >= 671e9 / 8
     assert dep.memory.weights_bytes_per_gpu > 0.9 * dep.gpu.memory_mib * 2**20
     assert not dep.memory.fits
+
+
+def test_closed_network_solve_by_hand(layout):
+    # 12 clients, 1024/128 tokens: the two decode workers hold 6 sequences each (12 <= their
+    # slots), so no request waits for them and TPOT is one decode step at batch 6, context
+    # 1024 + 64; Little's law over the clients gives the rate.
+    from capplan.models.queueing import LengthStats
+    from capplan.plan.pd import PdModel
+
+    m = PdModel(layout, LengthStats.fixed(1024), LengthStats.fixed(128))
+    r = m.closed_loop(12)
+    step = float(layout.decode.step.decode_step(6, 1024 + 64, detail=False)["step_s"])
+    assert r["tpot_s"] == pytest.approx(step, rel=1e-12)
+    assert r["saturated_pools"] == [] and r["pools"]["decode"]["mean_running_batch"] == 6
+    assert r["requests_per_s"] * (r["ttft_s"]["mean"] + 127 * step) == pytest.approx(12,
+                                                                                       rel=1e-3)
+    # the benchmark's start-up wave: 12 prompts at t = 0 wait (12 - 1) / (2 mu) on average,
+    # once in 5 rounds of the clients
+    w = m.closed_loop(12, waves=5)
+    mu = m.capacity["prefill"]
+    assert w["ttft_s"]["mean"] - r["ttft_s"]["mean"] == pytest.approx(11 / (2 * mu) / 5,
+                                                                      rel=1e-9)
+    # the replay of the same protocol agrees on TPOT within 10%
+    sim = simulate_pd(layout, _reqs(60, 1024, 128, concurrency=12))
+    assert w["tpot_s"] == pytest.approx(sim["tpot_s"]["mean"], rel=0.10)
