@@ -12,9 +12,9 @@ Quantiles of TTFT add the pools' quantiles (an upper bound for p90/p99: the stag
 perfectly correlated). Each pool is one replica's analytic queue at its share of the rate; a
 pool whose share exceeds its capacity is SATURATED: the open loop has no steady state and the
 answer says which pool (never a saturated pool taken as stable). A closed loop of C clients
-solves lambda = C / (TTFT + (osl - 1) TPOT) by bisection below the smaller pool capacity; a
-pool running at >= `SATURATED_UTILIZATION` of its capacity there, or whose wait is over
-`QUEUE_SHARE` of a client's cycle, is named as the one clients queue for.
+is a closed network (`PdModel.closed_loop`): the decode pool holds min(C, its slots) with no
+wait while C fits them, the prefill pool queues at the rate lambda = C / (TTFT + (osl - 1)
+TPOT); a station at its bound holds the clients' queue and is named saturated.
 """
 
 from __future__ import annotations
