@@ -149,7 +149,7 @@ def _pd_latency(model: str, gpu: str, pd: dict[str, Any], rate: list[float] | No
 
     from capplan.api import disaggregated
     from capplan.cli._options import options_from
-    from capplan.plan.pd import pd_latency
+    from capplan.plan.pd_sim import pd_latency_checked
 
     if prefix is not None and prefix.active:
         raise click.UsageError("prefix sharing is not modelled for a disaggregated layout")
@@ -163,15 +163,7 @@ def _pd_latency(model: str, gpu: str, pd: dict[str, Any], rate: list[float] | No
                                   concurrency[0] if concurrency else None, trace, input_len,
                                   output_len, burstiness, lay.decode.memory.max_model_len,
                                   num_prompts=num_prompts)
-    res = pd_latency(lay, load)
-    if load.rate_per_s is not None or load.concurrency is not None:  # a trace: its mean rate
-        from capplan.plan.pd_sim import PdLoad, check_latency, pd_requests, replay_requests
-
-        reqs, _ = pd_requests(lay, PdLoad(
-            rate=load.rate_per_s if load.concurrency is None else None,
-            concurrency=load.concurrency, input_len=input_len, output_len=output_len,
-            burstiness=burstiness, requests=replay_requests(load.concurrency, load.num_prompts)))
-        res = check_latency(lay, res, reqs)
+    res = pd_latency_checked(lay, load, input_len, output_len, burstiness, trace)
     if "replay_passes" in res:
         emit(to_json(res) if fmt == "json" else pd_sim_table(res, fmt))
         return

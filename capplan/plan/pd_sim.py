@@ -186,7 +186,8 @@ def check_latency(layout: PdLayout, analytic: dict[str, Any], reqs: Requests,
     check = {"analytic_ttft_mean_s": (analytic.get("ttft_s") or {}).get("mean"),
              "analytic_tpot_mean_s": analytic.get("tpot_s"),
              "rel_diff": diffs, "tolerance": TOLERANCE}
-    if analytic.get("load", "").startswith("closed") or not agree or not analytic["stable"]:
+    load = str(analytic.get("load", ""))
+    if load.startswith(("closed", "trace")) or not agree or not analytic["stable"]:
         keep = {k: analytic[k] for k in ("launch", "capacity_by_pool_requests_per_s")
                 if k in analytic}
         return {**sim, **keep, "analytic_check": check,
@@ -194,3 +195,24 @@ def check_latency(layout: PdLayout, analytic: dict[str, Any], reqs: Requests,
                 f"more than {TOLERANCE:.0%})"}
     return {**analytic, "answered_by": "analytic (within "
             f"{TOLERANCE:.0%} of the replay)", "analytic_check": check}
+
+
+def pd_latency_checked(layout: PdLayout, load: Any, input_len: str, output_len: str,
+                       burstiness: float = 1.0, trace: str | None = None,
+                       sim_engine: str = "auto") -> dict[str, Any]:
+    """`latency` on a layout: the analytic solve (plan/pd.pd_latency), checked against or
+    replaced by the replay of the same load (`check_latency`): a rate's Poisson (or gamma)
+    arrivals, a closed loop's benchmark requests, or the trace's own requests (a trace is
+    time-dependent: the replay answers)."""
+    from capplan.plan.pd import pd_latency
+
+    res = pd_latency(layout, load)
+    spec = PdLoad(trace=trace, input_len=input_len, output_len=output_len,
+                  burstiness=burstiness) if trace is not None else PdLoad(
+        rate=load.rate_per_s if load.concurrency is None else None,
+        concurrency=load.concurrency, input_len=input_len, output_len=output_len,
+        burstiness=burstiness, requests=replay_requests(load.concurrency, load.num_prompts))
+    reqs, _ = pd_requests(layout, spec)
+    if trace is not None:
+        res = {**res, "load": f"trace {trace}"}
+    return check_latency(layout, res, reqs, sim_engine)
