@@ -117,7 +117,12 @@ def predict(cat, r: dict[str, str]) -> tuple[float, float] | str:
         res = PdModel(lay, LengthStats.fixed(isl), LengthStats.fixed(osl)).closed_loop(
             c, waves=WAVES)
     except CapplanError as e:
-        return "a worker does not fit" if "fit" in str(e) else "no capacity for its lengths"
+        msg = str(e)
+        if "fit" in msg:
+            return "a worker does not fit its GPUs"
+        if "capacity" in msg:
+            return "no prefill capacity for its lengths"
+        return f"a layout the engine does not run ({msg.split(':')[0]})"
     ttft, tpot = res["ttft_s"]["mean"], res["tpot_s"]
     if not (math.isfinite(ttft) and math.isfinite(tpot)):
         return "no steady state"
