@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from capplan import limits
 from capplan.plan.pd import DEFAULT_PROMPTS, QUEUE_SHARE, PdLayout
 from capplan.plan.simulation import mark_overload, workload_from_options
 from capplan.sim.metrics import step_summary, summarize, summary
@@ -80,6 +81,11 @@ def pd_requests(layout: PdLayout, load: PdLoad) -> tuple[Requests, int]:
 def simulate_pd(layout: PdLayout, reqs: Requests, sim_engine: str = "auto") -> dict[str, Any]:
     """Replay `reqs` over the layout: composed latency keys, `pools`, `saturated_pools`."""
     spec = spec_of(layout, sim_engine)
+    if reqs.concurrency:  # each pass replays every request: passes ~ requests / C + 1
+        passes = math.ceil(len(reqs) / reqs.concurrency) + 1
+        limits.check_cap("sim_tokens", float(np.sum(reqs.output_tokens)) * passes,
+                         f"the closed-loop replay of a P/D layout ({passes} passes of "
+                         f"{len(reqs)} requests; fewer --requests or more clients cost less)")
     run = replay_pd(spec, reqs)
     return _result(layout, reqs, run, spec.request_overhead_s)
 

@@ -141,3 +141,11 @@ def test_closed_network_solve_by_hand(layout):
     # the replay of the same protocol agrees on TPOT within 10%
     sim = simulate_pd(layout, _reqs(60, 1024, 128, concurrency=12))
     assert w["tpot_s"] == pytest.approx(sim["tpot_s"]["mean"], rel=0.10)
+
+
+def test_closed_loop_replay_work_is_capped(run_cli):
+    # 10,000 requests of 200 tokens from 2 clients: ~5,001 passes x 2M tokens, refused up front
+    res = run_cli("simulate", "--model", "llama-3.1-8b", "--gpu", "h100", "--prefill-workers",
+                  "1", "--decode-workers", "2", "--concurrency", "2", "--requests", "10000",
+                  "--input-len", "1024", "--output-len", "200")
+    assert res.exit_code == 2 and "sim_tokens" in res.stderr and "passes" in res.stderr
