@@ -139,7 +139,7 @@ def test_closed_network_solve_by_hand(layout):
     assert w["ttft_s"]["mean"] - r["ttft_s"]["mean"] == pytest.approx(11 / (2 * mu) / 5,
                                                                       rel=1e-9)
     # the replay of the same protocol agrees on TPOT within 10%
-    sim = simulate_pd(layout, _reqs(60, 1024, 128, concurrency=12))
+    sim = simulate_pd(layout, _reqs(36, 1024, 128, concurrency=12))
     assert w["tpot_s"] == pytest.approx(sim["tpot_s"]["mean"], rel=0.10)
 
 
