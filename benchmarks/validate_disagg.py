@@ -27,6 +27,7 @@ import csv
 import math
 import sys
 from collections import defaultdict
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -82,7 +83,15 @@ def _worker(cat, r: dict[str, str], role: str):
                              expert_parallel=ep, weight_dtype=dtype_for(r["precision"]),
                              kv_dtype=kvd, max_model_len=isl + osl + 16,
                              max_num_seqs=bs)
-        _DEPS[key] = resolve_deployment(cat, r["model_path"], SYSTEMS[r["system"]], opts)
+        dep = resolve_deployment(cat, r["model_path"], SYSTEMS[r["system"]], opts)
+        if (not dep.profile.scheduler.chunked_prefill
+                and dep.settings.max_num_batched_tokens < isl):
+            # an engine that prefills whole prompts runs only with a token budget that holds
+            # one (TensorRT-LLM rejects a request longer than max_num_tokens without chunking):
+            # the deployment measured set it so
+            dep = resolve_deployment(cat, r["model_path"], SYSTEMS[r["system"]],
+                                     replace(opts, max_num_batched_tokens=isl))
+        _DEPS[key] = dep
     return _DEPS[key]
 
 
