@@ -12,7 +12,7 @@ and scores (benchmarks/validate_silicon.py, silicon_loso.py, validate_disagg.py)
   (`benchmark_replay`, `measured_mean`, `replayed_means`);
 - which engine release profile a run's recorded version maps to (`release_label`,
   `release_engine`);
-- a disaggregated run's worker as engine options (`disagg_worker_options`).
+- a disaggregated run's worker (`disagg_worker_options`, `disagg_worker`).
 
 docs/validation.md (sections 3-5) has the scores and the protocol's sources.
 """
@@ -233,8 +233,8 @@ def release_engine(backend: str, label: str) -> str:
 def disagg_worker_options(row: dict[str, str], role: str) -> EngineOptions:
     """A disaggregated run's prefill or decode worker (`role`) as AIConfigurator's columns give
     it: tp_size x attention_dp_size GPUs (x pp_size), MoE layers over moe_ep_size ranks, the
-    run's precision as the weight dtype, and (decode) its batch_size as the engine's running
-    cap per attention-DP rank when the row sets it."""
+    run's precision as the weight dtype, and its batch_size as the engine's running cap per
+    attention-DP rank when the row sets it."""
     def size(v: str) -> int:
         return int(v) if v and int(v) > 0 else 1
 
@@ -246,5 +246,18 @@ def disagg_worker_options(row: dict[str, str], role: str) -> EngineOptions:
                          expert_parallel=size(row[f"{role}_moe_ep_size"]),
                          weight_dtype={"fp8": "fp8", "fp4": "fp4"}.get(row["precision"], "auto"),
                          kv_dtype="fp8" if row["precision"] in ("fp8", "fp4") else "auto",
-                         max_model_len=isl + osl + 16,
-                         max_num_seqs=bs if role == "decode" else None)
+                         max_model_len=isl + osl + 16, max_num_seqs=bs)
+
+
+def disagg_worker(cat: Catalog, row: dict[str, str], role: str) -> Deployment:
+    """A disaggregated run's worker (disagg_worker_options) on the row's GPU. An engine that
+    prefills whole prompts runs only with a token budget that holds one (TensorRT-LLM rejects
+    a request longer than max_num_tokens without chunking): the deployment measured set it so."""
+    opts = disagg_worker_options(row, role)
+    gpu = SYSTEM_GPUS[row["system"]]
+    dep = resolve_deployment(cat, row["model_path"], gpu, opts)
+    isl = int(row["isl"])
+    if not dep.profile.scheduler.chunked_prefill and dep.settings.max_num_batched_tokens < isl:
+        dep = resolve_deployment(cat, row["model_path"], gpu,
+                                 replace(opts, max_num_batched_tokens=isl))
+    return dep

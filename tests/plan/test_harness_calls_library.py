@@ -17,7 +17,7 @@ MOVED = {
         "run_kv_dtype", "agg_deployment", "agg_policy", "agg_closed_loop",
         "agg_closed_loop_replay", "benchmark_replay", "later_rounds_mean", "rounds_mean",
         "measured_mean", "replayed_means",
-        "release_label", "release_engine", "disagg_worker_options"),
+        "release_label", "release_engine", "disagg_worker_options", "disagg_worker"),
     "capplan/sim/protocol.py": ("reported_ttft", "aiconfigurator_settings"),
     "capplan/models/fixed_batch.py": ("decode_tok_per_s", "first_token_s", "mean_tpot_s",
                                       "batch_e2e_s"),

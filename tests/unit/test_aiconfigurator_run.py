@@ -18,6 +18,7 @@ from capplan.plan.aiconfigurator import (
     agg_policy,
     agg_weight_dtype,
     benchmark_replay,
+    disagg_worker,
     disagg_worker_options,
     measured_mean,
     release_engine,
@@ -86,9 +87,21 @@ def test_a_disaggregated_worker_takes_the_row_layout():
     d = disagg_worker_options(row, "decode")
     assert (d.tp, d.pp, d.attention_dp, d.expert_parallel) == (4, 1, 8, 32)
     assert (d.max_num_seqs, d.max_model_len, d.kv_dtype) == (64, 9016, "fp8")
-    p = disagg_worker_options({**{k.replace("decode", "prefill"): v for k, v in row.items()}},
+    p = disagg_worker_options({k.replace("decode", "prefill"): v for k, v in row.items()},
                               "prefill")
-    assert p.max_num_seqs is None  # a prefill worker has no running cap from the row
+    assert (p.tp, p.attention_dp, p.max_num_seqs) == (4, 8, 64)  # its own columns
+
+
+def test_a_whole_prompt_worker_gets_a_budget_that_holds_its_prompt():
+    # TensorRT-LLM prefills whole prompts: a 9,000-token prompt needs max_num_tokens >= 9000
+    # (its default, 8192, does not hold it)
+    row = {"backend": "trtllm", "model_path": "meta-llama/Llama-3.1-8B-Instruct",
+           "system": "h200_sxm", "precision": "fp8", "isl": "9000", "osl": "200",
+           "prefill_tp_size": "1", "prefill_pp_size": "", "prefill_attention_dp_size": "",
+           "prefill_moe_ep_size": "", "prefill_batch_size": "1"}
+    dep = disagg_worker(CAT, row, "prefill")
+    assert not dep.profile.scheduler.chunked_prefill
+    assert dep.settings.max_num_batched_tokens >= 9000
 
 
 def test_the_replay_runs_an_attention_dp_replica_at_its_limits():
