@@ -99,17 +99,16 @@ def replay(dep: Deployment, load: ReplayLoad, trace: Any = None) -> dict[str, An
     """The simulator's answer for one load: head, result and notes of run_simulation (`trace`:
     the load's trace already read, else it is read from `load.trace`).
 
-    Open loops and traces run on the compiled engine whenever numba is installed, whatever
-    their size (`simulate`'s `auto` waits for 10,000 requests): loading it costs ~0.7 s once
-    per process, and a 2,000-request check at a low rate then takes ~0.1 s instead of the fast
-    engine's ~1.4 s. Closed loops, which it does not run, go to the fast engine. All engines
-    give the same results (tests/sim/test_fast_engine.py)."""
+    Every load runs on the compiled engine whenever numba is installed, whatever its size
+    (`simulate`'s `auto` waits for 10,000 requests): loading it costs ~0.7 s once per process,
+    and a 2,000-request check at a low rate then takes ~0.1 s instead of the fast engine's
+    ~1.4 s. All engines give the same results (tests/sim/test_fast_engine.py)."""
     from capplan.sim import compiled_available
 
     bench = _bench_run(load)
     requests = (bench.measured if bench is not None else OPEN_LOOP_REQUESTS
                 if load.rate is not None else 1000)
-    engine = "compiled" if load.concurrency is None and compiled_available() else "auto"
+    engine = "compiled" if compiled_available() else "auto"
     return run_simulation(dep, rate=load.rate, concurrency=load.concurrency,
                           trace=load.trace if trace is None else trace,
                           input_len=load.input_len, output_len=load.output_len,

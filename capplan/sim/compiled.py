@@ -28,8 +28,11 @@ Without numba the functions are plain Python (the same code; tests run them with
 far too slow for large runs: `engine_impl` picks this engine only when numba imports.
 Per-request TTFT, TBT and E2E equal the reference's to 1e-9 s (tests/sim/test_fast_engine.py's
 grid, tests/sim/test_compiled.py).
-Not covered (they run on the other engines, `CompiledEngine.supports`): closed-loop clients,
-prefix caching, step models other than `StepModel`.
+Closed loops: `concurrency` clients, each sending its next request when its last one
+finishes, which reaches the engine `request_overhead_s` (plus the client jitter's delay) after
+the end of that step (the reference's `_finish` and `_arrive`).
+Not covered (they run on the other engines, `CompiledEngine.supports`): prefix caching, step
+models other than `StepModel`.
 """
 
 from __future__ import annotations
@@ -68,15 +71,20 @@ ARRIVING, WAITING, PREFILLING, DECODING, FINISHED, NEW_DECODER = range(6)
 (FREE, NDEC, BUDGET, PREEMPTED_NOW, DEC_DONE, BLOCKED, ADMISSIONS, PREEMPTIONS, DONE, NRUN,
  NHEAP, NCH, STEP, LAST_DEC, NGAPS, ERR, SUMCTX, SUMCTXW, NPF, NNEED, NFD, NTBT, STRIDE, NSER,
  KV_MAX) = range(25)
-NUM_SCALARS = 26
+NUM_SCALARS = 30
 BULK_MIN_STEPS = 2
 """Shortest decode stretch `_bulk` runs: a one-step stretch costs more passes over the running
 set than a full step (overload, where a large batch completes a sequence every step)."""
 LAST_FIN = 25
 """sc[LAST_FIN]: completions in the last step of a decode stretch (`_bulk`)."""
+NXT, SENT, NFIN, NPEND = 26, 27, 28, 29
+"""sc[...]: requests that reached the waiting queue, requests sent (all of them in an open loop;
+a closed loop sends one when one finishes), completions of this step (closed loop: they send),
+requests sent and on their way (client jitter)."""
 # float scalars tf[...]: this step's start and end, the end of the last decode step and of step
 # 0, the time integrals of the running set and of the requests in the system (s * requests)
-T_START, T_END, T_LAST_DEC, T_STEP0, RUN_INT, SYS_INT = range(6)
+T_START, T_END, T_LAST_DEC, T_STEP0, RUN_INT, SYS_INT, OVERHEAD = range(7)
+NUM_TF = 7
 # per-request times qt[FIELD, request]: admission (a step's start), first token, finish (a
 # step's end); and in qtok[FIELD, request] (dropped after the run) last token and pending
 # first-decode gap (a step's end)
@@ -87,7 +95,13 @@ SERIES_CAP = 1 << 16
 (the series of runs up to SERIES_CAP steps is exactly the reference's)."""
 # configuration cfg[...]
 (TOTAL, BS, MAX_SEQS, MAX_TOKENS, WINDOW, HAS_WINDOW, PREFILL_FIRST, CHUNKED, CAN_PREEMPT,
- STATE_BLOCKS, KEEP_STEPS, SERIES_CAP_) = range(12)
+ STATE_BLOCKS, KEEP_STEPS, SERIES_CAP_, CONC, JITTER) = range(14)
+# a closed loop's arrivals: af[ROW, .] floats, ai[ROW, .] ints; by request index: its send time
+# (the end of the step that sent it), its jitter and the step that sent it; by sending order
+# (client jitter: a request gets the next index when it arrives): arrival time, send time,
+# jitter, sending step, the pending heap; the jitter's spread by request, its noise by sending
+SENT_T, JIT, PT, PST, PJ, SPREAD, NOISE = range(7)
+ASTEP, PG, PHEAP = range(3)
 # error codes sc[ERR]
 ERR_NO_PREEMPTION, ERR_NO_VICTIM, ERR_NO_WORK = 1, 2, 3
 ERRORS = {ERR_NO_PREEMPTION: "out of KV blocks under a policy without preemption: the "
@@ -175,6 +189,121 @@ def _pop(heap: np.ndarray, sc: np.ndarray, q: np.ndarray, arr: np.ndarray) -> in
             return top
         heap[i], heap[m] = heap[m], heap[i]
         i = m
+
+
+# -- arrivals: open loop (given times) or closed loop (a completion sends the next request) ----
+@_njit
+def _pbefore(a: int, b: int, af: np.ndarray, ai: np.ndarray) -> bool:
+    """Client jitter: request a (in sending order) reaches the engine before b: by arrival
+    time, then sending step, then delay (the reference's pool order)."""
+    if af[PT, a] != af[PT, b]:
+        return af[PT, a] < af[PT, b]
+    if ai[PG, a] != ai[PG, b]:
+        return ai[PG, a] < ai[PG, b]
+    if af[PJ, a] != af[PJ, b]:
+        return af[PJ, a] < af[PJ, b]
+    return a < b
+
+
+@_njit
+def _ppush(k: int, sc: np.ndarray, af: np.ndarray, ai: np.ndarray) -> None:
+    heap = ai[PHEAP]
+    i = sc[NPEND]
+    sc[NPEND] += 1
+    heap[i] = k
+    while i > 0:
+        p = (i - 1) // 2
+        if not _pbefore(heap[i], heap[p], af, ai):
+            break
+        heap[i], heap[p] = heap[p], heap[i]
+        i = p
+
+
+@_njit
+def _ppop(sc: np.ndarray, af: np.ndarray, ai: np.ndarray) -> int:
+    heap = ai[PHEAP]
+    top = heap[0]
+    n = sc[NPEND] - 1
+    sc[NPEND] = n
+    heap[0] = heap[n]
+    i = 0
+    while True:
+        lo, r, m = 2 * i + 1, 2 * i + 2, i
+        if lo < n and _pbefore(heap[lo], heap[m], af, ai):
+            m = lo
+        if r < n and _pbefore(heap[r], heap[m], af, ai):
+            m = r
+        if m == i:
+            return top
+        heap[i], heap[m] = heap[m], heap[i]
+        i = m
+
+
+@_njit
+def _next_arrival(sc: np.ndarray, cfg: np.ndarray, arr: np.ndarray, bufs: tuple) -> float:
+    """When the next request reaches the engine (inf: none is on its way)."""
+    if sc[NXT] >= sc[SENT]:
+        return np.inf
+    if cfg[JITTER] and sc[NXT] >= cfg[CONC]:
+        af, ai = bufs[9]
+        return af[PT, ai[PHEAP, 0]]
+    return arr[sc[NXT]]
+
+
+@_njit
+def _arrive(t: float, q: np.ndarray, sc: np.ndarray, cfg: np.ndarray, heap: np.ndarray,
+            arr: np.ndarray, bufs: tuple) -> None:
+    """The requests that reached the engine by t join the waiting queue, in arrival order (with
+    client jitter each takes the next request index as it arrives: its lengths)."""
+    af, ai = bufs[9]
+    while sc[NXT] < sc[SENT]:
+        s = sc[NXT]
+        if cfg[JITTER] and s >= cfg[CONC]:  # (the first clients' requests arrive at 0)
+            k = ai[PHEAP, 0]
+            if af[PT, k] > t:
+                return
+            _ppop(sc, af, ai)
+            arr[s], af[SENT_T, s], af[JIT, s] = af[PT, k], af[PST, k], af[PJ, k]
+            ai[ASTEP, s] = ai[PG, k]
+        elif arr[s] > t:
+            return
+        q[STATE, s] = WAITING
+        _push(s, heap, sc, q, arr)
+        sc[NXT] = s + 1
+
+
+@_njit
+def _send_next(split: int, sc: np.ndarray, cfg: np.ndarray, arr: np.ndarray, bufs: tuple
+               ) -> None:
+    """A closed loop: each request finished this step sends its client's next one, which
+    reaches the engine `overhead` (plus its jitter) after the step ends (the reference's
+    `_finish`). The reference finishes prompts in chunk order, then decoders in index order
+    (its finish heap): the decoders' part, from `split`, is sorted (the order pairs a finished
+    request's output length with the next request's jitter noise)."""
+    nfin = sc[NFIN]
+    sc[NFIN] = 0
+    finl, tf = bufs[8], bufs[6]
+    af, ai = bufs[9]
+    for i in range(split + 1, nfin):  # insertion sort: a handful a step
+        x, j = finl[i], i - 1
+        while j >= split and finl[j] > x:
+            finl[j + 1] = finl[j]
+            j -= 1
+        finl[j + 1] = x
+    for i in range(nfin):
+        k = sc[SENT]
+        if k >= arr.shape[0]:
+            return
+        sc[SENT] = k + 1
+        t_end = tf[T_END]
+        if cfg[JITTER]:  # on its way with its own delay, in arrival order
+            j = af[SPREAD, finl[i]] * af[NOISE, k]
+            af[PT, k], af[PST, k], af[PJ, k] = (t_end + j) + tf[OVERHEAD], t_end, j
+            ai[PG, k] = sc[STEP]
+            _ppush(k, sc, af, ai)
+        else:
+            arr[k], af[SENT_T, k] = t_end + tf[OVERHEAD], t_end
+            ai[ASTEP, k] = sc[STEP]
 
 
 # -- blocks, the running set, preemption -----------------------------------------------------
@@ -397,6 +526,9 @@ def _finish(s: int, computed: int, q: np.ndarray, sc: np.ndarray, cfg: np.ndarra
     q[STATE, s] = FINISHED
     sc[FREE] += _held(s, computed, q, cfg)
     sc[DONE] += 1
+    if cfg[CONC]:  # a closed loop: its client sends the next request (`_send_next`)
+        bufs[8][sc[NFIN]] = s
+        sc[NFIN] += 1
 
 
 @_njit
@@ -657,7 +789,9 @@ def _step(t: float, q: np.ndarray, sc: np.ndarray, cfg: np.ndarray, model: tuple
         nfd = _first_decode_gaps(q, sc, bufs, gaps)
     _record(t, dur, decode, nfd, sc, cfg, tf, agg)
     _advance_prefills(q, sc, cfg, bufs, gaps)
+    split = sc[NFIN]
     _advance_running(decode, q, sc, cfg, run, bufs)
+    _send_next(split, sc, cfg, arr, bufs)
     return dur
 
 
@@ -772,6 +906,7 @@ def _bulk(t: float, t_next: float, q: np.ndarray, sc: np.ndarray, cfg: np.ndarra
         q[GENERATED, s] += j - 1
     d0 = sc[DONE]
     _advance_running(True, q, sc, cfg, run, bufs)
+    _send_next(0, sc, cfg, bufs[10], bufs)
     sc[LAST_FIN] = sc[DONE] - d0
     return t
 
@@ -780,79 +915,119 @@ def _bulk(t: float, t_next: float, q: np.ndarray, sc: np.ndarray, cfg: np.ndarra
 def _bulk_all(t: float, t_next: float, q: np.ndarray, sc: np.ndarray, cfg: np.ndarray,
               model: tuple, lists: tuple, bufs: tuple) -> float:
     """Decode stretches one after another (a completion ends one; the next starts when the
-    waiting queue still cannot be admitted)."""
+    waiting queue still cannot be admitted), each up to t_next or the next arrival (a closed
+    loop's completions send requests)."""
     while True:
-        t2 = _bulk(t, t_next, q, sc, cfg, model, lists, bufs)
+        tn = min(t_next, _next_arrival(sc, cfg, bufs[10], bufs))
+        t2 = _bulk(t, tn, q, sc, cfg, model, lists, bufs)
         if t2 == t:
             return t
         t = t2
 
 
 @_njit
-def simulate_open_loop(arr: np.ndarray, q: np.ndarray, cfg: np.ndarray, consts: tuple,
-                       moe: bool) -> tuple:
-    """Simulate open-loop requests (arrival times `arr`, sorted; state `q`, filled in) to
-    completion, in memory that does not grow with the steps (unless cfg[KEEP_STEPS]). Returns
-    (per-request times qt (5, n); extra gaps; the TBT table (values, weights) of the per-step
-    gaps; the time series samples (starts; running, waiting, blocks) at stride sc[STRIDE];
-    float aggregates tf; scalars sc; with cfg[KEEP_STEPS] the per-step rows (start, duration,
-    gap) and (TBT count, running, waiting, blocks), else empty)."""
+def _room(k: int, sc: np.ndarray, cfg: np.ndarray, lists: tuple) -> tuple:
+    """The growing buffers with room for step k: per-step rows (cfg[KEEP_STEPS]), the extra
+    gaps a step can add, the TBT table's next entry; the same `lists` when nothing grew."""
+    (run, heap), gaps, (tb, series, sf, si) = lists
+    grow = cfg[KEEP_STEPS] and k == sf.shape[1]
+    if grow:
+        sf, si = _grow(sf), _grow(si)
+    if sc[NGAPS] + cfg[MAX_SEQS] + 1 > gaps.shape[1]:
+        gaps = _grow(gaps)
+        grow = True
+    if 2 * (sc[NTBT] + 1) > tb.shape[0]:
+        tb = _tbt_grow(tb, sc)
+        grow = True
+    if not grow:
+        return lists
+    return (run, heap), gaps, (tb, series, sf, si)
+
+
+@_njit
+def _run_loop(q: np.ndarray, sc: np.ndarray, cfg: np.ndarray, model: tuple, arr: np.ndarray,
+              lists: tuple, bufs: tuple) -> tuple:
+    """Steps until every request finished (or an error, or a signal); returns the lists as
+    they grew."""
     n = arr.shape[0]
-    sc = np.zeros(NUM_SCALARS, np.int64)
-    sc[FREE] = cfg[TOTAL]
-    sc[LAST_DEC] = -1
-    sc[STRIDE] = 1
-    cap = 1024 if cfg[KEEP_STEPS] else 0
-    sf = np.empty((3, cap), np.float64)
-    si = np.empty((4, cap), np.int32)
-    gaps = np.empty((1, 1024), np.float64)
-    tb = np.zeros((64, 2), np.float64)
-    series = (np.empty(cfg[SERIES_CAP_], np.float64), np.empty((3, cfg[SERIES_CAP_]), np.int32))
-    tf = np.zeros(6, np.float64)
-    qt = np.zeros((3, n), np.float64)
-    m = cfg[MAX_SEQS] + 1
-    run, heap = np.empty(m, np.int64), np.empty(max(n, 1), np.int64)
-    # prefilling list, chunk list, decoders due a block, their flags, pending first decodes,
-    # per-request times, float scalars, per-request token times
-    bufs = (np.empty(m, np.int64), np.empty(m, np.int64), np.empty(m, np.int64),
-            np.zeros(n, np.int8), np.empty(2 * m, np.int64), qt, tf, np.zeros((2, n), np.float64))
-    t, nxt, k = 0.0, 0, 0
+    t, k = 0.0, 0
     next_poll = POLL_STEPS
-    model = (consts, moe)
-    lists = ((run, heap), gaps, (tb, series, sf, si))
     while sc[DONE] < n:
-        while nxt < n and arr[nxt] <= t:
-            q[STATE, nxt] = WAITING
-            _push(nxt, heap, sc, q, arr)
-            nxt += 1
+        _arrive(t, q, sc, cfg, lists[0][1], arr, bufs)
         if sc[NRUN] == 0 and sc[NHEAP] == 0:
-            t = max(t, arr[nxt])
+            t_next = _next_arrival(sc, cfg, arr, bufs)
+            if t_next == np.inf:
+                sc[ERR] = ERR_NO_WORK  # idle with requests left: cannot happen
+                break
+            t = max(t, t_next)
             continue
-        grow = cfg[KEEP_STEPS] and k == sf.shape[1]
-        if grow:
-            sf, si = _grow(sf), _grow(si)
-        if sc[NGAPS] + cfg[MAX_SEQS] + 1 > gaps.shape[1]:
-            gaps = _grow(gaps)
-            grow = True
-        if 2 * (sc[NTBT] + 1) > tb.shape[0]:
-            tb = _tbt_grow(tb, sc)
-            grow = True
-        if grow:
-            lists = ((run, heap), gaps, (tb, series, sf, si))
+        lists = _room(k, sc, cfg, lists)
         sc[STEP] = k
         dur = _step(t, q, sc, cfg, model, arr, lists, bufs)
         if sc[ERR]:
             break
-        t = t + dur
-        t = _bulk_all(t, arr[nxt] if nxt < n else np.inf, q, sc, cfg, model, lists, bufs)
+        t = _bulk_all(t + dur, np.inf, q, sc, cfg, model, lists, bufs)
         k = sc[STEP] + 1
         if k >= next_poll:  # every POLL_STEPS steps (bulk runs move k by more than one)
             next_poll = k + POLL_STEPS
             if _poll_signals():
                 break  # Ctrl-C / SIGTERM: the caller re-raises it (sim/interrupt.py)
+    return lists
+
+
+@_njit
+def simulate_loop(arr: np.ndarray, q: np.ndarray, cfg: np.ndarray, consts: tuple, moe: bool,
+                  ar: tuple) -> tuple:
+    """Simulate requests (state `q`, filled in) to completion, in memory that does not grow
+    with the steps (unless cfg[KEEP_STEPS]). Open loop (cfg[CONC] 0): `arr` holds the arrival
+    times, sorted. Closed loop of cfg[CONC] clients: the first ones arrive at 0 and each
+    completion sends the next request (`_send_next`), `arr` is filled in as they are sent;
+    `ar` = (af, ai, overhead (s)): the closed loop's arrival rows (SENT_T.. above; SPREAD and
+    NOISE given with client jitter, cfg[JITTER]). Returns (per-request times qt (3, n); extra
+    gaps; the TBT table (values, weights) of the per-step gaps; the time series samples
+    (starts; running, waiting, blocks) at stride sc[STRIDE]; float aggregates tf; scalars sc;
+    with cfg[KEEP_STEPS] the per-step rows (start, duration, gap) and (TBT count, running,
+    waiting, blocks), else empty)."""
+    n = arr.shape[0]
+    sc = np.zeros(NUM_SCALARS, np.int64)
+    sc[FREE] = cfg[TOTAL]
+    sc[LAST_DEC] = -1
+    sc[STRIDE] = 1
+    sc[SENT] = min(cfg[CONC], n) if cfg[CONC] else n
+    cap = 1024 if cfg[KEEP_STEPS] else 0
+    series = (np.empty(cfg[SERIES_CAP_], np.float64), np.empty((3, cfg[SERIES_CAP_]), np.int32))
+    tf = np.zeros(NUM_TF, np.float64)
+    tf[OVERHEAD] = ar[2]
+    qt = np.zeros((3, n), np.float64)
+    m = cfg[MAX_SEQS] + 1
+    # prefilling list, chunk list, decoders due a block, their flags, pending first decodes,
+    # per-request times, float scalars, per-request token times, this step's completions,
+    # the closed loop's arrival rows, the arrival times
+    bufs = (np.empty(m, np.int64), np.empty(m, np.int64), np.empty(m, np.int64),
+            np.zeros(n, np.int8), np.empty(2 * m, np.int64), qt, tf, np.zeros((2, n), np.float64),
+            np.empty(m, np.int64), (ar[0], ar[1]), arr)
+    lists = ((np.empty(m, np.int64), np.empty(max(n, 1), np.int64)),
+             np.empty((1, 1024), np.float64),
+             (np.zeros((64, 2), np.float64), series, np.empty((3, cap), np.float64),
+              np.empty((4, cap), np.int32)))
+    lists = _run_loop(q, sc, cfg, (consts, moe), arr, lists, bufs)
+    gaps, (tb, series, sf, si) = lists[1], lists[2]
+    k = sc[STEP] + 1 if n else 0
     used = tb[:, 1] != 0
     return (qt, gaps[0, :sc[NGAPS]], tb[used, 0], tb[used, 1].astype(np.int64),
             series[0][:sc[NSER]], series[1][:, :sc[NSER]], tf, sc, sf[:, :k], si[:, :k])
+
+
+def open_loop_arrivals() -> tuple:
+    """`simulate_loop`'s `ar` for an open loop (no closed-loop rows)."""
+    return np.zeros((7, 0), np.float64), np.zeros((3, 0), np.int64), 0.0
+
+
+def simulate_open_loop(arr: np.ndarray, q: np.ndarray, cfg: np.ndarray, consts: tuple,
+                       moe: bool) -> tuple:
+    """`simulate_loop` of open-loop requests (cfg[CONC] 0)."""
+    return simulate_loop(arr, q, cfg, consts, moe, open_loop_arrivals())
+
 
 @_njit
 def _probe(x: tuple, consts: tuple, moe: bool) -> float:
@@ -897,7 +1072,7 @@ class CompiledEngine(ContinuousEngine):
 
     @staticmethod
     def supports(**features: Any) -> bool:
-        """Open-loop runs without prefix caching (`capplan.sim.fast.compiled_supports`)."""
+        """Open and closed loops without prefix caching (`capplan.sim.fast.compiled_supports`)."""
         return compiled_supports(**features)
 
     def _arrays(self, reqs: Requests, prio: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -916,20 +1091,36 @@ class CompiledEngine(ContinuousEngine):
         cfg = np.array([self.total_blocks, self.block_size, self.max_num_seqs,
                         self.max_num_batched_tokens, self.window if self.has_window else NO_WINDOW,
                         self.has_window, pol.prefill_first, pol.chunked_prefill, pol.preemption,
-                        self.state_blocks, bool(self.keep_steps), self.series_cap], np.int64)
+                        self.state_blocks, bool(self.keep_steps), self.series_cap, 0, 0],
+                       np.int64)
         return q, cfg
+
+    def _closed_loop(self, reqs: Requests, cfg: np.ndarray, overhead_s: float,
+                     jitter: ClientJitter | None) -> tuple:
+        """A closed loop's arrival rows for `simulate_loop` (cfg gains the clients and the
+        jitter flag); per-step rows are kept: a benchmark protocol drops its warm-ups' steps
+        (protocol.measured_record)."""
+        n = len(reqs)
+        cfg[CONC] = max(min(int(reqs.concurrency or 0), n), 1)
+        cfg[KEEP_STEPS] = 1
+        af = np.zeros((7, n), np.float64)
+        ai = np.full((3, n), -1, np.int64)
+        if jitter is not None and jitter.active:
+            cfg[JITTER] = 1
+            # the reference's draws: Exp(1) per request in sending order, scaled by the
+            # spread of the finished request's output length (ClientJitter.spread_s)
+            af[NOISE] = np.random.default_rng(jitter.seed).standard_exponential(n)
+            af[SPREAD] = [jitter.spread_s(o) for o in reqs.output_tokens.tolist()]
+        return af, ai, float(overhead_s)
 
     def run(self, reqs: Requests, priorities: np.ndarray | None = None,
             progress: Callable[[int], None] | None = None,
             request_overhead_s: float = 0.0,
             client_jitter: ClientJitter | None = None) -> RunRecord:
-        """`client_jitter` delays a closed loop's next request (models/engine.ClientJitter); the
-        compiled engine runs open loops only, where the reference ignores it too."""
-        del client_jitter  # open loop: arrivals are given
+        """`ContinuousEngine.run`: open loops (arrival times given) and closed loops
+        (`reqs.concurrency` clients; `request_overhead_s` and `client_jitter` delay each next
+        request, models/engine.ClientJitter)."""
         check_overhead(request_overhead_s)
-        if reqs.concurrency is not None:
-            raise InputError("the compiled engine runs open-loop workloads only: use "
-                             "--sim-engine fast or reference for --concurrency")
         if numba is None:
             raise InputError(INSTALL_HINT)
         self._check_requests(reqs)
@@ -938,10 +1129,16 @@ class CompiledEngine(ContinuousEngine):
         consts = tuple(float(v) for v in self.step_model.constants())
         moe = bool(float(self.step_model.num_experts) > 0)
         _check_kernel(self.step_model, consts, moe)
-        arr = np.ascontiguousarray(reqs.arrival_at_s, np.float64)
+        closed = reqs.concurrency is not None
+        if closed:
+            arr = np.zeros(len(reqs), np.float64)
+            ar = self._closed_loop(reqs, cfg, request_overhead_s, client_jitter)
+        else:
+            arr = np.ascontiguousarray(reqs.arrival_at_s, np.float64)
+            ar = open_loop_arrivals()
         with signals_as_flag():  # a signal stops the loop, then is raised here
-            (qt, gaps, tbt_v, tbt_w, ser_t, ser_i, tf, sc, sf, si) = simulate_open_loop(
-                arr, q, cfg, consts, moe)
+            (qt, gaps, tbt_v, tbt_w, ser_t, ser_i, tf, sc, sf, si) = simulate_loop(
+                arr, q, cfg, consts, moe, ar)
         if sc[ERR]:
             raise AssertionError(ERRORS[int(sc[ERR])])
         if progress is not None:
@@ -955,6 +1152,10 @@ class CompiledEngine(ContinuousEngine):
             running_s=float(tf[RUN_INT]), in_system_s=float(tf[SYS_INT]),
             kv_blocks_max=int(sc[KV_MAX]), series_start_s=ser_t[j], series_running=ser_i[0, j],
             series_waiting=ser_i[1, j], series_kv_blocks=ser_i[2, j])
+        if closed:  # sent when a step ended (ASTEP -1: at 0), the overhead and jitter later
+            af, ai = ar[0], ar[1]
+            arr = np.where(ai[ASTEP] >= 0, af[SENT_T] + ar[2] + af[JIT], 0.0)
+            steps = None  # the per-step rows are kept: the metrics read them
         return RunRecord(
             arrival_at_s=arr,
             admitted_at_s=qt[ADM_T], first_token_at_s=qt[FIRST_T], finished_at_s=qt[FIN_T],

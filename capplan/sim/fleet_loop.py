@@ -33,6 +33,7 @@ from capplan.sim.compiled import (
     NRUN,
     NTBT,
     NUM_SCALARS,
+    NUM_TF,
     STATE,
     STEP,
     STRIDE,
@@ -48,9 +49,10 @@ from capplan.sim.compiled import (
     numba,
 )
 
-RUN_, HEAP_, PF_, CHL_, NEEDL_, FDL_ = range(6)
+RUN_, HEAP_, PF_, CHL_, NEEDL_, FDL_, FIN_ = range(7)
 """The per-replica index arrays (rows: replicas): running set, waiting heap, prefilling list,
-chunk list, decoders due a block, pending first decodes."""
+chunk list, decoders due a block, pending first decodes, a step's completions (closed loops
+only: unused here)."""
 ROUTER_CODES = {"round-robin": 0, "least-outstanding": 1, "prefix-affinity": 2}
 SERIES_DUMMY = 64
 """The per-step time-series samples are not kept for a fleet (one scratch buffer)."""
@@ -166,7 +168,7 @@ def _advance(r: int, until: float, eng: tuple, st: tuple, tb: tuple, shared: tup
         lists = ((ia[RUN_][r], ia[HEAP_][r]), gl[0], (tabs[w], agg_rest[0], agg_rest[1],
                                                        agg_rest[2]))
         bufs = (ia[PF_][r], ia[CHL_][r], ia[NEEDL_][r], shared[0], ia[FDL_][r], shared[1],
-                TF[r], shared[2])
+                TF[r], shared[2], ia[FIN_][r], shared[3], arr)
         t = t + _step(t, q, sc, cfg, model, arr, lists, bufs)
         if sc[ERR]:
             return
@@ -237,8 +239,9 @@ def simulate_fleet(arr: np.ndarray, q: np.ndarray, cfg: np.ndarray, consts: tupl
     for r in range(R):
         SC[r, FREE], SC[r, LAST_DEC], SC[r, STRIDE] = cfg[TOTAL], -1, 1
     ia = [np.empty((R, m), np.int64), np.empty((R, 64), np.int64), np.empty((R, m), np.int64),
-          np.empty((R, m), np.int64), np.empty((R, m), np.int64), np.empty((R, 2 * m), np.int64)]
-    TF = np.zeros((R, 6), np.float64)
+          np.empty((R, m), np.int64), np.empty((R, m), np.int64), np.empty((R, 2 * m), np.int64),
+          np.empty((R, m), np.int64)]
+    TF = np.zeros((R, NUM_TF), np.float64)
     st = (SC, np.zeros(R), np.zeros(R, np.int64), np.zeros(R, np.int64), TF, ia)
     fl = (ready, stop, router, keys, owner, np.zeros(1, np.int64))
     tabs = [np.zeros((64, 2), np.float64) for _ in range(W)]
@@ -248,7 +251,8 @@ def simulate_fleet(arr: np.ndarray, q: np.ndarray, cfg: np.ndarray, consts: tupl
     agg_rest = ((np.empty(SERIES_DUMMY, np.float64), np.empty((3, SERIES_DUMMY), np.int32)),
                 np.empty((3, 0), np.float64), np.empty((4, 0), np.int32))
     qt = np.zeros((3, n), np.float64)
-    shared = (np.zeros(n, np.int8), qt, np.zeros((2, n), np.float64))
+    shared = (np.zeros(n, np.int8), qt, np.zeros((2, n), np.float64),
+              (np.zeros((7, 0), np.float64), np.zeros((3, 0), np.int64)))
     eng_arr = arr.copy()
     rep = np.full(n, -1, np.int64)
     _fleet_loop((q, cfg, (consts, moe), eng_arr), st, fl, (tabs, nt, bounds, gl, ng, agg_rest),

@@ -52,7 +52,7 @@ def test_pure_python_twin_matches_reference():
         from capplan.sim import ContinuousEngine, compiled
         from test_fast_engine import (BLOCK_SIZE, POLICIES, SEQS, TOKENS, _requests, _same,
                                       windowed)
-        assert not isinstance(compiled.simulate_open_loop, compiled.numba.core.dispatcher
+        assert not isinstance(compiled.simulate_loop, compiled.numba.core.dispatcher
                               .Dispatcher)  # the JIT is off: a plain function
         dep = resolve_deployment(load_catalog(()), "llama-3.1-8b", "h100-sxm",
                                  EngineSettings(max_num_seqs=256, max_num_batched_tokens=8192))
@@ -142,13 +142,16 @@ def test_state_blocks_cost_capacity(llama_h100):
 
 
 @needs_numba
-def test_compiled_rejects_closed_loop(llama_h100):
-    from capplan.errors import InputError
+def test_compiled_closed_loop_one_client_waits_for_each_answer(llama_h100):
+    # one client: request i + 1 reaches the engine exactly `overhead` after request i finished
+    # (hand rule of a closed loop), and the engine is never busy with two at once
     from capplan.sim.compiled import CompiledEngine
 
     eng = CompiledEngine(llama_h100.step, 300, BLOCK_SIZE, SEQS, TOKENS)
-    with pytest.raises(InputError, match="open-loop"):
-        eng.run(_requests(3, None, concurrency=4))
+    r = eng.run(_requests(3, None, concurrency=1), PRIO, request_overhead_s=0.01)
+    np.testing.assert_allclose(r.arrival_at_s[1:], r.finished_at_s[:-1] + 0.01, rtol=0,
+                               atol=1e-12)
+    assert r.arrival_at_s[0] == 0.0 and (r.admitted_at_s == r.arrival_at_s).all()
 
 
 def test_windowed_helper_is_a_step_model(llama_h100):

@@ -2,14 +2,14 @@
 results exactly.
 
 Each case runs the same requests through `ContinuousEngine` (the reference), `FastEngine` and,
-for open loops when numba is installed, `CompiledEngine`, and compares every request's
+when numba is installed, `CompiledEngine`, and compares every request's
 admission, first-token and finish time (so TTFT and E2E), and
 every TBT gap (the per-step gaps with their counts, and the gaps listed one by one), to 1e-9 s.
 The grid: seeds, loads of 10%, 80% and 120% of the configuration's measured capacity, the three
 engine policies (vLLM mixed chunked prefill with preemption, SGLang prefill-first, TensorRT-LLM
-whole prompts with the output reserved), a sliding window, two lanes with priorities, and closed
-loops with and without a per-request overhead (fast engine only: the compiled one leaves closed
-loops to it), and hybrid models' per-sequence state blocks. The compiled engine lists gaps
+whole prompts with the output reserved), a sliding window, two lanes with priorities, closed
+loops with and without a per-request overhead and client jitter, and hybrid models'
+per-sequence state blocks. The compiled engine lists gaps
 outside the per-step counts in another order within a step, so those are compared sorted
 (they enter the metrics as a multiset).
 """
@@ -158,7 +158,7 @@ def test_hybrid_state_blocks_match_reference(llama_h100, capacity_per_s, policy,
     ref = _run(ContinuousEngine, llama_h100.step, reqs, POLICIES[policy], state_blocks=6)
     fast = _run(FastEngine, llama_h100.step, reqs, POLICIES[policy], state_blocks=6)
     _same(fast, ref)
-    if compiled_available() and not closed:
+    if compiled_available():
         from capplan.sim.compiled import CompiledEngine
 
         comp = _run(CompiledEngine, llama_h100.step, reqs, POLICIES[policy], state_blocks=6)
@@ -176,6 +176,11 @@ def test_closed_loop_matches_reference(llama_h100, policy, overhead_s, seed):
     ref = _run(ContinuousEngine, llama_h100.step, reqs, POLICIES[policy], overhead_s)
     fast = _run(FastEngine, llama_h100.step, reqs, POLICIES[policy], overhead_s)
     _same(fast, ref)
+    if compiled_available():
+        from capplan.sim.compiled import CompiledEngine
+
+        comp = _run(CompiledEngine, llama_h100.step, reqs, POLICIES[policy], overhead_s)
+        _same(comp, ref, sort_gaps=True)
 
 
 @pytest.mark.parametrize("policy", list(POLICIES))
@@ -192,6 +197,12 @@ def test_closed_loop_with_client_jitter_matches_reference(llama_h100, policy, ov
     fast = _run(FastEngine, llama_h100.step, reqs, POLICIES[policy], overhead_s, jitter=jitter)
     plain = _run(ContinuousEngine, llama_h100.step, reqs, POLICIES[policy], overhead_s)
     _same(fast, ref)
+    if compiled_available():
+        from capplan.sim.compiled import CompiledEngine
+
+        comp = _run(CompiledEngine, llama_h100.step, reqs, POLICIES[policy], overhead_s,
+                    jitter=jitter)
+        _same(comp, ref, sort_gaps=True)
     # the jitter changed when requests arrived (one check that the test exercises it)
     assert not np.allclose(ref.arrival_at_s, plain.arrival_at_s)
     assert (ref.admitted_at_s >= ref.arrival_at_s - 1e-12).all()
@@ -223,9 +234,9 @@ def test_engine_choice():
     auto = "compiled" if compiled_available() else "fast"
     assert engine_impl("continuous", num_requests=big) == auto
     assert engine_impl("continuous") == auto
-    # a small run is not worth numba's start-up; closed loops run on the fast engine
+    # a small run is not worth numba's start-up
     assert engine_impl("continuous", num_requests=100) == "fast"
-    assert engine_impl("continuous", num_requests=big, closed_loop=True) == "fast"
+    assert engine_impl("continuous", num_requests=big, closed_loop=True) == auto
     assert engine_impl("continuous", "fast", num_requests=big) == "fast"
     assert engine_impl("continuous", "reference") == "reference"
     assert engine_impl("static", "fast") == "reference"
@@ -240,7 +251,7 @@ def test_engine_choice():
 @needs_numba
 def test_compiled_choice():
     assert engine_impl("continuous", "compiled", num_requests=100) == "compiled"
-    assert engine_impl("continuous", "compiled", closed_loop=True) == "fast"
+    assert engine_impl("continuous", "compiled", closed_loop=True) == "compiled"
     assert engine_impl("continuous", "compiled", prefix_caching=True) == "reference"
 
 
