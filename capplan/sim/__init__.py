@@ -51,8 +51,10 @@ def engine_impl(scheduler: str, sim_engine: str = "auto", num_requests: int | No
         return "reference"
     if sim_engine == "compiled" and not compiled_available():
         raise InputError(INSTALL_HINT)
-    big = num_requests is None or num_requests >= COMPILED_MIN_REQUESTS
-    if (sim_engine == "compiled" or (sim_engine == "auto" and big and compiled_available())) \
+    # auto: compiled for a large run, or one the fast engine would leave to the reference
+    worth = (num_requests is None or num_requests >= COMPILED_MIN_REQUESTS
+             or not FastEngine.supports(**features))
+    if (sim_engine == "compiled" or (sim_engine == "auto" and worth and compiled_available())) \
             and compiled_supports(**features):
         return "compiled"
     return "fast" if FastEngine.supports(**features) else "reference"

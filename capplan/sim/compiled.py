@@ -31,8 +31,10 @@ grid, tests/sim/test_compiled.py).
 Closed loops: `concurrency` clients, each sending its next request when its last one
 finishes, which reaches the engine `request_overhead_s` (plus the client jitter's delay) after
 the end of that step (the reference's `_finish` and `_arrive`).
-Not covered (they run on the other engines, `CompiledEngine.supports`): prefix caching, step
-models other than `StepModel`.
+Prefix caching (vLLM V1's, the reference's rules exactly): each request's shareable block keys
+as dense int64 ids (`prefix_cache`), per key a ref count and the stamp of its free cached block,
+the free queue as an array in stamp order (eviction pops its front, skipping stale entries).
+Not covered (they run on the other engines): step models other than `StepModel`.
 """
 
 from __future__ import annotations
@@ -71,13 +73,16 @@ ARRIVING, WAITING, PREFILLING, DECODING, FINISHED, NEW_DECODER = range(6)
 (FREE, NDEC, BUDGET, PREEMPTED_NOW, DEC_DONE, BLOCKED, ADMISSIONS, PREEMPTIONS, DONE, NRUN,
  NHEAP, NCH, STEP, LAST_DEC, NGAPS, ERR, SUMCTX, SUMCTXW, NPF, NNEED, NFD, NTBT, STRIDE, NSER,
  KV_MAX) = range(25)
-NUM_SCALARS = 30
+NUM_SCALARS = 35
 BULK_MIN_STEPS = 2
 """Shortest decode stretch `_bulk` runs: a one-step stretch costs more passes over the running
 set than a full step (overload, where a large batch completes a sequence every step)."""
 LAST_FIN = 25
 """sc[LAST_FIN]: completions in the last step of a decode stretch (`_bulk`)."""
 NXT, SENT, NFIN, NPEND = 26, 27, 28, 29
+NCACHED, STAMP, LRU_HEAD, LRU_TAIL, HIT_TOKENS = 30, 31, 32, 33, 34
+"""sc[...], prefix caching: free blocks that keep a key, the next free-queue stamp, the free
+queue's live span, prompt tokens found in the cache."""
 """sc[...]: requests that reached the waiting queue, requests sent (all of them in an open loop;
 a closed loop sends one when one finishes), completions of this step (closed loop: they send),
 requests sent and on their way (client jitter)."""
@@ -95,13 +100,19 @@ SERIES_CAP = 1 << 16
 (the series of runs up to SERIES_CAP steps is exactly the reference's)."""
 # configuration cfg[...]
 (TOTAL, BS, MAX_SEQS, MAX_TOKENS, WINDOW, HAS_WINDOW, PREFILL_FIRST, CHUNKED, CAN_PREEMPT,
- STATE_BLOCKS, KEEP_STEPS, SERIES_CAP_, CONC, JITTER) = range(14)
+ STATE_BLOCKS, KEEP_STEPS, SERIES_CAP_, CONC, JITTER, PC) = range(15)
 # a closed loop's arrivals: af[ROW, .] floats, ai[ROW, .] ints; by request index: its send time
 # (the end of the step that sent it), its jitter and the step that sent it; by sending order
 # (client jitter: a request gets the next index when it arrives): arrival time, send time,
 # jitter, sending step, the pending heap; the jitter's spread by request, its noise by sending
 SENT_T, JIT, PT, PST, PJ, SPREAD, NOISE = range(7)
 ASTEP, PG, PHEAP = range(3)
+# prefix caching, pcx = (koff, kid, isref, kref, kstamp, lru): request s's block keys are
+# kid[koff[s]:koff[s + 1]] (dense ids of Requests.block_keys), isref the same slots' flag "a
+# shared entry it holds"; per key: holders of its registered block (kref, vLLM's ref count)
+# and, for a free block that keeps it, when it was freed (kstamp, -1: none); lru[(key, stamp),
+# i]: the free queue in stamp order (entries whose stamp is no longer the key's are stale)
+KOFF, KID, ISREF, KREF, KSTAMP, LRU = range(6)
 # error codes sc[ERR]
 ERR_NO_PREEMPTION, ERR_NO_VICTIM, ERR_NO_WORK = 1, 2, 3
 ERRORS = {ERR_NO_PREEMPTION: "out of KV blocks under a policy without preemption: the "
@@ -306,6 +317,129 @@ def _send_next(split: int, sc: np.ndarray, cfg: np.ndarray, arr: np.ndarray, buf
             ai[ASTEP, k] = sc[STEP]
 
 
+# -- prefix caching (the reference's _lookup, _hit, _take, _register, _release, _cache) ------
+@_njit
+def _lookup(s: int, num_tokens: int, cfg: np.ndarray, pcx: tuple) -> int:
+    """Full blocks of the longest cached chain of s's keys, capped at num_tokens - 1 tokens
+    (vLLM kv_cache_manager.get_computed_blocks)."""
+    koff, kid, kref, kstamp = pcx[KOFF], pcx[KID], pcx[KREF], pcx[KSTAMP]
+    a = koff[s]
+    m = min((num_tokens - 1) // cfg[BS], koff[s + 1] - a)
+    h = 0
+    while h < m and (kref[kid[a + h]] > 0 or kstamp[kid[a + h]] >= 0):
+        h += 1
+    return h
+
+
+@_njit
+def _reused(s: int, nh: int, pcx: tuple) -> int:
+    """Of s's first nh hit blocks, those taken out of the free queue (cached, not in use)."""
+    kid, kstamp, a = pcx[KID], pcx[KSTAMP], pcx[KOFF][s]
+    n = 0
+    for i in range(nh):
+        n += kstamp[kid[a + i]] >= 0
+    return n
+
+
+@_njit
+def _hit(s: int, nh: int, q: np.ndarray, sc: np.ndarray, cfg: np.ndarray, pcx: tuple) -> None:
+    """Reuse s's first nh blocks (block_pool.touch: ref count up, out of the free queue)."""
+    kid, isref, kref, kstamp, a = pcx[KID], pcx[ISREF], pcx[KREF], pcx[KSTAMP], pcx[KOFF][s]
+    for i in range(nh):
+        k = kid[a + i]
+        if kstamp[k] >= 0:
+            kstamp[k] = -1
+            sc[NCACHED] -= 1
+            sc[FREE] -= 1
+        kref[k] += 1
+        isref[a + i] = 1
+    q[COMPUTED, s] = nh * cfg[BS]
+    sc[HIT_TOKENS] += nh * cfg[BS]
+
+
+@_njit
+def _take(n: int, sc: np.ndarray, cfg: np.ndarray, pcx: tuple) -> None:
+    """Allocate n free blocks: keyless ones first, then evict cached ones least recently
+    freed first (block_pool.get_new_blocks -> _maybe_evict_cached_block)."""
+    if cfg[PC]:
+        kstamp, lru = pcx[KSTAMP], pcx[LRU]
+        evict = n - (sc[FREE] - sc[NCACHED])
+        while evict > 0:
+            i = sc[LRU_HEAD]
+            sc[LRU_HEAD] = i + 1
+            k = lru[0, i]
+            if kstamp[k] == lru[1, i]:
+                kstamp[k] = -1
+                sc[NCACHED] -= 1
+                evict -= 1
+    sc[FREE] -= n
+
+
+@_njit
+def _register(s: int, before: int, after: int, cfg: np.ndarray, pcx: tuple) -> None:
+    """Full blocks a scheduled chunk fills become shared entries when it is scheduled
+    (kv_cache_manager.allocate_slots -> cache_blocks); an existing entry with the same key keeps
+    the block private."""
+    kid, isref, kref, kstamp = pcx[KID], pcx[ISREF], pcx[KREF], pcx[KSTAMP]
+    a, bs = pcx[KOFF][s], cfg[BS]
+    for j in range(before // bs, min(after // bs, pcx[KOFF][s + 1] - a)):
+        k = kid[a + j]
+        if kref[k] == 0 and kstamp[k] < 0:
+            kref[k] = 1
+            isref[a + j] = 1
+
+
+@_njit
+def _cache(k: int, sc: np.ndarray, pcx: tuple) -> None:
+    """A freed block keeps its key at the back of the free queue (compacted to its live
+    entries when the array is full: at most one per block, half its room)."""
+    kstamp, lru = pcx[KSTAMP], pcx[LRU]
+    if sc[LRU_TAIL] == lru.shape[1]:
+        j = 0
+        for i in range(sc[LRU_HEAD], sc[LRU_TAIL]):
+            if kstamp[lru[0, i]] == lru[1, i]:
+                lru[0, j], lru[1, j] = lru[0, i], lru[1, i]
+                j += 1
+        sc[LRU_HEAD], sc[LRU_TAIL] = 0, j
+    i = sc[LRU_TAIL]
+    lru[0, i], lru[1, i] = k, sc[STAMP]
+    kstamp[k] = sc[STAMP]
+    sc[STAMP] += 1
+    sc[LRU_TAIL] = i + 1
+    sc[NCACHED] += 1
+
+
+@_njit
+def _release(s: int, computed: int, q: np.ndarray, sc: np.ndarray, cfg: np.ndarray,
+             pcx: tuple) -> None:
+    """Free s's blocks and its state's, tail first (single_type_kv_cache_manager.free): a
+    shared entry frees its block when its last holder lets go; a freed full block with a key
+    stays cached in the free queue."""
+    bs = cfg[BS]
+    held = max(q[RESERVED, s], (computed + bs - 1) // bs)
+    sc[FREE] += cfg[STATE_BLOCKS]
+    if not cfg[PC]:
+        sc[FREE] += held
+        return
+    kid, isref, kref, kstamp = pcx[KID], pcx[ISREF], pcx[KREF], pcx[KSTAMP]
+    a = pcx[KOFF][s]
+    nk, full = pcx[KOFF][s + 1] - a, computed // bs
+    for j in range(held - 1, -1, -1):
+        if j < nk:
+            k = kid[a + j]
+            if isref[a + j]:
+                isref[a + j] = 0
+                kref[k] -= 1
+                if kref[k] > 0:
+                    continue  # another request still holds the block
+                _cache(k, sc, pcx)
+            elif j < full and kref[k] == 0 and kstamp[k] < 0:
+                _cache(k, sc, pcx)
+        sc[FREE] += 1
+    for j in range(held, nk):
+        isref[a + j] = 0
+
+
 # -- blocks, the running set, preemption -----------------------------------------------------
 @_njit
 def _held(s: int, computed: int, q: np.ndarray, cfg: np.ndarray) -> int:
@@ -348,7 +482,7 @@ def _victim(run: np.ndarray, sc: np.ndarray, q: np.ndarray, cfg: np.ndarray) -> 
 
 @_njit
 def _preempt(v: int, q: np.ndarray, sc: np.ndarray, cfg: np.ndarray, run: np.ndarray,
-             heap: np.ndarray, arr: np.ndarray) -> None:
+             heap: np.ndarray, arr: np.ndarray, pcx: tuple) -> None:
     """Recompute preemption (the reference's `_preempt`): free v's blocks, back to the queue;
     a decoder preempted after this step's decode was budgeted gives its token back."""
     if q[STATE, v] == DECODING:
@@ -362,7 +496,7 @@ def _preempt(v: int, q: np.ndarray, sc: np.ndarray, cfg: np.ndarray, run: np.nda
     else:
         nc = q[COMPUTED, v] + q[CHUNK, v]
         q[CHUNK, v] = 0  # a chunk scheduled this step is dropped (its budget is not returned)
-    sc[FREE] += _held(v, nc, q, cfg)
+    _release(v, nc, q, sc, cfg, pcx)
     q[COMPUTED, v] = 0
     q[TARGET, v] = q[PROMPT, v] + q[GENERATED, v]
     q[FD_LAST, v] = -1
@@ -388,11 +522,11 @@ def _decode_blocks(q: np.ndarray, sc: np.ndarray, cfg: np.ndarray, lists: tuple,
         v = _victim(run, sc, q, cfg)
         if v < 0:
             return
-        _preempt(v, q, sc, cfg, run, heap, arr)
+        _preempt(v, q, sc, cfg, run, heap, arr, bufs[11])
         if flag[v]:
             flag[v] = 0
             n_need -= 1
-    sc[FREE] -= n_need
+    _take(n_need, sc, cfg, bufs[11])
     for i in range(sc[NNEED]):
         s = needl[i]
         if flag[s]:
@@ -432,13 +566,34 @@ def _prefill_running(q: np.ndarray, sc: np.ndarray, cfg: np.ndarray, lists: tupl
             v = _victim(run, sc, q, cfg)
             if v < 0:
                 return
-            _preempt(v, q, sc, cfg, run, heap, arr)
+            _preempt(v, q, sc, cfg, run, heap, arr, bufs[11])
             if v == s:
                 break
         if q[STATE, s] != PREFILLING:
             continue
-        sc[FREE] -= nb
+        _take(nb, sc, cfg, bufs[11])
+        if cfg[PC]:
+            _register(s, have, have + c, cfg, bufs[11])
         _add_chunk(s, c, q, sc, chl)
+
+
+@_njit
+def _admission(s: int, budget: int, q: np.ndarray, sc: np.ndarray, cfg: np.ndarray,
+               pcx: tuple) -> tuple:
+    """Whether waiting request s is admitted with `budget` tokens left: (its chunk, new blocks,
+    prefix-cache hit blocks), the chunk -1 when it is not (a whole prompt that does not fit the
+    budget, or too few free blocks: new ones beyond the hits, its state's, and the hit blocks
+    taken out of the free queue)."""
+    target = q[TARGET, s]
+    nh = _lookup(s, target, cfg, pcx) if cfg[PC] else 0
+    h = nh * cfg[BS]
+    c = min(target - h, budget)
+    if c < target - h and cfg[CHUNKED] == 0:
+        return -1, 0, 0  # the whole prompt must fit what is left of the budget
+    nb = _held(s, h + c, q, cfg) - nh
+    if nb + (_reused(s, nh, pcx) if nh else 0) > sc[FREE]:
+        return -1, 0, 0
+    return c, nb, nh
 
 
 @_njit
@@ -446,18 +601,19 @@ def _admit_waiting(q: np.ndarray, sc: np.ndarray, cfg: np.ndarray, lists: tuple,
                    arr: np.ndarray, bufs: tuple) -> None:
     """Waiting requests in queue order while the budget, max_num_seqs and blocks allow."""
     run, heap = lists[0], lists[1]
-    pf, chl = bufs[0], bufs[1]
+    pf, chl, pcx = bufs[0], bufs[1], bufs[11]
     while sc[NHEAP] > 0 and sc[BUDGET] > 0 and sc[NRUN] < cfg[MAX_SEQS]:
         s = heap[0]
-        target = q[TARGET, s]
-        c = min(target, sc[BUDGET])
-        if c < target and cfg[CHUNKED] == 0:
-            break  # the whole prompt must fit what is left of the budget
-        nb = _held(s, c, q, cfg)
-        if nb > sc[FREE]:
+        c, nb, nh = _admission(s, sc[BUDGET], q, sc, cfg, pcx)
+        if c < 0:
             break
         _pop(heap, sc, q, arr)
-        sc[FREE] -= nb
+        if nh:
+            _hit(s, nh, q, sc, cfg, pcx)
+        _take(nb, sc, cfg, pcx)
+        if cfg[PC]:
+            h = nh * cfg[BS]
+            _register(s, h, h + c, cfg, pcx)
         q[STATE, s] = PREFILLING
         sc[ADMISSIONS] += 1
         if q[ADM_STEP, s] < 0:
@@ -524,7 +680,7 @@ def _finish(s: int, computed: int, q: np.ndarray, sc: np.ndarray, cfg: np.ndarra
     q[FIN_STEP, s] = sc[STEP]
     bufs[5][FIN_T, s] = bufs[6][T_END]
     q[STATE, s] = FINISHED
-    sc[FREE] += _held(s, computed, q, cfg)
+    _release(s, computed, q, sc, cfg, bufs[11])
     sc[DONE] += 1
     if cfg[CONC]:  # a closed loop: its client sends the next request (`_send_next`)
         bufs[8][sc[NFIN]] = s
@@ -796,7 +952,8 @@ def _step(t: float, q: np.ndarray, sc: np.ndarray, cfg: np.ndarray, model: tuple
 
 
 @_njit
-def _bulk_ok(q: np.ndarray, sc: np.ndarray, cfg: np.ndarray, heap: np.ndarray) -> bool:
+def _bulk_ok(q: np.ndarray, sc: np.ndarray, cfg: np.ndarray, heap: np.ndarray, pcx: tuple
+             ) -> bool:
     """Whether the next steps are pure decode steps of the same sequences (each one token
     longer) until an event: every running sequence decodes, no first-decode gap is pending,
     the last step decoded, and the waiting queue's head cannot be admitted (`_admit_waiting`'s
@@ -809,9 +966,7 @@ def _bulk_ok(q: np.ndarray, sc: np.ndarray, cfg: np.ndarray, heap: np.ndarray) -
     budget = cfg[MAX_TOKENS] - (0 if cfg[PREFILL_FIRST] else sc[NDEC])
     if budget <= 0:
         return True
-    s = heap[0]
-    c = min(q[TARGET, s], budget)
-    return (c < q[TARGET, s] and cfg[CHUNKED] == 0) or _held(s, c, q, cfg) > sc[FREE]
+    return _admission(heap[0], budget, q, sc, cfg, pcx)[0] < 0
 
 
 @_njit
@@ -833,8 +988,8 @@ def _bulk_len(q: np.ndarray, sc: np.ndarray, cfg: np.ndarray, run: np.ndarray) -
 
 
 @_njit
-def _bulk_blocks(adv: int, q: np.ndarray, sc: np.ndarray, cfg: np.ndarray, run: np.ndarray
-                 ) -> int:
+def _bulk_blocks(adv: int, q: np.ndarray, sc: np.ndarray, cfg: np.ndarray, run: np.ndarray,
+                 pcx: tuple) -> int:
     """The block edges `adv` steps into a stretch: the decoders whose context reaches their
     next block edge get a block (`_decode_blocks` without preemption). Returns the steps to the
     next edge, or -1 (nothing allocated) when too few blocks are free: a preemption, which the
@@ -845,7 +1000,7 @@ def _bulk_blocks(adv: int, q: np.ndarray, sc: np.ndarray, cfg: np.ndarray, run: 
         need += q[COMPUTED, s] + adv == q[DUE, s]
     if need > sc[FREE]:
         return -1
-    sc[FREE] -= need
+    _take(need, sc, cfg, pcx)
     edge = 1 << 30
     for i in range(sc[NRUN]):
         s = run[i]
@@ -866,7 +1021,7 @@ def _bulk(t: float, t_next: float, q: np.ndarray, sc: np.ndarray, cfg: np.ndarra
     last as `_step` advances them (`_advance_running`: tokens, completions, the next step's
     sums and block edges). Returns the clock; sc[STEP] is the last step run."""
     run, heap = lists[0][0], lists[0][1]
-    if not _bulk_ok(q, sc, cfg, heap):
+    if not _bulk_ok(q, sc, cfg, heap, bufs[11]):
         return t
     b, below, edge = _bulk_len(q, sc, cfg, run)
     tb, sf = lists[2][0], lists[2][2]
@@ -882,7 +1037,7 @@ def _bulk(t: float, t_next: float, q: np.ndarray, sc: np.ndarray, cfg: np.ndarra
     fixed = perf.fixed_parts(x, model[0], model[1])
     while j < b and t < t_next and 2 * (sc[NTBT] + 1) <= tb.shape[0]:
         if j == edge:
-            e = _bulk_blocks(j, q, sc, cfg, run)
+            e = _bulk_blocks(j, q, sc, cfg, run, bufs[11])
             if e < 0:
                 break
             edge = j + e
@@ -977,13 +1132,14 @@ def _run_loop(q: np.ndarray, sc: np.ndarray, cfg: np.ndarray, model: tuple, arr:
 
 @_njit
 def simulate_loop(arr: np.ndarray, q: np.ndarray, cfg: np.ndarray, consts: tuple, moe: bool,
-                  ar: tuple) -> tuple:
+                  ar: tuple, pcx: tuple) -> tuple:
     """Simulate requests (state `q`, filled in) to completion, in memory that does not grow
     with the steps (unless cfg[KEEP_STEPS]). Open loop (cfg[CONC] 0): `arr` holds the arrival
     times, sorted. Closed loop of cfg[CONC] clients: the first ones arrive at 0 and each
     completion sends the next request (`_send_next`), `arr` is filled in as they are sent;
     `ar` = (af, ai, overhead (s)): the closed loop's arrival rows (SENT_T.. above; SPREAD and
-    NOISE given with client jitter, cfg[JITTER]). Returns (per-request times qt (3, n); extra
+    NOISE given with client jitter, cfg[JITTER]); `pcx` the prefix cache's arrays (KOFF.. above,
+    cfg[PC]). Returns (per-request times qt (3, n); extra
     gaps; the TBT table (values, weights) of the per-step gaps; the time series samples
     (starts; running, waiting, blocks) at stride sc[STRIDE]; float aggregates tf; scalars sc;
     with cfg[KEEP_STEPS] the per-step rows (start, duration, gap) and (TBT count, running,
@@ -1002,10 +1158,10 @@ def simulate_loop(arr: np.ndarray, q: np.ndarray, cfg: np.ndarray, consts: tuple
     m = cfg[MAX_SEQS] + 1
     # prefilling list, chunk list, decoders due a block, their flags, pending first decodes,
     # per-request times, float scalars, per-request token times, this step's completions,
-    # the closed loop's arrival rows, the arrival times
+    # the closed loop's arrival rows, the arrival times, the prefix cache
     bufs = (np.empty(m, np.int64), np.empty(m, np.int64), np.empty(m, np.int64),
             np.zeros(n, np.int8), np.empty(2 * m, np.int64), qt, tf, np.zeros((2, n), np.float64),
-            np.empty(m, np.int64), (ar[0], ar[1]), arr)
+            np.empty(m, np.int64), (ar[0], ar[1]), arr, pcx)
     lists = ((np.empty(m, np.int64), np.empty(max(n, 1), np.int64)),
              np.empty((1, 1024), np.float64),
              (np.zeros((64, 2), np.float64), series, np.empty((3, cap), np.float64),
@@ -1023,10 +1179,61 @@ def open_loop_arrivals() -> tuple:
     return np.zeros((7, 0), np.float64), np.zeros((3, 0), np.int64), 0.0
 
 
+def no_prefix_cache(n: int) -> tuple:
+    """`simulate_loop`'s `pcx` without prefix caching (no keys)."""
+    z = np.zeros(0, np.int64)
+    return (np.zeros(n + 1, np.int64), z, np.zeros(0, np.int8), np.zeros(0, np.int32), z,
+            np.zeros((2, 0), np.int64))
+
+
+def prefix_cache(reqs: Requests, block_size: int, total_blocks: int) -> tuple:
+    """`simulate_loop`'s `pcx` for requests that share content: each request's
+    `Requests.block_keys` as dense key ids (equal keys, equal ids), built with numpy."""
+    n = len(reqs)
+    content, nblk = _key_codes(reqs, block_size)
+    koff = np.zeros(n + 1, np.int64)
+    koff[1:] = np.cumsum(nblk)
+    # a key is (content, end token): the content id with the block's index (its end / bs)
+    j = np.arange(koff[-1]) - np.repeat(koff[:-1], nblk)
+    span = int(j.max()) + 1 if len(j) else 1
+    code = (content - (int(content.min()) if len(content) else 0)) * span + j  # one int each
+    top = int(code.max()) + 1 if len(code) else 0
+    if top <= max(4 * len(code), 1 << 20):  # dense ids by a table (a sort costs 5x more)
+        seen = np.zeros(top, bool)
+        seen[code] = True
+        kid = (np.cumsum(seen) - 1)[code]
+    else:
+        kid = np.unique(code, return_inverse=True)[1]
+    kid = np.asarray(kid, np.int64).reshape(-1)
+    nk = int(kid.max()) + 1 if len(kid) else 0
+    return (koff, kid, np.zeros(len(kid), np.int8), np.zeros(nk, np.int32),
+            np.full(nk, -1, np.int64), np.zeros((2, 2 * total_blocks + 2), np.int64))
+
+
+def _key_codes(reqs: Requests, block_size: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per full shareable block of every request, in order, the id of its content (a trace's
+    hash id, or -1 - the prefix group, as `Requests.block_keys` names them), and each
+    request's number of such blocks."""
+    inp = np.asarray(reqs.input_tokens, np.int64)
+    if reqs.hash_ids is not None:
+        g = reqs.hash_block_tokens
+        parts, nblk = [], np.zeros(len(inp), np.int64)
+        for i, ids in enumerate(reqs.hash_ids):
+            limit = min(len(ids) * g, int(inp[i]))
+            ends = np.arange(block_size, limit + 1, block_size)
+            parts.append(np.asarray(ids, np.int64)[(ends - 1) // g])
+            nblk[i] = len(ends)
+        return (np.concatenate(parts) if parts else np.zeros(0, np.int64)), nblk
+    grp = np.asarray(reqs.prefix_group, np.int64)
+    nblk = np.where(grp >= 0, np.asarray(reqs.prefix_tokens, np.int64) // block_size, 0)
+    return np.repeat(-1 - grp, nblk), nblk
+
+
 def simulate_open_loop(arr: np.ndarray, q: np.ndarray, cfg: np.ndarray, consts: tuple,
                        moe: bool) -> tuple:
-    """`simulate_loop` of open-loop requests (cfg[CONC] 0)."""
-    return simulate_loop(arr, q, cfg, consts, moe, open_loop_arrivals())
+    """`simulate_loop` of open-loop requests without prefix caching (cfg[CONC], cfg[PC] 0)."""
+    return simulate_loop(arr, q, cfg, consts, moe, open_loop_arrivals(),
+                         no_prefix_cache(arr.shape[0]))
 
 
 @_njit
@@ -1091,7 +1298,7 @@ class CompiledEngine(ContinuousEngine):
         cfg = np.array([self.total_blocks, self.block_size, self.max_num_seqs,
                         self.max_num_batched_tokens, self.window if self.has_window else NO_WINDOW,
                         self.has_window, pol.prefill_first, pol.chunked_prefill, pol.preemption,
-                        self.state_blocks, bool(self.keep_steps), self.series_cap, 0, 0],
+                        self.state_blocks, bool(self.keep_steps), self.series_cap, 0, 0, 0],
                        np.int64)
         return q, cfg
 
@@ -1136,9 +1343,13 @@ class CompiledEngine(ContinuousEngine):
         else:
             arr = np.ascontiguousarray(reqs.arrival_at_s, np.float64)
             ar = open_loop_arrivals()
+        pcx = no_prefix_cache(len(reqs))
+        if self.policy.prefix_caching and reqs.has_prefix:
+            cfg[PC] = 1
+            pcx = prefix_cache(reqs, self.block_size, self.total_blocks)
         with signals_as_flag():  # a signal stops the loop, then is raised here
             (qt, gaps, tbt_v, tbt_w, ser_t, ser_i, tf, sc, sf, si) = simulate_loop(
-                arr, q, cfg, consts, moe, ar)
+                arr, q, cfg, consts, moe, ar, pcx)
         if sc[ERR]:
             raise AssertionError(ERRORS[int(sc[ERR])])
         if progress is not None:
@@ -1166,5 +1377,5 @@ class CompiledEngine(ContinuousEngine):
             extra_gaps_s=gaps,
             step_running=si[1], step_waiting=si[2], step_kv_blocks=si[3],
             num_gpu_blocks=self.total_blocks, preemptions=int(sc[PREEMPTIONS]),
-            scheduler="continuous", steps=steps,
+            scheduler="continuous", steps=steps, prefix_hit_tokens=int(sc[HIT_TOKENS]),
         )

@@ -44,14 +44,17 @@ ENGINE_IMPLS = ("auto", "compiled", "fast", "reference")
 """`--sim-engine`: auto takes the compiled engine (numba installed, a large run), else the fast
 one, whenever it supports the run (`capplan.sim.engine_impl`)."""
 INSTALL_HINT = "--sim-engine compiled needs numba: pip install 'capplan[fast]'"
-COMPILED_UNSUPPORTED = ("prefix_caching",)
+COMPILED_UNSUPPORTED: tuple[str, ...] = ()
 """Features the compiled engine (capplan.sim.compiled) leaves to this one or the reference."""
 
 
 def compiled_supports(**features: Any) -> bool:
     """Whether the compiled engine runs a simulation with these features (here, so the choice
     needs no numba import): none of COMPILED_UNSUPPORTED, nor any it does not know."""
-    return not any(v for k, v in features.items() if k != "closed_loop")
+    return not any(v for k, v in features.items()
+                   if k not in ("closed_loop", "prefix_caching"))
+
+
 RUN_MIN = 32
 """Shortest stretch of same-shape decode steps worth a vectorised step-time call."""
 RUN_MAX = 4096

@@ -168,7 +168,7 @@ def _advance(r: int, until: float, eng: tuple, st: tuple, tb: tuple, shared: tup
         lists = ((ia[RUN_][r], ia[HEAP_][r]), gl[0], (tabs[w], agg_rest[0], agg_rest[1],
                                                        agg_rest[2]))
         bufs = (ia[PF_][r], ia[CHL_][r], ia[NEEDL_][r], shared[0], ia[FDL_][r], shared[1],
-                TF[r], shared[2], ia[FIN_][r], shared[3], arr)
+                TF[r], shared[2], ia[FIN_][r], shared[3], arr, shared[4])
         t = t + _step(t, q, sc, cfg, model, arr, lists, bufs)
         if sc[ERR]:
             return
@@ -251,8 +251,11 @@ def simulate_fleet(arr: np.ndarray, q: np.ndarray, cfg: np.ndarray, consts: tupl
     agg_rest = ((np.empty(SERIES_DUMMY, np.float64), np.empty((3, SERIES_DUMMY), np.int32)),
                 np.empty((3, 0), np.float64), np.empty((4, 0), np.int32))
     qt = np.zeros((3, n), np.float64)
+    z = np.zeros(0, np.int64)
     shared = (np.zeros(n, np.int8), qt, np.zeros((2, n), np.float64),
-              (np.zeros((7, 0), np.float64), np.zeros((3, 0), np.int64)))
+              (np.zeros((7, 0), np.float64), np.zeros((3, 0), np.int64)),
+              (np.zeros(n + 1, np.int64), z, np.zeros(0, np.int8), np.zeros(0, np.int32), z,
+               np.zeros((2, 0), np.int64)))
     eng_arr = arr.copy()
     rep = np.full(n, -1, np.int64)
     _fleet_loop((q, cfg, (consts, moe), eng_arr), st, fl, (tabs, nt, bounds, gl, ng, agg_rest),

@@ -235,3 +235,29 @@ def test_series_of_long_runs_strides(llama_h100):
     np.testing.assert_array_equal(st.series_running, rec.step_running[shown])
     np.testing.assert_array_equal(st.series_waiting, rec.step_waiting[shown])
     np.testing.assert_array_equal(st.series_kv_blocks, rec.step_kv_blocks[shown])
+
+
+@pytest.mark.parametrize("kind", ["groups", "hash_ids"])
+def test_prefix_key_ids_name_the_block_keys(kind):
+    # the compiled loop's dense key ids (built with numpy) against Requests.block_keys: the
+    # same number of keys per request, equal keys <-> equal ids
+    from capplan.sim.compiled import prefix_cache
+
+    rng = np.random.default_rng(0)
+    n = 300
+    inp = rng.integers(1, 3000, n)
+    r = Requests(np.zeros(n), inp, np.ones(n, np.int64), np.zeros(n, np.int64),
+                 prefix_group=rng.integers(-1, 5, n),
+                 prefix_tokens=np.minimum(inp, rng.integers(0, 3000, n)))
+    if kind == "hash_ids":
+        r = dataclasses.replace(r, prefix_group=None, prefix_tokens=None, hash_block_tokens=512,
+                                hash_ids=tuple(rng.integers(0, 40, rng.integers(0, 8))
+                                               for _ in range(n)))
+    koff, kid = prefix_cache(r, BLOCK_SIZE, 10)[:2]
+    names: dict = {}
+    for i in range(n):
+        keys, ids = r.block_keys(i, BLOCK_SIZE), kid[koff[i]:koff[i + 1]].tolist()
+        assert len(keys) == len(ids)
+        for k, d in zip(keys, ids, strict=True):
+            assert names.setdefault(k, d) == d
+    assert len(names) > 50 and len(set(names.values())) == len(names)

@@ -241,8 +241,11 @@ def test_engine_choice():
     assert engine_impl("continuous", "reference") == "reference"
     assert engine_impl("static", "fast") == "reference"
     assert engine_impl("static", "compiled") == "reference"
-    # a feature neither fast engine declares (e.g. prefix caching) runs on the reference
-    assert engine_impl("continuous", "auto", prefix_caching=True) == "reference"
+    # prefix caching: the compiled engine, else the reference (the fast one lacks it)
+    assert engine_impl("continuous", "auto", prefix_caching=True) == (
+        "compiled" if compiled_available() else "reference")
+    assert engine_impl("continuous", "auto", num_requests=100, prefix_caching=True) == (
+        "compiled" if compiled_available() else "reference")
     assert engine_impl("continuous", "fast", prefix_caching=True) == "reference"
     with pytest.raises(Exception, match="sim-engine"):
         engine_impl("continuous", "turbo")
@@ -252,7 +255,7 @@ def test_engine_choice():
 def test_compiled_choice():
     assert engine_impl("continuous", "compiled", num_requests=100) == "compiled"
     assert engine_impl("continuous", "compiled", closed_loop=True) == "compiled"
-    assert engine_impl("continuous", "compiled", prefix_caching=True) == "reference"
+    assert engine_impl("continuous", "compiled", prefix_caching=True) == "compiled"
 
 
 def test_run_scheduler_results_identical_either_engine(llama_h100):
@@ -302,3 +305,28 @@ def test_cli_compiled_engine_same_answer(run_cli):
             assert a[key][q] == pytest.approx(b[key][q], abs=TOL_S), (key, q)
     assert a["preemptions"] == b["preemptions"]
     assert "simulator engine: compiled" in run_cli(*SIM, "--sim-engine", "compiled").stderr
+
+
+def _shared_requests(seed: int, rate: float | None, concurrency: int | None = None) -> Requests:
+    """`_requests` whose prompts start with one of four shared contents (or none), of random
+    length: prefix caching hits, registers and (in the small cache) evicts."""
+    r = _requests(seed, rate, concurrency)
+    rng = np.random.default_rng(seed + 100)
+    shared = np.minimum(r.input_tokens, rng.integers(0, 600, N))
+    return replace(r, prefix_group=rng.integers(-1, 4, N), prefix_tokens=shared)
+
+
+@needs_numba
+@pytest.mark.parametrize("policy", list(POLICIES))
+@pytest.mark.parametrize(("rate", "clients"), [(5.0, None), (200.0, None), (None, 12)])
+def test_prefix_caching_compiled_matches_reference(llama_h100, policy, rate, clients):
+    from capplan.sim.compiled import CompiledEngine
+
+    pol = replace(POLICIES[policy], prefix_caching=True)
+    reqs = _shared_requests(1, rate, clients)
+    ref = _run(ContinuousEngine, llama_h100.step, reqs, pol, 0.002 if clients else 0.0)
+    comp = _run(CompiledEngine, llama_h100.step, reqs, pol, 0.002 if clients else 0.0)
+    _same(comp, ref, sort_gaps=True)
+    assert comp.prefix_hit_tokens == ref.prefix_hit_tokens > 0
+    if rate == 200.0 and policy == "vllm":
+        assert ref.preemptions > 0  # preempted sequences release shared blocks too
