@@ -17,6 +17,7 @@ from capplan.plan.deployment import Deployment
 from capplan.plan.fleet_sim import FleetOptions, run_fleet
 from capplan.plan.load import require_one_load
 from capplan.sim import SCHEDULERS, engine_impl, run_features, run_scheduler
+from capplan.sim.engine import LEGACY_IMPLS
 from capplan.sim.fleet import fleet_compiled
 from capplan.sim.protocol import BenchmarkRun
 from capplan.sim.workload import Lane, Requests, Workload, load_trace, parse_length
@@ -154,6 +155,7 @@ def _with_engine(res: dict[str, Any], name: str, asked: str, features: dict[str,
     """The result with the engine that ran; when it is not the one asked for, why (said in
     every format, not only on stderr)."""
     impl = engine_impl(name, asked, **features)
+    asked = LEGACY_IMPLS.get(asked, asked)  # fast, reference: the loop as plain Python
     out = {**res, "engine_impl": impl}
     if asked not in ("auto", impl):
         used = [k for k, v in features.items() if v is True]

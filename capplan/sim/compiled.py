@@ -39,8 +39,11 @@ Not covered (they run on the other engines): step models other than `StepModel`.
 
 from __future__ import annotations
 
+import importlib.util
 import math
+import sys
 from collections.abc import Callable
+from types import ModuleType
 from typing import Any
 
 import numpy as np
@@ -48,15 +51,19 @@ import numpy as np
 from capplan.errors import InputError
 from capplan.models import perf
 from capplan.models.engine import ClientJitter
-from capplan.sim.engine import NO_WINDOW, ContinuousEngine, check_overhead
-from capplan.sim.entities import RunRecord, StepSummary
-from capplan.sim.fast import INSTALL_HINT, compiled_supports
+from capplan.sim.engine import INSTALL_HINT, NO_WINDOW, ContinuousEngine, check_overhead
+from capplan.sim.entities import STEP_INPUTS, RunRecord, StepSummary
 from capplan.sim.interrupt import pending as _pending_signals
 from capplan.sim.interrupt import signals_as_flag
 from capplan.sim.metrics import series_steps
 from capplan.sim.workload import Requests
 
-try:  # the optional `fast` extra
+PLAIN_MODULE = "capplan.sim._compiled_plain"
+"""This source loaded a second time with the JIT off (`loop_module`): the plain-Python loop."""
+
+try:
+    if __name__ == PLAIN_MODULE:
+        raise ImportError  # the plain twin: every function below stays Python
     import numba
     from numba.extending import register_jitable
 except ImportError:  # pragma: no cover - exercised in a subprocess test
@@ -137,6 +144,15 @@ if numba is not None:
     _step_parts = numba.njit(cache=True)(perf.step_parts)
 
     @_njit
+    def _fixed_parts(x: tuple, consts: tuple, moe: bool) -> tuple:
+        return perf.fixed_parts(x, consts, moe)
+
+    @_njit
+    def _decode_s(x: tuple, fixed: tuple, consts: tuple) -> float:
+        """A decode step's time from the parts that do not read the KV cache (`fixed`)."""
+        return float(perf.combine_parts(fixed, perf.attention_parts(x, consts))[0])
+
+    @_njit
     def _poll_signals() -> bool:
         """Back in the interpreter for a moment (objmode): pending signal handlers run there
         and record Ctrl-C / SIGTERM (sim/interrupt.py); True when one came."""
@@ -149,7 +165,24 @@ else:
 
     _njit_inline = _njit
 
-    _step_parts = perf.step_parts
+    def _stand_in_s(x: tuple, model: Any) -> float:
+        """The step time of a step model other than `StepModel` (the tests' stand-ins): its
+        own `step` for this step's inputs."""
+        kw = dict(zip(STEP_INPUTS, x, strict=True))
+        return float(np.asarray(model.step(**kw, detail=False)["step_s"]))
+
+    def _step_parts(x: tuple, consts: Any, moe: bool) -> Any:
+        if hasattr(consts, "step"):
+            return (_stand_in_s(x, consts),)
+        return perf.step_parts(x, consts, moe)
+
+    def _fixed_parts(x: tuple, consts: Any, moe: bool) -> Any:
+        return None if hasattr(consts, "step") else perf.fixed_parts(x, consts, moe)
+
+    def _decode_s(x: tuple, fixed: Any, consts: Any) -> float:
+        if hasattr(consts, "step"):
+            return _stand_in_s(x, consts)
+        return float(perf.combine_parts(fixed, perf.attention_parts(x, consts))[0])
 
     def _poll_signals() -> bool:
         return _pending_signals() > 0
@@ -1034,7 +1067,7 @@ def _bulk(t: float, t_next: float, q: np.ndarray, sc: np.ndarray, cfg: np.ndarra
     j = 0
     # the terms that do not read the KV cache are the same for every step of the stretch
     x = (float(nd), 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, float(nd))
-    fixed = perf.fixed_parts(x, model[0], model[1])
+    fixed = _fixed_parts(x, model[0], model[1])
     while j < b and t < t_next and 2 * (sc[NTBT] + 1) <= tb.shape[0]:
         if j == edge:
             e = _bulk_blocks(j, q, sc, cfg, run, bufs[11])
@@ -1045,7 +1078,7 @@ def _bulk(t: float, t_next: float, q: np.ndarray, sc: np.ndarray, cfg: np.ndarra
         kv = sc[SUMCTX]
         x = (float(nd), float(kv), float(sc[SUMCTXW] if cfg[HAS_WINDOW] else kv), 0.0, 0.0,
              0.0, 0.0, 0.0, 0.0, float(nd))
-        dur = float(perf.combine_parts(fixed, perf.attention_parts(x, model[0]))[0])
+        dur = _decode_s(x, fixed, model[0])
         _record(t, dur, True, 0, sc, cfg, tf, lists[2])
         sc[LAST_DEC] = sc[STEP]
         sc[SUMCTX] += nd
@@ -1250,8 +1283,8 @@ def _check_kernel(step_model: Any, consts: tuple, moe: bool) -> None:
     `perf.step_parts`, the cached loop (which has it compiled in) would keep the old formula.
     A probe step compiled the same way must equal `StepModel.step`; otherwise drop every cached
     function of this module and compile afresh."""
-    from capplan.sim.entities import STEP_INPUTS
-
+    if numba is None:
+        return
     want = float(np.asarray(step_model.step(**dict(zip(STEP_INPUTS, PROBE_STEP, strict=True)),
                                             detail=False)["step_s"]))
     got = _probe(PROBE_STEP, consts, moe)
@@ -1266,116 +1299,154 @@ def _check_kernel(step_model: Any, consts: tuple, moe: bool) -> None:
         "the compiled step time differs from StepModel.step after recompiling"
 
 
+def loop_module(eng: ContinuousEngine) -> ModuleType:
+    """The module whose loop runs `eng`: this one (compiled) when numba imports, `eng.jit` and
+    its step model is a `StepModel`; else this source's plain-Python twin (loaded once)."""
+    if numba is None or (eng.jit and hasattr(eng.step_model, "constants")):
+        return sys.modules[__name__]
+    return plain_module()
+
+
+def plain_module() -> ModuleType:
+    """This source with every function plain Python (itself when numba is missing)."""
+    if numba is None:
+        return sys.modules[__name__]
+    mod = sys.modules.get(PLAIN_MODULE)
+    if mod is None:
+        spec = importlib.util.spec_from_file_location(PLAIN_MODULE, __file__)
+        assert spec is not None and spec.loader is not None
+        mod = importlib.util.module_from_spec(spec)
+        sys.modules[PLAIN_MODULE] = mod
+        spec.loader.exec_module(mod)
+    return mod
+
+
+def build_arrays(eng: ContinuousEngine, reqs: Requests, prio: np.ndarray
+                 ) -> tuple[np.ndarray, np.ndarray]:
+    """Per-request state q[FIELD] and the configuration array of the loop."""
+    n = len(reqs)
+    q = np.full((NUM_FIELDS, n), -1, np.int32)  # tokens, steps < 2^31
+    q[PROMPT] = q[TARGET] = reqs.input_tokens
+    q[OUTPUT] = reqs.output_tokens
+    q[PRIO] = prio[np.asarray(reqs.lane)]
+    q[RESERVED] = eng.reserved_blocks(q[PROMPT], q[OUTPUT])
+    q[COMPUTED] = q[GENERATED] = q[CHUNK] = 0
+    q[STATE] = ARRIVING
+    pol = eng.policy
+    cfg = np.array([eng.total_blocks, eng.block_size, eng.max_num_seqs,
+                    eng.max_num_batched_tokens, eng.window if eng.has_window else NO_WINDOW,
+                    eng.has_window, pol.prefill_first, pol.chunked_prefill, pol.preemption,
+                    eng.state_blocks, bool(eng.keep_steps), eng.series_cap, 0, 0, 0], np.int64)
+    return q, cfg
+
+
+def closed_loop_rows(reqs: Requests, cfg: np.ndarray, overhead_s: float,
+                     jitter: ClientJitter | None) -> tuple:
+    """A closed loop's arrival rows for `simulate_loop` (cfg gains the clients and the jitter
+    flag); per-step rows are kept: a benchmark protocol drops its warm-ups' steps
+    (protocol.measured_record)."""
+    n = len(reqs)
+    cfg[CONC] = max(min(int(reqs.concurrency or 0), n), 1)
+    cfg[KEEP_STEPS] = 1
+    af = np.zeros((7, n), np.float64)
+    ai = np.full((3, n), -1, np.int64)
+    if jitter is not None and jitter.active:
+        cfg[JITTER] = 1
+        # Exp(1) per request in sending order, scaled by the spread of the finished request's
+        # output length (ClientJitter.spread_s)
+        af[NOISE] = np.random.default_rng(jitter.seed).standard_exponential(n)
+        af[SPREAD] = [jitter.spread_s(o) for o in reqs.output_tokens.tolist()]
+    return af, ai, float(overhead_s)
+
+
+def _model(step_model: Any) -> tuple:
+    """The loop's step-time model: (StepModel.constants as floats, MoE), checked against
+    `StepModel.step` when compiled; a stand-in step model itself (plain loop only)."""
+    if not hasattr(step_model, "constants"):
+        return step_model, False
+    consts = tuple(float(v) for v in step_model.constants())
+    moe = bool(float(step_model.num_experts) > 0)
+    _check_kernel(step_model, consts, moe)
+    return consts, moe
+
+
+def _inputs_of(eng: ContinuousEngine, reqs: Requests, priorities: np.ndarray | None,
+               overhead_s: float, jitter: ClientJitter | None) -> tuple:
+    """simulate_loop's arguments for a run (arrival times, q, cfg, ar, pcx)."""
+    prio = np.zeros(1, np.int64) if priorities is None else np.asarray(priorities, np.int64)
+    q, cfg = build_arrays(eng, reqs, prio)
+    if reqs.concurrency is not None:
+        arr = np.zeros(len(reqs), np.float64)
+        ar = closed_loop_rows(reqs, cfg, overhead_s, jitter)
+    else:
+        arr = np.ascontiguousarray(reqs.arrival_at_s, np.float64)
+        ar = open_loop_arrivals()
+    pcx = no_prefix_cache(len(reqs))
+    if eng.policy.prefix_caching and reqs.has_prefix:
+        cfg[PC] = 1
+        pcx = prefix_cache(reqs, eng.block_size, eng.total_blocks)
+    return arr, q, cfg, ar, pcx
+
+
+def run_engine(eng: ContinuousEngine, reqs: Requests, priorities: np.ndarray | None,
+               progress: Callable[[int], None] | None, request_overhead_s: float,
+               client_jitter: ClientJitter | None) -> RunRecord:
+    """`ContinuousEngine.run` with this module's loop: open loops (arrival times given) and
+    closed loops (`reqs.concurrency` clients; `request_overhead_s` and `client_jitter` delay
+    each next request, models/engine.ClientJitter)."""
+    check_overhead(request_overhead_s)
+    eng._check_requests(reqs)
+    arr, q, cfg, ar, pcx = _inputs_of(eng, reqs, priorities, request_overhead_s, client_jitter)
+    consts, moe = _model(eng.step_model)
+    with signals_as_flag():  # a signal stops the loop, then is raised here
+        (qt, gaps, tbt_v, tbt_w, ser_t, ser_i, tf, sc, sf, si) = simulate_loop(
+            arr, q, cfg, consts, moe, ar, pcx)
+    if sc[ERR]:
+        raise AssertionError(ERRORS[int(sc[ERR])])
+    if progress is not None:
+        progress(int(sc[DONE]))
+    # the series' steps, read off the samples kept every sc[STRIDE] steps (the nearest)
+    num_steps = int(sc[STEP]) + 1 if len(arr) else 0
+    j = np.minimum(np.rint(series_steps(num_steps) / sc[STRIDE]).astype(np.int64),
+                   max(len(ser_t) - 1, 0))
+    steps = StepSummary(
+        num_steps=num_steps, tbt_gap_s=tbt_v, tbt_count=tbt_w,
+        running_s=float(tf[RUN_INT]), in_system_s=float(tf[SYS_INT]),
+        kv_blocks_max=int(sc[KV_MAX]), series_start_s=ser_t[j], series_running=ser_i[0, j],
+        series_waiting=ser_i[1, j], series_kv_blocks=ser_i[2, j])
+    if cfg[CONC]:  # sent when a step ended (ASTEP -1: at 0), the overhead and jitter later
+        af, ai = ar[0], ar[1]
+        arr = np.where(ai[ASTEP] >= 0, af[SENT_T] + ar[2] + af[JIT], 0.0)
+        steps = None  # the per-step rows are kept: the metrics read them
+    return RunRecord(
+        arrival_at_s=arr,
+        admitted_at_s=qt[ADM_T], first_token_at_s=qt[FIRST_T], finished_at_s=qt[FIN_T],
+        input_tokens=np.asarray(reqs.input_tokens),
+        output_tokens=np.asarray(reqs.output_tokens),
+        lane=np.asarray(reqs.lane),
+        step_start_s=sf[0], step_dur_s=sf[1], step_tbt_count=si[0], step_tbt_gap_s=sf[2],
+        extra_gaps_s=gaps,
+        step_running=si[1], step_waiting=si[2], step_kv_blocks=si[3],
+        num_gpu_blocks=eng.total_blocks, preemptions=int(sc[PREEMPTIONS]),
+        scheduler="continuous", steps=steps, prefix_hit_tokens=int(sc[HIT_TOKENS]),
+    )
+
+
 class CompiledEngine(ContinuousEngine):
-    """`ContinuousEngine`'s scheduler as a compiled loop, the same results (module docstring);
-    its `state_blocks` (hybrid models) included."""
+    """`ContinuousEngine` that insists on the compiled loop (numba) and keeps only the steps'
+    aggregate by default."""
 
     impl = "compiled"
     keep_steps = False
-    """Keep the per-step arrays too (memory grows with the steps: tests compare them with the
-    reference engine's); by default only their aggregate `RunRecord.steps`."""
     series_cap = SERIES_CAP
-    """Step samples kept for the time series (even; tests lower it)."""
-
-    @staticmethod
-    def supports(**features: Any) -> bool:
-        """Open and closed loops without prefix caching (`capplan.sim.fast.compiled_supports`)."""
-        return compiled_supports(**features)
 
     def _arrays(self, reqs: Requests, prio: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Per-request state q[FIELD] and the configuration array of the compiled loop."""
-        n = len(reqs)
-        q = np.full((NUM_FIELDS, n), -1, np.int32)  # tokens, steps < 2^31
-        q[PROMPT] = q[TARGET] = reqs.input_tokens
-        q[OUTPUT] = reqs.output_tokens
-        q[PRIO] = prio[np.asarray(reqs.lane)]
-        r = self.policy.reserve_output_frac
-        # reserved_blocks: ceil((prompt + r * output) / block_size), 0 when r = 0
-        q[RESERVED] = (np.ceil((q[PROMPT] + r * q[OUTPUT]) / self.block_size) if r > 0 else 0)
-        q[COMPUTED] = q[GENERATED] = q[CHUNK] = 0
-        q[STATE] = ARRIVING
-        pol = self.policy
-        cfg = np.array([self.total_blocks, self.block_size, self.max_num_seqs,
-                        self.max_num_batched_tokens, self.window if self.has_window else NO_WINDOW,
-                        self.has_window, pol.prefill_first, pol.chunked_prefill, pol.preemption,
-                        self.state_blocks, bool(self.keep_steps), self.series_cap, 0, 0, 0],
-                       np.int64)
-        return q, cfg
-
-    def _closed_loop(self, reqs: Requests, cfg: np.ndarray, overhead_s: float,
-                     jitter: ClientJitter | None) -> tuple:
-        """A closed loop's arrival rows for `simulate_loop` (cfg gains the clients and the
-        jitter flag); per-step rows are kept: a benchmark protocol drops its warm-ups' steps
-        (protocol.measured_record)."""
-        n = len(reqs)
-        cfg[CONC] = max(min(int(reqs.concurrency or 0), n), 1)
-        cfg[KEEP_STEPS] = 1
-        af = np.zeros((7, n), np.float64)
-        ai = np.full((3, n), -1, np.int64)
-        if jitter is not None and jitter.active:
-            cfg[JITTER] = 1
-            # the reference's draws: Exp(1) per request in sending order, scaled by the
-            # spread of the finished request's output length (ClientJitter.spread_s)
-            af[NOISE] = np.random.default_rng(jitter.seed).standard_exponential(n)
-            af[SPREAD] = [jitter.spread_s(o) for o in reqs.output_tokens.tolist()]
-        return af, ai, float(overhead_s)
+        return build_arrays(self, reqs, prio)
 
     def run(self, reqs: Requests, priorities: np.ndarray | None = None,
             progress: Callable[[int], None] | None = None,
             request_overhead_s: float = 0.0,
             client_jitter: ClientJitter | None = None) -> RunRecord:
-        """`ContinuousEngine.run`: open loops (arrival times given) and closed loops
-        (`reqs.concurrency` clients; `request_overhead_s` and `client_jitter` delay each next
-        request, models/engine.ClientJitter)."""
-        check_overhead(request_overhead_s)
         if numba is None:
             raise InputError(INSTALL_HINT)
-        self._check_requests(reqs)
-        prio = np.zeros(1, np.int64) if priorities is None else np.asarray(priorities, np.int64)
-        q, cfg = self._arrays(reqs, prio)
-        consts = tuple(float(v) for v in self.step_model.constants())
-        moe = bool(float(self.step_model.num_experts) > 0)
-        _check_kernel(self.step_model, consts, moe)
-        closed = reqs.concurrency is not None
-        if closed:
-            arr = np.zeros(len(reqs), np.float64)
-            ar = self._closed_loop(reqs, cfg, request_overhead_s, client_jitter)
-        else:
-            arr = np.ascontiguousarray(reqs.arrival_at_s, np.float64)
-            ar = open_loop_arrivals()
-        pcx = no_prefix_cache(len(reqs))
-        if self.policy.prefix_caching and reqs.has_prefix:
-            cfg[PC] = 1
-            pcx = prefix_cache(reqs, self.block_size, self.total_blocks)
-        with signals_as_flag():  # a signal stops the loop, then is raised here
-            (qt, gaps, tbt_v, tbt_w, ser_t, ser_i, tf, sc, sf, si) = simulate_loop(
-                arr, q, cfg, consts, moe, ar, pcx)
-        if sc[ERR]:
-            raise AssertionError(ERRORS[int(sc[ERR])])
-        if progress is not None:
-            progress(int(sc[DONE]))
-        # the series' steps, read off the samples kept every sc[STRIDE] steps (the nearest)
-        num_steps = int(sc[STEP]) + 1 if len(arr) else 0
-        j = np.minimum(np.rint(series_steps(num_steps) / sc[STRIDE]).astype(np.int64),
-                       max(len(ser_t) - 1, 0))
-        steps = StepSummary(
-            num_steps=num_steps, tbt_gap_s=tbt_v, tbt_count=tbt_w,
-            running_s=float(tf[RUN_INT]), in_system_s=float(tf[SYS_INT]),
-            kv_blocks_max=int(sc[KV_MAX]), series_start_s=ser_t[j], series_running=ser_i[0, j],
-            series_waiting=ser_i[1, j], series_kv_blocks=ser_i[2, j])
-        if closed:  # sent when a step ended (ASTEP -1: at 0), the overhead and jitter later
-            af, ai = ar[0], ar[1]
-            arr = np.where(ai[ASTEP] >= 0, af[SENT_T] + ar[2] + af[JIT], 0.0)
-            steps = None  # the per-step rows are kept: the metrics read them
-        return RunRecord(
-            arrival_at_s=arr,
-            admitted_at_s=qt[ADM_T], first_token_at_s=qt[FIRST_T], finished_at_s=qt[FIN_T],
-            input_tokens=np.asarray(reqs.input_tokens),
-            output_tokens=np.asarray(reqs.output_tokens),
-            lane=np.asarray(reqs.lane),
-            step_start_s=sf[0], step_dur_s=sf[1], step_tbt_count=si[0], step_tbt_gap_s=sf[2],
-            extra_gaps_s=gaps,
-            step_running=si[1], step_waiting=si[2], step_kv_blocks=si[3],
-            num_gpu_blocks=self.total_blocks, preemptions=int(sc[PREEMPTIONS]),
-            scheduler="continuous", steps=steps, prefix_hit_tokens=int(sc[HIT_TOKENS]),
-        )
+        return super().run(reqs, priorities, progress, request_overhead_s, client_jitter)
