@@ -65,11 +65,12 @@ def run_simulation(dep: Deployment, *, rate: float | None, concurrency: int | No
     """{"head": run description and bound, "results": {scheduler: SimResult dict},
     "notes": [...]}. `progress(scheduler, done, total)` is called as requests finish.
     `chunked_prefill` None keeps the engine profile's choice; False forces whole prompts.
-    `sim_engine` (auto, compiled, fast, reference) picks the simulator; each result names the
-    one that ran as `engine_impl`. `fleet` (replicas > 1 or a schedule): the continuous
-    scheduler over a fleet behind a router (`capplan.plan.fleet_sim.run_fleet`). `benchmark`:
-    a tool's protocol (capplan.sim.protocol): its measured and warm-up requests, random
-    lengths and metric definitions (`benchmark` key)."""
+    `sim_engine` (auto, compiled, python) runs the scheduler loop compiled or interpreted;
+    each result names the one that ran as `engine_impl`. `fleet` (replicas > 1 or a
+    schedule): the continuous scheduler over a fleet behind a router
+    (`capplan.plan.fleet_sim.run_fleet`). `benchmark`: a tool's protocol
+    (capplan.sim.protocol): its measured and warm-up requests, random lengths and metric
+    definitions (`benchmark` key)."""
     limits.SEED.check(seed, "seed")
     if benchmark is not None:
         if fleet is not None and fleet.is_fleet:
@@ -78,18 +79,8 @@ def run_simulation(dep: Deployment, *, rate: float | None, concurrency: int | No
         requests, input_len, output_len = benchmark.workload(input_len, output_len)
     wl = workload_from_options(rate, concurrency, trace, input_len, output_len, burstiness,
                                requests, time_unit)
-    if prefix is not None and wl.trace is None:
-        from capplan.plan.prefix import check_prefix_fits
-
-        for ln in wl.lanes:
-            check_prefix_fits(prefix, ln.input_len.mean)
-        wl = replace(wl, lanes=tuple(replace(ln, prefix=prefix) for ln in wl.lanes))
+    wl, reqs, notes = _requests_of(dep, wl, prefix, seed)
     s = dep.settings
-    max_len = dep.memory.max_model_len
-    reqs, clipped = wl.generate(np.random.default_rng(seed)).clip_to_context(max_len)
-    _check_work(wl.trace is not None, reqs, dep)
-    notes = [f"trace {wl.trace.note}"] if wl.trace is not None and wl.trace.note else []
-    notes += [f"{clipped} prompts cut to fit max_model_len {max_len}"] if clipped else []
     overhead = float(np.asarray(dep.step.request_overhead_s))
     pool = dep.pool  # hybrids: each running sequence's state holds pool.state_blocks_per_seq
     results: dict[str, dict[str, Any]] = {}
@@ -124,7 +115,33 @@ def run_simulation(dep: Deployment, *, rate: float | None, concurrency: int | No
                                      run_features(s.profile.scheduler, reqs), notes)
     if concurrency is None:  # open loop: say when the arrivals outran the engine
         notes += _overload_notes(results, np.asarray(reqs.arrival_at_s, float))
-    first = results[schedulers[0]]
+    return {"head": _head(dep, wl, reqs, results[schedulers[0]], seed, overhead),
+            "results": results, "notes": notes}
+
+
+def _requests_of(dep: Deployment, wl: Workload, prefix: PrefixSpec | None, seed: int
+                 ) -> tuple[Workload, Requests, list[str]]:
+    """The workload with its prefix spec, its requests drawn and cut to max_model_len, checked
+    against the caps; and the notes on what was read or cut."""
+    if prefix is not None and wl.trace is None:
+        from capplan.plan.prefix import check_prefix_fits
+
+        for ln in wl.lanes:
+            check_prefix_fits(prefix, ln.input_len.mean)
+        wl = replace(wl, lanes=tuple(replace(ln, prefix=prefix) for ln in wl.lanes))
+    max_len = dep.memory.max_model_len
+    reqs, clipped = wl.generate(np.random.default_rng(seed)).clip_to_context(max_len)
+    _check_work(wl.trace is not None, reqs, dep)
+    notes = [f"trace {wl.trace.note}"] if wl.trace is not None and wl.trace.note else []
+    notes += [f"{clipped} prompts cut to fit max_model_len {max_len}"] if clipped else []
+    return wl, reqs, notes
+
+
+def _head(dep: Deployment, wl: Workload, reqs: Requests, first: dict[str, Any], seed: int,
+          overhead: float) -> dict[str, Any]:
+    """The run's description: deployment, settings, the bound at the first scheduler's mean
+    running batch, the load read."""
+    s, pool = dep.settings, dep.pool
     ctx = float(np.mean(reqs.input_tokens) + np.mean(reqs.output_tokens) / 2)
     per_replica_batch = first["mean_running_batch"] / max(first.get("replicas", 1), 1)
     bound = BOUNDS[int(dep.step.decode_step(max(per_replica_batch, 1.0), ctx)["bound_index"])]
@@ -137,7 +154,7 @@ def run_simulation(dep: Deployment, *, rate: float | None, concurrency: int | No
         head["state_blocks_per_seq"] = pool.state_blocks_per_seq
     if wl.trace is not None and wl.trace.note:  # the columns and time unit read, as latency's
         head["load"] = f"trace {wl.trace.note}"
-    return {"head": head, "results": results, "notes": notes}
+    return head
 
 
 def _check_work(is_trace: bool, reqs: Any, dep: Deployment) -> None:

@@ -104,39 +104,55 @@ def _outstanding(r: int, t: float, SC: np.ndarray, t_r: np.ndarray, last_done: n
 
 
 @_njit
+def _least_outstanding(t: float, st: tuple, fl: tuple) -> int:
+    """The accepting replica with the fewest requests in it at t (the first on ties; -1:
+    none accepts)."""
+    ready, stop = fl[0], fl[1]
+    SC, t_r, last_done = st[0], st[1], st[2]
+    best, bn = -1, 0
+    for r in range(ready.shape[0]):
+        if _accepts(r, t, ready, stop):
+            o = _outstanding(r, t, SC, t_r, last_done)
+            if best < 0 or o < bn:
+                best, bn = r, o
+    return best
+
+
+@_njit
+def _round_robin(t: float, rr: np.ndarray, ready: np.ndarray, stop: np.ndarray) -> int:
+    """The next accepting replica in turn (-1: none accepts)."""
+    na = 0
+    for r in range(ready.shape[0]):
+        na += _accepts(r, t, ready, stop)
+    if na == 0:
+        return -1
+    j = rr[0] % na
+    rr[0] += 1
+    for r in range(ready.shape[0]):
+        if _accepts(r, t, ready, stop):
+            if j == 0:
+                return r
+            j -= 1
+    return -1
+
+
+@_njit
 def _route(i: int, t: float, st: tuple, fl: tuple) -> int:
-    """The replica for request i at time t (-1: none accepts)."""
+    """The replica for request i at time t (-1: none accepts): least-outstanding; or
+    prefix-affinity's owner of the request's key while it accepts, else round-robin (which a
+    keyed request's first routing makes its key's owner)."""
     ready, stop, router, keys, owner = fl[0], fl[1], fl[2], fl[3], fl[4]
-    SC, t_r, last_done, rr = st[0], st[1], st[2], st[3]
-    R = ready.shape[0]
     k = keys[i]
     if router == 2 and k >= 0 and k in owner:
         r = owner[k]
         if _accepts(r, t, ready, stop):
             return r
     if router == 1:
-        best, bn = -1, 0
-        for r in range(R):
-            if _accepts(r, t, ready, stop):
-                o = _outstanding(r, t, SC, t_r, last_done)
-                if best < 0 or o < bn:
-                    best, bn = r, o
-        return best
-    na = 0
-    for r in range(R):
-        na += _accepts(r, t, ready, stop)
-    if na == 0:
-        return -1
-    j = rr[0] % na
-    rr[0] += 1
-    for r in range(R):
-        if _accepts(r, t, ready, stop):
-            if j == 0:
-                if router == 2 and k >= 0:
-                    owner[k] = r
-                return r
-            j -= 1
-    return -1
+        return _least_outstanding(t, st, fl)
+    r = _round_robin(t, st[3], ready, stop)
+    if router == 2 and k >= 0 and r >= 0:
+        owner[k] = r
+    return r
 
 
 @_njit
