@@ -48,10 +48,9 @@ from typing import Any
 
 import numpy as np
 
-from capplan.errors import InputError
 from capplan.models import perf
 from capplan.models.engine import ClientJitter
-from capplan.sim.engine import INSTALL_HINT, NO_WINDOW, ContinuousEngine, check_overhead
+from capplan.sim.engine_options import NO_WINDOW, check_overhead
 from capplan.sim.entities import STEP_INPUTS, RunRecord, StepSummary
 from capplan.sim.interrupt import pending as _pending_signals
 from capplan.sim.interrupt import signals_as_flag
@@ -1299,7 +1298,7 @@ def _check_kernel(step_model: Any, consts: tuple, moe: bool) -> None:
         "the compiled step time differs from StepModel.step after recompiling"
 
 
-def loop_module(eng: ContinuousEngine) -> ModuleType:
+def loop_module(eng: Any) -> ModuleType:
     """The module whose loop runs `eng`: this one (compiled) when numba imports, `eng.jit` and
     its step model is a `StepModel`; else this source's plain-Python twin (loaded once)."""
     if numba is None or (eng.jit and hasattr(eng.step_model, "constants")):
@@ -1321,7 +1320,7 @@ def plain_module() -> ModuleType:
     return mod
 
 
-def build_arrays(eng: ContinuousEngine, reqs: Requests, prio: np.ndarray
+def build_arrays(eng: Any, reqs: Requests, prio: np.ndarray
                  ) -> tuple[np.ndarray, np.ndarray]:
     """Per-request state q[FIELD] and the configuration array of the loop."""
     n = len(reqs)
@@ -1370,7 +1369,7 @@ def _model(step_model: Any) -> tuple:
     return consts, moe
 
 
-def _inputs_of(eng: ContinuousEngine, reqs: Requests, priorities: np.ndarray | None,
+def _inputs_of(eng: Any, reqs: Requests, priorities: np.ndarray | None,
                overhead_s: float, jitter: ClientJitter | None) -> tuple:
     """simulate_loop's arguments for a run (arrival times, q, cfg, ar, pcx)."""
     prio = np.zeros(1, np.int64) if priorities is None else np.asarray(priorities, np.int64)
@@ -1388,7 +1387,7 @@ def _inputs_of(eng: ContinuousEngine, reqs: Requests, priorities: np.ndarray | N
     return arr, q, cfg, ar, pcx
 
 
-def run_engine(eng: ContinuousEngine, reqs: Requests, priorities: np.ndarray | None,
+def run_engine(eng: Any, reqs: Requests, priorities: np.ndarray | None,
                progress: Callable[[int], None] | None, request_overhead_s: float,
                client_jitter: ClientJitter | None) -> RunRecord:
     """`ContinuousEngine.run` with this module's loop: open loops (arrival times given) and
@@ -1430,23 +1429,3 @@ def run_engine(eng: ContinuousEngine, reqs: Requests, priorities: np.ndarray | N
         num_gpu_blocks=eng.total_blocks, preemptions=int(sc[PREEMPTIONS]),
         scheduler="continuous", steps=steps, prefix_hit_tokens=int(sc[HIT_TOKENS]),
     )
-
-
-class CompiledEngine(ContinuousEngine):
-    """`ContinuousEngine` that insists on the compiled loop (numba) and keeps only the steps'
-    aggregate by default."""
-
-    impl = "compiled"
-    keep_steps = False
-    series_cap = SERIES_CAP
-
-    def _arrays(self, reqs: Requests, prio: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        return build_arrays(self, reqs, prio)
-
-    def run(self, reqs: Requests, priorities: np.ndarray | None = None,
-            progress: Callable[[int], None] | None = None,
-            request_overhead_s: float = 0.0,
-            client_jitter: ClientJitter | None = None) -> RunRecord:
-        if numba is None:
-            raise InputError(INSTALL_HINT)
-        return super().run(reqs, priorities, progress, request_overhead_s, client_jitter)

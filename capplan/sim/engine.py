@@ -65,19 +65,18 @@ import numpy as np
 
 from capplan.errors import InputError
 from capplan.models.engine import VLLM, ClientJitter, SchedulerPolicy
+from capplan.sim.engine_options import (  # noqa: F401 (re-exported: the engine's options)
+    ENGINE_IMPLS,
+    INSTALL_HINT,
+    LEGACY_IMPLS,
+    NO_WINDOW,
+    check_overhead,
+)
 from capplan.sim.entities import STEP_INPUTS, RunRecord
 from capplan.sim.workload import Requests
 
 VLLM_POLICY = VLLM.scheduler
 """The default: vLLM V1's scheduler policy, from its engine profile."""
-NO_WINDOW = 2**62
-"""Sliding window of a model without one (no query is capped)."""
-ENGINE_IMPLS = ("auto", "compiled", "python")
-"""`--sim-engine`: auto runs the scheduler loop compiled when numba imports, else as plain
-Python; compiled insists on numba; python runs the same loop interpreted (debugging)."""
-LEGACY_IMPLS = {"fast": "python", "reference": "python"}
-"""Names of the earlier hand-written engines, still accepted: the loop as plain Python."""
-INSTALL_HINT = "--sim-engine compiled needs numba: pip install numba"
 
 
 def step_times(step_model: Any, steps: Mapping[str, Any] | np.ndarray) -> np.ndarray:
@@ -180,7 +179,25 @@ class ContinuousEngine:
                                                      request_overhead_s, client_jitter)
 
 
-def check_overhead(request_overhead_s: float) -> None:
-    """A per-request overhead must be a finite number >= 0 (one-line error otherwise)."""
-    if not (np.isfinite(request_overhead_s) and request_overhead_s >= 0):
-        raise InputError(f"request_overhead_s {request_overhead_s}: must be >= 0")
+class CompiledEngine(ContinuousEngine):
+    """`ContinuousEngine` that insists on the compiled loop (numba) and keeps only the steps'
+    aggregate by default."""
+
+    impl = "compiled"
+    keep_steps = False
+
+    def _arrays(self, reqs: Requests, prio: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The loop's per-request state and configuration (capplan.sim.compiled.build_arrays)."""
+        from capplan.sim import compiled
+
+        return compiled.build_arrays(self, reqs, prio)
+
+    def run(self, reqs: Requests, priorities: np.ndarray | None = None,
+            progress: Callable[[int], None] | None = None,
+            request_overhead_s: float = 0.0,
+            client_jitter: ClientJitter | None = None) -> RunRecord:
+        from capplan.sim import compiled
+
+        if compiled.numba is None:
+            raise InputError(INSTALL_HINT)
+        return super().run(reqs, priorities, progress, request_overhead_s, client_jitter)

@@ -259,6 +259,7 @@ def _replay_compiled(dep: Deployment, reqs: Requests, fleet: tuple
                      ) -> tuple[_Times, list[dict[str, Any]]]:
     """Route and simulate on the compiled fleet loop; per-request times and TBT samples."""
     from capplan.sim import compiled as C
+    from capplan.sim.engine import CompiledEngine
     from capplan.sim.fleet_loop import (
         ROUTER_CODES,
         check_kernel,
@@ -268,9 +269,9 @@ def _replay_compiled(dep: Deployment, reqs: Requests, fleet: tuple
 
     ready, stop, router, keys, bounds = fleet
     pool, lim = dep.pool, dep.limits
-    eng = C.CompiledEngine(dep.step, pool.num_blocks, pool.block_size, lim.max_num_seqs,
-                           lim.max_num_batched_tokens, dep.settings.profile.scheduler,
-                           state_blocks=pool.state_blocks_per_seq)
+    eng = CompiledEngine(dep.step, pool.num_blocks, pool.block_size, lim.max_num_seqs,
+                         lim.max_num_batched_tokens, dep.settings.profile.scheduler,
+                         state_blocks=pool.state_blocks_per_seq)
     eng._check_requests(reqs)
     q, cfg = eng._arrays(reqs, np.zeros(1, np.int64))
     consts = tuple(float(v) for v in dep.step.constants())

@@ -51,6 +51,7 @@ def test_jit_disabled_process_gives_the_compiled_results(llama_h100, tmp_path):
         from capplan.models.engine import EngineSettings
         from capplan.plan.deployment import resolve_deployment
         from capplan.sim import compiled
+        from capplan.sim.engine import CompiledEngine
         from test_jit_equality import BLOCK_SIZE, POLICIES, SEQS, TOKENS, _requests, windowed
         assert not isinstance(compiled.simulate_loop, compiled.numba.core.dispatcher
                               .Dispatcher)  # the JIT is off: a plain function
@@ -59,14 +60,14 @@ def test_jit_disabled_process_gives_the_compiled_results(llama_h100, tmp_path):
         out = {{}}
         for name, policy in POLICIES.items():
             step = windowed(dep.step, 256.0) if name == "vllm" else dep.step
-            r = compiled.CompiledEngine(step, 300, BLOCK_SIZE, SEQS, TOKENS, policy).run(
+            r = CompiledEngine(step, 300, BLOCK_SIZE, SEQS, TOKENS, policy).run(
                 _requests(7, 30.0), np.array([1, 0]))
             out[name] = np.concatenate([r.first_token_at_s, r.finished_at_s, [r.preemptions]])
         np.savez({str(tmp_path / "plain.npz")!r}, **out)
     """
     out = _python(code, NUMBA_DISABLE_JIT="1", PYTHONPATH=HERE)
     assert out.returncode == 0, out.stderr[-2000:]
-    from capplan.sim.compiled import CompiledEngine
+    from capplan.sim.engine import CompiledEngine
 
     plain = np.load(tmp_path / "plain.npz")
     for name, policy in POLICIES.items():
@@ -115,7 +116,7 @@ def test_without_numba_auto_runs_pure_and_compiled_exits_2():
 
 def _without_and_with_state(args: tuple, reqs, state_blocks: int):  # noqa: ANN001, ANN202
     """The same run on the compiled engine without and with `state_blocks` per sequence."""
-    from capplan.sim.compiled import CompiledEngine
+    from capplan.sim.engine import CompiledEngine
 
     return (_keeping(CompiledEngine(*args)).run(reqs, PRIO),
             _keeping(CompiledEngine(*args, state_blocks=state_blocks)).run(reqs, PRIO))
@@ -152,7 +153,7 @@ def test_state_blocks_cost_capacity(llama_h100):
 def test_compiled_closed_loop_one_client_waits_for_each_answer(llama_h100):
     # one client: request i + 1 reaches the engine exactly `overhead` after request i finished
     # (hand rule of a closed loop), and the engine is never busy with two at once
-    from capplan.sim.compiled import CompiledEngine
+    from capplan.sim.engine import CompiledEngine
 
     eng = CompiledEngine(llama_h100.step, 300, BLOCK_SIZE, SEQS, TOKENS)
     r = eng.run(_requests(3, None, concurrency=1), PRIO, request_overhead_s=0.01)
@@ -173,7 +174,7 @@ def test_windowed_helper_is_a_step_model(llama_h100):
 ])
 def test_catalog_models_match_reference(model, settings):
     from capplan.api import deployment
-    from capplan.sim.compiled import CompiledEngine
+    from capplan.sim.engine import CompiledEngine
 
     dep = deployment(model, "h100-sxm", **settings)
     rng = np.random.default_rng(1)
@@ -192,7 +193,7 @@ def test_default_run_keeps_aggregates_only(llama_h100, policy):
     # The default run keeps no per-step arrays: per-request times, extra gaps and the step
     # aggregate equal the run that keeps them (and, through _same, the reference's), and the
     # CLI's summary is the same from either representation.
-    from capplan.sim.compiled import CompiledEngine
+    from capplan.sim.engine import CompiledEngine
     from capplan.sim.metrics import summarize
     from capplan.sim.workload import Lane
 
@@ -225,7 +226,7 @@ def test_series_of_long_runs_strides(llama_h100):
     # kept step nearest each evenly spaced one, exactly that step's values. Hand check with a
     # cap of 64 on ~2,900 steps: the stride doubles to 64 (2,900 / 64 < 64 samples) and each
     # shown step is within 32 steps of its target.
-    from capplan.sim.compiled import CompiledEngine
+    from capplan.sim.engine import CompiledEngine
     from capplan.sim.metrics import series_steps
 
     rng = np.random.default_rng(7)  # 240 requests as _requests draws them

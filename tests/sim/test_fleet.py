@@ -47,7 +47,7 @@ def _spec(dep, reqs, windows, **kw):  # noqa: ANN001, ANN003, ANN202
 def test_event_skipping_matches_step_by_step_at_low_load(llama_h100):
     # Low load: almost every step is a pure decode step inside a skipped stretch (block edges,
     # window-free): per-request times and TBT samples equal the loop's run step by step.
-    from capplan.sim.compiled import CompiledEngine
+    from capplan.sim.engine import CompiledEngine
     from capplan.sim.metrics import step_summary
 
     reqs = _reqs(150, 2.0, seed=3)
@@ -68,7 +68,7 @@ def test_event_skipping_matches_step_by_step_at_low_load(llama_h100):
 @needs_numba
 @pytest.mark.parametrize("router", ["round-robin", "least-outstanding", "prefix-affinity"])
 def test_one_replica_is_the_single_engine(llama_h100, router):
-    from capplan.sim.compiled import CompiledEngine
+    from capplan.sim.engine import CompiledEngine
 
     reqs = _reqs(400, 25.0, seed=1)
     single = _engine(llama_h100, CompiledEngine).run(reqs)
@@ -86,7 +86,7 @@ def test_one_replica_is_the_single_engine(llama_h100, router):
 def test_round_robin_schedule_equals_separate_runs(llama_h100):
     # Round-robin reads no replica state: the fleet loop's routing (lag, drain included) equals
     # routing first (route_static, plain Python) and running each replica on its own.
-    from capplan.sim.compiled import CompiledEngine
+    from capplan.sim.engine import CompiledEngine
     from capplan.sim.fleet import _group_keys, _subset
 
     reqs = _reqs(600, 30.0, seed=2)
