@@ -1,9 +1,11 @@
-"""The reference continuous-batching scheduler as a compiled step loop (numba, optional).
+"""The continuous-batching scheduler: the one implementation of its rules, a step loop that
+numba compiles and that runs as plain Python from the same source.
 
-`CompiledEngine` runs `capplan.sim.engine`'s scheduler semantics (the module docstring there:
-vLLM V1's mixed chunked prefill with recompute preemption, SGLang's prefill-first steps,
-TensorRT-LLM's whole prompts with the output reserved, sliding windows, priorities) as one
-`numba.njit` loop over struct-of-arrays state, on the exact clock, one step at a time:
+The rules are `capplan.sim.engine`'s module docstring (vLLM V1's mixed chunked prefill with
+recompute preemption, SGLang's prefill-first steps, TensorRT-LLM's whole prompts with the output
+reserved, sliding windows, priorities, hybrid models' state blocks, vLLM's automatic prefix
+caching, closed-loop clients); `ContinuousEngine` runs them here as one `numba.njit` loop over
+struct-of-arrays state, on the exact clock, one step at a time:
 
 - per request, one int32 row per field of `q[FIELD, request]` (prompt, output, priority,
   reserved blocks, target, computed and generated tokens, state, the steps of its last and
@@ -12,7 +14,7 @@ TensorRT-LLM's whole prompts with the output reserved, sliding windows, prioriti
 - the running set as an index array in admission order (so running prefills come in vLLM's
   order, and the preemption victim, the largest (priority, admission order), is found by one
   scan from the newest end); the waiting queue as a binary heap keyed (priority, arrival,
-  index), the reference's queue key;
+  index);
 - the step time from `capplan.models.perf.step_parts`, the same Python function `StepModel`
   evaluates with numpy, compiled with `numba.njit` and called per step with the model's
   constants as floats;
@@ -20,21 +22,22 @@ TensorRT-LLM's whole prompts with the output reserved, sliding windows, prioriti
   hash table of distinct gaps (the batch shapes recur: 4.3M steps at 10% load are ~33k
   entries), the time integrals of running and waiting, the peak of KV blocks, a strided sample
   for the time series; per request its admission, first-token and finish times, stamped in the
-  loop; `keep_steps` keeps the per-step arrays too (tests compare them with the reference);
+  loop; `keep_steps` keeps the per-step arrays too;
+- decode stretches between events run in closed form (`_bulk`: only their step times and
+  records);
 - hybrid models: `state_blocks` pool blocks per running sequence, held from admission to
-  finish or preemption besides its token blocks.
+  finish or preemption besides its token blocks;
+- closed loops: `concurrency` clients, each sending its next request when its last one
+  finishes; it reaches the engine `request_overhead_s` (plus the client jitter's delay) after
+  the end of that step, and with jitter requests take the next index in arrival order;
+- prefix caching: each request's shareable block keys as dense int64 ids (`prefix_cache`), per
+  key a ref count and the stamp of its free cached block, the free queue as an array in stamp
+  order (eviction pops its front, skipping stale entries).
 
-Without numba the functions are plain Python (the same code; tests run them with the JIT off),
-far too slow for large runs: `engine_impl` picks this engine only when numba imports.
-Per-request TTFT, TBT and E2E equal the reference's to 1e-9 s (tests/sim/test_fast_engine.py's
-grid, tests/sim/test_compiled.py).
-Closed loops: `concurrency` clients, each sending its next request when its last one
-finishes, which reaches the engine `request_overhead_s` (plus the client jitter's delay) after
-the end of that step (the reference's `_finish` and `_arrive`).
-Prefix caching (vLLM V1's, the reference's rules exactly): each request's shareable block keys
-as dense int64 ids (`prefix_cache`), per key a ref count and the stamp of its free cached block,
-the free queue as an array in stamp order (eviction pops its front, skipping stale entries).
-Not covered (they run on the other engines): step models other than `StepModel`.
+The same source as plain Python: without numba this module's functions stay Python; with it,
+`plain_module()` loads this file a second time as `PLAIN_MODULE` with the JIT off (debugging,
+`--sim-engine python`, and step models other than `StepModel`, whose step time the plain loop
+asks for step by step). tests/sim/test_jit_equality.py checks that both runs agree to 1e-9 s.
 """
 
 from __future__ import annotations
