@@ -115,8 +115,8 @@ def test_multi_turn_analytic_hits_match_the_simulator(run_cli):
 
 
 def test_prefix_runs_go_to_the_compiled_engine(run_cli):
-    """`auto` runs prefix caching on the compiled engine (numba installed; else on the
-    reference, as the fast engine lacks it), with what the reference gives."""
+    """`auto` runs prefix caching in the compiled loop (numba installed; else the loop
+    interpreted), with what the interpreted loop gives."""
     import json
 
     from capplan.sim import compiled_available
@@ -125,8 +125,8 @@ def test_prefix_runs_go_to_the_compiled_engine(run_cli):
             "--requests", "300", "--input-len", "200", "--output-len", "16",
             "--shared-prefix", "128", "--shared-fraction", "1", "--format", "json")
     auto = json.loads(run_cli(*args).stdout)
-    ref = json.loads(run_cli(*args, "--sim-engine", "reference").stdout)
-    assert auto["engine_impl"] == ("compiled" if compiled_available() else "reference")
+    ref = json.loads(run_cli(*args, "--sim-engine", "python").stdout)
+    assert auto["engine_impl"] == ("compiled" if compiled_available() else "python")
     for key in ("ttft_s", "e2e_s"):
         for q, v in ref[key].items():
             assert auto[key][q] == pytest.approx(v, abs=1e-9), (key, q)
