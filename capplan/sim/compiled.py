@@ -109,7 +109,7 @@ SERIES_CAP = 1 << 16
 (the series of runs up to SERIES_CAP steps is exactly the reference's)."""
 # configuration cfg[...]
 (TOTAL, BS, MAX_SEQS, MAX_TOKENS, WINDOW, HAS_WINDOW, PREFILL_FIRST, CHUNKED, CAN_PREEMPT,
- STATE_BLOCKS, KEEP_STEPS, SERIES_CAP_, CONC, JITTER, PC) = range(15)
+ STATE_BLOCKS, KEEP_STEPS, SERIES_CAP_, CONC, JITTER, PC, KV_PRESENT) = range(16)
 # a closed loop's arrivals: af[ROW, .] floats, ai[ROW, .] ints; by request index: its send time
 # (the end of the step that sent it), its jitter and the step that sent it; by sending order
 # (client jitter: a request gets the next index when it arrives): arrival time, send time,
@@ -705,6 +705,12 @@ def _inputs(decode: bool, q: np.ndarray, sc: np.ndarray, cfg: np.ndarray, chl: n
     if decode:
         nd, kv = sc[NDEC], sc[SUMCTX]
         kvw = sc[SUMCTXW] if cfg[HAS_WINDOW] else kv
+    if cfg[KV_PRESENT]:  # a P/D decode worker: a prompt's KV arrived, its step computes one
+        # token after prompt - 1 cached ones (capplan.sim.pd.KvPresentStep's inputs)
+        tokens = ptok + pread
+        read = max(tokens - nps, 0.0)
+        read_w = min(read, nps * wf)
+        ptok, pairs, pairs_w, pread, pread_w = float(nps), tokens, read_w + nps, read, read_w
     return (float(nd), float(kv), float(kvw), ptok, pairs, pairs_w, pread, pread_w,
             float(nps), float(nd + ncomp))
 
@@ -1338,7 +1344,8 @@ def build_arrays(eng: Any, reqs: Requests, prio: np.ndarray
     cfg = np.array([eng.total_blocks, eng.block_size, eng.max_num_seqs,
                     eng.max_num_batched_tokens, eng.window if eng.has_window else NO_WINDOW,
                     eng.has_window, pol.prefill_first, pol.chunked_prefill, pol.preemption,
-                    eng.state_blocks, bool(eng.keep_steps), eng.series_cap, 0, 0, 0], np.int64)
+                    eng.state_blocks, bool(eng.keep_steps), eng.series_cap, 0, 0, 0,
+                    bool(getattr(eng, "kv_present", False))], np.int64)
     return q, cfg
 
 

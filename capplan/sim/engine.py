@@ -100,6 +100,9 @@ class ContinuousEngine:
     aggregate `RunRecord.steps`; the simulator's runs (`run_scheduler`) keep the aggregate only."""
     series_cap = 1 << 16
     """Step samples kept for the time series (even; tests lower it)."""
+    kv_present = False
+    """A P/D decode worker (capplan.sim.pd): a prompt's KV arrived over the link, so its step
+    computes its last token only, reading the rest as a cached prefix (sim/pd.KvPresentStep)."""
 
     def __init__(self, step_model: Any, num_gpu_blocks: int, block_size: int, max_num_seqs: int,
                  max_num_batched_tokens: int, policy: SchedulerPolicy = VLLM_POLICY,

@@ -120,12 +120,14 @@ def _engine(dep: Deployment, kv_present: bool, sim_engine: str) -> Any:
     step: Any = dep.step
     budget = lim.max_num_batched_tokens
     if kv_present:
-        step = KvPresentStep(step)
         # a decode worker computes no prompt chunk: every admitted prompt fits its step
         budget = max(budget, lim.max_num_seqs * dep.memory.max_model_len)
+        if not hasattr(step, "constants"):
+            step = KvPresentStep(step)  # a stand-in step model: the plain loop asks it
     eng = ContinuousEngine(step, pool.num_blocks, pool.block_size, lim.max_num_seqs, budget,
                            policy, state_blocks=pool.state_blocks_per_seq)
-    # the loop compiled (a KvPresentStep, with no `constants`, runs it interpreted)
+    # a StepModel's prompt steps with the KV present: the loop's inputs as KvPresentStep's
+    eng.kv_present = kv_present and hasattr(dep.step, "constants")
     eng.jit = engine_impl("continuous", sim_engine) == "compiled"
     return eng
 
