@@ -6,9 +6,9 @@
   compiled engine when numba is installed): wall time, CPU time, peak RSS, requests simulated
   per second. Goal: 1M at 80% under 10 s and 500 MiB. `--rates` gives rates in req/s
   instead (e.g. 30, the issue's "80%" under the step model before issue 11).
-- The compiled and fast engines' speed-up over the reference engine at each load, in-process
-  on `--ref-requests` requests (default 20,000; the reference is too slow for 1M at overload),
-  the compiled engine after a warm-up run (its numba cache loaded).
+- The scheduler loop compiled against the same loop interpreted (`--sim-engine python`) at each
+  load, in-process on `--ref-requests` requests (default 20,000; the interpreted loop is too
+  slow for 1M), the compiled one after a warm-up run (its numba cache loaded).
 - `capplan recommend` for one lane over the whole catalog with the top 5 verified (goal < 1 s).
 - `capplan --help` and `--version` (goal < 0.2 s).
 
@@ -82,34 +82,29 @@ def speedup(n: int) -> None:
 
     from capplan.api import deployment
     from capplan.plan.simulation import workload_from_options
-    from capplan.sim import ContinuousEngine, FastEngine, compiled_available
+    from capplan.sim import ContinuousEngine, compiled_available
 
     dep = deployment(MODEL, GPU)
     s = dep.settings
-    engines = [FastEngine, ContinuousEngine]
-    if compiled_available():
-        from capplan.sim.compiled import CompiledEngine
-
-        engines.insert(0, CompiledEngine)
-    print(f"{', '.join(e.__name__ for e in engines)}: {n:,} requests, in-process (same "
-          "results), CPU s")
+    engines = {"compiled": True, "python": False} if compiled_available() else {"python": False}
+    print(f"the loop {' and '.join(engines)}: {n:,} requests, in-process (same results), CPU s")
     for load in LOADS:
         rate = load * CAPACITY_PER_S
         reqs = workload_from_options(rate, None, None, str(INP), str(OUT), 1.0, n,
                                      "auto").generate(np.random.default_rng(0))
         cpu = {}
-        for cls in engines:
-            eng = cls(dep.step, dep.memory.num_gpu_blocks, dep.memory.block_size,
-                      s.max_num_seqs, s.max_num_batched_tokens, s.profile.scheduler)
-            if cls.__name__ == "CompiledEngine":
+        for name, jit in engines.items():
+            eng = ContinuousEngine(dep.step, dep.memory.num_gpu_blocks, dep.memory.block_size,
+                                   s.max_num_seqs, s.max_num_batched_tokens, s.profile.scheduler)
+            eng.jit, eng.keep_steps = jit, False
+            if jit:
                 eng.run(reqs)  # load the cached machine code (or compile it) first
             t0 = time.process_time()
             eng.run(reqs)
-            cpu[cls.__name__] = time.process_time() - t0
-        ref = cpu["ContinuousEngine"]
+            cpu[name] = time.process_time() - t0
+        ref = cpu["python"]
         print(f"  {load:>4.0%} load: " + ", ".join(
-            f"{name.removesuffix('Engine').lower()} {t:6.2f} s ({ref / t:5.1f}x)"
-            for name, t in cpu.items()))
+            f"{name} {t:6.2f} s ({ref / t:5.1f}x)" for name, t in cpu.items()))
 
 
 def recommend(repeats: int = 3) -> None:
@@ -136,7 +131,7 @@ def main() -> None:
                     help="fractions of capacity to simulate, e.g. 0.8,1.2")
     ap.add_argument("--only", choices=["startup", "recommend", "speedup", "simulate"])
     ap.add_argument("--sim-engine", default="auto", help="simulate's engine (auto, compiled, "
-                    "fast, reference)")
+                    "python)")
     ap.add_argument("--rates", default="", help="simulate at these rates (req/s) instead")
     a = ap.parse_args()
     print(f"machine: {platform.machine()}, {os.cpu_count()} cores, Python "

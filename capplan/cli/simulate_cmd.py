@@ -99,12 +99,12 @@ def _rows(results: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
 @click.option("--batch-timeout", type=SECONDS_OR_0, default=0.05, show_default=True,
               help="Dynamic batching: seconds to wait after the first waiting request.")
 @click.option("--no-chunked-prefill", is_flag=True, help="Prefill whole prompts only.")
-@click.option("--sim-engine", type=click.Choice(["auto", "compiled", "fast", "reference"]),
+@click.option("--sim-engine",
+              type=click.Choice(["auto", "compiled", "python", "fast", "reference"]),
               default="auto", show_default=True,
-              help="Simulator implementation, all with the same results: compiled (numba, "
-                   "pip install 'capplan[fast]'), fast, or the reference; auto takes compiled "
-                   "for 10,000+ requests when numba is installed, else fast, when it supports "
-                   "the run.")
+              help="How the scheduler loop runs, with the same results: compiled (numba) or "
+                   "python (the same loop interpreted, for debugging); auto: compiled when "
+                   "numba is installed. fast and reference (earlier engines) mean python.")
 @prefix_options
 @fleet_options
 @pd_options

@@ -64,8 +64,8 @@ def replay_windows(reqs: Requests, dep: Any, windows: list[tuple[float, float, i
     from capplan.sim import compiled_available
     from capplan.sim.fleet import FleetReplaySpec, replay_schedule
 
-    # the compiled engine whatever each replica's share (sim.COMPILED_MIN_REQUESTS weighs
-    # numba's ~1 s load against one run; a replay runs a replica per window and per policy)
+    # the compiled loop whatever each replica's share (a replay runs a replica per window and
+    # per policy: numba's ~1 s load is paid once)
     engine = "compiled" if compiled_available() else "auto"
     res = replay_schedule(FleetReplaySpec(
         requests=reqs, engine_config=dep, windows=windows, router=router_for(reqs),

@@ -2,9 +2,9 @@
 queue only where it agrees with the replay (docs/queueing.md, "Which model answers").
 
 - Closed loops (`--concurrency`, as benchmark clients run them) and traces are replayed: the
-  simulator runs the same requests through the engine's scheduler step by step (the compiled
-  engine when numba is installed and the run is large, else the fast engine; both give the
-  reference's results) and its figures are the answer. Quantiles come from the replay's token
+  simulator runs the same requests through the engine's scheduler step by step (its one loop,
+  compiled when numba is installed, else interpreted, with the same results) and its figures
+  are the answer. Quantiles come from the replay's token
   gaps (capplan.sim.metrics), never from time shares.
 - An open-loop rate (`--rate`) is answered by the analytic queue (capplan.models.queueing) when
   its TTFT and TBT, mean and p99, are each within TOLERANCE of the replay of the same load;
@@ -99,17 +99,15 @@ def replay(dep: Deployment, load: ReplayLoad, trace: Any = None) -> dict[str, An
     """The simulator's answer for one load: head, result and notes of run_simulation (`trace`:
     the load's trace already read, else it is read from `load.trace`).
 
-    Open loops and traces run on the compiled engine whenever numba is installed, whatever
-    their size (`simulate`'s `auto` waits for 10,000 requests): loading it costs ~0.7 s once
-    per process, and a 2,000-request check at a low rate then takes ~0.1 s instead of the fast
-    engine's ~1.4 s. Closed loops, which it does not run, go to the fast engine. All engines
-    give the same results (tests/sim/test_fast_engine.py)."""
+    Every load runs the compiled loop whenever numba is installed: loading it costs ~0.7-1.5 s
+    once per process, and a 2,000-request check at a low rate then takes ~0.02-0.1 s (the
+    same loop interpreted: ~5 s). Both give the same results (tests/sim/test_jit_equality.py)."""
     from capplan.sim import compiled_available
 
     bench = _bench_run(load)
     requests = (bench.measured if bench is not None else OPEN_LOOP_REQUESTS
                 if load.rate is not None else 1000)
-    engine = "compiled" if load.concurrency is None and compiled_available() else "auto"
+    engine = "compiled" if compiled_available() else "auto"
     return run_simulation(dep, rate=load.rate, concurrency=load.concurrency,
                           trace=load.trace if trace is None else trace,
                           input_len=load.input_len, output_len=load.output_len,

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -17,6 +17,7 @@ from capplan.plan.deployment import Deployment
 from capplan.plan.fleet_sim import FleetOptions, run_fleet
 from capplan.plan.load import require_one_load
 from capplan.sim import SCHEDULERS, engine_impl, run_features, run_scheduler
+from capplan.sim.engine import LEGACY_IMPLS
 from capplan.sim.fleet import fleet_compiled
 from capplan.sim.protocol import BenchmarkRun
 from capplan.sim.workload import Lane, Requests, Workload, load_trace, parse_length
@@ -64,110 +65,82 @@ def run_simulation(dep: Deployment, *, rate: float | None, concurrency: int | No
     """{"head": run description and bound, "results": {scheduler: SimResult dict},
     "notes": [...]}. `progress(scheduler, done, total)` is called as requests finish.
     `chunked_prefill` None keeps the engine profile's choice; False forces whole prompts.
-    `sim_engine` (auto, compiled, fast, reference) picks the simulator; each result names the
-    one that ran as `engine_impl`. `fleet` (replicas > 1 or a schedule): the continuous
-    scheduler over a fleet behind a router (`capplan.plan.fleet_sim.run_fleet`). `benchmark`:
-    a tool's protocol (capplan.sim.protocol): its measured and warm-up requests, random
-    lengths and metric definitions (`benchmark` key)."""
+    `sim_engine` (auto, compiled, python) runs the scheduler loop compiled or interpreted;
+    each result names the one that ran as `engine_impl`. `fleet` (replicas > 1 or a
+    schedule): the continuous scheduler over a fleet behind a router
+    (`capplan.plan.fleet_sim.run_fleet`). `benchmark`: a tool's protocol
+    (capplan.sim.protocol): its measured and warm-up requests, random lengths and metric
+    definitions (`benchmark` key)."""
     limits.SEED.check(seed, "seed")
-    fleet_on = fleet is not None and fleet.is_fleet
     if benchmark is not None:
-        if fleet_on:
+        if fleet is not None and fleet.is_fleet:
             raise InputError("--benchmark measures one engine as the tool does; it does not "
                              "combine with --replicas or --schedule")
         requests, input_len, output_len = benchmark.workload(input_len, output_len)
-    wl = _with_prefix(workload_from_options(rate, concurrency, trace, input_len, output_len,
-                                            burstiness, requests, time_unit), prefix)
+    wl = workload_from_options(rate, concurrency, trace, input_len, output_len, burstiness,
+                               requests, time_unit)
+    wl, reqs, notes = _requests_of(dep, wl, prefix, seed)
+    s = dep.settings
+    overhead = float(np.asarray(dep.step.request_overhead_s))
+    pool = dep.pool  # hybrids: each running sequence's state holds pool.state_blocks_per_seq
+    results: dict[str, dict[str, Any]] = {}
+    for name in schedulers:
+        if fleet is not None and fleet.is_fleet:
+            if name != "continuous":
+                raise InputError("--replicas and --schedule simulate continuous batching only")
+            res = run_fleet(dep, reqs, wl.lanes, fleet, sim_engine)
+            results[name] = {**add_request_overhead(res, overhead),
+                             "engine_impl": "compiled fleet" if fleet_compiled(
+                                 dep, reqs, sim_engine) else engine_impl(
+                                 name, sim_engine, **run_features(s.profile.scheduler, reqs))}
+            continue
+        tick = None
+        if progress is not None:
+            def tick(done: int, name: str = name) -> None:
+                progress(name, done, len(reqs))
+        res = run_scheduler(dep.step, reqs, wl.lanes, scheduler=name,
+                            num_gpu_blocks=pool.num_blocks, block_size=pool.block_size,
+                            state_blocks=pool.state_blocks_per_seq,
+                            max_num_seqs=dep.limits.max_num_seqs,
+                            max_num_batched_tokens=dep.limits.max_num_batched_tokens,
+                            enable_chunked_prefill=chunked_prefill, batch_size=batch_size,
+                            batch_timeout_s=batch_timeout_s, policy=s.profile.scheduler,
+                            request_overhead_s=overhead if concurrency is not None else 0.0,
+                            client_jitter=(s.profile.client_jitter if concurrency is not None
+                                           else None),
+                            progress=tick, sim_engine=sim_engine,
+                            **({} if benchmark is None else
+                               {"measure": benchmark.measure(overhead)})).to_dict()
+        results[name] = _with_engine(add_request_overhead(res, overhead), name, sim_engine,
+                                     run_features(s.profile.scheduler, reqs), notes)
+    if concurrency is None:  # open loop: say when the arrivals outran the engine
+        notes += _overload_notes(results, np.asarray(reqs.arrival_at_s, float))
+    return {"head": _head(dep, wl, reqs, results[schedulers[0]], seed, overhead),
+            "results": results, "notes": notes}
+
+
+def _requests_of(dep: Deployment, wl: Workload, prefix: PrefixSpec | None, seed: int
+                 ) -> tuple[Workload, Requests, list[str]]:
+    """The workload with its prefix spec, its requests drawn and cut to max_model_len, checked
+    against the caps; and the notes on what was read or cut."""
+    if prefix is not None and wl.trace is None:
+        from capplan.plan.prefix import check_prefix_fits
+
+        for ln in wl.lanes:
+            check_prefix_fits(prefix, ln.input_len.mean)
+        wl = replace(wl, lanes=tuple(replace(ln, prefix=prefix) for ln in wl.lanes))
     max_len = dep.memory.max_model_len
     reqs, clipped = wl.generate(np.random.default_rng(seed)).clip_to_context(max_len)
     _check_work(wl.trace is not None, reqs, dep)
     notes = [f"trace {wl.trace.note}"] if wl.trace is not None and wl.trace.note else []
     notes += [f"{clipped} prompts cut to fit max_model_len {max_len}"] if clipped else []
-    overhead = float(np.asarray(dep.step.request_overhead_s))
-    run = _RunArgs(chunked_prefill=chunked_prefill, batch_size=batch_size,
-                   batch_timeout_s=batch_timeout_s, closed_loop=concurrency is not None,
-                   progress=progress, sim_engine=sim_engine, benchmark=benchmark,
-                   overhead_s=overhead)
-    results: dict[str, dict[str, Any]] = {}
-    for name in schedulers:
-        if fleet_on:
-            assert fleet is not None
-            results[name] = _fleet_result(dep, reqs, wl, fleet, name, run)
-        else:
-            results[name] = _scheduler_result(dep, reqs, wl, name, run, notes)
-    if concurrency is None:  # open loop: say when the arrivals outran the engine
-        notes += _overload_notes(results, np.asarray(reqs.arrival_at_s, float))
-    head = _head(dep, reqs, wl, results[schedulers[0]], seed)
-    return {"head": head, "results": results, "notes": notes}
+    return wl, reqs, notes
 
 
-@dataclass(frozen=True, kw_only=True)
-class _RunArgs:
-    """run_simulation's options that each scheduler's run reads."""
-
-    chunked_prefill: bool | None
-    batch_size: int | None
-    batch_timeout_s: float
-    closed_loop: bool
-    progress: Callable[[str, int, int], Any] | None
-    sim_engine: str
-    benchmark: BenchmarkRun | None
-    overhead_s: float
-
-
-def _with_prefix(wl: Workload, prefix: PrefixSpec | None) -> Workload:
-    """Every generated lane's prompts share the prefix (a trace brings its own)."""
-    if prefix is None or wl.trace is not None:
-        return wl
-    from capplan.plan.prefix import check_prefix_fits
-
-    for ln in wl.lanes:
-        check_prefix_fits(prefix, ln.input_len.mean)
-    return replace(wl, lanes=tuple(replace(ln, prefix=prefix) for ln in wl.lanes))
-
-
-def _fleet_result(dep: Deployment, reqs: Requests, wl: Workload, fleet: FleetOptions,
-                  name: str, run: _RunArgs) -> dict[str, Any]:
-    """The continuous scheduler over a fleet behind a router."""
-    if name != "continuous":
-        raise InputError("--replicas and --schedule simulate continuous batching only")
-    res = run_fleet(dep, reqs, wl.lanes, fleet, run.sim_engine)
-    return {**add_request_overhead(res, run.overhead_s),
-            "engine_impl": "compiled fleet" if fleet_compiled(
-                dep, reqs, run.sim_engine) else engine_impl(
-                name, run.sim_engine, **run_features(dep.settings.profile.scheduler, reqs))}
-
-
-def _scheduler_result(dep: Deployment, reqs: Requests, wl: Workload, name: str,
-                      run: _RunArgs, notes: list[str]) -> dict[str, Any]:
-    """One scheduler's run on one replica, as the client measures it."""
-    s, pool, overhead = dep.settings, dep.pool, run.overhead_s
-    tick = None
-    if run.progress is not None:
-        progress = run.progress
-
-        def tick(done: int, name: str = name) -> None:
-            progress(name, done, len(reqs))
-    res = run_scheduler(dep.step, reqs, wl.lanes, scheduler=name,
-                        num_gpu_blocks=pool.num_blocks, block_size=pool.block_size,
-                        state_blocks=pool.state_blocks_per_seq,
-                        max_num_seqs=dep.limits.max_num_seqs,
-                        max_num_batched_tokens=dep.limits.max_num_batched_tokens,
-                        enable_chunked_prefill=run.chunked_prefill, batch_size=run.batch_size,
-                        batch_timeout_s=run.batch_timeout_s, policy=s.profile.scheduler,
-                        request_overhead_s=overhead if run.closed_loop else 0.0,
-                        client_jitter=(s.profile.client_jitter if run.closed_loop
-                                       else None),
-                        progress=tick, sim_engine=run.sim_engine,
-                        **({} if run.benchmark is None else
-                           {"measure": run.benchmark.measure(overhead)})).to_dict()
-    return _with_engine(add_request_overhead(res, overhead), name, run.sim_engine,
-                        run_features(s.profile.scheduler, reqs), notes)
-
-
-def _head(dep: Deployment, reqs: Requests, wl: Workload, first: dict[str, Any], seed: int
-          ) -> dict[str, Any]:
-    """The run's description and the bound of its mean running batch per replica."""
+def _head(dep: Deployment, wl: Workload, reqs: Requests, first: dict[str, Any], seed: int,
+          overhead: float) -> dict[str, Any]:
+    """The run's description: deployment, settings, the bound at the first scheduler's mean
+    running batch, the load read."""
     s, pool = dep.settings, dep.pool
     ctx = float(np.mean(reqs.input_tokens) + np.mean(reqs.output_tokens) / 2)
     per_replica_batch = first["mean_running_batch"] / max(first.get("replicas", 1), 1)
@@ -176,8 +149,7 @@ def _head(dep: Deployment, reqs: Requests, wl: Workload, first: dict[str, Any], 
             "max_num_seqs": s.max_num_seqs, "max_num_batched_tokens": s.max_num_batched_tokens,
             "num_gpu_blocks": dep.memory.num_gpu_blocks, "seed": seed,
             "calibration": dep.step.calibration_source, "num_requests": len(reqs),
-            "request_overhead_s": float(np.asarray(dep.step.request_overhead_s)),
-            "engine_settings": dep.settings_summary()}
+            "request_overhead_s": overhead, "engine_settings": dep.settings_summary()}
     if pool.state_blocks_per_seq:
         head["state_blocks_per_seq"] = pool.state_blocks_per_seq
     if wl.trace is not None and wl.trace.note:  # the columns and time unit read, as latency's
@@ -200,6 +172,7 @@ def _with_engine(res: dict[str, Any], name: str, asked: str, features: dict[str,
     """The result with the engine that ran; when it is not the one asked for, why (said in
     every format, not only on stderr)."""
     impl = engine_impl(name, asked, **features)
+    asked = LEGACY_IMPLS.get(asked, asked)  # fast, reference: the loop as plain Python
     out = {**res, "engine_impl": impl}
     if asked not in ("auto", impl):
         used = [k for k, v in features.items() if v is True]

@@ -133,9 +133,9 @@ def simulate_closed_loop(dep: Deployment, concurrency: int, isl: int, osl: int,
 
 
 PARALLEL_MIN_REQUESTS = 2000
-"""Below this many simulated requests in all, verification runs serially on the fast engine: a
-worker process costs ~0.1 s to start and the compiled engine ~0.7 s to load (numba and its
-cached loop), more than small simulations take."""
+"""Below this many simulated requests in all, verification runs serially: a worker process
+costs ~0.1 s to start and ~0.7 s to load the compiled loop (numba and its cache), more than
+small simulations take."""
 
 
 def numba_installed() -> bool:
@@ -148,8 +148,9 @@ def numba_installed() -> bool:
 
 def verification_engine(jobs: Sequence[VerifyJob]) -> str:
     """The simulator for a plan's verification jobs, the same with any `--jobs`: the compiled
-    engine (equal results to 1e-9 s, capplan.sim.compiled) when numba is installed and the jobs
-    total PARALLEL_MIN_REQUESTS or more, else `auto` (the fast engine at these sizes)."""
+    loop (capplan.sim.compiled) when numba is installed and the jobs total
+    PARALLEL_MIN_REQUESTS or more, else `auto` (the same: compiled when numba imports, else the
+    loop interpreted, with equal results to 1e-9 s)."""
     total = sum(j.requests for j in jobs)
     return "compiled" if total >= PARALLEL_MIN_REQUESTS and numba_installed() else "auto"
 

@@ -17,50 +17,47 @@ import numpy as np
 from capplan.errors import InputError
 from capplan.models.engine import ClientJitter, SchedulerPolicy
 from capplan.sim.batching import BatchEngine
-from capplan.sim.engine import VLLM_POLICY, ContinuousEngine
+from capplan.sim.engine import (
+    ENGINE_IMPLS,
+    INSTALL_HINT,
+    LEGACY_IMPLS,
+    VLLM_POLICY,
+    ContinuousEngine,
+)
 from capplan.sim.entities import RunRecord
-from capplan.sim.fast import ENGINE_IMPLS, INSTALL_HINT, FastEngine, compiled_supports
 from capplan.sim.metrics import SimResult, summarize
 from capplan.sim.workload import Lane, LengthDist, Requests, Workload, load_trace, parse_length
 
 SCHEDULERS = ("continuous", "static", "dynamic")
 
-__all__ = ["ENGINE_IMPLS", "SCHEDULERS", "BatchEngine", "ContinuousEngine", "FastEngine", "Lane",
+__all__ = ["ENGINE_IMPLS", "SCHEDULERS", "BatchEngine", "ContinuousEngine", "Lane",
            "LengthDist", "Requests", "RunRecord", "SimResult", "Workload", "engine_impl",
            "run_features",
            "load_trace", "parse_length", "run_scheduler", "simulate"]
 
 
-COMPILED_MIN_REQUESTS = 10_000
-"""`auto` takes the compiled engine from this many requests: below, importing numba and loading
-its cached machine code (~1 s here) costs more than the pure engines spend (measured:
-docs/performance.md)."""
-
-
 def engine_impl(scheduler: str, sim_engine: str = "auto", num_requests: int | None = None,
                 **features: Any) -> str:
-    """Which implementation runs a simulation, all with the same results: "compiled"
-    (capplan.sim.compiled, needs numba) when asked for, or `auto` with numba installed and
-    `num_requests` unknown or at least COMPILED_MIN_REQUESTS; else "fast" (capplan.sim.fast);
-    each only when it supports the run's `features`, else the next; "reference" always for
-    static and dynamic batching, which have one engine each. `--sim-engine compiled` without
-    numba is an InputError naming the extra to install."""
-    if sim_engine not in ENGINE_IMPLS:
+    """How a simulation runs: continuous batching's one scheduler loop (capplan.sim.compiled)
+    "compiled" (numba) when asked for, or `auto` with numba installed, else "python" (the same
+    loop interpreted); "reference" for static and dynamic batching, which have one engine each.
+    `--sim-engine compiled` without numba is an InputError naming the package to install; the
+    earlier engines' names (fast, reference) run the loop as plain Python. `num_requests` and
+    `features` (`run_features`) no longer change the choice: every feature runs in the loop."""
+    del num_requests, features
+    if sim_engine not in ENGINE_IMPLS and sim_engine not in LEGACY_IMPLS:
         raise InputError(f"--sim-engine {sim_engine!r}: expected one of {', '.join(ENGINE_IMPLS)}")
-    if scheduler != "continuous" or sim_engine == "reference":
+    if scheduler != "continuous":
         return "reference"
+    sim_engine = LEGACY_IMPLS.get(sim_engine, sim_engine)
     if sim_engine == "compiled" and not compiled_available():
         raise InputError(INSTALL_HINT)
-    big = num_requests is None or num_requests >= COMPILED_MIN_REQUESTS
-    if (sim_engine == "compiled" or (sim_engine == "auto" and big and compiled_available())) \
-            and compiled_supports(**features):
-        return "compiled"
-    return "fast" if FastEngine.supports(**features) else "reference"
+    return "compiled" if sim_engine != "python" and compiled_available() else "python"
 
 
 @cache
 def compiled_available() -> bool:
-    """Whether numba imports (the compiled engine can run); checked once, on first use."""
+    """Whether numba imports (the loop can run compiled); checked once, on first use."""
     try:
         import numba  # noqa: F401
     except ImportError:
@@ -69,8 +66,8 @@ def compiled_available() -> bool:
 
 
 def run_features(policy: SchedulerPolicy, reqs: Requests) -> dict[str, Any]:
-    """The extra features a run uses and its size, for `engine_impl` (prefix caching runs only
-    when the policy has it on and the requests share content)."""
+    """The features a run uses and its size (prefix caching runs only when the policy has it on
+    and the requests share content)."""
     return {"prefix_caching": bool(policy.prefix_caching and getattr(reqs, "has_prefix", False)),
             "closed_loop": getattr(reqs, "concurrency", None) is not None,
             "num_requests": len(reqs)}
@@ -94,9 +91,10 @@ def run_scheduler(step_model: Any, reqs: Requests, lanes: tuple[Lane, ...], *, s
     client's next request reaches the engine that long after its last one ended
     (`ContinuousEngine.run`); latencies stay engine-side, so add it to TTFT and E2E.
     `client_jitter` (closed loop, continuous): the noise on that delay (ClientJitter).
-    `sim_engine` (auto, compiled, fast, reference) picks the implementation (`engine_impl`);
-    all give the same results. `state_blocks`: blocks each running sequence's recurrent state
-    holds (hybrid models, `MemoryReport.state_blocks_per_seq`; continuous batching).
+    `sim_engine` (auto, compiled, python) runs the loop compiled or interpreted
+    (`engine_impl`); both give the same results. `state_blocks`: blocks each running
+    sequence's recurrent state holds (hybrid models, `MemoryReport.state_blocks_per_seq`;
+    continuous batching).
     `measure(record, lanes)` summarises the run (default `summarize`; a benchmark protocol's
     drops its warm-ups, capplan.sim.protocol.measure).
     """
@@ -104,14 +102,11 @@ def run_scheduler(step_model: Any, reqs: Requests, lanes: tuple[Lane, ...], *, s
         policy = replace(policy, chunked_prefill=enable_chunked_prefill)
     prio = np.array([ln.priority for ln in lanes] or [0], np.int64)
     if scheduler == "continuous":
-        impl = engine_impl(scheduler, sim_engine, **run_features(policy, reqs))
-        if impl == "compiled" and not hasattr(step_model, "constants"):
-            impl = "fast"  # a stand-in step model (tests): the loop needs StepModel's formula
-        cls = {"fast": FastEngine, "reference": ContinuousEngine}.get(impl)
-        if cls is None:
-            from capplan.sim.compiled import CompiledEngine as cls  # imports numba
-        eng = cls(step_model, num_gpu_blocks, block_size, max_num_seqs, max_num_batched_tokens,
-                  policy, state_blocks=state_blocks)
+        eng = ContinuousEngine(step_model, num_gpu_blocks, block_size, max_num_seqs,
+                               max_num_batched_tokens, policy, state_blocks=state_blocks)
+        # a stand-in step model (tests) runs the plain loop: only StepModel's formula compiles
+        eng.jit = engine_impl(scheduler, sim_engine) == "compiled"
+        eng.keep_steps = False  # the steps' aggregate only: memory that does not grow
         return measure(eng.run(reqs, prio, progress, request_overhead_s, client_jitter), lanes)
     if scheduler in ("static", "dynamic"):
         batch = BatchEngine(step_model, num_gpu_blocks, block_size,

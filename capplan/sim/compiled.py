@@ -1,9 +1,11 @@
-"""The reference continuous-batching scheduler as a compiled step loop (numba, optional).
+"""The continuous-batching scheduler: the one implementation of its rules, a step loop that
+numba compiles and that runs as plain Python from the same source.
 
-`CompiledEngine` runs `capplan.sim.engine`'s scheduler semantics (the module docstring there:
-vLLM V1's mixed chunked prefill with recompute preemption, SGLang's prefill-first steps,
-TensorRT-LLM's whole prompts with the output reserved, sliding windows, priorities) as one
-`numba.njit` loop over struct-of-arrays state, on the exact clock, one step at a time:
+The rules are `capplan.sim.engine`'s module docstring (vLLM V1's mixed chunked prefill with
+recompute preemption, SGLang's prefill-first steps, TensorRT-LLM's whole prompts with the output
+reserved, sliding windows, priorities, hybrid models' state blocks, vLLM's automatic prefix
+caching, closed-loop clients); `ContinuousEngine` runs them here as one `numba.njit` loop over
+struct-of-arrays state, on the exact clock, one step at a time:
 
 - per request, one int32 row per field of `q[FIELD, request]` (prompt, output, priority,
   reserved blocks, target, computed and generated tokens, state, the steps of its last and
@@ -12,7 +14,7 @@ TensorRT-LLM's whole prompts with the output reserved, sliding windows, prioriti
 - the running set as an index array in admission order (so running prefills come in vLLM's
   order, and the preemption victim, the largest (priority, admission order), is found by one
   scan from the newest end); the waiting queue as a binary heap keyed (priority, arrival,
-  index), the reference's queue key;
+  index);
 - the step time from `capplan.models.perf.step_parts`, the same Python function `StepModel`
   evaluates with numpy, compiled with `numba.njit` and called per step with the model's
   constants as floats;
@@ -20,38 +22,50 @@ TensorRT-LLM's whole prompts with the output reserved, sliding windows, prioriti
   hash table of distinct gaps (the batch shapes recur: 4.3M steps at 10% load are ~33k
   entries), the time integrals of running and waiting, the peak of KV blocks, a strided sample
   for the time series; per request its admission, first-token and finish times, stamped in the
-  loop; `keep_steps` keeps the per-step arrays too (tests compare them with the reference);
+  loop; `keep_steps` keeps the per-step arrays too;
+- decode stretches between events run in closed form (`_bulk`: only their step times and
+  records);
 - hybrid models: `state_blocks` pool blocks per running sequence, held from admission to
-  finish or preemption besides its token blocks.
+  finish or preemption besides its token blocks;
+- closed loops: `concurrency` clients, each sending its next request when its last one
+  finishes; it reaches the engine `request_overhead_s` (plus the client jitter's delay) after
+  the end of that step, and with jitter requests take the next index in arrival order;
+- prefix caching: each request's shareable block keys as dense int64 ids (`prefix_cache`), per
+  key a ref count and the stamp of its free cached block, the free queue as an array in stamp
+  order (eviction pops its front, skipping stale entries).
 
-Without numba the functions are plain Python (the same code; tests run them with the JIT off),
-far too slow for large runs: `engine_impl` picks this engine only when numba imports.
-Per-request TTFT, TBT and E2E equal the reference's to 1e-9 s (tests/sim/test_fast_engine.py's
-grid, tests/sim/test_compiled.py).
-Not covered (they run on the other engines, `CompiledEngine.supports`): closed-loop clients,
-prefix caching, step models other than `StepModel`.
+The same source as plain Python: without numba this module's functions stay Python; with it,
+`plain_module()` loads this file a second time as `PLAIN_MODULE` with the JIT off (debugging,
+`--sim-engine python`, and step models other than `StepModel`, whose step time the plain loop
+asks for step by step). tests/sim/test_jit_equality.py checks that both runs agree to 1e-9 s.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import math
+import sys
 from collections.abc import Callable
+from types import ModuleType
 from typing import Any
 
 import numpy as np
 
-from capplan.errors import InputError
 from capplan.models import perf
 from capplan.models.engine import ClientJitter
-from capplan.sim.engine import NO_WINDOW, ContinuousEngine, check_overhead
-from capplan.sim.entities import RunRecord, StepSummary
-from capplan.sim.fast import INSTALL_HINT, compiled_supports
+from capplan.sim.engine_options import NO_WINDOW, check_overhead
+from capplan.sim.entities import STEP_INPUTS, RunRecord, StepSummary
 from capplan.sim.interrupt import pending as _pending_signals
 from capplan.sim.interrupt import signals_as_flag
 from capplan.sim.metrics import series_steps
 from capplan.sim.workload import Requests
 
-try:  # the optional `fast` extra
+PLAIN_MODULE = "capplan.sim._compiled_plain"
+"""This source loaded a second time with the JIT off (`loop_module`): the plain-Python loop."""
+
+try:
+    if __name__ == PLAIN_MODULE:
+        raise ImportError  # the plain twin: every function below stays Python
     import numba
     from numba.extending import register_jitable
 except ImportError:  # pragma: no cover - exercised in a subprocess test
@@ -68,15 +82,23 @@ ARRIVING, WAITING, PREFILLING, DECODING, FINISHED, NEW_DECODER = range(6)
 (FREE, NDEC, BUDGET, PREEMPTED_NOW, DEC_DONE, BLOCKED, ADMISSIONS, PREEMPTIONS, DONE, NRUN,
  NHEAP, NCH, STEP, LAST_DEC, NGAPS, ERR, SUMCTX, SUMCTXW, NPF, NNEED, NFD, NTBT, STRIDE, NSER,
  KV_MAX) = range(25)
-NUM_SCALARS = 26
+NUM_SCALARS = 35
 BULK_MIN_STEPS = 2
 """Shortest decode stretch `_bulk` runs: a one-step stretch costs more passes over the running
 set than a full step (overload, where a large batch completes a sequence every step)."""
 LAST_FIN = 25
 """sc[LAST_FIN]: completions in the last step of a decode stretch (`_bulk`)."""
+NXT, SENT, NFIN, NPEND = 26, 27, 28, 29
+NCACHED, STAMP, LRU_HEAD, LRU_TAIL, HIT_TOKENS = 30, 31, 32, 33, 34
+"""sc[...], prefix caching: free blocks that keep a key, the next free-queue stamp, the free
+queue's live span, prompt tokens found in the cache."""
+"""sc[...]: requests that reached the waiting queue, requests sent (all of them in an open loop;
+a closed loop sends one when one finishes), completions of this step (closed loop: they send),
+requests sent and on their way (client jitter)."""
 # float scalars tf[...]: this step's start and end, the end of the last decode step and of step
 # 0, the time integrals of the running set and of the requests in the system (s * requests)
-T_START, T_END, T_LAST_DEC, T_STEP0, RUN_INT, SYS_INT = range(6)
+T_START, T_END, T_LAST_DEC, T_STEP0, RUN_INT, SYS_INT, OVERHEAD = range(7)
+NUM_TF = 7
 # per-request times qt[FIELD, request]: admission (a step's start), first token, finish (a
 # step's end); and in qtok[FIELD, request] (dropped after the run) last token and pending
 # first-decode gap (a step's end)
@@ -87,7 +109,19 @@ SERIES_CAP = 1 << 16
 (the series of runs up to SERIES_CAP steps is exactly the reference's)."""
 # configuration cfg[...]
 (TOTAL, BS, MAX_SEQS, MAX_TOKENS, WINDOW, HAS_WINDOW, PREFILL_FIRST, CHUNKED, CAN_PREEMPT,
- STATE_BLOCKS, KEEP_STEPS, SERIES_CAP_) = range(12)
+ STATE_BLOCKS, KEEP_STEPS, SERIES_CAP_, CONC, JITTER, PC, KV_PRESENT) = range(16)
+# a closed loop's arrivals: af[ROW, .] floats, ai[ROW, .] ints; by request index: its send time
+# (the end of the step that sent it), its jitter and the step that sent it; by sending order
+# (client jitter: a request gets the next index when it arrives): arrival time, send time,
+# jitter, sending step, the pending heap; the jitter's spread by request, its noise by sending
+SENT_T, JIT, PT, PST, PJ, SPREAD, NOISE = range(7)
+ASTEP, PG, PHEAP = range(3)
+# prefix caching, pcx = (koff, kid, isref, kref, kstamp, lru): request s's block keys are
+# kid[koff[s]:koff[s + 1]] (dense ids of Requests.block_keys), isref the same slots' flag "a
+# shared entry it holds"; per key: holders of its registered block (kref, vLLM's ref count)
+# and, for a free block that keeps it, when it was freed (kstamp, -1: none); lru[(key, stamp),
+# i]: the free queue in stamp order (entries whose stamp is no longer the key's are stale)
+KOFF, KID, ISREF, KREF, KSTAMP, LRU = range(6)
 # error codes sc[ERR]
 ERR_NO_PREEMPTION, ERR_NO_VICTIM, ERR_NO_WORK = 1, 2, 3
 ERRORS = {ERR_NO_PREEMPTION: "out of KV blocks under a policy without preemption: the "
@@ -112,6 +146,15 @@ if numba is not None:
     _step_parts = numba.njit(cache=True)(perf.step_parts)
 
     @_njit
+    def _fixed_parts(x: tuple, consts: tuple, moe: bool) -> tuple:
+        return perf.fixed_parts(x, consts, moe)
+
+    @_njit
+    def _decode_s(x: tuple, fixed: tuple, consts: tuple) -> float:
+        """A decode step's time from the parts that do not read the KV cache (`fixed`)."""
+        return float(perf.combine_parts(fixed, perf.attention_parts(x, consts))[0])
+
+    @_njit
     def _poll_signals() -> bool:
         """Back in the interpreter for a moment (objmode): pending signal handlers run there
         and record Ctrl-C / SIGTERM (sim/interrupt.py); True when one came."""
@@ -124,7 +167,24 @@ else:
 
     _njit_inline = _njit
 
-    _step_parts = perf.step_parts
+    def _stand_in_s(x: tuple, model: Any) -> float:
+        """The step time of a step model other than `StepModel` (the tests' stand-ins): its
+        own `step` for this step's inputs."""
+        kw = dict(zip(STEP_INPUTS, x, strict=True))
+        return float(np.asarray(model.step(**kw, detail=False)["step_s"]))
+
+    def _step_parts(x: tuple, consts: Any, moe: bool) -> Any:
+        if hasattr(consts, "step"):
+            return (_stand_in_s(x, consts),)
+        return perf.step_parts(x, consts, moe)
+
+    def _fixed_parts(x: tuple, consts: Any, moe: bool) -> Any:
+        return None if hasattr(consts, "step") else perf.fixed_parts(x, consts, moe)
+
+    def _decode_s(x: tuple, fixed: Any, consts: Any) -> float:
+        if hasattr(consts, "step"):
+            return _stand_in_s(x, consts)
+        return float(perf.combine_parts(fixed, perf.attention_parts(x, consts))[0])
 
     def _poll_signals() -> bool:
         return _pending_signals() > 0
@@ -177,6 +237,244 @@ def _pop(heap: np.ndarray, sc: np.ndarray, q: np.ndarray, arr: np.ndarray) -> in
         i = m
 
 
+# -- arrivals: open loop (given times) or closed loop (a completion sends the next request) ----
+@_njit
+def _pbefore(a: int, b: int, af: np.ndarray, ai: np.ndarray) -> bool:
+    """Client jitter: request a (in sending order) reaches the engine before b: by arrival
+    time, then sending step, then delay (the reference's pool order)."""
+    if af[PT, a] != af[PT, b]:
+        return af[PT, a] < af[PT, b]
+    if ai[PG, a] != ai[PG, b]:
+        return ai[PG, a] < ai[PG, b]
+    if af[PJ, a] != af[PJ, b]:
+        return af[PJ, a] < af[PJ, b]
+    return a < b
+
+
+@_njit
+def _ppush(k: int, sc: np.ndarray, af: np.ndarray, ai: np.ndarray) -> None:
+    heap = ai[PHEAP]
+    i = sc[NPEND]
+    sc[NPEND] += 1
+    heap[i] = k
+    while i > 0:
+        p = (i - 1) // 2
+        if not _pbefore(heap[i], heap[p], af, ai):
+            break
+        heap[i], heap[p] = heap[p], heap[i]
+        i = p
+
+
+@_njit
+def _ppop(sc: np.ndarray, af: np.ndarray, ai: np.ndarray) -> int:
+    heap = ai[PHEAP]
+    top = heap[0]
+    n = sc[NPEND] - 1
+    sc[NPEND] = n
+    heap[0] = heap[n]
+    i = 0
+    while True:
+        lo, r, m = 2 * i + 1, 2 * i + 2, i
+        if lo < n and _pbefore(heap[lo], heap[m], af, ai):
+            m = lo
+        if r < n and _pbefore(heap[r], heap[m], af, ai):
+            m = r
+        if m == i:
+            return top
+        heap[i], heap[m] = heap[m], heap[i]
+        i = m
+
+
+@_njit
+def _next_arrival(sc: np.ndarray, cfg: np.ndarray, arr: np.ndarray, bufs: tuple) -> float:
+    """When the next request reaches the engine (inf: none is on its way)."""
+    if sc[NXT] >= sc[SENT]:
+        return np.inf
+    if cfg[JITTER] and sc[NXT] >= cfg[CONC]:
+        af, ai = bufs[9]
+        return af[PT, ai[PHEAP, 0]]
+    return arr[sc[NXT]]
+
+
+@_njit
+def _arrive(t: float, q: np.ndarray, sc: np.ndarray, cfg: np.ndarray, heap: np.ndarray,
+            arr: np.ndarray, bufs: tuple) -> None:
+    """The requests that reached the engine by t join the waiting queue, in arrival order (with
+    client jitter each takes the next request index as it arrives: its lengths)."""
+    af, ai = bufs[9]
+    while sc[NXT] < sc[SENT]:
+        s = sc[NXT]
+        if cfg[JITTER] and s >= cfg[CONC]:  # (the first clients' requests arrive at 0)
+            k = ai[PHEAP, 0]
+            if af[PT, k] > t:
+                return
+            _ppop(sc, af, ai)
+            arr[s], af[SENT_T, s], af[JIT, s] = af[PT, k], af[PST, k], af[PJ, k]
+            ai[ASTEP, s] = ai[PG, k]
+        elif arr[s] > t:
+            return
+        q[STATE, s] = WAITING
+        _push(s, heap, sc, q, arr)
+        sc[NXT] = s + 1
+
+
+@_njit
+def _send_next(split: int, sc: np.ndarray, cfg: np.ndarray, arr: np.ndarray, bufs: tuple
+               ) -> None:
+    """A closed loop: each request finished this step sends its client's next one, which
+    reaches the engine `overhead` (plus its jitter) after the step ends (the reference's
+    `_finish`). The reference finishes prompts in chunk order, then decoders in index order
+    (its finish heap): the decoders' part, from `split`, is sorted (the order pairs a finished
+    request's output length with the next request's jitter noise)."""
+    nfin = sc[NFIN]
+    sc[NFIN] = 0
+    finl, tf = bufs[8], bufs[6]
+    af, ai = bufs[9]
+    for i in range(split + 1, nfin):  # insertion sort: a handful a step
+        x, j = finl[i], i - 1
+        while j >= split and finl[j] > x:
+            finl[j + 1] = finl[j]
+            j -= 1
+        finl[j + 1] = x
+    for i in range(nfin):
+        k = sc[SENT]
+        if k >= arr.shape[0]:
+            return
+        sc[SENT] = k + 1
+        t_end = tf[T_END]
+        if cfg[JITTER]:  # on its way with its own delay, in arrival order
+            j = af[SPREAD, finl[i]] * af[NOISE, k]
+            af[PT, k], af[PST, k], af[PJ, k] = (t_end + j) + tf[OVERHEAD], t_end, j
+            ai[PG, k] = sc[STEP]
+            _ppush(k, sc, af, ai)
+        else:
+            arr[k], af[SENT_T, k] = t_end + tf[OVERHEAD], t_end
+            ai[ASTEP, k] = sc[STEP]
+
+
+# -- prefix caching (the reference's _lookup, _hit, _take, _register, _release, _cache) ------
+@_njit
+def _lookup(s: int, num_tokens: int, cfg: np.ndarray, pcx: tuple) -> int:
+    """Full blocks of the longest cached chain of s's keys, capped at num_tokens - 1 tokens
+    (vLLM kv_cache_manager.get_computed_blocks)."""
+    koff, kid, kref, kstamp = pcx[KOFF], pcx[KID], pcx[KREF], pcx[KSTAMP]
+    a = koff[s]
+    m = min((num_tokens - 1) // cfg[BS], koff[s + 1] - a)
+    h = 0
+    while h < m and (kref[kid[a + h]] > 0 or kstamp[kid[a + h]] >= 0):
+        h += 1
+    return h
+
+
+@_njit
+def _reused(s: int, nh: int, pcx: tuple) -> int:
+    """Of s's first nh hit blocks, those taken out of the free queue (cached, not in use)."""
+    kid, kstamp, a = pcx[KID], pcx[KSTAMP], pcx[KOFF][s]
+    n = 0
+    for i in range(nh):
+        n += kstamp[kid[a + i]] >= 0
+    return n
+
+
+@_njit
+def _hit(s: int, nh: int, q: np.ndarray, sc: np.ndarray, cfg: np.ndarray, pcx: tuple) -> None:
+    """Reuse s's first nh blocks (block_pool.touch: ref count up, out of the free queue)."""
+    kid, isref, kref, kstamp, a = pcx[KID], pcx[ISREF], pcx[KREF], pcx[KSTAMP], pcx[KOFF][s]
+    for i in range(nh):
+        k = kid[a + i]
+        if kstamp[k] >= 0:
+            kstamp[k] = -1
+            sc[NCACHED] -= 1
+            sc[FREE] -= 1
+        kref[k] += 1
+        isref[a + i] = 1
+    q[COMPUTED, s] = nh * cfg[BS]
+    sc[HIT_TOKENS] += nh * cfg[BS]
+
+
+@_njit
+def _take(n: int, sc: np.ndarray, cfg: np.ndarray, pcx: tuple) -> None:
+    """Allocate n free blocks: keyless ones first, then evict cached ones least recently
+    freed first (block_pool.get_new_blocks -> _maybe_evict_cached_block)."""
+    if cfg[PC]:
+        kstamp, lru = pcx[KSTAMP], pcx[LRU]
+        evict = n - (sc[FREE] - sc[NCACHED])
+        while evict > 0:
+            i = sc[LRU_HEAD]
+            sc[LRU_HEAD] = i + 1
+            k = lru[0, i]
+            if kstamp[k] == lru[1, i]:
+                kstamp[k] = -1
+                sc[NCACHED] -= 1
+                evict -= 1
+    sc[FREE] -= n
+
+
+@_njit
+def _register(s: int, before: int, after: int, cfg: np.ndarray, pcx: tuple) -> None:
+    """Full blocks a scheduled chunk fills become shared entries when it is scheduled
+    (kv_cache_manager.allocate_slots -> cache_blocks); an existing entry with the same key keeps
+    the block private."""
+    kid, isref, kref, kstamp = pcx[KID], pcx[ISREF], pcx[KREF], pcx[KSTAMP]
+    a, bs = pcx[KOFF][s], cfg[BS]
+    for j in range(before // bs, min(after // bs, pcx[KOFF][s + 1] - a)):
+        k = kid[a + j]
+        if kref[k] == 0 and kstamp[k] < 0:
+            kref[k] = 1
+            isref[a + j] = 1
+
+
+@_njit
+def _cache(k: int, sc: np.ndarray, pcx: tuple) -> None:
+    """A freed block keeps its key at the back of the free queue (compacted to its live
+    entries when the array is full: at most one per block, half its room)."""
+    kstamp, lru = pcx[KSTAMP], pcx[LRU]
+    if sc[LRU_TAIL] == lru.shape[1]:
+        j = 0
+        for i in range(sc[LRU_HEAD], sc[LRU_TAIL]):
+            if kstamp[lru[0, i]] == lru[1, i]:
+                lru[0, j], lru[1, j] = lru[0, i], lru[1, i]
+                j += 1
+        sc[LRU_HEAD], sc[LRU_TAIL] = 0, j
+    i = sc[LRU_TAIL]
+    lru[0, i], lru[1, i] = k, sc[STAMP]
+    kstamp[k] = sc[STAMP]
+    sc[STAMP] += 1
+    sc[LRU_TAIL] = i + 1
+    sc[NCACHED] += 1
+
+
+@_njit
+def _release(s: int, computed: int, q: np.ndarray, sc: np.ndarray, cfg: np.ndarray,
+             pcx: tuple) -> None:
+    """Free s's blocks and its state's, tail first (single_type_kv_cache_manager.free): a
+    shared entry frees its block when its last holder lets go; a freed full block with a key
+    stays cached in the free queue."""
+    bs = cfg[BS]
+    held = max(q[RESERVED, s], (computed + bs - 1) // bs)
+    sc[FREE] += cfg[STATE_BLOCKS]
+    if not cfg[PC]:
+        sc[FREE] += held
+        return
+    kid, isref, kref, kstamp = pcx[KID], pcx[ISREF], pcx[KREF], pcx[KSTAMP]
+    a = pcx[KOFF][s]
+    nk, full = pcx[KOFF][s + 1] - a, computed // bs
+    for j in range(held - 1, -1, -1):
+        if j < nk:
+            k = kid[a + j]
+            if isref[a + j]:
+                isref[a + j] = 0
+                kref[k] -= 1
+                if kref[k] > 0:
+                    continue  # another request still holds the block
+                _cache(k, sc, pcx)
+            elif j < full and kref[k] == 0 and kstamp[k] < 0:
+                _cache(k, sc, pcx)
+        sc[FREE] += 1
+    for j in range(held, nk):
+        isref[a + j] = 0
+
+
 # -- blocks, the running set, preemption -----------------------------------------------------
 @_njit
 def _held(s: int, computed: int, q: np.ndarray, cfg: np.ndarray) -> int:
@@ -219,7 +517,7 @@ def _victim(run: np.ndarray, sc: np.ndarray, q: np.ndarray, cfg: np.ndarray) -> 
 
 @_njit
 def _preempt(v: int, q: np.ndarray, sc: np.ndarray, cfg: np.ndarray, run: np.ndarray,
-             heap: np.ndarray, arr: np.ndarray) -> None:
+             heap: np.ndarray, arr: np.ndarray, pcx: tuple) -> None:
     """Recompute preemption (the reference's `_preempt`): free v's blocks, back to the queue;
     a decoder preempted after this step's decode was budgeted gives its token back."""
     if q[STATE, v] == DECODING:
@@ -233,7 +531,7 @@ def _preempt(v: int, q: np.ndarray, sc: np.ndarray, cfg: np.ndarray, run: np.nda
     else:
         nc = q[COMPUTED, v] + q[CHUNK, v]
         q[CHUNK, v] = 0  # a chunk scheduled this step is dropped (its budget is not returned)
-    sc[FREE] += _held(v, nc, q, cfg)
+    _release(v, nc, q, sc, cfg, pcx)
     q[COMPUTED, v] = 0
     q[TARGET, v] = q[PROMPT, v] + q[GENERATED, v]
     q[FD_LAST, v] = -1
@@ -259,11 +557,11 @@ def _decode_blocks(q: np.ndarray, sc: np.ndarray, cfg: np.ndarray, lists: tuple,
         v = _victim(run, sc, q, cfg)
         if v < 0:
             return
-        _preempt(v, q, sc, cfg, run, heap, arr)
+        _preempt(v, q, sc, cfg, run, heap, arr, bufs[11])
         if flag[v]:
             flag[v] = 0
             n_need -= 1
-    sc[FREE] -= n_need
+    _take(n_need, sc, cfg, bufs[11])
     for i in range(sc[NNEED]):
         s = needl[i]
         if flag[s]:
@@ -303,13 +601,34 @@ def _prefill_running(q: np.ndarray, sc: np.ndarray, cfg: np.ndarray, lists: tupl
             v = _victim(run, sc, q, cfg)
             if v < 0:
                 return
-            _preempt(v, q, sc, cfg, run, heap, arr)
+            _preempt(v, q, sc, cfg, run, heap, arr, bufs[11])
             if v == s:
                 break
         if q[STATE, s] != PREFILLING:
             continue
-        sc[FREE] -= nb
+        _take(nb, sc, cfg, bufs[11])
+        if cfg[PC]:
+            _register(s, have, have + c, cfg, bufs[11])
         _add_chunk(s, c, q, sc, chl)
+
+
+@_njit
+def _admission(s: int, budget: int, q: np.ndarray, sc: np.ndarray, cfg: np.ndarray,
+               pcx: tuple) -> tuple:
+    """Whether waiting request s is admitted with `budget` tokens left: (its chunk, new blocks,
+    prefix-cache hit blocks), the chunk -1 when it is not (a whole prompt that does not fit the
+    budget, or too few free blocks: new ones beyond the hits, its state's, and the hit blocks
+    taken out of the free queue)."""
+    target = q[TARGET, s]
+    nh = _lookup(s, target, cfg, pcx) if cfg[PC] else 0
+    h = nh * cfg[BS]
+    c = min(target - h, budget)
+    if c < target - h and cfg[CHUNKED] == 0:
+        return -1, 0, 0  # the whole prompt must fit what is left of the budget
+    nb = _held(s, h + c, q, cfg) - nh
+    if nb + (_reused(s, nh, pcx) if nh else 0) > sc[FREE]:
+        return -1, 0, 0
+    return c, nb, nh
 
 
 @_njit
@@ -317,18 +636,19 @@ def _admit_waiting(q: np.ndarray, sc: np.ndarray, cfg: np.ndarray, lists: tuple,
                    arr: np.ndarray, bufs: tuple) -> None:
     """Waiting requests in queue order while the budget, max_num_seqs and blocks allow."""
     run, heap = lists[0], lists[1]
-    pf, chl = bufs[0], bufs[1]
+    pf, chl, pcx = bufs[0], bufs[1], bufs[11]
     while sc[NHEAP] > 0 and sc[BUDGET] > 0 and sc[NRUN] < cfg[MAX_SEQS]:
         s = heap[0]
-        target = q[TARGET, s]
-        c = min(target, sc[BUDGET])
-        if c < target and cfg[CHUNKED] == 0:
-            break  # the whole prompt must fit what is left of the budget
-        nb = _held(s, c, q, cfg)
-        if nb > sc[FREE]:
+        c, nb, nh = _admission(s, sc[BUDGET], q, sc, cfg, pcx)
+        if c < 0:
             break
         _pop(heap, sc, q, arr)
-        sc[FREE] -= nb
+        if nh:
+            _hit(s, nh, q, sc, cfg, pcx)
+        _take(nb, sc, cfg, pcx)
+        if cfg[PC]:
+            h = nh * cfg[BS]
+            _register(s, h, h + c, cfg, pcx)
         q[STATE, s] = PREFILLING
         sc[ADMISSIONS] += 1
         if q[ADM_STEP, s] < 0:
@@ -385,6 +705,12 @@ def _inputs(decode: bool, q: np.ndarray, sc: np.ndarray, cfg: np.ndarray, chl: n
     if decode:
         nd, kv = sc[NDEC], sc[SUMCTX]
         kvw = sc[SUMCTXW] if cfg[HAS_WINDOW] else kv
+    if cfg[KV_PRESENT]:  # a P/D decode worker: a prompt's KV arrived, its step computes one
+        # token after prompt - 1 cached ones (capplan.sim.pd.KvPresentStep's inputs)
+        tokens = ptok + pread
+        read = max(tokens - nps, 0.0)
+        read_w = min(read, nps * wf)
+        ptok, pairs, pairs_w, pread, pread_w = float(nps), tokens, read_w + nps, read, read_w
     return (float(nd), float(kv), float(kvw), ptok, pairs, pairs_w, pread, pread_w,
             float(nps), float(nd + ncomp))
 
@@ -395,8 +721,11 @@ def _finish(s: int, computed: int, q: np.ndarray, sc: np.ndarray, cfg: np.ndarra
     q[FIN_STEP, s] = sc[STEP]
     bufs[5][FIN_T, s] = bufs[6][T_END]
     q[STATE, s] = FINISHED
-    sc[FREE] += _held(s, computed, q, cfg)
+    _release(s, computed, q, sc, cfg, bufs[11])
     sc[DONE] += 1
+    if cfg[CONC]:  # a closed loop: its client sends the next request (`_send_next`)
+        bufs[8][sc[NFIN]] = s
+        sc[NFIN] += 1
 
 
 @_njit
@@ -657,12 +986,15 @@ def _step(t: float, q: np.ndarray, sc: np.ndarray, cfg: np.ndarray, model: tuple
         nfd = _first_decode_gaps(q, sc, bufs, gaps)
     _record(t, dur, decode, nfd, sc, cfg, tf, agg)
     _advance_prefills(q, sc, cfg, bufs, gaps)
+    split = sc[NFIN]
     _advance_running(decode, q, sc, cfg, run, bufs)
+    _send_next(split, sc, cfg, arr, bufs)
     return dur
 
 
 @_njit
-def _bulk_ok(q: np.ndarray, sc: np.ndarray, cfg: np.ndarray, heap: np.ndarray) -> bool:
+def _bulk_ok(q: np.ndarray, sc: np.ndarray, cfg: np.ndarray, heap: np.ndarray, pcx: tuple
+             ) -> bool:
     """Whether the next steps are pure decode steps of the same sequences (each one token
     longer) until an event: every running sequence decodes, no first-decode gap is pending,
     the last step decoded, and the waiting queue's head cannot be admitted (`_admit_waiting`'s
@@ -675,9 +1007,7 @@ def _bulk_ok(q: np.ndarray, sc: np.ndarray, cfg: np.ndarray, heap: np.ndarray) -
     budget = cfg[MAX_TOKENS] - (0 if cfg[PREFILL_FIRST] else sc[NDEC])
     if budget <= 0:
         return True
-    s = heap[0]
-    c = min(q[TARGET, s], budget)
-    return (c < q[TARGET, s] and cfg[CHUNKED] == 0) or _held(s, c, q, cfg) > sc[FREE]
+    return _admission(heap[0], budget, q, sc, cfg, pcx)[0] < 0
 
 
 @_njit
@@ -699,8 +1029,8 @@ def _bulk_len(q: np.ndarray, sc: np.ndarray, cfg: np.ndarray, run: np.ndarray) -
 
 
 @_njit
-def _bulk_blocks(adv: int, q: np.ndarray, sc: np.ndarray, cfg: np.ndarray, run: np.ndarray
-                 ) -> int:
+def _bulk_blocks(adv: int, q: np.ndarray, sc: np.ndarray, cfg: np.ndarray, run: np.ndarray,
+                 pcx: tuple) -> int:
     """The block edges `adv` steps into a stretch: the decoders whose context reaches their
     next block edge get a block (`_decode_blocks` without preemption). Returns the steps to the
     next edge, or -1 (nothing allocated) when too few blocks are free: a preemption, which the
@@ -711,7 +1041,7 @@ def _bulk_blocks(adv: int, q: np.ndarray, sc: np.ndarray, cfg: np.ndarray, run: 
         need += q[COMPUTED, s] + adv == q[DUE, s]
     if need > sc[FREE]:
         return -1
-    sc[FREE] -= need
+    _take(need, sc, cfg, pcx)
     edge = 1 << 30
     for i in range(sc[NRUN]):
         s = run[i]
@@ -732,7 +1062,7 @@ def _bulk(t: float, t_next: float, q: np.ndarray, sc: np.ndarray, cfg: np.ndarra
     last as `_step` advances them (`_advance_running`: tokens, completions, the next step's
     sums and block edges). Returns the clock; sc[STEP] is the last step run."""
     run, heap = lists[0][0], lists[0][1]
-    if not _bulk_ok(q, sc, cfg, heap):
+    if not _bulk_ok(q, sc, cfg, heap, bufs[11]):
         return t
     b, below, edge = _bulk_len(q, sc, cfg, run)
     tb, sf = lists[2][0], lists[2][2]
@@ -745,10 +1075,10 @@ def _bulk(t: float, t_next: float, q: np.ndarray, sc: np.ndarray, cfg: np.ndarra
     j = 0
     # the terms that do not read the KV cache are the same for every step of the stretch
     x = (float(nd), 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, float(nd))
-    fixed = perf.fixed_parts(x, model[0], model[1])
+    fixed = _fixed_parts(x, model[0], model[1])
     while j < b and t < t_next and 2 * (sc[NTBT] + 1) <= tb.shape[0]:
         if j == edge:
-            e = _bulk_blocks(j, q, sc, cfg, run)
+            e = _bulk_blocks(j, q, sc, cfg, run, bufs[11])
             if e < 0:
                 break
             edge = j + e
@@ -756,7 +1086,7 @@ def _bulk(t: float, t_next: float, q: np.ndarray, sc: np.ndarray, cfg: np.ndarra
         kv = sc[SUMCTX]
         x = (float(nd), float(kv), float(sc[SUMCTXW] if cfg[HAS_WINDOW] else kv), 0.0, 0.0,
              0.0, 0.0, 0.0, 0.0, float(nd))
-        dur = float(perf.combine_parts(fixed, perf.attention_parts(x, model[0]))[0])
+        dur = _decode_s(x, fixed, model[0])
         _record(t, dur, True, 0, sc, cfg, tf, lists[2])
         sc[LAST_DEC] = sc[STEP]
         sc[SUMCTX] += nd
@@ -772,6 +1102,7 @@ def _bulk(t: float, t_next: float, q: np.ndarray, sc: np.ndarray, cfg: np.ndarra
         q[GENERATED, s] += j - 1
     d0 = sc[DONE]
     _advance_running(True, q, sc, cfg, run, bufs)
+    _send_next(0, sc, cfg, bufs[10], bufs)
     sc[LAST_FIN] = sc[DONE] - d0
     return t
 
@@ -780,79 +1111,171 @@ def _bulk(t: float, t_next: float, q: np.ndarray, sc: np.ndarray, cfg: np.ndarra
 def _bulk_all(t: float, t_next: float, q: np.ndarray, sc: np.ndarray, cfg: np.ndarray,
               model: tuple, lists: tuple, bufs: tuple) -> float:
     """Decode stretches one after another (a completion ends one; the next starts when the
-    waiting queue still cannot be admitted)."""
+    waiting queue still cannot be admitted), each up to t_next or the next arrival (a closed
+    loop's completions send requests)."""
     while True:
-        t2 = _bulk(t, t_next, q, sc, cfg, model, lists, bufs)
+        tn = min(t_next, _next_arrival(sc, cfg, bufs[10], bufs))
+        t2 = _bulk(t, tn, q, sc, cfg, model, lists, bufs)
         if t2 == t:
             return t
         t = t2
 
 
 @_njit
-def simulate_open_loop(arr: np.ndarray, q: np.ndarray, cfg: np.ndarray, consts: tuple,
-                       moe: bool) -> tuple:
-    """Simulate open-loop requests (arrival times `arr`, sorted; state `q`, filled in) to
-    completion, in memory that does not grow with the steps (unless cfg[KEEP_STEPS]). Returns
-    (per-request times qt (5, n); extra gaps; the TBT table (values, weights) of the per-step
-    gaps; the time series samples (starts; running, waiting, blocks) at stride sc[STRIDE];
-    float aggregates tf; scalars sc; with cfg[KEEP_STEPS] the per-step rows (start, duration,
-    gap) and (TBT count, running, waiting, blocks), else empty)."""
+def _room(k: int, sc: np.ndarray, cfg: np.ndarray, lists: tuple) -> tuple:
+    """The growing buffers with room for step k: per-step rows (cfg[KEEP_STEPS]), the extra
+    gaps a step can add, the TBT table's next entry; the same `lists` when nothing grew."""
+    (run, heap), gaps, (tb, series, sf, si) = lists
+    grow = cfg[KEEP_STEPS] and k == sf.shape[1]
+    if grow:
+        sf, si = _grow(sf), _grow(si)
+    if sc[NGAPS] + cfg[MAX_SEQS] + 1 > gaps.shape[1]:
+        gaps = _grow(gaps)
+        grow = True
+    if 2 * (sc[NTBT] + 1) > tb.shape[0]:
+        tb = _tbt_grow(tb, sc)
+        grow = True
+    if not grow:
+        return lists
+    return (run, heap), gaps, (tb, series, sf, si)
+
+
+@_njit
+def _run_loop(q: np.ndarray, sc: np.ndarray, cfg: np.ndarray, model: tuple, arr: np.ndarray,
+              lists: tuple, bufs: tuple) -> tuple:
+    """Steps until every request finished (or an error, or a signal); returns the lists as
+    they grew."""
     n = arr.shape[0]
-    sc = np.zeros(NUM_SCALARS, np.int64)
-    sc[FREE] = cfg[TOTAL]
-    sc[LAST_DEC] = -1
-    sc[STRIDE] = 1
-    cap = 1024 if cfg[KEEP_STEPS] else 0
-    sf = np.empty((3, cap), np.float64)
-    si = np.empty((4, cap), np.int32)
-    gaps = np.empty((1, 1024), np.float64)
-    tb = np.zeros((64, 2), np.float64)
-    series = (np.empty(cfg[SERIES_CAP_], np.float64), np.empty((3, cfg[SERIES_CAP_]), np.int32))
-    tf = np.zeros(6, np.float64)
-    qt = np.zeros((3, n), np.float64)
-    m = cfg[MAX_SEQS] + 1
-    run, heap = np.empty(m, np.int64), np.empty(max(n, 1), np.int64)
-    # prefilling list, chunk list, decoders due a block, their flags, pending first decodes,
-    # per-request times, float scalars, per-request token times
-    bufs = (np.empty(m, np.int64), np.empty(m, np.int64), np.empty(m, np.int64),
-            np.zeros(n, np.int8), np.empty(2 * m, np.int64), qt, tf, np.zeros((2, n), np.float64))
-    t, nxt, k = 0.0, 0, 0
+    t, k = 0.0, 0
     next_poll = POLL_STEPS
-    model = (consts, moe)
-    lists = ((run, heap), gaps, (tb, series, sf, si))
     while sc[DONE] < n:
-        while nxt < n and arr[nxt] <= t:
-            q[STATE, nxt] = WAITING
-            _push(nxt, heap, sc, q, arr)
-            nxt += 1
+        _arrive(t, q, sc, cfg, lists[0][1], arr, bufs)
         if sc[NRUN] == 0 and sc[NHEAP] == 0:
-            t = max(t, arr[nxt])
+            t_next = _next_arrival(sc, cfg, arr, bufs)
+            if t_next == np.inf:
+                sc[ERR] = ERR_NO_WORK  # idle with requests left: cannot happen
+                break
+            t = max(t, t_next)
             continue
-        grow = cfg[KEEP_STEPS] and k == sf.shape[1]
-        if grow:
-            sf, si = _grow(sf), _grow(si)
-        if sc[NGAPS] + cfg[MAX_SEQS] + 1 > gaps.shape[1]:
-            gaps = _grow(gaps)
-            grow = True
-        if 2 * (sc[NTBT] + 1) > tb.shape[0]:
-            tb = _tbt_grow(tb, sc)
-            grow = True
-        if grow:
-            lists = ((run, heap), gaps, (tb, series, sf, si))
+        lists = _room(k, sc, cfg, lists)
         sc[STEP] = k
         dur = _step(t, q, sc, cfg, model, arr, lists, bufs)
         if sc[ERR]:
             break
-        t = t + dur
-        t = _bulk_all(t, arr[nxt] if nxt < n else np.inf, q, sc, cfg, model, lists, bufs)
+        t = _bulk_all(t + dur, np.inf, q, sc, cfg, model, lists, bufs)
         k = sc[STEP] + 1
         if k >= next_poll:  # every POLL_STEPS steps (bulk runs move k by more than one)
             next_poll = k + POLL_STEPS
             if _poll_signals():
                 break  # Ctrl-C / SIGTERM: the caller re-raises it (sim/interrupt.py)
+    return lists
+
+
+@_njit
+def simulate_loop(arr: np.ndarray, q: np.ndarray, cfg: np.ndarray, consts: tuple, moe: bool,
+                  ar: tuple, pcx: tuple) -> tuple:
+    """Simulate requests (state `q`, filled in) to completion, in memory that does not grow
+    with the steps (unless cfg[KEEP_STEPS]). Open loop (cfg[CONC] 0): `arr` holds the arrival
+    times, sorted. Closed loop of cfg[CONC] clients: the first ones arrive at 0 and each
+    completion sends the next request (`_send_next`), `arr` is filled in as they are sent;
+    `ar` = (af, ai, overhead (s)): the closed loop's arrival rows (SENT_T.. above; SPREAD and
+    NOISE given with client jitter, cfg[JITTER]); `pcx` the prefix cache's arrays (KOFF.. above,
+    cfg[PC]). Returns (per-request times qt (3, n); extra
+    gaps; the TBT table (values, weights) of the per-step gaps; the time series samples
+    (starts; running, waiting, blocks) at stride sc[STRIDE]; float aggregates tf; scalars sc;
+    with cfg[KEEP_STEPS] the per-step rows (start, duration, gap) and (TBT count, running,
+    waiting, blocks), else empty)."""
+    n = arr.shape[0]
+    sc = np.zeros(NUM_SCALARS, np.int64)
+    sc[FREE] = cfg[TOTAL]
+    sc[LAST_DEC] = -1
+    sc[STRIDE] = 1
+    sc[SENT] = min(cfg[CONC], n) if cfg[CONC] else n
+    cap = 1024 if cfg[KEEP_STEPS] else 0
+    series = (np.empty(cfg[SERIES_CAP_], np.float64), np.empty((3, cfg[SERIES_CAP_]), np.int32))
+    tf = np.zeros(NUM_TF, np.float64)
+    tf[OVERHEAD] = ar[2]
+    qt = np.zeros((3, n), np.float64)
+    m = cfg[MAX_SEQS] + 1
+    # prefilling list, chunk list, decoders due a block, their flags, pending first decodes,
+    # per-request times, float scalars, per-request token times, this step's completions,
+    # the closed loop's arrival rows, the arrival times, the prefix cache
+    bufs = (np.empty(m, np.int64), np.empty(m, np.int64), np.empty(m, np.int64),
+            np.zeros(n, np.int8), np.empty(2 * m, np.int64), qt, tf, np.zeros((2, n), np.float64),
+            np.empty(m, np.int64), (ar[0], ar[1]), arr, pcx)
+    lists = ((np.empty(m, np.int64), np.empty(max(n, 1), np.int64)),
+             np.empty((1, 1024), np.float64),
+             (np.zeros((64, 2), np.float64), series, np.empty((3, cap), np.float64),
+              np.empty((4, cap), np.int32)))
+    lists = _run_loop(q, sc, cfg, (consts, moe), arr, lists, bufs)
+    gaps, (tb, series, sf, si) = lists[1], lists[2]
+    k = sc[STEP] + 1 if n else 0
     used = tb[:, 1] != 0
     return (qt, gaps[0, :sc[NGAPS]], tb[used, 0], tb[used, 1].astype(np.int64),
             series[0][:sc[NSER]], series[1][:, :sc[NSER]], tf, sc, sf[:, :k], si[:, :k])
+
+
+def open_loop_arrivals() -> tuple:
+    """`simulate_loop`'s `ar` for an open loop (no closed-loop rows)."""
+    return np.zeros((7, 0), np.float64), np.zeros((3, 0), np.int64), 0.0
+
+
+def no_prefix_cache(n: int) -> tuple:
+    """`simulate_loop`'s `pcx` without prefix caching (no keys)."""
+    z = np.zeros(0, np.int64)
+    return (np.zeros(n + 1, np.int64), z, np.zeros(0, np.int8), np.zeros(0, np.int32), z,
+            np.zeros((2, 0), np.int64))
+
+
+def prefix_cache(reqs: Requests, block_size: int, total_blocks: int) -> tuple:
+    """`simulate_loop`'s `pcx` for requests that share content: each request's
+    `Requests.block_keys` as dense key ids (equal keys, equal ids), built with numpy."""
+    n = len(reqs)
+    content, nblk = _key_codes(reqs, block_size)
+    koff = np.zeros(n + 1, np.int64)
+    koff[1:] = np.cumsum(nblk)
+    # a key is (content, end token): the content id with the block's index (its end / bs)
+    j = np.arange(koff[-1]) - np.repeat(koff[:-1], nblk)
+    span = int(j.max()) + 1 if len(j) else 1
+    code = (content - (int(content.min()) if len(content) else 0)) * span + j  # one int each
+    top = int(code.max()) + 1 if len(code) else 0
+    if top <= max(4 * len(code), 1 << 20):  # dense ids by a table (a sort costs 5x more)
+        seen = np.zeros(top, bool)
+        seen[code] = True
+        kid = (np.cumsum(seen) - 1)[code]
+    else:
+        kid = np.unique(code, return_inverse=True)[1]
+    kid = np.asarray(kid, np.int64).reshape(-1)
+    nk = int(kid.max()) + 1 if len(kid) else 0
+    return (koff, kid, np.zeros(len(kid), np.int8), np.zeros(nk, np.int32),
+            np.full(nk, -1, np.int64), np.zeros((2, 2 * total_blocks + 2), np.int64))
+
+
+def _key_codes(reqs: Requests, block_size: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per full shareable block of every request, in order, the id of its content (a trace's
+    hash id, or -1 - the prefix group, as `Requests.block_keys` names them), and each
+    request's number of such blocks."""
+    inp = np.asarray(reqs.input_tokens, np.int64)
+    if reqs.hash_ids is not None:
+        g = reqs.hash_block_tokens
+        parts, nblk = [], np.zeros(len(inp), np.int64)
+        for i, ids in enumerate(reqs.hash_ids):
+            limit = min(len(ids) * g, int(inp[i]))
+            ends = np.arange(block_size, limit + 1, block_size)
+            parts.append(np.asarray(ids, np.int64)[(ends - 1) // g])
+            nblk[i] = len(ends)
+        return (np.concatenate(parts) if parts else np.zeros(0, np.int64)), nblk
+    grp = np.asarray(reqs.prefix_group, np.int64)
+    nblk = np.where(grp >= 0, np.asarray(reqs.prefix_tokens, np.int64) // block_size, 0)
+    return np.repeat(-1 - grp, nblk), nblk
+
+
+def simulate_open_loop(arr: np.ndarray, q: np.ndarray, cfg: np.ndarray, consts: tuple,
+                       moe: bool) -> tuple:
+    """`simulate_loop` of open-loop requests without prefix caching (cfg[CONC], cfg[PC] 0)."""
+    return simulate_loop(arr, q, cfg, consts, moe, open_loop_arrivals(),
+                         no_prefix_cache(arr.shape[0]))
+
 
 @_njit
 def _probe(x: tuple, consts: tuple, moe: bool) -> float:
@@ -868,8 +1291,8 @@ def _check_kernel(step_model: Any, consts: tuple, moe: bool) -> None:
     `perf.step_parts`, the cached loop (which has it compiled in) would keep the old formula.
     A probe step compiled the same way must equal `StepModel.step`; otherwise drop every cached
     function of this module and compile afresh."""
-    from capplan.sim.entities import STEP_INPUTS
-
+    if numba is None:
+        return
     want = float(np.asarray(step_model.step(**dict(zip(STEP_INPUTS, PROBE_STEP, strict=True)),
                                             detail=False)["step_s"]))
     got = _probe(PROBE_STEP, consts, moe)
@@ -884,86 +1307,135 @@ def _check_kernel(step_model: Any, consts: tuple, moe: bool) -> None:
         "the compiled step time differs from StepModel.step after recompiling"
 
 
-class CompiledEngine(ContinuousEngine):
-    """`ContinuousEngine`'s scheduler as a compiled loop, the same results (module docstring);
-    its `state_blocks` (hybrid models) included."""
+def loop_module(eng: Any) -> ModuleType:
+    """The module whose loop runs `eng`: this one (compiled) when numba imports, `eng.jit` and
+    its step model is a `StepModel`; else this source's plain-Python twin (loaded once)."""
+    if numba is None or (eng.jit and hasattr(eng.step_model, "constants")):
+        return sys.modules[__name__]
+    return plain_module()
 
-    impl = "compiled"
-    keep_steps = False
-    """Keep the per-step arrays too (memory grows with the steps: tests compare them with the
-    reference engine's); by default only their aggregate `RunRecord.steps`."""
-    series_cap = SERIES_CAP
-    """Step samples kept for the time series (even; tests lower it)."""
 
-    @staticmethod
-    def supports(**features: Any) -> bool:
-        """Open-loop runs without prefix caching (`capplan.sim.fast.compiled_supports`)."""
-        return compiled_supports(**features)
+def plain_module() -> ModuleType:
+    """This source with every function plain Python (itself when numba is missing)."""
+    if numba is None:
+        return sys.modules[__name__]
+    mod = sys.modules.get(PLAIN_MODULE)
+    if mod is None:
+        spec = importlib.util.spec_from_file_location(PLAIN_MODULE, __file__)
+        assert spec is not None and spec.loader is not None
+        mod = importlib.util.module_from_spec(spec)
+        sys.modules[PLAIN_MODULE] = mod
+        spec.loader.exec_module(mod)
+    return mod
 
-    def _arrays(self, reqs: Requests, prio: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Per-request state q[FIELD] and the configuration array of the compiled loop."""
-        n = len(reqs)
-        q = np.full((NUM_FIELDS, n), -1, np.int32)  # tokens, steps < 2^31
-        q[PROMPT] = q[TARGET] = reqs.input_tokens
-        q[OUTPUT] = reqs.output_tokens
-        q[PRIO] = prio[np.asarray(reqs.lane)]
-        r = self.policy.reserve_output_frac
-        # reserved_blocks: ceil((prompt + r * output) / block_size), 0 when r = 0
-        q[RESERVED] = (np.ceil((q[PROMPT] + r * q[OUTPUT]) / self.block_size) if r > 0 else 0)
-        q[COMPUTED] = q[GENERATED] = q[CHUNK] = 0
-        q[STATE] = ARRIVING
-        pol = self.policy
-        cfg = np.array([self.total_blocks, self.block_size, self.max_num_seqs,
-                        self.max_num_batched_tokens, self.window if self.has_window else NO_WINDOW,
-                        self.has_window, pol.prefill_first, pol.chunked_prefill, pol.preemption,
-                        self.state_blocks, bool(self.keep_steps), self.series_cap], np.int64)
-        return q, cfg
 
-    def run(self, reqs: Requests, priorities: np.ndarray | None = None,
-            progress: Callable[[int], None] | None = None,
-            request_overhead_s: float = 0.0,
-            client_jitter: ClientJitter | None = None) -> RunRecord:
-        """`client_jitter` delays a closed loop's next request (models/engine.ClientJitter); the
-        compiled engine runs open loops only, where the reference ignores it too."""
-        del client_jitter  # open loop: arrivals are given
-        check_overhead(request_overhead_s)
-        if reqs.concurrency is not None:
-            raise InputError("the compiled engine runs open-loop workloads only: use "
-                             "--sim-engine fast or reference for --concurrency")
-        if numba is None:
-            raise InputError(INSTALL_HINT)
-        self._check_requests(reqs)
-        prio = np.zeros(1, np.int64) if priorities is None else np.asarray(priorities, np.int64)
-        q, cfg = self._arrays(reqs, prio)
-        consts = tuple(float(v) for v in self.step_model.constants())
-        moe = bool(float(self.step_model.num_experts) > 0)
-        _check_kernel(self.step_model, consts, moe)
+def build_arrays(eng: Any, reqs: Requests, prio: np.ndarray
+                 ) -> tuple[np.ndarray, np.ndarray]:
+    """Per-request state q[FIELD] and the configuration array of the loop."""
+    n = len(reqs)
+    q = np.full((NUM_FIELDS, n), -1, np.int32)  # tokens, steps < 2^31
+    q[PROMPT] = q[TARGET] = reqs.input_tokens
+    q[OUTPUT] = reqs.output_tokens
+    q[PRIO] = prio[np.asarray(reqs.lane)]
+    q[RESERVED] = eng.reserved_blocks(q[PROMPT], q[OUTPUT])
+    q[COMPUTED] = q[GENERATED] = q[CHUNK] = 0
+    q[STATE] = ARRIVING
+    pol = eng.policy
+    cfg = np.array([eng.total_blocks, eng.block_size, eng.max_num_seqs,
+                    eng.max_num_batched_tokens, eng.window if eng.has_window else NO_WINDOW,
+                    eng.has_window, pol.prefill_first, pol.chunked_prefill, pol.preemption,
+                    eng.state_blocks, bool(eng.keep_steps), eng.series_cap, 0, 0, 0,
+                    bool(getattr(eng, "kv_present", False))], np.int64)
+    return q, cfg
+
+
+def closed_loop_rows(reqs: Requests, cfg: np.ndarray, overhead_s: float,
+                     jitter: ClientJitter | None) -> tuple:
+    """A closed loop's arrival rows for `simulate_loop` (cfg gains the clients and the jitter
+    flag); per-step rows are kept: a benchmark protocol drops its warm-ups' steps
+    (protocol.measured_record)."""
+    n = len(reqs)
+    cfg[CONC] = max(min(int(reqs.concurrency or 0), n), 1)
+    cfg[KEEP_STEPS] = 1
+    af = np.zeros((7, n), np.float64)
+    ai = np.full((3, n), -1, np.int64)
+    if jitter is not None and jitter.active:
+        cfg[JITTER] = 1
+        # Exp(1) per request in sending order, scaled by the spread of the finished request's
+        # output length (ClientJitter.spread_s)
+        af[NOISE] = np.random.default_rng(jitter.seed).standard_exponential(n)
+        af[SPREAD] = [jitter.spread_s(o) for o in reqs.output_tokens.tolist()]
+    return af, ai, float(overhead_s)
+
+
+def _model(step_model: Any) -> tuple:
+    """The loop's step-time model: (StepModel.constants as floats, MoE), checked against
+    `StepModel.step` when compiled; a stand-in step model itself (plain loop only)."""
+    if not hasattr(step_model, "constants"):
+        return step_model, False
+    consts = tuple(float(v) for v in step_model.constants())
+    moe = bool(float(step_model.num_experts) > 0)
+    _check_kernel(step_model, consts, moe)
+    return consts, moe
+
+
+def _inputs_of(eng: Any, reqs: Requests, priorities: np.ndarray | None,
+               overhead_s: float, jitter: ClientJitter | None) -> tuple:
+    """simulate_loop's arguments for a run (arrival times, q, cfg, ar, pcx)."""
+    prio = np.zeros(1, np.int64) if priorities is None else np.asarray(priorities, np.int64)
+    q, cfg = build_arrays(eng, reqs, prio)
+    if reqs.concurrency is not None:
+        arr = np.zeros(len(reqs), np.float64)
+        ar = closed_loop_rows(reqs, cfg, overhead_s, jitter)
+    else:
         arr = np.ascontiguousarray(reqs.arrival_at_s, np.float64)
-        with signals_as_flag():  # a signal stops the loop, then is raised here
-            (qt, gaps, tbt_v, tbt_w, ser_t, ser_i, tf, sc, sf, si) = simulate_open_loop(
-                arr, q, cfg, consts, moe)
-        if sc[ERR]:
-            raise AssertionError(ERRORS[int(sc[ERR])])
-        if progress is not None:
-            progress(int(sc[DONE]))
-        # the series' steps, read off the samples kept every sc[STRIDE] steps (the nearest)
-        num_steps = int(sc[STEP]) + 1 if len(arr) else 0
-        j = np.minimum(np.rint(series_steps(num_steps) / sc[STRIDE]).astype(np.int64),
-                       max(len(ser_t) - 1, 0))
-        steps = StepSummary(
-            num_steps=num_steps, tbt_gap_s=tbt_v, tbt_count=tbt_w,
-            running_s=float(tf[RUN_INT]), in_system_s=float(tf[SYS_INT]),
-            kv_blocks_max=int(sc[KV_MAX]), series_start_s=ser_t[j], series_running=ser_i[0, j],
-            series_waiting=ser_i[1, j], series_kv_blocks=ser_i[2, j])
-        return RunRecord(
-            arrival_at_s=arr,
-            admitted_at_s=qt[ADM_T], first_token_at_s=qt[FIRST_T], finished_at_s=qt[FIN_T],
-            input_tokens=np.asarray(reqs.input_tokens),
-            output_tokens=np.asarray(reqs.output_tokens),
-            lane=np.asarray(reqs.lane),
-            step_start_s=sf[0], step_dur_s=sf[1], step_tbt_count=si[0], step_tbt_gap_s=sf[2],
-            extra_gaps_s=gaps,
-            step_running=si[1], step_waiting=si[2], step_kv_blocks=si[3],
-            num_gpu_blocks=self.total_blocks, preemptions=int(sc[PREEMPTIONS]),
-            scheduler="continuous", steps=steps,
-        )
+        ar = open_loop_arrivals()
+    pcx = no_prefix_cache(len(reqs))
+    if eng.policy.prefix_caching and reqs.has_prefix:
+        cfg[PC] = 1
+        pcx = prefix_cache(reqs, eng.block_size, eng.total_blocks)
+    return arr, q, cfg, ar, pcx
+
+
+def run_engine(eng: Any, reqs: Requests, priorities: np.ndarray | None,
+               progress: Callable[[int], None] | None, request_overhead_s: float,
+               client_jitter: ClientJitter | None) -> RunRecord:
+    """`ContinuousEngine.run` with this module's loop: open loops (arrival times given) and
+    closed loops (`reqs.concurrency` clients; `request_overhead_s` and `client_jitter` delay
+    each next request, models/engine.ClientJitter)."""
+    check_overhead(request_overhead_s)
+    eng._check_requests(reqs)
+    arr, q, cfg, ar, pcx = _inputs_of(eng, reqs, priorities, request_overhead_s, client_jitter)
+    consts, moe = _model(eng.step_model)
+    with signals_as_flag():  # a signal stops the loop, then is raised here
+        (qt, gaps, tbt_v, tbt_w, ser_t, ser_i, tf, sc, sf, si) = simulate_loop(
+            arr, q, cfg, consts, moe, ar, pcx)
+    if sc[ERR]:
+        raise AssertionError(ERRORS[int(sc[ERR])])
+    if progress is not None:
+        progress(int(sc[DONE]))
+    # the series' steps, read off the samples kept every sc[STRIDE] steps (the nearest)
+    num_steps = int(sc[STEP]) + 1 if len(arr) else 0
+    j = np.minimum(np.rint(series_steps(num_steps) / sc[STRIDE]).astype(np.int64),
+                   max(len(ser_t) - 1, 0))
+    steps = StepSummary(
+        num_steps=num_steps, tbt_gap_s=tbt_v, tbt_count=tbt_w,
+        running_s=float(tf[RUN_INT]), in_system_s=float(tf[SYS_INT]),
+        kv_blocks_max=int(sc[KV_MAX]), series_start_s=ser_t[j], series_running=ser_i[0, j],
+        series_waiting=ser_i[1, j], series_kv_blocks=ser_i[2, j])
+    if cfg[CONC]:  # sent when a step ended (ASTEP -1: at 0), the overhead and jitter later
+        af, ai = ar[0], ar[1]
+        arr = np.where(ai[ASTEP] >= 0, af[SENT_T] + ar[2] + af[JIT], 0.0)
+        steps = None  # the per-step rows are kept: the metrics read them
+    return RunRecord(
+        arrival_at_s=arr,
+        admitted_at_s=qt[ADM_T], first_token_at_s=qt[FIRST_T], finished_at_s=qt[FIN_T],
+        input_tokens=np.asarray(reqs.input_tokens),
+        output_tokens=np.asarray(reqs.output_tokens),
+        lane=np.asarray(reqs.lane),
+        step_start_s=sf[0], step_dur_s=sf[1], step_tbt_count=si[0], step_tbt_gap_s=sf[2],
+        extra_gaps_s=gaps,
+        step_running=si[1], step_waiting=si[2], step_kv_blocks=si[3],
+        num_gpu_blocks=eng.total_blocks, preemptions=int(sc[PREEMPTIONS]),
+        scheduler="continuous", steps=steps, prefix_hit_tokens=int(sc[HIT_TOKENS]),
+    )

@@ -170,20 +170,15 @@ def run_replica(dep: Deployment, reqs: Requests, sim_engine: str = "auto",
     """One replica's run of its requests with per-step arrays kept (the fleet attributes token
     gaps to windows by time); a closed loop's `request_overhead_s` and `client_jitter` as
     `ContinuousEngine.run` takes them."""
-    from capplan.sim import engine_impl, run_features
+    from capplan.sim import engine_impl
     from capplan.sim.engine import ContinuousEngine
-    from capplan.sim.fast import FastEngine
 
     policy = dep.settings.profile.scheduler
-    impl = engine_impl("continuous", sim_engine, **run_features(policy, reqs))
-    cls: Any = {"fast": FastEngine, "reference": ContinuousEngine}.get(impl)
-    if cls is None:
-        from capplan.sim.compiled import CompiledEngine as cls
     pool, lim = dep.pool, dep.limits
-    eng = cls(dep.step, pool.num_blocks, pool.block_size, lim.max_num_seqs,
-              lim.max_num_batched_tokens, policy, state_blocks=pool.state_blocks_per_seq)
-    if impl == "compiled":
-        eng.keep_steps = True
+    eng = ContinuousEngine(dep.step, pool.num_blocks, pool.block_size, lim.max_num_seqs,
+                           lim.max_num_batched_tokens, policy,
+                           state_blocks=pool.state_blocks_per_seq)
+    eng.jit = engine_impl("continuous", sim_engine) == "compiled"
     if reqs.concurrency is None:
         return eng.run(reqs)
     return eng.run(reqs, None, None, request_overhead_s, client_jitter)
@@ -264,6 +259,7 @@ def _replay_compiled(dep: Deployment, reqs: Requests, fleet: tuple
                      ) -> tuple[_Times, list[dict[str, Any]]]:
     """Route and simulate on the compiled fleet loop; per-request times and TBT samples."""
     from capplan.sim import compiled as C
+    from capplan.sim.engine import CompiledEngine
     from capplan.sim.fleet_loop import (
         ROUTER_CODES,
         check_kernel,
@@ -273,9 +269,9 @@ def _replay_compiled(dep: Deployment, reqs: Requests, fleet: tuple
 
     ready, stop, router, keys, bounds = fleet
     pool, lim = dep.pool, dep.limits
-    eng = C.CompiledEngine(dep.step, pool.num_blocks, pool.block_size, lim.max_num_seqs,
-                           lim.max_num_batched_tokens, dep.settings.profile.scheduler,
-                           state_blocks=pool.state_blocks_per_seq)
+    eng = CompiledEngine(dep.step, pool.num_blocks, pool.block_size, lim.max_num_seqs,
+                         lim.max_num_batched_tokens, dep.settings.profile.scheduler,
+                         state_blocks=pool.state_blocks_per_seq)
     eng._check_requests(reqs)
     q, cfg = eng._arrays(reqs, np.zeros(1, np.int64))
     consts = tuple(float(v) for v in dep.step.constants())

@@ -33,6 +33,7 @@ from capplan.sim.compiled import (
     NRUN,
     NTBT,
     NUM_SCALARS,
+    NUM_TF,
     STATE,
     STEP,
     STRIDE,
@@ -48,9 +49,10 @@ from capplan.sim.compiled import (
     numba,
 )
 
-RUN_, HEAP_, PF_, CHL_, NEEDL_, FDL_ = range(6)
+RUN_, HEAP_, PF_, CHL_, NEEDL_, FDL_, FIN_ = range(7)
 """The per-replica index arrays (rows: replicas): running set, waiting heap, prefilling list,
-chunk list, decoders due a block, pending first decodes."""
+chunk list, decoders due a block, pending first decodes, a step's completions (closed loops
+only: unused here)."""
 ROUTER_CODES = {"round-robin": 0, "least-outstanding": 1, "prefix-affinity": 2}
 SERIES_DUMMY = 64
 """The per-step time-series samples are not kept for a fleet (one scratch buffer)."""
@@ -102,39 +104,55 @@ def _outstanding(r: int, t: float, SC: np.ndarray, t_r: np.ndarray, last_done: n
 
 
 @_njit
+def _least_outstanding(t: float, st: tuple, fl: tuple) -> int:
+    """The accepting replica with the fewest requests in it at t (the first on ties; -1:
+    none accepts)."""
+    ready, stop = fl[0], fl[1]
+    SC, t_r, last_done = st[0], st[1], st[2]
+    best, bn = -1, 0
+    for r in range(ready.shape[0]):
+        if _accepts(r, t, ready, stop):
+            o = _outstanding(r, t, SC, t_r, last_done)
+            if best < 0 or o < bn:
+                best, bn = r, o
+    return best
+
+
+@_njit
+def _round_robin(t: float, rr: np.ndarray, ready: np.ndarray, stop: np.ndarray) -> int:
+    """The next accepting replica in turn (-1: none accepts)."""
+    na = 0
+    for r in range(ready.shape[0]):
+        na += _accepts(r, t, ready, stop)
+    if na == 0:
+        return -1
+    j = rr[0] % na
+    rr[0] += 1
+    for r in range(ready.shape[0]):
+        if _accepts(r, t, ready, stop):
+            if j == 0:
+                return r
+            j -= 1
+    return -1
+
+
+@_njit
 def _route(i: int, t: float, st: tuple, fl: tuple) -> int:
-    """The replica for request i at time t (-1: none accepts)."""
+    """The replica for request i at time t (-1: none accepts): least-outstanding; or
+    prefix-affinity's owner of the request's key while it accepts, else round-robin (which a
+    keyed request's first routing makes its key's owner)."""
     ready, stop, router, keys, owner = fl[0], fl[1], fl[2], fl[3], fl[4]
-    SC, t_r, last_done, rr = st[0], st[1], st[2], st[3]
-    R = ready.shape[0]
     k = keys[i]
     if router == 2 and k >= 0 and k in owner:
         r = owner[k]
         if _accepts(r, t, ready, stop):
             return r
     if router == 1:
-        best, bn = -1, 0
-        for r in range(R):
-            if _accepts(r, t, ready, stop):
-                o = _outstanding(r, t, SC, t_r, last_done)
-                if best < 0 or o < bn:
-                    best, bn = r, o
-        return best
-    na = 0
-    for r in range(R):
-        na += _accepts(r, t, ready, stop)
-    if na == 0:
-        return -1
-    j = rr[0] % na
-    rr[0] += 1
-    for r in range(R):
-        if _accepts(r, t, ready, stop):
-            if j == 0:
-                if router == 2 and k >= 0:
-                    owner[k] = r
-                return r
-            j -= 1
-    return -1
+        return _least_outstanding(t, st, fl)
+    r = _round_robin(t, st[3], ready, stop)
+    if router == 2 and k >= 0 and r >= 0:
+        owner[k] = r
+    return r
 
 
 @_njit
@@ -166,7 +184,7 @@ def _advance(r: int, until: float, eng: tuple, st: tuple, tb: tuple, shared: tup
         lists = ((ia[RUN_][r], ia[HEAP_][r]), gl[0], (tabs[w], agg_rest[0], agg_rest[1],
                                                        agg_rest[2]))
         bufs = (ia[PF_][r], ia[CHL_][r], ia[NEEDL_][r], shared[0], ia[FDL_][r], shared[1],
-                TF[r], shared[2])
+                TF[r], shared[2], ia[FIN_][r], shared[3], arr, shared[4])
         t = t + _step(t, q, sc, cfg, model, arr, lists, bufs)
         if sc[ERR]:
             return
@@ -237,8 +255,9 @@ def simulate_fleet(arr: np.ndarray, q: np.ndarray, cfg: np.ndarray, consts: tupl
     for r in range(R):
         SC[r, FREE], SC[r, LAST_DEC], SC[r, STRIDE] = cfg[TOTAL], -1, 1
     ia = [np.empty((R, m), np.int64), np.empty((R, 64), np.int64), np.empty((R, m), np.int64),
-          np.empty((R, m), np.int64), np.empty((R, m), np.int64), np.empty((R, 2 * m), np.int64)]
-    TF = np.zeros((R, 6), np.float64)
+          np.empty((R, m), np.int64), np.empty((R, m), np.int64), np.empty((R, 2 * m), np.int64),
+          np.empty((R, m), np.int64)]
+    TF = np.zeros((R, NUM_TF), np.float64)
     st = (SC, np.zeros(R), np.zeros(R, np.int64), np.zeros(R, np.int64), TF, ia)
     fl = (ready, stop, router, keys, owner, np.zeros(1, np.int64))
     tabs = [np.zeros((64, 2), np.float64) for _ in range(W)]
@@ -248,7 +267,11 @@ def simulate_fleet(arr: np.ndarray, q: np.ndarray, cfg: np.ndarray, consts: tupl
     agg_rest = ((np.empty(SERIES_DUMMY, np.float64), np.empty((3, SERIES_DUMMY), np.int32)),
                 np.empty((3, 0), np.float64), np.empty((4, 0), np.int32))
     qt = np.zeros((3, n), np.float64)
-    shared = (np.zeros(n, np.int8), qt, np.zeros((2, n), np.float64))
+    z = np.zeros(0, np.int64)
+    shared = (np.zeros(n, np.int8), qt, np.zeros((2, n), np.float64),
+              (np.zeros((7, 0), np.float64), np.zeros((3, 0), np.int64)),
+              (np.zeros(n + 1, np.int64), z, np.zeros(0, np.int8), np.zeros(0, np.int32), z,
+               np.zeros((2, 0), np.int64)))
     eng_arr = arr.copy()
     rep = np.full(n, -1, np.int64)
     _fleet_loop((q, cfg, (consts, moe), eng_arr), st, fl, (tabs, nt, bounds, gl, ng, agg_rest),

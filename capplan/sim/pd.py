@@ -53,8 +53,8 @@ class KvPresentStep:
     """A decode worker's step model for requests whose prompt KV arrived over the link: a
     prompt's step computes only its last token, reading the other prompt tokens' KV as a cached
     prefix (StepRecord: chunk c = 1 after p = prompt - 1 cached tokens, c * p + c (c + 1) / 2 =
-    prompt pairs). Every other input passes through. It has no `constants`, so the engines use
-    the Python step (`step(...)`) rather than the compiled formula of the full prompt."""
+    prompt pairs). Every other input passes through. It has no `constants`, so the scheduler loop
+    runs interpreted and asks this `step(...)` rather than compiling the full prompt's formula."""
 
     def __init__(self, inner: Any) -> None:
         self.inner = inner
@@ -114,24 +114,22 @@ class PdReplay:
 def _engine(dep: Deployment, kv_present: bool, sim_engine: str) -> Any:
     from capplan.sim import engine_impl
     from capplan.sim.engine import ContinuousEngine
-    from capplan.sim.fast import FastEngine
 
     policy = dep.settings.profile.scheduler
     lim, pool = dep.limits, dep.pool
     step: Any = dep.step
     budget = lim.max_num_batched_tokens
     if kv_present:
-        step = KvPresentStep(step)
         # a decode worker computes no prompt chunk: every admitted prompt fits its step
         budget = max(budget, lim.max_num_seqs * dep.memory.max_model_len)
-    impl = engine_impl("continuous", sim_engine, num_requests=0)
-    if impl == "compiled" and not kv_present:
-        from capplan.sim.compiled import CompiledEngine
-        return CompiledEngine(step, pool.num_blocks, pool.block_size, lim.max_num_seqs, budget,
-                              policy, state_blocks=pool.state_blocks_per_seq)
-    cls = ContinuousEngine if impl == "reference" else FastEngine
-    return cls(step, pool.num_blocks, pool.block_size, lim.max_num_seqs, budget, policy,
-               state_blocks=pool.state_blocks_per_seq)
+        if not hasattr(step, "constants"):
+            step = KvPresentStep(step)  # a stand-in step model: the plain loop asks it
+    eng = ContinuousEngine(step, pool.num_blocks, pool.block_size, lim.max_num_seqs, budget,
+                           policy, state_blocks=pool.state_blocks_per_seq)
+    # a StepModel's prompt steps with the KV present: the loop's inputs as KvPresentStep's
+    eng.kv_present = kv_present and hasattr(dep.step, "constants")
+    eng.jit = engine_impl("continuous", sim_engine) == "compiled"
+    return eng
 
 
 def _run_pool(dep: Deployment, workers: int, at_s: np.ndarray, inp: np.ndarray,

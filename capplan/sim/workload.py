@@ -570,6 +570,41 @@ def _rows(f: IO[str], path: Path) -> tuple[list[str], Iterator[tuple[int, dict]]
     return cols, ((i, r) for i, r in enumerate(reader, 2))
 
 
+def _read_trace(p: Path) -> tuple:
+    """A trace's rows: (columns, the arrival / input / output columns used, their values as
+    arrays (times as read), whether every time is a number, Mooncake hash ids per row)."""
+    times, inputs, outputs = array("d"), array("q"), array("q")
+    hashes: list[np.ndarray] = []
+    numeric = True
+    with open(p, encoding="utf-8-sig", newline="") as f:
+        try:
+            cols, rows = _rows(f, p)
+            if not cols:
+                raise InputError(f"{p}: empty trace (no requests)")
+            used = (_pick(cols, ARRIVAL_COLUMNS, p, "arrival time"),
+                    _pick(cols, INPUT_COLUMNS, p, "input tokens"),
+                    _pick(cols, OUTPUT_COLUMNS, p, "output tokens"))
+            ca, ci, co = used
+            for line, r in rows:
+                for c in used:
+                    if r.get(c) in (None, ""):
+                        raise InputError(f"{p}:{line}: missing value for column {c}")
+                tk, is_num = _time_and_kind(r[ca], p, line)
+                times.append(tk)
+                numeric = numeric and is_num
+                inputs.append(_length_value(r[ci], p, line, ci))
+                outputs.append(_length_value(r[co], p, line, co))
+                if "hash_ids" in cols:
+                    hashes.append(_hash_ids(r.get("hash_ids"), p, line))
+        except csv.Error as e:  # a NUL byte, a field over csv's 128 KiB limit
+            raise InputError(f"{p}: not a CSV trace ({e})") from None
+    if not times:
+        raise InputError(f"{p}: empty trace (no requests)")
+    arrays = tuple(np.frombuffer(a, dtype=d).copy()
+                   for a, d in ((times, np.float64), (inputs, np.int64), (outputs, np.int64)))
+    return cols, used, arrays, numeric, hashes
+
+
 def load_trace(path: str | Path, time_unit: str = "auto") -> Requests:
     """Requests from a CSV or JSONL trace; arrival times shifted so the first is at 0.
 
@@ -588,37 +623,9 @@ def load_trace(path: str | Path, time_unit: str = "auto") -> Requests:
     if not p.is_file():
         raise InputError(f"{p}: no such trace file")
     check_input_file(p, "trace")
-    times, inputs, outputs = array("d"), array("q"), array("q")
     _NAIVE_SEEN.clear()
     _AWARE_SEEN.clear()
-    hashes: list[np.ndarray] = []
-    numeric = True
-    with open(p, encoding="utf-8-sig", newline="") as f:
-        try:
-            cols, rows = _rows(f, p)
-            if not cols:
-                raise InputError(f"{p}: empty trace (no requests)")
-            ca = _pick(cols, ARRIVAL_COLUMNS, p, "arrival time")
-            ci = _pick(cols, INPUT_COLUMNS, p, "input tokens")
-            co = _pick(cols, OUTPUT_COLUMNS, p, "output tokens")
-            for line, r in rows:
-                for c in (ca, ci, co):
-                    if r.get(c) in (None, ""):
-                        raise InputError(f"{p}:{line}: missing value for column {c}")
-                tk, is_num = _time_and_kind(r[ca], p, line)
-                times.append(tk)
-                numeric = numeric and is_num
-                inputs.append(_length_value(r[ci], p, line, ci))
-                outputs.append(_length_value(r[co], p, line, co))
-                if "hash_ids" in cols:
-                    hashes.append(_hash_ids(r.get("hash_ids"), p, line))
-        except csv.Error as e:  # a NUL byte, a field over csv's 128 KiB limit
-            raise InputError(f"{p}: not a CSV trace ({e})") from None
-    if not times:
-        raise InputError(f"{p}: empty trace (no requests)")
-    t = np.frombuffer(times, dtype=np.float64).copy()
-    inp = np.frombuffer(inputs, dtype=np.int64).copy()
-    out = np.frombuffer(outputs, dtype=np.int64).copy()
+    cols, (ca, ci, co), (t, inp, out), numeric, hashes = _read_trace(p)
     if numeric:
         unit, why = ((time_unit, "--time-unit") if time_unit != "auto"
                      else trace_time_unit(cols, t))

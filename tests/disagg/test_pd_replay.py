@@ -149,3 +149,33 @@ def test_closed_loop_replay_work_is_capped(run_cli):
                   "1", "--decode-workers", "2", "--concurrency", "2", "--requests", "10000",
                   "--input-len", "1024", "--output-len", "200")
     assert res.exit_code == 2 and "sim_tokens" in res.stderr and "passes" in res.stderr
+
+
+def test_kv_present_loop_equals_the_step_wrapper():
+    # a decode worker's prompt steps: the loop's own inputs (ContinuousEngine.kv_present, which
+    # compiles) give KvPresentStep's run (the wrapper runs the loop interpreted), exactly
+    import numpy as np
+
+    from capplan.api import deployment
+    from capplan.sim import Requests
+    from capplan.sim.engine import ContinuousEngine
+
+    dep = deployment("llama-3.1-8b", "h100-sxm")
+    rng = np.random.default_rng(0)
+    n = 120
+    reqs = Requests(np.cumsum(rng.exponential(1 / 20, n)), rng.integers(100, 3000, n),
+                    rng.integers(1, 300, n), np.zeros(n, np.int64))
+    lim, pool = dep.limits, dep.pool
+    budget = max(lim.max_num_batched_tokens, lim.max_num_seqs * dep.memory.max_model_len)
+    args = (pool.num_blocks, pool.block_size, lim.max_num_seqs, budget,
+            dep.settings.profile.scheduler)
+    wrapped = ContinuousEngine(KvPresentStep(dep.step), *args).run(reqs)
+    eng = ContinuousEngine(dep.step, *args)
+    eng.kv_present = True
+    flagged = eng.run(reqs)
+    for key in ("first_token_at_s", "finished_at_s", "admitted_at_s"):
+        np.testing.assert_allclose(getattr(flagged, key), getattr(wrapped, key), rtol=0,
+                                   atol=1e-9)
+    plain = ContinuousEngine(dep.step, *args).run(reqs)  # the prompt computed in full
+    assert (plain.first_token_at_s - reqs.arrival_at_s).mean() > (
+        flagged.first_token_at_s - reqs.arrival_at_s).mean()

@@ -56,8 +56,8 @@ def _small_job():
 
 def test_engine_choice_does_not_depend_on_jobs():
     """One simulator for a plan's verification: compiled (numba is in the test extra) from
-    PARALLEL_MIN_REQUESTS simulated requests in all, the fast engine below; so a serial and a
-    parallel run simulate the same way."""
+    PARALLEL_MIN_REQUESTS simulated requests in all, `auto` below; so a serial and a parallel
+    run simulate the same way."""
     from dataclasses import replace
 
     from capplan.plan.verify import numba_installed, verification_engine

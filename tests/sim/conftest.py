@@ -2,8 +2,26 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 import numpy as np
 import pytest
+
+
+@contextmanager
+def step_by_step() -> Iterator[None]:
+    """The plain loop (`sim_engine="python"`) with decode stretches off: every step scheduled
+    on its own (capplan.sim.compiled._bulk runs no stretch shorter than BULK_MIN_STEPS)."""
+    from capplan.sim.compiled import plain_module
+
+    mod = plain_module()
+    old = mod.BULK_MIN_STEPS
+    mod.BULK_MIN_STEPS = 1 << 40
+    try:
+        yield
+    finally:
+        mod.BULK_MIN_STEPS = old
 
 
 class ConstStep:

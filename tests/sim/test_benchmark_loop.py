@@ -11,7 +11,7 @@ from capplan.errors import InputError
 from capplan.models.engine import SchedulerPolicy
 from capplan.sim import ContinuousEngine, Lane, Requests, Workload, parse_length, simulate
 from capplan.sim.metrics import summarize
-from tests.sim.conftest import ConstStep
+from tests.sim.conftest import ConstStep, step_by_step
 
 
 def test_hand_computed_schedule_two_clients_five_requests():
@@ -99,23 +99,18 @@ def test_request_overhead_arrival_waits_for_a_step_boundary():
         ContinuousEngine(ConstStep(0.01), 100, 16, 8, 64).run(r, request_overhead_s=-1)
 
 
-def test_request_overhead_with_speculation_matches_step_by_step(llama_h100):
-    """Closed-loop arrivals that depend on the clock: the windowed clock (with roll-backs)
-    gives the run of evaluating every step on its own."""
-    import capplan.sim.engine as eng
-
+def test_request_overhead_with_event_skipping_matches_step_by_step(llama_h100):
+    """Closed-loop arrivals that depend on the clock: decode stretches (which stop at the next
+    arrival) give the run of scheduling every step on its own."""
     wl = Workload((Lane(input_len=parse_length("lognormal:mean=500,p99=2500"),
                         output_len=parse_length("lognormal:mean=60,p99=300")),),
                   num_requests=300, concurrency=24)
     kw = dict(scheduler="continuous", num_gpu_blocks=3000, block_size=16, max_num_seqs=256,
               max_num_batched_tokens=2048, request_overhead_s=0.07)
     fast = simulate(llama_h100.step, workload=wl, seed=2, **kw).to_dict()
-    old = eng.WINDOW_MAX
-    try:
-        eng.WINDOW_MAX = 1
-        slow = simulate(llama_h100.step, workload=wl, seed=2, **kw).to_dict()
-    finally:
-        eng.WINDOW_MAX = old
+    with step_by_step():
+        slow = simulate(llama_h100.step, workload=wl, seed=2, sim_engine="python",
+                        **kw).to_dict()
     for key in ("ttft_s", "e2e_s", "tbt_s"):
         assert fast[key] == pytest.approx(slow[key], rel=1e-9)
     assert fast["makespan_s"] == pytest.approx(slow["makespan_s"], rel=1e-12)

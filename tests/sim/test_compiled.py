@@ -1,6 +1,7 @@
-"""The compiled engine (capplan/sim/compiled.py) beyond the equality grid of test_fast_engine:
-its pure-Python twin (numba's JIT off) gives the same results, capplan works without numba, and
-the recurrent-state blocks of hybrid models are held per running sequence."""
+"""The scheduler loop (capplan/sim/compiled.py) beyond the equality grid of test_jit_equality:
+with numba's JIT off in another process (NUMBA_DISABLE_JIT=1) it gives the compiled results,
+capplan works without numba, and the recurrent-state blocks of hybrid models are held per
+running sequence."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import textwrap
 
 import numpy as np
 import pytest
-from test_fast_engine import (  # tests/sim is on sys.path (pytest's rootdir imports)
+from test_jit_equality import (  # tests/sim is on sys.path (pytest's rootdir imports)
     BLOCK_SIZE,
     POLICIES,
     SEQS,
@@ -41,34 +42,41 @@ def _python(code: str, **env: str) -> subprocess.CompletedProcess:
 
 
 @needs_numba
-def test_pure_python_twin_matches_reference():
-    # The same functions run as plain Python (NUMBA_DISABLE_JIT=1): the reference's results on
-    # small overloaded runs of each policy, one with a sliding window.
-    code = """
+def test_jit_disabled_process_gives_the_compiled_results(llama_h100, tmp_path):
+    # The same functions run as plain Python (NUMBA_DISABLE_JIT=1, another process): the
+    # compiled results on small overloaded runs of each policy, one with a sliding window.
+    code = f"""
         import numpy as np
         from capplan.catalog.loader import load_catalog
         from capplan.models.engine import EngineSettings
         from capplan.plan.deployment import resolve_deployment
-        from capplan.sim import ContinuousEngine, compiled
-        from test_fast_engine import (BLOCK_SIZE, POLICIES, SEQS, TOKENS, _requests, _same,
-                                      windowed)
-        assert not isinstance(compiled.simulate_open_loop, compiled.numba.core.dispatcher
+        from capplan.sim import compiled
+        from capplan.sim.engine import CompiledEngine
+        from test_jit_equality import BLOCK_SIZE, POLICIES, SEQS, TOKENS, _requests, windowed
+        assert not isinstance(compiled.simulate_loop, compiled.numba.core.dispatcher
                               .Dispatcher)  # the JIT is off: a plain function
         dep = resolve_deployment(load_catalog(()), "llama-3.1-8b", "h100-sxm",
                                  EngineSettings(max_num_seqs=256, max_num_batched_tokens=8192))
+        out = {{}}
         for name, policy in POLICIES.items():
-            for step in (dep.step, windowed(dep.step, 256.0)):
-                reqs = _requests(7, 30.0)
-                args = (step, 300, BLOCK_SIZE, SEQS, TOKENS, policy)
-                ref = ContinuousEngine(*args).run(reqs, np.array([1, 0]))
-                twin = compiled.CompiledEngine(*args).run(reqs, np.array([1, 0]))
-                _same(twin, ref, sort_gaps=True, arrays=False)  # the default: aggregates
-                print(name, ref.preemptions)
+            step = windowed(dep.step, 256.0) if name == "vllm" else dep.step
+            r = CompiledEngine(step, 300, BLOCK_SIZE, SEQS, TOKENS, policy).run(
+                _requests(7, 30.0), np.array([1, 0]))
+            out[name] = np.concatenate([r.first_token_at_s, r.finished_at_s, [r.preemptions]])
+        np.savez({str(tmp_path / "plain.npz")!r}, **out)
     """
     out = _python(code, NUMBA_DISABLE_JIT="1", PYTHONPATH=HERE)
     assert out.returncode == 0, out.stderr[-2000:]
-    assert "vllm" in out.stdout and "no_evict" in out.stdout
-    assert any(int(line.split()[1]) > 0 for line in out.stdout.splitlines())  # preempts
+    from capplan.sim.engine import CompiledEngine
+
+    plain = np.load(tmp_path / "plain.npz")
+    for name, policy in POLICIES.items():
+        step = windowed(llama_h100.step, 256.0) if name == "vllm" else llama_h100.step
+        r = CompiledEngine(step, 300, BLOCK_SIZE, SEQS, TOKENS, policy).run(
+            _requests(7, 30.0), PRIO)
+        got = np.concatenate([r.first_token_at_s, r.finished_at_s, [r.preemptions]])
+        np.testing.assert_allclose(got, plain[name], rtol=0, atol=1e-9, err_msg=name)
+    assert plain["vllm"][-1] > 0  # the overloaded vLLM run preempts
 
 
 BLOCKER = """
@@ -91,24 +99,24 @@ def test_without_numba_auto_runs_pure_and_compiled_exits_2():
     import json
     from capplan.sim import compiled_available, engine_impl
     assert not compiled_available()
-    assert engine_impl("continuous", num_requests=10**6) == "fast"
+    assert engine_impl("continuous", num_requests=10**6) == "python"
     from capplan.cli import main
     sys.argv = ["capplan"] + {SIM_ARGS!r} + sys.argv[1:]
     main()
     """
     auto = _python(code)
     assert auto.returncode == 0, auto.stderr[-2000:]
-    assert '"engine_impl": "fast"' in auto.stdout
+    assert '"engine_impl": "python"' in auto.stdout
     bad = subprocess.run([sys.executable, "-c", textwrap.dedent(code), "--sim-engine",
                           "compiled"], capture_output=True, text=True, timeout=300)
     assert bad.returncode == 2
     assert bad.stderr.strip().count("\n") == 0, bad.stderr  # one line, no traceback
-    assert "pip install 'capplan[fast]'" in bad.stderr
+    assert "pip install numba" in bad.stderr
 
 
 def _without_and_with_state(args: tuple, reqs, state_blocks: int):  # noqa: ANN001, ANN202
     """The same run on the compiled engine without and with `state_blocks` per sequence."""
-    from capplan.sim.compiled import CompiledEngine
+    from capplan.sim.engine import CompiledEngine
 
     return (_keeping(CompiledEngine(*args)).run(reqs, PRIO),
             _keeping(CompiledEngine(*args, state_blocks=state_blocks)).run(reqs, PRIO))
@@ -142,13 +150,16 @@ def test_state_blocks_cost_capacity(llama_h100):
 
 
 @needs_numba
-def test_compiled_rejects_closed_loop(llama_h100):
-    from capplan.errors import InputError
-    from capplan.sim.compiled import CompiledEngine
+def test_compiled_closed_loop_one_client_waits_for_each_answer(llama_h100):
+    # one client: request i + 1 reaches the engine exactly `overhead` after request i finished
+    # (hand rule of a closed loop), and the engine is never busy with two at once
+    from capplan.sim.engine import CompiledEngine
 
     eng = CompiledEngine(llama_h100.step, 300, BLOCK_SIZE, SEQS, TOKENS)
-    with pytest.raises(InputError, match="open-loop"):
-        eng.run(_requests(3, None, concurrency=4))
+    r = eng.run(_requests(3, None, concurrency=1), PRIO, request_overhead_s=0.01)
+    np.testing.assert_allclose(r.arrival_at_s[1:], r.finished_at_s[:-1] + 0.01, rtol=0,
+                               atol=1e-12)
+    assert r.arrival_at_s[0] == 0.0 and (r.admitted_at_s == r.arrival_at_s).all()
 
 
 def test_windowed_helper_is_a_step_model(llama_h100):
@@ -163,7 +174,7 @@ def test_windowed_helper_is_a_step_model(llama_h100):
 ])
 def test_catalog_models_match_reference(model, settings):
     from capplan.api import deployment
-    from capplan.sim.compiled import CompiledEngine
+    from capplan.sim.engine import CompiledEngine
 
     dep = deployment(model, "h100-sxm", **settings)
     rng = np.random.default_rng(1)
@@ -182,7 +193,7 @@ def test_default_run_keeps_aggregates_only(llama_h100, policy):
     # The default run keeps no per-step arrays: per-request times, extra gaps and the step
     # aggregate equal the run that keeps them (and, through _same, the reference's), and the
     # CLI's summary is the same from either representation.
-    from capplan.sim.compiled import CompiledEngine
+    from capplan.sim.engine import CompiledEngine
     from capplan.sim.metrics import summarize
     from capplan.sim.workload import Lane
 
@@ -215,10 +226,13 @@ def test_series_of_long_runs_strides(llama_h100):
     # kept step nearest each evenly spaced one, exactly that step's values. Hand check with a
     # cap of 64 on ~2,900 steps: the stride doubles to 64 (2,900 / 64 < 64 samples) and each
     # shown step is within 32 steps of its target.
-    from capplan.sim.compiled import CompiledEngine
+    from capplan.sim.engine import CompiledEngine
     from capplan.sim.metrics import series_steps
 
-    reqs = _requests(7, 30.0)
+    rng = np.random.default_rng(7)  # 240 requests as _requests draws them
+    n = 240
+    inp, out = rng.integers(16, 700, n), rng.integers(1, 200, n)
+    reqs = Requests(np.cumsum(rng.exponential(1 / 30.0, n)), inp, out, rng.integers(0, 2, n))
     args = (llama_h100.step, 300, BLOCK_SIZE, SEQS, TOKENS, POLICIES["no_evict"])
     eng = _keeping(CompiledEngine(*args))
     eng.series_cap = 64
@@ -232,3 +246,29 @@ def test_series_of_long_runs_strides(llama_h100):
     np.testing.assert_array_equal(st.series_running, rec.step_running[shown])
     np.testing.assert_array_equal(st.series_waiting, rec.step_waiting[shown])
     np.testing.assert_array_equal(st.series_kv_blocks, rec.step_kv_blocks[shown])
+
+
+@pytest.mark.parametrize("kind", ["groups", "hash_ids"])
+def test_prefix_key_ids_name_the_block_keys(kind):
+    # the compiled loop's dense key ids (built with numpy) against Requests.block_keys: the
+    # same number of keys per request, equal keys <-> equal ids
+    from capplan.sim.compiled import prefix_cache
+
+    rng = np.random.default_rng(0)
+    n = 300
+    inp = rng.integers(1, 3000, n)
+    r = Requests(np.zeros(n), inp, np.ones(n, np.int64), np.zeros(n, np.int64),
+                 prefix_group=rng.integers(-1, 5, n),
+                 prefix_tokens=np.minimum(inp, rng.integers(0, 3000, n)))
+    if kind == "hash_ids":
+        r = dataclasses.replace(r, prefix_group=None, prefix_tokens=None, hash_block_tokens=512,
+                                hash_ids=tuple(rng.integers(0, 40, rng.integers(0, 8))
+                                               for _ in range(n)))
+    koff, kid = prefix_cache(r, BLOCK_SIZE, 10)[:2]
+    names: dict = {}
+    for i in range(n):
+        keys, ids = r.block_keys(i, BLOCK_SIZE), kid[koff[i]:koff[i + 1]].tolist()
+        assert len(keys) == len(ids)
+        for k, d in zip(keys, ids, strict=True):
+            assert names.setdefault(k, d) == d
+    assert len(names) > 50 and len(set(names.values())) == len(names)

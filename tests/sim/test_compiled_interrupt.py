@@ -17,8 +17,7 @@ import numpy as np
 import pytest
 
 from capplan.sim import Requests, compiled_available
-from capplan.sim.compiled import CompiledEngine
-from capplan.sim.engine import SchedulerPolicy
+from capplan.sim.engine import CompiledEngine, SchedulerPolicy
 
 needs_numba = pytest.mark.skipif(not compiled_available(), reason="numba (the fast extra)")
 

@@ -26,5 +26,5 @@ def test_replica_runs_every_ranks_batch(dp2):
     # the same 16 clients on one rank's cap: half of them queue for a slot
     one = capplan.deployment("gpt-oss-120b", "b200", max_num_seqs=8)
     lone = simulate_closed_loop(one, 16, 256, 64, requests=48)
-    assert lone["mean_running_batch"] <= 8
+    assert lone["mean_running_batch"] <= 8 + 1e-9  # a time-weighted mean: rounding
     assert out["ttft_s"]["mean"] < lone["ttft_s"]["mean"] / 2

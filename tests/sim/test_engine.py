@@ -9,7 +9,7 @@ from capplan.errors import InputError
 from capplan.models.engine import SchedulerPolicy
 from capplan.sim import ContinuousEngine, Lane, Requests, Workload, parse_length, simulate
 from capplan.sim.metrics import summarize
-from tests.sim.conftest import ConstStep, LinearStep
+from tests.sim.conftest import ConstStep, LinearStep, step_by_step
 
 VLLM = SchedulerPolicy()
 
@@ -132,21 +132,16 @@ def test_deterministic_for_a_seed(llama_h100):
     VLLM, SchedulerPolicy(prefill_first=True, reserve_output_frac=0.3),
     SchedulerPolicy(chunked_prefill=False, reserve_output_frac=1.0, preemption=False)],
     ids=["vllm", "prefill-first", "no-evict"])
-def test_speculation_matches_step_by_step(llama_h100, policy):
-    """The windowed clock gives the same run as evaluating every step on its own (windows of
-    one step never speculate)."""
-    import capplan.sim.engine as eng
-
+def test_event_skipping_matches_step_by_step(llama_h100, policy):
+    """Decode stretches run in closed form (capplan.sim.compiled._bulk) give the same run as
+    scheduling every step on its own (the plain loop with stretches switched off)."""
     kw = dict(KW, num_gpu_blocks=3000, policy=policy)
     if not policy.chunked_prefill:  # whole prompts: the longest is 8342 tokens
         kw["max_num_batched_tokens"] = 16384
     fast = simulate(llama_h100.step, workload=WL, seed=1, **kw).to_dict()
-    old = eng.WINDOW_MAX
-    try:
-        eng.WINDOW_MAX = 1
-        slow = simulate(llama_h100.step, workload=WL, seed=1, **kw).to_dict()
-    finally:
-        eng.WINDOW_MAX = old
+    with step_by_step():
+        slow = simulate(llama_h100.step, workload=WL, seed=1, sim_engine="python",
+                        **kw).to_dict()
     assert (fast["preemptions"] > 0) == policy.preemption
     assert fast["ttft_s"] == pytest.approx(slow["ttft_s"], rel=1e-9)
     assert fast["e2e_s"] == pytest.approx(slow["e2e_s"], rel=1e-9)

@@ -9,7 +9,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from capplan.errors import InputError
-from capplan.sim import FastEngine, Requests, compiled_available
+from capplan.sim import ContinuousEngine, Requests, compiled_available
 from capplan.sim.fleet import (
     FleetReplaySpec,
     check_windows,
@@ -17,6 +17,7 @@ from capplan.sim.fleet import (
     replica_timeline,
     route_static,
 )
+from tests.sim.conftest import step_by_step
 
 needs_numba = pytest.mark.skipif(not compiled_available(), reason="numba (the fast extra)")
 TOL_S = 1e-9
@@ -43,15 +44,18 @@ def _spec(dep, reqs, windows, **kw):  # noqa: ANN001, ANN003, ANN202
 
 
 @needs_numba
-def test_event_skipping_matches_the_fast_engine_at_low_load(llama_h100):
+def test_event_skipping_matches_step_by_step_at_low_load(llama_h100):
     # Low load: almost every step is a pure decode step inside a skipped stretch (block edges,
-    # window-free): per-request times and TBT samples equal the fast engine's step by step.
-    from capplan.sim.compiled import CompiledEngine
+    # window-free): per-request times and TBT samples equal the loop's run step by step.
+    from capplan.sim.engine import CompiledEngine
     from capplan.sim.metrics import step_summary
 
     reqs = _reqs(150, 2.0, seed=3)
     a = _engine(llama_h100, CompiledEngine).run(reqs)
-    b = _engine(llama_h100, FastEngine).run(reqs)
+    plain = _engine(llama_h100, ContinuousEngine)
+    plain.jit = False
+    with step_by_step():
+        b = plain.run(reqs)
     for key in ("first_token_at_s", "finished_at_s", "admitted_at_s"):
         np.testing.assert_allclose(getattr(a, key), getattr(b, key), rtol=0, atol=TOL_S)
     sa, sb = a.steps, step_summary(b)
@@ -64,7 +68,7 @@ def test_event_skipping_matches_the_fast_engine_at_low_load(llama_h100):
 @needs_numba
 @pytest.mark.parametrize("router", ["round-robin", "least-outstanding", "prefix-affinity"])
 def test_one_replica_is_the_single_engine(llama_h100, router):
-    from capplan.sim.compiled import CompiledEngine
+    from capplan.sim.engine import CompiledEngine
 
     reqs = _reqs(400, 25.0, seed=1)
     single = _engine(llama_h100, CompiledEngine).run(reqs)
@@ -82,7 +86,7 @@ def test_one_replica_is_the_single_engine(llama_h100, router):
 def test_round_robin_schedule_equals_separate_runs(llama_h100):
     # Round-robin reads no replica state: the fleet loop's routing (lag, drain included) equals
     # routing first (route_static, plain Python) and running each replica on its own.
-    from capplan.sim.compiled import CompiledEngine
+    from capplan.sim.engine import CompiledEngine
     from capplan.sim.fleet import _group_keys, _subset
 
     reqs = _reqs(600, 30.0, seed=2)

@@ -26,7 +26,7 @@ from capplan.models.memory import memory_report
 from capplan.models.perf import build_step_model
 from capplan.models.queueing import LengthStats, Limits, QueueModel
 from capplan.plan.deployment import KvPool, resolve_deployment
-from capplan.sim import ContinuousEngine, FastEngine, Requests
+from capplan.sim import ContinuousEngine, Requests
 
 CONFIG = (Path(__file__).resolve().parent.parent / "data" / "configs"
           / "qwen3-next-80b-a3b-thinking.config.json")
@@ -82,7 +82,13 @@ def _batch(n: int = 60) -> Requests:
     return Requests(np.zeros(n), np.full(n, PROMPT), np.full(n, OUTPUT), np.zeros(n, np.int64))
 
 
-@pytest.mark.parametrize("cls", [ContinuousEngine, FastEngine])
+def _python_loop(*args, **kw) -> ContinuousEngine:  # noqa: ANN002, ANN003
+    eng = ContinuousEngine(*args, **kw)
+    eng.jit = False  # the scheduler loop interpreted
+    return eng
+
+
+@pytest.mark.parametrize("cls", [ContinuousEngine, _python_loop])
 def test_simulator_admits_what_the_hand_calculation_says(cls):
     rec = cls(STEP, POOL_BLOCKS, BLOCK_TOKENS, 256, 16384,
               state_blocks=STATE_BLOCKS).run(_batch())

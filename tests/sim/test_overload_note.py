@@ -34,8 +34,9 @@ def test_engine_fallback_is_in_the_result(run_cli) -> None:  # noqa: ANN001
 
     if not compiled_available():
         pytest.skip("numba (the fast extra)")
-    r = run_cli("simulate", "--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--concurrency",
-                "4", "--requests", "20", "--sim-engine", "compiled", "--format", "json")
+    r = run_cli("simulate", "--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--rate", "4",
+                "--requests", "20", "--scheduler", "static", "--sim-engine", "compiled",
+                "--format", "json")
     assert r.exit_code == 0, r.stderr
-    assert r.json()["engine_note"] == ("--sim-engine compiled asked, fast ran: it does not run "
-                                       "closed_loop")
+    assert r.json()["engine_note"] == ("--sim-engine compiled asked, reference ran: the static "
+                                       "scheduler")

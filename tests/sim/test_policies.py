@@ -203,43 +203,46 @@ class WindowStep(LinearStep):
     window = 12.0
 
 
-def _recount(state, decode: bool, rec) -> None:
-    """Decode sums and KV blocks recounted from each running sequence's own state."""
-    ctx, used = [], 0
-    for s in state.running:
-        q = state.seqs[s]
-        if q.decode_from >= 0:  # context this step: computed + decode steps since + 1
-            nc = q.computed_tokens + state.decode_step - q.decode_from
-            ctx.append(nc + 1)
-            used += state._held(q, nc + decode)  # a decode step holds the new token's block
-        else:
-            used += state._held(q, q.computed_tokens + state.chunks.get(s, 0))
+def _recount(decode: bool, q, sc, cfg, x) -> None:
+    """The step's decode inputs and the blocks in use recounted from each sequence's own
+    state (capplan.sim.compiled's rows): decoders' contexts and every running sequence's
+    blocks (a decode step holds the new token's block, a prefill its chunk's)."""
+    from capplan.sim import compiled as c
+
+    dec = q[c.STATE] == c.DECODING
+    ctx = q[c.COMPUTED][dec].astype(np.int64) + 1
     if decode:
-        assert (rec.num_decode, rec.decode_kv_tokens) == (len(ctx), sum(ctx))
-        assert rec.decode_kv_tokens_window == sum(min(c, 12) for c in ctx)
-    assert rec.kv_blocks_used == used
+        assert (x[0], x[1]) == (len(ctx), ctx.sum())
+        assert x[2] == np.minimum(ctx, 12).sum()
+    pre = q[c.STATE] == c.PREFILLING
+    bs = int(cfg[c.BS])
+    held = np.concatenate([q[c.COMPUTED][dec] + decode, q[c.COMPUTED][pre] + q[c.CHUNK][pre]])
+    res = np.concatenate([q[c.RESERVED][dec], q[c.RESERVED][pre]])
+    assert cfg[c.TOTAL] - sc[c.FREE] == np.maximum(res, -(-held // bs)).sum()
 
 
 @settings(max_examples=30, deadline=None)
 @given(policy=POLICIES, n=st.integers(1, 20), seed=st.integers(0, 10**6))
-def test_incremental_sums_match_a_recount(policy, n, seed):
-    """The engine keeps decode aggregates incrementally (lazy decoders, a window heap, block
-    crossings by step); every step they equal a recount over the sequences themselves."""
-    from capplan.sim import engine as eng
+def test_step_inputs_match_a_recount(policy, n, seed):
+    """The loop keeps the decode sums as it advances the sequences (and advances decode
+    stretches in closed form); every step its step-time inputs and blocks in use equal a
+    recount over the sequences themselves."""
+    from capplan.sim.compiled import plain_module
 
+    mod = plain_module()  # a stand-in step model runs the plain loop
     steps = []
-    original = eng._State._record
+    original = mod._inputs
 
-    def checked(self, decode):
-        rec = original(self, decode)
-        _recount(self, decode, rec)
+    def checked(decode, q, sc, cfg, chl):  # noqa: ANN001, ANN202
+        x = original(decode, q, sc, cfg, chl)
+        _recount(decode, q, sc, cfg, x)
         steps.append(decode)
-        return rec
+        return x
 
     rng = np.random.default_rng(seed)
     r = reqs(np.sort(rng.uniform(0, 0.05, n)), rng.integers(1, 30, n), rng.integers(1, 30, n))
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(eng._State, "_record", checked)
+        mp.setattr(mod, "_inputs", checked)
         run(WindowStep(), r, policy, blocks=40, bs=4, seqs=8,
             tokens=16 if policy.chunked_prefill else 64)
     assert steps

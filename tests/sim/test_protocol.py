@@ -98,17 +98,6 @@ def test_reported_ttft_weights_one_wave_per_client():
     assert reported_ttft(0.1, 1.0, 0.2, 4.0) == pytest.approx(0.4)
 
 
-def test_step_ends_view_indexes_the_run_then_the_window():
-    # the closed loop's arrival lookup: steps 0-2 ended before the window, 3-4 inside it
-    import numpy as np
-
-    from capplan.sim.engine import _EndsView
-
-    view = _EndsView([0.1, 0.2, 0.3], np.array([0.4, 0.5]))
-    assert view[np.array([4, 0, 2, 3])].tolist() == [0.5, 0.1, 0.3, 0.4]
-    assert view[np.array([], np.int64)].tolist() == []
-
-
 def test_simulate_cli_prints_the_tools_own_figures(run_cli):
     args = ("simulate", "--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--concurrency", "4",
             "--input-len", "256", "--output-len", "32", "--benchmark", "guidellm")

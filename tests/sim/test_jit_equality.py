@@ -1,17 +1,16 @@
-"""The fast and compiled engines (capplan/sim/fast.py, compiled.py) give the reference engine's
-results exactly.
+"""The scheduler loop (capplan/sim/compiled.py) compiled and interpreted gives the same run.
 
-Each case runs the same requests through `ContinuousEngine` (the reference), `FastEngine` and,
-for open loops when numba is installed, `CompiledEngine`, and compares every request's
-admission, first-token and finish time (so TTFT and E2E), and
-every TBT gap (the per-step gaps with their counts, and the gaps listed one by one), to 1e-9 s.
-The grid: seeds, loads of 10%, 80% and 120% of the configuration's measured capacity, the three
-engine policies (vLLM mixed chunked prefill with preemption, SGLang prefill-first, TensorRT-LLM
-whole prompts with the output reserved), a sliding window, two lanes with priorities, and closed
-loops with and without a per-request overhead (fast engine only: the compiled one leaves closed
-loops to it), and hybrid models' per-sequence state blocks. The compiled engine lists gaps
-outside the per-step counts in another order within a step, so those are compared sorted
-(they enter the metrics as a multiset).
+There is one implementation of continuous batching; numba compiles it, and the same source runs
+as plain Python (`ContinuousEngine.jit = False`, `--sim-engine python`: the module loaded a
+second time with the JIT off). Each case runs the same requests both ways and compares every
+request's arrival, admission, first-token and finish time (so TTFT and E2E), every TBT gap and
+every per-step array to 1e-9 s. The grid: seeds, loads of 10%, 80% and 120% of the
+configuration's measured capacity, the three engine policies (vLLM mixed chunked prefill with
+preemption, SGLang prefill-first, TensorRT-LLM whole prompts with the output reserved), a
+sliding window, two lanes with priorities, closed loops with and without a per-request overhead
+and client jitter, hybrid models' per-sequence state blocks and prefix caching. What the loop
+must compute is checked elsewhere against hand calculations (test_engine.py, test_policies.py,
+tests/prefix/test_sim_cache.py, test_hybrid_state.py).
 """
 
 from __future__ import annotations
@@ -24,7 +23,6 @@ import pytest
 from capplan.models.engine import ClientJitter, SchedulerPolicy
 from capplan.sim import (
     ContinuousEngine,
-    FastEngine,
     Requests,
     compiled_available,
     engine_impl,
@@ -43,7 +41,7 @@ POLICIES = {
 }
 BLOCKS, BLOCK_SIZE, SEQS, TOKENS = 300, 16, 24, 1024
 """A small cache (4,800 tokens) and batch, so the overloaded runs preempt."""
-N = 240
+N = 160
 TOL_S = 1e-9
 
 
@@ -62,10 +60,19 @@ def _requests(seed: int, rate: float | None, concurrency: int | None = None) -> 
     return Requests(arr, inp, out, rng.integers(0, 2, N), concurrency)
 
 
-def _run(cls, step, reqs, policy, overhead_s=0.0, state_blocks=0, jitter=None):
-    eng = cls(step, BLOCKS, BLOCK_SIZE, SEQS, TOKENS, policy, state_blocks=state_blocks)
-    eng.keep_steps = True  # the compiled engine: per-step arrays besides their aggregate
+def _run(jit, step, reqs, policy, overhead_s=0.0, state_blocks=0, jitter=None):
+    eng = ContinuousEngine(step, BLOCKS, BLOCK_SIZE, SEQS, TOKENS, policy,
+                           state_blocks=state_blocks)
+    eng.jit = jit  # compiled (numba installed), or the same loop as plain Python
     return eng.run(reqs, np.array([1, 0]), request_overhead_s=overhead_s, client_jitter=jitter)
+
+
+def _both(*args, **kw):  # noqa: ANN002, ANN003, ANN202
+    """The run compiled and interpreted, checked equal; returns the interpreted one."""
+    py = _run(False, *args, **kw)
+    if compiled_available():
+        _same(_run(True, *args, **kw), py)
+    return py
 
 
 def _tbt_samples(st) -> np.ndarray:
@@ -90,7 +97,7 @@ def _same_steps(st, ref) -> None:
 def _same(a, b, sort_gaps: bool = False, arrays: bool = True) -> None:
     """`a` gives `b`'s results: per-request times, extra gaps, the step aggregate when `a` has
     one and, with `arrays`, every per-step array."""
-    assert a.preemptions == b.preemptions
+    assert (a.preemptions, a.prefix_hit_tokens) == (b.preemptions, b.prefix_hit_tokens)
     if a.steps is not None:
         _same_steps(a.steps, b)
     keys = ("arrival_at_s", "admitted_at_s", "first_token_at_s", "finished_at_s",
@@ -114,7 +121,7 @@ def capacity_per_s(llama_h100) -> dict[str, float]:
     """Requests per second each policy completes with every request waiting at t = 0."""
     out = {}
     for name, policy in POLICIES.items():
-        rec = _run(ContinuousEngine, llama_h100.step, _requests(0, None), policy)
+        rec = _run(compiled_available(), llama_h100.step, _requests(0, None), policy)
         out[name] = N / float(rec.finished_at_s.max())
     return out
 
@@ -123,16 +130,10 @@ def capacity_per_s(llama_h100) -> dict[str, float]:
 @pytest.mark.parametrize("load", [0.1, 0.8, 1.2])
 @pytest.mark.parametrize("seed", [1, 2])
 @pytest.mark.parametrize("window", [None, 256])
-def test_open_loop_matches_reference(llama_h100, capacity_per_s, policy, load, seed, window):
+def test_open_loop_compiled_equals_interpreted(llama_h100, capacity_per_s, policy, load, seed,
+                                               window):
     step = llama_h100.step if window is None else windowed(llama_h100.step, window)
-    reqs = _requests(seed, load * capacity_per_s[policy])
-    ref = _run(ContinuousEngine, step, reqs, POLICIES[policy])
-    fast = _run(FastEngine, step, reqs, POLICIES[policy])
-    _same(fast, ref)
-    if compiled_available():
-        from capplan.sim.compiled import CompiledEngine
-
-        _same(_run(CompiledEngine, step, reqs, POLICIES[policy]), ref, sort_gaps=True)
+    ref = _both(step, _requests(seed, load * capacity_per_s[policy]), POLICIES[policy])
     if load > 1 and POLICIES[policy].preemption and policy == "vllm":
         assert ref.preemptions > 0  # the overloaded vLLM case exercises preemption
 
@@ -149,20 +150,14 @@ def test_windowed_model_caps_attention(llama_h100):
 
 @pytest.mark.parametrize("policy", list(POLICIES))
 @pytest.mark.parametrize("load", [0.8, 1.2, None])
-def test_hybrid_state_blocks_match_reference(llama_h100, capacity_per_s, policy, load):
+def test_hybrid_state_blocks_compiled_equals_interpreted(llama_h100, capacity_per_s, policy,
+                                                         load):
     # a hybrid's recurrent state: 6 blocks held per running sequence from admission to finish
     # or preemption (sim/engine.py), on a pool that binds; load None: a closed loop of 16
     closed = load is None
     reqs = _requests(7, None, concurrency=16) if closed else _requests(
         7, load * capacity_per_s[policy])
-    ref = _run(ContinuousEngine, llama_h100.step, reqs, POLICIES[policy], state_blocks=6)
-    fast = _run(FastEngine, llama_h100.step, reqs, POLICIES[policy], state_blocks=6)
-    _same(fast, ref)
-    if compiled_available() and not closed:
-        from capplan.sim.compiled import CompiledEngine
-
-        comp = _run(CompiledEngine, llama_h100.step, reqs, POLICIES[policy], state_blocks=6)
-        _same(comp, ref, sort_gaps=True)
+    ref = _both(llama_h100.step, reqs, POLICIES[policy], state_blocks=6)
     assert ref.step_kv_blocks.max() >= 6 * ref.step_running.max()
     if not closed and load > 1 and policy == "vllm":
         assert ref.preemptions > 0  # preemption frees the state blocks too
@@ -171,68 +166,34 @@ def test_hybrid_state_blocks_match_reference(llama_h100, capacity_per_s, policy,
 @pytest.mark.parametrize("policy", list(POLICIES))
 @pytest.mark.parametrize("overhead_s", [0.0, 0.004])
 @pytest.mark.parametrize("seed", [3, 4])
-def test_closed_loop_matches_reference(llama_h100, policy, overhead_s, seed):
-    reqs = _requests(seed, None, concurrency=12)
-    ref = _run(ContinuousEngine, llama_h100.step, reqs, POLICIES[policy], overhead_s)
-    fast = _run(FastEngine, llama_h100.step, reqs, POLICIES[policy], overhead_s)
-    _same(fast, ref)
+def test_closed_loop_compiled_equals_interpreted(llama_h100, policy, overhead_s, seed):
+    _both(llama_h100.step, _requests(seed, None, concurrency=12), POLICIES[policy], overhead_s)
 
 
 @pytest.mark.parametrize("policy", list(POLICIES))
 @pytest.mark.parametrize(("overhead_s", "jitter"), [
     (0.0, ClientJitter(request_s=0.003)),
     (0.004, ClientJitter(request_s=0.002, per_token_s=0.0004, seed=11))])
-def test_closed_loop_with_client_jitter_matches_reference(llama_h100, policy, overhead_s,
-                                                          jitter):
-    # jittered arrivals reach the engine out of sending order; the windowed clock must replay
-    # when the estimated clock put them in another order (checked by the equality)
+def test_closed_loop_with_client_jitter_compiled_equals_interpreted(llama_h100, policy,
+                                                                    overhead_s, jitter):
+    # jittered arrivals reach the engine out of sending order, each taking the next index
     reqs = _requests(5, None, concurrency=12)
-    ref = _run(ContinuousEngine, llama_h100.step, reqs, POLICIES[policy], overhead_s,
-               jitter=jitter)
-    fast = _run(FastEngine, llama_h100.step, reqs, POLICIES[policy], overhead_s, jitter=jitter)
-    plain = _run(ContinuousEngine, llama_h100.step, reqs, POLICIES[policy], overhead_s)
-    _same(fast, ref)
+    ref = _both(llama_h100.step, reqs, POLICIES[policy], overhead_s, jitter=jitter)
+    plain = _run(compiled_available(), llama_h100.step, reqs, POLICIES[policy], overhead_s)
     # the jitter changed when requests arrived (one check that the test exercises it)
     assert not np.allclose(ref.arrival_at_s, plain.arrival_at_s)
     assert (ref.admitted_at_s >= ref.arrival_at_s - 1e-12).all()
 
 
-def test_low_load_is_mostly_skipped_stretches(llama_h100, capacity_per_s):
-    # the fast engine's own claim: at 10% load most steps run in same-shape stretches
-    from capplan.sim import fast
-
-    reqs = _requests(5, 0.1 * capacity_per_s["vllm"])
-    eng = FastEngine(llama_h100.step, BLOCKS, BLOCK_SIZE, SEQS, TOKENS)
-    st = fast._FastState(eng, reqs, [0] * N)
-    calls = []
-    exec_one = st._exec
-
-    def counted():  # noqa: ANN202
-        calls.append(1)
-        return exec_one()
-
-    st._exec = counted
-    st.simulate(None)
-    rec = st.record()
-    assert len(calls) < 0.5 * len(rec.step_dur_s)
-    _same(rec, _run(ContinuousEngine, llama_h100.step, reqs, SchedulerPolicy()))
-
-
 def test_engine_choice():
-    big = 10**6
-    auto = "compiled" if compiled_available() else "fast"
-    assert engine_impl("continuous", num_requests=big) == auto
-    assert engine_impl("continuous") == auto
-    # a small run is not worth numba's start-up; closed loops run on the fast engine
-    assert engine_impl("continuous", num_requests=100) == "fast"
-    assert engine_impl("continuous", num_requests=big, closed_loop=True) == "fast"
-    assert engine_impl("continuous", "fast", num_requests=big) == "fast"
-    assert engine_impl("continuous", "reference") == "reference"
-    assert engine_impl("static", "fast") == "reference"
-    assert engine_impl("static", "compiled") == "reference"
-    # a feature neither fast engine declares (e.g. prefix caching) runs on the reference
-    assert engine_impl("continuous", "auto", prefix_caching=True) == "reference"
-    assert engine_impl("continuous", "fast", prefix_caching=True) == "reference"
+    auto = "compiled" if compiled_available() else "python"
+    assert engine_impl("continuous", num_requests=10**6) == auto
+    assert engine_impl("continuous", num_requests=100, closed_loop=True) == auto
+    assert engine_impl("continuous", "auto", prefix_caching=True) == auto
+    assert engine_impl("continuous", "python") == "python"
+    # the earlier engines' names run the loop interpreted
+    assert engine_impl("continuous", "fast") == engine_impl("continuous", "reference") == "python"
+    assert engine_impl("static", "compiled") == engine_impl("dynamic") == "reference"
     with pytest.raises(Exception, match="sim-engine"):
         engine_impl("continuous", "turbo")
 
@@ -240,8 +201,8 @@ def test_engine_choice():
 @needs_numba
 def test_compiled_choice():
     assert engine_impl("continuous", "compiled", num_requests=100) == "compiled"
-    assert engine_impl("continuous", "compiled", closed_loop=True) == "fast"
-    assert engine_impl("continuous", "compiled", prefix_caching=True) == "reference"
+    assert engine_impl("continuous", "compiled", closed_loop=True) == "compiled"
+    assert engine_impl("continuous", "compiled", prefix_caching=True) == "compiled"
 
 
 def test_run_scheduler_results_identical_either_engine(llama_h100):
@@ -249,8 +210,8 @@ def test_run_scheduler_results_identical_either_engine(llama_h100):
     lanes = (Lane("a", priority=1), Lane("b", priority=0))
     kw = dict(scheduler="continuous", num_gpu_blocks=BLOCKS, block_size=BLOCK_SIZE,
               max_num_seqs=SEQS, max_num_batched_tokens=TOKENS)
-    a = run_scheduler(llama_h100.step, reqs, lanes, sim_engine="fast", **kw).to_dict()
-    b = run_scheduler(llama_h100.step, reqs, lanes, sim_engine="reference", **kw).to_dict()
+    a = run_scheduler(llama_h100.step, reqs, lanes, sim_engine="auto", **kw).to_dict()
+    b = run_scheduler(llama_h100.step, reqs, lanes, sim_engine="python", **kw).to_dict()
     for key in ("ttft_s", "tbt_s", "e2e_s", "tpot_s", "queue_s"):
         for q, v in a[key].items():
             assert v == pytest.approx(b[key][q], abs=TOL_S), (key, q)
@@ -262,32 +223,39 @@ SIM = ("simulate", "--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--rate", "30
 
 
 def test_cli_names_the_engine_and_both_give_the_same_answer(run_cli):
-    # auto: 400 requests run on the fast engine (compiled from COMPILED_MIN_REQUESTS)
-    fast = run_cli(*SIM, "--format", "json", "--sim-engine", "fast")
-    ref = run_cli(*SIM, "--format", "json", "--sim-engine", "reference")
+    py = run_cli(*SIM, "--format", "json", "--sim-engine", "python")
     auto = run_cli(*SIM, "--format", "json")
-    assert fast.exit_code == ref.exit_code == auto.exit_code == 0
-    a, b = fast.json(), ref.json()
-    assert (a.pop("engine_impl"), b.pop("engine_impl"), auto.json()["engine_impl"]) == (
-        "fast", "reference", "fast")
-    for key in ("ttft_s", "tbt_s", "e2e_s"):
-        for q in ("mean", "p50", "p90", "p99"):
-            assert a[key][q] == pytest.approx(b[key][q], abs=TOL_S), (key, q)
-    table = run_cli(*SIM, "--sim-engine", "reference")
-    assert "simulator engine: reference" in table.stderr
-    bad = run_cli(*SIM, "--sim-engine", "turbo")
-    assert bad.exit_code == 2 and len(bad.stderr_lines) == 1
-
-
-@needs_numba
-def test_cli_compiled_engine_same_answer(run_cli):
-    comp = run_cli(*SIM, "--format", "json", "--sim-engine", "compiled")
-    ref = run_cli(*SIM, "--format", "json", "--sim-engine", "reference")
-    assert comp.exit_code == ref.exit_code == 0
-    a, b = comp.json(), ref.json()
-    assert (a.pop("engine_impl"), b.pop("engine_impl")) == ("compiled", "reference")
+    assert py.exit_code == auto.exit_code == 0
+    a, b = auto.json(), py.json()
+    assert (a.pop("engine_impl"), b.pop("engine_impl")) == (
+        "compiled" if compiled_available() else "python", "python")
     for key in ("ttft_s", "tbt_s", "e2e_s", "tpot_s", "queue_s"):
         for q in ("mean", "p50", "p90", "p99"):
             assert a[key][q] == pytest.approx(b[key][q], abs=TOL_S), (key, q)
     assert a["preemptions"] == b["preemptions"]
-    assert "simulator engine: compiled" in run_cli(*SIM, "--sim-engine", "compiled").stderr
+    assert "simulator engine: python" in run_cli(*SIM, "--sim-engine", "python").stderr
+    # the earlier engines' names are still accepted (the loop as plain Python)
+    assert run_cli(*SIM, "--format", "json", "--sim-engine", "fast").json()["engine_impl"] == \
+        "python"
+    bad = run_cli(*SIM, "--sim-engine", "turbo")
+    assert bad.exit_code == 2 and len(bad.stderr_lines) == 1
+
+
+def _shared_requests(seed: int, rate: float | None, concurrency: int | None = None) -> Requests:
+    """`_requests` whose prompts start with one of four shared contents (or none), of random
+    length: prefix caching hits, registers and (in the small cache) evicts."""
+    r = _requests(seed, rate, concurrency)
+    rng = np.random.default_rng(seed + 100)
+    shared = np.minimum(r.input_tokens, rng.integers(0, 600, N))
+    return replace(r, prefix_group=rng.integers(-1, 4, N), prefix_tokens=shared)
+
+
+@pytest.mark.parametrize("policy", list(POLICIES))
+@pytest.mark.parametrize(("rate", "clients"), [(5.0, None), (200.0, None), (None, 12)])
+def test_prefix_caching_compiled_equals_interpreted(llama_h100, policy, rate, clients):
+    pol = replace(POLICIES[policy], prefix_caching=True)
+    reqs = _shared_requests(1, rate, clients)
+    ref = _both(llama_h100.step, reqs, pol, 0.002 if clients else 0.0)
+    assert ref.prefix_hit_tokens > 0
+    if rate == 200.0 and policy == "vllm":
+        assert ref.preemptions > 0  # preempted sequences release shared blocks too
