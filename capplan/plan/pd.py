@@ -180,6 +180,24 @@ class PdModel:
         return self.layout.decode_workers * max(min(float(np.asarray(lim.max_num_seqs)),
                                                     kv_seqs), 1.0)
 
+    def _ttft_at(self, lam: float, tpot: float) -> tuple[float, dict[str, Any]]:
+        """Mean TTFT at `lam` req/s over the pool (inf where the prefill queue is unstable):
+        the prefill queue, the KV transfer and the decode step that emits the first token."""
+        p = _plain(self.qp.at_rate(lam / self.layout.prefill_workers, {"ttft_s"}))
+        t = p["ttft_s"]["mean"] + self.transfer["mean"] + tpot
+        return (t if p["stable"] else math.inf), p
+
+    def _closed_rate(self, concurrency: int, hi: float, tpot: float) -> float:
+        """The cycle's rate: lambda (TTFT(lambda) + (osl - 1) TPOT) = C, by bisection below
+        `hi` (the slower station's capacity)."""
+        lo, osl = 0.0, self.out.mean
+        for _ in range(2 * _BISECT):
+            lam = 0.5 * (lo + hi)
+            t, _ = self._ttft_at(lam, tpot)
+            implied = concurrency / (t + (osl - 1) * tpot) if math.isfinite(t) else 0.0
+            lo, hi = (lam, hi) if implied > lam else (lo, lam)
+        return lo if lo > 0 else hi * 1e-6
+
     def closed_loop(self, concurrency: int, waves: float | None = None) -> dict[str, Any]:
         """C clients, each sending its next request when the last ends: a closed network of
         two stations (the mean-value view of Lazowska et al., "Quantitative System
@@ -198,34 +216,18 @@ class PdModel:
         in prompts/s), (C - 1) / (2 mu) on average, once in `waves` rounds; added to the mean
         TTFT (`startup_wave_s`). None: the steady state alone."""
         lay, osl = self.layout, self.out.mean
-        d = lay.decode
         slots = self.decode_slots()
         running = min(float(concurrency), slots)
         ctx = self.inp.mean + osl / 2.0
-        tpot = float(np.asarray(d.step.decode_step(running / lay.decode_workers, ctx,
-                                                   detail=False)["step_s"]))
+        tpot = float(np.asarray(lay.decode.step.decode_step(running / lay.decode_workers, ctx,
+                                                            detail=False)["step_s"]))
         decode_s = max(osl, 1.0) * tpot  # the first decode step emits the client's first token
         caps = {"prefill": self.capacity["prefill"], "decode": slots / decode_s}
         if not caps["prefill"] > 0:
             raise InputError("the prefill pool has no capacity for these lengths "
                              "(see `capplan memory`)")
-        hi = min(caps.values()) * (1 - 1e-9)
-        lo = 0.0
-
-        def ttft_at(lam: float) -> tuple[float, dict[str, Any]]:
-            p = _plain(self.qp.at_rate(lam / lay.prefill_workers, {"ttft_s"}))
-            t = p["ttft_s"]["mean"] + self.transfer["mean"] + tpot
-            return (t if p["stable"] else math.inf), p
-
-        for _ in range(2 * _BISECT):
-            lam = 0.5 * (lo + hi)
-            t, _ = ttft_at(lam)
-            implied = concurrency / (t + (osl - 1) * tpot) if math.isfinite(t) else 0.0
-            lo, hi = (lam, hi) if implied > lam else (lo, lam)
-        lam = lo if lo > 0 else hi * 1e-6
-        t, p = ttft_at(lam)
-        if not math.isfinite(t):
-            t = math.inf
+        lam = self._closed_rate(concurrency, min(caps.values()) * (1 - 1e-9), tpot)
+        t, p = self._ttft_at(lam, tpot)
         bound = (["prefill"] if lam >= SATURATED_UTILIZATION * caps["prefill"] else []) + (
             ["decode"] if concurrency > slots else [])
         # Little's law over the clients fixes the mean TTFT once the rate is known; a station
@@ -243,12 +245,11 @@ class PdModel:
         res.update({"stable": True, "saturated_pools": bound, "ttft_s": ttft,
                     "tbt_s": {q: tpot for q in QUANTILES}, "tpot_s": tpot,
                     "e2e_s": {q: v + gaps for q, v in ttft.items()}, "requests_per_s": lam})
-        dec = res["pools"]["decode"]
-        dec.update({"mean_running_batch": running / lay.decode_workers,
-                    "utilization": running / slots, "stable": True,
-                    "capacity_requests_per_s": caps["decode"],
-                    "admission_s": {q: tpot for q in QUANTILES},
-                    "tbt_s": {q: tpot for q in QUANTILES}, "slots": slots})
+        res["pools"]["decode"].update({
+            "mean_running_batch": running / lay.decode_workers, "utilization": running / slots,
+            "stable": True, "capacity_requests_per_s": caps["decode"],
+            "admission_s": {q: tpot for q in QUANTILES}, "tbt_s": {q: tpot for q in QUANTILES},
+            "slots": slots})
         res["pools"]["prefill"]["utilization"] = lam / caps["prefill"]
         res["capacity_closed_loop_requests_per_s"] = caps
         res["startup_wave_s"] = startup

@@ -169,6 +169,13 @@ def _pool(layout: PdLayout, role: str, run: PdReplay) -> dict[str, Any]:
     return out
 
 
+def _rel_diff(a: Any, b: float) -> float:
+    """|a - b| / b of the analytic mean `a` (a figure or a quantile dict) against the
+    replay's `b`; inf where either is missing."""
+    a = a.get("mean") if isinstance(a, dict) else a
+    return abs(a - b) / b if a is not None and b and math.isfinite(b) else math.inf
+
+
 def check_latency(layout: PdLayout, analytic: dict[str, Any], reqs: Requests,
                   sim_engine: str = "auto") -> dict[str, Any]:
     """`latency` on a layout: the analytic answer checked against the replay of the same load
@@ -181,13 +188,8 @@ def check_latency(layout: PdLayout, analytic: dict[str, Any], reqs: Requests,
                 "replay_note": f"no replay: {work:.3g} simulated tokens exceed the check's "
                                f"{CHECK_TOKENS:.3g} (capplan simulate replays it)"}
     sim = simulate_pd(layout, reqs, sim_engine)
-    diffs = {}
-    for key in ("ttft_s", "tpot_s"):
-        a = analytic.get(key)
-        a = a.get("mean") if isinstance(a, dict) else a
-        b = sim[key]["mean"]
-        diffs[key] = (abs(a - b) / b if a is not None and b and math.isfinite(b)
-                      else math.inf)
+    diffs = {key: _rel_diff(analytic.get(key), sim[key]["mean"])
+             for key in ("ttft_s", "tpot_s")}
     agree = all(d <= TOLERANCE for d in diffs.values())
     check = {"analytic_ttft_mean_s": (analytic.get("ttft_s") or {}).get("mean"),
              "analytic_tpot_mean_s": analytic.get("tpot_s"),
