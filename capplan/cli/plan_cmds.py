@@ -55,7 +55,8 @@ def _verifier(enabled: bool, jobs: int | None = None) -> Iterator[Any]:
     if (n or 1) <= 1:
         yield simulate_recommendation
         return
-    with ParallelVerifier(n or 1) as v:
+    # the default leaves a core to the analytic search (ParallelVerifier's spare_core)
+    with ParallelVerifier(n or 1, spare_core=jobs is None) as v:
         yield v
 
 

@@ -187,10 +187,15 @@ class ParallelVerifier:
     verification itself then takes milliseconds (docs/performance.md). Use it as a context
     manager (or call `close`) to stop the workers."""
 
-    def __init__(self, jobs: int) -> None:
-        self.jobs = worker_count(jobs)
+    def __init__(self, jobs: int, *, spare_core: bool = False) -> None:
+        """jobs: worker processes at most. spare_core (the CLI's default `--jobs`, the cores
+        available): one core fewer, at least one worker, forked at once even when that is one:
+        the parent's analytic search keeps a core to itself while the workers load the
+        compiled engine (on 2 cores, two workers loading it beside the search cost the search
+        ~0.3 s, and on a cold numba cache each of them compiled the loop, ~25 s CPU apiece)."""
+        self.jobs = max(1, worker_count(jobs) - 1) if spare_core else worker_count(jobs)
         self._pool: Any = None
-        if self.jobs > 1 and numba_installed():
+        if (self.jobs > 1 or spare_core) and numba_installed():
             self._pool = self._executor(self.jobs, load_compiled=True)
 
     @staticmethod
@@ -213,7 +218,9 @@ class ParallelVerifier:
 
     def map(self, jobs: list[VerifyJob]) -> list[Verification]:
         workers = min(self.jobs, len(jobs))
-        if workers < 2 or sum(j.requests for j in jobs) < PARALLEL_MIN_REQUESTS:
+        # a warm pool runs even one worker's share: its engine is loaded, the parent's is not
+        if (workers < 2 and self._pool is None) or \
+                sum(j.requests for j in jobs) < PARALLEL_MIN_REQUESTS:
             return [simulate_recommendation(j) for j in jobs]
         if self._pool is None:
             self._pool = self._executor(workers)
