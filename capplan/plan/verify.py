@@ -7,7 +7,7 @@ import os
 import signal
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -16,11 +16,10 @@ from capplan.models.perf import StepModel
 from capplan.plan.deployment import Deployment
 from capplan.plan.result import Verification
 from capplan.plan.schema import Lane
-from capplan.plan.simulation import add_request_overhead
 from capplan.plan.slo import SloSet
-from capplan.sim import run_scheduler, simulate
-from capplan.sim.workload import Lane as SimLane
-from capplan.sim.workload import Workload, parse_length
+
+if TYPE_CHECKING:
+    from capplan.sim.workload import Lane as SimLane
 
 _SEED = 7
 
@@ -49,6 +48,9 @@ class VerifyJob:
 
 
 def _sim_lanes(job: VerifyJob) -> tuple[SimLane, ...]:
+    from capplan.sim.workload import Lane as SimLane
+    from capplan.sim.workload import parse_length
+
     return tuple(
         SimLane(name=ln.name, rate_per_s=ln.rate_per_s / job.replicas, arrival=ln.arrival,
                 burstiness=ln.burstiness, input_len=parse_length(str(ln.input_len)),
@@ -59,6 +61,12 @@ def _sim_lanes(job: VerifyJob) -> tuple[SimLane, ...]:
 
 def simulate_recommendation(job: VerifyJob) -> Verification:
     """Simulate one replica at its per-replica rate; ok if every lane's SLOs hold."""
+    # the simulator is imported where it runs: in a verification worker, not in the parent
+    # that forks it and runs the analytic search meanwhile (~0.1 s of start-up)
+    from capplan.plan.simulation import add_request_overhead
+    from capplan.sim import run_scheduler
+    from capplan.sim.workload import Workload
+
     wl = Workload(_sim_lanes(job), num_requests=job.requests)
     reqs, _ = wl.generate(np.random.default_rng(_SEED)).clip_to_context(job.max_model_len)
     res = run_scheduler(job.step, reqs, wl.lanes, scheduler="continuous",
@@ -111,6 +119,11 @@ def simulate_closed_loop(dep: Deployment, concurrency: int, isl: int, osl: int,
     clients' timing jitter (default: the engine profile's, ClientJitter) and scheduler policy
     (default: the profile's; a benchmark may launch the engine with another, e.g. SGLang's
     --enable-mixed-chunk)."""
+    from capplan.plan.simulation import add_request_overhead
+    from capplan.sim import simulate
+    from capplan.sim.workload import Lane as SimLane
+    from capplan.sim.workload import Workload, parse_length
+
     lane = SimLane(name="bench", input_len=parse_length(isl), output_len=parse_length(osl))
     wl = Workload((lane,), num_requests=requests, concurrency=concurrency)
     s = dep.settings
