@@ -62,8 +62,8 @@ def _verifier(enabled: bool, jobs: int | None = None) -> Iterator[Any]:
 
 JOBS_OPTION = click.option(
     "--jobs", type=click.IntRange(min=1, max=256), default=None,
-    help="Processes for the simulator verification (default: the cores available); the "
-         "answer is the same as with --jobs 1.")
+    help="Processes for the simulator verification (default: one fewer than the cores "
+         "available, at least one); the answer is the same as with --jobs 1.")
 
 
 def _finish(plan: PlanResult, fmt: str, exports: list[Path], plot_dir: str | None) -> None:
