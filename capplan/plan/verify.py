@@ -247,6 +247,10 @@ class ParallelVerifier:
             return
         pool, self._pool = self._pool, None
         procs = list(getattr(pool, "_processes", None) or {})  # pids; no public accessor
+        # the executor's manager thread joins (reaps) the workers once they end; the first
+        # shutdown forgets it, so the second one would not wait for it (a worker could then be
+        # left a zombie for a moment after close, seen on a loaded machine)
+        manager = getattr(pool, "_executor_manager_thread", None)
         pool.shutdown(wait=False, cancel_futures=True)
         for pid in procs:
             try:
@@ -254,6 +258,8 @@ class ParallelVerifier:
             except ProcessLookupError:
                 pass
         pool.shutdown(wait=True)
+        if manager is not None:
+            manager.join()
 
     def __enter__(self) -> ParallelVerifier:
         return self
