@@ -55,14 +55,15 @@ def _verifier(enabled: bool, jobs: int | None = None) -> Iterator[Any]:
     if (n or 1) <= 1:
         yield simulate_recommendation
         return
-    with ParallelVerifier(n or 1) as v:
+    # the default leaves a core to the analytic search (ParallelVerifier's spare_core)
+    with ParallelVerifier(n or 1, spare_core=jobs is None) as v:
         yield v
 
 
 JOBS_OPTION = click.option(
     "--jobs", type=click.IntRange(min=1, max=256), default=None,
-    help="Processes for the simulator verification (default: the cores available); the "
-         "answer is the same as with --jobs 1.")
+    help="Processes for the simulator verification (default: one fewer than the cores "
+         "available, at least one); the answer is the same as with --jobs 1.")
 
 
 def _finish(plan: PlanResult, fmt: str, exports: list[Path], plot_dir: str | None) -> None:

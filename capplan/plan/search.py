@@ -195,36 +195,60 @@ def build_candidates(cat: Catalog, model: ModelSpec, space: SearchSpace,
     groups: list[ConfigGroup] = []
     combos = tuple((s, c) for s in space.max_num_seqs for c in space.max_num_batched_tokens)
     cal_path = calibration_path or space.calibration
+    cal_gpu = _calibration_gpu(cal_path, space)
+    for gpu in space.gpus:
+        # The file applies to the GPU it was measured on; the others keep their own.
+        cal = calibration_for(cat, gpu, cal_path if cal_gpu == gpu.key else None)
+        for base in _gpu_settings(cat, model, gpu, space):
+            group = _config_group(model, gpu, base, cal, combos, space)
+            if group is not None:
+                groups.append(group)
+    return groups
+
+
+def _calibration_gpu(cal_path: str | Path | None, space: SearchSpace) -> str | None:
+    """The GPU a calibration file was measured on (None without one); it must be a candidate."""
     cal_gpu = calibration_gpu(cal_path) if cal_path else None
     if cal_gpu is not None and cal_gpu not in {g.key for g in space.gpus}:
         raise InputError(f"calibration {cal_path} was measured on {cal_gpu}, which is not a "
                          "candidate GPU; a calibration applies only to its own device")
-    for gpu in space.gpus:
-        # The file applies to the GPU it was measured on; the others keep their own.
-        cal = calibration_for(cat, gpu, cal_path if cal_gpu == gpu.key else None)
-        layouts = [(tp, 1, 1) for tp in space.tps if _tp_ok(model, tp, gpu)]
-        layouts += moe_layouts(model, gpu, space)
-        for tp, dp, ep in layouts:
-            for wd, kvd, k, loras in product(space.weight_dtypes, space.kv_dtypes,
-                                             space.spec_tokens, space.max_loras):
-                base = resolve_settings(EngineOptions(
-                    engine=space.engine, tp=tp, weight_dtype=wd, kv_dtype=kvd,
-                    max_model_len=space.max_model_len,
-                    gpu_memory_utilization=space.gpu_memory_utilization,
-                    block_size=space.block_size, attention_dp=dp, expert_parallel=ep,
-                    **dict(space.features), spec_tokens=k, max_loras=loras), gpu)
-                base = resolve_draft_model(cat, base)
-                reports = [_report(model, gpu, base, seqs, chunk) for seqs, chunk in combos]
-                kv_tokens = tuple(r.replica_kv_cache_tokens if r.fits else 0
-                                  for r in reports)
-                if any(kv_tokens):
-                    step = build_step_model(model, gpu, base, cal)
-                    if space.prefill_extra_flops_per_token:
-                        step = replace(step, prefill_extra_flops_per_token=(
-                            space.prefill_extra_flops_per_token / tp))
-                    groups.append(ConfigGroup(gpu, base, step, cal, combos, kv_tokens,
-                                              KvPool.of(reports[0])))
-    return groups
+    return cal_gpu
+
+
+def _gpu_settings(cat: Catalog, model: ModelSpec, gpu: GpuSpec, space: SearchSpace
+                  ) -> list[EngineSettings]:
+    """The engine settings searched on one GPU: every layout (TP, and the MoE attention-DP /
+    EP layouts) x weight dtype x KV dtype x draft length x LoRA slots, engine knobs aside."""
+    layouts = [(tp, 1, 1) for tp in space.tps if _tp_ok(model, tp, gpu)]
+    layouts += moe_layouts(model, gpu, space)
+    out = []
+    for tp, dp, ep in layouts:
+        for wd, kvd, k, loras in product(space.weight_dtypes, space.kv_dtypes,
+                                         space.spec_tokens, space.max_loras):
+            base = resolve_settings(EngineOptions(
+                engine=space.engine, tp=tp, weight_dtype=wd, kv_dtype=kvd,
+                max_model_len=space.max_model_len,
+                gpu_memory_utilization=space.gpu_memory_utilization,
+                block_size=space.block_size, attention_dp=dp, expert_parallel=ep,
+                **dict(space.features), spec_tokens=k, max_loras=loras), gpu)
+            out.append(resolve_draft_model(cat, base))
+    return out
+
+
+def _config_group(model: ModelSpec, gpu: GpuSpec, base: EngineSettings, cal: Calibration,
+                  combos: tuple[tuple[int, int], ...], space: SearchSpace
+                  ) -> ConfigGroup | None:
+    """One group's memory per (max_num_seqs, chunk) combination and its step model; None when
+    no combination fits."""
+    reports = [_report(model, gpu, base, seqs, chunk) for seqs, chunk in combos]
+    kv_tokens = tuple(r.replica_kv_cache_tokens if r.fits else 0 for r in reports)
+    if not any(kv_tokens):
+        return None
+    step = build_step_model(model, gpu, base, cal)
+    if space.prefill_extra_flops_per_token:
+        step = replace(step, prefill_extra_flops_per_token=(
+            space.prefill_extra_flops_per_token / base.tp))
+    return ConfigGroup(gpu, base, step, cal, combos, kv_tokens, KvPool.of(reports[0]))
 
 
 def moe_layouts(model: ModelSpec, gpu: GpuSpec, space: SearchSpace
@@ -270,6 +294,28 @@ def _binding(res: dict[str, Any], slos: SloSet, qm: QueueModel, seqs: np.ndarray
 def analytic_search(groups: list[ConfigGroup], t: Traffic, headroom: float = 0.2
                     ) -> SearchResult:
     """Highest SLO-compliant rate per replica for every configuration, vectorised."""
+    qm, seqs, kv = _queue_model(groups, t)
+    need = {tgt.metric for tgt in t.slos}
+    with np.errstate(all="ignore"):
+        cap = qm.capacity_rate()
+        lo = _slo_rate(qm, cap, t.slos, need)
+        binding = _binding(qm.at_rate(np.maximum(lo * 1.03, 1e-6), need), t.slos, qm, seqs)
+        reps = np.maximum(1.0, np.ceil(t.rate_per_s * (1 + headroom) / np.maximum(lo, 1e-12)
+                                       - 1e-9))
+        pred = qm.at_rate(np.where(lo > 0, t.rate_per_s / reps, 1e-6))
+    found = [Candidate(
+        group=g, settings=g.settings.with_(max_num_seqs=s, max_num_batched_tokens=c),
+        kv_cache_tokens=int(kv[i, j]), max_rate_per_s=float(lo[i, j]),
+        capacity_per_s=float(cap[i, j]), binding_constraint=str(binding[i, j]), index=(i, j),
+        replicas=int(reps[i, j]), ttft_p99_s=float(pred["ttft_s"]["p99"][i, j]))
+        for i, g in enumerate(groups) for j, (s, c) in enumerate(g.combos) if kv[i, j] > 0]
+    return SearchResult(found, qm, pred, frozenset(need))
+
+
+def _queue_model(groups: list[ConfigGroup], t: Traffic
+                 ) -> tuple[QueueModel, np.ndarray, np.ndarray]:
+    """One QueueModel over every (group, combination): rows are groups, columns combinations;
+    with the replica's max_num_seqs and KV tokens as arrays of that shape."""
     sm = stack_step_models([g.step for g in groups])
     # engine limits are per attention-DP rank: a replica holds dp x them
     dps = np.asarray([[g.settings.attention_dp] for g in groups], float)
@@ -282,27 +328,19 @@ def analytic_search(groups: list[ConfigGroup], t: Traffic, headroom: float = 0.2
     block = np.asarray([[p.block_size] for p in pools], float)
     qm = QueueModel(sm, t.inp, t.out, Limits(seqs, chunk, kv, state, block), t.arrival_scv,
                     policy, t.prefix)
-    with np.errstate(all="ignore"):
-        cap = qm.capacity_rate()
-        lo, hi = np.zeros_like(cap), np.maximum(cap, 1e-9)
-        # the SLOs read only their metrics' p99: the rest of the laws is not built
-        need = {tgt.metric for tgt in t.slos}
-        for _ in range(_BISECT):
-            mid = 0.5 * (lo + hi)
-            res = qm.at_rate(mid, need)
-            ok = np.asarray(res["stable"], bool) & t.slos.ok(res)
-            lo, hi = np.where(ok, mid, lo), np.where(ok, hi, mid)
-        binding = _binding(qm.at_rate(np.maximum(lo * 1.03, 1e-6), need), t.slos, qm, seqs)
-        reps = np.maximum(1.0, np.ceil(t.rate_per_s * (1 + headroom) / np.maximum(lo, 1e-12)
-                                       - 1e-9))
-        pred = qm.at_rate(np.where(lo > 0, t.rate_per_s / reps, 1e-6))
-    found = [Candidate(
-        group=g, settings=g.settings.with_(max_num_seqs=s, max_num_batched_tokens=c),
-        kv_cache_tokens=int(kv[i, j]), max_rate_per_s=float(lo[i, j]),
-        capacity_per_s=float(cap[i, j]), binding_constraint=str(binding[i, j]), index=(i, j),
-        replicas=int(reps[i, j]), ttft_p99_s=float(pred["ttft_s"]["p99"][i, j]))
-        for i, g in enumerate(groups) for j, (s, c) in enumerate(g.combos) if kv[i, j] > 0]
-    return SearchResult(found, qm, pred, frozenset(need))
+    return qm, seqs, kv
+
+
+def _slo_rate(qm: QueueModel, cap: np.ndarray, slos: SloSet, need: set[str]) -> np.ndarray:
+    """The highest rate meeting every SLO, by _BISECT halvings of [0, capacity] per row (the
+    SLOs read only their metrics' p99: the rest of the laws is not built)."""
+    lo, hi = np.zeros_like(cap), np.maximum(cap, 1e-9)
+    for _ in range(_BISECT):
+        mid = 0.5 * (lo + hi)
+        res = qm.at_rate(mid, need)
+        ok = np.asarray(res["stable"], bool) & slos.ok(res)
+        lo, hi = np.where(ok, mid, lo), np.where(ok, hi, mid)
+    return lo
 
 
 def cost_per_hour(gpu: GpuSpec, gpus: int) -> float | None:

@@ -7,7 +7,7 @@ import os
 import signal
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -16,11 +16,10 @@ from capplan.models.perf import StepModel
 from capplan.plan.deployment import Deployment
 from capplan.plan.result import Verification
 from capplan.plan.schema import Lane
-from capplan.plan.simulation import add_request_overhead
 from capplan.plan.slo import SloSet
-from capplan.sim import run_scheduler, simulate
-from capplan.sim.workload import Lane as SimLane
-from capplan.sim.workload import Workload, parse_length
+
+if TYPE_CHECKING:
+    from capplan.sim.workload import Lane as SimLane
 
 _SEED = 7
 
@@ -49,6 +48,9 @@ class VerifyJob:
 
 
 def _sim_lanes(job: VerifyJob) -> tuple[SimLane, ...]:
+    from capplan.sim.workload import Lane as SimLane
+    from capplan.sim.workload import parse_length
+
     return tuple(
         SimLane(name=ln.name, rate_per_s=ln.rate_per_s / job.replicas, arrival=ln.arrival,
                 burstiness=ln.burstiness, input_len=parse_length(str(ln.input_len)),
@@ -59,6 +61,12 @@ def _sim_lanes(job: VerifyJob) -> tuple[SimLane, ...]:
 
 def simulate_recommendation(job: VerifyJob) -> Verification:
     """Simulate one replica at its per-replica rate; ok if every lane's SLOs hold."""
+    # the simulator is imported where it runs: in a verification worker, not in the parent
+    # that forks it and runs the analytic search meanwhile (~0.1 s of start-up)
+    from capplan.plan.simulation import add_request_overhead
+    from capplan.sim import run_scheduler
+    from capplan.sim.workload import Workload
+
     wl = Workload(_sim_lanes(job), num_requests=job.requests)
     reqs, _ = wl.generate(np.random.default_rng(_SEED)).clip_to_context(job.max_model_len)
     res = run_scheduler(job.step, reqs, wl.lanes, scheduler="continuous",
@@ -111,6 +119,11 @@ def simulate_closed_loop(dep: Deployment, concurrency: int, isl: int, osl: int,
     clients' timing jitter (default: the engine profile's, ClientJitter) and scheduler policy
     (default: the profile's; a benchmark may launch the engine with another, e.g. SGLang's
     --enable-mixed-chunk)."""
+    from capplan.plan.simulation import add_request_overhead
+    from capplan.sim import simulate
+    from capplan.sim.workload import Lane as SimLane
+    from capplan.sim.workload import Workload, parse_length
+
     lane = SimLane(name="bench", input_len=parse_length(isl), output_len=parse_length(osl))
     wl = Workload((lane,), num_requests=requests, concurrency=concurrency)
     s = dep.settings
@@ -190,10 +203,15 @@ class ParallelVerifier:
     verification itself then takes milliseconds (docs/performance.md). Use it as a context
     manager (or call `close`) to stop the workers."""
 
-    def __init__(self, jobs: int) -> None:
-        self.jobs = worker_count(jobs)
+    def __init__(self, jobs: int, *, spare_core: bool = False) -> None:
+        """jobs: worker processes at most. spare_core (the CLI's default `--jobs`, the cores
+        available): one core fewer, at least one worker, forked at once even when that is one:
+        the parent's analytic search keeps a core to itself while the workers load the
+        compiled engine (on 2 cores, two workers loading it beside the search cost the search
+        ~0.3 s, and on a cold numba cache each of them compiled the loop, ~25 s CPU apiece)."""
+        self.jobs = max(1, worker_count(jobs) - 1) if spare_core else worker_count(jobs)
         self._pool: Any = None
-        if self.jobs > 1 and numba_installed():
+        if (self.jobs > 1 or spare_core) and numba_installed():
             self._pool = self._executor(self.jobs, load_compiled=True)
 
     @staticmethod
@@ -216,7 +234,9 @@ class ParallelVerifier:
 
     def map(self, jobs: list[VerifyJob]) -> list[Verification]:
         workers = min(self.jobs, len(jobs))
-        if workers < 2 or sum(j.requests for j in jobs) < PARALLEL_MIN_REQUESTS:
+        # a warm pool runs even one worker's share: its engine is loaded, the parent's is not
+        if (workers < 2 and self._pool is None) or \
+                sum(j.requests for j in jobs) < PARALLEL_MIN_REQUESTS:
             return [simulate_recommendation(j) for j in jobs]
         if self._pool is None:
             self._pool = self._executor(workers)
@@ -228,6 +248,10 @@ class ParallelVerifier:
             return
         pool, self._pool = self._pool, None
         procs = list(getattr(pool, "_processes", None) or {})  # pids; no public accessor
+        # the executor's manager thread joins (reaps) the workers once they end; the first
+        # shutdown forgets it, so the second one would not wait for it (a worker could then be
+        # left a zombie for a moment after close, seen on a loaded machine)
+        manager = getattr(pool, "_executor_manager_thread", None)
         pool.shutdown(wait=False, cancel_futures=True)
         for pid in procs:
             try:
@@ -235,6 +259,8 @@ class ParallelVerifier:
             except ProcessLookupError:
                 pass
         pool.shutdown(wait=True)
+        if manager is not None:
+            manager.join()
 
     def __enter__(self) -> ParallelVerifier:
         return self

@@ -88,3 +88,31 @@ def test_warm_workers_give_the_serial_results_and_stop():
     for pid in pids:  # terminated and reaped: no such process
         with pytest.raises(ProcessLookupError):
             os.kill(pid, 0)
+
+
+def test_default_jobs_leave_a_core_to_the_search(monkeypatch):
+    """The CLI's default `--jobs` (the cores available) warms one worker fewer than the cores,
+    at least one: on 2 cores the parent's analytic search keeps a core while one worker loads
+    the compiled engine; that single warm worker then runs the verification (its results are
+    the serial ones). An explicit `--jobs 2` keeps two workers."""
+    import os
+    from dataclasses import replace
+
+    from capplan.plan.verify import numba_installed, simulate_recommendation
+
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)
+    engine = "compiled" if numba_installed() else "auto"
+    jobs = [replace(_small_job(), requests=n, sim_engine=engine) for n in (1000, 1100)]
+    with ParallelVerifier(2, spare_core=True) as v:
+        assert v.jobs == 1
+        assert (v._pool is not None) == numba_installed()
+        pids = list(getattr(v._pool, "_processes", None) or {})
+        got = v.map(jobs)
+        pids = list(getattr(v._pool, "_processes", None) or {}) or pids
+    assert len(pids) == (1 if numba_installed() else 0)
+    assert got == [simulate_recommendation(j) for j in jobs]
+    from capplan.plan import verify
+
+    monkeypatch.setattr(verify, "numba_installed", lambda: False)  # no worker needed here
+    with ParallelVerifier(2) as v:
+        assert v.jobs == 2

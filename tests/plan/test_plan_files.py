@@ -393,9 +393,10 @@ def test_separate_pools_print_each_pool_with_its_launch_line(run_cli, tmp_path) 
     """Issue 15: `pools: separate` printed the shared pool's table only; each lane's pool (GPU,
     TP, replicas, cost) and its own vLLM line now appear in the table output."""
     p = write(tmp_path, TWO_LANES.replace("pools: both", "pools: separate"))
-    out = run_cli("plan", str(p), "--no-verify", "--format", "json").json()
-    res = run_cli("plan", str(p), "--no-verify")
+    # one run: the table on stdout, the same plan's JSON exported beside it
+    res = run_cli("plan", str(p), "--no-verify", "--export", str(tmp_path / "plan.json"))
     assert res.exit_code == 0, res.stderr
+    out = json.loads((tmp_path / "plan.json").read_text())
     text = res.stdout
     assert "you asked for a pool per lane" in text
     for ln in out["pools"]["separate"]["lanes"]:
