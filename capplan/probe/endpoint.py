@@ -176,6 +176,14 @@ class LevelDeadline:
         self._active: set[_Deadline] = set()
         self._lock = threading.Lock()
 
+    @classmethod
+    def open_loop(cls, last_arrival_s: float, timeout_s: float) -> LevelDeadline:
+        """An open loop (capplan verify) sends its last request at `last_arrival_s` whatever
+        the server's pace, and each request ends by --timeout: the level ends by their sum."""
+        level = cls(timeout_s, 1, 1)
+        level.seconds = max(0.0, last_arrival_s) + timeout_s + cls.SLACK_S
+        return level
+
     def add(self, d: _Deadline) -> bool:
         with self._lock:
             if not self.passed:
