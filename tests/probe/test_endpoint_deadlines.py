@@ -80,7 +80,10 @@ class TrickleServer:
             conn.settimeout(5)
             buf = b""
             while b"\r\n\r\n" not in buf:
-                buf += conn.recv(65536)
+                chunk = conn.recv(65536)
+                if not chunk:  # the client gave up mid-request: before, a busy loop on EOF
+                    return
+                buf += chunk
             self._read_body(conn, buf)
             conn.sendall(FRAMINGS[self.framing])
             if self.events is not None:  # a scripted stream, then close
