@@ -199,7 +199,9 @@ def cli() -> None:
 
 
 def _terminate(signum: int, _frame: object) -> None:
-    # SIGTERM unwinds like Ctrl-C (atomic writes remove their temp file on the way out).
+    # SIGTERM unwinds like Ctrl-C (atomic writes remove their temp file on the way out), and
+    # is said as Ctrl-C is ("interrupted"): a killed run's partial output is not a finished one
+    print("terminated", file=sys.stderr, flush=True)
     raise SystemExit(128 + signum)
 
 
