@@ -29,7 +29,7 @@ $(VENV)/.chromium: $(BIN)/capplan
 	touch $(VENV)/.chromium
 
 test: $(BIN)/capplan $(VENV)/.torch $(VENV)/.chromium
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n auto --maxprocesses 4 --dist loadfile
 
 # The speed targets in one run (simulate 1M requests at 10/80/120% load with the compiled engine
 # when numba is installed, compiled and fast vs reference engine, recommend, start-up; several
@@ -53,6 +53,7 @@ validate: $(BIN)/capplan
 	$(BIN)/python benchmarks/validate_replay_screen.py --write-docs
 	$(BIN)/python benchmarks/validate_silicon.py --loso --cache /tmp/capplan-silicon.pkl --skip-final --write-docs --write-bands
 	$(BIN)/python benchmarks/validate_disagg.py --write-docs
+	$(BIN)/python benchmarks/silicon_ttft_split.py --sample 400 --write-docs
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info

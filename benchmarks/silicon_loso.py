@@ -143,12 +143,14 @@ def benchmark_replay(dep, concurrency: int, isl: int, osl: int, requests: int) -
 
     lane = Lane(name="bench", input_len=parse_length(isl), output_len=parse_length(osl))
     wl = Workload((lane,), num_requests=requests, concurrency=concurrency)
-    s, pool = dep.settings, dep.pool
+    s, pool, lim = dep.settings, dep.pool, dep.limits
     overhead = float(np.asarray(dep.step.request_overhead_s))
+    # attention DP: the pool is dp x a rank's blocks (Deployment.pool), so the caps are the
+    # replica's too (dp x each rank's: Deployment.limits), not one rank's
     res = simulate(dep.step, workload=wl, seed=0, scheduler="continuous",
                    num_gpu_blocks=pool.num_blocks, block_size=pool.block_size,
-                   state_blocks=pool.state_blocks_per_seq, max_num_seqs=s.max_num_seqs,
-                   max_num_batched_tokens=max(s.max_num_batched_tokens, s.max_num_seqs),
+                   state_blocks=pool.state_blocks_per_seq, max_num_seqs=lim.max_num_seqs,
+                   max_num_batched_tokens=max(lim.max_num_batched_tokens, lim.max_num_seqs),
                    policy=s.profile.scheduler, request_overhead_s=overhead,
                    client_jitter=s.profile.client_jitter, sim_engine="compiled").to_dict()
     return add_request_overhead(res, overhead)

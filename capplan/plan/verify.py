@@ -117,12 +117,14 @@ def simulate_closed_loop(dep: Deployment, concurrency: int, isl: int, osl: int,
     overhead = float(np.asarray(dep.step.request_overhead_s))
     # The overhead is part of each client's cycle (the next request reaches the engine that
     # long after the last one ended) and of what the client measures.
-    pool = dep.pool
+    pool, lim = dep.pool, dep.limits
+    # attention DP: the pool holds every rank's blocks (Deployment.pool), so the caps are the
+    # replica's (dp x each rank's: Deployment.limits), as capplan.plan.simulation runs them
     res = simulate(dep.step, workload=wl, seed=_SEED, scheduler="continuous",
                    num_gpu_blocks=pool.num_blocks, block_size=pool.block_size,
                    state_blocks=pool.state_blocks_per_seq,
-                   max_num_seqs=s.max_num_seqs,
-                   max_num_batched_tokens=max(s.max_num_batched_tokens, s.max_num_seqs),
+                   max_num_seqs=lim.max_num_seqs,
+                   max_num_batched_tokens=max(lim.max_num_batched_tokens, lim.max_num_seqs),
                    policy=s.profile.scheduler if policy is None else policy,
                    request_overhead_s=overhead,
                    client_jitter=(s.profile.client_jitter if client_jitter is None

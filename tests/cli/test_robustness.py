@@ -41,9 +41,9 @@ def _plan(tmp_path: Path, **changes) -> Path:
 
 
 def _quick(fn, limit_s: float = 10.0):
-    t0 = time.monotonic()
+    t0 = time.process_time()  # CPU time: a loaded machine does not fail it
     out = fn()
-    took = time.monotonic() - t0
+    took = time.process_time() - t0
     assert took < limit_s, f"took {took:.1f} s"
     return out
 
@@ -56,7 +56,7 @@ def test_analytic_latency_answers_in_milliseconds_at_any_rate(llama_h100) -> Non
 
     q = QueueModel(llama_h100.step, LengthStats.fixed(512), LengthStats.fixed(256),
                    Limits(256, 8192, llama_h100.memory.kv_cache_tokens))
-    t0 = time.process_time()  # the work this process does: a loaded machine's waits aside
+    t0 = time.process_time()  # CPU time: a loaded machine does not fail it
     res = q.at_rate(1e9)
     assert time.process_time() - t0 < 1.0
     assert not bool(res["stable"])  # overload is an answer, not a loop

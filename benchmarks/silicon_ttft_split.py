@@ -1,0 +1,97 @@
+"""Where the closed-loop replay's TTFT misses the silicon rows: the start-up wave against the
+later rounds, by engine and load.
+
+    python benchmarks/silicon_ttft_split.py [--sample N] [--write-docs]
+
+Each `agg` row of a deterministic sample (validate_silicon._sample, default 400 rows; attention-
+DP rows included) is replayed as benchmarks/silicon_loso.py replays it (the row's release
+profile and benchmark settings) with every fitted constant at zero (engine time alone), twice:
+the start-up wave alone (C requests, all C clients start together: mean TTFT W) and four rounds
+(4C requests); the later rounds' mean is S = (4 x mean(4 rounds) - W) / 3. AIPerf's measured
+phase is 20 rounds (silicon_loso.MEASURED_ROUNDS), so the replay's answer is W / 20 + 19 S / 20
+plus the request overhead. The measured mean M sits between S and W: the share of the wave it
+implies, `(M - S) / (W - S)`, is 1/20 if the rounds after the first run as the replay runs them,
+1 if every round queues like the start-up wave. `--write-docs` rewrites the block
+`silicon_ttft_split:by-load` of docs/validation.md (section 4b).
+"""
+
+from __future__ import annotations
+
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import silicon_loso as L  # noqa: E402
+import validate_silicon as V  # noqa: E402
+
+from capplan.errors import CapplanError  # noqa: E402
+
+REGIMES = ((1, 8), (9, 64), (65, 1 << 30))
+
+
+def split(cat, r: dict[str, str]) -> tuple[float, float, float, float] | None:
+    """(W, S, replay TPOT, measured TPOT) of a row in seconds, at zero constants."""
+    try:
+        dep = V.deployment(cat, r, 0.0, (0.0, 0.0), engine=L.row_engine(r))
+        if not dep.memory.fits:
+            return None
+        c, isl, osl = V.concurrency(r), int(r["isl"]), int(r["osl"])
+        wave = L.benchmark_replay(dep, c, isl, osl, c)
+        four = L.benchmark_replay(dep, c, isl, osl, L.REPLAY_ROUNDS * c)
+    except CapplanError:
+        return None
+    w = wave["ttft_s"]["mean"]
+    s = (L.REPLAY_ROUNDS * four["ttft_s"]["mean"] - w) / (L.REPLAY_ROUNDS - 1)
+    return w, s, four["tpot_s"]["mean"], float(r["silicon_tpot_ms"]) / 1e3
+
+
+def table(rows: list[tuple[dict[str, str], tuple[float, float, float, float]]]) -> list[str]:
+    groups: dict[tuple[str, str], list] = defaultdict(list)
+    for r, (w, s, _tp, _mp) in rows:
+        c = V.concurrency(r)
+        lo, hi = next(g for g in REGIMES if g[0] <= c <= g[1])
+        rng = f"{lo}-{hi}" if hi < 1 << 30 else f"{lo}+"
+        m = float(r["silicon_ttft_ms"]) / 1e3
+        share = (m - s) / (w - s) if w - s > 1e-4 else float("nan")
+        groups[(r["backend"], rng)].append((m, w, s, share, (w / 20 + 19 * s / 20) / m - 1))
+    out = ["| engine | clients | rows | measured TTFT (ms) | wave W (ms) | later rounds S (ms) | "
+           "implied wave share, median (p25-p75) | 20-round replay / measured - 1, median |",
+           "|---|---|---|---|---|---|---|---|"]
+    for (eng, rng), v in sorted(groups.items(), key=lambda kv: (kv[0][0], int(
+            kv[0][1].split("-")[0].rstrip("+")))):
+        a = np.asarray(v, float)
+        sh = a[np.isfinite(a[:, 3]), 3]
+        q = np.percentile(sh, [25, 50, 75]) if sh.size else [np.nan] * 3
+        out.append(f"| {eng} | {rng} | {len(v)} | {np.median(a[:, 0]) * 1e3:.0f} | "
+                   f"{np.median(a[:, 1]) * 1e3:.0f} | {np.median(a[:, 2]) * 1e3:.0f} | "
+                   f"{q[1]:.2f} ({q[0]:.2f}-{q[2]:.2f}) | {np.median(a[:, 4]):+.0%} |")
+    return out
+
+
+def main() -> None:
+    n = int(sys.argv[sys.argv.index("--sample") + 1]) if "--sample" in sys.argv else 400
+    cat = V.load_catalog()
+    rows = []
+    for r in V._sample(V.agg_rows(), n):
+        got = split(cat, r)
+        if got is not None:
+            rows.append((r, got))
+    body = table(rows)
+    print("\n".join(body))
+    print(f"({len(rows)} of {n} sampled rows replayed)")
+    if "--write-docs" in sys.argv:
+        from docblocks import write_block
+
+        write_block(V.DOC, "silicon_ttft_split:by-load", "\n".join(body))
+        print(f"wrote {V.DOC}")
+
+
+if __name__ == "__main__":
+    if not V.DATA.exists():
+        print(f"{V.DATA} not found; nothing to score")
+    else:
+        main()
