@@ -91,3 +91,13 @@ def test_first_error_and_units_in_every_format(fmt: str, tmp_path: Path, run_cli
     # a rate is per second, not a duration in ms (before: 120 tok/s printed as 1.2e+05 ms)
     line = next(ln for ln in res.stdout.splitlines() if "output_tokens_per_s" in ln)
     assert "/s" in line and "1.2e+05" not in line and "120" in line, line
+
+
+def test_out_is_checked_before_any_request(tmp_path: Path, run_cli) -> None:
+    """Before: the workload ran first, then --out failed and the measurement was lost (here
+    nothing listens: the folder is refused before the connection is tried)."""
+    plan = tmp_path / "plan.json"
+    plan.write_text(json.dumps(_plan()))
+    res = run_cli("verify", str(plan), "--endpoint", "http://127.0.0.1:9", "--requests", "2",
+                  "--out", str(tmp_path / "missing" / "cal.yaml"))
+    assert res.exit_code == 2 and "does not exist" in res.stderr, res.stderr
