@@ -16,6 +16,7 @@ solve as `capplan latency --prefill-workers ... --concurrency C`; nothing fitted
 Errors |predicted / measured - 1| as median / p90 / median signed bias, by engine and system.
 
 Run: .venv/bin/python benchmarks/validate_disagg.py [--per-group N] [--data CSV] [--write-docs]
+[--assume-one-worker]
 (default 10 rows per engine and system, every k-th row by id; --per-group 0 scores every row;
 --write-docs rewrites the generated block of docs/validation.md with the full scoring)
 """
@@ -26,6 +27,7 @@ import csv
 import math
 import sys
 from collections import defaultdict
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -35,6 +37,7 @@ from capplan.errors import CapplanError
 from capplan.models.queueing import LengthStats
 from capplan.plan.deployment import EngineOptions, resolve_deployment
 from capplan.plan.pd import PdModel, make_layout
+from capplan.sim.protocol import preset
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = (Path(sys.argv[sys.argv.index("--data") + 1]) if "--data" in sys.argv
@@ -42,6 +45,9 @@ DATA = (Path(sys.argv[sys.argv.index("--data") + 1]) if "--data" in sys.argv
 DOC = ROOT / "docs" / "validation.md"
 SYSTEMS = {"h100_sxm": "h100-sxm", "h200_sxm": "h200", "b200_sxm": "b200", "b300_sxm": "b300",
            "gb200": "gb200", "gb300": "gb300"}
+WAVES = preset("aiperf").prompts_per_client
+"""The rows are Dynamo deployments measured with AIPerf as NVIDIA's recipes run it: 10 x C
+requests after the warm-ups, every client sending at t = 0 (capplan.sim.protocol)."""
 BARS = {"predicted": 0.90, "tpot": 0.15, "ttft": 0.35}
 """The issue's bars for rows not seen: share predicted, median |error| of TPOT and TTFT."""
 
@@ -76,24 +82,60 @@ def _worker(cat, r: dict[str, str], role: str):
         opts = EngineOptions(engine=r["backend"], tp=tp, pp=pp, attention_dp=dp,
                              expert_parallel=ep, weight_dtype=dtype_for(r["precision"]),
                              kv_dtype=kvd, max_model_len=isl + osl + 16,
-                             max_num_seqs=bs if role == "decode" else None)
-        _DEPS[key] = resolve_deployment(cat, r["model_path"], SYSTEMS[r["system"]], opts)
+                             max_num_seqs=bs)
+        dep = resolve_deployment(cat, r["model_path"], SYSTEMS[r["system"]], opts)
+        if (not dep.profile.scheduler.chunked_prefill
+                and dep.settings.max_num_batched_tokens < isl):
+            # an engine that prefills whole prompts runs only with a token budget that holds
+            # one (TensorRT-LLM rejects a request longer than max_num_tokens without chunking):
+            # the deployment measured set it so
+            dep = resolve_deployment(cat, r["model_path"], SYSTEMS[r["system"]],
+                                     replace(opts, max_num_batched_tokens=isl))
+        _DEPS[key] = dep
     return _DEPS[key]
 
 
-def predict(cat, r: dict[str, str]) -> tuple[float, float] | None:
+ASSUME_ONE_WORKER = "--assume-one-worker" in sys.argv
+"""Score rows without worker counts as 1 prefill + 1 decode worker (a stated assumption, off by
+default: such a row does not give the layout it measured)."""
+
+
+def why_not(cat, r: dict[str, str]) -> str | None:
+    """Why a row cannot be placed as given (None: it can): the reason counted in the table."""
+    if concurrency(r) is None:
+        return "no concurrency in its source"
+    if not (r["prefill_num_workers"] and r["decode_num_workers"]) and not ASSUME_ONE_WORKER:
+        return "no worker counts (the layout it measured is not given)"
+    try:
+        cat.model(r["model_path"])
+    except CapplanError:
+        return "model not in the catalog"
+    return None
+
+
+def predict(cat, r: dict[str, str]) -> tuple[float, float] | str:
+    """(TTFT, TPOT) in seconds, or why the row has no prediction."""
+    reason = why_not(cat, r)
+    if reason:
+        return reason
     c = concurrency(r)
-    if c is None:
-        return None
     try:
         lay = make_layout(_worker(cat, r, "prefill"), _size(r["prefill_num_workers"]),
                           _worker(cat, r, "decode"), _size(r["decode_num_workers"]))
         isl, osl = int(r["isl"]), int(r["osl"])
-        res = PdModel(lay, LengthStats.fixed(isl), LengthStats.fixed(osl)).closed_loop(c)
-    except CapplanError:
-        return None
+        res = PdModel(lay, LengthStats.fixed(isl), LengthStats.fixed(osl)).closed_loop(
+            c, waves=WAVES)
+    except CapplanError as e:
+        msg = str(e)
+        if "fit" in msg:
+            return "a worker does not fit its GPUs"
+        if "capacity" in msg:
+            return "no prefill capacity for its lengths"
+        return f"a layout the engine does not run ({msg.split(':')[0]})"
     ttft, tpot = res["ttft_s"]["mean"], res["tpot_s"]
-    return (ttft, tpot) if math.isfinite(ttft) and math.isfinite(tpot) else None
+    if not (math.isfinite(ttft) and math.isfinite(tpot)):
+        return "no steady state"
+    return ttft, tpot
 
 
 def cell(e: np.ndarray) -> str:
@@ -103,24 +145,24 @@ def cell(e: np.ndarray) -> str:
             f"{np.median(e):+.0%}")
 
 
-def score(rows: list[dict[str, str]]) -> tuple[dict, int]:
+def score(rows: list[dict[str, str]]) -> tuple[dict, dict[str, int]]:
     cat = load_catalog()
     groups: dict[tuple[str, str], dict[str, list[float]]] = defaultdict(
         lambda: defaultdict(list))
-    skipped = 0
+    reasons: dict[str, int] = defaultdict(int)
     for r in rows:
         p = predict(cat, r)
         keys = ((r["backend"], r["system"]), (r["backend"], "all"), ("all", "all"))
         for key in keys:
             groups[key]["rows"].append(1.0)
-        if p is None:
-            skipped += 1
+        if isinstance(p, str):
+            reasons[p] += 1
             continue
         mt, mp = float(r["silicon_ttft_ms"]) / 1e3, float(r["silicon_tpot_ms"]) / 1e3
         for key in keys:
             groups[key]["ttft"].append(p[0] / mt - 1)
             groups[key]["tpot"].append(p[1] / mp - 1)
-    return groups, skipped
+    return groups, dict(reasons)
 
 
 def table(groups: dict) -> str:
@@ -154,10 +196,12 @@ def main() -> None:
         for r in sorted(rows, key=lambda r: r["id"]):
             by[(r["backend"], r["system"])].append(r)
         rows = [r for g in by.values() for r in g[::max(1, math.ceil(len(g) / per_group))]]
-    groups, skipped = score(rows)
-    print(f"disagg rows: {len(rows)}, scored {len(rows) - skipped}, skipped {skipped} "
-          "(model not in the catalog, no concurrency, or does not fit)")
-    text = table(groups)
+    groups, reasons = score(rows)
+    skipped = sum(reasons.values())
+    print(f"disagg rows: {len(rows)}, scored {len(rows) - skipped}, not predicted {skipped}")
+    text = table(groups) + "\n\nRows not predicted, by reason: " + (
+        "; ".join(f"{why}: {n}" for why, n in sorted(reasons.items(), key=lambda x: -x[1]))
+        or "none") + "."
     print(text)
     if "--write-docs" in sys.argv:
         write_docs(text)

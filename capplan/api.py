@@ -333,20 +333,50 @@ def pd_latency(model: str, gpu: str, *, prefill_workers: int, decode_workers: in
                kv_link: str = "auto", rate: float | None = None,
                concurrency: int | None = None, trace: str | None = None,
                input_len: str | int = 512, output_len: str | int = 256,
-               burstiness: float = 1.0, **kw: Any) -> LatencyResult:
-    """Analytic latency of a fixed disaggregated layout (open loop, closed loop or a trace's
-    rate and lengths): TTFT = prefill queue + prefill + KV transfer + decode admission, TBT from
-    the decode pool; `data["pools"]` holds each pool's figures and `data["saturated_pools"]`
-    names a pool whose share of the rate exceeds its capacity (then `stable` is False)."""
+               burstiness: float = 1.0, num_prompts: int | None = None,
+               check: bool = True, **kw: Any) -> LatencyResult:
+    """Latency of a fixed disaggregated layout (open loop, closed loop or a trace's rate and
+    lengths): TTFT = prefill queue + prefill + KV transfer + decode admission, TBT from the
+    decode pool; `data["pools"]` holds each pool's figures and `data["saturated_pools"]` names
+    a pool that cannot keep up (then `stable` is False). The analytic solve answers, checked
+    against the replay of the same load when `check` (`data["answered_by"]` says which;
+    `num_prompts`: a closed loop's benchmark requests, default 1000)."""
     from capplan.plan.load import load_spec_from_options
     from capplan.plan.pd import pd_latency as _pd_latency
+    from capplan.plan.pd_sim import pd_latency_checked
 
     lay = disaggregated(model, gpu, prefill_workers=prefill_workers,
                         decode_workers=decode_workers, prefill=prefill, decode=decode,
                         kv_link=kv_link, **kw)
     load = load_spec_from_options(rate, concurrency, trace, str(input_len), str(output_len),
-                                  burstiness, lay.decode.memory.max_model_len)
-    return LatencyResult.from_dict(_pd_latency(lay, load))
+                                  burstiness, lay.decode.memory.max_model_len,
+                                  num_prompts=num_prompts)
+    if not check:
+        return LatencyResult.from_dict(_pd_latency(lay, load))
+    return LatencyResult.from_dict(pd_latency_checked(lay, load, str(input_len),
+                                                      str(output_len), burstiness, trace))
+
+
+def pd_simulate(model: str, gpu: str, *, prefill_workers: int, decode_workers: int,
+                prefill: dict[str, Any] | None = None, decode: dict[str, Any] | None = None,
+                kv_link: str = "auto", rate: float | None = None,
+                concurrency: int | None = None, trace: str | None = None,
+                input_len: str | int = 512, output_len: str | int = 256,
+                burstiness: float = 1.0, requests: int = 1000, seed: int = 0,
+                sim_engine: str = "auto", **kw: Any) -> LatencyResult:
+    """Replay a fixed disaggregated layout step by step (capplan.sim.pd): the prefill pool runs
+    the prompts, the KV moves over the link, the decode pool runs the outputs; open loop,
+    closed loop (clients across both pools) or a trace. `data["pools"]` holds each pool's
+    figures and `data["saturated_pools"]` the pools that could not keep up."""
+    from capplan.plan.pd_sim import PdLoad, pd_requests, simulate_pd
+
+    lay = disaggregated(model, gpu, prefill_workers=prefill_workers,
+                        decode_workers=decode_workers, prefill=prefill, decode=decode,
+                        kv_link=kv_link, **kw)
+    reqs, _ = pd_requests(lay, PdLoad(rate=rate, concurrency=concurrency, trace=trace,
+                                      input_len=str(input_len), output_len=str(output_len),
+                                      burstiness=burstiness, requests=requests, seed=seed))
+    return LatencyResult.from_dict(simulate_pd(lay, reqs, sim_engine))
 
 
 def verify(plan: str | Path | dict[str, Any], *, endpoint: str | None = None,

@@ -106,8 +106,57 @@ def pd_table(res: dict[str, Any], fmt: str) -> str:
                 f"the closed loop queues at the {' and '.join(res['saturated_pools'])} pool "
                 "(it runs at its capacity; TTFT is mostly that queue)")))
         notes.append(f"bound: {res['bound']}; calibration: {res.get('calibration')}")
+        if res.get("answered_by"):
+            notes.append(f"answered by: {res['answered_by']}"
+                         + (f" ({res['replay_note']})" if res.get("replay_note") else ""))
         notes.append("launch (one line per node; NODE0_IP, PREFILLi, DECODEj: addresses):")
         for name, lines in (res.get("launch") or {}).items():
             notes += [f"  {name} {line}" for line in lines]
+        text += "\n\n" + "\n".join(notes)
+    return text
+
+
+def pd_sim_table(res: dict[str, Any], fmt: str) -> str:
+    """`simulate` on a layout: per-pool rows (stage latencies, batch, KV, saturation), then
+    the composed latencies; the layout and any saturated pool below."""
+    def ms(x: Any) -> str:
+        return "-" if x is None or not math.isfinite(x) else f"{x / MS_S:.1f}"
+
+    rows = []
+    for role in ("prefill", "decode"):
+        p = res["pools"][role]
+        stage = p["ttft_s"] if role == "prefill" else p["admission_s"]
+        rows.append({"pool": role, "workers": p["workers"], "gpus": p["gpus_per_worker"],
+                     "rate": f"{p['requests_per_s_per_worker']:.3g}",
+                     "batch": f"{p['mean_running_batch']:.1f}",
+                     "kv": f"{100 * p['kv_peak_utilization']:.0f}%",
+                     "queue": ms(p["queue_s"]["mean"]), "stage": ms(stage["mean"]),
+                     "state": "SATURATED" if p["saturated"] else "stable"})
+    cols = [Column("pool", "pool"), Column("workers", "workers"),
+            Column("gpus", "GPUs/worker"), Column("rate", "req/s per worker"),
+            Column("batch", "mean running batch"), Column("kv", "KV peak"),
+            Column("queue", "queue mean (ms)"),
+            Column("stage", "prefill TTFT or decode admission mean (ms)"),
+            Column("state", "state")]
+    text = render_rows(rows, cols, fmt)
+    comp = [{"metric": name, **{q: ms((res.get(key) or {}).get(q))
+                                for q in ("mean", "p50", "p90", "p99")}}
+            for key, name in (("ttft_s", "TTFT"), ("tbt_s", "TBT"), ("tpot_s", "TPOT"),
+                              ("e2e_s", "E2E"), ("kv_transfer_s", "KV transfer"))]
+    text += "\n\n" + render_rows(comp, [Column("metric", "latency"),
+                                        *(Column(q, f"{q} (ms)") for q in (
+                                            "mean", "p50", "p90", "p99"))], fmt)
+    if fmt == "table":
+        notes = [f"{res['model']}: {res['layout']}",
+                 f"load: {res.get('load')}, {res['num_requests']} requests; "
+                 f"{res['requests_per_s']:.3g} req/s, "
+                 f"{res['output_tokens_per_s']:.4g} output tok/s"]
+        if res["saturated_pools"]:
+            notes.append(f"SATURATED: the {' and '.join(res['saturated_pools'])} pool (its "
+                         "queue grows with the run, or the clients wait mostly there)")
+        if not res.get("replay_settled", True):
+            notes.append(f"the closed loop did not settle in {res['replay_passes']} passes")
+        notes.append(f"answered by: {res.get('answered_by')}; calibration: "
+                     f"{res.get('calibration')}")
         text += "\n\n" + "\n".join(notes)
     return text

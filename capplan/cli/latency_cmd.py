@@ -24,7 +24,7 @@ from capplan.cli._options import (
     format_option,
     model_gpu_options,
 )
-from capplan.cli._pd import pd_options, pd_table, pop_pd
+from capplan.cli._pd import pd_options, pd_sim_table, pd_table, pop_pd
 from capplan.cli._prefix import pop_prefix_spec, prefix_options
 from capplan.cli._render import emit, to_json
 from capplan.cli._tables import latency_table, resolved_dtypes, sweep_table
@@ -116,7 +116,7 @@ def latency_cmd(model: str, gpu: str, rate: list[float] | None, concurrency: lis
     pd = pop_pd(kw)
     if pd is not None:
         _pd_latency(model, gpu, pd, rate, concurrency, trace, input_len, output_len,
-                    burstiness, fmt, catalog_dir, prefix, kw)
+                    burstiness, fmt, catalog_dir, prefix, {**kw, "num_prompts": num_prompts})
         return
     dep = deployment_from_options(catalog_dir, model, gpu, kw)
     dep, input_len = with_images(dep, input_len)
@@ -154,19 +154,24 @@ def _pd_latency(model: str, gpu: str, pd: dict[str, Any], rate: list[float] | No
 
     from capplan.api import disaggregated
     from capplan.cli._options import options_from
-    from capplan.plan.pd import pd_latency
+    from capplan.plan.pd_sim import pd_latency_checked
 
     if prefix is not None and prefix.active:
         raise click.UsageError("prefix sharing is not modelled for a disaggregated layout")
     if (rate and len(rate) > 1) or (concurrency and len(concurrency) > 1):
         raise click.UsageError("a disaggregated layout takes one --rate or --concurrency")
     cal = kw.pop("calibration", None)
+    num_prompts = kw.pop("num_prompts", None)
     lay = disaggregated(model, gpu, calibration=cal, catalog_dirs=catalog_dir,
                         engine_notation=True, **pd, **asdict(options_from(kw)))
     load = load_spec_from_options(rate[0] if rate else None,
                                   concurrency[0] if concurrency else None, trace, input_len,
-                                  output_len, burstiness, lay.decode.memory.max_model_len)
-    res = pd_latency(lay, load)
+                                  output_len, burstiness, lay.decode.memory.max_model_len,
+                                  num_prompts=num_prompts)
+    res = pd_latency_checked(lay, load, input_len, output_len, burstiness, trace)
+    if "replay_passes" in res:
+        emit(to_json(res) if fmt == "json" else pd_sim_table(res, fmt))
+        return
     emit(to_json(res) if fmt == "json" else pd_table(res, fmt))
 
 

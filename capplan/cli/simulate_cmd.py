@@ -24,6 +24,7 @@ from capplan.cli._options import (
     format_option,
     model_gpu_options,
 )
+from capplan.cli._pd import pd_options, pd_sim_table, pop_pd
 from capplan.cli._prefix import pop_prefix_spec, prefix_options
 from capplan.cli._render import Column, emit, render_rows, to_json
 from capplan.cli._tables import dtype_text, resolved_dtypes
@@ -106,6 +107,7 @@ def _rows(results: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
                    "the run.")
 @prefix_options
 @fleet_options
+@pd_options
 @engine_options
 @feature_options
 @format_option
@@ -125,7 +127,12 @@ def simulate_cmd(model: str, gpu: str, rate: float | None, concurrency: int | No
 
     names = parse_schedulers(scheduler)
     prefix = pop_prefix_spec(kw)
+    pd = pop_pd(kw)
     fleet = pop_fleet_options(kw)
+    if pd is not None:
+        others = (fleet, plot_dir, benchmark, names != ["continuous"])
+        return _simulate_pd(model, gpu, pd, rate, concurrency, trace, seed, sim_engine, fmt,
+                            catalog_dir, prefix, others, kw)
     if fleet is not None and plot_dir:
         raise click.UsageError("--plot draws one engine's time series, which a fleet run "
                                "(--replicas, --schedule) does not keep")
@@ -193,6 +200,37 @@ def simulate_cmd(model: str, gpu: str, rate: float | None, concurrency: int | No
                    f"calibration: {head['calibration']}", err=True)
         impls = sorted({d.get("engine_impl", "reference") for d in results.values()})
         click.echo(f"simulator engine: {', '.join(impls)}", err=True)
+
+
+def _simulate_pd(model: str, gpu: str, pd: dict[str, Any], rate: float | None,
+                 concurrency: int | None, trace: str | None, seed: int, sim_engine: str,
+                 fmt: str, catalog_dir: tuple[str, ...], prefix: Any, others: tuple,
+                 kw: dict[str, Any]) -> None:
+    """A fixed prefill/decode layout replayed (capplan.plan.pd_sim): per-pool figures."""
+    if any(others):
+        raise click.UsageError("a disaggregated layout is replayed with continuous batching, "
+                               "without --replicas/--schedule, --plot or --benchmark")
+    from dataclasses import asdict
+
+    from capplan.api import disaggregated
+    from capplan.cli._options import options_from
+    from capplan.plan.pd_sim import PdLoad, pd_requests, simulate_pd
+
+    if prefix is not None and prefix.active:
+        raise click.UsageError("prefix sharing is not modelled for a disaggregated layout")
+    load = {k: kw.pop(k) for k in ("burstiness", "input_len", "output_len", "num_requests",
+                                   "time_unit")}
+    cal = kw.pop("calibration", None)
+    lay = disaggregated(model, gpu, calibration=cal, catalog_dirs=catalog_dir,
+                        engine_notation=True, **pd, **asdict(options_from(kw)))
+    reqs, clipped = pd_requests(lay, PdLoad(
+        rate=rate, concurrency=concurrency, trace=trace, input_len=load["input_len"],
+        output_len=load["output_len"], burstiness=load["burstiness"],
+        requests=load["num_requests"], seed=seed, time_unit=load["time_unit"]))
+    if clipped:
+        click.echo(f"note: {clipped} prompts cut to fit max_model_len", err=True)
+    res = simulate_pd(lay, reqs, sim_engine)
+    emit(to_json(res) if fmt == "json" else pd_sim_table(res, fmt))
 
 
 def register(cli: click.Group) -> None:

@@ -225,10 +225,12 @@ def closed_loop_latency(step: StepModel, isl: float, osl: float, max_num_seqs: i
     # gap): t_dec + (TPOT - t_dec) / share, equal to t_pf for mixed engines (TPOT = 1 / steps
     # per second, each step one gap) and to t_dec + the cohort's prefill time for prefill-first
     # ones; so no quantile exceeds what the mean allows (q-quantile <= mean / (1 - q)).
+    # The plain gap is at most the mean (a mixed step with few decoders can beat t_dec, which
+    # is a full-batch decode step: with the mean below it, every gap is the mean).
     pf_share = st["pf_gap_share"]
-    pf_gap = (st["t_dec"] + max(st["tpot"] - st["t_dec"], 0.0) / pf_share if pf_share > 0
-              else st["t_dec"])
-    tbt_q = {name: (pf_gap if q > 1 - pf_share else st["t_dec"]) for name, q in QUANTILES.items()}
+    plain = min(st["t_dec"], st["tpot"])
+    pf_gap = plain + (st["tpot"] - plain) / pf_share if pf_share > 0 else plain
+    tbt_q = {name: (pf_gap if q > 1 - pf_share else plain) for name, q in QUANTILES.items()}
     e2e_q = {name: v + dec_tokens * st["tpot"] for name, v in ttft_q.items()}
     return {
         "ttft_s": {"mean": ttft_mean, **ttft_q},

@@ -12,9 +12,9 @@ Quantiles of TTFT add the pools' quantiles (an upper bound for p90/p99: the stag
 perfectly correlated). Each pool is one replica's analytic queue at its share of the rate; a
 pool whose share exceeds its capacity is SATURATED: the open loop has no steady state and the
 answer says which pool (never a saturated pool taken as stable). A closed loop of C clients
-solves lambda = C / (TTFT + (osl - 1) TPOT) by bisection below the smaller pool capacity; a
-pool running at >= `SATURATED_UTILIZATION` of its capacity there, or whose wait is over
-`QUEUE_SHARE` of a client's cycle, is named as the one clients queue for.
+is a closed network (`PdModel.closed_loop`): the decode pool holds min(C, its slots) with no
+wait while C fits them, the prefill pool queues at the rate lambda = C / (TTFT + (osl - 1)
+TPOT); a station at its bound holds the clients' queue and is named saturated.
 """
 
 from __future__ import annotations
@@ -45,6 +45,8 @@ SATURATED_UTILIZATION = 0.97
 QUEUE_SHARE = 0.5
 """...as is a pool whose mean wait exceeds this share of a client's cycle (TTFT + decode)."""
 _BISECT = 16
+DEFAULT_PROMPTS = 1000
+"""Requests of a closed-loop benchmark when none is given (`vllm bench serve --num-prompts`)."""
 QUANTILES = ("mean", "p50", "p90", "p99")
 
 
@@ -169,31 +171,87 @@ class PdModel:
             out["tbt_s"] = r["tbt_s"]
         return out
 
-    def closed_loop(self, concurrency: int) -> dict[str, Any]:
-        """C clients, each sending its next request when the last ends: the rate where
-        lambda (TTFT + (osl - 1) TPOT) = C, below the smaller pool capacity."""
-        osl = self.out.mean
-        hi = min(self.capacity.values())
-        if not hi > 0:
-            raise InputError("a pool has no capacity for these lengths (see `capplan memory`)")
+    def decode_slots(self) -> float:
+        """Sequences the decode pool runs at once: per worker its engine's max_num_seqs (all
+        DP ranks) or the full-length sequences its KV cache holds, whichever is smaller."""
+        lim = self.layout.decode.limits
+        per_seq = max(self.inp.mean + self.out.mean, 1.0)
+        kv_seqs = float(np.asarray(lim.kv_cache_tokens)) / per_seq
+        return self.layout.decode_workers * max(min(float(np.asarray(lim.max_num_seqs)),
+                                                    kv_seqs), 1.0)
+
+    def closed_loop(self, concurrency: int, waves: float | None = None) -> dict[str, Any]:
+        """C clients, each sending its next request when the last ends: a closed network of
+        two stations (the mean-value view of Lazowska et al., "Quantitative System
+        Performance", ch. 6). The decode pool holds min(C, slots) sequences, spread evenly over
+        its workers (the router sends each request to a worker with a free slot): while C fits
+        its slots no request waits for it, and TPOT is one decode step at that batch. The
+        prefill pool is a queue at the cycle's rate: lambda solves lambda (TTFT(lambda) +
+        (osl - 1) TPOT) = C by bisection below the capacity of the slower station; a station
+        at that bound holds the clients' queue (then TTFT = C / lambda - (osl - 1) TPOT,
+        Little's law) and is named saturated: the prefill pool at its capacity, the decode pool
+        when C exceeds its slots.
+
+        `waves`: the benchmark's requests over C (AIPerf as NVIDIA's recipes run it: 10;
+        capplan.sim.protocol). Its clients all send at t = 0, so the first wave's C prompts
+        queue at the prefill pool together: the k-th waits (k - 1) / mu (mu the pool's capacity
+        in prompts/s), (C - 1) / (2 mu) on average, once in `waves` rounds; added to the mean
+        TTFT (`startup_wave_s`). None: the steady state alone."""
+        lay, osl = self.layout, self.out.mean
+        d = lay.decode
+        slots = self.decode_slots()
+        running = min(float(concurrency), slots)
+        ctx = self.inp.mean + osl / 2.0
+        tpot = float(np.asarray(d.step.decode_step(running / lay.decode_workers, ctx,
+                                                   detail=False)["step_s"]))
+        decode_s = max(osl, 1.0) * tpot  # the first decode step emits the client's first token
+        caps = {"prefill": self.capacity["prefill"], "decode": slots / decode_s}
+        if not caps["prefill"] > 0:
+            raise InputError("the prefill pool has no capacity for these lengths "
+                             "(see `capplan memory`)")
+        hi = min(caps.values()) * (1 - 1e-9)
         lo = 0.0
-        hi *= 1 - 1e-9
-        for _ in range(_BISECT):
+
+        def ttft_at(lam: float) -> tuple[float, dict[str, Any]]:
+            p = _plain(self.qp.at_rate(lam / lay.prefill_workers, {"ttft_s"}))
+            t = p["ttft_s"]["mean"] + self.transfer["mean"] + tpot
+            return (t if p["stable"] else math.inf), p
+
+        for _ in range(2 * _BISECT):
             lam = 0.5 * (lo + hi)
-            r = self.at_rate(lam, {"ttft_s"})
-            busy = r["ttft_s"]["mean"] + max(osl - 1, 0) * r["tpot_s"]
-            implied = concurrency / busy if r["stable"] and math.isfinite(busy) else 0.0
+            t, _ = ttft_at(lam)
+            implied = concurrency / (t + (osl - 1) * tpot) if math.isfinite(t) else 0.0
             lo, hi = (lam, hi) if implied > lam else (lo, lam)
-        res = self.at_rate(lo if lo > 0 else hi * 1e-6)
-        pools = res["pools"]
-        # where the clients queue: a pool at capacity, or one whose wait is most of a client's
-        # cycle (a KV-bound decode pool admits below its nominal capacity)
-        cycle = res["ttft_s"]["mean"] + max(osl - 1, 0) * res["tpot_s"]
-        wait = {"prefill": pools["prefill"]["ttft_s"]["mean"],
-                "decode": pools["decode"]["admission_s"]["mean"]}
-        res["saturated_pools"] = [k for k in ("prefill", "decode")
-                                  if pools[k]["utilization"] >= SATURATED_UTILIZATION
-                                  or wait[k] > QUEUE_SHARE * cycle]
+        lam = lo if lo > 0 else hi * 1e-6
+        t, p = ttft_at(lam)
+        if not math.isfinite(t):
+            t = math.inf
+        bound = (["prefill"] if lam >= SATURATED_UTILIZATION * caps["prefill"] else []) + (
+            ["decode"] if concurrency > slots else [])
+        # Little's law over the clients fixes the mean TTFT once the rate is known; a station
+        # at its bound holds the clients that the cycle leaves over
+        ttft_mean = max(concurrency / lam - (osl - 1) * tpot, t if math.isfinite(t) else 0.0)
+        if not math.isfinite(t) or ttft_mean > t * (1 + 1e-6):
+            ttft_mean = concurrency / lam - (osl - 1) * tpot
+        startup = (max(concurrency - 1, 0) / (2.0 * caps["prefill"]) / waves
+                   if waves else 0.0)
+        shift = ttft_mean - (t if math.isfinite(t) else ttft_mean) + startup
+        ttft = {q: (p["ttft_s"].get(q, p["ttft_s"]["mean"]) + self.transfer[q] + tpot + shift)
+                for q in QUANTILES}
+        gaps = max(osl - 1.0, 0.0) * tpot
+        res = self.at_rate(min(lam, 0.999 * self.capacity["prefill"]) if lam > 0 else lam)
+        res.update({"stable": True, "saturated_pools": bound, "ttft_s": ttft,
+                    "tbt_s": {q: tpot for q in QUANTILES}, "tpot_s": tpot,
+                    "e2e_s": {q: v + gaps for q, v in ttft.items()}, "requests_per_s": lam})
+        dec = res["pools"]["decode"]
+        dec.update({"mean_running_batch": running / lay.decode_workers,
+                    "utilization": running / slots, "stable": True,
+                    "capacity_requests_per_s": caps["decode"],
+                    "admission_s": {q: tpot for q in QUANTILES},
+                    "tbt_s": {q: tpot for q in QUANTILES}, "slots": slots})
+        res["pools"]["prefill"]["utilization"] = lam / caps["prefill"]
+        res["capacity_closed_loop_requests_per_s"] = caps
+        res["startup_wave_s"] = startup
         return res
 
 
@@ -215,8 +273,12 @@ def pd_latency(layout: PdLayout, load: LoadSpec) -> dict[str, Any]:
     (`pools.prefill`, `pools.decode`), `kv_transfer_s`, `saturated_pools` and `bound`."""
     model = PdModel(layout, load.input_stats, load.output_stats, load.arrival_scv, load.prefix)
     if load.concurrency is not None:
-        res = model.closed_loop(int(load.concurrency))
-        res["load"] = f"closed loop, {load.concurrency} clients"
+        c = int(load.concurrency)
+        # the clients all send at t = 0, as `vllm bench serve --max-concurrency C` does, over
+        # --num-prompts requests (its default 1000)
+        prompts = max(load.num_prompts or DEFAULT_PROMPTS, c)
+        res = model.closed_loop(c, waves=prompts / c)
+        res["load"] = f"closed loop, {load.concurrency} clients, {prompts} requests"
     else:
         res = model.at_rate(float(load.rate_per_s or 0.0))
         res["load"] = load.source

@@ -1,0 +1,224 @@
+"""`simulate` on a fixed disaggregated layout, and the replay check of `latency` on one
+(capplan/sim/pd.py replays; docs/disaggregation.md, "Replay").
+
+The composed figures are the client's: TTFT = sent -> the decode side's first token (prefill
+queue + prefill + KV transfer + decode admission and its first step), E2E = sent -> last token,
+TPOT = (E2E - TTFT) / (output - 1), TBT the decode workers' token gaps; the request overhead of
+the prefill deployment's profile is added once to TTFT and E2E (as `simulate` does). Per pool:
+its stage's latencies, mean running batch, KV peak and whether it is saturated: open loop, a
+worker whose queue at the last arrival holds more than OVERLOAD_QUEUE_FRAC of its requests
+while it serves fewer than offered (plan/simulation.mark_overload, per worker); closed loop,
+the pool whose mean wait exceeds QUEUE_SHARE of a client's cycle, as the analytic solve
+(plan/pd.py) names it.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from capplan import limits
+from capplan.plan.pd import DEFAULT_PROMPTS, QUEUE_SHARE, PdLayout
+from capplan.plan.simulation import mark_overload, workload_from_options
+from capplan.sim.metrics import step_summary, summarize, summary
+from capplan.sim.pd import PdReplay, PdReplaySpec, replay_pd
+from capplan.sim.workload import Requests
+
+TOLERANCE = 0.15
+"""`latency` on a layout: the analytic solve answers when its TTFT and TPOT means are within
+this of the replay (the aggregated check's tolerance, plan/replay.py)."""
+OPEN_LOOP_REQUESTS = 500
+"""Requests `latency` replays to check an open-loop rate on a layout."""
+CHECK_TOKENS = 10_000_000
+"""`latency` replays its check when requests x output tokens x passes stays below this (about
+8 s of CPU here: DeepSeek-R1 on 48 H100s, 64 clients, 1,000 requests of 2000/500 tokens); a
+larger load is answered by the analytic solve alone and says so."""
+
+
+def replay_requests(concurrency: int | None, num_prompts: int | None = None) -> int:
+    """How many requests `latency` replays for its check: OPEN_LOOP_REQUESTS for a rate; for
+    a closed loop the benchmark's requests (`num_prompts`, default vllm bench serve's 1000,
+    at least C), which the analytic solve assumes too."""
+    if not concurrency:
+        return OPEN_LOOP_REQUESTS
+    return max(num_prompts or DEFAULT_PROMPTS, concurrency)
+
+
+def spec_of(layout: PdLayout, sim_engine: str = "auto") -> PdReplaySpec:
+    overhead = float(np.asarray(layout.prefill.step.request_overhead_s))
+    return PdReplaySpec(prefill=layout.prefill, prefill_workers=layout.prefill_workers,
+                        decode=layout.decode, decode_workers=layout.decode_workers,
+                        link=layout.link, request_overhead_s=overhead, sim_engine=sim_engine)
+
+
+@dataclass(frozen=True, kw_only=True)
+class PdLoad:
+    """The load of a replay: one of rate, concurrency or trace; lengths; requests; seed."""
+
+    rate: float | None = None
+    concurrency: int | None = None
+    trace: str | Requests | None = None
+    input_len: str = "512"
+    output_len: str = "256"
+    burstiness: float = 1.0
+    requests: int = 1000
+    seed: int = 0
+    time_unit: str = "auto"
+
+
+def pd_requests(layout: PdLayout, load: PdLoad) -> tuple[Requests, int]:
+    """The requests of a load, clipped to the smaller pool's max_model_len: (requests, cut)."""
+    wl = workload_from_options(load.rate, load.concurrency, load.trace, str(load.input_len),
+                               str(load.output_len), load.burstiness, load.requests,
+                               load.time_unit)
+    max_len = min(layout.prefill.memory.max_model_len, layout.decode.memory.max_model_len)
+    return wl.generate(np.random.default_rng(load.seed)).clip_to_context(max_len)
+
+
+def simulate_pd(layout: PdLayout, reqs: Requests, sim_engine: str = "auto") -> dict[str, Any]:
+    """Replay `reqs` over the layout: composed latency keys, `pools`, `saturated_pools`."""
+    spec = spec_of(layout, sim_engine)
+    if reqs.concurrency:  # each pass replays every request: passes ~ requests / C + 1
+        passes = math.ceil(len(reqs) / reqs.concurrency) + 1
+        limits.check_cap("sim_tokens", float(np.sum(reqs.output_tokens)) * passes,
+                         f"the closed-loop replay of a P/D layout ({passes} passes of "
+                         f"{len(reqs)} requests; fewer --requests or more clients cost less)")
+    run = replay_pd(spec, reqs)
+    return _result(layout, reqs, run, spec.request_overhead_s)
+
+
+def _result(layout: PdLayout, reqs: Requests, run: PdReplay, overhead: float
+            ) -> dict[str, Any]:
+    out = np.asarray(reqs.output_tokens, float)
+    inp = np.asarray(reqs.input_tokens, float)
+    ttft = run.first_token_at_s - run.sent_at_s + overhead
+    e2e = run.finished_at_s - run.sent_at_s + overhead
+    multi = out > 1
+    tpot = (e2e - ttft)[multi] / (out[multi] - 1)
+    t0, t1 = float(run.sent_at_s.min()), float(run.finished_at_s.max())
+    span = t1 - t0 if t1 > t0 else math.nan
+    gaps, counts = _gaps(run.decode_runs)
+    pools = {"prefill": _pool(layout, "prefill", run), "decode": _pool(layout, "decode", run)}
+    closed = reqs.concurrency is not None
+    if closed:
+        cycle = float(np.mean(e2e))
+        waits = {"prefill": pools["prefill"]["queue_s"]["mean"],
+                 "decode": pools["decode"]["admission_s"]["mean"]}
+        for k in pools:
+            pools[k]["saturated"] = bool(waits[k] > QUEUE_SHARE * cycle)
+    saturated = [k for k in ("prefill", "decode") if pools[k]["saturated"]]
+    res: dict[str, Any] = {
+        "disaggregated": True, "model": layout.decode.model.key, "gpu": layout.decode.gpu.key,
+        "layout": layout.describe(), "gpus_total": layout.gpus,
+        "ttft_s": summary(ttft), "tbt_s": summary(gaps, counts), "tpot_s": summary(tpot),
+        "e2e_s": summary(e2e),
+        "kv_transfer_s": summary(run.decode_ready_at_s - run.prefill_done_at_s),
+        "requests_per_s": len(out) / span, "output_tokens_per_s": float(out.sum()) / span,
+        "input_tokens_per_s": float(inp.sum()) / span, "num_requests": len(out),
+        "makespan_s": span, "request_overhead_s": overhead,
+        "preemptions": sum(p["preemptions"] for p in pools.values()),
+        "kv_peak_utilization": pools["decode"]["kv_peak_utilization"],
+        "mean_running_batch": pools["decode"]["mean_running_batch"],
+        "pools": pools, "saturated_pools": saturated, "stable": not saturated,
+        "load": (f"closed loop, {reqs.concurrency} clients" if closed else "open loop"),
+        "replay_passes": run.passes, "replay_settled": run.settled,
+        "answered_by": "replay",
+        "kv_link": {"name": layout.link.name, "bytes_per_s": layout.link.bytes_per_s,
+                    "latency_s": layout.link.latency_s, "source": layout.link.source},
+        "calibration": layout.decode.calibration.source,
+    }
+    return res
+
+
+def _gaps(runs: list[tuple[np.ndarray, Any]]) -> tuple[np.ndarray, np.ndarray]:
+    vals, wts = [], []
+    for _, rec in runs:
+        st = step_summary(rec)
+        vals += [st.tbt_gap_s, rec.extra_gaps_s]
+        wts += [st.tbt_count, np.ones(len(rec.extra_gaps_s))]
+    if not vals:
+        return np.zeros(0), np.zeros(0)
+    return np.concatenate(vals), np.concatenate(wts).astype(float)
+
+
+def _pool(layout: PdLayout, role: str, run: PdReplay) -> dict[str, Any]:
+    dep, n = ((layout.prefill, layout.prefill_workers) if role == "prefill"
+              else (layout.decode, layout.decode_workers))
+    runs = run.prefill_runs if role == "prefill" else run.decode_runs
+    per = [summarize(rec, ()).to_dict() for _, rec in runs]
+    overloaded = [mark_overload(p, np.asarray(rec.arrival_at_s, float)) is not None
+                  for p, (_, rec) in zip(per, runs, strict=True)]
+    queue = np.concatenate([np.maximum(rec.admitted_at_s - rec.arrival_at_s, 0.0)
+                            for _, rec in runs])
+    out: dict[str, Any] = {
+        "workers": n, "gpus_per_worker": dep.gpus_per_replica, "layout": dep.layout_text,
+        "engine_settings": dep.settings_summary(),
+        "requests_per_s_per_worker": float(np.mean([p["requests_per_s"] for p in per])),
+        "mean_running_batch": float(np.mean([p["mean_running_batch"] for p in per])),
+        "kv_peak_utilization": float(max(p["kv_peak_utilization"] for p in per)),
+        "preemptions": int(sum(p["preemptions"] for p in per)),
+        "queue_s": summary(queue), "saturated": any(overloaded)}
+    if role == "prefill":
+        out["ttft_s"] = summary(run.prefill_done_at_s - run.sent_at_s)
+    else:
+        out["admission_s"] = summary(run.first_token_at_s - run.decode_ready_at_s)
+        out["tbt_s"] = summary(*_gaps(runs))
+    return out
+
+
+def check_latency(layout: PdLayout, analytic: dict[str, Any], reqs: Requests,
+                  sim_engine: str = "auto") -> dict[str, Any]:
+    """`latency` on a layout: the analytic answer checked against the replay of the same load
+    (open loop) or replaced by it (closed loop, trace; or a disagreement over TOLERANCE).
+    Returns the answer with `answered_by` and, when both ran, `analytic_check`."""
+    passes = math.ceil(len(reqs) / reqs.concurrency) + 1 if reqs.concurrency else 1
+    work = float(np.sum(reqs.output_tokens)) * passes
+    if work > CHECK_TOKENS:
+        return {**analytic, "answered_by": "analytic",
+                "replay_note": f"no replay: {work:.3g} simulated tokens exceed the check's "
+                               f"{CHECK_TOKENS:.3g} (capplan simulate replays it)"}
+    sim = simulate_pd(layout, reqs, sim_engine)
+    diffs = {}
+    for key in ("ttft_s", "tpot_s"):
+        a = analytic.get(key)
+        a = a.get("mean") if isinstance(a, dict) else a
+        b = sim[key]["mean"]
+        diffs[key] = (abs(a - b) / b if a is not None and b and math.isfinite(b)
+                      else math.inf)
+    agree = all(d <= TOLERANCE for d in diffs.values())
+    check = {"analytic_ttft_mean_s": (analytic.get("ttft_s") or {}).get("mean"),
+             "analytic_tpot_mean_s": analytic.get("tpot_s"),
+             "rel_diff": diffs, "tolerance": TOLERANCE}
+    load = str(analytic.get("load", ""))
+    if load.startswith(("closed", "trace")) or not agree or not analytic["stable"]:
+        keep = {k: analytic[k] for k in ("launch", "capacity_by_pool_requests_per_s")
+                if k in analytic}
+        return {**sim, **keep, "analytic_check": check,
+                "answered_by": "replay" if agree else "replay (the analytic solve differs by "
+                f"more than {TOLERANCE:.0%})"}
+    return {**analytic, "answered_by": "analytic (within "
+            f"{TOLERANCE:.0%} of the replay)", "analytic_check": check}
+
+
+def pd_latency_checked(layout: PdLayout, load: Any, input_len: str, output_len: str,
+                       burstiness: float = 1.0, trace: str | None = None,
+                       sim_engine: str = "auto") -> dict[str, Any]:
+    """`latency` on a layout: the analytic solve (plan/pd.pd_latency), checked against or
+    replaced by the replay of the same load (`check_latency`): a rate's Poisson (or gamma)
+    arrivals, a closed loop's benchmark requests, or the trace's own requests (a trace is
+    time-dependent: the replay answers)."""
+    from capplan.plan.pd import pd_latency
+
+    res = pd_latency(layout, load)
+    spec = PdLoad(trace=trace, input_len=input_len, output_len=output_len,
+                  burstiness=burstiness) if trace is not None else PdLoad(
+        rate=load.rate_per_s if load.concurrency is None else None,
+        concurrency=load.concurrency, input_len=input_len, output_len=output_len,
+        burstiness=burstiness, requests=replay_requests(load.concurrency, load.num_prompts))
+    reqs, _ = pd_requests(layout, spec)
+    if trace is not None:
+        res = {**res, "load": f"trace {trace}"}
+    return check_latency(layout, res, reqs, sim_engine)
