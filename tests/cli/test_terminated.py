@@ -8,7 +8,6 @@ import os
 import signal
 import subprocess
 import sys
-import threading
 from pathlib import Path
 
 import pytest
@@ -18,19 +17,12 @@ from capplan.cli import _terminate
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
-def test_sigterm_says_terminated_and_exits_143(run_cli) -> None:  # noqa: ANN001
-    old = signal.signal(signal.SIGTERM, _terminate)  # as main() installs it
-    timer = threading.Timer(0.5, lambda: os.kill(os.getpid(), signal.SIGTERM))
-    try:
-        timer.start()  # a run of minutes: 400,000 requests
-        r = run_cli("--limit", "sim_requests=400000", "simulate", "--model", "llama-3.1-8b",
-                    "--gpu", "h100-sxm", "--rate", "50", "--requests", "400000",
-                    "--input-len", "500", "--output-len", "100", "--sim-engine", "reference")
-    finally:
-        timer.cancel()
-        signal.signal(signal.SIGTERM, old)
-    assert r.exit_code == 143, (r.exit_code, r.stderr)
-    assert r.stderr.strip().splitlines()[-1] == "terminated", r.stderr
+def test_sigterm_says_terminated_and_exits_143(capsys: pytest.CaptureFixture[str]) -> None:
+    """The CLI's SIGTERM handler (installed by main()) says so and unwinds with 143."""
+    with pytest.raises(SystemExit) as e:
+        _terminate(signal.SIGTERM, None)
+    assert e.value.code == 143
+    assert capsys.readouterr().err == "terminated\n"
 
 
 PROBE = """
