@@ -176,7 +176,8 @@ def latency(model: str, gpu: str, *, rate: float | None = None, concurrency: int
     from capplan.plan.replay import WINDOW_S, ReplayLoad, answer
 
     check_kwargs(rate=rate, concurrency=concurrency, burstiness=burstiness,
-                 num_prompts=num_prompts, warmup_prompts=warmup_prompts)
+                 num_prompts=num_prompts, warmup_prompts=warmup_prompts, seed=seed,
+                 window_s=window_s)
     dep, input_len = with_images(deployment(model, gpu, **kw), input_len)
     spec = None
     if rate is not None:
@@ -216,7 +217,8 @@ def simulate(model: str, gpu: str, *, rate: float | None = None,
     from capplan.sim.protocol import BenchmarkRun, preset
 
     check_kwargs(rate=rate, concurrency=concurrency, burstiness=burstiness, requests=requests,
-                 seed=seed, batch_size=batch_size, batch_timeout_s=batch_timeout_s)
+                 seed=seed, batch_size=batch_size, batch_timeout_s=batch_timeout_s,
+                 replicas=replicas, startup_lag_s=startup_lag_s)
     fleet = FleetOptions(replicas=replicas, router=router,
                          schedule=tuple((float(a), int(b)) for a, b in schedule),
                          startup_lag_s=startup_lag_s)

@@ -16,7 +16,14 @@ SCALARS: dict[str, L.Bound] = {
     "rate": L.RATE_PER_S, "concurrency": L.CONCURRENCY, "burstiness": L.BURSTINESS,
     "num_prompts": L.ENGINE_COUNT, "warmup_prompts": L.WARMUP_PROMPTS,
     "requests": L.REQUESTS, "seed": L.SEED, "batch_size": L.ENGINE_COUNT,
-    "batch_timeout_s": L.Bound("duration (s)", 0.0, L.DURATION_S.hi, reason=L.DURATION_S.reason),
+    "batch_timeout_s": L.DURATION_OR_0_S, "startup_lag_s": L.DURATION_OR_0_S,
+    "window_s": L.WINDOW_S, "replicas": L.REPLICAS,
+    # feature options (cli/_features.feature_options)
+    "spec_tokens": L.SPEC_TOKENS, "spec_topk": L.SPEC_TOPK,
+    "spec_draft_tokens": L.SPEC_DRAFT_TOKENS, "acceptance_length": L.ACCEPTANCE_LENGTH,
+    "max_loras": L.MAX_LORAS, "max_lora_rank": L.LORA_RANK, "lora_adapters": L.LORA_ADAPTERS,
+    "images_per_request": L.IMAGES, "image_width": L.IMAGE_PIXELS,
+    "image_height": L.IMAGE_PIXELS,
     # engine options (cli/_options.engine_options: POS_INT = ENGINE_COUNT, FRACTION)
     "tp": L.ENGINE_COUNT, "pp": L.ENGINE_COUNT, "attention_dp": L.ENGINE_COUNT,
     "expert_parallel": L.ENGINE_COUNT, "max_model_len": L.ENGINE_COUNT,
@@ -30,7 +37,8 @@ BLOCK_SIZES = (1, 8, 16, 32, 64, 128)
 NOT_NONE = frozenset({"burstiness", "requests", "seed", "batch_timeout_s", "warmup_prompts",
                       "batch", "context"})
 """Keywords whose default is a value, not "unset": None there is refused, not skipped."""
-_FLAG_NAMES = {"batch_timeout_s": "--batch-timeout", "ttft_p99_s": "--ttft-p99",
+_FLAG_NAMES = {"batch_timeout_s": "--batch-timeout", "startup_lag_s": "--startup-lag",
+               "window_s": "--window", "ttft_p99_s": "--ttft-p99",
                "tbt_p99_s": "--tbt-p99", "e2e_p99_s": "--e2e-p99"}
 
 

@@ -131,6 +131,32 @@ REQUESTS = Bound("requests", 1, GIGA, integer=True,
 WARMUP_PROMPTS = Bound("warm-up prompts", 0, GIGA, integer=True,
                        reason="a billion requests; warm-up prompts are sent before the measured "
                               "ones")
+DURATION_OR_0_S = Bound("duration (s)", 0.0, DURATION_S.hi, reason=DURATION_S.reason)
+"""A wait that may be 0 (a batch timeout, a replica's start-up lag)."""
+WINDOW_S = Bound("window (s)", 60.0, 4.0e9,
+                 reason="a rate is checked over at least a minute of trace; past 4e9 s float64 "
+                        "time stamps no longer resolve a millisecond")
+REPLICAS = Bound("replicas", 1, 4096, "a fleet simulated on one machine", integer=True)
+# Feature options: the same bounds as the plan file's fields (capplan.plan.schema)
+SPEC_TOKENS = Bound("draft tokens per step", 0, 16, integer=True,
+                    reason="the longest draft the plan file searches; 0 = off")
+SPEC_TOPK = Bound("draft tree branching", 1, 16, integer=True,
+                  reason="SGLang's documented EAGLE examples use top-k 1-8")
+SPEC_DRAFT_TOKENS = Bound("verified tokens per step", 2, 16 * 16 + 1, integer=True,
+                          reason="at most draft tokens x branching + 1")
+ACCEPTANCE_LENGTH = Bound("acceptance length", 1.0, 16 * 16 + 1.0,
+                          reason="tokens per step: 1 + accepted drafts, at most the verified "
+                                 "tokens")
+MAX_LORAS = Bound("LoRA slots", 0, 1024, integer=True,
+                  reason="vLLM --max-loras; 0 = no LoRA")
+LORA_RANK = Bound("LoRA rank", 1, 512, integer=True,
+                  reason="vLLM's largest --max-lora-rank is 512")
+LORA_ADAPTERS = Bound("LoRA adapters", 0, 100_000, integer=True,
+                      reason="distinct adapters in the traffic")
+IMAGES = Bound("images per request", 0, 64, integer=True,
+               reason="vLLM --limit-mm-per-prompt; a prompt of 64 images fills any context")
+IMAGE_PIXELS = Bound("image side (pixels)", 1, 16_384, integer=True,
+                     reason="16K pixels a side is past every vision encoder's resize limit")
 
 SIM_HORIZON_S = 4.0e9
 """Largest simulated span (requests / rate): float64 time stamps resolve 1 us up to 2**52 us

@@ -152,7 +152,7 @@ RATE = FiniteFloat(bound=limits.RATE_PER_S)
 """--rate: requests per second within limits.RATE_PER_S."""
 SECONDS = FiniteFloat(bound=limits.DURATION_S)
 """SLOs and timeouts in seconds (0, 1 day]."""
-SECONDS_OR_0 = FiniteFloat(0, limits.DURATION_S.hi)
+SECONDS_OR_0 = FiniteFloat(bound=limits.DURATION_OR_0_S)
 BURSTINESS = FiniteFloat(bound=limits.BURSTINESS)
 class Headroom(FiniteFloat):
     """A headroom fraction, or "auto": from the engine's error band (capplan.plan.bands)."""

@@ -8,12 +8,16 @@ from typing import Any
 
 import click
 
+from capplan import limits
 from capplan.cli._features import echo_features, feature_options
 from capplan.cli._options import (
     BURSTINESS,
     CONCURRENCY,
     POS_INT,
     RATE,
+    SEED,
+    BoundedInt,
+    FiniteFloat,
     catalog_option,
     deployment_from_options,
     engine_options,
@@ -33,11 +37,11 @@ from capplan.sim.protocol import PRESETS
 
 def replay_options(f: Any) -> Any:
     """--benchmark, --seed, --window: how the replay runs (a separate group)."""
-    f = click.option("--window", "window_s", type=click.FloatRange(min=60.0),
+    f = click.option("--window", "window_s", type=FiniteFloat(bound=limits.WINDOW_S),
                      default=WINDOW_S, show_default=True,
                      help="Trace: seconds per window over which the rate is checked for "
                           "variation (a varying trace names its peak window).")(f)
-    f = click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True,
+    f = click.option("--seed", type=SEED, default=0, show_default=True,
                      help="Seed of the replayed workload.")(f)
     return click.option("--benchmark", type=click.Choice(sorted(PRESETS)), default=None,
                         help="Replay a benchmark tool's protocol: its warm-ups, measured "
@@ -83,7 +87,8 @@ class ListOf(click.ParamType):
 @click.option("--num-prompts", type=POS_INT, default=None,
               help="Closed loop: requests the benchmark sends and averages over, start-up wave "
                    "included (default 1000, as vllm bench serve).")
-@click.option("--warmup-prompts", type=click.IntRange(min=0), default=0, show_default=True,
+@click.option("--warmup-prompts", type=BoundedInt(limits.WARMUP_PROMPTS), default=0,
+              show_default=True,
               help="Closed loop: warm-up requests sent first in the same loop and not "
                    "measured (>= concurrency leaves the start-up wave out; a --benchmark "
                    "preset's own warm-ups are drained instead, as the tools do).")

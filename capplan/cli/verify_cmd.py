@@ -83,10 +83,13 @@ def verify_cmd(plan_file: str, endpoint: str | None, served_model: str | None, c
     head = (f"{d['model']} on one replica ({d['gpu']} TP {d['tp']}) at "
             f"{d['per_replica_rate_per_s']:.3g} req/s: {m['completed']} of {d['requests']} "
             f"requests completed, {m['errors']} errors")
-    emit(head + "\n" + render_rows(rows, _COLUMNS, fmt) if fmt == "table"
+    if m.get("first_error"):  # the cause, in every format (stderr beside csv's rows)
+        head += f" (first: {m['first_error']})"
+        if fmt == "csv":
+            click.echo(f"{m['errors']} errors; first: {m['first_error']}", err=True)
+    sep = "\n\n" if fmt == "markdown" else "\n"
+    emit(head + sep + render_rows(rows, _COLUMNS, fmt) if fmt != "csv"
          else render_rows(rows, _COLUMNS, fmt))
-    if m["completed"] == 0:
-        raise click.ClickException(f"no request to {endpoint} completed")
 
 
 def register(cli: click.Group) -> None:

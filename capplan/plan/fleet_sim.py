@@ -15,15 +15,15 @@ from typing import Any
 
 import numpy as np
 
+from capplan import limits as L
 from capplan.errors import InputError
-from capplan.limits import Bound
 from capplan.plan.deployment import Deployment
 from capplan.sim.entities import RunRecord, StepSummary
 from capplan.sim.fleet import ROUTERS, FleetReplaySpec, replay_schedule, run_replica
 from capplan.sim.metrics import step_summary, summarize
 from capplan.sim.workload import Lane, Requests
 
-REPLICAS = Bound("replicas", 1, 4096, "a fleet simulated on one machine", integer=True)
+REPLICAS = L.REPLICAS
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -207,8 +207,13 @@ def mark_overload(res: dict[str, Any], arrivals: np.ndarray) -> str | None:
     offered = (n - 1) / span
     ts = res.get("time_series") or {}
     t, waiting = np.asarray(ts.get("time_s", []), float), np.asarray(ts.get("waiting", []))
-    at_end = int(waiting[np.searchsorted(t, float(arrivals.max()), side="right") - 1]) \
-        if len(t) and len(waiting) == len(t) and t[0] <= arrivals.max() else 0
+    at_end = 0
+    if len(t) and len(waiting) == len(t):
+        # the samples either side of the last arrival; nothing arrives after it, so the one
+        # after bounds its queue from below (the series is thinned to a few hundred samples:
+        # the one before may predate the whole backlog)
+        i = int(np.searchsorted(t, float(arrivals.max()), side="left"))
+        at_end = int(max(waiting[max(i - 1, 0)], waiting[min(i, len(t) - 1)]))
     served = float(res.get("requests_per_s") or 0.0)
     res["offered_requests_per_s"] = offered
     res["overloaded"] = bool(at_end > OVERLOAD_QUEUE_FRAC * n and served < offered)

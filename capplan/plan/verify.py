@@ -194,6 +194,10 @@ def worker_count(jobs: int, tasks: int | None = None) -> int:
     return max(1, min(n, tasks) if tasks is not None else n)
 
 
+CLOSE_WAIT_S = 10.0
+"""How long close() waits for a worker to end after SIGTERM before it sends SIGKILL."""
+
+
 class ParallelVerifier:
     """`simulate_recommendation` over several processes (`--jobs N`): `map(jobs)` returns the
     results in job order, each the same as a serial call (every job seeds its own run).
@@ -247,20 +251,24 @@ class ParallelVerifier:
         if self._pool is None:
             return
         pool, self._pool = self._pool, None
-        procs = list(getattr(pool, "_processes", None) or {})  # pids; no public accessor
-        # the executor's manager thread joins (reaps) the workers once they end; the first
-        # shutdown forgets it, so the second one would not wait for it (a worker could then be
-        # left a zombie for a moment after close, seen on a loaded machine)
+        # the processes and the manager thread have no public accessor; shutdown(wait=False)
+        # forgets the thread, so a later shutdown(wait=True) waits for nothing and the killed
+        # workers stayed zombies until the thread got round to reaping them (a loaded machine)
+        procs = list((getattr(pool, "_processes", None) or {}).values())
         manager = getattr(pool, "_executor_manager_thread", None)
         pool.shutdown(wait=False, cancel_futures=True)
-        for pid in procs:
+        for p in procs:
             try:
-                os.kill(pid, signal.SIGTERM)
+                os.kill(p.pid, signal.SIGTERM)
             except ProcessLookupError:
                 pass
-        pool.shutdown(wait=True)
+        for p in procs:  # reap every worker here: none outlives close()
+            p.join(CLOSE_WAIT_S)
+            if p.exitcode is None:
+                p.kill()
+                p.join()
         if manager is not None:
-            manager.join()
+            manager.join(CLOSE_WAIT_S)
 
     def __enter__(self) -> ParallelVerifier:
         return self

@@ -64,7 +64,7 @@ class VerifyResult:
                 p, m = (p or {}).get(stat), (m or {}).get(stat)
             ratio = m / p if isinstance(m, (int, float)) and p else None
             out.append({"metric": key if stat is None else f"{key[:-2]} {stat}",
-                        "unit": "s" if key.endswith("_s") else "/s",
+                        "unit": "/s" if key.endswith("_per_s") else "s",
                         "predicted": p, "measured": m, "measured_over_predicted": ratio})
         return out
 
@@ -99,6 +99,10 @@ def verify_plan(plan: str | Path | dict[str, Any], opts: VerifyOptions) -> Verif
         raise InputError(f"--client {opts.client}: expected one of capplan, {', '.join(CLIENTS)}")
     if opts.endpoint is None and opts.write_dataset is None:
         raise InputError("give --endpoint URL (run the workload) or --write-dataset FILE")
+    if opts.endpoint is not None and opts.calibration_out:
+        from capplan.export.atomic import check_writable
+
+        check_writable(Path(opts.calibration_out))  # before the run, not after its minutes
     d = load_plan_result(plan, opts.catalog_dirs)
     reqs = plan_requests(d, num_requests=opts.requests, seed=opts.seed, trace=opts.trace)
     ds = None
@@ -110,9 +114,17 @@ def verify_plan(plan: str | Path | dict[str, Any], opts: VerifyOptions) -> Verif
 
         model = opts.served_model or d.get("hf_id") or d["model"]
         measured = replay(opts.endpoint, model, reqs, opts.timeout_s)
+        if not measured.get("completed"):
+            raise InputError(f"{opts.endpoint}: every request failed ({_kinds(measured)}); "
+                             "is it an OpenAI-compatible server serving that model?")
         if opts.calibration_out:
             cal = _write_calibration(d, measured, opts)
     return VerifyResult(d, reqs, measured, ds, cal)
+
+
+def _kinds(level: dict[str, Any]) -> str:
+    kinds = level.get("error_kinds") or {}
+    return ", ".join(f"{k} x{v}" for k, v in kinds.items()) or "no response"
 
 
 def _write_calibration(d: dict[str, Any], level: dict[str, Any], opts: VerifyOptions) -> str:

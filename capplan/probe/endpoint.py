@@ -176,6 +176,14 @@ class LevelDeadline:
         self._active: set[_Deadline] = set()
         self._lock = threading.Lock()
 
+    @classmethod
+    def open_loop(cls, last_arrival_s: float, timeout_s: float) -> LevelDeadline:
+        """An open loop (capplan verify) sends its last request at `last_arrival_s` whatever
+        the server's pace, and each request ends by --timeout: the level ends by their sum."""
+        level = cls(timeout_s, 1, 1)
+        level.seconds = max(0.0, last_arrival_s) + timeout_s + cls.SLACK_S
+        return level
+
     def add(self, d: _Deadline) -> bool:
         with self._lock:
             if not self.passed:
@@ -373,22 +381,52 @@ def level_from_requests(concurrency: int, reqs: list[RequestResult], duration_s:
             (r.error or "error" for r in reqs if not r.ok), None)) else {}))
 
 
+SIDE_TIMEOUT_S = 1.0
+"""Deadline of the side requests (/metrics, SGLang's /get_server_info): a server answers them
+in milliseconds. Each is asked before and after every level; with --timeout as their deadline
+a server that trickles them added 3 x --timeout to a level's time."""
+
+
+class _SideRequests:
+    """The speculative-decoding counters, asked within SIDE_TIMEOUT_S; a server that lets one
+    run out of time is not asked again in this run."""
+
+    def __init__(self, t: Target, timeout_s: float):
+        self.t, self.seconds, self.answers = t, min(timeout_s, SIDE_TIMEOUT_S), True
+
+    def _ask(self, fetch: Callable[[Any, float], Any]) -> Any:
+        if not self.answers:
+            return None
+        t0 = time.monotonic()
+        got = fetch(self.t, self.seconds)
+        if got is None and time.monotonic() - t0 >= self.seconds:  # ran out its deadline
+            self.answers = False
+        return got
+
+    def counters(self) -> dict[str, float] | None:
+        return self._ask(fetch_counters)
+
+    def sglang_accept_length(self) -> float | None:
+        return self._ask(fetch_sglang_accept_length)
+
+
 def run_endpoint(url: str, model: str, concurrency: list[int], input_len: int, output_len: int,
                  requests_per_level: int | None, timeout_s: float) -> list[dict[str, Any]]:
     """Every level in turn; refused connections fail fast, before any level."""
     t = parse_url(url)
     check_reachable(t, timeout_s)
     levels: list[dict[str, Any]] = []
+    side = _SideRequests(t, timeout_s)
     for c in concurrency:
         n = requests_per_level or max(8, 4 * c)
-        before = fetch_counters(t, timeout_s)  # speculative decoding, when the server has it
+        before = side.counters()  # speculative decoding, when the server has it
         try:
             lv = run_level(t, model, c, n, input_len, output_len, timeout_s)
         except KeyboardInterrupt:
             raise Interrupted(levels) from None
-        spec = acceptance(before, fetch_counters(t, timeout_s) if before else None)
+        spec = acceptance(before, side.counters() if before else None)
         if spec is None and before is None:
-            sg = fetch_sglang_accept_length(t, timeout_s)
+            sg = side.sglang_accept_length()
             spec = {"acceptance_length": sg, "source": "sglang /get_server_info "
                     "avg_spec_accept_length (server-cumulative)"} if sg else None
         if spec:

@@ -2,7 +2,11 @@
 is sent at its planned arrival time (one thread each), whatever the server's pace, as `vllm
 bench serve --request-rate` does with its own arrival times. Each request streams its planned
 prompt and max_tokens with ignore_eos (capplan.probe.endpoint.one_request), so outputs keep
-their planned length; the level summary has the keys of `calibrate --endpoint`."""
+their planned length; the level summary has the keys of `calibrate --endpoint`.
+
+Deadlines: each request ends by --timeout of wall-clock time (capplan.probe.deadline), and the
+whole replay by the last planned arrival + --timeout + 1 s (LevelDeadline.open_loop): a request
+still blocked then is counted as an error, not left out of the summary."""
 
 from __future__ import annotations
 
@@ -13,6 +17,7 @@ from typing import Any
 
 from capplan.probe.endpoint import (
     Interrupted,
+    LevelDeadline,
     RequestResult,
     check_reachable,
     level_from_requests,
@@ -29,16 +34,22 @@ def replay(url: str, model: str, reqs: Sequence[Any], timeout_s: float) -> dict[
     t = parse_url(url)
     check_reachable(t, timeout_s)
     results: list[RequestResult | None] = [None] * len(reqs)
+    level = LevelDeadline.open_loop(max((float(r.arrival_s) for r in reqs), default=0.0),
+                                    timeout_s)
 
     def send(i: int) -> None:
         r = reqs[i]
         try:
-            results[i] = one_request(t, model, r.prompt, int(r.output_tokens), timeout_s)
+            results[i] = one_request(t, model, r.prompt, int(r.output_tokens), timeout_s,
+                                     level=level)
         except Exception as e:  # noqa: BLE001 - a client bug must not lose the request
             results[i] = RequestResult(ok=False, error=f"client error: {type(e).__name__}")
 
     threads = []
+    timer = threading.Timer(level.seconds, level.expire)
+    timer.daemon = True
     t0 = time.perf_counter()
+    timer.start()
     try:
         for i, r in enumerate(reqs):
             wait = t0 + float(r.arrival_s) - time.perf_counter()
@@ -47,17 +58,22 @@ def replay(url: str, model: str, reqs: Sequence[Any], timeout_s: float) -> dict[
             th = threading.Thread(target=send, args=(i,), daemon=True)
             th.start()
             threads.append(th)
-        for th in threads:
-            th.join()
+        for th in threads:  # a request ends within 1 s of the level's deadline shutting it
+            th.join(max(0.0, t0 + level.seconds + LevelDeadline.SLACK_S - time.perf_counter()))
     except KeyboardInterrupt:
+        level.expire()
         raise Interrupted([]) from None
-    done = [r for r in results if r is not None]
+    finally:
+        timer.cancel()
+    lost = RequestResult(ok=False, error=f"level deadline of {level.seconds:g} s passed",
+                         end_s=time.perf_counter())
+    done = [r if r is not None else lost for r in results[:len(threads)]]
     duration = max((r.end_s for r in done), default=t0) - t0
     in_flight = sum((r.e2e_s or 0.0) for r in done if r.ok) / duration if duration > 0 else 0.0
-    level = level_from_requests(max(1, round(in_flight)), done, duration)
+    summary = level_from_requests(max(1, round(in_flight)), done, duration)
     n = max(len(reqs), 1)
-    level.update(in_flight_mean=in_flight,
-                 mean_input_tokens=sum(int(r.input_tokens) for r in reqs) / n,
-                 mean_context_tokens=sum(int(r.input_tokens) + int(r.output_tokens) / 2
-                                         for r in reqs) / n)
-    return level
+    summary.update(in_flight_mean=in_flight,
+                   mean_input_tokens=sum(int(r.input_tokens) for r in reqs) / n,
+                   mean_context_tokens=sum(int(r.input_tokens) + int(r.output_tokens) / 2
+                                           for r in reqs) / n)
+    return summary

@@ -81,8 +81,12 @@ def test_warm_workers_give_the_serial_results_and_stop():
     jobs = [replace(_small_job(), requests=n, sim_engine=engine) for n in (1000, 1100)]
     with ParallelVerifier(2) as v:
         v.prepare(_small_job())
-        pids = list(getattr(v._pool, "_processes", None) or {})
+        procs = list((getattr(v._pool, "_processes", None) or {}).values())
+        pids = [p.pid for p in procs]
         got = v.map(jobs)
+    # close() has reaped every worker before it returned, whatever the machine's load
+    # (before: it left the reaping to the pool's thread and the check below raced it)
+    assert all(p.exitcode is not None for p in procs)
     assert got == [simulate_recommendation(j) for j in jobs]
     assert pids or not numba_installed(), "prepare started no worker"
     for pid in pids:  # terminated and reaped: no such process

@@ -196,12 +196,11 @@ def test_cli_json_levels_and_fit(server: ThreadingHTTPServer) -> None:
 
 
 def test_refused_connection_is_one_line_exit_2() -> None:
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()  # nothing listens there now
-    r = CliRunner().invoke(cli, ["calibrate", "--endpoint", f"http://127.0.0.1:{port}",
-                                 "--model", "m"])
+    with socket.socket() as s:  # bound, never listening: connections are refused, and the
+        s.bind(("127.0.0.1", 0))  # port stays ours (closed, another test's server may take it)
+        port = s.getsockname()[1]
+        r = CliRunner().invoke(cli, ["calibrate", "--endpoint", f"http://127.0.0.1:{port}",
+                                     "--model", "m"])
     assert r.exit_code == 2
     assert "cannot connect" in r.output and len(r.output.strip().splitlines()) == 1
 

@@ -80,7 +80,10 @@ class TrickleServer:
             conn.settimeout(5)
             buf = b""
             while b"\r\n\r\n" not in buf:
-                buf += conn.recv(65536)
+                chunk = conn.recv(65536)
+                if not chunk:  # the client gave up mid-request: before, a busy loop on EOF
+                    return
+                buf += chunk
             self._read_body(conn, buf)
             conn.sendall(FRAMINGS[self.framing])
             if self.events is not None:  # a scripted stream, then close
@@ -194,3 +197,19 @@ def test_out_is_checked_before_any_request(args: list[str], says: str, tmp_path:
     finally:
         srv.close()
     assert r.exit_code == 2 and says in r.output, r.output
+
+
+def test_side_requests_do_not_stretch_the_levels(tmp_path: Path) -> None:
+    """The /metrics and /get_server_info side requests had --timeout as their deadline, asked
+    three times a level: a trickling server made one request's level last 4 x --timeout."""
+    srv = TrickleServer("close")
+    try:
+        t0 = time.monotonic()
+        r = CliRunner().invoke(cli, [
+            "calibrate", "--endpoint", srv.url, "--model", "m", "--concurrency", "1,1",
+            "--requests-per-level", "1", "--output-len", "4", "--timeout", "0.6"])
+        took = time.monotonic() - t0
+    finally:
+        srv.close()
+    assert r.exit_code == 2 and "every request failed (timeout after 0.6 s x2)" in r.output
+    assert took < 2 * (0.6 + 1.0), took  # two requests: --timeout + 1 s each (before: 4.8 s)

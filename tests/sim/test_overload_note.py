@@ -40,3 +40,21 @@ def test_engine_fallback_is_in_the_result(run_cli) -> None:  # noqa: ANN001
     assert r.exit_code == 0, r.stderr
     assert r.json()["engine_note"] == ("--sim-engine compiled asked, reference ran: the static "
                                        "scheduler")
+
+
+def test_a_thinned_time_series_still_shows_the_backlog() -> None:
+    """`simulate --rate 500 --requests 2000 --input-len 2000 --output-len 500` served 8.3 of
+    494 req/s and said nothing: its 200-sample time series had samples at 0.001 s (0 waiting)
+    and 4.36 s (1,885 waiting) around the last arrival at 4.05 s, and the check read the one
+    before. No request arrives after the last arrival, so the first sample after it bounds the
+    queue there from below. The samples here are those of that run."""
+    import numpy as np
+
+    from capplan.plan.simulation import mark_overload
+
+    arrivals = np.linspace(0.0, 4.05, 2000)
+    res = {"requests_per_s": 8.3,
+           "time_series": {"time_s": [0.00136, 4.363, 8.49], "waiting": [0, 1885, 1794]}}
+    note = mark_overload(res, arrivals)
+    assert res["overloaded"] is True
+    assert note is not None and note.startswith("overloaded: served 8.3 of 494 req/s offered")
