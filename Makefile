@@ -31,11 +31,9 @@ $(VENV)/.chromium: $(BIN)/capplan
 test: $(BIN)/capplan $(VENV)/.torch $(VENV)/.chromium
 	$(BIN)/python -m pytest -q -n auto --maxprocesses 4 --dist loadfile
 
-# The speed targets in one run (simulate 1M requests at 10/80/120% load with the compiled engine
-# when numba is installed, compiled and fast vs reference engine, recommend, start-up; several
-# minutes), a day of ~1M requests replayed over a schedule of replicas, then the older speed
-# benchmarks. `pip install -e '.[fast]'` for the compiled engine
-# outside this venv (the test extra has numba).
+# The speed targets in one run (simulate 1M requests at 10/80/120% load, the loop compiled vs
+# interpreted, recommend, start-up; several minutes), a day of ~1M requests replayed over a
+# schedule of replicas, then the older speed benchmarks.
 bench: $(BIN)/capplan
 	$(BIN)/python benchmarks/bench_speed.py
 	$(BIN)/python benchmarks/bench_fleet.py

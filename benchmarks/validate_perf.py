@@ -12,13 +12,12 @@ import sys
 from dataclasses import dataclass
 
 import numpy as np
+from docblocks import ROOT, write_block  # benchmarks/ is on sys.path when run as a script
 
 from capplan.catalog.loader import load_catalog
 from capplan.models import fixed_batch
 from capplan.models.engine import EngineSettings
 from capplan.plan.deployment import resolve_deployment
-
-from docblocks import ROOT, write_block  # benchmarks/ is on sys.path when run as a script
 
 
 @dataclass
@@ -63,8 +62,10 @@ POINTS = [
           "TRT-LLM v0.5 first-token latency", informs_default=True),
     Point("#3", "llama-2-7b", "a100-sxm-80gb", 1, "fp16", "ttft_ms", 1, 2048, 1, 133,
           "TRT-LLM v0.5", informs_default=True),
-    Point("#4", "llama-2-7b", "l40s", 1, "fp8", "ttft_ms", 1, 2048, 1, 73, "TRT-LLM v0.5", informs_default=True),
-    Point("#5", "llama-2-70b", "h100-sxm", 4, "fp8", "ttft_ms", 1, 2048, 1, 109, "TRT-LLM v0.5", informs_default=True),
+    Point("#4", "llama-2-7b", "l40s", 1, "fp8", "ttft_ms", 1, 2048, 1, 73,
+          "TRT-LLM v0.5", informs_default=True),
+    Point("#5", "llama-2-70b", "h100-sxm", 4, "fp8", "ttft_ms", 1, 2048, 1, 109,
+          "TRT-LLM v0.5", informs_default=True),
     Point("#6", "llama-2-70b", "a100-sxm-80gb", 4, "fp16", "ttft_ms", 1, 2048, 1, 377,
           "TRT-LLM v0.5", informs_default=True),
     Point("#31", "qwen3-30b-a3b", "a100-sxm-80gb", 1, "bf16", "tpot_ms", 1, 128, 128, 9.6,

@@ -345,6 +345,8 @@ def pd_latency(model: str, gpu: str, *, prefill_workers: int, decode_workers: in
     from capplan.plan.pd import pd_latency as _pd_latency
     from capplan.plan.pd_sim import pd_latency_checked
 
+    check_kwargs(rate=rate, concurrency=concurrency, burstiness=burstiness,
+                 num_prompts=num_prompts)
     lay = disaggregated(model, gpu, prefill_workers=prefill_workers,
                         decode_workers=decode_workers, prefill=prefill, decode=decode,
                         kv_link=kv_link, **kw)
@@ -370,6 +372,8 @@ def pd_simulate(model: str, gpu: str, *, prefill_workers: int, decode_workers: i
     figures and `data["saturated_pools"]` the pools that could not keep up."""
     from capplan.plan.pd_sim import PdLoad, pd_requests, simulate_pd
 
+    check_kwargs(rate=rate, concurrency=concurrency, burstiness=burstiness, requests=requests,
+                 seed=seed)
     lay = disaggregated(model, gpu, prefill_workers=prefill_workers,
                         decode_workers=decode_workers, prefill=prefill, decode=decode,
                         kv_link=kv_link, **kw)

@@ -158,9 +158,7 @@ def benchmark_replay(dep: Deployment, concurrency: int, isl: int, osl: int, requ
                      ) -> dict[str, Any]:
     """The benchmark's measured phase replayed: `concurrency` clients start together, each
     sending its next request when its last one ends (plus the request overhead), `requests`
-    in all; what the clients measure. capplan.plan.verify.simulate_closed_loop on the
-    compiled engine whatever the size (its `auto` picks the slower pure engines below 10,000
-    requests)."""
+    in all; what the clients measure (the loop compiled when numba imports)."""
     from capplan.plan.simulation import add_request_overhead
     from capplan.sim import simulate
     from capplan.sim.workload import Lane, Workload, parse_length
@@ -176,7 +174,7 @@ def benchmark_replay(dep: Deployment, concurrency: int, isl: int, osl: int, requ
                    state_blocks=pool.state_blocks_per_seq, max_num_seqs=lim.max_num_seqs,
                    max_num_batched_tokens=max(lim.max_num_batched_tokens, lim.max_num_seqs),
                    policy=s.profile.scheduler, request_overhead_s=overhead,
-                   client_jitter=s.profile.client_jitter, sim_engine="compiled").to_dict()
+                   client_jitter=s.profile.client_jitter, sim_engine="auto").to_dict()
     return add_request_overhead(res, overhead)
 
 

@@ -227,14 +227,14 @@ class PdModel:
             raise InputError("the prefill pool has no capacity for these lengths "
                              "(see `capplan memory`)")
         lam = self._closed_rate(concurrency, min(caps.values()) * (1 - 1e-9), tpot)
-        t, p = self._ttft_at(lam, tpot)
+        t, _ = self._ttft_at(lam, tpot)
+        p = _plain(self.qp.at_rate(lam / lay.prefill_workers))  # every quantile, not the mean's
         bound = (["prefill"] if lam >= SATURATED_UTILIZATION * caps["prefill"] else []) + (
             ["decode"] if concurrency > slots else [])
         # Little's law over the clients fixes the mean TTFT once the rate is known; a station
         # at its bound holds the clients that the cycle leaves over
-        ttft_mean = max(concurrency / lam - (osl - 1) * tpot, t if math.isfinite(t) else 0.0)
-        if not math.isfinite(t) or ttft_mean > t * (1 + 1e-6):
-            ttft_mean = concurrency / lam - (osl - 1) * tpot
+        little = concurrency / lam - (osl - 1) * tpot
+        ttft_mean = max(little, t) if math.isfinite(t) else little
         startup = (max(concurrency - 1, 0) / (2.0 * caps["prefill"]) / waves
                    if waves else 0.0)
         shift = ttft_mean - (t if math.isfinite(t) else ttft_mean) + startup

@@ -89,12 +89,12 @@ set than a full step (overload, where a large batch completes a sequence every s
 LAST_FIN = 25
 """sc[LAST_FIN]: completions in the last step of a decode stretch (`_bulk`)."""
 NXT, SENT, NFIN, NPEND = 26, 27, 28, 29
-NCACHED, STAMP, LRU_HEAD, LRU_TAIL, HIT_TOKENS = 30, 31, 32, 33, 34
-"""sc[...], prefix caching: free blocks that keep a key, the next free-queue stamp, the free
-queue's live span, prompt tokens found in the cache."""
 """sc[...]: requests that reached the waiting queue, requests sent (all of them in an open loop;
 a closed loop sends one when one finishes), completions of this step (closed loop: they send),
 requests sent and on their way (client jitter)."""
+NCACHED, STAMP, LRU_HEAD, LRU_TAIL, HIT_TOKENS = 30, 31, 32, 33, 34
+"""sc[...], prefix caching: free blocks that keep a key, the next free-queue stamp, the free
+queue's live span, prompt tokens found in the cache."""
 # float scalars tf[...]: this step's start and end, the end of the last decode step and of step
 # 0, the time integrals of the running set and of the requests in the system (s * requests)
 T_START, T_END, T_LAST_DEC, T_STEP0, RUN_INT, SYS_INT, OVERHEAD = range(7)
@@ -1296,7 +1296,7 @@ def _check_kernel(step_model: Any, consts: tuple, moe: bool) -> None:
     want = float(np.asarray(step_model.step(**dict(zip(STEP_INPUTS, PROBE_STEP, strict=True)),
                                             detail=False)["step_s"]))
     got = _probe(PROBE_STEP, consts, moe)
-    if numba is None or math.isclose(got, want, rel_tol=1e-12, abs_tol=0.0):
+    if math.isclose(got, want, rel_tol=1e-12, abs_tol=0.0):
         return
     jitted = [f for f in globals().values() if isinstance(f, numba.core.dispatcher.Dispatcher)]
     for f in jitted:
