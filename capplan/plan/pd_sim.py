@@ -86,6 +86,9 @@ def simulate_pd(layout: PdLayout, reqs: Requests, sim_engine: str = "auto") -> d
         limits.check_cap("sim_tokens", float(np.sum(reqs.output_tokens)) * passes,
                          f"the closed-loop replay of a P/D layout ({passes} passes of "
                          f"{len(reqs)} requests; fewer --requests or more clients cost less)")
+    else:  # a trace's own lengths are bounded here, as one replica's run bounds them
+        limits.check_cap("sim_tokens", float(np.sum(reqs.output_tokens)),
+                         "the requests' output tokens")
     run = replay_pd(spec, reqs)
     return _result(layout, reqs, run, spec.request_overhead_s)
 

@@ -42,3 +42,18 @@ def test_pd_simulate_refuses_what_simulate_refuses(kw, fragment) -> None:
     args = {"rate": 1.0, **kw}
     with pytest.raises(InputError, match=fragment):
         pd_simulate("llama-3.1-8b", "h100-sxm", max_model_len=8192, **LAYOUT, **args)
+
+
+def test_a_trace_on_a_layout_is_capped_before_the_replay(run_cli) -> None:  # noqa: ANN001
+    """The trace's own output tokens count against `sim_tokens` on a layout too (they were
+    checked for one replica only): 200 conversations hold far more than 1,000 tokens."""
+    from pathlib import Path
+
+    trace = Path(__file__).resolve().parents[1] / "data" / "traces" / \
+        "vidur_splitwise_conv_head200.csv"
+    r = run_cli("--limit", "sim_tokens=1000", "simulate", "--model", "llama-3.1-8b", "--gpu",
+                "h100-sxm", "--prefill-workers", "1", "--decode-workers", "2", "--trace",
+                str(trace))
+    assert r.exit_code == 2, r.stdout
+    assert "sim_tokens" in r.stderr and "output tokens" in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1
