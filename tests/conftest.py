@@ -105,3 +105,13 @@ def run_module():
         return CliResult(proc.returncode, proc.stdout, proc.stderr)
 
     return _run
+
+
+@pytest.fixture(autouse=True)
+def _default_caps():
+    """Each test starts from the default work caps: `--limit` in an in-process CLI call sets
+    them for the process, which an API call in a later test would otherwise inherit."""
+    yield
+    from capplan import limits
+
+    limits.reset_caps()
