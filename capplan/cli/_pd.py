@@ -109,11 +109,18 @@ def pd_table(res: dict[str, Any], fmt: str) -> str:
         if res.get("answered_by"):
             notes.append(f"answered by: {res['answered_by']}"
                          + (f" ({res['replay_note']})" if res.get("replay_note") else ""))
-        notes.append("launch (one line per node; NODE0_IP, PREFILLi, DECODEj: addresses):")
-        for name, lines in (res.get("launch") or {}).items():
-            notes += [f"  {name} {line}" for line in lines]
-        text += "\n\n" + "\n".join(notes)
+        text += "\n\n" + "\n".join(notes + _launch_notes(res))
     return text
+
+
+def _launch_notes(res: dict[str, Any]) -> list[str]:
+    """The layout's launch lines, one per node (`latency` carries them, replayed or not)."""
+    if not res.get("launch"):
+        return []
+    out = ["launch (one line per node; NODE0_IP, PREFILLi, DECODEj: addresses):"]
+    for name, lines in res["launch"].items():
+        out += [f"  {name} {line}" for line in lines]
+    return out
 
 
 def pd_sim_table(res: dict[str, Any], fmt: str) -> str:
@@ -158,5 +165,5 @@ def pd_sim_table(res: dict[str, Any], fmt: str) -> str:
             notes.append(f"the closed loop did not settle in {res['replay_passes']} passes")
         notes.append(f"answered by: {res.get('answered_by')}; calibration: "
                      f"{res.get('calibration')}")
-        text += "\n\n" + "\n".join(notes)
+        text += "\n\n" + "\n".join(notes + _launch_notes(res))
     return text

@@ -57,3 +57,15 @@ def test_a_trace_on_a_layout_is_capped_before_the_replay(run_cli) -> None:  # no
     assert r.exit_code == 2, r.stdout
     assert "sim_tokens" in r.stderr and "output tokens" in r.stderr
     assert len(r.stderr.strip().splitlines()) == 1
+
+
+def test_a_replayed_layout_still_prints_its_launch_lines(run_cli) -> None:  # noqa: ANN001
+    """A closed loop on a layout is answered by the replay, whose table had dropped the launch
+    lines the analytic table prints: one line per worker and the router's."""
+    r = run_cli("latency", "--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--prefill-workers",
+                "1", "--decode-workers", "2", "--concurrency", "16", "--num-prompts", "48",
+                "--input-len", "1000", "--output-len", "100")
+    assert r.exit_code == 0, r.stderr
+    assert "answered by: replay" in r.stdout
+    lines = r.stdout.split("launch (one line per node", 1)[1].splitlines()[1:]
+    assert sum("vllm serve" in x for x in lines) == 3 and any("router" in x for x in lines)
