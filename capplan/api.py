@@ -334,19 +334,20 @@ def pd_latency(model: str, gpu: str, *, prefill_workers: int, decode_workers: in
                concurrency: int | None = None, trace: str | None = None,
                input_len: str | int = 512, output_len: str | int = 256,
                burstiness: float = 1.0, num_prompts: int | None = None,
-               check: bool = True, **kw: Any) -> LatencyResult:
+               check: bool = True, seed: int = 0, **kw: Any) -> LatencyResult:
     """Latency of a fixed disaggregated layout (open loop, closed loop or a trace's rate and
     lengths): TTFT = prefill queue + prefill + KV transfer + decode admission, TBT from the
     decode pool; `data["pools"]` holds each pool's figures and `data["saturated_pools"]` names
     a pool that cannot keep up (then `stable` is False). The analytic solve answers, checked
     against the replay of the same load when `check` (`data["answered_by"]` says which;
-    `num_prompts`: a closed loop's benchmark requests, default 1000)."""
+    `num_prompts`: a closed loop's benchmark requests, default 1000; `seed`: the replay's
+    arrivals and lengths)."""
     from capplan.plan.load import load_spec_from_options
     from capplan.plan.pd import pd_latency as _pd_latency
     from capplan.plan.pd_sim import pd_latency_checked
 
     check_kwargs(rate=rate, concurrency=concurrency, burstiness=burstiness,
-                 num_prompts=num_prompts)
+                 num_prompts=num_prompts, seed=seed)
     lay = disaggregated(model, gpu, prefill_workers=prefill_workers,
                         decode_workers=decode_workers, prefill=prefill, decode=decode,
                         kv_link=kv_link, **kw)
@@ -356,7 +357,8 @@ def pd_latency(model: str, gpu: str, *, prefill_workers: int, decode_workers: in
     if not check:
         return LatencyResult.from_dict(_pd_latency(lay, load))
     return LatencyResult.from_dict(pd_latency_checked(lay, load, str(input_len),
-                                                      str(output_len), burstiness, trace))
+                                                      str(output_len), burstiness, trace,
+                                                      seed=seed))
 
 
 def pd_simulate(model: str, gpu: str, *, prefill_workers: int, decode_workers: int,

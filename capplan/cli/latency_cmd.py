@@ -116,7 +116,8 @@ def latency_cmd(model: str, gpu: str, rate: list[float] | None, concurrency: lis
     pd = pop_pd(kw)
     if pd is not None:
         _pd_latency(model, gpu, pd, rate, concurrency, trace, input_len, output_len,
-                    burstiness, fmt, catalog_dir, prefix, {**kw, "num_prompts": num_prompts})
+                    burstiness, fmt, catalog_dir, prefix,
+                    {**kw, "num_prompts": num_prompts, "seed": seed})
         return
     dep = deployment_from_options(catalog_dir, model, gpu, kw)
     dep, input_len = with_images(dep, input_len)
@@ -161,14 +162,14 @@ def _pd_latency(model: str, gpu: str, pd: dict[str, Any], rate: list[float] | No
     if (rate and len(rate) > 1) or (concurrency and len(concurrency) > 1):
         raise click.UsageError("a disaggregated layout takes one --rate or --concurrency")
     cal = kw.pop("calibration", None)
-    num_prompts = kw.pop("num_prompts", None)
+    num_prompts, seed = kw.pop("num_prompts", None), kw.pop("seed", 0)
     lay = disaggregated(model, gpu, calibration=cal, catalog_dirs=catalog_dir,
                         engine_notation=True, **pd, **asdict(options_from(kw)))
     load = load_spec_from_options(rate[0] if rate else None,
                                   concurrency[0] if concurrency else None, trace, input_len,
                                   output_len, burstiness, lay.decode.memory.max_model_len,
                                   num_prompts=num_prompts)
-    res = pd_latency_checked(lay, load, input_len, output_len, burstiness, trace)
+    res = pd_latency_checked(lay, load, input_len, output_len, burstiness, trace, seed=seed)
     if "replay_passes" in res:
         emit(to_json(res) if fmt == "json" else pd_sim_table(res, fmt))
         return

@@ -215,7 +215,7 @@ def check_latency(layout: PdLayout, analytic: dict[str, Any], reqs: Requests,
 
 def pd_latency_checked(layout: PdLayout, load: Any, input_len: str, output_len: str,
                        burstiness: float = 1.0, trace: str | None = None,
-                       sim_engine: str = "auto") -> dict[str, Any]:
+                       sim_engine: str = "auto", seed: int = 0) -> dict[str, Any]:
     """`latency` on a layout: the analytic solve (plan/pd.pd_latency), checked against or
     replaced by the replay of the same load (`check_latency`): a rate's Poisson (or gamma)
     arrivals, a closed loop's benchmark requests, or the trace's own requests (a trace is
@@ -224,10 +224,11 @@ def pd_latency_checked(layout: PdLayout, load: Any, input_len: str, output_len: 
 
     res = pd_latency(layout, load)
     spec = PdLoad(trace=trace, input_len=input_len, output_len=output_len,
-                  burstiness=burstiness) if trace is not None else PdLoad(
+                  burstiness=burstiness, seed=seed) if trace is not None else PdLoad(
         rate=load.rate_per_s if load.concurrency is None else None,
         concurrency=load.concurrency, input_len=input_len, output_len=output_len,
-        burstiness=burstiness, requests=replay_requests(load.concurrency, load.num_prompts))
+        burstiness=burstiness, requests=replay_requests(load.concurrency, load.num_prompts),
+        seed=seed)
     reqs, _ = pd_requests(layout, spec)
     if trace is not None:
         res = {**res, "load": f"trace {trace}"}

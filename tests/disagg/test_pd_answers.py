@@ -69,3 +69,13 @@ def test_a_replayed_layout_still_prints_its_launch_lines(run_cli) -> None:  # no
     assert "answered by: replay" in r.stdout
     lines = r.stdout.split("launch (one line per node", 1)[1].splitlines()[1:]
     assert sum("vllm serve" in x for x in lines) == 3 and any("router" in x for x in lines)
+
+
+def test_the_check_replays_with_the_seed_asked() -> None:
+    """`latency --seed` reaches the replay that checks a layout's analytic answer (it was
+    fixed at 0): random prompt lengths drawn with two seeds give two replays."""
+    kw = {"rate": 5, "input_len": "uniform:min=200,max=3000", "output_len": 100,
+          "max_model_len": 8192, **LAYOUT}
+    a = pd_latency("llama-3.1-8b", "h100-sxm", seed=0, **kw).data["analytic_check"]
+    b = pd_latency("llama-3.1-8b", "h100-sxm", seed=7, **kw).data["analytic_check"]
+    assert a["rel_diff"]["ttft_s"] != b["rel_diff"]["ttft_s"]
