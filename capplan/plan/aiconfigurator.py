@@ -23,8 +23,6 @@ import re
 from dataclasses import dataclass, replace
 from typing import Any
 
-import numpy as np
-
 from capplan.catalog.loader import Catalog
 from capplan.models.closed_loop import BenchmarkProtocol, closed_loop_latency
 from capplan.models.engine import (
@@ -159,23 +157,9 @@ def benchmark_replay(dep: Deployment, concurrency: int, isl: int, osl: int, requ
     """The benchmark's measured phase replayed: `concurrency` clients start together, each
     sending its next request when its last one ends (plus the request overhead), `requests`
     in all; what the clients measure (the loop compiled when numba imports)."""
-    from capplan.plan.simulation import add_request_overhead
-    from capplan.sim import simulate
-    from capplan.sim.workload import Lane, Workload, parse_length
+    from capplan.plan.verify import simulate_closed_loop
 
-    lane = Lane(name="bench", input_len=parse_length(isl), output_len=parse_length(osl))
-    wl = Workload((lane,), num_requests=requests, concurrency=concurrency)
-    s, pool, lim = dep.settings, dep.pool, dep.limits
-    overhead = float(np.asarray(dep.step.request_overhead_s))
-    # attention DP: the pool is dp x a rank's blocks (Deployment.pool), so the caps are the
-    # replica's too (dp x each rank's: Deployment.limits), not one rank's
-    res = simulate(dep.step, workload=wl, seed=0, scheduler="continuous",
-                   num_gpu_blocks=pool.num_blocks, block_size=pool.block_size,
-                   state_blocks=pool.state_blocks_per_seq, max_num_seqs=lim.max_num_seqs,
-                   max_num_batched_tokens=max(lim.max_num_batched_tokens, lim.max_num_seqs),
-                   policy=s.profile.scheduler, request_overhead_s=overhead,
-                   client_jitter=s.profile.client_jitter, sim_engine="auto").to_dict()
-    return add_request_overhead(res, overhead)
+    return simulate_closed_loop(dep, concurrency, isl, osl, requests=requests, seed=0)
 
 
 def later_rounds_mean(wave: float, first_rounds: float) -> float:

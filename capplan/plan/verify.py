@@ -114,11 +114,12 @@ def _queue_grows(ts: dict[str, list[float]], window_s: float) -> bool:
 def simulate_closed_loop(dep: Deployment, concurrency: int, isl: int, osl: int,
                          requests: int = 400,
                          client_jitter: ClientJitter | None = None,
-                         policy: SchedulerPolicy | None = None) -> dict[str, Any]:
+                         policy: SchedulerPolicy | None = None,
+                         seed: int = _SEED) -> dict[str, Any]:
     """A closed loop of `concurrency` clients with fixed lengths, on one deployment, with the
     clients' timing jitter (default: the engine profile's, ClientJitter) and scheduler policy
     (default: the profile's; a benchmark may launch the engine with another, e.g. SGLang's
-    --enable-mixed-chunk)."""
+    --enable-mixed-chunk); `seed` draws the jitter."""
     from capplan.plan.simulation import add_request_overhead
     from capplan.sim import simulate
     from capplan.sim.workload import Lane as SimLane
@@ -133,7 +134,7 @@ def simulate_closed_loop(dep: Deployment, concurrency: int, isl: int, osl: int,
     pool, lim = dep.pool, dep.limits
     # attention DP: the pool holds every rank's blocks (Deployment.pool), so the caps are the
     # replica's (dp x each rank's: Deployment.limits), as capplan.plan.simulation runs them
-    res = simulate(dep.step, workload=wl, seed=_SEED, scheduler="continuous",
+    res = simulate(dep.step, workload=wl, seed=seed, scheduler="continuous",
                    num_gpu_blocks=pool.num_blocks, block_size=pool.block_size,
                    state_blocks=pool.state_blocks_per_seq,
                    max_num_seqs=lim.max_num_seqs,
