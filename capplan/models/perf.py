@@ -108,6 +108,12 @@ STEP_CONSTANTS = ("dense_weight_bytes", "expert_bytes", "num_moe_layers", "num_e
 """`StepModel` fields that `step_parts` takes, in its order."""
 _N_BASE = STEP_CONSTANTS.index("spec_verify_tokens")
 """Constants before the feature terms (speculative decoding, LoRA, vision)."""
+(_KV_BPTL, _FULL, _WINDOW, _ATTN_DEC, _ATTN_PRE, _KV_BW, _ATTN_FLOPS, _STATE, _ATTN_DP,
+ _DRAFT_KV) = (STEP_CONSTANTS.index(n) for n in (
+    "kv_bytes_per_token_layer", "full_layers", "window_layers", "attn_flops_per_pair_decode",
+    "attn_flops_per_pair_prefill", "kv_bytes_per_s", "attn_flops_per_s", "state_bytes_per_seq",
+    "attention_dp", "draft_kv_bytes_per_token"))
+"""Positions of the constants `attention_parts` reads."""
 
 
 def step_parts(x: tuple, c: tuple, moe: bool) -> tuple:
@@ -249,18 +255,12 @@ def attention_parts(x: tuple, c: tuple) -> tuple:
     and sliding-window layers, and one draft pass's read of the drafter's KV (`step_parts`)."""
     x, _, v = feature_inputs(x, c)
     bd, kv_full, kv_win, tp_, pairs, pairs_w, pre_read, pre_read_w, nps, _ = x
-    (dense_weight_bytes, expert_bytes, num_moe_layers, num_experts, experts_per_tok,
-     kv_bytes_per_token_layer, full_layers, window_layers, dense_flops_per_token,
-     expert_flops_per_token, lm_head_flops_per_token, attn_flops_per_pair_decode,
-     attn_flops_per_pair_prefill, mem_bytes_per_s, kv_bytes_per_s, expert_bytes_per_s,
-     gemm_flops_per_s, attn_flops_per_s, gemm_half_tokens, allreduce_s_fixed,
-     allreduce_s_per_token, pp, p2p_s_per_token, step_overhead_s, per_seq_overhead_s,
-     layer_overhead_s, state_bytes_per_seq, allreduce_s_per_token_oneshot, attention_dp,
-     expert_parallel, moe_comm_s_fixed, moe_comm_s_per_token, host_overlap, spec_verify_tokens,
-     spec_accept_len, draft_weight_bytes, draft_flops_per_token, draft_steps, draft_width,
-     draft_kv_bytes_per_token, draft_overhead_s, lora_adapter_bytes, lora_n1, lora_q1, lora_n2,
-     lora_q2, lora_n3, lora_q3, lora_n4, lora_q4, lora_max_loras, lora_flops_per_token,
-     lora_overhead_s, prefill_extra_flops_per_token, spec_step_overhead_s) = c
+    # the constants it reads, by position in STEP_CONSTANTS (compile-time under numba)
+    kv_bytes_per_token_layer, full_layers, window_layers = c[_KV_BPTL], c[_FULL], c[_WINDOW]
+    attn_flops_per_pair_decode, attn_flops_per_pair_prefill = c[_ATTN_DEC], c[_ATTN_PRE]
+    kv_bytes_per_s, attn_flops_per_s = c[_KV_BW], c[_ATTN_FLOPS]
+    state_bytes_per_seq, attention_dp = c[_STATE], c[_ATTN_DP]
+    draft_kv_bytes_per_token = c[_DRAFT_KV]
     dp = attention_dp * 1.0  # each attention-DP rank reads its share (fixed_parts)
     bd, tp_, nps = bd / dp, tp_ / dp, nps / dp
     kv_full, kv_win, pairs, pairs_w = kv_full / dp, kv_win / dp, pairs / dp, pairs_w / dp
