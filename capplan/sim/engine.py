@@ -204,3 +204,4 @@ class CompiledEngine(ContinuousEngine):
         if compiled.numba is None:
             raise InputError(INSTALL_HINT)
         return super().run(reqs, priorities, progress, request_overhead_s, client_jitter)
+

@@ -165,20 +165,30 @@ def _subset(reqs: Requests, idx: np.ndarray, dispatch_s: np.ndarray) -> Requests
                     reqs.hash_block_tokens)
 
 
+def engine_for(dep: Any, sim_engine: str = "auto", *, step: Any = None,
+               max_num_batched_tokens: int | None = None) -> Any:
+    """One replica's engine from its `Deployment`: the replica's KV pool and limits (all
+    data-parallel ranks: Deployment.pool, Deployment.limits), its profile's scheduler, the
+    loop compiled or interpreted as `sim_engine` picks (`capplan.sim.engine_impl`); `step` and
+    the token budget may be overridden (a P/D decode worker's)."""
+    from capplan.sim import engine_impl
+    from capplan.sim.engine import ContinuousEngine
+
+    pool, lim = dep.pool, dep.limits
+    eng = ContinuousEngine(
+        dep.step if step is None else step, pool.num_blocks, pool.block_size, lim.max_num_seqs,
+        lim.max_num_batched_tokens if max_num_batched_tokens is None else max_num_batched_tokens,
+        dep.settings.profile.scheduler, state_blocks=pool.state_blocks_per_seq)
+    eng.jit = engine_impl("continuous", sim_engine) == "compiled"
+    return eng
+
+
 def run_replica(dep: Deployment, reqs: Requests, sim_engine: str = "auto",
                 request_overhead_s: float = 0.0, client_jitter: Any = None) -> RunRecord:
     """One replica's run of its requests with per-step arrays kept (the fleet attributes token
     gaps to windows by time); a closed loop's `request_overhead_s` and `client_jitter` as
     `ContinuousEngine.run` takes them."""
-    from capplan.sim import engine_impl
-    from capplan.sim.engine import ContinuousEngine
-
-    policy = dep.settings.profile.scheduler
-    pool, lim = dep.pool, dep.limits
-    eng = ContinuousEngine(dep.step, pool.num_blocks, pool.block_size, lim.max_num_seqs,
-                           lim.max_num_batched_tokens, policy,
-                           state_blocks=pool.state_blocks_per_seq)
-    eng.jit = engine_impl("continuous", sim_engine) == "compiled"
+    eng = engine_for(dep, sim_engine)
     if reqs.concurrency is None:
         return eng.run(reqs)
     return eng.run(reqs, None, None, request_overhead_s, client_jitter)

@@ -112,23 +112,18 @@ class PdReplay:
 
 
 def _engine(dep: Deployment, kv_present: bool, sim_engine: str) -> Any:
-    from capplan.sim import engine_impl
-    from capplan.sim.engine import ContinuousEngine
+    from capplan.sim.fleet import engine_for
 
-    policy = dep.settings.profile.scheduler
-    lim, pool = dep.limits, dep.pool
-    step: Any = dep.step
-    budget = lim.max_num_batched_tokens
-    if kv_present:
-        # a decode worker computes no prompt chunk: every admitted prompt fits its step
-        budget = max(budget, lim.max_num_seqs * dep.memory.max_model_len)
-        if not hasattr(step, "constants"):
-            step = KvPresentStep(step)  # a stand-in step model: the plain loop asks it
-    eng = ContinuousEngine(step, pool.num_blocks, pool.block_size, lim.max_num_seqs, budget,
-                           policy, state_blocks=pool.state_blocks_per_seq)
-    # a StepModel's prompt steps with the KV present: the loop's inputs as KvPresentStep's
-    eng.kv_present = kv_present and hasattr(dep.step, "constants")
-    eng.jit = engine_impl("continuous", sim_engine) == "compiled"
+    lim, step = dep.limits, dep.step
+    if not kv_present:
+        return engine_for(dep, sim_engine)
+    # a decode worker computes no prompt chunk: every admitted prompt fits its step
+    eng = engine_for(dep, sim_engine, max_num_batched_tokens=max(
+        lim.max_num_batched_tokens, lim.max_num_seqs * dep.memory.max_model_len),
+        step=step if hasattr(step, "constants") else KvPresentStep(step))
+    # a StepModel's prompt steps with the KV present: the loop's inputs as KvPresentStep's (a
+    # stand-in step model is wrapped instead: the plain loop asks it)
+    eng.kv_present = hasattr(step, "constants")
     return eng
 
 
