@@ -204,4 +204,3 @@ class CompiledEngine(ContinuousEngine):
         if compiled.numba is None:
             raise InputError(INSTALL_HINT)
         return super().run(reqs, priorities, progress, request_overhead_s, client_jitter)
-
