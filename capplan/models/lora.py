@@ -33,6 +33,7 @@ from capplan.errors import InputError
 
 POPULARITIES = ("uniform", "zipf")
 LORA_GROUPS = 4
+"""Popularity groups the step model takes (module docstring: E within 4.3% of the exact sum)."""
 LORA_KERNELS_PER_LAYER = 8
 """A shrink and an expand kernel for each of qkv, o, gate_up and down (punica_wrapper)."""
 

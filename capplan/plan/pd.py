@@ -42,9 +42,8 @@ from capplan.plan.load import LoadSpec
 
 SATURATED_UTILIZATION = 0.97
 """A pool at this share of its capacity in a closed loop is where the clients queue."""
-QUEUE_SHARE = 0.5
-"""...as is a pool whose mean wait exceeds this share of a client's cycle (TTFT + decode)."""
 _BISECT = 16
+"""Halvings per bisection pass of the closed loop's rate (two passes: 2^-32 of the bracket)."""
 DEFAULT_PROMPTS = 1000
 """Requests of a closed-loop benchmark when none is given (`vllm bench serve --num-prompts`)."""
 QUANTILES = ("mean", "p50", "p90", "p99")

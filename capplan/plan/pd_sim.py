@@ -8,8 +8,8 @@ the prefill deployment's profile is added once to TTFT and E2E (as `simulate` do
 its stage's latencies, mean running batch, KV peak and whether it is saturated: open loop, a
 worker whose queue at the last arrival holds more than OVERLOAD_QUEUE_FRAC of its requests
 while it serves fewer than offered (plan/simulation.mark_overload, per worker); closed loop,
-the pool whose mean wait exceeds QUEUE_SHARE of a client's cycle, as the analytic solve
-(plan/pd.py) names it.
+the pool whose mean wait exceeds QUEUE_SHARE of a client's cycle (the analytic solve,
+plan/pd.py, names a pool at SATURATED_UTILIZATION of its capacity or short of decode slots).
 """
 
 from __future__ import annotations
@@ -21,15 +21,16 @@ from typing import Any
 import numpy as np
 
 from capplan import limits
-from capplan.plan.pd import DEFAULT_PROMPTS, QUEUE_SHARE, PdLayout
+from capplan.plan.pd import DEFAULT_PROMPTS, PdLayout
+from capplan.plan.replay import TOLERANCE  # the aggregated check's: one bar for both
 from capplan.plan.simulation import mark_overload, workload_from_options
 from capplan.sim.metrics import step_summary, summarize, summary
 from capplan.sim.pd import PdReplay, PdReplaySpec, replay_pd
 from capplan.sim.workload import Requests
 
-TOLERANCE = 0.15
-"""`latency` on a layout: the analytic solve answers when its TTFT and TPOT means are within
-this of the replay (the aggregated check's tolerance, plan/replay.py)."""
+QUEUE_SHARE = 0.5
+"""A closed loop's pool is saturated when its mean wait exceeds this share of a client's cycle
+(TTFT + decode): the clients then wait mostly there."""
 OPEN_LOOP_REQUESTS = 500
 """Requests `latency` replays to check an open-loop rate on a layout."""
 CHECK_TOKENS = 10_000_000
