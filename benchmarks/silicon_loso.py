@@ -254,6 +254,31 @@ def in_sample(exact: list[tuple[dict[str, str], Replay, Replay | None]],
     return t_in, t_sur
 
 
+def apart_table(apart: list[tuple[dict[str, str], Replay]], fits_all: dict[str, Constants],
+                exact0: dict[str, tuple[Replay, Constants]], twins: dict[str, list[float]]
+                ) -> list[str]:
+    """Markdown rows: the rows left out of the fits (their recorded world exceeds the system's
+    NVLink domain) per engine, replayed as recorded with the engine's all-rows constants
+    (first order, as the held-out scores), and the median of their measured TPOT over that of
+    the same configuration's rows within one domain (`twins`: those ratios per engine)."""
+    lines = ["| engine | rows | TTFT median / p90 / bias | TPOT median / p90 / bias | "
+             "measured TPOT / one-domain rows of the same configuration: median (p10-p90), "
+             "pairs |", "|---|---|---|---|---|"]
+    for eng in sorted({r["backend"] for r, _ in apart}):
+        items = [(r, p) for r, p in apart if r["backend"] == eng]
+        if eng not in fits_all:
+            continue
+        c = fits_all[eng]
+        z = _arrays(items, exact0)
+        ttft, tpot = predict(z, c.layer_s, c.seq_s, c.overhead_s, c.mla_s)
+        tw = np.asarray(twins.get(eng, []), float)
+        twin = (f"{np.median(tw):.2f} ({np.quantile(tw, 0.1):.2f}-{np.quantile(tw, 0.9):.2f}), "
+                f"{tw.size}" if tw.size else "-")
+        lines.append(f"| {eng} | {len(items)} | {summary(ttft / z['ttft_meas'] - 1)} | "
+                     f"{summary(tpot / z['tpot_meas'] - 1)} | {twin} |")
+    return lines
+
+
 def summary(errs: Sequence[float]) -> str:
     e = np.asarray(errs, float)
     e = e[np.isfinite(e)]

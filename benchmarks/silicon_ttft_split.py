@@ -5,7 +5,9 @@ later rounds, by engine and load.
 
 Each `agg` row of a deterministic sample (validate_silicon._sample, default 400 rows; attention-
 DP rows included) is replayed as benchmarks/silicon_loso.py replays it (the row's release
-profile and benchmark settings) with every fitted constant at zero (engine time alone), twice:
+profile and benchmark settings; rows whose recorded world exceeds the system's NVLink domain
+left out, as the fits leave them: validate_silicon.beyond_domain) with every fitted constant at
+zero (engine time alone), twice:
 the start-up wave alone (C requests, all C clients start together: mean TTFT W) and four rounds
 (4C requests); the later rounds' mean is S = (4 x mean(4 rounds) - W) / 3. AIPerf's measured
 phase is 20 rounds (silicon_loso.MEASURED_ROUNDS), so the replay's answer is W / 20 + 19 S / 20
@@ -77,7 +79,7 @@ def main() -> None:
     n = int(sys.argv[sys.argv.index("--sample") + 1]) if "--sample" in sys.argv else 400
     cat = V.load_catalog()
     rows = []
-    for r in V._sample(V.agg_rows(), n):
+    for r in V._sample([r for r in V.agg_rows() if not V.beyond_domain(cat, r)], n):
         got = split(cat, r)
         if got is not None:
             rows.append((r, got))

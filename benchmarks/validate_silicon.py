@@ -42,6 +42,7 @@ from capplan.errors import CapplanError
 from capplan.models.engine import NO_JITTER, ClientJitter
 from capplan.models.perf import mla_layers
 from capplan.plan.aiconfigurator import (
+    SYSTEM_GPUS,
     AggRun,
     agg_closed_loop,
     agg_closed_loop_replay,
@@ -109,6 +110,37 @@ def layout(r: dict[str, str]) -> tuple[int, int]:
     if PLAIN_TP:
         return 1, 1
     return _size(r["attention_dp_size"]), _size(r["moe_ep_size"])
+
+
+def world(r: dict[str, str]) -> int:
+    """GPUs of a row's engine as its columns record them: tp_size x pp_size x
+    attention_dp_size (AIConfigurator's gpus_per_worker)."""
+    return _size(r["tp_size"]) * _size(r["pp_size"]) * _size(r["attention_dp_size"])
+
+
+def beyond_domain(cat, r: dict[str, str]) -> bool:
+    """Whether a row's recorded world exceeds its system's NVLink domain (8 GPUs on the SXM
+    systems, the 72 of an NVL72 rack on GB200/GB300). The sample's rows of that kind (TP 16 and
+    64 on 8-GPU H200/B200/B300 nodes) measure the TPOT of the same system's one-node rows of
+    the same model and load (`one_node_twins`), not what the recorded world would run: the
+    replay is scored on them apart and fitted without them (docs/validation.md, 4b)."""
+    return world(r) > cat.gpu(SYSTEM_GPUS[r["system"]]).interconnect.max_gpus_per_node
+
+
+def one_node_twins(cat, rows: list[dict[str, str]]) -> dict[str, list[float]]:
+    """Per engine, measured TPOT of each beyond-domain row over that of every row of the same
+    engine, model, system, precision, lengths and concurrency within one domain."""
+    key = lambda r: (r["backend"], r["model_path"], r["system"], r["precision"],  # noqa: E731
+                     r["isl"], r["osl"], concurrency(r))
+    inside: dict[tuple, list[float]] = defaultdict(list)
+    for r in rows:
+        if not beyond_domain(cat, r):
+            inside[key(r)].append(float(r["silicon_tpot_ms"]))
+    out: dict[str, list[float]] = defaultdict(list)
+    for r in rows:
+        if beyond_domain(cat, r):
+            out[r["backend"]] += [float(r["silicon_tpot_ms"]) / t for t in inside[key(r)]]
+    return out
 
 
 def is_layout_row(r: dict[str, str]) -> bool:
@@ -304,7 +336,8 @@ def main_loso() -> None:
     else:
         base = L.run_base(me, cat, rows, progress=True)
         print(f"{len(base)} of {len(rows)} rows replayed")
-        first = {eng: L.fit(L._arrays([(r, p) for r, p in base if r["backend"] == eng]))
+        first = {eng: L.fit(L._arrays([(r, p) for r, p in base if r["backend"] == eng
+                                       and not beyond_domain(cat, r)]))
                  for eng in sorted({r["backend"] for r, _ in base})}
         # Exact replays at the first fit; every fit is then linearised around them.
         exact0 = {r["id"]: (L.replay(me, cat, r, first[r["backend"]]), first[r["backend"]])
@@ -312,6 +345,9 @@ def main_loso() -> None:
         if cache is not None:
             cache.write_bytes(pickle.dumps((base, exact0)))
     base = [(r, p) for r, p in base if exact0[r["id"]][0] is not None]
+    # rows whose recorded world exceeds their system's NVLink domain: scored apart, not fitted
+    apart = [(r, p) for r, p in base if beyond_domain(cat, r)]
+    base = [(r, p) for r, p in base if not beyond_domain(cat, r)]
     fits_all = {}
     for eng in sorted({r["backend"] for r, _ in base}):
         fits_all[eng] = c = L.fit(L._arrays([(r, p) for r, p in base if r["backend"] == eng],
@@ -329,8 +365,9 @@ def main_loso() -> None:
     loso, _ = L.held_out(base, lambda r: r["system"], exact0, progress=True)
     loev, _ = L.held_out(base, L.release_key, exact0, progress=True)
     t_sys, t_ver = L.table(loso, "system"), L.table(loev, "release")
+    t_apart = L.apart_table(apart, fits_all, exact0, one_node_twins(cat, agg_rows()))
     print("\n".join(t_in) + "\n\n" + "\n".join(t_sur) + "\n\n" + "\n".join(t_sys)
-          + "\n\n" + "\n".join(t_ver))
+          + "\n\n" + "\n".join(t_ver) + "\n\n" + "\n".join(t_apart))
     const = ["| engine | step, per layer (us) | per sequence (us) | request (ms) | "
              "per MLA layer (ms) |", "|---|---|---|---|---|"] + [
         f"| {e} | {c.layer_s * 1e6:g} | {c.seq_s * 1e6:g} | {c.overhead_s * 1e3:g} | "
@@ -343,7 +380,7 @@ def main_loso() -> None:
         from docblocks import write_block  # benchmarks/ is on sys.path when run as a script
 
         for bid, body in (("constants", const), ("in-sample", t_in), ("surrogate", t_sur),
-                          ("loso", t_sys), ("loev", t_ver)):
+                          ("loso", t_sys), ("loev", t_ver), ("apart", t_apart)):
             write_block(DOC, f"validate_silicon:{bid}", "\n".join(body))
         print(f"wrote {DOC}")
     if "--write-bands" in sys.argv:

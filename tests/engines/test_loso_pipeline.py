@@ -55,3 +55,22 @@ def test_replay_fit_and_held_out_scores_on_a_subsample():
     assert all(np.isfinite(s.tpot_err) for s in scored)
     lines = L.table(scored, "system")
     assert lines[0].startswith("| engine | system held out |")
+
+
+def test_rows_beyond_the_nvlink_domain_are_told_apart():
+    """A world larger than the system's NVLink domain (8 GPUs per H200/B200/B300 node, 72 per
+    GB200 rack) is left out of the fits; the sample's TP 64 rows measure the TPOT of the same
+    configuration's one-node rows (ratios near 1), not what 64-way TP over 8 nodes would run."""
+    from capplan.catalog.loader import load_catalog
+
+    cat = load_catalog()
+    row = {"tp_size": "64", "pp_size": "1", "attention_dp_size": "1", "system": "b200_sxm"}
+    assert vs.world(row) == 64 and vs.beyond_domain(cat, row)
+    assert not vs.beyond_domain(cat, {**row, "tp_size": "8"})
+    assert not vs.beyond_domain(cat, {**row, "tp_size": "4", "attention_dp_size": "2"})
+    assert vs.beyond_domain(cat, {**row, "tp_size": "4", "attention_dp_size": "4"})
+    assert not vs.beyond_domain(cat, {**row, "tp_size": "36", "system": "gb200"})
+    twins = vs.one_node_twins(cat, vs.agg_rows())
+    ratios = np.concatenate([np.asarray(v, float) for v in twins.values()])
+    assert ratios.size >= 50
+    assert 0.8 <= float(np.median(ratios)) <= 1.25  # one node's speed, not eight nodes'
