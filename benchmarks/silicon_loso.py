@@ -19,7 +19,8 @@ release differs by mechanism, not by constants):
 F and s minimise TPOT's median |error|, then o and m TTFT's. The fit uses a first-order
 surrogate of the replay (one replay per row at F = s = o = 0: TPOT(F, s) = TPOT0 + F +
 s B - overlap min(s B, TPOT0), B the mean running batch; TTFT = TTFT0 TPOT(F, s) / TPOT0 + o
-+ m x MLA layers); every SCORE below is an exact replay with the fold's constants.
++ m x MLA layers, linearised around exact replays at a first fit); every held-out SCORE is an
+exact replay of the row with its fold's constants (`held_out`'s `rescore`).
 """
 
 from __future__ import annotations
@@ -189,10 +190,14 @@ class Scored:
 
 
 def held_out(base: list[tuple[dict[str, str], Replay]], key: Callable[[dict[str, str]], str],
-             exact: dict[str, tuple[Replay, Constants]], progress: bool = False
+             exact: dict[str, tuple[Replay, Constants]], progress: bool = False,
+             rescore: Callable[[dict[str, str], Constants], Replay | None] | None = None
              ) -> tuple[list[Scored], dict[tuple[str, str], Constants]]:
     """Per engine and group g of `key`: fit on the engine's rows outside g, predict g's rows
-    with those constants, score them. Groups with no other rows of the engine are skipped."""
+    with those constants, score them. Groups with no other rows of the engine are skipped.
+    The fit searches with `predict`'s first-order model; `rescore(row, constants)`, when
+    given, replays each held-out row exactly with its fold's constants and scores that (a row
+    whose replay fails keeps the first-order prediction)."""
     scored: list[Scored] = []
     fits: dict[tuple[str, str], Constants] = {}
     by_engine: dict[str, list] = defaultdict(list)
@@ -214,6 +219,9 @@ def held_out(base: list[tuple[dict[str, str], Replay]], key: Callable[[dict[str,
             ttft, tpot = predict(z, c.layer_s, c.seq_s, c.overhead_s, c.mla_s)
             for (r, _), a, b, ma, mb in zip(test, ttft, tpot, z["ttft_meas"], z["tpot_meas"],
                                             strict=True):
+                x = rescore(r, c) if rescore is not None else None
+                if x is not None:
+                    a, b = x.ttft_s, x.tpot_s
                 scored.append(Scored(eng, g, int(r["_c"]), a / ma - 1, b / mb - 1))
     return scored, fits
 

@@ -13,8 +13,14 @@ the start-up wave alone (C requests, all C clients start together: mean TTFT W) 
 phase is 20 rounds (silicon_loso.MEASURED_ROUNDS), so the replay's answer is W / 20 + 19 S / 20
 plus the request overhead. The measured mean M sits between S and W: the share of the wave it
 implies, `(M - S) / (W - S)`, is 1/20 if the rounds after the first run as the replay runs them,
-1 if every round queues like the start-up wave. `--write-docs` rewrites the block
-`silicon_ttft_split:by-load` of docs/validation.md (section 4b).
+1 if every round queues like the start-up wave. A second table follows each configuration
+(engine, release, model, system, precision, layout, lengths) across the concurrencies the
+sample holds: the ratio of the measured TTFT to the replay's engine time (W / 20 + 19 S / 20)
+at its lowest and at its highest concurrency. A ratio that stays put while C grows says the
+miss belongs to the configuration (its prefill, its per-request costs), one that grows says it
+is the load (queueing the replay lacks). `--write-docs` rewrites the blocks
+`silicon_ttft_split:by-load` and `silicon_ttft_split:by-configuration` of docs/validation.md
+(section 4b).
 """
 
 from __future__ import annotations
@@ -75,6 +81,43 @@ def table(rows: list[tuple[dict[str, str], tuple[float, float, float, float]]]) 
     return out
 
 
+def configuration(r: dict[str, str]) -> tuple:
+    """What a row's TTFT depends on besides its concurrency (and the running-request cap the
+    generator derives from it)."""
+    return (r["backend"], r["backend_version"], r["model_path"], r["system"], r["precision"],
+            r["tp_size"], r["pp_size"], r["attention_dp_size"], r["moe_ep_size"], r["isl"],
+            r["osl"])
+
+
+def by_configuration(rows: list[tuple[dict[str, str], tuple[float, float, float, float]]]
+                     ) -> list[str]:
+    """Per engine, over configurations with at least two concurrencies: the median ratio of
+    measured TTFT to the replay's engine time at the lowest and at the highest concurrency, and
+    the median of their quotient (1: the miss does not grow with the load)."""
+    confs: dict[tuple, dict[int, list[float]]] = defaultdict(lambda: defaultdict(list))
+    for r, (w, s, _tp, _mp) in rows:
+        engine_s = rounds_mean(w, s)
+        if engine_s > 0:
+            m = float(r["silicon_ttft_ms"]) / 1e3
+            confs[configuration(r)][V.concurrency(r)].append(m / engine_s)
+    per: dict[str, list[tuple[float, float, int, int]]] = defaultdict(list)
+    for key, by_c in confs.items():
+        if len(by_c) < 2:
+            continue
+        lo, hi = min(by_c), max(by_c)
+        per[key[0]].append((float(np.median(by_c[lo])), float(np.median(by_c[hi])), lo, hi))
+    out = ["| engine | configurations | clients, median lowest / highest | measured / replayed "
+           "engine TTFT at the lowest C | at the highest C | highest / lowest, median (p25-p75) |",
+           "|---|---|---|---|---|---|"]
+    for eng, v in sorted(per.items()):
+        a = np.asarray(v, float)
+        q = np.percentile(a[:, 1] / a[:, 0], [25, 50, 75])
+        out.append(f"| {eng} | {len(v)} | {np.median(a[:, 2]):.0f} / {np.median(a[:, 3]):.0f} | "
+                   f"{np.median(a[:, 0]):.2f} | {np.median(a[:, 1]):.2f} | "
+                   f"{q[1]:.2f} ({q[0]:.2f}-{q[2]:.2f}) |")
+    return out
+
+
 def main() -> None:
     n = int(sys.argv[sys.argv.index("--sample") + 1]) if "--sample" in sys.argv else 400
     cat = V.load_catalog()
@@ -84,12 +127,14 @@ def main() -> None:
         if got is not None:
             rows.append((r, got))
     body = table(rows)
-    print("\n".join(body))
+    conf = by_configuration(rows)
+    print("\n".join(body) + "\n\n" + "\n".join(conf))
     print(f"({len(rows)} of {n} sampled rows replayed)")
     if "--write-docs" in sys.argv:
         from docblocks import write_block
 
         write_block(V.DOC, "silicon_ttft_split:by-load", "\n".join(body))
+        write_block(V.DOC, "silicon_ttft_split:by-configuration", "\n".join(conf))
         print(f"wrote {V.DOC}")
 
 

@@ -74,3 +74,22 @@ def test_rows_beyond_the_nvlink_domain_are_told_apart():
     ratios = np.concatenate([np.asarray(v, float) for v in twins.values()])
     assert ratios.size >= 50
     assert 0.8 <= float(np.median(ratios)) <= 1.25  # one node's speed, not eight nodes'
+
+
+def test_held_out_rows_are_scored_by_their_replay_when_given():
+    """`rescore` replaces the first-order prediction of each held-out row by its replay with the
+    fold's constants (the published scores are replays, not the fit's model)."""
+    rows = [{"id": str(i), "backend": "vllm", "system": s, "_c": "4",
+             "silicon_ttft_ms": "100", "silicon_tpot_ms": "10"}
+            for i, s in enumerate(("h200_sxm", "h200_sxm", "b200_sxm", "b200_sxm"))]
+    base = [(r, L.Replay(0.05, 0.008, 4.0, 0, True, 32)) for r in rows]
+    seen = []
+
+    def rescore(r, c):
+        seen.append((r["id"], c))
+        return L.Replay(0.2, 0.02, 4.0, 0, True, 32)
+
+    scored, fits = L.held_out(base, lambda r: r["system"], {}, rescore=rescore)
+    assert len(scored) == 4 and len(seen) == 4
+    assert all(abs(s.ttft_err - 1.0) < 1e-9 and abs(s.tpot_err - 1.0) < 1e-9 for s in scored)
+    assert {c for _, c in seen} <= set(fits.values())
