@@ -9,8 +9,9 @@ demand fits the token budget; the capacity is the largest stable rate.
 
 from __future__ import annotations
 
+import copy
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, fields, replace
 from typing import Any
 
 import numpy as np
@@ -29,6 +30,9 @@ _FP_ITERS_MAX = 60
 _FP_REL_TOL = 1e-4
 _FP_ROUNDING_TOL = 1e-13
 """A bracket this narrow (relative) moves by no more than that in further iterations."""
+_FP_REPACK = 0.7
+"""The fixed point's working set is cut to its unsettled rows when they fall under this share
+of it (gathering the step constants costs about one evaluation)."""
 
 
 @dataclass(frozen=True)
@@ -185,34 +189,58 @@ class SteadyState:
         _FP_REL_TOL (a stalled bracket left tau at _TAU_MAX_S: an unstable verdict between two
         stable rates).
 
-        It stops early, with the same result to _FP_ROUNDING_TOL, once every row is either
-        within _FP_ROUNDING_TOL or at an exact root (g(hi) == 0: x = hi again, so hi stays);
-        rows where no fixed point exists never converge and keep it going to _FP_ITERS_MAX
-        unless `every_row` is False (a caller that reads no tau of those rows: stable()).
+        A row within _FP_ROUNDING_TOL, or at an exact root (g(hi) == 0: x = hi again, so hi
+        stays), is settled: its bracket moves by no more than that in further iterations, so
+        they evaluate only the unsettled rows (the working set shrinks when under
+        _FP_REPACK of it is unsettled). It stops early, with the same result to
+        _FP_ROUNDING_TOL, once every row is settled; rows where no fixed point exists never
+        converge and keep it going to _FP_ITERS_MAX unless `every_row` is False (a caller that
+        reads no tau of those rows: stable()).
         """
-        lo = np.zeros(np.broadcast_shapes(np.shape(lam), np.shape(self.cap)))
-        g_lo = self._mean_step(lam, lo)["tau"] - lo
+        shape = np.broadcast_shapes(np.shape(lam), np.shape(self.cap))
+        lo = np.zeros(shape)
+        g_lo = (self._mean_step(lam, lo)["tau"] - lo).reshape(-1)
         hi = np.full_like(lo, _TAU_MAX_S)
-        g_hi = self._mean_step(lam, hi)["tau"] - hi
+        g_hi = (self._mean_step(lam, hi)["tau"] - hi).reshape(-1)
+        lo, hi = lo.reshape(-1), hi.reshape(-1)
         exists = g_hi <= 0
         side = np.zeros_like(lo)
+        rows, lam_rows = np.arange(lo.size), np.broadcast_to(lam, shape).reshape(-1)
+        part = self._rows(rows, shape)
         for i in range(_FP_ITERS_MAX):
+            settled = (hi - lo <= _FP_ROUNDING_TOL * hi) | (g_hi == 0)
             if i >= _FP_ITERS and (np.all(hi - lo <= _FP_REL_TOL * hi + 1e-12) or np.all(
-                    (hi - lo <= _FP_ROUNDING_TOL * hi) | (g_hi == 0) | ~(exists | every_row))):
+                    settled | ~(exists | every_row))):
                 break
-            den = g_lo - g_hi
-            x = np.where(den > 0, (lo * -g_hi + hi * g_lo) / np.where(den > 0, den, 1.0),
-                         0.5 * (lo + hi))
-            x = np.clip(x, lo, hi)
-            g = self._mean_step(lam, x)["tau"] - x
+            if np.count_nonzero(~settled[rows]) < _FP_REPACK * rows.size:
+                rows = rows[~settled[rows]]
+                part = self._rows(rows, shape)
+            a, b, ga, gb, sd = lo[rows], hi[rows], g_lo[rows], g_hi[rows], side[rows]
+            den = ga - gb
+            x = np.where(den > 0, (a * -gb + b * ga) / np.where(den > 0, den, 1.0),
+                         0.5 * (a + b))
+            x = np.clip(x, a, b)
+            g = part._mean_step(lam_rows[rows], x)["tau"] - x
             pos = g > 0
             # Illinois: halve the stale end's g when the same side is kept twice.
-            g_hi = np.where(pos & (side > 0), 0.5 * g_hi, g_hi)
-            g_lo = np.where(~pos & (side < 0), 0.5 * g_lo, g_lo)
-            lo, g_lo = np.where(pos, x, lo), np.where(pos, g, g_lo)
-            hi, g_hi = np.where(pos, hi, x), np.where(pos, g_hi, g)
-            side = np.where(pos, 1.0, -1.0)
-        return hi, exists
+            gb = np.where(pos & (sd > 0), 0.5 * gb, gb)
+            ga = np.where(~pos & (sd < 0), 0.5 * ga, ga)
+            lo[rows], g_lo[rows] = np.where(pos, x, a), np.where(pos, g, ga)
+            hi[rows], g_hi[rows] = np.where(pos, b, x), np.where(pos, gb, g)
+            side[rows] = np.where(pos, 1.0, -1.0)
+        return hi.reshape(shape), exists.reshape(shape)
+
+    def _rows(self, rows: np.ndarray, shape: tuple[int, ...]) -> SteadyState:
+        """This model restricted to the flat positions `rows` of arrays of `shape` (its step
+        constants and limits as 1-D arrays; the lengths and the policy are shared)."""
+        def take(v: Any) -> Any:
+            return np.broadcast_to(v, shape).reshape(-1)[rows] if np.ndim(v) else v
+        part = copy.copy(self)
+        part.step = replace(self.step, **{f.name: take(getattr(self.step, f.name))
+                                          for f in fields(self.step)
+                                          if isinstance(getattr(self.step, f.name), np.ndarray)})
+        part.cap, part.mnbt = take(self.cap), take(self.mnbt)
+        return part
 
     def stable(self, rate_per_s: ArrayLike) -> np.ndarray:
         """The stability test of at_rate() alone (cheaper: no percentiles)."""
