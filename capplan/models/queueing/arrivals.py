@@ -23,7 +23,13 @@ def _poisson_erlang_c(c: np.ndarray, a: np.ndarray) -> np.ndarray:
     c = np.maximum(np.floor(c), 1.0)
     a = np.maximum(np.asarray(a, float), 1e-300)
     pmf = np.exp(c * np.log(a) - a - _special().gammaln(c + 1))
-    b = pmf / np.maximum(_special().gammaincc(c + 1, a), 1e-300)
+    # Q only where pmf > 0: elsewhere B = 0 whatever Q is (gammaincc costs ~25 us a value at
+    # c ~ 1000, and at light load most configurations' pmf underflows)
+    need = pmf > 0
+    q = np.ones(np.shape(pmf))
+    q[need] = _special().gammaincc(np.broadcast_to(c + 1, q.shape)[need],
+                                   np.broadcast_to(a, q.shape)[need])
+    b = pmf / np.maximum(q, 1e-300)
     return np.clip(c * b / np.maximum(c - a * (1 - b), 1e-12), 0.0, 1.0)
 
 

@@ -104,6 +104,8 @@ class SteadyState:
         kv_cap = root * root
         self.cap = np.maximum(np.minimum(np.asarray(limits.max_num_seqs, float), kv_cap), 0.0)
         self.mnbt = mnbt
+        self._flat: dict[tuple[int, ...], dict[str, np.ndarray]] = {}
+        """Array constants flattened to a shape (_rows)."""
         # Whole-prompt engines (no chunked prefill) cannot run a prompt over the token budget:
         # TensorRT-LLM rejects it (max_num_tokens), so such a configuration has no steady state.
         longest = max(inp.table) if inp.table else inp.mean
@@ -233,13 +235,18 @@ class SteadyState:
     def _rows(self, rows: np.ndarray, shape: tuple[int, ...]) -> SteadyState:
         """This model restricted to the flat positions `rows` of arrays of `shape` (its step
         constants and limits as 1-D arrays; the lengths and the policy are shared)."""
-        def take(v: Any) -> Any:
-            return np.broadcast_to(v, shape).reshape(-1)[rows] if np.ndim(v) else v
+        flat = self._flat.get(shape)
+        if flat is None:  # the array constants flattened to `shape`, once per shape
+            arrays = {f.name: getattr(self.step, f.name) for f in fields(self.step)}
+            arrays.update(cap=self.cap, mnbt=self.mnbt)
+            flat = self._flat[shape] = {
+                k: np.broadcast_to(v, shape).reshape(-1) for k, v in arrays.items()
+                if isinstance(v, np.ndarray) and v.ndim}
         part = copy.copy(self)
-        part.step = replace(self.step, **{f.name: take(getattr(self.step, f.name))
-                                          for f in fields(self.step)
-                                          if isinstance(getattr(self.step, f.name), np.ndarray)})
-        part.cap, part.mnbt = take(self.cap), take(self.mnbt)
+        part.step = replace(self.step, **{k: v[rows] for k, v in flat.items()
+                                          if k not in ("cap", "mnbt")})
+        part.cap = flat["cap"][rows] if "cap" in flat else self.cap
+        part.mnbt = flat["mnbt"][rows] if "mnbt" in flat else self.mnbt
         return part
 
     def stable(self, rate_per_s: ArrayLike) -> np.ndarray:
