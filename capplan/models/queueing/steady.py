@@ -104,8 +104,8 @@ class SteadyState:
         kv_cap = root * root
         self.cap = np.maximum(np.minimum(np.asarray(limits.max_num_seqs, float), kv_cap), 0.0)
         self.mnbt = mnbt
-        self._flat: dict[tuple[int, ...], dict[str, np.ndarray]] = {}
-        """Array constants flattened to a shape (_rows)."""
+        self._flat: dict[Any, dict[str, np.ndarray]] = {}
+        """Array constants flattened to a shape (_rows), and T(0) of that shape."""
         # Whole-prompt engines (no chunked prefill) cannot run a prompt over the token budget:
         # TensorRT-LLM rejects it (max_num_tokens), so such a configuration has no steady state.
         longest = max(inp.table) if inp.table else inp.mean
@@ -200,37 +200,52 @@ class SteadyState:
         reads no tau of those rows: stable()).
         """
         shape = np.broadcast_shapes(np.shape(lam), np.shape(self.cap))
-        lo = np.zeros(shape)
-        g_lo = (self._mean_step(lam, lo)["tau"] - lo).reshape(-1)
-        hi = np.full_like(lo, _TAU_MAX_S)
-        g_hi = (self._mean_step(lam, hi)["tau"] - hi).reshape(-1)
-        lo, hi = lo.reshape(-1), hi.reshape(-1)
-        exists = g_hi <= 0
-        side = np.zeros_like(lo)
-        rows, lam_rows = np.arange(lo.size), np.broadcast_to(lam, shape).reshape(-1)
-        part = self._rows(rows, shape)
+        lam_w = np.broadcast_to(lam, shape).reshape(-1)
+        a = np.zeros(lam_w.size)
+        ga = self._step_at_zero(lam, shape)
+        b = np.full_like(a, _TAU_MAX_S)
+        gb = (self._mean_step(lam, b.reshape(shape))["tau"].reshape(-1) - b)
+        exists = gb <= 0
+        hi, sd, go_on = b, np.zeros_like(a), exists | every_row
+        rows, part = np.arange(a.size), self._rows(np.arange(a.size), shape)
+        wide = False  # a settled row's bracket is wider than _FP_REL_TOL (an exact root)
         for i in range(_FP_ITERS_MAX):
-            settled = (hi - lo <= _FP_ROUNDING_TOL * hi) | (g_hi == 0)
-            if i >= _FP_ITERS and (np.all(hi - lo <= _FP_REL_TOL * hi + 1e-12) or np.all(
-                    settled | ~(exists | every_row))):
+            settled = (b - a <= _FP_ROUNDING_TOL * b) | (gb == 0)
+            if i >= _FP_ITERS and ((not wide and np.all(b - a <= _FP_REL_TOL * b + 1e-12))
+                                   or np.all(settled | ~go_on)):
                 break
-            if np.count_nonzero(~settled[rows]) < _FP_REPACK * rows.size:
-                rows = rows[~settled[rows]]
+            if np.count_nonzero(~settled) < _FP_REPACK * rows.size:
+                hi[rows[settled]] = b[settled]
+                wide = wide or bool(np.any((b - a > _FP_REL_TOL * b + 1e-12)[settled]))
+                keep = ~settled
+                rows, a, b, ga, gb, sd, go_on, lam_w = (
+                    v[keep] for v in (rows, a, b, ga, gb, sd, go_on, lam_w))
                 part = self._rows(rows, shape)
-            a, b, ga, gb, sd = lo[rows], hi[rows], g_lo[rows], g_hi[rows], side[rows]
             den = ga - gb
             x = np.where(den > 0, (a * -gb + b * ga) / np.where(den > 0, den, 1.0),
                          0.5 * (a + b))
             x = np.clip(x, a, b)
-            g = part._mean_step(lam_rows[rows], x)["tau"] - x
+            g = part._mean_step(lam_w, x)["tau"] - x
             pos = g > 0
             # Illinois: halve the stale end's g when the same side is kept twice.
             gb = np.where(pos & (sd > 0), 0.5 * gb, gb)
             ga = np.where(~pos & (sd < 0), 0.5 * ga, ga)
-            lo[rows], g_lo[rows] = np.where(pos, x, a), np.where(pos, g, ga)
-            hi[rows], g_hi[rows] = np.where(pos, b, x), np.where(pos, gb, g)
-            side[rows] = np.where(pos, 1.0, -1.0)
+            a, ga = np.where(pos, x, a), np.where(pos, g, ga)
+            b, gb = np.where(pos, b, x), np.where(pos, gb, g)
+            sd = np.where(pos, 1.0, -1.0)
+        hi[rows] = b
         return hi.reshape(shape), exists.reshape(shape)
+
+    def _step_at_zero(self, lam: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
+        """T(0) - 0 of the fixed point, flat: at tau = 0 no sequence decodes and no prompt
+        arrives, whatever the (finite) rate, so it is computed once per shape."""
+        if not np.all(np.isfinite(lam)):  # inf x 0: the rate's own NaNs
+            return self._mean_step(lam, np.zeros(shape))["tau"].reshape(-1)
+        key = ("T(0)", shape)
+        if key not in self._flat:
+            self._flat[key] = {"g": self._mean_step(
+                np.zeros(shape), np.zeros(shape))["tau"].reshape(-1)}
+        return self._flat[key]["g"].copy()
 
     def _rows(self, rows: np.ndarray, shape: tuple[int, ...]) -> SteadyState:
         """This model restricted to the flat positions `rows` of arrays of `shape` (its step
