@@ -76,7 +76,10 @@ def test_fixed_point_iterating_only_moving_rows_matches_every_row(lane, every_ro
     cap = q.capacity_rate()
     for u in (0.05, 0.5, 0.9, 0.99, 1.2):
         lam = np.maximum(cap, 1e-3) * u
-        tau, exists = q._fixed_point(lam, every_row)
+        tau, exists, at_tau = q._fixed_point(lam, every_row)
+        again = q._mean_step(lam, tau)
+        for k, v in again.items():  # the evaluation kept at tau is the one computed again
+            np.testing.assert_allclose(at_tau[k], np.broadcast_to(v, tau.shape), rtol=1e-15)
         ref_tau, ref_exists = _plain_fixed_point(q, lam, every_row)
         assert np.array_equal(exists, ref_exists)
         rows = ref_exists | every_row

@@ -188,8 +188,7 @@ class QueueModel(SteadyState):
                  ) -> dict[str, Any]:
         lam = np.asarray(rate_per_s, float)
         lam = np.broadcast_to(lam, np.broadcast_shapes(lam.shape, np.shape(self.cap))).copy()
-        tau, exists = self._fixed_point(lam)
-        s = self._mean_step(lam, tau)
+        tau, exists, s = self._fixed_point(lam)
         b, budget, t_dec, t_pf = s["b"], s["budget"], s["t_dec"], s["t_pf"]
         inp, out = self.pf, self.out  # prefill work: the uncached prompt tokens
         # Own prefill: one mixed step when the prompt fits the budget, else full chunks.

@@ -181,8 +181,9 @@ class SteadyState:
         return tau
 
     def _fixed_point(self, lam: np.ndarray, every_row: bool = True
-                     ) -> tuple[np.ndarray, np.ndarray]:
-        """Mean step time solving tau = T(tau), and whether it exists.
+                     ) -> tuple[np.ndarray, np.ndarray, dict[str, np.ndarray]]:
+        """Mean step time solving tau = T(tau), whether it exists, and `_mean_step` at it (the
+        evaluation that set each row's tau, kept rather than computed again).
 
         g(tau) = T(tau) - tau is positive at tau = 0 and, when a fixed point exists, negative
         at _TAU_MAX_S. T is close to affine in tau (B and P grow linearly with it), so the
@@ -204,7 +205,9 @@ class SteadyState:
         a = np.zeros(lam_w.size)
         ga = self._step_at_zero(lam, shape)
         b = np.full_like(a, _TAU_MAX_S)
-        gb = (self._mean_step(lam, b.reshape(shape))["tau"].reshape(-1) - b)
+        at_hi = {k: np.broadcast_to(v, shape).reshape(-1).copy()
+                 for k, v in self._mean_step(lam, b.reshape(shape)).items()}
+        gb = at_hi["tau"] - b
         exists = gb <= 0
         hi, sd, go_on = b, np.zeros_like(a), exists | every_row
         rows, part = np.arange(a.size), self._rows(np.arange(a.size), shape)
@@ -225,8 +228,12 @@ class SteadyState:
             x = np.where(den > 0, (a * -gb + b * ga) / np.where(den > 0, den, 1.0),
                          0.5 * (a + b))
             x = np.clip(x, a, b)
-            g = part._mean_step(lam_w, x)["tau"] - x
+            s = part._mean_step(lam_w, x)
+            g = s["tau"] - x
             pos = g > 0
+            moved = rows[~pos]  # x is their new hi
+            for k, v in s.items():
+                at_hi[k][moved] = np.broadcast_to(v, x.shape)[~pos]
             # Illinois: halve the stale end's g when the same side is kept twice.
             gb = np.where(pos & (sd > 0), 0.5 * gb, gb)
             ga = np.where(~pos & (sd < 0), 0.5 * ga, ga)
@@ -234,7 +241,8 @@ class SteadyState:
             b, gb = np.where(pos, b, x), np.where(pos, gb, g)
             sd = np.where(pos, 1.0, -1.0)
         hi[rows] = b
-        return hi.reshape(shape), exists.reshape(shape)
+        return hi.reshape(shape), exists.reshape(shape), {k: v.reshape(shape)
+                                                          for k, v in at_hi.items()}
 
     def _step_at_zero(self, lam: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
         """T(0) - 0 of the fixed point, flat: at tau = 0 no sequence decodes and no prompt
@@ -269,8 +277,7 @@ class SteadyState:
         with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
             lam = np.asarray(rate_per_s, float)
             lam = np.broadcast_to(lam, np.broadcast_shapes(lam.shape, np.shape(self.cap))).copy()
-            tau, exists = self._fixed_point(lam, every_row=False)
-            s = self._mean_step(lam, tau)
+            tau, exists, s = self._fixed_point(lam, every_row=False)
             b, budget = s["b"], s["budget"]
             t_full = self._mixed(b, budget)
             pf = self.pf.mean
