@@ -78,14 +78,18 @@ class QueueModel(SteadyState):
             # one prompt length (a fixed length's strata): every stratum's value is the first's
             one = self._own_values(b, budget, t_full, prompt[:1])
             return np.broadcast_to(one, one.shape[:-1] + prompt.shape).copy()
-        nodes = np.linspace(0.0, 1.0, _OWN_NODES + 1)
-        t_nodes = np.stack([self._mixed(b, np.maximum(lo + width * x, 1.0)) for x in nodes], -1)
-        pos = (np.minimum(prompt, budget[..., None]) - lo[..., None]) / np.maximum(
-            width[..., None], 1e-9) * _OWN_NODES
-        i0 = np.clip(np.floor(pos), 0, _OWN_NODES - 1).astype(np.int64)
-        frac = np.clip(pos - i0, 0.0, 1.0)
-        at, nxt = _take_pair(t_nodes, i0)
-        t = at * (1 - frac) + nxt * frac
+        if prompt.size == 1:  # width 0: every node is the first, and the first is read
+            t = self._mixed(b, np.maximum(lo, 1.0))[..., None]
+        else:
+            nodes = np.linspace(0.0, 1.0, _OWN_NODES + 1)
+            t_nodes = np.stack([self._mixed(b, np.maximum(lo + width * x, 1.0))
+                                for x in nodes], -1)
+            pos = (np.minimum(prompt, budget[..., None]) - lo[..., None]) / np.maximum(
+                width[..., None], 1e-9) * _OWN_NODES
+            i0 = np.clip(np.floor(pos), 0, _OWN_NODES - 1).astype(np.int64)
+            frac = np.clip(pos - i0, 0.0, 1.0)
+            at, nxt = _take_pair(t_nodes, i0)
+            t = at * (1 - frac) + nxt * frac
         return np.where(prompt > budget[..., None], prompt / budget[..., None]
                         * t_full[..., None], t)
 
