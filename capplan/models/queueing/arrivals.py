@@ -23,9 +23,11 @@ def _poisson_erlang_c(c: np.ndarray, a: np.ndarray) -> np.ndarray:
     c = np.maximum(np.floor(c), 1.0)
     a = np.maximum(np.asarray(a, float), 1e-300)
     pmf = np.exp(c * np.log(a) - a - _special().gammaln(c + 1))
-    # Q only where pmf > 0: elsewhere B = 0 whatever Q is (gammaincc costs ~25 us a value at
-    # c ~ 1000, and at light load most configurations' pmf underflows)
-    need = pmf > 0
+    # Q only where it is not 1 to double precision and B depends on it (gammaincc costs
+    # ~25 us a value at c ~ 1000): where pmf underflows, B = 0 whatever Q is; where a < c the
+    # tail beyond c, 1 - Q, is under pmf a / (c + 1 - a) (a geometric series bounds the
+    # Poisson terms after c), and under 1e-17 Q rounds to 1
+    need = (pmf > 0) & ~((a < c) & (pmf * a < 1e-17 * (c + 1 - a)))
     q = np.ones(np.shape(pmf))
     q[need] = _special().gammaincc(np.broadcast_to(c + 1, q.shape)[need],
                                    np.broadcast_to(a, q.shape)[need])
