@@ -249,7 +249,7 @@ class SteadyState:
         arrives, whatever the (finite) rate, so it is computed once per shape."""
         if not np.all(np.isfinite(lam)):  # inf x 0: the rate's own NaNs
             return self._mean_step(lam, np.zeros(shape))["tau"].reshape(-1)
-        key = ("T(0)", shape)
+        key = ("T(0)", shape, self.pack_prompts)
         if key not in self._flat:
             self._flat[key] = {"g": self._mean_step(
                 np.zeros(shape), np.zeros(shape))["tau"].reshape(-1)}
@@ -266,6 +266,7 @@ class SteadyState:
                 k: np.broadcast_to(v, shape).reshape(-1) for k, v in arrays.items()
                 if isinstance(v, np.ndarray) and v.ndim}
         part = copy.copy(self)
+        part._flat = {}  # its own shapes
         part.step = replace(self.step, **{k: v[rows] for k, v in flat.items()
                                           if k not in ("cap", "mnbt")})
         part.cap = flat["cap"][rows] if "cap" in flat else self.cap
