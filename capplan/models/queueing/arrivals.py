@@ -23,7 +23,15 @@ def _poisson_erlang_c(c: np.ndarray, a: np.ndarray) -> np.ndarray:
     c = np.maximum(np.floor(c), 1.0)
     a = np.maximum(np.asarray(a, float), 1e-300)
     pmf = np.exp(c * np.log(a) - a - _special().gammaln(c + 1))
-    b = pmf / np.maximum(_special().gammaincc(c + 1, a), 1e-300)
+    # Q only where it is not 1 to double precision and B depends on it (gammaincc costs
+    # ~25 us a value at c ~ 1000): where pmf underflows, B = 0 whatever Q is; where a < c the
+    # tail beyond c, 1 - Q, is under pmf a / (c + 1 - a) (a geometric series bounds the
+    # Poisson terms after c), and under 1e-17 Q rounds to 1
+    need = (pmf > 0) & ~((a < c) & (pmf * a < 1e-17 * (c + 1 - a)))
+    q = np.ones(np.shape(pmf))
+    q[need] = _special().gammaincc(np.broadcast_to(c + 1, q.shape)[need],
+                                   np.broadcast_to(a, q.shape)[need])
+    b = pmf / np.maximum(q, 1e-300)
     return np.clip(c * b / np.maximum(c - a * (1 - b), 1e-12), 0.0, 1.0)
 
 

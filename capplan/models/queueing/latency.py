@@ -78,14 +78,18 @@ class QueueModel(SteadyState):
             # one prompt length (a fixed length's strata): every stratum's value is the first's
             one = self._own_values(b, budget, t_full, prompt[:1])
             return np.broadcast_to(one, one.shape[:-1] + prompt.shape).copy()
-        nodes = np.linspace(0.0, 1.0, _OWN_NODES + 1)
-        t_nodes = np.stack([self._mixed(b, np.maximum(lo + width * x, 1.0)) for x in nodes], -1)
-        pos = (np.minimum(prompt, budget[..., None]) - lo[..., None]) / np.maximum(
-            width[..., None], 1e-9) * _OWN_NODES
-        i0 = np.clip(np.floor(pos), 0, _OWN_NODES - 1).astype(np.int64)
-        frac = np.clip(pos - i0, 0.0, 1.0)
-        at, nxt = _take_pair(t_nodes, i0)
-        t = at * (1 - frac) + nxt * frac
+        if prompt.size == 1:  # width 0: every node is the first, and the first is read
+            t = self._mixed(b, np.maximum(lo, 1.0))[..., None]
+        else:
+            nodes = np.linspace(0.0, 1.0, _OWN_NODES + 1)
+            t_nodes = np.stack([self._mixed(b, np.maximum(lo + width * x, 1.0))
+                                for x in nodes], -1)
+            pos = (np.minimum(prompt, budget[..., None]) - lo[..., None]) / np.maximum(
+                width[..., None], 1e-9) * _OWN_NODES
+            i0 = np.clip(np.floor(pos), 0, _OWN_NODES - 1).astype(np.int64)
+            frac = np.clip(pos - i0, 0.0, 1.0)
+            at, nxt = _take_pair(t_nodes, i0)
+            t = at * (1 - frac) + nxt * frac
         return np.where(prompt > budget[..., None], prompt / budget[..., None]
                         * t_full[..., None], t)
 
@@ -188,8 +192,7 @@ class QueueModel(SteadyState):
                  ) -> dict[str, Any]:
         lam = np.asarray(rate_per_s, float)
         lam = np.broadcast_to(lam, np.broadcast_shapes(lam.shape, np.shape(self.cap))).copy()
-        tau, exists = self._fixed_point(lam)
-        s = self._mean_step(lam, tau)
+        tau, exists, s = self._fixed_point(lam)
         b, budget, t_dec, t_pf = s["b"], s["budget"], s["t_dec"], s["t_pf"]
         inp, out = self.pf, self.out  # prefill work: the uncached prompt tokens
         # Own prefill: one mixed step when the prompt fits the budget, else full chunks.

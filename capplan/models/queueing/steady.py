@@ -9,8 +9,9 @@ demand fits the token budget; the capacity is the largest stable rate.
 
 from __future__ import annotations
 
+import copy
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, fields, replace
 from typing import Any
 
 import numpy as np
@@ -29,6 +30,9 @@ _FP_ITERS_MAX = 60
 _FP_REL_TOL = 1e-4
 _FP_ROUNDING_TOL = 1e-13
 """A bracket this narrow (relative) moves by no more than that in further iterations."""
+_FP_REPACK = 0.7
+"""The fixed point's working set is cut to its unsettled rows when they fall under this share
+of it (gathering the step constants costs about one evaluation)."""
 
 
 @dataclass(frozen=True)
@@ -100,6 +104,8 @@ class SteadyState:
         kv_cap = root * root
         self.cap = np.maximum(np.minimum(np.asarray(limits.max_num_seqs, float), kv_cap), 0.0)
         self.mnbt = mnbt
+        self._flat: dict[Any, dict[str, np.ndarray]] = {}
+        """Array constants flattened to a shape (_rows), and T(0) of that shape."""
         # Whole-prompt engines (no chunked prefill) cannot run a prompt over the token budget:
         # TensorRT-LLM rejects it (max_num_tokens), so such a configuration has no steady state.
         longest = max(inp.table) if inp.table else inp.mean
@@ -175,8 +181,9 @@ class SteadyState:
         return tau
 
     def _fixed_point(self, lam: np.ndarray, every_row: bool = True
-                     ) -> tuple[np.ndarray, np.ndarray]:
-        """Mean step time solving tau = T(tau), and whether it exists.
+                     ) -> tuple[np.ndarray, np.ndarray, dict[str, np.ndarray]]:
+        """Mean step time solving tau = T(tau), whether it exists, and `_mean_step` at it (the
+        evaluation that set each row's tau, kept rather than computed again).
 
         g(tau) = T(tau) - tau is positive at tau = 0 and, when a fixed point exists, negative
         at _TAU_MAX_S. T is close to affine in tau (B and P grow linearly with it), so the
@@ -185,42 +192,93 @@ class SteadyState:
         _FP_REL_TOL (a stalled bracket left tau at _TAU_MAX_S: an unstable verdict between two
         stable rates).
 
-        It stops early, with the same result to _FP_ROUNDING_TOL, once every row is either
-        within _FP_ROUNDING_TOL or at an exact root (g(hi) == 0: x = hi again, so hi stays);
-        rows where no fixed point exists never converge and keep it going to _FP_ITERS_MAX
-        unless `every_row` is False (a caller that reads no tau of those rows: stable()).
+        A row within _FP_ROUNDING_TOL, or at an exact root (g(hi) == 0: x = hi again, so hi
+        stays), is settled: its bracket moves by no more than that in further iterations, so
+        they evaluate only the unsettled rows (the working set shrinks when under
+        _FP_REPACK of it is unsettled). It stops early, with the same result to
+        _FP_ROUNDING_TOL, once every row is settled; rows where no fixed point exists never
+        converge and keep it going to _FP_ITERS_MAX unless `every_row` is False (a caller that
+        reads no tau of those rows: stable()).
         """
-        lo = np.zeros(np.broadcast_shapes(np.shape(lam), np.shape(self.cap)))
-        g_lo = self._mean_step(lam, lo)["tau"] - lo
-        hi = np.full_like(lo, _TAU_MAX_S)
-        g_hi = self._mean_step(lam, hi)["tau"] - hi
-        exists = g_hi <= 0
-        side = np.zeros_like(lo)
+        shape = np.broadcast_shapes(np.shape(lam), np.shape(self.cap))
+        lam_w = np.broadcast_to(lam, shape).reshape(-1)
+        a = np.zeros(lam_w.size)
+        ga = self._step_at_zero(lam, shape)
+        b = np.full_like(a, _TAU_MAX_S)
+        at_hi = {k: np.broadcast_to(v, shape).reshape(-1).copy()
+                 for k, v in self._mean_step(lam, b.reshape(shape)).items()}
+        gb = at_hi["tau"] - b
+        exists = gb <= 0
+        hi, sd, go_on = b, np.zeros_like(a), exists | every_row
+        rows, part = np.arange(a.size), self._rows(np.arange(a.size), shape)
+        wide = False  # a settled row's bracket is wider than _FP_REL_TOL (an exact root)
         for i in range(_FP_ITERS_MAX):
-            if i >= _FP_ITERS and (np.all(hi - lo <= _FP_REL_TOL * hi + 1e-12) or np.all(
-                    (hi - lo <= _FP_ROUNDING_TOL * hi) | (g_hi == 0) | ~(exists | every_row))):
+            settled = (b - a <= _FP_ROUNDING_TOL * b) | (gb == 0)
+            if i >= _FP_ITERS and ((not wide and np.all(b - a <= _FP_REL_TOL * b + 1e-12))
+                                   or np.all(settled | ~go_on)):
                 break
-            den = g_lo - g_hi
-            x = np.where(den > 0, (lo * -g_hi + hi * g_lo) / np.where(den > 0, den, 1.0),
-                         0.5 * (lo + hi))
-            x = np.clip(x, lo, hi)
-            g = self._mean_step(lam, x)["tau"] - x
+            if np.count_nonzero(~settled) < _FP_REPACK * rows.size:
+                hi[rows[settled]] = b[settled]
+                wide = wide or bool(np.any((b - a > _FP_REL_TOL * b + 1e-12)[settled]))
+                keep = ~settled
+                rows, a, b, ga, gb, sd, go_on, lam_w = (
+                    v[keep] for v in (rows, a, b, ga, gb, sd, go_on, lam_w))
+                part = self._rows(rows, shape)
+            den = ga - gb
+            x = np.where(den > 0, (a * -gb + b * ga) / np.where(den > 0, den, 1.0),
+                         0.5 * (a + b))
+            x = np.clip(x, a, b)
+            s = part._mean_step(lam_w, x)
+            g = s["tau"] - x
             pos = g > 0
+            moved = rows[~pos]  # x is their new hi
+            for k, v in s.items():
+                at_hi[k][moved] = np.broadcast_to(v, x.shape)[~pos]
             # Illinois: halve the stale end's g when the same side is kept twice.
-            g_hi = np.where(pos & (side > 0), 0.5 * g_hi, g_hi)
-            g_lo = np.where(~pos & (side < 0), 0.5 * g_lo, g_lo)
-            lo, g_lo = np.where(pos, x, lo), np.where(pos, g, g_lo)
-            hi, g_hi = np.where(pos, hi, x), np.where(pos, g_hi, g)
-            side = np.where(pos, 1.0, -1.0)
-        return hi, exists
+            gb = np.where(pos & (sd > 0), 0.5 * gb, gb)
+            ga = np.where(~pos & (sd < 0), 0.5 * ga, ga)
+            a, ga = np.where(pos, x, a), np.where(pos, g, ga)
+            b, gb = np.where(pos, b, x), np.where(pos, gb, g)
+            sd = np.where(pos, 1.0, -1.0)
+        hi[rows] = b
+        return hi.reshape(shape), exists.reshape(shape), {k: v.reshape(shape)
+                                                          for k, v in at_hi.items()}
+
+    def _step_at_zero(self, lam: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
+        """T(0) - 0 of the fixed point, flat: at tau = 0 no sequence decodes and no prompt
+        arrives, whatever the (finite) rate, so it is computed once per shape."""
+        if not np.all(np.isfinite(lam)):  # inf x 0: the rate's own NaNs
+            return self._mean_step(lam, np.zeros(shape))["tau"].reshape(-1)
+        key = ("T(0)", shape, self.pack_prompts)
+        if key not in self._flat:
+            self._flat[key] = {"g": self._mean_step(
+                np.zeros(shape), np.zeros(shape))["tau"].reshape(-1)}
+        return self._flat[key]["g"].copy()
+
+    def _rows(self, rows: np.ndarray, shape: tuple[int, ...]) -> SteadyState:
+        """This model restricted to the flat positions `rows` of arrays of `shape` (its step
+        constants and limits as 1-D arrays; the lengths and the policy are shared)."""
+        flat = self._flat.get(shape)
+        if flat is None:  # the array constants flattened to `shape`, once per shape
+            arrays = {f.name: getattr(self.step, f.name) for f in fields(self.step)}
+            arrays.update(cap=self.cap, mnbt=self.mnbt)
+            flat = self._flat[shape] = {
+                k: np.broadcast_to(v, shape).reshape(-1) for k, v in arrays.items()
+                if isinstance(v, np.ndarray) and v.ndim}
+        part = copy.copy(self)
+        part._flat = {}  # its own shapes
+        part.step = replace(self.step, **{k: v[rows] for k, v in flat.items()
+                                          if k not in ("cap", "mnbt")})
+        part.cap = flat["cap"][rows] if "cap" in flat else self.cap
+        part.mnbt = flat["mnbt"][rows] if "mnbt" in flat else self.mnbt
+        return part
 
     def stable(self, rate_per_s: ArrayLike) -> np.ndarray:
         """The stability test of at_rate() alone (cheaper: no percentiles)."""
         with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
             lam = np.asarray(rate_per_s, float)
             lam = np.broadcast_to(lam, np.broadcast_shapes(lam.shape, np.shape(self.cap))).copy()
-            tau, exists = self._fixed_point(lam, every_row=False)
-            s = self._mean_step(lam, tau)
+            tau, exists, s = self._fixed_point(lam, every_row=False)
             b, budget = s["b"], s["budget"]
             t_full = self._mixed(b, budget)
             pf = self.pf.mean

@@ -41,7 +41,8 @@ _INV_DIFF = np.concatenate([[0.0], 1.0 / (1.0 - _ROOTS[1:_GRID_LEN // 2 + 1])]).
 
 def _shift(n: np.ndarray) -> np.ndarray:
     """DFT of a unit mass at integer points n (...,): shape (..., L/2 + 1)."""
-    return _ROOTS[(_FREQ * n.astype(np.int64)[..., None]) % _GRID_LEN]
+    # n >= 0 and _GRID_LEN a power of 2: the mask is the remainder
+    return _ROOTS.take((n.astype(np.int64)[..., None] * _FREQ) & (_GRID_LEN - 1))
 
 
 @dataclass(frozen=True)
