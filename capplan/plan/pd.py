@@ -42,8 +42,9 @@ from capplan.plan.load import LoadSpec
 
 SATURATED_UTILIZATION = 0.97
 """A pool at this share of its capacity in a closed loop is where the clients queue."""
-_BISECT = 16
-"""Halvings per bisection pass of the closed loop's rate (two passes: 2^-32 of the bracket)."""
+_GRID, _GRID_PASSES = 32, 4
+"""The closed loop's rate is bracketed on _GRID rates per pass, _GRID_PASSES passes: 32^-4
+(1e-6) of the slower station's capacity."""
 DEFAULT_PROMPTS = 1000
 """Requests of a closed-loop benchmark when none is given (`vllm bench serve --num-prompts`)."""
 QUANTILES = ("mean", "p50", "p90", "p99")
@@ -179,22 +180,27 @@ class PdModel:
         return self.layout.decode_workers * max(min(float(np.asarray(lim.max_num_seqs)),
                                                     kv_seqs), 1.0)
 
-    def _ttft_at(self, lam: float, tpot: float) -> tuple[float, dict[str, Any]]:
-        """Mean TTFT at `lam` req/s over the pool (inf where the prefill queue is unstable):
-        the prefill queue, the KV transfer and the decode step that emits the first token."""
-        p = _plain(self.qp.at_rate(lam / self.layout.prefill_workers, {"ttft_s"}))
-        t = p["ttft_s"]["mean"] + self.transfer["mean"] + tpot
-        return (t if p["stable"] else math.inf), p
+    def _ttft_at(self, lam: Any, tpot: float) -> np.ndarray:
+        """Mean TTFT at `lam` req/s over the pool (an array of rates; inf where the prefill
+        queue is unstable): the prefill queue, the KV transfer and the decode step that emits
+        the first token."""
+        p = self.qp.at_rate(np.asarray(lam, float) / self.layout.prefill_workers, {"ttft_s"})
+        t = np.asarray(p["ttft_s"]["mean"], float) + self.transfer["mean"] + tpot
+        return np.where(np.asarray(p["stable"], bool), t, math.inf)
 
     def _closed_rate(self, concurrency: int, hi: float, tpot: float) -> float:
-        """The cycle's rate: lambda (TTFT(lambda) + (osl - 1) TPOT) = C, by bisection below
-        `hi` (the slower station's capacity)."""
+        """The cycle's rate: lambda (TTFT(lambda) + (osl - 1) TPOT) = C below `hi` (the slower
+        station's capacity). The excess C / cycle(lambda) - lambda falls with lambda, so its
+        root is bracketed on a grid of _GRID rates per pass (one vectorised queue call)."""
         lo, osl = 0.0, self.out.mean
-        for _ in range(2 * _BISECT):
-            lam = 0.5 * (lo + hi)
-            t, _ = self._ttft_at(lam, tpot)
-            implied = concurrency / (t + (osl - 1) * tpot) if math.isfinite(t) else 0.0
-            lo, hi = (lam, hi) if implied > lam else (lo, lam)
+        for _ in range(_GRID_PASSES):
+            lam = np.linspace(lo, hi, _GRID + 1)[1:]
+            t = self._ttft_at(lam, tpot)
+            with np.errstate(divide="ignore", invalid="ignore"):
+                implied = np.where(np.isfinite(t), concurrency / (t + (osl - 1) * tpot), 0.0)
+            above = np.nonzero(implied > lam)[0]
+            k = int(above[-1]) + 1 if above.size else 0  # lam[:k] lie below the root
+            lo, hi = (float(lam[k - 1]) if k else lo), (float(lam[k]) if k < _GRID else hi)
         return lo if lo > 0 else hi * 1e-6
 
     def closed_loop(self, concurrency: int, waves: float | None = None) -> dict[str, Any]:
@@ -226,7 +232,7 @@ class PdModel:
             raise InputError("the prefill pool has no capacity for these lengths "
                              "(see `capplan memory`)")
         lam = self._closed_rate(concurrency, min(caps.values()) * (1 - 1e-9), tpot)
-        t, _ = self._ttft_at(lam, tpot)
+        t = float(self._ttft_at(lam, tpot))
         p = _plain(self.qp.at_rate(lam / lay.prefill_workers))  # every quantile, not the mean's
         bound = (["prefill"] if lam >= SATURATED_UTILIZATION * caps["prefill"] else []) + (
             ["decode"] if concurrency > slots else [])
@@ -253,6 +259,40 @@ class PdModel:
         res["capacity_closed_loop_requests_per_s"] = caps
         res["startup_wave_s"] = startup
         return res
+
+
+WORKER_HEADROOM = 0.2
+"""Spare prefill capacity of an implied layout (`implied_workers`): the planner's default
+headroom (plan/schema.PlanFile.headroom; replicas cover rate x (1 + headroom))."""
+
+
+def implied_workers(prefill: Deployment, decode: Deployment, inp: LengthStats,
+                    out: LengthStats, concurrency: int, link: str = "auto") -> tuple[int, int]:
+    """The worker counts a planner sizing a closed loop of C clients deploys with these two
+    worker layouts, when the counts are not given (docs/disaggregation.md, "Worker counts"):
+
+    - decode: the fewest workers whose slots hold the C clients (`PdModel.decode_slots`: per
+      worker the engine's max batch over its attention-DP ranks, bounded by the full-length
+      sequences its KV cache holds), so no client waits for a decode slot;
+    - prefill: the fewest workers that carry the cycle rate the decode pool sets, C / (osl x
+      TPOT) (TTFT -> 0: the most the clients can send), with WORKER_HEADROOM spare (the
+      planner's replicas = ceil(rate (1 + headroom) / capacity)), so the decode pool, not the
+      prefill queue, bounds the loop (the point of disaggregating)."""
+    if not isinstance(concurrency, int) or concurrency < 1:
+        raise InputError(f"--concurrency {concurrency}: implied worker counts need a closed "
+                         "loop of at least one client")
+    one = PdModel(make_layout(prefill, 1, decode, 1, link), inp, out)
+    d = max(1, math.ceil(concurrency / one.decode_slots() - 1e-9))
+    ctx = inp.mean + out.mean / 2.0  # the mean context of a running sequence, as closed_loop
+    tpot = float(np.asarray(decode.step.decode_step(concurrency / d, ctx,
+                                                    detail=False)["step_s"]))
+    rate = concurrency / (max(out.mean, 1.0) * tpot)
+    per_worker = one.capacity["prefill"]
+    if not per_worker > 0:
+        raise InputError("the prefill pool has no capacity for these lengths "
+                         "(see `capplan memory`)")
+    p = max(1, math.ceil(rate * (1 + WORKER_HEADROOM) / per_worker - 1e-9))
+    return p, d
 
 
 def _plain(res: dict[str, Any]) -> dict[str, Any]:

@@ -1,0 +1,62 @@
+"""The worker counts a closed loop implies when a P/D layout gives only the workers' layouts
+(capplan.plan.pd.implied_workers; docs/disaggregation.md, "Worker counts")."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from capplan.api import disaggregated
+from capplan.errors import InputError
+from capplan.models.queueing import LengthStats
+from capplan.plan.pd import WORKER_HEADROOM, PdModel, implied_workers
+from capplan.plan.schema import PlanFile
+
+INP, OUT = LengthStats.fixed(2000), LengthStats.fixed(500)
+
+
+@pytest.fixture(scope="module")
+def one():
+    # DeepSeek-R1 fp8 on H200: a prefill worker TP 8, a decode worker TP 8, 64 seqs per rank
+    return disaggregated("deepseek-r1", "h200", prefill_workers=1, decode_workers=1,
+                         prefill={"tp": 8}, decode={"tp": 8, "max_num_seqs": 64},
+                         weight_dtype="fp8", max_model_len=4096)
+
+
+def slots(lay) -> float:
+    """A decode worker's slots by hand: its max batch, or the 2,500-token sequences its KV
+    cache holds, whichever is smaller."""
+    lim = lay.decode.limits
+    return min(float(np.asarray(lim.max_num_seqs)),
+               float(np.asarray(lim.kv_cache_tokens)) / 2500.0)
+
+
+def test_headroom_is_the_planners_default():
+    assert WORKER_HEADROOM == PlanFile.model_fields["headroom"].default
+
+
+@pytest.mark.parametrize("clients_per_slot", [0.5, 1.0, 2.5])
+def test_decode_workers_hold_the_clients(one, clients_per_slot):
+    s = slots(one)
+    c = max(1, int(clients_per_slot * s))
+    _, d = implied_workers(one.prefill, one.decode, INP, OUT, c)
+    assert d == max(1, math.ceil(c / s))  # the fewest whose slots hold C
+    assert d * s >= c > (d - 1) * s
+
+
+def test_prefill_workers_carry_the_decode_pools_rate_with_headroom(one):
+    c = int(2.5 * slots(one))
+    p, d = implied_workers(one.prefill, one.decode, INP, OUT, c)
+    # the decode pool's cycle rate by hand: C / (osl x the step at C / d sequences a worker)
+    step = float(np.asarray(one.decode.step.decode_step(c / d, 2000 + 250,
+                                                        detail=False)["step_s"]))
+    rate = c / (500 * step)
+    per_worker = PdModel(one, INP, OUT).capacity["prefill"]
+    assert p * per_worker >= rate * (1 + WORKER_HEADROOM) > (p - 1) * per_worker
+
+
+def test_no_clients_is_refused(one):
+    with pytest.raises(InputError, match="concurrency"):
+        implied_workers(one.prefill, one.decode, INP, OUT, 0)
