@@ -295,6 +295,21 @@ def implied_workers(prefill: Deployment, decode: Deployment, inp: LengthStats,
     return p, d
 
 
+IMPLIED_RULE = ("decode workers: the fewest whose slots hold the clients; prefill workers: the "
+                "fewest that carry the decode pool's rate with the planner's 20% headroom")
+"""What an answer with implied counts says of them (`implied_workers`)."""
+
+
+def with_implied_workers(layout: PdLayout, load: LoadSpec, link: str = "auto") -> PdLayout:
+    """The layout's worker layouts with the counts a closed loop implies (`implied_workers`);
+    the answer's `layout` and `implied_workers` say so."""
+    if load.concurrency is None:
+        raise InputError("implied worker counts need a closed loop (--concurrency C)")
+    p, d = implied_workers(layout.prefill, layout.decode, load.input_stats, load.output_stats,
+                           int(load.concurrency), link)
+    return make_layout(layout.prefill, p, layout.decode, d, link)
+
+
 def _plain(res: dict[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for k, v in res.items():

@@ -13,6 +13,7 @@ from capplan.errors import InputError
 from capplan.models.queueing import LengthStats
 from capplan.plan.pd import WORKER_HEADROOM, PdModel, implied_workers
 from capplan.plan.schema import PlanFile
+from tests.cli._asserts import assert_one_line_error
 
 INP, OUT = LengthStats.fixed(2000), LengthStats.fixed(500)
 
@@ -60,3 +61,18 @@ def test_prefill_workers_carry_the_decode_pools_rate_with_headroom(one):
 def test_no_clients_is_refused(one):
     with pytest.raises(InputError, match="concurrency"):
         implied_workers(one.prefill, one.decode, INP, OUT, 0)
+
+
+def test_cli_latency_implies_the_counts_from_the_clients(run_cli, one):
+    args = ("latency", "--model", "deepseek-r1", "--gpu", "h200", "--weight-dtype", "fp8",
+            "--prefill-tp", "8", "--decode-tp", "8", "--decode-max-num-seqs", "64",
+            "--input-len", "2000", "--output-len", "500", "--max-model-len", "4096")
+    c = int(2.5 * slots(one))
+    data = run_cli(*args, "--concurrency", str(c), "--format", "json").json()
+    want = implied_workers(one.prefill, one.decode, INP, OUT, c)
+    assert (data["implied_workers"]["prefill"], data["implied_workers"]["decode"]) == want
+    assert f"decode {want[1]} x" in data["layout"]
+    # an open loop has no clients to size for; one count alone is not a layout
+    assert_one_line_error(run_cli(*args, "--rate", "1"), "--concurrency")
+    assert_one_line_error(run_cli(*args, "--prefill-workers", "1", "--concurrency", "4"),
+                          "--decode-workers")
