@@ -84,6 +84,10 @@ def _worker(cat, r: dict[str, str], role: str):
 
 STATED_ONLY = "--stated-only" in sys.argv
 """Score only the rows that give their worker counts."""
+DECODE_RULE = sys.argv[sys.argv.index("--decode-rule") + 1] if "--decode-rule" in sys.argv \
+    else "ridge"
+"""implied_workers' decode rule: ridge (the default: each worker's batch at most its ridge
+batch) or slots (the fewest workers that hold C)."""
 IMPLIED_ALL = "--implied-all" in sys.argv
 """Apply the implied-count rule to every row, its stated counts and batch sizes ignored."""
 
@@ -115,13 +119,15 @@ def why_not(cat, r: dict[str, str]) -> str | None:
 _MODELS: dict[tuple, PdModel] = {}
 
 
-def counts(cat, r: dict[str, str]) -> tuple[int, int]:
-    """(prefill, decode) workers: the row's, or the implied ones when it gives none."""
+def counts(cat, r: dict[str, str], rule: str | None = None) -> tuple[int, int]:
+    """(prefill, decode) workers: the row's, or the implied ones (decode `rule`, default
+    DECODE_RULE) when it gives none."""
     if stated(r):
         return _size(r["prefill_num_workers"]), _size(r["decode_num_workers"])
     isl, osl = int(r["isl"]), int(r["osl"])
     return implied_workers(_worker(cat, r, "prefill"), _worker(cat, r, "decode"),
-                           LengthStats.fixed(isl), LengthStats.fixed(osl), concurrency(r))
+                           LengthStats.fixed(isl), LengthStats.fixed(osl), concurrency(r),
+                           decode_rule=rule or DECODE_RULE)
 
 
 def model_for(cat, r: dict[str, str], p: int, d: int) -> PdModel:
@@ -199,7 +205,7 @@ def table(groups: dict) -> str:
     return "\n".join(lines)
 
 
-def count_check(rows: list[dict[str, str]]) -> str:
+def count_check(rows: list[dict[str, str]], rule: str) -> str:
     """The implied counts (capplan.plan.pd.implied_workers, the row's counts and batch sizes
     ignored) against the counts the rows state, by engine: how often each pool's count is the
     same, fewer or more, and the median of implied over stated GPUs."""
@@ -209,7 +215,7 @@ def count_check(rows: list[dict[str, str]]) -> str:
         if not stated(r) or why_not(cat, r):
             continue
         try:
-            p, d = counts(cat, as_unstated(r))
+            p, d = counts(cat, as_unstated(r), rule)
         except CapplanError:
             continue
         sp, sd = counts(cat, r)
@@ -242,9 +248,14 @@ def reasons_text(reasons: dict[str, int]) -> str:
 def rule_check(rows: list[dict[str, str]]) -> str:
     """The rows that state their counts, scored with them and with the implied counts."""
     known = [r for r in rows if stated(r)]
-    out = [f"Rows with stated worker counts: {len(known)}.", "", count_check(known)]
+    out = [f"Rows with stated worker counts: {len(known)}."]
+    for rule, what in (("ridge", "each decode worker's batch at most its ridge batch (the "
+                        "default)"), ("slots", "the fewest decode workers whose slots hold C")):
+        out += ["", f"Implied counts, {what}, against the stated ones:", "",
+                count_check(known, rule)]
     for implied, what in ((False, "the stated counts and batch sizes"),
-                          (True, "the implied counts, the engine's default batch")):
+                          (True, f"the implied counts ({DECODE_RULE}), the engine's default "
+                                 "batch")):
         groups, reasons = score(known, implied)
         out += ["", f"Scored with {what}:", "", table(groups), "", reasons_text(reasons)]
     return "\n".join(out)

@@ -266,14 +266,33 @@ WORKER_HEADROOM = 0.2
 headroom (plan/schema.PlanFile.headroom; replicas cover rate x (1 + headroom))."""
 
 
+RIDGE_STEP = 2.0
+"""`ridge` decode rule: a worker's batch at most where its decode step is this many times its
+one-sequence step. With step(b) = fixed + b x per-sequence (weights read once, each sequence's
+KV and FLOPs), the ridge b* = fixed / per-sequence is where the step doubles: below it batching
+is nearly free, past it each sequence costs the worker's token latency one for one."""
+
+
+def ridge_batch(decode: Deployment, ctx: float, slots: float) -> float:
+    """The largest batch (<= slots) whose decode step at context `ctx` is at most RIDGE_STEP
+    times the one-sequence step (a geometric grid of 96 batches, one vectorised call)."""
+    grid = np.unique(np.round(np.geomspace(1.0, max(slots, 1.0), 96)))
+    t = np.asarray(decode.step.decode_step(grid, ctx, detail=False)["step_s"], float)
+    return float(grid[t <= RIDGE_STEP * t[0]].max())
+
+
 def implied_workers(prefill: Deployment, decode: Deployment, inp: LengthStats,
-                    out: LengthStats, concurrency: int, link: str = "auto") -> tuple[int, int]:
+                    out: LengthStats, concurrency: int, link: str = "auto",
+                    decode_rule: str = "ridge") -> tuple[int, int]:
     """The worker counts a planner sizing a closed loop of C clients deploys with these two
     worker layouts, when the counts are not given (docs/disaggregation.md, "Worker counts"):
 
-    - decode: the fewest workers whose slots hold the C clients (`PdModel.decode_slots`: per
-      worker the engine's max batch over its attention-DP ranks, bounded by the full-length
-      sequences its KV cache holds), so no client waits for a decode slot;
+    - decode ("ridge", the default): the fewest workers that hold the C clients with each
+      worker's batch at most its `ridge_batch` and its slots (`PdModel.decode_slots`: the
+      engine's max batch over its attention-DP ranks, bounded by the full-length sequences
+      its KV cache holds): disaggregation is deployed to protect TPOT, and past the ridge a
+      sequence costs every other one's token latency; "slots": the fewest workers whose
+      slots hold C (the fewest GPUs);
     - prefill: the fewest workers that carry the cycle rate the decode pool sets, C / (osl x
       TPOT) (TTFT -> 0: the most the clients can send), with WORKER_HEADROOM spare (the
       planner's replicas = ceil(rate (1 + headroom) / capacity)), so the decode pool, not the
@@ -282,8 +301,13 @@ def implied_workers(prefill: Deployment, decode: Deployment, inp: LengthStats,
         raise InputError(f"--concurrency {concurrency}: implied worker counts need a closed "
                          "loop of at least one client")
     one = PdModel(make_layout(prefill, 1, decode, 1, link), inp, out)
-    d = max(1, math.ceil(concurrency / one.decode_slots() - 1e-9))
     ctx = inp.mean + out.mean / 2.0  # the mean context of a running sequence, as closed_loop
+    per = one.decode_slots()
+    if decode_rule == "ridge":
+        per = ridge_batch(decode, ctx, per)
+    elif decode_rule != "slots":
+        raise InputError(f"decode rule {decode_rule!r}: expected slots or ridge")
+    d = max(1, math.ceil(concurrency / per - 1e-9))
     tpot = float(np.asarray(decode.step.decode_step(concurrency / d, ctx,
                                                     detail=False)["step_s"]))
     rate = concurrency / (max(out.mean, 1.0) * tpot)
@@ -295,8 +319,9 @@ def implied_workers(prefill: Deployment, decode: Deployment, inp: LengthStats,
     return p, d
 
 
-IMPLIED_RULE = ("decode workers: the fewest whose slots hold the clients; prefill workers: the "
-                "fewest that carry the decode pool's rate with the planner's 20% headroom")
+IMPLIED_RULE = ("decode workers: the fewest that hold the clients at each one's ridge batch, "
+                "where its step is twice the one-sequence step; prefill workers: the fewest "
+                "that carry the decode pool's rate with the planner's 20% headroom")
 """What an answer with implied counts says of them (`implied_workers`)."""
 
 

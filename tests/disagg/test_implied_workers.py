@@ -11,7 +11,13 @@ import pytest
 from capplan.api import disaggregated
 from capplan.errors import InputError
 from capplan.models.queueing import LengthStats
-from capplan.plan.pd import WORKER_HEADROOM, PdModel, implied_workers
+from capplan.plan.pd import (
+    RIDGE_STEP,
+    WORKER_HEADROOM,
+    PdModel,
+    implied_workers,
+    ridge_batch,
+)
 from capplan.plan.schema import PlanFile
 from tests.cli._asserts import assert_one_line_error
 
@@ -42,18 +48,35 @@ def test_headroom_is_the_planners_default():
 def test_decode_workers_hold_the_clients(one, clients_per_slot):
     s = slots(one)
     c = max(1, int(clients_per_slot * s))
-    _, d = implied_workers(one.prefill, one.decode, INP, OUT, c)
+    _, d = implied_workers(one.prefill, one.decode, INP, OUT, c, decode_rule="slots")
     assert d == max(1, math.ceil(c / s))  # the fewest whose slots hold C
     assert d * s >= c > (d - 1) * s
+
+
+def step(one, b: float) -> float:
+    return float(np.asarray(one.decode.step.decode_step(b, 2000 + 250, detail=False)["step_s"]))
+
+
+def test_ridge_batch_is_where_the_step_doubles(one):
+    b = ridge_batch(one.decode, 2250.0, slots(one))
+    assert 1 <= b <= slots(one)
+    assert step(one, b) <= RIDGE_STEP * step(one, 1) < step(one, 1.1 * b + 1)
+
+
+def test_ridge_rule_holds_the_clients_at_the_ridge_batch(one):
+    b = min(ridge_batch(one.decode, 2250.0, slots(one)), slots(one))
+    c = int(3.5 * b)
+    _, d = implied_workers(one.prefill, one.decode, INP, OUT, c)  # the default rule
+    assert d == math.ceil(c / b)
+    with pytest.raises(InputError, match="decode rule"):
+        implied_workers(one.prefill, one.decode, INP, OUT, c, decode_rule="most")
 
 
 def test_prefill_workers_carry_the_decode_pools_rate_with_headroom(one):
     c = int(2.5 * slots(one))
     p, d = implied_workers(one.prefill, one.decode, INP, OUT, c)
     # the decode pool's cycle rate by hand: C / (osl x the step at C / d sequences a worker)
-    step = float(np.asarray(one.decode.step.decode_step(c / d, 2000 + 250,
-                                                        detail=False)["step_s"]))
-    rate = c / (500 * step)
+    rate = c / (500 * step(one, c / d))
     per_worker = PdModel(one, INP, OUT).capacity["prefill"]
     assert p * per_worker >= rate * (1 + WORKER_HEADROOM) > (p - 1) * per_worker
 
