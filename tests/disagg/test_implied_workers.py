@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 
-from capplan.api import disaggregated
+from capplan.api import disaggregated, pd_latency
 from capplan.errors import InputError
 from capplan.models.queueing import LengthStats
 from capplan.plan.pd import (
@@ -99,3 +99,17 @@ def test_cli_latency_implies_the_counts_from_the_clients(run_cli, one):
     assert_one_line_error(run_cli(*args, "--rate", "1"), "--concurrency")
     assert_one_line_error(run_cli(*args, "--prefill-workers", "1", "--concurrency", "4"),
                           "--decode-workers")
+
+
+def test_api_pd_latency_implies_the_counts(one):
+    c = int(2.5 * slots(one))
+    res = pd_latency("deepseek-r1", "h200", prefill={"tp": 8},
+                     decode={"tp": 8, "max_num_seqs": 64}, weight_dtype="fp8",
+                     max_model_len=4096, concurrency=c, input_len=2000, output_len=500,
+                     check=False)
+    want = implied_workers(one.prefill, one.decode, INP, OUT, c)
+    assert (res.data["implied_workers"]["prefill"], res.data["implied_workers"]["decode"]) \
+        == want
+    with pytest.raises(InputError, match="concurrency"):
+        pd_latency("deepseek-r1", "h200", prefill={"tp": 8}, decode={"tp": 8},
+                   weight_dtype="fp8", max_model_len=4096, rate=1.0)
