@@ -13,6 +13,8 @@ solve as `capplan latency --prefill-workers ... --concurrency C`; nothing fitted
   (docs/multinode.md); the KV link is NVLink when both pools fit one domain (an NVL72 rack),
   else the network;
 - closed loop: lambda = C / (TTFT + (osl - 1) TPOT), a saturated pool named as the bottleneck;
+- a worker whose TP cannot split the model's attention heads (TP 48 of DeepSeek's 128) as
+  attention DP over its GPUs (`as_attention_dp`: such rows do not record DP attention);
 - a row that gives its workers' layouts but not how many ran: the counts a planner sizing its
   C deploys (capplan.plan.pd.implied_workers: decode workers whose slots hold C, prefill
   workers that carry the decode pool's cycle rate with the planner's headroom), with the
@@ -65,6 +67,24 @@ def concurrency(row: dict[str, str]) -> int | None:
 
 def _size(v: str) -> int:
     return int(v) if v and int(v) > 0 else 1
+
+
+def as_attention_dp(cat, r: dict[str, str]) -> dict[str, str]:
+    """The row with a worker whose TP cannot split the model's attention heads (TP 48 of
+    DeepSeek's 128) read as attention DP over those GPUs: such a worker cannot run attention
+    TP, and large expert-parallel deployments run DP attention (SGLang --tp N --dp N
+    --enable-dp-attention, TensorRT-LLM enable_attention_dp), which these rows do not record
+    (their attention_dp_size is 1)."""
+    try:
+        heads = cat.model(r["model_path"]).num_attention_heads
+    except CapplanError:
+        return r
+    out = dict(r)
+    for role in ("prefill", "decode"):
+        tp = _size(r[f"{role}_tp_size"])
+        if heads % tp and _size(r[f"{role}_attention_dp_size"]) == 1:
+            out[f"{role}_tp_size"], out[f"{role}_attention_dp_size"] = "1", str(tp)
+    return out
 
 
 _DEPS: dict[tuple, object] = {}
@@ -147,6 +167,7 @@ def predict(cat, r: dict[str, str], implied: bool = IMPLIED_ALL
     counts and batch sizes ignored, the implied counts used)."""
     if implied:
         r = as_unstated(r)
+    r = as_attention_dp(cat, r)
     reason = why_not(cat, r)
     if reason:
         return reason
@@ -214,6 +235,7 @@ def count_check(rows: list[dict[str, str]], rule: str) -> str:
     for r in rows:
         if not stated(r) or why_not(cat, r):
             continue
+        r = as_attention_dp(cat, r)
         try:
             p, d = counts(cat, as_unstated(r), rule)
         except CapplanError:
