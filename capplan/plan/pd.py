@@ -210,7 +210,7 @@ class PdModel:
         its workers (the router sends each request to a worker with a free slot): while C fits
         its slots no request waits for it, and TPOT is one decode step at that batch. The
         prefill pool is a queue at the cycle's rate: lambda solves lambda (TTFT(lambda) +
-        (osl - 1) TPOT) = C by bisection below the capacity of the slower station; a station
+        (osl - 1) TPOT) = C (`_closed_rate`) below the capacity of the slower station; a station
         at that bound holds the clients' queue (then TTFT = C / lambda - (osl - 1) TPOT,
         Little's law) and is named saturated: the prefill pool at its capacity, the decode pool
         when C exceeds its slots.
