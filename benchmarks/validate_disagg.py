@@ -12,13 +12,22 @@ solve as `capplan latency --prefill-workers ... --concurrency C`; nothing fitted
 - a worker wider than the GPU's NVLink domain spans nodes over the catalog's network
   (docs/multinode.md); the KV link is NVLink when both pools fit one domain (an NVL72 rack),
   else the network;
-- closed loop: lambda = C / (TTFT + (osl - 1) TPOT), a saturated pool named as the bottleneck.
+- closed loop: lambda = C / (TTFT + (osl - 1) TPOT), a saturated pool named as the bottleneck;
+- a worker whose TP cannot split the model's attention heads (TP 48 of DeepSeek's 128) as
+  attention DP over its GPUs (`as_attention_dp`: such rows do not record DP attention);
+- a row that gives its workers' layouts but not how many ran: the counts a planner sizing its
+  C deploys (capplan.plan.pd.implied_workers: decode workers whose slots hold C, prefill
+  workers that carry the decode pool's cycle rate with the planner's headroom), with the
+  engine's default max batch (such rows give no batch either).
 Errors |predicted / measured - 1| as median / p90 / median signed bias, by engine and system.
 
 Run: .venv/bin/python benchmarks/validate_disagg.py [--per-group N] [--data CSV] [--write-docs]
-[--assume-one-worker]
+[--stated-only | --implied-all]
 (default 10 rows per engine and system, every k-th row by id; --per-group 0 scores every row;
---write-docs rewrites the generated block of docs/validation.md with the full scoring)
+--write-docs rewrites the generated blocks of docs/validation.md with the full scoring;
+--stated-only scores only rows that give their worker counts; --implied-all applies the
+implied-count rule to every row, ignoring the counts and batch sizes rows give: the rule's
+check on rows whose counts are known, with the inferred vs the real counts)
 """
 
 from __future__ import annotations
@@ -35,7 +44,7 @@ from capplan.catalog.loader import load_catalog
 from capplan.errors import CapplanError
 from capplan.models.queueing import LengthStats
 from capplan.plan.aiconfigurator import SYSTEM_GPUS, disagg_worker
-from capplan.plan.pd import PdModel, make_layout
+from capplan.plan.pd import PdModel, implied_workers, make_layout
 from capplan.sim.protocol import preset
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -60,6 +69,24 @@ def _size(v: str) -> int:
     return int(v) if v and int(v) > 0 else 1
 
 
+def as_attention_dp(cat, r: dict[str, str]) -> dict[str, str]:
+    """The row with a worker whose TP cannot split the model's attention heads (TP 48 of
+    DeepSeek's 128) read as attention DP over those GPUs: such a worker cannot run attention
+    TP, and large expert-parallel deployments run DP attention (SGLang --tp N --dp N
+    --enable-dp-attention, TensorRT-LLM enable_attention_dp), which these rows do not record
+    (their attention_dp_size is 1)."""
+    try:
+        heads = cat.model(r["model_path"]).num_attention_heads
+    except CapplanError:
+        return r
+    out = dict(r)
+    for role in ("prefill", "decode"):
+        tp = _size(r[f"{role}_tp_size"])
+        if heads % tp and _size(r[f"{role}_attention_dp_size"]) == 1:
+            out[f"{role}_tp_size"], out[f"{role}_attention_dp_size"] = "1", str(tp)
+    return out
+
+
 _DEPS: dict[tuple, object] = {}
 
 
@@ -75,16 +102,32 @@ def _worker(cat, r: dict[str, str], role: str):
     return _DEPS[key]
 
 
-ASSUME_ONE_WORKER = "--assume-one-worker" in sys.argv
-"""Score rows without worker counts as 1 prefill + 1 decode worker (a stated assumption, off by
-default: such a row does not give the layout it measured)."""
+STATED_ONLY = "--stated-only" in sys.argv
+"""Score only the rows that give their worker counts."""
+DECODE_RULE = sys.argv[sys.argv.index("--decode-rule") + 1] if "--decode-rule" in sys.argv \
+    else "ridge"
+"""implied_workers' decode rule: ridge (the default: each worker's batch at most its ridge
+batch) or slots (the fewest workers that hold C)."""
+IMPLIED_ALL = "--implied-all" in sys.argv
+"""Apply the implied-count rule to every row, its stated counts and batch sizes ignored."""
+
+
+def stated(r: dict[str, str]) -> bool:
+    """Whether the row gives both pools' worker counts."""
+    return bool(r["prefill_num_workers"] and r["decode_num_workers"])
+
+
+def as_unstated(r: dict[str, str]) -> dict[str, str]:
+    """The row as one without worker counts or batch sizes (what the other rows give)."""
+    return {**r, **{f"{role}_{k}": "" for role in ("prefill", "decode")
+                    for k in ("num_workers", "batch_size")}}
 
 
 def why_not(cat, r: dict[str, str]) -> str | None:
     """Why a row cannot be placed as given (None: it can): the reason counted in the table."""
     if concurrency(r) is None:
         return "no concurrency in its source"
-    if not (r["prefill_num_workers"] and r["decode_num_workers"]) and not ASSUME_ONE_WORKER:
+    if not stated(r) and STATED_ONLY:
         return "no worker counts (the layout it measured is not given)"
     try:
         cat.model(r["model_path"])
@@ -93,18 +136,44 @@ def why_not(cat, r: dict[str, str]) -> str | None:
     return None
 
 
-def predict(cat, r: dict[str, str]) -> tuple[float, float] | str:
-    """(TTFT, TPOT) in seconds, or why the row has no prediction."""
+_MODELS: dict[tuple, PdModel] = {}
+
+
+def counts(cat, r: dict[str, str], rule: str | None = None) -> tuple[int, int]:
+    """(prefill, decode) workers: the row's, or the implied ones (decode `rule`, default
+    DECODE_RULE) when it gives none."""
+    if stated(r):
+        return _size(r["prefill_num_workers"]), _size(r["decode_num_workers"])
+    isl, osl = int(r["isl"]), int(r["osl"])
+    return implied_workers(_worker(cat, r, "prefill"), _worker(cat, r, "decode"),
+                           LengthStats.fixed(isl), LengthStats.fixed(osl), concurrency(r),
+                           decode_rule=rule or DECODE_RULE)
+
+
+def model_for(cat, r: dict[str, str], p: int, d: int) -> PdModel:
+    """The layout's PdModel for the row's lengths, memoised (rows that differ only in C share
+    it: its pools' capacities are the costly part)."""
+    pre, dec = _worker(cat, r, "prefill"), _worker(cat, r, "decode")
+    key = (id(pre), p, id(dec), d, r["isl"], r["osl"])
+    if key not in _MODELS:
+        _MODELS[key] = PdModel(make_layout(pre, p, dec, d), LengthStats.fixed(int(r["isl"])),
+                               LengthStats.fixed(int(r["osl"])))
+    return _MODELS[key]
+
+
+def predict(cat, r: dict[str, str], implied: bool = IMPLIED_ALL
+            ) -> tuple[float, float] | str:
+    """(TTFT, TPOT) in seconds, or why the row has no prediction (`implied`: the row's worker
+    counts and batch sizes ignored, the implied counts used)."""
+    if implied:
+        r = as_unstated(r)
+    r = as_attention_dp(cat, r)
     reason = why_not(cat, r)
     if reason:
         return reason
     c = concurrency(r)
     try:
-        lay = make_layout(_worker(cat, r, "prefill"), _size(r["prefill_num_workers"]),
-                          _worker(cat, r, "decode"), _size(r["decode_num_workers"]))
-        isl, osl = int(r["isl"]), int(r["osl"])
-        res = PdModel(lay, LengthStats.fixed(isl), LengthStats.fixed(osl)).closed_loop(
-            c, waves=WAVES)
+        res = model_for(cat, r, *counts(cat, r)).closed_loop(c, waves=WAVES)
     except CapplanError as e:
         msg = str(e)
         if "fit" in msg:
@@ -125,13 +194,14 @@ def cell(e: np.ndarray) -> str:
             f"{np.median(e):+.0%}")
 
 
-def score(rows: list[dict[str, str]]) -> tuple[dict, dict[str, int]]:
+def score(rows: list[dict[str, str]], implied: bool = IMPLIED_ALL
+          ) -> tuple[dict, dict[str, int]]:
     cat = load_catalog()
     groups: dict[tuple[str, str], dict[str, list[float]]] = defaultdict(
         lambda: defaultdict(list))
     reasons: dict[str, int] = defaultdict(int)
     for r in rows:
-        p = predict(cat, r)
+        p = predict(cat, r, implied)
         keys = ((r["backend"], r["system"]), (r["backend"], "all"), ("all", "all"))
         for key in keys:
             groups[key]["rows"].append(1.0)
@@ -154,6 +224,63 @@ def table(groups: dict) -> str:
         lines.append(f"| {key[0]} | {key[1]} | {n} | {k / n:.0%} | "
                      f"{cell(np.asarray(g['ttft']))} | {cell(np.asarray(g['tpot']))} |")
     return "\n".join(lines)
+
+
+def count_check(rows: list[dict[str, str]], rule: str) -> str:
+    """The implied counts (capplan.plan.pd.implied_workers, the row's counts and batch sizes
+    ignored) against the counts the rows state, by engine: how often each pool's count is the
+    same, fewer or more, and the median of implied over stated GPUs."""
+    cat = load_catalog()
+    by: dict[str, list[tuple[int, int, int, int, float]]] = defaultdict(list)
+    for r in rows:
+        if not stated(r) or why_not(cat, r):
+            continue
+        r = as_attention_dp(cat, r)
+        try:
+            p, d = counts(cat, as_unstated(r), rule)
+        except CapplanError:
+            continue
+        sp, sd = counts(cat, r)
+        pg, dg = (_worker(cat, r, role).gpus_per_replica for role in ("prefill", "decode"))
+        ratio = (p * pg + d * dg) / (sp * pg + sd * dg)
+        for key in (r["backend"], "all"):
+            by[key].append((np.sign(p - sp), np.sign(d - sd), p, d, ratio))
+
+    def split(v: list[int]) -> str:
+        n = len(v)
+        return " / ".join(f"{sum(1 for x in v if x == s) / n:.0%}" for s in (0, -1, 1))
+
+    lines = ["| engine | rows | prefill workers same / fewer / more | decode workers same / "
+             "fewer / more | implied / stated GPUs, median (p10-p90) |", "|---|---|---|---|---|"]
+    for key in sorted(by, key=lambda k: (k == "all", k)):
+        v = by[key]
+        g = np.asarray([x[4] for x in v])
+        lines.append(f"| {key} | {len(v)} | {split([x[0] for x in v])} | "
+                     f"{split([x[1] for x in v])} | {np.median(g):.2f} "
+                     f"({np.quantile(g, 0.1):.2f}-{np.quantile(g, 0.9):.2f}) |")
+    return "\n".join(lines)
+
+
+def reasons_text(reasons: dict[str, int]) -> str:
+    return "Rows not predicted, by reason: " + (
+        "; ".join(f"{why}: {n}" for why, n in sorted(reasons.items(), key=lambda x: -x[1]))
+        or "none") + "."
+
+
+def rule_check(rows: list[dict[str, str]]) -> str:
+    """The rows that state their counts, scored with them and with the implied counts."""
+    known = [r for r in rows if stated(r)]
+    out = [f"Rows with stated worker counts: {len(known)}."]
+    for rule, what in (("ridge", "each decode worker's batch at most its ridge batch (the "
+                        "default)"), ("slots", "the fewest decode workers whose slots hold C")):
+        out += ["", f"Implied counts, {what}, against the stated ones:", "",
+                count_check(known, rule)]
+    for implied, what in ((False, "the stated counts and batch sizes"),
+                          (True, f"the implied counts ({DECODE_RULE}), the engine's default "
+                                 "batch")):
+        groups, reasons = score(known, implied)
+        out += ["", f"Scored with {what}:", "", table(groups), "", reasons_text(reasons)]
+    return "\n".join(out)
 
 
 def write_docs(text: str, block: str = "validate_disagg:by-engine") -> None:
@@ -180,12 +307,15 @@ def main() -> None:
     groups, reasons = score(rows)
     skipped = sum(reasons.values())
     print(f"disagg rows: {len(rows)}, scored {len(rows) - skipped}, not predicted {skipped}")
-    text = table(groups) + "\n\nRows not predicted, by reason: " + (
-        "; ".join(f"{why}: {n}" for why, n in sorted(reasons.items(), key=lambda x: -x[1]))
-        or "none") + "."
+    text = table(groups) + "\n\n" + reasons_text(reasons)
     print(text)
+    check = None if (STATED_ONLY or IMPLIED_ALL) else rule_check(rows)
+    if check:
+        print("\n" + check)
     if "--write-docs" in sys.argv:
         write_docs(text)
+        if check:
+            write_docs(check, "validate_disagg:rule-check")
         print(f"wrote {DOC}")
 
 

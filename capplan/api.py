@@ -328,7 +328,8 @@ def disaggregated(model: str, gpu: str, *, prefill_workers: int, decode_workers:
                         calibration=calibration, engine_notation=engine_notation, **options)
 
 
-def pd_latency(model: str, gpu: str, *, prefill_workers: int, decode_workers: int,
+def pd_latency(model: str, gpu: str, *, prefill_workers: int | None = None,
+               decode_workers: int | None = None,
                prefill: dict[str, Any] | None = None, decode: dict[str, Any] | None = None,
                kv_link: str = "auto", rate: float | None = None,
                concurrency: int | None = None, trace: str | None = None,
@@ -341,24 +342,33 @@ def pd_latency(model: str, gpu: str, *, prefill_workers: int, decode_workers: in
     a pool that cannot keep up (then `stable` is False). The analytic solve answers, checked
     against the replay of the same load when `check` (`data["answered_by"]` says which;
     `num_prompts`: a closed loop's benchmark requests, default 1000; `seed`: the replay's
-    arrivals and lengths)."""
+    arrivals and lengths). Neither worker count: a closed loop's implied counts
+    (capplan.plan.pd.implied_workers; `data["implied_workers"]`)."""
     from capplan.plan.load import load_spec_from_options
+    from capplan.plan.pd import IMPLIED_RULE, with_implied_workers
     from capplan.plan.pd import pd_latency as _pd_latency
     from capplan.plan.pd_sim import pd_latency_checked
 
     check_kwargs(rate=rate, concurrency=concurrency, burstiness=burstiness,
                  num_prompts=num_prompts, seed=seed)
-    lay = disaggregated(model, gpu, prefill_workers=prefill_workers,
-                        decode_workers=decode_workers, prefill=prefill, decode=decode,
-                        kv_link=kv_link, **kw)
+    implied = prefill_workers is None and decode_workers is None
+    if implied and concurrency is None:
+        raise InputError("a layout without worker counts needs a concurrency (the counts are "
+                         "implied from it)")
+    lay = disaggregated(model, gpu, prefill_workers=1 if implied else prefill_workers,
+                        decode_workers=1 if implied else decode_workers, prefill=prefill,
+                        decode=decode, kv_link=kv_link, **kw)
     load = load_spec_from_options(rate, concurrency, trace, str(input_len), str(output_len),
                                   burstiness, lay.decode.memory.max_model_len,
                                   num_prompts=num_prompts)
-    if not check:
-        return LatencyResult.from_dict(_pd_latency(lay, load))
-    return LatencyResult.from_dict(pd_latency_checked(lay, load, str(input_len),
-                                                      str(output_len), burstiness, trace,
-                                                      seed=seed))
+    if implied:
+        lay = with_implied_workers(lay, load, kv_link)
+    res = _pd_latency(lay, load) if not check else pd_latency_checked(
+        lay, load, str(input_len), str(output_len), burstiness, trace, seed=seed)
+    if implied:
+        res["implied_workers"] = {"prefill": lay.prefill_workers,
+                                  "decode": lay.decode_workers, "rule": IMPLIED_RULE}
+    return LatencyResult.from_dict(res)
 
 
 def pd_simulate(model: str, gpu: str, *, prefill_workers: int, decode_workers: int,

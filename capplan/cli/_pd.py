@@ -51,8 +51,10 @@ def pd_options(f: Callable[..., Any]) -> Callable[..., Any]:
     return f
 
 
-def pop_pd(kw: dict[str, Any]) -> dict[str, Any] | None:
-    """The P/D arguments of capplan.api.disaggregated, or None when no pool was given."""
+def pop_pd(kw: dict[str, Any], implied: bool = False) -> dict[str, Any] | None:
+    """The P/D arguments of capplan.api.disaggregated, or None when no pool was given.
+    `implied`: pools given without either worker count leave both None (`latency` implies them
+    from --concurrency, capplan.plan.pd.implied_workers)."""
     pools: dict[str, dict[str, Any]] = {}
     for role in ("prefill", "decode"):
         pools[role] = {k: kw.pop(f"{role}_{k}") for k in _ROLE_KEYS}
@@ -62,9 +64,13 @@ def pop_pd(kw: dict[str, Any]) -> dict[str, Any] | None:
                                           for v in p.values())
     if not given:
         return None
-    if not all(workers.values()):
+    if implied and not any(workers.values()):
+        pass
+    elif not all(workers.values()):
         raise click.UsageError("a disaggregated layout needs both --prefill-workers and "
-                               "--decode-workers")
+                               "--decode-workers" + (" (or neither, with --concurrency: "
+                                                     "the counts a planner would deploy)"
+                                                     if implied else ""))
     return {"prefill_workers": workers["prefill"], "decode_workers": workers["decode"],
             "prefill": {k: v for k, v in pools["prefill"].items() if v is not None},
             "decode": {k: v for k, v in pools["decode"].items() if v is not None},
@@ -109,8 +115,17 @@ def pd_table(res: dict[str, Any], fmt: str) -> str:
         if res.get("answered_by"):
             notes.append(f"answered by: {res['answered_by']}"
                          + (f" ({res['replay_note']})" if res.get("replay_note") else ""))
-        text += "\n\n" + "\n".join(notes + _launch_notes(res))
+        text += "\n\n" + "\n".join(_implied_note(res) + notes + _launch_notes(res))
     return text
+
+
+def _implied_note(res: dict[str, Any]) -> list[str]:
+    """The worker counts `latency` implied from the closed loop, when none were given."""
+    imp = res.get("implied_workers")
+    if not imp:
+        return []
+    return [f"worker counts implied from --concurrency: {imp['prefill']} prefill, "
+            f"{imp['decode']} decode ({imp['rule']})"]
 
 
 def _launch_notes(res: dict[str, Any]) -> list[str]:
@@ -165,5 +180,5 @@ def pd_sim_table(res: dict[str, Any], fmt: str) -> str:
             notes.append(f"the closed loop did not settle in {res['replay_passes']} passes")
         notes.append(f"answered by: {res.get('answered_by')}; calibration: "
                      f"{res.get('calibration')}")
-        text += "\n\n" + "\n".join(notes + _launch_notes(res))
+        text += "\n\n" + "\n".join(_implied_note(res) + notes + _launch_notes(res))
     return text

@@ -113,7 +113,7 @@ def latency_cmd(model: str, gpu: str, rate: list[float] | None, concurrency: lis
     (TTFT and TBT, mean and p99), else by the replay. The footer (JSON: answered_by) says
     which. A list of rates or concurrencies prints one row per level (JSON: a list)."""
     prefix = pop_prefix_spec(kw)
-    pd = pop_pd(kw)
+    pd = pop_pd(kw, implied=True)
     if pd is not None:
         _pd_latency(model, gpu, pd, rate, concurrency, trace, input_len, output_len,
                     burstiness, fmt, catalog_dir, prefix,
@@ -155,6 +155,7 @@ def _pd_latency(model: str, gpu: str, pd: dict[str, Any], rate: list[float] | No
 
     from capplan.api import disaggregated
     from capplan.cli._options import options_from
+    from capplan.plan.pd import IMPLIED_RULE, with_implied_workers
     from capplan.plan.pd_sim import pd_latency_checked
 
     if prefix is not None and prefix.active:
@@ -163,13 +164,25 @@ def _pd_latency(model: str, gpu: str, pd: dict[str, Any], rate: list[float] | No
         raise click.UsageError("a disaggregated layout takes one --rate or --concurrency")
     cal = kw.pop("calibration", None)
     num_prompts, seed = kw.pop("num_prompts", None), kw.pop("seed", 0)
+    implied = pd["prefill_workers"] is None
+    if implied and not concurrency:
+        raise click.UsageError("a disaggregated layout without --prefill-workers and "
+                               "--decode-workers needs --concurrency C (the counts are "
+                               "implied from it)")
+    if implied:
+        pd = {**pd, "prefill_workers": 1, "decode_workers": 1}
     lay = disaggregated(model, gpu, calibration=cal, catalog_dirs=catalog_dir,
                         engine_notation=True, **pd, **asdict(options_from(kw)))
     load = load_spec_from_options(rate[0] if rate else None,
                                   concurrency[0] if concurrency else None, trace, input_len,
                                   output_len, burstiness, lay.decode.memory.max_model_len,
                                   num_prompts=num_prompts)
+    if implied:
+        lay = with_implied_workers(lay, load, pd["kv_link"])
     res = pd_latency_checked(lay, load, input_len, output_len, burstiness, trace, seed=seed)
+    if implied:
+        res["implied_workers"] = {"prefill": lay.prefill_workers, "decode": lay.decode_workers,
+                                  "rule": IMPLIED_RULE}
     if "replay_passes" in res:
         emit(to_json(res) if fmt == "json" else pd_sim_table(res, fmt))
         return

@@ -42,8 +42,9 @@ from capplan.plan.load import LoadSpec
 
 SATURATED_UTILIZATION = 0.97
 """A pool at this share of its capacity in a closed loop is where the clients queue."""
-_BISECT = 16
-"""Halvings per bisection pass of the closed loop's rate (two passes: 2^-32 of the bracket)."""
+_GRID, _GRID_PASSES = 32, 4
+"""The closed loop's rate is bracketed on _GRID rates per pass, _GRID_PASSES passes: 32^-4
+(1e-6) of the slower station's capacity."""
 DEFAULT_PROMPTS = 1000
 """Requests of a closed-loop benchmark when none is given (`vllm bench serve --num-prompts`)."""
 QUANTILES = ("mean", "p50", "p90", "p99")
@@ -179,22 +180,27 @@ class PdModel:
         return self.layout.decode_workers * max(min(float(np.asarray(lim.max_num_seqs)),
                                                     kv_seqs), 1.0)
 
-    def _ttft_at(self, lam: float, tpot: float) -> tuple[float, dict[str, Any]]:
-        """Mean TTFT at `lam` req/s over the pool (inf where the prefill queue is unstable):
-        the prefill queue, the KV transfer and the decode step that emits the first token."""
-        p = _plain(self.qp.at_rate(lam / self.layout.prefill_workers, {"ttft_s"}))
-        t = p["ttft_s"]["mean"] + self.transfer["mean"] + tpot
-        return (t if p["stable"] else math.inf), p
+    def _ttft_at(self, lam: Any, tpot: float) -> np.ndarray:
+        """Mean TTFT at `lam` req/s over the pool (an array of rates; inf where the prefill
+        queue is unstable): the prefill queue, the KV transfer and the decode step that emits
+        the first token."""
+        p = self.qp.at_rate(np.asarray(lam, float) / self.layout.prefill_workers, {"ttft_s"})
+        t = np.asarray(p["ttft_s"]["mean"], float) + self.transfer["mean"] + tpot
+        return np.where(np.asarray(p["stable"], bool), t, math.inf)
 
     def _closed_rate(self, concurrency: int, hi: float, tpot: float) -> float:
-        """The cycle's rate: lambda (TTFT(lambda) + (osl - 1) TPOT) = C, by bisection below
-        `hi` (the slower station's capacity)."""
+        """The cycle's rate: lambda (TTFT(lambda) + (osl - 1) TPOT) = C below `hi` (the slower
+        station's capacity). The excess C / cycle(lambda) - lambda falls with lambda, so its
+        root is bracketed on a grid of _GRID rates per pass (one vectorised queue call)."""
         lo, osl = 0.0, self.out.mean
-        for _ in range(2 * _BISECT):
-            lam = 0.5 * (lo + hi)
-            t, _ = self._ttft_at(lam, tpot)
-            implied = concurrency / (t + (osl - 1) * tpot) if math.isfinite(t) else 0.0
-            lo, hi = (lam, hi) if implied > lam else (lo, lam)
+        for _ in range(_GRID_PASSES):
+            lam = np.linspace(lo, hi, _GRID + 1)[1:]
+            t = self._ttft_at(lam, tpot)
+            with np.errstate(divide="ignore", invalid="ignore"):
+                implied = np.where(np.isfinite(t), concurrency / (t + (osl - 1) * tpot), 0.0)
+            above = np.nonzero(implied > lam)[0]
+            k = int(above[-1]) + 1 if above.size else 0  # lam[:k] lie below the root
+            lo, hi = (float(lam[k - 1]) if k else lo), (float(lam[k]) if k < _GRID else hi)
         return lo if lo > 0 else hi * 1e-6
 
     def closed_loop(self, concurrency: int, waves: float | None = None) -> dict[str, Any]:
@@ -204,7 +210,7 @@ class PdModel:
         its workers (the router sends each request to a worker with a free slot): while C fits
         its slots no request waits for it, and TPOT is one decode step at that batch. The
         prefill pool is a queue at the cycle's rate: lambda solves lambda (TTFT(lambda) +
-        (osl - 1) TPOT) = C by bisection below the capacity of the slower station; a station
+        (osl - 1) TPOT) = C (`_closed_rate`) below the capacity of the slower station; a station
         at that bound holds the clients' queue (then TTFT = C / lambda - (osl - 1) TPOT,
         Little's law) and is named saturated: the prefill pool at its capacity, the decode pool
         when C exceeds its slots.
@@ -226,7 +232,7 @@ class PdModel:
             raise InputError("the prefill pool has no capacity for these lengths "
                              "(see `capplan memory`)")
         lam = self._closed_rate(concurrency, min(caps.values()) * (1 - 1e-9), tpot)
-        t, _ = self._ttft_at(lam, tpot)
+        t = float(self._ttft_at(lam, tpot))
         p = _plain(self.qp.at_rate(lam / lay.prefill_workers))  # every quantile, not the mean's
         bound = (["prefill"] if lam >= SATURATED_UTILIZATION * caps["prefill"] else []) + (
             ["decode"] if concurrency > slots else [])
@@ -253,6 +259,80 @@ class PdModel:
         res["capacity_closed_loop_requests_per_s"] = caps
         res["startup_wave_s"] = startup
         return res
+
+
+WORKER_HEADROOM = 0.2
+"""Spare prefill capacity of an implied layout (`implied_workers`): the planner's default
+headroom (plan/schema.PlanFile.headroom; replicas cover rate x (1 + headroom))."""
+
+
+RIDGE_STEP = 2.0
+"""`ridge` decode rule: a worker's batch at most where its decode step is this many times its
+one-sequence step. With step(b) = fixed + b x per-sequence (weights read once, each sequence's
+KV and FLOPs), the ridge b* = fixed / per-sequence is where the step doubles: below it batching
+is nearly free, past it each sequence costs the worker's token latency one for one."""
+
+
+def ridge_batch(decode: Deployment, ctx: float, slots: float) -> float:
+    """The largest batch (<= slots) whose decode step at context `ctx` is at most RIDGE_STEP
+    times the one-sequence step (a geometric grid of 96 batches, one vectorised call)."""
+    grid = np.unique(np.round(np.geomspace(1.0, max(slots, 1.0), 96)))
+    t = np.asarray(decode.step.decode_step(grid, ctx, detail=False)["step_s"], float)
+    return float(grid[t <= RIDGE_STEP * t[0]].max())
+
+
+def implied_workers(prefill: Deployment, decode: Deployment, inp: LengthStats,
+                    out: LengthStats, concurrency: int, link: str = "auto",
+                    decode_rule: str = "ridge") -> tuple[int, int]:
+    """The worker counts a planner sizing a closed loop of C clients deploys with these two
+    worker layouts, when the counts are not given (docs/disaggregation.md, "Worker counts"):
+
+    - decode ("ridge", the default): the fewest workers that hold the C clients with each
+      worker's batch at most its `ridge_batch` and its slots (`PdModel.decode_slots`: the
+      engine's max batch over its attention-DP ranks, bounded by the full-length sequences
+      its KV cache holds): disaggregation is deployed to protect TPOT, and past the ridge a
+      sequence costs every other one's token latency; "slots": the fewest workers whose
+      slots hold C (the fewest GPUs);
+    - prefill: the fewest workers that carry the cycle rate the decode pool sets, C / (osl x
+      TPOT) (TTFT -> 0: the most the clients can send), with WORKER_HEADROOM spare (the
+      planner's replicas = ceil(rate (1 + headroom) / capacity)), so the decode pool, not the
+      prefill queue, bounds the loop (the point of disaggregating)."""
+    if not isinstance(concurrency, int) or concurrency < 1:
+        raise InputError(f"--concurrency {concurrency}: implied worker counts need a closed "
+                         "loop of at least one client")
+    one = PdModel(make_layout(prefill, 1, decode, 1, link), inp, out)
+    ctx = inp.mean + out.mean / 2.0  # the mean context of a running sequence, as closed_loop
+    per = one.decode_slots()
+    if decode_rule == "ridge":
+        per = ridge_batch(decode, ctx, per)
+    elif decode_rule != "slots":
+        raise InputError(f"decode rule {decode_rule!r}: expected slots or ridge")
+    d = max(1, math.ceil(concurrency / per - 1e-9))
+    tpot = float(np.asarray(decode.step.decode_step(concurrency / d, ctx,
+                                                    detail=False)["step_s"]))
+    rate = concurrency / (max(out.mean, 1.0) * tpot)
+    per_worker = one.capacity["prefill"]
+    if not per_worker > 0:
+        raise InputError("the prefill pool has no capacity for these lengths "
+                         "(see `capplan memory`)")
+    p = max(1, math.ceil(rate * (1 + WORKER_HEADROOM) / per_worker - 1e-9))
+    return p, d
+
+
+IMPLIED_RULE = ("decode workers: the fewest that hold the clients at each one's ridge batch, "
+                "where its step is twice the one-sequence step; prefill workers: the fewest "
+                "that carry the decode pool's rate with the planner's 20% headroom")
+"""What an answer with implied counts says of them (`implied_workers`)."""
+
+
+def with_implied_workers(layout: PdLayout, load: LoadSpec, link: str = "auto") -> PdLayout:
+    """The layout's worker layouts with the counts a closed loop implies (`implied_workers`);
+    the answer's `layout` and `implied_workers` say so."""
+    if load.concurrency is None:
+        raise InputError("implied worker counts need a closed loop (--concurrency C)")
+    p, d = implied_workers(layout.prefill, layout.decode, load.input_stats, load.output_stats,
+                           int(load.concurrency), link)
+    return make_layout(layout.prefill, p, layout.decode, d, link)
 
 
 def _plain(res: dict[str, Any]) -> dict[str, Any]:
