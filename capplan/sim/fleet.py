@@ -219,7 +219,8 @@ def replay_schedule(spec: FleetReplaySpec) -> FleetReplayResult:
                          "compiled): use round-robin or prefix-affinity")
     rep, disp = route_static(arr, keys, ready, stop, spec.router)
     tm = _Times(np.full(n, np.nan), np.full(n, np.nan), [], [], [], np.full(n, np.nan),
-                {"running_s": 0.0, "in_system_s": 0.0, "kv_blocks_max": 0, "preemptions": 0})
+                {"running_s": 0.0, "in_system_s": 0.0, "kv_blocks_max": 0, "preemptions": 0,
+                 "prefix_hit_tokens": 0})
     tm.replica = rep
     per = []
     for r in range(len(ready)):
@@ -245,24 +246,27 @@ def replay_schedule(spec: FleetReplaySpec) -> FleetReplayResult:
         tm.agg["in_system_s"] += st.in_system_s
         tm.agg["kv_blocks_max"] = max(tm.agg["kv_blocks_max"], st.kv_blocks_max)
         tm.agg["preemptions"] += rec.preemptions
+        tm.agg["prefix_hit_tokens"] += rec.prefix_hit_tokens
+        per[r]["preemptions"] = rec.preemptions
+        per[r]["prefix_hit_tokens"] = rec.prefix_hit_tokens
         per[r]["last_finish_s"] = float(rec.finished_at_s.max())
     return _result(spec, w, tm, decided, stop, per)
 
 
 def fleet_compiled(dep: Deployment, reqs: Requests, sim_engine: str) -> bool:
     """Whether the fleet replays on the compiled loop (`capplan.sim.fleet_loop`): the
-    compiled engine supports the run (`--sim-engine auto` or compiled; open loop, no prefix
-    caching, numba installed); else each replica runs on its own engine after routing."""
+    compiled engine supports the run (`--sim-engine auto` or compiled, numba installed; an
+    open loop, with or without prefix caching); else each replica runs on its own engine after
+    routing."""
     from capplan.sim import compiled_available, engine_impl, run_features
 
     if sim_engine not in ("auto", "compiled"):
         engine_impl("continuous", sim_engine)  # checks the name
         return False
     feats = run_features(dep.settings.profile.scheduler, reqs)
-    feats.pop("num_requests")
     if sim_engine == "compiled":
         engine_impl("continuous", "compiled", **feats)  # InputError without numba
-    return compiled_available() and not any(feats.values())
+    return compiled_available() and not feats["closed_loop"]
 
 
 def _replay_compiled(dep: Deployment, reqs: Requests, fleet: tuple
@@ -273,6 +277,7 @@ def _replay_compiled(dep: Deployment, reqs: Requests, fleet: tuple
     from capplan.sim.fleet_loop import (
         ROUTER_CODES,
         check_kernel,
+        fleet_prefix_cache,
         new_affinity_map,
         simulate_fleet,
     )
@@ -283,16 +288,16 @@ def _replay_compiled(dep: Deployment, reqs: Requests, fleet: tuple
                          lim.max_num_batched_tokens, dep.settings.profile.scheduler,
                          state_blocks=pool.state_blocks_per_seq)
     eng._check_requests(reqs)
-    q, cfg = eng._arrays(reqs, np.zeros(1, np.int64))
+    arr, q, cfg, _, pcx = C._inputs_of(eng, reqs, None, 0.0, None)  # cfg[PC]: prefix caching
     consts = tuple(float(v) for v in dep.step.constants())
     moe = bool(float(dep.step.num_experts) > 0)
     C._check_kernel(dep.step, consts, moe)
     check_kernel(q, cfg, consts, moe)
-    arr = np.ascontiguousarray(reqs.arrival_at_s, np.float64)
     (rep, _, qt, tv, tw, twin, gv, gwin, sc, tf) = simulate_fleet(
         arr, q, cfg, consts, moe,
         (np.asarray(ready, float), np.asarray(stop, float), ROUTER_CODES[router],
-         np.asarray(keys, np.int64), np.ascontiguousarray(bounds, float), new_affinity_map()))
+         np.asarray(keys, np.int64), np.ascontiguousarray(bounds, float), new_affinity_map()),
+        fleet_prefix_cache(pcx, len(ready)))
     err = int(sc[:, C.ERR].max()) if len(sc) else 0
     if err:
         raise AssertionError(C.ERRORS[err])
@@ -308,14 +313,16 @@ def _replay_compiled(dep: Deployment, reqs: Requests, fleet: tuple
                 {"running_s": float(tf[:, C.RUN_INT].sum()),
                  "in_system_s": float(tf[:, C.SYS_INT].sum()),
                  "kv_blocks_max": int(sc[:, C.KV_MAX].max()) if len(sc) else 0,
-                 "preemptions": int(sc[:, C.PREEMPTIONS].sum())}, rep)
+                 "preemptions": int(sc[:, C.PREEMPTIONS].sum()),
+                 "prefix_hit_tokens": int(sc[:, C.HIT_TOKENS].sum())}, rep)
     per = []
     counts = np.bincount(rep[routed], minlength=len(ready))
     for r in range(len(ready)):
         mine = rep == r
         p: dict[str, Any] = {"requests": int(counts[r]), "ready_at_s": float(ready[r]),
                              "stop_at_s": _finite(stop[r]),
-                             "preemptions": int(sc[r, C.PREEMPTIONS])}
+                             "preemptions": int(sc[r, C.PREEMPTIONS]),
+                             "prefix_hit_tokens": int(sc[r, C.HIT_TOKENS])}
         if mine.any():
             p["last_finish_s"] = float(fin[mine].max())
         per.append(p)

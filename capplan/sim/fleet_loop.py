@@ -48,6 +48,7 @@ from capplan.sim.compiled import (
     _tbt_add,
     numba,
 )
+from capplan.sim.workload import Requests
 
 RUN_, HEAP_, PF_, CHL_, NEEDL_, FDL_, FIN_ = range(7)
 """The per-replica index arrays (rows: replicas): running set, waiting heap, prefilling list,
@@ -171,6 +172,8 @@ def _advance(r: int, until: float, eng: tuple, st: tuple, tb: tuple, shared: tup
     SC, t_r, last_done, k_r, TF, ia = st
     tabs, nt, bounds, gl, ng, agg_rest = tb
     sc = SC[r]
+    p = shared[4]  # the requests' block keys; replica r's ref counts, stamps and free queue
+    pcx = (p[0], p[1], p[2], p[3][r], p[4][r], p[5][r])
     while (sc[NRUN] > 0 or sc[NHEAP] > 0) and t_r[r] < until and sc[ERR] == 0:
         t = t_r[r]
         w = _window(t, bounds)
@@ -184,7 +187,7 @@ def _advance(r: int, until: float, eng: tuple, st: tuple, tb: tuple, shared: tup
         lists = ((ia[RUN_][r], ia[HEAP_][r]), gl[0], (tabs[w], agg_rest[0], agg_rest[1],
                                                        agg_rest[2]))
         bufs = (ia[PF_][r], ia[CHL_][r], ia[NEEDL_][r], shared[0], ia[FDL_][r], shared[1],
-                TF[r], shared[2], ia[FIN_][r], shared[3], arr, shared[4])
+                TF[r], shared[2], ia[FIN_][r], shared[3], arr, pcx)
         t = t + _step(t, q, sc, cfg, model, arr, lists, bufs)
         if sc[ERR]:
             return
@@ -242,10 +245,11 @@ def _fleet_loop(eng: tuple, st: tuple, fl: tuple, tb: tuple, shared: tuple, rep:
 
 @_njit
 def simulate_fleet(arr: np.ndarray, q: np.ndarray, cfg: np.ndarray, consts: tuple, moe: bool,
-                   fleet: tuple) -> tuple:
+                   fleet: tuple, pcx: tuple) -> tuple:
     """Route and simulate open-loop requests (arrival times `arr`, sorted; state `q`) over the
     replicas of `fleet` = (ready_at_s, stop_at_s, router code, per-request affinity keys,
-    window starts, the affinity map (empty)). Returns (replica per request (-1: never routed),
+    window starts, the affinity map (empty)); `pcx` the prefix cache (`fleet_prefix_cache`:
+    each replica its own, cfg[PC]). Returns (replica per request (-1: never routed),
     dispatch time, per-request times qt (3, n), per-step TBT samples (gap, weight, window),
     extra gaps (gap, window), per-replica scalars, per-replica float aggregates)."""
     ready, stop, router, keys, bounds, owner = fleet
@@ -267,11 +271,8 @@ def simulate_fleet(arr: np.ndarray, q: np.ndarray, cfg: np.ndarray, consts: tupl
     agg_rest = ((np.empty(SERIES_DUMMY, np.float64), np.empty((3, SERIES_DUMMY), np.int32)),
                 np.empty((3, 0), np.float64), np.empty((4, 0), np.int32))
     qt = np.zeros((3, n), np.float64)
-    z = np.zeros(0, np.int64)
     shared = (np.zeros(n, np.int8), qt, np.zeros((2, n), np.float64),
-              (np.zeros((7, 0), np.float64), np.zeros((3, 0), np.int64)),
-              (np.zeros(n + 1, np.int64), z, np.zeros(0, np.int8), np.zeros(0, np.int32), z,
-               np.zeros((2, 0), np.int64)))
+              (np.zeros((7, 0), np.float64), np.zeros((3, 0), np.int64)), pcx)
     eng_arr = arr.copy()
     rep = np.full(n, -1, np.int64)
     _fleet_loop((q, cfg, (consts, moe), eng_arr), st, fl, (tabs, nt, bounds, gl, ng, agg_rest),
@@ -292,23 +293,44 @@ def simulate_fleet(arr: np.ndarray, q: np.ndarray, cfg: np.ndarray, consts: tupl
             gl[1][0, :k].astype(np.int64), SC, TF)
 
 
+def fleet_prefix_cache(pcx: tuple, replicas: int) -> tuple:
+    """`simulate_fleet`'s `pcx` from `capplan.sim.compiled`'s (`prefix_cache`, or
+    `no_prefix_cache`): the requests' block keys as they are (each request is on one replica),
+    the per-key ref counts and stamps and the free queue one row per replica (each replica
+    caches its own blocks)."""
+    koff, kid, isref, kref, kstamp, lru = pcx
+    return (koff, kid, isref, np.repeat(kref[None], replicas, 0),
+            np.repeat(kstamp[None], replicas, 0), np.repeat(lru[None], replicas, 0))
+
+
 def check_kernel(q: np.ndarray, cfg: np.ndarray, consts: tuple, moe: bool) -> None:
     """numba's cache tracks only this file: after an edit of the step-time formula or of
     `capplan.sim.compiled` (whose functions this loop has compiled in), the cached loop would
-    keep the old code. A one-request run of this loop must equal `simulate_open_loop`'s (which
-    `compiled._check_kernel` keeps current); otherwise drop this module's cached functions and
-    compile afresh."""
-    from capplan.sim.compiled import PROMPT, simulate_open_loop
+    keep the old code. A run of two requests sharing a prompt block with prefix caching, the
+    second arriving after the first finished (a cache hit on a freed block), must equal
+    `simulate_loop`'s (which `compiled._check_kernel` keeps current); otherwise drop this
+    module's cached functions and compile afresh."""
+    from capplan.sim import compiled as C
 
     if numba is None or numba.config.DISABLE_JIT or not q.shape[1]:
         return
-    one = np.ascontiguousarray(q[:, :1])
-    one[PROMPT] = min(int(one[PROMPT, 0]), 64)
-    arr = np.zeros(1)
-    want = simulate_open_loop(arr, one.copy(), cfg, consts, moe)[0]
-    fleet = (np.zeros(1), np.full(1, np.inf), 0, np.full(1, -1, np.int64), np.zeros(1),
+    two = np.ascontiguousarray(np.repeat(q[:, :1], 2, axis=1))
+    bs = int(cfg[C.BS])
+    two[C.PROMPT] = two[C.TARGET] = 2 * bs
+    two[C.OUTPUT] = np.minimum(two[C.OUTPUT], 4)
+    arr = np.array([0.0, 30.0])
+    cfg = cfg.copy()
+    cfg[C.PC] = 1
+    reqs = Requests(arr, two[C.PROMPT].astype(np.int64), two[C.OUTPUT].astype(np.int64),
+                    np.zeros(2, np.int64), prefix_group=np.zeros(2, np.int64),
+                    prefix_tokens=np.full(2, bs))
+    pcx = C.prefix_cache(reqs, bs, int(cfg[C.TOTAL]))
+    want = C.simulate_loop(arr, two.copy(), cfg, consts, moe, C.open_loop_arrivals(), pcx)
+    fleet = (np.zeros(1), np.full(1, np.inf), 0, np.full(2, -1, np.int64), np.zeros(1),
              new_affinity_map())
-    if np.array_equal(simulate_fleet(arr, one.copy(), cfg, consts, moe, fleet)[2], want):
+    got = simulate_fleet(arr, two.copy(), cfg, consts, moe, fleet,
+                         fleet_prefix_cache(C.prefix_cache(reqs, bs, int(cfg[C.TOTAL])), 1))
+    if np.array_equal(got[2], want[0]) and got[8][0, C.HIT_TOKENS] == want[7][C.HIT_TOKENS]:
         return
     jitted = [f for f in globals().values() if isinstance(f, numba.core.dispatcher.Dispatcher)]
     for f in jitted:
