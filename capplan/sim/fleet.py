@@ -44,7 +44,6 @@ from capplan.sim.fleet_results import (
     _result,
     _Times,
 )
-from capplan.sim.metrics import step_summary
 from capplan.sim.workload import Requests
 
 if TYPE_CHECKING:
@@ -206,50 +205,9 @@ def replay_schedule(spec: FleetReplaySpec) -> FleetReplayResult:
         raise InputError("a fleet schedule replays open-loop requests (a trace or a rate)")
     w = check_windows(spec.windows)
     decided, ready, stop = replica_timeline(w, spec.startup_lag_s)
-    arr = np.asarray(reqs.arrival_at_s, float)
-    n = len(arr)
     keys = _group_keys(reqs)
-    dep = spec.engine_config
-    if fleet_compiled(dep, reqs, spec.sim_engine):
-        tm, per = _replay_compiled(dep, reqs, (ready, stop, spec.router, keys, w[:, 0]))
-        return _result(spec, w, tm, decided, stop, per)
-    if spec.router == "least-outstanding":
-        raise InputError("the least-outstanding router needs the compiled fleet loop, which "
-                         "runs open loops without prefix caching (--sim-engine auto or "
-                         "compiled): use round-robin or prefix-affinity")
-    rep, disp = route_static(arr, keys, ready, stop, spec.router)
-    tm = _Times(np.full(n, np.nan), np.full(n, np.nan), [], [], [], np.full(n, np.nan),
-                {"running_s": 0.0, "in_system_s": 0.0, "kv_blocks_max": 0, "preemptions": 0,
-                 "prefix_hit_tokens": 0})
-    tm.replica = rep
-    per = []
-    for r in range(len(ready)):
-        idx = np.flatnonzero(rep == r)
-        per.append({"requests": len(idx), "ready_at_s": float(ready[r]),
-                    "stop_at_s": _finite(stop[r])})
-        if not len(idx):
-            continue
-        rec = run_replica(spec.engine_config, _subset(reqs, idx, disp), spec.sim_engine)
-        tm.first_s[idx] = rec.first_token_at_s
-        tm.finish_s[idx] = rec.finished_at_s
-        tm.admitted_s[idx] = rec.admitted_at_s
-        tm.tbt_at_s.append(rec.step_start_s)  # a step's gaps count where it starts
-        tm.tbt_gap_s.append(rec.step_tbt_gap_s)
-        tm.tbt_w.append(rec.step_tbt_count.astype(float))
-        # extra gaps (after a preemption, SGLang's first decodes) carry no time: the replica's
-        # last finish stands for them
-        tm.tbt_at_s.append(np.full(len(rec.extra_gaps_s), rec.finished_at_s.max()))
-        tm.tbt_gap_s.append(rec.extra_gaps_s)
-        tm.tbt_w.append(np.ones(len(rec.extra_gaps_s)))
-        st = step_summary(rec)
-        tm.agg["running_s"] += st.running_s
-        tm.agg["in_system_s"] += st.in_system_s
-        tm.agg["kv_blocks_max"] = max(tm.agg["kv_blocks_max"], st.kv_blocks_max)
-        tm.agg["preemptions"] += rec.preemptions
-        tm.agg["prefix_hit_tokens"] += rec.prefix_hit_tokens
-        per[r]["preemptions"] = rec.preemptions
-        per[r]["prefix_hit_tokens"] = rec.prefix_hit_tokens
-        per[r]["last_finish_s"] = float(rec.finished_at_s.max())
+    tm, per = _replay_loop(spec.engine_config, reqs, (ready, stop, spec.router, keys, w[:, 0]),
+                           spec.sim_engine)
     return _result(spec, w, tm, decided, stop, per)
 
 
@@ -269,18 +227,16 @@ def fleet_compiled(dep: Deployment, reqs: Requests, sim_engine: str) -> bool:
     return compiled_available() and not feats["closed_loop"]
 
 
-def _replay_compiled(dep: Deployment, reqs: Requests, fleet: tuple
-                     ) -> tuple[_Times, list[dict[str, Any]]]:
-    """Route and simulate on the compiled fleet loop; per-request times and TBT samples."""
+def _replay_loop(dep: Deployment, reqs: Requests, fleet: tuple, sim_engine: str
+                 ) -> tuple[_Times, list[dict[str, Any]]]:
+    """Route and simulate on the fleet loop, compiled or (`fleet_compiled` false) the same
+    source as plain Python; per-request times and TBT samples."""
     from capplan.sim import compiled as C
+    from capplan.sim import fleet_loop
     from capplan.sim.engine import CompiledEngine
-    from capplan.sim.fleet_loop import (
-        ROUTER_CODES,
-        check_kernel,
-        fleet_prefix_cache,
-        new_affinity_map,
-        simulate_fleet,
-    )
+
+    jit = fleet_compiled(dep, reqs, sim_engine)
+    L = fleet_loop if jit else fleet_loop.plain_module()
 
     ready, stop, router, keys, bounds = fleet
     pool, lim = dep.pool, dep.limits
@@ -291,13 +247,14 @@ def _replay_compiled(dep: Deployment, reqs: Requests, fleet: tuple
     arr, q, cfg, _, pcx = C._inputs_of(eng, reqs, None, 0.0, None)  # cfg[PC]: prefix caching
     consts = tuple(float(v) for v in dep.step.constants())
     moe = bool(float(dep.step.num_experts) > 0)
-    C._check_kernel(dep.step, consts, moe)
-    check_kernel(q, cfg, consts, moe)
-    (rep, _, qt, tv, tw, twin, gv, gwin, sc, tf) = simulate_fleet(
+    if jit:
+        C._check_kernel(dep.step, consts, moe)
+        L.check_kernel(q, cfg, consts, moe)
+    (rep, _, qt, tv, tw, twin, gv, gwin, sc, tf) = L.simulate_fleet(
         arr, q, cfg, consts, moe,
-        (np.asarray(ready, float), np.asarray(stop, float), ROUTER_CODES[router],
-         np.asarray(keys, np.int64), np.ascontiguousarray(bounds, float), new_affinity_map()),
-        fleet_prefix_cache(pcx, len(ready)))
+        (np.asarray(ready, float), np.asarray(stop, float), L.ROUTER_CODES[router],
+         np.asarray(keys, np.int64), np.ascontiguousarray(bounds, float),
+         L.new_affinity_map()), L.fleet_prefix_cache(pcx, len(ready)))
     err = int(sc[:, C.ERR].max()) if len(sc) else 0
     if err:
         raise AssertionError(C.ERRORS[err])

@@ -19,6 +19,10 @@ edge), the extra gaps with the window of their step's end.
 
 from __future__ import annotations
 
+import importlib.util
+import sys
+from types import ModuleType
+
 import numpy as np
 
 from capplan.sim.compiled import (
@@ -54,6 +58,8 @@ RUN_, HEAP_, PF_, CHL_, NEEDL_, FDL_, FIN_ = range(7)
 """The per-replica index arrays (rows: replicas): running set, waiting heap, prefilling list,
 chunk list, decoders due a block, pending first decodes, a step's completions (closed loops
 only: unused here)."""
+PLAIN_MODULE = "capplan.sim._fleet_loop_plain"
+"""This source loaded a second time on `capplan.sim.compiled`'s plain twin (`plain_module`)."""
 ROUTER_CODES = {"round-robin": 0, "least-outstanding": 1, "prefix-affinity": 2}
 SERIES_DUMMY = 64
 """The per-step time-series samples are not kept for a fleet (one scratch buffer)."""
@@ -337,3 +343,27 @@ def check_kernel(q: np.ndarray, cfg: np.ndarray, consts: tuple, moe: bool) -> No
         f._cache.flush()  # numba has no public call for this (as compiled._check_kernel)
     for f in jitted:
         f.recompile()
+
+
+def plain_module() -> ModuleType:
+    """This loop as plain Python (`--sim-engine python`): this source loaded a second time
+    with `capplan.sim.compiled` standing for its plain twin while it imports, so the twin's
+    functions (the same scheduler source, the JIT off) are the ones it calls; itself when numba
+    is missing."""
+    from capplan.sim import compiled
+
+    if numba is None:
+        return sys.modules[__name__]
+    mod = sys.modules.get(PLAIN_MODULE)
+    if mod is None:
+        spec = importlib.util.spec_from_file_location(PLAIN_MODULE, __file__)
+        assert spec is not None and spec.loader is not None
+        mod = importlib.util.module_from_spec(spec)
+        name = compiled.__name__
+        sys.modules[name] = compiled.plain_module()
+        try:
+            spec.loader.exec_module(mod)
+        finally:
+            sys.modules[name] = compiled
+        sys.modules[PLAIN_MODULE] = mod
+    return mod

@@ -4,9 +4,6 @@ engine and against routing first and running each replica on its own."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from dataclasses import replace
 
 import numpy as np
@@ -136,45 +133,20 @@ def test_least_outstanding_hit_rate_between_round_robin_and_affinity(llama_h100,
     assert pa > rr  # the check can fail: affinity saves the other replicas' first misses
 
 
-PLAIN = """
-import json, sys
-import numpy as np
-sys.path.insert(0, {root!r})
-from tests.sim.test_fleet_prefix import _shared, _small_pool, _spec
-from capplan.catalog.loader import load_catalog
-from capplan.models.engine import EngineSettings
-from capplan.plan.deployment import resolve_deployment
-from capplan.sim.fleet import replay_schedule
-dep = _small_pool(resolve_deployment(load_catalog(()), "llama-3.1-8b", "h100-sxm",
-                                     EngineSettings(max_num_seqs=256,
-                                                    max_num_batched_tokens=8192)))
-reqs = _shared(120, 30.0, 3, seed=5)
-out = {{}}
-for router in ("round-robin", "least-outstanding", "prefix-affinity"):
-    res = replay_schedule(_spec(dep, reqs, [(0.0, 1.0, 2), (1.0, 2.0, 3), (2.0, 30.0, 2)],
-                                router=router, startup_lag_s=0.5))
-    out[router] = [res.record.first_token_at_s.tolist(), res.record.finished_at_s.tolist(),
-                   [p["prefix_hit_tokens"] for p in res.per_replica],
-                   [p["requests"] for p in res.per_replica]]
-print(json.dumps(out))
-"""
-
-
 @needs_numba
-def test_fleet_loop_compiled_equals_interpreted_with_prefixes():
-    # The same fleet loop source with the JIT off (NUMBA_DISABLE_JIT, a fresh interpreter):
-    # every router gives the same routing, hits and times to 1e-9 s.
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    runs = []
-    for off in ("0", "1"):
-        env = dict(os.environ, NUMBA_DISABLE_JIT=off, PYTHONPATH=root)
-        p = subprocess.run([sys.executable, "-c", PLAIN.format(root=root)], env=env,
-                           capture_output=True, text=True, timeout=600, check=True)
-        runs.append(__import__("json").loads(p.stdout.strip().splitlines()[-1]))
-    jit, plain = runs
-    for router, (f1, e1, h1, n1) in jit.items():
-        f2, e2, h2, n2 = plain[router]
-        assert (h1, n1) == (h2, n2), router
-        assert sum(h1) > 0
-        np.testing.assert_allclose(f1, f2, rtol=0, atol=TOL_S)
-        np.testing.assert_allclose(e1, e2, rtol=0, atol=TOL_S)
+@pytest.mark.parametrize("router", ["round-robin", "least-outstanding", "prefix-affinity"])
+def test_fleet_loop_compiled_equals_interpreted_with_prefixes(llama_h100, router):
+    # The same fleet loop source as plain Python (--sim-engine python: the loop loaded a second
+    # time on the scheduler's plain twin): the same routing, hits, preemptions and times to
+    # 1e-9 s, with caches that evict and a schedule that adds and drains replicas.
+    dep = _small_pool(llama_h100)
+    reqs = _shared(150, 30.0, 3, seed=5)
+    windows = [(0.0, 1.0, 2), (1.0, 2.0, 3), (2.0, 30.0, 2)]
+    a, b = (replay_schedule(_spec(dep, reqs, windows, router=router, startup_lag_s=0.5,
+                                  sim_engine=e)) for e in ("compiled", "python"))
+    assert a.per_replica == b.per_replica
+    assert sum(p["prefix_hit_tokens"] for p in a.per_replica) > 0
+    for key in ("first_token_at_s", "finished_at_s", "admitted_at_s"):
+        np.testing.assert_allclose(getattr(a.record, key), getattr(b.record, key), rtol=0,
+                                   atol=TOL_S, err_msg=key)
+    assert a.tbt_s == pytest.approx(b.tbt_s, rel=0, abs=TOL_S)
