@@ -212,10 +212,9 @@ def replay_schedule(spec: FleetReplaySpec) -> FleetReplayResult:
 
 
 def fleet_compiled(dep: Deployment, reqs: Requests, sim_engine: str) -> bool:
-    """Whether the fleet replays on the compiled loop (`capplan.sim.fleet_loop`): the
-    compiled engine supports the run (`--sim-engine auto` or compiled, numba installed; an
-    open loop, with or without prefix caching); else each replica runs on its own engine after
-    routing."""
+    """Whether the fleet loop (`capplan.sim.fleet_loop`) runs compiled: `--sim-engine auto`
+    or compiled, numba installed, an open loop (with or without prefix caching); else it runs
+    as plain Python (`fleet_loop.plain_module`)."""
     from capplan.sim import compiled_available, engine_impl, run_features
 
     if sim_engine not in ("auto", "compiled"):

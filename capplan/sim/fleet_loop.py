@@ -7,12 +7,15 @@ a step that starts at or after it), so the router reads each replica's state as 
 - outstanding requests (running plus waiting) for least-outstanding, with the completions of a
   step still running at t not yet counted;
 - whether it accepts (ready at or before t, not yet draining) for every router.
-A replica's own run is exactly the single engine's on the requests it receives (tests: one
-replica equals `simulate_open_loop`; round-robin over k equals k separate runs).
+A replica's own run is exactly the single engine's on the requests it receives, prefix cache
+included (tests: one replica equals `simulate_loop`; round-robin and prefix-affinity over k
+equal k separate runs). `plain_module()` is this source as plain Python (`--sim-engine
+python`), on the scheduler's plain twin.
 
-Per replica: the scalars, the running set, the waiting heap, the step lists and the float
-aggregates (rows of 2-D arrays); per request (shared, each request is on one replica): its state
-`q`, times and flags. The per-step TBT samples go to one table per window of the caller's
+Per replica: the scalars, the running set, the waiting heap, the step lists, the float
+aggregates and the prefix cache's ref counts, stamps and free queue (rows of 2-D and 3-D
+arrays, `fleet_prefix_cache`); per request (shared, each request is on one replica): its state
+`q`, times, flags and block keys. The per-step TBT samples go to one table per window of the caller's
 schedule (a step's window is the one its start falls in; a decode stretch stops at a window
 edge), the extra gaps with the window of their step's end.
 """

@@ -106,31 +106,42 @@ def _hits(dep, reqs, router: str, n_rep: int = 4):  # noqa: ANN001, ANN202
     return res.record.prefix_hit_tokens / float(np.sum(reqs.input_tokens))
 
 
-@needs_numba
-@pytest.mark.parametrize("seed", [0, 1, 2])
-def test_least_outstanding_hit_rate_between_round_robin_and_affinity(llama_h100, seed):
-    # Four system prompts of 1,000-2,000 tokens, four replicas, caches large enough to keep
-    # every prompt (no eviction). Prefix affinity sends each prompt to one replica: only a
-    # prompt's first request misses (at most 4 misses, the fewest any router can have).
-    # Round-robin sends request i to replica i mod 4: each prompt misses once per replica it
-    # lands on (up to 16). Least-outstanding spreads by load, blind to content: as many
-    # replicas per prompt as round-robin at most, so as many misses at most; it completes
-    # every request and its hit rate lies between theirs. (Not a theorem for every arrival
-    # pattern, least-outstanding may by chance land a prompt on fewer replicas than
-    # round-robin: these seeds are checked, the upper bound is.)
-    n = 400
+def _system_prompts(seed: int, rate: float, n: int = 400) -> Requests:
+    """Four system prompts of 1,000-1,750 tokens, each request one of them plus 50-400 tokens
+    of its own."""
     rng = np.random.default_rng(seed)
-    arr = np.cumsum(rng.exponential(1 / 8.0, n))
+    arr = np.cumsum(rng.exponential(1 / rate, n))
     grp = rng.integers(0, 4, n)
     pre = 1000 + 250 * grp
     inp = pre + rng.integers(50, 400, n)
-    reqs = Requests(arr, inp, rng.integers(20, 200, n), np.zeros(n, np.int64),
+    return Requests(arr, inp, rng.integers(20, 200, n), np.zeros(n, np.int64),
                     prefix_group=grp, prefix_tokens=pre)
+
+
+@needs_numba
+@pytest.mark.parametrize("seed", [0, 1])
+@pytest.mark.parametrize("rate", [0.5, 8.0])
+def test_least_outstanding_hit_rate_between_round_robin_and_affinity(llama_h100, seed, rate):
+    # Four replicas whose caches keep every prompt (no eviction): a request misses its system
+    # prompt only where no earlier request of that prompt ran on its replica, so the misses
+    # are the (prompt, replica) pairs a router makes, 4 to 16. Prefix affinity makes the fewest
+    # (each prompt on one replica: 4); round-robin, request i on replica i mod 4, soon puts
+    # every prompt on every replica (16, the most). Least-outstanding spreads by load, blind to
+    # content, so its pairs, and its hit rate, lie between. At 0.5 req/s requests overlap
+    # less: it sends most to replica 0 (the lowest index on ties) and fewer pairs than
+    # round-robin reach replicas 2-3 (measured: 0.825 / 0.819 against round-robin's 0.818 /
+    # 0.816, affinity's 0.844 / 0.841); at 8 req/s it uses every replica for every prompt and
+    # equals round-robin's rate.
+    # (Requests of one prompt that overlap on a replica before its blocks are computed can
+    # each miss: a few blocks either way, inside the margins below.)
+    reqs = _system_prompts(seed, rate)
     rr = _hits(llama_h100, reqs, "round-robin")
     lo = _hits(llama_h100, reqs, "least-outstanding")
     pa = _hits(llama_h100, reqs, "prefix-affinity")
     assert rr <= lo <= pa
-    assert pa > rr  # the check can fail: affinity saves the other replicas' first misses
+    assert pa > rr + 0.02  # affinity saves the 12 misses on the other replicas
+    if rate < 1:
+        assert lo > rr
 
 
 @needs_numba
