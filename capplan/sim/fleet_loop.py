@@ -15,9 +15,9 @@ python`), on the scheduler's plain twin.
 Per replica: the scalars, the running set, the waiting heap, the step lists, the float
 aggregates and the prefix cache's ref counts, stamps and free queue (rows of 2-D and 3-D
 arrays, `fleet_prefix_cache`); per request (shared, each request is on one replica): its state
-`q`, times, flags and block keys. The per-step TBT samples go to one table per window of the caller's
-schedule (a step's window is the one its start falls in; a decode stretch stops at a window
-edge), the extra gaps with the window of their step's end.
+`q`, times, flags and block keys. The per-step TBT samples go to one table per window of the
+caller's schedule (a step's window is the one its start falls in; a decode stretch stops at a
+window edge), the extra gaps with the window of their step's end.
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ from capplan.sim.compiled import (
     DONE,
     ERR,
     FREE,
+    KEEP_STEPS,
     LAST_DEC,
     LAST_FIN,
     MAX_SEQS,
@@ -263,6 +264,8 @@ def simulate_fleet(arr: np.ndarray, q: np.ndarray, cfg: np.ndarray, consts: tupl
     extra gaps (gap, window), per-replica scalars, per-replica float aggregates)."""
     ready, stop, router, keys, bounds, owner = fleet
     n, R, W = arr.shape[0], ready.shape[0], bounds.shape[0]
+    cfg = cfg.copy()
+    cfg[KEEP_STEPS] = 0  # a fleet keeps no per-step arrays (no room for them below)
     m = cfg[MAX_SEQS] + 1
     SC = np.zeros((R, NUM_SCALARS), np.int64)
     for r in range(R):
@@ -312,17 +315,12 @@ def fleet_prefix_cache(pcx: tuple, replicas: int) -> tuple:
             np.repeat(kstamp[None], replicas, 0), np.repeat(lru[None], replicas, 0))
 
 
-def check_kernel(q: np.ndarray, cfg: np.ndarray, consts: tuple, moe: bool) -> None:
-    """numba's cache tracks only this file: after an edit of the step-time formula or of
-    `capplan.sim.compiled` (whose functions this loop has compiled in), the cached loop would
-    keep the old code. A run of two requests sharing a prompt block with prefix caching, the
-    second arriving after the first finished (a cache hit on a freed block), must equal
-    `simulate_loop`'s (which `compiled._check_kernel` keeps current); otherwise drop this
-    module's cached functions and compile afresh."""
+def kernel_probe(q: np.ndarray, cfg: np.ndarray, consts: tuple, moe: bool) -> tuple:
+    """(this loop's, `simulate_loop`'s) (per-request times, prefix hit tokens) for two requests
+    like q's first sharing a prompt block with prefix caching, the second arriving after the
+    first finished (a hit on a freed cached block)."""
     from capplan.sim import compiled as C
 
-    if numba is None or numba.config.DISABLE_JIT or not q.shape[1]:
-        return
     two = np.ascontiguousarray(np.repeat(q[:, :1], 2, axis=1))
     bs = int(cfg[C.BS])
     two[C.PROMPT] = two[C.TARGET] = 2 * bs
@@ -339,7 +337,19 @@ def check_kernel(q: np.ndarray, cfg: np.ndarray, consts: tuple, moe: bool) -> No
              new_affinity_map())
     got = simulate_fleet(arr, two.copy(), cfg, consts, moe, fleet,
                          fleet_prefix_cache(C.prefix_cache(reqs, bs, int(cfg[C.TOTAL])), 1))
-    if np.array_equal(got[2], want[0]) and got[8][0, C.HIT_TOKENS] == want[7][C.HIT_TOKENS]:
+    return (got[2], int(got[8][0, C.HIT_TOKENS])), (want[0], int(want[7][C.HIT_TOKENS]))
+
+
+def check_kernel(q: np.ndarray, cfg: np.ndarray, consts: tuple, moe: bool) -> None:
+    """numba's cache tracks only this file: after an edit of the step-time formula or of
+    `capplan.sim.compiled` (whose functions this loop has compiled in), the cached loop would
+    keep the old code. `kernel_probe`'s run must equal `simulate_loop`'s (which
+    `compiled._check_kernel` keeps current); otherwise drop this module's cached functions and
+    compile afresh."""
+    if numba is None or numba.config.DISABLE_JIT or not q.shape[1]:
+        return
+    got, want = kernel_probe(q, cfg, consts, moe)
+    if np.array_equal(got[0], want[0]) and got[1] == want[1]:
         return
     jitted = [f for f in globals().values() if isinstance(f, numba.core.dispatcher.Dispatcher)]
     for f in jitted:

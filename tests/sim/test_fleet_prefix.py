@@ -161,3 +161,21 @@ def test_fleet_loop_compiled_equals_interpreted_with_prefixes(llama_h100, router
         np.testing.assert_allclose(getattr(a.record, key), getattr(b.record, key), rtol=0,
                                    atol=TOL_S, err_msg=key)
     assert a.tbt_s == pytest.approx(b.tbt_s, rel=0, abs=TOL_S)
+
+
+@needs_numba
+def test_kernel_probe_runs_a_cache_hit(llama_h100):
+    # check_kernel compares the cached fleet loop with the single engine on kernel_probe's run:
+    # it must go through the prefix cache (a hit on a freed block), or a stale cached copy of
+    # the caching rules would pass unnoticed.
+    from capplan.sim import compiled as C
+    from capplan.sim.fleet import engine_for
+    from capplan.sim.fleet_loop import kernel_probe
+
+    eng = engine_for(llama_h100, "compiled")
+    arr, q, cfg, _, _ = C._inputs_of(eng, _shared(3, 1.0, 1), None, 0.0, None)
+    consts, moe = C._model(eng.step_model)
+    got, want = kernel_probe(q, cfg, consts, moe)
+    assert want[1] == llama_h100.pool.block_size  # the shared block, found cached
+    assert got[1] == want[1]
+    np.testing.assert_array_equal(got[0], want[0])
