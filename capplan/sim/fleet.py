@@ -44,7 +44,6 @@ from capplan.sim.fleet_results import (
     _result,
     _Times,
 )
-from capplan.sim.metrics import step_summary
 from capplan.sim.workload import Requests
 
 if TYPE_CHECKING:
@@ -206,76 +205,37 @@ def replay_schedule(spec: FleetReplaySpec) -> FleetReplayResult:
         raise InputError("a fleet schedule replays open-loop requests (a trace or a rate)")
     w = check_windows(spec.windows)
     decided, ready, stop = replica_timeline(w, spec.startup_lag_s)
-    arr = np.asarray(reqs.arrival_at_s, float)
-    n = len(arr)
     keys = _group_keys(reqs)
-    dep = spec.engine_config
-    if fleet_compiled(dep, reqs, spec.sim_engine):
-        tm, per = _replay_compiled(dep, reqs, (ready, stop, spec.router, keys, w[:, 0]))
-        return _result(spec, w, tm, decided, stop, per)
-    if spec.router == "least-outstanding":
-        raise InputError("the least-outstanding router needs the compiled fleet loop, which "
-                         "runs open loops without prefix caching (--sim-engine auto or "
-                         "compiled): use round-robin or prefix-affinity")
-    rep, disp = route_static(arr, keys, ready, stop, spec.router)
-    tm = _Times(np.full(n, np.nan), np.full(n, np.nan), [], [], [], np.full(n, np.nan),
-                {"running_s": 0.0, "in_system_s": 0.0, "kv_blocks_max": 0, "preemptions": 0})
-    tm.replica = rep
-    per = []
-    for r in range(len(ready)):
-        idx = np.flatnonzero(rep == r)
-        per.append({"requests": len(idx), "ready_at_s": float(ready[r]),
-                    "stop_at_s": _finite(stop[r])})
-        if not len(idx):
-            continue
-        rec = run_replica(spec.engine_config, _subset(reqs, idx, disp), spec.sim_engine)
-        tm.first_s[idx] = rec.first_token_at_s
-        tm.finish_s[idx] = rec.finished_at_s
-        tm.admitted_s[idx] = rec.admitted_at_s
-        tm.tbt_at_s.append(rec.step_start_s)  # a step's gaps count where it starts
-        tm.tbt_gap_s.append(rec.step_tbt_gap_s)
-        tm.tbt_w.append(rec.step_tbt_count.astype(float))
-        # extra gaps (after a preemption, SGLang's first decodes) carry no time: the replica's
-        # last finish stands for them
-        tm.tbt_at_s.append(np.full(len(rec.extra_gaps_s), rec.finished_at_s.max()))
-        tm.tbt_gap_s.append(rec.extra_gaps_s)
-        tm.tbt_w.append(np.ones(len(rec.extra_gaps_s)))
-        st = step_summary(rec)
-        tm.agg["running_s"] += st.running_s
-        tm.agg["in_system_s"] += st.in_system_s
-        tm.agg["kv_blocks_max"] = max(tm.agg["kv_blocks_max"], st.kv_blocks_max)
-        tm.agg["preemptions"] += rec.preemptions
-        per[r]["last_finish_s"] = float(rec.finished_at_s.max())
+    tm, per = _replay_loop(spec.engine_config, reqs, (ready, stop, spec.router, keys, w[:, 0]),
+                           spec.sim_engine)
     return _result(spec, w, tm, decided, stop, per)
 
 
 def fleet_compiled(dep: Deployment, reqs: Requests, sim_engine: str) -> bool:
-    """Whether the fleet replays on the compiled loop (`capplan.sim.fleet_loop`): the
-    compiled engine supports the run (`--sim-engine auto` or compiled; open loop, no prefix
-    caching, numba installed); else each replica runs on its own engine after routing."""
+    """Whether the fleet loop (`capplan.sim.fleet_loop`) runs compiled: `--sim-engine auto`
+    or compiled, numba installed, an open loop (with or without prefix caching); else it runs
+    as plain Python (`fleet_loop.plain_module`)."""
     from capplan.sim import compiled_available, engine_impl, run_features
 
     if sim_engine not in ("auto", "compiled"):
         engine_impl("continuous", sim_engine)  # checks the name
         return False
     feats = run_features(dep.settings.profile.scheduler, reqs)
-    feats.pop("num_requests")
     if sim_engine == "compiled":
         engine_impl("continuous", "compiled", **feats)  # InputError without numba
-    return compiled_available() and not any(feats.values())
+    return compiled_available() and not feats["closed_loop"]
 
 
-def _replay_compiled(dep: Deployment, reqs: Requests, fleet: tuple
-                     ) -> tuple[_Times, list[dict[str, Any]]]:
-    """Route and simulate on the compiled fleet loop; per-request times and TBT samples."""
+def _replay_loop(dep: Deployment, reqs: Requests, fleet: tuple, sim_engine: str
+                 ) -> tuple[_Times, list[dict[str, Any]]]:
+    """Route and simulate on the fleet loop, compiled or (`fleet_compiled` false) the same
+    source as plain Python; per-request times and TBT samples."""
     from capplan.sim import compiled as C
+    from capplan.sim import fleet_loop
     from capplan.sim.engine import CompiledEngine
-    from capplan.sim.fleet_loop import (
-        ROUTER_CODES,
-        check_kernel,
-        new_affinity_map,
-        simulate_fleet,
-    )
+
+    jit = fleet_compiled(dep, reqs, sim_engine)
+    L = fleet_loop if jit else fleet_loop.plain_module()
 
     ready, stop, router, keys, bounds = fleet
     pool, lim = dep.pool, dep.limits
@@ -283,16 +243,17 @@ def _replay_compiled(dep: Deployment, reqs: Requests, fleet: tuple
                          lim.max_num_batched_tokens, dep.settings.profile.scheduler,
                          state_blocks=pool.state_blocks_per_seq)
     eng._check_requests(reqs)
-    q, cfg = eng._arrays(reqs, np.zeros(1, np.int64))
+    arr, q, cfg, _, pcx = C._inputs_of(eng, reqs, None, 0.0, None)  # cfg[PC]: prefix caching
     consts = tuple(float(v) for v in dep.step.constants())
     moe = bool(float(dep.step.num_experts) > 0)
-    C._check_kernel(dep.step, consts, moe)
-    check_kernel(q, cfg, consts, moe)
-    arr = np.ascontiguousarray(reqs.arrival_at_s, np.float64)
-    (rep, _, qt, tv, tw, twin, gv, gwin, sc, tf) = simulate_fleet(
+    if jit:
+        C._check_kernel(dep.step, consts, moe)
+        L.check_kernel(q, cfg, consts, moe)
+    (rep, _, qt, tv, tw, twin, gv, gwin, sc, tf) = L.simulate_fleet(
         arr, q, cfg, consts, moe,
-        (np.asarray(ready, float), np.asarray(stop, float), ROUTER_CODES[router],
-         np.asarray(keys, np.int64), np.ascontiguousarray(bounds, float), new_affinity_map()))
+        (np.asarray(ready, float), np.asarray(stop, float), L.ROUTER_CODES[router],
+         np.asarray(keys, np.int64), np.ascontiguousarray(bounds, float),
+         L.new_affinity_map()), L.fleet_prefix_cache(pcx, len(ready)))
     err = int(sc[:, C.ERR].max()) if len(sc) else 0
     if err:
         raise AssertionError(C.ERRORS[err])
@@ -308,14 +269,16 @@ def _replay_compiled(dep: Deployment, reqs: Requests, fleet: tuple
                 {"running_s": float(tf[:, C.RUN_INT].sum()),
                  "in_system_s": float(tf[:, C.SYS_INT].sum()),
                  "kv_blocks_max": int(sc[:, C.KV_MAX].max()) if len(sc) else 0,
-                 "preemptions": int(sc[:, C.PREEMPTIONS].sum())}, rep)
+                 "preemptions": int(sc[:, C.PREEMPTIONS].sum()),
+                 "prefix_hit_tokens": int(sc[:, C.HIT_TOKENS].sum())}, rep)
     per = []
     counts = np.bincount(rep[routed], minlength=len(ready))
     for r in range(len(ready)):
         mine = rep == r
         p: dict[str, Any] = {"requests": int(counts[r]), "ready_at_s": float(ready[r]),
                              "stop_at_s": _finite(stop[r]),
-                             "preemptions": int(sc[r, C.PREEMPTIONS])}
+                             "preemptions": int(sc[r, C.PREEMPTIONS]),
+                             "prefix_hit_tokens": int(sc[r, C.HIT_TOKENS])}
         if mine.any():
             p["last_finish_s"] = float(fin[mine].max())
         per.append(p)

@@ -7,17 +7,24 @@ a step that starts at or after it), so the router reads each replica's state as 
 - outstanding requests (running plus waiting) for least-outstanding, with the completions of a
   step still running at t not yet counted;
 - whether it accepts (ready at or before t, not yet draining) for every router.
-A replica's own run is exactly the single engine's on the requests it receives (tests: one
-replica equals `simulate_open_loop`; round-robin over k equals k separate runs).
+A replica's own run is exactly the single engine's on the requests it receives, prefix cache
+included (tests: one replica equals `simulate_loop`; round-robin and prefix-affinity over k
+equal k separate runs). `plain_module()` is this source as plain Python (`--sim-engine
+python`), on the scheduler's plain twin.
 
-Per replica: the scalars, the running set, the waiting heap, the step lists and the float
-aggregates (rows of 2-D arrays); per request (shared, each request is on one replica): its state
-`q`, times and flags. The per-step TBT samples go to one table per window of the caller's
-schedule (a step's window is the one its start falls in; a decode stretch stops at a window
-edge), the extra gaps with the window of their step's end.
+Per replica: the scalars, the running set, the waiting heap, the step lists, the float
+aggregates and the prefix cache's ref counts, stamps and free queue (rows of 2-D and 3-D
+arrays, `fleet_prefix_cache`); per request (shared, each request is on one replica): its state
+`q`, times, flags and block keys. The per-step TBT samples go to one table per window of the
+caller's schedule (a step's window is the one its start falls in; a decode stretch stops at a
+window edge), the extra gaps with the window of their step's end.
 """
 
 from __future__ import annotations
+
+import importlib.util
+import sys
+from types import ModuleType
 
 import numpy as np
 
@@ -25,6 +32,7 @@ from capplan.sim.compiled import (
     DONE,
     ERR,
     FREE,
+    KEEP_STEPS,
     LAST_DEC,
     LAST_FIN,
     MAX_SEQS,
@@ -48,11 +56,14 @@ from capplan.sim.compiled import (
     _tbt_add,
     numba,
 )
+from capplan.sim.workload import Requests
 
 RUN_, HEAP_, PF_, CHL_, NEEDL_, FDL_, FIN_ = range(7)
 """The per-replica index arrays (rows: replicas): running set, waiting heap, prefilling list,
 chunk list, decoders due a block, pending first decodes, a step's completions (closed loops
 only: unused here)."""
+PLAIN_MODULE = "capplan.sim._fleet_loop_plain"
+"""This source loaded a second time on `capplan.sim.compiled`'s plain twin (`plain_module`)."""
 ROUTER_CODES = {"round-robin": 0, "least-outstanding": 1, "prefix-affinity": 2}
 SERIES_DUMMY = 64
 """The per-step time-series samples are not kept for a fleet (one scratch buffer)."""
@@ -171,6 +182,8 @@ def _advance(r: int, until: float, eng: tuple, st: tuple, tb: tuple, shared: tup
     SC, t_r, last_done, k_r, TF, ia = st
     tabs, nt, bounds, gl, ng, agg_rest = tb
     sc = SC[r]
+    p = shared[4]  # the requests' block keys; replica r's ref counts, stamps and free queue
+    pcx = (p[0], p[1], p[2], p[3][r], p[4][r], p[5][r])
     while (sc[NRUN] > 0 or sc[NHEAP] > 0) and t_r[r] < until and sc[ERR] == 0:
         t = t_r[r]
         w = _window(t, bounds)
@@ -184,7 +197,7 @@ def _advance(r: int, until: float, eng: tuple, st: tuple, tb: tuple, shared: tup
         lists = ((ia[RUN_][r], ia[HEAP_][r]), gl[0], (tabs[w], agg_rest[0], agg_rest[1],
                                                        agg_rest[2]))
         bufs = (ia[PF_][r], ia[CHL_][r], ia[NEEDL_][r], shared[0], ia[FDL_][r], shared[1],
-                TF[r], shared[2], ia[FIN_][r], shared[3], arr, shared[4])
+                TF[r], shared[2], ia[FIN_][r], shared[3], arr, pcx)
         t = t + _step(t, q, sc, cfg, model, arr, lists, bufs)
         if sc[ERR]:
             return
@@ -242,14 +255,17 @@ def _fleet_loop(eng: tuple, st: tuple, fl: tuple, tb: tuple, shared: tuple, rep:
 
 @_njit
 def simulate_fleet(arr: np.ndarray, q: np.ndarray, cfg: np.ndarray, consts: tuple, moe: bool,
-                   fleet: tuple) -> tuple:
+                   fleet: tuple, pcx: tuple) -> tuple:
     """Route and simulate open-loop requests (arrival times `arr`, sorted; state `q`) over the
     replicas of `fleet` = (ready_at_s, stop_at_s, router code, per-request affinity keys,
-    window starts, the affinity map (empty)). Returns (replica per request (-1: never routed),
+    window starts, the affinity map (empty)); `pcx` the prefix cache (`fleet_prefix_cache`:
+    each replica its own, cfg[PC]). Returns (replica per request (-1: never routed),
     dispatch time, per-request times qt (3, n), per-step TBT samples (gap, weight, window),
     extra gaps (gap, window), per-replica scalars, per-replica float aggregates)."""
     ready, stop, router, keys, bounds, owner = fleet
     n, R, W = arr.shape[0], ready.shape[0], bounds.shape[0]
+    cfg = cfg.copy()
+    cfg[KEEP_STEPS] = 0  # a fleet keeps no per-step arrays (no room for them below)
     m = cfg[MAX_SEQS] + 1
     SC = np.zeros((R, NUM_SCALARS), np.int64)
     for r in range(R):
@@ -267,11 +283,8 @@ def simulate_fleet(arr: np.ndarray, q: np.ndarray, cfg: np.ndarray, consts: tupl
     agg_rest = ((np.empty(SERIES_DUMMY, np.float64), np.empty((3, SERIES_DUMMY), np.int32)),
                 np.empty((3, 0), np.float64), np.empty((4, 0), np.int32))
     qt = np.zeros((3, n), np.float64)
-    z = np.zeros(0, np.int64)
     shared = (np.zeros(n, np.int8), qt, np.zeros((2, n), np.float64),
-              (np.zeros((7, 0), np.float64), np.zeros((3, 0), np.int64)),
-              (np.zeros(n + 1, np.int64), z, np.zeros(0, np.int8), np.zeros(0, np.int32), z,
-               np.zeros((2, 0), np.int64)))
+              (np.zeros((7, 0), np.float64), np.zeros((3, 0), np.int64)), pcx)
     eng_arr = arr.copy()
     rep = np.full(n, -1, np.int64)
     _fleet_loop((q, cfg, (consts, moe), eng_arr), st, fl, (tabs, nt, bounds, gl, ng, agg_rest),
@@ -292,26 +305,78 @@ def simulate_fleet(arr: np.ndarray, q: np.ndarray, cfg: np.ndarray, consts: tupl
             gl[1][0, :k].astype(np.int64), SC, TF)
 
 
+def fleet_prefix_cache(pcx: tuple, replicas: int) -> tuple:
+    """`simulate_fleet`'s `pcx` from `capplan.sim.compiled`'s (`prefix_cache`, or
+    `no_prefix_cache`): the requests' block keys as they are (each request is on one replica),
+    the per-key ref counts and stamps and the free queue one row per replica (each replica
+    caches its own blocks)."""
+    koff, kid, isref, kref, kstamp, lru = pcx
+    return (koff, kid, isref, np.repeat(kref[None], replicas, 0),
+            np.repeat(kstamp[None], replicas, 0), np.repeat(lru[None], replicas, 0))
+
+
+def kernel_probe(q: np.ndarray, cfg: np.ndarray, consts: tuple, moe: bool) -> tuple:
+    """(this loop's, `simulate_loop`'s) (per-request times, prefix hit tokens) for two requests
+    like q's first sharing a prompt block with prefix caching, the second arriving after the
+    first finished (a hit on a freed cached block)."""
+    from capplan.sim import compiled as C
+
+    two = np.ascontiguousarray(np.repeat(q[:, :1], 2, axis=1))
+    bs = int(cfg[C.BS])
+    two[C.PROMPT] = two[C.TARGET] = 2 * bs
+    two[C.OUTPUT] = np.minimum(two[C.OUTPUT], 4)
+    arr = np.array([0.0, 30.0])
+    cfg = cfg.copy()
+    cfg[C.PC] = 1
+    reqs = Requests(arr, two[C.PROMPT].astype(np.int64), two[C.OUTPUT].astype(np.int64),
+                    np.zeros(2, np.int64), prefix_group=np.zeros(2, np.int64),
+                    prefix_tokens=np.full(2, bs))
+    pcx = C.prefix_cache(reqs, bs, int(cfg[C.TOTAL]))
+    want = C.simulate_loop(arr, two.copy(), cfg, consts, moe, C.open_loop_arrivals(), pcx)
+    fleet = (np.zeros(1), np.full(1, np.inf), 0, np.full(2, -1, np.int64), np.zeros(1),
+             new_affinity_map())
+    got = simulate_fleet(arr, two.copy(), cfg, consts, moe, fleet,
+                         fleet_prefix_cache(C.prefix_cache(reqs, bs, int(cfg[C.TOTAL])), 1))
+    return (got[2], int(got[8][0, C.HIT_TOKENS])), (want[0], int(want[7][C.HIT_TOKENS]))
+
+
 def check_kernel(q: np.ndarray, cfg: np.ndarray, consts: tuple, moe: bool) -> None:
     """numba's cache tracks only this file: after an edit of the step-time formula or of
     `capplan.sim.compiled` (whose functions this loop has compiled in), the cached loop would
-    keep the old code. A one-request run of this loop must equal `simulate_open_loop`'s (which
+    keep the old code. `kernel_probe`'s run must equal `simulate_loop`'s (which
     `compiled._check_kernel` keeps current); otherwise drop this module's cached functions and
     compile afresh."""
-    from capplan.sim.compiled import PROMPT, simulate_open_loop
-
     if numba is None or numba.config.DISABLE_JIT or not q.shape[1]:
         return
-    one = np.ascontiguousarray(q[:, :1])
-    one[PROMPT] = min(int(one[PROMPT, 0]), 64)
-    arr = np.zeros(1)
-    want = simulate_open_loop(arr, one.copy(), cfg, consts, moe)[0]
-    fleet = (np.zeros(1), np.full(1, np.inf), 0, np.full(1, -1, np.int64), np.zeros(1),
-             new_affinity_map())
-    if np.array_equal(simulate_fleet(arr, one.copy(), cfg, consts, moe, fleet)[2], want):
+    got, want = kernel_probe(q, cfg, consts, moe)
+    if np.array_equal(got[0], want[0]) and got[1] == want[1]:
         return
     jitted = [f for f in globals().values() if isinstance(f, numba.core.dispatcher.Dispatcher)]
     for f in jitted:
         f._cache.flush()  # numba has no public call for this (as compiled._check_kernel)
     for f in jitted:
         f.recompile()
+
+
+def plain_module() -> ModuleType:
+    """This loop as plain Python (`--sim-engine python`): this source loaded a second time
+    with `capplan.sim.compiled` standing for its plain twin while it imports, so the twin's
+    functions (the same scheduler source, the JIT off) are the ones it calls; itself when numba
+    is missing."""
+    from capplan.sim import compiled
+
+    if numba is None:
+        return sys.modules[__name__]
+    mod = sys.modules.get(PLAIN_MODULE)
+    if mod is None:
+        spec = importlib.util.spec_from_file_location(PLAIN_MODULE, __file__)
+        assert spec is not None and spec.loader is not None
+        mod = importlib.util.module_from_spec(spec)
+        name = compiled.__name__
+        sys.modules[name] = compiled.plain_module()
+        try:
+            spec.loader.exec_module(mod)
+        finally:
+            sys.modules[name] = compiled
+        sys.modules[PLAIN_MODULE] = mod
+    return mod

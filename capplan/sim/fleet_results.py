@@ -90,7 +90,8 @@ class FleetReplayResult:
     router: str
     per_replica: list[dict[str, Any]] = field(default_factory=list)
     """Per replica: `requests`, `completed`, `ready_at_s`, `stop_at_s` (None: never drains),
-    `ttft_p99_s`, `e2e_p99_s`, `preemptions`."""
+    `ttft_p99_s`, `e2e_p99_s`, `preemptions`, `prefix_hit_tokens` (prompt tokens found in its
+    prefix cache)."""
     record: RunRecord | None = field(default=None, repr=False)
     """The completed requests as one run (`capplan.sim.metrics.summarize` gives the fleet's
     latency and throughput keys; its step aggregates are the replicas' summed)."""
@@ -242,4 +243,5 @@ def fleet_record(spec: FleetReplaySpec, tm: _Times, tbt_gap_s: np.ndarray,
         output_tokens=np.asarray(reqs.output_tokens)[done], lane=np.asarray(reqs.lane)[done],
         step_start_s=z, step_dur_s=z, step_tbt_count=zi, step_tbt_gap_s=z, extra_gaps_s=z,
         step_running=zi, step_waiting=zi, step_kv_blocks=zi, num_gpu_blocks=pool.num_blocks,
-        preemptions=int(tm.agg.get("preemptions", 0)), scheduler="continuous", steps=steps)
+        preemptions=int(tm.agg.get("preemptions", 0)), scheduler="continuous", steps=steps,
+        prefix_hit_tokens=int(tm.agg.get("prefix_hit_tokens", 0)))

@@ -144,8 +144,8 @@ def test_prefix_affinity_keeps_a_group_on_one_replica(llama_h100):
        router=st.sampled_from(["round-robin", "least-outstanding", "prefix-affinity"]),
        seed=st.integers(0, 99))
 def test_no_request_is_lost(llama_h100, counts, lag, router, seed):
-    # shared prefixes only for prefix affinity (prefix caching replays replica by replica)
-    reqs = _reqs(120, 40.0, seed=seed, out_hi=40, groups=5 * (router == "prefix-affinity"))
+    # shared prefixes (each replica its own prefix cache) for every router
+    reqs = _reqs(120, 40.0, seed=seed, out_hi=40, groups=5)
     if max(counts) == 0:
         counts[0] = 1
     windows = [(i * 0.6, (i + 1) * 0.6, c) for i, c in enumerate(counts)]
