@@ -1319,13 +1319,29 @@ def plain_module() -> ModuleType:
     """This source with every function plain Python (itself when numba is missing)."""
     if numba is None:
         return sys.modules[__name__]
-    mod = sys.modules.get(PLAIN_MODULE)
-    if mod is None:
-        spec = importlib.util.spec_from_file_location(PLAIN_MODULE, __file__)
-        assert spec is not None and spec.loader is not None
-        mod = importlib.util.module_from_spec(spec)
-        sys.modules[PLAIN_MODULE] = mod
+    return load_twin(PLAIN_MODULE, __file__)
+
+
+def load_twin(name: str, path: str, stand_ins: dict[str, ModuleType] | None = None
+              ) -> ModuleType:
+    """The source at `path` loaded once more as module `name` (cached in sys.modules); while it
+    imports, each module named in `stand_ins` is replaced by its stand-in (a plain twin)."""
+    mod = sys.modules.get(name)
+    if mod is not None:
+        return mod
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    saved = {k: sys.modules[k] for k in stand_ins or {}}
+    sys.modules.update(stand_ins or {})
+    sys.modules[name] = mod
+    try:
         spec.loader.exec_module(mod)
+    except BaseException:
+        del sys.modules[name]
+        raise
+    finally:
+        sys.modules.update(saved)
     return mod
 
 

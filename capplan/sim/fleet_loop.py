@@ -22,7 +22,6 @@ window edge), the extra gaps with the window of their step's end.
 
 from __future__ import annotations
 
-import importlib.util
 import sys
 from types import ModuleType
 
@@ -367,16 +366,4 @@ def plain_module() -> ModuleType:
 
     if numba is None:
         return sys.modules[__name__]
-    mod = sys.modules.get(PLAIN_MODULE)
-    if mod is None:
-        spec = importlib.util.spec_from_file_location(PLAIN_MODULE, __file__)
-        assert spec is not None and spec.loader is not None
-        mod = importlib.util.module_from_spec(spec)
-        name = compiled.__name__
-        sys.modules[name] = compiled.plain_module()
-        try:
-            spec.loader.exec_module(mod)
-        finally:
-            sys.modules[name] = compiled
-        sys.modules[PLAIN_MODULE] = mod
-    return mod
+    return compiled.load_twin(PLAIN_MODULE, __file__, {compiled.__name__: compiled.plain_module()})
