@@ -116,6 +116,9 @@ DURATION_S = Bound("duration (s)", 0.0, 86_400.0, lo_open=True,
                    reason="a latency objective or timeout over a day is not a serving SLO")
 FRACTION = Bound("fraction", 0.0, 1.0, lo_open=True, reason="a fraction of the GPU memory")
 HEADROOM = Bound("headroom", 0.0, 10.0, reason="at most 11x the offered rate")
+DEFAULT_HEADROOM = 0.2
+"""Spare capacity the planner sizes replicas with by default (replicas = ceil(rate x 1.2 /
+capacity)): `recommend --headroom`, plan files' `headroom`, implied P/D prefill workers."""
 PRICE_PER_HOUR = Bound("price (USD per GPU-hour)", 0.0, 10_000.0, lo_open=True,
                        reason="no GPU rents for more than $10,000 an hour")
 SHARE_FRAC = Bound("fraction of requests", 0.0, 1.0,

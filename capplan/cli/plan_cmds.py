@@ -35,6 +35,7 @@ from capplan.cli._options import (
 from capplan.cli._prefix import pop_prefix_spec, prefix_options
 from capplan.cli._render import Column, emit, render_rows, to_json
 from capplan.errors import InputError
+from capplan.limits import DEFAULT_HEADROOM
 from capplan.plan.result import PlanResult
 from capplan.plan.schema import PlanFile, load_plan, plan_json_schema
 
@@ -289,7 +290,7 @@ def _exports(paths: tuple[str, ...] | list[str], base: Path | None = None) -> li
 @click.option("--gpu-memory-utilization", type=FRACTION, default=None,
               help="The engine's memory fraction (default: the engine's for each GPU).")
 @click.option("--burstiness", type=BURSTINESS, default=1.0, show_default=True)
-@click.option("--headroom", type=HEADROOM, default=0.2, show_default=True,
+@click.option("--headroom", type=HEADROOM, default=DEFAULT_HEADROOM, show_default=True,
               help="Extra capacity for bursts (0.2 = 20%); auto: enough to cover the engine's "
                    "optimistic predictions, from its error band (docs/validation.md 4b).")
 @click.option("--objective", type=click.Choice(["min_cost", "min_gpus",

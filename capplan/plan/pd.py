@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from capplan.errors import InputError
+from capplan.limits import DEFAULT_HEADROOM
 from capplan.models.disagg import INTER_NODE, Link, decode_side_prefix, kv_transfer_s
 from capplan.models.disagg import kv_link as _nvlink_or_default
 from capplan.models.engine import engine_profile
@@ -261,9 +262,9 @@ class PdModel:
         return res
 
 
-WORKER_HEADROOM = 0.2
+WORKER_HEADROOM = DEFAULT_HEADROOM
 """Spare prefill capacity of an implied layout (`implied_workers`): the planner's default
-headroom (plan/schema.PlanFile.headroom; replicas cover rate x (1 + headroom))."""
+headroom (replicas cover rate x (1 + headroom))."""
 
 
 RIDGE_STEP = 2.0

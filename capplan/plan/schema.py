@@ -353,7 +353,7 @@ class PlanFile(BaseModel):
     pools: Literal["shared", "separate", "both"] = "both"
     """Several lanes: one shared pool with priorities, a pool per lane, or plan both."""
     objective: Literal["min_cost", "min_gpus", "max_goodput_per_dollar"] = "min_cost"
-    headroom: L.HEADROOM.field() | Literal["auto"] = 0.2  # type: ignore[valid-type]
+    headroom: L.HEADROOM.field() | Literal["auto"] = L.DEFAULT_HEADROOM  # type: ignore[valid-type]
     """Extra capacity for bursts and model error: replicas cover rate * (1 + headroom). "auto"
     in the file: the headroom that covers the engine's optimistic predictions, from its error
     band (capplan.plan.bands.auto_headroom; docs/validation.md section 4b)."""

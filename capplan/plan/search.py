@@ -22,6 +22,7 @@ from capplan.catalog.calibration import calibration_gpu
 from capplan.catalog.loader import Catalog
 from capplan.catalog.schema import GpuSpec, ModelSpec
 from capplan.errors import InputError
+from capplan.limits import DEFAULT_HEADROOM
 from capplan.models.calibration import Calibration
 from capplan.models.engine import EngineSettings, engine_profile
 from capplan.models.features import resolve_draft_model
@@ -291,7 +292,7 @@ def _binding(res: dict[str, Any], slos: SloSet, qm: QueueModel, seqs: np.ndarray
     return out
 
 
-def analytic_search(groups: list[ConfigGroup], t: Traffic, headroom: float = 0.2
+def analytic_search(groups: list[ConfigGroup], t: Traffic, headroom: float = DEFAULT_HEADROOM
                     ) -> SearchResult:
     """Highest SLO-compliant rate per replica for every configuration, vectorised."""
     qm, seqs, kv = _queue_model(groups, t)
