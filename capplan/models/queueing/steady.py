@@ -129,12 +129,21 @@ class SteadyState:
         prefix = self.cached + np.maximum(self.pf.mean - chunk, 0.0) / 2
         if self.policy.prefill_first:
             b = np.zeros_like(np.asarray(b, float))
+        dp_rows = np.asarray(self.step.attention_dp) > 1
         if not (self.pack_prompts or self._dp):
-            return self.step.prefill_chunk(chunk, prefix, num_decode=b,
-                                           decode_kv_tokens=b * self.ctx_mean,
-                                           detail=False)["step_s"]
-        return packed_prefill_step(self.step, chunk, self.pf.mean, self.cached, b,
-                                   b * self.ctx_mean)
+            return self._one_sequence_chunk(b, chunk, prefix)
+        packed = packed_prefill_step(self.step, chunk, self.pf.mean, self.cached, b,
+                                     b * self.ctx_mean)
+        if self.pack_prompts or np.all(dp_rows):
+            return packed
+        # a search holding attention-DP and plain rows: each row costed as it would be alone
+        return np.where(dp_rows, packed, self._one_sequence_chunk(b, chunk, prefix))
+
+    def _one_sequence_chunk(self, b: np.ndarray, chunk: np.ndarray, prefix: np.ndarray
+                            ) -> np.ndarray:
+        return self.step.prefill_chunk(chunk, prefix, num_decode=b,
+                                       decode_kv_tokens=b * self.ctx_mean,
+                                       detail=False)["step_s"]
 
     def _chunk_budget(self, b: np.ndarray) -> np.ndarray:
         if self.policy.prefill_first:  # the prefill step holds no decode tokens
