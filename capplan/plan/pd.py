@@ -322,7 +322,8 @@ def implied_workers(prefill: Deployment, decode: Deployment, inp: LengthStats,
 
 IMPLIED_RULE = ("decode workers: the fewest that hold the clients at each one's ridge batch, "
                 "where its step is twice the one-sequence step; prefill workers: the fewest "
-                "that carry the decode pool's rate with the planner's 20% headroom")
+                f"that carry the decode pool's rate with the planner's {WORKER_HEADROOM:.0%} "
+                "headroom")
 """What an answer with implied counts says of them (`implied_workers`)."""
 
 
