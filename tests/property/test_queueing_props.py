@@ -272,3 +272,27 @@ def test_e2e_p99_against_the_simulator(gpu, inp, out, chunk, sim_p99_s):
                    block_size=16, max_num_seqs=256, max_num_batched_tokens=chunk)
     assert sim.e2e_s["p99"] == pytest.approx(sim_p99_s, rel=0.005)
     assert got == pytest.approx(sim.e2e_s["p99"], rel=0.10)
+
+
+@pytest.mark.parametrize("engine", ["sglang@0.4", "sglang", "trtllm", "vllm"])
+@pytest.mark.parametrize("ci,li", [(0, 0), (1, 1), (2, 2), (4, 0)])
+def test_capacity_is_where_at_rate_turns_unstable(engine: str, ci: int, li: int) -> None:
+    """The capacity `latency` prints for an overloaded rate is where at_rate's own verdict
+    flips, under every engine's scheduler (a prefill-first engine's decoders wait out the
+    prefill steps, so a request holds its slot for its tokens' gaps, not the mean step: the
+    stability test used the mean step and SGLang printed 'arrival rate 30/s exceeds what one
+    replica sustains (62.5/s)')."""
+    from capplan.models.engine import engine_profile
+
+    model, gpu, tp, seqs, mnbt, kv = CONFIGS[ci]
+    sm = build_step_model(_CAT.models[model], _CAT.gpus[gpu], EngineSettings(tp=tp))
+    inp, out = LENGTHS[li]
+    q = QueueModel(sm, inp, out, Limits(seqs, mnbt, kv),
+                   policy=engine_profile(engine).scheduler)
+    cap = float(q.capacity_rate())
+    if not bool(np.all(q.whole_prompts_fit)):  # a whole-prompt engine's budget < the longest
+        assert cap == 0.0
+        return
+    assert 0 < cap < 1e5
+    assert bool(q.at_rate(np.asarray(0.99 * cap), {"ttft_s"})["stable"])
+    assert not bool(q.at_rate(np.asarray(1.01 * cap), {"ttft_s"})["stable"])

@@ -294,7 +294,8 @@ class SteadyState:
             rho_p = lam * pf * t_full / budget
             own_mean = np.where(pf <= budget, self._mixed(b, np.minimum(pf, budget)),
                                 pf / budget * t_full)
-            a = lam * (own_mean + self.dec_tokens * tau)
+            # a request holds its slot for its prefill and its tokens' gaps (as at_rate)
+            a = lam * (own_mean + self.dec_tokens * self.token_gap(s, tau))
             return self.whole_prompts_fit & exists & (rho_p < 1) & (
                 a < np.maximum(self.cap, 1.0)) & (
                 lam * pf * tau < budget)
