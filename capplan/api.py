@@ -345,7 +345,7 @@ def pd_latency(model: str, gpu: str, *, prefill_workers: int | None = None,
     arrivals and lengths). Neither worker count: a closed loop's implied counts
     (capplan.plan.pd.implied_workers; `data["implied_workers"]`)."""
     from capplan.plan.load import load_spec_from_options
-    from capplan.plan.pd import IMPLIED_RULE, with_implied_workers
+    from capplan.plan.pd import implied_layout
     from capplan.plan.pd import pd_latency as _pd_latency
     from capplan.plan.pd_sim import pd_latency_checked
 
@@ -361,13 +361,13 @@ def pd_latency(model: str, gpu: str, *, prefill_workers: int | None = None,
     load = load_spec_from_options(rate, concurrency, trace, str(input_len), str(output_len),
                                   burstiness, lay.decode.memory.max_model_len,
                                   num_prompts=num_prompts)
+    note = None
     if implied:
-        lay = with_implied_workers(lay, load, kv_link)
+        lay, note = implied_layout(lay, load, kv_link)
     res = _pd_latency(lay, load) if not check else pd_latency_checked(
         lay, load, str(input_len), str(output_len), burstiness, trace, seed=seed)
-    if implied:
-        res["implied_workers"] = {"prefill": lay.prefill_workers,
-                                  "decode": lay.decode_workers, "rule": IMPLIED_RULE}
+    if note:
+        res["implied_workers"] = note
     return LatencyResult.from_dict(res)
 
 

@@ -155,7 +155,7 @@ def _pd_latency(model: str, gpu: str, pd: dict[str, Any], rate: list[float] | No
 
     from capplan.api import disaggregated
     from capplan.cli._options import options_from
-    from capplan.plan.pd import IMPLIED_RULE, with_implied_workers
+    from capplan.plan.pd import implied_layout
     from capplan.plan.pd_sim import pd_latency_checked
 
     if prefix is not None and prefix.active:
@@ -177,12 +177,12 @@ def _pd_latency(model: str, gpu: str, pd: dict[str, Any], rate: list[float] | No
                                   concurrency[0] if concurrency else None, trace, input_len,
                                   output_len, burstiness, lay.decode.memory.max_model_len,
                                   num_prompts=num_prompts)
+    note = None
     if implied:
-        lay = with_implied_workers(lay, load, pd["kv_link"])
+        lay, note = implied_layout(lay, load, pd["kv_link"])
     res = pd_latency_checked(lay, load, input_len, output_len, burstiness, trace, seed=seed)
-    if implied:
-        res["implied_workers"] = {"prefill": lay.prefill_workers, "decode": lay.decode_workers,
-                                  "rule": IMPLIED_RULE}
+    if note:
+        res["implied_workers"] = note
     if "replay_passes" in res:
         emit(to_json(res) if fmt == "json" else pd_sim_table(res, fmt))
         return

@@ -327,6 +327,14 @@ IMPLIED_RULE = ("decode workers: the fewest that hold the clients at each one's 
 """What an answer with implied counts says of them (`implied_workers`)."""
 
 
+def implied_layout(layout: PdLayout, load: LoadSpec, link: str = "auto"
+                   ) -> tuple[PdLayout, dict[str, Any]]:
+    """`with_implied_workers` and the answer's `implied_workers` record of it."""
+    lay = with_implied_workers(layout, load, link)
+    return lay, {"prefill": lay.prefill_workers, "decode": lay.decode_workers,
+                 "rule": IMPLIED_RULE}
+
+
 def with_implied_workers(layout: PdLayout, load: LoadSpec, link: str = "auto") -> PdLayout:
     """The layout's worker layouts with the counts a closed loop implies (`implied_workers`);
     the answer's `layout` and `implied_workers` say so."""
