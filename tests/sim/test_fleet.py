@@ -15,9 +15,9 @@ from capplan.sim.fleet import (
     check_windows,
     replay_schedule,
     replica_timeline,
-    route_static,
 )
 from tests.sim.conftest import step_by_step
+from tests.sim.fleet_reference import route_static
 
 needs_numba = pytest.mark.skipif(not compiled_available(), reason="numba (the fast extra)")
 TOL_S = 1e-9
@@ -87,7 +87,8 @@ def test_round_robin_schedule_equals_separate_runs(llama_h100):
     # Round-robin reads no replica state: the fleet loop's routing (lag, drain included) equals
     # routing first (route_static, plain Python) and running each replica on its own.
     from capplan.sim.engine import CompiledEngine
-    from capplan.sim.fleet import _group_keys, _subset
+    from capplan.sim.fleet import _group_keys
+    from tests.sim.fleet_reference import _subset
 
     reqs = _reqs(600, 30.0, seed=2)
     windows = [(0.0, 6.0, 2), (6.0, 12.0, 4), (12.0, 40.0, 1)]

@@ -13,12 +13,11 @@ from capplan.sim import Requests, compiled_available
 from capplan.sim.fleet import (
     FleetReplaySpec,
     _group_keys,
-    _subset,
     check_windows,
     replay_schedule,
     replica_timeline,
-    route_static,
 )
+from tests.sim.fleet_reference import _subset, route_static
 
 needs_numba = pytest.mark.skipif(not compiled_available(), reason="numba (the fast extra)")
 TOL_S = 1e-9
