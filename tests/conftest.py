@@ -39,6 +39,16 @@ HYPOTHESIS_PROFILE = os.environ.get("HYPOTHESIS_PROFILE") or ("ci" if os.environ
 settings.load_profile(HYPOTHESIS_PROFILE)
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """Under pytest-xdist, compile the simulator's loops once in the controlling process before
+    the workers start (tests/numba_warm.py): on a cold numba cache each worker compiled them."""
+    if getattr(config.option, "numprocesses", None) and not hasattr(config, "workerinput"):
+        sys.path.insert(0, str(Path(__file__).resolve().parent))
+        from numba_warm import warm
+
+        warm()
+
+
 @pytest.fixture(autouse=True)
 def capplan_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """Point CAPPLAN_HOME at a fresh folder so no test reads or writes the user's own."""
