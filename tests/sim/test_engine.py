@@ -150,9 +150,11 @@ def test_event_skipping_matches_step_by_step(llama_h100, policy):
 
 
 def test_littles_law_long_run():
+    # 5,000 requests at ~94% of the batch's decode rate: the run's edges (empty at the start,
+    # draining at the end) put L and lambda W 0.4-0.5% apart over seeds 0-3; 2% is the bound
     wl = Workload((Lane(rate_per_s=30, input_len=parse_length("uniform:min=50,max=400"),
                         output_len=parse_length("lognormal:mean=100,p99=400")),),
-                  num_requests=20000)
+                  num_requests=5000)
     res = simulate(ConstStep(0.02), workload=wl, seed=0, num_gpu_blocks=100000, **{
         k: v for k, v in KW.items() if k != "max_num_seqs"}, max_num_seqs=64)
     little = res.requests_per_s * res.e2e_s["mean"]
