@@ -494,7 +494,8 @@ VLLM_0_6 = replace(
                           "waiting prompts are scheduled first, whole, and a step with "
                           "prefills schedules no decodes; chunked prefill off by default "
                           "(vllm/engine/arg_utils.py turns it on only above a 32K "
-                          "max_model_len); recompute preemption",
+                          "max_model_len, which this profile does not follow); recompute "
+                          "preemption",
              "defaults": "vllm/engine/arg_utils.py EngineArgs (v0.6.0): max_num_seqs 256, "
                          "gpu_memory_utilization 0.9, block_size 16, enable_prefix_caching "
                          "False; vllm/config.py SchedulerConfig: max_num_batched_tokens = "
