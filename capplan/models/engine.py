@@ -244,6 +244,9 @@ class EngineProfile:
     """Profile options applied to this profile (PROFILE_OPTIONS keys), in the order given."""
     option_flags: dict[str, str] = field(default_factory=dict)
     """The engine's own launch flag of each profile option it supports."""
+    budget_covers_model_len: bool = False
+    """The default token budget is at least max_model_len (vLLM V0 without chunked prefill:
+    `max_num_batched_tokens = max(max_model_len, 2048)`, so a whole prompt always fits)."""
 
     def defaults(self, gpu: GpuLike, tp: int = 1) -> EngineDefaults:
         return self.defaults_rule(gpu, tp)
@@ -473,8 +476,53 @@ TRTLLM_1_0 = replace(
 """TensorRT-LLM 1.0-1.1: the same scheduler, defaults and overlap as 1.2; its own profile so
 that a plan names the release it was made for (docs/engines.md, "Profiles by version")."""
 
+def _vllm06_defaults(gpu: GpuLike, tp: int) -> EngineDefaults:
+    # vLLM 0.6 EngineArgs: max_num_seqs 256 on every GPU; without chunked prefill
+    # SchedulerConfig's budget is max(max_model_len, 2048) (budget_covers_model_len).
+    return EngineDefaults(256, 2048, 0.9, 16)
+
+
+VLLM_0_6 = replace(
+    VLLM_0_11, version="0.6", since="0.6",
+    covers="0.6.x (V0 engine: prefill-only steps of whole prompts, synchronous host)",
+    defaults_rule=_vllm06_defaults, budget_covers_model_len=True,
+    scheduler=SchedulerPolicy(prefill_first=True, chunked_prefill=False,
+                              reserve_output_frac=0.0, preemption=True, prefix_caching=False),
+    host_overlap=False, option_flags={},
+    sources={**VLLM_0_11.sources,
+             "scheduler": "vllm/core/scheduler.py Scheduler._schedule_default (v0.6.0): "
+                          "waiting prompts are scheduled first, whole, and a step with "
+                          "prefills schedules no decodes; chunked prefill off by default "
+                          "(vllm/engine/arg_utils.py turns it on only above a 32K "
+                          "max_model_len, which this profile does not follow); recompute "
+                          "preemption",
+             "defaults": "vllm/engine/arg_utils.py EngineArgs (v0.6.0): max_num_seqs 256, "
+                         "gpu_memory_utilization 0.9, block_size 16, enable_prefix_caching "
+                         "False; vllm/config.py SchedulerConfig: max_num_batched_tokens = "
+                         "max(max_model_len, 2048) without chunked prefill",
+             "host_overlap": "off: the V0 engine loop schedules, prepares inputs and "
+                             "processes outputs between steps (vLLM blog 2024-09-05 'vLLM "
+                             "v0.6.0: 2.7x Throughput Improvement', 'Performance "
+                             "Diagnosis'); --num-scheduler-steps (multi-step, off by "
+                             "default) is not modelled"})
+
+SGLANG_0_3 = replace(
+    SGLANG_0_4, version="0.3", since="0.3", covers="0.3.x (no overlap scheduler)",
+    host_overlap=False,
+    option_flags={"mixed-chunk": "--enable-mixed-chunk"},
+    sources={**SGLANG_0_4.sources,
+             "host_overlap": "off: the overlap ('zero-overhead') batch scheduler arrived in "
+                            "v0.4 (lmsys.org/blog/2024-12-04-sglang-v0-4, 'Zero-Overhead "
+                            "Batch Scheduler'); before it the CPU's scheduling ran between "
+                            "GPU steps",
+             "defaults": "as 0.4: mem_fraction_static 0.88 at TP 1 and 0.85 at TP 4 "
+                         "(sgl-project/sglang benchmark/benchmark_vllm_060/README.md, "
+                         "Notes, for v0.3.0); chunked_prefill_size and the request caps "
+                         "are 0.4's, not read from 0.3's source"})
+
 VERSIONS: dict[str, tuple[EngineProfile, ...]] = {
-    "vllm": (VLLM_0_11, VLLM), "sglang": (SGLANG_0_4, SGLANG), "trtllm": (TRTLLM_1_0, TRTLLM)}
+    "vllm": (VLLM_0_6, VLLM_0_11, VLLM), "sglang": (SGLANG_0_3, SGLANG_0_4, SGLANG),
+    "trtllm": (TRTLLM_1_0, TRTLLM)}
 """Every engine's profiles by version, oldest first; the last is the default."""
 PROFILES: dict[str, EngineProfile] = {name: v[-1] for name, v in VERSIONS.items()}
 ENGINES = tuple(PROFILES)

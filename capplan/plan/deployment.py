@@ -212,7 +212,9 @@ def resolve_settings(opts: EngineOptions, gpu: GpuSpec, implied_dtype: str | Non
                                 else d.memory_fraction),
         block_size=block,
         max_num_seqs=opts.max_num_seqs or d.max_num_seqs,
-        max_num_batched_tokens=opts.max_num_batched_tokens or d.max_num_batched_tokens,
+        max_num_batched_tokens=opts.max_num_batched_tokens or (
+            max(d.max_num_batched_tokens, opts.max_model_len or 0)
+            if profile.budget_covers_model_len else d.max_num_batched_tokens),
         enforce_eager=opts.enforce_eager, engine=profile.spec,
         attention_dp=opts.attention_dp, expert_parallel=opts.expert_parallel,
         **feature_options(opts))

@@ -17,7 +17,8 @@ from capplan.plan.schema import PlanFile
 
 
 @pytest.mark.parametrize(("spec", "version", "overlap"), [
-    ("vllm", "0.14", True), ("vllm@0.10", "0.11", False), ("vllm@0.13.1", "0.11", False),
+    ("vllm", "0.14", True), ("vllm@0.6.0", "0.6", False), ("vllm@0.10", "0.11", False),
+    ("sglang@0.3.0", "0.3", False), ("vllm@0.13.1", "0.11", False),
     ("vllm@0.14.0", "0.14", True), ("vllm@0.19.0", "0.14", True),
     ("sglang@0.4.6.post1", "0.4", True), ("sglang", "0.5", True),
     ("trtllm@1.1.0rc2.post2", "1.0", True), ("tensorrt-llm@1.3.0rc5", "1.2", True)])
@@ -43,7 +44,7 @@ def test_profile_options():
 
 
 @pytest.mark.parametrize(("spec", "words"), [
-    ("vllm@0.9", "from 0.10"), ("vllm@nightly", "release number"),
+    ("vllm@0.5.3", "from 0.6"), ("vllm@nightly", "release number"),
     ("vllm+mixed-chunk", "applies to sglang"), ("sglang+turbo", "unknown engine option"),
     ("vlm", "did you mean vllm")])
 def test_bad_engine_specs_say_what_is_accepted(spec, words):
@@ -53,8 +54,8 @@ def test_bad_engine_specs_say_what_is_accepted(spec, words):
 
 def test_cli_takes_a_release_and_refuses_a_bad_one_in_one_line():
     r = CliRunner().invoke(cli, ["speed", "--model", "llama-3.1-8b", "--gpu", "a100-sxm-80gb",
-                                 "--batch", "1", "--engine", "vllm@0.9"])
-    assert r.exit_code == 2 and "capplan models vllm from 0.10" in r.output
+                                 "--batch", "1", "--engine", "vllm@0.5"])
+    assert r.exit_code == 2 and "capplan models vllm from 0.6" in r.output
     assert "Traceback" not in r.output
 
 
@@ -92,8 +93,8 @@ def test_plan_files_name_the_release_either_way():
     a = PlanFile.model_validate({**base, "engine": {"name": "vllm", "version": "0.11"}})
     b = PlanFile.model_validate({**base, "engine": {"name": "vllm@0.11"}})
     assert a.engine.profile_spec == b.engine.profile_spec == "vllm@0.11"
-    with pytest.raises(ValueError, match="from 0.10"):
-        PlanFile.model_validate({**base, "engine": {"name": "vllm", "version": "0.8"}})
+    with pytest.raises(ValueError, match="from 0.6"):
+        PlanFile.model_validate({**base, "engine": {"name": "vllm", "version": "0.5"}})
 
 
 # --- error bands --------------------------------------------------------------------------
@@ -137,3 +138,19 @@ def test_auto_headroom_covers_the_worst_optimistic_tpot():
     plan = PlanFile.model_validate({"model": "llama-3.1-8b", "headroom": "auto",
                                     "workloads": [{"name": "a", "rate_per_s": 1}]})
     assert plan.headroom == pytest.approx(round(auto_headroom("vllm"), 3))
+
+
+def test_vllm_v0_budget_covers_max_model_len_unless_given():
+    # vLLM 0.6 SchedulerConfig without chunked prefill: max(max_model_len, 2048).
+    from capplan import api
+
+    d = api.simulate("llama-3.1-8b", "a100-sxm", rate=1.0, requests=5, input_len=100,
+                     output_len=5, engine="vllm@0.6", max_model_len=4096).data
+    assert (d["max_num_batched_tokens"], d["max_num_seqs"]) == (4096, 256)
+    d = api.simulate("llama-3.1-8b", "a100-sxm", rate=1.0, requests=5, input_len=100,
+                     output_len=5, engine="vllm@0.6", max_model_len=1024,
+                     max_num_batched_tokens=3000).data
+    assert d["max_num_batched_tokens"] == 3000
+    d = api.simulate("llama-3.1-8b", "a100-sxm", rate=1.0, requests=5, input_len=100,
+                     output_len=5, engine="vllm@0.6", max_model_len=1024).data
+    assert d["max_num_batched_tokens"] == 2048
