@@ -72,11 +72,14 @@ def test_dp2_ep2_decode_step_by_hand(dp2ep2, plain):
     assert expert_mem == pytest.approx(
         LAYERS * touched * EXPERT_PARAMS * MXFP4_BYTES / s.expert_bytes_per_s, rel=1e-9)
     # Expert FLOPs: 64 tokens x 4 experts x 2 x 24,883,200 x 36 layers, half on each GPU, at
-    # the GEMM efficiency of rows = 64 x 4 / (2 x touched) tokens per expert.
+    # the GEMM efficiency of rows = 64 x 4 / (2 x touched) tokens per expert, at the grouped
+    # GEMMs' rate: expert_gemm_frac (0.25) of the dense GEMMs'.
     flops = 64 * TOP_K * 2 * EXPERT_PARAMS * LAYERS / 2
     rows = 64 * TOP_K / (2 * touched)
     eff = rows / (rows + s.gemm_half_tokens)
-    assert expert_cmp == pytest.approx(flops / (s.gemm_flops_per_s * eff), rel=1e-9)
+    rate = s.gemm_flops_per_s * 0.25
+    assert s.expert_flops_per_s == pytest.approx(rate, rel=1e-12)
+    assert expert_cmp == pytest.approx(flops / (rate * eff), rel=1e-9)
     # All-gather + reduce-scatter of 64 x 2880 x 2 B over 2 GPUs, half crossing the link,
     # twice per MoE layer; TP 1 has no all-reduce of its own.
     link = 900e9 * dp2ep2.calibration.allreduce_bw_frac
