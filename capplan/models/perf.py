@@ -670,9 +670,9 @@ def build_step_model(model: ModelSpec, gpu: GpuSpec, settings: EngineSettings,
         kv_bytes_per_s=gpu.hbm_bytes_per_s * cal.attn_bw_frac,
         expert_bytes_per_s=gpu.hbm_bytes_per_s * (cal.expert_bw_frac or cal.mem_bw_frac),
         gemm_flops_per_s=gpu.dense_flops_per_s(compute) * frac,
-        # Quantized routed experts (fp8/fp4/int4 weights) run grouped GEMMs with per-block
-        # scales or dequantisation at a fraction of the dense rate; 16-bit ones at the dense
-        # rate (fused-MoE kernel timings, docs/perf.md "Routed experts at prefill").
+        # Quantized routed experts (fp8/fp4/int4 weights): grouped GEMMs at expert_gemm_frac
+        # of the dense rate (fused-MoE kernel timings: 0.14-0.46; default 1), 16-bit ones at
+        # the dense rate (docs/perf.md "Routed experts at prefill").
         expert_flops_per_s=gpu.dense_flops_per_s(compute) * frac * (
             cal.expert_gemm_frac if dt.experts < 2.0 else 1.0),
         attn_flops_per_s=gpu.dense_flops_per_s("bf16") * cal.attn_frac,

@@ -73,11 +73,11 @@ def test_dp2_ep2_decode_step_by_hand(dp2ep2, plain):
         LAYERS * touched * EXPERT_PARAMS * MXFP4_BYTES / s.expert_bytes_per_s, rel=1e-9)
     # Expert FLOPs: 64 tokens x 4 experts x 2 x 24,883,200 x 36 layers, half on each GPU, at
     # the GEMM efficiency of rows = 64 x 4 / (2 x touched) tokens per expert, at the grouped
-    # GEMMs' rate: expert_gemm_frac (0.25) of the dense GEMMs'.
+    # GEMMs' rate: the calibration's expert_gemm_frac of the dense GEMMs' (MXFP4 experts).
     flops = 64 * TOP_K * 2 * EXPERT_PARAMS * LAYERS / 2
     rows = 64 * TOP_K / (2 * touched)
     eff = rows / (rows + s.gemm_half_tokens)
-    rate = s.gemm_flops_per_s * 0.25
+    rate = s.gemm_flops_per_s * dp2ep2.calibration.expert_gemm_frac
     assert s.expert_flops_per_s == pytest.approx(rate, rel=1e-12)
     assert expert_cmp == pytest.approx(flops / (rate * eff), rel=1e-9)
     # All-gather + reduce-scatter of 64 x 2880 x 2 B over 2 GPUs, half crossing the link,
