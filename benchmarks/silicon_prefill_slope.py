@@ -13,10 +13,10 @@ Qwen3-32B), MoE (MiniMax-M2.5, gpt-oss-120b, Qwen3-235B, Qwen3.5-397B), MLA MoE 
 Kimi-K2.5, GLM-5). Each row runs twice: with the calibration's default (`expert_gemm_frac` 1:
 quantized routed experts' grouped GEMMs at the dense GEMM rate) and with them at
 CANDIDATE_FRAC of it, inside the published range (docs/perf.md, "Routed experts at
-prefill"). A second table gives the TTFT at those loads by prompt length (every configuration,
-paired or not, one row each), engine time alone against the measurement. `--write-docs` rewrites the blocks
-`silicon_prefill_slope:by-family` and `silicon_prefill_slope:low-load` of docs/validation.md
-(section 4b).
+prefill"). A second table gives the TTFT at those loads by prompt length (every
+configuration, paired or not, one row each), engine time alone against the measurement.
+`--write-docs` rewrites the blocks `silicon_prefill_slope:by-family` and
+`silicon_prefill_slope:low-load` of docs/validation.md (section 4b).
 """
 
 from __future__ import annotations
