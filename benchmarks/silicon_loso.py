@@ -233,7 +233,7 @@ def held_out(base: list[tuple[dict[str, str], Replay]], key: Callable[[dict[str,
                 if x is not None:
                     a, b = x.ttft_s, x.tpot_s
                 scored.append(Scored(eng, g, int(r["_c"]), a / ma - 1, b / mb - 1,
-                                     family(r["model_path"])))
+                                     family(r.get("model_path", ""))))
     return scored, fits
 
 
