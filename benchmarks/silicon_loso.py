@@ -54,8 +54,17 @@ LAYER_GRID_S = tuple(np.round(np.arange(0, 100.1e-6, 2.5e-6), 9))
 SEQ_GRID_S = tuple(np.round(np.arange(0, 100.1e-6, 2.5e-6), 9))
 OVERHEAD_GRID_S = tuple(np.round(np.arange(0, 0.4001, 0.005), 4))
 MLA_GRID_S = tuple(np.round(np.arange(0, 4.01e-3, 0.125e-3), 7))
+FAMILIES = (("dense", ("Llama-3.1", "Qwen3-32B")),
+            ("MoE", ("MiniMax", "gpt-oss", "Qwen3-235B", "Qwen3.5-397B")),
+            ("MLA MoE", ("DeepSeek", "Kimi", "GLM-5")))
+"""Model families of the silicon rows, by checkpoint name (MLA: multi-head latent attention)."""
 REGIMES = ((1, 8), (9, 64), (65, 256), (257, 1 << 30))
 """Concurrency ranges of the error bands (clients of a closed loop; running batch otherwise)."""
+
+
+def family(model: str) -> str:
+    """A checkpoint's family (FAMILIES): dense, MoE or MLA MoE."""
+    return next((f for f, keys in FAMILIES if any(k in model for k in keys)), "other")
 
 
 def row_release(r: dict[str, str]) -> str:
@@ -187,6 +196,7 @@ class Scored:
     concurrency: int
     ttft_err: float
     tpot_err: float
+    family: str = ""
 
 
 def held_out(base: list[tuple[dict[str, str], Replay]], key: Callable[[dict[str, str]], str],
@@ -222,7 +232,8 @@ def held_out(base: list[tuple[dict[str, str], Replay]], key: Callable[[dict[str,
                 x = rescore(r, c) if rescore is not None else None
                 if x is not None:
                     a, b = x.ttft_s, x.tpot_s
-                scored.append(Scored(eng, g, int(r["_c"]), a / ma - 1, b / mb - 1))
+                scored.append(Scored(eng, g, int(r["_c"]), a / ma - 1, b / mb - 1,
+                                     family(r.get("model_path", ""))))
     return scored, fits
 
 
@@ -315,6 +326,19 @@ def table(scored: list[Scored], what: str) -> list[str]:
         tpot = [s.tpot_err for s in ss]
         label = f"**all** (bars: {_bar(ttft, 0.30)}, {_bar(tpot, 0.15)})" if g == "all" else g
         lines.append(f"| {eng} | {label} | {len(ss)} | {summary(ttft)} | {summary(tpot)} |")
+    return lines
+
+
+def family_table(scored: list[Scored]) -> list[str]:
+    """Markdown rows: the held-out scores of `table` by engine and model family."""
+    lines = ["| engine | family | rows | TTFT median / p90 / bias | TPOT median / p90 / bias |",
+             "|---|---|---|---|---|"]
+    by: dict[tuple[str, str], list[Scored]] = defaultdict(list)
+    for s in scored:
+        by[(s.engine, s.family)].append(s)
+    for (eng, fam), ss in sorted(by.items()):
+        lines.append(f"| {eng} | {fam} | {len(ss)} | {summary([s.ttft_err for s in ss])} | "
+                     f"{summary([s.tpot_err for s in ss])} |")
     return lines
 
 

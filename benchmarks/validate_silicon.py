@@ -97,6 +97,10 @@ class Prediction:
 _DEPS: dict[tuple, object] = {}
 PLAIN_TP = "--plain-tp" in sys.argv
 """Score every row as plain TP over tp_size GPUs (how rows were predicted before layouts)."""
+EXPERT_GEMM_FRAC = (float(sys.argv[sys.argv.index("--expert-gemm-frac") + 1])
+                    if "--expert-gemm-frac" in sys.argv else None)
+"""--expert-gemm-frac X: every row with the calibration's expert_gemm_frac at X (1: quantized
+experts at the dense GEMM rate), to compare the fits with and without the mechanism."""
 
 
 def _size(v: str) -> int:
@@ -172,6 +176,8 @@ def deployment(cat, r: dict[str, str], overhead_s: float | None = None,
             cal["request_overhead_s"] = overhead_s
         if host is not None:  # --fit tries other host costs per step and per sequence
             cal.update(step_overhead_s=host[0], per_seq_overhead_s=host[1])
+        if EXPERT_GEMM_FRAC is not None:
+            cal["expert_gemm_frac"] = EXPERT_GEMM_FRAC
         _DEPS[key] = agg_deployment(cat, run_of(r, engine), cal)
     return _DEPS[key]
 
@@ -382,9 +388,11 @@ def main_loso() -> None:
     loso, _ = L.held_out(base, lambda r: r["system"], lin, progress=True, rescore=exact_scores)
     loev, _ = L.held_out(base, L.release_key, lin, progress=True, rescore=exact_scores)
     t_sys, t_ver = L.table(loso, "system"), L.table(loev, "release")
+    t_fam = L.family_table(loso)
     t_apart = L.apart_table(apart, fits_all, exact0, one_node_twins(cat, agg_rows()))
     print("\n".join(t_in) + "\n\n" + "\n".join(t_sur) + "\n\n" + "\n".join(t_sys)
-          + "\n\n" + "\n".join(t_ver) + "\n\n" + "\n".join(t_apart))
+          + "\n\n" + "\n".join(t_fam) + "\n\n" + "\n".join(t_ver) + "\n\n"
+          + "\n".join(t_apart))
     const = ["| engine | step, per layer (us) | per sequence (us) | request (ms) | "
              "per MLA layer (ms) |", "|---|---|---|---|---|"] + [
         f"| {e} | {c.layer_s * 1e6:g} | {c.seq_s * 1e6:g} | {c.overhead_s * 1e3:g} | "
@@ -397,7 +405,8 @@ def main_loso() -> None:
         from docblocks import write_block  # benchmarks/ is on sys.path when run as a script
 
         for bid, body in (("constants", const), ("in-sample", t_in), ("surrogate", t_sur),
-                          ("loso", t_sys), ("loev", t_ver), ("apart", t_apart)):
+                          ("loso", t_sys), ("loso-family", t_fam), ("loev", t_ver),
+                          ("apart", t_apart)):
             write_block(DOC, f"validate_silicon:{bid}", "\n".join(body))
         print(f"wrote {DOC}")
     if "--write-bands" in sys.argv:

@@ -50,6 +50,7 @@ class CalibrationParams(BaseModel):
     attn_frac: float | None = Field(default=None, ge=_MIN_FRAC, le=1)
     attn_bw_frac: float | None = Field(default=None, ge=_MIN_FRAC, le=1)
     expert_bw_frac: float | None = Field(default=None, ge=0, le=1)
+    expert_gemm_frac: float | None = Field(default=None, ge=_MIN_FRAC, le=1)
     per_moe_layer_overhead_s: float | None = Field(default=None, ge=0, le=_STEP_S)
     step_overhead_s: float | None = Field(default=None, ge=0, le=_STEP_S)
     per_seq_overhead_s: float | None = Field(default=None, ge=0, le=_STEP_S)

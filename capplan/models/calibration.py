@@ -47,6 +47,13 @@ class Calibration:
     expert_bw_frac: float = 0.0
     """Achieved fraction of peak bandwidth streaming routed-expert weights (fused MoE kernels,
     few tokens per expert); 0 = same as mem_bw_frac."""
+    expert_gemm_frac: float = 1.0
+    """Rate of quantized routed experts' grouped GEMMs (fused MoE with fp8/fp4/int4 weights)
+    as a fraction of the dense GEMMs' (`gemm_frac` x peak); 16-bit experts always run at the
+    dense rate. Published fused-MoE kernel timings at prefill sizes reach 0.14-0.46 of it, but
+    with the engines' fitted host costs and request overheads the silicon rows' held-out TTFT
+    is worse below 1 (docs/perf.md, "Routed experts at prefill"): a measured calibration may
+    set it."""
     per_moe_layer_overhead_s: float = 21e-6
     """Fixed GPU cost per MoE layer per step beyond the dense layer's: the fused-MoE path runs
     ~7 more small kernels (router GEMM, top-k, align/permute, two grouped GEMMs, activation,

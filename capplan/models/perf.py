@@ -104,7 +104,7 @@ STEP_CONSTANTS = ("dense_weight_bytes", "expert_bytes", "num_moe_layers", "num_e
                   "draft_kv_bytes_per_token", "draft_overhead_s", "lora_adapter_bytes",
                   "lora_n1", "lora_q1", "lora_n2", "lora_q2", "lora_n3", "lora_q3", "lora_n4",
                   "lora_q4", "lora_max_loras", "lora_flops_per_token", "lora_overhead_s",
-                  "prefill_extra_flops_per_token", "spec_step_overhead_s")
+                  "prefill_extra_flops_per_token", "spec_step_overhead_s", "expert_flops_per_s")
 """`StepModel` fields that `step_parts` takes, in its order."""
 _N_BASE = STEP_CONSTANTS.index("spec_verify_tokens")
 """Constants before the feature terms (speculative decoding, LoRA, vision)."""
@@ -170,7 +170,8 @@ def fixed_parts(x: tuple, c: tuple, moe: bool) -> tuple:
      spec_accept_len, draft_weight_bytes, draft_flops_per_token, draft_steps, draft_width,
      draft_kv_bytes_per_token, draft_overhead_s, lora_adapter_bytes, lora_n1, lora_q1, lora_n2,
      lora_q2, lora_n3, lora_q3, lora_n4, lora_q4, lora_max_loras, lora_flops_per_token,
-     lora_overhead_s, prefill_extra_flops_per_token, spec_step_overhead_s) = c
+     lora_overhead_s, prefill_extra_flops_per_token, spec_step_overhead_s,
+     expert_flops_per_s) = c
     dec = bd > 0
     bd_rows = bd * v
     tokens = bd_rows + tp_
@@ -205,8 +206,9 @@ def fixed_parts(x: tuple, c: tuple, moe: bool) -> tuple:
         expert_mem = num_moe_layers * touched * expert_bytes / expert_bytes_per_s
         rows = select(touched > 0, global_tokens * k / np.maximum(touched * ep, 1e-12), 0.0)
         eff_e = rows / (rows + gemm_half_tokens)
+        expert_rate = select(expert_flops_per_s > 0, expert_flops_per_s * 1.0, gemm_flops_per_s)
         expert_cmp = global_tokens * expert_flops_per_token / ep / (
-            gemm_flops_per_s * np.maximum(eff_e, 1e-12))
+            expert_rate * np.maximum(eff_e, 1e-12))
         linear = linear + smooth_max(expert_mem, expert_cmp)
     # The engines' custom all-reduce: one-shot (each rank reads every peer's buffer: one
     # latency, (n-1) S bytes) for small messages, two-shot (reduce-scatter + all-gather: two
@@ -393,6 +395,9 @@ class StepModel:
     """Host cost of one speculative step beyond a plain one (speculative.SPEC_HOST_COSTS)."""
     spec_source: str = ""
     """Where the acceptance length came from (empty without speculation)."""
+    expert_flops_per_s: Any = 0.0
+    """FLOP/s the routed experts' grouped GEMMs reach at large row counts (0: the dense
+    GEMMs' `gemm_flops_per_s`)."""
 
 
     # ------------------------------------------------------------------------------------------
@@ -665,6 +670,11 @@ def build_step_model(model: ModelSpec, gpu: GpuSpec, settings: EngineSettings,
         kv_bytes_per_s=gpu.hbm_bytes_per_s * cal.attn_bw_frac,
         expert_bytes_per_s=gpu.hbm_bytes_per_s * (cal.expert_bw_frac or cal.mem_bw_frac),
         gemm_flops_per_s=gpu.dense_flops_per_s(compute) * frac,
+        # Quantized routed experts (fp8/fp4/int4 weights): grouped GEMMs at expert_gemm_frac
+        # of the dense rate (fused-MoE kernel timings: 0.14-0.46; default 1), 16-bit ones at
+        # the dense rate (docs/perf.md "Routed experts at prefill").
+        expert_flops_per_s=gpu.dense_flops_per_s(compute) * frac * (
+            cal.expert_gemm_frac if dt.experts < 2.0 else 1.0),
         attn_flops_per_s=gpu.dense_flops_per_s("bf16") * cal.attn_frac,
         gemm_half_tokens=cal.gemm_half_tokens,
         allreduce_s_fixed=ar_fixed,

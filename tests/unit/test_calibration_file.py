@@ -27,7 +27,7 @@ SPEED = ("speed", "--model", "llama-3.1-8b", "--gpu", "a100-sxm-80gb", "--contex
 PARAMS = ("mem_bw_frac", "gemm_frac", "gemm_frac_low_precision", "gemm_half_tokens",
           "attn_frac", "attn_bw_frac", "step_overhead_s", "per_seq_overhead_s",
           "per_layer_overhead_s", "allreduce_latency_s", "allreduce_bw_frac",
-          "request_overhead_s", "expert_bw_frac", "per_moe_layer_overhead_s",
+          "request_overhead_s", "expert_bw_frac", "expert_gemm_frac", "per_moe_layer_overhead_s",
           "spec_acceptance_length")
 
 IDEAL_YAML = """\

@@ -72,11 +72,14 @@ def test_dp2_ep2_decode_step_by_hand(dp2ep2, plain):
     assert expert_mem == pytest.approx(
         LAYERS * touched * EXPERT_PARAMS * MXFP4_BYTES / s.expert_bytes_per_s, rel=1e-9)
     # Expert FLOPs: 64 tokens x 4 experts x 2 x 24,883,200 x 36 layers, half on each GPU, at
-    # the GEMM efficiency of rows = 64 x 4 / (2 x touched) tokens per expert.
+    # the GEMM efficiency of rows = 64 x 4 / (2 x touched) tokens per expert, at the grouped
+    # GEMMs' rate: the calibration's expert_gemm_frac of the dense GEMMs' (MXFP4 experts).
     flops = 64 * TOP_K * 2 * EXPERT_PARAMS * LAYERS / 2
     rows = 64 * TOP_K / (2 * touched)
     eff = rows / (rows + s.gemm_half_tokens)
-    assert expert_cmp == pytest.approx(flops / (s.gemm_flops_per_s * eff), rel=1e-9)
+    rate = s.gemm_flops_per_s * dp2ep2.calibration.expert_gemm_frac
+    assert s.expert_flops_per_s == pytest.approx(rate, rel=1e-12)
+    assert expert_cmp == pytest.approx(flops / (rate * eff), rel=1e-9)
     # All-gather + reduce-scatter of 64 x 2880 x 2 B over 2 GPUs, half crossing the link,
     # twice per MoE layer; TP 1 has no all-reduce of its own.
     link = 900e9 * dp2ep2.calibration.allreduce_bw_frac
@@ -196,3 +199,28 @@ def test_plan_file_layout_keys(run_cli, tmp_path, engine, fragment):
     p = tmp_path / "plan.yaml"
     p.write_text(PLAN.format(engine=engine))
     assert_one_line_error(run_cli("plan", str(p), "--no-verify"), fragment)
+
+
+def test_expert_gemm_frac_slows_quantized_experts_only(plain):
+    # A calibration's expert_gemm_frac scales the grouped-GEMM rate of quantized experts
+    # (gpt-oss-120b's MXFP4): at 0.25 a prefill chunk's expert compute takes 4x as long, the
+    # dense part and the weight reads are unchanged. 16-bit experts (Qwen3-30B-A3B in bf16)
+    # keep the dense GEMM rate.
+    from capplan.catalog.loader import load_catalog
+    from capplan.models.perf import build_step_model
+
+    cat = load_catalog()
+    gpu = cat.gpu("b200")
+    cal = plain.calibration.with_(expert_gemm_frac=0.25)
+    slow = build_step_model(plain.model, gpu, plain.settings, cal)
+    x = (0.0, 0.0, 0.0, 4096.0, 4096.0 * 4097 / 2, 4096.0 * 4097 / 2, 0.0, 0.0, 1.0, 1.0)
+    base = step_parts(x, plain.step.constants(), True)
+    quarter = step_parts(x, slow.constants(), True)
+    assert quarter[5] == pytest.approx(4 * base[5], rel=1e-12)  # expert_cmp
+    assert quarter[4] == base[4] and quarter[2] == base[2]  # dense_cmp, expert_mem
+    assert quarter[0] > base[0]
+    bf16 = cat.model("qwen3-30b-a3b")
+    s16 = EngineSettings(tp=1, weight_dtype="bf16")
+    a = build_step_model(bf16, gpu, s16, plain.calibration)
+    b = build_step_model(bf16, gpu, s16, cal)
+    assert b.expert_flops_per_s == a.expert_flops_per_s == a.gemm_flops_per_s
