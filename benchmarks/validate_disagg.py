@@ -306,6 +306,39 @@ def count_check(rows: list[dict[str, str]], rule: str) -> str:
     return "\n".join(lines)
 
 
+def unstated_text(rows: list[dict[str, str]]) -> str:
+    """What the rows without counts share with other rows: a group of them by layout, lengths
+    and source measuring the same C twice (it mixes configurations), and measurements that are
+    a stated row's too (same engine, system, lengths and C, TPOT within 0.5%)."""
+    def layout(r: dict[str, str]) -> tuple:
+        return tuple(r[f"{role}_{k}"] for role in ("prefill", "decode")
+                     for k in ("tp_size", "pp_size", "attention_dp_size", "moe_tp_size",
+                               "moe_ep_size"))
+
+    def source(r: dict[str, str]) -> str:
+        return ";".join(x for x in r["silicon_data_source"].split(";")
+                        if "silicon_concurrency=" not in x)
+
+    bare = [r for r in rows if not stated(r)]
+    seen: dict[tuple, int] = defaultdict(int)
+    for r in bare:
+        seen[(r["backend"], r["model_path"], r["system"], r["isl"], r["osl"], source(r),
+              layout(r), concurrency(r))] += 1
+    twice = sum(n for n in seen.values() if n > 1)
+    known: dict[tuple, list[float]] = defaultdict(list)
+    for r in rows:
+        if stated(r):
+            known[(r["backend"], r["system"], r["isl"], r["osl"], concurrency(r))].append(
+                float(r["silicon_tpot_ms"]))
+    same = sum(1 for r in bare if any(
+        abs(float(r["silicon_tpot_ms"]) / t - 1) < 0.005 for t in known[(
+            r["backend"], r["system"], r["isl"], r["osl"], concurrency(r))]))
+    return (f"Rows without counts: {len(bare)}; {twice} share their layout, lengths, source and "
+            "C with another row (one group measured two configurations); "
+            f"{same} repeat a stated row's measurement (same engine, system, lengths and C, "
+            "TPOT within 0.5%).")
+
+
 def reasons_text(reasons: dict[str, int]) -> str:
     return "Rows not predicted, by reason: " + (
         "; ".join(f"{why}: {n}" for why, n in sorted(reasons.items(), key=lambda x: -x[1]))
@@ -445,7 +478,7 @@ def main() -> None:
     groups, reasons = score(rows)
     skipped = sum(reasons.values())
     print(f"disagg rows: {len(rows)}, scored {len(rows) - skipped}, not predicted {skipped}")
-    text = table(groups) + "\n\n" + reasons_text(reasons)
+    text = table(groups) + "\n\n" + reasons_text(reasons) + "\n\n" + unstated_text(rows)
     print(text)
     check = None if (STATED_ONLY or IMPLIED_ALL) else rule_check(rows)
     if check:
