@@ -350,6 +350,7 @@ def peak_step_ratio(cat, r: dict[str, str]) -> float | None:
     sweep's largest C: the decode step at peak / D sequences a worker (at most its slots)
     over its one-sequence step, the worker as the rows without counts give it (engine's
     default batch). None: the row cannot be placed."""
+    workers = _size(r["decode_num_workers"])
     r = as_attention_dp(cat, as_unstated(r))
     if why_not(cat, r):
         return None
@@ -360,7 +361,7 @@ def peak_step_ratio(cat, r: dict[str, str]) -> float | None:
                       LengthStats.fixed(osl))
     except CapplanError:
         return None
-    batch = min(peak(r) / _size(r["decode_num_workers"]), one.decode_slots())
+    batch = min(peak(r) / workers, one.decode_slots())
     t = dec.step.decode_step(np.asarray([1.0, max(batch, 1.0)]), isl + osl / 2.0,
                              detail=False)["step_s"]
     t = np.asarray(t, float)
