@@ -5,7 +5,8 @@ disaggregated deployments (prefill_num_workers x prefill layout, decode_num_work
 layout) under a closed loop of C clients (`silicon_concurrency=`), fixed input/output lengths.
 
 The harness reads rows and scores; the prediction is the product's (capplan.plan.pd, the same
-solve as `capplan latency --prefill-workers ... --concurrency C`; nothing fitted):
+solve as `capplan latency --prefill-workers ... --concurrency C`; nothing fitted but
+the implied counts' RIDGE_STEP, which the rule check measures):
 - a worker's layout as the row gives it: tp_size x attention_dp_size GPUs (x pp_size), MoE
   layers over moe_ep_size expert-parallel ranks (capplan's notation is AIConfigurator's), and
   its batch_size as the engine's max batch per attention-DP rank when the row sets it;
