@@ -5,7 +5,8 @@ disaggregated deployments (prefill_num_workers x prefill layout, decode_num_work
 layout) under a closed loop of C clients (`silicon_concurrency=`), fixed input/output lengths.
 
 The harness reads rows and scores; the prediction is the product's (capplan.plan.pd, the same
-solve as `capplan latency --prefill-workers ... --concurrency C`; nothing fitted):
+solve as `capplan latency --prefill-workers ... --concurrency C`; nothing fitted but
+the implied counts' RIDGE_STEP, which the rule check measures):
 - a worker's layout as the row gives it: tp_size x attention_dp_size GPUs (x pp_size), MoE
   layers over moe_ep_size expert-parallel ranks (capplan's notation is AIConfigurator's), and
   its batch_size as the engine's max batch per attention-DP rank when the row sets it;
@@ -16,18 +17,23 @@ solve as `capplan latency --prefill-workers ... --concurrency C`; nothing fitted
 - a worker whose TP cannot split the model's attention heads (TP 48 of DeepSeek's 128) as
   attention DP over its GPUs (`as_attention_dp`: such rows do not record DP attention);
 - a row that gives its workers' layouts but not how many ran: the counts a planner sizing its
-  C deploys (capplan.plan.pd.implied_workers: decode workers whose slots hold C, prefill
-  workers that carry the decode pool's cycle rate with the planner's headroom), with the
-  engine's default max batch (such rows give no batch either).
+  deployment for the sweep's largest C deploys (capplan.plan.pd.implied_workers: decode
+  workers whose batch at that peak is at most the ridge batch, prefill workers that carry the
+  decode pool's cycle rate with the planner's headroom), with the engine's default max batch
+  (such rows give no batch either). A row's sweep is the rows of its configuration (the
+  `config_id` of its source) with the same lengths; a row that names no configuration is its
+  own sweep (its C is the peak).
 Errors |predicted / measured - 1| as median / p90 / median signed bias, by engine and system.
 
 Run: .venv/bin/python benchmarks/validate_disagg.py [--per-group N] [--data CSV] [--write-docs]
-[--stated-only | --implied-all]
+[--stated-only | --implied-all] [--decode-rule sweep|ridge|slots]
 (default 10 rows per engine and system, every k-th row by id; --per-group 0 scores every row;
 --write-docs rewrites the generated blocks of docs/validation.md with the full scoring;
 --stated-only scores only rows that give their worker counts; --implied-all applies the
 implied-count rule to every row, ignoring the counts and batch sizes rows give: the rule's
-check on rows whose counts are known, with the inferred vs the real counts)
+check on rows whose counts are known, with the inferred vs the real counts; --decode-rule:
+sweep, the default, sizes the decode workers for the sweep's largest C, ridge for the row's
+own C, slots fills each worker's slots)
 """
 
 from __future__ import annotations
@@ -44,7 +50,7 @@ from capplan.catalog.loader import load_catalog
 from capplan.errors import CapplanError
 from capplan.models.queueing import LengthStats
 from capplan.plan.aiconfigurator import SYSTEM_GPUS, disagg_worker
-from capplan.plan.pd import PdModel, implied_workers, make_layout
+from capplan.plan.pd import RIDGE_STEP, PdModel, implied_workers, make_layout
 from capplan.sim.protocol import preset
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -105,9 +111,40 @@ def _worker(cat, r: dict[str, str], role: str):
 STATED_ONLY = "--stated-only" in sys.argv
 """Score only the rows that give their worker counts."""
 DECODE_RULE = sys.argv[sys.argv.index("--decode-rule") + 1] if "--decode-rule" in sys.argv \
-    else "ridge"
-"""implied_workers' decode rule: ridge (the default: each worker's batch at most its ridge
-batch) or slots (the fewest workers that hold C)."""
+    else "sweep"
+"""The implied decode workers: sweep (the default: implied_workers' ridge rule sized for the
+sweep's largest C), ridge (the same for the row's own C) or slots (the fewest workers whose
+slots hold the row's C)."""
+RULES = {"sweep": ("ridge", True), "ridge": ("ridge", False), "slots": ("slots", False)}
+"""--decode-rule -> (implied_workers' decode_rule, sized for the sweep's peak)."""
+PEAKS: dict[tuple, int] = {}
+"""A sweep's largest C (`sweep`), filled from every row of the file (`note_peaks`)."""
+
+
+def sweep(r: dict[str, str]) -> tuple | None:
+    """The row's configuration sweep: its source's config_id with the row's engine, model,
+    system, precision and lengths (None: the row names no configuration)."""
+    src = r["silicon_data_source"]
+    if "config_id=" not in src:
+        return None
+    cid = src.split("config_id=")[1].split(";")[0].strip()
+    return (cid, r["backend"], r["model_path"], r["system"], r["precision"], r["isl"],
+            r["osl"])
+
+
+def note_peaks(rows: list[dict[str, str]]) -> None:
+    """Record each sweep's largest C (every row of the file, before any sampling)."""
+    for r in rows:
+        key, c = sweep(r), concurrency(r)
+        if key is not None and c is not None:
+            PEAKS[key] = max(PEAKS.get(key, 0), c)
+
+
+def peak(r: dict[str, str]) -> int:
+    """The clients the row's deployment is sized for: its sweep's largest C, else its C."""
+    c = concurrency(r) or 1
+    key = sweep(r)
+    return max(c, PEAKS.get(key, c)) if key is not None else c
 IMPLIED_ALL = "--implied-all" in sys.argv
 """Apply the implied-count rule to every row, its stated counts and batch sizes ignored."""
 
@@ -139,15 +176,21 @@ def why_not(cat, r: dict[str, str]) -> str | None:
 _MODELS: dict[tuple, PdModel] = {}
 
 
-def counts(cat, r: dict[str, str], rule: str | None = None) -> tuple[int, int]:
-    """(prefill, decode) workers: the row's, or the implied ones (decode `rule`, default
-    DECODE_RULE) when it gives none."""
+def counts(cat, r: dict[str, str], rule: str | None = None,
+           ridge_step: float | None = None) -> tuple[int, int]:
+    """(prefill, decode) workers: the row's, or the implied ones (`rule`, default DECODE_RULE;
+    `ridge_step`: the ridge rule at that step ratio instead of RIDGE_STEP) when it gives
+    none."""
     if stated(r):
         return _size(r["prefill_num_workers"]), _size(r["decode_num_workers"])
     isl, osl = int(r["isl"]), int(r["osl"])
+    decode_rule, at_peak = RULES[rule or DECODE_RULE]
+    if ridge_step is not None and decode_rule == "ridge":
+        decode_rule = ridge_step
+    c = concurrency(r)
     return implied_workers(_worker(cat, r, "prefill"), _worker(cat, r, "decode"),
-                           LengthStats.fixed(isl), LengthStats.fixed(osl), concurrency(r),
-                           decode_rule=rule or DECODE_RULE)
+                           LengthStats.fixed(isl), LengthStats.fixed(osl), c,
+                           decode_rule=decode_rule, peak_concurrency=peak(r) if at_peak else c)
 
 
 def model_for(cat, r: dict[str, str], p: int, d: int) -> PdModel:
@@ -161,10 +204,10 @@ def model_for(cat, r: dict[str, str], p: int, d: int) -> PdModel:
     return _MODELS[key]
 
 
-def predict(cat, r: dict[str, str], implied: bool = IMPLIED_ALL
-            ) -> tuple[float, float] | str:
+def predict(cat, r: dict[str, str], implied: bool = IMPLIED_ALL,
+            ridge_step: float | None = None) -> tuple[float, float] | str:
     """(TTFT, TPOT) in seconds, or why the row has no prediction (`implied`: the row's worker
-    counts and batch sizes ignored, the implied counts used)."""
+    counts and batch sizes ignored, the implied counts used, `ridge_step` as `counts`)."""
     if implied:
         r = as_unstated(r)
     r = as_attention_dp(cat, r)
@@ -173,7 +216,8 @@ def predict(cat, r: dict[str, str], implied: bool = IMPLIED_ALL
         return reason
     c = concurrency(r)
     try:
-        res = model_for(cat, r, *counts(cat, r)).closed_loop(c, waves=WAVES)
+        res = model_for(cat, r, *counts(cat, r, ridge_step=ridge_step)).closed_loop(
+            c, waves=WAVES)
     except CapplanError as e:
         msg = str(e)
         if "fit" in msg:
@@ -194,14 +238,16 @@ def cell(e: np.ndarray) -> str:
             f"{np.median(e):+.0%}")
 
 
-def score(rows: list[dict[str, str]], implied: bool = IMPLIED_ALL
-          ) -> tuple[dict, dict[str, int]]:
+def score(rows: list[dict[str, str]], implied: bool = IMPLIED_ALL,
+          ridge_steps: dict[str, float] | None = None) -> tuple[dict, dict[str, int]]:
+    """Errors by (engine, system), (engine, all) and (all, all); `ridge_steps`: the implied
+    ridge rule's step ratio by system (the leave-one-system-out check)."""
     cat = load_catalog()
     groups: dict[tuple[str, str], dict[str, list[float]]] = defaultdict(
         lambda: defaultdict(list))
     reasons: dict[str, int] = defaultdict(int)
     for r in rows:
-        p = predict(cat, r, implied)
+        p = predict(cat, r, implied, (ridge_steps or {}).get(r["system"]))
         keys = ((r["backend"], r["system"]), (r["backend"], "all"), ("all", "all"))
         for key in keys:
             groups[key]["rows"].append(1.0)
@@ -261,18 +307,144 @@ def count_check(rows: list[dict[str, str]], rule: str) -> str:
     return "\n".join(lines)
 
 
+def unstated_text(rows: list[dict[str, str]]) -> str:
+    """What the rows without counts share with other rows: a group of them by layout, lengths
+    and source measuring the same C twice (it mixes configurations), and measurements that are
+    a stated row's too (same engine, system, lengths and C, TPOT within 0.5%)."""
+    def layout(r: dict[str, str]) -> tuple:
+        return tuple(r[f"{role}_{k}"] for role in ("prefill", "decode")
+                     for k in ("tp_size", "pp_size", "attention_dp_size", "moe_tp_size",
+                               "moe_ep_size"))
+
+    def source(r: dict[str, str]) -> str:
+        return ";".join(x for x in r["silicon_data_source"].split(";")
+                        if "silicon_concurrency=" not in x)
+
+    bare = [r for r in rows if not stated(r)]
+    seen: dict[tuple, int] = defaultdict(int)
+    for r in bare:
+        seen[(r["backend"], r["model_path"], r["system"], r["isl"], r["osl"], source(r),
+              layout(r), concurrency(r))] += 1
+    twice = sum(n for n in seen.values() if n > 1)
+    known: dict[tuple, list[float]] = defaultdict(list)
+    for r in rows:
+        if stated(r):
+            known[(r["backend"], r["system"], r["isl"], r["osl"], concurrency(r))].append(
+                float(r["silicon_tpot_ms"]))
+    same = sum(1 for r in bare if any(
+        abs(float(r["silicon_tpot_ms"]) / t - 1) < 0.005 for t in known[(
+            r["backend"], r["system"], r["isl"], r["osl"], concurrency(r))]))
+    return (f"Rows without counts: {len(bare)}; {twice} share their layout, lengths, source and "
+            "C with another row (one group measured two configurations); "
+            f"{same} repeat a stated row's measurement (same engine, system, lengths and C, "
+            "TPOT within 0.5%).")
+
+
 def reasons_text(reasons: dict[str, int]) -> str:
     return "Rows not predicted, by reason: " + (
         "; ".join(f"{why}: {n}" for why, n in sorted(reasons.items(), key=lambda x: -x[1]))
         or "none") + "."
 
 
+def peak_step_ratio(cat, r: dict[str, str]) -> float | None:
+    """The step ratio at which a row that states its counts runs its decode workers at its
+    sweep's largest C: the decode step at peak / D sequences a worker (at most its slots)
+    over its one-sequence step, the worker as the rows without counts give it (engine's
+    default batch). None: the row cannot be placed."""
+    workers = _size(r["decode_num_workers"])
+    r = as_attention_dp(cat, as_unstated(r))
+    if why_not(cat, r):
+        return None
+    try:
+        pre, dec = _worker(cat, r, "prefill"), _worker(cat, r, "decode")
+        isl, osl = int(r["isl"]), int(r["osl"])
+        one = PdModel(make_layout(pre, 1, dec, 1), LengthStats.fixed(isl),
+                      LengthStats.fixed(osl))
+    except CapplanError:
+        return None
+    batch = min(peak(r) / workers, one.decode_slots())
+    t = dec.step.decode_step(np.asarray([1.0, max(batch, 1.0)]), isl + osl / 2.0,
+                             detail=False)["step_s"]
+    t = np.asarray(t, float)
+    return float(t[1] / t[0])
+
+
+def geometric_median(v: list[float]) -> float:
+    return float(np.exp(np.median(np.log(v)))) if v else math.nan
+
+
+def sweeps_text(known: list[dict[str, str]]) -> str:
+    """How many configuration sweeps keep their worker counts from the smallest C to the
+    largest."""
+    by: dict[tuple, set] = defaultdict(set)
+    for r in known:
+        key = sweep(r)
+        if key is not None:
+            by[key].add((r["prefill_num_workers"], r["decode_num_workers"]))
+    multi = {k: v for k, v in by.items()
+             if sum(1 for r in known if sweep(r) == k) > 1}
+    fixed = sum(1 for v in multi.values() if len(v) == 1)
+    return (f"They come from {len(by)} configuration sweeps (a source's config_id, its lengths); "
+            f"{fixed} of the {len(multi)} sweeps with more than one C keep the same prefill and "
+            "decode workers from their smallest C to their largest.")
+
+
+def ridge_fit(cat, known: list[dict[str, str]]) -> tuple[str, dict[str, float], float]:
+    """The step ratio the deployments run at their sweep's peak, by engine (a table), the
+    ridge step fitted without each system (geometric median of the other systems' rows) and
+    fitted on all."""
+    ratios = [(r, peak_step_ratio(cat, r)) for r in known]
+    ratios = [(r, x) for r, x in ratios if x is not None]
+    lines = ["| engine | rows | step ratio at the sweep's largest C, median (p10-p90) |",
+             "|---|---|---|"]
+    for eng in sorted({r["backend"] for r, _ in ratios}) + ["all"]:
+        v = np.asarray([x for r, x in ratios if eng in ("all", r["backend"])])
+        lines.append(f"| {eng} | {v.size} | {geometric_median(list(v)):.2f} "
+                     f"({np.quantile(v, 0.1):.2f}-{np.quantile(v, 0.9):.2f}) |")
+    systems = sorted({r["system"] for r, _ in ratios})
+    loso = {s: geometric_median([x for r, x in ratios if r["system"] != s]) for s in systems}
+    return "\n".join(lines), loso, geometric_median([x for _, x in ratios])
+
+
+def loso_table(known: list[dict[str, str]], loso: dict[str, float]) -> str:
+    """Each system scored with the implied counts (sweep rule) at the step ratio fitted
+    without it."""
+    groups, _ = score(known, True, loso)
+    lines = ["| system | rows | step ratio fitted without it | predicted | TTFT median / p90 / "
+             "bias | TPOT median / p90 / bias |", "|---|---|---|---|---|---|"]
+    by: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
+    for (eng, system), g in groups.items():
+        if eng != "all" and system != "all":
+            for k, v in g.items():
+                by[system][k] += v
+    for system in sorted(by):
+        g = by[system]
+        n, k = len(g["rows"]), len(g["ttft"])
+        lines.append(f"| {system} | {n} | {loso.get(system, math.nan):.2f} | {k / n:.0%} | "
+                     f"{cell(np.asarray(g['ttft']))} | {cell(np.asarray(g['tpot']))} |")
+    g = groups[("all", "all")]
+    n, k = len(g["rows"]), len(g["ttft"])
+    lines.append(f"| all | {n} | - | {k / n:.0%} | {cell(np.asarray(g['ttft']))} | "
+                 f"{cell(np.asarray(g['tpot']))} |")
+    return "\n".join(lines)
+
+
 def rule_check(rows: list[dict[str, str]]) -> str:
-    """The rows that state their counts, scored with them and with the implied counts."""
+    """The rows that state their counts: what they chose, the ridge step fitted on them (and
+    without each system), their counts implied and scored."""
+    cat = load_catalog()
     known = [r for r in rows if stated(r)]
-    out = [f"Rows with stated worker counts: {len(known)}."]
-    for rule, what in (("ridge", "each decode worker's batch at most its ridge batch (the "
-                        "default)"), ("slots", "the fewest decode workers whose slots hold C")):
+    out = [f"Rows with stated worker counts: {len(known)}. " + sweeps_text(known)]
+    fit_table, loso, fitted = ridge_fit(cat, known)
+    out += ["", "The step ratio at which they run their decode workers at their sweep's "
+            "largest C (the decode step at that C over the decode workers, over the "
+            "one-sequence step; the engine's default batch):", "", fit_table, "",
+            f"Geometric median over the rows: {fitted:.2f} (RIDGE_STEP = {RIDGE_STEP:g}, "
+            "capplan/plan/pd.py). Fitted without each system and scored on it, the counts and "
+            "batch sizes hidden (sweep rule):", "", loso_table(known, loso)]
+    for rule, what in (("sweep", "sized for the sweep's largest C (the default)"),
+                       ("ridge", "sized for the row's own C"),
+                       ("slots", "the fewest decode workers whose slots hold the row's C")):
         out += ["", f"Implied counts, {what}, against the stated ones:", "",
                 count_check(known, rule)]
     for implied, what in ((False, "the stated counts and batch sizes"),
@@ -297,6 +469,7 @@ def main() -> None:
     with DATA.open() as f:
         rows = [r for r in csv.DictReader(f)
                 if r["mode"] == "disagg" and r["system"] in SYSTEM_GPUS]
+    note_peaks(rows)
     per_group = int(sys.argv[sys.argv.index("--per-group") + 1]) if "--per-group" in sys.argv \
         else (0 if "--write-docs" in sys.argv else 10)
     if per_group:
@@ -307,7 +480,7 @@ def main() -> None:
     groups, reasons = score(rows)
     skipped = sum(reasons.values())
     print(f"disagg rows: {len(rows)}, scored {len(rows) - skipped}, not predicted {skipped}")
-    text = table(groups) + "\n\n" + reasons_text(reasons)
+    text = table(groups) + "\n\n" + reasons_text(reasons) + "\n\n" + unstated_text(rows)
     print(text)
     check = None if (STATED_ONLY or IMPLIED_ALL) else rule_check(rows)
     if check:

@@ -335,15 +335,17 @@ def pd_latency(model: str, gpu: str, *, prefill_workers: int | None = None,
                concurrency: int | None = None, trace: str | None = None,
                input_len: str | int = 512, output_len: str | int = 256,
                burstiness: float = 1.0, num_prompts: int | None = None,
-               check: bool = True, seed: int = 0, **kw: Any) -> LatencyResult:
+               check: bool = True, seed: int = 0, peak_concurrency: int | None = None,
+               **kw: Any) -> LatencyResult:
     """Latency of a fixed disaggregated layout (open loop, closed loop or a trace's rate and
     lengths): TTFT = prefill queue + prefill + KV transfer + decode admission, TBT from the
     decode pool; `data["pools"]` holds each pool's figures and `data["saturated_pools"]` names
     a pool that cannot keep up (then `stable` is False). The analytic solve answers, checked
     against the replay of the same load when `check` (`data["answered_by"]` says which;
     `num_prompts`: a closed loop's benchmark requests, default 1000; `seed`: the replay's
-    arrivals and lengths). Neither worker count: a closed loop's implied counts
-    (capplan.plan.pd.implied_workers; `data["implied_workers"]`)."""
+    arrivals and lengths). Neither worker count: a closed loop's implied counts, sized for
+    `peak_concurrency` clients (default `concurrency`; capplan.plan.pd.implied_workers;
+    `data["implied_workers"]`)."""
     from capplan.plan.load import load_spec_from_options
     from capplan.plan.pd import implied_layout
     from capplan.plan.pd import pd_latency as _pd_latency
@@ -355,6 +357,9 @@ def pd_latency(model: str, gpu: str, *, prefill_workers: int | None = None,
     if implied and concurrency is None:
         raise InputError("a layout without worker counts needs a concurrency (the counts are "
                          "implied from it)")
+    if peak_concurrency is not None and not implied:
+        raise InputError("peak_concurrency sizes implied worker counts: give it without "
+                         "prefill_workers and decode_workers")
     lay = disaggregated(model, gpu, prefill_workers=1 if implied else prefill_workers,
                         decode_workers=1 if implied else decode_workers, prefill=prefill,
                         decode=decode, kv_link=kv_link, **kw)
@@ -363,7 +368,7 @@ def pd_latency(model: str, gpu: str, *, prefill_workers: int | None = None,
                                   num_prompts=num_prompts)
     note = None
     if implied:
-        lay, note = implied_layout(lay, load, kv_link)
+        lay, note = implied_layout(lay, load, kv_link, peak_concurrency)
     res = _pd_latency(lay, load) if not check else pd_latency_checked(
         lay, load, str(input_len), str(output_len), burstiness, trace, seed=seed)
     if note:

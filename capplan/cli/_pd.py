@@ -9,7 +9,7 @@ from typing import Any
 
 import click
 
-from capplan.cli._options import POS_INT
+from capplan.cli._options import CONCURRENCY, POS_INT
 from capplan.cli._render import Column, render_rows
 from capplan.units import MS_S
 
@@ -46,6 +46,10 @@ def pd_options(f: Callable[..., Any]) -> Callable[..., Any]:
                              default="auto", show_default=True,
                              help="Disaggregated: the KV path from prefill to decode GPUs "
                                   "(auto: NVLink when both pools fit one NVLink domain)."))
+    opts.append(click.option("--peak-concurrency", type=CONCURRENCY, default=None,
+                             help="Disaggregated, latency without worker counts: the clients "
+                                  "the implied counts are sized for (a deployment's peak; "
+                                  "default --concurrency)."))
     for o in reversed(opts):
         f = o(f)
     return f
@@ -59,9 +63,14 @@ def pop_pd(kw: dict[str, Any], implied: bool = False) -> dict[str, Any] | None:
     for role in ("prefill", "decode"):
         pools[role] = {k: kw.pop(f"{role}_{k}") for k in _ROLE_KEYS}
     link = kw.pop("kv_link")
+    peak = kw.pop("peak_concurrency", None)
     workers = {r: p.pop("workers") for r, p in pools.items()}
     given = any(workers.values()) or any(v is not None for p in pools.values()
                                           for v in p.values())
+    if peak is not None and not (implied and given and not any(workers.values())):
+        raise click.UsageError("--peak-concurrency sizes the worker counts `latency` implies: "
+                               "give it with the pools' layouts and without "
+                               "--prefill-workers and --decode-workers")
     if not given:
         return None
     if implied and not any(workers.values()):
@@ -74,7 +83,7 @@ def pop_pd(kw: dict[str, Any], implied: bool = False) -> dict[str, Any] | None:
     return {"prefill_workers": workers["prefill"], "decode_workers": workers["decode"],
             "prefill": {k: v for k, v in pools["prefill"].items() if v is not None},
             "decode": {k: v for k, v in pools["decode"].items() if v is not None},
-            "kv_link": link}
+            "kv_link": link, **({"peak_concurrency": peak} if peak is not None else {})}
 
 
 def pd_table(res: dict[str, Any], fmt: str) -> str:
@@ -124,7 +133,9 @@ def _implied_note(res: dict[str, Any]) -> list[str]:
     imp = res.get("implied_workers")
     if not imp:
         return []
-    return [f"worker counts implied from --concurrency: {imp['prefill']} prefill, "
+    peak = imp.get("peak_concurrency")
+    sized = f" sized for a peak of {peak} clients" if peak is not None else ""
+    return [f"worker counts implied from --concurrency{sized}: {imp['prefill']} prefill, "
             f"{imp['decode']} decode ({imp['rule']})"]
 
 

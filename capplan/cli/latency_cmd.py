@@ -164,6 +164,8 @@ def _pd_latency(model: str, gpu: str, pd: dict[str, Any], rate: list[float] | No
         raise click.UsageError("a disaggregated layout takes one --rate or --concurrency")
     cal = kw.pop("calibration", None)
     num_prompts, seed = kw.pop("num_prompts", None), kw.pop("seed", 0)
+    pd = dict(pd)
+    peak = pd.pop("peak_concurrency", None)
     implied = pd["prefill_workers"] is None
     if implied and not concurrency:
         raise click.UsageError("a disaggregated layout without --prefill-workers and "
@@ -179,7 +181,7 @@ def _pd_latency(model: str, gpu: str, pd: dict[str, Any], rate: list[float] | No
                                   num_prompts=num_prompts)
     note = None
     if implied:
-        lay, note = implied_layout(lay, load, pd["kv_link"])
+        lay, note = implied_layout(lay, load, pd["kv_link"], peak)
     res = pd_latency_checked(lay, load, input_len, output_len, burstiness, trace, seed=seed)
     if note:
         res["implied_workers"] = note

@@ -267,51 +267,73 @@ WORKER_HEADROOM = DEFAULT_HEADROOM
 headroom (replicas cover rate x (1 + headroom))."""
 
 
-RIDGE_STEP = 2.0
-"""`ridge` decode rule: a worker's batch at most where its decode step is this many times its
-one-sequence step. With step(b) = fixed + b x per-sequence (weights read once, each sequence's
-KV and FLOPs), the ridge b* = fixed / per-sequence is where the step doubles: below it batching
-is nearly free, past it each sequence costs the worker's token latency one for one."""
+RIDGE_STEP = 2.4
+"""The ridge rule's step ratio: a decode worker's batch at the clients' peak at most where its
+step is this many times its one-sequence step. With step(b) = fixed + b x per-sequence (weights
+read once, each sequence's KV and FLOPs), past the ridge each added sequence costs the worker's
+token latency one for one. Fitted (the one parameter of the rule): the geometric median of the
+step ratio at which the measured deployments that state their counts run their decode workers
+at their sweep's largest C (256 rows of ../shared/validation/silicon_sample.csv, 2.38; fitted
+without each system in turn, 2.30-2.54; docs/validation.md section 6)."""
 
 
-def ridge_batch(decode: Deployment, ctx: float, slots: float) -> float:
-    """The largest batch (<= slots) whose decode step at context `ctx` is at most RIDGE_STEP
+def ridge_batch(decode: Deployment, ctx: float, slots: float,
+                ridge_step: float = RIDGE_STEP) -> float:
+    """The largest batch (<= slots) whose decode step at context `ctx` is at most `ridge_step`
     times the one-sequence step (a geometric grid of 96 batches, one vectorised call)."""
     grid = np.unique(np.round(np.geomspace(1.0, max(slots, 1.0), 96)))
     t = np.asarray(decode.step.decode_step(grid, ctx, detail=False)["step_s"], float)
-    return float(grid[t <= RIDGE_STEP * t[0]].max())
+    return float(grid[t <= ridge_step * t[0]].max())
+
+
+def _decode_batch_cap(decode: Deployment, ctx: float, slots: float,
+                      decode_rule: str | float) -> float:
+    """A decode worker's batch at the peak under `decode_rule` (implied_workers)."""
+    if decode_rule == "slots":
+        return slots
+    if decode_rule == "ridge":
+        return ridge_batch(decode, ctx, slots)
+    if isinstance(decode_rule, int | float) and not isinstance(decode_rule, bool) \
+            and decode_rule > 1:
+        return ridge_batch(decode, ctx, slots, float(decode_rule))
+    raise InputError(f"decode rule {decode_rule!r}: expected slots, ridge or a step ratio "
+                     "above 1")
 
 
 def implied_workers(prefill: Deployment, decode: Deployment, inp: LengthStats,
                     out: LengthStats, concurrency: int, link: str = "auto",
-                    decode_rule: str = "ridge") -> tuple[int, int]:
-    """The worker counts a planner sizing a closed loop of C clients deploys with these two
-    worker layouts, when the counts are not given (docs/disaggregation.md, "Worker counts"):
+                    decode_rule: str | float = "ridge",
+                    peak_concurrency: int | None = None) -> tuple[int, int]:
+    """The worker counts a planner sizing a closed loop for its peak of `peak_concurrency`
+    clients (default: `concurrency`, the C answered) deploys with these two worker layouts,
+    when the counts are not given (docs/disaggregation.md, "Worker counts"). The counts are
+    one deployment's: a closed loop at C below the peak runs on the peak's workers, as the
+    measured deployments keep their workers from the smallest C of a sweep to the largest.
 
-    - decode ("ridge", the default): the fewest workers that hold the C clients with each
-      worker's batch at most its `ridge_batch` and its slots (`PdModel.decode_slots`: the
-      engine's max batch over its attention-DP ranks, bounded by the full-length sequences
-      its KV cache holds): disaggregation is deployed to protect TPOT, and past the ridge a
-      sequence costs every other one's token latency; "slots": the fewest workers whose
-      slots hold C (the fewest GPUs);
-    - prefill: the fewest workers that carry the cycle rate the decode pool sets, C / (osl x
-      TPOT) (TTFT -> 0: the most the clients can send), with WORKER_HEADROOM spare (the
-      planner's replicas = ceil(rate (1 + headroom) / capacity)), so the decode pool, not the
-      prefill queue, bounds the loop (the point of disaggregating)."""
+    - decode ("ridge", the default): the fewest workers that hold the peak's clients with
+      each worker's batch at most its `ridge_batch` (step RIDGE_STEP x its one-sequence step)
+      and its slots (`PdModel.decode_slots`: the engine's max batch over its attention-DP
+      ranks, bounded by the full-length sequences its KV cache holds): disaggregation is
+      deployed to protect TPOT, and past the ridge a sequence costs every other one's token
+      latency; a number k > 1: the same at step ratio k; "slots": the fewest workers whose
+      slots hold the peak (the fewest GPUs);
+    - prefill: the fewest workers that carry the cycle rate the decode pool sets at the peak,
+      peak / (osl x TPOT) (TTFT -> 0: the most the clients can send), with WORKER_HEADROOM
+      spare (the planner's replicas = ceil(rate (1 + headroom) / capacity)), so the decode
+      pool, not the prefill queue, bounds the loop (the point of disaggregating)."""
     if not isinstance(concurrency, int) or concurrency < 1:
         raise InputError(f"--concurrency {concurrency}: implied worker counts need a closed "
                          "loop of at least one client")
+    peak = concurrency if peak_concurrency is None else peak_concurrency
+    if not isinstance(peak, int) or peak < concurrency:
+        raise InputError(f"--peak-concurrency {peak}: the clients the counts are sized for "
+                         f"must be a whole number at least --concurrency {concurrency}")
     one = PdModel(make_layout(prefill, 1, decode, 1, link), inp, out)
     ctx = inp.mean + out.mean / 2.0  # the mean context of a running sequence, as closed_loop
-    per = one.decode_slots()
-    if decode_rule == "ridge":
-        per = ridge_batch(decode, ctx, per)
-    elif decode_rule != "slots":
-        raise InputError(f"decode rule {decode_rule!r}: expected slots or ridge")
-    d = max(1, math.ceil(concurrency / per - 1e-9))
-    tpot = float(np.asarray(decode.step.decode_step(concurrency / d, ctx,
-                                                    detail=False)["step_s"]))
-    rate = concurrency / (max(out.mean, 1.0) * tpot)
+    per = _decode_batch_cap(decode, ctx, one.decode_slots(), decode_rule)
+    d = max(1, math.ceil(peak / per - 1e-9))
+    tpot = float(np.asarray(decode.step.decode_step(peak / d, ctx, detail=False)["step_s"]))
+    rate = peak / (max(out.mean, 1.0) * tpot)
     per_worker = one.capacity["prefill"]
     if not per_worker > 0:
         raise InputError("the prefill pool has no capacity for these lengths "
@@ -320,28 +342,32 @@ def implied_workers(prefill: Deployment, decode: Deployment, inp: LengthStats,
     return p, d
 
 
-IMPLIED_RULE = ("decode workers: the fewest that hold the clients at each one's ridge batch, "
-                "where its step is twice the one-sequence step; prefill workers: the fewest "
-                f"that carry the decode pool's rate with the planner's {WORKER_HEADROOM:.0%} "
-                "headroom")
+IMPLIED_RULE = ("decode workers: the fewest that hold the peak's clients with each one's batch "
+                f"where its step is at most {RIDGE_STEP:g} times the one-sequence step; "
+                "prefill workers: the fewest that carry the decode pool's rate at the peak "
+                f"with the planner's {WORKER_HEADROOM:.0%} headroom")
 """What an answer with implied counts says of them (`implied_workers`)."""
 
 
-def implied_layout(layout: PdLayout, load: LoadSpec, link: str = "auto"
-                   ) -> tuple[PdLayout, dict[str, Any]]:
-    """`with_implied_workers` and the answer's `implied_workers` record of it."""
-    lay = with_implied_workers(layout, load, link)
+def implied_layout(layout: PdLayout, load: LoadSpec, link: str = "auto",
+                   peak_concurrency: int | None = None) -> tuple[PdLayout, dict[str, Any]]:
+    """`with_implied_workers` and the answer's `implied_workers` record of it (`peak`: the
+    clients the counts are sized for)."""
+    lay = with_implied_workers(layout, load, link, peak_concurrency)
+    peak = peak_concurrency if peak_concurrency is not None else load.concurrency
     return lay, {"prefill": lay.prefill_workers, "decode": lay.decode_workers,
-                 "rule": IMPLIED_RULE}
+                 "peak_concurrency": peak, "rule": IMPLIED_RULE}
 
 
-def with_implied_workers(layout: PdLayout, load: LoadSpec, link: str = "auto") -> PdLayout:
-    """The layout's worker layouts with the counts a closed loop implies (`implied_workers`);
-    the answer's `layout` and `implied_workers` say so."""
+def with_implied_workers(layout: PdLayout, load: LoadSpec, link: str = "auto",
+                         peak_concurrency: int | None = None) -> PdLayout:
+    """The layout's worker layouts with the counts a closed loop implies (`implied_workers`,
+    sized for `peak_concurrency` clients, default the loop's); the answer's `layout` and
+    `implied_workers` say so."""
     if load.concurrency is None:
         raise InputError("implied worker counts need a closed loop (--concurrency C)")
     p, d = implied_workers(layout.prefill, layout.decode, load.input_stats, load.output_stats,
-                           int(load.concurrency), link)
+                           int(load.concurrency), link, peak_concurrency=peak_concurrency)
     return make_layout(layout.prefill, p, layout.decode, d, link)
 
 
