@@ -291,11 +291,9 @@ def _decode_batch_cap(decode: Deployment, ctx: float, slots: float,
     """A decode worker's batch at the peak under `decode_rule` (implied_workers)."""
     if decode_rule == "slots":
         return slots
-    if decode_rule == "ridge":
-        return ridge_batch(decode, ctx, slots)
-    if isinstance(decode_rule, int | float) and not isinstance(decode_rule, bool) \
-            and decode_rule > 1:
-        return ridge_batch(decode, ctx, slots, float(decode_rule))
+    ratio = RIDGE_STEP if decode_rule == "ridge" else decode_rule
+    if isinstance(ratio, int | float) and not isinstance(ratio, bool) and ratio > 1:
+        return ridge_batch(decode, ctx, slots, float(ratio))
     raise InputError(f"decode rule {decode_rule!r}: expected slots, ridge or a step ratio "
                      "above 1")
 
