@@ -153,38 +153,25 @@ def _pd_latency(model: str, gpu: str, pd: dict[str, Any], rate: list[float] | No
     """A fixed prefill/decode layout (capplan.api.pd_latency): per-pool figures."""
     from dataclasses import asdict
 
-    from capplan.api import disaggregated
+    from capplan.api import pd_latency
     from capplan.cli._options import options_from
-    from capplan.plan.pd import implied_layout
-    from capplan.plan.pd_sim import pd_latency_checked
 
     if prefix is not None and prefix.active:
         raise click.UsageError("prefix sharing is not modelled for a disaggregated layout")
     if (rate and len(rate) > 1) or (concurrency and len(concurrency) > 1):
         raise click.UsageError("a disaggregated layout takes one --rate or --concurrency")
-    cal = kw.pop("calibration", None)
-    num_prompts, seed = kw.pop("num_prompts", None), kw.pop("seed", 0)
-    pd = dict(pd)
-    peak = pd.pop("peak_concurrency", None)
-    implied = pd["prefill_workers"] is None
-    if implied and not concurrency:
+    if pd["prefill_workers"] is None and not concurrency:
         raise click.UsageError("a disaggregated layout without --prefill-workers and "
                                "--decode-workers needs --concurrency C (the counts are "
                                "implied from it)")
-    if implied:
-        pd = {**pd, "prefill_workers": 1, "decode_workers": 1}
-    lay = disaggregated(model, gpu, calibration=cal, catalog_dirs=catalog_dir,
-                        engine_notation=True, **pd, **asdict(options_from(kw)))
-    load = load_spec_from_options(rate[0] if rate else None,
-                                  concurrency[0] if concurrency else None, trace, input_len,
-                                  output_len, burstiness, lay.decode.memory.max_model_len,
-                                  num_prompts=num_prompts)
-    note = None
-    if implied:
-        lay, note = implied_layout(lay, load, pd["kv_link"], peak)
-    res = pd_latency_checked(lay, load, input_len, output_len, burstiness, trace, seed=seed)
-    if note:
-        res["implied_workers"] = note
+    cal = kw.pop("calibration", None)
+    num_prompts, seed = kw.pop("num_prompts", None), kw.pop("seed", 0)
+    res = pd_latency(model, gpu, **pd, rate=rate[0] if rate else None,
+                     concurrency=concurrency[0] if concurrency else None, trace=trace,
+                     input_len=input_len, output_len=output_len, burstiness=burstiness,
+                     num_prompts=num_prompts, seed=seed, calibration=cal,
+                     catalog_dirs=catalog_dir, engine_notation=True,
+                     **asdict(options_from(kw))).data
     if "replay_passes" in res:
         emit(to_json(res) if fmt == "json" else pd_sim_table(res, fmt))
         return
