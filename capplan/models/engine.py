@@ -506,19 +506,31 @@ VLLM_0_6 = replace(
                              "Diagnosis'); --num-scheduler-steps (multi-step, off by "
                              "default) is not modelled"})
 
+def _sglang03_defaults(gpu: GpuLike, tp: int) -> EngineDefaults:
+    # SGLang 0.3.0 server_args.py ServerArgs: mem_fraction_static by TP size (0.88 at TP 1,
+    # 0.87 at 2-3, 0.85 at 4-7, 0.83 at 8-15, 0.79 at 16+), chunked_prefill_size 8192 on every
+    # GPU; page size 1. The request cap, min(KV tokens / 2, req_to_token_pool - 1) with a pool
+    # of 2,048-5,120 slots (model_runner.py init_memory_pool), depends on the KV cache: 0.4's
+    # 4096 stands in for it.
+    frac = 0.88 if tp < 2 else 0.87 if tp < 4 else 0.85 if tp < 8 else 0.83 if tp < 16 else 0.79
+    return EngineDefaults(4096, 8192, frac, 1)
+
+
 SGLANG_0_3 = replace(
     SGLANG_0_4, version="0.3", since="0.3", covers="0.3.x (no overlap scheduler)",
-    host_overlap=False,
+    host_overlap=False, defaults_rule=_sglang03_defaults,
     option_flags={"mixed-chunk": "--enable-mixed-chunk"},
     sources={**SGLANG_0_4.sources,
              "host_overlap": "off: the overlap ('zero-overhead') batch scheduler arrived in "
                             "v0.4 (lmsys.org/blog/2024-12-04-sglang-v0-4, 'Zero-Overhead "
                             "Batch Scheduler'); before it the CPU's scheduling ran between "
                             "GPU steps",
-             "defaults": "as 0.4: mem_fraction_static 0.88 at TP 1 and 0.85 at TP 4 "
-                         "(sgl-project/sglang benchmark/benchmark_vllm_060/README.md, "
-                         "Notes, for v0.3.0); chunked_prefill_size and the request caps "
-                         "are 0.4's, not read from 0.3's source"})
+             "defaults": "python/sglang/srt/server_args.py (v0.3.0) ServerArgs: "
+                         "mem_fraction_static by tp_size (__post_init__; 0.88 at TP 1 and "
+                         "0.85 at TP 4, as benchmark/benchmark_vllm_060/README.md notes), "
+                         "chunked_prefill_size 8192; the request cap is 0.4's (0.3.0's "
+                         "depends on the KV cache: model_executor/model_runner.py "
+                         "init_memory_pool, managers/tp_worker.py)"})
 
 VERSIONS: dict[str, tuple[EngineProfile, ...]] = {
     "vllm": (VLLM_0_6, VLLM_0_11, VLLM), "sglang": (SGLANG_0_3, SGLANG_0_4, SGLANG),

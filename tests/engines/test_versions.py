@@ -154,3 +154,16 @@ def test_vllm_v0_budget_covers_max_model_len_unless_given():
     d = api.simulate("llama-3.1-8b", "a100-sxm", rate=1.0, requests=5, input_len=100,
                      output_len=5, engine="vllm@0.6", max_model_len=1024).data
     assert d["max_num_batched_tokens"] == 2048
+
+
+@pytest.mark.parametrize(("gpu", "tp", "fraction", "chunk"), [
+    ("l4", 1, 0.88, 8192), ("a100-sxm", 2, 0.87, 8192), ("h100-sxm", 4, 0.85, 8192),
+    ("h100-sxm", 8, 0.83, 8192), ("h100-sxm", 16, 0.79, 8192)])
+def test_sglang_03_defaults_are_those_of_its_own_source(gpu, tp, fraction, chunk):
+    # SGLang v0.3.0 server_args.py: ServerArgs.chunked_prefill_size = 8192 on every GPU;
+    # __post_init__ mem_fraction_static 0.79 (tp >= 16), 0.83 (>= 8), 0.85 (>= 4), 0.87 (>= 2),
+    # else 0.88. 0.4 differs at TP 8 (0.81) and below 25 GB (chunk 2048).
+    from capplan.catalog.loader import load_catalog
+
+    d = engine_profile("sglang@0.3").defaults(load_catalog(()).gpu(gpu), tp)
+    assert (d.memory_fraction, d.max_num_batched_tokens) == (fraction, chunk)
