@@ -50,19 +50,16 @@ from capplan.plan.search import (
     SearchSpace,
     Traffic,
     _tp_ok,
-    analytic_search,
     build_candidates,
     nearest_miss,
     rank_key,
 )
+from capplan.plan.search_bound import MAX_REPLICAS, NEAR_FLOOR_FRAC, planner_search
 from capplan.plan.slo import SloSet
 from capplan.plan.verify import PARALLEL_MIN_REQUESTS, VerifyJob, verification_engine
 
 VerifyFn = Callable[[VerifyJob], Verification]
-_MAX_REPLICAS = 4096
-NEAR_FLOOR_FRAC = 0.10
-"""SLOs that let a replica carry less than this fraction of the load it sustains are near the
-unloaded latency floor: the fleet grows without bound as the SLO approaches the floor."""
+_MAX_REPLICAS = MAX_REPLICAS
 OVERSIZED_GPUS, OVERSIZED_COST = 4.0, 3.0
 """Runner-ups needing more than 4x the best's GPUs (and 8 more) or 3x its cost are not shown."""
 
@@ -430,7 +427,7 @@ def _plan_pool(cat: Catalog, plan: PlanFile, resolved: ResolvedModel, lanes: lis
     if verify is not None and hasattr(verify, "prepare") and \
             plan.verify.top * plan.verify.requests >= PARALLEL_MIN_REQUESTS:
         _prepare(verify, groups, pool)  # workers load the compiled engine meanwhile
-    found = analytic_search(groups, t, plan.headroom)
+    found = planner_search(groups, t, plan.headroom, plan.objective)
     key = rank_key(plan.objective)
     shortlist, warnings = _shortlist(found, t, plan, key)
     ranked = _verified([_recommendation(c, found, t) for c in shortlist], pool, plan, verify,
@@ -452,8 +449,8 @@ def _plan_pool(cat: Catalog, plan: PlanFile, resolved: ResolvedModel, lanes: lis
         target_rate_per_s=t.rate_per_s, lanes=list(lanes),
         inputs=PlanInputs(model=plan.model, space=pool.space, objective=plan.objective,
                           headroom=plan.headroom, pools=plan.pools,
-                          configurations_searched=len(found.candidates)),
-        configurations_searched=len(found.candidates), recommendations=ranked,
+                          configurations_searched=found.configurations_searched),
+        configurations_searched=found.configurations_searched, recommendations=ranked,
         pareto=_pareto(ranked), curves=[_curve(r, t) for r in ranked[:3]], warnings=warnings)
 
 
