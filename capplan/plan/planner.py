@@ -268,12 +268,12 @@ def _alternatives(cat: Catalog, plan: PlanFile, resolved: ResolvedModel, result:
 
     lanes = list(plan.workloads)
     t = traffic_for(lanes, resolved.spec.context_len(plan.engine.max_model_len))
-    saved = prefix_savings(_plan_pool, cat, plan, resolved, lanes, result.best, t)
+    saved = prefix_savings(_best_pool, cat, plan, resolved, lanes, result.best, t)
     if saved is not None:
         result = replace(result, prefix_cache=saved)
 
     if wants_fp8_alternative(plan, resolved, cat):
-        alt = fp8_alternative(_plan_pool, cat, plan, resolved, lanes, result.recommendations)
+        alt = fp8_alternative(_best_pool, cat, plan, resolved, lanes, result.recommendations)
         if alt is not None and alt["gpus_total"] <= result.best.gpus_total and (
                 alt["saving_frac"] is None or alt["saving_frac"] > 0):
             result = replace(result, fp8_alternative=alt)
@@ -311,7 +311,7 @@ def _disaggregated(cat: Catalog, plan: PlanFile, resolved: ResolvedModel, lanes:
 def _separate(cat: Catalog, plan: PlanFile, resolved: ResolvedModel, lane: Lane
               ) -> SeparatePool:
     try:
-        return SeparatePool(lane.name, best=_plan_pool(cat, plan, resolved, [lane], None).best)
+        return SeparatePool(lane.name, best=_best_pool(cat, plan, resolved, [lane], None).best)
     except InfeasibleError as e:
         return SeparatePool(lane.name, error=str(e))
 
@@ -418,7 +418,9 @@ class _Pool:
 
 
 def _plan_pool(cat: Catalog, plan: PlanFile, resolved: ResolvedModel, lanes: list[Lane],
-               verify: VerifyFn | None) -> PlanResult:
+               verify: VerifyFn | None, best_only: bool = False) -> PlanResult:
+    """One pool planned. `best_only`: the caller reads only `.best` (its other
+    recommendations and warnings are those of the configurations searched exactly)."""
     model = resolved.spec
     t = traffic_for(lanes, model.context_len(plan.engine.max_model_len))
     pool = _Pool(model, lanes, t, search_space(cat, plan, model, t,
@@ -427,7 +429,7 @@ def _plan_pool(cat: Catalog, plan: PlanFile, resolved: ResolvedModel, lanes: lis
     if verify is not None and hasattr(verify, "prepare") and \
             plan.verify.top * plan.verify.requests >= PARALLEL_MIN_REQUESTS:
         _prepare(verify, groups, pool)  # workers load the compiled engine meanwhile
-    found = planner_search(groups, t, plan.headroom, plan.objective)
+    found = planner_search(groups, t, plan.headroom, plan.objective, best_only)
     key = rank_key(plan.objective)
     shortlist, warnings = _shortlist(found, t, plan, key)
     ranked = _verified([_recommendation(c, found, t) for c in shortlist], pool, plan, verify,
@@ -452,6 +454,12 @@ def _plan_pool(cat: Catalog, plan: PlanFile, resolved: ResolvedModel, lanes: lis
                           configurations_searched=found.configurations_searched),
         configurations_searched=found.configurations_searched, recommendations=ranked,
         pareto=_pareto(ranked), curves=[_curve(r, t) for r in ranked[:3]], warnings=warnings)
+
+
+def _best_pool(cat: Catalog, plan: PlanFile, resolved: ResolvedModel, lanes: list[Lane],
+               verify: VerifyFn | None) -> PlanResult:
+    """_plan_pool for a caller that reads only the best plan."""
+    return _plan_pool(cat, plan, resolved, lanes, verify, best_only=True)
 
 
 def _verified(ranked: list[Recommendation], pool: _Pool, plan: PlanFile,

@@ -91,9 +91,11 @@ def _subset(qm: QueueModel, rows: tuple[np.ndarray, np.ndarray]) -> QueueModel:
 
 
 def planner_search(groups: list[ConfigGroup], t: Traffic, headroom: float = DEFAULT_HEADROOM,
-                   objective: str = "min_cost") -> SearchResult:
+                   objective: str = "min_cost", best_only: bool = False) -> SearchResult:
     """analytic_search's answers for every configuration that can reach the planner's output
-    (each family's best, and anything that could be), bisecting only those."""
+    (each family's best, and anything that could be), bisecting only those. `best_only`: for
+    a caller that reads only the plan's best (the fp8 and no-prefix-cache alternatives, the
+    per-lane pools): only the best known configuration and what could beat it."""
     if objective == "max_goodput_per_dollar" or not groups:
         return analytic_search(groups, t, headroom)
     qm, seqs, kv = _queue_model(groups, t)
@@ -113,32 +115,66 @@ def planner_search(groups: list[ConfigGroup], t: Traffic, headroom: float = DEFA
             at = _subset(qm, (ki, kj)).at_rate((t.rate_per_s / r_lb[ki, kj])[:, None],
                                                {"ttft_s"})
             ttft[ki, kj] = np.asarray(at["ttft_s"]["p99"])[:, 0]
-    rows = _to_bisect(groups, known, valid, ok, r_lb, ttft)
+    rows = _to_bisect(groups, known, valid, (ok, r_lb, ttft),
+                      _weights(groups, objective) if best_only else None)
     found = _exact(groups, t, headroom, qm, (cap, seqs, kv), rows, need)
     if found is None or not _agrees(found, known, r_lb):
         return analytic_search(groups, t, headroom)
     return found
 
 
-def _to_bisect(groups: list[ConfigGroup], known: np.ndarray, valid: np.ndarray, ok: np.ndarray,
-               r_lb: np.ndarray, ttft: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Each family's best known configuration, and every configuration not known that could
-    beat it (its replicas' lower bound not above the best's replicas)."""
-    family = _families(groups)
-    best: dict[Any, tuple[tuple[float, float, int], int, int]] = {}
+def _to_bisect(groups: list[ConfigGroup], known: np.ndarray, valid: np.ndarray,
+               figures: tuple[np.ndarray, np.ndarray, np.ndarray],
+               weights: _Weights | None) -> tuple[np.ndarray, np.ndarray]:
+    """Each family's best known configuration (with `weights`, the best known of all), and
+    every configuration not known that could beat it: the lower bound of its replicas not
+    above the best's (with `weights`: its GPUs and cost at that bound not above the best's,
+    in the objective's order)."""
+    ok, r_lb, ttft = figures
+    family: list[Any] = _families(groups) if weights is None else [0] * len(groups)
+    best: dict[Any, tuple[tuple[float, ...], int, int]] = {}
     for i, j in zip(*np.nonzero(known), strict=True):
-        key = (r_lb[i, j], round(float(ttft[i, j]), 3), groups[i].combos[j][0])
+        key = (*_order(r_lb[i, j], i, weights), round(float(ttft[i, j]), 3),
+               groups[i].combos[j][0])
         f = family[i]
         if f not in best or key < best[f][0]:
             best[f] = (key, i, j)
-    least = np.asarray([best[family[i]][0][0] if family[i] in best else math.inf
-                        for i in range(len(groups))])[:, None]
     # a configuration not known needs more than r_lb replicas where g* missed the SLOs
     lb = np.where(ok, r_lb, r_lb + 1)
-    take = valid & ~known & (lb <= least)
+    take = valid & ~known
+    for i in range(len(groups)):
+        if family[i] in best:
+            bound = best[family[i]][0][:2]
+            take[i] &= np.asarray([_order(x, i, weights) <= bound for x in lb[i]])
     for _, i, j in best.values():
         take[i, j] = True
     return np.nonzero(take)
+
+
+_Weights = tuple[np.ndarray, np.ndarray, bool]
+"""GPUs per replica and price per GPU-hour of each group, and whether GPUs rank before cost."""
+
+
+def _order(replicas: float, i: int, weights: _Weights | None) -> tuple[float, float]:
+    """The leading figures of search.rank_key for group i's configuration at `replicas`:
+    (replicas, 0) within a family (where cost and GPUs follow the replicas); with `weights`,
+    (cost, GPUs), or (GPUs, cost) for min_gpus."""
+    if weights is None:
+        return (float(replicas), 0.0)
+    per_replica, price, gpus_first = weights
+    gpus = float(replicas) * per_replica[i]
+    cost = gpus * price[i]
+    return (gpus, cost) if gpus_first else (cost, gpus)
+
+
+def _weights(groups: list[ConfigGroup], objective: str) -> _Weights:
+    """GPUs per replica of each group and its GPU's price per hour (inf when unknown, as
+    rank_key), and whether the objective ranks GPUs first."""
+    per = np.asarray([g.settings.tp * g.settings.pp * g.settings.attention_dp for g in groups],
+                     float)
+    price = np.asarray([math.inf if g.gpu.price_per_hour_usd is None
+                        else g.gpu.price_per_hour_usd for g in groups], float)
+    return per, price, objective == "min_gpus"
 
 
 def _families(groups: list[ConfigGroup]) -> list[Any]:

@@ -19,7 +19,7 @@ import pytest
 
 from capplan.catalog.loader import load_catalog
 from capplan.plan import planner
-from capplan.plan.planner import _groups, _plan_pool, search_space, traffic_for
+from capplan.plan.planner import _best_pool, _groups, _plan_pool, search_space, traffic_for
 from capplan.plan.schema import PlanFile
 from capplan.plan.search import _queue_model, analytic_search
 from capplan.plan.search_bound import _subset
@@ -47,11 +47,15 @@ def _plan(model: str, lane: dict[str, Any], extra: dict[str, Any]) -> PlanFile:
                                     "workloads": [{"name": "x", **lane}], **extra})
 
 
+def _row(r: Any) -> tuple[Any, ...]:
+    return (r.candidate.gpu.key, r.candidate.settings.tp, r.candidate.settings.max_num_seqs,
+            r.candidate.settings.max_num_batched_tokens, r.replicas,
+            r.candidate.binding_constraint, r.candidate.max_rate_per_s,
+            r.candidate.capacity_per_s)
+
+
 def _rows(result: Any) -> list[tuple[Any, ...]]:
-    return [(r.candidate.gpu.key, r.candidate.settings.tp, r.candidate.settings.max_num_seqs,
-             r.candidate.settings.max_num_batched_tokens, r.replicas,
-             r.candidate.binding_constraint, r.candidate.max_rate_per_s,
-             r.candidate.capacity_per_s) for r in result.recommendations]
+    return [_row(r) for r in result.recommendations]
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
@@ -61,11 +65,14 @@ def test_bounded_search_plans_as_the_full_search(case, monkeypatch):
     plan = _plan(model, lane, extra)
     resolved = cat.resolve_model(plan.model)
     got = _plan_pool(cat, plan, resolved, list(plan.workloads), None)
+    best = _best_pool(cat, plan, resolved, list(plan.workloads), None).best
     monkeypatch.setattr(planner, "planner_search",
-                        lambda groups, t, headroom, objective: analytic_search(groups, t,
-                                                                               headroom))
+                        lambda groups, t, headroom, objective, best_only: analytic_search(
+                            groups, t, headroom))
     ref = _plan_pool(cat, plan, resolved, list(plan.workloads), None)
     assert _rows(got) == _rows(ref)
+    # a caller reading only the best (alternatives, per-lane pools) gets the full search's
+    assert _row(best) == _row(ref.best)
     assert got.warnings == ref.warnings
     assert got.configurations_searched == ref.configurations_searched
     for a, b in zip(got.recommendations, ref.recommendations, strict=True):
