@@ -2,18 +2,20 @@
 can reach the output.
 
 The output shows the best configuration of each family (GPU, TP, dtypes; planner._shortlist),
-so every family's best must be exact, but not every configuration's SLO rate. A configuration's
-SLO rate is below its capacity, so its replicas are at least r_lb, what its highest bisection
-point would need. Whether the bisection would end at a point needing r_lb replicas is one
-evaluation: the SLOs at g*, the lowest point of the bisection's grid that needs r_lb (the SLO
-margin falls with the rate, so the bisection ends at or above g* exactly when g* meets the
-SLOs). Those configurations' replicas are then known, and with them their cost and the
-tie-break (p99 TTFT at the planned rate, one more evaluation). Only the configurations that
-could still beat their family's best known one, and each family's best, are bisected (their
-SLO rate, binding constraint and planned-rate predictions are the full search's). A bisected
-configuration whose replicas differ from what g* said, or a search where nothing is usable
-(the nearest-miss message reads every configuration), falls back to the full search; so does
-the goodput objective, which ranks by the SLO rate itself.
+so every family's best must be exact, but not every configuration's SLO rate. Six halvings of
+the capacity bisection over every configuration bracket each capacity within a few per cent;
+the SLO rate is below it, so the replicas are at least r, those the bracket's top needs. One
+evaluation of the SLOs at x_up, one grid step of the SLO bisection above target / r, tells
+where the bisection would end needing exactly r (the SLO margin falls with the rate, so
+meeting the SLOs at x_up means meeting them at the grid point the bisection tests there); one
+at x_lo = target / r, over the rest, where it needs more. Those configurations' replicas are
+then known, and with them their cost and the tie-break (p99 TTFT at the planned rate, one
+more evaluation). Only each family's best known configuration and those that could still beat
+it are bisected (the capacity's last halvings and the SLO rate over them alone: every bound in
+models/queueing/ is each row's own, so their figures are the full search's). A bisected
+configuration whose replicas differ from those known, or a search where nothing is usable (the
+nearest-miss message reads every configuration), falls back to the full search; so does the
+goodput objective, which ranks by the SLO rate itself.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ import numpy as np
 from capplan.limits import DEFAULT_HEADROOM
 from capplan.models.perf import StepModel
 from capplan.models.queueing import Limits, QueueModel
+from capplan.models.queueing.steady import _CAP_BISECT
 from capplan.plan.search import (
     _BISECT,
     Candidate,
@@ -39,6 +42,9 @@ from capplan.plan.search import (
     analytic_search,
 )
 
+_CAP_COARSE = 6
+"""Halvings of the capacity bisection run over every configuration (the bracket, a few % of
+the capacity wide, bounds the replicas); the rest run over those bisected for their SLO rate."""
 MAX_REPLICAS = 4096
 """A configuration needing more replicas is a rounding artefact of the bisection near zero
 rate, not a plan (planner._shortlist)."""
@@ -51,23 +57,6 @@ def _replicas(rate: float, lo: np.ndarray) -> np.ndarray:
     """Replicas covering `rate` (the target with headroom) at per-replica rates lo (as
     search.analytic_search)."""
     return np.maximum(1.0, np.ceil(rate / np.maximum(lo, 1e-12) - 1e-9))
-
-
-def _grid_points(cap: np.ndarray, rate: float) -> tuple[np.ndarray, np.ndarray]:
-    """(r_lb, g*): the replicas the bisection's highest point needs (a lower bound: the SLO
-    rate is at most that point), and the lowest point of the bisection's grid needing no more,
-    computed with the bisection's own arithmetic (the same floats as its midpoints)."""
-    hi0 = np.maximum(cap, 1e-9)
-    lo, hi = np.zeros_like(cap), hi0.copy()
-    for _ in range(_BISECT):  # always up: the highest point
-        lo = 0.5 * (lo + hi)
-    r_lb = _replicas(rate, lo)
-    lo, hi = np.zeros_like(cap), hi0.copy()
-    for _ in range(_BISECT):
-        mid = 0.5 * (lo + hi)
-        low = _replicas(rate, mid) > r_lb
-        lo, hi = np.where(low, mid, lo), np.where(low, hi, mid)
-    return r_lb, hi
 
 
 def _subset(qm: QueueModel, rows: tuple[np.ndarray, np.ndarray]) -> QueueModel:
@@ -100,27 +89,56 @@ def planner_search(groups: list[ConfigGroup], t: Traffic, headroom: float = DEFA
         return analytic_search(groups, t, headroom)
     qm, seqs, kv = _queue_model(groups, t)
     need = {tgt.metric for tgt in t.slos}
-    target = t.rate_per_s * (1 + headroom)
     with np.errstate(all="ignore"):
-        cap = qm.capacity_rate()
-        r_lb, g_star = _grid_points(cap, target)
-        res = qm.at_rate(g_star, need)
-        ok = np.asarray(res["stable"], bool) & np.asarray(t.slos.ok(res), bool)
-        valid = (kv > 0) & (r_lb <= MAX_REPLICAS)
-        # known: replicas r_lb, usable (> 0 rate, not near the floor whatever the SLO rate)
-        known = valid & ok & ((r_lb == 1) | (g_star >= NEAR_FLOOR_FRAC * cap))
-        ttft = np.full(cap.shape, np.inf)
+        bracket = qm.capacity_bracket(_CAP_COARSE)
+        r, known, lb = _replicas_known(qm, t, headroom, bracket, kv)
+        ttft = np.full(kv.shape, np.inf)
         if np.any(known):
             ki, kj = np.nonzero(known)
-            at = _subset(qm, (ki, kj)).at_rate((t.rate_per_s / r_lb[ki, kj])[:, None],
+            at = _subset(qm, (ki, kj)).at_rate((t.rate_per_s / r[ki, kj])[:, None],
                                                {"ttft_s"})
             ttft[ki, kj] = np.asarray(at["ttft_s"]["p99"])[:, 0]
-    rows = _to_bisect(groups, known, valid, (ok, r_lb, ttft),
+    rows = _to_bisect(groups, known, lb <= MAX_REPLICAS, (r, lb, ttft),
                       _weights(groups, objective) if best_only else None)
-    found = _exact(groups, t, headroom, qm, (cap, seqs, kv), rows, need)
-    if found is None or not _agrees(found, known, r_lb):
+    found = _exact(groups, t, headroom, qm, (bracket, seqs, kv), rows, need)
+    if found is None or not _agrees(found, known, r):
         return analytic_search(groups, t, headroom)
     return found
+
+
+def _replicas_known(qm: QueueModel, t: Traffic, headroom: float,
+                    bracket: tuple[np.ndarray, np.ndarray], kv: np.ndarray
+                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(r, known, lb): where `known`, the full search gives r replicas and a usable
+    configuration; elsewhere its replicas are at least lb (inf: not a candidate).
+
+    The SLO bisection's points lie below the capacity, which lies in `bracket` (c_lo, c_hi):
+    the replicas are at least r = those at c_hi, and where c_lo's top point needs as many, its
+    grid's lowest point needing r, g*, is under x_up = target / r + c_hi / 2^13 (one grid
+    step). The SLO margin falls with the rate: meeting the SLOs at x_up, the bisection ends
+    at or above g* (r replicas); missing them at x_lo = target / r (under g*), it ends
+    below (more than r)."""
+    target = t.rate_per_s * (1 + headroom)
+    c_lo, c_hi = bracket
+    r = _replicas(target, c_hi)
+    sure = (r == _replicas(target, c_lo * (1 - 2.0 ** -(_BISECT - 1)))) & (kv > 0)
+    x_up = target / r + c_hi * 2.0 ** -_BISECT * (1 + 1e-6)
+    ok = _meets(qm, t, x_up) & sure
+    # usable whatever the SLO rate: more than 0, and not near the floor (g* over 10% of cap)
+    known = ok & ((r == 1) | (target / (r + 1e-9) >= NEAR_FLOOR_FRAC * c_hi))
+    lb = np.where(kv > 0, r, np.inf)
+    miss = sure & ~ok
+    if np.any(miss):  # more than r replicas where even x_lo misses the SLOs
+        mi, mj = np.nonzero(miss)
+        x_lo = (target / (r[mi, mj] + 1e-9) * (1 - 1e-12))[:, None]
+        lb[mi, mj] += ~_meets(_subset(qm, (mi, mj)), t, x_lo)[:, 0]
+    return r, known, lb
+
+
+def _meets(qm: QueueModel, t: Traffic, rate: np.ndarray) -> np.ndarray:
+    """Where the configurations are stable and meet every SLO at `rate`."""
+    res = qm.at_rate(rate, {tgt.metric for tgt in t.slos})
+    return np.asarray(res["stable"], bool) & np.asarray(t.slos.ok(res), bool)
 
 
 def _to_bisect(groups: list[ConfigGroup], known: np.ndarray, valid: np.ndarray,
@@ -130,17 +148,15 @@ def _to_bisect(groups: list[ConfigGroup], known: np.ndarray, valid: np.ndarray,
     every configuration not known that could beat it: the lower bound of its replicas not
     above the best's (with `weights`: its GPUs and cost at that bound not above the best's,
     in the objective's order)."""
-    ok, r_lb, ttft = figures
+    r, lb, ttft = figures
     family: list[Any] = _families(groups) if weights is None else [0] * len(groups)
     best: dict[Any, tuple[tuple[float, ...], int, int]] = {}
     for i, j in zip(*np.nonzero(known), strict=True):
-        key = (*_order(r_lb[i, j], i, weights), round(float(ttft[i, j]), 3),
+        key = (*_order(r[i, j], i, weights), round(float(ttft[i, j]), 3),
                groups[i].combos[j][0])
         f = family[i]
         if f not in best or key < best[f][0]:
             best[f] = (key, i, j)
-    # a configuration not known needs more than r_lb replicas where g* missed the SLOs
-    lb = np.where(ok, r_lb, r_lb + 1)
     take = valid & ~known
     for i in range(len(groups)):
         if family[i] in best:
@@ -191,16 +207,17 @@ def _families(groups: list[ConfigGroup]) -> list[Any]:
 
 
 def _exact(groups: list[ConfigGroup], t: Traffic, headroom: float, qm: QueueModel,
-           arrays: tuple[np.ndarray, np.ndarray, np.ndarray],
+           arrays: tuple[tuple[np.ndarray, np.ndarray], np.ndarray, np.ndarray],
            rows: tuple[np.ndarray, np.ndarray], need: set[str]) -> SearchResult | None:
-    """The full search's figures of the configurations at `rows` (bisected over them alone);
-    None when none of them is usable."""
-    cap, seqs, kv = arrays
+    """The full search's figures of the configurations at `rows` (their capacity bisection
+    finished and their SLO rate bisected over them alone); None when none is usable."""
+    (c_lo, c_hi), seqs, kv = arrays
     if rows[0].size == 0:
         return None
     sub = _subset(qm, rows)
-    c = cap[rows][:, None]
     with np.errstate(all="ignore"):
+        c = sub.capacity_bracket(_CAP_BISECT - _CAP_COARSE,
+                                 (c_lo[rows][:, None], c_hi[rows][:, None]))[0]
         lo = _slo_rate(sub, c, t.slos, need)
         binding = _binding(sub.at_rate(np.maximum(lo * 1.03, 1e-6), need), t.slos, sub,
                            seqs[rows][:, None])
@@ -210,14 +227,14 @@ def _exact(groups: list[ConfigGroup], t: Traffic, headroom: float, qm: QueueMode
         group=groups[i], settings=groups[i].settings.with_(
             max_num_seqs=groups[i].combos[j][0], max_num_batched_tokens=groups[i].combos[j][1]),
         kv_cache_tokens=int(kv[i, j]), max_rate_per_s=float(lo[k, 0]),
-        capacity_per_s=float(cap[i, j]), binding_constraint=str(binding[k, 0]), index=(i, j),
+        capacity_per_s=float(c[k, 0]), binding_constraint=str(binding[k, 0]), index=(i, j),
         replicas=int(reps[k, 0]), ttft_p99_s=float(pred["ttft_s"]["p99"][k, 0]))
         for k, (i, j) in enumerate(zip(*rows, strict=True))]
     usable = [c for c in found if c.max_rate_per_s > 0 and c.replicas <= MAX_REPLICAS
               and not (c.replicas > 1 and c.max_rate_per_s < NEAR_FLOOR_FRAC * c.capacity_per_s)]
     if not usable:
         return None
-    return SearchResult(found, qm, _scatter(pred, rows, np.shape(cap)), frozenset(need),
+    return SearchResult(found, qm, _scatter(pred, rows, np.shape(kv)), frozenset(need),
                         searched=int(np.count_nonzero(kv > 0)))
 
 
@@ -237,7 +254,7 @@ def _scatter(pred: dict[str, Any], rows: tuple[np.ndarray, np.ndarray],
     return {k: place(v) for k, v in pred.items()}
 
 
-def _agrees(found: SearchResult, known: np.ndarray, r_lb: np.ndarray) -> bool:
-    """Whether every bisected configuration that g* said needs r_lb replicas does (the SLO
-    margin fell with the rate there)."""
-    return all(c.replicas == int(r_lb[c.index]) for c in found.candidates if known[c.index])
+def _agrees(found: SearchResult, known: np.ndarray, r: np.ndarray) -> bool:
+    """Whether every bisected configuration known to need r replicas does (the SLO margin
+    fell with the rate there)."""
+    return all(c.replicas == int(r[c.index]) for c in found.candidates if known[c.index])

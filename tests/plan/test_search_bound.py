@@ -115,3 +115,16 @@ def test_a_configuration_evaluated_apart_keeps_its_values(case):
                 b = np.asarray(part[m]["p99"])[:, 0]
                 # the grid laws' float32 cdfs round apart by an ulp: ~1e-6 of a p99
                 np.testing.assert_allclose(b, a, rtol=1e-5)
+
+
+@pytest.mark.parametrize("case", ["chat-8b", "rag-70b"])
+def test_capacity_bisection_continued_over_some_rows(case):
+    """The capacity's bisection, cut after a few halvings over every configuration and
+    continued over some of them, gives those the capacity_rate of all at once, exactly."""
+    (qm, _, kv), _ = _model(case)
+    with np.errstate(all="ignore"):
+        cap = qm.capacity_rate()
+        lo, hi = qm.capacity_bracket(5)
+        keep = tuple(r[::3] for r in np.nonzero(kv > 0))
+        got = _subset(qm, keep).capacity_bracket(8, (lo[keep][:, None], hi[keep][:, None]))[0]
+    np.testing.assert_array_equal(got[:, 0], cap[keep])

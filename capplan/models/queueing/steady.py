@@ -25,6 +25,8 @@ from capplan.models.prefix import PrefixCache
 from capplan.models.queueing.laws import Z99, LengthStats
 
 _TAU_MAX_S = 60.0
+_CAP_BISECT = 13
+"""Halvings of capacity_rate's bracket."""
 _FP_ITERS_MAX = 60
 _FP_ROUNDING_TOL = 1e-13
 """A bracket this narrow (relative) moves by no more than that in further iterations."""
@@ -295,18 +297,28 @@ class SteadyState:
 
     def capacity_rate(self) -> np.ndarray:
         """Largest stable arrival rate (requests/s), by bisection on the stability test."""
-        lo = np.zeros(np.shape(self.cap))
-        # Upper bounds: a step computes at most mnbt tokens and lasts at least a 1-token step;
-        # prompts go no faster than full-budget prefill chunks.
-        one = self._decode(np.ones_like(lo))
-        full = self._mixed(np.zeros_like(lo), self.mnbt)
-        per_req = max(self.pf.mean + self.dec_tokens, 1.0)
-        hi = np.minimum(self.mnbt / np.maximum(one, 1e-9) / per_req,
-                        self.mnbt / np.maximum(full, 1e-9) / max(self.pf.mean, 1.0))
-        hi = np.broadcast_to(hi * 1.05, lo.shape).copy()
-        for _ in range(13):
+        return self.capacity_bracket(_CAP_BISECT)[0]
+
+    def capacity_bracket(self, steps: int, start: tuple[np.ndarray, np.ndarray] | None = None
+                         ) -> tuple[np.ndarray, np.ndarray]:
+        """(lo, hi) after `steps` halvings of capacity_rate's bisection, from its first bracket
+        or from `start` (a bracket it left): capacity_rate is lo after _CAP_BISECT in all. A
+        row's steps are its own, so the bisection may be continued over some rows only."""
+        if start is not None:
+            lo, hi = (np.array(v, float) for v in start)
+        else:
+            lo = np.zeros(np.shape(self.cap))
+            # Upper bounds: a step computes at most mnbt tokens and lasts at least a 1-token
+            # step; prompts go no faster than full-budget prefill chunks.
+            one = self._decode(np.ones_like(lo))
+            full = self._mixed(np.zeros_like(lo), self.mnbt)
+            per_req = max(self.pf.mean + self.dec_tokens, 1.0)
+            hi = np.minimum(self.mnbt / np.maximum(one, 1e-9) / per_req,
+                            self.mnbt / np.maximum(full, 1e-9) / max(self.pf.mean, 1.0))
+            hi = np.broadcast_to(hi * 1.05, lo.shape).copy()
+        for _ in range(steps):
             mid = 0.5 * (lo + hi)
             ok = self.stable(mid)
             lo = np.where(ok, mid, lo)
             hi = np.where(ok, hi, mid)
-        return lo
+        return lo, hi
