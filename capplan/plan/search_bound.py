@@ -21,6 +21,7 @@ goodput objective, which ranks by the SLO rate itself.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import fields
 from typing import Any
 
@@ -95,11 +96,13 @@ def planner_search(groups: list[ConfigGroup], t: Traffic, headroom: float = DEFA
         ttft = np.full(kv.shape, np.inf)
         if np.any(known):
             ki, kj = np.nonzero(known)
-            at = _subset(qm, (ki, kj)).at_rate((t.rate_per_s / r[ki, kj])[:, None],
-                                               {"ttft_s"})
-            ttft[ki, kj] = np.asarray(at["ttft_s"]["p99"])[:, 0]
+            ttft[ki, kj] = _ttft(qm, t, (ki, kj), r[ki, kj])
+    def ttft_at(i: np.ndarray, j: np.ndarray) -> np.ndarray:
+        with np.errstate(all="ignore"):
+            return _ttft(qm, t, (i, j), lb[i, j])
+
     rows = _to_bisect(groups, known, lb <= MAX_REPLICAS, (r, lb, ttft),
-                      _weights(groups, objective) if best_only else None)
+                      _weights(groups, objective) if best_only else None, ttft_at)
     found = _exact(groups, t, headroom, qm, (bracket, seqs, kv), rows, need)
     if found is None or not _agrees(found, known, r):
         return analytic_search(groups, t, headroom)
@@ -135,6 +138,13 @@ def _replicas_known(qm: QueueModel, t: Traffic, headroom: float,
     return r, known, lb
 
 
+def _ttft(qm: QueueModel, t: Traffic, rows: tuple[np.ndarray, np.ndarray],
+          replicas: np.ndarray) -> np.ndarray:
+    """p99 TTFT of the configurations at `rows` at the planned rate over `replicas`."""
+    at = _subset(qm, rows).at_rate((t.rate_per_s / replicas)[:, None], {"ttft_s"})
+    return np.asarray(at["ttft_s"]["p99"])[:, 0]
+
+
 def _meets(qm: QueueModel, t: Traffic, rate: np.ndarray) -> np.ndarray:
     """Where the configurations are stable and meet every SLO at `rate`."""
     res = qm.at_rate(rate, {tgt.metric for tgt in t.slos})
@@ -142,12 +152,15 @@ def _meets(qm: QueueModel, t: Traffic, rate: np.ndarray) -> np.ndarray:
 
 
 def _to_bisect(groups: list[ConfigGroup], known: np.ndarray, valid: np.ndarray,
-               figures: tuple[np.ndarray, np.ndarray, np.ndarray],
-               weights: _Weights | None) -> tuple[np.ndarray, np.ndarray]:
+               figures: tuple[np.ndarray, np.ndarray, np.ndarray], weights: _Weights | None,
+               ttft_at: Callable[[np.ndarray, np.ndarray], np.ndarray]
+               ) -> tuple[np.ndarray, np.ndarray]:
     """Each family's best known configuration (with `weights`, the best known of all), and
     every configuration not known that could beat it: the lower bound of its replicas not
     above the best's (with `weights`: its GPUs and cost at that bound not above the best's,
-    in the objective's order)."""
+    in the objective's order), and where equal, its tie-break at that bound (`ttft_at(i, j)`:
+    p99 TTFT at the planned rate with lb replicas) not after the best's (with more replicas
+    it would lose anyway)."""
     r, lb, ttft = figures
     family: list[Any] = _families(groups) if weights is None else [0] * len(groups)
     best: dict[Any, tuple[tuple[float, ...], int, int]] = {}
@@ -157,11 +170,20 @@ def _to_bisect(groups: list[ConfigGroup], known: np.ndarray, valid: np.ndarray,
         f = family[i]
         if f not in best or key < best[f][0]:
             best[f] = (key, i, j)
-    take = valid & ~known
+    take, tie = valid & ~known, np.zeros_like(known)
     for i in range(len(groups)):
         if family[i] in best:
             bound = best[family[i]][0][:2]
-            take[i] &= np.asarray([_order(x, i, weights) <= bound for x in lb[i]])
+            order = [_order(x, i, weights) for x in lb[i]]
+            take[i] &= np.asarray([o <= bound for o in order])
+            tie[i] = np.asarray([o == bound for o in order])
+    tie &= take
+    if np.any(tie):
+        ti, tj = np.nonzero(tie)
+        for i, j, v in zip(ti, tj, ttft_at(ti, tj), strict=True):
+            # the first of equal keys is the family's best (planner._best_per_family)
+            key = (*best[family[i]][0][:2], round(float(v), 3), groups[i].combos[j][0])
+            take[i, j] = key <= best[family[i]][0]
     for _, i, j in best.values():
         take[i, j] = True
     return np.nonzero(take)
