@@ -46,6 +46,9 @@ from capplan.plan.search import (
 _CAP_COARSE = 6
 """Halvings of the capacity bisection run over every configuration (the bracket, a few % of
 the capacity wide, bounds the replicas); the rest run over those bisected for their SLO rate."""
+_ROUNDS = 3
+"""Replica counts tested per configuration (the first its capacity allows, then one more each
+time the SLOs are missed below it)."""
 MAX_REPLICAS = 4096
 """A configuration needing more replicas is a rounding artefact of the bisection near zero
 rate, not a plan (planner._shortlist)."""
@@ -116,26 +119,36 @@ def _replicas_known(qm: QueueModel, t: Traffic, headroom: float,
     configuration; elsewhere its replicas are at least lb (inf: not a candidate).
 
     The SLO bisection's points lie below the capacity, which lies in `bracket` (c_lo, c_hi):
-    the replicas are at least r = those at c_hi, and where c_lo's top point needs as many, its
-    grid's lowest point needing r, g*, is under x_up = target / r + c_hi / 2^13 (one grid
-    step). The SLO margin falls with the rate: meeting the SLOs at x_up, the bisection ends
-    at or above g* (r replicas); missing them at x_lo = target / r (under g*), it ends
-    below (more than r)."""
+    the replicas are at least those at c_hi. For a count L at least that and at least what
+    c_lo's top point needs, the bisection's grid has a lowest point needing L, g*, under
+    x_up = target / L + c_hi / 2^13 (one grid step). The SLO margin falls with the rate:
+    meeting the SLOs at x_up, the bisection ends at or above g* (L replicas); missing them at
+    x_lo = target / L (under g*), it ends below (more than L), and L + 1 is tested next, for
+    up to _ROUNDS counts."""
     target = t.rate_per_s * (1 + headroom)
     c_lo, c_hi = bracket
-    r = _replicas(target, c_hi)
-    sure = (r == _replicas(target, c_lo * (1 - 2.0 ** -(_BISECT - 1)))) & (kv > 0)
-    x_up = target / r + c_hi * 2.0 ** -_BISECT * (1 + 1e-6)
-    ok = _meets(qm, t, x_up) & sure
-    # usable whatever the SLO rate: more than 0, and not near the floor (g* over 10% of cap)
-    known = ok & ((r == 1) | (target / (r + 1e-9) >= NEAR_FLOOR_FRAC * c_hi))
-    lb = np.where(kv > 0, r, np.inf)
-    miss = sure & ~ok
-    if np.any(miss):  # more than r replicas where even x_lo misses the SLOs
-        mi, mj = np.nonzero(miss)
-        x_lo = (target / (r[mi, mj] + 1e-9) * (1 - 1e-12))[:, None]
-        lb[mi, mj] += ~_meets(_subset(qm, (mi, mj)), t, x_lo)[:, 0]
-    return r, known, lb
+    lb = np.where(kv > 0, _replicas(target, c_hi), np.inf)
+    top = _replicas(target, c_lo * (1 - 2.0 ** -(_BISECT - 1)))
+    known = np.zeros(kv.shape, bool)
+    test = (kv > 0) & (top <= lb)
+    for _ in range(_ROUNDS):
+        if not np.any(test):
+            break
+        i, j = np.nonzero(test)
+        sub, n = _subset(qm, (i, j)), lb[i, j]
+        ok = _meets(sub, t, (target / n + c_hi[i, j] * 2.0 ** -_BISECT * (1 + 1e-6))[:, None])
+        # usable whatever the SLO rate: more than 0, not near the floor (g* over 10% of cap)
+        known[i, j] = ok[:, 0] & ((n == 1) | (target / (n + 1e-9) >= NEAR_FLOOR_FRAC
+                                             * c_hi[i, j]))
+        miss = ~ok[:, 0]
+        if not np.any(miss):
+            break
+        x_lo = (target / (n[miss] + 1e-9) * (1 - 1e-12))[:, None]
+        more = ~_meets(_subset(qm, (i[miss], j[miss])), t, x_lo)[:, 0]
+        lb[i[miss][more], j[miss][more]] += 1
+        test = np.zeros_like(test)
+        test[i[miss][more], j[miss][more]] = True
+    return np.where(known, lb, 0), known, lb
 
 
 def _ttft(qm: QueueModel, t: Traffic, rows: tuple[np.ndarray, np.ndarray],
