@@ -50,19 +50,16 @@ from capplan.plan.search import (
     SearchSpace,
     Traffic,
     _tp_ok,
-    analytic_search,
     build_candidates,
     nearest_miss,
     rank_key,
 )
+from capplan.plan.search_bound import MAX_REPLICAS, NEAR_FLOOR_FRAC, planner_search
 from capplan.plan.slo import SloSet
 from capplan.plan.verify import PARALLEL_MIN_REQUESTS, VerifyJob, verification_engine
 
 VerifyFn = Callable[[VerifyJob], Verification]
-_MAX_REPLICAS = 4096
-NEAR_FLOOR_FRAC = 0.10
-"""SLOs that let a replica carry less than this fraction of the load it sustains are near the
-unloaded latency floor: the fleet grows without bound as the SLO approaches the floor."""
+_MAX_REPLICAS = MAX_REPLICAS
 OVERSIZED_GPUS, OVERSIZED_COST = 4.0, 3.0
 """Runner-ups needing more than 4x the best's GPUs (and 8 more) or 3x its cost are not shown."""
 
@@ -271,12 +268,12 @@ def _alternatives(cat: Catalog, plan: PlanFile, resolved: ResolvedModel, result:
 
     lanes = list(plan.workloads)
     t = traffic_for(lanes, resolved.spec.context_len(plan.engine.max_model_len))
-    saved = prefix_savings(_plan_pool, cat, plan, resolved, lanes, result.best, t)
+    saved = prefix_savings(_best_pool, cat, plan, resolved, lanes, result.best, t)
     if saved is not None:
         result = replace(result, prefix_cache=saved)
 
     if wants_fp8_alternative(plan, resolved, cat):
-        alt = fp8_alternative(_plan_pool, cat, plan, resolved, lanes, result.recommendations)
+        alt = fp8_alternative(_best_pool, cat, plan, resolved, lanes, result.recommendations)
         if alt is not None and alt["gpus_total"] <= result.best.gpus_total and (
                 alt["saving_frac"] is None or alt["saving_frac"] > 0):
             result = replace(result, fp8_alternative=alt)
@@ -314,7 +311,7 @@ def _disaggregated(cat: Catalog, plan: PlanFile, resolved: ResolvedModel, lanes:
 def _separate(cat: Catalog, plan: PlanFile, resolved: ResolvedModel, lane: Lane
               ) -> SeparatePool:
     try:
-        return SeparatePool(lane.name, best=_plan_pool(cat, plan, resolved, [lane], None).best)
+        return SeparatePool(lane.name, best=_best_pool(cat, plan, resolved, [lane], None).best)
     except InfeasibleError as e:
         return SeparatePool(lane.name, error=str(e))
 
@@ -421,7 +418,9 @@ class _Pool:
 
 
 def _plan_pool(cat: Catalog, plan: PlanFile, resolved: ResolvedModel, lanes: list[Lane],
-               verify: VerifyFn | None) -> PlanResult:
+               verify: VerifyFn | None, best_only: bool = False) -> PlanResult:
+    """One pool planned. `best_only`: the caller reads only `.best` (its other
+    recommendations and warnings are those of the configurations searched exactly)."""
     model = resolved.spec
     t = traffic_for(lanes, model.context_len(plan.engine.max_model_len))
     pool = _Pool(model, lanes, t, search_space(cat, plan, model, t,
@@ -430,7 +429,7 @@ def _plan_pool(cat: Catalog, plan: PlanFile, resolved: ResolvedModel, lanes: lis
     if verify is not None and hasattr(verify, "prepare") and \
             plan.verify.top * plan.verify.requests >= PARALLEL_MIN_REQUESTS:
         _prepare(verify, groups, pool)  # workers load the compiled engine meanwhile
-    found = analytic_search(groups, t, plan.headroom)
+    found = planner_search(groups, t, plan.headroom, plan.objective, best_only)
     key = rank_key(plan.objective)
     shortlist, warnings = _shortlist(found, t, plan, key)
     ranked = _verified([_recommendation(c, found, t) for c in shortlist], pool, plan, verify,
@@ -452,9 +451,15 @@ def _plan_pool(cat: Catalog, plan: PlanFile, resolved: ResolvedModel, lanes: lis
         target_rate_per_s=t.rate_per_s, lanes=list(lanes),
         inputs=PlanInputs(model=plan.model, space=pool.space, objective=plan.objective,
                           headroom=plan.headroom, pools=plan.pools,
-                          configurations_searched=len(found.candidates)),
-        configurations_searched=len(found.candidates), recommendations=ranked,
+                          configurations_searched=found.configurations_searched),
+        configurations_searched=found.configurations_searched, recommendations=ranked,
         pareto=_pareto(ranked), curves=[_curve(r, t) for r in ranked[:3]], warnings=warnings)
+
+
+def _best_pool(cat: Catalog, plan: PlanFile, resolved: ResolvedModel, lanes: list[Lane],
+               verify: VerifyFn | None) -> PlanResult:
+    """_plan_pool for a caller that reads only the best plan."""
+    return _plan_pool(cat, plan, resolved, lanes, verify, best_only=True)
 
 
 def _verified(ranked: list[Recommendation], pool: _Pool, plan: PlanFile,

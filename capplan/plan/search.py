@@ -162,6 +162,13 @@ class SearchResult:
     """QueueModel.at_rate at each configuration's planned per-replica rate."""
     floor_metrics: frozenset[str] = frozenset()
     """The SLOs' metrics, whose p99 at_floor holds."""
+    searched: int | None = None
+    """Configurations searched, when `candidates` holds only those that can reach the output
+    (search_bound.planner_search); None: all of them."""
+
+    @property
+    def configurations_searched(self) -> int:
+        return len(self.candidates) if self.searched is None else self.searched
 
     @cached_property
     def at_floor(self) -> dict[str, Any]:

@@ -100,8 +100,11 @@ def chunk_sum_quantile(m: np.ndarray, p: float, inp: LengthStats, budget: np.nda
     pk = [np.exp(-m)]
     for k in range(1, kmax + 1):
         pk.append(pk[-1] * m / k)
-    # terms whose probability is negligible for every configuration add nothing to F
+    # terms whose probability is negligible add nothing to F: each row drops its own (so a
+    # row's quantile does not depend on the rows evaluated with it)
     terms = [k for k in range(2, kmax + 1) if float(np.max(pk[k], initial=0.0)) > 1e-7]
+    for k in terms:
+        pk[k] = np.where(pk[k] > 1e-7, pk[k], 0.0)
     levels = np.linspace(0.0, 1.0, 201)
     centre = {k: k * mu for k in terms}
     scale = {k: np.maximum(np.sqrt(k) * sigma, 1e-9) for k in terms}

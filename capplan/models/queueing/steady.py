@@ -25,9 +25,9 @@ from capplan.models.prefix import PrefixCache
 from capplan.models.queueing.laws import Z99, LengthStats
 
 _TAU_MAX_S = 60.0
-_FP_ITERS = 10
+_CAP_BISECT = 13
+"""Halvings of capacity_rate's bracket."""
 _FP_ITERS_MAX = 60
-_FP_REL_TOL = 1e-4
 _FP_ROUNDING_TOL = 1e-13
 """A bracket this narrow (relative) moves by no more than that in further iterations."""
 _FP_REPACK = 0.7
@@ -197,17 +197,15 @@ class SteadyState:
         g(tau) = T(tau) - tau is positive at tau = 0 and, when a fixed point exists, negative
         at _TAU_MAX_S. T is close to affine in tau (B and P grow linearly with it), so the
         Illinois variant of regula falsi converges in a few vectorised steps; near saturation
-        it can need more, so it goes on (up to _FP_ITERS_MAX) until every bracket is within
-        _FP_REL_TOL (a stalled bracket left tau at _TAU_MAX_S: an unstable verdict between two
-        stable rates).
+        it can need more (up to _FP_ITERS_MAX; a stalled bracket left tau at _TAU_MAX_S: an
+        unstable verdict between two stable rates).
 
-        A row within _FP_ROUNDING_TOL, or at an exact root (g(hi) == 0: x = hi again, so hi
-        stays), is settled: its bracket moves by no more than that in further iterations, so
-        they evaluate only the unsettled rows (the working set shrinks when under
-        _FP_REPACK of it is unsettled). It stops early, with the same result to
-        _FP_ROUNDING_TOL, once every row is settled; rows where no fixed point exists never
-        converge and keep it going to _FP_ITERS_MAX unless `every_row` is False (a caller that
-        reads no tau of those rows: stable()).
+        Each row stops on its own: once within _FP_ROUNDING_TOL, or at an exact root (g(hi) ==
+        0: x = hi again, so hi stays), its bracket is frozen, so a row's answer does not depend
+        on the rows solved with it (the planner's search solves subsets of the
+        configurations). Iterations evaluate only the working set, cut to the unsettled rows
+        when they fall under _FP_REPACK of it. Rows where no fixed point exists are iterated
+        only when `every_row` (a caller that reads no tau of those rows: stable()).
         """
         shape = np.broadcast_shapes(np.shape(lam), np.shape(self.cap))
         lam_w = np.broadcast_to(lam, shape).reshape(-1)
@@ -220,18 +218,15 @@ class SteadyState:
         exists = gb <= 0
         hi, sd, go_on = b, np.zeros_like(a), exists | every_row
         rows, part = np.arange(a.size), self._rows(np.arange(a.size), shape)
-        wide = False  # a settled row's bracket is wider than _FP_REL_TOL (an exact root)
-        for i in range(_FP_ITERS_MAX):
-            settled = (b - a <= _FP_ROUNDING_TOL * b) | (gb == 0)
-            if i >= _FP_ITERS and ((not wide and np.all(b - a <= _FP_REL_TOL * b + 1e-12))
-                                   or np.all(settled | ~go_on)):
+        for _ in range(_FP_ITERS_MAX):
+            done = (b - a <= _FP_ROUNDING_TOL * b) | (gb == 0) | ~go_on
+            if np.all(done):
                 break
-            if np.count_nonzero(~settled) < _FP_REPACK * rows.size:
-                hi[rows[settled]] = b[settled]
-                wide = wide or bool(np.any((b - a > _FP_REL_TOL * b + 1e-12)[settled]))
-                keep = ~settled
-                rows, a, b, ga, gb, sd, go_on, lam_w = (
-                    v[keep] for v in (rows, a, b, ga, gb, sd, go_on, lam_w))
+            if np.count_nonzero(~done) < _FP_REPACK * rows.size:
+                hi[rows[done]] = b[done]
+                keep = ~done
+                rows, a, b, ga, gb, sd, go_on, lam_w, done = (
+                    v[keep] for v in (rows, a, b, ga, gb, sd, go_on, lam_w, done))
                 part = self._rows(rows, shape)
             den = ga - gb
             x = np.where(den > 0, (a * -gb + b * ga) / np.where(den > 0, den, 1.0),
@@ -239,16 +234,16 @@ class SteadyState:
             x = np.clip(x, a, b)
             s = part._mean_step(lam_w, x)
             g = s["tau"] - x
-            pos = g > 0
-            moved = rows[~pos]  # x is their new hi
+            pos, neg = (g > 0) & ~done, (g <= 0) & ~done  # a done row's bracket stays
+            moved = rows[neg]  # x is their new hi
             for k, v in s.items():
-                at_hi[k][moved] = np.broadcast_to(v, x.shape)[~pos]
+                at_hi[k][moved] = np.broadcast_to(v, x.shape)[neg]
             # Illinois: halve the stale end's g when the same side is kept twice.
             gb = np.where(pos & (sd > 0), 0.5 * gb, gb)
-            ga = np.where(~pos & (sd < 0), 0.5 * ga, ga)
+            ga = np.where(neg & (sd < 0), 0.5 * ga, ga)
             a, ga = np.where(pos, x, a), np.where(pos, g, ga)
-            b, gb = np.where(pos, b, x), np.where(pos, gb, g)
-            sd = np.where(pos, 1.0, -1.0)
+            b, gb = np.where(neg, x, b), np.where(neg, g, gb)
+            sd = np.where(pos, 1.0, np.where(neg, -1.0, sd))
         hi[rows] = b
         return hi.reshape(shape), exists.reshape(shape), {k: v.reshape(shape)
                                                           for k, v in at_hi.items()}
@@ -302,18 +297,28 @@ class SteadyState:
 
     def capacity_rate(self) -> np.ndarray:
         """Largest stable arrival rate (requests/s), by bisection on the stability test."""
-        lo = np.zeros(np.shape(self.cap))
-        # Upper bounds: a step computes at most mnbt tokens and lasts at least a 1-token step;
-        # prompts go no faster than full-budget prefill chunks.
-        one = self._decode(np.ones_like(lo))
-        full = self._mixed(np.zeros_like(lo), self.mnbt)
-        per_req = max(self.pf.mean + self.dec_tokens, 1.0)
-        hi = np.minimum(self.mnbt / np.maximum(one, 1e-9) / per_req,
-                        self.mnbt / np.maximum(full, 1e-9) / max(self.pf.mean, 1.0))
-        hi = np.broadcast_to(hi * 1.05, lo.shape).copy()
-        for _ in range(13):
+        return self.capacity_bracket(_CAP_BISECT)[0]
+
+    def capacity_bracket(self, steps: int, start: tuple[np.ndarray, np.ndarray] | None = None
+                         ) -> tuple[np.ndarray, np.ndarray]:
+        """(lo, hi) after `steps` halvings of capacity_rate's bisection, from its first bracket
+        or from `start` (a bracket it left): capacity_rate is lo after _CAP_BISECT in all. A
+        row's steps are its own, so the bisection may be continued over some rows only."""
+        if start is not None:
+            lo, hi = (np.array(v, float) for v in start)
+        else:
+            lo = np.zeros(np.shape(self.cap))
+            # Upper bounds: a step computes at most mnbt tokens and lasts at least a 1-token
+            # step; prompts go no faster than full-budget prefill chunks.
+            one = self._decode(np.ones_like(lo))
+            full = self._mixed(np.zeros_like(lo), self.mnbt)
+            per_req = max(self.pf.mean + self.dec_tokens, 1.0)
+            hi = np.minimum(self.mnbt / np.maximum(one, 1e-9) / per_req,
+                            self.mnbt / np.maximum(full, 1e-9) / max(self.pf.mean, 1.0))
+            hi = np.broadcast_to(hi * 1.05, lo.shape).copy()
+        for _ in range(steps):
             mid = 0.5 * (lo + hi)
             ok = self.stable(mid)
             lo = np.where(ok, mid, lo)
             hi = np.where(ok, hi, mid)
-        return lo
+        return lo, hi

@@ -196,6 +196,21 @@ def _interp_cdf(pad: np.ndarray, h: np.ndarray, y: np.ndarray) -> np.ndarray:
     return lo + (up - lo) * frac
 
 
+def _read_off(offset: np.ndarray, part: tuple[np.ndarray, ...], probs: tuple[float, ...]
+              ) -> list[np.ndarray]:
+    """Quantiles of one grid law (offset + X, X's cdf `pad` on the grid of step h): read off
+    its piecewise-linear cdf."""
+    _, h, _, pad = part
+    out = []
+    for q in probs:
+        k = np.minimum((pad < q).sum(axis=-1, keepdims=True), _GRID_LEN)  # pad[k] >= q
+        lo = np.take_along_axis(pad, k - 1, -1)
+        frac = np.clip((q - lo) / np.maximum(np.take_along_axis(pad, k, -1) - lo, 1e-30),
+                       0.0, 1.0)
+        out.append(offset + np.maximum(k[..., 0] - 1.5 + frac[..., 0], 0.0) * h)
+    return out
+
+
 @dataclass(frozen=True)
 class _SumLaw:
     """A mixture of grid laws sharing one offset: with probability w[i], offset + X_i where X_i
@@ -204,30 +219,31 @@ class _SumLaw:
     offset: np.ndarray
     parts: tuple[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray], ...]
     """(weight, h, span, cdf with a 0 in front) per component."""
+    single: np.ndarray | None = None
+    """Rows that are the first component alone (its weight 1, the others' 0): their quantiles
+    are read off it, as a one-component law's are."""
 
     @property
     def span(self) -> np.ndarray:
-        return np.maximum.reduce([sp for _, _, sp, _ in self.parts])
+        span = np.maximum.reduce([sp for _, _, sp, _ in self.parts])
+        if self.single is not None:
+            span = np.where(self.single, self.parts[0][2], span)
+        return span
 
     def cdf(self, y: np.ndarray) -> np.ndarray:
         return sum(w[..., None] * _interp_cdf(c, h, y) for w, h, _, c in self.parts)
 
     def quantiles(self, probs: tuple[float, ...]) -> list[np.ndarray]:
         """One law: read off its piecewise-linear cdf. A mixture: bisection on its cdf (all
-        levels at once) to 2^-14 of the span, then linear interpolation within the bracket."""
-        p = np.asarray(probs, np.float32)
+        levels at once) to 2^-14 of the span, then linear interpolation within the bracket.
+        Every bound is each row's own, so a row's quantiles do not depend on the other rows
+        evaluated with it (the planner's search evaluates subsets of the configurations)."""
         if len(self.parts) == 1:
-            _, h, _, pad = self.parts[0]
-            out = []
-            for q in probs:
-                k = np.minimum((pad < q).sum(axis=-1, keepdims=True), _GRID_LEN)  # pad[k] >= q
-                lo = np.take_along_axis(pad, k - 1, -1)
-                frac = np.clip((q - lo) / np.maximum(np.take_along_axis(pad, k, -1) - lo, 1e-30),
-                               0.0, 1.0)
-                out.append(self.offset + np.maximum(k[..., 0] - 1.5 + frac[..., 0], 0.0) * h)
-            return out
-        hi = np.broadcast_to((self.span + max(float(np.max(h)) for _, h, _, _ in self.parts)
-                              )[..., None], self.offset.shape + p.shape).copy()
+            return _read_off(self.offset, self.parts[0], probs)
+        p = np.asarray(probs, np.float32)
+        h_max = np.maximum.reduce([np.broadcast_to(h, self.offset.shape)
+                                   for _, h, _, _ in self.parts])
+        hi = np.broadcast_to((self.span + h_max)[..., None], self.offset.shape + p.shape).copy()
         lo = np.zeros_like(hi)
         f_lo, f_hi = np.zeros_like(hi), np.ones_like(hi)
         for _ in range(14):
@@ -237,7 +253,11 @@ class _SumLaw:
             lo, hi = np.where(below, mid, lo), np.where(below, hi, mid)
             f_lo, f_hi = np.where(below, f, f_lo), np.where(below, f_hi, f)
         x = lo + (hi - lo) * np.clip((p - f_lo) / np.maximum(f_hi - f_lo, 1e-30), 0.0, 1.0)
-        return [self.offset + x[..., i] for i in range(len(probs))]
+        out = [self.offset + x[..., i] for i in range(len(probs))]
+        if self.single is not None:
+            first = _read_off(self.offset, self.parts[0], probs)
+            out = [np.where(self.single, a, b) for a, b in zip(first, out, strict=True)]
+        return out
 
     def as_term(self) -> _Term:
         """This sum as one term of another sum (its cdf resampled on the other grid)."""
@@ -260,9 +280,13 @@ def _grid_cdf(terms: list[_Term], shape: tuple[int, ...]
     h = np.maximum(total / _GRID_SPAN, 1e-15)
     if not live:  # a constant: all mass at point 0
         return h, total, _padded(np.ones(shape + (_GRID_LEN,), np.float32))
-    spec = live[0].spectrum(h)
-    for t in live[1:]:
-        spec = spec * t.spectrum(h)
+    spec = None
+    for t in live:
+        s = t.spectrum(h)
+        zero = np.broadcast_to(np.asarray(t.span) <= 0, shape)
+        if np.any(zero):  # a row where this term has no span does without it
+            s = np.where(zero[..., None], np.ones((), s.dtype), s)
+        spec = s if spec is None else spec * s
     pmf = np.maximum(_fft().irfft(spec, n=_GRID_LEN, axis=-1), 0.0)
     cdf = np.cumsum(pmf, axis=-1)
     cdf /= np.maximum(cdf[..., -1:], 1e-30)
@@ -304,5 +328,9 @@ def _sum_with_waits(terms: list[_Term], waits: list[_Term], no_wait: np.ndarray,
     # discretising each of them again)
     base = _SumLaw(np.zeros(shape), ((np.ones(shape), h0, span0, cdf0),)).as_term()
     h1, span1, cdf1 = _grid_cdf([base, _Term(0.0, span_w, spectrum)], shape)
-    return _SumLaw(_offset(terms, shape), ((pi0, h0, span0, cdf0), (1 - pi0, h1, span1, cdf1)))
+    # rows where no request waits are the no-wait law alone, as when every row is
+    single = pi0 >= 1 - 1e-9
+    w0 = np.where(single, 1.0, pi0)
+    return _SumLaw(_offset(terms, shape), ((w0, h0, span0, cdf0), (1 - w0, h1, span1, cdf1)),
+                   single if np.any(single) else None)
 
