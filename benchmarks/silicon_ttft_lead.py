@@ -11,7 +11,7 @@ predicted with silicon_loso's first-order model of the replay (`predict`: the en
 of TTFT scales with the step) at the engine's step constants F and s (`silicon_loso.fit`, fitted
 on TPOT and untouched here), plus one of two request terms:
   constant:   o + m x MLA layers (silicon_loso's o and m, same grids);
-  lead h:     o [+ m x MLA layers] + h x the row's TPOT, h on a grid of quarter tokens 0-12:
+  lead h:     o [+ m x MLA layers] + h x the row's TPOT, h on a grid of quarter tokens 0-32:
               the benchmark's first token taken as the (1 + h)-th generated token (per row,
               TTFT + h x mean TPOT: the gaps after the first token are near the mean).
 Both minimise TTFT's median |error| on the rows they see; each is scored leave-one-system-out
@@ -19,8 +19,9 @@ Both minimise TTFT's median |error| on the rows they see; each is scored leave-o
 compares the two terms like for like, not the exact replays of docs/validation.md 4b.
 A second table fits h per model (in sample, o and m refitted) for the models with at least
 MIN_ROWS rows of an engine: a mechanism fixed by the chat format or the client would give one
-model the same h on every engine. `--write-docs` rewrites the blocks `silicon_ttft_lead:loso`
-and `silicon_ttft_lead:by-model` of docs/validation.md (section 4b).
+model the same h on every engine, and the same h at every prompt length (the table fits h on
+the 1,024- and the 8,192-token prompts apart). `--write-docs` rewrites the blocks
+`silicon_ttft_lead:loso` and `silicon_ttft_lead:by-model` of docs/validation.md (section 4b).
 """
 
 from __future__ import annotations
@@ -37,9 +38,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import silicon_loso as L  # noqa: E402
 import validate_silicon as V  # noqa: E402
 
-H_GRID = tuple(np.round(np.arange(0, 12.001, 0.25), 2))
+H_GRID = tuple(np.round(np.arange(0, 32.001, 0.25), 2))
 """Generated tokens the benchmark's first token lags the engine's (quarter tokens)."""
 MIN_ROWS = 15
+MIN_ISL_ROWS = 12
 ENGINES = ("vllm", "sglang", "trtllm")
 
 
@@ -117,13 +119,21 @@ def loso(base: list) -> list[str]:
     return out
 
 
+def _h_at(items: list, isl: str) -> str:
+    """h fitted (o, m refitted) on the rows with prompt length `isl`, with their count."""
+    sub = [(r, p) for r, p in items if r["isl"] == isl]
+    if len(sub) < MIN_ISL_ROWS:
+        return "-"
+    return f"{fit(L._arrays(sub), True)[1]:g} ({len(sub)})"
+
+
 def by_model(base: list) -> list[str]:
     groups: dict[tuple[str, str], list] = defaultdict(list)
     for r, p in base:
         groups[(r["model_path"].split("/")[-1], r["backend"])].append((r, p))
     out = ["| model | engine | rows | h (o, m refitted) | o (ms) | TTFT median, constant / "
-           "with h |",
-           "|---|---|---|---|---|---|"]
+           "with h | h at 1,024-token prompts (rows) | at 8,192 (rows) |",
+           "|---|---|---|---|---|---|---|---|"]
     for (model, eng), items in sorted(groups.items()):
         if len(items) < MIN_ROWS:
             continue
@@ -131,7 +141,8 @@ def by_model(base: list) -> list[str]:
         c, h = fit(L._arrays(items), True)
         out.append(f"| {model} | {eng} | {len(items)} | {h:g} | {c.overhead_s * 1e3:.0f} | "
                    f"{np.median(np.abs(_err(items, c0, 0.0))):.0%} / "
-                   f"{np.median(np.abs(_err(items, c, h))):.0%} |")
+                   f"{np.median(np.abs(_err(items, c, h))):.0%} | {_h_at(items, '1024')} | "
+                   f"{_h_at(items, '8192')} |")
     return out
 
 
