@@ -9,11 +9,13 @@ left out, as the fits leave them). With `--cache FILE` the replays are read from
 of `run_base`'s list) and written there when FILE is missing. The TTFT of each row is then
 predicted with silicon_loso's first-order model of the replay (`predict`: the engine's share
 of TTFT scales with the step) at the engine's step constants F and s (`silicon_loso.fit`, fitted
-on TPOT and untouched here), plus one of two request terms:
+on TPOT and untouched here), plus a request term:
   constant:   o + m x MLA layers (silicon_loso's o and m, same grids);
   lead h:     o [+ m x MLA layers] + h x the row's TPOT, h on a grid of quarter tokens 0-32:
               the benchmark's first token taken as the (1 + h)-th generated token (per row,
-              TTFT + h x mean TPOT: the gaps after the first token are near the mean).
+              TTFT + h x mean TPOT: the gaps after the first token are near the mean);
+  prompt lag: o + (a + b x prompt / 1,024) x TPOT, a lag that grows with the prompt (no client
+              or server mechanism gives one: it tests what the per-prompt fits point to).
 Both minimise TTFT's median |error| on the rows they see; each is scored leave-one-system-out
 (fit on every other system, score the held-out one) with the first-order model, so the table
 compares the two terms like for like, not the exact replays of docs/validation.md 4b.
@@ -59,38 +61,56 @@ def load_base(cache: Path | None) -> list:
     return base
 
 
-TERMS = (("o + m MLA", False, L.MLA_GRID_S), ("o + h TPOT", True, (0.0,)),
-         ("o + m MLA + h TPOT", True, L.MLA_GRID_S))
-"""The request terms compared: (label, h fitted, grid of m)."""
+PROMPT_GRID = tuple(np.round(np.arange(0, 4.001, 0.25), 2))
+"""Steps of lag per 1,024 prompt tokens (the h = a + b x prompt / 1,024 variant)."""
+
+TERMS = (("o + m MLA", False, L.MLA_GRID_S, (0.0,)), ("o + h TPOT", True, (0.0,), (0.0,)),
+         ("o + m MLA + h TPOT", True, L.MLA_GRID_S, (0.0,)),
+         ("o + (a + b prompt/1,024) TPOT", True, (0.0,), PROMPT_GRID))
+"""The request terms compared: (label, h fitted, grid of m, grid of b)."""
 
 
-def fit(z: dict[str, np.ndarray], lead: bool, mla_grid=L.MLA_GRID_S
-        ) -> tuple[L.Constants, float]:
-    """Step constants from silicon_loso.fit, then (o, m[, h]) minimising TTFT's median |error|."""
+def arrays(items: list) -> dict[str, np.ndarray]:
+    """silicon_loso's arrays plus the prompt length in units of 1,024 tokens."""
+    z = L._arrays(items)
+    z["isl_k"] = np.array([int(r["isl"]) / 1024 for r, _ in items])
+    return z
+
+
+def fit(z: dict[str, np.ndarray], lead: bool, mla_grid=L.MLA_GRID_S, b_grid=(0.0,)
+        ) -> tuple[L.Constants, tuple[float, float]]:
+    """Step constants from silicon_loso.fit, then (o, m[, h = a + b x prompt / 1,024])
+    minimising TTFT's median |error|."""
     c = L.fit(z)
     if not lead:
-        return c, 0.0
+        return c, (0.0, 0.0)
     eng, tpot = L.predict(z, np.float64(c.layer_s), np.float64(c.seq_s), 0.0, 0.0)
     o = np.asarray(L.OVERHEAD_GRID_S)[:, None, None]
     m = np.asarray(mla_grid)[None, :, None]
-    best = (np.inf, 0.0, 0.0, 0.0)
-    for h in H_GRID:
-        pred = (eng + h * tpot)[None, None, :] + o + m * z["mla"][None, None, :]
-        cost = np.median(np.abs(pred / z["ttft_meas"] - 1), axis=2)
-        i, j = np.unravel_index(np.argmin(cost), cost.shape)
-        if cost[i, j] < best[0]:
-            best = (cost[i, j], float(h), L.OVERHEAD_GRID_S[i], mla_grid[j])
+    best = (np.inf, (0.0, 0.0), 0.0, 0.0)
+    for bb in b_grid:
+        for h in H_GRID:
+            pred = (eng + (h + bb * z["isl_k"]) * tpot)[None, None, :] + o \
+                + m * z["mla"][None, None, :]
+            cost = np.median(np.abs(pred / z["ttft_meas"] - 1), axis=2)
+            i, j = np.unravel_index(np.argmin(cost), cost.shape)
+            if cost[i, j] < best[0]:
+                best = (cost[i, j], (float(h), float(bb)), L.OVERHEAD_GRID_S[i], mla_grid[j])
     return L.Constants(c.layer_s, c.seq_s, float(best[2]), float(best[3])), best[1]
 
 
-def ttft(z: dict[str, np.ndarray], c: L.Constants, h: float) -> np.ndarray:
+def ttft(z: dict[str, np.ndarray], c: L.Constants, lag: tuple[float, float]) -> np.ndarray:
     eng, tpot = L.predict(z, np.float64(c.layer_s), np.float64(c.seq_s), c.overhead_s, c.mla_s)
-    return eng + h * tpot
+    return eng + (lag[0] + lag[1] * z["isl_k"]) * tpot
 
 
-def _err(items: list, c: L.Constants, h: float) -> np.ndarray:
-    z = L._arrays(items)
-    return ttft(z, c, h) / z["ttft_meas"] - 1
+def _err(items: list, c: L.Constants, lag: tuple[float, float]) -> np.ndarray:
+    z = arrays(items)
+    return ttft(z, c, lag) / z["ttft_meas"] - 1
+
+
+def _lag(lag: tuple[float, float]) -> str:
+    return f"{lag[0]:g}" if lag[1] == 0 else f"{lag[0]:g} + {lag[1]:g} x"
 
 
 def loso(base: list) -> list[str]:
@@ -100,20 +120,20 @@ def loso(base: list) -> list[str]:
     for eng in ENGINES:
         items = [(r, p) for r, p in base if r["backend"] == eng]
         systems = sorted({r["system"] for r, _ in items})
-        for term, lead, grid in TERMS:
-            c, h = fit(L._arrays(items), lead, grid)
-            errs, hs = [], []
+        for term, lead, grid, b_grid in TERMS:
+            c, lag = fit(arrays(items), lead, grid, b_grid)
+            errs, lags = [], []
             for s in systems:
                 train = [(r, p) for r, p in items if r["system"] != s]
                 test = [(r, p) for r, p in items if r["system"] == s]
-                cs, hh = fit(L._arrays(train), lead, grid)
-                errs.extend(_err(test, cs, hh))
-                hs.append(hh)
+                cs, lg = fit(arrays(train), lead, grid, b_grid)
+                errs.extend(_err(test, cs, lg))
+                lags.append(lg)
             e = np.asarray(errs)
-            hcol = f"{min(hs):g}-{max(hs):g}" if lead else "-"
+            hcol = ", ".join(_lag(lg) for lg in lags) if lead else "-"
             out.append(f"| {eng} | {len(items)} | {len(systems)} | {term} | "
-                       f"{c.overhead_s * 1e3:.0f} / {c.mla_s * 1e3:.3g} / {h:g} | "
-                       f"{np.median(np.abs(_err(items, c, h))):.1%} | "
+                       f"{c.overhead_s * 1e3:.0f} / {c.mla_s * 1e3:.3g} / {_lag(lag)} | "
+                       f"{np.median(np.abs(_err(items, c, lag))):.1%} | "
                        f"{np.median(np.abs(e)):.1%} / {np.percentile(np.abs(e), 90):.0%} / "
                        f"{np.median(e):+.0%} | {hcol} |")
     return out
@@ -124,7 +144,7 @@ def _h_at(items: list, isl: str) -> str:
     sub = [(r, p) for r, p in items if r["isl"] == isl]
     if len(sub) < MIN_ISL_ROWS:
         return "-"
-    return f"{fit(L._arrays(sub), True)[1]:g} ({len(sub)})"
+    return f"{fit(arrays(sub), True)[1][0]:g} ({len(sub)})"
 
 
 def by_model(base: list) -> list[str]:
@@ -137,11 +157,11 @@ def by_model(base: list) -> list[str]:
     for (model, eng), items in sorted(groups.items()):
         if len(items) < MIN_ROWS:
             continue
-        c0, _ = fit(L._arrays(items), False)
-        c, h = fit(L._arrays(items), True)
-        out.append(f"| {model} | {eng} | {len(items)} | {h:g} | {c.overhead_s * 1e3:.0f} | "
-                   f"{np.median(np.abs(_err(items, c0, 0.0))):.0%} / "
-                   f"{np.median(np.abs(_err(items, c, h))):.0%} | {_h_at(items, '1024')} | "
+        c0, lag0 = fit(arrays(items), False)
+        c, lag = fit(arrays(items), True)
+        out.append(f"| {model} | {eng} | {len(items)} | {lag[0]:g} | {c.overhead_s * 1e3:.0f} | "
+                   f"{np.median(np.abs(_err(items, c0, lag0))):.0%} / "
+                   f"{np.median(np.abs(_err(items, c, lag))):.0%} | {_h_at(items, '1024')} | "
                    f"{_h_at(items, '8192')} |")
     return out
 
