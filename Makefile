@@ -59,6 +59,7 @@ validate: $(BIN)/capplan
 	$(BIN)/python benchmarks/validate_saturation.py --write-docs
 	$(BIN)/python benchmarks/silicon_ttft_split.py --sample 400 --write-docs
 	$(BIN)/python benchmarks/silicon_prefill_slope.py --write-docs
+	$(BIN)/python benchmarks/silicon_ttft_lead.py --cache /tmp/capplan-ttft-lead.pkl --write-docs
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info
