@@ -374,6 +374,23 @@ def engine_time_table(base: list[tuple[dict[str, str], Replay]]) -> list[str]:
     return lines
 
 
+def engine_time_by_tp(base: list[tuple[dict[str, str], Replay]], model: str) -> list[str]:
+    """Markdown rows: `engine_time_table`'s ratio for one checkpoint (name contains `model`)
+    by engine, system and tensor-parallel size, rows of one attention-DP rank and no expert
+    parallelism only."""
+    by: dict[tuple[str, str, int], list[float]] = defaultdict(list)
+    for r, p in base:
+        if model in r["model_path"] and (r["attention_dp_size"] or "1") == "1" \
+                and (r["moe_ep_size"] or "1") == "1":
+            key = (r["backend"], r["system"], int(r["tp_size"] or 1))
+            by[key].append(float(r["silicon_tpot_ms"]) / 1e3 / p.tpot_s)
+    lines = ["| engine | system | TP | rows | measured TPOT / engine time: median (p25-p75) |",
+             "|---|---|---|---|---|"]
+    for (eng, system, tp), xs in sorted(by.items()):
+        lines.append(f"| {eng} | {system} | {tp} | {len(xs)} | {_quartiles(xs)} |")
+    return lines
+
+
 def pair_key(r: dict[str, str], clients: int) -> tuple:
     """A measured configuration regardless of the engine: model, system, precision, layout,
     lengths and clients."""

@@ -364,7 +364,8 @@ def main_loso() -> None:
                   for r, _ in base}
         if cache is not None:
             cache.write_bytes(pickle.dumps((base, exact0)))
-    base = [(r, p) for r, p in base if exact0[r["id"]][0] is not None]
+    ids = {r["id"] for r in rows}  # a cache may hold rows --engine or --sample leave out
+    base = [(r, p) for r, p in base if exact0[r["id"]][0] is not None and r["id"] in ids]
     # rows whose recorded world exceeds their system's NVLink domain: scored apart, not fitted
     apart = [(r, p) for r, p in base if beyond_domain(cat, r)]
     base = [(r, p) for r, p in base if not beyond_domain(cat, r)]

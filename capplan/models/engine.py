@@ -421,7 +421,7 @@ TRTLLM = EngineProfile(
     request_overhead_s=0.020,
     mla_layer_request_overhead_s=1.625e-3,
     step_overhead_s=0.0,
-    layer_step_overhead_s=20e-6,
+    layer_step_overhead_s=17.5e-6,
     # 8 x H200 (DeepSeek-R1 FP8) minus 8 x B200 (FP4) ITL over the step model, per MoE layer:
     # median of 57-111 us (github:NVIDIA/TensorRT-LLM issue 5929; docs/engines.md)
     moe_layer_step_s_without_fp4=63.5e-6,

@@ -10,8 +10,9 @@ from capplan.models.engine import EngineSettings, engine_profile
 from capplan.models.perf import build_step_model
 
 # The profile's value, by hand from github:NVIDIA/TensorRT-LLM issue 5929 (DeepSeek-R1 ITL p50
-# at batch 1, TP 8, v0.21.0rc2) and capplan's TensorRT-LLM step at batch 1 before the term
-# (H200 FP8 6.67 / 6.79 ms, B200 FP4 5.79 / 5.86 ms at 1,900 / 8,492 tokens of context):
+# at batch 1, TP 8, v0.21.0rc2) and capplan's TensorRT-LLM step at batch 1 without the term
+# (H200 FP8 6.67 / 6.79 ms, B200 FP4 5.79 / 5.86 ms at 1,900 / 8,492 tokens of context, with 20
+# us per layer of fixed cost, which cancels in the difference):
 # (H200 ITL - 6.67) - (B200 ITL - 5.79) over 58 MoE layers, in us:
 #   1,600-token prompts: EP 1 (13.78, 6.78) 105.5; EP 4 (10.81, 6.61) 57.2; EP 8 (11.00, 6.81) 57.1
 #   8,192-token prompts: EP 1 (14.53, 7.14) 111.3; EP 4 (11.59, 6.97) 63.6; EP 8 (11.78, 7.17) 63.4
