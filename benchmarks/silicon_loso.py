@@ -342,6 +342,82 @@ def family_table(scored: list[Scored]) -> list[str]:
     return lines
 
 
+def fold_table(fits: dict[tuple[str, str], Constants], what: str) -> list[str]:
+    """Markdown rows: each held-out fold's constants (fitted on the engine's other groups),
+    beside which the engine's all-rows fit is the `constants` table."""
+    lines = [f"| engine | {what} held out | step, per layer (us) | per sequence (us) | "
+             "request (ms) | per MLA layer (ms) |", "|---|---|---|---|---|---|"]
+    for (eng, g), c in sorted(fits.items()):
+        lines.append(f"| {eng} | {g} | {c.layer_s * 1e6:g} | {c.seq_s * 1e6:g} | "
+                     f"{c.overhead_s * 1e3:g} | {c.mla_s * 1e3:g} |")
+    return lines
+
+
+def _quartiles(x: Sequence[float]) -> str:
+    a = np.asarray(x, float)
+    return (f"{np.median(a):.2f} ({np.quantile(a, 0.25):.2f}-{np.quantile(a, 0.75):.2f})"
+            if a.size else "-")
+
+
+def engine_time_table(base: list[tuple[dict[str, str], Replay]]) -> list[str]:
+    """Markdown rows: measured TPOT over the replay's with every constant at zero (engine time
+    alone), per engine, model family, system and precision: what the fitted constants must
+    carry in each group, before any fit."""
+    by: dict[tuple[str, str, str, str], list[float]] = defaultdict(list)
+    for r, p in base:
+        key = (r["backend"], family(r["model_path"]), r["system"], r["precision"] or "-")
+        by[key].append(float(r["silicon_tpot_ms"]) / 1e3 / p.tpot_s)
+    lines = ["| engine | family | system | precision | rows | measured TPOT / engine time: "
+             "median (p25-p75) |", "|---|---|---|---|---|---|"]
+    for (eng, fam, system, prec), xs in sorted(by.items()):
+        lines.append(f"| {eng} | {fam} | {system} | {prec} | {len(xs)} | {_quartiles(xs)} |")
+    return lines
+
+
+def engine_time_by_tp(base: list[tuple[dict[str, str], Replay]], model: str) -> list[str]:
+    """Markdown rows: `engine_time_table`'s ratio for one checkpoint (name contains `model`)
+    by engine, system and tensor-parallel size, rows of one attention-DP rank and no expert
+    parallelism only."""
+    by: dict[tuple[str, str, int], list[float]] = defaultdict(list)
+    for r, p in base:
+        if model in r["model_path"] and (r["attention_dp_size"] or "1") == "1" \
+                and (r["moe_ep_size"] or "1") == "1":
+            key = (r["backend"], r["system"], int(r["tp_size"] or 1))
+            by[key].append(float(r["silicon_tpot_ms"]) / 1e3 / p.tpot_s)
+    lines = ["| engine | system | TP | rows | measured TPOT / engine time: median (p25-p75) |",
+             "|---|---|---|---|---|"]
+    for (eng, system, tp), xs in sorted(by.items()):
+        lines.append(f"| {eng} | {system} | {tp} | {len(xs)} | {_quartiles(xs)} |")
+    return lines
+
+
+def pair_key(r: dict[str, str], clients: int) -> tuple:
+    """A measured configuration regardless of the engine: model, system, precision, layout,
+    lengths and clients."""
+    return (r["model_path"], r["system"], r["precision"], r["tp_size"], r["pp_size"] or "1",
+            r["attention_dp_size"] or "1", r["moe_ep_size"] or "1", r["isl"], r["osl"], clients)
+
+
+def engine_pairs_table(rows: list[dict[str, str]], clients: Callable[[dict[str, str]], int]
+                       ) -> list[str]:
+    """Markdown rows: on configurations measured under two engines (pair_key), the ratio of
+    their measured TPOT (medians over repeated rows), per engine pair, system and family."""
+    tpot: dict[tuple, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
+    for r in rows:
+        tpot[pair_key(r, clients(r))][r["backend"]].append(float(r["silicon_tpot_ms"]))
+    by: dict[tuple[str, str, str], list[float]] = defaultdict(list)
+    for k, engines in tpot.items():
+        for a, b in (("trtllm", "vllm"), ("trtllm", "sglang"), ("sglang", "vllm")):
+            if a in engines and b in engines:
+                ratio = float(np.median(engines[a]) / np.median(engines[b]))
+                by[(f"{a} / {b}", k[1], family(k[0]))].append(ratio)
+    lines = ["| engines | system | family | configurations | measured TPOT ratio: median "
+             "(p25-p75) |", "|---|---|---|---|---|"]
+    for (pair, system, fam), xs in sorted(by.items()):
+        lines.append(f"| {pair} | {system} | {fam} | {len(xs)} | {_quartiles(xs)} |")
+    return lines
+
+
 def _bar(errs: Sequence[float], bar: float) -> str:
     m = _median_abs(errs)
     return f"{m:.1%} {'<=' if m <= bar else '>'} {bar:.0%}"

@@ -32,13 +32,14 @@ import math
 import pickle
 import sys
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
 
 from capplan.catalog.loader import load_catalog
 from capplan.errors import CapplanError
+from capplan.models import engine as _engine
 from capplan.models.engine import NO_JITTER, ClientJitter
 from capplan.models.perf import mla_layers
 from capplan.plan.aiconfigurator import (
@@ -101,6 +102,15 @@ EXPERT_GEMM_FRAC = (float(sys.argv[sys.argv.index("--expert-gemm-frac") + 1])
                     if "--expert-gemm-frac" in sys.argv else None)
 """--expert-gemm-frac X: every row with the calibration's expert_gemm_frac at X (1: quantized
 experts at the dense GEMM rate), to compare the fits with and without the mechanism."""
+MOE_WITHOUT_FP4_S = (float(sys.argv[sys.argv.index("--moe-layer-without-fp4") + 1]) * 1e-6
+                     if "--moe-layer-without-fp4" in sys.argv else None)
+"""--moe-layer-without-fp4 US: TensorRT-LLM's profiles with `moe_layer_step_s_without_fp4` at
+US microseconds (0: without the term; docs/engines.md, "MoE layers on Hopper"), to compare the
+fits with and without the mechanism."""
+if MOE_WITHOUT_FP4_S is not None:
+    _engine.VERSIONS["trtllm"] = tuple(replace(p, moe_layer_step_s_without_fp4=MOE_WITHOUT_FP4_S)
+                                       for p in _engine.VERSIONS["trtllm"])
+    _engine._engine_profile.cache_clear()
 
 
 def _size(v: str) -> int:
@@ -336,6 +346,8 @@ def main_loso() -> None:
     sample = int(sys.argv[sys.argv.index("--sample") + 1]) if "--sample" in sys.argv else None
     if sample:
         rows = _sample(rows, sample)
+    if "--engine" in sys.argv:  # --engine NAME: that engine's rows alone (folds are per engine)
+        rows = [r for r in rows if r["backend"] == sys.argv[sys.argv.index("--engine") + 1]]
     me = sys.modules[__name__]
     cache = Path(sys.argv[sys.argv.index("--cache") + 1]) if "--cache" in sys.argv else None
     if cache is not None and cache.exists():  # --cache FILE: the first two passes, reused
@@ -352,7 +364,8 @@ def main_loso() -> None:
                   for r, _ in base}
         if cache is not None:
             cache.write_bytes(pickle.dumps((base, exact0)))
-    base = [(r, p) for r, p in base if exact0[r["id"]][0] is not None]
+    ids = {r["id"] for r in rows}  # a cache may hold rows --engine or --sample leave out
+    base = [(r, p) for r, p in base if exact0[r["id"]][0] is not None and r["id"] in ids]
     # rows whose recorded world exceeds their system's NVLink domain: scored apart, not fitted
     apart = [(r, p) for r, p in base if beyond_domain(cat, r)]
     base = [(r, p) for r, p in base if not beyond_domain(cat, r)]
@@ -385,28 +398,34 @@ def main_loso() -> None:
         return memo[(r["id"], c)]
 
     exact_scores = None if "--first-order" in sys.argv else rescore
-    loso, _ = L.held_out(base, lambda r: r["system"], lin, progress=True, rescore=exact_scores)
+    loso, folds = L.held_out(base, lambda r: r["system"], lin, progress=True,
+                             rescore=exact_scores)
     loev, _ = L.held_out(base, L.release_key, lin, progress=True, rescore=exact_scores)
     t_sys, t_ver = L.table(loso, "system"), L.table(loev, "release")
     t_fam = L.family_table(loso)
     t_apart = L.apart_table(apart, fits_all, exact0, one_node_twins(cat, agg_rows()))
-    print("\n".join(t_in) + "\n\n" + "\n".join(t_sur) + "\n\n" + "\n".join(t_sys)
-          + "\n\n" + "\n".join(t_fam) + "\n\n" + "\n".join(t_ver) + "\n\n"
-          + "\n".join(t_apart))
+    t_folds, t_engine = L.fold_table(folds, "system"), L.engine_time_table(base)
+    t_tp = L.engine_time_by_tp(base, "gpt-oss-120b")
+    t_pairs = L.engine_pairs_table([r for r in agg_rows() if not beyond_domain(cat, r)],
+                                   concurrency)
+    print("\n\n".join("\n".join(t) for t in (t_in, t_sur, t_sys, t_fam, t_ver, t_apart,
+                                             t_folds, t_engine, t_tp, t_pairs)))
     const = ["| engine | step, per layer (us) | per sequence (us) | request (ms) | "
              "per MLA layer (ms) |", "|---|---|---|---|---|"] + [
         f"| {e} | {c.layer_s * 1e6:g} | {c.seq_s * 1e6:g} | {c.overhead_s * 1e3:g} | "
         f"{c.mla_s * 1e3:g} |" for e, c in sorted(fits_all.items())]
     print("\n".join(const))
-    if sample:
-        print("(subsample: nothing written)")
+    if sample or "--engine" in sys.argv:
+        print("(subsample or one engine: nothing written)")
         return
     if "--write-docs" in sys.argv:
         from docblocks import write_block  # benchmarks/ is on sys.path when run as a script
 
         for bid, body in (("constants", const), ("in-sample", t_in), ("surrogate", t_sur),
                           ("loso", t_sys), ("loso-family", t_fam), ("loev", t_ver),
-                          ("apart", t_apart)):
+                          ("apart", t_apart), ("loso-folds", t_folds),
+                          ("engine-time", t_engine), ("engine-time-tp", t_tp),
+                          ("engine-pairs", t_pairs)):
             write_block(DOC, f"validate_silicon:{bid}", "\n".join(body))
         print(f"wrote {DOC}")
     if "--write-bands" in sys.argv:

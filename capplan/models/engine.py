@@ -209,6 +209,11 @@ class EngineProfile:
     """Fixed cost of a step per layer of a pipeline stage (kernel launches and the gaps between
     a layer's small kernels, which CUDA graphs do not remove): adds layers x this to
     `step_overhead_s`, so the fixed cost grows with the model's depth (docs/engines.md)."""
+    moe_layer_step_s_without_fp4: float = 0.0
+    """GPU time per MoE layer per step, beyond the step model's, on GPUs without fp4 tensor
+    cores (Hopper and older), where the engine's MoE layers run other kernels than on
+    Blackwell (TensorRT-LLM: its TRTLLM MoE backend is Blackwell-only; docs/engines.md,
+    "MoE layers on Hopper")."""
     per_seq_overhead_s: float = 10e-6
     """Host (CPU) cost per running sequence per step (scheduling, input preparation, output
     processing, detokenisation); hidden behind the GPU's step when `host_overlap` is on."""
@@ -416,7 +421,10 @@ TRTLLM = EngineProfile(
     request_overhead_s=0.020,
     mla_layer_request_overhead_s=1.625e-3,
     step_overhead_s=0.0,
-    layer_step_overhead_s=20e-6,
+    layer_step_overhead_s=17.5e-6,
+    # 8 x H200 (DeepSeek-R1 FP8) minus 8 x B200 (FP4) ITL over the step model, per MoE layer:
+    # median of 57-111 us (github:NVIDIA/TensorRT-LLM issue 5929; docs/engines.md)
+    moe_layer_step_s_without_fp4=63.5e-6,
     per_seq_overhead_s=0.0,
     sampler="flashinfer",
     flag_names={"tp": "--tp_size", "pp": "--pp_size", "max_num_seqs": "--max_batch_size",
@@ -442,6 +450,12 @@ TRTLLM = EngineProfile(
                      "input + max output tokens can be reserved; enable_chunked_prefill False",
         "defaults": "tensorrt_llm/llmapi/llm_args.py BaseLlmArgs max_batch_size 2048, "
                     "max_num_tokens 8192; KvCacheConfig tokens_per_block 32",
+        "moe_without_fp4": "MoE backends: TRTLLM on B200/GB200/B300/GB300, TRITON on H200 "
+                           "(deployment guide for gpt-oss on TensorRT-LLM, 'MoE Backend Support "
+                           "Matrix'); 63.5 us per MoE layer: DeepSeek-R1 ITL at batch 1, TP 8, "
+                           "EP 1/4/8, 1,600 and 8,192-token prompts, 8 x H200 FP8 against 8 x "
+                           "B200 FP4, each over capplan's step (github:NVIDIA/TensorRT-LLM "
+                           "issue 5929, v0.21.0rc2): the median of six differences, 57-111 us",
     },
 )
 

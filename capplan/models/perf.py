@@ -689,7 +689,9 @@ def build_step_model(model: ModelSpec, gpu: GpuSpec, settings: EngineSettings,
         per_seq_overhead_s=(cal.per_seq_overhead_s if cal.per_seq_overhead_s is not None
                             else settings.profile.per_seq_overhead_s),
         layer_overhead_s=(layers * cal.per_layer_overhead_s
-                          + counts.num_moe_layers * cal.per_moe_layer_overhead_s),
+                          + counts.num_moe_layers * (cal.per_moe_layer_overhead_s + (
+                              settings.profile.moe_layer_step_s_without_fp4
+                              if gpu.fp4_dense_tflops is None else 0.0))),
         request_overhead_s=(cal.request_overhead_s if cal.request_overhead_s is not None
                             else request_overhead(model, settings.profile)),
         calibration_source=cal.source,

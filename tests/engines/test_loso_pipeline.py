@@ -93,3 +93,27 @@ def test_held_out_rows_are_scored_by_their_replay_when_given():
     assert len(scored) == 4 and len(seen) == 4
     assert all(abs(s.ttft_err - 1.0) < 1e-9 and abs(s.tpot_err - 1.0) < 1e-9 for s in scored)
     assert {c for _, c in seen} <= set(fits.values())
+
+
+def test_diagnostic_tables_compute_their_ratios():
+    """The engine-time, by-TP, engine-pair and fold tables of 4b on hand-made rows: measured
+    TPOT 10 ms over replays of 8 and 5 ms (ratios 1.25 and 2.00, median 1.62); two engines on
+    one configuration at 10 and 8 ms (ratio 1.25)."""
+    def row(i, eng, tpot, tp="1"):
+        return {"id": str(i), "backend": eng, "model_path": "openai/gpt-oss-120b",
+                "system": "h200_sxm", "precision": "fp4", "tp_size": tp, "pp_size": "1",
+                "attention_dp_size": "1", "moe_ep_size": "1", "isl": "1024", "osl": "1024",
+                "silicon_tpot_ms": tpot}
+
+    base = [(row(0, "trtllm", "10"), L.Replay(0.1, 0.008, 4.0, 0, True, 36)),
+            (row(1, "trtllm", "10"), L.Replay(0.1, 0.005, 4.0, 0, True, 36))]
+    ratio = "1.62 (1.44-1.81) |"
+    assert L.engine_time_table(base)[2] == "| trtllm | MoE | h200_sxm | fp4 | 2 | " + ratio
+    assert L.engine_time_by_tp(base, "gpt-oss")[2] == "| trtllm | h200_sxm | 1 | 2 | " + ratio
+    pairs = L.engine_pairs_table([row(0, "trtllm", "10"), row(1, "vllm", "8")], lambda r: 8)
+    assert pairs[2] == "| trtllm / vllm | h200_sxm | MoE | 1 | 1.25 (1.25-1.25) |"
+    assert len(L.engine_pairs_table([row(0, "trtllm", "10"), row(1, "vllm", "8", tp="2")],
+                                    lambda r: 8)) == 2  # another layout: no pair
+    folds = L.fold_table({("trtllm", "b200_sxm"): L.Constants(7.5e-6, 0.0, 0.065, 2.75e-3)},
+                         "system")
+    assert folds[2] == "| trtllm | b200_sxm | 7.5 | 0 | 65 | 2.75 |"
