@@ -46,3 +46,15 @@ def write_block(path: Path, key: str, body: str) -> None:
     with os.fdopen(fd, "w") as f:
         f.write(new)
     os.replace(tmp, path)
+
+
+def report(path: Path, script: str, tables: dict[str, list[str]], footer: str,
+           write: bool) -> None:
+    """Print a script's tables (each a list of lines, in order) and `footer`; with `write`
+    (`--write-docs`) rewrite each as block `script:<table id>` of `path`."""
+    print("\n\n".join("\n".join(t) for t in tables.values()))
+    print(footer)
+    if write:
+        for tid, lines in tables.items():
+            write_block(path, f"{script}:{tid}", "\n".join(lines))
+        print(f"wrote {path}")

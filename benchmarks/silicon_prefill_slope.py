@@ -130,14 +130,10 @@ def main() -> None:
     cat = V.load_catalog()
     got = run(cat)
     fam, low = by_family(got), low_load(got)
-    print("\n".join(fam) + "\n\n" + "\n".join(low))
-    print(f"({len(got)} rows replayed)")
-    if "--write-docs" in sys.argv:
-        from docblocks import write_block
+    from docblocks import report
 
-        write_block(V.DOC, "silicon_prefill_slope:by-family", "\n".join(fam))
-        write_block(V.DOC, "silicon_prefill_slope:low-load", "\n".join(low))
-        print(f"wrote {V.DOC}")
+    report(V.DOC, "silicon_prefill_slope", {"by-family": fam, "low-load": low},
+           f"({len(got)} rows replayed)", "--write-docs" in sys.argv)
 
 
 if __name__ == "__main__":

@@ -176,13 +176,10 @@ def main() -> None:
         cache = Path(sys.argv[i + 1])
     base = load_base(cache)
     tab, mod = loso(base), by_model(base)
-    print("\n".join(tab) + "\n\n" + "\n".join(mod))
-    print(f"({len(base)} rows)")
-    if "--write-docs" in sys.argv:
-        from docblocks import write_block
-        write_block(V.DOC, "silicon_ttft_lead:loso", "\n".join(tab))
-        write_block(V.DOC, "silicon_ttft_lead:by-model", "\n".join(mod))
-        print(f"wrote {V.DOC}")
+    from docblocks import report
+
+    report(V.DOC, "silicon_ttft_lead", {"loso": tab, "by-model": mod}, f"({len(base)} rows)",
+           "--write-docs" in sys.argv)
 
 
 if __name__ == "__main__":

@@ -128,14 +128,10 @@ def main() -> None:
             rows.append((r, got))
     body = table(rows)
     conf = by_configuration(rows)
-    print("\n".join(body) + "\n\n" + "\n".join(conf))
-    print(f"({len(rows)} of {n} sampled rows replayed)")
-    if "--write-docs" in sys.argv:
-        from docblocks import write_block
+    from docblocks import report
 
-        write_block(V.DOC, "silicon_ttft_split:by-load", "\n".join(body))
-        write_block(V.DOC, "silicon_ttft_split:by-configuration", "\n".join(conf))
-        print(f"wrote {V.DOC}")
+    report(V.DOC, "silicon_ttft_split", {"by-load": body, "by-configuration": conf},
+           f"({len(rows)} of {n} sampled rows replayed)", "--write-docs" in sys.argv)
 
 
 if __name__ == "__main__":
