@@ -59,7 +59,6 @@ from capplan.plan.slo import SloSet
 from capplan.plan.verify import PARALLEL_MIN_REQUESTS, VerifyJob, verification_engine
 
 VerifyFn = Callable[[VerifyJob], Verification]
-_MAX_REPLICAS = MAX_REPLICAS
 OVERSIZED_GPUS, OVERSIZED_COST = 4.0, 3.0
 """Runner-ups needing more than 4x the best's GPUs (and 8 more) or 3x its cost are not shown."""
 
@@ -373,7 +372,7 @@ def _shortlist(found: SearchResult, t: Traffic, plan: PlanFile, key: RankKey
     # A configuration needing thousands of replicas is a rounding artefact of the bisection
     # near zero rate, not a plan.
     feasible = [c for c in found.candidates
-                if c.max_rate_per_s > 0 and c.replicas <= _MAX_REPLICAS]
+                if c.max_rate_per_s > 0 and c.replicas <= MAX_REPLICAS]
     near = [c for c in feasible if near_floor(c)]
     usable = feasible if plan.allow_near_floor else [c for c in feasible if not near_floor(c)]
     if not usable:
