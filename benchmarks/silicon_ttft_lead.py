@@ -183,7 +183,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    if not V.DATA.exists():
-        print(f"{V.DATA} not found; nothing to score")
-    else:
-        main()
+    V.run_if_data(main)

@@ -433,6 +433,15 @@ def main_loso() -> None:
         print(f"wrote {BANDS}")
 
 
+def run_if_data(main_fn) -> None:  # noqa: ANN001
+    """Run a script's `main_fn` when the silicon data is there, else say there is nothing to
+    score (the scripts that replay these rows share it)."""
+    if not DATA.exists():
+        print(f"{DATA} not found; nothing to score")
+    else:
+        main_fn()
+
+
 def main() -> None:
     if not DATA.exists():
         print(f"{DATA} not found; nothing to score")
