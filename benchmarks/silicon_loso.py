@@ -374,6 +374,28 @@ def table(scored: list[Scored], what: str) -> list[str]:
     return lines
 
 
+def rate_table(splits: Sequence[tuple[str, list[Scored], dict[tuple[str, str], Constants]]]
+               ) -> list[str]:
+    """Markdown rows: per engine, split (`what`, scored rows, fold fits) and held-out group,
+    the prefill rate the fold chose (`held_out_grid`) and the group's scores; then all groups
+    with the bars."""
+    lines = ["| engine | held out | rows | prefill rate fitted | TTFT median / p90 / bias | "
+             "TPOT median / p90 / bias |", "|---|---|---|---|---|---|"]
+    for eng in sorted({s.engine for _, sc, _ in splits for s in sc}):
+        for what, scored, fits in splits:
+            mine = [s for s in scored if s.engine == eng]
+            for g in sorted({s.group for s in mine}):
+                ss = [s for s in mine if s.group == g]
+                lines.append(f"| {eng} | {what} {g} | {len(ss)} | {fits[(eng, g)].prefill_frac:g} "
+                             f"| {summary([s.ttft_err for s in ss])} | "
+                             f"{summary([s.tpot_err for s in ss])} |")
+            ttft, tpot = [s.ttft_err for s in mine], [s.tpot_err for s in mine]
+            lines.append(f"| {eng} | **every {what}** (bars: {_bar(ttft, 0.30)}, "
+                         f"{_bar(tpot, 0.15)}) | {len(mine)} | - | {summary(ttft)} | "
+                         f"{summary(tpot)} |")
+    return lines
+
+
 def family_table(scored: list[Scored]) -> list[str]:
     """Markdown rows: the held-out scores of `table` by engine and model family."""
     lines = ["| engine | family | rows | TTFT median / p90 / bias | TPOT median / p90 / bias |",

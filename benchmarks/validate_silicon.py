@@ -365,6 +365,23 @@ def first_passes(me, cat, rows: list[dict[str, str]], cache: Path | None,
     return base, exact0
 
 
+def fit_all_rows(passes: dict) -> dict:
+    """Each engine's constants (and prefill rate, with --prefill-frac-grid) fitted on all its
+    rows: `passes` maps each prefill rate to (zero-constant replays, exact replays)."""
+    import silicon_loso as L
+
+    fits_all = {}
+    for eng in sorted({r["backend"] for b, _ in passes.values() for r, _ in b}):
+        fits_all[eng] = c = L.choose({f: L._fit_scored([(r, p) for r, p in b
+                                                         if r["backend"] == eng], x)
+                                      for f, (b, x) in passes.items()})
+        rate = "" if c.prefill_frac is None else f", prefill rate {c.prefill_frac:g}"
+        print(f"{eng} (all rows): step {c.layer_s * 1e6:g} us per layer, per sequence "
+              f"{c.seq_s * 1e6:g} us, request {c.overhead_s * 1e3:g} ms + {c.mla_s * 1e3:g} ms "
+              f"per MLA layer{rate}", flush=True)
+    return fits_all
+
+
 def main_loso() -> None:
     """--loso: replay every row, fit each engine's constants, score leave-one-system-out and
     leave-one-engine-version-out (benchmarks/silicon_loso.py); --write-docs rewrites the
@@ -393,15 +410,7 @@ def main_loso() -> None:
         # rows whose recorded world exceeds their system's NVLink domain: scored apart
         aparts[f] = [(r, p) for r, p in base if beyond_domain(cat, r)]
         passes[f] = ([(r, p) for r, p in base if not beyond_domain(cat, r)], exact0)
-    fits_all = {}
-    for eng in sorted({r["backend"] for b, _ in passes.values() for r, _ in b}):
-        fits_all[eng] = c = L.choose({f: L._fit_scored([(r, p) for r, p in b
-                                                         if r["backend"] == eng], x)
-                                      for f, (b, x) in passes.items()})
-        rate = "" if c.prefill_frac is None else f", prefill rate {c.prefill_frac:g}"
-        print(f"{eng} (all rows): step {c.layer_s * 1e6:g} us per layer, per sequence "
-              f"{c.seq_s * 1e6:g} us, request {c.overhead_s * 1e3:g} ms + {c.mla_s * 1e3:g} ms "
-              f"per MLA layer{rate}", flush=True)
+    fits_all = fit_all_rows(passes)
     # each engine's rows at its chosen prefill rate
     chosen = {eng: c.prefill_frac for eng, c in fits_all.items()}
     base = [x for f in grid for x in passes[f][0] if chosen[x[0]["backend"]] == f]
@@ -439,7 +448,8 @@ def main_loso() -> None:
     folds_in = {f: (b, lins[f]) for f, (b, _) in passes.items()}
     loso, folds = L.held_out_grid(folds_in, lambda r: r["system"], progress=True,
                                   rescore=exact_scores)
-    loev, _ = L.held_out_grid(folds_in, L.release_key, progress=True, rescore=exact_scores)
+    loev, folds_v = L.held_out_grid(folds_in, L.release_key, progress=True,
+                                    rescore=exact_scores)
     t_sys, t_ver = L.table(loso, "system"), L.table(loev, "release")
     t_fam = L.family_table(loso)
     t_apart = L.apart_table(apart, fits_all, exact0, one_node_twins(cat, agg_rows()))
@@ -456,6 +466,16 @@ def main_loso() -> None:
     print("\n".join(const))
     if sample or "--engine" in sys.argv:
         print("(subsample or one engine: nothing written)")
+        return
+    if grid != [None]:  # the prefill rate's fit: its own blocks, the product's tables stay
+        t_rate = L.rate_table([("system", loso, folds), ("release", loev, folds_v)])
+        print("\n\n".join("\n".join(t) for t in (t_rate, t_fam)))
+        if "--write-docs" in sys.argv:
+            from docblocks import write_block
+
+            write_block(DOC, "validate_silicon:prefill-rate", "\n".join(t_rate))
+            write_block(DOC, "validate_silicon:prefill-rate-family", "\n".join(t_fam))
+            print(f"wrote {DOC}")
         return
     if "--write-docs" in sys.argv:
         from docblocks import write_block  # benchmarks/ is on sys.path when run as a script
