@@ -21,6 +21,8 @@ surrogate of the replay (one replay per row at F = s = o = 0: TPOT(F, s) = TPOT0
 s B - overlap min(s B, TPOT0), B the mean running batch; TTFT = TTFT0 TPOT(F, s) / TPOT0 + o
 + m x MLA layers, linearised around exact replays at a first fit); every held-out SCORE is an
 exact replay of the row with its fold's constants (`held_out`'s `rescore`).
+With `--prefill-frac-grid`, each fold also picks the engine's prefill rate
+(EngineProfile.prefill_rate_frac) from a grid of replays (`held_out_grid`).
 """
 
 from __future__ import annotations

@@ -388,7 +388,8 @@ def main_loso() -> None:
     generated blocks of docs/validation.md, --write-bands capplan/plan/error_bands.json;
     --sample N replays N rows only (a quick look; never written into the docs); held-out rows
     are scored by exact replays with their fold's constants (--first-order: by the fit's
-    first-order model, faster)."""
+    first-order model, faster); --prefill-frac-grid R1,R2,... fits each engine's prefill rate
+    too (first_passes at every rate) and writes only its own blocks."""
     import silicon_loso as L
 
     cat = load_catalog()
