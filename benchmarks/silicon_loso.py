@@ -259,7 +259,8 @@ def held_out_grid(grid: dict[float | None, tuple[list[tuple[dict[str, str], Repl
             test = [(r, p) for r, p in per_f[f] if key(r) == g]
             if progress:
                 rate = "" if f is None else f"prefill rate {f:g}, "
-                print(f"  {eng} without {g}: {rate}F {c.layer_s * 1e6:g} us/layer, "
+                n = sum(1 for r, _ in per_f[f] if key(r) != g)
+                print(f"  {eng} without {g}: {n} rows fit {rate}F {c.layer_s * 1e6:g} us/layer, "
                       f"s {c.seq_s * 1e6:g} us, o {c.overhead_s * 1e3:g} ms + "
                       f"{c.mla_s * 1e3:g} ms/MLA layer; {len(test)} held out", flush=True)
             z = _arrays(test, grid[f][1])
