@@ -21,6 +21,8 @@ surrogate of the replay (one replay per row at F = s = o = 0: TPOT(F, s) = TPOT0
 s B - overlap min(s B, TPOT0), B the mean running batch; TTFT = TTFT0 TPOT(F, s) / TPOT0 + o
 + m x MLA layers, linearised around exact replays at a first fit); every held-out SCORE is an
 exact replay of the row with its fold's constants (`held_out`'s `rescore`).
+With `--prefill-frac-grid`, each fold also picks the engine's prefill rate
+(EngineProfile.prefill_rate_frac) from a grid of replays (`held_out_grid`).
 """
 
 from __future__ import annotations
@@ -98,6 +100,8 @@ class Constants:
     seq_s: float
     overhead_s: float
     mla_s: float
+    prefill_frac: float | None = None
+    """EngineProfile.prefill_rate_frac replayed (None: the profile's); `--prefill-frac-grid`."""
 
     def request_overhead(self, mla: int) -> float:
         return self.overhead_s + self.mla_s * mla
@@ -110,7 +114,7 @@ def replay(v, cat, r: dict[str, str], c: Constants) -> Replay | None:
         layers = -(-cat.resolve_model(r["model_path"]).spec.num_layers
                    // max(int(r["pp_size"] or 1), 1))
         dep = v.deployment(cat, r, c.request_overhead(nmla), (c.layer_s * layers, c.seq_s),
-                           engine=row_engine(r))
+                           engine=row_engine(r), prefill_frac=c.prefill_frac)
     except CapplanError:
         return None
     if not dep.memory.fits:
@@ -208,24 +212,58 @@ def held_out(base: list[tuple[dict[str, str], Replay]], key: Callable[[dict[str,
     The fit searches with `predict`'s first-order model; `rescore(row, constants)`, when
     given, replays each held-out row exactly with its fold's constants and scores that (a row
     whose replay fails keeps the first-order prediction)."""
+    return held_out_grid({None: (base, exact)}, key, progress, rescore)
+
+
+TPOT_SLACK = 0.005
+"""A prefill rate is chosen among those whose training TPOT median |error| is within this of
+the best one's (TPOT no worse beyond half a point)."""
+
+
+def _fit_scored(train: list[tuple[dict[str, str], Replay]], exact: dict
+                ) -> tuple[Constants, float, float]:
+    """`fit` on rows `train`, with its training TTFT and TPOT median |error| (first order)."""
+    z = _arrays(train, exact)
+    c = fit(z)
+    ttft, tpot = predict(z, c.layer_s, c.seq_s, c.overhead_s, c.mla_s)
+    return (c, _median_abs(ttft / z["ttft_meas"] - 1), _median_abs(tpot / z["tpot_meas"] - 1))
+
+
+def held_out_grid(grid: dict[float | None, tuple[list[tuple[dict[str, str], Replay]], dict]],
+                  key: Callable[[dict[str, str]], str], progress: bool = False,
+                  rescore: Callable[[dict[str, str], Constants], Replay | None] | None = None
+                  ) -> tuple[list[Scored], dict[tuple[str, str], Constants]]:
+    """`held_out` with the engine's prefill rate fitted too: `grid` maps each prefill rate
+    (EngineProfile.prefill_rate_frac) to the rows' replays at it (zero constants, and exact
+    replays at a first fit to linearise around). Per fold, the four constants are fitted at
+    every rate, and the rate with the lowest training TTFT median |error| is kept among those
+    whose training TPOT is within TPOT_SLACK of the best; the held-out rows are scored at it."""
     scored: list[Scored] = []
     fits: dict[tuple[str, str], Constants] = {}
-    by_engine: dict[str, list] = defaultdict(list)
-    for r, p in base:
-        by_engine[r["backend"]].append((r, p))
-    for eng, items in sorted(by_engine.items()):
-        for g in sorted({key(r) for r, _ in items}):
-            train = [(r, p) for r, p in items if key(r) != g]
-            test = [(r, p) for r, p in items if key(r) == g]
-            if not train:
+    ids = set.intersection(*({r["id"] for r, _ in b} for b, _ in grid.values()))
+    by_engine: dict[str, dict[float | None, list]] = defaultdict(lambda: defaultdict(list))
+    for f, (base, _) in grid.items():
+        for r, p in base:
+            if r["id"] in ids:
+                by_engine[r["backend"]][f].append((r, p))
+    for eng, per_f in sorted(by_engine.items()):
+        items0 = next(iter(per_f.values()))
+        for g in sorted({key(r) for r, _ in items0}):
+            trials = {f: _fit_scored([(r, p) for r, p in items if key(r) != g], grid[f][1])
+                      for f, items in per_f.items() if any(key(r) != g for r, _ in items)}
+            if not trials:
                 continue
-            c = fit(_arrays(train, exact))
+            c = choose(trials)
+            f = c.prefill_frac
             fits[(eng, g)] = c
+            test = [(r, p) for r, p in per_f[f] if key(r) == g]
             if progress:
-                print(f"  {eng} without {g}: {len(train)} rows fit F {c.layer_s * 1e6:g} us/layer, "
+                rate = "" if f is None else f"prefill rate {f:g}, "
+                n = sum(1 for r, _ in per_f[f] if key(r) != g)
+                print(f"  {eng} without {g}: {n} rows fit {rate}F {c.layer_s * 1e6:g} us/layer, "
                       f"s {c.seq_s * 1e6:g} us, o {c.overhead_s * 1e3:g} ms + "
                       f"{c.mla_s * 1e3:g} ms/MLA layer; {len(test)} held out", flush=True)
-            z = _arrays(test, exact)
+            z = _arrays(test, grid[f][1])
             ttft, tpot = predict(z, c.layer_s, c.seq_s, c.overhead_s, c.mla_s)
             for (r, _), a, b, ma, mb in zip(test, ttft, tpot, z["ttft_meas"], z["tpot_meas"],
                                             strict=True):
@@ -235,6 +273,16 @@ def held_out(base: list[tuple[dict[str, str], Replay]], key: Callable[[dict[str,
                 scored.append(Scored(eng, g, int(r["_c"]), a / ma - 1, b / mb - 1,
                                      family(r.get("model_path", ""))))
     return scored, fits
+
+
+def choose(trials: dict[float | None, tuple[Constants, float, float]]) -> Constants:
+    """The fit of the prefill rate with the lowest training TTFT median |error| among those
+    whose training TPOT is within TPOT_SLACK of the best (`_fit_scored`'s trials by rate)."""
+    best_tpot = min(t[2] for t in trials.values())
+    f = min((f for f, t in trials.items() if t[2] <= best_tpot + TPOT_SLACK),
+            key=lambda f: trials[f][1])
+    c = trials[f][0]
+    return Constants(c.layer_s, c.seq_s, c.overhead_s, c.mla_s, f)
 
 
 def in_sample(exact: list[tuple[dict[str, str], Replay, Replay | None]],
@@ -326,6 +374,28 @@ def table(scored: list[Scored], what: str) -> list[str]:
         tpot = [s.tpot_err for s in ss]
         label = f"**all** (bars: {_bar(ttft, 0.30)}, {_bar(tpot, 0.15)})" if g == "all" else g
         lines.append(f"| {eng} | {label} | {len(ss)} | {summary(ttft)} | {summary(tpot)} |")
+    return lines
+
+
+def rate_table(splits: Sequence[tuple[str, list[Scored], dict[tuple[str, str], Constants]]]
+               ) -> list[str]:
+    """Markdown rows: per engine, split (`what`, scored rows, fold fits) and held-out group,
+    the prefill rate the fold chose (`held_out_grid`) and the group's scores; then all groups
+    with the bars."""
+    lines = ["| engine | held out | rows | prefill rate fitted | TTFT median / p90 / bias | "
+             "TPOT median / p90 / bias |", "|---|---|---|---|---|---|"]
+    for eng in sorted({s.engine for _, sc, _ in splits for s in sc}):
+        for what, scored, fits in splits:
+            mine = [s for s in scored if s.engine == eng]
+            for g in sorted({s.group for s in mine}):
+                ss = [s for s in mine if s.group == g]
+                lines.append(f"| {eng} | {what} {g} | {len(ss)} | {fits[(eng, g)].prefill_frac:g} "
+                             f"| {summary([s.ttft_err for s in ss])} | "
+                             f"{summary([s.tpot_err for s in ss])} |")
+            ttft, tpot = [s.ttft_err for s in mine], [s.tpot_err for s in mine]
+            lines.append(f"| {eng} | **every {what}** (bars: {_bar(ttft, 0.30)}, "
+                         f"{_bar(tpot, 0.15)}) | {len(mine)} | - | {summary(ttft)} | "
+                         f"{summary(tpot)} |")
     return lines
 
 
@@ -450,11 +520,14 @@ def bands(scored: list[Scored]) -> dict[str, dict]:
     return out
 
 
-def run_base(v, cat, rows: list[dict[str, str]], progress: bool = False
-             ) -> list[tuple[dict[str, str], Replay]]:
+def run_base(v, cat, rows: list[dict[str, str]], progress: bool = False,
+             prefill_frac: float | None = None) -> list[tuple[dict[str, str], Replay]]:
+    """Every row replayed with zero constants (at the profile's prefill rate, or at
+    `prefill_frac`); rows whose replay fails are left out."""
     base = []
+    zero = Constants(0.0, 0.0, 0.0, 0.0, prefill_frac)
     for i, r in enumerate(rows):
-        p = replay(v, cat, r, ZERO)
+        p = replay(v, cat, r, zero)
         if p is not None and p.tpot_s > 0 and math.isfinite(p.ttft_s):
             base.append(({**r, "_c": str(v.concurrency(r))}, p))
         if progress and i % 200 == 0:

@@ -15,8 +15,8 @@ quantized routed experts' grouped GEMMs at the dense GEMM rate) and with them at
 CANDIDATE_FRAC of it, inside the published range (docs/perf.md, "Routed experts at
 prefill"). A second table gives the TTFT at those loads by prompt length (every
 configuration, paired or not, one row each), engine time alone against the measurement.
-`--write-docs` rewrites the blocks `silicon_prefill_slope:by-family` and
-`silicon_prefill_slope:low-load` of docs/validation.md (section 4b).
+`--write-docs` rewrites the blocks `silicon_prefill_slope:by-family`, `:by-system` and
+`:low-load` of docs/validation.md (section 4b).
 """
 
 from __future__ import annotations
@@ -86,15 +86,39 @@ def _q(a: np.ndarray) -> str:
     return f"{p50:.2f} ({p25:.2f}-{p75:.2f})"
 
 
-def by_family(got: list[tuple[dict[str, str], float, float]]) -> list[str]:
+def _pairs(got: list[tuple[dict[str, str], float, float]]
+           ) -> list[tuple[dict[str, str], float, float, float]]:
+    """(row at LONG, measured, replayed at the dense rate, at CANDIDATE_FRAC) TTFT differences
+    LONG - SHORT of every configuration measured at both."""
     idx = {(key(r), int(r["isl"])): (r, a, b) for r, a, b in got}
-    groups: dict[tuple[str, str], list[tuple[float, float, float]]] = defaultdict(list)
+    out = []
     for (k, isl), (r, a, b) in idx.items():
         if isl != LONG or (k, SHORT) not in idx:
             continue
         r0, a0, b0 = idx[(k, SHORT)]
         meas = (float(r["silicon_ttft_ms"]) - float(r0["silicon_ttft_ms"])) / 1e3
-        groups[(r["backend"], L.family(r["model_path"]))].append((meas, a - a0, b - b0))
+        out.append((r, meas, a - a0, b - b0))
+    return out
+
+
+def by_system(got: list[tuple[dict[str, str], float, float]]) -> list[str]:
+    """Markdown rows: measured over replayed TTFT growth (experts at the dense rate) by
+    engine, family and system."""
+    groups: dict[tuple[str, str, str], list[float]] = defaultdict(list)
+    for r, meas, a, _ in _pairs(got):
+        if a > 0:
+            groups[(r["backend"], L.family(r["model_path"]), r["system"])].append(meas / a)
+    out = ["| engine | family | system | pairs | measured / replayed TTFT growth 1,024 -> "
+           "8,192, experts at the dense rate: median (p25-p75) |", "|---|---|---|---|---|"]
+    for (eng, fam, system), v in sorted(groups.items()):
+        out.append(f"| {eng} | {fam} | {system} | {len(v)} | {_q(np.asarray(v))} |")
+    return out
+
+
+def by_family(got: list[tuple[dict[str, str], float, float]]) -> list[str]:
+    groups: dict[tuple[str, str], list[tuple[float, float, float]]] = defaultdict(list)
+    for r, meas, a, b in _pairs(got):
+        groups[(r["backend"], L.family(r["model_path"]))].append((meas, a, b))
     out = [f"| engine | family | pairs | measured TTFT {LONG:,} - {SHORT:,} (ms) | replayed, "
            f"experts at the dense rate / at {CANDIDATE_FRAC:g} of it (ms) | measured / "
            f"replayed, dense rate: median (p25-p75) | at {CANDIDATE_FRAC:g} |",
@@ -132,7 +156,8 @@ def main() -> None:
     fam, low = by_family(got), low_load(got)
     from docblocks import report
 
-    report(V.DOC, "silicon_prefill_slope", {"by-family": fam, "low-load": low},
+    report(V.DOC, "silicon_prefill_slope", {"by-family": fam, "by-system": by_system(got),
+                                            "low-load": low},
            f"({len(got)} rows replayed)", "--write-docs" in sys.argv)
 
 

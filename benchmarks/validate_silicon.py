@@ -172,14 +172,17 @@ def run_of(r: dict[str, str], engine: str | None = None) -> AggRun:
 
 
 def deployment(cat, r: dict[str, str], overhead_s: float | None = None,
-               host: tuple[float, float] | None = None, engine: str | None = None):
+               host: tuple[float, float] | None = None, engine: str | None = None,
+               prefill_frac: float | None = None):
     """The deployment of a row (capplan.plan.aiconfigurator.agg_deployment), memoised;
     `overhead_s` and `host` replace the calibration's request overhead and host costs per step
-    and per sequence (--fit's trials), `engine` the profile (--loso: the row's release)."""
+    and per sequence (--fit's trials), `engine` the profile (--loso: the row's release),
+    `prefill_frac` the profile's prefill rate (--loso --prefill-frac-grid's trials)."""
     tp = int(r["tp_size"] or 1) * int(r["pp_size"] or 1)
     dp, ep = layout(r)
     key = (engine or r["backend"], r["model_path"], r["system"], tp, dp, ep, r["precision"],
-           int(r["isl"]), int(r["osl"]), concurrency(r), overhead_s, host, r.get("batch_size"))
+           int(r["isl"]), int(r["osl"]), concurrency(r), overhead_s, host, r.get("batch_size"),
+           prefill_frac)
     if key not in _DEPS:
         cal: dict[str, float] = {}
         if overhead_s is not None:  # --fit tries other overheads (they change cohort merging)
@@ -188,7 +191,10 @@ def deployment(cat, r: dict[str, str], overhead_s: float | None = None,
             cal.update(step_overhead_s=host[0], per_seq_overhead_s=host[1])
         if EXPERT_GEMM_FRAC is not None:
             cal["expert_gemm_frac"] = EXPERT_GEMM_FRAC
-        _DEPS[key] = agg_deployment(cat, run_of(r, engine), cal)
+        dep = agg_deployment(cat, run_of(r, engine), cal)
+        if prefill_frac is not None:
+            dep = replace(dep, step=replace(dep.step, prefill_rate_frac=prefill_frac))
+        _DEPS[key] = dep
     return _DEPS[key]
 
 
@@ -332,13 +338,58 @@ def first_fits(exact0: dict, base: list) -> dict:
     return {r["backend"]: exact0[r["id"]][1] for r, _ in base}
 
 
+def first_passes(me, cat, rows: list[dict[str, str]], cache: Path | None,
+                 prefill_frac: float | None) -> tuple[list, dict]:
+    """The rows replayed with zero constants, each engine's first fit, and the rows replayed
+    exactly at it (every fit is then linearised around those), at the profiles' prefill rate
+    or at `prefill_frac` (--prefill-frac-grid); `cache` keeps them (FILE, FILE.prefill-X)."""
+    import silicon_loso as L
+
+    if cache is not None and prefill_frac is not None:
+        cache = cache.with_name(f"{cache.name}.prefill-{prefill_frac:g}")
+    if cache is not None and cache.exists():  # --cache FILE: the first two passes, reused
+        base, exact0 = pickle.loads(cache.read_bytes())
+        print(f"{len(base)} replays from {cache}")
+        return base, exact0
+    base = L.run_base(me, cat, rows, progress=True, prefill_frac=prefill_frac)
+    print(f"{len(base)} of {len(rows)} rows replayed"
+          + ("" if prefill_frac is None else f" at prefill rate {prefill_frac:g}"))
+    first = {eng: replace(L.fit(L._arrays([(r, p) for r, p in base if r["backend"] == eng
+                                            and not beyond_domain(cat, r)])),
+                          prefill_frac=prefill_frac)
+             for eng in sorted({r["backend"] for r, _ in base})}
+    exact0 = {r["id"]: (L.replay(me, cat, r, first[r["backend"]]), first[r["backend"]])
+              for r, _ in base}
+    if cache is not None:
+        cache.write_bytes(pickle.dumps((base, exact0)))
+    return base, exact0
+
+
+def fit_all_rows(passes: dict) -> dict:
+    """Each engine's constants (and prefill rate, with --prefill-frac-grid) fitted on all its
+    rows: `passes` maps each prefill rate to (zero-constant replays, exact replays)."""
+    import silicon_loso as L
+
+    fits_all = {}
+    for eng in sorted({r["backend"] for b, _ in passes.values() for r, _ in b}):
+        fits_all[eng] = c = L.choose({f: L._fit_scored([(r, p) for r, p in b
+                                                         if r["backend"] == eng], x)
+                                      for f, (b, x) in passes.items()})
+        rate = "" if c.prefill_frac is None else f", prefill rate {c.prefill_frac:g}"
+        print(f"{eng} (all rows): step {c.layer_s * 1e6:g} us per layer, per sequence "
+              f"{c.seq_s * 1e6:g} us, request {c.overhead_s * 1e3:g} ms + {c.mla_s * 1e3:g} ms "
+              f"per MLA layer{rate}", flush=True)
+    return fits_all
+
+
 def main_loso() -> None:
     """--loso: replay every row, fit each engine's constants, score leave-one-system-out and
     leave-one-engine-version-out (benchmarks/silicon_loso.py); --write-docs rewrites the
     generated blocks of docs/validation.md, --write-bands capplan/plan/error_bands.json;
     --sample N replays N rows only (a quick look; never written into the docs); held-out rows
     are scored by exact replays with their fold's constants (--first-order: by the fit's
-    first-order model, faster)."""
+    first-order model, faster); --prefill-frac-grid R1,R2,... fits each engine's prefill rate
+    too (first_passes at every rate) and writes only its own blocks."""
     import silicon_loso as L
 
     cat = load_catalog()
@@ -350,33 +401,24 @@ def main_loso() -> None:
         rows = [r for r in rows if r["backend"] == sys.argv[sys.argv.index("--engine") + 1]]
     me = sys.modules[__name__]
     cache = Path(sys.argv[sys.argv.index("--cache") + 1]) if "--cache" in sys.argv else None
-    if cache is not None and cache.exists():  # --cache FILE: the first two passes, reused
-        base, exact0 = pickle.loads(cache.read_bytes())
-        print(f"{len(base)} replays from {cache}")
-    else:
-        base = L.run_base(me, cat, rows, progress=True)
-        print(f"{len(base)} of {len(rows)} rows replayed")
-        first = {eng: L.fit(L._arrays([(r, p) for r, p in base if r["backend"] == eng
-                                       and not beyond_domain(cat, r)]))
-                 for eng in sorted({r["backend"] for r, _ in base})}
-        # Exact replays at the first fit; every fit is then linearised around them.
-        exact0 = {r["id"]: (L.replay(me, cat, r, first[r["backend"]]), first[r["backend"]])
-                  for r, _ in base}
-        if cache is not None:
-            cache.write_bytes(pickle.dumps((base, exact0)))
+    grid = ([float(x) for x in sys.argv[sys.argv.index("--prefill-frac-grid") + 1].split(",")]
+            if "--prefill-frac-grid" in sys.argv else [None])
+    passes = {f: first_passes(me, cat, rows, cache, f) for f in grid}
     ids = {r["id"] for r in rows}  # a cache may hold rows --engine or --sample leave out
-    base = [(r, p) for r, p in base if exact0[r["id"]][0] is not None and r["id"] in ids]
-    # rows whose recorded world exceeds their system's NVLink domain: scored apart, not fitted
-    apart = [(r, p) for r, p in base if beyond_domain(cat, r)]
-    base = [(r, p) for r, p in base if not beyond_domain(cat, r)]
-    fits_all = {}
-    for eng in sorted({r["backend"] for r, _ in base}):
-        fits_all[eng] = c = L.fit(L._arrays([(r, p) for r, p in base if r["backend"] == eng],
-                                            exact0))
-        print(f"{eng} (all rows): step {c.layer_s * 1e6:g} us per layer, per sequence "
-              f"{c.seq_s * 1e6:g} us, request {c.overhead_s * 1e3:g} ms + {c.mla_s * 1e3:g} ms "
-              "per MLA layer", flush=True)
-    lin = exact0  # where the held-out folds' first-order fits are linearised
+    aparts: dict[float | None, list] = {}
+    for f, (base, exact0) in passes.items():
+        base = [(r, p) for r, p in base if exact0[r["id"]][0] is not None and r["id"] in ids]
+        # rows whose recorded world exceeds their system's NVLink domain: scored apart
+        aparts[f] = [(r, p) for r, p in base if beyond_domain(cat, r)]
+        passes[f] = ([(r, p) for r, p in base if not beyond_domain(cat, r)], exact0)
+    fits_all = fit_all_rows(passes)
+    # each engine's rows at its chosen prefill rate
+    chosen = {eng: c.prefill_frac for eng, c in fits_all.items()}
+    base = [x for f in grid for x in passes[f][0] if chosen[x[0]["backend"]] == f]
+    apart = [x for f in grid for x in aparts[f] if chosen.get(x[0]["backend"], f) == f]
+    exact0 = {r["id"]: passes[chosen.get(r["backend"], grid[0])][1][r["id"]]
+              for r, _ in base + apart}
+    lins = {f: x for f, (_, x) in passes.items()}  # where the folds' fits are linearised
     if "--skip-final" in sys.argv:  # in sample at the first fit's replays; no model check
         t_in, _ = L.in_sample([(r, p, exact0[r["id"]][0]) for r, p in base],
                               {e: c for (e, c) in first_fits(exact0, base).items()}, exact0)
@@ -385,9 +427,15 @@ def main_loso() -> None:
         exact = [(r, p, L.replay(me, cat, r, fits_all[r["backend"]])) for r, p in base]
         t_in, t_sur = L.in_sample(exact, fits_all, exact0)
         # a fold's constants are nearer the all-rows fit than the first fit: its search is
-        # linearised around the replays at the all-rows constants
-        lin = {r["id"]: (x, fits_all[r["backend"]]) for r, _, x in exact if x is not None}
-        base = [(r, p) for r, p in base if r["id"] in lin]
+        # linearised around the replays at the all-rows constants (at the chosen rate)
+        final = {r["id"]: (x, fits_all[r["backend"]]) for r, _, x in exact if x is not None}
+        for f in grid:
+            lins[f] = {**lins[f], **{k: v for k, v in final.items()
+                                     if v[1].prefill_frac == f}}
+        keep = set(final)
+        passes = {f: ([(r, p) for r, p in b if r["id"] in keep], x)
+                  for f, (b, x) in passes.items()}
+        base = [(r, p) for r, p in base if r["id"] in keep]
     memo: dict[tuple, L.Replay | None] = {}
 
     def rescore(r: dict[str, str], c: L.Constants) -> L.Replay | None:
@@ -398,9 +446,11 @@ def main_loso() -> None:
         return memo[(r["id"], c)]
 
     exact_scores = None if "--first-order" in sys.argv else rescore
-    loso, folds = L.held_out(base, lambda r: r["system"], lin, progress=True,
-                             rescore=exact_scores)
-    loev, _ = L.held_out(base, L.release_key, lin, progress=True, rescore=exact_scores)
+    folds_in = {f: (b, lins[f]) for f, (b, _) in passes.items()}
+    loso, folds = L.held_out_grid(folds_in, lambda r: r["system"], progress=True,
+                                  rescore=exact_scores)
+    loev, folds_v = L.held_out_grid(folds_in, L.release_key, progress=True,
+                                    rescore=exact_scores)
     t_sys, t_ver = L.table(loso, "system"), L.table(loev, "release")
     t_fam = L.family_table(loso)
     t_apart = L.apart_table(apart, fits_all, exact0, one_node_twins(cat, agg_rows()))
@@ -417,6 +467,16 @@ def main_loso() -> None:
     print("\n".join(const))
     if sample or "--engine" in sys.argv:
         print("(subsample or one engine: nothing written)")
+        return
+    if grid != [None]:  # the prefill rate's fit: its own blocks, the product's tables stay
+        t_rate = L.rate_table([("system", loso, folds), ("release", loev, folds_v)])
+        print("\n\n".join("\n".join(t) for t in (t_rate, t_fam)))
+        if "--write-docs" in sys.argv:
+            from docblocks import write_block
+
+            write_block(DOC, "validate_silicon:prefill-rate", "\n".join(t_rate))
+            write_block(DOC, "validate_silicon:prefill-rate-family", "\n".join(t_fam))
+            print(f"wrote {DOC}")
         return
     if "--write-docs" in sys.argv:
         from docblocks import write_block  # benchmarks/ is on sys.path when run as a script

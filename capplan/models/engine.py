@@ -214,6 +214,10 @@ class EngineProfile:
     cores (Hopper and older), where the engine's MoE layers run other kernels than on
     Blackwell (TensorRT-LLM: its TRTLLM MoE backend is Blackwell-only; docs/engines.md,
     "MoE layers on Hopper")."""
+    prefill_rate_frac: float = 1.0
+    """The engine's prefill GEMMs and attention at this fraction of the calibration's rates
+    (capplan.models.perf.fixed_parts: a prompt token's FLOPs count 1 / this); decode steps
+    are unchanged. 1: the catalog's rates (docs/engines.md, "Host costs")."""
     per_seq_overhead_s: float = 10e-6
     """Host (CPU) cost per running sequence per step (scheduling, input preparation, output
     processing, detokenisation); hidden behind the GPU's step when `host_overlap` is on."""

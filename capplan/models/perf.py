@@ -104,15 +104,16 @@ STEP_CONSTANTS = ("dense_weight_bytes", "expert_bytes", "num_moe_layers", "num_e
                   "draft_kv_bytes_per_token", "draft_overhead_s", "lora_adapter_bytes",
                   "lora_n1", "lora_q1", "lora_n2", "lora_q2", "lora_n3", "lora_q3", "lora_n4",
                   "lora_q4", "lora_max_loras", "lora_flops_per_token", "lora_overhead_s",
-                  "prefill_extra_flops_per_token", "spec_step_overhead_s", "expert_flops_per_s")
+                  "prefill_extra_flops_per_token", "spec_step_overhead_s", "expert_flops_per_s",
+                  "prefill_rate_frac")
 """`StepModel` fields that `step_parts` takes, in its order."""
 _N_BASE = STEP_CONSTANTS.index("spec_verify_tokens")
 """Constants before the feature terms (speculative decoding, LoRA, vision)."""
 (_KV_BPTL, _FULL, _WINDOW, _ATTN_DEC, _ATTN_PRE, _KV_BW, _ATTN_FLOPS, _STATE, _ATTN_DP,
- _DRAFT_KV) = (STEP_CONSTANTS.index(n) for n in (
+ _DRAFT_KV, _PREFILL_RATE) = (STEP_CONSTANTS.index(n) for n in (
     "kv_bytes_per_token_layer", "full_layers", "window_layers", "attn_flops_per_pair_decode",
     "attn_flops_per_pair_prefill", "kv_bytes_per_s", "attn_flops_per_s", "state_bytes_per_seq",
-    "attention_dp", "draft_kv_bytes_per_token"))
+    "attention_dp", "draft_kv_bytes_per_token", "prefill_rate_frac"))
 """Positions of the constants `attention_parts` reads."""
 
 
@@ -171,12 +172,16 @@ def fixed_parts(x: tuple, c: tuple, moe: bool) -> tuple:
      draft_kv_bytes_per_token, draft_overhead_s, lora_adapter_bytes, lora_n1, lora_q1, lora_n2,
      lora_q2, lora_n3, lora_q3, lora_n4, lora_q4, lora_max_loras, lora_flops_per_token,
      lora_overhead_s, prefill_extra_flops_per_token, spec_step_overhead_s,
-     expert_flops_per_s) = c
+     expert_flops_per_s, prefill_rate_frac) = c
     dec = bd > 0
     bd_rows = bd * v
     tokens = bd_rows + tp_
     seqs_all = bd + nps
     extra_flops = tp_ * prefill_extra_flops_per_token  # vision encoder (models/vision.py)
+    # The engine's prefill GEMMs at prefill_rate_frac of the catalog's rate
+    # (EngineProfile.prefill_rate_frac): each prompt token's FLOPs count 1 / frac times;
+    # exactly 0 extra at 1.
+    slow = tp_ * (1.0 / prefill_rate_frac - 1.0)
     # Attention data parallelism: the replica's batch splits evenly over `attention_dp` ranks,
     # each a TP group running attention and the dense layers on its own share (vLLM
     # --data-parallel-size, SGLang --enable-dp-attention, TensorRT-LLM enable_attention_dp);
@@ -188,7 +193,8 @@ def fixed_parts(x: tuple, c: tuple, moe: bool) -> tuple:
     bd_rows, extra_flops = bd_rows / dp, extra_flops / dp
     dense_mem = dense_weight_bytes / mem_bytes_per_s
     eff = tokens / (tokens + gemm_half_tokens)
-    dense_flops = (tokens * dense_flops_per_token + logits * lm_head_flops_per_token
+    dense_flops = ((tokens + slow / dp) * dense_flops_per_token
+                   + logits * lm_head_flops_per_token
                    + extra_flops + tokens * lora_flops_per_token)
     dense_cmp = dense_flops / (gemm_flops_per_s * np.maximum(eff, 1e-12))
     linear = smooth_max(dense_mem, dense_cmp)
@@ -207,7 +213,7 @@ def fixed_parts(x: tuple, c: tuple, moe: bool) -> tuple:
         rows = select(touched > 0, global_tokens * k / np.maximum(touched * ep, 1e-12), 0.0)
         eff_e = rows / (rows + gemm_half_tokens)
         expert_rate = select(expert_flops_per_s > 0, expert_flops_per_s * 1.0, gemm_flops_per_s)
-        expert_cmp = global_tokens * expert_flops_per_token / ep / (
+        expert_cmp = (global_tokens + slow) * expert_flops_per_token / ep / (
             expert_rate * np.maximum(eff_e, 1e-12))
         linear = linear + smooth_max(expert_mem, expert_cmp)
     # The engines' custom all-reduce: one-shot (each rank reads every peer's buffer: one
@@ -263,6 +269,7 @@ def attention_parts(x: tuple, c: tuple) -> tuple:
     kv_bytes_per_s, attn_flops_per_s = c[_KV_BW], c[_ATTN_FLOPS]
     state_bytes_per_seq, attention_dp = c[_STATE], c[_ATTN_DP]
     draft_kv_bytes_per_token = c[_DRAFT_KV]
+    prefill_rate_frac = c[_PREFILL_RATE]  # the engine's prefill rate (fixed_parts)
     dp = attention_dp * 1.0  # each attention-DP rank reads its share (fixed_parts)
     bd, tp_, nps = bd / dp, tp_ / dp, nps / dp
     kv_full, kv_win, pairs, pairs_w = kv_full / dp, kv_win / dp, pairs / dp, pairs_w / dp
@@ -275,7 +282,8 @@ def attention_parts(x: tuple, c: tuple) -> tuple:
     attn_pairs_dec = (full_layers * kv_full + window_layers * kv_win) * v
     attn_pairs_pre = full_layers * pairs + window_layers * pairs_w
     attn_cmp = (attn_pairs_dec * attn_flops_per_pair_decode
-                + attn_pairs_pre * attn_flops_per_pair_prefill) / attn_flops_per_s
+                + attn_pairs_pre * attn_flops_per_pair_prefill / prefill_rate_frac
+                ) / attn_flops_per_s
     draft_kv = kv_full * draft_kv_bytes_per_token / kv_bytes_per_s
     return kv_mem, attn_cmp, smooth_max(kv_mem, attn_cmp), draft_kv
 
@@ -398,6 +406,9 @@ class StepModel:
     expert_flops_per_s: Any = 0.0
     """FLOP/s the routed experts' grouped GEMMs reach at large row counts (0: the dense
     GEMMs' `gemm_flops_per_s`)."""
+    prefill_rate_frac: Any = 1.0
+    """The engine's prefill GEMMs and attention at this fraction of the rates above
+    (EngineProfile.prefill_rate_frac; 1: the catalog's)."""
 
 
     # ------------------------------------------------------------------------------------------
@@ -702,6 +713,7 @@ def build_step_model(model: ModelSpec, gpu: GpuSpec, settings: EngineSettings,
         moe_comm_s_fixed=moe_fixed,
         moe_comm_s_per_token=moe_token,
         host_overlap=1.0 if settings.profile.host_overlap else 0.0,
+        prefill_rate_frac=settings.profile.prefill_rate_frac,
     )
 
 

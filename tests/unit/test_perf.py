@@ -12,6 +12,7 @@ Relative tolerance 1e-6 unless stated: the suppressed terms are at most ~1e-8 of
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -236,6 +237,24 @@ def test_prefill_linear_compute_bound(llama, a100):
     assert float(sm.prefill_chunk(2048, 0)["step_s"]) == pytest.approx(flops / A100_BF16,
                                                                         rel=REL)
     assert int(sm.prefill_chunk(2048, 0)["bound_index"]) == 1  # "compute"
+
+
+def test_prefill_rate_frac_slows_prompt_tokens_only(llama, a100):
+    # An engine profile's prefill_rate_frac 0.5: each prompt token's linear FLOPs count twice,
+    # the last token's LM head (a logit, not a prompt GEMM row) once:
+    # (2 * 2048 * 13,958,643,712 + 1,050,673,152) / 3.12e14 = 0.18332 s; attention pairs twice:
+    # 32 * 10,050 * 16,384 / 3.12e11 = 1.6888e-2 s -> 3.3776e-2 s; a decode step unchanged.
+    cal = ideal(gemm_frac=1.0, mem_bw_frac=1e9, attn_bw_frac=1e9)
+    sm = build_step_model(llama, a100, EngineSettings(), cal)
+    slow = replace(sm, prefill_rate_frac=0.5)
+    flops = 2 * 2048 * 2 * (LLAMA_ATTN + LLAMA_MLP) + 2 * LLAMA_HEAD
+    assert float(slow.prefill_chunk(2048, 0)["step_s"]) == pytest.approx(flops / A100_BF16,
+                                                                          rel=REL)
+    att = build_step_model(llama, a100, EngineSettings(),
+                           ideal(attn_frac=1e-3, mem_bw_frac=1e9, attn_bw_frac=1e9))
+    got = float(replace(att, prefill_rate_frac=0.5).prefill_chunk(100, 50)["step_s"])
+    assert got == pytest.approx(2 * 32 * 10_050 * 16_384 / (A100_BF16 * 1e-3), rel=REL)
+    assert float(slow.decode_step(32, 1000)["step_s"]) == float(sm.decode_step(32, 1000)["step_s"])
 
 
 def test_gemm_half_tokens_halves_efficiency(llama, a100):
