@@ -160,9 +160,19 @@ def _pipeline(spec: PdReplaySpec, sent: np.ndarray, inp: np.ndarray, out: np.nda
     return PdReplay(sent, pdone, ready, first, done, pw, dw, pruns, druns)
 
 
-def replay_pd(spec: PdReplaySpec, reqs: Requests) -> PdReplay:
+def _means(run: PdReplay) -> np.ndarray:
+    """Mean time to first token and mean end-to-end time of a pass (from sending)."""
+    return np.array([np.mean(run.first_token_at_s - run.sent_at_s),
+                     np.mean(run.finished_at_s - run.sent_at_s)])
+
+
+def replay_pd(spec: PdReplaySpec, reqs: Requests, means_settled: float | None = None
+              ) -> PdReplay:
     """Run `reqs` through the layout (module docstring); a closed loop (`reqs.concurrency`)
-    iterates its sending times to the fixed point."""
+    iterates its sending times to the fixed point. `means_settled`: the passes also end when
+    the pass's mean TTFT and mean E2E moved by less than this share since the last pass (the
+    benchmark's means settle in a few passes; the last passes move single sending times by
+    about a decode step each)."""
     inp = np.asarray(reqs.input_tokens, np.int64)
     out = np.asarray(reqs.output_tokens, np.int64)
     c = reqs.concurrency
@@ -170,6 +180,7 @@ def replay_pd(spec: PdReplaySpec, reqs: Requests) -> PdReplay:
         return _pipeline(spec, np.asarray(reqs.arrival_at_s, float), inp, out)
     n = len(inp)
     sent = np.zeros(n)
+    last = None
     for k in range(1, MAX_PASSES + 1):
         run = _pipeline(spec, sent, inp, out)
         nxt = np.zeros(n)
@@ -178,6 +189,10 @@ def replay_pd(spec: PdReplaySpec, reqs: Requests) -> PdReplay:
         run.passes = k
         if np.max(np.abs(nxt - sent)) <= SETTLED_S:
             return run
-        sent = nxt
+        means = _means(run)
+        if means_settled is not None and last is not None and np.all(
+                np.abs(means - last) <= means_settled * np.abs(last)):
+            return run
+        sent, last = nxt, means
     run.settled = False
     return run
