@@ -49,8 +49,9 @@ import numpy as np
 from capplan.catalog.loader import load_catalog
 from capplan.errors import CapplanError
 from capplan.models.queueing import LengthStats
-from capplan.plan.aiconfigurator import SYSTEM_GPUS, disagg_worker
+from capplan.plan.aiconfigurator import MEASURED_ROUNDS, SYSTEM_GPUS, disagg_worker
 from capplan.plan.pd import RIDGE_STEP, PdModel, implied_workers, make_layout
+from capplan.plan.pd_sim import benchmark_replay
 from capplan.sim.protocol import preset
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -58,8 +59,13 @@ DATA = (Path(sys.argv[sys.argv.index("--data") + 1]) if "--data" in sys.argv
         else ROOT.parent / "shared" / "validation" / "silicon_sample.csv")
 DOC = ROOT / "docs" / "validation.md"
 WAVES = preset("aiperf").prompts_per_client
-"""The rows are Dynamo deployments measured with AIPerf as NVIDIA's recipes run it: 10 x C
-requests after the warm-ups, every client sending at t = 0 (capplan.sim.protocol)."""
+"""`--analytic`: the start-up wave's weight in the analytic closed loop, AIPerf as NVIDIA's
+recipes run it (10 x C requests after the warm-ups, every client sending at t = 0;
+capplan.sim.protocol)."""
+ANALYTIC = "--analytic" in sys.argv
+"""Score the analytic closed-loop solve (PdModel.closed_loop) instead of the benchmark replay
+(capplan.plan.pd_sim.benchmark_replay, the default: AIConfigurator's benchmark script, 20 x C
+measured requests after drained warm-ups, MEASURED_ROUNDS)."""
 BARS = {"predicted": 0.90, "tpot": 0.15, "ttft": 0.35}
 """The issue's bars for rows not seen: share predicted, median |error| of TPOT and TTFT."""
 
@@ -216,8 +222,12 @@ def predict(cat, r: dict[str, str], implied: bool = IMPLIED_ALL,
         return reason
     c = concurrency(r)
     try:
-        res = model_for(cat, r, *counts(cat, r, ridge_step=ridge_step)).closed_loop(
-            c, waves=WAVES)
+        p, d = counts(cat, r, ridge_step=ridge_step)
+        if ANALYTIC:
+            res = model_for(cat, r, p, d).closed_loop(c, waves=WAVES)
+        else:
+            lay = make_layout(_worker(cat, r, "prefill"), p, _worker(cat, r, "decode"), d)
+            res = benchmark_replay(lay, c, r["isl"], r["osl"], MEASURED_ROUNDS * c)
     except CapplanError as e:
         msg = str(e)
         if "fit" in msg:
@@ -226,6 +236,7 @@ def predict(cat, r: dict[str, str], implied: bool = IMPLIED_ALL,
             return "no prefill capacity for its lengths"
         return f"a layout the engine does not run ({msg.split(':')[0]})"
     ttft, tpot = res["ttft_s"]["mean"], res["tpot_s"]
+    tpot = tpot["mean"] if isinstance(tpot, dict) else tpot
     if not (math.isfinite(ttft) and math.isfinite(tpot)):
         return "no steady state"
     return ttft, tpot
