@@ -166,13 +166,14 @@ def _means(run: PdReplay) -> np.ndarray:
                      np.mean(run.finished_at_s - run.sent_at_s)])
 
 
-def replay_pd(spec: PdReplaySpec, reqs: Requests, means_settled: float | None = None
-              ) -> PdReplay:
+def replay_pd(spec: PdReplaySpec, reqs: Requests, means_settled: float | None = None,
+              max_passes: int = MAX_PASSES) -> PdReplay:
     """Run `reqs` through the layout (module docstring); a closed loop (`reqs.concurrency`)
     iterates its sending times to the fixed point. `means_settled`: the passes also end when
-    the pass's mean TTFT and mean E2E moved by less than this share since the last pass (the
-    benchmark's means settle in a few passes; the last passes move single sending times by
-    about a decode step each)."""
+    the pass's mean TTFT and mean E2E each moved by less than this share of the mean E2E (a
+    client's cycle) since the last pass (the benchmark's means settle in a few passes; the
+    last passes move single sending times by about a decode step each). `max_passes`: the
+    passes end there unsettled (`settled` False)."""
     inp = np.asarray(reqs.input_tokens, np.int64)
     out = np.asarray(reqs.output_tokens, np.int64)
     c = reqs.concurrency
@@ -181,7 +182,7 @@ def replay_pd(spec: PdReplaySpec, reqs: Requests, means_settled: float | None = 
     n = len(inp)
     sent = np.zeros(n)
     last = None
-    for k in range(1, MAX_PASSES + 1):
+    for k in range(1, max_passes + 1):
         run = _pipeline(spec, sent, inp, out)
         nxt = np.zeros(n)
         if n > c:
@@ -191,7 +192,7 @@ def replay_pd(spec: PdReplaySpec, reqs: Requests, means_settled: float | None = 
             return run
         means = _means(run)
         if means_settled is not None and last is not None and np.all(
-                np.abs(means - last) <= means_settled * np.abs(last)):
+                np.abs(means - last) <= means_settled * means[1]):
             return run
         sent, last = nxt, means
     run.settled = False
