@@ -183,6 +183,14 @@ def _pool(layout: PdLayout, role: str, run: PdReplay) -> dict[str, Any]:
     return out
 
 
+def replayed_requests(concurrency: int, measured: int) -> int:
+    """Requests the benchmark replay runs: all `measured` up to REPLAY_ROUNDS per client, else
+    the start-up wave and REPLAY_ROUNDS - 1 more rounds (`benchmark_replay`)."""
+    c = int(concurrency)
+    measured = max(int(measured), c)
+    return measured if measured <= REPLAY_ROUNDS * c else REPLAY_ROUNDS * c
+
+
 def benchmark_replay(layout: PdLayout, concurrency: int, input_len: str, output_len: str,
                      measured: int, seed: int = 0, sim_engine: str = "auto",
                      tpot: str | None = None) -> dict[str, Any]:
@@ -198,7 +206,7 @@ def benchmark_replay(layout: PdLayout, concurrency: int, input_len: str, output_
     c = int(concurrency)
     measured = max(int(measured), c)
     rounds = measured / c
-    n = measured if rounds <= REPLAY_ROUNDS else REPLAY_ROUNDS * c
+    n = replayed_requests(c, measured)
     reqs, _ = pd_requests(layout, PdLoad(concurrency=c, input_len=input_len,
                                          output_len=output_len, requests=n, seed=seed))
     # the passes end on the means (MEANS_SETTLED): a few passes, each of the replayed requests
@@ -235,6 +243,13 @@ def closed_loop_latency(layout: PdLayout, analytic: dict[str, Any], load: Any,
     run = BenchmarkRun.of(preset(benchmark) if benchmark else PRESETS["vllm"], c,
                           load.num_prompts)
     _, inp, out = run.workload(input_len, output_len)
+    work = replayed_requests(c, run.measured) * float(load.output_stats.mean)
+    if work > limits.cap("sim_tokens"):
+        return {**analytic, "answered_by": "analytic",
+                "replay_note": f"no replay: one pass of the benchmark replay decodes {work:.3g} "
+                               f"tokens, above the sim_tokens limit of "
+                               f"{limits.cap('sim_tokens'):.3g} (`capplan --limit "
+                               "sim_tokens=N` raises it)"}
     sim = benchmark_replay(layout, c, inp, out, run.measured, seed, sim_engine,
                            run.preset.tpot)
     diffs = {key: _rel_diff(analytic.get(key), sim[key]["mean"])
