@@ -21,8 +21,9 @@ ends on the decode side), which engines run one at a time cannot see: the replay
 Sending times start at 0 (a lower bound); each pass runs both pools on them and sets request
 i + C's sending time to the (i + 1)-th completion (plus the client's request overhead), as
 `vllm bench serve --max-concurrency C` does. A pass is exact up to the time of the earliest
-completion it got wrong, which moves later by at least one client cycle per pass, so the passes
-end (at most one per wave of C requests, in practice fewer) when no sending time changes.
+completion it got wrong, and the passes end when no sending time changes. The means settle in a
+few passes; the exact fixed point can take many more, each moving a few sending times by about a
+decode step (`replay_pd`'s `means_settled` ends there instead).
 """
 
 from __future__ import annotations

@@ -112,3 +112,15 @@ def test_latency_closed_loop_answers_with_the_benchmark_replay(llama_layout, run
     bad = run_cli(*args, "--rate", "2", "--benchmark", "aiperf")
     assert bad.exit_code == 2 and "--concurrency" in bad.stderr
     assert "Traceback" not in bad.stderr
+
+
+def test_a_replay_above_the_token_limit_is_answered_analytically(run_cli):
+    # 24 clients x 4 rounds x 128 tokens = 12,288 tokens a pass, above a 1,000-token limit:
+    # the analytic solve answers and says why (not an error)
+    out = run_cli("--limit", "sim_tokens=1000", "latency", "--model", "llama-3.1-8b", "--gpu",
+                  "h100-sxm", "--prefill-workers", "1", "--decode-workers", "2",
+                  "--input-len", "2048", "--output-len", "128", "--max-model-len", "4096",
+                  "--concurrency", "24", "--format", "json")
+    assert out.exit_code == 0
+    data = out.json()
+    assert data["answered_by"] == "analytic" and "sim_tokens" in data["replay_note"]
