@@ -486,7 +486,39 @@ def rule_check(rows: list[dict[str, str]]) -> str:
                                  "batch")):
         groups, reasons = score(known, implied)
         out += ["", f"Scored with {what}:", "", table(groups), "", reasons_text(reasons)]
+    if not ANALYTIC:
+        out += ["", "TTFT of the same replays over other numbers of rounds (the start-up wave "
+                "and the later rounds' mean, the stated counts):", "", rounds_table(cat, known)]
     return "\n".join(out)
+
+
+ROUNDS = (1, 5, 10, 20, 50)
+"""Rounds of the measured phase the rounds table reads the replays at (1: the wave alone)."""
+
+
+def rounds_table(cat, known: list[dict[str, str]]) -> str:
+    """TTFT error of the rows that state their counts when the benchmark measures R rounds
+    (ROUNDS), from the same replays (wave w and later rounds' mean L, read back from the
+    20-round mean: (w + (R - 1) L) / R); the rows answered analytically are left out."""
+    errs: dict[int, list[float]] = {k: [] for k in ROUNDS}
+    for r in known:
+        if r["id"] in FALLBACK:
+            continue
+        r = as_attention_dp(cat, r)
+        if why_not(cat, r):
+            continue
+        try:
+            res = _replayed(cat, r, *counts(cat, r))
+        except CapplanError:
+            continue
+        w = res["benchmark_replay"]["ttft_wave_mean_s"]
+        later = (MEASURED_ROUNDS * res["ttft_s"]["mean"] - w) / (MEASURED_ROUNDS - 1)
+        mt = float(r["silicon_ttft_ms"]) / 1e3
+        for k in ROUNDS:
+            errs[k].append((w + (k - 1) * later) / k / mt - 1)
+    lines = ["| rounds measured | rows | TTFT median / p90 / bias |", "|---|---|---|"]
+    lines += [f"| {k} | {len(v)} | {cell(np.asarray(v))} |" for k, v in errs.items()]
+    return "\n".join(lines)
 
 
 def write_docs(text: str, block: str = "validate_disagg:by-engine") -> None:
