@@ -273,8 +273,8 @@ step is this many times its one-sequence step. With step(b) = fixed + b x per-se
 read once, each sequence's KV and FLOPs), past the ridge each added sequence costs the worker's
 token latency one for one. Fitted (the one parameter of the rule): the geometric median of the
 step ratio at which the measured deployments that state their counts run their decode workers
-at their sweep's largest C (256 rows of ../shared/validation/silicon_sample.csv, 2.38; fitted
-without each system in turn, 2.30-2.54; docs/validation.md section 6)."""
+at their sweep's largest C (256 rows of ../shared/validation/silicon_sample.csv, 2.40; fitted
+without each system in turn, 2.33-2.53; docs/validation.md section 6)."""
 
 
 def ridge_batch(decode: Deployment, ctx: float, slots: float,
