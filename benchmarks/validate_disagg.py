@@ -4,16 +4,18 @@
 disaggregated deployments (prefill_num_workers x prefill layout, decode_num_workers x decode
 layout) under a closed loop of C clients (`silicon_concurrency=`), fixed input/output lengths.
 
-The harness reads rows and scores; the prediction is the product's (capplan.plan.pd, the same
-solve as `capplan latency --prefill-workers ... --concurrency C`; nothing fitted but
-the implied counts' RIDGE_STEP, which the rule check measures):
+The harness reads rows and scores; the prediction is the product's: what `capplan latency
+--prefill-workers ... --concurrency C` answers, the replay of the benchmark on the layout
+(capplan.plan.pd_sim.benchmark_replay, AIConfigurator's script's 20 x C measured requests; a
+row whose replay is above the sim_tokens limit by the analytic solve, as `latency` answers it;
+--analytic: the analytic solve, capplan.plan.pd.PdModel.closed_loop, for every row); nothing
+fitted but the implied counts' RIDGE_STEP, which the rule check measures:
 - a worker's layout as the row gives it: tp_size x attention_dp_size GPUs (x pp_size), MoE
   layers over moe_ep_size expert-parallel ranks (capplan's notation is AIConfigurator's), and
   its batch_size as the engine's max batch per attention-DP rank when the row sets it;
 - a worker wider than the GPU's NVLink domain spans nodes over the catalog's network
   (docs/multinode.md); the KV link is NVLink when both pools fit one domain (an NVL72 rack),
   else the network;
-- closed loop: lambda = C / (TTFT + (osl - 1) TPOT), a saturated pool named as the bottleneck;
 - a worker whose TP cannot split the model's attention heads (TP 48 of DeepSeek's 128) as
   attention DP over its GPUs (`as_attention_dp`: such rows do not record DP attention);
 - a row that gives its workers' layouts but not how many ran: the counts a planner sizing its
@@ -26,7 +28,7 @@ the implied counts' RIDGE_STEP, which the rule check measures):
 Errors |predicted / measured - 1| as median / p90 / median signed bias, by engine and system.
 
 Run: .venv/bin/python benchmarks/validate_disagg.py [--per-group N] [--data CSV] [--write-docs]
-[--stated-only | --implied-all] [--decode-rule sweep|ridge|slots]
+[--stated-only | --implied-all] [--decode-rule sweep|ridge|slots] [--analytic]
 (default 10 rows per engine and system, every k-th row by id; --per-group 0 scores every row;
 --write-docs rewrites the generated blocks of docs/validation.md with the full scoring;
 --stated-only scores only rows that give their worker counts; --implied-all applies the
