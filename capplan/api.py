@@ -336,16 +336,17 @@ def pd_latency(model: str, gpu: str, *, prefill_workers: int | None = None,
                input_len: str | int = 512, output_len: str | int = 256,
                burstiness: float = 1.0, num_prompts: int | None = None,
                check: bool = True, seed: int = 0, peak_concurrency: int | None = None,
-               **kw: Any) -> LatencyResult:
+               benchmark: str | None = None, **kw: Any) -> LatencyResult:
     """Latency of a fixed disaggregated layout (open loop, closed loop or a trace's rate and
     lengths): TTFT = prefill queue + prefill + KV transfer + decode admission, TBT from the
     decode pool; `data["pools"]` holds each pool's figures and `data["saturated_pools"]` names
     a pool that cannot keep up (then `stable` is False). The analytic solve answers, checked
-    against the replay of the same load when `check` (`data["answered_by"]` says which;
-    `num_prompts`: a closed loop's benchmark requests, default 1000; `seed`: the replay's
-    arrivals and lengths). Neither worker count: a closed loop's implied counts, sized for
-    `peak_concurrency` clients (default `concurrency`; capplan.plan.pd.implied_workers;
-    `data["implied_workers"]`)."""
+    against the replay of the same load when `check` (`data["answered_by"]` says which; a
+    closed loop is answered by the replay of its benchmark, capplan.plan.pd_sim.
+    closed_loop_latency: `num_prompts` requests, default 1000, or the protocol of the tool
+    `benchmark` names; `seed`: the replay's arrivals and lengths). Neither worker count: a
+    closed loop's implied counts, sized for `peak_concurrency` clients (default
+    `concurrency`; capplan.plan.pd.implied_workers; `data["implied_workers"]`)."""
     from capplan.plan.load import load_spec_from_options
     from capplan.plan.pd import implied_layout
     from capplan.plan.pd import pd_latency as _pd_latency
@@ -370,7 +371,8 @@ def pd_latency(model: str, gpu: str, *, prefill_workers: int | None = None,
     if implied:
         lay, note = implied_layout(lay, load, kv_link, peak_concurrency)
     res = _pd_latency(lay, load) if not check else pd_latency_checked(
-        lay, load, str(input_len), str(output_len), burstiness, trace, seed=seed)
+        lay, load, str(input_len), str(output_len), burstiness, trace, seed=seed,
+        benchmark=benchmark)
     if note:
         res["implied_workers"] = note
     return LatencyResult.from_dict(res)

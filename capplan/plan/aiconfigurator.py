@@ -169,17 +169,18 @@ def later_rounds_mean(wave: float, first_rounds: float) -> float:
     return (k * first_rounds - wave) / (k - 1)
 
 
-def rounds_mean(wave: float, later: float) -> float:
-    """The mean over MEASURED_ROUNDS rounds: one start-up wave, the rest at the later rounds'
-    mean."""
-    return (wave + (MEASURED_ROUNDS - 1) * later) / MEASURED_ROUNDS
+def rounds_mean(wave: float, later: float, rounds: float = MEASURED_ROUNDS) -> float:
+    """The mean over `rounds` rounds (default MEASURED_ROUNDS): one start-up wave, the rest at
+    the later rounds' mean."""
+    return (wave + (rounds - 1) * later) / rounds
 
 
-def measured_mean(wave: float, first_rounds: float) -> float:
-    """The mean over MEASURED_ROUNDS rounds from replays of the first round (the start-up wave:
-    `wave`) and of the first REPLAY_ROUNDS rounds (`first_rounds`): the later rounds repeat the
-    mean of rounds 2..REPLAY_ROUNDS (the replay of 20 rounds costs 5x more)."""
-    return rounds_mean(wave, later_rounds_mean(wave, first_rounds))
+def measured_mean(wave: float, first_rounds: float, rounds: float = MEASURED_ROUNDS) -> float:
+    """The mean over `rounds` rounds (default MEASURED_ROUNDS) from replays of the first round
+    (the start-up wave: `wave`) and of the first REPLAY_ROUNDS rounds (`first_rounds`): the
+    later rounds repeat the mean of rounds 2..REPLAY_ROUNDS (the replay of 20 rounds costs 5x
+    more)."""
+    return rounds_mean(wave, later_rounds_mean(wave, first_rounds), rounds)
 
 
 def replayed_means(dep: Deployment, concurrency: int, isl: int, osl: int

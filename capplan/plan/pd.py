@@ -273,8 +273,8 @@ step is this many times its one-sequence step. With step(b) = fixed + b x per-se
 read once, each sequence's KV and FLOPs), past the ridge each added sequence costs the worker's
 token latency one for one. Fitted (the one parameter of the rule): the geometric median of the
 step ratio at which the measured deployments that state their counts run their decode workers
-at their sweep's largest C (256 rows of ../shared/validation/silicon_sample.csv, 2.38; fitted
-without each system in turn, 2.30-2.54; docs/validation.md section 6)."""
+at their sweep's largest C (256 rows of ../shared/validation/silicon_sample.csv, 2.40; fitted
+without each system in turn, 2.33-2.53; docs/validation.md section 6)."""
 
 
 def ridge_batch(decode: Deployment, ctx: float, slots: float,
@@ -326,7 +326,7 @@ def implied_workers(prefill: Deployment, decode: Deployment, inp: LengthStats,
     if not isinstance(peak, int) or peak < concurrency:
         raise InputError(f"--peak-concurrency {peak}: the clients the counts are sized for "
                          f"must be a whole number at least --concurrency {concurrency}")
-    one = PdModel(make_layout(prefill, 1, decode, 1, link), inp, out)
+    one = _one_worker_model(prefill, decode, inp, out, link)
     ctx = inp.mean + out.mean / 2.0  # the mean context of a running sequence, as closed_loop
     per = _decode_batch_cap(decode, ctx, one.decode_slots(), decode_rule)
     d = max(1, math.ceil(peak / per - 1e-9))
@@ -338,6 +338,31 @@ def implied_workers(prefill: Deployment, decode: Deployment, inp: LengthStats,
                          "(see `capplan memory`)")
     p = max(1, math.ceil(rate * (1 + WORKER_HEADROOM) / per_worker - 1e-9))
     return p, d
+
+
+_ONE_WORKER: dict[tuple, PdModel] = {}
+"""PdModels of one prefill and one decode worker by (deployments, lengths, link): the pools'
+capacities are the costly part of `implied_workers`, and a sweep's rows share them. Keyed by
+the deployments' ids; an entry holds its deployments (its layout), so an id is not reused
+while it is cached, and a hit checks them by identity."""
+_ONE_WORKER_MAX = 256
+
+
+def _lengths_key(x: LengthStats) -> tuple:
+    return (x.mean, x.mean_sq, tuple(sorted(x.q.items())), x.table)
+
+
+def _one_worker_model(prefill: Deployment, decode: Deployment, inp: LengthStats,
+                      out: LengthStats, link: str) -> PdModel:
+    """PdModel(one prefill worker, one decode worker) for these lengths, cached."""
+    key = (id(prefill), id(decode), _lengths_key(inp), _lengths_key(out), link)
+    got = _ONE_WORKER.get(key)
+    if got is not None and got.layout.prefill is prefill and got.layout.decode is decode:
+        return got
+    if len(_ONE_WORKER) >= _ONE_WORKER_MAX:
+        _ONE_WORKER.pop(next(iter(_ONE_WORKER)))
+    got = _ONE_WORKER[key] = PdModel(make_layout(prefill, 1, decode, 1, link), inp, out)
+    return got
 
 
 IMPLIED_RULE = ("decode workers: the fewest that hold the peak's clients with each one's batch "

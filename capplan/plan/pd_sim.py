@@ -21,11 +21,14 @@ from typing import Any
 import numpy as np
 
 from capplan import limits
+from capplan.errors import InputError
+from capplan.plan.aiconfigurator import REPLAY_ROUNDS, measured_mean
 from capplan.plan.pd import DEFAULT_PROMPTS, PdLayout
 from capplan.plan.replay import TOLERANCE  # the aggregated check's: one bar for both
 from capplan.plan.simulation import mark_overload, workload_from_options
 from capplan.sim.metrics import step_summary, summarize, summary
 from capplan.sim.pd import PdReplay, PdReplaySpec, replay_pd
+from capplan.sim.protocol import PRESETS, TPOT_INCL_FIRST, BenchmarkRun, preset
 from capplan.sim.workload import Requests
 
 QUEUE_SHARE = 0.5
@@ -34,9 +37,16 @@ QUEUE_SHARE = 0.5
 OPEN_LOOP_REQUESTS = 500
 """Requests `latency` replays to check an open-loop rate on a layout."""
 CHECK_TOKENS = 10_000_000
-"""`latency` replays its check when requests x output tokens x passes stays below this (about
-8 s of CPU here: DeepSeek-R1 on 48 H100s, 64 clients, 1,000 requests of 2000/500 tokens); a
-larger load is answered by the analytic solve alone and says so."""
+"""`latency` replays its open-loop or trace check when requests x output tokens stays below
+this; a larger load is answered by the analytic solve alone and says so."""
+MEANS_SETTLED = 1e-3
+"""The benchmark replay's passes end when its mean TTFT and mean E2E move by less than this
+share of the mean E2E from one pass to the next (capplan.sim.pd.replay_pd `means_settled`)."""
+BENCH_MAX_PASSES = 12
+"""The benchmark replay stops after this many passes, unsettled (`replay_settled` False): with
+many decode workers the round-robin order moves between passes and the mean E2E can swing by
+a few percent from pass to pass while the mean TTFT holds (19 SGLang decode workers on GB300,
+6,144 clients: TTFT within 0.1%, E2E within 3% over passes 4-25)."""
 
 
 def replay_requests(concurrency: int | None, num_prompts: int | None = None) -> int:
@@ -173,6 +183,92 @@ def _pool(layout: PdLayout, role: str, run: PdReplay) -> dict[str, Any]:
     return out
 
 
+def replayed_requests(concurrency: int, measured: int) -> int:
+    """Requests the benchmark replay runs: all `measured` up to REPLAY_ROUNDS per client, else
+    the start-up wave and REPLAY_ROUNDS - 1 more rounds (`benchmark_replay`)."""
+    c = int(concurrency)
+    measured = max(int(measured), c)
+    return measured if measured <= REPLAY_ROUNDS * c else REPLAY_ROUNDS * c
+
+
+def benchmark_replay(layout: PdLayout, concurrency: int, input_len: str, output_len: str,
+                     measured: int, seed: int = 0, sim_engine: str = "auto",
+                     tpot: str | None = None) -> dict[str, Any]:
+    """A closed-loop benchmark's measured phase replayed on the layout (docs/disaggregation.md,
+    "Benchmark replay"): `concurrency` clients start together (the tools drain their warm-ups
+    first), `measured` requests in all (at least one per client). A run of at most
+    REPLAY_ROUNDS requests per client is replayed whole; a longer one replays its start-up wave
+    and the first REPLAY_ROUNDS rounds and repeats the mean of rounds 2..REPLAY_ROUNDS for the
+    rest (capplan.plan.aiconfigurator.measured_mean, as the aggregated rows are replayed): the
+    means of TTFT, TPOT and E2E are the whole run's, quantiles, pools and throughput the
+    replayed rounds'. `tpot`: the tool's TPOT definition (capplan.sim.protocol; default the
+    first token excluded). The result is simulate_pd's with a `benchmark_replay` record."""
+    c = int(concurrency)
+    measured = max(int(measured), c)
+    rounds = measured / c
+    n = replayed_requests(c, measured)
+    reqs, _ = pd_requests(layout, PdLoad(concurrency=c, input_len=input_len,
+                                         output_len=output_len, requests=n, seed=seed))
+    # the passes end on the means (MEANS_SETTLED): a few passes, each of the replayed requests
+    limits.check_cap("sim_tokens", float(np.sum(reqs.output_tokens)),
+                     f"one pass of the benchmark replay ({n} requests)")
+    spec = spec_of(layout, sim_engine)
+    run = replay_pd(spec, reqs, means_settled=MEANS_SETTLED, max_passes=BENCH_MAX_PASSES)
+    res = _result(layout, reqs, run, spec.request_overhead_s)
+    ttft = run.first_token_at_s - run.sent_at_s + spec.request_overhead_s
+    e2e = run.finished_at_s - run.sent_at_s + spec.request_overhead_s
+    out = np.asarray(reqs.output_tokens, float)
+    per = {"ttft_s": ttft, "e2e_s": e2e,
+           "tpot_s": e2e / np.maximum(out, 1.0) if tpot == TPOT_INCL_FIRST
+           else np.where(out > 1, (e2e - ttft) / np.maximum(out - 1, 1.0), np.nan)}
+    record: dict[str, Any] = {"measured_requests": measured, "replayed_requests": n,
+                              "rounds": rounds, "extrapolated": n < measured}
+    for key, v in per.items():
+        wave, first = float(np.nanmean(v[:c])), float(np.nanmean(v))
+        mean = measured_mean(wave, first, rounds) if n < measured else first
+        res[key] = {**res[key], "mean": mean}
+        record[f"{key[:-2]}_wave_mean_s"] = wave
+    res["benchmark_replay"] = record
+    return res
+
+
+def closed_loop_latency(layout: PdLayout, analytic: dict[str, Any], load: Any,
+                        input_len: str, output_len: str, benchmark: str | None = None,
+                        seed: int = 0, sim_engine: str = "auto") -> dict[str, Any]:
+    """`latency` on a layout under a closed loop: the benchmark replay (`benchmark_replay`) of
+    the named tool's protocol (`benchmark`, capplan.sim.protocol; default `vllm bench serve`'s:
+    --num-prompts requests, 1000 unless given), with the analytic solve's figures beside it
+    (`analytic_check`)."""
+    c = int(load.concurrency)
+    run = BenchmarkRun.of(preset(benchmark) if benchmark else PRESETS["vllm"], c,
+                          load.num_prompts)
+    _, inp, out = run.workload(input_len, output_len)
+    work = replayed_requests(c, run.measured) * float(load.output_stats.mean)
+    if work > limits.cap("sim_tokens"):
+        return {**analytic, "answered_by": "analytic",
+                "replay_note": f"no replay: one pass of the benchmark replay decodes {work:.3g} "
+                               f"tokens, above the sim_tokens limit of "
+                               f"{limits.cap('sim_tokens'):.3g} (`capplan --limit "
+                               "sim_tokens=N` raises it)"}
+    sim = benchmark_replay(layout, c, inp, out, run.measured, seed, sim_engine,
+                           run.preset.tpot)
+    diffs = {key: _rel_diff(analytic.get(key), sim[key]["mean"])
+             for key in ("ttft_s", "tpot_s")}
+    check = {"analytic_ttft_mean_s": (analytic.get("ttft_s") or {}).get("mean"),
+             "analytic_tpot_mean_s": analytic.get("tpot_s"),
+             "rel_diff": diffs, "tolerance": TOLERANCE}
+    keep = {k: analytic[k] for k in ("launch", "capacity_by_pool_requests_per_s")
+            if k in analytic}
+    b = sim["benchmark_replay"]
+    how = (f" ({b['measured_requests']} requests, {b['rounds']:g} rounds: rounds "
+           f"{REPLAY_ROUNDS + 1}-{b['rounds']:g} repeat the replayed rounds 2-{REPLAY_ROUNDS})"
+           if b["extrapolated"] else "")
+    return {**sim, **keep, "analytic_check": check,
+            "load": f"closed loop, {c} clients, {run.preset.tool}{how}",
+            **({"benchmark": run.preset.describe()} if benchmark else {}),
+            "answered_by": "replay of the benchmark"}
+
+
 def _rel_diff(a: Any, b: float) -> float:
     """|a - b| / b of the analytic mean `a` (a figure or a quantile dict) against the
     replay's `b`; inf where either is missing."""
@@ -215,15 +311,20 @@ def check_latency(layout: PdLayout, analytic: dict[str, Any], reqs: Requests,
 
 
 def pd_latency_checked(layout: PdLayout, load: Any, input_len: str, output_len: str,
-                       burstiness: float = 1.0, trace: str | None = None,
-                       sim_engine: str = "auto", seed: int = 0) -> dict[str, Any]:
-    """`latency` on a layout: the analytic solve (plan/pd.pd_latency), checked against or
-    replaced by the replay of the same load (`check_latency`): a rate's Poisson (or gamma)
-    arrivals, a closed loop's benchmark requests, or the trace's own requests (a trace is
-    time-dependent: the replay answers)."""
+                       burstiness: float = 1.0, trace: str | None = None, seed: int = 0,
+                       benchmark: str | None = None) -> dict[str, Any]:
+    """`latency` on a layout: the analytic solve (plan/pd.pd_latency), replaced by the replay
+    of the benchmark a closed loop runs (`closed_loop_latency`; `benchmark` names the tool), or
+    checked against the replay of a rate's Poisson (or gamma) arrivals or the trace's own
+    requests (`check_latency`; a trace is time-dependent: the replay answers)."""
     from capplan.plan.pd import pd_latency
 
     res = pd_latency(layout, load)
+    if benchmark is not None and (load.concurrency is None or trace is not None):
+        raise InputError(f"--benchmark {benchmark} with a disaggregated layout replays a closed "
+                         "loop: give --concurrency C")
+    if load.concurrency is not None and trace is None:
+        return closed_loop_latency(layout, res, load, input_len, output_len, benchmark, seed)
     spec = PdLoad(trace=trace, input_len=input_len, output_len=output_len,
                   burstiness=burstiness, seed=seed) if trace is not None else PdLoad(
         rate=load.rate_per_s if load.concurrency is None else None,
@@ -233,4 +334,4 @@ def pd_latency_checked(layout: PdLayout, load: Any, input_len: str, output_len: 
     reqs, _ = pd_requests(layout, spec)
     if trace is not None:
         res = {**res, "load": f"trace {trace}"}
-    return check_latency(layout, res, reqs, sim_engine)
+    return check_latency(layout, res, reqs)

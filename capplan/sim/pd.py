@@ -21,8 +21,9 @@ ends on the decode side), which engines run one at a time cannot see: the replay
 Sending times start at 0 (a lower bound); each pass runs both pools on them and sets request
 i + C's sending time to the (i + 1)-th completion (plus the client's request overhead), as
 `vllm bench serve --max-concurrency C` does. A pass is exact up to the time of the earliest
-completion it got wrong, which moves later by at least one client cycle per pass, so the passes
-end (at most one per wave of C requests, in practice fewer) when no sending time changes.
+completion it got wrong, and the passes end when no sending time changes. The means settle in a
+few passes; the exact fixed point can take many more, each moving a few sending times by about a
+decode step (`replay_pd`'s `means_settled` ends there instead).
 """
 
 from __future__ import annotations
@@ -160,9 +161,20 @@ def _pipeline(spec: PdReplaySpec, sent: np.ndarray, inp: np.ndarray, out: np.nda
     return PdReplay(sent, pdone, ready, first, done, pw, dw, pruns, druns)
 
 
-def replay_pd(spec: PdReplaySpec, reqs: Requests) -> PdReplay:
+def _means(run: PdReplay) -> np.ndarray:
+    """Mean time to first token and mean end-to-end time of a pass (from sending)."""
+    return np.array([np.mean(run.first_token_at_s - run.sent_at_s),
+                     np.mean(run.finished_at_s - run.sent_at_s)])
+
+
+def replay_pd(spec: PdReplaySpec, reqs: Requests, means_settled: float | None = None,
+              max_passes: int = MAX_PASSES) -> PdReplay:
     """Run `reqs` through the layout (module docstring); a closed loop (`reqs.concurrency`)
-    iterates its sending times to the fixed point."""
+    iterates its sending times to the fixed point. `means_settled`: the passes also end when
+    the pass's mean TTFT and mean E2E each moved by less than this share of the mean E2E (a
+    client's cycle) since the last pass (the benchmark's means settle in a few passes; the
+    last passes move single sending times by about a decode step each). `max_passes`: the
+    passes end there unsettled (`settled` False)."""
     inp = np.asarray(reqs.input_tokens, np.int64)
     out = np.asarray(reqs.output_tokens, np.int64)
     c = reqs.concurrency
@@ -170,7 +182,8 @@ def replay_pd(spec: PdReplaySpec, reqs: Requests) -> PdReplay:
         return _pipeline(spec, np.asarray(reqs.arrival_at_s, float), inp, out)
     n = len(inp)
     sent = np.zeros(n)
-    for k in range(1, MAX_PASSES + 1):
+    last = None
+    for k in range(1, max_passes + 1):
         run = _pipeline(spec, sent, inp, out)
         nxt = np.zeros(n)
         if n > c:
@@ -178,6 +191,10 @@ def replay_pd(spec: PdReplaySpec, reqs: Requests) -> PdReplay:
         run.passes = k
         if np.max(np.abs(nxt - sent)) <= SETTLED_S:
             return run
-        sent = nxt
+        means = _means(run)
+        if means_settled is not None and last is not None and np.all(
+                np.abs(means - last) <= means_settled * means[1]):
+            return run
+        sent, last = nxt, means
     run.settled = False
     return run
