@@ -373,7 +373,35 @@ def unstated_text(rows: list[dict[str, str]]) -> str:
     return (f"Rows without counts: {len(bare)}; {twice} share their layout, lengths, source and "
             "C with another row (one group measured two configurations); "
             f"{same} repeat a stated row's measurement (same engine, system, lengths and C, "
-            "TPOT within 0.5%).")
+            f"TPOT within 0.5%). " + twins_text(rows, bare))
+
+
+def twins_text(rows: list[dict[str, str]], bare: list[dict[str, str]]) -> str:
+    """The rows without counts that equal a stated row's TTFT and TPOT exactly: how many carry
+    another model name, and how their recorded layouts read the stated ones' attention DP."""
+    exact: dict[tuple, list[dict[str, str]]] = defaultdict(list)
+    for r in rows:
+        if stated(r):
+            exact[(r["backend"], r["system"], r["isl"], r["osl"], concurrency(r),
+                   r["silicon_ttft_ms"], r["silicon_tpot_ms"])].append(r)
+    twins = [(r, exact[k][0]) for r in bare if (k := (
+        r["backend"], r["system"], r["isl"], r["osl"], concurrency(r), r["silicon_ttft_ms"],
+        r["silicon_tpot_ms"])) in exact]
+    names = defaultdict(int)
+    for r, s in twins:
+        if r["model_path"] != s["model_path"]:
+            names[(r["model_path"].split("/")[-1], s["model_path"].split("/")[-1])] += 1
+    renamed = ", ".join(f"{n} {a} rows that are a {b} row's measurement"
+                        for (a, b), n in sorted(names.items(), key=lambda x: -x[1]))
+    wide = [(r, s, role) for r, s in twins for role in ("prefill", "decode")
+            if _size(r[f"{role}_tp_size"]) > 8]
+    wide_dp = sum(1 for r, s, role in wide if _size(s[f"{role}_tp_size"]) == 1
+                  and _size(s[f"{role}_attention_dp_size"]) == _size(r[f"{role}_tp_size"]))
+    renamed = renamed or "none under another model name"
+    return (f"{len(twins)} equal a stated row's TTFT and TPOT exactly ({renamed}); their "
+            "recorded layouts give the worker's GPUs as its "
+            f"TP: of their {len(wide)} workers over more than 8 GPUs, {wide_dp} are attention "
+            "DP in the stated row.")
 
 
 def reasons_text(reasons: dict[str, int]) -> str:
