@@ -252,21 +252,31 @@ def closed_loop_latency(layout: PdLayout, analytic: dict[str, Any], load: Any,
                                "sim_tokens=N` raises it)"}
     sim = benchmark_replay(layout, c, inp, out, run.measured, seed, sim_engine,
                            run.preset.tpot)
-    diffs = {key: _rel_diff(analytic.get(key), sim[key]["mean"])
-             for key in ("ttft_s", "tpot_s")}
-    check = {"analytic_ttft_mean_s": (analytic.get("ttft_s") or {}).get("mean"),
-             "analytic_tpot_mean_s": analytic.get("tpot_s"),
-             "rel_diff": diffs, "tolerance": TOLERANCE}
-    keep = {k: analytic[k] for k in ("launch", "capacity_by_pool_requests_per_s")
-            if k in analytic}
+    check = _analytic_check(analytic, sim)
     b = sim["benchmark_replay"]
     how = (f" ({b['measured_requests']} requests, {b['rounds']:g} rounds: rounds "
            f"{REPLAY_ROUNDS + 1}-{b['rounds']:g} repeat the replayed rounds 2-{REPLAY_ROUNDS})"
            if b["extrapolated"] else "")
-    return {**sim, **keep, "analytic_check": check,
+    return {**sim, **_kept(analytic), "analytic_check": check,
             "load": f"closed loop, {c} clients, {run.preset.tool}{how}",
             **({"benchmark": run.preset.describe()} if benchmark else {}),
             "answered_by": "replay of the benchmark"}
+
+
+def _analytic_check(analytic: dict[str, Any], sim: dict[str, Any]) -> dict[str, Any]:
+    """The analytic solve's means beside the replay's: `analytic_check` of a replayed answer."""
+    diffs = {key: _rel_diff(analytic.get(key), sim[key]["mean"])
+             for key in ("ttft_s", "tpot_s")}
+    return {"analytic_ttft_mean_s": (analytic.get("ttft_s") or {}).get("mean"),
+            "analytic_tpot_mean_s": analytic.get("tpot_s"),
+            "rel_diff": diffs, "tolerance": TOLERANCE}
+
+
+def _kept(analytic: dict[str, Any]) -> dict[str, Any]:
+    """What a replayed answer keeps of the analytic one: the launch lines, the pools'
+    capacities."""
+    return {k: analytic[k] for k in ("launch", "capacity_by_pool_requests_per_s")
+            if k in analytic}
 
 
 def _rel_diff(a: Any, b: float) -> float:
@@ -293,17 +303,11 @@ def check_latency(layout: PdLayout, analytic: dict[str, Any], reqs: Requests,
         # grow with its length (as plan/replay.py answers one replica)
         return {**analytic, "answered_by": "analytic (a pool is saturated: not replayed)"}
     sim = simulate_pd(layout, reqs, sim_engine)
-    diffs = {key: _rel_diff(analytic.get(key), sim[key]["mean"])
-             for key in ("ttft_s", "tpot_s")}
-    agree = all(d <= TOLERANCE for d in diffs.values())
-    check = {"analytic_ttft_mean_s": (analytic.get("ttft_s") or {}).get("mean"),
-             "analytic_tpot_mean_s": analytic.get("tpot_s"),
-             "rel_diff": diffs, "tolerance": TOLERANCE}
+    check = _analytic_check(analytic, sim)
+    agree = all(d <= TOLERANCE for d in check["rel_diff"].values())
     load = str(analytic.get("load", ""))
     if load.startswith(("closed", "trace")) or not agree or not analytic["stable"]:
-        keep = {k: analytic[k] for k in ("launch", "capacity_by_pool_requests_per_s")
-                if k in analytic}
-        return {**sim, **keep, "analytic_check": check,
+        return {**sim, **_kept(analytic), "analytic_check": check,
                 "answered_by": "replay" if agree else "replay (the analytic solve differs by "
                 f"more than {TOLERANCE:.0%})"}
     return {**analytic, "answered_by": "analytic (within "
