@@ -28,7 +28,7 @@ from capplan.plan.replay import TOLERANCE  # the aggregated check's: one bar for
 from capplan.plan.simulation import mark_overload, workload_from_options
 from capplan.sim.metrics import step_summary, summarize, summary
 from capplan.sim.pd import PdReplay, PdReplaySpec, replay_pd
-from capplan.sim.protocol import PRESETS, TPOT_INCL_FIRST, BenchmarkRun, preset
+from capplan.sim.protocol import PRESETS, BenchmarkRun, preset, request_tpot
 from capplan.sim.workload import Requests
 
 QUEUE_SHARE = 0.5
@@ -217,10 +217,8 @@ def benchmark_replay(layout: PdLayout, concurrency: int, input_len: str, output_
     res = _result(layout, reqs, run, spec.request_overhead_s)
     ttft = run.first_token_at_s - run.sent_at_s + spec.request_overhead_s
     e2e = run.finished_at_s - run.sent_at_s + spec.request_overhead_s
-    out = np.asarray(reqs.output_tokens, float)
     per = {"ttft_s": ttft, "e2e_s": e2e,
-           "tpot_s": e2e / np.maximum(out, 1.0) if tpot == TPOT_INCL_FIRST
-           else np.where(out > 1, (e2e - ttft) / np.maximum(out - 1, 1.0), np.nan)}
+           "tpot_s": request_tpot(ttft, e2e, reqs.output_tokens, tpot)}
     record: dict[str, Any] = {"measured_requests": measured, "replayed_requests": n,
                               "rounds": rounds, "extrapolated": n < measured}
     for key, v in per.items():

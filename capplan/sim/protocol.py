@@ -159,6 +159,16 @@ def measured_record(r: RunRecord, warmups: int) -> RunRecord:
     return replace(r, **per, **steps)
 
 
+def request_tpot(ttft_s: np.ndarray, e2e_s: np.ndarray, output_tokens: np.ndarray,
+                 definition: str | None = TPOT_EXCL_FIRST) -> np.ndarray:
+    """Each request's TPOT as a tool defines it: (E2E - TTFT) / (output - 1), the first token
+    excluded (NaN for a one-token output), or E2E / output with TPOT_INCL_FIRST."""
+    out = np.asarray(output_tokens, float)
+    if definition == TPOT_INCL_FIRST:
+        return e2e_s / np.maximum(out, 1.0)
+    return np.where(out > 1, (e2e_s - ttft_s) / np.maximum(out - 1, 1.0), np.nan)
+
+
 def benchmark_metrics(r: RunRecord, p: BenchmarkPreset, overhead_s: float,
                       tbt: dict[str, float]) -> dict[str, Any]:
     """The tool's TTFT, TPOT and ITL (each {mean, p50, p90, p99}, s) of a measured run;
@@ -166,10 +176,10 @@ def benchmark_metrics(r: RunRecord, p: BenchmarkPreset, overhead_s: float,
     `tbt` the pooled token gaps (ITL as vLLM defines it)."""
     ttft = r.first_token_at_s - r.arrival_at_s + overhead_s
     e2e = r.finished_at_s - r.arrival_at_s + overhead_s
-    out = r.output_tokens.astype(float)
-    multi = out > 1
-    excl = (e2e - ttft)[multi] / (out[multi] - 1)
-    tpot = excl if p.tpot == TPOT_EXCL_FIRST else e2e / np.maximum(out, 1)
+    excl = request_tpot(ttft, e2e, r.output_tokens)
+    excl = excl[r.output_tokens > 1]
+    tpot = excl if p.tpot == TPOT_EXCL_FIRST else request_tpot(ttft, e2e, r.output_tokens,
+                                                                 TPOT_INCL_FIRST)
     itl = tbt if p.itl == ITL_GAPS else summary(excl)
     return {"ttft_s": summary(ttft), "tpot_s": summary(tpot), "itl_s": itl}
 
