@@ -49,6 +49,20 @@ class Limits:
     """Tokens per KV block: a sequence holds whole blocks (1: counted in tokens)."""
 
 
+def _weigh(g: np.ndarray, ends: tuple[np.ndarray, np.ndarray],
+           stale: tuple[np.ndarray, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """(g_hi, g_lo) of a regula falsi bracket after a step to a point of value g: where the
+    same side was kept twice (`stale`: hi kept, lo kept), the kept end's g is scaled by the
+    Anderson-Bjorck factor 1 - g / g(the end x replaced), halved where that is not positive
+    (Anderson and Bjorck 1973; Illinois halves always)."""
+    g_lo, g_hi = ends
+    stale_hi, stale_lo = stale
+    m_hi = 1.0 - g / np.where(g_lo != 0, g_lo, 1.0)  # x replaced lo
+    m_lo = 1.0 - g / np.where(g_hi != 0, g_hi, 1.0)  # x replaced hi
+    return (np.where(stale_hi, np.where(m_hi > 0, m_hi, 0.5) * g_hi, g_hi),
+            np.where(stale_lo, np.where(m_lo > 0, m_lo, 0.5) * g_lo, g_lo))
+
+
 class SteadyState:
     """Mean steady state of one replica for given lengths and limits, and its stability."""
 
@@ -195,10 +209,14 @@ class SteadyState:
         evaluation that set each row's tau, kept rather than computed again).
 
         g(tau) = T(tau) - tau is positive at tau = 0 and, when a fixed point exists, negative
-        at _TAU_MAX_S. T is close to affine in tau (B and P grow linearly with it), so the
-        Illinois variant of regula falsi converges in a few vectorised steps; near saturation
-        it can need more (up to _FP_ITERS_MAX; a stalled bracket left tau at _TAU_MAX_S: an
-        unstable verdict between two stable rates).
+        at _TAU_MAX_S. T is close to affine in tau (B and P grow linearly with it), so regula
+        falsi with the Anderson-Bjorck weighting converges in a few vectorised steps (Anderson
+        and Bjorck 1973: the stale end's g scaled by 1 - g(x) / g(replaced end), or halved as
+        Illinois where that is not positive); near saturation it can need more (up to
+        _FP_ITERS_MAX; a stalled bracket left tau at _TAU_MAX_S: an unstable verdict between two
+        stable rates). Where a fixed point exists the first point tried is T(_TAU_MAX_S), the
+        step with the batch and the chunks at their caps: T grows with tau, so it lies above
+        the root, much closer to it than _TAU_MAX_S.
 
         Each row stops on its own: once within _FP_ROUNDING_TOL, or at an exact root (g(hi) ==
         0: x = hi again, so hi stays), its bracket is frozen, so a row's answer does not depend
@@ -218,7 +236,8 @@ class SteadyState:
         exists = gb <= 0
         hi, sd, go_on = b, np.zeros_like(a), exists | every_row
         rows, part = np.arange(a.size), self._rows(np.arange(a.size), shape)
-        for _ in range(_FP_ITERS_MAX):
+        first = at_hi["tau"].copy()  # T(_TAU_MAX_S)
+        for it in range(_FP_ITERS_MAX):
             done = (b - a <= _FP_ROUNDING_TOL * b) | (gb == 0) | ~go_on
             if np.all(done):
                 break
@@ -231,16 +250,17 @@ class SteadyState:
             den = ga - gb
             x = np.where(den > 0, (a * -gb + b * ga) / np.where(den > 0, den, 1.0),
                          0.5 * (a + b))
+            if it == 0:  # where a fixed point exists (elsewhere T(_TAU_MAX_S) is above it)
+                x = np.where(gb <= 0, first[rows], x)
             x = np.clip(x, a, b)
             s = part._mean_step(lam_w, x)
             g = s["tau"] - x
             pos, neg = (g > 0) & ~done, (g <= 0) & ~done  # a done row's bracket stays
             moved = rows[neg]  # x is their new hi
             for k, v in s.items():
-                at_hi[k][moved] = np.broadcast_to(v, x.shape)[neg]
-            # Illinois: halve the stale end's g when the same side is kept twice.
-            gb = np.where(pos & (sd > 0), 0.5 * gb, gb)
-            ga = np.where(neg & (sd < 0), 0.5 * ga, ga)
+                at_hi[k][moved] = (v if np.shape(v) == x.shape else np.broadcast_to(v, x.shape)
+                                   )[neg]
+            gb, ga = _weigh(g, (ga, gb), (pos & (sd > 0), neg & (sd < 0)))
             a, ga = np.where(pos, x, a), np.where(pos, g, ga)
             b, gb = np.where(neg, x, b), np.where(neg, g, gb)
             sd = np.where(pos, 1.0, np.where(neg, -1.0, sd))
