@@ -468,20 +468,19 @@ class StepModel:
         Returns:
             dict with step_s, memory_s, compute_s, communication_s, overhead_s, bound_index.
         """
-        bd = np.asarray(num_decode, float)
-        kv_full = np.asarray(decode_kv_tokens, float)
-        kv_win = kv_full if decode_kv_tokens_window is None else np.asarray(
-            decode_kv_tokens_window, float)
-        tp_ = np.asarray(prefill_tokens, float)
-        pairs = np.asarray(prefill_pairs, float)
-        pairs_w = pairs if prefill_pairs_window is None else np.asarray(prefill_pairs_window, float)
-        pre_read = np.asarray(prefill_kv_read, float)
-        pre_read_w = pre_read if prefill_kv_read_window is None else np.asarray(
-            prefill_kv_read_window, float)
-        nps = np.asarray(num_prefill_seqs, float)
-        logits = bd + nps if num_logits is None else np.asarray(num_logits, float)
-        return self._kernel(bd, kv_full, kv_win, tp_, pairs, pairs_w, pre_read, pre_read_w,
-                            nps, logits, detail)
+        return self._kernel(*_step_inputs(
+            num_decode, decode_kv_tokens, decode_kv_tokens_window, prefill_tokens,
+            prefill_pairs, prefill_pairs_window, prefill_kv_read, prefill_kv_read_window,
+            num_prefill_seqs, num_logits), detail)
+
+    def steps(self, *calls: dict[str, ArrayLike]) -> list[np.ndarray]:
+        """step_s of several steps (each a dict of `step`'s inputs) in one evaluation: the
+        inputs stacked on a new first axis, so the formula's per-call cost is paid once. Each
+        result has the values `step(**call, detail=False)` gives (elementwise operations)."""
+        xs = [_step_inputs(**c) for c in calls]
+        shape = np.broadcast_shapes(*(np.shape(v) for x in xs for v in x))
+        stacked = [np.stack([np.broadcast_to(x[k], shape) for x in xs]) for k in range(10)]
+        return list(self._kernel(*stacked, detail=False)["step_s"])
 
     def constants(self) -> tuple:
         """The model's constants in `STEP_CONSTANTS` order (the second argument of
@@ -528,18 +527,26 @@ class StepModel:
                       ) -> dict[str, np.ndarray]:
         """One step with a prefill chunk of one sequence (after `prefix_tokens` cached tokens),
         optionally mixed with `num_decode` decode sequences (chunked prefill)."""
+        return self.step(**self.prefill_chunk_inputs(chunk_tokens, prefix_tokens, num_decode,
+                                                     decode_kv_tokens, last_chunk),
+                         detail=detail)
+
+    def prefill_chunk_inputs(self, chunk_tokens: ArrayLike, prefix_tokens: ArrayLike = 0,
+                             num_decode: ArrayLike = 0, decode_kv_tokens: ArrayLike = 0,
+                             last_chunk: ArrayLike = True) -> dict[str, np.ndarray]:
+        """`step`'s inputs of `prefill_chunk` (for `steps`)."""
         c = np.asarray(chunk_tokens, float)
         p = np.asarray(prefix_tokens, float)
         w = np.asarray(self.window, float)
         pairs, pairs_w, read_w = chunk_attention(c, p, w)
         bd = np.asarray(num_decode, float)
         dkv = np.asarray(decode_kv_tokens, float)
-        return self.step(num_decode=bd, decode_kv_tokens=dkv,
-                         decode_kv_tokens_window=np.minimum(dkv, bd * w),
-                         prefill_tokens=c, prefill_pairs=pairs, prefill_pairs_window=pairs_w,
-                         prefill_kv_read=p, prefill_kv_read_window=read_w,
-                         num_prefill_seqs=(c > 0).astype(float),
-                         num_logits=bd + np.asarray(last_chunk, float) * (c > 0), detail=detail)
+        return {"num_decode": bd, "decode_kv_tokens": dkv,
+                "decode_kv_tokens_window": np.minimum(dkv, bd * w),
+                "prefill_tokens": c, "prefill_pairs": pairs, "prefill_pairs_window": pairs_w,
+                "prefill_kv_read": p, "prefill_kv_read_window": read_w,
+                "num_prefill_seqs": (c > 0).astype(float),
+                "num_logits": bd + np.asarray(last_chunk, float) * (c > 0)}
 
     def prefill_time(self, prompt_len: ArrayLike, chunk: int) -> np.ndarray:
         """Seconds to prefill a prompt alone, in chunks of `chunk` tokens (TTFT floor)."""
@@ -553,6 +560,29 @@ class StepModel:
             t = self.prefill_chunk(c, start, last_chunk=last)["step_s"]
             total = total + np.where(c > 0, t, 0.0)
         return total.reshape(np.shape(prompt_len))
+
+
+def _step_inputs(num_decode: ArrayLike = 0, decode_kv_tokens: ArrayLike = 0,
+                 decode_kv_tokens_window: ArrayLike | None = None, prefill_tokens: ArrayLike = 0,
+                 prefill_pairs: ArrayLike = 0, prefill_pairs_window: ArrayLike | None = None,
+                 prefill_kv_read: ArrayLike = 0, prefill_kv_read_window: ArrayLike | None = None,
+                 num_prefill_seqs: ArrayLike = 0, num_logits: ArrayLike | None = None
+                 ) -> tuple[np.ndarray, ...]:
+    """`step_parts`' x from `StepModel.step`'s inputs (the windowed ones default to the full
+    ones, the logits to one per sequence)."""
+    bd = np.asarray(num_decode, float)
+    kv_full = np.asarray(decode_kv_tokens, float)
+    kv_win = kv_full if decode_kv_tokens_window is None else np.asarray(
+        decode_kv_tokens_window, float)
+    tp_ = np.asarray(prefill_tokens, float)
+    pairs = np.asarray(prefill_pairs, float)
+    pairs_w = pairs if prefill_pairs_window is None else np.asarray(prefill_pairs_window, float)
+    pre_read = np.asarray(prefill_kv_read, float)
+    pre_read_w = pre_read if prefill_kv_read_window is None else np.asarray(
+        prefill_kv_read_window, float)
+    nps = np.asarray(num_prefill_seqs, float)
+    logits = bd + nps if num_logits is None else np.asarray(num_logits, float)
+    return bd, kv_full, kv_win, tp_, pairs, pairs_w, pre_read, pre_read_w, nps, logits
 
 
 def mla_layers(model: ModelSpec) -> int:

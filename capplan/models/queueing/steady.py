@@ -128,10 +128,22 @@ class SteadyState:
 
     # -- step times ------------------------------------------------------------------------
     def _decode(self, b: np.ndarray) -> np.ndarray:
+        return self.step.step(**self._decode_inputs(b), detail=False)["step_s"]
+
+    def _decode_inputs(self, b: np.ndarray) -> dict[str, np.ndarray]:
+        """A decode step of b sequences at the mean context."""
         w = self.step.window
-        return self.step.step(num_decode=b, decode_kv_tokens=b * self.ctx_mean,
-                              decode_kv_tokens_window=b * np.minimum(self.ctx_mean, w),
-                              detail=False)["step_s"]
+        return {"num_decode": b, "decode_kv_tokens": b * self.ctx_mean,
+                "decode_kv_tokens_window": b * np.minimum(self.ctx_mean, w)}
+
+    def _steps(self, b: np.ndarray, chunks: tuple[np.ndarray, ...], decode: bool = False
+               ) -> list[np.ndarray]:
+        """[_decode(b) when `decode`] + [_mixed(b, chunk) for each chunk], in one evaluation of
+        the step model where each chunk is one sequence's (StepModel.steps)."""
+        if self.pack_prompts or self._dp:
+            return [self._decode(b)] * decode + [self._mixed(b, c) for c in chunks]
+        calls = [self._decode_inputs(b)] * decode + [self._chunk_inputs(b, c) for c in chunks]
+        return self.step.steps(*calls)
 
     def _mixed(self, b: np.ndarray, chunk: np.ndarray) -> np.ndarray:
         """A step with b decode sequences and `chunk` prefill tokens (mean prefix); a
@@ -140,12 +152,12 @@ class SteadyState:
         Attention DP splits the chunk over the ranks, each its own sequences' chunk; a rank's
         chunk longer than a prompt packs whole prompts (chunk / prompt of them), whose causal
         pairs add per prompt, not as one sequence of the chunk's length (models/prefill.py)."""
+        if not (self.pack_prompts or self._dp):
+            return self.step.step(**self._chunk_inputs(b, chunk), detail=False)["step_s"]
         prefix = self.cached + np.maximum(self.pf.mean - chunk, 0.0) / 2
         if self.policy.prefill_first:
             b = np.zeros_like(np.asarray(b, float))
         dp_rows = np.asarray(self.step.attention_dp) > 1
-        if not (self.pack_prompts or self._dp):
-            return self._one_sequence_chunk(b, chunk, prefix)
         packed = packed_prefill_step(self.step, chunk, self.pf.mean, self.cached, b,
                                      b * self.ctx_mean)
         if self.pack_prompts or np.all(dp_rows):
@@ -158,6 +170,15 @@ class SteadyState:
         return self.step.prefill_chunk(chunk, prefix, num_decode=b,
                                        decode_kv_tokens=b * self.ctx_mean,
                                        detail=False)["step_s"]
+
+    def _chunk_inputs(self, b: np.ndarray, chunk: np.ndarray) -> dict[str, np.ndarray]:
+        """`_mixed`'s step where the chunk is one sequence's (after the mean prefix; a
+        prefill-first engine runs it without the decoders)."""
+        prefix = self.cached + np.maximum(self.pf.mean - chunk, 0.0) / 2
+        if self.policy.prefill_first:
+            b = np.zeros_like(np.asarray(b, float))
+        return self.step.prefill_chunk_inputs(chunk, prefix, num_decode=b,
+                                              decode_kv_tokens=b * self.ctx_mean)
 
     def _chunk_budget(self, b: np.ndarray) -> np.ndarray:
         if self.policy.prefill_first:  # the prefill step holds no decode tokens
@@ -188,8 +209,7 @@ class SteadyState:
             f = 1.0 - np.exp(-lam * tau * n)
         p_bar = lam * self.pf.mean * tau
         chunk = np.clip(p_bar / np.maximum(f, 1e-12), 1.0, budget)
-        t_dec = self._decode(b)
-        t_pf = self._mixed(b, chunk)
+        t_dec, t_pf = self._steps(b, (chunk,), decode=True)
         if not self.policy.chunked_prefill:  # a whole prompt per prefill step
             chunk = np.maximum(chunk, np.minimum(self.pf.mean, budget))
         mean = (1 - f) * t_dec + f * t_pf
@@ -304,11 +324,10 @@ class SteadyState:
             lam = np.broadcast_to(lam, np.broadcast_shapes(lam.shape, np.shape(self.cap))).copy()
             tau, exists, s = self._fixed_point(lam, every_row=False)
             b, budget = s["b"], s["budget"]
-            t_full = self._mixed(b, budget)
             pf = self.pf.mean
+            t_full, t_own = self._steps(b, (budget, np.minimum(pf, budget)))
             rho_p = lam * pf * t_full / budget
-            own_mean = np.where(pf <= budget, self._mixed(b, np.minimum(pf, budget)),
-                                pf / budget * t_full)
+            own_mean = np.where(pf <= budget, t_own, pf / budget * t_full)
             # a request holds its slot for its prefill and its tokens' gaps (as at_rate)
             a = lam * (own_mean + self.dec_tokens * self.token_gap(s, tau))
             return self.whole_prompts_fit & exists & (rho_p < 1) & (
