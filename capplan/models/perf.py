@@ -478,9 +478,20 @@ class StepModel:
         inputs stacked on a new first axis, so the formula's per-call cost is paid once. Each
         result has the values `step(**call, detail=False)` gives (elementwise operations)."""
         xs = [_step_inputs(**c) for c in calls]
-        shape = np.broadcast_shapes(*(np.shape(v) for x in xs for v in x))
-        stacked = [np.stack([np.broadcast_to(x[k], shape) for x in xs]) for k in range(10)]
-        return list(self._kernel(*stacked, detail=False)["step_s"])
+        # the constants' shape too: the new axis goes in front of everything
+        shape = np.broadcast_shapes(*(np.shape(v) for x in xs for v in x), self._parts_args[3])
+        stacked, apart = [], False
+        for vals in zip(*xs, strict=True):
+            if all(v.ndim == 0 and v == vals[0] for v in vals):  # the same number in all
+                stacked.append(vals[0])
+                continue
+            a = np.empty((len(xs), *shape))
+            for i, v in enumerate(vals):
+                a[i] = v
+            stacked.append(a)
+            apart = True
+        out = self._kernel(*stacked, detail=False)["step_s"]
+        return list(out) if apart else [out] * len(xs)
 
     def constants(self) -> tuple:
         """The model's constants in `STEP_CONSTANTS` order (the second argument of
@@ -488,16 +499,16 @@ class StepModel:
         return tuple(getattr(self, k) for k in STEP_CONSTANTS)
 
     @cached_property
-    def _parts_args(self) -> tuple[tuple, bool, bool]:
-        """`step_parts`' constants, MoE flag and feature flag, computed once per model (it is
-        frozen)."""
+    def _parts_args(self) -> tuple[tuple, bool, bool, tuple[int, ...]]:
+        """`step_parts`' constants, MoE flag and feature flag, and the constants' broadcast
+        shape, computed once per model (it is frozen)."""
         consts = self.constants()
         return (consts, bool(np.any(np.asarray(self.num_experts) > 0)),
-                not features_off(consts))
+                not features_off(consts), np.broadcast_shapes(*map(np.shape, consts)))
 
     def _kernel(self, bd, kv_full, kv_win, tp_, pairs, pairs_w, pre_read, pre_read_w, nps,
                 logits, detail=True) -> dict[str, np.ndarray]:  # noqa: ANN001
-        consts, moe, features = self._parts_args
+        consts, moe, features, _ = self._parts_args
         (step, dense_mem, expert_mem, kv_mem, dense_cmp, expert_cmp, attn_cmp, comm, p2p,
          overhead, pp) = step_parts((bd, kv_full, kv_win, tp_, pairs, pairs_w, pre_read,
                                      pre_read_w, nps, logits), consts, moe, features)
