@@ -30,6 +30,7 @@ Everything is numpy-vectorised: each input may be an array; constants may be arr
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -117,12 +118,14 @@ _N_BASE = STEP_CONSTANTS.index("spec_verify_tokens")
 """Positions of the constants `attention_parts` reads."""
 
 
-def step_parts(x: tuple, c: tuple, moe: bool) -> tuple:
+def step_parts(x: tuple, c: tuple, moe: bool, features: bool = True) -> tuple:
     """The step-time formula (module docstring), written once for numpy and numba.
 
     `x` = (num_decode, decode_kv_tokens, decode_kv_tokens_window, prefill_tokens, prefill_pairs,
     prefill_pairs_window, prefill_kv_read, prefill_kv_read_window, num_prefill_seqs, num_logits)
-    as floats or arrays; `c` = the `STEP_CONSTANTS` values; `moe`: any num_experts > 0.
+    as floats or arrays; `c` = the `STEP_CONSTANTS` values; `moe`: any num_experts > 0;
+    `features` False: speculative decoding and LoRA are off (`features_off`: their terms are
+    exact zeros and are skipped; the same result).
     Only operations that numpy and numba's nopython mode both accept on scalars and arrays, so
     `StepModel.step` evaluates it on arrays and the compiled simulator
     (`capplan.sim.compiled`) calls `numba.njit(step_parts)` per step on floats.
@@ -133,7 +136,23 @@ def step_parts(x: tuple, c: tuple, moe: bool) -> tuple:
     simulator evaluates `fixed_parts` once for a stretch of decode steps that differ only in
     their KV reads and `attention_parts` per step (the same operations, so the same bits).
     """
-    return combine_parts(fixed_parts(x, c, moe), attention_parts(x, c))
+    return combine_parts(fixed_parts(x, c, moe, features), attention_parts(x, c, features))
+
+
+_OFF = {"spec_verify_tokens": 1.0, "spec_accept_len": 1.0, "draft_weight_bytes": 0.0,
+        "draft_flops_per_token": 0.0, "draft_steps": 0.0, "draft_kv_bytes_per_token": 0.0,
+        "draft_overhead_s": 0.0, "spec_step_overhead_s": 0.0, "lora_adapter_bytes": 0.0,
+        "lora_n1": 0.0, "lora_n2": 0.0, "lora_n3": 0.0, "lora_n4": 0.0,
+        "lora_flops_per_token": 0.0, "lora_overhead_s": 0.0}
+"""The constants of speculative decoding and LoRA at which their terms of `step_parts` are
+exact zeros (no drafter, one token verified and emitted per decoder, no adapter)."""
+
+
+def features_off(c: tuple) -> bool:
+    """Whether speculative decoding and LoRA are off in every configuration of the constants
+    `c` (`STEP_CONSTANTS` order): `step_parts(..., features=False)` then gives its result."""
+    return all(bool(np.all(np.asarray(c[STEP_CONSTANTS.index(k)]) == v))
+               for k, v in _OFF.items())
 
 
 def feature_inputs(x: tuple, c: tuple) -> tuple:
@@ -151,14 +170,19 @@ def feature_inputs(x: tuple, c: tuple) -> tuple:
              pre_read_w * g, nps * g, bd * v + (logits - bd) * g), g, v)
 
 
-def fixed_parts(x: tuple, c: tuple, moe: bool) -> tuple:
+def fixed_parts(x: tuple, c: tuple, moe: bool, features: bool = True) -> tuple:
     """The step's terms that do not read the KV cache: (linear, dense_mem, expert_mem,
     dense_cmp, expert_cmp, comm, p2p, overhead, pp, tokens, host, host_overlap, layer, fixed,
     extra, g, seq_cost, kv_passes) (`step_parts`; overhead as if nothing overlapped:
     `combine_parts` hides the host's share); extra = LoRA and the drafter's weights, FLOPs and
     fixed costs, g the speculative scale, seq_cost the per-sequence host cost of the decoders,
-    kv_passes the draft passes that read the drafter's KV (all 0/1 without the features)."""
-    x, g, v = feature_inputs(x, c)
+    kv_passes the draft passes that read the drafter's KV (all 0/1 without the features).
+    `features` False: the caller knows speculative decoding and LoRA are off (`features_off`),
+    so their terms, exact zeros then, are not evaluated (the same result, fewer operations)."""
+    if features:
+        x, g, v = feature_inputs(x, c)
+    else:  # feature_inputs at V = tau = 1: x itself, the logits as it rounds them
+        x, g, v = x[:9] + (x[0] + (x[9] - x[0]),), 1.0, 1.0
     bd, _, _, tp_, _, _, _, _, nps, logits = x
     (dense_weight_bytes, expert_bytes, num_moe_layers, num_experts, experts_per_tok,
      kv_bytes_per_token_layer, full_layers, window_layers, dense_flops_per_token,
@@ -194,8 +218,9 @@ def fixed_parts(x: tuple, c: tuple, moe: bool) -> tuple:
     dense_mem = dense_weight_bytes / mem_bytes_per_s
     eff = tokens / (tokens + gemm_half_tokens)
     dense_flops = ((tokens + slow / dp) * dense_flops_per_token
-                   + logits * lm_head_flops_per_token
-                   + extra_flops + tokens * lora_flops_per_token)
+                   + logits * lm_head_flops_per_token + extra_flops)
+    if features:
+        dense_flops = dense_flops + tokens * lora_flops_per_token
     dense_cmp = dense_flops / (gemm_flops_per_s * np.maximum(eff, 1e-12))
     linear = smooth_max(dense_mem, dense_cmp)
     expert_mem = expert_cmp = 0.0
@@ -232,6 +257,10 @@ def fixed_parts(x: tuple, c: tuple, moe: bool) -> tuple:
     p2p = (pp - 1) * tokens * p2p_s_per_token
     host = per_seq_overhead_s * (bd + nps)
     overhead = step_overhead_s + host + pp * layer_overhead_s
+    if not features:
+        return (linear, dense_mem, expert_mem, dense_cmp, expert_cmp, comm, p2p, overhead, pp,
+                tokens, host, host_overlap * 1.0, pp * layer_overhead_s, step_overhead_s * 1.0,
+                0.0, g, per_seq_overhead_s * bd, 0.0)
     # LoRA (models/lora.py): the A and B matrices of the batch's distinct adapters, read once,
     # and the shrink/expand kernels' fixed cost; 0 without adapters.
     distinct = (lora_n1 * (1.0 - (1.0 - lora_q1) ** seqs_all)
@@ -258,10 +287,13 @@ def fixed_parts(x: tuple, c: tuple, moe: bool) -> tuple:
             extra, g, per_seq_overhead_s * bd, select(dec, draft_steps * 1.0, 0.0))
 
 
-def attention_parts(x: tuple, c: tuple) -> tuple:
+def attention_parts(x: tuple, c: tuple, features: bool = True) -> tuple:
     """The step's attention: (kv_mem, attn_cmp, attention, draft_kv), KV read and FLOPs, full
-    and sliding-window layers, and one draft pass's read of the drafter's KV (`step_parts`)."""
-    x, _, v = feature_inputs(x, c)
+    and sliding-window layers, and one draft pass's read of the drafter's KV (`step_parts`;
+    `features` as `fixed_parts`: draft_kv is 0 without them)."""
+    v = 1.0
+    if features:
+        x, _, v = feature_inputs(x, c)
     bd, kv_full, kv_win, tp_, pairs, pairs_w, pre_read, pre_read_w, nps, _ = x
     # the constants it reads, by position in STEP_CONSTANTS (compile-time under numba)
     kv_bytes_per_token_layer, full_layers, window_layers = c[_KV_BPTL], c[_FULL], c[_WINDOW]
@@ -284,7 +316,7 @@ def attention_parts(x: tuple, c: tuple) -> tuple:
     attn_cmp = (attn_pairs_dec * attn_flops_per_pair_decode
                 + attn_pairs_pre * attn_flops_per_pair_prefill / prefill_rate_frac
                 ) / attn_flops_per_s
-    draft_kv = kv_full * draft_kv_bytes_per_token / kv_bytes_per_s
+    draft_kv = kv_full * draft_kv_bytes_per_token / kv_bytes_per_s if features else 0.0
     return kv_mem, attn_cmp, smooth_max(kv_mem, attn_cmp), draft_kv
 
 
@@ -436,32 +468,50 @@ class StepModel:
         Returns:
             dict with step_s, memory_s, compute_s, communication_s, overhead_s, bound_index.
         """
-        bd = np.asarray(num_decode, float)
-        kv_full = np.asarray(decode_kv_tokens, float)
-        kv_win = kv_full if decode_kv_tokens_window is None else np.asarray(
-            decode_kv_tokens_window, float)
-        tp_ = np.asarray(prefill_tokens, float)
-        pairs = np.asarray(prefill_pairs, float)
-        pairs_w = pairs if prefill_pairs_window is None else np.asarray(prefill_pairs_window, float)
-        pre_read = np.asarray(prefill_kv_read, float)
-        pre_read_w = pre_read if prefill_kv_read_window is None else np.asarray(
-            prefill_kv_read_window, float)
-        nps = np.asarray(num_prefill_seqs, float)
-        logits = bd + nps if num_logits is None else np.asarray(num_logits, float)
-        return self._kernel(bd, kv_full, kv_win, tp_, pairs, pairs_w, pre_read, pre_read_w,
-                            nps, logits, detail)
+        return self._kernel(*_step_inputs(
+            num_decode, decode_kv_tokens, decode_kv_tokens_window, prefill_tokens,
+            prefill_pairs, prefill_pairs_window, prefill_kv_read, prefill_kv_read_window,
+            num_prefill_seqs, num_logits), detail)
+
+    def steps(self, *calls: dict[str, ArrayLike]) -> list[np.ndarray]:
+        """step_s of several steps (each a dict of `step`'s inputs) in one evaluation: the
+        inputs stacked on a new first axis, so the formula's per-call cost is paid once. Each
+        result has the values `step(**call, detail=False)` gives (elementwise operations)."""
+        xs = [_step_inputs(**c) for c in calls]
+        # the constants' shape too: the new axis goes in front of everything
+        shape = np.broadcast_shapes(*(np.shape(v) for x in xs for v in x), self._parts_args[3])
+        stacked, apart = [], False
+        for vals in zip(*xs, strict=True):
+            if all(v.ndim == 0 and v == vals[0] for v in vals):  # the same number in all
+                stacked.append(vals[0])
+                continue
+            a = np.empty((len(xs), *shape))
+            for i, v in enumerate(vals):
+                a[i] = v
+            stacked.append(a)
+            apart = True
+        out = self._kernel(*stacked, detail=False)["step_s"]
+        return list(out) if apart else [out] * len(xs)
 
     def constants(self) -> tuple:
         """The model's constants in `STEP_CONSTANTS` order (the second argument of
         `step_parts`)."""
         return tuple(getattr(self, k) for k in STEP_CONSTANTS)
 
+    @cached_property
+    def _parts_args(self) -> tuple[tuple, bool, bool, tuple[int, ...]]:
+        """`step_parts`' constants, MoE flag and feature flag, and the constants' broadcast
+        shape, computed once per model (it is frozen)."""
+        consts = self.constants()
+        return (consts, bool(np.any(np.asarray(self.num_experts) > 0)),
+                not features_off(consts), np.broadcast_shapes(*map(np.shape, consts)))
+
     def _kernel(self, bd, kv_full, kv_win, tp_, pairs, pairs_w, pre_read, pre_read_w, nps,
                 logits, detail=True) -> dict[str, np.ndarray]:  # noqa: ANN001
-        moe = bool(np.any(np.asarray(self.num_experts) > 0))
+        consts, moe, features, _ = self._parts_args
         (step, dense_mem, expert_mem, kv_mem, dense_cmp, expert_cmp, attn_cmp, comm, p2p,
          overhead, pp) = step_parts((bd, kv_full, kv_win, tp_, pairs, pairs_w, pre_read,
-                                     pre_read_w, nps, logits), self.constants(), moe)
+                                     pre_read_w, nps, logits), consts, moe, features)
         if not detail:
             return {"step_s": step}
         memory_s = pp * (dense_mem + expert_mem + kv_mem)
@@ -488,18 +538,26 @@ class StepModel:
                       ) -> dict[str, np.ndarray]:
         """One step with a prefill chunk of one sequence (after `prefix_tokens` cached tokens),
         optionally mixed with `num_decode` decode sequences (chunked prefill)."""
+        return self.step(**self.prefill_chunk_inputs(chunk_tokens, prefix_tokens, num_decode,
+                                                     decode_kv_tokens, last_chunk),
+                         detail=detail)
+
+    def prefill_chunk_inputs(self, chunk_tokens: ArrayLike, prefix_tokens: ArrayLike = 0,
+                             num_decode: ArrayLike = 0, decode_kv_tokens: ArrayLike = 0,
+                             last_chunk: ArrayLike = True) -> dict[str, np.ndarray]:
+        """`step`'s inputs of `prefill_chunk` (for `steps`)."""
         c = np.asarray(chunk_tokens, float)
         p = np.asarray(prefix_tokens, float)
         w = np.asarray(self.window, float)
         pairs, pairs_w, read_w = chunk_attention(c, p, w)
         bd = np.asarray(num_decode, float)
         dkv = np.asarray(decode_kv_tokens, float)
-        return self.step(num_decode=bd, decode_kv_tokens=dkv,
-                         decode_kv_tokens_window=np.minimum(dkv, bd * w),
-                         prefill_tokens=c, prefill_pairs=pairs, prefill_pairs_window=pairs_w,
-                         prefill_kv_read=p, prefill_kv_read_window=read_w,
-                         num_prefill_seqs=(c > 0).astype(float),
-                         num_logits=bd + np.asarray(last_chunk, float) * (c > 0), detail=detail)
+        return {"num_decode": bd, "decode_kv_tokens": dkv,
+                "decode_kv_tokens_window": np.minimum(dkv, bd * w),
+                "prefill_tokens": c, "prefill_pairs": pairs, "prefill_pairs_window": pairs_w,
+                "prefill_kv_read": p, "prefill_kv_read_window": read_w,
+                "num_prefill_seqs": (c > 0).astype(float),
+                "num_logits": bd + np.asarray(last_chunk, float) * (c > 0)}
 
     def prefill_time(self, prompt_len: ArrayLike, chunk: int) -> np.ndarray:
         """Seconds to prefill a prompt alone, in chunks of `chunk` tokens (TTFT floor)."""
@@ -513,6 +571,29 @@ class StepModel:
             t = self.prefill_chunk(c, start, last_chunk=last)["step_s"]
             total = total + np.where(c > 0, t, 0.0)
         return total.reshape(np.shape(prompt_len))
+
+
+def _step_inputs(num_decode: ArrayLike = 0, decode_kv_tokens: ArrayLike = 0,
+                 decode_kv_tokens_window: ArrayLike | None = None, prefill_tokens: ArrayLike = 0,
+                 prefill_pairs: ArrayLike = 0, prefill_pairs_window: ArrayLike | None = None,
+                 prefill_kv_read: ArrayLike = 0, prefill_kv_read_window: ArrayLike | None = None,
+                 num_prefill_seqs: ArrayLike = 0, num_logits: ArrayLike | None = None
+                 ) -> tuple[np.ndarray, ...]:
+    """`step_parts`' x from `StepModel.step`'s inputs (the windowed ones default to the full
+    ones, the logits to one per sequence)."""
+    bd = np.asarray(num_decode, float)
+    kv_full = np.asarray(decode_kv_tokens, float)
+    kv_win = kv_full if decode_kv_tokens_window is None else np.asarray(
+        decode_kv_tokens_window, float)
+    tp_ = np.asarray(prefill_tokens, float)
+    pairs = np.asarray(prefill_pairs, float)
+    pairs_w = pairs if prefill_pairs_window is None else np.asarray(prefill_pairs_window, float)
+    pre_read = np.asarray(prefill_kv_read, float)
+    pre_read_w = pre_read if prefill_kv_read_window is None else np.asarray(
+        prefill_kv_read_window, float)
+    nps = np.asarray(num_prefill_seqs, float)
+    logits = bd + nps if num_logits is None else np.asarray(num_logits, float)
+    return bd, kv_full, kv_win, tp_, pairs, pairs_w, pre_read, pre_read_w, nps, logits
 
 
 def mla_layers(model: ModelSpec) -> int:

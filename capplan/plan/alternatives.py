@@ -39,10 +39,12 @@ def wants_fp8_alternative(plan: Any, resolved: Any, cat: Any) -> bool:
 def fp8_alternative(plan_pool: Any, cat: Any, plan: Any, resolved: Any, lanes: list[Any],
                     ranked: list[Any]) -> dict[str, Any] | None:
     """The best fp8 plan's fleet beside the plan's best (`ranked`: its Recommendations, best
-    first), or None when no fp8 fleet exists. `plan_pool(cat, plan, resolved, lanes, verify)`
-    plans one pool. The GPU types searched are the first ALT_GPU_TYPES of the ranked list that
-    have fp8 tensor cores (the types that came closest in bf16; a search over every type would
-    add half the plan's time)."""
+    first), or None when no fp8 fleet exists among the groups whose best could be shown
+    (`_could_show`: the others are not searched). `plan_pool(cat, plan, resolved, lanes,
+    verify, keep)` plans one pool over the (GPU, settings) groups `keep` allows. The GPU types
+    searched are the first ALT_GPU_TYPES of the ranked list that have fp8 tensor cores (the
+    types that came closest in bf16; a search over every type would add half the plan's
+    time)."""
     best = ranked[0]
     keys = list(dict.fromkeys(r.candidate.gpu.key for r in ranked))
     gpus = [g for g in keys if cat.gpu(g).supports("fp8")][:ALT_GPU_TYPES]
@@ -51,7 +53,8 @@ def fp8_alternative(plan_pool: Any, cat: Any, plan: Any, resolved: Any, lanes: l
     alt_plan = plan.model_copy(update={"candidates": plan.candidates.model_copy(
         update={"weight_dtypes": ["fp8"], "gpus": gpus})})
     try:
-        alt = plan_pool(cat, alt_plan, resolved, lanes, None).best
+        alt = plan_pool(cat, alt_plan, resolved, lanes, None,
+                        _could_show(best, plan.objective, [cat.gpu(g) for g in gpus])).best
     except CapplanError:
         return None
     base_cost, cost = best.cost_per_hour, alt.cost_per_hour
@@ -70,6 +73,36 @@ def fp8_alternative(plan_pool: Any, cat: Any, plan: Any, resolved: Any, lanes: l
             "replicas": alt.replicas, "gpus_total": alt.gpus_total, "cost_per_hour": cost,
             "saving_frac": saving, "gpu_saving_frac": gpu_saving,
             "accuracy_caveat": ACCURACY_CAVEAT, "note": note}
+
+
+def shown(alt: dict[str, Any] | None, best: Any) -> bool:
+    """Whether a plan shows the fp8 alternative `alt` beside its best: no more GPUs and, where
+    both costs are known, cheaper."""
+    return alt is not None and alt["gpus_total"] <= best.gpus_total and (
+        alt["saving_frac"] is None or alt["saving_frac"] > 0)
+
+
+def _could_show(best: Any, objective: str, gpus: list[Any]) -> Any:
+    """The fp8 groups whose best could be shown, as a `keep(gpu, settings)` for the search,
+    or None (all of them). The alternative is shown only with no more GPUs than the plan's
+    best and, where both costs are known, a lower cost (`shown`); one replica of a group
+    sets its least GPUs and cost. Under min_cost (every fp8 GPU priced, the plan's cost
+    known) a group whose replica costs the plan's best or more cannot be cheaper; under
+    min_gpus one with more GPUs cannot have fewer. Either way, when the search's best is
+    shown it ranks before every group dropped (rank_key's first figure is lower), so it is
+    the same; when it is not, the best of the groups kept is not shown either."""
+    cost = best.cost_per_hour
+    if objective == "min_cost" and cost is not None and all(
+            g.price_per_hour_usd is not None for g in gpus):
+        return lambda gpu, s: gpu.price_per_hour_usd * _per_replica(s) < cost
+    if objective == "min_gpus":
+        return lambda _gpu, s: _per_replica(s) <= best.gpus_total
+    return None
+
+
+def _per_replica(s: Any) -> int:
+    """GPUs of one replica (Candidate.gpus_total at one replica)."""
+    return s.tp * s.pp * s.attention_dp
 
 
 def prefix_savings(plan_pool: Any, cat: Any, plan: Any, resolved: Any, lanes: list[Any],

@@ -45,6 +45,7 @@ from capplan.plan.search import (
     DEFAULT_TPS,
     Candidate,
     ConfigGroup,
+    Keep,
     RankKey,
     SearchResult,
     SearchSpace,
@@ -263,7 +264,12 @@ def _alternatives(cat: Catalog, plan: PlanFile, resolved: ResolvedModel, result:
                   ) -> PlanResult:
     """What the prefix cache saves, the FP8 alternative where it is cheaper, and the fixed
     disaggregated layout the plan names."""
-    from capplan.plan.alternatives import fp8_alternative, prefix_savings, wants_fp8_alternative
+    from capplan.plan.alternatives import (
+        fp8_alternative,
+        prefix_savings,
+        shown,
+        wants_fp8_alternative,
+    )
 
     lanes = list(plan.workloads)
     t = traffic_for(lanes, resolved.spec.context_len(plan.engine.max_model_len))
@@ -273,8 +279,7 @@ def _alternatives(cat: Catalog, plan: PlanFile, resolved: ResolvedModel, result:
 
     if wants_fp8_alternative(plan, resolved, cat):
         alt = fp8_alternative(_best_pool, cat, plan, resolved, lanes, result.recommendations)
-        if alt is not None and alt["gpus_total"] <= result.best.gpus_total and (
-                alt["saving_frac"] is None or alt["saving_frac"] > 0):
+        if shown(alt, result.best):
             result = replace(result, fp8_alternative=alt)
     if plan.disaggregated_layout is not None:
         from capplan.plan.pd import fixed_layout_for_plan
@@ -319,9 +324,11 @@ def _money(x: float | None) -> str:
     return "unknown" if x is None else f"${x:,.2f}"
 
 
-def _groups(cat: Catalog, model: ModelSpec, space: SearchSpace) -> list[ConfigGroup]:
-    """Step models of every (GPU, TP, dtypes) that can hold the model; one line if none."""
-    groups = build_candidates(cat, model, space)
+def _groups(cat: Catalog, model: ModelSpec, space: SearchSpace, keep: Keep | None = None
+            ) -> list[ConfigGroup]:
+    """Step models of every (GPU, TP, dtypes) that can hold the model (of those `keep`
+    allows); one line if none."""
+    groups = build_candidates(cat, model, space, keep=keep)
     if not any(_tp_ok(model, tp, g) for g in space.gpus for tp in space.tps):
         raise InputError(
             f"no TP size in {list(space.tps)} works for {model.key} on "
@@ -417,14 +424,16 @@ class _Pool:
 
 
 def _plan_pool(cat: Catalog, plan: PlanFile, resolved: ResolvedModel, lanes: list[Lane],
-               verify: VerifyFn | None, best_only: bool = False) -> PlanResult:
+               verify: VerifyFn | None, best_only: bool = False,
+               keep: Keep | None = None) -> PlanResult:
     """One pool planned. `best_only`: the caller reads only `.best` (its other
-    recommendations and warnings are those of the configurations searched exactly)."""
+    recommendations and warnings are those of the configurations searched exactly); `keep`:
+    the (GPU, settings) groups searched (build_candidates)."""
     model = resolved.spec
     t = traffic_for(lanes, model.context_len(plan.engine.max_model_len))
     pool = _Pool(model, lanes, t, search_space(cat, plan, model, t,
                                                resolved.implied_weight_dtype))
-    groups = _groups(cat, model, pool.space)
+    groups = _groups(cat, model, pool.space, keep)
     if verify is not None and hasattr(verify, "prepare") and \
             plan.verify.top * plan.verify.requests >= PARALLEL_MIN_REQUESTS:
         _prepare(verify, groups, pool)  # workers load the compiled engine meanwhile
@@ -456,9 +465,9 @@ def _plan_pool(cat: Catalog, plan: PlanFile, resolved: ResolvedModel, lanes: lis
 
 
 def _best_pool(cat: Catalog, plan: PlanFile, resolved: ResolvedModel, lanes: list[Lane],
-               verify: VerifyFn | None) -> PlanResult:
+               verify: VerifyFn | None, keep: Keep | None = None) -> PlanResult:
     """_plan_pool for a caller that reads only the best plan."""
-    return _plan_pool(cat, plan, resolved, lanes, verify, best_only=True)
+    return _plan_pool(cat, plan, resolved, lanes, verify, best_only=True, keep=keep)
 
 
 def _verified(ranked: list[Recommendation], pool: _Pool, plan: PlanFile,

@@ -197,9 +197,15 @@ def _tp_ok(model: ModelSpec, tp: int, gpu: GpuSpec) -> bool:
     return model.mla is not None or kvh % tp == 0 or tp % kvh == 0
 
 
+Keep = Callable[[GpuSpec, EngineSettings], bool]
+"""Which (GPU, engine settings) groups a search builds (the others are not sized at all)."""
+
+
 def build_candidates(cat: Catalog, model: ModelSpec, space: SearchSpace,
-                     calibration_path: str | Path | None = None) -> list[ConfigGroup]:
-    """A step model per (gpu, tp, wd, kvd) that fits at all, with the memory of each combo."""
+                     calibration_path: str | Path | None = None,
+                     keep: Keep | None = None) -> list[ConfigGroup]:
+    """A step model per (gpu, tp, wd, kvd) that fits at all (and that `keep` allows), with
+    the memory of each combo."""
     groups: list[ConfigGroup] = []
     combos = tuple((s, c) for s in space.max_num_seqs for c in space.max_num_batched_tokens)
     cal_path = calibration_path or space.calibration
@@ -208,6 +214,8 @@ def build_candidates(cat: Catalog, model: ModelSpec, space: SearchSpace,
         # The file applies to the GPU it was measured on; the others keep their own.
         cal = calibration_for(cat, gpu, cal_path if cal_gpu == gpu.key else None)
         for base in _gpu_settings(cat, model, gpu, space):
+            if keep is not None and not keep(gpu, base):
+                continue
             group = _config_group(model, gpu, base, cal, combos, space)
             if group is not None:
                 groups.append(group)

@@ -43,27 +43,32 @@ def _search_model(lane: str) -> QueueModel:
 
 def _plain_fixed_point(q: QueueModel, lam: np.ndarray, every_row: bool
                        ) -> tuple[np.ndarray, np.ndarray]:
-    """Illinois regula falsi over every row, each row's bracket frozen once it is within
-    rounding or at an exact root (the rule of SteadyState._fixed_point, all rows evaluated at
-    each iteration)."""
+    """Regula falsi (Anderson-Bjorck weighting, T(_TAU_MAX_S) tried first) over every row,
+    each row's bracket frozen once it is within rounding or at an exact root (the rule of
+    SteadyState._fixed_point, all rows evaluated at each iteration)."""
     lo = np.zeros(np.broadcast_shapes(np.shape(lam), np.shape(q.cap)))
     g_lo = q._mean_step(lam, lo)["tau"] - lo
     hi = np.full_like(lo, st._TAU_MAX_S)
-    g_hi = q._mean_step(lam, hi)["tau"] - hi
+    first = q._mean_step(lam, hi)["tau"]  # T(_TAU_MAX_S): the first point tried
+    g_hi = first - hi
     exists = g_hi <= 0
     side = np.zeros_like(lo)
-    for _ in range(st._FP_ITERS_MAX):
+    for it in range(st._FP_ITERS_MAX):
         done = (hi - lo <= st._FP_ROUNDING_TOL * hi) | (g_hi == 0) | ~(exists | every_row)
         if np.all(done):
             break
         den = g_lo - g_hi
         x = np.where(den > 0, (lo * -g_hi + hi * g_lo) / np.where(den > 0, den, 1.0),
                      0.5 * (lo + hi))
+        if it == 0:  # where a fixed point exists
+            x = np.where(exists, first, x)
         x = np.clip(x, lo, hi)
         g = q._mean_step(lam, x)["tau"] - x
         pos, neg = (g > 0) & ~done, (g <= 0) & ~done
-        g_hi = np.where(pos & (side > 0), 0.5 * g_hi, g_hi)
-        g_lo = np.where(neg & (side < 0), 0.5 * g_lo, g_lo)
+        # Anderson-Bjorck: the end kept twice scaled by 1 - g / g(the end replaced)
+        m_hi, m_lo = 1 - g / np.where(g_lo != 0, g_lo, 1.0), 1 - g / np.where(g_hi != 0, g_hi, 1.0)
+        g_hi = np.where(pos & (side > 0), np.where(m_hi > 0, m_hi, 0.5) * g_hi, g_hi)
+        g_lo = np.where(neg & (side < 0), np.where(m_lo > 0, m_lo, 0.5) * g_lo, g_lo)
         lo, g_lo = np.where(pos, x, lo), np.where(pos, g, g_lo)
         hi, g_hi = np.where(neg, x, hi), np.where(neg, g, g_hi)
         side = np.where(pos, 1.0, np.where(neg, -1.0, side))

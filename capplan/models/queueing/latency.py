@@ -82,8 +82,8 @@ class QueueModel(SteadyState):
             t = self._mixed(b, np.maximum(lo, 1.0))[..., None]
         else:
             nodes = np.linspace(0.0, 1.0, _OWN_NODES + 1)
-            t_nodes = np.stack([self._mixed(b, np.maximum(lo + width * x, 1.0))
-                                for x in nodes], -1)
+            t_nodes = np.stack(self._steps(b, tuple(np.maximum(lo + width * x, 1.0)
+                                                     for x in nodes)), -1)
             pos = (np.minimum(prompt, budget[..., None]) - lo[..., None]) / np.maximum(
                 width[..., None], 1e-9) * _OWN_NODES
             i0 = np.clip(np.floor(pos), 0, _OWN_NODES - 1).astype(np.int64)
@@ -196,13 +196,8 @@ class QueueModel(SteadyState):
         b, budget, t_dec, t_pf = s["b"], s["budget"], s["t_dec"], s["t_pf"]
         inp, out = self.pf, self.out  # prefill work: the uncached prompt tokens
         # Own prefill: one mixed step when the prompt fits the budget, else full chunks.
-        t_full = self._mixed(b, budget)
-
-        def own(i: float) -> np.ndarray:
-            return np.where(i <= budget, self._mixed(b, np.minimum(i, budget)),
-                            i / budget * t_full)
-
-        own_mean = own(inp.mean)
+        t_full, t_own = self._steps(b, (budget, np.minimum(inp.mean, budget)))
+        own_mean = np.where(inp.mean <= budget, t_own, inp.mean / budget * t_full)
         # Prefill queue (M/G/1 over prompt tokens at the full-chunk rate R).
         rho_p, wq_p = prefill_wait_s(lam, inp, budget / t_full, self.ca2)
         # Concurrency cap (M/G/c): a request holds a slot for its prefill and its decode.

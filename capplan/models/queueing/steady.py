@@ -49,6 +49,20 @@ class Limits:
     """Tokens per KV block: a sequence holds whole blocks (1: counted in tokens)."""
 
 
+def _weigh(g: np.ndarray, ends: tuple[np.ndarray, np.ndarray],
+           stale: tuple[np.ndarray, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """(g_hi, g_lo) of a regula falsi bracket after a step to a point of value g: where the
+    same side was kept twice (`stale`: hi kept, lo kept), the kept end's g is scaled by the
+    Anderson-Bjorck factor 1 - g / g(the end x replaced), halved where that is not positive
+    (Anderson and Bjorck 1973; Illinois halves always)."""
+    g_lo, g_hi = ends
+    stale_hi, stale_lo = stale
+    m_hi = 1.0 - g / np.where(g_lo != 0, g_lo, 1.0)  # x replaced lo
+    m_lo = 1.0 - g / np.where(g_hi != 0, g_hi, 1.0)  # x replaced hi
+    return (np.where(stale_hi, np.where(m_hi > 0, m_hi, 0.5) * g_hi, g_hi),
+            np.where(stale_lo, np.where(m_lo > 0, m_lo, 0.5) * g_lo, g_lo))
+
+
 class SteadyState:
     """Mean steady state of one replica for given lengths and limits, and its stability."""
 
@@ -114,10 +128,22 @@ class SteadyState:
 
     # -- step times ------------------------------------------------------------------------
     def _decode(self, b: np.ndarray) -> np.ndarray:
+        return self.step.step(**self._decode_inputs(b), detail=False)["step_s"]
+
+    def _decode_inputs(self, b: np.ndarray) -> dict[str, np.ndarray]:
+        """A decode step of b sequences at the mean context."""
         w = self.step.window
-        return self.step.step(num_decode=b, decode_kv_tokens=b * self.ctx_mean,
-                              decode_kv_tokens_window=b * np.minimum(self.ctx_mean, w),
-                              detail=False)["step_s"]
+        return {"num_decode": b, "decode_kv_tokens": b * self.ctx_mean,
+                "decode_kv_tokens_window": b * np.minimum(self.ctx_mean, w)}
+
+    def _steps(self, b: np.ndarray, chunks: tuple[np.ndarray, ...], decode: bool = False
+               ) -> list[np.ndarray]:
+        """[_decode(b) when `decode`] + [_mixed(b, chunk) for each chunk], in one evaluation of
+        the step model where each chunk is one sequence's (StepModel.steps)."""
+        if self.pack_prompts or self._dp:
+            return [self._decode(b)] * decode + [self._mixed(b, c) for c in chunks]
+        calls = [self._decode_inputs(b)] * decode + [self._chunk_inputs(b, c) for c in chunks]
+        return self.step.steps(*calls)
 
     def _mixed(self, b: np.ndarray, chunk: np.ndarray) -> np.ndarray:
         """A step with b decode sequences and `chunk` prefill tokens (mean prefix); a
@@ -126,12 +152,12 @@ class SteadyState:
         Attention DP splits the chunk over the ranks, each its own sequences' chunk; a rank's
         chunk longer than a prompt packs whole prompts (chunk / prompt of them), whose causal
         pairs add per prompt, not as one sequence of the chunk's length (models/prefill.py)."""
+        if not (self.pack_prompts or self._dp):
+            return self.step.step(**self._chunk_inputs(b, chunk), detail=False)["step_s"]
         prefix = self.cached + np.maximum(self.pf.mean - chunk, 0.0) / 2
         if self.policy.prefill_first:
             b = np.zeros_like(np.asarray(b, float))
         dp_rows = np.asarray(self.step.attention_dp) > 1
-        if not (self.pack_prompts or self._dp):
-            return self._one_sequence_chunk(b, chunk, prefix)
         packed = packed_prefill_step(self.step, chunk, self.pf.mean, self.cached, b,
                                      b * self.ctx_mean)
         if self.pack_prompts or np.all(dp_rows):
@@ -144,6 +170,15 @@ class SteadyState:
         return self.step.prefill_chunk(chunk, prefix, num_decode=b,
                                        decode_kv_tokens=b * self.ctx_mean,
                                        detail=False)["step_s"]
+
+    def _chunk_inputs(self, b: np.ndarray, chunk: np.ndarray) -> dict[str, np.ndarray]:
+        """`_mixed`'s step where the chunk is one sequence's (after the mean prefix; a
+        prefill-first engine runs it without the decoders)."""
+        prefix = self.cached + np.maximum(self.pf.mean - chunk, 0.0) / 2
+        if self.policy.prefill_first:
+            b = np.zeros_like(np.asarray(b, float))
+        return self.step.prefill_chunk_inputs(chunk, prefix, num_decode=b,
+                                              decode_kv_tokens=b * self.ctx_mean)
 
     def _chunk_budget(self, b: np.ndarray) -> np.ndarray:
         if self.policy.prefill_first:  # the prefill step holds no decode tokens
@@ -174,8 +209,7 @@ class SteadyState:
             f = 1.0 - np.exp(-lam * tau * n)
         p_bar = lam * self.pf.mean * tau
         chunk = np.clip(p_bar / np.maximum(f, 1e-12), 1.0, budget)
-        t_dec = self._decode(b)
-        t_pf = self._mixed(b, chunk)
+        t_dec, t_pf = self._steps(b, (chunk,), decode=True)
         if not self.policy.chunked_prefill:  # a whole prompt per prefill step
             chunk = np.maximum(chunk, np.minimum(self.pf.mean, budget))
         mean = (1 - f) * t_dec + f * t_pf
@@ -195,10 +229,14 @@ class SteadyState:
         evaluation that set each row's tau, kept rather than computed again).
 
         g(tau) = T(tau) - tau is positive at tau = 0 and, when a fixed point exists, negative
-        at _TAU_MAX_S. T is close to affine in tau (B and P grow linearly with it), so the
-        Illinois variant of regula falsi converges in a few vectorised steps; near saturation
-        it can need more (up to _FP_ITERS_MAX; a stalled bracket left tau at _TAU_MAX_S: an
-        unstable verdict between two stable rates).
+        at _TAU_MAX_S. T is close to affine in tau (B and P grow linearly with it), so regula
+        falsi with the Anderson-Bjorck weighting converges in a few vectorised steps (Anderson
+        and Bjorck 1973: the stale end's g scaled by 1 - g(x) / g(replaced end), or halved as
+        Illinois where that is not positive); near saturation it can need more (up to
+        _FP_ITERS_MAX; a stalled bracket left tau at _TAU_MAX_S: an unstable verdict between two
+        stable rates). Where a fixed point exists the first point tried is T(_TAU_MAX_S), the
+        step with the batch and the chunks at their caps: T grows with tau, so it lies above
+        the root, much closer to it than _TAU_MAX_S.
 
         Each row stops on its own: once within _FP_ROUNDING_TOL, or at an exact root (g(hi) ==
         0: x = hi again, so hi stays), its bracket is frozen, so a row's answer does not depend
@@ -218,7 +256,8 @@ class SteadyState:
         exists = gb <= 0
         hi, sd, go_on = b, np.zeros_like(a), exists | every_row
         rows, part = np.arange(a.size), self._rows(np.arange(a.size), shape)
-        for _ in range(_FP_ITERS_MAX):
+        first = at_hi["tau"].copy()  # T(_TAU_MAX_S)
+        for it in range(_FP_ITERS_MAX):
             done = (b - a <= _FP_ROUNDING_TOL * b) | (gb == 0) | ~go_on
             if np.all(done):
                 break
@@ -231,16 +270,17 @@ class SteadyState:
             den = ga - gb
             x = np.where(den > 0, (a * -gb + b * ga) / np.where(den > 0, den, 1.0),
                          0.5 * (a + b))
+            if it == 0:  # where a fixed point exists (elsewhere T(_TAU_MAX_S) is above it)
+                x = np.where(gb <= 0, first[rows], x)
             x = np.clip(x, a, b)
             s = part._mean_step(lam_w, x)
             g = s["tau"] - x
             pos, neg = (g > 0) & ~done, (g <= 0) & ~done  # a done row's bracket stays
             moved = rows[neg]  # x is their new hi
             for k, v in s.items():
-                at_hi[k][moved] = np.broadcast_to(v, x.shape)[neg]
-            # Illinois: halve the stale end's g when the same side is kept twice.
-            gb = np.where(pos & (sd > 0), 0.5 * gb, gb)
-            ga = np.where(neg & (sd < 0), 0.5 * ga, ga)
+                at_hi[k][moved] = (v if np.shape(v) == x.shape else np.broadcast_to(v, x.shape)
+                                   )[neg]
+            gb, ga = _weigh(g, (ga, gb), (pos & (sd > 0), neg & (sd < 0)))
             a, ga = np.where(pos, x, a), np.where(pos, g, ga)
             b, gb = np.where(neg, x, b), np.where(neg, g, gb)
             sd = np.where(pos, 1.0, np.where(neg, -1.0, sd))
@@ -284,11 +324,10 @@ class SteadyState:
             lam = np.broadcast_to(lam, np.broadcast_shapes(lam.shape, np.shape(self.cap))).copy()
             tau, exists, s = self._fixed_point(lam, every_row=False)
             b, budget = s["b"], s["budget"]
-            t_full = self._mixed(b, budget)
             pf = self.pf.mean
+            t_full, t_own = self._steps(b, (budget, np.minimum(pf, budget)))
             rho_p = lam * pf * t_full / budget
-            own_mean = np.where(pf <= budget, self._mixed(b, np.minimum(pf, budget)),
-                                pf / budget * t_full)
+            own_mean = np.where(pf <= budget, t_own, pf / budget * t_full)
             # a request holds its slot for its prefill and its tokens' gaps (as at_rate)
             a = lam * (own_mean + self.dec_tokens * self.token_gap(s, tau))
             return self.whole_prompts_fit & exists & (rho_p < 1) & (
