@@ -310,11 +310,13 @@ def disaggregated(model: str, gpu: str, *, prefill_workers: int, decode_workers:
                   prefill: dict[str, Any] | None = None, decode: dict[str, Any] | None = None,
                   kv_link: str = "auto", calibration: str | Path | Any = None,
                   catalog_dirs: tuple[str, ...] = (), engine_notation: bool = False,
-                  catalog: Catalog | None = None, **options: Any) -> Any:
+                  catalog: Catalog | None = None, prefill_router: str = "round_robin",
+                  decode_router: str = "round_robin", **options: Any) -> Any:
     """A fixed disaggregated layout (capplan.plan.pd.PdLayout): `prefill_workers` x the
     deployment of `options` updated by `prefill` (e.g. {"tp": 8}), `decode_workers` x the same
     updated by `decode` (a pool may name its own "gpu"); the KV link `auto`, `nvlink` or
-    `network`."""
+    `network`; `prefill_router`, `decode_router`: how the replay's frontend places requests
+    on each pool's workers (capplan.sim.pd.ROUTERS: round_robin, random, least_loaded)."""
     from capplan.plan.pd import PdPools, build_layout
 
     for extra in (options, prefill or {}, decode or {}):
@@ -323,7 +325,8 @@ def disaggregated(model: str, gpu: str, *, prefill_workers: int, decode_workers:
             raise InputError(f"unknown engine option(s) {', '.join(unknown)}: expected "
                              f"{', '.join(_ENGINE_KEYS)}")
     pools = PdPools(prefill_workers=prefill_workers, decode_workers=decode_workers,
-                    prefill=dict(prefill or {}), decode=dict(decode or {}), kv_link=kv_link)
+                    prefill=dict(prefill or {}), decode=dict(decode or {}), kv_link=kv_link,
+                    prefill_router=prefill_router, decode_router=decode_router)
     return build_layout(catalog or load_catalog(catalog_dirs), model, gpu, pools,
                         calibration=calibration, engine_notation=engine_notation, **options)
 

@@ -42,6 +42,8 @@ this; a larger load is answered by the analytic solve alone and says so."""
 MEANS_SETTLED = 1e-3
 """The benchmark replay's passes end when its mean TTFT and mean E2E move by less than this
 share of the mean E2E from one pass to the next (capplan.sim.pd.replay_pd `means_settled`)."""
+SPEED_SPREAD = 0.0
+"""The range of the replayed workers' step-time factors (capplan.sim.pd.worker_speeds)."""
 BENCH_MAX_PASSES = 12
 """The benchmark replay stops after this many passes, unsettled (`replay_settled` False): with
 many decode workers the round-robin order moves between passes and the mean E2E can swing by
@@ -58,11 +60,16 @@ def replay_requests(concurrency: int | None, num_prompts: int | None = None) -> 
     return max(num_prompts or DEFAULT_PROMPTS, concurrency)
 
 
-def spec_of(layout: PdLayout, sim_engine: str = "auto") -> PdReplaySpec:
+def spec_of(layout: PdLayout, sim_engine: str = "auto", seed: int = 0) -> PdReplaySpec:
+    """The replay's spec of a layout: its pools, link and routers, the prefill profile's
+    request overhead, the workers' speeds spread over SPEED_SPREAD (seeded)."""
     overhead = float(np.asarray(layout.prefill.step.request_overhead_s))
     return PdReplaySpec(prefill=layout.prefill, prefill_workers=layout.prefill_workers,
                         decode=layout.decode, decode_workers=layout.decode_workers,
-                        link=layout.link, request_overhead_s=overhead, sim_engine=sim_engine)
+                        link=layout.link, request_overhead_s=overhead, sim_engine=sim_engine,
+                        prefill_router=layout.prefill_router,
+                        decode_router=layout.decode_router, speed_spread=SPEED_SPREAD,
+                        seed=seed)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -212,7 +219,7 @@ def benchmark_replay(layout: PdLayout, concurrency: int, input_len: str, output_
     # the passes end on the means (MEANS_SETTLED): a few passes, each of the replayed requests
     limits.check_cap("sim_tokens", float(np.sum(reqs.output_tokens)),
                      f"one pass of the benchmark replay ({n} requests)")
-    spec = spec_of(layout, sim_engine)
+    spec = spec_of(layout, sim_engine, seed)
     run = replay_pd(spec, reqs, means_settled=MEANS_SETTLED, max_passes=BENCH_MAX_PASSES)
     res = _result(layout, reqs, run, spec.request_overhead_s)
     ttft = run.first_token_at_s - run.sent_at_s + spec.request_overhead_s
