@@ -2,19 +2,29 @@
 link between them, under an open loop, a closed loop or a trace (docs/disaggregation.md).
 
 Per request, in the order the pieces run:
-1. the router sends it to prefill worker i mod P (round-robin in arrival order, as vLLM's
-   disaggregated proxy and the production stack's `RoundRobinRouter` do); the worker's engine
-   runs the prompt with a one-token output (vLLM's proxy sends the prefill with max_tokens=1;
-   SGLang and TensorRT-LLM context servers stop after the first token);
+1. the router places it on a prefill worker as it arrives (`route`, the spec's
+   `prefill_router`: by default a counter, request i of the arrival order on worker i mod P,
+   as Dynamo's frontend `--router-mode round-robin`, vLLM's disaggregated proxy and the
+   production stack's `RoundRobinRouter` do); the worker's engine runs the prompt with a
+   one-token output (vLLM's proxy sends the prefill with max_tokens=1; SGLang and
+   TensorRT-LLM context servers stop after the first token);
 2. its KV moves to the decode side: `kv_transfer_s` of the prompt over the layout's link, from
    the prefill step's end;
-3. the router sends it, in the order transfers end, to decode worker j mod D, whose engine
-   runs it with its prompt already computed: `KvPresentStep` costs the prompt's step as the
+3. the router places it on a decode worker (`decode_router`), as its prefill returns (the
+   default, Dynamo's PrefillRouter for vLLM and TensorRT-LLM) or as it arrived
+   (`decode_routed_at`), whose engine runs it with its prompt already computed: `KvPresentStep` costs the prompt's step as the
    last prompt token attending to the transferred KV (a connector's loaded tokens are a cache
    hit up to prompt - 1 tokens, vLLM KVConnector `get_num_new_matched_tokens`), and the decode
    engine's token budget holds every admitted prompt (no prompt chunk competes with decodes).
    The decode side's first step emits the token the client sees first; TBT and TPOT are the
    decode pool's.
+
+Each worker's steps may take a factor of their modelled time (`speed_spread`, `worker_speeds`:
+same-SKU GPUs differ by a few percent, SPEED_SPREAD); the engine runs on the arrivals divided
+by the factor and its record is scaled back (`_scaled`). A counter never misplaces a request
+while the workers are identical: in a closed loop the clients come back in the order they were
+placed. With workers a few percent apart they come back shuffled, and a counter can send a
+request to a worker whose slots are all busy, where it waits for a sequence to end.
 
 A closed loop of C clients couples the pools (a client sends its next request when its last one
 ends on the decode side), which engines run one at a time cannot see: the replay iterates.
