@@ -164,8 +164,8 @@ TensorRT-LLM, whose prefill runs first: docs/design_docs/disagg_serving.md)."""
 SPEED_SPREAD = 0.08
 """Reference spread of the speed of same-SKU GPUs: the average performance variation (max over
 min) across the GPUs of one cluster, 8% (Sinha et al., "Not All GPUs Are Created Equal",
-SC22, arXiv 2208.11035 abstract). `PdReplaySpec.speed_spread` draws each worker's step-time
-factor uniformly over a range this wide."""
+SC22, arXiv 2208.11035 abstract). `PdReplaySpec.speed_spread` spreads the workers' step-time
+factors uniformly over a range this wide (`worker_speeds`)."""
 
 
 def check_router(name: str, what: str = "router") -> str:
@@ -205,11 +205,13 @@ def route(policy: str, at_s: np.ndarray, workers: int, seed: int = 0,
 
 
 def worker_speeds(workers: int, spread: float, seed: int) -> np.ndarray:
-    """Each worker's step-time factor: uniform over [1 - spread / 2, 1 + spread / 2], seeded
-    (all 1 when `spread` is 0)."""
-    if spread <= 0:
+    """Each worker's step-time factor: the W quantiles (k + 1/2) / W of a uniform spread over
+    [1 - spread / 2, 1 + spread / 2], in a seeded order over the workers (every layout gets the
+    stated spread, not one draw's; all 1 when `spread` is 0 or W is 1)."""
+    if spread <= 0 or workers < 2:
         return np.ones(workers)
-    return 1.0 + spread * (np.random.default_rng(seed).random(workers) - 0.5)
+    q = (np.arange(workers) + 0.5) / workers - 0.5
+    return 1.0 + spread * np.random.default_rng(seed).permutation(q)
 
 
 def _scaled(rec: RunRecord, f: float) -> RunRecord:
