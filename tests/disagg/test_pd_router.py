@@ -85,7 +85,7 @@ def test_speed_spread_scales_each_worker_by_its_factor(batch1):
     # two requests at t = 0, one per decode worker: each one's decode time (first token to
     # last) is the identical workers' times the worker's factor
     reqs = Requests(np.zeros(2), np.full(2, 512), np.full(2, 32), np.zeros(2, np.int64))
-    base = replay_pd(spec_of(batch1), reqs)
+    base = replay_pd(replace(spec_of(batch1), speed_spread=0.0), reqs)
     spread = replay_pd(replace(spec_of(batch1), speed_spread=SPEED_SPREAD, seed=0), reqs)
     fd = worker_speeds(2, SPEED_SPREAD, seed=1)  # the decode pool's draw: seed + 1
     dec = lambda r: r.finished_at_s - r.first_token_at_s  # noqa: E731
