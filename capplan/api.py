@@ -349,7 +349,8 @@ def pd_latency(model: str, gpu: str, *, prefill_workers: int | None = None,
     closed_loop_latency: `num_prompts` requests, default 1000, or the protocol of the tool
     `benchmark` names; `seed`: the replay's arrivals and lengths). Neither worker count: a
     closed loop's implied counts, sized for `peak_concurrency` clients (default
-    `concurrency`; capplan.plan.pd.implied_workers; `data["implied_workers"]`)."""
+    `concurrency`; capplan.plan.pd.implied_workers; `data["implied_workers"]`).
+    `prefill_router`, `decode_router` (in `kw`): the replay's, as `disaggregated` takes them."""
     from capplan.plan.load import load_spec_from_options
     from capplan.plan.pd import implied_layout
     from capplan.plan.pd import pd_latency as _pd_latency
@@ -391,7 +392,8 @@ def pd_simulate(model: str, gpu: str, *, prefill_workers: int, decode_workers: i
     """Replay a fixed disaggregated layout step by step (capplan.sim.pd): the prefill pool runs
     the prompts, the KV moves over the link, the decode pool runs the outputs; open loop,
     closed loop (clients across both pools) or a trace. `data["pools"]` holds each pool's
-    figures and `data["saturated_pools"]` the pools that could not keep up."""
+    figures and `data["saturated_pools"]` the pools that could not keep up.
+    `prefill_router`, `decode_router` (in `kw`): as `disaggregated` takes them."""
     from capplan.plan.pd_sim import PdLoad, pd_requests, simulate_pd
 
     check_kwargs(rate=rate, concurrency=concurrency, burstiness=burstiness, requests=requests,

@@ -12,12 +12,12 @@ Per request, in the order the pieces run:
    the prefill step's end;
 3. the router places it on a decode worker (`decode_router`), as its prefill returns (the
    default, Dynamo's PrefillRouter for vLLM and TensorRT-LLM) or as it arrived
-   (`decode_routed_at`), whose engine runs it with its prompt already computed: `KvPresentStep` costs the prompt's step as the
-   last prompt token attending to the transferred KV (a connector's loaded tokens are a cache
-   hit up to prompt - 1 tokens, vLLM KVConnector `get_num_new_matched_tokens`), and the decode
-   engine's token budget holds every admitted prompt (no prompt chunk competes with decodes).
-   The decode side's first step emits the token the client sees first; TBT and TPOT are the
-   decode pool's.
+   (`decode_routed_at`), whose engine runs it with its prompt already computed:
+   `KvPresentStep` costs the prompt's step as the last prompt token attending to the
+   transferred KV (a connector's loaded tokens are a cache hit up to prompt - 1 tokens, vLLM
+   KVConnector `get_num_new_matched_tokens`), and the decode engine's token budget holds
+   every admitted prompt (no prompt chunk competes with decodes). The decode side's first
+   step emits the token the client sees first; TBT and TPOT are the decode pool's.
 
 Each worker's steps may take a factor of their modelled time (`speed_spread`, `worker_speeds`:
 same-SKU GPUs differ by a few percent, SPEED_SPREAD); the engine runs on the arrivals divided
