@@ -155,6 +155,8 @@ def _result(layout: PdLayout, reqs: Requests, run: PdReplay, overhead: float
         "load": (f"closed loop, {reqs.concurrency} clients" if closed else "open loop"),
         "replay_passes": run.passes, "replay_settled": run.settled,
         "answered_by": "replay",
+        "routing": {"prefill_router": layout.prefill_router,
+                    "decode_router": layout.decode_router, "worker_speed_spread": SPEED_SPREAD},
         "kv_link": {"name": layout.link.name, "bytes_per_s": layout.link.bytes_per_s,
                     "latency_s": layout.link.latency_s, "source": layout.link.source},
         "calibration": layout.decode.calibration.source,

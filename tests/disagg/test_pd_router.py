@@ -99,6 +99,8 @@ def test_router_options_cli_and_api(run_cli):
     ok = run_cli(*args, "--decode-router", "least_loaded", "--prefill-router", "random",
                  "--format", "json")
     assert ok.exit_code == 0 and ok.json()["num_requests"] == 30
+    assert ok.json()["routing"] == {"prefill_router": "random", "decode_router": "least_loaded",
+                                    "worker_speed_spread": SPEED_SPREAD}
     bad = run_cli(*args, "--decode-router", "fastest")
     assert bad.exit_code == 2 and "decode router 'fastest'" in bad.stderr
     assert len(bad.stderr.strip().splitlines()) == 1
