@@ -310,11 +310,13 @@ def disaggregated(model: str, gpu: str, *, prefill_workers: int, decode_workers:
                   prefill: dict[str, Any] | None = None, decode: dict[str, Any] | None = None,
                   kv_link: str = "auto", calibration: str | Path | Any = None,
                   catalog_dirs: tuple[str, ...] = (), engine_notation: bool = False,
-                  catalog: Catalog | None = None, **options: Any) -> Any:
+                  catalog: Catalog | None = None, prefill_router: str = "round_robin",
+                  decode_router: str = "round_robin", **options: Any) -> Any:
     """A fixed disaggregated layout (capplan.plan.pd.PdLayout): `prefill_workers` x the
     deployment of `options` updated by `prefill` (e.g. {"tp": 8}), `decode_workers` x the same
     updated by `decode` (a pool may name its own "gpu"); the KV link `auto`, `nvlink` or
-    `network`."""
+    `network`; `prefill_router`, `decode_router`: how the replay's frontend places requests
+    on each pool's workers (capplan.sim.pd.ROUTERS: round_robin, random, least_loaded)."""
     from capplan.plan.pd import PdPools, build_layout
 
     for extra in (options, prefill or {}, decode or {}):
@@ -323,7 +325,8 @@ def disaggregated(model: str, gpu: str, *, prefill_workers: int, decode_workers:
             raise InputError(f"unknown engine option(s) {', '.join(unknown)}: expected "
                              f"{', '.join(_ENGINE_KEYS)}")
     pools = PdPools(prefill_workers=prefill_workers, decode_workers=decode_workers,
-                    prefill=dict(prefill or {}), decode=dict(decode or {}), kv_link=kv_link)
+                    prefill=dict(prefill or {}), decode=dict(decode or {}), kv_link=kv_link,
+                    prefill_router=prefill_router, decode_router=decode_router)
     return build_layout(catalog or load_catalog(catalog_dirs), model, gpu, pools,
                         calibration=calibration, engine_notation=engine_notation, **options)
 
@@ -346,7 +349,8 @@ def pd_latency(model: str, gpu: str, *, prefill_workers: int | None = None,
     closed_loop_latency: `num_prompts` requests, default 1000, or the protocol of the tool
     `benchmark` names; `seed`: the replay's arrivals and lengths). Neither worker count: a
     closed loop's implied counts, sized for `peak_concurrency` clients (default
-    `concurrency`; capplan.plan.pd.implied_workers; `data["implied_workers"]`)."""
+    `concurrency`; capplan.plan.pd.implied_workers; `data["implied_workers"]`).
+    `prefill_router`, `decode_router` (in `kw`): the replay's, as `disaggregated` takes them."""
     from capplan.plan.load import load_spec_from_options
     from capplan.plan.pd import implied_layout
     from capplan.plan.pd import pd_latency as _pd_latency
@@ -388,7 +392,8 @@ def pd_simulate(model: str, gpu: str, *, prefill_workers: int, decode_workers: i
     """Replay a fixed disaggregated layout step by step (capplan.sim.pd): the prefill pool runs
     the prompts, the KV moves over the link, the decode pool runs the outputs; open loop,
     closed loop (clients across both pools) or a trace. `data["pools"]` holds each pool's
-    figures and `data["saturated_pools"]` the pools that could not keep up."""
+    figures and `data["saturated_pools"]` the pools that could not keep up.
+    `prefill_router`, `decode_router` (in `kw`): as `disaggregated` takes them."""
     from capplan.plan.pd_sim import PdLoad, pd_requests, simulate_pd
 
     check_kwargs(rate=rate, concurrency=concurrency, burstiness=burstiness, requests=requests,

@@ -46,6 +46,12 @@ def pd_options(f: Callable[..., Any]) -> Callable[..., Any]:
                              default="auto", show_default=True,
                              help="Disaggregated: the KV path from prefill to decode GPUs "
                                   "(auto: NVLink when both pools fit one NVLink domain)."))
+    for role in ("prefill", "decode"):
+        opts.append(click.option(
+            f"--{role}-router", default="round_robin", show_default=True,
+            help=f"Disaggregated replay: how the frontend places requests on the {role} "
+                 "workers: round_robin (a counter, Dynamo's default), random (seeded) or "
+                 "least_loaded (fewest in flight)."))
     opts.append(click.option("--peak-concurrency", type=CONCURRENCY, default=None,
                              help="Disaggregated, latency without worker counts: the clients "
                                   "the implied counts are sized for (a deployment's peak; "
@@ -63,6 +69,7 @@ def pop_pd(kw: dict[str, Any], implied: bool = False) -> dict[str, Any] | None:
     for role in ("prefill", "decode"):
         pools[role] = {k: kw.pop(f"{role}_{k}") for k in _ROLE_KEYS}
     link = kw.pop("kv_link")
+    routers = {f"{r}_router": kw.pop(f"{r}_router") for r in ("prefill", "decode")}
     peak = kw.pop("peak_concurrency", None)
     workers = {r: p.pop("workers") for r, p in pools.items()}
     given = any(workers.values()) or any(v is not None for p in pools.values()
@@ -83,7 +90,8 @@ def pop_pd(kw: dict[str, Any], implied: bool = False) -> dict[str, Any] | None:
     return {"prefill_workers": workers["prefill"], "decode_workers": workers["decode"],
             "prefill": {k: v for k, v in pools["prefill"].items() if v is not None},
             "decode": {k: v for k, v in pools["decode"].items() if v is not None},
-            "kv_link": link, **({"peak_concurrency": peak} if peak is not None else {})}
+            "kv_link": link, **routers,
+            **({"peak_concurrency": peak} if peak is not None else {})}
 
 
 def pd_table(res: dict[str, Any], fmt: str) -> str:

@@ -20,7 +20,7 @@ TPOT); a station at its bound holds the clients' queue and is named saturated.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -40,6 +40,7 @@ from capplan.plan.deployment import (
 )
 from capplan.plan.launch_multinode import pd_launch
 from capplan.plan.load import LoadSpec
+from capplan.sim.pd import check_router
 
 SATURATED_UTILIZATION = 0.97
 """A pool at this share of its capacity in a closed loop is where the clients queue."""
@@ -60,6 +61,11 @@ class PdLayout:
     decode: Deployment
     decode_workers: int
     link: Link
+    prefill_router: str = "round_robin"
+    """How the frontend places requests on the prefill workers (capplan.sim.pd.ROUTERS)."""
+    decode_router: str = "round_robin"
+    """How it places them on the decode workers (the replay's; the analytic solve spreads
+    the clients evenly)."""
 
     @property
     def gpus(self) -> int:
@@ -391,7 +397,8 @@ def with_implied_workers(layout: PdLayout, load: LoadSpec, link: str = "auto",
         raise InputError("implied worker counts need a closed loop (--concurrency C)")
     p, d = implied_workers(layout.prefill, layout.decode, load.input_stats, load.output_stats,
                            int(load.concurrency), link, peak_concurrency=peak_concurrency)
-    return make_layout(layout.prefill, p, layout.decode, d, link)
+    return replace(make_layout(layout.prefill, p, layout.decode, d, link),
+                   prefill_router=layout.prefill_router, decode_router=layout.decode_router)
 
 
 def _plain(res: dict[str, Any]) -> dict[str, Any]:
@@ -465,6 +472,8 @@ class PdPools:
     prefill: dict[str, Any] = field(default_factory=dict)
     decode: dict[str, Any] = field(default_factory=dict)
     kv_link: str = "auto"
+    prefill_router: str = "round_robin"
+    decode_router: str = "round_robin"
 
 
 def build_layout(cat: Any, model: str, gpu: str, pools: PdPools, *, calibration: Any = None,
@@ -492,7 +501,9 @@ def build_layout(cat: Any, model: str, gpu: str, pools: PdPools, *, calibration:
                              f"({dep.layout_text}): {dep.memory.reason}"
                              f"{_wider_hint(dep, role)}")
         deps.append(dep)
-    return make_layout(deps[0], prefill_workers, deps[1], decode_workers, kv_link)
+    return replace(make_layout(deps[0], prefill_workers, deps[1], decode_workers, kv_link),
+                   prefill_router=check_router(pools.prefill_router, "prefill router"),
+                   decode_router=check_router(pools.decode_router, "decode router"))
 
 
 def _wider_hint(dep: Deployment, role: str) -> str:

@@ -27,6 +27,7 @@ from capplan.plan.pd import DEFAULT_PROMPTS, PdLayout
 from capplan.plan.replay import TOLERANCE  # the aggregated check's: one bar for both
 from capplan.plan.simulation import mark_overload, workload_from_options
 from capplan.sim.metrics import step_summary, summarize, summary
+from capplan.sim.pd import SPEED_SPREAD as GPU_SPEED_SPREAD
 from capplan.sim.pd import PdReplay, PdReplaySpec, replay_pd
 from capplan.sim.protocol import PRESETS, BenchmarkRun, preset, request_tpot
 from capplan.sim.workload import Requests
@@ -42,6 +43,10 @@ this; a larger load is answered by the analytic solve alone and says so."""
 MEANS_SETTLED = 1e-3
 """The benchmark replay's passes end when its mean TTFT and mean E2E move by less than this
 share of the mean E2E from one pass to the next (capplan.sim.pd.replay_pd `means_settled`)."""
+SPEED_SPREAD = GPU_SPEED_SPREAD
+"""The range of the replayed workers' step-time factors (capplan.sim.pd.worker_speeds): the
+published spread of same-SKU GPUs (capplan.sim.pd.SPEED_SPREAD), so that clients come back
+shuffled and the round-robin counter misplaces requests as on real workers."""
 BENCH_MAX_PASSES = 12
 """The benchmark replay stops after this many passes, unsettled (`replay_settled` False): with
 many decode workers the round-robin order moves between passes and the mean E2E can swing by
@@ -58,11 +63,21 @@ def replay_requests(concurrency: int | None, num_prompts: int | None = None) -> 
     return max(num_prompts or DEFAULT_PROMPTS, concurrency)
 
 
-def spec_of(layout: PdLayout, sim_engine: str = "auto") -> PdReplaySpec:
+def spec_of(layout: PdLayout, sim_engine: str = "auto", seed: int = 0) -> PdReplaySpec:
+    """The replay's spec of a layout: its pools, link and routers, the prefill profile's
+    request overhead, the workers' speeds spread over SPEED_SPREAD (seeded). Dynamo's
+    PrefillRouter places an SGLang request's decode worker with its prefill worker (SGLang's
+    prefill runs as a background task), a vLLM or TensorRT-LLM one's when the prefill returns
+    (Dynamo design note "Dynamo Disaggregation", Router Orchestration)."""
     overhead = float(np.asarray(layout.prefill.step.request_overhead_s))
     return PdReplaySpec(prefill=layout.prefill, prefill_workers=layout.prefill_workers,
                         decode=layout.decode, decode_workers=layout.decode_workers,
-                        link=layout.link, request_overhead_s=overhead, sim_engine=sim_engine)
+                        link=layout.link, request_overhead_s=overhead, sim_engine=sim_engine,
+                        prefill_router=layout.prefill_router,
+                        decode_router=layout.decode_router, decode_routed_at=(
+                            "arrival" if layout.decode.settings.engine == "sglang"
+                            else "prefill_done"),
+                        speed_spread=SPEED_SPREAD, seed=seed)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -140,6 +155,8 @@ def _result(layout: PdLayout, reqs: Requests, run: PdReplay, overhead: float
         "load": (f"closed loop, {reqs.concurrency} clients" if closed else "open loop"),
         "replay_passes": run.passes, "replay_settled": run.settled,
         "answered_by": "replay",
+        "routing": {"prefill_router": layout.prefill_router,
+                    "decode_router": layout.decode_router, "worker_speed_spread": SPEED_SPREAD},
         "kv_link": {"name": layout.link.name, "bytes_per_s": layout.link.bytes_per_s,
                     "latency_s": layout.link.latency_s, "source": layout.link.source},
         "calibration": layout.decode.calibration.source,
@@ -212,7 +229,7 @@ def benchmark_replay(layout: PdLayout, concurrency: int, input_len: str, output_
     # the passes end on the means (MEANS_SETTLED): a few passes, each of the replayed requests
     limits.check_cap("sim_tokens", float(np.sum(reqs.output_tokens)),
                      f"one pass of the benchmark replay ({n} requests)")
-    spec = spec_of(layout, sim_engine)
+    spec = spec_of(layout, sim_engine, seed)
     run = replay_pd(spec, reqs, means_settled=MEANS_SETTLED, max_passes=BENCH_MAX_PASSES)
     res = _result(layout, reqs, run, spec.request_overhead_s)
     ttft = run.first_token_at_s - run.sent_at_s + spec.request_overhead_s

@@ -2,19 +2,29 @@
 link between them, under an open loop, a closed loop or a trace (docs/disaggregation.md).
 
 Per request, in the order the pieces run:
-1. the router sends it to prefill worker i mod P (round-robin in arrival order, as vLLM's
-   disaggregated proxy and the production stack's `RoundRobinRouter` do); the worker's engine
-   runs the prompt with a one-token output (vLLM's proxy sends the prefill with max_tokens=1;
-   SGLang and TensorRT-LLM context servers stop after the first token);
+1. the router places it on a prefill worker as it arrives (`route`, the spec's
+   `prefill_router`: by default a counter, request i of the arrival order on worker i mod P,
+   as Dynamo's frontend `--router-mode round-robin`, vLLM's disaggregated proxy and the
+   production stack's `RoundRobinRouter` do); the worker's engine runs the prompt with a
+   one-token output (vLLM's proxy sends the prefill with max_tokens=1; SGLang and
+   TensorRT-LLM context servers stop after the first token);
 2. its KV moves to the decode side: `kv_transfer_s` of the prompt over the layout's link, from
    the prefill step's end;
-3. the router sends it, in the order transfers end, to decode worker j mod D, whose engine
-   runs it with its prompt already computed: `KvPresentStep` costs the prompt's step as the
-   last prompt token attending to the transferred KV (a connector's loaded tokens are a cache
-   hit up to prompt - 1 tokens, vLLM KVConnector `get_num_new_matched_tokens`), and the decode
-   engine's token budget holds every admitted prompt (no prompt chunk competes with decodes).
-   The decode side's first step emits the token the client sees first; TBT and TPOT are the
-   decode pool's.
+3. the router places it on a decode worker (`decode_router`), as its prefill returns (the
+   default, Dynamo's PrefillRouter for vLLM and TensorRT-LLM) or as it arrived
+   (`decode_routed_at`), whose engine runs it with its prompt already computed:
+   `KvPresentStep` costs the prompt's step as the last prompt token attending to the
+   transferred KV (a connector's loaded tokens are a cache hit up to prompt - 1 tokens, vLLM
+   KVConnector `get_num_new_matched_tokens`), and the decode engine's token budget holds
+   every admitted prompt (no prompt chunk competes with decodes). The decode side's first
+   step emits the token the client sees first; TBT and TPOT are the decode pool's.
+
+Each worker's steps may take a factor of their modelled time (`speed_spread`, `worker_speeds`:
+same-SKU GPUs differ by a few percent, SPEED_SPREAD); the engine runs on the arrivals divided
+by the factor and its record is scaled back (`_scaled`). A counter never misplaces a request
+while the workers are identical: in a closed loop the clients come back in the order they were
+placed. With workers a few percent apart they come back shuffled, and a counter can send a
+request to a worker whose slots are all busy, where it waits for a sequence to end.
 
 A closed loop of C clients couples the pools (a client sends its next request when its last one
 ends on the decode side), which engines run one at a time cannot see: the replay iterates.
@@ -34,6 +44,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from capplan.errors import InputError
 from capplan.models.disagg import Link, kv_transfer_s
 from capplan.sim.entities import RunRecord
 from capplan.sim.workload import Requests
@@ -41,7 +52,8 @@ from capplan.sim.workload import Requests
 if TYPE_CHECKING:
     from capplan.plan.deployment import Deployment
 
-__all__ = ["KvPresentStep", "PdReplay", "PdReplaySpec", "replay_pd"]
+__all__ = ["ROUTERS", "KvPresentStep", "PdReplay", "PdReplaySpec", "check_router", "replay_pd",
+           "route"]
 
 MAX_PASSES = 400
 """Closed loop: the replay stops iterating after this many passes (each pass runs both pools
@@ -92,6 +104,17 @@ class PdReplaySpec:
     """The client's cost outside engine steps (once per request; closed loop: the delay
     before a client's next request reaches the router)."""
     sim_engine: str = "auto"
+    prefill_router: str = "round_robin"
+    """How the prefill workers are chosen (ROUTERS), as requests reach the frontend."""
+    decode_router: str = "round_robin"
+    """How the decode workers are chosen (ROUTERS), at `decode_routed_at`."""
+    decode_routed_at: str = "prefill_done"
+    """When the decode router places a request (DECODE_ROUTED_AT)."""
+    speed_spread: float = 0.0
+    """The range of the workers' step-time factors (`worker_speeds`; SPEED_SPREAD is the
+    published figure); 0: identical workers."""
+    seed: int = 0
+    """Seeds the `random` router's draws and the workers' speeds (the same every pass)."""
 
 
 @dataclass
@@ -128,36 +151,126 @@ def _engine(dep: Deployment, kv_present: bool, sim_engine: str) -> Any:
     return eng
 
 
-def _run_pool(dep: Deployment, workers: int, at_s: np.ndarray, inp: np.ndarray,
-              out: np.ndarray, kv_present: bool, sim_engine: str
-              ) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[tuple[np.ndarray, RunRecord]]]:
-    """Route requests round-robin in the order they reach the pool and run each worker:
-    (worker, first token at, finished at, runs) per request."""
+ROUTERS = ("round_robin", "random", "least_loaded")
+"""How a router places a request on a pool's workers (`route`): `round_robin`, a counter over
+the workers in the order requests reach the router (Dynamo's frontend default,
+`--router-mode round-robin`); `random`, a seeded uniform draw per request; `least_loaded`,
+the worker with the fewest of the pool's requests in flight when the request reaches it."""
+DECODE_ROUTED_AT = ("arrival", "prefill_done")
+"""When the decode router places a request: `arrival`, as the request reaches the frontend
+(with its prefill worker; Dynamo's PrefillRouter for SGLang, whose prefill runs as a
+background task); `prefill_done`, as its prefill returns (Dynamo's PrefillRouter for vLLM and
+TensorRT-LLM, whose prefill runs first: docs/design_docs/disagg_serving.md)."""
+SPEED_SPREAD = 0.08
+"""Reference spread of the speed of same-SKU GPUs: the average performance variation (max over
+min) across the GPUs of one cluster, 8% (Sinha et al., "Not All GPUs Are Created Equal",
+SC22, arXiv 2208.11035 abstract). `PdReplaySpec.speed_spread` spreads the workers' step-time
+factors uniformly over a range this wide (`worker_speeds`)."""
+
+
+def check_router(name: str, what: str = "router") -> str:
+    """`name` if it is one of ROUTERS, else an InputError naming the choices."""
+    if name not in ROUTERS:
+        raise InputError(f"{what} {name!r}: expected one of {', '.join(ROUTERS)}")
+    return name
+
+
+def route(policy: str, at_s: np.ndarray, workers: int, seed: int = 0,
+          done_s: np.ndarray | None = None) -> np.ndarray:
+    """The worker of each request under `policy` (ROUTERS), requests reaching the router at
+    `at_s` (ties in the requests' order). `least_loaded` counts a worker's earlier requests
+    whose `done_s` (the pool's finish times of the previous pass; None: none finished yet)
+    is after the request's time, and takes the lowest-numbered worker of the fewest."""
     n = len(at_s)
     order = np.argsort(at_s, kind="stable")
     worker = np.empty(n, np.int64)
-    worker[order] = np.arange(n) % workers
+    if policy == "round_robin":
+        worker[order] = np.arange(n) % workers
+    elif policy == "random":
+        worker[:] = np.random.default_rng(seed).integers(0, workers, n)
+    else:
+        import heapq
+
+        busy: list[list[float]] = [[] for _ in range(workers)]
+        done = np.full(n, math.inf) if done_s is None else np.asarray(done_s, float)
+        for i in order:
+            t = at_s[i]
+            for h in busy:
+                while h and h[0] <= t:
+                    heapq.heappop(h)
+            w = min(range(workers), key=lambda k: len(busy[k]))
+            worker[i] = w
+            heapq.heappush(busy[w], done[i] if math.isfinite(done[i]) else math.inf)
+    return worker
+
+
+def worker_speeds(workers: int, spread: float, seed: int) -> np.ndarray:
+    """Each worker's step-time factor: the W quantiles (k + 1/2) / W of a uniform spread over
+    [1 - spread / 2, 1 + spread / 2], in a seeded order over the workers (every layout gets the
+    stated spread, not one draw's; all 1 when `spread` is 0 or W is 1)."""
+    if spread <= 0 or workers < 2:
+        return np.ones(workers)
+    q = (np.arange(workers) + 0.5) / workers - 0.5
+    return 1.0 + spread * np.random.default_rng(seed).permutation(q)
+
+
+def _scaled(rec: RunRecord, f: float) -> RunRecord:
+    """A run's record with every time and duration multiplied by `f`: the run of an engine
+    whose steps all take `f` times as long, on arrivals `f` times as late (the engine's
+    clock only advances by steps, so the schedule is the same)."""
+    if f == 1.0:
+        return rec
+    from dataclasses import replace
+
+    times = ("arrival_at_s", "admitted_at_s", "first_token_at_s", "finished_at_s",
+             "step_start_s", "step_dur_s", "step_tbt_gap_s", "extra_gaps_s")
+    kw: dict[str, Any] = {k: np.asarray(getattr(rec, k)) * f for k in times}
+    if rec.steps is not None:
+        st = rec.steps
+        kw["steps"] = replace(st, tbt_gap_s=st.tbt_gap_s * f, running_s=st.running_s * f,
+                              in_system_s=st.in_system_s * f,
+                              series_start_s=st.series_start_s * f)
+    return replace(rec, **kw)
+
+
+def _run_pool(dep: Deployment, worker: np.ndarray, at_s: np.ndarray, inp: np.ndarray,
+              out: np.ndarray, kv_present: bool, sim_engine: str, speeds: np.ndarray
+              ) -> tuple[np.ndarray, np.ndarray, list[tuple[np.ndarray, RunRecord]]]:
+    """Run each worker of a pool on the requests routed to it (`worker`), requests reaching
+    it at `at_s`, worker w's steps `speeds[w]` times as long: (first token at, finished at,
+    runs) per request."""
+    n = len(at_s)
+    order = np.argsort(at_s, kind="stable")
     first, done = np.full(n, np.nan), np.full(n, np.nan)
     runs = []
-    for w in range(workers):
+    for w, f in enumerate(speeds):
         idx = order[worker[order] == w]
         if not len(idx):
             continue
-        reqs = Requests(at_s[idx], inp[idx], out[idx], np.zeros(len(idx), np.int64))
-        rec = _engine(dep, kv_present, sim_engine).run(reqs)
+        reqs = Requests(at_s[idx] / f, inp[idx], out[idx], np.zeros(len(idx), np.int64))
+        rec = _scaled(_engine(dep, kv_present, sim_engine).run(reqs), float(f))
         first[idx], done[idx] = rec.first_token_at_s, rec.finished_at_s
         runs.append((idx, rec))
-    return worker, first, done, runs
+    return first, done, runs
 
 
-def _pipeline(spec: PdReplaySpec, sent: np.ndarray, inp: np.ndarray, out: np.ndarray
-              ) -> PdReplay:
-    pw, _, pdone, pruns = _run_pool(spec.prefill, spec.prefill_workers, sent, inp,
-                                    np.ones_like(out), False, spec.sim_engine)
+def _pipeline(spec: PdReplaySpec, sent: np.ndarray, inp: np.ndarray, out: np.ndarray,
+              last: PdReplay | None = None) -> PdReplay:
+    """One pass: both pools on the sending times `sent` (`last`: the previous pass, whose
+    finish times a `least_loaded` router counts)."""
+    pw = route(spec.prefill_router, sent, spec.prefill_workers, spec.seed,
+               None if last is None else last.prefill_done_at_s)
+    pspeed = worker_speeds(spec.prefill_workers, spec.speed_spread, spec.seed)
+    _, pdone, pruns = _run_pool(spec.prefill, pw, sent, inp, np.ones_like(out), False,
+                                spec.sim_engine, pspeed)
     kv = spec.decode.memory.kv_bytes_per_token_per_gpu
     ready = pdone + kv_transfer_s(inp, kv, spec.link)
-    dw, first, done, druns = _run_pool(spec.decode, spec.decode_workers, ready, inp, out,
-                                       True, spec.sim_engine)
+    routed_at = sent if spec.decode_routed_at == "arrival" else pdone
+    dw = route(spec.decode_router, routed_at, spec.decode_workers, spec.seed + 1,
+               None if last is None else last.finished_at_s)
+    dspeed = worker_speeds(spec.decode_workers, spec.speed_spread, spec.seed + 1)
+    first, done, druns = _run_pool(spec.decode, dw, ready, inp, out, True, spec.sim_engine,
+                                   dspeed)
     return PdReplay(sent, pdone, ready, first, done, pw, dw, pruns, druns)
 
 
@@ -179,12 +292,24 @@ def replay_pd(spec: PdReplaySpec, reqs: Requests, means_settled: float | None = 
     out = np.asarray(reqs.output_tokens, np.int64)
     c = reqs.concurrency
     if c is None:
-        return _pipeline(spec, np.asarray(reqs.arrival_at_s, float), inp, out)
+        at = np.asarray(reqs.arrival_at_s, float)
+        run = _pipeline(spec, at, inp, out)
+        if "least_loaded" in (spec.prefill_router, spec.decode_router):
+            for k in range(2, max_passes + 1):  # the loads counted from the last pass's ends
+                nxt = _pipeline(spec, at, inp, out, run)
+                nxt.passes = k
+                if np.array_equal(nxt.prefill_worker, run.prefill_worker) and \
+                        np.array_equal(nxt.decode_worker, run.decode_worker):
+                    return nxt
+                run = nxt
+            run.settled = False
+        return run
     n = len(inp)
     sent = np.zeros(n)
     last = None
+    run = None
     for k in range(1, max_passes + 1):
-        run = _pipeline(spec, sent, inp, out)
+        run = _pipeline(spec, sent, inp, out, run)
         nxt = np.zeros(n)
         if n > c:
             nxt[c:] = np.sort(run.finished_at_s + spec.request_overhead_s)[:n - c]

@@ -78,22 +78,27 @@ def llama_layout():
                          decode_workers=2)
 
 
-def test_truncated_replay_matches_the_whole_run(llama_layout):
+@pytest.mark.parametrize("spread, tol", [(0.0, 0.02), (None, 0.10)])
+def test_truncated_replay_matches_the_whole_run(llama_layout, monkeypatch, spread, tol):
     # 24 clients, 20 rounds: the replay of the wave and 4 rounds, rounds 5-20 at the mean of
-    # rounds 2-4, against all 480 requests replayed (the later rounds of a steady loop repeat
-    # themselves: within 2% on the means)
+    # rounds 2-4, against all 480 requests replayed. Identical workers: the later rounds of a
+    # steady loop repeat themselves (within 2% on the means). Workers 8% apart (the default):
+    # the counter's waits settle over more rounds (TTFT 7.5% above the whole run's here)
+    from capplan.plan import pd_sim
+
+    if spread is not None:
+        monkeypatch.setattr(pd_sim, "SPEED_SPREAD", spread)
     c = 24
     cut = benchmark_replay(llama_layout, c, "2048", "128", 20 * c)
     short = benchmark_replay(llama_layout, c, "2048", "128", 4 * c)  # 4 rounds: replayed whole
-    from capplan.plan.pd_sim import PdLoad, pd_requests, simulate_pd
-    reqs, _ = pd_requests(llama_layout, PdLoad(concurrency=c, input_len="2048",
-                                               output_len="128", requests=20 * c))
-    full = simulate_pd(llama_layout, reqs)
+    reqs, _ = pd_sim.pd_requests(llama_layout, pd_sim.PdLoad(
+        concurrency=c, input_len="2048", output_len="128", requests=20 * c))
+    full = pd_sim.simulate_pd(llama_layout, reqs)
     assert cut["benchmark_replay"]["extrapolated"]
     assert not short["benchmark_replay"]["extrapolated"]
     assert full["replay_settled"]
     for key in ("ttft_s", "tpot_s", "e2e_s"):
-        assert cut[key]["mean"] == pytest.approx(full[key]["mean"], rel=0.02), key
+        assert cut[key]["mean"] == pytest.approx(full[key]["mean"], rel=tol), key
 
 
 def test_latency_closed_loop_answers_with_the_benchmark_replay(llama_layout, run_cli):

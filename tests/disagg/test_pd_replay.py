@@ -4,6 +4,8 @@ saturation named by pool, and the CLI / API."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -48,7 +50,7 @@ def test_kv_present_step_costs_the_last_prompt_token(layout):
 def test_ttft_is_its_stages_and_the_transfer_is_the_link(layout):
     n = 40
     at = np.arange(n) * 0.5  # 2 req/s: far below either pool's capacity
-    run = replay_pd(spec_of(layout), _reqs(n, 1024, 64, at))
+    run = replay_pd(replace(spec_of(layout), speed_spread=0.0), _reqs(n, 1024, 64, at))
     # KV over NVLink: 32 layers x 8 KV heads x 128 x 2 (K, V) x 2 B = 131,072 B per token;
     # 1024 tokens = 134,217,728 B over the catalog's 450 GB/s plus 10 us
     assert layout.decode.memory.kv_bytes_per_token_per_gpu == 131072
@@ -59,8 +61,8 @@ def test_ttft_is_its_stages_and_the_transfer_is_the_link(layout):
                                                           > run.decode_ready_at_s)
     # round-robin: the decode workers alternate in the order transfers end
     assert set(run.decode_worker[:2]) == {0, 1}
-    # one request at a time on a decode worker: its token gap is the step model's decode step
-    # at batch 1 (the context grows from 1024 to 1088 tokens)
+    # one request at a time on a decode worker (identical workers): its token gap is the step
+    # model's decode step at batch 1 (the context grows from 1024 to 1088 tokens)
     tpot = (run.finished_at_s - run.first_token_at_s) / 63
     step = float(layout.decode.step.decode_step(1, 1024 + 32)["step_s"])
     np.testing.assert_allclose(tpot, step, rtol=0.02)
