@@ -123,7 +123,40 @@ def pd_launch(layout: Any, engine: str | None = None) -> dict[str, list[str]]:
     pre = [30000 + i for i in range(layout.prefill_workers)]
     dec = [31000 + j for j in range(layout.decode_workers)]
     build = {"sglang": _pd_sglang, "trtllm": _pd_trtllm}.get(eng, _pd_vllm)
-    return build(layout.prefill, layout.decode, pre, dec)
+    out = build(layout.prefill, layout.decode, pre, dec)
+    routers = (getattr(layout, "prefill_router", "round_robin"),
+               getattr(layout, "decode_router", "round_robin"))
+    out["router"] = [_with_routers(eng, out["router"][0], *routers)]
+    return out
+
+
+# Each front end's name for the replay's routers (capplan.sim.pd.ROUTERS), None where it has
+# none: sglang_router `--prefill-policy/--decode-policy` random|round_robin|cache_aware|
+# power_of_two (its default cache_aware); TensorRT-LLM's disaggregated server
+# `router.type` round_robin (default)|load_balancing (fewest requests in flight)|
+# kv_cache_aware (tensorrt_llm/serve/router.py create_router); vLLM's NIXL proxy cycles
+# through its workers (toy_proxy_server.py get_next_client: round-robin only).
+_ROUTER_NAMES = {"sglang": {"round_robin": "round_robin", "random": "random"},
+                 "trtllm": {"round_robin": "round_robin", "least_loaded": "load_balancing"},
+                 "vllm": {"round_robin": "round_robin"}}
+
+
+def _with_routers(eng: str, line: str, prefill: str, decode: str) -> str:
+    """The front end's line set to the routers the replay assumed (`_ROUTER_NAMES`), with a
+    note for a router the front end does not have."""
+    names = _ROUTER_NAMES.get(eng, _ROUTER_NAMES["vllm"])
+    missing = [f"{role} {r}" for role, r in (("prefill", prefill), ("decode", decode))
+               if r not in names]
+    if eng == "sglang":
+        line += (f" --prefill-policy {names.get(prefill, 'round_robin')}"
+                 f" --decode-policy {names.get(decode, 'round_robin')}")
+    elif eng == "trtllm":
+        line += (f", context_servers router type {names.get(prefill, 'round_robin')}, "
+                 f"generation_servers router type {names.get(decode, 'round_robin')}")
+    if missing:
+        line += (f"  # this front end has no {' / '.join(missing)} router: "
+                 "round-robin is launched; the replay's figures assumed the router asked for")
+    return line
 
 
 def _pd_sglang(p: Deployment, d: Deployment, pre: list[int], dec: list[int]

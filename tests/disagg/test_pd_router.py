@@ -111,3 +111,35 @@ def test_router_options_cli_and_api(run_cli):
     with pytest.raises(InputError, match="prefill router"):
         disaggregated("llama-3.1-8b", "h100-sxm", prefill_workers=1, decode_workers=1,
                       max_model_len=8192, prefill_router="least-loaded")
+
+
+@pytest.mark.parametrize(("engine", "prefill", "decode", "want", "note"), [
+    # sglang_router's own default is cache_aware: the line names what the replay assumed
+    ("sglang", "round_robin", "round_robin",
+     {"--prefill-policy": "round_robin", "--decode-policy": "round_robin"}, False),
+    ("sglang", "random", "least_loaded",
+     {"--prefill-policy": "random", "--decode-policy": "round_robin"}, True),
+    ("trtllm", "round_robin", "least_loaded",
+     "context_servers router type round_robin, generation_servers router type load_balancing",
+     False),
+    ("vllm", "round_robin", "random", None, True),  # the NIXL proxy cycles only
+])
+def test_front_end_line_names_the_routers(engine, prefill, decode, want, note):
+    import shlex
+
+    from capplan.plan.launch_multinode import pd_launch
+
+    lay = disaggregated("llama-3.1-8b", "h100-sxm", prefill_workers=2, decode_workers=2,
+                        max_model_len=8192, engine=engine, prefill_router=prefill,
+                        decode_router=decode)
+    (line,) = pd_launch(lay)["router"]
+    if engine == "sglang":
+        words = shlex.split(line, comments=True)
+        assert words[:3] == ["python", "-m", "sglang_router.launch_router"]
+        for flag, value in want.items():
+            assert words[words.index(flag) + 1] == value
+    elif engine == "trtllm":
+        assert want in line
+    assert ("this front end has no" in line) is note
+    if note:  # the router it lacks is named
+        assert ("least_loaded" in line) if decode == "least_loaded" else ("random" in line)
