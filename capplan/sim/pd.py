@@ -38,8 +38,9 @@ decode step (`replay_pd`'s `means_settled` ends there instead).
 
 from __future__ import annotations
 
+import heapq
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -189,8 +190,6 @@ def route(policy: str, at_s: np.ndarray, workers: int, seed: int = 0,
     elif policy == "random":
         worker[:] = np.random.default_rng(seed).integers(0, workers, n)
     else:
-        import heapq
-
         busy: list[list[float]] = [[] for _ in range(workers)]
         done = np.full(n, math.inf) if done_s is None else np.asarray(done_s, float)
         for i in order:
@@ -220,8 +219,6 @@ def _scaled(rec: RunRecord, f: float) -> RunRecord:
     clock only advances by steps, so the schedule is the same)."""
     if f == 1.0:
         return rec
-    from dataclasses import replace
-
     times = ("arrival_at_s", "admitted_at_s", "first_token_at_s", "finished_at_s",
              "step_start_s", "step_dur_s", "step_tbt_gap_s", "extra_gaps_s")
     kw: dict[str, Any] = {k: np.asarray(getattr(rec, k)) * f for k in times}
