@@ -153,23 +153,18 @@ class SteadyState:
         chunk longer than a prompt packs whole prompts (chunk / prompt of them), whose causal
         pairs add per prompt, not as one sequence of the chunk's length (models/prefill.py)."""
         if not (self.pack_prompts or self._dp):
-            return self.step.step(**self._chunk_inputs(b, chunk), detail=False)["step_s"]
-        prefix = self.cached + np.maximum(self.pf.mean - chunk, 0.0) / 2
-        if self.policy.prefill_first:
-            b = np.zeros_like(np.asarray(b, float))
+            return self._one_sequence_chunk(b, chunk)
         dp_rows = np.asarray(self.step.attention_dp) > 1
-        packed = packed_prefill_step(self.step, chunk, self.pf.mean, self.cached, b,
-                                     b * self.ctx_mean)
+        pb = np.zeros_like(np.asarray(b, float)) if self.policy.prefill_first else b
+        packed = packed_prefill_step(self.step, chunk, self.pf.mean, self.cached, pb,
+                                     pb * self.ctx_mean)
         if self.pack_prompts or np.all(dp_rows):
             return packed
         # a search holding attention-DP and plain rows: each row costed as it would be alone
-        return np.where(dp_rows, packed, self._one_sequence_chunk(b, chunk, prefix))
+        return np.where(dp_rows, packed, self._one_sequence_chunk(b, chunk))
 
-    def _one_sequence_chunk(self, b: np.ndarray, chunk: np.ndarray, prefix: np.ndarray
-                            ) -> np.ndarray:
-        return self.step.prefill_chunk(chunk, prefix, num_decode=b,
-                                       decode_kv_tokens=b * self.ctx_mean,
-                                       detail=False)["step_s"]
+    def _one_sequence_chunk(self, b: np.ndarray, chunk: np.ndarray) -> np.ndarray:
+        return self.step.step(**self._chunk_inputs(b, chunk), detail=False)["step_s"]
 
     def _chunk_inputs(self, b: np.ndarray, chunk: np.ndarray) -> dict[str, np.ndarray]:
         """`_mixed`'s step where the chunk is one sequence's (after the mean prefix; a
