@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from capplan.api_checks import check_kwargs, check_names
 from capplan.catalog.loader import Catalog, load_catalog
@@ -30,7 +30,9 @@ from capplan.errors import InputError, one_line_error
 from capplan.export.json_export import jsonable as _jsonable
 from capplan.plan.deployment import Deployment, EngineOptions, resolve_deployment
 from capplan.plan.images import with_images
-from capplan.plan.result import PlanResult
+
+if TYPE_CHECKING:  # the planner's result: imported by the functions that plan
+    from capplan.plan.result import PlanResult
 
 _ENGINE_KEYS = tuple(f.name for f in fields(EngineOptions))
 

@@ -13,8 +13,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import click
-import tabulate as tabulate_module
-from tabulate import tabulate
 
 FORMATS = ("table", "json", "csv", "markdown")
 
@@ -56,6 +54,8 @@ def render_rows(rows: Sequence[dict[str, Any]], columns: Sequence[Column], fmt: 
         for r in rows:
             w.writerow([_cell(c, r) for c in columns])
         return buf.getvalue().rstrip("\n")
+    import tabulate as tabulate_module  # a text table only (JSON and CSV answers need none)
+
     table = [[_cell(c, r) for c in columns] for r in rows]
     floatfmt = tuple(c.fmt for c in columns)
     tablefmt = "github" if fmt == "markdown" else "simple"
@@ -64,8 +64,9 @@ def render_rows(rows: Sequence[dict[str, Any]], columns: Sequence[Column], fmt: 
     # already separates them, and tables must fit 120 columns
     tabulate_module.MIN_PADDING = 0 if fmt == "table" else saved
     try:
-        return tabulate(table, headers=[c.header for c in columns], floatfmt=floatfmt,
-                        tablefmt=tablefmt, disable_numparse=False)
+        return tabulate_module.tabulate(table, headers=[c.header for c in columns],
+                                        floatfmt=floatfmt, tablefmt=tablefmt,
+                                        disable_numparse=False)
     finally:
         tabulate_module.MIN_PADDING = saved
 

@@ -63,11 +63,31 @@ from capplan.sim.workload import Requests
 PLAIN_MODULE = "capplan.sim._compiled_plain"
 """This source loaded a second time with the JIT off (`loop_module`): the plain-Python loop."""
 
+
+
+def _import_array_functions() -> None:
+    """Import numba's array functions (numba.np.arraymath) with scipy's BLAS hidden. On import
+    that module probes `scipy.linalg.cython_blas`, which imports all of scipy.linalg (~0.3 s of
+    CPU, a third of loading the cached loop); the probe only picks how numba's np.convolve and
+    np.correlate take inner products, and this module calls neither. Skipped when scipy.linalg
+    is loaded already (the probe then costs nothing); numba's own BLAS calls (np.dot,
+    np.linalg) import scipy.linalg when they are compiled, as before."""
+    if "scipy.linalg" in sys.modules or "numba.np.arraymath" in sys.modules:
+        return
+    sys.modules["scipy.linalg.cython_blas"] = None  # type: ignore[assignment]  # ImportError
+    try:
+        import numba.np.arraymath  # noqa: F401
+    finally:
+        del sys.modules["scipy.linalg.cython_blas"]
+
+
 try:
     if __name__ == PLAIN_MODULE:
         raise ImportError  # the plain twin: every function below stays Python
     import numba
     from numba.extending import register_jitable
+
+    _import_array_functions()
 except ImportError:  # pragma: no cover - exercised in a subprocess test
     numba = None
 

@@ -44,15 +44,15 @@ c.main()
 """
 
 
-@pytest.mark.parametrize("code, teardown", [(130, False), (143, False), (0, True)])
-def test_an_interrupted_run_skips_the_interpreters_teardown(code: int, teardown: bool) -> None:
-    """Before: `interrupted` was printed 0.04 s after SIGINT and the process ended 1.2 s later
-    (2.5 s on a loaded machine), in the teardown of the loaded compiled engine. Now an
-    interrupted or terminated run ends after its atexit handlers, without the teardown; other
-    exits are unchanged."""
+@pytest.mark.parametrize("code", [130, 143, 0, 2])
+def test_every_run_skips_the_interpreters_teardown(code: int) -> None:
+    """`interrupted` was printed 0.04 s after SIGINT and the process ended 1.2 s later (2.5 s
+    on a loaded machine), in the teardown of the loaded compiled engine; an answer of
+    `latency` spent 0.2 s of its 1.3 s there. Every run ends after its atexit handlers,
+    without the teardown, with its exit code."""
     env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
     p = subprocess.run([sys.executable, "-c", PROBE, str(code)], capture_output=True, text=True,
                        env=env, timeout=60, check=False)
     assert p.returncode == code, p.stderr
     assert "atexit" in p.stderr.split()
-    assert ("teardown" in p.stderr.split()) is teardown, p.stderr
+    assert "teardown" not in p.stderr.split(), p.stderr

@@ -272,3 +272,21 @@ def test_prefix_key_ids_name_the_block_keys(kind):
         for k, d in zip(keys, ids, strict=True):
             assert names.setdefault(k, d) == d
     assert len(names) > 50 and len(set(names.values())) == len(names)
+
+
+@needs_numba
+def test_loading_the_compiled_loop_leaves_scipy_linalg_unimported():
+    """numba's array functions probe scipy's BLAS on import (all of scipy.linalg, ~0.3 s of
+    CPU); the loop imports them with the probe's module hidden, then puts it back: scipy.linalg
+    imports afterwards as usual."""
+    p = _python("""
+    import sys
+    import capplan.sim.compiled
+    import numba.np.arraymath
+    assert "scipy.linalg" not in sys.modules, "scipy.linalg imported"
+    assert "scipy.linalg.cython_blas" not in sys.modules
+    import scipy.linalg.cython_blas
+    print("ok")
+    """)
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert p.stdout.strip() == "ok"
