@@ -14,8 +14,11 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import threading
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -47,6 +50,45 @@ def pytest_configure(config: pytest.Config) -> None:
         from numba_warm import warm
 
         warm()
+
+
+_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+def _signal_state() -> tuple[Any, ...]:
+    """The main thread's SIGINT/SIGTERM handlers and blocked signals."""
+    return (*(signal.getsignal(s) for s in _SIGNALS),
+            frozenset(signal.pthread_sigmask(signal.SIG_BLOCK, [])))
+
+
+_BASE_SIGNAL_STATE = _signal_state()
+"""As this process (a test worker) started: Ctrl-C tests send it SIGINT, and a child inherits
+ignored and blocked signals through exec."""
+
+
+def _restore_signal_state(when: str, nodeid: str) -> None:
+    state = _signal_state()
+    if state == _BASE_SIGNAL_STATE:
+        return
+    for s, h in zip(_SIGNALS, _BASE_SIGNAL_STATE, strict=False):
+        signal.signal(s, h)
+    signal.pthread_sigmask(signal.SIG_SETMASK, _BASE_SIGNAL_STATE[-1])
+    warnings.warn(f"signal state changed {when} {nodeid}: SIGINT/SIGTERM handlers and blocked "
+                  f"signals {state} restored to {_BASE_SIGNAL_STATE}", stacklevel=1)
+
+
+@pytest.fixture(autouse=True)
+def signal_state(request: pytest.FixtureRequest) -> Any:
+    """Every test starts with the worker's SIGINT/SIGTERM handlers and signal mask as the worker
+    started, and one that leaves them changed is named in a warning (the Ctrl-C tests failed
+    after an earlier test in the same worker left SIGINT ignored or blocked: the calibrate child
+    inherited it and never stopped, and the compiled loop's run was never interrupted)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    _restore_signal_state("before", request.node.nodeid)
+    yield
+    _restore_signal_state("by", request.node.nodeid)
 
 
 @pytest.fixture(autouse=True)
