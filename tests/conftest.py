@@ -62,8 +62,7 @@ def _signal_state() -> tuple[Any, ...]:
 
 
 _BASE_SIGNAL_STATE = _signal_state()
-"""As this process (a test worker) started: Ctrl-C tests send it SIGINT, and a child inherits
-ignored and blocked signals through exec."""
+"""As this process (a test worker) started."""
 
 
 def _restore_signal_state(when: str, nodeid: str) -> None:
@@ -80,9 +79,9 @@ def _restore_signal_state(when: str, nodeid: str) -> None:
 @pytest.fixture(autouse=True)
 def signal_state(request: pytest.FixtureRequest) -> Any:
     """Every test starts with the worker's SIGINT/SIGTERM handlers and signal mask as the worker
-    started, and one that leaves them changed is named in a warning (the Ctrl-C tests failed
-    after an earlier test in the same worker left SIGINT ignored or blocked: the calibrate child
-    inherited it and never stopped, and the compiled loop's run was never interrupted)."""
+    started, and one that leaves them changed fails with a warning naming it (the suite turns
+    warnings into errors): the Ctrl-C tests send signals to this process and to children that
+    inherit ignored and blocked signals through exec."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
