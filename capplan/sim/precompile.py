@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import contextlib
 import io
-import signal
 import sys
 import time
 from collections.abc import Iterable
@@ -61,11 +60,6 @@ def precompile(runs: Iterable[tuple[str, ...]] = RUNS) -> int:
 
 
 def main() -> None:
-    # A background job of a non-interactive shell (`make test` runs this with `&`) starts with
-    # SIGINT ignored; loops compiled into the cache in that state never stopped on Ctrl-C in
-    # the processes that loaded them (tests/sim/test_compiled_interrupt.py failed on every
-    # fresh clone's first run, and passed once the cache was built with SIGINT at its default).
-    signal.signal(signal.SIGINT, signal.default_int_handler)
     start = time.perf_counter()
     done = precompile()
     print(f"capplan: simulator loops compiled and cached ({done} runs, "
