@@ -272,6 +272,13 @@ def test_bad_field_is_an_error_for_that_request(server: ThreadingHTTPServer, mod
     assert "Traceback" not in capfd.readouterr().err
 
 
+def _interactive_sigint() -> None:
+    """The child starts with SIGINT at its default, as from an interactive shell. A suite run as a
+    background job of a script inherits SIGINT ignored, and a Python started so keeps ignoring
+    it (as it should: `capplan ... &` in a script is not for Ctrl-C), which is not this test."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def test_ctrl_c_stops_the_run_exits_130_and_keeps_out(server: ThreadingHTTPServer,
                                                       tmp_path: Path) -> None:
     """Before: Ctrl-C cut one level, the run went on, exited 0 and overwrote --out."""
@@ -283,13 +290,15 @@ def test_ctrl_c_stops_the_run_exits_130_and_keeps_out(server: ThreadingHTTPServe
         [sys.executable, "-m", "capplan", "calibrate", "--endpoint", _url(server), "--model",
          "llama-3.1-8b", "--gpu", "h100-sxm", "--concurrency", "1,2", "--requests-per-level",
          "1", "--out", str(out)],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=tmp_path)
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=tmp_path,
+        preexec_fn=_interactive_sigint)
     try:
         assert server.requests_seen.wait(30)  # type: ignore[attr-defined]
         proc.send_signal(signal.SIGINT)
         stdout, stderr = proc.communicate(timeout=20)
     finally:
         proc.kill()
+        proc.wait()
     assert proc.returncode == 130, (stdout, stderr)
     assert "interrupted" in stderr and "Traceback" not in stderr
     assert out.read_text() == "original: true\n"
