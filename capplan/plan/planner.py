@@ -157,8 +157,10 @@ def _speculation(model: ModelSpec, r: Recommendation, t: Traffic) -> dict[str, A
 
 def _queue_model(c: Candidate, t: Traffic) -> QueueModel:
     s = c.settings
+    # engine limits are per attention-DP rank: a replica holds dp x them (as the search's)
     return QueueModel(c.step, t.inp, t.out,
-                      Limits(s.max_num_seqs, s.max_num_batched_tokens, c.kv_cache_tokens,
+                      Limits(s.max_num_seqs * s.attention_dp,
+                             s.max_num_batched_tokens * s.attention_dp, c.kv_cache_tokens,
                              c.pool.state_tokens_per_seq, c.pool.block_size),
                       t.arrival_scv, s.profile.scheduler, t.prefix)
 
@@ -441,7 +443,7 @@ def _plan_pool(cat: Catalog, plan: PlanFile, resolved: ResolvedModel, lanes: lis
     key = rank_key(plan.objective)
     shortlist, warnings = _shortlist(found, t, plan, key)
     ranked = _verified([_recommendation(c, found, t) for c in shortlist], pool, plan, verify,
-                       warnings)
+                       warnings, key)
     ranked, pruned = _prune(ranked)
     if pruned:
         warnings.append(f"{pruned} configuration(s) not listed: they need over "
@@ -471,18 +473,106 @@ def _best_pool(cat: Catalog, plan: PlanFile, resolved: ResolvedModel, lanes: lis
 
 
 def _verified(ranked: list[Recommendation], pool: _Pool, plan: PlanFile,
-              verify: VerifyFn | None, warnings: list[str]) -> list[Recommendation]:
-    """The top `plan.verify.top` replayed (a miss is dropped, with a warning); raises
-    InfeasibleError when every one missed."""
-    if verify is not None and plan.verify.top > 0:
-        ranked = _verify(ranked, pool, plan.verify.top, plan.verify.requests, verify, warnings)
+              verify: VerifyFn | None, warnings: list[str], key: RankKey
+              ) -> list[Recommendation]:
+    """The top `plan.verify.top` replayed (a miss is dropped, with a warning), and the next
+    ones while every one replayed missed (up to VERIFY_ROUNDS rounds). When none passed, the
+    replay sizes the best that missed (`_scaled_out`); raises InfeasibleError when that fails
+    too, naming the miss closest to its SLOs."""
+    if verify is None or plan.verify.top <= 0:
+        return ranked
+    missed: list[tuple[Recommendation, Verification]] = []
+    for _ in range(VERIFY_ROUNDS):  # the best shown is always one the replay passed
+        ranked = _verify(ranked, pool, plan.verify.top, plan.verify.requests, verify,
+                         warnings, missed)
+        if not ranked or ranked[0].verified is not None:
+            break
+    if ranked and ranked[0].verified is None:
+        ranked = []  # the rest unverified after VERIFY_ROUNDS rounds of misses
+    if not ranked and missed:
+        ranked = sorted(_scaled_out(missed[:plan.verify.top], pool, plan, verify, warnings),
+                        key=lambda r: key(r.candidate))
     if not ranked:
-        misses = [w.replace(" met the SLOs analytically but missed them in simulation", "")
-                  .removesuffix("; dropped") for w in warnings if "missed them in simulation" in w]
-        nearest = f"; nearest miss: {misses[0]}" if misses else ""
-        raise InfeasibleError("every configuration that met the SLOs analytically missed them "
-                              f"in simulation{nearest}; loosen the SLOs or lower the rate")
+        r, v = min(missed, key=lambda m: _overshoot(m[1], pool.traffic)[0])
+        raise InfeasibleError(
+            "every configuration that met the SLOs analytically missed them in simulation, "
+            f"also with {SCALE_OUT_MAX}x its replicas; nearest miss: {r.label} at "
+            f"{r.replicas} replica(s) ({v.reason}); loosen the SLOs or lower the rate")
     return ranked
+
+
+VERIFY_ROUNDS = 3
+"""Rounds of `verify.top` replays while every one replayed misses, before the replay sizes the
+replicas of the best that missed."""
+
+SCALE_OUT_MAX = 4
+"""How far the replay may raise a configuration's replicas over the analytic count (a multiple)
+when every shortlisted configuration missed its SLOs in simulation."""
+
+
+def _scaled_out(missed: list[tuple[Recommendation, Verification]], pool: _Pool,
+                plan: PlanFile, verify: VerifyFn, warnings: list[str]) -> list[Recommendation]:
+    """The replay is the truth: each configuration that missed in simulation at the analytic
+    replica count, replayed at up to SCALE_OUT_MAX times that count; the fewest replicas whose
+    replica meets the SLOs in the replay with the plan's headroom on top of its share
+    (bisection: a replica carries less as replicas are added) become its plan."""
+    t = pool.traffic
+
+    def replay(r: Recommendation, n: int, binding: str) -> Recommendation | None:
+        rec = _replicated(r, n, t, binding, plan.headroom)
+        v = verify(replace(_verify_job(rec, pool, plan.verify.requests),
+                           replicas=n / (1 + plan.headroom),
+                           sim_engine=verification_engine([])))
+        return rec.with_(verified=v) if v.ok else None
+
+    out = []
+    for r, miss in missed:
+        binding = _replay_binding(miss, t)
+        lo, hi = r.replicas, min(r.replicas * SCALE_OUT_MAX, MAX_REPLICAS)  # lo missed
+        found = replay(r, hi, binding) if hi > lo else None
+        while found is not None and hi - lo > 1:
+            mid = (lo + hi) // 2
+            if (got := replay(r, mid, binding)) is not None:
+                found, hi = got, mid
+            else:
+                lo = mid
+        if found is not None:
+            warnings.append(f"{r.label}: sized by the replay at {found.replicas} replicas, "
+                            f"each replayed at its share plus the {plan.headroom:.0%} headroom "
+                            f"(the analytic screen's {r.replicas} missed in simulation)")
+            out.append(found)
+    return out
+
+
+def _overshoot(v: Verification, t: Traffic) -> tuple[float, str]:
+    """How far a replay was over its SLOs (the largest value / objective of those it reports;
+    inf for an overloaded replica) and what that is."""
+    if "overloaded" in v.reason:
+        return math.inf, "capacity"
+    worst = (0.0, "capacity")
+    for tgt in t.slos:
+        got = (v.simulated.get(tgt.metric) or {}).get(tgt.stat)
+        if got is not None and got / tgt.limit_s > worst[0]:
+            worst = (got / tgt.limit_s, f"{tgt.label} SLO")
+    return worst
+
+
+def _replay_binding(miss: Verification, t: Traffic) -> str:
+    """What the replay found binding at too few replicas: the SLO it missed by most."""
+    return f"{_overshoot(miss, t)[1]} (replay)"
+
+
+def _replicated(r: Recommendation, n: int, t: Traffic, binding: str, headroom: float
+                ) -> Recommendation:
+    """Recommendation r at n replicas, sized by the replay: the most a replica is known to
+    carry is its share with the headroom on top (the rate replayed); the analytic prediction
+    is at its share."""
+    rate = t.rate_per_s / n
+    pred = summarize(_queue_model(r.candidate, t).at_rate(np.float64(rate)))
+    c = replace(r.candidate, replicas=n, max_rate_per_s=rate * (1 + headroom),
+                binding_constraint=binding, ttft_p99_s=float(pred["ttft_s"]["p99"]))
+    return replace(r, candidate=c, per_replica_rate_per_s=rate,
+                   predicted=Prediction.of(pred), slo_margins=t.slos.margins(pred))
 
 
 def _prune(ranked: list[Recommendation]) -> tuple[list[Recommendation], int]:
@@ -545,8 +635,10 @@ def _prepare(verify: Any, groups: list, pool: _Pool) -> None:
 
 
 def _verify(ranked: list[Recommendation], pool: _Pool, top: int, max_requests: int,
-            verify: VerifyFn, warnings: list[str]) -> list[Recommendation]:
-    """Simulate the best `top`; drop those that miss an SLO there (with a warning)."""
+            verify: VerifyFn, warnings: list[str],
+            missed: list[tuple[Recommendation, Verification]]) -> list[Recommendation]:
+    """Simulate the best `top`; drop those that miss an SLO there (with a warning; each miss
+    and its replay appended to `missed`)."""
     kept = ranked[top:]
     checked = []
     jobs = [_verify_job(r, pool, max_requests) for r in ranked[:top]]
@@ -561,6 +653,7 @@ def _verify(ranked: list[Recommendation], pool: _Pool, top: int, max_requests: i
         else:
             warnings.append(f"{r.label} met the SLOs analytically but missed them in "
                             f"simulation ({v.reason}); dropped")
+            missed.append((r, v))
     return checked + kept
 
 

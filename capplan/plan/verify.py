@@ -29,7 +29,9 @@ class VerifyJob:
     """One replica of a recommendation to simulate: its engine, its share of each lane."""
 
     lanes: Sequence[Lane]
-    replicas: int
+    replicas: float
+    """The replicas the lanes' rates are split over (fewer than a plan's count, a fraction, to
+    replay a replica with the plan's headroom on top of its share)."""
     step: StepModel
     num_gpu_blocks: int
     block_size: int

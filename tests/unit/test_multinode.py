@@ -240,7 +240,8 @@ def test_recommend_nearest_miss_has_numbers():
     except InfeasibleError as e:
         assert "nearest miss: h200" in str(e) and " ms > 100.0 ms" in str(e)
     else:
-        assert res.recommendations
+        assert res.recommendations[0].verified.ok
+        assert all(r.verified is None or r.verified.ok for r in res.recommendations)
 
 
 def test_nearest_miss_names_the_simulated_numbers(catalog):
@@ -263,6 +264,65 @@ def test_nearest_miss_names_the_simulated_numbers(catalog):
     with pytest.raises(InfeasibleError, match=r"nearest miss: h200 .*\(p99 TBT 121.3 ms > "
                                               r"100.0 ms\)"):
         run_plan(catalog, spec, miss)
+
+
+def _deepseek_plan():
+    from capplan.plan.schema import PlanFile
+
+    return PlanFile.model_validate({
+        "model": "deepseek-v3", "candidates": {"gpus": ["h200"]}, "engine": {"name": "sglang"},
+        "verify": {"top": 3},
+        "workloads": [{"name": "x", "rate_per_s": 10, "input_len": 2000, "output_len": 500,
+                       "slo": {"ttft_p99_s": 2, "tbt_p99_s": 0.1}}]})
+
+
+def test_replay_sizes_the_replicas_when_every_shortlisted_plan_misses(catalog):
+    # A stand-in replay that passes a replica at up to 3 req/s: the planner's analytic counts
+    # (1-2 replicas for 10 req/s) miss, and the replay sizes each plan. With the 20% headroom
+    # a replica is replayed at 1.2 x its share: 10 x 1.2 / n <= 3 -> n >= 4, so 4 replicas.
+    from capplan.plan.planner import run_plan
+    from capplan.plan.result import Verification
+
+    calls = []
+
+    def replay(job):
+        per = 10 / job.replicas
+        calls.append(per)
+        return Verification(ok=per <= 3.0 + 1e-9, reason="" if per <= 3.0 + 1e-9 else
+                            f"p99 TBT {100 * per / 3:.1f} ms > 100.0 ms", requests=1,
+                            simulated={"tbt_s": {"p99": 0.1 * per / 3}})
+
+    res = run_plan(catalog, _deepseek_plan(), replay)
+    assert res.recommendations
+    for r in res.recommendations[:3]:
+        assert r.replicas == 4 and r.verified.ok
+        assert r.candidate.binding_constraint == "TBT SLO (replay)"
+        assert r.candidate.max_rate_per_s == pytest.approx(3.0)  # 10 / 4 x 1.2
+    assert any("sized by the replay at 4 replicas" in w for w in res.warnings)
+    assert pytest.approx(10 * 1.2 / 3) in calls  # 3 replicas was replayed, and missed
+
+
+def test_nearest_miss_is_the_one_closest_to_its_slos(catalog):
+    # every replay misses, by an amount that differs between configurations: the error names
+    # the smallest overshoot among the analytic counts' replays, not the first in rank order
+    from capplan.errors import InfeasibleError
+    from capplan.plan.planner import run_plan
+    from capplan.plan.result import Verification
+
+    first_round = []
+
+    def replay(job):
+        tbt = 0.1 + job.max_num_batched_tokens * 1e-6 + job.max_num_seqs * 1e-5
+        if isinstance(job.replicas, int):  # the analytic counts (the scale-out: n / 1.2)
+            first_round.append(tbt)
+        return Verification(ok=False, reason=f"p99 TBT {tbt * 1e3:.1f} ms > 100.0 ms",
+                            requests=1, simulated={"tbt_s": {"p99": tbt}})
+
+    with pytest.raises(InfeasibleError) as e:
+        run_plan(catalog, _deepseek_plan(), replay)
+    assert len(set(first_round)) > 1
+    assert f"p99 TBT {min(first_round) * 1e3:.1f} ms" in str(e.value)
+    assert "also with 4x its replicas" in str(e.value)
 
 
 @settings(max_examples=40, deadline=None)
