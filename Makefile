@@ -53,6 +53,7 @@ bench: $(BIN)/capplan
 validate: $(BIN)/capplan
 	$(BIN)/python benchmarks/validate_perf.py --write-docs
 	$(BIN)/python benchmarks/speculative_vllm.py --write-docs
+	$(BIN)/python benchmarks/published_prefill.py --write-docs
 	$(BIN)/python benchmarks/validate_replay_screen.py --write-docs
 	$(BIN)/python benchmarks/validate_silicon.py --loso --cache /tmp/capplan-silicon.pkl --skip-final --write-docs --write-bands
 	$(BIN)/python benchmarks/validate_disagg.py --write-docs

@@ -29,13 +29,15 @@ Errors |predicted / measured - 1| as median / p90 / median signed bias, by engin
 
 Run: .venv/bin/python benchmarks/validate_disagg.py [--per-group N] [--data CSV] [--write-docs]
 [--stated-only | --implied-all] [--decode-rule sweep|ridge|slots] [--analytic]
+[--prefill-rate FRAC]
 (default 10 rows per engine and system, every k-th row by id; --per-group 0 scores every row;
 --write-docs rewrites the generated blocks of docs/validation.md with the full scoring;
 --stated-only scores only rows that give their worker counts; --implied-all applies the
 implied-count rule to every row, ignoring the counts and batch sizes rows give: the rule's
 check on rows whose counts are known, with the inferred vs the real counts; --decode-rule:
 sweep, the default, sizes the decode workers for the sweep's largest C, ridge for the row's
-own C, slots fills each worker's slots)
+own C, slots fills each worker's slots; --prefill-rate: a what-if, every engine profile's
+prompt-token GEMMs and attention at FRAC of capplan's rates, EngineProfile.prefill_rate_frac)
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ import csv
 import math
 import sys
 from collections import defaultdict
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -51,6 +54,7 @@ import numpy as np
 from capplan import limits
 from capplan.catalog.loader import load_catalog
 from capplan.errors import CapplanError
+from capplan.models import engine
 from capplan.models.queueing import LengthStats
 from capplan.plan.aiconfigurator import MEASURED_ROUNDS, SYSTEM_GPUS, disagg_worker
 from capplan.plan.pd import RIDGE_STEP, PdModel, implied_workers, make_layout
@@ -117,6 +121,16 @@ def _worker(cat, r: dict[str, str], role: str):
     return _DEPS[key]
 
 
+PREFILL_RATE = (float(sys.argv[sys.argv.index("--prefill-rate") + 1])
+                if "--prefill-rate" in sys.argv else None)
+"""What-if: every engine profile's prefill_rate_frac (docs/perf.md, "Prefill of DeepSeek-V3/R1
+against published deployments": capplan's prefill computation against the published one)."""
+if PREFILL_RATE is not None:
+    for _name, _versions in engine.VERSIONS.items():
+        engine.VERSIONS[_name] = tuple(replace(p, prefill_rate_frac=PREFILL_RATE)
+                                       for p in _versions)
+        engine.PROFILES[_name] = engine.VERSIONS[_name][-1]
+    engine._engine_profile.cache_clear()  # noqa: SLF001 (profiles resolved before the change)
 STATED_ONLY = "--stated-only" in sys.argv
 """Score only the rows that give their worker counts."""
 DECODE_RULE = sys.argv[sys.argv.index("--decode-rule") + 1] if "--decode-rule" in sys.argv \

@@ -166,7 +166,9 @@ def ep_all_to_all(hidden: int, experts_per_tok: int, expert_parallel: int, links
                   fp8_dispatch: bool = True, imbalance: float = 1.0) -> AllToAll:
     """Dispatch and combine of one MoE layer as DeepEP runs them (low-latency mode: each of a
     token's k expert copies sent directly to its expert's GPU, FP8 out, BF16 back; the
-    normal mode forwards per node over NVLink first and moves no more network bytes):
+    normal mode sends a token once per destination node and forwards it over NVLink, fewer
+    network bytes than counted here: docs/perf.md, "Prefill of DeepSeek-V3/R1 against
+    published deployments"):
 
         dispatch copy = hidden x 1 B + hidden / 128 x 4 B  (FP8 + per-128 scales; BF16: 2 B)
         combine copy  = hidden x 2 B
