@@ -139,3 +139,41 @@ def test_disaggregated_capacities_equal_the_scalar_ones():
     for role, model in (("prefill", disagg.prefill_model), ("decode", disagg.decode_model)):
         assert disagg._capacities(deps, t, role) == [float(model(d, t).capacity_rate())
                                                      for d in deps]
+
+
+def test_disaggregated_pools_equal_the_scalar_ones():
+    """The pools' rate grids evaluated over every deployment at once give each deployment's
+    own model's answers: the decode pool's best rate, replicas, TTFT and TBT, and the prefill
+    pool's TTFT curve (the scalar evaluation written out here)."""
+    from capplan.plan import disagg
+
+    cat, plan, space, t = _search(CASES["rag-70b"])
+    deps = disagg._deployments(cat, plan.model, space)
+    target = t.rate_per_s * (1 + plan.headroom)
+    caps = disagg._capacities(deps, t, "decode")
+    want = []
+    for d, cap in zip(deps, caps, strict=True):
+        q = disagg.decode_model(d, t)
+        rates = cap * np.linspace(1.0 / disagg._GRID, 1.0, disagg._GRID)
+        res = q.at_rate(rates, {"tbt_s", "e2e_s"})
+        good = np.asarray(res["stable"], bool) & (res["e2e_s"]["p99"] <= 30.0)  # no TBT SLO
+        if cap > 0 and good.any():
+            rate = float(rates[np.flatnonzero(good)[-1]])
+            n = max(1, math.ceil(target / rate))
+            at = q.at_rate(t.rate_per_s / n)
+            want.append((d, n, rate, float(at["ttft_s"]["p99"])
+                         - float(np.asarray(d.step.request_overhead_s)),
+                         float(at["tbt_s"]["p99"])))
+    got = disagg._decode_pools(deps, caps, t, target)
+    assert len(want) >= 3
+    assert [(p.dep, p.replicas, p.rate_per_replica_per_s, p.ttft_p99_s, p.tbt_p99_s)
+            for p in got] == want
+    caps = disagg._capacities(deps, t, "prefill")
+    curves = disagg._PrefillCurve.of_each(deps, caps, t)
+    assert len(curves) == len(deps)
+    for c, d, cap in zip(curves, deps, caps, strict=True):
+        rates = cap * np.linspace(1.0 / disagg._GRID, 1.0, disagg._GRID)
+        res = disagg.prefill_model(d, t).at_rate(rates, {"ttft_s"})
+        ttft = np.where(np.asarray(res["stable"], bool), res["ttft_s"]["p99"], np.inf)
+        np.testing.assert_array_equal(c.rates, rates)
+        np.testing.assert_array_equal(c.ttft_p99_s, np.maximum.accumulate(ttft))
