@@ -522,7 +522,8 @@ class StepModel:
         consts = new.constants()
         moe = moe and bool(np.any(np.asarray(new.num_experts) > 0))
         features = features and not features_off(consts)
-        new.__dict__["_parts_args"] = (consts, moe, features, _shape(consts))  # cached_property
+        # the cached_property's value, set on the frozen instance as functools caches it
+        object.__setattr__(new, "_parts_args", (consts, moe, features, _shape(consts)))
         return new
 
     def _kernel(self, bd, kv_full, kv_win, tp_, pairs, pairs_w, pre_read, pre_read_w, nps,
