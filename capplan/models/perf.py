@@ -29,7 +29,7 @@ Everything is numpy-vectorised: each input may be an array; constants may be arr
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property
 from typing import Any
 
@@ -146,6 +146,11 @@ _OFF = {"spec_verify_tokens": 1.0, "spec_accept_len": 1.0, "draft_weight_bytes":
         "lora_flops_per_token": 0.0, "lora_overhead_s": 0.0}
 """The constants of speculative decoding and LoRA at which their terms of `step_parts` are
 exact zeros (no drafter, one token verified and emitted per decoder, no adapter)."""
+
+
+def _shape(consts: tuple) -> tuple[int, ...]:
+    """The broadcast shape of the constants (of their distinct shapes: the same, faster)."""
+    return np.broadcast_shapes(*{np.shape(v) for v in consts})
 
 
 def features_off(c: tuple) -> bool:
@@ -504,7 +509,22 @@ class StepModel:
         shape, computed once per model (it is frozen)."""
         consts = self.constants()
         return (consts, bool(np.any(np.asarray(self.num_experts) > 0)),
-                not features_off(consts), np.broadcast_shapes(*map(np.shape, consts)))
+                not features_off(consts), _shape(consts))
+
+    def gathered(self, arrays: dict[str, np.ndarray]) -> StepModel:
+        """This model with the array constants `arrays`, each gathered from this model's (the
+        same positions of every one: a subset of its configurations), as
+        `dataclasses.replace`; `step_parts`' MoE and feature flags follow from this model's
+        where they are off (so they are in any subset) instead of being collected again, the
+        same values (`_parts_args`)."""
+        new = replace(self, **arrays)
+        _, moe, features, _ = self._parts_args
+        consts = new.constants()
+        moe = moe and bool(np.any(np.asarray(new.num_experts) > 0))
+        features = features and not features_off(consts)
+        # the cached_property's value, set on the frozen instance as functools caches it
+        object.__setattr__(new, "_parts_args", (consts, moe, features, _shape(consts)))
+        return new
 
     def _kernel(self, bd, kv_full, kv_win, tp_, pairs, pairs_w, pre_read, pre_read_w, nps,
                 logits, detail=True) -> dict[str, np.ndarray]:  # noqa: ANN001

@@ -98,11 +98,11 @@ def decode_model(dep: Deployment, t: Traffic) -> QueueModel:
                       dep.profile.scheduler, decode_side_prefix(t.inp))
 
 
-def _capacities(deps: list[Deployment], t: Traffic, role: str) -> list[float]:
-    """Each deployment's capacity_rate() in `role`, from one vectorised bisection over all of
-    them (a scalar model per deployment spent most of the plan in Python overhead)."""
-    if not deps:
-        return []
+def _stacked(deps: list[Deployment], t: Traffic, role: str) -> QueueModel:
+    """`prefill_model` or `decode_model` of every deployment (one GPU type) as one queue model,
+    a row (shape (deployments, 1)) each: a row's values are its own model's, every bound in
+    models/queueing being its own row's (a scalar model per deployment spent most of the plan
+    in Python overhead)."""
     lims = [d.limits for d in deps]
     limits = Limits(*(np.asarray([[float(getattr(x, f))] for x in lims]) for f in (
         "max_num_seqs", "max_num_batched_tokens", "kv_cache_tokens", "state_tokens_per_seq",
@@ -110,26 +110,20 @@ def _capacities(deps: list[Deployment], t: Traffic, role: str) -> list[float]:
     step = stack_step_models([d.step for d in deps])
     out = LengthStats.fixed(1.0) if role == "prefill" else t.out
     prefix = t.prefix if role == "prefill" else decode_side_prefix(t.inp)
-    q = QueueModel(step, t.inp, out, limits, t.arrival_scv, deps[0].profile.scheduler, prefix)
-    return [float(c) for c in np.asarray(q.capacity_rate()).ravel()]
+    return QueueModel(step, t.inp, out, limits, t.arrival_scv, deps[0].profile.scheduler, prefix)
 
 
-def _best_rate(q: QueueModel, ok: Any, cap: float, metrics: set[str]
-               ) -> tuple[float, dict[str, Any]] | None:
-    """The highest rate on a grid up to capacity where ok(result) holds, with its result
-    (p99 of `metrics` alone: what ok reads)."""
-    if not cap > 0:
-        return None
-    rates = cap * np.linspace(1.0 / _GRID, 1.0, _GRID)
-    res = q.at_rate(rates, metrics)
-    good = np.asarray(res["stable"], bool) & np.asarray(ok(res), bool)
-    if not good.any():
-        return None
-    i = int(np.flatnonzero(good)[-1])
-    return float(rates[i]), {k: (v[i] if isinstance(v, np.ndarray) and v.shape else v)
-                             for k, v in res.items() if not isinstance(v, dict)} | {
-        k: {kk: float(np.asarray(vv)[i]) for kk, vv in v.items()}
-        for k, v in res.items() if isinstance(v, dict)}
+def _capacities(deps: list[Deployment], t: Traffic, role: str) -> list[float]:
+    """Each deployment's capacity_rate() in `role`, from one vectorised bisection over all of
+    them."""
+    if not deps:
+        return []
+    return [float(c) for c in np.asarray(_stacked(deps, t, role).capacity_rate()).ravel()]
+
+
+def _rate_grids(caps: list[float]) -> np.ndarray:
+    """Each capacity's grid of rates (a row each), up to it."""
+    return np.asarray(caps, float)[:, None] * np.linspace(1.0 / _GRID, 1.0, _GRID)
 
 
 def _slo(t: Traffic, metric: str) -> float:
@@ -166,21 +160,36 @@ def _deployments(cat: Catalog, name: str, space: SearchSpace,
     return deps
 
 
-def _decode_pool(dep: Deployment, t: Traffic, target: float, cap: float) -> PoolPlan | None:
+def _decode_pools(deps: list[Deployment], caps: list[float], t: Traffic, target: float
+                  ) -> list[PoolPlan]:
+    """Each deployment's decode pool (in their order; none where no rate on its grid meets
+    TBT and E2E): the highest such rate per replica, the replicas for `target`, and the TTFT
+    and TBT at the planned per-replica rate; the deployments evaluated together (`_stacked`)."""
+    live = [(d, c) for d, c in zip(deps, caps, strict=True) if c > 0]
+    if not live:
+        return []
     tbt, e2e = _slo(t, "tbt_s"), _slo(t, "e2e_s")
-    q = decode_model(dep, t)
-    found = _best_rate(q, lambda r: (r["tbt_s"]["p99"] <= tbt) & (r["e2e_s"]["p99"] <= e2e),
-                       cap, {"tbt_s", "e2e_s"})
-    if found is None:
-        return None
-    rate, res = found
-    n = max(1, math.ceil(target / rate))
-    at = q.at_rate(t.rate_per_s / n)
-    overhead = float(np.asarray(dep.step.request_overhead_s))
-    # its TTFT is the admission wait plus the step that emits the token (the client's
-    # request overhead is counted once, on the prefill side)
-    return PoolPlan("decode", dep, n, rate, float(at["ttft_s"]["p99"]) - overhead,
-                    float(at["tbt_s"]["p99"]))
+    rates = _rate_grids([c for _, c in live])
+    res = _stacked([d for d, _ in live], t, "decode").at_rate(rates, {"tbt_s", "e2e_s"})
+    good = (np.asarray(res["stable"], bool) & (res["tbt_s"]["p99"] <= tbt)
+            & (res["e2e_s"]["p99"] <= e2e))
+    rows = [k for k in range(len(live)) if good[k].any()]
+    if not rows:
+        return []
+    best = [float(rates[k, np.flatnonzero(good[k])[-1]]) for k in rows]
+    n = [max(1, math.ceil(target / rate)) for rate in best]
+    at = _stacked([live[k][0] for k in rows], t, "decode").at_rate(
+        np.asarray([t.rate_per_s / x for x in n])[:, None])
+    out = []
+    for m, (k, rate, x) in enumerate(zip(rows, best, n, strict=True)):
+        dep = live[k][0]
+        overhead = float(np.asarray(dep.step.request_overhead_s))
+        # its TTFT is the admission wait plus the step that emits the token (the client's
+        # request overhead is counted once, on the prefill side)
+        out.append(PoolPlan("decode", dep, x, rate,
+                            float(at["ttft_s"]["p99"][m, 0]) - overhead,
+                            float(at["tbt_s"]["p99"][m, 0])))
+    return out
 
 
 @dataclass(frozen=True)
@@ -194,14 +203,17 @@ class _PrefillCurve:
     """inf where unstable"""
 
     @classmethod
-    def of(cls, dep: Deployment, t: Traffic, cap: float) -> _PrefillCurve | None:
-        if not cap > 0:
-            return None
-        q = prefill_model(dep, t)
-        rates = cap * np.linspace(1.0 / _GRID, 1.0, _GRID)
-        res = q.at_rate(rates, {"ttft_s"})
+    def of_each(cls, deps: list[Deployment], caps: list[float], t: Traffic
+                ) -> list[_PrefillCurve]:
+        """The curve of each deployment with a capacity (evaluated together, `_stacked`)."""
+        live = [(d, c) for d, c in zip(deps, caps, strict=True) if c > 0]
+        if not live:
+            return []
+        rates = _rate_grids([c for _, c in live])
+        res = _stacked([d for d, _ in live], t, "prefill").at_rate(rates, {"ttft_s"})
         ttft = np.where(np.asarray(res["stable"], bool), res["ttft_s"]["p99"], np.inf)
-        return cls(dep, rates, np.maximum.accumulate(ttft))
+        return [cls(d, rates[k], np.maximum.accumulate(ttft[k]))
+                for k, (d, _) in enumerate(live)]
 
     def pool(self, target: float, rate_per_s: float, budget_s: float) -> PoolPlan | None:
         ok = np.flatnonzero(self.ttft_p99_s <= budget_s)
@@ -231,10 +243,8 @@ def plan_disaggregated(cat: Catalog, model: ModelSpec, space: SearchSpace, t: Tr
     deps = _deployments(cat, name or model.key, space, pinned)
     target = t.rate_per_s * (1 + headroom)
     ttft_slo = _slo(t, "ttft_s")
-    decodes = [p for p in (_decode_pool(d, t, target, cap) for d, cap in zip(
-        deps, _capacities(deps, t, "decode"), strict=True)) if p is not None]
-    curves = [c for c in (_PrefillCurve.of(d, t, cap) for d, cap in zip(
-        deps, _capacities(deps, t, "prefill"), strict=True)) if c is not None]
+    decodes = _decode_pools(deps, _capacities(deps, t, "decode"), t, target)
+    curves = _PrefillCurve.of_each(deps, _capacities(deps, t, "prefill"), t)
     return _cheapest(decodes, curves, t, target, ttft_slo)
 
 

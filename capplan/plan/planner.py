@@ -8,6 +8,7 @@ rank, check the best with the simulator (verify.py), explain the ranking.
 
 from __future__ import annotations
 
+import contextlib
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
@@ -17,7 +18,7 @@ import numpy as np
 
 from capplan.catalog.loader import Catalog, ResolvedModel
 from capplan.catalog.schema import ModelSpec
-from capplan.errors import InfeasibleError, InputError
+from capplan.errors import CapplanError, InfeasibleError, InputError
 from capplan.models.memory import memory_report
 from capplan.models.perf import build_step_model, knee_batch
 from capplan.models.prefix import PrefixCache
@@ -60,6 +61,8 @@ from capplan.plan.slo import SloSet
 from capplan.plan.verify import PARALLEL_MIN_REQUESTS, VerifyJob, verification_engine
 
 VerifyFn = Callable[[VerifyJob], Verification]
+Meanwhile = Callable[[Recommendation], object]
+"""Work for the parent while verification workers simulate (`_verify`)."""
 OVERSIZED_GPUS, OVERSIZED_COST = 4.0, 3.0
 """Runner-ups needing more than 4x the best's GPUs (and 8 more) or 3x its cost are not shown."""
 
@@ -233,13 +236,24 @@ def run_plan(cat: Catalog, plan: PlanFile, verify: VerifyFn | None = None,
     lanes = list(plan.workloads)
     per_lane = len(lanes) > 1 and plan.pools in ("separate", "both")
     total = 1 + len(lanes) * per_lane
-    result = _plan_pool(cat, plan, resolved, lanes, verify)
+    early: dict[str, Any] = {}
+
+    def pd_meanwhile(guess: Recommendation) -> None:
+        """The disaggregated plan for the GPU type of the best before verification, sized
+        while the workers simulate (the verified best nearly always keeps that type)."""
+        key = guess.candidate.gpu.key
+        with contextlib.suppress(CapplanError):  # raised again if that type is the one read
+            early[key] = _disaggregated_plan(cat, plan, resolved, lanes, key)
+
+    result = _plan_pool(cat, plan, resolved, lanes, verify,
+                        meanwhile=pd_meanwhile if disagg else None)
     if progress is not None:
         progress(1, total)
     if per_lane:
         result = _per_lane_pools(cat, plan, resolved, result, progress)
     if disagg:
-        result = replace(result, disaggregated=_disaggregated(cat, plan, resolved, lanes, result))
+        result = replace(result, disaggregated=_disaggregated(cat, plan, resolved, lanes, result,
+                                                              early))
     return _alternatives(cat, plan, resolved, result)
 
 
@@ -292,26 +306,35 @@ def _alternatives(cat: Catalog, plan: PlanFile, resolved: ResolvedModel, result:
 
 
 def _disaggregated(cat: Catalog, plan: PlanFile, resolved: ResolvedModel, lanes: list[Lane],
-                   result: PlanResult) -> dict[str, Any]:
-    from capplan.plan.disagg import compare, plan_disaggregated
+                   result: PlanResult, early: dict[str, Any]) -> dict[str, Any]:
+    """The disaggregated plan beside the aggregated one, and which wins; `early`: plans sized
+    already, by GPU type (`run_plan`'s pd_meanwhile)."""
+    from capplan.plan.disagg import compare
+
+    key = result.best.candidate.gpu.key
+    d = early[key] if key in early else _disaggregated_plan(cat, plan, resolved, lanes, key)
+    best = result.best
+    verdict = compare(best.gpus_total, best.cost_per_hour, best.candidate.binding_constraint, d)
+    return {**(d.to_dict() if d else {}), "verdict": verdict,
+            "winner": verdict.split(" wins")[0]}
+
+
+def _disaggregated_plan(cat: Catalog, plan: PlanFile, resolved: ResolvedModel,
+                        lanes: list[Lane], gpu_key: str) -> Any:
+    """plan_disaggregated on one GPU type (each pool picks its TP): the aggregated
+    recommendation's, side by side with it (every catalog GPU would cost ~0.2 s each)."""
+    from capplan.plan.disagg import plan_disaggregated
 
     model = resolved.spec
     t = traffic_for(lanes, model.context_len(plan.engine.max_model_len))
     space = search_space(cat, plan, model, t, resolved.implied_weight_dtype)
-    # side by side: the GPU type of the aggregated recommendation (each pool picks its TP);
-    # every catalog GPU would cost ~0.2 s each
-    keys = {result.best.candidate.gpu.key}
-    space = replace(space, gpus=[g for g in space.gpus if g.key in keys])
+    space = replace(space, gpus=[g for g in space.gpus if g.key == gpu_key])
     def top(v: Any) -> int | None:  # a pinned value or the largest of a searched list
         return max(v) if isinstance(v, list) and v else (v if isinstance(v, int) else None)
 
     pinned = {"max_num_seqs": top(plan.engine.max_num_seqs),
               "max_num_batched_tokens": top(plan.engine.max_num_batched_tokens)}
-    d = plan_disaggregated(cat, model, space, t, plan.headroom, plan.model, pinned)
-    best = result.best
-    verdict = compare(best.gpus_total, best.cost_per_hour, best.candidate.binding_constraint, d)
-    return {**(d.to_dict() if d else {}), "verdict": verdict,
-            "winner": verdict.split(" wins")[0]}
+    return plan_disaggregated(cat, model, space, t, plan.headroom, plan.model, pinned)
 
 
 def _separate(cat: Catalog, plan: PlanFile, resolved: ResolvedModel, lane: Lane
@@ -427,10 +450,11 @@ class _Pool:
 
 def _plan_pool(cat: Catalog, plan: PlanFile, resolved: ResolvedModel, lanes: list[Lane],
                verify: VerifyFn | None, best_only: bool = False,
-               keep: Keep | None = None) -> PlanResult:
+               keep: Keep | None = None, meanwhile: Meanwhile | None = None) -> PlanResult:
     """One pool planned. `best_only`: the caller reads only `.best` (its other
     recommendations and warnings are those of the configurations searched exactly); `keep`:
-    the (GPU, settings) groups searched (build_candidates)."""
+    the (GPU, settings) groups searched (build_candidates); `meanwhile(best before
+    verification)` runs in this process while verification workers simulate (`_verify`)."""
     model = resolved.spec
     t = traffic_for(lanes, model.context_len(plan.engine.max_model_len))
     pool = _Pool(model, lanes, t, search_space(cat, plan, model, t,
@@ -443,7 +467,7 @@ def _plan_pool(cat: Catalog, plan: PlanFile, resolved: ResolvedModel, lanes: lis
     key = rank_key(plan.objective)
     shortlist, warnings = _shortlist(found, t, plan, key)
     ranked = _verified([_recommendation(c, found, t) for c in shortlist], pool, plan, verify,
-                       warnings, key)
+                       warnings, key, meanwhile)
     ranked, pruned = _prune(ranked)
     if pruned:
         warnings.append(f"{pruned} configuration(s) not listed: they need over "
@@ -473,18 +497,18 @@ def _best_pool(cat: Catalog, plan: PlanFile, resolved: ResolvedModel, lanes: lis
 
 
 def _verified(ranked: list[Recommendation], pool: _Pool, plan: PlanFile,
-              verify: VerifyFn | None, warnings: list[str], key: RankKey
-              ) -> list[Recommendation]:
+              verify: VerifyFn | None, warnings: list[str], key: RankKey,
+              meanwhile: Meanwhile | None = None) -> list[Recommendation]:
     """The top `plan.verify.top` replayed (a miss is dropped, with a warning), and the next
     ones while every one replayed missed (up to VERIFY_ROUNDS rounds). When none passed, the
     replay sizes the best that missed (`_scaled_out`); raises InfeasibleError when that fails
-    too, naming the miss closest to its SLOs."""
+    too, naming the miss closest to its SLOs. `meanwhile`: `_verify`'s, in the first round."""
     if verify is None or plan.verify.top <= 0:
         return ranked
     missed: list[tuple[Recommendation, Verification]] = []
-    for _ in range(VERIFY_ROUNDS):  # the best shown is always one the replay passed
+    for i in range(VERIFY_ROUNDS):  # the best shown is always one the replay passed
         ranked = _verify(ranked, pool, plan.verify.top, plan.verify.requests, verify,
-                         warnings, missed)
+                         warnings, missed, meanwhile if i == 0 else None)
         if not ranked or ranked[0].verified is not None:
             break
     if ranked and ranked[0].verified is None:
@@ -636,9 +660,11 @@ def _prepare(verify: Any, groups: list, pool: _Pool) -> None:
 
 def _verify(ranked: list[Recommendation], pool: _Pool, top: int, max_requests: int,
             verify: VerifyFn, warnings: list[str],
-            missed: list[tuple[Recommendation, Verification]]) -> list[Recommendation]:
+            missed: list[tuple[Recommendation, Verification]],
+            meanwhile: Meanwhile | None = None) -> list[Recommendation]:
     """Simulate the best `top`; drop those that miss an SLO there (with a warning; each miss
-    and its replay appended to `missed`)."""
+    and its replay appended to `missed`). A verifier with worker processes (`map_while`) runs
+    `meanwhile(ranked[0])` here as they simulate."""
     kept = ranked[top:]
     checked = []
     jobs = [_verify_job(r, pool, max_requests) for r in ranked[:top]]
@@ -646,7 +672,10 @@ def _verify(ranked: list[Recommendation], pool: _Pool, top: int, max_requests: i
     jobs = [replace(j, sim_engine=engine) for j in jobs]
     # a verifier with a `map` (capplan.plan.verify.ParallelVerifier, `--jobs`) runs them at
     # once; each result is its own job's (seeded), so the answer is the serial one
-    results = getattr(verify, "map", lambda js: [verify(j) for j in js])(jobs)
+    if meanwhile is not None and hasattr(verify, "map_while"):
+        results = verify.map_while(jobs, lambda: meanwhile(ranked[0]))
+    else:
+        results = getattr(verify, "map", lambda js: [verify(j) for j in js])(jobs)
     for r, v in zip(ranked[:top], results, strict=True):
         if v.ok:
             checked.append(r.with_(verified=v))

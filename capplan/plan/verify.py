@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 import signal
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
@@ -248,6 +248,17 @@ class ParallelVerifier:
         if self._pool is None:
             self._pool = self._executor(workers)
         return list(self._pool.map(simulate_recommendation, jobs))
+
+    def map_while(self, jobs: list[VerifyJob], meanwhile: Callable[[], object]
+                  ) -> list[Verification]:
+        """`map(jobs)`, with `meanwhile()` run in this process once the jobs are handed to the
+        workers (before it when they run here); the results are map's."""
+        if self._pool is None or sum(j.requests for j in jobs) < PARALLEL_MIN_REQUESTS:
+            meanwhile()
+            return self.map(jobs)
+        pending = self._pool.map(simulate_recommendation, jobs)  # submitted at once
+        meanwhile()
+        return list(pending)
 
     def close(self) -> None:
         """Stop the workers at once: a warm-up the plan did not need is not waited for."""

@@ -13,13 +13,18 @@ REC = ("recommend", "--model", "llama-3.1-8b", "--rate", "30", "--gpu", "h100-sx
 
 def test_parallel_recommend_equals_serial(run_cli, monkeypatch):
     calls = []
-    real_map = ParallelVerifier.map
+    real_map, real_while = ParallelVerifier.map, ParallelVerifier.map_while
 
     def spy(self, jobs):  # noqa: ANN001, ANN202
         calls.append(sum(j.requests for j in jobs))
         return real_map(self, jobs)
 
+    def spy_while(self, jobs, meanwhile):  # noqa: ANN001, ANN202 (the disaggregated plan)
+        calls.append(sum(j.requests for j in jobs))
+        return real_while(self, jobs, meanwhile)
+
     monkeypatch.setattr(ParallelVerifier, "map", spy)
+    monkeypatch.setattr(ParallelVerifier, "map_while", spy_while)
     serial = run_cli(*REC, "--jobs", "1")
     parallel = run_cli(*REC, "--jobs", "2")
     assert serial.exit_code == parallel.exit_code == 0, parallel.stderr

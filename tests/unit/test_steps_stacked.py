@@ -47,3 +47,27 @@ def test_steps_of_the_same_numbers() -> None:
     call = {"num_decode": 8.0, "decode_kv_tokens": 8000.0}
     a, b = step.steps(call, call)
     assert np.array_equal(a, step.step(**call, detail=False)["step_s"]) and np.array_equal(a, b)
+
+
+def test_a_gathered_model_has_a_fresh_models_formula_arguments() -> None:
+    """StepModel.gathered derives step_parts' arguments from the whole model's; they must be
+    those a model built from the gathered constants computes itself, where the MoE and the
+    feature terms are off everywhere, in some rows, or in none of the rows taken."""
+    from dataclasses import fields, replace
+
+    step, shape = _search_step()
+    n = int(np.prod(shape))
+    flat = {f.name: np.broadcast_to(getattr(step, f.name), shape).reshape(-1)
+            for f in fields(step) if isinstance(getattr(step, f.name), np.ndarray)
+            and getattr(step, f.name).ndim}
+    some = np.arange(n) % 3 == 0
+    variants = {"off": {}, "moe": {"num_experts": np.where(some, 8.0, 0.0)},
+                "spec": {"spec_verify_tokens": np.where(some, 3.0, 1.0)}}
+    for name, extra in variants.items():
+        whole = replace(step, **{**flat, **extra})
+        arrays = {**flat, **extra}
+        for rows in (np.flatnonzero(some), np.flatnonzero(~some), np.arange(n)):
+            got = whole.gathered({k: v[rows] for k, v in arrays.items()})._parts_args
+            fresh = replace(whole, **{k: v[rows] for k, v in arrays.items()})._parts_args
+            assert got[1:] == fresh[1:], (name, got[1:], fresh[1:])
+            assert all(np.array_equal(a, b) for a, b in zip(got[0], fresh[0], strict=True))

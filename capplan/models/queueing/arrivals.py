@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from capplan.models.queueing.laws import LengthStats, _special
+from capplan.models.queueing.laws import LengthStats
+from capplan.models.queueing.special import log_factorial, ndtr, poisson_cdf, poisson_pmf
 
 
 def _poisson_erlang_c(c: np.ndarray, a: np.ndarray) -> np.ndarray:
@@ -22,15 +23,14 @@ def _poisson_erlang_c(c: np.ndarray, a: np.ndarray) -> np.ndarray:
     """
     c = np.maximum(np.floor(c), 1.0)
     a = np.maximum(np.asarray(a, float), 1e-300)
-    pmf = np.exp(c * np.log(a) - a - _special().gammaln(c + 1))
-    # Q only where it is not 1 to double precision and B depends on it (gammaincc costs
-    # ~25 us a value at c ~ 1000): where pmf underflows, B = 0 whatever Q is; where a < c the
-    # tail beyond c, 1 - Q, is under pmf a / (c + 1 - a) (a geometric series bounds the
-    # Poisson terms after c), and under 1e-17 Q rounds to 1
+    pmf = poisson_pmf(c, a)
+    # Q only where it is not 1 to double precision and B depends on it: where pmf underflows,
+    # B = 0 whatever Q is; where a < c the tail beyond c, 1 - Q, is under pmf a / (c + 1 - a)
+    # (a geometric series bounds the Poisson terms after c), and under 1e-17 Q rounds to 1
     need = (pmf > 0) & ~((a < c) & (pmf * a < 1e-17 * (c + 1 - a)))
     q = np.ones(np.shape(pmf))
-    q[need] = _special().gammaincc(np.broadcast_to(c + 1, q.shape)[need],
-                                   np.broadcast_to(a, q.shape)[need])
+    q[need] = poisson_cdf(np.broadcast_to(c, q.shape)[need], np.broadcast_to(a, q.shape)[need],
+                          pmf[need])
     b = pmf / np.maximum(q, 1e-300)
     return np.clip(c * b / np.maximum(c - a * (1 - b), 1e-12), 0.0, 1.0)
 
@@ -66,7 +66,7 @@ def shared_chunks_law(m: np.ndarray, shared_max: int) -> tuple[np.ndarray, np.nd
     """Poisson(m) counts of other chunks in a step (m (..., 1)): P(0), P(1), and P(k) for
     k = 2 .. shared_max - 1 with the tail beyond folded into the last; and those k."""
     k = np.arange(2, shared_max)
-    pk = np.exp(k * np.log(np.maximum(m, 1e-300)) - m - _special().gammaln(k + 1))
+    pk = np.exp(k * np.log(np.maximum(m, 1e-300)) - m - log_factorial(k))
     p0, p1 = np.exp(-m), m * np.exp(-m)
     tail = np.maximum(1 - p0 - p1 - pk.sum(axis=-1, keepdims=True), 0.0)
     pk[..., -1:] += tail
@@ -106,8 +106,8 @@ def chunk_sum_quantile(m: np.ndarray, p: float, inp: LengthStats, budget: np.nda
     for k in terms:
         pk[k] = np.where(pk[k] > 1e-7, pk[k], 0.0)
     levels = np.linspace(0.0, 1.0, 201)
-    centre = {k: k * mu for k in terms}
-    scale = {k: np.maximum(np.sqrt(k) * sigma, 1e-9) for k in terms}
+    centres = np.stack([k * mu for k in terms], -1) if terms else None
+    scales = np.stack([np.maximum(np.sqrt(k) * sigma, 1e-9) for k in terms], -1) if terms else None
 
     def cdf(x: np.ndarray) -> np.ndarray:
         if inp.table:
@@ -116,9 +116,10 @@ def chunk_sum_quantile(m: np.ndarray, p: float, inp: LengthStats, budget: np.nda
             f1 = (x >= inp.mean).astype(float)
         f1 = np.where(x >= budget, 1.0, f1)
         f = pk[0] + pk[1] * f1
-        for k in terms:
-            z = (x - centre[k]) / scale[k]
-            f = f + pk[k] * _special().ndtr(z)
+        if terms:  # every k's normal cdf in one evaluation, added in k's order
+            phi = ndtr((x[..., None] - centres) / scales)
+            for i, k in enumerate(terms):
+                f = f + pk[k] * phi[..., i]
         return f
 
     lo, hi = np.zeros_like(m), budget.astype(float).copy()

@@ -2,13 +2,12 @@
 
 A length distribution enters the queue through its first two moments (means, Little's law,
 Pollaczek-Khinchine) and its quantile table (the strata the quantile composition integrates
-over, sums.py). scipy is imported on first use: a replayed closed loop or trace needs none of it.
+over, sums.py).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 from numpy.typing import ArrayLike
@@ -16,23 +15,6 @@ from numpy.typing import ArrayLike
 QUANTILES = {"p50": 0.50, "p90": 0.90, "p99": 0.99}
 Z99 = 2.3263478740408408
 """Standard normal 99th percentile (scipy.stats.norm.ppf(0.99)): the one home of this value."""
-
-
-def _special() -> Any:
-    """scipy.special, imported on first use: a replayed closed loop or trace needs none of it,
-    and importing scipy costs ~0.2 s of every command's start-up."""
-    from scipy import special
-
-    return special
-
-
-def _fft() -> Any:
-    """scipy.fft, imported on first use (as `_special`)."""
-    from scipy import fft
-
-    return fft
-
-
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import copy
 import math
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, fields
 from typing import Any
 
 import numpy as np
@@ -61,6 +61,17 @@ def _weigh(g: np.ndarray, ends: tuple[np.ndarray, np.ndarray],
     m_lo = 1.0 - g / np.where(g_hi != 0, g_hi, 1.0)  # x replaced hi
     return (np.where(stale_hi, np.where(m_hi > 0, m_hi, 0.5) * g_hi, g_hi),
             np.where(stale_lo, np.where(m_lo > 0, m_lo, 0.5) * g_lo, g_lo))
+
+
+def _gather(stacks: list[tuple[list[str], np.ndarray]], rows: np.ndarray
+            ) -> dict[str, np.ndarray]:
+    """{name: its values at `rows`} of constants stacked as the columns of a matrix (one
+    gather of whole matrix rows per matrix: the same values as one gather per constant, at a
+    third of the cost; each constant a column view of the result)."""
+    out: dict[str, np.ndarray] = {}
+    for names, mat in stacks:
+        out.update(zip(names, mat[rows].T, strict=True))
+    return out
 
 
 class SteadyState:
@@ -298,18 +309,21 @@ class SteadyState:
         """This model restricted to the flat positions `rows` of arrays of `shape` (its step
         constants and limits as 1-D arrays; the lengths and the policy are shared)."""
         flat = self._flat.get(shape)
-        if flat is None:  # the array constants flattened to `shape`, once per shape
+        if flat is None:  # the array constants flattened to `shape`, once per shape: stacked by
+            # dtype, so one gather takes every constant's rows (`_gather`)
             arrays = {f.name: getattr(self.step, f.name) for f in fields(self.step)}
             arrays.update(cap=self.cap, mnbt=self.mnbt)
-            flat = self._flat[shape] = {
-                k: np.broadcast_to(v, shape).reshape(-1) for k, v in arrays.items()
-                if isinstance(v, np.ndarray) and v.ndim}
+            arrays = {k: np.broadcast_to(v, shape).reshape(-1) for k, v in arrays.items()
+                      if isinstance(v, np.ndarray) and v.ndim}
+            flat = self._flat[shape] = {"stacks": [
+                ([k for k in arrays if arrays[k].dtype == dt],
+                 np.stack([v for v in arrays.values() if v.dtype == dt], axis=1))
+                for dt in dict.fromkeys(v.dtype for v in arrays.values())]}
+        got = _gather(flat["stacks"], rows)
         part = copy.copy(self)
         part._flat = {}  # its own shapes
-        part.step = replace(self.step, **{k: v[rows] for k, v in flat.items()
-                                          if k not in ("cap", "mnbt")})
-        part.cap = flat["cap"][rows] if "cap" in flat else self.cap
-        part.mnbt = flat["mnbt"][rows] if "mnbt" in flat else self.mnbt
+        part.cap, part.mnbt = got.pop("cap", self.cap), got.pop("mnbt", self.mnbt)
+        part.step = self.step.gathered(got)
         return part
 
     def stable(self, rate_per_s: ArrayLike) -> np.ndarray:

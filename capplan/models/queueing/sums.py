@@ -15,7 +15,8 @@ from typing import Any
 
 import numpy as np
 
-from capplan.models.queueing.laws import LengthStats, _fft, _special
+from capplan.models.queueing.laws import LengthStats
+from capplan.models.queueing.special import normal_quantiles
 
 # -- quantiles of a sum of independent terms (TTFT, E2E) -------------------------------------
 # Each term is an offset plus a non-negative part on [0, span]. On one grid per configuration
@@ -107,7 +108,7 @@ _NORMAL_W = np.diff(_NORMAL_STRATA)
 @cache
 def _normal_z() -> np.ndarray:
     """Standard normal quantiles at the midpoints of _NORMAL_STRATA (computed once)."""
-    return _special().ndtri((_NORMAL_STRATA[:-1] + _NORMAL_STRATA[1:]) / 2)
+    return normal_quantiles((_NORMAL_STRATA[:-1] + _NORMAL_STRATA[1:]) / 2)
 
 
 def _normal_term(sd: np.ndarray) -> _Term:
@@ -169,7 +170,7 @@ def _values_term(values: np.ndarray, weights: np.ndarray) -> _Term:
         w = np.broadcast_to(weights, i0.shape)
         pmf = (np.bincount(flat, (w * (1 - frac)).ravel(), minlength=rows * _GRID_LEN)
                + np.bincount(flat + 1, (w * frac).ravel(), minlength=rows * _GRID_LEN))
-        return _fft().rfft(pmf.reshape(h.shape + (_GRID_LEN,)).astype(np.float32), axis=-1)
+        return np.fft.rfft(pmf.reshape(h.shape + (_GRID_LEN,)).astype(np.float32), axis=-1)
     return _Term(lo, span, spectrum)
 
 
@@ -266,7 +267,7 @@ class _SumLaw:
             ends = g.shape[:-1] + (1,)
             pmf = np.diff(np.concatenate([np.zeros(ends, np.float32), g,
                                           np.ones(ends, np.float32)], -1), axis=-1)
-            return _fft().rfft(pmf, axis=-1)
+            return np.fft.rfft(pmf, axis=-1)
         return _Term(0.0, self.span, spectrum)
 
 
@@ -287,7 +288,7 @@ def _grid_cdf(terms: list[_Term], shape: tuple[int, ...]
         if np.any(zero):  # a row where this term has no span does without it
             s = np.where(zero[..., None], np.ones((), s.dtype), s)
         spec = s if spec is None else spec * s
-    pmf = np.maximum(_fft().irfft(spec, n=_GRID_LEN, axis=-1), 0.0)
+    pmf = np.maximum(np.fft.irfft(spec, n=_GRID_LEN, axis=-1), 0.0)
     cdf = np.cumsum(pmf, axis=-1)
     cdf /= np.maximum(cdf[..., -1:], 1e-30)
     return h, total, _padded(cdf)
