@@ -218,11 +218,11 @@ def p_touched(held: float, moe: MoeSpec) -> float:
     or a domain): 1 - P(no expert of the token on the unit), uniform routing. Without group
     limits the k experts are k distinct of E: 1 - C(E - held, k) / C(E, k). With DeepSeek's
     group-limited routing (config n_group G, topk_group m: the k experts lie in m of G equal
-    groups, DeepSeek-V3 report section 2.1.2) the m groups are drawn uniformly, each receiving
-    k / m of the experts: a unit of whole groups (held / (E / G) of them) is touched when one
-    is drawn, 1 - C(G - held G / E, m) / C(G, m); a unit inside a group, when its group is
-    drawn and one of the group's k / m experts is the unit's, m / G x (1 - C(E / G - held,
-    k / m) / C(E / G, k / m))."""
+    groups, picked by the sum of each group's top k / m affinities, DeepSeek-V3 report section
+    2.1.2) the m groups are drawn uniformly, each receiving k / m of the experts: a unit of
+    whole groups (held G / E of them) is touched when one is drawn, 1 - C(G - held G / E, m) /
+    C(G, m); a unit inside a group when its group is drawn and one of the group's k / m experts
+    is the unit's, m / G x (1 - C(E / G - held, k / m) / C(E / G, k / m))."""
     e, k = float(moe.num_experts), moe.num_experts_per_tok
     groups, chosen = moe.n_group, moe.topk_group
     if chosen >= groups:
