@@ -259,7 +259,8 @@ def fixed_parts(x: tuple, c: tuple, moe: bool, features: bool = True) -> tuple:
     # DP attention: each MoE layer gathers every rank's hidden states and scatters the summed
     # outputs back (all-gather + reduce-scatter over the tp x dp GPUs; constants 0 at DP 1);
     # with EP across domains DeepEP's all-to-all: its normal kernels in a step with prompt
-    # tokens, its low-latency kernels in a decode-only step (SGLang --deepep-mode auto).
+    # tokens, its low-latency kernels in a decode-only step (SGLang --deepep-mode auto:
+    # layers/moe/utils.py DeepEPMode.resolve(is_extend_in_batch)).
     has_prompt = tp_ > 0
     comm = comm + select(global_tokens > 0, select(
         has_prompt, moe_comm_s_fixed_prefill, moe_comm_s_fixed) + global_tokens * select(
