@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import sys
 from dataclasses import dataclass
-from math import comb
 
 from docblocks import ROOT, write_block  # benchmarks/ is on sys.path when run as a script
 
@@ -25,6 +24,7 @@ from capplan.catalog.loader import load_catalog
 from capplan.catalog.schema import GpuSpec
 from capplan.models.calibration import default_calibration
 from capplan.models.engine import EngineSettings
+from capplan.models.layout import Links, ep_all_to_all, ep_all_to_all_normal
 from capplan.models.perf import StepModel, build_step_model, chunk_attention, step_parts
 
 DOC = ROOT / "docs" / "perf.md"
@@ -148,9 +148,6 @@ TBO_COMPUTE_SMS = 108 / 132
 """Two-batch overlap: the computation stream runs on 108 of the H800's 132 SMs while DeepEP's
 normal kernels hold 24 (deepseek-ai/profile-data assets/prefill.jpg; DeepEP's example
 `Buffer.set_num_sms(24)`)."""
-N_GROUP, TOPK_GROUP = 8, 4
-"""DeepSeek-V3's group-limited routing: each token's 8 experts lie in at most 4 of 8 expert
-groups (config.json n_group, topk_group)."""
 EPLB_DEFAULT_OVER_PERFECT = 59337 / 50302
 """SGLang's H100 EP32 prefill at 4K: simulated perfect balance over its EPLB placement."""
 
@@ -158,13 +155,6 @@ EPLB_DEFAULT_OVER_PERFECT = 59337 / 50302
 def flop_weighted_rate(shapes: tuple[tuple[int, int, int], ...]) -> float:
     """TFLOP/s of a sequence of GEMMs of the same rows: total FLOPs over total time."""
     return sum(n * k for n, k, _ in shapes) / sum(n * k / r for n, k, r in shapes)
-
-
-def remote_nodes(nodes: int) -> float:
-    """Expected other nodes a token's experts reach when each node holds N_GROUP / nodes whole
-    groups and the router picks TOPK_GROUP groups uniformly: (n - 1) P(a node is touched)."""
-    per = N_GROUP // nodes
-    return (nodes - 1) * (1 - comb(N_GROUP - per, TOPK_GROUP) / comb(N_GROUP, TOPK_GROUP))
 
 
 def terms_table() -> str:
@@ -184,15 +174,19 @@ def terms_table() -> str:
     attn_us, fixed_us = p["attn_cmp"] * us, p["overhead"] * us
     compute_us = (dense_us + expert_us + attn_us + fixed_us) / TBO_COMPUTE_SMS
     # DeepEP's normal kernels send a token once to each node holding one of its experts and
-    # forward it over NVLink there (DeepEP docs: is_token_in_rank is a boolean; internode
-    # "forwarding from the NVLink domain to the RDMA domain"); capplan counts every copy.
-    nodes = d.ranks // 8
-    per_copy = 7168 * (1 + 4 / 128) + 7168 * 2.0  # FP8 dispatch + scales, BF16 combine
+    # forward it over NVLink there (models/layout.py ep_all_to_all_normal: capplan's prefill
+    # step); the low-latency kernels of decode steps send every remote copy.
     gpu = h800(cat)
-    net = gpu.network.bytes_per_s * default_calibration(gpu).allreduce_bw_frac  # as capplan's
+    cal = default_calibration(gpu)
+    links = Links(gpu.interconnect.bytes_per_s * cal.allreduce_bw_frac, cal.allreduce_latency_s,
+                  gpu.network.bytes_per_s * cal.allreduce_bw_frac, gpu.network.latency_s,
+                  gpu.interconnect.max_gpus_per_node)
+    moe = cat.model("deepseek-v3").moe
+    normal = ep_all_to_all_normal(7168, moe, d.ranks, links)
+    low = ep_all_to_all(7168, moe.num_experts_per_tok, d.ranks, links)
     layers = sm.num_moe_layers
-    node_us = layers * remote_nodes(nodes) * per_copy / net * 1e6
-    copy_us = layers * 8 * (d.ranks - 8) / d.ranks * per_copy / net * 1e6
+    node_us = layers * normal.s_per_token_per_gpu * 1e6
+    copy_us = layers * low.s_per_token_per_gpu * 1e6
     published_us = 1e6 / d.published
     rows = [
         ("dense GEMMs (fp8)", p["dense_cmp"] * us, dense_us,
@@ -205,8 +199,9 @@ def terms_table() -> str:
         ("computation stream", (p["step"] - p["comm"]) * us, compute_us,
          f"two-batch overlap: computation on {TBO_COMPUTE_SMS:.3f} of the SMs"),
         ("EP dispatch + combine", p["comm"] * us, node_us,
-         f"DeepEP normal mode: {remote_nodes(nodes):.2f} remote nodes per token, not "
-         f"{8 * (d.ranks - 8) / d.ranks:.0f} remote copies ({copy_us:.0f} us); overlapped"),
+         f"DeepEP normal mode: {normal.network_copies:.2f} remote nodes per token (the "
+         f"low-latency kernels' {low.network_copies:.0f} remote copies: {copy_us:.0f} us); "
+         "overlapped by the two-batch overlap, added by capplan"),
         ("step", p["step"] * us, max(compute_us, node_us),
          "capplan: the sum; the kernels' rates: the larger of the two streams"),
     ]

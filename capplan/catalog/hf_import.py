@@ -283,7 +283,8 @@ def _moe(c: dict[str, Any], layers: int) -> dict[str, Any] | None:
         raise InputError("MoE config lacks num_experts_per_tok or moe_intermediate_size")
     return {"num_experts": int(experts), "num_experts_per_tok": int(topk),
             "moe_intermediate_size": int(inter), "num_shared_experts": int(shared_n),
-            "shared_expert_intermediate_size": int(shared_i or 0), "num_dense_layers": dense}
+            "shared_expert_intermediate_size": int(shared_i or 0), "num_dense_layers": dense,
+            "n_group": int(c.get("n_group") or 1), "topk_group": int(c.get("topk_group") or 1)}
 
 
 def _sliding(c: dict[str, Any], layers: int) -> tuple[int | None, int]:

@@ -167,6 +167,10 @@ class MoeSpec(BaseModel):
     """Intermediate width of each shared expert."""
     num_dense_layers: int = Field(default=0, ge=0)
     """Layers with a dense MLP instead of experts (DeepSeek first_k_dense_replace)."""
+    n_group: int = Field(default=1, ge=1)
+    """Expert groups of group-limited routing (config.json n_group; 1: none)."""
+    topk_group: int = Field(default=1, ge=1)
+    """Groups a token's experts may lie in (config.json topk_group; DeepSeek-V3: 4 of 8)."""
 
 
 class MlaSpec(BaseModel):

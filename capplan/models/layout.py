@@ -23,6 +23,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from capplan.catalog.schema import MoeSpec
 from capplan.errors import InputError
 
 ENGINE_NOTATION = {
@@ -152,43 +153,105 @@ class AllToAll:
 
     dispatch_bytes_per_copy: float
     combine_bytes_per_copy: float
-    remote_frac: float
-    """Share of a token's k expert copies whose expert lives in another domain."""
-    local_frac: float
-    """Share that goes to another GPU of the same domain (NVLink)."""
+    network_copies: float
+    """Copies of a token its GPU sends across the network (expected, per MoE layer)."""
+    nvlink_copies: float
+    """Copies of a token sent or forwarded to another GPU of a domain over NVLink."""
     latency_s: float
     """Per MoE layer: dispatch and combine, one network message round each."""
     s_per_token_per_gpu: float
     """Seconds per token a GPU sends (dispatch and combine, slowest path, imbalance included)."""
 
 
+def _copy_bytes(hidden: int, fp8_dispatch: bool) -> tuple[float, float]:
+    """(dispatch, combine) bytes of one copy of a token: FP8 + one fp32 scale per 128
+    channels out (BF16 without FP8 dispatch), BF16 back."""
+    disp = hidden * (1 + 4 / DEEPEP_SCALE_GROUP) if fp8_dispatch else hidden * 2.0
+    return disp, hidden * 2.0
+
+
+def _a2a(disp: float, comb: float, net_copies: float, nvl_copies: float, links: Links,
+         imbalance: float) -> AllToAll:
+    """The two paths run concurrently: the slower sets the time; one network latency each
+    way when any copy crosses it."""
+    if imbalance < 1:
+        raise InputError(f"expert imbalance {imbalance}: must be >= 1 (max over mean load)")
+    net = net_copies * (disp + comb) / links.net_bytes_per_s
+    nvl = nvl_copies * (disp + comb) / links.nvlink_bytes_per_s
+    lat = 2 * (links.net_latency_s if net_copies > 0 else links.nvlink_latency_s)
+    return AllToAll(disp, comb, net_copies, nvl_copies, lat, max(net, nvl) * imbalance)
+
+
 def ep_all_to_all(hidden: int, experts_per_tok: int, expert_parallel: int, links: Links, *,
                   fp8_dispatch: bool = True, imbalance: float = 1.0) -> AllToAll:
-    """Dispatch and combine of one MoE layer as DeepEP runs them (low-latency mode: each of a
-    token's k expert copies sent directly to its expert's GPU, FP8 out, BF16 back; the
-    normal mode sends a token once per destination node and forwards it over NVLink, fewer
-    network bytes than counted here: docs/perf.md, "Prefill of DeepSeek-V3/R1 against
-    published deployments"):
+    """Dispatch and combine of one MoE layer as DeepEP's low-latency kernels run them (decode
+    steps): each of a token's k expert copies goes straight to its expert's GPU over RDMA or
+    NVLink (deepseek-ai/DeepEP README, "Low-latency kernels with pure RDMA"):
 
         dispatch copy = hidden x 1 B + hidden / 128 x 4 B  (FP8 + per-128 scales; BF16: 2 B)
         combine copy  = hidden x 2 B
-        network s per token = k x remote x (dispatch + combine) / net_bw x imbalance
-        NVLink  s per token = k x local  x (dispatch + combine) / nvlink_bw x imbalance
+        network s per token = k x (EP - g) / EP x (dispatch + combine) / net_bw x imbalance
+        NVLink  s per token = k x (g - 1) / EP  x (dispatch + combine) / nvlink_bw x imbalance
 
-    with remote = (EP - g) / EP of the copies under uniform routing over EP ranks of which g
-    share a domain; the two paths run concurrently, so the slower sets the time. `imbalance`
-    (>= 1) is the busiest rank's load over the mean: 1 assumes a balanced placement, what
-    EPLB's redundant experts aim for (DeepSeek-V3 report section 3.4)."""
-    if imbalance < 1:
-        raise InputError(f"expert imbalance {imbalance}: must be >= 1 (max over mean load)")
+    under uniform routing over EP ranks of which g share a domain; the slower path sets the
+    time. `imbalance` (>= 1) is the busiest rank's load over the mean: 1 assumes a balanced
+    placement, what EPLB's redundant experts aim for (DeepSeek-V3 report section 3.4).
+    Prefill steps use the normal kernels: `ep_all_to_all_normal`."""
     ep = max(expert_parallel, 1)
     g = min(links.gpus_per_domain, ep)
-    disp = hidden * (1 + 4 / DEEPEP_SCALE_GROUP) if fp8_dispatch else hidden * 2.0
-    comb = hidden * 2.0
-    remote = (ep - g) / ep
-    local = (g - 1) / ep
+    disp, comb = _copy_bytes(hidden, fp8_dispatch)
     k = experts_per_tok
-    net = k * remote * (disp + comb) / links.net_bytes_per_s
-    nvl = k * local * (disp + comb) / links.nvlink_bytes_per_s
-    lat = 2 * (links.net_latency_s if remote > 0 else links.nvlink_latency_s)
-    return AllToAll(disp, comb, remote, local, lat, max(net, nvl) * imbalance)
+    return _a2a(disp, comb, k * (ep - g) / ep, k * (g - 1) / ep, links, imbalance)
+
+
+def _miss(pool: float, held: float, picks: int) -> float:
+    """P(`picks` distinct items drawn uniformly from `pool` all avoid the `held` ones):
+    C(pool - held, picks) / C(pool, picks), as a product (held may be fractional)."""
+    out = 1.0
+    for i in range(picks):
+        out *= max(pool - held - i, 0.0) / (pool - i)
+    return out
+
+
+def p_touched(held: float, moe: MoeSpec) -> float:
+    """Probability that a token's experts include one of the `held` experts of a unit (a GPU
+    or a domain): 1 - P(no expert of the token on the unit), uniform routing. Without group
+    limits the k experts are k distinct of E: 1 - C(E - held, k) / C(E, k). With DeepSeek's
+    group-limited routing (config n_group G, topk_group m: the k experts lie in m of G equal
+    groups, picked by the sum of each group's top k / m affinities, DeepSeek-V3 report section
+    2.1.2) the m groups are drawn uniformly, each receiving k / m of the experts: a unit of
+    whole groups (held G / E of them) is touched when one is drawn, 1 - C(G - held G / E, m) /
+    C(G, m); a unit inside a group when its group is drawn and one of the group's k / m experts
+    is the unit's, m / G x (1 - C(E / G - held, k / m) / C(E / G, k / m))."""
+    e, k = float(moe.num_experts), moe.num_experts_per_tok
+    groups, chosen = moe.n_group, moe.topk_group
+    if chosen >= groups:
+        return 1.0 - _miss(e, held, k)
+    per_group = e / groups
+    if held >= per_group:
+        return 1.0 - _miss(groups, held / per_group, chosen)
+    return chosen / groups * (1.0 - _miss(per_group, held, max(k // chosen, 1)))
+
+
+def ep_all_to_all_normal(hidden: int, moe: MoeSpec, expert_parallel: int, links: Links, *,
+                         fp8_dispatch: bool = True, imbalance: float = 1.0) -> AllToAll:
+    """Dispatch and combine of one MoE layer as DeepEP's normal kernels run them (prefill
+    steps): a token crosses the network once to each other domain holding one of its experts,
+    to the GPU of its own local index there, which forwards it over NVLink to each distinct
+    GPU of that domain holding one (deepseek-ai/DeepEP README, "Normal kernels with NVLink and
+    RDMA forwarding"; `is_token_in_rank` is one boolean per token and rank); the combine
+    reduces inside the domain and returns once per domain. Copies as `ep_all_to_all`'s:
+
+        network copies = (EP - g) / g x p_touched(E g / EP)  (other domains holding one)
+        NVLink copies  = (EP - EP / g) x p_touched(E / EP)   (GPUs not at its local index)
+
+    Worked: DeepSeek-V3 (256 experts in 8 groups, 4 groups per token) at EP 32 over 4
+    domains: 3 x (1 - C(6,4) / C(8,4)) = 2.36 network copies against the low-latency
+    kernels' 6 (tests/unit/test_multinode.py)."""
+    ep = max(expert_parallel, 1)
+    g = min(links.gpus_per_domain, ep)
+    disp, comb = _copy_bytes(hidden, fp8_dispatch)
+    e = moe.num_experts
+    net_copies = (ep - g) / g * p_touched(e * g / ep, moe)
+    nvl_copies = (ep - ep / g) * p_touched(e / ep, moe)
+    return _a2a(disp, comb, net_copies, nvl_copies, links, imbalance)

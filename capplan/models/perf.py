@@ -41,7 +41,13 @@ from capplan.models import layers as model_layers
 from capplan.models import lora, speculative
 from capplan.models.calibration import Calibration, default_calibration
 from capplan.models.engine import EngineProfile, EngineSettings
-from capplan.models.layout import Links, allreduce_cost, ep_all_to_all, gather_scatter_cost
+from capplan.models.layout import (
+    Links,
+    allreduce_cost,
+    ep_all_to_all,
+    ep_all_to_all_normal,
+    gather_scatter_cost,
+)
 from capplan.models.memory import (
     kv_bytes_per_token_per_layer,
     kv_dtype_bytes,
@@ -106,7 +112,7 @@ STEP_CONSTANTS = ("dense_weight_bytes", "expert_bytes", "num_moe_layers", "num_e
                   "lora_n1", "lora_q1", "lora_n2", "lora_q2", "lora_n3", "lora_q3", "lora_n4",
                   "lora_q4", "lora_max_loras", "lora_flops_per_token", "lora_overhead_s",
                   "prefill_extra_flops_per_token", "spec_step_overhead_s", "expert_flops_per_s",
-                  "prefill_rate_frac")
+                  "prefill_rate_frac", "moe_comm_s_fixed_prefill", "moe_comm_s_per_token_prefill")
 """`StepModel` fields that `step_parts` takes, in its order."""
 _N_BASE = STEP_CONSTANTS.index("spec_verify_tokens")
 """Constants before the feature terms (speculative decoding, LoRA, vision)."""
@@ -201,7 +207,8 @@ def fixed_parts(x: tuple, c: tuple, moe: bool, features: bool = True) -> tuple:
      draft_kv_bytes_per_token, draft_overhead_s, lora_adapter_bytes, lora_n1, lora_q1, lora_n2,
      lora_q2, lora_n3, lora_q3, lora_n4, lora_q4, lora_max_loras, lora_flops_per_token,
      lora_overhead_s, prefill_extra_flops_per_token, spec_step_overhead_s,
-     expert_flops_per_s, prefill_rate_frac) = c
+     expert_flops_per_s, prefill_rate_frac, moe_comm_s_fixed_prefill,
+     moe_comm_s_per_token_prefill) = c
     dec = bd > 0
     bd_rows = bd * v
     tokens = bd_rows + tp_
@@ -255,9 +262,14 @@ def fixed_parts(x: tuple, c: tuple, moe: bool, features: bool = True) -> tuple:
         allreduce_s_fixed + tokens * allreduce_s_per_token_oneshot,
         2 * allreduce_s_fixed + tokens * allreduce_s_per_token), 0.0)
     # DP attention: each MoE layer gathers every rank's hidden states and scatters the summed
-    # outputs back (all-gather + reduce-scatter over the tp x dp GPUs; constants 0 at DP 1).
-    comm = comm + select(global_tokens > 0,
-                         moe_comm_s_fixed + global_tokens * moe_comm_s_per_token, 0.0)
+    # outputs back (all-gather + reduce-scatter over the tp x dp GPUs; constants 0 at DP 1);
+    # with EP across domains DeepEP's all-to-all: its normal kernels in a step with prompt
+    # tokens, its low-latency kernels in a decode-only step (SGLang --deepep-mode auto:
+    # layers/moe/utils.py DeepEPMode.resolve(is_extend_in_batch)).
+    has_prompt = tp_ > 0
+    comm = comm + select(global_tokens > 0, select(
+        has_prompt, moe_comm_s_fixed_prefill, moe_comm_s_fixed) + global_tokens * select(
+        has_prompt, moe_comm_s_per_token_prefill, moe_comm_s_per_token), 0.0)
     pp = pp * 1.0
     p2p = (pp - 1) * tokens * p2p_s_per_token
     host = per_seq_overhead_s * (bd + nps)
@@ -400,6 +412,11 @@ class StepModel:
     """MoE dispatch + combine latency per step with attention DP (all MoE layers)."""
     moe_comm_s_per_token: Any = 0.0
     """MoE dispatch + combine seconds per token of the whole replica's batch."""
+    moe_comm_s_fixed_prefill: Any = 0.0
+    """`moe_comm_s_fixed` of a step with prompt tokens (DeepEP's normal kernels across
+    domains; the same value otherwise)."""
+    moe_comm_s_per_token_prefill: Any = 0.0
+    """`moe_comm_s_per_token` of a step with prompt tokens (as `moe_comm_s_fixed_prefill`)."""
     host_overlap: Any = 0.0
     """1.0: the per-sequence host cost overlaps the GPU's step (EngineProfile.host_overlap)."""
     # Speculative decoding, LoRA, vision (capplan/models/features.py; 0/1 = off).
@@ -681,19 +698,24 @@ def _span(gpu: GpuSpec, cal: Calibration) -> Links | None:
 
 
 def _moe_span_comm(model: ModelSpec, s: EngineSettings, span: Links, moe_layers: int,
-                   fp8: bool) -> tuple[float, float]:
+                   fp8: bool) -> tuple[float, float, float, float]:
     """(fixed s, s per token of the replica's batch) of the MoE layers' traffic when attention
-    DP spans domains: with expert parallelism, DeepEP's dispatch + combine all-to-all (each GPU
-    sends batch / world tokens); without, the hierarchical all-gather + reduce-scatter of the
-    hidden states (models/layout.py)."""
+    DP spans domains, for a decode-only step and then for a step with prompt tokens: with
+    expert parallelism, DeepEP's dispatch + combine all-to-all, low-latency and normal kernels
+    (each GPU sends batch / world tokens); without, the hierarchical all-gather +
+    reduce-scatter of the hidden states in both (models/layout.py)."""
     world = s.tp * s.attention_dp
     moe = model.moe
     if s.expert_parallel > 1 and moe is not None:
-        a2a = ep_all_to_all(model.hidden_size, moe.num_experts_per_tok, s.expert_parallel, span,
+        low = ep_all_to_all(model.hidden_size, moe.num_experts_per_tok, s.expert_parallel, span,
                             fp8_dispatch=fp8)
-        return moe_layers * a2a.latency_s, moe_layers * a2a.s_per_token_per_gpu / world
+        normal = ep_all_to_all_normal(model.hidden_size, moe, s.expert_parallel, span,
+                                      fp8_dispatch=fp8)
+        return (moe_layers * low.latency_s, moe_layers * low.s_per_token_per_gpu / world,
+                moe_layers * normal.latency_s, moe_layers * normal.s_per_token_per_gpu / world)
     lat, per_byte = gather_scatter_cost(world, span)
-    return moe_layers * lat, moe_layers * model.hidden_size * 2.0 * per_byte
+    fixed, token = moe_layers * lat, moe_layers * model.hidden_size * 2.0 * per_byte
+    return fixed, token, fixed, token
 
 
 def build_step_model(model: ModelSpec, gpu: GpuSpec, settings: EngineSettings,
@@ -758,9 +780,10 @@ def build_step_model(model: ModelSpec, gpu: GpuSpec, settings: EngineSettings,
         moe_fixed = 2 * counts.num_moe_layers * cal.allreduce_latency_s
         moe_token = (2 * counts.num_moe_layers * (world - 1) / world * model.hidden_size
                      * act_bytes / link)
-        if span is not None and world > span.gpus_per_domain:
-            moe_fixed, moe_token = _moe_span_comm(model, settings, span, counts.num_moe_layers,
-                                                  dt.compute_dtype in LOW_PRECISION)
+    moe_fixed_pre, moe_token_pre = moe_fixed, moe_token
+    if dp > 1 and moe is not None and span is not None and tp * dp > span.gpus_per_domain:
+        moe_fixed, moe_token, moe_fixed_pre, moe_token_pre = _moe_span_comm(
+            model, settings, span, counts.num_moe_layers, dt.compute_dtype in LOW_PRECISION)
     return StepModel(
         **feature_step_constants(model, settings, cal, kvb),
         dense_weight_bytes=dense_bytes,
@@ -813,6 +836,8 @@ def build_step_model(model: ModelSpec, gpu: GpuSpec, settings: EngineSettings,
         expert_parallel=settings.expert_parallel,
         moe_comm_s_fixed=moe_fixed,
         moe_comm_s_per_token=moe_token,
+        moe_comm_s_fixed_prefill=moe_fixed_pre,
+        moe_comm_s_per_token_prefill=moe_token_pre,
         host_overlap=1.0 if settings.profile.host_overlap else 0.0,
         prefill_rate_frac=settings.profile.prefill_rate_frac,
     )

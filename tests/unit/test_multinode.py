@@ -18,6 +18,8 @@ from capplan.models.layout import (
     Links,
     describe,
     ep_all_to_all,
+    ep_all_to_all_normal,
+    p_touched,
     tp_from_engine_notation,
 )
 from capplan.models.perf import step_parts
@@ -98,11 +100,12 @@ def test_ep16_all_to_all_bytes_and_time_by_hand():
     a = ep_all_to_all(7168, 8, 16, _links())
     # FP8 dispatch: 7168 B + 7168 / 128 fp32 scales = 7392 B per expert copy; BF16 combine.
     assert (a.dispatch_bytes_per_copy, a.combine_bytes_per_copy) == (7392, 14336)
-    # 8 of 16 EP ranks are on the other node: half of a token's 8 copies cross the NIC.
-    assert (a.remote_frac, a.local_frac) == (0.5, 7 / 16)
+    # 8 of 16 EP ranks are on the other node: half of a token's 8 copies cross the NIC,
+    # 7 of 16 go to the other GPUs of its own node.
+    assert (a.network_copies, a.nvlink_copies) == (4.0, 8 * 7 / 16)
     # 128 tokens per GPU (DeepEP's decode setting): 128 x 8 x 1/2 x 7392 = 3,784,704 B out,
     # 128 x 8 x 1/2 x 14336 = 7,340,032 B back, at 50 GB/s: 75.69 us + 146.80 us.
-    assert 128 * 8 * a.remote_frac * 7392 == 3_784_704
+    assert 128 * a.network_copies * 7392 == 3_784_704
     assert 128 * a.s_per_token_per_gpu == pytest.approx((3_784_704 + 7_340_032) / 50e9,
                                                         rel=1e-12)
     assert a.latency_s == 2 * NET_LAT
@@ -123,15 +126,87 @@ def test_imbalance_scales_the_busiest_rank():
     assert b.s_per_token_per_gpu == pytest.approx(1.25 * a.s_per_token_per_gpu, rel=1e-12)
 
 
+# DeepEP's normal kernels (prefill): a token crosses the NIC once per other node holding one of
+# its experts, then NVLink to each distinct GPU there. DeepSeek-V3's 256 experts lie in 8 groups
+# of 32; a token's 8 experts lie in 4 groups drawn of the 8, 2 experts in each.
+COPY = 7392 + 14336  # FP8 dispatch with scales + BF16 combine, bytes per copy
+
+
+def test_ep16_normal_mode_bytes_and_time_by_hand(catalog):
+    moe = catalog.model("deepseek-v3").moe
+    a = ep_all_to_all_normal(7168, moe, 16, _links())
+    # 2 nodes of 4 groups each: the other node is missed only when the 4 groups drawn are
+    # its own node's 4: C(4,4) / C(8,4) = 1/70.
+    assert a.network_copies == pytest.approx(1 - 1 / 70, rel=1e-12)
+    # A GPU holds 16 experts, half a group: touched when its group is drawn (4/8) and one of
+    # the group's 2 experts is its own: 1 - C(16,2) / C(32,2) = 1 - 120/496. Forwarded over
+    # NVLink to the 14 GPUs not at the token's local index (16 less one per node).
+    p_gpu = 4 / 8 * (1 - 120 / 496)
+    assert a.nvlink_copies == pytest.approx(14 * p_gpu, rel=1e-12)
+    # 128 tokens per GPU: 128 x 69/70 x 21,728 B = 2,741,453 B over the NIC at 50 GB/s,
+    # 54.83 us (the low-latency kernels: 11,124,736 B, 222.49 us); NVLink 128 x 5.306 x
+    # 21,728 B = 14.76 MB at 450 GB/s, 32.80 us: the NIC sets the time.
+    assert 128 * a.network_copies * COPY == pytest.approx(2_741_453, abs=1)
+    assert 128 * a.s_per_token_per_gpu == pytest.approx(54.829e-6, rel=1e-4)
+    assert 128 * a.nvlink_copies * COPY / 450e9 == pytest.approx(32.80e-6, rel=1e-3)
+    assert a.latency_s == 2 * NET_LAT
+
+
+def test_ep32_normal_mode_bytes_and_time_by_hand(catalog):
+    moe = catalog.model("deepseek-v3").moe
+    a = ep_all_to_all_normal(7168, moe, 32, _links(frac=0.7))
+    # 4 nodes of 2 groups each: a node is missed when the 4 groups drawn all lie in the other
+    # 6: C(6,4) / C(8,4) = 15/70; 3 other nodes x 55/70 = 2.357 copies, not 8 x 24/32 = 6.
+    assert a.network_copies == pytest.approx(3 * 55 / 70, rel=1e-12)
+    # A GPU holds 8 experts, a quarter group: 4/8 x (1 - C(24,2) / C(32,2)) = 0.5 x 220/496;
+    # 28 GPUs not at the token's local index.
+    assert a.nvlink_copies == pytest.approx(28 * 0.5 * 220 / 496, rel=1e-12)
+    # Per token and MoE layer: 2.357 x 21,728 B = 51,216 B at 0.7 x 50 GB/s = 1.4633 us;
+    # 58 MoE layers: 84.87 us per prompt token (the low-latency count: 6 x 21,728 B, 216.04 us).
+    assert a.network_copies * COPY == pytest.approx(51_216.0, abs=0.01)
+    assert 58 * a.s_per_token_per_gpu == pytest.approx(84.87e-6, rel=1e-4)
+    low = ep_all_to_all(7168, 8, 32, _links(frac=0.7))
+    assert 58 * low.s_per_token_per_gpu == pytest.approx(216.04e-6, rel=1e-4)
+
+
+def test_normal_mode_without_group_limit_is_plain_uniform(catalog):
+    # Kimi-K2: 384 experts, 8 per token, no group limit. EP 16 over 2 nodes: the other node's
+    # 192 experts all missed with probability C(192,8) / C(384,8).
+    moe = catalog.model("kimi-k2").moe
+    assert (moe.n_group, moe.topk_group) == (1, 1)
+    miss = 1.0
+    for i in range(8):
+        miss *= (192 - i) / (384 - i)
+    a = ep_all_to_all_normal(7168, moe, 16, _links())
+    assert a.network_copies == pytest.approx(1 - miss, rel=1e-12)
+    assert p_touched(384, moe) == 1.0  # a unit holding every expert
+    # fewer distinct destinations than copies, never more
+    assert a.network_copies < ep_all_to_all(7168, 8, 16, _links()).network_copies
+
+
 def test_step_model_uses_the_all_to_all_across_nodes():
     # SGLang --tp 16 --enable-dp-attention --dp 16 --ep-size 16: 16 ranks of one GPU.
     d = deployment("deepseek-v3", "h100", engine="sglang", tp=16, attention_dp=16,
                    expert_parallel=16, max_model_len=32768, engine_notation=True)
     assert (d.settings.tp, d.gpus_per_replica, d.nodes) == (1, 16, 2)
     cal = d.calibration
-    per_gpu = (8 * 0.5 * (7392 + 14336)) / (50e9 * cal.allreduce_bw_frac)  # s per token sent
-    assert d.step.moe_comm_s_per_token == pytest.approx(58 * per_gpu / 16, rel=1e-12)
+    net = 50e9 * cal.allreduce_bw_frac
+    # decode-only steps: the low-latency kernels, 4 of 8 copies cross the NIC
+    low = 8 * 0.5 * COPY / net  # s per token sent
+    assert d.step.moe_comm_s_per_token == pytest.approx(58 * low / 16, rel=1e-12)
     assert d.step.moe_comm_s_fixed == pytest.approx(58 * 2 * NET_LAT, rel=1e-12)
+    # steps with prompt tokens: the normal kernels, 69/70 of a copy over the NIC
+    normal = 69 / 70 * COPY / net
+    assert d.step.moe_comm_s_per_token_prefill == pytest.approx(58 * normal / 16, rel=1e-12)
+    assert d.step.moe_comm_s_fixed_prefill == pytest.approx(58 * 2 * NET_LAT, rel=1e-12)
+    # the step picks the mode by its prompt tokens (10 tokens per GPU, 160 in all)
+    c = d.step.constants()
+    decode = (160.0, 160 * 1000.0, 160 * 1000.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 160.0)
+    prefill = (0.0, 0.0, 0.0, 160.0, 160 * 80.5, 160 * 80.5, 0.0, 0.0, 1.0, 1.0)
+    assert step_parts(decode, c, True)[7] == pytest.approx(58 * (2 * NET_LAT + 160 * low / 16),
+                                                           rel=1e-12)
+    assert step_parts(prefill, c, True)[7] == pytest.approx(
+        58 * (2 * NET_LAT + 160 * normal / 16), rel=1e-12)
 
 
 # --- a 2-node TP 16 replica: Llama-3.1-405B fp8 on H100 -------------------------------------
