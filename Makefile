@@ -55,7 +55,7 @@ validate: $(BIN)/capplan
 	$(BIN)/python benchmarks/speculative_vllm.py --write-docs
 	$(BIN)/python benchmarks/published_prefill.py --write-docs
 	$(BIN)/python benchmarks/validate_replay_screen.py --write-docs
-	$(BIN)/python benchmarks/validate_silicon.py --loso --cache /tmp/capplan-silicon.pkl --skip-final --write-docs --write-bands
+	$(BIN)/python benchmarks/validate_silicon.py --loso --write-docs --write-bands
 	$(BIN)/python benchmarks/validate_disagg.py --write-docs
 	$(BIN)/python benchmarks/validate_saturation.py --write-docs
 	$(BIN)/python benchmarks/silicon_ttft_split.py --sample 400 --write-docs
