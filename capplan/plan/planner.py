@@ -571,14 +571,10 @@ def _scaled_out(missed: list[tuple[Recommendation, Verification]], pool: _Pool,
 def _overshoot(v: Verification, t: Traffic) -> tuple[float, str]:
     """How far a replay was over its SLOs (the largest value / objective of those it reports;
     inf for an overloaded replica) and what that is."""
-    if "overloaded" in v.reason:
+    ratio, worst, _ = t.slos.worst(v.simulated)
+    if "overloaded" in v.reason or worst is None:
         return math.inf, "capacity"
-    worst = (0.0, "capacity")
-    for tgt in t.slos:
-        got = (v.simulated.get(tgt.metric) or {}).get(tgt.stat)
-        if got is not None and got / tgt.limit_s > worst[0]:
-            worst = (got / tgt.limit_s, f"{tgt.label} SLO")
-    return worst
+    return ratio, f"{worst.label} SLO"
 
 
 def _replay_binding(miss: Verification, t: Traffic) -> str:

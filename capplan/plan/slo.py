@@ -115,10 +115,13 @@ class SloSet:
         return out
 
     def worst(self, res: Mapping[str, Any]) -> tuple[float, SloTarget | None, float]:
-        """(value / objective, objective, value) of the objective the result is furthest over."""
+        """(value / objective, objective, value) of the objective the result is furthest over,
+        among those it reports (a replay names every one; a lane it never served, none)."""
         worst: tuple[float, SloTarget | None, float] = (0.0, None, 0.0)
         for t in self:
-            got = float(_value(res, t))
+            if (got := (res.get(t.metric) or {}).get(t.stat)) is None:
+                continue
+            got = float(got)
             if worst[1] is None or got / t.limit_s > worst[0]:
                 worst = (got / t.limit_s, t, got)
         return worst
