@@ -82,20 +82,27 @@ class DisaggPlan:
                 "launch": launch_lines(self)}
 
 
-def _limits(dep: Deployment) -> Limits:
-    return dep.limits
+def _role(t: Traffic, role: str) -> tuple[LengthStats, Any]:
+    """(output lengths, prefix) a pool role serves: a prefill replica prompts with a one-token
+    output (prefix caching applies); a decode replica the outputs, the prompt's KV arriving
+    with the request and one token computed."""
+    if role == "prefill":
+        return LengthStats.fixed(1.0), t.prefix
+    return t.out, decode_side_prefix(t.inp)
 
 
 def prefill_model(dep: Deployment, t: Traffic) -> QueueModel:
-    """A prefill replica: prompts with a one-token output (prefix caching applies)."""
-    return QueueModel(dep.step, t.inp, LengthStats.fixed(1.0), _limits(dep), t.arrival_scv,
-                      dep.profile.scheduler, t.prefix)
+    """A prefill replica (`_role`)."""
+    out, prefix = _role(t, "prefill")
+    return QueueModel(dep.step, t.inp, out, dep.limits, t.arrival_scv, dep.profile.scheduler,
+                      prefix)
 
 
 def decode_model(dep: Deployment, t: Traffic) -> QueueModel:
-    """A decode replica: the prompt's KV arrives with the request, one token is computed."""
-    return QueueModel(dep.step, t.inp, t.out, _limits(dep), t.arrival_scv,
-                      dep.profile.scheduler, decode_side_prefix(t.inp))
+    """A decode replica (`_role`)."""
+    out, prefix = _role(t, "decode")
+    return QueueModel(dep.step, t.inp, out, dep.limits, t.arrival_scv, dep.profile.scheduler,
+                      prefix)
 
 
 def _stacked(deps: list[Deployment], t: Traffic, role: str) -> QueueModel:
@@ -108,8 +115,7 @@ def _stacked(deps: list[Deployment], t: Traffic, role: str) -> QueueModel:
         "max_num_seqs", "max_num_batched_tokens", "kv_cache_tokens", "state_tokens_per_seq",
         "block_size")))
     step = stack_step_models([d.step for d in deps])
-    out = LengthStats.fixed(1.0) if role == "prefill" else t.out
-    prefix = t.prefix if role == "prefill" else decode_side_prefix(t.inp)
+    out, prefix = _role(t, role)
     return QueueModel(step, t.inp, out, limits, t.arrival_scv, deps[0].profile.scheduler, prefix)
 
 

@@ -544,9 +544,9 @@ def _scaled_out(missed: list[tuple[Recommendation, Verification]], pool: _Pool,
 
     def replay(r: Recommendation, n: int, binding: str) -> Recommendation | None:
         rec = _replicated(r, n, t, binding, plan.headroom)
-        v = verify(replace(_verify_job(rec, pool, plan.verify.requests),
-                           replicas=n / (1 + plan.headroom),
-                           sim_engine=verification_engine([])))
+        job = replace(_verify_job(rec, pool, plan.verify.requests),
+                      replicas=n / (1 + plan.headroom))
+        v = verify(replace(job, sim_engine=verification_engine([job])))
         return rec.with_(verified=v) if v.ok else None
 
     out = []

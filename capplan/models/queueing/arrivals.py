@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from capplan.models.queueing.laws import LengthStats
-from capplan.models.queueing.special import log_factorial, ndtr, poisson_cdf, poisson_pmf
+from capplan.models.queueing.special import ndtr, poisson_cdf, poisson_pmf
 
 
 def _poisson_erlang_c(c: np.ndarray, a: np.ndarray) -> np.ndarray:
@@ -66,7 +66,7 @@ def shared_chunks_law(m: np.ndarray, shared_max: int) -> tuple[np.ndarray, np.nd
     """Poisson(m) counts of other chunks in a step (m (..., 1)): P(0), P(1), and P(k) for
     k = 2 .. shared_max - 1 with the tail beyond folded into the last; and those k."""
     k = np.arange(2, shared_max)
-    pk = np.exp(k * np.log(np.maximum(m, 1e-300)) - m - log_factorial(k))
+    pk = poisson_pmf(k, m)
     p0, p1 = np.exp(-m), m * np.exp(-m)
     tail = np.maximum(1 - p0 - p1 - pk.sum(axis=-1, keepdims=True), 0.0)
     pk[..., -1:] += tail
