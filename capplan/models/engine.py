@@ -253,6 +253,11 @@ class EngineProfile:
     """Profile options applied to this profile (PROFILE_OPTIONS keys), in the order given."""
     option_flags: dict[str, str] = field(default_factory=dict)
     """The engine's own launch flag of each profile option it supports."""
+    limits_per_dp_group: bool = False
+    """The running-request cap and the token budget the engine is launched with are the whole
+    attention-DP group's, which the engine divides by its DP ranks: a rank runs cap // dp and
+    budget // dp (SGLang). capplan's settings are per rank, so a launch line multiplies them by
+    the ranks (`launch_limit`) and the engine's default budget is divided (`rank_default`)."""
     budget_covers_model_len: bool = False
     """The default token budget is at least max_model_len (vLLM V0 without chunked prefill:
     `max_num_batched_tokens = max(max_model_len, 2048)`, so a whole prompt always fits)."""
@@ -378,6 +383,7 @@ SGLANG = EngineProfile(
     scheduler=SchedulerPolicy(prefill_first=True, chunked_prefill=True,
                               reserve_output_frac=0.7, preemption=True),
     defaults_rule=_sglang_defaults,
+    limits_per_dp_group=True,
     block_sizes=(1, 16, 32, 64, 128),
     request_overhead_s=0.220,
     mla_layer_request_overhead_s=2.5e-3,
@@ -407,6 +413,10 @@ SGLANG = EngineProfile(
                    "new_token_ratio x max_new_tokens per running request "
                    "(SGLANG_INIT_NEW_TOKEN_RATIO 0.7)",
         "defaults": "python/sglang/srt/server_args.py (v0.5) GPU-memory tiers",
+        "dp_limits": "python/sglang/srt/server_args.py _handle_data_parallelism (v0.4-0.5): "
+                     "chunked_prefill_size //= dp_size with --enable-dp-attention; "
+                     "model_executor/model_runner.py: max_running_requests // dp_size per "
+                     "rank",
     },
 )
 
@@ -617,6 +627,17 @@ def profile_for_version(name: str, version: str | None) -> EngineProfile:
         raise InputError(f"engine {name}@{version}: capplan models {name} from "
                          f"{versions[0].since or versions[0].version} ({versions[0].covers})")
     return older[-1]
+
+
+def launch_limit(profile: EngineProfile, per_rank: int, attention_dp: int) -> int:
+    """The value of a running-request cap or token budget flag that gives each of
+    `attention_dp` ranks `per_rank` (EngineProfile.limits_per_dp_group)."""
+    return per_rank * attention_dp if profile.limits_per_dp_group else per_rank
+
+
+def rank_default(profile: EngineProfile, default: int, attention_dp: int) -> int:
+    """A rank's share of an engine default that is the whole DP group's."""
+    return max(1, default // attention_dp) if profile.limits_per_dp_group else default
 
 
 def engine_profile(name: str) -> EngineProfile:

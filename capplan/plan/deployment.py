@@ -20,7 +20,7 @@ from capplan.catalog.loader import Catalog
 from capplan.catalog.schema import GpuSpec, ModelSpec
 from capplan.errors import CatalogError, InputError
 from capplan.models.calibration import Calibration
-from capplan.models.engine import EngineProfile, EngineSettings, engine_profile
+from capplan.models.engine import EngineProfile, EngineSettings, engine_profile, rank_default
 from capplan.models.features import FEATURE_FIELDS, resolve_draft_model
 from capplan.models.layout import describe, nodes_spanned
 from capplan.models.memory import MemoryReport, memory_report
@@ -214,7 +214,8 @@ def resolve_settings(opts: EngineOptions, gpu: GpuSpec, implied_dtype: str | Non
         max_num_seqs=opts.max_num_seqs or d.max_num_seqs,
         max_num_batched_tokens=opts.max_num_batched_tokens or (
             max(d.max_num_batched_tokens, opts.max_model_len or 0)
-            if profile.budget_covers_model_len else d.max_num_batched_tokens),
+            if profile.budget_covers_model_len
+            else rank_default(profile, d.max_num_batched_tokens, opts.attention_dp)),
         enforce_eager=opts.enforce_eager, engine=profile.spec,
         attention_dp=opts.attention_dp, expert_parallel=opts.expert_parallel,
         **feature_options(opts))

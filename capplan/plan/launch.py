@@ -24,6 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from capplan.models.engine import engine_profile, launch_limit
 from capplan.plan.feature_flags import feature_launch
 
 DEFAULT_PORTS = {"vllm": 8000, "sglang": 30000, "trtllm": 8000}
@@ -158,9 +159,11 @@ def vllm_line(o: LaunchOptions) -> LaunchLine:
 
 def sglang_line(o: LaunchOptions) -> LaunchLine:
     """`python -m sglang.launch_server`: --quantization fp8 quantizes when it loads."""
+    sglang, dp = engine_profile("sglang"), o.attention_dp  # caps are the DP group's
     w = ["python", "-m", "sglang.launch_server", "--model-path", o.model_id,
-         *_parallel("sglang", o), "--max-running-requests", str(o.max_num_seqs),
-         "--chunked-prefill-size", str(o.max_num_batched_tokens),
+         *_parallel("sglang", o),
+         "--max-running-requests", str(launch_limit(sglang, o.max_num_seqs, dp)),
+         "--chunked-prefill-size", str(launch_limit(sglang, o.max_num_batched_tokens, dp)),
          "--mem-fraction-static", _frac(o, "sglang"), "--context-length", str(o.max_model_len)]
     if o.kv_dtype == "fp8":
         w += ["--kv-cache-dtype", "fp8_e4m3"]  # vLLM's fp8 is e4m3 too

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from capplan.models.engine import launch_limit
 from capplan.models.layout import engine_world, nodes_spanned
 from capplan.plan.deployment import Deployment
 
@@ -32,11 +33,12 @@ DIST_PORT, DP_RPC_PORT, SERVE_PORT = 5000, 13345, 8000
 
 def _common(dep: Deployment) -> dict[str, str]:
     s, f = dep.settings, dep.profile.flag_names
+    seqs = launch_limit(dep.profile, s.max_num_seqs, s.attention_dp)
+    budget = launch_limit(dep.profile, s.max_num_batched_tokens, s.attention_dp)
     out = {"max_model_len": f"{f['max_model_len']} {dep.memory.max_model_len}",
            "memory_fraction": f"{f['memory_fraction']} {s.gpu_memory_utilization:g}",
-           "max_num_seqs": f"{f['max_num_seqs']} {s.max_num_seqs}",
-           "max_num_batched_tokens": f"{f['max_num_batched_tokens']} "
-                                     f"{s.max_num_batched_tokens}"}
+           "max_num_seqs": f"{f['max_num_seqs']} {seqs}",
+           "max_num_batched_tokens": f"{f['max_num_batched_tokens']} {budget}"}
     if s.kv_dtype == "fp8" and "kv_fp8" in f:
         out["kv"] = f["kv_fp8"]
     return out

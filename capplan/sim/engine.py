@@ -107,7 +107,9 @@ class ContinuousEngine:
     def __init__(self, step_model: Any, num_gpu_blocks: int, block_size: int, max_num_seqs: int,
                  max_num_batched_tokens: int, policy: SchedulerPolicy = VLLM_POLICY,
                  state_blocks: int = 0) -> None:
-        if max_num_batched_tokens < max_num_seqs:
+        # vLLM's check (SchedulerConfig): its budget holds every decoder's token. A prefill-first
+        # engine's budget bounds prefill steps only (SGLang: chunked_prefill_size).
+        if max_num_batched_tokens < max_num_seqs and not policy.prefill_first:
             raise InputError(f"--max-num-batched-tokens {max_num_batched_tokens} must be >= "
                              f"--max-num-seqs {max_num_seqs} (vLLM rejects it too)")
         if num_gpu_blocks < 1:

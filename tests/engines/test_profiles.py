@@ -162,3 +162,26 @@ def test_request_overhead_adds_a_cost_per_mla_layer(catalog):
     dep = resolve_deployment(catalog, "deepseek-v2-lite", "h100-sxm",
                              EngineOptions(engine="trtllm"), cal)
     assert float(dep.step.request_overhead_s) == 0.03
+
+
+def test_sglang_dp_attention_divides_its_caps_and_the_line_multiplies_them(catalog):
+    # SGLang server_args._handle_data_parallelism: chunked_prefill_size //= dp_size under
+    # --enable-dp-attention; model_runner: max_running_requests // dp_size per rank. H200 (141
+    # GB) is in the 8192-token tier, so with --dp 8 a rank's default chunk is 8192 // 8 = 1024;
+    # vLLM's DP ranks are separate engines with their own caps.
+    gpu = catalog.gpu("h200")
+    opts = dict(tp=1, attention_dp=8, expert_parallel=8)
+    assert resolve_settings(EngineOptions(engine="sglang", **opts), gpu
+                            ).max_num_batched_tokens == 1024
+    assert resolve_settings(EngineOptions(engine="sglang", tp=8), gpu
+                            ).max_num_batched_tokens == 8192
+    assert resolve_settings(EngineOptions(engine="vllm", **opts), gpu
+                            ).max_num_batched_tokens == 8192
+    from capplan.plan.launch import LaunchOptions, launch_line
+
+    o = LaunchOptions(model_id="m", tp=1, attention_dp=8, max_num_seqs=64,
+                      max_num_batched_tokens=512, memory_fraction={"sglang": 0.9},
+                      max_model_len=8192)
+    words = launch_line("sglang", o).argv
+    assert words[words.index("--max-running-requests") + 1] == "512"  # 64 per rank x 8
+    assert words[words.index("--chunked-prefill-size") + 1] == "4096"  # 512 per rank x 8

@@ -40,8 +40,11 @@ def _check(engine: str, o: LaunchOptions) -> None:
     elif engine == "sglang":
         assert f["--model-path"] == o.model_id
         assert f["--tp"] == str(o.tp * o.attention_dp)
-        assert f["--max-running-requests"] == str(o.max_num_seqs)
-        assert f["--chunked-prefill-size"] == str(o.max_num_batched_tokens)
+        # SGLang divides both by --dp under DP attention (server_args._handle_data_parallelism,
+        # model_runner max_running_requests // dp_size): the line gives each rank the plan's
+        dp = o.attention_dp
+        assert int(f["--max-running-requests"]) // dp == o.max_num_seqs
+        assert int(f["--chunked-prefill-size"]) // dp == o.max_num_batched_tokens
         assert float(f["--mem-fraction-static"]) == o.memory_fraction["sglang"]
         assert f["--context-length"] == str(o.max_model_len)
         assert ("--kv-cache-dtype" in f) is (o.kv_dtype == "fp8")

@@ -246,3 +246,14 @@ def test_step_inputs_match_a_recount(policy, n, seed):
         run(WindowStep(), r, policy, blocks=40, bs=4, seqs=8,
             tokens=16 if policy.chunked_prefill else 64)
     assert steps
+
+
+def test_prefill_first_decodes_more_sequences_than_its_prefill_budget():
+    # vLLM's budget holds every decoder's token, so a budget below max_num_seqs is refused (as
+    # vLLM's SchedulerConfig does); SGLang's chunked_prefill_size bounds prefill steps only.
+    # Three 2-token prompts with a 2-token budget: three prefill steps (10 ms each, ConstStep),
+    # then all three decode together for their second and third tokens (2 steps): 50 ms.
+    with pytest.raises(InputError, match="must be >= --max-num-seqs 4"):
+        run(ConstStep(0.01), reqs([0, 0, 0], [2, 2, 2], [3, 3, 3]), VLLM, tokens=2)
+    rec = run(ConstStep(0.01), reqs([0, 0, 0], [2, 2, 2], [3, 3, 3]), PREFILL_FIRST, tokens=2)
+    assert rec.finished_at_s.max() == pytest.approx(0.05)
