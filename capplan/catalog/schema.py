@@ -90,6 +90,9 @@ class GpuSpec(BaseModel):
     int8_dense_tops: float | None = Field(default=None, gt=0, le=_MAX_TFLOPS)
     fp4_dense_tflops: float | None = Field(default=None, gt=0, le=_MAX_TFLOPS)
     interconnect: Interconnect
+    gpus_per_host: int | None = Field(default=None, ge=1)
+    """GPUs one host (one OS, one Kubernetes node) holds, when fewer than the NVLink domain
+    (GB200 NVL72: 4 per compute tray); None: the domain is one host."""
     network: Network | None = None
     """Scale-out network between NVLink domains; None: the GPU is planned within one domain."""
     price_per_hour_usd: float | None = Field(default=None, gt=0, le=_MAX_PRICE)
@@ -103,8 +106,9 @@ class GpuSpec(BaseModel):
         missing = [
             f for f in _GPU_NUMERIC if getattr(self, f) is not None and f not in self.source
         ]
-        if self.network is not None and "network" not in self.source:
-            missing.append("network")
+        for f in ("network", "gpus_per_host"):
+            if getattr(self, f) is not None and f not in self.source:
+                missing.append(f)
         if missing:
             raise ValueError(f"numbers without a source entry: {', '.join(missing)}")
         return self
@@ -115,6 +119,11 @@ class GpuSpec(BaseModel):
         if self.cuda_total_memory_gib is not None:
             return gib_to_bytes(self.cuda_total_memory_gib)
         return mib_to_bytes(self.memory_mib - DRIVER_RESERVED_MIB)
+
+    @property
+    def host_gpus(self) -> int:
+        """GPUs per host: a replica wider than this runs one engine process group per host."""
+        return self.gpus_per_host or self.interconnect.max_gpus_per_node
 
     @property
     def hbm_bytes_per_s(self) -> float:

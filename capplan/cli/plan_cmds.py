@@ -201,7 +201,8 @@ def launch_block(flags: dict[str, str]) -> list[str]:
     for key, label in (("vllm", "vLLM:    "), ("sglang", "SGLang:  "), ("trtllm", "TRT-LLM: ")):
         if key not in flags:
             continue
-        out.append(label + flags[key])
+        lines = flags[key].split("\n")  # one command per node of a multi-node replica
+        out += [label + lines[0]] + [" " * len(label) + ln for ln in lines[1:]]
         for name, text in flags.items():
             if name.startswith(f"file:{key}:"):
                 flow = yaml.safe_dump(yaml.safe_load(text), default_flow_style=True).strip()

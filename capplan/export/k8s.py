@@ -28,7 +28,9 @@ from typing import Any
 
 import yaml
 
+from capplan.errors import InputError
 from capplan.export.atomic import atomic_write_text
+from capplan.plan.launch import HEAD
 
 IMAGES = {"vllm": "vllm/vllm-openai:v0.11.0", "sglang": "lmsysorg/sglang:v0.5.2-cu126",
           "trtllm": "nvcr.io/nvidia/tensorrt-llm/release:1.0.0"}
@@ -52,6 +54,11 @@ class Pool:
     port: int
     files: dict[str, str] = field(default_factory=dict)
     gpu: str = ""
+    nodes: int = 0
+    """Hosts one replica spans as its launch lines give them ("node k: ..." lines); 0: the
+    line gives none (a plan written before they did): its GPUs over GPUS_PER_NODE."""
+    worker_argv: list[str] | None = None
+    """The command of the replica's other hosts (LeaderWorkerSet workers)."""
 
 
 def _argv(line: str) -> tuple[list[str], int]:
@@ -68,6 +75,42 @@ def _argv(line: str) -> tuple[list[str], int]:
     return words, port
 
 
+# LeaderWorkerSet sets these in every pod of a group (sigs.k8s.io/lws, api/leaderworkerset/v1:
+# LWS_LEADER_ADDRESS, LWS_GROUP_SIZE, LWS_WORKER_INDEX); Kubernetes expands $(VAR) in a
+# container's command from its environment.
+_LEADER, _INDEX = "$(LWS_LEADER_ADDRESS)", "$(LWS_WORKER_INDEX)"
+
+
+def _node_argv(text: str) -> tuple[list[str], list[str] | None, int, int]:
+    """Leader and worker commands of a launch text (one line, or "node k: ..." lines of a
+    replica over hosts, capplan.plan.launch.node_commands), its port and its host count."""
+    lines = text.split("\n")
+    if lines[0].startswith("any node: "):
+        raise InputError("TensorRT-LLM over several hosts runs under MPI (mpirun across "
+                         "hosts), which these manifests do not set up: export the SGLang or "
+                         "vLLM lines (--engine), or launch its line by hand")
+    if len(lines) == 1:
+        argv, port = _argv(lines[0])
+        return argv, None, port, 0
+    lead, work = (ln.split(": ", 1)[1] for ln in lines[:2])
+    port = _argv(lead.split("&&")[-1])[1]
+    if " --node-rank 1 " in f"{work} ":  # SGLang: each worker's rank is its index
+        work = work.replace("--node-rank 1", f"--node-rank {_INDEX}")
+        return (_argv(lead.replace(HEAD, _LEADER))[0], _argv(work.replace(HEAD, _LEADER))[0],
+                port, len(lines))
+    # vLLM: a shell computes a worker's first data-parallel rank (its index x the local
+    # ranks); on Ray the leader starts the cluster before it serves
+    work = re.sub(r"--data-parallel-start-rank (\d+)",
+                  lambda m: f"--data-parallel-start-rank $((LWS_WORKER_INDEX * {m.group(1)}))",
+                  work)
+
+    def sh(cmd: str) -> list[str]:
+        return ["sh", "-c", cmd.replace(HEAD, "$LWS_LEADER_ADDRESS")]
+
+    leader = sh(lead) if "&&" in lead else _argv(lead.replace(HEAD, _LEADER))[0]
+    return leader, sh(("" if work.startswith("ray ") else "exec ") + work), port, len(lines)
+
+
 def _name(*parts: str) -> str:
     s = re.sub(r"[^a-z0-9-]+", "-", "-".join(parts).lower()).strip("-")
     return s[:50].strip("-") or "capplan"
@@ -75,11 +118,11 @@ def _name(*parts: str) -> str:
 
 def _rec_pool(name: str, r: dict[str, Any], engine: str) -> Pool:
     flags = r["engine_flags"]
-    argv, port = _argv(flags[engine])
+    argv, worker, port, nodes = _node_argv(flags[engine])
     files = {k.split(":", 2)[2]: v for k, v in flags.items() if k.startswith(f"file:{engine}:")}
     reps = max(1, int(r["replicas"]))
     return Pool(name, engine, argv, reps, int(r["gpus_total"]) // reps, port, files,
-                r.get("gpu", ""))
+                r.get("gpu", ""), nodes, worker)
 
 
 def plan_pools(plan: dict[str, Any], engine: str | None = None) -> list[Pool]:
@@ -108,8 +151,11 @@ def _probe(port: int, period_s: int, failures: int) -> dict[str, Any]:
             "failureThreshold": failures, "timeoutSeconds": 5}
 
 
-def _pod_spec(p: Pool, gpus: int, cache_claim: str | None, config: str | None) -> dict[str, Any]:
-    argv = [f"{CONFIG_DIR}/{w}" if w in p.files else w for w in p.argv]
+def _pod_spec(p: Pool, gpus: int, cache_claim: str | None, config: str | None,
+              worker: bool = False) -> dict[str, Any]:
+    """A pod of the pool; `worker`: a LeaderWorkerSet worker (its host's ranks, no server)."""
+    words = p.worker_argv if worker and p.worker_argv else p.argv
+    argv = [f"{CONFIG_DIR}/{w}" if w in p.files else w for w in words]
     mounts = [{"name": "dshm", "mountPath": "/dev/shm"},
               {"name": "model-cache", "mountPath": HF_HOME}]
     volumes: list[dict[str, Any]] = [
@@ -133,6 +179,9 @@ def _pod_spec(p: Pool, gpus: int, cache_claim: str | None, config: str | None) -
         "livenessProbe": _probe(p.port, 30, 5),
         "volumeMounts": mounts,
     }
+    if worker and p.worker_argv:  # a worker host serves no HTTP: the leader's probes stand
+        for k in ("ports", "startupProbe", "readinessProbe", "livenessProbe"):
+            del container[k]
     return {"containers": [container], "volumes": volumes}
 
 
@@ -150,10 +199,14 @@ def k8s_objects(plan: dict[str, Any], *, engine: str | None = None,
             config = f"{p.name}-config"
             objs.append({"apiVersion": "v1", "kind": "ConfigMap",
                          "metadata": {"name": config, "labels": labels}, "data": dict(p.files)})
-        nodes = math.ceil(p.gpus_per_replica / GPUS_PER_NODE)
+        nodes = p.nodes or math.ceil(p.gpus_per_replica / GPUS_PER_NODE)
         gpus = p.gpus_per_replica if nodes == 1 else math.ceil(p.gpus_per_replica / nodes)
         template = {"metadata": {"labels": labels},
                     "spec": _pod_spec(p, gpus, model_cache_claim, config)}
+        workers = {"metadata": {"labels": labels},
+                   "spec": _pod_spec(p, gpus, model_cache_claim, config, worker=True)}
+        serving = labels if nodes == 1 or not p.worker_argv else {
+            **labels, "leaderworkerset.sigs.k8s.io/worker-index": "0"}  # the leader serves
         if nodes == 1:
             objs.append({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": meta,
                          "spec": {"replicas": p.replicas,
@@ -165,10 +218,10 @@ def k8s_objects(plan: dict[str, Any], *, engine: str | None = None,
                              "leaderWorkerTemplate": {"size": nodes, "restartPolicy":
                                                       "RecreateGroupOnPodRestart",
                                                       "leaderTemplate": template,
-                                                      "workerTemplate": template}}})
+                                                      "workerTemplate": workers}}})
         objs.append({"apiVersion": "v1", "kind": "Service", "metadata": {
             "name": p.name, "labels": labels}, "spec": {
-            "type": "ClusterIP", "selector": labels,
+            "type": "ClusterIP", "selector": serving,
             "ports": [{"name": "http", "port": p.port, "targetPort": "http",
                        "protocol": "TCP"}]}})
     return objs

@@ -13,9 +13,10 @@ import math
 from typing import Any
 
 from capplan.catalog.schema import ModelSpec
+from capplan.models.layout import nodes_spanned
 from capplan.models.memory import MemoryReport
 from capplan.plan.bench_cmds import verify_commands_for
-from capplan.plan.launch import BUILDERS, options_from
+from capplan.plan.launch import BUILDERS, node_commands, options_from
 
 
 def memory_fractions(mem: MemoryReport) -> dict[str, float]:
@@ -39,21 +40,25 @@ def memory_fractions(mem: MemoryReport) -> dict[str, float]:
 
 
 def engine_flags(model: ModelSpec, r: dict[str, Any], traffic: Any,
-                 memory: MemoryReport | None = None, client: str | None = None
-                 ) -> dict[str, str]:
+                 memory: MemoryReport | None = None, client: str | None = None,
+                 gpus_per_node: int = 8) -> dict[str, str]:
     """Launch lines for every engine (capplan.plan.launch, one builder per engine) and the
     verify command for the planned engine (capplan.plan.bench_cmds); `memory` (the planned
     MemoryReport) sets each engine's memory fraction by its own rule, else the planned
-    engine's fraction is printed as is. Files a line reads are under "files:<engine>"."""
+    engine's fraction is printed as is. Files a line reads are under "files:<engine>". A
+    replica wider than a node (`gpus_per_node`, the GPU's NVLink domain) gets one command per
+    node, one per text line (capplan.plan.launch.node_commands)."""
     frac = memory_fractions(memory) if memory is not None else {
         e: r["gpu_memory_utilization"] for e in ("vllm", "sglang", "trtllm")}
     own_format = model.quantization.format if model.quantization else model.torch_dtype
+    world = r["tp"] * r.get("pp", 1) * r.get("attention_dp", 1)
     opts = options_from(r, model.hf_id, own_format, frac,
-                        priority_scheduling=bool(getattr(traffic, "priority_scheduling", False)))
+                        priority_scheduling=bool(getattr(traffic, "priority_scheduling", False)),
+                        nodes=nodes_spanned(world, gpus_per_node), gpus_per_node=gpus_per_node)
     out: dict[str, str] = {}
     for engine, build in BUILDERS.items():
         line = build(opts)
-        out[engine] = line.command
+        out[engine] = "\n".join(node_commands(line, opts))
         for name, text in line.files.items():
             out[f"file:{engine}:{name}"] = text
     engine = r.get("engine", "vllm")

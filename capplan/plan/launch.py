@@ -66,6 +66,10 @@ class LaunchOptions:
     """Further words per engine (e.g. {"vllm": ("--enable-lora",)}), appended as given."""
     llm_api_options: tuple[str, ...] = ()
     """Further TensorRT-LLM LLM-API YAML lines (speculative_config, lora_config)."""
+    nodes: int = 1
+    """Nodes one replica spans (its GPUs over the node's NVLink domain); > 1: one command per
+    node (`node_commands`)."""
+    gpus_per_node: int = 8
 
     def port_for(self, engine: str) -> int:
         return self.port if self.port is not None else DEFAULT_PORTS[engine]
@@ -97,8 +101,55 @@ class LaunchLine:
 
 
 def node_flags(engine: str, o: LaunchOptions) -> list[str]:  # noqa: ARG001 - the hook's shape
-    """Multi-node ranks of a replica (node rank, master address): none for one node."""
+    """Words every node's command of a replica carries: none (the ranks differ per node and are
+    added by `node_commands`)."""
     return []
+
+
+HEAD = "NODE0_IP"
+"""Placeholder the user replaces with the first node's address."""
+DIST_PORT, DP_RPC_PORT, RAY_PORT = 5000, 13345, 6379
+
+
+def _shell(line: LaunchLine, extra: list[str]) -> str:
+    """The line's command with `extra` words before its note."""
+    return replace(line, argv=line.argv + tuple(extra)).command
+
+
+def node_commands(line: LaunchLine, o: LaunchOptions) -> list[str]:
+    """The commands of one replica that spans o.nodes nodes, "node k: ..." (TensorRT-LLM: one
+    MPI launch from any node). Sources:
+    - SGLang (python/sglang/srt/server_args.py, v0.5): the same command on every node with
+      `--nnodes N --node-rank k --dist-init-addr HEAD:PORT`;
+    - vLLM (docs "Data Parallel Deployment", v0.10): data-parallel ranks spread over nodes,
+      `--data-parallel-size-local L --data-parallel-address HEAD --data-parallel-rpc-port P`,
+      the other nodes `--data-parallel-start-rank k L --headless`; TP or PP wider than a node
+      runs on a Ray cluster (`--distributed-executor-backend ray`, docs "Distributed
+      Inference and Serving");
+    - TensorRT-LLM (docs "trtllm-serve", 1.x): `mpirun -H node0:G,node1:G -np W
+      trtllm-llmapi-launch trtllm-serve ...`."""
+    n = o.nodes
+    if n <= 1:
+        return [line.command]
+    if line.engine == "sglang":
+        return [f"node {k}: " + _shell(line, ["--nnodes", str(n), "--node-rank", str(k),
+                                              "--dist-init-addr", f"{HEAD}:{DIST_PORT}"])
+                for k in range(n)]
+    if line.engine == "trtllm":
+        world = o.tp * o.pp * o.attention_dp
+        hosts = ",".join(f"node{k}:{min(o.gpus_per_node, world)}" for k in range(n))
+        return [f"any node: mpirun -H {hosts} -np {world} trtllm-llmapi-launch "
+                + line.command]
+    if o.attention_dp > 1 and o.tp * o.pp <= o.gpus_per_node:
+        local = min(o.attention_dp, max(1, o.gpus_per_node // (o.tp * o.pp)))
+        dp = ["--data-parallel-size-local", str(local), "--data-parallel-address", HEAD,
+              "--data-parallel-rpc-port", str(DP_RPC_PORT)]
+        return [f"node {k}: " + _shell(line, dp + (
+            ["--data-parallel-start-rank", str(k * local), "--headless"] if k else []))
+            for k in range(n)]
+    return ([f"node 0: ray start --head --port {RAY_PORT} && "
+             + _shell(line, ["--distributed-executor-backend", "ray"])]
+            + [f"node {k}: ray start --address {HEAD}:{RAY_PORT} --block" for k in range(1, n)])
 
 
 def _parallel(engine: str, o: LaunchOptions) -> list[str]:

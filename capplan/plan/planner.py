@@ -143,7 +143,9 @@ def _finish(r: Recommendation, i: int, model: ModelSpec, t: Traffic) -> Recommen
     kvd = r.candidate.settings.kv_dtype
     kv_label = kvd if kvd != "auto" else ("fp8" if mem.kv_dtype_bytes == 1 else
                                           "fp16" if model.torch_dtype == "fp16" else "bf16")
-    return r.with_(rank=i + 1, engine_flags=engine_flags(model, r.settings_dict(), t, mem),
+    per_node = r.candidate.gpu.host_gpus
+    return r.with_(rank=i + 1, engine_flags=engine_flags(model, r.settings_dict(), t, mem,
+                                                         gpus_per_node=per_node),
                    resolved_dtypes=(mem.weight_dtype, kv_label),
                    speculation=_speculation(model, r, t))
 

@@ -146,3 +146,51 @@ def test_the_validation_can_fail(exported) -> None:
     bad["spec"]["template"]["spec"]["containers"][0]["ports"][0]["containerPort"] = "http"
     with pytest.raises((AssertionError, ValueError)):
         _validate(bad)
+
+
+def _multinode_plan(engine: str, line: str) -> dict[str, Any]:
+    return {"model": "deepseek-v3", "recommendations": [{
+        "gpu": "h200", "replicas": 2, "gpus_total": 32, "engine": engine,
+        "engine_flags": {engine: line}}]}
+
+
+def test_a_replica_over_hosts_runs_each_hosts_command_in_its_pod() -> None:
+    from capplan.export.k8s import k8s_objects
+
+    base = ("python -m sglang.launch_server --model-path deepseek-ai/DeepSeek-V3 --tp 16 "
+            "--enable-dp-attention --dp 16 --ep-size 16 --host 0.0.0.0 --port 30000 "
+            "--nnodes 2 --node-rank {k} --dist-init-addr NODE0_IP:5000")
+    text = "\n".join(f"node {k}: " + base.format(k=k) for k in range(2))
+    lws, svc = k8s_objects(_multinode_plan("sglang", text))
+    _validate(lws)
+    _validate(svc)
+    t = lws["spec"]["leaderWorkerTemplate"]
+    assert t["size"] == 2
+    lead = t["leaderTemplate"]["spec"]["containers"][0]
+    work = t["workerTemplate"]["spec"]["containers"][0]
+    # LeaderWorkerSet sets LWS_LEADER_ADDRESS and LWS_WORKER_INDEX; Kubernetes expands $(VAR)
+    _, _, lw, _ = parse_line(shlex.join(lead["command"]))
+    _, _, ww, _ = parse_line(shlex.join(work["command"]))
+    assert lw["--node-rank"] == "0" and ww["--node-rank"] == "$(LWS_WORKER_INDEX)"
+    assert lw["--dist-init-addr"] == ww["--dist-init-addr"] == "$(LWS_LEADER_ADDRESS):5000"
+    assert "readinessProbe" in lead and "readinessProbe" not in work  # workers serve no HTTP
+    assert int(lead["resources"]["limits"]["nvidia.com/gpu"]) == 8
+    assert svc["spec"]["selector"]["leaderworkerset.sigs.k8s.io/worker-index"] == "0"
+
+
+def test_vllm_workers_compute_their_first_rank_and_mpi_lines_are_refused() -> None:
+    from capplan.errors import InputError
+    from capplan.export.k8s import k8s_objects
+
+    serve = ("vllm serve m --tensor-parallel-size 1 --data-parallel-size 16 --port 8000 "
+             "--data-parallel-size-local 8 --data-parallel-address NODE0_IP "
+             "--data-parallel-rpc-port 13345")
+    text = f"node 0: {serve}\nnode 1: {serve} --data-parallel-start-rank 8 --headless"
+    lws, _ = k8s_objects(_multinode_plan("vllm", text))
+    work = lws["spec"]["leaderWorkerTemplate"]["workerTemplate"]["spec"]["containers"][0]
+    assert work["command"][:2] == ["sh", "-c"]
+    assert "--data-parallel-start-rank $((LWS_WORKER_INDEX * 8))" in work["command"][2]
+    assert "--data-parallel-address $LWS_LEADER_ADDRESS" in work["command"][2]
+    with pytest.raises(InputError, match="MPI"):
+        k8s_objects(_multinode_plan("trtllm", "any node: mpirun -H node0:8,node1:8 -np 16 "
+                                    "trtllm-llmapi-launch trtllm-serve m --port 8000"))

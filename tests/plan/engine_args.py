@@ -32,6 +32,10 @@ VLLM_SERVE = {
     "--served-model-name": True, "--enable-prefix-caching": False, "--trust-remote-code": False,
     "--speculative-config": True, "--enable-lora": False, "--max-loras": True,
     "--max-lora-rank": True, "--lora-modules": True, "--limit-mm-per-prompt": True,
+    # multi-node: docs "Data Parallel Deployment" and "Distributed Inference and Serving"
+    "--data-parallel-size-local": True, "--data-parallel-start-rank": True,
+    "--data-parallel-address": True, "--data-parallel-rpc-port": True, "--headless": False,
+    "--distributed-executor-backend": True,
 }
 SGLANG_SERVE = {
     "--model-path": True, "--tp": True, "--tp-size": True, "--pp-size": True, "--dp": True,

@@ -187,3 +187,51 @@ def check_engine_lines(r: dict[str, Any]) -> None:
             assert not fp8_w or "fp8" in pos[0].lower() or "--quantization" not in fl["vllm"]
         else:
             assert ("--kv-cache-dtype" in f) is fp8_kv, fl[e]
+
+
+def _flags_for(tp: int, dp: int, gpu: str, catalog) -> dict[str, str]:
+    from capplan.plan.flags import engine_flags
+
+    r = {"tp": tp, "pp": 1, "attention_dp": dp, "expert_parallel": tp * dp,
+         "max_num_seqs": 64, "max_num_batched_tokens": 512, "max_model_len": 8192,
+         "weight_dtype": "fp8", "kv_dtype": "auto", "gpu_memory_utilization": 0.9,
+         "engine": "sglang", "replicas": 2, "per_replica_rate_per_s": 5.0}
+    return engine_flags(catalog.model("deepseek-v3"), r, None,
+                        gpus_per_node=catalog.gpu(gpu).host_gpus)
+
+
+def test_a_replica_over_two_hosts_gets_a_command_per_host(catalog) -> None:
+    # DP 16 x EP 16 on 8-GPU H200 hosts: 2 hosts. SGLang runs the same command on both with its
+    # rank (server_args --nnodes/--node-rank/--dist-init-addr); vLLM's data-parallel ranks 0-7
+    # on host 0 and 8-15 on host 1 (--data-parallel-size-local 8, --data-parallel-start-rank
+    # 8, --headless); TensorRT-LLM one MPI launch of 16 ranks, 8 per host.
+    f = _flags_for(1, 16, "h200", catalog)
+    sg = f["sglang"].split("\n")
+    assert len(sg) == 2
+    for k, line in enumerate(sg):
+        assert line.startswith(f"node {k}: ")
+        _, _, w, _ = parse_line(line.split(": ", 1)[1])
+        assert (w["--nnodes"], w["--node-rank"], w["--tp"], w["--dp"]) == ("2", str(k), "16",
+                                                                           "16")
+        assert w["--dist-init-addr"] == "NODE0_IP:5000"
+        assert w["--max-running-requests"] == "1024"  # 64 per rank x 16 (SGLang divides)
+    v0, v1 = (parse_line(ln.split(": ", 1)[1])[2] for ln in f["vllm"].split("\n"))
+    assert v0["--data-parallel-size-local"] == v1["--data-parallel-size-local"] == "8"
+    assert "--data-parallel-start-rank" not in v0 and v1["--data-parallel-start-rank"] == "8"
+    assert "--headless" in v1 and "--headless" not in v0
+    assert f["trtllm"].startswith("any node: mpirun -H node0:8,node1:8 -np 16 "
+                                  "trtllm-llmapi-launch trtllm-serve ")
+
+
+def test_gb200_hosts_hold_four_gpus_of_the_rack(catalog) -> None:
+    # An NVL72 rack is one NVLink domain of 72 GPUs, but a compute tray (one host) holds 4: a
+    # TP 8 replica is one NVLink group over 2 hosts, so its engine is launched on both.
+    assert catalog.gpu("gb200").interconnect.max_gpus_per_node == 72
+    assert catalog.gpu("gb200").host_gpus == 4 and catalog.gpu("h200").host_gpus == 8
+    f = _flags_for(8, 1, "gb200", catalog)
+    assert len(f["sglang"].split("\n")) == 2
+    head, worker = f["vllm"].split("\n")  # TP over hosts: vLLM on a Ray cluster
+    assert head.startswith("node 0: ray start --head --port 6379 && vllm serve ")
+    assert head.endswith("--distributed-executor-backend ray")
+    assert worker == "node 1: ray start --address NODE0_IP:6379 --block"
+    assert "\n" not in _flags_for(8, 1, "h200", catalog)["sglang"]  # one host: one line
