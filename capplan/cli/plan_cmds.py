@@ -131,7 +131,8 @@ def render_disagg(d: dict[str, Any]) -> str:
     labels = {"vllm": "vLLM", "sglang": "SGLang"}
     for key, line in (d.get("launch") or {}).items():  # launch lines stay whole, as above
         engine, _, role = key.partition("_")
-        lines.append(f"{labels.get(engine, engine)} {role}: {line}")
+        head = f"{labels.get(engine, engine)} {role}: "
+        lines.append(head + line.replace("\n", "\n" + " " * len(head)))  # a line per host
     return "\n".join(lines)
 
 

@@ -85,6 +85,7 @@ def _node_argv(text: str) -> tuple[list[str], list[str] | None, int, int]:
     """Leader and worker commands of a launch text (one line, or "node k: ..." lines of a
     replica over hosts, capplan.plan.launch.node_commands), its port and its host count."""
     lines = text.split("\n")
+    lines[0] = re.sub(r"^\d+ x: (?=node 0: |any node: )", "", lines[0])  # a P/D pool's replicas
     if lines[0].startswith("any node: "):
         raise InputError("TensorRT-LLM over several hosts runs under MPI (mpirun across "
                          "hosts), which these manifests do not set up: export the SGLang or "

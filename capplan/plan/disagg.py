@@ -14,6 +14,7 @@ from capplan.catalog.loader import Catalog
 from capplan.catalog.schema import ModelSpec
 from capplan.errors import CapplanError
 from capplan.models.disagg import Link, decode_side_prefix, kv_link, kv_transfer_s
+from capplan.models.layout import nodes_spanned
 from capplan.models.queueing import LengthStats, Limits, QueueModel
 from capplan.plan.deployment import Deployment, EngineOptions, resolve_deployment
 from capplan.plan.pd import network_link
@@ -298,14 +299,16 @@ def _pool_options(d: Deployment, role: str, first_gpu: int) -> Any:
 
     s = d.settings
     own = d.model.quantization.format if d.model.quantization else d.model.torch_dtype
+    host = d.gpu.host_gpus
+    nodes = nodes_spanned(d.gpus_per_replica, host)
     return LaunchOptions(
         model_id=d.served_id or d.model.hf_id, tp=s.tp, pp=s.pp, attention_dp=s.attention_dp,
         expert_parallel=s.expert_parallel, max_num_seqs=s.max_num_seqs,
         max_num_batched_tokens=s.max_num_batched_tokens,
         memory_fraction=memory_fractions(d.memory), max_model_len=d.memory.max_model_len,
         weight_dtype=s.weight_dtype, checkpoint_format=own, kv_dtype=s.kv_dtype,
-        port=DISAGG_PORTS[role], role=role,
-        gpu_ids=tuple(range(first_gpu, first_gpu + d.gpus_per_replica)))
+        port=DISAGG_PORTS[role], role=role, nodes=nodes, gpus_per_node=host,
+        gpu_ids=tuple(range(first_gpu, first_gpu + d.gpus_per_replica)) if nodes == 1 else ())
 
 
 def launch_lines(p: DisaggPlan) -> dict[str, str]:
@@ -315,15 +318,16 @@ def launch_lines(p: DisaggPlan) -> dict[str, str]:
     replica with max_tokens=1, then to a decode replica; SGLang: a router in front (docs: PD
     Disaggregation). TensorRT-LLM's disaggregated serving takes a YAML of both pools
     (trtllm-serve disaggregated), not launch lines: its pools are given as such."""
-    from capplan.plan.launch import launch_line
+    from capplan.plan.launch import launch_line, node_commands
 
     pr, de = p.prefill.dep, p.decode.dep
     engine = pr.settings.profile.name
     po = _pool_options(pr, "prefill", 0)
     do = _pool_options(de, "decode", pr.gpus_per_replica
-                       if pr.gpus_per_replica + de.gpus_per_replica <= 8 else 0)
-    out = {f"{engine}_prefill": f"{p.prefill.replicas} x: {launch_line(engine, po).command}",
-           f"{engine}_decode": f"{p.decode.replicas} x: {launch_line(engine, do).command}"}
+                       if pr.gpus_per_replica + de.gpus_per_replica <= pr.gpu.host_gpus else 0)
+    out = {f"{engine}_{role}": f"{pool.replicas} x: "
+           + "\n".join(node_commands(launch_line(engine, o), o))
+           for role, pool, o in (("prefill", p.prefill, po), ("decode", p.decode, do))}
     pre, dec = f"http://localhost:{po.port}", f"http://localhost:{do.port}"
     if engine == "vllm":
         out["vllm_proxy"] = (f"a disaggregated-serving proxy (vLLM examples/online_serving/"

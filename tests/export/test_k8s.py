@@ -194,3 +194,15 @@ def test_vllm_workers_compute_their_first_rank_and_mpi_lines_are_refused() -> No
     with pytest.raises(InputError, match="MPI"):
         k8s_objects(_multinode_plan("trtllm", "any node: mpirun -H node0:8,node1:8 -np 16 "
                                     "trtllm-llmapi-launch trtllm-serve m --port 8000"))
+
+
+def test_a_disaggregated_pool_over_hosts_is_read_past_its_replica_count() -> None:
+    from capplan.export.k8s import _node_argv
+
+    text = ("2 x: node 0: python -m sglang.launch_server --tp 16 --port 8200 --nnodes 2 "
+            "--node-rank 0 --dist-init-addr NODE0_IP:5000\nnode 1: python -m "
+            "sglang.launch_server --tp 16 --port 8200 --nnodes 2 --node-rank 1 "
+            "--dist-init-addr NODE0_IP:5000")
+    leader, worker, port, hosts = _node_argv(text)
+    assert (port, hosts) == (8200, 2) and leader[:3] == ["python", "-m", "sglang.launch_server"]
+    assert worker[worker.index("--node-rank") + 1] == "$(LWS_WORKER_INDEX)"
