@@ -11,9 +11,8 @@ sources and parses every line against them):
 All three answer `GET /health` (vLLM api_server, SGLang http_server, trtllm-serve docs
 "commands/trtllm-serve"), which the Kubernetes probes use.
 
-To add an engine feature (speculative decoding, LoRA, multi-node ranks), add a field to
-LaunchOptions and a line in each builder, or return words from `node_flags` (multi-node ranks:
-one place for them, empty for a single-node replica).
+To add an engine feature (speculative decoding, LoRA), add a field to LaunchOptions and a line
+in each builder. A replica over several hosts gets one command per host from `node_commands`.
 """
 
 from __future__ import annotations
@@ -67,9 +66,9 @@ class LaunchOptions:
     llm_api_options: tuple[str, ...] = ()
     """Further TensorRT-LLM LLM-API YAML lines (speculative_config, lora_config)."""
     nodes: int = 1
-    """Nodes one replica spans (its GPUs over the node's NVLink domain); > 1: one command per
-    node (`node_commands`)."""
+    """Hosts one replica spans; > 1: one command per host (`node_commands`)."""
     gpus_per_node: int = 8
+    """GPUs per host (the GPU catalog's `host_gpus`)."""
 
     def port_for(self, engine: str) -> int:
         return self.port if self.port is not None else DEFAULT_PORTS[engine]
@@ -98,12 +97,6 @@ class LaunchLine:
         words = [f"{k}={shlex.quote(v)}" for k, v in self.env]
         words += [shlex.quote(w) for w in self.argv]
         return " ".join(words) + (f"  # {self.note}" if self.note else "")
-
-
-def node_flags(engine: str, o: LaunchOptions) -> list[str]:  # noqa: ARG001 - the hook's shape
-    """Words every node's command of a replica carries: none (the ranks differ per node and are
-    added by `node_commands`)."""
-    return []
 
 
 HEAD = "NODE0_IP"
@@ -203,7 +196,7 @@ def vllm_line(o: LaunchOptions) -> LaunchLine:
                 "vLLM reads its format")
     if o.role is not None:  # vLLM disaggregated prefill (docs: NixlConnector usage)
         w += ["--kv-transfer-config", _NIXL_BOTH]
-    w += ["--host", o.host, "--port", str(o.port_for("vllm")), *node_flags("vllm", o),
+    w += ["--host", o.host, "--port", str(o.port_for("vllm")),
           *o.extra.get("vllm", ())]
     return LaunchLine("vllm", tuple(w), _env(o), note=note, port=o.port_for("vllm"))
 
@@ -224,7 +217,7 @@ def sglang_line(o: LaunchOptions) -> LaunchLine:
         w += ["--enable-priority-scheduling", "--schedule-low-priority-values-first"]
     if o.role is not None:  # SGLang PD disaggregation (docs: PD Disaggregation)
         w += ["--disaggregation-mode", o.role, "--disaggregation-transfer-backend", "nixl"]
-    w += ["--host", o.host, "--port", str(o.port_for("sglang")), *node_flags("sglang", o),
+    w += ["--host", o.host, "--port", str(o.port_for("sglang")),
           *o.extra.get("sglang", ())]
     return LaunchLine("sglang", tuple(w), _env(o), port=o.port_for("sglang"))
 
@@ -265,7 +258,7 @@ def trtllm_line(o: LaunchOptions) -> LaunchLine:
     if options:
         w += ["--extra_llm_api_options", TRTLLM_OPTIONS_FILE]
         files[TRTLLM_OPTIONS_FILE] = "\n".join(options) + "\n"
-    w += ["--host", o.host, "--port", str(o.port_for("trtllm")), *node_flags("trtllm", o),
+    w += ["--host", o.host, "--port", str(o.port_for("trtllm")),
           *o.extra.get("trtllm", ())]
     return LaunchLine("trtllm", tuple(w), _env(o), files, note, o.port_for("trtllm"))
 
