@@ -8,6 +8,7 @@ BIN := $(VENV)/bin
 $(BIN)/capplan: pyproject.toml
 	test -d $(VENV) || $(PY) -m venv $(VENV)
 	$(BIN)/pip install -q -e '.[test]'
+	$(BIN)/python -m compileall -q capplan  # as a wheel install does: no compile at each start
 	touch $(BIN)/capplan
 
 # torch (CPU build) for the probe tests: a local wheel on these machines, optional elsewhere.
