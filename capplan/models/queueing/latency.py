@@ -22,6 +22,7 @@ from capplan.models.queueing.arrivals import (
     shared_chunks_law,
     slot_wait_s,
 )
+from capplan.models.queueing.busy import busy_period_quantiles
 from capplan.models.queueing.laws import QUANTILES, Z99
 from capplan.models.queueing.steady import SteadyState
 from capplan.models.queueing.sums import (
@@ -219,7 +220,11 @@ class QueueModel(SteadyState):
         tbt: dict[str, Any] = {"mean": gap}
         e2e: dict[str, Any] = {"mean": ttft["mean"] + self.dec_tokens * gap}
         moments = _chunk_moments(inp, budget)
-        tbt.update(self._tbt_quantiles(m_chunks, b, budget, t_dec, moments, metrics))
+        if self.policy.prefill_first:  # unstable rows: no arrivals (their answer is inf)
+            tbt.update(self._prefill_first_tbt(np.where(stable, lam, 0.0), tau, b, budget,
+                                               (t_dec, t_full), metrics))
+        else:
+            tbt.update(self._tbt_quantiles(m_chunks, b, budget, t_dec, moments, metrics))
         levels = {k: tuple(QUANTILES) if metrics is None else ("p99",) * (k in metrics)
                   for k in ("ttft_s", "e2e_s")}
         if levels["ttft_s"] or levels["e2e_s"]:
@@ -270,13 +275,35 @@ class QueueModel(SteadyState):
         for name, p in tbt_levels.items():
             tokens = chunk_sum_quantile(m_chunks, p, inp, budget, moments=moments)
             pf = self._mixed(b, np.maximum(tokens, 1.0))
-            # Prefill-first: the prefill step is extra to the decoders' gap, not instead of one.
-            hit = t_dec + pf if self.policy.prefill_first else np.maximum(t_dec, pf)
-            tbt[name] = np.where(tokens < 0.5, t_dec, hit)
+            tbt[name] = np.where(tokens < 0.5, t_dec, np.maximum(t_dec, pf))
             if prev_tbt is not None:  # quantiles are ordered by construction of the mixture
                 tbt[name] = np.maximum(tbt[name], prev_tbt)
             prev_tbt = tbt[name]
         return tbt
+
+    def _prefill_first_tbt(self, lam: np.ndarray, tau: np.ndarray, b: np.ndarray,
+                           budget: np.ndarray, steps: tuple[np.ndarray, np.ndarray],
+                           metrics: Collection[str] | None) -> dict[str, np.ndarray]:
+        """TBT quantiles of a prefill-first engine: a decoder's gap is a decode step and the
+        prefill-only steps of every prompt admitted before the next one (SGLang
+        scheduler.py get_next_batch_to_run: prefill batch first), the busy period
+        B(t_dec) of busy.py, each prompt's work its prefill time.
+
+        Prompts admitted together share steps: of Poisson arrivals in a step of mean length
+        tau, the share that opens a prefill batch (the first to arrive) is
+        phi = E[batches] / E[prompts] = (1 - e^(-lambda tau)) / (lambda tau); that one pays its
+        own step (own prefill time), the others ride in it at their tokens' share of a full
+        step, prompt / budget * T(budget) (never above their own)."""
+        t_dec, t_full = steps
+        prompt, p_w = _strata_lengths(self.pf)
+        own = self._own_values(b, budget, t_full, prompt)
+        lt = np.maximum(lam * tau, 1e-12)
+        phi = np.where(lt > 1e-6, -np.expm1(-lt) / lt, 1.0)[..., None]
+        ride = np.minimum(prompt / budget[..., None] * t_full[..., None], own)
+        work = phi * own + (1 - phi) * ride
+        levels = QUANTILES if metrics is None else {"p99": QUANTILES["p99"]}
+        gaps = busy_period_quantiles(t_dec, lam, work, p_w, tuple(levels.values()))
+        return dict(zip(levels, gaps, strict=True))
 
     def _occupancy(self, lam: np.ndarray, b: np.ndarray, own_mean: np.ndarray
                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
