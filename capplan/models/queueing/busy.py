@@ -26,13 +26,17 @@ import numpy as np
 
 from capplan.models.queueing.special import log_factorial
 
-_LATTICE = 128
+_LATTICE = 64
 """Points of the lattice of the work beyond x (the gap's law is read off it)."""
 _K_MAX = 192
 """Most arrivals counted in one gap (rows that need more are next to saturation: the mass
 beyond is left out, which only raises their quantiles)."""
-_SPAN_SD = 8.0
-"""The lattice reaches the busy period's mean plus this many standard deviations."""
+_SPAN_SD = 5.0
+"""The lattice reaches the busy period's mean plus this many standard deviations and the
+longest prompt (rows whose highest level lies beyond: on a lattice _WIDER times as wide)."""
+_WIDER = 4.0
+_K_ONE_MAX = 1024
+"""Most arrivals counted in one gap when every prompt brings the same work."""
 
 
 def _lattice_pmf(jumps: np.ndarray, weights: np.ndarray, h: np.ndarray) -> np.ndarray:
@@ -66,25 +70,15 @@ def busy_period_quantiles(x: np.ndarray, lam: np.ndarray, jumps: np.ndarray,
     # the lattice spans the busy period's mean x / (1 - rho) and sd (x lambda E[S^2] /
     # (1 - rho)^3)^(1/2) (Takacs; Kleinrock vol. 1, 5.8), rho held under 0.95 for the span only
     rho = np.minimum(lam * (s * w).sum(-1), 0.95)
+    if np.all(s == s[:, :1]):  # one prompt length: the exact law, atoms at x + k S
+        return _one_length(x, lam, s[:, 0], rho, probs, shape)
     sd = np.sqrt(x * lam * (s * s * w).sum(-1) / (1 - rho) ** 3)
-    span = x * rho / (1 - rho) + _SPAN_SD * sd + 2 * s.max(-1)
-    h = np.maximum(span / (_LATTICE - 2), 1e-12)
-    u = x[:, None] + np.arange(_LATTICE) * h[:, None]  # u_n = x + n h
-    lu = lam[:, None] * u
-    log_lu = np.log(np.maximum(lu, 1e-300))
-    # k = 0: no arrival, B = x (the point n = 0, where x / u_0 = 1)
-    p = np.zeros_like(u)
-    p[:, 0] = np.exp(-lu[:, 0])
-    spec = np.fft.rfft(_lattice_pmf(s, w, h), 2 * _LATTICE, axis=-1)  # no wrap-around
-    power = np.ones_like(spec)
-    top = float(np.max(lu[:, -1], initial=0.0))
-    k_max = min(_K_MAX, int(top + 8 * np.sqrt(top) + 6))
-    for k in range(1, k_max + 1):
-        power = power * spec
-        conv = np.maximum(np.fft.irfft(power, 2 * _LATTICE, axis=-1)[:, :_LATTICE], 0.0)
-        p += np.exp(k * log_lu - lu - log_factorial(np.asarray(k))) * conv
-    p *= x[:, None] / u
-    cdf = np.cumsum(p, axis=-1)
+    span = x * rho / (1 - rho) + _SPAN_SD * sd + s.max(-1)
+    cdf, h = _busy_cdf(x, lam, s, w, span)
+    short = cdf[:, -1] < max(probs, default=0.0)
+    if np.any(short):  # a tail longer than the span allowed for: those rows on a wider one
+        cdf[short], h[short] = _busy_cdf(x[short], lam[short], s[short], w,
+                                         span[short] * _WIDER)
     out = []
     for q in probs:
         j = np.minimum((cdf < q).sum(-1), _LATTICE - 1)  # first point with cdf >= q
@@ -96,3 +90,57 @@ def busy_period_quantiles(x: np.ndarray, lam: np.ndarray, jumps: np.ndarray,
         n = np.where(j > 0, j - 1 + frac, 0.0)
         out.append((x + n * h).reshape(shape))
     return out
+
+
+def _one_length(x: np.ndarray, lam: np.ndarray, work: np.ndarray, rho: np.ndarray,
+                probs: Sequence[float], shape: tuple[int, ...]) -> list[np.ndarray]:
+    """Quantiles of B(x) when every arrival brings the same work S (rows of 1-D arrays): B is
+    x + k S with probability x / (x + k S) Poisson(k; lambda (x + k S)) (the theorem with f^{*k}
+    a unit mass at k S), counted up to 8 sd above the mean number served, lambda x / (1 - rho),
+    of variance lambda x / (1 - rho)^3 (rho held under 0.95 for the count only; a level the
+    count does not reach reads its last atom)."""
+    served = lam * x / (1 - rho)
+    k_max = int(np.clip(np.max(served + 8 * np.sqrt(served / (1 - rho) ** 2), initial=0.0) + 8,
+                        8, _K_ONE_MAX))
+    k = np.arange(k_max + 1)
+    t = x[:, None] + k * work[:, None]
+    lt = np.maximum(lam[:, None] * t, 1e-300)
+    p = x[:, None] / t * np.exp(k * np.log(lt) - lt - log_factorial(k))
+    cdf = np.cumsum(p, axis=-1)
+    out = []
+    for q in probs:
+        j = np.minimum((cdf < q).sum(-1), k_max)  # the first atom where the cdf reaches q
+        out.append(np.take_along_axis(t, j[:, None], -1)[:, 0].reshape(shape))
+    return out
+
+
+def _busy_cdf(x: np.ndarray, lam: np.ndarray, s: np.ndarray, w: np.ndarray,
+              span: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(cdf at x + n h for n < _LATTICE, h) of B(x) on the lattice of step h = span / (L - 2)
+    (rows of 1-D x, lam, span; jumps s (rows, m))."""
+    # h on a ladder of ratio 2^(1/8): a row's lattice stays put while its rate moves a little
+    # (a lattice that moved with the rate would move the atoms' binning, and the quantiles)
+    h = np.exp2(np.ceil(np.log2(np.maximum(span / (_LATTICE - 2), 1e-12)) * 8) / 8)
+    u = x[:, None] + np.arange(_LATTICE) * h[:, None]  # u_n = x + n h
+    lu = lam[:, None] * u
+    # the arrivals a row needs counted: up to 8 sd above the most expected, lambda u_max; rows
+    # sorted by it, most first, so that the rows still counting at k are a leading slice
+    need = np.minimum(lu[:, -1] + 8 * np.sqrt(lu[:, -1]) + 6, _K_MAX).astype(np.int64)
+    order = np.argsort(-need, kind="stable")
+    lu_s, need_s = lu[order], need[order]
+    spec = np.fft.rfft(_lattice_pmf(s[order], w, h[order]).astype(np.float32), 2 * _LATTICE,
+                       axis=-1)  # twice the lattice: no wrap-around; single precision (a cdf)
+    # k = 0: no arrival, B = x (the point n = 0, where x / u_0 = 1)
+    p = np.zeros_like(u)
+    p[:, 0] = np.exp(-lu_s[:, 0])
+    pois = np.exp(-lu_s)  # Poisson(k; lambda u_n), updated by the ratio lambda u_n / k
+    power = np.ones_like(spec)
+    for k in range(1, int(need_s[0]) + 1 if need_s.size else 0):
+        m = int(np.searchsorted(-need_s, -k, side="right"))  # rows with need >= k
+        power = power[:m] * spec[:m]
+        pois = pois[:m] * (lu_s[:m] / k)
+        conv = np.fft.irfft(power, 2 * _LATTICE, axis=-1)[:, :_LATTICE]
+        p[:m] += pois * np.maximum(conv, 0.0)
+    p[order] = p.copy()
+    p *= x[:, None] / u
+    return np.cumsum(p, axis=-1), h
