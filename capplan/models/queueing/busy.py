@@ -118,9 +118,9 @@ def _busy_cdf(x: np.ndarray, lam: np.ndarray, s: np.ndarray, w: np.ndarray,
               span: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(cdf at x + n h for n < _LATTICE, h) of B(x) on the lattice of step h = span / (L - 2)
     (rows of 1-D x, lam, span; jumps s (rows, m))."""
-    # h on a ladder of ratio 2^(1/8): a row's lattice stays put while its rate moves a little
+    # h on a ladder of ratio 2^(1/32): a row's lattice stays put while its rate moves a little
     # (a lattice that moved with the rate would move the atoms' binning, and the quantiles)
-    h = np.exp2(np.ceil(np.log2(np.maximum(span / (_LATTICE - 2), 1e-12)) * 8) / 8)
+    h = np.exp2(np.ceil(np.log2(np.maximum(span / (_LATTICE - 2), 1e-12)) * 32) / 32)
     u = x[:, None] + np.arange(_LATTICE) * h[:, None]  # u_n = x + n h
     lu = lam[:, None] * u
     # the arrivals a row needs counted: up to 8 sd above the most expected, lambda u_max; rows
