@@ -1,7 +1,8 @@
 """Latency under load of one replica: means and percentiles of TTFT, TBT, TPOT and E2E.
 
 On top of the steady state (steady.py): the TBT percentiles from the prompt tokens a step carries
-(arrivals.chunk_sum_quantile), the TTFT and E2E percentiles as laws of sums of independent terms
+(arrivals.chunk_sum_quantile; a prefill-first engine's from the prefill server's busy period,
+busy.py), the TTFT and E2E percentiles as laws of sums of independent terms
 (sums.py), the waits from the arrival laws (arrivals.py). Derivation: docs/queueing.md.
 """
 
