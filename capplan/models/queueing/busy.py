@@ -123,9 +123,10 @@ def _busy_cdf(x: np.ndarray, lam: np.ndarray, s: np.ndarray, w: np.ndarray,
     h = np.exp2(np.ceil(np.log2(np.maximum(span / (_LATTICE - 2), 1e-12)) * 32) / 32)
     u = x[:, None] + np.arange(_LATTICE) * h[:, None]  # u_n = x + n h
     lu = lam[:, None] * u
-    # the arrivals a row needs counted: up to 8 sd above the most expected, lambda u_max; rows
-    # sorted by it, most first, so that the rows still counting at k are a leading slice
-    need = np.minimum(lu[:, -1] + 8 * np.sqrt(lu[:, -1]) + 6, _K_MAX).astype(np.int64)
+    # the arrivals a row needs counted: up to 6 sd above the most expected, lambda u_max (the
+    # Poisson mass beyond is under 1e-8); rows sorted by it, most first, so that the rows still
+    # counting at k are a leading slice
+    need = np.minimum(lu[:, -1] + 6 * np.sqrt(lu[:, -1]) + 4, _K_MAX).astype(np.int64)
     order = np.argsort(-need, kind="stable")
     lu_s, need_s = lu[order], need[order]
     spec = np.fft.rfft(_lattice_pmf(s[order], w, h[order]).astype(np.float32), 2 * _LATTICE,

@@ -63,6 +63,8 @@ class _Terms:
     chunk_mean: np.ndarray
     gap: np.ndarray
     """Mean gap between a sequence's tokens (tau, or longer for a prefill-first engine)."""
+    own: np.ndarray | None = None
+    """Own-prefill times at the prompt strata (_own_values), when already computed."""
 
 
 class QueueModel(SteadyState):
@@ -120,7 +122,7 @@ class QueueModel(SteadyState):
             return np.where(np.isfinite(v), v, 0.0)
         shape = np.shape(tau)
         prompt, p_w = _strata_lengths(inp)
-        own = self._own_values(b, budget, t_full, prompt)
+        own = x.own if x.own is not None else self._own_values(b, budget, t_full, prompt)
         p_pf = fin(np.clip(rho_p, 0.0, 1.0))
         # Prompts that arrived during the same step share the step that carries this one: K
         # other chunks, Poisson with the mean m of the TBT model; one chunk is drawn from the
@@ -221,9 +223,11 @@ class QueueModel(SteadyState):
         tbt: dict[str, Any] = {"mean": gap}
         e2e: dict[str, Any] = {"mean": ttft["mean"] + self.dec_tokens * gap}
         moments = _chunk_moments(inp, budget)
+        own = None
         if self.policy.prefill_first:  # unstable rows: no arrivals (their answer is inf)
-            tbt.update(self._prefill_first_tbt(np.where(stable, lam, 0.0), tau, b, budget,
-                                               (t_dec, t_full), metrics))
+            own = self._own_values(b, budget, t_full, _strata_lengths(self.pf)[0])
+            tbt.update(self._prefill_first_tbt(np.where(stable, lam, 0.0), tau, budget,
+                                               (t_dec, t_full, own), metrics))
         else:
             tbt.update(self._tbt_quantiles(m_chunks, b, budget, t_dec, moments, metrics))
         levels = {k: tuple(QUANTILES) if metrics is None else ("p99",) * (k in metrics)
@@ -231,7 +235,7 @@ class QueueModel(SteadyState):
         if levels["ttft_s"] or levels["e2e_s"]:
             ttft_q, e2e_q = self._sum_quantiles(_Terms(
                 lam, tau, b, budget, t_dec, t_full, rho_p, wq_p, p_wait, wq_c, m_chunks,
-                moments[0], gap), levels)
+                moments[0], gap, own), levels)
             ttft.update(ttft_q)
             e2e.update(e2e_q)
         # the mean of the shared-step term of _sum_quantiles (m chunks of the mean size)
@@ -282,8 +286,8 @@ class QueueModel(SteadyState):
             prev_tbt = tbt[name]
         return tbt
 
-    def _prefill_first_tbt(self, lam: np.ndarray, tau: np.ndarray, b: np.ndarray,
-                           budget: np.ndarray, steps: tuple[np.ndarray, np.ndarray],
+    def _prefill_first_tbt(self, lam: np.ndarray, tau: np.ndarray, budget: np.ndarray,
+                           steps: tuple[np.ndarray, np.ndarray, np.ndarray],
                            metrics: Collection[str] | None) -> dict[str, np.ndarray]:
         """TBT quantiles of a prefill-first engine: a decoder's gap is a decode step and the
         prefill-only steps of every prompt admitted before the next one (SGLang
@@ -294,10 +298,10 @@ class QueueModel(SteadyState):
         tau, the share that opens a prefill batch (the first to arrive) is
         phi = E[batches] / E[prompts] = (1 - e^(-lambda tau)) / (lambda tau); that one pays its
         own step (own prefill time), the others ride in it at their tokens' share of a full
-        step, prompt / budget * T(budget) (never above their own)."""
-        t_dec, t_full = steps
+        step, prompt / budget * T(budget) (never above their own). `steps`: the decode step,
+        the full-budget step and the own-prefill times at the prompt strata."""
+        t_dec, t_full, own = steps
         prompt, p_w = _strata_lengths(self.pf)
-        own = self._own_values(b, budget, t_full, prompt)
         lt = np.maximum(lam * tau, 1e-12)
         phi = np.where(lt > 1e-6, -np.expm1(-lt) / lt, 1.0)[..., None]
         ride = np.minimum(prompt / budget[..., None] * t_full[..., None], own)
