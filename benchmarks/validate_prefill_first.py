@@ -2,13 +2,14 @@
 chunked steps as the control).
 
 For DeepSeek-V3 TP 8 and Llama-3.1-70B TP 4 on H200, prompts of 1,000, 2,000 and 8,000 tokens
-(500-token outputs) at 30%, 60% and 85% of the analytic capacity, the analytic queue
+and lognormal ones (mean 1,000, p99 4,000: the law read on its lattice), 500-token outputs, at
+30%, 60% and 85% of the analytic capacity, the analytic queue
 (`capplan.models.queueing`) and the replay of 3,000 open-loop Poisson requests (compiled engine,
 seeds 0 and 1) give TBT and TTFT, mean and p99. The table gives the analytic figure, the two
 replays' and the difference from their mean; the prefill-first TBT law is in docs/queueing.md
 (item 2, "Prefill-first engines").
 
-Run: `.venv/bin/python benchmarks/validate_prefill_first.py [--write-docs]` (two to four
+Run: `.venv/bin/python benchmarks/validate_prefill_first.py [--write-docs]` (three to six
 minutes; `--write-docs` rewrites the block `validate_prefill_first:grid` in docs/queueing.md).
 """
 
@@ -24,7 +25,7 @@ from capplan.plan.simulation import run_simulation
 
 DEPLOYMENTS = (("deepseek-v3", 8), ("llama-3.1-70b", 4))
 ENGINES = ("sglang", "vllm")
-PROMPTS = (1000, 2000, 8000)
+PROMPTS = ("1000", "2000", "8000", "lognormal:mean=1000,p99=4000")
 LOADS = (0.3, 0.6, 0.85)
 OUTPUT = "500"
 REQUESTS = 3000
@@ -33,14 +34,14 @@ DOC = "docs/queueing.md"
 KEY = "validate_prefill_first:grid"
 
 
-def _cell(dep, inp: int, load: float) -> dict[str, float | tuple[float, ...]]:
+def _cell(dep, inp: str, load: float) -> dict[str, float | tuple[float, ...]]:
     ml = dep.model.context_len(dep.settings.max_model_len)
-    cap = float(queue_model(dep, load_spec_from_options(1.0, None, None, str(inp), OUTPUT, 1.0,
+    cap = float(queue_model(dep, load_spec_from_options(1.0, None, None, inp, OUTPUT, 1.0,
                                                         ml)).capacity_rate())
     rate = load * cap
-    ana = analytic_latency(dep, load_spec_from_options(rate, None, None, str(inp), OUTPUT, 1.0,
+    ana = analytic_latency(dep, load_spec_from_options(rate, None, None, inp, OUTPUT, 1.0,
                                                        ml))
-    sims = [run_simulation(dep, rate=rate, concurrency=None, trace=None, input_len=str(inp),
+    sims = [run_simulation(dep, rate=rate, concurrency=None, trace=None, input_len=inp,
                            output_len=OUTPUT, burstiness=1.0, requests=REQUESTS, seed=seed,
                            schedulers=("continuous",), sim_engine="compiled")
             ["results"]["continuous"] for seed in SEEDS]
