@@ -293,10 +293,12 @@ def test_recommend_deepseek_sglang_picks_a_dp_ep_layout():
 
     r = api.recommend("deepseek-v3", rate=10, input_len=2000, output_len=500, ttft_p99_s=2,
                       tbt_p99_s=0.2, gpus=["h200"], engine="sglang", verify=False)
+    # the screen's answer: DP 16 x EP 16 on two nodes, one replica (the 16-GPU plan the replay
+    # keeps; an 8-GPU DP 8 replica at 10 req/s replays a p99 TBT of 255 ms > 200 ms)
     best = r.recommendations[0].to_dict()
-    assert (best["attention_dp"], best["expert_parallel"]) == (8, 8)
-    assert best["gpus_total"] == best["replicas"] * 8
-    assert "--tp 8 --enable-dp-attention --dp 8 --ep-size 8" in best["engine_flags"]["sglang"]
+    assert (best["attention_dp"], best["expert_parallel"]) == (16, 16)
+    assert best["gpus_total"] == best["replicas"] * 16
+    assert "--tp 16 --enable-dp-attention --dp 16 --ep-size 16" in best["engine_flags"]["sglang"]
 
 
 def test_recommend_nearest_miss_has_numbers():
@@ -352,9 +354,9 @@ def _deepseek_plan():
 
 
 def test_replay_sizes_the_replicas_when_every_shortlisted_plan_misses(catalog):
-    # A stand-in replay that passes a replica at up to 3 req/s: the planner's analytic counts
-    # (1-2 replicas for 10 req/s) miss, and the replay sizes each plan. With the 20% headroom
-    # a replica is replayed at 1.2 x its share: 10 x 1.2 / n <= 3 -> n >= 4, so 4 replicas.
+    # A stand-in replay that passes a replica at up to 1.5 req/s: the planner's analytic counts
+    # (2-5 replicas for 10 req/s) miss, and the replay sizes each plan. With the 20% headroom
+    # a replica is replayed at 1.2 x its share: 10 x 1.2 / n <= 1.5 -> n >= 8, so 8 replicas.
     from capplan.plan.planner import run_plan
     from capplan.plan.result import Verification
 
@@ -363,18 +365,18 @@ def test_replay_sizes_the_replicas_when_every_shortlisted_plan_misses(catalog):
     def replay(job):
         per = 10 / job.replicas
         calls.append(per)
-        return Verification(ok=per <= 3.0 + 1e-9, reason="" if per <= 3.0 + 1e-9 else
-                            f"p99 TBT {100 * per / 3:.1f} ms > 100.0 ms", requests=1,
-                            simulated={"tbt_s": {"p99": 0.1 * per / 3}})
+        return Verification(ok=per <= 1.5 + 1e-9, reason="" if per <= 1.5 + 1e-9 else
+                            f"p99 TBT {100 * per / 1.5:.1f} ms > 100.0 ms", requests=1,
+                            simulated={"tbt_s": {"p99": 0.1 * per / 1.5}})
 
     res = run_plan(catalog, _deepseek_plan(), replay)
     assert res.recommendations
     for r in res.recommendations[:3]:
-        assert r.replicas == 4 and r.verified.ok
+        assert r.replicas == 8 and r.verified.ok
         assert r.candidate.binding_constraint == "TBT SLO (replay)"
-        assert r.candidate.max_rate_per_s == pytest.approx(3.0)  # 10 / 4 x 1.2
-    assert any("sized by the replay at 4 replicas" in w for w in res.warnings)
-    assert pytest.approx(10 * 1.2 / 3) in calls  # 3 replicas was replayed, and missed
+        assert r.candidate.max_rate_per_s == pytest.approx(1.5)  # 10 / 8 x 1.2
+    assert any("sized by the replay at 8 replicas" in w for w in res.warnings)
+    assert pytest.approx(10 * 1.2 / 7) in calls  # 7 replicas was replayed, and missed
 
 
 def test_nearest_miss_is_the_one_closest_to_its_slos(catalog):

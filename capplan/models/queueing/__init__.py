@@ -7,7 +7,9 @@ Steady state at arrival rate lambda (open loop) -- derivation in docs/queueing.m
   step-time model, so tau is the fixed point tau = T(B(tau), P(tau)), found by bisection.
 - A step holds new prefill work with probability f = 1 - exp(-lambda * tau * E[chunks]);
   decode-only steps take T(B, 0), prefill steps T(B, chunk). Every inter-token gap is one step,
-  so the TBT distribution is that two-point mixture (prefill interference sets its tail).
+  so the TBT distribution is that two-point mixture (prefill interference sets its tail). A
+  prefill-first engine's gap is a decode step plus the prefill-only steps of every prompt
+  admitted before the next one: the busy period of the prefill server (busy.py).
 - TTFT = residual of the current step + wait behind other prefills (M/G/1 on prefill tokens,
   Pollaczek-Khinchine) + own prefill (its chunks) + wait for a slot when the concurrency cap
   (max_num_seqs or KV capacity) binds (M/G/c, Erlang C with the Allen-Cunneen correction).
@@ -20,8 +22,9 @@ All functions broadcast: rates, and the StepModel's constants, may be arrays.
 
 The rooms: laws.py (token-length laws, quantile levels), arrivals.py (arrival processes and the
 waits and step loads they induce), steady.py (the mean steady state, its stability and capacity
-bound), sums.py (quantile composition of sums of independent terms), latency.py (the answer at a
-rate: QueueModel.at_rate).
+bound), sums.py (quantile composition of sums of independent terms), busy.py (the busy period
+that is a prefill-first engine's token gap), latency.py (the answer at a rate:
+QueueModel.at_rate).
 """
 
 from capplan.models.queueing.arrivals import chunk_sum_quantile

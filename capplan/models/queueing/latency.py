@@ -1,7 +1,8 @@
 """Latency under load of one replica: means and percentiles of TTFT, TBT, TPOT and E2E.
 
 On top of the steady state (steady.py): the TBT percentiles from the prompt tokens a step carries
-(arrivals.chunk_sum_quantile), the TTFT and E2E percentiles as laws of sums of independent terms
+(arrivals.chunk_sum_quantile; a prefill-first engine's from the prefill server's busy period,
+busy.py), the TTFT and E2E percentiles as laws of sums of independent terms
 (sums.py), the waits from the arrival laws (arrivals.py). Derivation: docs/queueing.md.
 """
 
@@ -22,6 +23,7 @@ from capplan.models.queueing.arrivals import (
     shared_chunks_law,
     slot_wait_s,
 )
+from capplan.models.queueing.busy import busy_period_quantiles
 from capplan.models.queueing.laws import QUANTILES, Z99
 from capplan.models.queueing.steady import SteadyState
 from capplan.models.queueing.sums import (
@@ -61,6 +63,8 @@ class _Terms:
     chunk_mean: np.ndarray
     gap: np.ndarray
     """Mean gap between a sequence's tokens (tau, or longer for a prefill-first engine)."""
+    own: np.ndarray | None = None
+    """Own-prefill times at the prompt strata (_own_values), when already computed."""
 
 
 class QueueModel(SteadyState):
@@ -118,7 +122,7 @@ class QueueModel(SteadyState):
             return np.where(np.isfinite(v), v, 0.0)
         shape = np.shape(tau)
         prompt, p_w = _strata_lengths(inp)
-        own = self._own_values(b, budget, t_full, prompt)
+        own = x.own if x.own is not None else self._own_values(b, budget, t_full, prompt)
         p_pf = fin(np.clip(rho_p, 0.0, 1.0))
         # Prompts that arrived during the same step share the step that carries this one: K
         # other chunks, Poisson with the mean m of the TBT model; one chunk is drawn from the
@@ -219,13 +223,19 @@ class QueueModel(SteadyState):
         tbt: dict[str, Any] = {"mean": gap}
         e2e: dict[str, Any] = {"mean": ttft["mean"] + self.dec_tokens * gap}
         moments = _chunk_moments(inp, budget)
-        tbt.update(self._tbt_quantiles(m_chunks, b, budget, t_dec, moments, metrics))
+        own = None
+        if self.policy.prefill_first:  # unstable rows: no arrivals (their answer is inf)
+            own = self._own_values(b, budget, t_full, _strata_lengths(self.pf)[0])
+            tbt.update(self._prefill_first_tbt(np.where(stable, lam, 0.0), tau, budget,
+                                               (t_dec, t_full, own), metrics))
+        else:
+            tbt.update(self._tbt_quantiles(m_chunks, b, budget, t_dec, moments, metrics))
         levels = {k: tuple(QUANTILES) if metrics is None else ("p99",) * (k in metrics)
                   for k in ("ttft_s", "e2e_s")}
         if levels["ttft_s"] or levels["e2e_s"]:
             ttft_q, e2e_q = self._sum_quantiles(_Terms(
                 lam, tau, b, budget, t_dec, t_full, rho_p, wq_p, p_wait, wq_c, m_chunks,
-                moments[0], gap), levels)
+                moments[0], gap, own), levels)
             ttft.update(ttft_q)
             e2e.update(e2e_q)
         # the mean of the shared-step term of _sum_quantiles (m chunks of the mean size)
@@ -270,13 +280,35 @@ class QueueModel(SteadyState):
         for name, p in tbt_levels.items():
             tokens = chunk_sum_quantile(m_chunks, p, inp, budget, moments=moments)
             pf = self._mixed(b, np.maximum(tokens, 1.0))
-            # Prefill-first: the prefill step is extra to the decoders' gap, not instead of one.
-            hit = t_dec + pf if self.policy.prefill_first else np.maximum(t_dec, pf)
-            tbt[name] = np.where(tokens < 0.5, t_dec, hit)
+            tbt[name] = np.where(tokens < 0.5, t_dec, np.maximum(t_dec, pf))
             if prev_tbt is not None:  # quantiles are ordered by construction of the mixture
                 tbt[name] = np.maximum(tbt[name], prev_tbt)
             prev_tbt = tbt[name]
         return tbt
+
+    def _prefill_first_tbt(self, lam: np.ndarray, tau: np.ndarray, budget: np.ndarray,
+                           steps: tuple[np.ndarray, np.ndarray, np.ndarray],
+                           metrics: Collection[str] | None) -> dict[str, np.ndarray]:
+        """TBT quantiles of a prefill-first engine: a decoder's gap is a decode step and the
+        prefill-only steps of every prompt admitted before the next one (SGLang
+        scheduler.py get_next_batch_to_run: prefill batch first), the busy period
+        B(t_dec) of busy.py, each prompt's work its prefill time.
+
+        Prompts admitted together share steps: of Poisson arrivals in a step of mean length
+        tau, the share that opens a prefill batch (the first to arrive) is
+        phi = E[batches] / E[prompts] = (1 - e^(-lambda tau)) / (lambda tau); that one pays its
+        own step (own prefill time), the others ride in it at their tokens' share of a full
+        step, prompt / budget * T(budget) (never above their own). `steps`: the decode step,
+        the full-budget step and the own-prefill times at the prompt strata."""
+        t_dec, t_full, own = steps
+        prompt, p_w = _strata_lengths(self.pf)
+        lt = np.maximum(lam * tau, 1e-12)
+        phi = np.where(lt > 1e-6, -np.expm1(-lt) / lt, 1.0)[..., None]
+        ride = np.minimum(prompt / budget[..., None] * t_full[..., None], own)
+        work = phi * own + (1 - phi) * ride
+        levels = QUANTILES if metrics is None else {"p99": QUANTILES["p99"]}
+        gaps = busy_period_quantiles(t_dec, lam, work, p_w, tuple(levels.values()))
+        return dict(zip(levels, gaps, strict=True))
 
     def _occupancy(self, lam: np.ndarray, b: np.ndarray, own_mean: np.ndarray
                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
