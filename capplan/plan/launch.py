@@ -24,6 +24,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from capplan.models.engine import engine_profile
+from capplan.models.layout import deepep_mode
 from capplan.plan.feature_flags import feature_launch
 
 DEFAULT_PORTS = {"vllm": 8000, "sglang": 30000, "trtllm": 8000}
@@ -65,6 +67,9 @@ class LaunchOptions:
     """Further words per engine (e.g. {"vllm": ("--enable-lora",)}), appended as given."""
     llm_api_options: tuple[str, ...] = ()
     """Further TensorRT-LLM LLM-API YAML lines (speculative_config, lora_config)."""
+    deepep: dict[str, str] = field(default_factory=dict)
+    """Each engine's words that run the DeepEP mode its step model costs (`deepep_launch`);
+    an engine absent runs none."""
 
     def port_for(self, engine: str) -> int:
         return self.port if self.port is not None else DEFAULT_PORTS[engine]
@@ -95,6 +100,36 @@ class LaunchLine:
         return " ".join(words) + (f"  # {self.note}" if self.note else "")
 
 
+def deepep_launch(settings: Any, gpu: Any) -> dict[str, str]:
+    """Each engine's launch words that run the DeepEP mode its step model costs for a replica
+    of `settings` on `gpu` (models/layout.py deepep_mode; EngineProfile.deepep_flags of the
+    settings' own profile for its engine, of the newest profile for the others); an engine
+    whose replica runs no DeepEP is absent."""
+    own = settings.profile
+    domain = gpu.interconnect.max_gpus_per_node if gpu.network is not None else None
+    out = {}
+    for engine in DEFAULT_PORTS:
+        prof = own if own.name == engine else engine_profile(engine)
+        mode = deepep_mode(settings.tp, settings.attention_dp, settings.expert_parallel,
+                           settings.deepep_mode or prof.deepep_mode, domain, prof.deepep_flags)
+        if mode is not None:
+            out[engine] = prof.deepep_flags[mode]
+    return out
+
+
+def split_env(words: str) -> tuple[tuple[tuple[str, str], ...], list[str]]:
+    """(environment variables, other words) of launch words: a NAME=VALUE word with an
+    upper-case name sets a variable."""
+    env, rest = [], []
+    for w in words.split():
+        name, eq, value = w.partition("=")
+        if eq and name.isupper():
+            env.append((name, value))
+        else:
+            rest.append(w)
+    return tuple(env), rest
+
+
 def node_flags(engine: str, o: LaunchOptions) -> list[str]:  # noqa: ARG001 - the hook's shape
     """Multi-node ranks of a replica (node rank, master address): none for one node."""
     return []
@@ -120,8 +155,14 @@ def _parallel(engine: str, o: LaunchOptions) -> list[str]:
     return w + (["--ep_size", str(ep)] if ep > 1 else [])
 
 
-def _env(o: LaunchOptions) -> tuple[tuple[str, str], ...]:
-    return (("CUDA_VISIBLE_DEVICES", ",".join(map(str, o.gpu_ids))),) if o.gpu_ids else ()
+def _env(o: LaunchOptions, engine: str) -> tuple[tuple[str, str], ...]:
+    gpus = (("CUDA_VISIBLE_DEVICES", ",".join(map(str, o.gpu_ids))),) if o.gpu_ids else ()
+    return gpus + split_env(o.deepep.get(engine, ""))[0]
+
+
+def _a2a(o: LaunchOptions, engine: str) -> list[str]:
+    """The engine's DeepEP flags (the environment words go in `_env`)."""
+    return split_env(o.deepep.get(engine, ""))[1]
 
 
 def _frac(o: LaunchOptions, engine: str) -> str:
@@ -133,7 +174,7 @@ _NIXL_BOTH = '{"kv_connector":"NixlConnector","kv_role":"kv_both"}'
 
 def vllm_line(o: LaunchOptions) -> LaunchLine:
     """`vllm serve`: --quantization fp8 quantizes a bf16 checkpoint when it loads."""
-    w = ["vllm", "serve", o.model_id, *_parallel("vllm", o),
+    w = ["vllm", "serve", o.model_id, *_parallel("vllm", o), *_a2a(o, "vllm"),
          "--max-num-seqs", str(o.max_num_seqs),
          "--max-num-batched-tokens", str(o.max_num_batched_tokens),
          "--gpu-memory-utilization", _frac(o, "vllm"), "--max-model-len", str(o.max_model_len)]
@@ -153,13 +194,13 @@ def vllm_line(o: LaunchOptions) -> LaunchLine:
         w += ["--kv-transfer-config", _NIXL_BOTH]
     w += ["--host", o.host, "--port", str(o.port_for("vllm")), *node_flags("vllm", o),
           *o.extra.get("vllm", ())]
-    return LaunchLine("vllm", tuple(w), _env(o), note=note, port=o.port_for("vllm"))
+    return LaunchLine("vllm", tuple(w), _env(o, "vllm"), note=note, port=o.port_for("vllm"))
 
 
 def sglang_line(o: LaunchOptions) -> LaunchLine:
     """`python -m sglang.launch_server`: --quantization fp8 quantizes when it loads."""
     w = ["python", "-m", "sglang.launch_server", "--model-path", o.model_id,
-         *_parallel("sglang", o), "--max-running-requests", str(o.max_num_seqs),
+         *_parallel("sglang", o), *_a2a(o, "sglang"), "--max-running-requests", str(o.max_num_seqs),
          "--chunked-prefill-size", str(o.max_num_batched_tokens),
          "--mem-fraction-static", _frac(o, "sglang"), "--context-length", str(o.max_model_len)]
     if o.kv_dtype == "fp8":
@@ -172,7 +213,7 @@ def sglang_line(o: LaunchOptions) -> LaunchLine:
         w += ["--disaggregation-mode", o.role, "--disaggregation-transfer-backend", "nixl"]
     w += ["--host", o.host, "--port", str(o.port_for("sglang")), *node_flags("sglang", o),
           *o.extra.get("sglang", ())]
-    return LaunchLine("sglang", tuple(w), _env(o), port=o.port_for("sglang"))
+    return LaunchLine("sglang", tuple(w), _env(o, "sglang"), port=o.port_for("sglang"))
 
 
 def fp8_checkpoint_id(model_id: str) -> str:
@@ -200,6 +241,8 @@ def trtllm_line(o: LaunchOptions) -> LaunchLine:
         options += ["kv_cache_config:", "  dtype: fp8"]
     if o.attention_dp > 1:
         options += ["enable_attention_dp: true"]
+    if "trtllm" in o.deepep:  # DeepEP runs in the WIDEEP MoE backend (fused_moe_wide_ep.py)
+        options += ["moe_config:", "  backend: WIDEEP"]
     options += list(o.llm_api_options)
     # TensorRT-LLM prefills whole prompts (no chunking by default): max_num_tokens covers one.
     w = ["trtllm-serve", model, "--backend", "pytorch", *_parallel("trtllm", o),
@@ -213,7 +256,7 @@ def trtllm_line(o: LaunchOptions) -> LaunchLine:
         files[TRTLLM_OPTIONS_FILE] = "\n".join(options) + "\n"
     w += ["--host", o.host, "--port", str(o.port_for("trtllm")), *node_flags("trtllm", o),
           *o.extra.get("trtllm", ())]
-    return LaunchLine("trtllm", tuple(w), _env(o), files, note, o.port_for("trtllm"))
+    return LaunchLine("trtllm", tuple(w), _env(o, "trtllm"), files, note, o.port_for("trtllm"))
 
 
 BUILDERS: dict[str, Callable[[LaunchOptions], LaunchLine]] = {
@@ -256,4 +299,4 @@ def options_from(rec: dict[str, Any], model_id: str, checkpoint_format: str,
         memory_fraction=memory_fraction, max_model_len=rec["max_model_len"],
         weight_dtype=rec["weight_dtype"], checkpoint_format=checkpoint_format,
         kv_dtype=rec["kv_dtype"], extra={e: w for e, w in extra.items() if w},
-        llm_api_options=api_lines), **kw)
+        llm_api_options=api_lines, deepep=rec.get("deepep") or {}), **kw)
