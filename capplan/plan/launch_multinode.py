@@ -27,6 +27,7 @@ from typing import Any
 from capplan.models.layout import engine_world, nodes_spanned
 from capplan.plan.deployment import Deployment
 from capplan.plan.launch import deepep_launch, split_env
+from capplan.sim.pd import check_router
 
 HEAD = "NODE0_IP"
 """Placeholder the user replaces with the first node's address."""
@@ -139,8 +140,8 @@ def pd_launch(layout: Any, engine: str | None = None) -> dict[str, list[str]]:
     dec = [31000 + j for j in range(layout.decode_workers)]
     build = {"sglang": _pd_sglang, "trtllm": _pd_trtllm}.get(eng, _pd_vllm)
     out = build(layout.prefill, layout.decode, pre, dec)
-    routers = (getattr(layout, "prefill_router", "round_robin"),
-               getattr(layout, "decode_router", "round_robin"))
+    routers = (check_router(getattr(layout, "prefill_router", "round-robin")),
+               check_router(getattr(layout, "decode_router", "round-robin")))
     out["router"] = [_with_routers(eng, out["router"][0], *routers)]
     return out
 
@@ -151,9 +152,9 @@ def pd_launch(layout: Any, engine: str | None = None) -> dict[str, list[str]]:
 # `router.type` round_robin (default)|load_balancing (fewest requests in flight)|
 # kv_cache_aware (tensorrt_llm/serve/router.py create_router); vLLM's NIXL proxy cycles
 # through its workers (toy_proxy_server.py get_next_client: round-robin only).
-_ROUTER_NAMES = {"sglang": {"round_robin": "round_robin", "random": "random"},
-                 "trtllm": {"round_robin": "round_robin", "least_loaded": "load_balancing"},
-                 "vllm": {"round_robin": "round_robin"}}
+_ROUTER_NAMES = {"sglang": {"round-robin": "round_robin", "random": "random"},
+                 "trtllm": {"round-robin": "round_robin", "least-outstanding": "load_balancing"},
+                 "vllm": {"round-robin": "round_robin"}}
 
 
 def _with_routers(eng: str, line: str, prefill: str, decode: str) -> str:

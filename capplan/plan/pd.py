@@ -61,9 +61,9 @@ class PdLayout:
     decode: Deployment
     decode_workers: int
     link: Link
-    prefill_router: str = "round_robin"
+    prefill_router: str = "round-robin"
     """How the frontend places requests on the prefill workers (capplan.sim.pd.ROUTERS)."""
-    decode_router: str = "round_robin"
+    decode_router: str = "round-robin"
     """How it places them on the decode workers (the replay's; the analytic solve spreads
     the clients evenly)."""
 
@@ -491,8 +491,8 @@ class PdPools:
     prefill: dict[str, Any] = field(default_factory=dict)
     decode: dict[str, Any] = field(default_factory=dict)
     kv_link: str = "auto"
-    prefill_router: str = "round_robin"
-    decode_router: str = "round_robin"
+    prefill_router: str = "round-robin"
+    decode_router: str = "round-robin"
 
 
 def build_layout(cat: Any, model: str, gpu: str, pools: PdPools, *, calibration: Any = None,
