@@ -203,3 +203,21 @@ def test_pd_cli_prints_the_roles_backends(run_cli):
     dec = [x for x in out.splitlines() if "decode worker 0 node" in x]
     assert len(pre) == 2 and all("--all2all-backend deepep_high_throughput" in x for x in pre)
     assert len(dec) == 2 and all("--all2all-backend deepep_low_latency" in x for x in dec)
+
+
+def test_recommend_cli_lines_of_a_two_node_world(run_cli):
+    # a 16-GPU world (attention DP 16, EP 16 over two H100 nodes) wins this search; each
+    # engine's line runs the mode that engine's step model costs
+    res = run_cli("recommend", "--model", "deepseek-v3", "--gpu", "h100", "--engine", "vllm",
+                  "--tp", "8", "--rate", "20", "--input-len", "2000", "--output-len", "500",
+                  "--ttft-p99", "5", "--tbt-p99", "0.2", "--verify-top", "0", "--no-disagg",
+                  "--format", "json")
+    assert res.exit_code == 0, res.stderr
+    best = res.json()["recommendations"][0]
+    assert (best["gpus_per_replica"], best["attention_dp"], best["expert_parallel"]) == (
+        16, 16, 16)
+    f = best["engine_flags"]
+    assert "--enable-expert-parallel --all2all-backend deepep_low_latency" in f["vllm"]
+    assert "--ep-size 16 --moe-a2a-backend deepep --deepep-mode auto" in f["sglang"]
+    assert f["trtllm"].startswith("TRTLLM_FORCE_ALLTOALL_METHOD=DeepEP trtllm-serve ")
+    assert "moe_config:\n  backend: WIDEEP" in f["file:trtllm:llm_api_options.yaml"]
