@@ -312,13 +312,14 @@ def disaggregated(model: str, gpu: str, *, prefill_workers: int, decode_workers:
                   prefill: dict[str, Any] | None = None, decode: dict[str, Any] | None = None,
                   kv_link: str = "auto", calibration: str | Path | Any = None,
                   catalog_dirs: tuple[str, ...] = (), engine_notation: bool = False,
-                  catalog: Catalog | None = None, prefill_router: str = "round_robin",
-                  decode_router: str = "round_robin", **options: Any) -> Any:
+                  catalog: Catalog | None = None, prefill_router: str = "round-robin",
+                  decode_router: str = "round-robin", **options: Any) -> Any:
     """A fixed disaggregated layout (capplan.plan.pd.PdLayout): `prefill_workers` x the
     deployment of `options` updated by `prefill` (e.g. {"tp": 8}), `decode_workers` x the same
     updated by `decode` (a pool may name its own "gpu"); the KV link `auto`, `nvlink` or
     `network`; `prefill_router`, `decode_router`: how the replay's frontend places requests
-    on each pool's workers (capplan.sim.pd.ROUTERS: round_robin, random, least_loaded)."""
+    on each pool's workers (capplan.sim.pd.ROUTERS: round-robin, random, least-outstanding;
+    capplan.sim.routers aliases such as least_loaded accepted)."""
     from capplan.plan.pd import PdPools, build_layout
 
     for extra in (options, prefill or {}, decode or {}):

@@ -22,9 +22,10 @@ def fleet_options(f: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--replicas", type=BoundedInt(REPLICAS), default=1, show_default=True,
                      help="Identical replicas behind a router (fleet-wide and per-replica "
                           "results)."),
-        click.option("--router", type=click.Choice(ROUTERS), default="least-outstanding",
-                     show_default=True, help="How requests reach replicas (vLLM production "
-                                             "stack, llm-d; docs/fleet.md)."),
+        click.option("--router", default="least-outstanding", show_default=True,
+                     help=f"How requests reach replicas: {', '.join(ROUTERS)} (least_loaded "
+                          "is least-outstanding; vLLM production stack, llm-d; "
+                          "docs/fleet.md)."),
         click.option("--schedule", default=None,
                      help="Replica count per window, START_S:REPLICAS,... (e.g. "
                           "0:2,900:5,1800:3); replicas join after --startup-lag, leave by "

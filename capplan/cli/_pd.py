@@ -48,10 +48,10 @@ def pd_options(f: Callable[..., Any]) -> Callable[..., Any]:
                                   "(auto: NVLink when both pools fit one NVLink domain)."))
     for role in ("prefill", "decode"):
         opts.append(click.option(
-            f"--{role}-router", default="round_robin", show_default=True,
+            f"--{role}-router", default="round-robin", show_default=True,
             help=f"Disaggregated replay: how the frontend places requests on the {role} "
-                 "workers: round_robin (a counter, Dynamo's default), random (seeded) or "
-                 "least_loaded (fewest in flight)."))
+                 "workers: round-robin (a counter, Dynamo's default), random (seeded) or "
+                 "least-outstanding (fewest in flight; least_loaded is the same)."))
     opts.append(click.option("--peak-concurrency", type=CONCURRENCY, default=None,
                              help="Disaggregated, latency without worker counts: the clients "
                                   "the implied counts are sized for (a deployment's peak; "

@@ -258,6 +258,15 @@ class EngineProfile:
     attention-DP group's, which the engine divides by its DP ranks: a rank runs cap // dp and
     budget // dp (SGLang). capplan's settings are per rank, so a launch line multiplies them by
     the ranks (`launch_limit`) and the engine's default budget is divided (`rank_default`)."""
+    deepep_mode: str = "auto"
+    """The DeepEP mode the engine runs for a replica whose expert all-to-all crosses NVLink
+    domains (models/layout.py deepep_mode): "auto" (per step: normal kernels with prompt
+    tokens, low-latency ones in decode-only steps), "normal" or "low_latency" for every step;
+    a P/D pool pins its role's (capplan/plan/pd.py make_layout)."""
+    deepep_flags: dict[str, str] = field(default_factory=dict)
+    """The launch words that run each DeepEP mode (NAME=VALUE words are environment
+    variables); a mode missing here is one the release cannot launch (no DeepEP: the MoE
+    traffic is costed as the engine's default all-gather + reduce-scatter)."""
     budget_covers_model_len: bool = False
     """The default token budget is at least max_model_len (vLLM V0 without chunked prefill:
     `max_num_batched_tokens = max(max_model_len, 2048)`, so a whole prompt always fits)."""
@@ -350,6 +359,13 @@ VLLM_0_11 = EngineProfile(
                 "quant_fp8": "--quantization fp8", "attention_dp": "--data-parallel-size {n}",
                 "expert_parallel": "--enable-expert-parallel"},
     expert_parallel_is_world=True,
+    # One all-to-all backend per engine, no per-step choice (vllm/config/parallel.py
+    # ParallelConfig.all2all_backend, default allgather_reducescatter; 0.10-0.13 read it from
+    # VLLM_ALL2ALL_BACKEND, vllm/envs.py): low-latency kernels, which run every step (the
+    # docs' "Expert Parallel Deployment": deepep_low_latency for decode-dominated serving).
+    deepep_mode="low_latency",
+    deepep_flags={"normal": "VLLM_ALL2ALL_BACKEND=deepep_high_throughput",
+                  "low_latency": "VLLM_ALL2ALL_BACKEND=deepep_low_latency"},
     option_flags={"overlap": "--async-scheduling", "no-overlap": "--no-async-scheduling"},
     sources={
         "host_costs": HOST_COSTS_SOURCE,
@@ -391,6 +407,11 @@ SGLANG = EngineProfile(
     layer_step_overhead_s=60e-6,
     per_seq_overhead_s=45e-6,
     sampler="flashinfer",
+    # python/sglang/srt/server_args.py (v0.5): --moe-a2a-backend deepep (default none),
+    # --deepep-mode auto (default) picks per step (layers/moe/utils.py DeepEPMode.resolve)
+    deepep_mode="auto",
+    deepep_flags={m: f"--moe-a2a-backend deepep --deepep-mode {m}"
+                  for m in ("auto", "normal", "low_latency")},
     flag_names={"tp": "--tp", "pp": "--pp-size", "max_num_seqs": "--max-running-requests",
                 "max_num_batched_tokens": "--chunked-prefill-size",
                 "memory_fraction": "--mem-fraction-static", "max_model_len": "--context-length",
@@ -441,6 +462,13 @@ TRTLLM = EngineProfile(
     moe_layer_step_s_without_fp4=63.5e-6,
     per_seq_overhead_s=0.0,
     sampler="flashinfer",
+    # The WIDEEP MoE backend's all-to-all (tensorrt_llm/_torch/modules/fused_moe/
+    # fused_moe_wide_ep.py select_alltoall_method_type, 1.x): DeepEP's normal kernels for every
+    # step where it runs them, TRTLLM_FORCE_ALLTOALL_METHOD pins the method; the default MoE
+    # backend all-gathers and reduce-scatters (launch lines add moe_config backend WIDEEP).
+    deepep_mode="normal",
+    deepep_flags={"normal": "TRTLLM_FORCE_ALLTOALL_METHOD=DeepEP",
+                  "low_latency": "TRTLLM_FORCE_ALLTOALL_METHOD=DeepEPLowLatency"},
     flag_names={"tp": "--tp_size", "pp": "--pp_size", "max_num_seqs": "--max_batch_size",
                 "max_num_batched_tokens": "--max_num_tokens",
                 "memory_fraction": "--kv_cache_free_gpu_memory_fraction",
@@ -477,6 +505,10 @@ VLLM = replace(
     VLLM_0_11, version="0.14", since="0.14",
     covers="0.14 and later (V1 engine, asynchronous scheduling)",
     host_overlap=True,
+    # --all2all-backend replaced VLLM_ALL2ALL_BACKEND (github:vllm-project/vllm pull 26732,
+    # 0.11.1; the variable was removed in 0.15, pull 33535)
+    deepep_flags={"normal": "--all2all-backend deepep_high_throughput",
+                  "low_latency": "--all2all-backend deepep_low_latency"},
     sources={**VLLM_0_11.sources,
              "host_overlap": "on: async scheduling became vLLM's default in 0.14 "
                              "(github:vllm-project/vllm pull 27614, the last item of the "
@@ -495,6 +527,9 @@ def _sglang04_defaults(gpu: GpuLike, tp: int) -> EngineDefaults:
 
 SGLANG_0_4 = replace(
     SGLANG, version="0.4", covers="0.4.x", defaults_rule=_sglang04_defaults,
+    # server_args.py (v0.4.6-0.4.9): --enable-deepep-moe, --deepep-mode (default auto)
+    deepep_flags={m: f"--enable-deepep-moe --deepep-mode {m}"
+                  for m in ("auto", "normal", "low_latency")},
     sources={**SGLANG.sources,
              "defaults": "python/sglang/srt/server_args.py (v0.4) __post_init__: "
                          "mem_fraction_static by tp_size, chunked_prefill_size by GPU memory"})
@@ -516,7 +551,7 @@ VLLM_0_6 = replace(
     defaults_rule=_vllm06_defaults, budget_covers_model_len=True,
     scheduler=SchedulerPolicy(prefill_first=True, chunked_prefill=False,
                               reserve_output_frac=0.0, preemption=True, prefix_caching=False),
-    host_overlap=False, option_flags={},
+    host_overlap=False, option_flags={}, deepep_flags={},
     sources={**VLLM_0_11.sources,
              "scheduler": "vllm/core/scheduler.py Scheduler._schedule_default (v0.6.0): "
                           "waiting prompts are scheduled first, whole, and a step with "
@@ -546,7 +581,7 @@ def _sglang03_defaults(gpu: GpuLike, tp: int) -> EngineDefaults:
 
 SGLANG_0_3 = replace(
     SGLANG_0_4, version="0.3", since="0.3", covers="0.3.x (no overlap scheduler)",
-    host_overlap=False, defaults_rule=_sglang03_defaults,
+    host_overlap=False, defaults_rule=_sglang03_defaults, deepep_flags={},
     option_flags={"mixed-chunk": "--enable-mixed-chunk"},
     sources={**SGLANG_0_4.sources,
              "host_overlap": "off: the overlap ('zero-overhead') batch scheduler arrived in "
@@ -699,6 +734,9 @@ class EngineSettings:
     expert_parallel: int = 1
     """Expert-parallel size of the MoE layers over the replica's tp x attention_dp GPUs (the
     rest of that world is MoE tensor parallelism: moe_tp = tp x attention_dp / expert_parallel)."""
+    deepep_mode: str | None = None
+    """The DeepEP mode of an expert all-to-all that crosses NVLink domains (auto, normal,
+    low_latency; models/layout.py deepep_mode); None: the engine profile's."""
     # Features that change memory and step cost (capplan/models/speculative.py, lora.py,
     # vision.py; docs/features.md).
     speculative: str | None = None

@@ -21,6 +21,7 @@ Pure functions of numbers and specs: no I/O.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from capplan.catalog.schema import MoeSpec
@@ -139,6 +140,33 @@ def gather_scatter_cost(n_gpus: int, links: Links) -> tuple[float, float]:
                     + (n - 1) / n / (g * links.net_bytes_per_s))
     latency = 2 * (links.nvlink_latency_s + (n - 1) * links.net_latency_s)
     return latency, per_byte
+
+
+DEEPEP_MODES = ("auto", "normal", "low_latency")
+"""DeepEP's kernel sets as the engines name a choice between them: `normal` (high-throughput,
+NVLink + RDMA forwarding), `low_latency` (pure RDMA) or `auto`, normal in a step with prompt
+tokens and low-latency in a decode-only one (SGLang --deepep-mode, server_args.py, v0.5)."""
+
+
+def deepep_mode(tp: int, attention_dp: int, expert_parallel: int, chosen: str,
+                gpus_per_domain: int | None, runs: Iterable[str] = DEEPEP_MODES) -> str | None:
+    """The DeepEP mode a MoE replica's expert all-to-all runs in, None when it runs none.
+
+    DeepEP carries the MoE layers' traffic when attention DP ranks span NVLink domains with
+    the experts sharded over every GPU of the world (EP = tp x attention_dp: SGLang sets
+    ep_size = tp_size under --moe-a2a-backend deepep, server_args.py _handle_a2a_moe; vLLM's
+    EP is the world; TensorRT-LLM's wide-EP MoE shards experts only) and a network joins the
+    domains (`gpus_per_domain` None: none does). `chosen` is the mode the replica's engine
+    runs (EngineSettings.deepep_mode, else its profile's), `runs` the modes its release
+    launches (EngineProfile.deepep_flags). Otherwise the hidden states are all-gathered and
+    reduce-scattered (`gather_scatter_cost`), each engine's default without DeepEP."""
+    world = tp * attention_dp
+    if (gpus_per_domain is None or attention_dp <= 1 or expert_parallel <= 1
+            or expert_parallel != world or world <= gpus_per_domain):
+        return None
+    if chosen not in DEEPEP_MODES:
+        raise InputError(f"DeepEP mode {chosen!r}: expected one of {', '.join(DEEPEP_MODES)}")
+    return chosen if chosen in runs else None
 
 
 DEEPEP_SCALE_GROUP = 128

@@ -44,6 +44,7 @@ from capplan.models.engine import EngineProfile, EngineSettings
 from capplan.models.layout import (
     Links,
     allreduce_cost,
+    deepep_mode,
     ep_all_to_all,
     ep_all_to_all_normal,
     gather_scatter_cost,
@@ -263,9 +264,10 @@ def fixed_parts(x: tuple, c: tuple, moe: bool, features: bool = True) -> tuple:
         2 * allreduce_s_fixed + tokens * allreduce_s_per_token), 0.0)
     # DP attention: each MoE layer gathers every rank's hidden states and scatters the summed
     # outputs back (all-gather + reduce-scatter over the tp x dp GPUs; constants 0 at DP 1);
-    # with EP across domains DeepEP's all-to-all: its normal kernels in a step with prompt
-    # tokens, its low-latency kernels in a decode-only step (SGLang --deepep-mode auto:
-    # layers/moe/utils.py DeepEPMode.resolve(is_extend_in_batch)).
+    # with EP across domains DeepEP's all-to-all, in the engine's mode: auto runs its normal
+    # kernels in a step with prompt tokens, its low-latency kernels in a decode-only step
+    # (SGLang --deepep-mode auto: layers/moe/utils.py DeepEPMode.resolve(is_extend_in_batch));
+    # a pinned mode sets both constants alike (build_step_model).
     has_prompt = tp_ > 0
     comm = comm + select(global_tokens > 0, select(
         has_prompt, moe_comm_s_fixed_prefill, moe_comm_s_fixed) + global_tokens * select(
@@ -697,22 +699,34 @@ def _span(gpu: GpuSpec, cal: Calibration) -> Links | None:
                  gpu.interconnect.max_gpus_per_node)
 
 
+def settings_deepep_mode(s: EngineSettings, gpus_per_domain: int | None) -> str | None:
+    """The DeepEP mode the settings' replica runs (models/layout.py deepep_mode): the
+    settings' own, else the engine profile's; None without DeepEP. Launch lines print it."""
+    p = s.profile
+    return deepep_mode(s.tp, s.attention_dp, s.expert_parallel, s.deepep_mode or p.deepep_mode,
+                       gpus_per_domain, p.deepep_flags)
+
+
 def _moe_span_comm(model: ModelSpec, s: EngineSettings, span: Links, moe_layers: int,
                    fp8: bool) -> tuple[float, float, float, float]:
     """(fixed s, s per token of the replica's batch) of the MoE layers' traffic when attention
     DP spans domains, for a decode-only step and then for a step with prompt tokens: with
-    expert parallelism, DeepEP's dispatch + combine all-to-all, low-latency and normal kernels
-    (each GPU sends batch / world tokens); without, the hierarchical all-gather +
-    reduce-scatter of the hidden states in both (models/layout.py)."""
+    DeepEP (`settings_deepep_mode`), its dispatch + combine all-to-all, the low-latency or
+    normal kernels as the mode runs them in each step (each GPU sends batch / world tokens);
+    without, the hierarchical all-gather + reduce-scatter of the hidden states in both
+    (models/layout.py)."""
     world = s.tp * s.attention_dp
     moe = model.moe
-    if s.expert_parallel > 1 and moe is not None:
+    mode = settings_deepep_mode(s, span.gpus_per_domain)
+    if mode is not None and moe is not None:
         low = ep_all_to_all(model.hidden_size, moe.num_experts_per_tok, s.expert_parallel, span,
                             fp8_dispatch=fp8)
         normal = ep_all_to_all_normal(model.hidden_size, moe, s.expert_parallel, span,
                                       fp8_dispatch=fp8)
-        return (moe_layers * low.latency_s, moe_layers * low.s_per_token_per_gpu / world,
-                moe_layers * normal.latency_s, moe_layers * normal.s_per_token_per_gpu / world)
+        decode = normal if mode == "normal" else low
+        prefill = low if mode == "low_latency" else normal
+        return (moe_layers * decode.latency_s, moe_layers * decode.s_per_token_per_gpu / world,
+                moe_layers * prefill.latency_s, moe_layers * prefill.s_per_token_per_gpu / world)
     lat, per_byte = gather_scatter_cost(world, span)
     fixed, token = moe_layers * lat, moe_layers * model.hidden_size * 2.0 * per_byte
     return fixed, token, fixed, token

@@ -24,7 +24,7 @@ from capplan.models.engine import EngineProfile, EngineSettings, engine_profile,
 from capplan.models.features import FEATURE_FIELDS, resolve_draft_model
 from capplan.models.layout import describe, nodes_spanned
 from capplan.models.memory import MemoryReport, memory_report
-from capplan.models.perf import StepModel, build_step_model
+from capplan.models.perf import StepModel, build_step_model, settings_deepep_mode
 from capplan.models.queueing import Limits
 from capplan.units import GIB_BYTES
 
@@ -145,6 +145,14 @@ class Deployment:
     def nodes(self) -> int:
         """NVLink domains (nodes; racks on NVL72) one replica spans."""
         return nodes_spanned(self.gpus_per_replica, self.gpu.interconnect.max_gpus_per_node)
+
+    @property
+    def deepep_mode(self) -> str | None:
+        """The DeepEP mode the replica's expert all-to-all runs in, as its step model costs it
+        and its launch lines set it; None when it runs none (models/perf.settings_deepep_mode)."""
+        g = self.gpu
+        return settings_deepep_mode(self.settings, g.interconnect.max_gpus_per_node
+                                    if g.network is not None else None)
 
     def settings_summary(self) -> dict[str, object]:
         """The resolved engine settings every output reports (JSON keys, SI)."""

@@ -295,7 +295,7 @@ examples use 8100 and 8200); replica k listens on port + k."""
 
 def _pool_options(d: Deployment, role: str, first_gpu: int) -> Any:
     from capplan.plan.flags import memory_fractions
-    from capplan.plan.launch import LaunchOptions
+    from capplan.plan.launch import LaunchOptions, deepep_launch
 
     s = d.settings
     own = d.model.quantization.format if d.model.quantization else d.model.torch_dtype
@@ -308,7 +308,8 @@ def _pool_options(d: Deployment, role: str, first_gpu: int) -> Any:
         memory_fraction=memory_fractions(d.memory), max_model_len=d.memory.max_model_len,
         weight_dtype=s.weight_dtype, checkpoint_format=own, kv_dtype=s.kv_dtype,
         port=DISAGG_PORTS[role], role=role, nodes=nodes, gpus_per_node=host,
-        gpu_ids=tuple(range(first_gpu, first_gpu + d.gpus_per_replica)) if nodes == 1 else ())
+        gpu_ids=tuple(range(first_gpu, first_gpu + d.gpus_per_replica)) if nodes == 1 else (),
+        deepep=deepep_launch(s, d.gpu))
 
 
 def launch_lines(p: DisaggPlan) -> dict[str, str]:

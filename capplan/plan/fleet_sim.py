@@ -21,6 +21,7 @@ from capplan.plan.deployment import Deployment
 from capplan.sim.entities import RunRecord, StepSummary
 from capplan.sim.fleet import ROUTERS, FleetReplaySpec, replay_schedule, run_replica
 from capplan.sim.metrics import step_summary, summarize
+from capplan.sim.routers import canonical_router
 from capplan.sim.workload import Lane, Requests
 
 REPLICAS = L.REPLICAS
@@ -43,10 +44,12 @@ class FleetOptions:
     def is_fleet(self) -> bool:
         return self.replicas > 1 or bool(self.schedule)
 
+    def __post_init__(self) -> None:
+        # one name per policy (capplan.sim.routers): aliases become the canonical name
+        object.__setattr__(self, "router", canonical_router(self.router, ROUTERS, "--router"))
+
     def check(self) -> None:
         REPLICAS.check(self.replicas, "--replicas")
-        if self.router not in ROUTERS:
-            raise InputError(f"--router {self.router!r}: expected one of {', '.join(ROUTERS)}")
         if not (math.isfinite(self.startup_lag_s) and self.startup_lag_s >= 0):
             raise InputError(f"--startup-lag {self.startup_lag_s!r}: expected seconds >= 0")
 

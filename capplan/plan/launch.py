@@ -24,6 +24,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from capplan.models.engine import engine_profile, launch_limit
+from capplan.models.layout import deepep_mode
 from capplan.plan.feature_flags import feature_launch
 
 DEFAULT_PORTS = {"vllm": 8000, "sglang": 30000, "trtllm": 8000}
@@ -69,6 +70,9 @@ class LaunchOptions:
     """Hosts one replica spans; > 1: one command per host (`node_commands`)."""
     gpus_per_node: int = 8
     """GPUs per host (the GPU catalog's `host_gpus`)."""
+    deepep: dict[str, str] = field(default_factory=dict)
+    """Each engine's words that run the DeepEP mode its step model costs (`deepep_launch`);
+    an engine absent runs none."""
 
     def port_for(self, engine: str) -> int:
         return self.port if self.port is not None else DEFAULT_PORTS[engine]
@@ -97,6 +101,36 @@ class LaunchLine:
         words = [f"{k}={shlex.quote(v)}" for k, v in self.env]
         words += [shlex.quote(w) for w in self.argv]
         return " ".join(words) + (f"  # {self.note}" if self.note else "")
+
+
+def deepep_launch(settings: Any, gpu: Any) -> dict[str, str]:
+    """Each engine's launch words that run the DeepEP mode its step model costs for a replica
+    of `settings` on `gpu` (models/layout.py deepep_mode; EngineProfile.deepep_flags of the
+    settings' own profile for its engine, of the newest profile for the others); an engine
+    whose replica runs no DeepEP is absent."""
+    own = settings.profile
+    domain = gpu.interconnect.max_gpus_per_node if gpu.network is not None else None
+    out = {}
+    for engine in DEFAULT_PORTS:
+        prof = own if own.name == engine else engine_profile(engine)
+        mode = deepep_mode(settings.tp, settings.attention_dp, settings.expert_parallel,
+                           settings.deepep_mode or prof.deepep_mode, domain, prof.deepep_flags)
+        if mode is not None:
+            out[engine] = prof.deepep_flags[mode]
+    return out
+
+
+def split_env(words: str) -> tuple[tuple[tuple[str, str], ...], list[str]]:
+    """(environment variables, other words) of launch words: a NAME=VALUE word with an
+    upper-case name sets a variable."""
+    env, rest = [], []
+    for w in words.split():
+        name, eq, value = w.partition("=")
+        if eq and name.isupper():
+            env.append((name, value))
+        else:
+            rest.append(w)
+    return tuple(env), rest
 
 
 HEAD = "NODE0_IP"
@@ -128,11 +162,12 @@ def node_commands(line: LaunchLine, o: LaunchOptions) -> list[str]:
         return [f"node {k}: " + _shell(line, ["--nnodes", str(n), "--node-rank", str(k),
                                               "--dist-init-addr", f"{HEAD}:{DIST_PORT}"])
                 for k in range(n)]
-    if line.engine == "trtllm":
+    if line.engine == "trtllm":  # mpirun carries the environment to every rank (-x)
         world = o.tp * o.pp * o.attention_dp
         hosts = ",".join(f"node{k}:{min(o.gpus_per_node, world)}" for k in range(n))
-        return [f"any node: mpirun -H {hosts} -np {world} trtllm-llmapi-launch "
-                + line.command]
+        env = "".join(f"-x {k}={shlex.quote(v)} " for k, v in line.env)
+        return [f"any node: mpirun {env}-H {hosts} -np {world} trtllm-llmapi-launch "
+                + replace(line, env=()).command]
     if o.attention_dp > 1 and o.tp * o.pp <= o.gpus_per_node:
         local = min(o.attention_dp, max(1, o.gpus_per_node // (o.tp * o.pp)))
         dp = ["--data-parallel-size-local", str(local), "--data-parallel-address", HEAD,
@@ -165,8 +200,14 @@ def _parallel(engine: str, o: LaunchOptions) -> list[str]:
     return w + (["--ep_size", str(ep)] if ep > 1 else [])
 
 
-def _env(o: LaunchOptions) -> tuple[tuple[str, str], ...]:
-    return (("CUDA_VISIBLE_DEVICES", ",".join(map(str, o.gpu_ids))),) if o.gpu_ids else ()
+def _env(o: LaunchOptions, engine: str) -> tuple[tuple[str, str], ...]:
+    gpus = (("CUDA_VISIBLE_DEVICES", ",".join(map(str, o.gpu_ids))),) if o.gpu_ids else ()
+    return gpus + split_env(o.deepep.get(engine, ""))[0]
+
+
+def _a2a(o: LaunchOptions, engine: str) -> list[str]:
+    """The engine's DeepEP flags (the environment words go in `_env`)."""
+    return split_env(o.deepep.get(engine, ""))[1]
 
 
 def _frac(o: LaunchOptions, engine: str) -> str:
@@ -178,7 +219,7 @@ _NIXL_BOTH = '{"kv_connector":"NixlConnector","kv_role":"kv_both"}'
 
 def vllm_line(o: LaunchOptions) -> LaunchLine:
     """`vllm serve`: --quantization fp8 quantizes a bf16 checkpoint when it loads."""
-    w = ["vllm", "serve", o.model_id, *_parallel("vllm", o),
+    w = ["vllm", "serve", o.model_id, *_parallel("vllm", o), *_a2a(o, "vllm"),
          "--max-num-seqs", str(o.max_num_seqs),
          "--max-num-batched-tokens", str(o.max_num_batched_tokens),
          "--gpu-memory-utilization", _frac(o, "vllm"), "--max-model-len", str(o.max_model_len)]
@@ -198,14 +239,14 @@ def vllm_line(o: LaunchOptions) -> LaunchLine:
         w += ["--kv-transfer-config", _NIXL_BOTH]
     w += ["--host", o.host, "--port", str(o.port_for("vllm")),
           *o.extra.get("vllm", ())]
-    return LaunchLine("vllm", tuple(w), _env(o), note=note, port=o.port_for("vllm"))
+    return LaunchLine("vllm", tuple(w), _env(o, "vllm"), note=note, port=o.port_for("vllm"))
 
 
 def sglang_line(o: LaunchOptions) -> LaunchLine:
     """`python -m sglang.launch_server`: --quantization fp8 quantizes when it loads."""
     sglang, dp = engine_profile("sglang"), o.attention_dp  # caps are the DP group's
     w = ["python", "-m", "sglang.launch_server", "--model-path", o.model_id,
-         *_parallel("sglang", o),
+         *_parallel("sglang", o), *_a2a(o, "sglang"),
          "--max-running-requests", str(launch_limit(sglang, o.max_num_seqs, dp)),
          "--chunked-prefill-size", str(launch_limit(sglang, o.max_num_batched_tokens, dp)),
          "--mem-fraction-static", _frac(o, "sglang"), "--context-length", str(o.max_model_len)]
@@ -219,7 +260,7 @@ def sglang_line(o: LaunchOptions) -> LaunchLine:
         w += ["--disaggregation-mode", o.role, "--disaggregation-transfer-backend", "nixl"]
     w += ["--host", o.host, "--port", str(o.port_for("sglang")),
           *o.extra.get("sglang", ())]
-    return LaunchLine("sglang", tuple(w), _env(o), port=o.port_for("sglang"))
+    return LaunchLine("sglang", tuple(w), _env(o, "sglang"), port=o.port_for("sglang"))
 
 
 def fp8_checkpoint_id(model_id: str) -> str:
@@ -247,6 +288,8 @@ def trtllm_line(o: LaunchOptions) -> LaunchLine:
         options += ["kv_cache_config:", "  dtype: fp8"]
     if o.attention_dp > 1:
         options += ["enable_attention_dp: true"]
+    if "trtllm" in o.deepep:  # DeepEP runs in the WIDEEP MoE backend (fused_moe_wide_ep.py)
+        options += ["moe_config:", "  backend: WIDEEP"]
     options += list(o.llm_api_options)
     # TensorRT-LLM prefills whole prompts (no chunking by default): max_num_tokens covers one.
     w = ["trtllm-serve", model, "--backend", "pytorch", *_parallel("trtllm", o),
@@ -260,7 +303,7 @@ def trtllm_line(o: LaunchOptions) -> LaunchLine:
         files[TRTLLM_OPTIONS_FILE] = "\n".join(options) + "\n"
     w += ["--host", o.host, "--port", str(o.port_for("trtllm")),
           *o.extra.get("trtllm", ())]
-    return LaunchLine("trtllm", tuple(w), _env(o), files, note, o.port_for("trtllm"))
+    return LaunchLine("trtllm", tuple(w), _env(o, "trtllm"), files, note, o.port_for("trtllm"))
 
 
 BUILDERS: dict[str, Callable[[LaunchOptions], LaunchLine]] = {
@@ -303,4 +346,4 @@ def options_from(rec: dict[str, Any], model_id: str, checkpoint_format: str,
         memory_fraction=memory_fraction, max_model_len=rec["max_model_len"],
         weight_dtype=rec["weight_dtype"], checkpoint_format=checkpoint_format,
         kv_dtype=rec["kv_dtype"], extra={e: w for e, w in extra.items() if w},
-        llm_api_options=api_lines), **kw)
+        llm_api_options=api_lines, deepep=rec.get("deepep") or {}), **kw)

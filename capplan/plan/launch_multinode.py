@@ -9,13 +9,15 @@ calls nothing here; both read the engine profile's flag names. Sources of the mu
   TP wider than a node runs on a Ray cluster (`--distributed-executor-backend ray`);
   expert parallelism `--enable-expert-parallel`;
 - SGLang (python/sglang/srt/server_args.py, v0.5): `--nnodes N --node-rank r
-  --dist-init-addr HEAD:PORT` on every node, `--enable-dp-attention --dp D`, `--ep-size E`
-  with `--moe-a2a-backend deepep` across nodes; P/D `--disaggregation-mode prefill|decode`
+  --dist-init-addr HEAD:PORT` on every node, `--enable-dp-attention --dp D`, `--ep-size E`;
+  P/D `--disaggregation-mode prefill|decode`
   and `python -m sglang_router.launch_router --pd-disaggregation --prefill URL --decode URL`;
 - TensorRT-LLM (docs "trtllm-serve", 1.x): `mpirun -H node0:8,node1:8 -np W
   trtllm-llmapi-launch trtllm-serve M --backend pytorch --tp_size W --ep_size E`;
   disaggregated `trtllm-serve disaggregated -c disagg.yaml` in front of context and
   generation servers.
+Every engine's line runs the DeepEP mode its step model costs (`deepep_words`: the engine
+profile's `deepep_flags`), so no engine falls back to its default all-gather backend.
 """
 
 from __future__ import annotations
@@ -25,6 +27,8 @@ from typing import Any
 from capplan.models.engine import launch_limit
 from capplan.models.layout import engine_world, nodes_spanned
 from capplan.plan.deployment import Deployment
+from capplan.plan.launch import deepep_launch, split_env
+from capplan.sim.pd import check_router
 
 HEAD = "NODE0_IP"
 """Placeholder the user replaces with the first node's address."""
@@ -44,30 +48,38 @@ def _common(dep: Deployment) -> dict[str, str]:
     return out
 
 
+def deepep_words(dep: Deployment, engine: str) -> tuple[list[str], str]:
+    """(NAME=VALUE environment words, flags) of `engine`'s line that run the DeepEP mode its
+    step model costs for the replica (capplan.plan.launch.deepep_launch); nothing when it
+    runs no DeepEP."""
+    env, flags = split_env(deepep_launch(dep.settings, dep.gpu).get(engine, ""))
+    return [f"{k}={v}" for k, v in env], "".join(f" {w}" for w in flags)
+
+
 def _vllm(dep: Deployment, port: int, extra: str = "") -> list[str]:
     s = dep.settings
     per_node = dep.gpu.interconnect.max_gpus_per_node
     n = nodes_spanned(dep.gpus_per_replica, per_node)
     c = " ".join(_common(dep).values())
-    ep = " --enable-expert-parallel" if s.expert_parallel > 1 else ""
+    env, a2a = deepep_words(dep, "vllm")
+    ep = (" --enable-expert-parallel" if s.expert_parallel > 1 else "") + a2a
+    model = "".join(f"{w} " for w in env) + "vllm serve " + dep.served_id
     pp = f" --pipeline-parallel-size {s.pp}" if s.pp > 1 else ""
-    model = dep.served_id
     if s.attention_dp > 1 and s.tp * s.pp <= per_node:
         local = max(1, per_node // (s.tp * s.pp))
-        head = (f"vllm serve {model} --tensor-parallel-size {s.tp}{pp} --data-parallel-size "
+        head = (f"{model} --tensor-parallel-size {s.tp}{pp} --data-parallel-size "
                 f"{s.attention_dp} --data-parallel-size-local {min(local, s.attention_dp)} "
                 f"--data-parallel-address {HEAD} --data-parallel-rpc-port {DP_RPC_PORT}{ep} "
                 f"{c} --port {port}{extra}")
         lines = [f"node 0: {head}"]
         for k in range(1, n):
-            lines.append(f"node {k}: vllm serve {model} --tensor-parallel-size {s.tp}{pp} "
+            lines.append(f"node {k}: {model} --tensor-parallel-size {s.tp}{pp} "
                          f"--data-parallel-size {s.attention_dp} --data-parallel-size-local "
                          f"{local} --data-parallel-start-rank {k * local} "
                          f"--data-parallel-address {HEAD} --data-parallel-rpc-port "
                          f"{DP_RPC_PORT}{ep} {c} --headless{extra}")
         return lines
-    serve = (f"vllm serve {model} --tensor-parallel-size {s.tp}{pp}{ep} {c} --port {port}"
-             + extra)
+    serve = f"{model} --tensor-parallel-size {s.tp}{pp}{ep} {c} --port {port}" + extra
     if n == 1:
         return [f"node 0: {serve}"]
     return ([f"node 0: ray start --head --port 6379 && {serve} "
@@ -79,14 +91,14 @@ def _sglang(dep: Deployment, port: int, extra: str = "") -> list[str]:
     s = dep.settings
     w = engine_world("sglang", s.tp, s.attention_dp)
     n = nodes_spanned(dep.gpus_per_replica, dep.gpu.interconnect.max_gpus_per_node)
-    parts = [f"python -m sglang.launch_server --model-path {dep.served_id} --tp {w['tp']}"]
+    env, a2a = deepep_words(dep, "sglang")
+    parts = [*env, f"python -m sglang.launch_server --model-path {dep.served_id} --tp {w['tp']}"]
     if s.pp > 1:
         parts.append(f"--pp-size {s.pp}")
     if s.attention_dp > 1:
         parts.append(f"--enable-dp-attention --dp {s.attention_dp}")
     if s.expert_parallel > 1:
-        parts.append(f"--ep-size {s.expert_parallel}"
-                     + (" --moe-a2a-backend deepep" if n > 1 else ""))
+        parts.append(f"--ep-size {s.expert_parallel}{a2a}")
     parts += list(_common(dep).values()) + ["--trust-remote-code"]
     base = " ".join(parts)
     if n == 1:
@@ -104,13 +116,17 @@ def _trtllm(dep: Deployment, port: int) -> list[str]:
     ep = f" --ep_size {s.expert_parallel}" if s.expert_parallel > 1 else ""
     pp = f" --pp_size {s.pp}" if s.pp > 1 else ""
     yaml = " --extra_llm_api_options attention_dp.yaml" if s.attention_dp > 1 else ""
+    env, _ = deepep_words(dep, "trtllm")
+    # DeepEP runs in the WIDEEP MoE backend (fused_moe_wide_ep.py), set in the options file
+    note = ("  # attention_dp.yaml: enable_attention_dp: true"
+            + (", moe_config: {backend: WIDEEP}" if env else "")) if yaml else ""
     serve = (f"trtllm-serve {dep.served_id} --backend pytorch --tp_size {w['tp']}{pp}{ep} {c}"
              f"{yaml} --host 0.0.0.0 --port {port}")
     if n == 1:
-        return [f"node 0: {serve}"]
+        return ["node 0: " + "".join(f"{e} " for e in env) + serve + note]
     hosts = ",".join(f"node{k}:{min(per_node, dep.gpus_per_replica)}" for k in range(n))
-    return [f"any node: mpirun -H {hosts} -np {dep.gpus_per_replica} trtllm-llmapi-launch "
-            f"{serve}"]
+    return ["any node: mpirun " + "".join(f"-x {e} " for e in env)
+            + f"-H {hosts} -np {dep.gpus_per_replica} trtllm-llmapi-launch {serve}{note}"]
 
 
 def replica_launch(dep: Deployment, port: int = SERVE_PORT) -> dict[str, list[str]]:
@@ -126,8 +142,8 @@ def pd_launch(layout: Any, engine: str | None = None) -> dict[str, list[str]]:
     dec = [31000 + j for j in range(layout.decode_workers)]
     build = {"sglang": _pd_sglang, "trtllm": _pd_trtllm}.get(eng, _pd_vllm)
     out = build(layout.prefill, layout.decode, pre, dec)
-    routers = (getattr(layout, "prefill_router", "round_robin"),
-               getattr(layout, "decode_router", "round_robin"))
+    routers = (check_router(getattr(layout, "prefill_router", "round-robin")),
+               check_router(getattr(layout, "decode_router", "round-robin")))
     out["router"] = [_with_routers(eng, out["router"][0], *routers)]
     return out
 
@@ -138,9 +154,9 @@ def pd_launch(layout: Any, engine: str | None = None) -> dict[str, list[str]]:
 # `router.type` round_robin (default)|load_balancing (fewest requests in flight)|
 # kv_cache_aware (tensorrt_llm/serve/router.py create_router); vLLM's NIXL proxy cycles
 # through its workers (toy_proxy_server.py get_next_client: round-robin only).
-_ROUTER_NAMES = {"sglang": {"round_robin": "round_robin", "random": "random"},
-                 "trtllm": {"round_robin": "round_robin", "least_loaded": "load_balancing"},
-                 "vllm": {"round_robin": "round_robin"}}
+_ROUTER_NAMES = {"sglang": {"round-robin": "round_robin", "random": "random"},
+                 "trtllm": {"round-robin": "round_robin", "least-outstanding": "load_balancing"},
+                 "vllm": {"round-robin": "round_robin"}}
 
 
 def _with_routers(eng: str, line: str, prefill: str, decode: str) -> str:

@@ -61,9 +61,9 @@ class PdLayout:
     decode: Deployment
     decode_workers: int
     link: Link
-    prefill_router: str = "round_robin"
+    prefill_router: str = "round-robin"
     """How the frontend places requests on the prefill workers (capplan.sim.pd.ROUTERS)."""
-    decode_router: str = "round_robin"
+    decode_router: str = "round-robin"
     """How it places them on the decode workers (the replay's; the analytic solve spreads
     the clients evenly)."""
 
@@ -88,10 +88,29 @@ def network_link(dep: Deployment) -> Link:
                 net.latency_s, f"the GPU catalog's network: entry ({dep.gpu.key})")
 
 
+ROLE_DEEPEP_MODE = {"prefill": "normal", "decode": "low_latency"}
+"""The DeepEP mode each pool runs when its EP all-to-all crosses domains: a prefill worker's
+steps all carry prompt tokens (normal kernels), a decode worker's none (low-latency, which
+CUDA graphs capture): SGLang's auto resolves so step by step, vLLM and TensorRT-LLM run one
+mode per server and their launch lines pin it (EngineProfile.deepep_flags)."""
+
+
+def _role_deepep(dep: Deployment, role: str) -> Deployment:
+    """`dep` with its role's DeepEP mode (ROLE_DEEPEP_MODE) unless its settings pin one; the
+    same deployment when it runs no DeepEP."""
+    s = dep.settings
+    if s.deepep_mode is not None or dep.deepep_mode is None:
+        return dep
+    return build_deployment(dep.model, dep.gpu, s.with_(deepep_mode=ROLE_DEEPEP_MODE[role]),
+                            dep.calibration, dep.served_id)
+
+
 def make_layout(prefill: Deployment, prefill_workers: int, decode: Deployment,
                 decode_workers: int, link: str = "auto") -> PdLayout:
     """Check a P/D layout and pick its KV link: `nvlink` when both pools fit one NVLink domain
-    of the same GPU (a node; a GB200/GB300 NVL72 rack), else `network`; `auto` chooses so."""
+    of the same GPU (a node; a GB200/GB300 NVL72 rack), else `network`; `auto` chooses so.
+    Each pool runs its role's DeepEP mode (`_role_deepep`)."""
+    prefill, decode = _role_deepep(prefill, "prefill"), _role_deepep(decode, "decode")
     for role, n, dep in (("prefill", prefill_workers, prefill), ("decode", decode_workers,
                                                                  decode)):
         if not isinstance(n, int) or n < 1:
@@ -472,8 +491,8 @@ class PdPools:
     prefill: dict[str, Any] = field(default_factory=dict)
     decode: dict[str, Any] = field(default_factory=dict)
     kv_link: str = "auto"
-    prefill_router: str = "round_robin"
-    decode_router: str = "round_robin"
+    prefill_router: str = "round-robin"
+    decode_router: str = "round-robin"
 
 
 def build_layout(cat: Any, model: str, gpu: str, pools: PdPools, *, calibration: Any = None,

@@ -15,6 +15,7 @@ from capplan.models.engine import engine_profile
 from capplan.models.layout import describe
 from capplan.plan.bands import attach_bands
 from capplan.plan.features_plan import features_dict
+from capplan.plan.launch import deepep_launch
 from capplan.plan.schema import Lane
 from capplan.plan.search import Candidate, SearchSpace
 
@@ -128,7 +129,7 @@ class Recommendation:
                 "max_model_len": s.max_model_len,
                 "gpu_memory_utilization": s.gpu_memory_utilization, "engine": s.profile.name,
                 "replicas": self.replicas, "per_replica_rate_per_s": self.per_replica_rate_per_s,
-                **features_dict(s)}
+                "deepep": deepep_launch(s, self.candidate.gpu), **features_dict(s)}
 
     def head(self) -> dict[str, Any]:
         """The few keys a pool comparison shows."""

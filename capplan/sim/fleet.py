@@ -17,9 +17,10 @@ completed or unfinished, counted in its arrival window.
 Routers (`ROUTERS`), as the production routers use them:
 - round-robin: the i-th routed request goes to accepting replica i mod n (vLLM production
   stack `RoundRobinRouter`: `sorted_endpoints[req_id % len(endpoints)]`);
-- least-outstanding: the accepting replica with the fewest requests in it (running plus
-  waiting), the lowest index on ties (llm-d inference scheduler's queue scorer; the vLLM router's
-  power-of-two and least-loaded policies use the same signal);
+- least-outstanding (alias least_loaded, capplan.sim.routers): the accepting replica with the
+  fewest requests in it (running plus waiting), the lowest index on ties (llm-d inference
+  scheduler's queue scorer; the vLLM router's power-of-two and least-loaded policies use the
+  same signal);
 - prefix-affinity: a request sharing content with an earlier one (its prefix group, or a
   trace's first block hash) goes to the replica that served that content while it accepts,
   the others round-robin (vLLM production stack `PrefixAwareRouter`: the endpoint of the
@@ -30,6 +31,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -44,6 +46,7 @@ from capplan.sim.fleet_results import (
     _result,
     _Times,
 )
+from capplan.sim.routers import canonical_router
 from capplan.sim.workload import Requests
 
 if TYPE_CHECKING:
@@ -140,8 +143,7 @@ def run_replica(dep: Deployment, reqs: Requests, sim_engine: str = "auto",
 # -- the replay ------------------------------------------------------------------------------
 def replay_schedule(spec: FleetReplaySpec) -> FleetReplayResult:
     """Replay `spec.requests` over the schedule `spec.windows` (module docstring)."""
-    if spec.router not in ROUTERS:
-        raise InputError(f"router {spec.router!r}: expected one of {', '.join(ROUTERS)}")
+    spec = replace(spec, router=canonical_router(spec.router, ROUTERS))
     if not (math.isfinite(spec.startup_lag_s) and spec.startup_lag_s >= 0):
         raise InputError(f"startup lag {spec.startup_lag_s!r}: expected seconds >= 0")
     reqs = spec.requests

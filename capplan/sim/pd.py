@@ -45,9 +45,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from capplan.errors import InputError
 from capplan.models.disagg import Link, kv_transfer_s
 from capplan.sim.entities import RunRecord
+from capplan.sim.routers import canonical_router
 from capplan.sim.workload import Requests
 
 if TYPE_CHECKING:
@@ -105,9 +105,9 @@ class PdReplaySpec:
     """The client's cost outside engine steps (once per request; closed loop: the delay
     before a client's next request reaches the router)."""
     sim_engine: str = "auto"
-    prefill_router: str = "round_robin"
+    prefill_router: str = "round-robin"
     """How the prefill workers are chosen (ROUTERS), as requests reach the frontend."""
-    decode_router: str = "round_robin"
+    decode_router: str = "round-robin"
     """How the decode workers are chosen (ROUTERS), at `decode_routed_at`."""
     decode_routed_at: str = "prefill_done"
     """When the decode router places a request (DECODE_ROUTED_AT)."""
@@ -152,11 +152,12 @@ def _engine(dep: Deployment, kv_present: bool, sim_engine: str) -> Any:
     return eng
 
 
-ROUTERS = ("round_robin", "random", "least_loaded")
-"""How a router places a request on a pool's workers (`route`): `round_robin`, a counter over
-the workers in the order requests reach the router (Dynamo's frontend default,
-`--router-mode round-robin`); `random`, a seeded uniform draw per request; `least_loaded`,
-the worker with the fewest of the pool's requests in flight when the request reaches it."""
+ROUTERS = ("round-robin", "random", "least-outstanding")
+"""How a router places a request on a pool's workers (`route`; names as capplan.sim.routers
+spells them, `round_robin` and `least_loaded` accepted): `round-robin`, a counter over the
+workers in the order requests reach the router (Dynamo's frontend default, `--router-mode
+round-robin`); `random`, a seeded uniform draw per request; `least-outstanding`, the worker
+with the fewest of the pool's requests in flight when the request reaches it."""
 DECODE_ROUTED_AT = ("arrival", "prefill_done")
 """When the decode router places a request: `arrival`, as the request reaches the frontend
 (with its prefill worker; Dynamo's PrefillRouter for SGLang, whose prefill runs as a
@@ -170,22 +171,22 @@ factors uniformly over a range this wide (`worker_speeds`)."""
 
 
 def check_router(name: str, what: str = "router") -> str:
-    """`name` if it is one of ROUTERS, else an InputError naming the choices."""
-    if name not in ROUTERS:
-        raise InputError(f"{what} {name!r}: expected one of {', '.join(ROUTERS)}")
-    return name
+    """The canonical name of router `name` if it is one of ROUTERS (capplan.sim.routers
+    aliases accepted), else an InputError naming the choices."""
+    return canonical_router(name, ROUTERS, what)
 
 
 def route(policy: str, at_s: np.ndarray, workers: int, seed: int = 0,
           done_s: np.ndarray | None = None) -> np.ndarray:
     """The worker of each request under `policy` (ROUTERS), requests reaching the router at
-    `at_s` (ties in the requests' order). `least_loaded` counts a worker's earlier requests
+    `at_s` (ties in the requests' order). `least-outstanding` counts a worker's earlier requests
     whose `done_s` (the pool's finish times of the previous pass; None: none finished yet)
     is after the request's time, and takes the lowest-numbered worker of the fewest."""
+    policy = check_router(policy)
     n = len(at_s)
     order = np.argsort(at_s, kind="stable")
     worker = np.empty(n, np.int64)
-    if policy == "round_robin":
+    if policy == "round-robin":
         worker[order] = np.arange(n) % workers
     elif policy == "random":
         worker[:] = np.random.default_rng(seed).integers(0, workers, n)
@@ -254,7 +255,7 @@ def _run_pool(dep: Deployment, worker: np.ndarray, at_s: np.ndarray, inp: np.nda
 def _pipeline(spec: PdReplaySpec, sent: np.ndarray, inp: np.ndarray, out: np.ndarray,
               last: PdReplay | None = None) -> PdReplay:
     """One pass: both pools on the sending times `sent` (`last`: the previous pass, whose
-    finish times a `least_loaded` router counts)."""
+    finish times a `least-outstanding` router counts)."""
     pw = route(spec.prefill_router, sent, spec.prefill_workers, spec.seed,
                None if last is None else last.prefill_done_at_s)
     pspeed = worker_speeds(spec.prefill_workers, spec.speed_spread, spec.seed)
@@ -291,7 +292,8 @@ def replay_pd(spec: PdReplaySpec, reqs: Requests, means_settled: float | None = 
     if c is None:
         at = np.asarray(reqs.arrival_at_s, float)
         run = _pipeline(spec, at, inp, out)
-        if "least_loaded" in (spec.prefill_router, spec.decode_router):
+        if "least-outstanding" in (check_router(spec.prefill_router),
+                                   check_router(spec.decode_router)):
             for k in range(2, max_passes + 1):  # the loads counted from the last pass's ends
                 nxt = _pipeline(spec, at, inp, out, run)
                 nxt.passes = k

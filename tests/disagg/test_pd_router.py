@@ -99,7 +99,9 @@ def test_router_options_cli_and_api(run_cli):
     ok = run_cli(*args, "--decode-router", "least_loaded", "--prefill-router", "random",
                  "--format", "json")
     assert ok.exit_code == 0 and ok.json()["num_requests"] == 30
-    assert ok.json()["routing"] == {"prefill_router": "random", "decode_router": "least_loaded",
+    # least_loaded is an alias: the answer names the policy's one name (capplan.sim.routers)
+    assert ok.json()["routing"] == {"prefill_router": "random",
+                                    "decode_router": "least-outstanding",
                                     "worker_speed_spread": SPEED_SPREAD}
     bad = run_cli(*args, "--decode-router", "fastest")
     assert bad.exit_code == 2 and "decode router 'fastest'" in bad.stderr
@@ -108,9 +110,14 @@ def test_router_options_cli_and_api(run_cli):
                       rate=4.0, requests=30, input_len=512, output_len=16, max_model_len=8192,
                       decode_router="random").data
     assert res["num_requests"] == 30
-    with pytest.raises(InputError, match="prefill router"):
+    with pytest.raises(InputError, match="prefill router 'fastest'"):
         disaggregated("llama-3.1-8b", "h100-sxm", prefill_workers=1, decode_workers=1,
-                      max_model_len=8192, prefill_router="least-loaded")
+                      max_model_len=8192, prefill_router="fastest")
+    # the P/D replay has no prefix-affinity router (the fleet's): refused, not aliased
+    with pytest.raises(InputError, match="expected one of round-robin, random, "
+                                         "least-outstanding"):
+        disaggregated("llama-3.1-8b", "h100-sxm", prefill_workers=1, decode_workers=1,
+                      max_model_len=8192, decode_router="prefix-affinity")
 
 
 @pytest.mark.parametrize(("engine", "prefill", "decode", "want", "note"), [
@@ -142,4 +149,5 @@ def test_front_end_line_names_the_routers(engine, prefill, decode, want, note):
         assert want in line
     assert ("this front end has no" in line) is note
     if note:  # the router it lacks is named
-        assert ("least_loaded" in line) if decode == "least_loaded" else ("random" in line)
+        assert (("least-outstanding" in line) if decode == "least_loaded"
+                else ("random" in line))

@@ -195,7 +195,8 @@ def _flags_for(tp: int, dp: int, gpu: str, catalog) -> dict[str, str]:
     r = {"tp": tp, "pp": 1, "attention_dp": dp, "expert_parallel": tp * dp,
          "max_num_seqs": 64, "max_num_batched_tokens": 512, "max_model_len": 8192,
          "weight_dtype": "fp8", "kv_dtype": "auto", "gpu_memory_utilization": 0.9,
-         "engine": "sglang", "replicas": 2, "per_replica_rate_per_s": 5.0}
+         "engine": "sglang", "replicas": 2, "per_replica_rate_per_s": 5.0,
+         "deepep": {"trtllm": "TRTLLM_FORCE_ALLTOALL_METHOD=DeepEP"}}
     return engine_flags(catalog.model("deepseek-v3"), r, None,
                         gpus_per_node=catalog.gpu(gpu).host_gpus)
 
@@ -219,8 +220,9 @@ def test_a_replica_over_two_hosts_gets_a_command_per_host(catalog) -> None:
     assert v0["--data-parallel-size-local"] == v1["--data-parallel-size-local"] == "8"
     assert "--data-parallel-start-rank" not in v0 and v1["--data-parallel-start-rank"] == "8"
     assert "--headless" in v1 and "--headless" not in v0
-    assert f["trtllm"].startswith("any node: mpirun -H node0:8,node1:8 -np 16 "
-                                  "trtllm-llmapi-launch trtllm-serve ")
+    # its environment reaches every MPI rank through -x, not as a word after the launcher
+    assert f["trtllm"].startswith("any node: mpirun -x TRTLLM_FORCE_ALLTOALL_METHOD=DeepEP "
+                                  "-H node0:8,node1:8 -np 16 trtllm-llmapi-launch trtllm-serve ")
 
 
 def test_gb200_hosts_hold_four_gpus_of_the_rack(catalog) -> None:

@@ -269,7 +269,9 @@ def test_multinode_launch_lines():
     assert "--headless" in v[1] and "--data-parallel-start-rank 8" in v[1]
     assert all("--enable-expert-parallel" in x for x in v)  # EP 16 = the world of 16
     t = lines["trtllm"]
-    assert t[0].startswith("any node: mpirun -H node0:8,node1:8 -np 16 trtllm-llmapi-launch")
+    # the all-to-all TensorRT-LLM's step model costs (DeepEP normal), exported to every rank
+    assert t[0].startswith("any node: mpirun -x TRTLLM_FORCE_ALLTOALL_METHOD=DeepEP "
+                           "-H node0:8,node1:8 -np 16 trtllm-llmapi-launch")
 
 
 # --- recommend searches attention-DP / EP layouts and two-node worlds -----------------------
