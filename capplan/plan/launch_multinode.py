@@ -1,8 +1,10 @@
 """Launch lines for replicas that span nodes and for fixed prefill/decode layouts: one command
 per node, complete (model, layout, context length, memory fraction, ports).
 
-Kept apart from capplan/plan/flags.py (single-node launch lines of recommendations), which
-calls nothing here; both read the engine profile's flag names. Sources of the multi-node flags:
+A recommendation's lines are capplan/plan/launch.py's (`node_commands` for a replica over
+hosts); the lines here are built from a Deployment with the engine profile's flag names, with
+the same host counts (the GPU catalog's `host_gpus`) and placeholders. Sources of the
+multi-node flags:
 - vLLM data parallel across nodes (docs "Data Parallel Deployment", v0.10): `vllm serve M
   --data-parallel-size D --data-parallel-size-local L --data-parallel-address HEAD
   --data-parallel-rpc-port P`, the other nodes `--headless --data-parallel-start-rank k`;
@@ -27,12 +29,10 @@ from typing import Any
 from capplan.models.engine import launch_limit
 from capplan.models.layout import engine_world, nodes_spanned
 from capplan.plan.deployment import Deployment
-from capplan.plan.launch import deepep_launch, split_env
+from capplan.plan.launch import DIST_PORT, DP_RPC_PORT, HEAD, deepep_launch, split_env
 from capplan.sim.pd import check_router
 
-HEAD = "NODE0_IP"
-"""Placeholder the user replaces with the first node's address."""
-DIST_PORT, DP_RPC_PORT, SERVE_PORT = 5000, 13345, 8000
+SERVE_PORT = 8000
 
 
 def _common(dep: Deployment) -> dict[str, str]:
@@ -58,7 +58,7 @@ def deepep_words(dep: Deployment, engine: str) -> tuple[list[str], str]:
 
 def _vllm(dep: Deployment, port: int, extra: str = "") -> list[str]:
     s = dep.settings
-    per_node = dep.gpu.interconnect.max_gpus_per_node
+    per_node = dep.gpu.host_gpus
     n = nodes_spanned(dep.gpus_per_replica, per_node)
     c = " ".join(_common(dep).values())
     env, a2a = deepep_words(dep, "vllm")
@@ -90,7 +90,7 @@ def _vllm(dep: Deployment, port: int, extra: str = "") -> list[str]:
 def _sglang(dep: Deployment, port: int, extra: str = "") -> list[str]:
     s = dep.settings
     w = engine_world("sglang", s.tp, s.attention_dp)
-    n = nodes_spanned(dep.gpus_per_replica, dep.gpu.interconnect.max_gpus_per_node)
+    n = nodes_spanned(dep.gpus_per_replica, dep.gpu.host_gpus)
     env, a2a = deepep_words(dep, "sglang")
     parts = [*env, f"python -m sglang.launch_server --model-path {dep.served_id} --tp {w['tp']}"]
     if s.pp > 1:
@@ -110,7 +110,7 @@ def _sglang(dep: Deployment, port: int, extra: str = "") -> list[str]:
 def _trtllm(dep: Deployment, port: int) -> list[str]:
     s = dep.settings
     w = engine_world("trtllm", s.tp, s.attention_dp)
-    per_node = dep.gpu.interconnect.max_gpus_per_node
+    per_node = dep.gpu.host_gpus
     n = nodes_spanned(dep.gpus_per_replica, per_node)
     c = " ".join(v for k, v in _common(dep).items() if k != "kv")
     ep = f" --ep_size {s.expert_parallel}" if s.expert_parallel > 1 else ""

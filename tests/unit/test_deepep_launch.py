@@ -219,5 +219,8 @@ def test_recommend_cli_lines_of_a_two_node_world(run_cli):
     f = best["engine_flags"]
     assert "--enable-expert-parallel --all2all-backend deepep_low_latency" in f["vllm"]
     assert "--ep-size 16 --moe-a2a-backend deepep --deepep-mode auto" in f["sglang"]
-    assert f["trtllm"].startswith("TRTLLM_FORCE_ALLTOALL_METHOD=DeepEP trtllm-serve ")
+    assert all(f[e].count("\n") == 1 for e in ("vllm", "sglang"))  # a command per host
+    # one MPI launch over both hosts; the variable reaches every rank through mpirun -x
+    assert f["trtllm"].startswith("any node: mpirun -x TRTLLM_FORCE_ALLTOALL_METHOD=DeepEP "
+                                  "-H node0:8,node1:8 -np 16 trtllm-llmapi-launch trtllm-serve ")
     assert "moe_config:\n  backend: WIDEEP" in f["file:trtllm:llm_api_options.yaml"]

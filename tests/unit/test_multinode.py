@@ -416,3 +416,14 @@ def test_notation_round_trip(engine, rank_tp, dp):
     w = engine_world(engine, rank_tp, dp)
     assert w["gpus"] == rank_tp * dp
     assert tp_from_engine_notation(engine, w["tp"], dp) == rank_tp
+
+
+def test_a_gb200_worker_of_8_gpus_launches_on_its_two_hosts():
+    from capplan.plan.launch_multinode import replica_launch
+
+    # one NVLink domain of 72 GPUs, but 4 GPUs per compute tray (host): a TP 8 worker's engine
+    # runs on 2 hosts, while its collectives stay on NVLink (one domain)
+    d = deployment("deepseek-v3", "gb200", engine="sglang", tp=8, weight_dtype="fp8")
+    sg = replica_launch(d)["sglang"]
+    assert [f"--nnodes 2 --node-rank {k}" in line for k, line in enumerate(sg)] == [True, True]
+    assert d.nodes == 1  # one NVLink domain: no scale-out network in its step
