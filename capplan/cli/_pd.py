@@ -151,7 +151,8 @@ def _launch_notes(res: dict[str, Any]) -> list[str]:
     """The layout's launch lines, one per node (`latency` carries them, replayed or not)."""
     if not res.get("launch"):
         return []
-    out = ["launch (one line per node; NODE0_IP, PREFILLi, DECODEj: addresses):"]
+    out = ["launch (one line per host; NODE0_IP, PREFILLi, DECODEj: the address of a "
+           "replica's or worker's first host):"]
     for name, lines in res["launch"].items():
         out += [f"  {name} {line}" for line in lines]
     return out

@@ -14,7 +14,6 @@ from capplan.catalog.loader import Catalog
 from capplan.catalog.schema import ModelSpec
 from capplan.errors import CapplanError
 from capplan.models.disagg import Link, decode_side_prefix, kv_link, kv_transfer_s
-from capplan.models.layout import nodes_spanned
 from capplan.models.queueing import LengthStats, Limits, QueueModel
 from capplan.plan.deployment import Deployment, EngineOptions, resolve_deployment
 from capplan.plan.pd import network_link
@@ -294,22 +293,9 @@ examples use 8100 and 8200); replica k listens on port + k."""
 
 
 def _pool_options(d: Deployment, role: str, first_gpu: int) -> Any:
-    from capplan.plan.flags import memory_fractions
-    from capplan.plan.launch import LaunchOptions, deepep_launch
+    from capplan.plan.launch_multinode import deployment_options
 
-    s = d.settings
-    own = d.model.quantization.format if d.model.quantization else d.model.torch_dtype
-    host = d.gpu.host_gpus
-    nodes = nodes_spanned(d.gpus_per_replica, host)
-    return LaunchOptions(
-        model_id=d.served_id or d.model.hf_id, tp=s.tp, pp=s.pp, attention_dp=s.attention_dp,
-        expert_parallel=s.expert_parallel, max_num_seqs=s.max_num_seqs,
-        max_num_batched_tokens=s.max_num_batched_tokens,
-        memory_fraction=memory_fractions(d.memory), max_model_len=d.memory.max_model_len,
-        weight_dtype=s.weight_dtype, checkpoint_format=own, kv_dtype=s.kv_dtype,
-        port=DISAGG_PORTS[role], role=role, nodes=nodes, gpus_per_node=host,
-        gpu_ids=tuple(range(first_gpu, first_gpu + d.gpus_per_replica)) if nodes == 1 else (),
-        deepep=deepep_launch(s, d.gpu))
+    return deployment_options(d, role, DISAGG_PORTS[role], first_gpu)
 
 
 def launch_lines(p: DisaggPlan) -> dict[str, str]:

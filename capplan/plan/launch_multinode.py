@@ -1,137 +1,76 @@
-"""Launch lines for replicas that span nodes and for fixed prefill/decode layouts: one command
-per node, complete (model, layout, context length, memory fraction, ports).
-
-A recommendation's lines are capplan/plan/launch.py's (`node_commands` for a replica over
-hosts); the lines here are built from a Deployment with the engine profile's flag names, with
-the same host counts (the GPU catalog's `host_gpus`) and placeholders. Sources of the
-multi-node flags:
-- vLLM data parallel across nodes (docs "Data Parallel Deployment", v0.10): `vllm serve M
-  --data-parallel-size D --data-parallel-size-local L --data-parallel-address HEAD
-  --data-parallel-rpc-port P`, the other nodes `--headless --data-parallel-start-rank k`;
-  TP wider than a node runs on a Ray cluster (`--distributed-executor-backend ray`);
-  expert parallelism `--enable-expert-parallel`;
-- SGLang (python/sglang/srt/server_args.py, v0.5): `--nnodes N --node-rank r
-  --dist-init-addr HEAD:PORT` on every node, `--enable-dp-attention --dp D`, `--ep-size E`;
-  P/D `--disaggregation-mode prefill|decode`
-  and `python -m sglang_router.launch_router --pd-disaggregation --prefill URL --decode URL`;
-- TensorRT-LLM (docs "trtllm-serve", 1.x): `mpirun -H node0:8,node1:8 -np W
-  trtllm-llmapi-launch trtllm-serve M --backend pytorch --tp_size W --ep_size E`;
-  disaggregated `trtllm-serve disaggregated -c disagg.yaml` in front of context and
-  generation servers.
-Every engine's line runs the DeepEP mode its step model costs (`deepep_words`: the engine
-profile's `deepep_flags`), so no engine falls back to its default all-gather backend.
+"""Launch lines of a Deployment (one replica, every engine) and of a fixed prefill/decode layout
+(every worker, then the router or proxy in front): one command per host, built by
+capplan/plan/launch.py's builders (one per engine, their flag sources there) with
+`node_commands` for a worker over hosts (the GPU catalog's `host_gpus`), each engine's memory
+fraction from the planned memory, and the DeepEP words the step model costs
+(`deepep_launch`). P/D front ends: SGLang `python -m sglang_router.launch_router
+--pd-disaggregation --prefill URL --decode URL`; TensorRT-LLM `trtllm-serve disaggregated -c
+disagg.yaml` in front of context and generation servers; vLLM's NIXL proxy.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from capplan.models.engine import launch_limit
-from capplan.models.layout import engine_world, nodes_spanned
+import yaml
+
+from capplan.models.layout import nodes_spanned
 from capplan.plan.deployment import Deployment
-from capplan.plan.launch import DIST_PORT, DP_RPC_PORT, HEAD, deepep_launch, split_env
+from capplan.plan.launch import (
+    BUILDERS,
+    HEAD,
+    LaunchOptions,
+    deepep_launch,
+    launch_line,
+    node_commands,
+)
 from capplan.sim.pd import check_router
 
 SERVE_PORT = 8000
 
 
-def _common(dep: Deployment) -> dict[str, str]:
-    s, f = dep.settings, dep.profile.flag_names
-    seqs = launch_limit(dep.profile, s.max_num_seqs, s.attention_dp)
-    budget = launch_limit(dep.profile, s.max_num_batched_tokens, s.attention_dp)
-    out = {"max_model_len": f"{f['max_model_len']} {dep.memory.max_model_len}",
-           "memory_fraction": f"{f['memory_fraction']} {s.gpu_memory_utilization:g}",
-           "max_num_seqs": f"{f['max_num_seqs']} {seqs}",
-           "max_num_batched_tokens": f"{f['max_num_batched_tokens']} {budget}"}
-    if s.kv_dtype == "fp8" and "kv_fp8" in f:
-        out["kv"] = f["kv_fp8"]
-    return out
+def deployment_options(dep: Deployment, role: str | None = None, port: int | None = None,
+                       first_gpu: int | None = None) -> LaunchOptions:
+    """A deployment's launch options: its settings, each engine's memory fraction from its
+    planned memory (capplan.plan.flags.memory_fractions), the hosts it spans (the GPU
+    catalog's `host_gpus`), the DeepEP words its step model costs; `first_gpu` pins a
+    one-host worker's GPUs (CUDA_VISIBLE_DEVICES)."""
+    from capplan.plan.flags import memory_fractions
+
+    s, m = dep.settings, dep.model
+    host = dep.gpu.host_gpus
+    nodes = nodes_spanned(dep.gpus_per_replica, host)
+    gpus = (tuple(range(first_gpu, first_gpu + dep.gpus_per_replica))
+            if first_gpu is not None and nodes == 1 else ())
+    return LaunchOptions(
+        model_id=dep.served_id or m.hf_id, tp=s.tp, pp=s.pp, attention_dp=s.attention_dp,
+        expert_parallel=s.expert_parallel, max_num_seqs=s.max_num_seqs,
+        max_num_batched_tokens=s.max_num_batched_tokens,
+        memory_fraction=memory_fractions(dep.memory), max_model_len=dep.memory.max_model_len,
+        weight_dtype=s.weight_dtype,
+        checkpoint_format=m.quantization.format if m.quantization else m.torch_dtype,
+        kv_dtype=s.kv_dtype, port=port, role=role, nodes=nodes, gpus_per_node=host,
+        gpu_ids=gpus, deepep=deepep_launch(s, dep.gpu))
 
 
-def deepep_words(dep: Deployment, engine: str) -> tuple[list[str], str]:
-    """(NAME=VALUE environment words, flags) of `engine`'s line that run the DeepEP mode its
-    step model costs for the replica (capplan.plan.launch.deepep_launch); nothing when it
-    runs no DeepEP."""
-    env, flags = split_env(deepep_launch(dep.settings, dep.gpu).get(engine, ""))
-    return [f"{k}={v}" for k, v in env], "".join(f" {w}" for w in flags)
-
-
-def _vllm(dep: Deployment, port: int, extra: str = "") -> list[str]:
-    s = dep.settings
-    per_node = dep.gpu.host_gpus
-    n = nodes_spanned(dep.gpus_per_replica, per_node)
-    c = " ".join(_common(dep).values())
-    env, a2a = deepep_words(dep, "vllm")
-    ep = (" --enable-expert-parallel" if s.expert_parallel > 1 else "") + a2a
-    model = "".join(f"{w} " for w in env) + "vllm serve " + dep.served_id
-    pp = f" --pipeline-parallel-size {s.pp}" if s.pp > 1 else ""
-    if s.attention_dp > 1 and s.tp * s.pp <= per_node:
-        local = max(1, per_node // (s.tp * s.pp))
-        head = (f"{model} --tensor-parallel-size {s.tp}{pp} --data-parallel-size "
-                f"{s.attention_dp} --data-parallel-size-local {min(local, s.attention_dp)} "
-                f"--data-parallel-address {HEAD} --data-parallel-rpc-port {DP_RPC_PORT}{ep} "
-                f"{c} --port {port}{extra}")
-        lines = [f"node 0: {head}"]
-        for k in range(1, n):
-            lines.append(f"node {k}: {model} --tensor-parallel-size {s.tp}{pp} "
-                         f"--data-parallel-size {s.attention_dp} --data-parallel-size-local "
-                         f"{local} --data-parallel-start-rank {k * local} "
-                         f"--data-parallel-address {HEAD} --data-parallel-rpc-port "
-                         f"{DP_RPC_PORT}{ep} {c} --headless{extra}")
-        return lines
-    serve = f"{model} --tensor-parallel-size {s.tp}{pp}{ep} {c} --port {port}" + extra
-    if n == 1:
-        return [f"node 0: {serve}"]
-    return ([f"node 0: ray start --head --port 6379 && {serve} "
-             "--distributed-executor-backend ray"]
-            + [f"node {k}: ray start --address {HEAD}:6379 --block" for k in range(1, n)])
-
-
-def _sglang(dep: Deployment, port: int, extra: str = "") -> list[str]:
-    s = dep.settings
-    w = engine_world("sglang", s.tp, s.attention_dp)
-    n = nodes_spanned(dep.gpus_per_replica, dep.gpu.host_gpus)
-    env, a2a = deepep_words(dep, "sglang")
-    parts = [*env, f"python -m sglang.launch_server --model-path {dep.served_id} --tp {w['tp']}"]
-    if s.pp > 1:
-        parts.append(f"--pp-size {s.pp}")
-    if s.attention_dp > 1:
-        parts.append(f"--enable-dp-attention --dp {s.attention_dp}")
-    if s.expert_parallel > 1:
-        parts.append(f"--ep-size {s.expert_parallel}{a2a}")
-    parts += list(_common(dep).values()) + ["--trust-remote-code"]
-    base = " ".join(parts)
-    if n == 1:
-        return [f"node 0: {base} --host 0.0.0.0 --port {port}{extra}"]
-    return [f"node {k}: {base} --nnodes {n} --node-rank {k} --dist-init-addr {HEAD}:{DIST_PORT}"
-            + (f" --host 0.0.0.0 --port {port}" if k == 0 else "") + extra for k in range(n)]
-
-
-def _trtllm(dep: Deployment, port: int) -> list[str]:
-    s = dep.settings
-    w = engine_world("trtllm", s.tp, s.attention_dp)
-    per_node = dep.gpu.host_gpus
-    n = nodes_spanned(dep.gpus_per_replica, per_node)
-    c = " ".join(v for k, v in _common(dep).items() if k != "kv")
-    ep = f" --ep_size {s.expert_parallel}" if s.expert_parallel > 1 else ""
-    pp = f" --pp_size {s.pp}" if s.pp > 1 else ""
-    yaml = " --extra_llm_api_options attention_dp.yaml" if s.attention_dp > 1 else ""
-    env, _ = deepep_words(dep, "trtllm")
-    # DeepEP runs in the WIDEEP MoE backend (fused_moe_wide_ep.py), set in the options file
-    note = ("  # attention_dp.yaml: enable_attention_dp: true"
-            + (", moe_config: {backend: WIDEEP}" if env else "")) if yaml else ""
-    serve = (f"trtllm-serve {dep.served_id} --backend pytorch --tp_size {w['tp']}{pp}{ep} {c}"
-             f"{yaml} --host 0.0.0.0 --port {port}")
-    if n == 1:
-        return ["node 0: " + "".join(f"{e} " for e in env) + serve + note]
-    hosts = ",".join(f"node{k}:{min(per_node, dep.gpus_per_replica)}" for k in range(n))
-    return ["any node: mpirun " + "".join(f"-x {e} " for e in env)
-            + f"-H {hosts} -np {dep.gpus_per_replica} trtllm-llmapi-launch {serve}{note}"]
+def worker_lines(dep: Deployment, engine: str, port: int, role: str | None = None,
+                 head: str = HEAD) -> list[str]:
+    """One worker's commands, "node k: ..." per host (capplan.plan.launch.node_commands);
+    `head`: the placeholder of the worker's first host's address."""
+    o = deployment_options(dep, role, port)
+    line = launch_line(engine, o)
+    lines = [x.replace(HEAD, head) for x in node_commands(line, o)]
+    if o.nodes == 1:
+        lines = [f"node 0: {lines[0]}"]
+    for name, text in line.files.items():  # the file a line reads, on the line it shows
+        flow = yaml.safe_dump(yaml.safe_load(text), default_flow_style=True).strip()
+        lines[-1] += f"  # {name}: {flow}"
+    return lines
 
 
 def replica_launch(dep: Deployment, port: int = SERVE_PORT) -> dict[str, list[str]]:
-    """One command per node for one replica, per engine (the deployment's own engine first)."""
-    return {"vllm": _vllm(dep, port), "sglang": _sglang(dep, port), "trtllm": _trtllm(dep, port)}
+    """One command per host for one replica, per engine."""
+    return {engine: worker_lines(dep, engine, port) for engine in BUILDERS}
 
 
 def pd_launch(layout: Any, engine: str | None = None) -> dict[str, list[str]]:
@@ -181,9 +120,9 @@ def _pd_sglang(p: Deployment, d: Deployment, pre: list[int], dec: list[int]
                ) -> dict[str, list[str]]:
     out: dict[str, list[str]] = {}
     for role, dep, ports in (("prefill", p, pre), ("decode", d, dec)):
-        mode = f" --disaggregation-mode {role} --disaggregation-transfer-backend nixl"
         for i, port in enumerate(ports):
-            out[f"{role} worker {i}"] = _sglang(dep, port, mode)
+            out[f"{role} worker {i}"] = worker_lines(dep, "sglang", port, role,
+                                                     f"{role.upper()}{i}")
     out["router"] = [
         "python -m sglang_router.launch_router --pd-disaggregation "
         + " ".join(f"--prefill http://PREFILL{i}:{q}" for i, q in enumerate(pre)) + " "
@@ -195,9 +134,10 @@ def _pd_sglang(p: Deployment, d: Deployment, pre: list[int], dec: list[int]
 def _pd_trtllm(p: Deployment, d: Deployment, pre: list[int], dec: list[int]
                ) -> dict[str, list[str]]:
     out: dict[str, list[str]] = {}
-    for role, dep, ports in (("context", p, pre), ("generation", d, dec)):
+    for role, dep, ports, name in (("context", p, pre, "PREFILL"),
+                                   ("generation", d, dec, "DECODE")):
         for i, port in enumerate(ports):
-            out[f"{role} worker {i}"] = _trtllm(dep, port)
+            out[f"{role} worker {i}"] = worker_lines(dep, "trtllm", port, head=f"{name}{i}")
     out["router"] = [
         f"trtllm-serve disaggregated -c disagg.yaml  # disagg.yaml: port {SERVE_PORT}, "
         f"context_servers urls PREFILL0:{pre[0]}.., generation_servers urls "
@@ -208,10 +148,10 @@ def _pd_trtllm(p: Deployment, d: Deployment, pre: list[int], dec: list[int]
 def _pd_vllm(p: Deployment, d: Deployment, pre: list[int], dec: list[int]
              ) -> dict[str, list[str]]:
     out: dict[str, list[str]] = {}
-    kv = " --kv-transfer-config '{\"kv_connector\":\"NixlConnector\",\"kv_role\":\"kv_both\"}'"
     for role, dep, ports in (("prefill", p, pre), ("decode", d, dec)):
         for i, port in enumerate(ports):
-            out[f"{role} worker {i}"] = _vllm(dep, port, kv)
+            out[f"{role} worker {i}"] = worker_lines(dep, "vllm", port, role,
+                                                     f"{role.upper()}{i}")
     # vLLM's NIXL proxy (tests/v1/kv_connector/nixl_integration/toy_proxy_server.py):
     # prefill with max_tokens=1, then decode on a decoder
     out["router"] = [

@@ -67,7 +67,7 @@ def test_a_replayed_layout_still_prints_its_launch_lines(run_cli) -> None:  # no
                 "--input-len", "1000", "--output-len", "100")
     assert r.exit_code == 0, r.stderr
     assert "answered by: replay" in r.stdout
-    lines = r.stdout.split("launch (one line per node", 1)[1].splitlines()[1:]
+    lines = r.stdout.split("launch (one line per host", 1)[1].splitlines()[1:]
     assert sum("vllm serve" in x for x in lines) == 3 and any("router" in x for x in lines)
 
 

@@ -224,3 +224,17 @@ def test_recommend_cli_lines_of_a_two_node_world(run_cli):
     assert f["trtllm"].startswith("any node: mpirun -x TRTLLM_FORCE_ALLTOALL_METHOD=DeepEP "
                                   "-H node0:8,node1:8 -np 16 trtllm-llmapi-launch trtllm-serve ")
     assert "moe_config:\n  backend: WIDEEP" in f["file:trtllm:llm_api_options.yaml"]
+
+
+def test_each_pd_worker_over_hosts_meets_at_its_own_first_host():
+    # two decode workers of 16 GPUs over two H100 hosts each: worker j's ranks meet at DECODEj
+    # (the router's address of it), not at another worker's host
+    lay = disaggregated("deepseek-v3", "h100", prefill_workers=1, decode_workers=2,
+                        prefill={"tp": 16, "attention_dp": 16, "expert_parallel": 16},
+                        decode={"tp": 16, "attention_dp": 16, "expert_parallel": 16},
+                        engine="sglang", max_model_len=8192, engine_notation=True)
+    lines = pd_launch(lay)
+    for j in (0, 1):
+        dec = lines[f"decode worker {j}"]
+        assert len(dec) == 2 and all(f"--dist-init-addr DECODE{j}:5000" in x for x in dec)
+    assert f"--decode http://DECODE1:{31001}" in lines["router"][0]
