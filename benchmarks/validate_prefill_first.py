@@ -31,7 +31,6 @@ OUTPUT = "500"
 REQUESTS = 3000
 SEEDS = (0, 1)
 DOC = "docs/queueing.md"
-KEY = "validate_prefill_first:grid"
 
 
 def _cell(dep, inp: str, load: float) -> dict[str, float | tuple[float, ...]]:
@@ -78,16 +77,12 @@ def rows() -> list[str]:
 
 
 def main() -> None:
-    table = "\n".join(rows())
-    print(table)
-    if "--write-docs" in sys.argv:
-        from pathlib import Path
+    from pathlib import Path
 
-        sys.path.insert(0, str(Path(__file__).resolve().parent))
-        from docblocks import ROOT, write_block
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from docblocks import ROOT, report
 
-        write_block(ROOT / DOC, KEY, table)
-        print(f"wrote {DOC} ({KEY})")
+    report(ROOT / DOC, "validate_prefill_first", {"grid": rows()}, "", "--write-docs" in sys.argv)
 
 
 if __name__ == "__main__":

@@ -24,7 +24,6 @@ GRID = (
     ("llama-3.1-70b", "h200", {"tp": 4}, (1, 3, 6), "2048", "512"),
 )
 DOC = "docs/queueing.md"
-KEY = "validate_replay_screen:open-loop"
 
 
 def rows() -> list[str]:
@@ -49,16 +48,13 @@ def rows() -> list[str]:
 
 
 def main() -> None:
-    table = "\n".join(rows())
-    print(table)
-    if "--write-docs" in sys.argv:
-        from pathlib import Path
+    from pathlib import Path
 
-        sys.path.insert(0, str(Path(__file__).resolve().parent))
-        from docblocks import ROOT, write_block
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from docblocks import ROOT, report
 
-        write_block(ROOT / DOC, KEY, table)
-        print(f"wrote {DOC} ({KEY})")
+    report(ROOT / DOC, "validate_replay_screen", {"open-loop": rows()}, "",
+           "--write-docs" in sys.argv)
 
 
 if __name__ == "__main__":
