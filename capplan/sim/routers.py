@@ -4,8 +4,7 @@ aliases and printed and serialised as the canonical name.
 
 - `round-robin`: a counter over the workers in the order requests reach the router;
 - `random`: a seeded uniform draw per request (the P/D replay);
-- `least-outstanding`: the worker with the fewest requests in flight (alias `least_loaded`,
-  the P/D replay's former spelling);
+- `least-outstanding`: the worker with the fewest requests in flight (alias `least_loaded`);
 - `prefix-affinity`: a request sharing content with an earlier one goes where that one went
   (the fleet replay).
 Each replay takes the policies it implements (capplan.sim.fleet.ROUTERS,
