@@ -24,7 +24,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from capplan.models.engine import engine_profile, launch_limit
-from capplan.models.layout import deepep_mode
+from capplan.models.layout import deepep_mode, engine_world
 from capplan.plan.feature_flags import feature_launch
 
 DEFAULT_PORTS = {"vllm": 8000, "sglang": 30000, "trtllm": 8000}
@@ -185,17 +185,18 @@ def _parallel(engine: str, o: LaunchOptions) -> list[str]:
     and TensorRT-LLM's --tp_size are the whole tp x dp world, which DP attention splits
     (models/engine.py sources["layouts"])."""
     dp, ep = o.attention_dp, o.expert_parallel
+    tp = str(engine_world(engine, o.tp, dp)["tp"])  # the notation tests/unit round-trips
     if engine == "vllm":
-        w = ["--tensor-parallel-size", str(o.tp)]
+        w = ["--tensor-parallel-size", tp]
         w += ["--pipeline-parallel-size", str(o.pp)] if o.pp > 1 else []
         w += ["--data-parallel-size", str(dp)] if dp > 1 else []
         return w + (["--enable-expert-parallel"] if ep > 1 else [])  # EP = tp x dp
     if engine == "sglang":
-        w = ["--tp", str(o.tp * dp)]
+        w = ["--tp", tp]
         w += ["--pp-size", str(o.pp)] if o.pp > 1 else []
         w += ["--enable-dp-attention", "--dp", str(dp)] if dp > 1 else []
         return w + (["--ep-size", str(ep)] if ep > 1 else [])
-    w = ["--tp_size", str(o.tp * dp)]
+    w = ["--tp_size", tp]
     w += ["--pp_size", str(o.pp)] if o.pp > 1 else []
     return w + (["--ep_size", str(ep)] if ep > 1 else [])
 
