@@ -206,3 +206,20 @@ def test_a_disaggregated_pool_over_hosts_is_read_past_its_replica_count() -> Non
     leader, worker, port, hosts = _node_argv(text)
     assert (port, hosts) == (8200, 2) and leader[:3] == ["python", "-m", "sglang.launch_server"]
     assert worker[worker.index("--node-rank") + 1] == "$(LWS_WORKER_INDEX)"
+
+
+def test_vllm_over_hosts_on_ray_starts_the_cluster_in_every_pod() -> None:
+    from capplan.export.k8s import k8s_objects
+
+    serve = ("vllm serve m --tensor-parallel-size 16 --port 8000 "
+             "--distributed-executor-backend ray")
+    text = (f"node 0: ray start --head --port 6379 && {serve}\n"
+            "node 1: ray start --address NODE0_IP:6379 --block")
+    lws, svc = k8s_objects(_multinode_plan("vllm", text))
+    _validate(lws)
+    t = lws["spec"]["leaderWorkerTemplate"]
+    lead = t["leaderTemplate"]["spec"]["containers"][0]
+    work = t["workerTemplate"]["spec"]["containers"][0]
+    assert lead["command"] == ["sh", "-c", f"ray start --head --port 6379 && {serve}"]
+    assert work["command"] == ["sh", "-c", "ray start --address $LWS_LEADER_ADDRESS:6379 --block"]
+    assert lead["ports"][0]["containerPort"] == 8000 and "ports" not in work
