@@ -121,6 +121,12 @@ class GpuSpec(BaseModel):
         return mib_to_bytes(self.memory_mib - DRIVER_RESERVED_MIB)
 
     @property
+    def network_domain(self) -> int | None:
+        """GPUs per NVLink domain when a scale-out network joins domains (a replica may span
+        them), None when the GPU is planned within one domain (no `network:`)."""
+        return self.interconnect.max_gpus_per_node if self.network is not None else None
+
+    @property
     def host_gpus(self) -> int:
         """GPUs per host: a replica wider than this runs one engine process group per host."""
         return self.gpus_per_host or self.interconnect.max_gpus_per_node

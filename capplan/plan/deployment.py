@@ -150,9 +150,7 @@ class Deployment:
     def deepep_mode(self) -> str | None:
         """The DeepEP mode the replica's expert all-to-all runs in, as its step model costs it
         and its launch lines set it; None when it runs none (models/perf.settings_deepep_mode)."""
-        g = self.gpu
-        return settings_deepep_mode(self.settings, g.interconnect.max_gpus_per_node
-                                    if g.network is not None else None)
+        return settings_deepep_mode(self.settings, self.gpu.network_domain)
 
     def settings_summary(self) -> dict[str, object]:
         """The resolved engine settings every output reports (JSON keys, SI)."""

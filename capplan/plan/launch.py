@@ -108,8 +108,7 @@ def deepep_launch(settings: Any, gpu: Any) -> dict[str, str]:
     of `settings` on `gpu` (models/layout.py deepep_mode; EngineProfile.deepep_flags of the
     settings' own profile for its engine, of the newest profile for the others); an engine
     whose replica runs no DeepEP is absent."""
-    own = settings.profile
-    domain = gpu.interconnect.max_gpus_per_node if gpu.network is not None else None
+    own, domain = settings.profile, gpu.network_domain
     out = {}
     for engine in DEFAULT_PORTS:
         prof = own if own.name == engine else engine_profile(engine)

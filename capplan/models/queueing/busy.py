@@ -24,7 +24,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from capplan.models.queueing.special import log_factorial
+from capplan.models.queueing.special import poisson_pmf
 
 _LATTICE = 64
 """Points of the lattice of the work beyond x (the gap's law is read off it)."""
@@ -104,8 +104,7 @@ def _one_length(x: np.ndarray, lam: np.ndarray, work: np.ndarray, rho: np.ndarra
                         8, _K_ONE_MAX))
     k = np.arange(k_max + 1)
     t = x[:, None] + k * work[:, None]
-    lt = np.maximum(lam[:, None] * t, 1e-300)
-    p = x[:, None] / t * np.exp(k * np.log(lt) - lt - log_factorial(k))
+    p = x[:, None] / t * poisson_pmf(k, lam[:, None] * t)
     cdf = np.cumsum(p, axis=-1)
     out = []
     for q in probs:
