@@ -77,6 +77,21 @@ def select(cond: Any, a: Any, b: Any) -> Any:
     return np.where(cond, a, b)
 
 
+def busiest_share(nps: Any, dp: Any) -> Any:
+    """The share of a step's prompt work on its busiest attention-DP rank.
+
+    Each prompt runs on one DP rank (its TP group) and the step waits for the busiest rank
+    ("the execution time of the Attention module in any given iteration is bounded by the
+    rank with the highest workload", TensorRT-LLM tech blog 10, ADP Balance Strategy; SGLang's
+    and vLLM's DP ranks run their own schedulers in lockstep through the MoE layers alike).
+    The engines deal prompts to ranks round-robin, so n chunks of a step (n <= dp) sit one per
+    rank and the busiest holds 1 / n of the prompt work; from dp chunks on every rank fills its
+    own token budget (each rank chunks its prompts) and holds 1 / dp. A fraction of a chunk (a
+    mean below one, as the analytic screen passes) is one prompt's: all of it on one rank.
+    Exactly 1 at dp = 1."""
+    return np.maximum(1.0 / dp, 1.0 / np.maximum(nps * 1.0, 1.0))
+
+
 def chunk_attention(chunk_tokens: Any, prefix_tokens: Any, window: Any) -> tuple[Any, Any, Any]:
     """Attention work of a causal prefill chunk: c new tokens after p cached ones.
 
@@ -219,18 +234,21 @@ def fixed_parts(x: tuple, c: tuple, moe: bool, features: bool = True) -> tuple:
     # (EngineProfile.prefill_rate_frac): each prompt token's FLOPs count 1 / frac times;
     # exactly 0 extra at 1.
     slow = tp_ * (1.0 / prefill_rate_frac - 1.0)
-    # Attention data parallelism: the replica's batch splits evenly over `attention_dp` ranks,
-    # each a TP group running attention and the dense layers on its own share (vLLM
-    # --data-parallel-size, SGLang --enable-dp-attention, TensorRT-LLM enable_attention_dp);
-    # the MoE layers below see every rank's tokens. Dividing by 1.0 is exact: unchanged at DP 1.
+    # Attention data parallelism: each rank is a TP group running attention and the dense
+    # layers on its own requests (vLLM --data-parallel-size, SGLang --enable-dp-attention,
+    # TensorRT-LLM enable_attention_dp) and the step waits for the busiest: the decoders split
+    # evenly, the prompt chunks by `busiest_share`; the MoE layers below see every rank's
+    # tokens. Exact at DP 1 (dividing by 1.0, a share of 1.0).
     dp = attention_dp * 1.0
     global_tokens = tokens
-    tokens = tokens / dp
-    bd, nps, logits = bd / dp, nps / dp, logits / dp
-    bd_rows, extra_flops = bd_rows / dp, extra_flops / dp
+    share = busiest_share(nps, dp)
+    tokens = bd_rows / dp + tp_ * share
+    logits = select(dp > 1.0, bd_rows / dp + (logits - bd_rows) * share, logits)
+    bd, nps = bd / dp, nps * share
+    bd_rows, extra_flops = bd_rows / dp, extra_flops * share
     dense_mem = dense_weight_bytes / mem_bytes_per_s
     eff = tokens / (tokens + gemm_half_tokens)
-    dense_flops = ((tokens + slow / dp) * dense_flops_per_token
+    dense_flops = ((tokens + slow * share) * dense_flops_per_token
                    + logits * lm_head_flops_per_token + extra_flops)
     if features:
         dense_flops = dense_flops + tokens * lora_flops_per_token
@@ -321,10 +339,11 @@ def attention_parts(x: tuple, c: tuple, features: bool = True) -> tuple:
     state_bytes_per_seq, attention_dp = c[_STATE], c[_ATTN_DP]
     draft_kv_bytes_per_token = c[_DRAFT_KV]
     prefill_rate_frac = c[_PREFILL_RATE]  # the engine's prefill rate (fixed_parts)
-    dp = attention_dp * 1.0  # each attention-DP rank reads its share (fixed_parts)
-    bd, tp_, nps = bd / dp, tp_ / dp, nps / dp
-    kv_full, kv_win, pairs, pairs_w = kv_full / dp, kv_win / dp, pairs / dp, pairs_w / dp
-    pre_read, pre_read_w = pre_read / dp, pre_read_w / dp
+    dp = attention_dp * 1.0  # the busiest attention-DP rank's share (fixed_parts)
+    share = busiest_share(nps, dp)
+    bd, tp_, nps = bd / dp, tp_ * share, nps * share
+    kv_full, kv_win, pairs, pairs_w = kv_full / dp, kv_win / dp, pairs * share, pairs_w * share
+    pre_read, pre_read_w = pre_read * share, pre_read_w * share
     kv_tokens = full_layers * (kv_full + pre_read + tp_) + window_layers * (
         kv_win + pre_read_w + tp_)
     kv_mem = (kv_tokens * kv_bytes_per_token_layer

@@ -152,7 +152,8 @@ ERRORS = {ERR_NO_PREEMPTION: "out of KV blocks under a policy without preemption
 
 if numba is not None:
     register_jitable(perf.smooth_max)
-    for _f in (perf.feature_inputs, perf.fixed_parts, perf.attention_parts, perf.combine_parts):
+    for _f in (perf.busiest_share, perf.feature_inputs, perf.fixed_parts, perf.attention_parts,
+               perf.combine_parts):
         register_jitable(_f)
 
     @numba.extending.overload(perf.select)
