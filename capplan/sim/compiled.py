@@ -102,7 +102,9 @@ ARRIVING, WAITING, PREFILLING, DECODING, FINISHED, NEW_DECODER = range(6)
 (FREE, NDEC, BUDGET, PREEMPTED_NOW, DEC_DONE, BLOCKED, ADMISSIONS, PREEMPTIONS, DONE, NRUN,
  NHEAP, NCH, STEP, LAST_DEC, NGAPS, ERR, SUMCTX, SUMCTXW, NPF, NNEED, NFD, NTBT, STRIDE, NSER,
  KV_MAX) = range(25)
-NUM_SCALARS = 35
+SEQCAP = 35
+"""sc[SEQCAP]: the most prompt tokens one sequence may take this step (`_seq_cap`)."""
+NUM_SCALARS = 36
 BULK_MIN_STEPS = 2
 """Shortest decode stretch `_bulk` runs: a one-step stretch costs more passes over the running
 set than a full step (overload, where a large batch completes a sequence every step)."""
@@ -129,7 +131,7 @@ SERIES_CAP = 1 << 16
 (the series of runs up to SERIES_CAP steps is exactly the reference's)."""
 # configuration cfg[...]
 (TOTAL, BS, MAX_SEQS, MAX_TOKENS, WINDOW, HAS_WINDOW, PREFILL_FIRST, CHUNKED, CAN_PREEMPT,
- STATE_BLOCKS, KEEP_STEPS, SERIES_CAP_, CONC, JITTER, PC, KV_PRESENT) = range(16)
+ STATE_BLOCKS, KEEP_STEPS, SERIES_CAP_, CONC, JITTER, PC, KV_PRESENT, DP) = range(17)
 # a closed loop's arrivals: af[ROW, .] floats, ai[ROW, .] ints; by request index: its send time
 # (the end of the step that sent it), its jitter and the step that sent it; by sending order
 # (client jitter: a request gets the next index when it arrives): arrival time, send time,
@@ -613,7 +615,7 @@ def _prefill_running(q: np.ndarray, sc: np.ndarray, cfg: np.ndarray, lists: tupl
         if q[STATE, s] != PREFILLING:
             continue  # preempted earlier in this loop
         have = q[COMPUTED, s]
-        c = min(q[TARGET, s] - have, sc[BUDGET])
+        c = min(q[TARGET, s] - have, sc[BUDGET], sc[SEQCAP])
         nb = _held(s, have + c, q, cfg) - _held(s, have, q, cfg)
         if nb > sc[FREE] and cfg[PREFILL_FIRST]:
             sc[BLOCKED] = 1  # a prefill-only step does not preempt: the chunk waits
@@ -634,16 +636,28 @@ def _prefill_running(q: np.ndarray, sc: np.ndarray, cfg: np.ndarray, lists: tupl
 
 
 @_njit
-def _admission(s: int, budget: int, q: np.ndarray, sc: np.ndarray, cfg: np.ndarray,
+def _seq_cap(budget: int, cfg: np.ndarray) -> int:
+    """The most prompt tokens one sequence takes in a step whose token budget is `budget`: with
+    attention DP each rank chunks its own prompts within its own budget (vLLM's engine core per
+    DP rank, its max_num_batched_tokens; SGLang's chunked_prefill_size over --dp per rank;
+    TensorRT-LLM's max_num_tokens per rank), a D-th of the replica's; the whole budget at DP 1
+    or without chunked prefill."""
+    if cfg[CHUNKED] and cfg[DP] > 1:
+        return max(1, budget // cfg[DP])
+    return budget
+
+
+@_njit
+def _admission(s: int, budget: int, cap: int, q: np.ndarray, sc: np.ndarray, cfg: np.ndarray,
                pcx: tuple) -> tuple:
-    """Whether waiting request s is admitted with `budget` tokens left: (its chunk, new blocks,
-    prefix-cache hit blocks), the chunk -1 when it is not (a whole prompt that does not fit the
-    budget, or too few free blocks: new ones beyond the hits, its state's, and the hit blocks
-    taken out of the free queue)."""
+    """Whether waiting request s is admitted with `budget` tokens left, at most `cap` of them
+    its own (`_seq_cap`): (its chunk, new blocks, prefix-cache hit blocks), the chunk -1 when it
+    is not (a whole prompt that does not fit the budget, or too few free blocks: new ones beyond
+    the hits, its state's, and the hit blocks taken out of the free queue)."""
     target = q[TARGET, s]
     nh = _lookup(s, target, cfg, pcx) if cfg[PC] else 0
     h = nh * cfg[BS]
-    c = min(target - h, budget)
+    c = min(target - h, budget, cap)
     if c < target - h and cfg[CHUNKED] == 0:
         return -1, 0, 0  # the whole prompt must fit what is left of the budget
     nb = _held(s, h + c, q, cfg) - nh
@@ -660,7 +674,7 @@ def _admit_waiting(q: np.ndarray, sc: np.ndarray, cfg: np.ndarray, lists: tuple,
     pf, chl, pcx = bufs[0], bufs[1], bufs[11]
     while sc[NHEAP] > 0 and sc[BUDGET] > 0 and sc[NRUN] < cfg[MAX_SEQS]:
         s = heap[0]
-        c, nb, nh = _admission(s, sc[BUDGET], q, sc, cfg, pcx)
+        c, nb, nh = _admission(s, sc[BUDGET], sc[SEQCAP], q, sc, cfg, pcx)
         if c < 0:
             break
         _pop(heap, sc, q, arr)
@@ -686,6 +700,7 @@ def _admit_waiting(q: np.ndarray, sc: np.ndarray, cfg: np.ndarray, lists: tuple,
 def _schedule_prefill(budget: int, q: np.ndarray, sc: np.ndarray, cfg: np.ndarray,
                       lists: tuple, arr: np.ndarray, bufs: tuple) -> bool:
     sc[BUDGET] = budget
+    sc[SEQCAP] = _seq_cap(budget, cfg)
     sc[BLOCKED] = 0
     _prefill_running(q, sc, cfg, lists, arr, bufs)
     if sc[PREEMPTED_NOW] == 0 and sc[BLOCKED] == 0:
@@ -1028,7 +1043,7 @@ def _bulk_ok(q: np.ndarray, sc: np.ndarray, cfg: np.ndarray, heap: np.ndarray, p
     budget = cfg[MAX_TOKENS] - (0 if cfg[PREFILL_FIRST] else sc[NDEC])
     if budget <= 0:
         return True
-    return _admission(heap[0], budget, q, sc, cfg, pcx)[0] < 0
+    return _admission(heap[0], budget, _seq_cap(budget, cfg), q, sc, cfg, pcx)[0] < 0
 
 
 @_njit
@@ -1303,29 +1318,34 @@ def _probe(x: tuple, consts: tuple, moe: bool) -> float:
     return float(_step_parts(x, consts, moe)[0])
 
 
-PROBE_STEP = (12.0, 5000.0, 4000.0, 300.0, 45150.0, 40000.0, 100.0, 100.0, 1.0, 13.0)
-"""A mixed step whose compiled time is checked against `StepModel.step` before a run."""
+PROBE_STEPS = ((12.0, 5000.0, 4000.0, 300.0, 45150.0, 40000.0, 100.0, 100.0, 1.0, 13.0),
+               (12.0, 5000.0, 4000.0, 3900.0, 586950.0, 520000.0, 1300.0, 1300.0, 13.0, 25.0))
+"""Mixed steps, one prompt chunk and thirteen, whose compiled times are checked against
+`StepModel.step` before a run (thirteen chunks: more than a rank each at attention DP 8)."""
 
 
 def _check_kernel(step_model: Any, consts: tuple, moe: bool) -> None:
     """numba's cache tracks only the file of the function it compiles: after an edit of
     `perf.step_parts`, the cached loop (which has it compiled in) would keep the old formula.
-    A probe step compiled the same way must equal `StepModel.step`; otherwise drop every cached
+    Probe steps compiled the same way must equal `StepModel.step`; otherwise drop every cached
     function of this module and compile afresh."""
     if numba is None:
         return
-    want = float(np.asarray(step_model.step(**dict(zip(STEP_INPUTS, PROBE_STEP, strict=True)),
-                                            detail=False)["step_s"]))
-    got = _probe(PROBE_STEP, consts, moe)
-    if math.isclose(got, want, rel_tol=1e-12, abs_tol=0.0):
+    want = [float(np.asarray(step_model.step(**dict(zip(STEP_INPUTS, x, strict=True)),
+                                             detail=False)["step_s"])) for x in PROBE_STEPS]
+
+    def same() -> bool:
+        return all(math.isclose(_probe(x, consts, moe), w, rel_tol=1e-12, abs_tol=0.0)
+                   for x, w in zip(PROBE_STEPS, want, strict=True))
+
+    if same():
         return
     jitted = [f for f in globals().values() if isinstance(f, numba.core.dispatcher.Dispatcher)]
     for f in jitted:
         f._cache.flush()  # numba has no public call for this; recompile() flushes one at a time
     for f in jitted:
         f.recompile()
-    assert math.isclose(_probe(PROBE_STEP, consts, moe), want, rel_tol=1e-12), \
-        "the compiled step time differs from StepModel.step after recompiling"
+    assert same(), "the compiled step time differs from StepModel.step after recompiling"
 
 
 def loop_module(eng: Any) -> ModuleType:
@@ -1366,6 +1386,12 @@ def load_twin(name: str, path: str, stand_ins: dict[str, ModuleType] | None = No
     return mod
 
 
+def attention_ranks(eng: Any) -> int:
+    """The attention-DP ranks of the engine's step model (1 without it)."""
+    dp = float(np.max(np.asarray(getattr(eng.step_model, "attention_dp", 1.0), float)))
+    return max(1, int(round(dp)))
+
+
 def build_arrays(eng: Any, reqs: Requests, prio: np.ndarray
                  ) -> tuple[np.ndarray, np.ndarray]:
     """Per-request state q[FIELD] and the configuration array of the loop."""
@@ -1382,7 +1408,7 @@ def build_arrays(eng: Any, reqs: Requests, prio: np.ndarray
                     eng.max_num_batched_tokens, eng.window if eng.has_window else NO_WINDOW,
                     eng.has_window, pol.prefill_first, pol.chunked_prefill, pol.preemption,
                     eng.state_blocks, bool(eng.keep_steps), eng.series_cap, 0, 0, 0,
-                    bool(getattr(eng, "kv_present", False))], np.int64)
+                    bool(getattr(eng, "kv_present", False)), attention_ranks(eng)], np.int64)
     return q, cfg
 
 

@@ -362,16 +362,17 @@ def _deepseek_plan(tbt_p99_s: float = 0.1):
 
 
 def test_replay_sizes_the_replicas_when_every_shortlisted_plan_misses(catalog):
-    # A stand-in replay that passes a replica at up to 1.5 req/s: the planner's analytic counts
-    # (2-5 replicas for 10 req/s) miss, and the replay sizes each plan. With the 20% headroom
-    # a replica is replayed at 1.2 x its share: 10 x 1.2 / n <= 1.5 -> n >= 8, so 8 replicas.
+    # A stand-in replay that passes a TP replica at up to 1.5 req/s and no attention-DP one:
+    # the planner's analytic counts (5 TP 8 replicas for 10 req/s) miss, and the replay sizes
+    # the plans. With the 20% headroom a replica is replayed at 1.2 x its share:
+    # 10 x 1.2 / n <= 1.5 -> n >= 8, so 8 replicas.
     from capplan.plan.planner import run_plan
     from capplan.plan.result import Verification
 
     calls = []
 
     def replay(job):
-        per = 10 / job.replicas
+        per = 10 / job.replicas if float(job.step.attention_dp) == 1 else 10.0
         calls.append(per)
         return Verification(ok=per <= 1.5 + 1e-9, reason="" if per <= 1.5 + 1e-9 else
                             f"p99 TBT {100 * per / 1.5:.1f} ms > 100.0 ms", requests=1,
@@ -379,7 +380,7 @@ def test_replay_sizes_the_replicas_when_every_shortlisted_plan_misses(catalog):
 
     res = run_plan(catalog, _deepseek_plan(), replay)
     assert res.recommendations
-    for r in res.recommendations[:3]:
+    for r in res.recommendations:
         assert r.replicas == 8 and r.verified.ok
         assert r.candidate.binding_constraint == "TBT SLO (replay)"
         assert r.candidate.max_rate_per_s == pytest.approx(1.5)  # 10 / 8 x 1.2

@@ -194,7 +194,9 @@ class SteadyState:
     def _n_chunks(self, budget: np.ndarray) -> np.ndarray:
         if not self.policy.chunked_prefill:  # whole prompts: one step each
             return np.ones_like(np.asarray(budget, float))
-        per_budget = self.pf.mean / budget
+        # each attention-DP rank chunks its own prompts within its D-th of the budget (the
+        # simulator's compiled._seq_cap); x 1.0 at DP 1
+        per_budget = self.pf.mean * np.asarray(self.step.attention_dp, float) / budget
         return np.maximum(1.0, per_budget + 0.5 * np.minimum(1.0, per_budget))
 
     def _mean_step(self, lam: np.ndarray, tau: np.ndarray) -> dict[str, np.ndarray]:
