@@ -640,9 +640,9 @@ def _seq_cap(budget: int, cfg: np.ndarray) -> int:
     """The most prompt tokens one sequence takes in a step whose token budget is `budget`: with
     attention DP each rank chunks its own prompts within its own budget (vLLM's engine core per
     DP rank, its max_num_batched_tokens; SGLang's chunked_prefill_size over --dp per rank;
-    TensorRT-LLM's max_num_tokens per rank), a D-th of the replica's; the whole budget at DP 1
-    or without chunked prefill."""
-    if cfg[CHUNKED] and cfg[DP] > 1:
+    TensorRT-LLM's max_num_tokens per rank), a D-th of the replica's; the whole budget at DP 1,
+    without chunked prefill, or on a P/D decode worker (a prompt's KV arrives whole)."""
+    if cfg[CHUNKED] and cfg[DP] > 1 and not cfg[KV_PRESENT]:
         return max(1, budget // cfg[DP])
     return budget
 
