@@ -30,6 +30,7 @@ from capplan.models.memory import MemoryReport, memory_report
 from capplan.models.perf import StepModel, build_step_model
 from capplan.models.prefix import PrefixCache
 from capplan.models.queueing import LengthStats, Limits, QueueModel
+from capplan.models.queueing.steady import tree_bisect
 from capplan.plan.deployment import EngineOptions, KvPool, calibration_for, resolve_settings
 from capplan.plan.slo import SloSet
 
@@ -350,13 +351,11 @@ def _queue_model(groups: list[ConfigGroup], t: Traffic
 def _slo_rate(qm: QueueModel, cap: np.ndarray, slos: SloSet, need: set[str]) -> np.ndarray:
     """The highest rate meeting every SLO, by _BISECT halvings of [0, capacity] per row (the
     SLOs read only their metrics' p99: the rest of the laws is not built)."""
-    lo, hi = np.zeros_like(cap), np.maximum(cap, 1e-9)
-    for _ in range(_BISECT):
-        mid = 0.5 * (lo + hi)
-        res = qm.at_rate(mid, need)
-        ok = np.asarray(res["stable"], bool) & slos.ok(res)
-        lo, hi = np.where(ok, mid, lo), np.where(ok, hi, mid)
-    return lo
+    def ok(rate: np.ndarray) -> np.ndarray:
+        res = qm.at_rate(rate, need)
+        return np.asarray(res["stable"], bool) & slos.ok(res)
+
+    return tree_bisect(ok, np.zeros_like(cap), np.maximum(cap, 1e-9), _BISECT)[0]
 
 
 def cost_per_hour(gpu: GpuSpec, gpus: int) -> float | None:

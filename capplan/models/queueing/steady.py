@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, fields
 from typing import Any
 
@@ -47,6 +48,48 @@ class Limits:
     hybrid models' state blocks * block_size (plan/deployment.KvPool)."""
     block_size: Any = 1
     """Tokens per KV block: a sequence holds whole blocks (1: counted in tokens)."""
+
+
+CALL_ROWS = 600
+"""What one evaluation of the queue model costs beyond its rows' own work, in rows: numpy's
+per-call cost of its ~100 operations (a call over 600 configurations costs about twice one over
+a few; `tree_bisect` weighs probes per call against calls)."""
+
+
+def tree_bisect(ok_at: Callable[[np.ndarray], np.ndarray], lo: np.ndarray, hi: np.ndarray,
+                steps: int) -> tuple[np.ndarray, np.ndarray]:
+    """(lo, hi) after `steps` halvings of each row's bracket, lo kept where `ok_at(mid)`:
+    the bisection `for _ in range(steps): mid = (lo + hi) / 2; ok = ok_at(mid); lo, hi = ...`,
+    with the same probes to the last bit, so the same answer wherever `ok_at` is each row's own.
+
+    A call may evaluate the next d levels of every row's probe tree at once (the 2^d - 1
+    midpoints the bisection could visit, on a new leading axis) and then walk down it: d
+    halvings for one call over (2^d - 1) x the rows. With numpy's per-call cost (CALL_ROWS)
+    that is cheaper where the rows are few (a single configuration's capacity: 13 halvings in
+    4 calls of 15 probes)."""
+    lo, hi = np.array(lo, float), np.array(hi, float)
+    done = 0
+    while done < steps:
+        d = min(range(1, min(steps - done, 6) + 1),
+                key=lambda k: (CALL_ROWS + lo.size * (2**k - 1)) / k)
+        ends = (lo[None], hi[None])
+        levels = []
+        for _ in range(d):  # level by level: the children of (l, h) are (l, mid), (mid, h)
+            mid = 0.5 * (ends[0] + ends[1])
+            levels.append(mid)
+            ends = (np.stack([ends[0], mid], 1).reshape(-1, *lo.shape),
+                    np.stack([mid, ends[1]], 1).reshape(-1, *lo.shape))
+        probes = np.concatenate(levels)
+        ok = np.broadcast_to(np.asarray(ok_at(probes), bool), probes.shape)
+        node = np.zeros(lo.shape, int)
+        for level in range(d):
+            at = (2**level - 1 + node)[None]
+            p = np.take_along_axis(probes, at, 0)[0]
+            o = np.take_along_axis(ok, at, 0)[0]
+            lo, hi = np.where(o, p, lo), np.where(o, hi, p)
+            node = 2 * node + o
+        done += d
+    return lo, hi
 
 
 def _weigh(g: np.ndarray, ends: tuple[np.ndarray, np.ndarray],
@@ -366,9 +409,4 @@ class SteadyState:
             hi = np.minimum(self.mnbt / np.maximum(one, 1e-9) / per_req,
                             self.mnbt / np.maximum(full, 1e-9) / max(self.pf.mean, 1.0))
             hi = np.broadcast_to(hi * 1.05, lo.shape).copy()
-        for _ in range(steps):
-            mid = 0.5 * (lo + hi)
-            ok = self.stable(mid)
-            lo = np.where(ok, mid, lo)
-            hi = np.where(ok, hi, mid)
-        return lo, hi
+        return tree_bisect(self.stable, lo, hi, steps)
