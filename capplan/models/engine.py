@@ -15,7 +15,7 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from typing import Any, Protocol
 
 from numpy.typing import ArrayLike
@@ -780,8 +780,19 @@ class EngineSettings:
         return self.world_size // max(self.expert_parallel, 1)
 
     def with_(self, **changes: object) -> EngineSettings:
-        return replace(self, **changes)  # type: ignore[arg-type]
+        """`dataclasses.replace(self, **changes)` without its __init__ call (no __post_init__
+        here, nothing cached in the instance): the planner makes one per configuration it
+        sizes, thousands per search."""
+        unknown = changes.keys() - _SETTINGS_FIELDS
+        if unknown:
+            raise TypeError(f"EngineSettings has no field {sorted(unknown)[0]!r}")
+        new = object.__new__(type(self))
+        new.__dict__.update(self.__dict__, **changes)
+        return new
 
     @property
     def profile(self) -> EngineProfile:
         return engine_profile(self.engine)
+
+
+_SETTINGS_FIELDS = frozenset(f.name for f in fields(EngineSettings))

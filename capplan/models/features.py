@@ -70,21 +70,21 @@ def feature_memory(model: Any, settings: Any, kv_bytes_per_token_layer: float,
     in it); `linear_bytes_per_param`: the target's quantised linear layers, which an MTP module
     (a layer of the checkpoint itself) shares."""
     validate_features(settings)
-    out = FeatureMemory()
+    parts: dict[str, float] = {}
     sp = spec_mod.plan_speculation(model, settings, need_accept_len=False)
     if sp is not None:
         # The drafter runs at the target's TP (vLLM draft_tensor_parallel_size default) and in
         # the target's dtype; its KV pages sit in the same pool, per token.
         per_param = (linear_bytes_per_param if sp.method == "mtp" and linear_bytes_per_param
                      else weight_bytes_per_param)
-        out = replace(out, draft_weights_bytes=sp.resident_params * per_param / settings.tp,
-                      draft_kv_bytes_per_token=sp.draft_kv_layers * kv_bytes_per_token_layer)
+        parts.update(draft_weights_bytes=sp.resident_params * per_param / settings.tp,
+                     draft_kv_bytes_per_token=sp.draft_kv_layers * kv_bytes_per_token_layer)
     lp = lora_mod.plan_lora(model, settings, model.dtype_bytes)
     if lp is not None:
-        out = replace(out, lora_bytes=lp.memory_bytes_per_gpu)
+        parts.update(lora_bytes=lp.memory_bytes_per_gpu)
     fwd, cache = vision_mod.encoder_activation_bytes(model, settings.max_num_batched_tokens,
                                                      act_bytes)
-    return replace(out, encoder_forward_bytes=fwd, encoder_cache_bytes=cache)
+    return FeatureMemory(**parts, encoder_forward_bytes=fwd, encoder_cache_bytes=cache)
 
     # NOTE: the activation peak becomes max(text peak + encoder cache, encoder forward): vLLM
     # V1's profile_run runs the encoder on dummy images first, keeps its outputs in the encoder

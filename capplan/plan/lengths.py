@@ -26,10 +26,20 @@ def sample_lengths(input_len: str | int, output_len: str | int,
     """LENGTH_SAMPLES (prompt, output) lengths of one lane, clipped to max_model_len."""
     from capplan.sim.workload import parse_length
 
-    rng = np.random.default_rng(LENGTH_SEED)
+    rng = _SeededRng()
     inp = np.asarray(parse_length(str(input_len)).sample(rng, LENGTH_SAMPLES), float)
     out = np.asarray(parse_length(str(output_len)).sample(rng, LENGTH_SAMPLES), float)
     return clipped(inp, out, max_model_len)
+
+
+class _SeededRng:
+    """`np.random.default_rng(LENGTH_SEED)`, made at the first draw: fixed lengths draw
+    nothing, and numpy.random costs ~12 ms to import in a process that needs no draw."""
+
+    def __getattr__(self, name: str) -> object:
+        if "rng" not in self.__dict__:
+            self.__dict__["rng"] = np.random.default_rng(LENGTH_SEED)
+        return getattr(self.__dict__["rng"], name)
 
 
 def clipped(inp: np.ndarray, out: np.ndarray, max_model_len: int | None

@@ -30,9 +30,11 @@ class LengthStats:
     @classmethod
     def from_samples(cls, x: ArrayLike) -> LengthStats:
         a = np.asarray(x, float)
+        # one call for every level (one sort of the sample; the same values as one call each)
+        q = np.quantile(a, [*QUANTILES.values(), *np.linspace(0, 1, 201)])
         return cls(float(a.mean()), float((a * a).mean()),
-                   {k: float(np.quantile(a, p)) for k, p in QUANTILES.items()},
-                   tuple(np.quantile(a, np.linspace(0, 1, 201)).tolist()))
+                   {k: float(v) for k, v in zip(QUANTILES, q, strict=False)},
+                   tuple(q[len(QUANTILES):].tolist()))
 
     @classmethod
     def fixed(cls, n: float) -> LengthStats:
