@@ -465,11 +465,22 @@ def _plan_pool(cat: Catalog, plan: PlanFile, resolved: ResolvedModel, lanes: lis
     if verify is not None and hasattr(verify, "prepare") and \
             plan.verify.top * plan.verify.requests >= PARALLEL_MIN_REQUESTS:
         _prepare(verify, groups, pool)  # workers load the compiled engine meanwhile
-    found = planner_search(groups, t, plan.headroom, plan.objective, best_only)
+    found = planner_search(groups, t, plan.headroom, plan.objective, best_only,
+                           submit=getattr(verify, "submit", None))
     key = rank_key(plan.objective)
     shortlist, warnings = _shortlist(found, t, plan, key)
-    ranked = _verified([_recommendation(c, found, t) for c in shortlist], pool, plan, verify,
-                       warnings, key, meanwhile)
+    ranked = [_recommendation(c, found, t) for c in shortlist]
+    curves: dict[tuple[int, int], Curve] = {}
+
+    def while_replaying(best: Recommendation) -> None:
+        """`meanwhile`, then the curves of the three best before verification (those shown,
+        unless a replay drops one), while the verification workers simulate."""
+        if meanwhile is not None:
+            meanwhile(best)
+        for r in ranked[:3]:
+            curves[r.candidate.index] = _curve(r, t)
+
+    ranked = _verified(ranked, pool, plan, verify, warnings, key, while_replaying)
     ranked, pruned = _prune(ranked)
     if pruned:
         warnings.append(f"{pruned} configuration(s) not listed: they need over "
@@ -489,7 +500,9 @@ def _plan_pool(cat: Catalog, plan: PlanFile, resolved: ResolvedModel, lanes: lis
                           headroom=plan.headroom, pools=plan.pools,
                           configurations_searched=found.configurations_searched),
         configurations_searched=found.configurations_searched, recommendations=ranked,
-        pareto=_pareto(ranked), curves=[_curve(r, t) for r in ranked[:3]], warnings=warnings)
+        pareto=_pareto(ranked), warnings=warnings,
+        curves=[curves[r.candidate.index] if r.candidate.index in curves else _curve(r, t)
+                for r in ranked[:3]])
 
 
 def _best_pool(cat: Catalog, plan: PlanFile, resolved: ResolvedModel, lanes: list[Lane],

@@ -23,7 +23,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import fields
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -42,6 +42,9 @@ from capplan.plan.search import (
     _slo_rate,
     analytic_search,
 )
+
+if TYPE_CHECKING:
+    from capplan.plan.slo import SloSet
 
 _CAP_COARSE = 6
 """Halvings of the capacity bisection run over every configuration (the bracket, a few % of
@@ -84,11 +87,13 @@ def _subset(qm: QueueModel, rows: tuple[np.ndarray, np.ndarray]) -> QueueModel:
 
 
 def planner_search(groups: list[ConfigGroup], t: Traffic, headroom: float = DEFAULT_HEADROOM,
-                   objective: str = "min_cost", best_only: bool = False) -> SearchResult:
+                   objective: str = "min_cost", best_only: bool = False,
+                   submit: Submit | None = None) -> SearchResult:
     """analytic_search's answers for every configuration that can reach the planner's output
     (each family's best, and anything that could be), bisecting only those. `best_only`: for
     a caller that reads only the plan's best (the fp8 and no-prefix-cache alternatives, the
-    per-lane pools): only the best known configuration and what could beat it."""
+    per-lane pools): only the best known configuration and what could beat it. `submit`: a
+    worker finishes half of the bisected configurations (`_exact`)."""
     if objective == "max_goodput_per_dollar" or not groups:
         return analytic_search(groups, t, headroom)
     qm, seqs, kv = _queue_model(groups, t)
@@ -96,17 +101,17 @@ def planner_search(groups: list[ConfigGroup], t: Traffic, headroom: float = DEFA
     with np.errstate(all="ignore"):
         bracket = qm.capacity_bracket(_CAP_COARSE)
         r, known, lb = _replicas_known(qm, t, headroom, bracket, kv)
+        weights = _weights(groups, objective) if best_only else None
         ttft = np.full(kv.shape, np.inf)
-        if np.any(known):
-            ki, kj = np.nonzero(known)
+        ki, kj = _least_per_family(groups, known, r, weights)
+        if ki.size:
             ttft[ki, kj] = _ttft(qm, t, (ki, kj), r[ki, kj])
     def ttft_at(i: np.ndarray, j: np.ndarray) -> np.ndarray:
         with np.errstate(all="ignore"):
             return _ttft(qm, t, (i, j), lb[i, j])
 
-    rows = _to_bisect(groups, known, lb <= MAX_REPLICAS, (r, lb, ttft),
-                      _weights(groups, objective) if best_only else None, ttft_at)
-    found = _exact(groups, t, headroom, qm, (bracket, seqs, kv), rows, need)
+    rows = _to_bisect(groups, known, lb <= MAX_REPLICAS, (r, lb, ttft), weights, ttft_at)
+    found = _exact(groups, t, headroom, qm, (bracket, seqs, kv), rows, need, submit)
     if found is None or not _agrees(found, known, r):
         return analytic_search(groups, t, headroom)
     return found
@@ -149,6 +154,20 @@ def _replicas_known(qm: QueueModel, t: Traffic, headroom: float,
         test = np.zeros_like(test)
         test[i[miss][more], j[miss][more]] = True
     return np.where(known, lb, 0), known, lb
+
+
+def _least_per_family(groups: list[ConfigGroup], known: np.ndarray, r: np.ndarray,
+                      weights: _Weights | None) -> tuple[np.ndarray, np.ndarray]:
+    """The known configurations whose leading figures (`_order` of their replicas) are their
+    family's least: only these can be its best, so only their tie-break (p99 TTFT) is read."""
+    family: list[Any] = _families(groups) if weights is None else [0] * len(groups)
+    ki, kj = np.nonzero(known)
+    order = [_order(r[i, j], i, weights) for i, j in zip(ki, kj, strict=True)]
+    least: dict[Any, tuple[float, float]] = {}
+    for i, o in zip(ki, order, strict=True):
+        least[family[i]] = min(least.get(family[i], o), o)
+    at = np.asarray([o == least[family[i]] for i, o in zip(ki, order, strict=True)], bool)
+    return ki[at], kj[at]
 
 
 def _ttft(qm: QueueModel, t: Traffic, rows: tuple[np.ndarray, np.ndarray],
@@ -241,23 +260,47 @@ def _families(groups: list[ConfigGroup]) -> list[Any]:
     return out
 
 
+Submit = Callable[..., Any]
+"""`submit(fn, *args)`: a Future of fn(*args) run in a worker process, or None
+(`ParallelVerifier.submit`)."""
+
+WORKER_SHARE = 0.45
+"""The share of the configurations `_exact` hands a worker: a little under half, as the forked
+worker ran its half ~15% slower than the parent (its first writes copy the pages it shares with
+the parent)."""
+SPLIT_MIN_ROWS = 64
+"""Fewer configurations to finish exactly than this are all finished here: a worker's share
+would cost more to send than to compute."""
+
+
 def _exact(groups: list[ConfigGroup], t: Traffic, headroom: float, qm: QueueModel,
            arrays: tuple[tuple[np.ndarray, np.ndarray], np.ndarray, np.ndarray],
-           rows: tuple[np.ndarray, np.ndarray], need: set[str]) -> SearchResult | None:
+           rows: tuple[np.ndarray, np.ndarray], need: set[str], submit: Submit | None = None
+           ) -> SearchResult | None:
     """The full search's figures of the configurations at `rows` (their capacity bisection
-    finished and their SLO rate bisected over them alone); None when none is usable."""
+    finished and their SLO rate bisected over them alone); None when none is usable. With
+    `submit`, a worker finishes the last WORKER_SHARE of the rows meanwhile (each row's figures
+    are its own, so the parts give the figures of the whole)."""
     (c_lo, c_hi), seqs, kv = arrays
-    if rows[0].size == 0:
+    n = rows[0].size
+    if n == 0:
         return None
-    sub = _subset(qm, rows)
-    with np.errstate(all="ignore"):
-        c = sub.capacity_bracket(_CAP_BISECT - _CAP_COARSE,
-                                 (c_lo[rows][:, None], c_hi[rows][:, None]))[0]
-        lo = _slo_rate(sub, c, t.slos, need)
-        binding = _binding(sub.at_rate(np.maximum(lo * 1.03, 1e-6), need), t.slos, sub,
-                           seqs[rows][:, None])
-        reps = _replicas(t.rate_per_s * (1 + headroom), lo)
-        pred = sub.at_rate(np.where(lo > 0, t.rate_per_s / reps, 1e-6))
+
+    def inputs(part: slice) -> tuple:  # _figures' arguments for the rows[part]
+        r = (rows[0][part], rows[1][part])
+        return (_subset(qm, r), (c_lo[r][:, None], c_hi[r][:, None]), seqs[r][:, None],
+                (t.slos, t.rate_per_s, headroom, need))
+
+    cut, theirs = n - int(n * WORKER_SHARE), None
+    if submit is not None and n >= SPLIT_MIN_ROWS:
+        theirs = submit(_figures, *inputs(slice(cut, None)))
+    if theirs is None:
+        c, lo, binding, reps, pred = _figures(*inputs(slice(None)))
+    else:
+        mine = _figures(*inputs(slice(0, cut)))
+        c, lo, binding, reps, pred = _joined(
+            mine, _collected(theirs, lambda: _figures(*inputs(slice(cut, None)))),
+            (cut, n - cut))
     found = [Candidate(
         group=groups[i], settings=groups[i].settings.with_(
             max_num_seqs=groups[i].combos[j][0], max_num_batched_tokens=groups[i].combos[j][1]),
@@ -271,6 +314,48 @@ def _exact(groups: list[ConfigGroup], t: Traffic, headroom: float, qm: QueueMode
         return None
     return SearchResult(found, qm, _scatter(pred, rows, np.shape(kv)), frozenset(need),
                         searched=int(np.count_nonzero(kv > 0)))
+
+
+def _figures(sub: QueueModel, bracket: tuple[np.ndarray, np.ndarray], seqs: np.ndarray,
+             traffic: tuple[SloSet, float, float, set[str]]) -> tuple:
+    """(capacity, SLO rate, binding constraint, replicas, predictions at the planned rate) of
+    the column of configurations `sub`: its capacity bisection finished from `bracket`, its SLO
+    rate bisected. `traffic`: the SLOs, the target rate, the headroom and the metrics read. A
+    module function of picklable arguments: a worker may run it (`_exact`)."""
+    slos, rate, headroom, need = traffic
+    with np.errstate(all="ignore"):
+        c = sub.capacity_bracket(_CAP_BISECT - _CAP_COARSE, bracket)[0]
+        lo = _slo_rate(sub, c, slos, need)
+        binding = _binding(sub.at_rate(np.maximum(lo * 1.03, 1e-6), need), slos, sub, seqs)
+        reps = _replicas(rate * (1 + headroom), lo)
+        pred = sub.at_rate(np.where(lo > 0, rate / reps, 1e-6))
+    return c, lo, binding, reps, pred
+
+
+def _collected(future: Any, here: Callable[[], Any]) -> Any:
+    """A worker's result, or `here()` without one (no idle worker took it), where it was
+    still queued (cancelled: this process got there first) or where its worker died."""
+    from concurrent.futures.process import BrokenProcessPool
+
+    if future is None or future.cancel():
+        return here()
+    try:
+        return future.result()
+    except BrokenProcessPool:
+        return here()
+
+
+def _joined(a: Any, b: Any, sizes: tuple[int, int]) -> Any:
+    """Two halves' results (tuples and dicts of row arrays) joined in row order; values that
+    are not per row (0-d) are the first's."""
+    if isinstance(a, dict):
+        return {k: _joined(a[k], b[k], sizes) for k in a}
+    if isinstance(a, tuple):
+        return tuple(_joined(x, y, sizes) for x, y in zip(a, b, strict=True))
+    if np.ndim(a) == 0:
+        return a
+    return np.concatenate([np.broadcast_to(v, (m, *np.shape(v)[1:]))
+                           for v, m in zip((a, b), sizes, strict=True)])
 
 
 def _scatter(pred: dict[str, Any], rows: tuple[np.ndarray, np.ndarray],

@@ -218,8 +218,12 @@ class ParallelVerifier:
         ~0.3 s, and on a cold numba cache each of them compiled the loop, ~25 s CPU apiece)."""
         self.jobs = max(1, worker_count(jobs) - 1) if spare_core else worker_count(jobs)
         self._pool: Any = None
+        self._warming: list[Any] = []
         if (self.jobs > 1 or spare_core) and numba_installed():
             self._pool = self._executor(self.jobs, load_compiled=True)
+            # the pool forks its workers at its first task: fork them now, so they import the
+            # compiled engine while the parent loads the catalog and sizes the candidates
+            self._warming.append(self._pool.submit(int))
 
     @staticmethod
     def _executor(workers: int, load_compiled: bool = False) -> Any:
@@ -230,6 +234,15 @@ class ParallelVerifier:
         return ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork"),
                                    initializer=_worker_init, initargs=(load_compiled,))
 
+    def submit(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """A Future of fn(*args) run in a worker (fn a module function, the arguments
+        picklable), or None when no worker is idle: none, or still loading the compiled engine
+        (then the caller does the work itself rather than wait for the loading). The planner's
+        search hands a worker part of the configurations it finishes (search_bound._exact)."""
+        if self._pool is None or not all(f.done() for f in self._warming):
+            return None
+        return self._pool.submit(fn, *args)
+
     def __call__(self, job: VerifyJob) -> Verification:
         return simulate_recommendation(job)
 
@@ -237,7 +250,7 @@ class ParallelVerifier:
         """Warm every worker's compiled engine on `job` (small) in the background."""
         if self._pool is not None:
             for _ in range(self.jobs):
-                self._pool.submit(_warm, replace(job, sim_engine="compiled"))
+                self._warming.append(self._pool.submit(_warm, replace(job, sim_engine="compiled")))
 
     def map(self, jobs: list[VerifyJob]) -> list[Verification]:
         workers = min(self.jobs, len(jobs))

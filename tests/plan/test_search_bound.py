@@ -67,7 +67,7 @@ def test_bounded_search_plans_as_the_full_search(case, monkeypatch):
     got = _plan_pool(cat, plan, resolved, list(plan.workloads), None)
     best = _best_pool(cat, plan, resolved, list(plan.workloads), None).best
     monkeypatch.setattr(planner, "planner_search",
-                        lambda groups, t, headroom, objective, best_only: analytic_search(
+                        lambda groups, t, headroom, objective, best_only, submit: analytic_search(
                             groups, t, headroom))
     ref = _plan_pool(cat, plan, resolved, list(plan.workloads), None)
     assert _rows(got) == _rows(ref)
