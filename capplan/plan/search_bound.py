@@ -92,8 +92,8 @@ def planner_search(groups: list[ConfigGroup], t: Traffic, headroom: float = DEFA
     """analytic_search's answers for every configuration that can reach the planner's output
     (each family's best, and anything that could be), bisecting only those. `best_only`: for
     a caller that reads only the plan's best (the fp8 and no-prefix-cache alternatives, the
-    per-lane pools): only the best known configuration and what could beat it. `submit`: a
-    worker finishes half of the bisected configurations (`_exact`)."""
+    per-lane pools): only the best known configuration and what could beat it. `submit`: an
+    idle worker finishes part of the bisected configurations (`_exact`)."""
     if objective == "max_goodput_per_dollar" or not groups:
         return analytic_search(groups, t, headroom)
     qm, seqs, kv = _queue_model(groups, t)
