@@ -20,6 +20,7 @@ they were taken.
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import platform
 import subprocess
@@ -120,6 +121,17 @@ def recommend(repeats: int = 5) -> None:
           f" s wall (best {walls[0]:.2f} s of {repeats}), median {cpus[len(cpus) // 2]:.2f} s CPU")
 
 
+def python_loop_s() -> float:
+    """Seconds CPython takes for `for i in range(10**7): s += i` (best of 3): the machine's
+    speed, which the wall times above scale with (docs/performance.md compares VMs by it)."""
+    best = math.inf
+    for _ in range(3):  # at module level, as `python -c` runs it (globals, not locals)
+        t0 = time.perf_counter()
+        exec("s = 0\nfor i in range(10**7): s += i", {})  # noqa: S102 - a fixed string
+        best = min(best, time.perf_counter() - t0)
+    return best
+
+
 def startup(repeats: int = 5) -> None:
     for flag in ("--help", "--version"):
         runs = sorted(_child([str(BIN), flag]) for _ in range(repeats))
@@ -139,7 +151,8 @@ def main() -> None:
     ap.add_argument("--rates", default="", help="simulate at these rates (req/s) instead")
     a = ap.parse_args()
     print(f"machine: {platform.machine()}, {os.cpu_count()} cores, Python "
-          f"{platform.python_version()}, load average {os.getloadavg()[0]:.1f}")
+          f"{platform.python_version()}, load average {os.getloadavg()[0]:.1f}, "
+          f"CPython's 10^7-step loop {python_loop_s():.2f} s")
     steps = {"startup": startup, "recommend": recommend,
              "speedup": lambda: speedup(a.ref_requests),
              "simulate": lambda: simulate(a.requests, tuple(map(float, a.loads.split(","))),
