@@ -29,7 +29,7 @@ Errors |predicted / measured - 1| as median / p90 / median signed bias, by engin
 
 Run: .venv/bin/python benchmarks/validate_disagg.py [--per-group N] [--data CSV] [--write-docs]
 [--stated-only | --implied-all] [--decode-rule sweep|ridge|slots] [--analytic]
-[--prefill-rate FRAC]
+[--prefill-rate FRAC] [--replay-rounds K]
 (default 10 rows per engine and system, every k-th row by id; --per-group 0 scores every row;
 --write-docs rewrites the generated blocks of docs/validation.md with the full scoring;
 --stated-only scores only rows that give their worker counts; --implied-all applies the
@@ -37,7 +37,9 @@ implied-count rule to every row, ignoring the counts and batch sizes rows give: 
 check on rows whose counts are known, with the inferred vs the real counts; --decode-rule:
 sweep, the default, sizes the decode workers for the sweep's largest C, ridge for the row's
 own C, slots fills each worker's slots; --prefill-rate: a what-if, every engine profile's
-prompt-token GEMMs and attention at FRAC of capplan's rates, EngineProfile.prefill_rate_frac)
+prompt-token GEMMs and attention at FRAC of capplan's rates, EngineProfile.prefill_rate_frac;
+--replay-rounds: a what-if, the benchmark replay runs K rounds before it repeats the mean of
+rounds 2..K for the rest, capplan.plan.aiconfigurator.REPLAY_ROUNDS, 20 replays every round)
 """
 
 from __future__ import annotations
@@ -131,6 +133,15 @@ if PREFILL_RATE is not None:
                                        for p in _versions)
         engine.PROFILES[_name] = engine.VERSIONS[_name][-1]
     engine._engine_profile.cache_clear()  # noqa: SLF001 (profiles resolved before the change)
+REPLAY_ROUNDS = (int(sys.argv[sys.argv.index("--replay-rounds") + 1])
+                 if "--replay-rounds" in sys.argv else None)
+"""What-if: rounds the benchmark replay runs before it repeats the mean of rounds 2..K for the
+rest (capplan.plan.aiconfigurator.REPLAY_ROUNDS; 20 replays AIPerf's 20 rounds whole)."""
+if REPLAY_ROUNDS is not None:
+    import capplan.plan.aiconfigurator as _aic
+    import capplan.plan.pd_sim as _pd_sim
+
+    _aic.REPLAY_ROUNDS = _pd_sim.REPLAY_ROUNDS = REPLAY_ROUNDS
 STATED_ONLY = "--stated-only" in sys.argv
 """Score only the rows that give their worker counts."""
 DECODE_RULE = sys.argv[sys.argv.index("--decode-rule") + 1] if "--decode-rule" in sys.argv \
@@ -573,6 +584,8 @@ def write_docs(text: str, block: str = "validate_disagg:by-engine") -> None:
 
 
 def main() -> None:
+    if "--write-docs" in sys.argv and (PREFILL_RATE is not None or REPLAY_ROUNDS is not None):
+        sys.exit("--prefill-rate and --replay-rounds are what-ifs: they write no docs")
     if not DATA.exists():
         print(f"{DATA} not found; nothing to score")
         return
