@@ -133,15 +133,15 @@ if PREFILL_RATE is not None:
                                        for p in _versions)
         engine.PROFILES[_name] = engine.VERSIONS[_name][-1]
     engine._engine_profile.cache_clear()  # noqa: SLF001 (profiles resolved before the change)
-REPLAY_ROUNDS = (int(sys.argv[sys.argv.index("--replay-rounds") + 1])
-                 if "--replay-rounds" in sys.argv else None)
+ROUNDS_WHAT_IF = (int(sys.argv[sys.argv.index("--replay-rounds") + 1])
+                  if "--replay-rounds" in sys.argv else None)
 """What-if: rounds the benchmark replay runs before it repeats the mean of rounds 2..K for the
 rest (capplan.plan.aiconfigurator.REPLAY_ROUNDS; 20 replays AIPerf's 20 rounds whole)."""
-if REPLAY_ROUNDS is not None:
+if ROUNDS_WHAT_IF is not None:
     import capplan.plan.aiconfigurator as _aic
     import capplan.plan.pd_sim as _pd_sim
 
-    _aic.REPLAY_ROUNDS = _pd_sim.REPLAY_ROUNDS = REPLAY_ROUNDS
+    _aic.REPLAY_ROUNDS = _pd_sim.REPLAY_ROUNDS = ROUNDS_WHAT_IF
 STATED_ONLY = "--stated-only" in sys.argv
 """Score only the rows that give their worker counts."""
 DECODE_RULE = sys.argv[sys.argv.index("--decode-rule") + 1] if "--decode-rule" in sys.argv \
@@ -584,7 +584,7 @@ def write_docs(text: str, block: str = "validate_disagg:by-engine") -> None:
 
 
 def main() -> None:
-    if "--write-docs" in sys.argv and (PREFILL_RATE is not None or REPLAY_ROUNDS is not None):
+    if "--write-docs" in sys.argv and (PREFILL_RATE is not None or ROUNDS_WHAT_IF is not None):
         sys.exit("--prefill-rate and --replay-rounds are what-ifs: they write no docs")
     if not DATA.exists():
         print(f"{DATA} not found; nothing to score")
