@@ -129,30 +129,37 @@ def _replicas_known(qm: QueueModel, t: Traffic, headroom: float,
     x_up = target / L + c_hi / 2^13 (one grid step). The SLO margin falls with the rate:
     meeting the SLOs at x_up, the bisection ends at or above g* (L replicas); missing them at
     x_lo = target / L (under g*), it ends below (more than L), and L + 1 is tested next, for
-    up to _ROUNDS counts."""
+    up to _ROUNDS counts. A miss's test at x_lo and its test at L + 1's x_up run in one
+    evaluation (two rates per configuration: the second is read only where the first
+    misses), except in the last round."""
     target = t.rate_per_s * (1 + headroom)
     c_lo, c_hi = bracket
     lb = np.where(kv > 0, _replicas(target, c_hi), np.inf)
     top = _replicas(target, c_lo * (1 - 2.0 ** -(_BISECT - 1)))
     known = np.zeros(kv.shape, bool)
-    test = (kv > 0) & (top <= lb)
-    for _ in range(_ROUNDS):
-        if not np.any(test):
-            break
-        i, j = np.nonzero(test)
-        sub, n = _subset(qm, (i, j)), lb[i, j]
-        ok = _meets(sub, t, (target / n + c_hi[i, j] * 2.0 ** -_BISECT * (1 + 1e-6))[:, None])
+
+    def x_up(i: np.ndarray, j: np.ndarray, n: np.ndarray) -> np.ndarray:
+        return target / n + c_hi[i, j] * 2.0 ** -_BISECT * (1 + 1e-6)
+
+    i, j = np.nonzero((kv > 0) & (top <= lb))
+    ok = _meets(_subset(qm, (i, j)), t, x_up(i, j, lb[i, j])[:, None])[:, 0]
+    for k in range(_ROUNDS):
+        n = lb[i, j]
         # usable whatever the SLO rate: more than 0, not near the floor (g* over 10% of cap)
-        known[i, j] = ok[:, 0] & ((n == 1) | (target / (n + 1e-9) >= NEAR_FLOOR_FRAC
-                                             * c_hi[i, j]))
-        miss = ~ok[:, 0]
+        known[i, j] = ok & ((n == 1) | (target / (n + 1e-9) >= NEAR_FLOOR_FRAC * c_hi[i, j]))
+        miss = ~ok
         if not np.any(miss):
             break
-        x_lo = (target / (n[miss] + 1e-9) * (1 - 1e-12))[:, None]
-        more = ~_meets(_subset(qm, (i[miss], j[miss])), t, x_lo)[:, 0]
-        lb[i[miss][more], j[miss][more]] += 1
-        test = np.zeros_like(test)
-        test[i[miss][more], j[miss][more]] = True
+        i, j, n = i[miss], j[miss], n[miss]
+        x_lo = target / (n + 1e-9) * (1 - 1e-12)
+        last = k == _ROUNDS - 1
+        rates = x_lo[:, None] if last else np.stack([x_lo, x_up(i, j, n + 1)], axis=1)
+        res = _meets(_subset(qm, (i, j)), t, rates)
+        more = ~res[:, 0]
+        lb[i[more], j[more]] += 1
+        if last:
+            break
+        i, j, ok = i[more], j[more], res[more, 1]
     return np.where(known, lb, 0), known, lb
 
 
