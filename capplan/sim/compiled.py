@@ -163,8 +163,11 @@ if numba is not None:
         return lambda cond, a, b: a if cond else b
 
     _njit = numba.njit(cache=True)
-    # the per-step aggregation, inlined into the step (numba IR inlining: no call, no
-    # reference counting of the tuples of arrays it receives)
+    # The functions on a step's path are inlined into `_step` and `_bulk_all` (numba IR
+    # inlining): a compiled call increfs every array of its (tuple) arguments on entry and
+    # decrefs them on exit, atomic operations that were half of the loop's time once the state
+    # tuples held ~30 arrays (gdb samples: NRT_incref/NRT_decref). `_step`, `_bulk_all` and the
+    # loop stay calls: inlining them too tripled the compile time and ran no faster.
     _njit_inline = numba.njit(cache=True, inline="always")
     _step_parts = numba.njit(cache=True)(perf.step_parts)
 
@@ -219,7 +222,7 @@ POLL_STEPS = 4096
 
 
 # -- the waiting queue: a binary heap of request indices keyed (priority, arrival, index) ----
-@_njit
+@_njit_inline
 def _before(a: int, b: int, q: np.ndarray, arr: np.ndarray) -> bool:
     if q[PRIO, a] != q[PRIO, b]:
         return q[PRIO, a] < q[PRIO, b]
@@ -228,7 +231,7 @@ def _before(a: int, b: int, q: np.ndarray, arr: np.ndarray) -> bool:
     return a < b
 
 
-@_njit
+@_njit_inline
 def _push(s: int, heap: np.ndarray, sc: np.ndarray, q: np.ndarray, arr: np.ndarray) -> None:
     i = sc[NHEAP]
     sc[NHEAP] += 1
@@ -241,7 +244,7 @@ def _push(s: int, heap: np.ndarray, sc: np.ndarray, q: np.ndarray, arr: np.ndarr
         i = p
 
 
-@_njit
+@_njit_inline
 def _pop(heap: np.ndarray, sc: np.ndarray, q: np.ndarray, arr: np.ndarray) -> int:
     top = heap[0]
     n = sc[NHEAP] - 1
@@ -308,7 +311,7 @@ def _ppop(sc: np.ndarray, af: np.ndarray, ai: np.ndarray) -> int:
         i = m
 
 
-@_njit
+@_njit_inline
 def _next_arrival(sc: np.ndarray, cfg: np.ndarray, arr: np.ndarray, bufs: tuple) -> float:
     """When the next request reaches the engine (inf: none is on its way)."""
     if sc[NXT] >= sc[SENT]:
@@ -319,7 +322,7 @@ def _next_arrival(sc: np.ndarray, cfg: np.ndarray, arr: np.ndarray, bufs: tuple)
     return arr[sc[NXT]]
 
 
-@_njit
+@_njit_inline
 def _arrive(t: float, q: np.ndarray, sc: np.ndarray, cfg: np.ndarray, heap: np.ndarray,
             arr: np.ndarray, bufs: tuple) -> None:
     """The requests that reached the engine by t join the waiting queue, in arrival order (with
@@ -341,7 +344,7 @@ def _arrive(t: float, q: np.ndarray, sc: np.ndarray, cfg: np.ndarray, heap: np.n
         sc[NXT] = s + 1
 
 
-@_njit
+@_njit_inline
 def _send_next(split: int, sc: np.ndarray, cfg: np.ndarray, arr: np.ndarray, bufs: tuple
                ) -> None:
     """A closed loop: each request finished this step sends its client's next one, which
@@ -376,7 +379,7 @@ def _send_next(split: int, sc: np.ndarray, cfg: np.ndarray, arr: np.ndarray, buf
 
 
 # -- prefix caching (the reference's _lookup, _hit, _take, _register, _release, _cache) ------
-@_njit
+@_njit_inline
 def _lookup(s: int, num_tokens: int, cfg: np.ndarray, pcx: tuple) -> int:
     """Full blocks of the longest cached chain of s's keys, capped at num_tokens - 1 tokens
     (vLLM kv_cache_manager.get_computed_blocks)."""
@@ -389,7 +392,7 @@ def _lookup(s: int, num_tokens: int, cfg: np.ndarray, pcx: tuple) -> int:
     return h
 
 
-@_njit
+@_njit_inline
 def _reused(s: int, nh: int, pcx: tuple) -> int:
     """Of s's first nh hit blocks, those taken out of the free queue (cached, not in use)."""
     kid, kstamp, a = pcx[KID], pcx[KSTAMP], pcx[KOFF][s]
@@ -415,7 +418,7 @@ def _hit(s: int, nh: int, q: np.ndarray, sc: np.ndarray, cfg: np.ndarray, pcx: t
     sc[HIT_TOKENS] += nh * cfg[BS]
 
 
-@_njit
+@_njit_inline
 def _take(n: int, sc: np.ndarray, cfg: np.ndarray, pcx: tuple) -> None:
     """Allocate n free blocks: keyless ones first, then evict cached ones least recently
     freed first (block_pool.get_new_blocks -> _maybe_evict_cached_block)."""
@@ -467,7 +470,7 @@ def _cache(k: int, sc: np.ndarray, pcx: tuple) -> None:
     sc[NCACHED] += 1
 
 
-@_njit
+@_njit_inline
 def _release(s: int, computed: int, q: np.ndarray, sc: np.ndarray, cfg: np.ndarray,
              pcx: tuple) -> None:
     """Free s's blocks and its state's, tail first (single_type_kv_cache_manager.free): a
@@ -499,7 +502,7 @@ def _release(s: int, computed: int, q: np.ndarray, sc: np.ndarray, cfg: np.ndarr
 
 
 # -- blocks, the running set, preemption -----------------------------------------------------
-@_njit
+@_njit_inline
 def _held(s: int, computed: int, q: np.ndarray, cfg: np.ndarray) -> int:
     """KV blocks s holds with `computed` tokens: its recurrent-state blocks plus
     max(reservation, ceil(computed / block_size)) (the reference's `_held`)."""
@@ -507,7 +510,7 @@ def _held(s: int, computed: int, q: np.ndarray, cfg: np.ndarray) -> int:
     return cfg[STATE_BLOCKS] + max(q[RESERVED, s], (computed + bs - 1) // bs)
 
 
-@_njit
+@_njit_inline
 def _unrun(v: int, run: np.ndarray, sc: np.ndarray) -> None:
     """Take v out of the running set (kept in admission order)."""
     n = sc[NRUN]
@@ -565,7 +568,7 @@ def _preempt(v: int, q: np.ndarray, sc: np.ndarray, cfg: np.ndarray, run: np.nda
     sc[PREEMPTED_NOW] = 1
 
 
-@_njit
+@_njit_inline
 def _decode_blocks(q: np.ndarray, sc: np.ndarray, cfg: np.ndarray, lists: tuple,
                    arr: np.ndarray, bufs: tuple) -> None:
     """Blocks for decoders whose token this step starts a new block (listed when the decoders
@@ -594,7 +597,7 @@ def _decode_blocks(q: np.ndarray, sc: np.ndarray, cfg: np.ndarray, lists: tuple,
 
 
 # -- prefill scheduling ----------------------------------------------------------------------
-@_njit
+@_njit_inline
 def _add_chunk(s: int, c: int, q: np.ndarray, sc: np.ndarray, chl: np.ndarray) -> None:
     q[CHUNK, s] = c
     chl[sc[NCH]] = s
@@ -602,7 +605,7 @@ def _add_chunk(s: int, c: int, q: np.ndarray, sc: np.ndarray, chl: np.ndarray) -
     sc[BUDGET] -= c
 
 
-@_njit
+@_njit_inline
 def _prefill_running(q: np.ndarray, sc: np.ndarray, cfg: np.ndarray, lists: tuple,
                      arr: np.ndarray, bufs: tuple) -> None:
     """Next chunks of running, partially prefilled sequences, in admission order."""
@@ -635,7 +638,7 @@ def _prefill_running(q: np.ndarray, sc: np.ndarray, cfg: np.ndarray, lists: tupl
         _add_chunk(s, c, q, sc, chl)
 
 
-@_njit
+@_njit_inline
 def _seq_cap(budget: int, cfg: np.ndarray) -> int:
     """The most prompt tokens one sequence takes in a step whose token budget is `budget`: with
     attention DP each rank chunks its own prompts within its own budget (vLLM's engine core per
@@ -647,7 +650,7 @@ def _seq_cap(budget: int, cfg: np.ndarray) -> int:
     return budget
 
 
-@_njit
+@_njit_inline
 def _admission(s: int, budget: int, cap: int, q: np.ndarray, sc: np.ndarray, cfg: np.ndarray,
                pcx: tuple) -> tuple:
     """Whether waiting request s is admitted with `budget` tokens left, at most `cap` of them
@@ -666,7 +669,7 @@ def _admission(s: int, budget: int, cap: int, q: np.ndarray, sc: np.ndarray, cfg
     return c, nb, nh
 
 
-@_njit
+@_njit_inline
 def _admit_waiting(q: np.ndarray, sc: np.ndarray, cfg: np.ndarray, lists: tuple,
                    arr: np.ndarray, bufs: tuple) -> None:
     """Waiting requests in queue order while the budget, max_num_seqs and blocks allow."""
@@ -696,7 +699,7 @@ def _admit_waiting(q: np.ndarray, sc: np.ndarray, cfg: np.ndarray, lists: tuple,
         _add_chunk(s, c, q, sc, chl)
 
 
-@_njit
+@_njit_inline
 def _schedule_prefill(budget: int, q: np.ndarray, sc: np.ndarray, cfg: np.ndarray,
                       lists: tuple, arr: np.ndarray, bufs: tuple) -> bool:
     sc[BUDGET] = budget
@@ -712,7 +715,7 @@ def _schedule_prefill(budget: int, q: np.ndarray, sc: np.ndarray, cfg: np.ndarra
 
 
 # -- one step --------------------------------------------------------------------------------
-@_njit
+@_njit_inline
 def _inputs(decode: bool, q: np.ndarray, sc: np.ndarray, cfg: np.ndarray, chl: np.ndarray
             ) -> tuple:
     """The step's `StepModel.step` inputs (floats) from its chunks and the decode sums."""
@@ -751,7 +754,7 @@ def _inputs(decode: bool, q: np.ndarray, sc: np.ndarray, cfg: np.ndarray, chl: n
             float(nps), float(nd + ncomp))
 
 
-@_njit
+@_njit_inline
 def _finish(s: int, computed: int, q: np.ndarray, sc: np.ndarray, cfg: np.ndarray,
             bufs: tuple) -> None:
     q[FIN_STEP, s] = sc[STEP]
@@ -764,7 +767,7 @@ def _finish(s: int, computed: int, q: np.ndarray, sc: np.ndarray, cfg: np.ndarra
         sc[NFIN] += 1
 
 
-@_njit
+@_njit_inline
 def _gap(gap_s: float, sc: np.ndarray, gaps: np.ndarray) -> None:
     """A token gap outside the per-step counts (end of the step of a token to the end of the
     step of the next)."""
@@ -774,7 +777,7 @@ def _gap(gap_s: float, sc: np.ndarray, gaps: np.ndarray) -> None:
     sc[NGAPS] = i + 1
 
 
-@_njit
+@_njit_inline
 def _advance_prefills(q: np.ndarray, sc: np.ndarray, cfg: np.ndarray, bufs: tuple,
                       gaps: np.ndarray) -> None:
     """After the step: prefill progress; a completed prompt gives a token and then decodes
@@ -811,7 +814,7 @@ def _advance_prefills(q: np.ndarray, sc: np.ndarray, cfg: np.ndarray, bufs: tupl
     sc[NPF] = j
 
 
-@_njit
+@_njit_inline
 def _start_decoding(s: int, q: np.ndarray, sc: np.ndarray, cfg: np.ndarray, bufs: tuple
                     ) -> None:
     """s decodes from the next decode step; its first block edge: the first context beyond
@@ -826,7 +829,7 @@ def _start_decoding(s: int, q: np.ndarray, sc: np.ndarray, cfg: np.ndarray, bufs
         sc[NFD] += 1
 
 
-@_njit
+@_njit_inline
 def _advance_running(decode: bool, q: np.ndarray, sc: np.ndarray, cfg: np.ndarray,
                      run: np.ndarray, bufs: tuple) -> None:
     """Decoders get their token (finishing at their last), new decoders join, finished
@@ -867,7 +870,7 @@ def _advance_running(decode: bool, q: np.ndarray, sc: np.ndarray, cfg: np.ndarra
         sc[LAST_DEC] = g
 
 
-@_njit
+@_njit_inline
 def _first_decode_gaps(q: np.ndarray, sc: np.ndarray, bufs: tuple, gaps: np.ndarray) -> int:
     """prefill_first: decoders decoding for the first time since their token of a prefill
     step: their gap is listed one by one; returns how many."""
@@ -882,7 +885,7 @@ def _first_decode_gaps(q: np.ndarray, sc: np.ndarray, bufs: tuple, gaps: np.ndar
     return n
 
 
-@_njit
+@_njit_inline
 def _schedule(q: np.ndarray, sc: np.ndarray, cfg: np.ndarray, lists: tuple, arr: np.ndarray,
               bufs: tuple) -> bool:
     """Schedule one step (the reference's `_exec` up to its record); returns whether it
@@ -1028,7 +1031,7 @@ def _step(t: float, q: np.ndarray, sc: np.ndarray, cfg: np.ndarray, model: tuple
     return dur
 
 
-@_njit
+@_njit_inline
 def _bulk_ok(q: np.ndarray, sc: np.ndarray, cfg: np.ndarray, heap: np.ndarray, pcx: tuple
              ) -> bool:
     """Whether the next steps are pure decode steps of the same sequences (each one token
@@ -1046,7 +1049,7 @@ def _bulk_ok(q: np.ndarray, sc: np.ndarray, cfg: np.ndarray, heap: np.ndarray, p
     return _admission(heap[0], budget, _seq_cap(budget, cfg), q, sc, cfg, pcx)[0] < 0
 
 
-@_njit
+@_njit_inline
 def _bulk_len(q: np.ndarray, sc: np.ndarray, cfg: np.ndarray, run: np.ndarray) -> tuple:
     """(steps, sequences below the window, steps to the first block edge): how many decode
     steps keep the same decoders (the last may finish some) and take none across the sliding
@@ -1064,7 +1067,7 @@ def _bulk_len(q: np.ndarray, sc: np.ndarray, cfg: np.ndarray, run: np.ndarray) -
     return b, below, edge
 
 
-@_njit
+@_njit_inline
 def _bulk_blocks(adv: int, q: np.ndarray, sc: np.ndarray, cfg: np.ndarray, run: np.ndarray,
                  pcx: tuple) -> int:
     """The block edges `adv` steps into a stretch: the decoders whose context reaches their
@@ -1088,7 +1091,7 @@ def _bulk_blocks(adv: int, q: np.ndarray, sc: np.ndarray, cfg: np.ndarray, run: 
     return edge
 
 
-@_njit
+@_njit_inline
 def _bulk(t: float, t_next: float, q: np.ndarray, sc: np.ndarray, cfg: np.ndarray,
           model: tuple, lists: tuple, bufs: tuple) -> float:
     """Event skipping: the pure decode steps up to the next event (an arrival at t_next, a
@@ -1101,7 +1104,8 @@ def _bulk(t: float, t_next: float, q: np.ndarray, sc: np.ndarray, cfg: np.ndarra
     if not _bulk_ok(q, sc, cfg, heap, bufs[11]):
         return t
     b, below, edge = _bulk_len(q, sc, cfg, run)
-    tb, sf = lists[2][0], lists[2][2]
+    agg = lists[2]
+    tb, sf = agg[0], agg[2]
     if cfg[KEEP_STEPS]:
         b = min(b, sf.shape[1] - sc[STEP] - 1)
     if b < BULK_MIN_STEPS:
@@ -1123,7 +1127,7 @@ def _bulk(t: float, t_next: float, q: np.ndarray, sc: np.ndarray, cfg: np.ndarra
         x = (float(nd), float(kv), float(sc[SUMCTXW] if cfg[HAS_WINDOW] else kv), 0.0, 0.0,
              0.0, 0.0, 0.0, 0.0, float(nd))
         dur = _decode_s(x, fixed, model[0])
-        _record(t, dur, True, 0, sc, cfg, tf, lists[2])
+        _record(t, dur, True, 0, sc, cfg, tf, agg)
         sc[LAST_DEC] = sc[STEP]
         sc[SUMCTX] += nd
         sc[SUMCTXW] += below
@@ -1157,7 +1161,7 @@ def _bulk_all(t: float, t_next: float, q: np.ndarray, sc: np.ndarray, cfg: np.nd
         t = t2
 
 
-@_njit
+@_njit_inline
 def _room(k: int, sc: np.ndarray, cfg: np.ndarray, lists: tuple) -> tuple:
     """The growing buffers with room for step k: per-step rows (cfg[KEEP_STEPS]), the extra
     gaps a step can add, the TBT table's next entry; the same `lists` when nothing grew."""
