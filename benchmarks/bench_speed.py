@@ -68,10 +68,10 @@ def simulate(n: int, loads: tuple[float, ...] = LOADS, engine: str = "auto",
           f"--sim-engine {engine})")
     for rate in rates or tuple(load * CAPACITY_PER_S for load in loads):
         load = rate / CAPACITY_PER_S
-        # the run is asked for: its requests and the tokens they decode above the CLI's caps
-        # (1M x 256 tokens is 2.6x the default sim_tokens cap)
+        # the run is asked for: its requests and the tokens they decode (fixed lengths: n x
+        # OUT, 1M x 256 is 2.6x the default cap) above the CLI's caps
         wall, rss, rc, cpu = _child([str(BIN), "--limit", f"sim_requests={max(n, 500_000)}",
-                                     "--limit", f"sim_tokens={max(n * OUT * 2, 100_000_000)}",
+                                     "--limit", f"sim_tokens={max(n * OUT, 100_000_000)}",
                                      "simulate", "--model", MODEL, "--gpu", GPU, "--rate",
                                      f"{rate}", "--requests", str(n), "--input-len", str(INP),
                                      "--output-len", str(OUT), "--format", "json",

@@ -139,9 +139,8 @@ ROUNDS_WHAT_IF = (int(sys.argv[sys.argv.index("--replay-rounds") + 1])
 rest (capplan.plan.aiconfigurator.REPLAY_ROUNDS; 20 replays AIPerf's 20 rounds whole)."""
 if ROUNDS_WHAT_IF is not None:
     import capplan.plan.aiconfigurator as _aic
-    import capplan.plan.pd_sim as _pd_sim
 
-    _aic.REPLAY_ROUNDS = _pd_sim.REPLAY_ROUNDS = ROUNDS_WHAT_IF
+    _aic.REPLAY_ROUNDS = ROUNDS_WHAT_IF
 STATED_ONLY = "--stated-only" in sys.argv
 """Score only the rows that give their worker counts."""
 DECODE_RULE = sys.argv[sys.argv.index("--decode-rule") + 1] if "--decode-rule" in sys.argv \

@@ -22,7 +22,8 @@ import numpy as np
 
 from capplan import limits
 from capplan.errors import InputError
-from capplan.plan.aiconfigurator import REPLAY_ROUNDS, measured_mean
+from capplan.plan import aiconfigurator
+from capplan.plan.aiconfigurator import measured_mean
 from capplan.plan.pd import DEFAULT_PROMPTS, PdLayout
 from capplan.plan.replay import TOLERANCE  # the aggregated check's: one bar for both
 from capplan.plan.simulation import mark_overload, workload_from_options
@@ -205,7 +206,8 @@ def replayed_requests(concurrency: int, measured: int) -> int:
     the start-up wave and REPLAY_ROUNDS - 1 more rounds (`benchmark_replay`)."""
     c = int(concurrency)
     measured = max(int(measured), c)
-    return measured if measured <= REPLAY_ROUNDS * c else REPLAY_ROUNDS * c
+    k = aiconfigurator.REPLAY_ROUNDS  # the one setting, read where it is defined
+    return measured if measured <= k * c else k * c
 
 
 def benchmark_replay(layout: PdLayout, concurrency: int, input_len: str, output_len: str,
@@ -270,7 +272,8 @@ def closed_loop_latency(layout: PdLayout, analytic: dict[str, Any], load: Any,
     check = _analytic_check(analytic, sim)
     b = sim["benchmark_replay"]
     how = (f" ({b['measured_requests']} requests, {b['rounds']:g} rounds: rounds "
-           f"{REPLAY_ROUNDS + 1}-{b['rounds']:g} repeat the replayed rounds 2-{REPLAY_ROUNDS})"
+           f"{aiconfigurator.REPLAY_ROUNDS + 1}-{b['rounds']:g} repeat the replayed rounds "
+           f"2-{aiconfigurator.REPLAY_ROUNDS})"
            if b["extrapolated"] else "")
     return {**sim, **_kept(analytic), "analytic_check": check,
             "load": f"closed loop, {c} clients, {run.preset.tool}{how}",

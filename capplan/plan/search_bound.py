@@ -167,7 +167,7 @@ def _least_per_family(groups: list[ConfigGroup], known: np.ndarray, r: np.ndarra
                       weights: _Weights | None) -> tuple[np.ndarray, np.ndarray]:
     """The known configurations whose leading figures (`_order` of their replicas) are their
     family's least: only these can be its best, so only their tie-break (p99 TTFT) is read."""
-    family: list[Any] = _families(groups) if weights is None else [0] * len(groups)
+    family = _family_keys(groups, weights)
     ki, kj = np.nonzero(known)
     order = [_order(r[i, j], i, weights) for i, j in zip(ki, kj, strict=True)]
     least: dict[Any, tuple[float, float]] = {}
@@ -201,7 +201,7 @@ def _to_bisect(groups: list[ConfigGroup], known: np.ndarray, valid: np.ndarray,
     p99 TTFT at the planned rate with lb replicas) not after the best's (with more replicas
     it would lose anyway)."""
     r, lb, ttft = figures
-    family: list[Any] = _families(groups) if weights is None else [0] * len(groups)
+    family = _family_keys(groups, weights)
     best: dict[Any, tuple[tuple[float, ...], int, int]] = {}
     for i, j in zip(*np.nonzero(known), strict=True):
         key = (*_order(r[i, j], i, weights), round(float(ttft[i, j]), 3),
@@ -252,6 +252,12 @@ def _weights(groups: list[ConfigGroup], objective: str) -> _Weights:
     price = np.asarray([math.inf if g.gpu.price_per_hour_usd is None
                         else g.gpu.price_per_hour_usd for g in groups], float)
     return per, price, objective == "min_gpus"
+
+
+def _family_keys(groups: list[ConfigGroup], weights: _Weights | None) -> list[Any]:
+    """Each group's family as `_to_bisect` compares bests: Candidate.family, or one family of
+    every group when `weights` rank all configurations together (best_only)."""
+    return _families(groups) if weights is None else [0] * len(groups)
 
 
 def _families(groups: list[ConfigGroup]) -> list[Any]:
@@ -340,11 +346,11 @@ def _figures(sub: QueueModel, bracket: tuple[np.ndarray, np.ndarray], seqs: np.n
 
 
 def _collected(future: Any, here: Callable[[], Any]) -> Any:
-    """A worker's result, or `here()` without one (no idle worker took it), where it was
-    still queued (cancelled: this process got there first) or where its worker died."""
+    """A worker's result, or `here()` where it was still queued (cancelled: this process got
+    there first) or where its worker died."""
     from concurrent.futures.process import BrokenProcessPool
 
-    if future is None or future.cancel():
+    if future.cancel():
         return here()
     try:
         return future.result()
