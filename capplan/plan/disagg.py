@@ -288,8 +288,46 @@ def _pair(pc: _PrefillCurve, dp: PoolPlan, t: Traffic, target: float, ttft_slo: 
 
 
 DISAGG_PORTS = {"prefill": 8100, "decode": 8200}
-"""Ports of the first prefill and decode replica on a node (vLLM's disaggregated-serving
-examples use 8100 and 8200); replica k listens on port + k."""
+"""Ports of the first prefill and decode replica on a host (vLLM's disaggregated-serving
+examples use 8100 and 8200); the k-th replica of a pool on a host listens on port + k."""
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where one replica runs: its host's name, its first GPU there, its port."""
+
+    role: str
+    host: str
+    first_gpu: int
+    port: int
+
+
+def placements(p: DisaggPlan) -> list[Placement]:
+    """Where the launch lines put every replica: the prefill pool's replicas, then the decode
+    pool's, fill hosts of the GPU's `host_gpus` in order; a replica that does not fit what is
+    left of a host starts the next (one wider than a host takes whole hosts), pools of
+    different GPUs never share one. One host is `localhost`, several HOST0, HOST1, ..."""
+    slots: list[tuple[str, int, int]] = []
+    host, used, gpu_key = 0, 0, None
+    for role, pool in (("prefill", p.prefill), ("decode", p.decode)):
+        g, cap = pool.dep.gpus_per_replica, pool.dep.gpu.host_gpus
+        for _ in range(pool.replicas):
+            if used and (used + g > cap or pool.dep.gpu.key != gpu_key):
+                host, used = host + 1, 0
+            slots.append((role, host, used))
+            gpu_key, used = pool.dep.gpu.key, used + g
+            if used >= cap:
+                host, used = host + -(-used // cap), 0
+    hosts = host + (1 if used else 0)
+    out = []
+    for role, h, first in slots:
+        k = sum(1 for o in out if o.role == role and o.host == _host_name(h, hosts))
+        out.append(Placement(role, _host_name(h, hosts), first, DISAGG_PORTS[role] + k))
+    return out
+
+
+def _host_name(i: int, hosts: int) -> str:
+    return "localhost" if hosts == 1 else f"HOST{i}"
 
 
 def _pool_options(d: Deployment, role: str, first_gpu: int) -> Any:
@@ -300,29 +338,44 @@ def _pool_options(d: Deployment, role: str, first_gpu: int) -> Any:
 
 def launch_lines(p: DisaggPlan) -> dict[str, str]:
     """The planned engine's lines for the first replica of each pool (further replicas: the
-    next GPUs, port + 1), with the pool's own settings, memory fraction, max-model-len, port
-    and GPUs; vLLM: NixlConnector on both pools, a proxy sends each request to a prefill
-    replica with max_tokens=1, then to a decode replica; SGLang: a router in front (docs: PD
-    Disaggregation). TensorRT-LLM's disaggregated serving takes a YAML of both pools
-    (trtllm-serve disaggregated), not launch lines: its pools are given as such."""
-    from capplan.plan.launch import launch_line, node_commands
+    next GPUs, port + 1, or the next host: `placements`), with the pool's own settings, memory
+    fraction, max-model-len, port and GPUs; vLLM: NixlConnector on both pools and the NIXL
+    proxy in front, SGLang: its router in front (docs: PD Disaggregation), each on the engine's
+    default port and listing every replica with round-robin placement, as the pools are sized
+    (an even split of the rate);
+    over several hosts, which replica runs where. TensorRT-LLM's disaggregated serving takes a
+    YAML of both pools (trtllm-serve disaggregated), not launch lines: its pools are given as
+    such."""
+    from capplan.plan.launch import DEFAULT_PORTS, launch_line, node_commands
+    from capplan.plan.launch_multinode import front_line
 
     pr, de = p.prefill.dep, p.decode.dep
     engine = pr.settings.profile.name
-    po = _pool_options(pr, "prefill", 0)
-    do = _pool_options(de, "decode", pr.gpus_per_replica
-                       if pr.gpus_per_replica + de.gpus_per_replica <= pr.gpu.host_gpus else 0)
+    where = placements(p)
+    first = {role: next(x for x in where if x.role == role) for role in ("prefill", "decode")}
+    opts = {role: _pool_options(dep, role, first[role].first_gpu)
+            for role, dep in (("prefill", pr), ("decode", de))}
     out = {f"{engine}_{role}": f"{pool.replicas} x: "
-           + "\n".join(node_commands(launch_line(engine, o), o))
-           for role, pool, o in (("prefill", p.prefill, po), ("decode", p.decode, do))}
-    pre, dec = f"http://localhost:{po.port}", f"http://localhost:{do.port}"
-    if engine == "vllm":
-        out["vllm_proxy"] = (f"a disaggregated-serving proxy (vLLM examples/online_serving/"
-                             f"disaggregated_serving) to prefill {pre} with max_tokens=1, then "
-                             f"decode {dec}")
-    elif engine == "sglang":
-        out["sglang_router"] = ("python -m sglang_router.launch_router --pd-disaggregation "
-                                f"--prefill {pre} --decode {dec} --host 0.0.0.0 --port 30000")
+           + "\n".join(node_commands(launch_line(engine, opts[role]), opts[role]))
+           for role, pool in (("prefill", p.prefill), ("decode", p.decode))}
+    urls = {role: [(x.host, x.port) for x in where if x.role == role]
+            for role in ("prefill", "decode")}
+    if engine in ("vllm", "sglang"):
+        out[f"{engine}_{'router' if engine == 'sglang' else 'proxy'}"] = front_line(
+            engine, urls["prefill"], urls["decode"], routers=("round-robin", "round-robin"),
+            port=DEFAULT_PORTS[engine])  # where the engine's own clients look
+    if where[-1].host != "localhost":
+        counts: dict[str, int] = {}
+        parts = []
+        for x in where:
+            i = counts[x.role] = counts.get(x.role, -1) + 1
+            dep = pr if x.role == "prefill" else de
+            span, per = -(-dep.gpus_per_replica // dep.gpu.host_gpus), dep.gpu.host_gpus
+            on = x.host if span == 1 else f"{x.host}-HOST{int(x.host[4:]) + span - 1}"
+            gpus = (f"GPUs {x.first_gpu}-{x.first_gpu + dep.gpus_per_replica - 1}" if span == 1
+                    else f"GPUs 0-{per - 1} of each")
+            parts.append(f"{on}: {x.role} {i} ({gpus}, port {x.port})")
+        out[f"{engine}_hosts"] = "; ".join(parts)
     return out
 
 

@@ -123,11 +123,8 @@ def _pd_sglang(p: Deployment, d: Deployment, pre: list[int], dec: list[int]
         for i, port in enumerate(ports):
             out[f"{role} worker {i}"] = worker_lines(dep, "sglang", port, role,
                                                      f"{role.upper()}{i}")
-    out["router"] = [
-        "python -m sglang_router.launch_router --pd-disaggregation "
-        + " ".join(f"--prefill http://PREFILL{i}:{q}" for i, q in enumerate(pre)) + " "
-        + " ".join(f"--decode http://DECODE{j}:{q}" for j, q in enumerate(dec))
-        + f" --host 0.0.0.0 --port {SERVE_PORT}"]
+    out["router"] = [front_line("sglang", [(f"PREFILL{i}", q) for i, q in enumerate(pre)],
+                                [(f"DECODE{j}", q) for j, q in enumerate(dec)])]
     return out
 
 
@@ -152,13 +149,27 @@ def _pd_vllm(p: Deployment, d: Deployment, pre: list[int], dec: list[int]
         for i, port in enumerate(ports):
             out[f"{role} worker {i}"] = worker_lines(dep, "vllm", port, role,
                                                      f"{role.upper()}{i}")
-    # vLLM's NIXL proxy (tests/v1/kv_connector/nixl_integration/toy_proxy_server.py):
-    # prefill with max_tokens=1, then decode on a decoder
-    out["router"] = [
-        "python tests/v1/kv_connector/nixl_integration/toy_proxy_server.py --host 0.0.0.0 "
-        f"--port {SERVE_PORT} --prefiller-hosts "
-        + " ".join(f"PREFILL{i}" for i in range(len(pre)))
-        + " --prefiller-ports " + " ".join(map(str, pre))
-        + " --decoder-hosts " + " ".join(f"DECODE{j}" for j in range(len(dec)))
-        + " --decoder-ports " + " ".join(map(str, dec))]
+    out["router"] = [front_line("vllm", [(f"PREFILL{i}", q) for i, q in enumerate(pre)],
+                                [(f"DECODE{j}", q) for j, q in enumerate(dec)])]
     return out
+
+
+def front_line(engine: str, prefill: list[tuple[str, int]], decode: list[tuple[str, int]],
+               routers: tuple[str, str] | None = None, port: int = SERVE_PORT) -> str:
+    """The router or proxy in front of P/D workers, each at (host, port), every one of them
+    listed: SGLang's router (one --prefill and one --decode URL per worker); otherwise vLLM's
+    NIXL proxy (tests/v1/kv_connector/nixl_integration/toy_proxy_server.py: prefill with
+    max_tokens=1, then decode on a decoder; hosts and ports as parallel lists). `routers`
+    (prefill, decode): set the front end's policies to those (`_with_routers`)."""
+    if engine == "sglang":
+        line = ("python -m sglang_router.launch_router --pd-disaggregation "
+                + " ".join(f"--prefill http://{h}:{q}" for h, q in prefill) + " "
+                + " ".join(f"--decode http://{h}:{q}" for h, q in decode)
+                + f" --host 0.0.0.0 --port {port}")
+    else:
+        line = ("python tests/v1/kv_connector/nixl_integration/toy_proxy_server.py --host "
+                f"0.0.0.0 --port {port} --prefiller-hosts " + " ".join(h for h, _ in prefill)
+                + " --prefiller-ports " + " ".join(str(q) for _, q in prefill)
+                + " --decoder-hosts " + " ".join(h for h, _ in decode)
+                + " --decoder-ports " + " ".join(str(q) for _, q in decode))
+    return line if routers is None else _with_routers(engine, line, *routers)

@@ -1,0 +1,89 @@
+"""`recommend`'s disaggregated launch lines: where every replica runs, and a front end that
+lists every one of them (a router that names only the first decode replica leaves the others
+idle and the pool short of the rate it was sized for)."""
+
+from __future__ import annotations
+
+import shlex
+
+import pytest
+
+from capplan.catalog.loader import load_catalog
+from capplan.models.disagg import INTER_NODE
+from capplan.models.engine import EngineSettings
+from capplan.plan.deployment import resolve_deployment
+from capplan.plan.disagg import DisaggPlan, PoolPlan, launch_lines, placements
+
+
+@pytest.fixture(scope="module")
+def catalog():
+    return load_catalog(())
+
+
+def _plan(catalog, model: str, gpu: str, engine: str, tps: tuple[int, int],
+          replicas: tuple[int, int]) -> DisaggPlan:
+    pools = []
+    for role, tp, n in (("prefill", tps[0], replicas[0]), ("decode", tps[1], replicas[1])):
+        dep = resolve_deployment(catalog, model, gpu, EngineSettings(engine=engine, tp=tp))
+        pools.append(PoolPlan(role, dep, n, 1.0, 0.1, 0.01))
+    return DisaggPlan(pools[0], pools[1], INTER_NODE, 0.001, 0.001, 0.2, 0.02)
+
+
+def _words(line: str, flag: str) -> list[str]:
+    w = shlex.split(line)
+    i = w.index(flag) + 1
+    out = []
+    while i < len(w) and not w[i].startswith("--"):
+        out.append(w[i])
+        i += 1
+    return out
+
+
+def test_one_host_packs_the_pools_side_by_side(catalog) -> None:
+    # 4 prefill + 4 decode replicas of one H100 each: the 8 GPUs of one host. Prefill on GPUs
+    # 0-3 at ports 8100-8103, decode on GPUs 4-7 at 8200-8203 (the decode pool's first GPU
+    # after the whole prefill pool, not after its first replica).
+    p = _plan(catalog, "llama-3.1-8b", "h100-sxm", "vllm", (1, 1), (4, 4))
+    got = [(x.role, x.host, x.first_gpu, x.port) for x in placements(p)]
+    assert got == ([("prefill", "localhost", g, 8100 + g) for g in range(4)]
+                   + [("decode", "localhost", 4 + g, 8200 + g) for g in range(4)])
+    lines = launch_lines(p)
+    assert "CUDA_VISIBLE_DEVICES=4 " in lines["vllm_decode"]
+    proxy = lines["vllm_proxy"]
+    assert _words(proxy, "--prefiller-hosts") == ["localhost"] * 4
+    assert _words(proxy, "--prefiller-ports") == ["8100", "8101", "8102", "8103"]
+    assert _words(proxy, "--decoder-ports") == ["8200", "8201", "8202", "8203"]
+    assert "vllm_hosts" not in lines  # one host: nothing to place
+
+
+def test_a_replica_per_host_and_a_router_naming_them_all(catalog) -> None:
+    # 1 prefill + 2 decode replicas of TP 8 on 8-GPU H200 hosts: three hosts; SGLang's router
+    # lists one --prefill and two --decode URLs, on SGLang's default port.
+    p = _plan(catalog, "llama-3.1-70b", "h200", "sglang", (8, 8), (1, 2))
+    got = [(x.role, x.host, x.first_gpu, x.port) for x in placements(p)]
+    assert got == [("prefill", "HOST0", 0, 8100), ("decode", "HOST1", 0, 8200),
+                   ("decode", "HOST2", 0, 8200)]
+    lines = launch_lines(p)
+    router = lines["sglang_router"]
+    assert _words(router, "--prefill") == ["http://HOST0:8100"]
+    w = shlex.split(router)
+    assert [w[i + 1] for i, x in enumerate(w) if x == "--decode"] == [
+        "http://HOST1:8200", "http://HOST2:8200"]
+    assert _words(router, "--port") == ["30000"]
+    assert _words(router, "--decode-policy") == ["round_robin"]
+    assert lines["sglang_hosts"].split("; ") == [
+        "HOST0: prefill 0 (GPUs 0-7, port 8100)", "HOST1: decode 0 (GPUs 0-7, port 8200)",
+        "HOST2: decode 1 (GPUs 0-7, port 8200)"]
+
+
+def test_a_replica_wider_than_a_host_takes_whole_hosts(catalog) -> None:
+    # A TP 16 prefill replica spans hosts 0-1 (8 GPUs each); the TP 2 decode replicas start on
+    # host 2, four to a host: 5 of them on hosts 2, 2, 2, 2, 3.
+    p = _plan(catalog, "llama-3.1-70b", "h100-sxm", "sglang", (16, 2), (1, 5))
+    got = [(x.role, x.host, x.first_gpu, x.port) for x in placements(p)]
+    assert got == [("prefill", "HOST0", 0, 8100)] + [
+        ("decode", "HOST2", 2 * k, 8200 + k) for k in range(4)] + [
+        ("decode", "HOST3", 0, 8200)]
+    assert launch_lines(p)["sglang_hosts"].split("; ")[:2] == [
+        "HOST0-HOST1: prefill 0 (GPUs 0-7 of each, port 8100)",
+        "HOST2: decode 0 (GPUs 0-1, port 8200)"]
