@@ -164,16 +164,16 @@ if numba is not None:
 
     _njit = numba.njit(cache=True)
     # The functions on a step's path are inlined into `_step` and `_bulk_all` (numba IR
-    # inlining) or called, and none of them allocates: they are compiled without numba's
-    # runtime reference counting (`_njit_borrow`, numba's `_nrt=False` option), so they borrow
-    # their arrays from the caller, which holds them for the call. With it, every compiled
-    # call, and every inlined one (its parameters are rebound), increfs each array of its
-    # (tuple) arguments on entry and decrefs it on exit: atomic operations (NRT_incref,
-    # NRT_decref) that were two thirds of the loop's time (perf samples), the state tuples
-    # holding ~30 arrays. A function that allocates (`_grow`, `_tbt_grow`, `simulate_loop`) or
-    # returns an array keeps the runtime (`_njit`): without it a returned array would not be
-    # owned, nor a replaced one freed. `_step`, `_bulk_all` and `_run_steps` stay calls
-    # (inlining them too tripled the compile time).
+    # inlining) or called, and none of them allocates: they are compiled without numba's runtime
+    # reference counting (`_njit_borrow`: the `_nrt=False` option numba's own string helpers are
+    # compiled with), so they borrow their arrays from the caller, which holds them for the
+    # call. With it, every compiled call, and every inlined one (its parameters are rebound),
+    # increfs each array of its (tuple) arguments on entry and decrefs it on exit: atomic
+    # operations (NRT_incref, NRT_decref) that were two thirds of the loop's time (perf
+    # samples), the state tuples holding ~30 arrays. A function that allocates (`_grow`,
+    # `_tbt_grow`, `simulate_loop`) or returns an array keeps the runtime (`_njit`): without it
+    # a returned array would not be owned, nor a replaced one freed. `_step`, `_bulk_all` and
+    # `_run_steps` stay calls (inlining them too tripled the compile time).
     _njit_inline = numba.njit(cache=True, inline="always")
     _njit_borrow = numba.njit(cache=True, _nrt=False)
     _step_parts = numba.njit(cache=True)(perf.step_parts)
