@@ -164,11 +164,18 @@ if numba is not None:
 
     _njit = numba.njit(cache=True)
     # The functions on a step's path are inlined into `_step` and `_bulk_all` (numba IR
-    # inlining): a compiled call increfs every array of its (tuple) arguments on entry and
-    # decrefs them on exit, atomic operations that were half of the loop's time once the state
-    # tuples held ~30 arrays (gdb samples: NRT_incref/NRT_decref). `_step`, `_bulk_all` and the
-    # loop stay calls: inlining them too tripled the compile time and ran no faster.
+    # inlining) or called, and none of them allocates: they are compiled without numba's runtime
+    # reference counting (`_njit_borrow`: the `_nrt=False` option numba's own string helpers are
+    # compiled with), so they borrow their arrays from the caller, which holds them for the
+    # call. With it, every compiled call, and every inlined one (its parameters are rebound),
+    # increfs each array of its (tuple) arguments on entry and decrefs it on exit: atomic
+    # operations (NRT_incref, NRT_decref) that were two thirds of the loop's time (perf
+    # samples), the state tuples holding ~30 arrays. A function that allocates (`_grow`,
+    # `_tbt_grow`, `simulate_loop`) or returns an array keeps the runtime (`_njit`): without it
+    # a returned array would not be owned, nor a replaced one freed. `_step`, `_bulk_all` and
+    # `_run_steps` stay calls (inlining them too tripled the compile time).
     _njit_inline = numba.njit(cache=True, inline="always")
+    _njit_borrow = numba.njit(cache=True, _nrt=False)
     _step_parts = numba.njit(cache=True)(perf.step_parts)
 
     @_njit
@@ -191,7 +198,7 @@ else:
     def _njit(f: Callable) -> Callable:
         return f
 
-    _njit_inline = _njit
+    _njit_inline = _njit_borrow = _njit
 
     def _stand_in_s(x: tuple, model: Any) -> float:
         """The step time of a step model other than `StepModel` (the tests' stand-ins): its
@@ -264,7 +271,7 @@ def _pop(heap: np.ndarray, sc: np.ndarray, q: np.ndarray, arr: np.ndarray) -> in
 
 
 # -- arrivals: open loop (given times) or closed loop (a completion sends the next request) ----
-@_njit
+@_njit_borrow
 def _pbefore(a: int, b: int, af: np.ndarray, ai: np.ndarray) -> bool:
     """Client jitter: request a (in sending order) reaches the engine before b: by arrival
     time, then sending step, then delay (the reference's pool order)."""
@@ -277,7 +284,7 @@ def _pbefore(a: int, b: int, af: np.ndarray, ai: np.ndarray) -> bool:
     return a < b
 
 
-@_njit
+@_njit_borrow
 def _ppush(k: int, sc: np.ndarray, af: np.ndarray, ai: np.ndarray) -> None:
     heap = ai[PHEAP]
     i = sc[NPEND]
@@ -291,7 +298,7 @@ def _ppush(k: int, sc: np.ndarray, af: np.ndarray, ai: np.ndarray) -> None:
         i = p
 
 
-@_njit
+@_njit_borrow
 def _ppop(sc: np.ndarray, af: np.ndarray, ai: np.ndarray) -> int:
     heap = ai[PHEAP]
     top = heap[0]
@@ -402,7 +409,7 @@ def _reused(s: int, nh: int, pcx: tuple) -> int:
     return n
 
 
-@_njit
+@_njit_borrow
 def _hit(s: int, nh: int, q: np.ndarray, sc: np.ndarray, cfg: np.ndarray, pcx: tuple) -> None:
     """Reuse s's first nh blocks (block_pool.touch: ref count up, out of the free queue)."""
     kid, isref, kref, kstamp, a = pcx[KID], pcx[ISREF], pcx[KREF], pcx[KSTAMP], pcx[KOFF][s]
@@ -436,7 +443,7 @@ def _take(n: int, sc: np.ndarray, cfg: np.ndarray, pcx: tuple) -> None:
     sc[FREE] -= n
 
 
-@_njit
+@_njit_borrow
 def _register(s: int, before: int, after: int, cfg: np.ndarray, pcx: tuple) -> None:
     """Full blocks a scheduled chunk fills become shared entries when it is scheduled
     (kv_cache_manager.allocate_slots -> cache_blocks); an existing entry with the same key keeps
@@ -450,7 +457,7 @@ def _register(s: int, before: int, after: int, cfg: np.ndarray, pcx: tuple) -> N
             isref[a + j] = 1
 
 
-@_njit
+@_njit_borrow
 def _cache(k: int, sc: np.ndarray, pcx: tuple) -> None:
     """A freed block keeps its key at the back of the free queue (compacted to its live
     entries when the array is full: at most one per block, half its room)."""
@@ -522,7 +529,7 @@ def _unrun(v: int, run: np.ndarray, sc: np.ndarray) -> None:
     sc[NRUN] = j
 
 
-@_njit
+@_njit_borrow
 def _victim(run: np.ndarray, sc: np.ndarray, q: np.ndarray, cfg: np.ndarray) -> int:
     """The largest (priority, admission order) running sequence (vLLM V1 preempts the lowest
     priority, latest admitted one); -1 and an error code when there is none or no preemption.
@@ -541,7 +548,7 @@ def _victim(run: np.ndarray, sc: np.ndarray, q: np.ndarray, cfg: np.ndarray) -> 
     return best
 
 
-@_njit
+@_njit_borrow
 def _preempt(v: int, q: np.ndarray, sc: np.ndarray, cfg: np.ndarray, run: np.ndarray,
              heap: np.ndarray, arr: np.ndarray, pcx: tuple) -> None:
     """Recompute preemption (the reference's `_preempt`): free v's blocks, back to the queue;
@@ -946,7 +953,7 @@ def _tbt_grow(tb: np.ndarray, sc: np.ndarray) -> np.ndarray:
     return out
 
 
-@_njit
+@_njit_borrow
 def _sample(t: float, sc: np.ndarray, cfg: np.ndarray, series: tuple) -> None:
     """Keep step sc[STEP]'s start, running, waiting and blocks in use (the caller calls at the
     multiples of the stride); a full buffer keeps every other sample and doubles the stride."""
@@ -959,7 +966,7 @@ def _sample(t: float, sc: np.ndarray, cfg: np.ndarray, series: tuple) -> None:
         _halve(sc, series)
 
 
-@_njit
+@_njit_borrow
 def _halve(sc: np.ndarray, series: tuple) -> None:
     """Every other sample, twice the stride."""
     sf, si = series
@@ -1005,7 +1012,7 @@ def _record(t: float, dur: float, decode: bool, nfd: int, sc: np.ndarray, cfg: n
         si[0, k], si[1, k], si[2, k], si[3, k] = tbt, sc[NRUN], sc[NHEAP], cfg[TOTAL] - sc[FREE]
 
 
-@_njit
+@_njit_borrow
 def _step(t: float, q: np.ndarray, sc: np.ndarray, cfg: np.ndarray, model: tuple,
           arr: np.ndarray, lists: tuple, bufs: tuple) -> float:
     """Run step sc[STEP] from time t (schedule, time, record, advance); returns its duration.
@@ -1147,7 +1154,7 @@ def _bulk(t: float, t_next: float, q: np.ndarray, sc: np.ndarray, cfg: np.ndarra
     return t
 
 
-@_njit
+@_njit_borrow
 def _bulk_all(t: float, t_next: float, q: np.ndarray, sc: np.ndarray, cfg: np.ndarray,
               model: tuple, lists: tuple, bufs: tuple) -> float:
     """Decode stretches one after another (a completion ends one; the next starts when the
@@ -1180,15 +1187,24 @@ def _room(k: int, sc: np.ndarray, cfg: np.ndarray, lists: tuple) -> tuple:
     return (run, heap), gaps, (tb, series, sf, si)
 
 
-@_njit
-def _run_loop(q: np.ndarray, sc: np.ndarray, cfg: np.ndarray, model: tuple, arr: np.ndarray,
-              lists: tuple, bufs: tuple) -> tuple:
-    """Steps until every request finished (or an error, or a signal); returns the lists as
-    they grew."""
+@_njit_inline
+def _full(k: int, sc: np.ndarray, cfg: np.ndarray, lists: tuple) -> bool:
+    """Whether a growing buffer of `lists` lacks room for step k (`_room` grows it)."""
+    gaps, tb, sf = lists[1], lists[2][0], lists[2][2]
+    return ((cfg[KEEP_STEPS] and k == sf.shape[1]) or sc[NGAPS] + cfg[MAX_SEQS] + 1 > gaps.shape[1]
+            or 2 * (sc[NTBT] + 1) > tb.shape[0])
+
+
+@_njit_borrow
+def _run_steps(at: tuple, q: np.ndarray, sc: np.ndarray, cfg: np.ndarray, model: tuple,
+               arr: np.ndarray, lists: tuple, bufs: tuple) -> tuple:
+    """Steps from step k at time t, `at` = (t, k, stop_k), until every request finished, an
+    error, a buffer that needs room (`_full`), or step stop_k; returns (t, k), the next step's
+    time and index. It allocates nothing, so it borrows its arguments (`_njit_borrow`): no
+    reference count changes in its loop."""
+    t, k, stop_k = at
     n = arr.shape[0]
-    t, k = 0.0, 0
-    next_poll = POLL_STEPS
-    while sc[DONE] < n:
+    while sc[DONE] < n and k < stop_k:
         _arrive(t, q, sc, cfg, lists[0][1], arr, bufs)
         if sc[NRUN] == 0 and sc[NHEAP] == 0:
             t_next = _next_arrival(sc, cfg, arr, bufs)
@@ -1197,18 +1213,34 @@ def _run_loop(q: np.ndarray, sc: np.ndarray, cfg: np.ndarray, model: tuple, arr:
                 break
             t = max(t, t_next)
             continue
-        lists = _room(k, sc, cfg, lists)
+        if _full(k, sc, cfg, lists):
+            break
         sc[STEP] = k
         dur = _step(t, q, sc, cfg, model, arr, lists, bufs)
         if sc[ERR]:
             break
         t = _bulk_all(t + dur, np.inf, q, sc, cfg, model, lists, bufs)
         k = sc[STEP] + 1
-        if k >= next_poll:  # every POLL_STEPS steps (bulk runs move k by more than one)
+    return t, k
+
+
+@_njit
+def _run_loop(q: np.ndarray, sc: np.ndarray, cfg: np.ndarray, model: tuple, arr: np.ndarray,
+              lists: tuple, bufs: tuple) -> tuple:
+    """Steps until every request finished (or an error, or a signal); returns the lists as
+    they grew. The steps run in `_run_steps`, which returns here to grow a buffer and every
+    POLL_STEPS steps to poll for signals (bulk runs move k by more than one)."""
+    t, k = 0.0, 0
+    next_poll = POLL_STEPS
+    while True:
+        t, k = _run_steps((t, k, next_poll), q, sc, cfg, model, arr, lists, bufs)
+        if sc[ERR] or sc[DONE] >= arr.shape[0]:
+            return lists
+        if k >= next_poll:
             next_poll = k + POLL_STEPS
             if _poll_signals():
-                break  # Ctrl-C / SIGTERM: the caller re-raises it (sim/interrupt.py)
-    return lists
+                return lists  # Ctrl-C / SIGTERM: the caller re-raises it (sim/interrupt.py)
+        lists = _room(k, sc, cfg, lists)
 
 
 @_njit

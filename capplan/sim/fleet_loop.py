@@ -50,6 +50,7 @@ from capplan.sim.compiled import (
     _bulk_all,
     _grow,
     _njit,
+    _njit_borrow,
     _push,
     _step,
     _tbt_add,
@@ -79,7 +80,7 @@ def new_affinity_map() -> object:
     return Dict.empty(key_type=types.int64, value_type=types.int64)
 
 
-@_njit
+@_njit_borrow
 def _window(t: float, bounds: np.ndarray) -> int:
     """Index of the window holding t (bounds: the W window starts; before the first: 0)."""
     w = np.searchsorted(bounds, t, side="right") - 1
@@ -176,34 +177,56 @@ def _ensure_room(r: int, ia: list, SC: np.ndarray) -> None:
 @_njit
 def _advance(r: int, until: float, eng: tuple, st: tuple, tb: tuple, shared: tuple) -> None:
     """Replica r runs its steps that start before `until` (decode stretches stop there and at
-    the end of their window). `eng` = (q, cfg, model, engine arrival times)."""
-    q, cfg, model, arr = eng
-    SC, t_r, last_done, k_r, TF, ia = st
+    the end of their window). `eng` = (q, cfg, model, engine arrival times). The steps run in
+    `_run_window`, which returns here at a window's end or to grow a buffer."""
+    cfg = eng[1]
+    SC, t_r, ia = st[0], st[1], st[5]
     tabs, nt, bounds, gl, ng, agg_rest = tb
     sc = SC[r]
     p = shared[4]  # the requests' block keys; replica r's ref counts, stamps and free queue
     pcx = (p[0], p[1], p[2], p[3][r], p[4][r], p[5][r])
     while (sc[NRUN] > 0 or sc[NHEAP] > 0) and t_r[r] < until and sc[ERR] == 0:
-        t = t_r[r]
-        w = _window(t, bounds)
+        w = _window(t_r[r], bounds)
         if 2 * (nt[w] + 1) > tabs[w].shape[0]:
             tabs[w], nt[w] = _grow_table(tabs[w])
         if ng[0] + cfg[MAX_SEQS] + 1 > gl[0].shape[1]:
             gl[0], gl[1] = _grow(gl[0]), _grow(gl[1])
         _ensure_room(r, ia, SC)
-        sc[NTBT], sc[NGAPS], sc[STEP] = nt[w], ng[0], k_r[r]
-        d0 = sc[DONE]
         lists = ((ia[RUN_][r], ia[HEAP_][r]), gl[0], (tabs[w], agg_rest[0], agg_rest[1],
                                                        agg_rest[2]))
         bufs = (ia[PF_][r], ia[CHL_][r], ia[NEEDL_][r], shared[0], ia[FDL_][r], shared[1],
-                TF[r], shared[2], ia[FIN_][r], shared[3], arr, pcx)
+                st[4][r], shared[2], ia[FIN_][r], shared[3], eng[3], pcx)
+        _run_window((r, w, until), eng, st[:5], (nt, bounds, ng), gl[1], lists, bufs)
+
+
+@_njit_borrow
+def _run_window(at: tuple, eng: tuple, st: tuple, tb: tuple, gwin: np.ndarray, lists: tuple,
+                bufs: tuple) -> None:
+    """Replica r's steps that start before `until` in window w, `at` = (r, w, until), while
+    the window's table, the gap lists and r's heap have room (`_advance` grows them); `st`
+    and `tb` are `_advance`'s without their lists (t_r.. TF; nt, bounds, ng). It
+    allocates nothing, so it borrows its arguments (`compiled._njit_borrow`): no reference
+    count changes per step."""
+    r, w, until = at
+    q, cfg, model, arr = eng
+    SC, t_r, last_done, k_r, TF = st[0], st[1], st[2], st[3], st[4]
+    nt, bounds, ng = tb
+    sc, heap, gaps, tab = SC[r], lists[0][1], lists[1], lists[2][0]
+    while (sc[NRUN] > 0 or sc[NHEAP] > 0) and t_r[r] < until and sc[ERR] == 0:
+        t = t_r[r]
+        if (_window(t, bounds) != w or 2 * (nt[w] + 1) > tab.shape[0]
+                or ng[0] + cfg[MAX_SEQS] + 1 > gaps.shape[1]
+                or sc[NHEAP] + sc[NRUN] + 2 > heap.shape[0]):
+            return
+        sc[NTBT], sc[NGAPS], sc[STEP] = nt[w], ng[0], k_r[r]
+        d0 = sc[DONE]
         t = t + _step(t, q, sc, cfg, model, arr, lists, bufs)
         if sc[ERR]:
             return
         last_done[r] = sc[DONE] - d0
         we = _window(TF[r, T_END], bounds)
         for g in range(ng[0], sc[NGAPS]):  # extra gaps: the window of their step's end
-            gl[1][0, g] = we
+            gwin[0, g] = we
         t_edge = bounds[w + 1] if w + 1 < bounds.shape[0] else np.inf
         t2 = _bulk_all(t, min(until, t_edge), q, sc, cfg, model, lists, bufs)
         if t2 != t:
