@@ -180,7 +180,9 @@ def closed_loop_latency(step: StepModel, isl: float, osl: float, max_num_seqs: i
             tpot = 1.0 / max(n_dec_steps_per_s + n_pf_steps_per_s, 1e-9)
             # Share of token gaps that are prefill steps: their count over all steps' count.
             gap_share = n_pf_steps_per_s * tpot
-        ttft += resid
+        # formed a step ahead (SchedulerPolicy.schedules_ahead), the step after a returning
+        # request's arrival was scheduled without it: it waits one more step while others run
+        ttft += resid + (t_dec if policy.schedules_ahead and m > 1 else 0.0)
         return {"ttft": ttft, "tpot": tpot, "k": k, "b": b_guess, "t_pf": t_pf,
                 "t_dec": t_dec, "pf_frac": pf_time_frac, "pf_gap_share": min(gap_share, 1.0)}
 

@@ -97,6 +97,16 @@ class SchedulerPolicy:
     True since 0.8, vllm/config/cache.py), SGLang (RadixAttention unless
     --disable-radix-cache), TensorRT-LLM (KvCacheConfig.enable_block_reuse True). The
     simulator and the queueing model apply a workload's prefix sharing only when it is on."""
+    schedules_ahead: bool = False
+    """The batch of step k is formed while step k - 1 runs, so it admits only the requests
+    that reached the engine before step k - 1 began: an arrival during a step waits for the
+    step after the next (one step more than a synchronous loop). vLLM's engine core with async
+    scheduling (vllm/v1/engine/core.py `step_with_batch_queue`, a batch queue of 2: it
+    schedules the next batch, then blocks on the one in flight), SGLang's overlap loop
+    (managers/scheduler.py `event_loop_overlap`: receive, schedule and launch batch k, then
+    wait for batch k - 1's result) and TensorRT-LLM's overlap scheduler
+    (`_executor_loop_overlap`) all work this way; an idle engine schedules an arrival at once.
+    Set from the profile's `host_overlap` (EngineProfile)."""
 
     def held_tokens(self, isl: ArrayLike, osl: ArrayLike) -> Any:
         """Mean KV tokens a running sequence holds: running sequences are spread evenly over
@@ -224,7 +234,9 @@ class EngineProfile:
     host_overlap: bool = False
     """The host work of step n+1 runs while the GPU runs step n (vLLM async scheduling,
     SGLang's overlap scheduler, TensorRT-LLM's overlap scheduler): only the part of the
-    per-sequence host cost that exceeds the GPU's step shows (capplan.models.perf.step_parts)."""
+    per-sequence host cost that exceeds the GPU's step shows (capplan.models.perf.step_parts),
+    and the scheduler forms each batch a step ahead (`SchedulerPolicy.schedules_ahead`, kept
+    equal to this)."""
     client_jitter: ClientJitter = NO_JITTER
     """Timing noise of a closed-loop benchmark's clients and server front end (breaks cohorts
     up): the default of `latency --concurrency` and `simulate --concurrency`."""
@@ -270,6 +282,12 @@ class EngineProfile:
     budget_covers_model_len: bool = False
     """The default token budget is at least max_model_len (vLLM V0 without chunked prefill:
     `max_num_batched_tokens = max(max_model_len, 2048)`, so a whole prompt always fits)."""
+
+    def __post_init__(self) -> None:
+        # the scheduler forms batches a step ahead exactly when the host work overlaps
+        if self.scheduler.schedules_ahead != self.host_overlap:
+            object.__setattr__(self, "scheduler",
+                               replace(self.scheduler, schedules_ahead=self.host_overlap))
 
     def defaults(self, gpu: GpuLike, tp: int = 1) -> EngineDefaults:
         return self.defaults_rule(gpu, tp)

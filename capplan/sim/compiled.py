@@ -118,9 +118,11 @@ NCACHED, STAMP, LRU_HEAD, LRU_TAIL, HIT_TOKENS = 30, 31, 32, 33, 34
 """sc[...], prefix caching: free blocks that keep a key, the next free-queue stamp, the free
 queue's live span, prompt tokens found in the cache."""
 # float scalars tf[...]: this step's start and end, the end of the last decode step and of step
-# 0, the time integrals of the running set and of the requests in the system (s * requests)
-T_START, T_END, T_LAST_DEC, T_STEP0, RUN_INT, SYS_INT, OVERHEAD = range(7)
-NUM_TF = 7
+# 0, the time integrals of the running set and of the requests in the system (s * requests),
+# a closed loop's request overhead, the start of the last step run and this step's admission
+# cutoff (requests that reached the engine later wait: cfg[AHEAD], `_cutoff`)
+T_START, T_END, T_LAST_DEC, T_STEP0, RUN_INT, SYS_INT, OVERHEAD, T_PREV, T_CUT = range(9)
+NUM_TF = 9
 # per-request times qt[FIELD, request]: admission (a step's start), first token, finish (a
 # step's end); and in qtok[FIELD, request] (dropped after the run) last token and pending
 # first-decode gap (a step's end)
@@ -131,7 +133,7 @@ SERIES_CAP = 1 << 16
 (the series of runs up to SERIES_CAP steps is exactly the reference's)."""
 # configuration cfg[...]
 (TOTAL, BS, MAX_SEQS, MAX_TOKENS, WINDOW, HAS_WINDOW, PREFILL_FIRST, CHUNKED, CAN_PREEMPT,
- STATE_BLOCKS, KEEP_STEPS, SERIES_CAP_, CONC, JITTER, PC, KV_PRESENT, DP) = range(17)
+ STATE_BLOCKS, KEEP_STEPS, SERIES_CAP_, CONC, JITTER, PC, KV_PRESENT, DP, AHEAD) = range(18)
 # a closed loop's arrivals: af[ROW, .] floats, ai[ROW, .] ints; by request index: its send time
 # (the end of the step that sent it), its jitter and the step that sent it; by sending order
 # (client jitter: a request gets the next index when it arrives): arrival time, send time,
@@ -684,6 +686,8 @@ def _admit_waiting(q: np.ndarray, sc: np.ndarray, cfg: np.ndarray, lists: tuple,
     pf, chl, pcx = bufs[0], bufs[1], bufs[11]
     while sc[NHEAP] > 0 and sc[BUDGET] > 0 and sc[NRUN] < cfg[MAX_SEQS]:
         s = heap[0]
+        if arr[s] > bufs[6][T_CUT]:
+            break  # reached the engine after this step's batch was formed (`_cutoff`)
         c, nb, nh = _admission(s, sc[BUDGET], sc[SEQCAP], q, sc, cfg, pcx)
         if c < 0:
             break
@@ -1012,6 +1016,16 @@ def _record(t: float, dur: float, decode: bool, nfd: int, sc: np.ndarray, cfg: n
         si[0, k], si[1, k], si[2, k], si[3, k] = tbt, sc[NRUN], sc[NHEAP], cfg[TOTAL] - sc[FREE]
 
 
+@_njit_inline
+def _cutoff(t: float, sc: np.ndarray, cfg: np.ndarray, tf: np.ndarray) -> None:
+    """The admission cutoff of the step starting at t (tf[T_CUT]): an engine that forms each
+    batch a step ahead (cfg[AHEAD], SchedulerPolicy.schedules_ahead) formed this one when the
+    step before began, so only requests that had reached it by then are admitted; when no
+    step ran up to t, or none is running, it schedules at t (and without cfg[AHEAD])."""
+    ahead = cfg[AHEAD] and sc[NRUN] > 0 and tf[T_END] == t
+    tf[T_CUT] = tf[T_PREV] if ahead else t
+
+
 @_njit_borrow
 def _step(t: float, q: np.ndarray, sc: np.ndarray, cfg: np.ndarray, model: tuple,
           arr: np.ndarray, lists: tuple, bufs: tuple) -> float:
@@ -1021,7 +1035,9 @@ def _step(t: float, q: np.ndarray, sc: np.ndarray, cfg: np.ndarray, model: tuple
     sched, gaps, agg = lists
     run = sched[0]
     tf = bufs[6]
+    _cutoff(t, sc, cfg, tf)
     tf[T_START] = t
+    tf[T_PREV] = t
     decode = _schedule(q, sc, cfg, sched, arr, bufs)
     if sc[ERR]:
         return 0.0
@@ -1039,21 +1055,24 @@ def _step(t: float, q: np.ndarray, sc: np.ndarray, cfg: np.ndarray, model: tuple
 
 
 @_njit_inline
-def _bulk_ok(q: np.ndarray, sc: np.ndarray, cfg: np.ndarray, heap: np.ndarray, pcx: tuple
+def _bulk_ok(q: np.ndarray, sc: np.ndarray, cfg: np.ndarray, heap: np.ndarray, bufs: tuple
              ) -> bool:
     """Whether the next steps are pure decode steps of the same sequences (each one token
     longer) until an event: every running sequence decodes, no first-decode gap is pending,
     the last step decoded, and the waiting queue's head cannot be admitted (`_admit_waiting`'s
-    tests, which a completion or an arrival can change, and a block allocation cannot undo)."""
+    tests, which a completion or an arrival can change, and a block allocation cannot undo),
+    nor, formed a step ahead, waits for the step after the next (`_cutoff`)."""
     n = sc[NRUN]
     if n == 0 or sc[ERR] or sc[NDEC] != n or sc[NPF] or sc[NFD] or sc[LAST_DEC] != sc[STEP]:
         return False
     if sc[NHEAP] == 0 or n >= cfg[MAX_SEQS]:
         return True
+    if cfg[AHEAD] and bufs[10][heap[0]] > bufs[6][T_PREV]:
+        return False  # admitted after the next step (`_cutoff`): no stretch to skip
     budget = cfg[MAX_TOKENS] - (0 if cfg[PREFILL_FIRST] else sc[NDEC])
     if budget <= 0:
         return True
-    return _admission(heap[0], budget, _seq_cap(budget, cfg), q, sc, cfg, pcx)[0] < 0
+    return _admission(heap[0], budget, _seq_cap(budget, cfg), q, sc, cfg, bufs[11])[0] < 0
 
 
 @_njit_inline
@@ -1108,7 +1127,7 @@ def _bulk(t: float, t_next: float, q: np.ndarray, sc: np.ndarray, cfg: np.ndarra
     last as `_step` advances them (`_advance_running`: tokens, completions, the next step's
     sums and block edges). Returns the clock; sc[STEP] is the last step run."""
     run, heap = lists[0][0], lists[0][1]
-    if not _bulk_ok(q, sc, cfg, heap, bufs[11]):
+    if not _bulk_ok(q, sc, cfg, heap, bufs):
         return t
     b, below, edge = _bulk_len(q, sc, cfg, run)
     agg = lists[2]
@@ -1138,6 +1157,7 @@ def _bulk(t: float, t_next: float, q: np.ndarray, sc: np.ndarray, cfg: np.ndarra
         sc[LAST_DEC] = sc[STEP]
         sc[SUMCTX] += nd
         sc[SUMCTXW] += below
+        tf[T_PREV] = t
         t = t + dur
         j += 1
     if j == 0:
@@ -1444,7 +1464,8 @@ def build_arrays(eng: Any, reqs: Requests, prio: np.ndarray
                     eng.max_num_batched_tokens, eng.window if eng.has_window else NO_WINDOW,
                     eng.has_window, pol.prefill_first, pol.chunked_prefill, pol.preemption,
                     eng.state_blocks, bool(eng.keep_steps), eng.series_cap, 0, 0, 0,
-                    bool(getattr(eng, "kv_present", False)), attention_ranks(eng)], np.int64)
+                    bool(getattr(eng, "kv_present", False)), attention_ranks(eng),
+                    bool(getattr(pol, "schedules_ahead", False))], np.int64)
     return q, cfg
 
 

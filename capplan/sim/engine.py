@@ -59,6 +59,7 @@ docs "Tuning Max Batch Size and Max Num Tokens".
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -75,8 +76,10 @@ from capplan.sim.engine_options import (  # noqa: F401 (re-exported: the engine'
 from capplan.sim.entities import STEP_INPUTS, RunRecord
 from capplan.sim.workload import Requests
 
-VLLM_POLICY = VLLM.scheduler
-"""The default: vLLM V1's scheduler policy, from its engine profile."""
+VLLM_POLICY = replace(VLLM.scheduler, schedules_ahead=False)
+"""The default: vLLM V1's scheduler policy, from its engine profile, with each step formed when
+the last one ends (a bare engine; a deployment runs its profile's policy, which forms steps a
+step ahead with the host overlap on: SchedulerPolicy.schedules_ahead)."""
 
 
 def step_times(step_model: Any, steps: Mapping[str, Any] | np.ndarray) -> np.ndarray:

@@ -97,12 +97,19 @@ class QueueModel(SteadyState):
         return np.where(prompt > budget[..., None], prompt / budget[..., None]
                         * t_full[..., None], t)
 
+    def _ahead_s(self, tau: Any) -> Any:
+        """An arrival's extra wait when the engine forms each batch a step ahead
+        (SchedulerPolicy.schedules_ahead): the batch after the current step was formed when
+        it began, so the request joins the one after that, a step later (tau; 0 otherwise)."""
+        return tau if self.policy.schedules_ahead else 0.0 * tau
+
     def _sum_quantiles(self, x: _Terms, levels: dict[str, tuple[str, ...]]
                        ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
         """Quantiles of TTFT and E2E as sums of independent terms, at the QUANTILES names in
         levels["ttft_s"] and levels["e2e_s"] (E2E's law is built only when some are asked).
 
-        TTFT = overhead + residual of the current step (uniform on [0, tau]) + prefill-queue
+        TTFT = overhead + residual of the current step (uniform on [0, tau]) + the step already
+        formed when the engine schedules a step ahead (tau, `_ahead_s`) + prefill-queue
         wait + own prefill (a function of the prompt length, over its distribution) + the other
         prompts sharing that step + slot wait.
         E2E = TTFT + (O - 1) tau over the output-length distribution + a normal term for the
@@ -137,7 +144,8 @@ class QueueModel(SteadyState):
         # the shared step, like the waits, is 0 with a probability (no other chunk) and long
         # otherwise: it joins them in the split that keeps the no-wait law on a fine grid
         ttft = _sum_with_waits(
-            [_Term(np.zeros(shape) + self.step.request_overhead_s, 0.0),
+            [_Term(np.zeros(shape) + self.step.request_overhead_s + self._ahead_s(fin(tau)),
+                   0.0),
              _uniform_term(fin(tau)), _values_term(fin(own), p_w)],
             [_wait_term(p_pf, fin(wq_p)), _wait_term(fin(p_wait), fin(wq_c)),
              _values_term(shared, weights)],
@@ -218,7 +226,7 @@ class QueueModel(SteadyState):
         m_chunks = np.where(stable, lam * tau * s["n"], 0.0)
         res: dict[str, Any] = {"stable": stable, "step_s": tau, "decode_step_s": t_dec,
                                "prefill_step_s": t_pf, "prefill_step_frac": s["f"]}
-        ttft: dict[str, Any] = {"mean": tau / 2 + wq_p + own_mean + wq_c
+        ttft: dict[str, Any] = {"mean": tau / 2 + self._ahead_s(tau) + wq_p + own_mean + wq_c
                                 + self.step.request_overhead_s}
         tbt: dict[str, Any] = {"mean": gap}
         e2e: dict[str, Any] = {"mean": ttft["mean"] + self.dec_tokens * gap}
