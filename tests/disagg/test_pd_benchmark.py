@@ -49,7 +49,10 @@ def test_a_prefill_bound_closed_loop_by_hand(const_layout):
     # 1 / S_P = 20 req/s: the prefill worker never idles and is the loop's bound.
     # - TPOT: every decode step emits one token of every running request: S_D exactly.
     # - Start-up wave: the k-th prompt ends at k S_P (k = 1..64), then the KV transfer T, then
-    #   the decode step that admits it (d in [S_D, 2 S_D): it waits for the running step):
+    #   the decode step that admits it: the decode worker (vLLM 0.14+, async scheduling) forms
+    #   each step while the one before runs, so a request arriving during a step joins the step
+    #   after the next (d in [2 S_D, 3 S_D): the rest of the running step, the step already
+    #   formed, its own), the first one excepted (an idle worker admits at once):
     #   mean TTFT = (C + 1) / 2 x S_P + T + d = 1.625 s + T + d.
     # - Later rounds: request k of round r + 1 is sent when request k of round r ends; its
     #   prompt ends C S_P after that one's, so TTFT = C S_P - 200 S_D + (d' - d) = 1.2 s
@@ -58,7 +61,8 @@ def test_a_prefill_bound_closed_loop_by_hand(const_layout):
     c, isl, osl = 64, 1024, 201
     t = float(kv_transfer_s(isl, const_layout.decode.memory.kv_bytes_per_token_per_gpu,
                             const_layout.link))
-    wave = (c + 1) / 2 * S_P + t + 1.5 * S_D
+    assert const_layout.decode.settings.profile.scheduler.schedules_ahead
+    wave = (c + 1) / 2 * S_P + t + 2.5 * S_D
     later = c * S_P - (osl - 1) * S_D
     res = benchmark_replay(const_layout, c, str(isl), str(osl), 20 * c)
     assert res["tpot_s"]["mean"] == pytest.approx(S_D, rel=1e-9)

@@ -77,13 +77,16 @@ def test_simulated_delays_have_the_stated_mean(dep, overhead_s, jitter, osl):
 
 def test_large_jitter_gives_dispersed_arrivals_by_hand(dep):
     # spread far beyond a cycle: every prompt comes back alone, lands in a decode step of the
-    # others (waits half of it) and is prefilled alone with them decoding
+    # others (waits half of it), waits the step already formed (vLLM 0.14+ forms each step
+    # while the one before runs: SchedulerPolicy.schedules_ahead) and is prefilled alone with
+    # them decoding
     r = _cl(dep, 8, 1024, 256, 400, ClientJitter(request_s=30.0))
     t_dec = r["decode_step_s"]
     running = r["running"] - 1  # the others decode in the prompt's step
     ctx = 1024 + 256 / 2
     alone = cohort_step_s(dep.step, 1, 1024, running, ctx)
-    hand = t_dec / 2 + alone
+    assert dep.profile.scheduler.schedules_ahead
+    hand = t_dec / 2 + t_dec + alone
     assert r["ttft_steady_s"] == pytest.approx(hand, rel=0.1)
     # against the synchronised cohort of eight (no jitter): far shorter
     assert r["ttft_steady_s"] < 0.5 * _cl(dep, 8, 1024, 256, 400, ClientJitter())[

@@ -97,11 +97,21 @@ class QueueModel(SteadyState):
         return np.where(prompt > budget[..., None], prompt / budget[..., None]
                         * t_full[..., None], t)
 
-    def _ahead_s(self, tau: Any) -> Any:
-        """An arrival's extra wait when the engine forms each batch a step ahead
-        (SchedulerPolicy.schedules_ahead): the batch after the current step was formed when
-        it began, so the request joins the one after that, a step later (tau; 0 otherwise)."""
-        return tau if self.policy.schedules_ahead else 0.0 * tau
+    def _ahead(self, tau: Any, b: Any, rho_p: Any, wq_p: Any) -> tuple[Any, Any]:
+        """(lag, f): an engine that forms each batch a step ahead (SchedulerPolicy.
+        schedules_ahead) formed the step after the running one when that began, so a request
+        arriving while a step runs joins the one after, a step later: lag = tau, times the
+        chance the engine is busy (an idle one, no decodes (Poisson, mean b) and no prefill
+        (1 - rho_p), schedules it at once). The prefill-queue wait W (0 with 1 - rho_p, else
+        exponential) overlaps it: the request waits max(lag, W) = lag + (W - lag)+, and
+        (W - lag)+ is the same law with its chance and mean times f = exp(-lag / E[W | W > 0])
+        (memoryless). Without it: (0, 1)."""
+        if not self.policy.schedules_ahead:
+            return 0.0 * tau, 1.0 + 0.0 * tau
+        p = np.clip(rho_p, 0.0, 1.0)
+        lag = tau * (1.0 - (1.0 - p) * np.exp(-np.maximum(b, 0.0)))
+        cond = np.asarray(wq_p, float) / np.maximum(p, 1e-12)
+        return lag, np.exp(-lag / np.maximum(cond, 1e-12))
 
     def _sum_quantiles(self, x: _Terms, levels: dict[str, tuple[str, ...]]
                        ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
@@ -109,7 +119,8 @@ class QueueModel(SteadyState):
         levels["ttft_s"] and levels["e2e_s"] (E2E's law is built only when some are asked).
 
         TTFT = overhead + residual of the current step (uniform on [0, tau]) + the step already
-        formed when the engine schedules a step ahead (tau, `_ahead_s`) + prefill-queue
+        formed when the engine schedules a step ahead, overlapping the prefill-queue wait
+        (`_ahead`) + prefill-queue
         wait + own prefill (a function of the prompt length, over its distribution) + the other
         prompts sharing that step + slot wait.
         E2E = TTFT + (O - 1) tau over the output-length distribution + a normal term for the
@@ -130,7 +141,8 @@ class QueueModel(SteadyState):
         shape = np.shape(tau)
         prompt, p_w = _strata_lengths(inp)
         own = x.own if x.own is not None else self._own_values(b, budget, t_full, prompt)
-        p_pf = fin(np.clip(rho_p, 0.0, 1.0))
+        lag, f = self._ahead(tau, b, rho_p, wq_p)
+        p_pf = fin(np.clip(rho_p, 0.0, 1.0) * f)  # the prefill-queue wait beyond the lag
         # Prompts that arrived during the same step share the step that carries this one: K
         # other chunks, Poisson with the mean m of the TBT model; one chunk is drawn from the
         # prompt lengths (10 strata, capped at the budget), more are taken at the mean chunk;
@@ -144,10 +156,9 @@ class QueueModel(SteadyState):
         # the shared step, like the waits, is 0 with a probability (no other chunk) and long
         # otherwise: it joins them in the split that keeps the no-wait law on a fine grid
         ttft = _sum_with_waits(
-            [_Term(np.zeros(shape) + self.step.request_overhead_s + self._ahead_s(fin(tau)),
-                   0.0),
+            [_Term(np.zeros(shape) + self.step.request_overhead_s + fin(lag), 0.0),
              _uniform_term(fin(tau)), _values_term(fin(own), p_w)],
-            [_wait_term(p_pf, fin(wq_p)), _wait_term(fin(p_wait), fin(wq_c)),
+            [_wait_term(p_pf, fin(wq_p * f)), _wait_term(fin(p_wait), fin(wq_c)),
              _values_term(shared, weights)],
             (1 - p_pf) * (1 - np.clip(fin(p_wait), 0.0, 1.0)) * p0[..., 0], shape)
         if not levels["e2e_s"]:
@@ -226,7 +237,8 @@ class QueueModel(SteadyState):
         m_chunks = np.where(stable, lam * tau * s["n"], 0.0)
         res: dict[str, Any] = {"stable": stable, "step_s": tau, "decode_step_s": t_dec,
                                "prefill_step_s": t_pf, "prefill_step_frac": s["f"]}
-        ttft: dict[str, Any] = {"mean": tau / 2 + self._ahead_s(tau) + wq_p + own_mean + wq_c
+        lag, f = self._ahead(tau, b, rho_p, wq_p)
+        ttft: dict[str, Any] = {"mean": tau / 2 + lag + wq_p * f + own_mean + wq_c
                                 + self.step.request_overhead_s}
         tbt: dict[str, Any] = {"mean": gap}
         e2e: dict[str, Any] = {"mean": ttft["mean"] + self.dec_tokens * gap}
