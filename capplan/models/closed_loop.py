@@ -180,9 +180,11 @@ def closed_loop_latency(step: StepModel, isl: float, osl: float, max_num_seqs: i
             tpot = 1.0 / max(n_dec_steps_per_s + n_pf_steps_per_s, 1e-9)
             # Share of token gaps that are prefill steps: their count over all steps' count.
             gap_share = n_pf_steps_per_s * tpot
-        # formed a step ahead (SchedulerPolicy.schedules_ahead), the step after a returning
-        # request's arrival was scheduled without it: it waits one more step while others run
-        ttft += resid + (t_dec if policy.schedules_ahead and m > 1 else 0.0)
+        # formed a step ahead, the step after a returning request's arrival was scheduled
+        # without it: dispersed (jitter) it is a decode step, synchronised `_cohort_lag`
+        lag = ((t_dec if spread > 0 and m > 1 else _cohort_lag(m, k, t_pf, t_dec))
+               if policy.schedules_ahead else 0.0)
+        ttft += resid + lag
         return {"ttft": ttft, "tpot": tpot, "k": k, "b": b_guess, "t_pf": t_pf,
                 "t_dec": t_dec, "pf_frac": pf_time_frac, "pf_gap_share": min(gap_share, 1.0)}
 
@@ -249,6 +251,21 @@ def closed_loop_latency(step: StepModel, isl: float, osl: float, max_num_seqs: i
                                    / max(kv_cache_tokens, 1.0), 1.0),
         "stable": True, "concurrency": float(c), "num_prompts": float(n),
     }
+
+
+def _cohort_lag(m: int, k: float, t_pf: float, t_dec: float) -> float:
+    """Mean extra TTFT of a synchronised closed loop when the engine forms each step a step
+    ahead (SchedulerPolicy.schedules_ahead): a returning cohort arrives at a step's end, after
+    the next step was formed, and waits that step. The m clients' cohorts of k, prefilled in
+    consecutive steps, come back in consecutive steps: the first finds a decode step of the
+    others formed (t_dec), each later one the previous cohort's (last) prefill step (t_pf), so
+    the chain keeps its order, one decode step later. A prompt longer than the budget is a
+    cohort of one (k = 1) whose prefill spans several steps. A single cohort (k >= m) finds
+    the engine empty, which schedules it at once (0)."""
+    if k >= m:
+        return 0.0
+    # per request: k of the m wait a decode step, the other m - k a cohort's prefill step
+    return (k * t_dec + (m - k) * t_pf) / m
 
 
 def _exp_order_means(n: int) -> np.ndarray:
