@@ -69,3 +69,29 @@ def test_busy_period_lattice_agrees_with_the_atoms():
                                  np.asarray([0.5, 0.5]), levels)
     for e, a in zip(exact, near, strict=True):
         assert float(a[0]) == pytest.approx(float(e[0]), abs=0.25 * s), (e, a)
+
+
+def test_lagged_busy_period_of_equal_prompts_by_hand():
+    """Formed a step ahead, the gap is x when no prompt is carried in (chance 1 - p), else B(x)
+    plus the carried prompt's S (one prompt here): with x = S, B = n S with n Borel(rho), so
+    the gap is (n + 1) S with chance p P(n), S with 1 - p."""
+    from capplan.models.queueing.busy import lagged_busy_period_quantiles
+
+    s, rho, p = 0.05, 0.6, 0.3
+    lam = rho / s
+    n = np.arange(1, 200)
+    pmf = np.exp(-rho * n + (n - 1) * np.log(rho * n) - np.array([math.lgamma(k + 1) for k in n]))
+    atoms = np.concatenate([[s], (n + 1) * s])
+    cdf = np.cumsum(np.concatenate([[1 - p], p * pmf]))
+    levels = (0.5, 0.9, 0.99)
+    hand = [atoms[np.searchsorted(cdf, q)] for q in levels]
+    got = lagged_busy_period_quantiles(np.asarray([s]), np.asarray([lam]), np.asarray([[s]]),
+                                       np.ones(1), np.asarray([[1 - p, p]]), levels)
+    np.testing.assert_allclose([float(g[0]) for g in got], hand, rtol=1e-9)
+    # two lengths a hair apart (the lattice, its step h under s / 3 here: the span adds the
+    # carried work) read the same within two lattice steps (linear binning and the ramp)
+    near = lagged_busy_period_quantiles(np.asarray([s]), np.asarray([lam]),
+                                        np.asarray([[s, s * (1 + 1e-9)]]), np.asarray([0.5, 0.5]),
+                                        np.asarray([[1 - p, p]]), levels)
+    for e, a in zip(hand, near, strict=True):
+        assert float(a[0]) == pytest.approx(e, abs=0.6 * s), (e, a)

@@ -79,17 +79,7 @@ def busy_period_quantiles(x: np.ndarray, lam: np.ndarray, jumps: np.ndarray,
     if np.any(short):  # a tail longer than the span allowed for: those rows on a wider one
         cdf[short], h[short] = _busy_cdf(x[short], lam[short], s[short], w,
                                          span[short] * _WIDER)
-    out = []
-    for q in probs:
-        j = np.minimum((cdf < q).sum(-1), _LATTICE - 1)  # first point with cdf >= q
-        below = np.where(j > 0, np.take_along_axis(cdf, np.maximum(j - 1, 0)[:, None], -1)[:, 0],
-                         0.0)
-        at = np.take_along_axis(cdf, j[:, None], -1)[:, 0]
-        frac = np.clip((q - below) / np.maximum(at - below, 1e-30), 0.0, 1.0)
-        # the cdf rises linearly from point j - 1 to point j (point 0 is the atom at x)
-        n = np.where(j > 0, j - 1 + frac, 0.0)
-        out.append((x + n * h).reshape(shape))
-    return out
+    return _lattice_quantiles(x, cdf, h, probs, shape)
 
 
 def _one_length(x: np.ndarray, lam: np.ndarray, work: np.ndarray, rho: np.ndarray,
@@ -144,3 +134,100 @@ def _busy_cdf(x: np.ndarray, lam: np.ndarray, s: np.ndarray, w: np.ndarray,
     p[order] = p.copy()
     p *= x[:, None] / u
     return np.cumsum(p, axis=-1), h
+
+
+def lagged_busy_period_quantiles(x: np.ndarray, lam: np.ndarray, jumps: np.ndarray,
+                                 weights: np.ndarray, carry: np.ndarray,
+                                 probs: Sequence[float]) -> list[np.ndarray]:
+    """Quantiles at `probs` of the gap of a prefill-first engine that forms each step a step
+    ahead (SchedulerPolicy.schedules_ahead): G = x when no prompt is carried in (N = 0), else
+    B(x) + the work of the N carried prompts, N independent of B(x), with P(N = n) =
+    carry[..., n] (n = 0, 1, ...; docs in latency.QueueModel._prefill_first_tbt). Arguments
+    otherwise as `busy_period_quantiles`."""
+    shape = np.shape(x)
+    x = np.maximum(np.asarray(x, float).reshape(-1), 1e-12)
+    lam = np.broadcast_to(np.asarray(lam, float), shape).reshape(-1)
+    s = np.broadcast_to(np.asarray(jumps, float), shape + np.shape(jumps)[-1:]).reshape(
+        x.size, -1)
+    w = np.asarray(weights, float)
+    pn = np.asarray(carry, float).reshape(x.size, -1)
+    rho = np.minimum(lam * (s * w).sum(-1), 0.95)
+    if np.all(s == s[:, :1]):  # one prompt length: atoms at x + k S
+        return _lagged_one_length(x, lam, s[:, 0], rho, pn, probs, shape)
+    mean_s, sq_s = (s * w).sum(-1), (s * s * w).sum(-1)
+    n = np.arange(pn.shape[1])
+    mean_n, sq_n = (pn * n).sum(-1), (pn * n * n).sum(-1)
+    # the span of B(x) (busy_period_quantiles) plus that of the carried work (mean + 5 sd)
+    sd = np.sqrt(x * lam * sq_s / (1 - rho) ** 3)
+    sd_c = np.sqrt(np.maximum(mean_n * (sq_s - mean_s ** 2) + (sq_n - mean_n ** 2) * mean_s ** 2,
+                              0.0))
+    span = (x * rho / (1 - rho) + _SPAN_SD * sd + s.max(-1) + mean_n * mean_s
+            + _SPAN_SD * sd_c + s.max(-1))
+    cdf, h = _lagged_cdf(x, lam, s, w, pn, span)
+    short = cdf[:, -1] < max(probs, default=0.0)
+    if np.any(short):  # a tail longer than the span allowed for: those rows on a wider one
+        cdf[short], h[short] = _lagged_cdf(x[short], lam[short], s[short], w, pn[short],
+                                           span[short] * _WIDER)
+    return _lattice_quantiles(x, cdf, h, probs, shape)
+
+
+def _lagged_cdf(x: np.ndarray, lam: np.ndarray, s: np.ndarray, w: np.ndarray, pn: np.ndarray,
+                span: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(cdf at x + n h, h) of `lagged_busy_period_quantiles`' G: B(x)'s lattice law
+    (`_busy_cdf`) convolved with the carried work's, sum_(n >= 1) P(N = n) f^{*n}, plus the
+    atom P(N = 0) at x."""
+    cdf_b, h = _busy_cdf(x, lam, s, w, span)
+    pmf_b = np.diff(cdf_b, prepend=0.0, axis=-1)
+    spec = np.fft.rfft(_lattice_pmf(s, w, h), 2 * _LATTICE, axis=-1)
+    carried = np.zeros_like(spec)
+    power = np.ones_like(spec)
+    for k in range(1, pn.shape[1]):
+        power = power * spec
+        carried += pn[:, k:k + 1] * power
+    conv = np.fft.irfft(np.fft.rfft(pmf_b, 2 * _LATTICE, axis=-1) * carried, 2 * _LATTICE,
+                        axis=-1)[:, :_LATTICE]
+    pmf = np.maximum(conv, 0.0)
+    pmf[:, 0] += pn[:, 0]
+    return np.cumsum(pmf, axis=-1), h
+
+
+def _lagged_one_length(x: np.ndarray, lam: np.ndarray, work: np.ndarray, rho: np.ndarray,
+                       pn: np.ndarray, probs: Sequence[float], shape: tuple[int, ...]
+                       ) -> list[np.ndarray]:
+    """`lagged_busy_period_quantiles` when every prompt brings the same work S: G = x + J S,
+    J = 0 when N = 0, else K + N with K the prompts B(x) serves (`_one_length`'s law)."""
+    served = lam * x / (1 - rho)
+    k_max = int(np.clip(np.max(served + 8 * np.sqrt(served / (1 - rho) ** 2), initial=0.0) + 8,
+                        8, _K_ONE_MAX))
+    k = np.arange(k_max + 1)
+    t = x[:, None] + k * work[:, None]
+    p_k = x[:, None] / t * poisson_pmf(k, lam[:, None] * t)
+    n_max = pn.shape[1] - 1
+    p_j = np.zeros((x.size, k_max + n_max + 1))
+    p_j[:, 0] = pn[:, 0]
+    for n in range(1, n_max + 1):
+        p_j[:, n:n + k_max + 1] += pn[:, n:n + 1] * p_k
+    cdf = np.cumsum(p_j, axis=-1)
+    j_all = np.arange(k_max + n_max + 1)
+    out = []
+    for q in probs:
+        j = np.minimum((cdf < q).sum(-1), k_max + n_max)  # the first atom where cdf >= q
+        out.append((x + j_all[j] * work).reshape(shape))
+    return out
+
+
+def _lattice_quantiles(x: np.ndarray, cdf: np.ndarray, h: np.ndarray, probs: Sequence[float],
+                       shape: tuple[int, ...]) -> list[np.ndarray]:
+    """Quantiles at `probs` of a law whose cdf is given at x + n h (n < _LATTICE): the cdf
+    rises linearly from point j - 1 to point j (point 0 is the atom at x); a level the lattice
+    does not reach reads its end."""
+    out = []
+    for q in probs:
+        j = np.minimum((cdf < q).sum(-1), _LATTICE - 1)  # first point with cdf >= q
+        below = np.where(j > 0, np.take_along_axis(cdf, np.maximum(j - 1, 0)[:, None], -1)[:, 0],
+                         0.0)
+        at = np.take_along_axis(cdf, j[:, None], -1)[:, 0]
+        frac = np.clip((q - below) / np.maximum(at - below, 1e-30), 0.0, 1.0)
+        n = np.where(j > 0, j - 1 + frac, 0.0)
+        out.append((x + n * h).reshape(shape))
+    return out

@@ -23,8 +23,9 @@ from capplan.models.queueing.arrivals import (
     shared_chunks_law,
     slot_wait_s,
 )
-from capplan.models.queueing.busy import busy_period_quantiles
+from capplan.models.queueing.busy import busy_period_quantiles, lagged_busy_period_quantiles
 from capplan.models.queueing.laws import QUANTILES, Z99
+from capplan.models.queueing.special import poisson_pmf
 from capplan.models.queueing.steady import SteadyState
 from capplan.models.queueing.sums import (
     _compound_term,
@@ -319,7 +320,16 @@ class QueueModel(SteadyState):
         phi = E[batches] / E[prompts] = (1 - e^(-lambda tau)) / (lambda tau); that one pays its
         own step (own prefill time), the others ride in it at their tokens' share of a full
         step, prompt / budget * T(budget) (never above their own). `steps`: the decode step,
-        the full-budget step and the own-prefill times at the prompt strata."""
+        the full-budget step and the own-prefill times at the prompt strata.
+
+        Formed a step ahead (SchedulerPolicy.schedules_ahead), step i + 2 prefills the prompts
+        that arrived during step i: after a decode step D, the next step carries the N prompts
+        that arrived during the step before D (`_carried_prompts`; none: the gap is D alone),
+        and the steps after it continue from the prompts that arrived during D, as the busy
+        period B(t_dec) does (each prefill step's arrivals open the step after the next, which
+        in a run of prefill steps of one law stops with the same chance as the next step
+        would): the gap is t_dec with P(N = 0), else B(t_dec) + the N carried prompts' work
+        (busy.lagged_busy_period_quantiles)."""
         t_dec, t_full, own = steps
         prompt, p_w = _strata_lengths(self.pf)
         lt = np.maximum(lam * tau, 1e-12)
@@ -327,7 +337,12 @@ class QueueModel(SteadyState):
         ride = np.minimum(prompt / budget[..., None] * t_full[..., None], own)
         work = phi * own + (1 - phi) * ride
         levels = QUANTILES if metrics is None else {"p99": QUANTILES["p99"]}
-        gaps = busy_period_quantiles(t_dec, lam, work, p_w, tuple(levels.values()))
+        if self.policy.schedules_ahead:
+            gaps = lagged_busy_period_quantiles(t_dec, lam, work, p_w,
+                                                _carried_prompts(lam, t_dec, own, p_w),
+                                                tuple(levels.values()))
+        else:
+            gaps = busy_period_quantiles(t_dec, lam, work, p_w, tuple(levels.values()))
         return dict(zip(levels, gaps, strict=True))
 
     def _occupancy(self, lam: np.ndarray, b: np.ndarray, own_mean: np.ndarray
@@ -343,6 +358,24 @@ class QueueModel(SteadyState):
         peak = np.minimum(b_p99 * (self.ctx_mean + state) / kv_cap + (
             lam * own_mean * (self.inp.mean + state)) / kv_cap, 1.0)
         return running, kv_used / kv_cap, peak
+
+
+def _carried_prompts(lam: np.ndarray, t_dec: np.ndarray, own: np.ndarray, p_w: np.ndarray
+                     ) -> np.ndarray:
+    """P(N = n), n = 0, 1, ... (..., n): the prompts a prefill-first engine formed a step ahead
+    carries into the step after a decode step, those that arrived during the step before it
+    (Poisson, rate lam). That step is the last of the previous gap: a decode step (t_dec) when
+    that gap carried none, else a prefill step, taken as one prompt's own (`own` at the
+    strata p_w). Stationary, P(N > 0) = p solves p = (1 - p) q_d + p q_s with q_d = 1 -
+    e^(-lam t_dec), q_s = E[1 - e^(-lam own)]: p = q_d / (1 - q_s + q_d)."""
+    lam = np.asarray(lam, float)
+    a_dec, a_pf = lam * t_dec, lam[..., None] * own
+    q_d, q_s = -np.expm1(-a_dec), (-np.expm1(-a_pf) * p_w).sum(-1)
+    p = q_d / np.maximum(1.0 - q_s + q_d, 1e-12)
+    top = float(np.max(np.maximum(a_pf.max(-1), a_dec), initial=0.0))
+    n = np.arange(int(min(top + 8.0 * math.sqrt(top) + 6.0, 64.0)) + 1)
+    return ((1.0 - p)[..., None] * poisson_pmf(n, a_dec[..., None])
+            + p[..., None] * (poisson_pmf(n[:, None], a_pf[..., None, :]) * p_w).sum(-1))
 
 
 def summarize(res: dict[str, Any], index: Any = ()) -> dict[str, Any]:
