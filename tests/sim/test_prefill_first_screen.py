@@ -19,6 +19,10 @@ from capplan.plan.load import analytic_latency, load_spec_from_options
 from capplan.plan.replay import TOLERANCE
 from capplan.plan.simulation import run_simulation
 
+REPLAY_REQUESTS = 20_000
+"""The replay's p99 gap is the independent figure: over 2,000 requests it rests on a few dozen
+gaps and moves by 15% between seeds where it sits on a step of the law (DeepSeek-V3 here: 0.154-
+0.187 s over 8 seeds); over 20,000 it is 0.185 s for every seed."""
 CELLS = [
     # (model, tp, rate req/s, prompt tokens): DeepSeek-V3 at 5 req/s is the issue's example
     # (the old law's p99 was 38% under the replay), Llama-3.1-70B at 57% of its capacity
@@ -35,7 +39,7 @@ def test_prefill_first_tbt_p99_within_tolerance_of_the_replay(model, tp, rate, i
                                   dep.model.context_len(dep.settings.max_model_len))
     screen = analytic_latency(dep, spec)["tbt_s"]["p99"]
     replay = run_simulation(dep, rate=rate, concurrency=None, trace=None, input_len=inp,
-                            output_len="500", burstiness=1.0, requests=2000, seed=0,
+                            output_len="500", burstiness=1.0, requests=REPLAY_REQUESTS, seed=0,
                             schedulers=("continuous",), sim_engine="compiled")
     measured = replay["results"]["continuous"]["tbt_s"]["p99"]
     # the p99 gap holds several prefill steps: well above one decode and one prefill step
