@@ -22,7 +22,9 @@ window edge), the extra gaps with the window of their step's end.
 
 from __future__ import annotations
 
+import os
 import sys
+from collections.abc import Iterable
 from types import ModuleType
 
 import numpy as np
@@ -390,3 +392,29 @@ def plain_module() -> ModuleType:
     if numba is None:
         return sys.modules[__name__]
     return compiled.load_twin(PLAIN_MODULE, __file__, {compiled.__name__: compiled.plain_module()})
+
+
+def drop_stale_cache(jitted: Iterable, sources: Iterable[str]) -> int:
+    """numba's cache checks only the file of the function it compiled: this module's cached
+    functions have `capplan.sim.compiled`'s scheduler and the step formula compiled in, so a
+    cache older than either source (an update that edits them and not this file) holds the old
+    code, which `check_kernel`'s two-request probe does not always exercise. Each such cache is
+    dropped (`flush`: numba has no public call for it) and its function compiles afresh.
+    Returns how many were dropped."""
+    newest = max((os.path.getmtime(f) for f in sources), default=0.0)
+    dropped = 0
+    for f in jitted:
+        index = f._cache._cache_file._index_path
+        if os.path.exists(index) and os.path.getmtime(index) < newest:
+            f._cache.flush()
+            dropped += 1
+    return dropped
+
+
+if numba is not None and not numba.config.DISABLE_JIT:
+    from capplan.models import perf as _perf
+    from capplan.sim import compiled as _compiled
+
+    drop_stale_cache([f for f in list(globals().values())
+                      if isinstance(f, numba.core.dispatcher.Dispatcher)],
+                     (_compiled.__file__, _perf.__file__))

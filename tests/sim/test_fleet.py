@@ -197,3 +197,32 @@ def test_least_outstanding_by_hand(llama_h100):
     rr = replay_schedule(_spec(llama_h100, reqs, [(0.0, 10.0, 2)], router="round-robin"))
     assert [p["requests"] for p in lo.per_replica] == [1, 2]
     assert [p["requests"] for p in rr.per_replica] == [2, 1]
+
+
+def test_a_fleet_cache_older_than_the_scheduler_it_compiled_in_is_dropped(tmp_path):
+    # numba checks only fleet_loop.py's own stamp; its cached loop has compiled.py's scheduler
+    # compiled in, so an index older than compiled.py (or the step formula) is flushed
+    import os
+    from types import SimpleNamespace
+
+    from capplan.sim.fleet_loop import drop_stale_cache
+
+    source = tmp_path / "compiled.py"
+    source.write_text("x")
+    flushed = []
+
+    def cached(name: str, age_s: float):
+        index = tmp_path / f"{name}.nbi"
+        index.write_text("i")
+        t = os.path.getmtime(source) + age_s
+        os.utime(index, (t, t))
+        cache = SimpleNamespace(_cache_file=SimpleNamespace(_index_path=str(index)),
+                                flush=lambda: flushed.append(name))
+        return SimpleNamespace(_cache=cache)
+
+    old, new = cached("old", -60.0), cached("new", +60.0)
+    never = SimpleNamespace(_cache=SimpleNamespace(
+        _cache_file=SimpleNamespace(_index_path=str(tmp_path / "none.nbi")),
+        flush=lambda: flushed.append("none")))
+    assert drop_stale_cache([old, new, never], [str(source)]) == 1
+    assert flushed == ["old"]
