@@ -55,21 +55,27 @@ def _lattice_pmf(jumps: np.ndarray, weights: np.ndarray, h: np.ndarray) -> np.nd
     return pmf.reshape(rows, _LATTICE)
 
 
-def busy_period_quantiles(x: np.ndarray, lam: np.ndarray, jumps: np.ndarray,
-                          weights: np.ndarray, probs: Sequence[float]) -> list[np.ndarray]:
-    """Quantiles at `probs` of the busy period B(x) (module docstring): initial work x (...,),
-    Poisson arrivals at rate lam (...,), each bringing work drawn from `jumps` (..., m) with
-    probabilities `weights` (m,). A level the lattice does not reach (the load next to
-    saturation) reads its end."""
+def _rows(x: np.ndarray, lam: np.ndarray, jumps: np.ndarray, weights: np.ndarray) -> tuple:
+    """(shape, x, lam, jumps, weights, rho) as 1-D rows (jumps (rows, m)): the arguments of the
+    busy-period laws. The lattice spans the busy period's mean x / (1 - rho) and sd
+    (x lambda E[S^2] / (1 - rho)^3)^(1/2) (Takacs; Kleinrock vol. 1, 5.8), rho held under 0.95
+    for the span only."""
     shape = np.shape(x)
     x = np.maximum(np.asarray(x, float).reshape(-1), 1e-12)
     lam = np.broadcast_to(np.asarray(lam, float), shape).reshape(-1)
     s = np.broadcast_to(np.asarray(jumps, float), shape + np.shape(jumps)[-1:]).reshape(
         x.size, -1)
     w = np.asarray(weights, float)
-    # the lattice spans the busy period's mean x / (1 - rho) and sd (x lambda E[S^2] /
-    # (1 - rho)^3)^(1/2) (Takacs; Kleinrock vol. 1, 5.8), rho held under 0.95 for the span only
-    rho = np.minimum(lam * (s * w).sum(-1), 0.95)
+    return shape, x, lam, s, w, np.minimum(lam * (s * w).sum(-1), 0.95)
+
+
+def busy_period_quantiles(x: np.ndarray, lam: np.ndarray, jumps: np.ndarray,
+                          weights: np.ndarray, probs: Sequence[float]) -> list[np.ndarray]:
+    """Quantiles at `probs` of the busy period B(x) (module docstring): initial work x (...,),
+    Poisson arrivals at rate lam (...,), each bringing work drawn from `jumps` (..., m) with
+    probabilities `weights` (m,). A level the lattice does not reach (the load next to
+    saturation) reads its end."""
+    shape, x, lam, s, w, rho = _rows(x, lam, jumps, weights)
     if np.all(s == s[:, :1]):  # one prompt length: the exact law, atoms at x + k S
         return _one_length(x, lam, s[:, 0], rho, probs, shape)
     sd = np.sqrt(x * lam * (s * s * w).sum(-1) / (1 - rho) ** 3)
@@ -144,14 +150,8 @@ def lagged_busy_period_quantiles(x: np.ndarray, lam: np.ndarray, jumps: np.ndarr
     B(x) + the work of the N carried prompts, N independent of B(x), with P(N = n) =
     carry[..., n] (n = 0, 1, ...; docs in latency.QueueModel._prefill_first_tbt). Arguments
     otherwise as `busy_period_quantiles`."""
-    shape = np.shape(x)
-    x = np.maximum(np.asarray(x, float).reshape(-1), 1e-12)
-    lam = np.broadcast_to(np.asarray(lam, float), shape).reshape(-1)
-    s = np.broadcast_to(np.asarray(jumps, float), shape + np.shape(jumps)[-1:]).reshape(
-        x.size, -1)
-    w = np.asarray(weights, float)
+    shape, x, lam, s, w, rho = _rows(x, lam, jumps, weights)
     pn = np.asarray(carry, float).reshape(x.size, -1)
-    rho = np.minimum(lam * (s * w).sum(-1), 0.95)
     if np.all(s == s[:, :1]):  # one prompt length: atoms at x + k S
         return _lagged_one_length(x, lam, s[:, 0], rho, pn, probs, shape)
     mean_s, sq_s = (s * w).sum(-1), (s * s * w).sum(-1)
