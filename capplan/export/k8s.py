@@ -10,9 +10,12 @@ more than the container runtime's 64 MiB default), a model cache volume (HF_HOME
 Hugging Face token from an optional Secret `hf-token`; a Service in front. A replica that needs
 more GPUs than one node holds becomes a LeaderWorkerSet (leaderworkerset.x-k8s.io/v1:
 spec.replicas groups of spec.leaderWorkerTemplate.size pods, one node each; the multi-node launch
-flags are the launch line's). TensorRT-LLM's LLM-API options file becomes a ConfigMap.
+flags are the launch line's). TensorRT-LLM's LLM-API options file becomes a ConfigMap. A winning
+disaggregated SGLang layout runs its pools as StatefulSets under headless Services (replica i
+at `{name}-{i}.{name}`) and SGLang's router in front, over every replica (`_front_end`).
 
-Object shapes: the Kubernetes API reference (apps/v1 Deployment, v1 Service, v1 ConfigMap) and
+Object shapes: the Kubernetes API reference (apps/v1 Deployment and StatefulSet, v1 Service,
+v1 ConfigMap) and
 the LeaderWorkerSet API (sigs.k8s.io/lws api/leaderworkerset/v1); the llm-d values follow
 llm-d-modelservice's chart values (modelArtifacts, multinode, routing, decode, prefill).
 """
@@ -37,6 +40,11 @@ IMAGES = {"vllm": "vllm/vllm-openai:v0.11.0", "sglang": "lmsysorg/sglang:v0.5.2-
 """Container images of the engine versions the profiles model (models/engine.py); change the
 tag to the version you run."""
 LLMD_IMAGE = "ghcr.io/llm-d/llm-d:v0.2.0"
+FRONT_ENDS = {"sglang": 30000}
+"""Engines whose disaggregated front end the export runs, and its port: SGLang's router, which
+the engine's image carries (sgl-project/sglang docker/Dockerfile builds and installs
+sgl-router). vLLM's NIXL proxy is a script of vLLM's source tree, not of its image: a plan
+with vLLM pools gets the pools alone (docs/known-limits.md)."""
 GPUS_PER_NODE = 8
 HF_HOME = "/root/.cache/huggingface"
 CONFIG_DIR = "/etc/capplan"
@@ -59,6 +67,10 @@ class Pool:
     line gives none (a plan written before they did): its GPUs over GPUS_PER_NODE."""
     worker_argv: list[str] | None = None
     """The command of the replica's other hosts (LeaderWorkerSet workers)."""
+    addressed: bool = False
+    """Each replica needs its own address (a P/D pool behind SGLang's router, which names every
+    prefill worker, its bootstrap host): a StatefulSet under a headless Service, replica i at
+    `{name}-{i}.{name}` (Kubernetes DNS for StatefulSet pods)."""
 
 
 def _argv(line: str) -> tuple[list[str], int]:
@@ -138,7 +150,8 @@ def plan_pools(plan: dict[str, Any], engine: str | None = None) -> list[Pool]:
             argv, port = _argv(d["launch"][f"{engine}_{role}"])
             reps = max(1, int(d[role]["replicas"]))
             out.append(Pool(_name(model, role), engine, argv, reps,
-                            int(d[role]["gpus_total"]) // reps, port, {}, d[role]["gpu"]))
+                            int(d[role]["gpus_total"]) // reps, port, {}, d[role]["gpu"],
+                            addressed=engine in FRONT_ENDS))
         return out
     lanes = ((plan.get("pools") or {}).get("separate") or {}).get("lanes") or []
     if plan.get("inputs", {}).get("pools") == "separate" and all(
@@ -208,7 +221,12 @@ def k8s_objects(plan: dict[str, Any], *, engine: str | None = None,
                    "spec": _pod_spec(p, gpus, model_cache_claim, config, worker=True)}
         serving = labels if nodes == 1 or not p.worker_argv else {
             **labels, "leaderworkerset.sigs.k8s.io/worker-index": "0"}  # the leader serves
-        if nodes == 1:
+        if nodes == 1 and p.addressed:  # replica i at {name}-{i}.{name}
+            objs.append({"apiVersion": "apps/v1", "kind": "StatefulSet", "metadata": meta,
+                         "spec": {"replicas": p.replicas, "serviceName": p.name,
+                                  "podManagementPolicy": "Parallel",
+                                  "selector": {"matchLabels": labels}, "template": template}})
+        elif nodes == 1:
             objs.append({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": meta,
                          "spec": {"replicas": p.replicas,
                                   "selector": {"matchLabels": labels}, "template": template}})
@@ -222,10 +240,44 @@ def k8s_objects(plan: dict[str, Any], *, engine: str | None = None,
                                                       "workerTemplate": workers}}})
         objs.append({"apiVersion": "v1", "kind": "Service", "metadata": {
             "name": p.name, "labels": labels}, "spec": {
-            "type": "ClusterIP", "selector": serving,
+            "type": "ClusterIP", "selector": serving, **(
+                {"clusterIP": "None"} if nodes == 1 and p.addressed else {}),
             "ports": [{"name": "http", "port": p.port, "targetPort": "http",
                        "protocol": "TCP"}]}})
-    return objs
+    return objs + _front_end(plan, plan_pools(plan, engine))
+
+
+def _front_end(plan: dict[str, Any], pools: list[Pool]) -> list[dict[str, Any]]:
+    """The router in front of addressed P/D pools (FRONT_ENDS): a Deployment of one pod running
+    the plan's front end over every replica's own address, and its Service (the port clients
+    use); nothing when the pools are not addressed or span hosts (LeaderWorkerSets)."""
+    from capplan.plan.launch_multinode import front_line
+
+    pre = [p for p in pools if p.addressed and p.name.endswith("-prefill")]
+    dec = [p for p in pools if p.addressed and p.name.endswith("-decode")]
+    if not (pre and dec) or any((p.nodes or math.ceil(p.gpus_per_replica / GPUS_PER_NODE)) > 1
+                                for p in pre + dec):
+        return []
+    engine, port = pre[0].engine, FRONT_ENDS[pre[0].engine]
+    line = front_line(engine, *[[(f"{p.name}-{i}.{p.name}", p.port) for i in range(p.replicas)]
+                                for p in (pre[0], dec[0])], routers=("round-robin", "round-robin"),
+                      port=port)
+    name = _name((plan.get("model") or "model").split("/")[-1], "router")
+    labels = {"app.kubernetes.io/name": name, "app.kubernetes.io/part-of": "capplan"}
+    probe = {"tcpSocket": {"port": port}, "periodSeconds": 10}
+    pod = {"containers": [{"name": "router", "image": IMAGES[engine],
+                           "command": shlex.split(line, comments=True),
+                           "ports": [{"name": "http", "containerPort": port,
+                                      "protocol": "TCP"}],
+                           "readinessProbe": probe}]}
+    return [{"apiVersion": "apps/v1", "kind": "Deployment",
+             "metadata": {"name": name, "labels": labels},
+             "spec": {"replicas": 1, "selector": {"matchLabels": labels},
+                      "template": {"metadata": {"labels": labels}, "spec": pod}}},
+            {"apiVersion": "v1", "kind": "Service", "metadata": {"name": name, "labels": labels},
+             "spec": {"type": "ClusterIP", "selector": labels,
+                      "ports": [{"name": "http", "port": port, "targetPort": "http",
+                                 "protocol": "TCP"}]}}]
 
 
 def _vllm_args(argv: list[str]) -> list[str]:

@@ -17,7 +17,7 @@ from tests.plan.engine_args import parse_line
 k8s = pytest.importorskip("kubernetes.client", reason="the test extra installs kubernetes")
 
 MODELS = {("apps/v1", "Deployment"): "V1Deployment", ("v1", "Service"): "V1Service",
-          ("v1", "ConfigMap"): "V1ConfigMap"}
+          ("v1", "ConfigMap"): "V1ConfigMap", ("apps/v1", "StatefulSet"): "V1StatefulSet"}
 LWS_SPEC = {"replicas", "leaderWorkerTemplate", "startupPolicy", "rolloutStrategy",
             "networkConfig"}
 LWS_TEMPLATE = {"size", "leaderTemplate", "workerTemplate", "restartPolicy", "subGroupPolicy"}
@@ -223,3 +223,44 @@ def test_vllm_over_hosts_on_ray_starts_the_cluster_in_every_pod() -> None:
     assert lead["command"] == ["sh", "-c", f"ray start --head --port 6379 && {serve}"]
     assert work["command"] == ["sh", "-c", "ray start --address $LWS_LEADER_ADDRESS:6379 --block"]
     assert lead["ports"][0]["containerPort"] == 8000 and "ports" not in work
+
+
+def test_a_disaggregated_sglang_plan_runs_its_router_over_every_replica(tmp_path) -> None:
+    # SGLang's router names each prefill worker by its own address (the decode side fetches the
+    # KV from it): the pools are StatefulSets under headless Services, replica i at
+    # {name}-{i}.{name}, and the router's Deployment lists every one, as the plan's router line
+    # does with its hosts
+    from click.testing import CliRunner
+
+    from capplan.cli import cli
+
+    out = tmp_path / "pd.k8s.yaml"
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("CAPPLAN_HOME", str(tmp_path))
+        res = CliRunner().invoke(cli, [
+            "recommend", "--model", "deepseek-v3", "--gpu", "h200", "--engine", "sglang",
+            "--rate", "10", "--input-len", "2000", "--output-len", "500", "--ttft-p99", "2",
+            "--tbt-p99", "0.1", "--verify-top", "0", "--export", str(out), "--format", "json"])
+    assert res.exit_code == 0, res.output
+    d = json.loads(res.stdout)["disaggregated"]
+    assert d["winner"] == "disaggregated"
+    docs = list(yaml.safe_load_all(out.read_text()))
+    for doc in docs:
+        _validate(doc)
+    by = {(x["kind"], x["metadata"]["name"]): x for x in docs}
+    hosts = {}
+    for role in ("prefill", "decode"):
+        sts = by[("StatefulSet", f"deepseek-v3-{role}")]
+        assert sts["spec"]["replicas"] == d[role]["replicas"]
+        assert sts["spec"]["serviceName"] == f"deepseek-v3-{role}"
+        assert by[("Service", f"deepseek-v3-{role}")]["spec"]["clusterIP"] == "None"
+        port = sts["spec"]["template"]["spec"]["containers"][0]["ports"][0]["containerPort"]
+        hosts[role] = [f"http://deepseek-v3-{role}-{i}.deepseek-v3-{role}:{port}"
+                       for i in range(d[role]["replicas"])]
+    router = by[("Deployment", "deepseek-v3-router")]["spec"]["template"]["spec"]
+    words = router["containers"][0]["command"]
+    assert words[:3] == ["python", "-m", "sglang_router.launch_router"]
+    assert [words[i + 1] for i, w in enumerate(words) if w == "--prefill"] == hosts["prefill"]
+    assert [words[i + 1] for i, w in enumerate(words) if w == "--decode"] == hosts["decode"]
+    assert "resources" not in router["containers"][0]  # no GPU for the router
+    assert by[("Service", "deepseek-v3-router")]["spec"]["ports"][0]["port"] == 30000
