@@ -203,7 +203,8 @@ def k8s_objects(plan: dict[str, Any], *, engine: str | None = None,
                 model_cache_claim: str | None = None) -> list[dict[str, Any]]:
     """Deployments (or LeaderWorkerSets), Services and ConfigMaps of the plan's pools."""
     objs: list[dict[str, Any]] = []
-    for p in plan_pools(plan, engine):
+    pools = plan_pools(plan, engine)
+    for p in pools:
         labels = {"app.kubernetes.io/name": p.name, "app.kubernetes.io/part-of": "capplan"}
         meta = {"name": p.name, "labels": labels,
                 "annotations": {"capplan/gpu": p.gpu, "capplan/gpus-per-replica":
@@ -244,7 +245,7 @@ def k8s_objects(plan: dict[str, Any], *, engine: str | None = None,
                 {"clusterIP": "None"} if nodes == 1 and p.addressed else {}),
             "ports": [{"name": "http", "port": p.port, "targetPort": "http",
                        "protocol": "TCP"}]}})
-    return objs + _front_end(plan, plan_pools(plan, engine))
+    return objs + _front_end(plan, pools)
 
 
 def _front_end(plan: dict[str, Any], pools: list[Pool]) -> list[dict[str, Any]]:
