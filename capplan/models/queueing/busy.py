@@ -78,14 +78,34 @@ def busy_period_quantiles(x: np.ndarray, lam: np.ndarray, jumps: np.ndarray,
     shape, x, lam, s, w, rho = _rows(x, lam, jumps, weights)
     if np.all(s == s[:, :1]):  # one prompt length: the exact law, atoms at x + k S
         return _one_length(x, lam, s[:, 0], rho, probs, shape)
-    sd = np.sqrt(x * lam * (s * s * w).sum(-1) / (1 - rho) ** 3)
-    span = x * rho / (1 - rho) + _SPAN_SD * sd + s.max(-1)
+    span = _busy_span(x, lam, s, w, rho)
     cdf, h = _busy_cdf(x, lam, s, w, span)
     short = cdf[:, -1] < max(probs, default=0.0)
     if np.any(short):  # a tail longer than the span allowed for: those rows on a wider one
         cdf[short], h[short] = _busy_cdf(x[short], lam[short], s[short], w,
                                          span[short] * _WIDER)
     return _lattice_quantiles(x, cdf, h, probs, shape)
+
+
+def _busy_span(x: np.ndarray, lam: np.ndarray, s: np.ndarray, w: np.ndarray,
+               rho: np.ndarray) -> np.ndarray:
+    """The lattice's span for B(x): its mean beyond x, x rho / (1 - rho), _SPAN_SD sd and the
+    longest jump (`_rows`: the moments)."""
+    sd = np.sqrt(x * lam * (s * s * w).sum(-1) / (1 - rho) ** 3)
+    return x * rho / (1 - rho) + _SPAN_SD * sd + s.max(-1)
+
+
+def _served_law(x: np.ndarray, lam: np.ndarray, work: np.ndarray, rho: np.ndarray
+                ) -> tuple[int, np.ndarray, np.ndarray]:
+    """(k_max, t, p) of B(x) when every arrival brings the same work S: B = t_k = x + k S with
+    probability p_k = x / t_k Poisson(k; lambda t_k), k = 0..k_max, counted up to 8 sd above
+    the mean number served, lambda x / (1 - rho), of variance lambda x / (1 - rho)^3."""
+    served = lam * x / (1 - rho)
+    k_max = int(np.clip(np.max(served + 8 * np.sqrt(served / (1 - rho) ** 2), initial=0.0) + 8,
+                        8, _K_ONE_MAX))
+    k = np.arange(k_max + 1)
+    t = x[:, None] + k * work[:, None]
+    return k_max, t, x[:, None] / t * poisson_pmf(k, lam[:, None] * t)
 
 
 def _one_length(x: np.ndarray, lam: np.ndarray, work: np.ndarray, rho: np.ndarray,
@@ -95,12 +115,7 @@ def _one_length(x: np.ndarray, lam: np.ndarray, work: np.ndarray, rho: np.ndarra
     a unit mass at k S), counted up to 8 sd above the mean number served, lambda x / (1 - rho),
     of variance lambda x / (1 - rho)^3 (rho held under 0.95 for the count only; a level the
     count does not reach reads its last atom)."""
-    served = lam * x / (1 - rho)
-    k_max = int(np.clip(np.max(served + 8 * np.sqrt(served / (1 - rho) ** 2), initial=0.0) + 8,
-                        8, _K_ONE_MAX))
-    k = np.arange(k_max + 1)
-    t = x[:, None] + k * work[:, None]
-    p = x[:, None] / t * poisson_pmf(k, lam[:, None] * t)
+    k_max, t, p = _served_law(x, lam, work, rho)
     cdf = np.cumsum(p, axis=-1)
     out = []
     for q in probs:
@@ -157,12 +172,11 @@ def lagged_busy_period_quantiles(x: np.ndarray, lam: np.ndarray, jumps: np.ndarr
     mean_s, sq_s = (s * w).sum(-1), (s * s * w).sum(-1)
     n = np.arange(pn.shape[1])
     mean_n, sq_n = (pn * n).sum(-1), (pn * n * n).sum(-1)
-    # the span of B(x) (busy_period_quantiles) plus that of the carried work (mean + 5 sd)
-    sd = np.sqrt(x * lam * sq_s / (1 - rho) ** 3)
+    # the span of B(x) plus that of the carried work (a compound sum: its mean, _SPAN_SD sd and
+    # the longest jump)
     sd_c = np.sqrt(np.maximum(mean_n * (sq_s - mean_s ** 2) + (sq_n - mean_n ** 2) * mean_s ** 2,
                               0.0))
-    span = (x * rho / (1 - rho) + _SPAN_SD * sd + s.max(-1) + mean_n * mean_s
-            + _SPAN_SD * sd_c + s.max(-1))
+    span = (_busy_span(x, lam, s, w, rho) + mean_n * mean_s + _SPAN_SD * sd_c + s.max(-1))
     cdf, h = _lagged_cdf(x, lam, s, w, pn, span)
     short = cdf[:, -1] < max(probs, default=0.0)
     if np.any(short):  # a tail longer than the span allowed for: those rows on a wider one
@@ -196,12 +210,7 @@ def _lagged_one_length(x: np.ndarray, lam: np.ndarray, work: np.ndarray, rho: np
                        ) -> list[np.ndarray]:
     """`lagged_busy_period_quantiles` when every prompt brings the same work S: G = x + J S,
     J = 0 when N = 0, else K + N with K the prompts B(x) serves (`_one_length`'s law)."""
-    served = lam * x / (1 - rho)
-    k_max = int(np.clip(np.max(served + 8 * np.sqrt(served / (1 - rho) ** 2), initial=0.0) + 8,
-                        8, _K_ONE_MAX))
-    k = np.arange(k_max + 1)
-    t = x[:, None] + k * work[:, None]
-    p_k = x[:, None] / t * poisson_pmf(k, lam[:, None] * t)
+    k_max, _t, p_k = _served_law(x, lam, work, rho)
     n_max = pn.shape[1] - 1
     p_j = np.zeros((x.size, k_max + n_max + 1))
     p_j[:, 0] = pn[:, 0]
