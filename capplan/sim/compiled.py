@@ -1142,7 +1142,7 @@ def _bulk(t: float, t_next: float, q: np.ndarray, sc: np.ndarray, cfg: np.ndarra
     # the terms that do not read the KV cache are the same for every step of the stretch
     x = (float(nd), 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, float(nd))
     fixed = _fixed_parts(x, model[0], model[1])
-    while j < b and t < t_next and 2 * (sc[NTBT] + 1) <= tb.shape[0]:
+    while j < b and t < t_next and not _table_full(sc[NTBT], tb):
         if j == edge:
             e = _bulk_blocks(j, q, sc, cfg, run, bufs[11])
             if e < 0:
@@ -1189,6 +1189,19 @@ def _bulk_all(t: float, t_next: float, q: np.ndarray, sc: np.ndarray, cfg: np.nd
 
 
 @_njit_inline
+def _gaps_full(n_gaps: int, cfg: np.ndarray, gaps: np.ndarray) -> bool:
+    """Whether the extra-gap list lacks room for the gaps one step can add (one per running
+    sequence, and one more)."""
+    return n_gaps + cfg[MAX_SEQS] + 1 > gaps.shape[1]
+
+
+@_njit_inline
+def _table_full(n: int, tb: np.ndarray) -> bool:
+    """Whether a TBT table of n entries lacks room for the next (value, weight) pair."""
+    return 2 * (n + 1) > tb.shape[0]
+
+
+@_njit_inline
 def _room(k: int, sc: np.ndarray, cfg: np.ndarray, lists: tuple) -> tuple:
     """The growing buffers with room for step k: per-step rows (cfg[KEEP_STEPS]), the extra
     gaps a step can add, the TBT table's next entry; the same `lists` when nothing grew."""
@@ -1196,10 +1209,10 @@ def _room(k: int, sc: np.ndarray, cfg: np.ndarray, lists: tuple) -> tuple:
     grow = cfg[KEEP_STEPS] and k == sf.shape[1]
     if grow:
         sf, si = _grow(sf), _grow(si)
-    if sc[NGAPS] + cfg[MAX_SEQS] + 1 > gaps.shape[1]:
+    if _gaps_full(sc[NGAPS], cfg, gaps):
         gaps = _grow(gaps)
         grow = True
-    if 2 * (sc[NTBT] + 1) > tb.shape[0]:
+    if _table_full(sc[NTBT], tb):
         tb = _tbt_grow(tb, sc)
         grow = True
     if not grow:
@@ -1211,8 +1224,8 @@ def _room(k: int, sc: np.ndarray, cfg: np.ndarray, lists: tuple) -> tuple:
 def _full(k: int, sc: np.ndarray, cfg: np.ndarray, lists: tuple) -> bool:
     """Whether a growing buffer of `lists` lacks room for step k (`_room` grows it)."""
     gaps, tb, sf = lists[1], lists[2][0], lists[2][2]
-    return ((cfg[KEEP_STEPS] and k == sf.shape[1]) or sc[NGAPS] + cfg[MAX_SEQS] + 1 > gaps.shape[1]
-            or 2 * (sc[NTBT] + 1) > tb.shape[0])
+    return ((cfg[KEEP_STEPS] and k == sf.shape[1]) or _gaps_full(sc[NGAPS], cfg, gaps)
+            or _table_full(sc[NTBT], tb))
 
 
 @_njit_borrow

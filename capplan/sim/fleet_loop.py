@@ -50,11 +50,14 @@ from capplan.sim.compiled import (
     TOTAL,
     WAITING,
     _bulk_all,
+    _gaps_full,
     _grow,
     _njit,
     _njit_borrow,
+    _njit_inline,
     _push,
     _step,
+    _table_full,
     _tbt_add,
     numba,
 )
@@ -168,11 +171,17 @@ def _route(i: int, t: float, st: tuple, fl: tuple) -> int:
     return r
 
 
+@_njit_inline
+def _heap_full(sc: np.ndarray, heap: np.ndarray) -> bool:
+    """Whether a replica's heap lacks room for every request it holds plus one (a step can
+    move each running one back to the waiting heap)."""
+    return sc[NHEAP] + sc[NRUN] + 2 > heap.shape[0]
+
+
 @_njit
 def _ensure_room(r: int, ia: list, SC: np.ndarray) -> None:
-    """Room in replica r's heap for every request it holds plus one (a step can move each
-    running one back to the waiting heap)."""
-    if SC[r, NHEAP] + SC[r, NRUN] + 2 > ia[HEAP_].shape[1]:
+    """Room in replica r's heap (`_heap_full`)."""
+    if _heap_full(SC[r], ia[HEAP_][r]):
         ia[HEAP_] = _grow(ia[HEAP_])
 
 
@@ -189,9 +198,9 @@ def _advance(r: int, until: float, eng: tuple, st: tuple, tb: tuple, shared: tup
     pcx = (p[0], p[1], p[2], p[3][r], p[4][r], p[5][r])
     while (sc[NRUN] > 0 or sc[NHEAP] > 0) and t_r[r] < until and sc[ERR] == 0:
         w = _window(t_r[r], bounds)
-        if 2 * (nt[w] + 1) > tabs[w].shape[0]:
+        if _table_full(nt[w], tabs[w]):
             tabs[w], nt[w] = _grow_table(tabs[w])
-        if ng[0] + cfg[MAX_SEQS] + 1 > gl[0].shape[1]:
+        if _gaps_full(ng[0], cfg, gl[0]):
             gl[0], gl[1] = _grow(gl[0]), _grow(gl[1])
         _ensure_room(r, ia, SC)
         lists = ((ia[RUN_][r], ia[HEAP_][r]), gl[0], (tabs[w], agg_rest[0], agg_rest[1],
@@ -216,9 +225,8 @@ def _run_window(at: tuple, eng: tuple, st: tuple, tb: tuple, gwin: np.ndarray, l
     sc, heap, gaps, tab = SC[r], lists[0][1], lists[1], lists[2][0]
     while (sc[NRUN] > 0 or sc[NHEAP] > 0) and t_r[r] < until and sc[ERR] == 0:
         t = t_r[r]
-        if (_window(t, bounds) != w or 2 * (nt[w] + 1) > tab.shape[0]
-                or ng[0] + cfg[MAX_SEQS] + 1 > gaps.shape[1]
-                or sc[NHEAP] + sc[NRUN] + 2 > heap.shape[0]):
+        if (_window(t, bounds) != w or _table_full(nt[w], tab) or _gaps_full(ng[0], cfg, gaps)
+                or _heap_full(sc, heap)):
             return
         sc[NTBT], sc[NGAPS], sc[STEP] = nt[w], ng[0], k_r[r]
         d0 = sc[DONE]
