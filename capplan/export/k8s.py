@@ -67,10 +67,18 @@ class Pool:
     line gives none (a plan written before they did): its GPUs over GPUS_PER_NODE."""
     worker_argv: list[str] | None = None
     """The command of the replica's other hosts (LeaderWorkerSet workers)."""
+    role: str = ""
+    """A disaggregated pool's role (prefill, decode); "" for a pool that serves whole requests."""
     addressed: bool = False
     """Each replica needs its own address (a P/D pool behind SGLang's router, which names every
     prefill worker, its bootstrap host): a StatefulSet under a headless Service, replica i at
     `{name}-{i}.{name}` (Kubernetes DNS for StatefulSet pods)."""
+
+    @property
+    def hosts(self) -> int:
+        """Hosts one replica spans: the launch lines' (`nodes`), else its GPUs over
+        GPUS_PER_NODE."""
+        return self.nodes or math.ceil(self.gpus_per_replica / GPUS_PER_NODE)
 
 
 def _argv(line: str) -> tuple[list[str], int]:
@@ -151,7 +159,7 @@ def plan_pools(plan: dict[str, Any], engine: str | None = None) -> list[Pool]:
             reps = max(1, int(d[role]["replicas"]))
             out.append(Pool(_name(model, role), engine, argv, reps,
                             int(d[role]["gpus_total"]) // reps, port, {}, d[role]["gpu"],
-                            addressed=engine in FRONT_ENDS))
+                            role=role, addressed=engine in FRONT_ENDS))
         return out
     lanes = ((plan.get("pools") or {}).get("separate") or {}).get("lanes") or []
     if plan.get("inputs", {}).get("pools") == "separate" and all(
@@ -214,7 +222,7 @@ def k8s_objects(plan: dict[str, Any], *, engine: str | None = None,
             config = f"{p.name}-config"
             objs.append({"apiVersion": "v1", "kind": "ConfigMap",
                          "metadata": {"name": config, "labels": labels}, "data": dict(p.files)})
-        nodes = p.nodes or math.ceil(p.gpus_per_replica / GPUS_PER_NODE)
+        nodes = p.hosts
         gpus = p.gpus_per_replica if nodes == 1 else math.ceil(p.gpus_per_replica / nodes)
         template = {"metadata": {"labels": labels},
                     "spec": _pod_spec(p, gpus, model_cache_claim, config)}
@@ -254,10 +262,9 @@ def _front_end(plan: dict[str, Any], pools: list[Pool]) -> list[dict[str, Any]]:
     use); nothing when the pools are not addressed or span hosts (LeaderWorkerSets)."""
     from capplan.plan.launch_multinode import front_line
 
-    pre = [p for p in pools if p.addressed and p.name.endswith("-prefill")]
-    dec = [p for p in pools if p.addressed and p.name.endswith("-decode")]
-    if not (pre and dec) or any((p.nodes or math.ceil(p.gpus_per_replica / GPUS_PER_NODE)) > 1
-                                for p in pre + dec):
+    pre = [p for p in pools if p.addressed and p.role == "prefill"]
+    dec = [p for p in pools if p.addressed and p.role == "decode"]
+    if not (pre and dec) or any(p.hosts > 1 for p in pre + dec):
         return []
     engine, port = pre[0].engine, FRONT_ENDS[pre[0].engine]
     line = front_line(engine, *[[(f"{p.name}-{i}.{p.name}", p.port) for i in range(p.replicas)]
@@ -309,7 +316,7 @@ def llmd_values(plan: dict[str, Any]) -> dict[str, Any]:
             "resources": {"limits": {"nvidia.com/gpu": str(gpus)},
                           "requests": {"nvidia.com/gpu": str(gpus)}}}]}
 
-    pd = len(pools) == 2 and pools[0].name.endswith("prefill")
+    pd = len(pools) == 2 and pools[0].role == "prefill"
     return {
         "modelArtifacts": {"name": hf, "uri": f"hf://{hf}", "authSecretName": "hf-token",
                            "size": "200Gi"},
