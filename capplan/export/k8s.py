@@ -33,18 +33,19 @@ import yaml
 
 from capplan.errors import InputError
 from capplan.export.atomic import atomic_write_text
-from capplan.plan.launch import HEAD
+from capplan.plan.launch import DEFAULT_PORTS, HEAD
 
 IMAGES = {"vllm": "vllm/vllm-openai:v0.11.0", "sglang": "lmsysorg/sglang:v0.5.2-cu126",
           "trtllm": "nvcr.io/nvidia/tensorrt-llm/release:1.0.0"}
 """Container images of the engine versions the profiles model (models/engine.py); change the
 tag to the version you run."""
 LLMD_IMAGE = "ghcr.io/llm-d/llm-d:v0.2.0"
-FRONT_ENDS = {"sglang": 30000}
-"""Engines whose disaggregated front end the export runs, and its port: SGLang's router, which
-the engine's image carries (sgl-project/sglang docker/Dockerfile builds and installs
-sgl-router). vLLM's NIXL proxy is a script of vLLM's source tree, not of its image: a plan
-with vLLM pools gets the pools alone (docs/known-limits.md)."""
+FRONT_ENDS = ("sglang",)
+"""Engines whose disaggregated front end the export runs, on the engine's default port (as the
+plan's router line): SGLang's router, which the engine's image carries (sgl-project/sglang
+docker/Dockerfile builds and installs sgl-router). vLLM's NIXL proxy is a script of vLLM's
+source tree, not of its image: a plan with vLLM pools gets the pools alone
+(docs/known-limits.md)."""
 GPUS_PER_NODE = 8
 HF_HOME = "/root/.cache/huggingface"
 CONFIG_DIR = "/etc/capplan"
@@ -266,7 +267,8 @@ def _front_end(plan: dict[str, Any], pools: list[Pool]) -> list[dict[str, Any]]:
     dec = [p for p in pools if p.addressed and p.role == "decode"]
     if not (pre and dec) or any(p.hosts > 1 for p in pre + dec):
         return []
-    engine, port = pre[0].engine, FRONT_ENDS[pre[0].engine]
+    engine = pre[0].engine
+    port = DEFAULT_PORTS[engine]  # where the plan's router line listens
     line = front_line(engine, *[[(f"{p.name}-{i}.{p.name}", p.port) for i in range(p.replicas)]
                                 for p in (pre[0], dec[0])], routers=("round-robin", "round-robin"),
                       port=port)

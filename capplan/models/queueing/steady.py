@@ -70,6 +70,7 @@ def tree_bisect(ok_at: Callable[[np.ndarray], np.ndarray], lo: np.ndarray, hi: n
     lo, hi = np.array(lo, float), np.array(hi, float)
     done = 0
     while done < steps:
+        # at most 6 levels a call (63 probes a row): past that a call's rows dwarf its cost
         d = min(range(1, min(steps - done, 6) + 1),
                 key=lambda k: (CALL_ROWS + lo.size * (2**k - 1)) / k)
         ends = (lo[None], hi[None])
