@@ -29,7 +29,7 @@ Errors |predicted / measured - 1| as median / p90 / median signed bias, by engin
 
 Run: .venv/bin/python benchmarks/validate_disagg.py [--per-group N] [--data CSV] [--write-docs]
 [--stated-only | --implied-all] [--decode-rule sweep|ridge|slots] [--analytic]
-[--prefill-rate FRAC] [--replay-rounds K]
+[--prefill-rate FRAC] [--replay-rounds K] [--batch-rule row|pow2|pow2-top]
 (default 10 rows per engine and system, every k-th row by id; --per-group 0 scores every row;
 --write-docs rewrites the generated blocks of docs/validation.md with the full scoring;
 --stated-only scores only rows that give their worker counts; --implied-all applies the
@@ -39,7 +39,10 @@ sweep, the default, sizes the decode workers for the sweep's largest C, ridge fo
 own C, slots fills each worker's slots; --prefill-rate: a what-if, every engine profile's
 prompt-token GEMMs and attention at FRAC of capplan's rates, EngineProfile.prefill_rate_frac;
 --replay-rounds: a what-if, the benchmark replay runs K rounds before it repeats the mean of
-rounds 2..K for the rest, capplan.plan.aiconfigurator.REPLAY_ROUNDS, 20 replays every round)
+rounds 2..K for the rest, capplan.plan.aiconfigurator.REPLAY_ROUNDS, 20 replays every round;
+--batch-rule pow2: a what-if, a stated row's decode batch as its sweep's deployment's, the
+largest power of two at most the rows' batch at the sweep's largest C; pow2-top: that cap on
+the rows above it only, docs/validation.md 6)
 """
 
 from __future__ import annotations
@@ -178,6 +181,25 @@ def peak(r: dict[str, str]) -> int:
     c = concurrency(r) or 1
     key = sweep(r)
     return max(c, PEAKS.get(key, c)) if key is not None else c
+BATCH_RULE = sys.argv[sys.argv.index("--batch-rule") + 1] if "--batch-rule" in sys.argv \
+    else "row"
+"""A stated row's decode batch: row (its batch_size, the default), pow2 (what-if: its sweep's
+deployment's, `deployed_batch`) or pow2-top (that cap where it is below the row's batch)."""
+
+
+def deployed_batch(r: dict[str, str]) -> dict[str, str]:
+    """The row with its decode batch as its sweep's deployment's: one max batch per
+    deployment, the largest power of two at most the batch_size at the sweep's largest C."""
+    if BATCH_RULE == "row" or not stated(r) or not r["decode_batch_size"]:
+        return r
+    ranks = _size(r["decode_num_workers"]) * _size(r["decode_attention_dp_size"])
+    top = max(1, peak(r) // ranks)
+    cap = 1 << (top.bit_length() - 1)
+    if BATCH_RULE == "pow2-top":
+        cap = min(cap, _size(r["decode_batch_size"]))
+    return {**r, "decode_batch_size": str(cap)}
+
+
 IMPLIED_ALL = "--implied-all" in sys.argv
 """Apply the implied-count rule to every row, its stated counts and batch sizes ignored."""
 
@@ -266,7 +288,7 @@ def predict(cat, r: dict[str, str], implied: bool = IMPLIED_ALL,
     counts and batch sizes ignored, the implied counts used, `ridge_step` as `counts`)."""
     if implied:
         r = as_unstated(r)
-    r = as_attention_dp(cat, r)
+    r = deployed_batch(as_attention_dp(cat, r))
     reason = why_not(cat, r)
     if reason:
         return reason
@@ -583,8 +605,10 @@ def write_docs(text: str, block: str = "validate_disagg:by-engine") -> None:
 
 
 def main() -> None:
-    if "--write-docs" in sys.argv and (PREFILL_RATE is not None or ROUNDS_WHAT_IF is not None):
-        sys.exit("--prefill-rate and --replay-rounds are what-ifs: they write no docs")
+    if "--write-docs" in sys.argv and (PREFILL_RATE is not None or ROUNDS_WHAT_IF is not None
+                                       or BATCH_RULE != "row"):
+        sys.exit("--prefill-rate, --replay-rounds and --batch-rule are what-ifs: they write no "
+                 "docs")
     if not DATA.exists():
         print(f"{DATA} not found; nothing to score")
         return
