@@ -11,8 +11,9 @@ Hugging Face token from an optional Secret `hf-token`; a Service in front. A rep
 more GPUs than one node holds becomes a LeaderWorkerSet (leaderworkerset.x-k8s.io/v1:
 spec.replicas groups of spec.leaderWorkerTemplate.size pods, one node each; the multi-node launch
 flags are the launch line's). TensorRT-LLM's LLM-API options file becomes a ConfigMap. A winning
-disaggregated SGLang layout runs its pools as StatefulSets under headless Services (replica i
-at `{name}-{i}.{name}`) and SGLang's router in front, over every replica (`_front_end`).
+disaggregated SGLang or TensorRT-LLM layout runs its pools as StatefulSets under headless
+Services (replica i at `{name}-{i}.{name}`) and the engine's router in front, over every replica
+(`_front_end`; TensorRT-LLM's disaggregated server with its configuration as a ConfigMap).
 
 Object shapes: the Kubernetes API reference (apps/v1 Deployment and StatefulSet, v1 Service,
 v1 ConfigMap) and
@@ -40,12 +41,13 @@ IMAGES = {"vllm": "vllm/vllm-openai:v0.11.0", "sglang": "lmsysorg/sglang:v0.5.2-
 """Container images of the engine versions the profiles model (models/engine.py); change the
 tag to the version you run."""
 LLMD_IMAGE = "ghcr.io/llm-d/llm-d:v0.2.0"
-FRONT_ENDS = ("sglang",)
+FRONT_ENDS = ("sglang", "trtllm")
 """Engines whose disaggregated front end the export runs, on the engine's default port (as the
 plan's router line): SGLang's router, which the engine's image carries (sgl-project/sglang
-docker/Dockerfile builds and installs sgl-router). vLLM's NIXL proxy is a script of vLLM's
-source tree, not of its image: a plan with vLLM pools gets the pools alone
-(docs/known-limits.md)."""
+docker/Dockerfile builds and installs sgl-router), and TensorRT-LLM's disaggregated server
+(`trtllm-serve disaggregated`, a command of the trtllm-serve the image runs), its
+configuration file a ConfigMap. vLLM's NIXL proxy is a script of vLLM's source tree, not of
+its image: a plan with vLLM pools gets the pools alone (docs/known-limits.md)."""
 GPUS_PER_NODE = 8
 HF_HOME = "/root/.cache/huggingface"
 CONFIG_DIR = "/etc/capplan"
@@ -80,6 +82,17 @@ class Pool:
         """Hosts one replica spans: the launch lines' (`nodes`), else its GPUs over
         GPUS_PER_NODE."""
         return self.nodes or math.ceil(self.gpus_per_replica / GPUS_PER_NODE)
+
+
+def _line_files(line: str) -> dict[str, str]:
+    """The files a launch line reads, from its comments `# NAME.yaml: {YAML in flow style}`
+    (capplan.plan.launch_multinode.with_files), as block YAML."""
+    out = {}
+    for part in line.split("  # ")[1:]:
+        m = re.match(r"^([\w.-]+\.ya?ml): (\{.*\})\s*$", part.strip())
+        if m:
+            out[m.group(1)] = yaml.safe_dump(yaml.safe_load(m.group(2)), sort_keys=False)
+    return out
 
 
 def _argv(line: str) -> tuple[list[str], int]:
@@ -156,11 +169,12 @@ def plan_pools(plan: dict[str, Any], engine: str | None = None) -> list[Pool]:
     if d.get("winner") == "disaggregated" and d.get("launch", {}).get(f"{engine}_prefill"):
         out = []
         for role in ("prefill", "decode"):
-            argv, port = _argv(d["launch"][f"{engine}_{role}"])
+            line = d["launch"][f"{engine}_{role}"]
+            argv, port = _argv(line)
             reps = max(1, int(d[role]["replicas"]))
             out.append(Pool(_name(model, role), engine, argv, reps,
-                            int(d[role]["gpus_total"]) // reps, port, {}, d[role]["gpu"],
-                            role=role, addressed=engine in FRONT_ENDS))
+                            int(d[role]["gpus_total"]) // reps, port, _line_files(line),
+                            d[role]["gpu"], role=role, addressed=engine in FRONT_ENDS))
         return out
     lanes = ((plan.get("pools") or {}).get("separate") or {}).get("lanes") or []
     if plan.get("inputs", {}).get("pools") == "separate" and all(
@@ -275,12 +289,21 @@ def _front_end(plan: dict[str, Any], pools: list[Pool]) -> list[dict[str, Any]]:
     name = _name((plan.get("model") or "model").split("/")[-1], "router")
     labels = {"app.kubernetes.io/name": name, "app.kubernetes.io/part-of": "capplan"}
     probe = {"tcpSocket": {"port": port}, "periodSeconds": 10}
-    pod = {"containers": [{"name": "router", "image": IMAGES[engine],
-                           "command": shlex.split(line, comments=True),
-                           "ports": [{"name": "http", "containerPort": port,
-                                      "protocol": "TCP"}],
-                           "readinessProbe": probe}]}
-    return [{"apiVersion": "apps/v1", "kind": "Deployment",
+    files = _line_files(line)  # TensorRT-LLM's disagg_config.yaml
+    words = [f"{CONFIG_DIR}/{w}" if w in files else w for w in shlex.split(line, comments=True)]
+    container: dict[str, Any] = {"name": "router", "image": IMAGES[engine], "command": words,
+                                 "ports": [{"name": "http", "containerPort": port,
+                                            "protocol": "TCP"}],
+                                 "readinessProbe": probe}
+    pod: dict[str, Any] = {"containers": [container]}
+    config = []
+    if files:
+        config = [{"apiVersion": "v1", "kind": "ConfigMap",
+                   "metadata": {"name": f"{name}-config", "labels": labels}, "data": files}]
+        container["volumeMounts"] = [{"name": "router-config", "mountPath": CONFIG_DIR,
+                                      "readOnly": True}]
+        pod["volumes"] = [{"name": "router-config", "configMap": {"name": f"{name}-config"}}]
+    return config + [{"apiVersion": "apps/v1", "kind": "Deployment",
              "metadata": {"name": name, "labels": labels},
              "spec": {"replicas": 1, "selector": {"matchLabels": labels},
                       "template": {"metadata": {"labels": labels}, "spec": pod}}},

@@ -237,6 +237,10 @@ class EngineProfile:
     per-sequence host cost that exceeds the GPU's step shows (capplan.models.perf.step_parts),
     and the scheduler forms each batch a step ahead (`SchedulerPolicy.schedules_ahead`, kept
     equal to this)."""
+    prefill_worker_overlap: bool | None = None
+    """The host overlap of a disaggregated prefill worker, when the engine runs those without
+    its default (TensorRT-LLM's context servers: False); None: `host_overlap`. A P/D layout's
+    prefill pool runs with it (capplan.plan.pd.make_layout) and launches with it."""
     client_jitter: ClientJitter = NO_JITTER
     """Timing noise of a closed-loop benchmark's clients and server front end (breaks cohorts
     up): the default of `latency --concurrency` and `simulate --concurrency`."""
@@ -479,6 +483,7 @@ TRTLLM = EngineProfile(
     # median of 57-111 us (github:NVIDIA/TensorRT-LLM issue 5929; docs/engines.md)
     moe_layer_step_s_without_fp4=63.5e-6,
     per_seq_overhead_s=0.0,
+    prefill_worker_overlap=False,
     sampler="flashinfer",
     # The WIDEEP MoE backend's all-to-all (tensorrt_llm/_torch/modules/fused_moe/
     # fused_moe_wide_ep.py select_alltoall_method_type, 1.x): DeepEP's normal kernels for every
@@ -499,6 +504,11 @@ TRTLLM = EngineProfile(
         "host_costs": HOST_COSTS_SOURCE,
         "host_overlap": "on: tensorrt_llm/llmapi/llm_args.py TorchLlmArgs."
                         "disable_overlap_scheduler defaults to False (PyTorch backend, 1.x)",
+        "prefill_worker_overlap": "off: examples/disaggregated/README.md (1.x), context "
+                                  "servers' extra-llm-api-config sets disable_overlap_scheduler"
+                                  ": True (not yet supported in disaggregated context servers); "
+                                  "AIConfigurator generator/rule_plugin/trtllm.rule: prefill "
+                                  "disable_overlap_scheduler = true",
         "layouts": "tensorrt_llm/llmapi/llm_args.py (1.x): tensor_parallel_size is the world "
                    "size; enable_attention_dp (attention_dp.yaml: enable_attention_dp: true) "
                    "makes every rank its own attention DP rank (attention TP 1); "

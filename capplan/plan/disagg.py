@@ -16,7 +16,7 @@ from capplan.errors import CapplanError
 from capplan.models.disagg import Link, decode_side_prefix, kv_link, kv_transfer_s
 from capplan.models.queueing import LengthStats, Limits, QueueModel
 from capplan.plan.deployment import Deployment, EngineOptions, resolve_deployment
-from capplan.plan.pd import network_link
+from capplan.plan.pd import network_link, role_pool
 from capplan.plan.search import SearchSpace, Traffic, stack_step_models
 
 _GRID = 48
@@ -250,7 +250,8 @@ def plan_disaggregated(cat: Catalog, model: ModelSpec, space: SearchSpace, t: Tr
     target = t.rate_per_s * (1 + headroom)
     ttft_slo = _slo(t, "ttft_s")
     decodes = _decode_pools(deps, _capacities(deps, t, "decode"), t, target)
-    curves = _PrefillCurve.of_each(deps, _capacities(deps, t, "prefill"), t)
+    pre = [role_pool(d, "prefill") for d in deps]  # as a prefill worker runs (its overlap)
+    curves = _PrefillCurve.of_each(pre, _capacities(pre, t, "prefill"), t)
     return _cheapest(decodes, curves, t, target, ttft_slo)
 
 
@@ -287,6 +288,10 @@ def _pair(pc: _PrefillCurve, dp: PoolPlan, t: Traffic, target: float, ttft_slo: 
                       dp.tbt_p99_s)
 
 
+FRONT_NAMES = {"vllm": "proxy"}
+"""The key of a P/D plan's front-end line (`{engine}_{name}`): vLLM's NIXL proxy, the others'
+routers (SGLang's sglang_router, TensorRT-LLM's disaggregated server, which its docs call the
+router)."""
 DISAGG_PORTS = {"prefill": 8100, "decode": 8200}
 """Ports of the first prefill and decode replica on a host (vLLM's disaggregated-serving
 examples use 8100 and 8200); the k-th replica of a pool on a host listens on port + k."""
@@ -342,12 +347,12 @@ def launch_lines(p: DisaggPlan) -> dict[str, str]:
     fraction, max-model-len, port and GPUs; vLLM: NixlConnector on both pools and the NIXL
     proxy in front, SGLang: its router in front (docs: PD Disaggregation), each on the engine's
     default port and listing every replica with round-robin placement, as the pools are sized
-    (an even split of the rate);
-    over several hosts, which replica runs where. TensorRT-LLM's disaggregated serving takes a
-    YAML of both pools (trtllm-serve disaggregated), not launch lines: its pools are given as
-    such."""
+    (an even split of the rate), TensorRT-LLM: its context and generation servers (a KV
+    cache transceiver each, the context servers without overlap) and `trtllm-serve
+    disaggregated` in front; over several hosts, which replica runs where. A file a line
+    reads is on the line after `#` (NAME: its YAML)."""
     from capplan.plan.launch import DEFAULT_PORTS, launch_line, node_commands
-    from capplan.plan.launch_multinode import front_line
+    from capplan.plan.launch_multinode import front_line, with_files
 
     pr, de = p.prefill.dep, p.decode.dep
     engine = pr.settings.profile.name
@@ -355,15 +360,15 @@ def launch_lines(p: DisaggPlan) -> dict[str, str]:
     first = {role: next(x for x in where if x.role == role) for role in ("prefill", "decode")}
     opts = {role: _pool_options(dep, role, first[role].first_gpu)
             for role, dep in (("prefill", pr), ("decode", de))}
-    out = {f"{engine}_{role}": f"{pool.replicas} x: "
-           + "\n".join(node_commands(launch_line(engine, opts[role]), opts[role]))
+    out = {f"{engine}_{role}": f"{pool.replicas} x: " + "\n".join(with_files(
+        node_commands(launch_line(engine, opts[role]), opts[role]),
+        launch_line(engine, opts[role])))
            for role, pool in (("prefill", p.prefill), ("decode", p.decode))}
     urls = {role: [(x.host, x.port) for x in where if x.role == role]
             for role in ("prefill", "decode")}
-    if engine in ("vllm", "sglang"):
-        out[f"{engine}_{'router' if engine == 'sglang' else 'proxy'}"] = front_line(
-            engine, urls["prefill"], urls["decode"], routers=("round-robin", "round-robin"),
-            port=DEFAULT_PORTS[engine])  # where the engine's own clients look
+    out[f"{engine}_{FRONT_NAMES.get(engine, 'router')}"] = front_line(
+        engine, urls["prefill"], urls["decode"], routers=("round-robin", "round-robin"),
+        port=DEFAULT_PORTS[engine])  # where the engine's own clients look
     if where[-1].host != "localhost":
         counts: dict[str, int] = {}
         parts = []

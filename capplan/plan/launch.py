@@ -32,6 +32,10 @@ DEFAULT_PORTS = {"vllm": 8000, "sglang": 30000, "trtllm": 8000}
 HEALTH_PATH = "/health"
 TRTLLM_OPTIONS_FILE = "llm_api_options.yaml"
 """The TensorRT-LLM LLM-API options file a line reads (its content is in LaunchLine.files)."""
+TRTLLM_ROLE_FILES = {"prefill": "ctx_extra-llm-api-config.yaml",
+                     "decode": "gen_extra-llm-api-config.yaml"}
+"""A disaggregated context / generation server's options file (the names of TensorRT-LLM's
+examples/disaggregated/README.md), so both pools' files can sit in one directory."""
 _VLLM_QUANT = {"fp8": "fp8"}  # int4/fp4 need a pre-quantized checkpoint (AWQ/GPTQ/NVFP4 repo)
 
 
@@ -59,6 +63,9 @@ class LaunchOptions:
     """None: the engine's default port (DEFAULT_PORTS)."""
     role: str | None = None
     """None (aggregated), "prefill" or "decode" (disaggregated pools)."""
+    host_overlap: bool = True
+    """Whether the engine runs its host overlap (EngineProfile.host_overlap); TensorRT-LLM's
+    line says when it is off (disable_overlap_scheduler), as its context servers run."""
     gpu_ids: tuple[int, ...] = ()
     """GPUs of this replica on its node (CUDA_VISIBLE_DEVICES); empty: all the node shows."""
     priority_scheduling: bool = False
@@ -290,6 +297,13 @@ def trtllm_line(o: LaunchOptions) -> LaunchLine:
         options += ["enable_attention_dp: true"]
     if "trtllm" in o.deepep:  # DeepEP runs in the WIDEEP MoE backend (fused_moe_wide_ep.py)
         options += ["moe_config:", "  backend: WIDEEP"]
+    if not o.host_overlap:  # TorchLlmArgs.disable_overlap_scheduler (default False)
+        options += ["disable_overlap_scheduler: true"]
+    if o.role:  # a context or generation server of `trtllm-serve disaggregated`: its KV
+        # transfer (examples/disaggregated/README.md: backend DEFAULT is NIXL; the buffer at
+        # least the longest prompt)
+        options += ["cache_transceiver_config:", "  backend: DEFAULT",
+                    f"  max_tokens_in_buffer: {o.max_model_len}"]
     options += list(o.llm_api_options)
     # TensorRT-LLM prefills whole prompts (no chunking by default): max_num_tokens covers one.
     w = ["trtllm-serve", model, "--backend", "pytorch", *_parallel("trtllm", o),
@@ -299,8 +313,9 @@ def trtllm_line(o: LaunchOptions) -> LaunchLine:
          "--max_seq_len", str(o.max_model_len)]
     files = {}
     if options:
-        w += ["--extra_llm_api_options", TRTLLM_OPTIONS_FILE]
-        files[TRTLLM_OPTIONS_FILE] = "\n".join(options) + "\n"
+        name = TRTLLM_ROLE_FILES.get(o.role or "", TRTLLM_OPTIONS_FILE)
+        w += ["--extra_llm_api_options", name]
+        files[name] = "\n".join(options) + "\n"
     w += ["--host", o.host, "--port", str(o.port_for("trtllm")),
           *o.extra.get("trtllm", ())]
     return LaunchLine("trtllm", tuple(w), _env(o, "trtllm"), files, note, o.port_for("trtllm"))

@@ -49,8 +49,8 @@ def deployment_options(dep: Deployment, role: str | None = None, port: int | Non
         memory_fraction=memory_fractions(dep.memory), max_model_len=dep.memory.max_model_len,
         weight_dtype=s.weight_dtype,
         checkpoint_format=m.quantization.format if m.quantization else m.torch_dtype,
-        kv_dtype=s.kv_dtype, port=port, role=role, nodes=nodes, gpus_per_node=host,
-        gpu_ids=gpus, deepep=deepep_launch(s, dep.gpu))
+        kv_dtype=s.kv_dtype, port=port, role=role, host_overlap=dep.profile.host_overlap,
+        nodes=nodes, gpus_per_node=host, gpu_ids=gpus, deepep=deepep_launch(s, dep.gpu))
 
 
 def worker_lines(dep: Deployment, engine: str, port: int, role: str | None = None,
@@ -62,8 +62,16 @@ def worker_lines(dep: Deployment, engine: str, port: int, role: str | None = Non
     lines = [x.replace(HEAD, head) for x in node_commands(line, o)]
     if o.nodes == 1:
         lines = [f"node 0: {lines[0]}"]
-    for name, text in line.files.items():  # the file a line reads, on the line it shows
-        flow = yaml.safe_dump(yaml.safe_load(text), default_flow_style=True).strip()
+    return with_files(lines, line)
+
+
+def with_files(lines: list[str], line: Any) -> list[str]:
+    """`lines` (a replica's commands) with each file its launch line reads on the last one,
+    after `#`: NAME: its YAML in flow style."""
+    lines = list(lines)
+    for name, text in line.files.items():
+        flow = yaml.safe_dump(yaml.safe_load(text), default_flow_style=True,
+                              width=1 << 20).strip()
         lines[-1] += f"  # {name}: {flow}"
     return lines
 
@@ -76,14 +84,20 @@ def replica_launch(dep: Deployment, port: int = SERVE_PORT) -> dict[str, list[st
 def pd_launch(layout: Any, engine: str | None = None) -> dict[str, list[str]]:
     """Launch lines of a fixed P/D layout (capplan.plan.pd.PdLayout): every worker's commands,
     then the router/proxy in front (ports: prefill workers 30000 + i, decode 31000 + j)."""
-    eng = engine or layout.decode.settings.engine
+    eng = engine or layout.decode.profile.name
     pre = [30000 + i for i in range(layout.prefill_workers)]
     dec = [31000 + j for j in range(layout.decode_workers)]
-    build = {"sglang": _pd_sglang, "trtllm": _pd_trtllm}.get(eng, _pd_vllm)
-    out = build(layout.prefill, layout.decode, pre, dec)
+    out: dict[str, list[str]] = {}
+    names = {"trtllm": ("context", "generation")}.get(eng, ("prefill", "decode"))
+    for role, name, dep, ports in (("prefill", names[0], layout.prefill, pre),
+                                   ("decode", names[1], layout.decode, dec)):
+        for i, port in enumerate(ports):
+            out[f"{name} worker {i}"] = worker_lines(dep, eng, port, role,
+                                                     f"{role.upper()}{i}")
     routers = (check_router(getattr(layout, "prefill_router", "round-robin")),
                check_router(getattr(layout, "decode_router", "round-robin")))
-    out["router"] = [_with_routers(eng, out["router"][0], *routers)]
+    out["router"] = [front_line(eng, [(f"PREFILL{i}", q) for i, q in enumerate(pre)],
+                                [(f"DECODE{j}", q) for j, q in enumerate(dec)], routers)]
     return out
 
 
@@ -96,80 +110,53 @@ def pd_launch(layout: Any, engine: str | None = None) -> dict[str, list[str]]:
 _ROUTER_NAMES = {"sglang": {"round-robin": "round_robin", "random": "random"},
                  "trtllm": {"round-robin": "round_robin", "least-outstanding": "load_balancing"},
                  "vllm": {"round-robin": "round_robin"}}
+TRTLLM_DISAGG_FILE = "disagg_config.yaml"
+"""The file `trtllm-serve disaggregated -c` reads (its content on the line, as a comment)."""
 
 
-def _with_routers(eng: str, line: str, prefill: str, decode: str) -> str:
-    """The front end's line set to the routers the replay assumed (`_ROUTER_NAMES`), with a
-    note for a router the front end does not have."""
+def _missing_routers(eng: str, prefill: str, decode: str) -> str:
+    """A note for a router the front end does not have ("" when it has both)."""
     names = _ROUTER_NAMES.get(eng, _ROUTER_NAMES["vllm"])
     missing = [f"{role} {r}" for role, r in (("prefill", prefill), ("decode", decode))
                if r not in names]
-    if eng == "sglang":
-        line += (f" --prefill-policy {names.get(prefill, 'round_robin')}"
-                 f" --decode-policy {names.get(decode, 'round_robin')}")
-    elif eng == "trtllm":
-        line += (f", context_servers router type {names.get(prefill, 'round_robin')}, "
-                 f"generation_servers router type {names.get(decode, 'round_robin')}")
-    if missing:
-        line += (f"  # this front end has no {' / '.join(missing)} router: "
-                 "round-robin is launched; the replay's figures assumed the router asked for")
-    return line
-
-
-def _pd_sglang(p: Deployment, d: Deployment, pre: list[int], dec: list[int]
-               ) -> dict[str, list[str]]:
-    out: dict[str, list[str]] = {}
-    for role, dep, ports in (("prefill", p, pre), ("decode", d, dec)):
-        for i, port in enumerate(ports):
-            out[f"{role} worker {i}"] = worker_lines(dep, "sglang", port, role,
-                                                     f"{role.upper()}{i}")
-    out["router"] = [front_line("sglang", [(f"PREFILL{i}", q) for i, q in enumerate(pre)],
-                                [(f"DECODE{j}", q) for j, q in enumerate(dec)])]
-    return out
-
-
-def _pd_trtllm(p: Deployment, d: Deployment, pre: list[int], dec: list[int]
-               ) -> dict[str, list[str]]:
-    out: dict[str, list[str]] = {}
-    for role, dep, ports, name in (("context", p, pre, "PREFILL"),
-                                   ("generation", d, dec, "DECODE")):
-        for i, port in enumerate(ports):
-            out[f"{role} worker {i}"] = worker_lines(dep, "trtllm", port, head=f"{name}{i}")
-    out["router"] = [
-        f"trtllm-serve disaggregated -c disagg.yaml  # disagg.yaml: port {SERVE_PORT}, "
-        f"context_servers urls PREFILL0:{pre[0]}.., generation_servers urls "
-        f"DECODE0:{dec[0]}.., cache_transceiver_config on both"]
-    return out
-
-
-def _pd_vllm(p: Deployment, d: Deployment, pre: list[int], dec: list[int]
-             ) -> dict[str, list[str]]:
-    out: dict[str, list[str]] = {}
-    for role, dep, ports in (("prefill", p, pre), ("decode", d, dec)):
-        for i, port in enumerate(ports):
-            out[f"{role} worker {i}"] = worker_lines(dep, "vllm", port, role,
-                                                     f"{role.upper()}{i}")
-    out["router"] = [front_line("vllm", [(f"PREFILL{i}", q) for i, q in enumerate(pre)],
-                                [(f"DECODE{j}", q) for j, q in enumerate(dec)])]
-    return out
+    return (f"  # this front end has no {' / '.join(missing)} router: round-robin is "
+            "launched; the replay's figures assumed the router asked for" if missing else "")
 
 
 def front_line(engine: str, prefill: list[tuple[str, int]], decode: list[tuple[str, int]],
                routers: tuple[str, str] | None = None, port: int = SERVE_PORT) -> str:
     """The router or proxy in front of P/D workers, each at (host, port), every one of them
-    listed: SGLang's router (one --prefill and one --decode URL per worker); otherwise vLLM's
-    NIXL proxy (tests/v1/kv_connector/nixl_integration/toy_proxy_server.py: prefill with
-    max_tokens=1, then decode on a decoder; hosts and ports as parallel lists). `routers`
-    (prefill, decode): set the front end's policies to those (`_with_routers`)."""
+    listed: SGLang's router (one --prefill and one --decode URL per worker); TensorRT-LLM's
+    disaggregated server (tensorrt_llm/llmapi/disagg_utils.py extract_disagg_cfg: hostname,
+    port, context_servers and generation_servers with num_instances, urls and router.type;
+    the file's content on the line after `#`); otherwise vLLM's NIXL proxy
+    (tests/v1/kv_connector/nixl_integration/toy_proxy_server.py: prefill with max_tokens=1,
+    then decode on a decoder; hosts and ports as parallel lists). `routers` (prefill,
+    decode): the front end's policies (round-robin when None)."""
+    pol = routers or ("round-robin", "round-robin")
+    names = _ROUTER_NAMES.get(engine, _ROUTER_NAMES["vllm"])
     if engine == "sglang":
         line = ("python -m sglang_router.launch_router --pd-disaggregation "
                 + " ".join(f"--prefill http://{h}:{q}" for h, q in prefill) + " "
                 + " ".join(f"--decode http://{h}:{q}" for h, q in decode)
                 + f" --host 0.0.0.0 --port {port}")
+        if routers is not None:
+            line += (f" --prefill-policy {names.get(pol[0], 'round_robin')}"
+                     f" --decode-policy {names.get(pol[1], 'round_robin')}")
+    elif engine == "trtllm":
+        cfg = {"hostname": "0.0.0.0", "port": port, "backend": "pytorch"}
+        for key, urls, r in (("context_servers", prefill, pol[0]),
+                             ("generation_servers", decode, pol[1])):
+            cfg[key] = {"num_instances": len(urls),
+                        "router": {"type": names.get(r, "round_robin")},
+                        "urls": [f"{h}:{q}" for h, q in urls]}
+        flow = yaml.safe_dump(cfg, default_flow_style=True, sort_keys=False,
+                              width=1 << 20).strip()
+        line = f"trtllm-serve disaggregated -c {TRTLLM_DISAGG_FILE}  # {TRTLLM_DISAGG_FILE}: {flow}"
     else:
         line = ("python tests/v1/kv_connector/nixl_integration/toy_proxy_server.py --host "
                 f"0.0.0.0 --port {port} --prefiller-hosts " + " ".join(h for h, _ in prefill)
                 + " --prefiller-ports " + " ".join(str(q) for _, q in prefill)
                 + " --decoder-hosts " + " ".join(h for h, _ in decode)
                 + " --decoder-ports " + " ".join(str(q) for _, q in decode))
-    return line if routers is None else _with_routers(engine, line, *routers)
+    return line + (_missing_routers(engine, *pol) if routers is not None else "")

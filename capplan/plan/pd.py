@@ -95,22 +95,34 @@ CUDA graphs capture): SGLang's auto resolves so step by step, vLLM and TensorRT-
 mode per server and their launch lines pin it (EngineProfile.deepep_flags)."""
 
 
-def _role_deepep(dep: Deployment, role: str) -> Deployment:
-    """`dep` with its role's DeepEP mode (ROLE_DEEPEP_MODE) unless its settings pin one; the
-    same deployment when it runs no DeepEP."""
-    s = dep.settings
-    if s.deepep_mode is not None or dep.deepep_mode is None:
+def role_pool(dep: Deployment, role: str) -> Deployment:
+    """`dep` as a P/D pool of `role` runs it: its role's DeepEP mode (ROLE_DEEPEP_MODE) unless
+    its settings pin one, and a prefill worker's host overlap where the engine runs those
+    without its default (EngineProfile.prefill_worker_overlap) unless the engine spec sets one
+    (+overlap, +no-overlap); the same deployment when neither applies."""
+    s, prof = dep.settings, dep.profile
+    changes: dict[str, object] = {}
+    if s.deepep_mode is None and dep.deepep_mode is not None:
+        changes["deepep_mode"] = ROLE_DEEPEP_MODE[role]
+    want = prof.prefill_worker_overlap
+    if (role == "prefill" and want is not None and want != prof.host_overlap
+            and not {"overlap", "no-overlap"} & set(prof.options)):
+        changes["engine"] = f"{prof.spec}+{'overlap' if want else 'no-overlap'}"
+    if not changes:
         return dep
-    return build_deployment(dep.model, dep.gpu, s.with_(deepep_mode=ROLE_DEEPEP_MODE[role]),
-                            dep.calibration, dep.served_id)
+    out = build_deployment(dep.model, dep.gpu, s.with_(**changes), dep.calibration,
+                           dep.served_id)
+    # an image encoder's prompt FLOPs are set on the step after it is built (plan/images.py)
+    return replace(out, step=replace(
+        out.step, prefill_extra_flops_per_token=dep.step.prefill_extra_flops_per_token))
 
 
 def make_layout(prefill: Deployment, prefill_workers: int, decode: Deployment,
                 decode_workers: int, link: str = "auto") -> PdLayout:
     """Check a P/D layout and pick its KV link: `nvlink` when both pools fit one NVLink domain
     of the same GPU (a node; a GB200/GB300 NVL72 rack), else `network`; `auto` chooses so.
-    Each pool runs its role's DeepEP mode (`_role_deepep`)."""
-    prefill, decode = _role_deepep(prefill, "prefill"), _role_deepep(decode, "decode")
+    Each pool runs as its role does (`role_pool`: DeepEP mode, a prefill worker's overlap)."""
+    prefill, decode = role_pool(prefill, "prefill"), role_pool(decode, "decode")
     for role, n, dep in (("prefill", prefill_workers, prefill), ("decode", decode_workers,
                                                                  decode)):
         if not isinstance(n, int) or n < 1:

@@ -76,7 +76,7 @@ def spec_of(layout: PdLayout, sim_engine: str = "auto", seed: int = 0) -> PdRepl
                         link=layout.link, request_overhead_s=overhead, sim_engine=sim_engine,
                         prefill_router=layout.prefill_router,
                         decode_router=layout.decode_router, decode_routed_at=(
-                            "arrival" if layout.decode.settings.engine == "sglang"
+                            "arrival" if layout.decode.profile.name == "sglang"
                             else "prefill_done"),
                         speed_spread=SPEED_SPREAD, seed=seed)
 

@@ -7,6 +7,7 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
+import yaml
 
 from capplan.api import disaggregated, pd_simulate
 from capplan.errors import InputError
@@ -127,8 +128,7 @@ def test_router_options_cli_and_api(run_cli):
     ("sglang", "random", "least_loaded",
      {"--prefill-policy": "random", "--decode-policy": "round_robin"}, True),
     ("trtllm", "round_robin", "least_loaded",
-     "context_servers router type round_robin, generation_servers router type load_balancing",
-     False),
+     {"context_servers": "round_robin", "generation_servers": "load_balancing"}, False),
     ("vllm", "round_robin", "random", None, True),  # the NIXL proxy cycles only
 ])
 def test_front_end_line_names_the_routers(engine, prefill, decode, want, note):
@@ -145,8 +145,13 @@ def test_front_end_line_names_the_routers(engine, prefill, decode, want, note):
         assert words[:3] == ["python", "-m", "sglang_router.launch_router"]
         for flag, value in want.items():
             assert words[words.index(flag) + 1] == value
-    elif engine == "trtllm":
-        assert want in line
+    elif engine == "trtllm":  # the disaggregated server's configuration, after `#`
+        assert shlex.split(line, comments=True) == [
+            "trtllm-serve", "disaggregated", "-c", "disagg_config.yaml"]
+        cfg = yaml.safe_load(line.split("# disagg_config.yaml: ", 1)[1])
+        for key, router in want.items():  # tensorrt_llm/llmapi/disagg_utils.py's keys
+            assert cfg[key]["router"]["type"] == router
+            assert cfg[key]["num_instances"] == len(cfg[key]["urls"]) == 2
     assert ("this front end has no" in line) is note
     if note:  # the router it lacks is named
         assert (("least-outstanding" in line) if decode == "least_loaded"

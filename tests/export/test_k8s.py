@@ -264,3 +264,52 @@ def test_a_disaggregated_sglang_plan_runs_its_router_over_every_replica(tmp_path
     assert [words[i + 1] for i, w in enumerate(words) if w == "--decode"] == hosts["decode"]
     assert "resources" not in router["containers"][0]  # no GPU for the router
     assert by[("Service", "deepseek-v3-router")]["spec"]["ports"][0]["port"] == 30000
+
+
+def test_a_disaggregated_trtllm_plan_runs_its_disaggregated_server_from_a_configmap(
+        tmp_path) -> None:
+    # TensorRT-LLM's disaggregated server reads its context and generation servers from a
+    # YAML file (tensorrt_llm/llmapi/disagg_utils.py extract_disagg_cfg): the export mounts
+    # it from a ConfigMap and lists every replica's own address there; each server reads its
+    # KV-transfer options (cache_transceiver_config; the context servers without overlap)
+    from click.testing import CliRunner
+
+    from capplan.cli import cli
+
+    out = tmp_path / "pd.k8s.yaml"
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("CAPPLAN_HOME", str(tmp_path))
+        res = CliRunner().invoke(cli, [
+            "recommend", "--model", "deepseek-v3", "--gpu", "h200", "--engine", "trtllm",
+            "--rate", "10", "--input-len", "2000", "--output-len", "500", "--ttft-p99", "2",
+            "--tbt-p99", "0.1", "--export", str(out), "--format", "json"])
+    assert res.exit_code == 0, res.output
+    d = json.loads(res.stdout)["disaggregated"]
+    assert d["winner"] == "disaggregated"
+    docs = list(yaml.safe_load_all(out.read_text()))
+    for doc in docs:
+        _validate(doc)
+    by = {(x["kind"], x["metadata"]["name"]): x for x in docs}
+    urls = {}
+    for role, name in (("prefill", "ctx"), ("decode", "gen")):
+        pod = by[("StatefulSet", f"deepseek-v3-{role}")]["spec"]["template"]["spec"]
+        words = pod["containers"][0]["command"]
+        path = words[words.index("--extra_llm_api_options") + 1]
+        assert path == f"/etc/capplan/{name}_extra-llm-api-config.yaml"
+        data = by[("ConfigMap", f"deepseek-v3-{role}-config")]["data"]
+        opts = yaml.safe_load(data[path.rsplit("/", 1)[1]])
+        assert opts["cache_transceiver_config"]["max_tokens_in_buffer"] >= 2000
+        assert bool(opts.get("disable_overlap_scheduler")) is (role == "prefill")
+        port = pod["containers"][0]["ports"][0]["containerPort"]
+        urls[role] = [f"deepseek-v3-{role}-{i}.deepseek-v3-{role}:{port}"
+                      for i in range(d[role]["replicas"])]
+    router = by[("Deployment", "deepseek-v3-router")]["spec"]["template"]["spec"]
+    words = router["containers"][0]["command"]
+    assert words == ["trtllm-serve", "disaggregated", "-c", "/etc/capplan/disagg_config.yaml"]
+    assert router["volumes"][0]["configMap"]["name"] == "deepseek-v3-router-config"
+    cfg = yaml.safe_load(by[("ConfigMap", "deepseek-v3-router-config")]["data"][
+        "disagg_config.yaml"])
+    assert cfg["context_servers"]["urls"] == urls["prefill"]
+    assert cfg["generation_servers"]["urls"] == urls["decode"]
+    assert cfg["context_servers"]["num_instances"] == d["prefill"]["replicas"]
+    assert cfg["port"] == by[("Service", "deepseek-v3-router")]["spec"]["ports"][0]["port"]

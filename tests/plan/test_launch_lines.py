@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from capplan.plan.launch import (
     DEFAULT_PORTS,
     TRTLLM_OPTIONS_FILE,
+    TRTLLM_ROLE_FILES,
     LaunchOptions,
     launch_line,
     max_model_len_choice,
@@ -58,10 +59,17 @@ def _check(engine: str, o: LaunchOptions) -> None:
         assert int(f["--max_num_tokens"]) >= o.max_model_len
         assert float(f["--kv_cache_free_gpu_memory_fraction"]) == o.memory_fraction["trtllm"]
         assert f["--max_seq_len"] == str(o.max_model_len)
-        opts = yaml.safe_load(line.files[TRTLLM_OPTIONS_FILE]) if line.files else {}
-        assert f.get("--extra_llm_api_options") == (TRTLLM_OPTIONS_FILE if opts else None)
+        name = TRTLLM_ROLE_FILES.get(o.role or "", TRTLLM_OPTIONS_FILE)
+        opts = yaml.safe_load(line.files[name]) if line.files else {}
+        assert f.get("--extra_llm_api_options") == (name if opts else None)
         assert (opts.get("kv_cache_config", {}).get("dtype") == "fp8") is (o.kv_dtype == "fp8")
         assert bool(opts.get("enable_attention_dp")) is (o.attention_dp > 1)
+        assert bool(opts.get("disable_overlap_scheduler")) is (not o.host_overlap)
+        # a context or generation server of the disaggregated server transfers KV
+        # (examples/disaggregated/README.md: its buffer at least the longest prompt)
+        kv = opts.get("cache_transceiver_config")
+        assert (kv is not None) is (o.role is not None)
+        assert kv is None or kv["max_tokens_in_buffer"] >= o.max_model_len
     assert f["--host"] == "0.0.0.0" and f["--port"] == port == str(line.port)
     assert env.get("CUDA_VISIBLE_DEVICES", "") == ",".join(map(str, o.gpu_ids))
 
@@ -74,7 +82,7 @@ OPTIONS = st.builds(
     weight_dtype=st.sampled_from(["auto", "bf16", "fp8", "int4"]),
     checkpoint_format=st.sampled_from(["bf16", "fp8"]), kv_dtype=st.sampled_from(["auto", "fp8"]),
     port=st.none() | st.integers(1024, 65535), role=st.sampled_from([None, "prefill", "decode"]),
-    gpu_ids=st.sampled_from([(), (0, 1), (4, 5, 6, 7)]))
+    host_overlap=st.booleans(), gpu_ids=st.sampled_from([(), (0, 1), (4, 5, 6, 7)]))
 
 
 @settings(max_examples=60, deadline=None)
