@@ -225,11 +225,11 @@ def test_vllm_over_hosts_on_ray_starts_the_cluster_in_every_pod() -> None:
     assert lead["ports"][0]["containerPort"] == 8000 and "ports" not in work
 
 
-def test_a_disaggregated_sglang_plan_runs_its_router_over_every_replica(tmp_path) -> None:
-    # SGLang's router names each prefill worker by its own address (the decode side fetches the
-    # KV from it): the pools are StatefulSets under headless Services, replica i at
-    # {name}-{i}.{name}, and the router's Deployment lists every one, as the plan's router line
-    # does with its hosts
+def _pd_export(tmp_path: Path, engine: str, *extra: str
+               ) -> tuple[dict[str, Any], dict[tuple[str, str], dict[str, Any]]]:
+    """`recommend` for DeepSeek-V3 on H200 (10 req/s, 2,000/500 tokens; the issue's SLOs)
+    exported to Kubernetes, its disaggregated layout the winner: (the plan's disaggregated
+    block, every object validated by (kind, name))."""
     from click.testing import CliRunner
 
     from capplan.cli import cli
@@ -238,16 +238,24 @@ def test_a_disaggregated_sglang_plan_runs_its_router_over_every_replica(tmp_path
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("CAPPLAN_HOME", str(tmp_path))
         res = CliRunner().invoke(cli, [
-            "recommend", "--model", "deepseek-v3", "--gpu", "h200", "--engine", "sglang",
+            "recommend", "--model", "deepseek-v3", "--gpu", "h200", "--engine", engine,
             "--rate", "10", "--input-len", "2000", "--output-len", "500", "--ttft-p99", "2",
-            "--tbt-p99", "0.1", "--verify-top", "0", "--export", str(out), "--format", "json"])
+            "--tbt-p99", "0.1", *extra, "--export", str(out), "--format", "json"])
     assert res.exit_code == 0, res.output
     d = json.loads(res.stdout)["disaggregated"]
     assert d["winner"] == "disaggregated"
     docs = list(yaml.safe_load_all(out.read_text()))
     for doc in docs:
         _validate(doc)
-    by = {(x["kind"], x["metadata"]["name"]): x for x in docs}
+    return d, {(x["kind"], x["metadata"]["name"]): x for x in docs}
+
+
+def test_a_disaggregated_sglang_plan_runs_its_router_over_every_replica(tmp_path) -> None:
+    # SGLang's router names each prefill worker by its own address (the decode side fetches the
+    # KV from it): the pools are StatefulSets under headless Services, replica i at
+    # {name}-{i}.{name}, and the router's Deployment lists every one, as the plan's router line
+    # does with its hosts
+    d, by = _pd_export(tmp_path, "sglang", "--verify-top", "0")
     hosts = {}
     for role in ("prefill", "decode"):
         sts = by[("StatefulSet", f"deepseek-v3-{role}")]
@@ -272,24 +280,7 @@ def test_a_disaggregated_trtllm_plan_runs_its_disaggregated_server_from_a_config
     # YAML file (tensorrt_llm/llmapi/disagg_utils.py extract_disagg_cfg): the export mounts
     # it from a ConfigMap and lists every replica's own address there; each server reads its
     # KV-transfer options (cache_transceiver_config; the context servers without overlap)
-    from click.testing import CliRunner
-
-    from capplan.cli import cli
-
-    out = tmp_path / "pd.k8s.yaml"
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("CAPPLAN_HOME", str(tmp_path))
-        res = CliRunner().invoke(cli, [
-            "recommend", "--model", "deepseek-v3", "--gpu", "h200", "--engine", "trtllm",
-            "--rate", "10", "--input-len", "2000", "--output-len", "500", "--ttft-p99", "2",
-            "--tbt-p99", "0.1", "--export", str(out), "--format", "json"])
-    assert res.exit_code == 0, res.output
-    d = json.loads(res.stdout)["disaggregated"]
-    assert d["winner"] == "disaggregated"
-    docs = list(yaml.safe_load_all(out.read_text()))
-    for doc in docs:
-        _validate(doc)
-    by = {(x["kind"], x["metadata"]["name"]): x for x in docs}
+    d, by = _pd_export(tmp_path, "trtllm")
     urls = {}
     for role, name in (("prefill", "ctx"), ("decode", "gen")):
         pod = by[("StatefulSet", f"deepseek-v3-{role}")]["spec"]["template"]["spec"]
