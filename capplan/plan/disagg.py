@@ -360,10 +360,11 @@ def launch_lines(p: DisaggPlan) -> dict[str, str]:
     first = {role: next(x for x in where if x.role == role) for role in ("prefill", "decode")}
     opts = {role: _pool_options(dep, role, first[role].first_gpu)
             for role, dep in (("prefill", pr), ("decode", de))}
-    out = {f"{engine}_{role}": f"{pool.replicas} x: " + "\n".join(with_files(
-        node_commands(launch_line(engine, opts[role]), opts[role]),
-        launch_line(engine, opts[role])))
-           for role, pool in (("prefill", p.prefill), ("decode", p.decode))}
+    out = {}
+    for role, pool in (("prefill", p.prefill), ("decode", p.decode)):
+        line = launch_line(engine, opts[role])
+        out[f"{engine}_{role}"] = f"{pool.replicas} x: " + "\n".join(
+            with_files(node_commands(line, opts[role]), line))
     urls = {role: [(x.host, x.port) for x in where if x.role == role]
             for role in ("prefill", "decode")}
     out[f"{engine}_{FRONT_NAMES.get(engine, 'router')}"] = front_line(
