@@ -305,6 +305,9 @@ class Placement:
     host: str
     first_gpu: int
     port: int
+    kv_port: int | None = None
+    """The port of its KV handshake (launch_multinode.kv_handshakes): vLLM's NIXL side channel,
+    an SGLang prefill server's bootstrap; None where the engine or role listens on none."""
 
 
 def placements(p: DisaggPlan) -> list[Placement]:
@@ -328,17 +331,28 @@ def placements(p: DisaggPlan) -> list[Placement]:
     for role, h, first in slots:
         k = sum(1 for o in out if o.role == role and o.host == _host_name(h, hosts))
         out.append(Placement(role, _host_name(h, hosts), first, DISAGG_PORTS[role] + k))
-    return out
+    from capplan.plan.launch_multinode import kv_handshakes, ranks
+
+    dep = {"prefill": p.prefill.dep, "decode": p.decode.dep}
+    kv = kv_handshakes(p.decode.dep.profile.name,
+                       [(x.role, x.host, ranks(dep[x.role])) for x in out])
+    return [replace(x, kv_port=k) for x, k in zip(out, kv, strict=True)]
 
 
 def _host_name(i: int, hosts: int) -> str:
     return "localhost" if hosts == 1 else f"HOST{i}"
 
 
-def _pool_options(d: Deployment, role: str, first_gpu: int) -> Any:
+def _pool_options(d: Deployment, role: str, at: Placement) -> Any:
+    """The launch options of a pool's replica placed `at` (its GPUs, its KV handshake port,
+    advertised at its host when the layout has several and the replica runs on one)."""
     from capplan.plan.launch_multinode import deployment_options
 
-    return deployment_options(d, role, DISAGG_PORTS[role], first_gpu)
+    o = deployment_options(d, role, DISAGG_PORTS[role], at.first_gpu)
+    if at.kv_port is None:
+        return o
+    host = at.host if at.host != "localhost" and o.nodes == 1 else None
+    return replace(o, kv_handshake=(host, at.kv_port))
 
 
 def launch_lines(p: DisaggPlan) -> dict[str, str]:
@@ -358,8 +372,8 @@ def launch_lines(p: DisaggPlan) -> dict[str, str]:
     engine = pr.settings.profile.name
     where = placements(p)
     first = {role: next(x for x in where if x.role == role) for role in ("prefill", "decode")}
-    opts = {role: _pool_options(dep, role, first[role].first_gpu)
-            for role, dep in (("prefill", pr), ("decode", de))}
+    opts = {role: _pool_options(dep, role, first[role]) for role, dep in (("prefill", pr),
+                                                                         ("decode", de))}
     out = {}
     for role, pool in (("prefill", p.prefill), ("decode", p.decode)):
         line = launch_line(engine, opts[role])
@@ -369,20 +383,27 @@ def launch_lines(p: DisaggPlan) -> dict[str, str]:
             for role in ("prefill", "decode")}
     out[f"{engine}_{FRONT_NAMES.get(engine, 'router')}"] = front_line(
         engine, urls["prefill"], urls["decode"], routers=("round-robin", "round-robin"),
-        port=DEFAULT_PORTS[engine])  # where the engine's own clients look
-    if where[-1].host != "localhost":
-        counts: dict[str, int] = {}
-        parts = []
-        for x in where:
-            i = counts[x.role] = counts.get(x.role, -1) + 1
-            dep = pr if x.role == "prefill" else de
-            span, per = -(-dep.gpus_per_replica // dep.gpu.host_gpus), dep.gpu.host_gpus
-            on = x.host if span == 1 else f"{x.host}-HOST{int(x.host[4:]) + span - 1}"
-            gpus = (f"GPUs {x.first_gpu}-{x.first_gpu + dep.gpus_per_replica - 1}" if span == 1
-                    else f"GPUs 0-{per - 1} of each")
-            parts.append(f"{on}: {x.role} {i} ({gpus}, port {x.port})")
-        out[f"{engine}_hosts"] = "; ".join(parts)
+        port=DEFAULT_PORTS[engine],  # where the engine's own clients look
+        bootstrap=[x.kv_port for x in where if x.role == "prefill"])
+    if len(where) > 2 or where[-1].host != "localhost":
+        out[f"{engine}_hosts"] = _hosts_line(p, where)
     return out
+
+
+def _hosts_line(p: DisaggPlan, where: list[Placement]) -> str:
+    """Which replica runs where: its host (hosts), GPUs, port and KV handshake port."""
+    counts: dict[str, int] = {}
+    parts = []
+    for x in where:
+        i = counts[x.role] = counts.get(x.role, -1) + 1
+        dep = p.prefill.dep if x.role == "prefill" else p.decode.dep
+        span, per = -(-dep.gpus_per_replica // dep.gpu.host_gpus), dep.gpu.host_gpus
+        on = x.host if span == 1 else f"{x.host}-HOST{int(x.host[4:]) + span - 1}"
+        gpus = (f"GPUs {x.first_gpu}-{x.first_gpu + dep.gpus_per_replica - 1}" if span == 1
+                else f"GPUs 0-{per - 1} of each")
+        kv = "" if x.kv_port is None else f", KV handshake port {x.kv_port}"
+        parts.append(f"{on}: {x.role} {i} ({gpus}, port {x.port}{kv})")
+    return "; ".join(parts)
 
 
 def compare(agg_gpus: int, agg_cost: float | None, agg_binding: str, d: DisaggPlan | None

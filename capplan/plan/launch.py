@@ -63,6 +63,11 @@ class LaunchOptions:
     """None: the engine's default port (DEFAULT_PORTS)."""
     role: str | None = None
     """None (aggregated), "prefill" or "decode" (disaggregated pools)."""
+    kv_handshake: tuple[str | None, int] | None = None
+    """(host, port) of the KV handshake a disaggregated worker listens on (KV_HANDSHAKE):
+    vLLM's NIXL side channel (VLLM_NIXL_SIDE_CHANNEL_HOST / _PORT; no host: localhost, its
+    default), SGLang's prefill bootstrap server (--disaggregation-bootstrap-port); None: the
+    engine's default port, for the one worker of a host."""
     host_overlap: bool = True
     """Whether the engine runs its host overlap (EngineProfile.host_overlap); TensorRT-LLM's
     line says when it is off (disable_overlap_scheduler), as its context servers run."""
@@ -222,6 +227,15 @@ def _frac(o: LaunchOptions, engine: str) -> str:
 
 
 _NIXL_BOTH = '{"kv_connector":"NixlConnector","kv_role":"kv_both"}'
+KV_HANDSHAKE = {"vllm": (5600, ("prefill", "decode"), True), "sglang": (8998, ("prefill",), False)}
+"""Per engine: the default port of the KV handshake a disaggregated worker listens on, the
+roles that listen, and whether a worker takes one port per rank (tp x pp x dp). vLLM's
+NixlConnector listens on VLLM_NIXL_SIDE_CHANNEL_PORT (default 5600) offset by its ranks (by DP
+rank x TP or by TP rank, as releases differ: vllm/distributed/kv_transfer/kv_connector/v1/
+nixl_connector.py), advertised at VLLM_NIXL_SIDE_CHANNEL_HOST (default localhost), so workers
+on one host need ports apart and workers on several hosts their host's address; SGLang's
+prefill server runs a bootstrap server on --disaggregation-bootstrap-port (default 8998;
+server_args.py), which the router names after each prefill URL."""
 
 
 def vllm_line(o: LaunchOptions) -> LaunchLine:
@@ -242,11 +256,16 @@ def vllm_line(o: LaunchOptions) -> LaunchLine:
     elif o.weight_dtype in ("int4", "int8", "fp4") and o.checkpoint_format != o.weight_dtype:
         note = (f"serve a {o.weight_dtype} checkpoint of {o.model_id} (AWQ/GPTQ/W8A8/NVFP4); "
                 "vLLM reads its format")
+    env = _env(o, "vllm")
     if o.role is not None:  # vLLM disaggregated prefill (docs: NixlConnector usage)
         w += ["--kv-transfer-config", _NIXL_BOTH]
+        if o.kv_handshake is not None:
+            host, port = o.kv_handshake
+            env += ((("VLLM_NIXL_SIDE_CHANNEL_HOST", host),) if host else ()) + (
+                ("VLLM_NIXL_SIDE_CHANNEL_PORT", str(port)),)
     w += ["--host", o.host, "--port", str(o.port_for("vllm")),
           *o.extra.get("vllm", ())]
-    return LaunchLine("vllm", tuple(w), _env(o, "vllm"), note=note, port=o.port_for("vllm"))
+    return LaunchLine("vllm", tuple(w), env, note=note, port=o.port_for("vllm"))
 
 
 def sglang_line(o: LaunchOptions) -> LaunchLine:
@@ -265,6 +284,8 @@ def sglang_line(o: LaunchOptions) -> LaunchLine:
         w += ["--enable-priority-scheduling", "--schedule-low-priority-values-first"]
     if o.role is not None:  # SGLang PD disaggregation (docs: PD Disaggregation)
         w += ["--disaggregation-mode", o.role, "--disaggregation-transfer-backend", "nixl"]
+        if o.role == "prefill" and o.kv_handshake is not None:
+            w += ["--disaggregation-bootstrap-port", str(o.kv_handshake[1])]
     w += ["--host", o.host, "--port", str(o.port_for("sglang")),
           *o.extra.get("sglang", ())]
     return LaunchLine("sglang", tuple(w), _env(o, "sglang"), port=o.port_for("sglang"))

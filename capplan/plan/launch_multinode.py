@@ -10,6 +10,7 @@ disagg.yaml` in front of context and generation servers; vLLM's NIXL proxy.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import yaml
@@ -19,6 +20,7 @@ from capplan.plan.deployment import Deployment
 from capplan.plan.launch import (
     BUILDERS,
     HEAD,
+    KV_HANDSHAKE,
     LaunchOptions,
     deepep_launch,
     launch_line,
@@ -53,11 +55,38 @@ def deployment_options(dep: Deployment, role: str | None = None, port: int | Non
         nodes=nodes, gpus_per_node=host, gpu_ids=gpus, deepep=deepep_launch(s, dep.gpu))
 
 
+def kv_handshakes(engine: str, workers: list[tuple[str, str, int]]) -> list[int | None]:
+    """The KV handshake port of each disaggregated worker, given as (role, host, ranks) in
+    launch order: from the engine's default (KV_HANDSHAKE) up, a host's workers apart by the
+    ranks of those before it (vLLM's side channel takes one per rank) or by one (SGLang's
+    bootstrap servers); None for a role that listens on none, or an engine without one."""
+    spec = KV_HANDSHAKE.get(engine)
+    out: list[int | None] = []
+    taken: dict[str, int] = {}
+    for role, host, ranks in workers:
+        if spec is None or role not in spec[1]:
+            out.append(None)
+            continue
+        k = taken.get(host, 0)
+        out.append(spec[0] + k)
+        taken[host] = k + (ranks if spec[2] else 1)
+    return out
+
+
+def ranks(dep: Deployment) -> int:
+    """GPU ranks of one replica (tp x pp x attention DP)."""
+    s = dep.settings
+    return s.tp * s.pp * s.attention_dp
+
+
 def worker_lines(dep: Deployment, engine: str, port: int, role: str | None = None,
-                 head: str = HEAD) -> list[str]:
+                 head: str = HEAD, kv_port: int | None = None) -> list[str]:
     """One worker's commands, "node k: ..." per host (capplan.plan.launch.node_commands);
-    `head`: the placeholder of the worker's first host's address."""
+    `head`: the placeholder of the worker's first host's address; `kv_port`: its KV handshake
+    port (`kv_handshakes`), advertised at `head` when the worker runs on one host."""
     o = deployment_options(dep, role, port)
+    if kv_port is not None:
+        o = replace(o, kv_handshake=(head if o.nodes == 1 else None, kv_port))
     line = launch_line(engine, o)
     lines = [x.replace(HEAD, head) for x in node_commands(line, o)]
     if o.nodes == 1:
@@ -89,15 +118,22 @@ def pd_launch(layout: Any, engine: str | None = None) -> dict[str, list[str]]:
     dec = [31000 + j for j in range(layout.decode_workers)]
     out: dict[str, list[str]] = {}
     names = {"trtllm": ("context", "generation")}.get(eng, ("prefill", "decode"))
-    for role, name, dep, ports in (("prefill", names[0], layout.prefill, pre),
-                                   ("decode", names[1], layout.decode, dec)):
+    pools = (("prefill", names[0], layout.prefill, pre), ("decode", names[1], layout.decode, dec))
+    # the workers' hosts are placeholders that may name one machine: handshake ports all apart
+    kv = iter(kv_handshakes(eng, [(role, "any", ranks(dep)) for role, _, dep, ports in pools
+                                  for _ in ports]))
+    boot = []
+    for role, name, dep, ports in pools:
         for i, port in enumerate(ports):
+            k = next(kv)
+            boot += [k] if role == "prefill" else []
             out[f"{name} worker {i}"] = worker_lines(dep, eng, port, role,
-                                                     f"{role.upper()}{i}")
+                                                     f"{role.upper()}{i}", k)
     routers = (check_router(getattr(layout, "prefill_router", "round-robin")),
                check_router(getattr(layout, "decode_router", "round-robin")))
     out["router"] = [front_line(eng, [(f"PREFILL{i}", q) for i, q in enumerate(pre)],
-                                [(f"DECODE{j}", q) for j, q in enumerate(dec)], routers)]
+                                [(f"DECODE{j}", q) for j, q in enumerate(dec)], routers,
+                                bootstrap=boot)]
     return out
 
 
@@ -124,7 +160,8 @@ def _missing_routers(eng: str, prefill: str, decode: str) -> str:
 
 
 def front_line(engine: str, prefill: list[tuple[str, int]], decode: list[tuple[str, int]],
-               routers: tuple[str, str] | None = None, port: int = SERVE_PORT) -> str:
+               routers: tuple[str, str] | None = None, port: int = SERVE_PORT,
+               bootstrap: list[int | None] | None = None) -> str:
     """The router or proxy in front of P/D workers, each at (host, port), every one of them
     listed: SGLang's router (one --prefill and one --decode URL per worker); TensorRT-LLM's
     disaggregated server (tensorrt_llm/llmapi/disagg_utils.py extract_disagg_cfg: hostname,
@@ -132,12 +169,15 @@ def front_line(engine: str, prefill: list[tuple[str, int]], decode: list[tuple[s
     the file's content on the line after `#`); otherwise vLLM's NIXL proxy
     (tests/v1/kv_connector/nixl_integration/toy_proxy_server.py: prefill with max_tokens=1,
     then decode on a decoder; hosts and ports as parallel lists). `routers` (prefill,
-    decode): the front end's policies (round-robin when None)."""
+    decode): the front end's policies (round-robin when None); `bootstrap`: each prefill
+    worker's bootstrap port, which SGLang's router takes after its URL (None: the default)."""
     pol = routers or ("round-robin", "round-robin")
     names = _ROUTER_NAMES.get(engine, _ROUTER_NAMES["vllm"])
     if engine == "sglang":
+        boot = bootstrap or [None] * len(prefill)
         line = ("python -m sglang_router.launch_router --pd-disaggregation "
-                + " ".join(f"--prefill http://{h}:{q}" for h, q in prefill) + " "
+                + " ".join(f"--prefill http://{h}:{q}" + ("" if b is None else f" {b}")
+                           for (h, q), b in zip(prefill, boot, strict=True)) + " "
                 + " ".join(f"--decode http://{h}:{q}" for h, q in decode)
                 + f" --host 0.0.0.0 --port {port}")
         if routers is not None:

@@ -53,7 +53,40 @@ def test_one_host_packs_the_pools_side_by_side(catalog) -> None:
     assert _words(proxy, "--prefiller-hosts") == ["localhost"] * 4
     assert _words(proxy, "--prefiller-ports") == ["8100", "8101", "8102", "8103"]
     assert _words(proxy, "--decoder-ports") == ["8200", "8201", "8202", "8203"]
-    assert "vllm_hosts" not in lines  # one host: nothing to place
+    # eight vLLM servers on one host: each NIXL side channel on its own port (5600 up, the
+    # default first), at the default host (localhost), every one in the hosts line
+    assert [x.kv_port for x in placements(p)] == list(range(5600, 5608))
+    assert "VLLM_NIXL_SIDE_CHANNEL_PORT=5600 " in lines["vllm_prefill"]
+    assert "VLLM_NIXL_SIDE_CHANNEL_PORT=5604 " in lines["vllm_decode"]
+    assert "VLLM_NIXL_SIDE_CHANNEL_HOST" not in lines["vllm_prefill"]
+    assert lines["vllm_hosts"].split("; ")[4] == (
+        "localhost: decode 0 (GPUs 4-4, port 8200, KV handshake port 5604)")
+
+
+def test_servers_sharing_a_host_listen_for_kv_on_ports_apart(catalog) -> None:
+    # SGLang: each prefill server's bootstrap port (default 8998) apart on its host, and the
+    # router names each after its URL; vLLM TP 2 servers over two hosts: side channels a TP
+    # apart (NixlConnector offsets the port by its ranks), advertised at their host
+    p = _plan(catalog, "llama-3.1-8b", "h100-sxm", "sglang", (2, 2), (5, 2))
+    where = placements(p)
+    assert [(x.host, x.kv_port) for x in where] == [
+        ("HOST0", 8998), ("HOST0", 8999), ("HOST0", 9000), ("HOST0", 9001), ("HOST1", 8998),
+        ("HOST1", None), ("HOST1", None)]
+    lines = launch_lines(p)
+    assert _words(lines["sglang_prefill"], "--disaggregation-bootstrap-port") == ["8998"]
+    assert "--disaggregation-bootstrap-port" not in lines["sglang_decode"]
+    w = shlex.split(lines["sglang_router"])
+    assert [w[i + 1:i + 3] for i, x in enumerate(w) if x == "--prefill"] == [
+        [f"http://{x.host}:{x.port}", str(x.kv_port)] for x in where[:5]]
+    v = _plan(catalog, "llama-3.1-8b", "h100-sxm", "vllm", (2, 2), (5, 2))
+    assert [(x.host, x.kv_port) for x in placements(v)] == [
+        ("HOST0", 5600), ("HOST0", 5602), ("HOST0", 5604), ("HOST0", 5606), ("HOST1", 5600),
+        ("HOST1", 5602), ("HOST1", 5604)]
+    lines = launch_lines(v)
+    assert "VLLM_NIXL_SIDE_CHANNEL_HOST=HOST0 VLLM_NIXL_SIDE_CHANNEL_PORT=5600 " in lines[
+        "vllm_prefill"]
+    assert "VLLM_NIXL_SIDE_CHANNEL_HOST=HOST1 VLLM_NIXL_SIDE_CHANNEL_PORT=5602 " in lines[
+        "vllm_decode"]
 
 
 def test_a_replica_per_host_and_a_router_naming_them_all(catalog) -> None:
@@ -65,15 +98,15 @@ def test_a_replica_per_host_and_a_router_naming_them_all(catalog) -> None:
                    ("decode", "HOST2", 0, 8200)]
     lines = launch_lines(p)
     router = lines["sglang_router"]
-    assert _words(router, "--prefill") == ["http://HOST0:8100"]
+    assert _words(router, "--prefill") == ["http://HOST0:8100", "8998"]  # its bootstrap
     w = shlex.split(router)
     assert [w[i + 1] for i, x in enumerate(w) if x == "--decode"] == [
         "http://HOST1:8200", "http://HOST2:8200"]
     assert _words(router, "--port") == ["30000"]
     assert _words(router, "--decode-policy") == ["round_robin"]
     assert lines["sglang_hosts"].split("; ") == [
-        "HOST0: prefill 0 (GPUs 0-7, port 8100)", "HOST1: decode 0 (GPUs 0-7, port 8200)",
-        "HOST2: decode 1 (GPUs 0-7, port 8200)"]
+        "HOST0: prefill 0 (GPUs 0-7, port 8100, KV handshake port 8998)",
+        "HOST1: decode 0 (GPUs 0-7, port 8200)", "HOST2: decode 1 (GPUs 0-7, port 8200)"]
 
 
 def test_a_replica_wider_than_a_host_takes_whole_hosts(catalog) -> None:
@@ -85,5 +118,5 @@ def test_a_replica_wider_than_a_host_takes_whole_hosts(catalog) -> None:
         ("decode", "HOST2", 2 * k, 8200 + k) for k in range(4)] + [
         ("decode", "HOST3", 0, 8200)]
     assert launch_lines(p)["sglang_hosts"].split("; ")[:2] == [
-        "HOST0-HOST1: prefill 0 (GPUs 0-7 of each, port 8100)",
+        "HOST0-HOST1: prefill 0 (GPUs 0-7 of each, port 8100, KV handshake port 8998)",
         "HOST2: decode 0 (GPUs 0-1, port 8200)"]

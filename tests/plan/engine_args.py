@@ -45,6 +45,7 @@ SGLANG_SERVE = {
     "--quantization": True, "--page-size": True, "--host": True, "--port": True,
     "--enable-priority-scheduling": False, "--schedule-low-priority-values-first": False,
     "--disaggregation-mode": True, "--disaggregation-transfer-backend": True,
+    "--disaggregation-bootstrap-port": True,
     "--served-model-name": True, "--trust-remote-code": False, "--speculative-algorithm": True,
     "--lora-paths": True, "--max-loras-per-batch": True, "--nnodes": True, "--node-rank": True,
     "--dist-init-addr": True, "--speculative-draft-model-path": True,

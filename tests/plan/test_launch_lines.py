@@ -38,6 +38,9 @@ def _check(engine: str, o: LaunchOptions) -> None:
         assert (f.get("--kv-cache-dtype") == "fp8") is (o.kv_dtype == "fp8")
         assert (f.get("--quantization") == "fp8") is o.fp8_weights_online
         assert ("--kv-transfer-config" in f) is (o.role is not None)
+        side = o.kv_handshake if o.role is not None else None  # NIXL's side channel
+        assert env.get("VLLM_NIXL_SIDE_CHANNEL_PORT") == (side and str(side[1]))
+        assert env.get("VLLM_NIXL_SIDE_CHANNEL_HOST") == (side and side[0])
     elif engine == "sglang":
         assert f["--model-path"] == o.model_id
         assert f["--tp"] == str(o.tp * o.attention_dp)
@@ -51,6 +54,8 @@ def _check(engine: str, o: LaunchOptions) -> None:
         assert ("--kv-cache-dtype" in f) is (o.kv_dtype == "fp8")
         assert (f.get("--quantization") == "fp8") is o.fp8_weights_online
         assert f.get("--disaggregation-mode") == o.role
+        boot = o.kv_handshake if o.role == "prefill" else None  # its bootstrap server
+        assert f.get("--disaggregation-bootstrap-port") == (boot and str(boot[1]))
     else:
         # an fp8 plan of a bf16 checkpoint serves the FP8 checkpoint: never bf16 weights
         assert pos[0].endswith("-FP8") is o.fp8_weights_online
@@ -82,7 +87,9 @@ OPTIONS = st.builds(
     weight_dtype=st.sampled_from(["auto", "bf16", "fp8", "int4"]),
     checkpoint_format=st.sampled_from(["bf16", "fp8"]), kv_dtype=st.sampled_from(["auto", "fp8"]),
     port=st.none() | st.integers(1024, 65535), role=st.sampled_from([None, "prefill", "decode"]),
-    host_overlap=st.booleans(), gpu_ids=st.sampled_from([(), (0, 1), (4, 5, 6, 7)]))
+    host_overlap=st.booleans(), gpu_ids=st.sampled_from([(), (0, 1), (4, 5, 6, 7)]),
+    kv_handshake=st.none() | st.tuples(st.sampled_from([None, "HOST1"]),
+                                       st.integers(5600, 9100)))
 
 
 @settings(max_examples=60, deadline=None)
