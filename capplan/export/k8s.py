@@ -188,6 +188,16 @@ def _probe(port: int, period_s: int, failures: int) -> dict[str, Any]:
             "failureThreshold": failures, "timeoutSeconds": 5}
 
 
+def _kv_env(p: Pool) -> list[dict[str, Any]]:
+    """A vLLM P/D pod's NIXL side channel advertised at the pod's own address (the launch
+    line's VLLM_NIXL_SIDE_CHANNEL_HOST, a placeholder there; default localhost, which a decode
+    pod would look for on itself): the downward API's status.podIP."""
+    if not (p.role and p.engine == "vllm"):
+        return []
+    return [{"name": "VLLM_NIXL_SIDE_CHANNEL_HOST",
+             "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}]
+
+
 def _pod_spec(p: Pool, gpus: int, cache_claim: str | None, config: str | None,
               worker: bool = False) -> dict[str, Any]:
     """A pod of the pool; `worker`: a LeaderWorkerSet worker (its host's ranks, no server)."""
@@ -207,7 +217,8 @@ def _pod_spec(p: Pool, gpus: int, cache_claim: str | None, config: str | None,
         "ports": [{"name": "http", "containerPort": p.port, "protocol": "TCP"}],
         "env": [{"name": "HF_HOME", "value": HF_HOME},
                 {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {
-                    "name": "hf-token", "key": "token", "optional": True}}}],
+                    "name": "hf-token", "key": "token", "optional": True}}},
+                *_kv_env(p)],
         "resources": {"limits": {"nvidia.com/gpu": str(gpus)},
                       "requests": {"nvidia.com/gpu": str(gpus)}},
         # weights load for minutes: the startup probe allows 30 min before liveness applies

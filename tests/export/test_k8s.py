@@ -304,3 +304,28 @@ def test_a_disaggregated_trtllm_plan_runs_its_disaggregated_server_from_a_config
     assert cfg["generation_servers"]["urls"] == urls["decode"]
     assert cfg["context_servers"]["num_instances"] == d["prefill"]["replicas"]
     assert cfg["port"] == by[("Service", "deepseek-v3-router")]["spec"]["ports"][0]["port"]
+
+
+def test_vllm_pd_pods_advertise_their_own_address_for_the_kv_handshake(run_cli) -> None:
+    # vLLM's NixlConnector advertises VLLM_NIXL_SIDE_CHANNEL_HOST (default localhost) to the
+    # decode worker that pulls the KV: each P/D pod sets it to its own IP (downward API); a
+    # plan whose disaggregated vLLM layout is made the winner exports its two pools so
+    from capplan.export.k8s import k8s_objects
+
+    plan = run_cli("recommend", "--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--engine",
+                   "vllm", "--rate", "60", "--input-len", "4000", "--output-len", "300",
+                   "--ttft-p99", "1", "--tbt-p99", "0.03", "--verify-top", "0",
+                   "--format", "json").json()
+    assert plan["disaggregated"]["launch"]["vllm_prefill"]
+    plan["disaggregated"]["winner"] = "disaggregated"
+    pods = {}
+    for doc in k8s_objects(plan):
+        _validate(doc)
+        if doc["kind"] in ("Deployment", "StatefulSet"):
+            pods[doc["metadata"]["name"]] = doc["spec"]["template"]["spec"]["containers"][0]
+    assert set(pods) == {"llama-3-1-8b-prefill", "llama-3-1-8b-decode"}
+    for c in pods.values():
+        env = {e["name"]: e for e in c["env"]}
+        assert env["VLLM_NIXL_SIDE_CHANNEL_HOST"]["valueFrom"] == {
+            "fieldRef": {"fieldPath": "status.podIP"}}
+        assert "--kv-transfer-config" in c["command"]
