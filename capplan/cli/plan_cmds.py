@@ -133,6 +133,8 @@ def render_disagg(d: dict[str, Any]) -> str:
         engine, _, role = key.partition("_")
         head = f"{labels.get(engine, engine)} {role}: "
         lines.append(head + line.replace("\n", "\n" + " " * len(head)))  # a line per host
+    if d.get("bench"):  # the whole workload through the front end
+        lines += [f"dataset: {d['bench_dataset']}", f"verify:  {d['bench']}"]
     return "\n".join(lines)
 
 

@@ -45,11 +45,16 @@ _COLUMNS = [
               help="Per-request timeout in seconds.")
 @click.option("--out", default=None, type=click.Path(dir_okay=False),
               help="Write a calibration fitted from the measurement (host overheads).")
+@click.option("--layout", type=click.Choice(["aggregated", "disaggregated"]),
+              default="aggregated", show_default=True,
+              help="What the server is: one replica of the best recommendation, or the plan's "
+              "disaggregated layout behind its front end (the whole workload).")
 @format_option
 @catalog_option
 def verify_cmd(plan_file: str, endpoint: str | None, served_model: str | None, client: str,
                write_dataset: str | None, requests: int | None, seed: int, trace: str | None,
-               timeout: float, out: str | None, fmt: str, catalog_dir: tuple[str, ...]) -> None:
+               timeout: float, out: str | None, layout: str, fmt: str,
+               catalog_dir: tuple[str, ...]) -> None:
     """Run a plan's workload against a server: predicted vs measured, side by side.
 
     PLAN_FILE is the JSON of `capplan plan FILE.yaml --export PLAN.json` (or a plan YAML,
@@ -58,13 +63,14 @@ def verify_cmd(plan_file: str, endpoint: str | None, served_model: str | None, c
     \b
       capplan verify PLAN.json --endpoint http://localhost:8000
       capplan verify PLAN.json --client vllm --write-dataset capplan-workload.jsonl
+      capplan verify PLAN.json --layout disaggregated --endpoint http://localhost:30000
     """
     from capplan.plan.verify_endpoint import VerifyOptions, verify_plan
 
     res = verify_plan(plan_file, VerifyOptions(
         endpoint=endpoint, served_model=served_model, client=client,
         write_dataset=write_dataset, requests=requests, seed=seed, trace=trace,
-        timeout_s=timeout, calibration_out=out, catalog_dirs=catalog_dir))
+        timeout_s=timeout, calibration_out=out, catalog_dirs=catalog_dir, layout=layout))
     if res.dataset:
         click.echo(f"wrote {res.dataset} ({len(res.requests)} requests, {client} format)",
                    err=True)
@@ -80,7 +86,9 @@ def verify_cmd(plan_file: str, endpoint: str | None, served_model: str | None, c
              "predicted_h": _human(r, "predicted"), "measured_h": _human(r, "measured")}
             for r in d["comparison"]]
     m = res.measured
-    head = (f"{d['model']} on one replica ({d['gpu']} TP {d['tp']}) at "
+    where = ("the disaggregated layout" if d["layout"] == "disaggregated"
+             else f"one replica ({d['gpu']} TP {d['tp']})")
+    head = (f"{d['model']} on {where} at "
             f"{d['per_replica_rate_per_s']:.3g} req/s: {m['completed']} of {d['requests']} "
             f"requests completed, {m['errors']} errors")
     if m.get("first_error"):  # the cause, in every format (stderr beside csv's rows)

@@ -259,6 +259,9 @@ def _commands(p: dict[str, Any]) -> str:
     d = p.get("disaggregated") or {}
     for key, line in (d.get("launch") or {}).items():
         out.append(_cmd(f"disagg {key}", line))
+    for key, label in (("bench_dataset", "disagg workload"), ("bench", "disagg verify")):
+        if d.get(key):
+            out.append(_cmd(label, d[key]))
     return "".join(out)
 
 

@@ -106,6 +106,9 @@ def _disaggregated(plan: dict[str, Any]) -> list[str]:
                          tuple(c.fmt for c in cols)), ""]
     for key, line in (d.get("launch") or {}).items():
         lines += [f"{key}:", "", "```bash", str(line), "```", ""]
+    if d.get("bench"):
+        lines += ["verify (the whole workload through the front end):", "", "```bash",
+                  str(d["bench_dataset"]), str(d["bench"]), "```", ""]
     return lines
 
 

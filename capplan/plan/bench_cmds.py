@@ -1,4 +1,5 @@
-"""The verify command of a plan: a benchmark client sending the plan's workload to one replica.
+"""The verify command of a plan: a benchmark client sending the plan's workload to one replica
+(or, for a disaggregated layout, the plan's whole workload to the front end of its P/D pools).
 
 Each client runs the dataset capplan writes (`capplan verify --write-dataset FILE PLAN`: one
 request per line, the planned prompt and output lengths and arrival times, plan/workload_file.py)
@@ -81,13 +82,16 @@ def bench_command(client: str, *, model_id: str, base_url: str, rate_per_s: floa
 
 
 def verify_commands_for(model_id: str, rate_per_s: float, engine: str, port: int,
-                        slo: dict[str, float | None], client: str | None = None
-                        ) -> dict[str, str]:
-    """The dataset-writing step and the client's command for one replica of a plan."""
+                        slo: dict[str, float | None], client: str | None = None,
+                        layout: str = "aggregated") -> dict[str, str]:
+    """The dataset-writing step and the client's command for one replica of a plan
+    (`layout` "disaggregated": for the whole P/D deployment behind its front end, at `port`,
+    which takes the plan's whole rate)."""
     client = client or DEFAULT_CLIENT.get(engine, "vllm")
     cmd = bench_command(client, model_id=model_id, base_url=f"http://localhost:{port}",
                         rate_per_s=rate_per_s, slo=slo)
-    return {"dataset": f"capplan verify PLAN.json --client {client} --write-dataset "
+    which = "" if layout == "aggregated" else f" --layout {layout}"
+    return {"dataset": f"capplan verify PLAN.json{which} --client {client} --write-dataset "
                        f"{dataset_name(client)}",
             "bench": cmd, "client": client}
 

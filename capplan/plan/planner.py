@@ -317,8 +317,24 @@ def _disaggregated(cat: Catalog, plan: PlanFile, resolved: ResolvedModel, lanes:
     d = early[key] if key in early else _disaggregated_plan(cat, plan, resolved, lanes, key)
     best = result.best
     verdict = compare(best.gpus_total, best.cost_per_hour, best.candidate.binding_constraint, d)
-    return {**(d.to_dict() if d else {}), "verdict": verdict,
-            "winner": verdict.split(" wins")[0]}
+    return {**(d.to_dict() if d else {}), **(_disagg_verify(d, lanes) if d else {}),
+            "verdict": verdict, "winner": verdict.split(" wins")[0]}
+
+
+def _disagg_verify(d: Any, lanes: list[Lane]) -> dict[str, str]:
+    """The verify steps of a disaggregated layout: the plan's whole workload (every lane's
+    rate) sent to the front end, on the engine's port where its router or proxy listens."""
+    from capplan.plan.bench_cmds import verify_commands_for
+    from capplan.plan.launch import DEFAULT_PORTS
+
+    engine = d.decode.dep.profile.name
+    t = traffic_for(lanes)
+    cmds = verify_commands_for(d.decode.dep.served_id, t.rate_per_s, engine,
+                               DEFAULT_PORTS[engine],
+                               {k: getattr(t.slos, k, None) for k in
+                                ("ttft_p99_s", "tbt_p99_s", "e2e_p99_s")},
+                               layout="disaggregated")
+    return {"bench": cmds["bench"], "bench_dataset": cmds["dataset"]}
 
 
 def _disaggregated_plan(cat: Catalog, plan: PlanFile, resolved: ResolvedModel,

@@ -53,9 +53,18 @@ class VerifyResult:
     measured: dict[str, Any] | None = None
     dataset: str | None = None
     calibration: str | None = None
+    layout: str = "aggregated"
+    """aggregated (one replica of the best recommendation) or disaggregated (the P/D layout
+    behind its front end, the whole workload; it predicts TTFT and TBT p99)."""
+
+    def predicted(self) -> dict[str, Any]:
+        if self.layout == "disaggregated":
+            d = self.plan.get("disaggregated") or {}
+            return {"ttft_s": {"p99": d.get("ttft_p99_s")}, "tbt_s": {"p99": d.get("tbt_p99_s")}}
+        return self.plan["recommendations"][0].get("predicted") or {}
 
     def rows(self) -> list[dict[str, Any]]:
-        pred = self.plan["recommendations"][0].get("predicted") or {}
+        pred = self.predicted()
         out = []
         for key, stat in COMPARED:
             p = pred.get(key)
@@ -70,9 +79,11 @@ class VerifyResult:
 
     def to_dict(self) -> dict[str, Any]:
         best = self.plan["recommendations"][0]
+        rate = (sum(float(ln["rate_per_s"]) for ln in self.plan.get("lanes", []))
+                if self.layout == "disaggregated" else best.get("per_replica_rate_per_s"))
         return {"model": self.plan.get("hf_id") or self.plan.get("model"),
-                "gpu": best.get("gpu"), "tp": best.get("tp"),
-                "per_replica_rate_per_s": best.get("per_replica_rate_per_s"),
+                "layout": self.layout, "gpu": best.get("gpu"), "tp": best.get("tp"),
+                "per_replica_rate_per_s": rate,
                 "requests": len(self.requests), "dataset": self.dataset,
                 "comparison": self.rows(), "measured": self.measured,
                 "calibration": self.calibration}
@@ -91,6 +102,9 @@ class VerifyOptions:
     timeout_s: float = 60.0
     calibration_out: str | None = None
     catalog_dirs: tuple[str, ...] = ()
+    layout: str = "aggregated"
+    """aggregated: one replica of the best recommendation; disaggregated: the plan's P/D
+    layout behind its front end (the whole workload)."""
 
 
 def verify_plan(plan: str | Path | dict[str, Any], opts: VerifyOptions) -> VerifyResult:
@@ -103,8 +117,14 @@ def verify_plan(plan: str | Path | dict[str, Any], opts: VerifyOptions) -> Verif
         from capplan.export.atomic import check_writable
 
         check_writable(Path(opts.calibration_out))  # before the run, not after its minutes
+    if opts.layout not in ("aggregated", "disaggregated"):
+        raise InputError(f"--layout {opts.layout}: expected aggregated or disaggregated")
+    if opts.layout == "disaggregated" and opts.calibration_out:
+        raise InputError("--out fits one aggregated replica's host costs: verify --layout "
+                         "aggregated against one replica to write a calibration")
     d = load_plan_result(plan, opts.catalog_dirs)
-    reqs = plan_requests(d, num_requests=opts.requests, seed=opts.seed, trace=opts.trace)
+    reqs = plan_requests(d, num_requests=opts.requests, seed=opts.seed, trace=opts.trace,
+                         layout=opts.layout)
     ds = None
     if opts.write_dataset is not None:
         ds = str(write_dataset(opts.write_dataset or dataset_name(opts.client), opts.client, reqs))
@@ -119,7 +139,7 @@ def verify_plan(plan: str | Path | dict[str, Any], opts: VerifyOptions) -> Verif
                              "is it an OpenAI-compatible server serving that model?")
         if opts.calibration_out:
             cal = _write_calibration(d, measured, opts)
-    return VerifyResult(d, reqs, measured, ds, cal)
+    return VerifyResult(d, reqs, measured, ds, cal, opts.layout)
 
 
 def _kinds(level: dict[str, Any]) -> str:

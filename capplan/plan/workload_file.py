@@ -50,22 +50,29 @@ class PlannedRequest:
 
 
 def plan_requests(plan: dict[str, Any], *, num_requests: int | None = None, seed: int = 0,
-                  trace: str | Path | None = None) -> list[PlannedRequest]:
-    """One replica's requests of the plan's best recommendation (a `plan --format json` dict)."""
+                  trace: str | Path | None = None, layout: str = "aggregated"
+                  ) -> list[PlannedRequest]:
+    """One replica's requests of the plan's best recommendation (a `plan --format json` dict);
+    `layout` "disaggregated": the whole workload, which the P/D layout's front end takes."""
     recs = plan.get("recommendations") or []
     if not recs or not plan.get("lanes"):
         raise InputError("the plan has no recommendation or no lanes: pass the JSON that "
                          "`capplan plan FILE --export PLAN.json` writes")
     best = recs[0]
     replicas = max(1, int(best.get("replicas", 1)))
+    rate = best["per_replica_rate_per_s"]
+    if layout == "disaggregated":
+        if not (plan.get("disaggregated") or {}).get("prefill"):
+            raise InputError("--layout disaggregated: the plan has no disaggregated layout "
+                             "(plan it with `recommend` or `plan --disagg`)")
+        replicas, rate = 1, sum(float(ln["rate_per_s"]) for ln in plan["lanes"])
     max_len = int(best.get("max_model_len") or 1 << 30)
     if trace is not None:
         reqs = load_trace(trace)
         keep = np.arange(len(reqs)) % replicas == 0
         names = ["trace"]
     else:
-        reqs, names = _generated(plan, replicas, num_requests
-                                 or num_prompts(best["per_replica_rate_per_s"]), seed)
+        reqs, names = _generated(plan, replicas, num_requests or num_prompts(rate), seed)
         keep = np.ones(len(reqs), bool)
     reqs, _ = reqs.clip_to_context(max_len)
     idx = np.flatnonzero(keep)

@@ -120,3 +120,20 @@ def test_a_replica_wider_than_a_host_takes_whole_hosts(catalog) -> None:
     assert launch_lines(p)["sglang_hosts"].split("; ")[:2] == [
         "HOST0-HOST1: prefill 0 (GPUs 0-7 of each, port 8100, KV handshake port 8998)",
         "HOST2: decode 0 (GPUs 0-1, port 8200)"]
+
+
+def test_the_disaggregated_verify_drives_the_whole_rate_at_the_front_end(run_cli) -> None:
+    # one aggregated replica's verify line sends its share (here 2 of 10 req/s); the P/D
+    # layout's sends all 10 to the router, whose port is the engine's (SGLang's 30000)
+    from tests.plan.engine_args import parse_line
+
+    d = run_cli("recommend", "--model", "deepseek-v3", "--gpu", "h200", "--engine", "sglang",
+                "--rate", "10", "--input-len", "2000", "--output-len", "500", "--ttft-p99", "2",
+                "--tbt-p99", "0.1", "--verify-top", "0", "--format", "json").json()
+    pd = d["disaggregated"]
+    _, _, f, _ = parse_line(pd["bench"])
+    assert float(f["--request-rate"]) == 10 and f["--base-url"] == "http://localhost:30000"
+    assert "--layout disaggregated" in pd["bench_dataset"]
+    _, _, agg, _ = parse_line(d["recommendations"][0]["engine_flags"]["bench"])
+    assert float(agg["--request-rate"]) == pytest.approx(
+        d["recommendations"][0]["per_replica_rate_per_s"], rel=1e-3)

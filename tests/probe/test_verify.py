@@ -96,3 +96,46 @@ def test_dataset_holds_the_planned_lengths(tmp_path, run_cli, client) -> None:
             assert ts == sorted(ts) and 40 / 4 * 1e3 / 3 < ts[-1] < 40 / 4 * 1e3 * 3
     assert len(ins) == 40 and set(ins) == {700}
     assert all(10 <= o <= 50 for o in outs) and len(set(outs)) > 5
+
+
+def _pd_plan() -> dict:
+    """The plan above with a disaggregated layout beside it (its TTFT and TBT p99 the law)."""
+    d = _plan()
+    d["disaggregated"] = {"prefill": {"replicas": 1}, "decode": {"replicas": 1},
+                          "ttft_p99_s": TTFT_S, "tbt_p99_s": GAP_S, "winner": "disaggregated"}
+    return d
+
+
+def test_a_disaggregated_layout_is_verified_with_the_whole_workload(
+        server, tmp_path, run_cli) -> None:  # noqa: F811
+    # The front end of P/D pools takes every request the plan carries (2 x 20 req/s here),
+    # not one aggregated replica's share: the dataset holds the whole rate, and the server is
+    # compared with the layout's own predictions (TTFT and TBT p99)
+    p = tmp_path / "plan.json"
+    p.write_text(json.dumps(_pd_plan()))
+    ds = {}
+    for layout in ("aggregated", "disaggregated"):
+        out = tmp_path / f"{layout}.jsonl"
+        res = run_cli("verify", str(p), "--layout", layout, "--client", "aiperf",
+                      "--write-dataset", str(out), "--requests", "400")
+        assert res.exit_code == 0, res.stderr
+        ds[layout] = [json.loads(line)["timestamp"] for line in out.read_text().splitlines()]
+    # 400 Poisson arrivals: 20 s at one replica's 20 req/s, 10 s at the whole 40 req/s
+    assert ds["aggregated"][-1] / 1e3 == pytest.approx(20, rel=0.2)
+    assert ds["disaggregated"][-1] / 1e3 == pytest.approx(10, rel=0.2)
+    res = run_cli("verify", str(p), "--layout", "disaggregated", "--endpoint", _url(server),
+                  "--requests", "6", "--format", "json")
+    d = res.json()
+    assert d["layout"] == "disaggregated" and d["per_replica_rate_per_s"] == 40
+    rows = {r["metric"]: r for r in d["comparison"]}
+    assert rows["ttft p99"]["predicted"] == pytest.approx(TTFT_S)
+    assert rows["ttft p50"]["predicted"] is None  # the layout predicts p99s only
+    assert rows["ttft p99"]["measured"] >= TTFT_S * 0.99
+
+
+def test_a_plan_without_a_disaggregated_layout_says_so(plan_json, run_cli, tmp_path) -> None:
+    out = tmp_path / "x.jsonl"
+    res = run_cli("verify", str(plan_json), "--layout", "disaggregated", "--write-dataset",
+                  str(out))
+    assert res.exit_code == 2 and "no disaggregated layout" in res.stderr
+    assert res.stderr.count("\n") == 1 and not out.exists()
