@@ -152,7 +152,7 @@ def _launch_notes(res: dict[str, Any]) -> list[str]:
     if not res.get("launch"):
         return []
     out = ["launch (one line per host; NODE0_IP, PREFILLi, DECODEj: the address of a "
-           "replica's or worker's first host):"]
+           "replica's or worker's first host, PREFILLi_NODEk its k-th host's):"]
     for name, lines in res["launch"].items():
         out += [f"  {name} {line}" for line in lines]
     return out

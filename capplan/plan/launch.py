@@ -183,12 +183,23 @@ def node_commands(line: LaunchLine, o: LaunchOptions) -> list[str]:
         local = min(o.attention_dp, max(1, o.gpus_per_node // (o.tp * o.pp)))
         dp = ["--data-parallel-size-local", str(local), "--data-parallel-address", HEAD,
               "--data-parallel-rpc-port", str(DP_RPC_PORT)]
-        return [f"node {k}: " + _shell(line, dp + (
+        return [f"node {k}: " + _shell(_side_channel_at(line, k), dp + (
             ["--data-parallel-start-rank", str(k * local), "--headless"] if k else []))
             for k in range(n)]
     return ([f"node 0: ray start --head --port {RAY_PORT} && "
              + _shell(line, ["--distributed-executor-backend", "ray"])]
             + [f"node {k}: ray start --address {HEAD}:{RAY_PORT} --block" for k in range(1, n)])
+
+
+def _side_channel_at(line: LaunchLine, k: int) -> LaunchLine:
+    """A vLLM P/D server's line on host k of its replica: its data-parallel ranks there run
+    their own schedulers, whose NIXL side channel advertises VLLM_NIXL_SIDE_CHANNEL_HOST, so
+    it is that host's address (NODEk_IP; HEAD on host 0)."""
+    env = dict(line.env)
+    if "VLLM_NIXL_SIDE_CHANNEL_PORT" not in env:
+        return line
+    env["VLLM_NIXL_SIDE_CHANNEL_HOST"] = HEAD if k == 0 else f"NODE{k}_IP"
+    return replace(line, env=tuple(env.items()))
 
 
 def _parallel(engine: str, o: LaunchOptions) -> list[str]:

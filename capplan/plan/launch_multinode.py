@@ -10,6 +10,7 @@ disagg.yaml` in front of context and generation servers; vLLM's NIXL proxy.
 
 from __future__ import annotations
 
+import re
 from dataclasses import replace
 from typing import Any
 
@@ -89,6 +90,9 @@ def worker_lines(dep: Deployment, engine: str, port: int, role: str | None = Non
         o = replace(o, kv_handshake=(head if o.nodes == 1 else None, kv_port))
     line = launch_line(engine, o)
     lines = [x.replace(HEAD, head) for x in node_commands(line, o)]
+    if head != HEAD:  # NODEk_IP (a host's own address: launch._side_channel_at) as its own
+        lines = [re.sub(r"\bNODE(\d+)_IP\b", lambda m: f"{head}_NODE{m.group(1)}", x)
+                 for x in lines]
     if o.nodes == 1:
         lines = [f"node 0: {lines[0]}"]
     return with_files(lines, line)

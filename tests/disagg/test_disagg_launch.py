@@ -137,3 +137,27 @@ def test_the_disaggregated_verify_drives_the_whole_rate_at_the_front_end(run_cli
     _, _, agg, _ = parse_line(d["recommendations"][0]["engine_flags"]["bench"])
     assert float(agg["--request-rate"]) == pytest.approx(
         d["recommendations"][0]["per_replica_rate_per_s"], rel=1e-3)
+
+
+def test_a_vllm_pd_server_over_hosts_advertises_each_hosts_side_channel() -> None:
+    # vLLM runs a data-parallel rank's scheduler on the host it sits on, and its NIXL side
+    # channel advertises VLLM_NIXL_SIDE_CHANNEL_HOST: each host's line names its own address
+    # (the worker's placeholder on host 0, PREFILL0_NODE1 on host 1), and the two workers'
+    # 16 ranks each take ports 5600-5615 and 5616-5631
+    from capplan.api import disaggregated
+    from capplan.plan.launch_multinode import pd_launch
+
+    def env(cmd: str) -> dict[str, str]:  # the NAME=VALUE words before the program
+        words = shlex.split(cmd.split(": ", 1)[1])
+        return dict(w.split("=", 1) for w in words[:words.index("vllm")])
+
+    pool = {"tp": 1, "attention_dp": 16, "expert_parallel": 16}
+    lay = disaggregated("deepseek-r1", "h100-sxm", prefill_workers=1, decode_workers=1,
+                        prefill=pool, decode=pool, engine="vllm", weight_dtype="fp8",
+                        max_model_len=8192)
+    lines = pd_launch(lay)
+    for name, head, port in (("prefill worker 0", "PREFILL0", "5600"),
+                             ("decode worker 0", "DECODE0", "5616")):
+        envs = [env(x) for x in lines[name]]
+        assert [e["VLLM_NIXL_SIDE_CHANNEL_HOST"] for e in envs] == [head, f"{head}_NODE1"]
+        assert {e["VLLM_NIXL_SIDE_CHANNEL_PORT"] for e in envs} == {port}

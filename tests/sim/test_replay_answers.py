@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 import capplan
@@ -35,13 +35,17 @@ def _agree(lat: LatencyResult, sim: LatencyResult) -> None:
     assert t["p50"] <= t["mean"], t
 
 
-def _markov(d: dict[str, float]) -> None:
+def _markov(d: dict[str, float], floor_s: float | None = None) -> None:
     """Quantiles of a non-negative variable: p50 <= 2 mean, p90 <= 10 mean, p99 <= 100 mean
-    (Markov), none below a tenth of the mean (issue 24), ordered."""
+    (Markov), ordered; none below a tenth of the mean (issue 24), or, given `floor_s`, below
+    the shortest gap that can occur (a regime whose gaps are mostly one decode step and
+    sometimes a queue of prompts has its median below a tenth of its mean, the replay's
+    too)."""
     assert d["p50"] <= d["p90"] <= d["p99"]
     for q, k in (("p50", 2), ("p90", 10), ("p99", 100)):
         assert d[q] <= k * d["mean"] * (1 + 1e-9), (q, d)
-        assert d[q] >= d["mean"] / 10, (q, d)
+        # (the screen's own step tables sit within 0.1% of the step model's)
+        assert d[q] >= (d["mean"] / 10 if floor_s is None else floor_s * (1 - 1e-3)), (q, d)
 
 
 def test_readme_vllm_closed_loop_is_replayed():
@@ -177,6 +181,7 @@ def test_analytic_screen_tbt_weighs_gaps_not_time(c, isl, osl, engine):
 @settings(max_examples=20, deadline=None)
 @given(rate=st.floats(0.2, 30.0), isl=st.integers(16, 6000), osl=st.integers(2, 1000),
        engine=st.sampled_from(["vllm", "sglang", "trtllm"]))
+@example(rate=27.0, isl=1612, osl=2, engine="sglang")  # a median below a tenth of the mean
 def test_open_loop_screen_quantiles_are_possible(rate, isl, osl, engine):
     """The open-loop queue (the screen `latency --rate` answers with where it agrees with the
     replay): every stable answer's token-gap quantiles obey Markov's bound for its mean."""
@@ -191,7 +196,14 @@ def test_open_loop_screen_quantiles_are_possible(rate, isl, osl, engine):
     except InputError:  # a whole prompt over TensorRT-LLM's budget: refused, nothing to check
         return
     if res["stable"]:
-        _markov({k: float(v) for k, v in res["tbt_s"].items()})
+        # the shortest gap: one sequence's decode step, no context read.
+        # SGLang at 27 req/s of 1,612-token prompts and 2-token outputs measures, in the
+        # replay, a median gap of 8.3 ms against a mean of 215 ms: a tenth of the mean is no
+        # floor where prompts queue in front of some gaps
+        shortest = dep.step.step(num_decode=1, decode_kv_tokens=0.0,
+                                 decode_kv_tokens_window=0.0, num_logits=1,
+                                 detail=False)["step_s"]
+        _markov({k: float(v) for k, v in res["tbt_s"].items()}, float(np.asarray(shortest)))
 
 
 def test_one_token_outputs_have_no_token_gaps():
