@@ -155,6 +155,8 @@ def _launch_notes(res: dict[str, Any]) -> list[str]:
            "replica's or worker's first host, PREFILLi_NODEk its k-th host's):"]
     for name, lines in res["launch"].items():
         out += [f"  {name} {line}" for line in lines]
+    if res.get("bench"):  # a plan file's layout: the whole workload through the front end
+        out += [f"dataset: {res['bench_dataset']}", f"verify:  {res['bench']}"]
     return out
 
 

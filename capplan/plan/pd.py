@@ -38,7 +38,7 @@ from capplan.plan.deployment import (
     build_deployment,
     resolve_deployment,
 )
-from capplan.plan.launch_multinode import pd_launch
+from capplan.plan.launch_multinode import SERVE_PORT, pd_launch
 from capplan.plan.load import LoadSpec
 from capplan.sim.pd import check_router
 
@@ -575,4 +575,11 @@ def fixed_layout_for_plan(cat: Any, plan: Any, resolved: Any, traffic: Any) -> d
                        engine_notation=True, calibration=plan.calibration, **base)
     load = LoadSpec(traffic.rate_per_s, None, traffic.inp, traffic.out, traffic.arrival_scv,
                     "the plan's lanes, pooled")
-    return pd_latency(lay, load)
+    from capplan.plan.bench_cmds import verify_commands_for
+
+    engine = lay.decode.profile.name
+    cmds = verify_commands_for(lay.decode.served_id, traffic.rate_per_s, engine, SERVE_PORT,
+                               {k: getattr(traffic.slos, k, None) for k in
+                                ("ttft_p99_s", "tbt_p99_s", "e2e_p99_s")},
+                               layout="disaggregated")  # the fixed layout's router line's port
+    return {**pd_latency(lay, load), "bench": cmds["bench"], "bench_dataset": cmds["dataset"]}

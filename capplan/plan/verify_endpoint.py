@@ -10,7 +10,12 @@ from typing import Any
 
 from capplan.errors import InputError
 from capplan.plan.bench_cmds import CLIENTS, dataset_name
-from capplan.plan.workload_file import PlannedRequest, plan_requests, write_dataset
+from capplan.plan.workload_file import (
+    PlannedRequest,
+    disaggregated_layout,
+    plan_requests,
+    write_dataset,
+)
 
 COMPARED = (("ttft_s", "mean"), ("ttft_s", "p50"), ("ttft_s", "p99"), ("tbt_s", "mean"),
             ("tbt_s", "p50"), ("tbt_s", "p99"), ("e2e_s", "mean"), ("e2e_s", "p50"),
@@ -58,10 +63,14 @@ class VerifyResult:
     behind its front end, the whole workload; it predicts TTFT and TBT p99)."""
 
     def predicted(self) -> dict[str, Any]:
-        if self.layout == "disaggregated":
-            d = self.plan.get("disaggregated") or {}
-            return {"ttft_s": {"p99": d.get("ttft_p99_s")}, "tbt_s": {"p99": d.get("tbt_p99_s")}}
-        return self.plan["recommendations"][0].get("predicted") or {}
+        """The plan's predictions for what was run: the best recommendation's replica, or the
+        disaggregated layout's (a fixed one's every figure, a sized one's TTFT and TBT p99)."""
+        if self.layout != "disaggregated":
+            return self.plan["recommendations"][0].get("predicted") or {}
+        d = disaggregated_layout(self.plan) or {}
+        if "pools" in d:
+            return d
+        return {"ttft_s": {"p99": d.get("ttft_p99_s")}, "tbt_s": {"p99": d.get("tbt_p99_s")}}
 
     def rows(self) -> list[dict[str, Any]]:
         pred = self.predicted()

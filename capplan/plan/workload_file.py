@@ -49,6 +49,16 @@ class PlannedRequest:
         return " ".join(WORDS[int(i)] for i in picks)
 
 
+def disaggregated_layout(plan: dict[str, Any]) -> dict[str, Any] | None:
+    """The disaggregated layout a plan verifies: the one its plan file names
+    (`fixed_disaggregated`), else the one `recommend --disagg` sized (`disaggregated`)."""
+    fixed = plan.get("fixed_disaggregated") or {}
+    if fixed.get("pools"):
+        return fixed
+    sized = plan.get("disaggregated") or {}
+    return sized if sized.get("prefill") else None
+
+
 def plan_requests(plan: dict[str, Any], *, num_requests: int | None = None, seed: int = 0,
                   trace: str | Path | None = None, layout: str = "aggregated"
                   ) -> list[PlannedRequest]:
@@ -62,9 +72,10 @@ def plan_requests(plan: dict[str, Any], *, num_requests: int | None = None, seed
     replicas = max(1, int(best.get("replicas", 1)))
     rate = best["per_replica_rate_per_s"]
     if layout == "disaggregated":
-        if not (plan.get("disaggregated") or {}).get("prefill"):
+        if not disaggregated_layout(plan):
             raise InputError("--layout disaggregated: the plan has no disaggregated layout "
-                             "(plan it with `recommend` or `plan --disagg`)")
+                             "(name one in the plan file, or plan with `recommend` or "
+                             "`plan --disagg`)")
         replicas, rate = 1, sum(float(ln["rate_per_s"]) for ln in plan["lanes"])
     max_len = int(best.get("max_model_len") or 1 << 30)
     if trace is not None:

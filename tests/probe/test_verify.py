@@ -139,3 +139,20 @@ def test_a_plan_without_a_disaggregated_layout_says_so(plan_json, run_cli, tmp_p
                   str(out))
     assert res.exit_code == 2 and "no disaggregated layout" in res.stderr
     assert res.stderr.count("\n") == 1 and not out.exists()
+
+
+def test_a_plan_files_own_layout_is_the_one_verified(server, tmp_path, run_cli) -> None:  # noqa: F811
+    # a plan file that names its P/D layout (`disaggregated_layout`) is verified against that
+    # layout's every prediction, before any layout `recommend --disagg` sized beside it
+    plan = _pd_plan()
+    law = _plan()["recommendations"][0]["predicted"]
+    plan["fixed_disaggregated"] = {"pools": {"prefill": {}, "decode": {}}, **law}
+    plan["disaggregated"]["ttft_p99_s"] = 99.0  # not the one compared
+    p = tmp_path / "plan.json"
+    p.write_text(json.dumps(plan))
+    d = run_cli("verify", str(p), "--layout", "disaggregated", "--endpoint", _url(server),
+                "--requests", "6", "--format", "json").json()
+    rows = {r["metric"]: r for r in d["comparison"]}
+    assert rows["ttft p99"]["predicted"] == pytest.approx(TTFT_S)
+    assert rows["tbt p50"]["predicted"] == pytest.approx(GAP_S)
+    assert rows["e2e p50"]["predicted"] == pytest.approx(E2E_S)
