@@ -118,8 +118,9 @@ def render_disagg(d: dict[str, Any]) -> str:
     for role in ("prefill", "decode"):
         p = d.get(role)
         if p:
-            lines.append(f"  {role:<8} {p['replicas']} x {p['gpu']} TP {p['tp']} "
-                         f"({p['gpus_total']} GPUs), {p['rate_per_replica_per_s']:.3g} req/s per "
+            layout = p.get("layout") or f"TP {p['tp']}"  # plans written before layouts
+            lines.append(f"  {role:<8} {p['replicas']} x {p['gpu']} ({layout}), "
+                         f"{p['gpus_total']} GPUs, {p['rate_per_replica_per_s']:.3g} req/s per "
                          f"replica, TTFT p99 share {p['ttft_p99_s'] * 1e3:.0f} ms")
     if d.get("prefill"):
         lines.append(f"  ratio {d['ratio']} (prefill:decode); KV transfer "

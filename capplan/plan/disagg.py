@@ -66,7 +66,10 @@ class DisaggPlan:
 
     def to_dict(self) -> dict[str, Any]:
         def pool(p: PoolPlan) -> dict[str, Any]:
-            return {"gpu": p.dep.gpu.key, "tp": p.dep.settings.tp, "replicas": p.replicas,
+            return {"gpu": p.dep.gpu.key, "tp": p.dep.settings.tp,
+                    "attention_dp": p.dep.settings.attention_dp,
+                    "expert_parallel": p.dep.settings.expert_parallel,
+                    "layout": p.dep.layout_text, "replicas": p.replicas,
                     "gpus_total": p.gpus, "max_num_seqs": p.dep.settings.max_num_seqs,
                     "max_num_batched_tokens": p.dep.settings.max_num_batched_tokens,
                     "rate_per_replica_per_s": p.rate_per_replica_per_s,
@@ -139,19 +142,25 @@ def _slo(t: Traffic, metric: str) -> float:
 
 def _deployments(cat: Catalog, name: str, space: SearchSpace,
                  pinned: dict[str, int | None] | None = None) -> list[Deployment]:
-    """Every (GPU, TP) of the space that holds the model (`name` as the user gave it: launch
+    """Every (GPU, layout) of the space that holds the model (`name` as the user gave it: launch
     lines serve that checkpoint id). `pinned`: the max_num_seqs / max_num_batched_tokens the
     user set (the largest of a list), which both pools keep as the aggregated search does;
     without them the pools took the engine's defaults and "won" on a cap the user had set."""
+    from capplan.plan.search import moe_layouts
+
     deps = []
     pin = pinned or {}
+    model = cat.resolve_model(name).spec
     for gpu in space.gpus:
-        for tp in space.tps:
+        # plain TP, and for a MoE model attention DP with EP over the world, as the
+        # aggregated search has them (search.moe_layouts: how wide-EP P/D pools run)
+        for tp, dp, ep in [(tp, 1, 1) for tp in space.tps] + moe_layouts(model, gpu, space):
             try:
                 # Speculation (at the method's default draft length), LoRA and images as the
                 # aggregated search has them (capplan/plan/features_plan.py).
                 dep = resolve_deployment(cat, name, gpu.key, EngineOptions(
-                    engine=space.engine, tp=tp, max_model_len=space.max_model_len,
+                    engine=space.engine, tp=tp, attention_dp=dp, expert_parallel=ep,
+                    max_model_len=space.max_model_len,
                     gpu_memory_utilization=space.gpu_memory_utilization,
                     block_size=space.block_size, max_num_seqs=pin.get("max_num_seqs"),
                     max_num_batched_tokens=pin.get("max_num_batched_tokens"),
@@ -244,7 +253,8 @@ def plan_disaggregated(cat: Catalog, model: ModelSpec, space: SearchSpace, t: Tr
 
     The decode pool is sized first, for TBT (and E2E); what TTFT budget is left after the KV
     transfer and the decode side's admission sizes the prefill pool. Each pool may use its own
-    GPU and TP from the search space; the transfer goes over NVLink when both pools fit one
+    GPU and layout from the search space (TP, and attention DP with EP for a MoE model); the
+    transfer goes over NVLink when both pools fit one
     NVLink domain of the same GPU, else over the network (models/disagg.py)."""
     deps = _deployments(cat, name or model.key, space, pinned)
     target = t.rate_per_s * (1 + headroom)

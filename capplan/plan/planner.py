@@ -339,7 +339,7 @@ def _disagg_verify(d: Any, lanes: list[Lane]) -> dict[str, str]:
 
 def _disaggregated_plan(cat: Catalog, plan: PlanFile, resolved: ResolvedModel,
                         lanes: list[Lane], gpu_key: str) -> Any:
-    """plan_disaggregated on one GPU type (each pool picks its TP): the aggregated
+    """plan_disaggregated on one GPU type (each pool picks its layout): the aggregated
     recommendation's, side by side with it (every catalog GPU would cost ~0.2 s each)."""
     from capplan.plan.disagg import plan_disaggregated
 

@@ -161,3 +161,25 @@ def test_a_vllm_pd_server_over_hosts_advertises_each_hosts_side_channel() -> Non
         envs = [env(x) for x in lines[name]]
         assert [e["VLLM_NIXL_SIDE_CHANNEL_HOST"] for e in envs] == [head, f"{head}_NODE1"]
         assert {e["VLLM_NIXL_SIDE_CHANNEL_PORT"] for e in envs} == {port}
+
+
+def test_disaggregated_pools_of_a_moe_model_may_run_attention_dp_and_ep(run_cli) -> None:
+    # the pools are sized over the aggregated search's layouts (search.moe_layouts): for
+    # DeepSeek-V3 on SGLang the decode pool takes attention DP 8 with EP 8 on one host, as
+    # SGLang serves DeepSeek's decode, and its line launches that layout
+    from tests.plan.engine_args import parse_line
+
+    d = run_cli("recommend", "--model", "deepseek-v3", "--gpu", "h200", "--engine", "sglang",
+                "--rate", "10", "--input-len", "2000", "--output-len", "500", "--ttft-p99", "2",
+                "--tbt-p99", "0.1", "--verify-top", "0", "--format", "json").json()
+    dec = d["disaggregated"]["decode"]
+    assert (dec["tp"], dec["attention_dp"], dec["expert_parallel"]) == (1, 8, 8)
+    assert dec["gpus_total"] == 8 * dec["replicas"]
+    line = d["disaggregated"]["launch"]["sglang_decode"].split(": ", 1)[1]
+    _, _, f, _ = parse_line(line)
+    assert (f["--tp"], f["--dp"], f["--ep-size"]) == ("8", "8", "8")
+    assert "--enable-dp-attention" in f
+    dense = run_cli("recommend", "--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--rate", "20",
+                    "--input-len", "4000", "--output-len", "300", "--ttft-p99", "1",
+                    "--tbt-p99", "0.03", "--verify-top", "0", "--format", "json").json()
+    assert all(dense["disaggregated"][r]["attention_dp"] == 1 for r in ("prefill", "decode"))
