@@ -96,6 +96,16 @@ def verify_commands_for(model_id: str, rate_per_s: float, engine: str, port: int
             "bench": cmd, "client": client}
 
 
+def verify_lines(model_id: str, rate_per_s: float, engine: str, port: int, slos: Any,
+                 client: str | None = None, layout: str = "aggregated") -> dict[str, str]:
+    """A plan's `bench` and `bench_dataset` lines (`verify_commands_for`) for SLOs given as an
+    object with their p99s as attributes (a Traffic's `slos`; None: none)."""
+    cmds = verify_commands_for(model_id, rate_per_s, engine, port,
+                               {k: getattr(slos, k, None) for k in
+                                ("ttft_p99_s", "tbt_p99_s", "e2e_p99_s")}, client, layout)
+    return {"bench": cmds["bench"], "bench_dataset": cmds["dataset"]}
+
+
 def verify_commands(plan: dict[str, Any], rec: dict[str, Any], port: int,
                     client: str | None = None) -> dict[str, str]:
     """verify_commands_for a recommendation of a plan dict (`capplan plan --format json`)."""

@@ -15,7 +15,7 @@ from typing import Any
 from capplan.catalog.schema import ModelSpec
 from capplan.models.layout import nodes_spanned
 from capplan.models.memory import MemoryReport
-from capplan.plan.bench_cmds import verify_commands_for
+from capplan.plan.bench_cmds import verify_lines
 from capplan.plan.launch import BUILDERS, node_commands, options_from
 
 
@@ -63,8 +63,5 @@ def engine_flags(model: ModelSpec, r: dict[str, Any], traffic: Any,
             out[f"file:{engine}:{name}"] = text
     engine = r.get("engine", "vllm")
     port = opts.port_for(engine)
-    slo = getattr(traffic, "slos", None)
-    cmds = verify_commands_for(model.hf_id, r["per_replica_rate_per_s"], engine, port,
-                               {k: getattr(slo, k, None) for k in
-                                ("ttft_p99_s", "tbt_p99_s", "e2e_p99_s")}, client)
-    return {**out, "bench": cmds["bench"], "bench_dataset": cmds["dataset"]}
+    return {**out, **verify_lines(model.hf_id, r["per_replica_rate_per_s"], engine, port,
+                                  getattr(traffic, "slos", None), client)}

@@ -575,11 +575,8 @@ def fixed_layout_for_plan(cat: Any, plan: Any, resolved: Any, traffic: Any) -> d
                        engine_notation=True, calibration=plan.calibration, **base)
     load = LoadSpec(traffic.rate_per_s, None, traffic.inp, traffic.out, traffic.arrival_scv,
                     "the plan's lanes, pooled")
-    from capplan.plan.bench_cmds import verify_commands_for
+    from capplan.plan.bench_cmds import verify_lines
 
-    engine = lay.decode.profile.name
-    cmds = verify_commands_for(lay.decode.served_id, traffic.rate_per_s, engine, SERVE_PORT,
-                               {k: getattr(traffic.slos, k, None) for k in
-                                ("ttft_p99_s", "tbt_p99_s", "e2e_p99_s")},
-                               layout="disaggregated")  # the fixed layout's router line's port
-    return {**pd_latency(lay, load), "bench": cmds["bench"], "bench_dataset": cmds["dataset"]}
+    return {**pd_latency(lay, load), **verify_lines(  # at the port of the layout's router line
+        lay.decode.served_id, traffic.rate_per_s, lay.decode.profile.name, SERVE_PORT,
+        traffic.slos, layout="disaggregated")}

@@ -324,17 +324,13 @@ def _disaggregated(cat: Catalog, plan: PlanFile, resolved: ResolvedModel, lanes:
 def _disagg_verify(d: Any, lanes: list[Lane]) -> dict[str, str]:
     """The verify steps of a disaggregated layout: the plan's whole workload (every lane's
     rate) sent to the front end, on the engine's port where its router or proxy listens."""
-    from capplan.plan.bench_cmds import verify_commands_for
+    from capplan.plan.bench_cmds import verify_lines
     from capplan.plan.launch import DEFAULT_PORTS
 
     engine = d.decode.dep.profile.name
     t = traffic_for(lanes)
-    cmds = verify_commands_for(d.decode.dep.served_id, t.rate_per_s, engine,
-                               DEFAULT_PORTS[engine],
-                               {k: getattr(t.slos, k, None) for k in
-                                ("ttft_p99_s", "tbt_p99_s", "e2e_p99_s")},
-                               layout="disaggregated")
-    return {"bench": cmds["bench"], "bench_dataset": cmds["dataset"]}
+    return verify_lines(d.decode.dep.served_id, t.rate_per_s, engine, DEFAULT_PORTS[engine],
+                        t.slos, layout="disaggregated")
 
 
 def _disaggregated_plan(cat: Catalog, plan: PlanFile, resolved: ResolvedModel,
