@@ -68,6 +68,8 @@ RECOMMENDATION_COLUMNS: tuple[RecColumn, ...] = (
     _c("rank", "rank"),
     _c("gpu", "GPU"),
     _c("tp", "TP"),
+    _c("attention_dp", "attention DP", None, "g", False),
+    _c("expert_parallel", "EP", None, "g", False),
     _c("replicas", "replicas"),
     _c("gpus_total", "GPUs"),
     _c("max_num_seqs", "max seqs"),
@@ -168,6 +170,8 @@ def disaggregated_records(plan: dict[str, Any]) -> list[dict[str, Any]]:
             continue
         flags = {k.split("_", 1)[0]: v for k, v in launch.items() if k.endswith(f"_{role}")}
         out.append({"rank": f"disaggregated {role}", "gpu": p.get("gpu"), "tp": p.get("tp"),
+                    "attention_dp": p.get("attention_dp"),
+                    "expert_parallel": p.get("expert_parallel"),
                     "replicas": p.get("replicas"), "gpus_total": p.get("gpus_total"),
                     "max_num_seqs": p.get("max_num_seqs"),
                     "max_num_batched_tokens": p.get("max_num_batched_tokens"),

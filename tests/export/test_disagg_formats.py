@@ -33,5 +33,8 @@ def test_disaggregated_pools_in_csv_markdown_xlsx(run_cli, tmp_path) -> None:
             r = table[f"disaggregated {role}"]
             assert (str(r["GPU"]), int(r["TP"]), int(r["replicas"]), int(r["GPUs"])) == (
                 p["gpu"], p["tp"], p["replicas"], p["gpus_total"])
+            assert (int(r["attention DP"]), int(r["EP"])) == (p["attention_dp"],
+                                                             p["expert_parallel"])
             assert int(r["max seqs"]) == p["max_num_seqs"]
         assert d["launch"][f"vllm_{role}"] in md
+    assert d["bench"] in md  # the layout's own verify line
