@@ -250,10 +250,8 @@ def _commands(p: dict[str, Any]) -> str:
     for key, label in (("bench_dataset", "workload"), ("bench", "verify")):
         if flags.get(key):
             out.append(_cmd(label, flags[key]))
-    words = str(flags.get("bench", "")).split()
-    url = next((words[i + 1] for i, w in enumerate(words[:-1])
-                if w in ("--base-url", "--url", "--target")), "http://localhost:8000")
-    out.append(_cmd("measure", f"capplan verify PLAN.json --endpoint {url}"))
+    out.append(_cmd("measure",
+                    f"capplan verify PLAN.json --endpoint {_bench_url(flags.get('bench'))}"))
     out.append(_cmd("deploy", "capplan plan PLAN.yaml --export plan.k8s.yaml && "
                               "kubectl apply -f plan.k8s.yaml"))
     d = p.get("disaggregated") or {}
@@ -262,7 +260,17 @@ def _commands(p: dict[str, Any]) -> str:
     for key, label in (("bench_dataset", "disagg workload"), ("bench", "disagg verify")):
         if d.get(key):
             out.append(_cmd(label, d[key]))
+    if d.get("bench"):  # the P/D layout through its front end, the whole workload
+        out.append(_cmd("disagg measure", "capplan verify PLAN.json --layout disaggregated "
+                        f"--endpoint {_bench_url(d['bench'])}"))
     return "".join(out)
+
+
+def _bench_url(bench: Any) -> str:
+    """The server URL a verify line's client sends to (its --base-url, --url or --target)."""
+    words = str(bench or "").split()
+    return next((words[i + 1] for i, w in enumerate(words[:-1])
+                 if w in ("--base-url", "--url", "--target")), "http://localhost:8000")
 
 
 def _assumptions(p: dict[str, Any]) -> str:
