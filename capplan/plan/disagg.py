@@ -416,9 +416,38 @@ def _hosts_line(p: DisaggPlan, where: list[Placement]) -> str:
     return "; ".join(parts)
 
 
-def compare(agg_gpus: int, agg_cost: float | None, agg_binding: str, d: DisaggPlan | None
-            ) -> str:
-    """Which layout wins for the SLOs, and why, in one sentence."""
+def replay_disaggregated(d: DisaggPlan, lanes: list[Any], requests: int) -> dict[str, Any]:
+    """The sized layout replayed step by step (capplan.plan.pd_sim) at the plan's whole rate,
+    every lane's arrivals and lengths (`requests` of them, at least a minute of traffic):
+    its TTFT, TBT and E2E, saturated pools, and whether the strictest SLOs hold."""
+    from capplan.plan.pd import make_layout
+    from capplan.plan.pd_sim import simulate_pd
+    from capplan.plan.slo import SloSet
+    from capplan.sim.workload import Lane as SimLane
+    from capplan.sim.workload import Workload, parse_length
+
+    same = d.link.name == "NVLink"
+    lay = make_layout(d.prefill.dep, d.prefill.replicas, d.decode.dep, d.decode.replicas,
+                      "nvlink" if same else "network")
+    sim_lanes = tuple(SimLane(name=ln.name, rate_per_s=ln.rate_per_s, arrival=ln.arrival,
+                              burstiness=ln.burstiness, input_len=parse_length(str(ln.input_len)),
+                              output_len=parse_length(str(ln.output_len)))
+                      for ln in lanes)
+    rate = sum(ln.rate_per_s for ln in lanes)
+    n = max(requests, math.ceil(60 * rate))
+    reqs, _ = Workload(sim_lanes, num_requests=n).generate(np.random.default_rng(0)) \
+        .clip_to_context(min(lay.prefill.memory.max_model_len, lay.decode.memory.max_model_len))
+    res = simulate_pd(lay, reqs)
+    misses = SloSet.strictest(SloSet.of(ln.slo) for ln in lanes).misses(res)
+    misses += [f"the {p} pool saturates" for p in res.get("saturated_pools") or []]
+    return {"requests": len(reqs), "ok": not misses, "reason": "; ".join(misses),
+            **{k: res[k] for k in ("ttft_s", "tbt_s", "e2e_s") if k in res}}
+
+
+def compare(agg_gpus: int, agg_cost: float | None, agg_binding: str, d: DisaggPlan | None,
+            replay: dict[str, Any] | None = None) -> str:
+    """Which layout wins for the SLOs, and why, in one sentence; `replay`
+    (`replay_disaggregated`): a layout whose replay misses the SLOs does not win."""
     if d is None:
         return ("aggregated wins: no disaggregated layout meets the SLOs (the KV transfer and "
                 "the decode side's admission leave no TTFT budget for a prefill pool)")
@@ -426,11 +455,17 @@ def compare(agg_gpus: int, agg_cost: float | None, agg_binding: str, d: DisaggPl
     cheaper = (dc < ac) if dc is not None and ac is not None else d.gpus < agg_gpus
     pair = (f"disaggregated {d.prefill.replicas} prefill + {d.decode.replicas} decode "
             f"replicas = {d.gpus} GPUs vs aggregated {agg_gpus} GPUs")
+    if cheaper and replay is not None and not replay["ok"]:
+        return (f"aggregated wins: {pair}, but the disaggregated layout misses its SLOs when "
+                f"replayed at the plan's rate ({replay['reason']})")
     if cheaper:
+        confirmed = ("" if replay is None else
+                     f"; the replay confirms it (TTFT p99 {replay['ttft_s']['p99'] * 1e3:.0f} "
+                     f"ms, TBT p99 {replay['tbt_s']['p99'] * 1e3:.1f} ms)")
         return (f"disaggregated wins: {pair}; the aggregated fleet is limited by {agg_binding}, "
                 f"while decode steps without prefill chunks keep TBT p99 at "
                 f"{d.tbt_p99_s * 1e3:.1f} ms and the KV transfer adds "
-                f"{d.transfer_p99_s * 1e3:.2f} ms (p99 prompt over {d.link.name})")
+                f"{d.transfer_p99_s * 1e3:.2f} ms (p99 prompt over {d.link.name}){confirmed}")
     return (f"aggregated wins: {pair}; at these lengths prefill chunks cost TBT less than a "
             f"second pool costs GPUs (KV transfer {d.transfer_p99_s * 1e3:.2f} ms p99 over "
             f"{d.link.name})")

@@ -254,8 +254,10 @@ def run_plan(cat: Catalog, plan: PlanFile, verify: VerifyFn | None = None,
     if per_lane:
         result = _per_lane_pools(cat, plan, resolved, result, progress)
     if disagg:
-        result = replace(result, disaggregated=_disaggregated(cat, plan, resolved, lanes, result,
-                                                              early))
+        result = replace(result, disaggregated=_disaggregated(
+            cat, plan, resolved, lanes, result, early,
+            replay=verify is not None and plan.verify.top > 0
+            and all(ln.rate_per_s for ln in lanes)))
     return _alternatives(cat, plan, resolved, result)
 
 
@@ -308,16 +310,21 @@ def _alternatives(cat: Catalog, plan: PlanFile, resolved: ResolvedModel, result:
 
 
 def _disaggregated(cat: Catalog, plan: PlanFile, resolved: ResolvedModel, lanes: list[Lane],
-                   result: PlanResult, early: dict[str, Any]) -> dict[str, Any]:
+                   result: PlanResult, early: dict[str, Any], replay: bool = False
+                   ) -> dict[str, Any]:
     """The disaggregated plan beside the aggregated one, and which wins; `early`: plans sized
-    already, by GPU type (`run_plan`'s pd_meanwhile)."""
-    from capplan.plan.disagg import compare
+    already, by GPU type (`run_plan`'s pd_meanwhile); `replay`: the layout the screen sized is
+    replayed at the plan's rate, and wins only if the replay meets the SLOs too."""
+    from capplan.plan.disagg import compare, replay_disaggregated
 
     key = result.best.candidate.gpu.key
     d = early[key] if key in early else _disaggregated_plan(cat, plan, resolved, lanes, key)
     best = result.best
-    verdict = compare(best.gpus_total, best.cost_per_hour, best.candidate.binding_constraint, d)
+    checked = replay_disaggregated(d, lanes, plan.verify.requests) if d and replay else None
+    verdict = compare(best.gpus_total, best.cost_per_hour, best.candidate.binding_constraint, d,
+                      checked)
     return {**(d.to_dict() if d else {}), **(_disagg_verify(d, lanes) if d else {}),
+            **({"replay": checked} if checked else {}),
             "verdict": verdict, "winner": verdict.split(" wins")[0]}
 
 

@@ -183,3 +183,25 @@ def test_disaggregated_pools_of_a_moe_model_may_run_attention_dp_and_ep(run_cli)
                     "--input-len", "4000", "--output-len", "300", "--ttft-p99", "1",
                     "--tbt-p99", "0.03", "--verify-top", "0", "--format", "json").json()
     assert all(dense["disaggregated"][r]["attention_dp"] == 1 for r in ("prefill", "decode"))
+
+
+def test_the_sized_layout_wins_only_if_its_replay_meets_the_slos(catalog, run_cli) -> None:
+    # the analytic screen sizes the pools; the replay at the plan's whole rate has the last
+    # word: a layout whose replay misses an SLO does not win, however cheap
+    from capplan.plan.disagg import compare
+
+    p = _plan(catalog, "llama-3.1-8b", "h100-sxm", "vllm", (1, 1), (1, 1))
+    assert compare(8, 100.0, "TBT SLO", p).startswith("disaggregated wins")
+    ok = {"ok": True, "reason": "", "ttft_s": {"p99": 0.5}, "tbt_s": {"p99": 0.02}}
+    assert "the replay confirms it (TTFT p99 500 ms, TBT p99 20.0 ms)" in compare(
+        8, 100.0, "TBT SLO", p, ok)
+    miss = {**ok, "ok": False, "reason": "p99 TTFT 2100.0 ms > 2000.0 ms"}
+    verdict = compare(8, 100.0, "TBT SLO", p, miss)
+    assert verdict.startswith("aggregated wins") and "p99 TTFT 2100.0 ms" in verdict
+    d = run_cli("recommend", "--model", "deepseek-v3", "--gpu", "h200", "--engine", "sglang",
+                "--rate", "10", "--input-len", "2000", "--output-len", "500", "--ttft-p99", "2",
+                "--tbt-p99", "0.1", "--format", "json").json()["disaggregated"]
+    rep = d["replay"]
+    assert rep["ok"] and rep["requests"] >= 600 and d["winner"] == "disaggregated"
+    assert rep["ttft_s"]["p99"] <= 2 and rep["tbt_s"]["p99"] <= 0.1
+    assert "the replay confirms it" in d["verdict"]
