@@ -313,16 +313,19 @@ def _disaggregated(cat: Catalog, plan: PlanFile, resolved: ResolvedModel, lanes:
                    result: PlanResult, early: dict[str, Any], replay: bool = False
                    ) -> dict[str, Any]:
     """The disaggregated plan beside the aggregated one, and which wins; `early`: plans sized
-    already, by GPU type (`run_plan`'s pd_meanwhile); `replay`: the layout the screen sized is
-    replayed at the plan's rate, and wins only if the replay meets the SLOs too."""
+    already, by GPU type (`run_plan`'s pd_meanwhile); `replay`: a layout the screen finds
+    cheaper is replayed at the plan's rate, and wins only if the replay meets the SLOs too."""
     from capplan.plan.disagg import compare, replay_disaggregated
 
     key = result.best.candidate.gpu.key
     d = early[key] if key in early else _disaggregated_plan(cat, plan, resolved, lanes, key)
     best = result.best
-    checked = replay_disaggregated(d, lanes, plan.verify.requests) if d and replay else None
-    verdict = compare(best.gpus_total, best.cost_per_hour, best.candidate.binding_constraint, d,
-                      checked)
+    agg = (best.gpus_total, best.cost_per_hour, best.candidate.binding_constraint)
+    verdict = compare(*agg, d)
+    checked = None
+    if d and replay and verdict.startswith("disaggregated"):  # only a winner needs the check
+        checked = replay_disaggregated(d, lanes, plan.verify.requests)
+        verdict = compare(*agg, d, checked)
     return {**(d.to_dict() if d else {}), **(_disagg_verify(d, lanes) if d else {}),
             **({"replay": checked} if checked else {}),
             "verdict": verdict, "winner": verdict.split(" wins")[0]}
