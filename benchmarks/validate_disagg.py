@@ -18,6 +18,9 @@ fitted but the implied counts' RIDGE_STEP, which the rule check measures:
   else the network;
 - a worker whose TP cannot split the model's attention heads (TP 48 of DeepSeek's 128) as
   attention DP over its GPUs (`as_attention_dp`: such rows do not record DP attention);
+- a row without counts whose measurement (engine, system, lengths, C, TTFT and TPOT) equals a
+  stated row's exactly is that row's run (`as_twin`: the dump holds DeepSeek-R1 rows that are
+  DeepSeek-V3 runs): predicted with the stated row's workers, layouts and batch sizes;
 - a row that gives its workers' layouts but not how many ran: the counts a planner sizing its
   deployment for the sweep's largest C deploys (capplan.plan.pd.implied_workers: decode
   workers whose batch at that peak is at most the ridge batch, prefill workers that carry the
@@ -204,6 +207,34 @@ IMPLIED_ALL = "--implied-all" in sys.argv
 """Apply the implied-count rule to every row, its stated counts and batch sizes ignored."""
 
 
+TWINS: dict[tuple, dict[str, str]] = {}
+"""Stated rows by their measurement (`twin_key`), filled from every row of the file
+(`note_twins`)."""
+
+
+def twin_key(r: dict[str, str]) -> tuple:
+    """A measurement: engine, system, lengths, C, TTFT and TPOT as the row records them."""
+    return (r["backend"], r["system"], r["isl"], r["osl"], concurrency(r), r["silicon_ttft_ms"],
+            r["silicon_tpot_ms"])
+
+
+def note_twins(rows: list[dict[str, str]]) -> None:
+    """Record every stated row by its measurement (before any sampling)."""
+    for r in rows:
+        if stated(r):
+            TWINS.setdefault(twin_key(r), r)
+
+
+def as_twin(r: dict[str, str]) -> dict[str, str]:
+    """A row without counts whose measurement equals a stated row's exactly is that row's run
+    (the dump holds DeepSeek-R1 rows that are DeepSeek-V3 runs): its workers and layouts as
+    the stated row gives them; any other row as it is."""
+    twin = None if stated(r) else TWINS.get(twin_key(r))
+    if twin is None:
+        return r
+    return {**r, **{k: v for k, v in twin.items() if k.startswith(("prefill_", "decode_"))}}
+
+
 def stated(r: dict[str, str]) -> bool:
     """Whether the row gives both pools' worker counts."""
     return bool(r["prefill_num_workers"] and r["decode_num_workers"])
@@ -286,8 +317,7 @@ def predict(cat, r: dict[str, str], implied: bool = IMPLIED_ALL,
             ridge_step: float | None = None) -> tuple[float, float] | str:
     """(TTFT, TPOT) in seconds, or why the row has no prediction (`implied`: the row's worker
     counts and batch sizes ignored, the implied counts used, `ridge_step` as `counts`)."""
-    if implied:
-        r = as_unstated(r)
+    r = as_unstated(r) if implied else (r if STATED_ONLY else as_twin(r))
     r = deployed_batch(as_attention_dp(cat, r))
     reason = why_not(cat, r)
     if reason:
@@ -616,6 +646,7 @@ def main() -> None:
         rows = [r for r in csv.DictReader(f)
                 if r["mode"] == "disagg" and r["system"] in SYSTEM_GPUS]
     note_peaks(rows)
+    note_twins(rows)
     per_group = int(sys.argv[sys.argv.index("--per-group") + 1]) if "--per-group" in sys.argv \
         else (0 if "--write-docs" in sys.argv else 10)
     if per_group:
