@@ -455,14 +455,11 @@ def unstated_text(rows: list[dict[str, str]]) -> str:
 def twins_text(rows: list[dict[str, str]], bare: list[dict[str, str]]) -> str:
     """The rows without counts that equal a stated row's TTFT and TPOT exactly: how many carry
     another model name, and how their recorded layouts read the stated ones' attention DP."""
-    exact: dict[tuple, list[dict[str, str]]] = defaultdict(list)
+    exact = {}
     for r in rows:
         if stated(r):
-            exact[(r["backend"], r["system"], r["isl"], r["osl"], concurrency(r),
-                   r["silicon_ttft_ms"], r["silicon_tpot_ms"])].append(r)
-    twins = [(r, exact[k][0]) for r in bare if (k := (
-        r["backend"], r["system"], r["isl"], r["osl"], concurrency(r), r["silicon_ttft_ms"],
-        r["silicon_tpot_ms"])) in exact]
+            exact.setdefault(twin_key(r), r)
+    twins = [(r, exact[k]) for r in bare if (k := twin_key(r)) in exact]
     names = defaultdict(int)
     for r, s in twins:
         if r["model_path"] != s["model_path"]:
