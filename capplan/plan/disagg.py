@@ -423,19 +423,17 @@ def replay_disaggregated(d: DisaggPlan, lanes: list[Any], requests: int) -> dict
     from capplan.plan.pd import make_layout
     from capplan.plan.pd_sim import simulate_pd
     from capplan.plan.slo import SloSet
-    from capplan.sim.workload import Lane as SimLane
-    from capplan.sim.workload import Workload, parse_length
+    from capplan.plan.verify import sim_lanes
+    from capplan.sim.workload import Workload
 
     same = d.link.name == "NVLink"
     lay = make_layout(d.prefill.dep, d.prefill.replicas, d.decode.dep, d.decode.replicas,
                       "nvlink" if same else "network")
-    sim_lanes = tuple(SimLane(name=ln.name, rate_per_s=ln.rate_per_s, arrival=ln.arrival,
-                              burstiness=ln.burstiness, input_len=parse_length(str(ln.input_len)),
-                              output_len=parse_length(str(ln.output_len)))
-                      for ln in lanes)
     rate = sum(ln.rate_per_s for ln in lanes)
-    n = max(requests, math.ceil(60 * rate))
-    reqs, _ = Workload(sim_lanes, num_requests=n).generate(np.random.default_rng(0)) \
+    n = max(requests, math.ceil(60 * rate))  # a minute of traffic at least
+    # (the P/D replay takes each request's arrival and lengths: a lane's priority and prefix
+    # do not reach its pools)
+    reqs, _ = Workload(sim_lanes(lanes), num_requests=n).generate(np.random.default_rng(0)) \
         .clip_to_context(min(lay.prefill.memory.max_model_len, lay.decode.memory.max_model_len))
     res = simulate_pd(lay, reqs)
     misses = SloSet.strictest(SloSet.of(ln.slo) for ln in lanes).misses(res)

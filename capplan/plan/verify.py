@@ -50,15 +50,21 @@ class VerifyJob:
 
 
 def _sim_lanes(job: VerifyJob) -> tuple[SimLane, ...]:
+    return sim_lanes(job.lanes, job.replicas)
+
+
+def sim_lanes(lanes: Any, replicas: int = 1) -> tuple[SimLane, ...]:
+    """The simulator's lanes of a plan's lanes, each at `replicas`' share of its rate (one
+    replica's; 1: the whole traffic)."""
     from capplan.sim.workload import Lane as SimLane
     from capplan.sim.workload import parse_length
 
     return tuple(
-        SimLane(name=ln.name, rate_per_s=ln.rate_per_s / job.replicas, arrival=ln.arrival,
+        SimLane(name=ln.name, rate_per_s=ln.rate_per_s / replicas, arrival=ln.arrival,
                 burstiness=ln.burstiness, input_len=parse_length(str(ln.input_len)),
                 output_len=parse_length(str(ln.output_len)), priority=ln.priority,
                 **({"prefix": ln.prefix.spec()} if getattr(ln, "prefix", None) else {}))
-        for ln in job.lanes)
+        for ln in lanes)
 
 
 def simulate_recommendation(job: VerifyJob) -> Verification:

@@ -115,12 +115,18 @@ def _one_length(x: np.ndarray, lam: np.ndarray, work: np.ndarray, rho: np.ndarra
     a unit mass at k S), counted up to 8 sd above the mean number served, lambda x / (1 - rho),
     of variance lambda x / (1 - rho)^3 (rho held under 0.95 for the count only; a level the
     count does not reach reads its last atom)."""
-    k_max, t, p = _served_law(x, lam, work, rho)
-    cdf = np.cumsum(p, axis=-1)
+    _k_max, _t, p = _served_law(x, lam, work, rho)
+    return _atom_quantiles(x, work, np.cumsum(p, axis=-1), probs, shape)
+
+
+def _atom_quantiles(x: np.ndarray, work: np.ndarray, cdf: np.ndarray, probs: Sequence[float],
+                    shape: tuple[int, ...]) -> list[np.ndarray]:
+    """Quantiles at `probs` of a law on the atoms x + j S (cdf over j = 0, 1, ...): the first
+    atom where the cdf reaches the level; a level the atoms do not reach reads the last."""
     out = []
     for q in probs:
-        j = np.minimum((cdf < q).sum(-1), k_max)  # the first atom where the cdf reaches q
-        out.append(np.take_along_axis(t, j[:, None], -1)[:, 0].reshape(shape))
+        j = np.minimum((cdf < q).sum(-1), cdf.shape[-1] - 1)
+        out.append((x + j * work).reshape(shape))
     return out
 
 
@@ -216,13 +222,7 @@ def _lagged_one_length(x: np.ndarray, lam: np.ndarray, work: np.ndarray, rho: np
     p_j[:, 0] = pn[:, 0]
     for n in range(1, n_max + 1):
         p_j[:, n:n + k_max + 1] += pn[:, n:n + 1] * p_k
-    cdf = np.cumsum(p_j, axis=-1)
-    j_all = np.arange(k_max + n_max + 1)
-    out = []
-    for q in probs:
-        j = np.minimum((cdf < q).sum(-1), k_max + n_max)  # the first atom where cdf >= q
-        out.append((x + j_all[j] * work).reshape(shape))
-    return out
+    return _atom_quantiles(x, work, np.cumsum(p_j, axis=-1), probs, shape)
 
 
 def _lattice_quantiles(x: np.ndarray, cdf: np.ndarray, h: np.ndarray, probs: Sequence[float],
