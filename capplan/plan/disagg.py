@@ -341,11 +341,11 @@ def placements(p: DisaggPlan) -> list[Placement]:
     for role, h, first in slots:
         k = sum(1 for o in out if o.role == role and o.host == _host_name(h, hosts))
         out.append(Placement(role, _host_name(h, hosts), first, DISAGG_PORTS[role] + k))
-    from capplan.plan.launch_multinode import kv_handshakes, ranks
+    from capplan.plan.launch_multinode import kv_handshakes
 
     dep = {"prefill": p.prefill.dep, "decode": p.decode.dep}
     kv = kv_handshakes(p.decode.dep.profile.name,
-                       [(x.role, x.host, ranks(dep[x.role])) for x in out])
+                       [(x.role, x.host, dep[x.role].gpus_per_replica) for x in out])
     return [replace(x, kv_port=k) for x, k in zip(out, kv, strict=True)]
 
 

@@ -74,12 +74,6 @@ def kv_handshakes(engine: str, workers: list[tuple[str, str, int]]) -> list[int 
     return out
 
 
-def ranks(dep: Deployment) -> int:
-    """GPU ranks of one replica (tp x pp x attention DP)."""
-    s = dep.settings
-    return s.tp * s.pp * s.attention_dp
-
-
 def worker_lines(dep: Deployment, engine: str, port: int, role: str | None = None,
                  head: str = HEAD, kv_port: int | None = None) -> list[str]:
     """One worker's commands, "node k: ..." per host (capplan.plan.launch.node_commands);
@@ -124,8 +118,8 @@ def pd_launch(layout: Any, engine: str | None = None) -> dict[str, list[str]]:
     names = {"trtllm": ("context", "generation")}.get(eng, ("prefill", "decode"))
     pools = (("prefill", names[0], layout.prefill, pre), ("decode", names[1], layout.decode, dec))
     # the workers' hosts are placeholders that may name one machine: handshake ports all apart
-    kv = iter(kv_handshakes(eng, [(role, "any", ranks(dep)) for role, _, dep, ports in pools
-                                  for _ in ports]))
+    kv = iter(kv_handshakes(eng, [(role, "any", dep.gpus_per_replica)
+                                  for role, _, dep, ports in pools for _ in ports]))
     boot = []
     for role, name, dep, ports in pools:
         for i, port in enumerate(ports):
