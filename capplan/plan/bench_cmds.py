@@ -81,44 +81,18 @@ def bench_command(client: str, *, model_id: str, base_url: str, rate_per_s: floa
     raise ValueError(client)
 
 
-def verify_commands_for(model_id: str, rate_per_s: float, engine: str, port: int,
-                        slo: dict[str, float | None], client: str | None = None,
-                        layout: str = "aggregated") -> dict[str, str]:
-    """The dataset-writing step and the client's command for one replica of a plan
-    (`layout` "disaggregated": for the whole P/D deployment behind its front end, at `port`,
-    which takes the plan's whole rate)."""
-    client = client or DEFAULT_CLIENT.get(engine, "vllm")
-    cmd = bench_command(client, model_id=model_id, base_url=f"http://localhost:{port}",
-                        rate_per_s=rate_per_s, slo=slo)
-    which = "" if layout == "aggregated" else f" --layout {layout}"
-    return {"dataset": f"capplan verify PLAN.json{which} --client {client} --write-dataset "
-                       f"{dataset_name(client)}",
-            "bench": cmd, "client": client}
-
-
 def verify_lines(model_id: str, rate_per_s: float, engine: str, port: int, slos: Any,
                  client: str | None = None, layout: str = "aggregated") -> dict[str, str]:
-    """A plan's `bench` and `bench_dataset` lines (`verify_commands_for`) for SLOs given as an
-    object with their p99s as attributes (a Traffic's `slos`; None: none)."""
-    cmds = verify_commands_for(model_id, rate_per_s, engine, port,
-                               {k: getattr(slos, k, None) for k in
-                                ("ttft_p99_s", "tbt_p99_s", "e2e_p99_s")}, client, layout)
-    return {"bench": cmds["bench"], "bench_dataset": cmds["dataset"]}
-
-
-def verify_commands(plan: dict[str, Any], rec: dict[str, Any], port: int,
-                    client: str | None = None) -> dict[str, str]:
-    """verify_commands_for a recommendation of a plan dict (`capplan plan --format json`)."""
-    return verify_commands_for(plan.get("hf_id") or plan["model"], rec["per_replica_rate_per_s"],
-                               rec.get("engine", "vllm"), port, _slo_of(plan), client)
-
-
-def _slo_of(plan: dict[str, Any]) -> dict[str, float | None]:
-    """The strictest SLO of each kind over the lanes."""
-    out: dict[str, float | None] = {}
-    for ln in plan.get("lanes", []):
-        for k in ("ttft_p99_s", "tpot_p99_s", "e2e_p99_s", "tbt_p99_s"):
-            v = ln.get(k)
-            if v is not None:
-                out[k] = v if out.get(k) is None else min(v, out[k])  # type: ignore[type-var]
-    return out
+    """A plan's `bench_dataset` step (`capplan verify --write-dataset`) and `bench` command
+    (the engine's own client, DEFAULT_CLIENT, unless `client`) for one replica at `port`, or,
+    with `layout` "disaggregated", for the whole P/D deployment behind its front end, which
+    takes the plan's whole rate; SLOs given as an object with their p99s as attributes (a
+    Traffic's `slos`; None: none)."""
+    client = client or DEFAULT_CLIENT.get(engine, "vllm")
+    slo = {k: getattr(slos, k, None) for k in ("ttft_p99_s", "tbt_p99_s", "e2e_p99_s")}
+    which = "" if layout == "aggregated" else f" --layout {layout}"
+    return {"bench": bench_command(client, model_id=model_id,
+                                   base_url=f"http://localhost:{port}", rate_per_s=rate_per_s,
+                                   slo=slo),
+            "bench_dataset": f"capplan verify PLAN.json{which} --client {client} "
+                             f"--write-dataset {dataset_name(client)}"}
