@@ -84,7 +84,8 @@ def latency_table(res: dict[str, Any], fmt: str) -> str:
             return render_rows([row], [Column(k, k) for k in row], fmt)
         return (f"UNSTABLE: {res.get('reason', 'arrivals exceed capacity')}; capacity is about "
                 f"{res.get('capacity_requests_per_s', float('nan')):.2f} requests/s per replica"
-                + (f"\nload: {textwrap.fill(str(res['load']), 110)}" if res.get("load") else ""))
+                + (f"\nload: {textwrap.fill(str(res['load']), 110)}" if res.get("load") else "")
+                + "".join(f"\nWARNING: {w}" for w in res.get("warnings", [])))
     cols = [Column("metric", "latency"), Column("mean", "mean (ms)", _ms, ".1f"),
             Column("p50", "p50 (ms)", _ms, ".1f"), Column("p90", "p90 (ms)", _ms, ".1f"),
             Column("p99", "p99 (ms)", _ms, ".1f")]

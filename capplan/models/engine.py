@@ -18,6 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, fields, replace
 from typing import Any, Protocol
 
+import numpy as np
 from numpy.typing import ArrayLike
 
 from capplan.errors import InputError, nearest
@@ -115,6 +116,18 @@ class SchedulerPolicy:
         isl + osl (1 + r) / 2 (TensorRT-LLM's GUARANTEED_NO_EVICT, r = 1: isl + osl)."""
         r = min(max(self.reserve_output_frac, 0.0), 1.0)
         return isl + osl * (1 + r) / 2
+
+    def decodes_beside_prompt(self, budget: ArrayLike, prompt: ArrayLike) -> Any:
+        """How many running sequences a waiting whole prompt can join, or None when none
+        limit it. An engine that prefills whole prompts in steps that also decode counts the
+        running decodes against the token budget first and admits a prompt only into what is
+        left (TensorRT-LLM MicroBatchScheduler: generation requests take one token each; a
+        context request that would exceed max_num_tokens stops the step's scheduling), so a
+        P-token prompt waits until at most budget - P sequences run. Chunking engines split
+        the prompt instead; a prefill-first engine's prompt step holds no decodes."""
+        if self.chunked_prefill or self.prefill_first:
+            return None
+        return np.maximum(np.asarray(budget, float) - np.asarray(prompt, float), 0.0)
 
 
 @dataclass(frozen=True)

@@ -123,7 +123,11 @@ def answer(dep: Deployment, load: ReplayLoad, spec: LoadSpec | None) -> dict[str
     screen = load.rate is not None and load.benchmark is None and spec is not None
     ana = analytic_latency(dep, spec) if screen and spec is not None else None
     if ana is not None and not ana.get("stable"):
-        return _overloaded(ana)
+        out = _overloaded(ana)
+        if spec is not None and out.get("bound") == "concurrency cap":
+            w = whole_prompt_warning(dep, spec.input_stats.mean, math.inf)
+            out["warnings"] += [w] if w else []
+        return out
     trace, tr = None, None
     if load.trace is not None:  # read once: its windows here, its requests for the replay
         from capplan.sim.workload import load_trace
@@ -136,7 +140,30 @@ def answer(dep: Deployment, load: ReplayLoad, spec: LoadSpec | None) -> dict[str
     if ana is not None:
         res = _screen(ana, res)
     res["notes"].insert(0, answered_note(res))
+    if res.get("requests_per_s"):
+        w = whole_prompt_warning(dep, res["input_tokens_per_s"] / res["requests_per_s"],
+                                 res.get("mean_running_batch") or 0.0)
+        res["warnings"] += [w] if w else []
     return res
+
+
+def whole_prompt_warning(dep: Deployment, prompt: float, running: float) -> str | None:
+    """Say so when prompts wait for running decodes to leave room in the token budget
+    (SchedulerPolicy.decodes_beside_prompt): the replica runs at most that many sequences
+    beside a P-token prompt, and `running` (its mean running batch; inf when the queue is
+    overloaded at that cap) reached it."""
+    s = dep.settings
+    beside = dep.profile.scheduler.decodes_beside_prompt(s.max_num_batched_tokens, prompt)
+    if beside is None or beside + 1 >= s.max_num_seqs or running < 0.9 * (beside + 1):
+        return None
+    flag = dep.profile.flag_names.get("max_num_batched_tokens")
+    engine_flag = f" ({dep.profile.name}: {flag})" if flag else ""
+    return (f"{dep.profile.name} prefills each prompt whole in a step with the running "
+            f"decodes, within the token budget {s.max_num_batched_tokens}: a {prompt:.0f}-token "
+            f"prompt joins at most {beside:.0f} running sequences, so prompts wait for decodes "
+            f"to finish; --max-num-batched-tokens{engine_flag} "
+            f"{math.ceil(prompt) + s.max_num_seqs} (prompt + max_num_seqs) lets every prompt "
+            "join")
 
 
 def _add_trace(res: dict[str, Any], tr: dict[str, Any]) -> None:

@@ -208,7 +208,7 @@ def build_candidates(cat: Catalog, model: ModelSpec, space: SearchSpace,
     """A step model per (gpu, tp, wd, kvd) that fits at all (and that `keep` allows), with
     the memory of each combo."""
     groups: list[ConfigGroup] = []
-    combos = tuple((s, c) for s in space.max_num_seqs for c in space.max_num_batched_tokens)
+    combos = tuple((s, c) for s in space.max_num_seqs for c in searched_budgets(space))
     cal_path = calibration_path or space.calibration
     cal_gpu = _calibration_gpu(cal_path, space)
     for gpu in space.gpus:
@@ -221,6 +221,18 @@ def build_candidates(cat: Catalog, model: ModelSpec, space: SearchSpace,
             if group is not None:
                 groups.append(group)
     return groups
+
+
+def searched_budgets(space: SearchSpace) -> tuple[int, ...]:
+    """The token budgets a search sizes. An engine that prefills whole prompts runs with one
+    that covers max_model_len (TensorRT-LLM rejects a prompt beyond max_num_tokens when
+    chunked prefill is off, tensorrt_llm/llmapi/llm.py `_check_arguments`, so its launch lines
+    set max_num_tokens to at least max-model-len; vLLM without chunked prefill requires
+    max_num_batched_tokens >= max_model_len), so the plan predicts the budget it launches."""
+    chunks = space.max_num_batched_tokens
+    if engine_profile(space.engine).scheduler.chunked_prefill:
+        return chunks
+    return tuple(sorted({max(c, space.max_model_len) for c in chunks}))
 
 
 def _calibration_gpu(cal_path: str | Path | None, space: SearchSpace) -> str | None:

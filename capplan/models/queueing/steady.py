@@ -172,6 +172,12 @@ class SteadyState:
             2 * mu)
         kv_cap = root * root
         self.cap = np.maximum(np.minimum(np.asarray(limits.max_num_seqs, float), kv_cap), 0.0)
+        # A whole prompt joins at most budget - prompt running decodes (the mean of the prompt
+        # tokens a step computes, as the replay's admission counts them, each by its own
+        # length): the prompt's own sequence plus those.
+        beside = self.policy.decodes_beside_prompt(mnbt, self.pf.mean)
+        if beside is not None:
+            self.cap = np.minimum(self.cap, beside + 1.0)
         self.mnbt = mnbt
         self._flat: dict[Any, dict[str, np.ndarray]] = {}
         """Array constants flattened to a shape (_rows), and T(0) of that shape."""
