@@ -106,11 +106,7 @@ def analytic_latency(dep: Deployment, load: LoadSpec) -> dict[str, Any]:
                          f"{dep.settings.tp}: {dep.memory.reason}")
     q = queue_model(dep, load)
     if not bool(np.all(q.whole_prompts_fit)):
-        longest = max(load.input_stats.table) if load.input_stats.table else \
-            load.input_stats.mean
-        raise InputError(f"{dep.profile.name} prefills whole prompts (chunked prefill off): the "
-                         f"longest prompt, {longest:.0f} tokens, exceeds --max-num-batched-tokens "
-                         f"{dep.settings.max_num_batched_tokens}; raise it or shorten prompts")
+        raise InputError(_prompts_over_budget(dep, load.input_stats))
     if load.concurrency is not None:
         return _closed_loop(dep, load)
     else:
@@ -136,6 +132,18 @@ def analytic_latency(dep: Deployment, load: LoadSpec) -> dict[str, Any]:
                     "prefill_step_s", "prefill_step_frac"):
             res[key] = None
     return res
+
+
+def _prompts_over_budget(dep: Deployment, inp: LengthStats) -> str:
+    """Why a whole-prompt engine has no steady state: the prompts above its token budget,
+    which it rejects (their share of a distribution's quantile table, and the longest)."""
+    budget = dep.settings.max_num_batched_tokens
+    table = np.asarray(inp.table or (inp.mean,), float)
+    share = float(np.mean(table > budget)) if len(table) > 1 else 1.0
+    over = (f"{share:.1%} of prompts exceed it (the longest: {table.max():.0f} tokens)"
+            if 0 < share < 1 else f"the prompts ({table.max():.0f} tokens) exceed it")
+    return (f"{dep.profile.name} prefills whole prompts (chunked prefill off) and rejects one "
+            f"over --max-num-batched-tokens {budget}: {over}; raise it or shorten prompts")
 
 
 def _closed_loop(dep: Deployment, load: LoadSpec) -> dict[str, Any]:

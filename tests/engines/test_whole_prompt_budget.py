@@ -87,3 +87,20 @@ def test_recommend_sizes_a_budget_that_lets_prompts_join_and_launches_it():
 def _load(isl: int, osl: int) -> LoadSpec:
     return LoadSpec(rate_per_s=0.01, concurrency=None, input_stats=LengthStats.fixed(isl),
                     output_stats=LengthStats.fixed(osl))
+
+
+def test_prompts_over_the_budget_are_counted(catalog):
+    # lognormal with mean 800 and p99 8,000 tokens, by hand: s solves
+    # ln(8000 / 800) = 2.326 s - s^2 / 2 -> s = 1.429, mu = ln 800 - s^2 / 2 = 5.664;
+    # P(prompt > 8,192) = 1 - Phi((ln 8192 - 5.664) / 1.429) = 1 - Phi(2.342) = 0.96%
+    # (the length table holds 201 quantiles: its shares step by 0.5 point).
+    import re
+
+    from capplan.errors import InputError
+
+    with pytest.raises(InputError) as e:
+        api.latency("llama-3.1-8b", "h100-sxm", engine="trtllm", rate=10.0,
+                    input_len="lognormal:mean=800,p99=8000", output_len=300)
+    share = float(re.search(r"([\d.]+)% of prompts exceed it", str(e.value)).group(1))
+    assert share == pytest.approx(0.96, abs=0.5)
+    assert "--max-num-batched-tokens 8192" in str(e.value)
