@@ -80,6 +80,19 @@ def test_poisson_pmf_equals_scipy():
     assert own.poisson_pmf(0.0, 2.0) == pytest.approx(math.exp(-2.0), rel=1e-15)
 
 
+def test_poisson_pmf_of_small_counts_equals_scipy():
+    # the queueing laws' tables (counts up to SMALL_COUNT, means from 0 to a few hundred),
+    # computed as c log a - a - log c! with log a taken before broadcasting
+    c = np.arange(int(own.SMALL_COUNT) + 1, dtype=float)[:, None]
+    a = np.concatenate([[0.0, 1e-9, 1e-3], np.geomspace(0.01, 400.0, 300)])[None, :]
+    got = own.poisson_pmf(c, a)
+    want = stats.poisson.pmf(c, a)
+    keep = want > 1e-100
+    assert _rel(got, want)[keep].max() < 1e-12
+    assert np.all(got[~keep] < 1e-99)
+    assert got[0, 0] == 1.0 and np.all(got[1:, 0] == 0.0)  # a = 0: no arrivals
+
+
 def test_a_recommendation_imports_no_scipy():
     """The queueing laws answer without scipy (its import alone was ~0.3-0.4 s of CPU)."""
     import subprocess
@@ -95,3 +108,13 @@ def test_a_recommendation_imports_no_scipy():
     res = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True,
                          timeout=300)
     assert "SCIPY=False" in res.stderr, res.stderr[-2000:]
+
+
+def test_poisson_mixture_pmf_is_the_weighted_sum_of_its_strata():
+    rng = np.random.default_rng(3)
+    a = np.concatenate([[0.0], rng.uniform(0.0, 80.0, 40), [500.0, 7e4]])
+    w = rng.dirichlet(np.ones(a.size))
+    got = own.poisson_mixture_pmf(64, a[None, :], w[None, :])[0]
+    want = (stats.poisson.pmf(np.arange(65)[:, None], a[None, :]) * w).sum(-1)
+    assert _rel(got, want)[want > 1e-100].max() < 1e-12
+    assert got.shape == (65,)

@@ -25,7 +25,7 @@ from capplan.models.queueing.arrivals import (
 )
 from capplan.models.queueing.busy import busy_period_quantiles, lagged_busy_period_quantiles
 from capplan.models.queueing.laws import QUANTILES, Z99
-from capplan.models.queueing.special import poisson_pmf
+from capplan.models.queueing.special import poisson_mixture_pmf, poisson_pmf
 from capplan.models.queueing.steady import SteadyState
 from capplan.models.queueing.sums import (
     _compound_term,
@@ -375,7 +375,7 @@ def _carried_prompts(lam: np.ndarray, t_dec: np.ndarray, own: np.ndarray, p_w: n
     top = float(np.max(np.maximum(a_pf.max(-1), a_dec), initial=0.0))
     n = np.arange(int(min(top + 8.0 * math.sqrt(top) + 6.0, 64.0)) + 1)
     return ((1.0 - p)[..., None] * poisson_pmf(n, a_dec[..., None])
-            + p[..., None] * (poisson_pmf(n[:, None], a_pf[..., None, :]) * p_w).sum(-1))
+            + p[..., None] * poisson_mixture_pmf(n[-1], a_pf, p_w))
 
 
 def summarize(res: dict[str, Any], index: Any = ()) -> dict[str, Any]:

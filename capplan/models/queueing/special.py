@@ -133,18 +133,48 @@ def _stirling_remainder(c: np.ndarray) -> np.ndarray:
     return np.where(c < 16, direct, series)
 
 
+SMALL_COUNT = 128.0
+"""Counts up to which `poisson_pmf` takes log P = c log a - a - log c! as written."""
+
+
 def poisson_pmf(c: ArrayLike, a: ArrayLike) -> np.ndarray:
     """P(N = c) for N ~ Poisson(a), integers c >= 0 (held as floats), a > 0.
 
-    log P = c log a - a - log c!, written as c (log1p(x) - x) - log(2 pi c) / 2 - s(c) with
-    x = (a - c) / c and s Stirling's remainder, so that no large terms cancel (c ~ 1000)."""
+    log P = c log a - a - log c!. Up to c = SMALL_COUNT it is computed so (log a once per a,
+    before broadcasting over c: the queueing laws ask for whole tables of counts); above, as
+    c (log1p(x) - x) - log(2 pi c) / 2 - s(c) with x = (a - c) / c and s Stirling's
+    remainder, so that no large terms cancel (c ~ 1000)."""
     c = np.asarray(c, float)
     a = np.asarray(a, float)
+    if c.size and float(np.max(c)) <= SMALL_COUNT:
+        # the terms are at most ~SMALL_COUNT x log a: cancellation costs under 1e-13 relative
+        with np.errstate(under="ignore", divide="ignore"):
+            log_a = np.where(a > 0, np.log(a), -1e4)  # a = 0: exactly 0 for c >= 1
+            return np.exp(c * log_a - a - log_factorial(c))
     with np.errstate(divide="ignore", invalid="ignore", over="ignore", under="ignore"):
         c1 = np.maximum(c, 1.0)
         x = (a - c1) / c1
         log_p = c1 * (np.log1p(x) - x) - 0.5 * np.log(2 * math.pi * c1) - _stirling_remainder(c1)
         return np.where(c == 0, np.exp(-a), np.exp(log_p))
+
+
+def poisson_mixture_pmf(n_max: int, a: ArrayLike, w: ArrayLike) -> np.ndarray:
+    """sum over s of w_s P(N = n | N ~ Poisson(a_s)), n = 0..n_max (n_max <= SMALL_COUNT), the
+    mixture's strata s on the last axis of `a` and `w`; the counts on the result's last axis.
+
+    Term by term: w_s e^(-a_s) a_s^n / n! is the previous count's term times a_s / n, summed
+    over the strata at each n, so no table of every (count, stratum) is formed (the
+    prefill-first TBT law's would hold tens of millions). Means are capped at 6e4, where no
+    count up to SMALL_COUNT keeps a probability above 1e-300 and the terms stay finite."""
+    a, w = np.broadcast_arrays(np.minimum(np.asarray(a, float), 6e4), np.asarray(w, float))
+    out = np.empty(a.shape[:-1] + (int(n_max) + 1,))
+    with np.errstate(under="ignore"):
+        term = w * np.exp(-a)
+        out[..., 0] = term.sum(-1)
+        for n in range(1, int(n_max) + 1):
+            term *= a / n
+            out[..., n] = term.sum(-1)
+    return out
 
 
 def poisson_cdf(c: ArrayLike, a: ArrayLike, pmf: ArrayLike | None = None) -> np.ndarray:
