@@ -219,9 +219,10 @@ def _sized_for(best: dict[str, Any]) -> str:
 def launch_block(flags: dict[str, str]) -> list[str]:
     """The launch lines, the files a line reads (indented), the verify steps."""
     out = []
-    for key, label in (("vllm", "vLLM:    "), ("sglang", "SGLang:  "), ("trtllm", "TRT-LLM: ")):
+    for key, name in ENGINE_LABELS.items():
         if key not in flags:
             continue
+        label = f"{name}:".ljust(9)
         lines = flags[key].split("\n")  # one command per node of a multi-node replica
         out += [label + lines[0]] + [" " * len(label) + ln for ln in lines[1:]]
         for name, text in flags.items():
