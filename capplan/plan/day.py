@@ -235,9 +235,9 @@ def _sizing(cand: Candidate, peak: PlanFile, model: Any, total: WindowSeries,
     """Per-window capacity and predictions: at each window's own arrival SCV when a trace
     measured it (plan/burst.py), else at the lanes' (the planner's capacity)."""
     from capplan.plan.burst import capacities, predict
-    from capplan.plan.planner import traffic_for
+    from capplan.plan.planner import served_traffic
 
-    t = traffic_for(peak.workloads, model.context_len(peak.engine.max_model_len))
+    t = served_traffic(peak.workloads, peak, model)
     if traced:
         scv = total.arrival_scv
         caps = capacities(cand, t, scv)

@@ -88,6 +88,17 @@ def traffic_for(lanes: Sequence[Lane], max_model_len: int | None = None) -> Traf
                    priority_scheduling=len({ln.priority for ln in lanes}) > 1, prefix=pc)
 
 
+def served_traffic(lanes: Sequence[Lane], plan: PlanFile, model: ModelSpec) -> Traffic:
+    """The lanes' traffic as the planned servers take it: lengths cut to fit the max-model-len
+    the plan launches (the plan's own, else twice the p99 request: max_model_len_choice), as
+    the server rejects a longer request; the model's context when that is the shorter."""
+    context = model.context_len(plan.engine.max_model_len)
+    t = traffic_for(lanes, context)
+    launched, _ = max_model_len_choice(model.max_position_embeddings, t.inp.q["p99"],
+                                       t.out.q["p99"], plan.engine.max_model_len)
+    return traffic_for(lanes, launched) if launched < context else t
+
+
 def _as_tuple(v: list[int] | int | None, default: tuple[int, ...]) -> tuple[int, ...]:
     if v is None:
         return default
@@ -292,7 +303,7 @@ def _alternatives(cat: Catalog, plan: PlanFile, resolved: ResolvedModel, result:
     )
 
     lanes = list(plan.workloads)
-    t = traffic_for(lanes, resolved.spec.context_len(plan.engine.max_model_len))
+    t = served_traffic(lanes, plan, resolved.spec)
     saved = prefix_savings(_best_pool, cat, plan, resolved, lanes, result.best, t)
     if saved is not None:
         result = replace(result, prefix_cache=saved)
@@ -350,7 +361,7 @@ def _disaggregated_plan(cat: Catalog, plan: PlanFile, resolved: ResolvedModel,
     from capplan.plan.disagg import plan_disaggregated
 
     model = resolved.spec
-    t = traffic_for(lanes, model.context_len(plan.engine.max_model_len))
+    t = served_traffic(lanes, plan, model)
     space = search_space(cat, plan, model, t, resolved.implied_weight_dtype)
     space = replace(space, gpus=[g for g in space.gpus if g.key == gpu_key])
     def top(v: Any) -> int | None:  # a pinned value or the largest of a searched list
@@ -480,7 +491,7 @@ def _plan_pool(cat: Catalog, plan: PlanFile, resolved: ResolvedModel, lanes: lis
     the (GPU, settings) groups searched (build_candidates); `meanwhile(best before
     verification)` runs in this process while verification workers simulate (`_verify`)."""
     model = resolved.spec
-    t = traffic_for(lanes, model.context_len(plan.engine.max_model_len))
+    t = served_traffic(lanes, plan, model)
     pool = _Pool(model, lanes, t, search_space(cat, plan, model, t,
                                                resolved.implied_weight_dtype))
     groups = _groups(cat, model, pool.space, keep)

@@ -7,7 +7,7 @@ import pytest
 
 from capplan.catalog.loader import load_catalog
 from capplan.plan.burst import capacities, capacity_at, levels
-from capplan.plan.planner import run_plan, traffic_for
+from capplan.plan.planner import run_plan, served_traffic
 from capplan.plan.schema import PlanFile
 
 
@@ -22,7 +22,7 @@ def planned():
     cat = load_catalog()
     res = run_plan(cat, plan)
     model = cat.resolve_model(plan.model).spec
-    return res.best.candidate, traffic_for(plan.workloads, model.context_len(None))
+    return res.best.candidate, served_traffic(plan.workloads, plan, model)  # the planner's
 
 
 def test_levels_round_up():

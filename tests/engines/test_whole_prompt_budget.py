@@ -104,3 +104,26 @@ def test_prompts_over_the_budget_are_counted(catalog):
     share = float(re.search(r"([\d.]+)% of prompts exceed it", str(e.value)).group(1))
     assert share == pytest.approx(0.96, abs=0.5)
     assert "--max-num-batched-tokens 8192" in str(e.value)
+
+
+def test_a_plan_takes_the_lengths_its_servers_accept(catalog):
+    # max-model-len unset: twice the p99 request (4,000 + 1,000 tokens) rounded up to a power
+    # of two = 16,384 tokens, below Llama-3.1-8B's 131,072: the lognormal's far tail (its
+    # length table reaches ~130,000 tokens) is cut to fit, as the launched server rejects a
+    # longer request, so a whole-prompt engine's budget of max-model-len holds every prompt.
+    from capplan.plan.planner import served_traffic
+    from capplan.plan.schema import PlanFile
+
+    spec = {"model": "llama-3.1-8b", "candidates": {"gpus": ["h100-sxm"], "tp": [1]},
+            "engine": {"name": "trtllm", "max_num_seqs": [128],
+                       "max_num_batched_tokens": [8192]},
+            "workloads": [{"rate_per_s": 5, "input_len": "lognormal:mean=800,p99=4000",
+                           "output_len": "lognormal:mean=250,p99=1000",
+                           "slo": {"ttft_p99_s": 1.0, "tbt_p99_s": 0.06}}]}
+    plan = PlanFile.model_validate(spec)
+    t = served_traffic(plan.workloads, plan, catalog.models["llama-3.1-8b"])
+    assert max(t.inp.table) + t.out.table[0] <= 16384
+    assert max(t.inp.table) > 8192  # the tail is cut at the server's limit, not at the budget
+    # before: "no candidate configuration fits the model in memory" (no budget held the tail)
+    rec = api.run_plan(spec)
+    assert rec.best.candidate.settings.max_num_batched_tokens == 16384
