@@ -36,6 +36,7 @@ from capplan.cli._prefix import pop_prefix_spec, prefix_options
 from capplan.cli._render import Column, emit, render_rows, to_json
 from capplan.errors import InputError
 from capplan.limits import DEFAULT_HEADROOM
+from capplan.plan.alternatives import PLAN_NOTES
 from capplan.plan.result import PlanResult
 from capplan.plan.schema import PlanFile, load_plan, plan_json_schema
 
@@ -186,7 +187,7 @@ def render_plan(result: dict[str, Any], fmt: str) -> str:
     reason = result.get("inputs", {}).get("max_model_len_reason")
     if reason:
         out.append(reason)
-    for key in ("prefix_cache", "fp8_alternative"):  # what the plan assumed, what it left out
+    for key in PLAN_NOTES:  # what the plan assumed, what it left out
         if (result.get(key) or {}).get("note"):
             out.append(result[key]["note"])
     for w in result.get("warnings", []):

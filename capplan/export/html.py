@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from capplan.export.atomic import atomic_write_text
+from capplan.plan.alternatives import PLAN_NOTES
 
 Section = Callable[[dict[str, Any]], str]
 COLORS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b")
@@ -279,7 +280,7 @@ def _assumptions(p: dict[str, Any]) -> str:
     items = [f"calibration: {best.get('calibration', '')}"]
     if inp.get("max_model_len_reason"):
         items.append(inp["max_model_len_reason"])
-    for key in ("prefix_cache", "fp8_alternative"):
+    for key in PLAN_NOTES:
         if (p.get(key) or {}).get("note"):
             items.append(p[key]["note"])
     items += [f"warning: {w}" for w in p.get("warnings", [])]

@@ -17,6 +17,7 @@ from capplan.export.csv_export import (
     recommendations_of,
     table_rows,
 )
+from capplan.plan.alternatives import PLAN_NOTES
 from capplan.units import s_to_ms
 
 _ENGINE_TITLES = (("vllm", "vLLM"), ("sglang", "SGLang"), ("trtllm", "TensorRT-LLM"),
@@ -115,7 +116,7 @@ def _disaggregated(plan: dict[str, Any]) -> list[str]:
 def _assumptions(plan: dict[str, Any]) -> list[str]:
     inp = plan.get("inputs") or {}
     items = [inp.get("max_model_len_reason")] + [
-        (plan.get(k) or {}).get("note") for k in ("prefix_cache", "fp8_alternative")]
+        (plan.get(k) or {}).get("note") for k in PLAN_NOTES]
     items = [str(x) for x in items if x]
     return ["## Assumptions", "", *[f"- {x}" for x in items], ""] if items else []
 
