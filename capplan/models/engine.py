@@ -281,7 +281,8 @@ class EngineProfile:
     options: tuple[str, ...] = ()
     """Profile options applied to this profile (PROFILE_OPTIONS keys), in the order given."""
     option_flags: dict[str, str] = field(default_factory=dict)
-    """The engine's own launch flag of each profile option it supports."""
+    """The engine's own launch words for each profile option it supports: a command-line flag
+    (`--...`), or a line of TensorRT-LLM's LLM-API options file (`option_launch`)."""
     limits_per_dp_group: bool = False
     """The running-request cap and the token budget the engine is launched with are the whole
     attention-DP group's, which the engine divides by its DP ranks: a rank runs cap // dp and
@@ -308,6 +309,13 @@ class EngineProfile:
 
     def defaults(self, gpu: GpuLike, tp: int = 1) -> EngineDefaults:
         return self.defaults_rule(gpu, tp)
+
+    def option_launch(self) -> tuple[tuple[str, ...], tuple[str, ...]]:
+        """What the options applied (`options`) add to the engine's launch line: its
+        command-line words, and the lines its LLM-API options file carries."""
+        given = [self.option_flags[o] for o in self.options if o in self.option_flags]
+        return (tuple(w for f in given if f.startswith("--") for w in f.split()),
+                tuple(f for f in given if not f.startswith("--")))
 
     @property
     def label(self) -> str:
@@ -481,8 +489,7 @@ TRTLLM = EngineProfile(
     version="1.2",
     covers="1.2-1.3 (PyTorch backend)",
     host_overlap=True,
-    option_flags={"no-overlap": "--extra_llm_api_options no_overlap.yaml  "
-                                "# disable_overlap_scheduler: true"},
+    option_flags={"no-overlap": "disable_overlap_scheduler: true"},
     memory=MemoryAccounting("free"),
     scheduler=SchedulerPolicy(prefill_first=False, chunked_prefill=False,
                               reserve_output_frac=1.0, preemption=False),

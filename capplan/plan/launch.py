@@ -386,6 +386,11 @@ def options_from(rec: dict[str, Any], model_id: str, checkpoint_format: str,
     its speculative decoding, LoRA and image settings become extra words and LLM-API lines
     (capplan.plan.feature_flags)."""
     extra, api_lines = feature_launch(rec, model_id)
+    # the planned engine's profile options (sglang+mixed-chunk, trtllm+no-overlap) on its line
+    prof = engine_profile(rec.get("engine_profile") or rec.get("engine") or "vllm")
+    words, option_lines = prof.option_launch()
+    extra = {**extra, prof.name: (*extra.get(prof.name, ()), *words)}
+    api_lines = (*api_lines, *option_lines)
     return replace(LaunchOptions(
         model_id=model_id, tp=rec["tp"], pp=rec.get("pp", 1),
         attention_dp=rec.get("attention_dp", 1), expert_parallel=rec.get("expert_parallel", 1),

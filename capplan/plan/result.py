@@ -128,7 +128,8 @@ class Recommendation:
                 "weight_dtype": s.weight_dtype, "kv_dtype": s.kv_dtype,
                 "max_model_len": s.max_model_len,
                 "gpu_memory_utilization": s.gpu_memory_utilization, "engine": s.profile.name,
-                "replicas": self.replicas, "per_replica_rate_per_s": self.per_replica_rate_per_s,
+                "engine_profile": s.profile.spec, "replicas": self.replicas,
+                "per_replica_rate_per_s": self.per_replica_rate_per_s,
                 "deepep": deepep_launch(s, self.candidate.gpu), **features_dict(s)}
 
     def head(self) -> dict[str, Any]:

@@ -36,6 +36,9 @@ VLLM_SERVE = {
     "--data-parallel-size-local": True, "--data-parallel-start-rank": True,
     "--data-parallel-address": True, "--data-parallel-rpc-port": True, "--headless": False,
     "--distributed-executor-backend": True,
+    # 0.11+: SchedulerConfig.async_scheduling as a boolean option (--no- form from 0.14 on,
+    # where it is the default; vLLM's own docs and launch examples)
+    "--async-scheduling": False, "--no-async-scheduling": False,
 }
 SGLANG_SERVE = {
     "--model-path": True, "--tp": True, "--tp-size": True, "--pp-size": True, "--dp": True,
@@ -51,6 +54,7 @@ SGLANG_SERVE = {
     "--dist-init-addr": True, "--speculative-draft-model-path": True,
     "--speculative-num-steps": True, "--speculative-eagle-topk": True,
     "--speculative-num-draft-tokens": True, "--enable-lora": False, "--max-lora-rank": True,
+    "--enable-mixed-chunk": False, "--disable-overlap-schedule": False,
 }
 TRTLLM_SERVE = {
     "--backend": True, "--tp_size": True, "--pp_size": True, "--ep_size": True,

@@ -12,6 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from capplan.plan.launch import (
+    BUILDERS,
     DEFAULT_PORTS,
     TRTLLM_OPTIONS_FILE,
     TRTLLM_ROLE_FILES,
@@ -264,3 +265,36 @@ def test_the_text_names_the_engine_the_figures_are_for(recs, engine, label, othe
     line = _sized_for(recs[engine]["recommendations"][0])
     assert line.startswith(f"sized for: {label};")
     assert f"the {others[0]} and {others[1]} lines carry the same settings" in line
+
+
+@pytest.mark.parametrize(("spec", "engine", "want"), [
+    ("sglang+mixed-chunk", "sglang", "--enable-mixed-chunk"),
+    ("sglang+no-overlap", "sglang", "--disable-overlap-schedule"),
+    ("vllm@0.11+overlap", "vllm", "--async-scheduling"),
+    ("vllm+no-overlap", "vllm", "--no-async-scheduling"),
+])
+def test_the_planned_profile_options_are_on_its_line(spec, engine, want) -> None:
+    """A plan sized with an engine option launches that engine with it (before: the line ran
+    the engine's default, e.g. SGLang's prefill-first steps under a mixed-chunk plan); the
+    other engines' lines do not take it."""
+    from capplan.plan.launch import options_from
+
+    rec = {"tp": 1, "max_num_seqs": 64, "max_num_batched_tokens": 2048, "max_model_len": 4096,
+           "weight_dtype": "bf16", "kv_dtype": "auto", "engine": engine, "engine_profile": spec}
+    frac = {"vllm": 0.9, "sglang": 0.88, "trtllm": 0.9}
+    o = options_from(rec, "meta-llama/Llama-3.1-8B-Instruct", "bf16", frac)
+    for e, build in BUILDERS.items():
+        _prog, _pos, flags, _env = parse_line(" ".join(build(o).argv))
+        assert (want in flags) == (e == engine), (e, spec)
+
+
+def test_tensorrt_llm_without_overlap_says_so_in_its_options_file() -> None:
+    from capplan.plan.launch import options_from
+
+    rec = {"tp": 1, "max_num_seqs": 64, "max_num_batched_tokens": 4096, "max_model_len": 4096,
+           "weight_dtype": "bf16", "kv_dtype": "auto", "engine": "trtllm",
+           "engine_profile": "trtllm+no-overlap"}
+    line = BUILDERS["trtllm"](options_from(rec, "meta-llama/Llama-3.1-8B-Instruct", "bf16",
+                                           {"vllm": 0.9, "sglang": 0.88, "trtllm": 0.9}))
+    assert "--extra_llm_api_options" in line.argv
+    assert "disable_overlap_scheduler: true" in "".join(line.files.values())
