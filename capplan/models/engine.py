@@ -489,7 +489,8 @@ TRTLLM = EngineProfile(
     version="1.2",
     covers="1.2-1.3 (PyTorch backend)",
     host_overlap=True,
-    option_flags={"no-overlap": "disable_overlap_scheduler: true"},
+    option_flags={"no-overlap": "disable_overlap_scheduler: true",
+                  "chunked-prefill": "enable_chunked_prefill: true"},
     memory=MemoryAccounting("free"),
     scheduler=SchedulerPolicy(prefill_first=False, chunked_prefill=False,
                               reserve_output_frac=1.0, preemption=False),
@@ -662,13 +663,23 @@ def _mixed_chunk(p: EngineProfile) -> EngineProfile:
     return replace(p, scheduler=replace(p.scheduler, prefill_first=False))
 
 
+def _chunked_prefill(p: EngineProfile) -> EngineProfile:
+    if p.scheduler.chunked_prefill or p.scheduler.prefill_first:
+        raise InputError(f"engine option chunked-prefill: {p.name} does not prefill whole "
+                         "prompts beside its decodes (it applies to trtllm)")
+    return replace(p, scheduler=replace(p.scheduler, chunked_prefill=True))
+
+
 PROFILE_OPTIONS: dict[str, Callable[[EngineProfile], EngineProfile]] = {
     "mixed-chunk": _mixed_chunk,
+    "chunked-prefill": _chunked_prefill,
     "overlap": lambda p: _with_overlap(p, True),
     "no-overlap": lambda p: _with_overlap(p, False),
 }
 """Options on top of a version's profile, written `engine@version+option`: SGLang's
---enable-mixed-chunk (prefill chunks ride with the decode batch), and the host overlap on or
+--enable-mixed-chunk (prefill chunks ride with the decode batch), TensorRT-LLM's
+enable_chunked_prefill (tensorrt_llm/llmapi/llm_args.py, default False: its micro-batch
+scheduler then chunks prompts into the budget the decodes leave), and the host overlap on or
 off (vLLM --async-scheduling / --no-async-scheduling, SGLang --disable-overlap-schedule,
 TensorRT-LLM disable_overlap_scheduler)."""
 

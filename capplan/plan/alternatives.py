@@ -21,7 +21,7 @@ ACCURACY_CAVEAT = ("fp8 weights (e4m3, quantized when the engine loads a bf16 ch
 
 ALT_GPU_TYPES = 3
 
-PLAN_NOTES = ("prefix_cache", "fp8_alternative", "mixed_chunk_alternative")
+PLAN_NOTES = ("prefix_cache", "fp8_alternative", "scheduler_alternative")
 """Keys of a plan's JSON whose `note` says what the plan assumed or left out (this module's
 findings; every renderer prints them)."""
 
@@ -139,38 +139,44 @@ def prefix_savings(plan_pool: Any, cat: Any, plan: Any, resolved: Any, lanes: li
             "note": note}
 
 
-MIXED_CHUNK = "mixed-chunk"
+
+STALL_OPTIONS = (("mixed-chunk", lambda sch: sch.prefill_first),
+                 ("chunked-prefill", lambda sch: not sch.chunked_prefill))
+"""Engine options that let a prompt's work share steps with the running decodes, each with
+the scheduler it applies to: SGLang's prefill-first default runs each prompt chunk alone
+while the decodes wait (`--enable-mixed-chunk` rides it with them); TensorRT-LLM's default
+runs each prompt whole in one step (`enable_chunked_prefill` splits it into the budget the
+decodes leave). Either default stalls every running decode for a prompt's work, so a TBT SLO
+can bind far below the replica's throughput."""
 
 
-def wants_mixed_chunk_alternative(plan: Any) -> bool:
-    """The plan's engine runs a prompt's chunk alone while the running decodes wait
-    (prefill-first, SGLang's default) and has the option that rides it with the decode batch
-    (`--enable-mixed-chunk`), not already on."""
+def scheduler_option(plan: Any) -> str | None:
+    """The stall-removing option (STALL_OPTIONS) the plan's engine offers and does not run."""
     from capplan.models.engine import engine_profile
 
     p = engine_profile(plan.engine.profile_spec)
-    return (p.scheduler.prefill_first and MIXED_CHUNK in p.option_flags
-            and MIXED_CHUNK not in p.options)
+    return next((opt for opt, applies in STALL_OPTIONS
+                 if applies(p.scheduler) and opt in p.option_flags and opt not in p.options),
+                None)
 
 
-def mixed_chunk_alternative(plan_pool: Any, cat: Any, plan: Any, resolved: Any,
-                            lanes: list[Any], best: Any) -> dict[str, Any] | None:
-    """The plan with the engine's mixed-chunk option (analytic search over the same
-    candidates, no simulation, as `fp8_alternative`), its fleet against the plan's best, or
-    None when it plans nothing. A prefill-first engine stops every running decode for each
-    prompt chunk, so a TBT SLO can bind far below the replica's throughput."""
+def scheduler_alternative(plan_pool: Any, cat: Any, plan: Any, resolved: Any,
+                          lanes: list[Any], best: Any, option: str) -> dict[str, Any] | None:
+    """The plan with the engine's `option` (analytic search over the same candidates, no
+    simulation, as `fp8_alternative`), its fleet against the plan's best, or None when it
+    plans nothing."""
     alt_plan = plan.model_copy(update={"engine": plan.engine.model_copy(
-        update={"name": f"{plan.engine.name}+{MIXED_CHUNK}"})})
+        update={"name": f"{plan.engine.name}+{option}"})})
     try:
         alt = plan_pool(cat, alt_plan, resolved, lanes, None).best
     except CapplanError:
         return None
-    flag = alt.candidate.settings.profile.option_flags[MIXED_CHUNK]
+    flag = alt.candidate.settings.profile.option_flags[option]
     base_cost, cost = best.cost_per_hour, alt.cost_per_hour
     saving = (1 - cost / base_cost) if base_cost and cost is not None else None
     gpu_saving = 1 - alt.gpus_total / best.gpus_total
-    note = (f"{flag} (prompt chunks ride with the decode batch; by default each chunk runs "
-            f"alone and the running decodes wait): {alt.replicas} x {alt.candidate.gpu.key} TP "
+    note = (f"{flag} (prompt work shares steps with the running decodes; by default it stops "
+            f"them): {alt.replicas} x {alt.candidate.gpu.key} TP "
             f"{alt.candidate.settings.tp} = {alt.gpus_total} GPUs"
             + (f" (${cost:,.2f}/h)" if cost is not None else "")
             + f" instead of {best.gpus_total} {best.candidate.gpu.key}"
@@ -180,7 +186,7 @@ def mixed_chunk_alternative(plan_pool: Any, cat: Any, plan: Any, resolved: Any,
             + f", limited by {alt.candidate.binding_constraint} where the plan is limited by "
             f"{best.candidate.binding_constraint} (screened, not replayed); plan it with engine "
             f"{alt_plan.engine.name} (--engine {alt_plan.engine.name})")
-    return {"engine": alt.candidate.settings.engine, "flag": flag,
+    return {"option": option, "engine": alt.candidate.settings.engine, "flag": flag,
             "gpu": alt.candidate.gpu.key, "tp": alt.candidate.settings.tp,
             "replicas": alt.replicas, "gpus_total": alt.gpus_total, "cost_per_hour": cost,
             "saving_frac": saving, "gpu_saving_frac": gpu_saving,

@@ -329,18 +329,22 @@ def trtllm_line(o: LaunchOptions) -> LaunchLine:
         options += ["enable_attention_dp: true"]
     if "trtllm" in o.deepep:  # DeepEP runs in the WIDEEP MoE backend (fused_moe_wide_ep.py)
         options += ["moe_config:", "  backend: WIDEEP"]
-    if not o.host_overlap:  # TorchLlmArgs.disable_overlap_scheduler (default False)
-        options += ["disable_overlap_scheduler: true"]
+    off = "disable_overlap_scheduler: true"  # TorchLlmArgs (default False)
+    if not o.host_overlap and off not in o.llm_api_options:  # (+no-overlap gives it already)
+        options += [off]
     if o.role:  # a context or generation server of `trtllm-serve disaggregated`: its KV
         # transfer (examples/disaggregated/README.md: backend DEFAULT is NIXL; the buffer at
         # least the longest prompt)
         options += ["cache_transceiver_config:", "  backend: DEFAULT",
                     f"  max_tokens_in_buffer: {o.max_model_len}"]
     options += list(o.llm_api_options)
-    # TensorRT-LLM prefills whole prompts (no chunking by default): max_num_tokens covers one.
+    # TensorRT-LLM prefills whole prompts (no chunking by default): max_num_tokens covers one,
+    # as it rejects a longer prompt; with enable_chunked_prefill it is the planned chunk.
+    chunked = "enable_chunked_prefill: true" in options
     w = ["trtllm-serve", model, "--backend", "pytorch", *_parallel("trtllm", o),
          "--max_batch_size", str(o.max_num_seqs),
-         "--max_num_tokens", str(max(o.max_num_batched_tokens, o.max_model_len)),
+         "--max_num_tokens", str(o.max_num_batched_tokens if chunked
+                                 else max(o.max_num_batched_tokens, o.max_model_len)),
          "--kv_cache_free_gpu_memory_fraction", _frac(o, "trtllm"),
          "--max_seq_len", str(o.max_model_len)]
     files = {}

@@ -45,6 +45,7 @@ def deployment_options(dep: Deployment, role: str | None = None, port: int | Non
     nodes = nodes_spanned(dep.gpus_per_replica, host)
     gpus = (tuple(range(first_gpu, first_gpu + dep.gpus_per_replica))
             if first_gpu is not None and nodes == 1 else ())
+    words, option_lines = dep.profile.option_launch()  # its profile options, as options_from
     return LaunchOptions(
         model_id=dep.served_id or m.hf_id, tp=s.tp, pp=s.pp, attention_dp=s.attention_dp,
         expert_parallel=s.expert_parallel, max_num_seqs=s.max_num_seqs,
@@ -53,7 +54,8 @@ def deployment_options(dep: Deployment, role: str | None = None, port: int | Non
         weight_dtype=s.weight_dtype,
         checkpoint_format=m.quantization.format if m.quantization else m.torch_dtype,
         kv_dtype=s.kv_dtype, port=port, role=role, host_overlap=dep.profile.host_overlap,
-        nodes=nodes, gpus_per_node=host, gpu_ids=gpus, deepep=deepep_launch(s, dep.gpu))
+        nodes=nodes, gpus_per_node=host, gpu_ids=gpus, deepep=deepep_launch(s, dep.gpu),
+        extra={dep.profile.name: words} if words else {}, llm_api_options=option_lines)
 
 
 def kv_handshakes(engine: str, workers: list[tuple[str, str, int]]) -> list[int | None]:

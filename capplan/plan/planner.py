@@ -297,11 +297,11 @@ def _alternatives(cat: Catalog, plan: PlanFile, resolved: ResolvedModel, result:
     disaggregated layout the plan names."""
     from capplan.plan.alternatives import (
         fp8_alternative,
-        mixed_chunk_alternative,
         prefix_savings,
+        scheduler_alternative,
+        scheduler_option,
         shown,
         wants_fp8_alternative,
-        wants_mixed_chunk_alternative,
     )
 
     lanes = list(plan.workloads)
@@ -314,10 +314,11 @@ def _alternatives(cat: Catalog, plan: PlanFile, resolved: ResolvedModel, result:
         alt = fp8_alternative(_best_pool, cat, plan, resolved, lanes, result.recommendations)
         if shown(alt, result.best):
             result = replace(result, fp8_alternative=alt)
-    if wants_mixed_chunk_alternative(plan):
-        alt = mixed_chunk_alternative(_best_pool, cat, plan, resolved, lanes, result.best)
+    option = scheduler_option(plan)
+    if option is not None:
+        alt = scheduler_alternative(_best_pool, cat, plan, resolved, lanes, result.best, option)
         if shown(alt, result.best):
-            result = replace(result, mixed_chunk_alternative=alt)
+            result = replace(result, scheduler_alternative=alt)
     if plan.disaggregated_layout is not None:
         from capplan.plan.pd import fixed_layout_for_plan
 

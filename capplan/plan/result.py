@@ -308,9 +308,10 @@ class PlanResult:
     fp8_alternative: dict[str, Any] | None = None
     """The best fleet with fp8 weights when the plan did not allow them and they would save
     (plan/alternatives.py): GPUs, cost, saving, the accuracy caveat and a sentence."""
-    mixed_chunk_alternative: dict[str, Any] | None = None
-    """The fleet with the engine's mixed-chunk option when its default runs prompt chunks
-    alone and the option would save (plan/alternatives.py): GPUs, cost, saving, a sentence."""
+    scheduler_alternative: dict[str, Any] | None = None
+    """The fleet with the engine's option that lets prompt work share steps with the decodes
+    (SGLang mixed-chunk, TensorRT-LLM chunked-prefill) when its default stops them and the
+    option would save (plan/alternatives.py): GPUs, cost, saving, a sentence."""
     fixed_disaggregated: dict[str, Any] | None = None
     """The plan file's fixed prefill/decode layout predicted (plan/pd.py); None if none."""
 
@@ -337,8 +338,8 @@ class PlanResult:
             out["prefix_cache"] = self.prefix_cache
         if self.fp8_alternative is not None:
             out["fp8_alternative"] = self.fp8_alternative
-        if self.mixed_chunk_alternative is not None:
-            out["mixed_chunk_alternative"] = self.mixed_chunk_alternative
+        if self.scheduler_alternative is not None:
+            out["scheduler_alternative"] = self.scheduler_alternative
         if self.fixed_disaggregated is not None:
             out["fixed_disaggregated"] = self.fixed_disaggregated
         return out
