@@ -161,14 +161,20 @@ def scheduler_option(plan: Any) -> str | None:
 
 
 def scheduler_alternative(plan_pool: Any, cat: Any, plan: Any, resolved: Any,
-                          lanes: list[Any], best: Any, option: str) -> dict[str, Any] | None:
-    """The plan with the engine's `option` (analytic search over the same candidates, no
-    simulation, as `fp8_alternative`), its fleet against the plan's best, or None when it
-    plans nothing."""
-    alt_plan = plan.model_copy(update={"engine": plan.engine.model_copy(
-        update={"name": f"{plan.engine.name}+{option}"})})
+                          lanes: list[Any], ranked: list[Any], option: str
+                          ) -> dict[str, Any] | None:
+    """The plan with the engine's `option` (analytic search, no simulation, as
+    `fp8_alternative`: over the first ALT_GPU_TYPES GPU types of the plan's ranked list
+    `ranked`, and only the groups whose best could be shown), its fleet against the plan's
+    best, or None when it plans nothing."""
+    best = ranked[0]
+    gpus = list(dict.fromkeys(r.candidate.gpu.key for r in ranked))[:ALT_GPU_TYPES]
+    alt_plan = plan.model_copy(update={
+        "engine": plan.engine.model_copy(update={"name": f"{plan.engine.name}+{option}"}),
+        "candidates": plan.candidates.model_copy(update={"gpus": gpus})})
     try:
-        alt = plan_pool(cat, alt_plan, resolved, lanes, None).best
+        alt = plan_pool(cat, alt_plan, resolved, lanes, None,
+                        _could_show(best, plan.objective, [cat.gpu(g) for g in gpus])).best
     except CapplanError:
         return None
     flag = alt.candidate.settings.profile.option_flags[option]

@@ -316,7 +316,8 @@ def _alternatives(cat: Catalog, plan: PlanFile, resolved: ResolvedModel, result:
             result = replace(result, fp8_alternative=alt)
     option = scheduler_option(plan)
     if option is not None:
-        alt = scheduler_alternative(_best_pool, cat, plan, resolved, lanes, result.best, option)
+        alt = scheduler_alternative(_best_pool, cat, plan, resolved, lanes,
+                                    result.recommendations, option)
         if shown(alt, result.best):
             result = replace(result, scheduler_alternative=alt)
     if plan.disaggregated_layout is not None:
