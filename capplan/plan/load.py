@@ -142,8 +142,11 @@ def _prompts_over_budget(dep: Deployment, inp: LengthStats) -> str:
     share = float(np.mean(table > budget)) if len(table) > 1 else 1.0
     over = (f"{share:.1%} of prompts exceed it (the longest: {table.max():.0f} tokens)"
             if 0 < share < 1 else f"the prompts ({table.max():.0f} tokens) exceed it")
+    chunk = ("chunked-prefill" in dep.profile.option_flags
+             and f", or chunk them (--engine {dep.profile.spec}+chunked-prefill)")
     return (f"{dep.profile.name} prefills whole prompts (chunked prefill off) and rejects one "
-            f"over --max-num-batched-tokens {budget}: {over}; raise it or shorten prompts")
+            f"over --max-num-batched-tokens {budget}: {over}; raise it, shorten prompts"
+            + (chunk or ""))
 
 
 def _closed_loop(dep: Deployment, load: LoadSpec) -> dict[str, Any]:
