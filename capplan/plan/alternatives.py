@@ -43,40 +43,63 @@ def wants_fp8_alternative(plan: Any, resolved: Any, cat: Any) -> bool:
 def fp8_alternative(plan_pool: Any, cat: Any, plan: Any, resolved: Any, lanes: list[Any],
                     ranked: list[Any]) -> dict[str, Any] | None:
     """The best fp8 plan's fleet beside the plan's best (`ranked`: its Recommendations, best
-    first), or None when no fp8 fleet exists among the groups whose best could be shown
-    (`_could_show`: the others are not searched). `plan_pool(cat, plan, resolved, lanes,
-    verify, keep)` plans one pool over the (GPU, settings) groups `keep` allows. The GPU types
-    searched are the first ALT_GPU_TYPES of the ranked list that have fp8 tensor cores (the
-    types that came closest in bf16; a search over every type would add half the plan's
+    first), or None when no fp8 fleet exists among the groups `_searched_best` searches: the
+    GPU types among the first ALT_GPU_TYPES of the ranked list that have fp8 tensor cores
+    (the types that came closest in bf16; a search over every type would add half the plan's
     time)."""
-    best = ranked[0]
+    alt = _searched_best(plan_pool, cat, plan, resolved, lanes, ranked,
+                         {"candidates": {"weight_dtypes": ["fp8"]}}, lambda g: g.supports("fp8"))
+    if alt is None:
+        return None
+    fleet = _fleet_versus(alt, ranked[0])
+    note = (f"fp8 weights were not allowed: with them, {fleet['text']}"
+            "; add fp8 to candidates.weight_dtypes (or --weight-dtype fp8) to plan it. "
+            + ACCURACY_CAVEAT)
+    return {**fleet["figures"], "accuracy_caveat": ACCURACY_CAVEAT, "note": note}
+
+
+def _searched_best(plan_pool: Any, cat: Any, plan: Any, resolved: Any, lanes: list[Any],
+                   ranked: list[Any], changes: dict[str, dict[str, Any]],
+                   gpu_ok: Any = None) -> Any:
+    """The best fleet of the plan with `changes` to its "candidates" and "engine" fields,
+    searched
+    analytically (no simulation: the plan itself is what was verified) over the first
+    ALT_GPU_TYPES GPU types of `ranked` (its Recommendations, best first) that `gpu_ok`
+    allows, and only the groups whose best could be shown (`_could_show`); None when there is
+    none. `plan_pool(cat, plan, resolved, lanes, verify, keep)` plans one pool over the (GPU,
+    settings) groups `keep` allows."""
     keys = list(dict.fromkeys(r.candidate.gpu.key for r in ranked))
-    gpus = [g for g in keys if cat.gpu(g).supports("fp8")][:ALT_GPU_TYPES]
+    gpus = [g for g in keys if gpu_ok is None or gpu_ok(cat.gpu(g))][:ALT_GPU_TYPES]
     if not gpus:
         return None
-    alt_plan = plan.model_copy(update={"candidates": plan.candidates.model_copy(
-        update={"weight_dtypes": ["fp8"], "gpus": gpus})})
+    alt_plan = plan.model_copy(update={
+        "candidates": plan.candidates.model_copy(
+            update={**changes.get("candidates", {}), "gpus": gpus}),
+        "engine": plan.engine.model_copy(update=changes.get("engine", {}))})
     try:
-        alt = plan_pool(cat, alt_plan, resolved, lanes, None,
-                        _could_show(best, plan.objective, [cat.gpu(g) for g in gpus])).best
+        return plan_pool(cat, alt_plan, resolved, lanes, None,
+                         _could_show(ranked[0], plan.objective, [cat.gpu(g) for g in gpus])
+                         ).best
     except CapplanError:
         return None
+
+
+def _fleet_versus(alt: Any, best: Any) -> dict[str, Any]:
+    """An alternative's fleet against the plan's best: its figures (GPU, TP, replicas, GPUs,
+    cost, savings) and a sentence."""
     base_cost, cost = best.cost_per_hour, alt.cost_per_hour
     saving = (1 - cost / base_cost) if base_cost and cost is not None else None
     gpu_saving = 1 - alt.gpus_total / best.gpus_total
-    note = (f"fp8 weights were not allowed: with them, {alt.replicas} x "
-            f"{alt.candidate.gpu.key} TP {alt.candidate.settings.tp} = {alt.gpus_total} GPUs"
-            + (f" (${cost:,.2f}/h)" if cost is not None else "")
+    text = (f"{alt.replicas} x {alt.candidate.gpu.key} TP {alt.candidate.settings.tp} = "
+            f"{alt.gpus_total} GPUs" + (f" (${cost:,.2f}/h)" if cost is not None else "")
             + f" instead of {best.gpus_total} {best.candidate.gpu.key}"
             + (f" (${base_cost:,.2f}/h)" if base_cost is not None else "")
             + (f": {saving:.0%} cheaper" if saving is not None else
-               f": {gpu_saving:.0%} fewer GPUs")
-            + "; add fp8 to candidates.weight_dtypes (or --weight-dtype fp8) to plan it. "
-            + ACCURACY_CAVEAT)
-    return {"gpu": alt.candidate.gpu.key, "tp": alt.candidate.settings.tp,
-            "replicas": alt.replicas, "gpus_total": alt.gpus_total, "cost_per_hour": cost,
-            "saving_frac": saving, "gpu_saving_frac": gpu_saving,
-            "accuracy_caveat": ACCURACY_CAVEAT, "note": note}
+               f": {gpu_saving:.0%} fewer GPUs"))
+    return {"text": text, "figures": {
+        "gpu": alt.candidate.gpu.key, "tp": alt.candidate.settings.tp,
+        "replicas": alt.replicas, "gpus_total": alt.gpus_total, "cost_per_hour": cost,
+        "saving_frac": saving, "gpu_saving_frac": gpu_saving}}
 
 
 def shown(alt: dict[str, Any] | None, best: Any) -> bool:
@@ -139,7 +162,6 @@ def prefix_savings(plan_pool: Any, cat: Any, plan: Any, resolved: Any, lanes: li
             "note": note}
 
 
-
 STALL_OPTIONS = (("mixed-chunk", lambda sch: sch.prefill_first),
                  ("chunked-prefill", lambda sch: not sch.chunked_prefill))
 """Engine options that let a prompt's work share steps with the running decodes, each with
@@ -163,37 +185,20 @@ def scheduler_option(plan: Any) -> str | None:
 def scheduler_alternative(plan_pool: Any, cat: Any, plan: Any, resolved: Any,
                           lanes: list[Any], ranked: list[Any], option: str
                           ) -> dict[str, Any] | None:
-    """The plan with the engine's `option` (analytic search, no simulation, as
-    `fp8_alternative`: over the first ALT_GPU_TYPES GPU types of the plan's ranked list
-    `ranked`, and only the groups whose best could be shown), its fleet against the plan's
-    best, or None when it plans nothing."""
-    best = ranked[0]
-    gpus = list(dict.fromkeys(r.candidate.gpu.key for r in ranked))[:ALT_GPU_TYPES]
-    alt_plan = plan.model_copy(update={
-        "engine": plan.engine.model_copy(update={"name": f"{plan.engine.name}+{option}"}),
-        "candidates": plan.candidates.model_copy(update={"gpus": gpus})})
-    try:
-        alt = plan_pool(cat, alt_plan, resolved, lanes, None,
-                        _could_show(best, plan.objective, [cat.gpu(g) for g in gpus])).best
-    except CapplanError:
+    """The plan with the engine's `option`, searched as `fp8_alternative` is
+    (`_searched_best`), its fleet against the plan's best, or None when it plans nothing."""
+    name = f"{plan.engine.name}+{option}"
+    alt = _searched_best(plan_pool, cat, plan, resolved, lanes, ranked,
+                         {"engine": {"name": name}})
+    if alt is None:
         return None
+    best = ranked[0]
     flag = alt.candidate.settings.profile.option_flags[option]
-    base_cost, cost = best.cost_per_hour, alt.cost_per_hour
-    saving = (1 - cost / base_cost) if base_cost and cost is not None else None
-    gpu_saving = 1 - alt.gpus_total / best.gpus_total
+    fleet = _fleet_versus(alt, best)
     note = (f"{flag} (prompt work shares steps with the running decodes; by default it stops "
-            f"them): {alt.replicas} x {alt.candidate.gpu.key} TP "
-            f"{alt.candidate.settings.tp} = {alt.gpus_total} GPUs"
-            + (f" (${cost:,.2f}/h)" if cost is not None else "")
-            + f" instead of {best.gpus_total} {best.candidate.gpu.key}"
-            + (f" (${base_cost:,.2f}/h)" if base_cost is not None else "")
-            + (f": {saving:.0%} cheaper" if saving is not None else
-               f": {gpu_saving:.0%} fewer GPUs")
-            + f", limited by {alt.candidate.binding_constraint} where the plan is limited by "
-            f"{best.candidate.binding_constraint} (screened, not replayed); plan it with engine "
-            f"{alt_plan.engine.name} (--engine {alt_plan.engine.name})")
+            f"them): {fleet['text']}, limited by {alt.candidate.binding_constraint} where the "
+            f"plan is limited by {best.candidate.binding_constraint} (screened, not replayed); "
+            f"plan it with engine {name} (--engine {name})")
     return {"option": option, "engine": alt.candidate.settings.engine, "flag": flag,
-            "gpu": alt.candidate.gpu.key, "tp": alt.candidate.settings.tp,
-            "replicas": alt.replicas, "gpus_total": alt.gpus_total, "cost_per_hour": cost,
-            "saving_frac": saving, "gpu_saving_frac": gpu_saving,
-            "binding_constraint": alt.candidate.binding_constraint, "note": note}
+            **fleet["figures"], "binding_constraint": alt.candidate.binding_constraint,
+            "note": note}
