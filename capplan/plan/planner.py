@@ -19,6 +19,7 @@ import numpy as np
 from capplan.catalog.loader import Catalog, ResolvedModel
 from capplan.catalog.schema import ModelSpec
 from capplan.errors import CapplanError, InfeasibleError, InputError
+from capplan.models.engine import engine_profile
 from capplan.models.memory import memory_report
 from capplan.models.perf import build_step_model, knee_batch
 from capplan.models.prefix import PrefixCache
@@ -55,6 +56,7 @@ from capplan.plan.search import (
     build_candidates,
     nearest_miss,
     rank_key,
+    searched_budgets,
 )
 from capplan.plan.search_bound import MAX_REPLICAS, NEAR_FLOOR_FRAC, planner_search
 from capplan.plan.slo import SloSet
@@ -532,7 +534,7 @@ def _plan_pool(cat: Catalog, plan: PlanFile, resolved: ResolvedModel, lanes: lis
                                                                plan.headroom))
     ranked = _explain(ranked)
     warnings += _warnings(ranked[0], _queue_model(ranked[0].candidate, t).ctx_mean)
-    warnings += _default_lengths(lanes)
+    warnings += _default_lengths(lanes) + _budgets_raised(plan, pool.space)
     ranked = [_finish(r, i, model, t) for i, r in enumerate(ranked)]
     return PlanResult(
         model=model.key, hf_id=model.hf_id, objective=plan.objective, headroom=plan.headroom,
@@ -544,6 +546,20 @@ def _plan_pool(cat: Catalog, plan: PlanFile, resolved: ResolvedModel, lanes: lis
         pareto=_pareto(ranked), warnings=warnings,
         curves=[curves[r.candidate.index] if r.candidate.index in curves else _curve(r, t)
                 for r in ranked[:3]])
+
+
+def _budgets_raised(plan: PlanFile, space: SearchSpace) -> list[str]:
+    """Say so when token budgets the plan file gave were raised to max-model-len (an engine
+    that prefills whole prompts runs with one that holds the longest: searched_budgets)."""
+    asked = plan.engine.max_num_batched_tokens
+    given = [asked] if isinstance(asked, int) else list(asked or [])
+    low = sorted(c for c in given if c < space.max_model_len)
+    if not low or set(searched_budgets(space)) & set(given) == set(given):
+        return []
+    return [f"token budget{'s' if len(low) > 1 else ''} {', '.join(map(str, low))} raised to "
+            f"max-model-len {space.max_model_len}: {engine_profile(space.engine).name} "
+            "prefills whole prompts and rejects one over its budget (set engine.max_model_len "
+            "lower, or use its chunked-prefill option, to plan a smaller budget)"]
 
 
 def _best_pool(cat: Catalog, plan: PlanFile, resolved: ResolvedModel, lanes: list[Lane],

@@ -128,3 +128,5 @@ def test_a_plan_takes_the_lengths_its_servers_accept(catalog):
     # before: "no candidate configuration fits the model in memory" (no budget held the tail)
     rec = api.run_plan(spec)
     assert rec.best.candidate.settings.max_num_batched_tokens == 16384
+    # the file asked for 8,192: the plan says it raised it, and why
+    assert any("token budget 8192 raised to max-model-len 16384" in w for w in rec.warnings)
