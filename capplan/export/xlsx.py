@@ -19,6 +19,7 @@ from capplan.export.csv_export import (
     table_rows,
 )
 from capplan.export.json_export import jsonable
+from capplan.plan.alternatives import PLAN_NOTES
 from capplan.units import s_to_ms
 
 CURVE_HEADERS = ("curve", "arrival rate (req/s)", "output throughput (tokens/s)",
@@ -93,6 +94,10 @@ def _inputs_rows(plan: dict[str, Any]) -> list[list[Any]]:
     recs = [r for r in plan.get("recommendations") or [] if isinstance(r, dict)]
     if recs and recs[0].get("calibration"):
         rows.append(["calibration used", str(recs[0]["calibration"])])
+    # what the plan assumed or left out, and its warnings, as the other reports print them
+    rows += [[key.replace("_", " "), str(plan[key]["note"])] for key in PLAN_NOTES
+             if isinstance(plan.get(key), dict) and plan[key].get("note")]
+    rows += [["warning", str(w)] for w in plan.get("warnings") or []]
     return rows
 
 

@@ -394,3 +394,16 @@ def test_pareto_table_is_the_same_in_markdown_and_xlsx(plan: dict[str, Any],
     assert md_header == xlsx_header
     assert {"weight dtype", "KV dtype"} <= set(xlsx_header)
     assert list(wb["pareto"].iter_rows(values_only=True))[1][-2:] == ("fp8", "auto")
+
+
+def test_xlsx_inputs_carry_the_plans_notes_and_warnings(plan: dict[str, Any],
+                                                        tmp_path: Path) -> None:
+    """The spreadsheet says what the plan assumed or left out, as the text, Markdown and HTML
+    reports do (plan/alternatives.py PLAN_NOTES), and its warnings."""
+    openpyxl = pytest.importorskip("openpyxl")
+    plan = {**plan, "warnings": ["max_num_seqs 256 far exceeds the ~9 sequences"],
+            "scheduler_alternative": {"note": "--enable-mixed-chunk (...): 4 GPUs instead of 16"}}
+    wb = openpyxl.load_workbook(export_plan(plan, tmp_path / "plan.xlsx"))
+    rows = [r[:2] for r in wb["inputs"].iter_rows(min_row=2, values_only=True)]
+    assert ("scheduler alternative", "--enable-mixed-chunk (...): 4 GPUs instead of 16") in rows
+    assert ("warning", "max_num_seqs 256 far exceeds the ~9 sequences") in rows
