@@ -163,9 +163,12 @@ class ContinuousEngine:
             longest = reqs.input_tokens + (reqs.output_tokens - 1) * self.policy.preemption
             i = int(np.argmax(longest))
             if int(longest[i]) > self.max_num_batched_tokens:
+                over = int(np.count_nonzero(longest > self.max_num_batched_tokens))
                 raise InputError(f"request {i} needs a {int(longest[i])}-token prefill but "
                                  f"chunked prefill is off and --max-num-batched-tokens is "
-                                 f"{self.max_num_batched_tokens}: raise it or shorten prompts")
+                                 f"{self.max_num_batched_tokens} ({over} of {len(reqs)} "
+                                 "requests exceed it): raise it, shorten prompts, or run the "
+                                 "engine with chunked prefill (its +chunked-prefill option)")
 
     def run(self, reqs: Requests, priorities: np.ndarray | None = None,
             progress: Callable[[int], None] | None = None,
