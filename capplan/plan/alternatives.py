@@ -176,7 +176,12 @@ def scheduler_option(plan: Any) -> str | None:
     """The stall-removing option (STALL_OPTIONS) the plan's engine offers and does not run."""
     from capplan.models.engine import engine_profile
 
-    p = engine_profile(plan.engine.profile_spec)
+    return stall_option(engine_profile(plan.engine.profile_spec))
+
+
+def stall_option(p: Any) -> str | None:
+    """The option (STALL_OPTIONS) profile `p`'s engine offers against its stalls, if it does
+    not run it already."""
     return next((opt for opt, applies in STALL_OPTIONS
                  if applies(p.scheduler) and opt in p.option_flags and opt not in p.options),
                 None)

@@ -144,7 +144,28 @@ def answer(dep: Deployment, load: ReplayLoad, spec: LoadSpec | None) -> dict[str
         w = whole_prompt_warning(dep, res["input_tokens_per_s"] / res["requests_per_s"],
                                  res.get("mean_running_batch") or 0.0)
         res["warnings"] += [w] if w else []
+    res["notes"] += stall_note(dep, res)
     return res
+
+
+def stall_note(dep: Deployment, res: dict[str, Any]) -> list[str]:
+    """Say which engine option shares steps with the decodes when the TBT tail is prompt work
+    stopping them (p99 over STALL_TAIL x the median, on an engine whose default does that and
+    that offers the option: plan/alternatives.py STALL_OPTIONS)."""
+    from capplan.plan.alternatives import stall_option
+
+    tbt = res.get("tbt_s") or {}
+    opt = stall_option(dep.profile)
+    if opt is None or not tbt.get("p50") or tbt.get("p99", 0) < STALL_TAIL * tbt["p50"]:
+        return []
+    return [f"TBT p99 is {tbt['p99'] / tbt['p50']:.0f}x its median: {dep.profile.name}'s "
+            "default stops the running decodes for each prompt's work; "
+            f"{dep.profile.option_flags[opt]} shares the steps instead (--engine "
+            f"{dep.profile.spec}+{opt})"]
+
+
+STALL_TAIL = 3.0
+"""A TBT p99 this many times its median is read as decodes stopped by prompt work."""
 
 
 def whole_prompt_warning(dep: Deployment, prompt: float, running: float) -> str | None:

@@ -60,3 +60,21 @@ def test_an_option_for_another_scheduler_is_refused(spec):
 
     with pytest.raises(InputError, match="it applies to"):
         engine_profile(spec)
+
+
+def test_latency_names_the_option_when_its_tbt_tail_is_prompt_work():
+    kw = {"gpu": "h200", "tp": 2, "weight_dtype": "fp8", "rate": 2.0,
+          "input_len": "lognormal:mean=1900,p99=8000",
+          "output_len": "lognormal:mean=380,p99=1500", "max_num_batched_tokens": 2048,
+          "max_num_seqs": 256}
+
+    def notes(engine: str) -> tuple[list[str], dict]:
+        d = api.latency("llama-3.3-70b", engine=engine, **kw).data
+        return [n for n in d["notes"] if n.startswith("TBT p99 is")], d["tbt_s"]
+
+    stalled, tbt = notes("sglang")
+    assert tbt["p99"] > 3 * tbt["p50"]  # the stall the note reads
+    assert len(stalled) == 1 and "--engine sglang+mixed-chunk" in stalled[0]
+    mixed, tbt_mixed = notes("sglang+mixed-chunk")
+    assert mixed == [] and tbt_mixed["p99"] < tbt["p99"]
+    assert notes("vllm")[0] == []
