@@ -110,11 +110,15 @@ class ContinuousEngine:
     def __init__(self, step_model: Any, num_gpu_blocks: int, block_size: int, max_num_seqs: int,
                  max_num_batched_tokens: int, policy: SchedulerPolicy = VLLM_POLICY,
                  state_blocks: int = 0) -> None:
-        # vLLM's check (SchedulerConfig): its budget holds every decoder's token. A prefill-first
-        # engine's budget bounds prefill steps only (SGLang: chunked_prefill_size).
+        # A step's budget holds every running decoder's token (vLLM's SchedulerConfig refuses
+        # less; TensorRT-LLM and SGLang's mixed chunks would leave decodes out of a step, which
+        # the replay does not model). A prefill-first engine's budget bounds prefill steps only
+        # (SGLang: chunked_prefill_size).
         if max_num_batched_tokens < max_num_seqs and not policy.prefill_first:
             raise InputError(f"--max-num-batched-tokens {max_num_batched_tokens} must be >= "
-                             f"--max-num-seqs {max_num_seqs} (vLLM rejects it too)")
+                             f"--max-num-seqs {max_num_seqs}: each step's token budget holds "
+                             "every running sequence's decode token (vLLM refuses less; "
+                             "capplan does not replay steps that leave decodes out)")
         if num_gpu_blocks < 1:
             raise InputError("no KV-cache blocks: the model does not fit; see `capplan memory`")
         if not (isinstance(state_blocks, int | np.integer) and 0 <= state_blocks < num_gpu_blocks):
