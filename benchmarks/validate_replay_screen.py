@@ -22,6 +22,9 @@ GRID = (
     ("llama-3.1-8b", "h100-sxm", {}, (2, 10), "lognormal:mean=800,p99=4000", "300"),
     ("llama-3.1-8b", "h100-sxm", {"engine": "sglang"}, (5, 10), "1024", "256"),
     ("llama-3.1-70b", "h200", {"tp": 4}, (1, 3, 6), "2048", "512"),
+    ("llama-3.1-8b", "h100-sxm", {"engine": "trtllm"}, (5, 10), "1024", "256"),
+    # whole 8,192-token prompts at the default max_num_tokens 8,192: one request at a time
+    ("llama-3.1-70b", "b200", {"engine": "trtllm", "tp": 8}, (0.05, 0.1), "8192", "1024"),
 )
 DOC = "docs/queueing.md"
 
