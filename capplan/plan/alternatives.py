@@ -203,7 +203,7 @@ def scheduler_alternative(plan_pool: Any, cat: Any, plan: Any, resolved: Any,
     note = (f"{flag} (prompt work shares steps with the running decodes; by default it stops "
             f"them): {fleet['text']}, limited by {alt.candidate.binding_constraint} where the "
             f"plan is limited by {best.candidate.binding_constraint} (screened, not replayed); "
-            f"plan it with engine {name} (--engine {name})")
+            f"plan it with engine {name} (--engine {alt.candidate.settings.engine})")
     return {"option": option, "engine": alt.candidate.settings.engine, "flag": flag,
             **fleet["figures"], "binding_constraint": alt.candidate.binding_constraint,
             "note": note}
