@@ -37,6 +37,7 @@ from capplan.cli._render import Column, emit, render_rows, to_json
 from capplan.errors import InputError
 from capplan.limits import DEFAULT_HEADROOM
 from capplan.plan.alternatives import PLAN_NOTES
+from capplan.plan.launch import ENGINE_LABELS, sized_for
 from capplan.plan.result import PlanResult
 from capplan.plan.schema import PlanFile, load_plan, plan_json_schema
 
@@ -182,7 +183,7 @@ def render_plan(result: dict[str, Any], fmt: str) -> str:
     for r in result["recommendations"][1:4]:
         out.append(f"  #{r['rank']} {r['gpu']} TP {r['tp']}: {r['why_not_first']}")
     out += _pool_lines(result, fmt)
-    out += ["", *launch_block(best["engine_flags"]), _sized_for(best),
+    out += ["", *launch_block(best["engine_flags"]), sized_for(best),
             f"calibration: {best.get('calibration', '')}"]
     reason = result.get("inputs", {}).get("max_model_len_reason")
     if reason:
@@ -198,23 +199,6 @@ def render_plan(result: dict[str, Any], fmt: str) -> str:
     return "\n".join(line if "\n" in line or line.startswith(keep) else
                      textwrap.fill(line, 120, subsequent_indent="    ", break_on_hyphens=False)
                      for line in out)
-
-
-ENGINE_LABELS = {"vllm": "vLLM", "sglang": "SGLang", "trtllm": "TRT-LLM"}
-
-
-def _sized_for(best: dict[str, Any]) -> str:
-    """Which line the figures are for: the plan sized one engine (--engine); the others carry
-    its settings in their own flags, their figures not predicted."""
-    engine = best.get("engine", "")
-    spec = best.get("engine_profile") or engine
-    label = ENGINE_LABELS.get(engine, engine) + (f" ({spec})" if spec != engine else "")
-    others = [v for k, v in ENGINE_LABELS.items() if k != engine and k in best["engine_flags"]]
-    many = len(others) > 1
-    rest = (f"; the {' and '.join(others)} line{'s carry' if many else ' carries'} the same "
-            f"settings, not sized for {'those engines' if many else 'that engine'}"
-            if others else "")
-    return f"sized for: {label}{rest}"
 
 
 def launch_block(flags: dict[str, str]) -> list[str]:

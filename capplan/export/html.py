@@ -18,6 +18,7 @@ from typing import Any
 
 from capplan.export.atomic import atomic_write_text
 from capplan.plan.alternatives import PLAN_NOTES
+from capplan.plan.launch import sized_for
 
 Section = Callable[[dict[str, Any]], str]
 COLORS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b")
@@ -215,12 +216,16 @@ def _charts(p: dict[str, Any]) -> str:
                 default=None)
     slo_b = min((ln["tbt_p99_s"] for ln in p.get("lanes", []) if ln.get("tbt_p99_s")),
                 default=None)
-    # TTFT grows without bound near capacity: show up to 4x the SLO
+    # TTFT grows without bound near capacity: show up to 4x the SLO; a point without a figure
+    # (no steady state: null in the JSON, or infinite) is left out
     cap = 4 * slo_t if slo_t else math.inf
-    ttft = [(c["label"], [(q["rate_per_s"], q["ttft_p99_s"] * 1e3) for q in c["points"]
-                          if q["ttft_p99_s"] <= cap]) for c in curves]
-    tbt = [(c["label"], [(q["rate_per_s"], q["tbt_p99_s"] * 1e3) for q in c["points"]])
-           for c in curves]
+
+    def series(key: str, top: float) -> list[tuple[str, list[tuple[float, float]]]]:
+        return [(c["label"], [(q["rate_per_s"], q[key] * 1e3) for q in c["points"]
+                              if q.get(key) is not None and math.isfinite(q[key])
+                              and q[key] <= top]) for c in curves]
+
+    ttft, tbt = series("ttft_p99_s", cap), series("tbt_p99_s", math.inf)
     costs = [(f"#{r.get('rank', i + 1)}", r["cost_per_hour"])
              for i, r in enumerate(p["recommendations"][:8]) if r.get("cost_per_hour") is not None]
     charts = [line_chart("TTFT p99 vs load (one replica)", ttft, "requests/s per replica",
@@ -248,6 +253,10 @@ def _commands(p: dict[str, Any]) -> str:
         for name, text in flags.items():
             if name.startswith(f"file:{key}:"):
                 out.append(_cmd(name.split(":", 2)[2], text))
+    best = p["recommendations"][0]
+    if best.get("engine"):
+        sized = sized_for(best).replace("sized for: ", "Sized for ", 1)
+        out.append(f"<p>{_e(sized)}.</p>")
     for key, label in (("bench_dataset", "workload"), ("bench", "verify")):
         if flags.get(key):
             out.append(_cmd(label, flags[key]))

@@ -18,6 +18,7 @@ from capplan.export.csv_export import (
     table_rows,
 )
 from capplan.plan.alternatives import PLAN_NOTES
+from capplan.plan.launch import sized_for
 from capplan.units import s_to_ms
 
 _ENGINE_TITLES = (("vllm", "vLLM"), ("sglang", "SGLang"), ("trtllm", "TensorRT-LLM"),
@@ -90,6 +91,8 @@ def _commands(plan: dict[str, Any]) -> list[str]:
     titled += [(k, k) for k in flags if k not in known and flags.get(k)]
     for key, title in titled:
         lines += [f"{title}:", "", "```bash", str(flags[key]).rstrip(), "```", ""]
+    if recs[0].get("engine"):
+        lines += [sized_for(recs[0]).replace("sized for: ", "Sized for ", 1) + ".", ""]
     return lines
 
 

@@ -39,6 +39,23 @@ examples/disaggregated/README.md), so both pools' files can sit in one directory
 _VLLM_QUANT = {"fp8": "fp8"}  # int4/fp4 need a pre-quantized checkpoint (AWQ/GPTQ/NVFP4 repo)
 
 
+ENGINE_LABELS = {"vllm": "vLLM", "sglang": "SGLang", "trtllm": "TRT-LLM"}
+
+
+def sized_for(best: dict[str, Any]) -> str:
+    """Which line the figures are for: the plan sized one engine (--engine); the others carry
+    its settings in their own flags, their figures not predicted."""
+    engine = best.get("engine", "")
+    spec = best.get("engine_profile") or engine
+    label = ENGINE_LABELS.get(engine, engine) + (f" ({spec})" if spec != engine else "")
+    others = [v for k, v in ENGINE_LABELS.items() if k != engine and k in best["engine_flags"]]
+    many = len(others) > 1
+    rest = (f"; the {' and '.join(others)} line{'s carry' if many else ' carries'} the same "
+            f"settings, not sized for {'those engines' if many else 'that engine'}"
+            if others else "")
+    return f"sized for: {label}{rest}"
+
+
 @dataclass(frozen=True, kw_only=True)
 class LaunchOptions:
     """Everything a launch line says, as the plan decided it (one replica of one pool)."""

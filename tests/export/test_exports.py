@@ -407,3 +407,25 @@ def test_xlsx_inputs_carry_the_plans_notes_and_warnings(plan: dict[str, Any],
     rows = [r[:2] for r in wb["inputs"].iter_rows(min_row=2, values_only=True)]
     assert ("scheduler alternative", "--enable-mixed-chunk (...): 4 GPUs instead of 16") in rows
     assert ("warning", "max_num_seqs 256 far exceeds the ~9 sequences") in rows
+
+
+def test_markdown_and_html_name_the_engine_the_figures_are_for(plan: dict[str, Any],
+                                                               tmp_path: Path) -> None:
+    """Every engine's line is printed; only the planned one was sized (plan.launch.sized_for)."""
+    rec = {**plan["recommendations"][0], "engine": "sglang", "engine_profile": "sglang"}
+    plan = {**plan, "recommendations": [rec, *plan["recommendations"][1:]]}
+    flags = rec.get("engine_flags") or {}
+    want = "Sized for SGLang"
+    md = export_plan(plan, tmp_path / "plan.md").read_text()
+    html = export_plan(plan, tmp_path / "plan.html").read_text()
+    if flags:
+        assert want in md and want in html
+
+
+def test_html_leaves_out_curve_points_without_a_figure(plan: dict[str, Any],
+                                                       tmp_path: Path) -> None:
+    """A curve point past capacity has no p99 (null in the JSON, or infinite): the chart skips
+    it instead of failing (the sample's fifth point has both)."""
+    assert any(q["tbt_p99_s"] is None for c in plan["curves"] for q in c["points"])
+    text = export_plan(plan, tmp_path / "plan.html").read_text()
+    assert "TBT p99 vs load" in text and "inf" not in text.split("<h2>Latency vs load")[1][:5000]

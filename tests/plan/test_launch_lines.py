@@ -260,9 +260,9 @@ def test_gb200_hosts_hold_four_gpus_of_the_rack(catalog) -> None:
     ("trtllm", "TRT-LLM", ("vLLM", "SGLang"))])
 def test_the_text_names_the_engine_the_figures_are_for(recs, engine, label, others) -> None:
     # every engine's line is printed; only the planned engine's was sized
-    from capplan.cli.plan_cmds import _sized_for
+    from capplan.plan.launch import sized_for
 
-    line = _sized_for(recs[engine]["recommendations"][0])
+    line = sized_for(recs[engine]["recommendations"][0])
     assert line.startswith(f"sized for: {label};")
     assert f"the {others[0]} and {others[1]} lines carry the same settings" in line
 
