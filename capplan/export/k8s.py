@@ -273,13 +273,20 @@ def k8s_objects(plan: dict[str, Any], *, engine: str | None = None,
                                                       "RecreateGroupOnPodRestart",
                                                       "leaderTemplate": template,
                                                       "workerTemplate": workers}}})
-        objs.append({"apiVersion": "v1", "kind": "Service", "metadata": {
-            "name": p.name, "labels": labels}, "spec": {
-            "type": "ClusterIP", "selector": serving, **(
-                {"clusterIP": "None"} if nodes == 1 and p.addressed else {}),
-            "ports": [{"name": "http", "port": p.port, "targetPort": "http",
-                       "protocol": "TCP"}]}})
+        objs.append(_service(p.name, labels, serving, p.port,
+                             headless=nodes == 1 and p.addressed))
     return objs + _front_end(plan, pools)
+
+
+def _service(name: str, labels: dict[str, str], selector: dict[str, str], port: int,
+             headless: bool = False) -> dict[str, Any]:
+    """The ClusterIP Service of a pool or front end on its http port; `headless`: no cluster
+    IP, every pod its own DNS name (a StatefulSet's `{name}-{i}.{name}`)."""
+    return {"apiVersion": "v1", "kind": "Service", "metadata": {"name": name, "labels": labels},
+            "spec": {"type": "ClusterIP", "selector": selector,
+                     **({"clusterIP": "None"} if headless else {}),
+                     "ports": [{"name": "http", "port": port, "targetPort": "http",
+                                "protocol": "TCP"}]}}
 
 
 def _front_end(plan: dict[str, Any], pools: list[Pool]) -> list[dict[str, Any]]:
@@ -318,10 +325,7 @@ def _front_end(plan: dict[str, Any], pools: list[Pool]) -> list[dict[str, Any]]:
              "metadata": {"name": name, "labels": labels},
              "spec": {"replicas": 1, "selector": {"matchLabels": labels},
                       "template": {"metadata": {"labels": labels}, "spec": pod}}},
-            {"apiVersion": "v1", "kind": "Service", "metadata": {"name": name, "labels": labels},
-             "spec": {"type": "ClusterIP", "selector": labels,
-                      "ports": [{"name": "http", "port": port, "targetPort": "http",
-                                 "protocol": "TCP"}]}}]
+            _service(name, labels, labels, port)]
 
 
 def _vllm_args(argv: list[str]) -> list[str]:

@@ -117,6 +117,13 @@ class SchedulerPolicy:
         r = min(max(self.reserve_output_frac, 0.0), 1.0)
         return isl + osl * (1 + r) / 2
 
+    def launched_budget(self, budget: int, max_model_len: int) -> int:
+        """The token budget the engine runs with: a whole-prompt engine's holds the longest
+        prompt it accepts (TensorRT-LLM rejects one over max_num_tokens when chunked prefill is
+        off, tensorrt_llm/llmapi/llm.py `_check_arguments`; vLLM without chunked prefill
+        requires max_num_batched_tokens >= max_model_len)."""
+        return budget if self.chunked_prefill else max(budget, max_model_len)
+
     def decodes_beside_prompt(self, budget: ArrayLike, prompt: ArrayLike) -> Any:
         """How many running sequences a waiting whole prompt can join, or None when none
         limit it. An engine that prefills whole prompts in steps that also decode counts the

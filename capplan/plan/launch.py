@@ -254,6 +254,8 @@ def _frac(o: LaunchOptions, engine: str) -> str:
     return f"{o.memory_fraction[engine]:g}"
 
 
+_TRTLLM = engine_profile("trtllm")
+"""TensorRT-LLM's profile: the option lines its line writes (option_flags), its scheduler."""
 _NIXL_BOTH = '{"kv_connector":"NixlConnector","kv_role":"kv_both"}'
 KV_HANDSHAKE = {"vllm": (5600, ("prefill", "decode"), True), "sglang": (8998, ("prefill",), False)}
 """Per engine: the default port of the KV handshake a disaggregated worker listens on, the
@@ -346,7 +348,7 @@ def trtllm_line(o: LaunchOptions) -> LaunchLine:
         options += ["enable_attention_dp: true"]
     if "trtllm" in o.deepep:  # DeepEP runs in the WIDEEP MoE backend (fused_moe_wide_ep.py)
         options += ["moe_config:", "  backend: WIDEEP"]
-    off = "disable_overlap_scheduler: true"  # TorchLlmArgs (default False)
+    off = _TRTLLM.option_flags["no-overlap"]  # TorchLlmArgs.disable_overlap_scheduler
     if not o.host_overlap and off not in o.llm_api_options:  # (+no-overlap gives it already)
         options += [off]
     if o.role:  # a context or generation server of `trtllm-serve disaggregated`: its KV
@@ -355,13 +357,14 @@ def trtllm_line(o: LaunchOptions) -> LaunchLine:
         options += ["cache_transceiver_config:", "  backend: DEFAULT",
                     f"  max_tokens_in_buffer: {o.max_model_len}"]
     options += list(o.llm_api_options)
-    # TensorRT-LLM prefills whole prompts (no chunking by default): max_num_tokens covers one,
-    # as it rejects a longer prompt; with enable_chunked_prefill it is the planned chunk.
-    chunked = "enable_chunked_prefill: true" in options
+    # whole prompts (no chunking by default): max_num_tokens holds the longest accepted one;
+    # with enable_chunked_prefill it is the planned chunk
+    chunked = _TRTLLM.option_flags["chunked-prefill"] in options
+    policy = replace(_TRTLLM.scheduler, chunked_prefill=chunked)
     w = ["trtllm-serve", model, "--backend", "pytorch", *_parallel("trtllm", o),
          "--max_batch_size", str(o.max_num_seqs),
-         "--max_num_tokens", str(o.max_num_batched_tokens if chunked
-                                 else max(o.max_num_batched_tokens, o.max_model_len)),
+         "--max_num_tokens", str(policy.launched_budget(o.max_num_batched_tokens,
+                                                        o.max_model_len)),
          "--kv_cache_free_gpu_memory_fraction", _frac(o, "trtllm"),
          "--max_seq_len", str(o.max_model_len)]
     files = {}

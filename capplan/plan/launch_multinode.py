@@ -99,10 +99,15 @@ def with_files(lines: list[str], line: Any) -> list[str]:
     after `#`: NAME: its YAML in flow style."""
     lines = list(lines)
     for name, text in line.files.items():
-        flow = yaml.safe_dump(yaml.safe_load(text), default_flow_style=True,
-                              width=1 << 20).strip()
-        lines[-1] += f"  # {name}: {flow}"
+        lines[-1] += f"  # {name}: {flow_yaml(yaml.safe_load(text))}"
     return lines
+
+
+def flow_yaml(obj: Any, sort_keys: bool = True) -> str:
+    """`obj` as YAML in flow style on one line (a file's content after a line's `#`, which the
+    Kubernetes export reads back: capplan.export.k8s._line_files)."""
+    return yaml.safe_dump(obj, default_flow_style=True, sort_keys=sort_keys,
+                          width=1 << 20).strip()
 
 
 def replica_launch(dep: Deployment, port: int = SERVE_PORT) -> dict[str, list[str]]:
@@ -190,9 +195,8 @@ def front_line(engine: str, prefill: list[tuple[str, int]], decode: list[tuple[s
             cfg[key] = {"num_instances": len(urls),
                         "router": {"type": names.get(r, "round_robin")},
                         "urls": [f"{h}:{q}" for h, q in urls]}
-        flow = yaml.safe_dump(cfg, default_flow_style=True, sort_keys=False,
-                              width=1 << 20).strip()
-        line = f"trtllm-serve disaggregated -c {TRTLLM_DISAGG_FILE}  # {TRTLLM_DISAGG_FILE}: {flow}"
+        line = (f"trtllm-serve disaggregated -c {TRTLLM_DISAGG_FILE}  # {TRTLLM_DISAGG_FILE}: "
+                f"{flow_yaml(cfg, sort_keys=False)}")
     else:
         line = ("python tests/v1/kv_connector/nixl_integration/toy_proxy_server.py --host "
                 f"0.0.0.0 --port {port} --prefiller-hosts " + " ".join(h for h, _ in prefill)

@@ -224,15 +224,14 @@ def build_candidates(cat: Catalog, model: ModelSpec, space: SearchSpace,
 
 
 def searched_budgets(space: SearchSpace) -> tuple[int, ...]:
-    """The token budgets a search sizes. An engine that prefills whole prompts runs with one
-    that covers max_model_len (TensorRT-LLM rejects a prompt beyond max_num_tokens when
-    chunked prefill is off, tensorrt_llm/llmapi/llm.py `_check_arguments`, so its launch lines
-    set max_num_tokens to at least max-model-len; vLLM without chunked prefill requires
-    max_num_batched_tokens >= max_model_len), so the plan predicts the budget it launches."""
+    """The token budgets a search sizes: those the engine runs with
+    (SchedulerPolicy.launched_budget, which its launch line sets), so the plan predicts the
+    budget it launches."""
     chunks = space.max_num_batched_tokens
-    if engine_profile(space.engine).scheduler.chunked_prefill:
+    policy = engine_profile(space.engine).scheduler
+    if policy.chunked_prefill:
         return chunks
-    return tuple(sorted({max(c, space.max_model_len) for c in chunks}))
+    return tuple(sorted({policy.launched_budget(c, space.max_model_len) for c in chunks}))
 
 
 def _calibration_gpu(cal_path: str | Path | None, space: SearchSpace) -> str | None:

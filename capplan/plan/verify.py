@@ -49,10 +49,6 @@ class VerifyJob:
     plan at once (`verification_engine`), so a serial and a `--jobs N` run take the same one."""
 
 
-def _sim_lanes(job: VerifyJob) -> tuple[SimLane, ...]:
-    return sim_lanes(job.lanes, job.replicas)
-
-
 def sim_lanes(lanes: Any, replicas: int = 1) -> tuple[SimLane, ...]:
     """The simulator's lanes of a plan's lanes, each at `replicas`' share of its rate (one
     replica's; 1: the whole traffic)."""
@@ -75,7 +71,7 @@ def simulate_recommendation(job: VerifyJob) -> Verification:
     from capplan.sim import run_scheduler
     from capplan.sim.workload import Workload
 
-    wl = Workload(_sim_lanes(job), num_requests=job.requests)
+    wl = Workload(sim_lanes(job.lanes, job.replicas), num_requests=job.requests)
     reqs, _ = wl.generate(np.random.default_rng(_SEED)).clip_to_context(job.max_model_len)
     res = run_scheduler(job.step, reqs, wl.lanes, scheduler="continuous",
                         num_gpu_blocks=job.num_gpu_blocks, block_size=job.block_size,

@@ -13,6 +13,7 @@ from capplan.plan.bench_cmds import CLIENTS, dataset_name
 from capplan.plan.workload_file import (
     PlannedRequest,
     disaggregated_layout,
+    plan_rate,
     plan_requests,
     write_dataset,
 )
@@ -88,8 +89,8 @@ class VerifyResult:
 
     def to_dict(self) -> dict[str, Any]:
         best = self.plan["recommendations"][0]
-        rate = (sum(float(ln["rate_per_s"]) for ln in self.plan.get("lanes", []))
-                if self.layout == "disaggregated" else best.get("per_replica_rate_per_s"))
+        rate = (plan_rate(self.plan) if self.layout == "disaggregated"
+                else best.get("per_replica_rate_per_s"))
         return {"model": self.plan.get("hf_id") or self.plan.get("model"),
                 "layout": self.layout, "gpu": best.get("gpu"), "tp": best.get("tp"),
                 "per_replica_rate_per_s": rate,

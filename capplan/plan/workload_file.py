@@ -59,6 +59,12 @@ def disaggregated_layout(plan: dict[str, Any]) -> dict[str, Any] | None:
     return sized if sized.get("prefill") else None
 
 
+def plan_rate(plan: dict[str, Any]) -> float:
+    """A plan's whole rate (req/s): its lanes' sum, what a disaggregated layout's front end
+    takes."""
+    return sum(float(ln["rate_per_s"]) for ln in plan.get("lanes", []))
+
+
 def plan_requests(plan: dict[str, Any], *, num_requests: int | None = None, seed: int = 0,
                   trace: str | Path | None = None, layout: str = "aggregated"
                   ) -> list[PlannedRequest]:
@@ -76,7 +82,7 @@ def plan_requests(plan: dict[str, Any], *, num_requests: int | None = None, seed
             raise InputError("--layout disaggregated: the plan has no disaggregated layout "
                              "(name one in the plan file, or plan with `recommend` or "
                              "`plan --disagg`)")
-        replicas, rate = 1, sum(float(ln["rate_per_s"]) for ln in plan["lanes"])
+        replicas, rate = 1, plan_rate(plan)
     max_len = int(best.get("max_model_len") or 1 << 30)
     if trace is not None:
         reqs = load_trace(trace)
