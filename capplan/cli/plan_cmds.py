@@ -37,7 +37,7 @@ from capplan.cli._render import Column, emit, render_rows, to_json
 from capplan.errors import InputError
 from capplan.limits import DEFAULT_HEADROOM
 from capplan.plan.alternatives import PLAN_NOTES
-from capplan.plan.launch import ENGINE_LABELS, sized_for
+from capplan.plan.launch import ENGINE_LABELS, layout_cell, layout_of, sized_for
 from capplan.plan.result import PlanResult
 from capplan.plan.schema import PlanFile, load_plan, plan_json_schema
 
@@ -158,12 +158,15 @@ _SHORT_BINDING = {"concurrency cap (max_num_seqs)": "max_num_seqs cap"}
 
 def _plan_rows(result: dict[str, Any]) -> list[dict[str, Any]]:
     return [{**r, "ttft_p99": r["predicted"]["ttft_s"]["p99"],
-             "tbt_p99": r["predicted"]["tbt_s"]["p99"]} for r in result["recommendations"]]
+             "tbt_p99": r["predicted"]["tbt_s"]["p99"], "layout_cell": layout_cell(r)}
+            for r in result["recommendations"]]
 
 
 def render_plan(result: dict[str, Any], fmt: str) -> str:
-    cols = PLAN_COLUMNS
     rows = _plan_rows(result)
+    cols = PLAN_COLUMNS  # a layout past TP in the TP column ("1xDP16 EP16"): GPUs = its product
+    if any(r["layout_cell"] != str(r["tp"]) for r in rows):
+        cols = [Column("layout_cell", "TP") if c.key == "tp" else c for c in cols]
     out = [f"{result['model']}: {result['target_rate_per_s']:g} req/s, headroom "
            f"{result['headroom']:.0%}, objective {result['objective']} "
            f"({result['configurations_searched']} configurations searched)", "",
@@ -173,7 +176,7 @@ def render_plan(result: dict[str, Any], fmt: str) -> str:
     ver = best.get("verified")
     vtxt = "not simulated" if not ver else (
         "simulator confirms" if ver.get("ok") else f"simulator: {ver.get('reason')}")
-    out += ["", f"recommended: {best['replicas']} x {best['gpu']} TP {best['tp']} "
+    out += ["", f"recommended: {best['replicas']} x {best['gpu']} {layout_of(best)} "
                 f"({best['gpus_total']} GPU{'' if best['gpus_total'] == 1 else 's'}); "
                 "each replica carries up to "
                 f"{best['capacity_per_replica_rps']:.3g} req/s, limited by (binding constraint) "
@@ -181,7 +184,9 @@ def render_plan(result: dict[str, Any], fmt: str) -> str:
                 f"{best['per_replica_rate_per_s']:.3g} req/s per replica the SLO margins are "
                 f"{margins or 'none (no SLOs)'}; {vtxt}"]
     for r in result["recommendations"][1:4]:
-        out.append(f"  #{r['rank']} {r['gpu']} TP {r['tp']}: {r['why_not_first']}")
+        out.append(textwrap.fill(f"#{r['rank']} {r['gpu']} {layout_of(r)}: {r['why_not_first']}",
+                                 120, initial_indent="  ", subsequent_indent="      ",
+                                 break_on_hyphens=False))
     out += _pool_lines(result, fmt)
     out += ["", *launch_block(best["engine_flags"]), sized_for(best),
             f"calibration: {best.get('calibration', '')}"]

@@ -70,6 +70,7 @@ RECOMMENDATION_COLUMNS: tuple[RecColumn, ...] = (
     _c("tp", "TP"),
     _c("attention_dp", "attention DP", None, "g", False),
     _c("expert_parallel", "EP", None, "g", False),
+    _c("gpus_per_replica", "GPUs per replica"),  # TP alone misreads attention-DP layouts
     _c("replicas", "replicas"),
     _c("gpus_total", "GPUs"),
     _c("max_num_seqs", "max seqs"),

@@ -18,7 +18,7 @@ from typing import Any
 
 from capplan.export.atomic import atomic_write_text
 from capplan.plan.alternatives import PLAN_NOTES
-from capplan.plan.launch import sized_for
+from capplan.plan.launch import layout_cell, layout_of, sized_for
 
 Section = Callable[[dict[str, Any]], str]
 COLORS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b")
@@ -187,7 +187,7 @@ def _recommendations(p: dict[str, Any]) -> str:
     for r in recs[:8]:
         pred = r.get("predicted", {})
         margins = ", ".join(f"{k} {v:+.0%}" for k, v in (r.get("slo_margins") or {}).items())
-        rows.append([f"#{r.get('rank', '')}", _e(r["gpu"]), r["tp"], r["replicas"],
+        rows.append([f"#{r.get('rank', '')}", _e(r["gpu"]), _e(layout_cell(r)), r["replicas"],
                      r["gpus_total"], _e(f"{r.get('weight_dtype_resolved', r['weight_dtype'])}"
                                          f"/{r.get('kv_dtype_resolved', r['kv_dtype'])}"),
                      r["max_num_seqs"], r["max_num_batched_tokens"],
@@ -199,7 +199,7 @@ def _recommendations(p: dict[str, Any]) -> str:
     vtxt = ("not simulated" if not ver else "the simulator confirms the SLOs" if ver.get("ok")
             else f"simulator: {ver.get('reason')}")
     cls = "ok" if ver and ver.get("ok") else "bad" if ver else ""
-    head = (f"<p><b>Recommended: {best['replicas']} x {_e(best['gpu'])} TP {best['tp']} "
+    head = (f"<p><b>Recommended: {best['replicas']} x {_e(best['gpu'])} {_e(layout_of(best))} "
             f"({best['gpus_total']} GPUs)</b>, each replica up to "
             f"{_num(best.get('capacity_per_replica_rps'))} req/s, bound by "
             f"<b>{_e(best.get('binding_constraint', ''))}</b>; "

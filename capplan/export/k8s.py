@@ -10,9 +10,11 @@ more than the container runtime's 64 MiB default), a model cache volume (HF_HOME
 Hugging Face token from an optional Secret `hf-token`; a Service in front. A replica that needs
 more GPUs than one node holds becomes a LeaderWorkerSet (leaderworkerset.x-k8s.io/v1:
 spec.replicas groups of spec.leaderWorkerTemplate.size pods, one node each; the multi-node launch
-flags are the launch line's). TensorRT-LLM's LLM-API options file becomes a ConfigMap. A winning
-disaggregated SGLang or TensorRT-LLM layout runs its pools as StatefulSets under headless
-Services (replica i at `{name}-{i}.{name}`) and the engine's router in front, over every replica
+flags are the launch line's; its Service, `{name}-leader`, selects the leaders, and the set
+makes its own headless Service `{name}`). TensorRT-LLM's LLM-API options file becomes a
+ConfigMap. A winning disaggregated SGLang or TensorRT-LLM layout runs its pools as StatefulSets
+under headless Services (replica i at `{name}-{i}.{name}`; LeaderWorkerSets over hosts, replica
+i's leader at the same name) and the engine's router in front, over every replica
 (`_front_end`; TensorRT-LLM's disaggregated server with its configuration as a ConfigMap).
 
 Object shapes: the Kubernetes API reference (apps/v1 Deployment and StatefulSet, v1 Service,
@@ -170,11 +172,14 @@ def plan_pools(plan: dict[str, Any], engine: str | None = None) -> list[Pool]:
         out = []
         for role in ("prefill", "decode"):
             line = d["launch"][f"{engine}_{role}"]
-            argv, port = _argv(line)
+            # its pool's host placeholders (disagg.pool_hosts) as one replica's (NODEk_IP)
+            argv, worker, port, nodes = _node_argv(
+                re.sub(rf"\b{role.upper()}_NODE(\d+)_IP\b", r"NODE\1_IP", line))
             reps = max(1, int(d[role]["replicas"]))
             out.append(Pool(_name(model, role), engine, argv, reps,
                             int(d[role]["gpus_total"]) // reps, port, _line_files(line),
-                            d[role]["gpu"], role=role, addressed=engine in FRONT_ENDS))
+                            d[role]["gpu"], nodes, worker, role=role,
+                            addressed=engine in FRONT_ENDS))
         return out
     lanes = ((plan.get("pools") or {}).get("separate") or {}).get("lanes") or []
     if plan.get("inputs", {}).get("pools") == "separate" and all(
@@ -273,8 +278,11 @@ def k8s_objects(plan: dict[str, Any], *, engine: str | None = None,
                                                       "RecreateGroupOnPodRestart",
                                                       "leaderTemplate": template,
                                                       "workerTemplate": workers}}})
-        objs.append(_service(p.name, labels, serving, p.port,
-                             headless=nodes == 1 and p.addressed))
+        # a LeaderWorkerSet makes its own headless Service, named as it is, under which its
+        # pods resolve ({name}-{i}.{name}, LWS_LEADER_ADDRESS); a Service of that name would
+        # stop it (sigs.k8s.io/lws CreateHeadlessServiceIfNotExists): the leaders' is apart
+        objs.append(_service(p.name if nodes == 1 else f"{p.name}-leader", labels, serving,
+                             p.port, headless=nodes == 1 and p.addressed))
     return objs + _front_end(plan, pools)
 
 
@@ -292,12 +300,14 @@ def _service(name: str, labels: dict[str, str], selector: dict[str, str], port: 
 def _front_end(plan: dict[str, Any], pools: list[Pool]) -> list[dict[str, Any]]:
     """The router in front of addressed P/D pools (FRONT_ENDS): a Deployment of one pod running
     the plan's front end over every replica's own address, and its Service (the port clients
-    use); nothing when the pools are not addressed or span hosts (LeaderWorkerSets)."""
+    use); nothing when the pools are not addressed. A LeaderWorkerSet's replica i is addressed
+    at its leader, `{name}-{i}.{name}` under the set's own headless Service, as a StatefulSet's
+    pod is."""
     from capplan.plan.launch_multinode import front_line
 
     pre = [p for p in pools if p.addressed and p.role == "prefill"]
     dec = [p for p in pools if p.addressed and p.role == "decode"]
-    if not (pre and dec) or any(p.hosts > 1 for p in pre + dec):
+    if not (pre and dec):
         return []
     engine = pre[0].engine
     port = DEFAULT_PORTS[engine]  # where the plan's router line listens

@@ -5,6 +5,7 @@ docs/disaggregation.md the derivation). The planner only calls `plan_disaggregat
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -259,8 +260,11 @@ def plan_disaggregated(cat: Catalog, model: ModelSpec, space: SearchSpace, t: Tr
     deps = _deployments(cat, name or model.key, space, pinned)
     target = t.rate_per_s * (1 + headroom)
     ttft_slo = _slo(t, "ttft_s")
-    decodes = _decode_pools(deps, _capacities(deps, t, "decode"), t, target)
-    pre = [role_pool(d, "prefill") for d in deps]  # as a prefill worker runs (its overlap)
+    # each pool as its workers run (role_pool: a decode worker's low-latency DeepEP, a prefill
+    # worker's overlap and normal DeepEP), as make_layout runs a fixed layout's
+    dec = [role_pool(d, "decode") for d in deps]
+    decodes = _decode_pools(dec, _capacities(dec, t, "decode"), t, target)
+    pre = [role_pool(d, "prefill") for d in deps]
     curves = _PrefillCurve.of_each(pre, _capacities(pre, t, "prefill"), t)
     return _cheapest(decodes, curves, t, target, ttft_slo)
 
@@ -387,8 +391,10 @@ def launch_lines(p: DisaggPlan) -> dict[str, str]:
     out = {}
     for role, pool in (("prefill", p.prefill), ("decode", p.decode)):
         line = launch_line(engine, opts[role])
-        out[f"{engine}_{role}"] = f"{pool.replicas} x: " + "\n".join(
-            with_files(node_commands(line, opts[role]), line))
+        # a replica over hosts meets at its own first host: each pool's placeholders apart
+        # (PREFILL_NODEk_IP, DECODE_NODEk_IP: host k of the replica launched)
+        cmds = [pool_hosts(c, role) for c in node_commands(line, opts[role])]
+        out[f"{engine}_{role}"] = f"{pool.replicas} x: " + "\n".join(with_files(cmds, line))
     urls = {role: [(x.host, x.port) for x in where if x.role == role]
             for role in ("prefill", "decode")}
     out[f"{engine}_{FRONT_NAMES.get(engine, 'router')}"] = front_line(
@@ -398,6 +404,11 @@ def launch_lines(p: DisaggPlan) -> dict[str, str]:
     if len(where) > 2 or where[-1].host != "localhost":
         out[f"{engine}_hosts"] = _hosts_line(p, where)
     return out
+
+
+def pool_hosts(text: str, role: str) -> str:
+    """`text` with a replica's host placeholders (NODEk_IP) as its pool's (ROLE_NODEk_IP)."""
+    return re.sub(r"\bNODE(\d+)_IP\b", rf"{role.upper()}_NODE\1_IP", text)
 
 
 def _hosts_line(p: DisaggPlan, where: list[Placement]) -> str:
@@ -413,6 +424,11 @@ def _hosts_line(p: DisaggPlan, where: list[Placement]) -> str:
                 else f"GPUs 0-{per - 1} of each")
         kv = "" if x.kv_port is None else f", KV handshake port {x.kv_port}"
         parts.append(f"{on}: {x.role} {i} ({gpus}, port {x.port}{kv})")
+    spans = [r for r, d in (("prefill", p.prefill.dep), ("decode", p.decode.dep))
+             if d.gpus_per_replica > d.gpu.host_gpus]
+    if spans:  # the lines' placeholders, by which host of its replica a command runs on
+        parts.append(" and ".join(f"{r.upper()}_NODEk_IP" for r in spans)
+                     + ": host k of the replica launched (k from 0)")
     return "; ".join(parts)
 
 

@@ -56,6 +56,26 @@ def sized_for(best: dict[str, Any]) -> str:
     return f"sized for: {label}{rest}"
 
 
+def _plain(rec: dict[str, Any]) -> bool:
+    return all((rec.get(k) or 1) == 1 for k in ("pp", "attention_dp", "expert_parallel"))
+
+
+def layout_of(rec: dict[str, Any]) -> str:
+    """A recommendation's layout in a sentence: "TP 4", or its GPUs and parallelism where it
+    has more than TP ("(16 GPUs over 2 nodes: attention TP 1 x DP 16, EP 16)"), so that
+    replicas x layout reads as its GPUs."""
+    return f"TP {rec['tp']}" if _plain(rec) or not rec.get("layout") else f"({rec['layout']})"
+
+
+def layout_cell(rec: dict[str, Any]) -> str:
+    """The same in a table cell: "4", "1xDP16 EP16", "8 PP2"."""
+    if _plain(rec):
+        return str(rec["tp"])
+    dp, pp, ep = (rec.get(k) or 1 for k in ("attention_dp", "pp", "expert_parallel"))
+    return (f"{rec['tp']}" + (f"xDP{dp}" if dp > 1 else "") + (f" PP{pp}" if pp > 1 else "")
+            + (f" EP{ep}" if ep > 1 else ""))
+
+
 @dataclass(frozen=True, kw_only=True)
 class LaunchOptions:
     """Everything a launch line says, as the plan decided it (one replica of one pool)."""
@@ -181,7 +201,7 @@ def node_commands(line: LaunchLine, o: LaunchOptions) -> list[str]:
       the other nodes `--data-parallel-start-rank k L --headless`; TP or PP wider than a node
       runs on a Ray cluster (`--distributed-executor-backend ray`, docs "Distributed
       Inference and Serving");
-    - TensorRT-LLM (docs "trtllm-serve", 1.x): `mpirun -H node0:G,node1:G -np W
+    - TensorRT-LLM (docs "trtllm-serve", 1.x): `mpirun -H NODE0_IP:G,NODE1_IP:G -np W
       trtllm-llmapi-launch trtllm-serve ...`."""
     n = o.nodes
     if n <= 1:
@@ -192,7 +212,8 @@ def node_commands(line: LaunchLine, o: LaunchOptions) -> list[str]:
                 for k in range(n)]
     if line.engine == "trtllm":  # mpirun carries the environment to every rank (-x)
         world = o.tp * o.pp * o.attention_dp
-        hosts = ",".join(f"node{k}:{min(o.gpus_per_node, world)}" for k in range(n))
+        hosts = ",".join(f"{HEAD if k == 0 else f'NODE{k}_IP'}:{min(o.gpus_per_node, world)}"
+                         for k in range(n))
         env = "".join(f"-x {k}={shlex.quote(v)} " for k, v in line.env)
         return [f"any node: mpirun {env}-H {hosts} -np {world} trtllm-llmapi-launch "
                 + replace(line, env=()).command]
@@ -203,8 +224,9 @@ def node_commands(line: LaunchLine, o: LaunchOptions) -> list[str]:
         return [f"node {k}: " + _shell(_side_channel_at(line, k), dp + (
             ["--data-parallel-start-rank", str(k * local), "--headless"] if k else []))
             for k in range(n)]
+    # the engine core, on the head, serves a P/D server's NIXL side channel for every rank
     return ([f"node 0: ray start --head --port {RAY_PORT} && "
-             + _shell(line, ["--distributed-executor-backend", "ray"])]
+             + _shell(_side_channel_at(line, 0), ["--distributed-executor-backend", "ray"])]
             + [f"node {k}: ray start --address {HEAD}:{RAY_PORT} --block" for k in range(1, n)])
 
 

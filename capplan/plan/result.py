@@ -146,6 +146,8 @@ class Recommendation:
             "gpu": c.gpu.key, "tp": s.tp, "pp": s.pp, "attention_dp": s.attention_dp,
             "expert_parallel": s.expert_parallel, "replicas": self.replicas,
             "gpus_per_replica": s.tp * s.pp * s.attention_dp,
+            "layout": describe(s.tp, s.pp, s.attention_dp, s.expert_parallel,
+                               c.gpu.interconnect.max_gpus_per_node),
             "gpus_total": self.gpus_total, "max_num_seqs": s.max_num_seqs,
             "max_num_batched_tokens": s.max_num_batched_tokens,
             "weight_dtype": s.weight_dtype, "kv_dtype": s.kv_dtype,

@@ -205,3 +205,30 @@ def test_the_sized_layout_wins_only_if_its_replay_meets_the_slos(catalog, run_cl
     assert rep["ok"] and rep["requests"] >= 600 and d["winner"] == "disaggregated"
     assert rep["ttft_s"]["p99"] <= 2 and rep["tbt_s"]["p99"] <= 0.1
     assert "the replay confirms it" in d["verdict"]
+
+
+def test_each_pool_over_hosts_meets_at_its_own_first_host(catalog) -> None:
+    # A TP 16 prefill replica (HOST0-HOST1) and TP 16 decode replicas (HOST2-HOST3, ...) each
+    # meet at their own first host: one placeholder for both pools would put the decode
+    # replica into the prefill replica's rendezvous once substituted
+    p = _plan(catalog, "llama-3.1-70b", "h100-sxm", "sglang", (16, 16), (1, 2))
+    lines = launch_lines(p)
+    for role in ("prefill", "decode"):
+        hosts = lines[f"sglang_{role}"].split("\n")
+        assert len(hosts) == 2
+        assert all(_words(h, "--dist-init-addr") == [f"{role.upper()}_NODE0_IP:5000"]
+                   for h in hosts)
+        assert "NODE0_IP" not in lines[f"sglang_{role}"].replace(f"{role.upper()}_NODE0_IP", "")
+    assert lines["sglang_hosts"].endswith(
+        "PREFILL_NODEk_IP and DECODE_NODEk_IP: host k of the replica launched (k from 0)")
+
+
+def test_a_vllm_pd_server_on_ray_advertises_its_head_for_the_kv_handshake(catalog) -> None:
+    # TP 16 over two hosts runs on Ray; the engine core, on the head, serves the NIXL side
+    # channel (VLLM_NIXL_SIDE_CHANNEL_HOST, default localhost, which a peer on another host
+    # would look for on itself): the head's line advertises the head's address
+    p = _plan(catalog, "llama-3.1-70b", "h100-sxm", "vllm", (16, 16), (1, 1))
+    for role in ("prefill", "decode"):
+        head = launch_lines(p)[f"vllm_{role}"].split("\n")[0]
+        assert "--distributed-executor-backend ray" in head
+        assert f"VLLM_NIXL_SIDE_CHANNEL_HOST={role.upper()}_NODE0_IP " in head

@@ -192,7 +192,7 @@ def test_vllm_workers_compute_their_first_rank_and_mpi_lines_are_refused() -> No
     assert "--data-parallel-start-rank $((LWS_WORKER_INDEX * 8))" in work["command"][2]
     assert "--data-parallel-address $LWS_LEADER_ADDRESS" in work["command"][2]
     with pytest.raises(InputError, match="MPI"):
-        k8s_objects(_multinode_plan("trtllm", "any node: mpirun -H node0:8,node1:8 -np 16 "
+        k8s_objects(_multinode_plan("trtllm", "any node: mpirun -H NODE0_IP:8,NODE1_IP:8 -np 16 "
                                     "trtllm-llmapi-launch trtllm-serve m --port 8000"))
 
 
@@ -329,3 +329,56 @@ def test_vllm_pd_pods_advertise_their_own_address_for_the_kv_handshake(run_cli) 
         assert env["VLLM_NIXL_SIDE_CHANNEL_HOST"]["valueFrom"] == {
             "fieldRef": {"fieldPath": "status.podIP"}}
         assert "--kv-transfer-config" in c["command"]
+
+
+def test_a_disaggregated_pool_over_hosts_is_a_leaderworkerset_behind_the_router(
+        tmp_path) -> None:
+    # DeepSeek-R1 on H100 (8-GPU hosts) under SGLang: both pools run DP 16 / EP 16, two hosts
+    # a replica. Each pool is a LeaderWorkerSet whose leader and workers run their own host's
+    # command (node rank from LWS_WORKER_INDEX, meeting at LWS_LEADER_ADDRESS), never the two
+    # hosts' lines run together; the set's own headless Service keeps the pool's name (its
+    # pods resolve under it: sigs.k8s.io/lws CreateHeadlessServiceIfNotExists), the leaders'
+    # Service is {name}-leader, and the router lists every replica's leader
+    from click.testing import CliRunner
+
+    from capplan.cli import cli
+
+    out = tmp_path / "pd.k8s.yaml"
+    res = CliRunner().invoke(cli, [
+        "recommend", "--model", "deepseek-r1", "--gpu", "h100", "--engine", "sglang", "--rate",
+        "20", "--input-len", "2000", "--output-len", "500", "--ttft-p99", "3", "--tbt-p99",
+        "0.1", "--allow-near-floor", "--verify-top", "0", "--export", str(out),
+        "--format", "json"])
+    assert res.exit_code == 0, res.output
+    d = json.loads(res.stdout)["disaggregated"]
+    assert d["winner"] == "disaggregated"
+    docs = list(yaml.safe_load_all(out.read_text()))
+    for doc in docs:
+        _validate(doc)
+    by = {(x["kind"], x["metadata"]["name"]): x for x in docs}
+    leaders = {}
+    for role in ("prefill", "decode"):
+        name = f"deepseek-r1-{role}"
+        assert ("Service", name) not in by
+        svc = by[("Service", f"{name}-leader")]["spec"]
+        assert svc["selector"]["leaderworkerset.sigs.k8s.io/worker-index"] == "0"
+        lws = by[("LeaderWorkerSet", name)]["spec"]
+        assert lws["replicas"] == d[role]["replicas"]
+        t = lws["leaderWorkerTemplate"]
+        assert t["size"] == 2
+        lead = t["leaderTemplate"]["spec"]["containers"][0]
+        work = t["workerTemplate"]["spec"]["containers"][0]
+        assert lead["command"][:3] == ["python", "-m", "sglang.launch_server"]
+        assert lead["command"].count("sglang.launch_server") == 1
+        _, _, lw, _ = parse_line(shlex.join(lead["command"]))
+        _, _, ww, _ = parse_line(shlex.join(work["command"]))
+        assert lw["--node-rank"] == "0" and ww["--node-rank"] == "$(LWS_WORKER_INDEX)"
+        assert lw["--dist-init-addr"] == ww["--dist-init-addr"] == "$(LWS_LEADER_ADDRESS):5000"
+        assert lw["--deepep-mode"] == ("normal" if role == "prefill" else "low_latency")
+        assert int(lead["resources"]["limits"]["nvidia.com/gpu"]) == 8
+        leaders[role] = [f"http://{name}-{i}.{name}:{lw['--port']}"
+                         for i in range(d[role]["replicas"])]
+    words = by[("Deployment", "deepseek-r1-router")]["spec"]["template"]["spec"][
+        "containers"][0]["command"]
+    assert [words[i + 1] for i, w in enumerate(words) if w == "--prefill"] == leaders["prefill"]
+    assert [words[i + 1] for i, w in enumerate(words) if w == "--decode"] == leaders["decode"]

@@ -39,6 +39,9 @@ VLLM_SERVE = {
     # 0.11+: SchedulerConfig.async_scheduling as a boolean option (--no- form from 0.14 on,
     # where it is the default; vLLM's own docs and launch examples)
     "--async-scheduling": False, "--no-async-scheduling": False,
+    # expert all-to-all kernels (ParallelConfig.all2all_backend, vLLM 0.11+; launch examples
+    # with deepep_low_latency / deepep_high_throughput)
+    "--all2all-backend": True,
 }
 SGLANG_SERVE = {
     "--model-path": True, "--tp": True, "--tp-size": True, "--pp-size": True, "--dp": True,
@@ -55,6 +58,9 @@ SGLANG_SERVE = {
     "--speculative-num-steps": True, "--speculative-eagle-topk": True,
     "--speculative-num-draft-tokens": True, "--enable-lora": False, "--max-lora-rank": True,
     "--enable-mixed-chunk": False, "--disable-overlap-schedule": False,
+    # DeepEP (server_args.py, 0.5: --moe-a2a-backend deepep, --deepep-mode
+    # normal|low_latency|auto)
+    "--moe-a2a-backend": True, "--deepep-mode": True,
 }
 TRTLLM_SERVE = {
     "--backend": True, "--tp_size": True, "--pp_size": True, "--ep_size": True,

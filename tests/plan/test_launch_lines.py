@@ -238,7 +238,8 @@ def test_a_replica_over_two_hosts_gets_a_command_per_host(catalog) -> None:
     assert "--headless" in v1 and "--headless" not in v0
     # its environment reaches every MPI rank through -x, not as a word after the launcher
     assert f["trtllm"].startswith("any node: mpirun -x TRTLLM_FORCE_ALLTOALL_METHOD=DeepEP "
-                                  "-H node0:8,node1:8 -np 16 trtllm-llmapi-launch trtllm-serve ")
+                                  "-H NODE0_IP:8,NODE1_IP:8 -np 16 trtllm-llmapi-launch "
+                                  "trtllm-serve ")
 
 
 def test_gb200_hosts_hold_four_gpus_of_the_rack(catalog) -> None:
@@ -298,3 +299,19 @@ def test_tensorrt_llm_without_overlap_says_so_in_its_options_file() -> None:
                                            {"vllm": 0.9, "sglang": 0.88, "trtllm": 0.9}))
     assert "--extra_llm_api_options" in line.argv
     assert "disable_overlap_scheduler: true" in "".join(line.files.values())
+
+
+def test_a_layout_past_tp_reads_as_its_gpus() -> None:
+    # "40 x h100-sxm TP 1 (640 GPUs)" misread a DP 16 / EP 16 replica as one GPU: the sentence
+    # and the table cell name what multiplies to the GPUs
+    from capplan.models.layout import describe
+    from capplan.plan.launch import layout_cell, layout_of
+
+    wide = {"tp": 1, "pp": 1, "attention_dp": 16, "expert_parallel": 16,
+            "layout": describe(1, 1, 16, 16, 8)}
+    assert layout_of(wide) == "(16 GPUs over 2 nodes: attention TP 1 x DP 16, EP 16)"
+    assert layout_cell(wide) == "1xDP16 EP16"
+    plain = {"tp": 4, "pp": 1, "attention_dp": 1, "expert_parallel": 1,
+             "layout": describe(4, 1, 1, 1, 8)}
+    assert (layout_of(plain), layout_cell(plain)) == ("TP 4", "4")
+    assert layout_cell({"tp": 8, "pp": 2, "attention_dp": 1, "expert_parallel": 1}) == "8 PP2"

@@ -96,7 +96,7 @@ def test_multinode_lines_carry_the_backend_on_every_node():
     assert all("--all2all-backend" not in line for line in old)  # 0.10-0.11.0 lack the flag
     (t,) = replica_launch(_wide("trtllm"))["trtllm"]
     assert t.startswith("any node: mpirun -x TRTLLM_FORCE_ALLTOALL_METHOD=DeepEP -H "
-                        "node0:8,node1:8 -np 16 trtllm-llmapi-launch")
+                        "NODE0_IP:8,NODE1_IP:8 -np 16 trtllm-llmapi-launch")
     assert "moe_config: {backend: WIDEEP}" in t
     s = replica_launch(_wide("sglang"))["sglang"]
     assert all("--ep-size 16 --moe-a2a-backend deepep --deepep-mode auto" in x for x in s)
@@ -222,7 +222,8 @@ def test_recommend_cli_lines_of_a_two_node_world(run_cli):
     assert all(f[e].count("\n") == 1 for e in ("vllm", "sglang"))  # a command per host
     # one MPI launch over both hosts; the variable reaches every rank through mpirun -x
     assert f["trtllm"].startswith("any node: mpirun -x TRTLLM_FORCE_ALLTOALL_METHOD=DeepEP "
-                                  "-H node0:8,node1:8 -np 16 trtllm-llmapi-launch trtllm-serve ")
+                                  "-H NODE0_IP:8,NODE1_IP:8 -np 16 trtllm-llmapi-launch "
+                                  "trtllm-serve ")
     assert "moe_config:\n  backend: WIDEEP" in f["file:trtllm:llm_api_options.yaml"]
 
 

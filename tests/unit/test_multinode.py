@@ -271,7 +271,7 @@ def test_multinode_launch_lines():
     t = lines["trtllm"]
     # the all-to-all TensorRT-LLM's step model costs (DeepEP normal), exported to every rank
     assert t[0].startswith("any node: mpirun -x TRTLLM_FORCE_ALLTOALL_METHOD=DeepEP "
-                           "-H node0:8,node1:8 -np 16 trtllm-llmapi-launch")
+                           "-H NODE0_IP:8,NODE1_IP:8 -np 16 trtllm-llmapi-launch")
 
 
 # --- recommend searches attention-DP / EP layouts and two-node worlds -----------------------
