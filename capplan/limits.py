@@ -36,6 +36,8 @@ class Bound:
     reason: str
     lo_open: bool = False
     integer: bool = False
+    lo_reason: str | None = None
+    """Why the lower end, where `reason` explains only the upper one."""
 
     def check(self, value: Any, name: str | None = None) -> float:
         """value as a float (an int when `integer`) inside the bound, else InputError."""
@@ -54,8 +56,8 @@ class Bound:
         v: float = int(value) if self.integer and isinstance(value, int) else x
         if v < self.lo or (self.lo_open and v == self.lo) or v > self.hi:
             lo = f"> {_num(self.lo)}" if self.lo_open else f">= {_num(self.lo)}"
-            raise InputError(f"{label}{_num(v)} must be {lo} and <= {_num(self.hi)} "
-                             f"({self.reason})")
+            why = self.lo_reason if self.lo_reason and v <= self.lo else self.reason
+            raise InputError(f"{label}{_num(v)} must be {lo} and <= {_num(self.hi)} ({why})")
         return int(v) if self.integer else x
 
     def field(self, integer: bool | None = None) -> Any:
@@ -97,7 +99,8 @@ CONCURRENCY = Bound("concurrency (clients)", 1, 1_000_000, integer=True,
 BATCH = Bound("batch (sequences)", 1, 1_000_000, integer=True,
               reason="vLLM's max_num_seqs is at most a few thousand")
 ENGINE_COUNT = Bound("engine limit", 1, 2**24, integer=True,
-                     reason="max_num_seqs / max_num_batched_tokens past 16.7M fit no GPU")
+                     reason="max_num_seqs / max_num_batched_tokens past 16.7M fit no GPU",
+                     lo_reason="a count of GPUs, workers, sequences or tokens: at least 1")
 PARALLEL = Bound("parallel size", 1, 128, integer=True,
                  reason="the largest NVLink domain is 72 GPUs (GB200 NVL72)")
 ENDPOINT_CONCURRENCY = Bound("concurrency (client threads)", 1, 1024, integer=True,

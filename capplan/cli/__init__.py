@@ -109,6 +109,10 @@ class CapplanGroup(click.Group):
         except UnicodeDecodeError as e:
             raise UserError(f"a file is not UTF-8 text ({e.reason} at byte {e.start}): save it "
                             "as UTF-8") from e
+        except BrokenPipeError:  # the reader left (`| head`): nothing is wrong, stop quietly
+            # (Python's docs, "Note on SIGPIPE": stdout to devnull so the final flush is quiet)
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            sys.exit(141)  # 128 + SIGPIPE, as a shell reports a command ended by it
         except OSError as e:  # a path the user gave: missing, a folder, not writable
             where = f"{e.filename}: " if getattr(e, "filename", None) else ""
             raise UserError(f"{where}{e.strerror or e}") from e
@@ -195,6 +199,7 @@ def cli() -> None:
       1    an internal error (a bug: please report it)
       2    bad input, or SLOs no configuration meets (one line, with the nearest miss)
       130  interrupted (Ctrl-C); 143 terminated (SIGTERM); nothing half-written is left
+      141  the output's reader closed it (`| head`); nothing is printed about it
     """
 
 

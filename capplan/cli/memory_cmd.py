@@ -42,6 +42,11 @@ def memory_cmd(model: str, gpu: str, fmt: str, catalog_dir: tuple[str, ...], **k
                          [Column("key", "key"), Column("value", "value (SI)")], fmt))
         return
     gib = bytes_to_gib
+    acc = dep.profile.memory
+
+    def out(part: str) -> str:
+        return ", outside budget" if acc.outside(part) else ""
+
     pairs = [
         ("model / GPU", f"{dep.model.key} on {g.key} ({dep.layout_text})"),
         ("engine", dep.profile.label),
@@ -49,12 +54,13 @@ def memory_cmd(model: str, gpu: str, fmt: str, catalog_dir: tuple[str, ...], **k
         ("KV dtype", (dep.model.torch_dtype + " (auto)") if s.kv_dtype == "auto"
          else s.kv_dtype),
         ("total memory (GiB)", f"{gib(r.total_memory_bytes):.2f}"),
-        (f"budget at {s.gpu_memory_utilization:g} (GiB)", f"{gib(r.budget_bytes):.2f}"),
+        (f"{acc.budget_label(s.gpu_memory_utilization)} (GiB)", f"{gib(r.budget_bytes):.2f}"),
         ("weights per GPU (GiB)", f"{gib(r.weights_bytes_per_gpu):.2f}"),
         *feature_rows(r),
-        ("activation peak (GiB)", f"{gib(r.activation_peak_bytes_per_gpu):.2f}"),
+        (f"activation peak{out('activation')} (GiB)",
+         f"{gib(r.activation_peak_bytes_per_gpu):.2f}"),
         ("runtime overhead (GiB)", f"{gib(r.runtime_overhead_bytes_per_gpu):.2f}"),
-        ("CUDA graphs, outside budget (GiB)", f"{gib(r.cuda_graph_bytes_per_gpu):.2f}"),
+        (f"CUDA graphs{out('cuda_graphs')} (GiB)", f"{gib(r.cuda_graph_bytes_per_gpu):.2f}"),
         ("KV cache (GiB)", f"{gib(r.kv_cache_bytes_per_gpu):.2f}"),
         ("KV per token (KiB)", f"{r.kv_bytes_per_token_per_gpu / 1024:.1f}"),
         ("KV blocks", f"{r.num_gpu_blocks} x {r.block_size} tokens"),

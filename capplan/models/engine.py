@@ -165,6 +165,20 @@ class MemoryAccounting:
     kind: str = "total"
     cudagraphs_in_budget: bool = False
 
+    def budget_label(self, frac: float) -> str:
+        """What the budget row of a memory table holds, by the rule."""
+        return {"total": f"budget at {frac:g} of total",
+                "static": f"static pools at {frac:g} of total (weights, KV)",
+                "free": f"KV cache at {frac:g} of free memory"}[self.kind]
+
+    def outside(self, part: str) -> bool:
+        """Whether `part` ("activation", "cuda_graphs") is a part the fraction leaves out,
+        beside those it covers (never under the free rule, whose figure is the KV cache
+        alone and its label says so)."""
+        if self.kind == "free":
+            return False
+        return not self.cudagraphs_in_budget if part == "cuda_graphs" else self.kind != "total"
+
     def kv_budget(self, total: float, frac: float, weights: float, activation: float,
                   non_torch: float, graphs: float) -> KvBudget:
         """Apply the rule. All arguments in bytes per GPU; `frac` is the engine's fraction."""

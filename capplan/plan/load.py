@@ -38,6 +38,16 @@ class LoadSpec:
     prefix: PrefixCache = PrefixCache()
     """What automatic prefix caching saves (models/prefix.py); none by default."""
 
+    @property
+    def open_loop_text(self) -> str:
+        """What an open-loop load was: a trace's note, or the rate and its arrivals (Poisson,
+        or gamma at the burstiness vllm bench serve's --burstiness names)."""
+        if self.source != "flags":
+            return self.source
+        arrivals = ("Poisson arrivals" if self.arrival_scv == 1.0 else
+                    f"gamma arrivals, burstiness {1.0 / self.arrival_scv:.3g}")
+        return f"open loop, {float(self.rate_per_s or 0.0):.4g} req/s, {arrivals}"
+
 
 def require_one_load(rate: float | None, concurrency: int | None, trace: str | None) -> None:
     """The one check that a load is described exactly once (latency and simulate)."""
@@ -116,7 +126,8 @@ def analytic_latency(dep: Deployment, load: LoadSpec) -> dict[str, Any]:
     res["calibration"] = dep.calibration.source
     res["model"], res["gpu"], res["tp"] = dep.model.key, dep.gpu.key, dep.settings.tp
     res["engine_settings"] = dep.settings_summary()
-    res["load"] = load.source if load.concurrency is None else f"closed loop, {load.concurrency}"
+    res["load"] = (load.open_loop_text if load.concurrency is None
+                   else f"closed loop, {load.concurrency}")
     if not res["stable"]:
         cap = float(q.capacity_rate())
         res["capacity_requests_per_s"] = cap

@@ -30,7 +30,7 @@ from capplan.limits import DEFAULT_HEADROOM
 from capplan.models.disagg import INTER_NODE, Link, decode_side_prefix, kv_transfer_s
 from capplan.models.disagg import kv_link as _nvlink_or_default
 from capplan.models.engine import engine_profile
-from capplan.models.layout import tp_from_engine_notation
+from capplan.models.layout import engine_world, tp_from_engine_notation
 from capplan.models.queueing import LengthStats, QueueModel
 from capplan.plan.deployment import (
     Deployment,
@@ -458,7 +458,7 @@ def pd_latency(layout: PdLayout, load: LoadSpec) -> dict[str, Any]:
         res["load"] = f"closed loop, {load.concurrency} clients, {prompts} requests"
     else:
         res = model.at_rate(float(load.rate_per_s or 0.0))
-        res["load"] = load.source
+        res["load"] = load.open_loop_text
     sat = res["saturated_pools"]
     res["output_tokens_per_s"] = res["requests_per_s"] * load.output_stats.mean
     res["input_tokens_per_s"] = res["requests_per_s"] * load.input_stats.mean
@@ -538,17 +538,32 @@ def build_layout(cat: Any, model: str, gpu: str, pools: PdPools, *, calibration:
 
 
 def _wider_hint(dep: Deployment, role: str) -> str:
-    """'; --prefill-tp 16 (2 nodes) fits': the smallest doubling of TP that holds the model."""
+    """'; --prefill-tp 16 (16 GPUs over 2 nodes: TP 16) fits': the smallest doubling that holds
+    the model, in the engine's own flags (SGLang's and TensorRT-LLM's --tp is the tp x dp
+    world, models/layout.engine_world). An attention-DP layout doubles its DP ranks (and its
+    EP with them where EP spans the world, as wide-EP deployments grow); others double TP."""
     s = dep.settings
-    tp = s.tp * 2
-    while tp <= 64:
+    widen_dp = s.attention_dp > 1
+    for k in range(1, 7):
+        f = 2 ** k
+        if widen_dp:
+            ep = s.expert_parallel * f if s.expert_parallel == s.tp * s.attention_dp else (
+                s.expert_parallel)
+            cand = s.with_(attention_dp=s.attention_dp * f, expert_parallel=ep)
+        else:
+            cand = s.with_(tp=s.tp * f)
         try:
-            wider = build_deployment(dep.model, dep.gpu, s.with_(tp=tp), dep.calibration)
+            wider = build_deployment(dep.model, dep.gpu, cand, dep.calibration)
         except InputError:
             return ""
         if wider.memory.fits:
-            return f"; --{role}-tp {tp} ({wider.layout_text}) fits"
-        tp *= 2
+            cs = wider.settings
+            flags = f"--{role}-tp {engine_world(dep.profile.name, cs.tp, cs.attention_dp)['tp']}"
+            if widen_dp:
+                flags += f" --{role}-attention-dp {cs.attention_dp}"
+                flags += (f" --{role}-expert-parallel {cs.expert_parallel}"
+                          if cs.expert_parallel > 1 else "")
+            return f"; {flags} ({wider.layout_text}) fits"
     return ""
 
 

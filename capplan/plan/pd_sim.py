@@ -131,7 +131,8 @@ def _result(layout: PdLayout, reqs: Requests, run: PdReplay, overhead: float
     t0, t1 = float(run.sent_at_s.min()), float(run.finished_at_s.max())
     span = t1 - t0 if t1 > t0 else math.nan
     gaps, counts = _gaps(run.decode_runs)
-    pools = {"prefill": _pool(layout, "prefill", run), "decode": _pool(layout, "decode", run)}
+    pools = {"prefill": _pool(layout, "prefill", run, span),
+             "decode": _pool(layout, "decode", run, span)}
     closed = reqs.concurrency is not None
     if closed:
         cycle = float(np.mean(e2e))
@@ -176,7 +177,11 @@ def _gaps(runs: list[tuple[np.ndarray, Any]]) -> tuple[np.ndarray, np.ndarray]:
     return np.concatenate(vals), np.concatenate(wts).astype(float)
 
 
-def _pool(layout: PdLayout, role: str, run: PdReplay) -> dict[str, Any]:
+def _pool(layout: PdLayout, role: str, run: PdReplay, span: float) -> dict[str, Any]:
+    """A pool's figures; its rate per worker over the whole replay's `span` (first request sent
+    to last finished), as the system's rate is: a prefill worker's own span ends with its last
+    prompt, long before the decodes do, and read over it the pool seemed to serve more than
+    the system did."""
     dep, n = ((layout.prefill, layout.prefill_workers) if role == "prefill"
               else (layout.decode, layout.decode_workers))
     runs = run.prefill_runs if role == "prefill" else run.decode_runs
@@ -188,7 +193,8 @@ def _pool(layout: PdLayout, role: str, run: PdReplay) -> dict[str, Any]:
     out: dict[str, Any] = {
         "workers": n, "gpus_per_worker": dep.gpus_per_replica, "layout": dep.layout_text,
         "engine_settings": dep.settings_summary(),
-        "requests_per_s_per_worker": float(np.mean([p["requests_per_s"] for p in per])),
+        "requests_per_s_per_worker": float(np.mean([len(rec.arrival_at_s) for _, rec in runs])
+                                           / span),
         "mean_running_batch": float(np.mean([p["mean_running_batch"] for p in per])),
         "kv_peak_utilization": float(max(p["kv_peak_utilization"] for p in per)),
         "preemptions": int(sum(p["preemptions"] for p in per)),

@@ -190,3 +190,23 @@ def test_subprocess_memory_json(run_module):
     res = run_module("memory", *LLAMA, "--format", "json")
     assert res.exit_code == 0, res.stderr
     assert json.loads(res.stdout)["kv_bytes_per_token_per_gpu"] == 131_072
+
+
+@pytest.mark.parametrize("engine", ["vllm", "sglang", "trtllm"])
+def test_the_budget_row_holds_what_its_engine_counts_in_it(run_cli, engine):
+    # vLLM's fraction of total memory holds weights, activations, runtime overhead and the KV
+    # cache; SGLang's static pools hold weights, overhead and KV (activations and CUDA graphs
+    # outside); TensorRT-LLM's fraction is the KV cache's share of free memory. The budget row
+    # is the sum of the rows its label names, and the rows left out say so.
+    rows = {}
+    for line in run_cli("memory", "--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--engine",
+                        engine).stdout.splitlines()[2:]:
+        key, _, val = line.rpartition("  ")
+        rows[key.strip()] = val.strip()
+    budget = next(float(v) for k, v in rows.items() if " of " in k and "(GiB)" in k)
+    act = next(k for k in rows if k.startswith("activation peak"))
+    parts = {"vllm": ["weights per GPU (GiB)", act, "runtime overhead (GiB)", "KV cache (GiB)"],
+             "sglang": ["weights per GPU (GiB)", "runtime overhead (GiB)", "KV cache (GiB)"],
+             "trtllm": ["KV cache (GiB)"]}[engine]
+    assert budget == pytest.approx(sum(float(rows[k]) for k in parts), abs=0.02)
+    assert ("outside budget" in act) is (engine == "sglang")
