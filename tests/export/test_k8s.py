@@ -225,11 +225,12 @@ def test_vllm_over_hosts_on_ray_starts_the_cluster_in_every_pod() -> None:
     assert lead["ports"][0]["containerPort"] == 8000 and "ports" not in work
 
 
-def _pd_export(tmp_path: Path, engine: str, *extra: str
+def _pd_export(tmp_path: Path, engine: str, *extra: str, model: str = "deepseek-v3",
+               gpu: str = "h200", rate: str = "10", ttft: str = "2"
                ) -> tuple[dict[str, Any], dict[tuple[str, str], dict[str, Any]]]:
-    """`recommend` for DeepSeek-V3 on H200 (10 req/s, 2,000/500 tokens; the issue's SLOs)
-    exported to Kubernetes, its disaggregated layout the winner: (the plan's disaggregated
-    block, every object validated by (kind, name))."""
+    """`recommend` for DeepSeek-V3 on H200 (10 req/s, 2,000/500 tokens; the issue's SLOs; or
+    the model, GPU, rate and TTFT p99 given) exported to Kubernetes, its disaggregated layout
+    the winner: (the plan's disaggregated block, every object validated by (kind, name))."""
     from click.testing import CliRunner
 
     from capplan.cli import cli
@@ -238,8 +239,8 @@ def _pd_export(tmp_path: Path, engine: str, *extra: str
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("CAPPLAN_HOME", str(tmp_path))
         res = CliRunner().invoke(cli, [
-            "recommend", "--model", "deepseek-v3", "--gpu", "h200", "--engine", engine,
-            "--rate", "10", "--input-len", "2000", "--output-len", "500", "--ttft-p99", "2",
+            "recommend", "--model", model, "--gpu", gpu, "--engine", engine,
+            "--rate", rate, "--input-len", "2000", "--output-len", "500", "--ttft-p99", ttft,
             "--tbt-p99", "0.1", *extra, "--export", str(out), "--format", "json"])
     assert res.exit_code == 0, res.output
     d = json.loads(res.stdout)["disaggregated"]
@@ -339,23 +340,8 @@ def test_a_disaggregated_pool_over_hosts_is_a_leaderworkerset_behind_the_router(
     # hosts' lines run together; the set's own headless Service keeps the pool's name (its
     # pods resolve under it: sigs.k8s.io/lws CreateHeadlessServiceIfNotExists), the leaders'
     # Service is {name}-leader, and the router lists every replica's leader
-    from click.testing import CliRunner
-
-    from capplan.cli import cli
-
-    out = tmp_path / "pd.k8s.yaml"
-    res = CliRunner().invoke(cli, [
-        "recommend", "--model", "deepseek-r1", "--gpu", "h100", "--engine", "sglang", "--rate",
-        "20", "--input-len", "2000", "--output-len", "500", "--ttft-p99", "3", "--tbt-p99",
-        "0.1", "--allow-near-floor", "--verify-top", "0", "--export", str(out),
-        "--format", "json"])
-    assert res.exit_code == 0, res.output
-    d = json.loads(res.stdout)["disaggregated"]
-    assert d["winner"] == "disaggregated"
-    docs = list(yaml.safe_load_all(out.read_text()))
-    for doc in docs:
-        _validate(doc)
-    by = {(x["kind"], x["metadata"]["name"]): x for x in docs}
+    d, by = _pd_export(tmp_path, "sglang", "--allow-near-floor", "--verify-top", "0",
+                       model="deepseek-r1", gpu="h100", rate="20", ttft="3")
     leaders = {}
     for role in ("prefill", "decode"):
         name = f"deepseek-r1-{role}"
