@@ -20,7 +20,7 @@ JSON (SI units, the keys DESIGN.md lists).
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -88,11 +88,8 @@ class MemoryResult:
         return self.deployment.warnings()
 
     def to_dict(self) -> dict[str, Any]:
-        d = self.deployment
-        return _jsonable({"model": d.model.key, "gpu": d.gpu.key, "tp": d.settings.tp,
-                          "pp": d.settings.pp, "engine": d.settings.engine,
-                          "engine_profile": d.profile.label, **asdict(d.memory),
-                          "engine_settings": d.settings_summary()})
+        """`capplan memory --format json` (plan.deployment.Deployment.memory_json)."""
+        return _jsonable(self.deployment.memory_json())
 
 
 def memory(model: str, gpu: str, **kw: Any) -> MemoryResult:
@@ -115,6 +112,7 @@ class SpeedResult:
     def to_dict(self) -> dict[str, Any]:
         d = self.deployment
         return _jsonable({"model": d.model.key, "gpu": d.gpu.key, "tp": d.settings.tp,
+                          **d.resolved_dtypes(),
                           "calibration": d.calibration.source, "rows": self.rows,
                           "knee_batch": self.knee_batch, "excluded": self.excluded,
                           "max_batch": self.max_batch, "prefill": self.prefill,
@@ -193,8 +191,8 @@ def latency(model: str, gpu: str, *, rate: float | None = None, concurrency: int
                       window_s=window_s or WINDOW_S)
     from capplan.plan.bands import attach_bands
 
-    return LatencyResult.from_dict(attach_bands(answer(dep, load, spec), dep.profile.name,
-                                                concurrency))
+    return LatencyResult.from_dict({**attach_bands(answer(dep, load, spec), dep.profile.name,
+                                                   concurrency), **dep.resolved_dtypes()})
 
 
 def simulate(model: str, gpu: str, *, rate: float | None = None,
@@ -235,13 +233,15 @@ def simulate(model: str, gpu: str, *, rate: float | None = None,
                          progress=progress, fleet=fleet, benchmark=bench)
     from capplan.plan.bands import attach_bands
 
-    return LatencyResult.from_dict(attach_bands({**res["head"], **res["results"][scheduler]},
-                                                dep.profile.name, concurrency))
+    return LatencyResult.from_dict({**res["head"], **dep.resolved_dtypes(), **attach_bands(
+        res["results"][scheduler], dep.profile.name, concurrency)})
 
 
 def run_plan(path_or_plan: str | Path | dict[str, Any], *, verify: bool = True,
-             catalog_dirs: tuple[str, ...] = ()) -> PlanResult:
-    """Run a plan file (a path, or the same content as a dict), as `capplan plan` does.
+             catalog_dirs: tuple[str, ...] = (), disagg: bool = False) -> PlanResult:
+    """Run a plan file (a path, or the same content as a dict), as `capplan plan` does;
+    `disagg`: also size a disaggregated prefill/decode layout and say which wins (as
+    `capplan recommend` does by default; JSON `disaggregated`).
 
     (Named run_plan because `capplan.plan` is the planner's package.)"""
     from capplan.plan.planner import run_plan as _run_plan
@@ -264,48 +264,82 @@ def run_plan(path_or_plan: str | Path | dict[str, Any], *, verify: bool = True,
 
         base = None if isinstance(path_or_plan, dict) else Path(path_or_plan).parent
         return run_day_plan(load_catalog(catalog_dirs), spec, verify_fn, base=base)
-    return _run_plan(load_catalog(catalog_dirs), spec, verify_fn)
+    return _run_plan(load_catalog(catalog_dirs), spec, verify_fn, disagg=disagg)
+
+
+def _as_list(v: Any) -> list[Any] | None:
+    """A searched option: one value or several (None: the plan's default)."""
+    if v is None:
+        return None
+    return [v] if isinstance(v, str | int | float) else list(v)
+
+
+def _refuse_unknown(fn: str, unknown: dict[str, Any], known: list[str]) -> None:
+    """InputError naming keywords `fn` does not take (not a TypeError from deep inside)."""
+    if unknown:
+        raise InputError(f"{fn}: unknown keyword(s) {', '.join(sorted(unknown))}: expected "
+                         f"{', '.join(known)}")
 
 
 def recommend(model: str, *, rate: float | None = None, input_len: str | int = 512,
               output_len: str | int = 256, ttft_p99_s: float | None = None,
               tbt_p99_s: float | None = None, e2e_p99_s: float | None = None,
-              gpus: list[str] | tuple[str, ...] = (), engine: str = "vllm",
+              gpus: str | list[str] | tuple[str, ...] = (), engine: str = "vllm",
               verify: bool = True, catalog_dirs: tuple[str, ...] = (),
               tpot_p99_s: float | None = None, tpot_mean_s: float | None = None,
               trace: str | Path | None = None, rate_curve: Any = None,
-              day: dict[str, Any] | None = None) -> Any:
-    """GPU type and count, TP, replicas and engine settings for one lane of traffic.
+              day: dict[str, Any] | None = None, disagg: bool = True,
+              tp: int | list[int] | None = None, weight_dtype: str | list[str] | None = None,
+              kv_dtype: str | list[str] | None = None, max_model_len: int | None = None,
+              max_num_seqs: int | list[int] | None = None,
+              max_num_batched_tokens: int | list[int] | None = None,
+              headroom: float | str | None = None, objective: str = "min_cost",
+              prices: dict[str, float] | None = None, calibration: str | None = None,
+              **unknown: Any) -> Any:
+    """GPU type and count, TP, replicas and engine settings for one lane of traffic, as
+    `capplan recommend` plans them (the same plan dict, capplan.plan.recommend_doc).
 
     Give `rate` (requests/s), or a day of traffic: `trace` (a trace file) or `rate_curve` (a
     list of {at: 'HH:MM', rate_per_s} or a CSV path); then the result is a DayPlan (replicas
     per window, GPU-hours and cost autoscaled vs a fixed fleet; docs/day-planning.md) and
     `day` takes the plan file's `day:` settings (window_s, min_replicas, load_from,
-    load_gb_per_s, engine_startup_s, replay)."""
+    load_gb_per_s, engine_startup_s, replay). `gpus`: one GPU name or a list. The search
+    options are the CLI's: `tp`, `weight_dtype`, `kv_dtype`, `max_num_seqs`,
+    `max_num_batched_tokens` (a value or a list of values to search), `max_model_len`,
+    `headroom` (a fraction or "auto"), `objective`, `prices` ({gpu: USD per GPU-hour}),
+    `calibration`; `disagg` (default True, as the CLI's --disagg): also size a disaggregated
+    prefill/decode layout and say which wins (`--no-disagg`: disagg=False)."""
+    from capplan.plan.recommend_doc import SearchOptions, recommend_doc
+
+    _refuse_unknown("recommend", unknown, [
+        "rate", "input_len", "output_len", "ttft_p99_s", "tbt_p99_s", "e2e_p99_s", "gpus",
+        "engine", "verify", "catalog_dirs", "tpot_p99_s", "tpot_mean_s", "trace",
+        "rate_curve", "day", "disagg", "tp", "weight_dtype", "kv_dtype", "max_model_len",
+        "max_num_seqs", "max_num_batched_tokens", "headroom", "objective", "prices",
+        "calibration"])
     check_names(model=model)
     check_kwargs(rate=rate, ttft_p99_s=ttft_p99_s, tbt_p99_s=tbt_p99_s, e2e_p99_s=e2e_p99_s,
-                 engine=engine)
+                 engine=engine, max_model_len=max_model_len)
     if sum(x is not None for x in (rate, trace, rate_curve)) != 1:
         raise InputError("give exactly one of rate, trace or rate_curve")
     load: dict[str, Any] = ({"rate_per_s": rate} if rate is not None else
                             {"trace": str(trace)} if trace is not None else
                             {"rate_curve": rate_curve if isinstance(rate_curve, list)
                              else str(rate_curve)})
-    doc: dict[str, Any] = {
-        "version": 1, "model": model,
-        "candidates": {"gpus": list(gpus)} if gpus else {},
-        "engine": {"name": engine} if engine != "vllm" else {},
-        **({"day": day} if day else {}),
-        "workloads": [{"name": "default", **load, "input_len": str(input_len),
-                       "output_len": str(output_len),
-                       "slo": {k: v for k, v in (("ttft_p99_s", ttft_p99_s),
-                                                 ("tbt_p99_s", tbt_p99_s),
-                                                 ("e2e_p99_s", e2e_p99_s),
-                                                 ("tpot_p99_s", tpot_p99_s),
-                                                 ("tpot_mean_s", tpot_mean_s))
-                               if v is not None}}],
-    }
-    return run_plan(doc, verify=verify, catalog_dirs=catalog_dirs)
+    lane = {"name": "default", **load, "input_len": str(input_len),
+            "output_len": str(output_len),
+            "slo": {k: v for k, v in (("ttft_p99_s", ttft_p99_s), ("tbt_p99_s", tbt_p99_s),
+                                      ("e2e_p99_s", e2e_p99_s), ("tpot_p99_s", tpot_p99_s),
+                                      ("tpot_mean_s", tpot_mean_s)) if v is not None}}
+    opts = SearchOptions(
+        gpus=tuple(_as_list(gpus) or ()), tp=_as_list(tp), prices=dict(prices or {}),
+        weight_dtypes=tuple(_as_list(weight_dtype) or ()),
+        kv_dtypes=tuple(_as_list(kv_dtype) or ()), max_num_seqs=_as_list(max_num_seqs),
+        max_num_batched_tokens=_as_list(max_num_batched_tokens), max_model_len=max_model_len,
+        engine=engine, calibration=None if calibration is None else str(calibration),
+        objective=objective, **({} if headroom is None else {"headroom": headroom}))
+    return run_plan(recommend_doc(model, lane, opts, day), verify=verify,
+                    catalog_dirs=catalog_dirs, disagg=disagg)
 
 
 def disaggregated(model: str, gpu: str, *, prefill_workers: int, decode_workers: int,
@@ -418,5 +452,7 @@ def verify(plan: str | Path | dict[str, Any], *, endpoint: str | None = None,
     VerifyOptions' fields (served_model, requests, seed, trace, timeout_s, calibration_out)."""
     from capplan.plan.verify_endpoint import VerifyOptions, verify_plan
 
+    known = [f.name for f in fields(VerifyOptions)]
+    _refuse_unknown("verify", {k: v for k, v in kw.items() if k not in known}, known)
     return verify_plan(plan, VerifyOptions(endpoint=endpoint, write_dataset=write_dataset,
                                            client=client, **kw))

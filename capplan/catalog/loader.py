@@ -38,6 +38,28 @@ class _Loader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # type: ignore[mi
     and the strict schemas refused them."""
 
 
+class _DuplicateKey(yaml.constructor.ConstructorError):
+    """A mapping names a key twice (PyYAML keeps the last silently)."""
+
+
+def _construct_mapping(self: Any, node: yaml.Node, deep: bool = False) -> Any:
+    """SafeConstructor.construct_mapping refusing duplicate keys: a plan with two `model:`
+    keys planned the second, and two `workloads:` gave an error about the wrong one. YAML 1.2
+    (section 3.2.1.1) requires mapping keys to be unique; merge keys (`<<`) are exempt."""
+    if isinstance(node, yaml.MappingNode):
+        seen: set[Any] = set()
+        for key_node, _ in node.value:
+            if not isinstance(key_node, yaml.ScalarNode) or \
+                    key_node.tag == "tag:yaml.org,2002:merge":
+                continue
+            key = self.construct_object(key_node)
+            if key in seen:
+                raise _DuplicateKey(None, None, f"duplicate key {key!r}", key_node.start_mark)
+            seen.add(key)
+    return yaml.constructor.SafeConstructor.construct_mapping(self, node, deep)
+
+
+_Loader.construct_mapping = _construct_mapping  # type: ignore[method-assign]
 _Loader.add_implicit_resolver(
     "tag:yaml.org,2002:float",
     re.compile(r"^[-+]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)[eE][-+]?[0-9]+$"),
@@ -61,7 +83,8 @@ def read_yaml(path: Path) -> Any:
         mark = getattr(e, "problem_mark", None)
         where = f"{path}:{mark.line + 1}" if mark is not None else str(path)
         problem = getattr(e, "problem", None) or str(e).splitlines()[0]
-        raise InputError(f"{where}: YAML syntax error: {problem}") from e
+        kind = "" if isinstance(e, _DuplicateKey) else "YAML syntax error: "
+        raise InputError(f"{where}: {kind}{problem}") from e
 
 
 def validation_message(e: ValidationError, valid_keys: list[str] | None = None) -> str:

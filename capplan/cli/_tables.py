@@ -18,9 +18,7 @@ def resolved_dtypes(dep: Any) -> dict[str, str]:
     """The dtypes a deployment runs in, `auto` resolved: weights as the memory model loads them
     (the checkpoint's own, e.g. mxfp4 experts), KV in the model's activation dtype (vLLM's
     --kv-cache-dtype auto)."""
-    kv = dep.settings.kv_dtype
-    return {"weight_dtype": dep.memory.weight_dtype,
-            "kv_dtype": dep.model.torch_dtype if kv == "auto" else kv}
+    return dict(dep.resolved_dtypes())  # one home: plan.deployment.Deployment
 
 
 def dtype_text(dtypes: dict[str, str], settings: Any) -> str:

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict
-
 import click
 
 from capplan.cli._features import feature_options
@@ -29,11 +27,7 @@ def memory_cmd(model: str, gpu: str, fmt: str, catalog_dir: tuple[str, ...], **k
     """VRAM per GPU: weights, activations, overhead, paged KV cache, max concurrency."""
     dep = deployment_from_options(catalog_dir, model, gpu, kw, require_fit=False)
     r, s, g = dep.memory, dep.settings, dep.gpu
-    data = {"model": dep.model.key, "gpu": g.key, "tp": s.tp, "pp": s.pp,
-            "engine": s.engine, "engine_profile": dep.profile.label, **asdict(r),
-            "expert_parallel": s.expert_parallel, "gpus_per_replica": dep.gpus_per_replica,
-            "replica_kv_cache_tokens": r.replica_kv_cache_tokens,
-            "nodes_per_replica": dep.nodes, "layout": dep.layout_text}
+    data = dep.memory_json()
     if fmt == "json":
         emit(to_json(data))
         return

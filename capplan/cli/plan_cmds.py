@@ -368,22 +368,16 @@ def recommend_cmd(model: str, rate: float | None, input_len: str, output_len: st
         lane["prefix"] = ({"shared_tokens": spec.shared_tokens, "share": spec.share_frac}
                           if spec.shared_tokens else {"turns": spec.turns, "think_s": spec.think_s}
                           if spec.turns > 1 else {"hit_rate": spec.hit_rate})
-    plan = PlanFile.model_validate({
-        "model": model,
-        "candidates": {"gpus": list(gpus) or None, "tp": tps, "prices": price_map,
-                       "weight_dtypes": list(weight_dtypes) or ["auto"],
-                       "kv_dtypes": list(kv_dtypes) or ["auto"]},
-        "engine": {"name": engine.lower(), "max_num_seqs": max_num_seqs,
-                   "max_num_batched_tokens": max_num_batched_tokens,
-                   "max_model_len": max_model_len,
-                   "gpu_memory_utilization": gpu_memory_utilization, **feat_engine},
-        "calibration": calibration,
-        "workloads": [{**lane, **feat_lane}],
-        "objective": objective, "headroom": headroom, "verify": {"top": verify_top},
-        "allow_near_floor": allow_near_floor,
-        **({"workloads": [{**lane, **feat_lane, **day["lane"]}], "day": day["day"]}
-           if day["lane"] else {}),
-    })
+    from capplan.plan.recommend_doc import SearchOptions, recommend_doc
+
+    opts = SearchOptions(
+        gpus=gpus, tp=tps, prices=price_map, weight_dtypes=weight_dtypes, kv_dtypes=kv_dtypes,
+        max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
+        max_model_len=max_model_len, engine=engine, gpu_memory_utilization=gpu_memory_utilization,
+        calibration=calibration, objective=objective, headroom=headroom, verify_top=verify_top,
+        allow_near_floor=allow_near_floor, engine_features=feat_engine)
+    plan = PlanFile.model_validate(recommend_doc(model, {**lane, **feat_lane, **day["lane"]},
+                                                 opts, day["day"] if day["lane"] else None))
     with _verifier(verify_top > 0, jobs) as verify:
         if plan.is_day:
             from capplan.plan.day_run import run_day_plan

@@ -321,6 +321,11 @@ class EngineProfile:
     budget_covers_model_len: bool = False
     """The default token budget is at least max_model_len (vLLM V0 without chunked prefill:
     `max_num_batched_tokens = max(max_model_len, 2048)`, so a whole prompt always fits)."""
+    fp8_needs_fp8_cores: tuple[str, ...] = ()
+    """What of fp8 the engine runs only on GPUs with FP8 tensor cores (Ada, Hopper or later,
+    sm89+: the GPU catalog's `fp8_dense_tflops`, GpuSpec.supports("fp8")): "weights" (an FP8
+    checkpoint or on-the-fly FP8), "kv" (an fp8 KV cache). Empty: the engine runs both on
+    Ampere too (vLLM and SGLang: FP8 weights as W8A16 Marlin kernels; sources["fp8"])."""
 
     def __post_init__(self) -> None:
         # the scheduler forms batches a step ahead exactly when the host work overlaps
@@ -330,6 +335,20 @@ class EngineProfile:
 
     def defaults(self, gpu: GpuLike, tp: int = 1) -> EngineDefaults:
         return self.defaults_rule(gpu, tp)
+
+    def fp8_refusal(self, gpu: GpuLike, fp8_weights: bool, kv_dtype: str) -> str | None:
+        """Why this engine cannot run the dtypes on `gpu` (one line), or None when it can:
+        fp8 the engine runs only on FP8 tensor cores (`fp8_needs_fp8_cores`)."""
+        if gpu.supports("fp8"):
+            return None
+        what = [w for w, on in (("weights", fp8_weights), ("kv", kv_dtype == "fp8"))
+                if on and w in self.fp8_needs_fp8_cores]
+        if not what:
+            return None
+        flag = "--weight-dtype fp8" if what[0] == "weights" else "--kv-dtype fp8"
+        return (f"{flag}: {self.name} {self.version} runs FP8 only on GPUs with FP8 tensor "
+                f"cores (Ada, Hopper or later; sm89+), which {gpu.name} lacks; use a 16-bit "
+                "dtype or vllm/sglang (FP8 weights as W8A16 Marlin kernels on Ampere)")
 
     def option_launch(self) -> tuple[tuple[str, ...], tuple[str, ...]]:
         """What the options applied (`options`) add to the engine's launch line: its
@@ -433,6 +452,11 @@ VLLM_0_11 = EngineProfile(
     option_flags={"overlap": "--async-scheduling", "no-overlap": "--no-async-scheduling"},
     sources={
         "host_costs": HOST_COSTS_SOURCE,
+        "fp8": "Ampere runs FP8 weights as W8A16: docs features/quantization 'Supported "
+               "Hardware' (Marlin (GPTQ/AWQ/FP8) on Ampere; FP8 W8A8 from Ada), "
+               "model_executor/layers/quantization/fp8.py use_marlin when not "
+               "has_device_capability(89) (github:vllm-project/vllm pull 5975); fp8 KV "
+               "cache on non-Hopper GPUs through FlashInfer/Triton (pull 24577, 0.11)",
         "host_overlap": "off: vllm/config/scheduler.py SchedulerConfig.async_scheduling "
                         "defaults to False through 0.13 (opt-in --async-scheduling since "
                         "0.10)",
@@ -484,6 +508,11 @@ SGLANG = EngineProfile(
                 "expert_parallel": "--ep-size {n}"},
     sources={
         "host_costs": HOST_COSTS_SOURCE,
+        "fp8": "Ampere runs FP8 weights as W8A16 Marlin: python/sglang/srt/layers/"
+               "quantization/fp8_utils.py can_auto_enable_marlin_fp8 (80 <= sm < 89), read "
+               "by Fp8LinearMethod; fp8_e4m3 KV through FlashInfer, which dequantizes it on "
+               "sm80 (github:EricLBuehler/mistral.rs issue 1570: 'works fine on vllm and "
+               "sglang' on an sm86 GPU)",
         "host_overlap": "on: python/sglang/srt/server_args.py disable_overlap_schedule "
                         "defaults to False (the overlap scheduler, default since v0.4.0); "
                         "--enable-mixed-chunk is the mixed-chunk option",
@@ -542,8 +571,16 @@ TRTLLM = EngineProfile(
                 "attention_dp": "--extra_llm_api_options attention_dp.yaml",
                 "expert_parallel": "--ep_size {n}"},
     attention_dp_tp1=True,
+    fp8_needs_fp8_cores=("weights", "kv"),
     sources={
         "host_costs": HOST_COSTS_SOURCE,
+        "fp8": "no FP8 on Ampere: support matrix (nvidia.github.io/TensorRT-LLM/0.18.2/"
+               "reference/support-matrix.html, Precision: 'Ampere (SM80, SM86) - FP32, FP16, "
+               "BF16, INT8, INT4', FP8 from Ada SM89 and Hopper SM90); features/quantization "
+               "(1.x): 'The default PyTorch backend supports FP4 and FP8 quantization on the "
+               "latest Blackwell and Hopper GPUs'; Model Optimizer support matrix "
+               "(nvidia.github.io/Model-Optimizer/guides/0_support_matrix.html): FP8 'GPUs: "
+               "Ada and Later'",
         "host_overlap": "on: tensorrt_llm/llmapi/llm_args.py TorchLlmArgs."
                         "disable_overlap_scheduler defaults to False (PyTorch backend, 1.x)",
         "prefill_worker_overlap": "off: examples/disaggregated/README.md (1.x), context "

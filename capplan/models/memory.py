@@ -384,6 +384,16 @@ def validate_settings(model: ModelSpec, s: EngineSettings, gpu: GpuSpec | None =
     validate_layout(model, s)
     if gpu is not None:
         validate_span(s, gpu)
+        why = fp8_refusal(model, s, gpu)
+        if why:
+            raise InputError(why)
+
+
+def fp8_refusal(model: ModelSpec, s: EngineSettings, gpu: GpuSpec) -> str | None:
+    """Why the settings' engine cannot run their fp8 weights or KV cache on `gpu`, or None
+    (EngineProfile.fp8_refusal; an FP8 checkpoint under weight dtype auto counts as fp8)."""
+    dt = weight_dtypes(model, s.weight_dtype)
+    return s.profile.fp8_refusal(gpu, "fp8" in (dt.compute_dtype, dt.label), s.kv_dtype)
 
 
 def validate_span(s: EngineSettings, gpu: GpuSpec) -> None:

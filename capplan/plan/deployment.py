@@ -8,7 +8,7 @@ checkpoint's implied dtype applies to `auto`, and the fit check is made once.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
 from capplan.catalog.calibration import (
@@ -151,6 +151,25 @@ class Deployment:
         """The DeepEP mode the replica's expert all-to-all runs in, as its step model costs it
         and its launch lines set it; None when it runs none (models/perf.settings_deepep_mode)."""
         return settings_deepep_mode(self.settings, self.gpu.network_domain)
+
+    def resolved_dtypes(self) -> dict[str, str]:
+        """The dtypes the deployment runs in, `auto` resolved: weights as the memory model
+        loads them (the checkpoint's own, e.g. mxfp4 experts), KV in the model's activation
+        dtype (vLLM's --kv-cache-dtype auto). JSON `weight_dtype`, `kv_dtype` of latency,
+        simulate and speed."""
+        kv = self.settings.kv_dtype
+        return {"weight_dtype": self.memory.weight_dtype,
+                "kv_dtype": self.model.torch_dtype if kv == "auto" else kv}
+
+    def memory_json(self) -> dict[str, object]:
+        """`capplan memory --format json` and `capplan.memory(...).to_dict()`: the memory
+        report (SI units) with the layout it is for."""
+        r, s = self.memory, self.settings
+        return {"model": self.model.key, "gpu": self.gpu.key, "tp": s.tp, "pp": s.pp,
+                "engine": s.engine, "engine_profile": self.profile.label, **asdict(r),
+                "expert_parallel": s.expert_parallel, "gpus_per_replica": self.gpus_per_replica,
+                "replica_kv_cache_tokens": r.replica_kv_cache_tokens,
+                "nodes_per_replica": self.nodes, "layout": self.layout_text}
 
     def settings_summary(self) -> dict[str, object]:
         """The resolved engine settings every output reports (JSON keys, SI)."""

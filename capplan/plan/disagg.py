@@ -74,7 +74,9 @@ class DisaggPlan:
                     "gpus_total": p.gpus, "max_num_seqs": p.dep.settings.max_num_seqs,
                     "max_num_batched_tokens": p.dep.settings.max_num_batched_tokens,
                     "rate_per_replica_per_s": p.rate_per_replica_per_s,
-                    "ttft_p99_s": p.ttft_p99_s, "tbt_p99_s": p.tbt_p99_s,
+                    # a prefill pool streams no tokens: no TBT (null, as the CLI's JSON)
+                    "ttft_p99_s": p.ttft_p99_s,
+                    "tbt_p99_s": None if math.isnan(p.tbt_p99_s) else p.tbt_p99_s,
                     "cost_per_hour": p.cost_per_hour}
         return {"prefill": pool(self.prefill), "decode": pool(self.decode),
                 "ratio": f"{self.prefill.replicas}:{self.decode.replicas}",

@@ -56,6 +56,7 @@ from capplan.plan.search import (
     build_candidates,
     nearest_miss,
     rank_key,
+    refused,
     searched_budgets,
 )
 from capplan.plan.search_bound import MAX_REPLICAS, NEAR_FLOOR_FRAC, planner_search
@@ -406,11 +407,21 @@ def _groups(cat: Catalog, model: ModelSpec, space: SearchSpace, keep: Keep | Non
             f"{model.num_attention_heads} attention heads (and divide or be a multiple of the "
             f"{model.num_kv_heads} KV heads) and fit in one node")
     if not groups:
+        why, every = refused(cat, model, space)
+        if every:
+            raise InfeasibleError(f"no configuration of {model.key} to search on "
+                                  f"{', '.join(g.key for g in space.gpus)}: {'; '.join(why)}")
         raise InfeasibleError(
             f"{model.key} does not fit on any candidate GPU ({', '.join(g.key for g in space.gpus)}"
             f") with TP in {list(space.tps)} at max_model_len {space.max_model_len}: add larger "
-            "GPUs, more TP, or a smaller dtype")
+            "GPUs, more TP, or a smaller dtype" + _refused_note(cat, model, space))
     return groups
+
+
+def _refused_note(cat: Catalog, model: ModelSpec, space: SearchSpace) -> str:
+    """"; not searched: ..." for configurations the engine cannot run (search.refused)."""
+    why, _ = refused(cat, model, space)
+    return f"; not searched: {'; '.join(why)}" if why else ""
 
 
 def near_floor(c: Candidate) -> bool:
@@ -511,7 +522,10 @@ def _plan_pool(cat: Catalog, plan: PlanFile, resolved: ResolvedModel, lanes: lis
     found = planner_search(groups, t, plan.headroom, plan.objective, best_only,
                            submit=getattr(verify, "submit", None))
     key = rank_key(plan.objective)
-    shortlist, warnings = _shortlist(found, t, plan, key)
+    try:
+        shortlist, warnings = _shortlist(found, t, plan, key)
+    except InfeasibleError as e:  # say what the search left out, if anything
+        raise InfeasibleError(str(e) + _refused_note(cat, model, pool.space)) from None
     ranked = [_recommendation(c, found, t) for c in shortlist]
     curves: dict[tuple[int, int], Curve] = {}
 

@@ -26,7 +26,7 @@ from capplan.limits import DEFAULT_HEADROOM
 from capplan.models.calibration import Calibration
 from capplan.models.engine import EngineSettings, engine_profile
 from capplan.models.features import resolve_draft_model
-from capplan.models.memory import MemoryReport, memory_report
+from capplan.models.memory import MemoryReport, fp8_refusal, memory_report
 from capplan.models.perf import StepModel, build_step_model
 from capplan.models.prefix import PrefixCache
 from capplan.models.queueing import LengthStats, Limits, QueueModel
@@ -217,10 +217,27 @@ def build_candidates(cat: Catalog, model: ModelSpec, space: SearchSpace,
         for base in _gpu_settings(cat, model, gpu, space):
             if keep is not None and not keep(gpu, base):
                 continue
+            if fp8_refusal(model, base, gpu):  # the engine cannot run it: not searched
+                continue
             group = _config_group(model, gpu, base, cal, combos, space)
             if group is not None:
                 groups.append(group)
     return groups
+
+
+def refused(cat: Catalog, model: ModelSpec, space: SearchSpace) -> tuple[list[str], bool]:
+    """Why configurations of the space were not searched: "gpu: reason", once each (the
+    dtypes an engine cannot run on a GPU, models.memory.fp8_refusal), and whether that is
+    every configuration."""
+    out: dict[str, None] = {}
+    every = True
+    for gpu in space.gpus:
+        for base in _gpu_settings(cat, model, gpu, space):
+            why = fp8_refusal(model, base, gpu)
+            every = every and why is not None
+            if why:
+                out[f"{gpu.key}: {why}"] = None
+    return list(out), every and bool(out)
 
 
 def searched_budgets(space: SearchSpace) -> tuple[int, ...]:

@@ -123,6 +123,10 @@ def verify_plan(plan: str | Path | dict[str, Any], opts: VerifyOptions) -> Verif
         raise InputError(f"--client {opts.client}: expected one of capplan, {', '.join(CLIENTS)}")
     if opts.endpoint is None and opts.write_dataset is None:
         raise InputError("give --endpoint URL (run the workload) or --write-dataset FILE")
+    if opts.write_dataset is not None and not str(opts.write_dataset).strip():
+        # an empty path is no file: writing a default name in the CWD would be a guess
+        raise InputError("--write-dataset '': expected a file path, e.g. "
+                         f"--write-dataset {dataset_name(opts.client)}")
     if opts.endpoint is not None and opts.calibration_out:
         from capplan.export.atomic import check_writable
 
@@ -137,7 +141,7 @@ def verify_plan(plan: str | Path | dict[str, Any], opts: VerifyOptions) -> Verif
                          layout=opts.layout)
     ds = None
     if opts.write_dataset is not None:
-        ds = str(write_dataset(opts.write_dataset or dataset_name(opts.client), opts.client, reqs))
+        ds = str(write_dataset(opts.write_dataset, opts.client, reqs))
     measured = cal = None
     if opts.endpoint is not None:
         from capplan.probe.replay import replay

@@ -68,6 +68,22 @@ def test_needs_an_endpoint_or_a_dataset(plan_json, run_cli) -> None:
     assert res.exit_code == 2 and "--endpoint" in res.stderr
 
 
+@pytest.mark.parametrize("path", ["", "  "])
+def test_empty_dataset_path_is_one_line_and_writes_nothing(plan_json, run_cli, tmp_path,
+                                                           monkeypatch, path) -> None:
+    monkeypatch.chdir(tmp_path)  # the old fallback wrote capplan-workload.jsonl here
+    before = sorted(tmp_path.iterdir())
+    res = run_cli("verify", str(plan_json), "--write-dataset", path)
+    assert res.exit_code == 2 and res.stderr.count("\n") == 1, res.stderr
+    assert "--write-dataset '': expected a file path" in res.stderr
+    assert sorted(tmp_path.iterdir()) == before
+    import capplan
+    from capplan.errors import InputError
+
+    with pytest.raises(InputError, match="expected a file path"):
+        capplan.verify(str(plan_json), write_dataset=path)
+
+
 @pytest.mark.parametrize("client", ["vllm", "sglang", "aiperf", "guidellm", "capplan"])
 def test_dataset_holds_the_planned_lengths(tmp_path, run_cli, client) -> None:
     p = tmp_path / "plan.json"
