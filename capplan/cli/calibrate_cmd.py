@@ -12,6 +12,7 @@ import click
 from capplan import limits
 from capplan.catalog.loader import load_catalog
 from capplan.cli._options import (
+    ENGINE,
     POS_INT,
     SECONDS,
     BoundedInt,
@@ -44,6 +45,15 @@ _LEVEL_COLUMNS = [
     _stat_ms("e2e_s", "mean"),
     Column("output_tokens_per_s", "output tok/s", None, ".1f"),
     Column("requests_per_s", "req/s", None, ".3f"),
+]
+
+
+_ROUND_TRIP_COLUMNS = [
+    Column("concurrency", "concurrency"), Column("forward_model", "model"),
+    Column("tbt_measured_s", "TBT measured (ms)", s_to_ms, ".2f"),
+    Column("tbt_predicted_s", "TBT predicted (ms)", s_to_ms, ".2f"),
+    Column("ttft_measured_s", "TTFT measured (ms)", s_to_ms, ".2f"),
+    Column("ttft_predicted_s", "TTFT predicted (ms)", s_to_ms, ".2f"),
 ]
 
 
@@ -83,6 +93,12 @@ def _flat(level: dict[str, Any]) -> dict[str, Any]:
               help="Per-request timeout in seconds (also the stall timeout between events).")
 @click.option("--from-results", "from_results", multiple=True, type=click.Path(dir_okay=False),
               help="vllm bench serve --save-result or GuideLLM report JSON files.")
+@click.option("--engine", type=ENGINE, default="vllm", show_default=True,
+              help="With --endpoint/--from-results and --gpu: the engine (and release, "
+                   "options) the server ran; its latency model is the one fitted.")
+@click.option("--tp", type=POS_INT, default=1, show_default=True,
+              help="With --endpoint/--from-results and --gpu: the server's tensor-parallel "
+                   "size.")
 @click.argument("more_results", nargs=-1, type=click.Path(dir_okay=False))
 @format_option
 @catalog_option
@@ -90,8 +106,8 @@ def calibrate_cmd(device: str, model: str | None, gpu: str | None, out: str | No
                   force: bool, layers: int | None, endpoint: str | None,
                   concurrency: list[int], input_len: int, output_len: int,
                   requests_per_level: int | None, timeout: float,
-                  from_results: tuple[str, ...], more_results: tuple[str, ...], fmt: str,
-                  catalog_dir: tuple[str, ...]) -> None:
+                  from_results: tuple[str, ...], more_results: tuple[str, ...], engine: str,
+                  tp: int, fmt: str, catalog_dir: tuple[str, ...]) -> None:
     """Measure step times and fit a calibration file (or benchmark a running server).
 
     \b
@@ -106,6 +122,9 @@ def calibrate_cmd(device: str, model: str | None, gpu: str | None, out: str | No
     if endpoint and files:
         raise InputError("--endpoint and --from-results are exclusive: pick one")
     cat = load_catalog(catalog_dir)
+    from capplan.plan.deployment import EngineOptions  # the command's own modules load here
+
+    served = EngineOptions(engine=engine, tp=tp)
     if endpoint:
         if not model:
             raise InputError("--endpoint needs --model NAME (the model the server serves)")
@@ -117,14 +136,14 @@ def calibrate_cmd(device: str, model: str | None, gpu: str | None, out: str | No
             levels = run_endpoint(endpoint, model, concurrency, input_len, output_len,
                                   requests_per_level, timeout)
         except Interrupted as e:
-            _interrupted(e.levels, len(concurrency), model, gpu, cat, fmt, out)
+            _interrupted(e.levels, len(concurrency), (model, gpu, served), cat, fmt, out)
         done = any(lv.get("completed") for lv in levels)
-        _emit_levels(levels, model, gpu, cat, fmt, out if done else None)
+        _emit_levels(levels, (model, gpu, served), cat, fmt, out if done else None)
         _fail_if_nothing_completed(levels, endpoint)  # --out left as it was
         return
     if files:
         levels = _read_results(files)
-        _emit_levels(levels, model, gpu, cat, fmt, out)
+        _emit_levels(levels, (model, gpu, served), cat, fmt, out)
         return
     _device(device, model, out, quick, force, layers, cat, fmt)
 
@@ -192,12 +211,12 @@ def _check_level(level: dict[str, Any], source: str) -> None:
                                  "latency, rate or count must be a finite number >= 0")
 
 
-def _interrupted(levels: list[dict[str, Any]], planned: int, model: str, gpu: str | None,
+def _interrupted(levels: list[dict[str, Any]], planned: int, served: tuple[Any, ...],
                  cat: Any, fmt: str, out: str | None) -> None:
     """Ctrl-C: print the levels that finished, write nothing, say so, exit 130."""
     if levels:
         try:
-            _emit_levels(levels, model, gpu, cat, fmt, None)
+            _emit_levels(levels, served, cat, fmt, None)
         except InputError as e:  # too few levels to fit: still say what happened
             click.echo(f"note: {e}", err=True)
     kept = f"; {out} left as it was" if out else ""
@@ -252,11 +271,13 @@ def _device(device: str, model: str | None, out: str | None, quick: bool, force:
     emit(f"wrote {path} (gpu {gpu.key})")
 
 
-def _emit_levels(levels: list[dict[str, Any]], model: str | None, gpu: str | None, cat: Any,
+def _emit_levels(levels: list[dict[str, Any]], served: tuple[Any, ...], cat: Any,
                  fmt: str, out: str | None) -> None:
+    """Print the levels and their fit; `served`: (model, GPU, EngineOptions) of the server."""
     from capplan.probe.results import fit_levels
 
-    fit = fit_levels(levels, model, gpu, cat)
+    model, gpu, options = served
+    fit = fit_levels(levels, model, gpu, cat, options)
     _print_levels(levels, fit, fmt)  # printed before the file is written (or fails to be)
     if out:
         from capplan.probe.results import write_levels_calibration
@@ -290,6 +311,9 @@ def _print_levels(levels: list[dict[str, Any]], fit: dict[str, Any], fmt: str) -
         emit(f"{k} = {v:.4g}")
     if fit.get("note"):
         emit(fit["note"])
+    if fit.get("round_trip"):
+        emit("\nthe calibration predicting its own levels (measured -> predicted):")
+        emit(render_rows(fit["round_trip"], _ROUND_TRIP_COLUMNS, fmt))
 
 
 def register(cli: click.Group) -> None:

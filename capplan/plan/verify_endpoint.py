@@ -167,6 +167,20 @@ def _write_calibration(d: dict[str, Any], level: dict[str, Any], opts: VerifyOpt
     from capplan.probe.results import fit_levels, write_levels_calibration
 
     best = d["recommendations"][0]
-    fit = fit_levels([level], d["model"], best["gpu"], load_catalog(opts.catalog_dirs))
+    fit = fit_levels([level], d["model"], best["gpu"], load_catalog(opts.catalog_dirs),
+                     _engine_options(best))
     write_levels_calibration(Path(opts.calibration_out or ""), [level], fit)
     return str(opts.calibration_out)
+
+
+def _engine_options(rec: dict[str, Any]) -> Any:
+    """The recommendation's replica as EngineOptions (what the fit predicts the level on):
+    its engine profile, TP and limits; what the plan does not say keeps the engine default."""
+    from capplan.plan.deployment import EngineOptions
+
+    keys = ("tp", "pp", "attention_dp", "expert_parallel", "max_num_seqs",
+            "max_num_batched_tokens", "max_model_len", "gpu_memory_utilization",
+            "weight_dtype", "kv_dtype")
+    given = {k: rec[k] for k in keys if rec.get(k) is not None}
+    return EngineOptions(engine=rec.get("engine_profile") or rec.get("engine") or "vllm",
+                         **given)

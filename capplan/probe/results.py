@@ -17,10 +17,11 @@ TPOT = vLLM's per-request (E2E - TTFT) / (output tokens - 1); E2E.
 - SGLang bench_serving JSONL (python/sglang/bench_serving.py): the vLLM keys, with
   e2e_latency_ms for e2el.
 
-Fit: TBT = a + b * concurrency by least squares over levels (a decode step's time grows
-linearly with the batch while it is memory bound). With --gpu and a catalog --model, the
-step model without overheads is subtracted first, leaving step_overhead_s + per_seq_overhead_s
-* concurrency: a Calibration-compatible pair.
+Fit: TBT = a + b * concurrency by least squares over levels, a description of the data (a
+decode step's time grows linearly with the batch while it is memory bound). With --gpu and a
+catalog --model, the host costs of a calibration (step_overhead_s, per_seq_overhead_s,
+request_overhead_s) are fitted through the engine's own latency model (probe/level_fit.py),
+so the calibration reproduces the levels it came from.
 """
 
 from __future__ import annotations
@@ -297,8 +298,10 @@ def _line(x: np.ndarray, y: np.ndarray) -> dict[str, float] | None:
 
 
 def fit_levels(levels: list[dict[str, Any]], model: str | None = None, gpu: str | None = None,
-               catalog: Any = None) -> dict[str, Any]:
-    """TBT and TTFT laws over concurrency; overheads when the model and GPU are known."""
+               catalog: Any = None, options: Any = None) -> dict[str, Any]:
+    """TBT and TTFT laws over concurrency; with the model and GPU, the host costs that make
+    the engine's latency model reproduce the levels (probe/level_fit.py; `options`: the
+    deployment's EngineOptions, default vLLM at TP 1)."""
     use = [lv for lv in levels if _centre(lv, "tbt_s") is not None]
     # open-loop levels: the mean requests in flight (Little's law), not the rounded count
     c = np.array([lv.get("in_flight_mean", lv["concurrency"]) for lv in use], float)
@@ -317,34 +320,21 @@ def fit_levels(levels: list[dict[str, Any]], model: str | None = None, gpu: str 
     if medians:  # old SGLang bench_serving lines hold medians only
         fit["centre"] = f"median where the file has no mean ({', '.join(medians)})"
     if model and gpu and catalog is not None:
-        from capplan.models.calibration import default_calibration
-        from capplan.models.engine import EngineSettings
-        from capplan.models.perf import build_step_model
+        from capplan.probe.level_fit import fit_deployment, fit_targets, target_of
 
-        spec, g = catalog.model(model), catalog.gpu(gpu)
-        bare = default_calibration(g).with_(step_overhead_s=0.0, per_seq_overhead_s=0.0)
-        ctx = np.array([_mean_context(lv) for lv in use], float)
-        sm = build_step_model(spec, g, EngineSettings(), bare)
-        resid = tbt - sm.decode_step(c, ctx)["step_s"]
-        law = _line(c, resid) or {}
-        fit["gpu_key"] = g.key
-        params = {"step_overhead_s": max(0.0, law.get("intercept_s", 0.0)),
-                  "per_seq_overhead_s": max(0.0, law.get("per_concurrency_s", 0.0))}
-        # Per-request cost outside the engine steps (tokenisation, HTTP, streaming): TTFT at the
-        # lowest concurrency minus the model's prefill of that prompt and half a step of
-        # waiting, with the overheads just fitted.
-        low = int(np.argmin(c))
-        ttft_low = _centre(use[low], "ttft_s")
-        if "mean_input_tokens" in use[low] and ttft_low is not None:
-            fitted = bare.with_(**params)
-            sm2 = build_step_model(spec, g, EngineSettings(), fitted)
-            prompt = float(use[low]["mean_input_tokens"])
-            pre = float(sm2.prefill_time(prompt, EngineSettings().max_num_batched_tokens))
-            half = 0.5 * float(sm2.decode_step(max(c[low], 1.0), ctx[low])["step_s"])
-            params["request_overhead_s"] = max(0.0, float(ttft_low) - pre - half)
-        fit["calibration_params"] = params
-        fit["note"] = (f"overheads: measured TBT minus the step model for {spec.key} on {g.key} "
-                       "(default efficiencies), fitted as a + b x concurrency")
+        dep = fit_deployment(catalog, model, gpu, options)
+        got = fit_targets(dep, [target_of(lv, _centre) for lv in use])
+        fit["gpu_key"] = dep.gpu.key
+        fit["engine"] = dep.profile.label
+        fit["host_overlap"] = bool(dep.profile.host_overlap)
+        fit["round_trip"] = got["levels"]
+        fit["calibration_params"] = got["params"]
+        fit["note"] = (f"host costs fitted through {dep.profile.label}'s latency model for "
+                       f"{dep.model.key} on {dep.gpu.key} (TP {dep.settings.tp}, default "
+                       "efficiencies)" + (f"; request overhead from the TTFT at concurrency "
+                                          f"{got['ttft_level']}" if got["ttft_level"] else "")
+                       + ("" if got["per_seq_fitted"] else "; one load: per_seq_overhead_s is "
+                          "the engine profile's"))
     else:
         fit["note"] = "pass --gpu G and a catalog --model to derive step_overhead_s"
     tau = pooled_acceptance_length(levels)
@@ -357,11 +347,6 @@ def _centre(level: dict[str, Any], key: str) -> float | None:
     """The mean of a level's metric, else its median (files that hold only medians)."""
     st = level.get(key) or {}
     return st["mean"] if st.get("mean") is not None else st.get("p50")
-
-
-def _mean_context(level: dict[str, Any]) -> float:
-    """Mean context during decode: input + half the output (1024 when unknown)."""
-    return float(level.get("mean_context_tokens", 1024))
 
 
 def write_levels_calibration(path: Path, levels: list[dict[str, Any]], fit: dict[str, Any]
@@ -377,5 +362,7 @@ def write_levels_calibration(path: Path, levels: list[dict[str, Any]], fit: dict
         raise InputError("--out with --endpoint/--from-results needs --gpu G and a catalog "
                          "--model to derive calibration parameters")
     write_calibration(path, CalibrationFile(
-        gpu=fit["gpu_key"], kind="measured", measured={"method": "serving benchmark levels"},
+        gpu=fit["gpu_key"], kind="measured",
+        measured={"method": "serving benchmark levels", "engine": fit.get("engine"),
+                  "host_overlap": fit.get("host_overlap")},
         params=CalibrationParams(**fit["calibration_params"]), fit=fit, samples=levels))
