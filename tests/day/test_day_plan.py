@@ -132,6 +132,22 @@ def test_bad_day_lanes(run_cli, tmp_path: Path, bad, msg):
     assert res.exit_code == 2 and msg in res.stderr
 
 
+def test_unquoted_times_of_day_in_a_plan_file(run_cli, tmp_path: Path):
+    """`at: 15:00` unquoted is a time of day (YAML 1.1 would read the base-60 integer 900)."""
+    text = yaml.safe_dump(_curve_plan(day={"replay": "none", "window_s": 3600}))
+    text = text.replace("at: 04:00", "at: 3:00").replace("at: '15:00'", "at: 15:00")
+    assert "at: 3:00" in text and "at: 15:00" in text  # both unquoted in the file
+    (tmp_path / "p.yaml").write_text(text)
+    res = run_cli("plan", str(tmp_path / "p.yaml"), "--format", "json")
+    assert res.exit_code == 0, res.stderr
+    sched = json.loads(res.stdout)["schedule"]
+    # 0.6 req/s at 03:00 rising to 3 at 15:00 (0.2 req/s per hour): the window 14:00-15:00
+    # averages (2.8 + 3) / 2 = 2.9 req/s; from 15:00 the curve falls back to 0.6 at 03:00
+    # (wrapping, 0.2 req/s per hour), so 02:00-03:00 falls from 0.8 to 0.6: 0.7
+    assert sched[14]["offered_rps"] == pytest.approx(2.9)
+    assert sched[2]["offered_rps"] == pytest.approx(0.7)
+
+
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "day"
 
 
