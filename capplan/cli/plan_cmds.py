@@ -93,10 +93,11 @@ def _finish(plan: PlanResult, fmt: str, exports: list[Path], plot_dir: str | Non
         emit(render_rows(_plan_rows(result), PLAN_COLUMNS, fmt))
         return
     if "models" in result and "schedule" in result:  # several models on one pool
-        from capplan.cli._day import render_day
+        from capplan.cli._day import day_lines, render_day, scale_up_line
 
-        for m in result["models"]:
+        for m in result["models"]:  # each model's plan and its day (its schedule in JSON)
             emit(render_plan(m, fmt))
+            emit("\n".join([f"{m['model']} over the day:", *scale_up_line(m), *day_lines(m)]))
         emit(render_day(result, fmt))
         return
     emit(render_plan(result, fmt))
