@@ -282,9 +282,12 @@ def _exports(paths: tuple[str, ...] | list[str], base: Path | None = None) -> li
               help="Prompt tokens: a number or a distribution.")
 @click.option("--output-len", default="256", show_default=True,
               help="Output tokens: a number or a distribution.")
-@click.option("--ttft-p99", type=SECONDS, default=None, help="p99 TTFT SLO (seconds).")
-@click.option("--tbt-p99", type=SECONDS, default=None, help="p99 time-between-tokens SLO (s).")
-@click.option("--e2e-p99", type=SECONDS, default=None, help="p99 end-to-end SLO (seconds).")
+@click.option("--ttft-p99", type=SECONDS, default=None,
+              help="p99 TTFT SLO (seconds, or with a unit: 800ms).")
+@click.option("--tbt-p99", type=SECONDS, default=None,
+              help="p99 time-between-tokens SLO (seconds, or with a unit: 50ms).")
+@click.option("--e2e-p99", type=SECONDS, default=None,
+              help="p99 end-to-end SLO (seconds, or with a unit: 2m).")
 @click.option("--gpu", "gpus", multiple=True, help="Candidate GPU (repeat); default: all.")
 @click.option("--price", "prices", multiple=True, metavar="GPU=USD",
               help="Your price per GPU-hour, e.g. --price h200=3.5 (repeat).")
