@@ -4,6 +4,7 @@ several models, and the schedule in every export."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -207,3 +208,32 @@ def test_replay_adds_replicas_where_the_analytic_count_misses(run_cli):
     assert rp["replicas"] == w["replicas"] >= 2 and rp["meets_slo"], (w, d["day"]["notes"])
     assert any("replica(s) added" in n for n in d["day"]["notes"])
     assert any("round-robin" in n for n in d["day"]["notes"])
+
+
+MOONCAKE = Path(__file__).resolve().parents[1] / "data" / "traces" / \
+    "mooncake_conversation_trace_head200.jsonl"
+
+
+@pytest.mark.slow
+def test_replay_sized_recommendation_and_schedule_agree(run_cli):
+    """Mooncake's 200 requests (one window, gap SCV ~7): the analytic screen's count misses in
+    simulation, so the replay sizes the recommendation; the schedule's window is sized at the
+    same per-replica capacity, and the prefix-cache note compares screen with screen."""
+    res = run_cli("recommend", "--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--trace",
+                  str(MOONCAKE), "--ttft-p99", "2", "--tbt-p99", "0.1", "--format", "json")
+    assert res.exit_code == 0, res.stderr
+    d = json.loads(res.stdout)
+    best = d["recommendations"][0]
+    assert best["binding_constraint"].endswith("(replay)")
+    (w,) = d["schedule"]
+    # the replica rule at the recommendation's capacity: ceil(offered * 1.2 / capacity)
+    want = int(np.ceil(w["offered_rps"] * 1.2 / best["capacity_per_replica_rps"] - 1e-9))
+    assert w["replicas"] == want == best["replicas"]
+    assert w["gpus"] == best["gpus_total"]
+    note = d["prefix_cache"]["note"]
+    m = re.search(r"instead of (\d+) \(both as the analytic screen plans them: (\d+) x \S+ TP "
+                  r"(\d+) with the cache; the simulator's replay then sized this plan at (\d+)",
+                  note)
+    assert m, note
+    assert int(m.group(1)) == int(m.group(2)) * int(m.group(3))
+    assert int(m.group(4)) == best["gpus_total"]
