@@ -237,3 +237,24 @@ def test_replay_sized_recommendation_and_schedule_agree(run_cli):
     assert m, note
     assert int(m.group(1)) == int(m.group(2)) * int(m.group(3))
     assert int(m.group(4)) == best["gpus_total"]
+
+
+def test_promoted_configuration_says_it_was_not_simulated(run_cli, tmp_path: Path):
+    """The peak's cheapest (H100 TP 1) is the one `verify.top: 1` simulates; an L40S replica
+    follows the night trough more closely and costs least over the day, so it comes first,
+    unsimulated: the note says so and labels its cost an estimate."""
+    lane = {"name": "curve", "input_len": 1000, "output_len": 300,
+            "rate_curve": [{"at": "00:00", "rate_per_s": 1}, {"at": "03:00", "rate_per_s": 8}],
+            "slo": {"ttft_p99_s": 2.0, "tbt_p99_s": 0.08}}
+    doc = {"model": "llama-3.1-8b", "candidates": {"gpus": ["h100-sxm", "l40s"], "tp": [1]},
+           "workloads": [lane], "verify": {"top": 1}, "day": {"replay": "none"}}
+    (tmp_path / "p.yaml").write_text(yaml.safe_dump(doc))
+    res = run_cli("plan", str(tmp_path / "p.yaml"), "--format", "json")
+    assert res.exit_code == 0, res.stderr
+    d = json.loads(res.stdout)
+    first, second = d["recommendations"][:2]
+    assert (first["gpu"], second["gpu"]) == ("l40s", "h100-sxm")
+    assert first["verified"] is None and second["verified"] is not None
+    (note,) = [n for n in d["day"]["notes"] if "costs least over the day" in n]
+    assert "estimated at each one's capacity per replica" in note
+    assert "it was not simulated (the simulator checked h100-sxm TP 1" in note
