@@ -60,6 +60,25 @@ def _construct_mapping(self: Any, node: yaml.Node, deep: bool = False) -> Any:
 
 
 _Loader.construct_mapping = _construct_mapping  # type: ignore[method-assign]
+
+
+# YAML 1.1 reads `15:00` as the base-60 integer 900 (and `1:30.5` as 90.5): a time of day in a
+# plan file (`at: 15:00`) would silently become seconds. YAML 1.2 dropped base-60 numbers, so
+# this loader keeps PyYAML's int and float forms without them (pyyaml resolver.py, less its
+# `(?::[0-5]?[0-9])+` alternatives) and `15:00` stays the string "15:00".
+_NO_BASE60 = {
+    "tag:yaml.org,2002:int": re.compile(r"""^(?:[-+]?0b[0-1_]+
+                                          |[-+]?0[0-7_]+
+                                          |[-+]?(?:0|[1-9][0-9_]*)
+                                          |[-+]?0x[0-9a-fA-F_]+)$""", re.X),
+    "tag:yaml.org,2002:float": re.compile(r"""^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+][0-9]+)?
+                                            |\.[0-9][0-9_]*(?:[eE][-+][0-9]+)?
+                                            |[-+]?\.(?:inf|Inf|INF)
+                                            |\.(?:nan|NaN|NAN))$""", re.X),
+}
+_Loader.yaml_implicit_resolvers = {  # the class's own copy; SafeLoader's stays as it is
+    first: [(tag, _NO_BASE60.get(tag, regexp)) for tag, regexp in resolvers]
+    for first, resolvers in _Loader.yaml_implicit_resolvers.items()}
 _Loader.add_implicit_resolver(
     "tag:yaml.org,2002:float",
     re.compile(r"^[-+]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)[eE][-+]?[0-9]+$"),

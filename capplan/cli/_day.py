@@ -64,8 +64,10 @@ def day_spec(kw: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _hhmm(s: float) -> str:
-    m = int(round(s / 60))
+def _hhmm(s: float, earlier: bool = False) -> str:
+    """A clock time to the minute; `earlier`: rounded down (a scale-up at 06:58:39 shows
+    06:58, never late)."""
+    m = int(s // 60) if earlier else int(round(s / 60))
     return f"{m // 60:02d}:{m % 60:02d}"
 
 
@@ -91,12 +93,15 @@ SCHEDULE_COLUMNS = [
 
 
 def columns(result: dict[str, Any]) -> list[Column]:
-    """The schedule's columns: one model's, or a pool's (GPUs per model, no p99s)."""
+    """The schedule's columns: one model's, or a pool's (GPUs per model and per GPU type's
+    pool, no p99s)."""
     models = list(result["schedule"][0].get("gpus_by_model") or {})
     if not models:
         return SCHEDULE_COLUMNS
+    types = list(result["schedule"][0].get("gpus_by_gpu") or {})
     return [Column("start", "start"), Column("offered_rps", "req/s", None, ".3g"),
-            *(Column(f"gpus:{m}", f"GPUs\n{m}") for m in models), Column("gpus", "GPUs\npool")]
+            *(Column(f"gpus:{m}", f"GPUs\n{m}") for m in models),
+            *(Column(f"pool:{t}", f"GPUs\n{t} pool") for t in types)]
 
 
 def schedule_rows(result: dict[str, Any]) -> list[dict[str, Any]]:
@@ -105,7 +110,8 @@ def schedule_rows(result: dict[str, Any]) -> list[dict[str, Any]]:
         begin = w.get("scale_up_begin_s")
         rows.append({**w, "start": _hhmm(w["start_s"]),
                      **{f"gpus:{m}": n for m, n in (w.get("gpus_by_model") or {}).items()},
-                     "lead": None if begin is None else _hhmm(begin % 86_400),
+                     **{f"pool:{t}": n for t, n in (w.get("gpus_by_gpu") or {}).items()},
+                     "lead": None if begin is None else _hhmm(begin % 86_400, earlier=True),
                      "planned_att": _replay(w, "planned", "attainment"),
                      "reactive_att": _replay(w, "reactive", "attainment")})
     return rows
@@ -125,9 +131,17 @@ def render_day(result: dict[str, Any], fmt: str) -> str:
            render_rows(schedule_rows(result), columns(result), fmt)]
     if result.get("gpu_pools"):
         return "\n".join(out + [_pool_line(p) for p in result["gpu_pools"]])
+    return "\n".join(out + day_lines(result))
+
+
+def day_lines(result: dict[str, Any]) -> list[str]:
+    """One model's day below its schedule: totals, replay, replica start-up, notes."""
+    out = []
     auto, fixed = result["gpu_hours"], result["fixed_fleet_gpu_hours"]
     save = 1 - auto / fixed if fixed else 0.0
-    out.append(f"peak {result['peak_replicas']} replicas; autoscaled {_hours(auto)} GPU-hours "
+    peak = result["peak_replicas"]
+    out.append(f"peak {peak} replica{'' if peak == 1 else 's'}; autoscaled {_hours(auto)} "
+               "GPU-hours "
                f"({_money(result.get('cost_per_day'))}/day) vs a fixed fleet for the peak "
                f"{_hours(fixed)} GPU-hours ({_money(result.get('fixed_fleet_cost_per_day'))}"
                f"/day): autoscaling saves {save:.0%}")
@@ -144,7 +158,15 @@ def render_day(result: dict[str, Any], fmt: str) -> str:
                    f"{st['load_s']:.0f} s + engine start-up {st['engine_startup_s']:.0f} s): "
                    "each scale-up begins that long before its window ('start scale-up')")
         out += [f"note: {n}" for n in day.get("notes", [])]
-    return "\n".join(out)
+    return out
+
+
+def scale_up_line(result: dict[str, Any]) -> list[str]:
+    """The windows that add replicas, each with when its scale-up begins (rounded down)."""
+    ups = [f"{_hhmm(w['scale_up_begin_s'] % 86_400, earlier=True)} (to {w['replicas']} for "
+           f"{_hhmm(w['start_s'])})" for w in result["schedule"]
+           if w.get("scale_up_begin_s") is not None]
+    return [f"scale-ups begin at: {', '.join(ups)}"] if ups else []
 
 
 def _replay_lines(result: dict[str, Any]) -> list[str]:

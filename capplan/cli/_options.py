@@ -13,6 +13,7 @@ from capplan.cli._render import FORMATS
 from capplan.errors import InputError
 from capplan.limits import Bound
 from capplan.models.engine import ENGINES, KV_DTYPES, WEIGHT_DTYPES, engine_profile
+from capplan.units import parse_seconds
 
 
 class EngineSpec(click.ParamType):
@@ -150,9 +151,26 @@ FRACTION = FiniteFloat(bound=limits.FRACTION)
 POS_INT = BoundedInt(limits.ENGINE_COUNT)
 RATE = FiniteFloat(bound=limits.RATE_PER_S)
 """--rate: requests per second within limits.RATE_PER_S."""
-SECONDS = FiniteFloat(bound=limits.DURATION_S)
-"""SLOs and timeouts in seconds (0, 1 day]."""
-SECONDS_OR_0 = FiniteFloat(bound=limits.DURATION_OR_0_S)
+class Duration(FiniteFloat):
+    """A duration: seconds, or a number with a unit ('50ms', '1.5s', '2m'), read by the parser
+    plan files use (capplan.units.parse_seconds), then bounded as a number of seconds."""
+
+    name = "duration"
+
+    def convert(self, value: Any, param: Any, ctx: Any) -> float:
+        if isinstance(value, str) and value.strip().lower() not in ("nan", "inf", "-inf",
+                                                                     "+inf", "infinity"):
+            try:
+                value = parse_seconds(value)
+            except ValueError:
+                self.fail(f"{value!r} is not a duration (seconds, or with a unit: 50ms, 1.5s)",
+                          param, ctx)
+        return super().convert(value, param, ctx)
+
+
+SECONDS = Duration(bound=limits.DURATION_S)
+"""SLOs and timeouts in seconds (0, 1 day], or with a unit ('50ms')."""
+SECONDS_OR_0 = Duration(bound=limits.DURATION_OR_0_S)
 BURSTINESS = FiniteFloat(bound=limits.BURSTINESS)
 class Headroom(FiniteFloat):
     """A headroom fraction, or "auto": from the engine's error band (capplan.plan.bands)."""

@@ -93,10 +93,11 @@ def _finish(plan: PlanResult, fmt: str, exports: list[Path], plot_dir: str | Non
         emit(render_rows(_plan_rows(result), PLAN_COLUMNS, fmt))
         return
     if "models" in result and "schedule" in result:  # several models on one pool
-        from capplan.cli._day import render_day
+        from capplan.cli._day import day_lines, render_day, scale_up_line
 
-        for m in result["models"]:
+        for m in result["models"]:  # each model's plan and its day (its schedule in JSON)
             emit(render_plan(m, fmt))
+            emit("\n".join([f"{m['model']} over the day:", *scale_up_line(m), *day_lines(m)]))
         emit(render_day(result, fmt))
         return
     emit(render_plan(result, fmt))
@@ -281,9 +282,12 @@ def _exports(paths: tuple[str, ...] | list[str], base: Path | None = None) -> li
               help="Prompt tokens: a number or a distribution.")
 @click.option("--output-len", default="256", show_default=True,
               help="Output tokens: a number or a distribution.")
-@click.option("--ttft-p99", type=SECONDS, default=None, help="p99 TTFT SLO (seconds).")
-@click.option("--tbt-p99", type=SECONDS, default=None, help="p99 time-between-tokens SLO (s).")
-@click.option("--e2e-p99", type=SECONDS, default=None, help="p99 end-to-end SLO (seconds).")
+@click.option("--ttft-p99", type=SECONDS, default=None,
+              help="p99 TTFT SLO (seconds, or with a unit: 800ms).")
+@click.option("--tbt-p99", type=SECONDS, default=None,
+              help="p99 time-between-tokens SLO (seconds, or with a unit: 50ms).")
+@click.option("--e2e-p99", type=SECONDS, default=None,
+              help="p99 end-to-end SLO (seconds, or with a unit: 2m).")
 @click.option("--gpu", "gpus", multiple=True, help="Candidate GPU (repeat); default: all.")
 @click.option("--price", "prices", multiple=True, metavar="GPU=USD",
               help="Your price per GPU-hour, e.g. --price h200=3.5 (repeat).")

@@ -34,6 +34,11 @@ def dig(record: dict[str, Any], path: Sequence[str]) -> Any:
     return clean_number(cur)
 
 
+def three_sig(x: Any) -> str:
+    """A figure for a title line: three significant figures (10.270833 -> 10.3), else as is."""
+    return f"{x:.3g}" if isinstance(x, int | float) and not isinstance(x, bool) else str(x)
+
+
 def _ms(x: Any) -> Any:
     return s_to_ms(x) if isinstance(x, int | float) and not isinstance(x, bool) else None
 
@@ -157,6 +162,20 @@ def recommendations_of(plan: Any) -> list[dict[str, Any]]:
     return recs
 
 
+def model_plans(plan: dict[str, Any]) -> list[dict[str, Any]]:
+    """Each model's own plan dict: a plan of several models (`models:`) holds one per model,
+    each with its recommendations and launch lines; any other plan is its only one."""
+    subs = plan.get("models")
+    if isinstance(subs, list) and subs and all(isinstance(m, dict) for m in subs):
+        return subs
+    return [plan]
+
+
+MODEL_COLUMN = _c("model", "model")
+"""First column of a plan of several models: its recommendations are one per model, each
+ranked within its model."""
+
+
 def disaggregated_records(plan: dict[str, Any]) -> list[dict[str, Any]]:
     """The disaggregated layout's pools as rows of the recommendation table: rank names the
     role, the TTFT column is the pool's share of TTFT p99, the binding column the verdict."""
@@ -190,8 +209,11 @@ def recommendation_table(plan: dict[str, Any], *, brief: bool = False
 
     brief=True keeps the columns a person reads first (the Markdown table).
     """
+    recs = recommendations_of(plan)
     cols = [c for c in RECOMMENDATION_COLUMNS if c.brief or not brief]
-    return cols, _rows(recommendations_of(plan), cols)
+    if any("model" in r for r in recs):  # several models: say whose each row is
+        cols.insert(0, MODEL_COLUMN)
+    return cols, _rows(recs, cols)
 
 
 def write_csv(plan: dict[str, Any], path: str | Path) -> Path:

@@ -49,20 +49,27 @@ def _models(plan: dict[str, Any]) -> list[str]:
     return list(first.get("gpus_by_model") or {})
 
 
+def _types(plan: dict[str, Any]) -> list[str]:
+    """The GPU types of a shared pool's schedule (GPUs per type's pool columns), else none."""
+    return list(plan["schedule"][0].get("gpus_by_gpu") or {})
+
+
 def headers(plan: dict[str, Any]) -> tuple[list[str], list[str]]:
-    """(headers, formats) of the schedule table: a pool adds GPUs per model."""
-    models = _models(plan)
-    return ([*HEADERS, *(f"GPUs {m}" for m in models)], [*FMTS, *("g" for _ in models)])
+    """(headers, formats) of the schedule table: a pool adds GPUs per model and per GPU
+    type's pool (its `GPUs` column is empty over several types)."""
+    extra = [f"GPUs {m}" for m in _models(plan)] + [f"GPUs {t} pool" for t in _types(plan)]
+    return [*HEADERS, *extra], [*FMTS, *("g" for _ in extra)]
 
 
 def schedule_rows(plan: dict[str, Any]) -> list[list[Any]]:
     """One row per window in display units (None: empty cell)."""
-    models = _models(plan)
+    models, types = _models(plan), _types(plan)
     return [[_h(w.get("start_s")), _h(w.get("end_s")), _num(w.get("offered_rps")),
              _num(w.get("dispersion")), w.get("replicas"), w.get("gpus"),
              _ms(w.get("ttft_p99_s")), _ms(w.get("tbt_p99_s")), _h(w.get("scale_up_begin_s")),
              _att(w, "planned"), _att(w, "reactive"), _num(w.get("arrival_scv")),
-             *((w.get("gpus_by_model") or {}).get(m) for m in models)]
+             *((w.get("gpus_by_model") or {}).get(m) for m in models),
+             *((w.get("gpus_by_gpu") or {}).get(t) for t in types)]
             for w in plan["schedule"]]
 
 
@@ -72,7 +79,10 @@ def summary_rows(plan: dict[str, Any]) -> list[list[Any]]:
             "fixed_fleet_cost_per_day", "cost_per_million_output_tokens",
             "fixed_fleet_cost_per_million_output_tokens", "saving_frac", "peak_gpus",
             "separate_fleets_peak_gpus")
-    return [[k, plan[k]] for k in keys if k in plan]
+    pools = [[f"{k} ({p['gpu']} pool)", p[k]] for p in plan.get("gpu_pools") or []
+             for k in ("peak_gpus", "separate_fleets_peak_gpus", "gpu_hours",
+                       "fixed_pool_gpu_hours", "separate_fleets_gpu_hours")]
+    return [[k, plan[k]] for k in keys if k in plan and plan[k] is not None] + pools
 
 
 def schedule_csv_path(path: Path) -> Path:

@@ -307,8 +307,18 @@ SECTIONS: list[Section] = [_inputs, _recommendations, _charts, _commands, _assum
 
 
 def render_html(plan: dict[str, Any]) -> str:
-    title = f"capplan: {plan.get('model')} at {plan.get('target_rate_per_s')} req/s"
-    body = "".join(s(plan) for s in SECTIONS)
+    from capplan.export.csv_export import model_plans, three_sig
+
+    subs = model_plans(plan)
+    title = "capplan: " + ", ".join(f"{m.get('model')} at {three_sig(m.get('target_rate_per_s'))}"
+                                    " req/s" for m in subs)
+    if len(subs) == 1:
+        body = "".join(s(plan) for s in SECTIONS)
+    else:  # several models: each model's sections under its own heading, then the pool's day
+        body = "".join(f"<h2>Model: {_e(m.get('model'))}</h2>" + "".join(
+            s(m).replace("<h2>", "<h3>").replace("</h2>", "</h3>") for s in SECTIONS
+            if s is not _day) for m in subs) + _day(plan)
+
     return ("<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\">"
             f'<meta http-equiv="Content-Security-Policy" content="{_CSP}">'
             f"<title>{_e(title)}</title><style>{_STYLE}</style><script>{_SCRIPT}</script>"

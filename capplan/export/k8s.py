@@ -240,7 +240,13 @@ def _pod_spec(p: Pool, gpus: int, cache_claim: str | None, config: str | None,
 
 def k8s_objects(plan: dict[str, Any], *, engine: str | None = None,
                 model_cache_claim: str | None = None) -> list[dict[str, Any]]:
-    """Deployments (or LeaderWorkerSets), Services and ConfigMaps of the plan's pools."""
+    """Deployments (or LeaderWorkerSets), Services and ConfigMaps of the plan's pools; a plan
+    of several models runs each model's."""
+    from capplan.export.csv_export import model_plans
+
+    if len(subs := model_plans(plan)) > 1:
+        return [o for sub in subs for o in k8s_objects(sub, engine=engine,
+                                                        model_cache_claim=model_cache_claim)]
     objs: list[dict[str, Any]] = []
     pools = plan_pools(plan, engine)
     for p in pools:
@@ -352,7 +358,15 @@ def _vllm_args(argv: list[str]) -> list[str]:
 
 def llmd_values(plan: dict[str, Any]) -> dict[str, Any]:
     """llm-d-modelservice Helm values: decode (and prefill, when disaggregated wins) pools of
-    the plan's vLLM lines (llm-d serves vLLM)."""
+    the plan's vLLM lines (llm-d serves vLLM). One model per values file: a plan of several
+    models is refused."""
+    from capplan.export.csv_export import model_plans
+
+    if len(subs := model_plans(plan)) > 1:
+        names = ", ".join(str(m.get("model")) for m in subs)
+        raise InputError(f"an llm-d values file serves one model; this plan has {len(subs)} "
+                         f"({names}): plan each model on its own for its llm-d values, or "
+                         "export .k8s.yaml for all of them")
     pools = plan_pools(plan, "vllm")
     hf = plan.get("hf_id") or plan["model"]
 
@@ -383,9 +397,12 @@ class _Dumper(yaml.SafeDumper):
 
 
 def write_k8s(plan: dict[str, Any], path: Path) -> Path:
+    from capplan.export.csv_export import model_plans, three_sig
+
     objs = k8s_objects(plan)
-    head = (f"# capplan: {plan.get('model')} at {plan.get('target_rate_per_s')} req/s; "
-            "kubectl apply -f this file\n")
+    rates = ", ".join(f"{m.get('model')} at {three_sig(m.get('target_rate_per_s'))} req/s"
+                      for m in model_plans(plan))
+    head = f"# capplan: {rates}; kubectl apply -f this file\n"
     atomic_write_text(path, head + yaml.dump_all(objs, Dumper=_Dumper, sort_keys=False))
     return path
 

@@ -12,10 +12,12 @@ from capplan.export.csv_export import (
     RECOMMENDATION_COLUMNS,
     clean_number,
     disaggregated_records,
+    model_plans,
     pareto_table,
     recommendation_table,
     recommendations_of,
     table_rows,
+    three_sig,
 )
 from capplan.plan.alternatives import PLAN_NOTES
 from capplan.plan.launch import sized_for
@@ -46,7 +48,7 @@ def _ms_or_none(x: Any) -> Any:
 def _summary(plan: dict[str, Any]) -> list[str]:
     facts = [("model", plan.get("model")), ("objective", plan.get("objective")),
              ("headroom", plan.get("headroom")),
-             ("target rate (req/s)", clean_number(plan.get("target_rate_per_s"))),
+             ("target rate (req/s)", three_sig(clean_number(plan.get("target_rate_per_s")))),
              ("engine", (plan.get("inputs") or {}).get("engine")),
              ("calibration", next((r.get("calibration") for r in plan.get("recommendations") or []
                                    if isinstance(r, dict)), None))]
@@ -132,13 +134,25 @@ def _pareto(plan: dict[str, Any]) -> list[str]:
             _table([c.header for c in cols], rows, tuple(c.fmt for c in cols)), ""]
 
 
+def _model_parts(plan: dict[str, Any]) -> list[str]:
+    """One model's report: its summary, workload, recommendations, launch lines and notes."""
+    parts = [*_summary(plan), ""]
+    parts += _lanes(plan) + _recommendations(plan) + _warnings(plan)
+    return parts + _assumptions(plan) + _commands(plan) + _disaggregated(plan) + _pareto(plan)
+
+
 def plan_to_markdown(plan: dict[str, Any]) -> str:
     """The whole report as Markdown text, ending in a newline."""
     recommendations_of(plan)  # shape check before anything is rendered
     title = f"# Capacity plan: {plan.get('model', 'unnamed model')}"
-    parts = [title, "", *_summary(plan), ""]
-    parts += _lanes(plan) + _recommendations(plan) + _warnings(plan)
-    parts += _assumptions(plan) + _commands(plan) + _disaggregated(plan) + _pareto(plan)
+    parts = [title, ""]
+    subs = model_plans(plan)
+    if len(subs) == 1:
+        parts += _model_parts(plan)
+    else:  # several models: each model's report under its own heading, a level down
+        for sub in subs:
+            parts += [f"## Model: {sub.get('model')}", ""]
+            parts += [f"#{ln}" if ln.startswith("## ") else ln for ln in _model_parts(sub)]
     from capplan.export.day_export import has_day, markdown_section
 
     if has_day(plan):

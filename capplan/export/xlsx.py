@@ -14,6 +14,7 @@ from capplan.export.atomic import atomic_write
 from capplan.export.csv_export import (
     clean_number,
     disaggregated_records,
+    model_plans,
     pareto_table,
     recommendation_table,
     table_rows,
@@ -131,11 +132,18 @@ def _inputs_sheet(wb: Any, plan: dict[str, Any], bold: Any) -> None:
 
 
 def _curve_rows(plan: dict[str, Any]) -> list[tuple[str, list[list[Any]]]]:
+    """(label, rows) per curve; a plan of several models has each model's, named by model."""
+    subs = model_plans(plan)
+    return [group for m in subs
+            for group in _one_plan_curves(m, f"{m.get('model')}: " if len(subs) > 1 else "")]
+
+
+def _one_plan_curves(plan: dict[str, Any], prefix: str) -> list[tuple[str, list[list[Any]]]]:
     out = []
     for i, curve in enumerate(plan.get("curves") or []):
         if not isinstance(curve, dict):
             continue
-        label = str(curve.get("label") or f"curve {i + 1}")
+        label = prefix + str(curve.get("label") or f"curve {i + 1}")
         rows = [[label, clean_number(p.get("rate_per_s")),
                  clean_number(p.get("output_tokens_per_s")),
                  _ms(p.get("ttft_p99_s")), _ms(p.get("tbt_p99_s"))]

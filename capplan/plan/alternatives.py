@@ -136,7 +136,9 @@ def prefix_savings(plan_pool: Any, cat: Any, plan: Any, resolved: Any, lanes: li
                    best: Any, traffic: Any) -> dict[str, Any] | None:
     """What prefix caching gives the plan: prompt tokens served from the cache per request
     (models/prefix.py PrefixCache, the pooled lanes) and the fleet planned without the cache
-    (the same lanes with no prefix, analytic search only)."""
+    (the same lanes with no prefix, analytic search only). Like is compared with like: when
+    the replay sized the plan's best (`Candidate.sized_by_replay`), the fleet without the cache
+    is set against the analytic screen's fleet with it, not against the replayed one."""
     pc = getattr(traffic, "prefix", None)
     if pc is None or not pc.active:
         return None
@@ -145,6 +147,12 @@ def prefix_savings(plan_pool: Any, cat: Any, plan: Any, resolved: Any, lanes: li
         without = plan_pool(cat, plan, resolved, plain, None).best
     except CapplanError:
         without = None
+    screened = best
+    if best.candidate.sized_by_replay and without is not None:
+        try:
+            screened = plan_pool(cat, plan, resolved, lanes, None).best
+        except CapplanError:
+            screened = best
     mean_in = float(traffic.inp.mean)  # whole prompts; the cache serves part of each
     frac = pc.cached_tokens_mean / mean_in if mean_in > 0 else 0.0
     note = (f"prefix cache: {pc.cached_tokens_mean:.0f} of {mean_in:.0f} prompt tokens per "
@@ -154,7 +162,12 @@ def prefix_savings(plan_pool: Any, cat: Any, plan: Any, resolved: Any, lanes: li
     else:
         note += (f"without it the fleet would be {without.replicas} x "
                  f"{without.candidate.gpu.key} TP {without.candidate.settings.tp} = "
-                 f"{without.gpus_total} GPUs instead of {best.gpus_total}")
+                 f"{without.gpus_total} GPUs instead of {screened.gpus_total}")
+        if screened is not best:
+            note += (f" (both as the analytic screen plans them: {screened.replicas} x "
+                     f"{screened.candidate.gpu.key} TP {screened.candidate.settings.tp} with "
+                     f"the cache; the simulator's replay then sized this plan at "
+                     f"{best.gpus_total} GPUs)")
     return {"cached_tokens_per_request": float(pc.cached_tokens_mean),
             "prompt_tokens_per_request": mean_in, "cached_frac": frac,
             "gpus_total_without_cache": None if without is None else without.gpus_total,

@@ -233,7 +233,10 @@ class _Sizing:
 def _sizing(cand: Candidate, peak: PlanFile, model: Any, total: WindowSeries,
             traced: bool) -> _Sizing:
     """Per-window capacity and predictions: at each window's own arrival SCV when a trace
-    measured it (plan/burst.py), else at the lanes' (the planner's capacity)."""
+    measured it (plan/burst.py), else at the lanes' (the planner's capacity). When the replay
+    sized the configuration (its analytic count missed in simulation), the analytic
+    per-window capacities are scaled by what the replay found against the screen at the
+    lanes' SCV, so that the peak window gets the replicas the recommendation has."""
     from capplan.plan.burst import capacities, predict
     from capplan.plan.planner import served_traffic
 
@@ -241,6 +244,10 @@ def _sizing(cand: Candidate, peak: PlanFile, model: Any, total: WindowSeries,
     if traced:
         scv = total.arrival_scv
         caps = capacities(cand, t, scv)
+        if cand.sized_by_replay:
+            # the screen's capacity at the lanes' SCV, on the same SCV steps as the windows'
+            screen = float(capacities(cand, t, np.array([t.arrival_scv]))[0])
+            caps = caps * min(1.0, cand.max_rate_per_s / screen)
     else:
         scv = np.full(len(total), t.arrival_scv)
         caps = np.full(len(total), cand.max_rate_per_s)

@@ -130,6 +130,13 @@ def rank_for_day(result: PlanResult, total: WindowSeries, headroom: float, min_r
                       "cheapest at the peak", rank=2)]
     order += [r.with_(rank=k + 3) for k, r in enumerate(x for j, x in enumerate(recs)
                                                         if j not in (0, i))]
+    # the ranking's costs are each configuration's capacity at the peak applied to every
+    # window: an estimate, before the windows' burstiness and the replay's corrections that
+    # the schedule's totals include
     note = (f"{best.label} costs least over the day ({how} for {old.label}, the cheapest at "
-            "the peak): it comes first")
+            "the peak, estimated at each one's capacity per replica; the day's totals add the "
+            "windows' burstiness and the replay): it comes first")
+    if best.verified is None and old.verified is not None:
+        note += (f"; it was not simulated (the simulator checked {old.label}): replay it with "
+                 "`capplan plan` limited to its GPU and TP, or raise verify.top")
     return replace(result, recommendations=order), [note]

@@ -45,6 +45,7 @@ from capplan.plan.search import (
     DEFAULT_CHUNKS,
     DEFAULT_SEQS,
     DEFAULT_TPS,
+    REPLAY_BINDING,
     Candidate,
     ConfigGroup,
     Keep,
@@ -665,7 +666,7 @@ def _overshoot(v: Verification, t: Traffic) -> tuple[float, str]:
 
 def _replay_binding(miss: Verification, t: Traffic) -> str:
     """What the replay found binding at too few replicas: the SLO it missed by most."""
-    return f"{_overshoot(miss, t)[1]} (replay)"
+    return f"{_overshoot(miss, t)[1]} {REPLAY_BINDING}"
 
 
 def _replicated(r: Recommendation, n: int, t: Traffic, binding: str, headroom: float

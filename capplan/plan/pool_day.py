@@ -72,17 +72,29 @@ class PoolDay:
             })
         return out
 
+    def _types(self) -> list[str]:
+        """Each model's GPU type, in model order."""
+        return [d.plan.best.candidate.gpu.key for d in self.days]
+
     def _schedule(self, g: np.ndarray, start: np.ndarray, end: np.ndarray
                   ) -> list[dict[str, Any]]:
-        """The pool's windows: every model's offered rate, replicas and GPUs summed."""
+        """The pool's windows: every model's offered rate and replicas summed, GPUs per model
+        and per GPU type (a total only over one type: an L40S and an H100 are not two of
+        anything)."""
+        types = self._types()
+        one_type = len(set(types)) == 1
         sched = []
         for k in range(g.shape[1]):
             ws = [d.windows[k] for d in self.days if k < len(d.windows)]
+            by_gpu = {t: int(sum(g[i, k] for i in range(len(types)) if types[i] == t))
+                      for t in sorted(set(types))}
             sched.append({
                 "start_s": float(start[k]), "end_s": float(end[k]),
                 "offered_rps": sum(w.offered_rps for w in ws),
-                "replicas": sum(w.replicas for w in ws), "gpus": int(g[:, k].sum()),
+                "replicas": sum(w.replicas for w in ws),
+                "gpus": int(g[:, k].sum()) if one_type else None,
                 "gpus_by_model": {m: int(g[i, k]) for i, m in enumerate(self.names)},
+                "gpus_by_gpu": by_gpu,
                 # each model's own p99s are in its schedule (`models`): a pool has none
                 "ttft_p99_s": None, "tbt_p99_s": None})
         return sched
@@ -96,6 +108,7 @@ class PoolDay:
                                                                         strict=True)]
         pools = self.pools()
         cost = [p["cost_per_day"] for p in per]
+        gpus = _gpu_totals(pools[0]) if len(pools) == 1 else dict.fromkeys(_gpu_totals(pools[0]))
         return {
             "model": " + ".join(self.names),
             "target_rate_per_s": max(x["offered_rps"] for x in sched),
@@ -103,21 +116,26 @@ class PoolDay:
             "recommendations": recs,
             "gpu_pools": pools,
             "schedule": sched,
-            "peak_gpus": int(g.sum(axis=0).max()),
-            "separate_fleets_peak_gpus": int(g.max(axis=1).sum()),
             "peak_replicas": max(s["replicas"] for s in sched),
-            "gpu_hours": float((g.sum(axis=0) * (end - start)).sum() / HOUR_S),
-            **_pool_totals(pools, cost),
+            **gpus,  # GPU counts of the one GPU type; null over several (see gpu_pools)
+            **_pool_costs(pools, cost),
             "warnings": [w for p in per for w in p.get("warnings", [])],
         }
 
 
-def _pool_totals(pools: list[dict[str, Any]], cost: list[Any]) -> dict[str, Any]:
-    """GPU-hours and cost per day of the fixed pools and of separate fleets, over all pools
-    (`cost`: each model's own cost per day, None where its GPU has no price)."""
+def _gpu_totals(pool: dict[str, Any]) -> dict[str, Any]:
+    """The plan's GPU counts and GPU-hours: its one pool's."""
+    return {"peak_gpus": pool["peak_gpus"],
+            "separate_fleets_peak_gpus": pool["separate_fleets_peak_gpus"],
+            "gpu_hours": pool["gpu_hours"], "fixed_fleet_gpu_hours": pool["fixed_pool_gpu_hours"],
+            "separate_fleets_gpu_hours": pool["separate_fleets_gpu_hours"]}
+
+
+def _pool_costs(pools: list[dict[str, Any]], cost: list[Any]) -> dict[str, Any]:
+    """Cost per day autoscaled, of the fixed pools and of separate fleets, over all pools
+    (dollars add up across GPU types; `cost`: each model's own cost per day, None where its
+    GPU has no price)."""
     return {
-        "fixed_fleet_gpu_hours": float(sum(p["fixed_pool_gpu_hours"] for p in pools)),
-        "separate_fleets_gpu_hours": float(sum(p["separate_fleets_gpu_hours"] for p in pools)),
         "cost_per_day": None if None in cost else float(sum(cost)),
         "fixed_fleet_cost_per_day": _sum_or_none(p["fixed_pool_cost_per_day"] for p in pools),
         "separate_fleets_cost_per_day": _sum_or_none(p["separate_fleets_cost_per_day"]

@@ -8,7 +8,8 @@ section 4.5) and the squared coefficient of variation (SCV) of its inter-arrival
 arrival variability the queueing model takes (it does not change when time is stretched,
 where the IDC at a fixed counting interval does). A rate curve (`{at: "HH:MM", rate_per_s}`
 points, or a CSV with the columns `at` and `rate_per_s`) is linear between its points and wraps
-around midnight; a window's rate is the curve's mean over it.
+around midnight (a curve with points at both 00:00 and 24:00 runs from one to the other
+instead); a window's rate is the curve's mean over it.
 
 `warp_trace` turns a short real trace into a day: the trace is repeated end to end and its
 time is compressed or stretched so that its rate follows a curve (each request keeps its
@@ -132,23 +133,34 @@ class RateCurve:
     rate_per_s: np.ndarray
     source: str = "rate curve"
 
+    @property
+    def closed(self) -> bool:
+        """Points at both 00:00 and 24:00: the curve runs from one to the other and does not
+        wrap (the two rates may differ: a step at midnight)."""
+        return bool(self.at_s[0] == 0.0 and self.at_s[-1] == DAY_S)
+
     def rate_at(self, t_s: np.ndarray) -> np.ndarray:
-        x = np.mod(np.asarray(t_s, float), DAY_S)
+        return self._in_day(np.mod(np.asarray(t_s, float), DAY_S))
+
+    def _in_day(self, x: np.ndarray) -> np.ndarray:
+        """The rate at x seconds after midnight, 0 <= x <= DAY_S (DAY_S: the day's end, the
+        24:00 point of a closed curve)."""
+        if self.closed:
+            return np.interp(x, self.at_s, self.rate_per_s)
         xp = np.concatenate([self.at_s - DAY_S, self.at_s, self.at_s + DAY_S])
-        fp = np.tile(self.rate_per_s, 3)
-        return np.interp(x, xp, fp)
+        return np.interp(x, xp, np.tile(self.rate_per_s, 3))
 
     def cumulative(self, t_s: np.ndarray) -> np.ndarray:
         """Expected requests in [0, t] (the integral of the rate), by the trapezoid rule on a
         1-second grid's worth of knots: exact for a piecewise-linear curve at its knots."""
         t = np.asarray(t_s, float)
         days = np.floor(t / DAY_S)
-        knots = np.unique(np.concatenate([[0.0, DAY_S], np.mod(self.at_s, DAY_S)]))
-        r = self.rate_at(knots)
+        knots = np.unique(np.concatenate([[0.0, DAY_S], self.at_s]))
+        r = self._in_day(knots)  # the last knot is the day's end (24:00's rate if given)
         cum = np.concatenate([[0.0], np.cumsum(np.diff(knots) * (r[1:] + r[:-1]) / 2)])
         frac = t - days * DAY_S
         k = np.clip(np.searchsorted(knots, frac, side="right") - 1, 0, len(knots) - 2)
-        part = cum[k] + (frac - knots[k]) * (r[k] + self.rate_at(frac)) / 2
+        part = cum[k] + (frac - knots[k]) * (r[k] + self._in_day(frac)) / 2
         return days * cum[-1] + part
 
 

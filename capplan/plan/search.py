@@ -97,6 +97,10 @@ class ConfigGroup:
     """Block size and hybrid state blocks (num_blocks varies by combo: kv_tokens)."""
 
 
+REPLAY_BINDING = "(replay)"
+"""Suffix of a binding constraint the replay found (the SLO it missed by most)."""
+
+
 @dataclass(frozen=True, kw_only=True)
 class Candidate:
     """One configuration tried by the analytic search, with what the search found for it."""
@@ -105,10 +109,12 @@ class Candidate:
     settings: EngineSettings
     kv_cache_tokens: int
     max_rate_per_s: float
-    """Highest per-replica arrival rate that meets every SLO analytically."""
+    """Highest per-replica arrival rate that meets every SLO analytically (or, sized by the
+    replay, the rate each replica was replayed at: `sized_by_replay`)."""
     capacity_per_s: float
     """Highest stable per-replica arrival rate (SLOs aside)."""
     binding_constraint: str
+    """What limits a replica; ends in REPLAY_BINDING when the replay sized the replicas."""
     index: tuple[int, int]
     """(group, combination) position in the search's arrays."""
     replicas: int
@@ -118,6 +124,12 @@ class Candidate:
     @property
     def gpu(self) -> GpuSpec:
         return self.group.gpu
+
+    @property
+    def sized_by_replay(self) -> bool:
+        """The simulator's replay, not the analytic screen, set the replicas (and
+        max_rate_per_s): the screen's count missed in simulation (planner._scaled_out)."""
+        return self.binding_constraint.endswith(REPLAY_BINDING)
 
     @property
     def step(self) -> StepModel:

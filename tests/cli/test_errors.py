@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import yaml
 from _asserts import assert_one_line_error
@@ -41,6 +43,10 @@ BAD_INPUTS = [
     pytest.param(("frobnicate",), "frobnicate", id="unknown-command"),
     pytest.param(("gpus", "--catalog-dir", "/nonexistent/capplan"), "not a folder",
                  id="catalog-dir-missing"),
+    pytest.param(("recommend", "--model", "llama-3.1-8b", "--rate", "1", "--ttft-p99", "1",
+                  "--tbt-p99", "50 parsecs"), "'50 parsecs' is not a duration", id="slo-unit"),
+    pytest.param(("recommend", "--model", "llama-3.1-8b", "--rate", "1", "--ttft-p99", "-5ms"),
+                 "--ttft-p99", id="slo-negative-ms"),
 ]
 
 
@@ -127,3 +133,15 @@ def test_unstable_latency_is_an_answer_with_exit_0(run_cli):
 
     d = json.loads(res.stdout)
     assert d["stable"] is False and d["capacity_requests_per_s"] < 500
+
+
+def test_slo_options_take_plan_file_durations(run_cli):
+    """--tbt-p99 50ms is 0.05 s, as `tbt_p99_s: 50ms` in a plan file (units.parse_seconds)."""
+    base = ("recommend", "--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--tp", "1", "--rate",
+            "2", "--input-len", "500", "--output-len", "100", "--verify-top", "0", "--no-disagg",
+            "--format", "json")
+    with_unit = run_cli(*base, "--ttft-p99", "1.5s", "--tbt-p99", "50ms")
+    assert with_unit.exit_code == 0, with_unit.stderr
+    lane = json.loads(with_unit.stdout)["lanes"][0]
+    assert (lane["ttft_p99_s"], lane["tbt_p99_s"]) == (1.5, pytest.approx(0.05))
+

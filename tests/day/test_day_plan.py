@@ -4,6 +4,7 @@ several models, and the schedule in every export."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -132,6 +133,22 @@ def test_bad_day_lanes(run_cli, tmp_path: Path, bad, msg):
     assert res.exit_code == 2 and msg in res.stderr
 
 
+def test_unquoted_times_of_day_in_a_plan_file(run_cli, tmp_path: Path):
+    """`at: 15:00` unquoted is a time of day (YAML 1.1 would read the base-60 integer 900)."""
+    text = yaml.safe_dump(_curve_plan(day={"replay": "none", "window_s": 3600}))
+    text = text.replace("at: 04:00", "at: 3:00").replace("at: '15:00'", "at: 15:00")
+    assert "at: 3:00" in text and "at: 15:00" in text  # both unquoted in the file
+    (tmp_path / "p.yaml").write_text(text)
+    res = run_cli("plan", str(tmp_path / "p.yaml"), "--format", "json")
+    assert res.exit_code == 0, res.stderr
+    sched = json.loads(res.stdout)["schedule"]
+    # 0.6 req/s at 03:00 rising to 3 at 15:00 (0.2 req/s per hour): the window 14:00-15:00
+    # averages (2.8 + 3) / 2 = 2.9 req/s; from 15:00 the curve falls back to 0.6 at 03:00
+    # (wrapping, 0.2 req/s per hour), so 02:00-03:00 falls from 0.8 to 0.6: 0.7
+    assert sched[14]["offered_rps"] == pytest.approx(2.9)
+    assert sched[2]["offered_rps"] == pytest.approx(0.7)
+
+
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "day"
 
 
@@ -191,3 +208,53 @@ def test_replay_adds_replicas_where_the_analytic_count_misses(run_cli):
     assert rp["replicas"] == w["replicas"] >= 2 and rp["meets_slo"], (w, d["day"]["notes"])
     assert any("replica(s) added" in n for n in d["day"]["notes"])
     assert any("round-robin" in n for n in d["day"]["notes"])
+
+
+MOONCAKE = Path(__file__).resolve().parents[1] / "data" / "traces" / \
+    "mooncake_conversation_trace_head200.jsonl"
+
+
+@pytest.mark.slow
+def test_replay_sized_recommendation_and_schedule_agree(run_cli):
+    """Mooncake's 200 requests (one window, gap SCV ~7): the analytic screen's count misses in
+    simulation, so the replay sizes the recommendation; the schedule's window is sized at the
+    same per-replica capacity, and the prefix-cache note compares screen with screen."""
+    res = run_cli("recommend", "--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--trace",
+                  str(MOONCAKE), "--ttft-p99", "2", "--tbt-p99", "0.1", "--format", "json")
+    assert res.exit_code == 0, res.stderr
+    d = json.loads(res.stdout)
+    best = d["recommendations"][0]
+    assert best["binding_constraint"].endswith("(replay)")
+    (w,) = d["schedule"]
+    # the replica rule at the recommendation's capacity: ceil(offered * 1.2 / capacity)
+    want = int(np.ceil(w["offered_rps"] * 1.2 / best["capacity_per_replica_rps"] - 1e-9))
+    assert w["replicas"] == want == best["replicas"]
+    assert w["gpus"] == best["gpus_total"]
+    note = d["prefix_cache"]["note"]
+    m = re.search(r"instead of (\d+) \(both as the analytic screen plans them: (\d+) x \S+ TP "
+                  r"(\d+) with the cache; the simulator's replay then sized this plan at (\d+)",
+                  note)
+    assert m, note
+    assert int(m.group(1)) == int(m.group(2)) * int(m.group(3))
+    assert int(m.group(4)) == best["gpus_total"]
+
+
+def test_promoted_configuration_says_it_was_not_simulated(run_cli, tmp_path: Path):
+    """The peak's cheapest (H100 TP 1) is the one `verify.top: 1` simulates; an L40S replica
+    follows the night trough more closely and costs least over the day, so it comes first,
+    unsimulated: the note says so and labels its cost an estimate."""
+    lane = {"name": "curve", "input_len": 1000, "output_len": 300,
+            "rate_curve": [{"at": "00:00", "rate_per_s": 1}, {"at": "03:00", "rate_per_s": 8}],
+            "slo": {"ttft_p99_s": 2.0, "tbt_p99_s": 0.08}}
+    doc = {"model": "llama-3.1-8b", "candidates": {"gpus": ["h100-sxm", "l40s"], "tp": [1]},
+           "workloads": [lane], "verify": {"top": 1}, "day": {"replay": "none"}}
+    (tmp_path / "p.yaml").write_text(yaml.safe_dump(doc))
+    res = run_cli("plan", str(tmp_path / "p.yaml"), "--format", "json")
+    assert res.exit_code == 0, res.stderr
+    d = json.loads(res.stdout)
+    first, second = d["recommendations"][:2]
+    assert (first["gpu"], second["gpu"]) == ("l40s", "h100-sxm")
+    assert first["verified"] is None and second["verified"] is not None
+    (note,) = [n for n in d["day"]["notes"] if "costs least over the day" in n]
+    assert "estimated at each one's capacity per replica" in note
+    assert "it was not simulated (the simulator checked h100-sxm TP 1" in note

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -41,7 +43,7 @@ def test_triangle_curve_window_means_by_hand():
 
 
 @settings(max_examples=30, deadline=None)
-@given(st.lists(st.tuples(st.integers(0, 1439), st.floats(0, 50)), min_size=1, max_size=8,
+@given(st.lists(st.tuples(st.integers(0, 1440), st.floats(0, 50)), min_size=1, max_size=8,
                 unique_by=lambda p: p[0]),
        st.sampled_from([300.0, 900.0, 3600.0]))
 def test_windows_hold_the_curves_requests(points, window_s):
@@ -56,6 +58,44 @@ def test_windows_hold_the_curves_requests(points, window_s):
     total = float((s.offered_rps * (s.end_s - s.start_s)).sum())
     assert total == pytest.approx(float(c.cumulative(np.array([DAY_S]))[0]), rel=1e-9)
     assert s.offered_rps.max() <= max(r for _, r in points) + 1e-9
+
+
+def test_curve_closed_at_24_00_by_hand():
+    # 1 req/s at 00:00, 3 at 12:00, 2 at 24:00: the day runs from 00:00 to 24:00 without
+    # wrapping (a step from 2 back to 1 at midnight). Day integral by the trapezoid rule:
+    # (1 + 3) / 2 * 43,200 s + (3 + 2) / 2 * 43,200 s = 86,400 + 108,000 = 194,400 requests.
+    c = parse_rate_curve([{"at": "00:00", "rate_per_s": 1}, {"at": "12:00", "rate_per_s": 3},
+                          {"at": "24:00", "rate_per_s": 2}])
+    assert c.cumulative(np.array([DAY_S]))[0] == pytest.approx(194_400)
+    s = series_from_curve(c, mean_output_tokens=1.0, window_s=3600)
+    # first hour: 1 -> 1 + 2/12 req/s, mean 13/12; last hour: 2 + 1/12 -> 2, mean 49/24
+    assert s.offered_rps[0] == pytest.approx(13 / 12)
+    assert s.offered_rps[-1] == pytest.approx(49 / 24)
+    # 24:00 alone is 00:00 of a wrapping curve: the same curve as one given at 00:00
+    a = parse_rate_curve([{"at": "24:00", "rate_per_s": 4}, {"at": "12:00", "rate_per_s": 1}])
+    b = parse_rate_curve([{"at": "00:00", "rate_per_s": 4}, {"at": "12:00", "rate_per_s": 1}])
+    grid = np.linspace(0, DAY_S, 97)
+    assert np.allclose(a.cumulative(grid), b.cumulative(grid))
+
+
+def test_curve_through_24_00_plans_in_the_cli_and_api(run_cli, tmp_path):
+    import capplan
+
+    curve = tmp_path / "c.csv"
+    curve.write_text("at,rate_per_s\n00:00,1\n24:00,2\n")
+    res = run_cli("recommend", "--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--tp", "1",
+                  "--rate-curve", str(curve), "--input-len", "500", "--output-len", "100",
+                  "--ttft-p99", "1", "--replay", "none", "--verify-top", "0", "--window", "1h",
+                  "--format", "json")
+    assert res.exit_code == 0, res.stderr
+    sched = json.loads(res.stdout)["schedule"]
+    # the rate climbs from 1 to 2 over the day: the last hour's mean (2 - 1/48) is the peak
+    assert sched[-1]["offered_rps"] == pytest.approx(2 - 1 / 48)
+    day = capplan.recommend("llama-3.1-8b", gpus=["h100-sxm"], ttft_p99_s=1.0, verify=False,
+                            input_len=500, output_len=100, day={"replay": "none"},
+                            rate_curve=[{"at": "00:00", "rate_per_s": 1},
+                                        {"at": "24:00", "rate_per_s": 2}])
+    assert len(day.windows) == 96
 
 
 def test_rate_curve_csv(tmp_path):

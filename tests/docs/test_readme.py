@@ -1,5 +1,6 @@
-"""Docs as tests: every `capplan ...` line in README.md's code blocks runs as written, except
-those that need hardware, a server or files the reader would bring (listed with the reason)."""
+"""Docs as tests: every `capplan ...` line in the code blocks of README.md and
+docs/day-planning.md runs as written, except those that need hardware, a server or files the
+reader would bring (listed with the reason)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 README = (ROOT / "README.md").read_text(encoding="utf-8")
+DOCS = ("README.md", "docs/day-planning.md")
 
 SKIP = {
     "--device cuda": "needs a GPU",
@@ -20,13 +22,14 @@ SKIP = {
     "--calibration h100.yaml": "needs a file from a GPU run",
     "config.json": "needs a config.json (tests/catalog imports real ones)",
     "--device cpu": "slow here; tests/probe runs the CPU calibration end to end",
+    "--trace day.csv": "needs the user's day of traffic (tests/day plans a warped day)",
 }
 
 
-def _commands() -> list[str]:
+def _commands(text: str = README) -> list[str]:
     cmds = []
     # fences paired from the start of a line: a ```yaml block's closing fence opens nothing
-    for lang, block in re.findall(r"^```(\w*)\n(.*?)^```", README, flags=re.S | re.M):
+    for lang, block in re.findall(r"^```(\w*)\n(.*?)^```", text, flags=re.S | re.M):
         if lang:
             continue
         text = block.replace("\\\n", " ")
@@ -37,11 +40,12 @@ def _commands() -> list[str]:
     return cmds
 
 
-COMMANDS = _commands()
+COMMANDS = [c for doc in DOCS for c in _commands((ROOT / doc).read_text(encoding="utf-8"))]
 
 
 def test_readme_has_commands():
-    assert len(COMMANDS) >= 12
+    assert len(_commands()) >= 12
+    assert len(COMMANDS) >= len(_commands()) + 4  # docs/day-planning.md's four
 
 
 @pytest.mark.slow
