@@ -48,6 +48,14 @@ class Interconnect(BaseModel):
     def bytes_per_s(self) -> float:
         return gb_per_s_to_bytes_per_s(self.bandwidth_gb_per_s)
 
+    @property
+    def label(self) -> str:
+        """The link's name in outputs ("NVLink", "PCIe 4.0", "Infinity Fabric")."""
+        if self.kind.startswith("pcie"):
+            return f"PCIe {self.kind[4:]}.0"
+        return {"nvlink-bridge": "NVLink bridge",
+                "infinity-fabric": "Infinity Fabric"}.get(self.kind, "NVLink")
+
 
 class Network(BaseModel):
     """The scale-out network between NVLink domains (nodes, or racks on NVL72), per GPU: what a

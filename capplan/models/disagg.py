@@ -40,6 +40,8 @@ class Link:
     """Per GPU, per direction."""
     latency_s: float
     source: str
+    in_domain: bool = False
+    """Inside one NVLink domain (the node's own GPU link), not over the network."""
 
 
 INTER_NODE = Link(
@@ -51,12 +53,13 @@ NVLINK_LATENCY_S = 10e-6
 (1e-5 s) for its point-to-point operator; bandwidth is the GPU's own NVLink figure."""
 
 
-def kv_link(nvlink_bytes_per_s: float, same_domain: bool) -> Link:
-    """NVLink when prefill and decode GPUs share an NVLink domain (a node; a GB200 NVL72 rack),
-    else the network."""
+def kv_link(nvlink_bytes_per_s: float, same_domain: bool, name: str = "NVLink") -> Link:
+    """The node's own GPU link when prefill and decode GPUs share its domain (a node; a GB200
+    NVL72 rack), named as the catalog's interconnect is (NVLink, or PCIe on PCIe cards), else
+    the network."""
     if same_domain:
-        return Link("NVLink", nvlink_bytes_per_s, NVLINK_LATENCY_S,
-                    "the GPU catalog's interconnect bandwidth (per GPU, per direction)")
+        return Link(name, nvlink_bytes_per_s, NVLINK_LATENCY_S,
+                    "the GPU catalog's interconnect bandwidth (per GPU, per direction)", True)
     return INTER_NODE
 
 

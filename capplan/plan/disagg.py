@@ -291,7 +291,7 @@ def _pair(pc: _PrefillCurve, dp: PoolPlan, t: Traffic, target: float, ttft_slo: 
     if same_domain and pc.dep.gpu.key != dp.dep.gpu.key:
         return None
     # the catalog's scale-out network between domains (plan/pd.network_link)
-    link = kv_link(ic.bytes_per_s, True) if same_domain else network_link(dp.dep)
+    link = kv_link(ic.bytes_per_s, True, ic.label) if same_domain else network_link(dp.dep)
     kv_per_token = dp.dep.memory.kv_bytes_per_token_per_gpu
     tx_mean = float(kv_transfer_s(t.inp.mean, kv_per_token, link))
     tx_p99 = float(kv_transfer_s(t.inp.q["p99"], kv_per_token, link))
@@ -444,7 +444,7 @@ def replay_disaggregated(d: DisaggPlan, lanes: list[Any], requests: int) -> dict
     from capplan.plan.verify import sim_lanes
     from capplan.sim.workload import Workload
 
-    same = d.link.name == "NVLink"
+    same = d.link.in_domain
     lay = make_layout(d.prefill.dep, d.prefill.replicas, d.decode.dep, d.decode.replicas,
                       "nvlink" if same else "network")
     rate = sum(ln.rate_per_s for ln in lanes)

@@ -142,7 +142,8 @@ def make_layout(prefill: Deployment, prefill_workers: int, decode: Deployment,
                          f"{decode.gpu.interconnect.max_gpus_per_node}-GPU NVLink domain of "
                          "one GPU type")
     use_nvlink = link == "nvlink" or (link == "auto" and one_domain)
-    chosen = (_nvlink_or_default(decode.gpu.interconnect.bytes_per_s, True) if use_nvlink
+    chosen = (_nvlink_or_default(decode.gpu.interconnect.bytes_per_s, True,
+                                 decode.gpu.interconnect.label) if use_nvlink
               else network_link(decode))
     return PdLayout(prefill, prefill_workers, decode, decode_workers, chosen)
 

@@ -157,6 +157,9 @@ def test_instruct_checkpoint_context_limit(catalog):
     # Qwen2.5-72B-Instruct's config.json allows 32768 tokens, the base 131072
     assert catalog.resolve_model("Qwen/Qwen2.5-72B-Instruct").spec.max_position_embeddings == 32768
     assert catalog.resolve_model("Qwen/Qwen2.5-72B").spec.max_position_embeddings == 131072
+    # so does the 7B's (its config.json: 32768; the shared reference's maxtext copy)
+    assert catalog.resolve_model("Qwen/Qwen2.5-7B-Instruct").spec.max_position_embeddings == 32768
+    assert catalog.resolve_model("Qwen/Qwen2.5-7B").spec.max_position_embeddings == 131072
 
 
 def test_import_hf_id_option(run_cli, tmp_path):

@@ -94,3 +94,14 @@ def test_recommend_compares_both_layouts_for_long_prompts(run_cli):
                    "--tbt-p99", "0.05", "--verify-top", "0").stdout
     assert "disaggregated prefill/decode:" in text and " wins" in text
     assert math.isfinite(p["rate_per_replica_per_s"])
+
+
+def test_a_kv_transfer_inside_a_pcie_node_is_named_pcie(run_cli):
+    # L40S cards talk over PCIe 4.0 (the catalog: pcie4, 32 GB/s per direction): the KV moves
+    # at that rate and is said to, not "over NVLink"; Llama-3.1-8B's 128 KiB per token x 1,000
+    # prompt tokens / 32 GB/s = 4.1 ms, + 10 us
+    d = run_cli("recommend", "--model", "llama-3.1-8b", "--gpu", "l40s", "--rate", "5",
+                "--input-len", "1000", "--output-len", "200", "--ttft-p99", "2", "--tbt-p99",
+                "0.1", "--verify-top", "0", "--format", "json").json()["disaggregated"]
+    assert d["kv_link"] == "PCIe 4.0" and d["kv_link_bytes_per_s"] == 32e9
+    assert d["kv_transfer_s"]["mean"] == pytest.approx(1000 * 131072 / 32e9 + 10e-6, rel=1e-6)
