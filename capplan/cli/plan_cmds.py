@@ -72,10 +72,13 @@ JOBS_OPTION = click.option(
 def _finish(plan: PlanResult, fmt: str, exports: list[Path], plot_dir: str | None) -> None:
     result = plan.to_dict()  # the export edge: from here on, the JSON contract's dict
     for path in exports:
-        from capplan.export import export_plan
+        from capplan.export import export_kind, export_plan
+        from capplan.export.day_export import has_day, schedule_csv_path
 
         export_plan(result, path)
         click.echo(f"wrote {path}", err=True)
+        if export_kind(path) == ".csv" and has_day(result):  # the schedule beside it
+            click.echo(f"wrote {schedule_csv_path(path)}", err=True)
     if plot_dir:
         from capplan.export.plots import plot_plan
 
@@ -85,10 +88,8 @@ def _finish(plan: PlanResult, fmt: str, exports: list[Path], plot_dir: str | Non
         emit(to_json(result))
         return
     if fmt in ("csv", "markdown"):  # machine-readable: the table alone
-        if "schedule" in result:  # a day plan: its schedule is the table
-            from capplan.cli._day import columns, schedule_rows
-
-            emit(render_rows(schedule_rows(result), columns(result), fmt))
+        if "schedule" in result:  # a day plan: recommendations, launch, schedule, totals
+            emit(day_sections(result, fmt))
             return
         emit(render_rows(_plan_rows(result), PLAN_COLUMNS, fmt))
         return
@@ -112,6 +113,34 @@ def _finish(plan: PlanResult, fmt: str, exports: list[Path], plot_dir: str | Non
 
         emit("\nthe plan's fixed disaggregated layout:\n"
              + pd_table(result["fixed_disaggregated"], fmt))
+
+
+def day_sections(result: dict[str, Any], fmt: str) -> str:
+    """A day plan in CSV or Markdown: the recommendations (each model's, a `model` column first
+    for several), the first one's launch lines, the schedule and the totals. Sections are
+    separated by a blank line, each with its own header row (as `latency --format csv` and
+    the `.schedule.csv` export); Markdown titles each with a heading."""
+    from capplan.cli._day import schedule_sections
+
+    plans = result.get("models") or [result]
+    several = "models" in result
+    rows = [{**r, "model": p["model"]} for p in plans for r in _plan_rows(p)]
+    cols = [Column("model", "model")] * several + PLAN_COLUMNS
+    launch = [{"model": p["model"], "engine": name, "command": flags[key]}
+              for p in plans for flags in [p["recommendations"][0]["engine_flags"]]
+              for key, name in ENGINE_LABELS.items() if key in flags]
+    lcols = [Column("model", "model")] * several + [Column("engine", "engine"),
+                                                    Column("command", "launch command")]
+    if fmt == "markdown":  # a command (one line per host) stays whole in a code block
+        ltext = "\n\n".join(f"{r['engine']}" + (f" ({r['model']})" if several else "")
+                             + f":\n```sh\n{r['command']}\n```" for r in launch)
+    else:
+        ltext = render_rows(launch, lcols, fmt)
+    sections = [("recommendations", render_rows(rows, cols, fmt)), ("launch", ltext),
+                *schedule_sections(result, fmt)]
+    if fmt == "csv":
+        return "\n\n".join(text for _, text in sections)
+    return "\n\n".join(f"## {title}\n\n{text}" for title, text in sections)
 
 
 def render_disagg(d: dict[str, Any]) -> str:
