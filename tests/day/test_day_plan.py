@@ -123,6 +123,14 @@ def test_two_models_share_a_pool():
 @pytest.mark.parametrize("bad, msg", [
     ({"rate_per_s": 2}, "give one of rate_per_s, trace or rate_curve"),
     ({"rate_curve": [{"at": "nine", "rate_per_s": 1}]}, "time of day"),
+    # a point's own error, not the `str` branch of `str | list` ("should be a valid string")
+    ({"rate_curve": [{"at": "01:00", "rate_per_s": -1}, {"at": "03:00", "rate_per_s": 2}]},
+     "workloads.0.rate_curve.0.rate_per_s: Input should be greater than or equal to 0"),
+    ({"rate_curve": [{"time": "01:00", "rate_per_s": 1}, {"at": "05:00", "rate": 2}]},
+     "unknown key 'workloads.0.rate_curve.0.time' (the keys here: at, rate_per_s)"),
+    ({"rate_curve": [{"at": [1], "rate_per_s": 1}]},
+     "workloads.0.rate_curve.0.at: Input should be a valid string or a valid number"),
+    ({"rate_curve": 5}, "workloads.0.rate_curve: Input should be a valid string or a valid list"),
 ])
 def test_bad_day_lanes(run_cli, tmp_path: Path, bad, msg):
     doc = _curve_plan()
@@ -131,6 +139,7 @@ def test_bad_day_lanes(run_cli, tmp_path: Path, bad, msg):
     p.write_text(yaml.safe_dump(doc))
     res = run_cli("plan", str(p))
     assert res.exit_code == 2 and msg in res.stderr
+    assert len(res.stderr.strip().splitlines()) == 1
 
 
 def test_unquoted_times_of_day_in_a_plan_file(run_cli, tmp_path: Path):
