@@ -86,6 +86,10 @@ def test_rate_curve_plan_and_exports(run_cli, tmp_path: Path):
     assert len(d["schedule"]) == 96 and d["gpu_hours"] < d["fixed_fleet_gpu_hours"]
     md = (tmp_path / "out.md").read_text()
     assert "## Day plan" in md and "xychart-beta" in md
+    # the chart's x-axis: each window's start as HH:MM (0.25 h is 00:15, not "0.2")
+    axis = next(ln for ln in md.splitlines() if "x-axis" in ln)
+    labels = re.findall(r'"([^"]*)"', axis)
+    assert labels == [f"{m // 60:02d}:{m % 60:02d}" for m in range(0, 24 * 60, 15)]
     sched_csv = (tmp_path / "out.schedule.csv").read_text().splitlines()
     assert sched_csv[0].startswith("start (h)") and len(sched_csv) >= 97
     from openpyxl import load_workbook
