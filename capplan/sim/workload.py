@@ -109,7 +109,11 @@ def parse_length(text: str | int | float) -> LengthDist:
             raise InputError(f"length {s!r}: expected a number or uniform:/lognormal:/"
                              f"empirical: distribution") from None
         x = float(TOKENS.check(x, f"length {s!r}"))
-        return LengthDist("fixed", (float(round(x)),), text=s)
+        if x != round(x):  # a fixed count of tokens; a distribution's parameters may be real
+            raise InputError(f"length {s!r}: a token count is a whole number (e.g. "
+                             f"{math.floor(x)} or {math.ceil(x)}); a distribution's mean may "
+                             "be fractional (lognormal:mean=..,p99=..)")
+        return LengthDist("fixed", (float(x),), text=s)
     kind = kind.strip().lower()
     if kind == "uniform":
         p = _kv_params(s, body, ("min", "max"))
