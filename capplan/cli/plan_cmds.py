@@ -374,8 +374,10 @@ def recommend_cmd(model: str, rate: float | None, input_len: str, output_len: st
                   catalog_dir: tuple[str, ...], disagg: bool = True,
                   **prefix_kw: Any) -> None:
     """GPU type, count and engine settings for a rate and latency SLOs."""
+    from capplan.api_checks import check_names
     from capplan.plan.planner import run_plan
 
+    check_names(model=model)
     out_paths = _exports(exports)
     price_map: dict[str, float] = {}
     for item in prices:

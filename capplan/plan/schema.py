@@ -421,6 +421,8 @@ class PlanFile(BaseModel):
                 raise ValueError("models: list at least one model")
             L.check_cap("plan_lanes", sum(len(m.workloads) for m in self.models), "workloads")
             return self
+        if self.model is not None and not self.model.strip():
+            raise ValueError("model: the name is empty (the model to plan, e.g. llama-3.1-8b)")
         if not self.model:
             raise ValueError("model: missing (the model to plan, e.g. llama-3.1-8b)")
         if not self.workloads:

@@ -22,7 +22,7 @@ from typing import IO
 import numpy as np
 
 from capplan.errors import InputError, shown_key
-from capplan.limits import SIM_HORIZON_S, TOKENS, check_input_file
+from capplan.limits import SIM_HORIZON_S, TOKENS, check_input_file, named_decode_errors
 from capplan.models.prefix import NO_PREFIX, PrefixSpec
 from capplan.models.queueing import Z99
 
@@ -173,7 +173,7 @@ def _read_empirical(body: str) -> tuple[int, ...]:
     vals: list[int] = []
     idx: int | None = None
     try:
-        with p.open(newline="", encoding="utf-8-sig") as f:
+        with named_decode_errors(p), p.open(newline="", encoding="utf-8-sig") as f:
             for i, row in enumerate(csv.reader(f), 1):
                 if not row or not any(c.strip() for c in row):
                     continue
@@ -580,7 +580,7 @@ def _read_trace(p: Path) -> tuple:
     times, inputs, outputs = array("d"), array("q"), array("q")
     hashes: list[np.ndarray] = []
     numeric = True
-    with open(p, encoding="utf-8-sig", newline="") as f:
+    with named_decode_errors(p), open(p, encoding="utf-8-sig", newline="") as f:
         try:
             cols, rows = _rows(f, p)
             if not cols:
