@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import sys
 import textwrap
 from collections.abc import Iterator
@@ -70,9 +71,10 @@ JOBS_OPTION = click.option(
 
 
 def _finish(plan: PlanResult, fmt: str, exports: list[Path], plot_dir: str | None) -> None:
+    from capplan.export import export_kind, export_plan
+
     result = plan.to_dict()  # the export edge: from here on, the JSON contract's dict
     for path in exports:
-        from capplan.export import export_kind, export_plan
         from capplan.export.day_export import has_day, schedule_csv_path
 
         export_plan(result, path)
@@ -93,26 +95,37 @@ def _finish(plan: PlanResult, fmt: str, exports: list[Path], plot_dir: str | Non
             return
         emit(render_rows(_plan_rows(result), PLAN_COLUMNS, fmt))
         return
+    _emit_text(result, fmt, next((p for p in exports if export_kind(p) == ".json"), None))
+
+
+def _emit_text(result: dict[str, Any], fmt: str, plan_json: Path | None) -> None:
+    """The table output. Its verify commands read the plan's JSON: they name the JSON export
+    just written (`capplan verify /tmp/p.json ...`), else the placeholder PLAN.json."""
+
+    def say(text: str) -> None:
+        emit(text if plan_json is None else text.replace(
+            "capplan verify PLAN.json", f"capplan verify {shlex.quote(str(plan_json))}"))
+
     if "models" in result and "schedule" in result:  # several models on one pool
         from capplan.cli._day import day_lines, render_day, scale_up_line
 
         for m in result["models"]:  # each model's plan and its day (its schedule in JSON)
-            emit(render_plan(m, fmt))
-            emit("\n".join([f"{m['model']} over the day:", *scale_up_line(m), *day_lines(m)]))
-        emit(render_day(result, fmt))
+            say(render_plan(m, fmt))
+            say("\n".join([f"{m['model']} over the day:", *scale_up_line(m), *day_lines(m)]))
+        say(render_day(result, fmt))
         return
-    emit(render_plan(result, fmt))
+    say(render_plan(result, fmt))
     if result.get("disaggregated"):
-        emit(render_disagg(result["disaggregated"]))
+        say(render_disagg(result["disaggregated"]))
     if "schedule" in result:
         from capplan.cli._day import render_day
 
-        emit(render_day(result, fmt))
+        say(render_day(result, fmt))
     if result.get("fixed_disaggregated"):
         from capplan.cli._pd import pd_table
 
-        emit("\nthe plan's fixed disaggregated layout:\n"
-             + pd_table(result["fixed_disaggregated"], fmt))
+        say("\nthe plan's fixed disaggregated layout:\n"
+            + pd_table(result["fixed_disaggregated"], fmt))
 
 
 def day_sections(result: dict[str, Any], fmt: str) -> str:
