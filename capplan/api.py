@@ -169,9 +169,9 @@ def latency(model: str, gpu: str, *, rate: float | None = None, concurrency: int
     """TTFT / TBT / E2E (mean, p50, p90, p99) and throughput under an open-loop rate, a closed
     loop of `concurrency` clients (a benchmark of `num_prompts`; `benchmark` names a tool's
     protocol, capplan.sim.protocol.PRESETS), or a trace. Closed loops and traces are answered
-    by the simulator's replay; a rate by the analytic queue where it agrees with the replay
-    within capplan.plan.replay.TOLERANCE, else by the replay. `.data["answered_by"]` says
-    which (capplan.plan.replay)."""
+    by the simulator's replay; a rate by the analytic queue where it agrees with a 2,000-request
+    replay within capplan.plan.replay.SCREEN_TOLERANCE, else by the replay.
+    `.data["answered_by"]` says which (capplan.plan.replay)."""
     from capplan.plan.load import load_spec_from_options
     from capplan.plan.replay import WINDOW_S, ReplayLoad, answer
 

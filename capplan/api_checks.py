@@ -58,7 +58,10 @@ def _choices() -> dict[str, tuple[Any, ...]]:
 def check_names(**names: Any) -> None:
     """model / gpu: non-empty strings (`latency(model, None)` raised AttributeError)."""
     for key, v in names.items():
-        if not isinstance(v, str) or not v.strip():
+        if isinstance(v, str) and not v.strip():
+            raise InputError(f"{label(key)}: the name is empty; give a catalog name, Hugging "
+                             "Face id or NVML name")
+        if not isinstance(v, str):
             raise InputError(f"{label(key)}: expected a catalog name, Hugging Face id or NVML "
                              f"name, got {type(v).__name__}")
 

@@ -53,7 +53,7 @@ def validation_error_line(e: Any, valid_keys: Sequence[str] = ()) -> tuple[tuple
     first error: "a.b: message" (pydantic's "Value error, " prefix dropped). The input is
     never echoed, and an unknown key only when it looks like a key name (shown_key).
     """
-    errs = e.errors(include_input=False)
+    errs = plain_errors(e)
     err = next((x for x in errs if x["type"] == "extra_forbidden"), errs[0])
     loc = tuple(err["loc"])
     key = ".".join(str(p) for p in loc)
@@ -63,6 +63,51 @@ def validation_error_line(e: Any, valid_keys: Sequence[str] = ()) -> tuple[tuple
         return loc, f"unknown key {shown_key(key)}{hint}"
     msg = str(err["msg"]).removeprefix("Value error, ")
     return loc, f"{key or 'file'}: {msg.splitlines()[0] if msg else err['type']}"
+
+
+_BRANCH_TAG = r"str|int|float|bool|bytes|none|[A-Z]\w*|[\w-]+\[.*\]"
+"""How pydantic names a union's branch in an error location ('str', 'list[CurvePoint]',
+'CurvePoint'); capplan's own keys are snake_case, never one of these."""
+
+
+def _is_tag(part: Any) -> bool:
+    import re
+
+    return isinstance(part, str) and re.fullmatch(_BRANCH_TAG, part) is not None
+
+
+def plain_errors(e: Any) -> list[dict[str, Any]]:
+    """A ValidationError's errors (input never included) with unions resolved.
+
+    A value that fails a union (`rate_curve: str | list[CurvePoint]`) gets an error from every
+    branch, each under the branch's tag: `rate_curve.str: Input should be a valid string`
+    beside `rate_curve.list[CurvePoint].0.rate_per_s: ... >= 0`. The branch the value is
+    shaped for is the one that went past the type check, so a branch's bare type mismatch is
+    dropped where another branch of the same value has other errors; where every branch only
+    mismatched, one error lists what the value may be. Tags are dropped from locations.
+    (A miss is an error whose location ends at a tag; the shaped branch's go deeper.)
+    """
+    errs = [dict(x) for x in e.errors(include_input=False)]
+
+    def miss(x: dict[str, Any]) -> bool:
+        return bool(x["loc"]) and _is_tag(x["loc"][-1]) and str(x["type"]).endswith("_type")
+
+    out: list[dict[str, Any]] = []
+    merged: dict[tuple[Any, ...], dict[str, Any]] = {}
+    for x in errs:
+        loc = tuple(x["loc"])
+        if miss(x):
+            base = loc[:-1]
+            if any(tuple(y["loc"])[:len(base)] == base and len(y["loc"]) > len(loc)
+                   for y in errs):
+                continue  # the value was shaped for another branch: its errors say why
+            if base in merged:  # every branch mismatched: "a valid string or a valid list"
+                merged[base]["msg"] += " or " + str(x["msg"]).removeprefix("Input should be ")
+                continue
+            x = merged[base] = {**x, "loc": base}
+        x["loc"] = tuple(p for p in x["loc"] if not _is_tag(p))
+        out.append(x)
+    return out or errs
 
 
 def one_line_error(e: BaseException) -> str:

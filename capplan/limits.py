@@ -18,6 +18,8 @@ from __future__ import annotations
 import math
 import os
 import stat
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -294,5 +296,24 @@ def check_input_file(path: str | Path, what: str = "file") -> int:
 def read_text(path: str | Path, what: str = "file", encoding: str = "utf-8") -> str:
     """The text of a regular file under the file_bytes cap."""
     check_input_file(path, what)
-    with open(path, encoding=encoding) as f:
+    with named_decode_errors(path), open(path, encoding=encoding) as f:
         return f.read(int(cap("file_bytes")) + 1)
+
+
+@contextmanager
+def named_decode_errors(path: str | Path) -> Iterator[None]:
+    """Reading a text file inside: a UnicodeDecodeError becomes an InputError naming the file
+    and the offset of its first byte that is not UTF-8 (the decoder's own offset counts from
+    the chunk it was decoding)."""
+    try:
+        yield
+    except UnicodeDecodeError as e:
+        where = f"{e.reason}"
+        try:
+            with open(path, "rb") as f:
+                f.read().decode("utf-8")  # under the file_bytes cap: checked before reading
+        except UnicodeDecodeError as whole:
+            where = f"{whole.reason} at byte {whole.start}"
+        except OSError:
+            pass
+        raise InputError(f"{path}: not UTF-8 text ({where}); save it as UTF-8") from None

@@ -75,9 +75,14 @@ def _ms(x: Any) -> Any:
     return None if x is None or (isinstance(x, float) and math.isnan(x)) else x * 1e3
 
 
-def _replay(w: dict[str, Any], which: str, key: str) -> Any:
+def _attainment(w: dict[str, Any], which: str) -> str | None:
+    """A replayed window's SLO attainment as a percentage; "-" where it has none (no
+    arrivals), an empty cell where the window was not replayed."""
     r = (w.get("replay") or {}).get(which)
-    return None if r is None else r.get(key)
+    if r is None:
+        return None
+    v = r.get("attainment")
+    return "-" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v:.1%}"
 
 
 SCHEDULE_COLUMNS = [
@@ -87,8 +92,7 @@ SCHEDULE_COLUMNS = [
     Column("ttft_p99_s", "TTFT p99\n(ms)", _ms, ".0f"),
     Column("tbt_p99_s", "TBT p99\n(ms)", _ms, ".1f"),
     Column("lead", "start\nscale-up"),
-    Column("planned_att", "replay\nplanned", None, ".1%"),
-    Column("reactive_att", "replay\nreactive", None, ".1%"),
+    Column("planned_att", "replay\nplanned"), Column("reactive_att", "replay\nreactive"),
 ]
 
 
@@ -112,8 +116,8 @@ def schedule_rows(result: dict[str, Any]) -> list[dict[str, Any]]:
                      **{f"gpus:{m}": n for m, n in (w.get("gpus_by_model") or {}).items()},
                      **{f"pool:{t}": n for t, n in (w.get("gpus_by_gpu") or {}).items()},
                      "lead": None if begin is None else _hhmm(begin % 86_400, earlier=True),
-                     "planned_att": _replay(w, "planned", "attainment"),
-                     "reactive_att": _replay(w, "reactive", "attainment")})
+                     "planned_att": _attainment(w, "planned"),
+                     "reactive_att": _attainment(w, "reactive")})
     return rows
 
 
@@ -123,6 +127,21 @@ def _hours(x: float) -> str:
 
 def _money(x: Any) -> str:
     return "unknown (no price)" if x is None else f"${x:,.2f}"
+
+
+def schedule_sections(result: dict[str, Any], fmt: str) -> list[tuple[str, str]]:
+    """(title, table) of the schedule and the totals in CSV or Markdown: the columns of the
+    `.schedule.csv` export (capplan.export.day_export), so stdout and the file read alike."""
+    from capplan.export.day_export import headers, summary_rows
+    from capplan.export.day_export import schedule_rows as export_rows
+
+    heads, fmts = headers(result)
+    cols = [Column(str(i), h, None, f) for i, (h, f) in enumerate(zip(heads, fmts, strict=True))]
+    rows = [{str(i): v for i, v in enumerate(r)} for r in export_rows(result)]
+    totals = [{"q": q, "v": v} for q, v in summary_rows(result)]
+    return [("day plan (replicas per window)", render_rows(rows, cols, fmt)),
+            ("totals", render_rows(totals, [Column("q", "quantity"), Column("v", "value")],
+                                   fmt))]
 
 
 def render_day(result: dict[str, Any], fmt: str) -> str:
@@ -176,7 +195,8 @@ def _replay_lines(result: dict[str, Any]) -> list[str]:
         return []
 
     def worst(which: str) -> str:
-        vals = [r[which]["attainment"] for r in rep if r[which].get("attainment") is not None]
+        vals = [a for r in rep if (a := r[which].get("attainment")) is not None
+                and not math.isnan(a)]
         met = all(r[which].get("meets_slo") for r in rep)
         return (f"{min(vals):.2%}" if vals else "n/a") + (
             ", SLOs met" if met else ", SLOs missed")

@@ -109,8 +109,8 @@ def latency_cmd(model: str, gpu: str, rate: list[float] | None, concurrency: lis
 
     \b
     Closed loops (--concurrency) and traces are replayed by the simulator; an open-loop
-    --rate is answered by the analytic queue where it agrees with the replay within 15%
-    (TTFT and TBT, mean and p99), else by the replay. The footer (JSON: answered_by) says
+    --rate is answered by the analytic queue where it agrees with a 2,000-request replay
+    within 10% (TTFT and TBT, mean and p99), else by the replay. The footer (JSON: answered_by) says
     which. A list of rates or concurrencies prints one row per level (JSON: a list)."""
     prefix = pop_prefix_spec(kw)
     pd = pop_pd(kw, implied=True)

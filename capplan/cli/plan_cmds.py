@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import sys
 import textwrap
 from collections.abc import Iterator
@@ -70,12 +71,16 @@ JOBS_OPTION = click.option(
 
 
 def _finish(plan: PlanResult, fmt: str, exports: list[Path], plot_dir: str | None) -> None:
+    from capplan.export import export_kind, export_plan
+
     result = plan.to_dict()  # the export edge: from here on, the JSON contract's dict
     for path in exports:
-        from capplan.export import export_plan
+        from capplan.export.day_export import has_day, schedule_csv_path
 
         export_plan(result, path)
         click.echo(f"wrote {path}", err=True)
+        if export_kind(path) == ".csv" and has_day(result):  # the schedule beside it
+            click.echo(f"wrote {schedule_csv_path(path)}", err=True)
     if plot_dir:
         from capplan.export.plots import plot_plan
 
@@ -85,33 +90,70 @@ def _finish(plan: PlanResult, fmt: str, exports: list[Path], plot_dir: str | Non
         emit(to_json(result))
         return
     if fmt in ("csv", "markdown"):  # machine-readable: the table alone
-        if "schedule" in result:  # a day plan: its schedule is the table
-            from capplan.cli._day import columns, schedule_rows
-
-            emit(render_rows(schedule_rows(result), columns(result), fmt))
+        if "schedule" in result:  # a day plan: recommendations, launch, schedule, totals
+            emit(day_sections(result, fmt))
             return
         emit(render_rows(_plan_rows(result), PLAN_COLUMNS, fmt))
         return
+    _emit_text(result, fmt, next((p for p in exports if export_kind(p) == ".json"), None))
+
+
+def _emit_text(result: dict[str, Any], fmt: str, plan_json: Path | None) -> None:
+    """The table output. Its verify commands read the plan's JSON: they name the JSON export
+    just written (`capplan verify /tmp/p.json ...`), else the placeholder PLAN.json."""
+
+    def say(text: str) -> None:
+        emit(text if plan_json is None else text.replace(
+            "capplan verify PLAN.json", f"capplan verify {shlex.quote(str(plan_json))}"))
+
     if "models" in result and "schedule" in result:  # several models on one pool
         from capplan.cli._day import day_lines, render_day, scale_up_line
 
         for m in result["models"]:  # each model's plan and its day (its schedule in JSON)
-            emit(render_plan(m, fmt))
-            emit("\n".join([f"{m['model']} over the day:", *scale_up_line(m), *day_lines(m)]))
-        emit(render_day(result, fmt))
+            say(render_plan(m, fmt))
+            say("\n".join([f"{m['model']} over the day:", *scale_up_line(m), *day_lines(m)]))
+        say(render_day(result, fmt))
         return
-    emit(render_plan(result, fmt))
+    say(render_plan(result, fmt))
     if result.get("disaggregated"):
-        emit(render_disagg(result["disaggregated"]))
+        say(render_disagg(result["disaggregated"]))
     if "schedule" in result:
         from capplan.cli._day import render_day
 
-        emit(render_day(result, fmt))
+        say(render_day(result, fmt))
     if result.get("fixed_disaggregated"):
         from capplan.cli._pd import pd_table
 
-        emit("\nthe plan's fixed disaggregated layout:\n"
-             + pd_table(result["fixed_disaggregated"], fmt))
+        say("\nthe plan's fixed disaggregated layout:\n"
+            + pd_table(result["fixed_disaggregated"], fmt))
+
+
+def day_sections(result: dict[str, Any], fmt: str) -> str:
+    """A day plan in CSV or Markdown: the recommendations (each model's, a `model` column first
+    for several), the first one's launch lines, the schedule and the totals. Sections are
+    separated by a blank line, each with its own header row (as `latency --format csv` and
+    the `.schedule.csv` export); Markdown titles each with a heading."""
+    from capplan.cli._day import schedule_sections
+
+    plans = result.get("models") or [result]
+    several = "models" in result
+    rows = [{**r, "model": p["model"]} for p in plans for r in _plan_rows(p)]
+    cols = [Column("model", "model")] * several + PLAN_COLUMNS
+    launch = [{"model": p["model"], "engine": name, "command": flags[key]}
+              for p in plans for flags in [p["recommendations"][0]["engine_flags"]]
+              for key, name in ENGINE_LABELS.items() if key in flags]
+    lcols = [Column("model", "model")] * several + [Column("engine", "engine"),
+                                                    Column("command", "launch command")]
+    if fmt == "markdown":  # a command (one line per host) stays whole in a code block
+        ltext = "\n\n".join(f"{r['engine']}" + (f" ({r['model']})" if several else "")
+                             + f":\n```sh\n{r['command']}\n```" for r in launch)
+    else:
+        ltext = render_rows(launch, lcols, fmt)
+    sections = [("recommendations", render_rows(rows, cols, fmt)), ("launch", ltext),
+                *schedule_sections(result, fmt)]
+    if fmt == "csv":
+        return "\n\n".join(text for _, text in sections)
+    return "\n\n".join(f"## {title}\n\n{text}" for title, text in sections)
 
 
 def render_disagg(d: dict[str, Any]) -> str:
@@ -345,8 +387,10 @@ def recommend_cmd(model: str, rate: float | None, input_len: str, output_len: st
                   catalog_dir: tuple[str, ...], disagg: bool = True,
                   **prefix_kw: Any) -> None:
     """GPU type, count and engine settings for a rate and latency SLOs."""
+    from capplan.api_checks import check_names
     from capplan.plan.planner import run_plan
 
+    check_names(model=model)
     out_paths = _exports(exports)
     price_map: dict[str, float] = {}
     for item in prices:

@@ -118,7 +118,8 @@ def markdown_section(plan: dict[str, Any], table: Any) -> list[str]:
                                                        summary_rows(plan), "g"), ""]
     reps = [r[4] or 0 for r in rows]
     rate = [round(r[2] or 0.0, 3) for r in rows]
-    labels = ", ".join(f'"{r[0]:.1f}"' for r in rows)
+    labels = ", ".join(f'"{int(round(r[0] * 60)) // 60:02d}:{int(round(r[0] * 60)) % 60:02d}"'
+                       for r in rows)  # HH:MM: 0.25 h is 00:15 (not "0.2")
     top = max(max(reps), max(rate), 1)
     out += ["```mermaid", "xychart-beta",
             '    title "replicas (bars) and offered req/s (line) over the day"',

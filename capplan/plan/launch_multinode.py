@@ -146,11 +146,15 @@ def pd_launch(layout: Any, engine: str | None = None) -> dict[str, list[str]]:
 # none: sglang_router `--prefill-policy/--decode-policy` random|round_robin|cache_aware|
 # power_of_two (its default cache_aware); TensorRT-LLM's disaggregated server
 # `router.type` round_robin (default)|load_balancing (fewest requests in flight)|
-# kv_cache_aware (tensorrt_llm/serve/router.py create_router); vLLM's NIXL proxy cycles
-# through its workers (toy_proxy_server.py get_next_client: round-robin only).
+# kv_cache_aware (tensorrt_llm/serve/router.py create_router); vLLM's router (vllm-project/
+# router, a fork of SGLang's: `--policy`, `--prefill-policy/--decode-policy` random|
+# round_robin|cache_aware|power_of_two|consistent_hash, its default cache_aware).
 _ROUTER_NAMES = {"sglang": {"round-robin": "round_robin", "random": "random"},
                  "trtllm": {"round-robin": "round_robin", "least-outstanding": "load_balancing"},
-                 "vllm": {"round-robin": "round_robin"}}
+                 "vllm": {"round-robin": "round_robin", "random": "random"}}
+VLLM_ROUTER_INSTALL = "pip install vllm-router"
+"""Where vLLM's P/D front end comes from: the vllm-project/router package on PyPI (the NIXL
+proxy of vLLM's tests, toy_proxy_server.py, ships only in a source checkout)."""
 TRTLLM_DISAGG_FILE = "disagg_config.yaml"
 """The file `trtllm-serve disaggregated -c` reads (its content on the line, as a comment)."""
 
@@ -171,9 +175,10 @@ def front_line(engine: str, prefill: list[tuple[str, int]], decode: list[tuple[s
     listed: SGLang's router (one --prefill and one --decode URL per worker); TensorRT-LLM's
     disaggregated server (tensorrt_llm/llmapi/disagg_utils.py extract_disagg_cfg: hostname,
     port, context_servers and generation_servers with num_instances, urls and router.type;
-    the file's content on the line after `#`); otherwise vLLM's NIXL proxy
-    (tests/v1/kv_connector/nixl_integration/toy_proxy_server.py: prefill with max_tokens=1,
-    then decode on a decoder; hosts and ports as parallel lists). `routers` (prefill,
+    the file's content on the line after `#`); otherwise vLLM's router (`pip install
+    vllm-router`, `--vllm-pd-disaggregation`: prefill with max_tokens=1 and the NIXL
+    kv_transfer_params, then decode on a decoder; one --prefill and one --decode URL per
+    worker, round-robin by default rather than its cache_aware). `routers` (prefill,
     decode): the front end's policies (round-robin when None); `bootstrap`: each prefill
     worker's bootstrap port, which SGLang's router takes after its URL (None: the default)."""
     pol = routers or ("round-robin", "round-robin")
@@ -198,9 +203,12 @@ def front_line(engine: str, prefill: list[tuple[str, int]], decode: list[tuple[s
         line = (f"trtllm-serve disaggregated -c {TRTLLM_DISAGG_FILE}  # {TRTLLM_DISAGG_FILE}: "
                 f"{flow_yaml(cfg, sort_keys=False)}")
     else:
-        line = ("python tests/v1/kv_connector/nixl_integration/toy_proxy_server.py --host "
-                f"0.0.0.0 --port {port} --prefiller-hosts " + " ".join(h for h, _ in prefill)
-                + " --prefiller-ports " + " ".join(str(q) for _, q in prefill)
-                + " --decoder-hosts " + " ".join(h for h, _ in decode)
-                + " --decoder-ports " + " ".join(str(q) for _, q in decode))
+        line = ("vllm-router --vllm-pd-disaggregation "
+                + " ".join(f"--prefill http://{h}:{q}" for h, q in prefill) + " "
+                + " ".join(f"--decode http://{h}:{q}" for h, q in decode)
+                + f" --host 0.0.0.0 --port {port}")
+        line += (" --policy round_robin" if routers is None else
+                 f" --prefill-policy {names.get(pol[0], 'round_robin')}"
+                 f" --decode-policy {names.get(pol[1], 'round_robin')}")
+        line += f"  # {VLLM_ROUTER_INSTALL}"
     return line + (_missing_routers(engine, *pol) if routers is not None else "")

@@ -187,7 +187,7 @@ def _points_from_csv(path: Path) -> tuple[list[dict[str, Any]], list[int]]:
     if not path.is_file():
         raise InputError(f"{path}: no such rate-curve file")
     L.check_input_file(path, "rate curve")
-    with open(path, encoding="utf-8-sig", newline="") as f:
+    with L.named_decode_errors(path), open(path, encoding="utf-8-sig", newline="") as f:
         reader = csv.DictReader(f)
         cols = [c.strip() for c in (reader.fieldnames or [])]
         reader.fieldnames = cols

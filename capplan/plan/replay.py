@@ -276,9 +276,10 @@ def answered_note(res: dict[str, Any]) -> str:
 
 def trace_windows(load: ReplayLoad, trace: Any = None) -> dict[str, Any]:
     """What was read from a trace (rows, span, mean rate) and its rate per `window_s` window:
-    `varies` when the peak window's rate exceeds the mean by more than TOLERANCE (windows
-    shorter than a full one at the end are not counted; a trace shorter than two windows has
-    no windows to compare)."""
+    `varies` when the peak window's rate exceeds the trace's mean rate (its requests over its
+    span, `mean_rate_per_s`, as the load line gives it) by more than TOLERANCE (a window
+    shorter than a full one at the end is not listed, its requests count in the mean; a trace
+    shorter than two windows has no windows to compare)."""
     from capplan.sim.workload import load_trace
 
     t = trace if trace is not None else load_trace(load.trace, load.time_unit)
@@ -296,7 +297,7 @@ def trace_windows(load: ReplayLoad, trace: Any = None) -> dict[str, Any]:
     edges = arr[0] + load.window_s * np.arange(full + 1)
     counts = np.diff(np.searchsorted(arr, edges, side="left"))
     rates = counts / load.window_s
-    mean = float(rates.mean())
+    mean = out["mean_rate_per_s"]  # the load line's: the final partial window counts too
     i = int(np.argmax(rates))
     out["windows"] = [{"start_s": float(edges[j] - arr[0]), "rate_per_s": float(rates[j])}
                       for j in range(full)]
@@ -307,7 +308,7 @@ def trace_windows(load: ReplayLoad, trace: Any = None) -> dict[str, Any]:
 
 def varying_rate_warning(tr: dict[str, Any]) -> str:
     p = tr["peak_window"]
-    mean = float(np.mean([w["rate_per_s"] for w in tr["windows"]]))
+    mean = tr["mean_rate_per_s"]  # requests over the trace's span, as the load line says
     return (f"the trace's rate varies across {tr['window_s'] / 60:g}-min windows: peak "
             f"{p['rate_per_s']:.3g} req/s in the window at {p['start_s'] / 3600:.2f} h, "
             f"{p['rate_per_s'] / mean - 1:.0%} above the mean {mean:.3g} req/s; this is one "

@@ -18,7 +18,7 @@ from pydantic import (
 )
 
 from capplan import limits as L
-from capplan.errors import InputError, validation_error_line
+from capplan.errors import InputError, plain_errors, validation_error_line
 from capplan.units import parse_seconds
 
 _STRICT = ConfigDict(extra="forbid", frozen=True)
@@ -421,6 +421,8 @@ class PlanFile(BaseModel):
                 raise ValueError("models: list at least one model")
             L.check_cap("plan_lanes", sum(len(m.workloads) for m in self.models), "workloads")
             return self
+        if self.model is not None and not self.model.strip():
+            raise ValueError("model: the name is empty (the model to plan, e.g. llama-3.1-8b)")
         if not self.model:
             raise ValueError("model: missing (the model to plan, e.g. llama-3.1-8b)")
         if not self.workloads:
@@ -511,10 +513,11 @@ def load_plan(path: str | Path) -> PlanFile:
     try:
         return PlanFile.model_validate(data)
     except ValidationError as e:
-        err = next((x for x in e.errors(include_input=False)
-                    if x["type"] == "extra_forbidden"), None)
+        err = next((x for x in plain_errors(e) if x["type"] == "extra_forbidden"), None)
         keys = _keys_at(PlanFile, tuple(err["loc"])) if err else []
         loc, msg = validation_error_line(e, keys or _all_keys(PlanFile))
+        if keys and "did you mean" not in msg and len(keys) <= 8:  # a small object: its keys
+            msg += f" (the keys here: {', '.join(keys)})"
         line = _line_of(text, loc)
         raise InputError(f"{p}:{line}: {msg}" if line else f"{p}: {msg}") from e
 

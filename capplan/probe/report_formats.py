@@ -117,6 +117,10 @@ def _ai_value(rec: dict[str, Any], name: str) -> float | None:
     return float(m["avg"]) if isinstance(m, dict) and m.get("avg") is not None else None
 
 
+def _count(x: float | None) -> int | None:
+    return None if x is None else int(x)
+
+
 def from_aiperf(d: dict[str, Any], name: str) -> dict[str, Any]:
     """A level from AIPerf profile_export_aiperf.json or genai-perf
     profile_export_genai_perf.json (metric -> {unit, avg, p50, p90, p99...})."""
@@ -136,9 +140,10 @@ def from_aiperf(d: dict[str, Any], name: str) -> dict[str, Any]:
     lv: dict[str, Any] = {
         "concurrency": int(conc), "ttft_s": ttft, "tbt_s": tbt, "tpot_s": tpot,
         "e2e_s": _ai_metric(rec, _AIPERF_NAMES["e2e"]) or mean_only({}),
-        "output_tokens_per_s": _ai_value(rec, "output_token_throughput") or 0.0,
-        "requests_per_s": _ai_value(rec, "request_throughput") or 0.0,
-        "completed": int(_ai_value(rec, "request_count") or 0),
+        # a metric the export lacks stays null (docs/probe.md), never 0
+        "output_tokens_per_s": _ai_value(rec, "output_token_throughput"),
+        "requests_per_s": _ai_value(rec, "request_throughput"),
+        "completed": _count(_ai_value(rec, "request_count")),
         "errors": int(_ai_value(rec, "error_request_count") or 0),
         "source": f"{'aiperf' if 'records' in d else 'genai-perf'} ({name})"}
     if n_in is not None and n_out is not None:

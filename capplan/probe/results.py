@@ -107,6 +107,29 @@ def _check_latencies(d: dict[str, Any], name: str) -> None:
                                  f"seconds in [0, {MAX_LATENCY_S:,.0f}]")
 
 
+PER_REQUEST_LISTS = ("ttfts", "itls", "output_lens", "input_lens")
+"""vLLM's --save-detailed lists: one entry per request sent, failed ones included."""
+
+
+def _check_consistent(d: dict[str, Any], name: str) -> None:
+    """A vLLM results file whose counts disagree is refused, naming the mismatch: per-request
+    lists of different lengths (40 ttfts beside 5 itls: which request a gap belongs to is
+    lost), more requests completed than listed, or none completed (its summary figures then
+    describe no request)."""
+    lens = {k: len(d[k]) for k in PER_REQUEST_LISTS if isinstance(d.get(k), list) and d[k]}
+    if len(set(lens.values())) > 1:
+        shown = ", ".join(f"{n} {k}" for k, n in lens.items())
+        raise InputError(f"{name}: the per-request lists differ in length ({shown}); "
+                         "vllm bench serve --save-detailed writes one entry per request")
+    done = d.get("completed")
+    if done is not None and lens and int(done) > max(lens.values()):
+        raise InputError(f"{name}: completed {int(done)} but the per-request lists hold "
+                         f"{max(lens.values())} requests")
+    if done is not None and int(done) == 0:
+        raise InputError(f"{name}: completed 0: no request finished in this run, so its "
+                         "latencies describe nothing (see its errors)")
+
+
 def from_vllm(d: dict[str, Any], name: str, slo_s: dict[str, float] | None = None
               ) -> dict[str, Any]:
     """A level from one `vllm bench serve --save-result` file; with SLOs (seconds) and the
@@ -114,6 +137,7 @@ def from_vllm(d: dict[str, Any], name: str, slo_s: dict[str, float] | None = Non
     --max-concurrency gets its concurrency from Little's law (report_formats.open_loop_level)."""
     conc = d.get("max_concurrency")
     _check_latencies(d, name)
+    _check_consistent(d, name)
     ttfts = [x for x in d.get("ttfts") or [] if x]
     itls = [g for row in d.get("itls") or [] for g in row]
     errors = sum(1 for e in d.get("errors") or [] if e)

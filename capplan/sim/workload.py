@@ -22,7 +22,7 @@ from typing import IO
 import numpy as np
 
 from capplan.errors import InputError, shown_key
-from capplan.limits import SIM_HORIZON_S, TOKENS, check_input_file
+from capplan.limits import SIM_HORIZON_S, TOKENS, check_input_file, named_decode_errors
 from capplan.models.prefix import NO_PREFIX, PrefixSpec
 from capplan.models.queueing import Z99
 
@@ -109,7 +109,11 @@ def parse_length(text: str | int | float) -> LengthDist:
             raise InputError(f"length {s!r}: expected a number or uniform:/lognormal:/"
                              f"empirical: distribution") from None
         x = float(TOKENS.check(x, f"length {s!r}"))
-        return LengthDist("fixed", (float(round(x)),), text=s)
+        if x != round(x):  # a fixed count of tokens; a distribution's parameters may be real
+            raise InputError(f"length {s!r}: a token count is a whole number (e.g. "
+                             f"{math.floor(x)} or {math.ceil(x)}); a distribution's mean may "
+                             "be fractional (lognormal:mean=..,p99=..)")
+        return LengthDist("fixed", (float(x),), text=s)
     kind = kind.strip().lower()
     if kind == "uniform":
         p = _kv_params(s, body, ("min", "max"))
@@ -169,7 +173,7 @@ def _read_empirical(body: str) -> tuple[int, ...]:
     vals: list[int] = []
     idx: int | None = None
     try:
-        with p.open(newline="", encoding="utf-8-sig") as f:
+        with named_decode_errors(p), p.open(newline="", encoding="utf-8-sig") as f:
             for i, row in enumerate(csv.reader(f), 1):
                 if not row or not any(c.strip() for c in row):
                     continue
@@ -576,7 +580,7 @@ def _read_trace(p: Path) -> tuple:
     times, inputs, outputs = array("d"), array("q"), array("q")
     hashes: list[np.ndarray] = []
     numeric = True
-    with open(p, encoding="utf-8-sig", newline="") as f:
+    with named_decode_errors(p), open(p, encoding="utf-8-sig", newline="") as f:
         try:
             cols, rows = _rows(f, p)
             if not cols:

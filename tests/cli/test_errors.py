@@ -47,7 +47,38 @@ BAD_INPUTS = [
                   "--tbt-p99", "50 parsecs"), "'50 parsecs' is not a duration", id="slo-unit"),
     pytest.param(("recommend", "--model", "llama-3.1-8b", "--rate", "1", "--ttft-p99", "-5ms"),
                  "--ttft-p99", id="slo-negative-ms"),
+    pytest.param(("memory", "--model", "", "--gpu", "h100"),
+                 "model (--model): the name is empty", id="model-empty"),
+    pytest.param(("recommend", "--model", " ", "--rate", "1"),
+                 "model (--model): the name is empty", id="recommend-model-empty"),
+    pytest.param(("latency", "--model", "llama-3.1-8b", "--gpu", "", "--rate", "1"),
+                 "gpu (--gpu): the name is empty", id="gpu-empty"),
 ]
+
+
+# 'model: "café"' in Latin-1: 0xe9 at offset 11 opens a 3-byte UTF-8 sequence, '"' is no
+# continuation byte
+LATIN1_YAML = b'model: "caf\xe9"\nworkloads: [{rate_per_s: 1}]\n'
+# a 48-byte header, two 9-byte rows, then 0xff (never valid in UTF-8) at offset 66
+LATIN1_TRACE = b"arrived_at,num_prefill_tokens,num_decode_tokens\n1,100,10\n2,100,10\n\xff,1,1\n"
+
+
+@pytest.mark.parametrize(("name", "data", "args", "where"), [
+    ("p.yaml", LATIN1_YAML, ("plan", "{}"), "invalid continuation byte at byte 11"),
+    ("t.csv", LATIN1_TRACE, ("latency", "--model", "llama-3.1-8b", "--gpu", "h100-sxm",
+                             "--trace", "{}"), "invalid start byte at byte 66"),
+    ("c.csv", b"at,rate_per_s\n01:00,1\n\xff,2\n",
+     ("recommend", "--model", "llama-3.1-8b", "--rate-curve", "{}"),
+     "invalid start byte at byte 22"),
+    ("e.csv", b"100\n\xff\n", ("latency", "--model", "llama-3.1-8b", "--gpu", "h100-sxm",
+                                "--rate", "1", "--input-len", "empirical:{}"),
+     "invalid start byte at byte 4"),
+])
+def test_non_utf8_file_is_named(run_cli, tmp_path, name, data, args, where):
+    f = tmp_path / name
+    f.write_bytes(data)
+    res = run_cli(*(a.format(f) for a in args))
+    assert_one_line_error(res, f"{f}: not UTF-8 text ({where}); save it as UTF-8")
 
 
 

@@ -86,6 +86,10 @@ def test_rate_curve_plan_and_exports(run_cli, tmp_path: Path):
     assert len(d["schedule"]) == 96 and d["gpu_hours"] < d["fixed_fleet_gpu_hours"]
     md = (tmp_path / "out.md").read_text()
     assert "## Day plan" in md and "xychart-beta" in md
+    # the chart's x-axis: each window's start as HH:MM (0.25 h is 00:15, not "0.2")
+    axis = next(ln for ln in md.splitlines() if "x-axis" in ln)
+    labels = re.findall(r'"([^"]*)"', axis)
+    assert labels == [f"{m // 60:02d}:{m % 60:02d}" for m in range(0, 24 * 60, 15)]
     sched_csv = (tmp_path / "out.schedule.csv").read_text().splitlines()
     assert sched_csv[0].startswith("start (h)") and len(sched_csv) >= 97
     from openpyxl import load_workbook
@@ -123,6 +127,14 @@ def test_two_models_share_a_pool():
 @pytest.mark.parametrize("bad, msg", [
     ({"rate_per_s": 2}, "give one of rate_per_s, trace or rate_curve"),
     ({"rate_curve": [{"at": "nine", "rate_per_s": 1}]}, "time of day"),
+    # a point's own error, not the `str` branch of `str | list` ("should be a valid string")
+    ({"rate_curve": [{"at": "01:00", "rate_per_s": -1}, {"at": "03:00", "rate_per_s": 2}]},
+     "workloads.0.rate_curve.0.rate_per_s: Input should be greater than or equal to 0"),
+    ({"rate_curve": [{"time": "01:00", "rate_per_s": 1}, {"at": "05:00", "rate": 2}]},
+     "unknown key 'workloads.0.rate_curve.0.time' (the keys here: at, rate_per_s)"),
+    ({"rate_curve": [{"at": [1], "rate_per_s": 1}]},
+     "workloads.0.rate_curve.0.at: Input should be a valid string or a valid number"),
+    ({"rate_curve": 5}, "workloads.0.rate_curve: Input should be a valid string or a valid list"),
 ])
 def test_bad_day_lanes(run_cli, tmp_path: Path, bad, msg):
     doc = _curve_plan()
@@ -131,6 +143,7 @@ def test_bad_day_lanes(run_cli, tmp_path: Path, bad, msg):
     p.write_text(yaml.safe_dump(doc))
     res = run_cli("plan", str(p))
     assert res.exit_code == 2 and msg in res.stderr
+    assert len(res.stderr.strip().splitlines()) == 1
 
 
 def test_unquoted_times_of_day_in_a_plan_file(run_cli, tmp_path: Path):
@@ -258,3 +271,49 @@ def test_promoted_configuration_says_it_was_not_simulated(run_cli, tmp_path: Pat
     (note,) = [n for n in d["day"]["notes"] if "costs least over the day" in n]
     assert "estimated at each one's capacity per replica" in note
     assert "it was not simulated (the simulator checked h100-sxm TP 1" in note
+
+
+def _csv_sections(text: str) -> list[list[list[str]]]:
+    """CSV text of sections separated by a blank line, each with its header row."""
+    import csv
+    import io
+
+    return [list(csv.reader(io.StringIO(part))) for part in text.strip().split("\n\n")]
+
+
+def test_day_plan_csv_carries_recommendation_launch_schedule_and_totals(run_cli,
+                                                                        tmp_path: Path):
+    """`--format csv` of a day plan: recommendations, launch lines, the schedule in the
+    `.schedule.csv` export's columns, and the totals; every file written is announced."""
+    plan = tmp_path / "day.yaml"
+    plan.write_text(yaml.safe_dump(_curve_plan()))
+    res = run_cli("plan", str(plan), "--format", "csv", "--export", str(tmp_path / "d.csv"))
+    assert res.exit_code == 0, res.stderr
+    recs, launch, sched, totals = _csv_sections(res.stdout)
+    assert recs[0][:5] == ["#", "GPU", "TP", "replicas", "GPUs"]
+    assert recs[1][1:3] == ["h100-sxm", "4"]  # the plan's only candidate
+    assert launch[0] == ["engine", "launch command"]
+    assert launch[1][0] == "vLLM" and launch[1][1].startswith("vllm serve ")
+    # one column spec: stdout's schedule is the export's, row for row
+    exported = _csv_sections((tmp_path / "d.schedule.csv").read_text())[0]
+    assert sched == exported and sched[0][:2] == ["start (h)", "end (h)"]
+    assert len(sched) == 1 + 96 and sched[1][:2] == ["0.0", "0.25"]
+    # totals by hand from the schedule: replicas x 4 GPUs x 0.25 h per window
+    total = dict(totals[1:])
+    assert totals[0] == ["quantity", "value"]
+    assert float(total["gpu_hours"]) == pytest.approx(sum(int(r[4]) for r in sched[1:]) * 4 / 4)
+    assert int(total["peak_replicas"]) == max(int(r[4]) for r in sched[1:])
+    assert f"wrote {tmp_path / 'd.csv'}" in res.stderr
+    assert f"wrote {tmp_path / 'd.schedule.csv'}" in res.stderr
+
+
+def test_day_plan_markdown_has_each_section(run_cli, tmp_path: Path):
+    plan = tmp_path / "day.yaml"
+    plan.write_text(yaml.safe_dump(_curve_plan()))
+    res = run_cli("plan", str(plan), "--format", "markdown")
+    assert res.exit_code == 0, res.stderr
+    heads = [ln for ln in res.stdout.splitlines() if ln.startswith("## ")]
+    assert heads == ["## recommendations", "## launch", "## day plan (replicas per window)",
+                     "## totals"]
+    assert "| h100-sxm |" in res.stdout and "```sh\nvllm serve " in res.stdout
+    assert "| gpu_hours " in res.stdout

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import yaml
 
-from capplan.cli._day import _hhmm
+from capplan.cli._day import _hhmm, schedule_rows
 
 CHAT = {"input_len": 500, "output_len": 100, "slo": {"ttft_p99_s": 0.5, "tbt_p99_s": 0.04}}
 
@@ -24,6 +24,20 @@ def test_scale_up_times_round_down():
     # 06:58:39 is 25,119 s after midnight: shown 06:58 (a minute early), not 06:59 (late)
     assert _hhmm(6 * 3600 + 58 * 60 + 39, earlier=True) == "06:58"
     assert _hhmm(6 * 3600 + 58 * 60 + 39) == "06:59"  # window starts: to the nearest minute
+
+
+def test_window_without_arrivals_has_no_attainment():
+    """A replayed window with no arrivals has no attainment (NaN; JSON null): "-", not
+    "nan%"; 997 of 1,000 arrivals within the SLOs is 99.7%; an unreplayed window is empty."""
+    nan = float("nan")
+    windows = [{"start_s": 0.0, "replay": {"planned": {"attainment": 0.997},
+                                           "reactive": {"attainment": nan}}},
+               {"start_s": 900.0, "replay": {"planned": {"attainment": None},
+                                             "reactive": {"attainment": 1.0}}},
+               {"start_s": 1800.0}]
+    rows = schedule_rows({"schedule": windows})
+    assert [(r["planned_att"], r["reactive_att"]) for r in rows] == [
+        ("99.7%", "-"), ("-", "100.0%"), (None, None)]
 
 
 def test_table_gives_each_models_replay_and_scale_ups(run_cli, tmp_path: Path):

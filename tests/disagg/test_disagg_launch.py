@@ -49,10 +49,15 @@ def test_one_host_packs_the_pools_side_by_side(catalog) -> None:
                    + [("decode", "localhost", 4 + g, 8200 + g) for g in range(4)])
     lines = launch_lines(p)
     assert "CUDA_VISIBLE_DEVICES=4 " in lines["vllm_decode"]
-    proxy = lines["vllm_proxy"]
-    assert _words(proxy, "--prefiller-hosts") == ["localhost"] * 4
-    assert _words(proxy, "--prefiller-ports") == ["8100", "8101", "8102", "8103"]
-    assert _words(proxy, "--decoder-ports") == ["8200", "8201", "8202", "8203"]
+    # vLLM's P/D front end from PyPI (vllm-router; toy_proxy_server.py is only in a source
+    # checkout): one --prefill / --decode URL per worker, round-robin as the replay assumed
+    words = shlex.split(lines["vllm_proxy"], comments=True)
+    assert words[:2] == ["vllm-router", "--vllm-pd-disaggregation"]
+    urls = [(w, words[i + 1]) for i, w in enumerate(words) if w in ("--prefill", "--decode")]
+    assert urls == ([("--prefill", f"http://localhost:{8100 + g}") for g in range(4)]
+                    + [("--decode", f"http://localhost:{8200 + g}") for g in range(4)])
+    assert words[-4:] == ["--prefill-policy", "round_robin", "--decode-policy", "round_robin"]
+    assert lines["vllm_proxy"].endswith("  # pip install vllm-router")
     # eight vLLM servers on one host: each NIXL side channel on its own port (5600 up, the
     # default first), at the default host (localhost), every one in the hosts line
     assert [x.kv_port for x in placements(p)] == list(range(5600, 5608))

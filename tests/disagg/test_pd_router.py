@@ -129,7 +129,11 @@ def test_router_options_cli_and_api(run_cli):
      {"--prefill-policy": "random", "--decode-policy": "round_robin"}, True),
     ("trtllm", "round_robin", "least_loaded",
      {"context_servers": "round_robin", "generation_servers": "load_balancing"}, False),
-    ("vllm", "round_robin", "random", None, True),  # the NIXL proxy cycles only
+    # vLLM's router (vllm-router, SGLang's fork): random and round-robin, no least-outstanding
+    ("vllm", "round_robin", "random",
+     {"--prefill-policy": "round_robin", "--decode-policy": "random"}, False),
+    ("vllm", "random", "least_loaded",
+     {"--prefill-policy": "random", "--decode-policy": "round_robin"}, True),
 ])
 def test_front_end_line_names_the_routers(engine, prefill, decode, want, note):
     import shlex
@@ -140,9 +144,10 @@ def test_front_end_line_names_the_routers(engine, prefill, decode, want, note):
                         max_model_len=8192, engine=engine, prefill_router=prefill,
                         decode_router=decode)
     (line,) = pd_launch(lay)["router"]
-    if engine == "sglang":
+    if engine in ("sglang", "vllm"):
         words = shlex.split(line, comments=True)
-        assert words[:3] == ["python", "-m", "sglang_router.launch_router"]
+        assert words[:3] == (["python", "-m", "sglang_router.launch_router"] if engine == "sglang"
+                             else ["vllm-router", "--vllm-pd-disaggregation", "--prefill"])
         for flag, value in want.items():
             assert words[words.index(flag) + 1] == value
     elif engine == "trtllm":  # the disaggregated server's configuration, after `#`

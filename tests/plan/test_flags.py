@@ -252,3 +252,22 @@ def test_each_engine_line_holds_the_planned_kv_cache(catalog):
         assert mem.kv_cache_bytes_per_gpu <= kv <= mem.kv_cache_bytes_per_gpu + 0.002 * total
     # SGLang's static fraction leaves out the activation peak, so it is below vLLM's
     assert frac["sglang"] < frac["vllm"]
+
+
+def test_printed_verify_command_names_the_json_export(run_cli, tmp_path, monkeypatch):
+    """After `recommend --export DIR/p.json` the printed `dataset:` line reads that file (not
+    the placeholder PLAN.json) and runs as printed; without a JSON export, PLAN.json stays."""
+    base = ("recommend", "--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--rate", "2",
+            "--verify-top", "0", "--no-disagg")
+    plan = tmp_path / "my plan.json"  # a space: the path is quoted for the shell
+    res = run_cli(*base, "--export", str(plan))
+    assert res.exit_code == 0, res.stderr
+    (line,) = [ln for ln in res.stdout.splitlines() if ln.startswith("dataset: ")]
+    words = shlex.split(line.removeprefix("dataset: "))
+    assert words[:3] == ["capplan", "verify", str(plan)]
+    monkeypatch.chdir(tmp_path)
+    ran = run_cli(*words[1:])
+    assert ran.exit_code == 0, ran.stderr
+    assert (tmp_path / words[words.index("--write-dataset") + 1]).stat().st_size > 0
+    plain = run_cli(*base)
+    assert "dataset: capplan verify PLAN.json --client vllm" in plain.stdout

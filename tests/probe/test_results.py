@@ -230,3 +230,35 @@ def test_open_loop_without_e2e_is_one_line_refusal(tmp_path: Path) -> None:
     r = CliRunner().invoke(cli, ["calibrate", "--from-results", str(p)])
     assert r.exit_code == 2 and len(r.output.strip().splitlines()) == 1
     assert "Little" not in r.output and "max-concurrency" in r.output
+
+
+def test_aiperf_export_without_request_count_leaves_it_null(tmp_path: Path) -> None:
+    """A metric the export lacks is null, never filled in (docs/probe.md): no request_count
+    is `completed: null` (it was 0), the other figures as the file gives them."""
+    d = json.loads((RESULTS / "aiperf_gpt-oss-20b_c100_profile_export_aiperf.json").read_text())
+    d.get("records", d).pop("request_count")
+    p = tmp_path / "profile_export_aiperf.json"
+    p.write_text(json.dumps(d))
+    (lv,) = load_results([p])
+    assert lv["completed"] is None and lv["errors"] == 11
+    r = CliRunner().invoke(cli, ["calibrate", "--from-results", str(p), "--format", "json"])
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.output)["levels"][0]["completed"] is None
+
+
+@pytest.mark.parametrize(("edit", "msg"), [
+    (lambda d: d.update(itls=d["itls"][:5]),
+     "the per-request lists differ in length (16 ttfts, 5 itls, 16 output_lens, "
+     "16 input_lens); vllm bench serve --save-detailed writes one entry per request"),
+    (lambda d: d.update(completed=20), "completed 20 but the per-request lists hold 16 requests"),
+    (lambda d: d.update(completed=0, ttfts=[], itls=[], output_lens=[], input_lens=[]),
+     "completed 0: no request finished in this run"),
+])
+def test_inconsistent_vllm_file_is_refused(tmp_path: Path, edit, msg) -> None:
+    d = json.loads(VLLM.read_text())
+    edit(d)
+    p = tmp_path / "vllm-result.json"
+    p.write_text(json.dumps(d))
+    r = CliRunner().invoke(cli, ["calibrate", "--from-results", str(p)])
+    assert r.exit_code == 2 and len(r.output.strip().splitlines()) == 1, r.output
+    assert f"vllm-result.json: {msg}" in r.output

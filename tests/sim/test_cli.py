@@ -63,3 +63,18 @@ def test_bad_input_exit_2(args, msg):
     assert r.exit_code == 2
     assert msg in r.stderr
     assert len(r.stderr.strip().splitlines()) == 1
+
+
+def test_slow_trace_rate_is_not_rounded_to_zero():
+    """3 BurstGPT requests over about 115 s: 3 / 115 = 0.026 req/s, shown as such (one
+    decimal rounded it, and the mean batch of a mostly idle engine, to 0.0)."""
+    from pathlib import Path
+
+    trace = Path(__file__).resolve().parents[1] / "data" / "traces" / "burstgpt_1_head3.csv"
+    r = invoke("--trace", str(trace))
+    assert r.exit_code == 0, r.output
+    rows = {ln[:27].strip(): ln[27:].strip() for ln in r.output.splitlines()}
+    makespan_s = float(rows["makespan (s)"])
+    assert 113 <= makespan_s <= 125  # arrivals at 5 s and 118 s, each served in seconds
+    assert float(rows["requests (req/s)"]) == pytest.approx(3 / makespan_s, rel=0.05)
+    assert float(rows["mean running batch (seqs)"]) > 0

@@ -142,6 +142,24 @@ def test_varying_trace_names_its_peak(tmp_path, run_cli):
     assert not steady["warnings"] and not steady["trace"]["varies"]
 
 
+def test_varying_rate_warning_uses_the_load_lines_mean(tmp_path, run_cli):
+    """One mean for the load line and the warning: requests over the trace's span. Two full
+    60-s windows at 1 and 4 req/s, then 30 s at 1 req/s (a partial window): 331 arrivals at
+    0..150 s, 330 gaps over 150 s = 2.2 req/s (the full windows alone average 2.5); the peak 4
+    req/s is 4 / 2.2 - 1 = 82% above it."""
+    times = np.concatenate([np.arange(0, 60, 1.0), 60 + np.arange(0, 60, 0.25),
+                            120 + np.arange(0, 31, 1.0)])
+    f = tmp_path / "gap.csv"
+    f.write_text("arrived_at,num_prefill_tokens,num_decode_tokens\n"
+                 + "".join(f"{t:.4f},200,20\n" for t in times))
+    d = run_cli("latency", "--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--trace", str(f),
+                "--window", "60", "--format", "json").json()
+    assert len(times) == 331 and d["trace"]["mean_rate_per_s"] == pytest.approx(2.2)
+    assert "331 requests over 150 s, 2.2 req/s" in d["load"]
+    assert any("peak 4 req/s" in w and "82% above the mean 2.2 req/s" in w
+               for w in d["warnings"]), d["warnings"]
+
+
 @settings(max_examples=8, deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(c=st.integers(1, 24), isl=st.integers(16, 1500), osl=st.integers(2, 200))

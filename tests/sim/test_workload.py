@@ -26,6 +26,26 @@ def test_fixed_uniform_lognormal():
     assert ln.mean == 800
 
 
+def test_fixed_token_counts_are_whole(run_cli):
+    """A fixed length is a count of tokens: 100.7 is refused (it was rounded to 101 in
+    silence); 100.0 and 1e3 are whole; a distribution's mean may be fractional."""
+    with pytest.raises(InputError, match=r"length '100.7': a token count is a whole number"):
+        parse_length("100.7")
+    assert parse_length("100.0").sample(None, 1).tolist() == [100]
+    assert parse_length("1e3").sample(None, 1).tolist() == [1000]
+    assert parse_length("lognormal:mean=800.5,p99=4000").mean == 800.5
+    res = run_cli("latency", "--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--rate", "1",
+                  "--input-len", "100.7")
+    assert res.exit_code == 2 and res.exception is None
+    assert res.stderr.strip() == ("Error: length '100.7': a token count is a whole number (e.g. "
+                                  "100 or 101); a distribution's mean may be fractional "
+                                  "(lognormal:mean=..,p99=..)")
+    import capplan
+
+    with pytest.raises(InputError, match="whole number"):
+        capplan.latency("llama-3.1-8b", "h100-sxm", rate=1, input_len=100.7)
+
+
 def test_lognormal_sigma_smaller_root():
     s = lognormal_sigma(800, 4000)
     assert math.exp(2.3263478740408408 * s - s * s / 2) == pytest.approx(5.0)
