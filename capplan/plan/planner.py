@@ -247,9 +247,9 @@ def run_plan(cat: Catalog, plan: PlanFile, verify: VerifyFn | None = None,
     `progress(done, total)` is called after each pool is planned. `disagg`: also size a
     disaggregated prefill/decode layout for the shared pool and say which wins."""
     resolved = cat.resolve_model(plan.model)
-    if any(ln.images_per_request for ln in plan.workloads):
-        plan = plan.model_copy(update={"workloads": image_lanes(resolved.spec,
-                                                                list(plan.workloads))})
+    written = list(plan.workloads)
+    if any(ln.images_per_request for ln in written):
+        plan = plan.model_copy(update={"workloads": image_lanes(resolved.spec, written)})
     lanes = list(plan.workloads)
     per_lane = len(lanes) > 1 and plan.pools in ("separate", "both")
     total = 1 + len(lanes) * per_lane
@@ -273,7 +273,13 @@ def run_plan(cat: Catalog, plan: PlanFile, verify: VerifyFn | None = None,
             cat, plan, resolved, lanes, result, early,
             replay=verify is not None and plan.verify.top > 0
             and all(ln.rate_per_s for ln in lanes)))
-    return _alternatives(cat, plan, resolved, result)
+    result = _alternatives(cat, plan, resolved, result)
+    if written != list(plan.workloads):  # the lanes as written: text tokens, images beside
+        result = replace(result, lanes=written, image_tokens={
+            a.name: int(str(b.input_len)) - int(str(a.input_len))
+            for a, b in zip(written, plan.workloads, strict=True)
+            if a.images_per_request})
+    return result
 
 
 def _per_lane_pools(cat: Catalog, plan: PlanFile, resolved: ResolvedModel, result: PlanResult,
