@@ -201,8 +201,10 @@ def _pareto(recs: Sequence[Recommendation]) -> list[ParetoPoint]:
         return any(all(x <= y for x, y in zip(b, a, strict=True))
                    and any(x < y for x, y in zip(b, a, strict=True)) for _, b in pts)
 
+    # the dtypes `auto` resolved to (_finish), as the recommendations show them
     front = [ParetoPoint(r.candidate.gpu.key, r.candidate.settings.tp, r.replicas,
-                         r.candidate.settings.weight_dtype, r.candidate.settings.kv_dtype, *a)
+                         r.resolved_dtypes[0] or r.candidate.settings.weight_dtype,
+                         r.resolved_dtypes[1] or r.candidate.settings.kv_dtype, *a)
              for r, a in pts if not dominated(a)]
     return sorted(front, key=lambda p: p.cost_per_hour)
 
