@@ -68,7 +68,8 @@ def _recommendations(plan: dict[str, Any]) -> list[str]:
     table = _table([c.header for c in cols], rows[:SHOWN_RECOMMENDATIONS],
                    tuple(c.fmt for c in cols))
     note = shown_note(plan)
-    return ["## Recommendations", "", table, "", *([note[0].upper() + note[1:] + ".", ""] if note else [])]
+    told = [note[0].upper() + note[1:] + ".", ""] if note else []
+    return ["## Recommendations", "", table, "", *told]
 
 
 def _pools(plan: dict[str, Any]) -> list[str]:
