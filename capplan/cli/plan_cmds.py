@@ -36,6 +36,7 @@ from capplan.cli._options import (
 from capplan.cli._prefix import pop_prefix_spec, prefix_options
 from capplan.cli._render import Column, emit, render_rows, to_json
 from capplan.errors import InputError
+from capplan.export.csv_export import SHOWN_RECOMMENDATIONS, shown_note
 from capplan.limits import DEFAULT_HEADROOM
 from capplan.plan.alternatives import PLAN_NOTES
 from capplan.plan.launch import ENGINE_LABELS, layout_cell, layout_of, sized_for
@@ -213,7 +214,9 @@ def render_plan(result: dict[str, Any], fmt: str) -> str:
     out = [f"{result['model']}: {result['target_rate_per_s']:g} req/s, headroom "
            f"{result['headroom']:.0%}, objective {result['objective']} "
            f"({result['configurations_searched']} configurations searched)", "",
-           render_rows(rows[:10], cols, fmt)]
+           render_rows(rows[:SHOWN_RECOMMENDATIONS], cols, fmt)]
+    if shown_note(result):
+        out.append(str(shown_note(result)))
     best = result["recommendations"][0]
     margins = ", ".join(f"{k} {v:+.0%}" for k, v in best["slo_margins"].items())
     ver = best.get("verified")

@@ -62,11 +62,13 @@ class RecColumn:
     """tabulate float format for the Markdown table."""
     brief: bool = True
     """Shown in the Markdown table too; the rest (details, engine commands) only in CSV/XLSX."""
+    optional: bool = False
+    """Left out of a table where no row has a value (a feature the plan does not use)."""
 
 
 def _c(path: str, header: str, conv: Callable[[Any], Any] | None = None, fmt: str = "g",
-       brief: bool = True) -> RecColumn:
-    return RecColumn(tuple(path.split(".")), header, conv, fmt, brief)
+       brief: bool = True, optional: bool = False) -> RecColumn:
+    return RecColumn(tuple(path.split(".")), header, conv, fmt, brief, optional)
 
 
 RECOMMENDATION_COLUMNS: tuple[RecColumn, ...] = (
@@ -79,9 +81,16 @@ RECOMMENDATION_COLUMNS: tuple[RecColumn, ...] = (
     _c("replicas", "replicas"),
     _c("gpus_total", "GPUs"),
     _c("max_num_seqs", "max seqs"),
-    _c("max_num_batched_tokens", "max batched tokens", None, "g", False),
+    _c("max_num_batched_tokens", "max batched tokens"),
     _c("weight_dtype_resolved", "weight dtype"),
-    _c("kv_dtype_resolved", "KV dtype", None, "g", False),
+    _c("kv_dtype_resolved", "KV dtype"),
+    _c("features.speculative", "speculative", None, "g", True, True),
+    _c("features.spec_tokens", "draft tokens", None, "g", True, True),
+    _c("speculation.stops_paying_at_batch", "speculation stops paying at batch", None, "g",
+       True, True),
+    _c("features.max_loras", "LoRA slots", None, "g", True, True),
+    _c("features.max_lora_rank", "LoRA rank", None, "g", False, True),
+    _c("features.images_per_request", "images per request", None, "g", True, True),
     _c("cost_per_hour", "cost ($/h)", None, ".2f"),
     _c("predicted.ttft_s.p50", "TTFT p50 (ms)", _ms, ".0f", False),
     _c("predicted.ttft_s.p99", "TTFT p99 (ms)", _ms, ".0f"),
@@ -210,10 +219,93 @@ def recommendation_table(plan: dict[str, Any], *, brief: bool = False
     brief=True keeps the columns a person reads first (the Markdown table).
     """
     recs = recommendations_of(plan)
-    cols = [c for c in RECOMMENDATION_COLUMNS if c.brief or not brief]
+    cols = [c for c in RECOMMENDATION_COLUMNS if (c.brief or not brief)
+            and (not c.optional or any(dig(r, c.path) is not None for r in recs))]
     if any("model" in r for r in recs):  # several models: say whose each row is
         cols.insert(0, MODEL_COLUMN)
     return cols, _rows(recs, cols)
+
+
+SHOWN_RECOMMENDATIONS = 10
+"""Recommendations the tables people read show (terminal, HTML, Markdown); CSV, XLSX and JSON
+hold every one."""
+
+
+def shown_note(plan: dict[str, Any]) -> str | None:
+    """'top 10 of 11 recommendations ...' when a read table leaves some out, else None."""
+    n = len(plan.get("recommendations") or [])
+    if n <= SHOWN_RECOMMENDATIONS:
+        return None
+    return (f"top {SHOWN_RECOMMENDATIONS} of {n} recommendations (CSV, XLSX and JSON hold "
+            "every one)")
+
+
+def _slo_ms(x: Any) -> Any:
+    return _ms(clean_number(x))
+
+
+LANE_COLUMNS: tuple[RecColumn, ...] = (
+    _c("name", "lane"),
+    _c("rate_per_s", "rate (req/s)", None, ".3g"),
+    _c("input_len", "input length (tokens)"),
+    _c("output_len", "output length (tokens)"),
+    _c("ttft_p99_s", "TTFT p99 SLO (ms)", _slo_ms, ".0f"),
+    _c("tbt_p99_s", "TBT p99 SLO (ms)", _slo_ms, ".1f"),
+    _c("e2e_p99_s", "E2E p99 SLO (ms)", _slo_ms, ".0f"),
+    _c("tpot_p99_s", "TPOT p99 SLO (ms)", _slo_ms, ".1f", True, True),
+    _c("priority", "priority"),
+    _c("arrival", "arrival"),
+    _c("burstiness", "burstiness", None, ".2f"),
+    _c("adapters", "LoRA adapters", None, "g", True, True),
+    _c("popularity", "adapter popularity", None, "g", True, True),
+    _c("images_per_request", "images per request", None, "g", True, True),
+    _c("image_width", "image width (px)", None, "g", True, True),
+    _c("image_height", "image height (px)", None, "g", True, True),
+    _c("image_tokens_per_request", "image tokens per request", None, "g", True, True),
+)
+"""The lanes (plan["lanes"]) in every format: input length is the text, as the plan gave it;
+a lane with images has their count, size and tokens beside it."""
+
+
+def lane_table(plan: dict[str, Any]) -> tuple[list[RecColumn], list[list[Any]]]:
+    """(columns, rows) of the plan's lanes in display units; features no lane uses left out."""
+    lanes = [ln for ln in plan.get("lanes") or [] if isinstance(ln, dict)]
+    cols = [c for c in LANE_COLUMNS
+            if not c.optional or any(dig(ln, c.path) is not None for ln in lanes)]
+    return cols, _rows(lanes, cols)
+
+
+POOL_COLUMNS: tuple[RecColumn, ...] = (
+    _c("pool", "pool"), _c("gpu", "GPU"), _c("tp", "TP"), _c("replicas", "replicas"),
+    _c("gpus_total", "GPUs"), _c("max_num_seqs", "max seqs"),
+    _c("max_num_batched_tokens", "max batched tokens"),
+    _c("cost_per_hour", "cost ($/h)", None, ".2f"), _c("binding_constraint", "binding constraint"),
+    _c("note", "note"),
+)
+"""The shared pool against a pool per lane (plan["pools"]), as the terminal prints it."""
+
+
+def pool_records(plan: dict[str, Any]) -> list[dict[str, Any]]:
+    """plan["pools"] as rows: the shared pool, each lane's own pool (its configuration, or why
+    none), and the per-lane total with which costs less; [] without a pool comparison."""
+    pools = plan.get("pools")
+    if not isinstance(pools, dict):
+        return []
+    sep = pools.get("separate") or {}
+    best = (plan.get("recommendations") or [{}])[0]  # the shared pool is the table's first
+    rows = [{"pool": "shared (all lanes)", **(pools.get("shared") or {}),
+             "binding_constraint": best.get("binding_constraint")}]
+    rows += [{"pool": f"lane {ln.get('lane')}", **ln, "note": ln.get("error")}
+             for ln in sep.get("lanes") or [] if isinstance(ln, dict)]
+    rows.append({"pool": "a pool per lane, total", "gpus_total": sep.get("gpus_total"),
+                 "cost_per_hour": sep.get("cost_per_hour"),
+                 "note": f"cheaper: {pools.get('cheaper')}"})
+    return rows
+
+
+def pool_table(plan: dict[str, Any]) -> tuple[list[RecColumn], list[list[Any]]]:
+    """(columns, rows) of the pool comparison in display units ([] rows without one)."""
+    return list(POOL_COLUMNS), _rows(pool_records(plan), POOL_COLUMNS)
 
 
 def write_csv(plan: dict[str, Any], path: str | Path) -> Path:
@@ -222,6 +314,10 @@ def write_csv(plan: dict[str, Any], path: str | Path) -> Path:
     path = Path(path)
     cols, rows = recommendation_table(plan)
     rows += _rows(disaggregated_records(plan), cols)  # the disaggregated pools, rank says so
+    # the pool comparison: each pool a row, its name in the rank column
+    rows += _rows([{**p, "rank": f"pool: {p['pool']}",
+                    "binding_constraint": p.get("binding_constraint") or p.get("note")}
+                   for p in pool_records(plan)], cols)
 
     def write(tmp: Path) -> None:
         with tmp.open("w", newline="", encoding="utf-8") as f:

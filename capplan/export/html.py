@@ -17,6 +17,13 @@ from pathlib import Path
 from typing import Any
 
 from capplan.export.atomic import atomic_write_text
+from capplan.export.csv_export import (
+    SHOWN_RECOMMENDATIONS,
+    RecColumn,
+    lane_table,
+    pool_table,
+    shown_note,
+)
 from capplan.plan.alternatives import PLAN_NOTES
 from capplan.plan.launch import layout_cell, layout_of, sized_for
 
@@ -162,18 +169,36 @@ def bar_chart(title: str, bars: Sequence[tuple[str, float]], y_label: str,
 
 def _inputs(p: dict[str, Any]) -> str:
     inp = p.get("inputs", {})
-    lanes = [[_e(ln["name"]), _num(ln["rate_per_s"]), _e(ln["input_len"]), _e(ln["output_len"]),
-              _num(_ms(ln.get("ttft_p99_s")), ".0f"), _num(_ms(ln.get("tbt_p99_s")), ".0f"),
-              _num(ln.get("e2e_p99_s"), ".3g"), _num(ln.get("priority"))]
-             for ln in p.get("lanes", [])]
+    lane_cols, lane_rows = lane_table(p)
     facts = [("model", p.get("hf_id") or p.get("model")), ("target rate (req/s)",
                                                            p.get("target_rate_per_s")),
              ("objective", p.get("objective")), ("headroom", p.get("headroom")),
              ("engine", inp.get("engine")), ("GPUs searched", ", ".join(inp.get("gpus", []))),
              ("configurations searched", p.get("configurations_searched"))]
     return ("<h2>Inputs</h2>" + _table(["", "value"], [[_e(k), _e(v)] for k, v in facts], 2)
-            + _table(["lane", "rate (req/s)", "input tokens", "output tokens", "TTFT p99 SLO (ms)",
-                      "TBT p99 SLO (ms)", "E2E p99 SLO (s)", "priority"], lanes, 4))
+            + _cols_table(lane_cols, lane_rows, 4))
+
+
+def _cols_table(cols: Sequence[RecColumn], rows: Sequence[Sequence[Any]], left: int) -> str:
+    """A table of capplan.export.csv_export columns (the other formats' headers and formats)."""
+    return _table([c.header for c in cols],
+                  [[_num(v, c.fmt) for c, v in zip(cols, r, strict=True)] for r in rows], left)
+
+
+def _features(r: dict[str, Any]) -> str:
+    """A recommendation's engine features: draft length and where speculation stops paying,
+    LoRA slots, images per request ('' without)."""
+    f, spec = r.get("features") or {}, r.get("speculation") or {}
+    out = []
+    if f.get("speculative"):
+        stops = spec.get("stops_paying_at_batch")
+        out.append(f"{f['speculative']} K={f.get('spec_tokens')}"
+                   + (f" (stops paying at batch {stops})" if stops else ""))
+    if f.get("max_loras"):
+        out.append(f"LoRA {f['max_loras']} slots, rank {f.get('max_lora_rank')}")
+    if f.get("images_per_request"):
+        out.append(f"{f['images_per_request']} image(s) per request")
+    return "; ".join(out)
 
 
 def _ms(x: float | None) -> float | None:
@@ -184,7 +209,8 @@ def _recommendations(p: dict[str, Any]) -> str:
     recs = p["recommendations"]
     best = recs[0]
     rows = []
-    for r in recs[:8]:
+    features = any(_features(r) for r in recs)
+    for r in recs[:SHOWN_RECOMMENDATIONS]:
         pred = r.get("predicted", {})
         margins = ", ".join(f"{k} {v:+.0%}" for k, v in (r.get("slo_margins") or {}).items())
         rows.append([f"#{r.get('rank', '')}", _e(r["gpu"]), _e(layout_cell(r)), r["replicas"],
@@ -194,7 +220,8 @@ def _recommendations(p: dict[str, Any]) -> str:
                      _num(_ms(pred.get("ttft_s", {}).get("p99")), ".0f"),
                      _num(_ms(pred.get("tbt_s", {}).get("p99")), ".1f"),
                      _num(r.get("cost_per_hour"), ".2f"), _e(r.get("binding_constraint", "")),
-                     _e(margins), _e(r.get("why_not_first") or "")])
+                     _e(margins), _e(r.get("why_not_first") or "")]
+                    + ([_e(_features(r))] if features else []))
     ver = best.get("verified")
     vtxt = ("not simulated" if not ver else "the simulator confirms the SLOs" if ver.get("ok")
             else f"simulator: {ver.get('reason')}")
@@ -204,10 +231,20 @@ def _recommendations(p: dict[str, Any]) -> str:
             f"{_num(best.get('capacity_per_replica_rps'))} req/s, bound by "
             f"<b>{_e(best.get('binding_constraint', ''))}</b>; "
             f'<span class="{cls}">{_e(vtxt)}</span>.</p>')
+    note = shown_note(p)
     return ("<h2>Recommendation and runner-ups</h2>" + head + _table(
         ["#", "GPU", "TP", "replicas", "GPUs", "weights/KV", "max seqs", "chunk (tok)",
          "TTFT p99 (ms)", "TBT p99 (ms)", "cost ($/h)", "binding constraint", "SLO margins",
-         "why not first"], rows, 2))
+         "why not first", *(["features"] if features else [])], rows, 2)
+            + (f"<p>{_e(note[0].upper() + note[1:])}.</p>" if note else ""))
+
+
+def _pools(p: dict[str, Any]) -> str:
+    """One shared pool against a pool per lane ('' without the comparison)."""
+    cols, rows = pool_table(p)
+    if not rows:
+        return ""
+    return "<h2>Pools: one shared pool against a pool per lane</h2>" + _cols_table(cols, rows, 2)
 
 
 def _charts(p: dict[str, Any]) -> str:
@@ -227,7 +264,8 @@ def _charts(p: dict[str, Any]) -> str:
 
     ttft, tbt = series("ttft_p99_s", cap), series("tbt_p99_s", math.inf)
     costs = [(f"#{r.get('rank', i + 1)}", r["cost_per_hour"])
-             for i, r in enumerate(p["recommendations"][:8]) if r.get("cost_per_hour") is not None]
+             for i, r in enumerate(p["recommendations"][:SHOWN_RECOMMENDATIONS])
+             if r.get("cost_per_hour") is not None]
     charts = [line_chart("TTFT p99 vs load (one replica)", ttft, "requests/s per replica",
                          "TTFT p99 (ms)", ("SLO", slo_t * 1e3) if slo_t else None),
               line_chart("TBT p99 vs load (one replica)", tbt, "requests/s per replica",
@@ -303,7 +341,8 @@ def _day(p: dict[str, Any]) -> str:
     return html_section(p, _table, line_chart, _num) if has_day(p) else ""
 
 
-SECTIONS: list[Section] = [_inputs, _recommendations, _charts, _commands, _assumptions, _day]
+SECTIONS: list[Section] = [_inputs, _recommendations, _pools, _charts, _commands, _assumptions,
+                           _day]
 
 
 def render_html(plan: dict[str, Any]) -> str:

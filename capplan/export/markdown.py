@@ -10,18 +10,21 @@ from tabulate import tabulate
 from capplan.export.atomic import atomic_write_text
 from capplan.export.csv_export import (
     RECOMMENDATION_COLUMNS,
+    SHOWN_RECOMMENDATIONS,
     clean_number,
     disaggregated_records,
+    lane_table,
     model_plans,
     pareto_table,
+    pool_table,
     recommendation_table,
     recommendations_of,
+    shown_note,
     table_rows,
     three_sig,
 )
 from capplan.plan.alternatives import PLAN_NOTES
 from capplan.plan.launch import sized_for
-from capplan.units import s_to_ms
 
 _ENGINE_TITLES = (("vllm", "vLLM"), ("sglang", "SGLang"), ("trtllm", "TensorRT-LLM"),
                   ("bench_dataset", "Benchmark workload"), ("bench", "Benchmark"))
@@ -40,11 +43,6 @@ def _table(headers: list[str], rows: list[list[Any]], floatfmt: tuple[str, ...] 
                     floatfmt=floatfmt, missingval="")
 
 
-def _ms_or_none(x: Any) -> Any:
-    x = clean_number(x)
-    return s_to_ms(x) if isinstance(x, int | float) and not isinstance(x, bool) else None
-
-
 def _summary(plan: dict[str, Any]) -> list[str]:
     facts = [("model", plan.get("model")), ("objective", plan.get("objective")),
              ("headroom", plan.get("headroom")),
@@ -56,24 +54,30 @@ def _summary(plan: dict[str, Any]) -> list[str]:
 
 
 def _lanes(plan: dict[str, Any]) -> list[str]:
-    lanes = [ln for ln in plan.get("lanes") or [] if isinstance(ln, dict)]
-    if not lanes:
+    cols, rows = lane_table(plan)
+    if not rows:
         return []
-    headers = ["lane", "rate (req/s)", "input length (tokens)", "output length (tokens)",
-               "TTFT p99 SLO (ms)", "TBT p99 SLO (ms)", "priority"]
-    rows = [[ln.get("name"), clean_number(ln.get("rate_per_s")), ln.get("input_len"),
-             ln.get("output_len"), _ms_or_none(ln.get("ttft_p99_s")),
-             _ms_or_none(ln.get("tbt_p99_s")), ln.get("priority")] for ln in lanes]
-    return ["## Workload", "", _table(headers, rows, ("g", ".3g", "g", "g", ".0f", ".1f", "g")),
-            ""]
+    return ["## Workload", "", _table([c.header for c in cols], rows,
+                                      tuple(c.fmt for c in cols)), ""]
 
 
 def _recommendations(plan: dict[str, Any]) -> list[str]:
     cols, rows = recommendation_table(plan, brief=True)
     if not rows:
         return ["## Recommendations", "", "No configuration meets the constraints.", ""]
-    table = _table([c.header for c in cols], rows, tuple(c.fmt for c in cols))
-    return ["## Recommendations", "", table, ""]
+    table = _table([c.header for c in cols], rows[:SHOWN_RECOMMENDATIONS],
+                   tuple(c.fmt for c in cols))
+    note = shown_note(plan)
+    told = [note[0].upper() + note[1:] + ".", ""] if note else []
+    return ["## Recommendations", "", table, "", *told]
+
+
+def _pools(plan: dict[str, Any]) -> list[str]:
+    cols, rows = pool_table(plan)
+    if not rows:
+        return []
+    return ["## Pools: one shared pool against a pool per lane", "",
+            _table([c.header for c in cols], rows, tuple(c.fmt for c in cols)), ""]
 
 
 def _warnings(plan: dict[str, Any]) -> list[str]:
@@ -137,7 +141,7 @@ def _pareto(plan: dict[str, Any]) -> list[str]:
 def _model_parts(plan: dict[str, Any]) -> list[str]:
     """One model's report: its summary, workload, recommendations, launch lines and notes."""
     parts = [*_summary(plan), ""]
-    parts += _lanes(plan) + _recommendations(plan) + _warnings(plan)
+    parts += _lanes(plan) + _recommendations(plan) + _pools(plan) + _warnings(plan)
     return parts + _assumptions(plan) + _commands(plan) + _disaggregated(plan) + _pareto(plan)
 
 

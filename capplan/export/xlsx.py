@@ -1,6 +1,7 @@
-"""XLSX export (XlsxWriter, the `xlsx` extra): sheets "recommendations", "inputs", "curve" and
-"pareto", units in every header row, numbers stored as numbers, and a native line chart of
-output throughput against p99 TTFT on "curve"."""
+"""XLSX export (XlsxWriter, the `xlsx` extra): sheets "recommendations", "inputs", "curve",
+"pools" (a plan comparing a shared pool with a pool per lane) and "pareto", units in every
+header row, numbers stored as numbers, and a native line chart of output throughput against
+p99 TTFT on "curve"."""
 
 from __future__ import annotations
 
@@ -14,8 +15,10 @@ from capplan.export.atomic import atomic_write
 from capplan.export.csv_export import (
     clean_number,
     disaggregated_records,
+    lane_table,
     model_plans,
     pareto_table,
+    pool_table,
     recommendation_table,
     table_rows,
 )
@@ -102,31 +105,17 @@ def _inputs_rows(plan: dict[str, Any]) -> list[list[Any]]:
     return rows
 
 
-LANE_HEADERS = ("lane", "rate (req/s)", "input length (tokens)", "output length (tokens)",
-                "TTFT p99 SLO (ms)", "TBT p99 SLO (ms)", "E2E p99 SLO (ms)", "priority",
-                "arrival", "burstiness")
-LANE_FMTS = ("g", ".3f", "g", "g", ".0f", ".1f", ".0f", "g", "g", ".2f")
-
-
-def _lane_rows(plan: dict[str, Any]) -> list[list[Any]]:
-    """The workload the plan sized for: rate, lengths and SLOs per lane."""
-    return [[ln.get("name"), clean_number(ln.get("rate_per_s")), ln.get("input_len"),
-             ln.get("output_len"), _ms(ln.get("ttft_p99_s")), _ms(ln.get("tbt_p99_s")),
-             _ms(ln.get("e2e_p99_s")), clean_number(ln.get("priority")), ln.get("arrival"),
-             clean_number(ln.get("burstiness"))]
-            for ln in plan.get("lanes") or [] if isinstance(ln, dict)]
-
-
 def _inputs_sheet(wb: Any, plan: dict[str, Any], bold: Any) -> None:
     ws = wb.add_worksheet("inputs")
     inputs = _inputs_rows(plan)
-    lanes = _lane_rows(plan)
+    lane_cols, lanes = lane_table(plan)  # the workload the plan sized for, lane by lane
+    headers, fmts = [c.header for c in lane_cols], [c.fmt for c in lane_cols]
     _write_table(ws, INPUT_HEADERS, inputs, bold)
     if lanes:  # below the settings, after a blank row; widths fit both tables
-        _write_table(ws, LANE_HEADERS, lanes, bold, LANE_FMTS, wb, first_row=len(inputs) + 2)
-        for c, h in enumerate(LANE_HEADERS):
+        _write_table(ws, headers, lanes, bold, fmts, wb, first_row=len(inputs) + 2)
+        for c, h in enumerate(headers):
             col = [r[c] for r in inputs if c < len(r)] if c < 2 else []
-            width = max([len(h)] + [len(_shown(r[c], LANE_FMTS[c])) for r in lanes
+            width = max([len(h)] + [len(_shown(r[c], fmts[c])) for r in lanes
                                     if r[c] is not None] + [len(str(v)) for v in col])
             ws.set_column(c, c, min(max(width, 6) + 2, 60))
 
@@ -198,6 +187,10 @@ def write_xlsx(plan: dict[str, Any], path: str | Path) -> Path:
             if disagg:
                 _write_table(wb.add_worksheet("disaggregated"), [c.header for c in cols],
                              disagg, bold, [c.fmt for c in cols], wb)
+            pool_cols, pools = pool_table(plan)
+            if pools:  # one shared pool against a pool per lane
+                _write_table(wb.add_worksheet("pools"), [c.header for c in pool_cols], pools,
+                             bold, [c.fmt for c in pool_cols], wb)
             pareto_cols, pareto = pareto_table(plan)
             if pareto:
                 _write_table(wb.add_worksheet("pareto"), [c.header for c in pareto_cols], pareto,

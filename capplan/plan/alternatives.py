@@ -46,15 +46,27 @@ def fp8_alternative(plan_pool: Any, cat: Any, plan: Any, resolved: Any, lanes: l
     first), or None when no fp8 fleet exists among the groups `_searched_best` searches: the
     GPU types among the first ALT_GPU_TYPES of the ranked list that have fp8 tensor cores
     (the types that came closest in bf16; a search over every type would add half the plan's
-    time)."""
+    time). Like is compared with like: when the replay sized the plan's best
+    (`Candidate.sized_by_replay`), the fp8 fleet (analytic) is set against the analytic screen's
+    fleet without fp8, and the note says what the replay sized."""
     alt = _searched_best(plan_pool, cat, plan, resolved, lanes, ranked,
                          {"candidates": {"weight_dtypes": ["fp8"]}}, lambda g: g.supports("fp8"))
     if alt is None:
         return None
-    fleet = _fleet_versus(alt, ranked[0])
-    note = (f"fp8 weights were not allowed: with them, {fleet['text']}"
-            "; add fp8 to candidates.weight_dtypes (or --weight-dtype fp8) to plan it. "
-            + ACCURACY_CAVEAT)
+    best = screened = ranked[0]
+    if best.candidate.sized_by_replay:  # like with like: the fp8 fleet is the screen's too
+        try:
+            screened = plan_pool(cat, plan, resolved, lanes, None).best
+        except CapplanError:
+            screened = best
+    fleet = _fleet_versus(alt, screened)
+    note = f"fp8 weights were not allowed: with them, {fleet['text']}"
+    if screened is not best:
+        note += (f" (both as the analytic screen plans them: {screened.replicas} x "
+                 f"{screened.candidate.gpu.key} TP {screened.candidate.settings.tp} without "
+                 f"fp8; the simulator's replay then sized this plan at {best.gpus_total} GPUs)")
+    note += ("; add fp8 to candidates.weight_dtypes (or --weight-dtype fp8) to plan it. "
+             + ACCURACY_CAVEAT)
     return {**fleet["figures"], "accuracy_caveat": ACCURACY_CAVEAT, "note": note}
 
 

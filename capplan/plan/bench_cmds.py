@@ -15,12 +15,34 @@ goodput thresholds where the client has them. Argument names, each client's own:
   "output_length"}, --fixed-schedule replays the timestamps, --goodput with metric tags;
 - GuideLLM `guidellm benchmark` (vllm-project/guidellm README): --data JSONL with prompt and
   output_tokens_count columns, --rate-type poisson.
+
+Plans whose prompts carry images (lanes' `images_per_request`). The dataset files above carry
+text only (vLLM's CustomDataset reads `prompt` alone, vllm/benchmarks/datasets/custom.py;
+ShareGPT, mooncake_trace and GuideLLM's JSONL have no image field), so:
+- vLLM: `--dataset-name random-mm` makes the images itself (vllm/benchmarks/datasets.py
+  RandomMultiModalDataset, 0.10+; docs/benchmarking/cli.md): --backend openai-chat --endpoint
+  /v1/chat/completions, --random-input-len / --random-output-len (--random-range-ratio 0: fixed
+  lengths), --random-mm-base-items-per-request N with --random-mm-num-mm-items-range-ratio 0,
+  --random-mm-limit-mm-per-prompt '{"image": N, "video": 0}' and --random-mm-bucket-config
+  '{(H, W, 1): 1.0}' (a bucket is height, width, frames);
+- SGLang: `--dataset-name image` (python/sglang/bench_serving.py sample_image_requests;
+  docs/developer_guide/bench_serving.md): --image-count N, --image-resolution HxW (height x
+  width), --image-format png, --image-content random, --random-input-len / --random-output-len
+  with --random-range-ratio 1 (fixed lengths), --apply-chat-template, on the native
+  `--backend sglang`;
+- AIPerf's mooncake_trace and GuideLLM's JSONL carry no images: their line is capplan's own
+  client (`capplan verify PLAN.json --endpoint URL`), which sends each request's images as
+  data URLs in a chat completion (capplan/probe/replay.py).
+Synthetic datasets hold one text length, image count and size for every request: the plan's
+mean text and output tokens and its largest lane's images.
 """
 
 from __future__ import annotations
 
+import json
 import math
 import shlex
+from dataclasses import dataclass
 from typing import Any
 
 CLIENTS = ("vllm", "sglang", "aiperf", "guidellm")
@@ -28,6 +50,23 @@ DEFAULT_CLIENT = {"vllm": "vllm", "sglang": "sglang", "trtllm": "aiperf"}
 """Each engine's own client; TensorRT-LLM's serving benchmarks use AIPerf (trtllm-serve docs)."""
 DATASET_SUFFIX = {"vllm": ".jsonl", "sglang": ".sharegpt.json", "aiperf": ".mooncake.jsonl",
                   "guidellm": ".guidellm.jsonl", "capplan": ".jsonl"}
+
+
+IMAGE_CLIENTS = ("capplan", "vllm", "sglang")
+"""Clients that send a plan's images: capplan's endpoint client (from the dataset it writes) and
+the synthetic image datasets of vLLM and SGLang (no file)."""
+
+
+@dataclass(frozen=True)
+class BenchImages:
+    """The images a plan's requests carry, for a synthetic image dataset: `count` images of
+    `width` x `height` px, `text_tokens` text and `output_tokens` output tokens per request."""
+
+    count: int
+    width: int
+    height: int
+    text_tokens: int
+    output_tokens: int
 
 
 def dataset_name(client: str, stem: str = "capplan-workload") -> str:
@@ -43,9 +82,56 @@ def _ms(x: float) -> str:
     return f"{x * 1e3:.0f}"
 
 
+def _vllm_goodput(slo: dict[str, float | None]) -> list[str]:
+    good = [f"{k}:{_ms(v)}" for k, v in (("ttft", slo.get("ttft_p99_s")),
+                                         ("tpot", slo.get("tpot_p99_s")),
+                                         ("e2el", slo.get("e2e_p99_s"))) if v]
+    return ["--goodput", *good] if good else []
+
+
+def image_bench_command(client: str, *, model_id: str, base_url: str, rate_per_s: float,
+                        slo: dict[str, float | None], images: BenchImages) -> str:
+    """The client's command for a plan whose prompts carry images: a synthetic image dataset
+    (vLLM random-mm, SGLang image), else capplan's own client, which sends them."""
+    n, im = num_prompts(rate_per_s), images
+    if client == "vllm":
+        w = ["vllm", "bench", "serve", "--backend", "openai-chat", "--base-url", base_url,
+             "--endpoint", "/v1/chat/completions", "--model", model_id,
+             "--dataset-name", "random-mm", "--random-input-len", str(im.text_tokens),
+             "--random-output-len", str(im.output_tokens), "--random-range-ratio", "0",
+             "--random-mm-base-items-per-request", str(im.count),
+             "--random-mm-num-mm-items-range-ratio", "0",
+             "--random-mm-limit-mm-per-prompt", json.dumps({"image": im.count, "video": 0}),
+             "--random-mm-bucket-config", f"{{({im.height}, {im.width}, 1): 1.0}}",
+             "--ignore-eos", "--request-rate", f"{rate_per_s:.4g}", "--num-prompts", str(n),
+             "--percentile-metrics", "ttft,tpot,itl,e2el", "--metric-percentiles", "50,90,99"]
+        return shlex.join(w + _vllm_goodput(slo))
+    if client == "sglang":
+        w = ["python", "-m", "sglang.bench_serving", "--backend", "sglang", "--base-url",
+             base_url, "--model", model_id, "--dataset-name", "image",
+             "--image-count", str(im.count), "--image-resolution", f"{im.height}x{im.width}",
+             "--image-format", "png", "--image-content", "random",
+             "--random-input-len", str(im.text_tokens),
+             "--random-output-len", str(im.output_tokens), "--random-range-ratio", "1",
+             "--apply-chat-template", "--num-prompts", str(n),
+             "--request-rate", f"{rate_per_s:.4g}"]
+        return shlex.join(w)
+    return (shlex.join(["capplan", "verify", "PLAN.json", "--endpoint", base_url])
+            + f"  # {CANNOT_SEND_IMAGES[client]}: capplan's client sends them")
+
+
+CANNOT_SEND_IMAGES = {"aiperf": "AIPerf's mooncake_trace dataset carries no images",
+                      "guidellm": "GuideLLM's JSONL dataset carries no images"}
+
+
 def bench_command(client: str, *, model_id: str, base_url: str, rate_per_s: float,
-                  slo: dict[str, float | None], trace: bool = False) -> str:
-    """The client's command line for the plan's workload (dataset file from dataset_name)."""
+                  slo: dict[str, float | None], trace: bool = False,
+                  images: BenchImages | None = None) -> str:
+    """The client's command line for the plan's workload (dataset file from dataset_name);
+    `images`: the requests carry images (image_bench_command)."""
+    if images is not None:
+        return image_bench_command(client, model_id=model_id, base_url=base_url,
+                                   rate_per_s=rate_per_s, slo=slo, images=images)
     n = num_prompts(rate_per_s)
     data = dataset_name(client)
     if client == "vllm":
@@ -55,10 +141,7 @@ def bench_command(client: str, *, model_id: str, base_url: str, rate_per_s: floa
              "--custom-skip-chat-template", "--ignore-eos", "--request-rate", f"{rate_per_s:.4g}",
              "--num-prompts", str(n), "--percentile-metrics", "ttft,tpot,itl,e2el",
              "--metric-percentiles", "50,90,99"]
-        good = [f"{k}:{_ms(v)}" for k, v in (("ttft", slo.get("ttft_p99_s")),
-                                             ("tpot", slo.get("tpot_p99_s")),
-                                             ("e2el", slo.get("e2e_p99_s"))) if v]
-        return shlex.join(w + (["--goodput", *good] if good else []))
+        return shlex.join(w + _vllm_goodput(slo))
     if client == "sglang":
         w = ["python", "-m", "sglang.bench_serving", "--backend", "sglang", "--base-url",
              base_url, "--model", model_id, "--dataset-name", "sharegpt", "--dataset-path", data,
@@ -82,17 +165,20 @@ def bench_command(client: str, *, model_id: str, base_url: str, rate_per_s: floa
 
 
 def verify_lines(model_id: str, rate_per_s: float, engine: str, port: int, slos: Any,
-                 client: str | None = None, layout: str = "aggregated") -> dict[str, str]:
+                 client: str | None = None, layout: str = "aggregated",
+                 images: BenchImages | None = None) -> dict[str, str]:
     """A plan's `bench_dataset` step (`capplan verify --write-dataset`) and `bench` command
     (the engine's own client, DEFAULT_CLIENT, unless `client`) for one replica at `port`, or,
     with `layout` "disaggregated", for the whole P/D deployment behind its front end, which
     takes the plan's whole rate; SLOs given as an object with their p99s as attributes (a
-    Traffic's `slos`; None: none)."""
+    Traffic's `slos`; None: none). With `images` the command sends them (image_bench_command)
+    and needs no dataset file (`bench_dataset` empty)."""
     client = client or DEFAULT_CLIENT.get(engine, "vllm")
     slo = {k: getattr(slos, k, None) for k in ("ttft_p99_s", "tbt_p99_s", "e2e_p99_s")}
     which = "" if layout == "aggregated" else f" --layout {layout}"
-    return {"bench": bench_command(client, model_id=model_id,
-                                   base_url=f"http://localhost:{port}", rate_per_s=rate_per_s,
-                                   slo=slo),
-            "bench_dataset": f"capplan verify PLAN.json{which} --client {client} "
-                             f"--write-dataset {dataset_name(client)}"}
+    bench = bench_command(client, model_id=model_id, base_url=f"http://localhost:{port}",
+                          rate_per_s=rate_per_s, slo=slo, images=images)
+    return {"bench": bench,
+            "bench_dataset": "" if images is not None else
+            f"capplan verify PLAN.json{which} --client {client} "
+            f"--write-dataset {dataset_name(client)}"}

@@ -15,7 +15,7 @@ from typing import Any
 from capplan.catalog.schema import ModelSpec
 from capplan.models.layout import nodes_spanned
 from capplan.models.memory import MemoryReport
-from capplan.plan.bench_cmds import verify_lines
+from capplan.plan.bench_cmds import BenchImages, verify_lines
 from capplan.plan.launch import BUILDERS, node_commands, options_from
 
 
@@ -64,4 +64,22 @@ def engine_flags(model: ModelSpec, r: dict[str, Any], traffic: Any,
     engine = r.get("engine", "vllm")
     port = opts.port_for(engine)
     return {**out, **verify_lines(model.hf_id, r["per_replica_rate_per_s"], engine, port,
-                                  getattr(traffic, "slos", None), client)}
+                                  getattr(traffic, "slos", None), client,
+                                  images=bench_images(model, r, traffic))}
+
+
+def bench_images(model: ModelSpec, r: dict[str, Any], traffic: Any) -> BenchImages | None:
+    """The images of a recommendation's requests for a synthetic image benchmark (None: none):
+    the largest lane's count and size (r's images_per_request, image_width, image_height), the
+    text tokens the pooled prompt mean holds beside their tokens, the mean output."""
+    n = int(r.get("images_per_request") or 0)
+    if not n or model.vision is None:
+        return None
+    from capplan.models.vision import image_tokens
+
+    w, h = int(r["image_width"]), int(r["image_height"])
+    inp = getattr(getattr(traffic, "inp", None), "mean", 0.0)
+    out = getattr(getattr(traffic, "out", None), "mean", 1.0)
+    text = round(float(inp)) - n * image_tokens(h, w, model.vision)
+    return BenchImages(count=n, width=w, height=h, text_tokens=max(1, text),
+                       output_tokens=max(1, round(float(out))))

@@ -201,8 +201,10 @@ def _pareto(recs: Sequence[Recommendation]) -> list[ParetoPoint]:
         return any(all(x <= y for x, y in zip(b, a, strict=True))
                    and any(x < y for x, y in zip(b, a, strict=True)) for _, b in pts)
 
+    # the dtypes `auto` resolved to (_finish), as the recommendations show them
     front = [ParetoPoint(r.candidate.gpu.key, r.candidate.settings.tp, r.replicas,
-                         r.candidate.settings.weight_dtype, r.candidate.settings.kv_dtype, *a)
+                         r.resolved_dtypes[0] or r.candidate.settings.weight_dtype,
+                         r.resolved_dtypes[1] or r.candidate.settings.kv_dtype, *a)
              for r, a in pts if not dominated(a)]
     return sorted(front, key=lambda p: p.cost_per_hour)
 
@@ -247,9 +249,9 @@ def run_plan(cat: Catalog, plan: PlanFile, verify: VerifyFn | None = None,
     `progress(done, total)` is called after each pool is planned. `disagg`: also size a
     disaggregated prefill/decode layout for the shared pool and say which wins."""
     resolved = cat.resolve_model(plan.model)
-    if any(ln.images_per_request for ln in plan.workloads):
-        plan = plan.model_copy(update={"workloads": image_lanes(resolved.spec,
-                                                                list(plan.workloads))})
+    written = list(plan.workloads)
+    if any(ln.images_per_request for ln in written):
+        plan = plan.model_copy(update={"workloads": image_lanes(resolved.spec, written)})
     lanes = list(plan.workloads)
     per_lane = len(lanes) > 1 and plan.pools in ("separate", "both")
     total = 1 + len(lanes) * per_lane
@@ -273,7 +275,13 @@ def run_plan(cat: Catalog, plan: PlanFile, verify: VerifyFn | None = None,
             cat, plan, resolved, lanes, result, early,
             replay=verify is not None and plan.verify.top > 0
             and all(ln.rate_per_s for ln in lanes)))
-    return _alternatives(cat, plan, resolved, result)
+    result = _alternatives(cat, plan, resolved, result)
+    if written != list(plan.workloads):  # the lanes as written: text tokens, images beside
+        result = replace(result, lanes=written, image_tokens={
+            a.name: int(str(b.input_len)) - int(str(a.input_len))
+            for a, b in zip(written, plan.workloads, strict=True)
+            if a.images_per_request})
+    return result
 
 
 def _per_lane_pools(cat: Catalog, plan: PlanFile, resolved: ResolvedModel, result: PlanResult,

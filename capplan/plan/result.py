@@ -244,7 +244,9 @@ class PoolComparison:
                 "cheaper": self.cheaper}
 
 
-def _lane_row(ln: Lane) -> dict[str, Any]:
+def _lane_row(ln: Lane, image_tokens: int = 0) -> dict[str, Any]:
+    """A lane as the plan gave it; `image_tokens`: its images' tokens per request, which the
+    plan added to the prompt's text tokens (`input_len`)."""
     return {"name": ln.name, "rate_per_s": ln.rate_per_s, "input_len": str(ln.input_len),
             "output_len": str(ln.output_len), "ttft_p99_s": ln.slo.ttft_p99_s,
             "tbt_p99_s": ln.slo.tbt_p99_s, "e2e_p99_s": ln.slo.e2e_p99_s,
@@ -254,7 +256,12 @@ def _lane_row(ln: Lane) -> dict[str, Any]:
             **({"trace": ln.trace} if getattr(ln, "trace", None) else {}),
             **({"rate_curve": ln.rate_curve if isinstance(ln.rate_curve, str) else
                 [p.model_dump() for p in ln.rate_curve]}
-               if getattr(ln, "rate_curve", None) else {})}
+               if getattr(ln, "rate_curve", None) else {}),
+            **({"adapters": ln.adapters, "popularity": ln.popularity}
+               if getattr(ln, "adapters", 0) else {}),
+            **({"images_per_request": ln.images_per_request, "image_width": ln.image_width,
+                "image_height": ln.image_height, "image_tokens_per_request": image_tokens}
+               if getattr(ln, "images_per_request", 0) else {})}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -316,6 +323,9 @@ class PlanResult:
     option would save (plan/alternatives.py): GPUs, cost, saving, a sentence."""
     fixed_disaggregated: dict[str, Any] | None = None
     """The plan file's fixed prefill/decode layout predicted (plan/pd.py); None if none."""
+    image_tokens: dict[str, int] = field(default_factory=dict)
+    """Image tokens per request by lane name (lanes with images: their prompts are the text
+    tokens `input_len` plus these)."""
 
     @property
     def best(self) -> Recommendation:
@@ -325,7 +335,8 @@ class PlanResult:
         out = {
             "model": self.model, "hf_id": self.hf_id, "objective": self.objective,
             "headroom": self.headroom, "target_rate_per_s": self.target_rate_per_s,
-            "lanes": [_lane_row(ln) for ln in self.lanes], "inputs": self.inputs.to_dict(),
+            "lanes": [_lane_row(ln, self.image_tokens.get(ln.name, 0)) for ln in self.lanes],
+            "inputs": self.inputs.to_dict(),
             "configurations_searched": self.configurations_searched,
             "recommendations": [r.to_dict() for r in self.recommendations],
             "pareto": [asdict(p) for p in self.pareto],

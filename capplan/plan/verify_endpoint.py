@@ -12,6 +12,7 @@ from capplan.errors import InputError
 from capplan.plan.bench_cmds import CLIENTS, dataset_name
 from capplan.plan.workload_file import (
     PlannedRequest,
+    check_client_sends_images,
     disaggregated_layout,
     plan_rate,
     plan_requests,
@@ -137,6 +138,8 @@ def verify_plan(plan: str | Path | dict[str, Any], opts: VerifyOptions) -> Verif
         raise InputError("--out fits one aggregated replica's host costs: verify --layout "
                          "aggregated against one replica to write a calibration")
     d = load_plan_result(plan, opts.catalog_dirs)
+    if opts.write_dataset is not None:
+        check_client_sends_images(d, opts.client)
     reqs = plan_requests(d, num_requests=opts.requests, seed=opts.seed, trace=opts.trace,
                          layout=opts.layout)
     ds = None

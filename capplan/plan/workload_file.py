@@ -9,12 +9,24 @@ tokenizers, plus the BOS token), drawn per request from a seeded generator: no t
 share their first block, so a server's prefix cache (hash-chained blocks) finds no hit the plan
 did not count on. The lengths the server counts are the planned ones within a few tokens; the
 clients report what they measured.
+
+A lane with images (`images_per_request`, `image_width`, `image_height`) gives each of its
+requests that many PNG images of that size beside its text tokens (`input_len`, the text as the
+plan file gave it): capplan's own dataset carries them as data URLs (`images`), which capplan's
+endpoint client sends in a chat completion. Each image is one gray field whose last row's first
+pixel is unique to the request and image (the server's multimodal cache finds no hit; the
+encoder's work depends on the size alone), a few KB compressed. The other clients' files carry
+no images (capplan/plan/bench_cmds.py): writing them for such a plan is refused.
 """
 
 from __future__ import annotations
 
+import base64
 import json
+import struct
+import zlib
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +52,12 @@ class PlannedRequest:
     output_tokens: int
     lane: str
     index: int = 0
+    images: int = 0
+    """Images in the prompt (each image_width x image_height px), beside input_tokens of text."""
+    image_width: int = 0
+    image_height: int = 0
+    image_tokens: int = 0
+    """The images' tokens, as the plan counted them (the prompt is input_tokens + these)."""
 
     @property
     def prompt(self) -> str:
@@ -47,6 +65,63 @@ class PlannedRequest:
         rng = np.random.default_rng(self.index)
         picks = rng.integers(0, len(WORDS), max(1, self.input_tokens - 1))
         return " ".join(WORDS[int(i)] for i in picks)
+
+    @property
+    def prompt_tokens(self) -> int:
+        """Tokens of the whole prompt: text and images."""
+        return self.input_tokens + self.image_tokens
+
+    def image_urls(self) -> tuple[str, ...]:
+        """The request's images as PNG data URLs, unique to the request and image."""
+        return tuple(png_data_url(self.image_width, self.image_height,
+                                  (self.index * 64 + j) & 0xFFFFFF)
+                     for j in range(self.images))
+
+
+def _png_chunk(kind: bytes, data: bytes) -> bytes:
+    return struct.pack(">I", len(data)) + kind + data + struct.pack(
+        ">I", zlib.crc32(kind + data) & 0xFFFFFFFF)
+
+
+@lru_cache(maxsize=8)
+def _gray_rows(width: int, height: int) -> tuple[bytes, int]:
+    """The raw deflate of every row but the last (a full flush: what follows compresses on its
+    own), and their Adler-32."""
+    rows = (b"\x00" + b"\x80" * (3 * width)) * (height - 1)
+    c = zlib.compressobj(9, zlib.DEFLATED, -15)
+    return c.compress(rows) + c.flush(zlib.Z_FULL_FLUSH), zlib.adler32(rows)
+
+
+def png_data_url(width: int, height: int, key: int) -> str:
+    """An RGB PNG of width x height px, gray but for the last row's first pixel (colour `key`,
+    24 bits), as a data URL; built from the cached gray rows, so each costs one row."""
+    head, adler = _gray_rows(width, height)
+    last = b"\x00" + key.to_bytes(3, "big") + b"\x80" * (3 * (width - 1))
+    c = zlib.compressobj(9, zlib.DEFLATED, -15)
+    idat = (b"\x78\xda" + head + c.compress(last) + c.flush()
+            + struct.pack(">I", zlib.adler32(last, adler) & 0xFFFFFFFF))
+    png = (b"\x89PNG\r\n\x1a\n"
+           + _png_chunk(b"IHDR", struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0))
+           + _png_chunk(b"IDAT", idat) + _png_chunk(b"IEND", b""))
+    return "data:image/png;base64," + base64.b64encode(png).decode("ascii")
+
+
+def plan_has_images(plan: dict[str, Any]) -> bool:
+    """Whether a plan's lanes carry images."""
+    return any(int(ln.get("images_per_request") or 0) for ln in plan.get("lanes") or [])
+
+
+def check_client_sends_images(plan: dict[str, Any], client: str) -> None:
+    """Refuse a dataset format that cannot carry the plan's images (one line, exit 2)."""
+    if client == "capplan" or not plan_has_images(plan):
+        return
+    how = {"vllm": "vllm bench serve's custom dataset reads a prompt only; the plan's verify "
+                   "line makes the images itself (--dataset-name random-mm, no file)",
+           "sglang": "bench_serving's ShareGPT file carries text only; the plan's verify line "
+                     "makes the images itself (--dataset-name image, no file)"}
+    raise InputError(f"--client {client}: the plan's prompts carry images and "
+                     + how.get(client, "its dataset format carries none")
+                     + "; write --client capplan (capplan verify --endpoint URL sends them)")
 
 
 def disaggregated_layout(plan: dict[str, Any]) -> dict[str, Any] | None:
@@ -96,11 +171,22 @@ def plan_requests(plan: dict[str, Any], *, num_requests: int | None = None, seed
     if num_requests and trace is not None:
         idx = idx[:num_requests]
     t0 = float(reqs.arrival_at_s[idx[0]]) if idx.size else 0.0
+    images = _lane_images(plan) if trace is None else {}
     return [PlannedRequest(float(reqs.arrival_at_s[i]) - t0, int(reqs.input_tokens[i]),
                            int(reqs.output_tokens[i]),
                            names[int(reqs.lane[i])] if len(names) > 1 else names[0],
-                           index=seed * 1_000_003 + k)
+                           index=seed * 1_000_003 + k,
+                           **images.get(names[int(reqs.lane[i])], {}))
             for k, i in enumerate(idx)]
+
+
+def _lane_images(plan: dict[str, Any]) -> dict[str, dict[str, int]]:
+    """PlannedRequest's image fields by lane name, for the lanes with images."""
+    return {ln["name"]: {"images": int(ln["images_per_request"]),
+                         "image_width": int(ln.get("image_width") or 1024),
+                         "image_height": int(ln.get("image_height") or 1024),
+                         "image_tokens": int(ln.get("image_tokens_per_request") or 0)}
+            for ln in plan.get("lanes") or [] if int(ln.get("images_per_request") or 0)}
 
 
 def _generated(plan: dict[str, Any], replicas: int, n: int, seed: int
@@ -137,6 +223,8 @@ def _rows(client: str, reqs: list[PlannedRequest]) -> str:
             row = {"arrival_s": round(r.arrival_s, 6), "lane": r.lane,
                    "input_tokens": r.input_tokens, "output_tokens": r.output_tokens,
                    "prompt": r.prompt}
+            if r.images:
+                row.update(image_tokens=r.image_tokens, images=list(r.image_urls()))
         lines.append(json.dumps(row))
     return "\n".join(lines) + "\n"
 

@@ -22,7 +22,7 @@ import socket
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -239,11 +239,27 @@ def _stream(resp: http.client.HTTPResponse, res: RequestResult, start: float,
                 raise BadEvent(f"more token events than max_tokens {max_tokens}")
 
 
-def request_body(model: str, prompt: str, output_len: int) -> bytes:
-    """The completion request, encoded once per level and shared by its clients."""
-    return json.dumps({"model": model, "prompt": prompt, "max_tokens": output_len,
-                       "ignore_eos": True, "stream": True, "temperature": 0.0,
-                       "stream_options": {"include_usage": True}}).encode()
+def request_body(model: str, prompt: str, output_len: int,
+                 images: tuple[str, ...] = ()) -> bytes:
+    """The completion request, encoded once per level and shared by its clients; with
+    `images` (URLs, data URLs included), a chat completion whose one user message holds the
+    images and then the text (OpenAI `image_url` content parts, as vLLM and SGLang take them):
+    send it to chat_target(t)."""
+    body: dict[str, Any] = {"model": model, "max_tokens": output_len, "ignore_eos": True,
+                            "stream": True, "temperature": 0.0,
+                            "stream_options": {"include_usage": True}}
+    if images:
+        body["messages"] = [{"role": "user", "content": [
+            *({"type": "image_url", "image_url": {"url": u}} for u in images),
+            {"type": "text", "text": prompt}]}]
+    else:
+        body["prompt"] = prompt
+    return json.dumps(body).encode()
+
+
+def chat_target(t: Target) -> Target:
+    """The same server's chat-completions path (requests with images)."""
+    return replace(t, path=t.path.removesuffix("/v1/completions") + "/v1/chat/completions")
 
 
 def one_request(t: Target, model: str, prompt: str, output_len: int, timeout_s: float,

@@ -19,15 +19,19 @@ from capplan.probe.endpoint import (
     Interrupted,
     LevelDeadline,
     RequestResult,
+    chat_target,
     check_reachable,
     level_from_requests,
     one_request,
     parse_url,
+    request_body,
 )
 
 
 def replay(url: str, model: str, reqs: Sequence[Any], timeout_s: float) -> dict[str, Any]:
-    """Send `reqs` (objects with arrival_s, prompt, output_tokens) on schedule; one level.
+    """Send `reqs` (objects with arrival_s, prompt, output_tokens, and images with image_urls()
+    as PlannedRequest) on schedule; one level. A request with images goes to the server's
+    chat-completions path.
 
     `in_flight_mean` is the mean number of requests in flight (Little's law: the summed
     latencies over the run's duration), the concurrency an open loop reaches."""
@@ -40,8 +44,10 @@ def replay(url: str, model: str, reqs: Sequence[Any], timeout_s: float) -> dict[
     def send(i: int) -> None:
         r = reqs[i]
         try:
-            results[i] = one_request(t, model, r.prompt, int(r.output_tokens), timeout_s,
-                                     level=level)
+            images = r.image_urls() if getattr(r, "images", 0) else ()
+            body = request_body(model, r.prompt, int(r.output_tokens), images)
+            results[i] = one_request(chat_target(t) if images else t, model, r.prompt,
+                                     int(r.output_tokens), timeout_s, body=body, level=level)
         except Exception as e:  # noqa: BLE001 - a client bug must not lose the request
             results[i] = RequestResult(ok=False, error=f"client error: {type(e).__name__}")
 
@@ -72,8 +78,11 @@ def replay(url: str, model: str, reqs: Sequence[Any], timeout_s: float) -> dict[
     in_flight = sum((r.e2e_s or 0.0) for r in done if r.ok) / duration if duration > 0 else 0.0
     summary = level_from_requests(max(1, round(in_flight)), done, duration)
     n = max(len(reqs), 1)
+    def prompt(r: Any) -> int:  # text and image tokens
+        return int(getattr(r, "prompt_tokens", r.input_tokens))
+
     summary.update(in_flight_mean=in_flight,
-                   mean_input_tokens=sum(int(r.input_tokens) for r in reqs) / n,
-                   mean_context_tokens=sum(int(r.input_tokens) + int(r.output_tokens) / 2
+                   mean_input_tokens=sum(prompt(r) for r in reqs) / n,
+                   mean_context_tokens=sum(prompt(r) + int(r.output_tokens) / 2
                                            for r in reqs) / n)
     return summary

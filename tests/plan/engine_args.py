@@ -12,6 +12,13 @@ Sources (read, not copied):
 - vllm bench serve 0.10-0.11: vllm/benchmarks/serve.py add_cli_args and
   vllm/benchmarks/datasets.py add_dataset_parser (--custom-output-len, --custom-skip-chat-template).
 - SGLang bench_serving 0.5: python/sglang/bench_serving.py argparse block.
+- Image benchmarks: vllm bench serve's random-mm dataset (vllm/benchmarks/datasets.py
+  add_random_multimodal_dataset_args: --random-mm-base-items-per-request,
+  --random-mm-num-mm-items-range-ratio, --random-mm-limit-mm-per-prompt,
+  --random-mm-bucket-config; the random dataset's --random-input-len, --random-output-len,
+  --random-range-ratio); SGLang bench_serving's image dataset (docs/developer_guide/
+  bench_serving.md: --image-count, --image-resolution, --image-format, --image-content,
+  --apply-chat-template).
 - AIPerf: ai-dynamo/aiperf docs (cli options: --url, --endpoint-type, --streaming,
   --input-file, --custom-dataset-type, --fixed-schedule, --extra-inputs, --goodput).
 - GuideLLM: vllm-project/guidellm README (`guidellm benchmark --target --model --data
@@ -74,11 +81,17 @@ VLLM_BENCH = {
     "--custom-skip-chat-template": False, "--ignore-eos": False, "--request-rate": True,
     "--burstiness": True, "--num-prompts": True, "--percentile-metrics": True,
     "--metric-percentiles": True, "--goodput": "many", "--max-concurrency": True,
+    "--random-input-len": True, "--random-output-len": True, "--random-range-ratio": True,
+    "--random-mm-base-items-per-request": True, "--random-mm-num-mm-items-range-ratio": True,
+    "--random-mm-limit-mm-per-prompt": True, "--random-mm-bucket-config": True,
 }
 SGLANG_BENCH = {
     "--backend": True, "--base-url": True, "--model": True, "--dataset-name": True,
     "--dataset-path": True, "--num-prompts": True, "--request-rate": True,
     "--disable-ignore-eos": False, "--max-concurrency": True,
+    "--random-input-len": True, "--random-output-len": True, "--random-range-ratio": True,
+    "--image-count": True, "--image-resolution": True, "--image-format": True,
+    "--image-content": True, "--apply-chat-template": False,
 }
 AIPERF = {
     "--model": True, "--url": True, "--endpoint-type": True, "--streaming": False,
@@ -97,6 +110,7 @@ PROGRAMS = {  # command prefix -> (known flags, positional words after the prefi
     ("python", "-m", "sglang.bench_serving"): (SGLANG_BENCH, 0),
     ("aiperf", "profile"): (AIPERF, 0),
     ("guidellm", "benchmark"): (GUIDELLM, 0),
+    ("capplan", "verify"): ({"--endpoint": True}, 1),
 }
 
 

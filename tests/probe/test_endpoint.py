@@ -99,6 +99,7 @@ class _Handler(BaseHTTPRequestHandler):
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
         srv = self.server
         srv.requests_seen.set()  # type: ignore[attr-defined]
+        srv.bodies.append((self.path, body))  # type: ignore[attr-defined]
         mode, level = srv.mode, srv.level  # type: ignore[attr-defined]
         if mode == "http500":
             self.send_response(500)
@@ -154,6 +155,7 @@ def server() -> Iterator[ThreadingHTTPServer]:
     srv.handle_error = lambda *a: None  # type: ignore[method-assign] # cut streams: quiet
     srv.level, srv.mode, srv.clock = 1, "ok", None  # type: ignore[attr-defined]
     srv.requests_seen = threading.Event()  # type: ignore[attr-defined]
+    srv.bodies = []  # type: ignore[attr-defined] # (path, request body) as received
     th = threading.Thread(target=srv.serve_forever, daemon=True)
     th.start()
     yield srv
