@@ -114,6 +114,11 @@ def run_simulation(dep: Deployment, *, rate: float | None, concurrency: int | No
                                {"measure": benchmark.measure(overhead)})).to_dict()
         results[name] = _with_engine(add_request_overhead(res, overhead), name, sim_engine,
                                      run_features(s.profile.scheduler, reqs), notes)
+    if run_features(s.profile.scheduler, reqs)["prefix_caching"] and "continuous" in results:
+        # the replay ran the prefix cache: its hits are a figure even when none (a cache that
+        # thrashes), not a key that only appears when there were some
+        results["continuous"].setdefault("prefix_hit_tokens", 0)
+        results["continuous"].setdefault("prefix_hit_frac", 0.0)
     if concurrency is None:  # open loop: say when the arrivals outran the engine
         notes += _overload_notes(results, np.asarray(reqs.arrival_at_s, float))
     return {"head": _head(dep, wl, reqs, results[schedulers[0]], seed, overhead),

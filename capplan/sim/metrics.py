@@ -95,7 +95,8 @@ class SimResult:
     time_series: dict[str, list[float]] = field(default_factory=dict)
     input_tokens_total: int = 0
     prefix_hit_tokens: int = 0
-    """Prompt tokens served by the prefix cache (reported only when non-zero)."""
+    """Prompt tokens served by the prefix cache (`to_dict` has it when non-zero;
+    `capplan.plan.simulation.run_simulation` adds 0 whenever the run used the cache)."""
     arrival_window: dict[str, float] = field(default_factory=dict)
     """The backlog test's counts over the second half of the arrivals
     (`capplan.sim.stability.arrival_window`)."""
