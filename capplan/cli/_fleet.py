@@ -63,6 +63,8 @@ def render_fleet(res: dict[str, Any], fmt: str) -> str:
     if per and "ready_at_s" in per[0]:
         cols += [Column("ready_at_s", "ready at (s)", fmt=",.1f"),
                  Column("stop_at_s", "drains from (s)", fmt=",.1f")]
+    if per and "overloaded" in per[0]:  # open loops: each replica's own backlog test
+        cols.append(Column("overloaded", "overloaded"))
     out = [render_rows(per, cols, fmt)]
     if res.get("windows"):
         wcols = [Column("start_s", "start (s)", fmt=",.0f"),

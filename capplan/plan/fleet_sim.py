@@ -146,6 +146,7 @@ def run_fleet(dep: Deployment, reqs: Requests, lanes: tuple[Lane, ...], opts: Fl
     assert res.record is not None
     out = summarize(res.record, lanes).to_dict()
     out.pop("time_series", None)
+    out["arrival_window"] = res.arrival_window  # every arrival, the unfinished ones included
     fleet: dict[str, Any] = {"replicas": max(n for _, _, n in wins), "router": opts.router,
                              "per_replica": res.per_replica, "unfinished": res.unfinished,
                              "replica_seconds": res.replica_seconds}

@@ -6,8 +6,8 @@ queue + prefill + KV transfer + decode admission and its first step), E2E = sent
 TPOT = (E2E - TTFT) / (output - 1), TBT the decode workers' token gaps; the request overhead of
 the prefill deployment's profile is added once to TTFT and E2E (as `simulate` does). Per pool:
 its stage's latencies, mean running batch, KV peak and whether it is saturated: open loop, a
-worker whose queue at the last arrival holds more than OVERLOAD_QUEUE_FRAC of its requests
-while it serves fewer than offered (plan/simulation.mark_overload, per worker); closed loop,
+worker whose backlog grew through the arrivals (plan/simulation.mark_overload, per worker:
+capplan/sim/stability.py); closed loop,
 the pool whose mean wait exceeds QUEUE_SHARE of a client's cycle (the analytic solve,
 plan/pd.py, names a pool at SATURATED_UTILIZATION of its capacity or short of decode slots).
 """

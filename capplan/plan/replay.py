@@ -137,6 +137,12 @@ def answer(dep: Deployment, load: ReplayLoad, spec: LoadSpec | None) -> dict[str
     res = _replayed(dep, load, replay(dep, load, trace))
     if tr is not None:
         _add_trace(res, tr)
+    if not res["stable"]:  # the replay's backlog grew: it has no steady state to report
+        if ana is not None:
+            res["notes"].append("the analytic queue screened this rate as stable; the replay, "
+                                "which it is checked against, answers")
+        res["notes"].insert(0, answered_note(res))
+        return res
     if ana is not None:
         res = _screen(ana, res)
     res["notes"].insert(0, answered_note(res))
@@ -214,7 +220,28 @@ def _replayed(dep: Deployment, load: ReplayLoad, run: dict[str, Any]) -> dict[st
         res["cached_tokens_per_request"] = sim["prefix_hit_tokens"] / max(sim["num_requests"], 1)
     if sim.get("benchmark") and load.benchmark is not None:
         res["notes"].append(benchmark_note(sim["benchmark"]))
+    if sim.get("overloaded"):
+        _unstable_replay(res, sim)
     return res
+
+
+UNSTABLE_NULLS = ("ttft_s", "tbt_s", "e2e_s", "tpot_s", "queue_s", "output_tokens_per_s",
+                  "input_tokens_per_s", "requests_per_s", "mean_running_batch",
+                  "kv_peak_utilization")
+"""The figures an overloaded replay does not report (they grow with the run's length)."""
+
+
+def _unstable_replay(res: dict[str, Any], sim: dict[str, Any]) -> None:
+    """An open-loop replay whose backlog grew through its arrivals (capplan.sim.stability):
+    reported unstable as the analytic queue's overload is, with the rate it served while
+    requests arrived as its capacity."""
+    win = sim["arrival_window"]
+    res.update({k: None for k in UNSTABLE_NULLS if k in res})
+    res.update(stable=False, offered_requests_per_s=sim["offered_requests_per_s"],
+               capacity_requests_per_s=win["served_requests_per_s"],
+               reason=(f"the replay's queue grows at {sim['offered_requests_per_s']:.3g} "
+                       f"req/s offered: it served {win['served_requests_per_s']:.3g} req/s "
+                       "while requests arrived"))
 
 
 def _overloaded(ana: dict[str, Any]) -> dict[str, Any]:

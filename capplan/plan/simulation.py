@@ -20,6 +20,7 @@ from capplan.sim import SCHEDULERS, engine_impl, run_features, run_scheduler
 from capplan.sim.engine import LEGACY_IMPLS
 from capplan.sim.fleet import fleet_compiled
 from capplan.sim.protocol import BenchmarkRun
+from capplan.sim.stability import backlog_grows
 from capplan.sim.workload import Lane, Requests, Workload, load_trace, parse_length
 
 
@@ -113,6 +114,11 @@ def run_simulation(dep: Deployment, *, rate: float | None, concurrency: int | No
                                {"measure": benchmark.measure(overhead)})).to_dict()
         results[name] = _with_engine(add_request_overhead(res, overhead), name, sim_engine,
                                      run_features(s.profile.scheduler, reqs), notes)
+    if run_features(s.profile.scheduler, reqs)["prefix_caching"] and "continuous" in results:
+        # the replay ran the prefix cache: its hits are a figure even when none (a cache that
+        # thrashes), not a key that only appears when there were some
+        results["continuous"].setdefault("prefix_hit_tokens", 0)
+        results["continuous"].setdefault("prefix_hit_frac", 0.0)
     if concurrency is None:  # open loop: say when the arrivals outran the engine
         notes += _overload_notes(results, np.asarray(reqs.arrival_at_s, float))
     return {"head": _head(dep, wl, reqs, results[schedulers[0]], seed, overhead),
@@ -185,42 +191,65 @@ def _overload_notes(results: dict[str, dict[str, Any]], arrivals: np.ndarray) ->
     out = []
     for name, res in results.items():
         note = mark_overload(res, arrivals)
-        if note:
-            out.append(note if len(results) == 1 else f"{name}: {note}")
+        notes = ([note] if note else []) + _replica_notes(res)
+        out += [n if len(results) == 1 else f"{name}: {n}" for n in notes]
     return out
 
 
-OVERLOAD_QUEUE_FRAC = 0.1
-"""A run is overloaded when more than this share of its requests still wait for admission at
-the last arrival: a stable engine's queue stays near its mean (Little's law), an overloaded one
-grows by (offered - served) x time, so its means depend on the run's length."""
+UNEVEN_SHARE = 1.5
+"""A fleet's router is said to load a replica unevenly when it sent it more than this multiple
+of an even share of the requests (2 replicas: over 75%; 4: over 37.5%). Round-robin and
+least-outstanding stay within a few percent of even; prefix-affinity sends every request of a
+prefix to the replica that first served it, so one shared prefix loads one replica."""
+
+
+def _replica_notes(res: dict[str, Any]) -> list[str]:
+    """A fleet's replicas: each marked `overloaded` by its own backlog test (a note for each
+    that is), and a note when the router sent one replica over UNEVEN_SHARE of an even
+    share (fixed replica counts; a schedule's replicas serve different spans)."""
+    per = res.get("per_replica") or []
+    if not per or not any("arrival_window" in p for p in per):  # closed loops: no arrivals
+        return []
+    notes = []
+    for i, p in enumerate(per):
+        win = p.get("arrival_window") or {}
+        p["overloaded"] = backlog_grows(win)
+        if p["overloaded"]:
+            notes.append(f"replica {i} overloaded: served {win['served_requests_per_s']:.3g} "
+                         f"of the {win['offered_requests_per_s']:.3g} req/s routed to it while "
+                         f"requests arrived (its backlog grew by {win['backlog_growth']:.0f}, "
+                         f"a stable queue's by at most {win['tolerance']:.0f})")
+    total = sum(int(p.get("requests", 0)) for p in per)
+    busiest = max(range(len(per)), key=lambda i: int(per[i].get("requests", 0)))
+    share = int(per[busiest].get("requests", 0)) / total if total else 0.0
+    if len(per) > 1 and not res.get("windows") and share > UNEVEN_SHARE / len(per):
+        notes.append(f"uneven routing: the {res.get('router')} router sent {share:.0%} of the "
+                     f"requests to replica {busiest} (an even share is {1 / len(per):.0%})")
+    return notes
 
 
 def mark_overload(res: dict[str, Any], arrivals: np.ndarray) -> str | None:
-    """Add offered_requests_per_s and overloaded to an open-loop result; the note when
-    overloaded ("served X of Y req/s offered")."""
+    """Add offered_requests_per_s and overloaded to an open-loop result (overloaded: its
+    backlog grew through the arrivals, capplan.sim.stability); the note when overloaded
+    ("served X of Y req/s offered")."""
     n = len(arrivals)
     span = float(arrivals.max() - arrivals.min()) if n > 1 else 0.0
     if span <= 0:
         return None
-    offered = (n - 1) / span
-    ts = res.get("time_series") or {}
-    t, waiting = np.asarray(ts.get("time_s", []), float), np.asarray(ts.get("waiting", []))
-    at_end = 0
-    if len(t) and len(waiting) == len(t):
-        # the samples either side of the last arrival; nothing arrives after it, so the one
-        # after bounds its queue from below (the series is thinned to a few hundred samples:
-        # the one before may predate the whole backlog)
-        i = int(np.searchsorted(t, float(arrivals.max()), side="left"))
-        at_end = int(max(waiting[max(i - 1, 0)], waiting[min(i, len(t) - 1)]))
-    served = float(res.get("requests_per_s") or 0.0)
-    res["offered_requests_per_s"] = offered
-    res["overloaded"] = bool(at_end > OVERLOAD_QUEUE_FRAC * n and served < offered)
-    if not res["overloaded"]:
-        return None
-    return (f"overloaded: served {served:.3g} of {offered:.3g} req/s offered; {at_end} of {n} "
-            "requests still waited at the last arrival, so the latencies grow with the run's "
-            "length (capplan latency gives the rate one replica sustains)")
+    res["offered_requests_per_s"] = (n - 1) / span
+    win = res.get("arrival_window") or {}
+    res["overloaded"] = backlog_grows(win)
+    return overload_note(win) if res["overloaded"] else None
+
+
+def overload_note(win: dict[str, float]) -> str:
+    """What an overloaded run's backlog test found (its `arrival_window`)."""
+    return (f"overloaded: served {win['served_requests_per_s']:.3g} of "
+            f"{win['offered_requests_per_s']:.3g} req/s offered while requests arrived (the "
+            f"second half of the arrivals); {win['backlog_growth']:.0f} more requests waited "
+            f"for a first token at the last arrival than at mid-way (a stable queue's: at "
+            f"most {win['tolerance']:.0f}), so the latencies grow with the run's length "
+            "(capplan latency gives the rate one replica sustains)")
 
 
 def shared_prompt_blocks(reqs: Any, block_size: int) -> float:

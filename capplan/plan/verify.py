@@ -69,6 +69,7 @@ def simulate_recommendation(job: VerifyJob) -> Verification:
     # that forks it and runs the analytic search meanwhile (~0.1 s of start-up)
     from capplan.plan.simulation import add_request_overhead
     from capplan.sim import run_scheduler
+    from capplan.sim.stability import backlog_grows
     from capplan.sim.workload import Workload
 
     wl = Workload(sim_lanes(job.lanes, job.replicas), num_requests=job.requests)
@@ -84,13 +85,14 @@ def simulate_recommendation(job: VerifyJob) -> Verification:
     # checked per lane against that lane's own SLO (priorities make them differ).
     misses = SloSet.strictest(SloSet.of(ln.slo) for ln in job.lanes).only(
         "tbt_s", "tpot_s").misses(res)
-    # An overloaded replica's queue keeps growing while requests arrive. (Completions per
-    # second of a finite run are biased low by its drain, so compare the waiting queue in the
-    # last third of the arrival window with the middle third instead.)
+    # An overloaded replica's backlog keeps growing while requests arrive: the one backlog test
+    # of every replay (capplan/sim/stability.py)
     offered = sum(ln.rate_per_s for ln in job.lanes) / job.replicas
-    if _queue_grows(res.get("time_series") or {}, len(reqs) / offered):
-        misses.append(f"overloaded: the waiting queue keeps growing at {offered:.3g} "
-                      "requests/s")
+    win = res.get("arrival_window") or {}
+    if backlog_grows(win):
+        misses.append(f"overloaded: served {win['served_requests_per_s']:.3g} of "
+                      f"{offered:.3g} requests/s while requests arrived; the queue keeps "
+                      "growing")
     per_lane = res.get("lanes") or {}
     several = len(job.lanes) > 1
     for ln in job.lanes:
@@ -101,18 +103,6 @@ def simulate_recommendation(job: VerifyJob) -> Verification:
             "mean_running_batch", "preemptions", "kv_peak_utilization")
     return Verification(ok=not misses, reason="; ".join(misses), requests=job.requests,
                         simulated={k: res[k] for k in keep if k in res})
-
-
-def _queue_grows(ts: dict[str, list[float]], window_s: float) -> bool:
-    t = np.asarray(ts.get("time_s", []), float)
-    w = np.asarray(ts.get("waiting", []), float)
-    if t.size < 6 or window_s <= 0:
-        return False
-    mid = w[(t > window_s / 3) & (t <= 2 * window_s / 3)]
-    last = w[(t > 2 * window_s / 3) & (t <= window_s)]
-    if not mid.size or not last.size:
-        return False
-    return bool(last.mean() > 5 and last.mean() > 2 * mid.mean() + 2)
 
 
 def simulate_closed_loop(dep: Deployment, concurrency: int, isl: int, osl: int,

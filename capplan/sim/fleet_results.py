@@ -14,6 +14,7 @@ import numpy as np
 
 from capplan.sim.entities import RunRecord, StepSummary
 from capplan.sim.metrics import QUANTILES, _percentiles
+from capplan.sim.stability import arrival_window
 from capplan.sim.workload import Requests
 
 if TYPE_CHECKING:
@@ -91,7 +92,9 @@ class FleetReplayResult:
     per_replica: list[dict[str, Any]] = field(default_factory=list)
     """Per replica: `requests`, `completed`, `ready_at_s`, `stop_at_s` (None: never drains),
     `ttft_p99_s`, `e2e_p99_s`, `preemptions`, `prefix_hit_tokens` (prompt tokens found in its
-    prefix cache)."""
+    prefix cache), `arrival_window` (its backlog test's counts, capplan.sim.stability)."""
+    arrival_window: dict[str, float] = field(default_factory=dict)
+    """The fleet's backlog test over all arrivals (capplan.sim.stability.arrival_window)."""
     record: RunRecord | None = field(default=None, repr=False)
     """The completed requests as one run (`capplan.sim.metrics.summarize` gives the fleet's
     latency and throughput keys; its step aggregates are the replicas' summed)."""
@@ -208,6 +211,9 @@ def _result(spec: FleetReplaySpec, w: np.ndarray, tm: _Times, decided: np.ndarra
             p["completed"] = int(m.sum())
             p["ttft_p99_s"] = _p99((tm.first_s - arr)[m])
             p["e2e_p99_s"] = _p99((tm.finish_s - arr)[m])
+            mine = tm.replica == r
+            p["arrival_window"] = arrival_window(arr[mine], tm.first_s[mine],
+                                                 tm.finish_s[mine])
     ok = _attained(spec, arr, tm)
     tgap = np.concatenate(tm.tbt_gap_s) if tm.tbt_gap_s else np.zeros(0)
     tw = np.concatenate(tm.tbt_w) if tm.tbt_w else np.zeros(0)
@@ -218,7 +224,8 @@ def _result(spec: FleetReplaySpec, w: np.ndarray, tm: _Times, decided: np.ndarra
         ttft_s=_summary((tm.first_s - arr)[done]), tbt_s=_summary(tgap, tw),
         attainment=None if ok is None else float(ok.mean()) if len(ok) else float("nan"),
         makespan_s=(end - float(arr.min())) if len(arr) else 0.0, replica_seconds=up,
-        router=spec.router, per_replica=per)
+        router=spec.router, per_replica=per,
+        arrival_window=arrival_window(arr, tm.first_s, tm.finish_s))
 
 
 def fleet_record(spec: FleetReplaySpec, tm: _Times, tbt_gap_s: np.ndarray,

@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from capplan.sim.entities import RunRecord, StepSummary
+from capplan.sim.stability import arrival_window
 from capplan.sim.workload import Lane
 
 QUANTILES = (50, 90, 99)
@@ -94,7 +95,11 @@ class SimResult:
     time_series: dict[str, list[float]] = field(default_factory=dict)
     input_tokens_total: int = 0
     prefix_hit_tokens: int = 0
-    """Prompt tokens served by the prefix cache (reported only when non-zero)."""
+    """Prompt tokens served by the prefix cache (`to_dict` has it when non-zero;
+    `capplan.plan.simulation.run_simulation` adds 0 whenever the run used the cache)."""
+    arrival_window: dict[str, float] = field(default_factory=dict)
+    """The backlog test's counts over the second half of the arrivals
+    (`capplan.sim.stability.arrival_window`)."""
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -111,6 +116,7 @@ class SimResult:
             "mean_in_system": self.mean_in_system,
             "lanes": self.lanes,
             "time_series": self.time_series,
+            "arrival_window": self.arrival_window,
             **({"prefix_hit_tokens": self.prefix_hit_tokens,
                 "prefix_hit_frac": self.prefix_hit_tokens / max(self.input_tokens_total, 1)}
                if self.prefix_hit_tokens else {}),
@@ -220,4 +226,5 @@ def summarize(r: RunRecord, lanes: tuple[Lane, ...]) -> SimResult:
         time_series=_series(st, r.num_gpu_blocks),
         input_tokens_total=int(r.input_tokens.sum()),
         prefix_hit_tokens=int(r.prefix_hit_tokens),
+        arrival_window=arrival_window(r.arrival_at_s, r.first_token_at_s, r.finished_at_s),
     )

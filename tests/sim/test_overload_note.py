@@ -42,19 +42,106 @@ def test_engine_fallback_is_in_the_result(run_cli) -> None:  # noqa: ANN001
                                        "scheduler")
 
 
-def test_a_thinned_time_series_still_shows_the_backlog() -> None:
-    """`simulate --rate 500 --requests 2000 --input-len 2000 --output-len 500` served 8.3 of
-    494 req/s and said nothing: its 200-sample time series had samples at 0.001 s (0 waiting)
-    and 4.36 s (1,885 waiting) around the last arrival at 4.05 s, and the check read the one
-    before. No request arrives after the last arrival, so the first sample after it bounds the
-    queue there from below. The samples here are those of that run."""
+def test_a_steady_queue_is_not_overloaded() -> None:
+    """Arrivals every second over 0..10 s, each first token 0.5 s later: over the second half
+    (5, 10] arrive 6..10 (5) and first tokens come at 5.5..9.5 (5), so the backlog grew by 0.
+    Tolerance by hand: m = 1 req/s x 0.5 s = 0.5, taken as 1; the gaps are even (cv2 0, taken
+    as 1): 3 sqrt(2 x 1 x 1) + 1 = 5.243."""
     import numpy as np
 
-    from capplan.plan.simulation import mark_overload
+    from capplan.sim.stability import arrival_window, backlog_grows
 
-    arrivals = np.linspace(0.0, 4.05, 2000)
-    res = {"requests_per_s": 8.3,
-           "time_series": {"time_s": [0.00136, 4.363, 8.49], "waiting": [0, 1885, 1794]}}
-    note = mark_overload(res, arrivals)
-    assert res["overloaded"] is True
-    assert note is not None and note.startswith("overloaded: served 8.3 of 494 req/s offered")
+    arr = np.arange(11.0)
+    win = arrival_window(arr, arr + 0.5, arr + 2.0)
+    assert (win["start_s"], win["end_s"], win["arrived"], win["first_tokens"]) == (5, 10, 5, 5)
+    assert win["backlog_growth"] == 0
+    assert win["tolerance"] == pytest.approx(3 * 2**0.5 + 1)
+    assert not backlog_grows(win)
+
+
+def test_a_queue_served_at_half_the_offered_rate_is_overloaded() -> None:
+    """Arrivals every second over 0..200 s, request i's first token at 2i s (served at 0.5
+    req/s), finished 1 s later. Second half (100, 200]: 100 arrivals, first tokens of i = 51..100
+    (50), completions 2i + 1 in it for i = 50..99 (50): the backlog grew by 50, 0.5 of 1 req/s
+    served. The half's TTFTs (i for i = 101..200) exceed the 100 s half, so m = 1 x 100:
+    tolerance 3 sqrt(200) + 1 = 43.43 < 50."""
+    import numpy as np
+
+    from capplan.sim.stability import arrival_window, backlog_grows
+
+    arr = np.arange(201.0)
+    win = arrival_window(arr, 2 * arr, 2 * arr + 1)
+    assert (win["arrived"], win["first_tokens"], win["completed"]) == (100, 50, 50)
+    assert win["served_requests_per_s"] == pytest.approx(0.5)
+    assert win["offered_requests_per_s"] == pytest.approx(1.0)
+    assert win["tolerance"] == pytest.approx(3 * 200**0.5 + 1)
+    assert backlog_grows(win)
+
+
+KV_BOUND = ("--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--input-len", "8000",
+            "--output-len", "256", "--max-num-seqs", "256", "--max-num-batched-tokens", "2048")
+
+
+def test_a_kv_bound_replica_that_falls_behind_is_overloaded(run_cli) -> None:  # noqa: ANN001
+    """Before: 4 req/s of 8,000-token prompts served 3.54 req/s, the running batch pinned at 55
+    by the KV cache and the waiting queue growing 6 -> 183 through the run, never over a tenth
+    of the 2,000 requests: `overloaded: false`. The backlog test reads the growth itself."""
+    r = run_cli("simulate", *KV_BOUND, "--rate", "4", "--requests", "2000", "--format", "json")
+    assert r.exit_code == 0, r.stderr
+    out = r.json()
+    win = out["arrival_window"]
+    assert out["overloaded"] is True and win["backlog_growth"] > win["tolerance"]
+    assert win["served_requests_per_s"] < win["offered_requests_per_s"]
+    assert "note: overloaded: served " in r.stderr
+
+
+def test_latency_reports_the_kv_bound_replay_unstable(run_cli) -> None:  # noqa: ANN001
+    """Before: `latency` screened 4 req/s stable (analytic capacity 4.17) and printed TTFT
+    p50/p99 of 24.8 / 53.5 s from a replay whose queue grew through the run."""
+    r = run_cli("latency", *KV_BOUND, "--rate", "4", "--format", "json")
+    assert r.exit_code == 0, r.stderr
+    out = r.json()
+    assert out["stable"] is False and out["ttft_s"] is None and out["requests_per_s"] is None
+    assert out["answered_by"] == "replay"
+    assert out["capacity_requests_per_s"] < out["offered_requests_per_s"]
+    table = run_cli("latency", *KV_BOUND, "--rate", "4")
+    assert table.stdout.startswith("UNSTABLE: the replay's queue grows at ")
+
+
+def test_a_stable_kv_bound_rate_stays_stable(run_cli) -> None:  # noqa: ANN001
+    """3 req/s of the same load (75% of the 4 that fell behind): the replay keeps up (served
+    2.95 of 2.96 req/s over the run), so `latency` answers with figures."""
+    r = run_cli("latency", *KV_BOUND, "--rate", "3", "--format", "json")
+    assert r.exit_code == 0, r.stderr
+    assert r.json()["stable"] is True and r.json()["ttft_s"] is not None
+
+
+FLEET = ("simulate", "--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--rate", "80",
+         "--requests", "1500", "--input-len", "1024", "--output-len", "128", "--shared-prefix",
+         "512", "--replicas", "2", "--format", "json")
+
+
+def test_a_fleet_flags_the_replica_its_router_overloads(run_cli) -> None:  # noqa: ANN001
+    """Before: a fleet result kept no time series, so it was never overloaded; prefix-affinity
+    sent every request of the one shared prefix to replica 0 (served ~50 of 80 req/s) and the
+    run said nothing. Now each replica has its own backlog test and the routing is named."""
+    r = run_cli(*FLEET, "--router", "prefix-affinity")
+    assert r.exit_code == 0, r.stderr
+    out = r.json()
+    assert out["overloaded"] is True
+    assert [(p["requests"], p["overloaded"]) for p in out["per_replica"]] == [(1500, True),
+                                                                              (0, False)]
+    assert "note: replica 0 overloaded: served " in r.stderr
+    # 1500 of 1500 requests on replica 0: 100%, an even share of two replicas 50%
+    assert ("note: uneven routing: the prefix-affinity router sent 100% of the requests to "
+            "replica 0 (an even share is 50%)") in r.stderr
+
+
+def test_the_same_load_split_evenly_is_stable(run_cli) -> None:  # noqa: ANN001
+    """Round-robin gives each replica 750 requests, 40 req/s: within what one serves."""
+    r = run_cli(*FLEET, "--router", "round-robin")
+    assert r.exit_code == 0, r.stderr
+    out = r.json()
+    assert out["overloaded"] is False
+    assert [p["overloaded"] for p in out["per_replica"]] == [False, False]
+    assert "overloaded" not in r.stderr and "uneven" not in r.stderr
