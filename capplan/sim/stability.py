@@ -18,6 +18,10 @@ when the half is longer than a TTFT, so the growth has variance 2 m; a renewal p
 variance is its inter-arrival gaps' squared coefficient of variation times its mean (its
 asymptotic variance t sigma^2 / mu^3 = lambda t cv^2; Cox, Renewal Theory, 1962), so bursty
 arrivals scale it by that (never below Poisson's 1).
+Near capacity and under bursts the number waiting wanders far more than a Poisson count (a
+queue near saturation keeps an excursion for many TTFTs), so its variance is taken as at least
+what the half shows: the count's variance about its linear trend, read at each arrival
+(`_spread`; the trend of a growing backlog is the signal and is left out of it).
 Overloaded: growth above OVERLOAD_SIGMAS standard deviations, plus one for the last arrival,
 which is always still waiting at t_last. m is taken as at least 1: the count is discrete, and
 below one the normal tail understates a Poisson count's (a growth of 2 at m = 0.1 happens in
@@ -69,11 +73,28 @@ def arrival_window(arrival_at_s: Any, first_token_at_s: Any, finished_at_s: Any
     delay_s = min(float(np.mean(np.where(np.isfinite(ttft), ttft, half_s))), half_s)
     gaps = np.diff(np.sort(arr))
     cv2 = float(np.var(gaps) / np.mean(gaps) ** 2) if gaps.size > 1 and np.mean(gaps) > 0 else 1.0
+    waiting = arrived / half_s * delay_s
     return {"start_s": mid, "end_s": t1, "arrived": arrived, "first_tokens": started,
             "completed": completed, "offered_requests_per_s": arrived / half_s,
             "served_requests_per_s": completed / half_s,
             "backlog_growth": arrived - started,
-            "tolerance": backlog_tolerance(arrived / half_s * delay_s, cv2)}
+            "tolerance": backlog_tolerance(max(waiting, _spread(arr, first, mid, t1) / 2),
+                                           cv2)}
+
+
+def _spread(arr: np.ndarray, first: np.ndarray, mid: float, t1: float) -> float:
+    """The variance of the number waiting for a first token over (mid, t1], about its linear
+    trend (a growing backlog's ramp is the signal, not noise), read at each arrival there:
+    near capacity and under bursts the count wanders far more than a Poisson count (a queue
+    near saturation holds its excursions for many TTFTs), which the formula's m misses."""
+    t = np.sort(arr[(arr > mid) & (arr <= t1)])
+    if t.size < 3:
+        return 0.0
+    firsts = np.sort(first[np.isfinite(first)])
+    n = (np.searchsorted(np.sort(arr), t, side="right")
+         - np.searchsorted(firsts, t, side="right")).astype(float)
+    resid = n - np.polyval(np.polyfit(t, n, 1), t)
+    return float(np.var(resid))
 
 
 def backlog_grows(window: dict[str, float] | None) -> bool:
