@@ -93,7 +93,9 @@ def _spread(arr: np.ndarray, first: np.ndarray, mid: float, t1: float) -> float:
     firsts = np.sort(first[np.isfinite(first)])
     n = (np.searchsorted(np.sort(arr), t, side="right")
          - np.searchsorted(firsts, t, side="right")).astype(float)
-    resid = n - np.polyval(np.polyfit(t, n, 1), t)
+    tc, nc = t - t.mean(), n - n.mean()
+    ss = float(np.dot(tc, tc))  # least squares by hand: arrivals at one instant have no trend
+    resid = nc - (float(np.dot(tc, nc)) / ss * tc if ss > 0 else 0.0)
     return float(np.var(resid))
 
 
