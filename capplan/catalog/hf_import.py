@@ -16,6 +16,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from capplan import limits as L
 from capplan.catalog.schema import ModelSpec, VisionSpec
 from capplan.errors import InputError, validation_error_line
 from capplan.limits import read_text
@@ -309,13 +310,31 @@ def _sliding(c: dict[str, Any], layers: int) -> tuple[int | None, int]:
     return int(window), layers
 
 
+# The config fields sized before anything is built per layer, with their bounds (a 10**9-layer
+# config hung the import); the schema checks the same bounds on the entry it becomes.
+_BOUNDS = {"num_hidden_layers": L.MODEL_LAYERS, "num_attention_heads": L.MODEL_HEADS,
+           "hidden_size": L.MODEL_WIDTH, "num_key_value_heads": L.MODEL_HEADS,
+           "head_dim": L.MODEL_HEAD_DIM, "intermediate_size": L.MODEL_FFN,
+           "moe_intermediate_size": L.MODEL_FFN, "vocab_size": L.MODEL_VOCAB,
+           "max_position_embeddings": L.MODEL_CONTEXT, "num_local_experts": L.MODEL_EXPERTS,
+           "n_routed_experts": L.MODEL_EXPERTS, "num_experts": L.MODEL_EXPERTS}
+
+
 def _count(c: dict[str, Any], key: str) -> int:
-    """A positive whole number from the config (a 0 head count divided by zero)."""
+    """A positive whole number from the config (a 0 head count divided by zero), inside its
+    bound (limits.MODEL_*)."""
     v = c[key]
     if isinstance(v, bool) or not isinstance(v, int | float) or not v < 2**40 or v < 1 \
             or v != int(v):
         raise InputError(f"config field {key} must be a positive integer")
-    return int(v)
+    return int(_BOUNDS[key].check(int(v), f"config field {key}")) if key in _BOUNDS else int(v)
+
+
+def _check_bounds(c: dict[str, Any]) -> None:
+    """Every bounded field the config sets, checked before the layers are laid out."""
+    for key in _BOUNDS:
+        if c.get(key):  # 0 / null: absent (a dense model's num_experts: 0)
+            _count(c, key)
 
 
 _PATTERN = {"M": ("mamba2", "none"), "*": ("full_attention", "none"), "-": ("none", "dense"),
@@ -447,6 +466,7 @@ def config_to_entry(cfg: dict[str, Any], key: str, source: str) -> dict[str, Any
     missing = [k for k in _REQUIRED if c.get(k) is None]
     if missing:
         raise InputError(f"config lacks required field(s): {', '.join(missing)}")
+    _check_bounds(c)
     mt = str(c.get("model_type", ""))
     arch = (cfg.get("architectures") or [mt or "unknown"])[0]
     layers, heads, hidden = (_count(c, k) for k in ("num_hidden_layers", "num_attention_heads",
