@@ -37,7 +37,6 @@ _NON_GATED = {"starcoder2", "nemotron", "nemotron_h", "falcon", "gpt2", "gpt_big
 _UNHANDLED = {
     "swa_num_key_value_heads": "different heads for sliding-window layers (MiMo-V2)",
     "hybrid_layer_pattern": "hybrid_layer_pattern (MiMo-V2 per-layer attention kinds)",
-    "attn_type_list": "attn_type_list (MiniMax lightning attention)",
     "parallel_attn_mamba": "parallel attention + Mamba in one layer (Falcon-H1)",
     "moe_latent_size": "latent MoE (experts in a moe_latent_size projection, Nemotron-3 Super)",
 }
@@ -402,6 +401,25 @@ def _block_configs(c: dict[str, Any], hidden: int, heads: int) -> dict[str, Any]
             "mlp_intermediate_sizes": [w or max(widths) for w in widths]}
 
 
+def _check_attn_type_list(types: Any, layers: int) -> None:
+    """MiniMax's per-layer attention kinds: 0 is lightning (linear) attention, 1 softmax
+    attention (vLLM minimax_text_01.py: attention_type 0 builds MiniMaxText01LinearAttention,
+    1 MiniMaxText01Attention, anything else is refused). A list of ones (MiniMax-M2.x: every
+    layer softmax attention) is a plain transformer; a lightning layer is not sized."""
+    if types is None:
+        return
+    if not isinstance(types, list) or len(types) != layers:
+        raise InputError(f"attn_type_list: expected one entry per layer ({layers})")
+    for i, t in enumerate(types):
+        if isinstance(t, bool) or t not in (0, 1):
+            raise InputError(f"attn_type_list[{i}]: {str(t)[:20]!r} is not 0 (lightning) or "
+                             "1 (softmax attention)")
+    if 0 in types:
+        raise InputError(f"attn_type_list: {types.count(0)} of {layers} layers are MiniMax "
+                         "lightning (linear) attention (0), which is not handled; capplan "
+                         "cannot size this model")
+
+
 def _layer_plan(c: dict[str, Any], layers: int) -> dict[str, Any]:
     """Per-layer mixer and MLP kinds, and the recurrent-layer dimensions, for hybrid configs.
 
@@ -410,6 +428,7 @@ def _layer_plan(c: dict[str, Any], layers: int) -> dict[str, Any]:
     for field, what in _UNHANDLED.items():
         if c.get(field):
             raise InputError(f"{field}: {what} is not handled; capplan cannot size this model")
+    _check_attn_type_list(c.get("attn_type_list"), layers)
     mixers, mlps = _mixers_and_mlps(c, layers)
     if mixers is None:
         return {}
