@@ -35,6 +35,8 @@ _NON_GATED = {"starcoder2", "nemotron", "nemotron_h", "falcon", "gpt2", "gpt_big
               "gpt_neox", "gptj", "opt", "phi", "bloom", "mpt"}
 # Fields describing layouts capplan does not size: refused by name, never approximated.
 _UNHANDLED = {
+    "layers_block_type": "the layer layout layers_block_type (NemotronH's per-layer block list "
+                         "in place of num_hidden_layers and hybrid_override_pattern)",
     "swa_num_key_value_heads": "different heads for sliding-window layers (MiMo-V2)",
     "hybrid_layer_pattern": "hybrid_layer_pattern (MiMo-V2 per-layer attention kinds)",
     "parallel_attn_mamba": "parallel attention + Mamba in one layer (Falcon-H1)",
@@ -425,9 +427,6 @@ def _layer_plan(c: dict[str, Any], layers: int) -> dict[str, Any]:
 
     Empty for a plain transformer (its sliding/MoE layers are counted by _sliding/_moe).
     """
-    for field, what in _UNHANDLED.items():
-        if c.get(field):
-            raise InputError(f"{field}: {what} is not handled; capplan cannot size this model")
     _check_attn_type_list(c.get("attn_type_list"), layers)
     mixers, mlps = _mixers_and_mlps(c, layers)
     if mixers is None:
@@ -479,9 +478,36 @@ def _ssm(c: dict[str, Any], v1: bool) -> dict[str, Any]:
                          "(or Jamba's mamba_d_state/mamba_expand)") from e
 
 
+# Heads of decoder-only text generators (HF's *ForCausalLM, multimodal *ForConditionalGeneration,
+# GPT-2 style *LMHeadModel) and the generative models some checkpoints name by their base class.
+_GENERATIVE_SUFFIXES = ("ForCausalLM", "ForConditionalGeneration", "LMHeadModel")
+_GENERATIVE_NAMES = {"ChatGLMModel"}  # THUDM chatglm*: vLLM registers it as a causal LM
+
+
+def _check_generative(cfg: dict[str, Any], c: dict[str, Any]) -> None:
+    """An encoder (BertModel), a classifier head or an encoder-decoder (T5, Whisper) is not
+    a model capplan plans token generation for: refused rather than sized as a decoder."""
+    archs = cfg.get("architectures")
+    if cfg.get("is_encoder_decoder") or c.get("is_encoder_decoder"):
+        name = archs[0] if isinstance(archs, list) and archs else cfg.get("model_type")
+        raise InputError(f"architectures: {str(name)[:60]} is an encoder-decoder model; capplan "
+                         "plans decoder-only text generation")
+    if not isinstance(archs, list) or not archs:
+        return
+    name = str(archs[0])
+    if not name.endswith(_GENERATIVE_SUFFIXES) and name not in _GENERATIVE_NAMES:
+        raise InputError(f"architectures: {name[:60]} is not a causal language model (a "
+                         "...ForCausalLM or ...ForConditionalGeneration); capplan plans text "
+                         "generation")
+
+
 def config_to_entry(cfg: dict[str, Any], key: str, source: str) -> dict[str, Any]:
     """A catalog mapping for ModelSpec from a config.json mapping."""
     c = _text_config(cfg)
+    _check_generative(cfg, c)
+    for field, what in _UNHANDLED.items():  # before the required fields a layout replaces
+        if c.get(field):
+            raise InputError(f"{field}: {what} is not handled; capplan cannot size this model")
     missing = [k for k in _REQUIRED if c.get(k) is None]
     if missing:
         raise InputError(f"config lacks required field(s): {', '.join(missing)}")
@@ -534,7 +560,7 @@ def config_to_entry(cfg: dict[str, Any], key: str, source: str) -> dict[str, Any
               or c.get("activation_function") or "silu")
     gated = mt not in _NON_GATED and act not in ("relu2", "relu")
     entry: dict[str, Any] = {
-        "key": key, "name": key, "hf_id": str(cfg.get("_name_or_path") or key),
+        "key": key, "name": key, "hf_id": _hf_id(cfg.get("_name_or_path")) or key,
         "aliases": [], "architecture": str(arch), "torch_dtype": dtype,
         "quantization": _quantization(c.get("quantization_config")),
         "num_layers": layers, "hidden_size": hidden, "intermediate_size": int(inter),
@@ -552,6 +578,40 @@ def config_to_entry(cfg: dict[str, Any], key: str, source: str) -> dict[str, Any
         **plan,
     }
     return entry
+
+
+_HF_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*")
+_KEY = re.compile(r"[a-z0-9][a-z0-9._-]*")
+# Checkpoint names that say the weights are quantized (the loader's -FP8, -NVFP4... suffixes)
+_QUANT_NAME = re.compile(r"(fp8|fp4|mxfp4|int4|int8|awq|gptq|w4a16|w8a8|w8a16)", re.I)
+
+
+def _hf_id(name_or_path: Any) -> str | None:
+    """config.json's _name_or_path when it is a Hugging Face id (ORG/NAME); None for a local
+    path (`/opt/ckpts/Llama-3.1-70B-Instruct/`, what a checkpoint saved from disk records)."""
+    text = str(name_or_path or "")
+    return text if _HF_ID.fullmatch(text) else None
+
+
+def check_key(key: str) -> str:
+    """A catalog key: lower-case letters, digits, '.', '_' and '-' (it becomes a file name and
+    a --model name; `../evil` is neither)."""
+    if not _KEY.fullmatch(key) or len(key) > 100:
+        raise InputError(f"name {key[:60]!r}: a catalog key is lower-case letters, digits, "
+                         "'.', '_' and '-', starting with a letter or digit (no path "
+                         "separators)")
+    return key
+
+
+def quantization_note(path: Path, spec: ModelSpec) -> str | None:
+    """A note when the checkpoint's name says it is quantized but neither config.json's
+    quantization_config nor an hf_quant_config.json beside it says how (the weights were
+    recorded in the config's dtype)."""
+    if spec.quantization is not None or not _QUANT_NAME.search(f"{path.name} {spec.hf_id}"):
+        return None
+    return (f"{path} names a quantized checkpoint but has no quantization_config (and no "
+            f"hf_quant_config.json beside it): weights recorded as {spec.torch_dtype}; put the "
+            "checkpoint's hf_quant_config.json beside config.json")
 
 
 def _lfm2_ff_dim(c: dict[str, Any]) -> int:
@@ -589,8 +649,10 @@ def import_config(path: Path, key: str | None = None) -> ModelSpec:
     hfq = read_hf_quant_config(path)
     if hfq is not None and not cfg.get("quantization_config"):
         cfg = {**cfg, "quantization_config": hfq}
-    name = key or re.sub(r"[^a-z0-9.]+", "-",
-                         str(cfg.get("_name_or_path") or path.stem).split("/")[-1].lower())
+    if key is not None:
+        check_key(key)
+    name = key or re.sub(r"[^a-z0-9.]+", "-", str(cfg.get("_name_or_path") or path.stem)
+                         .rstrip("/").split("/")[-1].lower())
     name = name.removesuffix(".config").removesuffix("-config").strip("-") or "imported"
     try:
         entry = config_to_entry(cfg, name, str(path))
