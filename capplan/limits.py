@@ -165,6 +165,34 @@ IMAGES = Bound("images per request", 0, 64, integer=True,
                reason="vLLM --limit-mm-per-prompt; a prompt of 64 images fills any context")
 IMAGE_PIXELS = Bound("image side (pixels)", 1, 16_384, integer=True,
                      reason="16K pixels a side is past every vision encoder's resize limit")
+# A model's shape (config.json at `models import`, model YAMLs in the catalog or --catalog-dir):
+# each upper end is the largest published figure times a margin, so a typo (10**9 layers hung
+# the import; 10**6 imported with absurd sizes) is refused before anything is built per layer.
+MODEL_LAYERS = Bound("layers", 1, 1024, integer=True,
+                     reason="the deepest published LLM, Llama-3.1-405B, has 126 layers "
+                            "(its config.json); 1024 is 8x")
+MODEL_WIDTH = Bound("hidden size", 1, 2**17, integer=True,
+                    reason="Llama-3.1-405B's hidden_size is 16,384 (its config.json); "
+                           "131,072 is 8x")
+MODEL_FFN = Bound("intermediate size", 1, 2**19, integer=True,
+                  reason="Llama-3.1-405B's intermediate_size is 53,248 (its config.json); "
+                         "524,288 is ~10x")
+MODEL_HEADS = Bound("attention heads", 1, 1024, integer=True,
+                    reason="Llama-3.1-405B and DeepSeek-V3 have 128 query heads (their "
+                           "config.json); 1024 is 8x")
+MODEL_HEAD_DIM = Bound("head dim", 1, 4096, integer=True,
+                       reason="the widest heads in the catalog are 256 (Gemma 2/3, Qwen3-Next "
+                              "config.json); 4096 is 16x")
+MODEL_VOCAB = Bound("vocabulary (tokens)", 1, 2**21, integer=True,
+                    reason="Gemma 3's 262,208 tokens is the largest published vocabulary in "
+                           "the catalog (Gemma3TextConfig); 2,097,152 is 8x")
+MODEL_EXPERTS = Bound("experts", 1, 8192, integer=True,
+                      reason="Qwen3-Next and Qwen3.5 route over 512 experts (their "
+                             "config.json); 8192 is 16x")
+MODEL_CONTEXT = Bound("context (tokens)", 1, TOKENS.hi, integer=True,
+                      reason="the longest published context is Llama 4 Scout's 10,485,760 "
+                             "tokens (its config.json); 16.7M is the longest prompt capplan "
+                             "accepts (token lengths)")
 
 SIM_HORIZON_S = 4.0e9
 """Largest simulated span (requests / rate): float64 time stamps resolve 1 us up to 2**52 us

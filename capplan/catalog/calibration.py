@@ -19,7 +19,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from capplan.catalog.host import host_device_from_record
-from capplan.catalog.loader import read_yaml
+from capplan.catalog.loader import names_entry, read_yaml
 from capplan.catalog.schema import GpuSpec
 from capplan.errors import InputError, validation_error_line
 from capplan.models.calibration import Calibration, default_calibration
@@ -77,6 +77,7 @@ def read_calibration_file(path: Path) -> CalibrationFile:
     data = read_yaml(Path(path))
     if not isinstance(data, dict):
         raise InputError(f"{path}: a calibration file is a YAML mapping")
+    _check_version(path, data)
     params = data.get("params")
     if isinstance(params, dict):
         for k, v in params.items():
@@ -93,7 +94,25 @@ def calibration_from_file(cf: CalibrationFile, gpu: GpuSpec, source: str) -> Cal
     """Measured parameters over the GPU's datasheet defaults (missing ones keep defaults)."""
     base = default_calibration(gpu)
     given = {k: v for k, v in cf.params.model_dump().items() if v is not None}
-    return base.with_(**given, source=source)
+    engine = cf.measured.get("engine")
+    return base.with_(**given, source=source,
+                      engine=str(engine) if engine else None)  # type: ignore[arg-type]
+
+
+def measured_on(cf: CalibrationFile, gpu: GpuSpec) -> bool:
+    """The file was measured on this GPU: its `gpu:` is the GPU's key or any name the catalog
+    knows it by (an alias `h100`, its name, an NVML name)."""
+    return names_entry(cf.gpu, gpu)
+
+
+def _check_version(path: Path, data: dict[str, Any]) -> None:
+    """Version 1 is the only calibration format; a later one may mean other things by the
+    same keys, so it is refused rather than read as 1."""
+    v = data.get("version", 1)
+    if isinstance(v, bool) or v != 1:
+        raise InputError(f"{path}: calibration file version {str(v)[:20]!r} is not one this "
+                         "capplan reads (version 1); upgrade capplan or re-run `capplan "
+                         "calibrate`")
 
 
 def calibration_gpu(path: str | Path) -> str:
@@ -114,7 +133,7 @@ def load_calibration(path: str | Path, gpu: GpuSpec) -> Calibration:
     efficiencies and overheads belong to that device (a CPU run applied to an H100 predicts
     a thirtieth of its speed)."""
     cf = read_calibration_file(Path(path))
-    if cf.gpu != gpu.key:
+    if not measured_on(cf, gpu):
         raise InputError(f"{path}: measured on {cf.gpu}, not {gpu.key}; a calibration applies "
                          f"only to its own device (run `capplan calibrate` on a {gpu.key}, or "
                          "leave --calibration out)")
@@ -128,7 +147,7 @@ def find_default_calibration(gpu: GpuSpec, dirs: list[Path]) -> Calibration:
             continue
         for path in sorted(d.glob("*.yaml")):
             cf = read_calibration_file(path)
-            if cf.gpu == gpu.key and cf.kind == "measured":
+            if measured_on(cf, gpu) and cf.kind == "measured":
                 return calibration_from_file(cf, gpu, f"measured ({path.name})")
     return default_calibration(gpu)
 

@@ -16,6 +16,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from capplan import limits as L
 from capplan.catalog.schema import ModelSpec, VisionSpec
 from capplan.errors import InputError, validation_error_line
 from capplan.limits import read_text
@@ -34,9 +35,10 @@ _NON_GATED = {"starcoder2", "nemotron", "nemotron_h", "falcon", "gpt2", "gpt_big
               "gpt_neox", "gptj", "opt", "phi", "bloom", "mpt"}
 # Fields describing layouts capplan does not size: refused by name, never approximated.
 _UNHANDLED = {
+    "layers_block_type": "the layer layout layers_block_type (NemotronH's per-layer block list "
+                         "in place of num_hidden_layers and hybrid_override_pattern)",
     "swa_num_key_value_heads": "different heads for sliding-window layers (MiMo-V2)",
     "hybrid_layer_pattern": "hybrid_layer_pattern (MiMo-V2 per-layer attention kinds)",
-    "attn_type_list": "attn_type_list (MiniMax lightning attention)",
     "parallel_attn_mamba": "parallel attention + Mamba in one layer (Falcon-H1)",
     "moe_latent_size": "latent MoE (experts in a moe_latent_size projection, Nemotron-3 Super)",
 }
@@ -309,13 +311,31 @@ def _sliding(c: dict[str, Any], layers: int) -> tuple[int | None, int]:
     return int(window), layers
 
 
+# The config fields sized before anything is built per layer, with their bounds (a 10**9-layer
+# config hung the import); the schema checks the same bounds on the entry it becomes.
+_BOUNDS = {"num_hidden_layers": L.MODEL_LAYERS, "num_attention_heads": L.MODEL_HEADS,
+           "hidden_size": L.MODEL_WIDTH, "num_key_value_heads": L.MODEL_HEADS,
+           "head_dim": L.MODEL_HEAD_DIM, "intermediate_size": L.MODEL_FFN,
+           "moe_intermediate_size": L.MODEL_FFN, "vocab_size": L.MODEL_VOCAB,
+           "max_position_embeddings": L.MODEL_CONTEXT, "num_local_experts": L.MODEL_EXPERTS,
+           "n_routed_experts": L.MODEL_EXPERTS, "num_experts": L.MODEL_EXPERTS}
+
+
 def _count(c: dict[str, Any], key: str) -> int:
-    """A positive whole number from the config (a 0 head count divided by zero)."""
+    """A positive whole number from the config (a 0 head count divided by zero), inside its
+    bound (limits.MODEL_*)."""
     v = c[key]
     if isinstance(v, bool) or not isinstance(v, int | float) or not v < 2**40 or v < 1 \
             or v != int(v):
         raise InputError(f"config field {key} must be a positive integer")
-    return int(v)
+    return int(_BOUNDS[key].check(int(v), f"config field {key}")) if key in _BOUNDS else int(v)
+
+
+def _check_bounds(c: dict[str, Any]) -> None:
+    """Every bounded field the config sets, checked before the layers are laid out."""
+    for key in _BOUNDS:
+        if c.get(key):  # 0 / null: absent (a dense model's num_experts: 0)
+            _count(c, key)
 
 
 _PATTERN = {"M": ("mamba2", "none"), "*": ("full_attention", "none"), "-": ("none", "dense"),
@@ -383,14 +403,31 @@ def _block_configs(c: dict[str, Any], hidden: int, heads: int) -> dict[str, Any]
             "mlp_intermediate_sizes": [w or max(widths) for w in widths]}
 
 
+def _check_attn_type_list(types: Any, layers: int) -> None:
+    """MiniMax's per-layer attention kinds: 0 is lightning (linear) attention, 1 softmax
+    attention (vLLM minimax_text_01.py: attention_type 0 builds MiniMaxText01LinearAttention,
+    1 MiniMaxText01Attention, anything else is refused). A list of ones (MiniMax-M2.x: every
+    layer softmax attention) is a plain transformer; a lightning layer is not sized."""
+    if types is None:
+        return
+    if not isinstance(types, list) or len(types) != layers:
+        raise InputError(f"attn_type_list: expected one entry per layer ({layers})")
+    for i, t in enumerate(types):
+        if isinstance(t, bool) or t not in (0, 1):
+            raise InputError(f"attn_type_list[{i}]: {str(t)[:20]!r} is not 0 (lightning) or "
+                             "1 (softmax attention)")
+    if 0 in types:
+        raise InputError(f"attn_type_list: {types.count(0)} of {layers} layers are MiniMax "
+                         "lightning (linear) attention (0), which is not handled; capplan "
+                         "cannot size this model")
+
+
 def _layer_plan(c: dict[str, Any], layers: int) -> dict[str, Any]:
     """Per-layer mixer and MLP kinds, and the recurrent-layer dimensions, for hybrid configs.
 
     Empty for a plain transformer (its sliding/MoE layers are counted by _sliding/_moe).
     """
-    for field, what in _UNHANDLED.items():
-        if c.get(field):
-            raise InputError(f"{field}: {what} is not handled; capplan cannot size this model")
+    _check_attn_type_list(c.get("attn_type_list"), layers)
     mixers, mlps = _mixers_and_mlps(c, layers)
     if mixers is None:
         return {}
@@ -441,12 +478,40 @@ def _ssm(c: dict[str, Any], v1: bool) -> dict[str, Any]:
                          "(or Jamba's mamba_d_state/mamba_expand)") from e
 
 
+# Heads of decoder-only text generators (HF's *ForCausalLM, multimodal *ForConditionalGeneration,
+# GPT-2 style *LMHeadModel) and the generative models some checkpoints name by their base class.
+_GENERATIVE_SUFFIXES = ("ForCausalLM", "ForConditionalGeneration", "LMHeadModel")
+_GENERATIVE_NAMES = {"ChatGLMModel"}  # THUDM chatglm*: vLLM registers it as a causal LM
+
+
+def _check_generative(cfg: dict[str, Any], c: dict[str, Any]) -> None:
+    """An encoder (BertModel), a classifier head or an encoder-decoder (T5, Whisper) is not
+    a model capplan plans token generation for: refused rather than sized as a decoder."""
+    archs = cfg.get("architectures")
+    if cfg.get("is_encoder_decoder") or c.get("is_encoder_decoder"):
+        name = archs[0] if isinstance(archs, list) and archs else cfg.get("model_type")
+        raise InputError(f"architectures: {str(name)[:60]} is an encoder-decoder model; capplan "
+                         "plans decoder-only text generation")
+    if not isinstance(archs, list) or not archs:
+        return
+    name = str(archs[0])
+    if not name.endswith(_GENERATIVE_SUFFIXES) and name not in _GENERATIVE_NAMES:
+        raise InputError(f"architectures: {name[:60]} is not a causal language model (a "
+                         "...ForCausalLM or ...ForConditionalGeneration); capplan plans text "
+                         "generation")
+
+
 def config_to_entry(cfg: dict[str, Any], key: str, source: str) -> dict[str, Any]:
     """A catalog mapping for ModelSpec from a config.json mapping."""
     c = _text_config(cfg)
+    _check_generative(cfg, c)
+    for field, what in _UNHANDLED.items():  # before the required fields a layout replaces
+        if c.get(field):
+            raise InputError(f"{field}: {what} is not handled; capplan cannot size this model")
     missing = [k for k in _REQUIRED if c.get(k) is None]
     if missing:
         raise InputError(f"config lacks required field(s): {', '.join(missing)}")
+    _check_bounds(c)
     mt = str(c.get("model_type", ""))
     arch = (cfg.get("architectures") or [mt or "unknown"])[0]
     layers, heads, hidden = (_count(c, k) for k in ("num_hidden_layers", "num_attention_heads",
@@ -495,7 +560,7 @@ def config_to_entry(cfg: dict[str, Any], key: str, source: str) -> dict[str, Any
               or c.get("activation_function") or "silu")
     gated = mt not in _NON_GATED and act not in ("relu2", "relu")
     entry: dict[str, Any] = {
-        "key": key, "name": key, "hf_id": str(cfg.get("_name_or_path") or key),
+        "key": key, "name": key, "hf_id": _hf_id(cfg.get("_name_or_path")) or key,
         "aliases": [], "architecture": str(arch), "torch_dtype": dtype,
         "quantization": _quantization(c.get("quantization_config")),
         "num_layers": layers, "hidden_size": hidden, "intermediate_size": int(inter),
@@ -513,6 +578,40 @@ def config_to_entry(cfg: dict[str, Any], key: str, source: str) -> dict[str, Any
         **plan,
     }
     return entry
+
+
+_HF_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*")
+_KEY = re.compile(r"[a-z0-9][a-z0-9._-]*")
+# Checkpoint names that say the weights are quantized (the loader's -FP8, -NVFP4... suffixes)
+_QUANT_NAME = re.compile(r"(fp8|fp4|mxfp4|int4|int8|awq|gptq|w4a16|w8a8|w8a16)", re.I)
+
+
+def _hf_id(name_or_path: Any) -> str | None:
+    """config.json's _name_or_path when it is a Hugging Face id (ORG/NAME); None for a local
+    path (`/opt/ckpts/Llama-3.1-70B-Instruct/`, what a checkpoint saved from disk records)."""
+    text = str(name_or_path or "")
+    return text if _HF_ID.fullmatch(text) else None
+
+
+def check_key(key: str) -> str:
+    """A catalog key: lower-case letters, digits, '.', '_' and '-' (it becomes a file name and
+    a --model name; `../evil` is neither)."""
+    if not _KEY.fullmatch(key) or len(key) > 100:
+        raise InputError(f"name {key[:60]!r}: a catalog key is lower-case letters, digits, "
+                         "'.', '_' and '-', starting with a letter or digit (no path "
+                         "separators)")
+    return key
+
+
+def quantization_note(path: Path, spec: ModelSpec) -> str | None:
+    """A note when the checkpoint's name says it is quantized but neither config.json's
+    quantization_config nor an hf_quant_config.json beside it says how (the weights were
+    recorded in the config's dtype)."""
+    if spec.quantization is not None or not _QUANT_NAME.search(f"{path.name} {spec.hf_id}"):
+        return None
+    return (f"{path} names a quantized checkpoint but has no quantization_config (and no "
+            f"hf_quant_config.json beside it): weights recorded as {spec.torch_dtype}; put the "
+            "checkpoint's hf_quant_config.json beside config.json")
 
 
 def _lfm2_ff_dim(c: dict[str, Any]) -> int:
@@ -550,8 +649,10 @@ def import_config(path: Path, key: str | None = None) -> ModelSpec:
     hfq = read_hf_quant_config(path)
     if hfq is not None and not cfg.get("quantization_config"):
         cfg = {**cfg, "quantization_config": hfq}
-    name = key or re.sub(r"[^a-z0-9.]+", "-",
-                         str(cfg.get("_name_or_path") or path.stem).split("/")[-1].lower())
+    if key is not None:
+        check_key(key)
+    name = key or re.sub(r"[^a-z0-9.]+", "-", str(cfg.get("_name_or_path") or path.stem)
+                         .rstrip("/").split("/")[-1].lower())
     name = name.removesuffix(".config").removesuffix("-config").strip("-") or "imported"
     try:
         entry = config_to_entry(cfg, name, str(path))

@@ -241,34 +241,103 @@ class Catalog:
 
 
 def _load_dir(folder: Path, cls: type[T]) -> dict[str, T]:
-    out: dict[str, T] = {}
+    return {key: spec for key, (spec, _path, _over) in _read_dir(folder, cls).items()}
+
+
+def _read_dir(folder: Path, cls: type[T]) -> dict[str, tuple[T, Path, bool]]:
+    """Each entry of a catalog folder by key, with its file and its `overrides:` flag (a
+    catalog-dir entry's consent to replace a shipped one; not part of the schema)."""
+    out: dict[str, tuple[T, Path, bool]] = {}
     for path in sorted(folder.glob("*.yaml")):
-        spec = load_spec(path, cls)
-        out[spec.key] = spec  # type: ignore[attr-defined]
+        data = read_yaml(path)
+        over = data.pop("overrides", False) if isinstance(data, dict) else False
+        if not isinstance(over, bool):
+            raise CatalogError(f"{path}: overrides must be true or false")
+        if not isinstance(data, dict):
+            raise CatalogError(f"{path}: expected a mapping at the top level")
+        try:
+            spec = cls.model_validate(data)
+        except ValidationError as e:
+            raise CatalogError(f"{path}: {validation_message(e, list(cls.model_fields))}") \
+                from e
+        key = spec.key  # type: ignore[attr-defined]
+        if key in out:
+            raise CatalogError(f"{path}: key {key!r} is also the key of {out[key][1]}; each "
+                               "entry needs its own key")
+        out[key] = (spec, path, over)
     return out
 
 
+def entry_names(spec: BaseModel) -> set[str]:
+    """The names a user may type for an entry (what Catalog.gpu / resolve_model match): a GPU's
+    key, name, aliases and NVML names; a model's key and aliases."""
+    names = [spec.key, *spec.aliases]  # type: ignore[attr-defined]
+    if isinstance(spec, GpuSpec):
+        names += [spec.name, *spec.nvml_names]
+    return {_norm(n) for n in names}
+
+
+def names_entry(name: str, spec: BaseModel) -> bool:
+    """`name` is one of the names the catalog knows the entry by (entry_names)."""
+    return _norm(name) in entry_names(spec)
+
+
+def _overlay(target: dict[str, T], origin: dict[str, Path], entries: dict[str, tuple[T, Path,
+             bool]], kind: str) -> None:
+    """Add a catalog dir's entries over the catalog's. An entry sharing a key or another name
+    with one already there (a custom `llama-3.1-8b`, a GPU declaring the alias `h100`) would
+    replace it, or be shadowed by it, without a word: it is refused naming both files unless
+    the file says `overrides: true`, and then a note says which entry it replaced."""
+    import sys
+
+    for key, (spec, path, over) in entries.items():
+        mine = entry_names(spec)
+        hit = [k for k, old in target.items() if mine & entry_names(old)]
+        if hit and not over:
+            clash = sorted(mine & entry_names(target[hit[0]]))[0]
+            raise CatalogError(
+                f"{path}: the name {clash!r} already names {kind} {hit[0]!r} "
+                f"({origin[hit[0]]}); give the entry its own key and aliases, or add "
+                "`overrides: true` to replace that one")
+        for k in hit:
+            print(f"note: {path} replaces {kind} {k!r} ({origin.pop(k)})", file=sys.stderr)
+            del target[k]
+        target[key] = spec
+        origin[key] = path
+
+
 def load_catalog(extra_dirs: tuple[str, ...] | list[str] = ()) -> Catalog:
-    """The shipped catalogs, overlaid by each extra dir (its gpus/ models/ or flat YAMLs)."""
+    """The shipped catalogs, overlaid by each extra dir's gpus/ and models/ folders (and its
+    calibrations/ first in the search)."""
     env = os.environ.get("CAPPLAN_CATALOG_DIR")
     dirs = [*(env.split(os.pathsep) if env else []), *extra_dirs]
     return _load_cached(tuple(dirs))
 
 
+_SUBDIRS = ("gpus", "models", "calibrations")
+
+
 @lru_cache(maxsize=8)
 def _load_cached(extra_dirs: tuple[str, ...]) -> Catalog:
+    shipped = {"GPU": _read_dir(package_dir("gpu_catalog"), GpuSpec),
+               "model": _read_dir(package_dir("model_catalog"), ModelSpec)}
     cat = Catalog(
-        gpus=_load_dir(package_dir("gpu_catalog"), GpuSpec),
-        models=_load_dir(package_dir("model_catalog"), ModelSpec),
+        gpus={k: v[0] for k, v in shipped["GPU"].items()},  # type: ignore[misc]
+        models={k: v[0] for k, v in shipped["model"].items()},  # type: ignore[misc]
         calibration_dirs=[package_dir("gpu_catalog") / "calibrations"],
     )
+    origin = {kind: {k: v[1] for k, v in entries.items()} for kind, entries in shipped.items()}
     for d in extra_dirs:
         root = Path(d)
         if not root.is_dir():
             raise InputError(f"--catalog-dir {d}: not a folder")
-        for sub, cls, target in (("gpus", GpuSpec, cat.gpus), ("models", ModelSpec, cat.models)):
+        if not any((root / sub).is_dir() for sub in _SUBDIRS):
+            raise InputError(f"--catalog-dir {d}: no gpus/, models/ or calibrations/ folder in "
+                             "it; give the folder that holds them")
+        for sub, cls, target, kind in (("gpus", GpuSpec, cat.gpus, "GPU"),
+                                       ("models", ModelSpec, cat.models, "model")):
             if (root / sub).is_dir():
-                target.update(_load_dir(root / sub, cls))  # type: ignore[arg-type]
+                _overlay(target, origin[kind], _read_dir(root / sub, cls), kind)  # type: ignore[arg-type]
         if (root / "calibrations").is_dir():
             cat.calibration_dirs.insert(0, root / "calibrations")
     return cat

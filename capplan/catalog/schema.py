@@ -6,6 +6,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from capplan import limits as L
 from capplan.units import (
     DTYPE_BYTES,
     US_S,
@@ -24,6 +25,15 @@ _MAX_MIB = 8192.0 * 1024
 _MAX_GB_PER_S = 200_000.0
 _MAX_TFLOPS = 100_000.0
 _MAX_PRICE = 10_000.0  # limits.PRICE_PER_HOUR
+# A model's shape, bounded as `models import` bounds config.json (capplan/limits.py says why)
+_LAYERS = L.MODEL_LAYERS.field()
+_WIDTH = L.MODEL_WIDTH.field()
+_FFN = L.MODEL_FFN.field()
+_HEADS = L.MODEL_HEADS.field()
+_HEAD_DIM = L.MODEL_HEAD_DIM.field()
+_VOCAB = L.MODEL_VOCAB.field()
+_EXPERTS = L.MODEL_EXPERTS.field()
+_CONTEXT = L.MODEL_CONTEXT.field()
 RECURRENT_KINDS = ("mamba", "mamba2", "linear_attention", "short_conv")
 ATTENTION_KINDS = ("full_attention", "sliding_attention", "chunked_attention")
 
@@ -182,11 +192,11 @@ class Quantization(BaseModel):
 
 class MoeSpec(BaseModel):
     model_config = _STRICT
-    num_experts: int = Field(ge=1)
-    num_experts_per_tok: int = Field(ge=1)
-    moe_intermediate_size: int = Field(ge=1)
-    num_shared_experts: int = Field(default=0, ge=0)
-    shared_expert_intermediate_size: int = Field(default=0, ge=0)
+    num_experts: _EXPERTS
+    num_experts_per_tok: _EXPERTS
+    moe_intermediate_size: _FFN
+    num_shared_experts: int = Field(default=0, ge=0, le=L.MODEL_EXPERTS.hi)
+    shared_expert_intermediate_size: int = Field(default=0, ge=0, le=L.MODEL_FFN.hi)
     """Intermediate width of each shared expert."""
     num_dense_layers: int = Field(default=0, ge=0)
     """Layers with a dense MLP instead of experts (DeepSeek first_k_dense_replace)."""
@@ -279,15 +289,15 @@ class ModelSpec(BaseModel):
     architecture: str
     torch_dtype: Literal["bf16", "fp16", "fp32"] = "bf16"
     quantization: Quantization | None = None
-    num_layers: int = Field(ge=1)
-    hidden_size: int = Field(ge=1)
-    intermediate_size: int = Field(ge=1)
-    num_attention_heads: int = Field(ge=1)
-    num_kv_heads: int = Field(ge=1)
-    head_dim: int = Field(ge=1)
-    vocab_size: int = Field(ge=1)
-    max_position_embeddings: int = Field(ge=1)
-    max_position_embeddings_by_id: dict[str, int] = {}
+    num_layers: _LAYERS
+    hidden_size: _WIDTH
+    intermediate_size: _FFN
+    num_attention_heads: _HEADS
+    num_kv_heads: _HEADS
+    head_dim: _HEAD_DIM
+    vocab_size: _VOCAB
+    max_position_embeddings: _CONTEXT
+    max_position_embeddings_by_id: dict[str, _CONTEXT] = {}
     """Checkpoints of this architecture whose config.json allows a different context (an
     Instruct release of 32768 next to a 131072 base), by Hugging Face id."""
     tie_word_embeddings: bool = False
@@ -297,7 +307,7 @@ class ModelSpec(BaseModel):
     """Token mixer of each layer; None: full attention plus num_sliding_layers (layer_kinds)."""
     mlp_types: list[MlpKind] | None = None
     """MLP of each layer; None: dense, or MoE after moe.num_dense_layers."""
-    mlp_intermediate_sizes: list[int] | None = None
+    mlp_intermediate_sizes: list[_FFN] | None = None
     """Dense MLP width of each layer when they differ (Nemotron-Super block_configs)."""
     ssm: SsmSpec | None = None
     linear_attention: LinearAttentionSpec | None = None
@@ -307,14 +317,14 @@ class ModelSpec(BaseModel):
     """Recurrent (SSM) state dtype; None: the model dtype (vLLM mamba_ssm_cache_dtype auto)."""
     attn_output_gate: bool = False
     """q_proj also emits a per-head output gate (Qwen3-Next, Qwen3.5)."""
-    sliding_window: int | None = Field(default=None, ge=1)
+    sliding_window: _CONTEXT | None = None
     num_sliding_layers: int = Field(default=0, ge=0)
     moe: MoeSpec | None = None
     mla: MlaSpec | None = None
     vision_params: float = Field(default=0, ge=0)
     vision: VisionSpec | None = None
     """The vision encoder's shape (image tokens and encoder cost); vision_params its size."""
-    mtp_layers: int = Field(default=0, ge=0)
+    mtp_layers: int = Field(default=0, ge=0, le=L.MODEL_LAYERS.hi)
     """Multi-token-prediction layers the checkpoint holds (config num_nextn_predict_layers):
     what `--speculative mtp` drafts with (capplan/models/speculative.py)."""
     params_total: float = Field(gt=0)

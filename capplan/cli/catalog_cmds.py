@@ -12,6 +12,7 @@ import yaml
 from capplan.catalog.loader import load_catalog
 from capplan.cli._options import catalog_option, format_option
 from capplan.cli._render import Column, emit, render_rows, to_json
+from capplan.errors import InputError
 from capplan.export.atomic import atomic_write_text
 from capplan.units import GB_BYTES, GIB_BYTES, GIGA, MIB_BYTES, TERA
 
@@ -117,14 +118,20 @@ def models_group(ctx: click.Context, fmt: str, catalog_dir: tuple[str, ...]) -> 
 def models_import(config: Path, key: str | None, hf_id: str | None, out: Path | None,
                   fmt: str) -> None:
     """Turn a Hugging Face config.json into a catalog YAML."""
-    from capplan.catalog.hf_import import import_config
+    from capplan.catalog.hf_import import import_config, quantization_note
 
+    if out is not None and not out.parent.is_dir():  # before anything is said to succeed
+        raise InputError(f"--out {out}: folder {out.parent} does not exist")
     spec = import_config(config, key)
     if hf_id:
         spec = spec.model_copy(update={"hf_id": hf_id})
     elif "/" not in spec.hf_id:
-        click.echo(f"note: {config} names no Hugging Face id (_name_or_path); launch lines "
-                   f"will serve {spec.hf_id!r}: pass --hf-id ORG/NAME", err=True)
+        click.echo(f"note: {config} names no Hugging Face id (its _name_or_path is missing or "
+                   f"a local path); launch lines will serve {spec.hf_id!r}: pass --hf-id "
+                   "ORG/NAME", err=True)
+    note = quantization_note(config, spec)
+    if note:
+        click.echo(f"note: {note}", err=True)
     click.echo(import_summary(spec), err=True)
     data = spec.model_dump(mode="json", exclude_none=False)
     text = to_json(data) + "\n" if fmt == "json" else catalog_yaml(data)

@@ -64,13 +64,16 @@ class Calibration:
     method and workload kind. --acceptance-length overrides it."""
     source: str = "default"
     """'default (datasheet)' or the calibration file it came from."""
+    engine: str | None = None
+    """The engine profile a serving calibration was fitted through (its file's
+    measured.engine, e.g. 'vllm 0.14'); None for microbenchmarks and defaults."""
 
     def with_(self, **changes: float | str) -> Calibration:
         return replace(self, **changes)  # type: ignore[arg-type]
 
     @classmethod
     def param_names(cls) -> list[str]:
-        return [f.name for f in fields(cls) if f.name != "source"]
+        return [f.name for f in fields(cls) if f.name not in ("source", "engine")]
 
 
 # Defaults from public measurements (docs/perf.md, docs/research/published_perf.md):

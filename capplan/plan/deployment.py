@@ -209,6 +209,12 @@ class Deployment:
             out.append(f"only {self.memory.margin_bytes_per_gpu / GIB_BYTES:.2f} GiB left "
                        f"outside the {self.profile.name} memory budget (CUDA graphs, other "
                        "processes): lower the memory fraction if the engine runs out of memory")
+        fitted = self.calibration.engine
+        here = f"{self.profile.name} {self.profile.version}"
+        if fitted and fitted.split()[:2] != here.split():
+            out.append(f"the calibration ({self.calibration.source}) was fitted through "
+                       f"{fitted}'s latency model, this run uses {here}: its host costs "
+                       "belong to that engine (measure this one, or pass its --engine)")
         return out
 
 

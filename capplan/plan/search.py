@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from capplan.catalog.calibration import calibration_gpu
-from capplan.catalog.loader import Catalog
+from capplan.catalog.loader import Catalog, names_entry
 from capplan.catalog.schema import GpuSpec, ModelSpec
 from capplan.errors import InputError
 from capplan.limits import DEFAULT_HEADROOM
@@ -266,10 +266,13 @@ def searched_budgets(space: SearchSpace) -> tuple[int, ...]:
 def _calibration_gpu(cal_path: str | Path | None, space: SearchSpace) -> str | None:
     """The GPU a calibration file was measured on (None without one); it must be a candidate."""
     cal_gpu = calibration_gpu(cal_path) if cal_path else None
-    if cal_gpu is not None and cal_gpu not in {g.key for g in space.gpus}:
-        raise InputError(f"calibration {cal_path} was measured on {cal_gpu}, which is not a "
-                         "candidate GPU; a calibration applies only to its own device")
-    return cal_gpu
+    if cal_gpu is None:
+        return None
+    for g in space.gpus:  # the file may name the GPU by an alias (`h100`)
+        if names_entry(cal_gpu, g):
+            return g.key
+    raise InputError(f"calibration {cal_path} was measured on {cal_gpu}, which is not a "
+                     "candidate GPU; a calibration applies only to its own device")
 
 
 def _gpu_settings(cat: Catalog, model: ModelSpec, gpu: GpuSpec, space: SearchSpace
