@@ -72,12 +72,17 @@ def _recommendations(plan: dict[str, Any]) -> list[str]:
     return ["## Recommendations", "", table, "", *told]
 
 
-def _pools(plan: dict[str, Any]) -> list[str]:
-    cols, rows = pool_table(plan)
+def _section(title: str, table: tuple[Any, list[Any]]) -> list[str]:
+    """A `## title` section holding a table of (columns, rows); nothing without rows."""
+    cols, rows = table
     if not rows:
         return []
-    return ["## Pools: one shared pool against a pool per lane", "",
-            _table([c.header for c in cols], rows, tuple(c.fmt for c in cols)), ""]
+    return [f"## {title}", "", _table([c.header for c in cols], rows,
+                                       tuple(c.fmt for c in cols)), ""]
+
+
+def _pools(plan: dict[str, Any]) -> list[str]:
+    return _section("Pools: one shared pool against a pool per lane", pool_table(plan))
 
 
 def _warnings(plan: dict[str, Any]) -> list[str]:
@@ -131,11 +136,7 @@ def _assumptions(plan: dict[str, Any]) -> list[str]:
 
 
 def _pareto(plan: dict[str, Any]) -> list[str]:
-    cols, rows = pareto_table(plan)
-    if not rows:
-        return []
-    return ["## Pareto front (cost against latency)", "",
-            _table([c.header for c in cols], rows, tuple(c.fmt for c in cols)), ""]
+    return _section("Pareto front (cost against latency)", pareto_table(plan))
 
 
 def _model_parts(plan: dict[str, Any]) -> list[str]:
