@@ -277,6 +277,24 @@ def test_rate_sweep_json_is_a_list_matching_single_runs(run_cli):
     assert levels[1]["ttft_s"] == single["ttft_s"] and levels[1]["e2e_s"] == single["e2e_s"]
 
 
+def test_rate_sweep_rows_share_one_key_set_whoever_answers(run_cli):
+    # Llama-3.1-8B on an H100, 1024/256 tokens: 5 req/s is screened analytic, 20 req/s is
+    # replayed (docs/queueing.md's screen table: TBT p99 26% off) and 40 req/s is above the
+    # analytic capacity (~25 req/s): all three answerers in one sweep.
+    res = run_cli("latency", "--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--rate",
+                  "5,20,40", "--input-len", "1024", "--output-len", "256", "--format", "json")
+    assert res.exit_code == 0, res.stderr
+    rows = res.json()
+    assert [(r["answered_by"], r["stable"]) for r in rows] == [
+        ("analytic", True), ("replay", True), ("analytic", False)]
+    assert set(rows[0]) == set(rows[1]) == set(rows[2])
+    ana, rep, over = rows
+    assert ana["step_s"] > 0 and rep["step_s"] is None  # the analytic queue's own figure
+    assert rep["makespan_s"] > 0 and ana["makespan_s"] is None  # the replay's own figure
+    assert over["capacity_requests_per_s"] > 0 and ana["capacity_requests_per_s"] is None
+    assert ana["engine"] == rep["engine"] and ana["engine"].startswith("vllm")
+
+
 def test_concurrency_sweep_csv_numbers_only(run_cli):
     res = run_cli(*LAT, "--concurrency", "1,8", "--format", "csv")
     assert res.exit_code == 0, res.stderr
