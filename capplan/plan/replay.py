@@ -167,6 +167,8 @@ def _answer(dep: Deployment, load: ReplayLoad, spec: LoadSpec | None) -> dict[st
         return res
     if ana is not None:
         res = _screen(ana, res)
+    if res["answered_by"] == "replay" and load.rate is not None and res.get("makespan_s"):
+        res["notes"].append(drain_note(res, load.rate))
     res["notes"].insert(0, answered_note(res))
     if res.get("requests_per_s"):
         w = whole_prompt_warning(dep, res["input_tokens_per_s"] / res["requests_per_s"],
@@ -245,6 +247,18 @@ def _replayed(dep: Deployment, load: ReplayLoad, run: dict[str, Any]) -> dict[st
     if sim.get("overloaded"):
         _unstable_replay(res, sim)
     return res
+
+
+def drain_note(sim: dict[str, Any], rate: float) -> str:
+    """What a replay's throughput is: completed requests over the whole run, from the first
+    arrival to the last completion, so the drain after the last arrival counts, as in `vllm
+    bench serve`'s request throughput (completed / benchmark duration, the clock stopped when
+    every request has finished: vllm/benchmarks/serve.py). A stable open loop therefore
+    reports a little less than the rate it was offered."""
+    return (f"throughput is completed requests over the whole run, the drain after the last "
+            f"arrival included, as vllm bench serve reports it: {sim['requests_per_s']:.4g} "
+            f"req/s = {sim['num_requests']} requests / {sim['makespan_s']:.4g} s, at "
+            f"{rate:g} req/s offered")
 
 
 UNSTABLE_NULLS = ("ttft_s", "tbt_s", "e2e_s", "tpot_s", "queue_s", "output_tokens_per_s",

@@ -327,3 +327,17 @@ def test_auto_dtypes_resolved(run_cli):
     assert d["weight_dtype"] == "bf16" and d["kv_dtype"] == "fp8"
     res = run_cli(*LAT, "--rate", "2")
     assert "weight dtype" in res.stdout and "auto" not in res.stdout
+
+
+def test_replayed_rate_says_its_throughput_counts_the_drain(run_cli):
+    # 23 req/s on Llama-3.1-8B / H100, 1024/256 tokens is replayed (the screen's TBT p99 is
+    # off): its request throughput is completed / (first arrival to last completion), as vllm
+    # bench serve divides by the benchmark's duration, so it is below the offered rate.
+    res = run_cli("latency", "--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--rate", "23",
+                  "--input-len", "1024", "--output-len", "256", "--format", "json")
+    d = res.json()
+    assert d["answered_by"] == "replay" and d["stable"]
+    assert d["requests_per_s"] == pytest.approx(d["num_requests"] / d["makespan_s"])
+    assert d["requests_per_s"] < 23
+    note = next(n for n in d["notes"] if n.startswith("throughput is completed requests"))
+    assert f"{d['num_requests']} requests / {d['makespan_s']:.4g} s, at 23 req/s offered" in note
