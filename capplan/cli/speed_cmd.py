@@ -106,9 +106,8 @@ def _knee_text(batch: list[int], ctx: int, knee: int | None, curve: dict) -> str
     top, most = curve["knee_checked_up_to"][ctx], curve["max_batch"][ctx]
     if top is None:
         return f"context {ctx}: none (no batch fits)"
-    cap = (f"; at most {most} sequences run at this context (max_num_seqs, KV cache)"
-           if top < KNEE_SEARCH_MAX else "")
-    return f"context {ctx}: none within batches 1-{top} (evaluated){cap}"
+    cap = f" (at most {most} fit)" if top < KNEE_SEARCH_MAX else ""
+    return f"context {ctx}: none within batches 1-{top}{cap}"
 
 
 def register(cli: click.Group) -> None:
