@@ -54,6 +54,7 @@ bench: $(BIN)/capplan
 validate: $(BIN)/capplan
 	$(BIN)/python benchmarks/validate_perf.py --write-docs
 	$(BIN)/python benchmarks/speculative_vllm.py --write-docs
+	$(BIN)/python benchmarks/features_tables.py --write-docs
 	$(BIN)/python benchmarks/published_prefill.py --write-docs
 	$(BIN)/python benchmarks/validate_replay_screen.py --write-docs
 	$(BIN)/python benchmarks/validate_silicon.py --loso --write-docs --write-bands

@@ -108,13 +108,17 @@ class SpeedResult:
     max_batch: dict[int, int]
     prefill: list[dict[str, Any]]
     deployment: Deployment = field(repr=False)
+    knee_checked_up_to: dict[int, int | None] = field(default_factory=dict)
+    """Per context, the largest batch the knee search evaluated (what fits, up to 4096)."""
 
     def to_dict(self) -> dict[str, Any]:
         d = self.deployment
         return _jsonable({"model": d.model.key, "gpu": d.gpu.key, "tp": d.settings.tp,
                           **d.resolved_dtypes(),
                           "calibration": d.calibration.source, "rows": self.rows,
-                          "knee_batch": self.knee_batch, "excluded": self.excluded,
+                          "knee_batch": self.knee_batch,
+                          "knee_checked_up_to": self.knee_checked_up_to,
+                          "excluded": self.excluded,
                           "max_batch": self.max_batch, "prefill": self.prefill,
                           "engine_settings": d.settings_summary()})
 
@@ -137,7 +141,7 @@ def speed(model: str, gpu: str, *, batch: list[int] | tuple[int, ...] = (1, 8, 3
                          f"{dep.memory.kv_cache_tokens} tokens)")
     pre = prefill_rows(dep, list(prefill)) if prefill else []
     return SpeedResult(curve["rows"], curve["knee_batch"], curve["excluded"],
-                       curve["max_batch"], pre, dep)
+                       curve["max_batch"], pre, dep, curve["knee_checked_up_to"])
 
 
 @dataclass(frozen=True)

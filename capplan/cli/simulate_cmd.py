@@ -77,6 +77,20 @@ def _shown(v: Any) -> float:
     return float(f"{v:.2g}") if 0 < abs(v) < 0.05 else round(v, 1)
 
 
+def _plot(dep: Any, results: dict[str, Any], names: list[str], plot_dir: str) -> None:
+    """One chart per scheduler, each named by it (sim-<name>.png/svg)."""
+    from capplan.export.plots import plot_sim
+
+    for name in names:
+        res = results[name]
+        ts = res.get("time_series") or {}
+        kv = ts.get("kv_utilization", [])
+        for path in plot_sim({**res, "model": dep.model.key, "gpu": dep.gpu.key,
+                              "tp": dep.settings.tp, "timeseries": {**ts, "kv_utilization": kv}},
+                             plot_dir, name):
+            click.echo(f"wrote {path}", err=True)
+
+
 @click.command("simulate")
 @model_gpu_options
 @click.option("--rate", type=RATE, default=None, help="Open-loop arrival rate (req/s).")
@@ -120,7 +134,8 @@ def _shown(v: Any) -> float:
 @format_option
 @catalog_option
 @click.option("--plot", "plot_dir", default=None,
-              help="Write PNG/SVG charts (KV-cache use, running and waiting over time).")
+              help="Write PNG/SVG charts (KV-cache use, running and waiting over time), "
+                   "one per scheduler: sim-<scheduler>.png/svg.")
 @click.option("--benchmark", type=click.Choice(sorted(PRESETS)), default=None,
               help="Replay a benchmark tool's protocol: its warm-ups, measured requests, random "
                    "lengths and metric definitions (JSON `benchmark`; docs/queueing.md).")
@@ -148,7 +163,6 @@ def simulate_cmd(model: str, gpu: str, rate: float | None, concurrency: int | No
     dep = deployment_from_options(catalog_dir, model, gpu, kw)
     dep, load["input_len"] = with_images(dep, load["input_len"])
     echo_features(dep, fmt)
-    s = dep.settings
     bars: dict[str, Any] = {}
     bench = (BenchmarkRun.of(preset(benchmark), concurrency, None, None, load["num_requests"])
              if benchmark else None)
@@ -178,14 +192,7 @@ def simulate_cmd(model: str, gpu: str, rate: float | None, concurrency: int | No
         click.echo(f"note: {note}", err=True)
     results, head = run["results"], run["head"]
     if plot_dir:
-        from capplan.export.plots import plot_sim
-
-        first = results[names[0]]
-        ts = first.get("time_series") or {}
-        kv = ts.get("kv_utilization", [])
-        for path in plot_sim({**first, "model": dep.model.key, "gpu": dep.gpu.key, "tp": s.tp,
-                              "timeseries": {**ts, "kv_utilization": kv}}, plot_dir):
-            click.echo(f"wrote {path}", err=True)
+        _plot(dep, results, names, plot_dir)
     head = {**head, **resolved_dtypes(dep)}
     if fmt == "json":
         body = (attach_bands(results[names[0]], dep.profile.name, concurrency)
@@ -203,7 +210,7 @@ def simulate_cmd(model: str, gpu: str, rate: float | None, concurrency: int | No
     if fmt == "table":
         click.echo(f"{head['model']} on {head['gpu']} ({dep.layout_text}, {dep.profile.label}), "
                    f"{head['num_requests']} requests, seed {seed}; "
-                   f"{dtype_text(resolved_dtypes(dep), s)}; decode steps "
+                   f"{dtype_text(resolved_dtypes(dep), dep.settings)}; decode steps "
                    f"{head['bound']}-bound at the mean running batch\n"
                    f"calibration: {head['calibration']}", err=True)
         impls = sorted({d.get("engine_impl", "reference") for d in results.values()})

@@ -18,7 +18,7 @@ from capplan.cli._options import (
 from capplan.cli._render import Column, emit, render_rows, to_json
 from capplan.cli._tables import dtype_text, resolved_dtypes
 from capplan.errors import InputError
-from capplan.plan.speed import decode_curve, prefill_rows
+from capplan.plan.speed import KNEE_SEARCH_MAX, decode_curve, prefill_rows
 
 
 @click.command("speed")
@@ -62,7 +62,9 @@ def speed_cmd(model: str, gpu: str, batch: list[int], context: list[int],
         emit(to_json({"model": dep.model.key, "gpu": dep.gpu.key, "tp": s.tp,
                       **resolved_dtypes(dep),
                       "calibration": dep.calibration.source, "rows": curve["rows"],
-                      "knee_batch": curve["knee_batch"], "excluded": curve["excluded"],
+                      "knee_batch": curve["knee_batch"],
+                      "knee_checked_up_to": curve["knee_checked_up_to"],
+                      "excluded": curve["excluded"],
                       "max_batch": curve["max_batch"], "prefill": pre,
                       "engine_settings": dep.settings_summary()}))
         return
@@ -75,11 +77,7 @@ def speed_cmd(model: str, gpu: str, batch: list[int], context: list[int],
     ]
     emit(render_rows(curve["rows"], cols, fmt))
     if fmt == "table":
-        lo, hi = min(batch), max(batch)
-        knees = ", ".join(
-            f"context {c}: batch {k}" if k and lo <= k <= hi else
-            f"context {c}: none within batches {lo}-{hi}" + (f" (at batch {k})" if k else "")
-            for c, k in curve["knee_batch"].items())
+        knees = ", ".join(_knee_text(batch, c, k, curve) for c, k in curve["knee_batch"].items())
         emit(f"\nknee (doubling the batch adds < 15% throughput): {knees}")
         emit(f"{dep.model.key} on {dep.gpu.key} ({dep.layout_text}); "
              f"{dtype_text(resolved_dtypes(dep), s)}")
@@ -96,6 +94,20 @@ def speed_cmd(model: str, gpu: str, batch: list[int], context: list[int],
             Column("ttft_floor_s", "TTFT floor (ms)", lambda x: x * 1e3, ".1f"),
             Column("prefill_tokens_per_s", "prefill (tok/s)", None, ".0f"),
         ], fmt))
+
+
+def _knee_text(batch: list[int], ctx: int, knee: int | None, curve: dict) -> str:
+    """'context C: batch K'; else which batches the search evaluated: powers of two and the
+    given batches, up to the largest that fits at that context (not the largest asked for)."""
+    lo, hi = min(batch), max(batch)
+    if knee:
+        return (f"context {ctx}: batch {knee}" if lo <= knee <= hi else
+                f"context {ctx}: none within batches {lo}-{hi} (at batch {knee})")
+    top, most = curve["knee_checked_up_to"][ctx], curve["max_batch"][ctx]
+    if top is None:
+        return f"context {ctx}: none (no batch fits)"
+    cap = f" (at most {most} fit)" if top < KNEE_SEARCH_MAX else ""
+    return f"context {ctx}: none within batches 1-{top}{cap}"
 
 
 def register(cli: click.Group) -> None:

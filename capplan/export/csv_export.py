@@ -47,6 +47,19 @@ def _pct(x: Any) -> Any:
     return 100.0 * x if isinstance(x, int | float) and not isinstance(x, bool) else None
 
 
+def stops_paying_text(spec: Any) -> Any:
+    """Where speculation stops paying: its batch, or 'never (up to N)' when it pays at every
+    batch checked (JSON keeps `stops_paying_at_batch` null beside
+    `stops_paying_checked_up_to_batch`); None without a speculation note."""
+    if not isinstance(spec, dict) or not spec:
+        return None
+    stops = spec.get("stops_paying_at_batch")
+    if stops is not None:
+        return stops
+    top = spec.get("stops_paying_checked_up_to_batch")
+    return f"never (up to {top})" if top else "never"
+
+
 def _yes_no(x: Any) -> Any:
     return None if x is None else ("yes" if x else "no")
 
@@ -86,8 +99,7 @@ RECOMMENDATION_COLUMNS: tuple[RecColumn, ...] = (
     _c("kv_dtype_resolved", "KV dtype"),
     _c("features.speculative", "speculative", None, "g", True, True),
     _c("features.spec_tokens", "draft tokens", None, "g", True, True),
-    _c("speculation.stops_paying_at_batch", "speculation stops paying at batch", None, "g",
-       True, True),
+    _c("speculation", "speculation stops paying at batch", stops_paying_text, "g", True, True),
     _c("features.max_loras", "LoRA slots", None, "g", True, True),
     _c("features.max_lora_rank", "LoRA rank", None, "g", False, True),
     _c("features.images_per_request", "images per request", None, "g", True, True),

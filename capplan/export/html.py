@@ -23,6 +23,7 @@ from capplan.export.csv_export import (
     lane_table,
     pool_table,
     shown_note,
+    stops_paying_text,
 )
 from capplan.plan.alternatives import PLAN_NOTES
 from capplan.plan.launch import layout_cell, layout_of, sized_for
@@ -191,9 +192,10 @@ def _features(r: dict[str, Any]) -> str:
     f, spec = r.get("features") or {}, r.get("speculation") or {}
     out = []
     if f.get("speculative"):
-        stops = spec.get("stops_paying_at_batch")
+        stops = stops_paying_text(spec)
         out.append(f"{f['speculative']} K={f.get('spec_tokens')}"
-                   + (f" (stops paying at batch {stops})" if stops else ""))
+                   + (f" (stops paying at batch {stops})" if isinstance(stops, int) else
+                      f" (stops paying: {stops})" if stops else ""))
     if f.get("max_loras"):
         out.append(f"LoRA {f['max_loras']} slots, rank {f.get('max_lora_rank')}")
     if f.get("images_per_request"):

@@ -379,8 +379,11 @@ def plot_speed(curve: dict[str, Any], out_dir: str | Path) -> list[Path]:
     return _save(fig, out, "speed")
 
 
-def plot_sim(result: dict[str, Any], out_dir: str | Path) -> list[Path]:
-    """Write ``sim.{png,svg}``: KV-cache use (%) and running / waiting sequences over time."""
+def plot_sim(result: dict[str, Any], out_dir: str | Path,
+             scheduler: str | None = None) -> list[Path]:
+    """Write ``sim.{png,svg}``: KV-cache use (%) and running / waiting sequences over time;
+    with `scheduler`, ``sim-<scheduler>.{png,svg}``, the title naming it (one chart per
+    scheduler of `simulate --scheduler a,b`)."""
     ts = result.get("timeseries") if isinstance(result, dict) else None
     if not isinstance(ts, dict) or not isinstance(ts.get("time_s"), list | tuple):
         raise InputError("a simulation result needs 'timeseries' with a 'time_s' list "
@@ -406,8 +409,9 @@ def plot_sim(result: dict[str, Any], out_dir: str | Path) -> list[Path]:
     for ax in (kv_ax, q_ax):
         ax.grid(True, alpha=0.3)
         _legend(ax, loc="upper right")
-    fig.suptitle(": ".join(x for x in (_who(result), "simulation over time") if x))
-    return _save(fig, out, "sim")
+    title = ": ".join(x for x in (_who(result), "simulation over time") if x)
+    fig.suptitle(title + (f"\n{scheduler} scheduler" if scheduler else ""))
+    return _save(fig, out, f"sim-{scheduler}" if scheduler else "sim")
 
 
 __all__ = ["plot_plan", "plot_sim", "plot_speed"]

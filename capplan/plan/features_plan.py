@@ -141,7 +141,8 @@ def features_dict(s: Any) -> dict[str, Any]:
 def speculation_note(step: Any, plain: Any, max_num_seqs: int, context: float
                      ) -> dict[str, Any] | None:
     """Decode speed-up of a speculative step model over the plain one by batch, and the first
-    batch (powers of two up to max_num_seqs) at which it falls to 1 or below (None: never)."""
+    batch (powers of two up to max(max_num_seqs, 1024)) at which it falls to 1 or below (None:
+    never; `stops_paying_checked_up_to_batch` is the largest batch checked)."""
     if float(np.max(step.spec_accept_len)) == 1.0:
         return None
     batches = 2.0 ** np.arange(0, int(np.log2(max(max_num_seqs, 1024))) + 1)
@@ -151,4 +152,7 @@ def speculation_note(step: Any, plain: Any, max_num_seqs: int, context: float
     return {"speedup_at_batch_1": float(ratio[0]),
             "speedup_by_batch": {int(b): round(float(r), 3) for b, r in zip(batches, ratio,
                                                                              strict=True)},
-            "stops_paying_at_batch": stops, "acceptance": step.spec_source}
+            "stops_paying_at_batch": stops,
+            "stops_paying_checked_up_to_batch": int(batches[-1]),
+            "acceptance": step.spec_source}
+

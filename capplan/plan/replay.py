@@ -116,10 +116,32 @@ def replay(dep: Deployment, load: ReplayLoad, trace: Any = None) -> dict[str, An
                           prefix=load.prefix, benchmark=bench, sim_engine=engine)
 
 
+ANSWER_KEYS = ("engine", "engine_impl", "num_requests", "analytic_check",
+               "step_s", "decode_step_s", "prefill_step_s", "prefill_step_frac",
+               "prefill_utilization", "slot_utilization", "kv_mean_utilization",
+               "concurrency_cap", "queue_s", "makespan_s", "prefix_hit_tokens",
+               "cached_tokens_per_request", "offered_requests_per_s",
+               "capacity_requests_per_s", "reason")
+"""Keys every `latency` answer carries beside LATENCY_KEYS, null where the answerer has no such
+figure: the analytic queue's step and utilisation figures (`step_s`...`concurrency_cap`), the
+replay's `queue_s` and `makespan_s`, the screen's `analytic_check`, the replay's size
+(`engine_impl`, `num_requests`), prefix-cache hits, and an unstable load's
+`offered_requests_per_s`, `capacity_requests_per_s` and `reason`. One key set whichever model
+answers, so that the rows of `latency --rate 5,10,20 --format json` line up."""
+
+
 def answer(dep: Deployment, load: ReplayLoad, spec: LoadSpec | None) -> dict[str, Any]:
     """`latency`'s result for one load: the replay's figures, or the analytic queue's for an
     open-loop rate where they agree within TOLERANCE (module docstring). `spec` is the analytic
-    load (None: no analytic screen applies, e.g. prefix sharing under a closed loop)."""
+    load (None: no analytic screen applies, e.g. prefix sharing under a closed loop). Every
+    answer carries LATENCY_KEYS and ANSWER_KEYS (null where its answerer has no such figure)."""
+    res = _answer(dep, load, spec)
+    res.setdefault("engine", dep.profile.label)
+    return {**res, **{k: None for k in (*LATENCY_KEYS, *ANSWER_KEYS) if k not in res}}
+
+
+def _answer(dep: Deployment, load: ReplayLoad, spec: LoadSpec | None) -> dict[str, Any]:
+    """answer() before its key set is completed."""
     screen = load.rate is not None and load.benchmark is None and spec is not None
     ana = analytic_latency(dep, spec) if screen and spec is not None else None
     if ana is not None and not ana.get("stable"):
@@ -145,6 +167,8 @@ def answer(dep: Deployment, load: ReplayLoad, spec: LoadSpec | None) -> dict[str
         return res
     if ana is not None:
         res = _screen(ana, res)
+    if res["answered_by"] == "replay" and load.rate is not None and res.get("makespan_s"):
+        res["notes"].append(drain_note(res, load.rate))
     res["notes"].insert(0, answered_note(res))
     if res.get("requests_per_s"):
         w = whole_prompt_warning(dep, res["input_tokens_per_s"] / res["requests_per_s"],
@@ -223,6 +247,18 @@ def _replayed(dep: Deployment, load: ReplayLoad, run: dict[str, Any]) -> dict[st
     if sim.get("overloaded"):
         _unstable_replay(res, sim)
     return res
+
+
+def drain_note(sim: dict[str, Any], rate: float) -> str:
+    """What a replay's throughput is: completed requests over the whole run, from the first
+    arrival to the last completion, so the drain after the last arrival counts, as in `vllm
+    bench serve`'s request throughput (completed / benchmark duration, the clock stopped when
+    every request has finished: vllm/benchmarks/serve.py). A stable open loop therefore
+    reports a little less than the rate it was offered."""
+    return (f"throughput is completed requests over the whole run, the drain after the last "
+            f"arrival included, as vllm bench serve reports it: {sim['requests_per_s']:.4g} "
+            f"req/s = {sim['num_requests']} requests / {sim['makespan_s']:.4g} s, at "
+            f"{rate:g} req/s offered")
 
 
 UNSTABLE_NULLS = ("ttft_s", "tbt_s", "e2e_s", "tpot_s", "queue_s", "output_tokens_per_s",

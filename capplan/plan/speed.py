@@ -9,9 +9,17 @@ import numpy as np
 from capplan.models.perf import BOUNDS, knee_batch
 from capplan.plan.deployment import Deployment
 
+KNEE_SEARCH_MAX = 4096
+"""The knee is searched over the powers of two up to this batch (and the batches given)."""
+
 
 def decode_curve(dep: Deployment, batches: list[int], contexts: list[int]) -> dict[str, Any]:
-    """Rows of (batch, context) with step time, throughput, per-sequence speed and bound."""
+    """Rows of (batch, context) with step time, throughput, per-sequence speed and bound.
+
+    A batch or context given twice is one row (the first place it appears keeps the order).
+    `knee_checked_up_to`: per context, the largest batch the knee search evaluated (the powers
+    of two up to KNEE_SEARCH_MAX and the given batches, as far as they fit: `max_batch`)."""
+    batches, contexts = list(dict.fromkeys(batches)), list(dict.fromkeys(contexts))
     b = np.asarray(batches, float)[:, None]
     c = np.asarray(contexts, float)[None, :]
     r = dep.step.decode_step(b, c)
@@ -28,12 +36,16 @@ def decode_curve(dep: Deployment, batches: list[int], contexts: list[int]) -> di
                          "tokens_per_s_total": bs / t, "tokens_per_s_per_seq": 1.0 / t,
                          "bound": BOUNDS[int(bound[i, j])]})
     knees: dict[int, int | None] = {}
+    checked: dict[int, int | None] = {}
     for ctx in contexts:
-        dense = np.unique(np.concatenate([np.asarray(batches), 2 ** np.arange(0, 13)]))
+        dense = np.unique(np.concatenate([np.asarray(batches),
+                                          2 ** np.arange(0, int(np.log2(KNEE_SEARCH_MAX)) + 1)]))
         dense = dense[dense <= max_batch(dep, ctx)]
         t = dep.step.decode_step(dense, ctx)["step_s"] if dense.size else np.zeros(0)
         knees[int(ctx)] = knee_batch(dense, dense / t) if dense.size else None
-    return {"rows": rows, "knee_batch": knees, "excluded": excluded,
+        checked[int(ctx)] = int(dense[-1]) if dense.size else None
+    return {"rows": rows, "knee_batch": knees, "knee_checked_up_to": checked,
+            "excluded": excluded,
             "max_batch": {int(c): max_batch(dep, c) for c in contexts},
             "engine_settings": dep.settings_summary()}
 

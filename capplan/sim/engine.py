@@ -168,7 +168,12 @@ class ContinuousEngine:
             i = int(np.argmax(longest))
             if int(longest[i]) > self.max_num_batched_tokens:
                 over = int(np.count_nonzero(longest > self.max_num_batched_tokens))
-                raise InputError(f"request {i} needs a {int(longest[i])}-token prefill but "
+                prompt = int(reqs.input_tokens[i])
+                what = (f"a prefill of {prompt} tokens" if int(longest[i]) == prompt else
+                        f"a prefill of up to {int(longest[i])} tokens (its {prompt}-token prompt "
+                        f"and, recomputed after a preemption, all but the last of its "
+                        f"{int(reqs.output_tokens[i])} output tokens)")
+                raise InputError(f"request {i} needs {what} but "
                                  f"chunked prefill is off and --max-num-batched-tokens is "
                                  f"{self.max_num_batched_tokens} ({over} of {len(reqs)} "
                                  "requests exceed it): raise it, shorten prompts, or run the "

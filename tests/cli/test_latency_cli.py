@@ -277,6 +277,24 @@ def test_rate_sweep_json_is_a_list_matching_single_runs(run_cli):
     assert levels[1]["ttft_s"] == single["ttft_s"] and levels[1]["e2e_s"] == single["e2e_s"]
 
 
+def test_rate_sweep_rows_share_one_key_set_whoever_answers(run_cli):
+    # Llama-3.1-8B on an H100, 1024/256 tokens: 5 req/s is screened analytic, 20 req/s is
+    # replayed (docs/queueing.md's screen table: TBT p99 26% off) and 40 req/s is above the
+    # analytic capacity (~25 req/s): all three answerers in one sweep.
+    res = run_cli("latency", "--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--rate",
+                  "5,20,40", "--input-len", "1024", "--output-len", "256", "--format", "json")
+    assert res.exit_code == 0, res.stderr
+    rows = res.json()
+    assert [(r["answered_by"], r["stable"]) for r in rows] == [
+        ("analytic", True), ("replay", True), ("analytic", False)]
+    assert set(rows[0]) == set(rows[1]) == set(rows[2])
+    ana, rep, over = rows
+    assert ana["step_s"] > 0 and rep["step_s"] is None  # the analytic queue's own figure
+    assert rep["makespan_s"] > 0 and ana["makespan_s"] is None  # the replay's own figure
+    assert over["capacity_requests_per_s"] > 0 and ana["capacity_requests_per_s"] is None
+    assert ana["engine"] == rep["engine"] and ana["engine"].startswith("vllm")
+
+
 def test_concurrency_sweep_csv_numbers_only(run_cli):
     res = run_cli(*LAT, "--concurrency", "1,8", "--format", "csv")
     assert res.exit_code == 0, res.stderr
@@ -309,3 +327,17 @@ def test_auto_dtypes_resolved(run_cli):
     assert d["weight_dtype"] == "bf16" and d["kv_dtype"] == "fp8"
     res = run_cli(*LAT, "--rate", "2")
     assert "weight dtype" in res.stdout and "auto" not in res.stdout
+
+
+def test_replayed_rate_says_its_throughput_counts_the_drain(run_cli):
+    # 23 req/s on Llama-3.1-8B / H100, 1024/256 tokens is replayed (the screen's TBT p99 is
+    # off): its request throughput is completed / (first arrival to last completion), as vllm
+    # bench serve divides by the benchmark's duration, so it is below the offered rate.
+    res = run_cli("latency", "--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--rate", "23",
+                  "--input-len", "1024", "--output-len", "256", "--format", "json")
+    d = res.json()
+    assert d["answered_by"] == "replay" and d["stable"]
+    assert d["requests_per_s"] == pytest.approx(d["num_requests"] / d["makespan_s"])
+    assert d["requests_per_s"] < 23
+    note = next(n for n in d["notes"] if n.startswith("throughput is completed requests"))
+    assert f"{d['num_requests']} requests / {d['makespan_s']:.4g} s, at 23 req/s offered" in note

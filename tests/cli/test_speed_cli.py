@@ -220,8 +220,28 @@ def test_bad_batch_subprocess_no_traceback(run_module):
 def test_knee_only_within_the_requested_batches(run_cli):
     """Issue 15: the knee was reported at batches the user never asked for. With batches 1-4
     the curve is still rising (memory-bound decode: doubling the batch nearly doubles the
-    throughput), so no knee lies within them and none is named as if it did."""
+    throughput), so no knee lies within them and none is named as if it did. (On this A100
+    the search finds none up to max_num_seqs 256 either, and says what it evaluated.)"""
     res = run_cli(*SPEED, "--batch", "1,2,4")
     assert res.exit_code == 0, res.stderr
     line = next(ln for ln in res.stdout.splitlines() if ln.startswith("knee"))
-    assert "none within batches 1-4" in line, line
+    assert "none within batches" in line and ": batch " not in line, line
+
+
+def test_no_knee_names_the_batches_evaluated_not_the_ones_asked(run_cli):
+    # Llama-3.1-8B on an H100 at context 1024: 421,104 KV tokens / 1,024 per sequence = 411
+    # sequences fit, so of 1-1024 only the powers of two up to 256 were evaluated (and none
+    # is the knee there: decode is still memory bound at 256).
+    args = ("speed", "--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--batch", "1-1024")
+    d = run_cli(*args, "--format", "json").json()
+    assert d["max_batch"] == {"1024": 411}
+    assert d["knee_batch"] == {"1024": None} and d["knee_checked_up_to"] == {"1024": 256}
+    res = run_cli(*args)
+    line = next(ln for ln in res.stdout.splitlines() if ln.startswith("knee"))
+    assert "none within batches 1-256 (at most 411 fit)" in line, line
+    assert "1-1024" not in line
+
+
+def test_repeated_batches_and_contexts_are_one_row_each(run_cli):
+    d = _json(run_cli, "--batch", "8,1,8,1", "--context", "512,512")
+    assert [(r["batch"], r["context_len"]) for r in d["rows"]] == [(8, 512), (1, 512)]

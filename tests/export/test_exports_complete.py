@@ -5,6 +5,7 @@ plan's JSON, never written here."""
 
 from __future__ import annotations
 
+import copy
 import csv
 import html
 import re
@@ -167,3 +168,24 @@ def test_xlsx_pareto_shows_the_resolved_dtypes(shared, tmp_path) -> None:
     for p in pareto:  # as the recommendations sheet names them: never `auto`
         assert (p["weight dtype"], p["KV dtype"]) in resolved[(p["GPU"], p["TP"],
                                                                 p["replicas"])]
+
+
+def test_speculation_that_never_stops_paying_says_so_in_every_format(adapters, tmp_path) -> None:
+    # The plan's speculation note with no batch at which the speed-up falls to 1: JSON keeps
+    # null beside the range checked; the read formats print "never (up to N)", not a blank.
+    _, plan = adapters
+    plan = copy.deepcopy(plan)
+    rec = plan["recommendations"][0]
+    top = rec["speculation"]["stops_paying_checked_up_to_batch"]
+    assert top == max(rec["max_num_seqs"], 1024)  # powers of two up to max(max_num_seqs, 1024)
+    rec["speculation"]["stops_paying_at_batch"] = None
+    out = _write(plan, tmp_path)
+    row = _md_table(out["md"].read_text(), "## Recommendations")[0]
+    assert row["speculation stops paying at batch"] == f"never (up to {top})"
+    with out["csv"].open() as f:
+        assert next(csv.DictReader(f))["speculation stops paying at batch"] == (
+            f"never (up to {top})")
+    page = " ".join(_html_text(out["html"]).split())
+    assert f"(stops paying: never (up to {top}))" in page
+    assert _xlsx_rows(out["xlsx"], "recommendations")[0][
+        "speculation stops paying at batch"] == f"never (up to {top})"

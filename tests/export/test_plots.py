@@ -185,6 +185,25 @@ def test_plot_sim(tmp_path: Path) -> None:
                                "running", "waiting", "qwen3-30b-a3b on l40s"])
 
 
+def test_simulate_plots_every_scheduler(tmp_path: Path, run_cli) -> None:
+    # Two schedulers, two charts: each file and title names its scheduler, and each draws its
+    # own run (the static scheduler's first step comes after its batch forms, so its series
+    # differs from the continuous one's).
+    res = run_cli("simulate", "--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--rate", "5",
+                  "--requests", "100", "--scheduler", "continuous,static",
+                  "--plot", str(tmp_path / "charts"))
+    assert res.exit_code == 0, res.stderr
+    paths = sorted((tmp_path / "charts").iterdir())
+    assert [p.name for p in paths] == ["sim-continuous.png", "sim-continuous.svg",
+                                       "sim-static.png", "sim-static.svg"]
+    for name in ("continuous", "static"):
+        _check_pair(paths, f"sim-{name}", [f"{name} scheduler", "llama-3.1-8b on h100-sxm"])
+    charts = tmp_path / "charts"
+    svgs = [(charts / f"sim-{n}.svg").read_text(encoding="utf-8")
+            for n in ("continuous", "static")]
+    assert "static scheduler" not in svgs[0] and "continuous scheduler" not in svgs[1]
+
+
 def test_plot_sim_needs_timeseries(tmp_path: Path) -> None:
     with pytest.raises(InputError, match="timeseries"):
         plot_sim({"ttft_s": {}}, tmp_path)

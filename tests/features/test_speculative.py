@@ -50,7 +50,8 @@ def test_single_stream_speedup_vs_published():
     # yuhuili/EAGLE3-LLaMA3.1-Instruct-8B at K = 3 (capplan's default): TPOT 4.09 ms against
     # 7.07 ms, a 1.73x speed-up. capplan's acceptance length is its published default (from
     # vLLM issue 26191), its host costs come from the same issue's EAGLE-1 rows (another
-    # drafter): predicted 2.14x, +24% (docs/features.md, benchmarks/speculative_vllm.py).
+    # drafter): the prediction and its error are the K = 3 row of the table in
+    # docs/features.md (benchmarks/speculative_vllm.py).
     ratio = (_speed([1], speculative="eagle3") / _speed([1]))[0]
     assert ratio == pytest.approx(1.73, rel=0.25)
     # vLLM PR 16937 (2025-04-24): the same pair at K = 2, 220.21 over 133 tok/s = 1.65x.
@@ -69,10 +70,11 @@ def test_default_acceptance_vs_measured_per_k():
 
 def test_speedup_fades_at_256_streams():
     # At 256 concurrent streams the verification pass of 4 tokens per sequence is compute
-    # bound and the per-sequence host costs stay per token: below 1.3x.
+    # bound while the plain step is still memory bound (docs/features.md): each emitted token
+    # costs V / tau = 4 / 2.71 = 1.48 plain tokens' FLOPs, so speculation no longer pays.
     ratio = (_speed([1, 256], speculative="eagle3") / _speed([1, 256]))
     assert ratio[0] > 1.8
-    assert ratio[1] < 1.3
+    assert ratio[1] < 1.0
 
 
 def test_memory_adds_the_draft_head_and_its_kv():

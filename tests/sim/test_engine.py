@@ -59,9 +59,11 @@ def test_chunked_prefill_splits_prompt():
     assert rec.first_token_at_s[0] == pytest.approx(0.010)  # the whole prompt in one step
     # vLLM requires max_num_batched_tokens >= max_model_len without chunking: a prompt over
     # the budget (or a recompute of prompt + output - 1 tokens) is refused.
-    with pytest.raises(InputError, match="20-token prefill but chunked prefill is off"):
+    with pytest.raises(InputError, match="a prefill of 20 tokens but chunked prefill is off"):
         run(ConstStep(0.01), reqs([0.0], [20], [1]), seqs=4, tokens=8, policy=whole)
-    with pytest.raises(InputError, match="21-token prefill"):
+    # 20 + (2 - 1) = 21: the message says where the figure comes from
+    with pytest.raises(InputError, match=r"a prefill of up to 21 tokens \(its 20-token prompt "
+                       r"and, recomputed after a preemption, all but the last of its 2 output"):
         run(ConstStep(0.01), reqs([0.0], [20], [2]), seqs=4, tokens=20, policy=whole)
 
 

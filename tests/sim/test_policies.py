@@ -122,7 +122,7 @@ def test_whole_prompt_joins_decodes_only_when_both_fit_the_budget():
 
 
 def test_prompt_over_the_budget_is_refused_without_chunking():
-    with pytest.raises(InputError, match="request 1 needs a 9-token prefill"):
+    with pytest.raises(InputError, match="request 1 needs a prefill of 9 tokens"):
         run(ConstStep(), reqs([0, 0], [8, 9], [2, 2]), NO_EVICT, tokens=8)
 
 
