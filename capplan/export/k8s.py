@@ -12,7 +12,7 @@ more GPUs than one node holds becomes a LeaderWorkerSet (leaderworkerset.x-k8s.i
 spec.replicas groups of spec.leaderWorkerTemplate.size pods, one node each; the multi-node launch
 flags are the launch line's; its Service, `{name}-leader`, selects the leaders, and the set
 makes its own headless Service `{name}`). TensorRT-LLM's LLM-API options file becomes a
-ConfigMap. A winning disaggregated SGLang or TensorRT-LLM layout runs its pools as StatefulSets
+ConfigMap. A winning disaggregated layout runs its pools as StatefulSets
 under headless Services (replica i at `{name}-{i}.{name}`; LeaderWorkerSets over hosts, replica
 i's leader at the same name) and the engine's router in front, over every replica
 (`_front_end`; TensorRT-LLM's disaggregated server with its configuration as a ConfigMap).
@@ -43,13 +43,19 @@ IMAGES = {"vllm": "vllm/vllm-openai:v0.11.0", "sglang": "lmsysorg/sglang:v0.5.2-
 """Container images of the engine versions the profiles model (models/engine.py); change the
 tag to the version you run."""
 LLMD_IMAGE = "ghcr.io/llm-d/llm-d:v0.2.0"
-FRONT_ENDS = ("sglang", "trtllm")
+FRONT_ENDS = ("sglang", "trtllm", "vllm")
 """Engines whose disaggregated front end the export runs, on the engine's default port (as the
 plan's router line): SGLang's router, which the engine's image carries (sgl-project/sglang
-docker/Dockerfile builds and installs sgl-router), and TensorRT-LLM's disaggregated server
+docker/Dockerfile builds and installs sgl-router), TensorRT-LLM's disaggregated server
 (`trtllm-serve disaggregated`, a command of the trtllm-serve the image runs), its
-configuration file a ConfigMap. vLLM's NIXL proxy is a script of vLLM's source tree, not of
-its image: a plan with vLLM pools gets the pools alone (docs/known-limits.md)."""
+configuration file a ConfigMap, and vLLM's `vllm-router` from its own image
+(ROUTER_IMAGES)."""
+ROUTER_IMAGES = {"vllm": "vllm/vllm-router:v0.1.17"}
+"""A front end that is not in its engine's image: vllm-project/router publishes
+`vllm/vllm-router:v{VERSION}` on each release (.buildkite/scripts/publish-release-images.sh;
+its Dockerfile installs /usr/local/bin/vllm-router and sets only CMD, so the pod's command runs
+the plan's line); 0.1.17 is the PyPI release the launch line installs. Change the tag to
+yours."""
 GPUS_PER_NODE = 8
 HF_HOME = "/root/.cache/huggingface"
 CONFIG_DIR = "/etc/capplan"
@@ -325,7 +331,8 @@ def _front_end(plan: dict[str, Any], pools: list[Pool]) -> list[dict[str, Any]]:
     probe = {"tcpSocket": {"port": port}, "periodSeconds": 10}
     files = _line_files(line)  # TensorRT-LLM's disagg_config.yaml
     words = [f"{CONFIG_DIR}/{w}" if w in files else w for w in shlex.split(line, comments=True)]
-    container: dict[str, Any] = {"name": "router", "image": IMAGES[engine], "command": words,
+    image = ROUTER_IMAGES.get(engine, IMAGES[engine])
+    container: dict[str, Any] = {"name": "router", "image": image, "command": words,
                                  "ports": [{"name": "http", "containerPort": port,
                                             "protocol": "TCP"}],
                                  "readinessProbe": probe}

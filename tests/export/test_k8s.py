@@ -324,7 +324,19 @@ def test_vllm_pd_pods_advertise_their_own_address_for_the_kv_handshake(run_cli) 
         _validate(doc)
         if doc["kind"] in ("Deployment", "StatefulSet"):
             pods[doc["metadata"]["name"]] = doc["spec"]["template"]["spec"]["containers"][0]
-    assert set(pods) == {"llama-3-1-8b-prefill", "llama-3-1-8b-decode"}
+    assert set(pods) == {"llama-3-1-8b-prefill", "llama-3-1-8b-decode", "llama-3-1-8b-router"}
+    # the front end, vllm-router, runs from its own image (vLLM's carries none) over every
+    # replica's own address, on the port the plan's line gives it
+    router = pods.pop("llama-3-1-8b-router")
+    assert router["image"].startswith("vllm/vllm-router:")
+    words = router["command"]
+    assert words[:2] == ["vllm-router", "--vllm-pd-disaggregation"]
+    d = plan["disaggregated"]
+    for role in ("prefill", "decode"):
+        port = pods[f"llama-3-1-8b-{role}"]["ports"][0]["containerPort"]
+        assert [words[i + 1] for i, w in enumerate(words) if w == f"--{role}"] == [
+            f"http://llama-3-1-8b-{role}-{i}.llama-3-1-8b-{role}:{port}"
+            for i in range(d[role]["replicas"])]
     for c in pods.values():
         env = {e["name"]: e for e in c["env"]}
         assert env["VLLM_NIXL_SIDE_CHANNEL_HOST"]["valueFrom"] == {
