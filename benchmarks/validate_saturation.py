@@ -78,7 +78,7 @@ class Point:
         return self.out_tok_s / self.req_s
 
 
-VLLM_PROFILES = ("vllm@0.6", "vllm@0.6+overlap", "vllm@0.11", "vllm@0.14")
+VLLM_PROFILES = ("vllm@0.6", "vllm@0.11", "vllm@0.14")
 SGLANG_PROFILES = ("sglang@0.3", "sglang@0.4")
 VLLM_OPTS = {"max_model_len": 4096}
 
@@ -123,7 +123,7 @@ ONLINE = tuple(
             ("SGLang 0.3.0", 8, 2400, 4064.98, 58.11, 33.07),
             ("vLLM 0.6.0", 8, 2400, 3752.38, 207.12, 29.15)),
     }.items() for e, r, n, e2e, ttft, tpot in runs)
-ONLINE_PROFILES = {"vLLM 0.6.0": ("vllm@0.6", "vllm@0.6+overlap"),
+ONLINE_PROFILES = {"vLLM 0.6.0": ("vllm@0.6",),
                    "SGLang 0.3.0": ("sglang@0.3", "sglang@0.4")}
 
 

@@ -7,9 +7,11 @@ from collections.abc import Callable
 from typing import Any
 
 import click
+from click.core import ParameterSource
 
 from capplan import limits as L
 from capplan.cli._options import BoundedInt, FiniteFloat
+from capplan.errors import InputError
 from capplan.models.lora import POPULARITIES
 from capplan.models.speculative import WORKLOAD_KINDS
 
@@ -103,6 +105,34 @@ def recommend_feature_options(f: Callable) -> Callable:
     for o in reversed(opts):
         f = o(f)
     return f
+
+
+def refuse_orphan_features(ctx: click.Context, kw: dict) -> None:
+    """InputError for a recommend feature option that would be silently ignored: speculation
+    settings without --speculative, adapter settings without LoRA, or a slot count of 0 for
+    traffic that uses adapters."""
+    def given(name: str) -> bool:
+        return ctx.get_parameter_source(name) is not ParameterSource.DEFAULT
+
+    def flag(name: str) -> str:
+        return "--" + name.replace("_", "-")
+
+    if not kw.get("speculative"):
+        spec = [flag(n) for n in ("spec_tokens", "acceptance_length", "spec_workload")
+                if given(n)]
+        if spec:
+            raise InputError(f"{', '.join(spec)} without --speculative METHOD: speculative "
+                             "decoding is off, so they would be ignored; add --speculative")
+    slots, adapters = kw.get("max_loras") or [], int(kw.get("adapters") or 0)
+    if not adapters and not any(slots):
+        lora = [flag(n) for n in ("max_lora_rank", "popularity") if given(n)]
+        if lora:
+            raise InputError(f"{', '.join(lora)} without --adapters N (or --max-loras): LoRA "
+                             "is off, so they would be ignored; add --adapters")
+    if adapters and 0 in slots:
+        raise InputError(f"--max-loras {','.join(map(str, slots))} with --adapters {adapters}: "
+                         "0 slots runs without LoRA while the traffic uses adapters; give "
+                         "slot counts of 1 or more")
 
 
 def pop_plan_features(kw: dict) -> tuple[dict, dict]:

@@ -12,7 +12,13 @@ from capplan import limits
 from capplan.cli._render import FORMATS
 from capplan.errors import InputError
 from capplan.limits import Bound
-from capplan.models.engine import ENGINES, KV_DTYPES, WEIGHT_DTYPES, engine_profile
+from capplan.models.engine import (
+    ENGINES,
+    KV_DTYPES,
+    PROFILE_OPTIONS,
+    WEIGHT_DTYPES,
+    engine_profile,
+)
 from capplan.units import parse_seconds
 
 
@@ -33,8 +39,8 @@ class EngineSpec(click.ParamType):
 ENGINE = EngineSpec()
 ENGINE_HELP = ("Serving engine and release whose memory accounting, scheduler, host costs and "
                "defaults apply: " + ", ".join(ENGINES) + ", optionally @VERSION (vllm@0.11; "
-               "default the newest) and +OPTION (+mixed-chunk, +overlap, +no-overlap; "
-               "docs/engines.md).")
+               "default the newest) and +OPTION (" + ", ".join(f"+{o}" for o in PROFILE_OPTIONS)
+               + ", those the release has; docs/engines.md).")
 
 
 class FiniteFloat(click.ParamType):

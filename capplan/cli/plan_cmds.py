@@ -19,7 +19,11 @@ from click.core import ParameterSource
 from capplan import limits
 from capplan.catalog.loader import load_catalog
 from capplan.cli._day import day_options, day_spec
-from capplan.cli._features import pop_plan_features, recommend_feature_options
+from capplan.cli._features import (
+    pop_plan_features,
+    recommend_feature_options,
+    refuse_orphan_features,
+)
 from capplan.cli._options import (
     BURSTINESS,
     ENGINE,
@@ -404,6 +408,7 @@ def recommend_cmd(model: str, rate: float | None, input_len: str, output_len: st
             raise InputError(f"--price {item!r}: expected GPU=USD, e.g. h200=3.5") from None
     ctx = click.get_current_context()
     day = day_lane(prefix_kw, rate)
+    refuse_orphan_features(ctx, prefix_kw)
     feat_engine, feat_lane = pop_plan_features(prefix_kw)
     lane: dict[str, Any] = {"name": "default", "rate_per_s": rate, "burstiness": burstiness,
                             "arrival": "poisson" if burstiness == 1.0 else "gamma",

@@ -350,6 +350,15 @@ class EngineProfile:
                 f"cores (Ada, Hopper or later; sm89+), which {gpu.name} lacks; use a 16-bit "
                 "dtype or vllm/sglang (FP8 weights as W8A16 Marlin kernels on Ampere)")
 
+    @property
+    def release_options(self) -> tuple[str, ...]:
+        """The PROFILE_OPTIONS this release has: those it has launch words for
+        (`option_flags`, from its sources), and `overlap` where the host overlap is already
+        its default (the option restates it). vLLM 0.6 has none (--async-scheduling arrived
+        in 0.10), SGLang 0.3 only mixed-chunk (no overlap scheduler before 0.4)."""
+        return tuple(o for o in PROFILE_OPTIONS
+                     if o in self.option_flags or (o == "overlap" and self.host_overlap))
+
     def option_launch(self) -> tuple[tuple[str, ...], tuple[str, ...]]:
         """What the options applied (`options`) add to the engine's launch line: its
         command-line words, and the lines its LLM-API options file carries."""
@@ -803,6 +812,9 @@ def engine_profile(name: str) -> EngineProfile:
 def _engine_profile(spec: str) -> EngineProfile:
     head, *opts = spec.strip().split("+")
     base, _, version = head.partition("@")
+    if "@" in version or ("@" in head and not version.strip()):
+        raise InputError(f"engine {spec!r}: expected NAME, optionally one @VERSION "
+                         "(e.g. vllm@0.11)")
     key = base.strip().lower().replace("-", "").replace("_", "")
     if key not in _ALIASES:
         hint = nearest(base, list(PROFILES), n=1, cutoff=0.5)
@@ -810,14 +822,34 @@ def _engine_profile(spec: str) -> EngineProfile:
                          "optionally @VERSION and +OPTION (e.g. vllm@0.11, "
                          "sglang+mixed-chunk)" + (f" (did you mean {hint[0]}?)" if hint else ""))
     prof = profile_for_version(_ALIASES[key], version if "@" in head else None)
-    applied = []
+    release = prof
+    applied: list[str] = []
     for opt in (o.strip().lower() for o in opts):
         if opt not in PROFILE_OPTIONS:
             raise InputError(f"unknown engine option {opt!r} in {spec!r}: expected one of "
                              f"{', '.join(PROFILE_OPTIONS)}")
-        prof = PROFILE_OPTIONS[opt](prof)
+        _check_option(spec, opt, applied)
+        prof = PROFILE_OPTIONS[opt](prof)  # its own refusals first (mixed-chunk on vllm...)
+        if opt not in release.release_options:
+            have = ", ".join(f"+{o}" for o in release.release_options) or "none"
+            raise InputError(f"engine option {opt} in {spec!r}: {release.name}@"
+                             f"{release.version} (covers {release.covers}) has no such option; "
+                             f"its options: {have} (docs/engines.md, 'Profiles by version')")
         applied.append(opt)
     return replace(prof, options=tuple(applied)) if applied else prof
+
+
+_CONTRADICTING = {"overlap": "no-overlap", "no-overlap": "overlap"}
+
+
+def _check_option(spec: str, opt: str, applied: list[str]) -> None:
+    """InputError for an option given twice, or against one already given."""
+    if opt in applied:
+        raise InputError(f"engine option {opt} given twice in {spec!r}")
+    other = _CONTRADICTING.get(opt)
+    if other in applied:
+        raise InputError(f"engine options {other} and {opt} contradict each other in "
+                         f"{spec!r}: give one")
 
 
 def engine_defaults(gpu: GpuLike, profile: EngineProfile = VLLM) -> tuple[int, int]:

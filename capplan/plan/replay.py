@@ -149,6 +149,8 @@ def _answer(dep: Deployment, load: ReplayLoad, spec: LoadSpec | None) -> dict[st
         if spec is not None and out.get("bound") == "concurrency cap":
             w = whole_prompt_warning(dep, spec.input_stats.mean, math.inf)
             out["warnings"] += [w] if w else []
+        w = lora_cap_warning(dep)
+        out["warnings"] += [w] if w else []
         return out
     trace, tr = None, None
     if load.trace is not None:  # read once: its windows here, its requests for the replay
@@ -174,6 +176,8 @@ def _answer(dep: Deployment, load: ReplayLoad, spec: LoadSpec | None) -> dict[st
         w = whole_prompt_warning(dep, res["input_tokens_per_s"] / res["requests_per_s"],
                                  res.get("mean_running_batch") or 0.0)
         res["warnings"] += [w] if w else []
+    w = lora_cap_warning(dep)
+    res["warnings"] += [w] if w else []
     res["notes"] += stall_note(dep, res)
     return res
 
@@ -215,6 +219,21 @@ def whole_prompt_warning(dep: Deployment, prompt: float, running: float) -> str 
             f"to finish; --max-num-batched-tokens{engine_flag} "
             f"{math.ceil(prompt) + s.max_num_seqs} (prompt + max_num_seqs) lets every prompt "
             "join")
+
+
+def lora_cap_warning(dep: Deployment) -> str | None:
+    """Say so when the LoRA slots cap the running batch below max_num_seqs
+    (models/lora.py running_batch_cap): the replica never runs more, whatever the rate."""
+    s = dep.settings
+    cap = float(dep.step.lora_batch_cap)
+    if not s.max_loras or cap >= s.max_num_seqs:
+        return None
+    adapters = s.lora_adapters or s.max_loras
+    return (f"max_loras {s.max_loras} binds: with {adapters} {s.lora_popularity} adapters a "
+            f"replica runs at most {cap:.0f} sequence{'s' * (cap != 1)} at once (the batch "
+            "whose expected distinct adapters fit the slots: vLLM admits no request of a "
+            "further adapter once max_loras run); more slots raise it, --max-loras "
+            f"{adapters} lifts it")
 
 
 def _add_trace(res: dict[str, Any], tr: dict[str, Any]) -> None:

@@ -46,10 +46,40 @@ def test_profile_options():
 @pytest.mark.parametrize(("spec", "words"), [
     ("vllm@0.5.3", "from 0.6"), ("vllm@nightly", "release number"),
     ("vllm+mixed-chunk", "applies to sglang"), ("sglang+turbo", "unknown engine option"),
-    ("vlm", "did you mean vllm")])
+    ("vlm", "did you mean vllm"),
+    # options a release does not have: vLLM 0.6 has no --async-scheduling (from 0.10), SGLang
+    # 0.3 no overlap scheduler (from 0.4)
+    ("vllm@0.6+overlap", "vllm@0.6 .*has no such option; its options: none"),
+    ("sglang@0.3+overlap", "sglang@0.3 .*its options: \\+mixed-chunk "),
+    ("vllm+overlap+no-overlap", "overlap and no-overlap contradict"),
+    ("trtllm+no-overlap+no-overlap", "no-overlap given twice"),
+    ("vllm@", "optionally one @VERSION"), ("vllm@0.11@0.14", "optionally one @VERSION")])
 def test_bad_engine_specs_say_what_is_accepted(spec, words):
     with pytest.raises(InputError, match=words):
         engine_profile(spec)
+
+
+def test_release_options():
+    assert engine_profile("vllm@0.6").release_options == ()
+    assert engine_profile("sglang@0.3").release_options == ("mixed-chunk",)
+    assert engine_profile("vllm@0.11").release_options == ("overlap", "no-overlap")
+    # overlap restates SGLang 0.5's and TensorRT-LLM's default; each has its own options
+    assert engine_profile("sglang").release_options == ("mixed-chunk", "overlap", "no-overlap")
+    assert engine_profile("trtllm").release_options == ("chunked-prefill", "overlap",
+                                                        "no-overlap")
+
+
+def test_recommend_help_names_every_option():
+    r = CliRunner().invoke(cli, ["recommend", "--help"], terminal_width=200)
+    assert "+chunked-prefill" in r.output.replace("\n", "")
+
+
+@pytest.mark.parametrize("spec", ["vllm@0.6+overlap", "vllm@", "vllm+overlap+no-overlap"])
+def test_cli_refuses_an_option_the_release_lacks_in_one_line(spec):
+    r = CliRunner().invoke(cli, ["speed", "--model", "llama-3.1-8b", "--gpu", "a100-sxm-80gb",
+                                 "--batch", "1", "--engine", spec])
+    assert r.exit_code == 2 and "Traceback" not in r.output
+    assert len(r.output.strip().splitlines()[-1]) > 0 and spec in r.output
 
 
 def test_cli_takes_a_release_and_refuses_a_bad_one_in_one_line():

@@ -2,6 +2,7 @@
 
 import json
 
+import pytest
 from click.testing import CliRunner
 
 from capplan.cli import cli
@@ -62,3 +63,24 @@ def test_recommend_with_images():
         out[n] = json.loads(r.output)["recommendations"][0]
     assert out[2]["predicted"]["ttft_s"]["mean"] > out[0]["predicted"]["ttft_s"]["mean"]
     assert "--limit-mm-per-prompt '{\"image\": 2}'" in out[2]["engine_flags"]["vllm"]
+
+
+REC = ["recommend", "--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--rate", "5",
+       "--input-len", "500", "--output-len", "200", "--ttft-p99", "1", "--no-disagg",
+       "--verify-top", "0"]
+
+
+@pytest.mark.parametrize(("extra", "message"), [
+    (["--spec-tokens", "2", "--acceptance-length", "2", "--spec-workload", "code"],
+     "--spec-tokens, --acceptance-length, --spec-workload without --speculative METHOD"),
+    (["--spec-workload", "chat"], "--spec-workload without --speculative METHOD"),
+    (["--max-lora-rank", "64", "--popularity", "zipf"],
+     "--max-lora-rank, --popularity without --adapters N (or --max-loras)"),
+    (["--adapters", "8", "--max-loras", "0"],
+     "--max-loras 0 with --adapters 8: 0 slots runs without LoRA"),
+    (["--adapters", "8", "--max-loras", "0,4"], "--max-loras 0,4 with --adapters 8")])
+def test_recommend_refuses_feature_options_it_would_ignore(extra, message):
+    r = _run([*REC, *extra])
+    assert r.exit_code == 2, r.output
+    assert message in r.output
+    assert "Traceback" not in r.output
