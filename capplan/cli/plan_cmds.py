@@ -233,6 +233,9 @@ def render_plan(result: dict[str, Any], fmt: str) -> str:
                 f"{best['binding_constraint']}; at the planned "
                 f"{best['per_replica_rate_per_s']:.3g} req/s per replica the SLO margins are "
                 f"{margins or 'none (no SLOs)'}; {vtxt}"]
+    spec = speculation_line(best)
+    if spec:
+        out.append(spec)
     for r in result["recommendations"][1:4]:
         out.append(textwrap.fill(f"#{r['rank']} {r['gpu']} {layout_of(r)}: {r['why_not_first']}",
                                  120, initial_indent="  ", subsequent_indent="      ",
@@ -254,6 +257,20 @@ def render_plan(result: dict[str, Any], fmt: str) -> str:
     return "\n".join(line if "\n" in line or line.startswith(keep) else
                      textwrap.fill(line, 120, subsequent_indent="    ", break_on_hyphens=False)
                      for line in out)
+
+
+def speculation_line(rec: dict[str, Any]) -> str:
+    """What a plan with speculative decoding chose and where it stops paying ("" without
+    speculation): the draft length, the speed-up at batch 1 and the batch from which decoding
+    without it is faster (JSON `speculation`, `features`)."""
+    sp, f = rec.get("speculation") or {}, rec.get("features") or {}
+    if not f.get("speculative") or not sp:
+        return ""
+    stop = sp.get("stops_paying_at_batch")
+    pays = (f"stops paying from batch {stop}" if stop is not None else
+            f"pays at every batch up to {sp.get('stops_paying_checked_up_to_batch')}")
+    return (f"speculation: {f['speculative']}, {f.get('spec_tokens')} draft tokens, "
+            f"{sp.get('speedup_at_batch_1', float('nan')):.2f}x at batch 1; {pays}")
 
 
 def launch_block(flags: dict[str, str]) -> list[str]:

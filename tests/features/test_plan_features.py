@@ -84,3 +84,17 @@ def test_recommend_refuses_feature_options_it_would_ignore(extra, message):
     assert r.exit_code == 2, r.output
     assert message in r.output
     assert "Traceback" not in r.output
+
+
+def test_the_text_plan_says_where_speculation_stops_paying(run_cli) -> None:
+    # the README's promise, in the text output too (it was in JSON only): the draft length the
+    # plan chose and the batch from which decoding without a draft is faster, as its JSON says
+    args = ("recommend", "--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--rate", "5",
+            "--input-len", "500", "--output-len", "200", "--ttft-p99", "1", "--tbt-p99",
+            "0.05", "--no-disagg", "--speculative", "eagle3", "--verify-top", "0")
+    best = run_cli(*args, "--format", "json").json()["recommendations"][0]
+    sp, k = best["speculation"], best["features"]["spec_tokens"]
+    want = (f"speculation: eagle3, {k} draft tokens, {sp['speedup_at_batch_1']:.2f}x at batch "
+            f"1; stops paying from batch {sp['stops_paying_at_batch']}")
+    assert sp["speedup_by_batch"][str(sp["stops_paying_at_batch"])] < 1.0
+    assert want in run_cli(*args).stdout
