@@ -20,6 +20,7 @@ from capplan.catalog.loader import Catalog, ResolvedModel
 from capplan.catalog.schema import ModelSpec
 from capplan.errors import CapplanError, InfeasibleError, InputError
 from capplan.models.engine import engine_profile
+from capplan.models.layout import describe
 from capplan.models.memory import memory_report
 from capplan.models.perf import build_step_model, knee_batch
 from capplan.models.prefix import PrefixCache
@@ -452,7 +453,11 @@ def _near_floor_note(c: Candidate, found: SearchResult, t: Traffic, headroom: fl
                       f"{float(half[tgt.metric][tgt.stat]) * 1e3:.0f} ms"
                       for tgt in t.slos if float(half[tgt.metric][tgt.stat]) > tgt.limit_s)
     reps = max(1, math.ceil(t.rate_per_s * (1 + headroom) / half_rate - 1e-9))
-    return (f"the SLOs are near the latency floor of {c.gpu.key} TP {s.tp} ({s.weight_dtype}), "
+    wide = s.pp > 1 or s.attention_dp > 1 or s.expert_parallel > 1  # its GPUs, never "TP 1"
+    gpus = describe(s.tp, s.pp, s.attention_dp, s.expert_parallel,
+                    c.gpu.interconnect.max_gpus_per_node)
+    layout = f"({gpus})" if wide else f"TP {s.tp}"
+    return (f"the SLOs are near the latency floor of {c.gpu.key} {layout} ({s.weight_dtype}), "
             f"unloaded {floor}: within them one replica carries "
             f"{c.max_rate_per_s:.3g} req/s, {c.max_rate_per_s / c.capacity_per_s:.0%} of the "
             f"{c.capacity_per_s:.3g} req/s it sustains, so {c.replicas} replicas "

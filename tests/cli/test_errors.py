@@ -176,3 +176,14 @@ def test_slo_options_take_plan_file_durations(run_cli):
     lane = json.loads(with_unit.stdout)["lanes"][0]
     assert (lane["ttft_p99_s"], lane["tbt_p99_s"]) == (1.5, pytest.approx(0.05))
 
+
+
+def test_a_near_floor_refusal_names_the_replicas_gpus(run_cli) -> None:
+    # DeepSeek-R1 on H100 runs DP 16 / EP 16: the refusal's "19 replicas (304 GPUs)" read
+    # against "h100-sxm TP 1" as if a replica were one GPU
+    res = run_cli("recommend", "--model", "deepseek-r1", "--gpu", "h100", "--engine", "vllm",
+                  "--rate", "10", "--input-len", "2000", "--output-len", "500", "--ttft-p99",
+                  "2", "--tbt-p99", "0.08")
+    assert res.exit_code == 2 and res.stderr.count("\n") == 1
+    assert "latency floor of h100-sxm (16 GPUs over 2 nodes: attention TP 1 x DP 16, EP 16)" \
+        in res.stderr
