@@ -265,8 +265,13 @@ def run_plan(cat: Catalog, plan: PlanFile, verify: VerifyFn | None = None,
         with contextlib.suppress(CapplanError):  # raised again if that type is the one read
             early[key] = _disaggregated_plan(cat, plan, resolved, lanes, key)
 
-    result = _plan_pool(cat, plan, resolved, lanes, verify,
-                        meanwhile=pd_meanwhile if disagg else None)
+    try:
+        result = _plan_pool(cat, plan, resolved, lanes, verify,
+                            meanwhile=pd_meanwhile if disagg else None)
+    except InfeasibleError as e:  # a P/D layout may meet what no aggregated fleet does
+        if not disagg:
+            raise
+        raise InfeasibleError(str(e) + _disagg_hint(cat, plan, resolved, lanes)) from None
     if progress is not None:
         progress(1, total)
     if per_lane:
@@ -391,6 +396,48 @@ def _disaggregated_plan(cat: Catalog, plan: PlanFile, resolved: ResolvedModel,
     pinned = {"max_num_seqs": top(plan.engine.max_num_seqs),
               "max_num_batched_tokens": top(plan.engine.max_num_batched_tokens)}
     return plan_disaggregated(cat, model, space, t, plan.headroom, plan.model, pinned)
+
+
+def _disagg_hint(cat: Catalog, plan: PlanFile, resolved: ResolvedModel, lanes: list[Lane]
+                 ) -> str:
+    """When no aggregated fleet meets the SLOs: the cheapest disaggregated layout that does
+    on the analytic screen (each candidate GPU type), as the fixed-layout flags `latency` and
+    `simulate` take to predict and replay it; "" when none does."""
+    from capplan.models.layout import engine_world
+
+    model = resolved.spec
+    space = search_space(cat, plan, model, served_traffic(lanes, plan, model),
+                         resolved.implied_weight_dtype)
+    found = []
+    for gpu in space.gpus:
+        with contextlib.suppress(CapplanError):
+            d = _disaggregated_plan(cat, plan, resolved, lanes, gpu.key)
+            if d is not None:
+                found.append(d)
+    if not found:
+        return ""
+    d = min(found, key=lambda x: (math.inf if x.cost_per_hour is None else x.cost_per_hour,
+                                  x.gpus))
+
+    def flags(role: str, pool: Any) -> str:
+        s = pool.dep.settings
+        out = (f"--{role}-workers {pool.replicas} --{role}-tp "
+               f"{engine_world(pool.dep.profile.name, s.tp, s.attention_dp)['tp']}")
+        if s.attention_dp > 1:
+            out += f" --{role}-attention-dp {s.attention_dp}"
+        return out + (f" --{role}-expert-parallel {s.expert_parallel}"
+                      if s.expert_parallel > 1 else "")
+
+    dep = d.decode.dep
+    same = (f"--engine {dep.profile.spec} --max-model-len {dep.memory.max_model_len}"
+            + "".join(f" --{k}-dtype {v}" for k, v in (("weight", dep.settings.weight_dtype),
+                                                       ("kv", dep.settings.kv_dtype))
+                      if v != "auto"))
+    cost = "" if d.cost_per_hour is None else f", ${d.cost_per_hour:,.2f}/h"
+    return (f"; a disaggregated layout meets them on the analytic screen: {d.gpus} "
+            f"{dep.gpu.key} GPUs{cost} (`capplan latency` or `simulate` with --gpu "
+            f"{dep.gpu.key} {same} {flags('prefill', d.prefill)} {flags('decode', d.decode)} "
+            "predicts and replays it)")
 
 
 def _separate(cat: Catalog, plan: PlanFile, resolved: ResolvedModel, lane: Lane

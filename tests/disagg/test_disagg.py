@@ -105,3 +105,22 @@ def test_a_kv_transfer_inside_a_pcie_node_is_named_pcie(run_cli):
                 "0.1", "--verify-top", "0", "--format", "json").json()["disaggregated"]
     assert d["kv_link"] == "PCIe 4.0" and d["kv_link_bytes_per_s"] == 32e9
     assert d["kv_transfer_s"]["mean"] == pytest.approx(1000 * 131072 / 32e9 + 10e-6, rel=1e-6)
+
+
+def test_when_no_aggregated_fleet_meets_the_slos_a_pd_layout_that_does_is_named(run_cli):
+    # DeepSeek-R1 on H100 under vLLM: chunked prompts stall every DP rank's decodes, so no
+    # aggregated fleet of sensible size holds a TBT p99 of 80 ms; decode workers without
+    # prompts do. The refusal names that layout as the fixed-layout flags `latency` takes;
+    # fed back, they predict a stable layout within both SLOs
+    import re
+
+    load = ("--model", "deepseek-r1", "--rate", "10", "--input-len", "2000", "--output-len",
+            "500")
+    res = run_cli("recommend", *load, "--gpu", "h100", "--engine", "vllm", "--ttft-p99", "2",
+                  "--tbt-p99", "0.08")
+    assert res.exit_code == 2 and res.stderr.count("\n") == 1
+    m = re.search(r"`capplan latency` or `simulate` with (.*) predicts and replays it\)",
+                  res.stderr)
+    assert m, res.stderr
+    d = run_cli("latency", *load, *m.group(1).split(), "--format", "json").json()
+    assert d["stable"] and d["ttft_s"]["p99"] <= 2 and d["tbt_s"]["p99"] <= 0.08
