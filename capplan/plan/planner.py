@@ -324,6 +324,13 @@ def _alternatives(cat: Catalog, plan: PlanFile, resolved: ResolvedModel, result:
 
     lanes = list(plan.workloads)
     t = served_traffic(lanes, plan, resolved.spec)
+    tau = float(np.max(result.best.candidate.step.spec_accept_len))
+    if tau > 1.0 and any(ln.slo.tbt_p99_s for ln in lanes):  # docs/features.md, speculation
+        result = replace(result, warnings=[*result.warnings, (
+            f"speculation: TBT is the mean gap per accepted token; a stream receives about "
+            f"{tau:.2f} tokens per speculative step, so a client timing each streamed chunk "
+            f"(vllm bench serve's ITL) sees gaps up to {tau:.2f}x those, and every chunk's "
+            "prefill stall whole: check the TBT SLO against what your client measures")])
     saved = prefix_savings(_best_pool, cat, plan, resolved, lanes, result.best, t)
     if saved is not None:
         result = replace(result, prefix_cache=saved)

@@ -98,3 +98,16 @@ def test_the_text_plan_says_where_speculation_stops_paying(run_cli) -> None:
             f"1; stops paying from batch {sp['stops_paying_at_batch']}")
     assert sp["speedup_by_batch"][str(sp["stops_paying_at_batch"])] < 1.0
     assert want in run_cli(*args).stdout
+
+
+def test_a_tbt_slo_under_speculation_warns_what_the_figure_is(run_cli) -> None:
+    # TBT under speculation is the mean gap per accepted token (docs/features.md): a plan with
+    # a TBT SLO says so with its tau (EAGLE-3 on Llama-3.1-8B: 2.71 accepted per step); the
+    # same plan without speculation does not
+    args = ("recommend", "--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--rate", "5",
+            "--input-len", "500", "--output-len", "200", "--ttft-p99", "1", "--tbt-p99",
+            "0.05", "--no-disagg", "--verify-top", "0", "--format", "json")
+    spec = run_cli(*args, "--speculative", "eagle3").json()["warnings"]
+    assert any(w.startswith("speculation: TBT is the mean gap") and "about 2.71 tokens" in w
+               for w in spec)
+    assert not any(w.startswith("speculation:") for w in run_cli(*args).json()["warnings"])
