@@ -40,7 +40,7 @@ from capplan.cli._options import (
 from capplan.cli._prefix import pop_prefix_spec, prefix_options
 from capplan.cli._render import Column, emit, render_rows, to_json
 from capplan.errors import InputError
-from capplan.export.csv_export import SHOWN_RECOMMENDATIONS, shown_note
+from capplan.export.csv_export import SHOWN_RECOMMENDATIONS, pool_records, shown_note
 from capplan.limits import DEFAULT_HEADROOM
 from capplan.plan.alternatives import PLAN_NOTES
 from capplan.plan.launch import ENGINE_LABELS, layout_cell, layout_of, sized_for
@@ -311,11 +311,7 @@ def _pool_lines(result: dict[str, Any], fmt: str) -> list[str]:
     if not pools:
         return []
     lanes = pools["separate"]["lanes"]
-    rows = [{"pool": "shared (all lanes)", **pools["shared"]}]
-    rows += [{"pool": f"lane {ln['lane']}", **ln, "note": ln.get("error", "")} for ln in lanes]
-    rows.append({"pool": "a pool per lane, total", "gpus_total": pools["separate"]["gpus_total"],
-                 "cost_per_hour": pools["separate"]["cost_per_hour"],
-                 "note": f"cheaper: {pools['cheaper']}"})
+    rows = pool_records(result)  # the rows every export shows
     title = ("pools (you asked for a pool per lane; the table above is one shared pool, for "
              "comparison):" if result.get("inputs", {}).get("pools") == "separate"
              else "pools:")

@@ -192,6 +192,12 @@ def model_plans(plan: dict[str, Any]) -> list[dict[str, Any]]:
     return [plan]
 
 
+def rates_title(plan: dict[str, Any]) -> str:
+    """"MODEL at RATE req/s" for each model a plan sizes (a report's or manifest's title)."""
+    return ", ".join(f"{m.get('model')} at {three_sig(m.get('target_rate_per_s'))} req/s"
+                     for m in model_plans(plan))
+
+
 MODEL_COLUMN = _c("model", "model")
 """First column of a plan of several models: its recommendations are one per model, each
 ranked within its model."""
@@ -224,6 +230,12 @@ def disaggregated_records(plan: dict[str, Any]) -> list[dict[str, Any]]:
     return out
 
 
+def _used(cols: Sequence[RecColumn], records: list[dict[str, Any]]) -> list[RecColumn]:
+    """The columns to show: every one but an optional column no record fills."""
+    return [c for c in cols if not c.optional or any(dig(r, c.path) is not None
+                                                      for r in records)]
+
+
 def recommendation_table(plan: dict[str, Any], *, brief: bool = False
                          ) -> tuple[list[RecColumn], list[list[Any]]]:
     """(columns, rows) in display units; None marks an empty cell (missing, null or inf).
@@ -231,8 +243,7 @@ def recommendation_table(plan: dict[str, Any], *, brief: bool = False
     brief=True keeps the columns a person reads first (the Markdown table).
     """
     recs = recommendations_of(plan)
-    cols = [c for c in RECOMMENDATION_COLUMNS if (c.brief or not brief)
-            and (not c.optional or any(dig(r, c.path) is not None for r in recs))]
+    cols = _used([c for c in RECOMMENDATION_COLUMNS if c.brief or not brief], recs)
     if any("model" in r for r in recs):  # several models: say whose each row is
         cols.insert(0, MODEL_COLUMN)
     return cols, _rows(recs, cols)
@@ -252,19 +263,15 @@ def shown_note(plan: dict[str, Any]) -> str | None:
             "every one)")
 
 
-def _slo_ms(x: Any) -> Any:
-    return _ms(clean_number(x))
-
-
 LANE_COLUMNS: tuple[RecColumn, ...] = (
     _c("name", "lane"),
     _c("rate_per_s", "rate (req/s)", None, ".3g"),
     _c("input_len", "input length (tokens)"),
     _c("output_len", "output length (tokens)"),
-    _c("ttft_p99_s", "TTFT p99 SLO (ms)", _slo_ms, ".0f"),
-    _c("tbt_p99_s", "TBT p99 SLO (ms)", _slo_ms, ".1f"),
-    _c("e2e_p99_s", "E2E p99 SLO (ms)", _slo_ms, ".0f"),
-    _c("tpot_p99_s", "TPOT p99 SLO (ms)", _slo_ms, ".1f", True, True),
+    _c("ttft_p99_s", "TTFT p99 SLO (ms)", _ms, ".0f"),
+    _c("tbt_p99_s", "TBT p99 SLO (ms)", _ms, ".1f"),
+    _c("e2e_p99_s", "E2E p99 SLO (ms)", _ms, ".0f"),
+    _c("tpot_p99_s", "TPOT p99 SLO (ms)", _ms, ".1f", True, True),
     _c("priority", "priority"),
     _c("arrival", "arrival"),
     _c("burstiness", "burstiness", None, ".2f"),
@@ -282,8 +289,7 @@ a lane with images has their count, size and tokens beside it."""
 def lane_table(plan: dict[str, Any]) -> tuple[list[RecColumn], list[list[Any]]]:
     """(columns, rows) of the plan's lanes in display units; features no lane uses left out."""
     lanes = [ln for ln in plan.get("lanes") or [] if isinstance(ln, dict)]
-    cols = [c for c in LANE_COLUMNS
-            if not c.optional or any(dig(ln, c.path) is not None for ln in lanes)]
+    cols = _used(LANE_COLUMNS, lanes)
     return cols, _rows(lanes, cols)
 
 

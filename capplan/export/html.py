@@ -348,11 +348,10 @@ SECTIONS: list[Section] = [_inputs, _recommendations, _pools, _charts, _commands
 
 
 def render_html(plan: dict[str, Any]) -> str:
-    from capplan.export.csv_export import model_plans, three_sig
+    from capplan.export.csv_export import model_plans, rates_title
 
     subs = model_plans(plan)
-    title = "capplan: " + ", ".join(f"{m.get('model')} at {three_sig(m.get('target_rate_per_s'))}"
-                                    " req/s" for m in subs)
+    title = "capplan: " + rates_title(plan)
     if len(subs) == 1:
         body = "".join(s(plan) for s in SECTIONS)
     else:  # several models: each model's sections under its own heading, then the pool's day

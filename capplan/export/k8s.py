@@ -404,12 +404,10 @@ class _Dumper(yaml.SafeDumper):
 
 
 def write_k8s(plan: dict[str, Any], path: Path) -> Path:
-    from capplan.export.csv_export import model_plans, three_sig
+    from capplan.export.csv_export import rates_title
 
     objs = k8s_objects(plan)
-    rates = ", ".join(f"{m.get('model')} at {three_sig(m.get('target_rate_per_s'))} req/s"
-                      for m in model_plans(plan))
-    head = f"# capplan: {rates}; kubectl apply -f this file\n"
+    head = f"# capplan: {rates_title(plan)}; kubectl apply -f this file\n"
     atomic_write_text(path, head + yaml.dump_all(objs, Dumper=_Dumper, sort_keys=False))
     return path
 

@@ -54,11 +54,7 @@ def _summary(plan: dict[str, Any]) -> list[str]:
 
 
 def _lanes(plan: dict[str, Any]) -> list[str]:
-    cols, rows = lane_table(plan)
-    if not rows:
-        return []
-    return ["## Workload", "", _table([c.header for c in cols], rows,
-                                      tuple(c.fmt for c in cols)), ""]
+    return _section("Workload", lane_table(plan))
 
 
 def _recommendations(plan: dict[str, Any]) -> list[str]:
