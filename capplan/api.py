@@ -20,6 +20,7 @@ JSON (SI units, the keys DESIGN.md lists).
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -315,12 +316,8 @@ def recommend(model: str, *, rate: float | None = None, input_len: str | int = 5
     prefill/decode layout and say which wins (`--no-disagg`: disagg=False)."""
     from capplan.plan.recommend_doc import SearchOptions, recommend_doc
 
-    _refuse_unknown("recommend", unknown, [
-        "rate", "input_len", "output_len", "ttft_p99_s", "tbt_p99_s", "e2e_p99_s", "gpus",
-        "engine", "verify", "catalog_dirs", "tpot_p99_s", "tpot_mean_s", "trace",
-        "rate_curve", "day", "disagg", "tp", "weight_dtype", "kv_dtype", "max_model_len",
-        "max_num_seqs", "max_num_batched_tokens", "headroom", "objective", "prices",
-        "calibration"])
+    _refuse_unknown("recommend", unknown, [  # its own keywords, in their order
+        k for k in inspect.signature(recommend).parameters if k not in ("model", "unknown")])
     check_names(model=model)
     check_kwargs(rate=rate, ttft_p99_s=ttft_p99_s, tbt_p99_s=tbt_p99_s, e2e_p99_s=e2e_p99_s,
                  engine=engine, max_model_len=max_model_len)

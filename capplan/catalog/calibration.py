@@ -33,8 +33,8 @@ _FRACTIONS = ("mem_bw_frac", "gemm_frac", "gemm_frac_low_precision", "attn_frac"
 # per sequence, layer, all-reduce) is no GPU's; a request's client-side overhead (HTTP,
 # tokenisation) is milliseconds, 60 s is a timeout. Past them the step time overflowed float64
 # (step_overhead_s: 1e308 gave an IndexError; request_overhead_s: 1e308 a TTFT of inf).
-_STEP_S = 1.0
-_REQUEST_S = 60.0
+STEP_S = 1.0
+REQUEST_S = 60.0
 _TOKENS = 2**24  # limits.TOKENS
 _MIN_FRAC = 1e-3
 """Smallest efficiency fraction: published MBU/MFU of serving engines are 0.3-0.9; a GPU at 0.1%
@@ -51,13 +51,13 @@ class CalibrationParams(BaseModel):
     attn_bw_frac: float | None = Field(default=None, ge=_MIN_FRAC, le=1)
     expert_bw_frac: float | None = Field(default=None, ge=0, le=1)
     expert_gemm_frac: float | None = Field(default=None, ge=_MIN_FRAC, le=1)
-    per_moe_layer_overhead_s: float | None = Field(default=None, ge=0, le=_STEP_S)
-    step_overhead_s: float | None = Field(default=None, ge=0, le=_STEP_S)
-    per_seq_overhead_s: float | None = Field(default=None, ge=0, le=_STEP_S)
-    per_layer_overhead_s: float | None = Field(default=None, ge=0, le=_STEP_S)
-    allreduce_latency_s: float | None = Field(default=None, ge=0, le=_STEP_S)
+    per_moe_layer_overhead_s: float | None = Field(default=None, ge=0, le=STEP_S)
+    step_overhead_s: float | None = Field(default=None, ge=0, le=STEP_S)
+    per_seq_overhead_s: float | None = Field(default=None, ge=0, le=STEP_S)
+    per_layer_overhead_s: float | None = Field(default=None, ge=0, le=STEP_S)
+    allreduce_latency_s: float | None = Field(default=None, ge=0, le=STEP_S)
     allreduce_bw_frac: float | None = Field(default=None, ge=_MIN_FRAC, le=1)
-    request_overhead_s: float | None = Field(default=None, ge=0, le=_REQUEST_S)
+    request_overhead_s: float | None = Field(default=None, ge=0, le=REQUEST_S)
     spec_acceptance_length: float | None = Field(default=None, ge=1, le=65)
 
 
@@ -99,12 +99,6 @@ def calibration_from_file(cf: CalibrationFile, gpu: GpuSpec, source: str) -> Cal
                       engine=str(engine) if engine else None)  # type: ignore[arg-type]
 
 
-def measured_on(cf: CalibrationFile, gpu: GpuSpec) -> bool:
-    """The file was measured on this GPU: its `gpu:` is the GPU's key or any name the catalog
-    knows it by (an alias `h100`, its name, an NVML name)."""
-    return names_entry(cf.gpu, gpu)
-
-
 def _check_version(path: Path, data: dict[str, Any]) -> None:
     """Version 1 is the only calibration format; a later one may mean other things by the
     same keys, so it is refused rather than read as 1."""
@@ -133,7 +127,7 @@ def load_calibration(path: str | Path, gpu: GpuSpec) -> Calibration:
     efficiencies and overheads belong to that device (a CPU run applied to an H100 predicts
     a thirtieth of its speed)."""
     cf = read_calibration_file(Path(path))
-    if not measured_on(cf, gpu):
+    if not names_entry(cf.gpu, gpu):
         raise InputError(f"{path}: measured on {cf.gpu}, not {gpu.key}; a calibration applies "
                          f"only to its own device (run `capplan calibrate` on a {gpu.key}, or "
                          "leave --calibration out)")
@@ -147,7 +141,7 @@ def find_default_calibration(gpu: GpuSpec, dirs: list[Path]) -> Calibration:
             continue
         for path in sorted(d.glob("*.yaml")):
             cf = read_calibration_file(path)
-            if measured_on(cf, gpu) and cf.kind == "measured":
+            if names_entry(cf.gpu, gpu) and cf.kind == "measured":
                 return calibration_from_file(cf, gpu, f"measured ({path.name})")
     return default_calibration(gpu)
 

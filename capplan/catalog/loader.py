@@ -112,7 +112,11 @@ def validation_message(e: ValidationError, valid_keys: list[str] | None = None) 
 
 
 def load_spec(path: Path, cls: type[T]) -> T:
-    data = read_yaml(path)
+    return _validated(path, read_yaml(path), cls)
+
+
+def _validated(path: Path, data: Any, cls: type[T]) -> T:
+    """A file's YAML as a catalog entry, or a CatalogError naming the file."""
     if not isinstance(data, dict):
         raise CatalogError(f"{path}: expected a mapping at the top level")
     try:
@@ -193,10 +197,8 @@ class Catalog:
 
     # ---- GPUs -----------------------------------------------------------------------------
     def gpu(self, name: str) -> GpuSpec:
-        want = _norm(name)
         for spec in self.gpus.values():
-            names = [spec.key, spec.name, *spec.aliases, *spec.nvml_names]
-            if want in {_norm(n) for n in names}:
+            if names_entry(name, spec):
                 return spec
         choices = [*self.gpus, *(n for g in self.gpus.values() for n in g.nvml_names)]
         near = ", ".join(nearest(name, choices))
@@ -240,10 +242,6 @@ class Catalog:
         return self.resolve_model(name).spec
 
 
-def _load_dir(folder: Path, cls: type[T]) -> dict[str, T]:
-    return {key: spec for key, (spec, _path, _over) in _read_dir(folder, cls).items()}
-
-
 def _read_dir(folder: Path, cls: type[T]) -> dict[str, tuple[T, Path, bool]]:
     """Each entry of a catalog folder by key, with its file and its `overrides:` flag (a
     catalog-dir entry's consent to replace a shipped one; not part of the schema)."""
@@ -253,13 +251,7 @@ def _read_dir(folder: Path, cls: type[T]) -> dict[str, tuple[T, Path, bool]]:
         over = data.pop("overrides", False) if isinstance(data, dict) else False
         if not isinstance(over, bool):
             raise CatalogError(f"{path}: overrides must be true or false")
-        if not isinstance(data, dict):
-            raise CatalogError(f"{path}: expected a mapping at the top level")
-        try:
-            spec = cls.model_validate(data)
-        except ValidationError as e:
-            raise CatalogError(f"{path}: {validation_message(e, list(cls.model_fields))}") \
-                from e
+        spec = _validated(path, data, cls)
         key = spec.key  # type: ignore[attr-defined]
         if key in out:
             raise CatalogError(f"{path}: key {key!r} is also the key of {out[key][1]}; each "

@@ -14,13 +14,6 @@ def _ms(x: float) -> float:
     return x / MS_S
 
 
-def resolved_dtypes(dep: Any) -> dict[str, str]:
-    """The dtypes a deployment runs in, `auto` resolved: weights as the memory model loads them
-    (the checkpoint's own, e.g. mxfp4 experts), KV in the model's activation dtype (vLLM's
-    --kv-cache-dtype auto)."""
-    return dict(dep.resolved_dtypes())  # one home: plan.deployment.Deployment
-
-
 def dtype_text(dtypes: dict[str, str], settings: Any) -> str:
     """'weights bf16 (auto), KV fp8' for notes under tables."""
     def one(name: str, key: str) -> str:

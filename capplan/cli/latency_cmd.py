@@ -27,7 +27,7 @@ from capplan.cli._options import (
 from capplan.cli._pd import pd_options, pd_sim_table, pd_table, pop_pd
 from capplan.cli._prefix import pop_prefix_spec, prefix_options
 from capplan.cli._render import emit, to_json
-from capplan.cli._tables import latency_table, resolved_dtypes, sweep_table
+from capplan.cli._tables import latency_table, sweep_table
 from capplan.plan.bands import attach_bands
 from capplan.plan.images import with_images
 from capplan.plan.load import load_spec_from_options
@@ -138,7 +138,7 @@ def latency_cmd(model: str, gpu: str, rate: list[float] | None, concurrency: lis
                           warmup_prompts=warmup_prompts, time_unit=time_unit, prefix=prefix,
                           benchmark=benchmark, seed=seed, window_s=window_s)
         results.append({**attach_bands(answer(dep, load, spec), dep.profile.name, c),
-                        **resolved_dtypes(dep)})
+                        **dep.resolved_dtypes()})
     if len(results) > 1:
         emit(to_json(results) if fmt == "json" else
              sweep_table(results, "rate" if rate else "concurrency", levels, fmt))

@@ -27,7 +27,7 @@ from capplan.cli._options import (
 from capplan.cli._pd import pd_options, pd_sim_table, pop_pd
 from capplan.cli._prefix import pop_prefix_spec, prefix_options
 from capplan.cli._render import Column, emit, render_rows, to_json
-from capplan.cli._tables import dtype_text, resolved_dtypes
+from capplan.cli._tables import dtype_text
 from capplan.plan.bands import attach_bands
 from capplan.plan.images import with_images
 from capplan.sim.protocol import PRESETS, BenchmarkRun, preset
@@ -193,7 +193,7 @@ def simulate_cmd(model: str, gpu: str, rate: float | None, concurrency: int | No
     results, head = run["results"], run["head"]
     if plot_dir:
         _plot(dep, results, names, plot_dir)
-    head = {**head, **resolved_dtypes(dep)}
+    head = {**head, **dep.resolved_dtypes()}
     if fmt == "json":
         body = (attach_bands(results[names[0]], dep.profile.name, concurrency)
                 if len(names) == 1 else {"schedulers": results})
@@ -210,7 +210,7 @@ def simulate_cmd(model: str, gpu: str, rate: float | None, concurrency: int | No
     if fmt == "table":
         click.echo(f"{head['model']} on {head['gpu']} ({dep.layout_text}, {dep.profile.label}), "
                    f"{head['num_requests']} requests, seed {seed}; "
-                   f"{dtype_text(resolved_dtypes(dep), dep.settings)}; decode steps "
+                   f"{dtype_text(dep.resolved_dtypes(), dep.settings)}; decode steps "
                    f"{head['bound']}-bound at the mean running batch\n"
                    f"calibration: {head['calibration']}", err=True)
         impls = sorted({d.get("engine_impl", "reference") for d in results.values()})

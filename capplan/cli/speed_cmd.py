@@ -16,7 +16,7 @@ from capplan.cli._options import (
     model_gpu_options,
 )
 from capplan.cli._render import Column, emit, render_rows, to_json
-from capplan.cli._tables import dtype_text, resolved_dtypes
+from capplan.cli._tables import dtype_text
 from capplan.errors import InputError
 from capplan.plan.speed import KNEE_SEARCH_MAX, decode_curve, prefill_rows
 
@@ -60,7 +60,7 @@ def speed_cmd(model: str, gpu: str, batch: list[int], context: list[int],
         plot_speed({**curve, "model": dep.model.key, "gpu": dep.gpu.key, "tp": s.tp}, plot_dir)
     if fmt == "json":
         emit(to_json({"model": dep.model.key, "gpu": dep.gpu.key, "tp": s.tp,
-                      **resolved_dtypes(dep),
+                      **dep.resolved_dtypes(),
                       "calibration": dep.calibration.source, "rows": curve["rows"],
                       "knee_batch": curve["knee_batch"],
                       "knee_checked_up_to": curve["knee_checked_up_to"],
@@ -80,7 +80,7 @@ def speed_cmd(model: str, gpu: str, batch: list[int], context: list[int],
         knees = ", ".join(_knee_text(batch, c, k, curve) for c, k in curve["knee_batch"].items())
         emit(f"\nknee (doubling the batch adds < 15% throughput): {knees}")
         emit(f"{dep.model.key} on {dep.gpu.key} ({dep.layout_text}); "
-             f"{dtype_text(resolved_dtypes(dep), s)}")
+             f"{dtype_text(dep.resolved_dtypes(), s)}")
         emit(f"calibration: {dep.calibration.source}")
         if curve["excluded"]:
             emit(f"left out (over max_num_seqs {dep.limits.max_num_seqs} or the KV cache of "

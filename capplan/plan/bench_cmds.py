@@ -52,11 +52,6 @@ DATASET_SUFFIX = {"vllm": ".jsonl", "sglang": ".sharegpt.json", "aiperf": ".moon
                   "guidellm": ".guidellm.jsonl", "capplan": ".jsonl"}
 
 
-IMAGE_CLIENTS = ("capplan", "vllm", "sglang")
-"""Clients that send a plan's images: capplan's endpoint client (from the dataset it writes) and
-the synthetic image datasets of vLLM and SGLang (no file)."""
-
-
 @dataclass(frozen=True)
 class BenchImages:
     """The images a plan's requests carry, for a synthetic image dataset: `count` images of

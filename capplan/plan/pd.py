@@ -538,6 +538,18 @@ def build_layout(cat: Any, model: str, gpu: str, pools: PdPools, *, calibration:
                    decode_router=check_router(pools.decode_router, "decode router"))
 
 
+def pool_flags(role: str, dep: Deployment) -> str:
+    """A pool's layout as `latency`'s fixed-layout flags, in its engine's notation
+    (models/layout.engine_world): --ROLE-tp, and --ROLE-attention-dp / --ROLE-expert-parallel
+    where above 1."""
+    s = dep.settings
+    out = f"--{role}-tp {engine_world(dep.profile.name, s.tp, s.attention_dp)['tp']}"
+    if s.attention_dp > 1:
+        out += f" --{role}-attention-dp {s.attention_dp}"
+    return out + (f" --{role}-expert-parallel {s.expert_parallel}"
+                  if s.expert_parallel > 1 else "")
+
+
 def _wider_hint(dep: Deployment, role: str) -> str:
     """'; --prefill-tp 16 (16 GPUs over 2 nodes: TP 16) fits': the smallest doubling that holds
     the model, in the engine's own flags (SGLang's and TensorRT-LLM's --tp is the tp x dp
@@ -558,12 +570,8 @@ def _wider_hint(dep: Deployment, role: str) -> str:
         except InputError:
             return ""
         if wider.memory.fits:
-            cs = wider.settings
-            flags = f"--{role}-tp {engine_world(dep.profile.name, cs.tp, cs.attention_dp)['tp']}"
-            if widen_dp:
-                flags += f" --{role}-attention-dp {cs.attention_dp}"
-                flags += (f" --{role}-expert-parallel {cs.expert_parallel}"
-                          if cs.expert_parallel > 1 else "")
+            flags = pool_flags(role, wider) if widen_dp else (
+                f"--{role}-tp {engine_world(dep.profile.name, wider.settings.tp, 1)['tp']}")
             return f"; {flags} ({wider.layout_text}) fits"
     return ""
 

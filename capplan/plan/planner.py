@@ -27,7 +27,7 @@ from capplan.models.prefix import PrefixCache
 from capplan.models.queueing import Limits, QueueModel, summarize
 from capplan.plan.features_plan import feature_space, image_lanes, speculation_note
 from capplan.plan.flags import engine_flags
-from capplan.plan.launch import max_model_len_choice
+from capplan.plan.launch import layout_of, max_model_len_choice
 from capplan.plan.lengths import length_stats, pooled_stats
 from capplan.plan.result import (
     Curve,
@@ -410,7 +410,7 @@ def _disagg_hint(cat: Catalog, plan: PlanFile, resolved: ResolvedModel, lanes: l
     """When no aggregated fleet meets the SLOs: the cheapest disaggregated layout that does
     on the analytic screen (each candidate GPU type), as the fixed-layout flags `latency` and
     `simulate` take to predict and replay it; "" when none does."""
-    from capplan.models.layout import engine_world
+    from capplan.plan.pd import pool_flags
 
     model = resolved.spec
     space = search_space(cat, plan, model, served_traffic(lanes, plan, model),
@@ -427,13 +427,7 @@ def _disagg_hint(cat: Catalog, plan: PlanFile, resolved: ResolvedModel, lanes: l
                                   x.gpus))
 
     def flags(role: str, pool: Any) -> str:
-        s = pool.dep.settings
-        out = (f"--{role}-workers {pool.replicas} --{role}-tp "
-               f"{engine_world(pool.dep.profile.name, s.tp, s.attention_dp)['tp']}")
-        if s.attention_dp > 1:
-            out += f" --{role}-attention-dp {s.attention_dp}"
-        return out + (f" --{role}-expert-parallel {s.expert_parallel}"
-                      if s.expert_parallel > 1 else "")
+        return f"--{role}-workers {pool.replicas} {pool_flags(role, pool.dep)}"
 
     dep = d.decode.dep
     same = (f"--engine {dep.profile.spec} --max-model-len {dep.memory.max_model_len}"
@@ -507,10 +501,10 @@ def _near_floor_note(c: Candidate, found: SearchResult, t: Traffic, headroom: fl
                       f"{float(half[tgt.metric][tgt.stat]) * 1e3:.0f} ms"
                       for tgt in t.slos if float(half[tgt.metric][tgt.stat]) > tgt.limit_s)
     reps = max(1, math.ceil(t.rate_per_s * (1 + headroom) / half_rate - 1e-9))
-    wide = s.pp > 1 or s.attention_dp > 1 or s.expert_parallel > 1  # its GPUs, never "TP 1"
-    gpus = describe(s.tp, s.pp, s.attention_dp, s.expert_parallel,
-                    c.gpu.interconnect.max_gpus_per_node)
-    layout = f"({gpus})" if wide else f"TP {s.tp}"
+    layout = layout_of({"tp": s.tp, "pp": s.pp, "attention_dp": s.attention_dp,  # its GPUs
+                        "expert_parallel": s.expert_parallel,
+                        "layout": describe(s.tp, s.pp, s.attention_dp, s.expert_parallel,
+                                           c.gpu.interconnect.max_gpus_per_node)})
     return (f"the SLOs are near the latency floor of {c.gpu.key} {layout} ({s.weight_dtype}), "
             f"unloaded {floor}: within them one replica carries "
             f"{c.max_rate_per_s:.3g} req/s, {c.max_rate_per_s / c.capacity_per_s:.0%} of the "

@@ -31,6 +31,7 @@ import numpy as np
 
 from capplan import limits as L
 from capplan.errors import InputError
+from capplan.sim.stability import gap_scv
 from capplan.sim.workload import Requests
 
 DAY_S = 86_400.0
@@ -92,15 +93,6 @@ def _idc(t: np.ndarray, start: float, end: float) -> float:
     return float(counts.var() / mean) if mean > 0 else 1.0
 
 
-def _gap_scv(t: np.ndarray) -> float:
-    """SCV of the gaps between consecutive arrivals t (1.0 with fewer than 3 arrivals)."""
-    if len(t) < 3:
-        return 1.0
-    gaps = np.diff(t)
-    mean = gaps.mean()
-    return float(gaps.var() / (mean * mean)) if mean > 0 else 1.0
-
-
 def series_from_trace(reqs: Requests, window_s: float = DEFAULT_WINDOW_S,
                       source: str = "trace") -> WindowSeries:
     """Windows over a trace's arrivals (the last window ends at the last arrival's window)."""
@@ -119,7 +111,7 @@ def series_from_trace(reqs: Requests, window_s: float = DEFAULT_WINDOW_S,
     bounds[-1] = len(t)  # the last window holds the last arrival (its end)
     idc = np.array([_idc(t[bounds[i]:bounds[i + 1]], edges[i], edges[i + 1])
                     for i in range(n)])
-    scv = np.array([_gap_scv(t[bounds[i]:bounds[i + 1]]) for i in range(n)])
+    scv = np.array([gap_scv(t[bounds[i]:bounds[i + 1]]) for i in range(n)])
     return WindowSeries(edges[:-1], edges[1:], counts / np.diff(edges), idc, scv, out_tok,
                         source)
 

@@ -31,6 +31,7 @@ from typing import Any
 
 import numpy as np
 
+from capplan.catalog.calibration import REQUEST_S, STEP_S
 from capplan.errors import InputError
 
 ROUND_TRIP_TOLERANCE = 0.03
@@ -155,7 +156,8 @@ def _starts(p: _Problem) -> list[np.ndarray]:
                       *([b] if p.seq_s is None else []), *r0]) for b in seqs]
 
 
-_UPPER = {"step_overhead_s": 1.0, "per_seq_overhead_s": 1.0, "request_overhead_s": 60.0}
+_UPPER = {"step_overhead_s": STEP_S, "per_seq_overhead_s": STEP_S,
+          "request_overhead_s": REQUEST_S}
 """Bounds of the fitted costs: CalibrationParams' (capplan/catalog/calibration.py)."""
 _SCALE = {"step_overhead_s": 1e-3, "per_seq_overhead_s": 1e-4, "request_overhead_s": 1e-2}
 

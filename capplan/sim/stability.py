@@ -40,6 +40,15 @@ OVERLOAD_SIGMAS = 3.0
 (normal one-sided: about 1 stable run in 700 flagged; the Poisson count's tail is lighter)."""
 
 
+def gap_scv(t: np.ndarray) -> float:
+    """SCV of the gaps between consecutive arrivals t, sorted (1.0 with fewer than 3)."""
+    if len(t) < 3:
+        return 1.0
+    gaps = np.diff(t)
+    mean = gaps.mean()
+    return float(gaps.var() / (mean * mean)) if mean > 0 else 1.0
+
+
 def backlog_tolerance(waiting_mean: float, arrival_cv2: float) -> float:
     """Requests by which a stable run's backlog may grow over the test's half-window:
     OVERLOAD_SIGMAS * sqrt(2 * max(cv2, 1) * max(m, 1)) + 1 (module docstring)."""
@@ -71,8 +80,7 @@ def arrival_window(arrival_at_s: Any, first_token_at_s: Any, finished_at_s: Any
     # E[TTFT] of the half's arrivals, capped at the half (beyond it the two counts share no
     # arrival); one never served counts as the whole half
     delay_s = min(float(np.mean(np.where(np.isfinite(ttft), ttft, half_s))), half_s)
-    gaps = np.diff(np.sort(arr))
-    cv2 = float(np.var(gaps) / np.mean(gaps) ** 2) if gaps.size > 1 and np.mean(gaps) > 0 else 1.0
+    cv2 = gap_scv(np.sort(arr))
     waiting = arrived / half_s * delay_s
     return {"start_s": mid, "end_s": t1, "arrived": arrived, "first_tokens": started,
             "completed": completed, "offered_requests_per_s": arrived / half_s,
