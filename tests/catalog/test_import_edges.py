@@ -12,8 +12,8 @@ import pytest
 from capplan.catalog.hf_import import import_config
 from capplan.models.memory import kv_bytes_per_token
 from tests.cli._asserts import assert_one_line_error
+from tests.conftest import CONFIGS_DIR as CONFIGS
 
-CONFIGS = Path(__file__).resolve().parent.parent / "data" / "configs"
 MINIMAX_M27 = [CONFIGS / "minimax-m2.7.config.json",
                CONFIGS / "nvidia-minimax-m2.7-nvfp4.config.json"]
 

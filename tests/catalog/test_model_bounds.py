@@ -7,24 +7,14 @@ from __future__ import annotations
 
 import json
 import time
-from pathlib import Path
 
 import pytest
 import yaml
 
 from capplan import limits as L
+from tests.catalog.test_import_edges import _llama as _config
 from tests.cli._asserts import assert_one_line_error
-
-CONFIGS = Path(__file__).resolve().parent.parent / "data" / "configs"
-LLAMA = CONFIGS / "llama-3.1-8b-instruct.config.json"
-
-
-def _config(tmp_path: Path, **fields) -> Path:
-    cfg = json.loads(LLAMA.read_text())
-    cfg.update(fields)
-    path = tmp_path / "c.json"
-    path.write_text(json.dumps(cfg))
-    return path
+from tests.conftest import CONFIGS_DIR as CONFIGS
 
 
 @pytest.mark.parametrize(("field", "value"), [

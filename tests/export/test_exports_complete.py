@@ -97,6 +97,7 @@ def test_markdown_lanes_carry_every_slo(shared, tmp_path) -> None:
     for lane in spec["workloads"]:
         slo = lane.get("slo") or {}
         for key, header in (("ttft_p99_s", "TTFT p99 SLO (ms)"),
+                            ("tbt_p99_s", "TBT p99 SLO (ms)"),
                             ("e2e_p99_s", "E2E p99 SLO (ms)")):
             got = md[lane["name"]][header]
             assert (float(got) if got else None) == \
@@ -106,6 +107,7 @@ def test_markdown_lanes_carry_every_slo(shared, tmp_path) -> None:
 def test_markdown_recommendations_show_chunk_and_kv_dtype(shared, tmp_path) -> None:
     _, plan = shared
     md = _md_table(_write(plan, tmp_path)["md"].read_text(), "## Recommendations")
+    assert len(md) == min(len(plan["recommendations"]), SHOWN_RECOMMENDATIONS)
     for row, rec in zip(md, plan["recommendations"], strict=False):
         assert int(row["max batched tokens"]) == rec["max_num_batched_tokens"]
         assert row["KV dtype"] == rec["kv_dtype_resolved"]
@@ -129,8 +131,8 @@ def test_read_tables_show_the_same_rows_and_say_when_truncated(shared, tmp_path,
     assert len(ranked) == n  # the data formats hold every one
     assert len(_xlsx_rows(out["xlsx"], "recommendations")) == n
     res = run_cli("plan", str(ROOT / "examples" / "shared-70b.yaml"), "--no-verify")
-    if res.exit_code == 0:  # the terminal table: the same rows and the same note
-        assert note in res.stdout
+    assert res.exit_code == 0, res.stderr
+    assert note in res.stdout  # the terminal table: the same rows and the same note
 
 
 def test_engine_features_and_lane_adapters_in_every_format(adapters, tmp_path) -> None:
@@ -153,8 +155,13 @@ def test_engine_features_and_lane_adapters_in_every_format(adapters, tmp_path) -
     (md_lane,) = _md_table(md, "## Workload")
     assert int(md_lane["LoRA adapters"]) == lane["adapters"]
     assert md_lane["adapter popularity"] == lane["popularity"]
-    (x_lane,) = [r for r in _xlsx_rows(out["xlsx"], "inputs") if r.get("input") == lane["name"]]
-    assert x_lane  # the lane table sits under the inputs; its name in the first column
+    import openpyxl  # the lane table sits under the inputs, its own header row first
+
+    rows = list(openpyxl.load_workbook(out["xlsx"])["inputs"].iter_rows(values_only=True))
+    head = next(r for r in rows if r[0] == "lane")
+    x_lane = dict(zip(head, next(r for r in rows if r[0] == lane["name"]), strict=True))
+    assert (x_lane["LoRA adapters"], x_lane["adapter popularity"]) == (
+        lane["adapters"], lane["popularity"])
 
 
 def test_xlsx_pareto_shows_the_resolved_dtypes(shared, tmp_path) -> None:

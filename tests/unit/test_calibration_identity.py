@@ -7,12 +7,11 @@ docs/probe.md says to use it with the same engine; `version: 2` was read as vers
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 from capplan.catalog.calibration import find_default_calibration, load_calibration
 from tests.cli._asserts import assert_one_line_error
+from tests.unit.test_calibration_file import _write
 
 SPEED = ("speed", "--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--batch", "1",
          "--format", "json")
@@ -25,12 +24,6 @@ params: {step_overhead_s: 0.004, per_seq_overhead_s: 0.0001}
 """
 
 
-def _write(tmp_path: Path, text: str, name: str = "cal.yaml") -> Path:
-    p = tmp_path / name
-    p.write_text(text)
-    return p
-
-
 @pytest.mark.parametrize("name", ["h100", "H100-SXM", "NVIDIA H100 80GB HBM3"])
 def test_a_file_naming_the_gpu_by_an_alias_applies(run_cli, tmp_path, catalog, name):
     gpu = catalog.gpus["h100-sxm"]
@@ -39,6 +32,7 @@ def test_a_file_naming_the_gpu_by_an_alias_applies(run_cli, tmp_path, catalog, n
     assert load_calibration(p, gpu).step_overhead_s == 0.004
     res = run_cli(*SPEED, "--calibration", str(p))
     assert res.exit_code == 0, res.stderr
+    assert res.json()["calibration"] == f"measured ({p})"  # the file, not the default
     cal_dir = tmp_path / "calibrations"
     cal_dir.mkdir()
     (cal_dir / "h.yaml").write_text(p.read_text())
@@ -57,6 +51,8 @@ def test_a_calibration_alias_is_found_among_plan_candidates(run_cli, tmp_path):
                   "--input-len", "512", "--output-len", "128", "--verify-top", "0",
                   "--calibration", str(p), "--format", "json")
     assert res.exit_code == 0, res.stderr
+    recs = res.json()["recommendations"]
+    assert recs and {r["calibration"] for r in recs} == {f"measured ({p})"}
 
 
 def test_another_engine_gets_one_warning_line(run_cli, tmp_path):
