@@ -202,6 +202,11 @@ STALL_TAIL = 3.0
 """A TBT p99 this many times its median is read as decodes stopped by prompt work."""
 
 
+AT_CAP = 0.9
+"""A mean running batch this share of the cap on sequences beside a prompt or more is read as
+held at it (a mean is below its maximum while the batch fills and drains)."""
+
+
 def whole_prompt_warning(dep: Deployment, prompt: float, running: float) -> str | None:
     """Say so when prompts wait for running decodes to leave room in the token budget
     (SchedulerPolicy.decodes_beside_prompt): the replica runs at most that many sequences
@@ -209,7 +214,7 @@ def whole_prompt_warning(dep: Deployment, prompt: float, running: float) -> str 
     overloaded at that cap) reached it."""
     s = dep.settings
     beside = dep.profile.scheduler.decodes_beside_prompt(s.max_num_batched_tokens, prompt)
-    if beside is None or beside + 1 >= s.max_num_seqs or running < 0.9 * (beside + 1):
+    if beside is None or beside + 1 >= s.max_num_seqs or running < AT_CAP * (beside + 1):
         return None
     flag = dep.profile.flag_names.get("max_num_batched_tokens")
     engine_flag = f" ({dep.profile.name}: {flag})" if flag else ""

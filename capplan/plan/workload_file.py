@@ -182,9 +182,12 @@ def plan_requests(plan: dict[str, Any], *, num_requests: int | None = None, seed
 
 def _lane_images(plan: dict[str, Any]) -> dict[str, dict[str, int]]:
     """PlannedRequest's image fields by lane name, for the lanes with images."""
+    from capplan.plan.schema import Lane
+
+    size = {k: Lane.model_fields[k].default for k in ("image_width", "image_height")}
     return {ln["name"]: {"images": int(ln["images_per_request"]),
-                         "image_width": int(ln.get("image_width") or 1024),
-                         "image_height": int(ln.get("image_height") or 1024),
+                         "image_width": int(ln.get("image_width") or size["image_width"]),
+                         "image_height": int(ln.get("image_height") or size["image_height"]),
                          "image_tokens": int(ln.get("image_tokens_per_request") or 0)}
             for ln in plan.get("lanes") or [] if int(ln.get("images_per_request") or 0)}
 
