@@ -544,6 +544,11 @@ class StepModel:
                   for g in range(1, lora.LORA_GROUPS + 1)]
         return lora.running_batch_cap(groups, self.lora_max_loras)
 
+    def seqs_within_lora(self, max_num_seqs: int) -> int:
+        """The sequences one engine runs at once: its max_num_seqs, capped by its LoRA slots
+        (`lora_batch_cap`; the simulator's limit, as the analytic queue caps itself)."""
+        return int(min(max_num_seqs, float(np.max(self.lora_batch_cap))))
+
     def constants(self) -> tuple:
         """The model's constants in `STEP_CONSTANTS` order (the second argument of
         `step_parts`)."""

@@ -132,8 +132,7 @@ class Deployment:
         dp = s.attention_dp  # each DP rank schedules its own batch (per-rank engine limits)
         # LoRA slots cap the running batch (models/lora.py running_batch_cap): the simulator
         # runs at most that many sequences, as the analytic queue does.
-        seqs = (int(min(s.max_num_seqs, float(self.step.lora_batch_cap))) if s.max_loras
-                else s.max_num_seqs)
+        seqs = self.step.seqs_within_lora(s.max_num_seqs) if s.max_loras else s.max_num_seqs
         return Limits(seqs * dp, s.max_num_batched_tokens * dp,
                       self.memory.replica_kv_cache_tokens, self.pool.state_tokens_per_seq,
                       self.pool.block_size)

@@ -73,3 +73,21 @@ def test_recommend_keeps_the_batch():
     best = json.loads(r.output)["recommendations"][0]
     assert best["features"]["max_loras"] == 8
     assert best["gpus_total"] == 1
+
+
+def test_a_plans_verification_replay_runs_the_capped_batch_as_simulate_does():
+    # the planner's replay job (planner._verify_job) takes its sequence limit where
+    # `simulate` does (StepModel.seqs_within_lora): 4 slots over 8 uniform adapters hold 5
+    # sequences (above), not the engine's max_num_seqs of 1024; without LoRA, that 1024
+    from types import SimpleNamespace
+
+    from capplan.plan.planner import _verify_job
+
+    for opts, want in (({"max_loras": 4, "lora_adapters": 8}, 5), ({}, 1024)):
+        dep = capplan.deployment(MODEL, GPU, max_model_len=4096, **opts)
+        cand = SimpleNamespace(settings=dep.settings, step=dep.step, pool=dep.pool)
+        rec = SimpleNamespace(candidate=cand, replicas=1,
+                              predicted=SimpleNamespace(mean_running_batch=4.0))
+        pool = SimpleNamespace(lanes=[], traffic=SimpleNamespace(out=SimpleNamespace(mean=200)))
+        job = _verify_job(rec, pool, 300)
+        assert job.max_num_seqs == dep.limits.max_num_seqs == want
