@@ -439,10 +439,11 @@ def pd_simulate(model: str, gpu: str, *, prefill_workers: int, decode_workers: i
     lay = disaggregated(model, gpu, prefill_workers=prefill_workers,
                         decode_workers=decode_workers, prefill=prefill, decode=decode,
                         kv_link=kv_link, **kw)
-    reqs, _ = pd_requests(lay, PdLoad(rate=rate, concurrency=concurrency, trace=trace,
-                                      input_len=str(input_len), output_len=str(output_len),
-                                      burstiness=burstiness, requests=requests, seed=seed))
-    return LatencyResult.from_dict(simulate_pd(lay, reqs, sim_engine))
+    spec = PdLoad(rate=rate, concurrency=concurrency, trace=trace, input_len=str(input_len),
+                  output_len=str(output_len), burstiness=burstiness, requests=requests,
+                  seed=seed)
+    reqs, _ = pd_requests(lay, spec)
+    return LatencyResult.from_dict(simulate_pd(lay, reqs, sim_engine, spec))
 
 
 def verify(plan: str | Path | dict[str, Any], *, endpoint: str | None = None,

@@ -192,7 +192,7 @@ def pd_sim_table(res: dict[str, Any], fmt: str) -> str:
                                             "mean", "p50", "p90", "p99"))], fmt)
     if fmt == "table":
         notes = [f"{res['model']}: {res['layout']}",
-                 f"load: {res.get('load')}, {res['num_requests']} requests; "
+                 f"load: {res.get('load')}{_replayed_count(res)}; "
                  f"{res['requests_per_s']:.3g} req/s, "
                  f"{res['output_tokens_per_s']:.4g} output tok/s"]
         if res["saturated_pools"]:
@@ -204,3 +204,12 @@ def pd_sim_table(res: dict[str, Any], fmt: str) -> str:
                      f"{res.get('calibration')}")
         text += "\n\n" + "\n".join(_implied_note(res) + notes + _launch_notes(res))
     return text
+
+
+def _replayed_count(res: dict[str, Any]) -> str:
+    """", N requests" of a run whose load line does not count its requests (a benchmark
+    replay's states its measured and replayed requests)."""
+    if "benchmark_replay" in res or "num_requests" not in res:
+        return ""
+    return f", {res['num_requests']} requests"
+

@@ -238,13 +238,13 @@ def _simulate_pd(model: str, gpu: str, pd: dict[str, Any], rate: float | None,
     cal = kw.pop("calibration", None)
     lay = disaggregated(model, gpu, calibration=cal, catalog_dirs=catalog_dir,
                         engine_notation=True, **pd, **asdict(options_from(kw)))
-    reqs, clipped = pd_requests(lay, PdLoad(
-        rate=rate, concurrency=concurrency, trace=trace, input_len=load["input_len"],
-        output_len=load["output_len"], burstiness=load["burstiness"],
-        requests=load["num_requests"], seed=seed, time_unit=load["time_unit"]))
+    spec = PdLoad(rate=rate, concurrency=concurrency, trace=trace, input_len=load["input_len"],
+                  output_len=load["output_len"], burstiness=load["burstiness"],
+                  requests=load["num_requests"], seed=seed, time_unit=load["time_unit"])
+    reqs, clipped = pd_requests(lay, spec)
     if clipped:
         click.echo(f"note: {clipped} prompts cut to fit max_model_len", err=True)
-    res = simulate_pd(lay, reqs, sim_engine)
+    res = simulate_pd(lay, reqs, sim_engine, spec)
     emit(to_json(res) if fmt == "json" else pd_sim_table(res, fmt))
 
 

@@ -95,6 +95,17 @@ class PdLoad:
     seed: int = 0
     time_unit: str = "auto"
 
+    def describe(self) -> str:
+        """The load as the output's `load` line names it: the trace, the clients, or the rate
+        and its arrivals (Poisson, or gamma at vllm bench serve's --burstiness)."""
+        if self.trace is not None:
+            return f"trace {self.trace}" if isinstance(self.trace, str) else "trace"
+        if self.concurrency is not None:
+            return f"closed loop, {self.concurrency} clients"
+        arrivals = ("Poisson arrivals" if self.burstiness == 1.0
+                    else f"gamma arrivals, burstiness {self.burstiness:.3g}")
+        return f"open loop, {float(self.rate or 0.0):.4g} req/s, {arrivals}"
+
 
 def pd_requests(layout: PdLayout, load: PdLoad) -> tuple[Requests, int]:
     """The requests of a load, clipped to the smaller pool's max_model_len: (requests, cut)."""
@@ -105,8 +116,10 @@ def pd_requests(layout: PdLayout, load: PdLoad) -> tuple[Requests, int]:
     return wl.generate(np.random.default_rng(load.seed)).clip_to_context(max_len)
 
 
-def simulate_pd(layout: PdLayout, reqs: Requests, sim_engine: str = "auto") -> dict[str, Any]:
-    """Replay `reqs` over the layout: composed latency keys, `pools`, `saturated_pools`."""
+def simulate_pd(layout: PdLayout, reqs: Requests, sim_engine: str = "auto",
+                load: PdLoad | None = None) -> dict[str, Any]:
+    """Replay `reqs` over the layout: composed latency keys, `pools`, `saturated_pools`;
+    `load`: the load `reqs` came from, which the `load` line names."""
     spec = spec_of(layout, sim_engine)
     if reqs.concurrency:  # each pass replays every request: passes ~ requests / C + 1
         passes = math.ceil(len(reqs) / reqs.concurrency) + 1
@@ -117,7 +130,8 @@ def simulate_pd(layout: PdLayout, reqs: Requests, sim_engine: str = "auto") -> d
         limits.check_cap("sim_tokens", float(np.sum(reqs.output_tokens)),
                          "the requests' output tokens")
     run = replay_pd(spec, reqs)
-    return _result(layout, reqs, run, spec.request_overhead_s)
+    res = _result(layout, reqs, run, spec.request_overhead_s)
+    return res if load is None else {**res, "load": load.describe()}
 
 
 def _result(layout: PdLayout, reqs: Requests, run: PdReplay, overhead: float
@@ -277,12 +291,13 @@ def closed_loop_latency(layout: PdLayout, analytic: dict[str, Any], load: Any,
                            run.preset.tpot)
     check = _analytic_check(analytic, sim)
     b = sim["benchmark_replay"]
-    how = (f" ({b['measured_requests']} requests, {b['rounds']:g} rounds: rounds "
-           f"{aiconfigurator.REPLAY_ROUNDS + 1}-{b['rounds']:g} repeat the replayed rounds "
-           f"2-{aiconfigurator.REPLAY_ROUNDS})"
+    k = aiconfigurator.REPLAY_ROUNDS
+    how = (f"; replayed: {b['replayed_requests']} requests (the start-up wave and rounds 2-{k}),"
+           f" the other {b['measured_requests'] - b['replayed_requests']} at rounds 2-{k}'s mean"
            if b["extrapolated"] else "")
     return {**sim, **_kept(analytic), "analytic_check": check,
-            "load": f"closed loop, {c} clients, {run.preset.tool}{how}",
+            "load": f"closed loop, {c} clients, {b['measured_requests']} measured requests "
+                    f"({run.preset.tool}){how}",
             **({"benchmark": run.preset.describe()} if benchmark else {}),
             "answered_by": "replay of the benchmark"}
 

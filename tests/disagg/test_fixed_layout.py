@@ -179,3 +179,9 @@ def test_an_open_loop_says_its_rate_and_arrivals(run_cli):
                    "1", "--decode-workers", "1", "--rate", "4", "--burstiness", "0.5",
                    "--input-len", "1000", "--output-len", "200", "--format", "json").json()
     assert data["load"] == "open loop, 4 req/s, gamma arrivals, burstiness 0.5"
+    # simulate says the same of the same load (it used to print a bare "open loop")
+    sim = run_cli("simulate", "--model", "llama-3.1-8b", "--gpu", "h100", "--prefill-workers",
+                  "1", "--decode-workers", "1", "--rate", "4", "--burstiness", "0.5",
+                  "--input-len", "1000", "--output-len", "200", "--requests", "200",
+                  "--format", "json").json()
+    assert sim["load"] == data["load"]
