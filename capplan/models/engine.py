@@ -22,7 +22,7 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from capplan.errors import InputError, nearest
-from capplan.units import GIB_BYTES
+from capplan.units import GIB_BYTES, gib_to_bytes
 
 
 class GpuLike(Protocol):
@@ -279,8 +279,11 @@ class EngineProfile:
     """Timing noise of a closed-loop benchmark's clients and server front end (breaks cohorts
     up): the default of `latency --concurrency` and `simulate --concurrency`."""
     sampler: str = "native"
-    """vLLM's sampler: "native" or "flashinfer"; sets the sampler's share of the activation
-    peak (docs/memory.md)."""
+    """vLLM's sampler: "native", "flashinfer" or "triton"; sets the sampler's share of the
+    activation peak (docs/memory.md)."""
+    non_torch_multi_gpu_bytes: float | None = None
+    """Non-torch memory a multi-GPU world adds during the engine's memory profile (all-reduce
+    workspaces); None: capplan.models.memory.NON_TORCH_TP_BYTES."""
     flag_names: dict[str, str] = field(default_factory=dict)
     """The engine's own names of the settings, for launch lines (capplan/plan/flags.py)."""
     sources: dict[str, str] = field(default_factory=dict)
@@ -632,6 +635,26 @@ VLLM = replace(
                              "turns it off"})
 
 
+VLLM_0_17 = replace(
+    VLLM, version="0.17", since="0.17",
+    covers="0.17-0.18 (V1 engine, asynchronous scheduling, Triton top-k/top-p sampler)",
+    sampler="triton",
+    sources={**VLLM.sources,
+             "sampler": "Triton top-k/top-p kernels (github:vllm-project/vllm pull 33538) "
+                        "replace the sort-based sampler: Qwen3-14B on H100 at 0.95 logs "
+                        "274,848 KV tokens on 0.15 and 0.16, 297,152 on 0.17 and 296,400 on "
+                        "0.18 (llm-d-planner accuracy/results/version-sweep)"})
+
+VLLM_0_19 = replace(
+    VLLM_0_17, version="0.19", since="0.19", covers="0.19 and later",
+    non_torch_multi_gpu_bytes=gib_to_bytes(2.07),
+    sources={**VLLM_0_17.sources,
+             "non_torch": "2.07 GiB of non-torch forward increase on every TP 2 and TP 4 "
+                          "startup of vLLM 0.19.0 on H100 (FlashInfer all-reduce fusion "
+                          "workspace; 0.25 at TP 1): llm-d-planner accuracy/results/v0.19.0 "
+                          "logs, gpu_worker.py 'Memory profiling takes'"})
+
+
 def _sglang04_defaults(gpu: GpuLike, tp: int) -> EngineDefaults:
     # SGLang 0.4.x ServerArgs.__post_init__: mem_fraction_static by TP size (0.88 at TP 1,
     # 0.87 at 2-3, 0.85 at 4-7, 0.81 at 8-15, 0.79 at 16+); chunked_prefill_size 2048 below
@@ -712,8 +735,8 @@ SGLANG_0_3 = replace(
                          "init_memory_pool, managers/tp_worker.py)"})
 
 VERSIONS: dict[str, tuple[EngineProfile, ...]] = {
-    "vllm": (VLLM_0_6, VLLM_0_11, VLLM), "sglang": (SGLANG_0_3, SGLANG_0_4, SGLANG),
-    "trtllm": (TRTLLM_1_0, TRTLLM)}
+    "vllm": (VLLM_0_6, VLLM_0_11, VLLM, VLLM_0_17, VLLM_0_19),
+    "sglang": (SGLANG_0_3, SGLANG_0_4, SGLANG), "trtllm": (TRTLLM_1_0, TRTLLM)}
 """Every engine's profiles by version, oldest first; the last is the default."""
 PROFILES: dict[str, EngineProfile] = {name: v[-1] for name, v in VERSIONS.items()}
 ENGINES = tuple(PROFILES)
@@ -770,6 +793,18 @@ def _version_key(version: str) -> tuple[int, ...] | None:
         if len(digits) < len(piece):
             break
     return tuple(parts) or None
+
+
+_MEMORY_ONLY = ("version", "since", "covers", "sources", "sampler", "non_torch_multi_gpu_bytes")
+"""Profile fields that are its release's name or its memory accounting, not its latency
+model: profiles differing only in these time steps alike (`same_latency_model`)."""
+
+
+def same_latency_model(a: EngineProfile, b: EngineProfile) -> bool:
+    """Whether two profiles time steps and requests alike (a calibration fitted through one
+    holds for the other): equal but for their names and memory accounting."""
+    blank = dict.fromkeys(_MEMORY_ONLY)
+    return replace(a, **blank) == replace(b, **blank)
 
 
 def profile_for_version(name: str, version: str | None) -> EngineProfile:

@@ -245,7 +245,10 @@ def kv_bytes_for_sequence(model: ModelSpec, seq_len: float, tp: int, kv_bytes: f
 #    indices (8) out, plus the sort's own int64 index buffer (8) and CUB temporaries (12): d+36;
 #  - FlashInfer sampler (used whenever FlashInfer is installed, as in vLLM's Docker image): no
 #    sort: logits (d), fp32 copy (4), probabilities (4), uniform samples (4): d+12.
-SAMPLER_EXTRA_BYTES_PER_LOGIT = {"native": 36.0, "flashinfer": 12.0}
+#  - Triton top-k/top-p kernels (vLLM 0.17+, github:vllm-project/vllm pull 33538, the default
+#    sampler with FlashInfer's off): no sort either; vLLM 0.19's logged torch peak (1.89 GiB,
+#    Llama-3.1-8B, 1,024 sequences, llm-d-planner accuracy/results/v0.19.0) is d+12's.
+SAMPLER_EXTRA_BYTES_PER_LOGIT = {"native": 36.0, "flashinfer": 12.0, "triton": 12.0}
 # cuBLAS workspace allocated through the torch allocator during profiling: 32 MiB on Hopper and
 # Blackwell (sm90+), 8 MiB on older GPUs (PyTorch's default CUBLAS_WORKSPACE_CONFIG sizes).
 _SM90_PREFIXES = ("h100", "h200", "h20", "b200", "b300", "gb200", "gb300", "rtx-pro")
@@ -299,8 +302,11 @@ CUDA_GRAPH_PER_LAYER_BYTES = 8 * MIB_BYTES
 
 
 def runtime_overhead_bytes(model: ModelSpec, settings: EngineSettings) -> tuple[float, float]:
-    """(non-torch memory counted in the KV budget, CUDA-graph memory outside it or not)."""
-    non_torch = NON_TORCH_BASE_BYTES + (NON_TORCH_TP_BYTES if settings.world_size > 1 else 0.0)
+    """(non-torch memory counted in the KV budget, CUDA-graph memory outside it or not); a
+    world over one GPU adds its profile's `non_torch_multi_gpu_bytes`."""
+    multi = settings.profile.non_torch_multi_gpu_bytes
+    non_torch = NON_TORCH_BASE_BYTES + (
+        (NON_TORCH_TP_BYTES if multi is None else multi) if settings.world_size > 1 else 0.0)
     graphs = 0.0
     if not settings.enforce_eager:
         graphs = CUDA_GRAPH_BASE_BYTES + CUDA_GRAPH_PER_LAYER_BYTES * cdiv(model.num_layers,
@@ -379,8 +385,8 @@ def validate_settings(model: ModelSpec, s: EngineSettings, gpu: GpuSpec | None =
         raise InputError(f"--pp {s.pp}: exceeds the {model.num_layers} layers of {model.key}")
     if s.max_model_len is not None and s.max_model_len > model.max_position_embeddings:
         raise InputError(f"--max-model-len {s.max_model_len}: exceeds {model.hf_id}'s "
-                         f"{model.max_position_embeddings} (max_position_embeddings), which vLLM "
-                         "refuses")
+                         f"{model.max_position_embeddings} (max_position_embeddings): past the "
+                         "positions it was trained for, which vLLM and SGLang refuse")
     validate_layout(model, s)
     if gpu is not None:
         validate_span(s, gpu)

@@ -20,7 +20,14 @@ from capplan.catalog.loader import Catalog
 from capplan.catalog.schema import GpuSpec, ModelSpec
 from capplan.errors import CatalogError, InputError
 from capplan.models.calibration import Calibration
-from capplan.models.engine import EngineProfile, EngineSettings, engine_profile, rank_default
+from capplan.models.engine import (
+    EngineProfile,
+    EngineSettings,
+    engine_profile,
+    profile_for_version,
+    rank_default,
+    same_latency_model,
+)
 from capplan.models.features import FEATURE_FIELDS, resolve_draft_model
 from capplan.models.layout import describe, nodes_spanned
 from capplan.models.memory import MemoryReport, memory_report
@@ -214,11 +221,24 @@ class Deployment:
                        "processes): lower the memory fraction if the engine runs out of memory")
         fitted = self.calibration.engine
         here = f"{self.profile.name} {self.profile.version}"
-        if fitted and fitted.split()[:2] != here.split():
+        if fitted and not _fitted_here(fitted, self.profile):
             out.append(f"the calibration ({self.calibration.source}) was fitted through "
                        f"{fitted}'s latency model, this run uses {here}: its host costs "
                        "belong to that engine (measure this one, or pass its --engine)")
         return out
+
+
+def _fitted_here(fitted: str, profile: EngineProfile) -> bool:
+    """Whether a calibration fitted through profile `fitted` ("vllm 0.14") holds for `profile`:
+    the same engine and a release whose latency model is the same (releases that differ in
+    memory accounting alone share host costs)."""
+    name, _, version = fitted.partition(" ")
+    if name != profile.name:
+        return False
+    try:
+        return same_latency_model(profile_for_version(name, version or None), profile)
+    except (InputError, KeyError):
+        return False
 
 
 def feature_options(opts: EngineOptions) -> dict[str, object]:

@@ -40,11 +40,16 @@ def test_llama_h100_contract(run_cli):
     assert d["weights_bytes_per_gpu"] == 8_030_261_248 * 2  # bf16
     assert d["max_model_len"] == 131_072  # the model's max_position_embeddings
     assert d["fits"] is True
-    # H100 defaults in vLLM 0.10-0.11: max_num_batched_tokens 8192, max_num_seqs 1024 ->
-    # native-sampler peak (docs/research/vllm_v1_profile_peak.md): (8192 + 2 * 1024) * 4096
-    # * 2 B of hidden states + 1024 sequences x 128256 vocab x 38 B + the 32 MiB cuBLAS
-    # workspace of a Hopper GPU = 83,886,080 + 4,990,697,472 + 33,554,432
-    assert d["activation_peak_bytes_per_gpu"] == 5_108_137_984
+    # H100 defaults (vLLM 0.10 on): max_num_batched_tokens 8192, max_num_seqs 1024 -> the
+    # Triton top-k/top-p sampler's peak (vLLM 0.17+): (8192 + 2 * 1024) * 4096 * 2 B of hidden
+    # states + 1024 sequences x 128256 vocab x (2 + 12) B + the 32 MiB cuBLAS workspace of a
+    # Hopper GPU = 83,886,080 + 1,838,678,016 + 33,554,432 (1.82 GiB; vLLM 0.19.0 logs "torch
+    # peak memory increase: 1.89GiB" for this model on an H100, llm-d-planner v0.19.0 logs)
+    assert d["activation_peak_bytes_per_gpu"] == 1_956_118_528
+    # vLLM 0.14-0.16's native sampler (docs/research/vllm_v1_profile_peak.md): 38 B a logit,
+    # 83,886,080 + 4,990,697,472 + 33,554,432
+    old = _memory_json(run_cli, *LLAMA, "--engine", "vllm@0.14")
+    assert old["activation_peak_bytes_per_gpu"] == 5_108_137_984
 
 
 @pytest.mark.parametrize(("tp", "kv_per_token"), [(2, 65_536), (4, 32_768), (8, 16_384)])

@@ -17,9 +17,9 @@ from capplan.plan.schema import PlanFile
 
 
 @pytest.mark.parametrize(("spec", "version", "overlap"), [
-    ("vllm", "0.14", True), ("vllm@0.6.0", "0.6", False), ("vllm@0.10", "0.11", False),
+    ("vllm", "0.19", True), ("vllm@0.6.0", "0.6", False), ("vllm@0.10", "0.11", False),
     ("sglang@0.3.0", "0.3", False), ("vllm@0.13.1", "0.11", False),
-    ("vllm@0.14.0", "0.14", True), ("vllm@0.19.0", "0.14", True),
+    ("vllm@0.14.0", "0.14", True), ("vllm@0.18.1", "0.17", True), ("vllm@0.19.0", "0.19", True),
     ("sglang@0.4.6.post1", "0.4", True), ("sglang", "0.5", True),
     ("trtllm@1.1.0rc2.post2", "1.0", True), ("tensorrt-llm@1.3.0rc5", "1.2", True)])
 def test_a_release_maps_to_the_newest_profile_not_later_than_it(spec, version, overlap):

@@ -138,6 +138,8 @@ def _report(case: Case):
     if case.gpu_total_gib is not None:
         gpu = gpu.model_copy(update={"cuda_total_memory_gib": case.gpu_total_gib})
     s = case.settings
+    if s.engine == "vllm":  # every log here is from vLLM 0.11 or older: that release's profile
+        s = s.with_(engine="vllm@0.11")
     if s.weight_dtype == "auto" and resolved.implied_weight_dtype:
         s = s.with_(weight_dtype=resolved.implied_weight_dtype)
     return memory_report(resolved.spec, gpu, s)

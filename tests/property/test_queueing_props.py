@@ -258,7 +258,8 @@ def test_e2e_p99_against_the_simulator(gpu, inp, out, chunk, sim_p99_s):
     from capplan.sim.workload import Lane, Workload, parse_length
 
     dep = resolve_deployment(_CAT, "llama-3.1-8b", gpu, EngineSettings(
-        tp=1, max_num_seqs=256, max_num_batched_tokens=chunk, max_model_len=32768))
+        engine="vllm@0.14", tp=1, max_num_seqs=256, max_num_batched_tokens=chunk,
+        max_model_len=32768))
     lengths = [LengthStats.from_samples(parse_length(t).sample(np.random.default_rng(1), 20000))
                for t in (inp, out)]
     q = QueueModel(dep.step, *lengths, Limits(256, chunk, dep.memory.kv_cache_tokens))
