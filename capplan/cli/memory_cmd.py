@@ -54,6 +54,8 @@ def memory_cmd(model: str, gpu: str, fmt: str, catalog_dir: tuple[str, ...], **k
         (f"activation peak{out('activation')} (GiB)",
          f"{gib(r.activation_peak_bytes_per_gpu):.2f}"),
         ("runtime overhead (GiB)", f"{gib(r.runtime_overhead_bytes_per_gpu):.2f}"),
+        (f"CUDA context, communicators{out('context')} (GiB)",
+         f"{gib(r.context_bytes_per_gpu):.2f}"),
         (f"CUDA graphs{out('cuda_graphs')} (GiB)", f"{gib(r.cuda_graph_bytes_per_gpu):.2f}"),
         ("KV cache (GiB)", f"{gib(r.kv_cache_bytes_per_gpu):.2f}"),
         ("KV per token (KiB)", f"{r.kv_bytes_per_token_per_gpu / 1024:.1f}"),

@@ -160,15 +160,24 @@ class MemoryAccounting:
       pools, weights plus the KV pool; activations and CUDA graphs must fit in the rest.
     - "free" (TensorRT-LLM `free_gpu_memory_fraction`): the fraction of memory still FREE after
       weights, activations and runtime buffers are in place that goes to the KV cache.
+    The CUDA context and the communicators' buffers (`context`) are on the device before any
+    of this: vLLM (>= 0.9) measures from a snapshot taken after them, SGLang's "total" is the
+    free memory before the weights load (its fraction's base is total - context), and
+    TensorRT-LLM's profiled peak includes them.
     """
 
     kind: str = "total"
     cudagraphs_in_budget: bool = False
+    profile_requests: str = "max_num_seqs"
+    """The requests of the profiling run whose logits the sampler holds at the activation peak:
+    "max_num_seqs" (vLLM: min(max_num_seqs, token budget) dummy requests) or "prompt_chunks"
+    (TensorRT-LLM: the token budget cut into prompts of at most max_seq_len - 1 tokens,
+    `KvCacheCreator._create_dummy_context_requests`, 1.x: one request when a prompt holds it)."""
 
     def budget_label(self, frac: float) -> str:
         """What the budget row of a memory table holds, by the rule."""
         return {"total": f"budget at {frac:g} of total",
-                "static": f"static pools at {frac:g} of total (weights, KV)",
+                "static": f"static pools at {frac:g} of the memory free at start (weights, KV)",
                 "free": f"KV cache at {frac:g} of free memory"}[self.kind]
 
     def outside(self, part: str) -> bool:
@@ -177,36 +186,42 @@ class MemoryAccounting:
         alone and its label says so)."""
         if self.kind == "free":
             return False
+        if part == "context":  # before vLLM's baseline snapshot; not in SGLang's base
+            return True
         return not self.cudagraphs_in_budget if part == "cuda_graphs" else self.kind != "total"
 
     def kv_budget(self, total: float, frac: float, weights: float, activation: float,
-                  non_torch: float, graphs: float) -> KvBudget:
-        """Apply the rule. All arguments in bytes per GPU; `frac` is the engine's fraction."""
-        return _KV_RULES[self.kind](self, total, frac, weights, activation, non_torch, graphs)
+                  overheads: tuple[float, float, float]) -> KvBudget:
+        """Apply the rule. All arguments in bytes per GPU; `frac` is the engine's fraction;
+        `overheads`: (non-torch memory, CUDA graphs, CUDA context and communicators)."""
+        return _KV_RULES[self.kind](self, total, frac, weights, activation, *overheads)
 
 
 def _kv_total(acc: MemoryAccounting, total: float, frac: float, weights: float, act: float,
-              non_torch: float, graphs: float) -> KvBudget:
-    # vLLM Worker.determine_available_memory: budget = total * util; KV = budget - profiled use.
+              non_torch: float, graphs: float, context: float) -> KvBudget:
+    # vLLM Worker.determine_available_memory: budget = total * util; KV = budget - profiled use
+    # (the context predates the baseline snapshot: it lives in the margin).
     budget = total * frac
     in_budget = graphs if acc.cudagraphs_in_budget else 0.0
     kv = budget - weights - act - non_torch - in_budget
-    return KvBudget(budget, kv, total - budget - (graphs - in_budget))
+    return KvBudget(budget, kv, total - budget - (graphs - in_budget) - context)
 
 
 def _kv_static(acc: MemoryAccounting, total: float, frac: float, weights: float, act: float,
-               non_torch: float, graphs: float) -> KvBudget:
-    # SGLang ModelRunner.profile_max_num_token: rest = available_after_weights - total*(1-frac).
-    budget = total * frac
+               non_torch: float, graphs: float, context: float) -> KvBudget:
+    # SGLang ModelRunner.profile_max_num_token (model_runner_kv_cache_mixin.py, 0.5.8): rest =
+    # available after the weights - total * (1 - frac), total the free memory before they load.
+    base = total - context
+    budget = base * frac
     kv = budget - weights - non_torch
-    return KvBudget(budget, kv, total - budget - act - graphs)
+    return KvBudget(budget, kv, base - budget - act - graphs)
 
 
 def _kv_free(acc: MemoryAccounting, total: float, frac: float, weights: float, act: float,
-             non_torch: float, graphs: float) -> KvBudget:
-    # TensorRT-LLM KvCacheConfig.free_gpu_memory_fraction: a fraction of the free memory
-    # measured after the engine (weights, activation buffers, runtime) is loaded.
-    free = total - weights - act - non_torch - graphs
+             non_torch: float, graphs: float, context: float) -> KvBudget:
+    # TensorRT-LLM KvCacheCreator._cal_max_memory (1.x): (total - profiled peak) * fraction, the
+    # peak holding everything on the device (context, weights, activations, runtime, graphs).
+    free = total - context - weights - act - non_torch - graphs
     kv = frac * free
     return KvBudget(kv, kv, free - kv)
 
@@ -553,7 +568,7 @@ TRTLLM = EngineProfile(
     host_overlap=True,
     option_flags={"no-overlap": "disable_overlap_scheduler: true",
                   "chunked-prefill": "enable_chunked_prefill: true"},
-    memory=MemoryAccounting("free"),
+    memory=MemoryAccounting("free", profile_requests="prompt_chunks"),
     scheduler=SchedulerPolicy(prefill_first=False, chunked_prefill=False,
                               reserve_output_frac=1.0, preemption=False),
     defaults_rule=_trtllm_defaults,

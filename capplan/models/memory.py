@@ -258,8 +258,18 @@ def cublas_workspace_bytes(gpu_key: str) -> float:
     return (32 if gpu_key.startswith(_SM90_PREFIXES) else 8) * MIB_BYTES
 
 
+def profile_requests(settings: EngineSettings, rule: str = "max_num_seqs") -> int:
+    """The requests of an engine's memory-profiling run (MemoryAccounting.profile_requests):
+    vLLM's min(max_num_seqs, T), or TensorRT-LLM's T cut into prompts of max_seq_len - 1."""
+    tokens = settings.max_num_batched_tokens
+    if rule == "prompt_chunks":
+        return cdiv(tokens, max(1, min(tokens, (settings.max_model_len or tokens + 1) - 1)))
+    return min(settings.max_num_seqs, tokens)
+
+
 def activation_peak_bytes(model: ModelSpec, settings: EngineSettings, act_bytes: float,
-                          sampler: str = "native", workspace_bytes: float = 0.0) -> float:
+                          sampler: str = "native", workspace_bytes: float = 0.0,
+                          seqs: int | None = None) -> float:
     """Torch peak during vLLM V1's profile run (gpu_model_runner.profile_run).
 
     One forward of T = max_num_batched_tokens tokens over S = min(max_num_seqs, T) dummy
@@ -273,6 +283,7 @@ def activation_peak_bytes(model: ModelSpec, settings: EngineSettings, act_bytes:
         sampler  = T H d + 2 S H d + S V (d + extra)
         peak     = max(forward, sampler) + cuBLAS workspace
     Attention metadata is None in the profile run, so attention kernels allocate nothing.
+    `seqs`: the profiling run's requests (`profile_requests`; default vLLM's S).
     """
     tokens = settings.max_num_batched_tokens
     tp, h = settings.tp, model.hidden_size
@@ -282,7 +293,7 @@ def activation_peak_bytes(model: ModelSpec, settings: EngineSettings, act_bytes:
         moe = m.num_experts_per_tok * (3 * m.moe_intermediate_size / tp + h)
         mlp = max(mlp if m.num_dense_layers else 0.0, moe)
     forward = tokens * (mlp + 4 * h) * act_bytes
-    seqs = min(settings.max_num_seqs, tokens)
+    seqs = min(settings.max_num_seqs, tokens) if seqs is None else seqs
     per_logit = act_bytes + SAMPLER_EXTRA_BYTES_PER_LOGIT[sampler]
     sampler_peak = (tokens + 2 * seqs) * h * act_bytes + seqs * model.vocab_size * per_logit
     return max(forward, sampler_peak) + workspace_bytes
@@ -299,6 +310,22 @@ NON_TORCH_TP_BYTES = 0.1 * GIB_BYTES
 # (0.38-1.23 GiB over the catalog: low for large capture sets, see docs/memory.md).
 CUDA_GRAPH_BASE_BYTES = 0.25 * GIB_BYTES
 CUDA_GRAPH_PER_LAYER_BYTES = 8 * MIB_BYTES
+
+
+# CUDA context and communicators, on the device before an engine loads anything: vLLM 0.19's
+# "worker init memory snapshot" on H100 logs non_torch_memory 0.51 GiB at TP 1 and 1.51 GiB at
+# TP 2 (NCCL and custom all-reduce buffers over NVLink; llm-d-planner accuracy/results/v0.19.0);
+# SGLang 0.4 on 4 x L4 (PCIe) starts from 0.42 GiB less than the device's total.
+CONTEXT_BYTES = 0.5 * GIB_BYTES
+CONTEXT_NVLINK_WORLD_BYTES = 1.0 * GIB_BYTES
+
+
+def context_bytes(gpu: GpuSpec, settings: EngineSettings) -> float:
+    """The CUDA context and communicators' memory on each GPU (CONTEXT_BYTES, and the NVLink
+    world's buffers when a replica spans GPUs over NVLink)."""
+    nvlink = gpu.interconnect.kind.startswith("nvlink")
+    return CONTEXT_BYTES + (CONTEXT_NVLINK_WORLD_BYTES
+                            if settings.world_size > 1 and nvlink else 0.0)
 
 
 def runtime_overhead_bytes(model: ModelSpec, settings: EngineSettings) -> tuple[float, float]:
@@ -358,6 +385,9 @@ class MemoryReport:
     """Speculative drafter weights, part of weights_bytes_per_gpu (models/speculative.py)."""
     lora_bytes_per_gpu: float = 0.0
     """LoRA adapter slots, part of weights_bytes_per_gpu (models/lora.py)."""
+    context_bytes_per_gpu: float = 0.0
+    """CUDA context and communicators (`context_bytes`): outside vLLM's budget, outside
+    SGLang's base, inside TensorRT-LLM's profiled peak (MemoryAccounting)."""
 
     @property
     def replica_kv_cache_tokens(self) -> int:
@@ -459,7 +489,8 @@ def memory_report(model: ModelSpec, gpu: GpuSpec, settings: EngineSettings,
     weights = weight_bytes(counts, dt)
     act_bytes = 2.0 if model.torch_dtype != "fp32" else 4.0
     act = activation_peak_bytes(model, s, act_bytes, profile.sampler,
-                                cublas_workspace_bytes(gpu.key))
+                                cublas_workspace_bytes(gpu.key),
+                                profile_requests(s, profile.memory.profile_requests))
     kvb = kv_dtype_bytes(model, s.kv_dtype)
     feat = feature_memory(model, s, kv_bytes_per_token_per_layer(model, s.tp, kvb),
                           model.dtype_bytes, act_bytes, dt.linear)
@@ -468,8 +499,9 @@ def memory_report(model: ModelSpec, gpu: GpuSpec, settings: EngineSettings,
         act = max(act + feat.encoder_cache_bytes, feat.encoder_forward_bytes)
     non_torch, graphs = runtime_overhead_bytes(model, s)
     total = gpu.total_memory_bytes
+    context = context_bytes(gpu, s)
     kvb_plan = profile.memory.kv_budget(total, s.gpu_memory_utilization, weights, act,
-                                        non_torch, graphs)
+                                        (non_torch, graphs, context))
     budget, kv_cache = kvb_plan.budget_bytes, kvb_plan.kv_cache_bytes
     overhead = non_torch + (graphs if profile.memory.cudagraphs_in_budget else 0.0)
     per_token, bs, state, state_blocks = _kv_layout(model, s.tp, kvb, s.block_size, s.pp)
@@ -514,6 +546,7 @@ def memory_report(model: ModelSpec, gpu: GpuSpec, settings: EngineSettings,
         state_blocks_per_seq=state_blocks if per_token else 0,
         attention_dp=s.attention_dp,
         draft_weights_bytes_per_gpu=feat.draft_weights_bytes, lora_bytes_per_gpu=feat.lora_bytes,
+        context_bytes_per_gpu=context,
     )
 
 

@@ -23,20 +23,21 @@ def memory_fractions(mem: MemoryReport) -> dict[str, float]:
     """Each engine's memory fraction that yields the plan's KV cache (rounded up to 0.001).
 
     vLLM: (weights + activation peak + non-torch + KV) / total; SGLang --mem-fraction-static:
-    (weights + non-torch + KV) / total, activations outside; TensorRT-LLM
-    free_gpu_memory_fraction: KV / (memory free after weights, activations, runtime, graphs).
+    (weights + non-torch + KV) / (total - context), activations outside; TensorRT-LLM
+    free_gpu_memory_fraction: KV / (memory free after the context, weights, activations,
+    runtime and graphs) (capplan.models.engine.MemoryAccounting).
     """
-    total = mem.total_memory_bytes
+    total, ctx = mem.total_memory_bytes, mem.context_bytes_per_gpu
     w, act = mem.weights_bytes_per_gpu, mem.activation_peak_bytes_per_gpu
     ovh, graphs = mem.runtime_overhead_bytes_per_gpu, mem.cuda_graph_bytes_per_gpu
     kv = mem.kv_cache_bytes_per_gpu
-    free = max(total - w - act - ovh - graphs, 1.0)
+    free = max(total - ctx - w - act - ovh - graphs, 1.0)
 
     def up(x: float) -> float:
         return min(math.ceil(x * 1000 - 1e-6) / 1000, 1.0)
 
-    return {"vllm": up((w + act + ovh + kv) / total), "sglang": up((w + ovh + kv) / total),
-            "trtllm": up(kv / free)}
+    return {"vllm": up((w + act + ovh + kv) / total),
+            "sglang": up((w + ovh + kv) / max(total - ctx, 1.0)), "trtllm": up(kv / free)}
 
 
 def engine_flags(model: ModelSpec, r: dict[str, Any], traffic: Any,

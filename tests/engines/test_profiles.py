@@ -80,14 +80,20 @@ def test_memory_rules_by_hand(catalog):
     mv = v.memory
     assert mv.kv_cache_bytes_per_gpu == pytest.approx(
         0.9 * total - w - mv.activation_peak_bytes_per_gpu - mv.runtime_overhead_bytes_per_gpu)
-    # SGLang: 0.85 * total holds weights + KV; activations and graphs live outside
+    # SGLang: 0.85 of the memory free at start (total - the 0.5 GiB CUDA context) holds
+    # weights + KV; activations and graphs live outside
     ms = s.memory
+    ctx = 0.5 * GIB_BYTES
+    assert ms.context_bytes_per_gpu == ctx  # one GPU: no communicator buffers
     assert ms.kv_cache_bytes_per_gpu == pytest.approx(
-        0.85 * total - w - ms.runtime_overhead_bytes_per_gpu)
-    # TensorRT-LLM: 0.9 of what is free after weights, activations, runtime and graphs
+        0.85 * (total - ctx) - w - ms.runtime_overhead_bytes_per_gpu)
+    # TensorRT-LLM: 0.9 of what is free after the context, weights, activations, runtime and
+    # graphs; its profiling run is one 8192-token prompt (max_num_tokens 8192 < max_seq_len),
+    # so the activation peak is the forward's: 8192 x (3 x 14336 + 4 x 4096) x 2 B + 32 MiB
     mt = t.memory
-    free = (total - w - mt.activation_peak_bytes_per_gpu - mt.runtime_overhead_bytes_per_gpu
-            - mt.cuda_graph_bytes_per_gpu)
+    assert mt.activation_peak_bytes_per_gpu == 8192 * (3 * 14336 + 4 * 4096) * 2 + 32 * 2**20
+    free = (total - ctx - w - mt.activation_peak_bytes_per_gpu
+            - mt.runtime_overhead_bytes_per_gpu - mt.cuda_graph_bytes_per_gpu)
     assert mt.kv_cache_bytes_per_gpu == pytest.approx(0.9 * free)
     # 8B bf16 on 80 GB: weights ~15 GiB, KV tens of GiB under each rule
     assert 14 * GIB_BYTES < w < 16 * GIB_BYTES

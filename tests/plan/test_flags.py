@@ -244,11 +244,13 @@ def test_each_engine_line_holds_the_planned_kv_cache(catalog):
     s = resolve_settings(EngineOptions(max_model_len=8192), gpu)
     mem = memory_report(model, gpu, s)
     frac = memory_fractions(mem)
-    args = (mem.total_memory_bytes, mem.weights_bytes_per_gpu, mem.activation_peak_bytes_per_gpu,
-            mem.runtime_overhead_bytes_per_gpu, mem.cuda_graph_bytes_per_gpu)
+    total, w, act = (mem.total_memory_bytes, mem.weights_bytes_per_gpu,
+                     mem.activation_peak_bytes_per_gpu)
+    overheads = (mem.runtime_overhead_bytes_per_gpu, mem.cuda_graph_bytes_per_gpu,
+                 mem.context_bytes_per_gpu)
+    assert overheads[2] > 0  # the CUDA context, which SGLang's and TRT-LLM's rules count
     for name, prof in (("vllm", VLLM), ("sglang", SGLANG), ("trtllm", TRTLLM)):
-        total, w, act, ovh, graphs = args
-        kv = prof.memory.kv_budget(total, frac[name], w, act, ovh, graphs).kv_cache_bytes
+        kv = prof.memory.kv_budget(total, frac[name], w, act, overheads).kv_cache_bytes
         assert mem.kv_cache_bytes_per_gpu <= kv <= mem.kv_cache_bytes_per_gpu + 0.002 * total
     # SGLang's static fraction leaves out the activation peak, so it is below vLLM's
     assert frac["sglang"] < frac["vllm"]
