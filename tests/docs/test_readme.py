@@ -19,7 +19,7 @@ SKIP = {
     "--endpoint": "needs a running server (tests/probe runs one)",
     "--from-results": "needs the user's result files (tests/probe ingests samples)",
     "azure_conv.csv": "needs the user's trace (tests/sim replays traces)",
-    "--calibration h100.yaml": "needs a file from a GPU run",
+    "--calibration /tmp/h100.yaml": "needs a file from a GPU run",
     "config.json": "needs a config.json (tests/catalog imports real ones)",
     "--device cpu": "slow here; tests/probe runs the CPU calibration end to end",
     "--trace day.csv": "needs the user's day of traffic (tests/day plans a warped day)",
