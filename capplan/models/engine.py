@@ -260,10 +260,11 @@ class EngineProfile:
     """Added to `request_overhead_s` per layer of a model with multi-head latent attention
     (DeepSeek-V2/V3/R1, Kimi-K2): such models show a fixed TTFT 100-200 ms above their prefill
     at low load in every engine (docs/engines.md, "The per-request overhead")."""
-    step_overhead_s: float = 1.5e-3
+    step_overhead_s: float = 0.0
     """Fixed cost of one engine step that no overlap hides (launch, sampling, the step's
-    synchronisation), the default when no calibration measured it (docs/engines.md, "Host
-    costs")."""
+    synchronisation), beside `layer_step_overhead_s`; every shipped profile sets its own
+    (docs/engines.md, "Host costs per step and per running sequence"); a calibration that
+    measured it replaces both."""
     layer_step_overhead_s: float = 0.0
     """Fixed cost of a step per layer of a pipeline stage (kernel launches and the gaps between
     a layer's small kernels, which CUDA graphs do not remove): adds layers x this to
@@ -277,8 +278,8 @@ class EngineProfile:
     """The engine's prefill GEMMs and attention at this fraction of the calibration's rates
     (capplan.models.perf.fixed_parts: a prompt token's FLOPs count 1 / this); decode steps
     are unchanged. 1: the catalog's rates (docs/engines.md, "Host costs")."""
-    per_seq_overhead_s: float = 10e-6
-    """Host (CPU) cost per running sequence per step (scheduling, input preparation, output
+    per_seq_overhead_s: float = 0.0
+    """Host (CPU) cost per running sequence per step, set by each profile (scheduling, input preparation, output
     processing, detokenisation); hidden behind the GPU's step when `host_overlap` is on."""
     host_overlap: bool = False
     """The host work of step n+1 runs while the GPU runs step n (vLLM async scheduling,

@@ -6,8 +6,10 @@ For a step that pushes T tokens through the model (decode tokens plus prefill-ch
     attention= smax(kv_read_bytes / (BW * attn_bw_frac), attn_flops / (peak16 * attn_frac))
     comm     = 2 * layers * min(latency + (tp-1) * T * hidden * 2 B / link_bw,        (one-shot)
                                  2 latency + 2 (tp-1)/tp * T * hidden * 2 B / link_bw) (two-shot)
-    step     = pp * (linear + attention + comm + layers * per_layer_overhead)
-               + step_overhead + per_seq_overhead * seqs
+    gpu      = pp * (linear + attention + comm + layers * per_layer_overhead)
+    host     = per_seq_overhead * seqs
+    step     = step_overhead + layers * layer_step_overhead
+               + (max(gpu, host) with host overlap, else gpu + host)
 
 - weights are read once per step (roofline, Williams et al. 2009); for MoE only the experts
   the batch touches, E * (1 - (1 - k/E)^T) per layer in expectation under uniform routing;
