@@ -279,8 +279,9 @@ class EngineProfile:
     (capplan.models.perf.fixed_parts: a prompt token's FLOPs count 1 / this); decode steps
     are unchanged. 1: the catalog's rates (docs/engines.md, "Host costs")."""
     per_seq_overhead_s: float = 0.0
-    """Host (CPU) cost per running sequence per step, set by each profile (scheduling, input preparation, output
-    processing, detokenisation); hidden behind the GPU's step when `host_overlap` is on."""
+    """Host (CPU) cost per running sequence per step, set by each profile (scheduling, input
+    preparation, output processing, detokenisation); hidden behind the GPU's step when
+    `host_overlap` is on."""
     host_overlap: bool = False
     """The host work of step n+1 runs while the GPU runs step n (vLLM async scheduling,
     SGLang's overlap scheduler, TensorRT-LLM's overlap scheduler): only the part of the
