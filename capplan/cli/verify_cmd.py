@@ -58,7 +58,8 @@ def verify_cmd(plan_file: str, endpoint: str | None, served_model: str | None, c
     """Run a plan's workload against a server: predicted vs measured, side by side.
 
     PLAN_FILE is the JSON of `capplan plan FILE.yaml --export PLAN.json` (or a plan YAML,
-    planned again without the simulator check).
+    planned again without the simulator check). A day plan is verified at its peak window,
+    the rate its recommendation is sized for.
 
     \b
       capplan verify PLAN.json --endpoint http://localhost:8000
@@ -71,12 +72,12 @@ def verify_cmd(plan_file: str, endpoint: str | None, served_model: str | None, c
         endpoint=endpoint, served_model=served_model, client=client,
         write_dataset=write_dataset, requests=requests, seed=seed, trace=trace,
         timeout_s=timeout, calibration_out=out, catalog_dirs=catalog_dir, layout=layout))
+    d = res.to_dict()
     if res.dataset:
-        click.echo(f"wrote {res.dataset} ({len(res.requests)} requests, {client} format)",
-                   err=True)
+        click.echo(f"wrote {res.dataset} ({len(res.requests)} requests, {client} format"
+                   f"{_window(d)})", err=True)
     if res.calibration:
         click.echo(f"wrote {res.calibration}", err=True)
-    d = res.to_dict()
     if fmt == "json":
         emit(to_json(d))
         return
@@ -89,8 +90,8 @@ def verify_cmd(plan_file: str, endpoint: str | None, served_model: str | None, c
     where = ("the disaggregated layout" if d["layout"] == "disaggregated"
              else f"one replica ({d['gpu']} TP {d['tp']})")
     head = (f"{d['model']} on {where} at "
-            f"{d['per_replica_rate_per_s']:.3g} req/s: {m['completed']} of {d['requests']} "
-            f"requests completed, {m['errors']} errors")
+            f"{d['per_replica_rate_per_s']:.3g} req/s{_window(d)}: {m['completed']} of "
+            f"{d['requests']} requests completed, {m['errors']} errors")
     if m.get("first_error"):  # the cause, in every format (stderr beside csv's rows)
         head += f" (first: {m['first_error']})"
         if fmt == "csv":
@@ -98,6 +99,20 @@ def verify_cmd(plan_file: str, endpoint: str | None, served_model: str | None, c
     sep = "\n\n" if fmt == "markdown" else "\n"
     emit(head + sep + render_rows(rows, _COLUMNS, fmt) if fmt != "csv"
          else render_rows(rows, _COLUMNS, fmt))
+
+
+def _window(d: dict[str, Any]) -> str:
+    """Which window of a day plan the requests stand for: its peak (empty for a plan at one
+    rate)."""
+    w = d.get("day_window")
+    if not w:
+        return ""
+    from capplan.cli._day import _hhmm
+
+    share = ("the whole rate" if d["layout"] == "disaggregated"
+             else f"one replica's share {d['per_replica_rate_per_s']:.3g} req/s")
+    return (f"; the day plan's peak window {_hhmm(w['start_s'])}-{_hhmm(w['end_s'])}, "
+            f"{w['rate_per_s']:.3g} req/s, {share}")
 
 
 def register(cli: click.Group) -> None:

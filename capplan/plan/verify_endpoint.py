@@ -4,7 +4,7 @@ what the plan predicted for one replica (and optionally write a calibration from
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +13,7 @@ from capplan.plan.bench_cmds import CLIENTS, dataset_name
 from capplan.plan.workload_file import (
     PlannedRequest,
     check_client_sends_images,
+    day_peak,
     disaggregated_layout,
     plan_rate,
     plan_requests,
@@ -48,7 +49,13 @@ def load_plan_result(path_or_dict: str | Path | dict[str, Any],
     spec = load_plan(p)
     if spec.calibration and not Path(spec.calibration).is_absolute():
         spec = spec.model_copy(update={"calibration": str(p.parent / spec.calibration)})
-    return run_plan(load_catalog(catalog_dirs), spec, None).to_dict()
+    cat = load_catalog(catalog_dirs)
+    if spec.is_day:  # the day plan's recommendation at its peak window; the replay adds nothing
+        from capplan.plan.day_run import day_options, run_day_plan
+
+        opts = replace(day_options(spec), replay="none")
+        return run_day_plan(cat, spec, None, p.parent, opts).to_dict()
+    return run_plan(cat, spec, None).to_dict()
 
 
 @dataclass(frozen=True)
@@ -92,9 +99,13 @@ class VerifyResult:
         best = self.plan["recommendations"][0]
         rate = (plan_rate(self.plan) if self.layout == "disaggregated"
                 else best.get("per_replica_rate_per_s"))
+        peak = day_peak(self.plan)
         return {"model": self.plan.get("hf_id") or self.plan.get("model"),
                 "layout": self.layout, "gpu": best.get("gpu"), "tp": best.get("tp"),
                 "per_replica_rate_per_s": rate,
+                # a day plan is verified at its peak window, what its recommendation is for
+                "day_window": None if peak is None else {
+                    k: peak[k] for k in ("start_s", "end_s", "rate_per_s")},
                 "requests": len(self.requests), "dataset": self.dataset,
                 "comparison": self.rows(), "measured": self.measured,
                 "calibration": self.calibration}
