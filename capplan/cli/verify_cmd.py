@@ -29,6 +29,8 @@ _COLUMNS = [
 @click.argument("plan_file", type=click.Path(dir_okay=False))
 @click.option("--endpoint", default=None, help="Base URL of a running OpenAI-compatible server: "
               "send it the plan's workload and compare.")
+@click.option("--model", default=None,
+              help="A plan of several models: the one to verify (its name in the plan file).")
 @click.option("--served-model", default=None,
               help="Model name the server serves (default: the plan's Hugging Face id).")
 @click.option("--client", type=click.Choice(["capplan", *CLIENTS]), default="capplan",
@@ -51,10 +53,10 @@ _COLUMNS = [
               "disaggregated layout behind its front end (the whole workload).")
 @format_option
 @catalog_option
-def verify_cmd(plan_file: str, endpoint: str | None, served_model: str | None, client: str,
-               write_dataset: str | None, requests: int | None, seed: int, trace: str | None,
-               timeout: float, out: str | None, layout: str, fmt: str,
-               catalog_dir: tuple[str, ...]) -> None:
+def verify_cmd(plan_file: str, endpoint: str | None, model: str | None,
+               served_model: str | None, client: str, write_dataset: str | None,
+               requests: int | None, seed: int, trace: str | None, timeout: float,
+               out: str | None, layout: str, fmt: str, catalog_dir: tuple[str, ...]) -> None:
     """Run a plan's workload against a server: predicted vs measured, side by side.
 
     PLAN_FILE is the JSON of `capplan plan FILE.yaml --export PLAN.json` (or a plan YAML,
@@ -64,6 +66,7 @@ def verify_cmd(plan_file: str, endpoint: str | None, served_model: str | None, c
     \b
       capplan verify PLAN.json --endpoint http://localhost:8000
       capplan verify PLAN.json --client vllm --write-dataset capplan-workload.jsonl
+      capplan verify PLAN.json --model qwen2.5-72b --endpoint http://localhost:8000
       capplan verify PLAN.json --layout disaggregated --endpoint http://localhost:30000
     """
     from capplan.plan.verify_endpoint import VerifyOptions, verify_plan
@@ -71,7 +74,8 @@ def verify_cmd(plan_file: str, endpoint: str | None, served_model: str | None, c
     res = verify_plan(plan_file, VerifyOptions(
         endpoint=endpoint, served_model=served_model, client=client,
         write_dataset=write_dataset, requests=requests, seed=seed, trace=trace,
-        timeout_s=timeout, calibration_out=out, catalog_dirs=catalog_dir, layout=layout))
+        timeout_s=timeout, calibration_out=out, catalog_dirs=catalog_dir, layout=layout,
+        model=model))
     d = res.to_dict()
     if res.dataset:
         click.echo(f"wrote {res.dataset} ({len(res.requests)} requests, {client} format"

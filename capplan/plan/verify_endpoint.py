@@ -58,6 +58,25 @@ def load_plan_result(path_or_dict: str | Path | dict[str, Any],
     return run_plan(cat, spec, None).to_dict()
 
 
+def model_plan(plan: dict[str, Any], model: str | None) -> dict[str, Any]:
+    """The plan of the model verified: a plan of several models (`models`) holds one per
+    model, chosen by its name in the plan file (or Hugging Face id); a plan of one model is
+    itself (a `model` naming another is refused)."""
+    subs = plan.get("models")
+    if not subs:
+        if model is not None and model not in (plan.get("model"), plan.get("hf_id")):
+            raise InputError(f"--model {model}: the plan is of {plan.get('model')}")
+        return plan
+    names = ", ".join(str(m.get("model")) for m in subs)
+    if model is None:
+        raise InputError(f"the plan has several models ({names}): name the one to verify "
+                         "with --model NAME")
+    for m in subs:
+        if model in (m.get("model"), m.get("hf_id")):
+            return dict(m)
+    raise InputError(f"--model {model}: not one of the plan's models ({names})")
+
+
 @dataclass(frozen=True)
 class VerifyResult:
     """Predicted vs measured for one replica of the plan's best recommendation."""
@@ -127,6 +146,8 @@ class VerifyOptions:
     layout: str = "aggregated"
     """aggregated: one replica of the best recommendation; disaggregated: the plan's P/D
     layout behind its front end (the whole workload)."""
+    model: str | None = None
+    """A plan of several models: the one to verify (its name in the plan file)."""
 
 
 def verify_plan(plan: str | Path | dict[str, Any], opts: VerifyOptions) -> VerifyResult:
@@ -148,7 +169,7 @@ def verify_plan(plan: str | Path | dict[str, Any], opts: VerifyOptions) -> Verif
     if opts.layout == "disaggregated" and opts.calibration_out:
         raise InputError("--out fits one aggregated replica's host costs: verify --layout "
                          "aggregated against one replica to write a calibration")
-    d = load_plan_result(plan, opts.catalog_dirs)
+    d = model_plan(load_plan_result(plan, opts.catalog_dirs), opts.model)
     if opts.write_dataset is not None:
         check_client_sends_images(d, opts.client)
     reqs = plan_requests(d, num_requests=opts.requests, seed=opts.seed, trace=opts.trace,

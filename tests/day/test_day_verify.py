@@ -1,5 +1,6 @@
-"""`capplan verify` of a day plan: the `dataset:` line a day plan prints runs as printed and
-writes what its `verify:` line sends, at the peak window its recommendation is sized for."""
+"""`capplan verify` of a day plan and of a plan of several models: the `dataset:` lines such a
+plan prints run as printed and write what its `verify:` line sends, at the peak window its
+recommendation is sized for; each model of several gets its own lines and dataset file."""
 
 from __future__ import annotations
 
@@ -142,3 +143,59 @@ def test_day_plan_json_without_its_peak_is_one_line(run_cli, tmp_path: Path):
     res = run_cli("verify", str(old), "--write-dataset", str(tmp_path / "w.jsonl"))
     assert_one_line_error(res, "no peak window (day.peak): export it again")
 
+
+@pytest.fixture
+def two(run_cli, tmp_path: Path):
+    """examples/day/two-models.yaml exported as JSON, and what `plan` printed."""
+    exported = tmp_path / "two.json"
+    res = run_cli("plan", str(EXAMPLES / "two-models.yaml"), "--export", str(exported))
+    assert res.exit_code == 0, res.stderr
+    return exported, res.stdout
+
+
+def test_each_models_printed_lines_run_as_printed(two, run_cli, tmp_path: Path, monkeypatch):
+    """Each model's dataset line names it (--model) and writes its own file, the one its
+    verify line reads, with as many requests as that line sends."""
+    exported, stdout = two
+    datasets, benches = _printed(stdout, "dataset"), _printed(stdout, "verify")
+    assert [_option(a, "--model") for a in datasets] == ["llama-3.1-70b", "qwen2.5-72b"]
+    monkeypatch.chdir(tmp_path)
+    for dataset, bench in zip(datasets, benches, strict=True):
+        assert dataset[2] == str(exported)
+        ran = _run_printed(run_cli, dataset)
+        assert ran.exit_code == 0, ran.stderr
+        written = tmp_path / _option(dataset, "--write-dataset")
+        assert written.name == _option(bench, "--dataset-path")
+        assert len(written.read_text().splitlines()) == int(_option(bench, "--num-prompts"))
+    assert sorted(p.name for p in tmp_path.glob("capplan-workload*")) == [
+        "capplan-workload-llama-3.1-70b.jsonl", "capplan-workload-qwen2.5-72b.jsonl"]
+
+
+def test_several_models_verify_needs_one_named(two, run_cli, tmp_path: Path):
+    exported, _ = two
+    out = str(tmp_path / "w.jsonl")
+    assert_one_line_error(run_cli("verify", str(exported), "--write-dataset", out),
+                          "the plan has several models (llama-3.1-70b, qwen2.5-72b): name the "
+                          "one to verify with --model NAME")
+    assert_one_line_error(run_cli("verify", str(exported), "--model", "llama-3.1-8b",
+                                  "--write-dataset", out),
+                          "--model llama-3.1-8b: not one of the plan's models")
+    # the Hugging Face id names a model too; the requests are that model's, at its peak
+    res = run_cli("verify", str(exported), "--model", "Qwen/Qwen2.5-72B", "--format", "json",
+                  "--write-dataset", out)
+    assert res.exit_code == 0, res.stderr
+    d = json.loads(res.stdout)
+    assert d["model"] == "Qwen/Qwen2.5-72B" and d["per_replica_rate_per_s"] == pytest.approx(
+        4.8125)
+    assert "the day plan's peak window 02:00-03:00" in res.stderr
+
+
+def test_html_measure_line_names_each_model(run_cli, tmp_path: Path):
+    html = tmp_path / "two.html"
+    res = run_cli("plan", str(EXAMPLES / "two-models.yaml"), "--export", str(html))
+    assert res.exit_code == 0, res.stderr
+    text = html.read_text()
+    for model in ("llama-3.1-70b", "qwen2.5-72b"):
+        assert f"capplan verify PLAN.json --model {model} --endpoint http://localhost:8000" \
+            in text
+        assert f"--write-dataset capplan-workload-{model}.jsonl" in text
