@@ -450,8 +450,10 @@ def verify(plan: str | Path | dict[str, Any], *, endpoint: str | None = None,
            write_dataset: str | None = None, client: str = "capplan", **kw: Any) -> Any:
     """Run a plan's workload (a plan JSON/YAML path or the dict `run_plan(...).to_dict()` gives)
     against a running server and/or write it as a client's dataset file; `.rows()` holds
-    predicted vs measured (capplan.plan.verify_endpoint.VerifyResult). Further keywords:
-    VerifyOptions' fields (served_model, requests, seed, trace, timeout_s, calibration_out)."""
+    predicted vs measured (capplan.plan.verify_endpoint.VerifyResult). A day plan is verified
+    at its peak window; a plan of several models needs `model`. Further keywords:
+    VerifyOptions' fields (model, served_model, requests, seed, trace, timeout_s,
+    calibration_out, layout)."""
     from capplan.plan.verify_endpoint import VerifyOptions, verify_plan
 
     known = [f.name for f in fields(VerifyOptions)]

@@ -132,13 +132,15 @@ def _money(x: Any) -> str:
 def schedule_sections(result: dict[str, Any], fmt: str) -> list[tuple[str, str]]:
     """(title, table) of the schedule and the totals in CSV or Markdown: the columns of the
     `.schedule.csv` export (capplan.export.day_export), so stdout and the file read alike."""
-    from capplan.export.day_export import headers, summary_rows
+    from capplan.export.day_export import headers, summary_rows, summary_shown
     from capplan.export.day_export import schedule_rows as export_rows
 
     heads, fmts = headers(result)
     cols = [Column(str(i), h, None, f) for i, (h, f) in enumerate(zip(heads, fmts, strict=True))]
     rows = [{str(i): v for i, v in enumerate(r)} for r in export_rows(result)]
-    totals = [{"q": q, "v": v} for q, v in summary_rows(result)]
+    # CSV: the numbers as the .schedule.csv export writes them; Markdown: each in its format
+    totals = ([{"q": q, "v": v} for q, v, _ in summary_rows(result)] if fmt == "csv"
+              else [{"q": q, "v": v} for q, v in summary_shown(result)])
     return [("day plan (replicas per window)", render_rows(rows, cols, fmt)),
             ("totals", render_rows(totals, [Column("q", "quantity"), Column("v", "value")],
                                    fmt))]

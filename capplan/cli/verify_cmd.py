@@ -29,6 +29,8 @@ _COLUMNS = [
 @click.argument("plan_file", type=click.Path(dir_okay=False))
 @click.option("--endpoint", default=None, help="Base URL of a running OpenAI-compatible server: "
               "send it the plan's workload and compare.")
+@click.option("--model", default=None,
+              help="A plan of several models: the one to verify (its name in the plan file).")
 @click.option("--served-model", default=None,
               help="Model name the server serves (default: the plan's Hugging Face id).")
 @click.option("--client", type=click.Choice(["capplan", *CLIENTS]), default="capplan",
@@ -51,18 +53,20 @@ _COLUMNS = [
               "disaggregated layout behind its front end (the whole workload).")
 @format_option
 @catalog_option
-def verify_cmd(plan_file: str, endpoint: str | None, served_model: str | None, client: str,
-               write_dataset: str | None, requests: int | None, seed: int, trace: str | None,
-               timeout: float, out: str | None, layout: str, fmt: str,
-               catalog_dir: tuple[str, ...]) -> None:
+def verify_cmd(plan_file: str, endpoint: str | None, model: str | None,
+               served_model: str | None, client: str, write_dataset: str | None,
+               requests: int | None, seed: int, trace: str | None, timeout: float,
+               out: str | None, layout: str, fmt: str, catalog_dir: tuple[str, ...]) -> None:
     """Run a plan's workload against a server: predicted vs measured, side by side.
 
     PLAN_FILE is the JSON of `capplan plan FILE.yaml --export PLAN.json` (or a plan YAML,
-    planned again without the simulator check).
+    planned again without the simulator check). A day plan is verified at its peak window,
+    the rate its recommendation is sized for.
 
     \b
       capplan verify PLAN.json --endpoint http://localhost:8000
       capplan verify PLAN.json --client vllm --write-dataset capplan-workload.jsonl
+      capplan verify PLAN.json --model qwen2.5-72b --endpoint http://localhost:8000
       capplan verify PLAN.json --layout disaggregated --endpoint http://localhost:30000
     """
     from capplan.plan.verify_endpoint import VerifyOptions, verify_plan
@@ -70,13 +74,14 @@ def verify_cmd(plan_file: str, endpoint: str | None, served_model: str | None, c
     res = verify_plan(plan_file, VerifyOptions(
         endpoint=endpoint, served_model=served_model, client=client,
         write_dataset=write_dataset, requests=requests, seed=seed, trace=trace,
-        timeout_s=timeout, calibration_out=out, catalog_dirs=catalog_dir, layout=layout))
+        timeout_s=timeout, calibration_out=out, catalog_dirs=catalog_dir, layout=layout,
+        model=model))
+    d = res.to_dict()
     if res.dataset:
-        click.echo(f"wrote {res.dataset} ({len(res.requests)} requests, {client} format)",
-                   err=True)
+        click.echo(f"wrote {res.dataset} ({len(res.requests)} requests, {client} format"
+                   f"{_window(d)})", err=True)
     if res.calibration:
         click.echo(f"wrote {res.calibration}", err=True)
-    d = res.to_dict()
     if fmt == "json":
         emit(to_json(d))
         return
@@ -89,8 +94,8 @@ def verify_cmd(plan_file: str, endpoint: str | None, served_model: str | None, c
     where = ("the disaggregated layout" if d["layout"] == "disaggregated"
              else f"one replica ({d['gpu']} TP {d['tp']})")
     head = (f"{d['model']} on {where} at "
-            f"{d['per_replica_rate_per_s']:.3g} req/s: {m['completed']} of {d['requests']} "
-            f"requests completed, {m['errors']} errors")
+            f"{d['per_replica_rate_per_s']:.3g} req/s{_window(d)}: {m['completed']} of "
+            f"{d['requests']} requests completed, {m['errors']} errors")
     if m.get("first_error"):  # the cause, in every format (stderr beside csv's rows)
         head += f" (first: {m['first_error']})"
         if fmt == "csv":
@@ -98,6 +103,20 @@ def verify_cmd(plan_file: str, endpoint: str | None, served_model: str | None, c
     sep = "\n\n" if fmt == "markdown" else "\n"
     emit(head + sep + render_rows(rows, _COLUMNS, fmt) if fmt != "csv"
          else render_rows(rows, _COLUMNS, fmt))
+
+
+def _window(d: dict[str, Any]) -> str:
+    """Which window of a day plan the requests stand for: its peak (empty for a plan at one
+    rate)."""
+    w = d.get("day_window")
+    if not w:
+        return ""
+    from capplan.cli._day import _hhmm
+
+    share = ("the whole rate" if d["layout"] == "disaggregated"
+             else f"one replica's share {d['per_replica_rate_per_s']:.3g} req/s")
+    return (f"; the day plan's peak window {_hhmm(w['start_s'])}-{_hhmm(w['end_s'])}, "
+            f"{w['rate_per_s']:.3g} req/s, {share}")
 
 
 def register(cli: click.Group) -> None:

@@ -13,9 +13,42 @@ from typing import Any
 from capplan.export.atomic import atomic_write
 
 HEADERS = ("start (h)", "end (h)", "offered (req/s)", "IDC", "replicas", "GPUs",
-           "TTFT p99 (ms)", "TBT p99 (ms)", "scale-up begins (h)", "replay planned attainment",
-           "replay reactive attainment", "inter-arrival SCV")
-FMTS = (".2f", ".2f", ".3f", ".2f", "g", "g", ".0f", ".1f", ".2f", ".3f", ".3f", ".2f")
+           "TTFT p99 (ms)", "TBT p99 (ms)", "scale-up begins (h)",
+           "replay planned attainment (%)", "replay reactive attainment (%)",
+           "inter-arrival SCV")
+FMTS = (".2f", ".2f", ".3f", ".2f", "g", "g", ".0f", ".1f", ".2f", ".1f", ".1f", ".2f")
+
+TOTALS = (
+    ("peak_replicas", "peak replicas", 1.0, "g"),
+    ("peak_gpus", "peak GPUs", 1.0, "g"),
+    ("separate_fleets_peak_gpus", "peak GPUs, one fleet per model", 1.0, "g"),
+    ("gpu_hours", "GPU-hours, autoscaled", 1.0, ".1f"),
+    ("fixed_fleet_gpu_hours", "GPU-hours, fixed at the peak", 1.0, ".1f"),
+    ("separate_fleets_gpu_hours", "GPU-hours, fixed fleets per model", 1.0, ".1f"),
+    ("cost_per_day", "cost per day, autoscaled ($)", 1.0, ".2f"),
+    ("fixed_fleet_cost_per_day", "cost per day, fixed at the peak ($)", 1.0, ".2f"),
+    ("separate_fleets_cost_per_day", "cost per day, fixed fleets per model ($)", 1.0, ".2f"),
+    ("cost_per_million_output_tokens", "cost per million output tokens, autoscaled ($)", 1.0,
+     ".4g"),
+    ("fixed_fleet_cost_per_million_output_tokens",
+     "cost per million output tokens, fixed at the peak ($)", 1.0, ".4g"),
+    ("saving_gpu_hours", "saving (GPU-hours)", 1.0, ".1f"),
+    ("saving_per_day", "saving per day ($)", 1.0, ".2f"),
+    ("saving_frac", "saving (%)", 100.0, ".1f"),
+)
+"""The day's totals: (JSON key, label with its unit, factor to that unit, display format).
+GPU-hours are over the schedule's span, costs per 24 h (plan/day.py); a fraction is shown as
+a percentage, as the table output prints it."""
+POOL_TOTALS = (
+    ("peak_gpus", "peak GPUs", "g"),
+    ("separate_fleets_peak_gpus", "peak GPUs, one fleet per model", "g"),
+    ("gpu_hours", "GPU-hours, autoscaled", ".1f"),
+    ("fixed_pool_gpu_hours", "GPU-hours, fixed at the peak", ".1f"),
+    ("separate_fleets_gpu_hours", "GPU-hours, fixed fleets per model", ".1f"),
+    ("fixed_pool_cost_per_day", "cost per day, fixed at the peak ($)", ".2f"),
+    ("separate_fleets_cost_per_day", "cost per day, fixed fleets per model ($)", ".2f"),
+)
+"""A GPU type's pool in a plan of several models (`gpu_pools`): key, label, format."""
 
 
 def _num(x: Any) -> float | None:
@@ -35,8 +68,9 @@ def _h(x: Any) -> float | None:
 
 
 def _att(w: dict[str, Any], which: str) -> float | None:
-    r = (w.get("replay") or {}).get(which) or {}
-    return _num(r.get("attainment"))
+    """A replayed window's SLO attainment in % (the table output's percentage)."""
+    v = _num(((w.get("replay") or {}).get(which) or {}).get("attainment"))
+    return None if v is None else 100.0 * v
 
 
 def has_day(plan: dict[str, Any]) -> bool:
@@ -73,16 +107,30 @@ def schedule_rows(plan: dict[str, Any]) -> list[list[Any]]:
             for w in plan["schedule"]]
 
 
-def summary_rows(plan: dict[str, Any]) -> list[list[Any]]:
-    """(quantity, value) rows of the day's totals."""
-    keys = ("peak_replicas", "gpu_hours", "fixed_fleet_gpu_hours", "cost_per_day",
-            "fixed_fleet_cost_per_day", "cost_per_million_output_tokens",
-            "fixed_fleet_cost_per_million_output_tokens", "saving_frac", "peak_gpus",
-            "separate_fleets_peak_gpus")
-    pools = [[f"{k} ({p['gpu']} pool)", p[k]] for p in plan.get("gpu_pools") or []
-             for k in ("peak_gpus", "separate_fleets_peak_gpus", "gpu_hours",
-                       "fixed_pool_gpu_hours", "separate_fleets_gpu_hours")]
-    return [[k, plan[k]] for k in keys if k in plan and plan[k] is not None] + pools
+def _totals(plan: dict[str, Any], prefix: str = "") -> list[tuple[str, Any, str]]:
+    """One plan's TOTALS it has, in display units, each label after `prefix`."""
+    out = [(prefix + label, plan[key] if factor == 1 else v * factor, fmt)
+           for key, label, factor, fmt in TOTALS if (v := _num(plan.get(key))) is not None]
+    start = _num(((plan.get("day") or {}).get("startup") or {}).get("replica_start_s"))
+    if start is not None:
+        out.append((prefix + "replica start-up (s)", start, ".0f"))
+    return out
+
+
+def summary_rows(plan: dict[str, Any]) -> list[tuple[str, Any, str]]:
+    """(quantity with its unit, value in that unit, display format) rows of the day's totals;
+    a plan of several models adds each GPU type's pool and each model's own day."""
+    pools = [(f"{p['gpu']} pool: {label}", p[k], fmt)
+             for p in plan.get("gpu_pools") or [] for k, label, fmt in POOL_TOTALS
+             if _num(p.get(k)) is not None]
+    models = [row for m in plan.get("models") or []
+              for row in _totals(m, f"{m.get('model')}: ")]
+    return _totals(plan) + pools + models
+
+
+def summary_shown(plan: dict[str, Any]) -> list[list[str]]:
+    """summary_rows as text, each value in its own format (a report's totals table)."""
+    return [[q, format(v, fmt)] for q, v, fmt in summary_rows(plan)]
 
 
 def schedule_csv_path(path: Path) -> Path:
@@ -101,8 +149,9 @@ def write_schedule_csv(plan: dict[str, Any], path: Path) -> Path:
             for row in schedule_rows(plan):
                 w.writerow(["" if v is None else v for v in row])
             w.writerow([])
-            for row in summary_rows(plan):
-                w.writerow(["" if v is None else v for v in row])
+            w.writerow(["quantity", "value"])
+            for q, v, _ in summary_rows(plan):
+                w.writerow([q, v])
 
     atomic_write(out, write)
     return out
@@ -115,7 +164,7 @@ def markdown_section(plan: dict[str, Any], table: Any) -> list[str]:
     heads, fmts = headers(plan)
     out = ["## Day plan: replicas per window", "",
            table(heads, rows, tuple(fmts)), "", table(["quantity", "value"],
-                                                       summary_rows(plan), "g"), ""]
+                                                       summary_shown(plan), "g"), ""]
     reps = [r[4] or 0 for r in rows]
     rate = [round(r[2] or 0.0, 3) for r in rows]
     labels = ", ".join(f'"{int(round(r[0] * 60)) // 60:02d}:{int(round(r[0] * 60)) % 60:02d}"'
@@ -137,8 +186,8 @@ def xlsx_sheet(wb: Any, plan: dict[str, Any], bold: Any, write_table: Any) -> No
     heads, fmts = headers(plan)
     write_table(ws, heads, rows, bold, fmts, wb)
     n = len(rows)
-    write_table(ws, ("quantity", "value"), summary_rows(plan), bold, ("g", "g"), wb,
-                first_row=n + 2)
+    write_table(ws, ("quantity", "value"), [[q, v] for q, v, _ in summary_rows(plan)], bold,
+                ("g", "g"), wb, first_row=n + 2)
     chart = wb.add_chart({"type": "column"})
     chart.add_series({"name": "replicas", "categories": ["schedule", 1, 0, n, 0],
                       "values": ["schedule", 1, 4, n, 4]})
@@ -188,6 +237,6 @@ def html_section(plan: dict[str, Any], table: Any, line_chart: Any, num: Any) ->
     chart = line_chart("Replicas and offered rate over the day", [("replicas", reps),
                                                                  ("offered (req/s)", rate)],
                        "time of day (h)", "replicas, requests/s")
-    totals = table(["quantity", "value"], [[k, num(v)] for k, v in summary_rows(plan)])
+    totals = table(["quantity", "value"], [[num(q), num(v)] for q, v in summary_shown(plan)])
     return ("<h2>Day plan: replicas per window</h2>" + f'<div class="charts">{chart}</div>'
             + totals + table(heads, rows, 1))

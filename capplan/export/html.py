@@ -26,6 +26,7 @@ from capplan.export.csv_export import (
     stops_paying_text,
 )
 from capplan.plan.alternatives import PLAN_NOTES
+from capplan.plan.bench_cmds import verify_call
 from capplan.plan.launch import layout_cell, layout_of, sized_for
 
 Section = Callable[[dict[str, Any]], str]
@@ -284,7 +285,9 @@ def _cmd(label: str, text: str) -> str:
             "</button></div>")
 
 
-def _commands(p: dict[str, Any]) -> str:
+def _commands(p: dict[str, Any], model: str | None = None) -> str:
+    """Launch, verify and deploy lines; `model`: one model of a plan of several, which its
+    verify lines name (bench_cmds.verify_call)."""
     flags = p["recommendations"][0].get("engine_flags", {})
     out = ["<h2>Launch, verify, deploy</h2>"]
     for key, label in (("vllm", "vLLM"), ("sglang", "SGLang"), ("trtllm", "TensorRT-LLM")):
@@ -301,7 +304,7 @@ def _commands(p: dict[str, Any]) -> str:
         if flags.get(key):
             out.append(_cmd(label, flags[key]))
     out.append(_cmd("measure",
-                    f"capplan verify PLAN.json --endpoint {_bench_url(flags.get('bench'))}"))
+                    f"{verify_call(model)} --endpoint {_bench_url(flags.get('bench'))}"))
     out.append(_cmd("deploy", "capplan plan PLAN.yaml --export plan.k8s.yaml && "
                               "kubectl apply -f plan.k8s.yaml"))
     d = p.get("disaggregated") or {}
@@ -311,7 +314,7 @@ def _commands(p: dict[str, Any]) -> str:
         if d.get(key):
             out.append(_cmd(label, d[key]))
     if d.get("bench"):  # the P/D layout through its front end, the whole workload
-        out.append(_cmd("disagg measure", "capplan verify PLAN.json --layout disaggregated "
+        out.append(_cmd("disagg measure", f"{verify_call(model)} --layout disaggregated "
                         f"--endpoint {_bench_url(d['bench'])}"))
     return "".join(out)
 
@@ -356,7 +359,8 @@ def render_html(plan: dict[str, Any]) -> str:
         body = "".join(s(plan) for s in SECTIONS)
     else:  # several models: each model's sections under its own heading, then the pool's day
         body = "".join(f"<h2>Model: {_e(m.get('model'))}</h2>" + "".join(
-            s(m).replace("<h2>", "<h3>").replace("</h2>", "</h3>") for s in SECTIONS
+            (_commands(m, m.get("model")) if s is _commands else s(m))
+            .replace("<h2>", "<h3>").replace("</h2>", "</h3>") for s in SECTIONS
             if s is not _day) for m in subs) + _day(plan)
 
     return ("<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\">"

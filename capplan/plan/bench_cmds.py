@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import shlex
 from dataclasses import dataclass
 from typing import Any
@@ -64,8 +65,40 @@ class BenchImages:
     output_tokens: int
 
 
-def dataset_name(client: str, stem: str = "capplan-workload") -> str:
+DATASET_STEM = "capplan-workload"
+VERIFY_PLAN = "capplan verify PLAN.json"
+"""How a printed line calls verify; the CLI names the JSON just exported in its place."""
+
+
+def dataset_name(client: str, stem: str = DATASET_STEM) -> str:
     return stem + DATASET_SUFFIX[client]
+
+
+def verify_call(model: str | None = None) -> str:
+    """`capplan verify PLAN.json`, naming the model (`--model NAME`) for one model of a plan
+    of several."""
+    return VERIFY_PLAN + ("" if model is None else f" --model {shlex.quote(model)}")
+
+
+def for_model(plan: dict[str, Any], model: str) -> dict[str, Any]:
+    """One model's plan dict in a plan of several: its printed verify steps (the
+    recommendations' and a disaggregated layout's) call verify with `--model NAME`, the one
+    JSON holding every model, and write and read the model's own dataset file
+    (capplan-workload-NAME.jsonl), so two models' datasets in one folder stay apart."""
+    stem = f"{DATASET_STEM}-{re.sub(r'[^A-Za-z0-9._-]+', '-', model)}."
+
+    def steps(d: dict[str, Any]) -> dict[str, Any]:
+        return {**d, **{k: d[k].replace(VERIFY_PLAN, verify_call(model))
+                        .replace(f"{DATASET_STEM}.", stem)
+                        for k in ("bench", "bench_dataset") if isinstance(d.get(k), str)}}
+
+    out = {**plan, "recommendations": [
+        {**r, "engine_flags": steps(r.get("engine_flags") or {})}
+        for r in plan.get("recommendations") or []]}
+    for key in ("disaggregated", "fixed_disaggregated"):
+        if isinstance(plan.get(key), dict):
+            out[key] = steps(plan[key])
+    return out
 
 
 def num_prompts(rate_per_s: float) -> int:
@@ -111,7 +144,7 @@ def image_bench_command(client: str, *, model_id: str, base_url: str, rate_per_s
              "--apply-chat-template", "--num-prompts", str(n),
              "--request-rate", f"{rate_per_s:.4g}"]
         return shlex.join(w)
-    return (shlex.join(["capplan", "verify", "PLAN.json", "--endpoint", base_url])
+    return (f"{VERIFY_PLAN} --endpoint {shlex.quote(base_url)}"
             + f"  # {CANNOT_SEND_IMAGES[client]}: capplan's client sends them")
 
 
@@ -175,5 +208,5 @@ def verify_lines(model_id: str, rate_per_s: float, engine: str, port: int, slos:
                           rate_per_s=rate_per_s, slo=slo, images=images)
     return {"bench": bench,
             "bench_dataset": "" if images is not None else
-            f"capplan verify PLAN.json{which} --client {client} "
+            f"{VERIFY_PLAN}{which} --client {client} "
             f"--write-dataset {dataset_name(client)}"}

@@ -34,7 +34,7 @@ import numpy as np
 from capplan.catalog.loader import Catalog
 from capplan.errors import InputError
 from capplan.models.memory import memory_report
-from capplan.plan.day_peak import HOUR_S, peak_plan, rank_for_day, replicas_for
+from capplan.plan.day_peak import HOUR_S, peak_plan, peak_traffic, rank_for_day, replicas_for
 from capplan.plan.rate_curve import (
     DEFAULT_WINDOW_S,
     WindowSeries,
@@ -73,6 +73,9 @@ class LaneDay:
     name: str
     series: WindowSeries
     requests: Requests | None = None
+    trace: str | None = None
+    """The trace file read (absolute: `capplan verify` reads its lengths from any folder)."""
+    time_unit: str = "auto"
 
 
 def lane_day(lane: Any, window_s: float, base: Path | None = None) -> LaneDay:
@@ -81,8 +84,10 @@ def lane_day(lane: Any, window_s: float, base: Path | None = None) -> LaneDay:
         path = Path(lane.trace)
         if base is not None and not path.is_absolute():
             path = base / path
-        reqs = load_trace(path, getattr(lane, "time_unit", "auto"))
-        return LaneDay(lane.name, series_from_trace(reqs, window_s, str(path)), reqs)
+        unit = getattr(lane, "time_unit", "auto")
+        reqs = load_trace(path, unit)
+        return LaneDay(lane.name, series_from_trace(reqs, window_s, str(path)), reqs,
+                       trace=str(path.resolve()), time_unit=unit)
     out_mean = parse_length(str(lane.output_len)).mean
     if lane.rate_curve is not None:
         spec = lane.rate_curve if isinstance(lane.rate_curve, str) else [
@@ -162,6 +167,9 @@ class DayPlan:
     source: str
     headroom: float
     notes: list[str] = field(default_factory=list)
+    peak: dict[str, Any] = field(default_factory=dict)
+    """The peak window and each lane's traffic there (day_peak.peak_traffic): what the plan
+    was sized for and what `capplan verify` sends."""
     rebuild: Callable[[np.ndarray], list[Window]] | None = field(default=None, repr=False,
                                                                  compare=False)
     """The windows for other replica counts (the replay adds replicas where it misses)."""
@@ -205,7 +213,7 @@ class DayPlan:
                     "capacity_per_replica_rps": best.candidate.max_rate_per_s,
                     "price_per_gpu_hour": self.price_per_gpu_hour,
                     "output_tokens": self.output_tokens, "startup": self.lag.to_dict(),
-                    "notes": list(self.notes)},
+                    "peak": self.peak, "notes": list(self.notes)},
             "schedule": [w.to_dict() for w in self.windows],
             "peak_replicas": self.peak_replicas,
             "gpu_hours": auto,
@@ -326,7 +334,8 @@ def plan_day(cat: Catalog, plan: PlanFile, opts: DayOptions, run: PlanFn,
              f"req/s within the SLOs, headroom {plan.headroom:.0%}"]
     dp = DayPlan(plan=result, windows=windows, gpus_per_replica=gpr, price_per_gpu_hour=price,
                  output_tokens=float(total.output_tokens.sum()), lag=lag, source=total.source,
-                 headroom=plan.headroom, notes=notes, rebuild=rebuild)
+                 headroom=plan.headroom, notes=notes, peak=peak_traffic(days, total),
+                 rebuild=rebuild)
     reqs = _day_requests(days, plan)
     if reqs is not None and opts.replay != "none":
         from capplan.plan.day_replay import verify_day

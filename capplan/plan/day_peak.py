@@ -22,6 +22,8 @@ HOUR_S = 3600.0
 LENGTH_SAMPLE = 20_000
 """Prompt / output lengths of a trace handed to the planner (a uniform sample: quantiles to
 ~1% at p99, as plan/lengths.LENGTH_SAMPLES)."""
+LENGTH_SEED = 12345
+"""Seed of that sample (fixed: the peak plan and `capplan verify` draw the same lengths)."""
 
 
 def replicas_for(offered_rps: np.ndarray, capacity_rps: float | np.ndarray, headroom: float,
@@ -33,20 +35,29 @@ def replicas_for(offered_rps: np.ndarray, capacity_rps: float | np.ndarray, head
     return np.maximum(need, min_replicas).astype(np.int64)
 
 
+def length_sample(reqs: Requests, rng: np.random.Generator | None = None
+                  ) -> tuple[np.ndarray, np.ndarray]:
+    """A trace's prompt and output lengths, a uniform sample of LENGTH_SAMPLE requests at
+    most: the length distribution the peak plan sizes a trace lane with (and `capplan verify`
+    draws a day plan's requests from); `rng` default: seeded with LENGTH_SEED."""
+    rng = np.random.default_rng(LENGTH_SEED) if rng is None else rng
+    n = len(reqs)
+    pick = rng.choice(n, size=min(n, LENGTH_SAMPLE), replace=False)
+    return np.asarray(reqs.input_tokens)[pick], np.asarray(reqs.output_tokens)[pick]
+
+
 def _trace_lengths(days: Sequence[Any], tmp: Path) -> dict[str, tuple[str, str]]:
-    """Each trace lane's prompt and output lengths as `empirical:` files (a uniform sample),
+    """Each trace lane's prompt and output lengths as `empirical:` files (length_sample),
     so the planner sees the trace's own length distribution."""
     out = {}
-    rng = np.random.default_rng(12345)
+    rng = np.random.default_rng(LENGTH_SEED)
     for i, d in enumerate(days):
         if d.requests is None:
             continue
-        n = len(d.requests)
-        pick = rng.choice(n, size=min(n, LENGTH_SAMPLE), replace=False)
         paths = []
-        for kind, arr in (("input", d.requests.input_tokens), ("output", d.requests.output_tokens)):
+        for kind, arr in zip(("input", "output"), length_sample(d.requests, rng), strict=True):
             p = tmp / f"lane{i}_{kind}.txt"
-            p.write_text("\n".join(str(int(x)) for x in np.asarray(arr)[pick]) + "\n")
+            p.write_text("\n".join(str(int(x)) for x in arr) + "\n")
             paths.append(f"empirical:{p}")
         out[d.name] = (paths[0], paths[1])
     return out
@@ -77,21 +88,36 @@ def _head(reqs: Requests, n: int) -> Requests:
                     reqs.hash_ids[:n], hash_block_tokens=reqs.hash_block_tokens)
 
 
-def peak_plan(plan: PlanFile, days: Sequence[Any], total: WindowSeries, tmp: Path
-               ) -> PlanFile:
-    """The plan file at the peak window: each lane at its rate there (lanes at 0 get a
-    trickle, so that their SLOs still count), trace lanes with the trace's lengths."""
+def peak_traffic(days: Sequence[Any], total: WindowSeries) -> dict[str, Any]:
+    """The peak window and each lane's traffic there, as the peak plan sizes it: its rate
+    (a lane at 0 gets a trickle, so that its SLOs still count) and arrival process (gamma at
+    the lane's request-weighted gap SCV, Poisson within 5%); a trace lane names its trace.
+    JSON `day.peak`: `capplan verify` of a day plan draws its requests from these lanes."""
     k = total.peak_index
-    lengths = _trace_lengths(days, tmp)
-    lanes = []
     floor = 1e-3 * float(total.offered_rps[k])
-    for ln, d in zip(plan.workloads, days, strict=True):
+    lanes = []
+    for d in days:
         rate = float(d.series.offered_rps[k]) if k < len(d.series) else 0.0
         burst = 1.0 / max(d.series.mean_scv(), 1e-3)
-        upd: dict[str, Any] = {"rate_per_s": max(rate, floor), "trace": None,
-                               "rate_curve": None,
-                               "burstiness": float(np.clip(burst, 1e-3, 1e3)),
-                               "arrival": "poisson" if abs(burst - 1) < 0.05 else "gamma"}
+        lanes.append({"name": d.name, "rate_per_s": max(rate, floor),
+                      "arrival": "poisson" if abs(burst - 1) < 0.05 else "gamma",
+                      "burstiness": float(np.clip(burst, 1e-3, 1e3)),
+                      **({"trace": d.trace, "time_unit": d.time_unit} if d.trace else {})})
+    return {"window": k, "start_s": float(total.start_s[k]), "end_s": float(total.end_s[k]),
+            "rate_per_s": float(total.offered_rps[k]), "lanes": lanes}
+
+
+def peak_plan(plan: PlanFile, days: Sequence[Any], total: WindowSeries, tmp: Path
+               ) -> PlanFile:
+    """The plan file at the peak window: each lane at its traffic there (peak_traffic),
+    trace lanes with the trace's lengths."""
+    lengths = _trace_lengths(days, tmp)
+    lanes = []
+    peak = peak_traffic(days, total)["lanes"]
+    for ln, d, at in zip(plan.workloads, days, peak, strict=True):
+        upd: dict[str, Any] = {"rate_per_s": at["rate_per_s"], "trace": None,
+                               "rate_curve": None, "burstiness": at["burstiness"],
+                               "arrival": at["arrival"]}
         if d.name in lengths:
             upd["input_len"], upd["output_len"] = lengths[d.name]
         if d.requests is not None and d.requests.has_prefix and ln.prefix is None:

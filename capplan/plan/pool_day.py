@@ -19,6 +19,7 @@ import numpy as np
 
 from capplan.catalog.loader import Catalog
 from capplan.errors import InputError
+from capplan.plan.bench_cmds import for_model
 from capplan.plan.day import HOUR_S, DayOptions, DayPlan, plan_day
 from capplan.plan.schema import PlanFile
 
@@ -103,7 +104,8 @@ class PoolDay:
         g = self._gpus()
         start, end = self._edges()
         sched = self._schedule(g, start, end)
-        per = [d.to_dict() for d in self.days]
+        # one JSON holds every model: each model's verify lines name it (bench_cmds.for_model)
+        per = [for_model(d.to_dict(), m) for d, m in zip(self.days, self.names, strict=True)]
         recs = [{**p["recommendations"][0], "model": m} for p, m in zip(per, self.names,
                                                                         strict=True)]
         pools = self.pools()

@@ -4,7 +4,7 @@ what the plan predicted for one replica (and optionally write a calibration from
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +13,7 @@ from capplan.plan.bench_cmds import CLIENTS, dataset_name
 from capplan.plan.workload_file import (
     PlannedRequest,
     check_client_sends_images,
+    day_peak,
     disaggregated_layout,
     plan_rate,
     plan_requests,
@@ -48,7 +49,32 @@ def load_plan_result(path_or_dict: str | Path | dict[str, Any],
     spec = load_plan(p)
     if spec.calibration and not Path(spec.calibration).is_absolute():
         spec = spec.model_copy(update={"calibration": str(p.parent / spec.calibration)})
-    return run_plan(load_catalog(catalog_dirs), spec, None).to_dict()
+    cat = load_catalog(catalog_dirs)
+    if spec.is_day:  # the day plan's recommendation at its peak window; the replay adds nothing
+        from capplan.plan.day_run import day_options, run_day_plan
+
+        opts = replace(day_options(spec), replay="none")
+        return run_day_plan(cat, spec, None, p.parent, opts).to_dict()
+    return run_plan(cat, spec, None).to_dict()
+
+
+def model_plan(plan: dict[str, Any], model: str | None) -> dict[str, Any]:
+    """The plan of the model verified: a plan of several models (`models`) holds one per
+    model, chosen by its name in the plan file (or Hugging Face id); a plan of one model is
+    itself (a `model` naming another is refused)."""
+    subs = plan.get("models")
+    if not subs:
+        if model is not None and model not in (plan.get("model"), plan.get("hf_id")):
+            raise InputError(f"--model {model}: the plan is of {plan.get('model')}")
+        return plan
+    names = ", ".join(str(m.get("model")) for m in subs)
+    if model is None:
+        raise InputError(f"the plan has several models ({names}): name the one to verify "
+                         "with --model NAME")
+    for m in subs:
+        if model in (m.get("model"), m.get("hf_id")):
+            return dict(m)
+    raise InputError(f"--model {model}: not one of the plan's models ({names})")
 
 
 @dataclass(frozen=True)
@@ -92,9 +118,13 @@ class VerifyResult:
         best = self.plan["recommendations"][0]
         rate = (plan_rate(self.plan) if self.layout == "disaggregated"
                 else best.get("per_replica_rate_per_s"))
+        peak = day_peak(self.plan)
         return {"model": self.plan.get("hf_id") or self.plan.get("model"),
                 "layout": self.layout, "gpu": best.get("gpu"), "tp": best.get("tp"),
                 "per_replica_rate_per_s": rate,
+                # a day plan is verified at its peak window, what its recommendation is for
+                "day_window": None if peak is None else {
+                    k: peak[k] for k in ("start_s", "end_s", "rate_per_s")},
                 "requests": len(self.requests), "dataset": self.dataset,
                 "comparison": self.rows(), "measured": self.measured,
                 "calibration": self.calibration}
@@ -116,6 +146,8 @@ class VerifyOptions:
     layout: str = "aggregated"
     """aggregated: one replica of the best recommendation; disaggregated: the plan's P/D
     layout behind its front end (the whole workload)."""
+    model: str | None = None
+    """A plan of several models: the one to verify (its name in the plan file)."""
 
 
 def verify_plan(plan: str | Path | dict[str, Any], opts: VerifyOptions) -> VerifyResult:
@@ -137,7 +169,7 @@ def verify_plan(plan: str | Path | dict[str, Any], opts: VerifyOptions) -> Verif
     if opts.layout == "disaggregated" and opts.calibration_out:
         raise InputError("--out fits one aggregated replica's host costs: verify --layout "
                          "aggregated against one replica to write a calibration")
-    d = load_plan_result(plan, opts.catalog_dirs)
+    d = model_plan(load_plan_result(plan, opts.catalog_dirs), opts.model)
     if opts.write_dataset is not None:
         check_client_sends_images(d, opts.client)
     reqs = plan_requests(d, num_requests=opts.requests, seed=opts.seed, trace=opts.trace,

@@ -36,7 +36,7 @@ from capplan.errors import InputError
 from capplan.export.atomic import atomic_write_text
 from capplan.plan.bench_cmds import num_prompts
 from capplan.sim.workload import Lane as SimLane
-from capplan.sim.workload import Workload, load_trace, parse_length
+from capplan.sim.workload import LengthDist, Workload, load_trace, parse_length
 
 WORD = "hello "
 WORDS = ("the of and to in is it that for on was with as at by be this from or an are not but "
@@ -134,10 +134,31 @@ def disaggregated_layout(plan: dict[str, Any]) -> dict[str, Any] | None:
     return sized if sized.get("prefill") else None
 
 
+def day_peak(plan: dict[str, Any]) -> dict[str, Any] | None:
+    """A day plan's peak window (JSON `day.peak`: its start and end, rate and lanes there),
+    None for a plan at one rate."""
+    return (plan.get("day") or {}).get("peak") or None
+
+
+def verified_lanes(plan: dict[str, Any]) -> list[dict[str, Any]]:
+    """The lanes verify draws requests from: a plan's at one rate as planned; a day plan's
+    (lanes with `rate_curve` or `trace`, no `rate_per_s`) at its peak window, with the rate,
+    arrival process and burstiness its recommendation was sized for (`day.peak`)."""
+    lanes = plan.get("lanes") or []
+    if all(ln.get("rate_per_s") is not None for ln in lanes):
+        return lanes
+    at = (day_peak(plan) or {}).get("lanes") or []
+    if len(at) != len(lanes):
+        raise InputError("the plan's lanes follow a day (rate_curve or trace) but the plan "
+                         "has no peak window (day.peak): export it again with `capplan plan "
+                         "FILE --export PLAN.json`")
+    return [{**ln, **peak} for ln, peak in zip(lanes, at, strict=True)]
+
+
 def plan_rate(plan: dict[str, Any]) -> float:
-    """A plan's whole rate (req/s): its lanes' sum, what a disaggregated layout's front end
-    takes."""
-    return sum(float(ln["rate_per_s"]) for ln in plan.get("lanes", []))
+    """A plan's whole rate (req/s): its lanes' sum (a day plan's at its peak window), what a
+    disaggregated layout's front end takes."""
+    return sum(float(ln["rate_per_s"]) for ln in verified_lanes(plan))
 
 
 def plan_requests(plan: dict[str, Any], *, num_requests: int | None = None, seed: int = 0,
@@ -149,6 +170,7 @@ def plan_requests(plan: dict[str, Any], *, num_requests: int | None = None, seed
     if not recs or not plan.get("lanes"):
         raise InputError("the plan has no recommendation or no lanes: pass the JSON that "
                          "`capplan plan FILE --export PLAN.json` writes")
+    lanes = verified_lanes(plan)
     best = recs[0]
     replicas = max(1, int(best.get("replicas", 1)))
     rate = best["per_replica_rate_per_s"]
@@ -164,7 +186,7 @@ def plan_requests(plan: dict[str, Any], *, num_requests: int | None = None, seed
         keep = np.arange(len(reqs)) % replicas == 0
         names = ["trace"]
     else:
-        reqs, names = _generated(plan, replicas, num_requests or num_prompts(rate), seed)
+        reqs, names = _generated(lanes, replicas, num_requests or num_prompts(rate), seed)
         keep = np.ones(len(reqs), bool)
     reqs, _ = reqs.clip_to_context(max_len)
     idx = np.flatnonzero(keep)
@@ -192,18 +214,33 @@ def _lane_images(plan: dict[str, Any]) -> dict[str, dict[str, int]]:
             for ln in plan.get("lanes") or [] if int(ln.get("images_per_request") or 0)}
 
 
-def _generated(plan: dict[str, Any], replicas: int, n: int, seed: int
+def _lengths(lane: dict[str, Any]) -> tuple[LengthDist, LengthDist]:
+    """A lane's prompt and output length distributions; a day plan's trace lane has its
+    trace's, the sample its peak plan was sized with (day_peak.length_sample)."""
+    if not lane.get("trace"):
+        return parse_length(str(lane["input_len"])), parse_length(str(lane["output_len"]))
+    from capplan.plan.day_peak import length_sample
+
+    path = Path(lane["trace"])
+    if not path.is_file():
+        raise InputError(f"{path}: no such trace file (lane {lane['name']} of the day plan "
+                         "draws its lengths from it)")
+    inp, out = length_sample(load_trace(path, lane.get("time_unit") or "auto"))
+    return (LengthDist("empirical", values=tuple(int(x) for x in inp), text=f"{path} prompts"),
+            LengthDist("empirical", values=tuple(int(x) for x in out), text=f"{path} outputs"))
+
+
+def _generated(lanes: list[dict[str, Any]], replicas: int, n: int, seed: int
                ) -> tuple[Any, list[str]]:
-    """`n` requests of the plan's lanes at one replica's share of their rates, and the lanes'
+    """`n` requests of the lanes at one replica's share of their rates, and the lanes'
     names."""
-    lanes = tuple(SimLane(name=ln["name"], rate_per_s=ln["rate_per_s"] / replicas,
-                          arrival=ln.get("arrival", "poisson"),
-                          burstiness=ln.get("burstiness", 1.0),
-                          input_len=parse_length(str(ln["input_len"])),
-                          output_len=parse_length(str(ln["output_len"])),
-                          priority=ln.get("priority", 0)) for ln in plan["lanes"])
-    reqs = Workload(lanes, num_requests=n).generate(np.random.default_rng(seed))
-    return reqs, [ln.name for ln in lanes]
+    sim = tuple(SimLane(name=ln["name"], rate_per_s=ln["rate_per_s"] / replicas,
+                        arrival=ln.get("arrival", "poisson"),
+                        burstiness=ln.get("burstiness", 1.0),
+                        input_len=inp, output_len=out, priority=ln.get("priority", 0))
+                for ln in lanes for inp, out in [_lengths(ln)])
+    reqs = Workload(sim, num_requests=n).generate(np.random.default_rng(seed))
+    return reqs, [ln.name for ln in sim]
 
 
 def _rows(client: str, reqs: list[PlannedRequest]) -> str:

@@ -301,8 +301,9 @@ def test_day_plan_csv_carries_recommendation_launch_schedule_and_totals(run_cli,
     # totals by hand from the schedule: replicas x 4 GPUs x 0.25 h per window
     total = dict(totals[1:])
     assert totals[0] == ["quantity", "value"]
-    assert float(total["gpu_hours"]) == pytest.approx(sum(int(r[4]) for r in sched[1:]) * 4 / 4)
-    assert int(total["peak_replicas"]) == max(int(r[4]) for r in sched[1:])
+    assert float(total["GPU-hours, autoscaled"]) == pytest.approx(
+        sum(int(r[4]) for r in sched[1:]) * 4 / 4)
+    assert int(total["peak replicas"]) == max(int(r[4]) for r in sched[1:])
     assert f"wrote {tmp_path / 'd.csv'}" in res.stderr
     assert f"wrote {tmp_path / 'd.schedule.csv'}" in res.stderr
 
@@ -316,4 +317,4 @@ def test_day_plan_markdown_has_each_section(run_cli, tmp_path: Path):
     assert heads == ["## recommendations", "## launch", "## day plan (replicas per window)",
                      "## totals"]
     assert "| h100-sxm |" in res.stdout and "```sh\nvllm serve " in res.stdout
-    assert "| gpu_hours " in res.stdout
+    assert "| GPU-hours, autoscaled " in res.stdout

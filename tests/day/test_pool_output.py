@@ -89,3 +89,22 @@ def test_gpu_types_are_not_added_up(run_cli, tmp_path: Path):
                                     "h100-sxm": by_model["qwen3-8b"]}
     table = run_cli("plan", plan).stdout
     assert "l40s pool" in table and "h100-sxm pool" in table and "GPUs\npool" not in table
+
+
+def test_table_gives_every_models_day(run_cli):
+    """examples/day/two-models.yaml: under each model's `over the day:` line come its
+    scale-ups, peak and cost, and its replica start-up, as its JSON has them."""
+    example = str(Path(__file__).resolve().parents[2] / "examples" / "day" / "two-models.yaml")
+    res, js = run_cli("plan", example), run_cli("plan", example, "--format", "json")
+    assert res.exit_code == 0 and js.exit_code == 0, res.stderr + js.stderr
+    out = res.stdout.splitlines()
+    for m in json.loads(js.stdout)["models"]:
+        start = out.index(f"{m['model']} over the day:") + 1
+        block = "\n".join(out[start:start + 5])
+        ups = sum(w["scale_up_begin_s"] is not None for w in m["schedule"])
+        assert ups and out[start].startswith("scale-ups begin at: ")
+        assert out[start].count("(to ") == ups
+        assert f"peak {m['peak_replicas']} replicas; autoscaled {m['gpu_hours']:,.1f} GPU-hours " \
+               f"(${m['cost_per_day']:,.2f}/day)" in block
+        assert (f"a replica starts in {m['day']['startup']['replica_start_s']:.0f} s"
+                in block)
