@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from capplan.errors import InputError
-from capplan.export.atomic import atomic_write
+from capplan.export.atomic import Staged, atomic_write_all
 from capplan.export.json_export import jsonable
 from capplan.units import s_to_ms
 
@@ -326,9 +326,10 @@ def pool_table(plan: dict[str, Any]) -> tuple[list[RecColumn], list[list[Any]]]:
     return list(POOL_COLUMNS), _rows(pool_records(plan), POOL_COLUMNS)
 
 
-def write_csv(plan: dict[str, Any], path: str | Path) -> Path:
-    """Write one CSV row per recommendation (header row first), then one per pool of the
-    disaggregated layout when the plan has one, atomically."""
+def csv_files(plan: dict[str, Any], path: str | Path) -> list[Staged]:
+    """The CSV export rendered: one row per recommendation (header row first), then one per
+    pool of the disaggregated layout when the plan has one, then the pool comparison; a day
+    plan's schedule beside it (plan.schedule.csv)."""
     path = Path(path)
     cols, rows = recommendation_table(plan)
     rows += _rows(disaggregated_records(plan), cols)  # the disaggregated pools, rank says so
@@ -344,9 +345,12 @@ def write_csv(plan: dict[str, Any], path: str | Path) -> Path:
             for row in rows:
                 w.writerow(["" if v is None else v for v in row])
 
-    atomic_write(path, write)
-    from capplan.export.day_export import has_day, write_schedule_csv
+    from capplan.export.day_export import has_day, schedule_csv_file
 
-    if has_day(plan):  # a day plan: its schedule beside, plan.schedule.csv
-        write_schedule_csv(plan, path)
-    return path
+    return [(path, write), *([schedule_csv_file(plan, path)] if has_day(plan) else [])]
+
+
+def write_csv(plan: dict[str, Any], path: str | Path) -> Path:
+    """Write the CSV export (`csv_files`), atomically, all files or none."""
+    atomic_write_all(csv_files(plan, path))
+    return Path(path)

@@ -363,6 +363,14 @@ def _vllm_args(argv: list[str]) -> list[str]:
     return out
 
 
+def one_llmd_model(models: list[str]) -> None:
+    """An llm-d values file serves one model: InputError for a plan of several."""
+    if len(models) > 1:
+        raise InputError(f"an llm-d values file serves one model; this plan has {len(models)} "
+                         f"({', '.join(models)}): plan each model on its own for its llm-d "
+                         "values, or export .k8s.yaml for all of them")
+
+
 def llmd_values(plan: dict[str, Any]) -> dict[str, Any]:
     """llm-d-modelservice Helm values: decode (and prefill, when disaggregated wins) pools of
     the plan's vLLM lines (llm-d serves vLLM). One model per values file: a plan of several
@@ -370,10 +378,7 @@ def llmd_values(plan: dict[str, Any]) -> dict[str, Any]:
     from capplan.export.csv_export import model_plans
 
     if len(subs := model_plans(plan)) > 1:
-        names = ", ".join(str(m.get("model")) for m in subs)
-        raise InputError(f"an llm-d values file serves one model; this plan has {len(subs)} "
-                         f"({names}): plan each model on its own for its llm-d values, or "
-                         "export .k8s.yaml for all of them")
+        one_llmd_model([str(m.get("model")) for m in subs])
     pools = plan_pools(plan, "vllm")
     hf = plan.get("hf_id") or plan["model"]
 
@@ -403,17 +408,26 @@ class _Dumper(yaml.SafeDumper):
         return True  # labels repeat as text, not as &id001 anchors
 
 
-def write_k8s(plan: dict[str, Any], path: Path) -> Path:
+def k8s_text(plan: dict[str, Any]) -> str:
+    """The `.k8s.yaml` export: every object of `k8s_objects`, under a title line."""
     from capplan.export.csv_export import rates_title
 
     objs = k8s_objects(plan)
     head = f"# capplan: {rates_title(plan)}; kubectl apply -f this file\n"
-    atomic_write_text(path, head + yaml.dump_all(objs, Dumper=_Dumper, sort_keys=False))
+    return head + yaml.dump_all(objs, Dumper=_Dumper, sort_keys=False)
+
+
+def llmd_text(plan: dict[str, Any]) -> str:
+    """The `.llm-d.yaml` export: `llmd_values` under a title line."""
+    head = "# capplan: llm-d-modelservice values (helm install ... -f this file)\n"
+    return head + yaml.dump(llmd_values(plan), Dumper=_Dumper, sort_keys=False)
+
+
+def write_k8s(plan: dict[str, Any], path: Path) -> Path:
+    atomic_write_text(path, k8s_text(plan))
     return path
 
 
 def write_llmd(plan: dict[str, Any], path: Path) -> Path:
-    head = ("# capplan: llm-d-modelservice values (helm install ... -f this file)\n")
-    atomic_write_text(path, head + yaml.dump(llmd_values(plan), Dumper=_Dumper,
-                                                     sort_keys=False))
+    atomic_write_text(path, llmd_text(plan))
     return path
