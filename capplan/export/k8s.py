@@ -36,7 +36,7 @@ import yaml
 
 from capplan.errors import InputError
 from capplan.export.atomic import atomic_write_text
-from capplan.plan.launch import DEFAULT_PORTS, HEAD
+from capplan.plan.launch import DEFAULT_PORTS, HEAD, pool_command
 
 IMAGES = {"vllm": "vllm/vllm-openai:v0.11.0", "sglang": "lmsysorg/sglang:v0.5.2-cu126",
           "trtllm": "nvcr.io/nvidia/tensorrt-llm/release:1.0.0"}
@@ -106,8 +106,7 @@ def _line_files(line: str) -> dict[str, str]:
 def _argv(line: str) -> tuple[list[str], int]:
     """A launch line's words without environment assignments (the device plugin assigns GPUs),
     and its --port / --port value."""
-    words = shlex.split(line.split(": ", 1)[1] if re.match(r"^\d+ x: ", line) else line,
-                        comments=True)
+    words = shlex.split(pool_command(line), comments=True)
     while words and re.match(r"^[A-Z_][A-Z0-9_]*=", words[0]):
         words.pop(0)
     port = 8000
@@ -127,7 +126,7 @@ def _node_argv(text: str) -> tuple[list[str], list[str] | None, int, int]:
     """Leader and worker commands of a launch text (one line, or "node k: ..." lines of a
     replica over hosts, capplan.plan.launch.node_commands), its port and its host count."""
     lines = text.split("\n")
-    lines[0] = re.sub(r"^\d+ x: (?=node 0: |any node: )", "", lines[0])  # a P/D pool's replicas
+    lines[0] = pool_command(lines[0])  # a P/D pool's replica count
     if lines[0].startswith("any node: "):
         raise InputError("TensorRT-LLM over several hosts runs under MPI (mpirun across "
                          "hosts), which these manifests do not set up: export the SGLang or "

@@ -15,13 +15,12 @@ from capplan.errors import InputError
 from capplan.export.atomic import Staged, atomic_write_all, bytes_file
 from capplan.export.csv_export import (
     clean_number,
-    disaggregated_records,
+    disaggregated_table,
     lane_table,
     model_plans,
     pareto_table,
     pool_table,
     recommendation_table,
-    table_rows,
 )
 from capplan.export.json_export import jsonable
 from capplan.plan.alternatives import PLAN_NOTES
@@ -181,10 +180,10 @@ def xlsx_files(plan: dict[str, Any], path: str | Path) -> list[Staged]:
                      rec_rows, bold, [c.fmt for c in cols], wb)
         _inputs_sheet(wb, plan, bold)
         _curve_sheet(wb, plan, bold)
-        disagg = table_rows(disaggregated_records(plan), cols)
+        disagg_cols, disagg = disaggregated_table(plan)
         if disagg:
-            _write_table(wb.add_worksheet("disaggregated"), [c.header for c in cols],
-                         disagg, bold, [c.fmt for c in cols], wb)
+            _write_table(wb.add_worksheet("disaggregated"), [c.header for c in disagg_cols],
+                         disagg, bold, [c.fmt for c in disagg_cols], wb)
         pool_cols, pools = pool_table(plan)
         if pools:  # one shared pool against a pool per lane
             _write_table(wb.add_worksheet("pools"), [c.header for c in pool_cols], pools,
