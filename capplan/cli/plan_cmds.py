@@ -41,6 +41,7 @@ from capplan.cli._prefix import pop_prefix_spec, prefix_options
 from capplan.cli._render import Column, emit, render_rows, to_json
 from capplan.errors import InputError
 from capplan.export.csv_export import SHOWN_RECOMMENDATIONS, pool_records, shown_note
+from capplan.export.layout import AGGREGATED, DISAGGREGATED, headline, recommended_layout
 from capplan.limits import DEFAULT_HEADROOM
 from capplan.plan.alternatives import PLAN_NOTES
 from capplan.plan.launch import ENGINE_LABELS, layout_cell, layout_of, sized_for
@@ -77,11 +78,16 @@ JOBS_OPTION = click.option(
 
 def _finish(plan: PlanResult, fmt: str, exports: list[Path], plot_dir: str | None) -> None:
     """Exports and charts (all rendered, then written all or none), then the answer."""
+    from capplan.cli import ARGS_KEY
     from capplan.export import export_files, export_kind
     from capplan.export.atomic import atomic_write_all
+    from capplan.export.html import Run
 
     result = plan.to_dict()  # the export edge: from here on, the JSON contract's dict
-    files = [f for path in exports for f in export_files(result, path)]
+    args = click.get_current_context().meta.get(ARGS_KEY)
+    run = Run(None if args is None else shlex.join(["capplan", *args]),
+              tuple(str(p) for p in exports))
+    files = [f for path in exports for f in export_files(result, path, run)]
     if plot_dir:
         from capplan.export.plots import plan_chart_files
 
@@ -223,13 +229,19 @@ def render_plan(result: dict[str, Any], fmt: str) -> str:
     ver = best.get("verified")
     vtxt = "not simulated" if not ver else (
         "simulator confirms" if ver.get("ok") else f"simulator: {ver.get('reason')}")
-    out += ["", f"recommended: {best['replicas']} x {best['gpu']} {layout_of(best)} "
-                f"({best['gpus_total']} GPU{'' if best['gpus_total'] == 1 else 's'}); "
-                "each replica carries up to "
-                f"{best['capacity_per_replica_rps']:.3g} req/s, limited by (binding constraint) "
-                f"{best['binding_constraint']}; at the planned "
-                f"{best['per_replica_rate_per_s']:.3g} req/s per replica the SLO margins are "
-                f"{margins or 'none (no SLOs)'}; {vtxt}"]
+    # the layout the plan recommends, as every export and the Kubernetes manifests say it: a
+    # disaggregated layout that wins or a pool per lane first, then the table's rank 1
+    layout = recommended_layout(result)
+    lead = {AGGREGATED: "recommended", DISAGGREGATED: "rank 1, the best aggregated fleet"
+            }.get(layout, "rank 1, one shared pool")
+    out += ["", *([headline(result)] * (layout != AGGREGATED)),
+            f"{lead}: {best['replicas']} x {best['gpu']} {layout_of(best)} "
+            f"({best['gpus_total']} GPU{'' if best['gpus_total'] == 1 else 's'}); "
+            "each replica carries up to "
+            f"{best['capacity_per_replica_rps']:.3g} req/s, limited by (binding constraint) "
+            f"{best['binding_constraint']}; at the planned "
+            f"{best['per_replica_rate_per_s']:.3g} req/s per replica the SLO margins are "
+            f"{margins or 'none (no SLOs)'}; {vtxt}"]
     spec = speculation_line(best)
     if spec:
         out.append(spec)

@@ -26,12 +26,13 @@ def export_kind(path: str | Path) -> str | None:
                  if name.endswith(s)), None)
 
 
-def export_files(plan: Any, path: str | Path) -> list[Any]:
+def export_files(plan: Any, path: str | Path, run: Any = None) -> list[Any]:
     """The files an export to `path` writes, rendered and not yet written: (path, write)
     pairs for `atomic.atomic_write_all` (a day plan's `.csv` adds its `.schedule.csv`).
 
     plan: a PlanResult (`capplan.plan.planner.run_plan`) or the dict its `to_dict()` gives
-    (what `capplan plan --format json` prints).
+    (what `capplan plan --format json` prints). run: the `html.Run` that made it (the report's
+    deploy and verify lines name its command and exports), or None.
 
     Raises:
         InputError: for any other suffix, a plan without recommendations, a missing extra, or
@@ -57,10 +58,10 @@ def export_files(plan: Any, path: str | Path) -> list[Any]:
         return xlsx_files(plan, path)
     from capplan.export.atomic import text_file
 
-    return [text_file(path, _text(plan, suffix))]
+    return [text_file(path, _text(plan, suffix, run))]
 
 
-def _text(plan: dict[str, Any], suffix: str) -> str:
+def _text(plan: dict[str, Any], suffix: str, run: Any) -> str:
     """The content of a text export."""
     if suffix == ".json":
         from capplan.export.json_export import plan_to_json
@@ -80,7 +81,7 @@ def _text(plan: dict[str, Any], suffix: str) -> str:
         return llmd_text(plan)
     from capplan.export.html import render_html
 
-    return render_html(plan)
+    return render_html(plan, run)
 
 
 def export_plan(plan: Any, path: str | Path) -> Path:

@@ -86,6 +86,7 @@ def _c(path: str, header: str, conv: Callable[[Any], Any] | None = None, fmt: st
 
 RECOMMENDATION_COLUMNS: tuple[RecColumn, ...] = (
     _c("rank", "rank"),
+    _c("recommended", "recommended", None, "g", False, True),
     _c("gpu", "GPU"),
     _c("tp", "TP"),
     _c("attention_dp", "attention DP", None, "g", False),
@@ -205,6 +206,19 @@ MODEL_COLUMN = _c("model", "model")
 ranked within its model."""
 
 
+def layout_marks(plan: dict[str, Any]) -> dict[str, str]:
+    """"yes" / "no" by layout (aggregated, disaggregated, separate) for the "recommended"
+    column: which one the plan recommends (`layout.recommended_layout`); {} for a plan that
+    compares no layouts (no disaggregated layout, no pool per lane)."""
+    from capplan.export.layout import recommended_layout
+
+    if not (isinstance(plan.get("disaggregated"), dict) or isinstance(plan.get("pools"), dict)):
+        return {}
+    won = recommended_layout(plan)
+    return {k: "yes" if k == won else "no" for k in ("aggregated", "disaggregated",
+                                                     "separate")}
+
+
 def disaggregated_records(plan: dict[str, Any]) -> list[dict[str, Any]]:
     """The disaggregated layout's pools as rows of the recommendation table: rank names the
     role; capacity and load per replica are the pool's; TTFT and TBT p99 are the layout's, end
@@ -230,7 +244,9 @@ def disaggregated_records(plan: dict[str, Any]) -> list[dict[str, Any]]:
         keys = ("gpu", "tp", "attention_dp", "expert_parallel", "gpus_per_replica", "replicas",
                 "gpus_total", "max_num_seqs", "max_num_batched_tokens", "weight_dtype_resolved",
                 "kv_dtype_resolved", "cost_per_hour", "per_replica_rate_per_s")
-        out.append({"rank": f"disaggregated {role}", **{k: p.get(k) for k in keys},
+        out.append({"rank": f"disaggregated {role}",
+                    "recommended": layout_marks(plan).get("disaggregated"),
+                    **{k: p.get(k) for k in keys},
                     "capacity_per_replica_rps": p.get("rate_per_replica_per_s"),
                     "predicted": {"ttft_s": {"p99": d.get("ttft_p99_s")},
                                   "tbt_s": {"p99": d.get("tbt_p99_s")}},
@@ -254,17 +270,31 @@ def recommendation_table(plan: dict[str, Any], *, brief: bool = False,
     rows the same columns will hold (an optional column one of them fills is kept).
     """
     recs = recommendations_of(plan)
+    mark = layout_marks(plan)
+    if mark:  # the plan compares layouts: rank 1 is the aggregated one's
+        recs = [{**r, "recommended": mark["aggregated"] if i == 0 else "no"}
+                for i, r in enumerate(recs)]
     cols = _used([c for c in RECOMMENDATION_COLUMNS if c.brief or not brief], [*recs, *also])
     if any("model" in r for r in recs):  # several models: say whose each row is
         cols.insert(0, MODEL_COLUMN)
     return cols, _rows(recs, cols)
 
 
-def disaggregated_table(plan: dict[str, Any]) -> tuple[list[RecColumn], list[list[Any]]]:
+DISAGG_BRIEF = ("rank", "gpu", "tp", "gpus_per_replica", "replicas", "gpus_total",
+                "weight_dtype_resolved", "kv_dtype_resolved", "max_num_seqs", "cost_per_hour",
+                "predicted", "pool_ttft_p99_s", "capacity_per_replica_rps",
+                "per_replica_rate_per_s")
+"""The disaggregated table's columns in the reports (Markdown, HTML); CSV and XLSX have all."""
+
+
+def disaggregated_table(plan: dict[str, Any], *, brief: bool = False
+                        ) -> tuple[list[RecColumn], list[list[Any]]]:
     """(columns, rows) of the disaggregated pools (`disaggregated_records`) in display units:
-    the recommendation table's columns, those only recommendations fill left out."""
+    the recommendation table's columns, those only recommendations fill left out; brief=True
+    keeps the reports' (`DISAGG_BRIEF`)."""
     recs = disaggregated_records(plan)
-    cols = [c for c in RECOMMENDATION_COLUMNS if any(dig(r, c.path) is not None for r in recs)]
+    cols = [c for c in RECOMMENDATION_COLUMNS if any(dig(r, c.path) is not None for r in recs)
+            and (not brief or c.path[0] in DISAGG_BRIEF)]
     return cols, _rows(recs, cols)
 
 
@@ -352,9 +382,12 @@ def csv_files(plan: dict[str, Any], path: str | Path) -> list[Staged]:
     path = Path(path)
     # the disaggregated pools (rank says so), then the pool comparison: each pool a row, its
     # name in the rank column
+    mark = layout_marks(plan)
     more = [*disaggregated_records(plan),
             *({**p, "rank": f"pool: {p['pool']}",
-               "binding_constraint": p.get("binding_constraint") or p.get("note")}
+               "binding_constraint": p.get("binding_constraint") or p.get("note"),
+               "recommended": mark.get("aggregated") if p["pool"].startswith("shared") else
+               mark.get("separate") if p["pool"].startswith("lane ") else None}
               for p in pool_records(plan))]
     cols, rows = recommendation_table(plan, also=more)
     rows += _rows(more, cols)

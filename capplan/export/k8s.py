@@ -172,8 +172,11 @@ def plan_pools(plan: dict[str, Any], engine: str | None = None) -> list[Pool]:
     best = plan["recommendations"][0]
     engine = engine or best.get("engine") or plan.get("inputs", {}).get("engine") or "vllm"
     model = (plan.get("model") or "model").split("/")[-1]
+    from capplan.export.layout import DISAGGREGATED, SEPARATE, recommended_layout
+
     d = plan.get("disaggregated") or {}
-    if d.get("winner") == "disaggregated" and d.get("launch", {}).get(f"{engine}_prefill"):
+    layout = recommended_layout(plan)  # as every export says it
+    if layout == DISAGGREGATED and d.get("launch", {}).get(f"{engine}_prefill"):
         out = []
         for role in ("prefill", "decode"):
             line = d["launch"][f"{engine}_{role}"]
@@ -186,9 +189,8 @@ def plan_pools(plan: dict[str, Any], engine: str | None = None) -> list[Pool]:
                             d[role]["gpu"], nodes, worker, role=role,
                             addressed=engine in FRONT_ENDS))
         return out
-    lanes = ((plan.get("pools") or {}).get("separate") or {}).get("lanes") or []
-    if plan.get("inputs", {}).get("pools") == "separate" and all(
-            ln.get("engine_flags") for ln in lanes):
+    if layout == SEPARATE:
+        lanes = plan["pools"]["separate"]["lanes"]
         return [_rec_pool(_name(model, ln["lane"]), ln, engine) for ln in lanes]
     return [_rec_pool(_name(model), best, engine)]
 

@@ -21,8 +21,15 @@ from capplan.export.csv_export import (
     shown_note,
     three_sig,
 )
+from capplan.export.layout import (
+    DISAGGREGATED,
+    disagg_figures,
+    disagg_launch,
+    headline,
+    recommended_layout,
+)
 from capplan.plan.alternatives import PLAN_NOTES
-from capplan.plan.launch import pool_command, sized_for
+from capplan.plan.launch import sized_for
 
 _ENGINE_TITLES = (("vllm", "vLLM"), ("sglang", "SGLang"), ("trtllm", "TensorRT-LLM"),
                   ("bench_dataset", "Benchmark workload"), ("bench", "Benchmark"))
@@ -48,7 +55,9 @@ def _summary(plan: dict[str, Any]) -> list[str]:
              ("engine", (plan.get("inputs") or {}).get("engine")),
              ("calibration", next((r.get("calibration") for r in plan.get("recommendations") or []
                                    if isinstance(r, dict)), None))]
-    return [f"- {k}: {v}" for k, v in facts if v is not None]
+    head = headline(plan)
+    return [f"- **{head[0].upper() + head[1:]}.**",
+            *(f"- {k}: {v}" for k, v in facts if v is not None)]
 
 
 def _lanes(plan: dict[str, Any]) -> list[str]:
@@ -101,66 +110,24 @@ def _commands(plan: dict[str, Any]) -> list[str]:
     return lines
 
 
-_DISAGG_BRIEF = ("rank", "gpu", "tp", "gpus_per_replica", "replicas", "gpus_total",
-                 "weight_dtype_resolved", "kv_dtype_resolved", "max_num_seqs", "cost_per_hour",
-                 "predicted", "pool_ttft_p99_s", "capacity_per_replica_rps",
-                 "per_replica_rate_per_s")
-"""The disaggregated table's columns in the report (the CSV and XLSX have every one)."""
-
-
 def _disaggregated(plan: dict[str, Any]) -> list[str]:
     d = plan.get("disaggregated") or {}
     if not d:
         return []
-    cols, rows = disaggregated_table(plan)
-    keep = [i for i, c in enumerate(cols) if c.path[0] in _DISAGG_BRIEF]
-    lines = ["## Disaggregated prefill/decode", "", str(d.get("verdict", "")), ""]
+    cols, rows = disaggregated_table(plan, brief=True)
+    won = " (recommended)" if recommended_layout(plan) == DISAGGREGATED else ""
+    lines = [f"## Disaggregated prefill/decode{won}", "", str(d.get("verdict", "")), ""]
     if rows:
-        lines += [_table([cols[i].header for i in keep], [[r[i] for i in keep] for r in rows],
-                         tuple(cols[i].fmt for i in keep)), ""]
-    lines += _disagg_figures(d)
-    for key, line in (d.get("launch") or {}).items():
-        lines += _disagg_launch(key, str(line), d)
+        lines += [_table([c.header for c in cols], rows, tuple(c.fmt for c in cols)), ""]
+    if disagg_figures(d):
+        lines += [disagg_figures(d), ""]
+    for title, text in disagg_launch(d):
+        lines += ([f"{title}: {text}", ""] if title.endswith("where each replica runs") else
+                  [f"{title}:", "", "```bash", text, "```", ""])
     if d.get("bench"):
         lines += ["verify (the whole workload through the front end):", "", "```bash",
                   str(d["bench_dataset"]), str(d["bench"]), "```", ""]
     return lines
-
-
-def _disagg_figures(d: dict[str, Any]) -> list[str]:
-    """The layout's end-to-end figures and KV transfer, as the terminal prints them."""
-    if not isinstance(d.get("prefill"), dict):
-        return []
-    tx = d.get("kv_transfer_s") or {}
-    return [f"TTFT p99 {_fmt_ms(d.get('ttft_p99_s'), '.0f')} ms end to end (prefill + KV "
-            f"transfer + decode admission), TBT p99 {_fmt_ms(d.get('tbt_p99_s'), '.1f')} ms; "
-            f"ratio {d.get('ratio')} (prefill:decode); KV transfer "
-            f"{_fmt_ms(tx.get('mean'), '.2f')} ms mean, {_fmt_ms(tx.get('p99'), '.2f')} ms p99 "
-            f"over {d.get('kv_link')}.", ""]
-
-
-def _fmt_ms(x: Any, fmt: str) -> str:
-    x = clean_number(x)
-    return format(x * 1e3, fmt) if isinstance(x, int | float) else "?"
-
-
-def _disagg_launch(key: str, line: str, d: dict[str, Any]) -> list[str]:
-    """One launch line of the layout under its title: a pool's as its first replica runs it
-    (the replica count in the title), the front end's, or where each replica runs."""
-    engine, _, role = key.partition("_")
-    name = dict(_ENGINE_TITLES).get(engine, engine)
-    if role == "hosts":
-        return [f"{name}, where each replica runs: {line}", ""]
-    pool = d.get(role) if role in ("prefill", "decode") else None
-    if isinstance(pool, dict):
-        n = pool.get("replicas")
-        title = (f"{name} {role} (1 replica):" if n == 1 else
-                 f"{name} {role} ({n} replicas; the first's line, the others take the next "
-                 "GPUs, port + 1 or the next host):")
-        line = pool_command(line)
-    else:
-        title = f"{name} {role}:"
-    return [title, "", "```bash", line, "```", ""]
 
 
 def _assumptions(plan: dict[str, Any]) -> list[str]:

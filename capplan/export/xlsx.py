@@ -92,7 +92,12 @@ def _inputs_rows(plan: dict[str, Any]) -> list[list[Any]]:
     if not isinstance(inputs, dict) or not inputs:
         keys = ("model", "objective", "headroom", "target_rate_per_s")
         inputs = {k: plan[k] for k in keys if k in plan}
-    rows = [[str(k), _scalar(v)] for k, v in inputs.items()]
+    from capplan.export.layout import headline
+
+    # what the plan recommends first (the aggregated fleet, the disaggregated layout, a pool
+    # per lane), as every export says it
+    rows = [["recommended", headline(plan).removeprefix("recommended: ")]]
+    rows += [[str(k), _scalar(v)] for k, v in inputs.items()]
     if "target_rate_per_s" in plan and "target_rate_per_s" not in inputs:
         rows.append(["target rate (req/s)", clean_number(plan["target_rate_per_s"])])
     recs = [r for r in plan.get("recommendations") or [] if isinstance(r, dict)]

@@ -133,3 +133,62 @@ def test_disaggregated_figures_sit_under_their_headers(deepseek) -> None:
     assert float(cells["TTFT p99 (ms)"]) == pytest.approx(d["ttft_p99_s"] * 1e3, abs=0.5)
     assert "```bash\nCUDA_VISIBLE_DEVICES=" in table and not re.search(r"^\d+ x: ", md,
                                                                         flags=re.M)
+
+
+def test_every_format_says_which_layout_is_recommended(deepseek, run_cli) -> None:
+    """Disaggregated wins: the Markdown headline, the CSV and XLSX "recommended" column, the
+    XLSX inputs sheet and the terminal say so, as the Kubernetes export deploys it (its
+    prefill and decode pools). Before, only the terminal's verdict line said it."""
+    out, plan = deepseek
+    d = plan["disaggregated"]
+    want = (f"the disaggregated prefill/decode layout: prefill 1 x h200 TP 8 (8 GPUs, $32.00/h)"
+            f" + decode 1 x h200 TP 8 (8 GPUs, $32.00/h) = {d['gpus_total']} GPUs, "
+            f"${d['cost_per_hour']:.2f}/h")
+    assert d["gpus_total"] == 16 and plan["recommendations"][0]["gpus_total"] == 24
+    md = out["md"].read_text()
+    assert md.splitlines()[2].startswith(f"- **Recommended: {want}")
+    assert "## Disaggregated prefill/decode (recommended)" in md
+    with out["csv"].open() as f:
+        marks = {r["rank"]: r["recommended"] for r in csv.DictReader(f)}
+    assert marks == {"1": "no", "disaggregated prefill": "yes", "disaggregated decode": "yes"}
+    rec_sheet = _xlsx_rows(out["xlsx"], "recommendations")
+    assert [r["recommended"] for r in rec_sheet] == ["no"]
+    assert [r["recommended"] for r in _xlsx_rows(out["xlsx"], "disaggregated")] == ["yes"] * 2
+    openpyxl = pytest.importorskip("openpyxl")
+    wb = openpyxl.load_workbook(out["xlsx"])
+    first = next(wb["inputs"].iter_rows(min_row=2, max_row=2, values_only=True))
+    wb.close()
+    assert first[0] == "recommended" and first[1].startswith(want)
+    import yaml
+
+    kinds = {(o["kind"], o["metadata"]["name"]) for o in
+             yaml.safe_load_all(out["k8s.yaml"].read_text())}
+    assert {("StatefulSet", "deepseek-v3-prefill"), ("StatefulSet", "deepseek-v3-decode")} <= kinds
+    res = run_cli(*DEEPSEEK, "--verify-top", "0")
+    assert res.exit_code == 0, res.stderr
+    text = " ".join(res.stdout.split())
+    assert f"recommended: {want}" in text
+    assert "rank 1, the best aggregated fleet: 3 x h200 TP 8 (24 GPUs)" in text
+
+
+def test_aggregated_winner_is_said_so_beside_the_losing_layout(run_cli, tmp_path) -> None:
+    out = {s: tmp_path / f"plan.{s}" for s in ("csv", "md", "html")}
+    res = run_cli("recommend", "--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--rate", "20",
+                  "--input-len", "lognormal:mean=800,p99=3000", "--output-len", "200",
+                  "--ttft-p99", "1", "--verify-top", "0", "--format", "json",
+                  *[a for p in out.values() for a in ("--export", str(p))])
+    assert res.exit_code == 0, res.stderr
+    plan = res.json()
+    d, best = plan["disaggregated"], plan["recommendations"][0]
+    assert d["winner"] == "aggregated" and d.get("prefill"), d["verdict"]
+    with out["csv"].open() as f:
+        marks = {r["rank"]: r["recommended"] for r in csv.DictReader(f)}
+    assert marks["1"] == "yes" and marks["disaggregated prefill"] == "no"
+    assert all(v == "no" for k, v in marks.items() if k.isdigit() and k != "1")
+    md = out["md"].read_text()
+    assert md.splitlines()[2].startswith(
+        f"- **Recommended: {best['replicas']} x h100-sxm TP {best['tp']} ")
+    assert "## Disaggregated prefill/decode\n" in md
+    page = out["html"].read_text()
+    assert "<h2>Disaggregated prefill/decode (not recommended)</h2>" in page
+    assert f"<b>Recommended: {best['replicas']} x h100-sxm TP {best['tp']} " in page
