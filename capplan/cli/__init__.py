@@ -57,6 +57,10 @@ fast (numpy, scipy and pydantic load with the command that needs them); a test c
 help against each command's own."""
 
 
+ARGS_KEY = "capplan.args"
+"""click's context meta key of the arguments capplan was run with (after the program name)."""
+
+
 class CapplanGroup(click.Group):
     """The ONE place errors are translated into exit codes and one-line messages. Commands load
     lazily (`COMMANDS`)."""
@@ -70,6 +74,10 @@ class CapplanGroup(click.Group):
             module = __import__(f"capplan.cli.{COMMANDS[cmd_name][0]}", fromlist=["register"])
             module.register(self)
         return self.commands.get(cmd_name)
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        ctx.meta[ARGS_KEY] = list(args)  # the command line as given (a report repeats it)
+        return super().parse_args(ctx, args)
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         names = self.list_commands(ctx)

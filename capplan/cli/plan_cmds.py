@@ -41,6 +41,7 @@ from capplan.cli._prefix import pop_prefix_spec, prefix_options
 from capplan.cli._render import Column, emit, render_rows, to_json
 from capplan.errors import InputError
 from capplan.export.csv_export import SHOWN_RECOMMENDATIONS, pool_records, shown_note
+from capplan.export.layout import AGGREGATED, DISAGGREGATED, headline, recommended_layout
 from capplan.limits import DEFAULT_HEADROOM
 from capplan.plan.alternatives import PLAN_NOTES
 from capplan.plan.launch import ENGINE_LABELS, layout_cell, layout_of, sized_for
@@ -76,21 +77,23 @@ JOBS_OPTION = click.option(
 
 
 def _finish(plan: PlanResult, fmt: str, exports: list[Path], plot_dir: str | None) -> None:
-    from capplan.export import export_kind, export_plan
+    """Exports and charts (all rendered, then written all or none), then the answer."""
+    from capplan.cli import ARGS_KEY
+    from capplan.export import export_files, export_kind
+    from capplan.export.atomic import atomic_write_all
+    from capplan.export.html import Run
 
     result = plan.to_dict()  # the export edge: from here on, the JSON contract's dict
-    for path in exports:
-        from capplan.export.day_export import has_day, schedule_csv_path
-
-        export_plan(result, path)
-        click.echo(f"wrote {path}", err=True)
-        if export_kind(path) == ".csv" and has_day(result):  # the schedule beside it
-            click.echo(f"wrote {schedule_csv_path(path)}", err=True)
+    args = click.get_current_context().meta.get(ARGS_KEY)
+    run = Run(None if args is None else shlex.join(["capplan", *args]),
+              tuple(str(p) for p in exports))
+    files = [f for path in exports for f in export_files(result, path, run)]
     if plot_dir:
-        from capplan.export.plots import plot_plan
+        from capplan.export.plots import plan_chart_files
 
-        for p in plot_plan(result, plot_dir):
-            click.echo(f"wrote {p}", err=True)
+        files += plan_chart_files(result, plot_dir)
+    for p in atomic_write_all(files):
+        click.echo(f"wrote {p}", err=True)
     if fmt == "json":
         emit(to_json(result))
         return
@@ -226,13 +229,19 @@ def render_plan(result: dict[str, Any], fmt: str) -> str:
     ver = best.get("verified")
     vtxt = "not simulated" if not ver else (
         "simulator confirms" if ver.get("ok") else f"simulator: {ver.get('reason')}")
-    out += ["", f"recommended: {best['replicas']} x {best['gpu']} {layout_of(best)} "
-                f"({best['gpus_total']} GPU{'' if best['gpus_total'] == 1 else 's'}); "
-                "each replica carries up to "
-                f"{best['capacity_per_replica_rps']:.3g} req/s, limited by (binding constraint) "
-                f"{best['binding_constraint']}; at the planned "
-                f"{best['per_replica_rate_per_s']:.3g} req/s per replica the SLO margins are "
-                f"{margins or 'none (no SLOs)'}; {vtxt}"]
+    # the layout the plan recommends, as every export and the Kubernetes manifests say it: a
+    # disaggregated layout that wins or a pool per lane first, then the table's rank 1
+    layout = recommended_layout(result)
+    lead = {AGGREGATED: "recommended", DISAGGREGATED: "rank 1, the best aggregated fleet"
+            }.get(layout, "rank 1, one shared pool")
+    out += ["", *([headline(result)] * (layout != AGGREGATED)),
+            f"{lead}: {best['replicas']} x {best['gpu']} {layout_of(best)} "
+            f"({best['gpus_total']} GPU{'' if best['gpus_total'] == 1 else 's'}); "
+            "each replica carries up to "
+            f"{best['capacity_per_replica_rps']:.3g} req/s, limited by (binding constraint) "
+            f"{best['binding_constraint']}; at the planned "
+            f"{best['per_replica_rate_per_s']:.3g} req/s per replica the SLO margins are "
+            f"{margins or 'none (no SLOs)'}; {vtxt}"]
     spec = speculation_line(best)
     if spec:
         out.append(spec)
@@ -321,18 +330,16 @@ def _pool_lines(result: dict[str, Any], fmt: str) -> list[str]:
     return out
 
 
-def _exports(paths: tuple[str, ...] | list[str], base: Path | None = None) -> list[Path]:
-    out = []
-    for p in paths:
-        path = Path(p)
-        if base is not None and not path.is_absolute():
-            path = base / path
-        from capplan.export import EXPORT_SUFFIXES, export_kind
+def _check_outputs(plan: PlanFile, exports: list[Path], plot_dir: str | None) -> list[Path]:
+    """Before the plan runs: every export (each once) and chart can be written where asked
+    (`capplan.export.check_exports`; the chart folder exists, as an export's must)."""
+    from capplan.export import check_exports
 
-        if export_kind(path) is None:
-            raise InputError(f"--export {p}: use a {', '.join(EXPORT_SUFFIXES[:-1])} or "
-                             f"{EXPORT_SUFFIXES[-1]} file")
-        out.append(path)
+    out = check_exports(exports, day=plan.is_day, models=[m.model for m in plan.models or []])
+    if plot_dir:
+        from capplan.export.plots import check_charts, plan_chart_stems
+
+        check_charts(plot_dir, plan_chart_stems(plan.is_day))
     return out
 
 
@@ -411,7 +418,7 @@ def recommend_cmd(model: str, rate: float | None, input_len: str, output_len: st
     from capplan.plan.planner import run_plan
 
     check_names(model=model)
-    out_paths = _exports(exports)
+    out_paths = [Path(p) for p in exports]
     price_map: dict[str, float] = {}
     for item in prices:
         name, _, usd = item.partition("=")
@@ -447,6 +454,7 @@ def recommend_cmd(model: str, rate: float | None, input_len: str, output_len: st
         allow_near_floor=allow_near_floor, engine_features=feat_engine)
     plan = PlanFile.model_validate(recommend_doc(model, {**lane, **feat_lane, **day["lane"]},
                                                  opts, day["day"] if day["lane"] else None))
+    out_paths = _check_outputs(plan, out_paths, plot_dir)
     with _verifier(verify_top > 0, jobs) as verify:
         if plan.is_day:
             from capplan.plan.day_run import run_day_plan
@@ -516,7 +524,7 @@ def plan_cmd(plan_file: str, exports: tuple[str, ...], plot_dir: str | None, no_
         plan = plan.model_copy(update={"calibration": str(base / plan.calibration)})
     own = [str(plan_output_path(p, base, Path(out_dir) if out_dir else None))
            for p in plan.export]
-    out_paths = _exports(own) + _exports(exports)
+    out_paths = _check_outputs(plan, [Path(p) for p in (*own, *exports)], plot_dir)
     try:
         with _plan_progress(len(plan.workloads), plan.pools) as progress, \
                 _verifier(not no_verify, jobs) as verify:

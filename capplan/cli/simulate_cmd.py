@@ -158,6 +158,10 @@ def simulate_cmd(model: str, gpu: str, rate: float | None, concurrency: int | No
     if fleet is not None and plot_dir:
         raise click.UsageError("--plot draws one engine's time series, which a fleet run "
                                "(--replicas, --schedule) does not keep")
+    if plot_dir:  # before the run, as an export's folder is checked
+        from capplan.export.plots import check_charts
+
+        check_charts(plot_dir, [f"sim-{name}" for name in names])
     load = {k: kw.pop(k) for k in ("burstiness", "input_len", "output_len", "num_requests",
                                    "time_unit")}
     dep = deployment_from_options(catalog_dir, model, gpu, kw)

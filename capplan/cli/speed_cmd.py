@@ -41,6 +41,10 @@ def speed_cmd(model: str, gpu: str, batch: list[int], context: list[int],
     """Decode step time and throughput over batch and context; prefill times."""
     limits.check_cap("speed_rows", len(batch) * len(context) + len(prefill or ()),
                      "--batch x --context")
+    if plot_dir:  # before the work, as an export's folder is checked
+        from capplan.export.plots import check_charts
+
+        check_charts(plot_dir, ["speed"])
     dep = deployment_from_options(catalog_dir, model, gpu, kw)
     echo_features(dep, fmt)
     s = dep.settings

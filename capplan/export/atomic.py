@@ -2,7 +2,8 @@
 SIGTERM (the CLI turns it into SystemExit) leaves any existing file untouched and removes the
 temporary file. Only a regular file is ever replaced: a symlink, FIFO, device node or folder
 at the target is refused (os.replace would turn it into a regular file, `/dev/null` included
-when run as root)."""
+when run as root). `atomic_write_all` writes several files all or none: every temporary file
+is written before the first rename."""
 
 from __future__ import annotations
 
@@ -78,25 +79,68 @@ def _temp_beside(path: Path, failure: str) -> str:
     return tmp
 
 
+Staged = tuple[Path, Callable[[Path], None]]
+"""A file to write: its path and the function that writes its content to a given path."""
+
+
 def atomic_write(path: Path, write: Callable[[Path], None]) -> None:
     """Call write(tmp_path), then rename tmp_path over path (a regular file or nothing)."""
-    path = Path(path)
-    tmp = _temp_beside(path, "cannot write")
+    atomic_write_all([(Path(path), write)])
+
+
+def atomic_write_all(files: list[Staged]) -> list[Path]:
+    """Write several files all or none: every file's content goes to its temporary file first;
+    only when all are written (and every target is still absent or a regular file, inside its
+    folder) are they renamed over their targets. A failure before that leaves every target as
+    it was and removes every temporary file. Returns the paths written, in order."""
+    temps: list[tuple[Path, str]] = []
+    try:
+        for path, write in files:
+            path = Path(path)
+            tmp = _temp_beside(path, "cannot write")
+            temps.append((path, tmp))
+            _fill(path, tmp, write)
+        for path, _ in temps:  # again: something may have appeared while we wrote
+            check_replaceable(path)
+            _check_confined(path)  # again, just before the rename
+        done: list[Path] = []
+        for path, tmp in temps:
+            try:
+                os.replace(tmp, path)
+            except OSError as e:
+                raise InputError(f"{path}: cannot write ({e.strerror or e})"
+                                 + _also_written(done)) from None
+            done.append(path)
+        return done
+    finally:
+        for _, tmp in temps:
+            Path(tmp).unlink(missing_ok=True)
+
+
+def _fill(path: Path, tmp: str, write: Callable[[Path], None]) -> None:
+    """write(tmp) with the user's usual file mode; an OSError names the target."""
     try:
         write(Path(tmp))
         umask = os.umask(0)
         os.umask(umask)
         os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; give the user's usual mode
-        check_replaceable(path)  # again: something may have appeared while we wrote
-        _check_confined(path)  # again, just before the rename
-        os.replace(tmp, path)
     except OSError as e:  # name the target, not the temporary file
-        Path(tmp).unlink(missing_ok=True)
         raise InputError(f"{path}: cannot write ({e.strerror or e})") from None
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+
+
+def _also_written(done: list[Path]) -> str:
+    return f"; written before it: {', '.join(map(str, done))}" if done else ""
+
+
+def text_file(path: Path, text: str) -> Staged:
+    """A text file to write (UTF-8)."""
+    return Path(path), lambda p: p.write_text(text, encoding="utf-8")
+
+
+def bytes_file(path: Path, data: bytes) -> Staged:
+    """A file of bytes to write."""
+    return Path(path), lambda p: p.write_bytes(data)
 
 
 def atomic_write_text(path: Path, text: str) -> None:
-    atomic_write(path, lambda p: p.write_text(text, encoding="utf-8"))
+    atomic_write_all([text_file(path, text)])

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from capplan.errors import InputError
-from capplan.export.atomic import atomic_write
+from capplan.export.atomic import Staged, atomic_write_all
 from capplan.export.json_export import jsonable
 from capplan.units import s_to_ms
 
@@ -86,6 +86,7 @@ def _c(path: str, header: str, conv: Callable[[Any], Any] | None = None, fmt: st
 
 RECOMMENDATION_COLUMNS: tuple[RecColumn, ...] = (
     _c("rank", "rank"),
+    _c("recommended", "recommended", None, "g", False, True),
     _c("gpu", "GPU"),
     _c("tp", "TP"),
     _c("attention_dp", "attention DP", None, "g", False),
@@ -106,6 +107,7 @@ RECOMMENDATION_COLUMNS: tuple[RecColumn, ...] = (
     _c("cost_per_hour", "cost ($/h)", None, ".2f"),
     _c("predicted.ttft_s.p50", "TTFT p50 (ms)", _ms, ".0f", False),
     _c("predicted.ttft_s.p99", "TTFT p99 (ms)", _ms, ".0f"),
+    _c("pool_ttft_p99_s", "pool's share of TTFT p99 (ms)", _ms, ".0f", True, True),
     _c("predicted.tbt_s.p50", "TBT p50 (ms)", _ms, ".1f", False),
     _c("predicted.tbt_s.p99", "TBT p99 (ms)", _ms, ".1f"),
     _c("predicted.e2e_s.p99", "E2E p99 (ms)", _ms, ".0f"),
@@ -123,6 +125,7 @@ RECOMMENDATION_COLUMNS: tuple[RecColumn, ...] = (
     _c("verified.simulated.ttft_s.p99", "sim TTFT p99 (ms)", _ms, ".0f", False),
     _c("verified.simulated.tbt_s.p99", "sim TBT p99 (ms)", _ms, ".1f", False),
     _c("why_not_first", "why not first"),
+    _c("verdict", "which layout wins", None, "g", False, True),
     _c("engine_flags.vllm", "vLLM command", None, "g", False),
     _c("engine_flags.sglang", "SGLang command", None, "g", False),
     _c("engine_flags.trtllm", "TensorRT-LLM command", None, "g", False),
@@ -203,30 +206,52 @@ MODEL_COLUMN = _c("model", "model")
 ranked within its model."""
 
 
+def layout_marks(plan: dict[str, Any]) -> dict[str, str]:
+    """"yes" / "no" by layout (aggregated, disaggregated, separate) for the "recommended"
+    column: which one the plan recommends (`layout.recommended_layout`); {} for a plan that
+    compares no layouts (no disaggregated layout, no pool per lane)."""
+    from capplan.export.layout import recommended_layout
+
+    if not (isinstance(plan.get("disaggregated"), dict) or isinstance(plan.get("pools"), dict)):
+        return {}
+    won = recommended_layout(plan)
+    return {k: "yes" if k == won else "no" for k in ("aggregated", "disaggregated",
+                                                     "separate")}
+
+
 def disaggregated_records(plan: dict[str, Any]) -> list[dict[str, Any]]:
     """The disaggregated layout's pools as rows of the recommendation table: rank names the
-    role, the TTFT column is the pool's share of TTFT p99, the binding column the verdict."""
+    role; capacity and load per replica are the pool's; TTFT and TBT p99 are the layout's, end
+    to end (prefill, KV transfer, decode), as a recommendation's are, beside the pool's own
+    share of TTFT p99; the replay of the layout is its simulator check; the verdict says which
+    layout wins; the command cells are the pool's first replica's launch line as it runs."""
+    from capplan.plan.launch import pool_command
+
     d = plan.get("disaggregated")
     if not isinstance(d, dict):
         return []
     launch = d.get("launch") or {}
+    replay = d.get("replay") if isinstance(d.get("replay"), dict) else None
+    checked = {"verified": {"ok": replay.get("ok"), "simulated": {
+        k: replay.get(k) for k in ("ttft_s", "tbt_s")}}} if replay else {}
     out = []
     for role in ("prefill", "decode"):
         p = d.get(role)
         if not isinstance(p, dict):
             continue
-        flags = {k.split("_", 1)[0]: v for k, v in launch.items() if k.endswith(f"_{role}")}
-        out.append({"rank": f"disaggregated {role}", "gpu": p.get("gpu"), "tp": p.get("tp"),
-                    "attention_dp": p.get("attention_dp"),
-                    "expert_parallel": p.get("expert_parallel"),
-                    "replicas": p.get("replicas"), "gpus_total": p.get("gpus_total"),
-                    "max_num_seqs": p.get("max_num_seqs"),
-                    "max_num_batched_tokens": p.get("max_num_batched_tokens"),
-                    "cost_per_hour": p.get("cost_per_hour"),
-                    "predicted": {"ttft_s": {"p99": p.get("ttft_p99_s")},
-                                  "tbt_s": {"p99": p.get("tbt_p99_s")}},
-                    "per_replica_rate_per_s": p.get("rate_per_replica_per_s"),
-                    "binding_constraint": d.get("verdict"), "engine_flags": flags})
+        flags = {k.split("_", 1)[0]: pool_command(str(v)) for k, v in launch.items()
+                 if k.endswith(f"_{role}")}
+        keys = ("gpu", "tp", "attention_dp", "expert_parallel", "gpus_per_replica", "replicas",
+                "gpus_total", "max_num_seqs", "max_num_batched_tokens", "weight_dtype_resolved",
+                "kv_dtype_resolved", "cost_per_hour", "per_replica_rate_per_s")
+        out.append({"rank": f"disaggregated {role}",
+                    "recommended": layout_marks(plan).get("disaggregated"),
+                    **{k: p.get(k) for k in keys},
+                    "capacity_per_replica_rps": p.get("rate_per_replica_per_s"),
+                    "predicted": {"ttft_s": {"p99": d.get("ttft_p99_s")},
+                                  "tbt_s": {"p99": d.get("tbt_p99_s")}},
+                    "pool_ttft_p99_s": p.get("ttft_p99_s"), **checked,
+                    "verdict": d.get("verdict"), "engine_flags": flags})
     return out
 
 
@@ -236,16 +261,40 @@ def _used(cols: Sequence[RecColumn], records: list[dict[str, Any]]) -> list[RecC
                                                       for r in records)]
 
 
-def recommendation_table(plan: dict[str, Any], *, brief: bool = False
+def recommendation_table(plan: dict[str, Any], *, brief: bool = False,
+                         also: Sequence[dict[str, Any]] = ()
                          ) -> tuple[list[RecColumn], list[list[Any]]]:
     """(columns, rows) in display units; None marks an empty cell (missing, null or inf).
 
-    brief=True keeps the columns a person reads first (the Markdown table).
+    brief=True keeps the columns a person reads first (the Markdown table); `also`: further
+    rows the same columns will hold (an optional column one of them fills is kept).
     """
     recs = recommendations_of(plan)
-    cols = _used([c for c in RECOMMENDATION_COLUMNS if c.brief or not brief], recs)
+    mark = layout_marks(plan)
+    if mark:  # the plan compares layouts: rank 1 is the aggregated one's
+        recs = [{**r, "recommended": mark["aggregated"] if i == 0 else "no"}
+                for i, r in enumerate(recs)]
+    cols = _used([c for c in RECOMMENDATION_COLUMNS if c.brief or not brief], [*recs, *also])
     if any("model" in r for r in recs):  # several models: say whose each row is
         cols.insert(0, MODEL_COLUMN)
+    return cols, _rows(recs, cols)
+
+
+DISAGG_BRIEF = ("rank", "gpu", "tp", "gpus_per_replica", "replicas", "gpus_total",
+                "weight_dtype_resolved", "kv_dtype_resolved", "max_num_seqs", "cost_per_hour",
+                "predicted", "pool_ttft_p99_s", "capacity_per_replica_rps",
+                "per_replica_rate_per_s")
+"""The disaggregated table's columns in the reports (Markdown, HTML); CSV and XLSX have all."""
+
+
+def disaggregated_table(plan: dict[str, Any], *, brief: bool = False
+                        ) -> tuple[list[RecColumn], list[list[Any]]]:
+    """(columns, rows) of the disaggregated pools (`disaggregated_records`) in display units:
+    the recommendation table's columns, those only recommendations fill left out; brief=True
+    keeps the reports' (`DISAGG_BRIEF`)."""
+    recs = disaggregated_records(plan)
+    cols = [c for c in RECOMMENDATION_COLUMNS if any(dig(r, c.path) is not None for r in recs)
+            and (not brief or c.path[0] in DISAGG_BRIEF)]
     return cols, _rows(recs, cols)
 
 
@@ -326,16 +375,22 @@ def pool_table(plan: dict[str, Any]) -> tuple[list[RecColumn], list[list[Any]]]:
     return list(POOL_COLUMNS), _rows(pool_records(plan), POOL_COLUMNS)
 
 
-def write_csv(plan: dict[str, Any], path: str | Path) -> Path:
-    """Write one CSV row per recommendation (header row first), then one per pool of the
-    disaggregated layout when the plan has one, atomically."""
+def csv_files(plan: dict[str, Any], path: str | Path) -> list[Staged]:
+    """The CSV export rendered: one row per recommendation (header row first), then one per
+    pool of the disaggregated layout when the plan has one, then the pool comparison; a day
+    plan's schedule beside it (plan.schedule.csv)."""
     path = Path(path)
-    cols, rows = recommendation_table(plan)
-    rows += _rows(disaggregated_records(plan), cols)  # the disaggregated pools, rank says so
-    # the pool comparison: each pool a row, its name in the rank column
-    rows += _rows([{**p, "rank": f"pool: {p['pool']}",
-                    "binding_constraint": p.get("binding_constraint") or p.get("note")}
-                   for p in pool_records(plan)], cols)
+    # the disaggregated pools (rank says so), then the pool comparison: each pool a row, its
+    # name in the rank column
+    mark = layout_marks(plan)
+    more = [*disaggregated_records(plan),
+            *({**p, "rank": f"pool: {p['pool']}",
+               "binding_constraint": p.get("binding_constraint") or p.get("note"),
+               "recommended": mark.get("aggregated") if p["pool"].startswith("shared") else
+               mark.get("separate") if p["pool"].startswith("lane ") else None}
+              for p in pool_records(plan))]
+    cols, rows = recommendation_table(plan, also=more)
+    rows += _rows(more, cols)
 
     def write(tmp: Path) -> None:
         with tmp.open("w", newline="", encoding="utf-8") as f:
@@ -344,9 +399,12 @@ def write_csv(plan: dict[str, Any], path: str | Path) -> Path:
             for row in rows:
                 w.writerow(["" if v is None else v for v in row])
 
-    atomic_write(path, write)
-    from capplan.export.day_export import has_day, write_schedule_csv
+    from capplan.export.day_export import has_day, schedule_csv_file
 
-    if has_day(plan):  # a day plan: its schedule beside, plan.schedule.csv
-        write_schedule_csv(plan, path)
-    return path
+    return [(path, write), *([schedule_csv_file(plan, path)] if has_day(plan) else [])]
+
+
+def write_csv(plan: dict[str, Any], path: str | Path) -> Path:
+    """Write the CSV export (`csv_files`), atomically, all files or none."""
+    atomic_write_all(csv_files(plan, path))
+    return Path(path)

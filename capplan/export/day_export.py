@@ -10,7 +10,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from capplan.export.atomic import atomic_write
+from capplan.export.atomic import Staged
 
 HEADERS = ("start (h)", "end (h)", "offered (req/s)", "IDC", "replicas", "GPUs",
            "TTFT p99 (ms)", "TBT p99 (ms)", "scale-up begins (h)",
@@ -138,23 +138,24 @@ def schedule_csv_path(path: Path) -> Path:
     return path.with_name(path.stem + ".schedule.csv")
 
 
-def write_schedule_csv(plan: dict[str, Any], path: Path) -> Path:
-    """The schedule as its own CSV (one row per window, then the totals), atomically."""
+def schedule_csv_file(plan: dict[str, Any], path: Path) -> Staged:
+    """The schedule as its own CSV beside the export `path` (one row per window, then the
+    totals), rendered, to write with the export."""
     out = schedule_csv_path(path)
+    heads, rows, totals = headers(plan)[0], schedule_rows(plan), summary_rows(plan)
 
     def write(tmp: Path) -> None:
         with tmp.open("w", newline="", encoding="utf-8") as f:
             w = csv.writer(f)
-            w.writerow(headers(plan)[0])
-            for row in schedule_rows(plan):
+            w.writerow(heads)
+            for row in rows:
                 w.writerow(["" if v is None else v for v in row])
             w.writerow([])
             w.writerow(["quantity", "value"])
-            for q, v, _ in summary_rows(plan):
-                w.writerow([q, v])
+            for q, v, _ in totals:
+                w.writerow(["" if v is None else v for v in (q, v)])
 
-    atomic_write(out, write)
-    return out
+    return out, write
 
 
 def markdown_section(plan: dict[str, Any], table: Any) -> list[str]:
@@ -203,8 +204,9 @@ def xlsx_sheet(wb: Any, plan: dict[str, Any], bold: Any, write_table: Any) -> No
     ws.insert_chart(1, len(heads) + 1, chart)
 
 
-def plot_day(plan: dict[str, Any], out_dir: Path, figure: Any, save: Any) -> list[Path]:
-    """`day_schedule.{png,svg}`: replicas (steps) and offered rate (second axis) over the day."""
+def plot_day(plan: dict[str, Any], out_dir: Path, figure: Any, save: Any) -> list[Any]:
+    """`day_schedule.{png,svg}`: replicas (steps) and offered rate (second axis) over the day,
+    as `save(fig, out_dir, stem)` gives them (the files to write)."""
     rows = schedule_rows(plan)
     x = [r[0] for r in rows] + [rows[-1][1]]
     reps = [r[4] or 0 for r in rows]

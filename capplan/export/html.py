@@ -12,7 +12,9 @@ from __future__ import annotations
 import hashlib
 import html
 import math
+import shlex
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -20,16 +22,41 @@ from capplan.export.atomic import atomic_write_text
 from capplan.export.csv_export import (
     SHOWN_RECOMMENDATIONS,
     RecColumn,
+    disaggregated_table,
     lane_table,
     pool_table,
     shown_note,
     stops_paying_text,
 )
+from capplan.export.layout import (
+    AGGREGATED,
+    DISAGGREGATED,
+    disagg_figures,
+    disagg_launch,
+    fleet_text,
+    headline,
+    recommended_layout,
+)
 from capplan.plan.alternatives import PLAN_NOTES
 from capplan.plan.bench_cmds import verify_call
-from capplan.plan.launch import layout_cell, layout_of, sized_for
+from capplan.plan.launch import layout_cell, sized_for
 
 Section = Callable[[dict[str, Any]], str]
+
+
+@dataclass(frozen=True)
+class Run:
+    """The run that made the report: its command line (`capplan recommend ...`) and the
+    exports it wrote, which the report's commands name (its deploy line repeats the command,
+    or applies the manifests it exported; its verify lines read the JSON it exported)."""
+
+    command: str | None = None
+    exports: tuple[str, ...] = ()
+
+    def export(self, suffix: str) -> str | None:
+        """The first export of the run whose name ends in suffix, else None."""
+        return next((e for e in self.exports if e.lower().endswith(suffix)), None)
+
 COLORS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b")
 _CSP = ("default-src 'none'; style-src 'unsafe-inline'; script-src 'unsafe-inline'; "
         "img-src data:; connect-src 'none'; form-action 'none'")
@@ -210,7 +237,6 @@ def _ms(x: float | None) -> float | None:
 
 def _recommendations(p: dict[str, Any]) -> str:
     recs = p["recommendations"]
-    best = recs[0]
     rows = []
     features = any(_features(r) for r in recs)
     for r in recs[:SHOWN_RECOMMENDATIONS]:
@@ -225,21 +251,68 @@ def _recommendations(p: dict[str, Any]) -> str:
                      _num(r.get("cost_per_hour"), ".2f"), _e(r.get("binding_constraint", "")),
                      _e(margins), _e(r.get("why_not_first") or "")]
                     + ([_e(_features(r))] if features else []))
-    ver = best.get("verified")
-    vtxt = ("not simulated" if not ver else "the simulator confirms the SLOs" if ver.get("ok")
-            else f"simulator: {ver.get('reason')}")
-    cls = "ok" if ver and ver.get("ok") else "bad" if ver else ""
-    head = (f"<p><b>Recommended: {best['replicas']} x {_e(best['gpu'])} {_e(layout_of(best))} "
-            f"({best['gpus_total']} GPUs)</b>, each replica up to "
-            f"{_num(best.get('capacity_per_replica_rps'))} req/s, bound by "
-            f"<b>{_e(best.get('binding_constraint', ''))}</b>; "
-            f'<span class="{cls}">{_e(vtxt)}</span>.</p>')
     note = shown_note(p)
-    return ("<h2>Recommendation and runner-ups</h2>" + head + _table(
+    return ("<h2>Recommendation and runner-ups</h2>" + _head(p) + _table(
         ["#", "GPU", "TP", "replicas", "GPUs", "weights/KV", "max seqs", "chunk (tok)",
          "TTFT p99 (ms)", "TBT p99 (ms)", "cost ($/h)", "binding constraint", "SLO margins",
          "why not first", *(["features"] if features else [])], rows, 2)
             + (f"<p>{_e(note[0].upper() + note[1:])}.</p>" if note else ""))
+
+
+def _head(p: dict[str, Any]) -> str:
+    """What the plan recommends (`layout.headline`: the aggregated fleet, the disaggregated
+    layout when it wins, a pool per lane), then the table's rank 1: its capacity, binding
+    constraint and simulator check."""
+    best = p["recommendations"][0]
+    ver = best.get("verified")
+    vtxt = ("not simulated" if not ver else "the simulator confirms the SLOs" if ver.get("ok")
+            else f"simulator: {ver.get('reason')}")
+    cls = "ok" if ver and ver.get("ok") else "bad" if ver else ""
+    layout = recommended_layout(p)
+    head = headline(p)
+    if layout == AGGREGATED:
+        d = p.get("disaggregated") or {}
+        lead = (f"<b>Recommended: {_e(fleet_text(best))}</b>"
+                + (f"; {_e(d['verdict'])}" if d.get("verdict") else ""))
+        rank1 = "each replica"
+    else:
+        what, _, rest = head.removeprefix("recommended: ").partition(": ")
+        where = ("its section below" if layout == DISAGGREGATED else "the pools table below")
+        lead = f"<b>Recommended: {_e(what)}</b> ({where}): {_e(rest)}"
+        rank1 = (f"rank 1 of the table below, "
+                 f"{'the best aggregated fleet' if layout == DISAGGREGATED else 'one shared pool'}"
+                 ": each replica")
+    return (f'<p class="headline">{lead}.</p><p>{_e(rank1[0].upper() + rank1[1:])} up to '
+            f"{_num(best.get('capacity_per_replica_rps'))} req/s, bound by "
+            f"<b>{_e(best.get('binding_constraint', ''))}</b>; "
+            f'<span class="{cls}">{_e(vtxt)}</span>.</p>')
+
+
+def _disaggregated(p: dict[str, Any]) -> str:
+    """The disaggregated layout ('' when none was sized): whether it is recommended, the
+    verdict, each pool (the other formats' columns), its end-to-end figures, and its launch
+    and verify lines with copy buttons."""
+    d = p.get("disaggregated") or {}
+    if not d:
+        return ""
+    won = recommended_layout(p) == DISAGGREGATED
+    cols, rows = disaggregated_table(p, brief=True)
+    out = [f"<h2>Disaggregated prefill/decode ({'recommended' if won else 'not recommended'})"
+           f'</h2><p class="verdict">{_e(d.get("verdict", ""))}</p>']
+    if rows:
+        out.append(_cols_table(cols, rows, 1))
+    if disagg_figures(d):
+        out.append(f"<p>{_e(disagg_figures(d))}</p>")
+    for title, text in disagg_launch(d):
+        out.append(f"<p>{_e(title)}: {_e(text)}</p>" if title.endswith("where each replica runs")
+                   else _cmd(title, text))
+    for key, label in (("bench_dataset", "workload"), ("bench", "verify")):
+        if d.get(key):
+            out.append(_cmd(f"P/D {label}", d[key]))
+    if d.get("bench"):  # the P/D layout through its front end, the whole workload
+        out.append(_cmd("P/D measure", "capplan verify PLAN.json --layout disaggregated "
+                        f"--endpoint {_bench_url(d['bench'])}"))
+    return "".join(out)
 
 
 def _pools(p: dict[str, Any]) -> str:
@@ -285,11 +358,15 @@ def _cmd(label: str, text: str) -> str:
             "</button></div>")
 
 
-def _commands(p: dict[str, Any], model: str | None = None) -> str:
-    """Launch, verify and deploy lines; `model`: one model of a plan of several, which its
-    verify lines name (bench_cmds.verify_call)."""
+def _commands(p: dict[str, Any], run: Run | None = None, model: str | None = None) -> str:
+    """The aggregated fleet's launch and verify lines, and the deploy line of the recommended
+    layout (the disaggregated layout's own lines are in its section); `model`: one model of a
+    plan of several, which its verify lines name (bench_cmds.verify_call)."""
     flags = p["recommendations"][0].get("engine_flags", {})
     out = ["<h2>Launch, verify, deploy</h2>"]
+    if recommended_layout(p) == DISAGGREGATED:
+        out.append("<p>The lines of the aggregated fleet (rank 1); the recommended "
+                   "disaggregated layout's are in its section above.</p>")
     for key, label in (("vllm", "vLLM"), ("sglang", "SGLang"), ("trtllm", "TensorRT-LLM")):
         if flags.get(key):
             out.append(_cmd(label, flags[key]))
@@ -305,18 +382,22 @@ def _commands(p: dict[str, Any], model: str | None = None) -> str:
             out.append(_cmd(label, flags[key]))
     out.append(_cmd("measure",
                     f"{verify_call(model)} --endpoint {_bench_url(flags.get('bench'))}"))
-    out.append(_cmd("deploy", "capplan plan PLAN.yaml --export plan.k8s.yaml && "
-                              "kubectl apply -f plan.k8s.yaml"))
-    d = p.get("disaggregated") or {}
-    for key, line in (d.get("launch") or {}).items():
-        out.append(_cmd(f"disagg {key}", line))
-    for key, label in (("bench_dataset", "disagg workload"), ("bench", "disagg verify")):
-        if d.get(key):
-            out.append(_cmd(label, d[key]))
-    if d.get("bench"):  # the P/D layout through its front end, the whole workload
-        out.append(_cmd("disagg measure", f"{verify_call(model)} --layout disaggregated "
-                        f"--endpoint {_bench_url(d['bench'])}"))
-    return "".join(out)
+    return "".join(out) + _deploy(run)
+
+
+def _deploy(run: Run | None) -> str:
+    """kubectl applying the manifests of the run's `.k8s.yaml` export, or of the same command
+    run again with one; a report written without its command (`export_plan`) says where the
+    manifests come from."""
+    k8s = run.export(".k8s.yaml") if run else None
+    if k8s:
+        return _cmd("deploy", f"kubectl apply -f {shlex.quote(k8s)}")
+    if run and run.command:
+        return _cmd("deploy", f"{run.command} --export plan.k8s.yaml && "
+                              "kubectl apply -f plan.k8s.yaml")
+    return ("<p>Deploy: export this plan's Kubernetes manifests with <code>--export "
+            "plan.k8s.yaml</code> on the command that made it, then:</p>"
+            + _cmd("deploy", "kubectl apply -f plan.k8s.yaml"))
 
 
 def _bench_url(bench: Any) -> str:
@@ -346,22 +427,33 @@ def _day(p: dict[str, Any]) -> str:
     return html_section(p, _table, line_chart, _num) if has_day(p) else ""
 
 
-SECTIONS: list[Section] = [_inputs, _recommendations, _pools, _charts, _commands, _assumptions,
-                           _day]
+SECTIONS: list[Section] = [_inputs, _recommendations, _disaggregated, _pools, _charts,
+                           _commands, _assumptions, _day]
 
 
-def render_html(plan: dict[str, Any]) -> str:
+def render_html(plan: dict[str, Any], run: Run | None = None) -> str:
+    """The report; `run`: the command that made the plan and its exports (the report's verify
+    and deploy lines name them), None when unknown."""
     from capplan.export.csv_export import model_plans, rates_title
 
     subs = model_plans(plan)
     title = "capplan: " + rates_title(plan)
+
+    def sections(p: dict[str, Any]) -> str:
+        return "".join(_commands(p, run) if s is _commands else s(p) for s in SECTIONS
+                       if s is not _day)
+
     if len(subs) == 1:
-        body = "".join(s(plan) for s in SECTIONS)
+        body = sections(plan) + _day(plan)
     else:  # several models: each model's sections under its own heading, then the pool's day
         body = "".join(f"<h2>Model: {_e(m.get('model'))}</h2>" + "".join(
-            (_commands(m, m.get("model")) if s is _commands else s(m))
+            (_commands(m, run, m.get("model")) if s is _commands else s(m))
             .replace("<h2>", "<h3>").replace("</h2>", "</h3>") for s in SECTIONS
             if s is not _day) for m in subs) + _day(plan)
+    json_path = run.export(".json") if run else None
+    if json_path:  # the verify lines read the plan's JSON: the one this run wrote
+        body = body.replace("capplan verify PLAN.json",
+                            f"capplan verify {_e(shlex.quote(json_path))}")
 
     return ("<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\">"
             f'<meta http-equiv="Content-Security-Policy" content="{_CSP}">'
@@ -369,6 +461,6 @@ def render_html(plan: dict[str, Any]) -> str:
             f"</head><body><h1>{_e(title)}</h1>{body}</body></html>\n")
 
 
-def write_html(plan: dict[str, Any], path: Path) -> Path:
-    atomic_write_text(path, render_html(plan))
+def write_html(plan: dict[str, Any], path: Path, run: Run | None = None) -> Path:
+    atomic_write_text(path, render_html(plan, run))
     return path

@@ -36,7 +36,7 @@ import yaml
 
 from capplan.errors import InputError
 from capplan.export.atomic import atomic_write_text
-from capplan.plan.launch import DEFAULT_PORTS, HEAD
+from capplan.plan.launch import DEFAULT_PORTS, HEAD, pool_command
 
 IMAGES = {"vllm": "vllm/vllm-openai:v0.11.0", "sglang": "lmsysorg/sglang:v0.5.2-cu126",
           "trtllm": "nvcr.io/nvidia/tensorrt-llm/release:1.0.0"}
@@ -106,8 +106,7 @@ def _line_files(line: str) -> dict[str, str]:
 def _argv(line: str) -> tuple[list[str], int]:
     """A launch line's words without environment assignments (the device plugin assigns GPUs),
     and its --port / --port value."""
-    words = shlex.split(line.split(": ", 1)[1] if re.match(r"^\d+ x: ", line) else line,
-                        comments=True)
+    words = shlex.split(pool_command(line), comments=True)
     while words and re.match(r"^[A-Z_][A-Z0-9_]*=", words[0]):
         words.pop(0)
     port = 8000
@@ -127,7 +126,7 @@ def _node_argv(text: str) -> tuple[list[str], list[str] | None, int, int]:
     """Leader and worker commands of a launch text (one line, or "node k: ..." lines of a
     replica over hosts, capplan.plan.launch.node_commands), its port and its host count."""
     lines = text.split("\n")
-    lines[0] = re.sub(r"^\d+ x: (?=node 0: |any node: )", "", lines[0])  # a P/D pool's replicas
+    lines[0] = pool_command(lines[0])  # a P/D pool's replica count
     if lines[0].startswith("any node: "):
         raise InputError("TensorRT-LLM over several hosts runs under MPI (mpirun across "
                          "hosts), which these manifests do not set up: export the SGLang or "
@@ -173,8 +172,11 @@ def plan_pools(plan: dict[str, Any], engine: str | None = None) -> list[Pool]:
     best = plan["recommendations"][0]
     engine = engine or best.get("engine") or plan.get("inputs", {}).get("engine") or "vllm"
     model = (plan.get("model") or "model").split("/")[-1]
+    from capplan.export.layout import DISAGGREGATED, SEPARATE, recommended_layout
+
     d = plan.get("disaggregated") or {}
-    if d.get("winner") == "disaggregated" and d.get("launch", {}).get(f"{engine}_prefill"):
+    layout = recommended_layout(plan)  # as every export says it
+    if layout == DISAGGREGATED and d.get("launch", {}).get(f"{engine}_prefill"):
         out = []
         for role in ("prefill", "decode"):
             line = d["launch"][f"{engine}_{role}"]
@@ -187,9 +189,8 @@ def plan_pools(plan: dict[str, Any], engine: str | None = None) -> list[Pool]:
                             d[role]["gpu"], nodes, worker, role=role,
                             addressed=engine in FRONT_ENDS))
         return out
-    lanes = ((plan.get("pools") or {}).get("separate") or {}).get("lanes") or []
-    if plan.get("inputs", {}).get("pools") == "separate" and all(
-            ln.get("engine_flags") for ln in lanes):
+    if layout == SEPARATE:
+        lanes = plan["pools"]["separate"]["lanes"]
         return [_rec_pool(_name(model, ln["lane"]), ln, engine) for ln in lanes]
     return [_rec_pool(_name(model), best, engine)]
 
@@ -363,6 +364,14 @@ def _vllm_args(argv: list[str]) -> list[str]:
     return out
 
 
+def one_llmd_model(models: list[str]) -> None:
+    """An llm-d values file serves one model: InputError for a plan of several."""
+    if len(models) > 1:
+        raise InputError(f"an llm-d values file serves one model; this plan has {len(models)} "
+                         f"({', '.join(models)}): plan each model on its own for its llm-d "
+                         "values, or export .k8s.yaml for all of them")
+
+
 def llmd_values(plan: dict[str, Any]) -> dict[str, Any]:
     """llm-d-modelservice Helm values: decode (and prefill, when disaggregated wins) pools of
     the plan's vLLM lines (llm-d serves vLLM). One model per values file: a plan of several
@@ -370,10 +379,7 @@ def llmd_values(plan: dict[str, Any]) -> dict[str, Any]:
     from capplan.export.csv_export import model_plans
 
     if len(subs := model_plans(plan)) > 1:
-        names = ", ".join(str(m.get("model")) for m in subs)
-        raise InputError(f"an llm-d values file serves one model; this plan has {len(subs)} "
-                         f"({names}): plan each model on its own for its llm-d values, or "
-                         "export .k8s.yaml for all of them")
+        one_llmd_model([str(m.get("model")) for m in subs])
     pools = plan_pools(plan, "vllm")
     hf = plan.get("hf_id") or plan["model"]
 
@@ -403,17 +409,26 @@ class _Dumper(yaml.SafeDumper):
         return True  # labels repeat as text, not as &id001 anchors
 
 
-def write_k8s(plan: dict[str, Any], path: Path) -> Path:
+def k8s_text(plan: dict[str, Any]) -> str:
+    """The `.k8s.yaml` export: every object of `k8s_objects`, under a title line."""
     from capplan.export.csv_export import rates_title
 
     objs = k8s_objects(plan)
     head = f"# capplan: {rates_title(plan)}; kubectl apply -f this file\n"
-    atomic_write_text(path, head + yaml.dump_all(objs, Dumper=_Dumper, sort_keys=False))
+    return head + yaml.dump_all(objs, Dumper=_Dumper, sort_keys=False)
+
+
+def llmd_text(plan: dict[str, Any]) -> str:
+    """The `.llm-d.yaml` export: `llmd_values` under a title line."""
+    head = "# capplan: llm-d-modelservice values (helm install ... -f this file)\n"
+    return head + yaml.dump(llmd_values(plan), Dumper=_Dumper, sort_keys=False)
+
+
+def write_k8s(plan: dict[str, Any], path: Path) -> Path:
+    atomic_write_text(path, k8s_text(plan))
     return path
 
 
 def write_llmd(plan: dict[str, Any], path: Path) -> Path:
-    head = ("# capplan: llm-d-modelservice values (helm install ... -f this file)\n")
-    atomic_write_text(path, head + yaml.dump(llmd_values(plan), Dumper=_Dumper,
-                                                     sort_keys=False))
+    atomic_write_text(path, llmd_text(plan))
     return path

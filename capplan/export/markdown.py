@@ -9,10 +9,9 @@ from tabulate import tabulate
 
 from capplan.export.atomic import atomic_write_text
 from capplan.export.csv_export import (
-    RECOMMENDATION_COLUMNS,
     SHOWN_RECOMMENDATIONS,
     clean_number,
-    disaggregated_records,
+    disaggregated_table,
     lane_table,
     model_plans,
     pareto_table,
@@ -20,8 +19,14 @@ from capplan.export.csv_export import (
     recommendation_table,
     recommendations_of,
     shown_note,
-    table_rows,
     three_sig,
+)
+from capplan.export.layout import (
+    DISAGGREGATED,
+    disagg_figures,
+    disagg_launch,
+    headline,
+    recommended_layout,
 )
 from capplan.plan.alternatives import PLAN_NOTES
 from capplan.plan.launch import sized_for
@@ -50,7 +55,9 @@ def _summary(plan: dict[str, Any]) -> list[str]:
              ("engine", (plan.get("inputs") or {}).get("engine")),
              ("calibration", next((r.get("calibration") for r in plan.get("recommendations") or []
                                    if isinstance(r, dict)), None))]
-    return [f"- {k}: {v}" for k, v in facts if v is not None]
+    head = headline(plan)
+    return [f"- **{head[0].upper() + head[1:]}.**",
+            *(f"- {k}: {v}" for k, v in facts if v is not None)]
 
 
 def _lanes(plan: dict[str, Any]) -> list[str]:
@@ -104,19 +111,19 @@ def _commands(plan: dict[str, Any]) -> list[str]:
 
 
 def _disaggregated(plan: dict[str, Any]) -> list[str]:
-    recs = disaggregated_records(plan)
     d = plan.get("disaggregated") or {}
     if not d:
         return []
-    cols = [c for c in RECOMMENDATION_COLUMNS if c.brief and c.path[0] in (
-        "rank", "gpu", "tp", "replicas", "gpus_total", "max_num_seqs", "cost_per_hour",
-        "predicted", "per_replica_rate_per_s")]
-    lines = ["## Disaggregated prefill/decode", "", str(d.get("verdict", "")), ""]
-    if recs:
-        lines += [_table([c.header for c in cols], table_rows(recs, cols),
-                         tuple(c.fmt for c in cols)), ""]
-    for key, line in (d.get("launch") or {}).items():
-        lines += [f"{key}:", "", "```bash", str(line), "```", ""]
+    cols, rows = disaggregated_table(plan, brief=True)
+    won = " (recommended)" if recommended_layout(plan) == DISAGGREGATED else ""
+    lines = [f"## Disaggregated prefill/decode{won}", "", str(d.get("verdict", "")), ""]
+    if rows:
+        lines += [_table([c.header for c in cols], rows, tuple(c.fmt for c in cols)), ""]
+    if disagg_figures(d):
+        lines += [disagg_figures(d), ""]
+    for title, text in disagg_launch(d):
+        lines += ([f"{title}: {text}", ""] if title.endswith("where each replica runs") else
+                  [f"{title}:", "", "```bash", text, "```", ""])
     if d.get("bench"):
         lines += ["verify (the whole workload through the front end):", "", "```bash",
                   str(d["bench_dataset"]), str(d["bench"]), "```", ""]

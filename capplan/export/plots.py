@@ -2,7 +2,8 @@
 
 matplotlib is imported lazily and used through its object API with the Agg canvas, so nothing
 here touches pyplot's global state or the user's configured backend. SVG text is kept as text
-(not paths) so labels can be searched and edited. Every file goes through `atomic_write`.
+(not paths) so labels can be searched and edited. Every file goes through `atomic_write_all`;
+the folder must exist (as an export's).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from capplan.errors import InputError
-from capplan.export.atomic import atomic_write
+from capplan.export.atomic import Staged, atomic_write_all
 from capplan.units import s_to_ms
 
 FORMATS = ("png", "svg")
@@ -37,29 +38,48 @@ def _figure(ncols: int = 1, nrows: int = 1, **kw: Any) -> tuple[Any, Any]:
     return fig, axes
 
 
-def _save(fig: Any, out_dir: Path, stem: str) -> list[Path]:
+def _charts(fig: Any, out_dir: Path, stem: str) -> list[Staged]:
+    """The figure as `stem`.png and `stem`.svg in out_dir, to write (`atomic_write_all`)."""
     import matplotlib
 
-    paths = []
-    for fmt in FORMATS:
-        path = out_dir / f"{stem}.{fmt}"
+    def write(tmp: Path, fmt: str) -> None:
+        # Date=None keeps the SVG byte-stable between runs; fonttype none keeps text as text.
+        meta = {"Date": None} if fmt == "svg" else {}
+        with matplotlib.rc_context({"svg.fonttype": "none", "svg.hashsalt": "capplan"}):
+            fig.savefig(tmp, format=fmt, metadata=meta)
 
-        def write(tmp: Path, fmt: str = fmt) -> None:
-            # Date=None keeps the SVG byte-stable between runs; fonttype none keeps text as text.
-            meta = {"Date": None} if fmt == "svg" else {}
-            with matplotlib.rc_context({"svg.fonttype": "none", "svg.hashsalt": "capplan"}):
-                fig.savefig(tmp, format=fmt, metadata=meta)
-
-        atomic_write(path, write)
-        paths.append(path)
-    return paths
+    return [(out_dir / f"{stem}.{fmt}", lambda tmp, fmt=fmt: write(tmp, fmt)) for fmt in FORMATS]
 
 
-def _out_dir(out_dir: str | Path) -> Path:
+def _save(fig: Any, out_dir: Path, stem: str) -> list[Path]:
+    return atomic_write_all(_charts(fig, out_dir, stem))
+
+
+def chart_folder(out_dir: str | Path) -> Path:
+    """The folder charts go to, as --export's folder: it must exist (InputError otherwise)."""
     out = Path(out_dir)
-    if out.exists() and not out.is_dir():
-        raise InputError(f"{out} is a file; give a folder for the charts")
-    out.mkdir(parents=True, exist_ok=True)
+    if not out.is_dir():
+        raise InputError(f"{out} is a file; give a folder for the charts" if out.exists() else
+                         f"chart folder {out} does not exist: create it, or give an existing "
+                         "folder")
+    return out
+
+
+
+def plan_chart_stems(day: bool = False) -> list[str]:
+    """The charts `plot_plan` draws (a day plan adds its schedule's)."""
+    return ["throughput_latency", "pareto", "tokens_per_gpu"] + ["day_schedule"] * day
+
+
+def check_charts(out_dir: str | Path, stems: Iterable[str]) -> Path:
+    """Before the work whose charts go to out_dir: the folder exists and takes every chart's
+    files (stem.png, stem.svg: each absent or a regular file)."""
+    from capplan.export.atomic import check_writable
+
+    out = chart_folder(out_dir)
+    for stem in stems:
+        for fmt in FORMATS:
+            check_writable(out / f"{stem}.{fmt}")
     return out
 
 
@@ -279,7 +299,8 @@ def _per_gpu_axes(ax: Any, plan: dict[str, Any]) -> None:
 
 
 def plot_plan(plan: dict[str, Any], out_dir: str | Path) -> list[Path]:
-    """Write throughput-vs-latency and cost-vs-TTFT (Pareto) charts as PNG and SVG.
+    """Write throughput-vs-latency and cost-vs-TTFT (Pareto) charts as PNG and SVG, in the
+    folder out_dir (which must exist), all or none.
 
     Files: ``throughput_latency.{png,svg}`` (output tokens/s against p99 TTFT and p99 TBT as load
     rises, one line per curve, lane SLOs dashed, rank 1 starred), ``pareto.{png,svg}`` (cost
@@ -289,9 +310,14 @@ def plot_plan(plan: dict[str, Any], out_dir: str | Path) -> list[Path]:
     Returns:
         The paths written, PNG before SVG for each chart.
     """
+    return atomic_write_all(plan_chart_files(plan, out_dir))
+
+
+def plan_chart_files(plan: dict[str, Any], out_dir: str | Path) -> list[Staged]:
+    """`plot_plan`'s charts drawn, to write (`atomic_write_all`) with the plan's exports."""
     if not isinstance(plan, dict):
         raise InputError(f"a plan result must be a dict, got {type(plan).__name__}")
-    out = _out_dir(out_dir)
+    out = chart_folder(out_dir)
     rec = _first(plan)
     who = _who({"model": plan.get("model"), **({"gpu": rec.get("gpu"), "tp": rec.get("tp")}
                                                if rec else {})})
@@ -300,22 +326,22 @@ def plot_plan(plan: dict[str, Any], out_dir: str | Path) -> list[Path]:
     _throughput_axes(axes[0][0], plan, "ttft_p99_s", "ttft_p99_s", TTFT_MS, "TTFT")
     _throughput_axes(axes[0][1], plan, "tbt_p99_s", "tbt_p99_s", TBT_MS, "TBT")
     fig.suptitle(title)
-    paths = _save(fig, out, "throughput_latency")
+    files = _charts(fig, out, "throughput_latency")
     fig, axes = _figure()
     fig.set_size_inches(6.4, 6.2)  # room under the axes for the numbered points' legend
     _pareto_axes(axes[0][0], plan)
     fig.suptitle(f"{plan.get('model', '')}: cost against p99 TTFT".lstrip(": "))
-    paths += _save(fig, out, "pareto")
+    files += _charts(fig, out, "pareto")
     fig, axes = _figure()
     _per_gpu_axes(axes[0][0], plan)
     fig.suptitle(": ".join(x for x in (plan.get("model"), "throughput per GPU against speed "
                                        "per user") if x))
-    paths += _save(fig, out, "tokens_per_gpu")
+    files += _charts(fig, out, "tokens_per_gpu")
     from capplan.export.day_export import has_day, plot_day
 
     if has_day(plan):  # a day plan: replicas and offered rate over the day
-        paths += plot_day(plan, out, _figure, _save)
-    return paths
+        files += plot_day(plan, out, _figure, _charts)
+    return files
 
 
 def _who(d: dict[str, Any]) -> str:
@@ -339,7 +365,7 @@ def plot_speed(curve: dict[str, Any], out_dir: str | Path) -> list[Path]:
     rows = curve.get("rows") if isinstance(curve, dict) else None
     if not isinstance(rows, list):
         raise InputError("a speed curve must be a dict with 'rows' (what `capplan speed` makes)")
-    out = _out_dir(out_dir)
+    out = chart_folder(out_dir)
     knees = curve.get("knee_batch") or {}
     contexts = sorted({r.get("context_len") for r in rows if isinstance(r, dict)},
                       key=lambda c: (c is None, c if c is not None else 0))
@@ -388,7 +414,7 @@ def plot_sim(result: dict[str, Any], out_dir: str | Path,
     if not isinstance(ts, dict) or not isinstance(ts.get("time_s"), list | tuple):
         raise InputError("a simulation result needs 'timeseries' with a 'time_s' list "
                          "(run `capplan simulate` with its time series on)")
-    out = _out_dir(out_dir)
+    out = chart_folder(out_dir)
     t = [_num(x) for x in ts["time_s"]]
     fig, axes = _figure(nrows=2, sharex=True)
     kv_ax, q_ax = axes[0][0], axes[1][0]

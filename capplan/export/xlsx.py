@@ -6,21 +6,21 @@ p99 TTFT on "curve"."""
 from __future__ import annotations
 
 import contextlib
+import io
 import json
 from pathlib import Path
 from typing import Any
 
 from capplan.errors import InputError
-from capplan.export.atomic import atomic_write
+from capplan.export.atomic import Staged, atomic_write_all, bytes_file
 from capplan.export.csv_export import (
     clean_number,
-    disaggregated_records,
+    disaggregated_table,
     lane_table,
     model_plans,
     pareto_table,
     pool_table,
     recommendation_table,
-    table_rows,
 )
 from capplan.export.json_export import jsonable
 from capplan.plan.alternatives import PLAN_NOTES
@@ -92,7 +92,12 @@ def _inputs_rows(plan: dict[str, Any]) -> list[list[Any]]:
     if not isinstance(inputs, dict) or not inputs:
         keys = ("model", "objective", "headroom", "target_rate_per_s")
         inputs = {k: plan[k] for k in keys if k in plan}
-    rows = [[str(k), _scalar(v)] for k, v in inputs.items()]
+    from capplan.export.layout import headline
+
+    # what the plan recommends first (the aggregated fleet, the disaggregated layout, a pool
+    # per lane), as every export says it
+    rows = [["recommended", headline(plan).removeprefix("recommended: ")]]
+    rows += [[str(k), _scalar(v)] for k, v in inputs.items()]
     if "target_rate_per_s" in plan and "target_rate_per_s" not in inputs:
         rows.append(["target rate (req/s)", clean_number(plan["target_rate_per_s"])])
     recs = [r for r in plan.get("recommendations") or [] if isinstance(r, dict)]
@@ -167,43 +172,44 @@ def _curve_sheet(wb: Any, plan: dict[str, Any], bold: Any) -> None:
     ws.insert_chart(1, len(CURVE_HEADERS) + 1, chart)
 
 
+def xlsx_files(plan: dict[str, Any], path: str | Path) -> list[Staged]:
+    """The workbook, built in memory now (a failure writes nothing), to write at `path`."""
+    xlsxwriter = _xlsxwriter()
+    cols, rec_rows = recommendation_table(plan)
+    buf = io.BytesIO()
+    wb = xlsxwriter.Workbook(buf, {"in_memory": True, "strings_to_numbers": False,
+                                   "strings_to_formulas": False, "strings_to_urls": False})
+    try:
+        bold = wb.add_format({"bold": True, "bottom": 1})
+        _write_table(wb.add_worksheet("recommendations"), [c.header for c in cols],
+                     rec_rows, bold, [c.fmt for c in cols], wb)
+        _inputs_sheet(wb, plan, bold)
+        _curve_sheet(wb, plan, bold)
+        disagg_cols, disagg = disaggregated_table(plan)
+        if disagg:
+            _write_table(wb.add_worksheet("disaggregated"), [c.header for c in disagg_cols],
+                         disagg, bold, [c.fmt for c in disagg_cols], wb)
+        pool_cols, pools = pool_table(plan)
+        if pools:  # one shared pool against a pool per lane
+            _write_table(wb.add_worksheet("pools"), [c.header for c in pool_cols], pools,
+                         bold, [c.fmt for c in pool_cols], wb)
+        pareto_cols, pareto = pareto_table(plan)
+        if pareto:
+            _write_table(wb.add_worksheet("pareto"), [c.header for c in pareto_cols], pareto,
+                         bold, [c.fmt for c in pareto_cols], wb)
+        from capplan.export.day_export import has_day, xlsx_sheet
+
+        if has_day(plan):
+            xlsx_sheet(wb, plan, bold, _write_table)
+    except BaseException:
+        with contextlib.suppress(Exception):  # the buffer is discarded anyway
+            wb.close()
+        raise
+    wb.close()
+    return [bytes_file(Path(path), buf.getvalue())]
+
+
 def write_xlsx(plan: dict[str, Any], path: str | Path) -> Path:
     """Write the workbook, atomically (a failure leaves any existing file as it was)."""
-    xlsxwriter = _xlsxwriter()
-    path = Path(path)
-    cols, rec_rows = recommendation_table(plan)
-
-    def write(tmp: Path) -> None:
-        wb = xlsxwriter.Workbook(str(tmp), {"strings_to_numbers": False,
-                                            "strings_to_formulas": False,
-                                            "strings_to_urls": False})
-        try:
-            bold = wb.add_format({"bold": True, "bottom": 1})
-            _write_table(wb.add_worksheet("recommendations"), [c.header for c in cols],
-                         rec_rows, bold, [c.fmt for c in cols], wb)
-            _inputs_sheet(wb, plan, bold)
-            _curve_sheet(wb, plan, bold)
-            disagg = table_rows(disaggregated_records(plan), cols)
-            if disagg:
-                _write_table(wb.add_worksheet("disaggregated"), [c.header for c in cols],
-                             disagg, bold, [c.fmt for c in cols], wb)
-            pool_cols, pools = pool_table(plan)
-            if pools:  # one shared pool against a pool per lane
-                _write_table(wb.add_worksheet("pools"), [c.header for c in pool_cols], pools,
-                             bold, [c.fmt for c in pool_cols], wb)
-            pareto_cols, pareto = pareto_table(plan)
-            if pareto:
-                _write_table(wb.add_worksheet("pareto"), [c.header for c in pareto_cols], pareto,
-                             bold, [c.fmt for c in pareto_cols], wb)
-            from capplan.export.day_export import has_day, xlsx_sheet
-
-            if has_day(plan):
-                xlsx_sheet(wb, plan, bold, _write_table)
-        except BaseException:
-            with contextlib.suppress(Exception):  # the temp file is discarded anyway
-                wb.close()
-            raise
-        wb.close()
-
-    atomic_write(path, write)
-    return path
+    atomic_write_all(xlsx_files(plan, path))
+    return Path(path)

@@ -34,7 +34,11 @@ class PoolPlan:
     rate_per_replica_per_s: float
     """The highest per-replica rate meeting the pool's share of the SLOs."""
     ttft_p99_s: float
+    """The pool's share of TTFT p99 at its planned load (prefill: queue and prompt; decode:
+    admission and the step emitting the first token)."""
     tbt_p99_s: float
+    load_per_replica_per_s: float = math.nan
+    """The plan's rate over the pool's replicas (the load its TTFT and TBT are at)."""
 
     @property
     def gpus(self) -> int:
@@ -67,13 +71,21 @@ class DisaggPlan:
 
     def to_dict(self) -> dict[str, Any]:
         def pool(p: PoolPlan) -> dict[str, Any]:
+            dtypes = p.dep.resolved_dtypes()
             return {"gpu": p.dep.gpu.key, "tp": p.dep.settings.tp,
                     "attention_dp": p.dep.settings.attention_dp,
                     "expert_parallel": p.dep.settings.expert_parallel,
                     "layout": p.dep.layout_text, "replicas": p.replicas,
+                    "gpus_per_replica": p.dep.gpus_per_replica,
                     "gpus_total": p.gpus, "max_num_seqs": p.dep.settings.max_num_seqs,
                     "max_num_batched_tokens": p.dep.settings.max_num_batched_tokens,
+                    "weight_dtype_resolved": dtypes["weight_dtype"],
+                    "kv_dtype_resolved": dtypes["kv_dtype"],
+                    # the capacity of a replica (the highest rate meeting the pool's share of
+                    # the SLOs), and the load it carries in the plan
                     "rate_per_replica_per_s": p.rate_per_replica_per_s,
+                    "per_replica_rate_per_s": (None if math.isnan(p.load_per_replica_per_s)
+                                               else p.load_per_replica_per_s),
                     # a prefill pool streams no tokens: no TBT (null, as the CLI's JSON)
                     "ttft_p99_s": p.ttft_p99_s,
                     "tbt_p99_s": None if math.isnan(p.tbt_p99_s) else p.tbt_p99_s,
@@ -206,7 +218,7 @@ def _decode_pools(deps: list[Deployment], caps: list[float], t: Traffic, target:
         # request overhead is counted once, on the prefill side)
         out.append(PoolPlan("decode", dep, x, rate,
                             float(at["ttft_s"]["p99"][m, 0]) - overhead,
-                            float(at["tbt_s"]["p99"][m, 0])))
+                            float(at["tbt_s"]["p99"][m, 0]), t.rate_per_s / x))
     return out
 
 
@@ -241,7 +253,8 @@ class _PrefillCurve:
         n = max(1, math.ceil(target / rate))
         # TTFT at the planned per-replica rate: the grid point at or above it (conservative)
         i = min(int(np.searchsorted(self.rates, rate_per_s / n)), len(self.rates) - 1)
-        return PoolPlan("prefill", self.dep, n, rate, float(self.ttft_p99_s[i]), math.nan)
+        return PoolPlan("prefill", self.dep, n, rate, float(self.ttft_p99_s[i]), math.nan,
+                        rate_per_s / n)
 
 
 def _cost(p: DisaggPlan) -> tuple[float, int]:

@@ -18,6 +18,7 @@ in each builder. A replica over several hosts gets one command per host from `no
 from __future__ import annotations
 
 import math
+import re
 import shlex
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -40,6 +41,12 @@ _VLLM_QUANT = {"fp8": "fp8"}  # int4/fp4 need a pre-quantized checkpoint (AWQ/GP
 
 
 ENGINE_LABELS = {"vllm": "vLLM", "sglang": "SGLang", "trtllm": "TRT-LLM"}
+
+
+def pool_command(text: str) -> str:
+    """A disaggregated pool's launch text (`disaggregated.launch`, "N x: " then its first
+    replica's command, one line per host) as it runs: without the replica count."""
+    return re.sub(r"^\d+ x: ", "", text)
 
 
 def sized_for(best: dict[str, Any]) -> str:

@@ -78,6 +78,7 @@ def test_rate_curve_plan_and_exports(run_cli, tmp_path: Path):
     plan = tmp_path / "day.yaml"
     plan.write_text(yaml.safe_dump(_curve_plan(export=["out.md", "out.csv", "out.xlsx",
                                                        "out.json", "out.html"])))
+    (tmp_path / "charts").mkdir()
     table = run_cli("plan", str(plan), "--plot", str(tmp_path / "charts"))
     assert table.exit_code == 0, table.stderr
     assert "day plan (replicas per window)" in table.stdout

@@ -41,6 +41,10 @@ def _commands(text: str = README) -> list[str]:
 
 
 COMMANDS = [c for doc in DOCS for c in _commands((ROOT / doc).read_text(encoding="utf-8"))]
+MKDIRS = {m.rstrip("/") for doc in DOCS for m in re.findall(
+    r"^mkdir -p (\S+)", (ROOT / doc).read_text(encoding="utf-8"), flags=re.M)}
+"""Folders the docs create before a command writes charts into them (`--plot DIR` writes into
+an existing folder, as `--export` does)."""
 
 
 def test_readme_has_commands():
@@ -61,6 +65,10 @@ def test_readme_command_runs(cmd, run_cli, tmp_path, monkeypatch):
     # run as printed: outputs the README names go to /tmp, never into the checkout
     assert not any(a.endswith((".xlsx", ".json", ".csv", ".md", ".html", ".jsonl"))
                    and not a.startswith(("/tmp/", "examples/", "tests/")) for a in args), cmd
+    if "--plot" in args:  # the docs create its folder first (a `mkdir -p` line), as here
+        folder = args[args.index("--plot") + 1].rstrip("/")
+        assert folder in MKDIRS, f"{cmd}: the docs show no `mkdir -p {folder}` before it"
+        Path(folder).mkdir(parents=True, exist_ok=True)
     if args[0] in ("recommend", "plan"):
         args.append("--format=json")
     before = _untracked()

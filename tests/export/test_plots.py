@@ -65,7 +65,8 @@ def _no_temp_files(folder: Path) -> None:
 
 
 def test_plot_plan_writes_png_and_svg(tmp_path: Path) -> None:
-    out = tmp_path / "charts" / "nested"  # created when missing
+    out = tmp_path / "charts"
+    out.mkdir()
     paths = plot_plan(sample_plan(), out)
     assert [p.name for p in paths] == ["throughput_latency.png", "throughput_latency.svg",
                                        "pareto.png", "pareto.svg", "tokens_per_gpu.png",
@@ -179,7 +180,7 @@ def test_plot_sim(tmp_path: Path) -> None:
           "waiting": [max(0, i - 20) for i in range(n)],
           "kv_utilization": [min(1.0, i / 40) for i in range(n)]}
     paths = plot_sim({"timeseries": ts, "ttft_s": {"p99": 1.0}, "model": "qwen3-30b-a3b",
-                      "gpu": "l40s"}, tmp_path / "sim")
+                      "gpu": "l40s"}, tmp_path)
     assert [p.name for p in paths] == ["sim.png", "sim.svg"]
     _check_pair(paths, "sim", ["time (s)", "KV cache used (%)", "sequences (count)",
                                "running", "waiting", "qwen3-30b-a3b on l40s"])
@@ -189,6 +190,7 @@ def test_simulate_plots_every_scheduler(tmp_path: Path, run_cli) -> None:
     # Two schedulers, two charts: each file and title names its scheduler, and each draws its
     # own run (the static scheduler's first step comes after its batch forms, so its series
     # differs from the continuous one's).
+    (tmp_path / "charts").mkdir()
     res = run_cli("simulate", "--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--rate", "5",
                   "--requests", "100", "--scheduler", "continuous,static",
                   "--plot", str(tmp_path / "charts"))

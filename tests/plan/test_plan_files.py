@@ -216,6 +216,7 @@ def exported(tmp_path_factory) -> dict[str, Any]:
 
     d = tmp_path_factory.mktemp("exports")
     (d / "home").mkdir()
+    (d / "charts").mkdir()
     plan = write(d, GOOD)
     outs = {s: d / f"out.{s}" for s in ("xlsx", "csv", "md", "json")}
     args = ["plan", str(plan), "--no-verify", "--format", "json", "--plot", str(d / "charts")]

@@ -1,0 +1,110 @@
+"""Which layout a plan recommends, said the same way by every export: the aggregated fleet
+(recommendation 1), the disaggregated prefill/decode layout when it wins, or a pool per lane
+when the plan asks for one; the Kubernetes export deploys the same (`k8s.plan_pools`). Also
+the disaggregated layout's figures and launch lines as the reports print them."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from capplan.export.json_export import jsonable
+
+AGGREGATED, DISAGGREGATED, SEPARATE = "aggregated", "disaggregated", "separate"
+
+
+def recommended_layout(plan: dict[str, Any]) -> str:
+    """DISAGGREGATED when the disaggregated layout wins (both pools sized), SEPARATE when the
+    plan asks for a pool per lane and every lane has one, else AGGREGATED."""
+    d = plan.get("disaggregated") or {}
+    if (d.get("winner") == DISAGGREGATED and isinstance(d.get("prefill"), dict)
+            and isinstance(d.get("decode"), dict)):
+        return DISAGGREGATED
+    lanes = ((plan.get("pools") or {}).get("separate") or {}).get("lanes") or []
+    if (plan.get("inputs") or {}).get("pools") == SEPARATE and lanes and all(
+            isinstance(ln, dict) and ln.get("engine_flags") for ln in lanes):
+        return SEPARATE
+    return AGGREGATED
+
+
+def _gpus(n: Any) -> str:
+    return f"{n} GPU{'' if n == 1 else 's'}"
+
+
+def _cost(c: Any) -> str:
+    c = jsonable(c)
+    return f", ${c:,.2f}/h" if isinstance(c, int | float) else ""
+
+
+def _ms(x: Any, fmt: str) -> str:
+    x = jsonable(x)
+    return format(x * 1e3, fmt) if isinstance(x, int | float) else "?"
+
+
+def fleet_text(rec: dict[str, Any]) -> str:
+    """"3 x h200 TP 8 (24 GPUs, $96.00/h)": a recommendation's (or a pool's) fleet."""
+    from capplan.plan.launch import layout_of
+
+    return (f"{rec.get('replicas')} x {rec.get('gpu')} {layout_of(rec)} "
+            f"({_gpus(rec.get('gpus_total'))}{_cost(rec.get('cost_per_hour'))})")
+
+
+def headline(plan: dict[str, Any]) -> str:
+    """"recommended: ..." in a sentence: the layout, its fleet, and where the aggregated
+    table's rank 1 stands beside it."""
+    recs = plan.get("recommendations") or []
+    if not recs:
+        return "recommended: none (no configuration meets the constraints)"
+    best, layout, d = recs[0], recommended_layout(plan), plan.get("disaggregated") or {}
+    if layout == DISAGGREGATED:
+        return (f"recommended: the disaggregated prefill/decode layout: prefill "
+                f"{fleet_text(d['prefill'])} + decode {fleet_text(d['decode'])} = "
+                f"{_gpus(d.get('gpus_total'))}{_cost(d.get('cost_per_hour'))}, TTFT p99 "
+                f"{_ms(d.get('ttft_p99_s'), '.0f')} ms end to end, TBT p99 "
+                f"{_ms(d.get('tbt_p99_s'), '.1f')} ms; the best aggregated fleet (rank 1) "
+                f"needs {fleet_text(best)}")
+    if layout == SEPARATE:
+        sep = plan["pools"]["separate"]
+        lanes = "; ".join(f"lane {ln.get('lane')}: {fleet_text(ln)}" for ln in sep["lanes"])
+        return (f"recommended: a pool per lane, as the plan asks: {lanes} ("
+                f"{_gpus(sep.get('gpus_total'))} in all{_cost(sep.get('cost_per_hour'))}); "
+                f"rank 1 is one shared pool, for comparison: {fleet_text(best)}")
+    return f"recommended: {fleet_text(best)}" + (
+        f"; {d['verdict']}" if d.get("verdict") else "")
+
+
+def disagg_figures(d: dict[str, Any]) -> str:
+    """The layout's end-to-end TTFT and TBT, ratio and KV transfer in a sentence ("" without
+    pools)."""
+    if not isinstance(d.get("prefill"), dict):
+        return ""
+    tx = d.get("kv_transfer_s") or {}
+    return (f"TTFT p99 {_ms(d.get('ttft_p99_s'), '.0f')} ms end to end (prefill + KV "
+            f"transfer + decode admission), TBT p99 {_ms(d.get('tbt_p99_s'), '.1f')} ms; ratio "
+            f"{d.get('ratio')} (prefill:decode); KV transfer {_ms(tx.get('mean'), '.2f')} ms "
+            f"mean, {_ms(tx.get('p99'), '.2f')} ms p99 over {d.get('kv_link')}.")
+
+
+_ENGINES = {"vllm": "vLLM", "sglang": "SGLang", "trtllm": "TensorRT-LLM"}
+
+
+def disagg_launch(d: dict[str, Any]) -> list[tuple[str, str]]:
+    """(title, text) of each launch line of the layout: a pool's as its first replica runs it
+    (without the "N x: " count, which the title says), the front end's, and where each
+    replica runs (not a command: its title says so)."""
+    from capplan.plan.launch import pool_command
+
+    out = []
+    for key, line in (d.get("launch") or {}).items():
+        engine, _, role = key.partition("_")
+        name = _ENGINES.get(engine, engine)
+        pool = d.get(role) if role in ("prefill", "decode") else None
+        if role == "hosts":
+            out.append((f"{name}, where each replica runs", str(line)))
+        elif isinstance(pool, dict):
+            n = pool.get("replicas")
+            out.append((f"{name} {role} (1 replica)" if n == 1 else
+                        f"{name} {role} ({n} replicas; the first's line, the others take the "
+                        "next GPUs, port + 1 or the next host)", pool_command(str(line))))
+        else:
+            out.append((f"{name} {role}", str(line)))
+    return out
