@@ -44,7 +44,7 @@ from capplan.export.csv_export import SHOWN_RECOMMENDATIONS, pool_records, shown
 from capplan.export.layout import AGGREGATED, DISAGGREGATED, headline, recommended_layout
 from capplan.limits import DEFAULT_HEADROOM
 from capplan.plan.alternatives import PLAN_NOTES
-from capplan.plan.launch import ENGINE_LABELS, layout_cell, layout_of, sized_for
+from capplan.plan.launch import ENGINE_LABELS, layout_cell, layout_of, pool_command, sized_for
 from capplan.plan.result import PlanResult
 from capplan.plan.schema import PlanFile, load_plan, plan_json_schema
 
@@ -172,9 +172,12 @@ def render_disagg(d: dict[str, Any]) -> str:
         p = d.get(role)
         if p:
             layout = p.get("layout") or f"TP {p['tp']}"  # plans written before layouts
+            load = p.get("per_replica_rate_per_s")
+            carried = "" if load is None else f", carrying {load:.3g}"
             lines.append(f"  {role:<8} {p['replicas']} x {p['gpu']} ({layout}), "
-                         f"{p['gpus_total']} GPUs, {p['rate_per_replica_per_s']:.3g} req/s per "
-                         f"replica, TTFT p99 share {p['ttft_p99_s'] * 1e3:.0f} ms")
+                         f"{p['gpus_total']} GPUs, each replica up to "
+                         f"{p['rate_per_replica_per_s']:.3g} req/s{carried}, TTFT p99 share "
+                         f"{p['ttft_p99_s'] * 1e3:.0f} ms")
     if d.get("prefill"):
         lines.append(f"  ratio {d['ratio']} (prefill:decode); KV transfer "
                      f"{d['kv_transfer_s']['mean'] * 1e3:.2f} ms mean, "
@@ -183,10 +186,15 @@ def render_disagg(d: dict[str, Any]) -> str:
                      f"admission), TBT p99 {d['tbt_p99_s'] * 1e3:.1f} ms")
     lines += textwrap.wrap(d["verdict"], 118, initial_indent="  ", subsequent_indent="  ")
     labels = {"vllm": "vLLM", "sglang": "SGLang"}
+    each = d.get("launch_replicas") or {}
     for key, line in (d.get("launch") or {}).items():  # launch lines stay whole, as above
         engine, _, role = key.partition("_")
-        head = f"{labels.get(engine, engine)} {role}: "
-        lines.append(head + line.replace("\n", "\n" + " " * len(head)))  # a line per host
+        # a pool of several replicas: each replica's own line (its GPUs, ports, host)
+        texts = ([(f"{labels.get(engine, engine)} {role} {i}: ", t)
+                  for i, t in enumerate(each[role])] if role in each
+                 else [(f"{labels.get(engine, engine)} {role}: ", pool_command(line))])
+        for head, text in texts:
+            lines.append(head + text.replace("\n", "\n" + " " * len(head)))  # a line per host
     if d.get("bench"):  # the whole workload through the front end
         lines += [f"dataset: {d['bench_dataset']}", f"verify:  {d['bench']}"]
     return "\n".join(lines)

@@ -97,7 +97,7 @@ class DisaggPlan:
                 "kv_transfer_s": {"mean": self.transfer_mean_s, "p99": self.transfer_p99_s},
                 "ttft_p99_s": self.ttft_p99_s, "tbt_p99_s": self.tbt_p99_s,
                 "gpus_total": self.gpus, "cost_per_hour": self.cost_per_hour,
-                "launch": launch_lines(self)}
+                "launch": launch_lines(self), "launch_replicas": replica_lines(self)}
 
 
 def _role(t: Traffic, role: str) -> tuple[LengthStats, Any]:
@@ -377,7 +377,7 @@ def _pool_options(d: Deployment, role: str, at: Placement) -> Any:
     advertised at its host when the layout has several and the replica runs on one)."""
     from capplan.plan.launch_multinode import deployment_options
 
-    o = deployment_options(d, role, DISAGG_PORTS[role], at.first_gpu)
+    o = deployment_options(d, role, at.port, at.first_gpu)
     if at.kv_port is None:
         return o
     host = at.host if at.host != "localhost" and o.nodes == 1 else None
@@ -418,6 +418,28 @@ def launch_lines(p: DisaggPlan) -> dict[str, str]:
         bootstrap=[x.kv_port for x in where if x.role == "prefill"])
     if len(where) > 2 or where[-1].host != "localhost":
         out[f"{engine}_hosts"] = _hosts_line(p, where)
+    return out
+
+
+def replica_lines(p: DisaggPlan) -> dict[str, list[str]]:
+    """Each replica's own launch text, by role, for a pool of more than one replica (`launch`
+    gives the first: the others run on the next GPUs, ports and KV handshake ports, or the
+    next host, as `placements` puts them): what each host runs, as printed."""
+    from capplan.plan.launch import launch_line, node_commands
+    from capplan.plan.launch_multinode import with_files
+
+    engine = p.prefill.dep.settings.profile.name
+    out: dict[str, list[str]] = {}
+    for role, pool in (("prefill", p.prefill), ("decode", p.decode)):
+        if pool.replicas < 2:
+            continue
+        texts = []
+        for at in (x for x in placements(p) if x.role == role):
+            opts = _pool_options(pool.dep, role, at)
+            line = launch_line(engine, opts)
+            cmds = [pool_hosts(c, role) for c in node_commands(line, opts)]
+            texts.append("\n".join(with_files(cmds, line)))
+        out[role] = texts
     return out
 
 

@@ -237,3 +237,44 @@ def test_a_vllm_pd_server_on_ray_advertises_its_head_for_the_kv_handshake(catalo
         head = launch_lines(p)[f"vllm_{role}"].split("\n")[0]
         assert "--distributed-executor-backend ray" in head
         assert f"VLLM_NIXL_SIDE_CHANNEL_HOST={role.upper()}_NODE0_IP " in head
+
+
+@pytest.mark.parametrize("engine", ["vllm", "sglang", "trtllm"])
+def test_each_replica_has_its_own_line_at_its_placement(catalog, engine) -> None:
+    # 5 prefill + 2 decode replicas of TP 2 on 8-GPU H100 hosts (the placements above): every
+    # replica's own line runs on its GPUs, port and KV handshake port, as the hosts line and
+    # the router name them; the first is `launch`'s line (without its "5 x: ")
+    from capplan.plan.disagg import replica_lines
+    from capplan.plan.launch import pool_command
+
+    p = _plan(catalog, "llama-3.1-8b", "h100-sxm", engine, (2, 2), (5, 2))
+    each, where = replica_lines(p), placements(p)
+    assert [len(each[r]) for r in ("prefill", "decode")] == [5, 2]
+    lines = launch_lines(p)
+    for role in ("prefill", "decode"):
+        assert each[role][0] == pool_command(lines[f"{engine}_{role}"])
+        mine = [x for x in where if x.role == role]
+        for text, at in zip(each[role], mine, strict=True):
+            gpus = ",".join(str(at.first_gpu + g) for g in range(2))
+            assert f"CUDA_VISIBLE_DEVICES={gpus} " in text, (role, at, text)
+            assert _words(text.split("#")[0], "--port")[:1] == [str(at.port)], (role, at, text)
+    if engine == "sglang":  # each prefill server's bootstrap port, as the router lists it
+        assert [_words(t, "--disaggregation-bootstrap-port") for t in each["prefill"]] == [
+            [str(x.kv_port)] for x in where[:5]]
+    one = _plan(catalog, "llama-3.1-8b", "h100-sxm", engine, (2, 2), (1, 1))
+    assert replica_lines(one) == {}  # one replica each: `launch` says it all
+
+
+def test_the_terminal_prints_each_replicas_line_and_no_replica_count(run_cli) -> None:
+    """`recommend` prints a pool of several replicas as one line per replica (its own GPUs
+    and ports), a pool of one as its line: never "N x: " before a command."""
+    res = run_cli("recommend", "--model", "llama-3.1-70b", "--gpu", "h100-sxm", "--engine",
+                  "sglang+mixed-chunk", "--rate", "10", "--input-len", "1000", "--output-len",
+                  "300", "--ttft-p99", "1", "--tbt-p99", "0.06")
+    assert res.exit_code == 0, res.stderr
+    launch = [ln for ln in res.stdout.splitlines() if ln.startswith("SGLang p")
+              or ln.startswith("SGLang d")]
+    heads = [ln.split(": ", 1)[0] for ln in launch]
+    assert heads == ["SGLang prefill 0", "SGLang prefill 1", "SGLang decode"], heads
+    assert all(ln.split(": ", 1)[1].startswith("CUDA_VISIBLE_DEVICES=") for ln in launch)
+    assert "--port 8101" in launch[1] and "CUDA_VISIBLE_DEVICES=4,5,6,7 " in launch[1]
