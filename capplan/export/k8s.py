@@ -36,13 +36,9 @@ import yaml
 
 from capplan.errors import InputError
 from capplan.export.atomic import atomic_write_text
+from capplan.models.engine import engine_profile
 from capplan.plan.launch import DEFAULT_PORTS, HEAD
 
-IMAGES = {"vllm": "vllm/vllm-openai:v0.11.0", "sglang": "lmsysorg/sglang:v0.5.2-cu126",
-          "trtllm": "nvcr.io/nvidia/tensorrt-llm/release:1.0.0"}
-"""Container images of the engine versions the profiles model (models/engine.py); change the
-tag to the version you run."""
-LLMD_IMAGE = "ghcr.io/llm-d/llm-d:v0.2.0"
 FRONT_ENDS = ("sglang", "trtllm", "vllm")
 """Engines whose disaggregated front end the export runs, on the engine's default port (as the
 plan's router line): SGLang's router, which the engine's image carries (sgl-project/sglang
@@ -80,6 +76,9 @@ class Pool:
     """The command of the replica's other hosts (LeaderWorkerSet workers)."""
     role: str = ""
     """A disaggregated pool's role (prefill, decode); "" for a pool that serves whole requests."""
+    image: str = ""
+    """The engine's container image: its profile's (EngineProfile.image), the planned
+    profile's for the planned engine, so that every flag of the line is in the image."""
     addressed: bool = False
     """Each replica needs its own address (a P/D pool behind SGLang's router, which names every
     prefill worker, its bootstrap host): a StatefulSet under a headless Service, replica i at
@@ -159,13 +158,22 @@ def _name(*parts: str) -> str:
     return s[:50].strip("-") or "capplan"
 
 
-def _rec_pool(name: str, r: dict[str, Any], engine: str) -> Pool:
+def engine_image(plan: dict[str, Any], engine: str) -> str:
+    """The container image of `engine`'s lines in this plan: the planned profile's for the
+    planned engine (`--engine vllm@0.6` runs a 0.6 image), the engine's newest profile's for
+    the others, whose lines are built from it (capplan.plan.launch.deepep_launch)."""
+    best = plan["recommendations"][0]
+    planned = engine_profile(best.get("engine_profile") or best.get("engine") or engine)
+    return (planned if planned.name == engine else engine_profile(engine)).image
+
+
+def _rec_pool(name: str, r: dict[str, Any], engine: str, image: str) -> Pool:
     flags = r["engine_flags"]
     argv, worker, port, nodes = _node_argv(flags[engine])
     files = {k.split(":", 2)[2]: v for k, v in flags.items() if k.startswith(f"file:{engine}:")}
     reps = max(1, int(r["replicas"]))
     return Pool(name, engine, argv, reps, int(r["gpus_total"]) // reps, port, files,
-                r.get("gpu", ""), nodes, worker)
+                r.get("gpu", ""), nodes, worker, image=image)
 
 
 def plan_pools(plan: dict[str, Any], engine: str | None = None) -> list[Pool]:
@@ -173,6 +181,7 @@ def plan_pools(plan: dict[str, Any], engine: str | None = None) -> list[Pool]:
     best = plan["recommendations"][0]
     engine = engine or best.get("engine") or plan.get("inputs", {}).get("engine") or "vllm"
     model = (plan.get("model") or "model").split("/")[-1]
+    image = engine_image(plan, engine)
     d = plan.get("disaggregated") or {}
     if d.get("winner") == "disaggregated" and d.get("launch", {}).get(f"{engine}_prefill"):
         out = []
@@ -184,14 +193,14 @@ def plan_pools(plan: dict[str, Any], engine: str | None = None) -> list[Pool]:
             reps = max(1, int(d[role]["replicas"]))
             out.append(Pool(_name(model, role), engine, argv, reps,
                             int(d[role]["gpus_total"]) // reps, port, _line_files(line),
-                            d[role]["gpu"], nodes, worker, role=role,
+                            d[role]["gpu"], nodes, worker, role=role, image=image,
                             addressed=engine in FRONT_ENDS))
         return out
     lanes = ((plan.get("pools") or {}).get("separate") or {}).get("lanes") or []
     if plan.get("inputs", {}).get("pools") == "separate" and all(
             ln.get("engine_flags") for ln in lanes):
-        return [_rec_pool(_name(model, ln["lane"]), ln, engine) for ln in lanes]
-    return [_rec_pool(_name(model), best, engine)]
+        return [_rec_pool(_name(model, ln["lane"]), ln, engine, image) for ln in lanes]
+    return [_rec_pool(_name(model), best, engine, image)]
 
 
 def _probe(port: int, period_s: int, failures: int) -> dict[str, Any]:
@@ -224,7 +233,7 @@ def _pod_spec(p: Pool, gpus: int, cache_claim: str | None, config: str | None,
         mounts.append({"name": "engine-config", "mountPath": CONFIG_DIR, "readOnly": True})
         volumes.append({"name": "engine-config", "configMap": {"name": config}})
     container = {
-        "name": p.engine, "image": IMAGES[p.engine], "command": argv,
+        "name": p.engine, "image": p.image, "command": argv,
         "ports": [{"name": "http", "containerPort": p.port, "protocol": "TCP"}],
         "env": [{"name": "HF_HOME", "value": HF_HOME},
                 {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {
@@ -331,7 +340,7 @@ def _front_end(plan: dict[str, Any], pools: list[Pool]) -> list[dict[str, Any]]:
     probe = {"tcpSocket": {"port": port}, "periodSeconds": 10}
     files = _line_files(line)  # TensorRT-LLM's disagg_config.yaml
     words = [f"{CONFIG_DIR}/{w}" if w in files else w for w in shlex.split(line, comments=True)]
-    image = ROUTER_IMAGES.get(engine, IMAGES[engine])
+    image = ROUTER_IMAGES.get(engine, pre[0].image)
     container: dict[str, Any] = {"name": "router", "image": image, "command": words,
                                  "ports": [{"name": "http", "containerPort": port,
                                             "protocol": "TCP"}],
@@ -382,7 +391,7 @@ def llmd_values(plan: dict[str, Any]) -> dict[str, Any]:
             return {"create": False, "replicas": 0}
         gpus = p.gpus_per_replica
         return {"create": True, "replicas": p.replicas, "containers": [{
-            "name": "vllm", "image": LLMD_IMAGE, "modelCommand": "vllmServe",
+            "name": "vllm", "image": p.image, "modelCommand": "vllmServe",
             "args": _vllm_args(p.argv), "mountModelVolume": True,
             "resources": {"limits": {"nvidia.com/gpu": str(gpus)},
                           "requests": {"nvidia.com/gpu": str(gpus)}}}]}

@@ -12,36 +12,8 @@ from typing import Any
 import pytest
 import yaml
 
+from tests.export.k8s_models import validate as _validate
 from tests.plan.engine_args import parse_line
-
-k8s = pytest.importorskip("kubernetes.client", reason="the test extra installs kubernetes")
-
-MODELS = {("apps/v1", "Deployment"): "V1Deployment", ("v1", "Service"): "V1Service",
-          ("v1", "ConfigMap"): "V1ConfigMap", ("apps/v1", "StatefulSet"): "V1StatefulSet"}
-LWS_SPEC = {"replicas", "leaderWorkerTemplate", "startupPolicy", "rolloutStrategy",
-            "networkConfig"}
-LWS_TEMPLATE = {"size", "leaderTemplate", "workerTemplate", "restartPolicy", "subGroupPolicy"}
-"""Fields of LeaderWorkerSetSpec and LeaderWorkerTemplate (sigs.k8s.io/lws
-api/leaderworkerset/v1/leaderworkerset_types.go)."""
-
-
-def _as_model(obj: dict[str, Any], model: str) -> Any:
-    api = k8s.ApiClient()
-    m = api.deserialize(json.dumps(obj), model, "application/json")
-    assert api.sanitize_for_serialization(m) == obj, f"{model}: fields lost in the round trip"
-    return m
-
-
-def _validate(doc: dict[str, Any]) -> Any:
-    key = (doc["apiVersion"], doc["kind"])
-    if key == ("leaderworkerset.x-k8s.io/v1", "LeaderWorkerSet"):
-        spec = doc["spec"]
-        assert set(spec) <= LWS_SPEC and set(spec["leaderWorkerTemplate"]) <= LWS_TEMPLATE
-        _as_model(doc["metadata"], "V1ObjectMeta")
-        for t in ("leaderTemplate", "workerTemplate"):
-            _as_model(spec["leaderWorkerTemplate"][t], "V1PodTemplateSpec")
-        return doc
-    return _as_model(doc, MODELS[key])
 
 
 @pytest.fixture(scope="module")

@@ -1,0 +1,114 @@
+"""What the Kubernetes and llm-d exports deploy, as a cluster would run it: the image of the
+release the plan was sized for, object names kubectl keeps apart, the front end's command as the
+plan prints it, one token Secret, what cross-host traffic needs, and llm-d values that run the
+plan or are refused. Every Kubernetes document is validated by the client's models."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.export.k8s_models import containers, validate
+
+ENGINE_REPOS = {"vllm": "vllm/vllm-openai", "sglang": "lmsysorg/sglang",
+                "trtllm": "nvcr.io/nvidia/tensorrt-llm/release"}
+
+
+def _recommend(run_cli, tmp_path: Path, *args: str, model: str = "llama-3.1-8b",
+               exports: tuple[str, ...] = ("p.k8s.yaml",)) -> dict[str, Any]:
+    res = run_cli("recommend", "--model", model, "--rate", "5", "--input-len", "500",
+                  "--output-len", "100", "--gpu", "h100-sxm", "--verify-top", "0", *args,
+                  *[w for e in exports for w in ("--export", str(tmp_path / e))],
+                  "--format", "json")
+    assert res.exit_code == 0, res.stderr
+    return res.json()
+
+
+def _docs(path: Path) -> list[dict[str, Any]]:
+    docs = [d for d in yaml.safe_load_all(path.read_text()) if d is not None]
+    for d in docs:
+        validate(d)
+    return docs
+
+
+def _release(image: str) -> tuple[int, ...]:
+    from capplan.models.engine import _version_key
+
+    return _version_key(image.rsplit(":", 1)[1]) or ()
+
+
+# ---------------------------------------------------------------------------------------------
+# 1. images of the planned release
+# ---------------------------------------------------------------------------------------------
+
+
+def test_every_profile_names_an_image_of_its_own_releases() -> None:
+    """A profile's image is its engine's, at or after its version and before the next
+    profile's first release (a profile added by `replace` that kept its parent's image fails
+    here)."""
+    from capplan.models.engine import VERSIONS, _version_key
+
+    for name, profiles in VERSIONS.items():
+        for i, p in enumerate(profiles):
+            assert p.image.rsplit(":", 1)[0] == ENGINE_REPOS[name], p.image
+            assert p.image_release >= _version_key(p.version), (p.spec, p.image)
+            if i + 1 < len(profiles):
+                nxt = profiles[i + 1]
+                assert p.image_release < _version_key(nxt.since or nxt.version), (
+                    p.spec, p.image, nxt.spec)
+
+
+def test_the_docs_name_every_profiles_image() -> None:
+    from capplan.models.engine import VERSIONS
+
+    text = (Path(__file__).resolve().parents[2] / "docs" / "engines.md").read_text()
+    for profiles in VERSIONS.values():
+        for p in profiles:
+            assert f"`{p.image}`" in text, p.image
+
+
+@pytest.mark.parametrize("spec", ["vllm@0.6", "vllm@0.11", "vllm", "sglang@0.3", "sglang@0.4",
+                                  "sglang", "trtllm@1.0", "trtllm"])
+def test_every_manifest_runs_an_image_of_the_release_the_plan_was_sized_for(
+        run_cli, tmp_path: Path, spec: str) -> None:
+    from capplan.models.engine import _version_key, engine_profile
+
+    exports = ("p.k8s.yaml", "p.llm-d.yaml") if spec.startswith("vllm") else ("p.k8s.yaml",)
+    plan = _recommend(run_cli, tmp_path, "--engine", spec, "--no-disagg", exports=exports)
+    prof = engine_profile(plan["recommendations"][0]["engine_profile"])
+    images = [c["image"] for d in _docs(tmp_path / "p.k8s.yaml") for c in containers(d)]
+    if spec.startswith("vllm"):
+        values = yaml.safe_load((tmp_path / "p.llm-d.yaml").read_text())
+        images += [c["image"] for c in values["decode"]["containers"]]
+    assert images and set(images) == {prof.image}, images
+    assert _release(prof.image) >= _version_key(prof.version)
+    if spec == "vllm@0.6":
+        assert _release(prof.image)[:2] == (0, 6)
+
+
+def test_the_other_engines_lines_run_their_newest_image(run_cli, tmp_path: Path) -> None:
+    """A plan sized for vLLM 0.6 exported for SGLang runs SGLang's newest image: its line is
+    built from SGLang's newest profile."""
+    from capplan.export.k8s import k8s_objects
+    from capplan.models.engine import PROFILES
+
+    plan = _recommend(run_cli, tmp_path, "--engine", "vllm@0.6", "--no-disagg", exports=())
+    images = {c["image"] for d in k8s_objects(plan, engine="sglang") for c in containers(d)}
+    assert images == {PROFILES["sglang"].image}
+
+
+@pytest.mark.parametrize(("spec", "model", "word", "since"), [
+    ("vllm", "deepseek-v3", "--all2all-backend", (0, 11, 1)),  # vllm-project/vllm pull 26732
+    ("vllm+no-overlap", "llama-3.1-8b", "--no-async-scheduling", (0, 14)),  # pull 27614
+])
+def test_a_flag_runs_only_on_an_image_that_has_it(run_cli, tmp_path: Path, spec: str,
+                                                  model: str, word: str,
+                                                  since: tuple[int, ...]) -> None:
+    plan = _recommend(run_cli, tmp_path, "--engine", spec, "--no-disagg", model=model)
+    runs = [c for d in _docs(tmp_path / "p.k8s.yaml") for c in containers(d)
+            if word in " ".join(c["command"])]
+    assert runs, plan["recommendations"][0]["engine_flags"]["vllm"]
+    assert all(_release(c["image"]) >= since for c in runs)
