@@ -16,6 +16,8 @@ ConfigMap. A winning disaggregated layout runs its pools as StatefulSets
 under headless Services (replica i at `{name}-{i}.{name}`; LeaderWorkerSets over hosts, replica
 i's leader at the same name) and the engine's router in front, over every replica
 (`_front_end`; TensorRT-LLM's disaggregated server with its configuration as a ConfigMap).
+Every object of a file has a name of its own (`Names`: two lanes or models that read alike get
+`-2`, `-3`...).
 
 Object shapes: the Kubernetes API reference (apps/v1 Deployment and StatefulSet, v1 Service,
 v1 ConfigMap) and
@@ -153,9 +155,36 @@ def _node_argv(text: str) -> tuple[list[str], list[str] | None, int, int]:
     return leader, sh(("" if work.startswith("ray ") else "exec ") + work), port, len(lines)
 
 
-def _name(*parts: str) -> str:
-    s = re.sub(r"[^a-z0-9-]+", "-", "-".join(parts).lower()).strip("-")
-    return s[:50].strip("-") or "capplan"
+NAME_LEN = 40
+"""Longest object name before a `-N` that keeps it apart: every name is a DNS-1123 label
+(Services: a DNS-1035 label, a letter first), and the names Kubernetes derives from it stay
+label values of at most 63 characters (a StatefulSet's pods carry `controller-revision-hash:
+{name}-{10 characters}`; a LeaderWorkerSet's group i is StatefulSet `{name}-{i}`; the leaders'
+Service is `{name}-leader`)."""
+DERIVED = ("", "-config", "-leader")
+"""The names an object name also takes: its ConfigMap and its leaders' Service."""
+
+
+@dataclass
+class Names:
+    """The object names of one manifest file: each pool and front end gets its own, also when
+    two lanes (`chat_ui`, `Chat.UI`) or two models read alike; `kubectl apply` would keep one
+    of two objects of a kind and name."""
+
+    taken: set[str] = field(default_factory=set)
+
+    def take(self, *parts: str) -> str:
+        """A free name from `parts`: lower case, other characters than [a-z0-9-] as `-`, a
+        letter first, at most NAME_LEN characters, then `-2`, `-3`... while it or one of its
+        DERIVED names is taken."""
+        base = re.sub(r"[^a-z0-9-]+", "-", "-".join(parts).lower()).strip("-") or "capplan"
+        base = (base if base[0].isalpha() else f"m-{base}")[:NAME_LEN].strip("-")
+        name, n = base, 1
+        while any(name + d in self.taken for d in DERIVED):
+            n += 1
+            name = f"{base[:NAME_LEN - len(str(n)) - 1].strip('-')}-{n}"
+        self.taken.update(name + d for d in DERIVED)
+        return name
 
 
 def engine_image(plan: dict[str, Any], engine: str) -> str:
@@ -176,8 +205,10 @@ def _rec_pool(name: str, r: dict[str, Any], engine: str, image: str) -> Pool:
                 r.get("gpu", ""), nodes, worker, image=image)
 
 
-def plan_pools(plan: dict[str, Any], engine: str | None = None) -> list[Pool]:
-    """The pools a cluster runs for this plan."""
+def plan_pools(plan: dict[str, Any], engine: str | None = None,
+               names: Names | None = None) -> list[Pool]:
+    """The pools a cluster runs for this plan, named apart from `names`' (and added to it)."""
+    names = names if names is not None else Names()
     best = plan["recommendations"][0]
     engine = engine or best.get("engine") or plan.get("inputs", {}).get("engine") or "vllm"
     model = (plan.get("model") or "model").split("/")[-1]
@@ -191,7 +222,7 @@ def plan_pools(plan: dict[str, Any], engine: str | None = None) -> list[Pool]:
             argv, worker, port, nodes = _node_argv(
                 re.sub(rf"\b{role.upper()}_NODE(\d+)_IP\b", r"NODE\1_IP", line))
             reps = max(1, int(d[role]["replicas"]))
-            out.append(Pool(_name(model, role), engine, argv, reps,
+            out.append(Pool(names.take(model, role), engine, argv, reps,
                             int(d[role]["gpus_total"]) // reps, port, _line_files(line),
                             d[role]["gpu"], nodes, worker, role=role, image=image,
                             addressed=engine in FRONT_ENDS))
@@ -199,8 +230,8 @@ def plan_pools(plan: dict[str, Any], engine: str | None = None) -> list[Pool]:
     lanes = ((plan.get("pools") or {}).get("separate") or {}).get("lanes") or []
     if plan.get("inputs", {}).get("pools") == "separate" and all(
             ln.get("engine_flags") for ln in lanes):
-        return [_rec_pool(_name(model, ln["lane"]), ln, engine, image) for ln in lanes]
-    return [_rec_pool(_name(model), best, engine, image)]
+        return [_rec_pool(names.take(model, ln["lane"]), ln, engine, image) for ln in lanes]
+    return [_rec_pool(names.take(model), best, engine, image)]
 
 
 def _probe(port: int, period_s: int, failures: int) -> dict[str, Any]:
@@ -255,56 +286,64 @@ def _pod_spec(p: Pool, gpus: int, cache_claim: str | None, config: str | None,
 
 def k8s_objects(plan: dict[str, Any], *, engine: str | None = None,
                 model_cache_claim: str | None = None) -> list[dict[str, Any]]:
-    """Deployments (or LeaderWorkerSets), Services and ConfigMaps of the plan's pools; a plan
-    of several models runs each model's."""
+    """Deployments (or StatefulSets, LeaderWorkerSets), Services and ConfigMaps of the plan's
+    pools and front end; a plan of several models runs each model's. Every object's name is
+    its own (`Names`)."""
     from capplan.export.csv_export import model_plans
 
-    if len(subs := model_plans(plan)) > 1:
-        return [o for sub in subs for o in k8s_objects(sub, engine=engine,
-                                                        model_cache_claim=model_cache_claim)]
+    names = Names()
     objs: list[dict[str, Any]] = []
-    pools = plan_pools(plan, engine)
-    for p in pools:
-        labels = {"app.kubernetes.io/name": p.name, "app.kubernetes.io/part-of": "capplan"}
-        meta = {"name": p.name, "labels": labels,
-                "annotations": {"capplan/gpu": p.gpu, "capplan/gpus-per-replica":
-                                str(p.gpus_per_replica), "capplan/engine": p.engine}}
-        config = None
-        if p.files:
-            config = f"{p.name}-config"
-            objs.append({"apiVersion": "v1", "kind": "ConfigMap",
-                         "metadata": {"name": config, "labels": labels}, "data": dict(p.files)})
-        nodes = p.hosts
-        gpus = p.gpus_per_replica if nodes == 1 else math.ceil(p.gpus_per_replica / nodes)
-        template = {"metadata": {"labels": labels},
-                    "spec": _pod_spec(p, gpus, model_cache_claim, config)}
-        workers = {"metadata": {"labels": labels},
-                   "spec": _pod_spec(p, gpus, model_cache_claim, config, worker=True)}
-        serving = labels if nodes == 1 or not p.worker_argv else {
-            **labels, "leaderworkerset.sigs.k8s.io/worker-index": "0"}  # the leader serves
-        if nodes == 1 and p.addressed:  # replica i at {name}-{i}.{name}
-            objs.append({"apiVersion": "apps/v1", "kind": "StatefulSet", "metadata": meta,
-                         "spec": {"replicas": p.replicas, "serviceName": p.name,
-                                  "podManagementPolicy": "Parallel",
-                                  "selector": {"matchLabels": labels}, "template": template}})
-        elif nodes == 1:
-            objs.append({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": meta,
-                         "spec": {"replicas": p.replicas,
-                                  "selector": {"matchLabels": labels}, "template": template}})
-        else:
-            objs.append({"apiVersion": "leaderworkerset.x-k8s.io/v1", "kind": "LeaderWorkerSet",
-                         "metadata": meta, "spec": {
-                             "replicas": p.replicas, "startupPolicy": "LeaderCreated",
-                             "leaderWorkerTemplate": {"size": nodes, "restartPolicy":
-                                                      "RecreateGroupOnPodRestart",
-                                                      "leaderTemplate": template,
-                                                      "workerTemplate": workers}}})
-        # a LeaderWorkerSet makes its own headless Service, named as it is, under which its
-        # pods resolve ({name}-{i}.{name}, LWS_LEADER_ADDRESS); a Service of that name would
-        # stop it (sigs.k8s.io/lws CreateHeadlessServiceIfNotExists): the leaders' is apart
-        objs.append(_service(p.name if nodes == 1 else f"{p.name}-leader", labels, serving,
-                             p.port, headless=nodes == 1 and p.addressed))
-    return objs + _front_end(plan, pools)
+    for sub in model_plans(plan):
+        pools = plan_pools(sub, engine, names)
+        for p in pools:
+            objs += _pool_objects(p, model_cache_claim)
+        objs += _front_end(sub, pools, names)
+    return objs
+
+
+def _pool_objects(p: Pool, cache_claim: str | None) -> list[dict[str, Any]]:
+    """A pool's ConfigMap (the files its line reads), its workload and its Service."""
+    objs: list[dict[str, Any]] = []
+    labels = {"app.kubernetes.io/name": p.name, "app.kubernetes.io/part-of": "capplan"}
+    meta = {"name": p.name, "labels": labels,
+            "annotations": {"capplan/gpu": p.gpu, "capplan/gpus-per-replica":
+                            str(p.gpus_per_replica), "capplan/engine": p.engine}}
+    config = None
+    if p.files:
+        config = f"{p.name}-config"
+        objs.append({"apiVersion": "v1", "kind": "ConfigMap",
+                     "metadata": {"name": config, "labels": labels}, "data": dict(p.files)})
+    nodes = p.hosts
+    gpus = p.gpus_per_replica if nodes == 1 else math.ceil(p.gpus_per_replica / nodes)
+    template = {"metadata": {"labels": labels},
+                "spec": _pod_spec(p, gpus, cache_claim, config)}
+    workers = {"metadata": {"labels": labels},
+               "spec": _pod_spec(p, gpus, cache_claim, config, worker=True)}
+    serving = labels if nodes == 1 or not p.worker_argv else {
+        **labels, "leaderworkerset.sigs.k8s.io/worker-index": "0"}  # the leader serves
+    if nodes == 1 and p.addressed:  # replica i at {name}-{i}.{name}
+        objs.append({"apiVersion": "apps/v1", "kind": "StatefulSet", "metadata": meta,
+                     "spec": {"replicas": p.replicas, "serviceName": p.name,
+                              "podManagementPolicy": "Parallel",
+                              "selector": {"matchLabels": labels}, "template": template}})
+    elif nodes == 1:
+        objs.append({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": meta,
+                     "spec": {"replicas": p.replicas,
+                              "selector": {"matchLabels": labels}, "template": template}})
+    else:
+        objs.append({"apiVersion": "leaderworkerset.x-k8s.io/v1", "kind": "LeaderWorkerSet",
+                     "metadata": meta, "spec": {
+                         "replicas": p.replicas, "startupPolicy": "LeaderCreated",
+                         "leaderWorkerTemplate": {"size": nodes, "restartPolicy":
+                                                  "RecreateGroupOnPodRestart",
+                                                  "leaderTemplate": template,
+                                                  "workerTemplate": workers}}})
+    # a LeaderWorkerSet makes its own headless Service, named as it is, under which its
+    # pods resolve ({name}-{i}.{name}, LWS_LEADER_ADDRESS); a Service of that name would
+    # stop it (sigs.k8s.io/lws CreateHeadlessServiceIfNotExists): the leaders' is apart
+    objs.append(_service(p.name if nodes == 1 else f"{p.name}-leader", labels, serving,
+                         p.port, headless=nodes == 1 and p.addressed))
+    return objs
 
 
 def _service(name: str, labels: dict[str, str], selector: dict[str, str], port: int,
@@ -318,7 +357,7 @@ def _service(name: str, labels: dict[str, str], selector: dict[str, str], port: 
                                 "protocol": "TCP"}]}}
 
 
-def _front_end(plan: dict[str, Any], pools: list[Pool]) -> list[dict[str, Any]]:
+def _front_end(plan: dict[str, Any], pools: list[Pool], names: Names) -> list[dict[str, Any]]:
     """The router in front of addressed P/D pools (FRONT_ENDS): a Deployment of one pod running
     the plan's front end over every replica's own address, and its Service (the port clients
     use); nothing when the pools are not addressed. A LeaderWorkerSet's replica i is addressed
@@ -335,7 +374,7 @@ def _front_end(plan: dict[str, Any], pools: list[Pool]) -> list[dict[str, Any]]:
     line = front_line(engine, *[[(f"{p.name}-{i}.{p.name}", p.port) for i in range(p.replicas)]
                                 for p in (pre[0], dec[0])], routers=("round-robin", "round-robin"),
                       port=port)
-    name = _name((plan.get("model") or "model").split("/")[-1], "router")
+    name = names.take((plan.get("model") or "model").split("/")[-1], "router")
     labels = {"app.kubernetes.io/name": name, "app.kubernetes.io/part-of": "capplan"}
     probe = {"tcpSocket": {"port": port}, "periodSeconds": 10}
     files = _line_files(line)  # TensorRT-LLM's disagg_config.yaml

@@ -112,3 +112,93 @@ def test_a_flag_runs_only_on_an_image_that_has_it(run_cli, tmp_path: Path, spec:
             if word in " ".join(c["command"])]
     assert runs, plan["recommendations"][0]["engine_flags"]["vllm"]
     assert all(_release(c["image"]) >= since for c in runs)
+
+
+# ---------------------------------------------------------------------------------------------
+# 2. object names kubectl keeps apart
+# ---------------------------------------------------------------------------------------------
+
+DNS_LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
+
+
+def _assert_names_apart(docs: list[dict[str, Any]]) -> None:
+    """Every (kind, name) once; names DNS-1123 labels (Services DNS-1035: a letter first) of at
+    most 63 characters, with room for what Kubernetes derives from them; each workload's pods
+    selected by its own labels."""
+    import re
+
+    from capplan.export.k8s import NAME_LEN
+
+    keys = [(d["kind"], d["metadata"]["name"]) for d in docs]
+    assert len(keys) == len(set(keys)), keys
+    for kind, name in keys:
+        assert re.fullmatch(DNS_LABEL, name) and len(name) <= 63, (kind, name)
+        assert kind != "Service" or name[0].isalpha(), name
+        if kind in ("StatefulSet", "LeaderWorkerSet", "Deployment"):
+            assert len(name) <= NAME_LEN + 3, name  # + "-N" apart; -{i}-{hash} still <= 63
+    selectors = [tuple(sorted(d["spec"]["selector"]["matchLabels"].items())) for d in docs
+                 if d["kind"] in ("Deployment", "StatefulSet")]
+    assert len(selectors) == len(set(selectors)), selectors
+    for d in docs:
+        for v in (d["metadata"].get("labels") or {}).values():
+            assert len(v) <= 63 and re.fullmatch(r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?", v)
+
+
+def test_lanes_that_read_alike_get_objects_of_their_own(run_cli, tmp_path: Path) -> None:
+    """`chat_ui` and `Chat.UI` (a pool each) both lower-cased to llama-3-1-8b-chat-ui: kubectl
+    kept one Deployment and one Service of the two."""
+    plan_file = tmp_path / "dup.yaml"
+    plan_file.write_text(yaml.safe_dump({
+        "version": 1, "model": "meta-llama/Llama-3.1-8B-Instruct",
+        "candidates": {"gpus": ["h100-sxm"], "tp": [1, 2]}, "engine": {"max_model_len": 8192},
+        "workloads": [
+            {"name": "chat_ui", "rate_per_s": 12, "input_len": 800, "output_len": 250,
+             "slo": {"ttft_p99_s": 0.5, "tbt_p99_s": "20ms"}},
+            {"name": "Chat.UI", "rate_per_s": 20, "input_len": 3000, "output_len": 500,
+             "slo": {"e2e_p99_s": 600}}],
+        "pools": "separate", "objective": "min_cost"}))
+    out = tmp_path / "dup.k8s.yaml"
+    res = run_cli("plan", str(plan_file), "--no-verify", "--export", str(out), "--format",
+                  "json")
+    assert res.exit_code == 0, res.stderr
+    lanes = res.json()["pools"]["separate"]["lanes"]
+    docs = _docs(out)
+    _assert_names_apart(docs)
+    deps = [d for d in docs if d["kind"] == "Deployment"]
+    assert sorted(d["spec"]["replicas"] for d in deps) == sorted(ln["replicas"] for ln in lanes)
+    assert {d["metadata"]["name"] for d in deps} == {"llama-3-1-8b-chat-ui",
+                                                     "llama-3-1-8b-chat-ui-2"}
+    svcs = {d["metadata"]["name"]: d["spec"]["selector"] for d in docs if d["kind"] == "Service"}
+    for d in deps:  # each Service in front of its own pool
+        assert svcs[d["metadata"]["name"]] == d["spec"]["selector"]["matchLabels"]
+
+
+def _lane(name: str, line: str, replicas: int = 1) -> dict[str, Any]:
+    return {"lane": name, "gpu": "h100-sxm", "replicas": replicas, "gpus_total": 8 * replicas,
+            "engine_flags": {"vllm": line}}
+
+
+def test_names_stay_apart_valid_and_short_whatever_the_lanes_are_called() -> None:
+    from capplan.export.k8s import k8s_objects
+
+    one = "vllm serve m --tensor-parallel-size 8 --port 8000"
+    two = ("node 0: vllm serve m --tensor-parallel-size 16 --port 8000 "
+           "--distributed-executor-backend ray\nnode 1: ray start --address NODE0_IP:6379 "
+           "--block")
+    lanes = [_lane("a", two, 2), _lane("a-leader", one), _lane("A", one),
+             _lane("x" * 120, one), _lane("x" * 121, one), _lane("9 lives", one),
+             _lane("über/∂", one), _lane("", one)]
+    plan = {"model": "llama-3.1-8b", "inputs": {"pools": "separate"},
+            "recommendations": [{**lanes[0], "engine": "vllm"}],
+            "pools": {"separate": {"lanes": lanes}}}
+    docs = k8s_objects(plan)
+    for d in docs:
+        validate(d)
+    _assert_names_apart(docs)
+    assert len([d for d in docs if d["kind"] in ("Deployment", "LeaderWorkerSet")]) == len(lanes)
+    # a second model whose name reads as the first's runs beside it
+    both = {"models": [plan, {**plan, "model": "Llama_3.1_8B"}],
+            "recommendations": plan["recommendations"]}
+    docs = k8s_objects(both)
+    _assert_names_apart(docs)
+    assert len([d for d in docs if d["kind"] == "Service"]) == 2 * len(lanes)
