@@ -39,7 +39,7 @@ import yaml
 from capplan.errors import InputError
 from capplan.export.atomic import atomic_write_text
 from capplan.models.engine import engine_profile
-from capplan.plan.launch import DEFAULT_PORTS, HEAD
+from capplan.plan.launch import DEFAULT_PORTS, HEAD, KV_HANDSHAKE
 
 FRONT_ENDS = ("sglang", "trtllm", "vllm")
 """Engines whose disaggregated front end the export runs, on the engine's default port (as the
@@ -357,6 +357,18 @@ def _service(name: str, labels: dict[str, str], selector: dict[str, str], port: 
                                 "protocol": "TCP"}]}}
 
 
+def _bootstrap_port(p: Pool) -> int | None:
+    """The KV handshake port a SGLang prefill replica's bootstrap server listens on, which its
+    router names after the replica's URL (as the plan's router line does): its line's
+    --disaggregation-bootstrap-port, else SGLang's default (launch.KV_HANDSHAKE); None for the
+    other engines, whose front ends take none."""
+    if p.engine != "sglang":  # vLLM's router and TensorRT-LLM's server take no such port
+        return None
+    words = p.argv
+    flag = "--disaggregation-bootstrap-port"
+    return int(words[words.index(flag) + 1]) if flag in words else KV_HANDSHAKE[p.engine][0]
+
+
 def _front_end(plan: dict[str, Any], pools: list[Pool], names: Names) -> list[dict[str, Any]]:
     """The router in front of addressed P/D pools (FRONT_ENDS): a Deployment of one pod running
     the plan's front end over every replica's own address, and its Service (the port clients
@@ -373,7 +385,7 @@ def _front_end(plan: dict[str, Any], pools: list[Pool], names: Names) -> list[di
     port = DEFAULT_PORTS[engine]  # where the plan's router line listens
     line = front_line(engine, *[[(f"{p.name}-{i}.{p.name}", p.port) for i in range(p.replicas)]
                                 for p in (pre[0], dec[0])], routers=("round-robin", "round-robin"),
-                      port=port)
+                      port=port, bootstrap=[_bootstrap_port(pre[0])] * pre[0].replicas)
     name = names.take((plan.get("model") or "model").split("/")[-1], "router")
     labels = {"app.kubernetes.io/name": name, "app.kubernetes.io/part-of": "capplan"}
     probe = {"tcpSocket": {"port": port}, "periodSeconds": 10}

@@ -202,3 +202,38 @@ def test_names_stay_apart_valid_and_short_whatever_the_lanes_are_called() -> Non
     docs = k8s_objects(both)
     _assert_names_apart(docs)
     assert len([d for d in docs if d["kind"] == "Service"]) == 2 * len(lanes)
+
+
+# ---------------------------------------------------------------------------------------------
+# 4. the front end's command as the plan prints it
+# ---------------------------------------------------------------------------------------------
+
+
+def _front_words(line: str) -> list[str]:
+    """A front end's words with each worker's URL as URL (the manifest's hosts are its pods,
+    the printed line's placeholders)."""
+    import re
+    import shlex
+
+    return [re.sub(r"^http://[^ ]+:\d+$", "URL", w) for w in shlex.split(line, comments=True)]
+
+
+def test_the_sglang_router_in_the_manifest_runs_the_printed_line(run_cli, tmp_path: Path) -> None:
+    """The printed router line names each prefill worker's bootstrap port after its URL
+    (`--prefill http://HOST0:8100 8998`); the manifest's router had none, so sglang_router
+    took none."""
+    out = tmp_path / "pd.k8s.yaml"
+    res = run_cli("recommend", "--model", "deepseek-v3", "--gpu", "h200", "--engine", "sglang",
+                  "--rate", "10", "--input-len", "2000", "--output-len", "500", "--ttft-p99",
+                  "2", "--tbt-p99", "0.1", "--verify-top", "0", "--export", str(out),
+                  "--format", "json")
+    assert res.exit_code == 0, res.stderr
+    d = res.json()["disaggregated"]
+    assert d["winner"] == "disaggregated"
+    printed = d["launch"]["sglang_router"]
+    router = next(x for x in _docs(out) if x["kind"] == "Deployment"
+                  and x["metadata"]["name"].endswith("-router"))
+    words = router["spec"]["template"]["spec"]["containers"][0]["command"]
+    assert _front_words(" ".join(words)) == _front_words(printed), (words, printed)
+    boot = [words[i + 2] for i, w in enumerate(words) if w == "--prefill"]
+    assert boot == ["8998"] * d["prefill"]["replicas"]
