@@ -7,7 +7,8 @@ the pool's replicas and whose container runs the pool's launch line with `nvidia
 GPUs per replica, probes on the engine's `/health` route (startup: weights take minutes to
 load), /dev/shm as a memory-backed emptyDir (NCCL and the engines' shared-memory transport need
 more than the container runtime's 64 MiB default), a model cache volume (HF_HOME) and the
-Hugging Face token from an optional Secret `hf-token`; a Service in front. A replica that needs
+Hugging Face token from key HF_TOKEN of an optional Secret `hf-token`, the Secret and key the
+llm-d chart reads (TOKEN_SECRET); a Service in front. A replica that needs
 more GPUs than one node holds becomes a LeaderWorkerSet (leaderworkerset.x-k8s.io/v1:
 spec.replicas groups of spec.leaderWorkerTemplate.size pods, one node each; the multi-node launch
 flags are the launch line's; its Service, `{name}-leader`, selects the leaders, and the set
@@ -55,6 +56,11 @@ its Dockerfile installs /usr/local/bin/vllm-router and sets only CMD, so the pod
 the plan's line); 0.1.17 is the PyPI release the launch line installs. Change the tag to
 yours."""
 GPUS_PER_NODE = 8
+TOKEN_SECRET, TOKEN_KEY = "hf-token", "HF_TOKEN"
+"""The Secret and key both exports read the Hugging Face token from: llm-d-modelservice's
+chart reads key HF_TOKEN of the Secret `modelArtifacts.authSecretName` (templates/_helpers.tpl
+hfEnv), so the manifests read the same (`kubectl create secret generic hf-token
+--from-literal=HF_TOKEN=...`)."""
 HF_HOME = "/root/.cache/huggingface"
 CONFIG_DIR = "/etc/capplan"
 
@@ -268,7 +274,7 @@ def _pod_spec(p: Pool, gpus: int, cache_claim: str | None, config: str | None,
         "ports": [{"name": "http", "containerPort": p.port, "protocol": "TCP"}],
         "env": [{"name": "HF_HOME", "value": HF_HOME},
                 {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {
-                    "name": "hf-token", "key": "token", "optional": True}}},
+                    "name": TOKEN_SECRET, "key": TOKEN_KEY, "optional": True}}},
                 *_kv_env(p)],
         "resources": {"limits": {"nvidia.com/gpu": str(gpus)},
                       "requests": {"nvidia.com/gpu": str(gpus)}},
@@ -449,13 +455,18 @@ def llmd_values(plan: dict[str, Any]) -> dict[str, Any]:
 
     pd = len(pools) == 2 and pools[0].role == "prefill"
     return {
-        "modelArtifacts": {"name": hf, "uri": f"hf://{hf}", "authSecretName": "hf-token",
+        "modelArtifacts": {"name": hf, "uri": f"hf://{hf}", "authSecretName": TOKEN_SECRET,
                            "size": "200Gi"},
         "multinode": any(p.gpus_per_replica > GPUS_PER_NODE for p in pools),
         "routing": {"servicePort": 8000, "proxy": {"targetPort": 8200}},
         "decode": role(pools[1] if pd else pools[0]),
         "prefill": role(pools[0] if pd else None),
     }
+
+
+TOKEN_LINE = (f"# the Hugging Face token (a gated model; the llm-d chart requires the Secret): "
+              f"kubectl create secret generic {TOKEN_SECRET} "
+              f"--from-literal={TOKEN_KEY}=<your token>\n")
 
 
 class _Dumper(yaml.SafeDumper):
@@ -467,13 +478,14 @@ def write_k8s(plan: dict[str, Any], path: Path) -> Path:
     from capplan.export.csv_export import rates_title
 
     objs = k8s_objects(plan)
-    head = f"# capplan: {rates_title(plan)}; kubectl apply -f this file\n"
+    head = f"# capplan: {rates_title(plan)}; kubectl apply -f this file\n{TOKEN_LINE}"
     atomic_write_text(path, head + yaml.dump_all(objs, Dumper=_Dumper, sort_keys=False))
     return path
 
 
 def write_llmd(plan: dict[str, Any], path: Path) -> Path:
-    head = ("# capplan: llm-d-modelservice values (helm install ... -f this file)\n")
+    head = ("# capplan: llm-d-modelservice values (helm install ... -f this file)\n"
+            f"{TOKEN_LINE}")
     atomic_write_text(path, head + yaml.dump(llmd_values(plan), Dumper=_Dumper,
                                                      sort_keys=False))
     return path

@@ -237,3 +237,26 @@ def test_the_sglang_router_in_the_manifest_runs_the_printed_line(run_cli, tmp_pa
     assert _front_words(" ".join(words)) == _front_words(printed), (words, printed)
     boot = [words[i + 2] for i, w in enumerate(words) if w == "--prefill"]
     assert boot == ["8998"] * d["prefill"]["replicas"]
+
+
+# ---------------------------------------------------------------------------------------------
+# 5. one token Secret
+# ---------------------------------------------------------------------------------------------
+
+
+def test_both_exports_read_the_token_from_one_secret_and_key(run_cli, tmp_path: Path) -> None:
+    """llm-d-modelservice reads key HF_TOKEN of `modelArtifacts.authSecretName`
+    (templates/_helpers.tpl hfEnv); the manifests read key `token`, so one Secret served one
+    export only. docs/takeaways.md says how to create the one both read."""
+    _recommend(run_cli, tmp_path, "--no-disagg", exports=("p.k8s.yaml", "p.llm-d.yaml"))
+    refs = {(e["valueFrom"]["secretKeyRef"]["name"], e["valueFrom"]["secretKeyRef"]["key"])
+            for d in _docs(tmp_path / "p.k8s.yaml") for c in containers(d)
+            for e in c.get("env", []) if e["name"] == "HF_TOKEN"}
+    values = yaml.safe_load((tmp_path / "p.llm-d.yaml").read_text())
+    assert refs == {(values["modelArtifacts"]["authSecretName"], "HF_TOKEN")}
+    (name, key), = refs
+    command = f"kubectl create secret generic {name} --from-literal={key}="
+    for f in ("p.k8s.yaml", "p.llm-d.yaml"):
+        assert command in (tmp_path / f).read_text().splitlines()[1]
+    docs = (Path(__file__).resolve().parents[2] / "docs" / "takeaways.md").read_text()
+    assert command in docs
