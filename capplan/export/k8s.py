@@ -84,6 +84,8 @@ class Pool:
     """The command of the replica's other hosts (LeaderWorkerSet workers)."""
     role: str = ""
     """A disaggregated pool's role (prefill, decode); "" for a pool that serves whole requests."""
+    env: dict[str, str] = field(default_factory=dict)
+    """Its containers' environment (`line_env`)."""
     image: str = ""
     """The engine's container image: its profile's (EngineProfile.image), the planned
     profile's for the planned engine, so that every flag of the line is in the image."""
@@ -110,12 +112,41 @@ def _line_files(line: str) -> dict[str, str]:
     return out
 
 
+_ENV_WORD = re.compile(r"^[A-Z_][A-Z0-9_]*=")
+NOT_CARRIED = ("CUDA_VISIBLE_DEVICES", "VLLM_NIXL_SIDE_CHANNEL_HOST")
+"""Environment words of a launch line a pod does not take: the device plugin assigns its GPUs,
+and a P/D pod advertises its own address (`_kv_env`)."""
+
+
+def _split_env(cmd: str) -> tuple[dict[str, str], str]:
+    """The NAME=VALUE words that start a shell command, and each command after `&&` (DeepEP's
+    VLLM_ALL2ALL_BACKEND, the NIXL side channel's port), and the command without them (a
+    container's `env`, not its words: `exec NAME=VALUE cmd` would run a program of that
+    name)."""
+    env: dict[str, str] = {}
+    parts = []
+    for part in cmd.split(" && "):
+        words = shlex.split(part, comments=True)
+        while words and _ENV_WORD.match(words[0]):
+            name, value = words.pop(0).split("=", 1)
+            env[name] = value
+        parts.append(shlex.join(words))
+    return env, " && ".join(parts)
+
+
+def line_env(text: str) -> dict[str, str]:
+    """The environment a pool's containers run with: its launch text's first command's
+    NAME=VALUE words, but NOT_CARRIED."""
+    first = re.sub(r"^(\d+ x: )?(node 0: )?", "", text.split("\n")[0])
+    return {k: v for k, v in _split_env(first)[0].items() if k not in NOT_CARRIED}
+
+
 def _argv(line: str) -> tuple[list[str], int]:
-    """A launch line's words without environment assignments (the device plugin assigns GPUs),
-    and its --port / --port value."""
+    """A launch line's words without environment assignments (`line_env` holds them), and its
+    --port / --port value."""
     words = shlex.split(line.split(": ", 1)[1] if re.match(r"^\d+ x: ", line) else line,
                         comments=True)
-    while words and re.match(r"^[A-Z_][A-Z0-9_]*=", words[0]):
+    while words and _ENV_WORD.match(words[0]):
         words.pop(0)
     port = 8000
     for i, w in enumerate(words[:-1]):
@@ -142,7 +173,7 @@ def _node_argv(text: str) -> tuple[list[str], list[str] | None, int, int]:
     if len(lines) == 1:
         argv, port = _argv(lines[0])
         return argv, None, port, 0
-    lead, work = (ln.split(": ", 1)[1] for ln in lines[:2])
+    lead, work = (_split_env(ln.split(": ", 1)[1])[1] for ln in lines[:2])
     port = _argv(lead.split("&&")[-1])[1]
     if " --node-rank 1 " in f"{work} ":  # SGLang: each worker's rank is its index
         work = work.replace("--node-rank 1", f"--node-rank {_INDEX}")
@@ -208,7 +239,7 @@ def _rec_pool(name: str, r: dict[str, Any], engine: str, image: str) -> Pool:
     files = {k.split(":", 2)[2]: v for k, v in flags.items() if k.startswith(f"file:{engine}:")}
     reps = max(1, int(r["replicas"]))
     return Pool(name, engine, argv, reps, int(r["gpus_total"]) // reps, port, files,
-                r.get("gpu", ""), nodes, worker, image=image)
+                r.get("gpu", ""), nodes, worker, image=image, env=line_env(flags[engine]))
 
 
 def plan_pools(plan: dict[str, Any], engine: str | None = None,
@@ -231,6 +262,7 @@ def plan_pools(plan: dict[str, Any], engine: str | None = None,
             out.append(Pool(names.take(model, role), engine, argv, reps,
                             int(d[role]["gpus_total"]) // reps, port, _line_files(line),
                             d[role]["gpu"], nodes, worker, role=role, image=image,
+                            env=line_env(line),
                             addressed=engine in FRONT_ENDS))
         return out
     lanes = ((plan.get("pools") or {}).get("separate") or {}).get("lanes") or []
@@ -275,7 +307,7 @@ def _pod_spec(p: Pool, gpus: int, cache_claim: str | None, config: str | None,
         "env": [{"name": "HF_HOME", "value": HF_HOME},
                 {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {
                     "name": TOKEN_SECRET, "key": TOKEN_KEY, "optional": True}}},
-                *_kv_env(p)],
+                *({"name": k, "value": v} for k, v in p.env.items()), *_kv_env(p)],
         "resources": {"limits": {"nvidia.com/gpu": str(gpus)},
                       "requests": {"nvidia.com/gpu": str(gpus)}},
         # weights load for minutes: the startup probe allows 30 min before liveness applies

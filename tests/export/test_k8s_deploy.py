@@ -260,3 +260,25 @@ def test_both_exports_read_the_token_from_one_secret_and_key(run_cli, tmp_path: 
         assert command in (tmp_path / f).read_text().splitlines()[1]
     docs = (Path(__file__).resolve().parents[2] / "docs" / "takeaways.md").read_text()
     assert command in docs
+
+
+# ---------------------------------------------------------------------------------------------
+# the environment a launch line sets
+# ---------------------------------------------------------------------------------------------
+
+
+def test_the_lines_environment_is_the_containers(run_cli, tmp_path: Path) -> None:
+    """vLLM 0.11 runs DeepEP from VLLM_ALL2ALL_BACKEND, which its line sets before `vllm
+    serve`: the leader's words dropped it, the workers ran `exec VLLM_ALL2ALL_BACKEND=...
+    vllm serve` (a program of that name). Every pod now has it in its environment and its
+    command starts with the program."""
+    plan = _recommend(run_cli, tmp_path, "--engine", "vllm@0.11", "--no-disagg",
+                      model="deepseek-v3")
+    assert "VLLM_ALL2ALL_BACKEND=" in plan["recommendations"][0]["engine_flags"]["vllm"]
+    lws = next(d for d in _docs(tmp_path / "p.k8s.yaml") if d["kind"] == "LeaderWorkerSet")
+    for c in containers(lws):
+        env = {e["name"]: e.get("value") for e in c["env"]}
+        assert env["VLLM_ALL2ALL_BACKEND"] == "deepep_low_latency", c["command"]
+        assert "CUDA_VISIBLE_DEVICES" not in env
+        words = " ".join(c["command"])
+        assert "=deepep" not in words and "exec VLLM" not in words, words
