@@ -29,9 +29,10 @@ llm-d-modelservice's chart values (modelArtifacts, multinode, routing, decode, p
 from __future__ import annotations
 
 import math
+import os
 import re
 import shlex
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -56,6 +57,18 @@ its Dockerfile installs /usr/local/bin/vllm-router and sets only CMD, so the pod
 the plan's line); 0.1.17 is the PyPI release the launch line installs. Change the tag to
 yours."""
 GPUS_PER_NODE = 8
+RDMA_RESOURCE = "rdma/ib"
+"""The RDMA device a pod whose traffic crosses hosts requests (one, in limits and requests),
+as llm-d's guides do (guides/wide-ep-lws manifests/modelserver/coreweave: `rdma/ib: "1"`;
+guides/pd-disaggregation: both pools). DeepEP's kernels between hosts are RDMA through NVSHMEM
+(deepseek-ai/DeepEP README: internode and low-latency kernels; vllm tools/ep_kernels/README.md:
+IBGDA for multi-node), NIXL moves the KV over UCX's RDMA transports (vLLM docs, NixlConnector
+usage: UCX_TLS). The name is your RDMA device plugin's: CAPPLAN_RDMA_RESOURCE (or
+`k8s_objects(rdma_resource=...)`) sets it, empty for none."""
+IPC_LOCK = "IPC_LOCK"
+"""The capability such a pod's container adds: RDMA registers (pins) memory, beyond the
+container's memlock limit without it (llm-d guides/wide-ep-lws manifests/modelserver/base
+decode.yaml adds it to the vLLM container)."""
 TOKEN_SECRET, TOKEN_KEY = "hf-token", "HF_TOKEN"
 """The Secret and key both exports read the Hugging Face token from: llm-d-modelservice's
 chart reads key HF_TOKEN of the Secret `modelArtifacts.authSecretName` (templates/_helpers.tpl
@@ -84,6 +97,9 @@ class Pool:
     """The command of the replica's other hosts (LeaderWorkerSet workers)."""
     role: str = ""
     """A disaggregated pool's role (prefill, decode); "" for a pool that serves whole requests."""
+    network: str = ""
+    """The traffic of its pods that crosses hosts, as the plan costs it ("" when none): a
+    replica over hosts (NCCL, DeepEP's all-to-all) or a P/D pool (NIXL's KV transfer)."""
     env: dict[str, str] = field(default_factory=dict)
     """Its containers' environment (`line_env`)."""
     image: str = ""
@@ -238,8 +254,14 @@ def _rec_pool(name: str, r: dict[str, Any], engine: str, image: str) -> Pool:
     argv, worker, port, nodes = _node_argv(flags[engine])
     files = {k.split(":", 2)[2]: v for k, v in flags.items() if k.startswith(f"file:{engine}:")}
     reps = max(1, int(r["replicas"]))
-    return Pool(name, engine, argv, reps, int(r["gpus_total"]) // reps, port, files,
+    pool = Pool(name, engine, argv, reps, int(r["gpus_total"]) // reps, port, files,
                 r.get("gpu", ""), nodes, worker, image=image, env=line_env(flags[engine]))
+    if pool.hosts == 1:
+        return pool
+    layout = f" ({r['layout']})" if r.get("layout") else ""
+    return replace(pool, network=f"a replica spans {pool.hosts} hosts{layout}: its NCCL and "
+                                 "expert all-to-all (DeepEP) traffic crosses them, planned at "
+                                 "the GPU catalog's network rate")
 
 
 def plan_pools(plan: dict[str, Any], engine: str | None = None,
@@ -251,6 +273,7 @@ def plan_pools(plan: dict[str, Any], engine: str | None = None,
     model = (plan.get("model") or "model").split("/")[-1]
     image = engine_image(plan, engine)
     d = plan.get("disaggregated") or {}
+    link = d.get("kv_link") or "the GPU catalog's network rate"
     if d.get("winner") == "disaggregated" and d.get("launch", {}).get(f"{engine}_prefill"):
         out = []
         for role in ("prefill", "decode"):
@@ -263,6 +286,8 @@ def plan_pools(plan: dict[str, Any], engine: str | None = None,
                             int(d[role]["gpus_total"]) // reps, port, _line_files(line),
                             d[role]["gpu"], nodes, worker, role=role, image=image,
                             env=line_env(line),
+                            network=f"NIXL's KV transfer between pools, planned at {link}"
+                            + (f"; a replica spans {nodes} hosts" if nodes > 1 else ""),
                             addressed=engine in FRONT_ENDS))
         return out
     lanes = ((plan.get("pools") or {}).get("separate") or {}).get("lanes") or []
@@ -287,11 +312,60 @@ def _kv_env(p: Pool) -> list[dict[str, Any]]:
              "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}]
 
 
-def _pod_spec(p: Pool, gpus: int, cache_claim: str | None, config: str | None,
+@dataclass(frozen=True)
+class Site:
+    """What the manifests take from your cluster."""
+
+    model_cache_claim: str | None = None
+    """A PersistentVolumeClaim for the model cache (HF_HOME); None: an emptyDir."""
+    rdma_resource: str | None = RDMA_RESOURCE
+    """The RDMA device pods whose traffic crosses hosts request; None: none."""
+
+    def __post_init__(self) -> None:
+        r = self.rdma_resource
+        if r is not None and not re.fullmatch(
+                r"[a-z0-9]([-a-z0-9.]*[a-z0-9])?/[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?", r):
+            raise InputError(f"RDMA resource {r!r}: expected an extended resource name such "
+                             f"as {RDMA_RESOURCE} (DOMAIN/NAME, what `kubectl describe node` "
+                             "lists under Allocatable), or empty for none")
+
+    @classmethod
+    def from_env(cls) -> Site:
+        """The site CAPPLAN_RDMA_RESOURCE names (unset: RDMA_RESOURCE; empty: none)."""
+        r = os.environ.get("CAPPLAN_RDMA_RESOURCE", RDMA_RESOURCE).strip()
+        try:
+            return cls(rdma_resource=r or None)
+        except InputError as e:
+            raise InputError(f"CAPPLAN_RDMA_RESOURCE: {e}") from None
+
+
+def network_needs(p: Pool, site: Site) -> dict[str, Any]:
+    """What a pod of a pool whose traffic crosses hosts adds to its container: IPC_LOCK, and
+    one RDMA device (Site.rdma_resource); nothing for another pool. Host networking
+    (hostNetwork: true) is the alternative where the cluster has no RDMA device plugin."""
+    if not p.network:
+        return {}
+    rdma = {site.rdma_resource: "1"} if site.rdma_resource else {}
+    return {"securityContext": {"capabilities": {"add": [IPC_LOCK]}}, "resources": rdma}
+
+
+def _network_note(p: Pool, site: Site) -> str:
+    """The workload's `capplan/network` annotation: the traffic that crosses hosts and what
+    the pods request for it."""
+    asked = (f"one {site.rdma_resource} device" if site.rdma_resource else "no RDMA device")
+    return (f"{p.network}. It needs RDMA (InfiniBand or RoCE; over TCP it runs far slower "
+            f"than planned): each pod requests {asked} and {IPC_LOCK}; set "
+            "CAPPLAN_RDMA_RESOURCE to your RDMA device plugin's resource (empty: none), or "
+            "run the pods with hostNetwork: true")
+
+
+def _pod_spec(p: Pool, gpus: int, site: Site, config: str | None,
               worker: bool = False) -> dict[str, Any]:
     """A pod of the pool; `worker`: a LeaderWorkerSet worker (its host's ranks, no server)."""
+    cache_claim = site.model_cache_claim
     words = p.worker_argv if worker and p.worker_argv else p.argv
     argv = [f"{CONFIG_DIR}/{w}" if w in p.files else w for w in words]
+    net = network_needs(p, site)
     mounts = [{"name": "dshm", "mountPath": "/dev/shm"},
               {"name": "model-cache", "mountPath": HF_HOME}]
     volumes: list[dict[str, Any]] = [
@@ -310,12 +384,15 @@ def _pod_spec(p: Pool, gpus: int, cache_claim: str | None, config: str | None,
                 *({"name": k, "value": v} for k, v in p.env.items()), *_kv_env(p)],
         "resources": {"limits": {"nvidia.com/gpu": str(gpus)},
                       "requests": {"nvidia.com/gpu": str(gpus)}},
+        **({"securityContext": net["securityContext"]} if net else {}),
         # weights load for minutes: the startup probe allows 30 min before liveness applies
         "startupProbe": _probe(p.port, 10, 180),
         "readinessProbe": _probe(p.port, 10, 3),
         "livenessProbe": _probe(p.port, 30, 5),
         "volumeMounts": mounts,
     }
+    for k in ("limits", "requests"):
+        container["resources"][k].update(net.get("resources", {}))
     if worker and p.worker_argv:  # a worker host serves no HTTP: the leader's probes stand
         for k in ("ports", "startupProbe", "readinessProbe", "livenessProbe"):
             del container[k]
@@ -323,10 +400,12 @@ def _pod_spec(p: Pool, gpus: int, cache_claim: str | None, config: str | None,
 
 
 def k8s_objects(plan: dict[str, Any], *, engine: str | None = None,
-                model_cache_claim: str | None = None) -> list[dict[str, Any]]:
+                model_cache_claim: str | None = None,
+                rdma_resource: str | None = RDMA_RESOURCE) -> list[dict[str, Any]]:
     """Deployments (or StatefulSets, LeaderWorkerSets), Services and ConfigMaps of the plan's
     pools and front end; a plan of several models runs each model's. Every object's name is
-    its own (`Names`)."""
+    its own (`Names`). `model_cache_claim`, `rdma_resource`: Site's."""
+    site = Site(model_cache_claim, rdma_resource)
     from capplan.export.csv_export import model_plans
 
     names = Names()
@@ -334,18 +413,20 @@ def k8s_objects(plan: dict[str, Any], *, engine: str | None = None,
     for sub in model_plans(plan):
         pools = plan_pools(sub, engine, names)
         for p in pools:
-            objs += _pool_objects(p, model_cache_claim)
+            objs += _pool_objects(p, site)
         objs += _front_end(sub, pools, names)
     return objs
 
 
-def _pool_objects(p: Pool, cache_claim: str | None) -> list[dict[str, Any]]:
+def _pool_objects(p: Pool, site: Site) -> list[dict[str, Any]]:
     """A pool's ConfigMap (the files its line reads), its workload and its Service."""
     objs: list[dict[str, Any]] = []
     labels = {"app.kubernetes.io/name": p.name, "app.kubernetes.io/part-of": "capplan"}
     meta = {"name": p.name, "labels": labels,
             "annotations": {"capplan/gpu": p.gpu, "capplan/gpus-per-replica":
-                            str(p.gpus_per_replica), "capplan/engine": p.engine}}
+                            str(p.gpus_per_replica), "capplan/engine": p.engine,
+                            **({"capplan/network": _network_note(p, site)} if p.network
+                               else {})}}
     config = None
     if p.files:
         config = f"{p.name}-config"
@@ -354,9 +435,9 @@ def _pool_objects(p: Pool, cache_claim: str | None) -> list[dict[str, Any]]:
     nodes = p.hosts
     gpus = p.gpus_per_replica if nodes == 1 else math.ceil(p.gpus_per_replica / nodes)
     template = {"metadata": {"labels": labels},
-                "spec": _pod_spec(p, gpus, cache_claim, config)}
+                "spec": _pod_spec(p, gpus, site, config)}
     workers = {"metadata": {"labels": labels},
-               "spec": _pod_spec(p, gpus, cache_claim, config, worker=True)}
+               "spec": _pod_spec(p, gpus, site, config, worker=True)}
     serving = labels if nodes == 1 or not p.worker_argv else {
         **labels, "leaderworkerset.sigs.k8s.io/worker-index": "0"}  # the leader serves
     if nodes == 1 and p.addressed:  # replica i at {name}-{i}.{name}
@@ -509,8 +590,13 @@ class _Dumper(yaml.SafeDumper):
 def write_k8s(plan: dict[str, Any], path: Path) -> Path:
     from capplan.export.csv_export import rates_title
 
-    objs = k8s_objects(plan)
+    site = Site.from_env()
+    objs = k8s_objects(plan, rdma_resource=site.rdma_resource)
     head = f"# capplan: {rates_title(plan)}; kubectl apply -f this file\n{TOKEN_LINE}"
+    if any("capplan/network" in o["metadata"].get("annotations", {}) for o in objs):
+        head += ("# RDMA: pods whose traffic crosses hosts request "
+                 f"{site.rdma_resource or 'no RDMA device'} and {IPC_LOCK} (their "
+                 "capplan/network annotation says why; CAPPLAN_RDMA_RESOURCE names yours)\n")
     atomic_write_text(path, head + yaml.dump_all(objs, Dumper=_Dumper, sort_keys=False))
     return path
 

@@ -282,3 +282,81 @@ def test_the_lines_environment_is_the_containers(run_cli, tmp_path: Path) -> Non
         assert "CUDA_VISIBLE_DEVICES" not in env
         words = " ".join(c["command"])
         assert "=deepep" not in words and "exec VLLM" not in words, words
+
+
+# ---------------------------------------------------------------------------------------------
+# 6. what traffic across hosts needs
+# ---------------------------------------------------------------------------------------------
+
+
+def _pd_plan(run_cli, tmp_path: Path, *extra: str) -> dict[str, Any]:
+    """DeepSeek-V3 on H200 under SGLang, 10 req/s of 2,000/500 tokens: the P/D layout wins."""
+    res = run_cli("recommend", "--model", "deepseek-v3", "--gpu", "h200", "--engine", "sglang",
+                  "--rate", "10", "--input-len", "2000", "--output-len", "500", "--ttft-p99",
+                  "2", "--tbt-p99", "0.1", "--verify-top", "0", *extra, "--format", "json")
+    assert res.exit_code == 0, res.stderr
+    plan = res.json()
+    assert plan["disaggregated"]["winner"] == "disaggregated"
+    return plan
+
+
+def _rdma(c: dict[str, Any]) -> dict[str, str]:
+    return {k: v for part in ("limits", "requests")
+            for k, v in c.get("resources", {}).get(part, {}).items() if k.startswith("rdma/")}
+
+
+def _ipc_lock(c: dict[str, Any]) -> bool:
+    return "IPC_LOCK" in ((c.get("securityContext") or {}).get("capabilities") or {}).get(
+        "add", [])
+
+
+def test_pods_whose_traffic_crosses_hosts_request_rdma_and_say_why(run_cli,
+                                                                   tmp_path: Path) -> None:
+    """The plan costs NIXL's KV transfer and a replica's all-to-all over hosts at the catalog's
+    400 Gb/s per GPU; the pods asked for no RDMA device and could not pin memory for it."""
+    from capplan.export.k8s import k8s_objects
+
+    pd = _pd_plan(run_cli, tmp_path)
+    multi = _recommend(run_cli, tmp_path, "--no-disagg", model="deepseek-v3")
+    small = _recommend(run_cli, tmp_path, "--no-disagg")
+    for plan, crossing in ((pd, {"StatefulSet"}), (multi, {"LeaderWorkerSet"}), (small, set())):
+        for d in k8s_objects(plan):
+            validate(d)
+            note = (d["metadata"].get("annotations") or {}).get("capplan/network", "")
+            for c in containers(d):
+                if d["kind"] in crossing:
+                    assert _rdma(c) == {"rdma/ib": "1"} and _ipc_lock(c), c
+                    assert c["resources"]["limits"]["rdma/ib"] == "1"
+                    assert c["resources"]["requests"]["rdma/ib"] == "1"
+                else:
+                    assert not _rdma(c) and not _ipc_lock(c), (d["kind"], c)
+            assert bool(note) == (d["kind"] in crossing), note
+            if d["kind"] == "StatefulSet":
+                assert pd["disaggregated"]["kv_link"] in note and "rdma/ib" in note
+    # the resource is your cluster's: named, or none
+    for name in ("rdma/hca_shared_devices_a", None):
+        for d in k8s_objects(pd, rdma_resource=name):
+            validate(d)
+            for c in containers(d):
+                if d["kind"] == "StatefulSet":
+                    assert _rdma(c) == ({name: "1"} if name else {}) and _ipc_lock(c)
+
+
+def test_the_rdma_resource_is_set_from_the_environment(run_cli, tmp_path: Path,
+                                                       monkeypatch) -> None:
+    from tests.cli._asserts import assert_one_line_error
+
+    monkeypatch.setenv("CAPPLAN_RDMA_RESOURCE", "rdma/hca_shared_devices_a")
+    _pd_plan(run_cli, tmp_path, "--export", str(tmp_path / "a.k8s.yaml"))
+    monkeypatch.setenv("CAPPLAN_RDMA_RESOURCE", "")
+    _pd_plan(run_cli, tmp_path, "--export", str(tmp_path / "b.k8s.yaml"))
+    got = {}
+    for f in ("a", "b"):
+        got[f] = {k for d in _docs(tmp_path / f"{f}.k8s.yaml") for c in containers(d)
+                  for k in _rdma(c)}
+    assert got == {"a": {"rdma/hca_shared_devices_a"}, "b": set()}
+    monkeypatch.setenv("CAPPLAN_RDMA_RESOURCE", "two words")
+    res = run_cli("recommend", "--model", "llama-3.1-8b", "--rate", "1", "--gpu", "h100-sxm",
+                  "--verify-top", "0", "--export", str(tmp_path / "c.k8s.yaml"))
+    assert_one_line_error(res, "CAPPLAN_RDMA_RESOURCE")
+    assert not (tmp_path / "c.k8s.yaml").exists()
