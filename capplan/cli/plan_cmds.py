@@ -76,9 +76,10 @@ JOBS_OPTION = click.option(
 
 
 def _finish(plan: PlanResult, fmt: str, exports: list[Path], plot_dir: str | None) -> None:
-    from capplan.export import export_kind, export_plan
+    from capplan.export import check_exports, export_kind, export_plan
 
     result = plan.to_dict()  # the export edge: from here on, the JSON contract's dict
+    check_exports(result, exports)  # a refused export writes no file, the others neither
     for path in exports:
         from capplan.export.day_export import has_day, schedule_csv_path
 

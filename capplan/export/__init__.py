@@ -51,7 +51,7 @@ def export_plan(plan: Any, path: str | Path) -> Path:
     elif suffix == ".k8s.yaml":
         from capplan.export.k8s import write_k8s as writer
     elif suffix == ".llm-d.yaml":
-        from capplan.export.k8s import write_llmd as writer
+        from capplan.export.llmd import write_llmd as writer
     elif suffix == ".html":
         from capplan.export.html import write_html as writer
     else:
@@ -59,4 +59,27 @@ def export_plan(plan: Any, path: str | Path) -> Path:
     return writer(plan, path)
 
 
-__all__ = ["EXPORT_SUFFIXES", "export_kind", "export_plan"]
+def check_exports(plan: Any, paths: list[Path]) -> None:
+    """Refuse (InputError, one line) the first of `paths` whose export would refuse the plan,
+    before any file is written: Kubernetes manifests or llm-d values the plan cannot be
+    deployed as (llm-d values of a plan sized for SGLang, TensorRT-LLM across hosts), a
+    malformed CAPPLAN_RDMA_RESOURCE. `export_plan` refuses what else it would."""
+    if hasattr(plan, "to_dict"):
+        plan = plan.to_dict()
+    from capplan.export.csv_export import recommendations_of
+
+    recommendations_of(plan)
+    for path in paths:
+        suffix = export_kind(path)
+        if suffix == ".k8s.yaml":
+            from capplan.export.k8s import Site, k8s_objects
+
+            k8s_objects(plan, rdma_resource=Site.from_env().rdma_resource)
+        elif suffix == ".llm-d.yaml":
+            from capplan.export.k8s import Site
+            from capplan.export.llmd import llmd_values
+
+            llmd_values(plan, Site.from_env())
+
+
+__all__ = ["EXPORT_SUFFIXES", "check_exports", "export_kind", "export_plan"]

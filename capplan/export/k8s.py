@@ -1,5 +1,6 @@
-"""Kubernetes manifests of a plan (`--export FILE.k8s.yaml`) and llm-d Helm values
-(`--export FILE.llm-d.yaml`), from the plan dict's launch lines (never recomputed).
+"""Kubernetes manifests of a plan (`--export FILE.k8s.yaml`), from the plan dict's launch lines
+(never recomputed); the pools they run are also what the llm-d values (capplan/export/llmd.py)
+deploy.
 
 Per pool (the recommendation; each lane's pool when the plan asked for a pool per lane; the
 prefill and decode pools when the disaggregated layout wins): a Deployment whose replicas are
@@ -21,9 +22,7 @@ Every object of a file has a name of its own (`Names`: two lanes or models that 
 `-2`, `-3`...).
 
 Object shapes: the Kubernetes API reference (apps/v1 Deployment and StatefulSet, v1 Service,
-v1 ConfigMap) and
-the LeaderWorkerSet API (sigs.k8s.io/lws api/leaderworkerset/v1); the llm-d values follow
-llm-d-modelservice's chart values (modelArtifacts, multinode, routing, decode, prefill).
+v1 ConfigMap) and the LeaderWorkerSet API (sigs.k8s.io/lws api/leaderworkerset/v1).
 """
 
 from __future__ import annotations
@@ -102,6 +101,8 @@ class Pool:
     replica over hosts (NCCL, DeepEP's all-to-all) or a P/D pool (NIXL's KV transfer)."""
     env: dict[str, str] = field(default_factory=dict)
     """Its containers' environment (`line_env`)."""
+    text: str = ""
+    """Its launch text as the plan gives it (one line, or "node k: ..." lines)."""
     image: str = ""
     """The engine's container image: its profile's (EngineProfile.image), the planned
     profile's for the planned engine, so that every flag of the line is in the image."""
@@ -134,7 +135,7 @@ NOT_CARRIED = ("CUDA_VISIBLE_DEVICES", "VLLM_NIXL_SIDE_CHANNEL_HOST")
 and a P/D pod advertises its own address (`_kv_env`)."""
 
 
-def _split_env(cmd: str) -> tuple[dict[str, str], str]:
+def split_env_words(cmd: str) -> tuple[dict[str, str], str]:
     """The NAME=VALUE words that start a shell command, and each command after `&&` (DeepEP's
     VLLM_ALL2ALL_BACKEND, the NIXL side channel's port), and the command without them (a
     container's `env`, not its words: `exec NAME=VALUE cmd` would run a program of that
@@ -154,7 +155,7 @@ def line_env(text: str) -> dict[str, str]:
     """The environment a pool's containers run with: its launch text's first command's
     NAME=VALUE words, but NOT_CARRIED."""
     first = re.sub(r"^(\d+ x: )?(node 0: )?", "", text.split("\n")[0])
-    return {k: v for k, v in _split_env(first)[0].items() if k not in NOT_CARRIED}
+    return {k: v for k, v in split_env_words(first)[0].items() if k not in NOT_CARRIED}
 
 
 def _argv(line: str) -> tuple[list[str], int]:
@@ -189,23 +190,28 @@ def _node_argv(text: str) -> tuple[list[str], list[str] | None, int, int]:
     if len(lines) == 1:
         argv, port = _argv(lines[0])
         return argv, None, port, 0
-    lead, work = (_split_env(ln.split(": ", 1)[1])[1] for ln in lines[:2])
+    lead, work = (split_env_words(ln.split(": ", 1)[1])[1] for ln in lines[:2])
     port = _argv(lead.split("&&")[-1])[1]
     if " --node-rank 1 " in f"{work} ":  # SGLang: each worker's rank is its index
         work = work.replace("--node-rank 1", f"--node-rank {_INDEX}")
         return (_argv(lead.replace(HEAD, _LEADER))[0], _argv(work.replace(HEAD, _LEADER))[0],
                 port, len(lines))
-    # vLLM: a shell computes a worker's first data-parallel rank (its index x the local
-    # ranks); on Ray the leader starts the cluster before it serves
+    lead_sh, work_sh = node_shell(lead, work)
+    leader = ["sh", "-c", lead_sh] if "&&" in lead else _argv(lead.replace(HEAD, _LEADER))[0]
+    return leader, ["sh", "-c", work_sh], port, len(lines)
+
+
+def node_shell(lead: str, work: str) -> tuple[str, str]:
+    """A vLLM replica over hosts as shell commands of LeaderWorkerSet pods (host 0's, a
+    worker's; environment words already off): a shell computes a worker's first data-parallel
+    rank (its index x the local ranks), every pod reaches host 0 at $LWS_LEADER_ADDRESS, and on
+    Ray the leader starts the cluster before it serves."""
     work = re.sub(r"--data-parallel-start-rank (\d+)",
                   lambda m: f"--data-parallel-start-rank $((LWS_WORKER_INDEX * {m.group(1)}))",
                   work)
-
-    def sh(cmd: str) -> list[str]:
-        return ["sh", "-c", cmd.replace(HEAD, "$LWS_LEADER_ADDRESS")]
-
-    leader = sh(lead) if "&&" in lead else _argv(lead.replace(HEAD, _LEADER))[0]
-    return leader, sh(("" if work.startswith("ray ") else "exec ") + work), port, len(lines)
+    lead = lead if "&&" in lead else f"exec {lead}"
+    work = work if work.startswith("ray ") else f"exec {work}"
+    return lead.replace(HEAD, "$LWS_LEADER_ADDRESS"), work.replace(HEAD, "$LWS_LEADER_ADDRESS")
 
 
 NAME_LEN = 40
@@ -255,7 +261,8 @@ def _rec_pool(name: str, r: dict[str, Any], engine: str, image: str) -> Pool:
     files = {k.split(":", 2)[2]: v for k, v in flags.items() if k.startswith(f"file:{engine}:")}
     reps = max(1, int(r["replicas"]))
     pool = Pool(name, engine, argv, reps, int(r["gpus_total"]) // reps, port, files,
-                r.get("gpu", ""), nodes, worker, image=image, env=line_env(flags[engine]))
+                r.get("gpu", ""), nodes, worker, image=image, env=line_env(flags[engine]),
+                text=flags[engine])
     if pool.hosts == 1:
         return pool
     layout = f" ({r['layout']})" if r.get("layout") else ""
@@ -279,13 +286,13 @@ def plan_pools(plan: dict[str, Any], engine: str | None = None,
         for role in ("prefill", "decode"):
             line = d["launch"][f"{engine}_{role}"]
             # its pool's host placeholders (disagg.pool_hosts) as one replica's (NODEk_IP)
-            argv, worker, port, nodes = _node_argv(
-                re.sub(rf"\b{role.upper()}_NODE(\d+)_IP\b", r"NODE\1_IP", line))
+            text = re.sub(rf"\b{role.upper()}_NODE(\d+)_IP\b", r"NODE\1_IP", line)
+            argv, worker, port, nodes = _node_argv(text)
             reps = max(1, int(d[role]["replicas"]))
             out.append(Pool(names.take(model, role), engine, argv, reps,
                             int(d[role]["gpus_total"]) // reps, port, _line_files(line),
                             d[role]["gpu"], nodes, worker, role=role, image=image,
-                            env=line_env(line),
+                            env=line_env(line), text=text,
                             network=f"NIXL's KV transfer between pools, planned at {link}"
                             + (f"; a replica spans {nodes} hosts" if nodes > 1 else ""),
                             addressed=engine in FRONT_ENDS))
@@ -530,59 +537,12 @@ def _front_end(plan: dict[str, Any], pools: list[Pool], names: Names) -> list[di
             _service(name, labels, labels, port)]
 
 
-def _vllm_args(argv: list[str]) -> list[str]:
-    """vLLM's words after `vllm serve MODEL`, without --host/--port (the chart sets them)."""
-    out, i, rest = [], 0, argv[3:]
-    while i < len(rest):
-        if rest[i] in ("--host", "--port"):
-            i += 2
-            continue
-        out.append(rest[i])
-        i += 1
-    return out
-
-
-def llmd_values(plan: dict[str, Any]) -> dict[str, Any]:
-    """llm-d-modelservice Helm values: decode (and prefill, when disaggregated wins) pools of
-    the plan's vLLM lines (llm-d serves vLLM). One model per values file: a plan of several
-    models is refused."""
-    from capplan.export.csv_export import model_plans
-
-    if len(subs := model_plans(plan)) > 1:
-        names = ", ".join(str(m.get("model")) for m in subs)
-        raise InputError(f"an llm-d values file serves one model; this plan has {len(subs)} "
-                         f"({names}): plan each model on its own for its llm-d values, or "
-                         "export .k8s.yaml for all of them")
-    pools = plan_pools(plan, "vllm")
-    hf = plan.get("hf_id") or plan["model"]
-
-    def role(p: Pool | None) -> dict[str, Any]:
-        if p is None:
-            return {"create": False, "replicas": 0}
-        gpus = p.gpus_per_replica
-        return {"create": True, "replicas": p.replicas, "containers": [{
-            "name": "vllm", "image": p.image, "modelCommand": "vllmServe",
-            "args": _vllm_args(p.argv), "mountModelVolume": True,
-            "resources": {"limits": {"nvidia.com/gpu": str(gpus)},
-                          "requests": {"nvidia.com/gpu": str(gpus)}}}]}
-
-    pd = len(pools) == 2 and pools[0].role == "prefill"
-    return {
-        "modelArtifacts": {"name": hf, "uri": f"hf://{hf}", "authSecretName": TOKEN_SECRET,
-                           "size": "200Gi"},
-        "multinode": any(p.gpus_per_replica > GPUS_PER_NODE for p in pools),
-        "routing": {"servicePort": 8000, "proxy": {"targetPort": 8200}},
-        "decode": role(pools[1] if pd else pools[0]),
-        "prefill": role(pools[0] if pd else None),
-    }
-
-
 TOKEN_LINE = (f"# the Hugging Face token (a gated model; the llm-d chart requires the Secret): "
               f"kubectl create secret generic {TOKEN_SECRET} "
               f"--from-literal={TOKEN_KEY}=<your token>\n")
 
 
-class _Dumper(yaml.SafeDumper):
+class YamlDumper(yaml.SafeDumper):
     def ignore_aliases(self, data: Any) -> bool:  # noqa: ARG002 - PyYAML's hook
         return True  # labels repeat as text, not as &id001 anchors
 
@@ -597,13 +557,5 @@ def write_k8s(plan: dict[str, Any], path: Path) -> Path:
         head += ("# RDMA: pods whose traffic crosses hosts request "
                  f"{site.rdma_resource or 'no RDMA device'} and {IPC_LOCK} (their "
                  "capplan/network annotation says why; CAPPLAN_RDMA_RESOURCE names yours)\n")
-    atomic_write_text(path, head + yaml.dump_all(objs, Dumper=_Dumper, sort_keys=False))
-    return path
-
-
-def write_llmd(plan: dict[str, Any], path: Path) -> Path:
-    head = ("# capplan: llm-d-modelservice values (helm install ... -f this file)\n"
-            f"{TOKEN_LINE}")
-    atomic_write_text(path, head + yaml.dump(llmd_values(plan), Dumper=_Dumper,
-                                                     sort_keys=False))
+    atomic_write_text(path, head + yaml.dump_all(objs, Dumper=YamlDumper, sort_keys=False))
     return path

@@ -360,3 +360,198 @@ def test_the_rdma_resource_is_set_from_the_environment(run_cli, tmp_path: Path,
                   "--verify-top", "0", "--export", str(tmp_path / "c.k8s.yaml"))
     assert_one_line_error(res, "CAPPLAN_RDMA_RESOURCE")
     assert not (tmp_path / "c.k8s.yaml").exists()
+
+
+# ---------------------------------------------------------------------------------------------
+# 3. llm-d values that run the plan, or a refusal
+# ---------------------------------------------------------------------------------------------
+
+CHART_TOP = {"accelerator", "common", "decode", "enabled", "extraObjects", "fullnameOverride",
+             "global", "modelArtifacts", "multinode", "prefill", "requester", "routing",
+             "serviceAccountOverride", "tracing"}
+CHART_ARTIFACTS = {"authSecretName", "labels", "mountPath", "name", "readOnly", "size", "uri"}
+CHART_PARALLELISM = {"data", "dataLocal", "tensor", "workers"}
+CHART_ROLE = {"create", "replicas", "parallelism", "containers", "volumes", "annotations"}
+CHART_ONLY = ("modelCommand", "mountModelVolume", "extraConfig")
+"""llm-d-modelservice's values.schema.json (chart v0.4.12): the top level's properties,
+modelArtifacts' and parallelism's (both additionalProperties false), the role keys the
+templates read; a container's keys the chart reads itself (templates/_helpers.tpl container:
+modelCommand, mountModelVolume, extraConfig merged into the container)."""
+
+
+def _chart_checked(values: dict[str, Any]) -> dict[str, Any]:
+    """The values against the chart's schema, and what each role renders checked with the
+    Kubernetes client's models: its containers (the chart's own keys applied) and volumes."""
+    from tests.export.k8s_models import as_model
+
+    assert set(values) <= CHART_TOP
+    assert set(values["modelArtifacts"]) <= CHART_ARTIFACTS
+    assert isinstance(values["modelArtifacts"]["size"], str)
+    assert set(values["routing"]) <= {"proxy", "servicePort"}
+    for role in ("decode", "prefill"):
+        r = values[role]
+        assert set(r) <= CHART_ROLE, set(r) - CHART_ROLE
+        if not r["create"]:
+            continue
+        assert set(r["parallelism"]) <= CHART_PARALLELISM
+        assert all(isinstance(v, int) and v >= 1 for v in r["parallelism"].values())
+        for v in r["volumes"]:
+            as_model(v, "V1Volume")
+        for c in r["containers"]:
+            assert c["modelCommand"] in ("vllmServe", "custom")
+            rendered = {k: v for k, v in c.items() if k not in CHART_ONLY}
+            rendered.update(c.get("extraConfig", {}))
+            if c["modelCommand"] == "vllmServe":
+                rendered["command"] = ["vllm", "serve"]
+            as_model(rendered, "V1Container")
+    return values
+
+
+def _llmd(run_cli, tmp_path: Path, *args: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    out = tmp_path / "p.llm-d.yaml"
+    res = run_cli("recommend", "--verify-top", "0", *args, "--export", str(out), "--format",
+                  "json")
+    assert res.exit_code == 0, res.stderr
+    return res.json(), _chart_checked(yaml.safe_load(out.read_text()))
+
+
+def test_llmd_refuses_another_engine_than_vllm_before_any_file_is_written(
+        run_cli, tmp_path: Path) -> None:
+    """A plan sized for SGLang (its P/D layout the winner) got aggregated vLLM replicas
+    running lines "not sized for vLLM"."""
+    from tests.cli._asserts import assert_one_line_error
+
+    files = [tmp_path / "p.json", tmp_path / "p.k8s.yaml", tmp_path / "p.llm-d.yaml"]
+    res = run_cli("recommend", "--model", "deepseek-v3", "--gpu", "h200", "--engine", "sglang",
+                  "--rate", "10", "--input-len", "2000", "--output-len", "500", "--ttft-p99",
+                  "2", "--tbt-p99", "0.1", "--verify-top", "0",
+                  *[w for f in files for w in ("--export", str(f))])
+    assert_one_line_error(res, "runs vLLM only")
+    assert "SGLang" in res.stderr and ".k8s.yaml" in res.stderr
+    assert not any(f.exists() for f in files)
+
+
+def test_llmd_refuses_a_pool_per_lane(run_cli, tmp_path: Path) -> None:
+    """A `pools: separate` plan's llm-d values deployed the shared pool, dropping the lanes'."""
+    from tests.cli._asserts import assert_one_line_error
+
+    plan_file = tmp_path / "lanes.yaml"
+    plan_file.write_text(yaml.safe_dump({
+        "version": 1, "model": "llama-3.1-8b", "candidates": {"gpus": ["h100-sxm"]},
+        "workloads": [
+            {"name": "chat", "rate_per_s": 12, "input_len": 800, "output_len": 250,
+             "slo": {"ttft_p99_s": 0.5}},
+            {"name": "batch", "rate_per_s": 20, "input_len": 3000, "output_len": 500,
+             "slo": {"e2e_p99_s": 600}}],
+        "pools": "separate"}))
+    out = tmp_path / "lanes.llm-d.yaml"
+    res = run_cli("plan", str(plan_file), "--no-verify", "--export", str(out))
+    assert_one_line_error(res, "a pool per lane (chat, batch)")
+    assert ".k8s.yaml" in res.stderr and not out.exists()
+
+
+def test_llmd_runs_a_winning_pd_layout_as_the_charts_prefill_and_decode(run_cli) -> None:
+    import shlex
+
+    from capplan.export.llmd import llmd_values
+    from tests.plan.engine_args import parse_line
+
+    plan = run_cli("recommend", "--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--engine",
+                   "vllm", "--rate", "60", "--input-len", "4000", "--output-len", "300",
+                   "--ttft-p99", "1", "--tbt-p99", "0.03", "--verify-top", "0",
+                   "--format", "json").json()
+    plan["disaggregated"]["winner"] = "disaggregated"
+    d = plan["disaggregated"]
+    values = _chart_checked(llmd_values(plan))
+    assert values["routing"]["proxy"]["connector"] == "nixlv2"
+    for role in ("prefill", "decode"):
+        r, line = values[role], d["launch"][f"vllm_{role}"]
+        assert r["create"] and r["replicas"] == d[role]["replicas"]
+        c = r["containers"][0]
+        gpus = d[role]["gpus_total"] // d[role]["replicas"]
+        assert c["resources"]["limits"]["nvidia.com/gpu"] == str(gpus)
+        assert r["parallelism"]["tensor"] * r["parallelism"]["dataLocal"] == gpus
+        # the chart's command: vllm serve MODEL --port P --tensor-parallel-size T ... ARGS
+        _, _, flags, _ = parse_line(shlex.join(
+            ["vllm", "serve", "M", "--tensor-parallel-size", str(r["parallelism"]["tensor"]),
+             *c["args"]]))
+        _, _, planned, _ = parse_line(line.split(": ", 1)[1])
+        assert flags == {k: v for k, v in planned.items() if k not in ("--host", "--port")}
+        env = {e["name"]: e for e in c["env"]}
+        assert env["VLLM_NIXL_SIDE_CHANNEL_HOST"]["valueFrom"]["fieldRef"] == {
+            "fieldPath": "status.podIP"}
+        assert c["resources"]["limits"]["rdma/ib"] == "1"  # NIXL between pods
+        assert "IPC_LOCK" in c["extraConfig"]["securityContext"]["capabilities"]["add"]
+
+
+def test_llmd_runs_a_replica_over_hosts_as_the_charts_leaderworkerset(run_cli,
+                                                                      tmp_path: Path) -> None:
+    """DeepSeek-V3 on H100 under vLLM: DP 16 / EP 16 over two 8-GPU hosts. The values had no
+    parallelism (the chart sizes the LeaderWorkerSet group from it) and asked 16 GPUs a pod."""
+    plan, values = _llmd(run_cli, tmp_path, "--model", "deepseek-v3", "--gpu", "h100-sxm",
+                         "--rate", "5", "--input-len", "1000", "--output-len", "200",
+                         "--no-disagg")
+    best = plan["recommendations"][0]
+    assert best["gpus_per_replica"] == 16
+    r = values["decode"]
+    par = r["parallelism"]
+    assert values["multinode"] is True and par["workers"] == 2
+    assert par == {"tensor": 1, "data": 16, "dataLocal": 8, "workers": 2}
+    c = r["containers"][0]
+    assert c["resources"]["limits"]["nvidia.com/gpu"] == "8" == str(par["tensor"] *
+                                                                      par["dataLocal"])
+    assert c["modelCommand"] == "custom" and c["command"] == ["/bin/sh", "-c"]
+    script = c["args"][0]
+    assert 'if [ "${LWS_WORKER_INDEX:-0}" -eq 0 ]' in script
+    assert "--data-parallel-start-rank $((LWS_WORKER_INDEX * 8)) --headless" in script
+    assert "--data-parallel-address $LWS_LEADER_ADDRESS" in script
+    assert script.count("--port 8200") == 2  # behind the chart's routing sidecar
+    assert script.count(f"--served-model-name {plan['hf_id']}") == 2
+
+
+@pytest.mark.parametrize(("model", "gpu", "at_least_gb"), [("deepseek-v3", "h200", 690),
+                                                           ("llama-3.1-8b", "h100-sxm", 16)])
+def test_llmd_model_volume_holds_the_checkpoint(run_cli, tmp_path: Path, model: str, gpu: str,
+                                                at_least_gb: float) -> None:
+    """The volume was 200Gi for every model: DeepSeek-V3's ~690 GB of weights did not fit."""
+    import math
+
+    from capplan.export.llmd import VOLUME_HEADROOM
+    from capplan.units import GIB_BYTES
+
+    plan, values = _llmd(run_cli, tmp_path, "--model", model, "--gpu", gpu, "--rate", "2",
+                         "--no-disagg")
+    size = values["modelArtifacts"]["size"]
+    assert size.endswith("Gi")
+    assert int(size[:-2]) == math.ceil(plan["checkpoint_bytes"] * VOLUME_HEADROOM / GIB_BYTES)
+    assert int(size[:-2]) * GIB_BYTES >= at_least_gb * 1e9
+
+
+def test_llmd_runs_tp_over_hosts_on_ray_in_the_charts_group() -> None:
+    from capplan.export.llmd import llmd_values
+
+    serve = ("vllm serve meta-llama/Llama-3.1-405B-Instruct --tensor-parallel-size 8 "
+             "--pipeline-parallel-size 2 --max-num-seqs 64 --host 0.0.0.0 --port 8000 "
+             "--distributed-executor-backend ray")
+    text = (f"node 0: ray start --head --port 6379 && {serve}\n"
+            "node 1: ray start --address NODE0_IP:6379 --block")
+    plan = {"model": "llama-3.1-405b", "hf_id": "meta-llama/Llama-3.1-405B-Instruct",
+            "checkpoint_bytes": 811_700_000_000, "recommendations": [{
+                "gpu": "h100-sxm", "replicas": 3, "gpus_total": 48, "engine": "vllm",
+                "engine_flags": {"vllm": text}}]}
+    values = _chart_checked(llmd_values(plan))
+    r = values["decode"]
+    assert values["multinode"] and r["replicas"] == 3
+    assert r["parallelism"] == {"tensor": 8, "data": 1, "dataLocal": 1, "workers": 2}
+    c = r["containers"][0]
+    assert c["resources"]["limits"]["nvidia.com/gpu"] == "8"
+    lead, work = c["args"][0].split("\nelse\n")
+    assert "ray start --head --port 6379 && vllm serve" in lead and "--port 8200" in lead
+    assert lead.rstrip().endswith("--served-model-name meta-llama/Llama-3.1-405B-Instruct")
+    assert work.strip().startswith("ray start --address $LWS_LEADER_ADDRESS:6379 --block")
+    # a plan whose line gives no command per host cannot be spread over the group
+    from capplan.errors import InputError
+
+    plan["recommendations"][0]["engine_flags"]["vllm"] = serve
+    with pytest.raises(InputError, match="no command per host"):
+        llmd_values(plan)
