@@ -18,6 +18,8 @@ ConfigMap. A winning disaggregated layout runs its pools as StatefulSets
 under headless Services (replica i at `{name}-{i}.{name}`; LeaderWorkerSets over hosts, replica
 i's leader at the same name) and the engine's router in front, over every replica
 (`_front_end`; TensorRT-LLM's disaggregated server with its configuration as a ConfigMap).
+The pods of a replica over hosts and of P/D pools, whose traffic crosses hosts, request an RDMA
+device and IPC_LOCK (`network_needs`).
 Every object of a file has a name of its own (`Names`: two lanes or models that read alike get
 `-2`, `-3`...).
 

@@ -45,7 +45,6 @@ from capplan.export.k8s import (
     Pool,
     Site,
     YamlDumper,
-    line_env,
     network_needs,
     node_shell,
     plan_pools,
@@ -142,7 +141,7 @@ def _role(p: Pool, role: str, served: str, site: Site) -> dict[str, Any]:
     net = network_needs(p, site)
     resources = {k: {"nvidia.com/gpu": str(gpus), **net.get("resources", {})}
                  for k in ("limits", "requests")}
-    env = [{"name": k, "value": v} for k, v in line_env(p.text).items()]
+    env = [{"name": k, "value": v} for k, v in p.env.items()]
     if p.role:  # NixlConnector's side channel at the pod's own address (the chart's examples)
         env.append({"name": "VLLM_NIXL_SIDE_CHANNEL_HOST",
                     "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}})

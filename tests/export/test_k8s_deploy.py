@@ -555,3 +555,17 @@ def test_llmd_runs_tp_over_hosts_on_ray_in_the_charts_group() -> None:
     plan["recommendations"][0]["engine_flags"]["vllm"] = serve
     with pytest.raises(InputError, match="no command per host"):
         llmd_values(plan)
+
+
+def test_a_refused_manifest_writes_no_other_export_either(run_cli, tmp_path: Path) -> None:
+    """TensorRT-LLM over hosts is refused in `.k8s.yaml` (MPI); the plan's JSON, written
+    before it, was left behind beside the error."""
+    from tests.cli._asserts import assert_one_line_error
+
+    files = [tmp_path / "t.json", tmp_path / "t.k8s.yaml"]
+    res = run_cli("recommend", "--model", "deepseek-v3", "--gpu", "h100-sxm", "--engine",
+                  "trtllm", "--rate", "5", "--input-len", "1000", "--output-len", "200",
+                  "--verify-top", "0", "--no-disagg",
+                  *[w for f in files for w in ("--export", str(f))])
+    assert_one_line_error(res, "MPI")
+    assert not any(f.exists() for f in files)
