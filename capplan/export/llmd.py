@@ -111,12 +111,12 @@ def _chart_pools(plan: dict[str, Any]) -> list[Pool]:
     best = plan["recommendations"][0]
     engine = best.get("engine") or (plan.get("inputs") or {}).get("engine") or "vllm"
     if engine != "vllm":
-        label = ENGINE_LABELS.get(engine, engine)
+        spec = best.get("engine_profile") or engine
+        label = ENGINE_LABELS.get(engine, engine) + (f" ({spec})" if spec != engine else "")
         raise InputError(
             f"llm-d-modelservice runs vLLM only (its vllmServe command and its routing "
-            f"sidecar's NIXL connector); this plan was sized for {label} "
-            f"({best.get('engine_profile') or engine}): {alt} plan with --engine vllm for "
-            "llm-d values")
+            f"sidecar's NIXL connector); this plan was sized for {label}: {alt} plan with "
+            "--engine vllm for llm-d values")
     pools = plan_pools(plan, "vllm")
     if len(pools) > 1 and not pools[0].role:
         lanes = ", ".join(ln["lane"] for ln in plan["pools"]["separate"]["lanes"])
