@@ -76,7 +76,7 @@ def _text(plan: dict[str, Any], suffix: str, run: Any) -> str:
 
         return k8s_text(plan)
     if suffix == ".llm-d.yaml":
-        from capplan.export.k8s import llmd_text
+        from capplan.export.llmd import llmd_text
 
         return llmd_text(plan)
     from capplan.export.html import render_html

@@ -1,5 +1,6 @@
-"""Kubernetes manifests of a plan (`--export FILE.k8s.yaml`) and llm-d Helm values
-(`--export FILE.llm-d.yaml`), from the plan dict's launch lines (never recomputed).
+"""Kubernetes manifests of a plan (`--export FILE.k8s.yaml`), from the plan dict's launch lines
+(never recomputed); the pools they run are also what the llm-d values (capplan/export/llmd.py)
+deploy.
 
 Per pool (the recommendation; each lane's pool when the plan asked for a pool per lane; the
 prefill and decode pools when the disaggregated layout wins): a Deployment whose replicas are
@@ -7,7 +8,8 @@ the pool's replicas and whose container runs the pool's launch line with `nvidia
 GPUs per replica, probes on the engine's `/health` route (startup: weights take minutes to
 load), /dev/shm as a memory-backed emptyDir (NCCL and the engines' shared-memory transport need
 more than the container runtime's 64 MiB default), a model cache volume (HF_HOME) and the
-Hugging Face token from an optional Secret `hf-token`; a Service in front. A replica that needs
+Hugging Face token from key HF_TOKEN of an optional Secret `hf-token`, the Secret and key the
+llm-d chart reads (TOKEN_SECRET); a Service in front. A replica that needs
 more GPUs than one node holds becomes a LeaderWorkerSet (leaderworkerset.x-k8s.io/v1:
 spec.replicas groups of spec.leaderWorkerTemplate.size pods, one node each; the multi-node launch
 flags are the launch line's; its Service, `{name}-leader`, selects the leaders, and the set
@@ -16,19 +18,22 @@ ConfigMap. A winning disaggregated layout runs its pools as StatefulSets
 under headless Services (replica i at `{name}-{i}.{name}`; LeaderWorkerSets over hosts, replica
 i's leader at the same name) and the engine's router in front, over every replica
 (`_front_end`; TensorRT-LLM's disaggregated server with its configuration as a ConfigMap).
+The pods of a replica over hosts and of P/D pools, whose traffic crosses hosts, request an RDMA
+device and IPC_LOCK (`network_needs`).
+Every object of a file has a name of its own (`Names`: two lanes or models that read alike get
+`-2`, `-3`...).
 
 Object shapes: the Kubernetes API reference (apps/v1 Deployment and StatefulSet, v1 Service,
-v1 ConfigMap) and
-the LeaderWorkerSet API (sigs.k8s.io/lws api/leaderworkerset/v1); the llm-d values follow
-llm-d-modelservice's chart values (modelArtifacts, multinode, routing, decode, prefill).
+v1 ConfigMap) and the LeaderWorkerSet API (sigs.k8s.io/lws api/leaderworkerset/v1).
 """
 
 from __future__ import annotations
 
 import math
+import os
 import re
 import shlex
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -36,13 +41,9 @@ import yaml
 
 from capplan.errors import InputError
 from capplan.export.atomic import atomic_write_text
-from capplan.plan.launch import DEFAULT_PORTS, HEAD, pool_command
+from capplan.models.engine import engine_profile
+from capplan.plan.launch import DEFAULT_PORTS, HEAD, KV_HANDSHAKE, pool_command
 
-IMAGES = {"vllm": "vllm/vllm-openai:v0.11.0", "sglang": "lmsysorg/sglang:v0.5.2-cu126",
-          "trtllm": "nvcr.io/nvidia/tensorrt-llm/release:1.0.0"}
-"""Container images of the engine versions the profiles model (models/engine.py); change the
-tag to the version you run."""
-LLMD_IMAGE = "ghcr.io/llm-d/llm-d:v0.2.0"
 FRONT_ENDS = ("sglang", "trtllm", "vllm")
 """Engines whose disaggregated front end the export runs, on the engine's default port (as the
 plan's router line): SGLang's router, which the engine's image carries (sgl-project/sglang
@@ -57,6 +58,23 @@ its Dockerfile installs /usr/local/bin/vllm-router and sets only CMD, so the pod
 the plan's line); 0.1.17 is the PyPI release the launch line installs. Change the tag to
 yours."""
 GPUS_PER_NODE = 8
+RDMA_RESOURCE = "rdma/ib"
+"""The RDMA device a pod whose traffic crosses hosts requests (one, in limits and requests),
+as llm-d's guides do (guides/wide-ep-lws manifests/modelserver/coreweave: `rdma/ib: "1"`;
+guides/pd-disaggregation: both pools). DeepEP's kernels between hosts are RDMA through NVSHMEM
+(deepseek-ai/DeepEP README: internode and low-latency kernels; vllm tools/ep_kernels/README.md:
+IBGDA for multi-node), NIXL moves the KV over UCX's RDMA transports (vLLM docs, NixlConnector
+usage: UCX_TLS). The name is your RDMA device plugin's: CAPPLAN_RDMA_RESOURCE (or
+`k8s_objects(rdma_resource=...)`) sets it, empty for none."""
+IPC_LOCK = "IPC_LOCK"
+"""The capability such a pod's container adds: RDMA registers (pins) memory, beyond the
+container's memlock limit without it (llm-d guides/wide-ep-lws manifests/modelserver/base
+decode.yaml adds it to the vLLM container)."""
+TOKEN_SECRET, TOKEN_KEY = "hf-token", "HF_TOKEN"
+"""The Secret and key both exports read the Hugging Face token from: llm-d-modelservice's
+chart reads key HF_TOKEN of the Secret `modelArtifacts.authSecretName` (templates/_helpers.tpl
+hfEnv), so the manifests read the same (`kubectl create secret generic hf-token
+--from-literal=HF_TOKEN=...`)."""
 HF_HOME = "/root/.cache/huggingface"
 CONFIG_DIR = "/etc/capplan"
 
@@ -80,6 +98,16 @@ class Pool:
     """The command of the replica's other hosts (LeaderWorkerSet workers)."""
     role: str = ""
     """A disaggregated pool's role (prefill, decode); "" for a pool that serves whole requests."""
+    network: str = ""
+    """The traffic of its pods that crosses hosts, as the plan costs it ("" when none): a
+    replica over hosts (NCCL, DeepEP's all-to-all) or a P/D pool (NIXL's KV transfer)."""
+    env: dict[str, str] = field(default_factory=dict)
+    """Its containers' environment (`line_env`)."""
+    text: str = ""
+    """Its launch text as the plan gives it (one line, or "node k: ..." lines)."""
+    image: str = ""
+    """The engine's container image: its profile's (EngineProfile.image), the planned
+    profile's for the planned engine, so that every flag of the line is in the image."""
     addressed: bool = False
     """Each replica needs its own address (a P/D pool behind SGLang's router, which names every
     prefill worker, its bootstrap host): a StatefulSet under a headless Service, replica i at
@@ -103,11 +131,40 @@ def _line_files(line: str) -> dict[str, str]:
     return out
 
 
+_ENV_WORD = re.compile(r"^[A-Z_][A-Z0-9_]*=")
+NOT_CARRIED = ("CUDA_VISIBLE_DEVICES", "VLLM_NIXL_SIDE_CHANNEL_HOST")
+"""Environment words of a launch line a pod does not take: the device plugin assigns its GPUs,
+and a P/D pod advertises its own address (`_kv_env`)."""
+
+
+def split_env_words(cmd: str) -> tuple[dict[str, str], str]:
+    """The NAME=VALUE words that start a shell command, and each command after `&&` (DeepEP's
+    VLLM_ALL2ALL_BACKEND, the NIXL side channel's port), and the command without them (a
+    container's `env`, not its words: `exec NAME=VALUE cmd` would run a program of that
+    name)."""
+    env: dict[str, str] = {}
+    parts = []
+    for part in cmd.split(" && "):
+        words = shlex.split(part, comments=True)
+        while words and _ENV_WORD.match(words[0]):
+            name, value = words.pop(0).split("=", 1)
+            env[name] = value
+        parts.append(shlex.join(words))
+    return env, " && ".join(parts)
+
+
+def line_env(text: str) -> dict[str, str]:
+    """The environment a pool's containers run with: its launch text's first command's
+    NAME=VALUE words, but NOT_CARRIED."""
+    first = re.sub(r"^(\d+ x: )?(node 0: )?", "", text.split("\n")[0])
+    return {k: v for k, v in split_env_words(first)[0].items() if k not in NOT_CARRIED}
+
+
 def _argv(line: str) -> tuple[list[str], int]:
-    """A launch line's words without environment assignments (the device plugin assigns GPUs),
-    and its --port / --port value."""
+    """A launch line's words without environment assignments (`line_env` holds them), and its
+    --port / --port value."""
     words = shlex.split(pool_command(line), comments=True)
-    while words and re.match(r"^[A-Z_][A-Z0-9_]*=", words[0]):
+    while words and _ENV_WORD.match(words[0]):
         words.pop(0)
     port = 8000
     for i, w in enumerate(words[:-1]):
@@ -134,65 +191,120 @@ def _node_argv(text: str) -> tuple[list[str], list[str] | None, int, int]:
     if len(lines) == 1:
         argv, port = _argv(lines[0])
         return argv, None, port, 0
-    lead, work = (ln.split(": ", 1)[1] for ln in lines[:2])
+    lead, work = (split_env_words(ln.split(": ", 1)[1])[1] for ln in lines[:2])
     port = _argv(lead.split("&&")[-1])[1]
     if " --node-rank 1 " in f"{work} ":  # SGLang: each worker's rank is its index
         work = work.replace("--node-rank 1", f"--node-rank {_INDEX}")
         return (_argv(lead.replace(HEAD, _LEADER))[0], _argv(work.replace(HEAD, _LEADER))[0],
                 port, len(lines))
-    # vLLM: a shell computes a worker's first data-parallel rank (its index x the local
-    # ranks); on Ray the leader starts the cluster before it serves
+    lead_sh, work_sh = node_shell(lead, work)
+    leader = ["sh", "-c", lead_sh] if "&&" in lead else _argv(lead.replace(HEAD, _LEADER))[0]
+    return leader, ["sh", "-c", work_sh], port, len(lines)
+
+
+def node_shell(lead: str, work: str) -> tuple[str, str]:
+    """A vLLM replica over hosts as shell commands of LeaderWorkerSet pods (host 0's, a
+    worker's; environment words already off): a shell computes a worker's first data-parallel
+    rank (its index x the local ranks), every pod reaches host 0 at $LWS_LEADER_ADDRESS, and on
+    Ray the leader starts the cluster before it serves."""
     work = re.sub(r"--data-parallel-start-rank (\d+)",
                   lambda m: f"--data-parallel-start-rank $((LWS_WORKER_INDEX * {m.group(1)}))",
                   work)
-
-    def sh(cmd: str) -> list[str]:
-        return ["sh", "-c", cmd.replace(HEAD, "$LWS_LEADER_ADDRESS")]
-
-    leader = sh(lead) if "&&" in lead else _argv(lead.replace(HEAD, _LEADER))[0]
-    return leader, sh(("" if work.startswith("ray ") else "exec ") + work), port, len(lines)
+    lead = lead if "&&" in lead else f"exec {lead}"
+    work = work if work.startswith("ray ") else f"exec {work}"
+    return lead.replace(HEAD, "$LWS_LEADER_ADDRESS"), work.replace(HEAD, "$LWS_LEADER_ADDRESS")
 
 
-def _name(*parts: str) -> str:
-    s = re.sub(r"[^a-z0-9-]+", "-", "-".join(parts).lower()).strip("-")
-    return s[:50].strip("-") or "capplan"
+NAME_LEN = 40
+"""Longest object name before a `-N` that keeps it apart: every name is a DNS-1123 label
+(Services: a DNS-1035 label, a letter first), and the names Kubernetes derives from it stay
+label values of at most 63 characters (a StatefulSet's pods carry `controller-revision-hash:
+{name}-{10 characters}`; a LeaderWorkerSet's group i is StatefulSet `{name}-{i}`; the leaders'
+Service is `{name}-leader`)."""
+DERIVED = ("", "-config", "-leader")
+"""The names an object name also takes: its ConfigMap and its leaders' Service."""
 
 
-def _rec_pool(name: str, r: dict[str, Any], engine: str) -> Pool:
+@dataclass
+class Names:
+    """The object names of one manifest file: each pool and front end gets its own, also when
+    two lanes (`chat_ui`, `Chat.UI`) or two models read alike; `kubectl apply` would keep one
+    of two objects of a kind and name."""
+
+    taken: set[str] = field(default_factory=set)
+
+    def take(self, *parts: str) -> str:
+        """A free name from `parts`: lower case, other characters than [a-z0-9-] as `-`, a
+        letter first, at most NAME_LEN characters, then `-2`, `-3`... while it or one of its
+        DERIVED names is taken."""
+        base = re.sub(r"[^a-z0-9-]+", "-", "-".join(parts).lower()).strip("-") or "capplan"
+        base = (base if base[0].isalpha() else f"m-{base}")[:NAME_LEN].strip("-")
+        name, n = base, 1
+        while any(name + d in self.taken for d in DERIVED):
+            n += 1
+            name = f"{base[:NAME_LEN - len(str(n)) - 1].strip('-')}-{n}"
+        self.taken.update(name + d for d in DERIVED)
+        return name
+
+
+def engine_image(plan: dict[str, Any], engine: str) -> str:
+    """The container image of `engine`'s lines in this plan: the planned profile's for the
+    planned engine (`--engine vllm@0.6` runs a 0.6 image), the engine's newest profile's for
+    the others, whose lines are built from it (capplan.plan.launch.deepep_launch)."""
+    best = plan["recommendations"][0]
+    planned = engine_profile(best.get("engine_profile") or best.get("engine") or engine)
+    return (planned if planned.name == engine else engine_profile(engine)).image
+
+
+def _rec_pool(name: str, r: dict[str, Any], engine: str, image: str) -> Pool:
     flags = r["engine_flags"]
     argv, worker, port, nodes = _node_argv(flags[engine])
     files = {k.split(":", 2)[2]: v for k, v in flags.items() if k.startswith(f"file:{engine}:")}
     reps = max(1, int(r["replicas"]))
-    return Pool(name, engine, argv, reps, int(r["gpus_total"]) // reps, port, files,
-                r.get("gpu", ""), nodes, worker)
+    pool = Pool(name, engine, argv, reps, int(r["gpus_total"]) // reps, port, files,
+                r.get("gpu", ""), nodes, worker, image=image, env=line_env(flags[engine]),
+                text=flags[engine])
+    if pool.hosts == 1:
+        return pool
+    layout = f" ({r['layout']})" if r.get("layout") else ""
+    return replace(pool, network=f"a replica spans {pool.hosts} hosts{layout}: its NCCL and "
+                                 "expert all-to-all (DeepEP) traffic crosses them, planned at "
+                                 "the GPU catalog's network rate")
 
 
-def plan_pools(plan: dict[str, Any], engine: str | None = None) -> list[Pool]:
-    """The pools a cluster runs for this plan."""
+def plan_pools(plan: dict[str, Any], engine: str | None = None,
+               names: Names | None = None) -> list[Pool]:
+    """The pools a cluster runs for this plan, named apart from `names`' (and added to it)."""
+    names = names if names is not None else Names()
     best = plan["recommendations"][0]
     engine = engine or best.get("engine") or plan.get("inputs", {}).get("engine") or "vllm"
     model = (plan.get("model") or "model").split("/")[-1]
     from capplan.export.layout import DISAGGREGATED, SEPARATE, recommended_layout
 
+    image = engine_image(plan, engine)
     d = plan.get("disaggregated") or {}
+    link = d.get("kv_link") or "the GPU catalog's network rate"
     layout = recommended_layout(plan)  # as every export says it
     if layout == DISAGGREGATED and d.get("launch", {}).get(f"{engine}_prefill"):
         out = []
         for role in ("prefill", "decode"):
             line = d["launch"][f"{engine}_{role}"]
             # its pool's host placeholders (disagg.pool_hosts) as one replica's (NODEk_IP)
-            argv, worker, port, nodes = _node_argv(
-                re.sub(rf"\b{role.upper()}_NODE(\d+)_IP\b", r"NODE\1_IP", line))
+            text = re.sub(rf"\b{role.upper()}_NODE(\d+)_IP\b", r"NODE\1_IP", line)
+            argv, worker, port, nodes = _node_argv(text)
             reps = max(1, int(d[role]["replicas"]))
-            out.append(Pool(_name(model, role), engine, argv, reps,
+            out.append(Pool(names.take(model, role), engine, argv, reps,
                             int(d[role]["gpus_total"]) // reps, port, _line_files(line),
-                            d[role]["gpu"], nodes, worker, role=role,
+                            d[role]["gpu"], nodes, worker, role=role, image=image,
+                            env=line_env(line), text=text,
+                            network=f"NIXL's KV transfer between pools, planned at {link}"
+                            + (f"; a replica spans {nodes} hosts" if nodes > 1 else ""),
                             addressed=engine in FRONT_ENDS))
         return out
     if layout == SEPARATE:
         lanes = plan["pools"]["separate"]["lanes"]
-        return [_rec_pool(_name(model, ln["lane"]), ln, engine) for ln in lanes]
-    return [_rec_pool(_name(model), best, engine)]
+        return [_rec_pool(names.take(model, ln["lane"]), ln, engine, image) for ln in lanes]
+    return [_rec_pool(names.take(model), best, engine, image)]
 
 
 def _probe(port: int, period_s: int, failures: int) -> dict[str, Any]:
@@ -210,11 +322,60 @@ def _kv_env(p: Pool) -> list[dict[str, Any]]:
              "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}]
 
 
-def _pod_spec(p: Pool, gpus: int, cache_claim: str | None, config: str | None,
+@dataclass(frozen=True)
+class Site:
+    """What the manifests take from your cluster."""
+
+    model_cache_claim: str | None = None
+    """A PersistentVolumeClaim for the model cache (HF_HOME); None: an emptyDir."""
+    rdma_resource: str | None = RDMA_RESOURCE
+    """The RDMA device pods whose traffic crosses hosts request; None: none."""
+
+    def __post_init__(self) -> None:
+        r = self.rdma_resource
+        if r is not None and not re.fullmatch(
+                r"[a-z0-9]([-a-z0-9.]*[a-z0-9])?/[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?", r):
+            raise InputError(f"RDMA resource {r!r}: expected an extended resource name such "
+                             f"as {RDMA_RESOURCE} (DOMAIN/NAME, what `kubectl describe node` "
+                             "lists under Allocatable), or empty for none")
+
+    @classmethod
+    def from_env(cls) -> Site:
+        """The site CAPPLAN_RDMA_RESOURCE names (unset: RDMA_RESOURCE; empty: none)."""
+        r = os.environ.get("CAPPLAN_RDMA_RESOURCE", RDMA_RESOURCE).strip()
+        try:
+            return cls(rdma_resource=r or None)
+        except InputError as e:
+            raise InputError(f"CAPPLAN_RDMA_RESOURCE: {e}") from None
+
+
+def network_needs(p: Pool, site: Site) -> dict[str, Any]:
+    """What a pod of a pool whose traffic crosses hosts adds to its container: IPC_LOCK, and
+    one RDMA device (Site.rdma_resource); nothing for another pool. Host networking
+    (hostNetwork: true) is the alternative where the cluster has no RDMA device plugin."""
+    if not p.network:
+        return {}
+    rdma = {site.rdma_resource: "1"} if site.rdma_resource else {}
+    return {"securityContext": {"capabilities": {"add": [IPC_LOCK]}}, "resources": rdma}
+
+
+def _network_note(p: Pool, site: Site) -> str:
+    """The workload's `capplan/network` annotation: the traffic that crosses hosts and what
+    the pods request for it."""
+    asked = (f"one {site.rdma_resource} device" if site.rdma_resource else "no RDMA device")
+    return (f"{p.network}. It needs RDMA (InfiniBand or RoCE; over TCP it runs far slower "
+            f"than planned): each pod requests {asked} and {IPC_LOCK}; set "
+            "CAPPLAN_RDMA_RESOURCE to your RDMA device plugin's resource (empty: none), or "
+            "run the pods with hostNetwork: true")
+
+
+def _pod_spec(p: Pool, gpus: int, site: Site, config: str | None,
               worker: bool = False) -> dict[str, Any]:
     """A pod of the pool; `worker`: a LeaderWorkerSet worker (its host's ranks, no server)."""
+    cache_claim = site.model_cache_claim
     words = p.worker_argv if worker and p.worker_argv else p.argv
     argv = [f"{CONFIG_DIR}/{w}" if w in p.files else w for w in words]
+    net = network_needs(p, site)
     mounts = [{"name": "dshm", "mountPath": "/dev/shm"},
               {"name": "model-cache", "mountPath": HF_HOME}]
     volumes: list[dict[str, Any]] = [
@@ -225,20 +386,23 @@ def _pod_spec(p: Pool, gpus: int, cache_claim: str | None, config: str | None,
         mounts.append({"name": "engine-config", "mountPath": CONFIG_DIR, "readOnly": True})
         volumes.append({"name": "engine-config", "configMap": {"name": config}})
     container = {
-        "name": p.engine, "image": IMAGES[p.engine], "command": argv,
+        "name": p.engine, "image": p.image, "command": argv,
         "ports": [{"name": "http", "containerPort": p.port, "protocol": "TCP"}],
         "env": [{"name": "HF_HOME", "value": HF_HOME},
                 {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {
-                    "name": "hf-token", "key": "token", "optional": True}}},
-                *_kv_env(p)],
+                    "name": TOKEN_SECRET, "key": TOKEN_KEY, "optional": True}}},
+                *({"name": k, "value": v} for k, v in p.env.items()), *_kv_env(p)],
         "resources": {"limits": {"nvidia.com/gpu": str(gpus)},
                       "requests": {"nvidia.com/gpu": str(gpus)}},
+        **({"securityContext": net["securityContext"]} if net else {}),
         # weights load for minutes: the startup probe allows 30 min before liveness applies
         "startupProbe": _probe(p.port, 10, 180),
         "readinessProbe": _probe(p.port, 10, 3),
         "livenessProbe": _probe(p.port, 30, 5),
         "volumeMounts": mounts,
     }
+    for k in ("limits", "requests"):
+        container["resources"][k].update(net.get("resources", {}))
     if worker and p.worker_argv:  # a worker host serves no HTTP: the leader's probes stand
         for k in ("ports", "startupProbe", "readinessProbe", "livenessProbe"):
             del container[k]
@@ -246,57 +410,69 @@ def _pod_spec(p: Pool, gpus: int, cache_claim: str | None, config: str | None,
 
 
 def k8s_objects(plan: dict[str, Any], *, engine: str | None = None,
-                model_cache_claim: str | None = None) -> list[dict[str, Any]]:
-    """Deployments (or LeaderWorkerSets), Services and ConfigMaps of the plan's pools; a plan
-    of several models runs each model's."""
+                model_cache_claim: str | None = None,
+                rdma_resource: str | None = RDMA_RESOURCE) -> list[dict[str, Any]]:
+    """Deployments (or StatefulSets, LeaderWorkerSets), Services and ConfigMaps of the plan's
+    pools and front end; a plan of several models runs each model's. Every object's name is
+    its own (`Names`). `model_cache_claim`, `rdma_resource`: Site's."""
+    site = Site(model_cache_claim, rdma_resource)
     from capplan.export.csv_export import model_plans
 
-    if len(subs := model_plans(plan)) > 1:
-        return [o for sub in subs for o in k8s_objects(sub, engine=engine,
-                                                        model_cache_claim=model_cache_claim)]
+    names = Names()
     objs: list[dict[str, Any]] = []
-    pools = plan_pools(plan, engine)
-    for p in pools:
-        labels = {"app.kubernetes.io/name": p.name, "app.kubernetes.io/part-of": "capplan"}
-        meta = {"name": p.name, "labels": labels,
-                "annotations": {"capplan/gpu": p.gpu, "capplan/gpus-per-replica":
-                                str(p.gpus_per_replica), "capplan/engine": p.engine}}
-        config = None
-        if p.files:
-            config = f"{p.name}-config"
-            objs.append({"apiVersion": "v1", "kind": "ConfigMap",
-                         "metadata": {"name": config, "labels": labels}, "data": dict(p.files)})
-        nodes = p.hosts
-        gpus = p.gpus_per_replica if nodes == 1 else math.ceil(p.gpus_per_replica / nodes)
-        template = {"metadata": {"labels": labels},
-                    "spec": _pod_spec(p, gpus, model_cache_claim, config)}
-        workers = {"metadata": {"labels": labels},
-                   "spec": _pod_spec(p, gpus, model_cache_claim, config, worker=True)}
-        serving = labels if nodes == 1 or not p.worker_argv else {
-            **labels, "leaderworkerset.sigs.k8s.io/worker-index": "0"}  # the leader serves
-        if nodes == 1 and p.addressed:  # replica i at {name}-{i}.{name}
-            objs.append({"apiVersion": "apps/v1", "kind": "StatefulSet", "metadata": meta,
-                         "spec": {"replicas": p.replicas, "serviceName": p.name,
-                                  "podManagementPolicy": "Parallel",
-                                  "selector": {"matchLabels": labels}, "template": template}})
-        elif nodes == 1:
-            objs.append({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": meta,
-                         "spec": {"replicas": p.replicas,
-                                  "selector": {"matchLabels": labels}, "template": template}})
-        else:
-            objs.append({"apiVersion": "leaderworkerset.x-k8s.io/v1", "kind": "LeaderWorkerSet",
-                         "metadata": meta, "spec": {
-                             "replicas": p.replicas, "startupPolicy": "LeaderCreated",
-                             "leaderWorkerTemplate": {"size": nodes, "restartPolicy":
-                                                      "RecreateGroupOnPodRestart",
-                                                      "leaderTemplate": template,
-                                                      "workerTemplate": workers}}})
-        # a LeaderWorkerSet makes its own headless Service, named as it is, under which its
-        # pods resolve ({name}-{i}.{name}, LWS_LEADER_ADDRESS); a Service of that name would
-        # stop it (sigs.k8s.io/lws CreateHeadlessServiceIfNotExists): the leaders' is apart
-        objs.append(_service(p.name if nodes == 1 else f"{p.name}-leader", labels, serving,
-                             p.port, headless=nodes == 1 and p.addressed))
-    return objs + _front_end(plan, pools)
+    for sub in model_plans(plan):
+        pools = plan_pools(sub, engine, names)
+        for p in pools:
+            objs += _pool_objects(p, site)
+        objs += _front_end(sub, pools, names)
+    return objs
+
+
+def _pool_objects(p: Pool, site: Site) -> list[dict[str, Any]]:
+    """A pool's ConfigMap (the files its line reads), its workload and its Service."""
+    objs: list[dict[str, Any]] = []
+    labels = {"app.kubernetes.io/name": p.name, "app.kubernetes.io/part-of": "capplan"}
+    meta = {"name": p.name, "labels": labels,
+            "annotations": {"capplan/gpu": p.gpu, "capplan/gpus-per-replica":
+                            str(p.gpus_per_replica), "capplan/engine": p.engine,
+                            **({"capplan/network": _network_note(p, site)} if p.network
+                               else {})}}
+    config = None
+    if p.files:
+        config = f"{p.name}-config"
+        objs.append({"apiVersion": "v1", "kind": "ConfigMap",
+                     "metadata": {"name": config, "labels": labels}, "data": dict(p.files)})
+    nodes = p.hosts
+    gpus = p.gpus_per_replica if nodes == 1 else math.ceil(p.gpus_per_replica / nodes)
+    template = {"metadata": {"labels": labels},
+                "spec": _pod_spec(p, gpus, site, config)}
+    workers = {"metadata": {"labels": labels},
+               "spec": _pod_spec(p, gpus, site, config, worker=True)}
+    serving = labels if nodes == 1 or not p.worker_argv else {
+        **labels, "leaderworkerset.sigs.k8s.io/worker-index": "0"}  # the leader serves
+    if nodes == 1 and p.addressed:  # replica i at {name}-{i}.{name}
+        objs.append({"apiVersion": "apps/v1", "kind": "StatefulSet", "metadata": meta,
+                     "spec": {"replicas": p.replicas, "serviceName": p.name,
+                              "podManagementPolicy": "Parallel",
+                              "selector": {"matchLabels": labels}, "template": template}})
+    elif nodes == 1:
+        objs.append({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": meta,
+                     "spec": {"replicas": p.replicas,
+                              "selector": {"matchLabels": labels}, "template": template}})
+    else:
+        objs.append({"apiVersion": "leaderworkerset.x-k8s.io/v1", "kind": "LeaderWorkerSet",
+                     "metadata": meta, "spec": {
+                         "replicas": p.replicas, "startupPolicy": "LeaderCreated",
+                         "leaderWorkerTemplate": {"size": nodes, "restartPolicy":
+                                                  "RecreateGroupOnPodRestart",
+                                                  "leaderTemplate": template,
+                                                  "workerTemplate": workers}}})
+    # a LeaderWorkerSet makes its own headless Service, named as it is, under which its
+    # pods resolve ({name}-{i}.{name}, LWS_LEADER_ADDRESS); a Service of that name would
+    # stop it (sigs.k8s.io/lws CreateHeadlessServiceIfNotExists): the leaders' is apart
+    objs.append(_service(p.name if nodes == 1 else f"{p.name}-leader", labels, serving,
+                         p.port, headless=nodes == 1 and p.addressed))
+    return objs
 
 
 def _service(name: str, labels: dict[str, str], selector: dict[str, str], port: int,
@@ -310,7 +486,19 @@ def _service(name: str, labels: dict[str, str], selector: dict[str, str], port: 
                                 "protocol": "TCP"}]}}
 
 
-def _front_end(plan: dict[str, Any], pools: list[Pool]) -> list[dict[str, Any]]:
+def _bootstrap_port(p: Pool) -> int | None:
+    """The KV handshake port a SGLang prefill replica's bootstrap server listens on, which its
+    router names after the replica's URL (as the plan's router line does): its line's
+    --disaggregation-bootstrap-port, else SGLang's default (launch.KV_HANDSHAKE); None for the
+    other engines, whose front ends take none."""
+    if p.engine != "sglang":  # vLLM's router and TensorRT-LLM's server take no such port
+        return None
+    words = p.argv
+    flag = "--disaggregation-bootstrap-port"
+    return int(words[words.index(flag) + 1]) if flag in words else KV_HANDSHAKE[p.engine][0]
+
+
+def _front_end(plan: dict[str, Any], pools: list[Pool], names: Names) -> list[dict[str, Any]]:
     """The router in front of addressed P/D pools (FRONT_ENDS): a Deployment of one pod running
     the plan's front end over every replica's own address, and its Service (the port clients
     use); nothing when the pools are not addressed. A LeaderWorkerSet's replica i is addressed
@@ -326,13 +514,13 @@ def _front_end(plan: dict[str, Any], pools: list[Pool]) -> list[dict[str, Any]]:
     port = DEFAULT_PORTS[engine]  # where the plan's router line listens
     line = front_line(engine, *[[(f"{p.name}-{i}.{p.name}", p.port) for i in range(p.replicas)]
                                 for p in (pre[0], dec[0])], routers=("round-robin", "round-robin"),
-                      port=port)
-    name = _name((plan.get("model") or "model").split("/")[-1], "router")
+                      port=port, bootstrap=[_bootstrap_port(pre[0])] * pre[0].replicas)
+    name = names.take((plan.get("model") or "model").split("/")[-1], "router")
     labels = {"app.kubernetes.io/name": name, "app.kubernetes.io/part-of": "capplan"}
     probe = {"tcpSocket": {"port": port}, "periodSeconds": 10}
     files = _line_files(line)  # TensorRT-LLM's disagg_config.yaml
     words = [f"{CONFIG_DIR}/{w}" if w in files else w for w in shlex.split(line, comments=True)]
-    image = ROUTER_IMAGES.get(engine, IMAGES[engine])
+    image = ROUTER_IMAGES.get(engine, pre[0].image)
     container: dict[str, Any] = {"name": "router", "image": image, "command": words,
                                  "ports": [{"name": "http", "containerPort": port,
                                             "protocol": "TCP"}],
@@ -352,59 +540,21 @@ def _front_end(plan: dict[str, Any], pools: list[Pool]) -> list[dict[str, Any]]:
             _service(name, labels, labels, port)]
 
 
-def _vllm_args(argv: list[str]) -> list[str]:
-    """vLLM's words after `vllm serve MODEL`, without --host/--port (the chart sets them)."""
-    out, i, rest = [], 0, argv[3:]
-    while i < len(rest):
-        if rest[i] in ("--host", "--port"):
-            i += 2
-            continue
-        out.append(rest[i])
-        i += 1
-    return out
+TOKEN_LINE = (f"# the Hugging Face token (a gated model; the llm-d chart requires the Secret): "
+              f"kubectl create secret generic {TOKEN_SECRET} "
+              f"--from-literal={TOKEN_KEY}=<your token>\n")
 
 
 def one_llmd_model(models: list[str]) -> None:
-    """An llm-d values file serves one model: InputError for a plan of several."""
+    """An llm-d values file serves one model: InputError for a plan of several (checked before
+    the plan runs; capplan.export.llmd refuses it again from the plan)."""
     if len(models) > 1:
         raise InputError(f"an llm-d values file serves one model; this plan has {len(models)} "
                          f"({', '.join(models)}): plan each model on its own for its llm-d "
                          "values, or export .k8s.yaml for all of them")
 
 
-def llmd_values(plan: dict[str, Any]) -> dict[str, Any]:
-    """llm-d-modelservice Helm values: decode (and prefill, when disaggregated wins) pools of
-    the plan's vLLM lines (llm-d serves vLLM). One model per values file: a plan of several
-    models is refused."""
-    from capplan.export.csv_export import model_plans
-
-    if len(subs := model_plans(plan)) > 1:
-        one_llmd_model([str(m.get("model")) for m in subs])
-    pools = plan_pools(plan, "vllm")
-    hf = plan.get("hf_id") or plan["model"]
-
-    def role(p: Pool | None) -> dict[str, Any]:
-        if p is None:
-            return {"create": False, "replicas": 0}
-        gpus = p.gpus_per_replica
-        return {"create": True, "replicas": p.replicas, "containers": [{
-            "name": "vllm", "image": LLMD_IMAGE, "modelCommand": "vllmServe",
-            "args": _vllm_args(p.argv), "mountModelVolume": True,
-            "resources": {"limits": {"nvidia.com/gpu": str(gpus)},
-                          "requests": {"nvidia.com/gpu": str(gpus)}}}]}
-
-    pd = len(pools) == 2 and pools[0].role == "prefill"
-    return {
-        "modelArtifacts": {"name": hf, "uri": f"hf://{hf}", "authSecretName": "hf-token",
-                           "size": "200Gi"},
-        "multinode": any(p.gpus_per_replica > GPUS_PER_NODE for p in pools),
-        "routing": {"servicePort": 8000, "proxy": {"targetPort": 8200}},
-        "decode": role(pools[1] if pd else pools[0]),
-        "prefill": role(pools[0] if pd else None),
-    }
-
-
-class _Dumper(yaml.SafeDumper):
+class YamlDumper(yaml.SafeDumper):
     def ignore_aliases(self, data: Any) -> bool:  # noqa: ARG002 - PyYAML's hook
         return True  # labels repeat as text, not as &id001 anchors
 
@@ -413,22 +563,16 @@ def k8s_text(plan: dict[str, Any]) -> str:
     """The `.k8s.yaml` export: every object of `k8s_objects`, under a title line."""
     from capplan.export.csv_export import rates_title
 
-    objs = k8s_objects(plan)
-    head = f"# capplan: {rates_title(plan)}; kubectl apply -f this file\n"
-    return head + yaml.dump_all(objs, Dumper=_Dumper, sort_keys=False)
-
-
-def llmd_text(plan: dict[str, Any]) -> str:
-    """The `.llm-d.yaml` export: `llmd_values` under a title line."""
-    head = "# capplan: llm-d-modelservice values (helm install ... -f this file)\n"
-    return head + yaml.dump(llmd_values(plan), Dumper=_Dumper, sort_keys=False)
+    site = Site.from_env()
+    objs = k8s_objects(plan, rdma_resource=site.rdma_resource)
+    head = f"# capplan: {rates_title(plan)}; kubectl apply -f this file\n{TOKEN_LINE}"
+    if any("capplan/network" in o["metadata"].get("annotations", {}) for o in objs):
+        head += ("# RDMA: pods whose traffic crosses hosts request "
+                 f"{site.rdma_resource or 'no RDMA device'} and {IPC_LOCK} (their "
+                 "capplan/network annotation says why; CAPPLAN_RDMA_RESOURCE names yours)\n")
+    return head + yaml.dump_all(objs, Dumper=YamlDumper, sort_keys=False)
 
 
 def write_k8s(plan: dict[str, Any], path: Path) -> Path:
     atomic_write_text(path, k8s_text(plan))
-    return path
-
-
-def write_llmd(plan: dict[str, Any], path: Path) -> Path:
-    atomic_write_text(path, llmd_text(plan))
     return path

@@ -319,6 +319,10 @@ class EngineProfile:
     """The engine releases this profile stands for, e.g. "0.10-0.13"."""
     since: str = ""
     """The first release the profile stands for (default: `version`)."""
+    image: str = ""
+    """The engine's container image of a release this profile stands for (the Kubernetes and
+    llm-d exports run it): a tag at or after `version` that has every flag the profile's launch
+    lines use, and before the next profile's release (its source in a comment beside it)."""
     options: tuple[str, ...] = ()
     """Profile options applied to this profile (PROFILE_OPTIONS keys), in the order given."""
     option_flags: dict[str, str] = field(default_factory=dict)
@@ -387,6 +391,11 @@ class EngineProfile:
                 tuple(f for f in given if not f.startswith("--")))
 
     @property
+    def image_release(self) -> tuple[int, ...]:
+        """The release number of `image`'s tag ((0, 14, 1) of vllm/vllm-openai:v0.14.1)."""
+        return _version_key(self.image.rsplit(":", 1)[-1]) or ()
+
+    @property
     def label(self) -> str:
         opts = "".join(f" +{o}" for o in self.options)
         return f"{self.name} {self.version}{opts}"
@@ -453,6 +462,8 @@ VLLM_0_11 = EngineProfile(
     version="0.11",
     since="0.10",
     covers="0.10-0.13 (V1 engine, synchronous scheduling by default)",
+    # docs.vllm.ai deployment/docker (v0.11): "FROM vllm/vllm-openai:v0.11.0"
+    image="vllm/vllm-openai:v0.11.0",
     memory=MemoryAccounting("total", cudagraphs_in_budget=False),
     scheduler=SchedulerPolicy(prefill_first=False, chunked_prefill=True,
                               reserve_output_frac=0.0, preemption=True),
@@ -509,6 +520,9 @@ SGLANG = EngineProfile(
     name="sglang",
     version="0.5",
     covers="0.5.x",
+    # v0.5.9: the release its defaults are read from; priority scheduling, which a lane's
+    # priority launches, arrived after v0.5.2 (github:sgl-project/sglang pull 8746)
+    image="lmsysorg/sglang:v0.5.9",
     host_overlap=True,
     option_flags={"mixed-chunk": "--enable-mixed-chunk",
                   "no-overlap": "--disable-overlap-schedule"},
@@ -567,6 +581,9 @@ TRTLLM = EngineProfile(
     name="trtllm",
     version="1.2",
     covers="1.2-1.3 (PyTorch backend)",
+    # NGC nvcr.io/nvidia/tensorrt-llm/release, the stable 1.2.1 (github:triton-inference-server/
+    # tensorrtllm_backend pull 853 moved to it from 1.2.0rc8)
+    image="nvcr.io/nvidia/tensorrt-llm/release:1.2.1",
     host_overlap=True,
     option_flags={"no-overlap": "disable_overlap_scheduler: true",
                   "chunked-prefill": "enable_chunked_prefill: true"},
@@ -639,7 +656,9 @@ TRTLLM = EngineProfile(
 
 VLLM = replace(
     VLLM_0_11, version="0.14", since="0.14",
-    covers="0.14 and later (V1 engine, asynchronous scheduling)",
+    covers="0.14-0.16 (V1 engine, asynchronous scheduling)",
+    # --all2all-backend needs >= 0.11.1, --no-async-scheduling's default >= 0.14 (below)
+    image="vllm/vllm-openai:v0.14.1",
     host_overlap=True,
     # --all2all-backend replaced VLLM_ALL2ALL_BACKEND (github:vllm-project/vllm pull 26732,
     # 0.11.1; the variable was removed in 0.15, pull 33535)
@@ -655,6 +674,8 @@ VLLM = replace(
 VLLM_0_17 = replace(
     VLLM, version="0.17", since="0.17",
     covers="0.17-0.18 (V1 engine, asynchronous scheduling, Triton top-k/top-p sampler)",
+    # the release AIConfigurator's vLLM 0.17 runs name (its silicon sample's images)
+    image="vllm/vllm-openai:v0.17.0",
     sampler="triton",
     sources={**VLLM.sources,
              "sampler": "Triton top-k/top-p kernels (github:vllm-project/vllm pull 33538) "
@@ -664,6 +685,8 @@ VLLM_0_17 = replace(
 
 VLLM_0_19 = replace(
     VLLM_0_17, version="0.19", since="0.19", covers="0.19 and later",
+    # the release of llm-d-planner's 0.19 logs (the CUDA 12.9 build; -cu130 the CUDA 13 one)
+    image="vllm/vllm-openai:v0.19.0",
     non_torch_multi_gpu_bytes=gib_to_bytes(2.07),
     sources={**VLLM_0_17.sources,
              "non_torch": "2.07 GiB of non-torch forward increase on every TP 2 and TP 4 "
@@ -683,6 +706,8 @@ def _sglang04_defaults(gpu: GpuLike, tp: int) -> EngineDefaults:
 
 SGLANG_0_4 = replace(
     SGLANG, version="0.4", covers="0.4.x", defaults_rule=_sglang04_defaults,
+    # the last 0.4 release: --enable-deepep-moe (v0.4.6-0.4.9)
+    image="lmsysorg/sglang:v0.4.9.post6-cu126",
     # server_args.py (v0.4.6-0.4.9): --enable-deepep-moe, --deepep-mode (default auto)
     deepep_flags={m: f"--enable-deepep-moe --deepep-mode {m}"
                   for m in ("auto", "normal", "low_latency")},
@@ -691,7 +716,8 @@ SGLANG_0_4 = replace(
                          "mem_fraction_static by tp_size, chunked_prefill_size by GPU memory"})
 
 TRTLLM_1_0 = replace(
-    TRTLLM, version="1.0", covers="1.0-1.1 (PyTorch backend)")
+    TRTLLM, version="1.0", covers="1.0-1.1 (PyTorch backend)",
+    image="nvcr.io/nvidia/tensorrt-llm/release:1.0.0")  # NGC, TensorRT-LLM 1.0 release notes
 """TensorRT-LLM 1.0-1.1: the same scheduler, defaults and overlap as 1.2; its own profile so
 that a plan names the release it was made for (docs/engines.md, "Profiles by version")."""
 
@@ -704,6 +730,9 @@ def _vllm06_defaults(gpu: GpuLike, tp: int) -> EngineDefaults:
 VLLM_0_6 = replace(
     VLLM_0_11, version="0.6", since="0.6",
     covers="0.6.x (V0 engine: prefill-only steps of whole prompts, synchronous host)",
+    # the last 0.6 release: --scheduling-policy arrived in 0.6.3 (github:vllm-project/vllm
+    # pull 8850)
+    image="vllm/vllm-openai:v0.6.6.post1",
     defaults_rule=_vllm06_defaults, budget_covers_model_len=True,
     scheduler=SchedulerPolicy(prefill_first=True, chunked_prefill=False,
                               reserve_output_frac=0.0, preemption=True, prefix_caching=False),
@@ -737,6 +766,7 @@ def _sglang03_defaults(gpu: GpuLike, tp: int) -> EngineDefaults:
 
 SGLANG_0_3 = replace(
     SGLANG_0_4, version="0.3", since="0.3", covers="0.3.x (no overlap scheduler)",
+    image="lmsysorg/sglang:v0.3.6.post3-cu124",  # the last 0.3 release
     host_overlap=False, defaults_rule=_sglang03_defaults, deepep_flags={},
     option_flags={"mixed-chunk": "--enable-mixed-chunk"},
     sources={**SGLANG_0_4.sources,

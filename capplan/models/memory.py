@@ -188,6 +188,13 @@ def _compute_dtype(fmt: str) -> str:
     return {"fp8": "fp8", "int8": "int8", "nvfp4": "fp4", "fp4": "fp4"}.get(fmt, "bf16")
 
 
+def checkpoint_bytes(model: ModelSpec) -> float:
+    """The checkpoint's weights as it ships them (each tensor in its own dtype, the whole
+    model): what a server downloads, whatever dtype it then runs (vLLM and SGLang quantize a
+    bf16 checkpoint to fp8 after loading it)."""
+    return weight_bytes(param_counts(model), weight_dtypes(model))
+
+
 def weight_bytes(counts: ParamCounts, dt: WeightDtypes) -> float:
     """Resident weight bytes on one GPU."""
     return (

@@ -21,7 +21,7 @@ from capplan.catalog.schema import ModelSpec
 from capplan.errors import CapplanError, InfeasibleError, InputError
 from capplan.models.engine import engine_profile
 from capplan.models.layout import describe
-from capplan.models.memory import memory_report
+from capplan.models.memory import checkpoint_bytes, memory_report
 from capplan.models.perf import build_step_model, knee_batch
 from capplan.models.prefix import PrefixCache
 from capplan.models.queueing import Limits, QueueModel, summarize
@@ -613,7 +613,8 @@ def _plan_pool(cat: Catalog, plan: PlanFile, resolved: ResolvedModel, lanes: lis
     warnings += _default_lengths(lanes) + _budgets_raised(plan, pool.space)
     ranked = [_finish(r, i, model, t) for i, r in enumerate(ranked)]
     return PlanResult(
-        model=model.key, hf_id=model.hf_id, objective=plan.objective, headroom=plan.headroom,
+        model=model.key, hf_id=model.hf_id, checkpoint_bytes=round(checkpoint_bytes(model)),
+        objective=plan.objective, headroom=plan.headroom,
         target_rate_per_s=t.rate_per_s, lanes=list(lanes),
         inputs=PlanInputs(model=plan.model, space=pool.space, objective=plan.objective,
                           headroom=plan.headroom, pools=plan.pools,

@@ -323,6 +323,9 @@ class PlanResult:
     option would save (plan/alternatives.py): GPUs, cost, saving, a sentence."""
     fixed_disaggregated: dict[str, Any] | None = None
     """The plan file's fixed prefill/decode layout predicted (plan/pd.py); None if none."""
+    checkpoint_bytes: int | None = None
+    """The served checkpoint's weights in bytes as it ships them (models/memory.py
+    checkpoint_bytes): what each pod downloads, sizing the llm-d export's model volume."""
     image_tokens: dict[str, int] = field(default_factory=dict)
     """Image tokens per request by lane name (lanes with images: their prompts are the text
     tokens `input_len` plus these)."""
@@ -333,7 +336,10 @@ class PlanResult:
 
     def to_dict(self) -> dict[str, Any]:
         out = {
-            "model": self.model, "hf_id": self.hf_id, "objective": self.objective,
+            "model": self.model, "hf_id": self.hf_id,
+            **({"checkpoint_bytes": self.checkpoint_bytes}
+               if self.checkpoint_bytes is not None else {}),
+            "objective": self.objective,
             "headroom": self.headroom, "target_rate_per_s": self.target_rate_per_s,
             "lanes": [_lane_row(ln, self.image_tokens.get(ln.name, 0)) for ln in self.lanes],
             "inputs": self.inputs.to_dict(),

@@ -12,40 +12,12 @@ from typing import Any
 import pytest
 import yaml
 
+from tests.export.k8s_models import validate as _validate
 from tests.plan.engine_args import parse_line
-
-k8s = pytest.importorskip("kubernetes.client", reason="the test extra installs kubernetes")
-
-MODELS = {("apps/v1", "Deployment"): "V1Deployment", ("v1", "Service"): "V1Service",
-          ("v1", "ConfigMap"): "V1ConfigMap", ("apps/v1", "StatefulSet"): "V1StatefulSet"}
-LWS_SPEC = {"replicas", "leaderWorkerTemplate", "startupPolicy", "rolloutStrategy",
-            "networkConfig"}
-LWS_TEMPLATE = {"size", "leaderTemplate", "workerTemplate", "restartPolicy", "subGroupPolicy"}
-"""Fields of LeaderWorkerSetSpec and LeaderWorkerTemplate (sigs.k8s.io/lws
-api/leaderworkerset/v1/leaderworkerset_types.go)."""
-
-
-def _as_model(obj: dict[str, Any], model: str) -> Any:
-    api = k8s.ApiClient()
-    m = api.deserialize(json.dumps(obj), model, "application/json")
-    assert api.sanitize_for_serialization(m) == obj, f"{model}: fields lost in the round trip"
-    return m
-
-
-def _validate(doc: dict[str, Any]) -> Any:
-    key = (doc["apiVersion"], doc["kind"])
-    if key == ("leaderworkerset.x-k8s.io/v1", "LeaderWorkerSet"):
-        spec = doc["spec"]
-        assert set(spec) <= LWS_SPEC and set(spec["leaderWorkerTemplate"]) <= LWS_TEMPLATE
-        _as_model(doc["metadata"], "V1ObjectMeta")
-        for t in ("leaderTemplate", "workerTemplate"):
-            _as_model(spec["leaderWorkerTemplate"][t], "V1PodTemplateSpec")
-        return doc
-    return _as_model(doc, MODELS[key])
 
 
 @pytest.fixture(scope="module")
-def exported(tmp_path_factory) -> tuple[dict[str, Any], list[dict[str, Any]], dict[str, Any]]:
+def exported(tmp_path_factory) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     from click.testing import CliRunner
 
     from capplan.cli import cli
@@ -58,16 +30,14 @@ def exported(tmp_path_factory) -> tuple[dict[str, Any], list[dict[str, Any]], di
             "--output-len", "200", "--gpu", "h100-sxm", "--engine", "trtllm",
             "--weight-dtype", "fp8", "--kv-dtype", "fp8", "--verify-top", "0", "--no-disagg",
             "--tp", "4",
-            "--export", str(d / "p.k8s.yaml"), "--export", str(d / "p.llm-d.yaml"),
-            "--format", "json"])
+            "--export", str(d / "p.k8s.yaml"), "--format", "json"])
     assert res.exit_code == 0, res.output
     plan = json.loads(res.stdout)
-    docs = list(yaml.safe_load_all((d / "p.k8s.yaml").read_text()))
-    return plan, docs, yaml.safe_load((d / "p.llm-d.yaml").read_text())
+    return plan, list(yaml.safe_load_all((d / "p.k8s.yaml").read_text()))
 
 
 def test_manifests_are_kubernetes_objects_with_the_plans_gpus(exported) -> None:
-    plan, docs, _ = exported
+    plan, docs = exported
     best = plan["recommendations"][0]
     kinds = [d["kind"] for d in docs]
     assert kinds == ["ConfigMap", "Deployment", "Service"], kinds
@@ -96,15 +66,22 @@ def test_manifests_are_kubernetes_objects_with_the_plans_gpus(exported) -> None:
     assert svc.spec.ports[0].port == port
 
 
-def test_llmd_values_carry_the_vllm_line(exported) -> None:
-    plan, _, values = exported
+def test_llmd_values_carry_the_vllm_line(run_cli, tmp_path: Path) -> None:
+    out = tmp_path / "p.llm-d.yaml"
+    plan = run_cli("recommend", "--model", "llama-3.1-70b", "--rate", "30", "--input-len",
+                   "1000", "--output-len", "200", "--gpu", "h100-sxm", "--weight-dtype", "fp8",
+                   "--kv-dtype", "fp8", "--verify-top", "0", "--no-disagg", "--tp", "4",
+                   "--export", str(out), "--format", "json").json()
+    values = yaml.safe_load(out.read_text())
     best = plan["recommendations"][0]
     dec = values["decode"]
     assert dec["replicas"] == best["replicas"] and values["prefill"]["replicas"] == 0
     c = dec["containers"][0]
     assert c["resources"]["limits"]["nvidia.com/gpu"] == str(best["gpus_total"] //
                                                                best["replicas"])
-    _prog, _pos, f, _env = parse_line(shlex.join(["vllm", "serve", "M", *c["args"]]))
+    # the chart's vllmServe adds --tensor-parallel-size from the role's parallelism
+    tp = ["--tensor-parallel-size", str(dec["parallelism"]["tensor"])]
+    _prog, _pos, f, _env = parse_line(shlex.join(["vllm", "serve", "M", *tp, *c["args"]]))
     v = parse_line(best["engine_flags"]["vllm"])[2]
     assert f == {k: x for k, x in v.items() if k not in ("--host", "--port")}
     assert values["modelArtifacts"]["uri"] == f"hf://{plan['hf_id']}"
@@ -137,7 +114,7 @@ def test_unknown_export_suffix_is_one_line_exit_2(run_cli, tmp_path: Path) -> No
 
 def test_the_validation_can_fail(exported) -> None:
     """A misspelled field or a wrong type is caught (the check is not vacuous)."""
-    _, docs, _ = exported
+    _, docs = exported
     dep = next(d for d in docs if d["kind"] == "Deployment")
     typo = {**dep, "spec": {**dep["spec"], "replica": 2}}
     with pytest.raises((AssertionError, ValueError)):
