@@ -842,8 +842,9 @@ def _version_key(version: str) -> tuple[int, ...] | None:
     return tuple(parts) or None
 
 
-_MEMORY_ONLY = ("version", "since", "covers", "sources", "sampler", "non_torch_multi_gpu_bytes")
-"""Profile fields that are its release's name or its memory accounting, not its latency
+_MEMORY_ONLY = ("version", "since", "covers", "sources", "image", "sampler",
+                "non_torch_multi_gpu_bytes")
+"""Profile fields that are its release's name, image or memory accounting, not its latency
 model: profiles differing only in these time steps alike (`same_latency_model`)."""
 
 
