@@ -7,9 +7,9 @@ margins, and the simulator's result: each takes the contract shape `res[metric][
 
 TBT is every inter-token gap (vllm bench serve's ITL); TPOT is one request's mean gap,
 (E2E - TTFT) / (output tokens - 1), as vllm bench serve and AIConfigurator report it. Their
-means are the same gaps averaged per token or per request; a request's mean gap is never above
-its largest gap, so TPOT's p99 sits at or below TBT's: the analytic model answers TPOT with the
-TBT law (capplan.models.queueing `tpot_s`, conservative at p99) and the simulator measures it.
+means are the same gaps averaged per token or per request, but a request's mean gap averages
+its stalls over its output: the analytic model answers TPOT with the decode time's law over a
+request's gaps (capplan.models.queueing `tpot_s`) and the simulator measures it.
 """
 
 from __future__ import annotations

@@ -115,9 +115,10 @@ class QueueModel(SteadyState):
         return lag, np.exp(-lag / np.maximum(cond, 1e-12))
 
     def _sum_quantiles(self, x: _Terms, levels: dict[str, tuple[str, ...]]
-                       ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
-        """Quantiles of TTFT and E2E as sums of independent terms, at the QUANTILES names in
-        levels["ttft_s"] and levels["e2e_s"] (E2E's law is built only when some are asked).
+                       ) -> tuple[dict[str, np.ndarray], ...]:
+        """Quantiles of TTFT, E2E and TPOT as sums of independent terms, at the QUANTILES names
+        in levels["ttft_s"], levels["e2e_s"] and levels["tpot_s"] (the decode's law is built
+        only when E2E or TPOT quantiles are asked).
 
         TTFT = overhead + residual of the current step (uniform on [0, tau]) + the step already
         formed when the engine schedules a step ahead, overlapping the prefill-queue wait
@@ -129,6 +130,9 @@ class QueueModel(SteadyState):
         lambda (O-1) tau arrivals each adding its prefill's extra time) and the slow drift of the
         batch (M/G/inf: the batch averaged over a window as long as the service has variance
         (2/3) b, from the autocovariance lambda (D - |s|); Takacs 1962).
+        TPOT = that decode time over its O - 1 gaps: the mean gap + the two variation terms over
+        E[O] - 1 (a request's mean gap averages its stalls out; the p99 of single gaps, TBT's,
+        does not).
         """
         # the prefill work is the uncached prompt tokens, as in the means (self.pf; the prompt
         # itself without a prefix cache)
@@ -162,9 +166,10 @@ class QueueModel(SteadyState):
             [_wait_term(p_pf, fin(wq_p * f)), _wait_term(fin(p_wait), fin(wq_c)),
              _values_term(shared, weights)],
             (1 - p_pf) * (1 - np.clip(fin(p_wait), 0.0, 1.0)) * p0[..., 0], shape)
-        if not levels["e2e_s"]:
-            return dict(zip(levels["ttft_s"], ttft.quantiles(
-                tuple(QUANTILES[k] for k in levels["ttft_s"])), strict=True)), {}
+        ttft_q = dict(zip(levels["ttft_s"], ttft.quantiles(
+            tuple(QUANTILES[k] for k in levels["ttft_s"])), strict=True))
+        if not (levels["e2e_s"] or levels["tpot_s"]):
+            return ttft_q, {}, {}
         steps = np.maximum(1.0, prompt / budget[..., None])
         extra = np.maximum(own - t_dec[..., None] * steps, 0.0)
         # Prompts arriving during the decode lengthen it, which lets more arrive: a busy period
@@ -190,15 +195,23 @@ class QueueModel(SteadyState):
         ox = np.clip(1.0 - fin(b * slope / np.maximum(tau, 1e-12)), 0.05, 1.0)
         gain = 2 * (ox - 1 + np.exp(-ox)) / ox**2 / (ox * 2 * math.exp(-1.0))
         var_b = (self.dec_tokens * slope) ** 2 * (2.0 / 3.0) * b * gain
+        sd = np.sqrt(fin(np.maximum(var_pf + var_b, 0.0)))
+        tpot_q: dict[str, np.ndarray] = {}
+        if levels["tpot_s"]:
+            n = max(self.dec_tokens, 1.0)
+            tpot = _sum_law([_Term(fin(x.gap), 0.0),
+                             _compound_term(fin(lam) * d0, jumps / n, p_w), _normal_term(sd / n)],
+                            shape)
+            tpot_q = dict(zip(levels["tpot_s"], tpot.quantiles(
+                tuple(QUANTILES[k] for k in levels["tpot_s"])), strict=True))
+        if not levels["e2e_s"]:
+            return ttft_q, {}, tpot_q
         out_len, o_w = _strata_lengths(out)
         decode = np.maximum(out_len - 1.0, 0.0) * fin(x.gap)[..., None]
         e2e = _sum_law([_Term(ttft.offset, 0.0), ttft.as_term(), _values_term(decode, o_w),
-                        arrivals, _normal_term(np.sqrt(fin(np.maximum(var_pf + var_b, 0.0))))],
-                       shape)
-        return (dict(zip(levels["ttft_s"], ttft.quantiles(
-            tuple(QUANTILES[k] for k in levels["ttft_s"])), strict=True)),
-            dict(zip(levels["e2e_s"], e2e.quantiles(tuple(QUANTILES[k] for k in levels["e2e_s"])),
-                     strict=True)))
+                        arrivals, _normal_term(sd)], shape)
+        return (ttft_q, dict(zip(levels["e2e_s"], e2e.quantiles(
+            tuple(QUANTILES[k] for k in levels["e2e_s"])), strict=True)), tpot_q)
 
     # -- public ------------------------------------------------------------------------------
     def at_rate(self, rate_per_s: ArrayLike, metrics: Collection[str] | None = None
@@ -252,13 +265,16 @@ class QueueModel(SteadyState):
         else:
             tbt.update(self._tbt_quantiles(m_chunks, b, budget, t_dec, moments, metrics))
         levels = {k: tuple(QUANTILES) if metrics is None else ("p99",) * (k in metrics)
-                  for k in ("ttft_s", "e2e_s")}
-        if levels["ttft_s"] or levels["e2e_s"]:
-            ttft_q, e2e_q = self._sum_quantiles(_Terms(
+                  for k in ("ttft_s", "e2e_s", "tpot_s")}
+        tpot: dict[str, Any] = {"mean": gap}
+        if levels["ttft_s"] or levels["e2e_s"] or levels["tpot_s"]:
+            ttft_q, e2e_q, tpot_q = self._sum_quantiles(_Terms(
                 lam, tau, b, budget, t_dec, t_full, rho_p, wq_p, p_wait, wq_c, m_chunks,
                 moments[0], gap, own), levels)
             ttft.update(ttft_q)
             e2e.update(e2e_q)
+            # a request's mean gap is never below the decode step nor its law's mean
+            tpot.update({k: np.maximum(v, gap) for k, v in tpot_q.items()})
         # the mean of the shared-step term of _sum_quantiles (m chunks of the mean size)
         shared_mean = np.minimum(m_chunks * moments[0], budget) * np.maximum(
             t_full - t_dec, 0.0) / budget
@@ -275,10 +291,9 @@ class QueueModel(SteadyState):
         })
         if self.prefix.active:
             res["cached_tokens_per_request"] = np.full_like(lam, self.cached)
-        # TPOT (one request's mean gap): its mean is the mean gap; its p99 is at most TBT's
-        # (a mean of gaps never exceeds their largest), the conservative bound used here
-        # (plan/slo.py; the simulator measures TPOT itself).
-        res["tpot_s"] = {k: tbt[k] for k in ("mean", "p99") if k in tbt}
+        # TPOT (one request's mean gap): its mean is the mean gap, its quantiles the decode
+        # time's law over the request's gaps (_sum_quantiles; the simulator measures it itself)
+        res["tpot_s"] = tpot
         for key in ("ttft_s", "tbt_s", "tpot_s", "e2e_s"):
             res[key] = {k: np.where(stable, v, np.inf) for k, v in res[key].items()}
         return res
