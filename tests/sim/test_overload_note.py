@@ -78,6 +78,40 @@ def test_a_queue_served_at_half_the_offered_rate_is_overloaded() -> None:
     assert backlog_grows(win)
 
 
+def test_a_bursty_queue_that_never_drains_in_its_window_is_overloaded() -> None:
+    """Bursty arrivals (cv2 9 at even gaps, by hand below) whose first tokens wait longer than
+    the half window: the Poisson tolerance of the backlog test reaches every arrival of the half
+    (no growth can exceed it), so the capped rule decides. Arrivals: bursts of 10 at once every
+    10 s over 0..200 s (201 requests: 21 bursts, the last of 1); served one every 2 s from t = 0
+    in arrival order: request i's first token at 2i s. Second half (100, 200]: arrivals of the
+    bursts at 110..200, 91; first tokens of requests 51..100 (2i in (100, 200]): 50; growth 41.
+    Mean TTFT of the half's arrivals (requests 110..200, TTFT 2i - a_i > 100 s) exceeds the
+    100 s half: capped; capped tolerance 3 sqrt(91) + 1 = 29.6 < 41, while the Poisson one,
+    3 sqrt(2 cv2 91) + 1 with m taken as all 91 arrivals and the bursts' gap cv2 (about 9), is
+    above the 91 arrivals."""
+    import numpy as np
+
+    from capplan.sim.stability import arrival_window, backlog_grows
+
+    arr = np.repeat(np.arange(0.0, 201.0, 10.0), 10)[:201]
+    first = 2.0 * np.arange(201.0)
+    win = arrival_window(arr, first, first + 1.0)
+    assert (win["arrived"], win["first_tokens"], win["backlog_growth"]) == (91, 50, 41)
+    assert win["delay_capped"]
+    assert win["tolerance"] > win["arrived"]  # the Poisson rule alone could never flag it
+    assert win["capped_tolerance"] == pytest.approx(3 * 91**0.5 + 1)
+    assert backlog_grows(win)
+
+
+def test_a_trace_whose_queue_never_drains_is_unstable(run_cli) -> None:  # noqa: ANN001
+    """The head of Mooncake's conversation trace on one H100: 200 requests over 72 s (2.76
+    req/s offered) against a replica serving about 1.56 req/s: latency says UNSTABLE."""
+    res = run_cli("latency", "--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--trace",
+                  "tests/data/traces/mooncake_conversation_trace_head200.jsonl")
+    assert res.exit_code == 0, res.stderr
+    assert res.stdout.startswith("UNSTABLE"), res.stdout[:300]
+
+
 KV_BOUND = ("--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--input-len", "8000",
             "--output-len", "256", "--max-num-seqs", "256", "--max-num-batched-tokens", "2048")
 
