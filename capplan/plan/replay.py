@@ -192,10 +192,17 @@ def stall_note(dep: Deployment, res: dict[str, Any]) -> list[str]:
     opt = stall_option(dep.profile)
     if opt is None or not tbt.get("p50") or tbt.get("p99", 0) < STALL_TAIL * tbt["p50"]:
         return []
-    return [f"TBT p99 is {tbt['p99'] / tbt['p50']:.0f}x its median: {dep.profile.name}'s "
-            "default stops the running decodes for each prompt's work; "
-            f"{dep.profile.option_flags[opt]} shares the steps instead (--engine "
-            f"{dep.profile.spec}+{opt})"]
+    head = f"TBT p99 is {tbt['p99'] / tbt['p50']:.0f}x its median: "
+    flag, spec = dep.profile.option_flags[opt], f"{dep.profile.spec}+{opt}"
+    if dep.profile.scheduler.prefill_first:  # the decodes wait while a prompt chunk runs
+        return [f"{head}{dep.profile.name}'s default stops the running decodes for each "
+                f"prompt's work; {flag} shares the steps instead (--engine {spec})"]
+    # whole prompts ride in the decodes' step: chunking splits them only below the budget
+    budget = dep.settings.max_num_batched_tokens
+    return [f"{head}{dep.profile.name}'s default runs each prompt whole in one step beside the "
+            f"running decodes; {flag} with a token budget below the prompts (now {budget}) "
+            f"splits it over steps (--engine {spec} --max-num-batched-tokens N, N at least "
+            "--max-num-seqs)"]
 
 
 STALL_TAIL = 3.0
