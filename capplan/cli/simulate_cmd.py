@@ -45,6 +45,9 @@ def _rows(results: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
                  lambda d, q=q: d[key][q] / scale if math.isfinite(d[key][q]) else None)
                 for q in ("mean", "p50", "p90", "p99")]
 
+    # a fleet's batch and backlog are its replicas' together
+    fleet = any(len(d.get("per_replica") or ()) > 1 for d in results.values())
+    whole = ", all replicas" if fleet else ""
     spec: list[tuple[str, Any]] = [
         *lat("ttft_s", "TTFT", MS_S, "ms"), *lat("tbt_s", "TBT", MS_S, "ms"),
         *lat("tpot_s", "TPOT", MS_S, "ms"), *lat("e2e_s", "E2E", MS_S, "ms"),
@@ -53,8 +56,8 @@ def _rows(results: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
         ("input throughput (tok/s)", lambda d: d["input_tokens_per_s"]),
         ("requests (req/s)", lambda d: d["requests_per_s"]),
         ("goodput (req/s)", lambda d: d["goodput_requests_per_s"]),
-        ("mean running batch (seqs)", lambda d: d["mean_running_batch"]),
-        ("mean in system (requests)", lambda d: d["mean_in_system"]),
+        (f"mean running batch (seqs{whole})", lambda d: d["mean_running_batch"]),
+        (f"mean in system (requests{whole})", lambda d: d["mean_in_system"]),
         ("preemptions", lambda d: d["preemptions"]),
         ("KV peak utilization (%)", lambda d: 100 * d["kv_peak_utilization"]),
         ("makespan (s)", lambda d: d["makespan_s"]),

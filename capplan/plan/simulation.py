@@ -280,4 +280,8 @@ def add_request_overhead(res: dict[str, Any], overhead_s: float) -> dict[str, An
     lanes = res.get("lanes")
     if isinstance(lanes, dict):
         out["lanes"] = {n: add_request_overhead(v, overhead_s) for n, v in lanes.items()}
+    per = res.get("per_replica")
+    if isinstance(per, list):  # a fleet's replicas, as its whole (each p99 a client's)
+        out["per_replica"] = [{**p, **{k: p[k] + overhead_s for k in ("ttft_p99_s", "e2e_p99_s")
+                                       if isinstance(p.get(k), int | float)}} for p in per]
     return out

@@ -93,3 +93,23 @@ def test_trace_over_replicas(tmp_path):
     d = json.loads(r.stdout)
     assert d["num_requests"] == 200 and d["unfinished"] == 0
     assert sum(x["completed"] for x in d["per_replica"]) == 200
+
+
+def test_per_replica_tails_are_what_the_fleet_pools(run_cli):
+    """A fleet's TTFT and E2E p99 pool its replicas' requests, so each lies within the range of
+    its replicas' p99s (a p99 over pooled requests is never above the largest replica's): both
+    carry the request overhead a client measures (SGLang's 220 ms)."""
+    d = run_cli("simulate", "--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--engine",
+                "sglang", "--rate", "10", "--requests", "1000", "--replicas", "2", "--router",
+                "round-robin", "--format", "json").json()
+    for key, fleet in (("ttft_p99_s", d["ttft_s"]["p99"]), ("e2e_p99_s", d["e2e_s"]["p99"])):
+        reps = [p[key] for p in d["per_replica"]]
+        assert min(reps) - 1e-9 <= fleet <= max(reps) + 1e-9, (key, fleet, reps)
+        assert min(reps) > 0.22  # the overhead is in every replica's figure
+
+
+def test_a_fleets_batch_is_labelled_as_its_replicas_together(run_cli):
+    res = run_cli("simulate", "--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--rate", "20",
+                  "--requests", "400", "--replicas", "2")
+    assert res.exit_code == 0, res.stderr
+    assert "mean running batch (seqs, all replicas)" in res.stdout
