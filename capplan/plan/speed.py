@@ -61,8 +61,11 @@ def max_batch(dep: Deployment, context_len: int) -> int:
 
 
 def prefill_rows(dep: Deployment, prompt_lens: list[int]) -> list[dict[str, Any]]:
-    """Prefill time of each prompt alone, chunked by max_num_batched_tokens; the TTFT floor."""
+    """Prefill time of each prompt alone, chunked by max_num_batched_tokens, and the TTFT floor
+    a client measures: that prefill plus the request overhead outside the engine's steps (the
+    profile's or a calibration's, as `latency` adds it)."""
     lens = np.asarray(prompt_lens, float)
     t = dep.step.prefill_time(lens, dep.settings.max_num_batched_tokens)
-    return [{"prompt_len": int(n), "prefill_s": float(x), "ttft_floor_s": float(x),
+    overhead = float(np.asarray(dep.step.request_overhead_s))
+    return [{"prompt_len": int(n), "prefill_s": float(x), "ttft_floor_s": float(x) + overhead,
              "prefill_tokens_per_s": float(n / x)} for n, x in zip(prompt_lens, t, strict=True)]
