@@ -30,7 +30,9 @@ def prefix_options(f: Callable[..., Any]) -> Callable[..., Any]:
                      help="Multi-turn sessions: turn k resends turns 1..k-1; --input-len is "
                           "each turn's new message."),
         click.option("--think-time", type=FiniteFloat(bound=limits.THINK_S), default=None,
-                     help="Seconds between a session's turns (arrival to arrival; default 0)."),
+                     help="Seconds between a session's turns, arrival to arrival (open loop: a "
+                          "turn does not wait for the previous answer, so give at least the "
+                          "answer's time plus the reading; default 0: all turns at once)."),
     ]
     for o in reversed(opts):
         f = o(f)
