@@ -189,7 +189,9 @@ def summarize(r: RunRecord, lanes: tuple[Lane, ...]) -> SimResult:
     # Time-weighted means over the window: idle time counts as zero.
     st = step_summary(r)
     running = st.running_s / span
-    in_system = st.in_system_s / span
+    # Little's law over the window: each request is in the system from its arrival to its last
+    # token, also while no step runs (a static batch filling), which step sums would leave out
+    in_system = float(np.nansum(r.finished_at_s - r.arrival_at_s)) / span
     lane_out: dict[str, dict[str, Any]] = {}
     if len(lanes) > 1:
         for i, ln in enumerate(lanes):
