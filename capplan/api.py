@@ -127,7 +127,8 @@ class SpeedResult:
 def speed(model: str, gpu: str, *, batch: list[int] | tuple[int, ...] = (1, 8, 32, 64, 128),
           context: list[int] | tuple[int, ...] = (1024,),
           prefill: list[int] | tuple[int, ...] = (), **kw: Any) -> SpeedResult:
-    """Decode curve (step time, tokens/s, bound) and prefill times (the TTFT floor)."""
+    """Decode curve (step time, tokens/s, bound) and prefill times (with the request overhead,
+    the TTFT floor one client measures)."""
     from capplan.plan.speed import decode_curve, prefill_rows
 
     checked = check_kwargs(batch=batch, context=context, prefill=prefill or None)

@@ -189,9 +189,9 @@ def render_disagg(d: dict[str, Any]) -> str:
     each = d.get("launch_replicas") or {}
     for key, line in (d.get("launch") or {}).items():  # launch lines stay whole, as above
         engine, _, role = key.partition("_")
-        # a pool of several replicas: each replica's own line (its GPUs, ports, host)
-        texts = ([(f"{labels.get(engine, engine)} {role} {i}: ", t)
-                  for i, t in enumerate(each[role])] if role in each
+        # a pool of several replicas: each replica's own line (its GPUs, ports, hosts)
+        texts = ([(f"{labels.get(engine, engine)} {role} {i} ({r['hosts']}): ", r["command"])
+                  for i, r in enumerate(each[key])] if key in each
                  else [(f"{labels.get(engine, engine)} {role}: ", pool_command(line))])
         for head, text in texts:
             lines.append(head + text.replace("\n", "\n" + " " * len(head)))  # a line per host

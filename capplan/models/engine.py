@@ -299,8 +299,9 @@ class EngineProfile:
     """vLLM's sampler: "native", "flashinfer" or "triton"; sets the sampler's share of the
     activation peak (docs/memory.md)."""
     non_torch_multi_gpu_bytes: float | None = None
-    """Non-torch memory a multi-GPU world adds during the engine's memory profile (all-reduce
-    workspaces); None: capplan.models.memory.NON_TORCH_TP_BYTES."""
+    """Non-torch memory a tensor-parallel world adds during the engine's memory profile where
+    it allocates its all-reduce fusion workspace (capplan.models.memory._fused_allreduce);
+    None, or elsewhere: capplan.models.memory.NON_TORCH_TP_BYTES."""
     flag_names: dict[str, str] = field(default_factory=dict)
     """The engine's own names of the settings, for launch lines (capplan/plan/flags.py)."""
     sources: dict[str, str] = field(default_factory=dict)
@@ -691,8 +692,10 @@ VLLM_0_19 = replace(
     sources={**VLLM_0_17.sources,
              "non_torch": "2.07 GiB of non-torch forward increase on every TP 2 and TP 4 "
                           "startup of vLLM 0.19.0 on H100 (FlashInfer all-reduce fusion "
-                          "workspace; 0.25 at TP 1): llm-d-planner accuracy/results/v0.19.0 "
-                          "logs, gpu_worker.py 'Memory profiling takes'"})
+                          "workspace; 0.25 at TP 1, none with PP 2): llm-d-planner "
+                          "accuracy/results/v0.19.0 logs, gpu_worker.py 'Memory profiling "
+                          "takes'; tensor parallelism alone over NVLink on SM90/SM100 GPUs "
+                          "(memory._fused_allreduce)"})
 
 
 def _sglang04_defaults(gpu: GpuLike, tp: int) -> EngineDefaults:

@@ -335,12 +335,25 @@ def context_bytes(gpu: GpuSpec, settings: EngineSettings) -> float:
                             if settings.world_size > 1 and nvlink else 0.0)
 
 
-def runtime_overhead_bytes(model: ModelSpec, settings: EngineSettings) -> tuple[float, float]:
+def _fused_allreduce(gpu: GpuSpec | None, settings: EngineSettings) -> bool:
+    """Whether vLLM's FlashInfer all-reduce fusion workspace is allocated: tensor parallelism
+    alone (no attention DP, no pipeline stages: vLLM's pass config turns it off with either,
+    issues 34458 and 35426) over NVLink on a GPU with FP8 tensor cores (SM90 and SM100: Hopper,
+    Blackwell; the fusion's kernels are built for those)."""
+    return (gpu is not None and settings.tp > 1 and settings.attention_dp == 1
+            and settings.pp == 1 and gpu.supports("fp8")
+            and gpu.interconnect.kind.startswith("nvlink"))
+
+
+def runtime_overhead_bytes(model: ModelSpec, settings: EngineSettings,
+                           gpu: GpuSpec | None = None) -> tuple[float, float]:
     """(non-torch memory counted in the KV budget, CUDA-graph memory outside it or not); a
-    world over one GPU adds its profile's `non_torch_multi_gpu_bytes`."""
+    world over one GPU adds NON_TORCH_TP_BYTES, or its profile's `non_torch_multi_gpu_bytes`
+    where that profile allocates its all-reduce workspace (`_fused_allreduce`)."""
     multi = settings.profile.non_torch_multi_gpu_bytes
-    non_torch = NON_TORCH_BASE_BYTES + (
-        (NON_TORCH_TP_BYTES if multi is None else multi) if settings.world_size > 1 else 0.0)
+    extra = (multi if multi is not None and _fused_allreduce(gpu, settings)
+             else NON_TORCH_TP_BYTES)
+    non_torch = NON_TORCH_BASE_BYTES + (extra if settings.world_size > 1 else 0.0)
     graphs = 0.0
     if not settings.enforce_eager:
         graphs = CUDA_GRAPH_BASE_BYTES + CUDA_GRAPH_PER_LAYER_BYTES * cdiv(model.num_layers,
@@ -504,7 +517,7 @@ def memory_report(model: ModelSpec, gpu: GpuSpec, settings: EngineSettings,
     weights += feat.weights_bytes
     if feat.encoder_forward_bytes or feat.encoder_cache_bytes:
         act = max(act + feat.encoder_cache_bytes, feat.encoder_forward_bytes)
-    non_torch, graphs = runtime_overhead_bytes(model, s)
+    non_torch, graphs = runtime_overhead_bytes(model, s, gpu)
     total = gpu.total_memory_bytes
     context = context_bytes(gpu, s)
     kvb_plan = profile.memory.kv_budget(total, s.gpu_memory_utilization, weights, act,

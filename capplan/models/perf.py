@@ -633,7 +633,8 @@ class StepModel:
                 "num_logits": bd + np.asarray(last_chunk, float) * (c > 0)}
 
     def prefill_time(self, prompt_len: ArrayLike, chunk: int) -> np.ndarray:
-        """Seconds to prefill a prompt alone, in chunks of `chunk` tokens (TTFT floor)."""
+        """Seconds to prefill a prompt alone, in chunks of `chunk` tokens (the TTFT floor less
+        the request overhead, capplan.plan.speed.prefill_rows)."""
         lens = np.atleast_1d(np.asarray(prompt_len, float))
         n_chunks = int(np.max(np.ceil(lens / chunk))) if lens.size else 0
         total = np.zeros_like(lens)

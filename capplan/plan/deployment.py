@@ -24,7 +24,6 @@ from capplan.models.engine import (
     EngineProfile,
     EngineSettings,
     engine_profile,
-    profile_for_version,
     rank_default,
     same_latency_model,
 )
@@ -220,7 +219,7 @@ class Deployment:
                        f"outside the {self.profile.name} memory budget (CUDA graphs, other "
                        "processes): lower the memory fraction if the engine runs out of memory")
         fitted = self.calibration.engine
-        here = f"{self.profile.name} {self.profile.version}"
+        here = self.profile.label
         if fitted and not _fitted_here(fitted, self.profile):
             out.append(f"the calibration ({self.calibration.source}) was fitted through "
                        f"{fitted}'s latency model, this run uses {here}: its host costs "
@@ -232,11 +231,12 @@ def _fitted_here(fitted: str, profile: EngineProfile) -> bool:
     """Whether a calibration fitted through profile `fitted` ("vllm 0.14") holds for `profile`:
     the same engine and a release whose latency model is the same (releases that differ in
     memory accounting alone share host costs)."""
-    name, _, version = fitted.partition(" ")
-    if name != profile.name:
+    words = fitted.split()  # the profile's label: "sglang 0.5 +mixed-chunk"
+    if not words or words[0] != profile.name:
         return False
     try:
-        return same_latency_model(profile_for_version(name, version or None), profile)
+        spec = (f"{words[0]}@{words[1]}" if len(words) > 1 else words[0]) + "".join(words[2:])
+        return same_latency_model(engine_profile(spec), profile)
     except (InputError, KeyError):
         return False
 

@@ -394,22 +394,15 @@ def launch_lines(p: DisaggPlan) -> dict[str, str]:
     cache transceiver each, the context servers without overlap) and `trtllm-serve
     disaggregated` in front; over several hosts, which replica runs where. A file a line
     reads is on the line after `#` (NAME: its YAML)."""
-    from capplan.plan.launch import DEFAULT_PORTS, launch_line, node_commands
-    from capplan.plan.launch_multinode import front_line, with_files
+    from capplan.plan.launch import DEFAULT_PORTS
+    from capplan.plan.launch_multinode import front_line
 
-    pr, de = p.prefill.dep, p.decode.dep
-    engine = pr.settings.profile.name
+    engine = p.prefill.dep.settings.profile.name
     where = placements(p)
-    first = {role: next(x for x in where if x.role == role) for role in ("prefill", "decode")}
-    opts = {role: _pool_options(dep, role, first[role]) for role, dep in (("prefill", pr),
-                                                                         ("decode", de))}
     out = {}
     for role, pool in (("prefill", p.prefill), ("decode", p.decode)):
-        line = launch_line(engine, opts[role])
-        # a replica over hosts meets at its own first host: each pool's placeholders apart
-        # (PREFILL_NODEk_IP, DECODE_NODEk_IP: host k of the replica launched)
-        cmds = [pool_hosts(c, role) for c in node_commands(line, opts[role])]
-        out[f"{engine}_{role}"] = f"{pool.replicas} x: " + "\n".join(with_files(cmds, line))
+        first = next(x for x in where if x.role == role)
+        out[f"{engine}_{role}"] = f"{pool.replicas} x: " + _replica_text(pool.dep, role, first)
     urls = {role: [(x.host, x.port) for x in where if x.role == role]
             for role in ("prefill", "decode")}
     out[f"{engine}_{FRONT_NAMES.get(engine, 'router')}"] = front_line(
@@ -421,26 +414,39 @@ def launch_lines(p: DisaggPlan) -> dict[str, str]:
     return out
 
 
-def replica_lines(p: DisaggPlan) -> dict[str, list[str]]:
-    """Each replica's own launch text, by role, for a pool of more than one replica (`launch`
-    gives the first: the others run on the next GPUs, ports and KV handshake ports, or the
-    next host, as `placements` puts them): what each host runs, as printed."""
+def _replica_text(dep: Deployment, role: str, at: Placement) -> str:
+    """The launch text of a pool's replica placed `at`: its engine line, a line per host (a
+    replica over hosts meets at its own first host, each pool's placeholders apart:
+    PREFILL_NODEk_IP, DECODE_NODEk_IP, host k of the replica launched), files after `#`."""
     from capplan.plan.launch import launch_line, node_commands
     from capplan.plan.launch_multinode import with_files
 
+    opts = _pool_options(dep, role, at)
+    line = launch_line(dep.settings.profile.name, opts)
+    cmds = [pool_hosts(c, role) for c in node_commands(line, opts)]
+    return "\n".join(with_files(cmds, line))
+
+
+def replica_lines(p: DisaggPlan) -> dict[str, list[dict[str, str]]]:
+    """Each replica's own launch text (`command`) and where it runs (`hosts`: its host, or its
+    first and last of several), by `launch`'s key (ENGINE_ROLE), for a pool of more than one
+    replica (`launch` gives the first: the others run on the next GPUs, ports and KV handshake
+    ports, or the next hosts, as `placements` puts them): what each host runs, as printed."""
     engine = p.prefill.dep.settings.profile.name
-    out: dict[str, list[str]] = {}
+    out: dict[str, list[dict[str, str]]] = {}
     for role, pool in (("prefill", p.prefill), ("decode", p.decode)):
         if pool.replicas < 2:
             continue
-        texts = []
-        for at in (x for x in placements(p) if x.role == role):
-            opts = _pool_options(pool.dep, role, at)
-            line = launch_line(engine, opts)
-            cmds = [pool_hosts(c, role) for c in node_commands(line, opts)]
-            texts.append("\n".join(with_files(cmds, line)))
-        out[role] = texts
+        span = -(-pool.dep.gpus_per_replica // pool.dep.gpu.host_gpus)
+        out[f"{engine}_{role}"] = [
+            {"hosts": _hosts_of(at.host, span), "command": _replica_text(pool.dep, role, at)}
+            for at in placements(p) if at.role == role]
     return out
+
+
+def _hosts_of(host: str, span: int) -> str:
+    """A replica's host, or its first and last of `span` hosts (HOST2-HOST3)."""
+    return host if span == 1 else f"{host}-HOST{int(host[4:]) + span - 1}"
 
 
 def pool_hosts(text: str, role: str) -> str:
@@ -456,7 +462,7 @@ def _hosts_line(p: DisaggPlan, where: list[Placement]) -> str:
         i = counts[x.role] = counts.get(x.role, -1) + 1
         dep = p.prefill.dep if x.role == "prefill" else p.decode.dep
         span, per = -(-dep.gpus_per_replica // dep.gpu.host_gpus), dep.gpu.host_gpus
-        on = x.host if span == 1 else f"{x.host}-HOST{int(x.host[4:]) + span - 1}"
+        on = _hosts_of(x.host, span)
         gpus = (f"GPUs {x.first_gpu}-{x.first_gpu + dep.gpus_per_replica - 1}" if span == 1
                 else f"GPUs 0-{per - 1} of each")
         kv = "" if x.kv_port is None else f", KV handshake port {x.kv_port}"

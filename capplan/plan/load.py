@@ -44,9 +44,15 @@ class LoadSpec:
         or gamma at the burstiness vllm bench serve's --burstiness names)."""
         if self.source != "flags":
             return self.source
-        arrivals = ("Poisson arrivals" if self.arrival_scv == 1.0 else
-                    f"gamma arrivals, burstiness {1.0 / self.arrival_scv:.3g}")
-        return f"open loop, {float(self.rate_per_s or 0.0):.4g} req/s, {arrivals}"
+        return open_loop_text(self.rate_per_s, 1.0 / self.arrival_scv)
+
+
+def open_loop_text(rate_per_s: float | None, burstiness: float) -> str:
+    """An open loop as the output's `load` line names it: its rate and its arrivals (Poisson,
+    or gamma at vllm bench serve's --burstiness)."""
+    arrivals = ("Poisson arrivals" if burstiness == 1.0
+                else f"gamma arrivals, burstiness {burstiness:.3g}")
+    return f"open loop, {float(rate_per_s or 0.0):.4g} req/s, {arrivals}"
 
 
 def require_one_load(rate: float | None, concurrency: int | None, trace: str | None) -> None:

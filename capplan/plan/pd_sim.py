@@ -102,9 +102,9 @@ class PdLoad:
             return f"trace {self.trace}" if isinstance(self.trace, str) else "trace"
         if self.concurrency is not None:
             return f"closed loop, {self.concurrency} clients"
-        arrivals = ("Poisson arrivals" if self.burstiness == 1.0
-                    else f"gamma arrivals, burstiness {self.burstiness:.3g}")
-        return f"open loop, {float(self.rate or 0.0):.4g} req/s, {arrivals}"
+        from capplan.plan.load import open_loop_text
+
+        return open_loop_text(self.rate, self.burstiness)
 
 
 def pd_requests(layout: PdLayout, load: PdLoad) -> tuple[Requests, int]:

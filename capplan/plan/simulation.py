@@ -280,6 +280,9 @@ def add_request_overhead(res: dict[str, Any], overhead_s: float) -> dict[str, An
     lanes = res.get("lanes")
     if isinstance(lanes, dict):
         out["lanes"] = {n: add_request_overhead(v, overhead_s) for n, v in lanes.items()}
+    if isinstance(res.get("mean_in_system"), int | float) and res.get("requests_per_s"):
+        # Little's law with the client's time: each request is in the system overhead longer
+        out["mean_in_system"] = res["mean_in_system"] + overhead_s * res["requests_per_s"]
     per = res.get("per_replica")
     if isinstance(per, list):  # a fleet's replicas, as its whole (each p99 a client's)
         out["per_replica"] = [{**p, **{k: p[k] + overhead_s for k in ("ttft_p99_s", "e2e_p99_s")

@@ -32,7 +32,9 @@ its ends share their waiting requests and m is every arrival of the half, a tole
 growth can exceed. A mean first-token wait longer than half the arrival window is itself the
 mark of a queue that never drained within the run (no SLO a server is planned for allows it):
 such a run is overloaded once its backlog grew by more than OVERLOAD_SIGMAS Poisson standard
-deviations of its arrivals' count (a 200-request Mooncake trace on one H100: mean TTFT 39 s
+deviations of its arrivals' count, deliberately not scaled by their burstiness (the waits
+themselves are the evidence; a cv2-scaled count would again approach every arrival) (a
+200-request Mooncake trace on one H100: mean TTFT 39 s
 against a 36 s half, 63 of the half's 92 arrivals still waiting at its end, against 30; the
 tolerance without this rule was 111, above the 92 arrivals).
 """

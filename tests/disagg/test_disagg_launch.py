@@ -249,17 +249,20 @@ def test_each_replica_has_its_own_line_at_its_placement(catalog, engine) -> None
 
     p = _plan(catalog, "llama-3.1-8b", "h100-sxm", engine, (2, 2), (5, 2))
     each, where = replica_lines(p), placements(p)
-    assert [len(each[r]) for r in ("prefill", "decode")] == [5, 2]
+    assert [len(each[f"{engine}_{r}"]) for r in ("prefill", "decode")] == [5, 2]
     lines = launch_lines(p)
     for role in ("prefill", "decode"):
-        assert each[role][0] == pool_command(lines[f"{engine}_{role}"])
+        reps = each[f"{engine}_{role}"]
+        assert reps[0]["command"] == pool_command(lines[f"{engine}_{role}"])
         mine = [x for x in where if x.role == role]
-        for text, at in zip(each[role], mine, strict=True):
+        assert [r["hosts"] for r in reps] == [x.host for x in mine]
+        for text, at in zip((r["command"] for r in reps), mine, strict=True):
             gpus = ",".join(str(at.first_gpu + g) for g in range(2))
             assert f"CUDA_VISIBLE_DEVICES={gpus} " in text, (role, at, text)
             assert _words(text.split("#")[0], "--port")[:1] == [str(at.port)], (role, at, text)
     if engine == "sglang":  # each prefill server's bootstrap port, as the router lists it
-        assert [_words(t, "--disaggregation-bootstrap-port") for t in each["prefill"]] == [
+        assert [_words(r["command"], "--disaggregation-bootstrap-port")
+                for r in each["sglang_prefill"]] == [
             [str(x.kv_port)] for x in where[:5]]
     one = _plan(catalog, "llama-3.1-8b", "h100-sxm", engine, (2, 2), (1, 1))
     assert replica_lines(one) == {}  # one replica each: `launch` says it all
@@ -275,6 +278,18 @@ def test_the_terminal_prints_each_replicas_line_and_no_replica_count(run_cli) ->
     launch = [ln for ln in res.stdout.splitlines() if ln.startswith("SGLang p")
               or ln.startswith("SGLang d")]
     heads = [ln.split(": ", 1)[0] for ln in launch]
-    assert heads == ["SGLang prefill 0", "SGLang prefill 1", "SGLang decode"], heads
+    assert heads == ["SGLang prefill 0 (HOST0)", "SGLang prefill 1 (HOST0)", "SGLang decode"], heads
     assert all(ln.split(": ", 1)[1].startswith("CUDA_VISIBLE_DEVICES=") for ln in launch)
     assert "--port 8101" in launch[1] and "CUDA_VISIBLE_DEVICES=4,5,6,7 " in launch[1]
+
+
+def test_replicas_over_hosts_name_their_own_hosts(catalog) -> None:
+    # 1 prefill replica of TP 8 and 2 decode replicas of TP 16 on 8-GPU H100 hosts: the prefill
+    # replica on HOST0, the decode replicas on HOST1-HOST2 and HOST3-HOST4 (their lines alike
+    # but for the hosts each runs on, which the head of each says)
+    from capplan.plan.disagg import replica_lines
+
+    p = _plan(catalog, "llama-3.1-70b", "h100-sxm", "sglang", (8, 16), (1, 2))
+    each = replica_lines(p)
+    assert "sglang_prefill" not in each  # one replica: `launch` says it all
+    assert [r["hosts"] for r in each["sglang_decode"]] == ["HOST1-HOST2", "HOST3-HOST4"]

@@ -20,8 +20,5 @@ def test_llama_8b_h100_within_half_a_percent_of_the_log():
     d = api.memory("llama-3.1-8b", "h100-sxm", engine="sglang@0.4",
                    gpu_memory_utilization=0.88).to_dict()
     assert d["kv_cache_tokens"] == pytest.approx(444_500, rel=0.005)
-    # the same fraction of the device's total (no context left out) would give 0.8% more, which
-    # is more than the error left (0.5 GiB x 0.88 / 128 KiB a token = 3,604 tokens)
-    context_tokens = d["context_bytes_per_gpu"] * 0.88 / d["kv_bytes_per_token_per_gpu"]
-    assert context_tokens > 0.008 * 444_500
-    assert abs(d["kv_cache_tokens"] - 444_500) < context_tokens / 2
+    # (the fraction of the device's total instead, the CUDA context left in, gives 447,116:
+    # +0.59%, outside the tolerance)

@@ -28,7 +28,20 @@ def test_tensorrt_llm_whole_prompts_name_chunking_below_the_prompts() -> None:
     assert "--engine trtllm+chunked-prefill --max-num-batched-tokens N" in note
     same = capplan.latency("llama-3.1-70b", "h200", engine="trtllm+chunked-prefill", **KW).data
     assert same["tbt_s"]["p99"] >= 0.95 * base["tbt_s"]["p99"]
+    # with the option on, the note keeps the half of the advice not yet followed
+    assert "up to 8192 prompt tokens" in _note(same) and "--max-num-batched-tokens N" in _note(same)
     split = capplan.latency("llama-3.1-70b", "h200", engine="trtllm+chunked-prefill",
                             max_num_batched_tokens=512, max_num_seqs=256, **KW).data
     assert split["tbt_s"]["p99"] < 0.5 * base["tbt_s"]["p99"]
     assert not _note(split)
+
+
+def test_vllm_chunks_name_the_token_budget() -> None:
+    """vLLM already mixes chunks with the decodes; its 8,192-token budget holds a 2,048-token
+    prompt whole (TBT p99 7x its median): the note names the budget, and a smaller one (512)
+    brings the tail under 3x its median (no note)."""
+    base = capplan.latency("llama-3.1-70b", "h200", engine="vllm", **KW).data
+    assert "up to 8192 prompt tokens beside the running decodes" in _note(base)
+    small = capplan.latency("llama-3.1-70b", "h200", engine="vllm", max_num_batched_tokens=512,
+                            max_num_seqs=256, **KW).data
+    assert small["tbt_s"]["p99"] < 0.5 * base["tbt_s"]["p99"] and not _note(small)

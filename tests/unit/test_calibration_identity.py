@@ -76,3 +76,17 @@ def test_an_unknown_version_is_refused(run_cli, tmp_path, version):
     p = _write(tmp_path, SERVING.replace("version: 1", f"version: {version}"))
     assert_one_line_error(run_cli(*SPEED, "--calibration", str(p)),
                           f"{p}: calibration file version")
+
+
+@pytest.mark.parametrize(("fitted", "engine", "warns"), [
+    ("sglang 0.5 +mixed-chunk", "sglang+mixed-chunk", False),  # the profile it was fitted on
+    ("sglang 0.5 +mixed-chunk", "sglang", True),  # another scheduler: another latency model
+    ("vllm 0.14", "vllm@0.19", False),  # releases differing in memory accounting alone
+    ("vllm 0.11", "vllm", True)])  # synchronous host: another latency model
+def test_the_warning_reads_the_fitted_profiles_label(run_cli, tmp_path, fitted, engine, warns):
+    """`measured.engine` is the label of the profile the fit ran through (probe/results.py),
+    options included: a calibration applies without a warning to a profile timing steps alike."""
+    p = _write(tmp_path, SERVING.replace("engine: vllm 0.14", f"engine: {fitted}"))
+    res = run_cli(*SPEED[:-2], "--engine", engine, "--calibration", str(p), "--format", "json")
+    assert res.exit_code == 0, res.stderr
+    assert ("fitted through" in res.stderr) == warns, res.stderr

@@ -130,9 +130,10 @@ class QueueModel(SteadyState):
         lambda (O-1) tau arrivals each adding its prefill's extra time) and the slow drift of the
         batch (M/G/inf: the batch averaged over a window as long as the service has variance
         (2/3) b, from the autocovariance lambda (D - |s|); Takacs 1962).
-        TPOT = that decode time over its O - 1 gaps: the mean gap + the two variation terms over
-        E[O] - 1 (a request's mean gap averages its stalls out; the p99 of single gaps, TBT's,
-        does not).
+        TPOT = that decode time over its O - 1 gaps: the mean gap + the two variation terms,
+        each over the gaps of the output lengths' lower decile (a request's mean gap averages
+        its stalls out, a short one's least; the tail of TPOT is theirs: the p99 of single
+        gaps, TBT's, averages nothing).
         """
         # the prefill work is the uncached prompt tokens, as in the means (self.pf; the prompt
         # itself without a prefix cache)
@@ -198,7 +199,7 @@ class QueueModel(SteadyState):
         sd = np.sqrt(fin(np.maximum(var_pf + var_b, 0.0)))
         tpot_q: dict[str, np.ndarray] = {}
         if levels["tpot_s"]:
-            n = max(self.dec_tokens, 1.0)
+            n = max(float(out.quantile(0.1)) - 1.0, 1.0)
             tpot = _sum_law([_Term(fin(x.gap), 0.0),
                              _compound_term(fin(lam) * d0, jumps / n, p_w), _normal_term(sd / n)],
                             shape)
@@ -273,8 +274,9 @@ class QueueModel(SteadyState):
                 moments[0], gap, own), levels)
             ttft.update(ttft_q)
             e2e.update(e2e_q)
-            # a request's mean gap is never below the decode step nor its law's mean
-            tpot.update({k: np.maximum(v, gap) for k, v in tpot_q.items()})
+            # a request's mean gap is never below the decode step; its tail never below the mean
+            tpot.update({k: np.maximum(v, gap if k != "p50" else t_dec)
+                         for k, v in tpot_q.items()})
         # the mean of the shared-step term of _sum_quantiles (m chunks of the mean size)
         shared_mean = np.minimum(m_chunks * moments[0], budget) * np.maximum(
             t_full - t_dec, 0.0) / budget
