@@ -19,6 +19,7 @@ import sys
 
 import click
 
+from capplan import limits as _limits
 from capplan.errors import CapplanError, InputError, one_line_error
 
 
@@ -194,9 +195,7 @@ def _set_limits(ctx: click.Context, param: click.Parameter, value: tuple[str, ..
 @click.version_option(package_name="capplan")
 @click.option("--limit", "limits", multiple=True, metavar="NAME=VALUE", expose_value=False,
               callback=_set_limits, is_eager=True,
-              help="Raise a work cap (sim_requests, sim_tokens, prefix_blocks, yaml_bytes, "
-                   "speed_rows, plan_configurations, plan_lanes, file_bytes, workers); see "
-                   "docs/reliability.md.")
+              help=f"Raise a work cap ({', '.join(_limits.CAPS)}); see docs/reliability.md.")
 def cli() -> None:
     """capplan: which GPUs, how many, with which engine settings, for your LLM traffic.
 

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from capplan.errors import InputError
-from capplan.export.atomic import Staged, atomic_write_all
+from capplan.export.atomic import Staged
 from capplan.export.json_export import jsonable
 from capplan.units import s_to_ms
 
@@ -159,11 +159,6 @@ def _rows(records: list[dict[str, Any]], cols: Sequence[RecColumn]) -> list[list
     return rows
 
 
-def table_rows(records: list[dict[str, Any]], cols: Sequence[RecColumn]) -> list[list[Any]]:
-    """Records (recommendation-shaped dicts) as rows of `cols` in display units."""
-    return _rows(records, cols)
-
-
 def pareto_table(plan: dict[str, Any]) -> tuple[list[RecColumn], list[list[Any]]]:
     """(columns, rows) of the Pareto front in display units."""
     points = [p for p in plan.get("pareto") or [] if isinstance(p, dict)]
@@ -224,13 +219,15 @@ def disaggregated_records(plan: dict[str, Any]) -> list[dict[str, Any]]:
     role; capacity and load per replica are the pool's; TTFT and TBT p99 are the layout's, end
     to end (prefill, KV transfer, decode), as a recommendation's are, beside the pool's own
     share of TTFT p99; the replay of the layout is its simulator check; the verdict says which
-    layout wins; the command cells are the pool's first replica's launch line as it runs."""
+    layout wins; the command cells are the pool's launch lines as they run: one replica's, or
+    each replica's after a `# replica i on HOSTS` line (`launch_replicas`)."""
     from capplan.plan.launch import pool_command
 
     d = plan.get("disaggregated")
     if not isinstance(d, dict):
         return []
     launch = d.get("launch") or {}
+    each = d.get("launch_replicas") or {}
     replay = d.get("replay") if isinstance(d.get("replay"), dict) else None
     checked = {"verified": {"ok": replay.get("ok"), "simulated": {
         k: replay.get(k) for k in ("ttft_s", "tbt_s")}}} if replay else {}
@@ -239,8 +236,10 @@ def disaggregated_records(plan: dict[str, Any]) -> list[dict[str, Any]]:
         p = d.get(role)
         if not isinstance(p, dict):
             continue
-        flags = {k.split("_", 1)[0]: pool_command(str(v)) for k, v in launch.items()
-                 if k.endswith(f"_{role}")}
+        flags = {k.split("_", 1)[0]: ("\n".join(
+                     f"# replica {i} on {r['hosts']}\n{r['command']}"
+                     for i, r in enumerate(each[k])) if k in each else pool_command(str(v)))
+                 for k, v in launch.items() if k.endswith(f"_{role}")}
         keys = ("gpu", "tp", "attention_dp", "expert_parallel", "gpus_per_replica", "replicas",
                 "gpus_total", "max_num_seqs", "max_num_batched_tokens", "weight_dtype_resolved",
                 "kv_dtype_resolved", "cost_per_hour", "per_replica_rate_per_s")
@@ -402,9 +401,3 @@ def csv_files(plan: dict[str, Any], path: str | Path) -> list[Staged]:
     from capplan.export.day_export import has_day, schedule_csv_file
 
     return [(path, write), *([schedule_csv_file(plan, path)] if has_day(plan) else [])]
-
-
-def write_csv(plan: dict[str, Any], path: str | Path) -> Path:
-    """Write the CSV export (`csv_files`), atomically, all files or none."""
-    atomic_write_all(csv_files(plan, path))
-    return Path(path)

@@ -15,10 +15,8 @@ import math
 import shlex
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
-from capplan.export.atomic import atomic_write_text
 from capplan.export.csv_export import (
     SHOWN_RECOMMENDATIONS,
     RecColumn,
@@ -361,7 +359,8 @@ def _cmd(label: str, text: str) -> str:
 def _commands(p: dict[str, Any], run: Run | None = None, model: str | None = None) -> str:
     """The aggregated fleet's launch and verify lines, and the deploy line of the recommended
     layout (the disaggregated layout's own lines are in its section); `model`: one model of a
-    plan of several, which its verify lines name (bench_cmds.verify_call)."""
+    plan of several, which its verify lines name (bench_cmds.verify_call), and whose deploy
+    line is the whole plan's, given once after the models (`render_html`)."""
     flags = p["recommendations"][0].get("engine_flags", {})
     out = ["<h2>Launch, verify, deploy</h2>"]
     if recommended_layout(p) == DISAGGREGATED:
@@ -382,7 +381,7 @@ def _commands(p: dict[str, Any], run: Run | None = None, model: str | None = Non
             out.append(_cmd(label, flags[key]))
     out.append(_cmd("measure",
                     f"{verify_call(model)} --endpoint {_bench_url(flags.get('bench'))}"))
-    return "".join(out) + _deploy(run)
+    return "".join(out) + ("" if model else _deploy(run))
 
 
 def _deploy(run: Run | None) -> str:
@@ -439,17 +438,17 @@ def render_html(plan: dict[str, Any], run: Run | None = None) -> str:
     subs = model_plans(plan)
     title = "capplan: " + rates_title(plan)
 
-    def sections(p: dict[str, Any]) -> str:
-        return "".join(_commands(p, run) if s is _commands else s(p) for s in SECTIONS
+    def sections(p: dict[str, Any], model: str | None = None) -> str:
+        return "".join(_commands(p, run, model) if s is _commands else s(p) for s in SECTIONS
                        if s is not _day)
 
     if len(subs) == 1:
         body = sections(plan) + _day(plan)
-    else:  # several models: each model's sections under its own heading, then the pool's day
-        body = "".join(f"<h2>Model: {_e(m.get('model'))}</h2>" + "".join(
-            (_commands(m, run, m.get("model")) if s is _commands else s(m))
-            .replace("<h2>", "<h3>").replace("</h2>", "</h3>") for s in SECTIONS
-            if s is not _day) for m in subs) + _day(plan)
+    else:  # several models: each model's sections under its own heading, the deploy line of
+        # their one manifest file once, then the pool's day
+        body = "".join(f"<h2>Model: {_e(m.get('model'))}</h2>"
+                       + sections(m, str(m.get("model"))).replace("<h2>", "<h3>")
+                       .replace("</h2>", "</h3>") for m in subs) + _deploy(run) + _day(plan)
     json_path = run.export(".json") if run else None
     if json_path:  # the verify lines read the plan's JSON: the one this run wrote
         body = body.replace("capplan verify PLAN.json",
@@ -459,8 +458,3 @@ def render_html(plan: dict[str, Any], run: Run | None = None) -> str:
             f'<meta http-equiv="Content-Security-Policy" content="{_CSP}">'
             f"<title>{_e(title)}</title><style>{_STYLE}</style><script>{_SCRIPT}</script>"
             f"</head><body><h1>{_e(title)}</h1>{body}</body></html>\n")
-
-
-def write_html(plan: dict[str, Any], path: Path, run: Run | None = None) -> Path:
-    atomic_write_text(path, render_html(plan, run))
-    return path

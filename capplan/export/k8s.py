@@ -34,13 +34,11 @@ import os
 import re
 import shlex
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 from typing import Any
 
 import yaml
 
 from capplan.errors import InputError
-from capplan.export.atomic import atomic_write_text
 from capplan.models.engine import engine_profile
 from capplan.plan.launch import DEFAULT_PORTS, HEAD, KV_HANDSHAKE, pool_command
 
@@ -571,8 +569,3 @@ def k8s_text(plan: dict[str, Any]) -> str:
                  f"{site.rdma_resource or 'no RDMA device'} and {IPC_LOCK} (their "
                  "capplan/network annotation says why; CAPPLAN_RDMA_RESOURCE names yours)\n")
     return head + yaml.dump_all(objs, Dumper=YamlDumper, sort_keys=False)
-
-
-def write_k8s(plan: dict[str, Any], path: Path) -> Path:
-    atomic_write_text(path, k8s_text(plan))
-    return path

@@ -88,23 +88,25 @@ _ENGINES = {"vllm": "vLLM", "sglang": "SGLang", "trtllm": "TensorRT-LLM"}
 
 
 def disagg_launch(d: dict[str, Any]) -> list[tuple[str, str]]:
-    """(title, text) of each launch line of the layout: a pool's as its first replica runs it
-    (without the "N x: " count, which the title says), the front end's, and where each
-    replica runs (not a command: its title says so)."""
+    """(title, text) of each launch line of the layout: a pool's, one per replica as each runs
+    (`launch_replicas`: its GPUs, ports and hosts; a pool of one its `launch` line without the
+    "1 x: " count), the front end's, and where each replica runs (not a command: its title
+    says so)."""
     from capplan.plan.launch import pool_command
 
     out = []
+    each = d.get("launch_replicas") or {}
     for key, line in (d.get("launch") or {}).items():
         engine, _, role = key.partition("_")
         name = _ENGINES.get(engine, engine)
         pool = d.get(role) if role in ("prefill", "decode") else None
         if role == "hosts":
             out.append((f"{name}, where each replica runs", str(line)))
+        elif key in each:
+            out += [(f"{name} {role} {i} ({r['hosts']})", str(r["command"]))
+                    for i, r in enumerate(each[key])]
         elif isinstance(pool, dict):
-            n = pool.get("replicas")
-            out.append((f"{name} {role} (1 replica)" if n == 1 else
-                        f"{name} {role} ({n} replicas; the first's line, the others take the "
-                        "next GPUs, port + 1 or the next host)", pool_command(str(line))))
+            out.append((f"{name} {role} (1 replica)", pool_command(str(line))))
         else:
             out.append((f"{name} {role}", str(line)))
     return out

@@ -32,13 +32,11 @@ from __future__ import annotations
 import math
 import re
 import shlex
-from pathlib import Path
 from typing import Any
 
 import yaml
 
 from capplan.errors import InputError
-from capplan.export.atomic import atomic_write_text
 from capplan.export.k8s import (
     TOKEN_LINE,
     TOKEN_SECRET,
@@ -100,14 +98,11 @@ def _chart_pools(plan: dict[str, Any]) -> list[Pool]:
     """The plan's vLLM pools, refused (one line, naming the alternative) when the chart cannot
     run them: several models, another engine than vLLM, a pool per lane."""
     from capplan.export.csv_export import model_plans
+    from capplan.export.k8s import one_llmd_model
     from capplan.plan.launch import ENGINE_LABELS
 
     alt = "export .k8s.yaml, which runs it, or"
-    if len(subs := model_plans(plan)) > 1:
-        names = ", ".join(str(m.get("model")) for m in subs)
-        raise InputError(f"an llm-d values file serves one model; this plan has {len(subs)} "
-                         f"({names}): plan each model on its own for its llm-d values, or "
-                         "export .k8s.yaml for all of them")
+    one_llmd_model([str(m.get("model")) for m in model_plans(plan)])
     best = plan["recommendations"][0]
     engine = best.get("engine") or (plan.get("inputs") or {}).get("engine") or "vllm"
     if engine != "vllm":
@@ -216,8 +211,3 @@ def llmd_text(plan: dict[str, Any]) -> str:
             f"{TOKEN_LINE}")
     return head + yaml.dump(llmd_values(plan, Site.from_env()), Dumper=YamlDumper,
                             sort_keys=False)
-
-
-def write_llmd(plan: dict[str, Any], path: Path) -> Path:
-    atomic_write_text(path, llmd_text(plan))
-    return path

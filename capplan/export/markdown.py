@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 from tabulate import tabulate
 
-from capplan.export.atomic import atomic_write_text
 from capplan.export.csv_export import (
     SHOWN_RECOMMENDATIONS,
     clean_number,
@@ -166,10 +164,3 @@ def plan_to_markdown(plan: dict[str, Any]) -> str:
     if has_day(plan):
         parts += markdown_section(plan, _table)
     return "\n".join(parts).rstrip("\n") + "\n"
-
-
-def write_markdown(plan: dict[str, Any], path: str | Path) -> Path:
-    """Write the Markdown report, atomically."""
-    path = Path(path)
-    atomic_write_text(path, plan_to_markdown(plan))
-    return path

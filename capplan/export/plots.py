@@ -65,7 +65,6 @@ def chart_folder(out_dir: str | Path) -> Path:
     return out
 
 
-
 def plan_chart_stems(day: bool = False) -> list[str]:
     """The charts `plot_plan` draws (a day plan adds its schedule's)."""
     return ["throughput_latency", "pareto", "tokens_per_gpu"] + ["day_schedule"] * day

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from capplan.errors import InputError
-from capplan.export.atomic import Staged, atomic_write_all, bytes_file
+from capplan.export.atomic import Staged, bytes_file
 from capplan.export.csv_export import (
     clean_number,
     disaggregated_table,
@@ -207,9 +207,3 @@ def xlsx_files(plan: dict[str, Any], path: str | Path) -> list[Staged]:
         raise
     wb.close()
     return [bytes_file(Path(path), buf.getvalue())]
-
-
-def write_xlsx(plan: dict[str, Any], path: str | Path) -> Path:
-    """Write the workbook, atomically (a failure leaves any existing file as it was)."""
-    atomic_write_all(xlsx_files(plan, path))
-    return Path(path)

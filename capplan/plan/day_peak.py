@@ -47,15 +47,15 @@ def length_sample(reqs: Requests, rng: np.random.Generator | None = None
 
 
 def _trace_lengths(days: Sequence[Any], tmp: Path) -> dict[str, tuple[str, str]]:
-    """Each trace lane's prompt and output lengths as `empirical:` files (length_sample),
-    so the planner sees the trace's own length distribution."""
+    """Each trace lane's prompt and output lengths as `empirical:` files (length_sample, each
+    lane's sample drawn afresh from LENGTH_SEED, as `capplan verify` draws it), so the planner
+    sees the trace's own length distribution."""
     out = {}
-    rng = np.random.default_rng(LENGTH_SEED)
     for i, d in enumerate(days):
         if d.requests is None:
             continue
         paths = []
-        for kind, arr in zip(("input", "output"), length_sample(d.requests, rng), strict=True):
+        for kind, arr in zip(("input", "output"), length_sample(d.requests), strict=True):
             p = tmp / f"lane{i}_{kind}.txt"
             p.write_text("\n".join(str(int(x)) for x in arr) + "\n")
             paths.append(f"empirical:{p}")

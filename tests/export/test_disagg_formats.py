@@ -192,3 +192,22 @@ def test_aggregated_winner_is_said_so_beside_the_losing_layout(run_cli, tmp_path
     page = out["html"].read_text()
     assert "<h2>Disaggregated prefill/decode (not recommended)</h2>" in page
     assert f"<b>Recommended: {best['replicas']} x h100-sxm TP {best['tp']} " in page
+
+
+def test_each_replica_of_a_pool_has_its_own_line_in_every_report(run_cli, tmp_path) -> None:
+    """Two prefill replicas on one host (Llama-3.1-70B, SGLang with mixed chunks, TP 4 each):
+    Markdown, HTML and CSV give each replica's own line, at its GPUs, server port and
+    bootstrap port, as the terminal does (a rule "the others take port + 1" left the KV
+    handshake ports out)."""
+    paths = {s: tmp_path / f"a{s}" for s in (".md", ".csv", ".html")}
+    res = run_cli("recommend", "--model", "llama-3.1-70b", "--gpu", "h100-sxm", "--engine",
+                  "sglang+mixed-chunk", "--rate", "10", "--input-len", "1000", "--output-len",
+                  "300", "--ttft-p99", "1", "--tbt-p99", "0.06",
+                  *[w for p in paths.values() for w in ("--export", str(p))])
+    assert res.exit_code == 0, res.stderr
+    for suffix, path in paths.items():
+        text = path.read_text()
+        for gpus, port, boot in (("0,1,2,3", 8100, 8998), ("4,5,6,7", 8101, 8999)):
+            assert re.search(rf"CUDA_VISIBLE_DEVICES={gpus} [^\n]*--disaggregation-bootstrap-port "
+                             rf"{boot} [^\n]*--port {port}\b", text), (suffix, gpus)
+        assert "port + 1" not in text

@@ -228,3 +228,13 @@ def test_report_without_its_command_names_no_other(tmp_path) -> None:
     assert "PLAN.yaml" not in page
     assert _deploy(page) == "kubectl apply -f plan.k8s.yaml"
     assert "--export plan.k8s.yaml</code> on the command that made it" in page
+
+
+def test_a_plan_of_several_models_has_one_deploy_line(run_cli, tmp_path):
+    """The models' one manifest file is applied once: the report of two models gives its deploy
+    line once, after both models' sections."""
+    html, k8s = tmp_path / "two.html", tmp_path / "two.k8s.yaml"
+    res = run_cli("plan", "examples/day/two-models.yaml", "--export", str(html), "--export",
+                  str(k8s))
+    assert res.exit_code == 0, res.stderr
+    assert html.read_text().count(f"kubectl apply -f {k8s}") == 1
