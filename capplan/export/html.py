@@ -29,6 +29,7 @@ from capplan.export.csv_export import (
 from capplan.export.layout import (
     AGGREGATED,
     DISAGGREGATED,
+    SEPARATE,
     disagg_figures,
     disagg_launch,
     fleet_text,
@@ -318,7 +319,16 @@ def _pools(p: dict[str, Any]) -> str:
     cols, rows = pool_table(p)
     if not rows:
         return ""
-    return "<h2>Pools: one shared pool against a pool per lane</h2>" + _cols_table(cols, rows, 2)
+    out = "<h2>Pools: one shared pool against a pool per lane</h2>" + _cols_table(cols, rows, 2)
+    if recommended_layout(p) != SEPARATE:
+        return out
+    # the recommended pools' own lines (the launch section below gives the shared pool's)
+    for ln in ((p.get("pools") or {}).get("separate") or {}).get("lanes") or []:
+        flags = ln.get("engine_flags") or {}
+        out += "".join(_cmd(f"lane {ln.get('lane')}: {label}", flags[key])
+                       for key, label in (("vllm", "vLLM"), ("sglang", "SGLang"),
+                                          ("trtllm", "TensorRT-LLM")) if flags.get(key))
+    return out
 
 
 def _charts(p: dict[str, Any]) -> str:
@@ -366,6 +376,9 @@ def _commands(p: dict[str, Any], run: Run | None = None, model: str | None = Non
     if recommended_layout(p) == DISAGGREGATED:
         out.append("<p>The lines of the aggregated fleet (rank 1); the recommended "
                    "disaggregated layout's are in its section above.</p>")
+    elif recommended_layout(p) == SEPARATE:
+        out.append("<p>The lines of one shared pool (rank 1); the recommended pool per "
+                   "lane's are in the pools' section above.</p>")
     for key, label in (("vllm", "vLLM"), ("sglang", "SGLang"), ("trtllm", "TensorRT-LLM")):
         if flags.get(key):
             out.append(_cmd(label, flags[key]))

@@ -21,6 +21,7 @@ from capplan.export.csv_export import (
 )
 from capplan.export.layout import (
     DISAGGREGATED,
+    SEPARATE,
     disagg_figures,
     disagg_launch,
     headline,
@@ -83,7 +84,15 @@ def _section(title: str, table: tuple[Any, list[Any]]) -> list[str]:
 
 
 def _pools(plan: dict[str, Any]) -> list[str]:
-    return _section("Pools: one shared pool against a pool per lane", pool_table(plan))
+    out = _section("Pools: one shared pool against a pool per lane", pool_table(plan))
+    if recommended_layout(plan) != SEPARATE:
+        return out
+    # the recommended pools' own lines (the launch section gives the shared pool's)
+    for ln in ((plan.get("pools") or {}).get("separate") or {}).get("lanes") or []:
+        for key, flag in (ln.get("engine_flags") or {}).items():
+            if key in ("vllm", "sglang", "trtllm") and flag:
+                out += [f"Lane {ln.get('lane')}, {key}:", "", "```", str(flag), "```", ""]
+    return out
 
 
 def _warnings(plan: dict[str, Any]) -> list[str]:

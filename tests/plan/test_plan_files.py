@@ -408,6 +408,24 @@ def test_separate_pools_print_each_pool_with_its_launch_line(run_cli, tmp_path) 
         assert "--scheduling-policy" not in ln["engine_flags"]["vllm"]
 
 
+def test_separate_pools_reports_give_each_lanes_launch_line(run_cli, tmp_path) -> None:
+    """The HTML and Markdown reports of a plan recommending a pool per lane give each lane's
+    own launch line (what their headline recommends and its manifests deploy), not the shared
+    pool's alone."""
+    import html as html_lib
+
+    p = write(tmp_path, TWO_LANES.replace("pools: both", "pools: separate"))
+    res = run_cli("plan", str(p), "--no-verify", "--export", str(tmp_path / "plan.json"),
+                  "--export", str(tmp_path / "plan.html"), "--export", str(tmp_path / "plan.md"))
+    assert res.exit_code == 0, res.stderr
+    out = json.loads((tmp_path / "plan.json").read_text())
+    page = html_lib.unescape((tmp_path / "plan.html").read_text())
+    md = (tmp_path / "plan.md").read_text()
+    for ln in out["pools"]["separate"]["lanes"]:
+        assert f"lane {ln['lane']}: vLLM" in page
+        assert ln["engine_flags"]["vllm"] in page and ln["engine_flags"]["vllm"] in md
+
+
 def test_shared_pool_with_priorities_launches_priority_scheduling(run_cli, tmp_path) -> None:
     """The simulator serves lower priority values first in a shared pool; the launch lines
     must ask the engines for the same (issue 15: the vLLM line lacked it)."""
