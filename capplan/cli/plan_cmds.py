@@ -342,8 +342,11 @@ def _check_outputs(plan: PlanFile, exports: list[Path], plot_dir: str | None) ->
     """Before the plan runs: every export (each once) and chart can be written where asked
     (`capplan.export.check_exports`; the chart folder exists, as an export's must)."""
     from capplan.export import check_exports
+    from capplan.models.engine import engine_profile
 
-    out = check_exports(exports, day=plan.is_day, models=[m.model for m in plan.models or []])
+    specs = [plan.engine, *(m.engine for m in plan.models or [] if m.engine)]
+    out = check_exports(exports, day=plan.is_day, models=[m.model for m in plan.models or []],
+                        engines=[engine_profile(e.name).name for e in specs if e is not None])
     if plot_dir:
         from capplan.export.plots import check_charts, plan_chart_stems
 

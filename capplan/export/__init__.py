@@ -114,12 +114,12 @@ def companions(path: Path, day: bool) -> list[Path]:
 
 
 def check_exports(paths: Sequence[Path], *, day: bool = False,
-                  models: Sequence[str] = ()) -> list[Path]:
+                  models: Sequence[str] = (), engines: Sequence[str] = ()) -> list[Path]:
     """The exports to write, each file once (a path given twice, however spelled, is written
     once), checked before the plan runs: the format is known, the name has a stem, the folder
     exists and takes a file, every target (companions too) is absent or a regular file, and
     what the plan's shape refuses is refused now (`day`: a day plan; `models`: the models of
-    a plan of several).
+    a plan of several; `engines`: the engines it is sized for).
 
     Raises:
         InputError: naming the export and what is wrong with it.
@@ -130,7 +130,7 @@ def check_exports(paths: Sequence[Path], *, day: bool = False,
         if _file_key(path) in seen:
             continue
         seen.add(_file_key(path))
-        _check_name(path, day, models)
+        _check_name(path, day, models, engines)
         out.append(path)
     from capplan.export.atomic import check_writable
 
@@ -140,7 +140,7 @@ def check_exports(paths: Sequence[Path], *, day: bool = False,
     return out
 
 
-def _check_name(path: Path, day: bool, models: Sequence[str]) -> None:
+def _check_name(path: Path, day: bool, models: Sequence[str], engines: Sequence[str]) -> None:
     kind = export_kind(path)
     if kind is None:
         raise InputError(f"--export {path}: use a {', '.join(EXPORT_SUFFIXES[:-1])} or "
@@ -148,10 +148,13 @@ def _check_name(path: Path, day: bool, models: Sequence[str]) -> None:
     if len(path.name) == len(kind):
         raise InputError(f"--export {path}: the file name is only its suffix; give it a name "
                          f"(e.g. {path.with_name('plan' + path.name)})")
-    if kind == ".llm-d.yaml" and len(models) > 1:
+    if kind == ".llm-d.yaml":
         from capplan.export.k8s import one_llmd_model
+        from capplan.export.llmd import vllm_only
 
         one_llmd_model(list(models))
+        for engine in engines:
+            vllm_only(engine)
     if day and kind == ".csv" and path.name.lower().endswith(".schedule.csv"):
         base = path.name[: -len(".schedule.csv")] or "plan"
         raise InputError(f"--export {path}: a day plan's NAME.csv export writes its schedule "

@@ -99,26 +99,37 @@ def _chart_pools(plan: dict[str, Any]) -> list[Pool]:
     run them: several models, another engine than vLLM, a pool per lane."""
     from capplan.export.csv_export import model_plans
     from capplan.export.k8s import one_llmd_model
-    from capplan.plan.launch import ENGINE_LABELS
 
-    alt = "export .k8s.yaml, which runs it, or"
     one_llmd_model([str(m.get("model")) for m in model_plans(plan)])
     best = plan["recommendations"][0]
     engine = best.get("engine") or (plan.get("inputs") or {}).get("engine") or "vllm"
-    if engine != "vllm":
-        spec = best.get("engine_profile") or engine
-        label = ENGINE_LABELS.get(engine, engine) + (f" ({spec})" if spec != engine else "")
-        raise InputError(
-            f"llm-d-modelservice runs vLLM only (its vllmServe command and its routing "
-            f"sidecar's NIXL connector); this plan was sized for {label}: {alt} plan with "
-            "--engine vllm for llm-d values")
+    vllm_only(engine, best.get("engine_profile") or engine)
     pools = plan_pools(plan, "vllm")
     if len(pools) > 1 and not pools[0].role:
         lanes = ", ".join(ln["lane"] for ln in plan["pools"]["separate"]["lanes"])
         raise InputError(f"an llm-d values file deploys one pool (decode, and prefill when the "
                          f"disaggregated layout wins); this plan has a pool per lane ({lanes}):"
-                         f" {alt} plan with pools: shared for llm-d values")
+                         f" {ALT} plan with pools: shared for llm-d values")
     return pools
+
+
+ALT = "export .k8s.yaml, which runs it, or"
+"""The alternative every refusal of the chart names."""
+
+
+def vllm_only(engine: str, spec: str | None = None) -> None:
+    """InputError (one line) for a plan sized for another engine than vLLM: the chart runs
+    vLLM alone (checked before the plan runs, from its engine, and again from the plan)."""
+    from capplan.plan.launch import ENGINE_LABELS
+
+    if engine == "vllm":
+        return
+    spec = spec or engine
+    label = ENGINE_LABELS.get(engine, engine) + (f" ({spec})" if spec != engine else "")
+    raise InputError(
+        f"llm-d-modelservice runs vLLM only (its vllmServe command and its routing sidecar's "
+        f"NIXL connector); this plan was sized for {label}: {ALT} plan with --engine vllm for "
+        "llm-d values")
 
 
 def model_volume(plan: dict[str, Any]) -> str:

@@ -89,6 +89,14 @@ def test_llmd_of_several_models_refused_before_planning(run_cli, tmp_path, no_pl
     assert _files(tmp_path) == []
 
 
+def test_llmd_of_another_engine_refused_before_planning(run_cli, tmp_path, no_planning) -> None:
+    res = run_cli("recommend", "--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--engine",
+                  "sglang", "--rate", "5", "--export", str(tmp_path / "a.json"),
+                  "--export", str(tmp_path / "a.llm-d.yaml"))
+    assert_one_line_error(res, "llm-d-modelservice runs vLLM only")
+    assert _files(tmp_path) == []
+
+
 def test_day_csv_whose_schedule_is_a_folder_refused_before_planning(run_cli, tmp_path,
                                                                     no_planning) -> None:
     plan = tmp_path / "day.yaml"
