@@ -70,7 +70,7 @@ def _text(plan: dict[str, Any], suffix: str, run: Any) -> str:
     if suffix == ".md":
         from capplan.export.markdown import plan_to_markdown
 
-        return plan_to_markdown(plan)
+        return plan_to_markdown(plan, run)
     if suffix == ".k8s.yaml":
         from capplan.export.k8s import k8s_text
 

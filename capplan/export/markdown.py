@@ -156,8 +156,9 @@ def _model_parts(plan: dict[str, Any]) -> list[str]:
     return parts + _assumptions(plan) + _commands(plan) + _disaggregated(plan) + _pareto(plan)
 
 
-def plan_to_markdown(plan: dict[str, Any]) -> str:
-    """The whole report as Markdown text, ending in a newline."""
+def plan_to_markdown(plan: dict[str, Any], run: Any = None) -> str:
+    """The whole report as Markdown text, ending in a newline; `run` (html.Run): the command
+    that made it, whose JSON export its verify lines read (as the HTML report's do)."""
     recommendations_of(plan)  # shape check before anything is rendered
     title = f"# Capacity plan: {plan.get('model', 'unnamed model')}"
     parts = [title, ""]
@@ -172,4 +173,10 @@ def plan_to_markdown(plan: dict[str, Any]) -> str:
 
     if has_day(plan):
         parts += markdown_section(plan, _table)
-    return "\n".join(parts).rstrip("\n") + "\n"
+    text = "\n".join(parts).rstrip("\n") + "\n"
+    json_path = run.export(".json") if run is not None else None
+    if json_path:  # the verify lines read the plan's JSON: the one this run wrote
+        import shlex
+
+        text = text.replace("capplan verify PLAN.json", f"capplan verify {shlex.quote(json_path)}")
+    return text

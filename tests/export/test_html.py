@@ -238,3 +238,14 @@ def test_a_plan_of_several_models_has_one_deploy_line(run_cli, tmp_path):
                   str(k8s))
     assert res.exit_code == 0, res.stderr
     assert html.read_text().count(f"kubectl apply -f {k8s}") == 1
+
+
+def test_the_markdown_verify_lines_read_the_runs_json(run_cli, tmp_path):
+    """Exported beside the plan's JSON, the Markdown report's verify lines read that file, as
+    the HTML report's and the terminal's do (not the placeholder PLAN.json)."""
+    js, md = tmp_path / "b.json", tmp_path / "b.md"
+    res = run_cli("recommend", "--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--rate", "5",
+                  "--export", str(js), "--export", str(md))
+    assert res.exit_code == 0, res.stderr
+    text = md.read_text()
+    assert f"capplan verify {js}" in text and "PLAN.json" not in text
