@@ -369,9 +369,23 @@ def pool_records(plan: dict[str, Any]) -> list[dict[str, Any]]:
     return rows
 
 
+def marked_pools(plan: dict[str, Any]) -> list[dict[str, Any]]:
+    """The pool comparison's records, each with its "recommended" mark (`layout_marks`: the
+    shared pool's is the aggregated layout's, a lane's the pool per lane's)."""
+    mark = layout_marks(plan)
+    return [{**p, "recommended": mark.get("aggregated") if p["pool"].startswith("shared") else
+             mark.get("separate") if p["pool"].startswith("lane ") else None}
+            for p in pool_records(plan)]
+
+
 def pool_table(plan: dict[str, Any]) -> tuple[list[RecColumn], list[list[Any]]]:
-    """(columns, rows) of the pool comparison in display units ([] rows without one)."""
-    return list(POOL_COLUMNS), _rows(pool_records(plan), POOL_COLUMNS)
+    """(columns, rows) of the pool comparison in display units ([] rows without one), with
+    the "recommended" column when the plan marks its layouts."""
+    recs = marked_pools(plan)
+    cols = list(POOL_COLUMNS)
+    if any(r.get("recommended") for r in recs):
+        cols.append(next(c for c in RECOMMENDATION_COLUMNS if c.path == ("recommended",)))
+    return cols, _rows(recs, cols)
 
 
 def csv_files(plan: dict[str, Any], path: str | Path) -> list[Staged]:
@@ -381,13 +395,10 @@ def csv_files(plan: dict[str, Any], path: str | Path) -> list[Staged]:
     path = Path(path)
     # the disaggregated pools (rank says so), then the pool comparison: each pool a row, its
     # name in the rank column
-    mark = layout_marks(plan)
     more = [*disaggregated_records(plan),
             *({**p, "rank": f"pool: {p['pool']}",
-               "binding_constraint": p.get("binding_constraint") or p.get("note"),
-               "recommended": mark.get("aggregated") if p["pool"].startswith("shared") else
-               mark.get("separate") if p["pool"].startswith("lane ") else None}
-              for p in pool_records(plan))]
+               "binding_constraint": p.get("binding_constraint") or p.get("note")}
+              for p in marked_pools(plan))]
     cols, rows = recommendation_table(plan, also=more)
     rows += _rows(more, cols)
 

@@ -416,8 +416,17 @@ def test_separate_pools_reports_give_each_lanes_launch_line(run_cli, tmp_path) -
 
     p = write(tmp_path, TWO_LANES.replace("pools: both", "pools: separate"))
     res = run_cli("plan", str(p), "--no-verify", "--export", str(tmp_path / "plan.json"),
-                  "--export", str(tmp_path / "plan.html"), "--export", str(tmp_path / "plan.md"))
+                  "--export", str(tmp_path / "plan.html"), "--export", str(tmp_path / "plan.md"),
+                  "--export", str(tmp_path / "plan.xlsx"))
     assert res.exit_code == 0, res.stderr
+    import openpyxl
+
+    rows = list(openpyxl.load_workbook(tmp_path / "plan.xlsx")["pools"].iter_rows(
+        values_only=True))
+    col = rows[0].index("recommended")  # the pools' sheet marks the layout recommended
+    marks = {r[0]: r[col] for r in rows[1:]}
+    assert marks["shared (all lanes)"] == "no"
+    assert all(v == "yes" for k, v in marks.items() if str(k).startswith("lane "))
     out = json.loads((tmp_path / "plan.json").read_text())
     page = html_lib.unescape((tmp_path / "plan.html").read_text())
     md = (tmp_path / "plan.md").read_text()
