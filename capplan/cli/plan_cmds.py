@@ -110,9 +110,10 @@ def _emit_text(result: dict[str, Any], fmt: str, plan_json: Path | None) -> None
     """The table output. Its verify commands read the plan's JSON: they name the JSON export
     just written (`capplan verify /tmp/p.json ...`), else the placeholder PLAN.json."""
 
+    from capplan.plan.bench_cmds import reading_plan
+
     def say(text: str) -> None:
-        emit(text if plan_json is None else text.replace(
-            "capplan verify PLAN.json", f"capplan verify {shlex.quote(str(plan_json))}"))
+        emit(reading_plan(text, plan_json))
 
     if "models" in result and "schedule" in result:  # several models on one pool
         from capplan.cli._day import day_lines, render_day, scale_up_line

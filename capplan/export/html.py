@@ -37,7 +37,7 @@ from capplan.export.layout import (
     recommended_layout,
 )
 from capplan.plan.alternatives import PLAN_NOTES
-from capplan.plan.bench_cmds import verify_call
+from capplan.plan.bench_cmds import reading_plan, verify_call
 from capplan.plan.launch import layout_cell, sized_for
 
 Section = Callable[[dict[str, Any]], str]
@@ -309,7 +309,7 @@ def _disaggregated(p: dict[str, Any]) -> str:
         if d.get(key):
             out.append(_cmd(f"P/D {label}", d[key]))
     if d.get("bench"):  # the P/D layout through its front end, the whole workload
-        out.append(_cmd("P/D measure", "capplan verify PLAN.json --layout disaggregated "
+        out.append(_cmd("P/D measure", f"{verify_call()} --layout disaggregated "
                         f"--endpoint {_bench_url(d['bench'])}"))
     return "".join(out)
 
@@ -462,10 +462,8 @@ def render_html(plan: dict[str, Any], run: Run | None = None) -> str:
         body = "".join(f"<h2>Model: {_e(m.get('model'))}</h2>"
                        + sections(m, str(m.get("model"))).replace("<h2>", "<h3>")
                        .replace("</h2>", "</h3>") for m in subs) + _deploy(run) + _day(plan)
-    json_path = run.export(".json") if run else None
-    if json_path:  # the verify lines read the plan's JSON: the one this run wrote
-        body = body.replace("capplan verify PLAN.json",
-                            f"capplan verify {_e(shlex.quote(json_path))}")
+    # the verify lines read the plan's JSON: the one this run wrote
+    body = reading_plan(body, run.export(".json") if run else None, _e)
 
     return ("<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\">"
             f'<meta http-equiv="Content-Security-Policy" content="{_CSP}">'

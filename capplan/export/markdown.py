@@ -173,10 +173,8 @@ def plan_to_markdown(plan: dict[str, Any], run: Any = None) -> str:
 
     if has_day(plan):
         parts += markdown_section(plan, _table)
-    text = "\n".join(parts).rstrip("\n") + "\n"
-    json_path = run.export(".json") if run is not None else None
-    if json_path:  # the verify lines read the plan's JSON: the one this run wrote
-        import shlex
+    from capplan.plan.bench_cmds import reading_plan
 
-        text = text.replace("capplan verify PLAN.json", f"capplan verify {shlex.quote(json_path)}")
-    return text
+    # the verify lines read the plan's JSON: the one this run wrote
+    return reading_plan("\n".join(parts).rstrip("\n") + "\n",
+                        run.export(".json") if run is not None else None)

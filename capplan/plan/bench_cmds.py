@@ -74,6 +74,16 @@ def dataset_name(client: str, stem: str = DATASET_STEM) -> str:
     return stem + DATASET_SUFFIX[client]
 
 
+def reading_plan(text: str, path: Any, escape: Any = None) -> str:
+    """`text` with its verify calls reading `path`, the plan JSON a run exported, instead of
+    the placeholder PLAN.json (unchanged without one); `escape`: the format's escaping of the
+    quoted path (HTML's)."""
+    if not path:
+        return text
+    quoted = shlex.quote(str(path))
+    return text.replace(VERIFY_PLAN, f"capplan verify {escape(quoted) if escape else quoted}")
+
+
 def verify_call(model: str | None = None) -> str:
     """`capplan verify PLAN.json`, naming the model (`--model NAME`) for one model of a plan
     of several."""

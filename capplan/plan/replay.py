@@ -185,9 +185,10 @@ def _answer(dep: Deployment, load: ReplayLoad, spec: LoadSpec | None) -> dict[st
 
 
 def stall_note(dep: Deployment, res: dict[str, Any]) -> list[str]:
-    """Say which engine option shares steps with the decodes when the TBT tail is prompt work
-    stopping them (p99 over STALL_TAIL x the median, on an engine whose default does that and
-    that offers the option: plan/alternatives.py STALL_OPTIONS)."""
+    """Say what removes a TBT tail of prompt work (p99 over STALL_TAIL x the median): the
+    engine option that shares steps with the decodes when its default stops them or runs
+    prompts whole (plan/alternatives.py STALL_OPTIONS), else a smaller token budget for the
+    chunks that already share them."""
     from capplan.plan.alternatives import stall_option
 
     tbt = res.get("tbt_s") or {}
@@ -197,7 +198,7 @@ def stall_note(dep: Deployment, res: dict[str, Any]) -> list[str]:
     budget = dep.settings.max_num_batched_tokens
     opt = stall_option(dep.profile)
     if opt is None:  # chunks already share the decodes' steps: a smaller chunk stalls less
-        if dep.profile.scheduler.prefill_first and "mixed-chunk" not in dep.profile.options:
+        if dep.profile.scheduler.prefill_first:  # a prefill-first engine without the option
             return []
         return [f"{head}each step carries up to {budget} prompt tokens beside the running "
                 "decodes; a smaller token budget splits the prompts over more, shorter steps "
