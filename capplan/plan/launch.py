@@ -30,6 +30,19 @@ from capplan.plan.feature_flags import feature_launch
 
 DEFAULT_PORTS = {"vllm": 8000, "sglang": 30000, "trtllm": 8000}
 """Each engine's default HTTP port (sources in the module docstring)."""
+DISAGG_PORTS = {"prefill": 8100, "decode": 8200}
+"""The HTTP port of a disaggregated pool's first worker on a host (vLLM's disaggregated-serving
+examples use 8100 and 8200); the pool's next worker on that host takes the next free port
+(capplan.plan.launch_multinode.pd_ports). Every P/D launch line (`recommend`'s pools, a fixed
+layout's workers), hosts line, router line and Kubernetes manifest takes its workers' ports
+from here, and its front end's from `pd_front_port`."""
+
+
+def pd_front_port(engine: str) -> int:
+    """The port of the router or proxy in front of a disaggregated layout: the engine's
+    default (DEFAULT_PORTS), where its own clients and the layout's verify line look."""
+    return DEFAULT_PORTS[engine]
+
 HEALTH_PATH = "/health"
 TRTLLM_OPTIONS_FILE = "llm_api_options.yaml"
 """The TensorRT-LLM LLM-API options file a line reads (its content is in LaunchLine.files)."""
