@@ -36,6 +36,7 @@ from capplan.export.layout import (
     headline,
     recommended_layout,
 )
+from capplan.models.engine import ENGINES, engine_display_name
 from capplan.plan.alternatives import PLAN_NOTES
 from capplan.plan.bench_cmds import reading_plan, verify_call
 from capplan.plan.launch import layout_cell, sized_for
@@ -325,9 +326,8 @@ def _pools(p: dict[str, Any]) -> str:
     # the recommended pools' own lines (the launch section below gives the shared pool's)
     for ln in ((p.get("pools") or {}).get("separate") or {}).get("lanes") or []:
         flags = ln.get("engine_flags") or {}
-        out += "".join(_cmd(f"lane {ln.get('lane')}: {label}", flags[key])
-                       for key, label in (("vllm", "vLLM"), ("sglang", "SGLang"),
-                                          ("trtllm", "TensorRT-LLM")) if flags.get(key))
+        out += "".join(_cmd(f"lane {ln.get('lane')}: {engine_display_name(key)}", flags[key])
+                       for key in ENGINES if flags.get(key))
     return out
 
 
@@ -379,9 +379,9 @@ def _commands(p: dict[str, Any], run: Run | None = None, model: str | None = Non
     elif recommended_layout(p) == SEPARATE:
         out.append("<p>The lines of one shared pool (rank 1); the recommended pool per "
                    "lane's are in the pools' section above.</p>")
-    for key, label in (("vllm", "vLLM"), ("sglang", "SGLang"), ("trtllm", "TensorRT-LLM")):
+    for key in ENGINES:
         if flags.get(key):
-            out.append(_cmd(label, flags[key]))
+            out.append(_cmd(engine_display_name(key), flags[key]))
         for name, text in flags.items():
             if name.startswith(f"file:{key}:"):
                 out.append(_cmd(name.split(":", 2)[2], text))

@@ -84,21 +84,19 @@ def disagg_figures(d: dict[str, Any]) -> str:
             f"mean, {_ms(tx.get('p99'), '.2f')} ms p99 over {d.get('kv_link')}.")
 
 
-_ENGINES = {"vllm": "vLLM", "sglang": "SGLang", "trtllm": "TensorRT-LLM"}
-
-
 def disagg_launch(d: dict[str, Any]) -> list[tuple[str, str]]:
     """(title, text) of each launch line of the layout: a pool's, one per replica as each runs
     (`launch_replicas`: its GPUs, ports and hosts; a pool of one its `launch` line without the
     "1 x: " count), the front end's, and where each replica runs (not a command: its title
     says so)."""
+    from capplan.models.engine import engine_display_name
     from capplan.plan.launch import pool_command
 
     out = []
     each = d.get("launch_replicas") or {}
     for key, line in (d.get("launch") or {}).items():
         engine, _, role = key.partition("_")
-        name = _ENGINES.get(engine, engine)
+        name = engine_display_name(engine)
         pool = d.get(role) if role in ("prefill", "decode") else None
         if role == "hosts":
             out.append((f"{name}, where each replica runs", str(line)))

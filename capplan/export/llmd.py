@@ -120,12 +120,11 @@ ALT = "export .k8s.yaml, which runs it, or"
 def vllm_only(engine: str, spec: str | None = None) -> None:
     """InputError (one line) for a plan sized for another engine than vLLM: the chart runs
     vLLM alone (checked before the plan runs, from its engine, and again from the plan)."""
-    from capplan.plan.launch import ENGINE_LABELS
+    from capplan.plan.launch import engine_label
 
     if engine == "vllm":
         return
-    spec = spec or engine
-    label = ENGINE_LABELS.get(engine, engine) + (f" ({spec})" if spec != engine else "")
+    label = engine_label(engine, spec)
     raise InputError(
         f"llm-d-modelservice runs vLLM only (its vllmServe command and its routing sidecar's "
         f"NIXL connector); this plan was sized for {label}: {ALT} plan with --engine vllm for "
