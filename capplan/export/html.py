@@ -270,10 +270,8 @@ def _head(p: dict[str, Any]) -> str:
     cls = "ok" if ver and ver.get("ok") else "bad" if ver else ""
     layout = recommended_layout(p)
     head = headline(p)
-    if layout == AGGREGATED:
-        d = p.get("disaggregated") or {}
-        lead = (f"<b>Recommended: {_e(fleet_text(best))}</b>"
-                + (f"; {_e(d['verdict'])}" if d.get("verdict") else ""))
+    if layout == AGGREGATED:  # the disaggregated verdict is in its own section, once
+        lead = f"<b>Recommended: {_e(fleet_text(best))}</b>"
         rank1 = "each replica"
     else:
         what, _, rest = head.removeprefix("recommended: ").partition(": ")

@@ -50,7 +50,8 @@ def fleet_text(rec: dict[str, Any]) -> str:
 
 def headline(plan: dict[str, Any]) -> str:
     """"recommended: ..." in a sentence: the layout, its fleet, and where the aggregated
-    table's rank 1 stands beside it."""
+    table's rank 1 stands beside it (not the disaggregated comparison's verdict, which the
+    reports give in their disaggregated section)."""
     recs = plan.get("recommendations") or []
     if not recs:
         return "recommended: none (no configuration meets the constraints)"
@@ -68,8 +69,9 @@ def headline(plan: dict[str, Any]) -> str:
         return (f"recommended: a pool per lane, as the plan asks: {lanes} ("
                 f"{_gpus(sep.get('gpus_total'))} in all{_cost(sep.get('cost_per_hour'))}); "
                 f"rank 1 is one shared pool, for comparison: {fleet_text(best)}")
-    return f"recommended: {fleet_text(best)}" + (
-        f"; {d['verdict']}" if d.get("verdict") else "")
+    # the disaggregated comparison's verdict is its own section's (each report prints it
+    # there, once), as when the disaggregated layout wins
+    return f"recommended: {fleet_text(best)}"
 
 
 def disagg_figures(d: dict[str, Any]) -> str:
