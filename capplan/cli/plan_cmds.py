@@ -45,6 +45,7 @@ from capplan.export.layout import AGGREGATED, DISAGGREGATED, headline, recommend
 from capplan.limits import DEFAULT_HEADROOM
 from capplan.models.engine import ENGINES, engine_display_name
 from capplan.plan.alternatives import PLAN_NOTES
+from capplan.plan.bench_cmds import STEP_LABELS, step_lines
 from capplan.plan.launch import layout_cell, layout_of, pool_command, sized_for
 from capplan.plan.result import PlanResult
 from capplan.plan.schema import PlanFile, load_plan, plan_json_schema
@@ -198,7 +199,7 @@ def render_disagg(d: dict[str, Any]) -> str:
         for head, text in texts:
             lines.append(head + text.replace("\n", "\n" + " " * len(head)))  # a line per host
     if d.get("bench"):  # the whole workload through the front end
-        lines += [f"dataset: {d['bench_dataset']}", f"verify:  {d['bench']}"]
+        lines += step_lines(d)
     return "\n".join(lines)
 
 
@@ -272,7 +273,7 @@ def render_plan(result: dict[str, Any], fmt: str) -> str:
         out.append(f"warning: {w}")
     # prose wraps at 120 columns; the table is built to fit, and launch lines stay whole (to copy)
     # also "vLLM (lane):" lines of separate pools, and the files a line reads ("  ")
-    keep = (*(engine_display_name(e) for e in ENGINES), "verify", "dataset", "  ")
+    keep = (*(engine_display_name(e) for e in ENGINES), *STEP_LABELS.values(), "  ")
     return "\n".join(line if "\n" in line or line.startswith(keep) else
                      textwrap.fill(line, 120, subsequent_indent="    ", break_on_hyphens=False)
                      for line in out)
@@ -314,10 +315,8 @@ def launch_block(flags: dict[str, str]) -> list[str]:
                                                      default_flow_style=True
                                                      ).strip().replace("\n", "\n    ")
                 out.append(head.rstrip() + (flow if flow.startswith("\n") else " " + flow))
-    if flags.get("bench_dataset"):  # PLAN.json: this plan, written with --export PLAN.json
-        out.append("dataset: " + flags["bench_dataset"])
-    out.append("verify:  " + flags["bench"])
-    return out
+    # (the dataset step names PLAN.json: this plan, written with --export PLAN.json)
+    return out + step_lines(flags)
 
 
 POOL_COLUMNS = [

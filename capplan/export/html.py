@@ -38,7 +38,7 @@ from capplan.export.layout import (
 )
 from capplan.models.engine import ENGINES, engine_display_name
 from capplan.plan.alternatives import PLAN_NOTES
-from capplan.plan.bench_cmds import reading_plan, verify_call
+from capplan.plan.bench_cmds import STEP_LABELS, reading_plan, verify_call
 from capplan.plan.launch import layout_cell, sized_for
 
 Section = Callable[[dict[str, Any]], str]
@@ -304,7 +304,7 @@ def _disaggregated(p: dict[str, Any]) -> str:
     for title, text in disagg_launch(d):
         out.append(f"<p>{_e(title)}: {_e(text)}</p>" if title.endswith("where each replica runs")
                    else _cmd(title, text))
-    for key, label in (("bench_dataset", "workload"), ("bench", "verify")):
+    for key, label in STEP_LABELS.items():
         if d.get(key):
             out.append(_cmd(f"P/D {label}", d[key]))
     if d.get("bench"):  # the P/D layout through its front end, the whole workload
@@ -387,7 +387,7 @@ def _commands(p: dict[str, Any], run: Run | None = None, model: str | None = Non
     if best.get("engine"):
         sized = sized_for(best).replace("sized for: ", "Sized for ", 1)
         out.append(f"<p>{_e(sized)}.</p>")
-    for key, label in (("bench_dataset", "workload"), ("bench", "verify")):
+    for key, label in STEP_LABELS.items():
         if flags.get(key):
             out.append(_cmd(label, flags[key]))
     out.append(_cmd("measure",

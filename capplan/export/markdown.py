@@ -29,10 +29,10 @@ from capplan.export.layout import (
 )
 from capplan.models.engine import ENGINES, engine_display_name
 from capplan.plan.alternatives import PLAN_NOTES
+from capplan.plan.bench_cmds import STEP_LABELS
 from capplan.plan.launch import sized_for
 
-_ENGINE_TITLES = (*((e, engine_display_name(e)) for e in ENGINES),
-                  ("bench_dataset", "Benchmark workload"), ("bench", "Benchmark"))
+_ENGINE_TITLES = (*((e, engine_display_name(e)) for e in ENGINES), *STEP_LABELS.items())
 
 
 def _cell(v: Any) -> Any:

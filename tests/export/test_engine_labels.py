@@ -127,3 +127,24 @@ def test_the_llmd_refusal_names_the_engine_by_its_display_name(run_cli, tmp_path
                   "--gpu", "h100-sxm", "--export", str(tmp_path / "plan.llm-d.yaml"))
     assert res.exit_code == 2
     assert "sized for TensorRT-LLM:" in res.stderr and "TRT-LLM" not in res.stderr
+
+
+def test_the_verify_steps_have_one_name_in_every_output(trtllm_plan) -> None:
+    # the terminal's `dataset:` and `verify:` lines, the reports' titles of the same commands
+    # (they were "workload" in the HTML, "Benchmark workload" and "Benchmark" in Markdown)
+    plan, d = trtllm_plan["json"], trtllm_plan["dir"]
+    flags, pd = plan["recommendations"][0]["engine_flags"], plan["disaggregated"]
+    # (the terminal's steps read the JSON it exported, the JSON's say PLAN.json)
+    lines = trtllm_plan["text"].replace(str(d / "plan.json"), "PLAN.json").splitlines()
+    for key, label in (("bench_dataset", "dataset"), ("bench", "verify")):
+        # the aggregated fleet's step, then the layout's
+        assert [ln for ln in lines if ln.startswith(f"{label}:")] == [
+            f"{label}:".ljust(9) + flags[key], f"{label}:".ljust(9) + pd[key]]
+    md = (d / "plan.md").read_text()
+    assert "dataset:\n\n```bash\ncapplan verify " in md and "verify:\n\n```bash\naiperf " in md
+    assert "Benchmark" not in md
+    page = _Commands()
+    page.feed((d / "plan.html").read_text())
+    assert {"dataset", "verify", "measure", "P/D dataset", "P/D verify", "P/D measure"} <= set(
+        page.labels)
+    assert not [x for x in page.labels if "workload" in x]
