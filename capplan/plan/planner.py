@@ -377,13 +377,13 @@ def _disaggregated(cat: Catalog, plan: PlanFile, resolved: ResolvedModel, lanes:
 
 def _disagg_verify(d: Any, lanes: list[Lane]) -> dict[str, str]:
     """The verify steps of a disaggregated layout: the plan's whole workload (every lane's
-    rate) sent to the front end, on the engine's port where its router or proxy listens."""
+    rate) sent to the front end, on the port its router or proxy listens on (pd_front_port)."""
     from capplan.plan.bench_cmds import verify_lines
-    from capplan.plan.launch import DEFAULT_PORTS
+    from capplan.plan.launch import pd_front_port
 
     engine = d.decode.dep.profile.name
     t = traffic_for(lanes)
-    return verify_lines(d.decode.dep.served_id, t.rate_per_s, engine, DEFAULT_PORTS[engine],
+    return verify_lines(d.decode.dep.served_id, t.rate_per_s, engine, pd_front_port(engine),
                         t.slos, layout="disaggregated")
 
 
