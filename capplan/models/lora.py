@@ -90,6 +90,19 @@ def adapter_groups(n: int, popularity: str) -> tuple[tuple[float, float], ...]:
     return tuple(groups)
 
 
+def draw_adapters(groups: Any, n: int, rng: np.random.Generator) -> np.ndarray:
+    """n requests' adapters (ids 0..N-1, int32) drawn from popularity groups (`adapter_groups`:
+    the count, probability pairs): group g's adapters take the next ids, each drawn with its
+    group's probability (normalised: the groups' means sum to 1 up to rounding). The
+    simulator's per-request adapters, the same popularity the step model's E[D] is taken
+    over; -1 for every request when there are no adapters."""
+    counts = [int(round(float(c))) for c, _ in groups]
+    p = np.repeat([float(q) for _, q in groups], counts)
+    if p.size == 0 or p.sum() <= 0:
+        return np.full(n, -1, np.int32)
+    return rng.choice(p.size, size=n, p=p / p.sum()).astype(np.int32)
+
+
 def plan_lora(model: Any, settings: Any, dtype_bytes: float) -> LoraPlan | None:
     """The LoraPlan of engine settings (None when max_loras is 0)."""
     n_slots = int(settings.max_loras or 0)

@@ -109,7 +109,7 @@ def run_simulation(dep: Deployment, *, rate: float | None, concurrency: int | No
                             request_overhead_s=overhead if concurrency is not None else 0.0,
                             client_jitter=(s.profile.client_jitter if concurrency is not None
                                            else None),
-                            progress=tick, sim_engine=sim_engine,
+                            progress=tick, sim_engine=sim_engine, adapter_seed=seed,
                             **({} if benchmark is None else
                                {"measure": benchmark.measure(overhead)})).to_dict()
         results[name] = _with_engine(add_request_overhead(res, overhead), name, sim_engine,

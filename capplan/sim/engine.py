@@ -103,6 +103,9 @@ class ContinuousEngine:
     aggregate `RunRecord.steps`; the simulator's runs (`run_scheduler`) keep the aggregate only."""
     series_cap = 1 << 16
     """Step samples kept for the time series (even; tests lower it)."""
+    adapter_seed = 0
+    """Seed of the requests' LoRA adapters when they carry none (compiled.adapters_of; the
+    simulator's runs take the workload's seed, `run_scheduler`)."""
     kv_present = False
     """A P/D decode worker (capplan.sim.pd): a prompt's KV arrived over the link, so its step
     computes its last token only, reading the rest as a cached prefix (sim/pd.KvPresentStep)."""

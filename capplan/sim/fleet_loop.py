@@ -36,6 +36,8 @@ from capplan.sim.compiled import (
     KEEP_STEPS,
     LAST_DEC,
     LAST_FIN,
+    LORA_STEP,
+    MAX_LORAS,
     MAX_SEQS,
     NGAPS,
     NHEAP,
@@ -52,6 +54,7 @@ from capplan.sim.compiled import (
     _bulk_all,
     _gaps_full,
     _grow,
+    _lora_wait,
     _njit,
     _njit_borrow,
     _njit_inline,
@@ -59,6 +62,7 @@ from capplan.sim.compiled import (
     _step,
     _table_full,
     _tbt_add,
+    lora_state,
     numba,
 )
 from capplan.sim.workload import Requests
@@ -206,7 +210,8 @@ def _advance(r: int, until: float, eng: tuple, st: tuple, tb: tuple, shared: tup
         lists = ((ia[RUN_][r], ia[HEAP_][r]), gl[0], (tabs[w], agg_rest[0], agg_rest[1],
                                                        agg_rest[2]))
         bufs = (ia[PF_][r], ia[CHL_][r], ia[NEEDL_][r], shared[0], ia[FDL_][r], shared[1],
-                st[4][r], shared[2], ia[FIN_][r], shared[3], eng[3], pcx)
+                st[4][r], shared[2], ia[FIN_][r], shared[3], eng[3], pcx,
+                (shared[5][r], shared[6]))
         _run_window((r, w, until), eng, st[:5], (nt, bounds, ng), gl[1], lists, bufs)
 
 
@@ -281,6 +286,8 @@ def _fleet_loop(eng: tuple, st: tuple, fl: tuple, tb: tuple, shared: tuple, rep:
         _ensure_room(r, ia, SC)
         q[STATE, i] = WAITING
         _push(i, ia[HEAP_][r], SC[r], q, arr)
+        if eng[1][MAX_LORAS]:
+            _lora_wait(i, 1, q, SC[r], shared[5][r])
     for r in range(R):
         _advance(r, np.inf, eng, st, tb, shared)
 
@@ -301,7 +308,7 @@ def simulate_fleet(arr: np.ndarray, q: np.ndarray, cfg: np.ndarray, consts: tupl
     m = cfg[MAX_SEQS] + 1
     SC = np.zeros((R, NUM_SCALARS), np.int64)
     for r in range(R):
-        SC[r, FREE], SC[r, LAST_DEC], SC[r, STRIDE] = cfg[TOTAL], -1, 1
+        SC[r, FREE], SC[r, LAST_DEC], SC[r, STRIDE], SC[r, LORA_STEP] = cfg[TOTAL], -1, 1, -1
     ia = [np.empty((R, m), np.int64), np.empty((R, 64), np.int64), np.empty((R, m), np.int64),
           np.empty((R, m), np.int64), np.empty((R, m), np.int64), np.empty((R, 2 * m), np.int64),
           np.empty((R, m), np.int64)]
@@ -315,8 +322,10 @@ def simulate_fleet(arr: np.ndarray, q: np.ndarray, cfg: np.ndarray, consts: tupl
     agg_rest = ((np.empty(SERIES_DUMMY, np.float64), np.empty((3, SERIES_DUMMY), np.int32)),
                 np.empty((3, 0), np.float64), np.empty((4, 0), np.int32))
     qt = np.zeros((3, n), np.float64)
+    cnt, skipped = lora_state(q)  # LoRA: each replica its own adapter counts
     shared = (np.zeros(n, np.int8), qt, np.zeros((2, n), np.float64),
-              (np.zeros((7, 0), np.float64), np.zeros((3, 0), np.int64)), pcx)
+              (np.zeros((7, 0), np.float64), np.zeros((3, 0), np.int64)), pcx,
+              np.zeros((R, cnt.shape[0], cnt.shape[1]), np.int64), skipped)
     eng_arr = arr.copy()
     rep = np.full(n, -1, np.int64)
     _fleet_loop((q, cfg, (consts, moe), eng_arr), st, fl, (tabs, nt, bounds, gl, ng, agg_rest),

@@ -38,13 +38,15 @@ def test_no_lora_no_cap():
     assert dep.limits.max_num_seqs == dep.settings.max_num_seqs
 
 
-def test_the_simulator_runs_the_capped_batch():
-    # 4 slots, 8 uniform adapters: at most 5 sequences (above); at 20 req/s, far over what
-    # 5 sequences serve, the replay's running batch sits at 5.
+def test_the_simulator_fills_the_batch_with_loaded_adapters():
+    # 4 slots, 8 uniform adapters: the expected-count cap above is 5 sequences, but the replay
+    # draws each request's adapter and admits every waiting request of a loaded adapter (vLLM
+    # Scheduler.schedule), so at 20 req/s its running batch holds many more than 5 (and never
+    # more than 4 adapters: tests/sim/test_lora_admission.py)
     res = capplan.simulate(MODEL, GPU, rate=20, input_len=500, output_len=200, requests=400,
                            max_loras=4, lora_adapters=8).to_dict()
-    assert max(res["time_series"]["running"]) == 5
-    assert res["mean_running_batch"] == pytest.approx(5, abs=0.1)
+    assert max(res["time_series"]["running"]) > 20
+    assert res["mean_running_batch"] > 10
 
 
 def test_latency_says_max_loras_binds():
@@ -75,19 +77,18 @@ def test_recommend_keeps_the_batch():
     assert best["gpus_total"] == 1
 
 
-def test_a_plans_verification_replay_runs_the_capped_batch_as_simulate_does():
-    # the planner's replay job (planner._verify_job) takes its sequence limit where
-    # `simulate` does (StepModel.seqs_within_lora): 4 slots over 8 uniform adapters hold 5
-    # sequences (above), not the engine's max_num_seqs of 1024; without LoRA, that 1024
+def test_a_plans_verification_replay_runs_max_num_seqs_as_simulate_does():
+    # the planner's replay job (planner._verify_job) takes the engine's max_num_seqs, as
+    # `simulate` does, LoRA or not: the replay applies the slots per request (max_loras rule)
     from types import SimpleNamespace
 
     from capplan.plan.planner import _verify_job
 
-    for opts, want in (({"max_loras": 4, "lora_adapters": 8}, 5), ({}, 1024)):
+    for opts in ({"max_loras": 4, "lora_adapters": 8}, {}):
         dep = capplan.deployment(MODEL, GPU, max_model_len=4096, **opts)
         cand = SimpleNamespace(settings=dep.settings, step=dep.step, pool=dep.pool)
         rec = SimpleNamespace(candidate=cand, replicas=1,
                               predicted=SimpleNamespace(mean_running_batch=4.0))
         pool = SimpleNamespace(lanes=[], traffic=SimpleNamespace(out=SimpleNamespace(mean=200)))
         job = _verify_job(rec, pool, 300)
-        assert job.max_num_seqs == dep.limits.max_num_seqs == want
+        assert job.max_num_seqs == dep.limits.max_num_seqs == 1024
