@@ -32,7 +32,12 @@ struct-of-arrays state, on the exact clock, one step at a time:
   the end of that step, and with jitter requests take the next index in arrival order;
 - prefix caching: each request's shareable block keys as dense int64 ids (`prefix_cache`), per
   key a ref count and the stamp of its free cached block, the free queue as an array in stamp
-  order (eviction pops its front, skipping stale entries).
+  order (eviction pops its front, skipping stale entries);
+- LoRA (cfg[MAX_LORAS] slots): each request's adapter in q[ADAPTER], per adapter its running
+  and waiting requests (`lora_state`), the distinct adapters running and the waiting requests
+  that may run beside them as scalars, kept as requests arrive, are admitted, preempted and
+  finish; the admission scan skips requests of further adapters (`_admit_waiting`) and each
+  step's constants carry the running set's distinct adapters (`_with_adapters`).
 
 The same source as plain Python: without numba this module's functions stay Python; with it,
 `plain_module()` loads this file a second time as `PLAIN_MODULE` with the JIT off (debugging,

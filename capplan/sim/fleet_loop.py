@@ -14,10 +14,11 @@ python`), on the scheduler's plain twin.
 
 Per replica: the scalars, the running set, the waiting heap, the step lists, the float
 aggregates and the prefix cache's ref counts, stamps and free queue (rows of 2-D and 3-D
-arrays, `fleet_prefix_cache`); per request (shared, each request is on one replica): its state
-`q`, times, flags and block keys. The per-step TBT samples go to one table per window of the
-caller's schedule (a step's window is the one its start falls in; a decode stretch stops at a
-window edge), the extra gaps with the window of their step's end.
+arrays, `fleet_prefix_cache`) and its LoRA adapters' running and waiting counts; per request
+(shared, each request is on one replica): its state `q`, times, flags and block keys. The
+per-step TBT samples go to one table per window of the caller's schedule (a step's window is
+the one its start falls in; a decode stretch stops at a window edge), the extra gaps with the
+window of their step's end.
 """
 
 from __future__ import annotations
