@@ -122,11 +122,12 @@ requests sent and on their way (client jitter)."""
 NCACHED, STAMP, LRU_HEAD, LRU_TAIL, HIT_TOKENS = 30, 31, 32, 33, 34
 """sc[...], prefix caching: free blocks that keep a key, the next free-queue stamp, the free
 queue's live span, prompt tokens found in the cache."""
-NLOADED, WLOAD, LORA_CAND, LORA_STEP = 36, 37, 38, 39
+NLOADED, WLOAD, LORA_CAND, NPARK = 36, 37, 38, 39
 """sc[...], LoRA (cfg[MAX_LORAS] > 0): distinct adapters of the running set (the loaded ones),
-waiting requests that may run beside them (an adapter loaded, or none), and the waiting request
-the last admission scan stopped at for want of blocks or budget with the step of that scan
-(`_bulk_ok`)."""
+waiting requests that may run beside them (an adapter loaded, or none), the waiting request the
+last admission scan stopped at for want of blocks or budget while it is still the first the
+scan would try (-1: not known; `_lora_wait`, `_lora_run` forget it), and the waiting requests
+parked out of the heap (`_admit_waiting`). Waiting requests: sc[NHEAP] + sc[NPARK]."""
 # float scalars tf[...]: this step's start and end, the end of the last decode step and of step
 # 0, the time integrals of the running set and of the requests in the system (s * requests),
 # a closed loop's request overhead, the start of the last step run and this step's admission
@@ -145,8 +146,9 @@ SERIES_CAP = 1 << 16
 (TOTAL, BS, MAX_SEQS, MAX_TOKENS, WINDOW, HAS_WINDOW, PREFILL_FIRST, CHUNKED, CAN_PREEMPT,
  STATE_BLOCKS, KEEP_STEPS, SERIES_CAP_, CONC, JITTER, PC, KV_PRESENT, DP, AHEAD,
  MAX_LORAS) = range(19)
-# LoRA, bufs[12] = (counts, skipped): counts[RUN_A, a] running and counts[WAIT_A, a] waiting
-# requests of adapter a; skipped: room for the requests one admission scan passes over
+# LoRA, bufs[12] = (counts, parked): counts[RUN_A, a] running and counts[WAIT_A, a] waiting
+# requests of adapter a; parked[:sc[NPARK]]: waiting requests an admission scan skipped, out of
+# the heap until a slot frees (`_admit_waiting`)
 RUN_A, WAIT_A = range(2)
 _LORA_N1 = perf.STEP_CONSTANTS.index("lora_n1")
 _LORA_CAP = perf.STEP_CONSTANTS.index("lora_max_loras")
@@ -378,7 +380,7 @@ def _arrive(t: float, q: np.ndarray, sc: np.ndarray, cfg: np.ndarray, heap: np.n
         q[STATE, s] = WAITING
         _push(s, heap, sc, q, arr)
         if cfg[MAX_LORAS]:
-            _lora_wait(s, 1, q, sc, bufs[12][0])
+            _lora_wait(s, 1, q, sc, bufs[12][0], arr)
         sc[NXT] = s + 1
 
 
@@ -428,10 +430,14 @@ def _lora_ok(s: int, q: np.ndarray, sc: np.ndarray, cfg: np.ndarray, cnt: np.nda
 
 
 @_njit_inline
-def _lora_wait(s: int, d: int, q: np.ndarray, sc: np.ndarray, cnt: np.ndarray) -> None:
+def _lora_wait(s: int, d: int, q: np.ndarray, sc: np.ndarray, cnt: np.ndarray,
+               arr: np.ndarray) -> None:
     """s joins (d = 1) or leaves (d = -1) the waiting queue: its adapter's waiting count and
     sc[WLOAD], the waiting requests that may run beside the running set (no adapter, or a
-    loaded one)."""
+    loaded one); joining ahead of sc[LORA_CAND] makes that one unknown."""
+    c = sc[LORA_CAND]
+    if d > 0 and c >= 0 and _before(s, c, q, arr):
+        sc[LORA_CAND] = -1
     a = q[ADAPTER, s]
     if a < 0:
         sc[WLOAD] += d
@@ -445,7 +451,7 @@ def _lora_wait(s: int, d: int, q: np.ndarray, sc: np.ndarray, cnt: np.ndarray) -
 def _lora_run(s: int, d: int, q: np.ndarray, sc: np.ndarray, cnt: np.ndarray) -> None:
     """s joins (d = 1) or leaves (d = -1) the running set: an adapter loads with its first
     running sequence and unloads with its last, its waiting requests following it in and out
-    of sc[WLOAD]."""
+    of sc[WLOAD]; which requests may run changes, so sc[LORA_CAND] is unknown."""
     a = q[ADAPTER, s]
     if a < 0:
         return
@@ -453,6 +459,7 @@ def _lora_run(s: int, d: int, q: np.ndarray, sc: np.ndarray, cnt: np.ndarray) ->
     if cnt[RUN_A, a] == (1 if d > 0 else 0):
         sc[NLOADED] += d
         sc[WLOAD] += d * cnt[WAIT_A, a]
+        sc[LORA_CAND] = -1
 
 
 @_njit_inline
@@ -657,7 +664,7 @@ def _preempt(v: int, q: np.ndarray, sc: np.ndarray, cfg: np.ndarray, run: np.nda
     _push(v, heap, sc, q, arr)
     if cfg[MAX_LORAS]:
         _lora_run(v, -1, q, sc, bufs[12][0])
-        _lora_wait(v, 1, q, sc, bufs[12][0])
+        _lora_wait(v, 1, q, sc, bufs[12][0], arr)
     sc[PREEMPTIONS] += 1
     sc[PREEMPTED_NOW] = 1
 
@@ -764,21 +771,46 @@ def _admission(s: int, budget: int, cap: int, q: np.ndarray, sc: np.ndarray, cfg
 
 
 @_njit_inline
+def _lora_unchanged(q: np.ndarray, sc: np.ndarray, cfg: np.ndarray, heap: np.ndarray,
+                    arr: np.ndarray, bufs: tuple) -> bool:
+    """LoRA, before an admission scan (`_admit_waiting`): a freed slot lets every parked
+    request run, so they go back to the heap; True when the request the last scan stopped at
+    is still the first to try and still does not fit (the scan is not repeated), else the scan
+    runs with that request forgotten."""
+    parked = bufs[12][1]
+    if sc[NPARK] and sc[NLOADED] < cfg[MAX_LORAS]:
+        for i in range(sc[NPARK]):
+            _push(parked[i], heap, sc, q, arr)
+        sc[NPARK] = 0
+    c = sc[LORA_CAND]
+    if (c >= 0 and sc[BUDGET] > 0 and sc[NRUN] < cfg[MAX_SEQS]
+            and _admission(c, sc[BUDGET], sc[SEQCAP], q, sc, cfg, bufs[11])[0] < 0):
+        return True
+    sc[LORA_CAND] = -1
+    return False
+
+
+@_njit_inline
 def _admit_waiting(q: np.ndarray, sc: np.ndarray, cfg: np.ndarray, lists: tuple,
                    arr: np.ndarray, bufs: tuple) -> None:
     """Waiting requests in queue order while the budget, max_num_seqs and blocks allow.
 
     LoRA (cfg[MAX_LORAS] > 0), vLLM's rule (`_lora_ok`): a request whose adapter may not run
     beside the running set is skipped and stays waiting, and the scan goes on to the next.
-    Bound: the scan skips only while sc[WLOAD] says some waiting request may run (a request it
-    reaches then is admitted or ends the scan), so a step skips at most the requests queued
-    ahead of the last one it admits or stops at; each skip costs a heap pop and a push (O(log
-    queue)); an admission, or the end of the scan at max_num_seqs, the budget or the blocks,
-    costs what it costs without LoRA."""
+    Bound: a skipped request is parked, O(1) after its heap pop, out of the heap, so no later
+    scan passes over it again until a slot frees (an adapter unloads: every parked request is
+    pushed back, each push charged to that event; a parked request cannot run before, its
+    adapter not loaded and no slot free). The scan skips only while sc[WLOAD] says some
+    waiting request may run (the first it reaches is admitted or ends the scan), and a scan
+    that stopped at a request for want of blocks or budget is not repeated while that request
+    is still the first to try (sc[LORA_CAND]: the next steps test it alone, O(1), until it
+    fits or the loaded adapters or the queue ahead of it change). Without LoRA the scan is as
+    it was."""
     run, heap = lists[0], lists[1]
     pf, chl, pcx = bufs[0], bufs[1], bufs[11]
-    cnt, skipped = bufs[12]
-    nskip = 0
+    cnt, parked = bufs[12]
+    if cfg[MAX_LORAS] and _lora_unchanged(q, sc, cfg, heap, arr, bufs):
+        return  # the scan would reach sc[LORA_CAND] again and stop there
     while sc[NHEAP] > 0 and sc[BUDGET] > 0 and sc[NRUN] < cfg[MAX_SEQS]:
         s = heap[0]
         if arr[s] > bufs[6][T_CUT]:
@@ -786,16 +818,17 @@ def _admit_waiting(q: np.ndarray, sc: np.ndarray, cfg: np.ndarray, lists: tuple,
         if cfg[MAX_LORAS] and not _lora_ok(s, q, sc, cfg, cnt):
             if sc[WLOAD] == 0:
                 break  # no waiting request may run beside the loaded adapters
-            skipped[nskip] = _pop(heap, sc, q, arr)
-            nskip += 1
+            parked[sc[NPARK]] = _pop(heap, sc, q, arr)
+            sc[NPARK] += 1
             continue
         c, nb, nh = _admission(s, sc[BUDGET], sc[SEQCAP], q, sc, cfg, pcx)
         if c < 0:
-            sc[LORA_CAND], sc[LORA_STEP] = s, sc[STEP]  # (read by `_bulk_ok` with LoRA)
+            if cfg[MAX_LORAS]:
+                sc[LORA_CAND] = s  # the first to try while nothing changes (`_bulk_ok` too)
             break
         _pop(heap, sc, q, arr)
         if cfg[MAX_LORAS]:
-            _lora_wait(s, -1, q, sc, cnt)
+            _lora_wait(s, -1, q, sc, cnt, arr)
             _lora_run(s, 1, q, sc, cnt)
         if nh:
             _hit(s, nh, q, sc, cfg, pcx)
@@ -813,8 +846,6 @@ def _admit_waiting(q: np.ndarray, sc: np.ndarray, cfg: np.ndarray, lists: tuple,
         pf[sc[NPF]] = s
         sc[NPF] += 1
         _add_chunk(s, c, q, sc, chl)
-    for i in range(nskip):  # the skipped requests wait on, in their order
-        _push(skipped[i], heap, sc, q, arr)
 
 
 @_njit_inline
@@ -1073,7 +1104,7 @@ def _sample(t: float, sc: np.ndarray, cfg: np.ndarray, series: tuple) -> None:
     sf, si = series
     j = sc[NSER]
     sf[j] = t
-    si[0, j], si[1, j], si[2, j] = sc[NRUN], sc[NHEAP], cfg[TOTAL] - sc[FREE]
+    si[0, j], si[1, j], si[2, j] = sc[NRUN], sc[NHEAP] + sc[NPARK], cfg[TOTAL] - sc[FREE]
     sc[NSER] = j + 1
     if j + 1 == sf.shape[0]:
         _halve(sc, series)
@@ -1116,13 +1147,14 @@ def _record(t: float, dur: float, decode: bool, nfd: int, sc: np.ndarray, cfg: n
     if decode:
         tf[T_LAST_DEC] = t + dur
     tf[RUN_INT] += sc[NRUN] * dur
-    tf[SYS_INT] += (sc[NRUN] + sc[NHEAP]) * dur
+    waiting = sc[NHEAP] + sc[NPARK]
+    tf[SYS_INT] += (sc[NRUN] + waiting) * dur
     sc[KV_MAX] = max(sc[KV_MAX], cfg[TOTAL] - sc[FREE])
     if k == sc[NSER] * sc[STRIDE]:  # the next multiple of the stride
         _sample(t, sc, cfg, series)
     if cfg[KEEP_STEPS]:
         sf[0, k], sf[1, k], sf[2, k] = t, dur, gap
-        si[0, k], si[1, k], si[2, k], si[3, k] = tbt, sc[NRUN], sc[NHEAP], cfg[TOTAL] - sc[FREE]
+        si[0, k], si[1, k], si[2, k], si[3, k] = tbt, sc[NRUN], waiting, cfg[TOTAL] - sc[FREE]
 
 
 @_njit_inline
@@ -1176,6 +1208,8 @@ def _bulk_ok(q: np.ndarray, sc: np.ndarray, cfg: np.ndarray, heap: np.ndarray, b
     n = sc[NRUN]
     if n == 0 or sc[ERR] or sc[NDEC] != n or sc[NPF] or sc[NFD] or sc[LAST_DEC] != sc[STEP]:
         return False
+    if sc[NPARK] and sc[NLOADED] < cfg[MAX_LORAS]:
+        return False  # LoRA: a slot freed for the parked requests (`_admit_waiting`)
     if sc[NHEAP] == 0 or n >= cfg[MAX_SEQS]:
         return True
     if cfg[AHEAD] and bufs[10][heap[0]] > bufs[6][T_PREV]:
@@ -1186,10 +1220,10 @@ def _bulk_ok(q: np.ndarray, sc: np.ndarray, cfg: np.ndarray, heap: np.ndarray, b
     s = heap[0]
     if cfg[MAX_LORAS] and not _lora_ok(s, q, sc, cfg, bufs[12][0]):
         # LoRA: the first request the scan may admit is further back: none (only a
-        # completion or an arrival changes that), or the one this step's scan stopped at
+        # completion or an arrival changes that), or the one a scan stopped at
         if sc[WLOAD] == 0:
             return True
-        if sc[LORA_STEP] != sc[STEP]:
+        if sc[LORA_CAND] < 0:
             return False  # not known without a scan: the full step scans
         s = sc[LORA_CAND]
     return _admission(s, budget, _seq_cap(budget, cfg), q, sc, cfg, bufs[11])[0] < 0
@@ -1360,7 +1394,7 @@ def _run_steps(at: tuple, q: np.ndarray, sc: np.ndarray, cfg: np.ndarray, model:
     n = arr.shape[0]
     while sc[DONE] < n and k < stop_k:
         _arrive(t, q, sc, cfg, lists[0][1], arr, bufs)
-        if sc[NRUN] == 0 and sc[NHEAP] == 0:
+        if sc[NRUN] == 0 and sc[NHEAP] == 0 and sc[NPARK] == 0:
             t_next = _next_arrival(sc, cfg, arr, bufs)
             if t_next == np.inf:
                 sc[ERR] = ERR_NO_WORK  # idle with requests left: cannot happen
@@ -1416,7 +1450,7 @@ def simulate_loop(arr: np.ndarray, q: np.ndarray, cfg: np.ndarray, consts: tuple
     sc[FREE] = cfg[TOTAL]
     sc[LAST_DEC] = -1
     sc[STRIDE] = 1
-    sc[LORA_STEP] = -1
+    sc[LORA_CAND] = -1
     sc[SENT] = min(cfg[CONC], n) if cfg[CONC] else n
     cap = 1024 if cfg[KEEP_STEPS] else 0
     series = (np.empty(cfg[SERIES_CAP_], np.float64), np.empty((3, cfg[SERIES_CAP_]), np.int32))
@@ -1445,7 +1479,7 @@ def simulate_loop(arr: np.ndarray, q: np.ndarray, cfg: np.ndarray, consts: tuple
 @_njit
 def lora_state(q: np.ndarray) -> tuple:
     """LoRA's per-engine state `bufs[12]`: per adapter of q[ADAPTER] its running and waiting
-    requests (zeros), and room for the requests one admission scan skips (every request)."""
+    requests (zeros), and room for the parked requests (every request)."""
     na = 1
     for s in range(q.shape[1]):
         na = max(na, q[ADAPTER, s] + 1)
