@@ -93,6 +93,14 @@ def adapter_groups(n: int, popularity: str) -> tuple[tuple[float, float], ...]:
     return tuple(groups)
 
 
+def step_groups(step: Any) -> list[tuple[float, float]]:
+    """A step model's popularity groups (its lora_n1, lora_q1 .. lora_n4, lora_q4; the largest
+    of each over a grid's configurations)."""
+    return [(float(np.max(getattr(step, f"lora_n{g}", 0.0))),
+             float(np.max(getattr(step, f"lora_q{g}", 0.0))))
+            for g in range(1, LORA_GROUPS + 1)]
+
+
 def draw_adapters(groups: Any, n: int, rng: np.random.Generator) -> np.ndarray:
     """n requests' adapters (ids 0..N-1, int32) drawn from popularity groups (`adapter_groups`:
     the count, probability pairs): group g's adapters take the next ids, each drawn with its

@@ -1661,10 +1661,9 @@ def adapters_of(eng: Any, reqs: Requests) -> tuple[int, np.ndarray]:
         return 0, np.full(len(reqs), -1, np.int32)
     if reqs.adapter is not None:
         return slots * attention_ranks(eng), np.asarray(reqs.adapter, np.int32)
-    groups = [tuple(float(np.max(getattr(step, f"lora_{k}{g}"))) for k in "nq")
-              for g in range(1, lora.LORA_GROUPS + 1)]
     rng = np.random.default_rng(int(getattr(eng, "adapter_seed", 0)))
-    return slots * attention_ranks(eng), lora.draw_adapters(groups, len(reqs), rng)
+    return slots * attention_ranks(eng), lora.draw_adapters(lora.step_groups(step), len(reqs),
+                                                            rng)
 
 
 def closed_loop_rows(reqs: Requests, cfg: np.ndarray, overhead_s: float,

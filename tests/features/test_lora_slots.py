@@ -97,3 +97,12 @@ def test_a_plans_verification_replay_runs_max_num_seqs_as_simulate_does(opts):
     pool = SimpleNamespace(lanes=[], traffic=SimpleNamespace(out=SimpleNamespace(mean=200)))
     job = _verify_job(rec, pool, 300)
     assert job.max_num_seqs == dep.limits.max_num_seqs == 1024
+
+
+def test_a_runs_adapters_follow_its_seed():
+    # run_simulation draws each request's adapter once, with the run's seed, for every
+    # scheduler and replica: the same seed gives the same run, another seed another draw
+    kw = dict(rate=6, input_len=500, output_len=300, requests=600, max_loras=2,
+              lora_adapters=8)
+    a, b, c = (capplan.simulate(MODEL, GPU, seed=s, **kw).to_dict() for s in (1, 1, 2))
+    assert a["ttft_s"] == b["ttft_s"] and a["ttft_s"] != c["ttft_s"]
