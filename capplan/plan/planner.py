@@ -780,8 +780,8 @@ def _verify_job(r: Recommendation, pool: _Pool, max_requests: int) -> VerifyJob:
     return VerifyJob(lanes=pool.lanes, replicas=r.replicas, step=c.step,
                      num_gpu_blocks=c.pool.num_blocks, block_size=c.pool.block_size,
                      state_blocks=c.pool.state_blocks_per_seq,
-                     # per rank x ranks, within the LoRA slots as `simulate` runs it
-                     max_num_seqs=c.step.seqs_within_lora(s.max_num_seqs) * s.attention_dp,
+                     # per rank x ranks, as `simulate` runs it
+                     max_num_seqs=s.max_num_seqs * s.attention_dp,
                      max_num_batched_tokens=s.max_num_batched_tokens * s.attention_dp,
                      max_model_len=s.max_model_len, requests=n_req,
                      policy=s.profile.scheduler,
