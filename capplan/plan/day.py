@@ -34,7 +34,14 @@ import numpy as np
 from capplan.catalog.loader import Catalog
 from capplan.errors import InputError
 from capplan.models.memory import memory_report
-from capplan.plan.day_peak import HOUR_S, peak_plan, peak_traffic, rank_for_day, replicas_for
+from capplan.plan.day_peak import (
+    HOUR_S,
+    peak_plan,
+    peak_traffic,
+    rank_for_day,
+    replicas_for,
+    scaled_counts,
+)
 from capplan.plan.rate_curve import (
     DEFAULT_WINDOW_S,
     WindowSeries,
@@ -173,6 +180,10 @@ class DayPlan:
     rebuild: Callable[[np.ndarray], list[Window]] | None = field(default=None, repr=False,
                                                                  compare=False)
     """The windows for other replica counts (the replay adds replicas where it misses)."""
+    rescale: Callable[[dict[int, int]], tuple[np.ndarray, float]] | None = field(
+        default=None, repr=False, compare=False)
+    """Every window's replica count when the replay found windows needing more replicas
+    than the analytic count (day_peak.scaled_counts): (counts, capacity factor)."""
 
     @property
     def span_s(self) -> float:
@@ -290,16 +301,21 @@ def windows_for(total: WindowSeries, reps: np.ndarray, gpr: int, lag: StartupLag
 
 
 def _schedule(total: WindowSeries, cand: Candidate, opts: DayOptions, headroom: float,
-              lag: StartupLag, size: _Sizing) -> tuple[list[Window], Callable]:
-    """The windows at the analytic replica counts, and the function rebuilding them for
-    other counts (the replay's corrections)."""
+              lag: StartupLag, size: _Sizing) -> tuple[list[Window], Callable, Callable]:
+    """The windows at the analytic replica counts, the function rebuilding them for other
+    counts (the replay's corrections) and the one scaling every window's count to the
+    capacity the replay found (day_peak.scaled_counts)."""
     reps = replicas_for(total.offered_rps, size.capacity_rps, headroom, opts.min_replicas)
     gpr = cand.gpus_total // max(cand.replicas, 1)
 
     def rebuild(r: np.ndarray) -> list[Window]:
         return windows_for(total, r, gpr, lag, size)
 
-    return rebuild(reps), rebuild
+    def rescale(needed: dict[int, int]) -> tuple[np.ndarray, float]:
+        return scaled_counts(total.offered_rps, size.capacity_rps, headroom,
+                             opts.min_replicas, needed)
+
+    return rebuild(reps), rebuild, rescale
 
 
 def plan_day(cat: Catalog, plan: PlanFile, opts: DayOptions, run: PlanFn,
@@ -320,7 +336,7 @@ def plan_day(cat: Catalog, plan: PlanFile, opts: DayOptions, run: PlanFn,
         lag = startup_lag(mem.weights_bytes_per_gpu * gpr, opts.load_from, opts.load_gb_per_s,
                           opts.engine_startup_s)
         size = _sizing(cand, peak, model, total, any(d.requests is not None for d in days))
-        windows, rebuild = _schedule(total, cand, opts, plan.headroom, lag, size)
+        windows, rebuild, rescale = _schedule(total, cand, opts, plan.headroom, lag, size)
     # the lanes as the user gave them, not the temporary length files
     result = replace(result, lanes=list(plan.workloads))
     price = cost_per_hour(cand.gpu, 1)
@@ -335,7 +351,7 @@ def plan_day(cat: Catalog, plan: PlanFile, opts: DayOptions, run: PlanFn,
     dp = DayPlan(plan=result, windows=windows, gpus_per_replica=gpr, price_per_gpu_hour=price,
                  output_tokens=float(total.output_tokens.sum()), lag=lag, source=total.source,
                  headroom=plan.headroom, notes=notes, peak=peak_traffic(days, total),
-                 rebuild=rebuild)
+                 rebuild=rebuild, rescale=rescale)
     reqs = _day_requests(days, plan)
     if reqs is not None and opts.replay != "none":
         from capplan.plan.day_replay import verify_day

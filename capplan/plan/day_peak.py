@@ -35,6 +35,23 @@ def replicas_for(offered_rps: np.ndarray, capacity_rps: float | np.ndarray, head
     return np.maximum(need, min_replicas).astype(np.int64)
 
 
+def scaled_counts(rate_rps: np.ndarray, capacity_rps: np.ndarray, headroom: float,
+                  min_replicas: int, needed: dict[int, int]) -> tuple[np.ndarray, float]:
+    """Replica counts for every window when the replay found that windows `needed` (index:
+    replicas) need more than replicas_for gave them: each replica's capacity scaled by the
+    largest factor that still gives every such window its count, the least over them of
+    rate_k (1 + headroom) / ((n_k - 1) capacity_k) (just below it: at that factor window k
+    needs n_k - 1 replicas and a hair more; a window needing one replica bounds nothing),
+    at most 1. Returns (counts, factor); counts never fall below replicas_for's."""
+    rate = np.asarray(rate_rps, float)
+    cap = np.broadcast_to(np.asarray(capacity_rps, float), rate.shape)
+    factors = [rate[k] * (1 + headroom) / ((n - 1) * cap[k]) / (1 + 1e-6)
+               for k, n in needed.items() if n > 1 and cap[k] > 0]
+    scale = min([1.0, *factors])
+    base = replicas_for(rate, cap, headroom, min_replicas)
+    return np.maximum(base, replicas_for(rate, cap * scale, headroom, min_replicas)), scale
+
+
 def length_sample(reqs: Requests, rng: np.random.Generator | None = None
                   ) -> tuple[np.ndarray, np.ndarray]:
     """A trace's prompt and output lengths, a uniform sample of LENGTH_SAMPLE requests at
