@@ -87,6 +87,7 @@ def _attainment(w: dict[str, Any], which: str) -> str | None:
 
 SCHEDULE_COLUMNS = [
     Column("start", "start"), Column("offered_rps", "req/s", None, ".3g"),
+    Column("sizing_rps", "sized\nreq/s", None, ".3g"),
     Column("dispersion", "IDC", None, ".2f"), Column("arrival_scv", "gap\nSCV", None, ".2f"),
     Column("replicas", "replicas"), Column("gpus", "GPUs"),
     Column("ttft_p99_s", "TTFT p99\n(ms)", _ms, ".0f"),

@@ -44,10 +44,13 @@ from capplan.plan.day_peak import (
 )
 from capplan.plan.rate_curve import (
     DEFAULT_WINDOW_S,
+    RateCurve,
     WindowSeries,
+    curve_arrivals,
     parse_rate_curve,
     series_from_curve,
     series_from_trace,
+    window_peaks,
 )
 from capplan.plan.result import PlanResult
 from capplan.plan.schema import PlanFile
@@ -83,6 +86,8 @@ class LaneDay:
     trace: str | None = None
     """The trace file read (absolute: `capplan verify` reads its lengths from any folder)."""
     time_unit: str = "auto"
+    curve: RateCurve | None = None
+    """A rate-curve (or steady) lane's curve: its windows' peaks and its replay follow it."""
 
 
 def lane_day(lane: Any, window_s: float, base: Path | None = None) -> LaneDay:
@@ -103,27 +108,39 @@ def lane_day(lane: Any, window_s: float, base: Path | None = None) -> LaneDay:
     else:
         curve = parse_rate_curve([{"at": "00:00", "rate_per_s": lane.rate_per_s}])
     return LaneDay(lane.name, series_from_curve(curve, out_mean, window_s,
-                                                dispersion=1.0 / lane.burstiness))
+                                                dispersion=1.0 / lane.burstiness), curve=curve)
 
 
 def combine(days: Sequence[LaneDay]) -> WindowSeries:
     """Lanes added window by window: a rate curve repeats every day (beside a trace of several
-    days), a shorter trace counts 0 after its end."""
+    days), a shorter trace counts 0 after its end. Each window is sized for the highest total
+    rate inside it (rate_curve.window_peaks over the curves, a trace lane counting its
+    window's rate), with each lane's rate at that instant as its mix (`lane_rps`)."""
     longest = max(days, key=lambda d: (len(d.series), d.series.span_s)).series
     n = len(longest)
     rate, out_tok, disp_w, scv_w = np.zeros(n), np.zeros(n), np.zeros(n), np.zeros(n)
-    for d in days:
+    lane_rps = np.zeros((len(days), n))
+    for i, d in enumerate(days):
         s = d.series
         k = n if d.requests is None else len(s)  # np.resize repeats a day's curve cyclically
         rate[:k] += np.resize(s.offered_rps, k)
         out_tok[:k] += np.resize(s.output_tokens, k)
         disp_w[:k] += np.resize(s.dispersion * s.offered_rps, k)
         scv_w[:k] += np.resize(s.arrival_scv * s.offered_rps, k)
+        if d.curve is None:  # a trace: its window's rate (a series without its curve: its own)
+            lane_rps[i, :k] = np.resize(s.sized, k)
     # the lanes' rate-weighted mean (the planner pools lanes' SCVs the same way: traffic_for)
     disp = np.where(rate > 0, disp_w / np.maximum(rate, 1e-300), 1.0)
     scv = np.where(rate > 0, scv_w / np.maximum(rate, 1e-300), 1.0)
+    curved = [i for i, d in enumerate(days) if d.curve is not None]
+    sizing = lane_rps.sum(axis=0)
+    if curved:
+        sizing, _, at_peak = window_peaks([days[i].curve for i in curved], longest.start_s,
+                                          longest.end_s, base_rps=sizing)
+        lane_rps[curved] = at_peak
     return WindowSeries(longest.start_s, longest.end_s, rate, disp, scv, out_tok,
-                        " + ".join(d.series.source for d in days))
+                        " + ".join(d.series.source for d in days), sizing_rps=sizing,
+                        lane_rps=lane_rps)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -133,6 +150,9 @@ class Window:
     start_s: float
     end_s: float
     offered_rps: float
+    sizing_rps: float
+    """The rate the window is sized for: the highest a rate curve reaches inside it (its
+    offered rate is the mean); a trace window's offered rate."""
     dispersion: float
     arrival_scv: float
     replicas: int
@@ -151,7 +171,8 @@ class Window:
 
     def to_dict(self) -> dict[str, Any]:
         return {"start_s": self.start_s, "end_s": self.end_s, "offered_rps": self.offered_rps,
-                "dispersion": self.dispersion, "arrival_scv": self.arrival_scv,
+                "sizing_rps": self.sizing_rps, "dispersion": self.dispersion,
+                "arrival_scv": self.arrival_scv,
                 "replicas": self.replicas, "gpus": self.gpus,
                 "ttft_p99_s": self.ttft_p99_s, "tbt_p99_s": self.tbt_p99_s,
                 "scale_up_begin_s": self.scale_up_begin_s,
@@ -278,7 +299,7 @@ def windows_for(total: WindowSeries, reps: np.ndarray, gpr: int, lag: StartupLag
     """The schedule's windows for replica counts `reps` (GPUs, predicted p99s, scale-up lead,
     the reactive policy's counts)."""
     reps = np.asarray(reps, np.int64)
-    ttft, tbt = size.predict(total.offered_rps / np.maximum(reps, 1))
+    ttft, tbt = size.predict(total.sized / np.maximum(reps, 1))
     # reactive: each window runs what the previous one needed (the first: its own)
     reactive = np.concatenate([reps[:1], reps[:-1]])
     span = float(total.end_s[-1] - total.start_s[0])
@@ -288,7 +309,8 @@ def windows_for(total: WindowSeries, reps: np.ndarray, gpr: int, lag: StartupLag
         idle = reps[i] == 0
         out.append(Window(
             start_s=float(total.start_s[i]), end_s=float(total.end_s[i]),
-            offered_rps=float(total.offered_rps[i]), dispersion=float(total.dispersion[i]),
+            offered_rps=float(total.offered_rps[i]), sizing_rps=float(total.sized[i]),
+            dispersion=float(total.dispersion[i]),
             arrival_scv=float(total.arrival_scv[i]),
             replicas=int(reps[i]), gpus=int(reps[i]) * gpr,
             ttft_p99_s=math.nan if idle else float(ttft[i]),
@@ -305,14 +327,14 @@ def _schedule(total: WindowSeries, cand: Candidate, opts: DayOptions, headroom: 
     """The windows at the analytic replica counts, the function rebuilding them for other
     counts (the replay's corrections) and the one scaling every window's count to the
     capacity the replay found (day_peak.scaled_counts)."""
-    reps = replicas_for(total.offered_rps, size.capacity_rps, headroom, opts.min_replicas)
+    reps = replicas_for(total.sized, size.capacity_rps, headroom, opts.min_replicas)
     gpr = cand.gpus_total // max(cand.replicas, 1)
 
     def rebuild(r: np.ndarray) -> list[Window]:
         return windows_for(total, r, gpr, lag, size)
 
     def rescale(needed: dict[int, int]) -> tuple[np.ndarray, float]:
-        return scaled_counts(total.offered_rps, size.capacity_rps, headroom,
+        return scaled_counts(total.sized, size.capacity_rps, headroom,
                              opts.min_replicas, needed)
 
     return rebuild(reps), rebuild, rescale
@@ -345,14 +367,14 @@ def plan_day(cat: Catalog, plan: PlanFile, opts: DayOptions, run: PlanFn,
                [f"the traffic spans {span / 3600:.3g} h: GPU-hours are over that span, costs "
                 "per day scale it to 24 h"])
     k = total.peak_index
-    notes = [*per_day, *rerank, f"sized at the peak window ({total.offered_rps[k]:.3g} req/s, "
+    notes = [*per_day, *rerank, f"sized at the peak window ({total.sized[k]:.3g} req/s, "
              f"window {k}); each replica carries {cand.max_rate_per_s:.3g} "
-             f"req/s within the SLOs, headroom {plan.headroom:.0%}"]
+             f"req/s within the SLOs, headroom {plan.headroom:.0%}", *_sizing_note(days, total)]
     dp = DayPlan(plan=result, windows=windows, gpus_per_replica=gpr, price_per_gpu_hour=price,
                  output_tokens=float(total.output_tokens.sum()), lag=lag, source=total.source,
                  headroom=plan.headroom, notes=notes, peak=peak_traffic(days, total),
                  rebuild=rebuild, rescale=rescale)
-    reqs = _day_requests(days, plan)
+    reqs = _day_requests(days, plan, total)
     if reqs is not None and opts.replay != "none":
         from capplan.plan.day_replay import verify_day
 
@@ -364,25 +386,44 @@ REPLAY_SEED = 25
 """Seed of the requests drawn for rate-curve lanes' replay (fixed: the answer is repeatable)."""
 
 
-def _curve_requests(d: LaneDay, lane: Any, rng: np.random.Generator) -> Requests:
-    """Requests of a rate-curve lane for the replay: Poisson arrivals at each window's rate
-    (gamma-burstiness lanes are replayed as Poisson), lengths drawn from the lane's."""
-    s = d.series
-    counts = rng.poisson(s.offered_rps * (s.end_s - s.start_s))
-    start = np.repeat(s.start_s, counts)
-    t = np.sort(start + rng.random(len(start)) * np.repeat(s.end_s - s.start_s, counts))
+def _curve_requests(d: LaneDay, lane: Any, total: WindowSeries, rng: np.random.Generator
+                    ) -> Requests:
+    """Requests of a rate-curve lane for the replay over the day's windows: arrivals of a
+    non-homogeneous Poisson process following the curve inside each window (gamma-burstiness
+    lanes are replayed as Poisson; rate_curve.curve_arrivals), lengths drawn from the lane's."""
+    assert d.curve is not None, "a rate-curve lane has its curve"
+    peak, _, _ = window_peaks([d.curve], total.start_s, total.end_s)
+    t = curve_arrivals(d.curve, total.start_s, total.end_s, peak, rng)
     n = len(t)
     return Requests(t, parse_length(str(lane.input_len)).sample(rng, n),
                     parse_length(str(lane.output_len)).sample(rng, n), np.zeros(n, np.int64))
 
 
-def _day_requests(days: Sequence[LaneDay], plan: PlanFile) -> Requests | None:
+def _sizing_note(days: Sequence[LaneDay], total: WindowSeries) -> list[str]:
+    """How the windows are sized: a rate curve's at its highest rate inside each window (and
+    which window that moves most), a trace's at its count over the window's length."""
+    if not any(d.curve is not None for d in days):
+        return ["each window is sized at its request count over its length, at its own "
+                "burstiness (the gaps' SCV)"]
+    rise = total.sized / np.maximum(total.offered_rps, 1e-300)
+    above = int(np.count_nonzero(rise > 1.1))
+    note = ("each window is sized for the highest rate the curve reaches inside it (linear "
+            "between its points), not its mean")
+    if above:
+        j = int(np.argmax(total.sized - total.offered_rps))
+        note += (f"; {above} window(s) peak over 10% above their mean (most: window {j}, "
+                 f"{total.sized[j]:.3g} req/s against a mean of {total.offered_rps[j]:.3g})")
+    return [note]
+
+
+def _day_requests(days: Sequence[LaneDay], plan: PlanFile, total: WindowSeries
+                  ) -> Requests | None:
     """The requests of every lane, merged in arrival order: a trace's own, a rate curve's
     drawn (_curve_requests); None when no lane has a trace or a curve (a steady rate)."""
     if not any(ln.is_day for ln in plan.workloads):
         return None
     rng = np.random.default_rng(REPLAY_SEED)
-    traces = [d.requests if d.requests is not None else _curve_requests(d, ln, rng)
+    traces = [d.requests if d.requests is not None else _curve_requests(d, ln, total, rng)
               for d, ln in zip(days, plan.workloads, strict=True)]
     if len(traces) == 1:
         return traces[0]

@@ -105,23 +105,31 @@ def _head(reqs: Requests, n: int) -> Requests:
                     reqs.hash_ids[:n], hash_block_tokens=reqs.hash_block_tokens)
 
 
+def lane_rates(days: Sequence[Any], total: WindowSeries, k: int) -> list[float]:
+    """Each lane's rate in window k as the window is sized: at the instant its sizing rate is
+    reached (`total.lane_rps`), else the lane's offered rate there."""
+    if total.lane_rps is not None:
+        return [float(x) for x in total.lane_rps[:, k]]
+    return [float(d.series.offered_rps[k]) if k < len(d.series) else 0.0 for d in days]
+
+
 def peak_traffic(days: Sequence[Any], total: WindowSeries) -> dict[str, Any]:
-    """The peak window and each lane's traffic there, as the peak plan sizes it: its rate
-    (a lane at 0 gets a trickle, so that its SLOs still count) and arrival process (gamma at
-    the lane's request-weighted gap SCV, Poisson within 5%); a trace lane names its trace.
-    JSON `day.peak`: `capplan verify` of a day plan draws its requests from these lanes."""
+    """The peak window and each lane's traffic there, as the peak plan sizes it: its rate at
+    the instant the window's sizing rate is reached (a lane at 0 gets a trickle, so that its
+    SLOs still count) and arrival process (gamma at the lane's request-weighted gap SCV,
+    Poisson within 5%); a trace lane names its trace. JSON `day.peak`: `capplan verify` of a
+    day plan draws its requests from these lanes."""
     k = total.peak_index
-    floor = 1e-3 * float(total.offered_rps[k])
+    floor = 1e-3 * float(total.sized[k])
     lanes = []
-    for d in days:
-        rate = float(d.series.offered_rps[k]) if k < len(d.series) else 0.0
+    for d, rate in zip(days, lane_rates(days, total, k), strict=True):
         burst = 1.0 / max(d.series.mean_scv(), 1e-3)
         lanes.append({"name": d.name, "rate_per_s": max(rate, floor),
                       "arrival": "poisson" if abs(burst - 1) < 0.05 else "gamma",
                       "burstiness": float(np.clip(burst, 1e-3, 1e3)),
                       **({"trace": d.trace, "time_unit": d.time_unit} if d.trace else {})})
     return {"window": k, "start_s": float(total.start_s[k]), "end_s": float(total.end_s[k]),
-            "rate_per_s": float(total.offered_rps[k]), "lanes": lanes}
+            "rate_per_s": float(total.sized[k]), "lanes": lanes}
 
 
 def peak_plan(plan: PlanFile, days: Sequence[Any], total: WindowSeries, tmp: Path
@@ -148,7 +156,7 @@ def _day_key(r: Recommendation, total: WindowSeries, headroom: float, min_replic
     """(cost over the day, GPU-hours) of recommendation r's configuration autoscaled over the
     windows; unpriced GPUs rank after priced ones, as in the planner."""
     c = r.candidate
-    reps = replicas_for(total.offered_rps, c.max_rate_per_s, headroom, min_replicas)
+    reps = replicas_for(total.sized, c.max_rate_per_s, headroom, min_replicas)
     gpu_h = float((reps * (total.end_s - total.start_s)).sum()) / HOUR_S * (
         c.gpus_total // max(c.replicas, 1))
     price = cost_per_hour(c.gpu, 1)

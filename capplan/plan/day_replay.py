@@ -183,7 +183,7 @@ def verify_day(cat: Any, dp: Any, reqs: Requests, which: str = "peak") -> Any:
     """The day plan with each replayed window's `replay` filled in (planned and reactive);
     replayed windows that miss the SLOs get replicas until they meet them (_correct)."""
     w = dp.windows
-    peak = max(range(len(w)), key=lambda i: w[i].offered_rps)
+    peak = max(range(len(w)), key=lambda i: w[i].sizing_rps)
     lo, hi = _selected(len(w), peak, which)
     part = _subset(reqs, w[lo].start_s, w[hi - 1].end_s, hi == len(w))
     slos = SloSet.strictest(SloSet.of(ln.slo) for ln in dp.plan.lanes)

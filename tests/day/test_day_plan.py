@@ -190,7 +190,7 @@ def test_first_recommendation_is_cheapest_over_the_day():
     here from each recommendation's capacity per replica and the schedule's rates."""
     doc = _curve_plan(candidates={"gpus": ["h100-sxm"], "tp": [2, 4, 8]})
     d = run_day_plan(load_catalog(), PlanFile.model_validate(doc)).to_dict()
-    rates = np.array([w["offered_rps"] for w in d["schedule"]])
+    rates = np.array([w["sizing_rps"] for w in d["schedule"]])  # each window's highest
     price = d["day"]["price_per_gpu_hour"]
 
     def day_cost(r: dict) -> float:
