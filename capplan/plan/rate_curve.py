@@ -110,15 +110,22 @@ def _idc(t: np.ndarray, start: float, end: float) -> float:
 
 def series_from_trace(reqs: Requests, window_s: float = DEFAULT_WINDOW_S,
                       source: str = "trace") -> WindowSeries:
-    """Windows over a trace's arrivals (the last window ends at the last arrival's window)."""
+    """Windows over a trace's arrivals. The trace ends at its last arrival, so the last window
+    ends there: when that leaves it shorter than half a window, it joins the window before
+    (a count over a few seconds is no rate: one request 0.5 s into a window would read as 2
+    req/s and size the day's peak), which then runs up to 1.5 windows; a tail of at least half
+    a window keeps its own window, its count over its own length (rated over the nominal
+    length it would read low when the trace was merely cut there). A trace shorter than one
+    window is one window to its last arrival."""
     window_s = check_window(window_s)
     t = np.asarray(reqs.arrival_at_s, float)
     if len(t) < 2 or float(t[-1] - t[0]) <= 0:
         raise InputError(f"{source}: needs at least two requests at different times")
     n = max(1, math.ceil(float(t[-1]) / window_s - 1e-9))
+    if n > 1 and float(t[-1]) - (n - 1) * window_s < window_s / 2:
+        n -= 1  # the short tail joins the window before it
     edges = np.arange(n + 1) * window_s
-    # the trace ends at its last arrival: a last window cut short counts its own length
-    edges[-1] = max(float(t[-1]), edges[-2] + 1.0)
+    edges[-1] = max(float(t[-1]), edges[-2] + 1.0)  # a trace under 1 s: rated over 1 s
     idx = np.minimum((t // window_s).astype(np.int64), n - 1)
     counts = np.bincount(idx, minlength=n)
     out_tok = np.bincount(idx, weights=np.asarray(reqs.output_tokens, float), minlength=n)
