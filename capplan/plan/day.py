@@ -8,8 +8,9 @@ The steps:
    (`Candidate.max_rate_per_s`, the highest per-replica rate meeting every SLO analytically).
 3. Every window gets replicas = ceil(offered * (1 + headroom) / capacity), at least
    `min_replicas`: the same rule the planner applies at one rate (search.analytic_search),
-   with a traced window's capacity at its own inter-arrival SCV (plan/burst.py). Its TTFT /
-   TBT p99 are the analytic model's at the window's per-replica rate. Of the peak plan's
+   with each window's capacity at its own lane mix (plan/day_mix.py) and, for a trace, its
+   own inter-arrival SCV (plan/burst.py). Its TTFT / TBT p99 are the analytic model's at the
+   window's per-replica rate. Of the peak plan's
    configurations, the one whose day costs least comes first (plan/day_peak.py).
 4. Totals: GPU-hours and cost autoscaled (sum over windows) and for a fixed fleet sized for the
    peak window, $ per million output tokens of both, the saving.
@@ -34,6 +35,7 @@ import numpy as np
 from capplan.catalog.loader import Catalog
 from capplan.errors import InputError
 from capplan.models.memory import memory_report
+from capplan.plan.day_mix import Sizing, day_sizing
 from capplan.plan.day_peak import (
     HOUR_S,
     peak_plan,
@@ -261,41 +263,8 @@ class DayPlan:
         }
 
 
-@dataclass(frozen=True)
-class _Sizing:
-    """One replica of the chosen configuration per window: its capacity within the SLOs and
-    the analytic p99s at a per-replica rate."""
-
-    capacity_rps: np.ndarray
-    predict: Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]]
-
-
-def _sizing(cand: Candidate, peak: PlanFile, model: Any, total: WindowSeries,
-            traced: bool) -> _Sizing:
-    """Per-window capacity and predictions: at each window's own arrival SCV when a trace
-    measured it (plan/burst.py), else at the lanes' (the planner's capacity). When the replay
-    sized the configuration (its analytic count missed in simulation), the analytic
-    per-window capacities are scaled by what the replay found against the screen at the
-    lanes' SCV, so that the peak window gets the replicas the recommendation has."""
-    from capplan.plan.burst import capacities, predict
-    from capplan.plan.planner import served_traffic
-
-    t = served_traffic(peak.workloads, peak, model)
-    if traced:
-        scv = total.arrival_scv
-        caps = capacities(cand, t, scv)
-        if cand.sized_by_replay:
-            # the screen's capacity at the lanes' SCV, on the same SCV steps as the windows'
-            screen = float(capacities(cand, t, np.array([t.arrival_scv]))[0])
-            caps = caps * min(1.0, cand.max_rate_per_s / screen)
-    else:
-        scv = np.full(len(total), t.arrival_scv)
-        caps = np.full(len(total), cand.max_rate_per_s)
-    return _Sizing(caps, lambda r: predict(cand, t, r, scv))
-
-
 def windows_for(total: WindowSeries, reps: np.ndarray, gpr: int, lag: StartupLag,
-                size: _Sizing) -> list[Window]:
+                size: Sizing) -> list[Window]:
     """The schedule's windows for replica counts `reps` (GPUs, predicted p99s, scale-up lead,
     the reactive policy's counts)."""
     reps = np.asarray(reps, np.int64)
@@ -323,7 +292,7 @@ def windows_for(total: WindowSeries, reps: np.ndarray, gpr: int, lag: StartupLag
 
 
 def _schedule(total: WindowSeries, cand: Candidate, opts: DayOptions, headroom: float,
-              lag: StartupLag, size: _Sizing) -> tuple[list[Window], Callable, Callable]:
+              lag: StartupLag, size: Sizing) -> tuple[list[Window], Callable, Callable]:
     """The windows at the analytic replica counts, the function rebuilding them for other
     counts (the replay's corrections) and the one scaling every window's count to the
     capacity the replay found (day_peak.scaled_counts)."""
@@ -357,7 +326,7 @@ def plan_day(cat: Catalog, plan: PlanFile, opts: DayOptions, run: PlanFn,
         gpr = cand.gpus_total // max(cand.replicas, 1)
         lag = startup_lag(mem.weights_bytes_per_gpu * gpr, opts.load_from, opts.load_gb_per_s,
                           opts.engine_startup_s)
-        size = _sizing(cand, peak, model, total, any(d.requests is not None for d in days))
+        size = day_sizing(cand, peak, model, total, any(d.requests is not None for d in days))
         windows, rebuild, rescale = _schedule(total, cand, opts, plan.headroom, lag, size)
     # the lanes as the user gave them, not the temporary length files
     result = replace(result, lanes=list(plan.workloads))
@@ -369,7 +338,10 @@ def plan_day(cat: Catalog, plan: PlanFile, opts: DayOptions, run: PlanFn,
     k = total.peak_index
     notes = [*per_day, *rerank, f"sized at the peak window ({total.sized[k]:.3g} req/s, "
              f"window {k}); each replica carries {cand.max_rate_per_s:.3g} "
-             f"req/s within the SLOs, headroom {plan.headroom:.0%}", *_sizing_note(days, total)]
+             f"req/s within the SLOs, headroom {plan.headroom:.0%}", *_sizing_note(days, total),
+             *([f"each window is sized at its own lane mix (the lanes' rates when its sizing "
+                f"rate is reached; {size.mixes} distinct mixes over the day): a lane that peaks "
+                "at another hour changes a replica's capacity there"] if size.mixes > 1 else [])]
     dp = DayPlan(plan=result, windows=windows, gpus_per_replica=gpr, price_per_gpu_hour=price,
                  output_tokens=float(total.output_tokens.sum()), lag=lag, source=total.source,
                  headroom=plan.headroom, notes=notes, peak=peak_traffic(days, total),
