@@ -137,12 +137,53 @@ def _add_replicas(part: Requests, dep: Any, dp: Any, lo: int, hi: int, slos: Slo
     return reps, added, w, stats, bool(_misses(stats, slos, lo))
 
 
+def _trim(part: Requests, dep: Any, dp: Any, span: tuple[int, int], slos: SloSet,
+          state: tuple[np.ndarray, np.ndarray, Any, list[dict[str, Any]]]
+          ) -> tuple[np.ndarray, np.ndarray, Any, list[dict[str, Any]]]:
+    """After the fix-point, give back the replicas it added where they are no longer needed:
+    a window may have missed only through the backlog an earlier window left, which that
+    window's own added replica then cleared. Takes one added replica from every window that
+    has one and replays; kept when no window that met the SLOs misses. Otherwise the first
+    window that now misses names the cause: the last window at or before it that gave one
+    back keeps it (a window's backlog comes from itself or earlier), and the rest are tried
+    again; then the next replica of each window that still has added ones. At most
+    2 x MAX_ROUNDS replays. (replicas, added, windows, stats) as _add_replicas."""
+    lo, hi = span
+    reps, added, w, stats = state
+    needed: set[int] = set()
+    budget = 2 * MAX_ROUNDS
+    while budget > 0:
+        cand = [int(i) for i in np.flatnonzero(added) if int(i) not in needed]
+        before = set(_misses(stats, slos, lo))
+        kept = False
+        while cand and budget > 0:
+            budget -= 1
+            trial = reps.copy()
+            trial[cand] -= 1
+            w_trial = dp.rebuild(trial)
+            again = _replay_range(part, dep, w_trial, lo, hi, slos)
+            new = set(_misses(again, slos, lo)) - before
+            if not new:
+                reps, w, stats, kept = trial, w_trial, again, True
+                added[cand] -= 1
+                break
+            cause = max((c for c in cand if c <= min(new)), default=None)
+            if cause is None:
+                return reps, added, w, stats
+            needed.add(cause)
+            cand.remove(cause)
+        if not kept:
+            break
+    return reps, added, w, stats
+
+
 def _correct(part: Requests, dep: Any, dp: Any, lo: int, hi: int, slos: SloSet
              ) -> tuple[np.ndarray, np.ndarray, list[Any], list[dict[str, Any]], list[str]]:
     """Replay the planned windows [lo, hi); where one misses the SLOs (beyond the 10%
-    tolerance), add a replica to it and replay again, up to MAX_ROUNDS times. Returns the
-    replica counts, the replicas added, the windows, the last replay's stats and notes (the
-    replay is right where it and the analytic model disagree)."""
+    tolerance), add a replica to it and replay again, up to MAX_ROUNDS times, then drop the
+    added replicas no longer needed (_trim). Returns the replica counts, the replicas added,
+    the windows, the last replay's stats and notes (the replay is right where it and the
+    analytic model disagree)."""
     reps, added, w, stats, exhausted = _add_replicas(part, dep, dp, lo, hi, slos)
     still = _misses(stats, slos, lo)
     notes = []
@@ -158,6 +199,8 @@ def _correct(part: Requests, dep: Any, dp: Any, lo: int, hi: int, slos: SloSet
                      "and more replicas do not fix it: the limit is per request (long "
                      "prompts, prefill chunks, bursts), not the fleet's size; loosen the SLOs, "
                      "shorten requests or choose a smaller chunk")
+    if added.any() and dp.rebuild is not None:
+        reps, added, w, stats = _trim(part, dep, dp, (lo, hi), slos, (reps, added, w, stats))
     notes[:0] = [f"the replay missed the SLOs in window {i} on the analytic count: "
                  f"{added[i]} replica(s) added ({reps[i]})" for i in np.flatnonzero(added)]
     return reps, added, w, stats, notes

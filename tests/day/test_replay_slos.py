@@ -80,3 +80,53 @@ def test_e2e_slo_is_replayed_and_sizes_the_day(run_cli, tmp_path: Path):
         assert p["meets_slo"] and not p["overloaded"]
         assert math.isfinite(p["e2e_p99_s"]) and p["e2e_p99_s"] <= 60.0 * 1.1
     assert any("analytic capacity per replica" in n for n in d["day"]["notes"])
+
+
+class _W:
+    """A window as the replay's correction reads it (replicas, edges)."""
+
+    def __init__(self, i: int, replicas: int) -> None:
+        self.start_s, self.end_s, self.replicas = 900.0 * i, 900.0 * (i + 1), replicas
+
+
+class _Day:
+    def __init__(self, reps: list[int]) -> None:
+        self.windows = [_W(i, r) for i, r in enumerate(reps)]
+
+    def rebuild(self, reps) -> list[_W]:  # noqa: ANN001 - replica counts
+        return [_W(i, int(r)) for i, r in enumerate(reps)]
+
+
+NEED = [1, 3, 2, 2, 1]
+"""Replicas each window needs on its own: window 1's analytic count (2) is one short."""
+
+
+def _backlog_replay(part, dep, w, lo, hi, slos):  # noqa: ANN001, ANN202, ARG001
+    """A deterministic stand-in for the fleet replay: a window misses with fewer replicas than
+    it needs, and a window after one that missed needs one more (the backlog it inherits)."""
+    out, short = [], False
+    for x in w[lo:hi]:
+        i = int(x.start_s // 900)
+        need = NEED[i] + (1 if short else 0)
+        short = x.replicas < need
+        out.append({"ttft_p99_s": 5.0 if short else 0.5, "attainment": 0.5 if short else 1.0,
+                    "unfinished": 0, "overloaded": False})
+    return out
+
+
+def test_the_fix_point_gives_back_replicas_no_longer_needed(monkeypatch):
+    """Analytic counts [1, 2, 2, 2, 1] against needs [1, 3, 2, 2, 1]: window 1 misses, and
+    window 2 misses too (window 1's backlog). Round 1 adds one to both; window 2 then meets
+    (window 1 no longer leaves a backlog) with one replica it no longer needs: the trim gives
+    it back, replays, and keeps [1, 3, 2, 2, 1] (it kept [1, 3, 3, 2, 1])."""
+    from capplan.plan import day_replay
+
+    monkeypatch.setattr(day_replay, "_replay_range", _backlog_replay)
+    reps, added, w, stats, notes = day_replay._correct(None, None, _Day([1, 2, 2, 2, 1]), 0, 5,
+                                                       SloSet(ttft_p99_s=1.0))
+    assert reps.tolist() == NEED
+    assert added.tolist() == [0, 1, 0, 0, 0]
+    assert all(_meets(s, SloSet(ttft_p99_s=1.0)) for s in stats)
+    assert [x.replicas for x in w] == NEED
+    assert notes == ["the replay missed the SLOs in window 1 on the analytic count: "
+                     "1 replica(s) added (3)"]
