@@ -17,8 +17,8 @@ DAY_OPTIONS = (
                  help="A trace (any format simulate --trace reads): plan a day of it, replicas "
                       "per window (instead of --rate)."),
     click.option("--time-unit", type=click.Choice(["auto", "s", "ms", "us"]), default="auto",
-                 show_default=True, help="Numeric arrival times of --trace (auto: by schema "
-                                         "and size)."),
+                 show_default=True, help="Numeric arrival times of --trace (auto: the unit "
+                                         "the column's name states, else by schema and size)."),
     click.option("--rate-curve", default=None, type=click.Path(dir_okay=False),
                  help="A daily rate curve CSV (at,rate_per_s; HH:MM, linear between points) "
                       "with --input-len/--output-len (instead of --rate)."),

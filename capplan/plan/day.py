@@ -336,7 +336,8 @@ def plan_day(cat: Catalog, plan: PlanFile, opts: DayOptions, run: PlanFn,
                [f"the traffic spans {span / 3600:.3g} h: GPU-hours are over that span, costs "
                 "per day scale it to 24 h"])
     k = total.peak_index
-    notes = [*per_day, *rerank, f"sized at the peak window ({total.sized[k]:.3g} req/s, "
+    read = [f"read {d.requests.note}" for d in days if d.requests is not None and d.requests.note]
+    notes = [*read, *per_day, *rerank, f"sized at the peak window ({total.sized[k]:.3g} req/s, "
              f"window {k}); each replica carries {cand.max_rate_per_s:.3g} "
              f"req/s within the SLOs, headroom {plan.headroom:.0%}", *_sizing_note(days, total),
              *([f"each window is sized at its own lane mix (the lanes' rates when its sizing "
