@@ -203,6 +203,12 @@ class DayPlan:
     rebuild: Callable[[np.ndarray], list[Window]] | None = field(default=None, repr=False,
                                                                  compare=False)
     """The windows for other replica counts (the replay adds replicas where it misses)."""
+    capacity_rps: float | None = None
+    """A replica's capacity at the peak window as the schedule sizes it (the analytic one,
+    scaled to the simulator's when that is lower: day_capacity)."""
+    simulated_capacity_rps: float | None = None
+    """The capacity the simulator sustains within the SLOs at the peak window (None: not
+    simulated, as with `replay: none` or a configuration the planner's replay sized)."""
     rescale: Callable[[dict[int, int]], tuple[np.ndarray, float]] | None = field(
         default=None, repr=False, compare=False)
     """Every window's replica count when the replay found windows needing more replicas
@@ -244,7 +250,10 @@ class DayPlan:
                     - self.windows[0].start_s, "span_s": self.span_s,
                     "gpu": best.candidate.gpu.key, "tp": best.candidate.settings.tp,
                     "gpus_per_replica": self.gpus_per_replica,
-                    "capacity_per_replica_rps": best.candidate.max_rate_per_s,
+                    "capacity_per_replica_rps": (best.candidate.max_rate_per_s
+                                                 if self.capacity_rps is None
+                                                 else self.capacity_rps),
+                    "simulated_capacity_per_replica_rps": self.simulated_capacity_rps,
                     "price_per_gpu_hour": self.price_per_gpu_hour,
                     "output_tokens": self.output_tokens, "startup": self.lag.to_dict(),
                     "peak": self.peak, "notes": list(self.notes)},
@@ -327,6 +336,12 @@ def plan_day(cat: Catalog, plan: PlanFile, opts: DayOptions, run: PlanFn,
         lag = startup_lag(mem.weights_bytes_per_gpu * gpr, opts.load_from, opts.load_gb_per_s,
                           opts.engine_startup_s)
         size = day_sizing(cand, peak, model, total, any(d.requests is not None for d in days))
+        sim_rps, sim_note = None, []
+        if opts.replay != "none" and not cand.sized_by_replay:
+            from capplan.plan.day_capacity import sized_at_simulated
+
+            size, sim_rps, sim_note = sized_at_simulated(cat, peak, cand, size,
+                                                         total.peak_index, opts.window_s)
         windows, rebuild, rescale = _schedule(total, cand, opts, plan.headroom, lag, size)
     # the lanes as the user gave them, not the temporary length files
     result = replace(result, lanes=list(plan.workloads))
@@ -338,15 +353,18 @@ def plan_day(cat: Catalog, plan: PlanFile, opts: DayOptions, run: PlanFn,
     k = total.peak_index
     read = [f"read {d.requests.note}" for d in days if d.requests is not None and d.requests.note]
     notes = [*read, *per_day, *rerank, f"sized at the peak window ({total.sized[k]:.3g} req/s, "
-             f"window {k}); each replica carries {cand.max_rate_per_s:.3g} "
-             f"req/s within the SLOs, headroom {plan.headroom:.0%}", *_sizing_note(days, total),
+             f"window {k}); each replica carries {size.capacity_rps[k]:.3g} "
+             f"req/s within the SLOs, headroom {plan.headroom:.0%}", *sim_note,
+             *_sizing_note(days, total),
              *([f"each window is sized at its own lane mix (the lanes' rates when its sizing "
                 f"rate is reached; {size.mixes} distinct mixes over the day): a lane that peaks "
                 "at another hour changes a replica's capacity there"] if size.mixes > 1 else [])]
     dp = DayPlan(plan=result, windows=windows, gpus_per_replica=gpr, price_per_gpu_hour=price,
                  output_tokens=float(total.output_tokens.sum()), lag=lag, source=total.source,
                  headroom=plan.headroom, notes=notes, peak=peak_traffic(days, total),
-                 rebuild=rebuild, rescale=rescale)
+                 rebuild=rebuild, rescale=rescale,
+                 capacity_rps=float(size.capacity_rps[total.peak_index]),
+                 simulated_capacity_rps=sim_rps)
     reqs = _day_requests(days, plan, total)
     if reqs is not None and opts.replay != "none":
         from capplan.plan.day_replay import verify_day

@@ -26,11 +26,9 @@ analytic plan and the replay agree to about this much, docs/queueing.md)."""
 
 def _deployment(cat: Any, dp: Any) -> Any:
     """The Deployment of one replica of the plan's best configuration."""
-    from capplan.plan.deployment import resolve_deployment
+    from capplan.plan.day_capacity import replica_deployment
 
-    c = dp.plan.best.candidate
-    return resolve_deployment(cat, dp.plan.model, c.gpu.key, c.settings,
-                              c.group.calibration)
+    return replica_deployment(cat, dp.plan.model, dp.plan.best.candidate)
 
 
 def _selected(n: int, peak: int, which: str) -> tuple[int, int]:
@@ -84,11 +82,11 @@ def stat_key(t: SloTarget) -> str:
     return f"{t.margin_key}_s"
 
 
-def _meets(stats: dict[str, Any], slos: SloSet) -> bool:
-    """Every objective of `slos` within SLO_TOLERANCE (a window without completions has no
-    p99 to check), nothing unfinished, and a backlog that did not grow (an overloaded window
+def meets(stats: dict[str, Any], slos: SloSet, tolerance: float = SLO_TOLERANCE) -> bool:
+    """Every objective of `slos` within `tolerance` (a window without completions has no p99
+    to check), nothing unfinished, and a backlog that did not grow (an overloaded window
     fails whatever its p99s: they grow with the length of the overload)."""
-    lim = 1 + SLO_TOLERANCE
+    lim = 1 + tolerance
     for t in slos:
         v = stats.get(stat_key(t))
         if v is not None and np.isfinite(v) and v > lim * t.limit_s:
@@ -109,7 +107,7 @@ def _replay_range(part: Requests, dep: Any, w: Any, lo: int, hi: int, slos: SloS
 
 def _misses(stats: list[dict[str, Any]], slos: SloSet, lo: int) -> list[int]:
     """Indices (from lo) of the replayed windows that miss the SLOs."""
-    return [lo + i for i, p in enumerate(stats) if not _meets(p, slos)]
+    return [lo + i for i, p in enumerate(stats) if not meets(p, slos)]
 
 
 def _add_replicas(part: Requests, dep: Any, dp: Any, lo: int, hi: int, slos: SloSet
@@ -257,8 +255,8 @@ def verify_day(cat: Any, dp: Any, reqs: Requests, which: str = "peak") -> Any:
                 "tpot_mean_s", "e2e_p99_s", "attainment", "completed", "unfinished",
                 "overloaded")
         out[lo + i] = replace(out[lo + i], replay={
-            "planned": {**{k: p[k] for k in keep}, "meets_slo": _meets(p, slos)},
-            "reactive": {**{k: r[k] for k in keep}, "meets_slo": _meets(r, slos)}})
+            "planned": {**{k: p[k] for k in keep}, "meets_slo": meets(p, slos)},
+            "reactive": {**{k: r[k] for k in keep}, "meets_slo": meets(r, slos)}})
     notes = [*dp.notes, *added,
              f"replayed windows {lo} to {hi - 1} ({len(part)} requests) over the "
              f"planned schedule and a reactive one ({router_for(part)} routing; a replica the "

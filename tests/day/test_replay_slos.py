@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from capplan.plan.day_peak import scaled_counts
-from capplan.plan.day_replay import _meets
+from capplan.plan.day_replay import meets as _meets
 from capplan.plan.slo import SloSet
 
 STATS = {"ttft_p99_s": 0.5, "tbt_p99_s": 0.04, "tpot_p99_s": 0.03, "tpot_mean_s": 0.02,
@@ -55,12 +55,21 @@ def test_scaled_counts_by_hand():
     assert scale == 1.0 and counts.tolist() == [1, 2]
 
 
-def test_e2e_slo_is_replayed_and_sizes_the_day(run_cli, tmp_path: Path):
+@pytest.mark.parametrize("simulated_capacity", [False, True])
+def test_e2e_slo_is_replayed_and_sizes_the_day(run_cli, tmp_path: Path, monkeypatch,
+                                               simulated_capacity):
     """Qwen2.5-72B on 4 H100s, a flat 5.7 req/s (2,000 in / 300 out) with only an E2E p99 SLO
     of 60 s. The analytic model gives one replica 5.89 req/s within the SLO; replayed, one
-    replica's E2E p99 is ~127 s (`simulate --rate 5.7` agrees) and its backlog grows. The
-    replay must see it, add a replica to the replayed windows, and size the windows it did
-    not replay at the capacity that implies (5.7 / 1 req/s: two replicas everywhere)."""
+    replica's E2E p99 is ~127 s (`simulate --rate 5.7` agrees) and its backlog grows. With the
+    simulated capacity check off (plan/day_capacity.py), the replay must see it, add a replica
+    to the replayed windows, and size the windows it did not replay at the capacity that
+    implies (5.7 / 1 req/s: two replicas everywhere); with it on, that check finds a replica's
+    capacity below 5.7 first. Either way: two replicas all day, replayed within the SLO."""
+    if not simulated_capacity:
+        from capplan.plan import day_capacity
+
+        monkeypatch.setattr(day_capacity, "simulated_capacity",
+                            lambda dep, lanes, slos, analytic_rps, window_s: analytic_rps)
     plan = {"version": 1, "model": "qwen2.5-72b",
             "candidates": {"gpus": ["h100-sxm"], "tp": [4]},
             "engine": {"max_num_seqs": [256], "max_num_batched_tokens": [8192]},
@@ -79,7 +88,10 @@ def test_e2e_slo_is_replayed_and_sizes_the_day(run_cli, tmp_path: Path):
     for p in replayed:
         assert p["meets_slo"] and not p["overloaded"]
         assert math.isfinite(p["e2e_p99_s"]) and p["e2e_p99_s"] <= 60.0 * 1.1
-    assert any("analytic capacity per replica" in n for n in d["day"]["notes"])
+    want = "the simulator sustains" if simulated_capacity else "analytic capacity per replica"
+    assert any(want in n for n in d["day"]["notes"]), d["day"]["notes"]
+    if simulated_capacity:
+        assert d["day"]["simulated_capacity_per_replica_rps"] < 5.7
 
 
 class _W:
