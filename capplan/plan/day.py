@@ -6,12 +6,14 @@ The steps:
 2. The steady-rate planner (planner.run_plan) sizes the peak window: it picks the GPU, TP,
    dtypes and engine settings, and gives each replica's capacity under the SLOs
    (`Candidate.max_rate_per_s`, the highest per-replica rate meeting every SLO analytically).
-3. Every window gets replicas = ceil(offered * (1 + headroom) / capacity), at least
+3. Every window gets replicas = ceil(sizing * (1 + headroom) / capacity), at least
    `min_replicas`: the same rule the planner applies at one rate (search.analytic_search),
-   with each window's capacity at its own lane mix (plan/day_mix.py) and, for a trace, its
-   own inter-arrival SCV (plan/burst.py). Its TTFT / TBT p99 are the analytic model's at the
-   window's per-replica rate. Of the peak plan's
-   configurations, the one whose day costs least comes first (plan/day_peak.py).
+   where `sizing` is the highest rate a rate curve reaches inside the window (a trace
+   window's offered rate) and the capacity is at the window's own lane mix (plan/day_mix.py)
+   and, for a trace, its own inter-arrival SCV (plan/burst.py), scaled to what the simulator
+   sustains at the peak when that is less (plan/day_capacity.py). Its TTFT / TBT p99 are the
+   analytic model's at the window's per-replica rate. Of the peak plan's configurations, the
+   one whose day costs least comes first (plan/day_peak.py).
 4. Totals: GPU-hours and cost autoscaled (sum over windows) and for a fixed fleet sized for the
    peak window, $ per million output tokens of both, the saving.
 5. Scale-up lead (plan/startup.py): a window that needs more replicas than the one before

@@ -42,14 +42,15 @@ STEPS = 6
 
 def _requests(lanes: Any, n: int, max_model_len: int) -> Requests:
     """n requests of the lanes' mix at a total rate of 1 request/s (their arrival processes,
-    lengths cut to max_model_len as the server's)."""
+    lengths cut to max_model_len as the server's), in one lane as the day replay's."""
     from capplan.plan.verify import sim_lanes
     from capplan.sim.workload import Workload
 
     total = sum(ln.rate_per_s for ln in lanes)
     wl = Workload(sim_lanes(lanes, total), num_requests=n)
     reqs, _ = wl.generate(np.random.default_rng(SIM_SEED)).clip_to_context(max_model_len)
-    return reqs
+    # one queue, as the day replay runs its merged lanes (it routes and serves them alike)
+    return replace(reqs, lane=np.zeros(len(reqs), np.int64))
 
 
 def _meets_at(base: Requests, rate_rps: float, dep: Any, slos: SloSet) -> bool:

@@ -66,3 +66,32 @@ def test_night_rag_mix_sizes_the_night():
     peak = d["schedule"][55]  # 13:45-14:00, sized for 31 req/s at 14:00 (the day's peak)
     assert peak["replicas"] == 2 == d["recommendations"][0]["replicas"]
     assert any("its own lane mix" in n for n in d["day"]["notes"])
+
+
+def test_several_lanes_replayed_at_the_peak(run_cli, tmp_path):
+    """The same two lanes with the replay on: the simulated capacity replays the peak window's
+    two-lane mix on one replica (its requests in one queue, as the day replay's; the lanes'
+    indices once reached the engine and failed), and the peak window's count is
+    ceil(31 x 1.2 / that capacity)."""
+    import json
+
+    import yaml
+
+    lanes = [_lane("chat", 500, 200, rate_curve=[{"at": "02:00", "rate_per_s": 2},
+                                                 {"at": "14:00", "rate_per_s": 30}]),
+             _lane("rag", 8000, 300, rate_curve=[{"at": "02:00", "rate_per_s": 6},
+                                                 {"at": "14:00", "rate_per_s": 1}])]
+    doc = {"version": 1, "model": "llama-3.1-8b", "engine": ENGINE, "headroom": 0.2,
+           "candidates": {"gpus": ["h100-sxm"], "tp": [1]}, "workloads": lanes,
+           "day": {"window_s": 900, "replay": "peak"}, "verify": {"top": 0}}
+    (tmp_path / "mix.yaml").write_text(yaml.safe_dump(doc))
+    res = run_cli("plan", str(tmp_path / "mix.yaml"), "--format", "json")
+    assert res.exit_code == 0, res.stderr
+    d = json.loads(res.stdout)
+    sim = d["day"]["simulated_capacity_per_replica_rps"]
+    assert 0 < sim <= d["recommendations"][0]["capacity_per_replica_rps"]
+    peak = d["schedule"][d["day"]["peak"]["window"]]
+    assert peak["sizing_rps"] == pytest.approx(31.0)
+    assert peak["replicas"] == int(np.ceil(31.0 * 1.2 / d["day"]["capacity_per_replica_rps"]
+                                           - 1e-9))
+    assert peak["replay"]["planned"]["meets_slo"]
