@@ -80,19 +80,14 @@ def simulated_capacity(dep: Any, lanes: Any, slos: SloSet, analytic_rps: float,
     return lo
 
 
-def replica_deployment(cat: Any, model: str, cand: Any) -> Any:
-    """The Deployment of one replica of a candidate configuration (what the replay runs)."""
-    from capplan.plan.deployment import resolve_deployment
-
-    return resolve_deployment(cat, model, cand.gpu.key, cand.settings, cand.group.calibration)
-
-
 def sized_at_simulated(cat: Any, plan: Any, cand: Any, size: Any, k: int, window_s: float
                        ) -> tuple[Any, float, list[str]]:
     """`size` (plan/day_mix.Sizing) with every capacity scaled by the simulated capacity at
     peak window k over its analytic one, when the simulator sustains less; the simulated
     capacity; a note when it scaled. `plan` is the peak window's plan file (its lanes at the
     peak's rates, trace lanes with their lengths)."""
+    from capplan.plan.day_replay import replica_deployment
+
     slos = SloSet.strictest(SloSet.of(ln.slo) for ln in plan.workloads)
     analytic = float(size.capacity_rps[k])
     if analytic <= 0:

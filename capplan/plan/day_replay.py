@@ -24,10 +24,15 @@ SLO_TOLERANCE = 0.10
 analytic plan and the replay agree to about this much, docs/queueing.md)."""
 
 
+def replica_deployment(cat: Any, model: str, cand: Any) -> Any:
+    """The Deployment of one replica of a candidate configuration (what the replay runs)."""
+    from capplan.plan.deployment import resolve_deployment
+
+    return resolve_deployment(cat, model, cand.gpu.key, cand.settings, cand.group.calibration)
+
+
 def _deployment(cat: Any, dp: Any) -> Any:
     """The Deployment of one replica of the plan's best configuration."""
-    from capplan.plan.day_capacity import replica_deployment
-
     return replica_deployment(cat, dp.plan.model, dp.plan.best.candidate)
 
 
