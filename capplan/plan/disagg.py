@@ -18,7 +18,7 @@ from capplan.models.disagg import Link, decode_side_prefix, kv_link, kv_transfer
 from capplan.models.queueing import LengthStats, Limits, QueueModel
 from capplan.plan.deployment import Deployment, EngineOptions, resolve_deployment
 from capplan.plan.pd import network_link, role_pool
-from capplan.plan.search import SearchSpace, Traffic, stack_step_models
+from capplan.plan.search import SearchSpace, Traffic, calibration_of, stack_step_models
 
 _GRID = 48
 """Rates tried per pool candidate, as fractions of its capacity (one vectorised call)."""
@@ -167,6 +167,7 @@ def _deployments(cat: Catalog, name: str, space: SearchSpace,
     pin = pinned or {}
     model = cat.resolve_model(name).spec
     for gpu in space.gpus:
+        cal = calibration_of(cat, gpu, space)
         # plain TP, and for a MoE model attention DP with EP over the world, as the
         # aggregated search has them (search.moe_layouts: how wide-EP P/D pools run)
         for tp, dp, ep in [(tp, 1, 1) for tp in space.tps] + moe_layouts(model, gpu, space):
@@ -179,9 +180,12 @@ def _deployments(cat: Catalog, name: str, space: SearchSpace,
                     gpu_memory_utilization=space.gpu_memory_utilization,
                     block_size=space.block_size, max_num_seqs=pin.get("max_num_seqs"),
                     max_num_batched_tokens=pin.get("max_num_batched_tokens"),
-                    **dict(space.features), max_loras=max(space.max_loras)))
+                    **dict(space.features), max_loras=max(space.max_loras)), cal)
             except CapplanError:
                 continue
+            # the space's GPU: its price is the one the aggregated fleet is costed at (the
+            # user's `--price` / `prices:`, else the catalog's), so the two layouts compare
+            dep = replace(dep, gpu=gpu)
             if space.prefill_extra_flops_per_token:
                 dep = replace(dep, step=replace(dep.step, prefill_extra_flops_per_token=(
                     space.prefill_extra_flops_per_token / tp)))

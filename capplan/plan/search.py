@@ -221,11 +221,8 @@ def build_candidates(cat: Catalog, model: ModelSpec, space: SearchSpace,
     the memory of each combo."""
     groups: list[ConfigGroup] = []
     combos = tuple((s, c) for s in space.max_num_seqs for c in searched_budgets(space))
-    cal_path = calibration_path or space.calibration
-    cal_gpu = _calibration_gpu(cal_path, space)
     for gpu in space.gpus:
-        # The file applies to the GPU it was measured on; the others keep their own.
-        cal = calibration_for(cat, gpu, cal_path if cal_gpu == gpu.key else None)
+        cal = calibration_of(cat, gpu, space, calibration_path)
         for base in _gpu_settings(cat, model, gpu, space):
             if keep is not None and not keep(gpu, base):
                 continue
@@ -235,6 +232,15 @@ def build_candidates(cat: Catalog, model: ModelSpec, space: SearchSpace,
             if group is not None:
                 groups.append(group)
     return groups
+
+
+def calibration_of(cat: Catalog, gpu: GpuSpec, space: SearchSpace,
+                   calibration_path: str | Path | None = None) -> Calibration:
+    """The calibration a search sizes `gpu` with: the file given (`calibration_path`, else the
+    space's) applies to the GPU it was measured on; the others keep their own."""
+    cal_path = calibration_path or space.calibration
+    return calibration_for(cat, gpu, cal_path if _calibration_gpu(cal_path, space) == gpu.key
+                           else None)
 
 
 def refused(cat: Catalog, model: ModelSpec, space: SearchSpace) -> tuple[list[str], bool]:

@@ -124,3 +124,43 @@ def test_when_no_aggregated_fleet_meets_the_slos_a_pd_layout_that_does_is_named(
     assert m, res.stderr
     d = run_cli("latency", *load, *m.group(1).split(), "--format", "json").json()
     assert d["stable"] and d["ttft_s"]["p99"] <= 2 and d["tbt_s"]["p99"] <= 0.08
+
+
+PRICED = ("recommend", "--model", "llama-3.1-8b", "--rate", "20", "--input-len", "1024",
+          "--output-len", "256", "--ttft-p99", "1", "--tbt-p99", "0.05", "--verify-top", "0",
+          "--format", "json")
+
+
+def test_the_pd_pools_are_costed_at_the_users_price(run_cli):
+    # --price h100-sxm=10: every pool's GPU-hour costs $10, as the aggregated fleet's does.
+    # By hand: the P/D layout's cheapest pools are 1 prefill + 1 decode GPU = 2 x $10 = $20/h
+    # against one aggregated GPU at $10/h, so the aggregated fleet wins (at the catalog's
+    # $3.78 the pools were costed $7.56/h and the P/D layout "won" at twice the bill).
+    d = run_cli(*PRICED, "--gpu", "h100-sxm", "--price", "h100-sxm=10").json()
+    g = d["disaggregated"]
+    for role in ("prefill", "decode"):
+        assert g[role]["cost_per_hour"] == pytest.approx(10.0 * g[role]["gpus_total"])
+    assert g["cost_per_hour"] == pytest.approx(10.0 * g["gpus_total"])
+    assert d["recommendations"][0]["cost_per_hour"] == pytest.approx(10.0)
+    assert g["gpus_total"] >= 2 and g["winner"] == "aggregated"
+
+
+def test_a_gpu_priced_only_by_the_user_prices_its_pd_pools(run_cli):
+    # b200 has no catalog price; --price b200=6 prices both layouts: pools at $6 a GPU-hour
+    g = run_cli(*PRICED, "--gpu", "b200", "--price", "b200=6").json()["disaggregated"]
+    assert g["cost_per_hour"] == pytest.approx(6.0 * g["gpus_total"])
+
+
+def test_the_pd_pools_are_sized_with_the_calibration_given(run_cli, tmp_path):
+    # A measured 50 ms step overhead: every decode step takes at least 50 ms, so the decode
+    # pool's TBT p99 is >= 50 ms, as the aggregated fleet's (the pools took the default
+    # calibration, ~10 ms steps, and compared them with a fleet sized on the file).
+    cal = tmp_path / "cal.yaml"
+    cal.write_text("version: 1\ngpu: h100-sxm\nkind: measured\n"
+                   "params: {step_overhead_s: 0.05}\n")
+    d = run_cli("recommend", "--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--rate", "2",
+                "--input-len", "1024", "--output-len", "256", "--ttft-p99", "2", "--tbt-p99",
+                "0.3", "--verify-top", "0", "--calibration", str(cal), "--format",
+                "json").json()
+    assert d["recommendations"][0]["predicted"]["tbt_s"]["p99"] >= 0.05
+    assert d["disaggregated"]["decode"]["tbt_p99_s"] >= 0.05
