@@ -194,19 +194,25 @@ def _deployments(cat: Catalog, name: str, space: SearchSpace,
     return deps
 
 
+DECODE_SLOS = ("tbt_s", "tpot_s", "e2e_s")
+"""The objectives a decode pool is sized for (its own share of E2E: the decode side's); TTFT
+sizes the prefill pool with what the decode side's admission leaves (`_pair`)."""
+
+
 def _decode_pools(deps: list[Deployment], caps: list[float], t: Traffic, target: float
                   ) -> list[PoolPlan]:
     """Each deployment's decode pool (in their order; none where no rate on its grid meets
-    TBT and E2E): the highest such rate per replica, the replicas for `target`, and the TTFT
-    and TBT at the planned per-replica rate; the deployments evaluated together (`_stacked`)."""
+    the DECODE_SLOS: TBT, TPOT p99 and mean, E2E, one SloSet check as the aggregated search
+    makes): the highest such rate per replica, the replicas for `target`, and the TTFT and
+    TBT at the planned per-replica rate; the deployments evaluated together (`_stacked`)."""
     live = [(d, c) for d, c in zip(deps, caps, strict=True) if c > 0]
     if not live:
         return []
-    tbt, e2e = _slo(t, "tbt_s"), _slo(t, "e2e_s")
+    slos = t.slos.only(*DECODE_SLOS)
     rates = _rate_grids([c for _, c in live])
-    res = _stacked([d for d, _ in live], t, "decode").at_rate(rates, {"tbt_s", "e2e_s"})
-    good = (np.asarray(res["stable"], bool) & (res["tbt_s"]["p99"] <= tbt)
-            & (res["e2e_s"]["p99"] <= e2e))
+    res = _stacked([d for d, _ in live], t, "decode").at_rate(
+        rates, {"tbt_s"} | {tgt.metric for tgt in slos})
+    good = np.asarray(res["stable"], bool) & np.asarray(slos.ok(res), bool)
     rows = [k for k in range(len(live)) if good[k].any()]
     if not rows:
         return []
@@ -271,11 +277,11 @@ def plan_disaggregated(cat: Catalog, model: ModelSpec, space: SearchSpace, t: Tr
                        pinned: dict[str, int | None] | None = None) -> DisaggPlan | None:
     """The cheapest (prefill pool, decode pool) meeting the SLOs, or None.
 
-    The decode pool is sized first, for TBT (and E2E); what TTFT budget is left after the KV
-    transfer and the decode side's admission sizes the prefill pool. Each pool may use its own
-    GPU and layout from the search space (TP, and attention DP with EP for a MoE model); the
-    transfer goes over NVLink when both pools fit one
-    NVLink domain of the same GPU, else over the network (models/disagg.py)."""
+    The decode pool is sized first, for TBT, TPOT and E2E (DECODE_SLOS); what TTFT budget is
+    left after the KV transfer and the decode side's admission sizes the prefill pool. Each pool
+    may use its own GPU and layout from the search space (TP, and attention DP with EP for a MoE
+    model); the transfer goes over NVLink when both pools fit one NVLink domain of the same GPU,
+    else over the network (models/disagg.py)."""
     deps = _deployments(cat, name or model.key, space, pinned)
     target = t.rate_per_s * (1 + headroom)
     ttft_slo = _slo(t, "ttft_s")

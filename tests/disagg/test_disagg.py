@@ -164,3 +164,45 @@ def test_the_pd_pools_are_sized_with_the_calibration_given(run_cli, tmp_path):
                 "json").json()
     assert d["recommendations"][0]["predicted"]["tbt_s"]["p99"] >= 0.05
     assert d["disaggregated"]["decode"]["tbt_p99_s"] >= 0.05
+
+
+TPOT_LOAD = ("--model", "qwen3-30b-a3b", "--gpu", "h100-sxm", "--engine", "trtllm",
+             "--input-len", "1000", "--output-len", "200")
+
+
+def test_no_pd_layout_is_named_for_a_tpot_under_every_decode_step(run_cli, catalog):
+    # TPOT p99 2 ms: a request's mean gap is at least one decode step at batch 1, and the
+    # fastest decode worker searched (any TP, or DP/EP, on H100 under TensorRT-LLM) takes more
+    # than that (`latency --rate 0.001`: 7.4 ms at TP 8); the refusal named a P/D layout
+    # "meeting" it (its decode pool sized for TBT alone, TPOT 23.5 ms)
+    from capplan.plan.deployment import EngineOptions, resolve_deployment
+
+    steps = []
+    for tp, dp, ep in ((1, 1, 1), (2, 1, 1), (4, 1, 1), (8, 1, 1), (1, 8, 8)):
+        dep = resolve_deployment(catalog, "qwen3-30b-a3b", "h100-sxm", EngineOptions(
+            engine="trtllm", tp=tp, attention_dp=dp, expert_parallel=ep, max_model_len=4096))
+        steps.append(float(np.asarray(dep.step.decode_step(1, 1100)["step_s"])))
+    assert min(steps) > 0.002
+    res = run_cli("recommend", *TPOT_LOAD, "--rate", "5", "--tpot-p99", "0.002")
+    assert res.exit_code == 2
+    assert "disaggregated layout meets them" not in res.stderr, res.stderr
+
+
+def test_the_pd_decode_pool_is_sized_for_a_tpot_slo(catalog):
+    # TPOT p99 12 ms at 15 req/s: the decode pool sized for TBT alone (1 x TP 1) replayed at
+    # TPOT p99 30.9 ms; sized for TPOT, its replay (4,000 requests) meets 12 ms
+    from capplan.plan.disagg import replay_disaggregated
+    from capplan.plan.planner import _disaggregated_plan
+    from capplan.plan.schema import PlanFile
+
+    plan = PlanFile.model_validate({
+        "model": "qwen3-30b-a3b", "candidates": {"gpus": ["h100-sxm"]},
+        "engine": {"name": "trtllm"},
+        "workloads": [{"name": "x", "rate_per_s": 15, "input_len": 1000, "output_len": 200,
+                       "slo": {"ttft_p99_s": 0.5, "tpot_p99_s": 0.012}}]})
+    lanes = list(plan.workloads)
+    d = _disaggregated_plan(catalog, plan, catalog.resolve_model(plan.model), lanes, "h100-sxm")
+    assert d is not None
+    rep = replay_disaggregated(d, lanes, 4000)
+    assert rep["ok"], rep["reason"]
+
