@@ -109,27 +109,27 @@ class Candidate:
     settings: EngineSettings
     kv_cache_tokens: int
     max_rate_per_s: float
-    """Highest per-replica arrival rate that meets every SLO analytically (or, sized by the
-    replay, the rate each replica was replayed at: `sized_by_replay`)."""
+    """Highest per-replica arrival rate that meets every SLO analytically, or the rate the
+    replay confirmed where it found less (each replica's share plus the headroom: the
+    replicas `sized_by_replay`, or verified._confirmed)."""
     capacity_per_s: float
     """Highest stable per-replica arrival rate (SLOs aside)."""
     binding_constraint: str
-    """What limits a replica; ends in REPLAY_BINDING when the replay sized the replicas."""
+    """What limits a replica; ends in REPLAY_BINDING when the replay found it (it sized the
+    replicas, `sized_by_replay`, or a replica missed the SLOs in the replay at the screen's
+    capacity and carries what the replay confirmed: verified._confirmed)."""
     index: tuple[int, int]
     """(group, combination) position in the search's arrays."""
     replicas: int
     ttft_p99_s: float = math.inf
     """Analytic p99 TTFT at the per-replica rate (target / replicas), for ranking ties."""
+    sized_by_replay: bool = False
+    """The simulator's replay, not the analytic screen, set the replicas (and
+    max_rate_per_s): the screen's count missed in simulation (verified._scaled_out)."""
 
     @property
     def gpu(self) -> GpuSpec:
         return self.group.gpu
-
-    @property
-    def sized_by_replay(self) -> bool:
-        """The simulator's replay, not the analytic screen, set the replicas (and
-        max_rate_per_s): the screen's count missed in simulation (planner._scaled_out)."""
-        return self.binding_constraint.endswith(REPLAY_BINDING)
 
     @property
     def step(self) -> StepModel:
