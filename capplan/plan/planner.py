@@ -534,7 +534,12 @@ def _nothing_usable(near: list[Candidate], found: SearchResult, t: Traffic, plan
             + _near_floor_note(min(near, key=key), found, t, plan.headroom)
             + " (allow_near_floor: true in the plan, or recommend --allow-near-floor, "
             "shows that fleet anyway)")
-    return InfeasibleError(nearest_miss(found, t))
+    return _NearestMiss(nearest_miss(found, t))
+
+
+class _NearestMiss(InfeasibleError):
+    """No configuration meets the SLOs even at negligible load (the screen's nearest miss,
+    which the replay refines where it runs: nearest.replayed_miss)."""
 
 
 def _best_per_family(usable: list[Candidate], key: RankKey) -> list[Candidate]:
@@ -566,7 +571,12 @@ def _plan_pool(cat: Catalog, plan: PlanFile, resolved: ResolvedModel, lanes: lis
     try:
         shortlist, warnings = _shortlist(found, t, plan, key)
     except InfeasibleError as e:  # say what the search left out, if anything
-        raise InfeasibleError(str(e) + _refused_note(cat, model, pool.space)) from None
+        why = str(e)
+        if isinstance(e, _NearestMiss) and verify is not None and plan.verify.top > 0:
+            from capplan.plan.nearest import replayed_miss  # the replay's, where it runs
+
+            why = replayed_miss(found, pool, plan, verify) or why
+        raise InfeasibleError(why + _refused_note(cat, model, pool.space)) from None
     ranked = [_recommendation(c, found, t) for c in shortlist]
     curves: dict[tuple[int, int], Curve] = {}
 
