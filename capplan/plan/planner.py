@@ -351,19 +351,23 @@ def _disaggregated(cat: Catalog, plan: PlanFile, resolved: ResolvedModel, lanes:
                    result: PlanResult, early: dict[str, Any], replay: bool = False
                    ) -> dict[str, Any]:
     """The disaggregated plan beside the aggregated one, and which wins; `early`: plans sized
-    already, by GPU type (`run_plan`'s pd_meanwhile); `replay`: a layout the screen finds
-    cheaper is replayed at the plan's rate, and wins only if the replay meets the SLOs too."""
-    from capplan.plan.disagg import compare, replay_disaggregated
+    already, by GPU type (`run_plan`'s pd_meanwhile); `replay`: a layout that could win (it,
+    or it with one prefill replica fewer, costs less than the aggregated best) is replayed at
+    the plan's rate plus the headroom, with fewer prefill replicas while the replay has margin
+    (disagg.verified_layout), and wins only if the replay meets the SLOs too."""
+    from capplan.plan.disagg import compare, verified_layout
 
     key = result.best.candidate.gpu.key
     d = early[key] if key in early else _disaggregated_plan(cat, plan, resolved, lanes, key)
     best = result.best
     agg = (best.gpus_total, best.cost_per_hour, best.candidate.binding_constraint)
-    verdict = compare(*agg, d)
     checked = None
-    if d and replay and verdict.startswith("disaggregated"):  # only a winner needs the check
-        checked = replay_disaggregated(d, lanes, plan.verify.requests_per_check)
-        verdict = compare(*agg, d, checked)
+    if d and replay:  # only a layout that could win needs the check
+        d, checked = verified_layout(
+            d, lanes, served_traffic(lanes, plan, resolved.spec),
+            plan.verify.requests_per_check, plan.headroom,
+            lambda x: compare(*agg, x).startswith("disaggregated"))
+    verdict = compare(*agg, d, checked)
     return {**(d.to_dict() if d else {}), **(_disagg_verify(d, lanes) if d else {}),
             **({"replay": checked} if checked else {}),
             "verdict": verdict, "winner": verdict.split(" wins")[0]}
