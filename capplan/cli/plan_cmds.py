@@ -238,8 +238,10 @@ def render_plan(result: dict[str, Any], fmt: str) -> str:
     best = result["recommendations"][0]
     margins = ", ".join(f"{k} {v:+.0%}" for k, v in best["slo_margins"].items())
     ver = best.get("verified")
+    at = (ver or {}).get("rate_per_s")
     vtxt = "not simulated" if not ver else (
-        "simulator confirms" if ver.get("ok") else f"simulator: {ver.get('reason')}")
+        ("simulator confirms" + (f" it at {at:.3g} req/s per replica" if at else ""))
+        if ver.get("ok") else f"simulator: {ver.get('reason')}")
     # the layout the plan recommends, as every export and the Kubernetes manifests say it: a
     # disaggregated layout that wins or a pool per lane first, then the table's rank 1
     layout = recommended_layout(result)

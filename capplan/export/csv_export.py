@@ -133,6 +133,21 @@ RECOMMENDATION_COLUMNS: tuple[RecColumn, ...] = (
 )
 
 
+def _layout_cell(rec: Any) -> Any:
+    from capplan.plan.launch import layout_cell
+
+    return layout_cell(rec) if isinstance(rec, dict) and rec.get("tp") is not None else None
+
+
+REPORT_LAYOUT = RecColumn((), "TP", _layout_cell)
+"""The reports' TP column (Markdown, HTML; brief tables): the layout's cell, "1xDP8 EP8" where
+the TP column alone reads "1" (plan.launch.layout_cell, as the terminal shows it)."""
+
+
+def _report_layout(cols: list[RecColumn]) -> list[RecColumn]:
+    return [REPORT_LAYOUT if c.path == ("tp",) else c for c in cols]
+
+
 PARETO_COLUMNS: tuple[RecColumn, ...] = (
     _c("gpu", "GPU"),
     _c("tp", "TP"),
@@ -274,6 +289,7 @@ def recommendation_table(plan: dict[str, Any], *, brief: bool = False,
         recs = [{**r, "recommended": mark["aggregated"] if i == 0 else "no"}
                 for i, r in enumerate(recs)]
     cols = _used([c for c in RECOMMENDATION_COLUMNS if c.brief or not brief], [*recs, *also])
+    cols = _report_layout(cols) if brief else cols
     if any("model" in r for r in recs):  # several models: say whose each row is
         cols.insert(0, MODEL_COLUMN)
     return cols, _rows(recs, cols)
@@ -294,6 +310,7 @@ def disaggregated_table(plan: dict[str, Any], *, brief: bool = False
     recs = disaggregated_records(plan)
     cols = [c for c in RECOMMENDATION_COLUMNS if any(dig(r, c.path) is not None for r in recs)
             and (not brief or c.path[0] in DISAGG_BRIEF)]
+    cols = _report_layout(cols) if brief else cols
     return cols, _rows(recs, cols)
 
 

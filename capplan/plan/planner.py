@@ -3,7 +3,7 @@ their binding constraint, margins, engine flags, simulator verification, Pareto 
 
 The steps, each a function below: pool the lanes' traffic, resolve the search space, search
 every candidate analytically (search.py), keep the best candidate of each (GPU, TP, dtypes),
-rank, check the best with the simulator (verify.py), explain the ranking.
+rank, check the best with the simulator (verified.py), explain the ranking.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -24,7 +24,7 @@ from capplan.models.layout import describe
 from capplan.models.memory import checkpoint_bytes, memory_report
 from capplan.models.perf import build_step_model, knee_batch
 from capplan.models.prefix import PrefixCache
-from capplan.models.queueing import Limits, QueueModel, summarize
+from capplan.models.queueing import summarize
 from capplan.plan.features_plan import feature_space, image_lanes, speculation_note
 from capplan.plan.flags import engine_flags
 from capplan.plan.launch import layout_of, max_model_len_choice
@@ -39,14 +39,12 @@ from capplan.plan.result import (
     Prediction,
     Recommendation,
     SeparatePool,
-    Verification,
 )
 from capplan.plan.schema import Lane, PlanFile
 from capplan.plan.search import (
     DEFAULT_CHUNKS,
     DEFAULT_SEQS,
     DEFAULT_TPS,
-    REPLAY_BINDING,
     Candidate,
     ConfigGroup,
     Keep,
@@ -63,11 +61,17 @@ from capplan.plan.search import (
 )
 from capplan.plan.search_bound import MAX_REPLICAS, NEAR_FLOOR_FRAC, planner_search
 from capplan.plan.slo import SloSet
-from capplan.plan.verify import PARALLEL_MIN_REQUESTS, VerifyJob, verification_engine
+from capplan.plan.verified import (
+    Meanwhile,
+    PlanPool,
+    VerifyFn,
+    near_floor,
+    prepare,
+    verified,
+)
+from capplan.plan.verified import queue_model as _queue_model  # burst.py reads it here
+from capplan.plan.verify import PARALLEL_MIN_REQUESTS
 
-VerifyFn = Callable[[VerifyJob], Verification]
-Meanwhile = Callable[[Recommendation], object]
-"""Work for the parent while verification workers simulate (`_verify`)."""
 OVERSIZED_GPUS, OVERSIZED_COST = 4.0, 3.0
 """Runner-ups needing more than 4x the best's GPUs (and 8 more) or 3x its cost are not shown."""
 
@@ -174,16 +178,6 @@ def _speculation(model: ModelSpec, r: Recommendation, t: Traffic) -> dict[str, A
         return None
     plain = build_step_model(model, c.gpu, s.with_(speculative=None), c.group.calibration)
     return speculation_note(c.step, plain, s.max_num_seqs, t.inp.mean + t.out.mean / 2)
-
-
-def _queue_model(c: Candidate, t: Traffic) -> QueueModel:
-    s = c.settings
-    # engine limits are per attention-DP rank: a replica holds dp x them (as the search's)
-    return QueueModel(c.step, t.inp, t.out,
-                      Limits(s.max_num_seqs * s.attention_dp,
-                             s.max_num_batched_tokens * s.attention_dp, c.kv_cache_tokens,
-                             c.pool.state_tokens_per_seq, c.pool.block_size),
-                      t.arrival_scv, s.profile.scheduler, t.prefix)
 
 
 def _recommendation(c: Candidate, found: SearchResult, t: Traffic) -> Recommendation:
@@ -357,19 +351,23 @@ def _disaggregated(cat: Catalog, plan: PlanFile, resolved: ResolvedModel, lanes:
                    result: PlanResult, early: dict[str, Any], replay: bool = False
                    ) -> dict[str, Any]:
     """The disaggregated plan beside the aggregated one, and which wins; `early`: plans sized
-    already, by GPU type (`run_plan`'s pd_meanwhile); `replay`: a layout the screen finds
-    cheaper is replayed at the plan's rate, and wins only if the replay meets the SLOs too."""
-    from capplan.plan.disagg import compare, replay_disaggregated
+    already, by GPU type (`run_plan`'s pd_meanwhile); `replay`: a layout that could win (it,
+    or it with one prefill replica fewer, costs less than the aggregated best) is replayed at
+    the plan's rate plus the headroom, with fewer prefill replicas while the replay has margin
+    (disagg.verified_layout), and wins only if the replay meets the SLOs too."""
+    from capplan.plan.disagg import compare, verified_layout
 
     key = result.best.candidate.gpu.key
     d = early[key] if key in early else _disaggregated_plan(cat, plan, resolved, lanes, key)
     best = result.best
     agg = (best.gpus_total, best.cost_per_hour, best.candidate.binding_constraint)
-    verdict = compare(*agg, d)
     checked = None
-    if d and replay and verdict.startswith("disaggregated"):  # only a winner needs the check
-        checked = replay_disaggregated(d, lanes, plan.verify.requests)
-        verdict = compare(*agg, d, checked)
+    if d and replay:  # only a layout that could win needs the check
+        d, checked = verified_layout(
+            d, lanes, served_traffic(lanes, plan, resolved.spec),
+            plan.verify.requests_per_check, plan.headroom,
+            lambda x: compare(*agg, x).startswith("disaggregated"))
+    verdict = compare(*agg, d, checked)
     return {**(d.to_dict() if d else {}), **(_disagg_verify(d, lanes) if d else {}),
             **({"replay": checked} if checked else {}),
             "verdict": verdict, "winner": verdict.split(" wins")[0]}
@@ -482,11 +480,6 @@ def _refused_note(cat: Catalog, model: ModelSpec, space: SearchSpace) -> str:
     return f"; not searched: {'; '.join(why)}" if why else ""
 
 
-def near_floor(c: Candidate) -> bool:
-    """More than one replica only because the SLOs sit just above the unloaded latency."""
-    return c.replicas > 1 and c.max_rate_per_s < NEAR_FLOOR_FRAC * c.capacity_per_s
-
-
 def _near_floor_note(c: Candidate, found: SearchResult, t: Traffic, headroom: float) -> str:
     """The floor, what one replica carries within the SLOs, and what relaxing them buys."""
     i, j = c.index
@@ -545,7 +538,12 @@ def _nothing_usable(near: list[Candidate], found: SearchResult, t: Traffic, plan
             + _near_floor_note(min(near, key=key), found, t, plan.headroom)
             + " (allow_near_floor: true in the plan, or recommend --allow-near-floor, "
             "shows that fleet anyway)")
-    return InfeasibleError(nearest_miss(found, t))
+    return _NearestMiss(nearest_miss(found, t))
+
+
+class _NearestMiss(InfeasibleError):
+    """No configuration meets the SLOs even at negligible load (the screen's nearest miss,
+    which the replay refines where it runs: nearest.replayed_miss)."""
 
 
 def _best_per_family(usable: list[Candidate], key: RankKey) -> list[Candidate]:
@@ -556,38 +554,33 @@ def _best_per_family(usable: list[Candidate], key: RankKey) -> list[Candidate]:
     return sorted(best.values(), key=key)
 
 
-@dataclass(frozen=True)
-class _Pool:
-    """One pool being planned: the model, its lanes and their pooled traffic."""
-
-    model: ModelSpec
-    lanes: list[Lane]
-    traffic: Traffic
-    space: SearchSpace
-
-
 def _plan_pool(cat: Catalog, plan: PlanFile, resolved: ResolvedModel, lanes: list[Lane],
                verify: VerifyFn | None, best_only: bool = False,
                keep: Keep | None = None, meanwhile: Meanwhile | None = None) -> PlanResult:
     """One pool planned. `best_only`: the caller reads only `.best` (its other
     recommendations and warnings are those of the configurations searched exactly); `keep`:
     the (GPU, settings) groups searched (build_candidates); `meanwhile(best before
-    verification)` runs in this process while verification workers simulate (`_verify`)."""
+    verification)` runs in this process while verification workers simulate (verified.py)."""
     model = resolved.spec
     t = served_traffic(lanes, plan, model)
-    pool = _Pool(model, lanes, t, search_space(cat, plan, model, t,
-                                               resolved.implied_weight_dtype))
+    pool = PlanPool(model, lanes, t, search_space(cat, plan, model, t,
+                                                  resolved.implied_weight_dtype))
     groups = _groups(cat, model, pool.space, keep)
     if verify is not None and hasattr(verify, "prepare") and \
-            plan.verify.top * plan.verify.requests >= PARALLEL_MIN_REQUESTS:
-        _prepare(verify, groups, pool)  # workers load the compiled engine meanwhile
+            plan.verify.top * plan.verify.requests_per_check >= PARALLEL_MIN_REQUESTS:
+        prepare(verify, groups, pool)  # workers load the compiled engine meanwhile
     found = planner_search(groups, t, plan.headroom, plan.objective, best_only,
                            submit=getattr(verify, "submit", None))
     key = rank_key(plan.objective)
     try:
         shortlist, warnings = _shortlist(found, t, plan, key)
     except InfeasibleError as e:  # say what the search left out, if anything
-        raise InfeasibleError(str(e) + _refused_note(cat, model, pool.space)) from None
+        why = str(e)
+        if isinstance(e, _NearestMiss) and verify is not None and plan.verify.top > 0:
+            from capplan.plan.nearest import replayed_miss  # the replay's, where it runs
+
+            why = replayed_miss(found, pool, plan, verify) or why
+        raise InfeasibleError(why + _refused_note(cat, model, pool.space)) from None
     ranked = [_recommendation(c, found, t) for c in shortlist]
     curves: dict[tuple[int, int], Curve] = {}
 
@@ -599,7 +592,7 @@ def _plan_pool(cat: Catalog, plan: PlanFile, resolved: ResolvedModel, lanes: lis
         for r in ranked[:3]:
             curves[r.candidate.index] = _curve(r, t)
 
-    ranked = _verified(ranked, pool, plan, verify, warnings, key, while_replaying)
+    ranked = verified(ranked, pool, plan, verify, warnings, key, while_replaying)
     ranked, pruned = _prune(ranked)
     if pruned:
         warnings.append(f"{pruned} configuration(s) not listed: they need over "
@@ -645,105 +638,6 @@ def _best_pool(cat: Catalog, plan: PlanFile, resolved: ResolvedModel, lanes: lis
     return _plan_pool(cat, plan, resolved, lanes, verify, best_only=True, keep=keep)
 
 
-def _verified(ranked: list[Recommendation], pool: _Pool, plan: PlanFile,
-              verify: VerifyFn | None, warnings: list[str], key: RankKey,
-              meanwhile: Meanwhile | None = None) -> list[Recommendation]:
-    """The top `plan.verify.top` replayed (a miss is dropped, with a warning), and the next
-    ones while every one replayed missed (up to VERIFY_ROUNDS rounds). When none passed, the
-    replay sizes the best that missed (`_scaled_out`); raises InfeasibleError when that fails
-    too, naming the miss closest to its SLOs. `meanwhile`: `_verify`'s, in the first round."""
-    if verify is None or plan.verify.top <= 0:
-        return ranked
-    missed: list[tuple[Recommendation, Verification]] = []
-    for i in range(VERIFY_ROUNDS):  # the best shown is always one the replay passed
-        ranked = _verify(ranked, pool, plan.verify.top, plan.verify.requests, verify,
-                         warnings, missed, meanwhile if i == 0 else None)
-        if not ranked or ranked[0].verified is not None:
-            break
-    if ranked and ranked[0].verified is None:
-        ranked = []  # the rest unverified after VERIFY_ROUNDS rounds of misses
-    if not ranked and missed:
-        ranked = sorted(_scaled_out(missed[:plan.verify.top], pool, plan, verify, warnings),
-                        key=lambda r: key(r.candidate))
-    if not ranked:
-        r, v = min(missed, key=lambda m: _overshoot(m[1], pool.traffic)[0])
-        raise InfeasibleError(
-            "every configuration that met the SLOs analytically missed them in simulation, "
-            f"also with {SCALE_OUT_MAX}x its replicas; nearest miss: {r.label} at "
-            f"{r.replicas} replica(s) ({v.reason}); loosen the SLOs or lower the rate")
-    return ranked
-
-
-VERIFY_ROUNDS = 3
-"""Rounds of `verify.top` replays while every one replayed misses, before the replay sizes the
-replicas of the best that missed."""
-
-SCALE_OUT_MAX = 4
-"""How far the replay may raise a configuration's replicas over the analytic count (a multiple)
-when every shortlisted configuration missed its SLOs in simulation."""
-
-
-def _scaled_out(missed: list[tuple[Recommendation, Verification]], pool: _Pool,
-                plan: PlanFile, verify: VerifyFn, warnings: list[str]) -> list[Recommendation]:
-    """The replay is the truth: each configuration that missed in simulation at the analytic
-    replica count, replayed at up to SCALE_OUT_MAX times that count; the fewest replicas whose
-    replica meets the SLOs in the replay with the plan's headroom on top of its share
-    (bisection: a replica carries less as replicas are added) become its plan."""
-    t = pool.traffic
-
-    def replay(r: Recommendation, n: int, binding: str) -> Recommendation | None:
-        rec = _replicated(r, n, t, binding, plan.headroom)
-        job = replace(_verify_job(rec, pool, plan.verify.requests),
-                      replicas=n / (1 + plan.headroom))
-        v = verify(replace(job, sim_engine=verification_engine([job])))
-        return rec.with_(verified=v) if v.ok else None
-
-    out = []
-    for r, miss in missed:
-        binding = _replay_binding(miss, t)
-        lo, hi = r.replicas, min(r.replicas * SCALE_OUT_MAX, MAX_REPLICAS)  # lo missed
-        found = replay(r, hi, binding) if hi > lo else None
-        while found is not None and hi - lo > 1:
-            mid = (lo + hi) // 2
-            if (got := replay(r, mid, binding)) is not None:
-                found, hi = got, mid
-            else:
-                lo = mid
-        if found is not None:
-            warnings.append(f"{r.label}: sized by the replay at {found.replicas} replicas, "
-                            f"each replayed at its share plus the {plan.headroom:.0%} headroom "
-                            f"(the analytic screen's {r.replicas} missed in simulation)")
-            out.append(found)
-    return out
-
-
-def _overshoot(v: Verification, t: Traffic) -> tuple[float, str]:
-    """How far a replay was over its SLOs (the largest value / objective of those it reports;
-    inf for an overloaded replica) and what that is."""
-    ratio, worst, _ = t.slos.worst(v.simulated)
-    if "overloaded" in v.reason or worst is None:
-        return math.inf, "capacity"
-    return ratio, f"{worst.label} SLO"
-
-
-def _replay_binding(miss: Verification, t: Traffic) -> str:
-    """What the replay found binding at too few replicas: the SLO it missed by most."""
-    return f"{_overshoot(miss, t)[1]} {REPLAY_BINDING}"
-
-
-def _replicated(r: Recommendation, n: int, t: Traffic, binding: str, headroom: float
-                ) -> Recommendation:
-    """Recommendation r at n replicas, sized by the replay: the most a replica is known to
-    carry is its share with the headroom on top (the rate replayed); the analytic prediction
-    is at its share."""
-    rate = t.rate_per_s / n
-    pred = summarize(_queue_model(r.candidate, t).at_rate(np.float64(rate)))
-    c = replace(r.candidate, replicas=n, max_rate_per_s=rate * (1 + headroom),
-                binding_constraint=binding, ttft_p99_s=float(pred["ttft_s"]["p99"]))
-    return replace(r, candidate=c, per_replica_rate_per_s=rate,
-                   predicted=Prediction.of(pred), slo_margins=t.slos.margins(pred))
-
-
 def _prune(ranked: list[Recommendation]) -> tuple[list[Recommendation], int]:
     """Drop runner-ups no one would run instead of the best (4x its GPUs, 3x its cost)."""
     best = ranked[0]
@@ -769,67 +663,6 @@ def _default_lengths(lanes: Sequence[Lane]) -> list[str]:
             out.append(f"lane {ln.name}: no {' or '.join(missing)} given, so {got} tokens are "
                        "assumed; give your traffic's lengths, they change the answer")
     return out
-
-
-def _verify_job(r: Recommendation, pool: _Pool, max_requests: int) -> VerifyJob:
-    c, s = r.candidate, r.candidate.settings
-    # The simulator's cost is its steps: about requests * E[O] / running batch. At light
-    # load (small batches) cap that at ~40k steps; at least 300 requests either way.
-    batch = max(r.predicted.mean_running_batch, 1.0)
-    n_req = int(min(max_requests, max(300, 40_000 * batch / max(pool.traffic.out.mean, 1.0))))
-    return VerifyJob(lanes=pool.lanes, replicas=r.replicas, step=c.step,
-                     num_gpu_blocks=c.pool.num_blocks, block_size=c.pool.block_size,
-                     state_blocks=c.pool.state_blocks_per_seq,
-                     # per rank x ranks, as `simulate` runs it
-                     max_num_seqs=s.max_num_seqs * s.attention_dp,
-                     max_num_batched_tokens=s.max_num_batched_tokens * s.attention_dp,
-                     max_model_len=s.max_model_len, requests=n_req,
-                     policy=s.profile.scheduler,
-                     request_overhead_s=float(np.asarray(c.step.request_overhead_s)))
-
-
-def _prepare(verify: Any, groups: list, pool: _Pool) -> None:
-    """Give a parallel verifier a small job shaped like the plan's (the first configuration
-    that fits), to load its workers' compiled engine while the analytic search runs."""
-    g = next((g for g in groups if g.pool is not None and any(g.kv_tokens)), None)
-    if g is None:
-        return
-    s, j = g.settings, int(np.argmax(g.kv_tokens))
-    verify.prepare(VerifyJob(lanes=pool.lanes, replicas=1, step=g.step,
-                             num_gpu_blocks=g.kv_tokens[j] // g.pool.block_size,
-                             block_size=g.pool.block_size,
-                             state_blocks=g.pool.state_blocks_per_seq,
-                             max_num_seqs=g.combos[j][0], max_num_batched_tokens=g.combos[j][1],
-                             max_model_len=s.max_model_len, requests=64,
-                             policy=s.profile.scheduler))
-
-
-def _verify(ranked: list[Recommendation], pool: _Pool, top: int, max_requests: int,
-            verify: VerifyFn, warnings: list[str],
-            missed: list[tuple[Recommendation, Verification]],
-            meanwhile: Meanwhile | None = None) -> list[Recommendation]:
-    """Simulate the best `top`; drop those that miss an SLO there (with a warning; each miss
-    and its replay appended to `missed`). A verifier with worker processes (`map_while`) runs
-    `meanwhile(ranked[0])` here as they simulate."""
-    kept = ranked[top:]
-    checked = []
-    jobs = [_verify_job(r, pool, max_requests) for r in ranked[:top]]
-    engine = verification_engine(jobs)  # one choice for the plan: serial == --jobs N
-    jobs = [replace(j, sim_engine=engine) for j in jobs]
-    # a verifier with a `map` (capplan.plan.verify.ParallelVerifier, `--jobs`) runs them at
-    # once; each result is its own job's (seeded), so the answer is the serial one
-    if meanwhile is not None and hasattr(verify, "map_while"):
-        results = verify.map_while(jobs, lambda: meanwhile(ranked[0]))
-    else:
-        results = getattr(verify, "map", lambda js: [verify(j) for j in js])(jobs)
-    for r, v in zip(ranked[:top], results, strict=True):
-        if v.ok:
-            checked.append(r.with_(verified=v))
-        else:
-            warnings.append(f"{r.label} met the SLOs analytically but missed them in "
-                            f"simulation ({v.reason}); dropped")
-            missed.append((r, v))
-    return checked + kept
 
 
 def _explain(ranked: list[Recommendation]) -> list[Recommendation]:

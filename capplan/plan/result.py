@@ -64,17 +64,20 @@ class Prediction:
 
 @dataclass(frozen=True)
 class Verification:
-    """The simulator's check of one recommendation at its per-replica rate."""
+    """The simulator's check of one replica of a recommendation at a per-replica rate (what
+    the plan claims a replica carries: verified._verify)."""
 
     ok: bool
     reason: str
     requests: int
     simulated: dict[str, Any]
     """The simulator's contract keys (ttft_s, tbt_s, e2e_s, throughput...)."""
+    rate_per_s: float | None = None
+    """The per-replica arrival rate replayed (req/s); None where the verifier did not say."""
 
     def to_dict(self) -> dict[str, Any]:
         return {"ok": self.ok, "reason": self.reason, "requests": self.requests,
-                "simulated": self.simulated}
+                "rate_per_s": self.rate_per_s, "simulated": self.simulated}
 
 
 @dataclass(frozen=True, kw_only=True)

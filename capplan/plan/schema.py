@@ -307,8 +307,18 @@ class VerifySpec(BaseModel):
     model_config = _STRICT
     top: int = Field(default=5, ge=0, le=100, strict=True)
     """How many of the best configurations the simulator checks."""
-    requests: int = Field(default=1500, ge=50, le=1_000_000, strict=True)
-    """Requests per simulated check (the sim_requests cap's default bounds it)."""
+    requests: int = Field(default=10_000, ge=50, le=1_000_000, strict=True)
+    """Requests per simulated check at most (a lightly loaded replica's check takes fewer,
+    at least 2,000: verified.verify_job); left at its default, at most the sim_requests cap
+    over `top`."""
+
+    @property
+    def requests_per_check(self) -> int:
+        """`requests` as given; the default kept within the sim_requests cap over `top` (so
+        that `--verify-top 100` stays within it, as it did when the default was smaller)."""
+        if "requests" in self.model_fields_set or self.top == 0:
+            return self.requests
+        return max(50, min(self.requests, int(L.cap("sim_requests")) // self.top))
 
 
 class DaySpec(BaseModel):
@@ -408,7 +418,7 @@ class PlanFile(BaseModel):
         total = (n(c.gpus, _CATALOG_GPUS_ESTIMATE) * n(c.tp, 4) * len(c.weight_dtypes)
                  * len(c.kv_dtypes) * n(e.max_num_seqs, 5) * n(e.max_num_batched_tokens, 6))
         L.check_cap("plan_configurations", total, "candidates x engine values")
-        L.check_cap("sim_requests", self.verify.top * self.verify.requests,
+        L.check_cap("sim_requests", self.verify.top * self.verify.requests_per_check,
                     "verify.top x verify.requests (simulated to check the best)")
         return self
 

@@ -109,27 +109,27 @@ class Candidate:
     settings: EngineSettings
     kv_cache_tokens: int
     max_rate_per_s: float
-    """Highest per-replica arrival rate that meets every SLO analytically (or, sized by the
-    replay, the rate each replica was replayed at: `sized_by_replay`)."""
+    """Highest per-replica arrival rate that meets every SLO analytically, or the rate the
+    replay confirmed where it found less (each replica's share plus the headroom: the
+    replicas `sized_by_replay`, or verified._confirmed)."""
     capacity_per_s: float
     """Highest stable per-replica arrival rate (SLOs aside)."""
     binding_constraint: str
-    """What limits a replica; ends in REPLAY_BINDING when the replay sized the replicas."""
+    """What limits a replica; ends in REPLAY_BINDING when the replay found it (it sized the
+    replicas, `sized_by_replay`, or a replica missed the SLOs in the replay at the screen's
+    capacity and carries what the replay confirmed: verified._confirmed)."""
     index: tuple[int, int]
     """(group, combination) position in the search's arrays."""
     replicas: int
     ttft_p99_s: float = math.inf
     """Analytic p99 TTFT at the per-replica rate (target / replicas), for ranking ties."""
+    sized_by_replay: bool = False
+    """The simulator's replay, not the analytic screen, set the replicas (and
+    max_rate_per_s): the screen's count missed in simulation (verified._scaled_out)."""
 
     @property
     def gpu(self) -> GpuSpec:
         return self.group.gpu
-
-    @property
-    def sized_by_replay(self) -> bool:
-        """The simulator's replay, not the analytic screen, set the replicas (and
-        max_rate_per_s): the screen's count missed in simulation (planner._scaled_out)."""
-        return self.binding_constraint.endswith(REPLAY_BINDING)
 
     @property
     def step(self) -> StepModel:
@@ -221,11 +221,8 @@ def build_candidates(cat: Catalog, model: ModelSpec, space: SearchSpace,
     the memory of each combo."""
     groups: list[ConfigGroup] = []
     combos = tuple((s, c) for s in space.max_num_seqs for c in searched_budgets(space))
-    cal_path = calibration_path or space.calibration
-    cal_gpu = _calibration_gpu(cal_path, space)
     for gpu in space.gpus:
-        # The file applies to the GPU it was measured on; the others keep their own.
-        cal = calibration_for(cat, gpu, cal_path if cal_gpu == gpu.key else None)
+        cal = calibration_of(cat, gpu, space, calibration_path)
         for base in _gpu_settings(cat, model, gpu, space):
             if keep is not None and not keep(gpu, base):
                 continue
@@ -235,6 +232,15 @@ def build_candidates(cat: Catalog, model: ModelSpec, space: SearchSpace,
             if group is not None:
                 groups.append(group)
     return groups
+
+
+def calibration_of(cat: Catalog, gpu: GpuSpec, space: SearchSpace,
+                   calibration_path: str | Path | None = None) -> Calibration:
+    """The calibration a search sizes `gpu` with: the file given (`calibration_path`, else the
+    space's) applies to the GPU it was measured on; the others keep their own."""
+    cal_path = calibration_path or space.calibration
+    return calibration_for(cat, gpu, cal_path if _calibration_gpu(cal_path, space) == gpu.key
+                           else None)
 
 
 def refused(cat: Catalog, model: ModelSpec, space: SearchSpace) -> tuple[list[str], bool]:

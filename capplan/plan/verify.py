@@ -102,7 +102,7 @@ def simulate_recommendation(job: VerifyJob) -> Verification:
     keep = ("ttft_s", "tbt_s", "e2e_s", "tpot_s", "output_tokens_per_s", "requests_per_s",
             "mean_running_batch", "preemptions", "kv_peak_utilization")
     return Verification(ok=not misses, reason="; ".join(misses), requests=job.requests,
-                        simulated={k: res[k] for k in keep if k in res})
+                        simulated={k: res[k] for k in keep if k in res}, rate_per_s=offered)
 
 
 def simulate_closed_loop(dep: Deployment, concurrency: int, isl: int, osl: int,

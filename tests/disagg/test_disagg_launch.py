@@ -191,7 +191,7 @@ def test_disaggregated_pools_of_a_moe_model_may_run_attention_dp_and_ep(run_cli)
 
 
 def test_the_sized_layout_wins_only_if_its_replay_meets_the_slos(catalog, run_cli) -> None:
-    # the analytic screen sizes the pools; the replay at the plan's whole rate has the last
+    # the analytic screen sizes the pools; the replay at the plan's rate and headroom has the last
     # word: a layout whose replay misses an SLO does not win, however cheap
     from capplan.plan.disagg import compare
 

@@ -284,3 +284,27 @@ def test_each_replica_of_a_pool_has_its_own_line_in_every_report(run_cli, tmp_pa
             assert re.search(rf"CUDA_VISIBLE_DEVICES={gpus} [^\n]*--disaggregation-bootstrap-port "
                              rf"{boot} [^\n]*--port {port}\b", text), (suffix, gpus)
         assert "port + 1" not in text
+
+
+
+def test_reports_give_an_attention_dp_pool_its_layout_not_tp_1(run_cli, tmp_path) -> None:
+    """At 10 req/s the decode pool runs `--tp 8 --dp 8 --ep-size 8`: 8 GPUs as attention DP 8
+    with EP 8, TP 1 per rank. The Markdown and HTML tables read "TP 1" (CSV and XLSX keep TP,
+    DP and EP columns); their TP cell is now the layout, "1xDP8 EP8", as the terminal's."""
+    out = {s: tmp_path / f"plan.{s}" for s in ("md", "html")}
+    args = [a if a != "5" else "10" for a in DEEPSEEK]
+    res = run_cli(*args, "--verify-top", "0", "--format", "json",
+                  *[a for p in out.values() for a in ("--export", str(p))])
+    assert res.exit_code == 0, res.stderr
+    dec = res.json()["disaggregated"]["decode"]
+    assert (dec["tp"], dec["attention_dp"], dec["expert_parallel"]) == (1, 8, 8)
+    md = out["md"].read_text()
+    table = md[md.index("## Disaggregated prefill/decode"):]
+    head = next(ln for ln in table.splitlines() if ln.startswith("| rank"))
+    row = next(ln for ln in table.splitlines() if ln.startswith("| disaggregated decode"))
+    cells = dict(zip([c.strip() for c in head.split("|")], [c.strip() for c in row.split("|")],
+                     strict=True))
+    assert cells["TP"] == "1xDP8 EP8"
+    html = out["html"].read_text()
+    section = html[html.index("<h2>Disaggregated prefill/decode"):]
+    assert "1xDP8 EP8" in section[:section.index("</table>")]

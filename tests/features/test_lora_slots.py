@@ -84,18 +84,19 @@ def test_recommend_gives_every_adapter_a_slot():
 
 @pytest.mark.parametrize("opts", [{"max_loras": 4, "lora_adapters": 8}, {}])
 def test_a_plans_verification_replay_runs_max_num_seqs_as_simulate_does(opts):
-    # the planner's replay job (planner._verify_job) takes the engine's max_num_seqs, as
+    # the planner's replay job (verified.verify_job) takes the engine's max_num_seqs, as
     # `simulate` does, LoRA or not: the replay applies the slots per request
     from types import SimpleNamespace
 
-    from capplan.plan.planner import _verify_job
+    from capplan.plan.verified import verify_job
 
     dep = capplan.deployment(MODEL, GPU, max_model_len=4096, **opts)
     cand = SimpleNamespace(settings=dep.settings, step=dep.step, pool=dep.pool)
-    rec = SimpleNamespace(candidate=cand, replicas=1,
+    rec = SimpleNamespace(candidate=cand, replicas=1, per_replica_rate_per_s=1.0,
                           predicted=SimpleNamespace(mean_running_batch=4.0))
-    pool = SimpleNamespace(lanes=[], traffic=SimpleNamespace(out=SimpleNamespace(mean=200)))
-    job = _verify_job(rec, pool, 300)
+    pool = SimpleNamespace(lanes=[], traffic=SimpleNamespace(
+        rate_per_s=1.0, out=SimpleNamespace(mean=200)))
+    job = verify_job(rec, pool, 300, 1.0)
     assert job.max_num_seqs == dep.limits.max_num_seqs == 1024
 
 
