@@ -31,7 +31,7 @@ from capplan.sim.metrics import step_summary, summarize, summary
 from capplan.sim.pd import SPEED_SPREAD as GPU_SPEED_SPREAD
 from capplan.sim.pd import PdReplay, PdReplaySpec, replay_pd
 from capplan.sim.protocol import PRESETS, BenchmarkRun, preset, request_tpot
-from capplan.sim.workload import Requests
+from capplan.sim.workload import Requests, parse_length
 
 QUEUE_SHARE = 0.5
 """A closed loop's pool is saturated when its mean wait exceeds this share of a client's cycle
@@ -221,12 +221,13 @@ def _pool(layout: PdLayout, role: str, run: PdReplay, span: float) -> dict[str, 
     return out
 
 
-def replayed_requests(concurrency: int, measured: int) -> int:
-    """Requests the benchmark replay runs: all `measured` up to REPLAY_ROUNDS per client, else
-    the start-up wave and REPLAY_ROUNDS - 1 more rounds (`benchmark_replay`)."""
+def replayed_requests(concurrency: int, measured: int, output_tokens: float = 0.0) -> int:
+    """Requests the benchmark replay runs: all `measured` up to `replay_rounds` per client
+    (REPLAY_ROUNDS, fewer for requests of `output_tokens` each beyond the sim_tokens limit),
+    else the start-up wave and k - 1 more rounds (`benchmark_replay`)."""
     c = int(concurrency)
     measured = max(int(measured), c)
-    k = aiconfigurator.REPLAY_ROUNDS  # the one setting, read where it is defined
+    k = aiconfigurator.replay_rounds(c, output_tokens)  # the one rule, where it is defined
     return measured if measured <= k * c else k * c
 
 
@@ -245,7 +246,7 @@ def benchmark_replay(layout: PdLayout, concurrency: int, input_len: str, output_
     c = int(concurrency)
     measured = max(int(measured), c)
     rounds = measured / c
-    n = replayed_requests(c, measured)
+    n = replayed_requests(c, measured, parse_length(output_len).mean)
     reqs, _ = pd_requests(layout, PdLoad(concurrency=c, input_len=input_len,
                                          output_len=output_len, requests=n, seed=seed))
     # the passes end on the means (MEANS_SETTLED): a few passes, each of the replayed requests
@@ -262,7 +263,7 @@ def benchmark_replay(layout: PdLayout, concurrency: int, input_len: str, output_
                               "rounds": rounds, "extrapolated": n < measured}
     for key, v in per.items():
         wave, first = float(np.nanmean(v[:c])), float(np.nanmean(v))
-        mean = measured_mean(wave, first, rounds) if n < measured else first
+        mean = measured_mean(wave, first, rounds, n // c) if n < measured else first
         res[key] = {**res[key], "mean": mean}
         record[f"{key[:-2]}_wave_mean_s"] = wave
     res["benchmark_replay"] = record
@@ -280,7 +281,8 @@ def closed_loop_latency(layout: PdLayout, analytic: dict[str, Any], load: Any,
     run = BenchmarkRun.of(preset(benchmark) if benchmark else PRESETS["vllm"], c,
                           load.num_prompts)
     _, inp, out = run.workload(input_len, output_len)
-    work = replayed_requests(c, run.measured) * float(load.output_stats.mean)
+    work = replayed_requests(c, run.measured, float(load.output_stats.mean)) * float(
+        load.output_stats.mean)
     if work > limits.cap("sim_tokens"):
         return {**analytic, "answered_by": "analytic",
                 "replay_note": f"no replay: one pass of the benchmark replay decodes {work:.3g} "
@@ -291,7 +293,7 @@ def closed_loop_latency(layout: PdLayout, analytic: dict[str, Any], load: Any,
                            run.preset.tpot)
     check = _analytic_check(analytic, sim)
     b = sim["benchmark_replay"]
-    k = aiconfigurator.REPLAY_ROUNDS
+    k = b["replayed_requests"] // c
     how = (f"; replayed: {b['replayed_requests']} requests (the start-up wave and rounds 2-{k}),"
            f" the other {b['measured_requests'] - b['replayed_requests']} at rounds 2-{k}'s mean"
            if b["extrapolated"] else "")
