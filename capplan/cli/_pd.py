@@ -11,6 +11,7 @@ import click
 
 from capplan.cli._options import CONCURRENCY, POS_INT
 from capplan.cli._render import Column, render_rows
+from capplan.plan.bench_cmds import step_lines
 from capplan.units import MS_S
 
 _ROLE_KEYS = ("workers", "tp", "pp", "attention_dp", "expert_parallel", "max_num_seqs",
@@ -156,7 +157,7 @@ def _launch_notes(res: dict[str, Any]) -> list[str]:
     for name, lines in res["launch"].items():
         out += [f"  {name} {line}" for line in lines]
     if res.get("bench"):  # a plan file's layout: the whole workload through the front end
-        out += [f"dataset: {res['bench_dataset']}", f"verify:  {res['bench']}"]
+        out += step_lines(res)
     return out
 
 

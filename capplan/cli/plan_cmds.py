@@ -43,8 +43,10 @@ from capplan.errors import InputError
 from capplan.export.csv_export import SHOWN_RECOMMENDATIONS, pool_records, shown_note
 from capplan.export.layout import AGGREGATED, DISAGGREGATED, headline, recommended_layout
 from capplan.limits import DEFAULT_HEADROOM
+from capplan.models.engine import ENGINES, engine_display_name
 from capplan.plan.alternatives import PLAN_NOTES
-from capplan.plan.launch import ENGINE_LABELS, layout_cell, layout_of, pool_command, sized_for
+from capplan.plan.bench_cmds import STEP_LABELS, step_lines
+from capplan.plan.launch import layout_cell, layout_of, pool_command, sized_for
 from capplan.plan.result import PlanResult
 from capplan.plan.schema import PlanFile, load_plan, plan_json_schema
 
@@ -148,9 +150,9 @@ def day_sections(result: dict[str, Any], fmt: str) -> str:
     several = "models" in result
     rows = [{**r, "model": p["model"]} for p in plans for r in _plan_rows(p)]
     cols = [Column("model", "model")] * several + PLAN_COLUMNS
-    launch = [{"model": p["model"], "engine": name, "command": flags[key]}
+    launch = [{"model": p["model"], "engine": engine_display_name(key), "command": flags[key]}
               for p in plans for flags in [p["recommendations"][0]["engine_flags"]]
-              for key, name in ENGINE_LABELS.items() if key in flags]
+              for key in ENGINES if key in flags]
     lcols = [Column("model", "model")] * several + [Column("engine", "engine"),
                                                     Column("command", "launch command")]
     if fmt == "markdown":  # a command (one line per host) stays whole in a code block
@@ -186,18 +188,18 @@ def render_disagg(d: dict[str, Any]) -> str:
         lines.append(f"  TTFT p99 {d['ttft_p99_s'] * 1e3:.0f} ms (prefill + transfer + decode "
                      f"admission), TBT p99 {d['tbt_p99_s'] * 1e3:.1f} ms")
     lines += textwrap.wrap(d["verdict"], 118, initial_indent="  ", subsequent_indent="  ")
-    labels = {"vllm": "vLLM", "sglang": "SGLang"}
     each = d.get("launch_replicas") or {}
     for key, line in (d.get("launch") or {}).items():  # launch lines stay whole, as above
         engine, _, role = key.partition("_")
+        label = engine_display_name(engine)
         # a pool of several replicas: each replica's own line (its GPUs, ports, hosts)
-        texts = ([(f"{labels.get(engine, engine)} {role} {i} ({r['hosts']}): ", r["command"])
+        texts = ([(f"{label} {role} {i} ({r['hosts']}): ", r["command"])
                   for i, r in enumerate(each[key])] if key in each
-                 else [(f"{labels.get(engine, engine)} {role}: ", pool_command(line))])
+                 else [(f"{label} {role}: ", pool_command(line))])
         for head, text in texts:
             lines.append(head + text.replace("\n", "\n" + " " * len(head)))  # a line per host
     if d.get("bench"):  # the whole workload through the front end
-        lines += [f"dataset: {d['bench_dataset']}", f"verify:  {d['bench']}"]
+        lines += step_lines(d)
     return "\n".join(lines)
 
 
@@ -271,7 +273,7 @@ def render_plan(result: dict[str, Any], fmt: str) -> str:
         out.append(f"warning: {w}")
     # prose wraps at 120 columns; the table is built to fit, and launch lines stay whole (to copy)
     # also "vLLM (lane):" lines of separate pools, and the files a line reads ("  ")
-    keep = ("vLLM", "SGLang", "TRT-LLM", "verify", "dataset", "  ")
+    keep = (*(engine_display_name(e) for e in ENGINES), *STEP_LABELS.values(), "  ")
     return "\n".join(line if "\n" in line or line.startswith(keep) else
                      textwrap.fill(line, 120, subsequent_indent="    ", break_on_hyphens=False)
                      for line in out)
@@ -291,13 +293,17 @@ def speculation_line(rec: dict[str, Any]) -> str:
             f"{sp.get('speedup_at_batch_1', float('nan')):.2f}x at batch 1; {pays}")
 
 
+_LABEL_WIDTH = max(len(engine_display_name(e)) for e in ENGINES) + 2
+"""The launch lines' label column: the longest engine name, its colon and a space."""
+
+
 def launch_block(flags: dict[str, str]) -> list[str]:
     """The launch lines, the files a line reads (indented), the verify steps."""
     out = []
-    for key, name in ENGINE_LABELS.items():
+    for key in ENGINES:
         if key not in flags:
             continue
-        label = f"{name}:".ljust(9)
+        label = f"{engine_display_name(key)}:".ljust(_LABEL_WIDTH)
         lines = flags[key].split("\n")  # one command per node of a multi-node replica
         out += [label + lines[0]] + [" " * len(label) + ln for ln in lines[1:]]
         for name, text in flags.items():
@@ -309,10 +315,8 @@ def launch_block(flags: dict[str, str]) -> list[str]:
                                                      default_flow_style=True
                                                      ).strip().replace("\n", "\n    ")
                 out.append(head.rstrip() + (flow if flow.startswith("\n") else " " + flow))
-    if flags.get("bench_dataset"):  # PLAN.json: this plan, written with --export PLAN.json
-        out.append("dataset: " + flags["bench_dataset"])
-    out.append("verify:  " + flags["bench"])
-    return out
+    # (the dataset step names PLAN.json: this plan, written with --export PLAN.json)
+    return out + step_lines(flags)
 
 
 POOL_COLUMNS = [
@@ -334,8 +338,9 @@ def _pool_lines(result: dict[str, Any], fmt: str) -> list[str]:
              "comparison):" if result.get("inputs", {}).get("pools") == "separate"
              else "pools:")
     out = ["", title, render_rows(rows, POOL_COLUMNS, fmt)]
-    out += [f"vLLM ({ln['lane']}): {ln['engine_flags']['vllm']}" for ln in lanes
-            if ln.get("engine_flags")]
+    # each lane's lines, every engine's the plan gives (as the HTML and Markdown reports)
+    out += [f"{engine_display_name(key)} ({ln['lane']}): {ln['engine_flags'][key]}"
+            for ln in lanes for key in ENGINES if (ln.get("engine_flags") or {}).get(key)]
     return out
 
 

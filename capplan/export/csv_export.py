@@ -16,6 +16,7 @@ from typing import Any
 from capplan.errors import InputError
 from capplan.export.atomic import Staged
 from capplan.export.json_export import jsonable
+from capplan.models.engine import ENGINES, engine_display_name
 from capplan.units import s_to_ms
 
 
@@ -126,9 +127,8 @@ RECOMMENDATION_COLUMNS: tuple[RecColumn, ...] = (
     _c("verified.simulated.tbt_s.p99", "sim TBT p99 (ms)", _ms, ".1f", False),
     _c("why_not_first", "why not first"),
     _c("verdict", "which layout wins", None, "g", False, True),
-    _c("engine_flags.vllm", "vLLM command", None, "g", False),
-    _c("engine_flags.sglang", "SGLang command", None, "g", False),
-    _c("engine_flags.trtllm", "TensorRT-LLM command", None, "g", False),
+    *(_c(f"engine_flags.{e}", f"{engine_display_name(e)} command", None, "g", False)
+      for e in ENGINES),
     _c("calibration", "calibration"),
 )
 

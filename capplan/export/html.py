@@ -36,8 +36,9 @@ from capplan.export.layout import (
     headline,
     recommended_layout,
 )
+from capplan.models.engine import ENGINES, engine_display_name
 from capplan.plan.alternatives import PLAN_NOTES
-from capplan.plan.bench_cmds import reading_plan, verify_call
+from capplan.plan.bench_cmds import STEP_LABELS, reading_plan, verify_call
 from capplan.plan.launch import layout_cell, sized_for
 
 Section = Callable[[dict[str, Any]], str]
@@ -269,10 +270,8 @@ def _head(p: dict[str, Any]) -> str:
     cls = "ok" if ver and ver.get("ok") else "bad" if ver else ""
     layout = recommended_layout(p)
     head = headline(p)
-    if layout == AGGREGATED:
-        d = p.get("disaggregated") or {}
-        lead = (f"<b>Recommended: {_e(fleet_text(best))}</b>"
-                + (f"; {_e(d['verdict'])}" if d.get("verdict") else ""))
+    if layout == AGGREGATED:  # the disaggregated verdict is in its own section, once
+        lead = f"<b>Recommended: {_e(fleet_text(best))}</b>"
         rank1 = "each replica"
     else:
         what, _, rest = head.removeprefix("recommended: ").partition(": ")
@@ -305,7 +304,7 @@ def _disaggregated(p: dict[str, Any]) -> str:
     for title, text in disagg_launch(d):
         out.append(f"<p>{_e(title)}: {_e(text)}</p>" if title.endswith("where each replica runs")
                    else _cmd(title, text))
-    for key, label in (("bench_dataset", "workload"), ("bench", "verify")):
+    for key, label in STEP_LABELS.items():
         if d.get(key):
             out.append(_cmd(f"P/D {label}", d[key]))
     if d.get("bench"):  # the P/D layout through its front end, the whole workload
@@ -325,9 +324,8 @@ def _pools(p: dict[str, Any]) -> str:
     # the recommended pools' own lines (the launch section below gives the shared pool's)
     for ln in ((p.get("pools") or {}).get("separate") or {}).get("lanes") or []:
         flags = ln.get("engine_flags") or {}
-        out += "".join(_cmd(f"lane {ln.get('lane')}: {label}", flags[key])
-                       for key, label in (("vllm", "vLLM"), ("sglang", "SGLang"),
-                                          ("trtllm", "TensorRT-LLM")) if flags.get(key))
+        out += "".join(_cmd(f"lane {ln.get('lane')}: {engine_display_name(key)}", flags[key])
+                       for key in ENGINES if flags.get(key))
     return out
 
 
@@ -379,9 +377,9 @@ def _commands(p: dict[str, Any], run: Run | None = None, model: str | None = Non
     elif recommended_layout(p) == SEPARATE:
         out.append("<p>The lines of one shared pool (rank 1); the recommended pool per "
                    "lane's are in the pools' section above.</p>")
-    for key, label in (("vllm", "vLLM"), ("sglang", "SGLang"), ("trtllm", "TensorRT-LLM")):
+    for key in ENGINES:
         if flags.get(key):
-            out.append(_cmd(label, flags[key]))
+            out.append(_cmd(engine_display_name(key), flags[key]))
         for name, text in flags.items():
             if name.startswith(f"file:{key}:"):
                 out.append(_cmd(name.split(":", 2)[2], text))
@@ -389,7 +387,7 @@ def _commands(p: dict[str, Any], run: Run | None = None, model: str | None = Non
     if best.get("engine"):
         sized = sized_for(best).replace("sized for: ", "Sized for ", 1)
         out.append(f"<p>{_e(sized)}.</p>")
-    for key, label in (("bench_dataset", "workload"), ("bench", "verify")):
+    for key, label in STEP_LABELS.items():
         if flags.get(key):
             out.append(_cmd(label, flags[key]))
     out.append(_cmd("measure",

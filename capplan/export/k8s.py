@@ -40,10 +40,10 @@ import yaml
 
 from capplan.errors import InputError
 from capplan.models.engine import engine_profile
-from capplan.plan.launch import DEFAULT_PORTS, HEAD, KV_HANDSHAKE, pool_command
+from capplan.plan.launch import HEAD, KV_HANDSHAKE, pd_front_port, pool_command
 
 FRONT_ENDS = ("sglang", "trtllm", "vllm")
-"""Engines whose disaggregated front end the export runs, on the engine's default port (as the
+"""Engines whose disaggregated front end the export runs, on launch.pd_front_port (as the
 plan's router line): SGLang's router, which the engine's image carries (sgl-project/sglang
 docker/Dockerfile builds and installs sgl-router), TensorRT-LLM's disaggregated server
 (`trtllm-serve disaggregated`, a command of the trtllm-serve the image runs), its
@@ -509,7 +509,7 @@ def _front_end(plan: dict[str, Any], pools: list[Pool], names: Names) -> list[di
     if not (pre and dec):
         return []
     engine = pre[0].engine
-    port = DEFAULT_PORTS[engine]  # where the plan's router line listens
+    port = pd_front_port(engine)  # where the plan's router line listens
     line = front_line(engine, *[[(f"{p.name}-{i}.{p.name}", p.port) for i in range(p.replicas)]
                                 for p in (pre[0], dec[0])], routers=("round-robin", "round-robin"),
                       port=port, bootstrap=[_bootstrap_port(pre[0])] * pre[0].replicas)

@@ -50,7 +50,8 @@ def fleet_text(rec: dict[str, Any]) -> str:
 
 def headline(plan: dict[str, Any]) -> str:
     """"recommended: ..." in a sentence: the layout, its fleet, and where the aggregated
-    table's rank 1 stands beside it."""
+    table's rank 1 stands beside it (not the disaggregated comparison's verdict, which the
+    reports give in their disaggregated section)."""
     recs = plan.get("recommendations") or []
     if not recs:
         return "recommended: none (no configuration meets the constraints)"
@@ -68,8 +69,9 @@ def headline(plan: dict[str, Any]) -> str:
         return (f"recommended: a pool per lane, as the plan asks: {lanes} ("
                 f"{_gpus(sep.get('gpus_total'))} in all{_cost(sep.get('cost_per_hour'))}); "
                 f"rank 1 is one shared pool, for comparison: {fleet_text(best)}")
-    return f"recommended: {fleet_text(best)}" + (
-        f"; {d['verdict']}" if d.get("verdict") else "")
+    # the disaggregated comparison's verdict is its own section's (each report prints it
+    # there, once), as when the disaggregated layout wins
+    return f"recommended: {fleet_text(best)}"
 
 
 def disagg_figures(d: dict[str, Any]) -> str:
@@ -84,21 +86,19 @@ def disagg_figures(d: dict[str, Any]) -> str:
             f"mean, {_ms(tx.get('p99'), '.2f')} ms p99 over {d.get('kv_link')}.")
 
 
-_ENGINES = {"vllm": "vLLM", "sglang": "SGLang", "trtllm": "TensorRT-LLM"}
-
-
 def disagg_launch(d: dict[str, Any]) -> list[tuple[str, str]]:
     """(title, text) of each launch line of the layout: a pool's, one per replica as each runs
     (`launch_replicas`: its GPUs, ports and hosts; a pool of one its `launch` line without the
     "1 x: " count), the front end's, and where each replica runs (not a command: its title
     says so)."""
+    from capplan.models.engine import engine_display_name
     from capplan.plan.launch import pool_command
 
     out = []
     each = d.get("launch_replicas") or {}
     for key, line in (d.get("launch") or {}).items():
         engine, _, role = key.partition("_")
-        name = _ENGINES.get(engine, engine)
+        name = engine_display_name(engine)
         pool = d.get(role) if role in ("prefill", "decode") else None
         if role == "hosts":
             out.append((f"{name}, where each replica runs", str(line)))

@@ -53,7 +53,9 @@ from capplan.units import GIB_BYTES
 SERVICE_PORT, PROXY_PORT = 8000, 8200
 """routing.servicePort and routing.proxy.targetPort (the chart's defaults): a decode pod's
 vLLM listens on the proxy's target port behind the routing sidecar, a prefill pod's on the
-service port (templates/_helpers.tpl vllmPort)."""
+service port (templates/_helpers.tpl vllmPort). The chart sets a pod's port itself, so these
+replace the launch lines' (capplan.plan.launch.DISAGG_PORTS, prefill 8100): each pod has its
+own address, and the sidecar and the inference pool in front reach vLLM on the chart's."""
 VLLM_PORTS = {"decode": PROXY_PORT, "prefill": SERVICE_PORT}
 VOLUME_HEADROOM = 1.25
 """The model volume over the checkpoint's counted weights: the tensors the count leaves out
@@ -120,12 +122,11 @@ ALT = "export .k8s.yaml, which runs it, or"
 def vllm_only(engine: str, spec: str | None = None) -> None:
     """InputError (one line) for a plan sized for another engine than vLLM: the chart runs
     vLLM alone (checked before the plan runs, from its engine, and again from the plan)."""
-    from capplan.plan.launch import ENGINE_LABELS
+    from capplan.plan.launch import engine_label
 
     if engine == "vllm":
         return
-    spec = spec or engine
-    label = ENGINE_LABELS.get(engine, engine) + (f" ({spec})" if spec != engine else "")
+    label = engine_label(engine, spec)
     raise InputError(
         f"llm-d-modelservice runs vLLM only (its vllmServe command and its routing sidecar's "
         f"NIXL connector); this plan was sized for {label}: {ALT} plan with --engine vllm for "

@@ -27,11 +27,12 @@ from capplan.export.layout import (
     headline,
     recommended_layout,
 )
+from capplan.models.engine import ENGINES, engine_display_name
 from capplan.plan.alternatives import PLAN_NOTES
+from capplan.plan.bench_cmds import STEP_LABELS
 from capplan.plan.launch import sized_for
 
-_ENGINE_TITLES = (("vllm", "vLLM"), ("sglang", "SGLang"), ("trtllm", "TensorRT-LLM"),
-                  ("bench_dataset", "Benchmark workload"), ("bench", "Benchmark"))
+_ENGINE_TITLES = (*((e, engine_display_name(e)) for e in ENGINES), *STEP_LABELS.items())
 
 
 def _cell(v: Any) -> Any:
@@ -90,8 +91,9 @@ def _pools(plan: dict[str, Any]) -> list[str]:
     # the recommended pools' own lines (the launch section gives the shared pool's)
     for ln in ((plan.get("pools") or {}).get("separate") or {}).get("lanes") or []:
         for key, flag in (ln.get("engine_flags") or {}).items():
-            if key in ("vllm", "sglang", "trtllm") and flag:
-                out += [f"Lane {ln.get('lane')}, {key}:", "", "```", str(flag), "```", ""]
+            if key in ENGINES and flag:
+                out += [f"Lane {ln.get('lane')}, {engine_display_name(key)}:", "", "```",
+                        str(flag), "```", ""]
     return out
 
 

@@ -97,6 +97,9 @@ def _inputs_rows(plan: dict[str, Any]) -> list[list[Any]]:
     # what the plan recommends first (the aggregated fleet, the disaggregated layout, a pool
     # per lane), as every export says it
     rows = [["recommended", headline(plan).removeprefix("recommended: ")]]
+    verdict = (plan.get("disaggregated") or {}).get("verdict")
+    if verdict and not disaggregated_table(plan)[1]:  # else its sheet's column says it
+        rows.append(["disaggregated prefill/decode", str(verdict)])
     rows += [[str(k), _scalar(v)] for k, v in inputs.items()]
     if "target_rate_per_s" in plan and "target_rate_per_s" not in inputs:
         rows.append(["target rate (req/s)", clean_number(plan["target_rate_per_s"])])

@@ -267,6 +267,10 @@ class EngineProfile:
     """One serving engine at one version: memory accounting, scheduling, defaults, flags."""
 
     name: str
+    """The engine's id in specs, JSON and launch-line keys: vllm, sglang, trtllm."""
+    display_name: str
+    """The engine as people write it, in every human-facing output (tables, launch-line titles,
+    reports): vLLM, SGLang, TensorRT-LLM (`engine_display_name`)."""
     version: str
     memory: MemoryAccounting
     scheduler: SchedulerPolicy
@@ -482,6 +486,7 @@ HOST_COSTS_SOURCE = ("layer_step_overhead_s, per_seq_overhead_s, request_overhea
 
 VLLM_0_11 = EngineProfile(
     name="vllm",
+    display_name="vLLM",
     version="0.11",
     since="0.10",
     covers="0.10-0.13 (V1 engine, synchronous scheduling by default)",
@@ -541,6 +546,7 @@ VLLM_0_11 = EngineProfile(
 
 SGLANG = EngineProfile(
     name="sglang",
+    display_name="SGLang",
     version="0.5",
     covers="0.5.x",
     # v0.5.9: the release its defaults are read from; priority scheduling, which a lane's
@@ -602,6 +608,7 @@ SGLANG = EngineProfile(
 
 TRTLLM = EngineProfile(
     name="trtllm",
+    display_name="TensorRT-LLM",
     version="1.2",
     covers="1.2-1.3 (PyTorch backend)",
     # NGC nvcr.io/nvidia/tensorrt-llm/release, the stable 1.2.1 (github:triton-inference-server/
@@ -907,6 +914,16 @@ def launch_limit(profile: EngineProfile, per_rank: int, attention_dp: int) -> in
 def rank_default(profile: EngineProfile, default: int, attention_dp: int) -> int:
     """A rank's share of an engine default that is the whole DP group's."""
     return max(1, default // attention_dp) if profile.limits_per_dp_group else default
+
+
+def engine_display_name(engine: str) -> str:
+    """An engine id's (`vllm`, or any spec `engine_profile` reads) human label
+    (EngineProfile.display_name: vLLM, SGLang, TensorRT-LLM); a name capplan does not know
+    comes back as given."""
+    try:
+        return engine_profile(engine).display_name
+    except InputError:
+        return engine
 
 
 def engine_profile(name: str) -> EngineProfile:

@@ -16,12 +16,15 @@ MLSys 2024; vLLM vllm/lora/punica_wrapper): each step reads the A and B matrices
 distinct adapter in its batch once (shrink then expand), does 2 r (in + out) FLOPs per token per
 module, and launches a shrink and an expand kernel per module and layer. Distinct adapters among
 S sequences drawing adapter i with probability p_i hold E = sum_i 1 - (1 - p_i)^S distinct
-adapters (at most max_loras: vLLM schedules no more distinct adapters per step, and the
-running batch is capped where E reaches max_loras: `running_batch_cap`). The step
-model takes the adapters in up to LORA_GROUPS groups of equal probability: uniform popularity is
-one group (N adapters at 1/N); Zipf (s = 1) over N adapters is split at log-spaced ranks
-(1, N^(1/4), N^(1/2), N^(3/4), N), each group at its mean probability, which keeps E within
-4.3% of the exact sum for N <= 1000 and any S (docs/features.md).
+adapters, at most max_loras: the analytic queue prices a step with that expected count; the
+simulator draws each request's adapter (`draw_adapters`), admits requests by vLLM's max_loras
+rule (vllm/v1/core/sched/scheduler.py `Scheduler.schedule`: a waiting request of a further
+adapter is skipped once max_loras distinct adapters run) and prices each step with its running
+set's distinct adapters (capplan.sim.compiled). The step model takes the adapters in up to
+LORA_GROUPS groups of equal probability: uniform popularity is one group (N adapters at 1/N);
+Zipf (s = 1) over N adapters is split at log-spaced ranks (1, N^(1/4), N^(1/2), N^(3/4), N),
+each group at its mean probability, which keeps E within 4.3% of the exact sum for N <= 1000
+and any S (docs/features.md).
 """
 
 from __future__ import annotations
@@ -90,6 +93,27 @@ def adapter_groups(n: int, popularity: str) -> tuple[tuple[float, float], ...]:
     return tuple(groups)
 
 
+def step_groups(step: Any) -> list[tuple[float, float]]:
+    """A step model's popularity groups (its lora_n1, lora_q1 .. lora_n4, lora_q4; the largest
+    of each over a grid's configurations)."""
+    return [(float(np.max(getattr(step, f"lora_n{g}", 0.0))),
+             float(np.max(getattr(step, f"lora_q{g}", 0.0))))
+            for g in range(1, LORA_GROUPS + 1)]
+
+
+def draw_adapters(groups: Any, n: int, rng: np.random.Generator) -> np.ndarray:
+    """n requests' adapters (ids 0..N-1, int32) drawn from popularity groups (`adapter_groups`:
+    the count, probability pairs): group g's adapters take the next ids, each drawn with its
+    group's probability (normalised: the groups' means sum to 1 up to rounding). The
+    simulator's per-request adapters, the same popularity the step model's E[D] is taken
+    over; -1 for every request when there are no adapters."""
+    counts = [int(round(float(c))) for c, _ in groups]
+    p = np.repeat([float(q) for _, q in groups], counts)
+    if p.size == 0 or p.sum() <= 0:
+        return np.full(n, -1, np.int32)
+    return rng.choice(p.size, size=n, p=p / p.sum()).astype(np.int32)
+
+
 def plan_lora(model: Any, settings: Any, dtype_bytes: float) -> LoraPlan | None:
     """The LoraPlan of engine settings (None when max_loras is 0)."""
     n_slots = int(settings.max_loras or 0)
@@ -122,39 +146,3 @@ def expected_distinct(seqs: float, groups: tuple[tuple[float, float], ...],
 def _distinct(seqs: Any, groups: Any) -> Any:
     """E[D(B)] = sum over groups of n (1 - (1 - q)^B), uncapped (arrays broadcast)."""
     return sum(n * (1.0 - (1.0 - q) ** seqs) for n, q in groups)
-
-
-BATCH_CAP_SEARCH = 2 ** 24
-"""Largest running batch `running_batch_cap` resolves; a cap beyond it is none (inf)."""
-
-
-def running_batch_cap(groups: Any, max_loras: Any) -> Any:
-    """The largest running batch B (>= 1) whose expected distinct adapters E[D(B)] stay within
-    max_loras; inf when the adapters never exceed the slots (or LoRA is off: all groups 0).
-
-    vLLM (vllm/v1/core/sched/scheduler.py `Scheduler.schedule`, the waiting loop: "Check that
-    adding the request still respects the max_loras constraint") skips a waiting request whose
-    adapter is not among the step's scheduled adapters once max_loras distinct ones are
-    scheduled, so a replica runs at most max_loras adapters at a time and the rest wait. The
-    analytic screens and the simulator take that as a cap on the batch: the batch drawn from
-    the traffic's popularity whose expected adapters fit the slots. An approximation of the
-    rule: the engine also fills the batch with further requests of the adapters it runs when
-    the queue holds them. 8 uniform adapters (q = 1/8): max_loras 1 holds B = 1 (E[D(2)] =
-    8 (1 - (7/8)^2) = 1.875); max_loras 4 holds B = 5 (E[D(5)] = 3.90, E[D(6)] = 4.41).
-
-    Args:
-        groups: (count, per-adapter probability) pairs (`adapter_groups`), scalars or arrays.
-        max_loras: adapter slots, scalar or array.
-
-    Returns:
-        The cap in sequences (float array; inf where none binds)."""
-    groups = [(np.asarray(n, float), np.asarray(q, float)) for n, q in groups]
-    m = np.asarray(max_loras, float) + 1e-9  # E[D(1)] = sum n q = 1 up to rounding
-    lo = np.ones(np.broadcast_shapes(m.shape, *(np.shape(n) for n, _ in groups)))
-    hi = np.full_like(lo, float(BATCH_CAP_SEARCH))
-    unbounded = _distinct(hi, groups) <= m
-    while np.any(hi - lo > 1):  # E[D(B)] grows with B: bisect on whole batches
-        mid = np.floor(0.5 * (lo + hi))
-        ok = _distinct(mid, groups) <= m
-        lo, hi = np.where(ok, mid, lo), np.where(ok, hi, mid)
-    return np.where(unbounded, np.inf, lo)

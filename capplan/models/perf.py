@@ -538,19 +538,6 @@ class StepModel:
         out = self._kernel(*stacked, detail=False)["step_s"]
         return list(out) if apart else [out] * len(xs)
 
-    @property
-    def lora_batch_cap(self) -> Any:
-        """The running batch one engine (attention-DP rank) holds within its LoRA slots
-        (models/lora.py running_batch_cap; inf without LoRA)."""
-        groups = [(getattr(self, f"lora_n{g}"), getattr(self, f"lora_q{g}"))
-                  for g in range(1, lora.LORA_GROUPS + 1)]
-        return lora.running_batch_cap(groups, self.lora_max_loras)
-
-    def seqs_within_lora(self, max_num_seqs: int) -> int:
-        """The sequences one engine runs at once: its max_num_seqs, capped by its LoRA slots
-        (`lora_batch_cap`; the simulator's limit, as the analytic queue caps itself)."""
-        return int(min(max_num_seqs, float(np.max(self.lora_batch_cap))))
-
     def constants(self) -> tuple:
         """The model's constants in `STEP_CONSTANTS` order (the second argument of
         `step_parts`)."""

@@ -68,6 +68,17 @@ class BenchImages:
 DATASET_STEM = "capplan-workload"
 VERIFY_PLAN = "capplan verify PLAN.json"
 """How a printed line calls verify; the CLI names the JSON just exported in its place."""
+STEP_LABELS = {"bench_dataset": "dataset", "bench": "verify"}
+"""What every output calls a plan's verify steps (`verify_lines`' keys): the terminal's
+`dataset:` and `verify:` lines (`step_lines`), the HTML and Markdown reports' titles."""
+
+
+def step_lines(steps: dict[str, Any]) -> list[str]:
+    """The terminal's lines of the verify steps `steps` holds ("dataset: ...", "verify:  ...",
+    labels one column wide), a step it lacks or leaves empty left out."""
+    width = max(map(len, STEP_LABELS.values())) + 2
+    return [f"{label}:".ljust(width) + str(steps[key]) for key, label in STEP_LABELS.items()
+            if steps.get(key)]
 
 
 def dataset_name(client: str, stem: str = DATASET_STEM) -> str:

@@ -136,10 +136,7 @@ class Deployment:
         """The engine limits the analytic queueing model takes (hybrid state included)."""
         s = self.settings
         dp = s.attention_dp  # each DP rank schedules its own batch (per-rank engine limits)
-        # LoRA slots cap the running batch (models/lora.py running_batch_cap): the simulator
-        # runs at most that many sequences, as the analytic queue does.
-        seqs = self.step.seqs_within_lora(s.max_num_seqs) if s.max_loras else s.max_num_seqs
-        return Limits(seqs * dp, s.max_num_batched_tokens * dp,
+        return Limits(s.max_num_seqs * dp, s.max_num_batched_tokens * dp,
                       self.memory.replica_kv_cache_tokens, self.pool.state_tokens_per_seq,
                       self.pool.block_size)
 

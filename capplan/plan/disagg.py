@@ -321,9 +321,6 @@ FRONT_NAMES = {"vllm": "proxy"}
 """The key of a P/D plan's front-end line (`{engine}_{name}`): vLLM's NIXL proxy, the others'
 routers (SGLang's sglang_router, TensorRT-LLM's disaggregated server, which its docs call the
 router)."""
-DISAGG_PORTS = {"prefill": 8100, "decode": 8200}
-"""Ports of the first prefill and decode replica on a host (vLLM's disaggregated-serving
-examples use 8100 and 8200); the k-th replica of a pool on a host listens on port + k."""
 
 
 @dataclass(frozen=True)
@@ -335,15 +332,18 @@ class Placement:
     first_gpu: int
     port: int
     kv_port: int | None = None
-    """The port of its KV handshake (launch_multinode.kv_handshakes): vLLM's NIXL side channel,
-    an SGLang prefill server's bootstrap; None where the engine or role listens on none."""
+    """The port of its KV handshake (launch_multinode.pd_ports, as `port`): vLLM's NIXL side
+    channel, an SGLang prefill server's bootstrap; None where the engine or role listens on
+    none."""
 
 
 def placements(p: DisaggPlan) -> list[Placement]:
     """Where the launch lines put every replica: the prefill pool's replicas, then the decode
     pool's, fill hosts of the GPU's `host_gpus` in order; a replica that does not fit what is
     left of a host starts the next (one wider than a host takes whole hosts), pools of
-    different GPUs never share one. One host is `localhost`, several HOST0, HOST1, ..."""
+    different GPUs never share one. One host is `localhost`, several HOST0, HOST1, ... Its
+    ports: launch_multinode.pd_ports (the k-th replica of a pool on a host on DISAGG_PORTS +
+    k)."""
     slots: list[tuple[str, int, int]] = []
     host, used, gpu_key = 0, 0, None
     for role, pool in (("prefill", p.prefill), ("decode", p.decode)):
@@ -356,16 +356,13 @@ def placements(p: DisaggPlan) -> list[Placement]:
             if used >= cap:
                 host, used = host + -(-used // cap), 0
     hosts = host + (1 if used else 0)
-    out = []
-    for role, h, first in slots:
-        k = sum(1 for o in out if o.role == role and o.host == _host_name(h, hosts))
-        out.append(Placement(role, _host_name(h, hosts), first, DISAGG_PORTS[role] + k))
-    from capplan.plan.launch_multinode import kv_handshakes
+    from capplan.plan.launch_multinode import pd_ports
 
     dep = {"prefill": p.prefill.dep, "decode": p.decode.dep}
-    kv = kv_handshakes(p.decode.dep.profile.name,
-                       [(x.role, x.host, dep[x.role].gpus_per_replica) for x in out])
-    return [replace(x, kv_port=k) for x, k in zip(out, kv, strict=True)]
+    ports = pd_ports(p.decode.dep.profile.name, [
+        (role, _host_name(h, hosts), dep[role].gpus_per_replica) for role, h, _ in slots])
+    return [Placement(role, _host_name(h, hosts), first, port, kv)
+            for (role, h, first), (port, kv) in zip(slots, ports, strict=True)]
 
 
 def _host_name(i: int, hosts: int) -> str:
@@ -388,13 +385,12 @@ def launch_lines(p: DisaggPlan) -> dict[str, str]:
     """The planned engine's lines for the first replica of each pool (further replicas: the
     next GPUs, port + 1, or the next host: `placements`), with the pool's own settings, memory
     fraction, max-model-len, port and GPUs; vLLM: NixlConnector on both pools and the NIXL
-    proxy in front, SGLang: its router in front (docs: PD Disaggregation), each on the engine's
-    default port and listing every replica with round-robin placement, as the pools are sized
-    (an even split of the rate), TensorRT-LLM: its context and generation servers (a KV
-    cache transceiver each, the context servers without overlap) and `trtllm-serve
-    disaggregated` in front; over several hosts, which replica runs where. A file a line
-    reads is on the line after `#` (NAME: its YAML)."""
-    from capplan.plan.launch import DEFAULT_PORTS
+    proxy in front, SGLang: its router in front (docs: PD Disaggregation), TensorRT-LLM: its
+    context and generation servers (a KV cache transceiver each, the context servers without
+    overlap) and `trtllm-serve disaggregated` in front, each front end on
+    launch.pd_front_port and listing every replica with round-robin placement, as the pools
+    are sized (an even split of the rate); over several hosts, which replica runs where. A
+    file a line reads is on the line after `#` (NAME: its YAML)."""
     from capplan.plan.launch_multinode import front_line
 
     engine = p.prefill.dep.settings.profile.name
@@ -407,7 +403,6 @@ def launch_lines(p: DisaggPlan) -> dict[str, str]:
             for role in ("prefill", "decode")}
     out[f"{engine}_{FRONT_NAMES.get(engine, 'router')}"] = front_line(
         engine, urls["prefill"], urls["decode"], routers=("round-robin", "round-robin"),
-        port=DEFAULT_PORTS[engine],  # where the engine's own clients look
         bootstrap=[x.kv_port for x in where if x.role == "prefill"])
     if len(where) > 2 or where[-1].host != "localhost":
         out[f"{engine}_hosts"] = _hosts_line(p, where)

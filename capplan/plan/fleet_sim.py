@@ -119,7 +119,8 @@ def _closed_loop(dep: Deployment, reqs: Requests, opts: FleetOptions, sim_engine
     for r in range(n):
         mine = idx[idx % n == r]
         sub = Requests(reqs.arrival_at_s[mine], reqs.input_tokens[mine],
-                       reqs.output_tokens[mine], reqs.lane[mine], c // n + (r < c % n))
+                       reqs.output_tokens[mine], reqs.lane[mine], c // n + (r < c % n),
+                       adapter=None if reqs.adapter is None else reqs.adapter[mine])
         recs.append(run_replica(dep, sub, sim_engine, overhead, s.profile.client_jitter))
         per.append({"requests": len(mine), "clients": int(sub.concurrency or 0)})
     return merge_records(recs), per

@@ -24,12 +24,25 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from capplan.models.engine import engine_profile, launch_limit
+from capplan.models.engine import ENGINES, engine_display_name, engine_profile, launch_limit
 from capplan.models.layout import deepep_mode, engine_world
 from capplan.plan.feature_flags import feature_launch
 
 DEFAULT_PORTS = {"vllm": 8000, "sglang": 30000, "trtllm": 8000}
 """Each engine's default HTTP port (sources in the module docstring)."""
+DISAGG_PORTS = {"prefill": 8100, "decode": 8200}
+"""The HTTP port of a disaggregated pool's first worker on a host (vLLM's disaggregated-serving
+examples use 8100 and 8200); the pool's next worker on that host takes the next free port
+(capplan.plan.launch_multinode.pd_ports). Every P/D launch line (`recommend`'s pools, a fixed
+layout's workers), hosts line, router line and Kubernetes manifest takes its workers' ports
+from here, and its front end's from `pd_front_port`."""
+
+
+def pd_front_port(engine: str) -> int:
+    """The port of the router or proxy in front of a disaggregated layout: the engine's
+    default (DEFAULT_PORTS), where its own clients and the layout's verify line look."""
+    return DEFAULT_PORTS[engine]
+
 HEALTH_PATH = "/health"
 TRTLLM_OPTIONS_FILE = "llm_api_options.yaml"
 """The TensorRT-LLM LLM-API options file a line reads (its content is in LaunchLine.files)."""
@@ -39,8 +52,6 @@ TRTLLM_ROLE_FILES = {"prefill": "ctx_extra-llm-api-config.yaml",
 examples/disaggregated/README.md), so both pools' files can sit in one directory."""
 _VLLM_QUANT = {"fp8": "fp8"}  # int4/fp4 need a pre-quantized checkpoint (AWQ/GPTQ/NVFP4 repo)
 
-
-ENGINE_LABELS = {"vllm": "vLLM", "sglang": "SGLang", "trtllm": "TRT-LLM"}
 
 
 def pool_command(text: str) -> str:
@@ -54,13 +65,22 @@ def sized_for(best: dict[str, Any]) -> str:
     its settings in their own flags, their figures not predicted."""
     engine = best.get("engine", "")
     spec = best.get("engine_profile") or engine
-    label = ENGINE_LABELS.get(engine, engine) + (f" ({spec})" if spec != engine else "")
-    others = [v for k, v in ENGINE_LABELS.items() if k != engine and k in best["engine_flags"]]
+    label = engine_label(engine, spec)
+    others = [engine_display_name(k) for k in ENGINES
+              if k != engine and k in best["engine_flags"]]
     many = len(others) > 1
     rest = (f"; the {' and '.join(others)} line{'s carry' if many else ' carries'} the same "
             f"settings, not sized for {'those engines' if many else 'that engine'}"
             if others else "")
     return f"sized for: {label}{rest}"
+
+
+def engine_label(engine: str, spec: str | None = None) -> str:
+    """An engine's display name (EngineProfile.display_name), with the profile a plan was
+    sized for after it when that is not the bare engine: "TensorRT-LLM (trtllm 1.2
+    +no-overlap)"."""
+    spec = spec or engine
+    return engine_display_name(engine) + (f" ({spec})" if spec != engine else "")
 
 
 def _plain(rec: dict[str, Any]) -> bool:

@@ -16,20 +16,26 @@ from typing import Any
 
 import yaml
 
+from capplan.errors import InputError
 from capplan.models.layout import nodes_spanned
 from capplan.plan.deployment import Deployment
 from capplan.plan.launch import (
     BUILDERS,
+    DISAGG_PORTS,
+    DIST_PORT,
+    DP_RPC_PORT,
     HEAD,
     KV_HANDSHAKE,
+    RAY_PORT,
     LaunchOptions,
     deepep_launch,
     launch_line,
     node_commands,
+    pd_front_port,
 )
 from capplan.sim.pd import check_router
 
-SERVE_PORT = 8000
+MAX_PORT = 65535
 
 
 def deployment_options(dep: Deployment, role: str | None = None, port: int | None = None,
@@ -58,29 +64,52 @@ def deployment_options(dep: Deployment, role: str | None = None, port: int | Non
         extra={dep.profile.name: words} if words else {}, llm_api_options=option_lines)
 
 
-def kv_handshakes(engine: str, workers: list[tuple[str, str, int]]) -> list[int | None]:
-    """The KV handshake port of each disaggregated worker, given as (role, host, ranks) in
-    launch order: from the engine's default (KV_HANDSHAKE) up, a host's workers apart by the
-    ranks of those before it (vLLM's side channel takes one per rank) or by one (SGLang's
-    bootstrap servers); None for a role that listens on none, or an engine without one."""
+def pd_ports(engine: str, workers: list[tuple[str, str, int]]) -> list[tuple[int, int | None]]:
+    """Each disaggregated worker's (HTTP port, KV handshake port), the workers given as (role,
+    host, ranks) in launch order. HTTP: from its role's DISAGG_PORTS up, the k-th worker of a
+    role on a host on the k-th port (8100, 8101, ...). KV handshake (KV_HANDSHAKE; None for a
+    role that listens on none, or an engine without one): from the engine's default up, a
+    host's workers apart by the ranks of those before it (vLLM's side channel takes one port
+    per rank) or by one (SGLang's bootstrap servers). No port is taken twice on a host, nor the
+    front end's (`pd_front_port`) or a rendezvous port (DIST_PORT, DP_RPC_PORT, RAY_PORT): a
+    port already taken moves a worker to the next free one (only a host of hundreds of
+    workers gets there)."""
     spec = KV_HANDSHAKE.get(engine)
-    out: list[int | None] = []
-    taken: dict[str, int] = {}
+    reserved = {pd_front_port(engine), DIST_PORT, DP_RPC_PORT, RAY_PORT}
+    used: dict[str, set[int]] = {}
+    cursor: dict[tuple[str, str], int] = {}
+    out: list[tuple[int, int | None]] = []
     for role, host, ranks in workers:
-        if spec is None or role not in spec[1]:
-            out.append(None)
-            continue
-        k = taken.get(host, 0)
-        out.append(spec[0] + k)
-        taken[host] = k + (ranks if spec[2] else 1)
+        taken = used.setdefault(host, set(reserved))
+        http = _free_ports(taken, cursor.get((host, role), DISAGG_PORTS[role]), 1)
+        cursor[(host, role)] = http + 1
+        kv = None
+        if spec is not None and role in spec[1]:
+            width = ranks if spec[2] else 1
+            kv = _free_ports(taken, cursor.get((host, "kv"), spec[0]), width)
+            cursor[(host, "kv")] = kv + width
+        out.append((http, kv))
     return out
 
 
-def worker_lines(dep: Deployment, engine: str, port: int, role: str | None = None,
+def _free_ports(taken: set[int], start: int, width: int) -> int:
+    """The first of `width` consecutive ports from `start` none of which is `taken` (which
+    they join)."""
+    port = start
+    while any(p in taken for p in range(port, port + width)):
+        port += 1
+    if port + width - 1 > MAX_PORT:
+        raise InputError(f"the launch lines need ports past {MAX_PORT} on one host: a layout of "
+                         "this many workers does not fit one host's ports; give fewer workers")
+    taken.update(range(port, port + width))
+    return port
+
+
+def worker_lines(dep: Deployment, engine: str, port: int | None, role: str | None = None,
                  head: str = HEAD, kv_port: int | None = None) -> list[str]:
     """One worker's commands, "node k: ..." per host (capplan.plan.launch.node_commands);
     `head`: the placeholder of the worker's first host's address; `kv_port`: its KV handshake
-    port (`kv_handshakes`), advertised at `head` when the worker runs on one host."""
+    port (`pd_ports`), advertised at `head` when the worker runs on one host."""
     o = deployment_options(dep, role, port)
     if kv_port is not None:
         o = replace(o, kv_handshake=(head if o.nodes == 1 else None, kv_port))
@@ -110,35 +139,36 @@ def flow_yaml(obj: Any, sort_keys: bool = True) -> str:
                           width=1 << 20).strip()
 
 
-def replica_launch(dep: Deployment, port: int = SERVE_PORT) -> dict[str, list[str]]:
-    """One command per host for one replica, per engine."""
+def replica_launch(dep: Deployment, port: int | None = None) -> dict[str, list[str]]:
+    """One command per host for one replica, per engine (`port` None: each engine's default,
+    as a plan's lines have it)."""
     return {engine: worker_lines(dep, engine, port) for engine in BUILDERS}
 
 
 def pd_launch(layout: Any, engine: str | None = None) -> dict[str, list[str]]:
     """Launch lines of a fixed P/D layout (capplan.plan.pd.PdLayout): every worker's commands,
-    then the router/proxy in front (ports: prefill workers 30000 + i, decode 31000 + j)."""
+    then the router/proxy in front, on the ports `recommend`'s lines use (`pd_ports`: prefill
+    workers 8100 + i, decode 8200 + j; the front end on `pd_front_port`)."""
     eng = engine or layout.decode.profile.name
-    pre = [30000 + i for i in range(layout.prefill_workers)]
-    dec = [31000 + j for j in range(layout.decode_workers)]
-    out: dict[str, list[str]] = {}
     names = {"trtllm": ("context", "generation")}.get(eng, ("prefill", "decode"))
-    pools = (("prefill", names[0], layout.prefill, pre), ("decode", names[1], layout.decode, dec))
-    # the workers' hosts are placeholders that may name one machine: handshake ports all apart
-    kv = iter(kv_handshakes(eng, [(role, "any", dep.gpus_per_replica)
-                                  for role, _, dep, ports in pools for _ in ports]))
-    boot = []
-    for role, name, dep, ports in pools:
-        for i, port in enumerate(ports):
-            k = next(kv)
-            boot += [k] if role == "prefill" else []
+    pools = (("prefill", names[0], layout.prefill, layout.prefill_workers),
+             ("decode", names[1], layout.decode, layout.decode_workers))
+    # the workers' hosts are placeholders that may name one machine: their ports all apart
+    ports = iter(pd_ports(eng, [(role, "any", dep.gpus_per_replica)
+                                for role, _, dep, n in pools for _ in range(n)]))
+    out: dict[str, list[str]] = {}
+    urls: dict[str, list[tuple[str, int]]] = {"prefill": [], "decode": []}
+    boot: list[int | None] = []
+    for role, name, dep, n in pools:
+        for i in range(n):
+            port, kv = next(ports)
+            boot += [kv] if role == "prefill" else []
+            urls[role].append((f"{role.upper()}{i}", port))
             out[f"{name} worker {i}"] = worker_lines(dep, eng, port, role,
-                                                     f"{role.upper()}{i}", k)
+                                                     f"{role.upper()}{i}", kv)
     routers = (check_router(getattr(layout, "prefill_router", "round-robin")),
                check_router(getattr(layout, "decode_router", "round-robin")))
-    out["router"] = [front_line(eng, [(f"PREFILL{i}", q) for i, q in enumerate(pre)],
-                                [(f"DECODE{j}", q) for j, q in enumerate(dec)], routers,
-                                bootstrap=boot)]
+    out["router"] = [front_line(eng, urls["prefill"], urls["decode"], routers, bootstrap=boot)]
     return out
 
 
@@ -169,7 +199,7 @@ def _missing_routers(eng: str, prefill: str, decode: str) -> str:
 
 
 def front_line(engine: str, prefill: list[tuple[str, int]], decode: list[tuple[str, int]],
-               routers: tuple[str, str] | None = None, port: int = SERVE_PORT,
+               routers: tuple[str, str] | None = None, port: int | None = None,
                bootstrap: list[int | None] | None = None) -> str:
     """The router or proxy in front of P/D workers, each at (host, port), every one of them
     listed: SGLang's router (one --prefill and one --decode URL per worker); TensorRT-LLM's
@@ -179,8 +209,10 @@ def front_line(engine: str, prefill: list[tuple[str, int]], decode: list[tuple[s
     vllm-router`, `--vllm-pd-disaggregation`: prefill with max_tokens=1 and the NIXL
     kv_transfer_params, then decode on a decoder; one --prefill and one --decode URL per
     worker, round-robin by default rather than its cache_aware). `routers` (prefill,
-    decode): the front end's policies (round-robin when None); `bootstrap`: each prefill
-    worker's bootstrap port, which SGLang's router takes after its URL (None: the default)."""
+    decode): the front end's policies (round-robin when None); `port`: where it listens
+    (None: `pd_front_port`); `bootstrap`: each prefill worker's bootstrap port, which SGLang's
+    router takes after its URL (None: the default)."""
+    port = pd_front_port(engine) if port is None else port
     pol = routers or ("round-robin", "round-robin")
     names = _ROUTER_NAMES.get(engine, _ROUTER_NAMES["vllm"])
     if engine == "sglang":

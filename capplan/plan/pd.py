@@ -38,7 +38,8 @@ from capplan.plan.deployment import (
     build_deployment,
     resolve_deployment,
 )
-from capplan.plan.launch_multinode import SERVE_PORT, pd_launch
+from capplan.plan.launch import pd_front_port
+from capplan.plan.launch_multinode import pd_launch
 from capplan.plan.load import LoadSpec
 from capplan.sim.pd import check_router
 
@@ -601,6 +602,7 @@ def fixed_layout_for_plan(cat: Any, plan: Any, resolved: Any, traffic: Any) -> d
                     "the plan's lanes, pooled")
     from capplan.plan.bench_cmds import verify_lines
 
+    engine = lay.decode.profile.name
     return {**pd_latency(lay, load), **verify_lines(  # at the port of the layout's router line
-        lay.decode.served_id, traffic.rate_per_s, lay.decode.profile.name, SERVE_PORT,
+        lay.decode.served_id, traffic.rate_per_s, engine, pd_front_port(engine),
         traffic.slos, layout="disaggregated")}

@@ -377,13 +377,13 @@ def _disaggregated(cat: Catalog, plan: PlanFile, resolved: ResolvedModel, lanes:
 
 def _disagg_verify(d: Any, lanes: list[Lane]) -> dict[str, str]:
     """The verify steps of a disaggregated layout: the plan's whole workload (every lane's
-    rate) sent to the front end, on the engine's port where its router or proxy listens."""
+    rate) sent to the front end, on the port its router or proxy listens on (pd_front_port)."""
     from capplan.plan.bench_cmds import verify_lines
-    from capplan.plan.launch import DEFAULT_PORTS
+    from capplan.plan.launch import pd_front_port
 
     engine = d.decode.dep.profile.name
     t = traffic_for(lanes)
-    return verify_lines(d.decode.dep.served_id, t.rate_per_s, engine, DEFAULT_PORTS[engine],
+    return verify_lines(d.decode.dep.served_id, t.rate_per_s, engine, pd_front_port(engine),
                         t.slos, layout="disaggregated")
 
 
@@ -780,8 +780,8 @@ def _verify_job(r: Recommendation, pool: _Pool, max_requests: int) -> VerifyJob:
     return VerifyJob(lanes=pool.lanes, replicas=r.replicas, step=c.step,
                      num_gpu_blocks=c.pool.num_blocks, block_size=c.pool.block_size,
                      state_blocks=c.pool.state_blocks_per_seq,
-                     # per rank x ranks, within the LoRA slots as `simulate` runs it
-                     max_num_seqs=c.step.seqs_within_lora(s.max_num_seqs) * s.attention_dp,
+                     # per rank x ranks, as `simulate` runs it
+                     max_num_seqs=s.max_num_seqs * s.attention_dp,
                      max_num_batched_tokens=s.max_num_batched_tokens * s.attention_dp,
                      max_model_len=s.max_model_len, requests=n_req,
                      policy=s.profile.scheduler,

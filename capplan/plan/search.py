@@ -408,13 +408,23 @@ def cost_per_hour(gpu: GpuSpec, gpus: int) -> float | None:
 RankKey = Callable[[Candidate], tuple[float, ...]]
 
 
+def slot_shortfall(settings: Any) -> int:
+    """The traffic's LoRA adapters beyond the slots (0 without LoRA): a tie-break of the
+    ranking (`rank_key`, search_bound._to_bisect)."""
+    if not settings.max_loras:
+        return 0
+    return max(int(settings.lora_adapters or settings.max_loras) - int(settings.max_loras), 0)
+
+
 def rank_key(objective: str) -> RankKey:
     """Sort key of candidates for an objective (smaller is better)."""
     def key(c: Candidate) -> tuple[float, ...]:
         cost = c.cost_per_hour if c.cost_per_hour is not None else math.inf
-        # Ties (same cost and GPUs) go to the lower p99 TTFT (to the ms), then to the smaller
-        # max_num_seqs: no reason to advertise a bigger cap than the traffic needs.
-        tie = (round(c.ttft_p99_s, 3), c.settings.max_num_seqs)
+        # Ties (same cost and GPUs) go to the fewer adapters without a LoRA slot (the screen
+        # does not price a request's wait for its adapter's slot, models/lora.py; a slot
+        # costs its adapter's weights), then to the lower p99 TTFT (to the ms), then to the
+        # smaller max_num_seqs: no reason to advertise a bigger cap than the traffic needs.
+        tie = (slot_shortfall(c.settings), round(c.ttft_p99_s, 3), c.settings.max_num_seqs)
         if objective == "min_gpus":
             return (c.gpus_total, cost, *tie)
         if objective == "max_goodput_per_dollar":

@@ -41,6 +41,7 @@ from capplan.plan.search import (
     _queue_model,
     _slo_rate,
     analytic_search,
+    slot_shortfall,
 )
 
 if TYPE_CHECKING:
@@ -204,8 +205,8 @@ def _to_bisect(groups: list[ConfigGroup], known: np.ndarray, valid: np.ndarray,
     family = _family_keys(groups, weights)
     best: dict[Any, tuple[tuple[float, ...], int, int]] = {}
     for i, j in zip(*np.nonzero(known), strict=True):
-        key = (*_order(r[i, j], i, weights), round(float(ttft[i, j]), 3),
-               groups[i].combos[j][0])
+        key = (*_order(r[i, j], i, weights), slot_shortfall(groups[i].settings),
+               round(float(ttft[i, j]), 3), groups[i].combos[j][0])
         f = family[i]
         if f not in best or key < best[f][0]:
             best[f] = (key, i, j)
@@ -221,7 +222,8 @@ def _to_bisect(groups: list[ConfigGroup], known: np.ndarray, valid: np.ndarray,
         ti, tj = np.nonzero(tie)
         for i, j, v in zip(ti, tj, ttft_at(ti, tj), strict=True):
             # the first of equal keys is the family's best (planner._best_per_family)
-            key = (*best[family[i]][0][:2], round(float(v), 3), groups[i].combos[j][0])
+            key = (*best[family[i]][0][:2], slot_shortfall(groups[i].settings),
+                   round(float(v), 3), groups[i].combos[j][0])
             take[i, j] = key <= best[family[i]][0]
     for _, i, j in best.values():
         take[i, j] = True

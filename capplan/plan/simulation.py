@@ -11,6 +11,7 @@ import numpy as np
 
 from capplan import limits
 from capplan.errors import InputError
+from capplan.models.lora import draw_adapters, step_groups
 from capplan.models.perf import BOUNDS
 from capplan.models.prefix import PrefixSpec
 from capplan.plan.deployment import Deployment
@@ -109,7 +110,7 @@ def run_simulation(dep: Deployment, *, rate: float | None, concurrency: int | No
                             request_overhead_s=overhead if concurrency is not None else 0.0,
                             client_jitter=(s.profile.client_jitter if concurrency is not None
                                            else None),
-                            progress=tick, sim_engine=sim_engine,
+                            progress=tick, sim_engine=sim_engine, adapter_seed=seed,
                             **({} if benchmark is None else
                                {"measure": benchmark.measure(overhead)})).to_dict()
         results[name] = _with_engine(add_request_overhead(res, overhead), name, sim_engine,
@@ -137,6 +138,10 @@ def _requests_of(dep: Deployment, wl: Workload, prefix: PrefixSpec | None, seed:
         wl = replace(wl, lanes=tuple(replace(ln, prefix=prefix) for ln in wl.lanes))
     max_len = dep.memory.max_model_len
     reqs, clipped = wl.generate(np.random.default_rng(seed)).clip_to_context(max_len)
+    if dep.settings.max_loras and reqs.adapter is None:  # every scheduler and replica of the
+        # run replays the same adapters, drawn with its seed (models/lora.py draw_adapters)
+        reqs = replace(reqs, adapter=draw_adapters(step_groups(dep.step), len(reqs),
+                                                   np.random.default_rng(seed)))
     _check_work(wl.trace is not None, reqs, dep)
     notes = [f"trace {wl.trace.note}"] if wl.trace is not None and wl.trace.note else []
     notes += [f"{clipped} prompts cut to fit max_model_len {max_len}"] if clipped else []

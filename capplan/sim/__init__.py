@@ -80,7 +80,7 @@ def run_scheduler(step_model: Any, reqs: Requests, lanes: tuple[Lane, ...], *, s
                   batch_timeout_s: float = 0.0, request_overhead_s: float = 0.0,
                   client_jitter: ClientJitter | None = None,
                   progress: Callable[[int], None] | None = None,
-                  sim_engine: str = "auto", state_blocks: int = 0,
+                  sim_engine: str = "auto", state_blocks: int = 0, adapter_seed: int = 0,
                   measure: Callable[[RunRecord, tuple[Lane, ...]], Any] = summarize) -> SimResult:
     """Simulate concrete requests under one scheduler and summarise the run.
 
@@ -94,7 +94,8 @@ def run_scheduler(step_model: Any, reqs: Requests, lanes: tuple[Lane, ...], *, s
     `sim_engine` (auto, compiled, python) runs the loop compiled or interpreted
     (`engine_impl`); both give the same results. `state_blocks`: blocks each running
     sequence's recurrent state holds (hybrid models, `MemoryReport.state_blocks_per_seq`;
-    continuous batching).
+    continuous batching). `adapter_seed`: a LoRA step model's engine draws the requests'
+    adapters with it when they carry none (continuous batching; capplan.sim.compiled.adapters_of).
     `measure(record, lanes)` summarises the run (default `summarize`; a benchmark protocol's
     drops its warm-ups, capplan.sim.protocol.measure).
     """
@@ -107,6 +108,7 @@ def run_scheduler(step_model: Any, reqs: Requests, lanes: tuple[Lane, ...], *, s
         # a stand-in step model (tests) runs the plain loop: only StepModel's formula compiles
         eng.jit = engine_impl(scheduler, sim_engine) == "compiled"
         eng.keep_steps = False  # the steps' aggregate only: memory that does not grow
+        eng.adapter_seed = adapter_seed
         return measure(eng.run(reqs, prio, progress, request_overhead_s, client_jitter), lanes)
     if scheduler in ("static", "dynamic"):
         batch = BatchEngine(step_model, num_gpu_blocks, block_size,
@@ -117,6 +119,8 @@ def run_scheduler(step_model: Any, reqs: Requests, lanes: tuple[Lane, ...], *, s
 
 def simulate(step_model: Any, *, workload: Workload, seed: int = 0, **kw: Any) -> SimResult:
     """Draw the workload with `np.random.default_rng(seed)` and run `run_scheduler` (which
-    takes the keyword arguments, `policy=` among them)."""
+    takes the keyword arguments, `policy=` among them); a LoRA engine draws the adapters with
+    the same seed."""
     reqs = workload.generate(np.random.default_rng(seed))
+    kw.setdefault("adapter_seed", seed)
     return run_scheduler(step_model, reqs, workload.lanes, **kw)

@@ -32,7 +32,12 @@ struct-of-arrays state, on the exact clock, one step at a time:
   the end of that step, and with jitter requests take the next index in arrival order;
 - prefix caching: each request's shareable block keys as dense int64 ids (`prefix_cache`), per
   key a ref count and the stamp of its free cached block, the free queue as an array in stamp
-  order (eviction pops its front, skipping stale entries).
+  order (eviction pops its front, skipping stale entries);
+- LoRA (cfg[MAX_LORAS] slots): each request's adapter in q[ADAPTER], per adapter its running
+  and waiting requests (`lora_state`), the distinct adapters running and the waiting requests
+  that may run beside them as scalars, kept as requests arrive, are admitted, preempted and
+  finish; the admission scan skips requests of further adapters (`_admit_waiting`) and each
+  step's constants carry the running set's distinct adapters (`_with_adapters`).
 
 The same source as plain Python: without numba this module's functions stay Python; with it,
 `plain_module()` loads this file a second time as `PLAIN_MODULE` with the JIT off (debugging,
@@ -51,7 +56,7 @@ from typing import Any
 
 import numpy as np
 
-from capplan.models import perf
+from capplan.models import lora, perf
 from capplan.models.engine import NO_JITTER, ClientJitter, closed_loop_delay
 from capplan.sim.engine_options import NO_WINDOW, check_overhead
 from capplan.sim.entities import STEP_INPUTS, RunRecord, StepSummary
@@ -94,8 +99,8 @@ except ImportError:  # pragma: no cover - exercised in a subprocess test
 
 # rows of q[FIELD, request]
 (PROMPT, OUTPUT, PRIO, RESERVED, TARGET, COMPUTED, GENERATED, STATE, LAST_TOK, FIRST_STEP,
- FIN_STEP, ADM_STEP, FD_LAST, CHUNK, DUE) = range(15)
-NUM_FIELDS = 15
+ FIN_STEP, ADM_STEP, FD_LAST, CHUNK, DUE, ADAPTER) = range(16)
+NUM_FIELDS = 16
 # q[STATE]
 ARRIVING, WAITING, PREFILLING, DECODING, FINISHED, NEW_DECODER = range(6)
 # scalars sc[...]
@@ -104,7 +109,7 @@ ARRIVING, WAITING, PREFILLING, DECODING, FINISHED, NEW_DECODER = range(6)
  KV_MAX) = range(25)
 SEQCAP = 35
 """sc[SEQCAP]: the most prompt tokens one sequence may take this step (`_seq_cap`)."""
-NUM_SCALARS = 36
+NUM_SCALARS = 40
 BULK_MIN_STEPS = 2
 """Shortest decode stretch `_bulk` runs: a one-step stretch costs more passes over the running
 set than a full step (overload, where a large batch completes a sequence every step)."""
@@ -117,6 +122,12 @@ requests sent and on their way (client jitter)."""
 NCACHED, STAMP, LRU_HEAD, LRU_TAIL, HIT_TOKENS = 30, 31, 32, 33, 34
 """sc[...], prefix caching: free blocks that keep a key, the next free-queue stamp, the free
 queue's live span, prompt tokens found in the cache."""
+NLOADED, WLOAD, LORA_CAND, NPARK = 36, 37, 38, 39
+"""sc[...], LoRA (cfg[MAX_LORAS] > 0): distinct adapters of the running set (the loaded ones),
+waiting requests that may run beside them (an adapter loaded, or none), the waiting request the
+last admission scan stopped at for want of blocks or budget while it is still the first the
+scan would try (-1: not known; `_lora_wait`, `_lora_run` forget it), and the waiting requests
+parked out of the heap (`_admit_waiting`). Waiting requests: sc[NHEAP] + sc[NPARK]."""
 # float scalars tf[...]: this step's start and end, the end of the last decode step and of step
 # 0, the time integrals of the running set and of the requests in the system (s * requests),
 # a closed loop's request overhead, the start of the last step run and this step's admission
@@ -133,7 +144,15 @@ SERIES_CAP = 1 << 16
 (the series of runs up to SERIES_CAP steps is exactly the reference's)."""
 # configuration cfg[...]
 (TOTAL, BS, MAX_SEQS, MAX_TOKENS, WINDOW, HAS_WINDOW, PREFILL_FIRST, CHUNKED, CAN_PREEMPT,
- STATE_BLOCKS, KEEP_STEPS, SERIES_CAP_, CONC, JITTER, PC, KV_PRESENT, DP, AHEAD) = range(18)
+ STATE_BLOCKS, KEEP_STEPS, SERIES_CAP_, CONC, JITTER, PC, KV_PRESENT, DP, AHEAD,
+ MAX_LORAS) = range(19)
+# LoRA, bufs[12] = (counts, parked): counts[RUN_A, a] running and counts[WAIT_A, a] waiting
+# requests of adapter a; parked[:sc[NPARK]]: waiting requests an admission scan skipped, out of
+# the heap until a slot frees (`_admit_waiting`)
+RUN_A, WAIT_A = range(2)
+_LORA_N1 = perf.STEP_CONSTANTS.index("lora_n1")
+_LORA_CAP = perf.STEP_CONSTANTS.index("lora_max_loras")
+"""The popularity groups' constants lora_n1..lora_q4 lie between these (`_with_adapters`)."""
 # a closed loop's arrivals: af[ROW, .] floats, ai[ROW, .] ints; by request index: its send time
 # (the end of the step that sent it), its jitter and the step that sent it; by sending order
 # (client jitter: a request gets the next index when it arrives): arrival time, send time,
@@ -189,6 +208,11 @@ if numba is not None:
         """A decode step's time from the parts that do not read the KV cache (`fixed`)."""
         return float(perf.combine_parts(fixed, perf.attention_parts(x, consts))[0])
 
+    @_njit_inline
+    def _stand_in(c: Any) -> bool:  # noqa: ARG001
+        """Whether the step constants are a stand-in step model (never, compiled)."""
+        return False
+
     @_njit
     def _poll_signals() -> bool:
         """Back in the interpreter for a moment (objmode): pending signal handlers run there
@@ -220,6 +244,11 @@ else:
         if hasattr(consts, "step"):
             return _stand_in_s(x, consts)
         return float(perf.combine_parts(fixed, perf.attention_parts(x, consts))[0])
+
+    def _stand_in(c: Any) -> bool:
+        """Whether `c` is a stand-in step model (its own `step` prices a step) rather than
+        `StepModel`'s constants."""
+        return hasattr(c, "step")
 
     def _poll_signals() -> bool:
         return _pending_signals() > 0
@@ -350,6 +379,8 @@ def _arrive(t: float, q: np.ndarray, sc: np.ndarray, cfg: np.ndarray, heap: np.n
             return
         q[STATE, s] = WAITING
         _push(s, heap, sc, q, arr)
+        if cfg[MAX_LORAS]:
+            _lora_wait(s, 1, q, sc, bufs[12][0], arr)
         sc[NXT] = s + 1
 
 
@@ -385,6 +416,63 @@ def _send_next(split: int, sc: np.ndarray, cfg: np.ndarray, arr: np.ndarray, buf
         else:
             arr[k], af[SENT_T, k] = t_end + tf[OVERHEAD], t_end
             ai[ASTEP, k] = sc[STEP]
+
+
+# -- LoRA adapters: vLLM's max_loras rule ---------------------------------------------------
+@_njit_inline
+def _lora_ok(s: int, q: np.ndarray, sc: np.ndarray, cfg: np.ndarray, cnt: np.ndarray) -> bool:
+    """Whether waiting request s may run beside the running set: it uses no adapter, its
+    adapter is loaded (a running sequence holds it), or a slot is free (vLLM
+    vllm/v1/core/sched/scheduler.py `Scheduler.schedule`: a waiting request of a further
+    adapter is skipped once max_loras distinct adapters are scheduled)."""
+    a = q[ADAPTER, s]
+    return a < 0 or cnt[RUN_A, a] > 0 or sc[NLOADED] < cfg[MAX_LORAS]
+
+
+@_njit_inline
+def _lora_wait(s: int, d: int, q: np.ndarray, sc: np.ndarray, cnt: np.ndarray,
+               arr: np.ndarray) -> None:
+    """s joins (d = 1) or leaves (d = -1) the waiting queue: its adapter's waiting count and
+    sc[WLOAD], the waiting requests that may run beside the running set (no adapter, or a
+    loaded one); joining ahead of sc[LORA_CAND] makes that one unknown."""
+    c = sc[LORA_CAND]
+    if d > 0 and c >= 0 and _before(s, c, q, arr):
+        sc[LORA_CAND] = -1
+    a = q[ADAPTER, s]
+    if a < 0:
+        sc[WLOAD] += d
+        return
+    cnt[WAIT_A, a] += d
+    if cnt[RUN_A, a] > 0:
+        sc[WLOAD] += d
+
+
+@_njit_inline
+def _lora_run(s: int, d: int, q: np.ndarray, sc: np.ndarray, cnt: np.ndarray) -> None:
+    """s joins (d = 1) or leaves (d = -1) the running set: an adapter loads with its first
+    running sequence and unloads with its last, its waiting requests following it in and out
+    of sc[WLOAD]; which requests may run changes, so sc[LORA_CAND] is unknown."""
+    a = q[ADAPTER, s]
+    if a < 0:
+        return
+    cnt[RUN_A, a] += d
+    if cnt[RUN_A, a] == (1 if d > 0 else 0):
+        sc[NLOADED] += d
+        sc[WLOAD] += d * cnt[WAIT_A, a]
+        sc[LORA_CAND] = -1
+
+
+@_njit_inline
+def _with_adapters(c: Any, sc: np.ndarray, cfg: np.ndarray) -> Any:
+    """The step constants with the running set's distinct adapters in place of their expected
+    count: the popularity groups become one group of sc[NLOADED] adapters at probability 1, so
+    `perf.fixed_parts`' sum n (1 - (1 - q)^S) is sc[NLOADED] for any batch S >= 1 (capped at
+    max_loras there, as every step is). Without LoRA, or for a stand-in step model (the
+    tests'), the constants as they are."""
+    if cfg[MAX_LORAS] == 0 or _stand_in(c):
+        return c
+    return (c[:_LORA_N1] + (float(sc[NLOADED]), 1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
+            + c[_LORA_CAP:])
 
 
 # -- prefix caching (the reference's _lookup, _hit, _take, _register, _release, _cache) ------
@@ -552,9 +640,10 @@ def _victim(run: np.ndarray, sc: np.ndarray, q: np.ndarray, cfg: np.ndarray) -> 
 
 @_njit_borrow
 def _preempt(v: int, q: np.ndarray, sc: np.ndarray, cfg: np.ndarray, run: np.ndarray,
-             heap: np.ndarray, arr: np.ndarray, pcx: tuple) -> None:
-    """Recompute preemption (the reference's `_preempt`): free v's blocks, back to the queue;
-    a decoder preempted after this step's decode was budgeted gives its token back."""
+             heap: np.ndarray, arr: np.ndarray, bufs: tuple) -> None:
+    """Recompute preemption (the reference's `_preempt`): free v's blocks, back to the queue
+    (its adapter leaves the running set); a decoder preempted after this step's decode was
+    budgeted gives its token back."""
     if q[STATE, v] == DECODING:
         nc = q[COMPUTED, v]
         sc[NDEC] -= 1
@@ -566,13 +655,16 @@ def _preempt(v: int, q: np.ndarray, sc: np.ndarray, cfg: np.ndarray, run: np.nda
     else:
         nc = q[COMPUTED, v] + q[CHUNK, v]
         q[CHUNK, v] = 0  # a chunk scheduled this step is dropped (its budget is not returned)
-    _release(v, nc, q, sc, cfg, pcx)
+    _release(v, nc, q, sc, cfg, bufs[11])
     q[COMPUTED, v] = 0
     q[TARGET, v] = q[PROMPT, v] + q[GENERATED, v]
     q[FD_LAST, v] = -1
     q[STATE, v] = WAITING
     _unrun(v, run, sc)
     _push(v, heap, sc, q, arr)
+    if cfg[MAX_LORAS]:
+        _lora_run(v, -1, q, sc, bufs[12][0])
+        _lora_wait(v, 1, q, sc, bufs[12][0], arr)
     sc[PREEMPTIONS] += 1
     sc[PREEMPTED_NOW] = 1
 
@@ -592,7 +684,7 @@ def _decode_blocks(q: np.ndarray, sc: np.ndarray, cfg: np.ndarray, lists: tuple,
         v = _victim(run, sc, q, cfg)
         if v < 0:
             return
-        _preempt(v, q, sc, cfg, run, heap, arr, bufs[11])
+        _preempt(v, q, sc, cfg, run, heap, arr, bufs)
         if flag[v]:
             flag[v] = 0
             n_need -= 1
@@ -636,7 +728,7 @@ def _prefill_running(q: np.ndarray, sc: np.ndarray, cfg: np.ndarray, lists: tupl
             v = _victim(run, sc, q, cfg)
             if v < 0:
                 return
-            _preempt(v, q, sc, cfg, run, heap, arr, bufs[11])
+            _preempt(v, q, sc, cfg, run, heap, arr, bufs)
             if v == s:
                 break
         if q[STATE, s] != PREFILLING:
@@ -679,19 +771,65 @@ def _admission(s: int, budget: int, cap: int, q: np.ndarray, sc: np.ndarray, cfg
 
 
 @_njit_inline
+def _lora_unchanged(q: np.ndarray, sc: np.ndarray, cfg: np.ndarray, heap: np.ndarray,
+                    arr: np.ndarray, bufs: tuple) -> bool:
+    """LoRA, before an admission scan (`_admit_waiting`): a freed slot lets every parked
+    request run, so they go back to the heap; True when the request the last scan stopped at
+    is still the first to try and still does not fit (the scan is not repeated), else the scan
+    runs with that request forgotten."""
+    parked = bufs[12][1]
+    if sc[NPARK] and sc[NLOADED] < cfg[MAX_LORAS]:
+        for i in range(sc[NPARK]):
+            _push(parked[i], heap, sc, q, arr)
+        sc[NPARK] = 0
+    c = sc[LORA_CAND]
+    if (c >= 0 and sc[BUDGET] > 0 and sc[NRUN] < cfg[MAX_SEQS]
+            and _admission(c, sc[BUDGET], sc[SEQCAP], q, sc, cfg, bufs[11])[0] < 0):
+        return True
+    sc[LORA_CAND] = -1
+    return False
+
+
+@_njit_inline
 def _admit_waiting(q: np.ndarray, sc: np.ndarray, cfg: np.ndarray, lists: tuple,
                    arr: np.ndarray, bufs: tuple) -> None:
-    """Waiting requests in queue order while the budget, max_num_seqs and blocks allow."""
+    """Waiting requests in queue order while the budget, max_num_seqs and blocks allow.
+
+    LoRA (cfg[MAX_LORAS] > 0), vLLM's rule (`_lora_ok`): a request whose adapter may not run
+    beside the running set is skipped and stays waiting, and the scan goes on to the next.
+    Bound: a skipped request is parked, O(1) after its heap pop, out of the heap, so no later
+    scan passes over it again until a slot frees (an adapter unloads: every parked request is
+    pushed back, each push charged to that event; a parked request cannot run before, its
+    adapter not loaded and no slot free). The scan skips only while sc[WLOAD] says some
+    waiting request may run (the first it reaches is admitted or ends the scan), and a scan
+    that stopped at a request for want of blocks or budget is not repeated while that request
+    is still the first to try (sc[LORA_CAND]: the next steps test it alone, O(1), until it
+    fits or the loaded adapters or the queue ahead of it change). Without LoRA the scan is as
+    it was."""
     run, heap = lists[0], lists[1]
     pf, chl, pcx = bufs[0], bufs[1], bufs[11]
+    cnt, parked = bufs[12]
+    if cfg[MAX_LORAS] and _lora_unchanged(q, sc, cfg, heap, arr, bufs):
+        return  # the scan would reach sc[LORA_CAND] again and stop there
     while sc[NHEAP] > 0 and sc[BUDGET] > 0 and sc[NRUN] < cfg[MAX_SEQS]:
         s = heap[0]
         if arr[s] > bufs[6][T_CUT]:
             break  # reached the engine after this step's batch was formed (`_cutoff`)
+        if cfg[MAX_LORAS] and not _lora_ok(s, q, sc, cfg, cnt):
+            if sc[WLOAD] == 0:
+                break  # no waiting request may run beside the loaded adapters
+            parked[sc[NPARK]] = _pop(heap, sc, q, arr)
+            sc[NPARK] += 1
+            continue
         c, nb, nh = _admission(s, sc[BUDGET], sc[SEQCAP], q, sc, cfg, pcx)
         if c < 0:
+            if cfg[MAX_LORAS]:
+                sc[LORA_CAND] = s  # the first to try while nothing changes (`_bulk_ok` too)
             break
         _pop(heap, sc, q, arr)
+        if cfg[MAX_LORAS]:
+            _lora_wait(s, -1, q, sc, cnt, arr)
+            _lora_run(s, 1, q, sc, cnt)
         if nh:
             _hit(s, nh, q, sc, cfg, pcx)
         _take(nb, sc, cfg, pcx)
@@ -772,6 +910,8 @@ def _finish(s: int, computed: int, q: np.ndarray, sc: np.ndarray, cfg: np.ndarra
     bufs[5][FIN_T, s] = bufs[6][T_END]
     q[STATE, s] = FINISHED
     _release(s, computed, q, sc, cfg, bufs[11])
+    if cfg[MAX_LORAS]:
+        _lora_run(s, -1, q, sc, bufs[12][0])
     sc[DONE] += 1
     if cfg[CONC]:  # a closed loop: its client sends the next request (`_send_next`)
         bufs[8][sc[NFIN]] = s
@@ -964,7 +1104,7 @@ def _sample(t: float, sc: np.ndarray, cfg: np.ndarray, series: tuple) -> None:
     sf, si = series
     j = sc[NSER]
     sf[j] = t
-    si[0, j], si[1, j], si[2, j] = sc[NRUN], sc[NHEAP], cfg[TOTAL] - sc[FREE]
+    si[0, j], si[1, j], si[2, j] = sc[NRUN], sc[NHEAP] + sc[NPARK], cfg[TOTAL] - sc[FREE]
     sc[NSER] = j + 1
     if j + 1 == sf.shape[0]:
         _halve(sc, series)
@@ -1007,13 +1147,14 @@ def _record(t: float, dur: float, decode: bool, nfd: int, sc: np.ndarray, cfg: n
     if decode:
         tf[T_LAST_DEC] = t + dur
     tf[RUN_INT] += sc[NRUN] * dur
-    tf[SYS_INT] += (sc[NRUN] + sc[NHEAP]) * dur
+    waiting = sc[NHEAP] + sc[NPARK]
+    tf[SYS_INT] += (sc[NRUN] + waiting) * dur
     sc[KV_MAX] = max(sc[KV_MAX], cfg[TOTAL] - sc[FREE])
     if k == sc[NSER] * sc[STRIDE]:  # the next multiple of the stride
         _sample(t, sc, cfg, series)
     if cfg[KEEP_STEPS]:
         sf[0, k], sf[1, k], sf[2, k] = t, dur, gap
-        si[0, k], si[1, k], si[2, k], si[3, k] = tbt, sc[NRUN], sc[NHEAP], cfg[TOTAL] - sc[FREE]
+        si[0, k], si[1, k], si[2, k], si[3, k] = tbt, sc[NRUN], waiting, cfg[TOTAL] - sc[FREE]
 
 
 @_njit_inline
@@ -1041,7 +1182,8 @@ def _step(t: float, q: np.ndarray, sc: np.ndarray, cfg: np.ndarray, model: tuple
     decode = _schedule(q, sc, cfg, sched, arr, bufs)
     if sc[ERR]:
         return 0.0
-    dur = float(_step_parts(_inputs(decode, q, sc, cfg, bufs[1]), model[0], model[1])[0])
+    dur = float(_step_parts(_inputs(decode, q, sc, cfg, bufs[1]),
+                            _with_adapters(model[0], sc, cfg), model[1])[0])
     tf[T_END] = t + dur
     nfd = 0
     if decode and cfg[PREFILL_FIRST]:
@@ -1060,11 +1202,14 @@ def _bulk_ok(q: np.ndarray, sc: np.ndarray, cfg: np.ndarray, heap: np.ndarray, b
     """Whether the next steps are pure decode steps of the same sequences (each one token
     longer) until an event: every running sequence decodes, no first-decode gap is pending,
     the last step decoded, and the waiting queue's head cannot be admitted (`_admit_waiting`'s
-    tests, which a completion or an arrival can change, and a block allocation cannot undo),
-    nor, formed a step ahead, waits for the step after the next (`_cutoff`)."""
+    tests, which a completion or an arrival can change, and a block allocation cannot undo; with
+    LoRA the first request `_lora_ok` lets run), nor, formed a step ahead, waits for the step
+    after the next (`_cutoff`)."""
     n = sc[NRUN]
     if n == 0 or sc[ERR] or sc[NDEC] != n or sc[NPF] or sc[NFD] or sc[LAST_DEC] != sc[STEP]:
         return False
+    if sc[NPARK] and sc[NLOADED] < cfg[MAX_LORAS]:
+        return False  # LoRA: a slot freed for the parked requests (`_admit_waiting`)
     if sc[NHEAP] == 0 or n >= cfg[MAX_SEQS]:
         return True
     if cfg[AHEAD] and bufs[10][heap[0]] > bufs[6][T_PREV]:
@@ -1072,7 +1217,16 @@ def _bulk_ok(q: np.ndarray, sc: np.ndarray, cfg: np.ndarray, heap: np.ndarray, b
     budget = cfg[MAX_TOKENS] - (0 if cfg[PREFILL_FIRST] else sc[NDEC])
     if budget <= 0:
         return True
-    return _admission(heap[0], budget, _seq_cap(budget, cfg), q, sc, cfg, bufs[11])[0] < 0
+    s = heap[0]
+    if cfg[MAX_LORAS] and not _lora_ok(s, q, sc, cfg, bufs[12][0]):
+        # LoRA: the first request the scan may admit is further back: none (only a
+        # completion or an arrival changes that), or the one a scan stopped at
+        if sc[WLOAD] == 0:
+            return True
+        if sc[LORA_CAND] < 0:
+            return False  # not known without a scan: the full step scans
+        s = sc[LORA_CAND]
+    return _admission(s, budget, _seq_cap(budget, cfg), q, sc, cfg, bufs[11])[0] < 0
 
 
 @_njit_inline
@@ -1141,7 +1295,8 @@ def _bulk(t: float, t_next: float, q: np.ndarray, sc: np.ndarray, cfg: np.ndarra
     j = 0
     # the terms that do not read the KV cache are the same for every step of the stretch
     x = (float(nd), 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, float(nd))
-    fixed = _fixed_parts(x, model[0], model[1])
+    consts = _with_adapters(model[0], sc, cfg)  # the running set's adapters: the stretch's
+    fixed = _fixed_parts(x, consts, model[1])
     while j < b and t < t_next and not _table_full(sc[NTBT], tb):
         if j == edge:
             e = _bulk_blocks(j, q, sc, cfg, run, bufs[11])
@@ -1152,7 +1307,7 @@ def _bulk(t: float, t_next: float, q: np.ndarray, sc: np.ndarray, cfg: np.ndarra
         kv = sc[SUMCTX]
         x = (float(nd), float(kv), float(sc[SUMCTXW] if cfg[HAS_WINDOW] else kv), 0.0, 0.0,
              0.0, 0.0, 0.0, 0.0, float(nd))
-        dur = _decode_s(x, fixed, model[0])
+        dur = _decode_s(x, fixed, consts)
         _record(t, dur, True, 0, sc, cfg, tf, agg)
         sc[LAST_DEC] = sc[STEP]
         sc[SUMCTX] += nd
@@ -1239,7 +1394,7 @@ def _run_steps(at: tuple, q: np.ndarray, sc: np.ndarray, cfg: np.ndarray, model:
     n = arr.shape[0]
     while sc[DONE] < n and k < stop_k:
         _arrive(t, q, sc, cfg, lists[0][1], arr, bufs)
-        if sc[NRUN] == 0 and sc[NHEAP] == 0:
+        if sc[NRUN] == 0 and sc[NHEAP] == 0 and sc[NPARK] == 0:
             t_next = _next_arrival(sc, cfg, arr, bufs)
             if t_next == np.inf:
                 sc[ERR] = ERR_NO_WORK  # idle with requests left: cannot happen
@@ -1295,6 +1450,7 @@ def simulate_loop(arr: np.ndarray, q: np.ndarray, cfg: np.ndarray, consts: tuple
     sc[FREE] = cfg[TOTAL]
     sc[LAST_DEC] = -1
     sc[STRIDE] = 1
+    sc[LORA_CAND] = -1
     sc[SENT] = min(cfg[CONC], n) if cfg[CONC] else n
     cap = 1024 if cfg[KEEP_STEPS] else 0
     series = (np.empty(cfg[SERIES_CAP_], np.float64), np.empty((3, cfg[SERIES_CAP_]), np.int32))
@@ -1304,10 +1460,10 @@ def simulate_loop(arr: np.ndarray, q: np.ndarray, cfg: np.ndarray, consts: tuple
     m = cfg[MAX_SEQS] + 1
     # prefilling list, chunk list, decoders due a block, their flags, pending first decodes,
     # per-request times, float scalars, per-request token times, this step's completions,
-    # the closed loop's arrival rows, the arrival times, the prefix cache
+    # the closed loop's arrival rows, the arrival times, the prefix cache, LoRA's counts
     bufs = (np.empty(m, np.int64), np.empty(m, np.int64), np.empty(m, np.int64),
             np.zeros(n, np.int8), np.empty(2 * m, np.int64), qt, tf, np.zeros((2, n), np.float64),
-            np.empty(m, np.int64), (ar[0], ar[1]), arr, pcx)
+            np.empty(m, np.int64), (ar[0], ar[1]), arr, pcx, lora_state(q))
     lists = ((np.empty(m, np.int64), np.empty(max(n, 1), np.int64)),
              np.empty((1, 1024), np.float64),
              (np.zeros((64, 2), np.float64), series, np.empty((3, cap), np.float64),
@@ -1318,6 +1474,16 @@ def simulate_loop(arr: np.ndarray, q: np.ndarray, cfg: np.ndarray, consts: tuple
     used = tb[:, 1] != 0
     return (qt, gaps[0, :sc[NGAPS]], tb[used, 0], tb[used, 1].astype(np.int64),
             series[0][:sc[NSER]], series[1][:, :sc[NSER]], tf, sc, sf[:, :k], si[:, :k])
+
+
+@_njit
+def lora_state(q: np.ndarray) -> tuple:
+    """LoRA's per-engine state `bufs[12]`: per adapter of q[ADAPTER] its running and waiting
+    requests (zeros), and room for the parked requests (every request)."""
+    na = 1
+    for s in range(q.shape[1]):
+        na = max(na, q[ADAPTER, s] + 1)
+    return np.zeros((2, na), np.int64), np.empty(max(q.shape[1], 1), np.int64)
 
 
 def open_loop_arrivals() -> tuple:
@@ -1472,14 +1638,32 @@ def build_arrays(eng: Any, reqs: Requests, prio: np.ndarray
     q[RESERVED] = eng.reserved_blocks(q[PROMPT], q[OUTPUT])
     q[COMPUTED] = q[GENERATED] = q[CHUNK] = 0
     q[STATE] = ARRIVING
+    slots, q[ADAPTER] = adapters_of(eng, reqs)
     pol = eng.policy
     cfg = np.array([eng.total_blocks, eng.block_size, eng.max_num_seqs,
                     eng.max_num_batched_tokens, eng.window if eng.has_window else NO_WINDOW,
                     eng.has_window, pol.prefill_first, pol.chunked_prefill, pol.preemption,
                     eng.state_blocks, bool(eng.keep_steps), eng.series_cap, 0, 0, 0,
                     bool(getattr(eng, "kv_present", False)), attention_ranks(eng),
-                    bool(getattr(pol, "schedules_ahead", False))], np.int64)
+                    bool(getattr(pol, "schedules_ahead", False)), slots], np.int64)
     return q, cfg
+
+
+def adapters_of(eng: Any, reqs: Requests) -> tuple[int, np.ndarray]:
+    """(adapter slots of the replica, each request's adapter (-1: none)) for the loop: 0 slots
+    without LoRA (the step model has no `lora_max_loras`, or 0); the requests' own adapters
+    (`Requests.adapter`) when they carry them, else drawn from the step model's popularity
+    groups (models/lora.py draw_adapters) with `eng.adapter_seed`. Attention DP: the replica
+    runs as one engine of its ranks' slots together (each rank holds max_loras)."""
+    step = eng.step_model
+    slots = int(round(float(np.max(getattr(step, "lora_max_loras", 0.0)))))
+    if slots <= 0:
+        return 0, np.full(len(reqs), -1, np.int32)
+    if reqs.adapter is not None:
+        return slots * attention_ranks(eng), np.asarray(reqs.adapter, np.int32)
+    rng = np.random.default_rng(int(getattr(eng, "adapter_seed", 0)))
+    return slots * attention_ranks(eng), lora.draw_adapters(lora.step_groups(step), len(reqs),
+                                                            rng)
 
 
 def closed_loop_rows(reqs: Requests, cfg: np.ndarray, overhead_s: float,

@@ -44,6 +44,13 @@ cache manager allocates them from the same block pool, `MambaManager` in
   request after a preemption) and pops its free queue strictly in order; here blocks without
   shareable content carry no key and are reused before any cached block is evicted.
 
+LoRA (a step model with `lora_max_loras` slots; vLLM V1 `Scheduler.schedule`, the waiting
+loop): each request has an adapter (`Requests.adapter`, else drawn from the step model's
+popularity groups with `adapter_seed`); the running requests' adapters are loaded, and a waiting
+request whose adapter is not loaded while every slot is taken is skipped, staying waiting while
+later requests are considered. A request without an adapter (-1) is never skipped. Each step is
+priced with its running set's distinct adapters.
+
 One implementation: `capplan.sim.compiled` holds these rules as one loop over
 struct-of-arrays state (numba-compiled when numba is installed); `ContinuousEngine` checks the
 configuration and runs that loop, compiled (`jit`, the default) or as plain Python from the same
@@ -103,6 +110,9 @@ class ContinuousEngine:
     aggregate `RunRecord.steps`; the simulator's runs (`run_scheduler`) keep the aggregate only."""
     series_cap = 1 << 16
     """Step samples kept for the time series (even; tests lower it)."""
+    adapter_seed = 0
+    """Seed of the requests' LoRA adapters when they carry none (compiled.adapters_of; the
+    simulator's runs take the workload's seed, `run_scheduler`)."""
     kv_present = False
     """A P/D decode worker (capplan.sim.pd): a prompt's KV arrived over the link, so its step
     computes its last token only, reading the rest as a cached prefix (sim/pd.KvPresentStep)."""

@@ -14,10 +14,11 @@ python`), on the scheduler's plain twin.
 
 Per replica: the scalars, the running set, the waiting heap, the step lists, the float
 aggregates and the prefix cache's ref counts, stamps and free queue (rows of 2-D and 3-D
-arrays, `fleet_prefix_cache`); per request (shared, each request is on one replica): its state
-`q`, times, flags and block keys. The per-step TBT samples go to one table per window of the
-caller's schedule (a step's window is the one its start falls in; a decode stretch stops at a
-window edge), the extra gaps with the window of their step's end.
+arrays, `fleet_prefix_cache`) and its LoRA adapters' running and waiting counts; per request
+(shared, each request is on one replica): its state `q`, times, flags and block keys. The
+per-step TBT samples go to one table per window of the caller's schedule (a step's window is
+the one its start falls in; a decode stretch stops at a window edge), the extra gaps with the
+window of their step's end.
 """
 
 from __future__ import annotations
@@ -36,9 +37,12 @@ from capplan.sim.compiled import (
     KEEP_STEPS,
     LAST_DEC,
     LAST_FIN,
+    LORA_CAND,
+    MAX_LORAS,
     MAX_SEQS,
     NGAPS,
     NHEAP,
+    NPARK,
     NRUN,
     NTBT,
     NUM_SCALARS,
@@ -52,6 +56,7 @@ from capplan.sim.compiled import (
     _bulk_all,
     _gaps_full,
     _grow,
+    _lora_wait,
     _njit,
     _njit_borrow,
     _njit_inline,
@@ -59,14 +64,15 @@ from capplan.sim.compiled import (
     _step,
     _table_full,
     _tbt_add,
+    lora_state,
     numba,
 )
 from capplan.sim.workload import Requests
 
-RUN_, HEAP_, PF_, CHL_, NEEDL_, FDL_, FIN_ = range(7)
+RUN_, HEAP_, PF_, CHL_, NEEDL_, FDL_, FIN_, PARK_ = range(8)
 """The per-replica index arrays (rows: replicas): running set, waiting heap, prefilling list,
 chunk list, decoders due a block, pending first decodes, a step's completions (closed loops
-only: unused here)."""
+only: unused here), LoRA's parked requests (as long as the heap: `_ensure_room`)."""
 PLAIN_MODULE = "capplan.sim._fleet_loop_plain"
 """This source loaded a second time on `capplan.sim.compiled`'s plain twin (`plain_module`)."""
 ROUTER_CODES = {"round-robin": 0, "least-outstanding": 1, "prefix-affinity": 2}
@@ -113,7 +119,7 @@ def _outstanding(r: int, t: float, SC: np.ndarray, t_r: np.ndarray, last_done: n
                  ) -> int:
     """Requests in replica r at time t: running plus waiting, plus those its step running at t
     completes at its end (already applied)."""
-    n = SC[r, NRUN] + SC[r, NHEAP]
+    n = SC[r, NRUN] + SC[r, NHEAP] + SC[r, NPARK]
     if t_r[r] > t:
         n += last_done[r]
     return n
@@ -174,15 +180,16 @@ def _route(i: int, t: float, st: tuple, fl: tuple) -> int:
 @_njit_inline
 def _heap_full(sc: np.ndarray, heap: np.ndarray) -> bool:
     """Whether a replica's heap lacks room for every request it holds plus one (a step can
-    move each running one back to the waiting heap)."""
-    return sc[NHEAP] + sc[NRUN] + 2 > heap.shape[0]
+    move each running one, and each LoRA-parked one, back to the waiting heap)."""
+    return sc[NHEAP] + sc[NPARK] + sc[NRUN] + 2 > heap.shape[0]
 
 
 @_njit
 def _ensure_room(r: int, ia: list, SC: np.ndarray) -> None:
-    """Room in replica r's heap (`_heap_full`)."""
+    """Room in replica r's heap (`_heap_full`), and as much for its parked requests."""
     if _heap_full(SC[r], ia[HEAP_][r]):
         ia[HEAP_] = _grow(ia[HEAP_])
+        ia[PARK_] = _grow(ia[PARK_])
 
 
 @_njit
@@ -206,7 +213,8 @@ def _advance(r: int, until: float, eng: tuple, st: tuple, tb: tuple, shared: tup
         lists = ((ia[RUN_][r], ia[HEAP_][r]), gl[0], (tabs[w], agg_rest[0], agg_rest[1],
                                                        agg_rest[2]))
         bufs = (ia[PF_][r], ia[CHL_][r], ia[NEEDL_][r], shared[0], ia[FDL_][r], shared[1],
-                st[4][r], shared[2], ia[FIN_][r], shared[3], eng[3], pcx)
+                st[4][r], shared[2], ia[FIN_][r], shared[3], eng[3], pcx,
+                (shared[5][r], ia[PARK_][r]))
         _run_window((r, w, until), eng, st[:5], (nt, bounds, ng), gl[1], lists, bufs)
 
 
@@ -281,6 +289,8 @@ def _fleet_loop(eng: tuple, st: tuple, fl: tuple, tb: tuple, shared: tuple, rep:
         _ensure_room(r, ia, SC)
         q[STATE, i] = WAITING
         _push(i, ia[HEAP_][r], SC[r], q, arr)
+        if eng[1][MAX_LORAS]:
+            _lora_wait(i, 1, q, SC[r], shared[5][r], arr)
     for r in range(R):
         _advance(r, np.inf, eng, st, tb, shared)
 
@@ -301,10 +311,10 @@ def simulate_fleet(arr: np.ndarray, q: np.ndarray, cfg: np.ndarray, consts: tupl
     m = cfg[MAX_SEQS] + 1
     SC = np.zeros((R, NUM_SCALARS), np.int64)
     for r in range(R):
-        SC[r, FREE], SC[r, LAST_DEC], SC[r, STRIDE] = cfg[TOTAL], -1, 1
+        SC[r, FREE], SC[r, LAST_DEC], SC[r, STRIDE], SC[r, LORA_CAND] = cfg[TOTAL], -1, 1, -1
     ia = [np.empty((R, m), np.int64), np.empty((R, 64), np.int64), np.empty((R, m), np.int64),
           np.empty((R, m), np.int64), np.empty((R, m), np.int64), np.empty((R, 2 * m), np.int64),
-          np.empty((R, m), np.int64)]
+          np.empty((R, m), np.int64), np.empty((R, 64), np.int64)]
     TF = np.zeros((R, NUM_TF), np.float64)
     st = (SC, np.zeros(R), np.zeros(R, np.int64), np.zeros(R, np.int64), TF, ia)
     fl = (ready, stop, router, keys, owner, np.zeros(1, np.int64))
@@ -315,8 +325,10 @@ def simulate_fleet(arr: np.ndarray, q: np.ndarray, cfg: np.ndarray, consts: tupl
     agg_rest = ((np.empty(SERIES_DUMMY, np.float64), np.empty((3, SERIES_DUMMY), np.int32)),
                 np.empty((3, 0), np.float64), np.empty((4, 0), np.int32))
     qt = np.zeros((3, n), np.float64)
+    cnt = lora_state(q)[0]  # LoRA: each replica its own adapter counts
     shared = (np.zeros(n, np.int8), qt, np.zeros((2, n), np.float64),
-              (np.zeros((7, 0), np.float64), np.zeros((3, 0), np.int64)), pcx)
+              (np.zeros((7, 0), np.float64), np.zeros((3, 0), np.int64)), pcx,
+              np.zeros((R, cnt.shape[0], cnt.shape[1]), np.int64))
     eng_arr = arr.copy()
     rep = np.full(n, -1, np.int64)
     _fleet_loop((q, cfg, (consts, moe), eng_arr), st, fl, (tabs, nt, bounds, gl, ng, agg_rest),

@@ -241,6 +241,9 @@ class Requests:
     """A trace's chained block hashes (Mooncake `hash_ids`): id m names the content of prompt
     tokens [0, (m + 1) * hash_block_tokens)."""
     hash_block_tokens: int = 512
+    adapter: np.ndarray | None = None
+    """Each request's LoRA adapter (ids from 0; -1: the base model). None: a LoRA engine draws
+    them from its adapters' popularity (capplan.sim.compiled.adapters_of)."""
 
     def __len__(self) -> int:
         return len(self.input_tokens)
@@ -275,7 +278,8 @@ class Requests:
             cut = inp != self.input_tokens
             pt = np.where(cut, np.minimum(pt, inp), pt)
         return Requests(self.arrival_at_s, inp, out, self.lane, self.concurrency, self.note,
-                        self.prefix_group, pt, self.hash_ids, self.hash_block_tokens), n
+                        self.prefix_group, pt, self.hash_ids, self.hash_block_tokens,
+                        self.adapter), n
 
 
 def clip_lengths(inp: np.ndarray, out: np.ndarray, max_model_len: int

@@ -39,7 +39,7 @@ def test_default_table_fits_120_columns(run_cli, args):
     res = run_cli(*args)
     assert res.exit_code == 0, (res.stderr, res.exception)
     lines = [ln for ln in res.stdout.splitlines()
-             if not ln.startswith(("vLLM", "SGLang", "TRT-LLM", "verify"))]
+             if not ln.startswith(("vLLM", "SGLang", "TensorRT-LLM", "verify"))]
     assert lines, "no output"
     wide = [(len(ln), ln) for ln in lines if len(ln) > WIDTH]
     assert not wide, wide

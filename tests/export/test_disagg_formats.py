@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import re
+from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
 
@@ -171,8 +172,39 @@ def test_every_format_says_which_layout_is_recommended(deepseek, run_cli) -> Non
     assert "rank 1, the best aggregated fleet: 3 x h200 TP 8 (24 GPUs)" in text
 
 
+class _Paragraphs(HTMLParser):
+    """Every <p>'s class and text, with the <h2> it sits under, and the page's whole text."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.paragraphs: list[tuple[str, str, str]] = []
+        self.text, self._h2, self._in = "", "", ""
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        if tag == "h2":
+            self._h2, self._in = "", "h2"
+        elif tag == "p":
+            self.paragraphs.append((self._h2, dict(attrs).get("class") or "", ""))
+            self._in = "p"
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag in ("h2", "p"):
+            self._in = ""
+
+    def handle_data(self, data: str) -> None:
+        self.text += data
+        if self._in == "h2":
+            self._h2 += data
+        elif self._in == "p":
+            h2, cls, text = self.paragraphs[-1]
+            self.paragraphs[-1] = (h2, cls, text + data)
+
+
 def test_aggregated_winner_is_said_so_beside_the_losing_layout(run_cli, tmp_path) -> None:
-    out = {s: tmp_path / f"plan.{s}" for s in ("csv", "md", "html")}
+    # `recommend ... --disagg --export report.html` (docs/takeaways.md's command) where the
+    # aggregated layout wins: every report says the verdict once, in its disaggregated section
+    # (the HTML and Markdown also said it in their headline)
+    out = {s: tmp_path / f"plan.{s}" for s in ("csv", "md", "html", "xlsx")}
     res = run_cli("recommend", "--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--rate", "20",
                   "--input-len", "lognormal:mean=800,p99=3000", "--output-len", "200",
                   "--ttft-p99", "1", "--verify-top", "0", "--format", "json",
@@ -192,6 +224,47 @@ def test_aggregated_winner_is_said_so_beside_the_losing_layout(run_cli, tmp_path
     page = out["html"].read_text()
     assert "<h2>Disaggregated prefill/decode (not recommended)</h2>" in page
     assert f"<b>Recommended: {best['replicas']} x h100-sxm TP {best['tp']} " in page
+    html = _Paragraphs()
+    html.feed(page)
+    assert html.text.count(d["verdict"]) == 1
+    assert [(h2, cls) for h2, cls, text in html.paragraphs if d["verdict"] in text] == [
+        ("Disaggregated prefill/decode (not recommended)", "verdict")]
+    assert md.count(d["verdict"]) == 1
+    assert md.index(d["verdict"]) > md.index("## Disaggregated prefill/decode\n")
+    # the XLSX says it in its disaggregated sheet's column, not beside the recommendation
+    inputs = _xlsx_rows(out["xlsx"], "inputs")
+    assert [r["value"] for r in inputs if r["input"] == "recommended"] == [
+        md.splitlines()[2].removeprefix("- **Recommended: ").removesuffix(".**")]
+    assert not [r for r in inputs if d["verdict"] in str(r["value"])]
+    assert {r["which layout wins"] for r in _xlsx_rows(out["xlsx"], "disaggregated")} == {
+        d["verdict"]}
+
+
+def test_a_verdict_without_a_layout_is_said_once_in_every_report(run_cli, tmp_path) -> None:
+    # no disaggregated layout meets the SLOs: the plan's `disaggregated` holds the verdict
+    # alone, which each report says once (the XLSX, without a disaggregated sheet, in its
+    # inputs sheet)
+    from capplan.export import export_plan
+    from capplan.plan.disagg import compare
+
+    res = run_cli("recommend", "--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--rate", "20",
+                  "--input-len", "800", "--output-len", "200", "--ttft-p99", "1",
+                  "--verify-top", "0", "--format", "json")
+    assert res.exit_code == 0, res.stderr
+    plan = res.json()
+    best = plan["recommendations"][0]
+    verdict = compare(best["gpus_total"], best["cost_per_hour"], best["binding_constraint"], None)
+    plan["disaggregated"] = {"verdict": verdict, "winner": "aggregated"}  # as the planner's
+    out = {s: export_plan(plan, tmp_path / f"plan.{s}") for s in ("md", "html", "xlsx")}
+    assert out["md"].read_text().count(verdict) == 1
+    html = _Paragraphs()
+    html.feed(out["html"].read_text())
+    assert html.text.count(verdict) == 1
+    assert [(h2, cls) for h2, cls, text in html.paragraphs if verdict in text] == [
+        ("Disaggregated prefill/decode (not recommended)", "verdict")]
+    inputs = _xlsx_rows(out["xlsx"], "inputs")
+    assert [r["input"] for r in inputs if r["value"] == verdict] == [
+        "disaggregated prefill/decode"]
 
 
 def test_each_replica_of_a_pool_has_its_own_line_in_every_report(run_cli, tmp_path) -> None:

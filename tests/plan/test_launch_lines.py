@@ -257,8 +257,9 @@ def test_gb200_hosts_hold_four_gpus_of_the_rack(catalog) -> None:
 
 
 @pytest.mark.parametrize(("engine", "label", "others"), [
-    ("vllm", "vLLM", ("SGLang", "TRT-LLM")), ("sglang", "SGLang", ("vLLM", "TRT-LLM")),
-    ("trtllm", "TRT-LLM", ("vLLM", "SGLang"))])
+    ("vllm", "vLLM", ("SGLang", "TensorRT-LLM")),
+    ("sglang", "SGLang", ("vLLM", "TensorRT-LLM")),
+    ("trtllm", "TensorRT-LLM", ("vLLM", "SGLang"))])
 def test_the_text_names_the_engine_the_figures_are_for(recs, engine, label, others) -> None:
     # every engine's line is printed; only the planned engine's was sized
     from capplan.plan.launch import sized_for

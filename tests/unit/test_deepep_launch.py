@@ -238,4 +238,4 @@ def test_each_pd_worker_over_hosts_meets_at_its_own_first_host():
     for j in (0, 1):
         dec = lines[f"decode worker {j}"]
         assert len(dec) == 2 and all(f"--dist-init-addr DECODE{j}:5000" in x for x in dec)
-    assert f"--decode http://DECODE1:{31001}" in lines["router"][0]
+    assert "--decode http://DECODE1:8201" in lines["router"][0]

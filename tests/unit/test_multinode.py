@@ -262,7 +262,9 @@ def test_multinode_launch_lines():
         assert ("--tp 16 --enable-dp-attention --dp 16 --ep-size 16 --moe-a2a-backend deepep"
                 in line)
         assert "--context-length 32768" in line and "--mem-fraction-static" in line
-    assert "--port 8000" in sg[0]  # the other ranks serve no HTTP (their --port is unused)
+    # SGLang's own port, as a plan's line has it; the other ranks serve no HTTP (their --port
+    # is unused)
+    assert "--port 30000" in sg[0]
     # vLLM: 16 DP engines of TP 1, 8 per node; node 1 headless from rank 8
     v = lines["vllm"]
     assert "--data-parallel-size 16 " in v[0] and "--data-parallel-size-local 8 " in v[0]

@@ -178,10 +178,6 @@ class SteadyState:
         beside = self.policy.decodes_beside_prompt(mnbt, self.pf.mean)
         if beside is not None:
             self.cap = np.minimum(self.cap, beside + 1.0)
-        # LoRA: vLLM admits no request of a further adapter once max_loras run, so the batch
-        # is the one whose expected distinct adapters fit the slots, per rank (models/lora.py).
-        self.cap = np.minimum(self.cap, step.lora_batch_cap
-                              * np.asarray(step.attention_dp, float))
         self.mnbt = mnbt
         self._flat: dict[Any, dict[str, np.ndarray]] = {}
         """Array constants flattened to a shape (_rows), and T(0) of that shape."""
