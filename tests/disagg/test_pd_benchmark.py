@@ -87,11 +87,11 @@ def test_the_benchmark_replay_runs_every_round_and_truncates_only_at_the_limit(
         llama_layout, monkeypatch, spread):
     # 24 clients, 20 rounds (AIPerf's 20 x C), against all 480 requests replayed to the exact
     # fixed point (simulate_pd). The benchmark replay runs every round; its passes stop when
-    # the means settle (MEANS_SETTLED), within a few percent of the fixed point (TTFT 3%,
-    # TPOT and E2E 1% measured). Under a sim_tokens limit that holds 4 rounds it replays the
-    # wave and rounds 2-4 and repeats their mean: the clients' drift out of step over rounds
-    # 5-20 (each request overhead's own delay) is missed, TTFT 15% high with identical workers
-    # (measured), 3% with workers 8% apart.
+    # the means settle (MEANS_SETTLED), near the fixed point (TTFT 1% with identical workers,
+    # 6% with workers 8% apart; TPOT and E2E 1-2%, measured). Under a sim_tokens limit that
+    # holds 4 rounds it replays the wave and rounds 2-4 and repeats their mean, missing how
+    # the clients drift out of step over rounds 5-20 (each request overhead's own delay):
+    # TTFT 4% and 2% below the fixed point here (measured).
     from capplan import limits
     from capplan.plan import pd_sim
 
@@ -105,7 +105,7 @@ def test_the_benchmark_replay_runs_every_round_and_truncates_only_at_the_limit(
     assert not whole["benchmark_replay"]["extrapolated"]
     assert whole["benchmark_replay"]["replayed_requests"] == 20 * c
     assert exact["replay_settled"]
-    for key, tol in (("ttft_s", 0.05), ("tpot_s", 0.02), ("e2e_s", 0.02)):
+    for key, tol in (("ttft_s", 0.10), ("tpot_s", 0.02), ("e2e_s", 0.02)):
         assert whole[key]["mean"] == pytest.approx(exact[key]["mean"], rel=tol), key
     limits.set_cap(f"sim_tokens={4 * c * 128}")
     try:
@@ -114,7 +114,7 @@ def test_the_benchmark_replay_runs_every_round_and_truncates_only_at_the_limit(
         limits.reset_caps()
     assert cut["benchmark_replay"]["extrapolated"]
     assert cut["benchmark_replay"]["replayed_requests"] == 4 * c
-    assert cut["ttft_s"]["mean"] == pytest.approx(exact["ttft_s"]["mean"], rel=0.20)
+    assert cut["ttft_s"]["mean"] == pytest.approx(exact["ttft_s"]["mean"], rel=0.10)
     for key in ("tpot_s", "e2e_s"):
         assert cut[key]["mean"] == pytest.approx(exact[key]["mean"], rel=0.02), key
 
