@@ -17,8 +17,8 @@ DAY_OPTIONS = (
                  help="A trace (any format simulate --trace reads): plan a day of it, replicas "
                       "per window (instead of --rate)."),
     click.option("--time-unit", type=click.Choice(["auto", "s", "ms", "us"]), default="auto",
-                 show_default=True, help="Numeric arrival times of --trace (auto: by schema "
-                                         "and size)."),
+                 show_default=True, help="Numeric arrival times of --trace (auto: the unit "
+                                         "the column's name states, else by schema and size)."),
     click.option("--rate-curve", default=None, type=click.Path(dir_okay=False),
                  help="A daily rate curve CSV (at,rate_per_s; HH:MM, linear between points) "
                       "with --input-len/--output-len (instead of --rate)."),
@@ -87,6 +87,7 @@ def _attainment(w: dict[str, Any], which: str) -> str | None:
 
 SCHEDULE_COLUMNS = [
     Column("start", "start"), Column("offered_rps", "req/s", None, ".3g"),
+    Column("sizing_rps", "sized\nreq/s", None, ".3g"),
     Column("dispersion", "IDC", None, ".2f"), Column("arrival_scv", "gap\nSCV", None, ".2f"),
     Column("replicas", "replicas"), Column("gpus", "GPUs"),
     Column("ttft_p99_s", "TTFT p99\n(ms)", _ms, ".0f"),

@@ -77,7 +77,8 @@ class ListOf(click.ParamType):
               help="Trace (CSV/JSONL): replayed as it arrives; a rate that varies across "
                    "windows is named (peak window).")
 @click.option("--time-unit", type=click.Choice(["auto", "s", "ms", "us"]), default="auto",
-              show_default=True, help="Unit of the trace's numeric arrival times.")
+              show_default=True, help="Unit of the trace's numeric arrival times (auto: the "
+                                      "unit the column's name states, else by schema and size).")
 @click.option("--input-len", default="512", show_default=True,
               help="Prompt tokens: a number or a distribution (lognormal:mean=800,p99=4000).")
 @click.option("--output-len", default="256", show_default=True,

@@ -103,8 +103,9 @@ def _plot(dep: Any, results: dict[str, Any], names: list[str], plot_dir: str) ->
               help="CSV/JSONL trace: arrival time, input tokens, output tokens (Azure, Vidur, "
                    "BurstGPT, Mooncake columns).")
 @click.option("--time-unit", type=click.Choice(["auto", "s", "ms", "us"]), default="auto",
-              show_default=True, help="Unit of a trace's numeric arrival times (auto: Mooncake "
-                                      "ms, epoch stamps by size, else seconds).")
+              show_default=True, help="Unit of a trace's numeric arrival times (auto: the unit "
+                                      "the column's name states, as arrival_time_s; Mooncake "
+                                      "ms; epoch stamps by size; else seconds).")
 @click.option("--requests", "--num-prompts", "num_requests", type=REQUESTS, default=1000,
               show_default=True,
               help="Requests to simulate; with --concurrency, the benchmark's --num-prompts "

@@ -1,7 +1,7 @@
-"""The day plan in every export: the schedule table (per window: offered rate, replicas, GPUs,
-predicted p99s, scale-up start, replay attainment) and a chart of replicas and offered rate
-over the day. Exporters call these when the plan dict has a `schedule` (a day plan); nothing is
-recomputed."""
+"""The day plan in every export: the schedule table (per window: offered rate, the rate it is
+sized for, replicas, GPUs, predicted p99s, scale-up start, replay attainment) and a chart of
+replicas and offered rate over the day. Exporters call these when the plan dict has a
+`schedule` (a day plan); nothing is recomputed."""
 
 from __future__ import annotations
 
@@ -15,8 +15,8 @@ from capplan.export.atomic import Staged
 HEADERS = ("start (h)", "end (h)", "offered (req/s)", "IDC", "replicas", "GPUs",
            "TTFT p99 (ms)", "TBT p99 (ms)", "scale-up begins (h)",
            "replay planned attainment (%)", "replay reactive attainment (%)",
-           "inter-arrival SCV")
-FMTS = (".2f", ".2f", ".3f", ".2f", "g", "g", ".0f", ".1f", ".2f", ".1f", ".1f", ".2f")
+           "inter-arrival SCV", "sized for (req/s)")
+FMTS = (".2f", ".2f", ".3f", ".2f", "g", "g", ".0f", ".1f", ".2f", ".1f", ".1f", ".2f", ".3f")
 
 TOTALS = (
     ("peak_replicas", "peak replicas", 1.0, "g"),
@@ -102,7 +102,7 @@ def schedule_rows(plan: dict[str, Any]) -> list[list[Any]]:
              _num(w.get("dispersion")), w.get("replicas"), w.get("gpus"),
              _ms(w.get("ttft_p99_s")), _ms(w.get("tbt_p99_s")), _h(w.get("scale_up_begin_s")),
              _att(w, "planned"), _att(w, "reactive"), _num(w.get("arrival_scv")),
-             *((w.get("gpus_by_model") or {}).get(m) for m in models),
+             _num(w.get("sizing_rps")), *((w.get("gpus_by_model") or {}).get(m) for m in models),
              *((w.get("gpus_by_gpu") or {}).get(t) for t in types)]
             for w in plan["schedule"]]
 

@@ -6,11 +6,14 @@ The steps:
 2. The steady-rate planner (planner.run_plan) sizes the peak window: it picks the GPU, TP,
    dtypes and engine settings, and gives each replica's capacity under the SLOs
    (`Candidate.max_rate_per_s`, the highest per-replica rate meeting every SLO analytically).
-3. Every window gets replicas = ceil(offered * (1 + headroom) / capacity), at least
+3. Every window gets replicas = ceil(sizing * (1 + headroom) / capacity), at least
    `min_replicas`: the same rule the planner applies at one rate (search.analytic_search),
-   with a traced window's capacity at its own inter-arrival SCV (plan/burst.py). Its TTFT /
-   TBT p99 are the analytic model's at the window's per-replica rate. Of the peak plan's
-   configurations, the one whose day costs least comes first (plan/day_peak.py).
+   where `sizing` is the highest rate a rate curve reaches inside the window (a trace
+   window's offered rate) and the capacity is at the window's own lane mix (plan/day_mix.py)
+   and, for a trace, its own inter-arrival SCV (plan/burst.py), scaled to what the simulator
+   sustains at the peak when that is less (plan/day_capacity.py). Its TTFT / TBT p99 are the
+   analytic model's at the window's per-replica rate. Of the peak plan's configurations, the
+   one whose day costs least comes first (plan/day_peak.py).
 4. Totals: GPU-hours and cost autoscaled (sum over windows) and for a fixed fleet sized for the
    peak window, $ per million output tokens of both, the saving.
 5. Scale-up lead (plan/startup.py): a window that needs more replicas than the one before
@@ -34,13 +37,24 @@ import numpy as np
 from capplan.catalog.loader import Catalog
 from capplan.errors import InputError
 from capplan.models.memory import memory_report
-from capplan.plan.day_peak import HOUR_S, peak_plan, peak_traffic, rank_for_day, replicas_for
+from capplan.plan.day_mix import Sizing, day_sizing
+from capplan.plan.day_peak import (
+    HOUR_S,
+    peak_plan,
+    peak_traffic,
+    rank_for_day,
+    replicas_for,
+    scaled_counts,
+)
 from capplan.plan.rate_curve import (
     DEFAULT_WINDOW_S,
+    RateCurve,
     WindowSeries,
+    curve_arrivals,
     parse_rate_curve,
     series_from_curve,
     series_from_trace,
+    window_peaks,
 )
 from capplan.plan.result import PlanResult
 from capplan.plan.schema import PlanFile
@@ -76,6 +90,8 @@ class LaneDay:
     trace: str | None = None
     """The trace file read (absolute: `capplan verify` reads its lengths from any folder)."""
     time_unit: str = "auto"
+    curve: RateCurve | None = None
+    """A rate-curve (or steady) lane's curve: its windows' peaks and its replay follow it."""
 
 
 def lane_day(lane: Any, window_s: float, base: Path | None = None) -> LaneDay:
@@ -96,27 +112,39 @@ def lane_day(lane: Any, window_s: float, base: Path | None = None) -> LaneDay:
     else:
         curve = parse_rate_curve([{"at": "00:00", "rate_per_s": lane.rate_per_s}])
     return LaneDay(lane.name, series_from_curve(curve, out_mean, window_s,
-                                                dispersion=1.0 / lane.burstiness))
+                                                dispersion=1.0 / lane.burstiness), curve=curve)
 
 
 def combine(days: Sequence[LaneDay]) -> WindowSeries:
     """Lanes added window by window: a rate curve repeats every day (beside a trace of several
-    days), a shorter trace counts 0 after its end."""
+    days), a shorter trace counts 0 after its end. Each window is sized for the highest total
+    rate inside it (rate_curve.window_peaks over the curves, a trace lane counting its
+    window's rate), with each lane's rate at that instant as its mix (`lane_rps`)."""
     longest = max(days, key=lambda d: (len(d.series), d.series.span_s)).series
     n = len(longest)
     rate, out_tok, disp_w, scv_w = np.zeros(n), np.zeros(n), np.zeros(n), np.zeros(n)
-    for d in days:
+    lane_rps = np.zeros((len(days), n))
+    for i, d in enumerate(days):
         s = d.series
         k = n if d.requests is None else len(s)  # np.resize repeats a day's curve cyclically
         rate[:k] += np.resize(s.offered_rps, k)
         out_tok[:k] += np.resize(s.output_tokens, k)
         disp_w[:k] += np.resize(s.dispersion * s.offered_rps, k)
         scv_w[:k] += np.resize(s.arrival_scv * s.offered_rps, k)
+        if d.curve is None:  # a trace: its window's rate (a series without its curve: its own)
+            lane_rps[i, :k] = np.resize(s.sized, k)
     # the lanes' rate-weighted mean (the planner pools lanes' SCVs the same way: traffic_for)
     disp = np.where(rate > 0, disp_w / np.maximum(rate, 1e-300), 1.0)
     scv = np.where(rate > 0, scv_w / np.maximum(rate, 1e-300), 1.0)
+    curved = [i for i, d in enumerate(days) if d.curve is not None]
+    sizing = lane_rps.sum(axis=0)
+    if curved:
+        sizing, _, at_peak = window_peaks([days[i].curve for i in curved], longest.start_s,
+                                          longest.end_s, base_rps=sizing)
+        lane_rps[curved] = at_peak
     return WindowSeries(longest.start_s, longest.end_s, rate, disp, scv, out_tok,
-                        " + ".join(d.series.source for d in days))
+                        " + ".join(d.series.source for d in days), sizing_rps=sizing,
+                        lane_rps=lane_rps)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -126,6 +154,9 @@ class Window:
     start_s: float
     end_s: float
     offered_rps: float
+    sizing_rps: float
+    """The rate the window is sized for: the highest a rate curve reaches inside it (its
+    offered rate is the mean); a trace window's offered rate."""
     dispersion: float
     arrival_scv: float
     replicas: int
@@ -144,7 +175,8 @@ class Window:
 
     def to_dict(self) -> dict[str, Any]:
         return {"start_s": self.start_s, "end_s": self.end_s, "offered_rps": self.offered_rps,
-                "dispersion": self.dispersion, "arrival_scv": self.arrival_scv,
+                "sizing_rps": self.sizing_rps, "dispersion": self.dispersion,
+                "arrival_scv": self.arrival_scv,
                 "replicas": self.replicas, "gpus": self.gpus,
                 "ttft_p99_s": self.ttft_p99_s, "tbt_p99_s": self.tbt_p99_s,
                 "scale_up_begin_s": self.scale_up_begin_s,
@@ -173,6 +205,16 @@ class DayPlan:
     rebuild: Callable[[np.ndarray], list[Window]] | None = field(default=None, repr=False,
                                                                  compare=False)
     """The windows for other replica counts (the replay adds replicas where it misses)."""
+    capacity_rps: float | None = None
+    """A replica's capacity at the peak window as the schedule sizes it (the analytic one,
+    scaled to the simulator's when that is lower: day_capacity)."""
+    simulated_capacity_rps: float | None = None
+    """The capacity the simulator sustains within the SLOs at the peak window (None: not
+    simulated, as with `replay: none` or a configuration the planner's replay sized)."""
+    rescale: Callable[[dict[int, int]], tuple[np.ndarray, float]] | None = field(
+        default=None, repr=False, compare=False)
+    """Every window's replica count when the replay found windows needing more replicas
+    than the analytic count (day_peak.scaled_counts): (counts, capacity factor)."""
 
     @property
     def span_s(self) -> float:
@@ -210,7 +252,10 @@ class DayPlan:
                     - self.windows[0].start_s, "span_s": self.span_s,
                     "gpu": best.candidate.gpu.key, "tp": best.candidate.settings.tp,
                     "gpus_per_replica": self.gpus_per_replica,
-                    "capacity_per_replica_rps": best.candidate.max_rate_per_s,
+                    "capacity_per_replica_rps": (best.candidate.max_rate_per_s
+                                                 if self.capacity_rps is None
+                                                 else self.capacity_rps),
+                    "simulated_capacity_per_replica_rps": self.simulated_capacity_rps,
                     "price_per_gpu_hour": self.price_per_gpu_hour,
                     "output_tokens": self.output_tokens, "startup": self.lag.to_dict(),
                     "peak": self.peak, "notes": list(self.notes)},
@@ -229,45 +274,12 @@ class DayPlan:
         }
 
 
-@dataclass(frozen=True)
-class _Sizing:
-    """One replica of the chosen configuration per window: its capacity within the SLOs and
-    the analytic p99s at a per-replica rate."""
-
-    capacity_rps: np.ndarray
-    predict: Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]]
-
-
-def _sizing(cand: Candidate, peak: PlanFile, model: Any, total: WindowSeries,
-            traced: bool) -> _Sizing:
-    """Per-window capacity and predictions: at each window's own arrival SCV when a trace
-    measured it (plan/burst.py), else at the lanes' (the planner's capacity). When the replay
-    sized the configuration (its analytic count missed in simulation), the analytic
-    per-window capacities are scaled by what the replay found against the screen at the
-    lanes' SCV, so that the peak window gets the replicas the recommendation has."""
-    from capplan.plan.burst import capacities, predict
-    from capplan.plan.planner import served_traffic
-
-    t = served_traffic(peak.workloads, peak, model)
-    if traced:
-        scv = total.arrival_scv
-        caps = capacities(cand, t, scv)
-        if cand.sized_by_replay:
-            # the screen's capacity at the lanes' SCV, on the same SCV steps as the windows'
-            screen = float(capacities(cand, t, np.array([t.arrival_scv]))[0])
-            caps = caps * min(1.0, cand.max_rate_per_s / screen)
-    else:
-        scv = np.full(len(total), t.arrival_scv)
-        caps = np.full(len(total), cand.max_rate_per_s)
-    return _Sizing(caps, lambda r: predict(cand, t, r, scv))
-
-
 def windows_for(total: WindowSeries, reps: np.ndarray, gpr: int, lag: StartupLag,
-                size: _Sizing) -> list[Window]:
+                size: Sizing) -> list[Window]:
     """The schedule's windows for replica counts `reps` (GPUs, predicted p99s, scale-up lead,
     the reactive policy's counts)."""
     reps = np.asarray(reps, np.int64)
-    ttft, tbt = size.predict(total.offered_rps / np.maximum(reps, 1))
+    ttft, tbt = size.predict(total.sized / np.maximum(reps, 1))
     # reactive: each window runs what the previous one needed (the first: its own)
     reactive = np.concatenate([reps[:1], reps[:-1]])
     span = float(total.end_s[-1] - total.start_s[0])
@@ -277,7 +289,8 @@ def windows_for(total: WindowSeries, reps: np.ndarray, gpr: int, lag: StartupLag
         idle = reps[i] == 0
         out.append(Window(
             start_s=float(total.start_s[i]), end_s=float(total.end_s[i]),
-            offered_rps=float(total.offered_rps[i]), dispersion=float(total.dispersion[i]),
+            offered_rps=float(total.offered_rps[i]), sizing_rps=float(total.sized[i]),
+            dispersion=float(total.dispersion[i]),
             arrival_scv=float(total.arrival_scv[i]),
             replicas=int(reps[i]), gpus=int(reps[i]) * gpr,
             ttft_p99_s=math.nan if idle else float(ttft[i]),
@@ -290,16 +303,21 @@ def windows_for(total: WindowSeries, reps: np.ndarray, gpr: int, lag: StartupLag
 
 
 def _schedule(total: WindowSeries, cand: Candidate, opts: DayOptions, headroom: float,
-              lag: StartupLag, size: _Sizing) -> tuple[list[Window], Callable]:
-    """The windows at the analytic replica counts, and the function rebuilding them for
-    other counts (the replay's corrections)."""
-    reps = replicas_for(total.offered_rps, size.capacity_rps, headroom, opts.min_replicas)
+              lag: StartupLag, size: Sizing) -> tuple[list[Window], Callable, Callable]:
+    """The windows at the analytic replica counts, the function rebuilding them for other
+    counts (the replay's corrections) and the one scaling every window's count to the
+    capacity the replay found (day_peak.scaled_counts)."""
+    reps = replicas_for(total.sized, size.capacity_rps, headroom, opts.min_replicas)
     gpr = cand.gpus_total // max(cand.replicas, 1)
 
     def rebuild(r: np.ndarray) -> list[Window]:
         return windows_for(total, r, gpr, lag, size)
 
-    return rebuild(reps), rebuild
+    def rescale(needed: dict[int, int]) -> tuple[np.ndarray, float]:
+        return scaled_counts(total.sized, size.capacity_rps, headroom,
+                             opts.min_replicas, needed)
+
+    return rebuild(reps), rebuild, rescale
 
 
 def plan_day(cat: Catalog, plan: PlanFile, opts: DayOptions, run: PlanFn,
@@ -319,8 +337,14 @@ def plan_day(cat: Catalog, plan: PlanFile, opts: DayOptions, run: PlanFn,
         gpr = cand.gpus_total // max(cand.replicas, 1)
         lag = startup_lag(mem.weights_bytes_per_gpu * gpr, opts.load_from, opts.load_gb_per_s,
                           opts.engine_startup_s)
-        size = _sizing(cand, peak, model, total, any(d.requests is not None for d in days))
-        windows, rebuild = _schedule(total, cand, opts, plan.headroom, lag, size)
+        size = day_sizing(cand, peak, model, total, any(d.requests is not None for d in days))
+        sim_rps, sim_note = None, []
+        if opts.replay != "none" and not cand.sized_by_replay:
+            from capplan.plan.day_capacity import sized_at_simulated
+
+            size, sim_rps, sim_note = sized_at_simulated(cat, peak, cand, size,
+                                                         total.peak_index, opts.window_s)
+        windows, rebuild, rescale = _schedule(total, cand, opts, plan.headroom, lag, size)
     # the lanes as the user gave them, not the temporary length files
     result = replace(result, lanes=list(plan.workloads))
     price = cost_per_hour(cand.gpu, 1)
@@ -329,14 +353,21 @@ def plan_day(cat: Catalog, plan: PlanFile, opts: DayOptions, run: PlanFn,
                [f"the traffic spans {span / 3600:.3g} h: GPU-hours are over that span, costs "
                 "per day scale it to 24 h"])
     k = total.peak_index
-    notes = [*per_day, *rerank, f"sized at the peak window ({total.offered_rps[k]:.3g} req/s, "
-             f"window {k}); each replica carries {cand.max_rate_per_s:.3g} "
-             f"req/s within the SLOs, headroom {plan.headroom:.0%}"]
+    read = [f"read {d.requests.note}" for d in days if d.requests is not None and d.requests.note]
+    notes = [*read, *per_day, *rerank, f"sized at the peak window ({total.sized[k]:.3g} req/s, "
+             f"window {k}); each replica carries {size.capacity_rps[k]:.3g} "
+             f"req/s within the SLOs, headroom {plan.headroom:.0%}", *sim_note,
+             *_sizing_note(days, total),
+             *([f"each window is sized at its own lane mix (the lanes' rates when its sizing "
+                f"rate is reached; {size.mixes} distinct mixes over the day): a lane that peaks "
+                "at another hour changes a replica's capacity there"] if size.mixes > 1 else [])]
     dp = DayPlan(plan=result, windows=windows, gpus_per_replica=gpr, price_per_gpu_hour=price,
                  output_tokens=float(total.output_tokens.sum()), lag=lag, source=total.source,
                  headroom=plan.headroom, notes=notes, peak=peak_traffic(days, total),
-                 rebuild=rebuild)
-    reqs = _day_requests(days, plan)
+                 rebuild=rebuild, rescale=rescale,
+                 capacity_rps=float(size.capacity_rps[total.peak_index]),
+                 simulated_capacity_rps=sim_rps)
+    reqs = _day_requests(days, plan, total)
     if reqs is not None and opts.replay != "none":
         from capplan.plan.day_replay import verify_day
 
@@ -348,25 +379,44 @@ REPLAY_SEED = 25
 """Seed of the requests drawn for rate-curve lanes' replay (fixed: the answer is repeatable)."""
 
 
-def _curve_requests(d: LaneDay, lane: Any, rng: np.random.Generator) -> Requests:
-    """Requests of a rate-curve lane for the replay: Poisson arrivals at each window's rate
-    (gamma-burstiness lanes are replayed as Poisson), lengths drawn from the lane's."""
-    s = d.series
-    counts = rng.poisson(s.offered_rps * (s.end_s - s.start_s))
-    start = np.repeat(s.start_s, counts)
-    t = np.sort(start + rng.random(len(start)) * np.repeat(s.end_s - s.start_s, counts))
+def _curve_requests(d: LaneDay, lane: Any, total: WindowSeries, rng: np.random.Generator
+                    ) -> Requests:
+    """Requests of a rate-curve lane for the replay over the day's windows: arrivals of a
+    non-homogeneous Poisson process following the curve inside each window (gamma-burstiness
+    lanes are replayed as Poisson; rate_curve.curve_arrivals), lengths drawn from the lane's."""
+    assert d.curve is not None, "a rate-curve lane has its curve"
+    peak, _, _ = window_peaks([d.curve], total.start_s, total.end_s)
+    t = curve_arrivals(d.curve, total.start_s, total.end_s, peak, rng)
     n = len(t)
     return Requests(t, parse_length(str(lane.input_len)).sample(rng, n),
                     parse_length(str(lane.output_len)).sample(rng, n), np.zeros(n, np.int64))
 
 
-def _day_requests(days: Sequence[LaneDay], plan: PlanFile) -> Requests | None:
+def _sizing_note(days: Sequence[LaneDay], total: WindowSeries) -> list[str]:
+    """How the windows are sized: a rate curve's at its highest rate inside each window (and
+    which window that moves most), a trace's at its count over the window's length."""
+    if not any(d.curve is not None for d in days):
+        return ["each window is sized at its request count over its length, at its own "
+                "burstiness (the gaps' SCV)"]
+    rise = total.sized / np.maximum(total.offered_rps, 1e-300)
+    above = int(np.count_nonzero(rise > 1.1))
+    note = ("each window is sized for the highest rate the curve reaches inside it (linear "
+            "between its points), not its mean")
+    if above:
+        j = int(np.argmax(total.sized - total.offered_rps))
+        note += (f"; {above} window(s) peak over 10% above their mean (most: window {j}, "
+                 f"{total.sized[j]:.3g} req/s against a mean of {total.offered_rps[j]:.3g})")
+    return [note]
+
+
+def _day_requests(days: Sequence[LaneDay], plan: PlanFile, total: WindowSeries
+                  ) -> Requests | None:
     """The requests of every lane, merged in arrival order: a trace's own, a rate curve's
     drawn (_curve_requests); None when no lane has a trace or a curve (a steady rate)."""
     if not any(ln.is_day for ln in plan.workloads):
         return None
     rng = np.random.default_rng(REPLAY_SEED)
-    traces = [d.requests if d.requests is not None else _curve_requests(d, ln, rng)
+    traces = [d.requests if d.requests is not None else _curve_requests(d, ln, total, rng)
               for d, ln in zip(days, plan.workloads, strict=True)]
     if len(traces) == 1:
         return traces[0]

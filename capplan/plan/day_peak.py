@@ -35,6 +35,23 @@ def replicas_for(offered_rps: np.ndarray, capacity_rps: float | np.ndarray, head
     return np.maximum(need, min_replicas).astype(np.int64)
 
 
+def scaled_counts(rate_rps: np.ndarray, capacity_rps: np.ndarray, headroom: float,
+                  min_replicas: int, needed: dict[int, int]) -> tuple[np.ndarray, float]:
+    """Replica counts for every window when the replay found that windows `needed` (index:
+    replicas) need more than replicas_for gave them: each replica's capacity scaled by the
+    largest factor that still gives every such window its count, the least over them of
+    rate_k (1 + headroom) / ((n_k - 1) capacity_k) (just below it: at that factor window k
+    needs n_k - 1 replicas and a hair more; a window needing one replica bounds nothing),
+    at most 1. Returns (counts, factor); counts never fall below replicas_for's."""
+    rate = np.asarray(rate_rps, float)
+    cap = np.broadcast_to(np.asarray(capacity_rps, float), rate.shape)
+    factors = [rate[k] * (1 + headroom) / ((n - 1) * cap[k]) / (1 + 1e-6)
+               for k, n in needed.items() if n > 1 and cap[k] > 0]
+    scale = min([1.0, *factors])
+    base = replicas_for(rate, cap, headroom, min_replicas)
+    return np.maximum(base, replicas_for(rate, cap * scale, headroom, min_replicas)), scale
+
+
 def length_sample(reqs: Requests, rng: np.random.Generator | None = None
                   ) -> tuple[np.ndarray, np.ndarray]:
     """A trace's prompt and output lengths, a uniform sample of LENGTH_SAMPLE requests at
@@ -88,23 +105,31 @@ def _head(reqs: Requests, n: int) -> Requests:
                     reqs.hash_ids[:n], hash_block_tokens=reqs.hash_block_tokens)
 
 
+def lane_rates(days: Sequence[Any], total: WindowSeries, k: int) -> list[float]:
+    """Each lane's rate in window k as the window is sized: at the instant its sizing rate is
+    reached (`total.lane_rps`), else the lane's offered rate there."""
+    if total.lane_rps is not None:
+        return [float(x) for x in total.lane_rps[:, k]]
+    return [float(d.series.offered_rps[k]) if k < len(d.series) else 0.0 for d in days]
+
+
 def peak_traffic(days: Sequence[Any], total: WindowSeries) -> dict[str, Any]:
-    """The peak window and each lane's traffic there, as the peak plan sizes it: its rate
-    (a lane at 0 gets a trickle, so that its SLOs still count) and arrival process (gamma at
-    the lane's request-weighted gap SCV, Poisson within 5%); a trace lane names its trace.
-    JSON `day.peak`: `capplan verify` of a day plan draws its requests from these lanes."""
+    """The peak window and each lane's traffic there, as the peak plan sizes it: its rate at
+    the instant the window's sizing rate is reached (a lane at 0 gets a trickle, so that its
+    SLOs still count) and arrival process (gamma at the lane's request-weighted gap SCV,
+    Poisson within 5%); a trace lane names its trace. JSON `day.peak`: `capplan verify` of a
+    day plan draws its requests from these lanes."""
     k = total.peak_index
-    floor = 1e-3 * float(total.offered_rps[k])
+    floor = 1e-3 * float(total.sized[k])
     lanes = []
-    for d in days:
-        rate = float(d.series.offered_rps[k]) if k < len(d.series) else 0.0
+    for d, rate in zip(days, lane_rates(days, total, k), strict=True):
         burst = 1.0 / max(d.series.mean_scv(), 1e-3)
         lanes.append({"name": d.name, "rate_per_s": max(rate, floor),
                       "arrival": "poisson" if abs(burst - 1) < 0.05 else "gamma",
                       "burstiness": float(np.clip(burst, 1e-3, 1e3)),
                       **({"trace": d.trace, "time_unit": d.time_unit} if d.trace else {})})
     return {"window": k, "start_s": float(total.start_s[k]), "end_s": float(total.end_s[k]),
-            "rate_per_s": float(total.offered_rps[k]), "lanes": lanes}
+            "rate_per_s": float(total.sized[k]), "lanes": lanes}
 
 
 def peak_plan(plan: PlanFile, days: Sequence[Any], total: WindowSeries, tmp: Path
@@ -131,7 +156,7 @@ def _day_key(r: Recommendation, total: WindowSeries, headroom: float, min_replic
     """(cost over the day, GPU-hours) of recommendation r's configuration autoscaled over the
     windows; unpriced GPUs rank after priced ones, as in the planner."""
     c = r.candidate
-    reps = replicas_for(total.offered_rps, c.max_rate_per_s, headroom, min_replicas)
+    reps = replicas_for(total.sized, c.max_rate_per_s, headroom, min_replicas)
     gpu_h = float((reps * (total.end_s - total.start_s)).sum()) / HOUR_S * (
         c.gpus_total // max(c.replicas, 1))
     price = cost_per_hour(c.gpu, 1)

@@ -9,7 +9,10 @@ arrival variability the queueing model takes (it does not change when time is st
 where the IDC at a fixed counting interval does). A rate curve (`{at: "HH:MM", rate_per_s}`
 points, or a CSV with the columns `at` and `rate_per_s`) is linear between its points and wraps
 around midnight (a curve with points at both 00:00 and 24:00 runs from one to the other
-instead); a window's rate is the curve's mean over it.
+instead); a window's offered rate is the curve's mean over it, and it is sized for the highest
+rate the curve reaches inside it (`window_peaks`: a piecewise-linear curve peaks at one of its
+points or at the window's edge). Its requests for the replay follow the curve's shape inside
+the window (`curve_arrivals`: a non-homogeneous Poisson process, by thinning).
 
 `warp_trace` turns a short real trace into a day: the trace is repeated end to end and its
 time is compressed or stretched so that its rate follows a curve (each request keeps its
@@ -57,6 +60,12 @@ class WindowSeries:
     output_tokens: np.ndarray
     """Output tokens the window's requests ask for (the $ per million output tokens)."""
     source: str
+    sizing_rps: np.ndarray | None = None
+    """The rate the window is sized for: a rate curve's highest rate inside it (window_peaks);
+    a trace window's offered rate. None: the offered rate (`sized`)."""
+    lane_rps: np.ndarray | None = None
+    """(lanes, windows): each lane's rate at the instant the window's sizing rate is reached
+    (the lane mix it is sized with; plan/day.py `combine`). None for one lane."""
 
     def __len__(self) -> int:
         return len(self.start_s)
@@ -66,8 +75,14 @@ class WindowSeries:
         return float(self.end_s[-1] - self.start_s[0]) if len(self) else 0.0
 
     @property
+    def sized(self) -> np.ndarray:
+        """The rate each window is sized for (sizing_rps, else the offered rate)."""
+        return self.offered_rps if self.sizing_rps is None else self.sizing_rps
+
+    @property
     def peak_index(self) -> int:
-        return int(np.argmax(self.offered_rps))
+        """The window sized for the highest rate (the first of equals)."""
+        return int(np.argmax(self.sized))
 
     def mean_scv(self) -> float:
         """Request-weighted mean inter-arrival SCV over the windows (the diurnal trend is not
@@ -95,15 +110,22 @@ def _idc(t: np.ndarray, start: float, end: float) -> float:
 
 def series_from_trace(reqs: Requests, window_s: float = DEFAULT_WINDOW_S,
                       source: str = "trace") -> WindowSeries:
-    """Windows over a trace's arrivals (the last window ends at the last arrival's window)."""
+    """Windows over a trace's arrivals. The trace ends at its last arrival, so the last window
+    ends there: when that leaves it shorter than half a window, it joins the window before
+    (a count over a few seconds is no rate: one request 0.5 s into a window would read as 2
+    req/s and size the day's peak), which then runs up to 1.5 windows; a tail of at least half
+    a window keeps its own window, its count over its own length (rated over the nominal
+    length it would read low when the trace was merely cut there). A trace shorter than one
+    window is one window to its last arrival."""
     window_s = check_window(window_s)
     t = np.asarray(reqs.arrival_at_s, float)
     if len(t) < 2 or float(t[-1] - t[0]) <= 0:
         raise InputError(f"{source}: needs at least two requests at different times")
     n = max(1, math.ceil(float(t[-1]) / window_s - 1e-9))
+    if n > 1 and float(t[-1]) - (n - 1) * window_s < window_s / 2:
+        n -= 1  # the short tail joins the window before it
     edges = np.arange(n + 1) * window_s
-    # the trace ends at its last arrival: a last window cut short counts its own length
-    edges[-1] = max(float(t[-1]), edges[-2] + 1.0)
+    edges[-1] = max(float(t[-1]), edges[-2] + 1.0)  # a trace under 1 s: rated over 1 s
     idx = np.minimum((t // window_s).astype(np.int64), n - 1)
     counts = np.bincount(idx, minlength=n)
     out_tok = np.bincount(idx, weights=np.asarray(reqs.output_tokens, float), minlength=n)
@@ -141,6 +163,15 @@ class RateCurve:
             return np.interp(x, self.at_s, self.rate_per_s)
         xp = np.concatenate([self.at_s - DAY_S, self.at_s, self.at_s + DAY_S])
         return np.interp(x, xp, np.tile(self.rate_per_s, 3))
+
+    def limits(self, t_s: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(rate just before, rate just after) each instant t: equal except at midnight of a
+        closed curve whose 24:00 and 00:00 rates differ (its one step)."""
+        t = np.asarray(t_s, float)
+        x = np.mod(t, DAY_S)
+        after = self._in_day(x)
+        before = self._in_day(np.where((x == 0) & (t > 0), DAY_S, x))
+        return before, after
 
     def cumulative(self, t_s: np.ndarray) -> np.ndarray:
         """Expected requests in [0, t] (the integral of the rate), by the trapezoid rule on a
@@ -234,18 +265,71 @@ def parse_rate_curve(spec: str | Path | Sequence[Any], base: Path | None = None)
 def series_from_curve(curve: RateCurve, mean_output_tokens: float,
                       window_s: float = DEFAULT_WINDOW_S, dispersion: float = 1.0
                       ) -> WindowSeries:
-    """A day of windows from a rate curve: each window's rate is the curve's mean over it
-    (the integral by the trapezoid rule: exact for the piecewise-linear curve), its IDC the
-    lane's (1 for Poisson arrivals; 1 / burstiness for gamma gaps)."""
+    """A day of windows from a rate curve: each window's offered rate is the curve's mean over
+    it (the integral by the trapezoid rule: exact for the piecewise-linear curve), its sizing
+    rate the highest the curve reaches inside it (window_peaks), its IDC the lane's (1 for
+    Poisson arrivals; 1 / burstiness for gamma gaps)."""
     window_s = check_window(window_s)
     n = max(1, math.ceil(DAY_S / window_s - 1e-9))
     edges = np.minimum(np.arange(n + 1) * window_s, DAY_S)
     cum = curve.cumulative(edges)
     length = np.diff(edges)
     rate = np.diff(cum) / length
+    peak, _, _ = window_peaks([curve], edges[:-1], edges[1:])
     return WindowSeries(edges[:-1], edges[1:], rate, np.full(n, float(dispersion)),
                         np.full(n, float(dispersion)), rate * length * mean_output_tokens,
-                        curve.source)
+                        curve.source, sizing_rps=peak)
+
+
+def window_peaks(curves: Sequence[RateCurve], start_s: np.ndarray, end_s: np.ndarray,
+                 base_rps: np.ndarray | None = None
+                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The highest total rate of `curves` (plus `base_rps`, constant over each window) inside
+    each of the contiguous windows [start_s, end_s], when it is reached, and each curve's rate
+    then: (peak (windows,), at_s (windows,), rates (curves, windows)).
+
+    Each curve is linear between its points (a closed curve steps at midnight), so their sum
+    is too and it peaks at a window's edge or at a point of one of the curves: the candidates
+    are each window's start (the rate just after it), its end (just before) and every curve
+    point and midnight strictly inside it (both sides). E.g. 10 req/s rising to 60 between
+    11:59 and 12:00: the window 11:45-12:00 peaks at its end, 60 req/s (its mean is 10.8)."""
+    start, end = np.asarray(start_s, float), np.asarray(end_s, float)
+    n = len(start)
+    pts = np.unique(np.concatenate([[0.0], *(np.mod(c.at_s, DAY_S) for c in curves)]))
+    days = np.arange(math.floor(start[0] / DAY_S), math.ceil(end[-1] / DAY_S) + 1)
+    knots = (days[:, None] * DAY_S + pts[None, :]).ravel()
+    win = np.clip(np.searchsorted(start, knots, side="right") - 1, 0, n - 1)
+    inner = (knots > start[win]) & (knots < end[win])
+    k, kw = knots[inner], win[inner]
+    times = np.concatenate([start, end, k, k])
+    idx = np.concatenate([np.arange(n), np.arange(n), kw, kw])
+    use_before = np.concatenate([np.zeros(n, bool), np.ones(n, bool),
+                                 np.ones(len(k), bool), np.zeros(len(k), bool)])
+    rates = np.zeros((len(curves), len(times)))
+    for i, c in enumerate(curves):
+        before, after = c.limits(times)
+        rates[i] = np.where(use_before, before, after)
+    total = rates.sum(axis=0) + (0.0 if base_rps is None else np.asarray(base_rps, float)[idx])
+    order = np.lexsort((-total, idx))  # by window, the highest first
+    first = order[np.searchsorted(idx[order], np.arange(n))]
+    return total[first], times[first], rates[:, first]
+
+
+def curve_arrivals(curve: RateCurve, start_s: np.ndarray, end_s: np.ndarray,
+                   peak_rps: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """Arrival times of a non-homogeneous Poisson process whose rate follows `curve` over the
+    windows [start_s, end_s), sorted: in each window a homogeneous process at its peak rate
+    (window_peaks: at least the curve's rate anywhere in it), each arrival kept with
+    probability rate(t) / peak (thinning: Lewis & Shedler, "Simulation of nonhomogeneous
+    Poisson processes by thinning", Naval Research Logistics Quarterly 26(3), 1979). The
+    count in a window is Poisson with mean the curve's integral over it."""
+    start, end = np.asarray(start_s, float), np.asarray(end_s, float)
+    peak = np.asarray(peak_rps, float)
+    length = end - start
+    counts = rng.poisson(peak * length)
+    t = np.repeat(start, counts) + rng.random(int(counts.sum())) * np.repeat(length, counts)
+    keep = rng.random(len(t)) * np.repeat(peak, counts) < curve.rate_at(t)
+    return np.sort(t[keep])
 
 
 def warp_trace(reqs: Requests, curve: RateCurve, days: float = 1.0) -> Requests:

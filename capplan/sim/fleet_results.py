@@ -14,7 +14,7 @@ import numpy as np
 
 from capplan.sim.entities import RunRecord, StepSummary
 from capplan.sim.metrics import QUANTILES, _percentiles
-from capplan.sim.stability import arrival_window
+from capplan.sim.stability import arrival_window, backlog_grows
 from capplan.sim.workload import Requests
 
 if TYPE_CHECKING:
@@ -41,8 +41,9 @@ class FleetReplaySpec:
     """Seconds from a scale-up decision (its window's start) until the new replica serves."""
     slo_ttft_s: float | None = None
     slo_tbt_s: float | None = None
-    """Per-request targets for attainment: TTFT <= slo_ttft_s and TPOT (the request's mean
-    gap between tokens) <= slo_tbt_s."""
+    slo_e2e_s: float | None = None
+    """Per-request targets for attainment: TTFT <= slo_ttft_s, TPOT (the request's mean gap
+    between tokens) <= slo_tbt_s and E2E <= slo_e2e_s."""
     sim_engine: str = "auto"
     """The single-replica simulator (`capplan.sim.engine_impl`)."""
 
@@ -68,6 +69,16 @@ class WindowStats:
     unfinished requests miss)."""
     completed: int
     unfinished: int
+    e2e_p99_s: float = math.nan
+    """Over the window's arrivals that completed (NaN when none)."""
+    tpot_p99_s: float = math.nan
+    tpot_mean_s: float = math.nan
+    """Of the window's completed arrivals with more than one output token, each request's
+    mean gap between tokens, (E2E - TTFT) / (output tokens - 1) (NaN when none)."""
+    overloaded: bool = False
+    """The backlog test (capplan.sim.stability) over the window's own arrivals: the number of
+    them waiting for a first token grew beyond a stable queue's spread in the second half of
+    the window (the fleet served less than it was offered)."""
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -138,17 +149,23 @@ def _summary(v: np.ndarray, w: np.ndarray | None = None) -> dict[str, float]:
     return out
 
 
-def _attained(spec: FleetReplaySpec, arr: np.ndarray, tm: _Times) -> np.ndarray | None:
-    if spec.slo_ttft_s is None and spec.slo_tbt_s is None:
-        return None
+def _tpot(spec: FleetReplaySpec, tm: _Times) -> np.ndarray:
+    """Per request its TPOT, (finish - first token) / (output tokens - 1); 0 for one token,
+    NaN when unfinished."""
     out = np.asarray(spec.requests.output_tokens, float)
+    return np.where(out > 1, (tm.finish_s - tm.first_s) / np.maximum(out - 1, 1), 0.0)
+
+
+def _attained(spec: FleetReplaySpec, arr: np.ndarray, tm: _Times) -> np.ndarray | None:
+    if spec.slo_ttft_s is None and spec.slo_tbt_s is None and spec.slo_e2e_s is None:
+        return None
     ok = np.isfinite(tm.finish_s)
-    ttft = tm.first_s - arr
     if spec.slo_ttft_s is not None:
-        ok &= ttft <= spec.slo_ttft_s
+        ok &= tm.first_s - arr <= spec.slo_ttft_s
     if spec.slo_tbt_s is not None:
-        tpot = np.where(out > 1, (tm.finish_s - tm.first_s) / np.maximum(out - 1, 1), 0.0)
-        ok &= tpot <= spec.slo_tbt_s
+        ok &= _tpot(spec, tm) <= spec.slo_tbt_s
+    if spec.slo_e2e_s is not None:
+        ok &= tm.finish_s - arr <= spec.slo_e2e_s
     return ok
 
 
@@ -173,6 +190,9 @@ def _window_stats(spec: FleetReplaySpec, w: np.ndarray, tm: _Times) -> list[Wind
     served = np.bincount(fin_win, minlength=nw)
     ok = _attained(spec, arr, tm)
     ttft = tm.first_s - arr
+    e2e = tm.finish_s - arr
+    tpot = _tpot(spec, tm)
+    multi = np.asarray(spec.requests.output_tokens) > 1
     tat = np.concatenate(tm.tbt_at_s) if tm.tbt_at_s else np.zeros(0)
     tgap = np.concatenate(tm.tbt_gap_s) if tm.tbt_gap_s else np.zeros(0)
     tw = np.concatenate(tm.tbt_w) if tm.tbt_w else np.zeros(0)
@@ -185,13 +205,17 @@ def _window_stats(spec: FleetReplaySpec, w: np.ndarray, tm: _Times) -> list[Wind
         md = m[done[m]]
         mt = to[tbnd[j]:tbnd[j + 1]]
         length = float(e - s)
+        mp = md[multi[md]]
         out.append(WindowStats(
             start_s=float(s), end_s=float(e), replicas=int(n),
             offered_rps=len(m) / length, served_rps=float(served[j]) / length,
             ttft_p99_s=_p99(ttft[md]), tbt_p99_s=_p99(tgap[mt], tw[mt]),
             attainment=(float(ok[m].mean()) if ok is not None and len(m)
                         else (None if ok is None else float("nan"))),
-            completed=len(md), unfinished=len(m) - len(md)))
+            completed=len(md), unfinished=len(m) - len(md), e2e_p99_s=_p99(e2e[md]),
+            tpot_p99_s=_p99(tpot[mp]),
+            tpot_mean_s=float(tpot[mp].mean()) if len(mp) else math.nan,
+            overloaded=backlog_grows(arrival_window(arr[m], tm.first_s[m], tm.finish_s[m]))))
     return out
 
 

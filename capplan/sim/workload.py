@@ -12,6 +12,7 @@ import csv
 import itertools
 import json
 import math
+import re
 from array import array
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -447,17 +448,53 @@ INPUT_COLUMNS = ("input_tokens", "prompt_tokens", "ContextTokens", "num_prefill_
 OUTPUT_COLUMNS = ("output_tokens", "GeneratedTokens", "num_decode_tokens", "Response tokens",
                   "output_length")
 TIME_UNITS = {"s": 1.0, "ms": 1e-3, "us": 1e-6}
+_UNIT_S = {**TIME_UNITS, "ns": 1e-9}
+"""Seconds per unit of the units a trace's arrival times may be in (ns only when the column's
+name states it)."""
 _MOONCAKE = {"timestamp", "input_length", "output_length"}
+_NAMED_UNITS = {**dict.fromkeys(("s", "sec", "secs", "second", "seconds"), "s"),
+                **dict.fromkeys(("ms", "msec", "millis", "millisecond", "milliseconds"), "ms"),
+                **dict.fromkeys(("us", "usec", "micros", "microsecond", "microseconds"), "us"),
+                **dict.fromkeys(("ns", "nsec", "nanos", "nanosecond", "nanoseconds"), "ns")}
+"""A column name's last word that states its time unit (`arrival_time_s`, `timestamp_ms`)."""
+
+
+def unit_from_name(column: str) -> str | None:
+    """The time unit a column's name states by its last word after an underscore, a space, a
+    dot or a parenthesis (`arrival_time_s` -> s, `timestamp_ms` -> ms, `time (us)` -> us);
+    None when it states none (`timestamp`, `arrived_at`)."""
+    words = [w for w in re.split(r"[_\s.()\[\]-]+", column.strip().lower()) if w]
+    return _NAMED_UNITS.get(words[-1]) if len(words) > 1 else None
+
+
+def _arrival_column(cols: list[str], path: Path) -> str:
+    """The arrival-time column: one of ARRIVAL_COLUMNS, else one of their bases (arrival_time,
+    arrived_at, timestamp) with a unit suffix (`timestamp_ms`, `arrival_time_us`)."""
+    for c in ARRIVAL_COLUMNS:
+        if c in cols:
+            return c
+    bases = ("arrival_time", "arrived_at", "timestamp")
+    for c in cols:
+        unit = unit_from_name(c)
+        if unit and any(c.lower().startswith(b) and len(c) > len(b) for b in bases):
+            return c
+    raise InputError(f"{path}:1: no arrival time column; expected one of "
+                     f"{', '.join(ARRIVAL_COLUMNS)} (or with a unit suffix: timestamp_ms)")
 
 
 # Numeric stamps larger than this instant once read in a unit are epoch stamps in that unit.
 _EPOCH_FLOOR_S = datetime(2001, 1, 1, tzinfo=UTC).timestamp()
 
 
-def trace_time_unit(cols: list[str], times: np.ndarray) -> tuple[str, str]:
-    """(unit, why) for numeric arrival times: Mooncake's schema is in milliseconds; epoch
-    stamps are recognised by size (in us or ms they would lie after 2001 only when read in
-    that unit); anything else is seconds."""
+def trace_time_unit(cols: list[str], times: np.ndarray, column: str = "") -> tuple[str, str]:
+    """(unit, why) for numeric arrival times: the unit the arrival column's name states
+    (unit_from_name: `arrival_time_s` is in seconds whatever its values); else Mooncake's
+    schema is in milliseconds; epoch stamps are recognised by size (in us or ms they would lie
+    after 2001 only when read in that unit); anything else is seconds unless its span says
+    milliseconds (_unit_from_span)."""
+    named = unit_from_name(column)
+    if named is not None:
+        return named, f"the column's name says {named}"
     if _MOONCAKE <= set(cols):
         return "ms", "Mooncake trace: timestamp in milliseconds"
     t0 = float(np.nanmin(times)) if times.size else 0.0
@@ -589,7 +626,7 @@ def _read_trace(p: Path) -> tuple:
             cols, rows = _rows(f, p)
             if not cols:
                 raise InputError(f"{p}: empty trace (no requests)")
-            used = (_pick(cols, ARRIVAL_COLUMNS, p, "arrival time"),
+            used = (_arrival_column(cols, p),
                     _pick(cols, INPUT_COLUMNS, p, "input tokens"),
                     _pick(cols, OUTPUT_COLUMNS, p, "output tokens"))
             ca, ci, co = used
@@ -636,8 +673,8 @@ def load_trace(path: str | Path, time_unit: str = "auto") -> Requests:
     cols, (ca, ci, co), (t, inp, out), numeric, hashes = _read_trace(p)
     if numeric:
         unit, why = ((time_unit, "--time-unit") if time_unit != "auto"
-                     else trace_time_unit(cols, t))
-        t = t * TIME_UNITS[unit]
+                     else trace_time_unit(cols, t, ca))
+        t = t * _UNIT_S[unit]
     else:
         unit, why = "s", "datetimes"
     span = float(t.max()) - float(t.min())  # Python floats: inf without a numpy warning

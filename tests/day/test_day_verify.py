@@ -65,7 +65,8 @@ def test_day_plans_printed_verify_line_runs_as_printed(run_cli, tmp_path: Path, 
     assert ran.exit_code == 0, ran.stderr
     d = json.loads(exported.read_text())
     peak, best = d["day"]["peak"], d["recommendations"][0]
-    # the plan was sized at its peak window (14:45, the curve's 40 req/s afternoon)
+    # the plan was sized at its peak window (14:45-15:00: the curve reaches its 40 req/s at
+    # 15:00, the window's end; its mean is 39.8)
     assert peak["rate_per_s"] == pytest.approx(d["target_rate_per_s"])
     assert peak["lanes"][0]["rate_per_s"] == pytest.approx(peak["rate_per_s"])
     assert float(_option(bench, "--request-rate")) == pytest.approx(
@@ -74,13 +75,14 @@ def test_day_plans_printed_verify_line_runs_as_printed(run_cli, tmp_path: Path, 
     assert written.name == _option(bench, "--dataset-path")
     rows = [json.loads(ln) for ln in written.read_text().splitlines()]
     assert len(rows) == int(_option(bench, "--num-prompts"))
-    assert "the day plan's peak window 14:45-15:00, 39.8 req/s, one replica's share 19.9 req/s" \
+    assert "the day plan's peak window 14:45-15:00, 40 req/s, one replica's share 20 req/s" \
         in ran.stderr
 
 
 def test_day_plans_requests_arrive_at_the_peak_rate(tmp_path: Path):
     """capplan's own dataset keeps the arrival times: one replica's share of the peak window's
-    rate (19.9 req/s), with the lane's lengths (prompts of mean 800 tokens)."""
+    rate (20 req/s: the curve's 40 at 15:00 on two replicas), with the lane's lengths (prompts
+    of mean 800 tokens)."""
     d = capplan.run_plan(_chat_day(tmp_path), verify=False).to_dict()
     out = tmp_path / "w.jsonl"
     res = capplan.verify(d, write_dataset=str(out), requests=4000)
@@ -89,7 +91,7 @@ def test_day_plans_requests_arrive_at_the_peak_rate(tmp_path: Path):
     assert rate == pytest.approx(d["recommendations"][0]["per_replica_rate_per_s"], rel=0.05)
     assert np.mean([r["input_tokens"] for r in rows]) == pytest.approx(800, rel=0.05)
     assert res.to_dict()["day_window"] == {"start_s": 53100.0, "end_s": 54000.0,
-                                           "rate_per_s": pytest.approx(39.84, rel=1e-3)}
+                                           "rate_per_s": pytest.approx(40.0, rel=1e-9)}
 
 
 def test_recommend_rate_curve_verify_line_runs_as_printed(run_cli, tmp_path: Path,
@@ -180,13 +182,15 @@ def test_several_models_verify_needs_one_named(two, run_cli, tmp_path: Path):
     assert_one_line_error(run_cli("verify", str(exported), "--model", "llama-3.1-8b",
                                   "--write-dataset", out),
                           "--model llama-3.1-8b: not one of the plan's models")
-    # the Hugging Face id names a model too; the requests are that model's, at its peak
+    # the Hugging Face id names a model too; the requests are that model's, at its peak: the
+    # window 02:00-03:00 is sized for the curve's 10 req/s at 03:00 (its mean is 9.625), on
+    # two replicas: 5 req/s each
     res = run_cli("verify", str(exported), "--model", "Qwen/Qwen2.5-72B", "--format", "json",
                   "--write-dataset", out)
     assert res.exit_code == 0, res.stderr
     d = json.loads(res.stdout)
     assert d["model"] == "Qwen/Qwen2.5-72B" and d["per_replica_rate_per_s"] == pytest.approx(
-        4.8125)
+        5.0)
     assert "the day plan's peak window 02:00-03:00" in res.stderr
 
 

@@ -119,12 +119,33 @@ def test_bad_curves(points, msg):
 
 
 def test_trace_windows_by_hand():
-    # 3 arrivals in the first minute; the second window ends at the last arrival (70 s):
-    # 60-s windows give 3/60 and 1/10
-    s = series_from_trace(_reqs([0.0, 10.0, 20.0, 70.0]), window_s=60)
-    assert list(s.offered_rps) == pytest.approx([3 / 60, 1 / 10])
-    assert list(s.end_s) == [60.0, 70.0]
+    # 3 arrivals in the first minute, the last at 95 s: the second window ends at the last
+    # arrival and is over half a window long (35 s of 60), so it keeps its own count over its
+    # own length: 60-s windows give 3/60 and 1/35
+    s = series_from_trace(_reqs([0.0, 10.0, 20.0, 95.0]), window_s=60)
+    assert list(s.offered_rps) == pytest.approx([3 / 60, 1 / 35])
+    assert list(s.end_s) == [60.0, 95.0]
     assert list(s.output_tokens) == [30, 10]
+
+
+def test_a_short_tail_joins_the_window_before():
+    # the last arrival 10 s into the second minute (under half a window): one window of 70 s,
+    # 4 requests, 4/70 req/s (as its own window it read 1/10, the day's "peak")
+    s = series_from_trace(_reqs([0.0, 10.0, 20.0, 70.0]), window_s=60)
+    assert list(s.offered_rps) == pytest.approx([4 / 70])
+    assert list(s.end_s) == [70.0]
+    assert list(s.output_tokens) == [40]
+
+
+def test_one_request_past_a_day_is_not_the_peak():
+    # 0.1 req/s for a day (every 10 s, 8,640 requests) and one request 0.5 s past 24:00: the
+    # 15-minute windows stay at 90 / 900 = 0.1 req/s, the last one 90 + 1 requests over 900.5 s
+    t = np.concatenate([np.arange(0.0, DAY_S, 10.0), [DAY_S + 0.5]])
+    s = series_from_trace(_reqs(t), window_s=900)
+    assert len(s) == 96 and s.end_s[-1] == DAY_S + 0.5
+    assert s.offered_rps[:-1] == pytest.approx(0.1)
+    assert s.offered_rps[-1] == pytest.approx(91 / 900.5)
+    assert s.offered_rps.max() < 0.102  # (it read 1 req/s: one request over 1 s)
 
 
 def test_dispersion_poisson_one_regular_zero():
@@ -214,3 +235,24 @@ def test_a_curve_repeats_beside_a_two_day_trace():
     total = combine([trace, curve])
     assert len(total) == 48
     assert total.offered_rps[:47] == pytest.approx(2.1)  # the last window ends at 172790 s
+
+
+def test_recommend_trace_with_one_request_past_the_day(run_cli, tmp_path):
+    """A day of 0.2 req/s (every 5 s; 1,000 / 200 tokens) for Llama-3.1-70B on H100 TP 2 (one
+    replica carries ~0.32 req/s within TBT 50 ms) and one request 0.5 s past 24 h. That
+    request made a window of its own at 1 req/s, the plan's peak: 4 replicas, and a fixed
+    fleet 4x the day's. Now it joins the last window: 96 windows, one replica each
+    (0.2 x 1.2 / 0.32 = 0.75)."""
+    t = np.concatenate([np.arange(0.0, DAY_S, 5.0), [DAY_S + 0.5]])
+    path = tmp_path / "day.csv"
+    path.write_text("arrival_time_s,input_tokens,output_tokens\n"
+                    + "".join(f"{x:.3f},1000,200\n" for x in t))
+    res = run_cli("recommend", "--model", "llama-3.1-70b", "--gpu", "h100-sxm", "--tp", "2",
+                  "--trace", str(path), "--ttft-p99", "1", "--tbt-p99", "50ms",
+                  "--replay", "none", "--verify-top", "0", "--format", "json")
+    assert res.exit_code == 0, res.stderr
+    d = json.loads(res.stdout)
+    assert len(d["schedule"]) == 96
+    assert d["schedule"][-1]["end_s"] == pytest.approx(DAY_S + 0.5)
+    assert d["peak_replicas"] == 1
+    assert d["day"]["peak"]["rate_per_s"] == pytest.approx(0.2, rel=0.01)
