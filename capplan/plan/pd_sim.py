@@ -236,10 +236,11 @@ def benchmark_replay(layout: PdLayout, concurrency: int, input_len: str, output_
                      tpot: str | None = None) -> dict[str, Any]:
     """A closed-loop benchmark's measured phase replayed on the layout (docs/disaggregation.md,
     "Benchmark replay"): `concurrency` clients start together (the tools drain their warm-ups
-    first), `measured` requests in all (at least one per client). A run of at most
-    REPLAY_ROUNDS requests per client is replayed whole; a longer one replays its start-up wave
-    and the first REPLAY_ROUNDS rounds and repeats the mean of rounds 2..REPLAY_ROUNDS for the
-    rest (capplan.plan.aiconfigurator.measured_mean, as the aggregated rows are replayed): the
+    first), `measured` requests in all (at least one per client). A run of at most k requests
+    per client (aiconfigurator.replay_rounds: REPLAY_ROUNDS, fewer above the sim_tokens limit)
+    is replayed whole; a longer one replays its start-up wave and the first k rounds and
+    repeats the mean of rounds 2..k for the rest (capplan.plan.aiconfigurator.measured_mean,
+    as the aggregated rows are replayed): the
     means of TTFT, TPOT and E2E are the whole run's, quantiles, pools and throughput the
     replayed rounds'. `tpot`: the tool's TPOT definition (capplan.sim.protocol; default the
     first token excluded). The result is simulate_pd's with a `benchmark_replay` record."""
