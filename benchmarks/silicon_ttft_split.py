@@ -42,6 +42,10 @@ from capplan.plan.aiconfigurator import later_rounds_mean, rounds_mean  # noqa: 
 REGIMES = ((1, 8), (9, 64), (65, 1 << 30))
 
 
+FOUR = 4
+"""Rounds replayed for S (rounds 2-4): the wave and three later rounds, at zero constants."""
+
+
 def split(cat, r: dict[str, str]) -> tuple[float, float, float, float] | None:
     """(W, S, replay TPOT, measured TPOT) of a row in seconds, at zero constants."""
     try:
@@ -50,11 +54,11 @@ def split(cat, r: dict[str, str]) -> tuple[float, float, float, float] | None:
             return None
         c, isl, osl = V.concurrency(r), int(r["isl"]), int(r["osl"])
         wave = L.benchmark_replay(dep, c, isl, osl, c)
-        four = L.benchmark_replay(dep, c, isl, osl, L.REPLAY_ROUNDS * c)
+        four = L.benchmark_replay(dep, c, isl, osl, FOUR * c)
     except CapplanError:
         return None
     w = wave["ttft_s"]["mean"]
-    s = later_rounds_mean(w, four["ttft_s"]["mean"])
+    s = later_rounds_mean(w, four["ttft_s"]["mean"], FOUR)
     return w, s, four["tpot_s"]["mean"], float(r["silicon_tpot_ms"]) / 1e3
 
 

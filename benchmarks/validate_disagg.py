@@ -302,7 +302,8 @@ def _replayed(cat, r: dict[str, str], p: int, d: int) -> dict:
     its lengths and C, and the rule check's second scoring, replay once)."""
     pre, dec = _worker(cat, r, "prefill"), _worker(cat, r, "decode")
     c = concurrency(r)
-    if replayed_requests(c, MEASURED_ROUNDS * c) * int(r["osl"]) > limits.cap("sim_tokens"):
+    if replayed_requests(c, MEASURED_ROUNDS * c, int(r["osl"])) * int(r["osl"]) > limits.cap(
+            "sim_tokens"):
         # `latency` answers such a loop with the analytic solve (pd_sim.closed_loop_latency)
         FALLBACK.add(r["id"])
         return model_for(cat, r, p, d).closed_loop(c, waves=MEASURED_ROUNDS)

@@ -38,7 +38,7 @@ def rows() -> list[str]:
                                 **opts).data
             label = f"{model} / {gpu}" + (f" TP {opts['tp']}" if "tp" in opts else "")
             eng = opts.get("engine", "vllm")
-            if "analytic_check" not in d:  # above the analytic capacity: not replayed
+            if not d.get("analytic_check"):  # above the analytic capacity: not replayed
                 out.append(f"| {label} | {eng} | {r:g} | {inp} / {outp} | - | - | - | - | "
                            "unstable (analytic) |")
                 continue

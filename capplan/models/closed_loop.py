@@ -18,8 +18,9 @@ benchmark reports means over its N requests. Two regimes make up that mean:
 
 mean TTFT = overhead + [m TTFT_wave + (N - m) (TTFT_steady + W)] / N.
 
-With client jitter (BenchmarkProtocol.client_jitter: each next request reaches the engine after a
-random delay) cohorts merge behind each other's prefill steps or break up; TTFT_steady and the
+With a per-request overhead or client jitter (each next request reaches the engine after a
+random delay: models.engine.closed_loop_delay) cohorts merge behind each other's prefill steps
+or break up; TTFT_steady and the
 prompts per prefill step then come from an event model of the loop in expected values
 (`_jittered_loop`; docs/queueing.md, "Jitter").
 
@@ -37,7 +38,7 @@ from typing import Any
 
 import numpy as np
 
-from capplan.models.engine import NO_JITTER, ClientJitter, SchedulerPolicy
+from capplan.models.engine import NO_JITTER, ClientJitter, SchedulerPolicy, closed_loop_delay
 from capplan.models.perf import StepModel, chunk_attention
 
 _FP_ITERS = 60
@@ -127,7 +128,8 @@ def closed_loop_latency(step: StepModel, isl: float, osl: float, max_num_seqs: i
     n = max(int(protocol.num_prompts), 1)
     isl, osl = float(isl), float(osl)
     overhead = float(np.asarray(step.request_overhead_s))
-    spread = protocol.client_jitter.spread_s(osl)
+    # the delay before a client's next request: fixed + spread x Exp(1) (closed_loop_delay)
+    fixed, spread = closed_loop_delay(overhead, protocol.client_jitter, osl)
     kv_cap = kv_concurrency_cap(kv_cache_tokens, isl, osl, block_size, policy,
                                 state_tokens_per_seq)
     m = max(min(c, max_num_seqs, kv_cap), 1)
@@ -151,7 +153,7 @@ def closed_loop_latency(step: StepModel, isl: float, osl: float, max_num_seqs: i
             if spread > 0 and m > 1:  # jitter: cohorts merge or break up (_jittered_loop)
                 ttft, k = _jittered_loop(
                     step, _LoopShape(m, int(k), isl, others, ctx, t_dec, int(dec_tokens)),
-                    (overhead, spread), (m, max(n, m + 1) + protocol.warmup_prompts))
+                    (fixed, spread), (m, max(n, m + 1) + protocol.warmup_prompts))
                 t_pf = cohort_step_s(step, k, isl, others, ctx)
             pf_steps_per_cohort = 1.0
         else:
@@ -211,10 +213,9 @@ def closed_loop_latency(step: StepModel, isl: float, osl: float, max_num_seqs: i
         wave = st["ttft"] + wait
     else:
         wave = _wave_ttft(step, first, isl, budget, ctx, policy)
-    # Without client jitter cohorts stay synchronised, even with a per-request overhead, where
-    # the deterministic simulator merges them into bursts (docs/validation.md, section 4); with
-    # jitter the steady state comes from the event model (_jittered_loop), which merges and
-    # breaks them up as the simulator does (docs/queueing.md, "Jitter").
+    # Without a delay (no overhead, no jitter) cohorts stay synchronised; with one the steady
+    # state comes from the event model (_jittered_loop), which merges and breaks them up as
+    # the simulator does (docs/queueing.md, "Jitter").
     steady_ttft = st["ttft"] + wait
     measured_wave = min(first, n) if protocol.warmup_prompts < c else 0
     wave_frac = measured_wave / n

@@ -51,12 +51,14 @@ class ClientJitter:
     per-token costs add up over the finished request's `osl` streamed tokens (variance grows
     with osl, the spread with sqrt(osl)). The delay is o + spread * e with e ~ Exp(1) (a
     non-negative waiting time whose standard deviation is `spread`), pre-drawn per request from
-    `seed`; what the client measures stays engine time + o. All zero: the synchronised closed
-    loop."""
+    `seed`; what the client measures stays engine time + o. All zero: no noise beyond the
+    overhead's own variation (`closed_loop_delay`), or none at all with `fixed_overhead` (every
+    delay exactly o: the synchronised closed loop)."""
 
     request_s: float = 0.0
     per_token_s: float = 0.0
     seed: int = 7
+    fixed_overhead: bool = False
 
     def __post_init__(self) -> None:
         for name in ("request_s", "per_token_s"):
@@ -73,6 +75,26 @@ class ClientJitter:
 
 
 NO_JITTER = ClientJitter()
+
+
+def closed_loop_delay(overhead_s: float, jitter: ClientJitter | None, osl: float
+                      ) -> tuple[float, float]:
+    """(fixed, spread) of the delay between a request's last token at the engine and its
+    client's next request reaching the engine in a closed loop: fixed + spread * e, e ~ Exp(1)
+    pre-drawn per request (docs/queueing.md, "Jitter"). With an active ClientJitter: the
+    per-request overhead o plus its noise (o, `spread_s(osl)`); with `fixed_overhead`: o
+    exactly (o, 0). Otherwise the overhead's own variation from request to request, an
+    exponential law of mean o (0, o): the law of a positive delay of which only the mean is
+    known (the maximum-entropy law; the rows the overhead is fitted on give means). A fixed o
+    keeps equal clients in step: those that finish within o of each other arrive together and
+    queue behind each other's prefill steps every round, as in the start-up wave
+    (docs/queueing.md, "Jitter"). What the client measures stays engine time + o."""
+    o = max(float(overhead_s), 0.0)
+    if jitter is not None and jitter.active:
+        return o, jitter.spread_s(osl)
+    if jitter is not None and jitter.fixed_overhead:
+        return o, 0.0
+    return 0.0, o
 
 
 @dataclass(frozen=True)
@@ -475,8 +497,8 @@ VLLM_0_11 = EngineProfile(
                               reserve_output_frac=0.0, preemption=True),
     defaults_rule=_vllm_defaults,
     block_sizes=(8, 16, 32, 64, 128),
-    request_overhead_s=0.020,
-    mla_layer_request_overhead_s=0.5e-3,
+    request_overhead_s=0.045,
+    mla_layer_request_overhead_s=0.25e-3,
     step_overhead_s=0.0,
     layer_step_overhead_s=40e-6,
     per_seq_overhead_s=62.5e-6,
@@ -539,11 +561,11 @@ SGLANG = EngineProfile(
     defaults_rule=_sglang_defaults,
     limits_per_dp_group=True,
     block_sizes=(1, 16, 32, 64, 128),
-    request_overhead_s=0.220,
-    mla_layer_request_overhead_s=2.5e-3,
+    request_overhead_s=0.325,
+    mla_layer_request_overhead_s=0.5e-3,
     step_overhead_s=0.0,
     layer_step_overhead_s=60e-6,
-    per_seq_overhead_s=45e-6,
+    per_seq_overhead_s=55e-6,
     sampler="flashinfer",
     # python/sglang/srt/server_args.py (v0.5): --moe-a2a-backend deepep (default none),
     # --deepep-mode auto (default) picks per step (layers/moe/utils.py DeepEPMode.resolve)
@@ -600,8 +622,8 @@ TRTLLM = EngineProfile(
                               reserve_output_frac=1.0, preemption=False),
     defaults_rule=_trtllm_defaults,
     block_sizes=(8, 16, 32, 64, 128),
-    request_overhead_s=0.020,
-    mla_layer_request_overhead_s=1.625e-3,
+    request_overhead_s=0.025,
+    mla_layer_request_overhead_s=2.125e-3,
     step_overhead_s=0.0,
     layer_step_overhead_s=17.5e-6,
     # 8 x H200 (DeepSeek-R1 FP8) minus 8 x B200 (FP4) ITL over the step model, per MoE layer:

@@ -23,6 +23,7 @@ import re
 from dataclasses import dataclass, replace
 from typing import Any
 
+from capplan import limits
 from capplan.catalog.loader import Catalog
 from capplan.models.closed_loop import BenchmarkProtocol, closed_loop_latency
 from capplan.models.engine import (
@@ -44,8 +45,14 @@ SYSTEM_GPUS = {"h100_sxm": "h100-sxm", "h200_sxm": "h200", "b200_sxm": "b200",
 """AIConfigurator's system names -> catalog GPU keys."""
 MEASURED_ROUNDS = 20
 """AIConfigurator's bench_run.sh.j2: --num-requests 20 x concurrency (docs/validation.md)."""
-REPLAY_ROUNDS = 4
-"""Rounds replayed; the rest are extrapolated from rounds 2-4 (`measured_mean`)."""
+REPLAY_ROUNDS = 20
+"""Rounds of a closed-loop benchmark replayed: all of AIPerf's 20, because the clients fall out
+of step over the rounds (each request overhead's own delay, models.engine.closed_loop_delay),
+so rounds 2-4 still hold part of the start-up wave. A run whose rounds would decode more than
+the sim_tokens limit replays fewer (`replay_rounds`) and repeats the mean of rounds 2..k for
+the rest (`measured_mean`)."""
+MIN_REPLAY_ROUNDS = 4
+"""The fewest rounds `replay_rounds` replays, whatever the limit (the wave and three more)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -162,10 +169,17 @@ def benchmark_replay(dep: Deployment, concurrency: int, isl: int, osl: int, requ
     return simulate_closed_loop(dep, concurrency, isl, osl, requests=requests, seed=0)
 
 
-def later_rounds_mean(wave: float, first_rounds: float) -> float:
-    """The mean of rounds 2..REPLAY_ROUNDS, from the mean of the first round (the start-up
-    wave: `wave`) and of the first REPLAY_ROUNDS rounds (`first_rounds`)."""
-    k = REPLAY_ROUNDS
+def replay_rounds(concurrency: int, output_tokens: float) -> int:
+    """Rounds to replay of a closed loop of `concurrency` clients whose requests decode
+    `output_tokens` each: REPLAY_ROUNDS, fewer when their decoding exceeds the sim_tokens
+    limit, at least MIN_REPLAY_ROUNDS."""
+    fit = int(limits.cap("sim_tokens") // max(float(concurrency) * float(output_tokens), 1.0))
+    return max(min(REPLAY_ROUNDS, fit), MIN_REPLAY_ROUNDS)
+
+
+def later_rounds_mean(wave: float, first_rounds: float, k: int = REPLAY_ROUNDS) -> float:
+    """The mean of rounds 2..k, from the mean of the first round (the start-up wave: `wave`)
+    and of the first k rounds (`first_rounds`)."""
     return (k * first_rounds - wave) / (k - 1)
 
 
@@ -175,22 +189,26 @@ def rounds_mean(wave: float, later: float, rounds: float = MEASURED_ROUNDS) -> f
     return (wave + (rounds - 1) * later) / rounds
 
 
-def measured_mean(wave: float, first_rounds: float, rounds: float = MEASURED_ROUNDS) -> float:
+def measured_mean(wave: float, first_rounds: float, rounds: float = MEASURED_ROUNDS,
+                  k: int = REPLAY_ROUNDS) -> float:
     """The mean over `rounds` rounds (default MEASURED_ROUNDS) from replays of the first round
-    (the start-up wave: `wave`) and of the first REPLAY_ROUNDS rounds (`first_rounds`): the
-    later rounds repeat the mean of rounds 2..REPLAY_ROUNDS (the replay of 20 rounds costs 5x
-    more)."""
-    return rounds_mean(wave, later_rounds_mean(wave, first_rounds), rounds)
+    (the start-up wave: `wave`) and of the first k rounds (`first_rounds`): the later rounds
+    repeat the mean of rounds 2..k (`replay_rounds`)."""
+    return rounds_mean(wave, later_rounds_mean(wave, first_rounds, k), rounds)
 
 
 def replayed_means(dep: Deployment, concurrency: int, isl: int, osl: int
                    ) -> tuple[float, float, float]:
-    """(TTFT, TPOT) means the benchmark reports over MEASURED_ROUNDS rounds (from replays of
-    one and of REPLAY_ROUNDS rounds, `measured_mean`), and the mean running batch."""
+    """(TTFT, TPOT) means the benchmark reports over MEASURED_ROUNDS rounds (a replay of all of
+    them, or of the first `replay_rounds` and one of the start-up wave, `measured_mean`), and
+    the mean running batch."""
+    k = min(replay_rounds(concurrency, osl), MEASURED_ROUNDS)
+    out = benchmark_replay(dep, concurrency, isl, osl, k * concurrency)
+    if k >= MEASURED_ROUNDS:
+        return out["ttft_s"]["mean"], out["tpot_s"]["mean"], out["mean_running_batch"]
     wave = benchmark_replay(dep, concurrency, isl, osl, concurrency)
-    out = benchmark_replay(dep, concurrency, isl, osl, REPLAY_ROUNDS * concurrency)
-    return (measured_mean(wave["ttft_s"]["mean"], out["ttft_s"]["mean"]),
-            measured_mean(wave["tpot_s"]["mean"], out["tpot_s"]["mean"]),
+    return (measured_mean(wave["ttft_s"]["mean"], out["ttft_s"]["mean"], k=k),
+            measured_mean(wave["tpot_s"]["mean"], out["tpot_s"]["mean"], k=k),
             out["mean_running_batch"])
 
 

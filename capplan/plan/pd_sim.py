@@ -232,12 +232,13 @@ def _pool(layout: PdLayout, role: str, run: PdReplay, span: float) -> dict[str, 
     return out
 
 
-def replayed_requests(concurrency: int, measured: int) -> int:
-    """Requests the benchmark replay runs: all `measured` up to REPLAY_ROUNDS per client, else
-    the start-up wave and REPLAY_ROUNDS - 1 more rounds (`benchmark_replay`)."""
+def replayed_requests(concurrency: int, measured: int, output_tokens: float = 0.0) -> int:
+    """Requests the benchmark replay runs: all `measured` up to `replay_rounds` per client
+    (REPLAY_ROUNDS, fewer for requests of `output_tokens` each beyond the sim_tokens limit),
+    else the start-up wave and k - 1 more rounds (`benchmark_replay`)."""
     c = int(concurrency)
     measured = max(int(measured), c)
-    k = aiconfigurator.REPLAY_ROUNDS  # the one setting, read where it is defined
+    k = aiconfigurator.replay_rounds(c, output_tokens)  # the one rule, where it is defined
     return measured if measured <= k * c else k * c
 
 
@@ -246,17 +247,18 @@ def benchmark_replay(layout: PdLayout, concurrency: int, input_len: str, output_
                      tpot: str | None = None) -> dict[str, Any]:
     """A closed-loop benchmark's measured phase replayed on the layout (docs/disaggregation.md,
     "Benchmark replay"): `concurrency` clients start together (the tools drain their warm-ups
-    first), `measured` requests in all (at least one per client). A run of at most
-    REPLAY_ROUNDS requests per client is replayed whole; a longer one replays its start-up wave
-    and the first REPLAY_ROUNDS rounds and repeats the mean of rounds 2..REPLAY_ROUNDS for the
-    rest (capplan.plan.aiconfigurator.measured_mean, as the aggregated rows are replayed): the
+    first), `measured` requests in all (at least one per client). A run of at most k requests
+    per client (aiconfigurator.replay_rounds: REPLAY_ROUNDS, fewer above the sim_tokens limit)
+    is replayed whole; a longer one replays its start-up wave and the first k rounds and
+    repeats the mean of rounds 2..k for the rest (capplan.plan.aiconfigurator.measured_mean,
+    as the aggregated rows are replayed): the
     means of TTFT, TPOT and E2E are the whole run's, quantiles, pools and throughput the
     replayed rounds'. `tpot`: the tool's TPOT definition (capplan.sim.protocol; default the
     first token excluded). The result is simulate_pd's with a `benchmark_replay` record."""
     c = int(concurrency)
     measured = max(int(measured), c)
     rounds = measured / c
-    n = replayed_requests(c, measured)
+    n = replayed_requests(c, measured, parse_length(output_len).mean)
     reqs, _ = pd_requests(layout, PdLoad(concurrency=c, input_len=input_len,
                                          output_len=output_len, requests=n, seed=seed))
     # the passes end on the means (MEANS_SETTLED): a few passes, each of the replayed requests
@@ -273,7 +275,7 @@ def benchmark_replay(layout: PdLayout, concurrency: int, input_len: str, output_
                               "rounds": rounds, "extrapolated": n < measured}
     for key, v in per.items():
         wave, first = float(np.nanmean(v[:c])), float(np.nanmean(v))
-        mean = measured_mean(wave, first, rounds) if n < measured else first
+        mean = measured_mean(wave, first, rounds, n // c) if n < measured else first
         res[key] = {**res[key], "mean": mean}
         record[f"{key[:-2]}_wave_mean_s"] = wave
     res["benchmark_replay"] = record
@@ -291,7 +293,8 @@ def closed_loop_latency(layout: PdLayout, analytic: dict[str, Any], load: Any,
     run = BenchmarkRun.of(preset(benchmark) if benchmark else PRESETS["vllm"], c,
                           load.num_prompts)
     _, inp, out = run.workload(input_len, output_len)
-    work = replayed_requests(c, run.measured) * float(load.output_stats.mean)
+    work = replayed_requests(c, run.measured, float(load.output_stats.mean)) * float(
+        load.output_stats.mean)
     if work > limits.cap("sim_tokens"):
         return {**analytic, "answered_by": "analytic",
                 "replay_note": f"no replay: one pass of the benchmark replay decodes {work:.3g} "
@@ -302,7 +305,7 @@ def closed_loop_latency(layout: PdLayout, analytic: dict[str, Any], load: Any,
                            run.preset.tpot)
     check = _analytic_check(analytic, sim)
     b = sim["benchmark_replay"]
-    k = aiconfigurator.REPLAY_ROUNDS
+    k = b["replayed_requests"] // c
     how = (f"; replayed: {b['replayed_requests']} requests (the start-up wave and rounds 2-{k}),"
            f" the other {b['measured_requests'] - b['replayed_requests']} at rounds 2-{k}'s mean"
            if b["extrapolated"] else "")

@@ -57,7 +57,7 @@ from typing import Any
 import numpy as np
 
 from capplan.models import lora, perf
-from capplan.models.engine import ClientJitter
+from capplan.models.engine import NO_JITTER, ClientJitter, closed_loop_delay
 from capplan.sim.engine_options import NO_WINDOW, check_overhead
 from capplan.sim.entities import STEP_INPUTS, RunRecord, StepSummary
 from capplan.sim.interrupt import pending as _pending_signals
@@ -1676,13 +1676,15 @@ def closed_loop_rows(reqs: Requests, cfg: np.ndarray, overhead_s: float,
     cfg[KEEP_STEPS] = 1
     af = np.zeros((7, n), np.float64)
     ai = np.full((3, n), -1, np.int64)
-    if jitter is not None and jitter.active:
+    fixed, _ = closed_loop_delay(overhead_s, jitter, 0.0)
+    spreads = [closed_loop_delay(overhead_s, jitter, o)[1] for o in reqs.output_tokens.tolist()]
+    if any(x > 0 for x in spreads):
         cfg[JITTER] = 1
         # Exp(1) per request in sending order, scaled by the spread of the finished request's
-        # output length (ClientJitter.spread_s)
-        af[NOISE] = np.random.default_rng(jitter.seed).standard_exponential(n)
-        af[SPREAD] = [jitter.spread_s(o) for o in reqs.output_tokens.tolist()]
-    return af, ai, float(overhead_s)
+        # output length (closed_loop_delay: the overhead's own spread, or ClientJitter's)
+        af[NOISE] = np.random.default_rng((jitter or NO_JITTER).seed).standard_exponential(n)
+        af[SPREAD] = spreads
+    return af, ai, fixed
 
 
 def _model(step_model: Any) -> tuple:

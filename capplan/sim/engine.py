@@ -199,9 +199,10 @@ class ContinuousEngine:
         client's next request reaching the engine (HTTP, tokenisation, streaming, the client),
         so a client's cycle is its request's time in the engine plus the overhead, as the
         analytic closed loop has it. Arrivals are recorded at the engine: add the overhead to
-        TTFT and E2E for what the client measures. `client_jitter` (closed loop): that delay
-        is overhead + spread * e with e ~ Exp(1) pre-drawn per request from the jitter's seed
-        (ClientJitter); requests then reach the engine in the order of their delays.
+        TTFT and E2E for what the client measures. The delay varies per request
+        (`models.engine.closed_loop_delay`): overhead x e with e ~ Exp(1), or with an active
+        `client_jitter` overhead + spread x e, e pre-drawn per request from the jitter's seed;
+        requests then reach the engine in the order of their delays.
         """
         from capplan.sim import compiled  # the scheduler loop (imports numba when installed)
 

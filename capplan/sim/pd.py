@@ -29,7 +29,8 @@ request to a worker whose slots are all busy, where it waits for a sequence to e
 A closed loop of C clients couples the pools (a client sends its next request when its last one
 ends on the decode side), which engines run one at a time cannot see: the replay iterates.
 Sending times start at 0 (a lower bound); each pass runs both pools on them and sets request
-i + C's sending time to the (i + 1)-th completion (plus the client's request overhead), as
+i + C's sending time to the (i + 1)-th completion (plus the request overhead's own delay,
+`closed_loop_delay`), as
 `vllm bench serve --max-concurrency C` does. A pass is exact up to the time of the earliest
 completion it got wrong, and the passes end when no sending time changes. The means settle in a
 few passes; the exact fixed point can take many more, each moving a few sending times by about a
@@ -46,6 +47,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from capplan.models.disagg import Link, kv_transfer_s
+from capplan.models.engine import NO_JITTER, closed_loop_delay
 from capplan.sim.entities import RunRecord
 from capplan.sim.routers import canonical_router
 from capplan.sim.workload import Requests
@@ -307,11 +309,16 @@ def replay_pd(spec: PdReplaySpec, reqs: Requests, means_settled: float | None = 
     sent = np.zeros(n)
     last = None
     run = None
+    # each next request reaches the prefill pool the overhead's own delay after a response
+    # ends (models.engine.closed_loop_delay: overhead x Exp(1), drawn per request in sending
+    # order), taking the next index in arrival order, as the compiled closed loop does
+    fixed, spread = closed_loop_delay(spec.request_overhead_s, None, 0.0)
+    delay = fixed + spread * np.random.default_rng(NO_JITTER.seed).standard_exponential(n)
     for k in range(1, max_passes + 1):
         run = _pipeline(spec, sent, inp, out, run)
         nxt = np.zeros(n)
         if n > c:
-            nxt[c:] = np.sort(run.finished_at_s + spec.request_overhead_s)[:n - c]
+            nxt[c:] = np.sort(np.sort(run.finished_at_s)[:n - c] + delay[c:])
         run.passes = k
         if np.max(np.abs(nxt - sent)) <= SETTLED_S:
             return run

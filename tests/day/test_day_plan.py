@@ -237,9 +237,10 @@ MOONCAKE = Path(__file__).resolve().parents[1] / "data" / "traces" / \
 def test_replay_sized_recommendation_and_schedule_agree(run_cli):
     """Mooncake's 200 requests (one window, gap SCV ~7): the analytic screen's count misses in
     simulation, so the replay sizes the recommendation; the schedule's window is sized at the
-    same per-replica capacity, and the prefix-cache note compares screen with screen."""
+    same per-replica capacity, and the prefix-cache note compares screen with screen. (TTFT
+    p99 2.5 s: the trace's longest prompts alone replay at about 2.1 s whatever the replicas.)"""
     res = run_cli("recommend", "--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--trace",
-                  str(MOONCAKE), "--ttft-p99", "2", "--tbt-p99", "0.1", "--format", "json")
+                  str(MOONCAKE), "--ttft-p99", "2.5", "--tbt-p99", "0.1", "--format", "json")
     assert res.exit_code == 0, res.stderr
     d = json.loads(res.stdout)
     best = d["recommendations"][0]

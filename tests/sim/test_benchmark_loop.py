@@ -8,10 +8,13 @@ import numpy as np
 import pytest
 
 from capplan.errors import InputError
-from capplan.models.engine import SchedulerPolicy
+from capplan.models.engine import NO_JITTER, ClientJitter, SchedulerPolicy
 from capplan.sim import ContinuousEngine, Lane, Requests, Workload, parse_length, simulate
 from capplan.sim.metrics import summarize
 from tests.sim.conftest import ConstStep, step_by_step
+
+FIXED = ClientJitter(fixed_overhead=True)
+"""Every closed-loop delay exactly the request overhead (the hand calculations below)."""
 
 
 def test_hand_computed_schedule_two_clients_five_requests():
@@ -78,7 +81,8 @@ def test_request_overhead_delays_the_next_request():
     # [0, 20] R0 (prefill, decode) | idle | [25, 45] R1 | idle | [50, 70] R2
     r = Requests(np.zeros(3), np.full(3, 3), np.full(3, 2), np.zeros(3, np.int64),
                  concurrency=1)
-    rec = ContinuousEngine(ConstStep(0.01), 100, 16, 8, 64).run(r, request_overhead_s=0.005)
+    rec = ContinuousEngine(ConstStep(0.01), 100, 16, 8, 64).run(r, request_overhead_s=0.005,
+                                                               client_jitter=FIXED)
     assert rec.arrival_at_s.tolist() == pytest.approx([0.0, 0.025, 0.050])
     assert rec.finished_at_s.tolist() == pytest.approx([0.020, 0.045, 0.070])
     assert rec.step_start_s.tolist() == pytest.approx([0, 0.01, 0.025, 0.035, 0.05, 0.06])
@@ -86,12 +90,29 @@ def test_request_overhead_delays_the_next_request():
     assert res.requests_per_s == pytest.approx(3 / 0.070)  # cycle = 20 ms + 5 ms overhead
 
 
+def test_request_overhead_varies_per_request_with_mean_overhead():
+    # C = 1, overhead 5 ms, no fixed_overhead: request k reaches the engine 5 ms x e_k after
+    # request k - 1 ended, e_k the k-th Exp(1) draw of the seed's generator (sending order).
+    # Each request is alone and arrives idle: prefill at its arrival, finish 20 ms later.
+    r = Requests(np.zeros(4), np.full(4, 3), np.full(4, 2), np.zeros(4, np.int64),
+                 concurrency=1)
+    e = np.random.default_rng(NO_JITTER.seed).standard_exponential(4)
+    want, t = [0.0], 0.0
+    for k in range(1, 4):
+        t = t + 0.020 + 0.005 * e[k]
+        want.append(t)
+    rec = ContinuousEngine(ConstStep(0.01), 100, 16, 8, 64).run(r, request_overhead_s=0.005)
+    assert rec.arrival_at_s.tolist() == pytest.approx(want, abs=1e-12)
+    assert rec.finished_at_s.tolist() == pytest.approx([a + 0.020 for a in want], abs=1e-12)
+
+
 def test_request_overhead_arrival_waits_for_a_step_boundary():
     # C = 2, overhead 15 ms: R2 is sent when R0 ends (20 ms) and arrives at 35 ms, inside
     # R1's last decode step [30, 40]; it is prefilled in the next step, [40, 50].
     r = Requests(np.zeros(3), np.full(3, 3), np.array([2, 4, 1]), np.zeros(3, np.int64),
                  concurrency=2)
-    rec = ContinuousEngine(ConstStep(0.01), 100, 16, 8, 64).run(r, request_overhead_s=0.015)
+    rec = ContinuousEngine(ConstStep(0.01), 100, 16, 8, 64).run(r, request_overhead_s=0.015,
+                                                               client_jitter=FIXED)
     assert rec.arrival_at_s.tolist() == pytest.approx([0.0, 0.0, 0.035])
     assert rec.admitted_at_s.tolist() == pytest.approx([0.0, 0.0, 0.040])
     assert rec.finished_at_s.tolist() == pytest.approx([0.020, 0.040, 0.050])

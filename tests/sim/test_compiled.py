@@ -151,12 +151,21 @@ def test_state_blocks_cost_capacity(llama_h100):
 
 @needs_numba
 def test_compiled_closed_loop_one_client_waits_for_each_answer(llama_h100):
-    # one client: request i + 1 reaches the engine exactly `overhead` after request i finished
-    # (hand rule of a closed loop), and the engine is never busy with two at once
+    # one client: request i + 1 reaches the engine `overhead` x e_(i+1) after request i
+    # finished (e the seed's Exp(1) draws in sending order; exactly `overhead` with
+    # fixed_overhead), and the engine is never busy with two at once
+    from capplan.models.engine import NO_JITTER, ClientJitter
     from capplan.sim.engine import CompiledEngine
 
     eng = CompiledEngine(llama_h100.step, 300, BLOCK_SIZE, SEQS, TOKENS)
-    r = eng.run(_requests(3, None, concurrency=1), PRIO, request_overhead_s=0.01)
+    reqs = _requests(3, None, concurrency=1)
+    e = np.random.default_rng(NO_JITTER.seed).standard_exponential(len(reqs))
+    r = eng.run(reqs, PRIO, request_overhead_s=0.01)
+    np.testing.assert_allclose(r.arrival_at_s[1:], r.finished_at_s[:-1] + 0.01 * e[1:], rtol=0,
+                               atol=1e-12)
+    assert r.arrival_at_s[0] == 0.0 and (r.admitted_at_s == r.arrival_at_s).all()
+    r = eng.run(reqs, PRIO, request_overhead_s=0.01,
+                client_jitter=ClientJitter(fixed_overhead=True))
     np.testing.assert_allclose(r.arrival_at_s[1:], r.finished_at_s[:-1] + 0.01, rtol=0,
                                atol=1e-12)
     assert r.arrival_at_s[0] == 0.0 and (r.admitted_at_s == r.arrival_at_s).all()

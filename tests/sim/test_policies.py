@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from capplan.errors import InputError
-from capplan.models.engine import SchedulerPolicy
+from capplan.models.engine import NO_JITTER, SchedulerPolicy
 from capplan.sim import ContinuousEngine, Requests
 from capplan.sim.metrics import summarize
 from capplan.sim.workload import Lane
@@ -190,9 +190,10 @@ def test_every_request_completes_within_the_cache(policy, n, seed, blocks, token
     in_system = float(np.dot(rec.step_running + rec.step_waiting, rec.step_dur_s))
     assert in_system == pytest.approx(float((rec.finished_at_s - seen).sum()), rel=1e-9)
     assert rec.finished_at_s.max() == pytest.approx(ends[-1])
-    if clients:  # each completion sends the next request, overhead_s later
+    if clients:  # the k-th completion sends request clients + k, overhead_s x e its own later
         assert int((rec.step_running + rec.step_waiting).max()) <= clients
-        sent = np.sort(rec.finished_at_s)[: max(n - clients, 0)] + overhead_s
+        e = np.random.default_rng(NO_JITTER.seed).standard_exponential(n)[clients:]
+        sent = np.sort(np.sort(rec.finished_at_s)[: max(n - clients, 0)] + overhead_s * e)
         assert np.sort(rec.arrival_at_s)[clients:] == pytest.approx(sent)
 
 

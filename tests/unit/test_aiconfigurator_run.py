@@ -23,6 +23,7 @@ from capplan.plan.aiconfigurator import (
     measured_mean,
     release_engine,
     release_label,
+    replay_rounds,
 )
 from capplan.sim.protocol import reported_ttft
 
@@ -68,9 +69,20 @@ def test_reported_ttft_weighs_one_wave_in_the_rounds():
 def test_measured_mean_extrapolates_the_later_rounds():
     # wave 0.9 s; the first 4 rounds average 0.3 s, so rounds 2-4 average (4 x 0.3 - 0.9) / 3
     # = 0.1 s, and the 20-round mean is (0.9 + 19 x 0.1) / 20 = 0.14 s
-    assert (MEASURED_ROUNDS, REPLAY_ROUNDS) == (20, 4)
-    assert measured_mean(0.9, 0.3) == pytest.approx(0.14)
-    assert measured_mean(0.2, 0.2) == pytest.approx(0.2)  # no wave effect: no change
+    assert (MEASURED_ROUNDS, REPLAY_ROUNDS) == (20, 20)
+    assert measured_mean(0.9, 0.3, k=4) == pytest.approx(0.14)
+    assert measured_mean(0.2, 0.2, k=4) == pytest.approx(0.2)  # no wave effect: no change
+    # all 20 rounds replayed: their mean is the measured one
+    assert measured_mean(0.9, 0.3) == pytest.approx(0.3)
+
+
+def test_replay_rounds_fit_the_token_limit():
+    # 100 M tokens (the default sim_tokens cap): 64 clients x 1,024 tokens x 20 rounds = 1.3 M
+    # fit; 1,024 clients x 8,192 tokens = 8.4 M a round fit 11 rounds; 16,384 clients x 8,192
+    # tokens = 134 M a round fit none: the 4 the extrapolation needs
+    assert replay_rounds(64, 1024) == 20
+    assert replay_rounds(1024, 8192) == 11
+    assert replay_rounds(16384, 8192) == 4
 
 
 def test_release_profiles():
