@@ -51,9 +51,10 @@ class ClientJitter:
     per-token costs add up over the finished request's `osl` streamed tokens (variance grows
     with osl, the spread with sqrt(osl)). The delay is o + spread * e with e ~ Exp(1) (a
     non-negative waiting time whose standard deviation is `spread`), pre-drawn per request from
-    `seed`; what the client measures stays engine time + o. All zero: no noise beyond the
-    overhead's own variation (`closed_loop_delay`), or none at all with `fixed_overhead` (every
-    delay exactly o: the synchronised closed loop)."""
+    `seed`; what the client measures stays engine time + o. An active jitter replaces the
+    overhead's own variation (o then fixed, the noise the jitter's), however small its spread;
+    all zero: the overhead's own variation, an exponential law of mean o (`closed_loop_delay`),
+    or none at all with `fixed_overhead` (every delay exactly o: the synchronised loop)."""
 
     request_s: float = 0.0
     per_token_s: float = 0.0

@@ -162,7 +162,8 @@ def agg_closed_loop_replay(dep: Deployment, run: AggRun, measured: int,
 def benchmark_replay(dep: Deployment, concurrency: int, isl: int, osl: int, requests: int
                      ) -> dict[str, Any]:
     """The benchmark's measured phase replayed: `concurrency` clients start together, each
-    sending its next request when its last one ends (plus the request overhead), `requests`
+    sending its next request when its last one ends (plus the request overhead's own delay,
+    models.engine.closed_loop_delay), `requests`
     in all; what the clients measure (the loop compiled when numba imports)."""
     from capplan.plan.verify import simulate_closed_loop
 

@@ -96,6 +96,10 @@ def sized_at_simulated(cat: Any, plan: Any, cand: Any, size: Any, k: int, window
     sim = simulated_capacity(dep, plan.workloads, slos, analytic, window_s)
     if sim >= analytic:
         return size, sim, []
+    if sim <= 0:  # no rate the bisection tried met the SLOs: nothing to scale by
+        return size, sim, [f"the simulator met the SLOs at no rate it tried per replica at "
+                           f"the peak window's traffic (up to {analytic:.3g} req/s): windows "
+                           "keep the analytic capacity, and the day replay judges them"]
     f = sim / analytic
     note = (f"the simulator sustains {sim:.3g} req/s per replica within the SLOs at the peak "
             f"window's traffic, below the analytic {analytic:.3g}: every window's capacity "

@@ -156,8 +156,10 @@ def _trim(part: Requests, dep: Any, dp: Any, span: tuple[int, int], slos: SloSet
     needed: set[int] = set()
     budget = 2 * MAX_ROUNDS
     while budget > 0:
-        cand = [int(i) for i in np.flatnonzero(added) if int(i) not in needed]
         before = set(_misses(stats, slos, lo))
+        # a window that still misses keeps what was added to it (giving it back harms it
+        # though `new` below cannot see it)
+        cand = [int(i) for i in np.flatnonzero(added) if int(i) not in needed | before]
         kept = False
         while cand and budget > 0:
             budget -= 1

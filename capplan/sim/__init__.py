@@ -88,9 +88,10 @@ def run_scheduler(step_model: Any, reqs: Requests, lanes: tuple[Lane, ...], *, s
     vLLM V1's: mixed chunked prefill, KV allocated as computed, recompute preemption);
     `enable_chunked_prefill`, when given, overrides the policy's `chunked_prefill` (a user's
     `--no-enable-chunked-prefill`). `request_overhead_s` (closed loop, continuous): each
-    client's next request reaches the engine that long after its last one ended
-    (`ContinuousEngine.run`); latencies stay engine-side, so add it to TTFT and E2E.
-    `client_jitter` (closed loop, continuous): the noise on that delay (ClientJitter).
+    client's next request reaches the engine a delay of that mean after its last one ended
+    (its own exponential delay: models.engine.closed_loop_delay; `ContinuousEngine.run`);
+    latencies stay engine-side, so add it to TTFT and E2E. `client_jitter` (closed loop,
+    continuous): noise that replaces the overhead's own variation (ClientJitter).
     `sim_engine` (auto, compiled, python) runs the loop compiled or interpreted
     (`engine_impl`); both give the same results. `state_blocks`: blocks each running
     sequence's recurrent state holds (hybrid models, `MemoryReport.state_blocks_per_seq`;

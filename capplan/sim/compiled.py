@@ -28,8 +28,9 @@ struct-of-arrays state, on the exact clock, one step at a time:
 - hybrid models: `state_blocks` pool blocks per running sequence, held from admission to
   finish or preemption besides its token blocks;
 - closed loops: `concurrency` clients, each sending its next request when its last one
-  finishes; it reaches the engine `request_overhead_s` (plus the client jitter's delay) after
-  the end of that step, and with jitter requests take the next index in arrival order;
+  finishes; it reaches the engine its delay after the end of that step (models.engine.
+  closed_loop_delay: the overhead's own exponential delay, or a fixed part plus jitter), and
+  with a varying delay requests take the next index in arrival order;
 - prefix caching: each request's shareable block keys as dense int64 ids (`prefix_cache`), per
   key a ref count and the stamp of its free cached block, the free queue as an array in stamp
   order (eviction pops its front, skipping stale entries);
@@ -388,7 +389,8 @@ def _arrive(t: float, q: np.ndarray, sc: np.ndarray, cfg: np.ndarray, heap: np.n
 def _send_next(split: int, sc: np.ndarray, cfg: np.ndarray, arr: np.ndarray, bufs: tuple
                ) -> None:
     """A closed loop: each request finished this step sends its client's next one, which
-    reaches the engine `overhead` (plus its jitter) after the step ends (the reference's
+    reaches the engine its delay after the step ends (`overhead`, the fixed part, plus spread
+    x noise: closed_loop_rows, models.engine.closed_loop_delay) (the reference's
     `_finish`). The reference finishes prompts in chunk order, then decoders in index order
     (its finish heap): the decoders' part, from `split`, is sorted (the order pairs a finished
     request's output length with the next request's jitter noise)."""
