@@ -315,7 +315,7 @@ class VerifySpec(BaseModel):
     @property
     def requests_per_check(self) -> int:
         """`requests` as given; the default kept within the sim_requests cap over `top` (so
-        that `--verify-top 100` stays within it, as it did when the default was smaller)."""
+        that `--verify-top 100` stays within it)."""
         if "requests" in self.model_fields_set or self.top == 0:
             return self.requests
         return max(50, min(self.requests, int(L.cap("sim_requests")) // self.top))
