@@ -37,6 +37,19 @@ def test_mix_groups_by_hand():
     assert len(set(_mix_groups(s2, 2)[0])) == 1 and MIX_STEP == 1 / 256
 
 
+def _night_rag_plan(replay: str) -> dict:
+    """A chat lane (500 / 200 tokens) from 2 req/s at 02:00 to 30 at 14:00 and a RAG lane
+    (8,000 / 300) from 6 to 1, Llama-3.1-8B on one H100, headroom 20%, the day replay as
+    `replay` says."""
+    lanes = [_lane("chat", 500, 200, rate_curve=[{"at": "02:00", "rate_per_s": 2},
+                                                 {"at": "14:00", "rate_per_s": 30}]),
+             _lane("rag", 8000, 300, rate_curve=[{"at": "02:00", "rate_per_s": 6},
+                                                 {"at": "14:00", "rate_per_s": 1}])]
+    return {"version": 1, "model": "llama-3.1-8b", "engine": ENGINE, "headroom": 0.2,
+            "candidates": {"gpus": ["h100-sxm"], "tp": [1]}, "workloads": lanes,
+            "day": {"window_s": 900, "replay": replay}, "verify": {"top": 0}}
+
+
 def test_night_rag_mix_sizes_the_night():
     """A chat lane (500 / 200 tokens) from 2 req/s at 02:00 to 30 at 14:00, and a RAG lane
     (8,000 / 300) from 6 req/s at 02:00 to 1 at 14:00, on Llama-3.1-8B / H100, headroom 20%.
@@ -44,13 +57,7 @@ def test_night_rag_mix_sizes_the_night():
     highest); the steady planner at that mix (an independent search) gives a replica's
     capacity c, so the window needs ceil(8.48 x 1.2 / c) replicas (c ~4.9: 3). Sized with the
     14:00 mix (30.3 req/s per replica) it got 1, which replays at TTFT p99 ~1,600 s."""
-    lanes = [_lane("chat", 500, 200, rate_curve=[{"at": "02:00", "rate_per_s": 2},
-                                                 {"at": "14:00", "rate_per_s": 30}]),
-             _lane("rag", 8000, 300, rate_curve=[{"at": "02:00", "rate_per_s": 6},
-                                                 {"at": "14:00", "rate_per_s": 1}])]
-    doc = {"version": 1, "model": "llama-3.1-8b", "engine": ENGINE, "headroom": 0.2,
-           "candidates": {"gpus": ["h100-sxm"], "tp": [1]}, "workloads": lanes,
-           "day": {"window_s": 900, "replay": "none"}, "verify": {"top": 0}}
+    doc = _night_rag_plan("none")
     cat = load_catalog()
     d = run_day_plan(cat, PlanFile.model_validate(doc)).to_dict()
     w = d["schedule"][8]  # 02:00
@@ -77,13 +84,7 @@ def test_several_lanes_replayed_at_the_peak(run_cli, tmp_path):
 
     import yaml
 
-    lanes = [_lane("chat", 500, 200, rate_curve=[{"at": "02:00", "rate_per_s": 2},
-                                                 {"at": "14:00", "rate_per_s": 30}]),
-             _lane("rag", 8000, 300, rate_curve=[{"at": "02:00", "rate_per_s": 6},
-                                                 {"at": "14:00", "rate_per_s": 1}])]
-    doc = {"version": 1, "model": "llama-3.1-8b", "engine": ENGINE, "headroom": 0.2,
-           "candidates": {"gpus": ["h100-sxm"], "tp": [1]}, "workloads": lanes,
-           "day": {"window_s": 900, "replay": "peak"}, "verify": {"top": 0}}
+    doc = _night_rag_plan("peak")
     (tmp_path / "mix.yaml").write_text(yaml.safe_dump(doc))
     res = run_cli("plan", str(tmp_path / "mix.yaml"), "--format", "json")
     assert res.exit_code == 0, res.stderr
