@@ -10,7 +10,7 @@ from pathlib import Path
 
 import yaml
 
-from tests.day.test_window_peaks import HOUR
+from tests.day.test_window_peaks import HOUR, chat_day_plan
 
 DIURNAL = [("00:00", 10), ("04:00", 5), ("08:00", 20), ("11:00", 35), ("15:00", 40),
            ("19:00", 30), ("22:00", 18)]
@@ -26,14 +26,7 @@ def test_headroom_0_is_sized_at_the_simulated_capacity(run_cli, tmp_path: Path):
     within the SLOs is below 23.39, and every window's count is ceil(sizing / it)."""
     (tmp_path / "diurnal.csv").write_text(
         "at,rate_per_s\n" + "".join(f"{a},{r}\n" for a, r in DIURNAL))
-    plan = {"version": 1, "model": "meta-llama/Llama-3.1-8B-Instruct",
-            "candidates": {"gpus": ["h100-sxm"], "tp": [1]},
-            "engine": {"max_num_seqs": [128], "max_num_batched_tokens": [2048]},
-            "workloads": [{"name": "chat", "rate_curve": "diurnal.csv",
-                           "input_len": "lognormal:mean=800,p99=4000",
-                           "output_len": "lognormal:mean=250,p99=1000",
-                           "slo": {"ttft_p99_s": 1.0, "tbt_p99_s": "60ms"}}],
-            "headroom": 0, "day": {"window_s": 900, "replay": "peak"}, "verify": {"top": 0}}
+    plan = chat_day_plan("diurnal.csv", 0)
     (tmp_path / "plan.yaml").write_text(yaml.safe_dump(plan))
     res = run_cli("plan", str(tmp_path / "plan.yaml"), "--format", "json")
     assert res.exit_code == 0, res.stderr

@@ -28,6 +28,20 @@ SPIKE = [{"at": "00:00", "rate_per_s": 10}, {"at": "11:59", "rate_per_s": 10},
          {"at": "12:06", "rate_per_s": 10}]
 
 
+
+def chat_day_plan(curve: str, headroom: float) -> dict:
+    """A plan of one chat lane over the rate curve file `curve` (800 / 250-token lognormal
+    requests, TTFT p99 1 s, TBT p99 60 ms) on Llama-3.1-8B, one H100, the peak replayed."""
+    return {"version": 1, "model": "meta-llama/Llama-3.1-8B-Instruct",
+            "candidates": {"gpus": ["h100-sxm"], "tp": [1]},
+            "engine": {"max_num_seqs": [128], "max_num_batched_tokens": [2048]},
+            "workloads": [{"name": "chat", "rate_curve": curve,
+                           "input_len": "lognormal:mean=800,p99=4000",
+                           "output_len": "lognormal:mean=250,p99=1000",
+                           "slo": {"ttft_p99_s": 1.0, "tbt_p99_s": "60ms"}}],
+            "headroom": headroom, "day": {"window_s": 900, "replay": "peak"},
+            "verify": {"top": 0}}
+
 def test_spike_windows_by_hand():
     s = series_from_curve(parse_rate_curve(SPIKE), 1.0, 900)
     k = int(11.75 * 4)  # the window 11:45-12:00
@@ -135,14 +149,7 @@ def test_spike_plan_sizes_the_spike_and_its_replay_meets(run_cli, tmp_path: Path
     curve at 19.6% attainment."""
     (tmp_path / "spike.csv").write_text(
         "at,rate_per_s\n" + "".join(f"{p['at']},{p['rate_per_s']}\n" for p in SPIKE))
-    plan = {"version": 1, "model": "meta-llama/Llama-3.1-8B-Instruct",
-            "candidates": {"gpus": ["h100-sxm"], "tp": [1]},
-            "engine": {"max_num_seqs": [128], "max_num_batched_tokens": [2048]},
-            "workloads": [{"name": "chat", "rate_curve": "spike.csv",
-                           "input_len": "lognormal:mean=800,p99=4000",
-                           "output_len": "lognormal:mean=250,p99=1000",
-                           "slo": {"ttft_p99_s": 1.0, "tbt_p99_s": "60ms"}}],
-            "headroom": 0.2, "day": {"window_s": 900, "replay": "peak"}, "verify": {"top": 0}}
+    plan = chat_day_plan("spike.csv", 0.2)
     (tmp_path / "spike.yaml").write_text(yaml.safe_dump(plan))
     res = run_cli("plan", str(tmp_path / "spike.yaml"), "--format", "json")
     assert res.exit_code == 0, res.stderr
