@@ -173,14 +173,17 @@ def benchmark_replay(dep: Deployment, concurrency: int, isl: int, osl: int, requ
 def replay_rounds(concurrency: int, output_tokens: float) -> int:
     """Rounds to replay of a closed loop of `concurrency` clients whose requests decode
     `output_tokens` each: REPLAY_ROUNDS, fewer when their decoding exceeds the sim_tokens
-    limit, at least MIN_REPLAY_ROUNDS."""
+    limit, at least MIN_REPLAY_ROUNDS (or REPLAY_ROUNDS itself when set below it: the
+    harness's `--replay-rounds` what-if)."""
     fit = int(limits.cap("sim_tokens") // max(float(concurrency) * float(output_tokens), 1.0))
-    return max(min(REPLAY_ROUNDS, fit), MIN_REPLAY_ROUNDS)
+    return max(min(REPLAY_ROUNDS, fit), min(MIN_REPLAY_ROUNDS, REPLAY_ROUNDS))
 
 
 def later_rounds_mean(wave: float, first_rounds: float, k: int = REPLAY_ROUNDS) -> float:
     """The mean of rounds 2..k, from the mean of the first round (the start-up wave: `wave`)
-    and of the first k rounds (`first_rounds`)."""
+    and of the first k rounds (`first_rounds`); the wave's own when only it was replayed."""
+    if k <= 1:
+        return wave
     return (k * first_rounds - wave) / (k - 1)
 
 

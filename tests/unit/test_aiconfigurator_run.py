@@ -85,6 +85,17 @@ def test_replay_rounds_fit_the_token_limit():
     assert replay_rounds(16384, 8192) == 4
 
 
+def test_replay_rounds_follow_a_smaller_setting(monkeypatch):
+    # a what-if of 2 rounds (validate_disagg --replay-rounds 2) replays 2, not the floor of 4
+    from capplan.plan import aiconfigurator
+
+    monkeypatch.setattr(aiconfigurator, "REPLAY_ROUNDS", 2)
+    assert replay_rounds(64, 1024) == 2
+    assert replay_rounds(16384, 8192) == 2
+    # one round replayed: the later rounds take the wave's mean
+    assert measured_mean(0.9, 0.9, k=1) == pytest.approx(0.9)
+
+
 def test_release_profiles():
     assert release_label(" ") == "unlabelled"
     assert release_label("nightly-5b8c") == "dev"
