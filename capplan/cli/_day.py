@@ -64,7 +64,7 @@ def day_spec(kw: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _hhmm(s: float, earlier: bool = False) -> str:
+def hhmm(s: float, earlier: bool = False) -> str:
     """A clock time to the minute; `earlier`: rounded down (a scale-up at 06:58:39 shows
     06:58, never late)."""
     m = int(s // 60) if earlier else int(round(s / 60))
@@ -113,10 +113,10 @@ def schedule_rows(result: dict[str, Any]) -> list[dict[str, Any]]:
     rows = []
     for w in result["schedule"]:
         begin = w.get("scale_up_begin_s")
-        rows.append({**w, "start": _hhmm(w["start_s"]),
+        rows.append({**w, "start": hhmm(w["start_s"]),
                      **{f"gpus:{m}": n for m, n in (w.get("gpus_by_model") or {}).items()},
                      **{f"pool:{t}": n for t, n in (w.get("gpus_by_gpu") or {}).items()},
-                     "lead": None if begin is None else _hhmm(begin % 86_400, earlier=True),
+                     "lead": None if begin is None else hhmm(begin % 86_400, earlier=True),
                      "planned_att": _attainment(w, "planned"),
                      "reactive_att": _attainment(w, "reactive")})
     return rows
@@ -185,8 +185,8 @@ def day_lines(result: dict[str, Any]) -> list[str]:
 
 def scale_up_line(result: dict[str, Any]) -> list[str]:
     """The windows that add replicas, each with when its scale-up begins (rounded down)."""
-    ups = [f"{_hhmm(w['scale_up_begin_s'] % 86_400, earlier=True)} (to {w['replicas']} for "
-           f"{_hhmm(w['start_s'])})" for w in result["schedule"]
+    ups = [f"{hhmm(w['scale_up_begin_s'] % 86_400, earlier=True)} (to {w['replicas']} for "
+           f"{hhmm(w['start_s'])})" for w in result["schedule"]
            if w.get("scale_up_begin_s") is not None]
     return [f"scale-ups begin at: {', '.join(ups)}"] if ups else []
 

@@ -111,11 +111,11 @@ def _window(d: dict[str, Any]) -> str:
     w = d.get("day_window")
     if not w:
         return ""
-    from capplan.cli._day import _hhmm
+    from capplan.cli._day import hhmm
 
     share = ("the whole rate" if d["layout"] == "disaggregated"
              else f"one replica's share {d['per_replica_rate_per_s']:.3g} req/s")
-    return (f"; the day plan's peak window {_hhmm(w['start_s'])}-{_hhmm(w['end_s'])}, "
+    return (f"; the day plan's peak window {hhmm(w['start_s'])}-{hhmm(w['end_s'])}, "
             f"{w['rate_per_s']:.3g} req/s, {share}")
 
 

@@ -149,8 +149,7 @@ def _check_name(path: Path, day: bool, models: Sequence[str], engines: Sequence[
         raise InputError(f"--export {path}: the file name is only its suffix; give it a name "
                          f"(e.g. {path.with_name('plan' + path.name)})")
     if kind == ".llm-d.yaml":
-        from capplan.export.k8s import one_llmd_model
-        from capplan.export.llmd import vllm_only
+        from capplan.export.llmd import one_llmd_model, vllm_only
 
         one_llmd_model(list(models))
         for engine in engines:

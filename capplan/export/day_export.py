@@ -152,8 +152,8 @@ def schedule_csv_file(plan: dict[str, Any], path: Path) -> Staged:
                 w.writerow(["" if v is None else v for v in row])
             w.writerow([])
             w.writerow(["quantity", "value"])
-            for q, v, _ in totals:
-                w.writerow(["" if v is None else v for v in (q, v)])
+            for q, v, _ in totals:  # summary_rows keeps only the values it has
+                w.writerow([q, v])
 
     return out, write
 

@@ -29,12 +29,14 @@ from capplan.export.csv_export import (
 from capplan.export.layout import (
     AGGREGATED,
     DISAGGREGATED,
+    HOSTS_TITLE,
     SEPARATE,
     disagg_figures,
     disagg_launch,
     fleet_text,
     headline,
     recommended_layout,
+    sentence,
 )
 from capplan.models.engine import ENGINES, engine_display_name
 from capplan.plan.alternatives import PLAN_NOTES
@@ -256,7 +258,7 @@ def _recommendations(p: dict[str, Any]) -> str:
         ["#", "GPU", "TP", "replicas", "GPUs", "weights/KV", "max seqs", "chunk (tok)",
          "TTFT p99 (ms)", "TBT p99 (ms)", "cost ($/h)", "binding constraint", "SLO margins",
          "why not first", *(["features"] if features else [])], rows, 2)
-            + (f"<p>{_e(note[0].upper() + note[1:])}.</p>" if note else ""))
+            + (f"<p>{_e(sentence(note))}.</p>" if note else ""))
 
 
 def _head(p: dict[str, Any]) -> str:
@@ -280,7 +282,7 @@ def _head(p: dict[str, Any]) -> str:
         rank1 = (f"rank 1 of the table below, "
                  f"{'the best aggregated fleet' if layout == DISAGGREGATED else 'one shared pool'}"
                  ": each replica")
-    return (f'<p class="headline">{lead}.</p><p>{_e(rank1[0].upper() + rank1[1:])} up to '
+    return (f'<p class="headline">{lead}.</p><p>{_e(sentence(rank1))} up to '
             f"{_num(best.get('capacity_per_replica_rps'))} req/s, bound by "
             f"<b>{_e(best.get('binding_constraint', ''))}</b>; "
             f'<span class="{cls}">{_e(vtxt)}</span>.</p>')
@@ -302,7 +304,7 @@ def _disaggregated(p: dict[str, Any]) -> str:
     if disagg_figures(d):
         out.append(f"<p>{_e(disagg_figures(d))}</p>")
     for title, text in disagg_launch(d):
-        out.append(f"<p>{_e(title)}: {_e(text)}</p>" if title.endswith("where each replica runs")
+        out.append(f"<p>{_e(title)}: {_e(text)}</p>" if title.endswith(HOSTS_TITLE)
                    else _cmd(title, text))
     for key, label in STEP_LABELS.items():
         if d.get(key):

@@ -543,15 +543,6 @@ TOKEN_LINE = (f"# the Hugging Face token (a gated model; the llm-d chart require
               f"--from-literal={TOKEN_KEY}=<your token>\n")
 
 
-def one_llmd_model(models: list[str]) -> None:
-    """An llm-d values file serves one model: InputError for a plan of several (checked before
-    the plan runs; capplan.export.llmd refuses it again from the plan)."""
-    if len(models) > 1:
-        raise InputError(f"an llm-d values file serves one model; this plan has {len(models)} "
-                         f"({', '.join(models)}): plan each model on its own for its llm-d "
-                         "values, or export .k8s.yaml for all of them")
-
-
 class YamlDumper(yaml.SafeDumper):
     def ignore_aliases(self, data: Any) -> bool:  # noqa: ARG002 - PyYAML's hook
         return True  # labels repeat as text, not as &id001 anchors

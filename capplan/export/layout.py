@@ -86,6 +86,15 @@ def disagg_figures(d: dict[str, Any]) -> str:
             f"mean, {_ms(tx.get('p99'), '.2f')} ms p99 over {d.get('kv_link')}.")
 
 
+def sentence(text: str) -> str:
+    """`text` with its first letter a capital (the rest as it is, unlike str.capitalize)."""
+    return text[:1].upper() + text[1:]
+
+
+HOSTS_TITLE = "where each replica runs"
+"""The end of the title of `disagg_launch`'s one line that is not a command (reports print it
+as text, not as a code block)."""
+
 def disagg_launch(d: dict[str, Any]) -> list[tuple[str, str]]:
     """(title, text) of each launch line of the layout: a pool's, one per replica as each runs
     (`launch_replicas`: its GPUs, ports and hosts; a pool of one its `launch` line without the
@@ -101,7 +110,7 @@ def disagg_launch(d: dict[str, Any]) -> list[tuple[str, str]]:
         name = engine_display_name(engine)
         pool = d.get(role) if role in ("prefill", "decode") else None
         if role == "hosts":
-            out.append((f"{name}, where each replica runs", str(line)))
+            out.append((f"{name}, {HOSTS_TITLE}", str(line)))
         elif key in each:
             out += [(f"{name} {role} {i} ({r['hosts']})", str(r["command"]))
                     for i, r in enumerate(each[key])]

@@ -100,7 +100,6 @@ def _chart_pools(plan: dict[str, Any]) -> list[Pool]:
     """The plan's vLLM pools, refused (one line, naming the alternative) when the chart cannot
     run them: several models, another engine than vLLM, a pool per lane."""
     from capplan.export.csv_export import model_plans
-    from capplan.export.k8s import one_llmd_model
 
     one_llmd_model([str(m.get("model")) for m in model_plans(plan)])
     best = plan["recommendations"][0]
@@ -117,6 +116,15 @@ def _chart_pools(plan: dict[str, Any]) -> list[Pool]:
 
 ALT = "export .k8s.yaml, which runs it, or"
 """The alternative every refusal of the chart names."""
+
+
+def one_llmd_model(models: list[str]) -> None:
+    """An llm-d values file serves one model: InputError for a plan of several (checked before
+    the plan runs; capplan.export.llmd refuses it again from the plan)."""
+    if len(models) > 1:
+        raise InputError(f"an llm-d values file serves one model; this plan has {len(models)} "
+                         f"({', '.join(models)}): plan each model on its own for its llm-d "
+                         "values, or export .k8s.yaml for all of them")
 
 
 def vllm_only(engine: str, spec: str | None = None) -> None:

@@ -21,11 +21,13 @@ from capplan.export.csv_export import (
 )
 from capplan.export.layout import (
     DISAGGREGATED,
+    HOSTS_TITLE,
     SEPARATE,
     disagg_figures,
     disagg_launch,
     headline,
     recommended_layout,
+    sentence,
 )
 from capplan.models.engine import ENGINES, engine_display_name
 from capplan.plan.alternatives import PLAN_NOTES
@@ -56,7 +58,7 @@ def _summary(plan: dict[str, Any]) -> list[str]:
              ("calibration", next((r.get("calibration") for r in plan.get("recommendations") or []
                                    if isinstance(r, dict)), None))]
     head = headline(plan)
-    return [f"- **{head[0].upper() + head[1:]}.**",
+    return [f"- **{sentence(head)}.**",
             *(f"- {k}: {v}" for k, v in facts if v is not None)]
 
 
@@ -71,7 +73,7 @@ def _recommendations(plan: dict[str, Any]) -> list[str]:
     table = _table([c.header for c in cols], rows[:SHOWN_RECOMMENDATIONS],
                    tuple(c.fmt for c in cols))
     note = shown_note(plan)
-    told = [note[0].upper() + note[1:] + ".", ""] if note else []
+    told = [sentence(note) + ".", ""] if note else []
     return ["## Recommendations", "", table, "", *told]
 
 
@@ -131,7 +133,7 @@ def _disaggregated(plan: dict[str, Any]) -> list[str]:
     if disagg_figures(d):
         lines += [disagg_figures(d), ""]
     for title, text in disagg_launch(d):
-        lines += ([f"{title}: {text}", ""] if title.endswith("where each replica runs") else
+        lines += ([f"{title}: {text}", ""] if title.endswith(HOSTS_TITLE) else
                   [f"{title}:", "", "```bash", text, "```", ""])
     if d.get("bench"):
         lines += ["verify (the whole workload through the front end):", "", "```bash",

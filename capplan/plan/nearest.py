@@ -24,8 +24,7 @@ from capplan.plan.schema import PlanFile
 from capplan.plan.search import Candidate, SearchResult, Traffic
 from capplan.plan.search_bound import MAX_REPLICAS, NEAR_FLOOR_FRAC
 from capplan.plan.slo import SloTarget
-from capplan.plan.verified import PlanPool, VerifyFn, queue_model, verify_job
-from capplan.plan.verify import verification_engine
+from capplan.plan.verified import PlanPool, VerifyFn, queue_model, replays, verify_job
 
 MISS_REPLAYS = 4
 """Configurations replayed to name the nearest miss: the analytic screen's closest, one per
@@ -64,11 +63,8 @@ def replayed_miss(found: SearchResult, pool: PlanPool, plan: PlanFile, verify: V
         return None
     need = t.rate_per_s * (1 + plan.headroom)
     at = [_at(c, lightest_rate(c, need), t) for c in closest]
-    jobs = [verify_job(r, pool, plan.verify.requests_per_check, r.per_replica_rate_per_s)
-            for r, _ in at]
-    engine = verification_engine(jobs)
-    jobs = [replace(j, sim_engine=engine) for j in jobs]
-    runs = getattr(verify, "map", lambda js: [verify(j) for j in js])(jobs)
+    runs = replays(verify, [verify_job(r, pool, plan.verify.requests_per_check,
+                                       r.per_replica_rate_per_s) for r, _ in at])
     rows = [(r, *_worst(ana, v.simulated, t)) for (r, ana), v in zip(at, runs, strict=True)]
     r, ratio, target, got, analytic = min(rows, key=lambda x: x[1])
     if target is None or not math.isfinite(ratio):

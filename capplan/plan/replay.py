@@ -30,6 +30,7 @@ import numpy as np
 from capplan.errors import InputError
 from capplan.plan.deployment import Deployment
 from capplan.plan.load import LoadSpec, analytic_latency
+from capplan.plan.search import slot_shortfall
 from capplan.plan.simulation import run_simulation
 from capplan.sim.protocol import PRESETS, BenchmarkRun, preset
 
@@ -263,9 +264,9 @@ def lora_slot_warning(dep: Deployment) -> str | None:
     once and skips a waiting request of any other until a running adapter has no running
     request; the replay runs that rule (capplan.sim.compiled), the analytic queue does not."""
     s = dep.settings
-    adapters = s.lora_adapters or s.max_loras
-    if not s.max_loras or adapters <= s.max_loras:
+    if not slot_shortfall(s):
         return None
+    adapters = s.lora_adapters or s.max_loras
     return (f"max_loras {s.max_loras} < {adapters} {s.lora_popularity} adapters: a request "
             "whose adapter has no slot waits until a running adapter has no running request "
             "(vLLM skips it meanwhile and fills the batch with requests of the loaded "

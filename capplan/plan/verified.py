@@ -191,12 +191,12 @@ def _verify(todo: list[Recommendation], pool: PlanPool, plan: PlanFile, verify: 
     h, n = plan.headroom, plan.verify.requests_per_check
     for r in todo:
         out.screened.setdefault(r.candidate.index, r.replicas)
-    results = _replays(verify, [verify_job(r, pool, n, _with_headroom(r, h)) for r in todo],
+    results = replays(verify, [verify_job(r, pool, n, _with_headroom(r, h)) for r in todo],
                        meanwhile)
     claims = [r.candidate.max_rate_per_s for r in todo]
     again = [k for k, (r, v) in enumerate(zip(todo, results, strict=True))
              if v.ok and claims[k] > _with_headroom(r, h) * (1 + 1e-6)]
-    at_claim = dict(zip(again, _replays(verify, [verify_job(todo[k], pool, n, claims[k])
+    at_claim = dict(zip(again, replays(verify, [verify_job(todo[k], pool, n, claims[k])
                                                  for k in again]), strict=True))
     kept: list[Recommendation | None] = []
     for k, (r, v) in enumerate(zip(todo, results, strict=True)):
@@ -219,7 +219,7 @@ def _with_headroom(r: Recommendation, headroom: float) -> float:
     return r.per_replica_rate_per_s * (1 + headroom)
 
 
-def _replays(verify: VerifyFn, jobs: list[VerifyJob],
+def replays(verify: VerifyFn, jobs: list[VerifyJob],
              meanwhile: Callable[[], object] | None = None) -> list[Verification]:
     """The jobs replayed on one simulator for all (serial == --jobs N); a verifier with a
     `map` (capplan.plan.verify.ParallelVerifier, `--jobs`) runs them at once, each result its
@@ -322,9 +322,8 @@ def _scaled_out(missed: list[tuple[Recommendation, Verification]], pool: PlanPoo
 
     def replay(r: Recommendation, n: int, binding: str) -> Recommendation | None:
         rec = _replicated(r, n, t, binding, plan.headroom)
-        job = verify_job(rec, pool, plan.verify.requests_per_check,
-                         rec.candidate.max_rate_per_s)
-        v = verify(replace(job, sim_engine=verification_engine([job])))
+        (v,) = replays(verify, [verify_job(rec, pool, plan.verify.requests_per_check,
+                                           rec.candidate.max_rate_per_s)])
         return rec.with_(verified=v) if v.ok else None
 
     found_all = []

@@ -8,22 +8,10 @@ import numpy as np
 
 from capplan.plan import day_capacity, day_replay
 from capplan.plan.slo import SloSet
+from tests.day.test_replay_slos import _Day
 
 NEED = [1, 10, 1]
 """Replicas each window needs in the stand-in replay (window 1's need is out of reach)."""
-
-
-class _W:
-    def __init__(self, i: int, r: int) -> None:
-        self.start_s, self.end_s, self.replicas = 900.0 * i, 900.0 * (i + 1), r
-
-
-class _Day:
-    def __init__(self, reps: list[int]) -> None:
-        self.windows = [_W(i, r) for i, r in enumerate(reps)]
-
-    def rebuild(self, reps: np.ndarray) -> list[_W]:
-        return [_W(i, int(r)) for i, r in enumerate(reps)]
 
 
 def _replay(part, dep, w, lo, hi, slos):  # noqa: ANN001, ARG001 (replay_range's signature)

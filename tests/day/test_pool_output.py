@@ -9,7 +9,7 @@ from pathlib import Path
 
 import yaml
 
-from capplan.cli._day import _hhmm, schedule_rows
+from capplan.cli._day import hhmm, schedule_rows
 
 CHAT = {"input_len": 500, "output_len": 100, "slo": {"ttft_p99_s": 0.5, "tbt_p99_s": 0.04}}
 
@@ -22,8 +22,8 @@ def _write(tmp_path: Path, doc: dict) -> str:
 
 def test_scale_up_times_round_down():
     # 06:58:39 is 25,119 s after midnight: shown 06:58 (a minute early), not 06:59 (late)
-    assert _hhmm(6 * 3600 + 58 * 60 + 39, earlier=True) == "06:58"
-    assert _hhmm(6 * 3600 + 58 * 60 + 39) == "06:59"  # window starts: to the nearest minute
+    assert hhmm(6 * 3600 + 58 * 60 + 39, earlier=True) == "06:58"
+    assert hhmm(6 * 3600 + 58 * 60 + 39) == "06:59"  # window starts: to the nearest minute
 
 
 def test_window_without_arrivals_has_no_attainment():
