@@ -300,7 +300,7 @@ def activation_peak_bytes(model: ModelSpec, settings: EngineSettings, act_bytes:
         moe = m.num_experts_per_tok * (3 * m.moe_intermediate_size / tp + h)
         mlp = max(mlp if m.num_dense_layers else 0.0, moe)
     forward = tokens * (mlp + 4 * h) * act_bytes
-    seqs = min(settings.max_num_seqs, tokens) if seqs is None else seqs
+    seqs = profile_requests(settings) if seqs is None else seqs
     per_logit = act_bytes + SAMPLER_EXTRA_BYTES_PER_LOGIT[sampler]
     sampler_peak = (tokens + 2 * seqs) * h * act_bytes + seqs * model.vocab_size * per_logit
     return max(forward, sampler_peak) + workspace_bytes
@@ -330,23 +330,25 @@ CONTEXT_NVLINK_WORLD_BYTES = 1.0 * GIB_BYTES
 def context_bytes(gpu: GpuSpec, settings: EngineSettings) -> float:
     """The CUDA context and communicators' memory on each GPU (CONTEXT_BYTES, and the NVLink
     world's buffers when a replica spans GPUs over NVLink)."""
-    nvlink = gpu.interconnect.kind.startswith("nvlink")
     return CONTEXT_BYTES + (CONTEXT_NVLINK_WORLD_BYTES
-                            if settings.world_size > 1 and nvlink else 0.0)
+                            if settings.world_size > 1 and _over_nvlink(gpu) else 0.0)
 
 
-def _fused_allreduce(gpu: GpuSpec | None, settings: EngineSettings) -> bool:
+def _over_nvlink(gpu: GpuSpec) -> bool:
+    return gpu.interconnect.kind.startswith("nvlink")
+
+
+def _fused_allreduce(gpu: GpuSpec, settings: EngineSettings) -> bool:
     """Whether vLLM's FlashInfer all-reduce fusion workspace is allocated: tensor parallelism
     alone (no attention DP, no pipeline stages: vLLM's pass config turns it off with either,
     issues 34458 and 35426) over NVLink on a GPU with FP8 tensor cores (SM90 and SM100: Hopper,
     Blackwell; the fusion's kernels are built for those)."""
-    return (gpu is not None and settings.tp > 1 and settings.attention_dp == 1
-            and settings.pp == 1 and gpu.supports("fp8")
-            and gpu.interconnect.kind.startswith("nvlink"))
+    return (settings.tp > 1 and settings.attention_dp == 1 and settings.pp == 1
+            and gpu.supports("fp8") and _over_nvlink(gpu))
 
 
 def runtime_overhead_bytes(model: ModelSpec, settings: EngineSettings,
-                           gpu: GpuSpec | None = None) -> tuple[float, float]:
+                           gpu: GpuSpec) -> tuple[float, float]:
     """(non-torch memory counted in the KV budget, CUDA-graph memory outside it or not); a
     world over one GPU adds NON_TORCH_TP_BYTES, or its profile's `non_torch_multi_gpu_bytes`
     where that profile allocates its all-reduce workspace (`_fused_allreduce`)."""

@@ -15,6 +15,7 @@ from capplan.catalog.loader import Catalog
 from capplan.catalog.schema import ModelSpec
 from capplan.errors import CapplanError
 from capplan.models.disagg import Link, decode_side_prefix, kv_link, kv_transfer_s
+from capplan.models.layout import nodes_spanned
 from capplan.models.queueing import LengthStats, Limits, QueueModel
 from capplan.plan.deployment import Deployment, EngineOptions, resolve_deployment
 from capplan.plan.pd import network_link, role_pool
@@ -442,7 +443,7 @@ def replica_lines(p: DisaggPlan) -> dict[str, list[dict[str, str]]]:
     for role, pool in (("prefill", p.prefill), ("decode", p.decode)):
         if pool.replicas < 2:
             continue
-        span = -(-pool.dep.gpus_per_replica // pool.dep.gpu.host_gpus)
+        span = nodes_spanned(pool.dep.gpus_per_replica, pool.dep.gpu.host_gpus)
         out[f"{engine}_{role}"] = [
             {"hosts": _hosts_of(at.host, span), "command": _replica_text(pool.dep, role, at)}
             for at in placements(p) if at.role == role]
@@ -466,7 +467,7 @@ def _hosts_line(p: DisaggPlan, where: list[Placement]) -> str:
     for x in where:
         i = counts[x.role] = counts.get(x.role, -1) + 1
         dep = p.prefill.dep if x.role == "prefill" else p.decode.dep
-        span, per = -(-dep.gpus_per_replica // dep.gpu.host_gpus), dep.gpu.host_gpus
+        span, per = nodes_spanned(dep.gpus_per_replica, dep.gpu.host_gpus), dep.gpu.host_gpus
         on = _hosts_of(x.host, span)
         gpus = (f"GPUs {x.first_gpu}-{x.first_gpu + dep.gpus_per_replica - 1}" if span == 1
                 else f"GPUs 0-{per - 1} of each")

@@ -40,6 +40,10 @@ from capplan.models.queueing.sums import (
     _wait_term,
 )
 
+TPOT_TAIL_OUTPUT_QUANTILE = 0.1
+"""TPOT's tail comes from the short outputs: a request's TPOT averages its gaps, so the p99
+is set by requests with few of them; the law takes the gaps of the outputs' lower decile."""
+
 _OWN_NODES = 6
 """Chunk sizes at which the own-prefill time is evaluated, then interpolated linearly."""
 _SHARED_MAX = 8
@@ -199,7 +203,7 @@ class QueueModel(SteadyState):
         sd = np.sqrt(fin(np.maximum(var_pf + var_b, 0.0)))
         tpot_q: dict[str, np.ndarray] = {}
         if levels["tpot_s"]:
-            n = max(float(out.quantile(0.1)) - 1.0, 1.0)
+            n = max(float(out.quantile(TPOT_TAIL_OUTPUT_QUANTILE)) - 1.0, 1.0)
             tpot = _sum_law([_Term(fin(x.gap), 0.0),
                              _compound_term(fin(lam) * d0, jumps / n, p_w), _normal_term(sd / n)],
                             shape)
