@@ -16,8 +16,9 @@ fitted but the implied counts' RIDGE_STEP, which the rule check measures:
 - a worker wider than the GPU's NVLink domain spans nodes over the catalog's network
   (docs/multinode.md); the KV link is NVLink when both pools fit one domain (an NVL72 rack),
   else the network;
-- a worker whose TP cannot split the model's attention heads (TP 48 of DeepSeek's 128) as
-  attention DP over its GPUs (`as_attention_dp`: such rows do not record DP attention);
+- a worker whose TP cannot split the model's attention heads (TP 48 of DeepSeek's 128), or an
+  SGLang or TensorRT-LLM worker over more than 8 GPUs recorded as TP, as attention DP over its
+  GPUs (`as_attention_dp`: such rows do not record DP attention);
 - a row without counts whose measurement (engine, system, lengths, C, TTFT and TPOT) equals a
   stated row's exactly is that row's run (`as_twin`: the dump holds DeepSeek-R1 rows that are
   DeepSeek-V3 runs): predicted with the stated row's workers, layouts and batch sizes;
@@ -96,20 +97,28 @@ def _size(v: str) -> int:
     return int(v) if v and int(v) > 0 else 1
 
 
+WIDE_TP = 8
+"""The widest attention-TP worker of the SGLang and TensorRT-LLM rows that state their layout:
+every worker of theirs over more GPUs (51) runs attention DP, and so does every such worker of
+a stated row that a row without counts repeats with TP recorded (51 of 51: `twins_text`)."""
+
+
 def as_attention_dp(cat, r: dict[str, str]) -> dict[str, str]:
-    """The row with a worker whose TP cannot split the model's attention heads (TP 48 of
-    DeepSeek's 128) read as attention DP over those GPUs: such a worker cannot run attention
-    TP, and large expert-parallel deployments run DP attention (SGLang --tp N --dp N
-    --enable-dp-attention, TensorRT-LLM enable_attention_dp), which these rows do not record
-    (their attention_dp_size is 1)."""
+    """The row with a worker read as attention DP over its GPUs where its recorded TP is one
+    the deployment cannot or did not run: TP that cannot split the model's attention heads
+    (TP 48 of DeepSeek's 128), and on SGLang and TensorRT-LLM TP over more than WIDE_TP GPUs.
+    Large expert-parallel deployments run DP attention (SGLang --tp N --dp N
+    --enable-dp-attention, TensorRT-LLM enable_attention_dp), which the rows without counts do
+    not record (their attention_dp_size is 1)."""
     try:
         heads = cat.model(r["model_path"]).num_attention_heads
     except CapplanError:
         return r
     out = dict(r)
+    wide = WIDE_TP if r["backend"] in ("sglang", "trtllm") else math.inf
     for role in ("prefill", "decode"):
         tp = _size(r[f"{role}_tp_size"])
-        if heads % tp and _size(r[f"{role}_attention_dp_size"]) == 1:
+        if (heads % tp or tp > wide) and _size(r[f"{role}_attention_dp_size"]) == 1:
             out[f"{role}_tp_size"], out[f"{role}_attention_dp_size"] = "1", str(tp)
     return out
 
@@ -468,14 +477,24 @@ def twins_text(rows: list[dict[str, str]], bare: list[dict[str, str]]) -> str:
     renamed = ", ".join(f"{n} {a} rows that are a {b} row's measurement"
                         for (a, b), n in sorted(names.items(), key=lambda x: -x[1]))
     wide = [(r, s, role) for r, s in twins for role in ("prefill", "decode")
-            if _size(r[f"{role}_tp_size"]) > 8]
+            if _size(r[f"{role}_tp_size"]) > WIDE_TP]
     wide_dp = sum(1 for r, s, role in wide if _size(s[f"{role}_tp_size"]) == 1
                   and _size(s[f"{role}_attention_dp_size"]) == _size(r[f"{role}_tp_size"]))
     renamed = renamed or "none under another model name"
-    return (f"{len(twins)} equal a stated row's TTFT and TPOT exactly ({renamed}); their "
-            "recorded layouts give the worker's GPUs as its "
-            f"TP: of their {len(wide)} workers over more than 8 GPUs, {wide_dp} are attention "
-            "DP in the stated row.")
+    own = [(r, role) for r in rows if stated(r) and r["backend"] in ("sglang", "trtllm")
+           for role in ("prefill", "decode") if gpus_of(r, role) > WIDE_TP]
+    own_dp = sum(1 for r, role in own if _size(r[f"{role}_attention_dp_size"]) > 1)
+    return (f"Of the stated SGLang and TensorRT-LLM rows' workers over {WIDE_TP} GPUs, "
+            f"{own_dp} of {len(own)} run attention DP. {len(twins)} equal a stated row's TTFT "
+            f"and TPOT exactly ({renamed}); their recorded layouts give the worker's GPUs as its "
+            f"TP: of their {len(wide)} workers over more than {WIDE_TP} GPUs, {wide_dp} are "
+            "attention DP in the stated row.")
+
+
+def gpus_of(r: dict[str, str], role: str) -> int:
+    """GPUs of a row's worker as its columns record them (tp x attention DP x pp)."""
+    return (_size(r[f"{role}_tp_size"]) * _size(r[f"{role}_attention_dp_size"])
+            * _size(r[f"{role}_pp_size"]))
 
 
 def reasons_text(reasons: dict[str, int]) -> str:
