@@ -39,6 +39,7 @@ PUBLISHED = {
     "lfm2.5-vl-1.6b": (1.6e9, "LFM2.5-VL-1.6B model card: 1.6B (1.2B LFM2 + 400M SigLIP2)"),
     "llama-3.3-nemotron-super-49b-v1": (49e9, "model card: 49B (NAS of Llama-3.3-70B)"),
     "glm-4.5-air": (106e9, "GLM-4.5 model card: GLM-4.5-Air 106B total, 12B active"),
+    "glm-5-fp8": (750e9, "SiliconFlow model page of GLM-5: 750B total, 40B activated"),
     "mistral-nemo-base-2407": (12e9, "Mistral NeMo announcement (2024-07-18): a 12B model"),
     "granite-4.0-h-350m": (340e6, "Ollama library granite4:350m-h (its GGUF): 340M"),
     "phi-1": (1.42e9, "HF model page of microsoft/phi-1: 1.42B params in its safetensors "
@@ -430,3 +431,18 @@ def test_moe_layer_freq_list(tmp_path):
                                 "moe_layer_freq": freq})
     assert s.num_moe_layers == 5 and s.moe is not None and s.moe.num_dense_layers == 3
     assert s.intermediate_size == 4096 and s.moe.moe_intermediate_size == 512
+
+
+def test_glm5_catalog_entry_matches_its_config_and_kv_by_hand():
+    """The catalog's GLM-5 (model_catalog/glm-5.yaml) is its config.json's architecture; KV per
+    token by hand: MLA latent (kv_lora_rank 512 + rope 64) x 2 B = 1,152 B per layer, plus the
+    sparse-attention indexer's fp8 key (128 B + a 4-byte scale) = 132 B per layer, x 78 layers."""
+    imported = _spec("glm-5-fp8")
+    entry = load_catalog().model("zhipuai/GLM-5")
+    assert entry.key == "glm-5"
+    for f in ("num_layers", "hidden_size", "intermediate_size", "num_attention_heads",
+              "head_dim", "vocab_size", "max_position_embeddings", "moe", "mla"):
+        assert getattr(entry, f) == getattr(imported, f), f
+    assert entry.params_total == pytest.approx(imported.params_total, rel=0.005)
+    assert layers.kv_bytes_per_token(entry, 1, 2) == 78 * (576 * 2 + 132) == 100_152
+
