@@ -311,13 +311,14 @@ def _probe(port: int, period_s: int, failures: int) -> dict[str, Any]:
 
 
 def _kv_env(p: Pool) -> list[dict[str, Any]]:
-    """A vLLM P/D pod's NIXL side channel advertised at the pod's own address (the launch
+    """A P/D pod's KV handshake advertised at the pod's own address, for an engine that
+    advertises it in a variable (PdServing.kv_host_env; vLLM's NIXL side channel: the launch
     line's VLLM_NIXL_SIDE_CHANNEL_HOST, a placeholder there; default localhost, which a decode
     pod would look for on itself): the downward API's status.podIP."""
-    if not (p.role and p.engine == "vllm"):
+    name = engine_profile(p.engine).pd.kv_host_env if p.role else None
+    if not name:
         return []
-    return [{"name": "VLLM_NIXL_SIDE_CHANNEL_HOST",
-             "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}]
+    return [{"name": name, "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}]
 
 
 @dataclass(frozen=True)
@@ -488,8 +489,8 @@ def _bootstrap_port(p: Pool) -> int | None:
     """The KV handshake port a SGLang prefill replica's bootstrap server listens on, which its
     router names after the replica's URL (as the plan's router line does): its line's
     --disaggregation-bootstrap-port, else SGLang's default (launch.KV_HANDSHAKE); None for the
-    other engines, whose front ends take none."""
-    if p.engine != "sglang":  # vLLM's router and TensorRT-LLM's server take no such port
+    other engines, whose front ends take none (PdServing.router_takes_bootstrap_port)."""
+    if not engine_profile(p.engine).pd.router_takes_bootstrap_port:
         return None
     words = p.argv
     flag = "--disaggregation-bootstrap-port"

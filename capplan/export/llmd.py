@@ -48,6 +48,7 @@ from capplan.export.k8s import (
     plan_pools,
     split_env_words,
 )
+from capplan.models.engine import engine_profile
 from capplan.units import GIB_BYTES
 
 SERVICE_PORT, PROXY_PORT = 8000, 8200
@@ -129,11 +130,15 @@ def one_llmd_model(models: list[str]) -> None:
 
 def vllm_only(engine: str, spec: str | None = None) -> None:
     """InputError (one line) for a plan sized for another engine than vLLM: the chart runs
-    vLLM alone (checked before the plan runs, from its engine, and again from the plan)."""
+    vLLM alone (EngineProfile.llm_d_chart; checked before the plan runs, from its engine, and
+    again from the plan)."""
     from capplan.plan.launch import engine_label
 
-    if engine == "vllm":
-        return
+    try:
+        if engine_profile(engine).llm_d_chart:
+            return
+    except InputError:  # an engine capplan does not know: refused below, as another engine
+        pass
     label = engine_label(engine, spec)
     raise InputError(
         f"llm-d-modelservice runs vLLM only (its vllmServe command and its routing sidecar's "

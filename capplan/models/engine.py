@@ -219,6 +219,21 @@ class MemoryAccounting:
         `overheads`: (non-torch memory, CUDA graphs, CUDA context and communicators)."""
         return _KV_RULES[self.kind](self, total, frac, weights, activation, *overheads)
 
+    def fraction_for(self, total: float, kv: float, weights: float, activation: float,
+                     overheads: tuple[float, float, float]) -> float:
+        """The fraction under which the engine sizes a KV cache of `kv` bytes: `kv_budget`
+        solved for `frac` (the same arguments, bytes per GPU; a denominator of at least one
+        byte where it subtracts). A launch line's memory flag holds the KV cache the plan
+        counted on, whichever rule its engine's flag follows (capplan.plan.flags
+        .memory_fractions)."""
+        non_torch, graphs, context = overheads
+        if self.kind == "static":
+            return (weights + non_torch + kv) / max(total - context, 1.0)
+        if self.kind == "free":
+            return kv / max(total - context - weights - activation - non_torch - graphs, 1.0)
+        in_budget = graphs if self.cudagraphs_in_budget else 0.0
+        return (weights + activation + non_torch + in_budget + kv) / total
+
 
 def _kv_total(acc: MemoryAccounting, total: float, frac: float, weights: float, act: float,
               non_torch: float, graphs: float, context: float) -> KvBudget:
@@ -254,6 +269,32 @@ _KV_RULES: dict[str, Callable[..., KvBudget]] = {
 
 
 @dataclass(frozen=True)
+class PdServing:
+    """How the engine serves a disaggregated (prefill / decode) layout: the front end in front
+    of its pools, when that front end places a request on a decode worker, and what the
+    workers' KV handshake needs (each profile's sources["pd"])."""
+
+    front_end: str
+    """The router or proxy in front of the pools, by the builder that launches it
+    (capplan.plan.launch_multinode.FRONT_END_LINES): "vllm-router"
+    (vllm-project/router `--vllm-pd-disaggregation`), "sglang-router"
+    (`python -m sglang_router.launch_router --pd-disaggregation`), "trtllm-disaggregated"
+    (`trtllm-serve disaggregated -c disagg_config.yaml`)."""
+    decode_routed_at: str = "prefill_done"
+    """When the request's decode worker is picked (capplan.sim.pd.DECODE_ROUTED_AT):
+    "arrival" (with its prefill worker: Dynamo's PrefillRouter for SGLang, whose prefill runs
+    as a background task) or "prefill_done" (as the prefill returns: vLLM, TensorRT-LLM); the
+    P/D replay places it so (capplan.plan.pd_sim.spec_of)."""
+    router_takes_bootstrap_port: bool = False
+    """The front end names each prefill worker's KV bootstrap port after its URL (SGLang's
+    router: `--prefill URL PORT`; the Kubernetes export reads the port off the worker's line)."""
+    kv_host_env: str | None = None
+    """The environment variable a P/D worker advertises its KV handshake's address in, which
+    the Kubernetes export sets to the pod's own address (vLLM's NixlConnector:
+    VLLM_NIXL_SIDE_CHANNEL_HOST, default localhost); None: the engine has none."""
+
+
+@dataclass(frozen=True)
 class EngineDefaults:
     """What an engine picks when the user leaves a setting out, for one GPU and TP."""
 
@@ -283,6 +324,17 @@ class EngineProfile:
     """Per-request latency outside engine steps (HTTP, tokenisation, detokenisation, streaming,
     the benchmark client): the default's base when no calibration measured it
     (`capplan.models.perf.request_overhead` adds the MLA term; docs/validation.md)."""
+    pd: PdServing
+    """How the engine serves a disaggregated layout: its front end, when that places a
+    request's decode worker, the KV handshake's needs (PdServing)."""
+    multinode_launch: str
+    """How one replica over several hosts is launched, by the builder that writes its commands
+    (capplan.plan.launch.NODE_COMMANDS; sources["multinode"]): "node-rank" (the same command
+    on every host with its rank and the first host's address: SGLang `--nnodes N --node-rank
+    k --dist-init-addr`), "mpirun" (one MPI launch from any host, its environment passed to
+    every rank: TensorRT-LLM's `mpirun ... trtllm-llmapi-launch trtllm-serve`), "dp-or-ray"
+    (each host runs its data-parallel ranks, or TP / PP wider than a host on a Ray cluster:
+    vLLM)."""
     mla_layer_request_overhead_s: float = 0.0
     """Added to `request_overhead_s` per layer of a model with multi-head latent attention
     (DeepSeek-V2/V3/R1, Kimi-K2): such models show a fixed TTFT 100-200 ms above their prefill
@@ -330,7 +382,10 @@ class EngineProfile:
     it allocates its all-reduce fusion workspace (capplan.models.memory._fused_allreduce);
     None, or elsewhere: capplan.models.memory.NON_TORCH_TP_BYTES."""
     flag_names: dict[str, str] = field(default_factory=dict)
-    """The engine's own names of the settings, for launch lines (capplan/plan/flags.py)."""
+    """The engine's own names of the settings, for launch lines (capplan/plan/launch.py): a
+    flag followed by its value (`tp`, `pp`), or words with the size at `{n}`
+    (`attention_dp`, `expert_parallel`); an entry that is not a `--` flag is a line of the
+    engine's LLM-API options file (TensorRT-LLM's attention DP), as in `option_flags`."""
     sources: dict[str, str] = field(default_factory=dict)
     """Where each default comes from (file and version of the engine's source)."""
     supports_attention_dp: bool = True
@@ -339,6 +394,12 @@ class EngineProfile:
     """Whether the engine shards MoE experts across GPUs (expert parallelism)."""
     attention_dp_tp1: bool = False
     """Attention DP runs one rank per GPU (attention TP 1): TensorRT-LLM enable_attention_dp."""
+    tp_flag_is_world: bool = False
+    """The engine's `--tp` (`flag_names["tp"]`) counts every GPU of a pipeline stage, its
+    attention-DP ranks inside it (SGLang `--tp 8 --enable-dp-attention --dp 8` and TensorRT-LLM
+    tensor_parallel_size 8 with attention DP are 8 GPUs); False: it is one attention-DP rank's
+    TP, which the DP size multiplies (vLLM `--tensor-parallel-size 8 --data-parallel-size 2`
+    is 16 GPUs). capplan.models.layout maps the notation (sources["layouts"])."""
     expert_parallel_is_world: bool = False
     """The engine's EP size is always the whole world (tp x attention_dp) when EP is on
     (vLLM --enable-expert-parallel), so no other EP size can be launched."""
@@ -373,6 +434,10 @@ class EngineProfile:
     budget_covers_model_len: bool = False
     """The default token budget is at least max_model_len (vLLM V0 without chunked prefill:
     `max_num_batched_tokens = max(max_model_len, 2048)`, so a whole prompt always fits)."""
+    llm_d_chart: bool = False
+    """Whether llm-d-modelservice's Helm chart runs the engine (its vllmServe command and its
+    routing sidecar's NIXL connector: vLLM only); the llm-d export refuses a plan sized for
+    another (capplan.export.llmd.vllm_only; sources["llm_d"])."""
     fp8_needs_fp8_cores: tuple[str, ...] = ()
     """What of fp8 the engine runs only on GPUs with FP8 tensor cores (Ada, Hopper or later,
     sm89+: the GPU catalog's `fp8_dense_tflops`, GpuSpec.supports("fp8")): "weights" (an FP8
@@ -511,6 +576,11 @@ VLLM_0_11 = EngineProfile(
                 "quant_fp8": "--quantization fp8", "attention_dp": "--data-parallel-size {n}",
                 "expert_parallel": "--enable-expert-parallel"},
     expert_parallel_is_world=True,
+    tp_flag_is_world=False,
+    multinode_launch="dp-or-ray",
+    pd=PdServing("vllm-router", decode_routed_at="prefill_done",
+                 kv_host_env="VLLM_NIXL_SIDE_CHANNEL_HOST"),
+    llm_d_chart=True,
     # One all-to-all backend per engine, no per-step choice (vllm/config/parallel.py
     # ParallelConfig.all2all_backend, default allgather_reducescatter; 0.10-0.13 read it from
     # VLLM_ALL2ALL_BACKEND, vllm/envs.py): low-latency kernels, which run every step (the
@@ -530,9 +600,24 @@ VLLM_0_11 = EngineProfile(
                         "defaults to False through 0.13 (opt-in --async-scheduling since "
                         "0.10)",
         "layouts": "vllm/config/parallel.py ParallelConfig (v0.10.2): --data-parallel-size "
-                   "ranks each run attention on their own requests; --enable-expert-parallel "
-                   "shards experts over EP = TP x DP ranks (docs: Data Parallel Deployment, "
-                   "Expert Parallel Deployment)",
+                   "ranks each run attention on their own requests, world_size_across_dp = "
+                   "TP x PP x DP (--tensor-parallel-size is one rank's); "
+                   "--enable-expert-parallel shards experts over EP = TP x DP ranks (docs: "
+                   "Data Parallel Deployment, Expert Parallel Deployment)",
+        "multinode": "docs 'Data Parallel Deployment' (v0.10): each host runs its DP ranks, "
+                     "--data-parallel-size-local L --data-parallel-address HEAD "
+                     "--data-parallel-rpc-port P, the other hosts --data-parallel-start-rank "
+                     "k L --headless; TP or PP wider than a host on a Ray cluster "
+                     "(--distributed-executor-backend ray, docs 'Distributed Inference and "
+                     "Serving')",
+        "pd": "front end: vllm-project/router (pip install vllm-router) "
+              "--vllm-pd-disaggregation, the prefill with max_tokens=1, then the decode; "
+              "Dynamo's PrefillRouter picks the decode worker when the prefill returns "
+              "(design note 'Dynamo Disaggregation', Router Orchestration); NixlConnector "
+              "advertises its side channel at VLLM_NIXL_SIDE_CHANNEL_HOST, default localhost "
+              "(vllm/distributed/kv_transfer/kv_connector/v1/nixl_connector.py)",
+        "llm_d": "llm-d-modelservice's chart runs vLLM: its vllmServe command and its routing "
+                 "sidecar's NIXL connector",
         "client_jitter": "fitted on the silicon training rows with the request overhead and "
                          "rounds (benchmarks/validate_silicon.py --fit --fit-jitter; "
                          "docs/validation.md); SGLang's and TensorRT-LLM's rows fit best "
@@ -561,6 +646,9 @@ SGLANG = EngineProfile(
                               reserve_output_frac=0.7, preemption=True),
     defaults_rule=_sglang_defaults,
     limits_per_dp_group=True,
+    tp_flag_is_world=True,
+    multinode_launch="node-rank",
+    pd=PdServing("sglang-router", decode_routed_at="arrival", router_takes_bootstrap_port=True),
     block_sizes=(1, 16, 32, 64, 128),
     request_overhead_s=0.325,
     mla_layer_request_overhead_s=0.5e-3,
@@ -590,8 +678,18 @@ SGLANG = EngineProfile(
                         "defaults to False (the overlap scheduler, default since v0.4.0); "
                         "--enable-mixed-chunk is the mixed-chunk option",
         "layouts": "python/sglang/srt/server_args.py (v0.5): --tp is the world size; "
-                   "--enable-dp-attention --dp N splits it into N attention groups of tp/N; "
-                   "--ep-size shards experts (moe_tp = tp / ep)",
+                   "--enable-dp-attention --dp N splits it into N attention groups of tp/N "
+                   "('assert tp_size % dp_size == 0'; layers/dp_attention.py attn_tp_size = "
+                   "tp_size // dp_size); --ep-size shards experts (moe_tp = tp / ep)",
+        "multinode": "python/sglang/srt/server_args.py (v0.5): the same command on every host "
+                     "with --nnodes N --node-rank k --dist-init-addr HEAD:PORT",
+        "pd": "front end: sgl-router, python -m sglang_router.launch_router "
+              "--pd-disaggregation --prefill URL [BOOTSTRAP_PORT] --decode URL (docs: PD "
+              "Disaggregation), a prefill server's bootstrap on "
+              "--disaggregation-bootstrap-port (default 8998, server_args.py); Dynamo's "
+              "PrefillRouter picks the decode worker with the prefill worker, SGLang's "
+              "prefill running as a background task (design note 'Dynamo "
+              "Disaggregation', Router Orchestration)",
         "memory": "python/sglang/srt/model_executor/model_runner.py profile_max_num_token "
                   "(v0.5): rest_memory = available - total * (1 - mem_fraction_static)",
         "scheduler": "python/sglang/srt/managers/scheduler.py get_next_batch_to_run (v0.5): "
@@ -645,9 +743,12 @@ TRTLLM = EngineProfile(
                 "memory_fraction": "--kv_cache_free_gpu_memory_fraction",
                 "max_model_len": "--max_seq_len",
                 "kv_fp8": "--extra_llm_api_options kv_fp8.yaml  # kv_cache_config: {dtype: fp8}",
-                "attention_dp": "--extra_llm_api_options attention_dp.yaml",
+                "attention_dp": "enable_attention_dp: true",  # an LLM-API options-file line
                 "expert_parallel": "--ep_size {n}"},
     attention_dp_tp1=True,
+    tp_flag_is_world=True,
+    multinode_launch="mpirun",
+    pd=PdServing("trtllm-disaggregated", decode_routed_at="prefill_done"),
     fp8_needs_fp8_cores=("weights", "kv"),
     sources={
         "host_costs": HOST_COSTS_SOURCE,
@@ -667,8 +768,17 @@ TRTLLM = EngineProfile(
                                   "disable_overlap_scheduler = true",
         "layouts": "tensorrt_llm/llmapi/llm_args.py (1.x): tensor_parallel_size is the world "
                    "size; enable_attention_dp (attention_dp.yaml: enable_attention_dp: true) "
-                   "makes every rank its own attention DP rank (attention TP 1); "
+                   "makes every rank its own attention DP rank (attention TP 1; "
+                   "tensorrt_llm/mapping.py Mapping); "
                    "moe_expert_parallel_size x moe_tensor_parallel_size = tensor_parallel_size",
+        "multinode": "docs 'trtllm-serve' (1.x): one launch from any host, mpirun -H "
+                     "NODE0_IP:G,NODE1_IP:G -np W trtllm-llmapi-launch trtllm-serve ..., its "
+                     "environment passed to every rank with -x",
+        "pd": "front end: trtllm-serve disaggregated -c disagg_config.yaml "
+              "(tensorrt_llm/llmapi/disagg_utils.py extract_disagg_cfg: hostname, port, "
+              "context_servers and generation_servers with their urls and router.type); "
+              "Dynamo's PrefillRouter picks the decode worker when the prefill returns "
+              "(design note 'Dynamo Disaggregation', Router Orchestration)",
         "memory": "tensorrt_llm/llmapi/llm_args.py KvCacheConfig.free_gpu_memory_fraction "
                   "(default 0.9 of free memory after the model is loaded)",
         "scheduler": "tensorrt_llm/llmapi/llm_args.py CapacitySchedulerPolicy "

@@ -14,6 +14,8 @@ The engines write it differently:
 - TensorRT-LLM: `tensor_parallel_size W` with `enable_attention_dp: true` makes every one of the
   W ranks its own attention group (attention TP 1, D = W; tensorrt_llm/mapping.py Mapping,
   enable_attention_dp, 1.x).
+Each engine's profile states which it is (EngineProfile.tp_flag_is_world, attention_dp_tp1;
+sources["layouts"]).
 
 Pure functions of numbers and specs: no I/O.
 """
@@ -26,12 +28,7 @@ from dataclasses import dataclass
 
 from capplan.catalog.schema import MoeSpec
 from capplan.errors import InputError
-
-ENGINE_NOTATION = {
-    "vllm": "--tensor-parallel-size x --data-parallel-size GPUs",
-    "sglang": "--tp is the world; --enable-dp-attention --dp splits it",
-    "trtllm": "tensor_parallel_size is the world; enable_attention_dp gives attention TP 1",
-}
+from capplan.models.engine import engine_profile
 
 
 def tp_from_engine_notation(engine: str, tp: int, attention_dp: int) -> int:
@@ -40,11 +37,14 @@ def tp_from_engine_notation(engine: str, tp: int, attention_dp: int) -> int:
     vLLM's TP already is the per-rank size. SGLang's and TensorRT-LLM's `--tp` is the world:
     SGLang `--tp 8 --dp 8` is 8 GPUs of attention TP 1; `--tp 16 --dp 4` is 16 GPUs, 4 per
     rank. A `--tp 1` with attention DP D reads as D ranks of one GPU (the same 8 GPUs as
-    `--tp 8 --dp 8`), the only reading of it either engine could launch.
+    `--tp 8 --dp 8`), the only reading of it either engine could launch. The engine's profile
+    says which notation it writes (EngineProfile.tp_flag_is_world) and whether its attention-DP
+    ranks are single GPUs (attention_dp_tp1).
     """
-    if attention_dp <= 1 or engine == "vllm" or tp == 1:
+    prof = engine_profile(engine)
+    if attention_dp <= 1 or not prof.tp_flag_is_world or tp == 1:
         return tp
-    if engine == "trtllm":
+    if prof.attention_dp_tp1:
         if tp != attention_dp:
             raise InputError(
                 f"--tp {tp} --attention-dp {attention_dp}: TensorRT-LLM's enable_attention_dp "
@@ -60,11 +60,11 @@ def tp_from_engine_notation(engine: str, tp: int, attention_dp: int) -> int:
 
 def engine_world(engine: str, tp: int, attention_dp: int) -> dict[str, int]:
     """The sizes an engine's launch flags carry for capplan's (tp per rank, attention_dp):
-    `tp` (its own --tp meaning), `dp`, and `gpus` per pipeline stage."""
+    `tp` (its own --tp meaning: EngineProfile.tp_flag_is_world), `dp`, and `gpus` per pipeline
+    stage."""
     world = tp * attention_dp
-    if engine == "vllm":
-        return {"tp": tp, "dp": attention_dp, "gpus": world}
-    return {"tp": world, "dp": attention_dp, "gpus": world}
+    return {"tp": world if engine_profile(engine).tp_flag_is_world else tp, "dp": attention_dp,
+            "gpus": world}
 
 
 def nodes_spanned(gpus: int, gpus_per_domain: int) -> int:

@@ -13,6 +13,7 @@ import math
 from typing import Any
 
 from capplan.catalog.schema import ModelSpec
+from capplan.models.engine import PROFILES
 from capplan.models.layout import nodes_spanned
 from capplan.models.memory import MemoryReport
 from capplan.plan.bench_cmds import BenchImages, verify_lines
@@ -20,24 +21,24 @@ from capplan.plan.launch import BUILDERS, node_commands, options_from
 
 
 def memory_fractions(mem: MemoryReport) -> dict[str, float]:
-    """Each engine's memory fraction that yields the plan's KV cache (rounded up to 0.001).
+    """Each engine's memory fraction that yields the plan's KV cache (rounded up to 0.001), by
+    the rule its profile's flag follows (MemoryAccounting.fraction_for).
 
     vLLM: (weights + activation peak + non-torch + KV) / total; SGLang --mem-fraction-static:
     (weights + non-torch + KV) / (total - context), activations outside; TensorRT-LLM
     free_gpu_memory_fraction: KV / (memory free after the context, weights, activations,
     runtime and graphs) (capplan.models.engine.MemoryAccounting).
     """
-    total, ctx = mem.total_memory_bytes, mem.context_bytes_per_gpu
-    w, act = mem.weights_bytes_per_gpu, mem.activation_peak_bytes_per_gpu
-    ovh, graphs = mem.runtime_overhead_bytes_per_gpu, mem.cuda_graph_bytes_per_gpu
-    kv = mem.kv_cache_bytes_per_gpu
-    free = max(total - ctx - w - act - ovh - graphs, 1.0)
+    overheads = (mem.runtime_overhead_bytes_per_gpu, mem.cuda_graph_bytes_per_gpu,
+                 mem.context_bytes_per_gpu)
 
     def up(x: float) -> float:
         return min(math.ceil(x * 1000 - 1e-6) / 1000, 1.0)
 
-    return {"vllm": up((w + act + ovh + kv) / total),
-            "sglang": up((w + ovh + kv) / max(total - ctx, 1.0)), "trtllm": up(kv / free)}
+    return {name: up(prof.memory.fraction_for(
+                mem.total_memory_bytes, mem.kv_cache_bytes_per_gpu, mem.weights_bytes_per_gpu,
+                mem.activation_peak_bytes_per_gpu, overheads))
+            for name, prof in PROFILES.items()}
 
 
 def engine_flags(model: ModelSpec, r: dict[str, Any], traffic: Any,
@@ -50,7 +51,7 @@ def engine_flags(model: ModelSpec, r: dict[str, Any], traffic: Any,
     replica wider than a node (`gpus_per_node`, the GPU's NVLink domain) gets one command per
     node, one per text line (capplan.plan.launch.node_commands)."""
     frac = memory_fractions(memory) if memory is not None else {
-        e: r["gpu_memory_utilization"] for e in ("vllm", "sglang", "trtllm")}
+        e: r["gpu_memory_utilization"] for e in PROFILES}
     own_format = model.quantization.format if model.quantization else model.torch_dtype
     world = r["tp"] * r.get("pp", 1) * r.get("attention_dp", 1)
     opts = options_from(r, model.hf_id, own_format, frac,

@@ -219,31 +219,42 @@ def _shell(line: LaunchLine, extra: list[str]) -> str:
 
 
 def node_commands(line: LaunchLine, o: LaunchOptions) -> list[str]:
-    """The commands of one replica that spans o.nodes nodes, "node k: ..." (TensorRT-LLM: one
-    MPI launch from any node). Sources:
-    - SGLang (python/sglang/srt/server_args.py, v0.5): the same command on every node with
-      `--nnodes N --node-rank k --dist-init-addr HEAD:PORT`;
-    - vLLM (docs "Data Parallel Deployment", v0.10): data-parallel ranks spread over nodes,
-      `--data-parallel-size-local L --data-parallel-address HEAD --data-parallel-rpc-port P`,
-      the other nodes `--data-parallel-start-rank k L --headless`; TP or PP wider than a node
-      runs on a Ray cluster (`--distributed-executor-backend ray`, docs "Distributed
-      Inference and Serving");
-    - TensorRT-LLM (docs "trtllm-serve", 1.x): `mpirun -H NODE0_IP:G,NODE1_IP:G -np W
-      trtllm-llmapi-launch trtllm-serve ...`."""
-    n = o.nodes
-    if n <= 1:
+    """The commands of one replica that spans o.nodes nodes, "node k: ..." (one MPI launch
+    "any node: ..."), as its engine's profile launches a replica over hosts
+    (EngineProfile.multinode_launch, sources["multinode"]; NODE_COMMANDS)."""
+    if o.nodes <= 1:
         return [line.command]
-    if line.engine == "sglang":
-        return [f"node {k}: " + _shell(line, ["--nnodes", str(n), "--node-rank", str(k),
-                                              "--dist-init-addr", f"{HEAD}:{DIST_PORT}"])
-                for k in range(n)]
-    if line.engine == "trtllm":  # mpirun carries the environment to every rank (-x)
-        world = o.tp * o.pp * o.attention_dp
-        hosts = ",".join(f"{HEAD if k == 0 else f'NODE{k}_IP'}:{min(o.gpus_per_node, world)}"
-                         for k in range(n))
-        env = "".join(f"-x {k}={shlex.quote(v)} " for k, v in line.env)
-        return [f"any node: mpirun {env}-H {hosts} -np {world} trtllm-llmapi-launch "
-                + replace(line, env=()).command]
+    return NODE_COMMANDS[engine_profile(line.engine).multinode_launch](line, o)
+
+
+def _node_rank_commands(line: LaunchLine, o: LaunchOptions) -> list[str]:
+    """SGLang (python/sglang/srt/server_args.py, v0.5): the same command on every node with
+    `--nnodes N --node-rank k --dist-init-addr HEAD:PORT`."""
+    n = o.nodes
+    return [f"node {k}: " + _shell(line, ["--nnodes", str(n), "--node-rank", str(k),
+                                          "--dist-init-addr", f"{HEAD}:{DIST_PORT}"])
+            for k in range(n)]
+
+
+def _mpirun_commands(line: LaunchLine, o: LaunchOptions) -> list[str]:
+    """TensorRT-LLM (docs "trtllm-serve", 1.x): `mpirun -H NODE0_IP:G,NODE1_IP:G -np W
+    trtllm-llmapi-launch trtllm-serve ...` from any node; mpirun carries the environment to
+    every rank (-x)."""
+    world = o.tp * o.pp * o.attention_dp
+    hosts = ",".join(f"{HEAD if k == 0 else f'NODE{k}_IP'}:{min(o.gpus_per_node, world)}"
+                     for k in range(o.nodes))
+    env = "".join(f"-x {k}={shlex.quote(v)} " for k, v in line.env)
+    return [f"any node: mpirun {env}-H {hosts} -np {world} trtllm-llmapi-launch "
+            + replace(line, env=()).command]
+
+
+def _dp_or_ray_commands(line: LaunchLine, o: LaunchOptions) -> list[str]:
+    """vLLM (docs "Data Parallel Deployment", v0.10): data-parallel ranks spread over nodes,
+    `--data-parallel-size-local L --data-parallel-address HEAD --data-parallel-rpc-port P`,
+    the other nodes `--data-parallel-start-rank k L --headless`; TP or PP wider than a node
+    runs on a Ray cluster (`--distributed-executor-backend ray`, docs "Distributed Inference
+    and Serving")."""
+    n = o.nodes
     if o.attention_dp > 1 and o.tp * o.pp <= o.gpus_per_node:
         local = min(o.attention_dp, max(1, o.gpus_per_node // (o.tp * o.pp)))
         dp = ["--data-parallel-size-local", str(local), "--data-parallel-address", HEAD,
@@ -255,6 +266,12 @@ def node_commands(line: LaunchLine, o: LaunchOptions) -> list[str]:
     return ([f"node 0: ray start --head --port {RAY_PORT} && "
              + _shell(_side_channel_at(line, 0), ["--distributed-executor-backend", "ray"])]
             + [f"node {k}: ray start --address {HEAD}:{RAY_PORT} --block" for k in range(1, n)])
+
+
+NODE_COMMANDS: dict[str, Callable[[LaunchLine, LaunchOptions], list[str]]] = {
+    "node-rank": _node_rank_commands, "mpirun": _mpirun_commands,
+    "dp-or-ray": _dp_or_ray_commands}
+"""The commands of a replica over hosts by EngineProfile.multinode_launch."""
 
 
 def _side_channel_at(line: LaunchLine, k: int) -> LaunchLine:
@@ -269,24 +286,24 @@ def _side_channel_at(line: LaunchLine, k: int) -> LaunchLine:
 
 
 def _parallel(engine: str, o: LaunchOptions) -> list[str]:
-    """TP/PP/DP/EP words. vLLM's --tensor-parallel-size is one attention group's; SGLang's --tp
-    and TensorRT-LLM's --tp_size are the whole tp x dp world, which DP attention splits
-    (models/engine.py sources["layouts"])."""
-    dp, ep = o.attention_dp, o.expert_parallel
+    """TP/PP/DP/EP words, in the engine's own flags (EngineProfile.flag_names). vLLM's
+    --tensor-parallel-size is one attention group's; SGLang's --tp and TensorRT-LLM's --tp_size
+    are the whole tp x dp world, which DP attention splits (EngineProfile.tp_flag_is_world,
+    models/engine.py sources["layouts"]); vLLM's --enable-expert-parallel is EP = tp x dp."""
+    prof, dp, ep = engine_profile(engine), o.attention_dp, o.expert_parallel
+    names = prof.flag_names
     tp = str(engine_world(engine, o.tp, dp)["tp"])  # the notation tests/unit round-trips
-    if engine == "vllm":
-        w = ["--tensor-parallel-size", tp]
-        w += ["--pipeline-parallel-size", str(o.pp)] if o.pp > 1 else []
-        w += ["--data-parallel-size", str(dp)] if dp > 1 else []
-        return w + (["--enable-expert-parallel"] if ep > 1 else [])  # EP = tp x dp
-    if engine == "sglang":
-        w = ["--tp", tp]
-        w += ["--pp-size", str(o.pp)] if o.pp > 1 else []
-        w += ["--enable-dp-attention", "--dp", str(dp)] if dp > 1 else []
-        return w + (["--ep-size", str(ep)] if ep > 1 else [])
-    w = ["--tp_size", tp]
-    w += ["--pp_size", str(o.pp)] if o.pp > 1 else []
-    return w + (["--ep_size", str(ep)] if ep > 1 else [])
+    w = [names["tp"], tp]
+    w += [names["pp"], str(o.pp)] if o.pp > 1 else []
+    w += _sized_flag(names["attention_dp"], dp) if dp > 1 else []
+    return w + (_sized_flag(names["expert_parallel"], ep) if ep > 1 else [])
+
+
+def _sized_flag(words: str, n: int) -> list[str]:
+    """The command-line words of a flag_names entry for size `n` (at its `{n}`); none for an
+    LLM-API options-file line (TensorRT-LLM's attention DP, which `trtllm_line` writes)."""
+    text = words.format(n=n)
+    return text.split() if text.startswith("--") else []
 
 
 def _env(o: LaunchOptions, engine: str) -> tuple[tuple[str, str], ...]:
@@ -393,8 +410,8 @@ def trtllm_line(o: LaunchOptions) -> LaunchLine:
     options: list[str] = []
     if o.kv_dtype == "fp8":
         options += ["kv_cache_config:", "  dtype: fp8"]
-    if o.attention_dp > 1:
-        options += ["enable_attention_dp: true"]
+    if o.attention_dp > 1:  # its flag_names entry is the options-file line
+        options += [_TRTLLM.flag_names["attention_dp"]]
     if "trtllm" in o.deepep:  # DeepEP runs in the WIDEEP MoE backend (fused_moe_wide_ep.py)
         options += ["moe_config:", "  backend: WIDEEP"]
     off = _TRTLLM.option_flags["no-overlap"]  # TorchLlmArgs.disable_overlap_scheduler

@@ -11,12 +11,14 @@ disagg.yaml` in front of context and generation servers; vLLM's NIXL proxy.
 from __future__ import annotations
 
 import re
-from dataclasses import replace
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 from typing import Any
 
 import yaml
 
 from capplan.errors import InputError
+from capplan.models.engine import engine_profile
 from capplan.models.layout import nodes_spanned
 from capplan.plan.deployment import Deployment
 from capplan.plan.launch import (
@@ -198,49 +200,80 @@ def _missing_routers(eng: str, prefill: str, decode: str) -> str:
             "launched; the replay's figures assumed the router asked for" if missing else "")
 
 
+@dataclass(frozen=True)
+class PdFront:
+    """What a P/D front end's line lists: every worker at (host, port), the routers' policies
+    in the front end's own names, where it listens, whether the policies were asked for (else
+    the front end's default line), each prefill worker's bootstrap port (None: the default)."""
+
+    prefill: list[tuple[str, int]]
+    decode: list[tuple[str, int]]
+    policies: tuple[str, str]
+    port: int
+    asked: bool
+    bootstrap: list[int | None]
+
+
 def front_line(engine: str, prefill: list[tuple[str, int]], decode: list[tuple[str, int]],
                routers: tuple[str, str] | None = None, port: int | None = None,
                bootstrap: list[int | None] | None = None) -> str:
     """The router or proxy in front of P/D workers, each at (host, port), every one of them
-    listed: SGLang's router (one --prefill and one --decode URL per worker); TensorRT-LLM's
-    disaggregated server (tensorrt_llm/llmapi/disagg_utils.py extract_disagg_cfg: hostname,
-    port, context_servers and generation_servers with num_instances, urls and router.type;
-    the file's content on the line after `#`); otherwise vLLM's router (`pip install
-    vllm-router`, `--vllm-pd-disaggregation`: prefill with max_tokens=1 and the NIXL
-    kv_transfer_params, then decode on a decoder; one --prefill and one --decode URL per
-    worker, round-robin by default rather than its cache_aware). `routers` (prefill,
-    decode): the front end's policies (round-robin when None); `port`: where it listens
-    (None: `pd_front_port`); `bootstrap`: each prefill worker's bootstrap port, which SGLang's
-    router takes after its URL (None: the default)."""
-    port = pd_front_port(engine) if port is None else port
+    listed: the engine profile's front end (PdServing.front_end, FRONT_END_LINES). `routers`
+    (prefill, decode): the front end's policies (round-robin when None); `port`: where it
+    listens (None: `pd_front_port`); `bootstrap`: each prefill worker's bootstrap port, which
+    SGLang's router takes after its URL (None: the default)."""
     pol = routers or ("round-robin", "round-robin")
     names = _ROUTER_NAMES.get(engine, _ROUTER_NAMES["vllm"])
-    if engine == "sglang":
-        boot = bootstrap or [None] * len(prefill)
-        line = ("python -m sglang_router.launch_router --pd-disaggregation "
-                + " ".join(f"--prefill http://{h}:{q}" + ("" if b is None else f" {b}")
-                           for (h, q), b in zip(prefill, boot, strict=True)) + " "
-                + " ".join(f"--decode http://{h}:{q}" for h, q in decode)
-                + f" --host 0.0.0.0 --port {port}")
-        if routers is not None:
-            line += (f" --prefill-policy {names.get(pol[0], 'round_robin')}"
-                     f" --decode-policy {names.get(pol[1], 'round_robin')}")
-    elif engine == "trtllm":
-        cfg = {"hostname": "0.0.0.0", "port": port, "backend": "pytorch"}
-        for key, urls, r in (("context_servers", prefill, pol[0]),
-                             ("generation_servers", decode, pol[1])):
-            cfg[key] = {"num_instances": len(urls),
-                        "router": {"type": names.get(r, "round_robin")},
-                        "urls": [f"{h}:{q}" for h, q in urls]}
-        line = (f"trtllm-serve disaggregated -c {TRTLLM_DISAGG_FILE}  # {TRTLLM_DISAGG_FILE}: "
-                f"{flow_yaml(cfg, sort_keys=False)}")
-    else:
-        line = ("vllm-router --vllm-pd-disaggregation "
-                + " ".join(f"--prefill http://{h}:{q}" for h, q in prefill) + " "
-                + " ".join(f"--decode http://{h}:{q}" for h, q in decode)
-                + f" --host 0.0.0.0 --port {port}")
-        line += (" --policy round_robin" if routers is None else
-                 f" --prefill-policy {names.get(pol[0], 'round_robin')}"
-                 f" --decode-policy {names.get(pol[1], 'round_robin')}")
-        line += f"  # {VLLM_ROUTER_INSTALL}"
+    front = PdFront(prefill, decode, (names.get(pol[0], "round_robin"),
+                                      names.get(pol[1], "round_robin")),
+                    pd_front_port(engine) if port is None else port, routers is not None,
+                    bootstrap or [None] * len(prefill))
+    line = FRONT_END_LINES[engine_profile(engine).pd.front_end](front)
     return line + (_missing_routers(engine, *pol) if routers is not None else "")
+
+
+def _urls(flag: str, workers: list[tuple[str, int]]) -> str:
+    return " ".join(f"{flag} http://{h}:{q}" for h, q in workers)
+
+
+def _policy_words(f: PdFront) -> str:
+    return f" --prefill-policy {f.policies[0]} --decode-policy {f.policies[1]}"
+
+
+def _sglang_router(f: PdFront) -> str:
+    """SGLang's router: one --prefill URL (and its bootstrap port) and one --decode URL per
+    worker."""
+    line = ("python -m sglang_router.launch_router --pd-disaggregation "
+            + " ".join(f"--prefill http://{h}:{q}" + ("" if b is None else f" {b}")
+                       for (h, q), b in zip(f.prefill, f.bootstrap, strict=True)) + " "
+            + _urls("--decode", f.decode) + f" --host 0.0.0.0 --port {f.port}")
+    return line + (_policy_words(f) if f.asked else "")
+
+
+def _trtllm_disaggregated(f: PdFront) -> str:
+    """TensorRT-LLM's disaggregated server (tensorrt_llm/llmapi/disagg_utils.py
+    extract_disagg_cfg: hostname, port, context_servers and generation_servers with
+    num_instances, urls and router.type; the file's content on the line after `#`)."""
+    cfg: dict[str, Any] = {"hostname": "0.0.0.0", "port": f.port, "backend": "pytorch"}
+    for key, urls, r in (("context_servers", f.prefill, f.policies[0]),
+                         ("generation_servers", f.decode, f.policies[1])):
+        cfg[key] = {"num_instances": len(urls), "router": {"type": r},
+                    "urls": [f"{h}:{q}" for h, q in urls]}
+    return (f"trtllm-serve disaggregated -c {TRTLLM_DISAGG_FILE}  # {TRTLLM_DISAGG_FILE}: "
+            f"{flow_yaml(cfg, sort_keys=False)}")
+
+
+def _vllm_router(f: PdFront) -> str:
+    """vLLM's router (`pip install vllm-router`, `--vllm-pd-disaggregation`: prefill with
+    max_tokens=1 and the NIXL kv_transfer_params, then decode on a decoder; one --prefill and
+    one --decode URL per worker, round-robin by default rather than its cache_aware)."""
+    line = ("vllm-router --vllm-pd-disaggregation " + _urls("--prefill", f.prefill) + " "
+            + _urls("--decode", f.decode) + f" --host 0.0.0.0 --port {f.port}")
+    line += _policy_words(f) if f.asked else " --policy round_robin"
+    return line + f"  # {VLLM_ROUTER_INSTALL}"
+
+
+FRONT_END_LINES: dict[str, Callable[[PdFront], str]] = {
+    "sglang-router": _sglang_router, "trtllm-disaggregated": _trtllm_disaggregated,
+    "vllm-router": _vllm_router}
+"""The line of each P/D front end (PdServing.front_end)."""

@@ -77,7 +77,8 @@ def replay_requests(concurrency: int | None, num_prompts: int | None = None,
 
 def spec_of(layout: PdLayout, sim_engine: str = "auto", seed: int = 0) -> PdReplaySpec:
     """The replay's spec of a layout: its pools, link and routers, the prefill profile's
-    request overhead, the workers' speeds spread over SPEED_SPREAD (seeded). Dynamo's
+    request overhead, the workers' speeds spread over SPEED_SPREAD (seeded). The decode worker
+    is placed when the decode engine's profile says (PdServing.decode_routed_at): Dynamo's
     PrefillRouter places an SGLang request's decode worker with its prefill worker (SGLang's
     prefill runs as a background task), a vLLM or TensorRT-LLM one's when the prefill returns
     (Dynamo design note "Dynamo Disaggregation", Router Orchestration)."""
@@ -86,9 +87,8 @@ def spec_of(layout: PdLayout, sim_engine: str = "auto", seed: int = 0) -> PdRepl
                         decode=layout.decode, decode_workers=layout.decode_workers,
                         link=layout.link, request_overhead_s=overhead, sim_engine=sim_engine,
                         prefill_router=layout.prefill_router,
-                        decode_router=layout.decode_router, decode_routed_at=(
-                            "arrival" if layout.decode.profile.name == "sglang"
-                            else "prefill_done"),
+                        decode_router=layout.decode_router,
+                        decode_routed_at=layout.decode.profile.pd.decode_routed_at,
                         speed_spread=SPEED_SPREAD, seed=seed)
 
 
