@@ -414,17 +414,27 @@ def k8s_objects(plan: dict[str, Any], *, engine: str | None = None,
     """Deployments (or StatefulSets, LeaderWorkerSets), Services and ConfigMaps of the plan's
     pools and front end; a plan of several models runs each model's. Every object's name is
     its own (`Names`). `model_cache_claim`, `rdma_resource`: Site's."""
-    site = Site(model_cache_claim, rdma_resource)
+    return _manifest(plan, engine, Site(model_cache_claim, rdma_resource))[0]
+
+
+def _manifest(plan: dict[str, Any], engine: str | None, site: Site) -> tuple[list[Any], list[Any]]:
+    """`k8s_objects`' objects, a day plan's schedule last (capplan/export/k8s_day.py: each
+    scheduled workload created at its first window's replicas), and the workloads it scales."""
     from capplan.export.csv_export import model_plans
+    from capplan.export.k8s_day import at_first_window, day_target, schedule_objects
 
     names = Names()
     objs: list[dict[str, Any]] = []
+    targets = []
     for sub in model_plans(plan):
         pools = plan_pools(sub, engine, names)
+        target = day_target(sub, pools)
+        pools = at_first_window(pools, target)
         for p in pools:
             objs += _pool_objects(p, site)
         objs += _front_end(sub, pools, names)
-    return objs
+        targets += [target] if target is not None else []
+    return objs + schedule_objects(plan, targets), targets
 
 
 def _pool_objects(p: Pool, site: Site) -> list[dict[str, Any]]:
@@ -550,12 +560,15 @@ class YamlDumper(yaml.SafeDumper):
 
 
 def k8s_text(plan: dict[str, Any]) -> str:
-    """The `.k8s.yaml` export: every object of `k8s_objects`, under a title line."""
+    """The `.k8s.yaml` export: every object of `k8s_objects`, under a title line (and a day
+    plan's schedule lines)."""
     from capplan.export.csv_export import rates_title
+    from capplan.export.k8s_day import schedule_head
 
     site = Site.from_env()
-    objs = k8s_objects(plan, rdma_resource=site.rdma_resource)
+    objs, targets = _manifest(plan, None, site)
     head = f"# capplan: {rates_title(plan)}; kubectl apply -f this file\n{TOKEN_LINE}"
+    head += schedule_head(plan, targets)
     if any("capplan/network" in o["metadata"].get("annotations", {}) for o in objs):
         head += ("# RDMA: pods whose traffic crosses hosts request "
                  f"{site.rdma_resource or 'no RDMA device'} and {IPC_LOCK} (their "

@@ -11,8 +11,11 @@ import pytest
 
 k8s = pytest.importorskip("kubernetes.client", reason="the test extra installs kubernetes")
 
+RBAC = "rbac.authorization.k8s.io/v1"
 MODELS = {("apps/v1", "Deployment"): "V1Deployment", ("v1", "Service"): "V1Service",
-          ("v1", "ConfigMap"): "V1ConfigMap", ("apps/v1", "StatefulSet"): "V1StatefulSet"}
+          ("v1", "ConfigMap"): "V1ConfigMap", ("apps/v1", "StatefulSet"): "V1StatefulSet",
+          ("batch/v1", "CronJob"): "V1CronJob", ("v1", "ServiceAccount"): "V1ServiceAccount",
+          (RBAC, "Role"): "V1Role", (RBAC, "RoleBinding"): "V1RoleBinding"}
 LWS_SPEC = {"replicas", "leaderWorkerTemplate", "startupPolicy", "rolloutStrategy",
             "networkConfig"}
 LWS_TEMPLATE = {"size", "leaderTemplate", "workerTemplate", "restartPolicy", "subGroupPolicy"}
