@@ -152,10 +152,10 @@ def _launch_notes(res: dict[str, Any]) -> list[str]:
     """The layout's launch lines, one per node (`latency` carries them, replayed or not)."""
     if not res.get("launch"):
         return []
-    out = ["launch (one line per host; NODE0_IP, PREFILLi, DECODEj: the address of a "
-           "replica's or worker's first host, PREFILLi_NODEk its k-th host's):"]
+    out = ["launch (one line per host; HOSTn: the address of the layout's host n, localhost "
+           "when it runs on one; each worker pinned to its GPUs there):"]
     for name, lines in res["launch"].items():
-        out += [f"  {name} {line}" for line in lines]
+        out += [f"  {name}: {line}" for line in lines]
     if res.get("bench"):  # a plan file's layout: the whole workload through the front end
         out += step_lines(res)
     return out

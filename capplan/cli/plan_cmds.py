@@ -46,7 +46,9 @@ from capplan.limits import DEFAULT_HEADROOM
 from capplan.models.engine import ENGINES, engine_display_name
 from capplan.plan.alternatives import PLAN_NOTES
 from capplan.plan.bench_cmds import STEP_LABELS, step_lines
+from capplan.plan.flags import launch_text
 from capplan.plan.launch import layout_cell, layout_of, pool_command, sized_for
+from capplan.plan.placement import labelled
 from capplan.plan.result import PlanResult
 from capplan.plan.schema import PlanFile, load_plan, plan_json_schema
 
@@ -79,9 +81,11 @@ JOBS_OPTION = click.option(
 
 
 def _finish(plan: PlanResult, fmt: str, exports: list[Path], plot_dir: str | None) -> None:
-    """Exports and charts (all rendered, then written all or none), then the answer."""
+    """Exports and charts (all rendered, then written all or none), then the answer. An export
+    that refuses the plan (a TensorRT-LLM replica over hosts in Kubernetes manifests) writes
+    nothing: the answer is printed as without the exports, then the refusal is the error."""
     from capplan.cli import ARGS_KEY
-    from capplan.export import export_files, export_kind
+    from capplan.export import export_files
     from capplan.export.atomic import atomic_write_all
     from capplan.export.html import Run
 
@@ -89,13 +93,24 @@ def _finish(plan: PlanResult, fmt: str, exports: list[Path], plot_dir: str | Non
     args = click.get_current_context().meta.get(ARGS_KEY)
     run = Run(None if args is None else shlex.join(["capplan", *args]),
               tuple(str(p) for p in exports))
-    files = [f for path in exports for f in export_files(result, path, run)]
-    if plot_dir:
-        from capplan.export.plots import plan_chart_files
+    try:
+        files = [f for path in exports for f in export_files(result, path, run)]
+        if plot_dir:
+            from capplan.export.plots import plan_chart_files
 
-        files += plan_chart_files(result, plot_dir)
+            files += plan_chart_files(result, plot_dir)
+    except InputError:
+        _answer(result, fmt, [])  # the plan is still the answer
+        raise
     for p in atomic_write_all(files):
         click.echo(f"wrote {p}", err=True)
+    _answer(result, fmt, exports)
+
+
+def _answer(result: dict[str, Any], fmt: str, exports: list[Path]) -> None:
+    """The answer in `fmt`; its verify lines name the JSON export among `exports` (written)."""
+    from capplan.export import export_kind
+
     if fmt == "json":
         emit(to_json(result))
         return
@@ -150,7 +165,8 @@ def day_sections(result: dict[str, Any], fmt: str) -> str:
     several = "models" in result
     rows = [{**r, "model": p["model"]} for p in plans for r in _plan_rows(p)]
     cols = [Column("model", "model")] * several + PLAN_COLUMNS
-    launch = [{"model": p["model"], "engine": engine_display_name(key), "command": flags[key]}
+    launch = [{"model": p["model"], "engine": engine_display_name(key),
+               "command": launch_text(flags, key)}
               for p in plans for flags in [p["recommendations"][0]["engine_flags"]]
               for key in ENGINES if key in flags]
     lcols = [Column("model", "model")] * several + [Column("engine", "engine"),
@@ -196,8 +212,7 @@ def render_disagg(d: dict[str, Any]) -> str:
         texts = ([(f"{label} {role} {i} ({r['hosts']}): ", r["command"])
                   for i, r in enumerate(each[key])] if key in each
                  else [(f"{label} {role}: ", pool_command(line))])
-        for head, text in texts:
-            lines.append(head + text.replace("\n", "\n" + " " * len(head)))  # a line per host
+        lines += [labelled(head, text) for head, text in texts]  # a line per host
     if d.get("bench"):  # the whole workload through the front end
         lines += step_lines(d)
     return "\n".join(lines)
@@ -300,14 +315,14 @@ _LABEL_WIDTH = max(len(engine_display_name(e)) for e in ENGINES) + 2
 
 
 def launch_block(flags: dict[str, str]) -> list[str]:
-    """The launch lines, the files a line reads (indented), the verify steps."""
+    """The launch lines (a fleet of several replicas as it runs on hosts: each replica's, the
+    router's, where each runs), the files a line reads (indented), the verify steps."""
     out = []
     for key in ENGINES:
         if key not in flags:
             continue
         label = f"{engine_display_name(key)}:".ljust(_LABEL_WIDTH)
-        lines = flags[key].split("\n")  # one command per node of a multi-node replica
-        out += [label + lines[0]] + [" " * len(label) + ln for ln in lines[1:]]
+        out += labelled(label, launch_text(flags, key)).split("\n")  # a line per host
         for name, text in flags.items():
             if name.startswith(f"file:{key}:"):
                 flow = yaml.safe_dump(yaml.safe_load(text), default_flow_style=True).strip()
@@ -341,7 +356,8 @@ def _pool_lines(result: dict[str, Any], fmt: str) -> list[str]:
              else "pools:")
     out = ["", title, render_rows(rows, POOL_COLUMNS, fmt)]
     # each lane's lines, every engine's the plan gives (as the HTML and Markdown reports)
-    out += [f"{engine_display_name(key)} ({ln['lane']}): {ln['engine_flags'][key]}"
+    out += [labelled(f"{engine_display_name(key)} ({ln['lane']}): ",
+                     launch_text(ln["engine_flags"], key))
             for ln in lanes for key in ENGINES if (ln.get("engine_flags") or {}).get(key)]
     return out
 

@@ -41,6 +41,7 @@ from capplan.export.layout import (
 from capplan.models.engine import ENGINES, engine_display_name
 from capplan.plan.alternatives import PLAN_NOTES
 from capplan.plan.bench_cmds import STEP_LABELS, reading_plan, verify_call
+from capplan.plan.flags import launch_text
 from capplan.plan.launch import layout_cell, sized_for
 
 Section = Callable[[dict[str, Any]], str]
@@ -326,8 +327,8 @@ def _pools(p: dict[str, Any]) -> str:
     # the recommended pools' own lines (the launch section below gives the shared pool's)
     for ln in ((p.get("pools") or {}).get("separate") or {}).get("lanes") or []:
         flags = ln.get("engine_flags") or {}
-        out += "".join(_cmd(f"lane {ln.get('lane')}: {engine_display_name(key)}", flags[key])
-                       for key in ENGINES if flags.get(key))
+        out += "".join(_cmd(f"lane {ln.get('lane')}: {engine_display_name(key)}",
+                            launch_text(flags, key)) for key in ENGINES if flags.get(key))
     return out
 
 
@@ -380,8 +381,8 @@ def _commands(p: dict[str, Any], run: Run | None = None, model: str | None = Non
         out.append("<p>The lines of one shared pool (rank 1); the recommended pool per "
                    "lane's are in the pools' section above.</p>")
     for key in ENGINES:
-        if flags.get(key):
-            out.append(_cmd(engine_display_name(key), flags[key]))
+        if flags.get(key):  # a fleet of several replicas as it runs on hosts
+            out.append(_cmd(engine_display_name(key), launch_text(flags, key)))
         for name, text in flags.items():
             if name.startswith(f"file:{key}:"):
                 out.append(_cmd(name.split(":", 2)[2], text))

@@ -41,6 +41,7 @@ import yaml
 from capplan.errors import InputError
 from capplan.models.engine import engine_profile
 from capplan.plan.launch import HEAD, KV_HANDSHAKE, pd_front_port, pool_command
+from capplan.plan.placement import one_replica
 
 FRONT_ENDS = ("sglang", "trtllm", "vllm")
 """Engines whose disaggregated front end the export runs, on launch.pd_front_port (as the
@@ -287,8 +288,8 @@ def plan_pools(plan: dict[str, Any], engine: str | None = None,
         out = []
         for role in ("prefill", "decode"):
             line = d["launch"][f"{engine}_{role}"]
-            # its pool's host placeholders (disagg.pool_hosts) as one replica's (NODEk_IP)
-            text = re.sub(rf"\b{role.upper()}_NODE(\d+)_IP\b", r"NODE\1_IP", line)
+            # its first replica's hosts (HOSTn) as one replica's placeholders (NODEk_IP)
+            text = one_replica(line)
             argv, worker, port, nodes = _node_argv(text)
             reps = max(1, int(d[role]["replicas"]))
             out.append(Pool(names.take(model, role), engine, argv, reps,

@@ -32,6 +32,7 @@ from capplan.export.layout import (
 from capplan.models.engine import ENGINES, engine_display_name
 from capplan.plan.alternatives import PLAN_NOTES
 from capplan.plan.bench_cmds import STEP_LABELS
+from capplan.plan.flags import fleet_key, launch_text
 from capplan.plan.launch import sized_for
 
 _ENGINE_TITLES = (*((e, engine_display_name(e)) for e in ENGINES), *STEP_LABELS.items())
@@ -95,7 +96,7 @@ def _pools(plan: dict[str, Any]) -> list[str]:
         for key, flag in (ln.get("engine_flags") or {}).items():
             if key in ENGINES and flag:
                 out += [f"Lane {ln.get('lane')}, {engine_display_name(key)}:", "", "```",
-                        str(flag), "```", ""]
+                        launch_text(ln["engine_flags"], key), "```", ""]
     return out
 
 
@@ -113,9 +114,11 @@ def _commands(plan: dict[str, Any]) -> list[str]:
     lines = [f"## Engine commands (rank {recs[0].get('rank', 1)}: {recs[0]['gpu']})", ""]
     known = [k for k, _ in _ENGINE_TITLES]
     titled = [(k, t) for k, t in _ENGINE_TITLES if flags.get(k)]
-    titled += [(k, k) for k in flags if k not in known and flags.get(k)]
-    for key, title in titled:
-        lines += [f"{title}:", "", "```bash", str(flags[key]).rstrip(), "```", ""]
+    titled += [(k, k) for k in flags
+               if k not in known and flags.get(k) and not k.startswith(fleet_key(""))]
+    for key, title in titled:  # an engine's fleet of several replicas as it runs on hosts
+        text = launch_text(flags, key) if key in ENGINES else flags[key]
+        lines += [f"{title}:", "", "```bash", str(text).rstrip(), "```", ""]
     if recs[0].get("engine"):
         lines += [sized_for(recs[0]).replace("sized for: ", "Sized for ", 1) + ".", ""]
     return lines

@@ -335,6 +335,13 @@ class EngineProfile:
     every rank: TensorRT-LLM's `mpirun ... trtllm-llmapi-launch trtllm-serve`), "dp-or-ray"
     (each host runs its data-parallel ranks, or TP / PP wider than a host on a Ray cluster:
     vLLM)."""
+    replica_router: str
+    """The router in front of an aggregated fleet of several replicas, by the builder that
+    launches it (capplan.plan.placement.REPLICA_FRONT_LINES; sources["replica_router"]):
+    "sglang-router" (`python -m sglang_router.launch_router --worker-urls ...`), "vllm-router"
+    (`vllm-router --worker-urls ...`). TensorRT-LLM has no router of its own over aggregated
+    servers (its `trtllm-serve disaggregated` front end needs context and generation servers),
+    so its fleets take vLLM's, which forwards OpenAI requests to any such server."""
     mla_layer_request_overhead_s: float = 0.0
     """Added to `request_overhead_s` per layer of a model with multi-head latent attention
     (DeepSeek-V2/V3/R1, Kimi-K2): such models show a fixed TTFT 100-200 ms above their prefill
@@ -578,6 +585,7 @@ VLLM_0_11 = EngineProfile(
     expert_parallel_is_world=True,
     tp_flag_is_world=False,
     multinode_launch="dp-or-ray",
+    replica_router="vllm-router",
     pd=PdServing("vllm-router", decode_routed_at="prefill_done",
                  kv_host_env="VLLM_NIXL_SIDE_CHANNEL_HOST"),
     llm_d_chart=True,
@@ -610,6 +618,9 @@ VLLM_0_11 = EngineProfile(
                      "k L --headless; TP or PP wider than a host on a Ray cluster "
                      "(--distributed-executor-backend ray, docs 'Distributed Inference and "
                      "Serving')",
+        "replica_router": "vllm-project/router src/main.rs: regular mode, --worker-urls "
+                          "URL... (num_args 0..), --policy round_robin, --host, --port "
+                          "(default 30000)",
         "pd": "front end: vllm-project/router (pip install vllm-router) "
               "--vllm-pd-disaggregation, the prefill with max_tokens=1, then the decode; "
               "Dynamo's PrefillRouter picks the decode worker when the prefill returns "
@@ -648,6 +659,7 @@ SGLANG = EngineProfile(
     limits_per_dp_group=True,
     tp_flag_is_world=True,
     multinode_launch="node-rank",
+    replica_router="sglang-router",
     pd=PdServing("sglang-router", decode_routed_at="arrival", router_takes_bootstrap_port=True),
     block_sizes=(1, 16, 32, 64, 128),
     request_overhead_s=0.325,
@@ -683,6 +695,9 @@ SGLANG = EngineProfile(
                    "tp_size // dp_size); --ep-size shards experts (moe_tp = tp / ep)",
         "multinode": "python/sglang/srt/server_args.py (v0.5): the same command on every host "
                      "with --nnodes N --node-rank k --dist-init-addr HEAD:PORT",
+        "replica_router": "sgl-router py_src/sglang_router/router_args.py: --worker-urls "
+                          "URL... (nargs *), --policy random|round_robin|cache_aware|"
+                          "power_of_two, --host, --port (default 30000)",
         "pd": "front end: sgl-router, python -m sglang_router.launch_router "
               "--pd-disaggregation --prefill URL [BOOTSTRAP_PORT] --decode URL (docs: PD "
               "Disaggregation), a prefill server's bootstrap on "
@@ -748,6 +763,7 @@ TRTLLM = EngineProfile(
     attention_dp_tp1=True,
     tp_flag_is_world=True,
     multinode_launch="mpirun",
+    replica_router="vllm-router",
     pd=PdServing("trtllm-disaggregated", decode_routed_at="prefill_done"),
     fp8_needs_fp8_cores=("weights", "kv"),
     sources={
@@ -774,6 +790,10 @@ TRTLLM = EngineProfile(
         "multinode": "docs 'trtllm-serve' (1.x): one launch from any host, mpirun -H "
                      "NODE0_IP:G,NODE1_IP:G -np W trtllm-llmapi-launch trtllm-serve ..., its "
                      "environment passed to every rank with -x",
+        "replica_router": "none of its own: trtllm-serve disaggregated "
+                          "(tensorrt_llm/llmapi/disagg_utils.py) fronts context and generation "
+                          "servers only; vllm-project/router src/main.rs lists trtllm among its "
+                          "--backend runtimes and routes it in its regular mode (--worker-urls)",
         "pd": "front end: trtllm-serve disaggregated -c disagg_config.yaml "
               "(tensorrt_llm/llmapi/disagg_utils.py extract_disagg_cfg: hostname, port, "
               "context_servers and generation_servers with their urls and router.type); "

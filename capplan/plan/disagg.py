@@ -5,7 +5,6 @@ docs/disaggregation.md the derivation). The planner only calls `plan_disaggregat
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -15,10 +14,10 @@ from capplan.catalog.loader import Catalog
 from capplan.catalog.schema import ModelSpec
 from capplan.errors import CapplanError
 from capplan.models.disagg import Link, decode_side_prefix, kv_link, kv_transfer_s
-from capplan.models.layout import nodes_spanned
 from capplan.models.queueing import LengthStats, Limits, QueueModel
 from capplan.plan.deployment import Deployment, EngineOptions, resolve_deployment
 from capplan.plan.pd import network_link, role_pool
+from capplan.plan.placement import Placement
 from capplan.plan.search import SearchSpace, Traffic, calibration_of, stack_step_models
 
 _GRID = 48
@@ -334,62 +333,15 @@ routers (SGLang's sglang_router, TensorRT-LLM's disaggregated server, which its 
 router)."""
 
 
-@dataclass(frozen=True)
-class Placement:
-    """Where one replica runs: its host's name, its first GPU there, its port."""
-
-    role: str
-    host: str
-    first_gpu: int
-    port: int
-    kv_port: int | None = None
-    """The port of its KV handshake (launch_multinode.pd_ports, as `port`): vLLM's NIXL side
-    channel, an SGLang prefill server's bootstrap; None where the engine or role listens on
-    none."""
-
-
 def placements(p: DisaggPlan) -> list[Placement]:
-    """Where the launch lines put every replica: the prefill pool's replicas, then the decode
-    pool's, fill hosts of the GPU's `host_gpus` in order; a replica that does not fit what is
-    left of a host starts the next (one wider than a host takes whole hosts), pools of
-    different GPUs never share one. One host is `localhost`, several HOST0, HOST1, ... Its
-    ports: launch_multinode.pd_ports (the k-th replica of a pool on a host on DISAGG_PORTS +
-    k)."""
-    slots: list[tuple[str, int, int]] = []
-    host, used, gpu_key = 0, 0, None
-    for role, pool in (("prefill", p.prefill), ("decode", p.decode)):
-        g, cap = pool.dep.gpus_per_replica, pool.dep.gpu.host_gpus
-        for _ in range(pool.replicas):
-            if used and (used + g > cap or pool.dep.gpu.key != gpu_key):
-                host, used = host + 1, 0
-            slots.append((role, host, used))
-            gpu_key, used = pool.dep.gpu.key, used + g
-            if used >= cap:
-                host, used = host + -(-used // cap), 0
-    hosts = host + (1 if used else 0)
-    from capplan.plan.launch_multinode import pd_ports
+    """Where the launch lines put every replica: the prefill pool's, then the decode pool's,
+    on hosts, GPUs and ports as every launch block places replicas (capplan.plan.placement:
+    one host is `localhost`, several HOST0, HOST1, ...; the k-th replica of a pool on a host
+    on DISAGG_PORTS + k)."""
+    from capplan.plan.launch_multinode import pd_placements
 
-    dep = {"prefill": p.prefill.dep, "decode": p.decode.dep}
-    ports = pd_ports(p.decode.dep.profile.name, [
-        (role, _host_name(h, hosts), dep[role].gpus_per_replica) for role, h, _ in slots])
-    return [Placement(role, _host_name(h, hosts), first, port, kv)
-            for (role, h, first), (port, kv) in zip(slots, ports, strict=True)]
-
-
-def _host_name(i: int, hosts: int) -> str:
-    return "localhost" if hosts == 1 else f"HOST{i}"
-
-
-def _pool_options(d: Deployment, role: str, at: Placement) -> Any:
-    """The launch options of a pool's replica placed `at` (its GPUs, its KV handshake port,
-    advertised at its host when the layout has several and the replica runs on one)."""
-    from capplan.plan.launch_multinode import deployment_options
-
-    o = deployment_options(d, role, at.port, at.first_gpu)
-    if at.kv_port is None:
-        return o
-    host = at.host if at.host != "localhost" and o.nodes == 1 else None
-    return replace(o, kv_handshake=(host, at.kv_port))
+    return pd_placements(p.decode.dep.profile.name, [("prefill", p.prefill.dep, p.prefill.replicas),
+                                                     ("decode", p.decode.dep, p.decode.replicas)])
 
 
 def launch_lines(p: DisaggPlan) -> dict[str, str]:
@@ -400,37 +352,26 @@ def launch_lines(p: DisaggPlan) -> dict[str, str]:
     context and generation servers (a KV cache transceiver each, the context servers without
     overlap) and `trtllm-serve disaggregated` in front, each front end on
     launch.pd_front_port and listing every replica with round-robin placement, as the pools
-    are sized (an even split of the rate); over several hosts, which replica runs where. A
-    file a line reads is on the line after `#` (NAME: its YAML)."""
-    from capplan.plan.launch_multinode import front_line
+    are sized (an even split of the rate); over several hosts, which replica runs where. Every
+    line names hosts as the layout does (HOSTn, or localhost). A file a line reads is on the
+    line after `#` (NAME: its YAML)."""
+    from capplan.plan.launch_multinode import front_line, placed_text
+    from capplan.plan.placement import hosts_line, needs_hosts_line
 
     engine = p.prefill.dep.settings.profile.name
     where = placements(p)
     out = {}
     for role, pool in (("prefill", p.prefill), ("decode", p.decode)):
         first = next(x for x in where if x.role == role)
-        out[f"{engine}_{role}"] = f"{pool.replicas} x: " + _replica_text(pool.dep, role, first)
+        out[f"{engine}_{role}"] = f"{pool.replicas} x: " + placed_text(pool.dep, role, first)
     urls = {role: [(x.host, x.port) for x in where if x.role == role]
             for role in ("prefill", "decode")}
     out[f"{engine}_{FRONT_NAMES.get(engine, 'router')}"] = front_line(
         engine, urls["prefill"], urls["decode"], routers=("round-robin", "round-robin"),
         bootstrap=[x.kv_port for x in where if x.role == "prefill"])
-    if len(where) > 2 or where[-1].host != "localhost":
-        out[f"{engine}_hosts"] = _hosts_line(p, where)
+    if needs_hosts_line(where):
+        out[f"{engine}_hosts"] = hosts_line(where)
     return out
-
-
-def _replica_text(dep: Deployment, role: str, at: Placement) -> str:
-    """The launch text of a pool's replica placed `at`: its engine line, a line per host (a
-    replica over hosts meets at its own first host, each pool's placeholders apart:
-    PREFILL_NODEk_IP, DECODE_NODEk_IP, host k of the replica launched), files after `#`."""
-    from capplan.plan.launch import launch_line, node_commands
-    from capplan.plan.launch_multinode import with_files
-
-    opts = _pool_options(dep, role, at)
-    line = launch_line(dep.settings.profile.name, opts)
-    cmds = [pool_hosts(c, role) for c in node_commands(line, opts)]
-    return "\n".join(with_files(cmds, line))
 
 
 def replica_lines(p: DisaggPlan) -> dict[str, list[dict[str, str]]]:
@@ -438,47 +379,16 @@ def replica_lines(p: DisaggPlan) -> dict[str, list[dict[str, str]]]:
     first and last of several), by `launch`'s key (ENGINE_ROLE), for a pool of more than one
     replica (`launch` gives the first: the others run on the next GPUs, ports and KV handshake
     ports, or the next hosts, as `placements` puts them): what each host runs, as printed."""
+    from capplan.plan.launch_multinode import placed_text
+
     engine = p.prefill.dep.settings.profile.name
     out: dict[str, list[dict[str, str]]] = {}
     for role, pool in (("prefill", p.prefill), ("decode", p.decode)):
         if pool.replicas < 2:
             continue
-        span = nodes_spanned(pool.dep.gpus_per_replica, pool.dep.gpu.host_gpus)
-        out[f"{engine}_{role}"] = [
-            {"hosts": _hosts_of(at.host, span), "command": _replica_text(pool.dep, role, at)}
-            for at in placements(p) if at.role == role]
+        out[f"{engine}_{role}"] = [{"hosts": at.hosts, "command": placed_text(pool.dep, role, at)}
+                                   for at in placements(p) if at.role == role]
     return out
-
-
-def _hosts_of(host: str, span: int) -> str:
-    """A replica's host, or its first and last of `span` hosts (HOST2-HOST3)."""
-    return host if span == 1 else f"{host}-HOST{int(host[4:]) + span - 1}"
-
-
-def pool_hosts(text: str, role: str) -> str:
-    """`text` with a replica's host placeholders (NODEk_IP) as its pool's (ROLE_NODEk_IP)."""
-    return re.sub(r"\bNODE(\d+)_IP\b", rf"{role.upper()}_NODE\1_IP", text)
-
-
-def _hosts_line(p: DisaggPlan, where: list[Placement]) -> str:
-    """Which replica runs where: its host (hosts), GPUs, port and KV handshake port."""
-    counts: dict[str, int] = {}
-    parts = []
-    for x in where:
-        i = counts[x.role] = counts.get(x.role, -1) + 1
-        dep = p.prefill.dep if x.role == "prefill" else p.decode.dep
-        span, per = nodes_spanned(dep.gpus_per_replica, dep.gpu.host_gpus), dep.gpu.host_gpus
-        on = _hosts_of(x.host, span)
-        gpus = (f"GPUs {x.first_gpu}-{x.first_gpu + dep.gpus_per_replica - 1}" if span == 1
-                else f"GPUs 0-{per - 1} of each")
-        kv = "" if x.kv_port is None else f", KV handshake port {x.kv_port}"
-        parts.append(f"{on}: {x.role} {i} ({gpus}, port {x.port}{kv})")
-    spans = [r for r, d in (("prefill", p.prefill.dep), ("decode", p.decode.dep))
-             if d.gpus_per_replica > d.gpu.host_gpus]
-    if spans:  # the lines' placeholders, by which host of its replica a command runs on
-        parts.append(" and ".join(f"{r.upper()}_NODEk_IP" for r in spans)
-                     + ": host k of the replica launched (k from 0)")
-    return "; ".join(parts)
 
 
 def replay_disaggregated(d: DisaggPlan, lanes: list[Any], requests: int,

@@ -18,6 +18,18 @@ from capplan.models.layout import nodes_spanned
 from capplan.models.memory import MemoryReport
 from capplan.plan.bench_cmds import BenchImages, verify_lines
 from capplan.plan.launch import BUILDERS, node_commands, options_from
+from capplan.plan.placement import fleet_port, fleet_text
+
+
+def fleet_key(engine: str) -> str:
+    """The key of an engine's fleet of several replicas in a recommendation's engine flags."""
+    return f"fleet:{engine}"
+
+
+def launch_text(flags: dict[str, str], engine: str) -> str:
+    """What a report prints as an engine's launch: its fleet as it runs on hosts where the
+    plan has several replicas (`fleet_key`), else its one replica's line ("" if none)."""
+    return flags.get(fleet_key(engine)) or flags.get(engine) or ""
 
 
 def memory_fractions(mem: MemoryReport) -> dict[str, float]:
@@ -49,7 +61,11 @@ def engine_flags(model: ModelSpec, r: dict[str, Any], traffic: Any,
     MemoryReport) sets each engine's memory fraction by its own rule, else the planned
     engine's fraction is printed as is. Files a line reads are under "files:<engine>". A
     replica wider than a node (`gpus_per_node`, the GPU's NVLink domain) gets one command per
-    node, one per text line (capplan.plan.launch.node_commands)."""
+    node, one per text line (capplan.plan.launch.node_commands). The engine's key holds one
+    replica's line (the Kubernetes export's, whose device plugin assigns GPUs); a fleet of
+    several replicas is also under "fleet:<engine>" as it runs on hosts
+    (capplan.plan.placement.fleet_text: each replica pinned to its GPUs on its port, the
+    router in front, where each runs), and its verify line sends to its first replica."""
     frac = memory_fractions(memory) if memory is not None else {
         e: r["gpu_memory_utilization"] for e in PROFILES}
     own_format = model.quantization.format if model.quantization else model.torch_dtype
@@ -57,14 +73,17 @@ def engine_flags(model: ModelSpec, r: dict[str, Any], traffic: Any,
     opts = options_from(r, model.hf_id, own_format, frac,
                         priority_scheduling=bool(getattr(traffic, "priority_scheduling", False)),
                         nodes=nodes_spanned(world, gpus_per_node), gpus_per_node=gpus_per_node)
+    replicas = int(r.get("replicas") or 1)
     out: dict[str, str] = {}
     for engine, build in BUILDERS.items():
         line = build(opts)
         out[engine] = "\n".join(node_commands(line, opts))
+        if replicas > 1:  # the fleet as it runs: each replica placed, the router in front
+            out[fleet_key(engine)] = fleet_text(engine, opts, replicas)
         for name, text in line.files.items():
             out[f"file:{engine}:{name}"] = text
     engine = r.get("engine", "vllm")
-    port = opts.port_for(engine)
+    port = fleet_port(engine, opts, replicas)  # one replica's, at its share of the rate
     return {**out, **verify_lines(model.hf_id, r["per_replica_rate_per_s"], engine, port,
                                   getattr(traffic, "slos", None), client,
                                   images=bench_images(model, r, traffic))}

@@ -33,14 +33,20 @@ DEFAULT_PORTS = {"vllm": 8000, "sglang": 30000, "trtllm": 8000}
 DISAGG_PORTS = {"prefill": 8100, "decode": 8200}
 """The HTTP port of a disaggregated pool's first worker on a host (vLLM's disaggregated-serving
 examples use 8100 and 8200); the pool's next worker on that host takes the next free port
-(capplan.plan.launch_multinode.pd_ports). Every P/D launch line (`recommend`'s pools, a fixed
+(capplan.plan.placement.host_ports). Every P/D launch line (`recommend`'s pools, a fixed
 layout's workers), hosts line, router line and Kubernetes manifest takes its workers' ports
 from here, and its front end's from `pd_front_port`."""
+REPLICA_PORT = 8100
+"""The HTTP port of an aggregated fleet's first replica on a host when the fleet runs several
+replicas behind a router (capplan.plan.placement.fleet_text), the next replica on that host on
+the next free port; the router listens on `pd_front_port`. A fleet of one replica listens on
+the engine's default port (DEFAULT_PORTS) itself."""
 
 
 def pd_front_port(engine: str) -> int:
-    """The port of the router or proxy in front of a disaggregated layout: the engine's
-    default (DEFAULT_PORTS), where its own clients and the layout's verify line look."""
+    """The port of the router or proxy in front of a disaggregated layout or of an aggregated
+    fleet's replicas: the engine's default (DEFAULT_PORTS), where its own clients and the
+    layout's verify line look."""
     return DEFAULT_PORTS[engine]
 
 HEALTH_PATH = "/health"

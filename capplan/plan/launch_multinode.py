@@ -3,56 +3,55 @@
 capplan/plan/launch.py's builders (one per engine, their flag sources there) with
 `node_commands` for a worker over hosts (the GPU catalog's `host_gpus`), each engine's memory
 fraction from the planned memory, and the DeepEP words the step model costs
-(`deepep_launch`). P/D front ends: SGLang `python -m sglang_router.launch_router
+(`deepep_launch`). Its workers are placed on hosts, GPUs and ports as `recommend`'s pools are
+(capplan.plan.placement.place). P/D front ends: SGLang `python -m sglang_router.launch_router
 --pd-disaggregation --prefill URL --decode URL`; TensorRT-LLM `trtllm-serve disaggregated -c
-disagg.yaml` in front of context and generation servers; vLLM's NIXL proxy.
+disagg.yaml` in front of context and generation servers; vLLM's router.
 """
 
 from __future__ import annotations
 
-import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
 import yaml
 
-from capplan.errors import InputError
 from capplan.models.engine import engine_profile
 from capplan.models.layout import nodes_spanned
 from capplan.plan.deployment import Deployment
 from capplan.plan.launch import (
     BUILDERS,
-    DISAGG_PORTS,
-    DIST_PORT,
-    DP_RPC_PORT,
-    HEAD,
-    KV_HANDSHAKE,
-    RAY_PORT,
     LaunchOptions,
     deepep_launch,
     launch_line,
     node_commands,
     pd_front_port,
 )
+from capplan.plan.placement import (
+    LOCALHOST,
+    VLLM_ROUTER_INSTALL,
+    Placement,
+    PoolShape,
+    hosts_line,
+    needs_hosts_line,
+    on_hosts,
+    pinned,
+    place,
+)
 from capplan.sim.pd import check_router
 
-MAX_PORT = 65535
 
-
-def deployment_options(dep: Deployment, role: str | None = None, port: int | None = None,
-                       first_gpu: int | None = None) -> LaunchOptions:
+def deployment_options(dep: Deployment, role: str | None = None,
+                       port: int | None = None) -> LaunchOptions:
     """A deployment's launch options: its settings, each engine's memory fraction from its
     planned memory (capplan.plan.flags.memory_fractions), the hosts it spans (the GPU
-    catalog's `host_gpus`), the DeepEP words its step model costs; `first_gpu` pins a
-    one-host worker's GPUs (CUDA_VISIBLE_DEVICES)."""
+    catalog's `host_gpus`), the DeepEP words its step model costs; unpinned (`placed_text`
+    pins a placed replica's GPUs)."""
     from capplan.plan.flags import memory_fractions
 
     s, m = dep.settings, dep.model
     host = dep.gpu.host_gpus
-    nodes = nodes_spanned(dep.gpus_per_replica, host)
-    gpus = (tuple(range(first_gpu, first_gpu + dep.gpus_per_replica))
-            if first_gpu is not None and nodes == 1 else ())
     words, option_lines = dep.profile.option_launch()  # its profile options, as options_from
     return LaunchOptions(
         model_id=dep.served_id or m.hf_id, tp=s.tp, pp=s.pp, attention_dp=s.attention_dp,
@@ -62,64 +61,39 @@ def deployment_options(dep: Deployment, role: str | None = None, port: int | Non
         weight_dtype=s.weight_dtype,
         checkpoint_format=m.quantization.format if m.quantization else m.torch_dtype,
         kv_dtype=s.kv_dtype, port=port, role=role, host_overlap=dep.profile.host_overlap,
-        nodes=nodes, gpus_per_node=host, gpu_ids=gpus, deepep=deepep_launch(s, dep.gpu),
-        extra={dep.profile.name: words} if words else {}, llm_api_options=option_lines)
+        nodes=nodes_spanned(dep.gpus_per_replica, host), gpus_per_node=host,
+        deepep=deepep_launch(s, dep.gpu), extra={dep.profile.name: words} if words else {},
+        llm_api_options=option_lines)
 
 
-def pd_ports(engine: str, workers: list[tuple[str, str, int]]) -> list[tuple[int, int | None]]:
-    """Each disaggregated worker's (HTTP port, KV handshake port), the workers given as (role,
-    host, ranks) in launch order. HTTP: from its role's DISAGG_PORTS up, the k-th worker of a
-    role on a host on the k-th port (8100, 8101, ...). KV handshake (KV_HANDSHAKE; None for a
-    role that listens on none, or an engine without one): from the engine's default up, a
-    host's workers apart by the ranks of those before it (vLLM's side channel takes one port
-    per rank) or by one (SGLang's bootstrap servers). No port is taken twice on a host, nor the
-    front end's (`pd_front_port`) or a rendezvous port (DIST_PORT, DP_RPC_PORT, RAY_PORT): a
-    port already taken moves a worker to the next free one (only a host of hundreds of
-    workers gets there)."""
-    spec = KV_HANDSHAKE.get(engine)
-    reserved = {pd_front_port(engine), DIST_PORT, DP_RPC_PORT, RAY_PORT}
-    used: dict[str, set[int]] = {}
-    cursor: dict[tuple[str, str], int] = {}
-    out: list[tuple[int, int | None]] = []
-    for role, host, ranks in workers:
-        taken = used.setdefault(host, set(reserved))
-        http = _free_ports(taken, cursor.get((host, role), DISAGG_PORTS[role]), 1)
-        cursor[(host, role)] = http + 1
-        kv = None
-        if spec is not None and role in spec[1]:
-            width = ranks if spec[2] else 1
-            kv = _free_ports(taken, cursor.get((host, "kv"), spec[0]), width)
-            cursor[(host, "kv")] = kv + width
-        out.append((http, kv))
-    return out
+def pd_placements(engine: str, pools: Sequence[tuple[str, Deployment, int]]) -> list[Placement]:
+    """Where a P/D layout's replicas run, pools given as (role, deployment, replicas) in
+    launch order (capplan.plan.placement.place: their hosts, GPUs, HTTP and KV handshake
+    ports)."""
+    return place(engine, [PoolShape(role, n, dep.gpus_per_replica, dep.gpu.host_gpus,
+                                    dep.gpu.key) for role, dep, n in pools])
 
 
-def _free_ports(taken: set[int], start: int, width: int) -> int:
-    """The first of `width` consecutive ports from `start` none of which is `taken` (which
-    they join)."""
-    port = start
-    while any(p in taken for p in range(port, port + width)):
-        port += 1
-    if port + width - 1 > MAX_PORT:
-        raise InputError(f"the launch lines need ports past {MAX_PORT} on one host: a layout of "
-                         "this many workers does not fit one host's ports; give fewer workers")
-    taken.update(range(port, port + width))
-    return port
+def placed_text(dep: Deployment, role: str, at: Placement, engine: str | None = None) -> str:
+    """The launch text of a P/D pool's replica placed `at`: its engine line pinned to its GPUs
+    on its port, its KV handshake port (advertised at its host when the layout has several
+    and the replica runs on one), one line per host ("node k: ...", the layout's host names),
+    files after `#`."""
+    eng = engine or dep.settings.profile.name
+    o = pinned(deployment_options(dep, role), at)
+    if at.kv_port is not None:
+        host = at.host if at.host != LOCALHOST and o.nodes == 1 else None
+        o = replace(o, kv_handshake=(host, at.kv_port))
+    line = launch_line(eng, o)
+    return "\n".join(with_files(on_hosts(node_commands(line, o), at), line))
 
 
-def worker_lines(dep: Deployment, engine: str, port: int | None, role: str | None = None,
-                 head: str = HEAD, kv_port: int | None = None) -> list[str]:
-    """One worker's commands, "node k: ..." per host (capplan.plan.launch.node_commands);
-    `head`: the placeholder of the worker's first host's address; `kv_port`: its KV handshake
-    port (`pd_ports`), advertised at `head` when the worker runs on one host."""
-    o = deployment_options(dep, role, port)
-    if kv_port is not None:
-        o = replace(o, kv_handshake=(head if o.nodes == 1 else None, kv_port))
+def worker_lines(dep: Deployment, engine: str, port: int | None) -> list[str]:
+    """One replica's commands, "node k: ..." per host (capplan.plan.launch.node_commands),
+    unplaced: NODEk_IP is its k-th host's address."""
+    o = deployment_options(dep, None, port)
     line = launch_line(engine, o)
-    lines = [x.replace(HEAD, head) for x in node_commands(line, o)]
-    if head != HEAD:  # NODEk_IP (a host's own address: launch._side_channel_at) as its own
-        lines = [re.sub(r"\bNODE(\d+)_IP\b", lambda m: f"{head}_NODE{m.group(1)}", x)
-                 for x in lines]
+    lines = node_commands(line, o)
     if o.nodes == 1:
         lines = [f"node 0: {lines[0]}"]
     return with_files(lines, line)
@@ -148,29 +122,31 @@ def replica_launch(dep: Deployment, port: int | None = None) -> dict[str, list[s
 
 
 def pd_launch(layout: Any, engine: str | None = None) -> dict[str, list[str]]:
-    """Launch lines of a fixed P/D layout (capplan.plan.pd.PdLayout): every worker's commands,
-    then the router/proxy in front, on the ports `recommend`'s lines use (`pd_ports`: prefill
-    workers 8100 + i, decode 8200 + j; the front end on `pd_front_port`)."""
+    """Launch lines of a fixed P/D layout (capplan.plan.pd.PdLayout): every worker's commands
+    placed as `recommend`'s pools are (`pd_placements`: hosts, GPUs pinned with
+    CUDA_VISIBLE_DEVICES, prefill workers on 8100 + i and decode on 8200 + j of their host),
+    then the router/proxy in front (on `pd_front_port`), then which worker runs where
+    ("hosts", where the lines do not say it)."""
     eng = engine or layout.decode.profile.name
-    names = {"trtllm": ("context", "generation")}.get(eng, ("prefill", "decode"))
-    pools = (("prefill", names[0], layout.prefill, layout.prefill_workers),
-             ("decode", names[1], layout.decode, layout.decode_workers))
-    # the workers' hosts are placeholders that may name one machine: their ports all apart
-    ports = iter(pd_ports(eng, [(role, "any", dep.gpus_per_replica)
-                                for role, _, dep, n in pools for _ in range(n)]))
+    names = dict(zip(("prefill", "decode"),
+                     {"trtllm": ("context", "generation")}.get(eng, ("prefill", "decode")),
+                     strict=True))
+    deps = {"prefill": layout.prefill, "decode": layout.decode}
+    where = pd_placements(eng, [("prefill", layout.prefill, layout.prefill_workers),
+                                ("decode", layout.decode, layout.decode_workers)])
     out: dict[str, list[str]] = {}
-    urls: dict[str, list[tuple[str, int]]] = {"prefill": [], "decode": []}
-    boot: list[int | None] = []
-    for role, name, dep, n in pools:
-        for i in range(n):
-            port, kv = next(ports)
-            boot += [kv] if role == "prefill" else []
-            urls[role].append((f"{role.upper()}{i}", port))
-            out[f"{name} worker {i}"] = worker_lines(dep, eng, port, role,
-                                                     f"{role.upper()}{i}", kv)
+    counts: dict[str, int] = {}
+    for at in where:
+        i = counts[at.role] = counts.get(at.role, -1) + 1
+        out[f"{names[at.role]} worker {i}"] = placed_text(deps[at.role], at.role, at,
+                                                          eng).split("\n")
     routers = (check_router(getattr(layout, "prefill_router", "round-robin")),
                check_router(getattr(layout, "decode_router", "round-robin")))
-    out["router"] = [front_line(eng, urls["prefill"], urls["decode"], routers, bootstrap=boot)]
+    urls = {role: [(x.host, x.port) for x in where if x.role == role] for role in deps}
+    out["router"] = [front_line(eng, urls["prefill"], urls["decode"], routers,
+                                bootstrap=[x.kv_port for x in where if x.role == "prefill"])]
+    if needs_hosts_line(where):
+        out["hosts"] = [hosts_line(where)]
     return out
 
 
@@ -184,9 +160,6 @@ def pd_launch(layout: Any, engine: str | None = None) -> dict[str, list[str]]:
 _ROUTER_NAMES = {"sglang": {"round-robin": "round_robin", "random": "random"},
                  "trtllm": {"round-robin": "round_robin", "least-outstanding": "load_balancing"},
                  "vllm": {"round-robin": "round_robin", "random": "random"}}
-VLLM_ROUTER_INSTALL = "pip install vllm-router"
-"""Where vLLM's P/D front end comes from: the vllm-project/router package on PyPI (the NIXL
-proxy of vLLM's tests, toy_proxy_server.py, ships only in a source checkout)."""
 TRTLLM_DISAGG_FILE = "disagg_config.yaml"
 """The file `trtllm-serve disaggregated -c` reads (its content on the line, as a comment)."""
 

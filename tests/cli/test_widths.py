@@ -1,6 +1,7 @@
 """Every command's default table fits 120 columns (issue 15: the demo table was 178 wide).
 
-Launch lines (`vLLM:`, `vLLM (lane):`, `SGLang:`, `verify:`) are exempt: they are commands
+Launch lines (`vLLM:`, `vLLM (lane):`, `SGLang:`, `verify:`, and under a label a fleet's
+further replicas, router and hosts, or a replica's further hosts) are exempt: they are commands
 to copy whole.
 `calibrate` is left out (it runs microbenchmarks or needs a server; its tables are the
 probe's) and `schema` prints JSON.
@@ -8,11 +9,14 @@ probe's) and `schema` prints JSON.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
 
 WIDTH = 120
+LAUNCH_MORE = re.compile(r" +(replica \d+ \(|router: |hosts: |node \d+: |any node: )")
+"""A launch block's line under its label's first one."""
 EXAMPLES = sorted((Path(__file__).parents[2] / "examples").glob("*.yaml"))
 M8 = ("--model", "llama-3.1-8b", "--gpu", "h100-sxm")
 
@@ -39,7 +43,8 @@ def test_default_table_fits_120_columns(run_cli, args):
     res = run_cli(*args)
     assert res.exit_code == 0, (res.stderr, res.exception)
     lines = [ln for ln in res.stdout.splitlines()
-             if not ln.startswith(("vLLM", "SGLang", "TensorRT-LLM", "verify"))]
+             if not ln.startswith(("vLLM", "SGLang", "TensorRT-LLM", "verify"))
+             and not LAUNCH_MORE.match(ln)]
     assert lines, "no output"
     wide = [(len(ln), ln) for ln in lines if len(ln) > WIDTH]
     assert not wide, wide

@@ -13,6 +13,7 @@ import yaml
 from capplan.catalog.loader import load_catalog
 from capplan.export import export_plan
 from capplan.plan.day_run import run_day_plan
+from capplan.plan.flags import launch_text
 from capplan.plan.schema import PlanFile
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "day" / "two-models.yaml"
@@ -59,10 +60,11 @@ def test_llmd_refuses_several_models(run_cli, tmp_path: Path):
 @pytest.mark.parametrize("suffix", [".md", ".html"])
 def test_reports_carry_each_models_launch_line(two, tmp_path: Path, suffix: str):
     text = export_plan(two, tmp_path / f"t{suffix}").read_text()
-    for model in HF:
-        line = _best(two, model)["engine_flags"]["vllm"]
-        assert f"Model: {model}" in text
-        assert (line if suffix == ".md" else line.replace('"', "&quot;")) in text
+    for model in HF:  # each model's fleet as it runs: every replica's line, its router's
+        lines = launch_text(_best(two, model)["engine_flags"], "vllm").split("\n")
+        assert f"Model: {model}" in text and lines[0].startswith("replica 0 (")
+        for line in lines:
+            assert (line if suffix == ".md" else line.replace('"', "&quot;")) in text
 
 
 def test_csv_names_the_model_of_each_row(two, tmp_path: Path):

@@ -300,7 +300,10 @@ def test_day_plan_csv_carries_recommendation_launch_schedule_and_totals(run_cli,
     assert recs[0][:5] == ["#", "GPU", "TP", "replicas", "GPUs"]
     assert recs[1][1:3] == ["h100-sxm", "4"]  # the plan's only candidate
     assert launch[0] == ["engine", "launch command"]
-    assert launch[1][0] == "vLLM" and launch[1][1].startswith("vllm serve ")
+    # the peak's 4 x TP 4 as they run: each replica pinned on its host, the router in front
+    assert launch[1][0] == "vLLM" and launch[1][1].startswith(
+        "replica 0 (HOST0): CUDA_VISIBLE_DEVICES=0,1,2,3 vllm serve ")
+    assert "\nrouter: vllm-router --worker-urls http://HOST0:8100 " in launch[1][1]
     # one column spec: stdout's schedule is the export's, row for row
     exported = _csv_sections((tmp_path / "d.schedule.csv").read_text())[0]
     assert sched == exported and sched[0][:2] == ["start (h)", "end (h)"]
@@ -323,5 +326,6 @@ def test_day_plan_markdown_has_each_section(run_cli, tmp_path: Path):
     heads = [ln for ln in res.stdout.splitlines() if ln.startswith("## ")]
     assert heads == ["## recommendations", "## launch", "## day plan (replicas per window)",
                      "## totals"]
-    assert "| h100-sxm |" in res.stdout and "```sh\nvllm serve " in res.stdout
+    assert "| h100-sxm |" in res.stdout
+    assert "```sh\nreplica 0 (HOST0): CUDA_VISIBLE_DEVICES=0,1,2,3 vllm serve " in res.stdout
     assert "| GPU-hours, autoscaled " in res.stdout

@@ -199,7 +199,7 @@ def test_html_measure_line_names_each_model(run_cli, tmp_path: Path):
     res = run_cli("plan", str(EXAMPLES / "two-models.yaml"), "--export", str(html))
     assert res.exit_code == 0, res.stderr
     text = html.read_text()
-    for model in ("llama-3.1-70b", "qwen2.5-72b"):
-        assert f"capplan verify PLAN.json --model {model} --endpoint http://localhost:8000" \
+    for model in ("llama-3.1-70b", "qwen2.5-72b"):  # each a fleet: its first replica's port
+        assert f"capplan verify PLAN.json --model {model} --endpoint http://localhost:8100" \
             in text
         assert f"--write-dataset capplan-workload-{model}.jsonl" in text

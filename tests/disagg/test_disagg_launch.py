@@ -12,7 +12,7 @@ from capplan.catalog.loader import load_catalog
 from capplan.models.disagg import INTER_NODE
 from capplan.models.engine import EngineSettings
 from capplan.plan.deployment import resolve_deployment
-from capplan.plan.disagg import DisaggPlan, PoolPlan, launch_lines, placements
+from capplan.plan.disagg import DisaggPlan, PoolPlan, launch_lines, placements, replica_lines
 
 
 @pytest.fixture(scope="module")
@@ -65,7 +65,7 @@ def test_one_host_packs_the_pools_side_by_side(catalog) -> None:
     assert "VLLM_NIXL_SIDE_CHANNEL_PORT=5604 " in lines["vllm_decode"]
     assert "VLLM_NIXL_SIDE_CHANNEL_HOST" not in lines["vllm_prefill"]
     assert lines["vllm_hosts"].split("; ")[4] == (
-        "localhost: decode 0 (GPUs 4-4, port 8200, KV handshake port 5604)")
+        "localhost: decode 0 (GPU 4, port 8200, KV handshake port 5604)")
 
 
 def test_servers_sharing_a_host_listen_for_kv_on_ports_apart(catalog) -> None:
@@ -147,8 +147,9 @@ def test_the_disaggregated_verify_drives_the_whole_rate_at_the_front_end(run_cli
 def test_a_vllm_pd_server_over_hosts_advertises_each_hosts_side_channel() -> None:
     # vLLM runs a data-parallel rank's scheduler on the host it sits on, and its NIXL side
     # channel advertises VLLM_NIXL_SIDE_CHANNEL_HOST: each host's line names its own address
-    # (the worker's placeholder on host 0, PREFILL0_NODE1 on host 1), and the two workers'
-    # 16 ranks each take ports 5600-5615 and 5616-5631
+    # (the layout's HOST0 and HOST1 for the prefill worker, HOST2 and HOST3 for the decode
+    # worker, as the router and the hosts line name them), and each worker's 16 ranks take
+    # ports 5600-5615 on its own hosts
     from capplan.api import disaggregated
     from capplan.plan.launch_multinode import pd_launch
 
@@ -161,11 +162,14 @@ def test_a_vllm_pd_server_over_hosts_advertises_each_hosts_side_channel() -> Non
                         prefill=pool, decode=pool, engine="vllm", weight_dtype="fp8",
                         max_model_len=8192)
     lines = pd_launch(lay)
-    for name, head, port in (("prefill worker 0", "PREFILL0", "5600"),
-                             ("decode worker 0", "DECODE0", "5616")):
+    for name, first in (("prefill worker 0", 0), ("decode worker 0", 2)):
         envs = [env(x) for x in lines[name]]
-        assert [e["VLLM_NIXL_SIDE_CHANNEL_HOST"] for e in envs] == [head, f"{head}_NODE1"]
-        assert {e["VLLM_NIXL_SIDE_CHANNEL_PORT"] for e in envs} == {port}
+        assert [e["VLLM_NIXL_SIDE_CHANNEL_HOST"] for e in envs] == [f"HOST{first}",
+                                                                   f"HOST{first + 1}"]
+        assert {e["VLLM_NIXL_SIDE_CHANNEL_PORT"] for e in envs} == {"5600"}
+    assert lines["hosts"] == [
+        "HOST0-HOST1: prefill 0 (GPUs 0-7 of each, port 8100, KV handshake port 5600); "
+        "HOST2-HOST3: decode 0 (GPUs 0-7 of each, port 8200, KV handshake port 5600)"]
 
 
 def test_disaggregated_pools_of_a_moe_model_may_run_attention_dp_and_ep(run_cli) -> None:
@@ -213,19 +217,24 @@ def test_the_sized_layout_wins_only_if_its_replay_meets_the_slos(catalog, run_cl
 
 
 def test_each_pool_over_hosts_meets_at_its_own_first_host(catalog) -> None:
-    # A TP 16 prefill replica (HOST0-HOST1) and TP 16 decode replicas (HOST2-HOST3, ...) each
-    # meet at their own first host: one placeholder for both pools would put the decode
-    # replica into the prefill replica's rendezvous once substituted
+    # A TP 16 prefill replica (HOST0-HOST1) and TP 16 decode replicas (HOST2-HOST3,
+    # HOST4-HOST5) each meet at their own first host, named as the router and the hosts line
+    # name it: one name scheme in the whole output, no placeholder left to work out
     p = _plan(catalog, "llama-3.1-70b", "h100-sxm", "sglang", (16, 16), (1, 2))
-    lines = launch_lines(p)
+    lines, each = launch_lines(p), replica_lines(p)
+    firsts = {"prefill": [0], "decode": [2, 4]}
     for role in ("prefill", "decode"):
-        hosts = lines[f"sglang_{role}"].split("\n")
-        assert len(hosts) == 2
-        assert all(_words(h, "--dist-init-addr") == [f"{role.upper()}_NODE0_IP:5000"]
-                   for h in hosts)
-        assert "NODE0_IP" not in lines[f"sglang_{role}"].replace(f"{role.upper()}_NODE0_IP", "")
-    assert lines["sglang_hosts"].endswith(
-        "PREFILL_NODEk_IP and DECODE_NODEk_IP: host k of the replica launched (k from 0)")
+        texts = ([lines[f"sglang_{role}"]] if role == "prefill"
+                 else [r["command"] for r in each[f"sglang_{role}"]])
+        for text, first in zip(texts, firsts[role], strict=True):
+            hosts = text.split("\n")
+            assert len(hosts) == 2
+            assert all(_words(h, "--dist-init-addr") == [f"HOST{first}:5000"] for h in hosts)
+            assert "NODE" not in text
+    words = shlex.split(lines["sglang_router"])
+    urls = [words[i + 1] for i, w in enumerate(words) if w in ("--prefill", "--decode")]
+    assert urls == ["http://HOST0:8100", "http://HOST2:8200", "http://HOST4:8200"]
+    assert "NODE" not in lines["sglang_hosts"]
 
 
 def test_a_vllm_pd_server_on_ray_advertises_its_head_for_the_kv_handshake(catalog) -> None:
@@ -236,7 +245,8 @@ def test_a_vllm_pd_server_on_ray_advertises_its_head_for_the_kv_handshake(catalo
     for role in ("prefill", "decode"):
         head = launch_lines(p)[f"vllm_{role}"].split("\n")[0]
         assert "--distributed-executor-backend ray" in head
-        assert f"VLLM_NIXL_SIDE_CHANNEL_HOST={role.upper()}_NODE0_IP " in head
+        first = {"prefill": 0, "decode": 2}[role]  # its head: its first host in the layout
+        assert f"VLLM_NIXL_SIDE_CHANNEL_HOST=HOST{first} " in head
 
 
 @pytest.mark.parametrize("engine", ["vllm", "sglang", "trtllm"])

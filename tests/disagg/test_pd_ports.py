@@ -1,7 +1,7 @@
 """One port convention for every disaggregated launch line: `recommend`'s pools, a fixed
 layout's workers (`latency`/`simulate`, a plan's `disaggregated_layout`), their router lines,
 the Kubernetes manifests and the verify lines (capplan.plan.launch.DISAGG_PORTS,
-pd_front_port; capplan.plan.launch_multinode.pd_ports). A user comparing two outputs of one
+pd_front_port; capplan.plan.placement.host_ports). A user comparing two outputs of one
 deployment sees the same ports, and the front end points at the ports the workers listen on."""
 
 from __future__ import annotations
@@ -20,8 +20,9 @@ from capplan.models.engine import EngineSettings
 from capplan.plan.deployment import resolve_deployment
 from capplan.plan.disagg import DisaggPlan, PoolPlan, launch_lines, placements
 from capplan.plan.launch import DIST_PORT, DP_RPC_PORT, KV_HANDSHAKE, RAY_PORT, pd_front_port
-from capplan.plan.launch_multinode import pd_launch, pd_ports
+from capplan.plan.launch_multinode import pd_launch
 from capplan.plan.pd import make_layout
+from capplan.plan.placement import host_ports
 
 
 @pytest.fixture(scope="module")
@@ -81,7 +82,7 @@ def test_a_fixed_layout_listens_where_recommends_lines_do(catalog, engine) -> No
 
 def _sglang_bootstraps(lines: list[str]) -> list[str]:
     return [w[w.index("--disaggregation-bootstrap-port") + 1]
-            for w in (shlex.split(x.split(": ", 1)[1]) for x in lines)
+            for w in (shlex.split(re.sub(r"^node \d+: ", "", x)) for x in lines)
             if "--disaggregation-bootstrap-port" in w]
 
 
@@ -124,7 +125,7 @@ def test_no_port_is_taken_twice_on_a_host(engine, workers) -> None:
     # apart from every other's on its host and from the front end's and rendezvous ports, also
     # past a hundred workers of a role (8100 + 100 is the first decode port) or hundreds of
     # vLLM ranks (5600 + ranks reaches RAY_PORT, 6379)
-    got = pd_ports(engine, workers)
+    got = host_ports(engine, workers)
     spec = KV_HANDSHAKE.get(engine)
     for host in ("h0", "h1"):
         taken = [pd_front_port(engine), DIST_PORT, DP_RPC_PORT, RAY_PORT]
@@ -143,8 +144,8 @@ def test_a_hosts_workers_take_the_next_ports() -> None:
     # vLLM server's side channel past the ranks of those before it on its host, an SGLang
     # prefill server's bootstrap one past the one before; each host starts again
     workers = [("prefill", "a", 2), ("prefill", "a", 2), ("decode", "a", 4), ("prefill", "b", 2)]
-    assert pd_ports("vllm", workers) == [(8100, 5600), (8101, 5602), (8200, 5604), (8100, 5600)]
-    assert pd_ports("sglang", workers) == [(8100, 8998), (8101, 8999), (8200, None),
+    assert host_ports("vllm", workers) == [(8100, 5600), (8101, 5602), (8200, 5604), (8100, 5600)]
+    assert host_ports("sglang", workers) == [(8100, 8998), (8101, 8999), (8200, None),
                                            (8100, 8998)]
-    assert pd_ports("trtllm", workers) == [(8100, None), (8101, None), (8200, None),
+    assert host_ports("trtllm", workers) == [(8100, None), (8101, None), (8200, None),
                                            (8100, None)]

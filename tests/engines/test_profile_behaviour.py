@@ -14,8 +14,15 @@ from capplan.export.k8s import Pool, _bootstrap_port, _kv_env
 from capplan.export.llmd import vllm_only
 from capplan.models.engine import PROFILES, VERSIONS, EngineProfile, MemoryAccounting, PdServing
 from capplan.models.layout import engine_world, tp_from_engine_notation
-from capplan.plan.launch import NODE_COMMANDS, LaunchOptions, launch_line, node_commands
+from capplan.plan.launch import (
+    DEFAULT_PORTS,
+    NODE_COMMANDS,
+    LaunchOptions,
+    launch_line,
+    node_commands,
+)
 from capplan.plan.launch_multinode import FRONT_END_LINES, front_line
+from capplan.plan.placement import REPLICA_FRONT_LINES, replica_front_line
 from capplan.sim.pd import DECODE_ROUTED_AT
 
 ALL = [p for versions in VERSIONS.values() for p in versions]
@@ -75,13 +82,20 @@ def test_trtllm_tp8_with_attention_dp_is_8_gpus_of_attention_tp1() -> None:
 # --- multinode_launch: a replica over hosts ------------------------------------------------
 
 MULTINODE = {"vllm": "dp-or-ray", "sglang": "node-rank", "trtllm": "mpirun"}
+# SGLang's own router and vLLM's; TensorRT-LLM has none over aggregated servers (its
+# disaggregated server fronts context and generation servers), so it takes vLLM's
+REPLICA_ROUTER = {"vllm": "vllm-router", "sglang": "sglang-router", "trtllm": "vllm-router"}
+LAUNCH_FIELDS = {  # field -> (its value per engine, the builders it names, its source key)
+    "multinode_launch": (MULTINODE, NODE_COMMANDS, "multinode"),
+    "replica_router": (REPLICA_ROUTER, REPLICA_FRONT_LINES, "replica_router")}
 
 
+@pytest.mark.parametrize("field", list(LAUNCH_FIELDS))
 @pytest.mark.parametrize("prof", ALL, ids=IDS)
-def test_multinode_launch_per_profile(prof: EngineProfile) -> None:
-    assert prof.multinode_launch == MULTINODE[prof.name]
-    assert prof.multinode_launch in NODE_COMMANDS
-    assert "multinode" in prof.sources
+def test_launch_fields_per_profile(prof: EngineProfile, field: str) -> None:
+    want, builders, source = LAUNCH_FIELDS[field]
+    assert getattr(prof, field) == want[prof.name]
+    assert getattr(prof, field) in builders and source in prof.sources
 
 
 @pytest.mark.parametrize(("engine", "want"), [
@@ -102,6 +116,20 @@ def test_vllm_data_parallel_ranks_over_hosts() -> None:
     cmds = node_commands(launch_line("vllm", o), o)
     assert "--data-parallel-size-local 1" in cmds[0]
     assert "--data-parallel-start-rank 1 --headless" in cmds[1]
+
+
+# --- replica_router: the front end of an aggregated fleet of several replicas --------------
+
+@pytest.mark.parametrize(("engine", "command"), [
+    ("vllm", "vllm-router --worker-urls http://HOST0:8100 http://HOST1:8100 "),
+    ("sglang", "python -m sglang_router.launch_router --worker-urls http://HOST0:8100 "
+               "http://HOST1:8100 "),
+    ("trtllm", "vllm-router --worker-urls http://HOST0:8100 http://HOST1:8100 "),
+])
+def test_replica_front_end_is_the_profiles(engine: str, command: str) -> None:
+    line = replica_front_line(engine, [("HOST0", 8100), ("HOST1", 8100)])
+    assert line.startswith(command)
+    assert line.split("  #")[0].endswith(f"--port {DEFAULT_PORTS[engine]}")
 
 
 # --- pd: the P/D front end, its decode routing, the KV handshake ---------------------------

@@ -17,7 +17,7 @@ import pytest
 import yaml
 
 from capplan.errors import InputError
-from tests.cli._asserts import assert_one_line_error
+from tests.cli._asserts import assert_answer_then_refusal, assert_one_line_error
 
 ROOT = Path(__file__).resolve().parents[2]
 FAST = ["recommend", "--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--tp", "1",
@@ -140,15 +140,19 @@ def test_day_csv_writes_its_schedule_beside(run_cli, tmp_path) -> None:
 
 def test_refusal_found_while_rendering_writes_nothing(run_cli, tmp_path) -> None:
     """A TensorRT-LLM replica over two hosts: its manifests are refused once the plan says so;
-    the JSON asked beside them is not written either (every export is rendered first)."""
+    the JSON asked beside them is not written either (every export is rendered first). The
+    plan is still the answer: printed as without the exports, its mpirun line included, then
+    the refusal."""
     old = tmp_path / "ds.json"
     old.write_text("{}")
     res = run_cli("recommend", "--model", "deepseek-v3", "--gpu", "h100-sxm", "--engine",
                   "trtllm", "--rate", "2", "--verify-top", "0", "--no-disagg",
                   "--export", str(old), "--export", str(tmp_path / "ds.k8s.yaml"),
                   "--export", str(tmp_path / "ds.md"))
-    assert_one_line_error(res, "TensorRT-LLM over several hosts runs under MPI")
+    assert_answer_then_refusal(res, "TensorRT-LLM over several hosts runs under MPI")
     assert _files(tmp_path) == ["ds.json"] and old.read_text() == "{}"
+    assert "TensorRT-LLM: any node: mpirun " in res.stdout
+    assert "capplan verify PLAN.json" in res.stdout and str(old) not in res.stdout
 
 
 def test_same_export_given_twice_is_written_once(run_cli, tmp_path, monkeypatch) -> None:

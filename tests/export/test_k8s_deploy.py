@@ -344,7 +344,7 @@ def test_pods_whose_traffic_crosses_hosts_request_rdma_and_say_why(run_cli,
 
 def test_the_rdma_resource_is_set_from_the_environment(run_cli, tmp_path: Path,
                                                        monkeypatch) -> None:
-    from tests.cli._asserts import assert_one_line_error
+    from tests.cli._asserts import assert_answer_then_refusal
 
     monkeypatch.setenv("CAPPLAN_RDMA_RESOURCE", "rdma/hca_shared_devices_a")
     _pd_plan(run_cli, tmp_path, "--export", str(tmp_path / "a.k8s.yaml"))
@@ -358,7 +358,7 @@ def test_the_rdma_resource_is_set_from_the_environment(run_cli, tmp_path: Path,
     monkeypatch.setenv("CAPPLAN_RDMA_RESOURCE", "two words")
     res = run_cli("recommend", "--model", "llama-3.1-8b", "--rate", "1", "--gpu", "h100-sxm",
                   "--verify-top", "0", "--export", str(tmp_path / "c.k8s.yaml"))
-    assert_one_line_error(res, "CAPPLAN_RDMA_RESOURCE")
+    assert_answer_then_refusal(res, "CAPPLAN_RDMA_RESOURCE")
     assert not (tmp_path / "c.k8s.yaml").exists()
 
 
@@ -433,7 +433,7 @@ def test_llmd_refuses_another_engine_than_vllm_before_any_file_is_written(
 
 def test_llmd_refuses_a_pool_per_lane(run_cli, tmp_path: Path) -> None:
     """A `pools: separate` plan's llm-d values deployed the shared pool, dropping the lanes'."""
-    from tests.cli._asserts import assert_one_line_error
+    from tests.cli._asserts import assert_answer_then_refusal
 
     plan_file = tmp_path / "lanes.yaml"
     plan_file.write_text(yaml.safe_dump({
@@ -446,7 +446,7 @@ def test_llmd_refuses_a_pool_per_lane(run_cli, tmp_path: Path) -> None:
         "pools": "separate"}))
     out = tmp_path / "lanes.llm-d.yaml"
     res = run_cli("plan", str(plan_file), "--no-verify", "--export", str(out))
-    assert_one_line_error(res, "a pool per lane (chat, batch)")
+    assert_answer_then_refusal(res, "a pool per lane (chat, batch)")
     assert ".k8s.yaml" in res.stderr and not out.exists()
 
 
@@ -560,12 +560,12 @@ def test_llmd_runs_tp_over_hosts_on_ray_in_the_charts_group() -> None:
 def test_a_refused_manifest_writes_no_other_export_either(run_cli, tmp_path: Path) -> None:
     """TensorRT-LLM over hosts is refused in `.k8s.yaml` (MPI); the plan's JSON, written
     before it, was left behind beside the error."""
-    from tests.cli._asserts import assert_one_line_error
+    from tests.cli._asserts import assert_answer_then_refusal
 
     files = [tmp_path / "t.json", tmp_path / "t.k8s.yaml"]
     res = run_cli("recommend", "--model", "deepseek-v3", "--gpu", "h100-sxm", "--engine",
                   "trtllm", "--rate", "5", "--input-len", "1000", "--output-len", "200",
                   "--verify-top", "0", "--no-disagg",
                   *[w for f in files for w in ("--export", str(f))])
-    assert_one_line_error(res, "MPI")
+    assert_answer_then_refusal(res, "MPI")
     assert not any(f.exists() for f in files)

@@ -23,6 +23,12 @@ Sources (read, not copied):
   --input-file, --custom-dataset-type, --fixed-schedule, --extra-inputs, --goodput).
 - GuideLLM: vllm-project/guidellm README (`guidellm benchmark --target --model --data
   --rate-type --rate --max-requests`).
+- SGLang's router: sgl-router py_src/sglang_router/router_args.py RouterArgs.add_cli_args
+  (--worker-urls nargs "*", --policy, --pd-disaggregation, --prefill URL [BOOTSTRAP_PORT],
+  --decode URL, --prefill-policy, --decode-policy, --host, --port).
+- vLLM's router: vllm-project/router src/main.rs CliArgs (--worker-urls num_args 0..,
+  --policy, --vllm-pd-disaggregation, --prefill URL [PORT] read before clap, --decode,
+  --prefill-policy, --decode-policy, --host, --port).
 """
 
 from __future__ import annotations
@@ -102,6 +108,16 @@ GUIDELLM = {
     "--target": True, "--model": True, "--data": True, "--rate-type": True, "--rate": True,
     "--max-requests": True,
 }
+SGLANG_ROUTER = {
+    "--worker-urls": "many", "--policy": True, "--pd-disaggregation": False,
+    "--prefill": "many", "--decode": True, "--prefill-policy": True, "--decode-policy": True,
+    "--host": True, "--port": True,
+}
+VLLM_ROUTER = {
+    "--worker-urls": "many", "--policy": True, "--vllm-pd-disaggregation": False,
+    "--prefill": "many", "--decode": True, "--prefill-policy": True, "--decode-policy": True,
+    "--host": True, "--port": True,
+}
 PROGRAMS = {  # command prefix -> (known flags, positional words after the prefix)
     ("vllm", "serve"): (VLLM_SERVE, 1),
     ("python", "-m", "sglang.launch_server"): (SGLANG_SERVE, 0),
@@ -111,6 +127,8 @@ PROGRAMS = {  # command prefix -> (known flags, positional words after the prefi
     ("aiperf", "profile"): (AIPERF, 0),
     ("guidellm", "benchmark"): (GUIDELLM, 0),
     ("capplan", "verify"): ({"--endpoint": True}, 1),
+    ("python", "-m", "sglang_router.launch_router"): (SGLANG_ROUTER, 0),
+    ("vllm-router",): (VLLM_ROUTER, 0),
 }
 
 

@@ -4,6 +4,7 @@ every value checked against the plan that printed it. Nothing is started."""
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 import pytest
@@ -14,6 +15,7 @@ from hypothesis import strategies as st
 from capplan.plan.launch import (
     BUILDERS,
     DEFAULT_PORTS,
+    REPLICA_PORT,
     TRTLLM_OPTIONS_FILE,
     TRTLLM_ROLE_FILES,
     LaunchOptions,
@@ -157,7 +159,14 @@ def test_verify_reaches_the_planned_engine_at_the_planned_lengths(recs, engine, 
     got, _pos, f, _env = parse_line(best["engine_flags"]["bench"])
     assert got == prog
     url = f.get("--base-url") or f.get("--url")
-    assert url == f"http://localhost:{DEFAULT_PORTS[engine]}"
+    # one replica at its share of the rate: the plan's one server on the engine's default
+    # port, or a fleet's first replica on its own port (the router in front spreads the
+    # whole rate over them all)
+    fleet = best["engine_flags"].get(f"fleet:{engine}")
+    port = (DEFAULT_PORTS[engine] if fleet is None else
+            int(re.search(r"--port (\d+)", fleet.split("\n")[0]).group(1)))
+    assert best["replicas"] == 1 or (fleet is not None and port == REPLICA_PORT)
+    assert url == f"http://localhost:{port}"
     if engine == "vllm":  # outputs at the planned length: EOS ignored, each line's own length
         assert "--ignore-eos" in f and f["--custom-output-len"] == "-1"
         assert f["--goodput"] == "ttft:2000"  # the TTFT SLO in ms (vLLM has no TBT goodput)

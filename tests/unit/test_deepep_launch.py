@@ -199,8 +199,8 @@ def test_pd_cli_prints_the_roles_backends(run_cli):
                   "--output-len", "500")
     assert res.exit_code == 0, res.stderr
     out = res.stdout
-    pre = [x for x in out.splitlines() if "prefill worker 0 node" in x]
-    dec = [x for x in out.splitlines() if "decode worker 0 node" in x]
+    pre = [x for x in out.splitlines() if "prefill worker 0: node" in x]
+    dec = [x for x in out.splitlines() if "decode worker 0: node" in x]
     assert len(pre) == 2 and all("--all2all-backend deepep_high_throughput" in x for x in pre)
     assert len(dec) == 2 and all("--all2all-backend deepep_low_latency" in x for x in dec)
 
@@ -228,8 +228,9 @@ def test_recommend_cli_lines_of_a_two_node_world(run_cli):
 
 
 def test_each_pd_worker_over_hosts_meets_at_its_own_first_host():
-    # two decode workers of 16 GPUs over two H100 hosts each: worker j's ranks meet at DECODEj
-    # (the router's address of it), not at another worker's host
+    # two decode workers of 16 GPUs over two H100 hosts each (after the prefill worker's
+    # HOST0-HOST1): worker j's ranks meet at its own first host, HOST2 or HOST4 (the router's
+    # address of it), not at another worker's host
     lay = disaggregated("deepseek-v3", "h100", prefill_workers=1, decode_workers=2,
                         prefill={"tp": 16, "attention_dp": 16, "expert_parallel": 16},
                         decode={"tp": 16, "attention_dp": 16, "expert_parallel": 16},
@@ -237,5 +238,6 @@ def test_each_pd_worker_over_hosts_meets_at_its_own_first_host():
     lines = pd_launch(lay)
     for j in (0, 1):
         dec = lines[f"decode worker {j}"]
-        assert len(dec) == 2 and all(f"--dist-init-addr DECODE{j}:5000" in x for x in dec)
-    assert "--decode http://DECODE1:8201" in lines["router"][0]
+        assert len(dec) == 2 and all(f"--dist-init-addr HOST{2 + 2 * j}:5000" in x
+                                     for x in dec)
+    assert "--decode http://HOST2:8200 --decode http://HOST4:8200" in lines["router"][0]

@@ -1,0 +1,278 @@
+"""Where the replicas of a launch block run: their hosts, GPUs and ports. One implementation for
+every block that launches several replicas: `recommend`'s aggregated fleet (capplan.plan.flags),
+its disaggregated pools (capplan.plan.disagg) and a fixed P/D layout (`latency`, `simulate`, a
+plan's `disaggregated_layout`: capplan.plan.launch_multinode.pd_launch).
+
+Replicas fill hosts of the GPU's `host_gpus` in order, pool after pool (`place`): a replica that
+does not fit what is left of a host starts the next, one wider than a host takes whole hosts,
+pools of different GPUs never share one. One host is `localhost`, several HOST0, HOST1, ...,
+and every command of one output names hosts so: a replica over hosts has its k-th host's
+name where capplan.plan.launch writes NODEk_IP (`on_hosts`). A replica on one host is pinned
+to its GPUs there with CUDA_VISIBLE_DEVICES (`pinned`), as the engines' own examples start
+several servers on one host: TensorRT-LLM's examples/disaggregated/README.md
+(`CUDA_VISIBLE_DEVICES=0 trtllm-serve ... --port 8001`, one per context and generation
+server), SGLang's router README (sgl-project/sglang rust/readme.md, "Launch worker
+instances": `export CUDA_VISIBLE_DEVICES=0` before each worker's `python -m
+sglang.launch_server`); vLLM reads it through torch like any CUDA program. Each replica takes
+its own ports on its host (`host_ports`).
+
+An aggregated fleet of several replicas gets a front end that spreads requests over them
+(`replica_front_line`, by EngineProfile.replica_router), round robin: the even split of the
+rate each replica was sized for. It listens on the engine's default port (launch.pd_front_port),
+where a single replica listens, so clients look in one place whatever the fleet's size.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+
+from capplan.errors import InputError
+from capplan.models.engine import engine_profile
+from capplan.models.layout import nodes_spanned
+from capplan.plan.launch import (
+    DISAGG_PORTS,
+    DIST_PORT,
+    DP_RPC_PORT,
+    KV_HANDSHAKE,
+    RAY_PORT,
+    REPLICA_PORT,
+    LaunchOptions,
+    launch_line,
+    node_commands,
+    pd_front_port,
+)
+
+MAX_PORT = 65535
+LOCALHOST = "localhost"
+
+
+@dataclass(frozen=True)
+class PoolShape:
+    """What placing a pool needs: its role, replicas, GPUs per replica, the GPUs of one of its
+    hosts, and its GPU (pools of different GPUs never share a host)."""
+
+    role: str
+    replicas: int
+    gpus: int
+    host_gpus: int
+    gpu: str = ""
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where one replica runs: its first host's name, its first GPU there, its port."""
+
+    role: str
+    host: str
+    first_gpu: int
+    port: int
+    kv_port: int | None = None
+    """The port of its KV handshake (`host_ports`, as `port`): vLLM's NIXL side channel, an
+    SGLang prefill server's bootstrap; None where the engine or role listens on none."""
+    gpus: int = 1
+    span: int = 1
+    """Hosts it spans (whole hosts when more than one)."""
+    host_gpus: int = 8
+
+    @property
+    def hosts(self) -> str:
+        """Its host, or its first and last of several (HOST2-HOST3)."""
+        if self.span == 1:
+            return self.host
+        return f"{self.host}-HOST{int(self.host[4:]) + self.span - 1}"
+
+    @property
+    def gpu_ids(self) -> tuple[int, ...]:
+        """Its GPUs on its host (CUDA_VISIBLE_DEVICES); none for a replica over hosts, which
+        takes every GPU of each."""
+        return tuple(range(self.first_gpu, self.first_gpu + self.gpus)) if self.span == 1 else ()
+
+    def gpu_text(self) -> str:
+        if self.span > 1:
+            return f"GPUs 0-{self.host_gpus - 1} of each"
+        last = self.first_gpu + self.gpus - 1
+        return f"GPU {last}" if last == self.first_gpu else f"GPUs {self.first_gpu}-{last}"
+
+
+def place(engine: str, pools: Sequence[PoolShape]) -> list[Placement]:
+    """Every replica of `pools` on hosts (see the module docstring), with its ports
+    (`host_ports`) for `engine`."""
+    slots: list[tuple[PoolShape, int, int]] = []
+    host, used, gpu = 0, 0, None
+    for pool in pools:
+        g, cap = pool.gpus, pool.host_gpus
+        for _ in range(pool.replicas):
+            if used and (used + g > cap or pool.gpu != gpu):
+                host, used = host + 1, 0
+            slots.append((pool, host, used))
+            gpu, used = pool.gpu, used + g
+            if used >= cap:
+                host, used = host + -(-used // cap), 0
+    count = host + (1 if used else 0)
+
+    def name(i: int) -> str:
+        return LOCALHOST if count == 1 else f"HOST{i}"
+
+    ports = host_ports(engine, [(p.role, name(h), p.gpus) for p, h, _ in slots])
+    return [Placement(p.role, name(h), first, port, kv, p.gpus,
+                      nodes_spanned(p.gpus, p.host_gpus), p.host_gpus)
+            for (p, h, first), (port, kv) in zip(slots, ports, strict=True)]
+
+
+def host_ports(engine: str, workers: list[tuple[str, str, int]]) -> list[tuple[int, int | None]]:
+    """Each replica's (HTTP port, KV handshake port), the replicas given as (role, host, ranks)
+    in launch order. HTTP: from its role's first port up (DISAGG_PORTS; an aggregated
+    "replica": REPLICA_PORT), the k-th replica of a role on a host on the k-th port (8100,
+    8101, ...). KV handshake (KV_HANDSHAKE; None for a role that listens on none, or an engine
+    without one): from the engine's default up, a host's workers apart by the ranks of those
+    before it (vLLM's side channel takes one port per rank) or by one (SGLang's bootstrap
+    servers). No port is taken twice on a host, nor the front end's (`pd_front_port`) or a
+    rendezvous port (DIST_PORT, DP_RPC_PORT, RAY_PORT): a port already taken moves a replica
+    to the next free one (only a host of hundreds of replicas gets there)."""
+    spec = KV_HANDSHAKE.get(engine)
+    reserved = {pd_front_port(engine), DIST_PORT, DP_RPC_PORT, RAY_PORT}
+    used: dict[str, set[int]] = {}
+    cursor: dict[tuple[str, str], int] = {}
+    out: list[tuple[int, int | None]] = []
+    for role, host, ranks in workers:
+        taken = used.setdefault(host, set(reserved))
+        first = DISAGG_PORTS.get(role, REPLICA_PORT)
+        http = _free_ports(taken, cursor.get((host, role), first), 1)
+        cursor[(host, role)] = http + 1
+        kv = None
+        if spec is not None and role in spec[1]:
+            width = ranks if spec[2] else 1
+            kv = _free_ports(taken, cursor.get((host, "kv"), spec[0]), width)
+            cursor[(host, "kv")] = kv + width
+        out.append((http, kv))
+    return out
+
+
+def _free_ports(taken: set[int], start: int, width: int) -> int:
+    """The first of `width` consecutive ports from `start` none of which is `taken` (which
+    they join)."""
+    port = start
+    while any(p in taken for p in range(port, port + width)):
+        port += 1
+    if port + width - 1 > MAX_PORT:
+        raise InputError(f"the launch lines need ports past {MAX_PORT} on one host: a layout of "
+                         "this many workers does not fit one host's ports; give fewer workers")
+    taken.update(range(port, port + width))
+    return port
+
+
+def pinned(o: LaunchOptions, at: Placement) -> LaunchOptions:
+    """A replica's launch options placed `at`: its port and, on one host, its GPUs."""
+    return replace(o, port=at.port, gpu_ids=at.gpu_ids)
+
+
+_NODE = re.compile(r"\bNODE(\d+)_IP\b")
+_HOST = re.compile(r"\bHOST(\d+)\b")
+
+
+def on_hosts(commands: list[str], at: Placement) -> list[str]:
+    """A replica's commands (capplan.plan.launch.node_commands: NODEk_IP its k-th host's
+    address) with its hosts' names in the layout (HOST{first + k})."""
+    if at.span == 1 or not at.host.startswith("HOST"):
+        return commands
+    first = int(at.host[4:])
+    return [_NODE.sub(lambda m: f"HOST{first + int(m.group(1))}", c) for c in commands]
+
+
+def one_replica(text: str) -> str:
+    """A placed replica's launch text with its hosts as one replica's placeholders (its first
+    host HOSTi as NODE0_IP, HOSTi+k as NODEk_IP): the Kubernetes export's input, where each
+    pod of a group finds the others by its own means."""
+    found = [int(m.group(1)) for m in _HOST.finditer(text)]
+    if not found:
+        return text
+    first = min(found)
+    return _HOST.sub(lambda m: f"NODE{int(m.group(1)) - first}_IP", text)
+
+
+def needs_hosts_line(where: list[Placement]) -> bool:
+    """Whether a launch block says where each replica runs: beyond two replicas, or over
+    several hosts (two on `localhost` say it in their GPUs and ports)."""
+    return len(where) > 2 or where[-1].host != LOCALHOST
+
+
+def hosts_line(where: list[Placement]) -> str:
+    """Which replica runs where: its host (hosts), GPUs, port and KV handshake port."""
+    counts: dict[str, int] = {}
+    parts = []
+    for x in where:
+        i = counts[x.role] = counts.get(x.role, -1) + 1
+        kv = "" if x.kv_port is None else f", KV handshake port {x.kv_port}"
+        parts.append(f"{x.hosts}: {x.role} {i} ({x.gpu_text()}, port {x.port}{kv})")
+    return "; ".join(parts)
+
+
+def labelled(head: str, text: str) -> str:
+    """`text` (one command per line) after `head`, its further lines under its first."""
+    return head + text.replace("\n", "\n" + " " * len(head))
+
+
+def fleet_text(engine: str, o: LaunchOptions, replicas: int) -> str:
+    """An aggregated fleet of `replicas` replicas launched with `o` (one replica's options), as
+    the launch block prints it: each replica's commands ("replica i (HOSTS): ..."), pinned to
+    its GPUs on its own port, then the front end over them ("router: ...") and, where the
+    lines do not say it, which replica runs where ("hosts: ...")."""
+    world = o.tp * o.pp * o.attention_dp
+    where = place(engine, [PoolShape("replica", replicas, world, o.gpus_per_node)])
+    rows = []
+    for i, at in enumerate(where):
+        po = pinned(o, at)
+        cmds = on_hosts(node_commands(launch_line(engine, po), po), at)
+        rows.append(labelled(f"replica {i} ({at.hosts}): ", "\n".join(cmds)))
+    rows.append("router: " + replica_front_line(engine, [(x.host, x.port) for x in where]))
+    if needs_hosts_line(where):
+        rows.append("hosts: " + hosts_line(where))
+    return "\n".join(rows)
+
+
+def fleet_port(engine: str, o: LaunchOptions, replicas: int) -> int:
+    """The port of a fleet's first replica: its own when it runs alone (the engine's default),
+    else its place's (`fleet_text`)."""
+    if replicas <= 1:
+        return o.port_for(engine)
+    world = o.tp * o.pp * o.attention_dp
+    return place(engine, [PoolShape("replica", 1, world, o.gpus_per_node)])[0].port
+
+
+VLLM_ROUTER_INSTALL = "pip install vllm-router"
+"""Where vLLM's router comes from: the vllm-project/router package on PyPI (the NIXL proxy of
+vLLM's tests, toy_proxy_server.py, ships only in a source checkout)."""
+
+
+def _urls(workers: list[tuple[str, int]]) -> str:
+    return " ".join(f"http://{h}:{q}" for h, q in workers)
+
+
+def _sglang_router(workers: list[tuple[str, int]], port: int) -> str:
+    """SGLang's router (sgl-router py_src/sglang_router/router_args.py: --worker-urls takes
+    the worker URLs, nargs="*"; --policy random|round_robin|cache_aware|power_of_two, default
+    cache_aware; --host default 127.0.0.1, --port default 30000)."""
+    return ("python -m sglang_router.launch_router --worker-urls " + _urls(workers)
+            + f" --policy round_robin --host 0.0.0.0 --port {port}")
+
+
+def _vllm_router(workers: list[tuple[str, int]], port: int) -> str:
+    """vLLM's router (vllm-project/router src/main.rs: regular mode `--worker-urls URL...`,
+    num_args 0..; --policy round_robin among random|round_robin|cache_aware|power_of_two|...,
+    default cache_aware; --host default 127.0.0.1, --port default 30000)."""
+    return ("vllm-router --worker-urls " + _urls(workers)
+            + f" --policy round_robin --host 0.0.0.0 --port {port}  # {VLLM_ROUTER_INSTALL}")
+
+
+REPLICA_FRONT_LINES: dict[str, Callable[[list[tuple[str, int]], int], str]] = {
+    "sglang-router": _sglang_router, "vllm-router": _vllm_router}
+"""The line of each aggregated front end (EngineProfile.replica_router)."""
+
+
+def replica_front_line(engine: str, workers: list[tuple[str, int]]) -> str:
+    """The router in front of an aggregated fleet's replicas, each at (host, port), every one
+    listed, round robin, on the engine's default port (`pd_front_port`)."""
+    build = REPLICA_FRONT_LINES[engine_profile(engine).replica_router]
+    return build(workers, pd_front_port(engine))
