@@ -9,7 +9,8 @@ run as. The workload itself starts at the schedule's first window's replicas.
 
 When (`day_minutes`): a window that adds replicas is scaled up one replica start-up ahead of its
 start (the plan's `day.startup.replica_start_s`), rounded down to the minute; a window that
-removes replicas is scaled down at its start (rounded up to the minute). Models on one GPU
+removes replicas is scaled down at its start (rounded up to the minute), or earlier in a shared
+pool (next). Models on one GPU
 type share a pool (as the plan's `gpu_pools`): every change of the pool into a window happens
 together, at the earliest scale-up begin into it, so a model's scale-down there frees its GPUs
 for another model's new replica, and the pool moves from one window's planned GPUs to the
