@@ -294,10 +294,12 @@ def _replay_refusal(out: _Misses, t: Traffic, headroom: float) -> InfeasibleErro
     floor = ""
     if out.floored:
         c = out.floored[0].candidate
-        floor = (f" (at most {floor_replicas(c, t, headroom)} of {out.floored[0].label}: more "
-                 f"would each carry under {NEAR_FLOOR_FRAC:.0%} of the {c.capacity_per_s:.3g} "
-                 "req/s it sustains, near its latency floor; allow_near_floor: true in the "
-                 "plan, or recommend --allow-near-floor, replays more)")
+        floor = (f" (at most {floor_replicas(c, t, headroom)} of {out.floored[0].label}, "
+                 f"whose replica the replay confirms at {c.max_rate_per_s:.3g} req/s, limited "
+                 f"by the {c.binding_constraint}: more would each carry under "
+                 f"{NEAR_FLOOR_FRAC:.0%} of the {c.capacity_per_s:.3g} req/s it sustains, near "
+                 "its latency floor; allow_near_floor: true in the plan, or recommend "
+                 "--allow-near-floor, replays more)")
     if not out.missed:
         return InfeasibleError("no fleet of sensible size meets the SLOs in simulation" + floor
                                + "; loosen the SLOs or lower the rate")
