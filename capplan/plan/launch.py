@@ -280,6 +280,16 @@ NODE_COMMANDS: dict[str, Callable[[LaunchLine, LaunchOptions], list[str]]] = {
 """The commands of a replica over hosts by EngineProfile.multinode_launch."""
 
 
+def node_gpus(engine: str, world: int, gpus_per_node: int, nodes: int) -> list[int]:
+    """The GPUs each of a replica's `nodes` hosts runs, as its commands (`node_commands`) start
+    it: SGLang's `--nnodes` splits the world evenly (world / nnodes a node); mpirun's
+    `-H NODE0_IP:G,... -np W` and vLLM's data-parallel ranks or Ray fill a host before the
+    next."""
+    if engine_profile(engine).multinode_launch == "node-rank":
+        return [world // nodes] * nodes
+    return [min(gpus_per_node, world - k * gpus_per_node) for k in range(nodes)]
+
+
 def _side_channel_at(line: LaunchLine, k: int) -> LaunchLine:
     """A vLLM P/D server's line on host k of its replica: its data-parallel ranks there run
     their own schedulers, whose NIXL side channel advertises VLLM_NIXL_SIDE_CHANNEL_HOST, so
