@@ -35,7 +35,6 @@ from capplan.plan.launch import (
     DISAGG_PORTS,
     DIST_PORT,
     DP_RPC_PORT,
-    KV_HANDSHAKE,
     RAY_PORT,
     REPLICA_PORT,
     LaunchOptions,
@@ -136,14 +135,14 @@ def host_ports(engine: str, workers: list[tuple[str, str, int]], fronts: int = 1
     """Each replica's (HTTP port, KV handshake port), the replicas given as (role, host, ranks)
     in launch order. HTTP: from its role's first port up (DISAGG_PORTS; an aggregated
     "replica": REPLICA_PORT), the k-th replica of a role on a host on the k-th port (8100,
-    8101, ...). KV handshake (KV_HANDSHAKE; None for a role that listens on none, or an engine
-    without one): from the engine's default up, a host's workers apart by the ranks of those
-    before it (vLLM's side channel takes one port per rank) or by one (SGLang's bootstrap
-    servers). No port is taken twice on a host, nor the `fronts` front ends' (`pd_front_port`
-    up, `front_port`) or a rendezvous port (DIST_PORT, DP_RPC_PORT, RAY_PORT): a port
-    already taken moves a replica to the next free one (only a host of hundreds of replicas
-    gets there)."""
-    spec = KV_HANDSHAKE.get(engine)
+    8101, ...). KV handshake (PdServing.kv_handshake; None for a role that listens on none,
+    or an engine without one): from the engine's default up, a host's workers apart by the
+    ranks of those before it (vLLM's side channel takes one port per rank) or by one (SGLang's
+    bootstrap servers). No port is taken twice on a host, nor the `fronts` front ends'
+    (`pd_front_port` up, `front_port`) or a rendezvous port (DIST_PORT, DP_RPC_PORT,
+    RAY_PORT): a port already taken moves a replica to the next free one (only a host of
+    hundreds of replicas gets there)."""
+    spec = engine_profile(engine).pd.kv_handshake
     reserved = {*(front_port(engine, i) for i in range(fronts)), DIST_PORT, DP_RPC_PORT,
                 RAY_PORT}
     used: dict[str, set[int]] = {}
@@ -155,9 +154,9 @@ def host_ports(engine: str, workers: list[tuple[str, str, int]], fronts: int = 1
         http = _free_ports(taken, cursor.get((host, role), first), 1)
         cursor[(host, role)] = http + 1
         kv = None
-        if spec is not None and role in spec[1]:
-            width = ranks if spec[2] else 1
-            kv = _free_ports(taken, cursor.get((host, "kv"), spec[0]), width)
+        if spec is not None and role in spec.roles:
+            width = ranks if spec.per_rank else 1
+            kv = _free_ports(taken, cursor.get((host, "kv"), spec.port), width)
             cursor[(host, "kv")] = kv + width
         out.append((http, kv))
     return out
@@ -290,29 +289,32 @@ VLLM_ROUTER_INSTALL = "pip install vllm-router"
 vLLM's tests, toy_proxy_server.py, ships only in a source checkout)."""
 
 
-def _urls(workers: list[tuple[str, int]]) -> str:
-    return " ".join(f"http://{h}:{q}" for h, q in workers)
+def router_urls(workers: list[tuple[str, int]], flag: str = "") -> str:
+    """The workers at (host, port) as a router lists them, each after `flag` when given."""
+    return " ".join(f"{flag} http://{h}:{q}" if flag else f"http://{h}:{q}" for h, q in workers)
 
 
-def _sglang_router(workers: list[tuple[str, int]], port: int) -> str:
-    """SGLang's router (sgl-router py_src/sglang_router/router_args.py: --worker-urls takes
-    the worker URLs, nargs="*"; --policy random|round_robin|cache_aware|power_of_two, default
-    cache_aware; --host default 127.0.0.1, --port default 30000)."""
-    return ("python -m sglang_router.launch_router --worker-urls " + _urls(workers)
-            + f" --policy round_robin --host 0.0.0.0 --port {port}")
+def sglang_router(args: str, port: int, tail: str = "") -> str:
+    """SGLang's router with `args` (its workers: aggregated `--worker-urls`, or
+    `--pd-disaggregation` with --prefill / --decode URLs), listening on `port`, then `tail`
+    (sgl-router py_src/sglang_router/router_args.py: --worker-urls takes the worker URLs,
+    nargs="*"; --policy random|round_robin|cache_aware|power_of_two, default cache_aware;
+    --host default 127.0.0.1, --port default 30000)."""
+    return f"python -m sglang_router.launch_router {args} --host 0.0.0.0 --port {port}{tail}"
 
 
-def _vllm_router(workers: list[tuple[str, int]], port: int) -> str:
-    """vLLM's router (vllm-project/router src/main.rs: regular mode `--worker-urls URL...`,
-    num_args 0..; --policy round_robin among random|round_robin|cache_aware|power_of_two|...,
-    default cache_aware; --host default 127.0.0.1, --port default 30000)."""
-    return ("vllm-router --worker-urls " + _urls(workers)
-            + f" --policy round_robin --host 0.0.0.0 --port {port}  # {VLLM_ROUTER_INSTALL}")
+def vllm_router(args: str, port: int, tail: str = "") -> str:
+    """vLLM's router with `args` (aggregated `--worker-urls URL...`, or
+    `--vllm-pd-disaggregation` with --prefill / --decode URLs), listening on `port`, then
+    `tail` and where it comes from (vllm-project/router src/main.rs: regular mode
+    `--worker-urls`, num_args 0..; --policy round_robin among random|round_robin|cache_aware|
+    power_of_two|..., default cache_aware; --host default 127.0.0.1, --port default 30000)."""
+    return f"vllm-router {args} --host 0.0.0.0 --port {port}{tail}  # {VLLM_ROUTER_INSTALL}"
 
 
-REPLICA_FRONT_LINES: dict[str, Callable[[list[tuple[str, int]], int], str]] = {
-    "sglang-router": _sglang_router, "vllm-router": _vllm_router}
-"""The line of each aggregated front end (EngineProfile.replica_router)."""
+REPLICA_FRONT_LINES: dict[str, Callable[[str, int], str]] = {
+    "sglang-router": sglang_router, "vllm-router": vllm_router}
+"""The router of each aggregated front end (EngineProfile.replica_router)."""
 
 
 def replica_front_line(engine: str, workers: list[tuple[str, int]], port: int | None = None
@@ -320,4 +322,5 @@ def replica_front_line(engine: str, workers: list[tuple[str, int]], port: int | 
     """The router in front of an aggregated fleet's replicas, each at (host, port), every one
     listed, round robin, on `port` (default: the engine's, `pd_front_port`)."""
     build = REPLICA_FRONT_LINES[engine_profile(engine).replica_router]
-    return build(workers, pd_front_port(engine) if port is None else port)
+    return build(f"--worker-urls {router_urls(workers)} --policy round_robin",
+                 pd_front_port(engine) if port is None else port)

@@ -107,3 +107,27 @@ def test_a_pool_per_lane_is_placed_as_one(run_cli) -> None:
     assert rows["vLLM (interactive)"].endswith("--port 8100")
     assert "replica 0 (localhost): CUDA_VISIBLE_DEVICES=2,3 " in rows["vLLM (batch)"]
     assert rows["vLLM (batch)"].endswith("--port 8101")
+
+
+def test_routers_and_kv_handshakes_have_one_source() -> None:
+    import capplan.plan.launch as launch
+    import capplan.plan.launch_multinode as multinode
+    from capplan.models.engine import KvHandshake, engine_profile
+    from capplan.plan.placement import replica_front_line, sglang_router, vllm_router
+
+    for name in ("_urls", "_sglang_router", "_vllm_router"):
+        assert not hasattr(multinode, name)
+    assert not hasattr(launch, "KV_HANDSHAKE")
+    # vLLM's NIXL side channel 5600 (a port per rank), SGLang's prefill bootstrap 8998
+    assert engine_profile("vllm").pd.kv_handshake == KvHandshake(5600, ("prefill", "decode"),
+                                                                 per_rank=True)
+    assert engine_profile("sglang").pd.kv_handshake == KvHandshake(8998, ("prefill",),
+                                                                   per_rank=False)
+    assert engine_profile("trtllm").pd.kv_handshake is None
+    assert replica_front_line("sglang", [("HOST0", 8100), ("HOST1", 8100)]) == (
+        "python -m sglang_router.launch_router --worker-urls http://HOST0:8100 "
+        "http://HOST1:8100 --policy round_robin --host 0.0.0.0 --port 30000")
+    assert sglang_router("--x", 1) == "python -m sglang_router.launch_router --x --host 0.0.0.0 " \
+                                      "--port 1"
+    assert vllm_router("--x", 2, " --y") == ("vllm-router --x --host 0.0.0.0 --port 2 --y  "
+                                             "# pip install vllm-router")
