@@ -153,7 +153,8 @@ def _launch_notes(res: dict[str, Any]) -> list[str]:
     if not res.get("launch"):
         return []
     out = ["launch (one line per host; HOSTn: the address of the layout's host n, localhost "
-           "when it runs on one; each worker pinned to its GPUs there):"]
+           "when it runs on one; a worker on one host is pinned to its GPUs there, a worker "
+           "over hosts is not pinned and takes the GPUs its hosts line names):"]
     for name, lines in res["launch"].items():
         out += [f"  {name}: {line}" for line in lines]
     if res.get("bench"):  # a plan file's layout: the whole workload through the front end

@@ -40,7 +40,7 @@ import yaml
 
 from capplan.errors import InputError
 from capplan.models.engine import engine_profile
-from capplan.plan.launch import HEAD, KV_HANDSHAKE, pd_front_port, pool_command
+from capplan.plan.launch import HEAD, pd_front_port, pool_command
 from capplan.plan.placement import one_replica
 
 FRONT_ENDS = ("sglang", "trtllm", "vllm")
@@ -499,13 +499,14 @@ def _service(name: str, labels: dict[str, str], selector: dict[str, str], port: 
 def _bootstrap_port(p: Pool) -> int | None:
     """The KV handshake port a SGLang prefill replica's bootstrap server listens on, which its
     router names after the replica's URL (as the plan's router line does): its line's
-    --disaggregation-bootstrap-port, else SGLang's default (launch.KV_HANDSHAKE); None for the
+    --disaggregation-bootstrap-port, else SGLang's default (PdServing.kv_handshake); None for the
     other engines, whose front ends take none (PdServing.router_takes_bootstrap_port)."""
-    if not engine_profile(p.engine).pd.router_takes_bootstrap_port:
+    pd = engine_profile(p.engine).pd
+    if not pd.router_takes_bootstrap_port or pd.kv_handshake is None:
         return None
     words = p.argv
     flag = "--disaggregation-bootstrap-port"
-    return int(words[words.index(flag) + 1]) if flag in words else KV_HANDSHAKE[p.engine][0]
+    return int(words[words.index(flag) + 1]) if flag in words else pd.kv_handshake.port
 
 
 def _front_end(plan: dict[str, Any], pools: list[Pool], names: Names) -> list[dict[str, Any]]:

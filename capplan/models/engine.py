@@ -269,6 +269,22 @@ _KV_RULES: dict[str, Callable[..., KvBudget]] = {
 
 
 @dataclass(frozen=True)
+class KvHandshake:
+    """The KV handshake a disaggregated worker listens on: its default port, the roles that
+    listen, and whether a worker takes one port per rank (tp x pp x dp). vLLM's NixlConnector
+    listens on VLLM_NIXL_SIDE_CHANNEL_PORT (default 5600) offset by its ranks (by DP rank x TP
+    or by TP rank, as releases differ: vllm/distributed/kv_transfer/kv_connector/v1/
+    nixl_connector.py), advertised at VLLM_NIXL_SIDE_CHANNEL_HOST (default localhost), so
+    workers on one host need ports apart and workers on several hosts their host's address;
+    SGLang's prefill server runs a bootstrap server on --disaggregation-bootstrap-port (default
+    8998; server_args.py), which the router names after each prefill URL."""
+
+    port: int
+    roles: tuple[str, ...]
+    per_rank: bool
+
+
+@dataclass(frozen=True)
 class PdServing:
     """How the engine serves a disaggregated (prefill / decode) layout: the front end in front
     of its pools, when that front end places a request on a decode worker, and what the
@@ -292,6 +308,8 @@ class PdServing:
     """The environment variable a P/D worker advertises its KV handshake's address in, which
     the Kubernetes export sets to the pod's own address (vLLM's NixlConnector:
     VLLM_NIXL_SIDE_CHANNEL_HOST, default localhost); None: the engine has none."""
+    kv_handshake: KvHandshake | None = None
+    """The KV handshake its workers listen on (None: none the launch lines set)."""
 
 
 @dataclass(frozen=True)
@@ -587,7 +605,8 @@ VLLM_0_11 = EngineProfile(
     multinode_launch="dp-or-ray",
     replica_router="vllm-router",
     pd=PdServing("vllm-router", decode_routed_at="prefill_done",
-                 kv_host_env="VLLM_NIXL_SIDE_CHANNEL_HOST"),
+                 kv_host_env="VLLM_NIXL_SIDE_CHANNEL_HOST",
+                 kv_handshake=KvHandshake(5600, ("prefill", "decode"), per_rank=True)),
     llm_d_chart=True,
     # One all-to-all backend per engine, no per-step choice (vllm/config/parallel.py
     # ParallelConfig.all2all_backend, default allgather_reducescatter; 0.10-0.13 read it from
@@ -660,7 +679,8 @@ SGLANG = EngineProfile(
     tp_flag_is_world=True,
     multinode_launch="node-rank",
     replica_router="sglang-router",
-    pd=PdServing("sglang-router", decode_routed_at="arrival", router_takes_bootstrap_port=True),
+    pd=PdServing("sglang-router", decode_routed_at="arrival", router_takes_bootstrap_port=True,
+                 kv_handshake=KvHandshake(8998, ("prefill",), per_rank=False)),
     block_sizes=(1, 16, 32, 64, 128),
     request_overhead_s=0.325,
     mla_layer_request_overhead_s=0.5e-3,

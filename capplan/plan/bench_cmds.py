@@ -213,11 +213,13 @@ def bench_command(client: str, *, model_id: str, base_url: str, rate_per_s: floa
     raise ValueError(client)
 
 
-def verify_lines(model_id: str, rate_per_s: float, engine: str, port: int, slos: Any,
+def verify_lines(model_id: str, rate_per_s: float, engine: str, port: int | tuple[str, int],
+                 slos: Any,
                  client: str | None = None, layout: str = "aggregated",
                  images: BenchImages | None = None) -> dict[str, str]:
     """A plan's `bench_dataset` step (`capplan verify --write-dataset`) and `bench` command
-    (the engine's own client, DEFAULT_CLIENT, unless `client`) for one replica at `port`, or,
+    (the engine's own client, DEFAULT_CLIENT, unless `client`) for one replica at `port` (on
+    localhost, or a (host, port)), or,
     with `layout` "disaggregated", for the whole P/D deployment behind its front end, which
     takes the plan's whole rate; SLOs given as an object with their p99s as attributes (a
     Traffic's `slos`; None: none). With `images` the command sends them (image_bench_command)
@@ -225,7 +227,8 @@ def verify_lines(model_id: str, rate_per_s: float, engine: str, port: int, slos:
     client = client or DEFAULT_CLIENT.get(engine, "vllm")
     slo = {k: getattr(slos, k, None) for k in ("ttft_p99_s", "tbt_p99_s", "e2e_p99_s")}
     which = "" if layout == "aggregated" else f" --layout {layout}"
-    bench = bench_command(client, model_id=model_id, base_url=f"http://localhost:{port}",
+    host, port = port if isinstance(port, tuple) else ("localhost", port)
+    bench = bench_command(client, model_id=model_id, base_url=f"http://{host}:{port}",
                           rate_per_s=rate_per_s, slo=slo, images=images)
     return {"bench": bench,
             "bench_dataset": "" if images is not None else

@@ -10,6 +10,7 @@ holds the KV cache the plan counted on, whichever engine it launches.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import Any
 
 from capplan.catalog.schema import ModelSpec
@@ -18,7 +19,7 @@ from capplan.models.layout import nodes_spanned
 from capplan.models.memory import MemoryReport
 from capplan.plan.bench_cmds import BenchImages, verify_lines
 from capplan.plan.launch import BUILDERS, node_commands, options_from
-from capplan.plan.placement import fleet_port, fleet_text
+from capplan.plan.placement import Output, PoolShape, fleet_address, fleet_text
 
 
 def fleet_key(engine: str) -> str:
@@ -55,7 +56,7 @@ def memory_fractions(mem: MemoryReport) -> dict[str, float]:
 
 def engine_flags(model: ModelSpec, r: dict[str, Any], traffic: Any,
                  memory: MemoryReport | None = None, client: str | None = None,
-                 gpus_per_node: int = 8) -> dict[str, str]:
+                 gpus_per_node: int = 8, out: Output | None = None) -> dict[str, str]:
     """Launch lines for every engine (capplan.plan.launch, one builder per engine) and the
     verify command for the planned engine (capplan.plan.bench_cmds); `memory` (the planned
     MemoryReport) sets each engine's memory fraction by its own rule, else the planned
@@ -65,7 +66,8 @@ def engine_flags(model: ModelSpec, r: dict[str, Any], traffic: Any,
     replica's line (the Kubernetes export's, whose device plugin assigns GPUs); a fleet of
     several replicas is also under "fleet:<engine>" as it runs on hosts
     (capplan.plan.placement.fleet_text: each replica pinned to its GPUs on its port, the
-    router in front, where each runs), and its verify line sends to its first replica."""
+    router in front, where each runs), and its verify line sends to its first replica, on its
+    host. `out`: the fleets its output prints beside it, placed as one (`place_together`)."""
     frac = memory_fractions(memory) if memory is not None else {
         e: r["gpu_memory_utilization"] for e in PROFILES}
     own_format = model.quantization.format if model.quantization else model.torch_dtype
@@ -74,17 +76,17 @@ def engine_flags(model: ModelSpec, r: dict[str, Any], traffic: Any,
                         priority_scheduling=bool(getattr(traffic, "priority_scheduling", False)),
                         nodes=nodes_spanned(world, gpus_per_node), gpus_per_node=gpus_per_node)
     replicas = int(r.get("replicas") or 1)
-    out: dict[str, str] = {}
+    flags: dict[str, str] = {}
     for engine, build in BUILDERS.items():
         line = build(opts)
-        out[engine] = "\n".join(node_commands(line, opts))
-        if replicas > 1:  # the fleet as it runs: each replica placed, the router in front
-            out[fleet_key(engine)] = fleet_text(engine, opts, replicas)
+        flags[engine] = "\n".join(node_commands(line, opts))
+        if replicas > 1 or out is not None:  # as it runs: each replica placed, a router
+            flags[fleet_key(engine)] = fleet_text(engine, opts, replicas, out)
         for name, text in line.files.items():
-            out[f"file:{engine}:{name}"] = text
+            flags[f"file:{engine}:{name}"] = text
     engine = r.get("engine", "vllm")
-    port = fleet_port(engine, opts, replicas)  # one replica's, at its share of the rate
-    return {**out, **verify_lines(model.hf_id, r["per_replica_rate_per_s"], engine, port,
+    at = fleet_address(engine, opts, replicas, out)  # one replica's, at its share of the rate
+    return {**flags, **verify_lines(model.hf_id, r["per_replica_rate_per_s"], engine, at,
                                   getattr(traffic, "slos", None), client,
                                   images=bench_images(model, r, traffic))}
 
@@ -104,3 +106,22 @@ def bench_images(model: ModelSpec, r: dict[str, Any], traffic: Any) -> BenchImag
     text = round(float(inp)) - n * image_tokens(h, w, model.vision)
     return BenchImages(count=n, width=w, height=h, text_tokens=max(1, text),
                        output_tokens=max(1, round(float(out))))
+
+
+def fleet_pool(rec: Any) -> PoolShape:
+    """A recommendation's fleet as `place` takes it."""
+    s, gpu = rec.candidate.settings, rec.candidate.gpu
+    return PoolShape("replica", rec.replicas, s.tp * s.pp * s.attention_dp, gpu.host_gpus,
+                     gpu.key)
+
+
+def place_together(recs: Sequence[Any]) -> list[Any]:
+    """Recommendations one output prints side by side (they run at once: several models' day
+    plans, a plan's pool per lane) with their launch lines placed as one: hosts, GPUs, the
+    replicas' ports and the routers' ports continue from one fleet to the next
+    (capplan.plan.placement.Output). One recommendation keeps its own lines; one without
+    `relaunch` (its engine_flags' inputs) is left as it is."""
+    if len(recs) < 2 or any(r.relaunch is None for r in recs):
+        return list(recs)
+    pools = tuple(fleet_pool(r) for r in recs)
+    return [r.with_(engine_flags=r.relaunch(out=Output(pools, i))) for i, r in enumerate(recs)]

@@ -134,7 +134,7 @@ class LaunchOptions:
     role: str | None = None
     """None (aggregated), "prefill" or "decode" (disaggregated pools)."""
     kv_handshake: tuple[str | None, int] | None = None
-    """(host, port) of the KV handshake a disaggregated worker listens on (KV_HANDSHAKE):
+    """(host, port) of the KV handshake a disaggregated worker listens on (PdServing.kv_handshake):
     vLLM's NIXL side channel (VLLM_NIXL_SIDE_CHANNEL_HOST / _PORT; no host: localhost, its
     default), SGLang's prefill bootstrap server (--disaggregation-bootstrap-port); None: the
     engine's default port, for the one worker of a host."""
@@ -280,6 +280,16 @@ NODE_COMMANDS: dict[str, Callable[[LaunchLine, LaunchOptions], list[str]]] = {
 """The commands of a replica over hosts by EngineProfile.multinode_launch."""
 
 
+def node_gpus(engine: str, world: int, gpus_per_node: int, nodes: int) -> list[int]:
+    """The GPUs each of a replica's `nodes` hosts runs, as its commands (`node_commands`) start
+    it: SGLang's `--nnodes` splits the world evenly (world / nnodes a node); mpirun's
+    `-H NODE0_IP:G,... -np W` and vLLM's data-parallel ranks or Ray fill a host before the
+    next."""
+    if engine_profile(engine).multinode_launch == "node-rank":
+        return [world // nodes] * nodes
+    return [min(gpus_per_node, world - k * gpus_per_node) for k in range(nodes)]
+
+
 def _side_channel_at(line: LaunchLine, k: int) -> LaunchLine:
     """A vLLM P/D server's line on host k of its replica: its data-parallel ranks there run
     their own schedulers, whose NIXL side channel advertises VLLM_NIXL_SIDE_CHANNEL_HOST, so
@@ -329,15 +339,6 @@ def _frac(o: LaunchOptions, engine: str) -> str:
 _TRTLLM = engine_profile("trtllm")
 """TensorRT-LLM's profile: the option lines its line writes (option_flags), its scheduler."""
 _NIXL_BOTH = '{"kv_connector":"NixlConnector","kv_role":"kv_both"}'
-KV_HANDSHAKE = {"vllm": (5600, ("prefill", "decode"), True), "sglang": (8998, ("prefill",), False)}
-"""Per engine: the default port of the KV handshake a disaggregated worker listens on, the
-roles that listen, and whether a worker takes one port per rank (tp x pp x dp). vLLM's
-NixlConnector listens on VLLM_NIXL_SIDE_CHANNEL_PORT (default 5600) offset by its ranks (by DP
-rank x TP or by TP rank, as releases differ: vllm/distributed/kv_transfer/kv_connector/v1/
-nixl_connector.py), advertised at VLLM_NIXL_SIDE_CHANNEL_HOST (default localhost), so workers
-on one host need ports apart and workers on several hosts their host's address; SGLang's
-prefill server runs a bootstrap server on --disaggregation-bootstrap-port (default 8998;
-server_args.py), which the router names after each prefill URL."""
 
 
 def vllm_line(o: LaunchOptions) -> LaunchLine:

@@ -30,7 +30,6 @@ from capplan.plan.launch import (
 )
 from capplan.plan.placement import (
     LOCALHOST,
-    VLLM_ROUTER_INSTALL,
     Placement,
     PoolShape,
     hosts_line,
@@ -38,6 +37,9 @@ from capplan.plan.placement import (
     on_hosts,
     pinned,
     place,
+    router_urls,
+    sglang_router,
+    vllm_router,
 )
 from capplan.sim.pd import check_router
 
@@ -205,22 +207,17 @@ def front_line(engine: str, prefill: list[tuple[str, int]], decode: list[tuple[s
     return line + (_missing_routers(engine, *pol) if routers is not None else "")
 
 
-def _urls(flag: str, workers: list[tuple[str, int]]) -> str:
-    return " ".join(f"{flag} http://{h}:{q}" for h, q in workers)
-
-
 def _policy_words(f: PdFront) -> str:
     return f" --prefill-policy {f.policies[0]} --decode-policy {f.policies[1]}"
 
 
-def _sglang_router(f: PdFront) -> str:
-    """SGLang's router: one --prefill URL (and its bootstrap port) and one --decode URL per
-    worker."""
-    line = ("python -m sglang_router.launch_router --pd-disaggregation "
-            + " ".join(f"--prefill http://{h}:{q}" + ("" if b is None else f" {b}")
-                       for (h, q), b in zip(f.prefill, f.bootstrap, strict=True)) + " "
-            + _urls("--decode", f.decode) + f" --host 0.0.0.0 --port {f.port}")
-    return line + (_policy_words(f) if f.asked else "")
+def _sglang_pd_router(f: PdFront) -> str:
+    """SGLang's router (placement.sglang_router): one --prefill URL (and its bootstrap port)
+    and one --decode URL per worker."""
+    prefill = " ".join(f"--prefill http://{h}:{q}" + ("" if b is None else f" {b}")
+                       for (h, q), b in zip(f.prefill, f.bootstrap, strict=True))
+    return sglang_router(f"--pd-disaggregation {prefill} {router_urls(f.decode, '--decode')}",
+                         f.port, _policy_words(f) if f.asked else "")
 
 
 def _trtllm_disaggregated(f: PdFront) -> str:
@@ -236,17 +233,16 @@ def _trtllm_disaggregated(f: PdFront) -> str:
             f"{flow_yaml(cfg, sort_keys=False)}")
 
 
-def _vllm_router(f: PdFront) -> str:
-    """vLLM's router (`pip install vllm-router`, `--vllm-pd-disaggregation`: prefill with
+def _vllm_pd_router(f: PdFront) -> str:
+    """vLLM's router (placement.vllm_router, `--vllm-pd-disaggregation`: prefill with
     max_tokens=1 and the NIXL kv_transfer_params, then decode on a decoder; one --prefill and
     one --decode URL per worker, round-robin by default rather than its cache_aware)."""
-    line = ("vllm-router --vllm-pd-disaggregation " + _urls("--prefill", f.prefill) + " "
-            + _urls("--decode", f.decode) + f" --host 0.0.0.0 --port {f.port}")
-    line += _policy_words(f) if f.asked else " --policy round_robin"
-    return line + f"  # {VLLM_ROUTER_INSTALL}"
+    return vllm_router(f"--vllm-pd-disaggregation {router_urls(f.prefill, '--prefill')} "
+                       f"{router_urls(f.decode, '--decode')}", f.port,
+                       _policy_words(f) if f.asked else " --policy round_robin")
 
 
 FRONT_END_LINES: dict[str, Callable[[PdFront], str]] = {
-    "sglang-router": _sglang_router, "trtllm-disaggregated": _trtllm_disaggregated,
-    "vllm-router": _vllm_router}
+    "sglang-router": _sglang_pd_router, "trtllm-disaggregated": _trtllm_disaggregated,
+    "vllm-router": _vllm_pd_router}
 """The line of each P/D front end (PdServing.front_end)."""

@@ -35,12 +35,12 @@ from capplan.plan.launch import (
     DISAGG_PORTS,
     DIST_PORT,
     DP_RPC_PORT,
-    KV_HANDSHAKE,
     RAY_PORT,
     REPLICA_PORT,
     LaunchOptions,
     launch_line,
     node_commands,
+    node_gpus,
     pd_front_port,
 )
 
@@ -75,6 +75,9 @@ class Placement:
     span: int = 1
     """Hosts it spans (whole hosts when more than one)."""
     host_gpus: int = 8
+    per_host: tuple[int, ...] = ()
+    """The GPUs each of its hosts runs, as its commands start it (launch.node_gpus); empty:
+    every GPU of each."""
 
     @property
     def hosts(self) -> str:
@@ -91,14 +94,19 @@ class Placement:
 
     def gpu_text(self) -> str:
         if self.span > 1:
-            return f"GPUs 0-{self.host_gpus - 1} of each"
+            counts = self.per_host or (self.host_gpus,) * self.span
+            if len(set(counts)) == 1:
+                return f"GPUs 0-{counts[0] - 1} of each"
+            first = int(self.host[4:])
+            return "GPUs " + ", ".join(f"0-{n - 1} of HOST{first + k}"
+                                       for k, n in enumerate(counts))
         last = self.first_gpu + self.gpus - 1
         return f"GPU {last}" if last == self.first_gpu else f"GPUs {self.first_gpu}-{last}"
 
 
-def place(engine: str, pools: Sequence[PoolShape]) -> list[Placement]:
+def place(engine: str, pools: Sequence[PoolShape], fronts: int = 1) -> list[Placement]:
     """Every replica of `pools` on hosts (see the module docstring), with its ports
-    (`host_ports`) for `engine`."""
+    (`host_ports`, `fronts` front ends' ports kept free) for `engine`."""
     slots: list[tuple[PoolShape, int, int]] = []
     host, used, gpu = 0, 0, None
     for pool in pools:
@@ -115,24 +123,28 @@ def place(engine: str, pools: Sequence[PoolShape]) -> list[Placement]:
     def name(i: int) -> str:
         return LOCALHOST if count == 1 else f"HOST{i}"
 
-    ports = host_ports(engine, [(p.role, name(h), p.gpus) for p, h, _ in slots])
-    return [Placement(p.role, name(h), first, port, kv, p.gpus,
-                      nodes_spanned(p.gpus, p.host_gpus), p.host_gpus)
-            for (p, h, first), (port, kv) in zip(slots, ports, strict=True)]
+    ports = host_ports(engine, [(p.role, name(h), p.gpus) for p, h, _ in slots], fronts)
+    return [Placement(p.role, name(h), first, port, kv, p.gpus, span, p.host_gpus,
+                      tuple(node_gpus(engine, p.gpus, p.host_gpus, span)) if span > 1 else ())
+            for (p, h, first), (port, kv) in zip(slots, ports, strict=True)
+            for span in [nodes_spanned(p.gpus, p.host_gpus)]]
 
 
-def host_ports(engine: str, workers: list[tuple[str, str, int]]) -> list[tuple[int, int | None]]:
+def host_ports(engine: str, workers: list[tuple[str, str, int]], fronts: int = 1
+               ) -> list[tuple[int, int | None]]:
     """Each replica's (HTTP port, KV handshake port), the replicas given as (role, host, ranks)
     in launch order. HTTP: from its role's first port up (DISAGG_PORTS; an aggregated
     "replica": REPLICA_PORT), the k-th replica of a role on a host on the k-th port (8100,
-    8101, ...). KV handshake (KV_HANDSHAKE; None for a role that listens on none, or an engine
-    without one): from the engine's default up, a host's workers apart by the ranks of those
-    before it (vLLM's side channel takes one port per rank) or by one (SGLang's bootstrap
-    servers). No port is taken twice on a host, nor the front end's (`pd_front_port`) or a
-    rendezvous port (DIST_PORT, DP_RPC_PORT, RAY_PORT): a port already taken moves a replica
-    to the next free one (only a host of hundreds of replicas gets there)."""
-    spec = KV_HANDSHAKE.get(engine)
-    reserved = {pd_front_port(engine), DIST_PORT, DP_RPC_PORT, RAY_PORT}
+    8101, ...). KV handshake (PdServing.kv_handshake; None for a role that listens on none,
+    or an engine without one): from the engine's default up, a host's workers apart by the
+    ranks of those before it (vLLM's side channel takes one port per rank) or by one (SGLang's
+    bootstrap servers). No port is taken twice on a host, nor the `fronts` front ends'
+    (`pd_front_port` up, `front_port`) or a rendezvous port (DIST_PORT, DP_RPC_PORT,
+    RAY_PORT): a port already taken moves a replica to the next free one (only a host of
+    hundreds of replicas gets there)."""
+    spec = engine_profile(engine).pd.kv_handshake
+    reserved = {*(front_port(engine, i) for i in range(fronts)), DIST_PORT, DP_RPC_PORT,
+                RAY_PORT}
     used: dict[str, set[int]] = {}
     cursor: dict[tuple[str, str], int] = {}
     out: list[tuple[int, int | None]] = []
@@ -142,9 +154,9 @@ def host_ports(engine: str, workers: list[tuple[str, str, int]]) -> list[tuple[i
         http = _free_ports(taken, cursor.get((host, role), first), 1)
         cursor[(host, role)] = http + 1
         kv = None
-        if spec is not None and role in spec[1]:
-            width = ranks if spec[2] else 1
-            kv = _free_ports(taken, cursor.get((host, "kv"), spec[0]), width)
+        if spec is not None and role in spec.roles:
+            width = ranks if spec.per_rank else 1
+            kv = _free_ports(taken, cursor.get((host, "kv"), spec.port), width)
             cursor[(host, "kv")] = kv + width
         out.append((http, kv))
     return out
@@ -214,31 +226,62 @@ def labelled(head: str, text: str) -> str:
     return head + text.replace("\n", "\n" + " " * len(head))
 
 
-def fleet_text(engine: str, o: LaunchOptions, replicas: int) -> str:
+@dataclass(frozen=True)
+class Output:
+    """The aggregated fleets one output prints side by side (several models' day plans, a plan's
+    pool per lane), in order, and which of them a launch block is: they run at once, so they
+    are placed as one (`fleet_place`) and no two claim a GPU or a port of one host."""
+
+    pools: tuple[PoolShape, ...]
+    index: int = 0
+
+
+def front_port(engine: str, i: int = 0) -> int:
+    """The port of the i-th fleet's front end of an output: the engine's default
+    (`pd_front_port`) and the next ones up."""
+    return pd_front_port(engine) + i
+
+
+def fleet_place(engine: str, out: Output) -> tuple[list[Placement], int]:
+    """Where the replicas of `out`'s fleet run, placed with every other fleet of the output
+    (`place`, their pools in order), and its front end's port (`front_port`)."""
+    where = place(engine, out.pools, fronts=len(out.pools))
+    start = sum(p.replicas for p in out.pools[:out.index])
+    return where[start:start + out.pools[out.index].replicas], front_port(engine, out.index)
+
+
+def fleet_text(engine: str, o: LaunchOptions, replicas: int, out: Output | None = None) -> str:
     """An aggregated fleet of `replicas` replicas launched with `o` (one replica's options), as
     the launch block prints it: each replica's commands ("replica i (HOSTS): ..."), pinned to
-    its GPUs on its own port, then the front end over them ("router: ...") and, where the
-    lines do not say it, which replica runs where ("hosts: ...")."""
+    its GPUs on its own port, then the front end over them ("router: ...", none for one
+    replica) and, where the lines do not say it, which replica runs where ("hosts: ...").
+    `out`: its place among the fleets of its output (default: the output's only fleet)."""
     world = o.tp * o.pp * o.attention_dp
-    where = place(engine, [PoolShape("replica", replicas, world, o.gpus_per_node)])
+    where, front = fleet_place(engine, out or Output(
+        (PoolShape("replica", replicas, world, o.gpus_per_node),)))
     rows = []
     for i, at in enumerate(where):
         po = pinned(o, at)
         cmds = on_hosts(node_commands(launch_line(engine, po), po), at)
         rows.append(labelled(f"replica {i} ({at.hosts}): ", "\n".join(cmds)))
-    rows.append("router: " + replica_front_line(engine, [(x.host, x.port) for x in where]))
+    if len(where) > 1:
+        rows.append("router: " + replica_front_line(engine, [(x.host, x.port) for x in where],
+                                                    front))
     if needs_hosts_line(where):
         rows.append("hosts: " + hosts_line(where))
     return "\n".join(rows)
 
 
-def fleet_port(engine: str, o: LaunchOptions, replicas: int) -> int:
-    """The port of a fleet's first replica: its own when it runs alone (the engine's default),
-    else its place's (`fleet_text`)."""
-    if replicas <= 1:
-        return o.port_for(engine)
+def fleet_address(engine: str, o: LaunchOptions, replicas: int, out: Output | None = None
+                  ) -> tuple[str, int]:
+    """The host and port of a fleet's first replica: the engine's default on `localhost` when it
+    runs alone, else where `fleet_text` places it (its first host)."""
+    if replicas <= 1 and out is None:
+        return LOCALHOST, o.port_for(engine)
     world = o.tp * o.pp * o.attention_dp
-    return place(engine, [PoolShape("replica", 1, world, o.gpus_per_node)])[0].port
+    at = fleet_place(engine, out or Output(
+        (PoolShape("replica", replicas, world, o.gpus_per_node),)))[0][0]
+    return at.host, at.port
 
 
 VLLM_ROUTER_INSTALL = "pip install vllm-router"
@@ -246,33 +289,38 @@ VLLM_ROUTER_INSTALL = "pip install vllm-router"
 vLLM's tests, toy_proxy_server.py, ships only in a source checkout)."""
 
 
-def _urls(workers: list[tuple[str, int]]) -> str:
-    return " ".join(f"http://{h}:{q}" for h, q in workers)
+def router_urls(workers: list[tuple[str, int]], flag: str = "") -> str:
+    """The workers at (host, port) as a router lists them, each after `flag` when given."""
+    return " ".join(f"{flag} http://{h}:{q}" if flag else f"http://{h}:{q}" for h, q in workers)
 
 
-def _sglang_router(workers: list[tuple[str, int]], port: int) -> str:
-    """SGLang's router (sgl-router py_src/sglang_router/router_args.py: --worker-urls takes
-    the worker URLs, nargs="*"; --policy random|round_robin|cache_aware|power_of_two, default
-    cache_aware; --host default 127.0.0.1, --port default 30000)."""
-    return ("python -m sglang_router.launch_router --worker-urls " + _urls(workers)
-            + f" --policy round_robin --host 0.0.0.0 --port {port}")
+def sglang_router(args: str, port: int, tail: str = "") -> str:
+    """SGLang's router with `args` (its workers: aggregated `--worker-urls`, or
+    `--pd-disaggregation` with --prefill / --decode URLs), listening on `port`, then `tail`
+    (sgl-router py_src/sglang_router/router_args.py: --worker-urls takes the worker URLs,
+    nargs="*"; --policy random|round_robin|cache_aware|power_of_two, default cache_aware;
+    --host default 127.0.0.1, --port default 30000)."""
+    return f"python -m sglang_router.launch_router {args} --host 0.0.0.0 --port {port}{tail}"
 
 
-def _vllm_router(workers: list[tuple[str, int]], port: int) -> str:
-    """vLLM's router (vllm-project/router src/main.rs: regular mode `--worker-urls URL...`,
-    num_args 0..; --policy round_robin among random|round_robin|cache_aware|power_of_two|...,
-    default cache_aware; --host default 127.0.0.1, --port default 30000)."""
-    return ("vllm-router --worker-urls " + _urls(workers)
-            + f" --policy round_robin --host 0.0.0.0 --port {port}  # {VLLM_ROUTER_INSTALL}")
+def vllm_router(args: str, port: int, tail: str = "") -> str:
+    """vLLM's router with `args` (aggregated `--worker-urls URL...`, or
+    `--vllm-pd-disaggregation` with --prefill / --decode URLs), listening on `port`, then
+    `tail` and where it comes from (vllm-project/router src/main.rs: regular mode
+    `--worker-urls`, num_args 0..; --policy round_robin among random|round_robin|cache_aware|
+    power_of_two|..., default cache_aware; --host default 127.0.0.1, --port default 30000)."""
+    return f"vllm-router {args} --host 0.0.0.0 --port {port}{tail}  # {VLLM_ROUTER_INSTALL}"
 
 
-REPLICA_FRONT_LINES: dict[str, Callable[[list[tuple[str, int]], int], str]] = {
-    "sglang-router": _sglang_router, "vllm-router": _vllm_router}
-"""The line of each aggregated front end (EngineProfile.replica_router)."""
+REPLICA_FRONT_LINES: dict[str, Callable[[str, int], str]] = {
+    "sglang-router": sglang_router, "vllm-router": vllm_router}
+"""The router of each aggregated front end (EngineProfile.replica_router)."""
 
 
-def replica_front_line(engine: str, workers: list[tuple[str, int]]) -> str:
+def replica_front_line(engine: str, workers: list[tuple[str, int]], port: int | None = None
+                       ) -> str:
     """The router in front of an aggregated fleet's replicas, each at (host, port), every one
-    listed, round robin, on the engine's default port (`pd_front_port`)."""
+    listed, round robin, on `port` (default: the engine's, `pd_front_port`)."""
     build = REPLICA_FRONT_LINES[engine_profile(engine).replica_router]
-    return build(workers, pd_front_port(engine))
+    return build(f"--worker-urls {router_urls(workers)} --policy round_robin",
+                 pd_front_port(engine) if port is None else port)

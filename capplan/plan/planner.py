@@ -12,6 +12,7 @@ import contextlib
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import replace
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -26,7 +27,7 @@ from capplan.models.perf import build_step_model, knee_batch
 from capplan.models.prefix import PrefixCache
 from capplan.models.queueing import summarize
 from capplan.plan.features_plan import feature_space, image_lanes, speculation_note
-from capplan.plan.flags import engine_flags
+from capplan.plan.flags import engine_flags, place_together
 from capplan.plan.launch import layout_of, max_model_len_choice
 from capplan.plan.lengths import length_stats, pooled_stats
 from capplan.plan.result import (
@@ -163,9 +164,9 @@ def _finish(r: Recommendation, i: int, model: ModelSpec, t: Traffic) -> Recommen
     kvd = r.candidate.settings.kv_dtype
     kv_label = kvd if kvd != "auto" else ("fp8" if mem.kv_dtype_bytes == 1 else
                                           "fp16" if model.torch_dtype == "fp16" else "bf16")
-    per_node = r.candidate.gpu.host_gpus
-    return r.with_(rank=i + 1, engine_flags=engine_flags(model, r.settings_dict(), t, mem,
-                                                         gpus_per_node=per_node),
+    relaunch = partial(engine_flags, model, r.settings_dict(), t, mem,
+                       gpus_per_node=r.candidate.gpu.host_gpus)
+    return r.with_(rank=i + 1, engine_flags=relaunch(), relaunch=relaunch,
                    resolved_dtypes=(mem.weight_dtype, kv_label),
                    speculation=_speculation(model, r, t))
 
@@ -294,6 +295,7 @@ def _per_lane_pools(cat: Catalog, plan: PlanFile, resolved: ResolvedModel, resul
         separate.append(_separate(cat, plan, resolved, ln))
         if progress is not None:
             progress(i, total)
+    separate = _placed_together(separate)
     pools = PoolComparison(result.best, separate)
     cost, cheaper = pools.separate_cost_per_hour, pools.cheaper
     note = (f"pools: one shared pool costs {_money(result.best.cost_per_hour)}/h, a pool per "
@@ -437,6 +439,14 @@ def _disagg_hint(cat: Catalog, plan: PlanFile, resolved: ResolvedModel, lanes: l
             f"{dep.gpu.key} GPUs{cost} (`capplan latency` or `simulate` with --gpu "
             f"{dep.gpu.key} {same} {flags('prefill', d.prefill)} {flags('decode', d.decode)} "
             "predicts and replays it)")
+
+
+def _placed_together(pools: list[SeparatePool]) -> list[SeparatePool]:
+    """The lanes' pools, which run at once, with their launch lines placed as one
+    (flags.place_together)."""
+    planned = [p for p in pools if p.best is not None]
+    placed = iter(place_together([p.best for p in planned]))
+    return [replace(p, best=next(placed)) if p.best is not None else p for p in pools]
 
 
 def _separate(cat: Catalog, plan: PlanFile, resolved: ResolvedModel, lane: Lane

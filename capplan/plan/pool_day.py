@@ -11,7 +11,7 @@ one GPU (memory fractions) is not planned here.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +21,7 @@ from capplan.catalog.loader import Catalog
 from capplan.errors import InputError
 from capplan.plan.bench_cmds import for_model
 from capplan.plan.day import HOUR_S, DayOptions, DayPlan, plan_day
+from capplan.plan.flags import place_together
 from capplan.plan.schema import PlanFile
 
 
@@ -166,4 +167,12 @@ def plan_pool_day(cat: Catalog, plan: PlanFile, opts: DayOptions,
         names.append(m.model)
     if len(set(names)) != len(names):
         raise InputError("models: a model is listed twice; give each its lanes once")
-    return PoolDay(days, names)
+    return PoolDay(_placed_together(days), names)
+
+
+def _placed_together(days: list[DayPlan]) -> list[DayPlan]:
+    """The models' day plans, whose fleets run at once, with their best's launch lines placed
+    as one (flags.place_together: hosts, GPUs and ports continue from one model to the next)."""
+    bests = place_together([d.plan.best for d in days])
+    return [replace(d, plan=replace(d.plan, recommendations=[b, *d.plan.recommendations[1:]]))
+            for d, b in zip(days, bests, strict=True)]

@@ -7,7 +7,7 @@ the exporters and `--format json` read).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
@@ -97,6 +97,10 @@ class Recommendation:
     """What `auto` weight and KV dtypes mean for this checkpoint (from the memory model)."""
     speculation: dict[str, Any] | None = None
     """Speculative decoding's decode speed-up by batch and where it stops paying (None: off)."""
+    relaunch: Callable[..., dict[str, str]] | None = field(default=None, compare=False,
+                                                           repr=False)
+    """engine_flags with this recommendation's inputs, taking `out=` (its place among the fleets
+    of an output: capplan.plan.flags.place_together); None: not planned here."""
 
     @property
     def replicas(self) -> int:

@@ -199,7 +199,8 @@ def test_html_measure_line_names_each_model(run_cli, tmp_path: Path):
     res = run_cli("plan", str(EXAMPLES / "two-models.yaml"), "--export", str(html))
     assert res.exit_code == 0, res.stderr
     text = html.read_text()
-    for model in ("llama-3.1-70b", "qwen2.5-72b"):  # each a fleet: its first replica's port
-        assert f"capplan verify PLAN.json --model {model} --endpoint http://localhost:8100" \
-            in text
+    # each a fleet: its first replica's host and port, the two placed as one (llama's 5 x TP 4
+    # on HOST0-HOST2, qwen's first replica on HOST2 GPUs 4-7, the port after llama's there)
+    for model, at in (("llama-3.1-70b", "HOST0:8100"), ("qwen2.5-72b", "HOST2:8101")):
+        assert f"capplan verify PLAN.json --model {model} --endpoint http://{at}" in text
         assert f"--write-dataset capplan-workload-{model}.jsonl" in text

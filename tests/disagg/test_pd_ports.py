@@ -16,10 +16,10 @@ from hypothesis import strategies as st
 
 from capplan.catalog.loader import load_catalog
 from capplan.models.disagg import INTER_NODE
-from capplan.models.engine import EngineSettings
+from capplan.models.engine import EngineSettings, engine_profile
 from capplan.plan.deployment import resolve_deployment
 from capplan.plan.disagg import DisaggPlan, PoolPlan, launch_lines, placements
-from capplan.plan.launch import DIST_PORT, DP_RPC_PORT, KV_HANDSHAKE, RAY_PORT, pd_front_port
+from capplan.plan.launch import DIST_PORT, DP_RPC_PORT, RAY_PORT, pd_front_port
 from capplan.plan.launch_multinode import pd_launch
 from capplan.plan.pd import make_layout
 from capplan.plan.placement import host_ports
@@ -126,16 +126,16 @@ def test_no_port_is_taken_twice_on_a_host(engine, workers) -> None:
     # past a hundred workers of a role (8100 + 100 is the first decode port) or hundreds of
     # vLLM ranks (5600 + ranks reaches RAY_PORT, 6379)
     got = host_ports(engine, workers)
-    spec = KV_HANDSHAKE.get(engine)
+    spec = engine_profile(engine).pd.kv_handshake
     for host in ("h0", "h1"):
         taken = [pd_front_port(engine), DIST_PORT, DP_RPC_PORT, RAY_PORT]
         for (role, h, ranks), (http, kv) in zip(workers, got, strict=True):
             if h != host:
                 continue
             taken.append(http)
-            assert (kv is not None) == (spec is not None and role in spec[1])
+            assert (kv is not None) == (spec is not None and role in spec.roles)
             if kv is not None:
-                taken += range(kv, kv + (ranks if spec[2] else 1))
+                taken += range(kv, kv + (ranks if spec.per_rank else 1))
         assert len(taken) == len(set(taken))
 
 

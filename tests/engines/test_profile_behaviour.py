@@ -12,7 +12,14 @@ import pytest
 from capplan.errors import InputError
 from capplan.export.k8s import Pool, _bootstrap_port, _kv_env
 from capplan.export.llmd import vllm_only
-from capplan.models.engine import PROFILES, VERSIONS, EngineProfile, MemoryAccounting, PdServing
+from capplan.models.engine import (
+    PROFILES,
+    VERSIONS,
+    EngineProfile,
+    KvHandshake,
+    MemoryAccounting,
+    PdServing,
+)
 from capplan.models.layout import engine_world, tp_from_engine_notation
 from capplan.plan.launch import (
     DEFAULT_PORTS,
@@ -135,9 +142,11 @@ def test_replica_front_end_is_the_profiles(engine: str, command: str) -> None:
 # --- pd: the P/D front end, its decode routing, the KV handshake ---------------------------
 
 PD = {"vllm": PdServing("vllm-router", decode_routed_at="prefill_done",
-                        kv_host_env="VLLM_NIXL_SIDE_CHANNEL_HOST"),
+                        kv_host_env="VLLM_NIXL_SIDE_CHANNEL_HOST",
+                        kv_handshake=KvHandshake(5600, ("prefill", "decode"), per_rank=True)),
       "sglang": PdServing("sglang-router", decode_routed_at="arrival",
-                          router_takes_bootstrap_port=True),
+                          router_takes_bootstrap_port=True,
+                          kv_handshake=KvHandshake(8998, ("prefill",), per_rank=False)),
       "trtllm": PdServing("trtllm-disaggregated", decode_routed_at="prefill_done")}
 
 

@@ -16,6 +16,8 @@ from typing import Any
 
 import pytest
 
+from capplan.plan.flags import launch_text
+
 GOOD = """\
 version: 1
 model: llama-3.1-8b
@@ -403,7 +405,9 @@ def test_separate_pools_print_each_pool_with_its_launch_line(run_cli, tmp_path) 
     for ln in out["pools"]["separate"]["lanes"]:
         row = next(line for line in text.splitlines() if line.startswith(f"lane {ln['lane']}"))
         assert ln["gpu"] in row and f"{ln['cost_per_hour']:.2f}" in row, row
-        assert f"vLLM ({ln['lane']}): {ln['engine_flags']['vllm']}" in text
+        # the lanes run at once: their fleets placed as one (launch_text: the placed fleet)
+        placed = launch_text(ln["engine_flags"], "vllm")
+        assert f"vLLM ({ln['lane']}): {placed.splitlines()[0]}" in text
         # a lane alone has no other lane to yield to: no priority scheduling in its pool
         assert "--scheduling-policy" not in ln["engine_flags"]["vllm"]
 
@@ -432,7 +436,8 @@ def test_separate_pools_reports_give_each_lanes_launch_line(run_cli, tmp_path) -
     md = (tmp_path / "plan.md").read_text()
     for ln in out["pools"]["separate"]["lanes"]:
         assert f"lane {ln['lane']}: vLLM" in page
-        assert ln["engine_flags"]["vllm"] in page and ln["engine_flags"]["vllm"] in md
+        placed = launch_text(ln["engine_flags"], "vllm")
+        assert placed in page and placed in md
 
 
 def test_shared_pool_with_priorities_launches_priority_scheduling(run_cli, tmp_path) -> None:
