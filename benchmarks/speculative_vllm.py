@@ -7,7 +7,7 @@ vanilla TPOT 7.07 ms. A speculative step lasts AL x TPOT.
 
 1. Fit (EAGLE-1 rows): the per-step time the step model does not explain,
    (AL TPOT - 7.07 ms) - (model spec step - model plain step), against K by least squares:
-   a + b K = host cost per speculative step + per draft pass (speculative.SPEC_HOST_COSTS).
+   a + b K = host cost per speculative step + per draft pass (EngineProfile.spec_host_costs).
 2. Score (EAGLE-3 rows, held out: another drafter): the predicted single-stream speed-up with
    the measured AL and with capplan's default AL, against 7.07 / TPOT.
 
@@ -22,7 +22,7 @@ import numpy as np
 from docblocks import ROOT, write_block  # benchmarks/ is on sys.path when run as a script
 
 import capplan
-from capplan.models import speculative
+from capplan.models.engine import engine_profile
 
 EAGLE1 = {2: (2.10, 4.37), 3: (2.29, 4.29), 4: (2.39, 4.48), 5: (2.43, 4.71), 6: (2.45, 4.94),
           7: (2.47, 5.20)}
@@ -40,7 +40,7 @@ def _tok_s(**kw) -> float:
 def fit_host() -> tuple[float, float]:
     """(a, b) in seconds: host cost per speculative step and per draft pass (EAGLE-1 rows),
     measured against the step model without its host terms."""
-    a0, b0 = speculative.SPEC_HOST_COSTS["vllm"]
+    a0, b0 = engine_profile("vllm").spec_host_costs
     plain = 1 / _tok_s()
     ks, resid = [], []
     for k, (al, tpot) in EAGLE1.items():
@@ -90,7 +90,7 @@ def main() -> None:
     args = ap.parse_args()
     a, b = fit_host()
     print(f"host cost fit on EAGLE-1: {a * 1e3:.2f} ms per step + {b * 1e3:.3f} ms per pass "
-          f"(in use: {speculative.SPEC_HOST_COSTS['vllm']})")
+          f"(in use: {engine_profile('vllm').spec_host_costs})")
     for key, make in TABLES.items():
         text = make()
         print(text, end="")

@@ -43,19 +43,6 @@ from capplan.models.engine import engine_profile
 from capplan.plan.launch import HEAD, pd_front_port, pool_command
 from capplan.plan.placement import one_replica
 
-FRONT_ENDS = ("sglang", "trtllm", "vllm")
-"""Engines whose disaggregated front end the export runs, on launch.pd_front_port (as the
-plan's router line): SGLang's router, which the engine's image carries (sgl-project/sglang
-docker/Dockerfile builds and installs sgl-router), TensorRT-LLM's disaggregated server
-(`trtllm-serve disaggregated`, a command of the trtllm-serve the image runs), its
-configuration file a ConfigMap, and vLLM's `vllm-router` from its own image
-(ROUTER_IMAGES)."""
-ROUTER_IMAGES = {"vllm": "vllm/vllm-router:v0.1.17"}
-"""A front end that is not in its engine's image: vllm-project/router publishes
-`vllm/vllm-router:v{VERSION}` on each release (.buildkite/scripts/publish-release-images.sh;
-its Dockerfile installs /usr/local/bin/vllm-router and sets only CMD, so the pod's command runs
-the plan's line); 0.1.17 is the PyPI release the launch line installs. Change the tag to
-yours."""
 GPUS_PER_NODE = 8
 RDMA_RESOURCE = "rdma/ib"
 """The RDMA device a pod whose traffic crosses hosts requests (one, in limits and requests),
@@ -298,7 +285,7 @@ def plan_pools(plan: dict[str, Any], engine: str | None = None,
                             env=line_env(line), text=text,
                             network=f"NIXL's KV transfer between pools, planned at {link}"
                             + (f"; a replica spans {nodes} hosts" if nodes > 1 else ""),
-                            addressed=engine in FRONT_ENDS))
+                            addressed=engine_profile(engine).pd.front_end_exported))
         return out
     if layout == SEPARATE:
         lanes = plan["pools"]["separate"]["lanes"]
@@ -510,11 +497,11 @@ def _bootstrap_port(p: Pool) -> int | None:
 
 
 def _front_end(plan: dict[str, Any], pools: list[Pool], names: Names) -> list[dict[str, Any]]:
-    """The router in front of addressed P/D pools (FRONT_ENDS): a Deployment of one pod running
-    the plan's front end over every replica's own address, and its Service (the port clients
-    use); nothing when the pools are not addressed. A LeaderWorkerSet's replica i is addressed
-    at its leader, `{name}-{i}.{name}` under the set's own headless Service, as a StatefulSet's
-    pod is."""
+    """The router in front of addressed P/D pools (PdServing.front_end_exported): a Deployment
+    of one pod running the plan's front end over every replica's own address, and its Service
+    (the port clients use); nothing when the pools are not addressed. A LeaderWorkerSet's
+    replica i is addressed at its leader, `{name}-{i}.{name}` under the set's own headless
+    Service, as a StatefulSet's pod is."""
     from capplan.plan.launch_multinode import front_line
 
     pre = [p for p in pools if p.addressed and p.role == "prefill"]
@@ -531,7 +518,7 @@ def _front_end(plan: dict[str, Any], pools: list[Pool], names: Names) -> list[di
     probe = {"tcpSocket": {"port": port}, "periodSeconds": 10}
     files = _line_files(line)  # TensorRT-LLM's disagg_config.yaml
     words = [f"{CONFIG_DIR}/{w}" if w in files else w for w in shlex.split(line, comments=True)]
-    image = ROUTER_IMAGES.get(engine, pre[0].image)
+    image = engine_profile(engine).pd.router_image or pre[0].image
     container: dict[str, Any] = {"name": "router", "image": image, "command": words,
                                  "ports": [{"name": "http", "containerPort": port,
                                             "protocol": "TCP"}],

@@ -310,6 +310,35 @@ class PdServing:
     VLLM_NIXL_SIDE_CHANNEL_HOST, default localhost); None: the engine has none."""
     kv_handshake: KvHandshake | None = None
     """The KV handshake its workers listen on (None: none the launch lines set)."""
+    role_names: tuple[str, str] = ("prefill", "decode")
+    """The engine's own names of the prefill and decode roles, as a fixed layout's launch lines
+    title its workers (TensorRT-LLM: context and generation servers)."""
+    router_policies: dict[str, str] = field(
+        default_factory=lambda: {"round-robin": "round_robin", "random": "random"})
+    """The front end's name for each of the replay's routers it has (capplan.sim.pd.ROUTERS):
+    sglang_router `--prefill-policy/--decode-policy` random|round_robin|cache_aware|
+    power_of_two (its default cache_aware); vLLM's router (vllm-project/router, a fork of
+    SGLang's: `--policy`, `--prefill-policy/--decode-policy` random|round_robin|cache_aware|
+    power_of_two|consistent_hash, its default cache_aware); TensorRT-LLM's disaggregated server
+    `router.type` round_robin (default)|load_balancing (fewest requests in flight)|
+    kv_cache_aware (tensorrt_llm/serve/router.py create_router)."""
+    front_key: str = "router"
+    """The key of a P/D plan's front-end line (`{engine}_{front_key}`): vLLM's "proxy", the
+    others' "router" (SGLang's sglang_router, TensorRT-LLM's disaggregated server, which its
+    docs call the router)."""
+    front_end_exported: bool = True
+    """Whether the Kubernetes export runs the front end in front of addressed P/D pools
+    (capplan.export.k8s), on launch.pd_front_port as the plan's router line: SGLang's router,
+    which the engine's image carries (sgl-project/sglang docker/Dockerfile builds and installs
+    sgl-router), TensorRT-LLM's disaggregated server (`trtllm-serve disaggregated`, a command
+    of the trtllm-serve the image runs), its configuration file a ConfigMap, and vLLM's
+    `vllm-router` from its own image (`router_image`)."""
+    router_image: str | None = None
+    """The container image of a front end that is not in its engine's image (None: the
+    engine's): vllm-project/router publishes `vllm/vllm-router:v{VERSION}` on each release
+    (.buildkite/scripts/publish-release-images.sh; its Dockerfile installs
+    /usr/local/bin/vllm-router and sets only CMD, so the pod's command runs the plan's line);
+    0.1.17 is the PyPI release the launch line installs. Change the tag to yours."""
 
 
 @dataclass(frozen=True)
@@ -345,6 +374,9 @@ class EngineProfile:
     pd: PdServing
     """How the engine serves a disaggregated layout: its front end, when that places a
     request's decode worker, the KV handshake's needs (PdServing)."""
+    default_port: int
+    """The engine's default HTTP port (`vllm serve` 8000, vllm/entrypoints/openai/cli_args.py;
+    SGLang 30000, server_args.py; `trtllm-serve` 8000, tensorrt_llm/commands/serve.py)."""
     multinode_launch: str
     """How one replica over several hosts is launched, by the builder that writes its commands
     (capplan.plan.launch.NODE_COMMANDS; sources["multinode"]): "node-rank" (the same command
@@ -411,6 +443,18 @@ class EngineProfile:
     flag followed by its value (`tp`, `pp`), or words with the size at `{n}`
     (`attention_dp`, `expert_parallel`); an entry that is not a `--` flag is a line of the
     engine's LLM-API options file (TensorRT-LLM's attention DP), as in `option_flags`."""
+    deepep_llm_api_options: tuple[str, ...] = ()
+    """LLM-API options-file lines a replica that runs DeepEP adds (TensorRT-LLM: DeepEP runs in
+    the WIDEEP MoE backend, fused_moe_wide_ep.py: `moe_config: backend: WIDEEP`)."""
+    spec_host_costs: tuple[float, float] = (0.0, 0.0)
+    """Host costs of speculation (seconds per speculative step, per draft pass) beyond the GPU
+    work the step model prices (proposer input preparation, draft attention metadata,
+    rejection-sampler bookkeeping). vLLM: the least-squares line a + b K through the residual
+    per-step time of EAGLE-1 on Llama-3.1-8B-Instruct, H100, batch 1, K = 2..7 (vLLM issue
+    20780: measured AL x TPOT minus the vanilla 7.07 ms TPOT, minus the step model's own
+    increment); `python benchmarks/speculative_vllm.py` recomputes it and scores the held-out
+    EAGLE-3 rows. Other engines: no published per-K timings found, so 0 (their drafting is
+    priced on the GPU alone)."""
     sources: dict[str, str] = field(default_factory=dict)
     """Where each default comes from (file and version of the engine's source)."""
     supports_attention_dp: bool = True
@@ -604,9 +648,12 @@ VLLM_0_11 = EngineProfile(
     tp_flag_is_world=False,
     multinode_launch="dp-or-ray",
     replica_router="vllm-router",
+    default_port=8000,
     pd=PdServing("vllm-router", decode_routed_at="prefill_done",
                  kv_host_env="VLLM_NIXL_SIDE_CHANNEL_HOST",
-                 kv_handshake=KvHandshake(5600, ("prefill", "decode"), per_rank=True)),
+                 kv_handshake=KvHandshake(5600, ("prefill", "decode"), per_rank=True),
+                 front_key="proxy", router_image="vllm/vllm-router:v0.1.17"),
+    spec_host_costs=(0.55e-3, 0.15e-3),
     llm_d_chart=True,
     # One all-to-all backend per engine, no per-step choice (vllm/config/parallel.py
     # ParallelConfig.all2all_backend, default allgather_reducescatter; 0.10-0.13 read it from
@@ -679,6 +726,7 @@ SGLANG = EngineProfile(
     tp_flag_is_world=True,
     multinode_launch="node-rank",
     replica_router="sglang-router",
+    default_port=30000,
     pd=PdServing("sglang-router", decode_routed_at="arrival", router_takes_bootstrap_port=True,
                  kv_handshake=KvHandshake(8998, ("prefill",), per_rank=False)),
     block_sizes=(1, 16, 32, 64, 128),
@@ -784,7 +832,12 @@ TRTLLM = EngineProfile(
     tp_flag_is_world=True,
     multinode_launch="mpirun",
     replica_router="vllm-router",
-    pd=PdServing("trtllm-disaggregated", decode_routed_at="prefill_done"),
+    default_port=8000,
+    pd=PdServing("trtllm-disaggregated", decode_routed_at="prefill_done",
+                 role_names=("context", "generation"),
+                 router_policies={"round-robin": "round_robin",
+                                  "least-outstanding": "load_balancing"}),
+    deepep_llm_api_options=("moe_config:", "  backend: WIDEEP"),
     fp8_needs_fp8_cores=("weights", "kv"),
     sources={
         "host_costs": HOST_COSTS_SOURCE,

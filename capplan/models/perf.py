@@ -477,7 +477,7 @@ class StepModel:
     prefill_extra_flops_per_token: Any = 0.0
     """Vision-encoder FLOPs charged per prefill token (models/vision.py)."""
     spec_step_overhead_s: Any = 0.0
-    """Host cost of one speculative step beyond a plain one (speculative.SPEC_HOST_COSTS)."""
+    """Host cost of one speculative step beyond a plain one (EngineProfile.spec_host_costs)."""
     spec_source: str = ""
     """Where the acceptance length came from (empty without speculation)."""
     expert_flops_per_s: Any = 0.0
@@ -677,7 +677,7 @@ def feature_step_constants(model: ModelSpec, settings: EngineSettings, cal: Cali
     tp = settings.tp
     sp = speculative.plan_speculation(model, settings, cal.spec_acceptance_length)
     if sp is not None:
-        host = speculative.SPEC_HOST_COSTS.get(settings.engine, (0.0, 0.0))
+        host = settings.profile.spec_host_costs
         out.update(
             spec_verify_tokens=float(sp.verify_tokens), spec_accept_len=float(sp.accept_len),
             draft_weight_bytes=sp.draft_params * (weight_dtypes(model, settings.weight_dtype).linear

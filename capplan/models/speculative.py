@@ -42,17 +42,6 @@ EAGLE3_DRAFT_VOCAB = 32000
 config.json `draft_vocab_size` 32000; vLLM llama_eagle3.py maps it back with d2t)."""
 
 
-SPEC_HOST_COSTS: dict[str, tuple[float, float]] = {"vllm": (0.55e-3, 0.15e-3)}
-"""Host costs of speculation per engine: (seconds per speculative step, per draft pass) beyond
-the GPU work the step model prices (proposer input preparation, draft attention metadata,
-rejection-sampler bookkeeping). vLLM: the least-squares line a + b K through the residual
-per-step time of EAGLE-1 on Llama-3.1-8B-Instruct, H100, batch 1, K = 2..7 (vLLM issue 20780:
-measured AL x TPOT minus the vanilla 7.07 ms TPOT, minus the step model's own increment);
-`python benchmarks/speculative_vllm.py` recomputes it and scores the held-out EAGLE-3 rows.
-Other engines: no published per-K timings found, so 0 (their drafting is priced on the GPU
-alone)."""
-
-
 @dataclass(frozen=True)
 class Acceptance:
     """One published (draft length, acceptance length) measurement for a method and kind."""

@@ -327,12 +327,6 @@ def _pair(pc: _PrefillCurve, dp: PoolPlan, t: Traffic, target: float, ttft_slo: 
                       dp.tbt_p99_s)
 
 
-FRONT_NAMES = {"vllm": "proxy"}
-"""The key of a P/D plan's front-end line (`{engine}_{name}`): vLLM's NIXL proxy, the others'
-routers (SGLang's sglang_router, TensorRT-LLM's disaggregated server, which its docs call the
-router)."""
-
-
 def placements(p: DisaggPlan) -> list[Placement]:
     """Where the launch lines put every replica: the prefill pool's, then the decode pool's,
     on hosts, GPUs and ports as every launch block places replicas (capplan.plan.placement:
@@ -366,7 +360,7 @@ def launch_lines(p: DisaggPlan) -> dict[str, str]:
         out[f"{engine}_{role}"] = f"{pool.replicas} x: " + placed_text(pool.dep, role, first)
     urls = {role: [(x.host, x.port) for x in where if x.role == role]
             for role in ("prefill", "decode")}
-    out[f"{engine}_{FRONT_NAMES.get(engine, 'router')}"] = front_line(
+    out[f"{engine}_{p.prefill.dep.settings.profile.pd.front_key}"] = front_line(
         engine, urls["prefill"], urls["decode"], routers=("round-robin", "round-robin"),
         bootstrap=[x.kv_port for x in where if x.role == "prefill"])
     if needs_hosts_line(where):

@@ -28,8 +28,9 @@ from capplan.models.engine import ENGINES, engine_display_name, engine_profile, 
 from capplan.models.layout import deepep_mode, engine_world
 from capplan.plan.feature_flags import feature_launch
 
-DEFAULT_PORTS = {"vllm": 8000, "sglang": 30000, "trtllm": 8000}
-"""Each engine's default HTTP port (sources in the module docstring)."""
+DEFAULT_PORTS = {name: engine_profile(name).default_port for name in ENGINES}
+"""Each engine's default HTTP port (EngineProfile.default_port; sources in the module
+docstring)."""
 DISAGG_PORTS = {"prefill": 8100, "decode": 8200}
 """The HTTP port of a disaggregated pool's first worker on a host (vLLM's disaggregated-serving
 examples use 8100 and 8200); the pool's next worker on that host takes the next free port
@@ -47,7 +48,12 @@ def pd_front_port(engine: str) -> int:
     """The port of the router or proxy in front of a disaggregated layout or of an aggregated
     fleet's replicas: the engine's default (DEFAULT_PORTS), where its own clients and the
     layout's verify line look."""
-    return DEFAULT_PORTS[engine]
+    return default_port(engine)
+
+
+def default_port(engine: str) -> int:
+    """The engine's default HTTP port (EngineProfile.default_port)."""
+    return engine_profile(engine).default_port
 
 HEALTH_PATH = "/health"
 TRTLLM_OPTIONS_FILE = "llm_api_options.yaml"
@@ -157,7 +163,7 @@ class LaunchOptions:
     an engine absent runs none."""
 
     def port_for(self, engine: str) -> int:
-        return self.port if self.port is not None else DEFAULT_PORTS[engine]
+        return self.port if self.port is not None else default_port(engine)
 
     @property
     def fp8_weights_online(self) -> bool:
@@ -192,7 +198,7 @@ def deepep_launch(settings: Any, gpu: Any) -> dict[str, str]:
     whose replica runs no DeepEP is absent."""
     own, domain = settings.profile, gpu.network_domain
     out = {}
-    for engine in DEFAULT_PORTS:
+    for engine in ENGINES:
         prof = own if own.name == engine else engine_profile(engine)
         mode = deepep_mode(settings.tp, settings.attention_dp, settings.expert_parallel,
                            settings.deepep_mode or prof.deepep_mode, domain, prof.deepep_flags)
@@ -419,8 +425,8 @@ def trtllm_line(o: LaunchOptions) -> LaunchLine:
         options += ["kv_cache_config:", "  dtype: fp8"]
     if o.attention_dp > 1:  # its flag_names entry is the options-file line
         options += [_TRTLLM.flag_names["attention_dp"]]
-    if "trtllm" in o.deepep:  # DeepEP runs in the WIDEEP MoE backend (fused_moe_wide_ep.py)
-        options += ["moe_config:", "  backend: WIDEEP"]
+    if "trtllm" in o.deepep:  # the MoE backend DeepEP runs in (deepep_llm_api_options)
+        options += list(_TRTLLM.deepep_llm_api_options)
     off = _TRTLLM.option_flags["no-overlap"]  # TorchLlmArgs.disable_overlap_scheduler
     if not o.host_overlap and off not in o.llm_api_options:  # (+no-overlap gives it already)
         options += [off]

@@ -130,9 +130,7 @@ def pd_launch(layout: Any, engine: str | None = None) -> dict[str, list[str]]:
     then the router/proxy in front (on `pd_front_port`), then which worker runs where
     ("hosts", where the lines do not say it)."""
     eng = engine or layout.decode.profile.name
-    names = dict(zip(("prefill", "decode"),
-                     {"trtllm": ("context", "generation")}.get(eng, ("prefill", "decode")),
-                     strict=True))
+    names = dict(zip(("prefill", "decode"), engine_profile(eng).pd.role_names, strict=True))
     deps = {"prefill": layout.prefill, "decode": layout.decode}
     where = pd_placements(eng, [("prefill", layout.prefill, layout.prefill_workers),
                                 ("decode", layout.decode, layout.decode_workers)])
@@ -152,23 +150,13 @@ def pd_launch(layout: Any, engine: str | None = None) -> dict[str, list[str]]:
     return out
 
 
-# Each front end's name for the replay's routers (capplan.sim.pd.ROUTERS), None where it has
-# none: sglang_router `--prefill-policy/--decode-policy` random|round_robin|cache_aware|
-# power_of_two (its default cache_aware); TensorRT-LLM's disaggregated server
-# `router.type` round_robin (default)|load_balancing (fewest requests in flight)|
-# kv_cache_aware (tensorrt_llm/serve/router.py create_router); vLLM's router (vllm-project/
-# router, a fork of SGLang's: `--policy`, `--prefill-policy/--decode-policy` random|
-# round_robin|cache_aware|power_of_two|consistent_hash, its default cache_aware).
-_ROUTER_NAMES = {"sglang": {"round-robin": "round_robin", "random": "random"},
-                 "trtllm": {"round-robin": "round_robin", "least-outstanding": "load_balancing"},
-                 "vllm": {"round-robin": "round_robin", "random": "random"}}
 TRTLLM_DISAGG_FILE = "disagg_config.yaml"
 """The file `trtllm-serve disaggregated -c` reads (its content on the line, as a comment)."""
 
 
 def _missing_routers(eng: str, prefill: str, decode: str) -> str:
     """A note for a router the front end does not have ("" when it has both)."""
-    names = _ROUTER_NAMES.get(eng, _ROUTER_NAMES["vllm"])
+    names = engine_profile(eng).pd.router_policies
     missing = [f"{role} {r}" for role, r in (("prefill", prefill), ("decode", decode))
                if r not in names]
     return (f"  # this front end has no {' / '.join(missing)} router: round-robin is "
@@ -198,7 +186,7 @@ def front_line(engine: str, prefill: list[tuple[str, int]], decode: list[tuple[s
     listens (None: `pd_front_port`); `bootstrap`: each prefill worker's bootstrap port, which
     SGLang's router takes after its URL (None: the default)."""
     pol = routers or ("round-robin", "round-robin")
-    names = _ROUTER_NAMES.get(engine, _ROUTER_NAMES["vllm"])
+    names = engine_profile(engine).pd.router_policies
     front = PdFront(prefill, decode, (names.get(pol[0], "round_robin"),
                                       names.get(pol[1], "round_robin")),
                     pd_front_port(engine) if port is None else port, routers is not None,

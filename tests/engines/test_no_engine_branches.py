@@ -1,10 +1,13 @@
 """No branch on an engine's name in capplan/: each engine's (and release's) behaviour lives in
 its profile (capplan/models/engine.py EngineProfile, docs/engines.md), and the code reads the
 profile's fields. The only name comparisons left are on a benchmark client or a benchmark
-row's backend, which name benchmark tools and data, not engine behaviour."""
+row's backend, which name benchmark tools and data, not engine behaviour. Nor is there a table
+keyed by engine name (a module-level dict literal with a "vllm", "sglang" or "trtllm" key)
+outside the profiles' own module: such data is a profile field."""
 
 from __future__ import annotations
 
+import ast
 import re
 from pathlib import Path
 
@@ -61,3 +64,71 @@ def test_the_check_sees_a_branch(tmp_path: Path) -> None:
     (pkg / "plan" / "bench_cmds.py").write_text('if client == "vllm":\n    pass\n',
                                                 encoding="utf-8")
     assert [f.split(":")[1] for f in engine_branches(pkg)] == ["1", "3", "4"]
+
+
+ENGINE_NAMES = frozenset({"vllm", "sglang", "trtllm"})
+PROFILES_FILE = "capplan/models/engine.py"
+ENGINE_KEYED_CODE = frozenset({
+    ("capplan/plan/launch.py", "BUILDERS"),  # each engine's launch-line builder: code, which
+    # the profiles (capplan.models, below capplan.plan) cannot hold
+})
+"""Module-level tables keyed by engine name that map to code, not to engine data."""
+
+
+def _assigned_names(node: ast.Assign | ast.AnnAssign) -> list[str]:
+    targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+    return [t.id for t in targets if isinstance(t, ast.Name)]
+
+
+def engine_keyed_tables(root: Path, allowed: frozenset[str] = BENCHMARK_CLIENT_FILES,
+                        code: frozenset[tuple[str, str]] = ENGINE_KEYED_CODE) -> list[str]:
+    """`path:line: names` of every module-level dict literal keyed by an engine name under
+    `root`, outside the profiles' module, `allowed` and the `code` tables (paths relative to
+    the repository)."""
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        rel = path.relative_to(root.parent).as_posix()
+        if rel in allowed or rel == PROFILES_FILE:
+            continue
+        for node in ast.parse(path.read_text(encoding="utf-8")).body:
+            if not isinstance(node, (ast.Assign, ast.AnnAssign)):
+                continue
+            value = node.value
+            if not isinstance(value, ast.Dict) or not any(
+                    isinstance(k, ast.Constant) and k.value in ENGINE_NAMES for k in value.keys):
+                continue
+            names = _assigned_names(node)
+            if not all((rel, n) in code for n in names):
+                found.append(f"{rel}:{node.lineno}: {', '.join(names)}")
+    return found
+
+
+def test_no_engine_keyed_table_in_capplan() -> None:
+    found = engine_keyed_tables(PACKAGE)
+    assert not found, ("a table keyed by engine name: state each engine's entry as a field of "
+                       "EngineProfile or its PdServing (capplan/models/engine.py) and read it "
+                       "through the profile\n" + "\n".join(found))
+
+
+def test_the_table_allowlists_name_what_exists() -> None:
+    assert (ROOT / PROFILES_FILE).is_file()
+    for rel, name in ENGINE_KEYED_CODE:
+        assert name in (ROOT / rel).read_text(encoding="utf-8"), (rel, name)
+
+
+def test_the_check_sees_an_engine_keyed_table(tmp_path: Path) -> None:
+    pkg = tmp_path / "capplan"
+    for sub in ("plan", "models"):
+        (pkg / sub).mkdir(parents=True)
+    (pkg / "plan" / "bad.py").write_text(
+        'PORTS = {"vllm": 8000, "sglang": 30000}\n'
+        'NAMES: dict[str, str] = {"trtllm": "context"}\n'
+        'OTHER = {"prefill": 8100}\n'
+        'def f(engine):\n    return {"vllm": 1}.get(engine)\n'
+        'ROLES = {"x": 1, "sglang": 2}\n', encoding="utf-8")
+    (pkg / "plan" / "bench_cmds.py").write_text('CLIENT = {"vllm": "vllm bench"}\n',
+                                                encoding="utf-8")
+    (pkg / "models" / "engine.py").write_text('VERSIONS = {"vllm": ()}\n', encoding="utf-8")
+    assert engine_keyed_tables(pkg) == ["capplan/plan/bad.py:1: PORTS",
+                                        "capplan/plan/bad.py:2: NAMES",
+                                        "capplan/plan/bad.py:6: ROLES"]

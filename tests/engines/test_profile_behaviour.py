@@ -143,11 +143,15 @@ def test_replica_front_end_is_the_profiles(engine: str, command: str) -> None:
 
 PD = {"vllm": PdServing("vllm-router", decode_routed_at="prefill_done",
                         kv_host_env="VLLM_NIXL_SIDE_CHANNEL_HOST",
-                        kv_handshake=KvHandshake(5600, ("prefill", "decode"), per_rank=True)),
+                        kv_handshake=KvHandshake(5600, ("prefill", "decode"), per_rank=True),
+                        front_key="proxy", router_image="vllm/vllm-router:v0.1.17"),
       "sglang": PdServing("sglang-router", decode_routed_at="arrival",
                           router_takes_bootstrap_port=True,
                           kv_handshake=KvHandshake(8998, ("prefill",), per_rank=False)),
-      "trtllm": PdServing("trtllm-disaggregated", decode_routed_at="prefill_done")}
+      "trtllm": PdServing("trtllm-disaggregated", decode_routed_at="prefill_done",
+                          role_names=("context", "generation"),
+                          router_policies={"round-robin": "round_robin",
+                                           "least-outstanding": "load_balancing"})}
 
 
 @pytest.mark.parametrize("prof", ALL, ids=IDS)
