@@ -28,7 +28,6 @@ from capplan.models.engine import ENGINES, engine_display_name, engine_profile, 
 from capplan.models.layout import deepep_mode, engine_world
 from capplan.plan.feature_flags import feature_launch
 
-DEFAULT_PORTS = {name: engine_profile(name).default_port for name in ENGINES}
 """Each engine's default HTTP port (EngineProfile.default_port; sources in the module
 docstring)."""
 DISAGG_PORTS = {"prefill": 8100, "decode": 8200}
@@ -41,12 +40,12 @@ REPLICA_PORT = 8100
 """The HTTP port of an aggregated fleet's first replica on a host when the fleet runs several
 replicas behind a router (capplan.plan.placement.fleet_text), the next replica on that host on
 the next free port; the router listens on `pd_front_port`. A fleet of one replica listens on
-the engine's default port (DEFAULT_PORTS) itself."""
+the engine's default port (`default_port`) itself."""
 
 
 def pd_front_port(engine: str) -> int:
     """The port of the router or proxy in front of a disaggregated layout or of an aggregated
-    fleet's replicas: the engine's default (DEFAULT_PORTS), where its own clients and the
+    fleet's replicas: the engine's default (`default_port`), where its own clients and the
     layout's verify line look."""
     return default_port(engine)
 
@@ -136,7 +135,7 @@ class LaunchOptions:
     kv_dtype: str = "auto"
     host: str = "0.0.0.0"
     port: int | None = None
-    """None: the engine's default port (DEFAULT_PORTS)."""
+    """None: the engine's default port (`default_port`)."""
     role: str | None = None
     """None (aggregated), "prefill" or "decode" (disaggregated pools)."""
     kv_handshake: tuple[str | None, int] | None = None

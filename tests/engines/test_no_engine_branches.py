@@ -30,15 +30,17 @@ BENCHMARK_CLIENT_FILES = frozenset({
 def engine_branches(root: Path, allowed: frozenset[str] = BENCHMARK_CLIENT_FILES) -> list[str]:
     """`path:line: text` of every engine-name comparison under `root`, outside `allowed`
     (paths relative to the repository)."""
-    found = []
+    return [f"{rel}:{i}: {line.strip()}" for rel, text in _sources(root, allowed)
+            for i, line in enumerate(text.splitlines(), 1) if ENGINE_BRANCH.search(line)]
+
+
+def _sources(root: Path, allowed: frozenset[str]):
+    """(path relative to the repository, text) of every module under `root` not in
+    `allowed`."""
     for path in sorted(root.rglob("*.py")):
         rel = path.relative_to(root.parent).as_posix()
-        if rel in allowed:
-            continue
-        for i, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-            if ENGINE_BRANCH.search(line):
-                found.append(f"{rel}:{i}: {line.strip()}")
-    return found
+        if rel not in allowed:
+            yield rel, path.read_text(encoding="utf-8")
 
 
 def test_no_engine_name_branch_in_capplan() -> None:
@@ -53,16 +55,20 @@ def test_the_allowlist_names_files_that_exist() -> None:
         assert (ROOT / rel).is_file(), rel
 
 
+def _plant(pkg: Path, bad: str, bench: str) -> None:
+    """A planted module `plan/bad.py` and an allowlisted benchmark-client `plan/bench_cmds.py`."""
+    (pkg / "plan" / "bad.py").write_text(bad, encoding="utf-8")
+    (pkg / "plan" / "bench_cmds.py").write_text(bench, encoding="utf-8")
+
+
 def test_the_check_sees_a_branch(tmp_path: Path) -> None:
     pkg = tmp_path / "capplan"
     (pkg / "plan").mkdir(parents=True)
-    (pkg / "plan" / "bad.py").write_text(
-        'if engine == "sglang":\n    pass\n'
-        "ok = p.name != 'trtllm'\n"
-        'many = engine in ("vllm", "trtllm")\n'
-        'fine = PROFILES["vllm"]\n', encoding="utf-8")
-    (pkg / "plan" / "bench_cmds.py").write_text('if client == "vllm":\n    pass\n',
-                                                encoding="utf-8")
+    _plant(pkg, 'if engine == "sglang":\n    pass\n'
+                "ok = p.name != 'trtllm'\n"
+                'many = engine in ("vllm", "trtllm")\n'
+                'fine = PROFILES["vllm"]\n',
+           'if client == "vllm":\n    pass\n')
     assert [f.split(":")[1] for f in engine_branches(pkg)] == ["1", "3", "4"]
 
 
@@ -86,11 +92,8 @@ def engine_keyed_tables(root: Path, allowed: frozenset[str] = BENCHMARK_CLIENT_F
     `root`, outside the profiles' module, `allowed` and the `code` tables (paths relative to
     the repository)."""
     found = []
-    for path in sorted(root.rglob("*.py")):
-        rel = path.relative_to(root.parent).as_posix()
-        if rel in allowed or rel == PROFILES_FILE:
-            continue
-        for node in ast.parse(path.read_text(encoding="utf-8")).body:
+    for rel, text in _sources(root, allowed | {PROFILES_FILE}):
+        for node in ast.parse(text).body:
             if not isinstance(node, (ast.Assign, ast.AnnAssign)):
                 continue
             value = node.value
@@ -120,14 +123,12 @@ def test_the_check_sees_an_engine_keyed_table(tmp_path: Path) -> None:
     pkg = tmp_path / "capplan"
     for sub in ("plan", "models"):
         (pkg / sub).mkdir(parents=True)
-    (pkg / "plan" / "bad.py").write_text(
-        'PORTS = {"vllm": 8000, "sglang": 30000}\n'
-        'NAMES: dict[str, str] = {"trtllm": "context"}\n'
-        'OTHER = {"prefill": 8100}\n'
-        'def f(engine):\n    return {"vllm": 1}.get(engine)\n'
-        'ROLES = {"x": 1, "sglang": 2}\n', encoding="utf-8")
-    (pkg / "plan" / "bench_cmds.py").write_text('CLIENT = {"vllm": "vllm bench"}\n',
-                                                encoding="utf-8")
+    _plant(pkg, 'PORTS = {"vllm": 8000, "sglang": 30000}\n'
+                'NAMES: dict[str, str] = {"trtllm": "context"}\n'
+                'OTHER = {"prefill": 8100}\n'
+                'def f(engine):\n    return {"vllm": 1}.get(engine)\n'
+                'ROLES = {"x": 1, "sglang": 2}\n',
+           'CLIENT = {"vllm": "vllm bench"}\n')
     (pkg / "models" / "engine.py").write_text('VERSIONS = {"vllm": ()}\n', encoding="utf-8")
     assert engine_keyed_tables(pkg) == ["capplan/plan/bad.py:1: PORTS",
                                         "capplan/plan/bad.py:2: NAMES",

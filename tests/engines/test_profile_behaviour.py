@@ -22,9 +22,9 @@ from capplan.models.engine import (
 )
 from capplan.models.layout import engine_world, tp_from_engine_notation
 from capplan.plan.launch import (
-    DEFAULT_PORTS,
     NODE_COMMANDS,
     LaunchOptions,
+    default_port,
     launch_line,
     node_commands,
 )
@@ -136,7 +136,7 @@ def test_vllm_data_parallel_ranks_over_hosts() -> None:
 def test_replica_front_end_is_the_profiles(engine: str, command: str) -> None:
     line = replica_front_line(engine, [("HOST0", 8100), ("HOST1", 8100)])
     assert line.startswith(command)
-    assert line.split("  #")[0].endswith(f"--port {DEFAULT_PORTS[engine]}")
+    assert line.split("  #")[0].endswith(f"--port {default_port(engine)}")
 
 
 # --- pd: the P/D front end, its decode routing, the KV handshake ---------------------------

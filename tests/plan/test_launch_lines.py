@@ -14,11 +14,11 @@ from hypothesis import strategies as st
 
 from capplan.plan.launch import (
     BUILDERS,
-    DEFAULT_PORTS,
     REPLICA_PORT,
     TRTLLM_OPTIONS_FILE,
     TRTLLM_ROLE_FILES,
     LaunchOptions,
+    default_port,
     launch_line,
     max_model_len_choice,
 )
@@ -163,7 +163,7 @@ def test_verify_reaches_the_planned_engine_at_the_planned_lengths(recs, engine, 
     # port, or a fleet's first replica on its own port (the router in front spreads the
     # whole rate over them all)
     fleet = best["engine_flags"].get(f"fleet:{engine}")
-    port = (DEFAULT_PORTS[engine] if fleet is None else
+    port = (default_port(engine) if fleet is None else
             int(re.search(r"--port (\d+)", fleet.split("\n")[0]).group(1)))
     assert best["replicas"] == 1 or (fleet is not None and port == REPLICA_PORT)
     assert url == f"http://localhost:{port}"

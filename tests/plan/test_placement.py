@@ -21,7 +21,7 @@ import yaml
 from capplan.api import disaggregated
 from capplan.models.engine import engine_profile
 from capplan.plan.disagg import DisaggPlan, PoolPlan, launch_lines, placements, replica_lines
-from capplan.plan.launch import DEFAULT_PORTS, REPLICA_PORT, LaunchOptions, pool_command
+from capplan.plan.launch import REPLICA_PORT, LaunchOptions, default_port, pool_command
 from capplan.plan.launch_multinode import pd_launch
 from capplan.plan.placement import fleet_text, one_replica
 from tests.plan.engine_args import parse_line
@@ -170,7 +170,7 @@ def test_an_aggregated_fleet_runs_each_replica_on_its_own_gpus_and_port(engine) 
     assert prog == ROUTER[engine_profile(engine).replica_router]
     assert flags["--worker-urls"].split() == [f"http://localhost:{p}" for p in ports]
     assert flags["--policy"] == "round_robin"
-    assert int(flags["--port"]) == DEFAULT_PORTS[engine] and DEFAULT_PORTS[engine] not in ports
+    assert int(flags["--port"]) == default_port(engine) and default_port(engine) not in ports
     assert flags["--host"] == "0.0.0.0"  # reachable from the clients' hosts
     assert _hosts(hosts)[("replica", 3)] == ("localhost", {6, 7}, REPLICA_PORT + 3)
 
