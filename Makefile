@@ -63,6 +63,7 @@ validate: $(BIN)/capplan
 	$(BIN)/python benchmarks/silicon_ttft_split.py --sample 400 --write-docs
 	$(BIN)/python benchmarks/silicon_prefill_slope.py --write-docs
 	$(BIN)/python benchmarks/silicon_ttft_lead.py --cache /tmp/capplan-ttft-lead.pkl --write-docs
+	$(BIN)/python benchmarks/accuracy_summary.py --write-docs
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info

@@ -21,7 +21,8 @@ docblocks = importlib.import_module("docblocks")
 FAST = {"validate_perf": ROOT / "docs" / "validation.md",
         "speculative_vllm": ROOT / "docs" / "features.md",
         "features_tables": ROOT / "docs" / "features.md",
-        "published_prefill": ROOT / "docs" / "perf.md"}
+        "published_prefill": ROOT / "docs" / "perf.md",
+        "accuracy_summary": ROOT / "docs" / "validation.md"}
 
 
 def _committed() -> dict[str, str]:
