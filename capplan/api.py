@@ -309,7 +309,7 @@ def recommend(model: str, *, rate: float | None = None, input_len: str | int = 5
     list of {at: 'HH:MM', rate_per_s} or a CSV path); then the result is a DayPlan (replicas
     per window, GPU-hours and cost autoscaled vs a fixed fleet; docs/day-planning.md) and
     `day` takes the plan file's `day:` settings (window_s, min_replicas, load_from,
-    load_gb_per_s, engine_startup_s, replay). `gpus`: one GPU name or a list. The search
+    load_gb_per_s, engine_startup_s, replay, timezone). `gpus`: one GPU name or a list. The search
     options are the CLI's: `tp`, `weight_dtype`, `kv_dtype`, `max_num_seqs`,
     `max_num_batched_tokens` (a value or a list of values to search), `max_model_len`,
     `headroom` (a fraction or "auto"), `objective`, `prices` ({gpu: USD per GPU-hour}),

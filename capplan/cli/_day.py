@@ -37,6 +37,9 @@ DAY_OPTIONS = (
                  show_default=True,
                  help="Windows of a day plan the fleet replay verifies (the trace, or "
                       "Poisson arrivals drawn from the rate curve)."),
+    click.option("--timezone", default="UTC", show_default=True,
+                 help="IANA time zone of a day plan's clock times (the rate curve's, the "
+                      "schedule's, the Kubernetes CronJobs'), e.g. Europe/Berlin."),
 )
 
 
@@ -50,6 +53,7 @@ def day_options(f: Callable[..., Any]) -> Callable[..., Any]:
 def day_spec(kw: dict[str, Any]) -> dict[str, Any]:
     """Pop the day options from a command's keyword arguments: the plan file's `day:`."""
     from capplan.errors import InputError
+    from capplan.plan.clock_zone import check_zone
     from capplan.units import parse_seconds
 
     try:
@@ -61,6 +65,7 @@ def day_spec(kw: dict[str, Any]) -> dict[str, Any]:
     out = {"window_s": window_s}
     for k in ("min_replicas", "load_from", "load_gb_per_s", "engine_startup_s", "replay"):
         out[k] = kw.pop(k)
+    out["timezone"] = check_zone(kw.pop("timezone"), "--timezone")
     return out
 
 
@@ -133,7 +138,7 @@ def _money(x: Any) -> str:
 def schedule_sections(result: dict[str, Any], fmt: str) -> list[tuple[str, str]]:
     """(title, table) of the schedule and the totals in CSV or Markdown: the columns of the
     `.schedule.csv` export (capplan.export.day_export), so stdout and the file read alike."""
-    from capplan.export.day_export import headers, summary_rows, summary_shown
+    from capplan.export.day_export import clock_times, headers, summary_rows, summary_shown
     from capplan.export.day_export import schedule_rows as export_rows
 
     heads, fmts = headers(result)
@@ -142,14 +147,17 @@ def schedule_sections(result: dict[str, Any], fmt: str) -> list[tuple[str, str]]
     # CSV: the numbers as the .schedule.csv export writes them; Markdown: each in its format
     totals = ([{"q": q, "v": v} for q, v, _ in summary_rows(result)] if fmt == "csv"
               else [{"q": q, "v": v} for q, v in summary_shown(result)])
-    return [("day plan (replicas per window)", render_rows(rows, cols, fmt)),
+    return [(f"day plan (replicas per window), {clock_times(result)}",
+             render_rows(rows, cols, fmt)),
             ("totals", render_rows(totals, [Column("q", "quantity"), Column("v", "value")],
                                    fmt))]
 
 
 def render_day(result: dict[str, Any], fmt: str) -> str:
     """The schedule table and the day's totals (for one model or a pool of several)."""
-    out = ["", "day plan (replicas per window):",
+    from capplan.export.day_export import clock_times
+
+    out = ["", f"day plan (replicas per window), {clock_times(result)}:",
            render_rows(schedule_rows(result), columns(result), fmt)]
     if result.get("gpu_pools"):
         return "\n".join(out + [_pool_line(p) for p in result["gpu_pools"]])

@@ -51,6 +51,12 @@ POOL_TOTALS = (
 """A GPU type's pool in a plan of several models (`gpu_pools`): key, label, format."""
 
 
+def clock_times(plan: dict[str, Any]) -> str:
+    """"clock times in Europe/Berlin": the zone of the schedule's clock times (the plan's
+    `timezone`, UTC when it has none), as every day-plan output names it once."""
+    return f"clock times in {plan.get('timezone') or 'UTC'}"
+
+
 def _num(x: Any) -> float | None:
     if x is None or isinstance(x, bool) or not isinstance(x, int | float):
         return None
@@ -163,7 +169,7 @@ def markdown_section(plan: dict[str, Any], table: Any) -> list[str]:
     line) that GitHub and most Markdown viewers draw."""
     rows = schedule_rows(plan)
     heads, fmts = headers(plan)
-    out = ["## Day plan: replicas per window", "",
+    out = [f"## Day plan: replicas per window, {clock_times(plan)}", "",
            table(heads, rows, tuple(fmts)), "", table(["quantity", "value"],
                                                        summary_shown(plan), "g"), ""]
     reps = [r[4] or 0 for r in rows]
@@ -240,5 +246,8 @@ def html_section(plan: dict[str, Any], table: Any, line_chart: Any, num: Any) ->
                                                                  ("offered (req/s)", rate)],
                        "time of day (h)", "replicas, requests/s")
     totals = table(["quantity", "value"], [[num(q), num(v)] for q, v in summary_shown(plan)])
-    return ("<h2>Day plan: replicas per window</h2>" + f'<div class="charts">{chart}</div>'
+    import html
+
+    return (f"<h2>Day plan: replicas per window, {html.escape(clock_times(plan))}</h2>"
+            + f'<div class="charts">{chart}</div>'
             + totals + table(heads, rows, 1))

@@ -405,15 +405,22 @@ def k8s_objects(plan: dict[str, Any], *, engine: str | None = None,
     return _manifest(plan, engine, Site(model_cache_claim, rdma_resource))[0]
 
 
-def _manifest(plan: dict[str, Any], engine: str | None, site: Site) -> tuple[list[Any], list[Any]]:
+def _manifest(plan: dict[str, Any], engine: str | None, site: Site
+              ) -> tuple[list[Any], list[Any], list[Any]]:
     """`k8s_objects`' objects, a day plan's schedule last (capplan/export/k8s_day.py: each
-    scheduled workload created at its first window's replicas), and the workloads it scales."""
+    scheduled workload created at its first window's replicas), the workloads it scales and
+    those it leaves at their peak size (k8s_day.Fixed)."""
     from capplan.export.csv_export import model_plans
-    from capplan.export.k8s_day import at_first_window, day_target, schedule_objects
+    from capplan.export.k8s_day import (
+        at_first_window,
+        day_target,
+        fixed_workloads,
+        schedule_objects,
+    )
 
     names = Names()
     objs: list[dict[str, Any]] = []
-    targets = []
+    targets, fixed = [], []
     for sub in model_plans(plan):
         pools = plan_pools(sub, engine, names)
         target = day_target(sub, pools)
@@ -422,7 +429,17 @@ def _manifest(plan: dict[str, Any], engine: str | None, site: Site) -> tuple[lis
             objs += _pool_objects(p, site)
         objs += _front_end(sub, pools, names)
         targets += [target] if target is not None else []
-    return objs + schedule_objects(plan, targets), targets
+        held = fixed_workloads(sub, [(pool_kind(p), p.name, p.replicas) for p in pools])
+        fixed += [held] if target is None and held is not None else []
+    return objs + schedule_objects(plan, targets), targets, fixed
+
+
+def pool_kind(p: Pool) -> str:
+    """The kind of a pool's workload: a LeaderWorkerSet for a replica over hosts, else a
+    StatefulSet when each replica needs its own address, else a Deployment."""
+    if p.hosts > 1:
+        return "LeaderWorkerSet"
+    return "StatefulSet" if p.addressed else "Deployment"
 
 
 def _pool_objects(p: Pool, site: Site) -> list[dict[str, Any]]:
@@ -447,12 +464,13 @@ def _pool_objects(p: Pool, site: Site) -> list[dict[str, Any]]:
                "spec": _pod_spec(p, gpus, site, config, worker=True)}
     serving = labels if nodes == 1 or not p.worker_argv else {
         **labels, "leaderworkerset.sigs.k8s.io/worker-index": "0"}  # the leader serves
-    if nodes == 1 and p.addressed:  # replica i at {name}-{i}.{name}
+    kind = pool_kind(p)
+    if kind == "StatefulSet":  # replica i at {name}-{i}.{name}
         objs.append({"apiVersion": "apps/v1", "kind": "StatefulSet", "metadata": meta,
                      "spec": {"replicas": p.replicas, "serviceName": p.name,
                               "podManagementPolicy": "Parallel",
                               "selector": {"matchLabels": labels}, "template": template}})
-    elif nodes == 1:
+    elif kind == "Deployment":
         objs.append({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": meta,
                      "spec": {"replicas": p.replicas,
                               "selector": {"matchLabels": labels}, "template": template}})
@@ -555,9 +573,9 @@ def k8s_text(plan: dict[str, Any]) -> str:
     from capplan.export.k8s_day import schedule_head
 
     site = Site.from_env()
-    objs, targets = _manifest(plan, None, site)
+    objs, targets, fixed = _manifest(plan, None, site)
     head = f"# capplan: {rates_title(plan)}; kubectl apply -f this file\n{TOKEN_LINE}"
-    head += schedule_head(plan, targets)
+    head += schedule_head(plan, targets, fixed)
     if any("capplan/network" in o["metadata"].get("annotations", {}) for o in objs):
         head += ("# RDMA: pods whose traffic crosses hosts request "
                  f"{site.rdma_resource or 'no RDMA device'} and {IPC_LOCK} (their "

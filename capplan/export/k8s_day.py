@@ -3,9 +3,17 @@ that move each model's workload over the day as the plan's windows say, applied 
 CRDs, no autoscaler).
 
 Per scheduled model: a batch/v1 CronJob per change of its replicas over the day, each running
-`kubectl scale deployment/NAME --replicas=N` at its minute in TIME_ZONE, and the ServiceAccount,
-Role (get and patch on that workload and its scale subresource only) and RoleBinding the jobs
-run as. The workload itself starts at the schedule's first window's replicas.
+`kubectl scale deployment/NAME --replicas=N` at its minute in the plan's time zone (its
+`timezone`, the plan file's `day.timezone`; UTC by default) as spec.timeZone, and the
+ServiceAccount, Role (get and patch on that workload and its scale subresource only) and
+RoleBinding the jobs run as. The workload itself starts at the schedule's first window's
+replicas.
+
+What is scheduled: a model's aggregated fleet, the one whose replicas the schedule counts per
+window. A plan deploying a pool per lane (`pools: separate`) has no per-window count for those
+pools, and a day plan sizes no disaggregated prefill/decode layout (a plan dict carrying one
+has none for it either): such pools keep the peak plan's replicas all day, and the manifest's
+header names them (`fixed_note`).
 
 When (`day_minutes`): a window that adds replicas is scaled up one replica start-up ahead of its
 start (the plan's `day.startup.replica_start_s`), rounded down to the minute; a window that
@@ -31,9 +39,8 @@ from typing import Any
 import numpy as np
 
 DAY_MIN = 1440
-TIME_ZONE = "UTC"
-"""The CronJobs' spec.timeZone: a plan's clock times carry no zone (a trace's first arrival is
-00:00), so the schedule runs in UTC; set spec.timeZone (an IANA name) to your traffic's."""
+DEFAULT_TIME_ZONE = "UTC"
+"""The CronJobs' spec.timeZone when the plan names no zone (a plan written before `timezone`)."""
 KUBECTL_IMAGE = "registry.k8s.io/kubectl:v1.33.0"
 """The scale jobs' image: the Kubernetes project's own kubectl image (registry.k8s.io/kubectl,
 published for every release since v1.28; entrypoint /bin/kubectl), small and public, pinned so a
@@ -75,6 +82,76 @@ def day_target(sub: dict[str, Any], pools: list[Any]) -> Target | None:
     lead = ((sub.get("day") or {}).get("startup") or {}).get("replica_start_s") or 0.0
     return Target(p.name, "Deployment" if p.hosts == 1 else "LeaderWorkerSet", p.gpu,
                   p.gpus_per_replica, [int(w["replicas"]) for w in sched], float(lead))
+
+
+def time_zone(plan: dict[str, Any]) -> str:
+    """The IANA zone of the plan's clock times (its `timezone`), the CronJobs' spec.timeZone."""
+    return str(plan.get("timezone") or DEFAULT_TIME_ZONE)
+
+
+@dataclass(frozen=True)
+class Fixed:
+    """A model's workloads a day plan does not schedule: they stay at the peak plan's size."""
+
+    model: str
+    layout: str
+    """The layout they deploy (layout.DISAGGREGATED or SEPARATE)."""
+    objects: list[tuple[str, str, int]]
+    """(kind, name, replicas) of each."""
+    peak: str = ""
+    """The window the peak plan sized them for and its lanes' rates ("14:00-15:00 UTC: chat 40
+    req/s, rag 1 req/s"; "" when the plan does not say)."""
+
+
+def fixed_workloads(sub: dict[str, Any], kinds: list[tuple[str, str, int]]) -> Fixed | None:
+    """The workloads (kind, name, replicas: `kinds`, of the model's pools) of a day plan's
+    model that no schedule moves: a disaggregated or per-lane layout (`day_target` None while
+    the plan has a schedule); None for a model that is scheduled or has no schedule."""
+    from capplan.export.layout import AGGREGATED, recommended_layout
+
+    sched = sub.get("schedule")
+    layout = recommended_layout(sub)
+    if not (isinstance(sched, list) and sched) or layout == AGGREGATED or not kinds:
+        return None
+    return Fixed(str(sub.get("model") or "model"), layout, kinds, _peak_text(sub))
+
+
+def _peak_text(sub: dict[str, Any]) -> str:
+    """"14:00-15:00 UTC: chat 40 req/s, rag 1 req/s": a day plan's peak window (`day.peak`)
+    in its zone."""
+    peak = (sub.get("day") or {}).get("peak") or {}
+    if not isinstance(peak.get("start_s"), int | float) or not isinstance(
+            peak.get("end_s"), int | float):
+        return ""
+    span = "-".join(hhmm(int(peak[k] // 60) % DAY_MIN) for k in ("start_s", "end_s"))
+    lanes = ", ".join(f"{ln.get('name')} {ln.get('rate_per_s'):.3g} req/s"
+                      for ln in peak.get("lanes") or []
+                      if isinstance(ln.get("rate_per_s"), int | float))
+    span += f" {time_zone(sub)}"
+    return f"{span}: {lanes}" if lanes else span
+
+
+def fixed_note(fixed: list[Fixed]) -> str:
+    """The header lines naming each unscheduled workload and why (`Fixed`)."""
+    from capplan.export.layout import DISAGGREGATED
+
+    out = []
+    for f in fixed:
+        why = (f"{f.model}'s day plan counts replicas per window for an aggregated fleet "
+               "only, with no per-window prefill or decode count, so traffic above that "
+               "window's is not covered" if f.layout == DISAGGREGATED else
+               f"{f.model}'s day plan counts replicas per window for one shared pool only, "
+               "with no per-window count per lane, so a lane busier at another hour than "
+               "that window is not covered (`pools: shared` or `both` deploys the shared pool, "
+               "which the schedule moves)")
+        objs = ", ".join(f"{k}/{n} ({r} replica{'' if r == 1 else 's'})"
+                         for k, n, r in f.objects)
+        at = f" ({f.peak})" if f.peak else ""
+        out.append(comment(
+            f"not scheduled: {objs} stay all day at the size the peak plan gives them, for "
+            f"its peak window{at}: {why}; their GPUs are not in the schedule's counts or its "
+            "over-peak note"))
+    return "".join(out)
 
 
 def at_first_window(pools: list[Any], target: Target | None) -> list[Any]:
@@ -164,7 +241,8 @@ def _access(t: Target) -> list[dict[str, Any]]:
          "subjects": [{"kind": "ServiceAccount", "name": meta["name"]}]}]
 
 
-def _cron_job(t: Target, minute: int, replicas: int, until_s: int) -> dict[str, Any]:
+def _cron_job(t: Target, minute: int, replicas: int, until_s: int, zone: str
+              ) -> dict[str, Any]:
     """The CronJob setting `replicas` at `minute` every day; a run missed (the controller
     down) or failing starts or retries only until the model's next change is due (`until_s`
     later), so an older scale never lands after a newer one."""
@@ -179,7 +257,7 @@ def _cron_job(t: Target, minute: int, replicas: int, until_s: int) -> dict[str, 
                          "labels": labels,
                          "annotations": {"capplan/replicas": str(replicas),
                                          "capplan/gpus": str(replicas * t.gpus_per_replica)}},
-            "spec": {"schedule": cron(minute), "timeZone": TIME_ZONE,
+            "spec": {"schedule": cron(minute), "timeZone": zone,
                      "concurrencyPolicy": "Forbid", "startingDeadlineSeconds": until_s,
                      "successfulJobsHistoryLimit": 1, "failedJobsHistoryLimit": 1,
                      "jobTemplate": {"spec": {"backoffLimit": 3,
@@ -216,29 +294,33 @@ def schedule_objects(plan: dict[str, Any], targets: list[Target]) -> list[dict[s
         objs += _access(t)
         for j, (m, n) in enumerate(moves):
             gap = (moves[(j + 1) % len(moves)][0] - m) % DAY_MIN or DAY_MIN
-            objs.append(_cron_job(t, m, n, gap * 60))
+            objs.append(_cron_job(t, m, n, gap * 60, time_zone(plan)))
     return objs
 
 
-def schedule_head(plan: dict[str, Any], targets: list[Target]) -> str:
+def schedule_head(plan: dict[str, Any], targets: list[Target],
+                  fixed: list[Fixed] | None = None) -> str:
     """The manifest's comment lines on the schedule: what moves each workload, when, from what
-    it starts, and where a shared pool's scheduled GPUs would go over the plan's peak."""
+    it starts, where a shared pool's scheduled GPUs would go over the plan's peak, and which
+    workloads stay at their peak size (`fixed`)."""
+    rest = fixed_note(fixed or [])
     if not targets:
-        return ""
+        return rest
     leads = ", ".join(f"{t.name} {t.lead_s:.0f} s" for t in targets)
     pool = ("; models on one GPU type change together, so their pool never holds more than "
             "the plan's GPUs of the two windows it moves between" if len(targets) > 1 else "")
     head = "".join(comment(line) for line in (
         f"day schedule: CronJobs run `kubectl scale` at each window's start in timeZone "
-        f"{TIME_ZONE} (the plan's clock times carry no zone: set spec.timeZone to yours), a "
-        f"scale-up one replica start-up ahead ({leads}), rounded down to the minute{pool}",
+        f"{time_zone(plan)} (the zone of the plan's clock times: day.timezone or "
+        f"--timezone, UTC by default), a scale-up one replica start-up ahead ({leads}), "
+        f"rounded down to the minute{pool}",
         "each workload is created (and re-applied) at its first window's replicas; applied "
         "later in the day, `kubectl create job --from=cronjob/NAME-at-HHMM NAME-now` with the "
         "last job due sets the current ones",
         f"the jobs run {KUBECTL_IMAGE}: the Kubernetes project's own kubectl image, small and "
         "public, pinned (bitnami/kubectl's version tags were withdrawn from Docker Hub in "
         "2025); keep it within one minor version of your cluster"))
-    return head + "".join(_over_peak(plan, targets))
+    return head + "".join(_over_peak(plan, targets)) + rest
 
 
 def comment(text: str) -> str:

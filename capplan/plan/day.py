@@ -78,6 +78,9 @@ class DayOptions:
     replay: str = "peak"
     """Which windows the trace replay verifies: none, peak (the peak window and its
     neighbours) or all."""
+    timezone: str = "UTC"
+    """The IANA time zone of the day's clock times (plan/clock_zone.py): a label, every time
+    is seconds after 00:00 in it."""
 
 
 @dataclass(frozen=True)
@@ -215,6 +218,8 @@ class DayPlan:
         default=None, repr=False, compare=False)
     """Every window's replica count when the replay found windows needing more replicas
     than the analytic count (day_peak.scaled_counts): (counts, capacity factor)."""
+    timezone: str = "UTC"
+    """The IANA time zone of the windows' clock times (DayOptions.timezone)."""
 
     @property
     def span_s(self) -> float:
@@ -259,6 +264,7 @@ class DayPlan:
                     "price_per_gpu_hour": self.price_per_gpu_hour,
                     "output_tokens": self.output_tokens, "startup": self.lag.to_dict(),
                     "peak": self.peak, "notes": list(self.notes)},
+            "timezone": self.timezone,
             "schedule": [w.to_dict() for w in self.windows],
             "peak_replicas": self.peak_replicas,
             "gpu_hours": auto,
@@ -366,7 +372,7 @@ def plan_day(cat: Catalog, plan: PlanFile, opts: DayOptions, run: PlanFn,
                  headroom=plan.headroom, notes=notes, peak=peak_traffic(days, total),
                  rebuild=rebuild, rescale=rescale,
                  capacity_rps=float(size.capacity_rps[total.peak_index]),
-                 simulated_capacity_rps=sim_rps)
+                 simulated_capacity_rps=sim_rps, timezone=opts.timezone)
     reqs = _day_requests(days, plan, total)
     if reqs is not None and opts.replay != "none":
         from capplan.plan.day_replay import verify_day

@@ -17,7 +17,7 @@ def day_options(plan: PlanFile) -> DayOptions:
     d = plan.day
     return DayOptions(window_s=d.window_s, min_replicas=d.min_replicas, load_from=d.load_from,
                       load_gb_per_s=d.load_gb_per_s, engine_startup_s=d.engine_startup_s,
-                      replay=d.replay)
+                      replay=d.replay, timezone=d.timezone)
 
 
 def run_day_plan(cat: Catalog, plan: PlanFile, verify: Any = None, base: Path | None = None,

@@ -118,6 +118,7 @@ class PoolDay:
             "models": [{"model": m, **p} for m, p in zip(self.names, per, strict=True)],
             "recommendations": recs,
             "gpu_pools": pools,
+            "timezone": self.days[0].timezone,  # every model's day is planned in one zone
             "schedule": sched,
             "peak_replicas": max(s["replicas"] for s in sched),
             **gpus,  # GPU counts of the one GPU type; null over several (see gpu_pools)

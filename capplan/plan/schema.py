@@ -337,6 +337,16 @@ class DaySpec(BaseModel):
     """Engine start-up after the weights load (CUDA graphs, profiling), seconds."""
     replay: Literal["none", "peak", "all"] = "peak"
     """Which windows a trace replay over the fleet verifies."""
+    timezone: str = "UTC"
+    """The IANA time zone of the day's clock times (a rate curve's `at`, the schedule's windows,
+    the Kubernetes CronJobs' spec.timeZone); a trace's first arrival is 00:00 in it."""
+
+    @field_validator("timezone", mode="before")
+    @classmethod
+    def _zone(cls, v: Any) -> str:
+        from capplan.plan.clock_zone import check_zone
+
+        return check_zone(v)
 
 
 class ModelEntry(BaseModel):

@@ -20,9 +20,10 @@ from tests.export.k8s_models import validate
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "day"
 
-# examples/day/two-models.yaml as `capplan plan` prints it: GPUs per hour from 00:00 (TP 4,
-# 4 GPUs a replica), the h100-sxm pool's their sum, peak 24 at 13:00-16:00 (28 in one fleet
-# per model); each model's replica start-up 80 s (llama) and 81 s (qwen)
+# examples/day/two-models.yaml as `capplan plan` prints it: GPUs per hour from 00:00 Berlin time
+# (its `timezone: Europe/Berlin`; TP 4, 4 GPUs a replica), the h100-sxm pool's their sum, peak
+# 24 at 13:00-16:00 (28 in one fleet per model); each model's replica start-up 80 s (llama) and
+# 81 s (qwen)
 LLAMA_GPUS = [8, 8, 4, 4, 8, 8, 8, 12, 12, 12, 16, 16, 16, 20, 20, 20, 20, 16, 16, 16, 12, 12,
               12, 8]
 QWEN_GPUS = [8] * 10 + [4] * 10 + [8] * 4
@@ -30,7 +31,9 @@ POOL_GPUS = [16, 16, 12, 12, 16, 16, 16, 20, 20, 20, 20, 20, 20, 24, 24, 24, 24,
              20, 20, 20, 16]
 # the jobs, by hand: a scale-up 80 s (81 s) ahead is the minute before that, rounded down
 # (03:58 for 04:00); a scale-down at its window's start; at 10:00 and 20:00 one model adds a
-# replica as the other gives one back, and both change at the scale-up's minute (09:58, 19:58)
+# replica as the other gives one back, and both change at the scale-up's minute (09:58, 19:58).
+# The clock times are Berlin's: the curves' hours as written, each job in timeZone Europe/Berlin
+# (no hour moves to UTC's)
 TWO_JOBS = {"llama-3-1-70b": {"0 2 * * *": 1, "58 3 * * *": 2, "58 6 * * *": 3,
                               "58 9 * * *": 4, "58 12 * * *": 5, "0 17 * * *": 4,
                               "58 19 * * *": 3, "0 23 * * *": 2},
@@ -80,15 +83,16 @@ def _jobs(docs: list[dict[str, Any]]) -> dict[str, dict[str, int]]:
     return out
 
 
-def _check_access(docs: list[dict[str, Any]]) -> None:
-    """Each job runs as a ServiceAccount bound to a Role that may get and patch its own
-    Deployment and its scale subresource, and nothing else; its pods are no Deployment's."""
+def _check_access(docs: list[dict[str, Any]], zone: str) -> None:
+    """Each job runs in time zone `zone` as a ServiceAccount bound to a Role that may get and
+    patch its own Deployment and its scale subresource, and nothing else; its pods are no
+    Deployment's."""
     by = {(d["kind"], d["metadata"]["name"]): d for d in docs}
     selectors = [d["spec"]["selector"]["matchLabels"] for d in docs if d["kind"] == "Deployment"]
     for d in docs:
         if d["kind"] != "CronJob":
             continue
-        assert d["spec"]["timeZone"] == "UTC"
+        assert d["spec"]["timeZone"] == zone
         pod = d["spec"]["jobTemplate"]["spec"]["template"]
         (c,) = pod["spec"]["containers"]
         image, tag = c["image"].rsplit(":", 1)
@@ -123,7 +127,9 @@ def test_two_models_pool_follows_the_plans_windows(run_cli, tmp_path: Path):
                                                                    "qwen2-5-72b": 2}
     jobs = _jobs(docs)
     assert jobs == TWO_JOBS
-    _check_access(docs)
+    assert plan["timezone"] == "Europe/Berlin"
+    assert all(m["timezone"] == "Europe/Berlin" for m in plan["models"])
+    _check_access(docs, "Europe/Berlin")
     held = {n: _by_minute(j) * gpus[n] for n, j in jobs.items()}
     pool = held["llama-3-1-70b"] + held["qwen2-5-72b"]
     assert pool.max() == 24 == plan["gpu_pools"][0]["peak_gpus"]
@@ -157,9 +163,12 @@ def test_chat_day_scales_one_start_up_ahead(run_cli, tmp_path: Path):
     assert _jobs(docs) == {"llama-3-1-8b": {"58 7 * * *": 2, "30 21 * * *": 1}}
     assert [d["kind"] for d in docs] == ["Deployment", "Service", "ServiceAccount", "Role",
                                          "RoleBinding", "CronJob", "CronJob"]
-    _check_access(docs)
+    # a plan that names no zone: UTC, said in the JSON and the manifest
+    assert plan["timezone"] == "UTC"
+    _check_access(docs, "UTC")
     text = (tmp_path / "chat.k8s.yaml").read_text()
     assert "timeZone UTC" in text and "first window's replicas" in text
+    assert "not scheduled" not in text
 
 
 def test_cron_expressions():
@@ -214,6 +223,8 @@ def test_a_leaderworkerset_is_scaled_through_its_own_api():
     assert role["rules"][0]["resources"] == ["leaderworkersets", "leaderworkersets/scale"]
     cmds = {d["spec"]["schedule"]: d["spec"]["jobTemplate"]["spec"]["template"]["spec"]
             ["containers"][0]["command"][2:] for d in docs if d["kind"] == "CronJob"}
+    # a plan dict without `timezone` (written before it): UTC
+    assert {d["spec"]["timeZone"] for d in docs if d["kind"] == "CronJob"} == {"UTC"}
     name = lws["metadata"]["name"]
     assert cmds == {"55 11 * * *": [f"leaderworkerset/{name}", "--replicas=3"],
                     "0 0 * * *": [f"leaderworkerset/{name}", "--replicas=1"]}

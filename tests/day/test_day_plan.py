@@ -324,8 +324,8 @@ def test_day_plan_markdown_has_each_section(run_cli, tmp_path: Path):
     res = run_cli("plan", str(plan), "--format", "markdown")
     assert res.exit_code == 0, res.stderr
     heads = [ln for ln in res.stdout.splitlines() if ln.startswith("## ")]
-    assert heads == ["## recommendations", "## launch", "## day plan (replicas per window)",
-                     "## totals"]
+    assert heads == ["## recommendations", "## launch",
+                     "## day plan (replicas per window), clock times in UTC", "## totals"]
     assert "| h100-sxm |" in res.stdout
     assert "```sh\nreplica 0 (HOST0): CUDA_VISIBLE_DEVICES=0,1,2,3 vllm serve " in res.stdout
     assert "| GPU-hours, autoscaled " in res.stdout
