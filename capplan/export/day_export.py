@@ -165,7 +165,7 @@ def markdown_section(plan: dict[str, Any], table: Any) -> list[str]:
     heads, fmts = headers(plan)
     out = ["## Day plan: replicas per window", "",
            table(heads, rows, tuple(fmts)), "", table(["quantity", "value"],
-                                                       summary_shown(plan), "g"), ""]
+                                                       summary_shown(plan), None), ""]
     reps = [r[4] or 0 for r in rows]
     rate = [round(r[2] or 0.0, 3) for r in rows]
     labels = ", ".join(f'"{int(round(r[0] * 60)) // 60:02d}:{int(round(r[0] * 60)) % 60:02d}"'

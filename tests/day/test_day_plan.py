@@ -134,7 +134,7 @@ def test_two_models_share_a_pool():
     ({"rate_curve": [{"time": "01:00", "rate_per_s": 1}, {"at": "05:00", "rate": 2}]},
      "unknown key 'workloads.0.rate_curve.0.time' (the keys here: at, rate_per_s)"),
     ({"rate_curve": [{"at": [1], "rate_per_s": 1}]},
-     "workloads.0.rate_curve.0.at: Input should be a valid string or a valid number"),
+     "workloads.0.rate_curve.0.at: [1] is not a time of day: write it as HH:MM"),
     ({"rate_curve": 5}, "workloads.0.rate_curve: Input should be a valid string or a valid list"),
 ])
 def test_bad_day_lanes(run_cli, tmp_path: Path, bad, msg):
@@ -161,6 +161,21 @@ def test_unquoted_times_of_day_in_a_plan_file(run_cli, tmp_path: Path):
     # (wrapping, 0.2 req/s per hour), so 02:00-03:00 falls from 0.8 to 0.6: 0.7
     assert sched[14]["offered_rps"] == pytest.approx(2.9)
     assert sched[2]["offered_rps"] == pytest.approx(0.7)
+
+
+def test_a_number_at_is_refused_in_a_plan_file(run_cli, tmp_path: Path):
+    """`at: 900` unquoted is a YAML integer: refused with the HH:MM form named (it was read as
+    900 s after midnight, 00:15), and the schema gives `at` as a string."""
+    text = yaml.safe_dump(_curve_plan()).replace("at: 04:00", "at: 900")
+    assert "at: 900" in text
+    (tmp_path / "p.yaml").write_text(text)
+    res = run_cli("plan", str(tmp_path / "p.yaml"))
+    assert res.exit_code == 2 and res.stdout == ""
+    err = res.stderr.strip()
+    assert "\n" not in err and err.startswith("Error: ")
+    assert "workloads.0.rate_curve.0.at: 900 is not a time of day: write it as HH:MM" in err
+    schema = json.loads(run_cli("schema").stdout)
+    assert schema["$defs"]["CurvePoint"]["properties"]["at"]["type"] == "string"
 
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "day"
