@@ -178,6 +178,59 @@ def test_a_number_at_is_refused_in_a_plan_file(run_cli, tmp_path: Path):
     assert schema["$defs"]["CurvePoint"]["properties"]["at"]["type"] == "string"
 
 
+def test_binding_by_hand():
+    """What sets each window's replicas: 0, 5, 20 and 40 req/s at 10 req/s per replica and
+    20% headroom need 0, ceil(0.6) = 1, ceil(2.4) = 3 and ceil(4.8) = 5 replicas; a floor of 2
+    holds the first two (2, 2, 3, 5): min_replicas, min_replicas, capacity, capacity. A floor
+    of 1: the idle window is held by it, the 5-req/s window needs its one replica (capacity)."""
+    from capplan.plan.day import replicas_for, windows_for
+    from capplan.plan.day_mix import Sizing
+    from capplan.plan.rate_curve import WindowSeries
+    from capplan.plan.startup import StartupLag
+
+    rate = np.array([0.0, 5.0, 20.0, 40.0])
+    ones = np.ones(4)
+    total = WindowSeries(np.arange(4) * 900.0, np.arange(1, 5) * 900.0, rate, ones, ones,
+                         rate * 100, "t")
+    size = Sizing(np.full(4, 10.0), lambda r: (0 * r, 0 * r))
+    lag = StartupLag(weights_bytes=1e9, load_from="nvme", load_bytes_per_s=1e9,
+                     engine_startup_s=60)
+    need = replicas_for(rate, 10.0, 0.2, 0)
+    assert list(need) == [0, 1, 3, 5]
+    for floor, reps, want in ((2, [2, 2, 3, 5], ["min_replicas"] * 2 + ["capacity"] * 2),
+                              (1, [1, 1, 3, 5], ["min_replicas"] + ["capacity"] * 3)):
+        got = windows_for(total, replicas_for(rate, 10.0, 0.2, floor), 1, lag, size,
+                          (floor, need))
+        assert [w.replicas for w in got] == reps
+        assert [w.to_dict()["binding"] for w in got] == want
+
+
+def test_binding_in_json_table_and_schedule_csv(run_cli, tmp_path: Path):
+    """A curve idle from 18:00 to 06:00 (0 req/s) under min_replicas 2: the idle windows are
+    held by the floor; any window above the floor is bound by capacity; the table's `bound by`
+    column and the .schedule.csv's say what the JSON `schedule` entries do."""
+    lane = {"rate_curve": [{"at": "00:00", "rate_per_s": 0}, {"at": "06:00", "rate_per_s": 0},
+                           {"at": "12:00", "rate_per_s": 12}, {"at": "18:00", "rate_per_s": 0}]}
+    doc = _curve_plan(day={"replay": "none", "window_s": 3600, "min_replicas": 2})
+    doc["workloads"][0].update(lane)
+    (tmp_path / "p.yaml").write_text(yaml.safe_dump(doc))
+    res = run_cli("plan", str(tmp_path / "p.yaml"), "--format", "json", "--export",
+                  str(tmp_path / "p.csv"))
+    assert res.exit_code == 0, res.stderr
+    sched = json.loads(res.stdout)["schedule"]
+    bound = [w["binding"] for w in sched]
+    assert all(b == "min_replicas" for w, b in zip(sched, bound, strict=True)
+               if w["sizing_rps"] == 0)
+    assert all(b == "capacity" for w, b in zip(sched, bound, strict=True) if w["replicas"] > 2)
+    assert "capacity" in bound and all(w["replicas"] >= 2 for w in sched)
+    rows = (tmp_path / "p.schedule.csv").read_text().split("\n\n")[0].splitlines()
+    col = rows[0].split(",").index("bound by")
+    assert [r.split(",")[col] for r in rows[1:]] == bound
+    table = run_cli("plan", str(tmp_path / "p.yaml")).stdout
+    shown = [ln.split()[-1] for ln in table.splitlines() if re.match(r"\d\d:00 ", ln)]
+    assert shown == bound
+
+
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "day"
 
 
