@@ -99,6 +99,7 @@ SCHEDULE_COLUMNS = [
     Column("tbt_p99_s", "TBT p99\n(ms)", _ms, ".1f"),
     Column("lead", "start\nscale-up"),
     Column("planned_att", "replay\nplanned"), Column("reactive_att", "replay\nreactive"),
+    Column("binding", "bound\nby"),
 ]
 
 

@@ -16,6 +16,8 @@ HEADERS = ("start (h)", "end (h)", "offered (req/s)", "IDC", "replicas", "GPUs",
            "TTFT p99 (ms)", "TBT p99 (ms)", "scale-up begins (h)",
            "replay planned attainment (%)", "replay reactive attainment (%)",
            "inter-arrival SCV", "sized for (req/s)")
+BINDING = "bound by"
+"""The column naming what sets a window's replicas (JSON `binding`)."""
 FMTS = (".2f", ".2f", ".3f", ".2f", "g", "g", ".0f", ".1f", ".2f", ".1f", ".1f", ".2f", ".3f")
 
 TOTALS = (
@@ -94,10 +96,18 @@ def _types(plan: dict[str, Any]) -> list[str]:
     return list(plan["schedule"][0].get("gpus_by_gpu") or {})
 
 
+def _bound(plan: dict[str, Any]) -> bool:
+    """A model's schedule names what binds each window (`binding`); a pool's does not (each
+    model's own schedule does)."""
+    return "binding" in plan["schedule"][0]
+
+
 def headers(plan: dict[str, Any]) -> tuple[list[str], list[str]]:
-    """(headers, formats) of the schedule table: a pool adds GPUs per model and per GPU
-    type's pool (its `GPUs` column is empty over several types)."""
-    extra = [f"GPUs {m}" for m in _models(plan)] + [f"GPUs {t} pool" for t in _types(plan)]
+    """(headers, formats) of the schedule table: a model's adds what binds each window
+    (`bound by`: capacity or min_replicas); a pool adds GPUs per model and per GPU type's pool
+    (its `GPUs` column is empty over several types)."""
+    extra = ([BINDING] if _bound(plan) else []) + [f"GPUs {m}" for m in _models(plan)] \
+        + [f"GPUs {t} pool" for t in _types(plan)]
     return [*HEADERS, *extra], [*FMTS, *("g" for _ in extra)]
 
 
@@ -108,7 +118,8 @@ def schedule_rows(plan: dict[str, Any]) -> list[list[Any]]:
              _num(w.get("dispersion")), w.get("replicas"), w.get("gpus"),
              _ms(w.get("ttft_p99_s")), _ms(w.get("tbt_p99_s")), _h(w.get("scale_up_begin_s")),
              _att(w, "planned"), _att(w, "reactive"), _num(w.get("arrival_scv")),
-             _num(w.get("sizing_rps")), *((w.get("gpus_by_model") or {}).get(m) for m in models),
+             _num(w.get("sizing_rps")), *([w.get("binding")] if _bound(plan) else []),
+             *((w.get("gpus_by_model") or {}).get(m) for m in models),
              *((w.get("gpus_by_gpu") or {}).get(t) for t in types)]
             for w in plan["schedule"]]
 
@@ -171,7 +182,7 @@ def markdown_section(plan: dict[str, Any], table: Any) -> list[str]:
     heads, fmts = headers(plan)
     out = [f"## Day plan: replicas per window, {clock_times(plan)}", "",
            table(heads, rows, tuple(fmts)), "", table(["quantity", "value"],
-                                                       summary_shown(plan), "g"), ""]
+                                                       summary_shown(plan), None), ""]
     reps = [r[4] or 0 for r in rows]
     rate = [round(r[2] or 0.0, 3) for r in rows]
     labels = ", ".join(f'"{int(round(r[0] * 60)) // 60:02d}:{int(round(r[0] * 60)) % 60:02d}"'

@@ -46,9 +46,13 @@ def _cell(v: Any) -> Any:
     return v
 
 
-def _table(headers: list[str], rows: list[list[Any]], floatfmt: tuple[str, ...] | str) -> str:
+def _table(headers: list[str], rows: list[list[Any]], floatfmt: tuple[str, ...] | str | None
+           ) -> str:
+    """A GitHub table; numbers in `floatfmt` (per column). None: the cells are text already
+    formatted (e.g. a day's totals, each row in its own format: day_export.summary_shown),
+    shown as given (tabulate would read "52.0" as a number and print 52)."""
     return tabulate([[_cell(v) for v in r] for r in rows], headers=headers, tablefmt="github",
-                    floatfmt=floatfmt, missingval="")
+                    floatfmt=floatfmt or "g", missingval="", disable_numparse=floatfmt is None)
 
 
 def _summary(plan: dict[str, Any]) -> list[str]:

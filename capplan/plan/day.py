@@ -173,6 +173,11 @@ class Window:
     """The replica start-up time the scale-up needs ahead of the window."""
     reactive_replicas: int = 0
     """What a reactive policy runs: the replicas the previous window needed."""
+    binding: str = "capacity"
+    """What sets `replicas`: "capacity" (the sizing rate with the headroom over a replica's
+    capacity, replicas the replay added included) or "min_replicas" (the floor: the analytic
+    capacity alone would need fewer, or the window has no traffic). capplan has no replica
+    cap, so nothing binds from above."""
     replay: dict[str, Any] | None = None
     """The trace replayed over the planned (and reactive) fleet: attainment, p99s."""
 
@@ -184,7 +189,7 @@ class Window:
                 "ttft_p99_s": self.ttft_p99_s, "tbt_p99_s": self.tbt_p99_s,
                 "scale_up_begin_s": self.scale_up_begin_s,
                 "scale_up_lead_s": self.scale_up_lead_s,
-                "reactive_replicas": self.reactive_replicas,
+                "reactive_replicas": self.reactive_replicas, "binding": self.binding,
                 **({"replay": self.replay} if self.replay is not None else {})}
 
 
@@ -281,10 +286,13 @@ class DayPlan:
 
 
 def windows_for(total: WindowSeries, reps: np.ndarray, gpr: int, lag: StartupLag,
-                size: Sizing) -> list[Window]:
+                size: Sizing, floor: tuple[int, np.ndarray] | None = None) -> list[Window]:
     """The schedule's windows for replica counts `reps` (GPUs, predicted p99s, scale-up lead,
-    the reactive policy's counts)."""
+    the reactive policy's counts, what binds each: `floor` is (min_replicas, the counts the
+    capacity alone needs); a window held at min_replicas above that need is bound by it)."""
     reps = np.asarray(reps, np.int64)
+    low, need = floor if floor is not None else (0, reps)
+    held = (reps == low) & ((np.asarray(need) < low) | (total.sized <= 0))
     ttft, tbt = size.predict(total.sized / np.maximum(reps, 1))
     # reactive: each window runs what the previous one needed (the first: its own)
     reactive = np.concatenate([reps[:1], reps[:-1]])
@@ -304,7 +312,8 @@ def windows_for(total: WindowSeries, reps: np.ndarray, gpr: int, lag: StartupLag
             # a daily cycle: a start before the schedule's is the previous day's clock time
             scale_up_begin_s=(float(total.start_s[i]) - lag.total_s) % span if up else None,
             scale_up_lead_s=lag.total_s if up else None,
-            reactive_replicas=int(reactive[i])))
+            reactive_replicas=int(reactive[i]),
+            binding="min_replicas" if held[i] else "capacity"))
     return out
 
 
@@ -316,8 +325,10 @@ def _schedule(total: WindowSeries, cand: Candidate, opts: DayOptions, headroom: 
     reps = replicas_for(total.sized, size.capacity_rps, headroom, opts.min_replicas)
     gpr = cand.gpus_total // max(cand.replicas, 1)
 
+    need = replicas_for(total.sized, size.capacity_rps, headroom, 0)  # without the floor
+
     def rebuild(r: np.ndarray) -> list[Window]:
-        return windows_for(total, r, gpr, lag, size)
+        return windows_for(total, r, gpr, lag, size, (opts.min_replicas, need))
 
     def rescale(needed: dict[int, int]) -> tuple[np.ndarray, float]:
         return scaled_counts(total.sized, size.capacity_rps, headroom,

@@ -81,13 +81,11 @@ def load_spec_from_options(rate: float | None, concurrency: int | None, trace: s
                          "closed loop does not take it: use `capplan simulate --concurrency`")
     block_size, kv_tokens = cache or (16, None)
     if trace is not None:
-        from capplan.sim.workload import load_trace
+        from capplan.sim.workload import load_trace, replayable_rate
 
         t = load_trace(trace, time_unit)
         arrivals = np.asarray(t.arrival_at_s, float)
-        span = float(arrivals.max() - arrivals.min())
-        if len(arrivals) < 2 or span <= 0:
-            raise InputError(f"{trace}: needs at least two requests at different times")
+        rate = replayable_rate(arrivals, str(trace))
         gaps = np.diff(np.sort(arrivals))
         scv = float(gaps.var() / max(gaps.mean() ** 2, 1e-12))
         inp, out = clipped(np.asarray(t.input_tokens, float), np.asarray(t.output_tokens, float),
@@ -99,7 +97,7 @@ def load_spec_from_options(rate: float | None, concurrency: int | None, trace: s
 
             hits = np.minimum(trace_prefix_hits(t, block_size), np.maximum(inp - 1, 0))
             pc = PrefixCache(float(hits.mean()), tuple((inp - hits).tolist()))
-        return LoadSpec((len(arrivals) - 1) / span, None, i_st, o_st, scv, f"trace {t.note}",
+        return LoadSpec(rate, None, i_st, o_st, scv, f"trace {t.note}",
                         prefix=pc)
     from capplan.plan.prefix import lane_lengths
 

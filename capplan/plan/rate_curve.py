@@ -35,7 +35,7 @@ import numpy as np
 from capplan import limits as L
 from capplan.errors import InputError
 from capplan.sim.stability import gap_scv
-from capplan.sim.workload import Requests
+from capplan.sim.workload import Requests, replayable_rate
 
 DAY_S = 86_400.0
 DEFAULT_WINDOW_S = 900.0
@@ -108,29 +108,42 @@ def _idc(t: np.ndarray, start: float, end: float) -> float:
     return float(counts.var() / mean) if mean > 0 else 1.0
 
 
-def series_from_trace(reqs: Requests, window_s: float = DEFAULT_WINDOW_S,
-                      source: str = "trace") -> WindowSeries:
-    """Windows over a trace's arrivals. The trace ends at its last arrival, so the last window
-    ends there: when that leaves it shorter than half a window, it joins the window before
-    (a count over a few seconds is no rate: one request 0.5 s into a window would read as 2
-    req/s and size the day's peak), which then runs up to 1.5 windows; a tail of at least half
-    a window keeps its own window, its count over its own length (rated over the nominal
+def trace_window_edges(t: np.ndarray, window_s: float) -> tuple[np.ndarray, np.ndarray]:
+    """The windows over sorted arrivals `t` (the first at 0) and each window's request count:
+    (edges (windows + 1,), counts (windows,)). The trace ends at its last arrival, so the last
+    window ends there: when that leaves it shorter than half a window, it joins the window
+    before (a count over a few seconds is no rate: one request 0.5 s into a window would read
+    as 2 req/s and size the day's peak), which then runs up to 1.5 windows; a tail of at least
+    half a window keeps its own window, its count over its own length (rated over the nominal
     length it would read low when the trace was merely cut there). A trace shorter than one
-    window is one window to its last arrival."""
-    window_s = check_window(window_s)
-    t = np.asarray(reqs.arrival_at_s, float)
-    if len(t) < 2 or float(t[-1] - t[0]) <= 0:
-        raise InputError(f"{source}: needs at least two requests at different times")
+    window is one window to its last arrival. A window counts the arrivals after its start up
+    to its end, (start, end]: the first arrival, at 0, opens the trace's clock and counts in
+    none, so the counts add up to n - 1 over the span, the trace's rate
+    (sim.workload.arrival_rate), and evenly spaced arrivals read their rate in every window.
+    One rule for the day planner and `latency --trace`'s peak window (plan/replay.py)."""
     n = max(1, math.ceil(float(t[-1]) / window_s - 1e-9))
     if n > 1 and float(t[-1]) - (n - 1) * window_s < window_s / 2:
         n -= 1  # the short tail joins the window before it
     edges = np.arange(n + 1) * window_s
     edges[-1] = max(float(t[-1]), edges[-2] + 1.0)  # a trace under 1 s: rated over 1 s
-    idx = np.minimum((t // window_s).astype(np.int64), n - 1)
-    counts = np.bincount(idx, minlength=n)
+    idx = np.clip(np.ceil(t[1:] / window_s).astype(np.int64) - 1, 0, n - 1)
+    return edges, np.bincount(idx, minlength=n)
+
+
+def series_from_trace(reqs: Requests, window_s: float = DEFAULT_WINDOW_S,
+                      source: str = "trace") -> WindowSeries:
+    """Windows over a trace's arrivals (trace_window_edges): each window's offered rate is
+    its count over its length; its output tokens those of the requests arriving in it (the
+    first request's in the first window), its IDC and gap SCV over its arrivals."""
+    window_s = check_window(window_s)
+    t = np.asarray(reqs.arrival_at_s, float)
+    replayable_rate(t, source)
+    edges, counts = trace_window_edges(t, window_s)
+    n = len(counts)
+    idx = np.clip(np.ceil(t / window_s).astype(np.int64) - 1, 0, n - 1)
     out_tok = np.bincount(idx, weights=np.asarray(reqs.output_tokens, float), minlength=n)
-    bounds = np.searchsorted(t, edges)
-    bounds[-1] = len(t)  # the last window holds the last arrival (its end)
+    bounds = np.searchsorted(t, edges, side="right")
+    bounds[0], bounds[-1] = 0, len(t)  # the first arrival in the first window, the last in the last
     idc = np.array([_idc(t[bounds[i]:bounds[i + 1]], edges[i], edges[i + 1])
                     for i in range(n)])
     scv = np.array([gap_scv(t[bounds[i]:bounds[i + 1]]) for i in range(n)])
@@ -187,19 +200,29 @@ class RateCurve:
         return days * cum[-1] + part
 
 
+def clock_text(v: Any, where: str | None = None) -> str:
+    """A point's `at` as written: text ('HH:MM' or 'HH:MM:SS'). A number (a plan file's
+    unquoted `at: 900`, a JSON 900) is refused, not read as seconds after midnight: a CSV's
+    900 is no time of day either, and 900 meant as 09:00 would silently plan 00:15. The plan
+    file's schema (plan/schema.py CurvePoint) and parse_rate_curve both check with this
+    (`where`: the point's place, None in the schema, whose error names the field)."""
+    if not isinstance(v, str):
+        head = f"{v!r}" if where is None else f"{where}: at {v!r}"
+        raise InputError(f"{head} is not a time of day: write it as HH:MM (e.g. 09:00); a "
+                         "number is not read as seconds after midnight")
+    return v
+
+
 def _clock(v: Any, where: str) -> float:
-    """'HH:MM' (or 'HH:MM:SS', or seconds after midnight) -> seconds after midnight."""
-    if isinstance(v, int | float) and not isinstance(v, bool):
-        s = float(v)
-    else:
-        parts = str(v).strip().split(":")
-        try:
-            nums = [float(p) for p in parts]
-        except ValueError:
-            raise InputError(f"{where}: at {v!r} is not a time of day like 14:30") from None
-        if not 2 <= len(nums) <= 3 or not 0 <= nums[0] <= 24 or not 0 <= nums[1] < 60:
-            raise InputError(f"{where}: at {v!r} is not a time of day like 14:30")
-        s = nums[0] * 3600 + nums[1] * 60 + (nums[2] if len(nums) == 3 else 0.0)
+    """'HH:MM' (or 'HH:MM:SS') -> seconds after midnight."""
+    parts = clock_text(v, where).strip().split(":")
+    try:
+        nums = [float(p) for p in parts]
+    except ValueError:
+        raise InputError(f"{where}: at {v!r} is not a time of day like 14:30") from None
+    if not 2 <= len(nums) <= 3 or not 0 <= nums[0] <= 24 or not 0 <= nums[1] < 60:
+        raise InputError(f"{where}: at {v!r} is not a time of day like 14:30")
+    s = nums[0] * 3600 + nums[1] * 60 + (nums[2] if len(nums) == 3 else 0.0)
     if not 0 <= s <= DAY_S:
         raise InputError(f"{where}: at {v!r} is outside the day (00:00 to 24:00)")
     return s

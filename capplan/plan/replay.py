@@ -27,7 +27,6 @@ from typing import Any
 
 import numpy as np
 
-from capplan.errors import InputError
 from capplan.plan.deployment import Deployment
 from capplan.plan.load import LoadSpec, analytic_latency
 from capplan.plan.search import slot_shortfall
@@ -402,33 +401,29 @@ def answered_note(res: dict[str, Any]) -> str:
 
 def trace_windows(load: ReplayLoad, trace: Any = None) -> dict[str, Any]:
     """What was read from a trace (rows, span, mean rate) and its rate per `window_s` window:
-    `varies` when the peak window's rate exceeds the trace's mean rate (its requests over its
-    span, `mean_rate_per_s`, as the load line gives it) by more than TOLERANCE (a window
-    shorter than a full one at the end is not listed, its requests count in the mean; a trace
-    shorter than two windows has no windows to compare)."""
-    from capplan.sim.workload import load_trace
+    `varies` when the peak window's rate exceeds the trace's mean rate (sim.workload
+    arrival_rate: its n - 1 gaps over its span, `mean_rate_per_s`, as the load line gives it)
+    by more than TOLERANCE. The windows are the day planner's (rate_curve.trace_window_edges):
+    a final tail of half a window or more is a window of its own, rated over its real length,
+    a shorter one joins the window before; a trace of one window has none to compare."""
+    from capplan.plan.rate_curve import trace_window_edges
+    from capplan.sim.workload import load_trace, replayable_rate
 
     t = trace if trace is not None else load_trace(load.trace, load.time_unit)
     arr = np.sort(np.asarray(t.arrival_at_s, float))
-    n = len(arr)
-    span = float(arr[-1] - arr[0]) if n else 0.0
-    if n < 2 or span <= 0:
-        raise InputError(f"{load.trace}: needs at least two requests at different times")
-    out: dict[str, Any] = {"path": str(load.trace), "rows": n, "span_s": span,
-                           "mean_rate_per_s": (n - 1) / span if span > 0 else None,
+    mean = replayable_rate(arr, str(load.trace))
+    out: dict[str, Any] = {"path": str(load.trace), "rows": len(arr),
+                           "span_s": float(arr[-1] - arr[0]), "mean_rate_per_s": mean,
                            "window_s": load.window_s, "windows": [], "varies": False}
-    full = int(span // load.window_s)
-    if full < 2:
+    edges, counts = trace_window_edges(arr - arr[0], load.window_s)
+    if len(counts) < 2:
         return out
-    edges = arr[0] + load.window_s * np.arange(full + 1)
-    counts = np.diff(np.searchsorted(arr, edges, side="left"))
-    rates = counts / load.window_s
-    mean = out["mean_rate_per_s"]  # the load line's: the final partial window counts too
+    rates = counts / np.diff(edges)
     i = int(np.argmax(rates))
-    out["windows"] = [{"start_s": float(edges[j] - arr[0]), "rate_per_s": float(rates[j])}
-                      for j in range(full)]
-    out["peak_window"] = {"start_s": float(edges[i] - arr[0]), "rate_per_s": float(rates[i])}
-    out["varies"] = bool(mean > 0 and rates[i] > (1 + TOLERANCE) * mean)
+    out["windows"] = [{"start_s": float(edges[j]), "end_s": float(edges[j + 1]),
+                       "rate_per_s": float(rates[j])} for j in range(len(rates))]
+    out["peak_window"] = dict(out["windows"][i])
+    out["varies"] = bool(rates[i] > (1 + TOLERANCE) * mean)
     return out
 
 

@@ -124,9 +124,17 @@ class CurvePoint(BaseModel):
     """One point of a daily rate curve (linear between points, wrapping at midnight)."""
 
     model_config = _STRICT
-    at: str | float
-    """Time of day, 'HH:MM' (or seconds after midnight)."""
+    at: str
+    """Time of day, 'HH:MM' (or 'HH:MM:SS'); a number (`at: 900`) is refused, not read as
+    seconds after midnight."""
     rate_per_s: float = Field(ge=0, allow_inf_nan=False)
+
+    @field_validator("at", mode="before")
+    @classmethod
+    def _time_of_day(cls, v: Any) -> Any:
+        from capplan.plan.rate_curve import clock_text
+
+        return clock_text(v)  # its InputError is a ValueError: pydantic names the field
 
 
 class Lane(BaseModel):

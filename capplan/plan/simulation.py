@@ -22,7 +22,15 @@ from capplan.sim.engine import LEGACY_IMPLS
 from capplan.sim.fleet import fleet_compiled
 from capplan.sim.protocol import BenchmarkRun
 from capplan.sim.stability import backlog_grows
-from capplan.sim.workload import Lane, Requests, Workload, load_trace, parse_length
+from capplan.sim.workload import (
+    Lane,
+    Requests,
+    Workload,
+    arrival_rate,
+    load_trace,
+    parse_length,
+    replayable_rate,
+)
 
 
 def parse_schedulers(text: str) -> list[str]:
@@ -42,6 +50,7 @@ def workload_from_options(rate: float | None, concurrency: int | None, trace: st
     require_one_load(rate, concurrency, trace)
     if trace is not None:  # a path, or a trace already read (Requests: read once by latency)
         reqs = trace if isinstance(trace, Requests) else load_trace(trace, time_unit)
+        replayable_rate(reqs.arrival_at_s, "trace" if isinstance(trace, Requests) else str(trace))
         return Workload((Lane(name="trace"),), trace=reqs)
     limits.check_cap("sim_requests", requests, "--requests")  # estimated before the work
     if rate is not None:
@@ -241,7 +250,7 @@ def mark_overload(res: dict[str, Any], arrivals: np.ndarray) -> str | None:
     span = float(arrivals.max() - arrivals.min()) if n > 1 else 0.0
     if span <= 0:
         return None
-    res["offered_requests_per_s"] = (n - 1) / span
+    res["offered_requests_per_s"] = arrival_rate(n, span)
     win = res.get("arrival_window") or {}
     res["overloaded"] = backlog_grows(win)
     return overload_note(win) if res["overloaded"] else None

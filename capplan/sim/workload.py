@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 import numpy as np
 
@@ -504,6 +504,26 @@ def trace_time_unit(cols: list[str], times: np.ndarray, column: str = "") -> tup
     return _unit_from_span(times)
 
 
+def arrival_rate(n: int, span_s: float) -> float:
+    """The one rate capplan reads arrivals at: n requests from the first arrival to the last
+    are n - 1 gaps over the span, so (n - 1) / span (the mean gap's inverse; an open loop
+    drawn at rate r gives it back, its first arrival at 0 and n - 1 gaps of mean 1 / r). The
+    day planner's windows count the same way: a window holds the arrivals after its start up
+    to its end, the first arrival only opening the trace's clock (plan/rate_curve.py)."""
+    return (n - 1) / span_s
+
+
+def replayable_rate(arrivals: Any, source: str) -> float:
+    """arrival_rate of a trace's arrivals; InputError when it has no rate: fewer than two
+    requests, or all at one instant (`latency`, `simulate`, `recommend` and day plans refuse
+    such a trace alike)."""
+    t = np.asarray(arrivals, float)
+    span = float(t.max() - t.min()) if len(t) else 0.0
+    if len(t) < 2 or not span > 0:
+        raise InputError(f"{source}: needs at least two requests at different times")
+    return arrival_rate(len(t), span)
+
+
 MIN_TRACE_RATE_PER_S = 0.01
 """Slowest mean rate a serving trace is read at in seconds when its stamps are whole numbers
 (36 requests an hour; BurstGPT, the sparsest public trace, averages ~0.13 req/s): below it,
@@ -519,7 +539,7 @@ def _unit_from_span(times: np.ndarray) -> tuple[str, str]:
     span = float(np.nanmax(times)) - float(np.nanmin(times)) if n else 0.0  # inf, no warning
     if n < 2 or not 0 < span < math.inf or not bool(np.all(times == np.floor(times))):
         return "s", "seconds"
-    rate_s = (n - 1) / span
+    rate_s = arrival_rate(n, span)
     if rate_s < MIN_TRACE_RATE_PER_S and rate_s * 1e3 <= 1e6:
         return "ms", (f"whole-number stamps spanning {span:.4g}: {rate_s:.2g} req/s in seconds, "
                       f"{rate_s * 1e3:.3g} req/s in milliseconds; --time-unit s to override")
@@ -684,7 +704,7 @@ def load_trace(path: str | Path, time_unit: str = "auto") -> Requests:
     order = np.argsort(t, kind="stable")
     t = t[order] - t[order][0]
     span = float(t[-1]) if len(t) else 0.0
-    rate = f", {(len(t) - 1) / span:.3g} req/s" if span > 0 else ""
+    rate = f" ({len(t) - 1} gaps), {arrival_rate(len(t), span):.3g} req/s" if span > 0 else ""
     note = (f"{p}: {len(t)} requests over {span:.4g} s{rate}; columns {ca} ({unit}, "
             f"{why}), {ci}, {co}")
     hash_ids = tuple(hashes[i] for i in order.tolist()) if hashes else None

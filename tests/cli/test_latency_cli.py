@@ -210,6 +210,18 @@ def test_bad_trace_one_line_names_file(run_cli, tmp_path, text, fragment):
     assert str(f) in res.stderr
 
 
+@pytest.mark.parametrize("command", ["latency", "simulate"])
+@pytest.mark.parametrize("rows", [["5,100,10"], ["0,100,10", "0,100,10", "0,100,10"]],
+                         ids=["one-row", "one-instant"])
+def test_a_trace_without_a_rate_is_refused_alike(run_cli, tmp_path, command, rows):
+    """One row, or every row at one instant, has no rate to replay: `simulate` refuses it as
+    `latency` does (it reported "1 requests over 0 s" and exit 0), one line, exit 2."""
+    f = tmp_path / "t.csv"
+    f.write_text("arrived_at,num_prefill_tokens,num_decode_tokens\n" + "\n".join(rows) + "\n")
+    res = run_cli(command, *LAT[1:], "--trace", str(f))
+    assert_one_line_error(res, f"{f}: needs at least two requests at different times")
+
+
 def test_missing_trace_file(run_cli, tmp_path):
     assert_one_line_error(run_cli(*LAT, "--trace", str(tmp_path / "none.csv")),
                           "no such trace file")

@@ -134,7 +134,7 @@ def test_two_models_share_a_pool():
     ({"rate_curve": [{"time": "01:00", "rate_per_s": 1}, {"at": "05:00", "rate": 2}]},
      "unknown key 'workloads.0.rate_curve.0.time' (the keys here: at, rate_per_s)"),
     ({"rate_curve": [{"at": [1], "rate_per_s": 1}]},
-     "workloads.0.rate_curve.0.at: Input should be a valid string or a valid number"),
+     "workloads.0.rate_curve.0.at: [1] is not a time of day: write it as HH:MM"),
     ({"rate_curve": 5}, "workloads.0.rate_curve: Input should be a valid string or a valid list"),
 ])
 def test_bad_day_lanes(run_cli, tmp_path: Path, bad, msg):
@@ -161,6 +161,74 @@ def test_unquoted_times_of_day_in_a_plan_file(run_cli, tmp_path: Path):
     # (wrapping, 0.2 req/s per hour), so 02:00-03:00 falls from 0.8 to 0.6: 0.7
     assert sched[14]["offered_rps"] == pytest.approx(2.9)
     assert sched[2]["offered_rps"] == pytest.approx(0.7)
+
+
+def test_a_number_at_is_refused_in_a_plan_file(run_cli, tmp_path: Path):
+    """`at: 900` unquoted is a YAML integer: refused with the HH:MM form named (it was read as
+    900 s after midnight, 00:15), and the schema gives `at` as a string."""
+    text = yaml.safe_dump(_curve_plan()).replace("at: 04:00", "at: 900")
+    assert "at: 900" in text
+    (tmp_path / "p.yaml").write_text(text)
+    res = run_cli("plan", str(tmp_path / "p.yaml"))
+    assert res.exit_code == 2 and res.stdout == ""
+    err = res.stderr.strip()
+    assert "\n" not in err and err.startswith("Error: ")
+    assert "workloads.0.rate_curve.0.at: 900 is not a time of day: write it as HH:MM" in err
+    schema = json.loads(run_cli("schema").stdout)
+    assert schema["$defs"]["CurvePoint"]["properties"]["at"]["type"] == "string"
+
+
+def test_binding_by_hand():
+    """What sets each window's replicas: 0, 5, 20 and 40 req/s at 10 req/s per replica and
+    20% headroom need 0, ceil(0.6) = 1, ceil(2.4) = 3 and ceil(4.8) = 5 replicas; a floor of 2
+    holds the first two (2, 2, 3, 5): min_replicas, min_replicas, capacity, capacity. A floor
+    of 1: the idle window is held by it, the 5-req/s window needs its one replica (capacity)."""
+    from capplan.plan.day import replicas_for, windows_for
+    from capplan.plan.day_mix import Sizing
+    from capplan.plan.rate_curve import WindowSeries
+    from capplan.plan.startup import StartupLag
+
+    rate = np.array([0.0, 5.0, 20.0, 40.0])
+    ones = np.ones(4)
+    total = WindowSeries(np.arange(4) * 900.0, np.arange(1, 5) * 900.0, rate, ones, ones,
+                         rate * 100, "t")
+    size = Sizing(np.full(4, 10.0), lambda r: (0 * r, 0 * r))
+    lag = StartupLag(weights_bytes=1e9, load_from="nvme", load_bytes_per_s=1e9,
+                     engine_startup_s=60)
+    need = replicas_for(rate, 10.0, 0.2, 0)
+    assert list(need) == [0, 1, 3, 5]
+    for floor, reps, want in ((2, [2, 2, 3, 5], ["min_replicas"] * 2 + ["capacity"] * 2),
+                              (1, [1, 1, 3, 5], ["min_replicas"] + ["capacity"] * 3)):
+        got = windows_for(total, replicas_for(rate, 10.0, 0.2, floor), 1, lag, size,
+                          (floor, need))
+        assert [w.replicas for w in got] == reps
+        assert [w.to_dict()["binding"] for w in got] == want
+
+
+def test_binding_in_json_table_and_schedule_csv(run_cli, tmp_path: Path):
+    """A curve idle from 18:00 to 06:00 (0 req/s) under min_replicas 2: the idle windows are
+    held by the floor; any window above the floor is bound by capacity; the table's `bound by`
+    column and the .schedule.csv's say what the JSON `schedule` entries do."""
+    lane = {"rate_curve": [{"at": "00:00", "rate_per_s": 0}, {"at": "06:00", "rate_per_s": 0},
+                           {"at": "12:00", "rate_per_s": 12}, {"at": "18:00", "rate_per_s": 0}]}
+    doc = _curve_plan(day={"replay": "none", "window_s": 3600, "min_replicas": 2})
+    doc["workloads"][0].update(lane)
+    (tmp_path / "p.yaml").write_text(yaml.safe_dump(doc))
+    res = run_cli("plan", str(tmp_path / "p.yaml"), "--format", "json", "--export",
+                  str(tmp_path / "p.csv"))
+    assert res.exit_code == 0, res.stderr
+    sched = json.loads(res.stdout)["schedule"]
+    bound = [w["binding"] for w in sched]
+    assert all(b == "min_replicas" for w, b in zip(sched, bound, strict=True)
+               if w["sizing_rps"] == 0)
+    assert all(b == "capacity" for w, b in zip(sched, bound, strict=True) if w["replicas"] > 2)
+    assert "capacity" in bound and all(w["replicas"] >= 2 for w in sched)
+    rows = (tmp_path / "p.schedule.csv").read_text().split("\n\n")[0].splitlines()
+    col = rows[0].split(",").index("bound by")
+    assert [r.split(",")[col] for r in rows[1:]] == bound
+    table = run_cli("plan", str(tmp_path / "p.yaml")).stdout
+    shown = [ln.split()[-1] for ln in table.splitlines() if re.match(r"\d\d:00 ", ln)]
+    assert shown == bound
 
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "day"

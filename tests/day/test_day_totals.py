@@ -102,6 +102,28 @@ def test_markdown_gives_units(day, tmp_path: Path):
     assert shown == [f"{a:.1f}" for a in _attained(day)]
 
 
+def test_markdown_totals_keep_their_digits():
+    """The totals as the HTML export and the table output show them: $ to the cent, GPU-hours
+    and % to a tenth, trailing zeros kept (Markdown printed 75.6 and 52)."""
+    from capplan.export.day_export import markdown_section
+    from capplan.export.markdown import _table
+
+    plan = {"schedule": [{"start_s": 0.0, "end_s": 3600.0, "offered_rps": 1.0, "replicas": 2,
+                          "gpus": 2}],
+            "peak_replicas": 2, "gpu_hours": 52.0, "fixed_fleet_gpu_hours": 72.0,
+            "cost_per_day": 196.56, "fixed_fleet_cost_per_day": 272.16,
+            "saving_gpu_hours": 20.0, "saving_per_day": 75.6, "saving_frac": 20 / 72}
+    text = "\n".join(markdown_section(plan, _table))
+    cells = dict(tuple(c.strip() for c in ln.strip("|").split("|")) for ln in text.splitlines()
+                 if ln.startswith("|") and ln.count("|") == 3)
+    assert cells["GPU-hours, autoscaled"] == "52.0"
+    assert cells["saving per day ($)"] == "75.60"
+    assert cells["cost per day, autoscaled ($)"] == "196.56"
+    assert cells["saving (GPU-hours)"] == "20.0"
+    assert cells["saving (%)"] == "27.8"  # 20 / 72 = 27.78%
+    assert cells["peak replicas"] == "2"
+
+
 def test_html_gives_units(day, tmp_path: Path):
     text = export_plan(day, tmp_path / "d.html").read_text()
     got = dict(re.findall(r'<tr><td class="l">([^<]*)</td><td class="">([^<]*)</td></tr>', text))

@@ -105,6 +105,15 @@ def test_rate_curve_csv(tmp_path):
     assert len(s) == 96 and np.allclose(s.offered_rps, 2.0)
 
 
+def test_a_number_is_no_time_of_day():
+    """`at: 900` (an unquoted YAML or JSON number) is refused, not read as 900 s after midnight
+    (00:15), as a CSV's 900 is; the text "00:15" is 900 s."""
+    with pytest.raises(InputError, match=r"rate_curve\[1\]: at 900 is not a time of day: "
+                                         r"write it as HH:MM"):
+        parse_rate_curve([{"at": "00:00", "rate_per_s": 1}, {"at": 900, "rate_per_s": 2}])
+    assert list(parse_rate_curve([{"at": "00:15", "rate_per_s": 2}]).at_s) == [900.0]
+
+
 @pytest.mark.parametrize("points, msg", [
     ([{"at": "25:00", "rate_per_s": 1}], "time of day"),
     ([{"at": "10:00", "rate_per_s": 1}, {"at": "10:00", "rate_per_s": 2}], "same time"),
@@ -121,31 +130,57 @@ def test_bad_curves(points, msg):
 def test_trace_windows_by_hand():
     # 3 arrivals in the first minute, the last at 95 s: the second window ends at the last
     # arrival and is over half a window long (35 s of 60), so it keeps its own count over its
-    # own length: 60-s windows give 3/60 and 1/35
+    # own length. A window counts the arrivals after its start up to its end: the one at 0
+    # opens the trace's clock, so 60-s windows give 2/60 (10 and 20 s) and 1/35 (95 s); the
+    # first request's tokens count in the first window
     s = series_from_trace(_reqs([0.0, 10.0, 20.0, 95.0]), window_s=60)
-    assert list(s.offered_rps) == pytest.approx([3 / 60, 1 / 35])
+    assert list(s.offered_rps) == pytest.approx([2 / 60, 1 / 35])
     assert list(s.end_s) == [60.0, 95.0]
     assert list(s.output_tokens) == [30, 10]
 
 
 def test_a_short_tail_joins_the_window_before():
     # the last arrival 10 s into the second minute (under half a window): one window of 70 s,
-    # 4 requests, 4/70 req/s (as its own window it read 1/10, the day's "peak")
+    # 4 requests, 3 gaps: 3/70 req/s (as its own window it read 1/10, the day's "peak")
     s = series_from_trace(_reqs([0.0, 10.0, 20.0, 70.0]), window_s=60)
-    assert list(s.offered_rps) == pytest.approx([4 / 70])
+    assert list(s.offered_rps) == pytest.approx([3 / 70])
     assert list(s.end_s) == [70.0]
     assert list(s.output_tokens) == [40]
 
 
 def test_one_request_past_a_day_is_not_the_peak():
     # 0.1 req/s for a day (every 10 s, 8,640 requests) and one request 0.5 s past 24:00: the
-    # 15-minute windows stay at 90 / 900 = 0.1 req/s, the last one 90 + 1 requests over 900.5 s
+    # 15-minute windows (start, end] stay at 90 / 900 = 0.1 req/s (the first: 10 s to 900 s),
+    # the last one (85,500 s, 86,400.5 s]: 89 + 1 requests over 900.5 s
     t = np.concatenate([np.arange(0.0, DAY_S, 10.0), [DAY_S + 0.5]])
     s = series_from_trace(_reqs(t), window_s=900)
     assert len(s) == 96 and s.end_s[-1] == DAY_S + 0.5
     assert s.offered_rps[:-1] == pytest.approx(0.1)
-    assert s.offered_rps[-1] == pytest.approx(91 / 900.5)
+    assert s.offered_rps[-1] == pytest.approx(90 / 900.5)
     assert s.offered_rps.max() < 0.102  # (it read 1 req/s: one request over 1 s)
+
+
+def test_windows_add_up_to_the_traces_one_rate(tmp_path):
+    """One rate for one trace: the note load_trace writes, the trace's rate (n - 1 gaps over
+    the span) and the day planner's windows (their counts over their lengths, weighted by
+    length) agree. 5 requests at 0, 10, 30, 60 and 80 s: 4 gaps over 80 s = 0.05 req/s;
+    60-s windows: (0, 60] holds 10, 30 and 60 s (3/60), the 20-s tail (60, 80] is under half
+    a window and joins it: 4 requests over 80 s."""
+    from capplan.sim.workload import arrival_rate, replayable_rate
+
+    t = [0.0, 10.0, 30.0, 60.0, 80.0]
+    f = tmp_path / "t.csv"
+    f.write_text("arrived_at,num_prefill_tokens,num_decode_tokens\n"
+                 + "".join(f"{x},100,10\n" for x in t))
+    reqs = load_trace(f)
+    assert "5 requests over 80 s (4 gaps), 0.05 req/s" in reqs.note
+    assert arrival_rate(5, 80.0) == replayable_rate(reqs.arrival_at_s, "t") == 4 / 80
+    s = series_from_trace(reqs, window_s=60)
+    assert list(s.offered_rps) == pytest.approx([4 / 80])
+    s = series_from_trace(_reqs([0.0, 10.0, 30.0, 60.0, 95.0]), window_s=60)
+    # 3 arrivals in (0, 60], 1 in (60, 95]: 4 over 95 s, the trace's 4 gaps over 95 s
+    assert list(s.offered_rps) == pytest.approx([3 / 60, 1 / 35])
+    assert np.average(s.offered_rps, weights=s.end_s - s.start_s) == pytest.approx(4 / 95)
 
 
 def test_dispersion_poisson_one_regular_zero():

@@ -146,18 +146,45 @@ def test_varying_trace_names_its_peak(tmp_path, run_cli):
     f.write_text("arrived_at,num_prefill_tokens,num_decode_tokens\n"
                  + "".join(f"{t:.4f},200,20\n" for t in times) + "180.5,200,20\n")
     tr = trace_windows(ReplayLoad(trace=str(f), window_s=60.0))
-    assert [w["rate_per_s"] for w in tr["windows"]] == pytest.approx([0.5, 0.5, 3.0])
-    assert tr["varies"] and tr["peak_window"] == {"start_s": 120.0, "rate_per_s": 3.0}
+    # windows count (start, end]: 2..60 s every 2 s (30), 62..118 s and 120 s, the first
+    # fast arrival (30), and the last window runs to the last arrival (its 0.5-s tail joins
+    # it): 180 arrivals from 120 1/3 s to 180.5 s over 60.5 s = 2.975 req/s
+    assert [w["rate_per_s"] for w in tr["windows"]] == pytest.approx([0.5, 0.5, 180 / 60.5])
+    assert tr["varies"] and tr["peak_window"] == {"start_s": 120.0, "end_s": 180.5,
+                                                  "rate_per_s": pytest.approx(180 / 60.5)}
     base = ("latency", "--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--trace", str(f),
             "--window", "60")
     d = run_cli(*base, "--format", "json").json()
-    assert any("peak 3 req/s" in w and "recommend --trace" in w for w in d["warnings"])
+    assert any("peak 2.98 req/s" in w and "recommend --trace" in w for w in d["warnings"])
     for fmt in ("table", "csv", "markdown"):
         out = run_cli(*base, "--format", fmt).stdout
-        assert "peak 3 req/s" in out and "recommend --trace" in out, fmt
+        assert "peak 2.98 req/s" in out and "recommend --trace" in out, fmt
         assert "answered by" in out and "241 requests" in out, fmt
     steady = run_cli(*base[:-1], "600", "--format", "json").json()  # one window: no check
     assert not steady["warnings"] and not steady["trace"]["varies"]
+
+
+def test_a_busier_final_partial_window_is_the_peak(tmp_path, run_cli):
+    """The day planner's windows (docs/day-planning.md): a tail of half a window or more keeps
+    its own window, rated over its real length. 1 req/s from 0 to 120 s (121 arrivals), then
+    3 req/s for 40 s (120 arrivals to 160 s): 60-s windows (0, 60] and (60, 120] hold 60 each
+    (1 req/s), the 40-s tail (120, 160] 120 (3 req/s). Mean 240 gaps / 160 s = 1.5 req/s; the
+    peak 3 req/s at 120 s (0.03 h) is 100% above it (full windows only saw 1 req/s, no
+    warning)."""
+    times = np.concatenate([np.arange(0, 121, 1.0), 120 + np.arange(1, 121) / 3])
+    f = tmp_path / "tail.csv"
+    f.write_text("arrived_at,num_prefill_tokens,num_decode_tokens\n"
+                 + "".join(f"{t:.4f},200,20\n" for t in times))
+    tr = trace_windows(ReplayLoad(trace=str(f), window_s=60.0))
+    assert tr["mean_rate_per_s"] == pytest.approx(1.5)
+    assert [(w["start_s"], w["end_s"]) for w in tr["windows"]] == [(0, 60), (60, 120),
+                                                                   (120, 160)]
+    assert [w["rate_per_s"] for w in tr["windows"]] == pytest.approx([1.0, 1.0, 3.0])
+    assert tr["varies"] and tr["peak_window"]["start_s"] == 120.0
+    d = run_cli("latency", "--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--trace", str(f),
+                "--window", "60", "--format", "json").json()
+    assert any("peak 3 req/s in the window at 0.03 h, 100% above the mean 1.5 req/s" in w
+               for w in d["warnings"]), d["warnings"]
 
 
 def test_varying_rate_warning_uses_the_load_lines_mean(tmp_path, run_cli):
@@ -173,7 +200,7 @@ def test_varying_rate_warning_uses_the_load_lines_mean(tmp_path, run_cli):
     d = run_cli("latency", "--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--trace", str(f),
                 "--window", "60", "--format", "json").json()
     assert len(times) == 331 and d["trace"]["mean_rate_per_s"] == pytest.approx(2.2)
-    assert "331 requests over 150 s, 2.2 req/s" in d["load"]
+    assert "331 requests over 150 s (330 gaps), 2.2 req/s" in d["load"]
     assert any("peak 4 req/s" in w and "82% above the mean 2.2 req/s" in w
                for w in d["warnings"]), d["warnings"]
 
