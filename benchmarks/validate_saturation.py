@@ -8,9 +8,9 @@ one capplan is asked as a user would ask it, under each profile that can stand f
 measured:
 - `capplan latency --rate R` at the sample's mean lengths: the highest R it answers as stable
   (bisected on its verdict), and the capacity its UNSTABLE message prints;
-- `capplan simulate`: the benchmark replayed, all requests arriving at once, 1 us apart
-  (requests / makespan), at the mean lengths and with the lengths bench_serving samples
-  (5,000 ShareGPT (prompt, reply) pairs, benchmarks/data/sharegpt_llama31_lengths.csv, made by
+- `capplan simulate`: the benchmark replayed, all requests arriving at once (requests /
+  makespan), at the mean lengths and with the lengths bench_serving samples (5,000 ShareGPT
+  (prompt, reply) pairs, benchmarks/data/sharegpt_llama31_lengths.csv, made by
   benchmarks/sharegpt_lengths.py).
 The same source's online runs (Poisson at 4 and 8 req/s) are replayed too, with the same
 lengths: their median TPOT tests the step costs at the batches those loads reach.
@@ -136,14 +136,12 @@ def sharegpt_pairs() -> np.ndarray:
 
 def write_trace(path: Path, n: int, rate: float | None, seed: int = SAMPLE_SEED) -> Path:
     """A trace of n pairs drawn without replacement (bench_serving samples distinct
-    conversations), 1 us apart from t = 0 (`rate` None: --request-rate inf, as INF_RATE
-    models it: a client sends its requests one after another, and a trace all at one instant
-    has no rate, which `simulate --trace` refuses) or with exponential gaps of mean 1/rate
-    from t = 0 (bench_serving's Poisson arrivals)."""
+    conversations), all at t = 0 (`rate` None: --request-rate inf) or with exponential gaps
+    of mean 1/rate from t = 0 (bench_serving's Poisson arrivals)."""
     rng = np.random.default_rng(seed)
     pairs = sharegpt_pairs()
     pick = pairs[rng.choice(len(pairs), size=n, replace=False)]
-    t = (np.arange(n) / INF_RATE if rate is None
+    t = (np.zeros(n) if rate is None
          else np.concatenate([[0.0], np.cumsum(rng.exponential(1 / rate, n - 1))]))
     path.write_text("arrival_time_s,input_tokens,output_tokens\n" + "".join(
         f"{a:.6f},{i},{o}\n" for a, (i, o) in zip(t, pick, strict=True)))

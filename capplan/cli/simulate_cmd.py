@@ -216,8 +216,9 @@ def simulate_cmd(model: str, gpu: str, rate: float | None, concurrency: int | No
         click.echo("note: no time between tokens to report: every request has one output "
                    "token", err=True)
     if fmt == "table":
+        n = head["num_requests"]
         click.echo(f"{head['model']} on {head['gpu']} ({dep.layout_text}, {dep.profile.label}), "
-                   f"{head['num_requests']} requests, seed {seed}; "
+                   f"{n} request{'s' * (n != 1)}, seed {seed}; "
                    f"{dtype_text(dep.resolved_dtypes(), dep.settings)}; decode steps "
                    f"{head['bound']}-bound at the mean running batch\n"
                    f"calibration: {head['calibration']}", err=True)

@@ -29,7 +29,6 @@ from capplan.sim.workload import (
     arrival_rate,
     load_trace,
     parse_length,
-    replayable_rate,
 )
 
 
@@ -49,8 +48,10 @@ def workload_from_options(rate: float | None, concurrency: int | None, trace: st
                           requests: int, time_unit: str = "auto") -> Workload:
     require_one_load(rate, concurrency, trace)
     if trace is not None:  # a path, or a trace already read (Requests: read once by latency)
+        # a replay needs no rate: a burst (every request at one instant, an offline
+        # `--request-rate inf` run) or one request replays as it is; latency and recommend,
+        # which read the trace as a rate, refuse those (replayable_rate)
         reqs = trace if isinstance(trace, Requests) else load_trace(trace, time_unit)
-        replayable_rate(reqs.arrival_at_s, "trace" if isinstance(trace, Requests) else str(trace))
         return Workload((Lane(name="trace"),), trace=reqs)
     limits.check_cap("sim_requests", requests, "--requests")  # estimated before the work
     if rate is not None:

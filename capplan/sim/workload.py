@@ -704,9 +704,10 @@ def load_trace(path: str | Path, time_unit: str = "auto") -> Requests:
     order = np.argsort(t, kind="stable")
     t = t[order] - t[order][0]
     span = float(t[-1]) if len(t) else 0.0
-    rate = f" ({len(t) - 1} gaps), {arrival_rate(len(t), span):.3g} req/s" if span > 0 else ""
-    note = (f"{p}: {len(t)} requests over {span:.4g} s{rate}; columns {ca} ({unit}, "
-            f"{why}), {ci}, {co}")
+    when = (f"{len(t)} requests over {span:.4g} s ({len(t) - 1} gaps), "
+            f"{arrival_rate(len(t), span):.3g} req/s" if span > 0 else
+            "1 request" if len(t) == 1 else f"{len(t)} requests at one instant (no rate)")
+    note = f"{p}: {when}; columns {ca} ({unit}, {why}), {ci}, {co}"
     hash_ids = tuple(hashes[i] for i in order.tolist()) if hashes else None
     if hash_ids is not None:
         note += f", hash_ids ({MOONCAKE_HASH_BLOCK_TOKENS}-token blocks)"

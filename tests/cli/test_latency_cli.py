@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import io
+import json
 import math
 
 import pytest
@@ -210,16 +211,23 @@ def test_bad_trace_one_line_names_file(run_cli, tmp_path, text, fragment):
     assert str(f) in res.stderr
 
 
-@pytest.mark.parametrize("command", ["latency", "simulate"])
-@pytest.mark.parametrize("rows", [["5,100,10"], ["0,100,10", "0,100,10", "0,100,10"]],
-                         ids=["one-row", "one-instant"])
-def test_a_trace_without_a_rate_is_refused_alike(run_cli, tmp_path, command, rows):
-    """One row, or every row at one instant, has no rate to replay: `simulate` refuses it as
-    `latency` does (it reported "1 requests over 0 s" and exit 0), one line, exit 2."""
+@pytest.mark.parametrize("rows,shown", [
+    (["5,100,10"], "1 request;"),
+    (["0,100,10", "0,100,10", "0,100,10"], "3 requests at one instant (no rate);")],
+    ids=["one-row", "one-instant"])
+def test_a_trace_without_a_rate_is_refused_as_a_rate_and_replayed_as_it_is(run_cli, tmp_path,
+                                                                            rows, shown):
+    """One row, or every row at one instant (an offline `--request-rate inf` burst), has no
+    rate: `latency`, which answers for a rate, refuses it in one line (exit 2); `simulate`
+    replays the requests as they are and says what it read (it printed "1 requests over 0 s")."""
     f = tmp_path / "t.csv"
     f.write_text("arrived_at,num_prefill_tokens,num_decode_tokens\n" + "\n".join(rows) + "\n")
-    res = run_cli(command, *LAT[1:], "--trace", str(f))
+    res = run_cli(*LAT, "--trace", str(f))
     assert_one_line_error(res, f"{f}: needs at least two requests at different times")
+    res = run_cli("simulate", *LAT[1:], "--trace", str(f), "--format", "json")
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.stdout)["num_requests"] == len(rows)
+    assert f"{f}: {shown}" in res.stderr
 
 
 def test_missing_trace_file(run_cli, tmp_path):
