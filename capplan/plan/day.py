@@ -13,7 +13,8 @@ The steps:
    and, for a trace, its own inter-arrival SCV (plan/burst.py), scaled to what the simulator
    sustains at the peak when that is less (plan/day_capacity.py). Its TTFT / TBT p99 are the
    analytic model's at the window's per-replica rate. Of the peak plan's configurations, the
-   one whose day costs least comes first (plan/day_peak.py).
+   one whose day costs least comes first (plan/day_peak.py); the recommendation is then
+   restated as the schedule's peak fleet at that capacity (plan/day_fleet.py).
 4. Totals: GPU-hours and cost autoscaled (sum over windows) and for a fixed fleet sized for the
    peak window, $ per million output tokens of both, the saving.
 5. Scale-up lead (plan/startup.py): a window that needs more replicas than the one before
@@ -386,6 +387,7 @@ def plan_day(cat: Catalog, plan: PlanFile, opts: DayOptions, run: PlanFn,
 
 
 def _served(peak: PlanFile, model: Any) -> Any:
+    """The peak window's traffic as the planner served it (planner.served_traffic)."""
     from capplan.plan.planner import served_traffic
 
     return served_traffic(peak.workloads, peak, model)

@@ -140,21 +140,21 @@ def test_trace_windows_use_the_rate_the_replay_confirmed(run_cli):
         assert not any("analytic" in n and f"{cap:.3g}" in n for n in d["day"]["notes"])
 
 
-def test_capacity_the_planners_replay_sized_is_reported(run_cli):
+def test_capacity_the_planners_replay_sized_is_reported(run_cli, tmp_path: Path):
     """Item 11: examples/day/chat-day.yaml, whose replicas the planner's replay sized (the
     screen's 2 missed; 3 at 16 req/s each): `simulated_capacity_per_replica_rps` was null
     under `replay: peak`. Now the day's capacity replay confirms 16 req/s and says so. Item
     12: its replayed windows (14:30-15:15, 3 replicas each) do not scale, so the reactive
     policy is reported as not exercised instead of "100.00%, SLOs met"."""
-    res = run_cli("plan", str(EXAMPLES / "chat-day.yaml"), "--format", "json")
-    assert res.exit_code == 0, res.stderr
-    d = json.loads(res.stdout)
+    out = tmp_path / "chat-day.json"
+    table = run_cli("plan", str(EXAMPLES / "chat-day.yaml"), "--export", str(out))
+    assert table.exit_code == 0, table.stderr
+    d = json.loads(out.read_text())
     cap = _one_capacity(d)
     assert d["day"]["simulated_capacity_per_replica_rps"] == pytest.approx(16.0)
     assert cap == pytest.approx(40.0 * 1.2 / 3)
     assert d["recommendations"][0]["replicas"] == d["peak_replicas"] == 3
     assert any("reactive policy was not exercised" in n for n in d["day"]["notes"])
-    table = run_cli("plan", str(EXAMPLES / "chat-day.yaml"))
     assert "reactive not exercised" in table.stdout
     assert "reactive (scales after" not in table.stdout
 
