@@ -213,9 +213,14 @@ def _replay_lines(result: dict[str, Any]) -> list[str]:
         return (f"{min(vals):.2%}" if vals else "n/a") + (
             ", SLOs met" if met else ", SLOs missed")
 
+    replayed = [w for w in result["schedule"] if w.get("replay")]
+    reactive = (f"reactive (scales after a short window, replicas join after the start-up) "
+                f"{worst('reactive')}" if any(w["reactive_replicas"] != w["replicas"]
+                                              for w in replayed) else
+                "reactive not exercised (no replayed window changes its replicas: it runs "
+                "the planned fleet)")
     return [f"replayed {len(rep)} window(s): lowest SLO attainment planned {worst('planned')}; "
-            f"reactive (scales after a short window, replicas join after the start-up) "
-            f"{worst('reactive')}"]
+            + reactive]
 
 
 def _pool_line(p: dict[str, Any]) -> str:

@@ -41,7 +41,13 @@ from capplan.cli._prefix import pop_prefix_spec, prefix_options
 from capplan.cli._render import Column, emit, render_rows, to_json
 from capplan.errors import InputError
 from capplan.export.csv_export import SHOWN_RECOMMENDATIONS, pool_records, shown_note
-from capplan.export.layout import AGGREGATED, DISAGGREGATED, headline, recommended_layout
+from capplan.export.layout import (
+    AGGREGATED,
+    DISAGGREGATED,
+    headline,
+    recommended_layout,
+    unverified_text,
+)
 from capplan.limits import DEFAULT_HEADROOM
 from capplan.models.engine import ENGINES, engine_display_name
 from capplan.plan.alternatives import PLAN_NOTES
@@ -254,7 +260,7 @@ def render_plan(result: dict[str, Any], fmt: str) -> str:
     margins = ", ".join(f"{k} {v:+.0%}" for k, v in best["slo_margins"].items())
     ver = best.get("verified")
     at = (ver or {}).get("rate_per_s")
-    vtxt = "not simulated" if not ver else (
+    vtxt = unverified_text(best) if not ver else (
         ("simulator confirms" + (f" it at {at:.3g} req/s per replica" if at else ""))
         if ver.get("ok") else f"simulator: {ver.get('reason')}")
     # the layout the plan recommends, as every export and the Kubernetes manifests say it: a

@@ -37,6 +37,7 @@ from capplan.export.layout import (
     headline,
     recommended_layout,
     sentence,
+    unverified_text,
 )
 from capplan.models.engine import ENGINES, engine_display_name
 from capplan.plan.alternatives import PLAN_NOTES
@@ -268,7 +269,8 @@ def _head(p: dict[str, Any]) -> str:
     constraint and simulator check."""
     best = p["recommendations"][0]
     ver = best.get("verified")
-    vtxt = ("not simulated" if not ver else "the simulator confirms the SLOs" if ver.get("ok")
+    vtxt = (unverified_text(best) if not ver else "the simulator confirms the SLOs"
+            if ver.get("ok")
             else f"simulator: {ver.get('reason')}")
     cls = "ok" if ver and ver.get("ok") else "bad" if ver else ""
     layout = recommended_layout(p)

@@ -119,3 +119,14 @@ def disagg_launch(d: dict[str, Any]) -> list[tuple[str, str]]:
         else:
             out.append((f"{name} {role}", str(line)))
     return out
+
+
+def unverified_text(rec: dict[str, Any]) -> str:
+    """What a recommendation without a simulator check says: "not simulated", unless the
+    simulator's replay set its capacity or replicas (a binding ending in "(replay)") without
+    replaying this fleet at its rate."""
+    from capplan.plan.search import REPLAY_BINDING
+
+    if str(rec.get("binding_constraint", "")).endswith(REPLAY_BINDING):
+        return "its capacity comes from the simulator's replay (this fleet was not replayed)"
+    return "not simulated"

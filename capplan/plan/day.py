@@ -13,7 +13,8 @@ The steps:
    and, for a trace, its own inter-arrival SCV (plan/burst.py), scaled to what the simulator
    sustains at the peak when that is less (plan/day_capacity.py). Its TTFT / TBT p99 are the
    analytic model's at the window's per-replica rate. Of the peak plan's configurations, the
-   one whose day costs least comes first (plan/day_peak.py).
+   one whose day costs least comes first (plan/day_peak.py); the recommendation is then
+   restated as the schedule's peak fleet at that capacity (plan/day_fleet.py).
 4. Totals: GPU-hours and cost autoscaled (sum over windows) and for a fixed fleet sized for the
    peak window, $ per million output tokens of both, the saving.
 5. Scale-up lead (plan/startup.py): a window that needs more replicas than the one before
@@ -37,6 +38,7 @@ import numpy as np
 from capplan.catalog.loader import Catalog
 from capplan.errors import InputError
 from capplan.models.memory import memory_report
+from capplan.plan.day_fleet import PeakFleet, peak_fleet
 from capplan.plan.day_mix import Sizing, day_sizing
 from capplan.plan.day_peak import (
     HOUR_S,
@@ -172,7 +174,8 @@ class Window:
     scale_up_lead_s: float | None = None
     """The replica start-up time the scale-up needs ahead of the window."""
     reactive_replicas: int = 0
-    """What a reactive policy runs: the replicas the previous window needed."""
+    """What a reactive policy runs: the replicas the previous window needed (the first
+    window's: the last window's, the day being a cycle)."""
     binding: str = "capacity"
     """What sets `replicas`: "capacity" (the sizing rate with the headroom over a replica's
     capacity, replicas the replay added included) or "min_replicas" (the floor: the analytic
@@ -214,11 +217,12 @@ class DayPlan:
                                                                  compare=False)
     """The windows for other replica counts (the replay adds replicas where it misses)."""
     capacity_rps: float | None = None
-    """A replica's capacity at the peak window as the schedule sizes it (the analytic one,
-    scaled to the simulator's when that is lower: day_capacity)."""
+    """A replica's capacity at the peak window as the schedule sizes it (the analytic one, or
+    the rate a replay established: day_capacity's check, the planner's replay, the day
+    replay's corrections); the recommendation states the same (day_fleet)."""
     simulated_capacity_rps: float | None = None
-    """The capacity the simulator sustains within the SLOs at the peak window (None: not
-    simulated, as with `replay: none` or a configuration the planner's replay sized)."""
+    """The same capacity when a replay established it (None: only the analytic model gave
+    it, as with `replay: none` and a configuration the planner's replay did not touch)."""
     rescale: Callable[[dict[int, int]], tuple[np.ndarray, float]] | None = field(
         default=None, repr=False, compare=False)
     """Every window's replica count when the replay found windows needing more replicas
@@ -294,12 +298,13 @@ def windows_for(total: WindowSeries, reps: np.ndarray, gpr: int, lag: StartupLag
     low, need = floor if floor is not None else (0, reps)
     held = (reps == low) & ((np.asarray(need) < low) | (total.sized <= 0))
     ttft, tbt = size.predict(total.sized / np.maximum(reps, 1))
-    # reactive: each window runs what the previous one needed (the first: its own)
-    reactive = np.concatenate([reps[:1], reps[:-1]])
+    # the day is a cycle: the first window takes over from the last (reps[-1]), a start-up
+    # ahead when it adds replicas; reactive: each window runs what the previous one needed
+    reactive = np.roll(reps, 1)
     span = float(total.end_s[-1] - total.start_s[0])
     out = []
     for i in range(len(total)):
-        up = i > 0 and reps[i] > reps[i - 1]
+        up = len(total) > 1 and reps[i] > reactive[i]
         idle = reps[i] == 0
         out.append(Window(
             start_s=float(total.start_s[i]), end_s=float(total.end_s[i]),
@@ -348,20 +353,24 @@ def plan_day(cat: Catalog, plan: PlanFile, opts: DayOptions, run: PlanFn,
     model = cat.resolve_model(plan.model).spec
     with tempfile.TemporaryDirectory(prefix="capplan-day-") as tmp:
         peak = peak_plan(plan, days, total, Path(tmp))
-        result, rerank = rank_for_day(run(cat, peak), total, plan.headroom, opts.min_replicas)
+        planned = run(cat, peak)
+        result, rerank = rank_for_day(planned, total, plan.headroom, opts.min_replicas,
+                                      day_replayed=opts.replay != "none")
         cand = result.best.candidate
         mem = memory_report(model, cand.gpu, cand.settings)
         gpr = cand.gpus_total // max(cand.replicas, 1)
         lag = startup_lag(mem.weights_bytes_per_gpu * gpr, opts.load_from, opts.load_gb_per_s,
                           opts.engine_startup_s)
         size = day_sizing(cand, peak, model, total, any(d.requests is not None for d in days))
-        sim_rps, sim_note = None, []
-        if opts.replay != "none" and not cand.sized_by_replay:
+        check, sim_note = None, []
+        if opts.replay != "none":  # the one verdict on a replica's capacity: day_capacity
             from capplan.plan.day_capacity import sized_at_simulated
 
-            size, sim_rps, sim_note = sized_at_simulated(cat, peak, cand, size,
-                                                         total.peak_index, opts.window_s)
+            size, check, sim_note = sized_at_simulated(cat, peak, cand, size,
+                                                       total.peak_index, opts.window_s)
         windows, rebuild, rescale = _schedule(total, cand, opts, plan.headroom, lag, size)
+        fleet = PeakFleet(model=model, traffic=_served(peak, model), first=planned.best,
+                          check=check)
     # the lanes as the user gave them, not the temporary length files
     result = replace(result, lanes=list(plan.workloads))
     price = cost_per_hour(cand.gpu, 1)
@@ -371,9 +380,12 @@ def plan_day(cat: Catalog, plan: PlanFile, opts: DayOptions, run: PlanFn,
                 "per day scale it to 24 h"])
     k = total.peak_index
     read = [f"read {d.requests.note}" for d in days if d.requests is not None and d.requests.note]
+    cap = float(size.capacity_rps[k])
+    sim_rps = _simulated_rps(cap, cand, check)
     notes = [*read, *per_day, *rerank, f"sized at the peak window ({total.sized[k]:.3g} req/s, "
-             f"window {k}); each replica carries {size.capacity_rps[k]:.3g} "
-             f"req/s within the SLOs, headroom {plan.headroom:.0%}", *sim_note,
+             f"window {k}); each replica carries {cap:.3g} req/s within the SLOs "
+             f"({'simulated' if sim_rps is not None else 'analytic'}), headroom "
+             f"{plan.headroom:.0%}", *sim_note,
              *_sizing_note(days, total),
              *([f"each window is sized at its own lane mix (the lanes' rates when its sizing "
                 f"rate is reached; {size.mixes} distinct mixes over the day): a lane that peaks "
@@ -381,15 +393,35 @@ def plan_day(cat: Catalog, plan: PlanFile, opts: DayOptions, run: PlanFn,
     dp = DayPlan(plan=result, windows=windows, gpus_per_replica=gpr, price_per_gpu_hour=price,
                  output_tokens=float(total.output_tokens.sum()), lag=lag, source=total.source,
                  headroom=plan.headroom, notes=notes, peak=peak_traffic(days, total),
-                 rebuild=rebuild, rescale=rescale,
-                 capacity_rps=float(size.capacity_rps[total.peak_index]),
+                 rebuild=rebuild, rescale=rescale, capacity_rps=cap,
                  simulated_capacity_rps=sim_rps, timezone=opts.timezone)
     reqs = _day_requests(days, plan, total)
     if reqs is not None and opts.replay != "none":
         from capplan.plan.day_replay import verify_day
 
         dp = verify_day(cat, dp, reqs, opts.replay)
-    return dp
+    return peak_fleet(dp, fleet)
+
+
+def _served(peak: PlanFile, model: Any) -> Any:
+    """The peak window's traffic as the planner served it (planner.served_traffic)."""
+    from capplan.plan.planner import served_traffic
+
+    return served_traffic(peak.workloads, peak, model)
+
+
+def _simulated_rps(cap: float, cand: Candidate, check: Any) -> float | None:
+    """The capacity per replica a replay established at the peak window: the day's capacity
+    check's (when it found a rate meeting the SLOs), else the planner's replay's where it
+    gave the capacity (it sized the replicas or confirmed a lower rate); None when only the
+    analytic model gave it."""
+    from capplan.plan.search import REPLAY_BINDING
+
+    if check is not None and check.rate_rps > 0:
+        return cap
+    if cand.sized_by_replay or cand.binding_constraint.endswith(REPLAY_BINDING):
+        return cap
+    return None
 
 
 REPLAY_SEED = 25

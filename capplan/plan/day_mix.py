@@ -25,7 +25,7 @@ import numpy as np
 
 from capplan.plan.rate_curve import WindowSeries
 from capplan.plan.schema import PlanFile
-from capplan.plan.search import Candidate, Traffic
+from capplan.plan.search import REPLAY_BINDING, Candidate, Traffic
 
 MIX_STEP = 1 / 256
 """Lane shares are rounded to this step: at most 257 mixes of two lanes over a day, and a
@@ -83,9 +83,10 @@ def day_sizing(cand: Candidate, peak: PlanFile, model: Any, total: WindowSeries,
 
     Rate curves: every capacity is scaled by the planner's capacity over the search's at the
     peak window, so that window gets the recommendation's replicas (one lane: every window's
-    capacity is the planner's). Traces: each window's capacity at its own SCV; when the replay
-    sized the configuration (its analytic count missed in simulation), scaled by what the
-    replay found against the search at the lanes' SCV."""
+    capacity is the planner's). Traces: each window's capacity at its own SCV; when the
+    planner's replay gave the capacity (its analytic count missed in simulation, or a replica
+    missed at the screen's capacity and the replay confirmed a lower rate), scaled by that
+    rate against the search at the lanes' SCV."""
     from capplan.plan.burst import capacities, predict
     from capplan.plan.planner import served_traffic
 
@@ -98,7 +99,9 @@ def day_sizing(cand: Candidate, peak: PlanFile, model: Any, total: WindowSeries,
         m = group == g
         caps[m] = capacities(cand, t, scv[m])
     if traced:
-        if cand.sized_by_replay:
+        # the replay's rate where it gave one (it sized the replicas, or confirmed a rate
+        # below the screen's): the windows' capacities follow it, not the analytic screen's
+        if cand.sized_by_replay or cand.binding_constraint.endswith(REPLAY_BINDING):
             t = served_traffic(peak.workloads, peak, model)
             # the screen's capacity at the lanes' SCV, on the same SCV steps as the windows'
             screen = float(capacities(cand, t, np.array([t.arrival_scv]))[0])

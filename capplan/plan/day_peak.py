@@ -15,7 +15,7 @@ import numpy as np
 from capplan.plan.rate_curve import WindowSeries
 from capplan.plan.result import PlanResult, Recommendation
 from capplan.plan.schema import PlanFile, Prefix
-from capplan.plan.search import cost_per_hour
+from capplan.plan.search import REPLAY_BINDING, cost_per_hour
 from capplan.sim.workload import Requests
 
 HOUR_S = 3600.0
@@ -153,32 +153,43 @@ def peak_plan(plan: PlanFile, days: Sequence[Any], total: WindowSeries, tmp: Pat
 
 def _day_key(r: Recommendation, total: WindowSeries, headroom: float, min_replicas: int
              ) -> tuple[float, float]:
-    """(cost over the day, GPU-hours) of recommendation r's configuration autoscaled over the
-    windows; unpriced GPUs rank after priced ones, as in the planner."""
+    """(cost per day, GPU-hours over the span) of recommendation r's configuration autoscaled
+    over the windows, the cost scaled to 24 h as the day's totals are (`cost_per_day`);
+    unpriced GPUs rank after priced ones, as in the planner."""
     c = r.candidate
     reps = replicas_for(total.sized, c.max_rate_per_s, headroom, min_replicas)
     gpu_h = float((reps * (total.end_s - total.start_s)).sum()) / HOUR_S * (
         c.gpus_total // max(c.replicas, 1))
     price = cost_per_hour(c.gpu, 1)
-    return (math.inf if price is None else gpu_h * price, gpu_h)
+    span = float(total.end_s[-1] - total.start_s[0])
+    return (math.inf if price is None else gpu_h * price * 86_400.0 / span, gpu_h)
 
 
-def rank_for_day(result: PlanResult, total: WindowSeries, headroom: float, min_replicas: int
-                 ) -> tuple[PlanResult, list[str]]:
+def replayed(r: Recommendation) -> bool:
+    """Whether the planner's simulator replayed recommendation r: it verified it, or its
+    replay sized its replicas or confirmed its capacity (a binding the replay found)."""
+    c = r.candidate
+    return (r.verified is not None or c.sized_by_replay
+            or c.binding_constraint.endswith(REPLAY_BINDING))
+
+
+def rank_for_day(result: PlanResult, total: WindowSeries, headroom: float, min_replicas: int,
+                 day_replayed: bool = False) -> tuple[PlanResult, list[str]]:
     """The peak plan with its recommendation that costs least over the day first (the peak's
     cheapest may not be: a replica of fewer GPUs follows the trough more closely), and a note
-    when the order changed."""
+    when the order changed (saying when nothing simulated the new first: no replay of the
+    planner's, and `day_replayed` False, the day's capacity check does not replay it)."""
     recs = result.recommendations
     keys = [_day_key(r, total, headroom, min_replicas) for r in recs]
     i = min(range(len(recs)), key=lambda k: (keys[k], k))
     if i == 0:
         return result, []
     best, old = recs[i], recs[0]
-    how = (f"${keys[i][0]:,.2f} vs ${keys[0][0]:,.2f}" if math.isfinite(keys[0][0])
+    how = (f"${keys[i][0]:,.2f} vs ${keys[0][0]:,.2f} per day" if math.isfinite(keys[0][0])
            else f"{keys[i][1]:,.1f} vs {keys[0][1]:,.1f} GPU-hours")
     order = [best.with_(why_not_first="", rank=1), old.with_(
-        why_not_first=f"costs more over the day ({keys[0][0]:,.2f} vs {keys[i][0]:,.2f}); "
-                      "cheapest at the peak", rank=2)]
+        why_not_first=f"costs more over the day (${keys[0][0]:,.2f} vs ${keys[i][0]:,.2f} per "
+                      "day); cheapest at the peak", rank=2)]
     order += [r.with_(rank=k + 3) for k, r in enumerate(x for j, x in enumerate(recs)
                                                         if j not in (0, i))]
     # the ranking's costs are each configuration's capacity at the peak applied to every
@@ -187,7 +198,7 @@ def rank_for_day(result: PlanResult, total: WindowSeries, headroom: float, min_r
     note = (f"{best.label} costs least over the day ({how} for {old.label}, the cheapest at "
             "the peak, estimated at each one's capacity per replica; the day's totals add the "
             "windows' burstiness and the replay): it comes first")
-    if best.verified is None and old.verified is not None:
+    if not replayed(best) and not day_replayed and replayed(old):
         note += (f"; it was not simulated (the simulator checked {old.label}): replay it with "
                  "`capplan plan` limited to its GPU and TP, or raise verify.top")
     return replace(result, recommendations=order), [note]

@@ -227,6 +227,32 @@ def _better(new: list[dict[str, Any]], old: list[dict[str, Any]], idx: list[int]
     return False
 
 
+SIZED_NOTE = "sized at the peak window"
+"""How plan/day.py's note on the peak window's capacity starts (_rescaled restates it)."""
+
+
+def _rescaled(dp: Any, cap: float, peak: int) -> Any:
+    """dp with the capacity per replica its replay's corrections imply at the peak window
+    (`cap`: what the windows not replayed are sized at), its note restating it."""
+    w = dp.windows[peak]
+    note = (f"{SIZED_NOTE} ({w.sizing_rps:.3g} req/s, window {peak}); each replica carries "
+            f"{cap:.3g} req/s within the SLOs (simulated: as the day replay's corrections "
+            f"imply), headroom {dp.headroom:.0%}")
+    notes = [note if n.startswith(SIZED_NOTE) else n for n in dp.notes]
+    return replace(dp, capacity_rps=cap, simulated_capacity_rps=cap, notes=notes)
+
+
+NOT_EXERCISED = ("the reactive policy was not exercised: no replayed window changes its "
+                 "replicas from the window before, so the reactive replay runs the planned "
+                 "fleet (`replay: all` replays the scale-ups)")
+
+
+def exercised(windows: Any) -> bool:
+    """Whether a reactive replay of these windows differs from the planned one: some window
+    runs other replicas than it plans (the previous window's count)."""
+    return any(x.reactive_replicas != x.replicas for x in windows)
+
+
 def verify_day(cat: Any, dp: Any, reqs: Requests, which: str = "peak") -> Any:
     """The day plan with each replayed window's `replay` filled in (planned and reactive);
     replayed windows that miss the SLOs get replicas until they meet them (_correct)."""
@@ -248,9 +274,11 @@ def verify_day(cat: Any, dp: Any, reqs: Requests, which: str = "peak") -> Any:
         counts[lo:hi] = reps[lo:hi]
         if (counts != reps).any():
             w = dp.rebuild(counts)
-            added.append(f"the other windows are sized at {scale:.0%} of the analytic "
-                         "capacity per replica, as the replayed windows needed (not replayed: "
+            added.append(f"the other windows are sized at {scale:.0%} of the capacity per "
+                         "replica, as the replayed windows needed (not replayed: "
                          "`replay: all` checks them)")
+        if scale < 1 and dp.capacity_rps is not None:  # what the windows are now sized at
+            dp = _rescaled(dp, dp.capacity_rps * scale, peak)
     if cut:
         added.append(f"{cut} replayed prompt(s) cut to fit max_model_len "
                      f"{dep.settings.max_model_len}")
@@ -268,4 +296,6 @@ def verify_day(cat: Any, dp: Any, reqs: Requests, which: str = "peak") -> Any:
              f"replayed windows {lo} to {hi - 1} ({len(part)} requests) over the "
              f"planned schedule and a reactive one ({router_for(part)} routing; a replica the "
              f"reactive policy adds serves after {dp.lag.total_s:.0f} s)"]
+    if not exercised(w[lo:hi]):
+        notes.append(NOT_EXERCISED)
     return replace(dp, windows=out, notes=notes)

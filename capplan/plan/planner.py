@@ -217,7 +217,9 @@ def _curve(r: Recommendation, t: Traffic) -> Curve:
     return Curve(label, pts, s.tp * s.pp * s.attention_dp)
 
 
-def _warnings(r: Recommendation, ctx_mean: float) -> list[str]:
+def point_warnings(r: Recommendation, ctx_mean: float) -> list[str]:
+    """What to warn about recommendation r at its planned rate (a concurrency cap far above
+    what it keeps running, a point past the throughput knee)."""
     out = []
     running = r.predicted.mean_running_batch
     seqs = r.candidate.settings.max_num_seqs
@@ -612,7 +614,7 @@ def _plan_pool(cat: Catalog, plan: PlanFile, resolved: ResolvedModel, lanes: lis
         warnings.append("near the floor: " + _near_floor_note(ranked[0].candidate, found, t,
                                                                plan.headroom))
     ranked = _explain(ranked)
-    warnings += _warnings(ranked[0], _queue_model(ranked[0].candidate, t).ctx_mean)
+    warnings += point_warnings(ranked[0], _queue_model(ranked[0].candidate, t).ctx_mean)
     warnings += _default_lengths(lanes) + _budgets_raised(plan, pool.space)
     ranked = [_finish(r, i, model, t) for i, r in enumerate(ranked)]
     return PlanResult(

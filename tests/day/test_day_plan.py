@@ -281,7 +281,8 @@ def test_replay_adds_replicas_where_the_analytic_count_misses(run_cli, monkeypat
     from capplan.plan import day_capacity
 
     monkeypatch.setattr(day_capacity, "simulated_capacity",
-                        lambda dep, lanes, slos, analytic_rps, window_s: analytic_rps)
+                        lambda dep, lanes, slos, analytic_rps, window_s:
+                        day_capacity.CapacityCheck(analytic_rps))
     trace = Path(__file__).resolve().parents[1] / "data" / "traces" / \
         "mooncake_conversation_trace_head200.jsonl"
     res = run_cli("recommend", "--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--tp", "4",

@@ -39,10 +39,11 @@ def test_a_window_that_still_misses_keeps_its_added_replicas(monkeypatch):
 def test_no_simulated_rate_meeting_the_slos_keeps_the_analytic_sizing(monkeypatch):
     # The bisection found no rate that meets the SLOs (capacity 0): scaling every window by
     # 0 / analytic would divide by zero downstream; the sizing stays and a note says why.
-    monkeypatch.setattr(day_capacity, "simulated_capacity", lambda *a, **k: 0.0)
+    monkeypatch.setattr(day_capacity, "simulated_capacity",
+                        lambda *a, **k: day_capacity.CapacityCheck(0.0))
     monkeypatch.setattr(day_replay, "replica_deployment", lambda *a, **k: None)
     size = SimpleNamespace(capacity_rps=np.array([4.0, 8.0]))
     plan = SimpleNamespace(model="m", workloads=[SimpleNamespace(slo=None)])
-    out, sim, notes = day_capacity.sized_at_simulated(None, plan, None, size, 1, 900.0)
-    assert out is size and sim == 0.0
+    out, check, notes = day_capacity.sized_at_simulated(None, plan, None, size, 1, 900.0)
+    assert out is size and check.rate_rps == 0.0
     assert len(notes) == 1 and "analytic capacity" in notes[0]

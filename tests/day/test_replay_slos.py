@@ -69,7 +69,8 @@ def test_e2e_slo_is_replayed_and_sizes_the_day(run_cli, tmp_path: Path, monkeypa
         from capplan.plan import day_capacity
 
         monkeypatch.setattr(day_capacity, "simulated_capacity",
-                            lambda dep, lanes, slos, analytic_rps, window_s: analytic_rps)
+                            lambda dep, lanes, slos, analytic_rps, window_s:
+                        day_capacity.CapacityCheck(analytic_rps))
     plan = {"version": 1, "model": "qwen2.5-72b",
             "candidates": {"gpus": ["h100-sxm"], "tp": [4]},
             "engine": {"max_num_seqs": [256], "max_num_batched_tokens": [8192]},
@@ -88,7 +89,8 @@ def test_e2e_slo_is_replayed_and_sizes_the_day(run_cli, tmp_path: Path, monkeypa
     for p in replayed:
         assert p["meets_slo"] and not p["overloaded"]
         assert math.isfinite(p["e2e_p99_s"]) and p["e2e_p99_s"] <= 60.0 * 1.1
-    want = "the simulator sustains" if simulated_capacity else "analytic capacity per replica"
+    want = ("the simulator sustains" if simulated_capacity
+            else "of the capacity per replica, as the replayed windows needed")
     assert any(want in n for n in d["day"]["notes"]), d["day"]["notes"]
     if simulated_capacity:
         assert d["day"]["simulated_capacity_per_replica_rps"] < 5.7
