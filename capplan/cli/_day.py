@@ -106,7 +106,8 @@ SCHEDULE_COLUMNS = [
 def columns(result: dict[str, Any]) -> list[Column]:
     """The schedule's columns: one model's, or a pool's (GPUs per model and per GPU type's
     pool, no p99s)."""
-    models = list(result["schedule"][0].get("gpus_by_model") or {})
+    first = result["schedule"][0]
+    models = list(first.get("gpus_by_model") or first.get("gpus_by_lane") or {})
     if not models:
         return SCHEDULE_COLUMNS
     types = list(result["schedule"][0].get("gpus_by_gpu") or {})
@@ -120,12 +121,17 @@ def schedule_rows(result: dict[str, Any]) -> list[dict[str, Any]]:
     for w in result["schedule"]:
         begin = w.get("scale_up_begin_s")
         rows.append({**w, "start": hhmm(w["start_s"]),
-                     **{f"gpus:{m}": n for m, n in (w.get("gpus_by_model") or {}).items()},
+                     **{f"gpus:{m}": n for m, n in _by_fleet(w).items()},
                      **{f"pool:{t}": n for t, n in (w.get("gpus_by_gpu") or {}).items()},
                      "lead": None if begin is None else hhmm(begin % 86_400, earlier=True),
                      "planned_att": _attainment(w, "planned"),
                      "reactive_att": _attainment(w, "reactive")})
     return rows
+
+
+def _by_fleet(w: dict[str, Any]) -> dict[str, Any]:
+    """A pool's window: GPUs per model, or per lane of a model's pools per lane."""
+    return w.get("gpus_by_model") or w.get("gpus_by_lane") or {}
 
 
 def _hours(x: float) -> str:
@@ -161,25 +167,36 @@ def render_day(result: dict[str, Any], fmt: str) -> str:
     out = ["", f"day plan (replicas per window), {clock_times(result)}:",
            render_rows(schedule_rows(result), columns(result), fmt)]
     if result.get("gpu_pools"):
-        return "\n".join(out + [_pool_line(p) for p in result["gpu_pools"]])
+        # a model's pools per lane: their totals together (each lane's are under its day)
+        lanes = totals_lines(result, "each lane's pool fixed at its own peak") \
+            if result.get("lane_days") else []
+        return "\n".join(out + [_pool_line(p) for p in result["gpu_pools"]] + lanes)
     return "\n".join(out + day_lines(result))
 
 
-def day_lines(result: dict[str, Any]) -> list[str]:
-    """One model's day below its schedule: totals, replay, replica start-up, notes."""
+def totals_lines(result: dict[str, Any], fixed_is: str = "a fixed fleet for the peak"
+                 ) -> list[str]:
+    """The day's totals: peak replicas, GPU-hours and cost autoscaled against the fixed
+    fleet (`fixed_is` names it), $ per million output tokens."""
     out = []
     auto, fixed = result["gpu_hours"], result["fixed_fleet_gpu_hours"]
     save = 1 - auto / fixed if fixed else 0.0
     peak = result["peak_replicas"]
     out.append(f"peak {peak} replica{'' if peak == 1 else 's'}; autoscaled {_hours(auto)} "
                "GPU-hours "
-               f"({_money(result.get('cost_per_day'))}/day) vs a fixed fleet for the peak "
+               f"({_money(result.get('cost_per_day'))}/day) vs {fixed_is} "
                f"{_hours(fixed)} GPU-hours ({_money(result.get('fixed_fleet_cost_per_day'))}"
                f"/day): autoscaling saves {save:.0%}")
     if result.get("cost_per_million_output_tokens") is not None:
         out.append(f"$ per million output tokens: autoscaled "
                    f"{result['cost_per_million_output_tokens']:.3f}, fixed "
                    f"{result['fixed_fleet_cost_per_million_output_tokens']:.3f}")
+    return out
+
+
+def day_lines(result: dict[str, Any]) -> list[str]:
+    """One model's day below its schedule: totals, replay, replica start-up, notes."""
+    out = totals_lines(result)
     out += _replay_lines(result)
     day = result.get("day")
     if day:
@@ -224,8 +241,10 @@ def _replay_lines(result: dict[str, Any]) -> list[str]:
 
 
 def _pool_line(p: dict[str, Any]) -> str:
-    return (f"pool {p['gpu']} ({', '.join(p['models'])}): peak {p['peak_gpus']} GPUs shared vs "
-            f"{p['separate_fleets_peak_gpus']} in one fleet per model (saves {p['saving_gpus']} "
-            f"GPUs); {p['gpu_hours']:,.1f} GPU-hours autoscaled, {p['fixed_pool_gpu_hours']:,.1f} "
-            f"for a fixed pool at its peak, {p['separate_fleets_gpu_hours']:,.1f} for fixed "
-            "fleets per model")
+    """A GPU type's pool: of several models, or of a model's pools per lane."""
+    unit = "lane" if "lanes" in p else "model"
+    return (f"pool {p['gpu']} ({', '.join(p[unit + 's'])}): peak {p['peak_gpus']} GPUs shared "
+            f"vs {p['separate_fleets_peak_gpus']} in one fleet per {unit} (saves "
+            f"{p['saving_gpus']} GPUs); {p['gpu_hours']:,.1f} GPU-hours autoscaled, "
+            f"{p['fixed_pool_gpu_hours']:,.1f} for a fixed pool at its peak, "
+            f"{p['separate_fleets_gpu_hours']:,.1f} for fixed fleets per {unit}")

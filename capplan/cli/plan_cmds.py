@@ -147,6 +147,13 @@ def _emit_text(result: dict[str, Any], fmt: str, plan_json: Path | None) -> None
         say(render_day(result, fmt))
         return
     say(render_plan(result, fmt))
+    for ln in result.get("lane_days") or []:  # a pool per lane: each lane's pool's own day
+        from capplan.cli._day import day_lines, scale_up_line
+        from capplan.export.layout import fleet_text
+
+        say("\n".join([f"lane {ln['lane']} over the day, on its own pool (at its peak "
+                       f"{fleet_text(ln['recommendations'][0])}):", *scale_up_line(ln),
+                       *day_lines(ln)]))
     if result.get("disaggregated"):
         say(render_disagg(result["disaggregated"]))
     if "schedule" in result:

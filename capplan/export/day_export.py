@@ -86,9 +86,10 @@ def has_day(plan: dict[str, Any]) -> bool:
 
 
 def _models(plan: dict[str, Any]) -> list[str]:
-    """The models of a shared pool's schedule (GPUs per model columns), else none."""
+    """The models (or a model's lanes, each on its pool) of a shared pool's schedule (GPUs
+    per model or lane columns), else none."""
     first = plan["schedule"][0]
-    return list(first.get("gpus_by_model") or {})
+    return list(first.get("gpus_by_model") or first.get("gpus_by_lane") or {})
 
 
 def _types(plan: dict[str, Any]) -> list[str]:
@@ -119,7 +120,8 @@ def schedule_rows(plan: dict[str, Any]) -> list[list[Any]]:
              _ms(w.get("ttft_p99_s")), _ms(w.get("tbt_p99_s")), _h(w.get("scale_up_begin_s")),
              _att(w, "planned"), _att(w, "reactive"), _num(w.get("arrival_scv")),
              _num(w.get("sizing_rps")), *([w.get("binding")] if _bound(plan) else []),
-             *((w.get("gpus_by_model") or {}).get(m) for m in models),
+             *((w.get("gpus_by_model") or w.get("gpus_by_lane") or {}).get(m)
+               for m in models),
              *((w.get("gpus_by_gpu") or {}).get(t) for t in types)]
             for w in plan["schedule"]]
 
@@ -137,11 +139,14 @@ def _totals(plan: dict[str, Any], prefix: str = "") -> list[tuple[str, Any, str]
 def summary_rows(plan: dict[str, Any]) -> list[tuple[str, Any, str]]:
     """(quantity with its unit, value in that unit, display format) rows of the day's totals;
     a plan of several models adds each GPU type's pool and each model's own day."""
-    pools = [(f"{p['gpu']} pool: {label}", p[k], fmt)
+    pools = [(f"{p['gpu']} pool: {label.replace('model', 'lane' if 'lanes' in p else 'model')}",
+              p[k], fmt)
              for p in plan.get("gpu_pools") or [] for k, label, fmt in POOL_TOTALS
              if _num(p.get(k)) is not None]
     models = [row for m in plan.get("models") or []
               for row in _totals(m, f"{m.get('model')}: ")]
+    models += [row for m in plan.get("lane_days") or []  # a model's pools per lane
+               for row in _totals(m, f"lane {m.get('lane')}: ")]
     return _totals(plan) + pools + models
 
 

@@ -413,7 +413,7 @@ def _manifest(plan: dict[str, Any], engine: str | None, site: Site
     from capplan.export.csv_export import model_plans
     from capplan.export.k8s_day import (
         at_first_window,
-        day_target,
+        day_targets,
         fixed_workloads,
         schedule_objects,
     )
@@ -423,14 +423,14 @@ def _manifest(plan: dict[str, Any], engine: str | None, site: Site
     targets, fixed = [], []
     for sub in model_plans(plan):
         pools = plan_pools(sub, engine, names)
-        target = day_target(sub, pools)
-        pools = at_first_window(pools, target)
+        mine = day_targets(sub, pools)
+        pools = at_first_window(pools, mine)
         for p in pools:
             objs += _pool_objects(p, site)
         objs += _front_end(sub, pools, names)
-        targets += [target] if target is not None else []
+        targets += mine
         held = fixed_workloads(sub, [(pool_kind(p), p.name, p.replicas) for p in pools])
-        fixed += [held] if target is None and held is not None else []
+        fixed += [held] if not mine and held is not None else []
     return objs + schedule_objects(plan, targets), targets, fixed
 
 

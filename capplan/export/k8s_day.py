@@ -10,10 +10,11 @@ RoleBinding the jobs run as. The workload itself starts at the schedule's first 
 replicas.
 
 What is scheduled: a model's aggregated fleet, the one whose replicas the schedule counts per
-window. A plan deploying a pool per lane (`pools: separate`) has no per-window count for those
-pools, and a day plan sizes no disaggregated prefill/decode layout (a plan dict carrying one
-has none for it either): such pools keep the peak plan's replicas all day, and the manifest's
-header names them (`fixed_note`).
+window, and a plan deploying a pool per lane (`pools: separate`): each lane's pool by its own
+schedule (the plan's `lane_days`, plan/lane_day.py), the lanes on one GPU type as a pool. A day
+plan sizes no disaggregated prefill/decode layout (a plan dict carrying one has none for it
+either, nor a per-lane plan dict without `lane_days`): such pools keep the peak plan's replicas
+all day, and the manifest's header names them (`fixed_note`).
 
 When (`day_minutes`): a window that adds replicas is scaled up one replica start-up ahead of its
 start (the plan's `day.startup.replica_start_s`), rounded down to the minute; a window that
@@ -66,22 +67,34 @@ class Target:
     """The plan's replica start-up: how far ahead of its window a scale-up begins."""
 
 
-def day_target(sub: dict[str, Any], pools: list[Any]) -> Target | None:
-    """The workload a model's day schedule scales: its aggregated pool (the fleet the schedule
-    counts); None for a plan without a schedule, or a layout the schedule does not count (a
-    disaggregated or per-lane layout: its pools keep the peak's replicas)."""
-    from capplan.export.layout import AGGREGATED, recommended_layout
+def day_targets(sub: dict[str, Any], pools: list[Any]) -> list[Target]:
+    """The workloads a model's day schedule scales: its aggregated pool (the fleet the schedule
+    counts), or each lane's pool of a per-lane layout by that lane's own schedule (`lane_days`,
+    in the order of the pools, which `plan_pools` makes from the lanes); none for a plan
+    without a schedule, or a layout no schedule counts (a disaggregated one, a per-lane one
+    without the lanes' schedules: its pools keep the peak's replicas)."""
+    from capplan.export.layout import AGGREGATED, SEPARATE, recommended_layout
 
     sched = sub.get("schedule")
-    if not (isinstance(sched, list) and sched) or len(pools) != 1 or \
-            recommended_layout(sub) != AGGREGATED:
-        return None
-    p = pools[0]
-    if p.role or p.addressed:
-        return None
-    lead = ((sub.get("day") or {}).get("startup") or {}).get("replica_start_s") or 0.0
+    if not (isinstance(sched, list) and sched) or any(p.role or p.addressed for p in pools):
+        return []
+    layout = recommended_layout(sub)
+    if layout == AGGREGATED and len(pools) == 1:
+        return [_target(pools[0], sub)]
+    days = sub.get("lane_days")
+    lanes = ((sub.get("pools") or {}).get("separate") or {}).get("lanes") or []
+    if layout != SEPARATE or not isinstance(days, list) or len(days) != len(pools) or [
+            d.get("lane") for d in days] != [ln.get("lane") for ln in lanes]:
+        return []
+    return [_target(p, d) for p, d in zip(pools, days, strict=True)]
+
+
+def _target(p: Any, day: dict[str, Any]) -> Target:
+    """Pool p scaled by the day plan `day`'s schedule, a scale-up its replica start-up ahead."""
+    lead = ((day.get("day") or {}).get("startup") or {}).get("replica_start_s") or 0.0
     return Target(p.name, "Deployment" if p.hosts == 1 else "LeaderWorkerSet", p.gpu,
-                  p.gpus_per_replica, [int(w["replicas"]) for w in sched], float(lead))
+                  p.gpus_per_replica, [int(w["replicas"]) for w in day["schedule"]],
+                  float(lead))
 
 
 def time_zone(plan: dict[str, Any]) -> str:
@@ -105,7 +118,7 @@ class Fixed:
 
 def fixed_workloads(sub: dict[str, Any], kinds: list[tuple[str, str, int]]) -> Fixed | None:
     """The workloads (kind, name, replicas: `kinds`, of the model's pools) of a day plan's
-    model that no schedule moves: a disaggregated or per-lane layout (`day_target` None while
+    model that no schedule moves: a disaggregated or per-lane layout (`day_targets` none while
     the plan has a schedule); None for a model that is scheduled or has no schedule."""
     from capplan.export.layout import AGGREGATED, recommended_layout
 
@@ -141,9 +154,10 @@ def fixed_note(fixed: list[Fixed]) -> str:
                "only, with no per-window prefill or decode count, so traffic above that "
                "window's is not covered" if f.layout == DISAGGREGATED else
                f"{f.model}'s day plan counts replicas per window for one shared pool only, "
-               "with no per-window count per lane, so a lane busier at another hour than "
-               "that window is not covered (`pools: shared` or `both` deploys the shared pool, "
-               "which the schedule moves)")
+               "with no per-window count per lane (a plan of one model schedules each lane's "
+               "pool; one of several models, each model's shared pool), so a lane busier at "
+               "another hour than that window is not covered (`pools: shared` or `both` "
+               "deploys the shared pool, which the schedule moves)")
         objs = ", ".join(f"{k}/{n} ({r} replica{'' if r == 1 else 's'})"
                          for k, n, r in f.objects)
         at = f" ({f.peak})" if f.peak else ""
@@ -154,13 +168,11 @@ def fixed_note(fixed: list[Fixed]) -> str:
     return "".join(out)
 
 
-def at_first_window(pools: list[Any], target: Target | None) -> list[Any]:
+def at_first_window(pools: list[Any], targets: list[Target]) -> list[Any]:
     """The pools as the manifests create them: a scheduled one at its first window's replicas
     (deterministic, whatever the hour the file is applied; the CronJobs move it from there)."""
-    if target is None:
-        return pools
-    return [replace(p, replicas=target.replicas[0]) if p.name == target.name else p
-            for p in pools]
+    first = {t.name: t.replicas[0] for t in targets}
+    return [replace(p, replicas=first[p.name]) if p.name in first else p for p in pools]
 
 
 def _edges(plan: dict[str, Any]) -> tuple[np.ndarray, np.ndarray]:
@@ -307,8 +319,9 @@ def schedule_head(plan: dict[str, Any], targets: list[Target],
     if not targets:
         return rest
     leads = ", ".join(f"{t.name} {t.lead_s:.0f} s" for t in targets)
-    pool = ("; models on one GPU type change together, so their pool never holds more than "
-            "the plan's GPUs of the two windows it moves between" if len(targets) > 1 else "")
+    pool = ("; workloads on one GPU type (models, or a model's lanes) change together, so "
+            "their pool never holds more than the plan's GPUs of the two windows it moves "
+            "between" if len(targets) > 1 else "")
     head = "".join(comment(line) for line in (
         f"day schedule: CronJobs run `kubectl scale` at each window's start in timeZone "
         f"{time_zone(plan)} (the zone of the plan's clock times: day.timezone or "

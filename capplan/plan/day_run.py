@@ -8,6 +8,7 @@ from typing import Any
 
 from capplan.catalog.loader import Catalog
 from capplan.plan.day import DayOptions, plan_day
+from capplan.plan.lane_day import deploys_lane_pools, plan_lane_days
 from capplan.plan.pool_day import plan_pool_day
 from capplan.plan.result import PlanResult
 from capplan.plan.schema import PlanFile
@@ -22,8 +23,9 @@ def day_options(plan: PlanFile) -> DayOptions:
 
 def run_day_plan(cat: Catalog, plan: PlanFile, verify: Any = None, base: Path | None = None,
                  opts: DayOptions | None = None) -> Any:
-    """A day plan (one model: DayPlan) or a shared pool of several models (PoolDay), with the
-    steady-rate planner `planner.run_plan(cat, plan, verify)` sizing each peak."""
+    """A day plan (one model: DayPlan; its lanes' own day plans when it deploys a pool per
+    lane: LaneDays) or a shared pool of several models (PoolDay), with the steady-rate planner
+    `planner.run_plan(cat, plan, verify)` sizing each peak."""
     from capplan.plan.planner import run_plan
 
     opts = opts or day_options(plan)
@@ -33,4 +35,7 @@ def run_day_plan(cat: Catalog, plan: PlanFile, verify: Any = None, base: Path | 
 
     if plan.models is not None:
         return plan_pool_day(cat, plan, opts, run, base)
-    return plan_day(cat, plan, opts, run, base)
+    dp = plan_day(cat, plan, opts, run, base)
+    if deploys_lane_pools(plan, dp):  # a pool per lane: each lane's pool on its own schedule
+        return plan_lane_days(cat, plan, opts, run, dp, base)
+    return dp

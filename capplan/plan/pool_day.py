@@ -31,6 +31,9 @@ class PoolDay:
 
     days: list[DayPlan]
     names: list[str]
+    unit: str = "model"
+    """What each day plan is a fleet of: "model", or "lane" for a model's pool per lane
+    (plan/lane_day.py); it names the keys (`models` / `lanes`, `gpus_by_model` / `..._lane`)."""
 
     def _gpus(self) -> np.ndarray:
         """(models, windows) GPUs per window (a shorter day counts 0 after its end)."""
@@ -60,7 +63,7 @@ class PoolDay:
             price = self.days[idx[0]].price_per_gpu_hour
             pool_peak, sep = int(total.max()), int(peaks.sum())
             out.append({
-                "gpu": gpu, "models": [self.names[i] for i in idx],
+                "gpu": gpu, f"{self.unit}s": [self.names[i] for i in idx],
                 "peak_gpus": pool_peak, "separate_fleets_peak_gpus": sep,
                 "saving_gpus": sep - pool_peak,
                 "gpu_hours": float((total * length_h).sum()),
@@ -78,11 +81,12 @@ class PoolDay:
         """Each model's GPU type, in model order."""
         return [d.plan.best.candidate.gpu.key for d in self.days]
 
-    def _schedule(self, g: np.ndarray, start: np.ndarray, end: np.ndarray
-                  ) -> list[dict[str, Any]]:
+    def schedule(self) -> list[dict[str, Any]]:
         """The pool's windows: every model's offered rate and replicas summed, GPUs per model
-        and per GPU type (a total only over one type: an L40S and an H100 are not two of
-        anything)."""
+        (`gpus_by_model`, or per lane) and per GPU type (a total only over one type: an L40S
+        and an H100 are not two of anything)."""
+        g = self._gpus()
+        start, end = self._edges()
         types = self._types()
         one_type = len(set(types)) == 1
         sched = []
@@ -95,16 +99,14 @@ class PoolDay:
                 "offered_rps": sum(w.offered_rps for w in ws),
                 "replicas": sum(w.replicas for w in ws),
                 "gpus": int(g[:, k].sum()) if one_type else None,
-                "gpus_by_model": {m: int(g[i, k]) for i, m in enumerate(self.names)},
+                f"gpus_by_{self.unit}": {m: int(g[i, k]) for i, m in enumerate(self.names)},
                 "gpus_by_gpu": by_gpu,
                 # each model's own p99s are in its schedule (`models`): a pool has none
                 "ttft_p99_s": None, "tbt_p99_s": None})
         return sched
 
     def to_dict(self) -> dict[str, Any]:
-        g = self._gpus()
-        start, end = self._edges()
-        sched = self._schedule(g, start, end)
+        sched = self.schedule()
         # one JSON holds every model: each model's verify lines name it (bench_cmds.for_model)
         per = [for_model(d.to_dict(), m) for d, m in zip(self.days, self.names, strict=True)]
         recs = [{**p["recommendations"][0], "model": m} for p, m in zip(per, self.names,
@@ -168,10 +170,10 @@ def plan_pool_day(cat: Catalog, plan: PlanFile, opts: DayOptions,
         names.append(m.model)
     if len(set(names)) != len(names):
         raise InputError("models: a model is listed twice; give each its lanes once")
-    return PoolDay(_placed_together(days), names)
+    return PoolDay(placed_together(days), names)
 
 
-def _placed_together(days: list[DayPlan]) -> list[DayPlan]:
+def placed_together(days: list[DayPlan]) -> list[DayPlan]:
     """The models' day plans, whose fleets run at once, with their best's launch lines placed
     as one (flags.place_together: hosts, GPUs and ports continue from one model to the next)."""
     bests = place_together([d.plan.best for d in days])

@@ -2,8 +2,9 @@
 validated as an IANA name (a bad one is one line, exit 2), named once in the printed day plan,
 carried in the JSON (`timezone`) and set as every CronJob's spec.timeZone; the clock times
 themselves do not move (a rate curve's 15:00 is 15:00 in the zone). And what the day export
-does with layouts the schedule does not count (a pool per lane, P/D): it names the objects
-that stay at their peak size, and schedules none of them."""
+does with a pool per lane (each lane's pool by its own schedule) and with a P/D layout, which
+no schedule counts: it names the objects that stay at their peak size, and schedules none of
+them."""
 
 from __future__ import annotations
 
@@ -117,29 +118,27 @@ def _separate(run_cli, tmp_path: Path, pools: str) -> tuple[dict[str, Any], str]
     return json.loads(res.stdout), out.read_text()
 
 
-def test_per_lane_pools_are_named_as_unscheduled_and_get_no_jobs(run_cli, tmp_path: Path):
-    """A pool per lane: the day plan counts replicas per window for the shared pool only, so
-    the lanes' Deployments stay at the peak window's size, and the manifest's header says
-    which, at what size and for which window; no CronJob or RBAC object is written."""
+def test_per_lane_pools_are_scheduled_each_by_its_own_lane(run_cli, tmp_path: Path):
+    """A pool per lane: each lane's Deployment is created at its own schedule's first window
+    and moved by its own CronJobs (where its replicas change) in the plan's zone
+    (tests/day/test_lane_days.py derives the times); no workload is named as unscheduled. The
+    shared pool of the same lanes is the one fleet the schedule counts."""
     plan, text = _separate(run_cli, tmp_path, "separate")
-    lanes = {ln["lane"]: ln["replicas"] for ln in plan["pools"]["separate"]["lanes"]}
     docs = list(yaml.safe_load_all(text))
     for d in docs:
         validate(d)
-    assert not [d for d in docs if d["kind"] in ("CronJob", "Role", "RoleBinding",
-                                                 "ServiceAccount")]
+    first = {d["lane"]: d["schedule"][0]["replicas"] for d in plan["lane_days"]}
     deps = {d["metadata"]["name"]: d["spec"]["replicas"] for d in docs
             if d["kind"] == "Deployment"}
-    assert deps == {f"llama-3-1-8b-{k}": v for k, v in lanes.items()}
-    head = " ".join(line.lstrip("#").strip() for line in text.splitlines()
-                    if line.startswith("#"))
-    named = ", ".join(f"Deployment/llama-3-1-8b-{k} ({v} replica{'' if v == 1 else 's'})"
-                      for k, v in lanes.items())
-    assert f"not scheduled: {named} stay all day at the size the peak plan gives them" in head
-    start = int(plan["day"]["peak"]["start_s"] // 3600)
-    assert f"peak window ({start:02d}:00-{start + 1:02d}:00 Europe/Berlin: chat " in head
-    assert "no per-window count per lane" in head
-    # the shared pool of the same lanes is the fleet the schedule counts: it is scheduled
+    assert deps == {f"llama-3-1-8b-{k}": v for k, v in first.items()}
+    jobs = [d for d in docs if d["kind"] == "CronJob"]
+    scaled = {d["spec"]["jobTemplate"]["spec"]["template"]["spec"]["containers"][0][
+        "command"][2] for d in jobs}
+    moves = {d["lane"] for d in plan["lane_days"]  # a lane whose replicas change
+             if len({w["replicas"] for w in d["schedule"]}) > 1}
+    assert moves and scaled == {f"deployment/llama-3-1-8b-{k}" for k in moves}
+    assert {d["spec"]["timeZone"] for d in jobs} == {"Europe/Berlin"}
+    assert "not scheduled" not in text
     plan, text = _separate(run_cli, tmp_path, "shared")
     docs = list(yaml.safe_load_all(text))
     assert [d["kind"] for d in docs].count("CronJob") >= 2
