@@ -378,7 +378,8 @@ def pd_latency(model: str, gpu: str, *, prefill_workers: int | None = None,
                input_len: str | int = 512, output_len: str | int = 256,
                burstiness: float = 1.0, num_prompts: int | None = None,
                check: bool = True, seed: int = 0, peak_concurrency: int | None = None,
-               benchmark: str | None = None, **kw: Any) -> LatencyResult:
+               benchmark: str | None = None, time_unit: str = "auto",
+               **kw: Any) -> LatencyResult:
     """Latency of a fixed disaggregated layout (open loop, closed loop or a trace's rate and
     lengths): TTFT = prefill queue + prefill + KV transfer + decode admission, TBT from the
     decode pool; `data["pools"]` holds each pool's figures and `data["saturated_pools"]` names
@@ -389,11 +390,12 @@ def pd_latency(model: str, gpu: str, *, prefill_workers: int | None = None,
     `benchmark` names; `seed`: the replay's arrivals and lengths). Neither worker count: a
     closed loop's implied counts, sized for `peak_concurrency` clients (default
     `concurrency`; capplan.plan.pd.implied_workers; `data["implied_workers"]`).
-    `prefill_router`, `decode_router` (in `kw`): the replay's, as `disaggregated` takes them."""
+    `prefill_router`, `decode_router` (in `kw`): the replay's, as `disaggregated` takes them;
+    `time_unit`: a trace's arrival times' unit (auto, s, ms, us), as `latency` reads it."""
     from capplan.plan.load import load_spec_from_options
     from capplan.plan.pd import implied_layout
     from capplan.plan.pd import pd_latency as _pd_latency
-    from capplan.plan.pd_sim import pd_latency_checked
+    from capplan.plan.pd_sim import PdLoad, pd_latency_checked
 
     check_kwargs(rate=rate, concurrency=concurrency, burstiness=burstiness,
                  num_prompts=num_prompts, seed=seed)
@@ -409,12 +411,13 @@ def pd_latency(model: str, gpu: str, *, prefill_workers: int | None = None,
                         decode=decode, kv_link=kv_link, **kw)
     load = load_spec_from_options(rate, concurrency, trace, str(input_len), str(output_len),
                                   burstiness, lay.decode.memory.max_model_len,
-                                  num_prompts=num_prompts)
+                                  num_prompts=num_prompts, time_unit=time_unit)
     note = None
     if implied:
         lay, note = implied_layout(lay, load, kv_link, peak_concurrency)
     res = _pd_latency(lay, load) if not check else pd_latency_checked(
-        lay, load, str(input_len), str(output_len), burstiness, trace, seed=seed,
+        lay, load, PdLoad(trace=trace, input_len=str(input_len), output_len=str(output_len),
+                          burstiness=burstiness, seed=seed, time_unit=time_unit),
         benchmark=benchmark)
     if note:
         res["implied_workers"] = note
@@ -427,7 +430,8 @@ def pd_simulate(model: str, gpu: str, *, prefill_workers: int, decode_workers: i
                 concurrency: int | None = None, trace: str | None = None,
                 input_len: str | int = 512, output_len: str | int = 256,
                 burstiness: float = 1.0, requests: int = 1000, seed: int = 0,
-                sim_engine: str = "auto", **kw: Any) -> LatencyResult:
+                sim_engine: str = "auto", time_unit: str = "auto",
+                **kw: Any) -> LatencyResult:
     """Replay a fixed disaggregated layout step by step (capplan.sim.pd): the prefill pool runs
     the prompts, the KV moves over the link, the decode pool runs the outputs; open loop,
     closed loop (clients across both pools) or a trace. `data["pools"]` holds each pool's
@@ -442,7 +446,7 @@ def pd_simulate(model: str, gpu: str, *, prefill_workers: int, decode_workers: i
                         kv_link=kv_link, **kw)
     spec = PdLoad(rate=rate, concurrency=concurrency, trace=trace, input_len=str(input_len),
                   output_len=str(output_len), burstiness=burstiness, requests=requests,
-                  seed=seed)
+                  seed=seed, time_unit=time_unit)
     reqs, _ = pd_requests(lay, spec)
     return LatencyResult.from_dict(simulate_pd(lay, reqs, sim_engine, spec))
 

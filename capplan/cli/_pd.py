@@ -114,7 +114,8 @@ def pd_table(res: dict[str, Any], fmt: str) -> str:
     cols = [Column("pool", "pool"), Column("workers", "workers"),
             Column("gpus", "GPUs/worker"), Column("rate", "req/s per worker"),
             Column("cap", "pool capacity (req/s)"), Column("util", "utilization"),
-            Column("mean", "TTFT or TBT mean (ms)"), Column("p99", "TTFT or TBT p99 (ms)")]
+            Column("mean", "prefill stage or TBT mean (ms)"),
+            Column("p99", "prefill stage or TBT p99 (ms)")]
     text = render_rows(rows, cols, fmt)
     comp = [{"metric": name, **{q: ms((res.get(key) or {}).get(q))
                                 for q in ("mean", "p50", "p90", "p99")}}
@@ -124,7 +125,8 @@ def pd_table(res: dict[str, Any], fmt: str) -> str:
                                         *(Column(q, f"{q} (ms)") for q in (
                                             "mean", "p50", "p90", "p99"))], fmt)
     if fmt == "table":
-        notes = [f"{res['model']}: {res['layout']}", f"load: {res.get('load')}"]
+        notes = [f"{res['model']}: {res['layout']}", f"load: {res.get('load')}",
+                 *_overhead_note(res)]
         if res["saturated_pools"]:
             notes.append("SATURATED: " + (res.get("reason") or (
                 f"the closed loop queues at the {' and '.join(res['saturated_pools'])} pool "
@@ -135,6 +137,16 @@ def pd_table(res: dict[str, Any], fmt: str) -> str:
                          + (f" ({res['replay_note']})" if res.get("replay_note") else ""))
         text += "\n\n" + "\n".join(_implied_note(res) + notes + _launch_notes(res))
     return text
+
+
+def _overhead_note(res: dict[str, Any]) -> list[str]:
+    """What a pool row's prefill stage leaves out: the request overhead, which TTFT and E2E
+    count once (latency and simulate alike)."""
+    if res.get("request_overhead_s") is None:
+        return []
+    return [f"prefill stage: queue and prompt, sent to prefill done; the request overhead "
+            f"({res['request_overhead_s'] / MS_S:.1f} ms) is counted once in TTFT and E2E, "
+            "not in the pool rows"]
 
 
 def _implied_note(res: dict[str, Any]) -> list[str]:
@@ -175,14 +187,15 @@ def pd_sim_table(res: dict[str, Any], fmt: str) -> str:
         rows.append({"pool": role, "workers": p["workers"], "gpus": p["gpus_per_worker"],
                      "rate": f"{p['requests_per_s_per_worker']:.3g}",
                      "batch": f"{p['mean_running_batch']:.1f}",
-                     "kv": f"{100 * p['kv_peak_utilization']:.0f}%",
+                     "kv": ("-" if p["kv_peak_utilization"] is None
+                            else f"{100 * p['kv_peak_utilization']:.0f}%"),
                      "queue": ms(p["queue_s"]["mean"]), "stage": ms(stage["mean"]),
                      "state": "SATURATED" if p["saturated"] else "stable"})
     cols = [Column("pool", "pool"), Column("workers", "workers"),
             Column("gpus", "GPUs/worker"), Column("rate", "req/s per worker"),
             Column("batch", "mean running batch"), Column("kv", "KV peak"),
             Column("queue", "queue mean (ms)"),
-            Column("stage", "prefill TTFT or decode admission mean (ms)"),
+            Column("stage", "prefill stage or decode admission mean (ms)"),
             Column("state", "state")]
     text = render_rows(rows, cols, fmt)
     comp = [{"metric": name, **{q: ms((res.get(key) or {}).get(q))
@@ -196,12 +209,14 @@ def pd_sim_table(res: dict[str, Any], fmt: str) -> str:
         notes = [f"{res['model']}: {res['layout']}",
                  f"load: {res.get('load')}{_replayed_count(res)}; "
                  f"{res['requests_per_s']:.3g} req/s, "
-                 f"{res['output_tokens_per_s']:.4g} output tok/s"]
+                 f"{res['output_tokens_per_s']:.4g} output tok/s", *_overhead_note(res)]
         if res["saturated_pools"]:
-            notes.append(f"SATURATED: the {' and '.join(res['saturated_pools'])} pool (its "
-                         "queue grows with the run, or the clients wait mostly there)")
+            notes.append("SATURATED: " + (res.get("reason") or (
+                f"the {' and '.join(res['saturated_pools'])} pool (its queue grows with the "
+                "run, or the clients wait mostly there)")))
         if not res.get("replay_settled", True):
-            notes.append(f"the closed loop did not settle in {res['replay_passes']} passes")
+            notes.append(res.get("replay_note") or
+                         f"the closed loop did not settle in {res['replay_passes']} passes")
         notes.append(f"answered by: {res.get('answered_by')}; calibration: "
                      f"{res.get('calibration')}")
         text += "\n\n" + "\n".join(_implied_note(res) + notes + _launch_notes(res))

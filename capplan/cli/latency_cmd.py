@@ -118,7 +118,8 @@ def latency_cmd(model: str, gpu: str, rate: list[float] | None, concurrency: lis
     if pd is not None:
         _pd_latency(model, gpu, pd, rate, concurrency, trace, input_len, output_len,
                     burstiness, fmt, catalog_dir, prefix,
-                    {**kw, "num_prompts": num_prompts, "seed": seed, "benchmark": benchmark})
+                    {**kw, "num_prompts": num_prompts, "seed": seed, "benchmark": benchmark,
+                     "time_unit": time_unit})
         return
     dep = deployment_from_options(catalog_dir, model, gpu, kw)
     dep, input_len = with_images(dep, input_len)
@@ -167,11 +168,12 @@ def _pd_latency(model: str, gpu: str, pd: dict[str, Any], rate: list[float] | No
                                "implied from it)")
     cal = kw.pop("calibration", None)
     num_prompts, seed = kw.pop("num_prompts", None), kw.pop("seed", 0)
-    benchmark = kw.pop("benchmark", None)
+    benchmark, time_unit = kw.pop("benchmark", None), kw.pop("time_unit", "auto")
     res = pd_latency(model, gpu, **pd, rate=rate[0] if rate else None,
                      concurrency=concurrency[0] if concurrency else None, trace=trace,
                      input_len=input_len, output_len=output_len, burstiness=burstiness,
-                     num_prompts=num_prompts, seed=seed, benchmark=benchmark, calibration=cal,
+                     num_prompts=num_prompts, seed=seed, benchmark=benchmark,
+                     time_unit=time_unit, calibration=cal,
                      catalog_dirs=catalog_dir, engine_notation=True,
                      **asdict(options_from(kw))).data
     if "replay_passes" in res:

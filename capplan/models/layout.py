@@ -31,7 +31,7 @@ from capplan.errors import InputError
 from capplan.models.engine import engine_profile
 
 
-def tp_from_engine_notation(engine: str, tp: int, attention_dp: int) -> int:
+def tp_from_engine_notation(engine: str, tp: int, attention_dp: int, flags: str = "") -> int:
     """capplan's attention TP per DP rank for an engine's own `--tp` and attention-DP size.
 
     vLLM's TP already is the per-rank size. SGLang's and TensorRT-LLM's `--tp` is the world:
@@ -39,21 +39,23 @@ def tp_from_engine_notation(engine: str, tp: int, attention_dp: int) -> int:
     rank. A `--tp 1` with attention DP D reads as D ranks of one GPU (the same 8 GPUs as
     `--tp 8 --dp 8`), the only reading of it either engine could launch. The engine's profile
     says which notation it writes (EngineProfile.tp_flag_is_world) and whether its attention-DP
-    ranks are single GPUs (attention_dp_tp1).
+    ranks are single GPUs (attention_dp_tp1). `flags`: the options' prefix in an error (a P/D
+    pool's "decode-" names --decode-tp and --decode-attention-dp).
     """
     prof = engine_profile(engine)
+    tp_f, dp_f = f"--{flags}tp", f"--{flags}attention-dp"
     if attention_dp <= 1 or not prof.tp_flag_is_world or tp == 1:
         return tp
     if prof.attention_dp_tp1:
         if tp != attention_dp:
             raise InputError(
-                f"--tp {tp} --attention-dp {attention_dp}: TensorRT-LLM's enable_attention_dp "
-                f"makes each of its tensor_parallel_size ranks an attention rank (use --tp "
-                f"{attention_dp} or --tp 1 with --attention-dp {attention_dp})")
+                f"{tp_f} {tp} {dp_f} {attention_dp}: TensorRT-LLM's enable_attention_dp "
+                f"makes each of its tensor_parallel_size ranks an attention rank (use {tp_f} "
+                f"{attention_dp} or {tp_f} 1 with {dp_f} {attention_dp})")
         return 1
     if tp % attention_dp:
         raise InputError(
-            f"--tp {tp} --attention-dp {attention_dp}: SGLang's --tp is the world size and "
+            f"{tp_f} {tp} {dp_f} {attention_dp}: SGLang's --tp is the world size and "
             f"must be a multiple of --dp (server_args.py asserts tp_size % dp_size == 0)")
     return tp // attention_dp
 

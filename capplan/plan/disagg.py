@@ -13,10 +13,10 @@ import numpy as np
 from capplan.catalog.loader import Catalog
 from capplan.catalog.schema import ModelSpec
 from capplan.errors import CapplanError
-from capplan.models.disagg import Link, decode_side_prefix, kv_link, kv_transfer_s
-from capplan.models.queueing import LengthStats, Limits, QueueModel
+from capplan.models.disagg import Link, kv_link, kv_transfer_s
+from capplan.models.queueing import Limits, QueueModel
 from capplan.plan.deployment import Deployment, EngineOptions, resolve_deployment
-from capplan.plan.pd import network_link, role_pool
+from capplan.plan.pd import network_link, pool_queue, role_pool
 from capplan.plan.placement import Placement
 from capplan.plan.search import SearchSpace, Traffic, calibration_of, stack_step_models
 
@@ -100,27 +100,21 @@ class DisaggPlan:
                 "launch": launch_lines(self), "launch_replicas": replica_lines(self)}
 
 
-def _role(t: Traffic, role: str) -> tuple[LengthStats, Any]:
-    """(output lengths, prefix) a pool role serves: a prefill replica prompts with a one-token
-    output (prefix caching applies); a decode replica the outputs, the prompt's KV arriving
-    with the request and one token computed."""
-    if role == "prefill":
-        return LengthStats.fixed(1.0), t.prefix
-    return t.out, decode_side_prefix(t.inp)
+def _pool(step: Any, limits: Limits, t: Traffic, role: str, scheduler: Any) -> QueueModel:
+    """A `role` replica's queue under traffic t: plan/pd.pool_queue, as a fixed layout's
+    `latency` models it (a prefill replica prompts with a one-token output, prefix caching
+    applies; a decode replica the outputs, the prompt's KV arriving with the request)."""
+    return pool_queue(role, step, limits, t.inp, t.out, t.arrival_scv, scheduler, t.prefix)
 
 
 def prefill_model(dep: Deployment, t: Traffic) -> QueueModel:
-    """A prefill replica (`_role`)."""
-    out, prefix = _role(t, "prefill")
-    return QueueModel(dep.step, t.inp, out, dep.limits, t.arrival_scv, dep.profile.scheduler,
-                      prefix)
+    """A prefill replica (`_pool`)."""
+    return _pool(dep.step, dep.limits, t, "prefill", dep.profile.scheduler)
 
 
 def decode_model(dep: Deployment, t: Traffic) -> QueueModel:
-    """A decode replica (`_role`)."""
-    out, prefix = _role(t, "decode")
-    return QueueModel(dep.step, t.inp, out, dep.limits, t.arrival_scv, dep.profile.scheduler,
-                      prefix)
+    """A decode replica (`_pool`)."""
+    return _pool(dep.step, dep.limits, t, "decode", dep.profile.scheduler)
 
 
 def _stacked(deps: list[Deployment], t: Traffic, role: str) -> QueueModel:
@@ -133,8 +127,7 @@ def _stacked(deps: list[Deployment], t: Traffic, role: str) -> QueueModel:
         "max_num_seqs", "max_num_batched_tokens", "kv_cache_tokens", "state_tokens_per_seq",
         "block_size")))
     step = stack_step_models([d.step for d in deps])
-    out, prefix = _role(t, role)
-    return QueueModel(step, t.inp, out, limits, t.arrival_scv, deps[0].profile.scheduler, prefix)
+    return _pool(step, limits, t, role, deps[0].profile.scheduler)
 
 
 def _capacities(deps: list[Deployment], t: Traffic, role: str) -> list[float]:

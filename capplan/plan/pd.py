@@ -149,18 +149,36 @@ def make_layout(prefill: Deployment, prefill_workers: int, decode: Deployment,
     return PdLayout(prefill, prefill_workers, decode, decode_workers, chosen)
 
 
+def pool_queue(role: str, step: Any, limits: Any, inp: LengthStats, out: LengthStats,
+               arrival_scv: float = 1.0, scheduler: Any = None, prefix: Any = None
+               ) -> QueueModel:
+    """A P/D pool worker's analytic queue (models/queueing.py), the one definition that
+    `latency`'s solve (`PdModel`) and `recommend`'s P/D search (plan/disagg.py) both use: a
+    prefill worker runs each prompt with a one-token output (`prefix`: the load's prefix
+    cache), a decode worker the outputs with the prompt's KV arrived (its prefix: the prompt
+    less one token, models/disagg.decode_side_prefix); both cost a token budget longer than
+    one prompt as whole prompts packed into the step (`QueueModel.pack_prompts`: a P/D pool's
+    steps carry many prompts, not one sequence's chunk)."""
+    if role == "prefill":
+        q = QueueModel(step, inp, LengthStats.fixed(1.0), limits, arrival_scv, scheduler,
+                       prefix)
+    else:
+        q = QueueModel(step, inp, out, limits, arrival_scv, scheduler, decode_side_prefix(inp))
+    q.pack_prompts = True
+    return q
+
+
 class PdModel:
-    """The two pools' analytic queues for one load's lengths (models/queueing.py)."""
+    """The two pools' analytic queues for one load's lengths (`pool_queue`)."""
 
     def __init__(self, layout: PdLayout, inp: LengthStats, out: LengthStats,
                  arrival_scv: float = 1.0, prefix: Any = None):
         self.layout, self.inp, self.out = layout, inp, out
         p, d = layout.prefill, layout.decode
-        self.qp = QueueModel(p.step, inp, LengthStats.fixed(1.0), p.limits, arrival_scv,
+        self.qp = pool_queue("prefill", p.step, p.limits, inp, out, arrival_scv,
                              p.profile.scheduler, prefix)
-        self.qd = QueueModel(d.step, inp, out, d.limits, arrival_scv, d.profile.scheduler,
-                             decode_side_prefix(inp))
-        self.qp.pack_prompts = self.qd.pack_prompts = True
+        self.qd = pool_queue("decode", d.step, d.limits, inp, out, arrival_scv,
+                             d.profile.scheduler)
         kv = d.memory.kv_bytes_per_token_per_gpu
         self.transfer = {"mean": float(kv_transfer_s(inp.mean, kv, layout.link)),
                          "p50": float(kv_transfer_s(inp.quantile(0.5), kv, layout.link)),
@@ -168,6 +186,7 @@ class PdModel:
                          "p99": float(kv_transfer_s(inp.quantile(0.99), kv, layout.link))}
         # the client's request overhead is counted once, on the prefill side
         self.decode_overhead_s = float(np.asarray(d.step.request_overhead_s))
+        self.request_overhead_s = float(np.asarray(p.step.request_overhead_s))
         self.capacity = {"prefill": float(self.qp.capacity_rate()) * layout.prefill_workers,
                          "decode": float(self.qd.capacity_rate()) * layout.decode_workers}
 
@@ -185,12 +204,12 @@ class PdModel:
         # gaps of one request average out over its output)
         gaps = max(self.out.mean - 1.0, 0.0) * d["tbt_s"]["mean"]
         e2e = {q: v + gaps for q, v in ttft.items()}
+        pools = {"prefill": self._pool("prefill", p, rp), "decode": self._pool("decode", d, rd)}
         return {"stable": not saturated, "saturated_pools": saturated,
                 "ttft_s": ttft, "tbt_s": d["tbt_s"], "e2e_s": e2e,
                 "tpot_s": d["tbt_s"]["mean"], "kv_transfer_s": dict(self.transfer),
-                "requests_per_s": rate_per_s,
-                "pools": {"prefill": self._pool("prefill", p, rp),
-                          "decode": self._pool("decode", d, rd)}}
+                "requests_per_s": rate_per_s, "request_overhead_s": self.request_overhead_s,
+                **_occupancy(pools["decode"]), "pools": pools}
 
     def _pool(self, role: str, r: dict[str, Any], rate_per_replica: float) -> dict[str, Any]:
         lay = self.layout
@@ -204,8 +223,8 @@ class PdModel:
                "utilization": rate_per_replica * n / cap if cap > 0 else math.inf,
                "stable": bool(r["stable"]), "mean_running_batch": r.get("mean_running_batch"),
                "kv_peak_utilization": r.get("kv_peak_utilization")}
-        if role == "prefill":
-            out["ttft_s"] = r["ttft_s"]
+        if role == "prefill":  # the prefill stage: queue and prompt, as the replay's pool row
+            out["ttft_s"] = {q: v - self.request_overhead_s for q, v in r["ttft_s"].items()}
         else:
             out["admission_s"] = {q: v - self.decode_overhead_s for q, v in r["ttft_s"].items()}
             out["tbt_s"] = r["tbt_s"]
@@ -296,6 +315,7 @@ class PdModel:
             "admission_s": {q: tpot for q in QUANTILES}, "tbt_s": {q: tpot for q in QUANTILES},
             "slots": slots})
         res["pools"]["prefill"]["utilization"] = lam / caps["prefill"]
+        res.update(_occupancy(res["pools"]["decode"]))
         res["capacity_closed_loop_requests_per_s"] = caps
         res["startup_wave_s"] = startup
         return res
@@ -434,6 +454,21 @@ def with_implied_workers(layout: PdLayout, load: LoadSpec, link: str = "auto",
                    prefill_router=layout.prefill_router, decode_router=layout.decode_router)
 
 
+OCCUPANCY_SOURCE = ("analytic steady state: the decode pool's mean running batch per worker "
+                    "(Little's law), its KV peak from the queue's occupancy; no preemptions "
+                    "(the analytic queue admits within its KV cache)")
+"""What the analytic answer's `mean_running_batch`, `kv_peak_utilization` and `preemptions`
+are (`occupancy_source`); a replayed answer counts them from its steps."""
+
+
+def _occupancy(decode: dict[str, Any]) -> dict[str, Any]:
+    """The contract keys `latency` gives of occupancy, from the analytic decode pool's row (the
+    replay's answer gives its decode pool's too, pd_sim._result)."""
+    return {"mean_running_batch": decode.get("mean_running_batch"), "preemptions": 0,
+            "kv_peak_utilization": decode.get("kv_peak_utilization"),
+            "occupancy_source": OCCUPANCY_SOURCE}
+
+
 def _plain(res: dict[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for k, v in res.items():
@@ -478,7 +513,8 @@ def pd_latency(layout: PdLayout, load: LoadSpec) -> dict[str, Any]:
         for key in ("ttft_s", "tbt_s", "e2e_s"):
             res[key] = {q: None for q in QUANTILES}
         res["tpot_s"] = None
-        for key in ("requests_per_s", "output_tokens_per_s", "input_tokens_per_s"):
+        for key in ("requests_per_s", "output_tokens_per_s", "input_tokens_per_s",
+                    "mean_running_batch", "kv_peak_utilization", "preemptions"):
             res[key] = None
     lay = layout
     res.update({"model": lay.decode.model.key, "gpu": lay.decode.gpu.key,
@@ -520,11 +556,11 @@ def build_layout(cat: Any, model: str, gpu: str, pools: PdPools, *, calibration:
     deps = []
     for role, extra in (("prefill", prefill or {}), ("decode", decode or {})):
         opts = {k: v for k, v in {**options, **extra}.items() if k != "gpu" and v is not None}
-        if engine_notation and opts.get("tp"):
-            opts["tp"] = tp_from_engine_notation(engine_profile(opts.get("engine") or "vllm")
-                                                 .name, int(opts["tp"]),
-                                                 int(opts.get("attention_dp") or 1))
         try:
+            if engine_notation and opts.get("tp"):
+                opts["tp"] = tp_from_engine_notation(
+                    engine_profile(opts.get("engine") or "vllm").name, int(opts["tp"]),
+                    int(opts.get("attention_dp") or 1), f"{role}-")
             dep = resolve_deployment(cat, model, extra.get("gpu") or gpu, EngineOptions(**opts),
                                      calibration)
         except InputError as e:

@@ -15,7 +15,7 @@ plan/pd.py, names a pool at SATURATED_UTILIZATION of its capacity or short of de
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -24,6 +24,7 @@ from capplan import limits
 from capplan.errors import InputError
 from capplan.plan import aiconfigurator
 from capplan.plan.aiconfigurator import measured_mean
+from capplan.plan.launch_multinode import pd_launch
 from capplan.plan.pd import DEFAULT_PROMPTS, PdLayout
 from capplan.plan.replay import (  # the aggregated check's: one bar, one count for both
     OPEN_LOOP_REQUESTS,
@@ -31,8 +32,8 @@ from capplan.plan.replay import (  # the aggregated check's: one bar, one count 
 )
 from capplan.plan.simulation import mark_overload, workload_from_options
 from capplan.sim.metrics import step_summary, summarize, summary
+from capplan.sim.pd import MAX_PASSES, PdReplay, PdReplaySpec, replay_pd
 from capplan.sim.pd import SPEED_SPREAD as GPU_SPEED_SPREAD
-from capplan.sim.pd import PdReplay, PdReplaySpec, replay_pd
 from capplan.sim.protocol import PRESETS, BenchmarkRun, preset, request_tpot
 from capplan.sim.workload import Requests, parse_length
 
@@ -56,10 +57,24 @@ SPEED_SPREAD = GPU_SPEED_SPREAD
 published spread of same-SKU GPUs (capplan.sim.pd.SPEED_SPREAD), so that clients come back
 shuffled and the round-robin counter misplaces requests as on real workers."""
 BENCH_MAX_PASSES = 12
-"""The benchmark replay stops after this many passes, unsettled (`replay_settled` False): with
-many decode workers the round-robin order moves between passes and the mean E2E can swing by
-a few percent from pass to pass while the mean TTFT holds (19 SGLang decode workers on GB300,
-6,144 clients: TTFT within 0.1%, E2E within 3% over passes 4-25)."""
+"""The benchmark replay runs at least this many passes before it may stop unsettled
+(`replay_settled` False), more while they stay within BENCH_PASS_TOKENS: with many decode
+workers the round-robin order moves between passes and the mean E2E can swing by a few
+percent from pass to pass while the mean TTFT holds (19 SGLang decode workers on GB300, 6,144
+clients: TTFT within 0.1%, E2E within 3% over passes 4-25)."""
+BENCH_PASS_TOKENS = 50_000_000
+"""Decoded tokens the benchmark replay's passes may take in all past BENCH_MAX_PASSES (a few
+seconds compiled): a pass short of the fixed point holds more than C requests, so a replay
+that fits runs on to its fixed point (DeepSeek-R1 on 2 x TP 16 + 1 x TP 16 H100 workers, 64
+clients x 1,000 requests of 500 output tokens: 23 passes of 0.5 M tokens), one that does
+not stops at BENCH_MAX_PASSES and gives its means only (`_unsettled`)."""
+
+
+def bench_max_passes(pass_tokens: float) -> int:
+    """The benchmark replay's pass cap for passes of `pass_tokens` decoded tokens each:
+    BENCH_MAX_PASSES, or as many as BENCH_PASS_TOKENS covers (at most the replay's MAX_PASSES)."""
+    fit = int(BENCH_PASS_TOKENS // max(float(pass_tokens), 1.0))
+    return max(BENCH_MAX_PASSES, min(MAX_PASSES, fit))
 
 
 def replay_requests(concurrency: int | None, num_prompts: int | None = None,
@@ -181,14 +196,39 @@ def _result(layout: PdLayout, reqs: Requests, run: PdReplay, overhead: float
         "pools": pools, "saturated_pools": saturated, "stable": not saturated,
         "load": (f"closed loop, {reqs.concurrency} clients" if closed else "open loop"),
         "replay_passes": run.passes, "replay_settled": run.settled,
+        "max_in_flight": run.max_in_flight,
         "answered_by": "replay",
         "routing": {"prefill_router": layout.prefill_router,
                     "decode_router": layout.decode_router, "worker_speed_spread": SPEED_SPREAD},
         "kv_link": {"name": layout.link.name, "bytes_per_s": layout.link.bytes_per_s,
                     "latency_s": layout.link.latency_s, "source": layout.link.source},
         "calibration": layout.decode.calibration.source,
+        "launch": pd_launch(layout),
     }
-    return res
+    return res if run.settled or not closed else _unsettled(res, reqs.concurrency)
+
+
+UNSETTLED_KEYS = ("ttft_s", "tbt_s", "tpot_s", "e2e_s")
+"""The latencies whose quantiles an unsettled closed-loop replay withholds (`_unsettled`)."""
+
+
+def _unsettled(res: dict[str, Any], clients: int) -> dict[str, Any]:
+    """A closed-loop replay the pass cap stopped short of its fixed point: its last pass sent
+    some requests before the completion their client waits for (more than C in flight), so
+    its tails and KV peaks are a heavier load's. Means are kept (they settle first), the
+    quantiles and KV peaks withheld (None), and `replay_note` says why."""
+    out = {**res, **{k: {q: (v if q == "mean" else None) for q, v in res[k].items()}
+                     for k in UNSETTLED_KEYS}, "kv_peak_utilization": None}
+    out["pools"] = {role: {**p, "kv_peak_utilization": None,
+                           **{k: {q: (v if q == "mean" else None) for q, v in p[k].items()}
+                              for k in ("queue_s", "ttft_s", "admission_s", "tbt_s")
+                              if k in p}}
+                    for role, p in res["pools"].items()}
+    out["replay_note"] = (
+        f"the closed loop did not settle in {res['replay_passes']} passes: its last pass had "
+        f"{res['max_in_flight']} requests in flight for {clients} clients (sending times "
+        "still lower bounds), so only the means are given; quantiles and KV peaks withheld")
+    return out
 
 
 def _gaps(runs: list[tuple[np.ndarray, Any]]) -> tuple[np.ndarray, np.ndarray]:
@@ -265,7 +305,8 @@ def benchmark_replay(layout: PdLayout, concurrency: int, input_len: str, output_
     limits.check_cap("sim_tokens", float(np.sum(reqs.output_tokens)),
                      f"one pass of the benchmark replay ({n} requests)")
     spec = spec_of(layout, sim_engine, seed)
-    run = replay_pd(spec, reqs, means_settled=MEANS_SETTLED, max_passes=BENCH_MAX_PASSES)
+    run = replay_pd(spec, reqs, means_settled=MEANS_SETTLED,
+                    max_passes=bench_max_passes(float(np.sum(reqs.output_tokens))))
     res = _result(layout, reqs, run, spec.request_overhead_s)
     ttft = run.first_token_at_s - run.sent_at_s + spec.request_overhead_s
     e2e = run.finished_at_s - run.sent_at_s + spec.request_overhead_s
@@ -343,23 +384,28 @@ def check_latency(layout: PdLayout, analytic: dict[str, Any], reqs: Requests,
                   sim_engine: str = "auto") -> dict[str, Any]:
     """`latency` on a layout: the analytic answer checked against the replay of the same load
     (open loop) or replaced by it (closed loop, trace; or a disagreement over TOLERANCE).
-    Returns the answer with `answered_by` and, when both ran, `analytic_check`."""
+    Returns the answer with `answered_by` and, when both ran, `analytic_check`; a replayed
+    answer keeps the analytic answer's `load` line. A trace whose mean rate saturates a pool
+    in the analytic solve is replayed (its own requests), and the answer keeps that verdict:
+    the pool is named in `saturated_pools` (`stable` False) with the analytic `reason`,
+    whatever the finite replay's backlog showed (`_saturated_check`)."""
     passes = math.ceil(len(reqs) / reqs.concurrency) + 1 if reqs.concurrency else 1
     work = float(np.sum(reqs.output_tokens)) * passes
     if work > CHECK_TOKENS:
         return {**analytic, "answered_by": "analytic",
                 "replay_note": f"no replay: {work:.3g} simulated tokens exceed the check's "
                                f"{CHECK_TOKENS:.3g} (capplan simulate replays it)"}
-    if not analytic["stable"] and not reqs.concurrency \
-            and not str(analytic.get("load", "")).startswith("trace"):
+    load = str(analytic.get("load", ""))
+    if not analytic["stable"] and not reqs.concurrency and not load.startswith("trace"):
         # a saturated pool under an open loop has no steady latencies: a finite replay's would
         # grow with its length (as plan/replay.py answers one replica)
         return {**analytic, "answered_by": "analytic (a pool is saturated: not replayed)"}
-    sim = simulate_pd(layout, reqs, sim_engine)
+    sim = {**simulate_pd(layout, reqs, sim_engine), "load": analytic.get("load")}
+    if not analytic["stable"]:
+        return _saturated_check(analytic, sim)
     check = _analytic_check(analytic, sim)
     agree = all(d <= TOLERANCE for d in check["rel_diff"].values())
-    load = str(analytic.get("load", ""))
-    if load.startswith(("closed", "trace")) or not agree or not analytic["stable"]:
+    if load.startswith(("closed", "trace")) or not agree:
         return {**sim, **_kept(analytic), "analytic_check": check,
                 "answered_by": "replay" if agree else "replay (the analytic solve differs by "
                 f"more than {TOLERANCE:.0%})"}
@@ -367,28 +413,48 @@ def check_latency(layout: PdLayout, analytic: dict[str, Any], reqs: Requests,
             f"{TOLERANCE:.0%} of the replay)", "analytic_check": check}
 
 
-def pd_latency_checked(layout: PdLayout, load: Any, input_len: str, output_len: str,
-                       burstiness: float = 1.0, trace: str | None = None, seed: int = 0,
+def _saturated_check(analytic: dict[str, Any], sim: dict[str, Any]) -> dict[str, Any]:
+    """The replay of a trace whose mean rate saturates a pool in the analytic solve: the
+    replay's latencies (the trace's own, finite), the analytic solve's saturated pools added to
+    the replay's, its reason kept, and `analytic_check` recording that verdict (there are no
+    analytic means to compare)."""
+    pools = [p for p in ("prefill", "decode")
+             if p in analytic["saturated_pools"] or p in sim["saturated_pools"]]
+    return {**sim, **_kept(analytic), "stable": False, "saturated_pools": pools,
+            "reason": analytic.get("reason"),
+            "analytic_check": {"analytic_stable": False,
+                               "analytic_saturated_pools": list(analytic["saturated_pools"]),
+                               "analytic_reason": analytic.get("reason"),
+                               "analytic_ttft_mean_s": None, "analytic_tpot_mean_s": None,
+                               "rel_diff": None, "tolerance": TOLERANCE},
+            "answered_by": "replay of the trace's requests (the analytic solve finds the "
+                           f"{' and '.join(analytic['saturated_pools'])} pool"
+                           f"{'s' if len(analytic['saturated_pools']) > 1 else ''} saturated "
+                           "at the trace's mean rate: no steady state to compare; the replay's "
+                           "latencies are this finite trace's)"}
+
+
+def pd_latency_checked(layout: PdLayout, load: Any, replay: PdLoad,
                        benchmark: str | None = None) -> dict[str, Any]:
     """`latency` on a layout: the analytic solve (plan/pd.pd_latency), replaced by the replay
     of the benchmark a closed loop runs (`closed_loop_latency`; `benchmark` names the tool), or
     checked against the replay of a rate's Poisson (or gamma) arrivals or the trace's own
-    requests (`check_latency`; a trace is time-dependent: the replay answers)."""
+    requests (`check_latency`; a trace is time-dependent: the replay answers). `replay`: the
+    replay's lengths, burstiness, seed, and trace with its time unit (its rate, clients and
+    requests are the load's)."""
     from capplan.plan.pd import pd_latency
 
     res = pd_latency(layout, load)
+    trace = replay.trace
     if benchmark is not None and (load.concurrency is None or trace is not None):
         raise InputError(f"--benchmark {benchmark} with a disaggregated layout replays a closed "
                          "loop: give --concurrency C")
     if load.concurrency is not None and trace is None:
-        return closed_loop_latency(layout, res, load, input_len, output_len, benchmark, seed)
-    spec = PdLoad(trace=trace, input_len=input_len, output_len=output_len,
-                  burstiness=burstiness, seed=seed) if trace is not None else PdLoad(
-        rate=load.rate_per_s if load.concurrency is None else None,
-        concurrency=load.concurrency, input_len=input_len, output_len=output_len,
-        burstiness=burstiness, requests=replay_requests(
-            load.concurrency, load.num_prompts, parse_length(output_len).mean), seed=seed)
+        return closed_loop_latency(layout, res, load, replay.input_len, replay.output_len,
+                                   benchmark, replay.seed)
+    spec = replay if trace is not None else replace(
+        replay, rate=load.rate_per_s if load.concurrency is None else None,
+        concurrency=load.concurrency, requests=replay_requests(
+            load.concurrency, load.num_prompts, parse_length(replay.output_len).mean))
     reqs, _ = pd_requests(layout, spec)
-    if trace is not None:
-        res = {**res, "load": f"trace {trace}"}
     return check_latency(layout, res, reqs)

@@ -293,13 +293,24 @@ def _replay_refusal(out: _Misses, t: Traffic, headroom: float) -> InfeasibleErro
     fleets the replay would take under the latency floor (`_Misses`)."""
     floor = ""
     if out.floored:
-        c = out.floored[0].candidate
-        floor = (f" (at most {floor_replicas(c, t, headroom)} of {out.floored[0].label}, "
-                 f"whose replica the replay confirms at {c.max_rate_per_s:.3g} req/s, limited "
-                 f"by the {c.binding_constraint}: more would each carry under "
-                 f"{NEAR_FLOOR_FRAC:.0%} of the {c.capacity_per_s:.3g} req/s it sustains, near "
-                 "its latency floor; allow_near_floor: true in the plan, or recommend "
-                 "--allow-near-floor, replays more)")
+        r0 = out.floored[0]
+        c = r0.candidate
+        # a plan left out after its replay passed carries the rate that replay confirmed; one
+        # left out after a miss (`_one_more`, `_scaled_out`) was confirmed at no rate
+        if r0.verified is not None and r0.verified.ok:
+            what = (f"whose replica the replay confirms at {c.max_rate_per_s:.3g} req/s, "
+                    f"limited by the {c.binding_constraint}")
+        else:
+            miss = out.missed.get(c.index)
+            why = f", {miss[1].reason}" if miss is not None and miss[0] is r0 else ""
+            what = (f"which no replay confirmed: it missed the SLOs at "
+                    f"{r0.replicas} replica(s), each at "
+                    f"{_with_headroom(r0, headroom):.3g} req/s with the headroom{why}")
+        floor = (f" (at most {floor_replicas(c, t, headroom)} of {r0.label}, {what}: more "
+                 f"would each carry under {NEAR_FLOOR_FRAC:.0%} of the "
+                 f"{c.capacity_per_s:.3g} req/s it sustains, near its latency floor; "
+                 "allow_near_floor: true in the plan, or recommend --allow-near-floor, "
+                 "replays more)")
     if not out.missed:
         return InfeasibleError("no fleet of sensible size meets the SLOs in simulation" + floor
                                + "; loosen the SLOs or lower the rate")

@@ -136,6 +136,23 @@ class PdReplay:
     decode_runs: list[tuple[np.ndarray, RunRecord]] = field(default_factory=list)
     passes: int = 1
     settled: bool = True
+    """Closed loop: the sending times reached their fixed point, or the means settled on a
+    pass that kept at most C requests in flight (`max_in_flight`); False: the pass cap ended
+    the passes first, and this pass's sending times are still lower bounds."""
+    max_in_flight: int | None = None
+    """Closed loop: the most requests this pass had sent and not finished at once (at most C
+    once settled; an unsettled pass sends some requests before the completion their client
+    waits for, and holds more)."""
+
+
+def in_flight_max(sent_s: np.ndarray, finished_s: np.ndarray) -> int:
+    """The most requests sent and not finished at any time (a finish at the instant of a
+    send frees its slot first)."""
+    s, f = np.sort(np.asarray(sent_s, float)), np.sort(np.asarray(finished_s, float))
+    if not len(s):
+        return 0
+    # before each send: the sends so far (it included) minus the finishes at or before it
+    return int(np.max(np.arange(1, len(s) + 1) - np.searchsorted(f, s, side="right")))
 
 
 def _engine(dep: Deployment, kv_present: bool, sim_engine: str) -> Any:
@@ -287,7 +304,8 @@ def replay_pd(spec: PdReplaySpec, reqs: Requests, means_settled: float | None = 
     the pass's mean TTFT and mean E2E each moved by less than this share of the mean E2E (a
     client's cycle) since the last pass (the benchmark's means settle in a few passes; the
     last passes move single sending times by about a decode step each). `max_passes`: the
-    passes end there unsettled (`settled` False)."""
+    passes end there unsettled (`settled` False). A closed loop's pass records its
+    `max_in_flight`; the means-settled stop takes only a pass holding at most C."""
     inp = np.asarray(reqs.input_tokens, np.int64)
     out = np.asarray(reqs.output_tokens, np.int64)
     c = reqs.concurrency
@@ -320,11 +338,13 @@ def replay_pd(spec: PdReplaySpec, reqs: Requests, means_settled: float | None = 
         if n > c:
             nxt[c:] = np.sort(np.sort(run.finished_at_s)[:n - c] + delay[c:])
         run.passes = k
+        run.max_in_flight = in_flight_max(run.sent_at_s, run.finished_at_s)
         if np.max(np.abs(nxt - sent)) <= SETTLED_S:
             return run
         means = _means(run)
         if means_settled is not None and last is not None and np.all(
-                np.abs(means - last) <= means_settled * means[1]):
+                np.abs(means - last) <= means_settled * means[1]) \
+                and run.max_in_flight <= c:
             return run
         sent, last = nxt, means
     run.settled = False

@@ -282,7 +282,7 @@ def test_the_terminal_prints_each_replicas_line_and_no_replica_count(run_cli) ->
     """`recommend` prints a pool of several replicas as one line per replica (its own GPUs
     and ports), a pool of one as its line: never "N x: " before a command."""
     res = run_cli("recommend", "--model", "llama-3.1-70b", "--gpu", "h100-sxm", "--engine",
-                  "sglang+mixed-chunk", "--rate", "10", "--input-len", "1000", "--output-len",
+                  "sglang+mixed-chunk", "--rate", "13", "--input-len", "1000", "--output-len",
                   "300", "--ttft-p99", "1", "--tbt-p99", "0.06")
     assert res.exit_code == 0, res.stderr
     launch = [ln for ln in res.stdout.splitlines() if ln.startswith("SGLang p")

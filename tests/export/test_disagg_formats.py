@@ -274,7 +274,7 @@ def test_each_replica_of_a_pool_has_its_own_line_in_every_report(run_cli, tmp_pa
     handshake ports out)."""
     paths = {s: tmp_path / f"a{s}" for s in (".md", ".csv", ".html")}
     res = run_cli("recommend", "--model", "llama-3.1-70b", "--gpu", "h100-sxm", "--engine",
-                  "sglang+mixed-chunk", "--rate", "10", "--input-len", "1000", "--output-len",
+                  "sglang+mixed-chunk", "--rate", "13", "--input-len", "1000", "--output-len",
                   "300", "--ttft-p99", "1", "--tbt-p99", "0.06",
                   *[w for p in paths.values() for w in ("--export", str(p))])
     assert res.exit_code == 0, res.stderr

@@ -143,7 +143,8 @@ class SteadyState:
         self.ca2 = float(arrival_scv)
         self.pack_prompts = False
         """Cost a chunk longer than a prompt as whole prompts (models/prefill.py): always with
-        attention DP; on request otherwise (the disaggregated pools, capplan.plan.pd), while
+        attention DP; on request otherwise (the disaggregated pools, capplan.plan.pd.pool_queue:
+        `latency`'s and the P/D search's), while
         the aggregated answers keep one sequence's chunk (docs/multinode.md, known limits)."""
         self._dp = bool(np.any(np.asarray(step.attention_dp) > 1))
         self.dec_tokens = max(out.mean - 1.0, 0.0)
