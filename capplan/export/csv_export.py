@@ -236,6 +236,7 @@ def disaggregated_records(plan: dict[str, Any]) -> list[dict[str, Any]]:
     share of TTFT p99; the replay of the layout is its simulator check; the verdict says which
     layout wins; the command cells are the pool's launch lines as they run: one replica's, or
     each replica's after a `# replica i on HOSTS` line (`launch_replicas`)."""
+    from capplan.plan.flags import replica_comment, runnable
     from capplan.plan.launch import pool_command
 
     d = plan.get("disaggregated")
@@ -252,8 +253,9 @@ def disaggregated_records(plan: dict[str, Any]) -> list[dict[str, Any]]:
         if not isinstance(p, dict):
             continue
         flags = {k.split("_", 1)[0]: ("\n".join(
-                     f"# replica {i} on {r['hosts']}\n{r['command']}"
-                     for i, r in enumerate(each[k])) if k in each else pool_command(str(v)))
+                     f"{replica_comment(i, r['hosts'])}\n{runnable(r['command'])}"
+                     for i, r in enumerate(each[k])) if k in each
+                     else runnable(pool_command(str(v))))
                  for k, v in launch.items() if k.endswith(f"_{role}")}
         keys = ("gpu", "tp", "attention_dp", "expert_parallel", "gpus_per_replica", "replicas",
                 "gpus_total", "max_num_seqs", "max_num_batched_tokens", "weight_dtype_resolved",

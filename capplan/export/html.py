@@ -42,7 +42,7 @@ from capplan.export.layout import (
 from capplan.models.engine import ENGINES, engine_display_name
 from capplan.plan.alternatives import PLAN_NOTES
 from capplan.plan.bench_cmds import STEP_LABELS, reading_plan, verify_call
-from capplan.plan.flags import launch_text
+from capplan.plan.flags import launch_text, runnable
 from capplan.plan.launch import layout_cell, sized_for
 
 Section = Callable[[dict[str, Any]], str]
@@ -363,6 +363,7 @@ def _charts(p: dict[str, Any]) -> str:
 
 
 def _cmd(label: str, text: str) -> str:
+    text = runnable(text)  # what the copy button gives: commands, labels as shell comments
     i = "cmd-" + hashlib.sha1(f"{label}\n{text}".encode()).hexdigest()[:12]
     return (f'<div class="cmd"><b style="min-width:110px">{_e(label)}</b><pre id="{i}">'
             f'{_e(text)}</pre><button type="button" onclick="capplanCopy(\'{i}\', this)">copy'

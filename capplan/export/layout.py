@@ -125,8 +125,8 @@ def unverified_text(rec: dict[str, Any]) -> str:
     """What a recommendation without a simulator check says: "not simulated", unless the
     simulator's replay set its capacity or replicas (a binding ending in "(replay)") without
     replaying this fleet at its rate."""
-    from capplan.plan.search import REPLAY_BINDING
+    from capplan.plan.search import replay_found
 
-    if str(rec.get("binding_constraint", "")).endswith(REPLAY_BINDING):
+    if replay_found(str(rec.get("binding_constraint", ""))):
         return "its capacity comes from the simulator's replay (this fleet was not replayed)"
     return "not simulated"

@@ -32,7 +32,7 @@ from capplan.export.layout import (
 from capplan.models.engine import ENGINES, engine_display_name
 from capplan.plan.alternatives import PLAN_NOTES
 from capplan.plan.bench_cmds import STEP_LABELS
-from capplan.plan.flags import fleet_key, launch_text
+from capplan.plan.flags import fleet_key, launch_text, runnable
 from capplan.plan.launch import sized_for
 
 _ENGINE_TITLES = (*((e, engine_display_name(e)) for e in ENGINES), *STEP_LABELS.items())
@@ -99,8 +99,8 @@ def _pools(plan: dict[str, Any]) -> list[str]:
     for ln in ((plan.get("pools") or {}).get("separate") or {}).get("lanes") or []:
         for key, flag in (ln.get("engine_flags") or {}).items():
             if key in ENGINES and flag:
-                out += [f"Lane {ln.get('lane')}, {engine_display_name(key)}:", "", "```",
-                        launch_text(ln["engine_flags"], key), "```", ""]
+                out += [f"Lane {ln.get('lane')}, {engine_display_name(key)}:", "", "```bash",
+                        runnable(launch_text(ln["engine_flags"], key)), "```", ""]
     return out
 
 
@@ -122,7 +122,7 @@ def _commands(plan: dict[str, Any]) -> list[str]:
                if k not in known and flags.get(k) and not k.startswith(fleet_key(""))]
     for key, title in titled:  # an engine's fleet of several replicas as it runs on hosts
         text = launch_text(flags, key) if key in ENGINES else flags[key]
-        lines += [f"{title}:", "", "```bash", str(text).rstrip(), "```", ""]
+        lines += [f"{title}:", "", "```bash", runnable(str(text).rstrip()), "```", ""]
     if recs[0].get("engine"):
         lines += [sized_for(recs[0]).replace("sized for: ", "Sized for ", 1) + ".", ""]
     return lines
@@ -141,7 +141,7 @@ def _disaggregated(plan: dict[str, Any]) -> list[str]:
         lines += [disagg_figures(d), ""]
     for title, text in disagg_launch(d):
         lines += ([f"{title}: {text}", ""] if title.endswith(HOSTS_TITLE) else
-                  [f"{title}:", "", "```bash", text, "```", ""])
+                  [f"{title}:", "", "```bash", runnable(text), "```", ""])
     if d.get("bench"):
         lines += ["verify (the whole workload through the front end):", "", "```bash",
                   str(d["bench_dataset"]), str(d["bench"]), "```", ""]

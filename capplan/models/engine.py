@@ -570,6 +570,12 @@ class EngineProfile:
         return (self.name if newest else f"{self.name}@{self.version}") + "".join(
             f"+{o}" for o in self.options)
 
+    @property
+    def pinned(self) -> str:
+        """name@version+options, whichever release: how JSON names the profile
+        (`engine_profile`, every command alike); `engine_profile` resolves it back."""
+        return f"{self.name}@{self.version}" + "".join(f"+{o}" for o in self.options)
+
 def _vllm_defaults(gpu: GpuLike, tp: int) -> EngineDefaults:
     # vLLM 0.10-0.19 EngineArgs (_set_default_args / get_batch_defaults), OpenAI server: GPUs
     # with >= 70 GiB that are not A100s get max_num_seqs 1024 and max_num_batched_tokens 8192;

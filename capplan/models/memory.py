@@ -542,8 +542,14 @@ def memory_report(model: ModelSpec, gpu: GpuSpec, settings: EngineSettings,
         usable = blocks * state
     tokens = blocks * bs
     concurrency = usable / seq_bytes if seq_bytes else 0.0
-    contiguous = (math.floor(max(kv_cache, 0) / (max_len * per_token + state))
-                  if per_token else 0.0)
+    # whole sequences reserved up front, token by token (no blocks): full-attention layers
+    # hold max_len tokens, sliding-window layers their window as seq_bytes counts it (the
+    # window behind a prefill chunk), recurrent state its page
+    whole = (layers.sequence_bytes(model, max_len, s.tp, kvb, 1, s.pp, s.max_num_batched_tokens)
+             - layers.state_bytes_per_seq(model, s.tp, kvb, 1, s.pp))
+    if whole and feat.draft_kv_bytes_per_token and per_token:
+        whole *= per_token / (per_token - feat.draft_kv_bytes_per_token)
+    contiguous = (math.floor(max(kv_cache, 0) / (whole + state)) if whole + state else 0.0)
     margin = kvb_plan.margin_bytes
     fits, reason = True, "fits"
     if kv_cache <= 0:

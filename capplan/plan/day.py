@@ -415,11 +415,11 @@ def _simulated_rps(cap: float, cand: Candidate, check: Any) -> float | None:
     check's (when it found a rate meeting the SLOs), else the planner's replay's where it
     gave the capacity (it sized the replicas or confirmed a lower rate); None when only the
     analytic model gave it."""
-    from capplan.plan.search import REPLAY_BINDING
+    from capplan.plan.search import replay_found
 
     if check is not None and check.rate_rps > 0:
         return cap
-    if cand.sized_by_replay or cand.binding_constraint.endswith(REPLAY_BINDING):
+    if cand.sized_by_replay or replay_found(cand.binding_constraint):
         return cap
     return None
 

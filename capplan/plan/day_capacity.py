@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from capplan.plan.result import Verification
-from capplan.plan.search import REPLAY_BINDING
+from capplan.plan.search import REPLAY_BINDING, replay_found
 from capplan.plan.slo import SloSet
 from capplan.sim.workload import Requests
 
@@ -133,7 +133,7 @@ def capacity_source(cand: Any) -> str:
     model), or "the planner's replay" (it sized the replicas, or confirmed a rate below the
     analytic one)."""
     binding = str(getattr(cand, "binding_constraint", ""))
-    replayed = getattr(cand, "sized_by_replay", False) or binding.endswith(REPLAY_BINDING)
+    replayed = getattr(cand, "sized_by_replay", False) or replay_found(binding)
     return "the planner's replay" if replayed else "the analytic model"
 
 

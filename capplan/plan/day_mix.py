@@ -25,7 +25,7 @@ import numpy as np
 
 from capplan.plan.rate_curve import WindowSeries
 from capplan.plan.schema import PlanFile
-from capplan.plan.search import REPLAY_BINDING, Candidate, Traffic
+from capplan.plan.search import Candidate, Traffic, replay_found
 
 MIX_STEP = 1 / 256
 """Lane shares are rounded to this step: at most 257 mixes of two lanes over a day, and a
@@ -101,7 +101,7 @@ def day_sizing(cand: Candidate, peak: PlanFile, model: Any, total: WindowSeries,
     if traced:
         # the replay's rate where it gave one (it sized the replicas, or confirmed a rate
         # below the screen's): the windows' capacities follow it, not the analytic screen's
-        if cand.sized_by_replay or cand.binding_constraint.endswith(REPLAY_BINDING):
+        if cand.sized_by_replay or replay_found(cand.binding_constraint):
             t = served_traffic(peak.workloads, peak, model)
             # the screen's capacity at the lanes' SCV, on the same SCV steps as the windows'
             screen = float(capacities(cand, t, np.array([t.arrival_scv]))[0])

@@ -15,7 +15,7 @@ import numpy as np
 from capplan.plan.rate_curve import WindowSeries
 from capplan.plan.result import PlanResult, Recommendation
 from capplan.plan.schema import PlanFile, Prefix
-from capplan.plan.search import REPLAY_BINDING, cost_per_hour
+from capplan.plan.search import cost_per_hour, replay_found
 from capplan.sim.workload import Requests
 
 HOUR_S = 3600.0
@@ -170,7 +170,7 @@ def replayed(r: Recommendation) -> bool:
     replay sized its replicas or confirmed its capacity (a binding the replay found)."""
     c = r.candidate
     return (r.verified is not None or c.sized_by_replay
-            or c.binding_constraint.endswith(REPLAY_BINDING))
+            or replay_found(c.binding_constraint))
 
 
 def rank_for_day(result: PlanResult, total: WindowSeries, headroom: float, min_replicas: int,

@@ -172,7 +172,7 @@ class Deployment:
         report (SI units) with the layout it is for."""
         r, s = self.memory, self.settings
         return {"model": self.model.key, "gpu": self.gpu.key, "tp": s.tp, "pp": s.pp,
-                "engine": s.engine, "engine_profile": self.profile.label, **asdict(r),
+                "engine": s.engine, "engine_profile": self.profile.pinned, **asdict(r),
                 "expert_parallel": s.expert_parallel, "gpus_per_replica": self.gpus_per_replica,
                 "replica_kv_cache_tokens": r.replica_kv_cache_tokens,
                 "nodes_per_replica": self.nodes, "layout": self.layout_text}
@@ -180,7 +180,7 @@ class Deployment:
     def settings_summary(self) -> dict[str, object]:
         """The resolved engine settings every output reports (JSON keys, SI)."""
         s = self.settings
-        return {"engine": s.engine, "engine_profile": self.profile.label, "tp": s.tp, "pp": s.pp,
+        return {"engine": s.engine, "engine_profile": self.profile.pinned, "tp": s.tp, "pp": s.pp,
                 "attention_dp": s.attention_dp, "expert_parallel": s.expert_parallel,
                 "weight_dtype": self.memory.weight_dtype, "kv_dtype": s.kv_dtype,
                 "max_num_seqs": s.max_num_seqs,

@@ -470,6 +470,13 @@ def compare(agg_gpus: int, agg_cost: float | None, agg_binding: str, d: DisaggPl
                 f"while decode steps without prefill chunks keep TBT p99 at "
                 f"{d.tbt_p99_s * 1e3:.1f} ms and the KV transfer adds "
                 f"{d.transfer_p99_s * 1e3:.2f} ms (p99 prompt over {d.link.name}){confirmed}")
+    tie = (dc == ac) if dc is not None and ac is not None else d.gpus == agg_gpus
+    if tie:
+        same = "the same GPUs and cost" if dc is not None and ac is not None else "the same GPUs"
+        return (f"aggregated wins: {pair}, a tie ({same}), so the one pool is kept (no KV "
+                f"transfer, {d.transfer_p99_s * 1e3:.2f} ms p99 over {d.link.name}, no second "
+                f"pool to run), though the disaggregated layout would keep TBT p99 at "
+                f"{d.tbt_p99_s * 1e3:.1f} ms")
     return (f"aggregated wins: {pair}; at these lengths prefill chunks cost TBT less than a "
             f"second pool costs GPUs (KV transfer {d.transfer_p99_s * 1e3:.2f} ms p99 over "
             f"{d.link.name})")

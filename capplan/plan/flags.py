@@ -10,6 +10,7 @@ holds the KV cache the plan counted on, whichever engine it launches.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -31,6 +32,41 @@ def launch_text(flags: dict[str, str], engine: str) -> str:
     """What a report prints as an engine's launch: its fleet as it runs on hosts where the
     plan has several replicas (`fleet_key`), else its one replica's line ("" if none)."""
     return flags.get(fleet_key(engine)) or flags.get(engine) or ""
+
+
+def replica_comment(i: int | str, hosts: str) -> str:
+    """The shell comment an exported script puts over a replica's commands."""
+    return f"# replica {i} on {hosts}"
+
+
+_REPLICA_LABEL = re.compile(r"^replica (\d+) \((.+?)\): (.*)$")
+_NODE_LABEL = re.compile(r"^node (\d+): (.*)$")
+_PART_LABEL = re.compile(r"^(router|hosts): (.*)$")
+
+
+def runnable(text: str) -> str:
+    """A launch block as the exports give it to copy and run (the one formatter of the
+    Markdown ```bash blocks, the HTML copy buttons and the CSV pools): the terminal's labels
+    become shell comments over the commands they name ("replica 0 (localhost): CMD" ->
+    "# replica 0 on localhost" then CMD; "node 1: CMD" -> "# node 1" then CMD; "router: CMD"
+    -> "# router" then CMD; "hosts: ..." -> "# hosts: ..."), continuation lines unindented."""
+    out: list[str] = []
+    for line in str(text).split("\n"):
+        body = line.strip()
+        if m := _REPLICA_LABEL.match(body):
+            out.append(replica_comment(m[1], m[2]))
+            body = m[3]
+        if m := _NODE_LABEL.match(body):
+            out.append(f"# node {m[1]}")
+            body = m[2]
+        if m := _PART_LABEL.match(body):
+            if m[1] == "hosts":
+                out.append(f"# {body}")
+                continue
+            out.append(f"# {m[1]}")
+            body = m[2]
+        out.append(body)
+    return "\n".join(out)
 
 
 def memory_fractions(mem: MemoryReport) -> dict[str, float]:

@@ -24,6 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from capplan.errors import InputError
 from capplan.models.engine import ENGINES, engine_display_name, engine_profile, launch_limit
 from capplan.models.layout import deepep_mode, engine_world
 from capplan.plan.feature_flags import feature_launch
@@ -77,13 +78,34 @@ def sized_for(best: dict[str, Any]) -> str:
     engine = best.get("engine", "")
     spec = best.get("engine_profile") or engine
     label = engine_label(engine, spec)
-    others = [engine_display_name(k) for k in ENGINES
-              if k != engine and k in best["engine_flags"]]
+    keys = [k for k in ENGINES if k != engine and k in best["engine_flags"]]
+    others = [engine_display_name(k) for k in keys]
     many = len(others) > 1
-    rest = (f"; the {' and '.join(others)} line{'s carry' if many else ' carries'} the same "
-            f"settings, not sized for {'those engines' if many else 'that engine'}"
+    differ = _budgets_launched(best, keys)
+    same = ("the same settings" if not differ else
+            f"the same settings but {', '.join(differ)}")
+    rest = (f"; the {' and '.join(others)} line{'s carry' if many else ' carries'} {same}, "
+            f"not sized for {'those engines' if many else 'that engine'}"
             if others else "")
     return f"sized for: {label}{rest}"
+
+
+def _budgets_launched(best: dict[str, Any], keys: list[str]) -> list[str]:
+    """The other engines' lines whose token budget is not the plan's: a whole-prompt engine
+    launches at least max-model-len (SchedulerPolicy.launched_budget), e.g. TensorRT-LLM's
+    "--max_num_tokens 4096 (at least max-model-len 4096; the plan's budget is 512)"."""
+    budget, max_len = best.get("max_num_batched_tokens"), best.get("max_model_len")
+    if not budget or not max_len:
+        return []
+    out = []
+    for k in keys:
+        prof = engine_profile(k)
+        run = prof.scheduler.launched_budget(int(budget), int(max_len))
+        if run != int(budget):
+            flag = prof.flag_names.get("max_num_batched_tokens", "max_num_batched_tokens")
+            out.append(f"{prof.display_name}'s {flag} {run} (whole prompts: at least "
+                       f"max-model-len {max_len}; the plan's budget is {budget})")
+    return out
 
 
 def engine_label(engine: str, spec: str | None = None) -> str:
@@ -91,6 +113,10 @@ def engine_label(engine: str, spec: str | None = None) -> str:
     sized for after it when that is not the bare engine: "TensorRT-LLM (trtllm 1.2
     +no-overlap)"."""
     spec = spec or engine
+    try:  # a pinned name (vllm@0.19) of the engine's default profile is the bare engine
+        spec = engine_profile(spec).spec
+    except InputError:
+        pass
     return engine_display_name(engine) + (f" ({spec})" if spec != engine else "")
 
 
@@ -477,7 +503,8 @@ def max_model_len_choice(model_max: int, p99_input: float, p99_output: float,
     auto = min(model_max, max(4096, 2 ** math.ceil(math.log2(max(2 * need, 1.0)))))
     capped = " (the model's maximum)" if auto == model_max and auto < 2 * need else ""
     return auto, (f"max-model-len {auto}{capped}: 2 x (p99 prompt {p99_input:.0f} + p99 output "
-                  f"{p99_output:.0f} tokens) rounded up to a power of two, at least 4096; a "
+                  f"{p99_output:.0f} tokens, the p99s of the planned sample of requests) "
+                  "rounded up to a power of two, at least 4096; a "
                   "longer request is rejected by the server, set engine.max_model_len to "
                   "allow it (KV capacity is unchanged, the per-sequence limit grows)")
 

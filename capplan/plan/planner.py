@@ -119,6 +119,7 @@ def search_space(cat: Catalog, plan: PlanFile, model: ModelSpec, t: Traffic,
                  implied_dtype: str | None) -> SearchSpace:
     gpus = [cat.gpu(g) for g in plan.candidates.gpus] if plan.candidates.gpus else sorted(
         cat.gpus.values(), key=lambda g: g.key)
+    gpus = list({g.key: g for g in gpus}.values())  # one GPU named twice (an alias, NVML name)
     prices = {cat.gpu(name).key: usd for name, usd in plan.candidates.prices.items()}
     gpus = [g.model_copy(update={
         "price_per_hour_usd": prices[g.key],
@@ -693,5 +694,8 @@ def _explain(ranked: list[Recommendation]) -> list[Recommendation]:
             reasons.append(f"needs {r.gpus_total} GPUs vs {best.gpus_total}")
         reasons.append(f"limited by {r.candidate.binding_constraint} at "
                        f"{r.candidate.max_rate_per_s:.2f} req/s per replica")
+        if r.verified is None and r.candidate.sized_by_replay:
+            reasons[-1] += (f", its share plus the headroom at {r.replicas} replicas, which no "
+                            "replay confirmed (fewer replicas missed the SLOs in simulation)")
         out.append(r.with_(why_not_first="; ".join(reasons)))
     return out

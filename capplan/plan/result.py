@@ -135,7 +135,7 @@ class Recommendation:
                 "weight_dtype": s.weight_dtype, "kv_dtype": s.kv_dtype,
                 "max_model_len": s.max_model_len,
                 "gpu_memory_utilization": s.gpu_memory_utilization, "engine": s.profile.name,
-                "engine_profile": s.profile.spec, "replicas": self.replicas,
+                "engine_profile": s.profile.pinned, "replicas": self.replicas,
                 "per_replica_rate_per_s": self.per_replica_rate_per_s,
                 "deepep": deepep_launch(s, self.candidate.gpu), **features_dict(s)}
 
@@ -160,7 +160,7 @@ class Recommendation:
             "weight_dtype": s.weight_dtype, "kv_dtype": s.kv_dtype,
             "weight_dtype_resolved": self.resolved_dtypes[0] or s.weight_dtype,
             "kv_dtype_resolved": self.resolved_dtypes[1] or s.kv_dtype,
-            "engine": s.profile.name, "engine_profile": s.profile.spec,
+            "engine": s.profile.name, "engine_profile": s.profile.pinned,
             "max_model_len": s.max_model_len, "gpu_memory_utilization": s.gpu_memory_utilization,
             "predicted": attach_bands(self.predicted.to_dict(), s.profile.name, None),
             "capacity_per_replica_rps": c.max_rate_per_s,

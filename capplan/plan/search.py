@@ -101,6 +101,12 @@ REPLAY_BINDING = "(replay)"
 """Suffix of a binding constraint the replay found (the SLO it missed by most)."""
 
 
+def replay_found(binding: str) -> bool:
+    """A binding constraint the simulator's replay found: "TTFT SLO (replay)", "KV capacity
+    (replay: 647 preemptions)" (verified._replay_binding)."""
+    return binding.endswith(REPLAY_BINDING) or f"{REPLAY_BINDING[:-1]}:" in binding
+
+
 @dataclass(frozen=True, kw_only=True)
 class Candidate:
     """One configuration tried by the analytic search, with what the search found for it."""

@@ -169,7 +169,24 @@ def verified(ranked: list[Recommendation], pool: PlanPool, plan: PlanFile,
                         key=lambda r: key(r.candidate))
     if not ranked:
         raise _replay_refusal(out, pool.traffic, plan.headroom)
-    return ranked
+    return [_unverified(r) for r in ranked]
+
+
+UNVERIFIED_BINDING = "(unverified)"
+"""Suffix of the binding of a plan the replay resized after a miss but did not replay at its
+new replica count (`_unverified`)."""
+
+
+def _unverified(r: Recommendation) -> Recommendation:
+    """r as shown: one resized by the replay after a miss (`_one_more`) and not replayed since
+    (ranked behind the best confirmed, the rounds stop) states no "(replay)" binding: its
+    capacity, its share plus the headroom, is what no replay confirmed ("TTFT SLO
+    (unverified)")."""
+    c = r.candidate
+    if r.verified is not None or not c.sized_by_replay:
+        return r
+    what = c.binding_constraint.split(f" {REPLAY_BINDING[:-1]}")[0]
+    return r.with_(candidate=replace(c, binding_constraint=f"{what} {UNVERIFIED_BINDING}"))
 
 
 def _ahead_of_confirmed(ranked: list[Recommendation]) -> list[Recommendation]:
@@ -369,16 +386,23 @@ def _scaled_out(missed: list[tuple[Recommendation, Verification]], pool: PlanPoo
 
 def _overshoot(v: Verification, t: Traffic) -> tuple[float, str]:
     """How far a replay was over its SLOs (the largest value / objective of those it reports;
-    inf for an overloaded replica) and what that is."""
+    inf for an overloaded replica) and what that is: an overloaded replica that preempted ran
+    out of KV cache (KV capacity, one of the binding constraints the analytic screen names)."""
     ratio, worst, _ = t.slos.worst(v.simulated)
     if "overloaded" in v.reason or worst is None:
-        return math.inf, "capacity"
+        return math.inf, "KV capacity" if v.simulated.get("preemptions") else "capacity"
     return ratio, f"{worst.label} SLO"
 
 
 def _replay_binding(miss: Verification, t: Traffic) -> str:
-    """What the replay found binding at too few replicas: the SLO it missed by most."""
-    return f"{_overshoot(miss, t)[1]} {REPLAY_BINDING}"
+    """What the replay found binding at too few replicas: the SLO it missed by most, or KV
+    capacity with the preemptions the replay counted ("KV capacity (replay: 647
+    preemptions)"; `replay_found` reads both)."""
+    what = _overshoot(miss, t)[1]
+    if what == "KV capacity":
+        n = int(miss.simulated["preemptions"])
+        return f"{what} {REPLAY_BINDING[:-1]}: {n:,} preemption{'s' if n != 1 else ''})"
+    return f"{what} {REPLAY_BINDING}"
 
 
 def _replicated(r: Recommendation, n: int, t: Traffic, binding: str, headroom: float

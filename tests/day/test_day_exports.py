@@ -13,7 +13,7 @@ import yaml
 from capplan.catalog.loader import load_catalog
 from capplan.export import export_plan
 from capplan.plan.day_run import run_day_plan
-from capplan.plan.flags import launch_text
+from capplan.plan.flags import launch_text, runnable
 from capplan.plan.schema import PlanFile
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "day" / "two-models.yaml"
@@ -60,9 +60,12 @@ def test_llmd_refuses_several_models(run_cli, tmp_path: Path):
 @pytest.mark.parametrize("suffix", [".md", ".html"])
 def test_reports_carry_each_models_launch_line(two, tmp_path: Path, suffix: str):
     text = export_plan(two, tmp_path / f"t{suffix}").read_text()
-    for model in HF:  # each model's fleet as it runs: every replica's line, its router's
-        lines = launch_text(_best(two, model)["engine_flags"], "vllm").split("\n")
-        assert f"Model: {model}" in text and lines[0].startswith("replica 0 (")
+    for model in HF:  # each model's fleet as it runs: every replica's line, its router's,
+        # the replica labels as shell comments (what a copied block runs)
+        placed = launch_text(_best(two, model)["engine_flags"], "vllm")
+        lines = runnable(placed).split("\n")
+        assert f"Model: {model}" in text and placed.startswith("replica 0 (")
+        assert lines[0].startswith("# replica 0 on ")
         for line in lines:
             assert (line if suffix == ".md" else line.replace('"', "&quot;")) in text
 

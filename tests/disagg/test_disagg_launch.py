@@ -303,3 +303,17 @@ def test_replicas_over_hosts_name_their_own_hosts(catalog) -> None:
     each = replica_lines(p)
     assert "sglang_prefill" not in each  # one replica: `launch` says it all
     assert [r["hosts"] for r in each["sglang_decode"]] == ["HOST1-HOST2", "HOST3-HOST4"]
+
+
+def test_a_tie_in_gpus_is_called_a_tie(catalog) -> None:
+    # the same GPUs and cost on both sides: aggregated is kept as the one pool, not because
+    # "prefill chunks cost TBT less than a second pool costs GPUs" (no GPUs are saved either way)
+    from capplan.plan.disagg import compare
+
+    p = _plan(catalog, "llama-3.1-8b", "h100-sxm", "vllm", (1, 1), (1, 1))
+    verdict = compare(p.gpus, p.cost_per_hour, "TBT SLO", p)
+    assert verdict.startswith("aggregated wins") and "a tie (the same GPUs and cost)" in verdict
+    assert "cost TBT less" not in verdict
+    assert f"TBT p99 at {p.tbt_p99_s * 1e3:.1f} ms" in verdict
+    assert "a tie (the same GPUs)" in compare(p.gpus, None, "TBT SLO", p)  # unpriced: GPUs
+    assert "cost TBT less" in compare(p.gpus - 1, p.cost_per_hour / 2, "TBT SLO", p)

@@ -428,3 +428,24 @@ def test_html_leaves_out_curve_points_without_a_figure(plan: dict[str, Any],
     assert any(q["tbt_p99_s"] is None for c in plan["curves"] for q in c["points"])
     text = export_plan(plan, tmp_path / "plan.html").read_text()
     assert "TBT p99 vs load" in text and "inf" not in text.split("<h2>Latency vs load")[1][:5000]
+
+
+def test_copied_launch_blocks_run_as_they_are(plan: dict[str, Any], tmp_path: Path) -> None:
+    """A fleet's launch block is given to copy (HTML) and as a ```bash block (Markdown) as it
+    runs: the terminal's "replica 0 (localhost): " labels become "# replica 0 on localhost"
+    comment lines, as the CSV pools' cells have them (before: the labels were in the text,
+    `replica: command not found`)."""
+    fleet = ("replica 0 (localhost): CUDA_VISIBLE_DEVICES=0 vllm serve m --port 8100\n"
+             "replica 1 (HOST1): CUDA_VISIBLE_DEVICES=0 vllm serve m --port 8100\n"
+             "router: vllm-router --worker-urls http://localhost:8100 http://HOST1:8100")
+    rec = plan["recommendations"][0]
+    rec = {**rec, "engine_flags": {**rec["engine_flags"], "fleet:vllm": fleet}}
+    plan = {**plan, "recommendations": [rec, *plan["recommendations"][1:]]}
+    script = ("# replica 0 on localhost\nCUDA_VISIBLE_DEVICES=0 vllm serve m --port 8100\n"
+              "# replica 1 on HOST1\nCUDA_VISIBLE_DEVICES=0 vllm serve m --port 8100\n"
+              "# router\nvllm-router --worker-urls http://localhost:8100 http://HOST1:8100")
+    md = export_plan(plan, tmp_path / "plan.md").read_text()
+    html = export_plan(plan, tmp_path / "plan.html").read_text()
+    assert f"```bash\n{script}\n```" in md
+    assert f">{script}</pre>" in html
+    assert "replica 0 (localhost):" not in md and "replica 0 (localhost):" not in html

@@ -325,3 +325,27 @@ def test_a_layout_past_tp_reads_as_its_gpus() -> None:
              "layout": describe(4, 1, 1, 1, 8)}
     assert (layout_of(plain), layout_cell(plain)) == ("TP 4", "4")
     assert layout_cell({"tp": 8, "pp": 2, "attention_dp": 1, "expert_parallel": 1}) == "8 PP2"
+
+
+def test_the_other_lines_say_which_setting_differs() -> None:
+    # a vLLM plan of 512 batched tokens and max-model-len 4096: TensorRT-LLM prefills whole
+    # prompts, so its --max_num_tokens is max(512, 4096) = 4096, not "the same settings";
+    # SGLang chunks prompts and keeps 512
+    from capplan.plan.launch import sized_for
+
+    best = {"engine": "vllm", "engine_profile": "vllm@0.19", "max_num_batched_tokens": 512,
+            "max_model_len": 4096, "engine_flags": {"vllm": "x", "sglang": "x", "trtllm": "x"}}
+    assert sized_for(best) == (
+        "sized for: vLLM; the SGLang and TensorRT-LLM lines carry the same settings but "
+        "TensorRT-LLM's --max_num_tokens 4096 (whole prompts: at least max-model-len 4096; "
+        "the plan's budget is 512), not sized for those engines")
+    # a budget of at least max-model-len is launched as planned
+    assert "but" not in sized_for({**best, "max_num_batched_tokens": 8192})
+
+
+def test_max_model_len_reason_says_its_p99s_are_the_samples() -> None:
+    # a lognormal with a stated p99 of 3000 samples a p99 of 2972: the figure quoted is the
+    # sample's, and the reason says so
+    _, why = max_model_len_choice(131072, 2972, 300, None)
+    assert "2 x (p99 prompt 2972 + p99 output 300 tokens, the p99s of the planned sample of " \
+           "requests)" in why

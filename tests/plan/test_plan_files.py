@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from capplan.plan.flags import launch_text
+from capplan.plan.flags import launch_text, runnable
 
 GOOD = """\
 version: 1
@@ -436,7 +436,7 @@ def test_separate_pools_reports_give_each_lanes_launch_line(run_cli, tmp_path) -
     md = (tmp_path / "plan.md").read_text()
     for ln in out["pools"]["separate"]["lanes"]:
         assert f"lane {ln['lane']}: vLLM" in page
-        placed = launch_text(ln["engine_flags"], "vllm")
+        placed = runnable(launch_text(ln["engine_flags"], "vllm"))  # labels as comments
         assert placed in page and placed in md
 
 

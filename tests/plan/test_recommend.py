@@ -403,3 +403,34 @@ def test_default_lengths_are_said_not_silent(cli_once) -> None:
     assert not any("assumed" in w for w in given["warnings"]), given["warnings"]
     # the same numbers either way: only the message differs
     assert given["recommendations"][0]["predicted"] == res["recommendations"][0]["predicted"]
+
+
+def test_one_gpu_named_three_ways_is_searched_once(run_cli) -> None:
+    # h100 (alias), h100-sxm (key) and its NVML name are one GPU: one TP 1 search of its 30
+    # (max_num_seqs, max_num_batched_tokens) configurations, not three
+    args = ("recommend", "--model", "llama-3.1-8b", "--rate", "5", "--input-len", "500",
+            "--output-len", "100", "--ttft-p99", "1", "--tp", "1", "--verify-top", "0",
+            "--no-disagg", "--format", "json")
+    once = run_cli(*args, "--gpu", "h100-sxm").json()
+    d = run_cli(*args, "--gpu", "h100", "--gpu", "h100-sxm", "--gpu",
+                "NVIDIA H100 80GB HBM3").json()
+    assert d["inputs"]["gpus"] == ["h100-sxm"]
+    assert d["configurations_searched"] == once["configurations_searched"] == 30
+
+
+@pytest.mark.parametrize(("engine", "named"), [("vllm", "vllm@0.19"),
+                                               ("sglang@0.5+mixed-chunk",
+                                                "sglang@0.5+mixed-chunk")])
+def test_engine_profile_is_named_alike_in_every_command(run_cli, engine: str,
+                                                        named: str) -> None:
+    # recommend said "vllm" (no release) and "sglang+mixed-chunk" (the release asked for
+    # dropped) where memory and speed said "vllm 0.19": one name, name@release+options
+    common = ("--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--engine", engine,
+              "--format", "json")
+    outs = [run_cli("recommend", *common, "--rate", "5", "--input-len", "500",
+                    "--output-len", "100", "--ttft-p99", "1", "--tp", "1", "--verify-top", "0",
+                    "--no-disagg").stdout,
+            run_cli("memory", *common).stdout, run_cli("speed", *common).stdout]
+    for out in outs:
+        got = set(re.findall(r'"engine_profile": "([^"]*)"', out))
+        assert got == {named}

@@ -133,3 +133,55 @@ def test_a_loaded_replica_is_replayed_with_more_requests_than_a_light_one(catalo
     assert heavy.requests == [10_000, 10_000]
     assert light.rates[0] == pytest.approx(1.2) and light.rates[1] > 10
     assert light.requests == [VERIFY_MIN_REQUESTS, 10_000]
+
+
+class Thrash(Limit):
+    """A stand-in replay whose replica runs out of KV cache above `limit`: overloaded, with
+    647 preemptions."""
+
+    def __call__(self, job) -> Verification:
+        v = super().__call__(job)
+        if v.ok:
+            return v
+        return Verification(ok=False, reason="overloaded: served 9 of 30 requests/s while "
+                            "requests arrived; the queue keeps growing", requests=v.requests,
+                            rate_per_s=v.rate_per_s,
+                            simulated={**v.simulated, "preemptions": 647})
+
+
+def test_a_replica_overloaded_by_preemptions_is_bound_by_kv_capacity(catalog, screened):
+    # passes at 24 req/s, overloaded at X with 647 preemptions: what binds it is the KV cache
+    # (the README's "KV capacity"), as the replay found, not a "capacity" no list names
+    best = run_plan(catalog, _plan(verify={"top": 1}), Thrash(24.5)).best
+    assert best.candidate.max_rate_per_s == pytest.approx(24.0)
+    assert best.candidate.binding_constraint == "KV capacity (replay: 647 preemptions)"
+
+
+def test_a_runner_up_no_replay_confirmed_is_marked_unverified(catalog):
+    # the screen's #2 misses at its share plus the headroom and is resized to 2 replicas; the
+    # rounds stop at the confirmed #1, so nothing replays those 2: its capacity (20 / 2 x 1.2
+    # = 12 req/s) is unconfirmed and its binding says so instead of "(replay)"
+    plan = _plan(verify={"top": 2})
+    plan = plan.model_copy(update={"candidates": plan.candidates.model_copy(
+        update={"gpus": ["h100-sxm", "h200"]})})
+    second = run_plan(catalog, plan.model_copy(update={"verify": _plan().verify}),
+                      None).recommendations[1].candidate
+    misses = second.pool.num_blocks  # its KV cache: the other GPU's
+
+    class Second(Limit):
+        def __call__(self, job) -> Verification:
+            v = super().__call__(job)
+            if job.num_gpu_blocks != misses:
+                return v
+            return Verification(ok=False, reason="p99 TTFT 1200.0 ms > 1000.0 ms",
+                                requests=v.requests, rate_per_s=v.rate_per_s,
+                                simulated={"ttft_s": {"p99": 1.2}, "tbt_s": {"p99": 0.02}})
+
+    res = run_plan(catalog, plan, Second(1e9))
+    assert res.best.verified is not None
+    (resized,) = [r for r in res.recommendations if r.candidate.sized_by_replay]
+    assert resized.replicas == 2 and resized.verified is None
+    assert resized.candidate.max_rate_per_s == pytest.approx(12.0)
+    assert resized.candidate.binding_constraint == "TTFT SLO (unverified)"
+    assert "which no replay confirmed" in resized.why_not_first
+    assert "(replay)" not in resized.why_not_first

@@ -326,19 +326,24 @@ def test_paged_equals_contiguous_for_full_attention(llama8b, h100):
     assert r.contiguous_max_concurrency == math.floor(r.max_concurrency)
 
 
-def test_paged_beats_contiguous_for_sliding_window(catalog, h100):
+def test_window_layers_count_at_their_window(catalog, h100):
     m = catalog.models["gemma-2-9b"]
     # vLLM sizes a sliding-window layer of a max_model_len sequence at
     # cdiv(min(W - 1 + max_num_batched_tokens, L), 16) + 1 blocks (SlidingWindowSpec).
     # max_num_batched_tokens 512: min(4095 + 512, 8192) = 4607 -> 288 + 1 = 289 blocks; the 21
     # full layers hold 8192 / 16 = 512 each: 21 * 512 + 21 * 289 = 16821 blocks per sequence,
-    # against 42 * 512 = 21504 for a contiguous full-length reservation: 1.2784x more.
+    # against 42 * 512 = 21504 for a full-length reservation of every layer: 1.2784x more.
     r = memory_report(m, h100, EngineSettings(max_model_len=8192, max_num_batched_tokens=512))
-    contiguous_exact = r.kv_cache_bytes_per_gpu / (8192 * 42 * 8192)
+    full_exact = r.kv_cache_bytes_per_gpu / (8192 * 42 * 8192)
     usable_ratio = r.num_gpu_blocks * 16 * 42 * 8192 / r.kv_cache_bytes_per_gpu
-    assert r.max_concurrency == pytest.approx(contiguous_exact * usable_ratio * 21504 / 16821)
-    assert r.contiguous_max_concurrency == math.floor(contiguous_exact)
-    assert r.max_concurrency > 1.25 * r.contiguous_max_concurrency
+    assert r.max_concurrency == pytest.approx(full_exact * usable_ratio * 21504 / 16821)
+    # Contiguous pre-allocation counts the window layers at their window too, token by token:
+    # 21 x 8192 + 21 x (4607 + 1) = 268,800 token-layers of 8192 B, not 42 x 8192 = 344,064
+    # (which left 20 sequences where 25 fit).
+    contiguous = math.floor(r.kv_cache_bytes_per_gpu / ((21 * 8192 + 21 * 4608) * 8192))
+    assert contiguous == math.floor(full_exact * 344_064 / 268_800) == 25
+    assert r.contiguous_max_concurrency == contiguous
+    assert r.max_concurrency >= r.contiguous_max_concurrency
     # With 8192 batched tokens the window reservation covers the whole sequence:
     # min(4095 + 8192, 8192) = 8192 -> 513 blocks: 21 * 512 + 21 * 513 = 21525 blocks.
     r2 = memory_report(m, h100, EngineSettings(max_model_len=8192, max_num_batched_tokens=8192))
@@ -400,3 +405,18 @@ def test_tp_must_divide_or_multiply_kv_heads(catalog):
         update={"num_attention_heads": 24, "num_kv_heads": 12})
     with pytest.raises(InputError, match="KV heads"):
         validate_settings(m, EngineSettings(tp=8))
+
+
+def test_contiguous_counts_window_layers_at_their_window(catalog, h100):
+    # gpt-oss-120b on an H100 (vLLM defaults: 8192 batched tokens, max_model_len 131,072):
+    # 18 full layers at 131,072 tokens and 18 window layers (W 128) at min(127 + 8192,
+    # 131,072) + 1 = 8,320 tokens, 2,048 B per token-layer: 18 x 139,392 x 2,048 =
+    # 5,138,546,688 B per sequence. Counting every layer at 131,072 tokens (9.66e9 B) left
+    # 0 where the ~8.2e9 B cache holds one.
+    m = catalog.models["gpt-oss-120b"]
+    r = memory_report(m, h100, EngineSettings(max_model_len=131_072, max_num_seqs=1024,
+                                              max_num_batched_tokens=8192))
+    assert r.kv_bytes_per_token_per_gpu == 36 * 2048
+    assert 0 < r.kv_cache_bytes_per_gpu < 131_072 * 36 * 2048  # under one full-length sequence
+    assert r.contiguous_max_concurrency == math.floor(
+        r.kv_cache_bytes_per_gpu / 5_138_546_688) == 1
