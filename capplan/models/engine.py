@@ -121,6 +121,14 @@ class SchedulerPolicy:
     True since 0.8, vllm/config/cache.py), SGLang (RadixAttention unless
     --disable-radix-cache), TensorRT-LLM (KvCacheConfig.enable_block_reuse True). The
     simulator and the queueing model apply a workload's prefix sharing only when it is on."""
+    preempt_cached: str = "computed"
+    """With prefix caching on, which of a preempted sequence's full KV blocks stay cached (free,
+    evictable least recently freed first, its last block first) for its recompute to find:
+    "computed", every block it computed, prompt and output (vLLM V1: `KVCacheManager.free`
+    keeps each full block's hash, and the rescheduled request's `get_computed_blocks` finds
+    them, vllm/v1/core/kv_cache_manager.py, single_type_kv_cache_manager.py); "prompt", its
+    prompt's (SGLang `ScheduleBatch.retract_decode` frees only the KV past the radix tree's
+    `prefix_indices`, the prompt inserted after prefill); "none"."""
     schedules_ahead: bool = False
     """The batch of step k is formed while step k - 1 runs, so it admits only the requests
     that reached the engine before step k - 1 began: an arrival during a step waits for the
@@ -726,7 +734,8 @@ SGLANG = EngineProfile(
                   "no-overlap": "--disable-overlap-schedule"},
     memory=MemoryAccounting("static"),
     scheduler=SchedulerPolicy(prefill_first=True, chunked_prefill=True,
-                              reserve_output_frac=0.7, preemption=True),
+                              reserve_output_frac=0.7, preemption=True,
+                              preempt_cached="prompt"),
     defaults_rule=_sglang_defaults,
     limits_per_dp_group=True,
     tp_flag_is_world=True,

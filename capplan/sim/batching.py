@@ -10,8 +10,9 @@ A batch runs one prefill step of every prompt padded to the longest (no chunking
 steps for the longest output, every slot padded to the longest context. Tokens stream: a request's
 first token is at the end of the prefill step, it completes with its own last token, but its slot
 stays busy until the batch ends. A batch also stops growing before its padded KV
-(`size * (longest prompt + longest output)` tokens) exceeds the cache, as a static engine
-pre-allocates it. Step times come from the same `StepModel.step`.
+(`size * ceil((longest prompt + longest output - 1) / block_size)` blocks, the blocks its last
+decode step holds) exceeds the cache, as a static engine pre-allocates it. Step times come
+from the same `StepModel.step`.
 """
 
 from __future__ import annotations
@@ -43,15 +44,17 @@ class BatchEngine:
         self.B, self.mode, self.timeout_s = int(batch_size), mode, float(timeout_s)
 
     def _fits(self, lo: int, hi: int, reqs: Requests) -> int:
-        """Largest k <= hi - lo such that requests lo..lo+k-1 fit the cache padded."""
-        cap = self.total_blocks * self.bs
+        """Largest k <= hi - lo such that requests lo..lo+k-1 fit the cache padded: k
+        sequences of ceil((longest prompt + longest output - 1) / block_size) blocks each, the
+        most `_run_batch` holds (its last decode step's context)."""
         inp = np.maximum.accumulate(reqs.input_tokens[lo:hi])
         out = np.maximum.accumulate(reqs.output_tokens[lo:hi])
         k = np.arange(1, hi - lo + 1)
-        ok = k * (inp + out) <= cap
+        per_seq = -(-(inp + np.maximum(out, 1) - 1) // self.bs)
+        ok = k * per_seq <= self.total_blocks
         if not ok[0]:
-            raise InputError(f"request {lo} needs {int(inp[0] + out[0])} KV tokens but the "
-                             f"cache holds {cap}")
+            raise InputError(f"request {lo} needs {int(per_seq[0])} KV blocks of {self.bs} "
+                             f"tokens but the cache holds {self.total_blocks}")
         return int(np.argmin(ok)) if not ok.all() else hi - lo
 
     def run(self, reqs: Requests,

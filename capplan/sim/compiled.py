@@ -33,7 +33,8 @@ struct-of-arrays state, on the exact clock, one step at a time:
   with a varying delay requests take the next index in arrival order;
 - prefix caching: each request's shareable block keys as dense int64 ids (`prefix_cache`), per
   key a ref count and the stamp of its free cached block, the free queue as an array in stamp
-  order (eviction pops its front, skipping stale entries);
+  order (eviction pops its front, skipping stale entries); a preempted request's own full
+  blocks as a count per request whose queue entries carry the key -1 - request (`_live`);
 - LoRA (cfg[MAX_LORAS] slots): each request's adapter in q[ADAPTER], per adapter its running
   and waiting requests (`lora_state`), the distinct adapters running and the waiting requests
   that may run beside them as scalars, kept as requests arrive, are admitted, preempted and
@@ -146,7 +147,10 @@ SERIES_CAP = 1 << 16
 # configuration cfg[...]
 (TOTAL, BS, MAX_SEQS, MAX_TOKENS, WINDOW, HAS_WINDOW, PREFILL_FIRST, CHUNKED, CAN_PREEMPT,
  STATE_BLOCKS, KEEP_STEPS, SERIES_CAP_, CONC, JITTER, PC, KV_PRESENT, DP, AHEAD,
- MAX_LORAS) = range(19)
+ MAX_LORAS, PREEMPT_KEEP) = range(20)
+PREEMPT_KEEPS = {"none": 0, "prompt": 1, "computed": 2}
+"""cfg[PREEMPT_KEEP] of SchedulerPolicy.preempt_cached: which full blocks a preempted sequence
+leaves in the prefix cache for its recompute (`_release`, `_lookup`; with cfg[PC] only)."""
 # LoRA, bufs[12] = (counts, parked): counts[RUN_A, a] running and counts[WAIT_A, a] waiting
 # requests of adapter a; parked[:sc[NPARK]]: waiting requests an admission scan skipped, out of
 # the heap until a slot frees (`_admit_waiting`)
@@ -164,8 +168,11 @@ ASTEP, PG, PHEAP = range(3)
 # kid[koff[s]:koff[s + 1]] (dense ids of Requests.block_keys), isref the same slots' flag "a
 # shared entry it holds"; per key: holders of its registered block (kref, vLLM's ref count)
 # and, for a free block that keeps it, when it was freed (kstamp, -1: none); lru[(key, stamp),
-# i]: the free queue in stamp order (entries whose stamp is no longer the key's are stale)
-KOFF, KID, ISREF, KREF, KSTAMP, LRU = range(6)
+# i]: the free queue in stamp order (entries whose stamp is no longer the key's are stale);
+# own[(count, end), s]: a preempted request's own cached blocks (its full blocks beyond its
+# shared keys, cfg[PREEMPT_KEEP]), the first `count` of them, whose free-queue entries carry
+# key -1 - s and are the `count` stamps before `end` (`_live`)
+KOFF, KID, ISREF, KREF, KSTAMP, LRU, OWN = range(7)
 # error codes sc[ERR]
 ERR_NO_PREEMPTION, ERR_NO_VICTIM, ERR_NO_WORK = 1, 2, 3
 ERRORS = {ERR_NO_PREEMPTION: "out of KV blocks under a policy without preemption: the "
@@ -484,10 +491,13 @@ def _lookup(s: int, num_tokens: int, cfg: np.ndarray, pcx: tuple) -> int:
     (vLLM kv_cache_manager.get_computed_blocks)."""
     koff, kid, kref, kstamp = pcx[KOFF], pcx[KID], pcx[KREF], pcx[KSTAMP]
     a = koff[s]
-    m = min((num_tokens - 1) // cfg[BS], koff[s + 1] - a)
+    nk, cap = koff[s + 1] - a, (num_tokens - 1) // cfg[BS]
+    m = min(cap, nk)
     h = 0
     while h < m and (kref[kid[a + h]] > 0 or kstamp[kid[a + h]] >= 0):
         h += 1
+    if h == nk:  # the chain goes on through the blocks its preemption left cached
+        h = min(cap, nk + pcx[OWN][0, s])
     return h
 
 
@@ -495,17 +505,25 @@ def _lookup(s: int, num_tokens: int, cfg: np.ndarray, pcx: tuple) -> int:
 def _reused(s: int, nh: int, pcx: tuple) -> int:
     """Of s's first nh hit blocks, those taken out of the free queue (cached, not in use)."""
     kid, kstamp, a = pcx[KID], pcx[KSTAMP], pcx[KOFF][s]
-    n = 0
-    for i in range(nh):
+    nk = pcx[KOFF][s + 1] - a
+    n = max(nh - nk, 0)  # its own cached blocks are all in the free queue
+    for i in range(min(nh, nk)):
         n += kstamp[kid[a + i]] >= 0
     return n
 
 
 @_njit_borrow
 def _hit(s: int, nh: int, q: np.ndarray, sc: np.ndarray, cfg: np.ndarray, pcx: tuple) -> None:
-    """Reuse s's first nh blocks (block_pool.touch: ref count up, out of the free queue)."""
+    """Reuse s's first nh blocks (block_pool.touch: ref count up, out of the free queue); the
+    blocks its preemption left cached beyond them are no longer found (they stay free, keyless).
+    Prefix hit tokens count shared blocks only."""
     kid, isref, kref, kstamp, a = pcx[KID], pcx[ISREF], pcx[KREF], pcx[KSTAMP], pcx[KOFF][s]
-    for i in range(nh):
+    nk, own = pcx[KOFF][s + 1] - a, pcx[OWN]
+    if own[0, s] > 0:
+        sc[NCACHED] -= own[0, s]
+        sc[FREE] -= max(nh - nk, 0)
+        own[0, s] = 0  # its queue entries are stale
+    for i in range(min(nh, nk)):
         k = kid[a + i]
         if kstamp[k] >= 0:
             kstamp[k] = -1
@@ -514,7 +532,7 @@ def _hit(s: int, nh: int, q: np.ndarray, sc: np.ndarray, cfg: np.ndarray, pcx: t
         kref[k] += 1
         isref[a + i] = 1
     q[COMPUTED, s] = nh * cfg[BS]
-    sc[HIT_TOKENS] += nh * cfg[BS]
+    sc[HIT_TOKENS] += min(nh, nk) * cfg[BS]
 
 
 @_njit_inline
@@ -528,11 +546,25 @@ def _take(n: int, sc: np.ndarray, cfg: np.ndarray, pcx: tuple) -> None:
             i = sc[LRU_HEAD]
             sc[LRU_HEAD] = i + 1
             k = lru[0, i]
-            if kstamp[k] == lru[1, i]:
-                kstamp[k] = -1
+            if _live(k, lru[1, i], pcx):
+                if k >= 0:
+                    kstamp[k] = -1
+                else:  # a preempted request's own block, its last one first
+                    pcx[OWN][0, -1 - k] -= 1
                 sc[NCACHED] -= 1
                 evict -= 1
     sc[FREE] -= n
+
+
+@_njit_inline
+def _live(k: int, stamp: int, pcx: tuple) -> bool:
+    """Whether the free-queue entry (k, stamp) is a cached block: a key's, while the key keeps
+    that stamp; a preempted request's own (k = -1 - s), while it is one of the request's
+    own[0, s] cached blocks (the last stamps before own[1, s])."""
+    if k >= 0:
+        return pcx[KSTAMP][k] == stamp
+    own = pcx[OWN]
+    return own[0, -1 - k] > 0 and stamp >= own[1, -1 - k] - own[0, -1 - k]
 
 
 @_njit_borrow
@@ -557,45 +589,51 @@ def _cache(k: int, sc: np.ndarray, pcx: tuple) -> None:
     if sc[LRU_TAIL] == lru.shape[1]:
         j = 0
         for i in range(sc[LRU_HEAD], sc[LRU_TAIL]):
-            if kstamp[lru[0, i]] == lru[1, i]:
+            if _live(lru[0, i], lru[1, i], pcx):
                 lru[0, j], lru[1, j] = lru[0, i], lru[1, i]
                 j += 1
         sc[LRU_HEAD], sc[LRU_TAIL] = 0, j
     i = sc[LRU_TAIL]
     lru[0, i], lru[1, i] = k, sc[STAMP]
-    kstamp[k] = sc[STAMP]
+    if k >= 0:
+        kstamp[k] = sc[STAMP]
     sc[STAMP] += 1
     sc[LRU_TAIL] = i + 1
     sc[NCACHED] += 1
 
 
 @_njit_inline
-def _release(s: int, computed: int, q: np.ndarray, sc: np.ndarray, cfg: np.ndarray,
-             pcx: tuple) -> None:
+def _release(s: int, computed: int, keep: int, q: np.ndarray, sc: np.ndarray,
+             cfg: np.ndarray, pcx: tuple) -> None:
     """Free s's blocks and its state's, tail first (single_type_kv_cache_manager.free): a
     shared entry frees its block when its last holder lets go; a freed full block with a key
-    stays cached in the free queue."""
+    stays cached in the free queue. A preempted request's first `keep` full blocks beyond its
+    shared keys stay cached too, as its own (vLLM V1 keeps every full block's hash: its
+    recompute finds them unless evicted first, `_lookup`)."""
     bs = cfg[BS]
     held = max(q[RESERVED, s], (computed + bs - 1) // bs)
-    sc[FREE] += cfg[STATE_BLOCKS]
+    sc[FREE] += cfg[STATE_BLOCKS] + held
     if not cfg[PC]:
-        sc[FREE] += held
         return
     kid, isref, kref, kstamp = pcx[KID], pcx[ISREF], pcx[KREF], pcx[KSTAMP]
     a = pcx[KOFF][s]
     nk, full = pcx[KOFF][s + 1] - a, computed // bs
-    for j in range(held - 1, -1, -1):
-        if j < nk:
-            k = kid[a + j]
-            if isref[a + j]:
-                isref[a + j] = 0
-                kref[k] -= 1
-                if kref[k] > 0:
-                    continue  # another request still holds the block
-                _cache(k, sc, pcx)
-            elif j < full and kref[k] == 0 and kstamp[k] < 0:
-                _cache(k, sc, pcx)
-        sc[FREE] += 1
+    if keep > nk:  # its own blocks, tail first: the stamps before own[1, s] once cached
+        own = pcx[OWN]
+        own[0, s], own[1, s] = keep - nk, sc[STAMP] + keep - nk
+        for _ in range(keep - nk):
+            _cache(-1 - s, sc, pcx)
+    for j in range(min(held, nk) - 1, -1, -1):
+        k = kid[a + j]
+        if isref[a + j]:
+            isref[a + j] = 0
+            kref[k] -= 1
+            if kref[k] > 0:
+                sc[FREE] -= 1  # another request still holds the block
+                continue
+            _cache(k, sc, pcx)
+        elif j < full and kref[k] == 0 and kstamp[k] < 0:
+            _cache(k, sc, pcx)
     for j in range(held, nk):
         isref[a + j] = 0
 
@@ -657,7 +695,11 @@ def _preempt(v: int, q: np.ndarray, sc: np.ndarray, cfg: np.ndarray, run: np.nda
     else:
         nc = q[COMPUTED, v] + q[CHUNK, v]
         q[CHUNK, v] = 0  # a chunk scheduled this step is dropped (its budget is not returned)
-    _release(v, nc, q, sc, cfg, bufs[11])
+    keep = 0
+    if cfg[PC] and cfg[PREEMPT_KEEP]:  # its computed full blocks (or its prompt's) stay cached
+        kept = q[COMPUTED, v] if cfg[PREEMPT_KEEP] == 2 else min(q[COMPUTED, v], q[PROMPT, v])
+        keep = kept // cfg[BS]
+    _release(v, nc, keep, q, sc, cfg, bufs[11])
     q[COMPUTED, v] = 0
     q[TARGET, v] = q[PROMPT, v] + q[GENERATED, v]
     q[FD_LAST, v] = -1
@@ -832,7 +874,7 @@ def _admit_waiting(q: np.ndarray, sc: np.ndarray, cfg: np.ndarray, lists: tuple,
         if cfg[MAX_LORAS]:
             _lora_wait(s, -1, q, sc, cnt, arr)
             _lora_run(s, 1, q, sc, cnt)
-        if nh:
+        if nh or (cfg[PC] and pcx[OWN][0, s]):
             _hit(s, nh, q, sc, cfg, pcx)
         _take(nb, sc, cfg, pcx)
         if cfg[PC]:
@@ -911,7 +953,7 @@ def _finish(s: int, computed: int, q: np.ndarray, sc: np.ndarray, cfg: np.ndarra
     q[FIN_STEP, s] = sc[STEP]
     bufs[5][FIN_T, s] = bufs[6][T_END]
     q[STATE, s] = FINISHED
-    _release(s, computed, q, sc, cfg, bufs[11])
+    _release(s, computed, 0, q, sc, cfg, bufs[11])
     if cfg[MAX_LORAS]:
         _lora_run(s, -1, q, sc, bufs[12][0])
     sc[DONE] += 1
@@ -1493,11 +1535,12 @@ def open_loop_arrivals() -> tuple:
     return np.zeros((7, 0), np.float64), np.zeros((3, 0), np.int64), 0.0
 
 
-def no_prefix_cache(n: int) -> tuple:
-    """`simulate_loop`'s `pcx` without prefix caching (no keys)."""
+def no_prefix_cache(n: int, total_blocks: int = -1) -> tuple:
+    """`simulate_loop`'s `pcx` without shared keys; with `total_blocks` a free queue for the
+    blocks preempted requests leave cached (cfg[PREEMPT_KEEP])."""
     z = np.zeros(0, np.int64)
     return (np.zeros(n + 1, np.int64), z, np.zeros(0, np.int8), np.zeros(0, np.int32), z,
-            np.zeros((2, 0), np.int64))
+            np.zeros((2, 2 * total_blocks + 2), np.int64), np.zeros((2, n), np.int64))
 
 
 def prefix_cache(reqs: Requests, block_size: int, total_blocks: int) -> tuple:
@@ -1521,7 +1564,8 @@ def prefix_cache(reqs: Requests, block_size: int, total_blocks: int) -> tuple:
     kid = np.asarray(kid, np.int64).reshape(-1)
     nk = int(kid.max()) + 1 if len(kid) else 0
     return (koff, kid, np.zeros(len(kid), np.int8), np.zeros(nk, np.int32),
-            np.full(nk, -1, np.int64), np.zeros((2, 2 * total_blocks + 2), np.int64))
+            np.full(nk, -1, np.int64), np.zeros((2, 2 * total_blocks + 2), np.int64),
+            np.zeros((2, n), np.int64))
 
 
 def _key_codes(reqs: Requests, block_size: int) -> tuple[np.ndarray, np.ndarray]:
@@ -1647,7 +1691,9 @@ def build_arrays(eng: Any, reqs: Requests, prio: np.ndarray
                     eng.has_window, pol.prefill_first, pol.chunked_prefill, pol.preemption,
                     eng.state_blocks, bool(eng.keep_steps), eng.series_cap, 0, 0, 0,
                     bool(getattr(eng, "kv_present", False)), attention_ranks(eng),
-                    bool(getattr(pol, "schedules_ahead", False)), slots], np.int64)
+                    bool(getattr(pol, "schedules_ahead", False)), slots,
+                    PREEMPT_KEEPS[getattr(pol, "preempt_cached", "none")] * pol.preemption],
+                   np.int64)
     return q, cfg
 
 
@@ -1712,9 +1758,10 @@ def _inputs_of(eng: Any, reqs: Requests, priorities: np.ndarray | None,
         arr = np.ascontiguousarray(reqs.arrival_at_s, np.float64)
         ar = open_loop_arrivals()
     pcx = no_prefix_cache(len(reqs))
-    if eng.policy.prefix_caching and reqs.has_prefix:
+    if eng.policy.prefix_caching and (reqs.has_prefix or cfg[PREEMPT_KEEP]):
         cfg[PC] = 1
-        pcx = prefix_cache(reqs, eng.block_size, eng.total_blocks)
+        pcx = (prefix_cache(reqs, eng.block_size, eng.total_blocks) if reqs.has_prefix else
+               no_prefix_cache(len(reqs), eng.total_blocks))
     return arr, q, cfg, ar, pcx
 
 

@@ -7,8 +7,9 @@ prefilled sequences, then to waiting ones (ordered by priority, then arrival) wh
 `max_num_seqs` and free KV blocks allow. Blocks (`ceil(tokens / block_size)`) are allocated as
 tokens are computed. A running sequence that needs a block when none is free preempts
 (recompute) the lowest-priority, most recently admitted sequence: its blocks are freed, it goes
-back to the waiting queue, and its prompt plus the tokens it generated are computed again. A step
-with a preemption admits no waiting request.
+back to the waiting queue, and its prompt plus the tokens it generated are computed again, less
+what the prefix cache still holds of them (below). A step with a preemption admits no waiting
+request.
 
 Hybrid models (Mamba, gated DeltaNet, short conv layers): `state_blocks` pool blocks hold a
 running sequence's recurrent state from admission until it finishes or is preempted, besides
@@ -40,9 +41,18 @@ cache manager allocates them from the same block pool, `MambaManager` in
   hit it while it is in use (ref counts: a shared block is held once). Freed blocks
   keep their key in the free queue, tail blocks first, and count as free; an allocation takes
   a free block without a key first, then evicts the least recently freed cached one.
-  Difference from vLLM: vLLM hashes every full block (a unique one can only be hit by its own
-  request after a preemption) and pops its free queue strictly in order; here blocks without
-  shareable content carry no key and are reused before any cached block is evicted.
+  A preempted sequence's full blocks stay cached too (`SchedulerPolicy.preempt_cached`):
+  "computed" (vLLM V1: `KVCacheManager.free` keeps every full block's hash; the rescheduled
+  request's `get_computed_blocks` finds them) keeps every block it computed, prompt and
+  output; "prompt" (SGLang `ScheduleBatch.retract_decode` frees only what lies past the radix
+  tree's prefix) its prompt's. They enter the free queue last block first, so eviction takes a
+  sequence's tail first and what is left is always a leading run; when the sequence is admitted
+  again its chain of hits goes on through that run (capped at target - 1 tokens), and only the
+  rest is recomputed. This runs whenever the profile has prefix caching on, shared content or
+  not (hits on a sequence's own blocks are not counted as prefix hits).
+  Difference from vLLM: vLLM hashes every full block and pops its free queue strictly in order;
+  here only shareable blocks and a preempted sequence's own carry a key, and blocks without one
+  (a finished request's unique blocks) are reused before any cached block is evicted.
 
 LoRA (a step model with `lora_max_loras` slots; vLLM V1 `Scheduler.schedule`, the waiting
 loop): each request has an adapter (`Requests.adapter`, else drawn from the step model's

@@ -202,7 +202,7 @@ def _advance(r: int, until: float, eng: tuple, st: tuple, tb: tuple, shared: tup
     tabs, nt, bounds, gl, ng, agg_rest = tb
     sc = SC[r]
     p = shared[4]  # the requests' block keys; replica r's ref counts, stamps and free queue
-    pcx = (p[0], p[1], p[2], p[3][r], p[4][r], p[5][r])
+    pcx = (p[0], p[1], p[2], p[3][r], p[4][r], p[5][r], p[6])
     while (sc[NRUN] > 0 or sc[NHEAP] > 0) and t_r[r] < until and sc[ERR] == 0:
         w = _window(t_r[r], bounds)
         if _table_full(nt[w], tabs[w]):
@@ -354,9 +354,9 @@ def fleet_prefix_cache(pcx: tuple, replicas: int) -> tuple:
     `no_prefix_cache`): the requests' block keys as they are (each request is on one replica),
     the per-key ref counts and stamps and the free queue one row per replica (each replica
     caches its own blocks)."""
-    koff, kid, isref, kref, kstamp, lru = pcx
+    koff, kid, isref, kref, kstamp, lru, own = pcx
     return (koff, kid, isref, np.repeat(kref[None], replicas, 0),
-            np.repeat(kstamp[None], replicas, 0), np.repeat(lru[None], replicas, 0))
+            np.repeat(kstamp[None], replicas, 0), np.repeat(lru[None], replicas, 0), own)
 
 
 def kernel_probe(q: np.ndarray, cfg: np.ndarray, consts: tuple, moe: bool) -> tuple:

@@ -58,13 +58,14 @@ def test_scaled_counts_by_hand():
 @pytest.mark.parametrize("simulated_capacity", [False, True])
 def test_e2e_slo_is_replayed_and_sizes_the_day(run_cli, tmp_path: Path, monkeypatch,
                                                simulated_capacity):
-    """Qwen2.5-72B on 4 H100s, a flat 5.7 req/s (2,000 in / 300 out) with only an E2E p99 SLO
+    """Qwen2.5-72B on 4 H100s, a flat 5.88 req/s (2,000 in / 300 out) with only an E2E p99 SLO
     of 60 s. The analytic model gives one replica 5.89 req/s within the SLO; replayed, one
-    replica's E2E p99 is ~127 s (`simulate --rate 5.7` agrees) and its backlog grows. With the
-    simulated capacity check off (plan/day_capacity.py), the replay must see it, add a replica
-    to the replayed windows, and size the windows it did not replay at the capacity that
-    implies (5.7 / 1 req/s: two replicas everywhere); with it on, that check finds a replica's
-    capacity below 5.7 first. Either way: two replicas all day, replayed within the SLO."""
+    replica serves ~5.5 req/s and its backlog grows (`simulate --rate 5.88 --requests 5000`:
+    5.51 served, 141 more waiting at the end of the arrivals than mid-way, E2E p99 64 s). With
+    the simulated capacity check off (plan/day_capacity.py), the replay must see it, add a
+    replica to the replayed windows, and size the windows it did not replay at the capacity that
+    implies (5.88 / 1 req/s: two replicas everywhere); with it on, that check finds a replica's
+    capacity below 5.88 first. Either way: two replicas all day, replayed within the SLO."""
     if not simulated_capacity:
         from capplan.plan import day_capacity
 
@@ -75,7 +76,7 @@ def test_e2e_slo_is_replayed_and_sizes_the_day(run_cli, tmp_path: Path, monkeypa
             "candidates": {"gpus": ["h100-sxm"], "tp": [4]},
             "engine": {"max_num_seqs": [256], "max_num_batched_tokens": [8192]},
             "workloads": [{"name": "summarise", "input_len": 2000, "output_len": 300,
-                           "rate_curve": [{"at": "00:00", "rate_per_s": 5.7}],
+                           "rate_curve": [{"at": "00:00", "rate_per_s": 5.88}],
                            "slo": {"e2e_p99_s": 60}}],
             "headroom": 0, "day": {"window_s": 900, "replay": "peak"}, "verify": {"top": 0}}
     path = tmp_path / "e2e.yaml"
@@ -93,7 +94,7 @@ def test_e2e_slo_is_replayed_and_sizes_the_day(run_cli, tmp_path: Path, monkeypa
             else "of the capacity per replica, as the replayed windows needed")
     assert any(want in n for n in d["day"]["notes"]), d["day"]["notes"]
     if simulated_capacity:
-        assert d["day"]["simulated_capacity_per_replica_rps"] < 5.7
+        assert d["day"]["simulated_capacity_per_replica_rps"] < 5.88
 
 
 class _W:
