@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+from bars import AGG_BARS
 
 from capplan.errors import CapplanError
 from capplan.models.engine import VERSIONS
@@ -372,7 +373,7 @@ def table(scored: list[Scored], what: str) -> list[str]:
                                                           kv[0][1])):
         ttft = [s.ttft_err for s in ss]
         tpot = [s.tpot_err for s in ss]
-        label = f"**all** (bars: {_bar(ttft, 0.30)}, {_bar(tpot, 0.15)})" if g == "all" else g
+        label = f"**all** (bars: {_bars(ttft, tpot)})" if g == "all" else g
         lines.append(f"| {eng} | {label} | {len(ss)} | {summary(ttft)} | {summary(tpot)} |")
     return lines
 
@@ -393,8 +394,8 @@ def rate_table(splits: Sequence[tuple[str, list[Scored], dict[tuple[str, str], C
                              f"| {summary([s.ttft_err for s in ss])} | "
                              f"{summary([s.tpot_err for s in ss])} |")
             ttft, tpot = [s.ttft_err for s in mine], [s.tpot_err for s in mine]
-            lines.append(f"| {eng} | **every {what}** (bars: {_bar(ttft, 0.30)}, "
-                         f"{_bar(tpot, 0.15)}) | {len(mine)} | - | {summary(ttft)} | "
+            lines.append(f"| {eng} | **every {what}** (bars: {_bars(ttft, tpot)}) | {len(mine)} "
+                         f"| - | {summary(ttft)} | "
                          f"{summary(tpot)} |")
     return lines
 
@@ -486,6 +487,11 @@ def engine_pairs_table(rows: list[dict[str, str]], clients: Callable[[dict[str, 
     for (pair, system, fam), xs in sorted(by.items()):
         lines.append(f"| {pair} | {system} | {fam} | {len(xs)} | {_quartiles(xs)} |")
     return lines
+
+
+def _bars(ttft: list[float], tpot: list[float]) -> str:
+    """The TTFT and TPOT medians against their bars (benchmarks/bars.py)."""
+    return f"{_bar(ttft, AGG_BARS['ttft'])}, {_bar(tpot, AGG_BARS['tpot'])}"
 
 
 def _bar(errs: Sequence[float], bar: float) -> str:

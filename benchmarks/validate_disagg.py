@@ -59,6 +59,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
+from bars import PD_BARS
 
 from capplan import limits
 from capplan.catalog.loader import load_catalog
@@ -82,7 +83,7 @@ ANALYTIC = "--analytic" in sys.argv
 """Score the analytic closed-loop solve (PdModel.closed_loop) instead of the benchmark replay
 (capplan.plan.pd_sim.benchmark_replay, the default: AIConfigurator's benchmark script, 20 x C
 measured requests after drained warm-ups, MEASURED_ROUNDS)."""
-BARS = {"predicted": 0.90, "tpot": 0.15, "ttft": 0.35}
+BARS = PD_BARS
 """The issue's bars for rows not seen: share predicted, median |error| of TPOT and TTFT."""
 
 

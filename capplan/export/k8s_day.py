@@ -32,7 +32,6 @@ patches its scale subresource (kubectl's scale command, without preconditions).
 
 from __future__ import annotations
 
-import math
 import textwrap
 from dataclasses import dataclass, replace
 from typing import Any
@@ -205,7 +204,9 @@ def day_minutes(reps: np.ndarray, leads: np.ndarray, start: np.ndarray,
     folded onto one, each minute taking the most replicas any day needs then; so do windows
     too short for a start-up (a window's hold is at least its minute)."""
     b = _transitions(reps, leads, start)
-    cycle = DAY_MIN * max(1, math.ceil(float(end[-1]) / 86_400.0 - 1e-9))
+    from capplan.plan.day import cycle_s
+
+    cycle = round(cycle_s(float(end[-1])) / 60.0)
     nxt = np.append(b[1:], b[0] + cycle)
     out = np.zeros((reps.shape[0], DAY_MIN), np.int64)
     for k in range(len(b)):

@@ -64,6 +64,8 @@ from capplan.plan.search import Candidate, cost_per_hour
 from capplan.plan.startup import ENGINE_STARTUP_S, StartupLag, startup_lag
 from capplan.sim.workload import Requests, load_trace, parse_length
 
+DAY_S = 24 * HOUR_S
+
 PlanFn = Callable[[Catalog, PlanFile], PlanResult]
 
 
@@ -289,6 +291,12 @@ class DayPlan:
         }
 
 
+def cycle_s(end_s: float) -> float:
+    """The schedule's cycle: a day, or the whole days a longer schedule spans (a schedule
+    shorter than a day holds its last window until the next midnight, then starts over)."""
+    return DAY_S * max(1, math.ceil(float(end_s) / DAY_S - 1e-9))
+
+
 def windows_for(total: WindowSeries, reps: np.ndarray, gpr: int, lag: StartupLag,
                 size: Sizing, floor: tuple[int, np.ndarray] | None = None) -> list[Window]:
     """The schedule's windows for replica counts `reps` (GPUs, predicted p99s, scale-up lead,
@@ -301,7 +309,7 @@ def windows_for(total: WindowSeries, reps: np.ndarray, gpr: int, lag: StartupLag
     # the day is a cycle: the first window takes over from the last (reps[-1]), a start-up
     # ahead when it adds replicas; reactive: each window runs what the previous one needed
     reactive = np.roll(reps, 1)
-    span = float(total.end_s[-1] - total.start_s[0])
+    cycle = cycle_s(total.end_s[-1])
     out = []
     for i in range(len(total)):
         up = len(total) > 1 and reps[i] > reactive[i]
@@ -315,7 +323,7 @@ def windows_for(total: WindowSeries, reps: np.ndarray, gpr: int, lag: StartupLag
             ttft_p99_s=math.nan if idle else float(ttft[i]),
             tbt_p99_s=math.nan if idle else float(tbt[i]),
             # a daily cycle: a start before the schedule's is the previous day's clock time
-            scale_up_begin_s=(float(total.start_s[i]) - lag.total_s) % span if up else None,
+            scale_up_begin_s=(float(total.start_s[i]) - lag.total_s) % cycle if up else None,
             scale_up_lead_s=lag.total_s if up else None,
             reactive_replicas=int(reactive[i]),
             binding="min_replicas" if held[i] else "capacity"))

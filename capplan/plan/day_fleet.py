@@ -47,13 +47,14 @@ def _relaunched(r: Recommendation) -> Recommendation:
 def peak_fleet(dp: Any, fleet: PeakFleet) -> Any:
     """`dp` (a DayPlan) with its recommendation restated as the schedule's peak fleet (module
     docstring); a plan whose layout is not one aggregated pool keeps the planner's."""
+    from capplan.export.layout import AGGREGATED, recommended_layout
     from capplan.models.queueing import summarize
     from capplan.plan.planner import point_warnings
     from capplan.plan.slo import SloSet
     from capplan.plan.verified import queue_model
 
     res = dp.plan
-    if res.pools is not None or res.disaggregated is not None:
+    if recommended_layout(res.to_dict()) != AGGREGATED:  # the layout every export deploys
         return dp
     best = res.recommendations[0]
     n = max(dp.peak_replicas, 1)

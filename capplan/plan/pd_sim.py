@@ -63,11 +63,12 @@ workers the round-robin order moves between passes and the mean E2E can swing by
 percent from pass to pass while the mean TTFT holds (19 SGLang decode workers on GB300, 6,144
 clients: TTFT within 0.1%, E2E within 3% over passes 4-25)."""
 BENCH_PASS_TOKENS = 50_000_000
-"""Decoded tokens the benchmark replay's passes may take in all past BENCH_MAX_PASSES (a few
-seconds compiled): a pass short of the fixed point holds more than C requests, so a replay
-that fits runs on to its fixed point (DeepSeek-R1 on 2 x TP 16 + 1 x TP 16 H100 workers, 64
-clients x 1,000 requests of 500 output tokens: 23 passes of 0.5 M tokens), one that does
-not stops at BENCH_MAX_PASSES and gives its means only (`_unsettled`)."""
+"""Decoded tokens the benchmark replay's passes may take in all, the first BENCH_MAX_PASSES
+included (a few seconds compiled): a pass short of the fixed point holds more than C
+requests, so a replay that fits runs on to its fixed point (DeepSeek-R1 on 2 x TP 16 + 1 x TP
+16 H100 workers, 64 clients x 1,000 requests of 500 output tokens: 21 passes of 0.5 M tokens,
+of the 100 allowed), one that does not stops at BENCH_MAX_PASSES and gives its means only
+(`_unsettled`)."""
 
 
 def bench_max_passes(pass_tokens: float) -> int:

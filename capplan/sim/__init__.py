@@ -66,8 +66,9 @@ def compiled_available() -> bool:
 
 
 def run_features(policy: SchedulerPolicy, reqs: Requests) -> dict[str, Any]:
-    """The features a run uses and its size (prefix caching runs only when the policy has it on
-    and the requests share content)."""
+    """The features a run uses and its size (`prefix_caching`: lookups of shared content, only
+    when the policy has it on and the requests share content; a preempted request's own cached
+    blocks are re-found whenever the policy has prefix caching on, `preempt_cached`)."""
     return {"prefix_caching": bool(policy.prefix_caching and getattr(reqs, "has_prefix", False)),
             "closed_loop": getattr(reqs, "concurrency", None) is not None,
             "num_requests": len(reqs)}

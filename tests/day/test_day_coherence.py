@@ -97,6 +97,26 @@ def test_the_day_is_a_cycle(midnight):
     assert s[0]["replay"]["planned"]["meets_slo"]
 
 
+def test_a_schedule_shorter_than_a_day_scales_up_before_midnight(run_cli, tmp_path: Path):
+    """A 30-minute trace (20 req/s for 10 minutes, then 1 req/s) in 10-minute windows: the
+    first window needs more replicas than the last, so its scale-up begins one start-up before
+    the next midnight (86,400 s - the lead), as the Kubernetes export schedules it; it began
+    one start-up before the end of the trace's own last window (1,800 s - the lead)."""
+    rng = np.random.default_rng(7)
+    t = np.concatenate([np.sort(rng.uniform(0, 600, 12_000)),
+                        np.sort(rng.uniform(600, 1_800, 1_200))])
+    f = tmp_path / "short.csv"
+    f.write_text("arrival_time_s,input_tokens,output_tokens\n"
+                 + "".join(f"{a:.4f},800,250\n" for a in t))
+    res = run_cli("recommend", "--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--trace",
+                  str(f), "--ttft-p99", "1", "--tbt-p99", "60ms", "--window", "10m",
+                  "--format", "json")
+    assert res.exit_code == 0, res.stderr
+    s = json.loads(res.stdout)["schedule"]
+    assert s[0]["replicas"] > s[-1]["replicas"]
+    assert s[0]["scale_up_begin_s"] == pytest.approx(86_400.0 - s[0]["scale_up_lead_s"])
+
+
 def test_min_replicas_0_fixed_fleet_is_the_recommended_one(run_cli, tmp_path: Path):
     """Item 1, the audit's zero curve (0 until 06:00, 20 req/s at 12:00, 0 from 18:00) with
     min_replicas 0: the recommendation said 1 replica (24 req/s) and the schedule, sized at the
@@ -181,6 +201,8 @@ def test_warnings_follow_the_configuration_put_first(run_cli, tmp_path: Path):
     assert d["recommendations"][1]["tp"] == 2
     running = rec["predicted"]["mean_running_batch"]
     assert running < 128
+    # the warning had a subject: the runner-up (TP 2, 512 sequences) runs past batch 128
+    assert d["recommendations"][1]["predicted"]["mean_running_batch"] > 128
     assert not any("past the throughput knee" in w for w in d["warnings"]), d["warnings"]
 
 

@@ -145,3 +145,34 @@ def test_each_lane_deployment_is_scheduled_by_its_own_cronjobs(lanes):
             if d["kind"] == "Deployment"}
     assert deps == {f"llama-3-1-8b-{n}": r[0] for n, r in hand.items()}
     assert "not scheduled" not in text
+
+
+def test_shared_pool_of_several_lanes_is_recommended_as_the_schedules_peak_fleet(run_cli,
+                                                                                   tmp_path):
+    """Several lanes on the default `pools: both`, the shared pool winning: the recommendation
+    is the schedule's peak fleet as for one lane (it kept the planner's 3 replicas while the
+    schedule peaked at 4 and the fixed fleet ran 4 GPUs), and the fixed-fleet baseline is that
+    fleet over the day: peak replicas x 1 GPU x 24 h."""
+    slo = {"ttft_p99_s": 1.0, "tbt_p99_s": "60ms"}
+    doc = {"version": 1, "model": "llama-3.1-8b",
+           "candidates": {"gpus": ["h100-sxm"], "tp": [1]},
+           "engine": {"max_num_seqs": [128], "max_num_batched_tokens": [2048]},
+           "workloads": [
+               {"name": "chat", "input_len": 800, "output_len": 250, "slo": slo,
+                "rate_curve": [{"at": f"{h:02d}:00", "rate_per_s": r} for h, r in CHAT]},
+               {"name": "rag", "input_len": 6000, "output_len": 200,
+                "slo": {**slo, "ttft_p99_s": 2.0},
+                "rate_curve": [{"at": f"{h:02d}:00", "rate_per_s": r} for h, r in RAG]}],
+           "headroom": HEADROOM, "day": {"window_s": 3600, "replay": "none"},
+           "verify": {"top": 0}}
+    path = tmp_path / "both.yaml"
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    res = run_cli("plan", str(path), "--format", "json")
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.stdout)
+    rec = out["recommendations"][0]
+    assert out.get("pools") is not None  # the pool comparison ran (the case that was skipped)
+    assert rec["replicas"] == out["peak_replicas"]
+    assert out["fixed_fleet_gpu_hours"] == pytest.approx(out["peak_replicas"] * 1 * 24.0)
+    peak = out["schedule"][out["day"]["peak"]["window"]]
+    assert rec["per_replica_rate_per_s"] == pytest.approx(peak["sizing_rps"] / rec["replicas"])

@@ -70,8 +70,9 @@ def test_an_unsettled_benchmark_replay_gives_means_only(layout, monkeypatch):
 
 
 def test_the_benchmark_replay_runs_to_its_fixed_point_where_passes_are_cheap(layout):
-    # 50 M decoded tokens past the 12 passes: passes of 0.5 M tokens (64 clients x 1,000
-    # requests of 500 tokens) may run 100, of 10 M tokens only the 12; never past MAX_PASSES
+    # 50 M decoded tokens in all, the first 12 passes included: passes of 0.5 M tokens (64
+    # clients x 1,000 requests of 500 tokens) may run 100, of 10 M tokens only the 12; never
+    # past MAX_PASSES
     assert pd_sim.bench_max_passes(0.5e6) == 100
     assert pd_sim.bench_max_passes(1e7) == pd_sim.BENCH_MAX_PASSES == 12
     assert pd_sim.bench_max_passes(1.0) == 400
