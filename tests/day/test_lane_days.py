@@ -41,21 +41,25 @@ def _replicas(points: list[tuple[int, float]], capacity: float) -> list[int]:
                              / capacity - 1e-9)) for k in range(24)]
 
 
-def _plan(run_cli, tmp_path: Path) -> tuple[dict[str, Any], str]:
+def _doc(**top: Any) -> dict[str, Any]:
+    """The two lanes' plan file (`top`: extra top-level keys, e.g. pools)."""
     slo = {"ttft_p99_s": 1.0, "tbt_p99_s": "60ms"}
-    doc = {"version": 1, "model": "llama-3.1-8b", "pools": "separate",
-           "candidates": {"gpus": ["h100-sxm"], "tp": [1]},
-           "engine": {"max_num_seqs": [128], "max_num_batched_tokens": [2048]},
-           "workloads": [
-               {"name": "chat", "input_len": 800, "output_len": 250, "slo": slo,
-                "rate_curve": [{"at": f"{h:02d}:00", "rate_per_s": r} for h, r in CHAT]},
-               {"name": "rag", "input_len": 6000, "output_len": 200,
-                "slo": {**slo, "ttft_p99_s": 2.0},
-                "rate_curve": [{"at": f"{h:02d}:00", "rate_per_s": r} for h, r in RAG]}],
-           "headroom": HEADROOM, "day": {"window_s": 3600, "replay": "none"},
-           "verify": {"top": 0}}
+    return {"version": 1, "model": "llama-3.1-8b", **top,
+            "candidates": {"gpus": ["h100-sxm"], "tp": [1]},
+            "engine": {"max_num_seqs": [128], "max_num_batched_tokens": [2048]},
+            "workloads": [
+                {"name": "chat", "input_len": 800, "output_len": 250, "slo": slo,
+                 "rate_curve": [{"at": f"{h:02d}:00", "rate_per_s": r} for h, r in CHAT]},
+                {"name": "rag", "input_len": 6000, "output_len": 200,
+                 "slo": {**slo, "ttft_p99_s": 2.0},
+                 "rate_curve": [{"at": f"{h:02d}:00", "rate_per_s": r} for h, r in RAG]}],
+            "headroom": HEADROOM, "day": {"window_s": 3600, "replay": "none"},
+            "verify": {"top": 0}}
+
+
+def _plan(run_cli, tmp_path: Path) -> tuple[dict[str, Any], str]:
     path = tmp_path / "lanes.yaml"
-    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    path.write_text(yaml.safe_dump(_doc(pools="separate"), sort_keys=False))
     out = tmp_path / "lanes.k8s.yaml"
     res = run_cli("plan", str(path), "--export", str(out), "--format", "json")
     assert res.exit_code == 0, res.stderr
@@ -153,20 +157,8 @@ def test_shared_pool_of_several_lanes_is_recommended_as_the_schedules_peak_fleet
     is the schedule's peak fleet as for one lane (it kept the planner's 3 replicas while the
     schedule peaked at 4 and the fixed fleet ran 4 GPUs), and the fixed-fleet baseline is that
     fleet over the day: peak replicas x 1 GPU x 24 h."""
-    slo = {"ttft_p99_s": 1.0, "tbt_p99_s": "60ms"}
-    doc = {"version": 1, "model": "llama-3.1-8b",
-           "candidates": {"gpus": ["h100-sxm"], "tp": [1]},
-           "engine": {"max_num_seqs": [128], "max_num_batched_tokens": [2048]},
-           "workloads": [
-               {"name": "chat", "input_len": 800, "output_len": 250, "slo": slo,
-                "rate_curve": [{"at": f"{h:02d}:00", "rate_per_s": r} for h, r in CHAT]},
-               {"name": "rag", "input_len": 6000, "output_len": 200,
-                "slo": {**slo, "ttft_p99_s": 2.0},
-                "rate_curve": [{"at": f"{h:02d}:00", "rate_per_s": r} for h, r in RAG]}],
-           "headroom": HEADROOM, "day": {"window_s": 3600, "replay": "none"},
-           "verify": {"top": 0}}
     path = tmp_path / "both.yaml"
-    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    path.write_text(yaml.safe_dump(_doc(), sort_keys=False))
     res = run_cli("plan", str(path), "--format", "json")
     assert res.exit_code == 0, res.output
     out = json.loads(res.stdout)
