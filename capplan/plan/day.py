@@ -49,11 +49,13 @@ from capplan.plan.day_peak import (
     scaled_counts,
 )
 from capplan.plan.rate_curve import (
+    DAY_S,
     DEFAULT_WINDOW_S,
     RateCurve,
     WindowSeries,
     curve_arrivals,
     parse_rate_curve,
+    per_day,
     series_from_curve,
     series_from_trace,
     window_peaks,
@@ -63,8 +65,6 @@ from capplan.plan.schema import PlanFile
 from capplan.plan.search import Candidate, cost_per_hour
 from capplan.plan.startup import ENGINE_STARTUP_S, StartupLag, startup_lag
 from capplan.sim.workload import Requests, load_trace, parse_length
-
-DAY_S = 24 * HOUR_S
 
 PlanFn = Callable[[Catalog, PlanFile], PlanResult]
 
@@ -248,11 +248,11 @@ class DayPlan:
     def fixed_fleet_gpu_hours(self) -> float:
         return self.peak_replicas * self.gpus_per_replica * self.span_s / HOUR_S
 
-    def _per_day(self, gpu_hours: float) -> float | None:
+    def cost_per_day_of(self, gpu_hours: float) -> float | None:
         """Cost of `gpu_hours` over the span, scaled to 24 h when the span is not a day."""
         if self.price_per_gpu_hour is None:
             return None
-        return gpu_hours * self.price_per_gpu_hour * 86_400.0 / self.span_s
+        return per_day(gpu_hours * self.price_per_gpu_hour, self.span_s)
 
     def _per_mtok(self, gpu_hours: float) -> float | None:
         if self.price_per_gpu_hour is None or self.output_tokens <= 0:
@@ -280,13 +280,14 @@ class DayPlan:
             "peak_replicas": self.peak_replicas,
             "gpu_hours": auto,
             "fixed_fleet_gpu_hours": fixed,
-            "cost_per_day": self._per_day(auto),
-            "fixed_fleet_cost_per_day": self._per_day(fixed),
+            "cost_per_day": self.cost_per_day_of(auto),
+            "fixed_fleet_cost_per_day": self.cost_per_day_of(fixed),
             "cost_per_million_output_tokens": self._per_mtok(auto),
             "fixed_fleet_cost_per_million_output_tokens": self._per_mtok(fixed),
             "saving_gpu_hours": fixed - auto,
             "saving_per_day": (None if self.price_per_gpu_hour is None else
-                               (self._per_day(fixed) or 0.0) - (self._per_day(auto) or 0.0)),
+                               (self.cost_per_day_of(fixed) or 0.0)
+                               - (self.cost_per_day_of(auto) or 0.0)),
             "saving_frac": 1.0 - auto / fixed if fixed > 0 else 0.0,
         }
 
@@ -383,7 +384,7 @@ def plan_day(cat: Catalog, plan: PlanFile, opts: DayOptions, run: PlanFn,
     result = replace(result, lanes=list(plan.workloads))
     price = cost_per_hour(cand.gpu, 1)
     span = float(total.end_s[-1] - total.start_s[0])
-    per_day = ([] if abs(span - 86_400.0) < 1 else
+    per_day = ([] if abs(span - DAY_S) < 1 else
                [f"the traffic spans {span / 3600:.3g} h: GPU-hours are over that span, costs "
                 "per day scale it to 24 h"])
     k = total.peak_index

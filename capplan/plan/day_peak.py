@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from capplan.plan.rate_curve import WindowSeries
+from capplan.plan.rate_curve import WindowSeries, per_day
 from capplan.plan.result import PlanResult, Recommendation
 from capplan.plan.schema import PlanFile, Prefix
 from capplan.plan.search import cost_per_hour, replay_found
@@ -162,7 +162,7 @@ def _day_key(r: Recommendation, total: WindowSeries, headroom: float, min_replic
         c.gpus_total // max(c.replicas, 1))
     price = cost_per_hour(c.gpu, 1)
     span = float(total.end_s[-1] - total.start_s[0])
-    return (math.inf if price is None else gpu_h * price * 86_400.0 / span, gpu_h)
+    return (math.inf if price is None else per_day(gpu_h * price, span), gpu_h)
 
 
 def replayed(r: Recommendation) -> bool:

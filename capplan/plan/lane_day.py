@@ -22,7 +22,8 @@ from typing import Any
 from capplan.catalog.loader import Catalog
 from capplan.errors import InputError
 from capplan.plan.day import DayOptions, DayPlan, plan_day
-from capplan.plan.pool_day import PoolDay, placed_together
+from capplan.plan.pool_day import PoolDay, placed_together, sum_or_none
+from capplan.plan.rate_curve import DAY_S
 from capplan.plan.result import PoolComparison, SeparatePool
 from capplan.plan.schema import PlanFile
 
@@ -55,15 +56,15 @@ class LaneDays:
         one = len(pools) == 1
         auto = sum(d.gpu_hours for d in days)
         fixed = sum(d.fixed_fleet_gpu_hours for d in days)
-        cost = _sum([_per_day(d, d.gpu_hours) for d in days])
-        fixed_cost = _sum([_per_day(d, d.fixed_fleet_gpu_hours) for d in days])
+        cost = sum_or_none([d.cost_per_day_of(d.gpu_hours) for d in days])
+        fixed_cost = sum_or_none([d.cost_per_day_of(d.fixed_fleet_gpu_hours) for d in days])
         tokens = sum(d.output_tokens for d in days)
         span_s = max(d.span_s for d in days)
 
         def per_mtok(per_day: float | None) -> float | None:
             if per_day is None or tokens <= 0:
                 return None
-            return per_day * span_s / 86_400.0 / (tokens / 1e6)
+            return per_day * span_s / DAY_S / (tokens / 1e6)
 
         return {
             "schedule": sched,
@@ -107,19 +108,10 @@ class LaneDays:
                 LANE_KEY: [{"lane": n, **d.to_dict()} for d, n in zip(days, names, strict=True)]}
 
 
-def _per_day(d: DayPlan, gpu_hours: float) -> float | None:
-    """The cost of a lane's `gpu_hours` per day (its span scaled to 24 h, as DayPlan's)."""
-    if d.price_per_gpu_hour is None:
-        return None
-    return gpu_hours * d.price_per_gpu_hour * 86_400.0 / d.span_s
-
 
 def _money(x: float | None) -> str:
     return "unknown (no price)" if x is None else f"${x:,.2f}"
 
-
-def _sum(xs: list[float | None]) -> float | None:
-    return None if any(x is None for x in xs) else float(sum(x for x in xs if x is not None))
 
 
 def plan_lane_days(cat: Catalog, plan: PlanFile, opts: DayOptions,

@@ -29,8 +29,6 @@ from capplan.models.engine import ENGINES, engine_display_name, engine_profile, 
 from capplan.models.layout import deepep_mode, engine_world
 from capplan.plan.feature_flags import feature_launch
 
-"""Each engine's default HTTP port (EngineProfile.default_port; sources in the module
-docstring)."""
 DISAGG_PORTS = {"prefill": 8100, "decode": 8200}
 """The HTTP port of a disaggregated pool's first worker on a host (vLLM's disaggregated-serving
 examples use 8100 and 8200); the pool's next worker on that host takes the next free port

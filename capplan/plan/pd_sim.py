@@ -218,10 +218,12 @@ def _unsettled(res: dict[str, Any], clients: int) -> dict[str, Any]:
     some requests before the completion their client waits for (more than C in flight), so
     its tails and KV peaks are a heavier load's. Means are kept (they settle first), the
     quantiles and KV peaks withheld (None), and `replay_note` says why."""
-    out = {**res, **{k: {q: (v if q == "mean" else None) for q, v in res[k].items()}
-                     for k in UNSETTLED_KEYS}, "kv_peak_utilization": None}
+    def means_only(summary: dict[str, Any]) -> dict[str, Any]:
+        return {q: (v if q == "mean" else None) for q, v in summary.items()}
+
+    out = {**res, **{k: means_only(res[k]) for k in UNSETTLED_KEYS}, "kv_peak_utilization": None}
     out["pools"] = {role: {**p, "kv_peak_utilization": None,
-                           **{k: {q: (v if q == "mean" else None) for q, v in p[k].items()}
+                           **{k: means_only(p[k])
                               for k in ("queue_s", "ttft_s", "admission_s", "tbt_s")
                               if k in p}}
                     for role, p in res["pools"].items()}

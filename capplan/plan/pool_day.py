@@ -143,13 +143,14 @@ def _pool_costs(pools: list[dict[str, Any]], cost: list[Any]) -> dict[str, Any]:
     GPU has no price)."""
     return {
         "cost_per_day": None if None in cost else float(sum(cost)),
-        "fixed_fleet_cost_per_day": _sum_or_none(p["fixed_pool_cost_per_day"] for p in pools),
-        "separate_fleets_cost_per_day": _sum_or_none(p["separate_fleets_cost_per_day"]
+        "fixed_fleet_cost_per_day": sum_or_none(p["fixed_pool_cost_per_day"] for p in pools),
+        "separate_fleets_cost_per_day": sum_or_none(p["separate_fleets_cost_per_day"]
                                                      for p in pools),
     }
 
 
-def _sum_or_none(xs: Any) -> float | None:
+def sum_or_none(xs: Any) -> float | None:
+    """The sum, or None when any term is unknown (an unpriced GPU's cost)."""
     vals = list(xs)
     return None if any(v is None for v in vals) else float(sum(vals))
 

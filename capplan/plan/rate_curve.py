@@ -38,6 +38,12 @@ from capplan.sim.stability import gap_scv
 from capplan.sim.workload import Requests, replayable_rate
 
 DAY_S = 86_400.0
+
+
+def per_day(amount: float, span_s: float) -> float:
+    """An amount accrued over a schedule of `span_s` seconds, scaled to 24 h (a day plan's
+    costs per day when its trace or curve spans more or less than a day)."""
+    return amount * DAY_S / span_s
 DEFAULT_WINDOW_S = 900.0
 """15-minute windows: the interval Kubernetes autoscalers and the llm-d / Dynamo planners
 decide on is of this order (minutes), and a window holds enough requests for a p99."""
@@ -108,6 +114,11 @@ def _idc(t: np.ndarray, start: float, end: float) -> float:
     return float(counts.var() / mean) if mean > 0 else 1.0
 
 
+def _window_of(t: np.ndarray, window_s: float, n: int) -> np.ndarray:
+    """The window (0..n-1) of each arrival time: windows hold (start, end], the last the tail."""
+    return np.clip(np.ceil(t / window_s).astype(np.int64) - 1, 0, n - 1)
+
+
 def trace_window_edges(t: np.ndarray, window_s: float) -> tuple[np.ndarray, np.ndarray]:
     """The windows over sorted arrivals `t` (the first at 0) and each window's request count:
     (edges (windows + 1,), counts (windows,)). The trace ends at its last arrival, so the last
@@ -126,7 +137,7 @@ def trace_window_edges(t: np.ndarray, window_s: float) -> tuple[np.ndarray, np.n
         n -= 1  # the short tail joins the window before it
     edges = np.arange(n + 1) * window_s
     edges[-1] = max(float(t[-1]), edges[-2] + 1.0)  # a trace under 1 s: rated over 1 s
-    idx = np.clip(np.ceil(t[1:] / window_s).astype(np.int64) - 1, 0, n - 1)
+    idx = _window_of(t[1:], window_s, n)
     return edges, np.bincount(idx, minlength=n)
 
 
@@ -140,7 +151,7 @@ def series_from_trace(reqs: Requests, window_s: float = DEFAULT_WINDOW_S,
     replayable_rate(t, source)
     edges, counts = trace_window_edges(t, window_s)
     n = len(counts)
-    idx = np.clip(np.ceil(t / window_s).astype(np.int64) - 1, 0, n - 1)
+    idx = _window_of(t, window_s, n)
     out_tok = np.bincount(idx, weights=np.asarray(reqs.output_tokens, float), minlength=n)
     bounds = np.searchsorted(t, edges, side="right")
     bounds[0], bounds[-1] = 0, len(t)  # the first arrival in the first window, the last in the last

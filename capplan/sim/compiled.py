@@ -148,7 +148,8 @@ SERIES_CAP = 1 << 16
 (TOTAL, BS, MAX_SEQS, MAX_TOKENS, WINDOW, HAS_WINDOW, PREFILL_FIRST, CHUNKED, CAN_PREEMPT,
  STATE_BLOCKS, KEEP_STEPS, SERIES_CAP_, CONC, JITTER, PC, KV_PRESENT, DP, AHEAD,
  MAX_LORAS, PREEMPT_KEEP) = range(20)
-PREEMPT_KEEPS = {"none": 0, "prompt": 1, "computed": 2}
+KEEP_NONE, KEEP_PROMPT, KEEP_COMPUTED = range(3)
+PREEMPT_KEEPS = {"none": KEEP_NONE, "prompt": KEEP_PROMPT, "computed": KEEP_COMPUTED}
 """cfg[PREEMPT_KEEP] of SchedulerPolicy.preempt_cached: which full blocks a preempted sequence
 leaves in the prefix cache for its recompute (`_release`, `_lookup`; with cfg[PC] only)."""
 # LoRA, bufs[12] = (counts, parked): counts[RUN_A, a] running and counts[WAIT_A, a] waiting
@@ -697,7 +698,8 @@ def _preempt(v: int, q: np.ndarray, sc: np.ndarray, cfg: np.ndarray, run: np.nda
         q[CHUNK, v] = 0  # a chunk scheduled this step is dropped (its budget is not returned)
     keep = 0
     if cfg[PC] and cfg[PREEMPT_KEEP]:  # its computed full blocks (or its prompt's) stay cached
-        kept = q[COMPUTED, v] if cfg[PREEMPT_KEEP] == 2 else min(q[COMPUTED, v], q[PROMPT, v])
+        kept = (q[COMPUTED, v] if cfg[PREEMPT_KEEP] == KEEP_COMPUTED
+                else min(q[COMPUTED, v], q[PROMPT, v]))
         keep = kept // cfg[BS]
     _release(v, nc, keep, q, sc, cfg, bufs[11])
     q[COMPUTED, v] = 0
