@@ -53,10 +53,14 @@ POOL_TOTALS = (
 """A GPU type's pool in a plan of several models (`gpu_pools`): key, label, format."""
 
 
+def zone(plan: dict[str, Any]) -> str:
+    """The zone of the schedule's clock times: the plan's `timezone`, UTC when it has none."""
+    return plan.get("timezone") or "UTC"
+
+
 def clock_times(plan: dict[str, Any]) -> str:
-    """"clock times in Europe/Berlin": the zone of the schedule's clock times (the plan's
-    `timezone`, UTC when it has none), as every day-plan output names it once."""
-    return f"clock times in {plan.get('timezone') or 'UTC'}"
+    """"clock times in Europe/Berlin", as every day-plan output names its zone once."""
+    return f"clock times in {zone(plan)}"
 
 
 def _num(x: Any) -> float | None:
@@ -104,12 +108,14 @@ def _bound(plan: dict[str, Any]) -> bool:
 
 
 def headers(plan: dict[str, Any]) -> tuple[list[str], list[str]]:
-    """(headers, formats) of the schedule table: a model's adds what binds each window
+    """(headers, formats) of the schedule table, its clock times' columns naming the plan's
+    time zone ("start (h in Europe/Berlin)"): a model's adds what binds each window
     (`bound by`: capacity or min_replicas); a pool adds GPUs per model and per GPU type's pool
     (its `GPUs` column is empty over several types)."""
     extra = ([BINDING] if _bound(plan) else []) + [f"GPUs {m}" for m in _models(plan)] \
         + [f"GPUs {t} pool" for t in _types(plan)]
-    return [*HEADERS, *extra], [*FMTS, *("g" for _ in extra)]
+    return [h.replace("(h)", f"(h in {zone(plan)})") for h in HEADERS] + extra, \
+        [*FMTS, *("g" for _ in extra)]
 
 
 def schedule_rows(plan: dict[str, Any]) -> list[list[Any]]:
@@ -219,7 +225,7 @@ def xlsx_sheet(wb: Any, plan: dict[str, Any], bold: Any, write_table: Any) -> No
                      "values": ["schedule", 1, 2, n, 2], "y2_axis": True})
     chart.combine(line)
     chart.set_title({"name": "replicas and offered rate over the day"})
-    chart.set_x_axis({"name": "window start (h)"})
+    chart.set_x_axis({"name": f"window start (h in {zone(plan)})"})
     chart.set_y_axis({"name": "replicas"})
     line.set_y2_axis({"name": "offered (req/s)"})
     chart.set_size({"width": 900, "height": 360})
@@ -236,7 +242,7 @@ def plot_day(plan: dict[str, Any], out_dir: Path, figure: Any, save: Any) -> lis
     fig, axes = figure()
     ax = axes[0][0]
     ax.stairs(reps, x, color="C0", label="replicas", linewidth=2)
-    ax.set_xlabel("time of day (h)")
+    ax.set_xlabel(f"time of day (h in {zone(plan)})")
     ax.set_ylabel("replicas", color="C0")
     ax.set_ylim(0, max(reps + [1]) * 1.15)
     ax2 = ax.twinx()

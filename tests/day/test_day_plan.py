@@ -92,7 +92,7 @@ def test_rate_curve_plan_and_exports(run_cli, tmp_path: Path):
     labels = re.findall(r'"([^"]*)"', axis)
     assert labels == [f"{m // 60:02d}:{m % 60:02d}" for m in range(0, 24 * 60, 15)]
     sched_csv = (tmp_path / "out.schedule.csv").read_text().splitlines()
-    assert sched_csv[0].startswith("start (h)") and len(sched_csv) >= 97
+    assert sched_csv[0].startswith("start (h in UTC)") and len(sched_csv) >= 97
     from openpyxl import load_workbook
 
     wb = load_workbook(tmp_path / "out.xlsx")
@@ -375,7 +375,7 @@ def test_day_plan_csv_carries_recommendation_launch_schedule_and_totals(run_cli,
     assert "\nrouter: vllm-router --worker-urls http://HOST0:8100 " in launch[1][1]
     # one column spec: stdout's schedule is the export's, row for row
     exported = _csv_sections((tmp_path / "d.schedule.csv").read_text())[0]
-    assert sched == exported and sched[0][:2] == ["start (h)", "end (h)"]
+    assert sched == exported and sched[0][:2] == ["start (h in UTC)", "end (h in UTC)"]
     assert len(sched) == 1 + 96 and sched[1][:2] == ["0.0", "0.25"]
     # totals by hand from the schedule: replicas x 4 GPUs x 0.25 h per window
     total = dict(totals[1:])

@@ -174,3 +174,20 @@ def test_a_day_plan_sizes_no_pd_layout_and_one_given_is_named_unscheduled(run_cl
     assert (f"not scheduled: StatefulSet/llama-3-1-8b-prefill ({p} replicas), "
             f"StatefulSet/llama-3-1-8b-decode ({d} replicas) stay all day") in head
     assert "no per-window prefill or decode count" in head
+
+
+def test_the_exported_schedules_name_the_zone_of_their_clock_times(run_cli, tmp_path: Path):
+    """The schedule's hours in the CSV beside a CSV export and in the XLSX `schedule` sheet are
+    clock times in the plan's zone: each such column says which (read back from the files)."""
+    import openpyxl
+
+    path = _plan_file(tmp_path, {"timezone": "Asia/Kolkata"})
+    res = run_cli("plan", str(path), "--export", str(tmp_path / "d.csv"),
+                  "--export", str(tmp_path / "d.xlsx"))
+    assert res.exit_code == 0, res.stderr
+    head = (tmp_path / "d.schedule.csv").read_text().splitlines()[0].split(",")
+    sheet = openpyxl.load_workbook(tmp_path / "d.xlsx")["schedule"]
+    assert [c.value for c in sheet[1]][:len(head)] == head
+    assert [h for h in head if "(h" in h] == [
+        "start (h in Asia/Kolkata)", "end (h in Asia/Kolkata)",
+        "scale-up begins (h in Asia/Kolkata)"]

@@ -131,7 +131,7 @@ def test_day_csv_writes_its_schedule_beside(run_cli, tmp_path) -> None:
     assert res.exit_code == 0, res.stderr
     assert (tmp_path / "d.csv").read_text().startswith("rank,GPU,")
     sched = (tmp_path / "d.schedule.csv").read_text().splitlines()
-    assert sched[0].startswith("start (h),end (h),")
+    assert sched[0].startswith("start (h in UTC),end (h in UTC),")
     assert len([ln for ln in sched[1:] if ln and ln[0].isdigit()]) >= 96
     assert not (tmp_path / "d.schedule.schedule.csv").exists()
     assert res.stderr.splitlines() == [f"wrote {tmp_path / 'd.csv'}",
