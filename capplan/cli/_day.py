@@ -247,4 +247,8 @@ def _pool_line(p: dict[str, Any]) -> str:
             f"vs {p['separate_fleets_peak_gpus']} in one fleet per {unit} (saves "
             f"{p['saving_gpus']} GPUs); {p['gpu_hours']:,.1f} GPU-hours autoscaled, "
             f"{p['fixed_pool_gpu_hours']:,.1f} for a fixed pool at its peak, "
-            f"{p['separate_fleets_gpu_hours']:,.1f} for fixed fleets per {unit}")
+            f"{p['separate_fleets_gpu_hours']:,.1f} for fixed fleets per {unit}") + (
+        f"\n    the launch lines above start each {unit} at its own peak "
+        f"({p['separate_fleets_peak_gpus']} GPUs together); scaled by its schedule (the "
+        f"Kubernetes export's CronJobs) the pool never runs more than {p['peak_gpus']}"
+        if p["saving_gpus"] else "")

@@ -108,3 +108,11 @@ def test_table_gives_every_models_day(run_cli):
                f"(${m['cost_per_day']:,.2f}/day)" in block
         assert (f"a replica starts in {m['day']['startup']['replica_start_s']:.0f} s"
                 in block)
+    # the launch lines place every model's peak fleet (the sum of their GPUs); the pool line
+    # says its schedule never runs more than the shared peak
+    pool = json.loads(js.stdout)["gpu_pools"][0]
+    gpus = sum(max(w["gpus"] for w in m["schedule"]) for m in json.loads(js.stdout)["models"])
+    assert pool["separate_fleets_peak_gpus"] == gpus > pool["peak_gpus"]
+    assert (f"the launch lines above start each model at its own peak ({gpus} GPUs together); "
+            "scaled by its schedule (the Kubernetes export's CronJobs) the pool never runs "
+            f"more than {pool['peak_gpus']}") in res.stdout
