@@ -129,6 +129,13 @@ class SchedulerPolicy:
     them, vllm/v1/core/kv_cache_manager.py, single_type_kv_cache_manager.py); "prompt", its
     prompt's (SGLang `ScheduleBatch.retract_decode` frees only the KV past the radix tree's
     `prefix_indices`, the prompt inserted after prefill); "none"."""
+    frees_out_of_window: bool = True
+    """A sequence's sliding-window layers give back the blocks that fall out of the window as it
+    grows, so they hold at most layers.window_blocks_cap blocks (vLLM V1
+    `SlidingWindowManager.remove_skipped_blocks`; SGLang's SWA pool frees out-of-window tokens,
+    `SWATokenToKVPoolAllocator`; TensorRT-LLM's per-window-size pools reuse them, docs
+    "KV Cache System"); False: window layers hold the whole sequence, as full ones (the
+    replay's layers.block_layout)."""
     schedules_ahead: bool = False
     """The batch of step k is formed while step k - 1 runs, so it admits only the requests
     that reached the engine before step k - 1 began: an arrival during a step waits for the
