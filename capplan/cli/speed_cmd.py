@@ -56,7 +56,8 @@ def speed_cmd(model: str, gpu: str, batch: list[int], context: list[int],
     if not curve["rows"]:
         raise InputError(f"no batch in {batch} fits: at most {curve['max_batch']} sequences "
                          f"(max_num_seqs {s.max_num_seqs}, KV cache {dep.memory.kv_cache_tokens}"
-                         " tokens)")
+                         " tokens" + (" with window layers at their window"
+                                      if dep.pool.layout.window else "") + ")")
     pre = prefill_rows(dep, prefill) if prefill else []
     if plot_dir:
         from capplan.export.plots import plot_speed
@@ -87,8 +88,10 @@ def speed_cmd(model: str, gpu: str, batch: list[int], context: list[int],
              f"{dtype_text(dep.resolved_dtypes(), s)}")
         emit(f"calibration: {dep.calibration.source}")
         if curve["excluded"]:
+            # kv_cache_tokens counts every layer at full length; window layers hold less
+            win = " with window layers at their window" if dep.pool.layout.window else ""
             emit(f"left out (over max_num_seqs {dep.limits.max_num_seqs} or the KV cache of "
-                 f"{dep.memory.replica_kv_cache_tokens:,} tokens): " + ", ".join(
+                 f"{dep.memory.replica_kv_cache_tokens:,} tokens{win}): " + ", ".join(
                      f"batch {r['batch']} at {r['context_len']}" for r in curve["excluded"]))
     if pre:
         emit("")

@@ -129,6 +129,14 @@ class SchedulerPolicy:
     them, vllm/v1/core/kv_cache_manager.py, single_type_kv_cache_manager.py); "prompt", its
     prompt's (SGLang `ScheduleBatch.retract_decode` frees only the KV past the radix tree's
     `prefix_indices`, the prompt inserted after prefill); "none"."""
+    frees_out_of_window: bool = True
+    """A sequence's sliding-window layers give back the blocks that fall out of the window as it
+    grows, so the replay holds at most layers.window_blocks_cap blocks of them (vLLM V1
+    `SlidingWindowManager.remove_skipped_blocks`; SGLang `ScheduleBatch` evicts SWA-pool slots
+    behind the window, advancing a request's `swa_evicted_seqlen`; TensorRT-LLM
+    `WindowBlockManager::adjustBlocksIfNeeded` calls `detachFrontBlock` once a sequence spans
+    window + tokens_per_block, batch_manager/kvCacheManager.cpp). False: window layers hold the
+    whole sequence, as full ones (ContinuousEngine's layout)."""
     schedules_ahead: bool = False
     """The batch of step k is formed while step k - 1 runs, so it admits only the requests
     that reached the engine before step k - 1 began: an arrival during a step waits for the

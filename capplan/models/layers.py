@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property
 
 from capplan.catalog.schema import ATTENTION_KINDS, RECURRENT_KINDS, ModelSpec
@@ -257,6 +257,71 @@ def state_bytes_per_seq(model: ModelSpec, tp: int, kv_bytes: float, block_size: 
     return pages * page
 
 
+def window_blocks_cap(window: int, block_size: int, max_num_batched_tokens: int) -> int:
+    """The most blocks one sequence holds in a sliding-window layer: the window behind a
+    prefill chunk of up to max_num_batched_tokens tokens, plus one for a window that straddles
+    block edges; older blocks are freed as the sequence grows (vLLM V1
+    `SlidingWindowSpec.max_memory_usage_bytes`, `SlidingWindowManager.remove_skipped_blocks`)."""
+    return cdiv(window - 1 + max_num_batched_tokens, block_size) + 1
+
+
+NO_CAP = 1 << 40
+"""BlockLayout.window_cap of a layout without window layers (no token count reaches it)."""
+
+
+@dataclass(frozen=True)
+class BlockLayout:
+    """How a sequence's token blocks fill the KV pool, in the simulator's block unit: block_size
+    tokens in gcd(full, window) attention layers of the stage (for a model without window
+    layers, all of them: the unit of `memory_report`'s num_gpu_blocks, `units` = 1).
+
+    A sequence of k token blocks holds `blocks(k)` = full * k + window * min(k, window_cap)
+    pool blocks (vLLM V1's hybrid KV cache manager: full-attention groups grow with the
+    sequence, sliding-window groups keep at most `window_blocks_cap` blocks)."""
+
+    full: int = 1
+    """Pool blocks per token block in the full-attention layers."""
+    window: int = 0
+    """The same in the window layers, up to `window_cap` token blocks."""
+    window_cap: int = NO_CAP
+    sliding_window: int = 0
+    """The window (tokens) behind window_cap; 0 without window layers."""
+
+    def for_budget(self, block_size: int, max_num_batched_tokens: int) -> BlockLayout:
+        """The layout under another token budget (the cap follows max_num_batched_tokens)."""
+        if not self.window:
+            return self
+        return replace(self, window_cap=window_blocks_cap(self.sliding_window, block_size,
+                                                          max_num_batched_tokens))
+
+    @property
+    def units(self) -> int:
+        """Simulator blocks per block of `memory_report`'s num_gpu_blocks."""
+        return self.full + self.window
+
+    def blocks(self, token_blocks: int) -> int:
+        """Pool blocks of a sequence holding `token_blocks` blocks of tokens."""
+        return self.full * token_blocks + self.window * min(token_blocks, self.window_cap)
+
+
+DENSE_LAYOUT = BlockLayout()
+
+
+def block_layout(model: ModelSpec, block_size: int, max_num_batched_tokens: int, pp: int = 1,
+                 frees_out_of_window: bool = True) -> BlockLayout:
+    """The simulator's block layout of `model` on its heaviest stage: window layers capped at
+    `window_blocks_cap` (the rule `sequence_bytes` applies, so the replay holds what `memory`
+    sizes), or counted at full length when the engine keeps out-of-window blocks
+    (`frees_out_of_window` False; SchedulerPolicy.frees_out_of_window)."""
+    st = stage_layers(model, pp)
+    full, win = st.count("full_attention"), st.count(*WINDOW_KINDS)
+    if not (win and model.sliding_window and frees_out_of_window):
+        return DENSE_LAYOUT
+    g = math.gcd(full, win)
+    return BlockLayout(full // g, win // g, window_blocks_cap(
+        model.sliding_window, block_size, max_num_batched_tokens), model.sliding_window)
+
+
 def sequence_bytes(model: ModelSpec, seq_len: float, tp: int, kv_bytes: float,
                    block_size: int = 16, pp: int = 1,
                    max_num_batched_tokens: int | None = None) -> float:
@@ -280,8 +345,8 @@ def sequence_bytes(model: ModelSpec, seq_len: float, tp: int, kv_bytes: float,
         if max_num_batched_tokens is None:
             win = min(full_blocks, cdiv(model.sliding_window - 1, block_size) + 1)
         else:
-            span = min(model.sliding_window - 1 + max_num_batched_tokens, math.ceil(seq_len))
-            win = cdiv(int(span), block_size) + 1
+            win = min(cdiv(math.ceil(seq_len), block_size) + 1,
+                      window_blocks_cap(model.sliding_window, block_size, max_num_batched_tokens))
         blocks = full * full_blocks + win_layers * win
     return (blocks * block_size * per_layer
             + state_bytes_per_seq(model, tp, kv_bytes, block_size, pp))

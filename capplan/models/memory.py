@@ -407,6 +407,9 @@ class MemoryReport:
     """Speculative drafter weights, part of weights_bytes_per_gpu (models/speculative.py)."""
     lora_bytes_per_gpu: float = 0.0
     """LoRA adapter slots, part of weights_bytes_per_gpu (models/lora.py)."""
+    block_layout: layers.BlockLayout = layers.DENSE_LAYOUT
+    """How a sequence's tokens fill the pool in the simulator's block unit (window layers
+    capped: layers.block_layout, the rule kv_bytes_per_max_len_seq follows)."""
     context_bytes_per_gpu: float = 0.0
     """CUDA context and communicators (`context_bytes`): outside vLLM's budget, outside
     SGLang's base, inside TensorRT-LLM's profiled peak (MemoryAccounting)."""
@@ -575,6 +578,9 @@ def memory_report(model: ModelSpec, gpu: GpuSpec, settings: EngineSettings,
         attention_dp=s.attention_dp,
         draft_weights_bytes_per_gpu=feat.draft_weights_bytes, lora_bytes_per_gpu=feat.lora_bytes,
         context_bytes_per_gpu=context,
+        block_layout=(layers.block_layout(model, bs, s.max_num_batched_tokens, s.pp,
+                                          profile.scheduler.frees_out_of_window)
+                      if per_token else layers.DENSE_LAYOUT),
     )
 
 

@@ -8,7 +8,7 @@ checkpoint's implied dtype applies to `auto`, and the fit check is made once.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 
 from capplan.catalog.calibration import (
@@ -28,6 +28,7 @@ from capplan.models.engine import (
     same_latency_model,
 )
 from capplan.models.features import FEATURE_FIELDS, resolve_draft_model
+from capplan.models.layers import DENSE_LAYOUT, BlockLayout
 from capplan.models.layout import describe, nodes_spanned
 from capplan.models.memory import MemoryReport, memory_report
 from capplan.models.perf import StepModel, build_step_model, settings_deepep_mode
@@ -89,15 +90,27 @@ class KvPool:
     num_blocks: int
     block_size: int
     state_blocks_per_seq: int = 0
+    layout: BlockLayout = DENSE_LAYOUT
+    """How a sequence's tokens fill the pool: sliding-window layers capped at their window's
+    blocks (models/layers.block_layout; the simulator counts blocks in its unit)."""
 
     @property
     def state_tokens_per_seq(self) -> int:
         """The state in tokens of KV capacity (what kv_cache_tokens counts)."""
         return self.state_blocks_per_seq * self.block_size
 
+    def sequences_at(self, context_len: int) -> int:
+        """Sequences of context_len tokens the pool holds at once: its blocks over a sequence's
+        (window layers capped, models/layers.BlockLayout; its recurrent state's)."""
+        u = self.layout.units
+        per_seq = (self.layout.blocks(-(-int(context_len) // self.block_size))
+                   + self.state_blocks_per_seq * u)
+        return self.num_blocks * u // max(per_seq, 1)
+
     @classmethod
     def of(cls, mem: MemoryReport) -> KvPool:
-        return cls(mem.num_gpu_blocks, mem.block_size, mem.state_blocks_per_seq)
+        return cls(mem.num_gpu_blocks, mem.block_size, mem.state_blocks_per_seq,
+                   mem.block_layout)
 
 
 @dataclass(frozen=True)
@@ -129,7 +142,7 @@ class Deployment:
             return pool
         # Attention DP: each rank holds its own pool and scheduler; the replica is simulated as
         # one pool of dp x the rank's blocks (requests balanced evenly over the ranks).
-        return KvPool(pool.num_blocks * dp, pool.block_size, pool.state_blocks_per_seq)
+        return replace(pool, num_blocks=pool.num_blocks * dp)
 
     @property
     def limits(self) -> Limits:
@@ -172,7 +185,8 @@ class Deployment:
         report (SI units) with the layout it is for."""
         r, s = self.memory, self.settings
         return {"model": self.model.key, "gpu": self.gpu.key, "tp": s.tp, "pp": s.pp,
-                "engine": s.engine, "engine_profile": self.profile.pinned, **asdict(r),
+                "engine": s.engine, "engine_profile": self.profile.pinned,
+                **{k: v for k, v in asdict(r).items() if k != "block_layout"},
                 "expert_parallel": s.expert_parallel, "gpus_per_replica": self.gpus_per_replica,
                 "replica_kv_cache_tokens": r.replica_kv_cache_tokens,
                 "nodes_per_replica": self.nodes, "layout": self.layout_text}

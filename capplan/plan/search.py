@@ -154,7 +154,8 @@ class Candidate:
         """The KV block pool a simulation of this candidate runs on (hybrids' block size and
         state blocks included)."""
         p = self.group.pool or KvPool(0, self.settings.block_size)
-        return KvPool(self.kv_cache_tokens // p.block_size, p.block_size, p.state_blocks_per_seq)
+        return KvPool(self.kv_cache_tokens // p.block_size, p.block_size, p.state_blocks_per_seq,
+                      p.layout.for_budget(p.block_size, self.settings.max_num_batched_tokens))
 
     @property
     def num_gpu_blocks(self) -> int:

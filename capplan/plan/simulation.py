@@ -112,7 +112,7 @@ def run_simulation(dep: Deployment, *, rate: float | None, concurrency: int | No
                 progress(name, done, len(reqs))
         res = run_scheduler(dep.step, reqs, wl.lanes, scheduler=name,
                             num_gpu_blocks=pool.num_blocks, block_size=pool.block_size,
-                            state_blocks=pool.state_blocks_per_seq,
+                            state_blocks=pool.state_blocks_per_seq, layout=pool.layout,
                             max_num_seqs=dep.limits.max_num_seqs,
                             max_num_batched_tokens=dep.limits.max_num_batched_tokens,
                             enable_chunked_prefill=chunked_prefill, batch_size=batch_size,

@@ -52,12 +52,10 @@ def decode_curve(dep: Deployment, batches: list[int], contexts: list[int]) -> di
 
 def max_batch(dep: Deployment, context_len: int) -> int:
     """The largest batch the engine can run at this context: max_num_seqs, or KV capacity
-    (whole blocks, plus a hybrid's recurrent state blocks)."""
-    bs = dep.pool.block_size
-    per_seq = -(-int(context_len) // bs) * bs + dep.pool.state_tokens_per_seq
+    (whole blocks, sliding-window layers capped at their window's, plus a hybrid's recurrent
+    state blocks: KvPool.sequences_at)."""
     # a replica of attention-DP ranks holds each rank's limits and KV pool (Deployment.limits)
-    return int(min(dep.limits.max_num_seqs, dep.memory.replica_kv_cache_tokens
-                   // max(per_seq, 1)))
+    return int(min(dep.limits.max_num_seqs, dep.pool.sequences_at(context_len)))
 
 
 def prefill_rows(dep: Deployment, prompt_lens: list[int]) -> list[dict[str, Any]]:

@@ -106,7 +106,7 @@ def verify_job(r: Recommendation, pool: PlanPool, max_requests: int, rate_per_s:
                                       VERIFY_STEPS * batch / max(t.out.mean, 1.0))))
     return VerifyJob(lanes=pool.lanes, replicas=t.rate_per_s / rate_per_s, step=c.step,
                      num_gpu_blocks=c.pool.num_blocks, block_size=c.pool.block_size,
-                     state_blocks=c.pool.state_blocks_per_seq,
+                     state_blocks=c.pool.state_blocks_per_seq, layout=c.pool.layout,
                      # per rank x ranks, as `simulate` runs it
                      max_num_seqs=s.max_num_seqs * s.attention_dp,
                      max_num_batched_tokens=s.max_num_batched_tokens * s.attention_dp,
@@ -126,6 +126,7 @@ def prepare(verify: Any, groups: list, pool: PlanPool) -> None:
                              num_gpu_blocks=g.kv_tokens[j] // g.pool.block_size,
                              block_size=g.pool.block_size,
                              state_blocks=g.pool.state_blocks_per_seq,
+                             layout=g.pool.layout.for_budget(g.pool.block_size, g.combos[j][1]),
                              max_num_seqs=g.combos[j][0], max_num_batched_tokens=g.combos[j][1],
                              max_model_len=s.max_model_len, requests=64,
                              policy=s.profile.scheduler))

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from capplan.models.engine import ClientJitter, SchedulerPolicy
+from capplan.models.layers import DENSE_LAYOUT, BlockLayout
 from capplan.models.perf import StepModel
 from capplan.plan.deployment import Deployment
 from capplan.plan.result import Verification
@@ -44,6 +45,8 @@ class VerifyJob:
     request_overhead_s: float = 0.0
     state_blocks: int = 0
     """Blocks a running sequence's recurrent state holds (hybrids; plan/deployment.KvPool)."""
+    layout: BlockLayout = DENSE_LAYOUT
+    """How a sequence's tokens fill the pool (sliding windows; plan/deployment.KvPool)."""
     sim_engine: str = "auto"
     """Simulator implementation (capplan.sim.engine_impl); the planner sets it for all jobs of a
     plan at once (`verification_engine`), so a serial and a `--jobs N` run take the same one."""
@@ -78,7 +81,7 @@ def simulate_recommendation(job: VerifyJob) -> Verification:
                         num_gpu_blocks=job.num_gpu_blocks, block_size=job.block_size,
                         max_num_seqs=job.max_num_seqs,
                         max_num_batched_tokens=job.max_num_batched_tokens,
-                        policy=job.policy, state_blocks=job.state_blocks,
+                        policy=job.policy, state_blocks=job.state_blocks, layout=job.layout,
                         sim_engine=job.sim_engine).to_dict()
     res = add_request_overhead(res, job.request_overhead_s)
     # Decode steps are shared, so TBT is one distribution for all lanes; TTFT and E2E are
@@ -130,7 +133,7 @@ def simulate_closed_loop(dep: Deployment, concurrency: int, isl: int, osl: int,
     # replica's (dp x each rank's: Deployment.limits), as capplan.plan.simulation runs them
     res = simulate(dep.step, workload=wl, seed=seed, scheduler="continuous",
                    num_gpu_blocks=pool.num_blocks, block_size=pool.block_size,
-                   state_blocks=pool.state_blocks_per_seq,
+                   state_blocks=pool.state_blocks_per_seq, layout=pool.layout,
                    max_num_seqs=lim.max_num_seqs,
                    max_num_batched_tokens=max(lim.max_num_batched_tokens, lim.max_num_seqs),
                    policy=s.profile.scheduler if policy is None else policy,

@@ -16,6 +16,7 @@ import numpy as np
 
 from capplan.errors import InputError
 from capplan.models.engine import ClientJitter, SchedulerPolicy
+from capplan.models.layers import DENSE_LAYOUT, BlockLayout
 from capplan.sim.batching import BatchEngine
 from capplan.sim.engine import (
     ENGINE_IMPLS,
@@ -82,6 +83,7 @@ def run_scheduler(step_model: Any, reqs: Requests, lanes: tuple[Lane, ...], *, s
                   client_jitter: ClientJitter | None = None,
                   progress: Callable[[int], None] | None = None,
                   sim_engine: str = "auto", state_blocks: int = 0, adapter_seed: int = 0,
+                  layout: BlockLayout = DENSE_LAYOUT,
                   measure: Callable[[RunRecord, tuple[Lane, ...]], Any] = summarize) -> SimResult:
     """Simulate concrete requests under one scheduler and summarise the run.
 
@@ -96,7 +98,9 @@ def run_scheduler(step_model: Any, reqs: Requests, lanes: tuple[Lane, ...], *, s
     `sim_engine` (auto, compiled, python) runs the loop compiled or interpreted
     (`engine_impl`); both give the same results. `state_blocks`: blocks each running
     sequence's recurrent state holds (hybrid models, `MemoryReport.state_blocks_per_seq`;
-    continuous batching). `adapter_seed`: a LoRA step model's engine draws the requests'
+    continuous batching). `layout`: how a sequence's tokens fill the pool, sliding-window layers
+    capped at their window's blocks (`MemoryReport.block_layout`; continuous batching).
+    `adapter_seed`: a LoRA step model's engine draws the requests'
     adapters with it when they carry none (continuous batching; capplan.sim.compiled.adapters_of).
     `measure(record, lanes)` summarises the run (default `summarize`; a benchmark protocol's
     drops its warm-ups, capplan.sim.protocol.measure).
@@ -106,7 +110,8 @@ def run_scheduler(step_model: Any, reqs: Requests, lanes: tuple[Lane, ...], *, s
     prio = np.array([ln.priority for ln in lanes] or [0], np.int64)
     if scheduler == "continuous":
         eng = ContinuousEngine(step_model, num_gpu_blocks, block_size, max_num_seqs,
-                               max_num_batched_tokens, policy, state_blocks=state_blocks)
+                               max_num_batched_tokens, policy, state_blocks=state_blocks,
+                               layout=layout)
         # a stand-in step model (tests) runs the plain loop: only StepModel's formula compiles
         eng.jit = engine_impl(scheduler, sim_engine) == "compiled"
         eng.keep_steps = False  # the steps' aggregate only: memory that does not grow

@@ -27,6 +27,8 @@ struct-of-arrays state, on the exact clock, one step at a time:
   records);
 - hybrid models: `state_blocks` pool blocks per running sequence, held from admission to
   finish or preemption besides its token blocks;
+- sliding-window models: the block layout in cfg (`_units`, `_edge`): a token block costs
+  cfg[FULL_U] + cfg[WIN_U] pool blocks up to cfg[WIN_CAP] token blocks, cfg[FULL_U] beyond;
 - closed loops: `concurrency` clients, each sending its next request when its last one
   finishes; it reaches the engine its delay after the end of that step (models.engine.
   closed_loop_delay: the overhead's own exponential delay, or a fixed part plus jitter), and
@@ -147,7 +149,11 @@ SERIES_CAP = 1 << 16
 # configuration cfg[...]
 (TOTAL, BS, MAX_SEQS, MAX_TOKENS, WINDOW, HAS_WINDOW, PREFILL_FIRST, CHUNKED, CAN_PREEMPT,
  STATE_BLOCKS, KEEP_STEPS, SERIES_CAP_, CONC, JITTER, PC, KV_PRESENT, DP, AHEAD,
- MAX_LORAS, PREEMPT_KEEP) = range(20)
+ MAX_LORAS, PREEMPT_KEEP, FULL_U, WIN_U, WIN_CAP) = range(23)
+"""cfg[FULL_U], cfg[WIN_U], cfg[WIN_CAP]: the block layout (models/layers.BlockLayout): pool
+blocks per token block in the full and the window layers, and the token blocks at which the
+window layers stop growing (`_units`). A prefix-cache entry is a token block's full-layer blocks
+(cfg[FULL_U] pool blocks); window-layer blocks are never cached."""
 KEEP_NONE, KEEP_PROMPT, KEEP_COMPUTED = range(3)
 PREEMPT_KEEPS = {"none": KEEP_NONE, "prompt": KEEP_PROMPT, "computed": KEEP_COMPUTED}
 """cfg[PREEMPT_KEEP] of SchedulerPolicy.preempt_cached: which full blocks a preempted sequence
@@ -521,15 +527,15 @@ def _hit(s: int, nh: int, q: np.ndarray, sc: np.ndarray, cfg: np.ndarray, pcx: t
     kid, isref, kref, kstamp, a = pcx[KID], pcx[ISREF], pcx[KREF], pcx[KSTAMP], pcx[KOFF][s]
     nk, own = pcx[KOFF][s + 1] - a, pcx[OWN]
     if own[0, s] > 0:
-        sc[NCACHED] -= own[0, s]
-        sc[FREE] -= max(nh - nk, 0)
+        sc[NCACHED] -= own[0, s] * cfg[FULL_U]
+        sc[FREE] -= max(nh - nk, 0) * cfg[FULL_U]
         own[0, s] = 0  # its queue entries are stale
     for i in range(min(nh, nk)):
         k = kid[a + i]
         if kstamp[k] >= 0:
             kstamp[k] = -1
-            sc[NCACHED] -= 1
-            sc[FREE] -= 1
+            sc[NCACHED] -= cfg[FULL_U]
+            sc[FREE] -= cfg[FULL_U]
         kref[k] += 1
         isref[a + i] = 1
     q[COMPUTED, s] = nh * cfg[BS]
@@ -552,8 +558,8 @@ def _take(n: int, sc: np.ndarray, cfg: np.ndarray, pcx: tuple) -> None:
                     kstamp[k] = -1
                 else:  # a preempted request's own block, its last one first
                     pcx[OWN][0, -1 - k] -= 1
-                sc[NCACHED] -= 1
-                evict -= 1
+                sc[NCACHED] -= cfg[FULL_U]
+                evict -= cfg[FULL_U]
     sc[FREE] -= n
 
 
@@ -583,7 +589,7 @@ def _register(s: int, before: int, after: int, cfg: np.ndarray, pcx: tuple) -> N
 
 
 @_njit_borrow
-def _cache(k: int, sc: np.ndarray, pcx: tuple) -> None:
+def _cache(k: int, sc: np.ndarray, cfg: np.ndarray, pcx: tuple) -> None:
     """A freed block keeps its key at the back of the free queue (compacted to its live
     entries when the array is full: at most one per block, half its room)."""
     kstamp, lru = pcx[KSTAMP], pcx[LRU]
@@ -600,7 +606,7 @@ def _cache(k: int, sc: np.ndarray, pcx: tuple) -> None:
         kstamp[k] = sc[STAMP]
     sc[STAMP] += 1
     sc[LRU_TAIL] = i + 1
-    sc[NCACHED] += 1
+    sc[NCACHED] += cfg[FULL_U]
 
 
 @_njit_inline
@@ -613,7 +619,7 @@ def _release(s: int, computed: int, keep: int, q: np.ndarray, sc: np.ndarray,
     recompute finds them unless evicted first, `_lookup`)."""
     bs = cfg[BS]
     held = max(q[RESERVED, s], (computed + bs - 1) // bs)
-    sc[FREE] += cfg[STATE_BLOCKS] + held
+    sc[FREE] += cfg[STATE_BLOCKS] + _units(held, cfg)
     if not cfg[PC]:
         return
     kid, isref, kref, kstamp = pcx[KID], pcx[ISREF], pcx[KREF], pcx[KSTAMP]
@@ -623,29 +629,42 @@ def _release(s: int, computed: int, keep: int, q: np.ndarray, sc: np.ndarray,
         own = pcx[OWN]
         own[0, s], own[1, s] = keep - nk, sc[STAMP] + keep - nk
         for _ in range(keep - nk):
-            _cache(-1 - s, sc, pcx)
+            _cache(-1 - s, sc, cfg, pcx)
     for j in range(min(held, nk) - 1, -1, -1):
         k = kid[a + j]
         if isref[a + j]:
             isref[a + j] = 0
             kref[k] -= 1
             if kref[k] > 0:
-                sc[FREE] -= 1  # another request still holds the block
+                sc[FREE] -= cfg[FULL_U]  # another request still holds the block
                 continue
-            _cache(k, sc, pcx)
+            _cache(k, sc, cfg, pcx)
         elif j < full and kref[k] == 0 and kstamp[k] < 0:
-            _cache(k, sc, pcx)
+            _cache(k, sc, cfg, pcx)
     for j in range(held, nk):
         isref[a + j] = 0
 
 
 # -- blocks, the running set, preemption -----------------------------------------------------
 @_njit_inline
+def _units(k: int, cfg: np.ndarray) -> int:
+    """Pool blocks of k token blocks: the window layers' stop at cfg[WIN_CAP]
+    (layers.BlockLayout.blocks, vLLM V1 SlidingWindowSpec.max_memory_usage_bytes)."""
+    return cfg[FULL_U] * k + cfg[WIN_U] * min(k, cfg[WIN_CAP])
+
+
+@_njit_inline
+def _edge(due: int, cfg: np.ndarray) -> int:
+    """Pool blocks the token block that starts at context `due` (a block edge) adds."""
+    return cfg[FULL_U] + cfg[WIN_U] * (due // cfg[BS] < cfg[WIN_CAP])
+
+
+@_njit_inline
 def _held(s: int, computed: int, q: np.ndarray, cfg: np.ndarray) -> int:
-    """KV blocks s holds with `computed` tokens: its recurrent-state blocks plus
-    max(reservation, ceil(computed / block_size)) (the reference's `_held`)."""
+    """KV blocks s holds with `computed` tokens: its recurrent-state blocks plus the pool blocks
+    of max(reservation, ceil(computed / block_size)) token blocks (the reference's `_held`)."""
     bs = cfg[BS]
-    return cfg[STATE_BLOCKS] + max(q[RESERVED, s], (computed + bs - 1) // bs)
+    return cfg[STATE_BLOCKS] + _units(max(q[RESERVED, s], (computed + bs - 1) // bs), cfg)
 
 
 @_njit_inline
@@ -723,9 +742,10 @@ def _decode_blocks(q: np.ndarray, sc: np.ndarray, cfg: np.ndarray, lists: tuple,
     reference's `_decode_blocks`)."""
     run, heap = lists[0], lists[1]
     needl, flag = bufs[2], bufs[3]
-    n_need = sc[NNEED]
-    for i in range(n_need):
+    n_need = 0
+    for i in range(sc[NNEED]):
         flag[needl[i]] = 1
+        n_need += _edge(q[DUE, needl[i]], cfg)
     while sc[FREE] < n_need:
         v = _victim(run, sc, q, cfg)
         if v < 0:
@@ -733,7 +753,7 @@ def _decode_blocks(q: np.ndarray, sc: np.ndarray, cfg: np.ndarray, lists: tuple,
         _preempt(v, q, sc, cfg, run, heap, arr, bufs)
         if flag[v]:
             flag[v] = 0
-            n_need -= 1
+            n_need -= _edge(q[DUE, v], cfg)
     _take(n_need, sc, cfg, bufs[11])
     for i in range(sc[NNEED]):
         s = needl[i]
@@ -810,8 +830,8 @@ def _admission(s: int, budget: int, cap: int, q: np.ndarray, sc: np.ndarray, cfg
     c = min(target - h, budget, cap)
     if c < target - h and cfg[CHUNKED] == 0:
         return -1, 0, 0  # the whole prompt must fit what is left of the budget
-    nb = _held(s, h + c, q, cfg) - nh
-    if nb + (_reused(s, nh, pcx) if nh else 0) > sc[FREE]:
+    nb = _held(s, h + c, q, cfg) - nh * cfg[FULL_U]
+    if nb + (_reused(s, nh, pcx) * cfg[FULL_U] if nh else 0) > sc[FREE]:
         return -1, 0, 0
     return c, nb, nh
 
@@ -1303,7 +1323,8 @@ def _bulk_blocks(adv: int, q: np.ndarray, sc: np.ndarray, cfg: np.ndarray, run: 
     need = 0
     for i in range(sc[NRUN]):
         s = run[i]
-        need += q[COMPUTED, s] + adv == q[DUE, s]
+        if q[COMPUTED, s] + adv == q[DUE, s]:
+            need += _edge(q[DUE, s], cfg)
     if need > sc[FREE]:
         return -1
     _take(need, sc, cfg, pcx)
@@ -1694,7 +1715,8 @@ def build_arrays(eng: Any, reqs: Requests, prio: np.ndarray
                     eng.state_blocks, bool(eng.keep_steps), eng.series_cap, 0, 0, 0,
                     bool(getattr(eng, "kv_present", False)), attention_ranks(eng),
                     bool(getattr(pol, "schedules_ahead", False)), slots,
-                    PREEMPT_KEEPS[getattr(pol, "preempt_cached", "none")] * pol.preemption],
+                    PREEMPT_KEEPS[getattr(pol, "preempt_cached", "none")] * pol.preemption,
+                    eng.layout.full, eng.layout.window, eng.layout.window_cap],
                    np.int64)
     return q, cfg
 

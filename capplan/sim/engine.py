@@ -18,6 +18,15 @@ cache manager allocates them from the same block pool, `MambaManager` in
 `vllm/v1/core/single_type_kv_cache_manager.py`, v0.10-v0.11; the count is
 `capplan.models.layers.state_blocks_per_seq`).
 
+Sliding-window models (`layout`, a `capplan.models.layers.BlockLayout`): the pool counts blocks
+of `block_size` tokens in gcd(full, window) attention layers, `layout.units` per block of
+`num_gpu_blocks`, and a sequence of k token blocks holds `layout.blocks(k)` = full * k +
+window * min(k, window_cap): its window layers stop growing at the window behind a prefill
+chunk (vLLM V1 `SlidingWindowManager` frees the blocks that fall out of the window;
+`SlidingWindowSpec.max_memory_usage_bytes` bounds what is left). A prefix-cache entry is a
+token block's full-layer part; window-layer blocks are taken afresh on a hit. A policy with
+`frees_out_of_window` off counts window layers at full length.
+
 `SchedulerPolicy` (capplan/models/engine.py) changes four things, each honoured exactly:
 - prefill_first (SGLang `Scheduler.get_next_batch_to_run`, "run prefill first if possible"):
   a step that can schedule prefill work (a partial prompt, or a waiting request that fits) is
@@ -83,6 +92,7 @@ import numpy as np
 
 from capplan.errors import InputError
 from capplan.models.engine import VLLM, ClientJitter, SchedulerPolicy
+from capplan.models.layers import DENSE_LAYOUT, NO_CAP, BlockLayout
 from capplan.sim.engine_options import (  # noqa: F401 (re-exported: the engine's options)
     ENGINE_IMPLS,
     INSTALL_HINT,
@@ -129,7 +139,7 @@ class ContinuousEngine:
 
     def __init__(self, step_model: Any, num_gpu_blocks: int, block_size: int, max_num_seqs: int,
                  max_num_batched_tokens: int, policy: SchedulerPolicy = VLLM_POLICY,
-                 state_blocks: int = 0) -> None:
+                 state_blocks: int = 0, layout: BlockLayout = DENSE_LAYOUT) -> None:
         # A step's budget holds every running decoder's token (vLLM's SchedulerConfig refuses
         # less; TensorRT-LLM and SGLang's mixed chunks would leave decodes out of a step, which
         # the replay does not model). A prefill-first engine's budget bounds prefill steps only
@@ -153,9 +163,14 @@ class ContinuousEngine:
                              "sequence can find no free KV block")
         self.step_model = step_model
         self.policy = policy
-        self.total_blocks = int(num_gpu_blocks)
+        # the policy decides whether window layers shed their out-of-window blocks
+        self.layout = layout if policy.frees_out_of_window or not layout.window else replace(
+            layout, window_cap=NO_CAP)
+        """How a sequence's tokens fill the pool (models/layers.BlockLayout); the engine counts
+        blocks in its unit, layout.units per block of `num_gpu_blocks`."""
+        self.total_blocks = int(num_gpu_blocks) * self.layout.units
         self.block_size = int(block_size)
-        self.state_blocks = int(state_blocks)
+        self.state_blocks = int(state_blocks) * self.layout.units
         """Blocks a running sequence's recurrent state holds from admission until it finishes
         or is preempted (hybrid models: models/layers.state_blocks_per_seq)."""
         self.max_num_seqs = int(max_num_seqs)
@@ -176,9 +191,10 @@ class ContinuousEngine:
 
     def _check_requests(self, reqs: Requests) -> None:
         need = reqs.input_tokens + reqs.output_tokens
-        cap = (self.total_blocks - self.state_blocks) * self.block_size
-        if len(reqs) and int(need.max()) > cap:
-            i = int(np.argmax(need))
+        i = int(np.argmax(need)) if len(reqs) else 0
+        if len(reqs) and (self.layout.blocks(-(-int(need[i]) // self.block_size))
+                          > self.total_blocks - self.state_blocks):
+            cap = (self.total_blocks - self.state_blocks) // self.layout.units * self.block_size
             raise InputError(f"request {i} needs {int(need[i])} KV tokens but the cache holds "
                              f"{cap}: raise --gpu-memory-utilization or shorten requests")
         if len(reqs) and not self.policy.chunked_prefill:

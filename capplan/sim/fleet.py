@@ -124,7 +124,8 @@ def engine_for(dep: Any, sim_engine: str = "auto", *, step: Any = None,
     eng = ContinuousEngine(
         dep.step if step is None else step, pool.num_blocks, pool.block_size, lim.max_num_seqs,
         lim.max_num_batched_tokens if max_num_batched_tokens is None else max_num_batched_tokens,
-        dep.settings.profile.scheduler, state_blocks=pool.state_blocks_per_seq)
+        dep.settings.profile.scheduler, state_blocks=pool.state_blocks_per_seq,
+        layout=pool.layout)
     eng.jit = engine_impl("continuous", sim_engine) == "compiled"
     return eng
 
@@ -187,7 +188,7 @@ def _replay_loop(dep: Deployment, reqs: Requests, fleet: tuple, sim_engine: str
     pool, lim = dep.pool, dep.limits
     eng = CompiledEngine(dep.step, pool.num_blocks, pool.block_size, lim.max_num_seqs,
                          lim.max_num_batched_tokens, dep.settings.profile.scheduler,
-                         state_blocks=pool.state_blocks_per_seq)
+                         state_blocks=pool.state_blocks_per_seq, layout=pool.layout)
     eng._check_requests(reqs)
     arr, q, cfg, _, pcx = C._inputs_of(eng, reqs, None, 0.0, None)  # cfg[PC]: prefix caching
     consts = tuple(float(v) for v in dep.step.constants())

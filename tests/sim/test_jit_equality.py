@@ -21,6 +21,7 @@ import numpy as np
 import pytest
 
 from capplan.models.engine import ClientJitter, SchedulerPolicy
+from capplan.models.layers import DENSE_LAYOUT, BlockLayout
 from capplan.sim import (
     ContinuousEngine,
     Requests,
@@ -60,9 +61,10 @@ def _requests(seed: int, rate: float | None, concurrency: int | None = None) -> 
     return Requests(arr, inp, out, rng.integers(0, 2, N), concurrency)
 
 
-def _run(jit, step, reqs, policy, overhead_s=0.0, state_blocks=0, jitter=None):
+def _run(jit, step, reqs, policy, overhead_s=0.0, state_blocks=0, jitter=None,
+         layout=DENSE_LAYOUT):
     eng = ContinuousEngine(step, BLOCKS, BLOCK_SIZE, SEQS, TOKENS, policy,
-                           state_blocks=state_blocks)
+                           state_blocks=state_blocks, layout=layout)
     eng.jit = jit  # compiled (numba installed), or the same loop as plain Python
     return eng.run(reqs, np.array([1, 0]), request_overhead_s=overhead_s, client_jitter=jitter)
 
@@ -161,6 +163,27 @@ def test_hybrid_state_blocks_compiled_equals_interpreted(llama_h100, capacity_pe
     assert ref.step_kv_blocks.max() >= 6 * ref.step_running.max()
     if not closed and load > 1 and policy == "vllm":
         assert ref.preemptions > 0  # preemption frees the state blocks too
+
+
+@pytest.mark.parametrize("policy", list(POLICIES))
+@pytest.mark.parametrize("load", [0.8, 3.0, None])
+@pytest.mark.parametrize("layout", [BlockLayout(1, 1, 6, 64), BlockLayout(5, 26, 9, 128)])
+def test_sliding_window_blocks_compiled_equals_interpreted(llama_h100, capacity_per_s, policy,
+                                                           load, layout):
+    # a sliding-window model's pool (gpt-oss's 1:1 and Gemma-3's 5:26 layer shapes): window
+    # layers stop growing at the cap (6 or 9 token blocks, below most prompts), with prefix
+    # caching on (preempted blocks cached); load 3: three times the dense pool's capacity, so
+    # the capped pool preempts too; load None: a closed loop of 16
+    closed = load is None
+    reqs = (_shared_requests(5, None, 16) if closed
+            else _shared_requests(5, load * capacity_per_s[policy]))
+    pol = replace(POLICIES[policy], prefix_caching=True)
+    ref = _both(windowed(llama_h100.step, 16.0 * layout.window_cap), reqs, pol, layout=layout)
+    assert ref.num_gpu_blocks == BLOCKS * layout.units
+    assert ref.step_kv_blocks.max() <= ref.num_gpu_blocks
+    if not closed and load > 1 and policy == "vllm" and layout.window == 1:
+        # (the 5:26 pool holds 20 sequences of 700 tokens, near max_num_seqs 24: it need not)
+        assert ref.preemptions > 0
 
 
 @pytest.mark.parametrize("policy", list(POLICIES))
