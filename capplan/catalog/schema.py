@@ -217,6 +217,10 @@ class MlaSpec(BaseModel):
     """DeepSeek sparse attention (V3.2) lightning indexer: heads, head dim, keys kept."""
     index_head_dim: int | None = Field(default=None, ge=1)
     index_topk: int | None = Field(default=None, ge=1)
+    fp8_latent_bytes: int | None = Field(default=None, ge=1)
+    """Bytes one token's latent takes per layer when the KV cache is fp8, where the architecture
+    stores its own fp8 layout (DeepSeek-V3.2: 656, vLLM's fp8_ds_mla); None: (kv_lora_rank +
+    qk_rope_head_dim) x 1 B."""
 
 
 LayerKind = Literal["full_attention", "sliding_attention", "chunked_attention", "mamba",
