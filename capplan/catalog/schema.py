@@ -39,7 +39,8 @@ ATTENTION_KINDS = ("full_attention", "sliding_attention", "chunked_attention")
 
 # When a GPU lacks a measured cudaMemGetInfo total, capplan subtracts what the driver keeps
 # back from the NVML total. H100 SXM: NVML 81559 MiB vs torch/vLLM 79.19-79.22 GiB (81090-81121
-# MiB) in vLLM logs (shared/reference/gpu_facts.yaml, llmd + vLLM PR 12126): about 450 MiB.
+# MiB) in vLLM logs (an llm-d log; https://github.com/vllm-project/vllm/pull/12126): about
+# 450 MiB.
 DRIVER_RESERVED_MIB = 450.0
 
 
