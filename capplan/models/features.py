@@ -59,6 +59,12 @@ def validate_features(settings: Any) -> None:
     if settings.speculative and settings.pp > 1:
         raise InputError("--speculative with --pp > 1: vLLM does not run speculative decoding "
                          "with pipeline parallelism")
+    profile = getattr(settings, "profile", None)
+    if settings.speculative and settings.spec_tokens != 0 and profile is not None:
+        why = profile.speculative_refusal(spec_mod.parse_method(settings.speculative)[0],
+                                          int(settings.spec_topk or 1))
+        if why:
+            raise InputError(why)
 
 
 def feature_memory(model: Any, settings: Any, kv_bytes_per_token_layer: float,
