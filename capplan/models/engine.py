@@ -1171,6 +1171,18 @@ def same_latency_model(a: EngineProfile, b: EngineProfile) -> bool:
     return replace(a, **blank) == replace(b, **blank)
 
 
+def check_step_budget(max_num_batched_tokens: int, max_num_seqs: int,
+                      policy: SchedulerPolicy) -> None:
+    """InputError for a token budget below the running-sequence cap where every step holds each
+    running sequence's decode token (vLLM SchedulerConfig._verify_args refuses it); a
+    prefill-first engine's budget bounds prefill steps only (SGLang chunked_prefill_size)."""
+    if max_num_batched_tokens < max_num_seqs and not policy.prefill_first:
+        raise InputError(f"--max-num-batched-tokens {max_num_batched_tokens} must be >= "
+                         f"--max-num-seqs {max_num_seqs}: each step's token budget holds "
+                         "every running sequence's decode token (vLLM refuses less; "
+                         "capplan does not replay steps that leave decodes out)")
+
+
 def profile_for_version(name: str, version: str | None) -> EngineProfile:
     """The profile of engine `name` (a VERSIONS key) for release `version`: the newest profile
     whose version is not later than it ("0.12" -> vLLM's 0.11 profile); None or "latest": the
