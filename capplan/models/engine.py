@@ -545,9 +545,10 @@ class EngineProfile:
         return self.defaults_rule(gpu, tp)
 
     def gpu_refusal(self, gpu: GpuLike) -> str | None:
-        """Why this engine cannot run on `gpu` at all (one line), or None (`gpu_vendors`)."""
+        """Why this engine cannot run on `gpu` at all (one line), or None (`gpu_vendors`; a
+        device of no GPU vendor, the measured host CPU of a probe, is not refused here)."""
         vendor = getattr(gpu, "vendor", None)
-        if vendor is None or vendor in self.gpu_vendors:
+        if vendor not in VENDOR_NAMES or vendor in self.gpu_vendors:
             return None
         runs = " or ".join(VENDOR_NAMES.get(v, v) for v in self.gpu_vendors)
         others = [p.name for p in PROFILES.values() if vendor in p.gpu_vendors]
