@@ -41,7 +41,7 @@ _ENGINE_KEYS = tuple(f.name for f in fields(EngineOptions))
 def deployment(model: str, gpu: str, *, calibration: str | Path | Any = None,
                catalog: Catalog | None = None, catalog_dirs: tuple[str, ...] = (),
                require_fit: bool = True, engine_notation: bool = False,
-               **options: Any) -> Deployment:
+               memory_only: bool = False, **options: Any) -> Deployment:
     """Resolve a deployment: names + engine options (unset = the engine's defaults).
 
     `tp` is capplan's attention TP per data-parallel rank (a replica stage is tp x
@@ -63,7 +63,8 @@ def deployment(model: str, gpu: str, *, calibration: str | Path | Any = None,
                                                 int(options.get("attention_dp") or 1))
     opts = EngineOptions(**{k: v for k, v in options.items() if v is not None})
     cat = catalog or load_catalog(catalog_dirs)
-    return resolve_deployment(cat, model, gpu, opts, calibration, require_fit=require_fit)
+    return resolve_deployment(cat, model, gpu, opts, calibration, require_fit=require_fit,
+                              memory_only=memory_only)
 
 
 @dataclass(frozen=True)
@@ -96,7 +97,7 @@ class MemoryResult:
 def memory(model: str, gpu: str, **kw: Any) -> MemoryResult:
     """Weights, activations, overheads and the paged KV cache per GPU (never raises for a
     model that does not fit: `.fits` says so)."""
-    return MemoryResult(deployment(model, gpu, require_fit=False, **kw))
+    return MemoryResult(deployment(model, gpu, require_fit=False, memory_only=True, **kw))
 
 
 @dataclass(frozen=True)

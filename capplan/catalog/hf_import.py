@@ -23,6 +23,10 @@ from capplan.limits import read_text
 
 _DTYPES = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32", "half": "fp16"}
 _REQUIRED = ("num_hidden_layers", "hidden_size", "num_attention_heads", "vocab_size")
+FP8_LATENT_BYTES = {"DeepseekV32ForCausalLM": 656}
+"""Architectures whose fp8 KV cache stores its own MLA latent layout, bytes per token per layer:
+DeepSeek-V3.2's fp8_ds_mla, 512 fp8 + 4 fp32 scales + 64 bf16 rope (vLLM
+model_executor/models/config.py DeepseekV32ForCausalLM.verify_and_update_config)."""
 # Older config schemas name the same fields differently (Falcon n_layer/n_head, GPT-2 style).
 _ALIASES = {"n_layer": "num_hidden_layers", "n_head": "num_attention_heads",
             "n_embd": "hidden_size", "num_layers": "num_hidden_layers",
@@ -527,6 +531,7 @@ def config_to_entry(cfg: dict[str, Any], key: str, source: str) -> dict[str, Any
         mla = {k: c.get(k) for k in ("kv_lora_rank", "q_lora_rank", "qk_rope_head_dim",
                                      "qk_nope_head_dim", "v_head_dim", "index_n_heads",
                                      "index_head_dim", "index_topk")}
+        mla["fp8_latent_bytes"] = FP8_LATENT_BYTES.get(arch)
         head_dim = int(mla["qk_nope_head_dim"]) + int(mla["qk_rope_head_dim"])
         kv_heads = heads
     else:

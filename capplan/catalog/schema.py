@@ -39,7 +39,8 @@ ATTENTION_KINDS = ("full_attention", "sliding_attention", "chunked_attention")
 
 # When a GPU lacks a measured cudaMemGetInfo total, capplan subtracts what the driver keeps
 # back from the NVML total. H100 SXM: NVML 81559 MiB vs torch/vLLM 79.19-79.22 GiB (81090-81121
-# MiB) in vLLM logs (shared/reference/gpu_facts.yaml, llmd + vLLM PR 12126): about 450 MiB.
+# MiB) in vLLM logs (an llm-d log; https://github.com/vllm-project/vllm/pull/12126): about
+# 450 MiB.
 DRIVER_RESERVED_MIB = 450.0
 
 
@@ -217,6 +218,10 @@ class MlaSpec(BaseModel):
     """DeepSeek sparse attention (V3.2) lightning indexer: heads, head dim, keys kept."""
     index_head_dim: int | None = Field(default=None, ge=1)
     index_topk: int | None = Field(default=None, ge=1)
+    fp8_latent_bytes: int | None = Field(default=None, ge=1)
+    """Bytes one token's latent takes per layer when the KV cache is fp8, where the architecture
+    stores its own fp8 layout (DeepSeek-V3.2: 656, vLLM's fp8_ds_mla); None: (kv_lora_rank +
+    qk_rope_head_dim) x 1 B."""
 
 
 LayerKind = Literal["full_attention", "sliding_attention", "chunked_attention", "mamba",

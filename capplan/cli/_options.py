@@ -272,16 +272,18 @@ def options_from(kw: dict[str, Any]) -> Any:
 
 
 def deployment_from_options(catalog_dir: tuple[str, ...], model: str, gpu: str,
-                            kw: dict[str, Any], require_fit: bool = True) -> Any:
+                            kw: dict[str, Any], require_fit: bool = True,
+                            memory_only: bool = False) -> Any:
     """The Deployment a model/GPU command works on, through the one resolver
-    (capplan.plan.deployment.resolve_deployment); its warnings go to stderr."""
+    (capplan.plan.deployment.resolve_deployment); its warnings go to stderr. memory_only: the
+    memory command's (no speculative acceptance length demanded)."""
     from dataclasses import asdict
 
     from capplan.api import deployment
 
     cal_path = kw.pop("calibration", None)
     dep = deployment(model, gpu, calibration=cal_path, catalog_dirs=catalog_dir,
-                     require_fit=require_fit, engine_notation=True,
+                     require_fit=require_fit, engine_notation=True, memory_only=memory_only,
                      **asdict(options_from(kw)))
     for w in dep.warnings():
         click.echo(f"warning: {w}", err=True)

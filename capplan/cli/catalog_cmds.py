@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import textwrap
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +22,12 @@ def _wrap_hf_id(hf_id: str) -> str:
     """org/ on one line, the name wrapped at 16 characters (the table fits 120 columns)."""
     org, sep, name = hf_id.partition("/")
     return org + sep + "\n" + textwrap.fill(name, 16) if sep else textwrap.fill(hf_id, 16)
+
+
+def _wrapper(fmt: str, wrap: Callable[[str], str]) -> Callable[[str], str] | None:
+    """A cell's wrapping for a text table only: CSV and Markdown cells stay whole (a wrap may
+    split a word, which joining the lines again cannot tell from a space)."""
+    return wrap if fmt == "table" else None
 
 
 @click.command("gpus")
@@ -45,7 +52,8 @@ def gpus_list(fmt: str, catalog_dir: tuple[str, ...]) -> None:
         emit(to_json(rows))
         return
     cols = [
-        Column("key", "GPU"), Column("name", "name", lambda n: textwrap.fill(n, 28)),
+        Column("key", "GPU"),
+        Column("name", "name", _wrapper(fmt, lambda n: textwrap.fill(n, 28))),
         Column("memory_bytes", "memory\n(GiB)", lambda b: b / GIB_BYTES, ".1f"),
         Column("memory_bandwidth_bytes_per_s", "bandwidth\n(GB/s)", lambda b: b / GB_BYTES, ".0f"),
         Column("bf16_dense_flops_per_s", "bf16\n(TFLOP/s)", lambda f: f / TERA, ".0f"),
@@ -94,11 +102,11 @@ def models_group(ctx: click.Context, fmt: str, catalog_dir: tuple[str, ...]) -> 
         emit(to_json(rows))
         return
     cols = [
-        Column("key", "model"), Column("hf_id", "Hugging Face id", _wrap_hf_id),
+        Column("key", "model"), Column("hf_id", "Hugging Face id", _wrapper(fmt, _wrap_hf_id)),
         Column("params_total", "params\n(B)", lambda p: p / GIGA, ".1f"),
         Column("params_active", "active\n(B)", lambda p: p / GIGA, ".1f"),
-        Column("num_layers", "layers"), Column("attention", "attention",
-                                                          lambda a: textwrap.fill(a, 10)),
+        Column("num_layers", "layers"),
+        Column("attention", "attention", _wrapper(fmt, lambda a: textwrap.fill(a, 10))),
         Column("moe", "experts"), Column("sliding_window", "window\n(tokens)"),
         Column("weight_format", "weights"), Column("max_position_embeddings", "max\nlen"),
     ]

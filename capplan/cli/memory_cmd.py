@@ -25,7 +25,8 @@ from capplan.units import bytes_to_gib
 @catalog_option
 def memory_cmd(model: str, gpu: str, fmt: str, catalog_dir: tuple[str, ...], **kw) -> None:
     """VRAM per GPU: weights, activations, overhead, paged KV cache, max concurrency."""
-    dep = deployment_from_options(catalog_dir, model, gpu, kw, require_fit=False)
+    dep = deployment_from_options(catalog_dir, model, gpu, kw, require_fit=False,
+                                  memory_only=True)
     r, s, g = dep.memory, dep.settings, dep.gpu
     data = dep.memory_json()
     if fmt == "json":

@@ -108,8 +108,10 @@ def _knee_text(batch: list[int], ctx: int, knee: int | None, curve: dict) -> str
     given batches, up to the largest that fits at that context (not the largest asked for)."""
     lo, hi = min(batch), max(batch)
     if knee:
-        return (f"context {ctx}: batch {knee}" if lo <= knee <= hi else
-                f"context {ctx}: none within batches {lo}-{hi} (at batch {knee})")
+        if lo <= knee <= hi:
+            return f"context {ctx}: batch {knee}"
+        where = "below" if knee < lo else "above"
+        return f"context {ctx}: batch {knee}, {where} the batches asked for ({lo}-{hi})"
     top, most = curve["knee_checked_up_to"][ctx], curve["max_batch"][ctx]
     if top is None:
         return f"context {ctx}: none (no batch fits)"

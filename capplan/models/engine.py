@@ -36,6 +36,9 @@ class GpuLike(Protocol):
     def supports(self, dtype: str) -> bool: ...
 
 
+VENDOR_NAMES = {"nvidia": "NVIDIA", "amd": "AMD"}
+SPEC_METHODS = ("eagle3", "eagle", "mtp", "ngram", "draft")
+"""Every speculative decoding method capplan models (capplan.models.speculative.METHODS)."""
 WEIGHT_DTYPES = ("auto", "fp32", "bf16", "fp16", "fp8", "int8", "int4", "fp4")
 KV_DTYPES = ("auto", "bf16", "fp16", "fp8")
 
@@ -528,6 +531,17 @@ class EngineProfile:
     sm89+: the GPU catalog's `fp8_dense_tflops`, GpuSpec.supports("fp8")): "weights" (an FP8
     checkpoint or on-the-fly FP8), "kv" (an fp8 KV cache). Empty: the engine runs both on
     Ampere too (vLLM and SGLang: FP8 weights as W8A16 Marlin kernels; sources["fp8"])."""
+    gpu_vendors: tuple[str, ...] = ("nvidia", "amd")
+    """GPU vendors (the GPU catalog's `vendor`) the engine runs on; `gpu_refusal` refuses the
+    others (TensorRT-LLM: NVIDIA only; sources["gpu_vendors"])."""
+    speculative_methods: tuple[str, ...] = SPEC_METHODS
+    """The speculative decoding methods (capplan.models.speculative.METHODS) this release runs
+    with the flags capplan's launch lines give it; the others are refused
+    (`speculative_refusal`; sources["speculative"] where a release lacks some)."""
+    spec_tree_flag: str | None = None
+    """The launch flag that makes the drafts a tree of `--spec-topk` branches (SGLang
+    `--speculative-eagle-topk`); None: the engine's line drafts a chain, and a topk above 1 is
+    refused (sources["spec_tree"])."""
 
     def __post_init__(self) -> None:
         # the scheduler forms batches a step ahead exactly when the host work overlaps
@@ -538,6 +552,34 @@ class EngineProfile:
     def defaults(self, gpu: GpuLike, tp: int = 1) -> EngineDefaults:
         return self.defaults_rule(gpu, tp)
 
+    def gpu_refusal(self, gpu: GpuLike) -> str | None:
+        """Why this engine cannot run on `gpu` at all (one line), or None (`gpu_vendors`; a
+        device of no GPU vendor, the measured host CPU of a probe, is not refused here)."""
+        vendor = getattr(gpu, "vendor", None)
+        if vendor not in VENDOR_NAMES or vendor in self.gpu_vendors:
+            return None
+        runs = " or ".join(VENDOR_NAMES.get(v, v) for v in self.gpu_vendors)
+        others = [p.name for p in PROFILES.values() if vendor in p.gpu_vendors]
+        return (f"--engine {self.name}: {self.display_name} runs on {runs} GPUs only, and "
+                f"{gpu.name} is an {VENDOR_NAMES.get(vendor, vendor)} GPU"
+                + (f"; use --engine {' or '.join(others)}" if others else ""))
+
+    def speculative_refusal(self, method: str, spec_topk: int = 1) -> str | None:
+        """Why this release cannot run speculative `method` (with `spec_topk` branches) as
+        capplan launches it (one line), or None."""
+        if method not in self.speculative_methods:
+            why = self.sources.get("speculative", "")
+            later = [p.version for p in VERSIONS[self.name] if method in p.speculative_methods]
+            return (f"--speculative {method}: {self.display_name} {self.version} cannot run "
+                    f"it as capplan launches it" + (f": {why}" if why else "")
+                    + (f"; use --engine {self.name}@{later[0]} or later" if later else ""))
+        if spec_topk > 1 and self.spec_tree_flag is None:
+            tree = [p.display_name for p in PROFILES.values() if p.spec_tree_flag]
+            return (f"--spec-topk {spec_topk}: capplan launches {self.display_name} with a "
+                    "chain of drafts (topk 1), so a draft tree is not planned for it"
+                    + (f"; a tree runs on {', '.join(tree)}" if tree else ""))
+        return None
+
     def fp8_refusal(self, gpu: GpuLike, fp8_weights: bool, kv_dtype: str) -> str | None:
         """Why this engine cannot run the dtypes on `gpu` (one line), or None when it can:
         fp8 the engine runs only on FP8 tensor cores (`fp8_needs_fp8_cores`)."""
@@ -547,10 +589,15 @@ class EngineProfile:
                 if on and w in self.fp8_needs_fp8_cores]
         if not what:
             return None
-        flag = "--weight-dtype fp8" if what[0] == "weights" else "--kv-dtype fp8"
-        return (f"{flag}: {self.name} {self.version} runs FP8 only on GPUs with FP8 tensor "
-                f"cores (Ada, Hopper or later; sm89+), which {gpu.name} lacks; use a 16-bit "
-                "dtype or vllm/sglang (FP8 weights as W8A16 Marlin kernels on Ampere)")
+        if what[0] == "weights":
+            return (f"--weight-dtype fp8: {self.name} {self.version} runs FP8 only on GPUs "
+                    f"with FP8 tensor cores (Ada, Hopper or later; sm89+), which {gpu.name} "
+                    "lacks; use a 16-bit dtype or vllm/sglang (FP8 weights as W8A16 Marlin "
+                    "kernels on Ampere)")
+        return (f"--kv-dtype fp8: {self.name} {self.version} keeps an fp8 KV cache only on "
+                f"GPUs with FP8 tensor cores (Ada, Hopper or later; sm89+), which {gpu.name} "
+                "lacks; use --kv-dtype auto (a 16-bit KV cache) or vllm/sglang, whose "
+                "attention kernels read an fp8 KV cache on Ampere")
 
     @property
     def release_options(self) -> tuple[str, ...]:
@@ -686,6 +733,11 @@ VLLM_0_11 = EngineProfile(
                   "low_latency": "VLLM_ALL2ALL_BACKEND=deepep_low_latency"},
     option_flags={"overlap": "--async-scheduling", "no-overlap": "--no-async-scheduling"},
     sources={
+        "gpu_vendors": "NVIDIA (CUDA) and AMD (ROCm) GPUs: docs getting_started/"
+                       "installation/gpu (CUDA and ROCm tabs)",
+        "spec_tree": "chain drafts: capplan's --speculative-config gives "
+                     "num_speculative_tokens only (vLLM's tree attention, "
+                     "speculative_token_tree, is not planned)",
         "host_costs": HOST_COSTS_SOURCE,
         "fp8": "Ampere runs FP8 weights as W8A16: docs features/quantization 'Supported "
                "Hardware' (Marlin (GPTQ/AWQ/FP8) on Ampere; FP8 W8A8 from Ada), "
@@ -770,7 +822,12 @@ SGLANG = EngineProfile(
                 "block_size": "--page-size", "kv_fp8": "--kv-cache-dtype fp8_e4m3",
                 "quant_fp8": "--quantization fp8", "attention_dp": "--enable-dp-attention --dp {n}",
                 "expert_parallel": "--ep-size {n}"},
+    spec_tree_flag="--speculative-eagle-topk",
     sources={
+        "gpu_vendors": "NVIDIA and AMD GPUs: docs/platforms/amd_gpu.md (MI300X, ROCm)",
+        "spec_tree": "python/sglang/srt/server_args.py (0.5): --speculative-eagle-topk, the "
+                     "branching of the EAGLE draft tree (docs/advanced_features/"
+                     "speculative_decoding.md)",
         "host_costs": HOST_COSTS_SOURCE,
         "fp8": "Ampere runs FP8 weights as W8A16 Marlin: python/sglang/srt/layers/"
                "quantization/fp8_utils.py can_auto_enable_marlin_fp8 (80 <= sm < 89), read "
@@ -862,8 +919,13 @@ TRTLLM = EngineProfile(
                                   "least-outstanding": "load_balancing"}),
     deepep_llm_api_options=("moe_config:", "  backend: WIDEEP"),
     fp8_needs_fp8_cores=("weights", "kv"),
+    gpu_vendors=("nvidia",),
     sources={
         "host_costs": HOST_COSTS_SOURCE,
+        "gpu_vendors": "NVIDIA GPUs only: nvidia.github.io/TensorRT-LLM/supported-hardware.html"
+                       " lists Blackwell, Hopper, Ada Lovelace and Ampere GPUs",
+        "spec_tree": "chain drafts: capplan's speculative_config gives max_draft_len only (no "
+                     "eagle_choices tree), tensorrt_llm/llmapi/llm_args.py",
         "fp8": "no FP8 on Ampere: support matrix (nvidia.github.io/TensorRT-LLM/0.18.2/"
                "reference/support-matrix.html, Precision: 'Ampere (SM80, SM86) - FP32, FP16, "
                "BF16, INT8, INT4', FP8 from Ada SM89 and Hopper SM90); features/quantization "
@@ -995,8 +1057,12 @@ VLLM_0_6 = replace(
     defaults_rule=_vllm06_defaults, budget_covers_model_len=True,
     scheduler=SchedulerPolicy(prefill_first=True, chunked_prefill=False,
                               reserve_output_frac=0.0, preemption=True, prefix_caching=False),
-    host_overlap=False, option_flags={}, deepep_flags={},
+    host_overlap=False, option_flags={}, deepep_flags={}, speculative_methods=(),
     sources={**VLLM_0_11.sources,
+             "speculative": "its vllm/engine/arg_utils.py (v0.6.6) takes --speculative-model "
+                            "and --num-speculative-tokens, not the --speculative-config "
+                            "capplan's vLLM lines pass, and has no EAGLE-3; both came in "
+                            "later releases",
              "scheduler": "vllm/core/scheduler.py Scheduler._schedule_default (v0.6.0): "
                           "waiting prompts are scheduled first, whole, and a step with "
                           "prefills schedules no decodes; chunked prefill off by default "
@@ -1112,6 +1178,18 @@ def same_latency_model(a: EngineProfile, b: EngineProfile) -> bool:
     holds for the other): equal but for their names and memory accounting."""
     blank = dict.fromkeys(_MEMORY_ONLY)
     return replace(a, **blank) == replace(b, **blank)
+
+
+def check_step_budget(max_num_batched_tokens: int, max_num_seqs: int,
+                      policy: SchedulerPolicy) -> None:
+    """InputError for a token budget below the running-sequence cap where every step holds each
+    running sequence's decode token (vLLM SchedulerConfig._verify_args refuses it); a
+    prefill-first engine's budget bounds prefill steps only (SGLang chunked_prefill_size)."""
+    if max_num_batched_tokens < max_num_seqs and not policy.prefill_first:
+        raise InputError(f"--max-num-batched-tokens {max_num_batched_tokens} must be >= "
+                         f"--max-num-seqs {max_num_seqs}: each step's token budget holds "
+                         "every running sequence's decode token (vLLM refuses less; "
+                         "capplan does not replay steps that leave decodes out)")
 
 
 def profile_for_version(name: str, version: str | None) -> EngineProfile:

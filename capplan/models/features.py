@@ -59,6 +59,12 @@ def validate_features(settings: Any) -> None:
     if settings.speculative and settings.pp > 1:
         raise InputError("--speculative with --pp > 1: vLLM does not run speculative decoding "
                          "with pipeline parallelism")
+    profile = getattr(settings, "profile", None)
+    if settings.speculative and settings.spec_tokens != 0 and profile is not None:
+        why = profile.speculative_refusal(spec_mod.parse_method(settings.speculative)[0],
+                                          int(settings.spec_topk or 1))
+        if why:
+            raise InputError(why)
 
 
 def feature_memory(model: Any, settings: Any, kv_bytes_per_token_layer: float,
@@ -82,6 +88,7 @@ def feature_memory(model: Any, settings: Any, kv_bytes_per_token_layer: float,
     lp = lora_mod.plan_lora(model, settings, model.dtype_bytes)
     if lp is not None:
         parts.update(lora_bytes=lp.memory_bytes_per_gpu)
+    vision_mod.plan_vision(model, settings)  # refuses images for a model without an encoder
     fwd, cache = vision_mod.encoder_activation_bytes(model, settings.max_num_batched_tokens,
                                                      act_bytes)
     return FeatureMemory(**parts, encoder_forward_bytes=fwd, encoder_cache_bytes=cache)

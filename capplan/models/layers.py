@@ -106,11 +106,15 @@ def attention_kv_bytes_per_token(model: ModelSpec, tp: int, kv_bytes: float) -> 
 
     GQA/MQA/MHA: 2 (K and V) * kv_heads_per_gpu * head_dim * dtype (FullAttentionSpec).
     MLA: kv_lora_rank + qk_rope_head_dim, stored once per token and replicated on every TP rank
-    (MLAAttentionSpec; DeepSeek-V2 paper eq. 9-10).
+    (MLAAttentionSpec; DeepSeek-V2 paper eq. 9-10); an fp8 cache takes the model's
+    `mla.fp8_latent_bytes` where the catalog gives one (DeepSeek-V3.2's fp8_ds_mla, 656 B).
     """
     if model.mla is not None:
-        return ((model.mla.kv_lora_rank + model.mla.qk_rope_head_dim) * kv_bytes
-                + indexer_bytes_per_token(model))
+        m = model.mla
+        latent = (m.kv_lora_rank + m.qk_rope_head_dim) * kv_bytes
+        if kv_bytes == DTYPE_BYTES["fp8"] and m.fp8_latent_bytes:
+            latent = m.fp8_latent_bytes  # the catalog's fp8 layout (model_catalog source)
+        return latent + indexer_bytes_per_token(model)
     return 2 * kv_heads_per_gpu(model, tp) * model.head_dim * kv_bytes
 
 

@@ -5,9 +5,11 @@ adapted linear layer allocates, for `max_loras` slots, lora_a of (max_lora_rank 
 lora_b of (output x max_lora_rank) in the model dtype, at model load (so vLLM's profiler counts
 them as weights and the KV cache gets what is left). The adapted modules of a decoder layer are
 vLLM's packed ones: qkv_proj and gate_up_proj (column parallel: lora_a whole, lora_b split by
-TP, one pair per packed slice), o_proj and down_proj (row parallel: lora_a split by TP, lora_b
-whole). Per GPU, per slot and layer:
-    qkv     r h + r (q + 2 kv) / tp          o     r q / tp + r h
+TP, one pair per packed slice: vllm/lora/layers/column_parallel_linear.py
+MergedQKVParallelLinearWithLoRA has n_slices = 3, one lora_a of (rank x input) per slice, and
+MergedColumnParallelLinearWithLoRA 2 for gate_up), o_proj and down_proj (row parallel: lora_a
+split by TP, lora_b whole). Per GPU, per slot and layer:
+    qkv     3 r h + r (q + 2 kv) / tp        o     r q / tp + r h
     gate_up 2 r h + 2 r I / tp               down  r I / tp + r h
 Adapters beyond the slots wait in the CPU cache (`--max-cpu-loras`, host memory, not modelled).
 
@@ -68,7 +70,7 @@ def slot_params_per_layer(model: Any, rank: int, tp: int) -> float:
     h, inter = model.hidden_size, model.intermediate_size
     q, kv = model.num_attention_heads * model.head_dim, model.num_kv_heads * model.head_dim
     kv_gpu = max(kv / tp, model.head_dim)  # KV heads replicate when TP exceeds them
-    qkv = rank * h + rank * (q / tp + 2 * kv_gpu)
+    qkv = 3 * rank * h + rank * (q / tp + 2 * kv_gpu)  # n_slices = 3 lora_a (module docstring)
     o = rank * q / tp + rank * h
     slices = 2 if model.mlp_gated else 1
     gate_up = slices * rank * h + slices * rank * inter / tp

@@ -451,8 +451,12 @@ def validate_settings(model: ModelSpec, s: EngineSettings, gpu: GpuSpec | None =
 
 
 def fp8_refusal(model: ModelSpec, s: EngineSettings, gpu: GpuSpec) -> str | None:
-    """Why the settings' engine cannot run their fp8 weights or KV cache on `gpu`, or None
+    """Why the settings' engine cannot run on `gpu` (EngineProfile.gpu_refusal: not its GPU
+    vendor) or cannot run their fp8 weights or KV cache there, or None
     (EngineProfile.fp8_refusal; an FP8 checkpoint under weight dtype auto counts as fp8)."""
+    why = s.profile.gpu_refusal(gpu)
+    if why:
+        return why
     dt = weight_dtypes(model, s.weight_dtype)
     return s.profile.fp8_refusal(gpu, "fp8" in (dt.compute_dtype, dt.label), s.kv_dtype)
 

@@ -670,12 +670,15 @@ def request_overhead(model: ModelSpec, profile: EngineProfile) -> float:
 
 
 def feature_step_constants(model: ModelSpec, settings: EngineSettings, cal: Calibration,
-                           kv_bytes_per_token_layer: float) -> dict[str, Any]:
+                           kv_bytes_per_token_layer: float, need_accept_len: bool = True
+                           ) -> dict[str, Any]:
     """StepModel fields of speculative decoding and LoRA (capplan/models/speculative.py,
-    lora.py); empty when both are off, so the defaults (no effect) apply."""
+    lora.py); empty when both are off, so the defaults (no effect) apply. need_accept_len
+    False (a memory answer): no acceptance length is demanded (plan_speculation)."""
     out: dict[str, Any] = {}
     tp = settings.tp
-    sp = speculative.plan_speculation(model, settings, cal.spec_acceptance_length)
+    sp = speculative.plan_speculation(model, settings, cal.spec_acceptance_length,
+                                      need_accept_len)
     if sp is not None:
         host = settings.profile.spec_host_costs
         out.update(
@@ -755,8 +758,10 @@ def _moe_span_comm(model: ModelSpec, s: EngineSettings, span: Links, moe_layers:
 
 
 def build_step_model(model: ModelSpec, gpu: GpuSpec, settings: EngineSettings,
-                     calibration: Calibration | None = None) -> StepModel:
-    """Constants of the step model for one (model, GPU, settings, calibration)."""
+                     calibration: Calibration | None = None, need_accept_len: bool = True
+                     ) -> StepModel:
+    """Constants of the step model for one (model, GPU, settings, calibration);
+    need_accept_len False: a memory answer's, which demands no acceptance length."""
     validate_settings(model, settings, gpu)
     cal = calibration or default_calibration(gpu)
     tp, pp, dp = settings.tp, settings.pp, settings.attention_dp
@@ -821,7 +826,7 @@ def build_step_model(model: ModelSpec, gpu: GpuSpec, settings: EngineSettings,
         moe_fixed, moe_token, moe_fixed_pre, moe_token_pre = _moe_span_comm(
             model, settings, span, counts.num_moe_layers, dt.compute_dtype in LOW_PRECISION)
     return StepModel(
-        **feature_step_constants(model, settings, cal, kvb),
+        **feature_step_constants(model, settings, cal, kvb, need_accept_len),
         dense_weight_bytes=dense_bytes,
         expert_bytes=expert_bytes,
         num_moe_layers=counts.num_moe_layers,

@@ -210,6 +210,10 @@ def _mtp_layer(model: Any, resident: bool) -> float:
     return body + 2 * h * h + (0.0 if resident else model.vocab_size * h)
 
 
+NOT_NEEDED = "not needed for memory"
+"""The acceptance source of a memory answer, which asks for no acceptance length."""
+
+
 def _accept_len(method: str, settings: Any, k: int, topk: int, verify: int,
                 measured: float | None, needed: bool) -> tuple[float, str]:
     """(tau, source): the settings' value, else a calibration's, else the published default."""
@@ -222,7 +226,7 @@ def _accept_len(method: str, settings: Any, k: int, topk: int, verify: int,
                              "the verified tokens per step)")
         return tau, src
     if not needed:
-        return 1.0, "not needed for memory"
+        return 1.0, NOT_NEEDED
     tau, src = default_accept_len(method, settings.spec_workload, k)
     return tau, src + ("; a chain's value for a tree (a lower bound)" if topk > 1 else "")
 

@@ -23,6 +23,7 @@ from capplan.models.calibration import Calibration
 from capplan.models.engine import (
     EngineProfile,
     EngineSettings,
+    check_step_budget,
     engine_profile,
     rank_default,
     same_latency_model,
@@ -33,6 +34,7 @@ from capplan.models.layout import describe, nodes_spanned
 from capplan.models.memory import MemoryReport, memory_report
 from capplan.models.perf import StepModel, build_step_model, settings_deepep_mode
 from capplan.models.queueing import Limits
+from capplan.models.speculative import NOT_NEEDED
 from capplan.units import GIB_BYTES
 
 # Below this much memory left outside the engine's budget, CUDA graphs or a second process
@@ -217,7 +219,7 @@ class Deployment:
             if vl is not None:
                 out.update(image_tokens_per_image=vl.tokens_per_image,
                            encoder_flops_per_image=vl.encoder_flops_per_image)
-        if self.step.spec_source:
+        if self.step.spec_source and not self.step.spec_source.endswith(NOT_NEEDED):
             out.update(spec_acceptance_length=float(self.step.spec_accept_len),
                        spec_acceptance_source=self.step.spec_source)
         return out
@@ -312,22 +314,26 @@ def device_for(cat: Catalog, gpu_name: str, calibration: str | Path | Calibratio
 
 
 def build_deployment(model: ModelSpec, gpu: GpuSpec, settings: EngineSettings,
-                     calibration: Calibration, served_id: str = "") -> Deployment:
+                     calibration: Calibration, served_id: str = "",
+                     memory_only: bool = False) -> Deployment:
+    """memory_only: for a memory answer, which needs no speculative acceptance length."""
     mem = memory_report(model, gpu, settings)
-    step = build_step_model(model, gpu, settings, calibration)
+    step = build_step_model(model, gpu, settings, calibration, need_accept_len=not memory_only)
     return Deployment(model, gpu, settings, calibration, mem, step, served_id or model.hf_id)
 
 
 def resolve_deployment(cat: Catalog, model_name: str, gpu_name: str,
                        options: EngineOptions | EngineSettings | None = None,
                        calibration: str | Path | Calibration | None = None, *,
-                       require_fit: bool = False) -> Deployment:
+                       require_fit: bool = False, memory_only: bool = False) -> Deployment:
     """Names and options -> Deployment, the engine profile's defaults filling what is unset.
 
     `options` may be EngineSettings (every value pinned, as library code builds them) or
     EngineOptions (None = the engine's default for the GPU). A weight-dtype suffix in the model
     name (-FP8...) applies when the dtype is auto. With `require_fit`, a model that does not fit
-    raises InputError naming why.
+    raises InputError naming why. `memory_only`: for a memory answer (no acceptance length
+    demanded). A token budget below the running-sequence cap is refused as the replay refuses
+    it (capplan.models.engine.check_step_budget).
     """
     resolved = cat.resolve_model(model_name)
     gpu = device_for(cat, gpu_name, calibration)
@@ -337,8 +343,10 @@ def resolve_deployment(cat: Catalog, model_name: str, gpu_name: str,
         options = EngineOptions.from_settings(options)
     settings = resolve_settings(options, gpu, resolved.implied_weight_dtype)
     settings = resolve_draft_model(cat, settings)
+    check_step_budget(settings.max_num_batched_tokens, settings.max_num_seqs,
+                      settings.profile.scheduler)
     dep = build_deployment(resolved.spec, gpu, settings, calibration_for(cat, gpu, calibration),
-                           getattr(resolved, "served_id", "") or "")
+                           getattr(resolved, "served_id", "") or "", memory_only)
     if require_fit and not dep.memory.fits:
         raise InputError(f"{dep.model.key} does not fit on {gpu.key} with TP {settings.tp} "
                          f"under {settings.engine}: {dep.memory.reason} (see `capplan memory`)")

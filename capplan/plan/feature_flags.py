@@ -7,7 +7,8 @@ vLLM (0.10-0.11 `vllm serve --help`, docs/features/spec_decode.md and lora.md):
 docs/advanced_features/speculative_decoding.md and lora.md): --speculative-algorithm
 EAGLE3|EAGLE|NGRAM|STANDALONE (MTP checkpoints run as EAGLE on the model itself)
 --speculative-draft-model-path --speculative-num-steps --speculative-eagle-topk
---speculative-num-draft-tokens; --enable-lora --max-loras-per-batch --max-lora-rank.
+--speculative-num-draft-tokens; --enable-lora --max-loras-per-batch --max-lora-rank
+--lora-target-modules (required without --lora-paths).
 TensorRT-LLM (1.x llm_args.py): speculative_config {decoding_type: Eagle3|Eagle|MTP|NGram|
 Draft_Target, max_draft_len (MTP: num_nextn_predict_layers), speculative_model} and
 lora_config {max_loras, max_lora_rank} in the LLM-API options YAML (capplan.plan.launch's
@@ -78,8 +79,10 @@ def feature_launch(r: dict[str, Any], hf: str
     loras, rank = r.get("max_loras") or 0, r.get("max_lora_rank") or 16
     if loras:
         out["vllm"] += ["--enable-lora", "--max-loras", str(loras), "--max-lora-rank", str(rank)]
+        # SGLang server_args: with no --lora-paths, --max-lora-rank and --lora-target-modules
+        # are both required ("all": utils/common.py LORA_TARGET_ALL_MODULES)
         out["sglang"] += ["--enable-lora", "--max-loras-per-batch", str(loras),
-                          "--max-lora-rank", str(rank)]
+                          "--max-lora-rank", str(rank), "--lora-target-modules", "all"]
         trt_yaml += ["lora_config:", f"  max_loras: {loras}", f"  max_lora_rank: {rank}"]
     images = r.get("images_per_request") or 0
     if images:

@@ -129,6 +129,9 @@ def features_dict(s: Any) -> dict[str, Any]:
             DEFAULT_DRAFT_LENGTH[parse_method(s.speculative)[0]]
         out.update(speculative=s.speculative, spec_tokens=k, spec_topk=s.spec_topk,
                    spec_draft_tokens=s.spec_draft_tokens)
+        draft = getattr(s, "draft_model", None)
+        if draft is not None:  # draft:MODEL's checkpoint, which the launch lines load
+            out["draft_hf_id"] = draft.hf_id
     if s.max_loras:
         out.update(max_loras=s.max_loras, max_lora_rank=s.max_lora_rank,
                    lora_adapters=s.lora_adapters, lora_popularity=s.lora_popularity)

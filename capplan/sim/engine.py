@@ -91,7 +91,7 @@ from typing import Any
 import numpy as np
 
 from capplan.errors import InputError
-from capplan.models.engine import VLLM, ClientJitter, SchedulerPolicy
+from capplan.models.engine import VLLM, ClientJitter, SchedulerPolicy, check_step_budget
 from capplan.models.layers import DENSE_LAYOUT, NO_CAP, BlockLayout
 from capplan.sim.engine_options import (  # noqa: F401 (re-exported: the engine's options)
     ENGINE_IMPLS,
@@ -144,11 +144,7 @@ class ContinuousEngine:
         # less; TensorRT-LLM and SGLang's mixed chunks would leave decodes out of a step, which
         # the replay does not model). A prefill-first engine's budget bounds prefill steps only
         # (SGLang: chunked_prefill_size).
-        if max_num_batched_tokens < max_num_seqs and not policy.prefill_first:
-            raise InputError(f"--max-num-batched-tokens {max_num_batched_tokens} must be >= "
-                             f"--max-num-seqs {max_num_seqs}: each step's token budget holds "
-                             "every running sequence's decode token (vLLM refuses less; "
-                             "capplan does not replay steps that leave decodes out)")
+        check_step_budget(max_num_batched_tokens, max_num_seqs, policy)
         if num_gpu_blocks < 1:
             raise InputError("no KV-cache blocks: the model does not fit; see `capplan memory`")
         if not (isinstance(state_blocks, int | np.integer) and 0 <= state_blocks < num_gpu_blocks):

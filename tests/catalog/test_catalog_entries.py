@@ -157,3 +157,26 @@ def test_every_model_name_resolves_to_its_own_entry(catalog):
     for spec in catalog.models.values():
         for name in (spec.key, spec.hf_id, *spec.aliases):
             assert catalog.model(name).key == spec.key, f"{name!r} resolves elsewhere"
+
+
+@pytest.mark.parametrize("path", GPU_FILES + MODEL_FILES, ids=_ids(GPU_FILES + MODEL_FILES))
+def test_sources_are_public(path: Path):
+    # A source a user outside this workspace can open: no local paths.
+    raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+    for key, text in raw["source"].items():
+        assert "/work/" not in text, f"{path.name}: source.{key} cites a local path"
+
+
+def test_h20_and_h200_nvl_memory_is_nvidia_smis_total():
+    import capplan
+
+    # nvidia-smi captures (the entries' source.memory_mib): H20 '0MiB / 97871MiB', H200 NVL
+    # '741MiB / 143771MiB'.
+    cat = load_catalog(())
+    assert cat.gpu("h20").memory_mib == 97_871
+    assert cat.gpu("h200-nvl").memory_mib == 143_771
+    # Llama-3.1-8B on an H20 by hand (the audit's figure): CUDA total (97871 - 450) MiB =
+    # 95.14 GiB; KV = 0.9 x 95.14 - 14.96 weights - 1.82 activation - 0.15 non-torch = 68.69 GiB
+    # / 128 KiB per token = 562,700 tokens (the GiB figures are rounded to 0.01: 0.1%).
+    rep = capplan.memory("llama-3.1-8b", "h20").deployment.memory
+    assert rep.kv_cache_tokens == pytest.approx(562_700, rel=1e-3)

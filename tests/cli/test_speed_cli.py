@@ -259,3 +259,15 @@ def test_the_ttft_floor_is_what_one_client_measures(run_cli):
                   "--engine", "sglang", "--concurrency", "1", "--input-len", "2048",
                   "--output-len", "64", "--format", "json").json()
     assert floor["prefill"][0]["ttft_floor_s"] == pytest.approx(one["ttft_s"]["mean"], rel=0.02)
+
+
+def test_a_knee_below_the_asked_batches_is_named_plainly(run_cli):
+    # The knee (JSON knee_batch) lies below the batches asked for: the table names it, where it
+    # lies, and never says "none" beside it.
+    args = ("speed", "--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--batch", "256,1024",
+            "--context", "128")
+    knee = run_cli(*args, "--format", "json").json()["knee_batch"]["128"]
+    assert knee is not None and knee < 256
+    line = next(ln for ln in run_cli(*args).stdout.splitlines() if ln.startswith("knee"))
+    assert f"context 128: batch {knee}, below the batches asked for (256-1024)" in line, line
+    assert "none" not in line

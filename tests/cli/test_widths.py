@@ -9,6 +9,9 @@ probe's) and `schema` prints JSON.
 
 from __future__ import annotations
 
+import csv
+import io
+import json
 import re
 from pathlib import Path
 
@@ -72,3 +75,16 @@ def test_memory_names_resolved_dtypes(run_cli):
     res = run_cli("memory", "--model", "gpt-oss-120b", "--gpu", "h200")
     assert res.exit_code == 0, res.stderr
     assert "mxfp4 (auto)" in res.stdout and "bf16 (auto)" in res.stdout
+
+
+@pytest.mark.parametrize("cmd,cols", [("models", ("key", "hf_id", "attention")),
+                                      ("gpus", ("key", "name"))])
+def test_csv_cells_are_the_json_values_never_wrapped(run_cli, cmd, cols):
+    # "linear_attention" once came out as "linear_a ttention": a table's wrap split the word
+    data = json.loads(run_cli(cmd, "--format", "json").stdout)
+    rows = list(csv.reader(io.StringIO(run_cli(cmd, "--format", "csv").stdout)))[1:]
+    index = {"models": {"key": 0, "hf_id": 1, "attention": 5}, "gpus": {"key": 0, "name": 1}}
+    assert len(rows) == len(data)
+    for row, want in zip(rows, data, strict=True):
+        for c in cols:
+            assert row[index[cmd][c]] == want[c], (c, row, want)

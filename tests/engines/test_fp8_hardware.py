@@ -33,12 +33,18 @@ def test_every_trtllm_release_needs_fp8_cores_and_cites_it():
 
 @pytest.mark.parametrize("cmd,flags,fragment", [
     ("memory", ("--weight-dtype", "fp8"), "--weight-dtype fp8: trtllm 1.2 runs FP8 only"),
-    ("memory", ("--kv-dtype", "fp8"), "--kv-dtype fp8: trtllm 1.2 runs FP8 only"),
+    ("memory", ("--kv-dtype", "fp8"), "--kv-dtype fp8: trtllm 1.2 keeps an fp8 KV cache only"),
     ("speed", ("--weight-dtype", "fp8"), "sm89+"),
     ("latency", ("--weight-dtype", "fp8", "--rate", "1"), "A100"),
 ])
 def test_explicit_fp8_on_ampere_is_one_line(run_cli, cmd, flags, fragment):
     assert_one_line_error(run_cli(cmd, *A100_FP8, *flags), fragment)
+
+
+def test_the_kv_refusal_advises_on_the_kv_cache_not_the_weights(run_cli):
+    res = run_cli("memory", *A100_FP8, "--kv-dtype", "fp8")
+    assert_one_line_error(res, "--kv-dtype auto (a 16-bit KV cache)")
+    assert "W8A16" not in res.stderr and "weights" not in res.stderr
 
 
 def test_the_same_flags_run_on_hopper_and_under_vllm_sglang(run_cli):

@@ -15,16 +15,27 @@ def test_lora_kv_tokens_drop_by_the_adapter_bytes():
     lora = capplan.memory(MODEL, GPU, max_model_len=8192, max_loras=4,
                           max_lora_rank=64).deployment.memory
     # Per slot and layer (r = 64, h = 4096, q = 4096, kv = 1024, I = 14336, TP 1):
-    # qkv 64 x 4096 + 64 x 6144 = 655,360; o 64 x 4096 + 4096 x 64 = 524,288;
-    # gate_up 2 x 64 x 4096 + 2 x 14336 x 64 = 2,359,296; down 64 x 14336 + 4096 x 64
-    # = 1,179,648; sum 4,718,592 x 32 layers x 4 slots x 2 B = 1,207,959,552 B (1.125 GiB).
-    adapters = 4_718_592 * 32 * 4 * 2
+    # qkv 3 x 64 x 4096 (one lora_a per q, k, v slice) + 64 x 6144 = 1,179,648;
+    # o 64 x 4096 + 4096 x 64 = 524,288; gate_up 2 x 64 x 4096 + 2 x 14336 x 64 = 2,359,296;
+    # down 64 x 14336 + 4096 x 64 = 1,179,648; sum 5,242,880 x 32 layers x 4 slots x 2 B
+    # = 1,342,177,280 B (1.25 GiB).
+    adapters = 5_242_880 * 32 * 4 * 2
     assert lora.weights_bytes_per_gpu - plain.weights_bytes_per_gpu == adapters
     assert plain.kv_cache_bytes_per_gpu - lora.kv_cache_bytes_per_gpu == pytest.approx(adapters)
     block = 16 * 131072  # bytes of one 16-token block
     lost = plain.kv_cache_tokens - lora.kv_cache_tokens
     assert abs(lost - adapters / 131072) <= 16  # the blocks' floor
     assert plain.num_gpu_blocks - lora.num_gpu_blocks == pytest.approx(adapters / block, abs=1)
+
+
+def test_lora_slots_count_one_lora_a_per_qkv_slice():
+    # vLLM MergedQKVParallelLinearWithLoRA (vllm/lora/layers/column_parallel_linear.py): n_slices
+    # = 3, one lora_a (rank x 4096) each. Per slot, layer and rank: qkv 3 x 4096 + 6144 = 18,432;
+    # o 8192; gate_up 2 x 4096 + 2 x 14336 = 36,864; down 18,432; total 81,920. Rank 16,
+    # 32 layers, 2 B, 4 slots: 81,920 x 16 x 32 x 2 x 4 = 335,544,320 B (was 301,989,888 with
+    # one qkv lora_a). Exact: the formula has no rounding.
+    rep = capplan.memory(MODEL, GPU, max_loras=4, max_lora_rank=16)
+    assert rep.deployment.memory.lora_bytes_per_gpu == 335_544_320
 
 
 def test_lora_step_time_grows_with_distinct_adapters():
@@ -35,11 +46,11 @@ def test_lora_step_time_grows_with_distinct_adapters():
         steps.append(float(dep.step.decode_step(64, 1024)["step_s"]))
     assert steps[0] < steps[1] < steps[2]
     # 16 adapters drawn uniformly by 64 sequences: 16 (1 - (15/16)^64) = 15.7 distinct adapters
-    # read per step, each 4,718,592 x 32 x 2 B = 301,989,888 B, against 1 adapter: the step
+    # read per step, each 5,242,880 x 32 x 2 B = 335,544,320 B, against 1 adapter: the step
     # grows by 14.7 adapters' bytes over the achievable bandwidth.
     dep = capplan.deployment(MODEL, GPU, max_model_len=8192, max_loras=16, max_lora_rank=64,
                              lora_adapters=16)
-    slot = 4_718_592 * 32 * 2
+    slot = 5_242_880 * 32 * 2
     distinct = 16 * (1 - (15 / 16) ** 64)
     extra = (distinct - 1) * slot / dep.step.mem_bytes_per_s
     assert steps[2] - steps[0] == pytest.approx(extra, rel=1e-6)

@@ -38,6 +38,27 @@ def test_recommend_lora_lane():
     best = json.loads(r.output)["recommendations"][0]
     assert best["features"]["max_loras"] == 8
     assert "--enable-lora --max-loras 8 --max-lora-rank 64" in best["engine_flags"]["vllm"]
+    # SGLang asserts --lora-target-modules beside --max-lora-rank when no --lora-paths is given
+    # (server_args.py): without it the line does not start.
+    assert ("--max-loras-per-batch 8 --max-lora-rank 64 --lora-target-modules all"
+            in best["engine_flags"]["sglang"])
+
+
+def test_a_draft_model_is_launched_by_its_hf_id():
+    # draft:llama-3.2-1b is a catalog key; each engine loads a path or an HF repo, so every line
+    # names the catalog's hf_id, meta-llama/Llama-3.2-1B-Instruct (model_catalog/llama-3.2-1b).
+    r = _run(["recommend", "--model", "llama-3.1-8b", "--rate", "5", "--input-len", "1000",
+              "--output-len", "200", "--ttft-p99", "1s", "--tbt-p99", "50ms", "--gpu",
+              "h100-sxm", "--tp", "1", "--no-disagg", "--speculative", "draft:llama-3.2-1b",
+              "--acceptance-length", "2.2", "--spec-tokens", "3", "--verify-top", "0",
+              "--format", "json"])
+    assert r.exit_code == 0, r.output
+    flags = json.loads(r.output)["recommendations"][0]["engine_flags"]
+    hf = "meta-llama/Llama-3.2-1B-Instruct"
+    assert f'"model": "{hf}"' in flags["vllm"]
+    assert f"--speculative-draft-model-path {hf}" in flags["sglang"]
+    assert f'speculative_model: "{hf}"' in flags["file:trtllm:llm_api_options.yaml"]
+    assert "llama-3.2-1b " not in " ".join(flags.values())
 
 
 def test_cli_memory_and_bad_input():

@@ -104,10 +104,22 @@ def test_latency_and_simulator_carry_it():
 def test_bad_input():
     with pytest.raises(InputError, match="expected one of"):
         capplan.memory(MODEL, GPU, speculative="medusa")
+    # speed and latency price the steps with an acceptance length; ngram has no published one
     with pytest.raises(InputError, match="acceptance-length"):
-        capplan.memory(MODEL, GPU, speculative="ngram", spec_workload="chat")
+        capplan.deployment(MODEL, GPU, speculative="ngram", spec_workload="chat")
     with pytest.raises(InputError, match="acceptance-length"):
         capplan.memory(MODEL, GPU, speculative="eagle3", acceptance_length=9.0)
+
+
+def test_memory_asks_no_acceptance_length(run_cli):
+    # Memory (draft weights and KV) does not depend on the acceptance length: n-gram drafting
+    # holds no weights and no KV, so its memory is plain decoding's, to the byte.
+    ngram = capplan.memory(MODEL, GPU, speculative="ngram")
+    plain = capplan.memory(MODEL, GPU)
+    assert ngram.kv_cache_tokens == plain.kv_cache_tokens
+    assert "spec_acceptance_length" not in ngram.to_dict()
+    res = run_cli("memory", "--model", MODEL, "--gpu", GPU, "--speculative", "ngram")
+    assert res.exit_code == 0, res.stderr
 
 
 def test_mtp_needs_the_layer_and_holds_one():

@@ -74,6 +74,9 @@ SGLANG_SERVE = {
     # DeepEP (server_args.py, 0.5: --moe-a2a-backend deepep, --deepep-mode
     # normal|low_latency|auto)
     "--moe-a2a-backend": True, "--deepep-mode": True,
+    # LoRA without --lora-paths needs it beside --max-lora-rank (server_args.py assert;
+    # choices: utils/common.py SUPPORTED_LORA_TARGET_MODULES or LORA_TARGET_ALL_MODULES "all")
+    "--lora-target-modules": True,
 }
 TRTLLM_SERVE = {
     "--backend": True, "--tp_size": True, "--pp_size": True, "--ep_size": True,

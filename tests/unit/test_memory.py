@@ -7,9 +7,11 @@ model's config.json shapes, vLLM's block arithmetic, and vLLM's own log lines.
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import pytest
 
+from capplan.catalog.hf_import import import_config
 from capplan.errors import InputError
 from capplan.models.engine import EngineSettings
 from capplan.models.memory import (
@@ -74,6 +76,19 @@ def test_kv_bytes_per_token_deepseek_v3_mla(catalog, tp):
     assert kv_bytes_per_token(m, tp, 2.0) == 70_272
     # fp8 KV: 61 * 576 * 1 = 35136
     assert kv_bytes_per_token(m, tp, 1.0) == 35_136
+
+
+def test_deepseek_v32_fp8_kv_stores_fp8_ds_mla(catalog):
+    m = catalog.models["deepseek-v3.2"]
+    # vLLM turns fp8 into fp8_ds_mla for V3.2 (DeepseekV32ForCausalLM.verify_and_update_config):
+    # 512 fp8 + 4 fp32 scales (16 B) + 64 bf16 rope (128 B) = 656 B, plus the indexer's
+    # 128 + 4 = 132 B: 788 B per layer, x 61 = 48,068 B per token (exact).
+    assert kv_bytes_per_token(m, 8, 1.0) == 61 * 788 == 48_068
+    # bf16 keeps the plain latent: 61 x (576 x 2 + 132) = 78,324 B.
+    assert kv_bytes_per_token(m, 8, 2.0) == 78_324
+    # The importer gives the same fact for the architecture.
+    imported = import_config(Path(__file__).parents[1] / "data/configs/deepseek-v3.2.config.json")
+    assert imported.mla.fp8_latent_bytes == 656
 
 
 def test_kv_bytes_per_token_deepseek_v2_lite(catalog):
