@@ -288,6 +288,9 @@ def _emit_levels(levels: list[dict[str, Any]], served: tuple[Any, ...], cat: Any
 
 
 def _print_levels(levels: list[dict[str, Any]], fit: dict[str, Any], fmt: str) -> None:
+    for w in [*(f"concurrency {lv['concurrency']}: {w}" for lv in levels
+                for w in lv.get("warnings") or ()), *(fit.get("warnings") or ())]:
+        click.echo(f"warning: {w}", err=True)
     if fmt == "json":
         emit(to_json({"levels": levels, "fit": fit}))
         return

@@ -82,6 +82,8 @@ def verify_cmd(plan_file: str, endpoint: str | None, model: str | None,
                    f"{_window(d)})", err=True)
     if res.calibration:
         click.echo(f"wrote {res.calibration}", err=True)
+    for w in (res.measured or {}).get("warnings") or ():
+        click.echo(f"warning: {w}", err=True)
     if fmt == "json":
         emit(to_json(d))
         return

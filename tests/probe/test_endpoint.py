@@ -122,6 +122,9 @@ class _Handler(BaseHTTPRequestHandler):
             self._chunk(b"data: " + b"x" * (MAX_EVENT_BYTES + 10))
             return
         n = body["max_tokens"]
+        if mode in ("pairs", "pairs-stop"):  # 2 tokens an event, no usage (audit defect 5)
+            self._pairs(n, level, mode == "pairs-stop")
+            return
         tok = json.dumps({"choices": [{"index": 0, "text": " tok"}]})
         self._event(tok, A_S + B_S * level)
         for i in range(1, n):
@@ -139,6 +142,19 @@ class _Handler(BaseHTTPRequestHandler):
                 self._event(RAW_BAD_EVENTS[mode])
             self._event(tok, C_S + D_S * level)
         self._event(json.dumps({"choices": [], "usage": {"completion_tokens": n}}))
+        self._event("[DONE]")
+        self.wfile.write(b"0\r\n\r\n")
+
+
+    def _pairs(self, n: int, level: int, stop: bool) -> None:
+        """n tokens in n / 2 events of two, no usage event; with `stop`, finish_reason stop
+        on the last (a server that ended early, ignore_eos not honoured)."""
+        for k in range(n // 2):
+            choice = {"index": 0, "text": " tok tok"}
+            if stop and k == n // 2 - 1:
+                choice["finish_reason"] = "stop"
+            self._event(json.dumps({"choices": [choice]}),
+                        A_S + B_S * level if k == 0 else C_S + D_S * level)
         self._event("[DONE]")
         self.wfile.write(b"0\r\n\r\n")
 
@@ -182,6 +198,34 @@ def test_measures_the_servers_latency_law_exactly(server: ThreadingHTTPServer, l
     # E2E = TTFT + 5 gaps; TPOT = (E2E - TTFT) / (6 - 1) = the gap (vllm bench serve's defs)
     assert lv["e2e_s"]["mean"] == pytest.approx(ttft + 5 * gap, rel=1e-9)
     assert lv["tpot_s"]["mean"] == pytest.approx(gap, rel=1e-9)
+
+
+def test_no_usage_counts_max_tokens_not_events(server: ThreadingHTTPServer) -> None:
+    """Audit defect 5: 2 tokens an event and no usage counted 3 events as 3 tokens.
+    By hand, on the test's clock at level 1: 6 tokens in 3 events; TTFT = A + B = 85 ms,
+    E2E = TTFT + 2 event gaps of C + D = 85 + 22 = 107 ms; TPOT = (E2E - TTFT) / (6 - 1)
+    = 22 / 5 = 4.4 ms (before: 22 / 2 = 11 ms, the event gap)."""
+    clock = FakeClock()
+    server.clock, server.mode = clock, "pairs"  # type: ignore[attr-defined]
+    lv = run_level(parse_url(_url(server)), "m", 1, 2, input_len=32, output_len=6,
+                   timeout_s=30, clock=clock)
+    assert lv["completed"] == 2 and lv["errors"] == 0
+    assert lv["tpot_s"]["mean"] == pytest.approx(0.022 / 5, rel=1e-9)
+    assert lv["e2e_s"]["mean"] == pytest.approx(0.107, rel=1e-9)
+    assert lv["output_tokens_from"] == {"max_tokens": 2} and "warnings" not in lv
+
+
+def test_no_usage_and_an_early_stop_counts_events_and_warns(server: ThreadingHTTPServer,
+                                                            run_cli) -> None:
+    """A server that stops early (finish_reason stop) without usage: the tokens are not known,
+    so they are counted per event, and the level says so (a warning on stderr)."""
+    server.mode = "pairs-stop"  # type: ignore[attr-defined]
+    r = run_cli("calibrate", "--endpoint", _url(server), "--model", "m", "--concurrency", "1",
+                "--output-len", "6", "--requests-per-level", "2", "--format", "json")
+    assert r.exit_code == 0, r.stderr
+    lv = json.loads(r.stdout)["levels"][0]
+    assert lv["output_tokens_from"] == {"events": 2}
+    assert "warning: concurrency 1: 2 of 2 requests sent no usage" in r.stderr
 
 
 def test_cli_json_levels_and_fit(server: ThreadingHTTPServer) -> None:
