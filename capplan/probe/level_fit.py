@@ -49,7 +49,8 @@ class Target:
 
     concurrency: int
     rate_per_s: float | None
-    """Open loop: the measured request rate (None: a closed loop of `concurrency` clients)."""
+    """Open loop: the rate the requests were sent at, else the measured completion rate (None:
+    a closed loop of `concurrency` clients)."""
     input_tokens: float | None
     output_tokens: float | None
     num_prompts: int
@@ -71,7 +72,10 @@ def target_of(level: dict[str, Any], centre: Any) -> Target:
     n_out = 2 * (float(ctx) - float(n_in)) if n_in is not None and ctx is not None else None
     full = n_in is not None and n_out is not None and n_out >= 1
     open_loop = bool(level.get("open_loop")) or "in_flight_mean" in level
-    rate = float(level.get("requests_per_s") or 0.0) if open_loop else None
+    # an open loop's load is the rate it was sent at (capplan verify: arrival_rate_per_s);
+    # completed / duration is diluted by the drain after the last arrival
+    sent = level.get("arrival_rate_per_s") or level.get("requests_per_s")
+    rate = float(sent or 0.0) if open_loop else None
     return Target(int(level["concurrency"]), rate, float(n_in) if full else None,
                   n_out if full else None,
                   max(int(level.get("completed") or 0) + int(level.get("errors") or 0), 1),
