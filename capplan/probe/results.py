@@ -357,14 +357,21 @@ def fit_levels(levels: list[dict[str, Any]], model: str | None = None, gpu: str 
                        f"{dep.model.key} on {dep.gpu.key} (TP {dep.settings.tp}, default "
                        "efficiencies)" + (f"; request overhead from the TTFT at concurrency "
                                           f"{got['ttft_level']}" if got["ttft_level"] else "")
-                       + ("" if got["per_seq_fitted"] else "; one load: per_seq_overhead_s is "
-                          "the engine profile's"))
+                       + _PER_SEQ_NOTES[got["per_seq"]])
     else:
         fit["note"] = "pass --gpu G and a catalog --model to derive step_overhead_s"
     tau = pooled_acceptance_length(levels)
     if tau is not None:  # the server's own speculative acceptance (probe/spec_metrics.py)
         fit["calibration_params"] = {**fit["calibration_params"], "spec_acceptance_length": tau}
     return fit
+
+
+_PER_SEQ_NOTES = {
+    "fitted": "",
+    "one load": "; one load: per_seq_overhead_s is the engine profile's",
+    "flat": "; the levels cannot pin per_seq_overhead_s (fitting it changes their RMS error by "
+            "under 1%: TBT as flat over concurrency either way): the engine profile's is kept",
+}
 
 
 def _centre(level: dict[str, Any], key: str) -> float | None:
