@@ -205,6 +205,16 @@ def _gl_concurrency(bm: dict[str, Any]) -> int | None:
     return None
 
 
+def _gl_lengths(m: dict[str, Any]) -> dict[str, float]:
+    """The mean prompt and output token counts of the successful requests (metrics.
+    prompt_token_count, output_token_count), as the level fit takes them: empty without."""
+    n_in = _gl_stats(m.get("prompt_token_count"), 1.0)["mean"]
+    n_out = _gl_stats(m.get("output_token_count"), 1.0)["mean"]
+    if n_in is None or n_out is None:
+        return {}
+    return {"mean_input_tokens": n_in, "mean_context_tokens": n_in + n_out / 2}
+
+
 def from_guidellm(d: dict[str, Any], name: str) -> list[dict[str, Any]]:
     """One level per concurrent/synchronous benchmark of a GuideLLM report."""
     levels = []
@@ -213,7 +223,9 @@ def from_guidellm(d: dict[str, Any], name: str) -> list[dict[str, Any]]:
         if conc is None:
             continue  # rate-based (poisson, constant, throughput) runs are open loop
         m = bm.get("metrics") or {}
-        totals = m.get("request_totals") or {}
+        # request_totals: under metrics in some schemas, on the benchmark itself in others
+        # (guidellm's GenerativeBenchmark.request_totals)
+        totals = m.get("request_totals") or bm.get("request_totals") or {}
         levels.append({
             "concurrency": conc,
             "ttft_s": _gl_stats(m.get("time_to_first_token_ms"), MS),
@@ -230,7 +242,7 @@ def from_guidellm(d: dict[str, Any], name: str) -> list[dict[str, Any]]:
             "requests_per_s": _gl_stats(m.get("requests_per_second"), 1.0)["mean"],
             "completed": int(totals.get("successful", 0)),
             "errors": int(totals.get("errored", 0)) + int(totals.get("incomplete", 0)),
-            "source": f"guidellm ({name})"})
+            "source": f"guidellm ({name})", **_gl_lengths(m)})
     if not levels:
         raise InputError(f"{name}: no concurrent or synchronous benchmark in this GuideLLM "
                          "report (rate-based runs are open loop)")

@@ -262,3 +262,36 @@ def test_inconsistent_vllm_file_is_refused(tmp_path: Path, edit, msg) -> None:
     r = CliRunner().invoke(cli, ["calibrate", "--from-results", str(p)])
     assert r.exit_code == 2 and len(r.output.strip().splitlines()) == 1, r.output
     assert f"vllm-result.json: {msg}" in r.output
+
+
+def test_guidellm_request_totals_on_the_benchmark_itself() -> None:
+    """Audit defect 3: this file (from the guidellm repository) has benchmarks[0].request_totals
+    = {successful 46, errored 0, incomplete 1, total 47} and none under metrics; it read as
+    done 0, errors 0. Expected: done 46, errors 0 + 1 = 1."""
+    (lv,) = load_results([RESULTS / "guidellm_synchronous_benchmarks_stripped.json"])
+    assert lv["completed"] == 46 and lv["errors"] == 1
+
+
+def test_guidellm_lengths_fit_its_ttft_and_the_overhead_from_the_lowest_concurrency() -> None:
+    """Audit defect 4: every GuideLLM benchmark has prompt_token_count and output_token_count
+    (means 512 and 128 in guidellm_report.json): mean context = 512 + 128 / 2 = 576. With them
+    its levels go through the latency model (TTFT too), and the request overhead comes from the
+    lowest concurrency, GuideLLM's c=1 (TTFT 37.89 ms), not vLLM's c=8 (51.22 ms, queueing
+    included), which gave request_overhead_s = 7e-15."""
+    levels = load_results([GUIDELLM])
+    assert [(lv["mean_input_tokens"], lv["mean_context_tokens"]) for lv in levels] == [
+        (512.0, 576.0)] * 3
+    r = CliRunner().invoke(cli, ["calibrate", "--from-results", str(VLLM), str(GUIDELLM),
+                                 "--model", "llama-3.1-8b", "--gpu", "h100-sxm",
+                                 "--format", "json"])
+    assert r.exit_code == 0, r.output
+    fit = json.loads(r.output)["fit"]
+    assert {row["forward_model"] for row in fit["round_trip"]} == {"latency"}
+    assert "request overhead from the TTFT at concurrency 1" in fit["note"]
+    c1 = fit["round_trip"][0]
+    assert c1["concurrency"] == 1
+    assert c1["ttft_measured_s"] == pytest.approx(0.03789, abs=1e-5)
+    # the fitted overhead makes the c=1 TTFT: a 512-token prefill on an H100 is a few ms, so
+    # the overhead is most of the 37.89 ms (between 20 and 37.89 ms)
+    assert c1["ttft_predicted_s"] == pytest.approx(c1["ttft_measured_s"], rel=0.03)
+    assert 0.020 < fit["calibration_params"]["request_overhead_s"] < 0.03789
