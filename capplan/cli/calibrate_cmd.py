@@ -266,6 +266,8 @@ def _device(device: str, model: str | None, out: str | None, quick: bool, force:
     emit(f"params: {params}")
     for s in run.skipped:
         click.echo(f"skipped: {s}", err=True)
+    for w in fit.warnings if fit is not None else ():
+        click.echo(f"warning: {w}", err=True)
     if run.interrupted:
         click.echo("interrupted: kept what was measured", err=True)
     emit(f"wrote {path} (gpu {gpu.key})")

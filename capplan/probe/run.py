@@ -187,7 +187,8 @@ def calibration_file(run: DeviceRun, gpu: GpuSpec, cal: Calibration, fit: FitRes
         fit_d = {**fit.after, "n_samples": fit.n_samples,
                  "before_median_rel_error": fit.before["median_rel_error"],
                  "before_worst_rel_error": fit.before["worst_rel_error"],
-                 "microbenchmark_fractions": fit.priors}
+                 "microbenchmark_fractions": fit.priors,
+                 **({"warnings": fit.warnings} if fit.warnings else {})}
     return CalibrationFile(gpu=gpu.key, kind="measured", measured=measured,
                            params=CalibrationParams(**params), fit=fit_d, samples=run.samples,
                            notes="step_overhead_s and per_seq_overhead_s measured here are "
