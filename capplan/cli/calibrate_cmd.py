@@ -92,7 +92,9 @@ def _flat(level: dict[str, Any]) -> dict[str, Any]:
 @click.option("--timeout", type=SECONDS, default=60.0, show_default=True,
               help="Per-request timeout in seconds (also the stall timeout between events).")
 @click.option("--from-results", "from_results", multiple=True, type=click.Path(dir_okay=False),
-              help="vllm bench serve --save-result or GuideLLM report JSON files.")
+              help="Benchmark results files, any mix: vllm bench serve --save-result, "
+                   "GuideLLM report, LLMPerf summary, AIPerf / genai-perf export or AIPerf "
+                   "profile_export.jsonl, SGLang bench_serving JSONL.")
 @click.option("--engine", type=ENGINE, default="vllm", show_default=True,
               help="With --endpoint/--from-results and --gpu: the engine (and release, "
                    "options) the server ran; its latency model is the one fitted.")
@@ -173,8 +175,10 @@ def _read_results(files: list[str]) -> list[dict[str, Any]]:
             raise
         except (KeyError, TypeError, ValueError, AttributeError, IndexError,
                 ZeroDivisionError, OverflowError) as e:
-            raise InputError(f"{f}: not a results file capplan reads (vllm bench serve "
-                             f"--save-result or GuideLLM report): {type(e).__name__}") from e
+            from capplan.probe.results import FORMATS
+
+            raise InputError(f"{f}: a field of the wrong shape ({type(e).__name__}: "
+                             f"{str(e)[:80]}); capplan reads {FORMATS}") from e
         for lv in got:
             _check_level(lv, f)
         levels += got

@@ -41,11 +41,17 @@ from capplan.probe.report_formats import (
     from_sglang,
     mean_only,
     ms_stats,
+    num,
     open_loop_level,
+    whole,
 )
 from capplan.probe.spec_metrics import pooled_acceptance_length
 
 MS = 1e-3
+FORMATS = ("vllm bench serve --save-result, GuideLLM report, LLMPerf summary, AIPerf / "
+           "genai-perf export (or AIPerf profile_export.jsonl records), SGLang bench_serving "
+           "JSONL")
+"""The results files `calibrate --from-results` reads (any mix)."""
 
 
 def stats(values: list[float]) -> dict[str, float | None]:
@@ -122,10 +128,12 @@ def _check_consistent(d: dict[str, Any], name: str) -> None:
         raise InputError(f"{name}: the per-request lists differ in length ({shown}); "
                          "vllm bench serve --save-detailed writes one entry per request")
     done = d.get("completed")
-    if done is not None and lens and int(done) > max(lens.values()):
-        raise InputError(f"{name}: completed {int(done)} but the per-request lists hold "
+    if done is not None:
+        done = whole(done, "completed", name)
+    if done is not None and lens and done > max(lens.values()):
+        raise InputError(f"{name}: completed {done} but the per-request lists hold "
                          f"{max(lens.values())} requests")
-    if done is not None and int(done) == 0:
+    if done is not None and done == 0:
         raise InputError(f"{name}: completed 0: no request finished in this run, so its "
                          "latencies describe nothing (see its errors)")
 
@@ -147,36 +155,42 @@ def from_vllm(d: dict[str, Any], name: str, slo_s: dict[str, float] | None = Non
         e2es = [t + sum(it) for t, _o, it in ok]
         tpots = [sum(it) / (o - 1) for _t, o, it in ok if o > 1]
         lv = level_summary(0, ttfts, itls, e2es, tpots,
-                           int(d.get("total_output_tokens", 0)), int(d.get("completed", 0)),
-                           float(d.get("duration", 0)), errors)
+                           whole(d.get("total_output_tokens", 0), "total_output_tokens", name),
+                           whole(d.get("completed", 0), "completed", name),
+                           num(d.get("duration", 0), "duration", name), errors)
         if slo_s:  # vLLM counts tpot 0 for one-token outputs
             per = {"ttft": [t for t, _o, _it in ok], "e2el": e2es,
                    "tpot": [sum(it) / (o - 1) if o > 1 else 0.0 for _t, o, it in ok]}
-            lv["goodput_per_s"] = goodput_per_s(per, slo_s, float(d.get("duration", 0)))
+            lv["goodput_per_s"] = goodput_per_s(per, slo_s,
+                                                num(d.get("duration", 0), "duration", name))
             lv["goodput_slo_s"] = dict(slo_s)
     else:
-        lv = {"ttft_s": ms_stats(d, "ttft"),
-              "tbt_s": ms_stats(d, "itl"), "tpot_s": ms_stats(d, "tpot"),
-              "e2e_s": ms_stats(d, "e2el"), "completed": int(d.get("completed", 0)),
-              "errors": errors or int(d.get("failed") or 0),
+        lv = {"ttft_s": ms_stats(d, "ttft", name),
+              "tbt_s": ms_stats(d, "itl", name), "tpot_s": ms_stats(d, "tpot", name),
+              "e2e_s": ms_stats(d, "e2el", name),
+              "completed": whole(d.get("completed", 0), "completed", name),
+              "errors": errors or whole(d.get("failed") or 0, "failed", name),
               "note": "no per-request lists: percentiles are the file's own pNN keys; rerun "
                       "vllm bench serve with --save-detailed to recompute them"}
-        done = int(d.get("completed") or 0)
+        done = lv["completed"]
         if done and d.get("total_input_tokens") is not None and d.get(
                 "total_output_tokens") is not None:  # totals / completed, as vLLM sums them
-            lv["mean_input_tokens"] = float(d["total_input_tokens"]) / done
-            lv["mean_context_tokens"] = (lv["mean_input_tokens"]
-                                         + float(d["total_output_tokens"]) / done / 2)
+            lv["mean_input_tokens"] = num(d["total_input_tokens"], "total_input_tokens",
+                                          name) / done
+            lv["mean_context_tokens"] = (lv["mean_input_tokens"] + num(
+                d["total_output_tokens"], "total_output_tokens", name) / done / 2)
     if conc is None:
         ol = open_loop_level(d, lv["e2e_s"]["mean"], name, "rerun with --max-concurrency")
         lv["note"] = "; ".join(n for n in (ol.pop("note"), lv.get("note")) if n)
         lv.update(ol)
     else:
-        lv["concurrency"] = int(conc)
+        lv["concurrency"] = whole(conc, "max_concurrency", name)
     if d.get("request_goodput") is not None:  # only when the run had --goodput SLOs
-        lv["request_goodput_per_s"] = float(d["request_goodput"])
-    lv["output_tokens_per_s"] = float(d.get("output_throughput", lv.get("output_tokens_per_s")))
-    lv["requests_per_s"] = float(d.get("request_throughput", lv.get("requests_per_s")))
+        lv["request_goodput_per_s"] = num(d["request_goodput"], "request_goodput", name)
+    lv["output_tokens_per_s"] = num(d.get("output_throughput", lv.get("output_tokens_per_s")),
+                                    "output_throughput", name)
+    lv["requests_per_s"] = num(d.get("request_throughput", lv.get("requests_per_s")),
+                               "request_throughput", name)
     ins, outs = d.get("input_lens") or [], d.get("output_lens") or []
     if ins and outs:
         lv["mean_context_tokens"] = float(np.mean(ins) + np.mean(outs) / 2)
@@ -185,31 +199,33 @@ def from_vllm(d: dict[str, Any], name: str, slo_s: dict[str, float] | None = Non
     return lv
 
 
-def _gl_stats(metric: dict[str, Any] | None, scale: float) -> dict[str, float | None]:
-    s = (metric or {}).get("successful") or {}
+def _gl_stats(m: dict[str, Any], field: str, scale: float, name: str
+              ) -> dict[str, float | None]:
+    """metrics.FIELD.successful's mean and percentiles, times `scale`."""
+    s = (m.get(field) or {}).get("successful") or {}
     pct = s.get("percentiles") or {}
 
     def g(v: Any) -> float | None:
-        return None if v is None else float(v) * scale
+        return None if v is None else num(v, f"metrics.{field}.successful", name) * scale
     return {"mean": g(s.get("mean")), "p50": g(pct.get("p50", s.get("median"))),
             "p90": g(pct.get("p90")), "p99": g(pct.get("p99"))}
 
 
-def _gl_concurrency(bm: dict[str, Any]) -> int | None:
+def _gl_concurrency(bm: dict[str, Any], name: str) -> int | None:
     for holder in (bm.get("config"), bm.get("args"), bm):
         strat = (holder or {}).get("strategy") or {}
         if strat.get("streams"):
-            return int(strat["streams"])
+            return whole(strat["streams"], "strategy.streams", name)
         if strat.get("type_") == "synchronous":
             return 1
     return None
 
 
-def _gl_lengths(m: dict[str, Any]) -> dict[str, float]:
+def _gl_lengths(m: dict[str, Any], name: str) -> dict[str, float]:
     """The mean prompt and output token counts of the successful requests (metrics.
     prompt_token_count, output_token_count), as the level fit takes them: empty without."""
-    n_in = _gl_stats(m.get("prompt_token_count"), 1.0)["mean"]
-    n_out = _gl_stats(m.get("output_token_count"), 1.0)["mean"]
+    n_in = _gl_stats(m, "prompt_token_count", 1.0, name)["mean"]
+    n_out = _gl_stats(m, "output_token_count", 1.0, name)["mean"]
     if n_in is None or n_out is None:
         return {}
     return {"mean_input_tokens": n_in, "mean_context_tokens": n_in + n_out / 2}
@@ -219,7 +235,7 @@ def from_guidellm(d: dict[str, Any], name: str) -> list[dict[str, Any]]:
     """One level per concurrent/synchronous benchmark of a GuideLLM report."""
     levels = []
     for bm in d.get("benchmarks") or []:
-        conc = _gl_concurrency(bm)
+        conc = _gl_concurrency(bm, name)
         if conc is None:
             continue  # rate-based (poisson, constant, throughput) runs are open loop
         m = bm.get("metrics") or {}
@@ -228,21 +244,21 @@ def from_guidellm(d: dict[str, Any], name: str) -> list[dict[str, Any]]:
         totals = m.get("request_totals") or bm.get("request_totals") or {}
         levels.append({
             "concurrency": conc,
-            "ttft_s": _gl_stats(m.get("time_to_first_token_ms"), MS),
+            "ttft_s": _gl_stats(m, "time_to_first_token_ms", MS, name),
             # inter_token_latency: per-request (E2E - TTFT) / (N - 1), vLLM's TPOT. Its mean
             # equals the mean gap (vLLM's ITL mean) when outputs have equal lengths; the
             # gap percentiles are not in the report.
-            "tbt_s": mean_only(_gl_stats(m.get("inter_token_latency_ms"), MS)),
-            "tpot_s": _gl_stats(m.get("inter_token_latency_ms"), MS),
+            "tbt_s": mean_only(_gl_stats(m, "inter_token_latency_ms", MS, name)),
+            "tpot_s": _gl_stats(m, "inter_token_latency_ms", MS, name),
             # time_per_output_token: (E2E - TTFT) / N, kept under its own name
-            "guidellm_time_per_output_token_s": _gl_stats(
-                m.get("time_per_output_token_ms"), MS),
-            "e2e_s": _gl_stats(m.get("request_latency"), 1.0),
-            "output_tokens_per_s": _gl_stats(m.get("output_tokens_per_second"), 1.0)["mean"],
-            "requests_per_s": _gl_stats(m.get("requests_per_second"), 1.0)["mean"],
-            "completed": int(totals.get("successful", 0)),
-            "errors": int(totals.get("errored", 0)) + int(totals.get("incomplete", 0)),
-            "source": f"guidellm ({name})", **_gl_lengths(m)})
+            "guidellm_time_per_output_token_s": _gl_stats(m, "time_per_output_token_ms", MS, name),
+            "e2e_s": _gl_stats(m, "request_latency", 1.0, name),
+            "output_tokens_per_s": _gl_stats(m, "output_tokens_per_second", 1.0, name)["mean"],
+            "requests_per_s": _gl_stats(m, "requests_per_second", 1.0, name)["mean"],
+            "completed": whole(totals.get("successful", 0), "request_totals.successful", name),
+            "errors": sum(whole(totals.get(k, 0), f"request_totals.{k}", name)
+                          for k in ("errored", "incomplete")),
+            "source": f"guidellm ({name})", **_gl_lengths(m, name)})
     if not levels:
         raise InputError(f"{name}: no concurrent or synchronous benchmark in this GuideLLM "
                          "report (rate-based runs are open loop)")
@@ -283,8 +299,7 @@ def _levels_from(d: Any, p: Path, slo_s: dict[str, float] | None = None
         return [from_sglang(d, p.name)]
     if "mean_ttft_ms" in d or "ttfts" in d:
         return [from_vllm(d, p.name, slo_s)]
-    raise InputError(f"{p}: not a result file capplan reads (vllm bench serve, GuideLLM, "
-                     "LLMPerf summary, AIPerf/genai-perf export, SGLang bench_serving)")
+    raise InputError(f"{p}: not a result file capplan reads ({FORMATS})")
 
 
 def load_results(paths: list[Path], slo_s: dict[str, float] | None = None

@@ -295,3 +295,68 @@ def test_guidellm_lengths_fit_its_ttft_and_the_overhead_from_the_lowest_concurre
     # the overhead is most of the 37.89 ms (between 20 and 37.89 ms)
     assert c1["ttft_predicted_s"] == pytest.approx(c1["ttft_measured_s"], rel=0.03)
     assert 0.020 < fit["calibration_params"]["request_overhead_s"] < 0.03789
+
+
+def _summary_only(d: dict) -> dict:
+    for k in ("ttfts", "itls", "input_lens", "output_lens", "errors"):
+        d.pop(k, None)
+    return d
+
+
+AIPERF = RESULTS / "aiperf_gpt-oss-20b_c100_profile_export_aiperf.json"
+
+
+def _ai(d: dict) -> dict:
+    return d.get("records", d)
+
+
+@pytest.mark.parametrize(("base", "edit", "msg"), [
+    (VLLM, lambda d: _summary_only(d).pop("output_throughput"),
+     "output_throughput is missing or null; expected a number"),
+    (VLLM, lambda d: _summary_only(d).update(request_throughput=None),
+     "request_throughput is missing or null; expected a number"),
+    (VLLM, lambda d: d.update(completed="abc"), "completed is 'abc', not a number"),
+    (VLLM, lambda d: d.update(max_concurrency="eight"), "max_concurrency is 'eight', not a number"),
+    (VLLM, lambda d: d.update(max_concurrency=2.5), "max_concurrency is 2.5, not a whole number"),
+    (AIPERF, lambda d: d["input_config"]["loadgen"].update(concurrency="four"),
+     "input_config concurrency is 'four', not a number"),
+    (AIPERF, lambda d: _ai(d)["ttft"].update(avg="abc"), "ttft.avg is 'abc', not a number"),
+])
+def test_a_bad_field_of_a_known_file_is_named(tmp_path: Path, run_cli, base, edit, msg) -> None:
+    """Audit defect 10: a recognised file with a field of the wrong type said "not a results
+    file capplan reads (vllm bench serve --save-result or GuideLLM report): TypeError"."""
+    d = json.loads(base.read_text())
+    edit(d)
+    p = tmp_path / "r.json"
+    p.write_text(json.dumps(d))
+    r = run_cli("calibrate", "--from-results", str(p))
+    assert r.exit_code == 2 and r.stderr == f"Error: r.json: {msg}\n", r.stderr
+
+
+def test_calibrate_help_lists_every_results_format(run_cli) -> None:
+    out = " ".join(run_cli("calibrate", "--help").stdout.split())
+    for tool in ("vllm bench serve", "GuideLLM", "LLMPerf", "AIPerf", "genai-perf", "SGLang"):
+        assert tool in out, tool
+
+
+@pytest.mark.parametrize(("unit", "avg", "want_ms"), [("ns", 50e6, 50.0), ("s", 0.05, 50.0)])
+def test_aiperf_aggregate_time_units(tmp_path: Path, unit: str, avg: float,
+                                     want_ms: float) -> None:
+    d = json.loads(AIPERF.read_text())
+    _ai(d)["ttft"] = {"unit": unit, "avg": avg}
+    p = tmp_path / "profile_export_aiperf.json"
+    p.write_text(json.dumps(d))
+    (lv,) = load_results([p])
+    assert lv["ttft_s"]["mean"] * 1e3 == pytest.approx(want_ms, rel=1e-12)
+
+
+def test_aiperf_aggregate_unknown_time_unit_is_refused(tmp_path: Path, run_cli) -> None:
+    """Audit defect 11: {"unit": "furlongs", "avg": 5} read as 5 ms; the per-record reader
+    refuses it."""
+    d = json.loads(AIPERF.read_text())
+    _ai(d)["ttft"] = {"unit": "furlongs", "avg": 5}
+    p = tmp_path / "profile_export_aiperf.json"
+    p.write_text(json.dumps(d))
+    r = run_cli("calibrate", "--from-results", str(p))
+    assert r.exit_code == 2 and len(r.stderr_lines) == 1
+    assert "ttft.unit is 'furlongs'; a latency needs a time unit (ns, us, ms, s)" in r.stderr
