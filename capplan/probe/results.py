@@ -33,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from capplan.errors import InputError
+from capplan.errors import CapplanError, InputError
 from capplan.limits import read_text
 from capplan.probe.report_formats import (
     from_aiperf,
@@ -376,6 +376,12 @@ def fit_levels(levels: list[dict[str, Any]], model: str | None = None, gpu: str 
         dep = fit_deployment(catalog, model, gpu, options)
         got = fit_targets(dep, [target_of(lv, _centre) for lv in use])
         fit["gpu_key"] = dep.gpu.key
+        fit["model"] = dep.model.key
+        served = _served_models(levels)
+        if served:
+            fit["served_model"] = served[0]
+        fit["warnings"] = [*fit.get("warnings", []),
+                           *_model_mismatch(served, dep.model.key, model, catalog)]
         fit["engine"] = dep.profile.label
         fit["host_overlap"] = bool(dep.profile.host_overlap)
         fit["round_trip"] = got["levels"]
@@ -391,6 +397,27 @@ def fit_levels(levels: list[dict[str, Any]], model: str | None = None, gpu: str 
     if tau is not None:  # the server's own speculative acceptance (probe/spec_metrics.py)
         fit["calibration_params"] = {**fit["calibration_params"], "spec_acceptance_length": tau}
     return fit
+
+
+def _served_models(levels: list[dict[str, Any]]) -> list[str]:
+    """The served models the levels' files name (vLLM model_id, ...), once each."""
+    return list(dict.fromkeys(str(lv["model"]) for lv in levels if lv.get("model")))
+
+
+def _model_mismatch(served: list[str], key: str, given: str, catalog: Any) -> list[str]:
+    """A warning when a results file names another model than --model: the fit would put that
+    model's server costs on this one (an engine mismatch is warned about likewise)."""
+    out = []
+    for m in served:
+        try:
+            same = catalog.resolve_model(m).spec.key == key
+        except CapplanError:  # a served name the catalog does not know: compare the names
+            same = m in (given, key)
+        if not same:
+            out.append(f"the results files measured {m}, and --model {given} is {key}: the host "
+                       f"costs are fitted through {key}'s latency model from another model's "
+                       "levels (pass the model the server ran)")
+    return out
 
 
 _PER_SEQ_NOTES = {
@@ -411,6 +438,7 @@ def write_levels_calibration(path: Path, levels: list[dict[str, Any]], fit: dict
                              ) -> None:
     """A calibration file holding the derivable overheads (needs --gpu)."""
     from capplan.catalog.calibration import (
+        SERVING_METHOD,
         CalibrationFile,
         CalibrationParams,
         write_calibration,
@@ -421,6 +449,7 @@ def write_levels_calibration(path: Path, levels: list[dict[str, Any]], fit: dict
                          "--model to derive calibration parameters")
     write_calibration(path, CalibrationFile(
         gpu=fit["gpu_key"], kind="measured",
-        measured={"method": "serving benchmark levels", "engine": fit.get("engine"),
-                  "host_overlap": fit.get("host_overlap")},
+        measured={"method": SERVING_METHOD, "engine": fit.get("engine"),
+                  "host_overlap": fit.get("host_overlap"), "model": fit.get("model"),
+                  **({"served_model": fit["served_model"]} if fit.get("served_model") else {})},
         params=CalibrationParams(**fit["calibration_params"]), fit=fit, samples=levels))

@@ -360,3 +360,30 @@ def test_aiperf_aggregate_unknown_time_unit_is_refused(tmp_path: Path, run_cli) 
     r = run_cli("calibrate", "--from-results", str(p))
     assert r.exit_code == 2 and len(r.stderr_lines) == 1
     assert "ttft.unit is 'furlongs'; a latency needs a time unit (ns, us, ms, s)" in r.stderr
+
+
+def test_from_results_with_another_model_warns_and_the_file_records_it(tmp_path: Path,
+                                                                        run_cli) -> None:
+    """Audit defect 12: the vLLM file says model_id meta-llama/Llama-3.1-8B-Instruct (catalog
+    llama-3.1-8b); fitted as --model qwen2.5-7b it said nothing, and the calibration did not
+    record its model. Now: a warning, measured.model, and a warning when the file is used
+    with another model."""
+    out = tmp_path / "cal.yaml"
+    r = run_cli("calibrate", "--from-results", str(VLLM), "--model", "qwen2.5-7b", "--gpu",
+                "h100-sxm", "--out", str(out))
+    assert r.exit_code == 0, r.stderr
+    assert ("warning: the results files measured meta-llama/Llama-3.1-8B-Instruct, and --model "
+            "qwen2.5-7b is qwen2.5-7b") in r.stderr
+    r = run_cli("calibrate", "--from-results", str(VLLM), "--model", "llama-3.1-8b", "--gpu",
+                "h100-sxm", "--out", str(out))
+    assert r.exit_code == 0 and "warning" not in r.stderr, r.stderr
+    import yaml
+
+    measured = yaml.safe_load(out.read_text())["measured"]
+    assert measured["model"] == "llama-3.1-8b"
+    assert measured["served_model"] == "meta-llama/Llama-3.1-8B-Instruct"
+    args = ("speed", "--gpu", "h100-sxm", "--calibration", str(out), "--batch", "1")
+    r = run_cli(*args, "--model", "qwen2.5-7b")
+    assert r.exit_code == 0 and "measured with llama-3.1-8b, this run is of qwen2.5-7b" in r.stderr
+    r = run_cli(*args, "--model", "llama-3.1-8b")
+    assert r.exit_code == 0 and "warning" not in r.stderr, r.stderr
