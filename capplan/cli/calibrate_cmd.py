@@ -70,7 +70,11 @@ def _flat(level: dict[str, Any]) -> dict[str, Any]:
               help="Where to run the microbenchmarks.")
 @click.option("--model", default=None,
               help="Model whose shapes are measured (default llama-3.1-8b; cpu: llama-3.2-1b). "
-                   "With --endpoint: the served model name.")
+                   "With --endpoint: the served model name, and the catalog model the fit "
+                   "uses (unless --served-model).")
+@click.option("--served-model", default=None,
+              help="With --endpoint: the model name the server serves (its "
+                   "--served-model-name), when --model names the catalog model.")
 @click.option("--gpu", default=None,
               help="With --endpoint/--from-results: the server's GPU, to derive overheads.")
 @click.option("--out", type=click.Path(dir_okay=False), default=None,
@@ -104,7 +108,8 @@ def _flat(level: dict[str, Any]) -> dict[str, Any]:
 @click.argument("more_results", nargs=-1, type=click.Path(dir_okay=False))
 @format_option
 @catalog_option
-def calibrate_cmd(device: str, model: str | None, gpu: str | None, out: str | None, quick: bool,
+def calibrate_cmd(device: str, model: str | None, served_model: str | None, gpu: str | None,
+                  out: str | None, quick: bool,
                   force: bool, layers: int | None, endpoint: str | None,
                   concurrency: list[int], input_len: int, output_len: int,
                   requests_per_level: int | None, timeout: float,
@@ -119,6 +124,8 @@ def calibrate_cmd(device: str, model: str | None, gpu: str | None, out: str | No
       capplan calibrate --from-results vllm-result.json guidellm-report.json
     """
     files = [*from_results, *more_results]
+    if served_model is not None and not endpoint:
+        raise InputError("--served-model goes with --endpoint (the name its requests carry)")
     if more_results and not from_results:
         raise InputError(f"unexpected argument {more_results[0]!r}: files go after --from-results")
     if endpoint and files:
@@ -135,8 +142,8 @@ def calibrate_cmd(device: str, model: str | None, gpu: str | None, out: str | No
         if out:  # checked before the benchmark: its minutes are not lost at the end
             _check_levels_out(out, model, gpu, cat)
         try:
-            levels = run_endpoint(endpoint, model, concurrency, input_len, output_len,
-                                  requests_per_level, timeout)
+            levels = run_endpoint(endpoint, served_model or model, concurrency, input_len,
+                                  output_len, requests_per_level, timeout)
         except Interrupted as e:
             _interrupted(e.levels, len(concurrency), (model, gpu, served), cat, fmt, out)
         done = any(lv.get("completed") for lv in levels)

@@ -302,8 +302,11 @@ def one_request(t: Target, model: str, prompt: str, output_len: int, timeout_s: 
             conn.request("POST", t.path, body=body,
                          headers={"Content-Type": "application/json"})
             resp = conn.getresponse()
+            ctype = resp.getheader("Content-Type") or ""
             if resp.status != 200:
                 res.error = f"HTTP {resp.status}"
+            elif "json" in ctype.lower():  # one whole answer: stream=true was not honoured
+                res.error = f"the server did not stream (Content-Type {ctype.split(';')[0]})"
             else:
                 done, last, usage_tokens = _stream(resp, res, start, output_len, clock)
                 res.ok = done and last is not None

@@ -363,7 +363,10 @@ def fit_levels(levels: list[dict[str, Any]], model: str | None = None, gpu: str 
     fit: dict[str, Any] = {"tbt_law": _line(c, tbt), "ttft_law": _line(c[has_ttft], ttft),
                            "calibration_params": {}}
     if not use:
-        fit["note"] = "no level completed a request: nothing to fit"
+        done = any(lv.get("completed") for lv in levels)
+        fit["note"] = ("requests completed, but no level has a token gap to fit TBT from "
+                       "(a one-token output has none: --output-len 2 or more)" if done else
+                       "no level completed a request: nothing to fit")
         return fit
     medians = sorted({k for lv in use for k in ("tbt_s", "ttft_s")
                       if (lv.get(k) or {}).get("mean") is None

@@ -106,6 +106,15 @@ class _Handler(BaseHTTPRequestHandler):
             self.send_header("Content-Length", "0")
             self.end_headers()
             return
+        if mode == "json":  # a server that ignores stream=true: one whole JSON answer
+            data = json.dumps({"choices": [{"index": 0, "text": " tok" * body["max_tokens"]}],
+                               "usage": {"completion_tokens": body["max_tokens"]}}).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+            return
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream")
         self.send_header("Transfer-Encoding", "chunked")
@@ -281,6 +290,46 @@ def test_one_huge_event_is_an_error_not_a_memory_sink(server: ThreadingHTTPServe
     lv = run_level(parse_url(_url(server)), "m", 1, 1, 16, 6, timeout_s=10)
     assert lv["errors"] == 1
     assert list(lv["error_kinds"]) == [f"an event exceeds {MAX_EVENT_BYTES // 1024} KiB"]
+
+
+def test_a_server_that_does_not_stream_is_named(server: ThreadingHTTPServer, run_cli) -> None:
+    """Audit defect 15: a 200 answer with Content-Type application/json (stream=true ignored)
+    was reported as "stream ended before [DONE]"."""
+    server.mode = "json"  # type: ignore[attr-defined]
+    r = run_cli("calibrate", "--endpoint", _url(server), "--model", "m", "--concurrency", "1",
+                "--output-len", "6", "--requests-per-level", "3")
+    assert r.exit_code == 2 and len(r.stderr_lines) == 1, r.stderr
+    assert ("every request failed (the server did not stream (Content-Type application/json) "
+            "x3)") in r.stderr
+
+
+def test_one_token_outputs_say_there_is_no_gap_to_fit(server: ThreadingHTTPServer,
+                                                       run_cli) -> None:
+    """Audit defect 14: --output-len 1 completed every request and said "no level completed a
+    request"; one token has no gap after it."""
+    r = run_cli("calibrate", "--endpoint", _url(server), "--model", "m", "--concurrency", "1",
+                "--output-len", "1", "--requests-per-level", "2")
+    assert r.exit_code == 0, r.stderr
+    assert "no level completed a request" not in r.stdout
+    assert "no level has a token gap to fit TBT from" in r.stdout
+
+
+def test_served_model_is_sent_and_model_is_fitted(server: ThreadingHTTPServer, run_cli,
+                                                  tmp_path) -> None:
+    """Audit defect 13: a server launched with --served-model-name my-llama could not be
+    fitted (--model was both the name sent and the catalog model). --served-model is sent;
+    --model is the catalog model the fit and the file use."""
+    import yaml
+
+    out = tmp_path / "cal.yaml"
+    r = run_cli("calibrate", "--endpoint", _url(server), "--model", "llama-3.1-8b",
+                "--served-model", "my-llama", "--gpu", "h100-sxm", "--concurrency", "1,2",
+                "--output-len", "6", "--requests-per-level", "2", "--out", str(out))
+    assert r.exit_code == 0, r.stderr
+    assert {b["model"] for _p, b in server.bodies} == {"my-llama"}  # type: ignore[attr-defined]
+    assert yaml.safe_load(out.read_text())["measured"]["model"] == "llama-3.1-8b"
+    r = run_cli("calibrate", "--from-results", "x.json", "--served-model", "my-llama")
+    assert r.exit_code == 2 and "--served-model goes with --endpoint" in r.stderr
 
 
 def test_http_error_is_counted(server: ThreadingHTTPServer) -> None:
