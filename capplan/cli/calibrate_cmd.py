@@ -275,6 +275,10 @@ def _device(device: str, model: str | None, out: str | None, quick: bool, force:
         emit("no decoder step was measured: the file holds the microbenchmark fractions only")
     params = ", ".join(f"{k}={v:.4g}" for k, v in cf.params.model_dump().items() if v is not None)
     emit(f"params: {params}")
+    by: dict[str, list[str]] = {}
+    for k, how in (cf.fit.get("param_sources") or {}).items():
+        by.setdefault(how.split(" (")[0], []).append(k)
+    emit("; ".join(f"{how}: {', '.join(ks)}" for how, ks in by.items()))
     for s in run.skipped:
         click.echo(f"skipped: {s}", err=True)
     for w in fit.warnings if fit is not None else ():

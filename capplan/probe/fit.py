@@ -51,6 +51,9 @@ class FitResult:
     rows: list[dict[str, Any]]
     """Per sample: kind, batch/context or chunk, measured_s, before_s, after_s."""
     priors: dict[str, float]
+    fitted: tuple[str, ...] = ()
+    """The parameters the least-squares fit set (empty when the microbenchmarks alone or the
+    default predicted the samples better and were kept)."""
     warnings: list[str] = field(default_factory=list)
     """Signs of a bad run (a cold start, a busy machine): samples out of order, a fixed overhead
     that dominates the steps while the fit misses them (sample_warnings)."""
@@ -215,7 +218,8 @@ def fit_calibration(model: ModelSpec, gpu: GpuSpec, samples: list[dict[str, Any]
     candidates = [cal, start.with_(source=source), base.with_(source=source)]
     errs = [rel_errors(predict_s(model, gpu, c, fit_s), meas)["median_rel_error"]
             for c in candidates]
-    cal = candidates[int(np.argmin(errs))]
+    chosen = int(np.argmin(errs))
+    cal = candidates[chosen]
     if "gemm_frac_low_precision" in all_priors:  # fp8 GEMMs: pinned by the microbenchmark only
         cal = cal.with_(gemm_frac_low_precision=all_priors["gemm_frac_low_precision"])
     before = predict_s(model, gpu, base, fit_s)
@@ -225,6 +229,7 @@ def fit_calibration(model: ModelSpec, gpu: GpuSpec, samples: list[dict[str, Any]
     errs_after = rel_errors(after, meas)
     return FitResult(calibration=cal, before=rel_errors(before, meas), after=errs_after,
                      n_samples=len(fit_s), rows=rows, priors=all_priors,
+                     fitted=tuple(names) if chosen == 0 else (),
                      warnings=sample_warnings(fit_s, cal, errs_after["worst_rel_error"]))
 
 

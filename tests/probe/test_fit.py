@@ -84,3 +84,27 @@ def test_a_warm_run_has_no_overhead_warning() -> None:
     assert len(fit.warnings) == 1, fit.warnings
     assert "prefill 512 800.1 ms < prefill 128 3126.9 ms" in fit.warnings[0]
     assert fit.calibration.step_overhead_s < 0.5 * 0.1324
+
+
+def test_the_file_says_which_params_were_fitted_measured_or_default() -> None:
+    """Audit defect 17: a CPU calibration listed gemm_frac_low_precision 0.68, the all-reduce
+    and expert values beside the fitted ones with nothing to tell them apart. A CPU run times
+    no fp8 GEMM and no all-reduce: those are defaults; its copy and GEMM fractions are 1 by
+    construction (the host's peaks are the run's best rates)."""
+    from capplan.probe.run import DeviceRun, calibration_file, fit_run
+
+    d = yaml.safe_load((PROBE_RUNS / "cpu_warm.yaml").read_text())
+    run = DeviceRun(device="cpu", gpu=None, measured=dict(d["measured"]), samples=d["samples"])
+    model = load_catalog(()).model("llama-3.2-1b")
+    gpu, cal, fit = fit_run(run, model)
+    src = calibration_file(run, gpu, cal, fit).fit["param_sources"]
+    for name in ("gemm_frac_low_precision", "allreduce_latency_s", "allreduce_bw_frac",
+                 "per_layer_overhead_s"):
+        assert src[name] == "default (not measured)", name
+    assert fit is not None
+    for name in fit.fitted:  # what the least-squares fit set
+        assert src[name] == "fitted to the decoder steps", name
+    assert set(fit.fitted) >= {"step_overhead_s", "attn_bw_frac"}
+    for name in ("mem_bw_frac", "gemm_frac"):
+        if name not in fit.fitted:
+            assert "1 by construction" in src[name]

@@ -186,6 +186,9 @@ def test_flat_tbt_cannot_pin_the_per_seq_cost_and_keeps_the_profiles(tmp_path: P
     from capplan.probe.results import write_levels_calibration
 
     write_levels_calibration(out, FLAT_LEVELS, fit)
+    sources = yaml.safe_load(out.read_text())["fit"]["param_sources"]  # audit defect 17
+    assert sources["per_seq_overhead_s"].startswith("default: the engine profile's (flat")
+    assert sources["step_overhead_s"] == "fitted to the serving levels"
     res = run_cli("recommend", "--model", MODEL, "--rate", "5", "--gpu", GPU, "--ttft-p99",
                   "1s", "--tbt-p99", "60ms", "--calibration", str(out), "--format", "json")
     assert res.exit_code == 0, res.stderr
