@@ -90,13 +90,20 @@ def read_calibration_file(path: Path) -> CalibrationFile:
         raise InputError(f"{path}: {validation_error_line(e, keys)[1]}") from e
 
 
+SERVING_METHOD = "serving benchmark levels"
+"""measured.method of a calibration fitted from serving levels (probe/results.py)."""
+
+
 def calibration_from_file(cf: CalibrationFile, gpu: GpuSpec, source: str) -> Calibration:
     """Measured parameters over the GPU's datasheet defaults (missing ones keep defaults)."""
     base = default_calibration(gpu)
     given = {k: v for k, v in cf.params.model_dump().items() if v is not None}
     engine = cf.measured.get("engine")
-    return base.with_(**given, source=source,
-                      engine=str(engine) if engine else None)  # type: ignore[arg-type]
+    # a serving calibration's host costs and request overhead were measured with one model
+    model = cf.measured.get("model") if cf.measured.get("method") == SERVING_METHOD else None
+    return base.with_(**given, source=source,  # type: ignore[arg-type]
+                      engine=str(engine) if engine else None,
+                      model=str(model) if model else None)
 
 
 def _check_version(path: Path, data: dict[str, Any]) -> None:

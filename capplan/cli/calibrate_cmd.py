@@ -70,7 +70,11 @@ def _flat(level: dict[str, Any]) -> dict[str, Any]:
               help="Where to run the microbenchmarks.")
 @click.option("--model", default=None,
               help="Model whose shapes are measured (default llama-3.1-8b; cpu: llama-3.2-1b). "
-                   "With --endpoint: the served model name.")
+                   "With --endpoint: the served model name, and the catalog model the fit "
+                   "uses (unless --served-model).")
+@click.option("--served-model", default=None,
+              help="With --endpoint: the model name the server serves (its "
+                   "--served-model-name), when --model names the catalog model.")
 @click.option("--gpu", default=None,
               help="With --endpoint/--from-results: the server's GPU, to derive overheads.")
 @click.option("--out", type=click.Path(dir_okay=False), default=None,
@@ -92,7 +96,9 @@ def _flat(level: dict[str, Any]) -> dict[str, Any]:
 @click.option("--timeout", type=SECONDS, default=60.0, show_default=True,
               help="Per-request timeout in seconds (also the stall timeout between events).")
 @click.option("--from-results", "from_results", multiple=True, type=click.Path(dir_okay=False),
-              help="vllm bench serve --save-result or GuideLLM report JSON files.")
+              help="Benchmark results files, any mix: vllm bench serve --save-result, "
+                   "GuideLLM report, LLMPerf summary, AIPerf / genai-perf export or AIPerf "
+                   "profile_export.jsonl, SGLang bench_serving JSONL.")
 @click.option("--engine", type=ENGINE, default="vllm", show_default=True,
               help="With --endpoint/--from-results and --gpu: the engine (and release, "
                    "options) the server ran; its latency model is the one fitted.")
@@ -102,7 +108,8 @@ def _flat(level: dict[str, Any]) -> dict[str, Any]:
 @click.argument("more_results", nargs=-1, type=click.Path(dir_okay=False))
 @format_option
 @catalog_option
-def calibrate_cmd(device: str, model: str | None, gpu: str | None, out: str | None, quick: bool,
+def calibrate_cmd(device: str, model: str | None, served_model: str | None, gpu: str | None,
+                  out: str | None, quick: bool,
                   force: bool, layers: int | None, endpoint: str | None,
                   concurrency: list[int], input_len: int, output_len: int,
                   requests_per_level: int | None, timeout: float,
@@ -117,6 +124,8 @@ def calibrate_cmd(device: str, model: str | None, gpu: str | None, out: str | No
       capplan calibrate --from-results vllm-result.json guidellm-report.json
     """
     files = [*from_results, *more_results]
+    if served_model is not None and not endpoint:
+        raise InputError("--served-model goes with --endpoint (the name its requests carry)")
     if more_results and not from_results:
         raise InputError(f"unexpected argument {more_results[0]!r}: files go after --from-results")
     if endpoint and files:
@@ -133,8 +142,8 @@ def calibrate_cmd(device: str, model: str | None, gpu: str | None, out: str | No
         if out:  # checked before the benchmark: its minutes are not lost at the end
             _check_levels_out(out, model, gpu, cat)
         try:
-            levels = run_endpoint(endpoint, model, concurrency, input_len, output_len,
-                                  requests_per_level, timeout)
+            levels = run_endpoint(endpoint, served_model or model, concurrency, input_len,
+                                  output_len, requests_per_level, timeout)
         except Interrupted as e:
             _interrupted(e.levels, len(concurrency), (model, gpu, served), cat, fmt, out)
         done = any(lv.get("completed") for lv in levels)
@@ -173,8 +182,10 @@ def _read_results(files: list[str]) -> list[dict[str, Any]]:
             raise
         except (KeyError, TypeError, ValueError, AttributeError, IndexError,
                 ZeroDivisionError, OverflowError) as e:
-            raise InputError(f"{f}: not a results file capplan reads (vllm bench serve "
-                             f"--save-result or GuideLLM report): {type(e).__name__}") from e
+            from capplan.probe.results import FORMATS
+
+            raise InputError(f"{f}: a field of the wrong shape ({type(e).__name__}: "
+                             f"{str(e)[:80]}); capplan reads {FORMATS}") from e
         for lv in got:
             _check_level(lv, f)
         levels += got
@@ -264,8 +275,14 @@ def _device(device: str, model: str | None, out: str | None, quick: bool, force:
         emit("no decoder step was measured: the file holds the microbenchmark fractions only")
     params = ", ".join(f"{k}={v:.4g}" for k, v in cf.params.model_dump().items() if v is not None)
     emit(f"params: {params}")
+    by: dict[str, list[str]] = {}
+    for k, how in (cf.fit.get("param_sources") or {}).items():
+        by.setdefault(how.split(" (")[0], []).append(k)
+    emit("; ".join(f"{how}: {', '.join(ks)}" for how, ks in by.items()))
     for s in run.skipped:
         click.echo(f"skipped: {s}", err=True)
+    for w in fit.warnings if fit is not None else ():
+        click.echo(f"warning: {w}", err=True)
     if run.interrupted:
         click.echo("interrupted: kept what was measured", err=True)
     emit(f"wrote {path} (gpu {gpu.key})")
@@ -288,6 +305,9 @@ def _emit_levels(levels: list[dict[str, Any]], served: tuple[Any, ...], cat: Any
 
 
 def _print_levels(levels: list[dict[str, Any]], fit: dict[str, Any], fmt: str) -> None:
+    for w in [*(f"concurrency {lv['concurrency']}: {w}" for lv in levels
+                for w in lv.get("warnings") or ()), *(fit.get("warnings") or ())]:
+        click.echo(f"warning: {w}", err=True)
     if fmt == "json":
         emit(to_json({"levels": levels, "fit": fit}))
         return

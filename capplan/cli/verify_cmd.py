@@ -82,6 +82,14 @@ def verify_cmd(plan_file: str, endpoint: str | None, model: str | None,
                    f"{_window(d)})", err=True)
     if res.calibration:
         click.echo(f"wrote {res.calibration}", err=True)
+    for w in (res.measured or {}).get("warnings") or ():
+        click.echo(f"warning: {w}", err=True)
+    if (res.measured or {}).get("arrival_rate_per_s"):
+        m = res.measured or {}
+        click.echo(f"note: sent at {m['arrival_rate_per_s']:.4g} req/s; the throughput rows are "
+                   "the completed requests at that rate (the arrival window); over the whole "
+                   f"run, the drain after the last arrival included: {m['requests_per_s']:.4g} "
+                   f"req/s, {m['output_tokens_per_s']:.4g} output tok/s", err=True)
     if fmt == "json":
         emit(to_json(d))
         return

@@ -67,13 +67,16 @@ class Calibration:
     engine: str | None = None
     """The engine profile a serving calibration was fitted through (its file's
     measured.engine, e.g. 'vllm 0.14'); None for microbenchmarks and defaults."""
+    model: str | None = None
+    """The catalog model a serving calibration's levels were measured with (its file's
+    measured.model); None for microbenchmarks, defaults and files that do not say."""
 
     def with_(self, **changes: float | str) -> Calibration:
         return replace(self, **changes)  # type: ignore[arg-type]
 
     @classmethod
     def param_names(cls) -> list[str]:
-        return [f.name for f in fields(cls) if f.name not in ("source", "engine")]
+        return [f.name for f in fields(cls) if f.name not in ("source", "engine", "model")]
 
 
 # Defaults from public measurements (docs/perf.md, docs/research/published_perf.md):

@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from capplan.errors import CapplanError
+from capplan.plan.deployment import device_for
 
 ACCURACY_CAVEAT = ("fp8 weights (e4m3, quantized when the engine loads a bf16 checkpoint, or a "
                    "published FP8 checkpoint) change outputs slightly; FP8 checkpoints report "
@@ -35,8 +36,8 @@ def wants_fp8_alternative(plan: Any, resolved: Any, cat: Any) -> bool:
     m = resolved.spec
     if m.quantization is not None or resolved.implied_weight_dtype:
         return False
-    gpus = [cat.gpu(g) for g in plan.candidates.gpus] if plan.candidates.gpus else list(
-        cat.gpus.values())
+    gpus = [device_for(cat, g, plan.calibration) for g in plan.candidates.gpus] \
+        if plan.candidates.gpus else list(cat.gpus.values())
     return any(g.supports("fp8") for g in gpus)
 
 
@@ -81,7 +82,8 @@ def _searched_best(plan_pool: Any, cat: Any, plan: Any, resolved: Any, lanes: li
     none. `plan_pool(cat, plan, resolved, lanes, verify, keep)` plans one pool over the (GPU,
     settings) groups `keep` allows."""
     keys = list(dict.fromkeys(r.candidate.gpu.key for r in ranked))
-    gpus = [g for g in keys if gpu_ok is None or gpu_ok(cat.gpu(g))][:ALT_GPU_TYPES]
+    devices = {r.candidate.gpu.key: r.candidate.gpu for r in ranked}  # a host CPU's too
+    gpus = [g for g in keys if gpu_ok is None or gpu_ok(devices[g])][:ALT_GPU_TYPES]
     if not gpus:
         return None
     alt_plan = plan.model_copy(update={
@@ -90,7 +92,7 @@ def _searched_best(plan_pool: Any, cat: Any, plan: Any, resolved: Any, lanes: li
         "engine": plan.engine.model_copy(update=changes.get("engine", {}))})
     try:
         return plan_pool(cat, alt_plan, resolved, lanes, None,
-                         _could_show(ranked[0], plan.objective, [cat.gpu(g) for g in gpus])
+                         _could_show(ranked[0], plan.objective, [devices[g] for g in gpus])
                          ).best
     except CapplanError:
         return None

@@ -237,6 +237,11 @@ class Deployment:
             out.append(f"the calibration ({self.calibration.source}) was fitted through "
                        f"{fitted}'s latency model, this run uses {here}: its host costs "
                        "belong to that engine (measure this one, or pass its --engine)")
+        if self.calibration.model and self.calibration.model != self.model.key:
+            out.append(f"the calibration ({self.calibration.source}) was fitted from levels "
+                       f"measured with {self.calibration.model}, this run is of "
+                       f"{self.model.key}: its host costs and request overhead belong to that "
+                       "model's server")
         return out
 
 

@@ -26,6 +26,7 @@ from capplan.models.memory import checkpoint_bytes, memory_report
 from capplan.models.perf import build_step_model, knee_batch
 from capplan.models.prefix import PrefixCache
 from capplan.models.queueing import summarize
+from capplan.plan.deployment import device_for
 from capplan.plan.features_plan import feature_space, image_lanes, speculation_note
 from capplan.plan.flags import engine_flags, place_together
 from capplan.plan.launch import layout_of, max_model_len_choice
@@ -55,6 +56,7 @@ from capplan.plan.search import (
     Traffic,
     _tp_ok,
     build_candidates,
+    check_calibration_candidate,
     nearest_miss,
     rank_key,
     refused,
@@ -117,10 +119,13 @@ def _as_tuple(v: list[int] | int | None, default: tuple[int, ...]) -> tuple[int,
 
 def search_space(cat: Catalog, plan: PlanFile, model: ModelSpec, t: Traffic,
                  implied_dtype: str | None) -> SearchSpace:
-    gpus = [cat.gpu(g) for g in plan.candidates.gpus] if plan.candidates.gpus else sorted(
-        cat.gpus.values(), key=lambda g: g.key)
+    # a CPU calibration's host key names its device with that file (deployment.device_for)
+    gpus = [device_for(cat, g, plan.calibration) for g in plan.candidates.gpus] \
+        if plan.candidates.gpus else sorted(cat.gpus.values(), key=lambda g: g.key)
+    check_calibration_candidate(plan.calibration, gpus)
     gpus = list({g.key: g for g in gpus}.values())  # one GPU named twice (an alias, NVML name)
-    prices = {cat.gpu(name).key: usd for name, usd in plan.candidates.prices.items()}
+    prices = {device_for(cat, name, plan.calibration).key: usd
+              for name, usd in plan.candidates.prices.items()}
     gpus = [g.model_copy(update={
         "price_per_hour_usd": prices[g.key],
         "source": {**g.source, "price_per_hour_usd": "given in the plan (candidates.prices)"}})

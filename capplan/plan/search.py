@@ -246,8 +246,8 @@ def calibration_of(cat: Catalog, gpu: GpuSpec, space: SearchSpace,
     """The calibration a search sizes `gpu` with: the file given (`calibration_path`, else the
     space's) applies to the GPU it was measured on; the others keep their own."""
     cal_path = calibration_path or space.calibration
-    return calibration_for(cat, gpu, cal_path if _calibration_gpu(cal_path, space) == gpu.key
-                           else None)
+    applies = cal_path is not None and names_entry(calibration_gpu(cal_path), gpu)
+    return calibration_for(cat, gpu, cal_path if applies else None)
 
 
 def refused(cat: Catalog, model: ModelSpec, space: SearchSpace) -> tuple[list[str], bool]:
@@ -276,14 +276,15 @@ def searched_budgets(space: SearchSpace) -> tuple[int, ...]:
     return tuple(sorted({policy.launched_budget(c, space.max_model_len) for c in chunks}))
 
 
-def _calibration_gpu(cal_path: str | Path | None, space: SearchSpace) -> str | None:
-    """The GPU a calibration file was measured on (None without one); it must be a candidate."""
+def check_calibration_candidate(cal_path: str | Path | None, gpus: list[GpuSpec]) -> None:
+    """A calibration file given to a search must be of one of its candidate GPUs (the others
+    keep their own calibrations); checked once on the whole candidate list, since a search
+    narrowed later (the disaggregated layout on the best's GPU) may leave that GPU out."""
     cal_gpu = calibration_gpu(cal_path) if cal_path else None
     if cal_gpu is None:
-        return None
-    for g in space.gpus:  # the file may name the GPU by an alias (`h100`)
-        if names_entry(cal_gpu, g):
-            return g.key
+        return
+    if any(names_entry(cal_gpu, g) for g in gpus):  # the file may name an alias (`h100`)
+        return
     raise InputError(f"calibration {cal_path} was measured on {cal_gpu}, which is not a "
                      "candidate GPU; a calibration applies only to its own device")
 

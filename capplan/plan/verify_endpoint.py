@@ -106,6 +106,8 @@ class VerifyResult:
         for key, stat in COMPARED:
             p = pred.get(key)
             m = (self.measured or {}).get(key)
+            if stat is None:  # throughput over the arrival window, as the plan predicts it
+                m = (self.measured or {}).get(f"{key}_arrival_window", m)
             if stat is not None:
                 p, m = (p or {}).get(stat), (m or {}).get(stat)
             ratio = m / p if isinstance(m, (int, float)) and p else None

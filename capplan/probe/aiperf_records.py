@@ -80,6 +80,23 @@ def _max_in_flight(spans: list[tuple[float, float]]) -> int:
     return best
 
 
+def _loop_concurrency(recs: list[dict[str, Any]], spans: list[tuple[float, float]]
+                      ) -> tuple[int, str]:
+    """A closed loop's client count from its records: the most completed requests in flight at
+    once, or, when more, the requests sent (cancelled and failed ones included: each held a
+    client's slot) before the first completed response ended, which is each client's first
+    request. Cancelled records carry no end time, so only the opening count sees them."""
+    busy = _max_in_flight(spans)
+    first_end = min((b for _a, b in spans), default=None)
+    sent = [x * 1e-9 for d in recs if isinstance(x := (d.get("metadata") or {}).get(
+        "timestamp_ns"), int | float) and not isinstance(x, bool)]
+    opening = sum(1 for t in sent if first_end is not None and t <= first_end)
+    if opening > busy:
+        return opening, ("the requests sent before the first response ended (cancelled and "
+                         "failed ones included), each client's first")
+    return max(1, busy), "the most requests in flight at once"
+
+
 def from_aiperf_records(docs: list[dict[str, Any]], p: Path,
                         level_summary: Callable[..., dict[str, Any]]) -> dict[str, Any]:
     """One level from AIPerf per-request records (the profiling phase; warm-up skipped);
@@ -118,7 +135,7 @@ def from_aiperf_records(docs: list[dict[str, Any]], p: Path,
     duration = (max(b for _a, b in spans) - min(a for a, _b in spans)) if spans else 0.0
     conc, how = _sibling_concurrency(p), "input_config.loadgen.concurrency of the run"
     if conc is None:
-        conc, how = max(1, _max_in_flight(spans)), "the most requests in flight at once"
+        conc, how = _loop_concurrency(recs, spans)
     lv = level_summary(conc, ttfts, itls, e2es, tpots, out_tokens, len(ttfts), duration,
                        sum(errors.values()), error_kinds=errors)
     if first_error:

@@ -6,6 +6,12 @@ server-sent events (`data: {...}` lines, then `data: [DONE]`) and stamps every e
 carries text. Per request, as vLLM's benchmark defines them (vllm/benchmarks/serve.py):
 TTFT = first token time - send time; ITL = every gap between consecutive token events;
 E2E = last event - send time; TPOT = (E2E - TTFT) / (output tokens - 1).
+Output tokens: the server's `usage.completion_tokens` (asked with stream_options.include_usage);
+a server that sends no usage streamed max_tokens tokens unless it says it stopped early
+(finish_reason "stop": ignore_eos not honoured), as every request asks ignore_eos; only then
+are tokens counted one per text event, which undercounts when an event carries several (the
+level then has a warning). `vllm bench serve` tokenizes the text in that case; capplan has no
+tokenizer.
 Every field from the server is checked (type, sign, range): an event with a wrong one, a stall
 past --timeout, a request running past its wall-clock deadline (--timeout; a server that
 trickles bytes cannot extend it), an event line over 1 MiB, an error mid-stream or a cut
@@ -47,6 +53,9 @@ class RequestResult:
     error: str | None = None
     start_s: float = 0.0
     end_s: float = 0.0
+    finish_reason: str | None = None
+    token_source: str = "events"
+    """Where output_tokens comes from: usage, max_tokens (no usage, ignore_eos) or events."""
 
     @property
     def tpot_s(self) -> float | None:
@@ -147,6 +156,13 @@ def read_event(event: Any, max_tokens: int) -> tuple[int, int | None]:
     return (1 if text else 0), _usage_tokens(event, max_tokens)
 
 
+def _finish_reason(event: Any) -> str | None:
+    choices = event.get("choices") if isinstance(event, dict) else None
+    first = choices[0] if isinstance(choices, list) and choices else None
+    reason = first.get("finish_reason") if isinstance(first, dict) else None
+    return reason if isinstance(reason, str) else None
+
+
 def _finite_json(data: str) -> Any:
     """json.loads that refuses NaN and Infinity (not JSON; Python's parser allows them)."""
     def bad(x: str) -> Any:
@@ -228,6 +244,7 @@ def _stream(resp: http.client.HTTPResponse, res: RequestResult, start: float,
             continue
         has_text, n = read_event(event, max_tokens)  # BadEvent: an error for the request
         usage_tokens = n if n is not None else usage_tokens
+        res.finish_reason = _finish_reason(event) or res.finish_reason
         if has_text:
             if last is None:
                 res.ttft_s = now - start
@@ -285,8 +302,11 @@ def one_request(t: Target, model: str, prompt: str, output_len: int, timeout_s: 
             conn.request("POST", t.path, body=body,
                          headers={"Content-Type": "application/json"})
             resp = conn.getresponse()
+            ctype = resp.getheader("Content-Type") or ""
             if resp.status != 200:
                 res.error = f"HTTP {resp.status}"
+            elif "json" in ctype.lower():  # one whole answer: stream=true was not honoured
+                res.error = f"the server did not stream (Content-Type {ctype.split(';')[0]})"
             else:
                 done, last, usage_tokens = _stream(resp, res, start, output_len, clock)
                 res.ok = done and last is not None
@@ -309,9 +329,19 @@ def one_request(t: Target, model: str, prompt: str, output_len: int, timeout_s: 
     res.end_s = clock()
     if last is not None:
         res.e2e_s = last - start
-    if res.ok and usage_tokens:
-        res.output_tokens = usage_tokens  # several tokens may share one event
+    if res.ok:
+        count_tokens(res, usage_tokens, output_len)
     return res
+
+
+def count_tokens(res: RequestResult, usage_tokens: int | None, max_tokens: int) -> None:
+    """A completed request's output tokens: usage, else max_tokens (ignore_eos was asked)
+    unless the server says it stopped early, else one per text event (several tokens may
+    share one event: then too few)."""
+    if usage_tokens:
+        res.output_tokens, res.token_source = usage_tokens, "usage"
+    elif res.finish_reason != "stop":
+        res.output_tokens, res.token_source = max_tokens, "max_tokens"
 
 
 class Interrupted(KeyboardInterrupt):
@@ -393,8 +423,24 @@ def level_from_requests(concurrency: int, reqs: list[RequestResult], duration_s:
         output_tokens=sum(r.output_tokens for r in ok), completed=len(ok),
         duration_s=duration_s, errors=sum(errors.values()), error_kinds=errors,
         malformed_events=sum(r.malformed_events for r in reqs),
+        **_token_sources(ok),
         **({"first_error": first} if (first := next(
             (r.error or "error" for r in reqs if not r.ok), None)) else {}))
+
+
+def _token_sources(ok: list[RequestResult]) -> dict[str, Any]:
+    """How the completed requests' output tokens were counted; a warning when some were
+    counted per stream event (no usage, stopped before max_tokens)."""
+    sources: dict[str, int] = {}
+    for r in ok:
+        sources[r.token_source] = sources.get(r.token_source, 0) + 1
+    out: dict[str, Any] = {"output_tokens_from": sources} if sources else {}
+    if sources.get("events"):
+        out["warnings"] = [
+            f"{sources['events']} of {len(ok)} requests sent no usage and stopped before "
+            "max_tokens: their output tokens are counted one per stream event, too few if an "
+            "event carries several tokens (TPOT and output tok/s are then per event)"]
+    return out
 
 
 SIDE_TIMEOUT_S = 1.0

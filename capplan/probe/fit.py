@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 import os
 import platform
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -51,6 +51,62 @@ class FitResult:
     rows: list[dict[str, Any]]
     """Per sample: kind, batch/context or chunk, measured_s, before_s, after_s."""
     priors: dict[str, float]
+    fitted: tuple[str, ...] = ()
+    """The parameters the least-squares fit set (empty when the microbenchmarks alone or the
+    default predicted the samples better and were kept)."""
+    warnings: list[str] = field(default_factory=list)
+    """Signs of a bad run (a cold start, a busy machine): samples out of order, a fixed overhead
+    that dominates the steps while the fit misses them (sample_warnings)."""
+
+
+OUT_OF_ORDER = 1.25
+"""A step with more work (a larger batch, context or chunk) measured this many times faster
+than one with less is out of order: noise far past a median's."""
+OVERHEAD_SHARE, OVERHEAD_WORST = 0.5, 0.25
+"""A fitted fixed overhead over half the fastest step, while the fit still misses a sample by
+over 25%, is a cold or busy run absorbed as an overhead, not a kernel-launch cost."""
+
+
+def _work_key(s: dict[str, Any]) -> tuple[str, float, float]:
+    if s["kind"] == "decode_step":
+        return "decode", float(s["batch"]), float(s["context_len"])
+    return "prefill", float(s["chunk_tokens"]), float(s.get("prefix_tokens", 0))
+
+
+def _name(s: dict[str, Any]) -> str:
+    if s["kind"] == "decode_step":
+        return f"decode b{s['batch']} c{s['context_len']}"
+    return f"prefill {s['chunk_tokens']}"
+
+
+def sample_warnings(fit_s: list[dict[str, Any]], cal: Calibration, worst_rel_error: float
+                    ) -> list[str]:
+    """Warnings for a run whose step times cannot all be right: a step with at least as much
+    work in every dimension measured OUT_OF_ORDER times faster, and a fitted fixed overhead
+    that is most of the fastest step while the fit misses a sample by OVERHEAD_WORST."""
+    out = []
+    pairs = []
+    for a in fit_s:
+        for b in fit_s:
+            ka, kb = _work_key(a), _work_key(b)
+            if a is b or ka[0] != kb[0] or not (kb[1] >= ka[1] and kb[2] >= ka[2]):
+                continue
+            if b["time_s"] * OUT_OF_ORDER < a["time_s"]:
+                pairs.append(f"{_name(b)} {b['time_s'] * 1e3:.1f} ms < {_name(a)} "
+                             f"{a['time_s'] * 1e3:.1f} ms")
+    if pairs:
+        shown = "; ".join(pairs[:3]) + (f"; {len(pairs) - 3} more" if len(pairs) > 3 else "")
+        out.append(f"{len(pairs)} steps with more work measured faster than steps with less "
+                   f"({shown}): the machine was cold or busy during the run; run calibrate "
+                   "again on an idle machine")
+    fastest = min((s["time_s"] for s in fit_s), default=0.0)
+    overhead = float(cal.step_overhead_s or 0.0)
+    if fastest > 0 and overhead > OVERHEAD_SHARE * fastest and worst_rel_error > OVERHEAD_WORST:
+        out.append(f"the fit puts a fixed overhead of {overhead * 1e3:.1f} ms into every step "
+                   f"({overhead / fastest:.0%} of the fastest, {fastest * 1e3:.1f} ms) and "
+                   f"still misses a step by {worst_rel_error:.0%}: a cold start (the first "
+                   "run after boot) or a busy machine, not a launch cost; run calibrate again")
+    return out
 
 
 def step_samples(samples: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -162,16 +218,19 @@ def fit_calibration(model: ModelSpec, gpu: GpuSpec, samples: list[dict[str, Any]
     candidates = [cal, start.with_(source=source), base.with_(source=source)]
     errs = [rel_errors(predict_s(model, gpu, c, fit_s), meas)["median_rel_error"]
             for c in candidates]
-    cal = candidates[int(np.argmin(errs))]
+    chosen = int(np.argmin(errs))
+    cal = candidates[chosen]
     if "gemm_frac_low_precision" in all_priors:  # fp8 GEMMs: pinned by the microbenchmark only
         cal = cal.with_(gemm_frac_low_precision=all_priors["gemm_frac_low_precision"])
     before = predict_s(model, gpu, base, fit_s)
     after = predict_s(model, gpu, cal, fit_s)
     rows = [{**_label(s), "measured_s": float(m), "before_s": float(b0), "after_s": float(a)}
             for s, m, b0, a in zip(fit_s, meas, before, after, strict=True)]
-    return FitResult(calibration=cal, before=rel_errors(before, meas),
-                     after=rel_errors(after, meas), n_samples=len(fit_s), rows=rows,
-                     priors=all_priors)
+    errs_after = rel_errors(after, meas)
+    return FitResult(calibration=cal, before=rel_errors(before, meas), after=errs_after,
+                     n_samples=len(fit_s), rows=rows, priors=all_priors,
+                     fitted=tuple(names) if chosen == 0 else (),
+                     warnings=sample_warnings(fit_s, cal, errs_after["worst_rel_error"]))
 
 
 def _label(s: dict[str, Any]) -> dict[str, Any]:

@@ -49,7 +49,8 @@ class Target:
 
     concurrency: int
     rate_per_s: float | None
-    """Open loop: the measured request rate (None: a closed loop of `concurrency` clients)."""
+    """Open loop: the rate the requests were sent at, else the measured completion rate (None:
+    a closed loop of `concurrency` clients)."""
     input_tokens: float | None
     output_tokens: float | None
     num_prompts: int
@@ -71,7 +72,10 @@ def target_of(level: dict[str, Any], centre: Any) -> Target:
     n_out = 2 * (float(ctx) - float(n_in)) if n_in is not None and ctx is not None else None
     full = n_in is not None and n_out is not None and n_out >= 1
     open_loop = bool(level.get("open_loop")) or "in_flight_mean" in level
-    rate = float(level.get("requests_per_s") or 0.0) if open_loop else None
+    # an open loop's load is the rate it was sent at (capplan verify: arrival_rate_per_s);
+    # completed / duration is diluted by the drain after the last arrival
+    sent = level.get("arrival_rate_per_s") or level.get("requests_per_s")
+    rate = float(sent or 0.0) if open_loop else None
     return Target(int(level["concurrency"]), rate, float(n_in) if full else None,
                   n_out if full else None,
                   max(int(level.get("completed") or 0) + int(level.get("errors") or 0), 1),
@@ -162,18 +166,17 @@ _UPPER = {"step_overhead_s": STEP_S, "per_seq_overhead_s": STEP_S,
 _SCALE = {"step_overhead_s": 1e-3, "per_seq_overhead_s": 1e-4, "request_overhead_s": 1e-2}
 
 
-def fit_targets(dep: Any, targets: list[Target]) -> dict[str, Any]:
-    """Host costs that make `dep`'s model reproduce the targets (least squares, relative
-    errors), with each level's measured and predicted figures. With one load only (one
-    concurrency or rate) the per-sequence cost cannot be told from the fixed one: it keeps the
-    engine profile's."""
+FLAT_RMS = 0.01
+"""Freeing per_seq_overhead_s must lower the levels' RMS relative error by more than this (in
+quadrature: sum of squares by n x 0.01^2) for the levels to pin it; otherwise the residual
+surface is flat along it (TBT flat over concurrency, within the model's reach either way) and
+the engine profile's value is kept."""
+
+
+def _solve(p: _Problem) -> Any:
+    """The least-squares solution of `p` from its best starting point."""
     from scipy.optimize import least_squares
 
-    with_ttft = [i for i, t in enumerate(targets) if t.full and t.ttft_s]
-    ttft_at = min(with_ttft, key=lambda i: targets[i].concurrency) if with_ttft else None
-    loads = {(t.concurrency, t.rate_per_s) for t in targets if t.tbt_s}
-    p = _Problem(dep, targets, ttft_at,
-                 None if len(loads) > 1 else float(dep.profile.per_seq_overhead_s))
     hi = np.array([_UPPER[k] for k in p.names])
     best = None
     for x0 in _starts(p):
@@ -183,6 +186,28 @@ def fit_targets(dep: Any, targets: list[Target]) -> dict[str, Any]:
         if best is None or sol.cost < best.cost:
             best = sol
     assert best is not None, "at least one starting point"
+    return best
+
+
+def fit_targets(dep: Any, targets: list[Target]) -> dict[str, Any]:
+    """Host costs that make `dep`'s model reproduce the targets (least squares, relative
+    errors), with each level's measured and predicted figures. With one load only (one
+    concurrency or rate) the per-sequence cost cannot be told from the fixed one: it keeps the
+    engine profile's; so it does when fitting it improves the levels' error by under FLAT_RMS
+    (`per_seq`: "fitted", "one load" or "flat")."""
+    with_ttft = [i for i, t in enumerate(targets) if t.full and t.ttft_s]
+    ttft_at = min(with_ttft, key=lambda i: targets[i].concurrency) if with_ttft else None
+    loads = {(t.concurrency, t.rate_per_s) for t in targets if t.tbt_s}
+    default_seq = float(dep.profile.per_seq_overhead_s)
+    p = _Problem(dep, targets, ttft_at, None if len(loads) > 1 else default_seq)
+    best = _solve(p)
+    per_seq = "fitted" if p.seq_s is None else "one load"
+    if p.seq_s is None:
+        kept = _Problem(dep, targets, ttft_at, default_seq)
+        alt = _solve(kept)
+        # least_squares' cost is half the sum of squares
+        if 2 * (alt.cost - best.cost) <= len(best.fun) * FLAT_RMS ** 2:
+            p, best, per_seq = kept, alt, "flat"
     step_s, seq_s, request_s = p.costs(best.x)
     params = {"step_overhead_s": step_s, "per_seq_overhead_s": seq_s}
     if request_s is not None:
@@ -194,7 +219,8 @@ def fit_targets(dep: Any, targets: list[Target]) -> dict[str, Any]:
                      "forward_model": "latency" if t.full else "decode step",
                      "tbt_measured_s": t.tbt_s, "tbt_predicted_s": tbt,
                      "ttft_measured_s": t.ttft_s, "ttft_predicted_s": ttft})
-    return {"params": params, "levels": rows, "per_seq_fitted": p.seq_s is None,
+    return {"params": params, "levels": rows, "per_seq_fitted": per_seq == "fitted",
+            "per_seq": per_seq,
             "ttft_level": targets[ttft_at].concurrency if ttft_at is not None else None}
 
 

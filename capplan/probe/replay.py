@@ -28,13 +28,25 @@ from capplan.probe.endpoint import (
 )
 
 
+def arrival_rate(reqs: Sequence[Any]) -> float | None:
+    """The rate the requests were sent at: (n - 1) arrivals after the first over the span from
+    the first to the last (None: fewer than two, or all at once)."""
+    times = sorted(float(r.arrival_s) for r in reqs)
+    span = times[-1] - times[0] if len(times) > 1 else 0.0
+    return (len(times) - 1) / span if span > 0 else None
+
+
 def replay(url: str, model: str, reqs: Sequence[Any], timeout_s: float) -> dict[str, Any]:
     """Send `reqs` (objects with arrival_s, prompt, output_tokens, and images with image_urls()
     as PlannedRequest) on schedule; one level. A request with images goes to the server's
     chat-completions path.
 
-    `in_flight_mean` is the mean number of requests in flight (Little's law: the summed
-    latencies over the run's duration), the concurrency an open loop reaches."""
+    `in_flight_mean` is the mean number of requests in flight (Little's law: the rate sent x
+    the mean E2E), the concurrency an open loop reaches. `requests_per_s` and
+    `output_tokens_per_s` are over the whole run, the drain after the last arrival included
+    (as vllm bench serve reports them); `arrival_rate_per_s` is the rate the requests were
+    sent at, and the `*_arrival_window` figures are the completed requests and their output
+    tokens at that rate (what a steady state at the rate sent delivers, less what failed)."""
     t = parse_url(url)
     check_reachable(t, timeout_s)
     results: list[RequestResult | None] = [None] * len(reqs)
@@ -75,9 +87,21 @@ def replay(url: str, model: str, reqs: Sequence[Any], timeout_s: float) -> dict[
                          end_s=time.perf_counter())
     done = [r if r is not None else lost for r in results[:len(threads)]]
     duration = max((r.end_s for r in done), default=t0) - t0
-    in_flight = sum((r.e2e_s or 0.0) for r in done if r.ok) / duration if duration > 0 else 0.0
+    rate = arrival_rate(reqs[:len(threads)])
+    ok_e2e = [r.e2e_s or 0.0 for r in done if r.ok]
+    if rate is not None and ok_e2e:  # Little's law at the rate sent: L = lambda x mean E2E
+        in_flight = rate * sum(ok_e2e) / len(ok_e2e)
+    else:
+        in_flight = sum(ok_e2e) / duration if duration > 0 else 0.0
     summary = level_from_requests(max(1, round(in_flight)), done, duration)
     n = max(len(reqs), 1)
+    if rate is not None:  # the arrival window: the rate sent, less what did not complete
+        sent = max(len(done), 1)
+        summary.update(
+            arrival_rate_per_s=rate,
+            requests_per_s_arrival_window=rate * summary["completed"] / sent,
+            output_tokens_per_s_arrival_window=rate * sum(
+                r.output_tokens for r in done if r.ok) / sent)
     def prompt(r: Any) -> int:  # text and image tokens
         return int(getattr(r, "prompt_tokens", r.input_tokens))
 

@@ -33,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from capplan.errors import InputError
+from capplan.errors import CapplanError, InputError
 from capplan.limits import read_text
 from capplan.probe.report_formats import (
     from_aiperf,
@@ -41,11 +41,17 @@ from capplan.probe.report_formats import (
     from_sglang,
     mean_only,
     ms_stats,
+    num,
     open_loop_level,
+    whole,
 )
 from capplan.probe.spec_metrics import pooled_acceptance_length
 
 MS = 1e-3
+FORMATS = ("vllm bench serve --save-result, GuideLLM report, LLMPerf summary, AIPerf / "
+           "genai-perf export (or AIPerf profile_export.jsonl records), SGLang bench_serving "
+           "JSONL")
+"""The results files `calibrate --from-results` reads (any mix)."""
 
 
 def stats(values: list[float]) -> dict[str, float | None]:
@@ -122,10 +128,12 @@ def _check_consistent(d: dict[str, Any], name: str) -> None:
         raise InputError(f"{name}: the per-request lists differ in length ({shown}); "
                          "vllm bench serve --save-detailed writes one entry per request")
     done = d.get("completed")
-    if done is not None and lens and int(done) > max(lens.values()):
-        raise InputError(f"{name}: completed {int(done)} but the per-request lists hold "
+    if done is not None:
+        done = whole(done, "completed", name)
+    if done is not None and lens and done > max(lens.values()):
+        raise InputError(f"{name}: completed {done} but the per-request lists hold "
                          f"{max(lens.values())} requests")
-    if done is not None and int(done) == 0:
+    if done is not None and done == 0:
         raise InputError(f"{name}: completed 0: no request finished in this run, so its "
                          "latencies describe nothing (see its errors)")
 
@@ -147,36 +155,42 @@ def from_vllm(d: dict[str, Any], name: str, slo_s: dict[str, float] | None = Non
         e2es = [t + sum(it) for t, _o, it in ok]
         tpots = [sum(it) / (o - 1) for _t, o, it in ok if o > 1]
         lv = level_summary(0, ttfts, itls, e2es, tpots,
-                           int(d.get("total_output_tokens", 0)), int(d.get("completed", 0)),
-                           float(d.get("duration", 0)), errors)
+                           whole(d.get("total_output_tokens", 0), "total_output_tokens", name),
+                           whole(d.get("completed", 0), "completed", name),
+                           num(d.get("duration", 0), "duration", name), errors)
         if slo_s:  # vLLM counts tpot 0 for one-token outputs
             per = {"ttft": [t for t, _o, _it in ok], "e2el": e2es,
                    "tpot": [sum(it) / (o - 1) if o > 1 else 0.0 for _t, o, it in ok]}
-            lv["goodput_per_s"] = goodput_per_s(per, slo_s, float(d.get("duration", 0)))
+            lv["goodput_per_s"] = goodput_per_s(per, slo_s,
+                                                num(d.get("duration", 0), "duration", name))
             lv["goodput_slo_s"] = dict(slo_s)
     else:
-        lv = {"ttft_s": ms_stats(d, "ttft"),
-              "tbt_s": ms_stats(d, "itl"), "tpot_s": ms_stats(d, "tpot"),
-              "e2e_s": ms_stats(d, "e2el"), "completed": int(d.get("completed", 0)),
-              "errors": errors or int(d.get("failed") or 0),
+        lv = {"ttft_s": ms_stats(d, "ttft", name),
+              "tbt_s": ms_stats(d, "itl", name), "tpot_s": ms_stats(d, "tpot", name),
+              "e2e_s": ms_stats(d, "e2el", name),
+              "completed": whole(d.get("completed", 0), "completed", name),
+              "errors": errors or whole(d.get("failed") or 0, "failed", name),
               "note": "no per-request lists: percentiles are the file's own pNN keys; rerun "
                       "vllm bench serve with --save-detailed to recompute them"}
-        done = int(d.get("completed") or 0)
+        done = lv["completed"]
         if done and d.get("total_input_tokens") is not None and d.get(
                 "total_output_tokens") is not None:  # totals / completed, as vLLM sums them
-            lv["mean_input_tokens"] = float(d["total_input_tokens"]) / done
-            lv["mean_context_tokens"] = (lv["mean_input_tokens"]
-                                         + float(d["total_output_tokens"]) / done / 2)
+            lv["mean_input_tokens"] = num(d["total_input_tokens"], "total_input_tokens",
+                                          name) / done
+            lv["mean_context_tokens"] = (lv["mean_input_tokens"] + num(
+                d["total_output_tokens"], "total_output_tokens", name) / done / 2)
     if conc is None:
         ol = open_loop_level(d, lv["e2e_s"]["mean"], name, "rerun with --max-concurrency")
         lv["note"] = "; ".join(n for n in (ol.pop("note"), lv.get("note")) if n)
         lv.update(ol)
     else:
-        lv["concurrency"] = int(conc)
+        lv["concurrency"] = whole(conc, "max_concurrency", name)
     if d.get("request_goodput") is not None:  # only when the run had --goodput SLOs
-        lv["request_goodput_per_s"] = float(d["request_goodput"])
-    lv["output_tokens_per_s"] = float(d.get("output_throughput", lv.get("output_tokens_per_s")))
-    lv["requests_per_s"] = float(d.get("request_throughput", lv.get("requests_per_s")))
+        lv["request_goodput_per_s"] = num(d["request_goodput"], "request_goodput", name)
+    lv["output_tokens_per_s"] = num(d.get("output_throughput", lv.get("output_tokens_per_s")),
+                                    "output_throughput", name)
+    lv["requests_per_s"] = num(d.get("request_throughput", lv.get("requests_per_s")),
+                               "request_throughput", name)
     ins, outs = d.get("input_lens") or [], d.get("output_lens") or []
     if ins and outs:
         lv["mean_context_tokens"] = float(np.mean(ins) + np.mean(outs) / 2)
@@ -185,52 +199,66 @@ def from_vllm(d: dict[str, Any], name: str, slo_s: dict[str, float] | None = Non
     return lv
 
 
-def _gl_stats(metric: dict[str, Any] | None, scale: float) -> dict[str, float | None]:
-    s = (metric or {}).get("successful") or {}
+def _gl_stats(m: dict[str, Any], field: str, scale: float, name: str
+              ) -> dict[str, float | None]:
+    """metrics.FIELD.successful's mean and percentiles, times `scale`."""
+    s = (m.get(field) or {}).get("successful") or {}
     pct = s.get("percentiles") or {}
 
     def g(v: Any) -> float | None:
-        return None if v is None else float(v) * scale
+        return None if v is None else num(v, f"metrics.{field}.successful", name) * scale
     return {"mean": g(s.get("mean")), "p50": g(pct.get("p50", s.get("median"))),
             "p90": g(pct.get("p90")), "p99": g(pct.get("p99"))}
 
 
-def _gl_concurrency(bm: dict[str, Any]) -> int | None:
+def _gl_concurrency(bm: dict[str, Any], name: str) -> int | None:
     for holder in (bm.get("config"), bm.get("args"), bm):
         strat = (holder or {}).get("strategy") or {}
         if strat.get("streams"):
-            return int(strat["streams"])
+            return whole(strat["streams"], "strategy.streams", name)
         if strat.get("type_") == "synchronous":
             return 1
     return None
+
+
+def _gl_lengths(m: dict[str, Any], name: str) -> dict[str, float]:
+    """The mean prompt and output token counts of the successful requests (metrics.
+    prompt_token_count, output_token_count), as the level fit takes them: empty without."""
+    n_in = _gl_stats(m, "prompt_token_count", 1.0, name)["mean"]
+    n_out = _gl_stats(m, "output_token_count", 1.0, name)["mean"]
+    if n_in is None or n_out is None:
+        return {}
+    return {"mean_input_tokens": n_in, "mean_context_tokens": n_in + n_out / 2}
 
 
 def from_guidellm(d: dict[str, Any], name: str) -> list[dict[str, Any]]:
     """One level per concurrent/synchronous benchmark of a GuideLLM report."""
     levels = []
     for bm in d.get("benchmarks") or []:
-        conc = _gl_concurrency(bm)
+        conc = _gl_concurrency(bm, name)
         if conc is None:
             continue  # rate-based (poisson, constant, throughput) runs are open loop
         m = bm.get("metrics") or {}
-        totals = m.get("request_totals") or {}
+        # request_totals: under metrics in some schemas, on the benchmark itself in others
+        # (guidellm's GenerativeBenchmark.request_totals)
+        totals = m.get("request_totals") or bm.get("request_totals") or {}
         levels.append({
             "concurrency": conc,
-            "ttft_s": _gl_stats(m.get("time_to_first_token_ms"), MS),
+            "ttft_s": _gl_stats(m, "time_to_first_token_ms", MS, name),
             # inter_token_latency: per-request (E2E - TTFT) / (N - 1), vLLM's TPOT. Its mean
             # equals the mean gap (vLLM's ITL mean) when outputs have equal lengths; the
             # gap percentiles are not in the report.
-            "tbt_s": mean_only(_gl_stats(m.get("inter_token_latency_ms"), MS)),
-            "tpot_s": _gl_stats(m.get("inter_token_latency_ms"), MS),
+            "tbt_s": mean_only(_gl_stats(m, "inter_token_latency_ms", MS, name)),
+            "tpot_s": _gl_stats(m, "inter_token_latency_ms", MS, name),
             # time_per_output_token: (E2E - TTFT) / N, kept under its own name
-            "guidellm_time_per_output_token_s": _gl_stats(
-                m.get("time_per_output_token_ms"), MS),
-            "e2e_s": _gl_stats(m.get("request_latency"), 1.0),
-            "output_tokens_per_s": _gl_stats(m.get("output_tokens_per_second"), 1.0)["mean"],
-            "requests_per_s": _gl_stats(m.get("requests_per_second"), 1.0)["mean"],
-            "completed": int(totals.get("successful", 0)),
-            "errors": int(totals.get("errored", 0)) + int(totals.get("incomplete", 0)),
-            "source": f"guidellm ({name})"})
+            "guidellm_time_per_output_token_s": _gl_stats(m, "time_per_output_token_ms", MS, name),
+            "e2e_s": _gl_stats(m, "request_latency", 1.0, name),
+            "output_tokens_per_s": _gl_stats(m, "output_tokens_per_second", 1.0, name)["mean"],
+            "requests_per_s": _gl_stats(m, "requests_per_second", 1.0, name)["mean"],
+            "completed": whole(totals.get("successful", 0), "request_totals.successful", name),
+            "errors": sum(whole(totals.get(k, 0), f"request_totals.{k}", name)
+                          for k in ("errored", "incomplete")),
+            "source": f"guidellm ({name})", **_gl_lengths(m, name)})
     if not levels:
         raise InputError(f"{name}: no concurrent or synchronous benchmark in this GuideLLM "
                          "report (rate-based runs are open loop)")
@@ -271,8 +299,7 @@ def _levels_from(d: Any, p: Path, slo_s: dict[str, float] | None = None
         return [from_sglang(d, p.name)]
     if "mean_ttft_ms" in d or "ttfts" in d:
         return [from_vllm(d, p.name, slo_s)]
-    raise InputError(f"{p}: not a result file capplan reads (vllm bench serve, GuideLLM, "
-                     "LLMPerf summary, AIPerf/genai-perf export, SGLang bench_serving)")
+    raise InputError(f"{p}: not a result file capplan reads ({FORMATS})")
 
 
 def load_results(paths: list[Path], slo_s: dict[str, float] | None = None
@@ -336,7 +363,10 @@ def fit_levels(levels: list[dict[str, Any]], model: str | None = None, gpu: str 
     fit: dict[str, Any] = {"tbt_law": _line(c, tbt), "ttft_law": _line(c[has_ttft], ttft),
                            "calibration_params": {}}
     if not use:
-        fit["note"] = "no level completed a request: nothing to fit"
+        done = any(lv.get("completed") for lv in levels)
+        fit["note"] = ("requests completed, but no level has a token gap to fit TBT from "
+                       "(a one-token output has none: --output-len 2 or more)" if done else
+                       "no level completed a request: nothing to fit")
         return fit
     medians = sorted({k for lv in use for k in ("tbt_s", "ttft_s")
                       if (lv.get(k) or {}).get("mean") is None
@@ -349,22 +379,59 @@ def fit_levels(levels: list[dict[str, Any]], model: str | None = None, gpu: str 
         dep = fit_deployment(catalog, model, gpu, options)
         got = fit_targets(dep, [target_of(lv, _centre) for lv in use])
         fit["gpu_key"] = dep.gpu.key
+        fit["model"] = dep.model.key
+        served = _served_models(levels)
+        if served:
+            fit["served_model"] = served[0]
+        fit["warnings"] = [*fit.get("warnings", []),
+                           *_model_mismatch(served, dep.model.key, model, catalog)]
         fit["engine"] = dep.profile.label
         fit["host_overlap"] = bool(dep.profile.host_overlap)
         fit["round_trip"] = got["levels"]
         fit["calibration_params"] = got["params"]
+        if got["per_seq"] != "fitted":
+            fit["per_seq_source"] = (f"default: the engine profile's ({got['per_seq']}: the "
+                                     "levels cannot tell it from the fixed cost)")
         fit["note"] = (f"host costs fitted through {dep.profile.label}'s latency model for "
                        f"{dep.model.key} on {dep.gpu.key} (TP {dep.settings.tp}, default "
                        "efficiencies)" + (f"; request overhead from the TTFT at concurrency "
                                           f"{got['ttft_level']}" if got["ttft_level"] else "")
-                       + ("" if got["per_seq_fitted"] else "; one load: per_seq_overhead_s is "
-                          "the engine profile's"))
+                       + _PER_SEQ_NOTES[got["per_seq"]])
     else:
         fit["note"] = "pass --gpu G and a catalog --model to derive step_overhead_s"
     tau = pooled_acceptance_length(levels)
     if tau is not None:  # the server's own speculative acceptance (probe/spec_metrics.py)
         fit["calibration_params"] = {**fit["calibration_params"], "spec_acceptance_length": tau}
     return fit
+
+
+def _served_models(levels: list[dict[str, Any]]) -> list[str]:
+    """The served models the levels' files name (vLLM model_id, ...), once each."""
+    return list(dict.fromkeys(str(lv["model"]) for lv in levels if lv.get("model")))
+
+
+def _model_mismatch(served: list[str], key: str, given: str, catalog: Any) -> list[str]:
+    """A warning when a results file names another model than --model: the fit would put that
+    model's server costs on this one (an engine mismatch is warned about likewise)."""
+    out = []
+    for m in served:
+        try:
+            same = catalog.resolve_model(m).spec.key == key
+        except CapplanError:  # a served name the catalog does not know: compare the names
+            same = m in (given, key)
+        if not same:
+            out.append(f"the results files measured {m}, and --model {given} is {key}: the host "
+                       f"costs are fitted through {key}'s latency model from another model's "
+                       "levels (pass the model the server ran)")
+    return out
+
+
+_PER_SEQ_NOTES = {
+    "fitted": "",
+    "one load": "; one load: per_seq_overhead_s is the engine profile's",
+    "flat": "; the levels cannot pin per_seq_overhead_s (fitting it changes their RMS error by "
+            "under 1%: TBT as flat over concurrency either way): the engine profile's is kept",
+}
 
 
 def _centre(level: dict[str, Any], key: str) -> float | None:
@@ -377,6 +444,7 @@ def write_levels_calibration(path: Path, levels: list[dict[str, Any]], fit: dict
                              ) -> None:
     """A calibration file holding the derivable overheads (needs --gpu)."""
     from capplan.catalog.calibration import (
+        SERVING_METHOD,
         CalibrationFile,
         CalibrationParams,
         write_calibration,
@@ -385,8 +453,15 @@ def write_levels_calibration(path: Path, levels: list[dict[str, Any]], fit: dict
     if not fit.get("calibration_params") or not fit.get("gpu_key"):
         raise InputError("--out with --endpoint/--from-results needs --gpu G and a catalog "
                          "--model to derive calibration parameters")
+    fit = {**fit, "param_sources": {k: "fitted to the serving levels" for k in
+                                    fit["calibration_params"]}}
+    if fit.get("per_seq_source"):  # kept at the engine profile's (one load, or flat TBT)
+        fit["param_sources"]["per_seq_overhead_s"] = fit["per_seq_source"]
+    if "spec_acceptance_length" in fit["calibration_params"]:
+        fit["param_sources"]["spec_acceptance_length"] = "the server's spec-decode counters"
     write_calibration(path, CalibrationFile(
         gpu=fit["gpu_key"], kind="measured",
-        measured={"method": "serving benchmark levels", "engine": fit.get("engine"),
-                  "host_overlap": fit.get("host_overlap")},
+        measured={"method": SERVING_METHOD, "engine": fit.get("engine"),
+                  "host_overlap": fit.get("host_overlap"), "model": fit.get("model"),
+                  **({"served_model": fit["served_model"]} if fit.get("served_model") else {})},
         params=CalibrationParams(**fit["calibration_params"]), fit=fit, samples=levels))

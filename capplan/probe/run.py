@@ -174,6 +174,29 @@ def fit_run(run: DeviceRun, model: ModelSpec) -> tuple[GpuSpec, Calibration, Fit
     return gpu, fit.calibration, fit
 
 
+def param_sources(run: DeviceRun, params: dict[str, Any], fit: FitResult | None
+                  ) -> dict[str, str]:
+    """Where each parameter of the file comes from: fitted to the decoder steps, measured by a
+    microbenchmark (on a CPU the copy and GEMM ones are 1 by construction: the host's peaks
+    are this run's best rates), or the default (datasheet or engine profile)."""
+    fitted = set(fit.fitted) if fit is not None else set()
+    priors = fit.priors if fit is not None else {}
+    host_peak = run.device == "cpu"
+    out = {}
+    for name, v in params.items():
+        if v is None:
+            continue
+        if name in fitted:
+            out[name] = "fitted to the decoder steps"
+        elif name in priors and priors[name] == v:
+            by_construction = host_peak and name in ("mem_bw_frac", "gemm_frac")
+            out[name] = ("microbenchmark (1 by construction: the host's peaks are this run's "
+                         "best rates)" if by_construction else "microbenchmark")
+        else:
+            out[name] = "default (not measured)"
+    return out
+
+
 def calibration_file(run: DeviceRun, gpu: GpuSpec, cal: Calibration, fit: FitResult | None
                      ) -> CalibrationFile:
     measured = dict(run.measured)
@@ -182,12 +205,13 @@ def calibration_file(run: DeviceRun, gpu: GpuSpec, cal: Calibration, fit: FitRes
     measured["skipped"] = run.skipped
     measured["interrupted"] = run.interrupted
     params = {n: getattr(cal, n) for n in Calibration.param_names()}
-    fit_d: dict[str, Any] = {}
+    fit_d: dict[str, Any] = {"param_sources": param_sources(run, params, fit)}
     if fit is not None:
-        fit_d = {**fit.after, "n_samples": fit.n_samples,
+        fit_d = {**fit_d, **fit.after, "n_samples": fit.n_samples,
                  "before_median_rel_error": fit.before["median_rel_error"],
                  "before_worst_rel_error": fit.before["worst_rel_error"],
-                 "microbenchmark_fractions": fit.priors}
+                 "microbenchmark_fractions": fit.priors,
+                 **({"warnings": fit.warnings} if fit.warnings else {})}
     return CalibrationFile(gpu=gpu.key, kind="measured", measured=measured,
                            params=CalibrationParams(**params), fit=fit_d, samples=run.samples,
                            notes="step_overhead_s and per_seq_overhead_s measured here are "

@@ -106,6 +106,15 @@ class _Handler(BaseHTTPRequestHandler):
             self.send_header("Content-Length", "0")
             self.end_headers()
             return
+        if mode == "json":  # a server that ignores stream=true: one whole JSON answer
+            data = json.dumps({"choices": [{"index": 0, "text": " tok" * body["max_tokens"]}],
+                               "usage": {"completion_tokens": body["max_tokens"]}}).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+            return
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream")
         self.send_header("Transfer-Encoding", "chunked")
@@ -122,6 +131,9 @@ class _Handler(BaseHTTPRequestHandler):
             self._chunk(b"data: " + b"x" * (MAX_EVENT_BYTES + 10))
             return
         n = body["max_tokens"]
+        if mode in ("pairs", "pairs-stop"):  # 2 tokens an event, no usage (audit defect 5)
+            self._pairs(n, level, mode == "pairs-stop")
+            return
         tok = json.dumps({"choices": [{"index": 0, "text": " tok"}]})
         self._event(tok, A_S + B_S * level)
         for i in range(1, n):
@@ -139,6 +151,19 @@ class _Handler(BaseHTTPRequestHandler):
                 self._event(RAW_BAD_EVENTS[mode])
             self._event(tok, C_S + D_S * level)
         self._event(json.dumps({"choices": [], "usage": {"completion_tokens": n}}))
+        self._event("[DONE]")
+        self.wfile.write(b"0\r\n\r\n")
+
+
+    def _pairs(self, n: int, level: int, stop: bool) -> None:
+        """n tokens in n / 2 events of two, no usage event; with `stop`, finish_reason stop
+        on the last (a server that ended early, ignore_eos not honoured)."""
+        for k in range(n // 2):
+            choice = {"index": 0, "text": " tok tok"}
+            if stop and k == n // 2 - 1:
+                choice["finish_reason"] = "stop"
+            self._event(json.dumps({"choices": [choice]}),
+                        A_S + B_S * level if k == 0 else C_S + D_S * level)
         self._event("[DONE]")
         self.wfile.write(b"0\r\n\r\n")
 
@@ -182,6 +207,34 @@ def test_measures_the_servers_latency_law_exactly(server: ThreadingHTTPServer, l
     # E2E = TTFT + 5 gaps; TPOT = (E2E - TTFT) / (6 - 1) = the gap (vllm bench serve's defs)
     assert lv["e2e_s"]["mean"] == pytest.approx(ttft + 5 * gap, rel=1e-9)
     assert lv["tpot_s"]["mean"] == pytest.approx(gap, rel=1e-9)
+
+
+def test_no_usage_counts_max_tokens_not_events(server: ThreadingHTTPServer) -> None:
+    """Audit defect 5: 2 tokens an event and no usage counted 3 events as 3 tokens.
+    By hand, on the test's clock at level 1: 6 tokens in 3 events; TTFT = A + B = 85 ms,
+    E2E = TTFT + 2 event gaps of C + D = 85 + 22 = 107 ms; TPOT = (E2E - TTFT) / (6 - 1)
+    = 22 / 5 = 4.4 ms (before: 22 / 2 = 11 ms, the event gap)."""
+    clock = FakeClock()
+    server.clock, server.mode = clock, "pairs"  # type: ignore[attr-defined]
+    lv = run_level(parse_url(_url(server)), "m", 1, 2, input_len=32, output_len=6,
+                   timeout_s=30, clock=clock)
+    assert lv["completed"] == 2 and lv["errors"] == 0
+    assert lv["tpot_s"]["mean"] == pytest.approx(0.022 / 5, rel=1e-9)
+    assert lv["e2e_s"]["mean"] == pytest.approx(0.107, rel=1e-9)
+    assert lv["output_tokens_from"] == {"max_tokens": 2} and "warnings" not in lv
+
+
+def test_no_usage_and_an_early_stop_counts_events_and_warns(server: ThreadingHTTPServer,
+                                                            run_cli) -> None:
+    """A server that stops early (finish_reason stop) without usage: the tokens are not known,
+    so they are counted per event, and the level says so (a warning on stderr)."""
+    server.mode = "pairs-stop"  # type: ignore[attr-defined]
+    r = run_cli("calibrate", "--endpoint", _url(server), "--model", "m", "--concurrency", "1",
+                "--output-len", "6", "--requests-per-level", "2", "--format", "json")
+    assert r.exit_code == 0, r.stderr
+    lv = json.loads(r.stdout)["levels"][0]
+    assert lv["output_tokens_from"] == {"events": 2}
+    assert "warning: concurrency 1: 2 of 2 requests sent no usage" in r.stderr
 
 
 def test_cli_json_levels_and_fit(server: ThreadingHTTPServer) -> None:
@@ -237,6 +290,46 @@ def test_one_huge_event_is_an_error_not_a_memory_sink(server: ThreadingHTTPServe
     lv = run_level(parse_url(_url(server)), "m", 1, 1, 16, 6, timeout_s=10)
     assert lv["errors"] == 1
     assert list(lv["error_kinds"]) == [f"an event exceeds {MAX_EVENT_BYTES // 1024} KiB"]
+
+
+def test_a_server_that_does_not_stream_is_named(server: ThreadingHTTPServer, run_cli) -> None:
+    """Audit defect 15: a 200 answer with Content-Type application/json (stream=true ignored)
+    was reported as "stream ended before [DONE]"."""
+    server.mode = "json"  # type: ignore[attr-defined]
+    r = run_cli("calibrate", "--endpoint", _url(server), "--model", "m", "--concurrency", "1",
+                "--output-len", "6", "--requests-per-level", "3")
+    assert r.exit_code == 2 and len(r.stderr_lines) == 1, r.stderr
+    assert ("every request failed (the server did not stream (Content-Type application/json) "
+            "x3)") in r.stderr
+
+
+def test_one_token_outputs_say_there_is_no_gap_to_fit(server: ThreadingHTTPServer,
+                                                       run_cli) -> None:
+    """Audit defect 14: --output-len 1 completed every request and said "no level completed a
+    request"; one token has no gap after it."""
+    r = run_cli("calibrate", "--endpoint", _url(server), "--model", "m", "--concurrency", "1",
+                "--output-len", "1", "--requests-per-level", "2")
+    assert r.exit_code == 0, r.stderr
+    assert "no level completed a request" not in r.stdout
+    assert "no level has a token gap to fit TBT from" in r.stdout
+
+
+def test_served_model_is_sent_and_model_is_fitted(server: ThreadingHTTPServer, run_cli,
+                                                  tmp_path) -> None:
+    """Audit defect 13: a server launched with --served-model-name my-llama could not be
+    fitted (--model was both the name sent and the catalog model). --served-model is sent;
+    --model is the catalog model the fit and the file use."""
+    import yaml
+
+    out = tmp_path / "cal.yaml"
+    r = run_cli("calibrate", "--endpoint", _url(server), "--model", "llama-3.1-8b",
+                "--served-model", "my-llama", "--gpu", "h100-sxm", "--concurrency", "1,2",
+                "--output-len", "6", "--requests-per-level", "2", "--out", str(out))
+    assert r.exit_code == 0, r.stderr
+    assert {b["model"] for _p, b in server.bodies} == {"my-llama"}  # type: ignore[attr-defined]
+    assert yaml.safe_load(out.read_text())["measured"]["model"] == "llama-3.1-8b"
+    r = run_cli("calibrate", "--from-results", "x.json", "--served-model", "my-llama")
+    assert r.exit_code == 2 and "--served-model goes with --endpoint" in r.stderr
 
 
 def test_http_error_is_counted(server: ThreadingHTTPServer) -> None:

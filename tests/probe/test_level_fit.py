@@ -152,7 +152,44 @@ def test_verify_out_reproduces_the_measured_level(server, tmp_path: Path,  # noq
                              load_calibration(cal_path, cat.gpu(GPU)))
     n_in = level["mean_input_tokens"]
     n_out = 2 * (level["mean_context_tokens"] - n_in)
-    got = analytic_latency(dep, LoadSpec(level["requests_per_s"], None, LengthStats.fixed(n_in),
+    rate = level.get("arrival_rate_per_s") or level["requests_per_s"]  # the rate sent
+    got = analytic_latency(dep, LoadSpec(rate, None, LengthStats.fixed(n_in),
                                          LengthStats.fixed(n_out)))
     assert got["ttft_s"]["mean"] == pytest.approx(level["ttft_s"]["mean"], rel=TOL)
     assert got["tbt_s"]["mean"] == pytest.approx(level["tbt_s"]["mean"], rel=TOL)
+
+
+# Audit defect 8: `calibrate --endpoint` against a server whose TBT is 10.01 ms at concurrency 1
+# and at 8 (input 512, output 64, 16 requests a level: /work/audit-probe/ep_cal.yaml's samples).
+FLAT_LEVELS = [
+    {"concurrency": c, "completed": 16, "errors": 0, "mean_input_tokens": 512.0,
+     "mean_context_tokens": 544.0, "ttft_s": {"mean": ttft}, "tbt_s": {"mean": tbt}}
+    for c, ttft, tbt in ((1, 0.05409606875036843, 0.010008831717266095),
+                         (8, 0.053411070997753995, 0.010010777981170534))]
+
+
+def test_flat_tbt_cannot_pin_the_per_seq_cost_and_keeps_the_profiles(tmp_path: Path,
+                                                                     run_cli) -> None:
+    """Before: per_seq_overhead_s 0.868 ms (14x the profile's 62.5 us), which under overlap
+    caps a replica near 1 / 0.868 ms = 1,150 tok/s = 4.5 req/s x 256 tokens, so 5 req/s took
+    2 x H100. Its sum of squared relative errors was 0.00304 against 0.00306 with the
+    profile's value (the audit's figures): a difference of 0.00002 < 2 x 0.01^2 (2 TBT + 1 TTFT
+    residuals: 3 x 1e-4) is flat, and the profile's 62.5 us is kept and the note says so."""
+    cat = load_catalog(())
+    fit = fit_levels(FLAT_LEVELS, MODEL, GPU, cat, EngineOptions(engine="vllm"))
+    assert fit["calibration_params"]["per_seq_overhead_s"] == pytest.approx(62.5e-6)
+    assert "cannot pin per_seq_overhead_s" in fit["note"]
+    # the kept fit still reproduces the flat TBT within the model's reach (<= 4% either way)
+    for row in fit["round_trip"]:
+        assert row["tbt_predicted_s"] == pytest.approx(row["tbt_measured_s"], rel=0.045)
+    out = tmp_path / "cal.yaml"
+    from capplan.probe.results import write_levels_calibration
+
+    write_levels_calibration(out, FLAT_LEVELS, fit)
+    sources = yaml.safe_load(out.read_text())["fit"]["param_sources"]  # audit defect 17
+    assert sources["per_seq_overhead_s"].startswith("default: the engine profile's (flat")
+    assert sources["step_overhead_s"] == "fitted to the serving levels"
+    res = run_cli("recommend", "--model", MODEL, "--rate", "5", "--gpu", GPU, "--ttft-p99",
+                  "1s", "--tbt-p99", "60ms", "--calibration", str(out), "--format", "json")
+    assert res.exit_code == 0, res.stderr
+    assert res.json()["recommendations"][0]["replicas"] == 1

@@ -262,3 +262,128 @@ def test_inconsistent_vllm_file_is_refused(tmp_path: Path, edit, msg) -> None:
     r = CliRunner().invoke(cli, ["calibrate", "--from-results", str(p)])
     assert r.exit_code == 2 and len(r.output.strip().splitlines()) == 1, r.output
     assert f"vllm-result.json: {msg}" in r.output
+
+
+def test_guidellm_request_totals_on_the_benchmark_itself() -> None:
+    """Audit defect 3: this file (from the guidellm repository) has benchmarks[0].request_totals
+    = {successful 46, errored 0, incomplete 1, total 47} and none under metrics; it read as
+    done 0, errors 0. Expected: done 46, errors 0 + 1 = 1."""
+    (lv,) = load_results([RESULTS / "guidellm_synchronous_benchmarks_stripped.json"])
+    assert lv["completed"] == 46 and lv["errors"] == 1
+
+
+def test_guidellm_lengths_fit_its_ttft_and_the_overhead_from_the_lowest_concurrency() -> None:
+    """Audit defect 4: every GuideLLM benchmark has prompt_token_count and output_token_count
+    (means 512 and 128 in guidellm_report.json): mean context = 512 + 128 / 2 = 576. With them
+    its levels go through the latency model (TTFT too), and the request overhead comes from the
+    lowest concurrency, GuideLLM's c=1 (TTFT 37.89 ms), not vLLM's c=8 (51.22 ms, queueing
+    included), which gave request_overhead_s = 7e-15."""
+    levels = load_results([GUIDELLM])
+    assert [(lv["mean_input_tokens"], lv["mean_context_tokens"]) for lv in levels] == [
+        (512.0, 576.0)] * 3
+    r = CliRunner().invoke(cli, ["calibrate", "--from-results", str(VLLM), str(GUIDELLM),
+                                 "--model", "llama-3.1-8b", "--gpu", "h100-sxm",
+                                 "--format", "json"])
+    assert r.exit_code == 0, r.output
+    fit = json.loads(r.output)["fit"]
+    assert {row["forward_model"] for row in fit["round_trip"]} == {"latency"}
+    assert "request overhead from the TTFT at concurrency 1" in fit["note"]
+    c1 = fit["round_trip"][0]
+    assert c1["concurrency"] == 1
+    assert c1["ttft_measured_s"] == pytest.approx(0.03789, abs=1e-5)
+    # the fitted overhead makes the c=1 TTFT: a 512-token prefill on an H100 is a few ms, so
+    # the overhead is most of the 37.89 ms (between 20 and 37.89 ms)
+    assert c1["ttft_predicted_s"] == pytest.approx(c1["ttft_measured_s"], rel=0.03)
+    assert 0.020 < fit["calibration_params"]["request_overhead_s"] < 0.03789
+
+
+def _summary_only(d: dict) -> dict:
+    for k in ("ttfts", "itls", "input_lens", "output_lens", "errors"):
+        d.pop(k, None)
+    return d
+
+
+AIPERF = RESULTS / "aiperf_gpt-oss-20b_c100_profile_export_aiperf.json"
+
+
+def _ai(d: dict) -> dict:
+    return d.get("records", d)
+
+
+@pytest.mark.parametrize(("base", "edit", "msg"), [
+    (VLLM, lambda d: _summary_only(d).pop("output_throughput"),
+     "output_throughput is missing or null; expected a number"),
+    (VLLM, lambda d: _summary_only(d).update(request_throughput=None),
+     "request_throughput is missing or null; expected a number"),
+    (VLLM, lambda d: d.update(completed="abc"), "completed is 'abc', not a number"),
+    (VLLM, lambda d: d.update(max_concurrency="eight"), "max_concurrency is 'eight', not a number"),
+    (VLLM, lambda d: d.update(max_concurrency=2.5), "max_concurrency is 2.5, not a whole number"),
+    (AIPERF, lambda d: d["input_config"]["loadgen"].update(concurrency="four"),
+     "input_config concurrency is 'four', not a number"),
+    (AIPERF, lambda d: _ai(d)["ttft"].update(avg="abc"), "ttft.avg is 'abc', not a number"),
+])
+def test_a_bad_field_of_a_known_file_is_named(tmp_path: Path, run_cli, base, edit, msg) -> None:
+    """Audit defect 10: a recognised file with a field of the wrong type said "not a results
+    file capplan reads (vllm bench serve --save-result or GuideLLM report): TypeError"."""
+    d = json.loads(base.read_text())
+    edit(d)
+    p = tmp_path / "r.json"
+    p.write_text(json.dumps(d))
+    r = run_cli("calibrate", "--from-results", str(p))
+    assert r.exit_code == 2 and r.stderr == f"Error: r.json: {msg}\n", r.stderr
+
+
+def test_calibrate_help_lists_every_results_format(run_cli) -> None:
+    out = " ".join(run_cli("calibrate", "--help").stdout.split())
+    for tool in ("vllm bench serve", "GuideLLM", "LLMPerf", "AIPerf", "genai-perf", "SGLang"):
+        assert tool in out, tool
+
+
+@pytest.mark.parametrize(("unit", "avg", "want_ms"), [("ns", 50e6, 50.0), ("s", 0.05, 50.0)])
+def test_aiperf_aggregate_time_units(tmp_path: Path, unit: str, avg: float,
+                                     want_ms: float) -> None:
+    d = json.loads(AIPERF.read_text())
+    _ai(d)["ttft"] = {"unit": unit, "avg": avg}
+    p = tmp_path / "profile_export_aiperf.json"
+    p.write_text(json.dumps(d))
+    (lv,) = load_results([p])
+    assert lv["ttft_s"]["mean"] * 1e3 == pytest.approx(want_ms, rel=1e-12)
+
+
+def test_aiperf_aggregate_unknown_time_unit_is_refused(tmp_path: Path, run_cli) -> None:
+    """Audit defect 11: {"unit": "furlongs", "avg": 5} read as 5 ms; the per-record reader
+    refuses it."""
+    d = json.loads(AIPERF.read_text())
+    _ai(d)["ttft"] = {"unit": "furlongs", "avg": 5}
+    p = tmp_path / "profile_export_aiperf.json"
+    p.write_text(json.dumps(d))
+    r = run_cli("calibrate", "--from-results", str(p))
+    assert r.exit_code == 2 and len(r.stderr_lines) == 1
+    assert "ttft.unit is 'furlongs'; a latency needs a time unit (ns, us, ms, s)" in r.stderr
+
+
+def test_from_results_with_another_model_warns_and_the_file_records_it(tmp_path: Path,
+                                                                        run_cli) -> None:
+    """Audit defect 12: the vLLM file says model_id meta-llama/Llama-3.1-8B-Instruct (catalog
+    llama-3.1-8b); fitted as --model qwen2.5-7b it said nothing, and the calibration did not
+    record its model. Now: a warning, measured.model, and a warning when the file is used
+    with another model."""
+    out = tmp_path / "cal.yaml"
+    r = run_cli("calibrate", "--from-results", str(VLLM), "--model", "qwen2.5-7b", "--gpu",
+                "h100-sxm", "--out", str(out))
+    assert r.exit_code == 0, r.stderr
+    assert ("warning: the results files measured meta-llama/Llama-3.1-8B-Instruct, and --model "
+            "qwen2.5-7b is qwen2.5-7b") in r.stderr
+    r = run_cli("calibrate", "--from-results", str(VLLM), "--model", "llama-3.1-8b", "--gpu",
+                "h100-sxm", "--out", str(out))
+    assert r.exit_code == 0 and "warning" not in r.stderr, r.stderr
+    import yaml
+
+    measured = yaml.safe_load(out.read_text())["measured"]
+    assert measured["model"] == "llama-3.1-8b"
+    assert measured["served_model"] == "meta-llama/Llama-3.1-8B-Instruct"
+    args = ("speed", "--gpu", "h100-sxm", "--calibration", str(out), "--batch", "1")
+    r = run_cli(*args, "--model", "qwen2.5-7b")
+    assert r.exit_code == 0 and "measured with llama-3.1-8b, this run is of qwen2.5-7b" in r.stderr
+    r = run_cli(*args, "--model", "llama-3.1-8b")
+    assert r.exit_code == 0 and "warning" not in r.stderr, r.stderr

@@ -47,8 +47,22 @@ def test_records_give_aiperfs_own_aggregates(run_dir: Path) -> None:
     assert lv["requests_per_s"] == pytest.approx(agg["request_throughput"]["avg"], rel=1e-6)
 
 
-def test_records_alone_take_the_most_requests_in_flight(tmp_path: Path) -> None:
+def test_records_alone_count_the_cancelled_requests_of_the_opening(tmp_path: Path) -> None:
+    """Audit defect 16: alone, the records gave concurrency 89 (the completed requests in
+    flight at once) where the run's own export says 100. By hand from the file: all 100
+    records (89 completed, 11 cancelled) were sent within 20.5 ms of the first (metadata
+    timestamp_ns), and the first response ended 7.94 s after it: 100 clients' first requests."""
     shutil.copy(RECORDS, tmp_path / "profile_export.jsonl")
+    (lv,) = load_results([tmp_path / "profile_export.jsonl"])
+    assert lv["concurrency"] == 100 and "cancelled and failed ones included" in lv["note"]
+
+
+def test_records_of_a_loop_past_its_opening_take_the_most_in_flight(tmp_path: Path) -> None:
+    """Without cancellations before the first response, the most completed requests in flight
+    at once: drop the 11 cancelled records, and 89 remain, all in flight together."""
+    rows = [ln for ln in RECORDS.read_text().splitlines()
+            if json.loads(ln).get("error") is None]
+    (tmp_path / "profile_export.jsonl").write_text("\n".join(rows) + "\n")
     (lv,) = load_results([tmp_path / "profile_export.jsonl"])
     assert lv["concurrency"] == 89 and "most requests in flight" in lv["note"]
 

@@ -172,3 +172,50 @@ def test_a_plan_files_own_layout_is_the_one_verified(server, tmp_path, run_cli) 
     assert rows["ttft p99"]["predicted"] == pytest.approx(TTFT_S)
     assert rows["tbt p50"]["predicted"] == pytest.approx(GAP_S)
     assert rows["e2e p50"]["predicted"] == pytest.approx(E2E_S)
+
+
+class _Req:
+    """A planned request (capplan.plan.workload_file.PlannedRequest's fields the replay reads)."""
+
+    def __init__(self, arrival_s: float) -> None:
+        self.arrival_s, self.prompt, self.output_tokens = arrival_s, "hello " * 31, 6
+        self.input_tokens = 32
+
+
+def test_open_loop_is_fitted_at_the_rate_sent_not_diluted_by_the_drain(server) -> None:  # noqa: F811
+    """Audit defects 6/7: the fit's open-loop rate was completed / (first send -> last token).
+    By hand: 4 arrivals 0.05 s apart are 3 intervals over 0.15 s = 20 req/s sent. Each request
+    lasts >= E2E = 85 + 5 x 11 = 140 ms, so the whole run is >= 0.29 s and completed / duration
+    <= 4 / 0.29 = 13.8 req/s (before: that was the fitted rate and the compared throughput)."""
+    from capplan.probe.level_fit import target_of
+    from capplan.probe.replay import replay
+    from capplan.probe.results import _centre
+
+    lv = replay(_url(server), "m", [_Req(0.05 * i) for i in range(4)], timeout_s=30)
+    assert lv["completed"] == 4
+    assert lv["arrival_rate_per_s"] == pytest.approx(20.0, rel=1e-9)
+    assert lv["requests_per_s"] < 14.0  # the whole run's, the drain included
+    assert target_of(lv, _centre).rate_per_s == pytest.approx(20.0, rel=1e-9)
+    # the arrival window's throughput: 4 of 4 completed at 20 req/s, 6 tokens each = 120 tok/s
+    assert lv["requests_per_s_arrival_window"] == pytest.approx(20.0, rel=1e-9)
+    assert lv["output_tokens_per_s_arrival_window"] == pytest.approx(120.0, rel=1e-9)
+    # Little's law at the rate sent: L = 20 req/s x mean E2E (>= 0.14 s, + machine delays)
+    assert lv["in_flight_mean"] == pytest.approx(20.0 * lv["e2e_s"]["mean"], rel=1e-9)
+
+
+def test_verify_compares_throughput_over_the_arrival_window(server, plan_json, run_cli,  # noqa: F811
+                                                             tmp_path) -> None:
+    """The compared throughput is the completed requests at the rate the dataset sent them
+    (its arrival_s: (n - 1) / last arrival, the first at 0), not a drain-diluted figure."""
+    ds = tmp_path / "ds.jsonl"
+    res = run_cli("verify", str(plan_json), "--endpoint", _url(server), "--requests", "12",
+                  "--write-dataset", str(ds), "--format", "json")
+    assert res.exit_code == 0, res.stderr
+    arrivals = [json.loads(line)["arrival_s"] for line in ds.read_text().splitlines()]
+    sent = 11 / (arrivals[-1] - arrivals[0])
+    d = res.json()
+    rows = {r["metric"]: r for r in d["comparison"]}
+    assert d["measured"]["completed"] == 12
+    assert rows["requests_per_s"]["measured"] == pytest.approx(sent, rel=1e-6)
+    assert rows["output_tokens_per_s"]["measured"] == pytest.approx(6 * sent, rel=1e-6)
+    assert "note: sent at" in res.stderr
