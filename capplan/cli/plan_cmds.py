@@ -44,6 +44,7 @@ from capplan.export.csv_export import SHOWN_RECOMMENDATIONS, pool_records, shown
 from capplan.export.layout import (
     AGGREGATED,
     DISAGGREGATED,
+    SEPARATE,
     headline,
     recommended_layout,
     unverified_text,
@@ -51,7 +52,7 @@ from capplan.export.layout import (
 from capplan.limits import DEFAULT_HEADROOM
 from capplan.models.engine import ENGINES, engine_display_name
 from capplan.plan.alternatives import PLAN_NOTES
-from capplan.plan.bench_cmds import STEP_LABELS, step_lines
+from capplan.plan.bench_cmds import STEP_LABELS, lane_step_lines, step_lines
 from capplan.plan.flags import launch_text
 from capplan.plan.launch import layout_cell, layout_of, pool_command, sized_for
 from capplan.plan.placement import labelled
@@ -291,7 +292,10 @@ def render_plan(result: dict[str, Any], fmt: str) -> str:
                                  120, initial_indent="  ", subsequent_indent="      ",
                                  break_on_hyphens=False))
     out += _pool_lines(result, fmt)
-    out += ["", *launch_block(best["engine_flags"]), sized_for(best),
+    flags = best["engine_flags"]
+    if recommended_layout(result) == SEPARATE:  # verified by each lane's pool's steps above
+        flags = {k: v for k, v in flags.items() if k not in STEP_LABELS}
+    out += ["", *launch_block(flags), sized_for(best),
             f"calibration: {best.get('calibration', '')}"]
     reason = result.get("inputs", {}).get("max_model_len_reason")
     if reason:
@@ -369,9 +373,12 @@ def _pool_lines(result: dict[str, Any], fmt: str) -> list[str]:
              else "pools:")
     out = ["", title, render_rows(rows, POOL_COLUMNS, fmt)]
     # each lane's lines, every engine's the plan gives (as the HTML and Markdown reports)
-    out += [labelled(f"{engine_display_name(key)} ({ln['lane']}): ",
-                     launch_text(ln["engine_flags"], key))
-            for ln in lanes for key in ENGINES if (ln.get("engine_flags") or {}).get(key)]
+    for ln in lanes:
+        flags = ln.get("engine_flags") or {}
+        out += [labelled(f"{engine_display_name(key)} ({ln['lane']}): ", launch_text(flags, key))
+                for key in ENGINES if flags.get(key)]
+        if recommended_layout(result) == SEPARATE:  # the recommended pools' own verify steps
+            out += lane_step_lines(flags, str(ln["lane"]))
     return out
 
 

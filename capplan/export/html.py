@@ -331,6 +331,13 @@ def _pools(p: dict[str, Any]) -> str:
         flags = ln.get("engine_flags") or {}
         out += "".join(_cmd(f"lane {ln.get('lane')}: {engine_display_name(key)}",
                             launch_text(flags, key)) for key in ENGINES if flags.get(key))
+        lane = str(ln.get("lane"))  # its own verify steps: its requests alone, at its rate
+        out += "".join(_cmd(f"lane {lane}: {label}", flags[key])
+                       for key, label in STEP_LABELS.items() if flags.get(key))
+        if flags.get("bench"):
+            out += _cmd(f"lane {lane}: measure",
+                        f"{verify_call()} --lane {shlex.quote(lane)} --endpoint "
+                        f"{_bench_url(flags['bench'])}")
     return out
 
 
@@ -381,8 +388,9 @@ def _commands(p: dict[str, Any], run: Run | None = None, model: str | None = Non
         out.append("<p>The lines of the aggregated fleet (rank 1); the recommended "
                    "disaggregated layout's are in its section above.</p>")
     elif recommended_layout(p) == SEPARATE:
-        out.append("<p>The lines of one shared pool (rank 1); the recommended pool per "
-                   "lane's are in the pools' section above.</p>")
+        out.append("<p>The launch lines of one shared pool (rank 1), for comparison; the "
+                   "recommended pool per lane's launch and verify lines are in the pools' "
+                   "section above.</p>")
     for key in ENGINES:
         if flags.get(key):  # a fleet of several replicas as it runs on hosts
             out.append(_cmd(engine_display_name(key), launch_text(flags, key)))
@@ -393,11 +401,12 @@ def _commands(p: dict[str, Any], run: Run | None = None, model: str | None = Non
     if best.get("engine"):
         sized = sized_for(best).replace("sized for: ", "Sized for ", 1)
         out.append(f"<p>{_e(sized)}.</p>")
-    for key, label in STEP_LABELS.items():
-        if flags.get(key):
-            out.append(_cmd(label, flags[key]))
-    out.append(_cmd("measure",
-                    f"{verify_call(model)} --endpoint {_bench_url(flags.get('bench'))}"))
+    if recommended_layout(p) != SEPARATE:  # else each lane's pool's, in the pools' section
+        for key, label in STEP_LABELS.items():
+            if flags.get(key):
+                out.append(_cmd(label, flags[key]))
+        out.append(_cmd("measure",
+                        f"{verify_call(model)} --endpoint {_bench_url(flags.get('bench'))}"))
     return "".join(out) + ("" if model else _deploy(run))
 
 

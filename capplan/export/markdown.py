@@ -101,6 +101,10 @@ def _pools(plan: dict[str, Any]) -> list[str]:
             if key in ENGINES and flag:
                 out += [f"Lane {ln.get('lane')}, {engine_display_name(key)}:", "", "```bash",
                         runnable(launch_text(ln["engine_flags"], key)), "```", ""]
+        steps = [str(ln["engine_flags"][k]) for k in STEP_LABELS
+                 if (ln.get("engine_flags") or {}).get(k)]
+        if steps:  # its own verify steps: the lane's requests alone, at its pool's rate
+            out += [f"Lane {ln.get('lane')}, verify:", "", "```bash", *steps, "```", ""]
     return out
 
 
@@ -117,7 +121,9 @@ def _commands(plan: dict[str, Any]) -> list[str]:
         return []
     lines = [f"## Engine commands (rank {recs[0].get('rank', 1)}: {recs[0]['gpu']})", ""]
     known = [k for k, _ in _ENGINE_TITLES]
-    titled = [(k, t) for k, t in _ENGINE_TITLES if flags.get(k)]
+    titled = [(k, t) for k, t in _ENGINE_TITLES if flags.get(k)
+              # a pool per lane recommended: each lane's pool's verify steps (_pools)
+              and not (k in STEP_LABELS and recommended_layout(plan) == SEPARATE)]
     titled += [(k, k) for k in flags
                if k not in known and flags.get(k) and not k.startswith(fleet_key(""))]
     for key, title in titled:  # an engine's fleet of several replicas as it runs on hosts
