@@ -111,6 +111,12 @@ def _finish(plan: PlanResult, fmt: str, exports: list[Path], plot_dir: str | Non
         raise
     for p in atomic_write_all(files):
         click.echo(f"wrote {p}", err=True)
+        if str(p).endswith((".k8s.yaml", ".llm-d.yaml")):  # its header says the same
+            from capplan.plan.feature_flags import placeholder_note
+
+            todo = placeholder_note(list(yaml.safe_load_all(Path(p).read_text("utf-8"))))
+            if todo:
+                click.echo(f"warning: {p}: {todo}", err=True)
     _answer(result, fmt, exports)
 
 
@@ -125,7 +131,7 @@ def _answer(result: dict[str, Any], fmt: str, exports: list[Path]) -> None:
         if "schedule" in result:  # a day plan: recommendations, launch, schedule, totals
             emit(day_sections(result, fmt))
             return
-        emit(render_rows(_plan_rows(result), PLAN_COLUMNS, fmt))
+        emit(machine_sections(result, fmt))
         return
     _emit_text(result, fmt, next((p for p in exports if export_kind(p) == ".json"), None))
 
@@ -195,6 +201,31 @@ def day_sections(result: dict[str, Any], fmt: str) -> str:
     if fmt == "csv":
         return "\n\n".join(text for _, text in sections)
     return "\n\n".join(f"## {title}\n\n{text}" for title, text in sections)
+
+
+def machine_sections(result: dict[str, Any], fmt: str) -> str:
+    """A plan in CSV or Markdown: which layout is recommended (the sentence every format
+    gives, `layout.headline`), the recommendations (a `recommended` column when the plan
+    compares layouts, as the CSV export's), the pool comparison when there is one. Sections
+    are separated by a blank line, each with its own header row (CSV) or heading (Markdown)."""
+    from capplan.export.csv_export import layout_marks, marked_pools
+
+    marks = layout_marks(result)
+    rows = [{**r, "recommended": marks.get("aggregated") if r.get("rank") == 1 else "no"}
+            for r in _plan_rows(result)]
+    cols = PLAN_COLUMNS + ([Column("recommended", "recommended")] if marks else [])
+    said = headline(result).removeprefix("recommended: ")
+    pools = marked_pools(result)
+    pcols = POOL_COLUMNS + [Column("binding_constraint", "binding constraint"),
+                            Column("recommended", "recommended")]
+    if fmt == "csv":
+        parts = [render_rows([{"recommended": said}], [Column("recommended", "recommended")],
+                             fmt), render_rows(rows, cols, fmt)]
+        return "\n\n".join(parts + ([render_rows(pools, pcols, fmt)] if pools else []))
+    parts = [f"Recommended: {said}", "## recommendations", render_rows(rows, cols, fmt)]
+    if pools:
+        parts += ["## pools", render_rows(pools, pcols, fmt)]
+    return "\n\n".join(parts)
 
 
 def render_disagg(d: dict[str, Any]) -> str:

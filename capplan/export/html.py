@@ -29,10 +29,12 @@ from capplan.export.csv_export import (
 from capplan.export.layout import (
     AGGREGATED,
     DISAGGREGATED,
+    FIXED_TITLE,
     HOSTS_TITLE,
     SEPARATE,
     disagg_figures,
     disagg_launch,
+    fixed_layout_sections,
     fleet_text,
     headline,
     recommended_layout,
@@ -318,6 +320,24 @@ def _disaggregated(p: dict[str, Any]) -> str:
     return "".join(out)
 
 
+def _fixed_layout(p: dict[str, Any]) -> str:
+    """A plan file's fixed disaggregated layout ('' without one): its pools, latencies, layout,
+    launch and verify lines, as the terminal prints them (layout.fixed_layout_sections)."""
+    parts = fixed_layout_sections(p)
+    if not parts:
+        return ""
+    out = [f"<h2>{_e(sentence(FIXED_TITLE))}</h2>"]
+    for title, headers, rows in parts:
+        if title.startswith("launch"):
+            out += [_cmd(name, line) for name, line in rows]
+        else:
+            out.append(_table(headers, [[_e(c) for c in r] for r in rows], 1))
+    if (p.get("fixed_disaggregated") or {}).get("bench"):
+        out.append(_cmd("measure", f"{verify_call()} --layout disaggregated --endpoint "
+                                   f"{_bench_url(p['fixed_disaggregated']['bench'])}"))
+    return "".join(out)
+
+
 def _pools(p: dict[str, Any]) -> str:
     """One shared pool against a pool per lane ('' without the comparison)."""
     cols, rows = pool_table(p)
@@ -452,7 +472,8 @@ def _day(p: dict[str, Any]) -> str:
     return html_section(p, _table, line_chart, _num) if has_day(p) else ""
 
 
-SECTIONS: list[Section] = [_inputs, _recommendations, _disaggregated, _pools, _charts,
+SECTIONS: list[Section] = [_inputs, _recommendations, _disaggregated, _fixed_layout, _pools,
+                           _charts,
                            _commands, _assumptions, _day]
 
 

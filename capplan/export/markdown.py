@@ -21,10 +21,12 @@ from capplan.export.csv_export import (
 )
 from capplan.export.layout import (
     DISAGGREGATED,
+    FIXED_TITLE,
     HOSTS_TITLE,
     SEPARATE,
     disagg_figures,
     disagg_launch,
+    fixed_layout_sections,
     headline,
     recommended_layout,
     sentence,
@@ -154,6 +156,21 @@ def _disaggregated(plan: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _fixed_layout(plan: dict[str, Any]) -> list[str]:
+    """A plan file's fixed disaggregated layout ([] without one), as the terminal prints it."""
+    parts = fixed_layout_sections(plan)
+    if not parts:
+        return []
+    lines = [f"## {sentence(FIXED_TITLE)}", ""]
+    for title, headers, rows in parts:
+        if title.startswith("launch"):
+            lines += [f"{sentence(title)}:", "", "```bash",
+                      *(f"# {name}\n{runnable(line)}" for name, line in rows), "```", ""]
+        else:
+            lines += [_table(headers, rows, None), ""]
+    return lines
+
+
 def _assumptions(plan: dict[str, Any]) -> list[str]:
     inp = plan.get("inputs") or {}
     items = [inp.get("max_model_len_reason")] + [
@@ -170,7 +187,8 @@ def _model_parts(plan: dict[str, Any]) -> list[str]:
     """One model's report: its summary, workload, recommendations, launch lines and notes."""
     parts = [*_summary(plan), ""]
     parts += _lanes(plan) + _recommendations(plan) + _pools(plan) + _warnings(plan)
-    return parts + _assumptions(plan) + _commands(plan) + _disaggregated(plan) + _pareto(plan)
+    return (parts + _assumptions(plan) + _commands(plan) + _disaggregated(plan)
+            + _fixed_layout(plan) + _pareto(plan))
 
 
 def plan_to_markdown(plan: dict[str, Any], run: Any = None) -> str:

@@ -80,14 +80,25 @@ def step_lines(steps: dict[str, Any]) -> list[str]:
     """The terminal's lines of the verify steps `steps` holds ("dataset: ...", "verify:  ...",
     labels one column wide), a step it lacks or leaves empty left out."""
     width = max(map(len, STEP_LABELS.values())) + 2
-    return [f"{label}:".ljust(width) + str(steps[key]) for key, label in STEP_LABELS.items()
-            if steps.get(key)]
+    return [_wrapped(f"{label}:".ljust(width) + str(steps[key]), width, key)
+            for key, label in STEP_LABELS.items() if steps.get(key)]
+
+
+def _wrapped(line: str, width: int, key: str) -> str:
+    """A command stays one line (to copy); the goodput note, a shell comment, wraps at 120
+    columns, each line a comment."""
+    if key != "bench_goodput":
+        return line
+    import textwrap
+
+    return textwrap.fill(line, 120, subsequent_indent=" " * width + "# ",
+                         break_on_hyphens=False, break_long_words=False)
 
 
 def lane_step_lines(steps: dict[str, Any], lane: str) -> list[str]:
     """A lane's own pool's verify steps for the terminal ("dataset (lane NAME): ...")."""
-    return [f"{label} (lane {lane}): {steps[key]}" for key, label in STEP_LABELS.items()
-            if steps.get(key)]
+    return [_wrapped(f"{label} (lane {lane}): {steps[key]}", 4, key)
+            for key, label in STEP_LABELS.items() if steps.get(key)]
 
 
 def dataset_name(client: str, stem: str = DATASET_STEM) -> str:

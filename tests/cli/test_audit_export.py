@@ -1,0 +1,52 @@
+"""Findings of the plan-file and export audit: what `plan --format csv|markdown` says, the
+CSV's pool note, and small wording."""
+
+from __future__ import annotations
+
+import csv
+import io
+from pathlib import Path
+
+import yaml
+
+LANES = [{"name": "chat", "rate_per_s": 8, "input_len": 800, "output_len": 200,
+          "slo": {"ttft_p99_s": 0.5}},
+         {"name": "batch", "rate_per_s": 2, "input_len": 4000, "output_len": 500,
+          "slo": {"e2e_p99_s": 120}}]
+
+
+def _plan(tmp_path: Path, **doc) -> Path:
+    p = tmp_path / "plan.yaml"
+    p.write_text(yaml.safe_dump({
+        "version": 1, "model": "llama-3.1-8b", "verify": {"top": 0},
+        "candidates": {"gpus": ["h100-sxm"], "tp": [1]}, "workloads": LANES, **doc}))
+    return p
+
+
+def test_csv_and_markdown_say_what_is_recommended_and_give_the_pools(run_cli, tmp_path):
+    plan = _plan(tmp_path, pools="separate")
+    res = run_cli("plan", str(plan), "--format", "csv")
+    assert res.exit_code == 0, res.stderr
+    sections = [list(csv.reader(io.StringIO(s))) for s in res.stdout.strip().split("\n\n")]
+    assert sections[0][0] == ["recommended"]
+    assert sections[0][1][0].startswith("a pool per lane, as the plan asks: lane chat:")
+    assert sections[1][0][-1] == "recommended" and sections[1][1][-1] == "no"
+    pools = {r[0]: r for r in sections[2][1:]}
+    assert pools["lane chat"][-1] == "yes" and pools["shared (all lanes)"][-1] == "no"
+    res = run_cli("plan", str(plan), "--format", "markdown")
+    assert res.stdout.startswith("Recommended: a pool per lane, as the plan asks")
+    assert "## pools" in res.stdout and "| lane batch" in res.stdout
+    res = run_cli("plan", str(_plan(tmp_path)), "--format", "markdown")  # one layout
+    assert res.stdout.startswith("Recommended: 1 x h100-sxm TP 1") or res.stdout.startswith(
+        "Recommended: ")
+
+
+def test_csv_pool_total_note_is_in_a_note_column(run_cli, tmp_path):
+    out = tmp_path / "p.csv"
+    res = run_cli("plan", str(_plan(tmp_path, pools="separate")), "--export", str(out))
+    assert res.exit_code == 0, res.stderr
+    with out.open(encoding="utf-8", newline="") as f:
+        rows = {r["rank"]: r for r in csv.DictReader(f)}
+    total = rows["pool: a pool per lane, total"]
+    assert total["binding constraint"] == ""
+    assert total["note"].startswith("cheaper: ")
