@@ -541,13 +541,18 @@ def recommend_cmd(model: str, rate: float | None, input_len: str, output_len: st
     plan = PlanFile.model_validate(recommend_doc(model, {**lane, **feat_lane, **day["lane"]},
                                                  opts, day["day"] if day["lane"] else None))
     out_paths = _check_outputs(plan, out_paths, plot_dir)
-    with _verifier(verify_top > 0, jobs) as verify:
-        if plan.is_day:
-            from capplan.plan.day_run import run_day_plan
+    from capplan.plan.names import as_flags
 
-            result = run_day_plan(load_catalog(catalog_dir), plan, verify, base=Path.cwd())
-        else:
-            result = run_plan(load_catalog(catalog_dir), plan, verify, disagg=disagg)
+    try:
+        with _verifier(verify_top > 0, jobs) as verify:
+            if plan.is_day:
+                from capplan.plan.day_run import run_day_plan
+
+                result = run_day_plan(load_catalog(catalog_dir), plan, verify, base=Path.cwd())
+            else:
+                result = run_plan(load_catalog(catalog_dir), plan, verify, disagg=disagg)
+    except InputError as e:  # named as the command line names it (the flags typed)
+        raise type(e)(as_flags(str(e))) from e
     _finish(result, fmt, out_paths, plot_dir)
 
 
@@ -610,6 +615,12 @@ def plan_cmd(plan_file: str, exports: tuple[str, ...], plot_dir: str | None, no_
         plan = plan.model_copy(update={"calibration": str(base / plan.calibration)})
     own = [str(plan_output_path(p, base, Path(out_dir) if out_dir else None))
            for p in plan.export]
+    from capplan.plan.names import in_file
+
+    try:  # the file's own exports first: an error names its key and line
+        _check_outputs(plan, [Path(p) for p in own], None)
+    except InputError as e:
+        raise type(e)(in_file(plan_file, str(e).replace("--export ", "export: ", 1))) from e
     out_paths = _check_outputs(plan, [Path(p) for p in (*own, *exports)], plot_dir)
     try:
         with _plan_progress(len(plan.workloads), plan.pools) as progress, \
@@ -620,8 +631,8 @@ def plan_cmd(plan_file: str, exports: tuple[str, ...], plot_dir: str | None, no_
                 result = run_day_plan(load_catalog(catalog_dir), plan, verify, base=base)
             else:
                 result = run_plan(load_catalog(catalog_dir), plan, verify, progress=progress)
-    except InputError as e:
-        raise type(e)(f"{plan_file}: {e}") from e
+    except InputError as e:  # named as the file names it, at its line
+        raise type(e)(in_file(plan_file, str(e))) from e
     _finish(result, fmt, out_paths, plot_dir)
 
 

@@ -194,15 +194,21 @@ class Lane(BaseModel):
         return self.trace is not None or self.rate_curve is not None
 
 
+def _some(item: Any) -> Any:
+    """A candidate list of `item`s: at least one (an empty list would search nothing, or
+    everything, by accident; the JSON Schema says minItems 1)."""
+    return Annotated[list[item], Field(min_length=1)]
+
+
 class Candidates(BaseModel):
     model_config = _STRICT
-    gpus: list[str] | None = None
+    gpus: _some(str) | None = None  # type: ignore[valid-type]
     """GPU types to consider (default: every catalog GPU that can hold the model)."""
-    tp: list[L.PARALLEL.field()] | None = None  # type: ignore[valid-type]
+    tp: _some(L.PARALLEL.field()) | None = None  # type: ignore[valid-type]
     """Tensor-parallel sizes (default: 1, 2, 4, 8 where they divide the heads and fit)."""
-    weight_dtypes: list[Literal["auto", "fp32", "bf16", "fp16", "fp8", "int8", "int4",
-                                "fp4"]] = ["auto"]
-    kv_dtypes: list[Literal["auto", "bf16", "fp16", "fp8"]] = ["auto"]
+    weight_dtypes: _some(Literal["auto", "fp32", "bf16", "fp16", "fp8", "int8", "int4",
+                                 "fp4"]) = ["auto"]  # type: ignore[valid-type]
+    kv_dtypes: _some(Literal["auto", "bf16", "fp16", "fp8"]) = ["auto"]  # type: ignore[valid-type]
     prices: dict[str, L.PRICE_PER_HOUR.field()] = {}  # type: ignore[valid-type]
     """Your price per GPU-hour (USD) by GPU name, over the catalog's indicative prices; GPUs
     without any price rank after priced ones."""
@@ -251,9 +257,9 @@ class EngineSpec(BaseModel):
             return engine_profile(self.name).spec
         head, plus, opts = self.name.partition("+")
         return engine_profile(f"{head}@{self.version}{plus}{opts}").spec
-    max_num_seqs: list[_COUNT] | _COUNT | None = None  # type: ignore[valid-type]
+    max_num_seqs: _some(_COUNT) | _COUNT | None = None  # type: ignore[valid-type]
     """Values to search (default 64..1024)."""
-    max_num_batched_tokens: list[_COUNT] | _COUNT | None = None  # type: ignore[valid-type]
+    max_num_batched_tokens: _some(_COUNT) | _COUNT | None = None  # type: ignore[valid-type]
     """Prefill chunk sizes to search (default 512..16384)."""
     gpu_memory_utilization: L.FRACTION.field() | None = None  # type: ignore[valid-type]
     """The engine's memory fraction in its own meaning; default: the engine's for the GPU."""
@@ -269,7 +275,7 @@ class EngineSpec(BaseModel):
     speculative: str | None = None
     """Speculative decoding method: eagle3, eagle, mtp, ngram or draft:MODEL (docs/features.md);
     recommend then searches spec_tokens per candidate."""
-    spec_tokens: list[Annotated[int, Field(ge=0, le=16)]] | Annotated[
+    spec_tokens: _some(Annotated[int, Field(ge=0, le=16)]) | Annotated[  # type: ignore[valid-type]
         int, Field(ge=0, le=16)] | None = None
     """Draft lengths to search (0 = off); default 0..4."""
     spec_topk: int = Field(default=1, ge=1, le=64, strict=True)
@@ -278,7 +284,7 @@ class EngineSpec(BaseModel):
     """Measured tokens per step (1 + accepted / drafts); default: the published figure."""
     acceptance_kind: Literal["chat", "code", "math", "summarisation"] = "chat"
     """Workload kind whose published acceptance length is the default."""
-    max_loras: list[Annotated[int, Field(ge=0, le=1024)]] | Annotated[
+    max_loras: _some(Annotated[int, Field(ge=0, le=1024)]) | Annotated[  # type: ignore[valid-type]
         int, Field(ge=0, le=1024)] | None = None
     """LoRA adapter slots (a value or a list to search); default: searched when lanes use
     adapters."""
@@ -377,7 +383,7 @@ class PlanFile(BaseModel):
     model: str = ""
     candidates: Candidates = Candidates()
     engine: EngineSpec = EngineSpec()
-    workloads: list[Lane] = []
+    workloads: _some(Lane) = []  # type: ignore[valid-type]
     pools: Literal["shared", "separate", "both"] = "both"
     """Several lanes: one shared pool with priorities, a pool per lane, or plan both."""
     objective: Literal["min_cost", "min_gpus", "max_goodput_per_dollar"] = "min_cost"
@@ -418,7 +424,7 @@ class PlanFile(BaseModel):
     search (JSON `fixed_disaggregated`: per-pool figures, a saturated pool named)."""
     day: DaySpec = DaySpec()
     """Day plans (lanes with `trace` or `rate_curve`): windows and replica start-up."""
-    models: list[ModelEntry] | None = None
+    models: _some(ModelEntry) | None = None  # type: ignore[valid-type]
     """Several models on one GPU pool over the day (then `model` and `workloads` are left
     out): each model's lanes, GPUs per window, the pool's peak (docs/day-planning.md)."""
 

@@ -50,3 +50,71 @@ def test_csv_pool_total_note_is_in_a_note_column(run_cli, tmp_path):
     total = rows["pool: a pool per lane, total"]
     assert total["binding constraint"] == ""
     assert total["note"].startswith("cheaper: ")
+
+
+def _case(tmp_path: Path, text: str) -> Path:
+    p = tmp_path / "case.yaml"
+    p.write_text(text)
+    return p
+
+
+BASE = """version: 1
+model: llama-3.1-8b
+candidates:
+  gpus: [h100-sxm]
+  tp: [1]
+engine:
+  max_num_seqs: [64]
+workloads:
+  - {name: chat, rate_per_s: 4, input_len: 500, output_len: 100, slo: {ttft_p99_s: 1}}
+verify: {top: 0}
+"""
+
+
+def test_empty_candidate_lists_are_refused_at_their_line(run_cli, tmp_path):
+    for old, new, line, key in (
+            ("max_num_seqs: [64]", "max_num_seqs: []", 7, "engine.max_num_seqs"),
+            ("gpus: [h100-sxm]", "gpus: []", 4, "candidates.gpus"),
+            ("tp: [1]", "tp: []", 5, "candidates.tp"),
+            ("tp: [1]", "tp: [1]\n  weight_dtypes: []", 6, "candidates.weight_dtypes")):
+        p = _case(tmp_path, BASE.replace(old, new))
+        res = run_cli("plan", str(p))
+        assert res.exit_code == 2, key
+        assert res.stderr.strip() == (
+            f"Error: {p}:{line}: {key}: an empty list: give at least one value, or leave the "
+            "key out for its default")
+
+
+def test_plan_file_errors_name_the_key_and_line(run_cli, tmp_path):
+    p = _case(tmp_path, BASE.replace("max_num_seqs: [64]", "max_num_seqs: [64]\n"
+                                     "  speculative: medusa"))
+    res = run_cli("plan", str(p))
+    assert res.exit_code == 2
+    assert res.stderr.strip().startswith(f"Error: {p}:8: engine.speculative 'medusa': ")
+    assert "--speculative" not in res.stderr
+    p = _case(tmp_path, BASE.replace("[h100-sxm]", "[h1000]"))
+    res = run_cli("plan", str(p))
+    assert res.stderr.strip().startswith(f"Error: {p}:4: unknown GPU 'h1000'")
+    p = _case(tmp_path, BASE + "export: [x.pdf]\n")
+    res = run_cli("plan", str(p))
+    assert res.exit_code == 2
+    assert res.stderr.strip().startswith(f"Error: {p}:11: export: ")
+    assert "--export" not in res.stderr
+
+
+def test_command_line_errors_name_the_flags(run_cli):
+    res = run_cli("recommend", "--model", "llama-3.1-8b", "--rate", "4", "--speculative",
+                  "eagle3", "--acceptance-length", "2.5", "--verify-top", "0")
+    assert res.exit_code == 2
+    assert res.stderr.strip() == ("Error: --acceptance-length holds for one draft length: "
+                                  "give one --spec-tokens value with it")
+
+
+def test_names_map_both_ways():
+    from capplan.plan.names import KEY_FLAGS, as_flags, as_keys
+
+    for key, flag in KEY_FLAGS:
+        if "." in key:
+            assert as_keys(as_flags(f"{key}: bad")) == f"{key}: bad"
+            assert as_flags(as_keys(f"{flag} 'x': bad")) == f"{flag} 'x': bad"
+    assert as_keys("--tp-size 3") == "--tp-size 3"  # a longer flag is not --tp
