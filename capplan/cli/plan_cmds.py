@@ -613,14 +613,16 @@ def plan_cmd(plan_file: str, exports: tuple[str, ...], plot_dir: str | None, no_
     base = Path(plan_file).parent
     if plan.calibration and not Path(plan.calibration).is_absolute():
         plan = plan.model_copy(update={"calibration": str(base / plan.calibration)})
-    own = [str(plan_output_path(p, base, Path(out_dir) if out_dir else None))
-           for p in plan.export]
     from capplan.plan.names import in_file
 
     try:  # the file's own exports first: an error names its key and line
+        own = [str(plan_output_path(p, base, Path(out_dir) if out_dir else None))
+               for p in plan.export]
         _check_outputs(plan, [Path(p) for p in own], None)
     except InputError as e:
-        raise type(e)(in_file(plan_file, str(e).replace("--export ", "export: ", 1))) from e
+        said = str(e)  # "--export PATH: ..." is the file's "export: PATH: ..."
+        raise type(e)(in_file(plan_file, "export: " + said.removeprefix("--export ")
+                              if said.startswith("--export ") else said)) from e
     out_paths = _check_outputs(plan, [Path(p) for p in (*own, *exports)], plot_dir)
     try:
         with _plan_progress(len(plan.workloads), plan.pools) as progress, \

@@ -51,9 +51,12 @@ def _key_re(key: str) -> re.Pattern[str]:
 
 
 def as_keys(msg: str) -> str:
-    """`msg` with each command-line flag it names as the plan file's key."""
+    """`msg` with the flag it opens with (its subject: "--speculative 'medusa': ...") as the
+    plan file's key; a flag later in the message is advice about the command line ("or pass
+    --export"), kept."""
     for key, flag in KEY_FLAGS:
-        msg = _flag_re(flag).sub(key, msg)
+        if _flag_re(flag).match(msg):
+            return key + msg[len(flag):]
     return msg
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -19,7 +20,7 @@ from pydantic import (
 
 from capplan import limits as L
 from capplan.errors import InputError, plain_errors, validation_error_line
-from capplan.units import parse_seconds
+from capplan.units import CLOCK_PATTERN, parse_seconds
 
 _STRICT = ConfigDict(extra="forbid", frozen=True)
 _COUNT = L.ENGINE_COUNT.field()
@@ -39,19 +40,32 @@ def _seconds(v: Any) -> float | None:
     return float(L.DURATION_S.check(x, ""))
 
 
+def ci(word: str) -> str:
+    """A regex of `word` in any case (JSON Schema patterns take no flags): 'ms' -> '[mM][sS]'."""
+    return "".join(f"[{c.lower()}{c.upper()}]" if c.isalpha() and c.lower() != c.upper()
+                   else re.escape(c) for c in word)
+
+
+_UNITS = "|".join(ci(u) for u in ("min", "ms", "us", "µs", "s", "m", "h"))
 _Duration = Annotated[float | None, WithJsonSchema({
-    "anyOf": [{"type": "number", "exclusiveMinimum": 0},
-              {"type": "string", "pattern": r"^\s*([0-9]+\.?[0-9]*|\.[0-9]+)([eE][-+]?[0-9]+)?"
-                                            r"\s*(s|ms|us|µs|m|min|h)?\s*$"},
+    "anyOf": [{"type": "number", "exclusiveMinimum": 0, "maximum": L.DURATION_S.hi},
+              {"type": "string",
+               # a mantissa with a nonzero digit ('0ms' is no duration), a unit in any case
+               "pattern": r"^\s*\+?([0-9]*[1-9][0-9]*\.?[0-9]*|[0-9]*\.[0-9]*[1-9][0-9]*)"
+                          rf"([eE][-+]?[0-9]+)?\s*({_UNITS})?\s*$"},
               {"type": "null"}],
-    "description": "seconds: a number, or a string with a unit ('60ms', '1.5s')"})]
+    "description": "seconds: a number, or a string with a unit in any case ('60ms', '1.5s'); "
+                   f"at most {L.DURATION_S.hi:g} s"})]
 """A duration as the file may write it: the JSON Schema says what the validator accepts
 (capplan.units.parse_seconds), so an editor does not flag the demo's own '60ms'."""
 
 
 def _length(v: Any) -> Any:
     """A token length: a whole number or a distribution string, checked by parse_length (the
-    edge's bounds) so that a plan file fails where the CLI does."""
+    edge's bounds) so that a plan file fails where the CLI does; a whole float (500.0, an
+    integer to JSON Schema) is the integer."""
+    if isinstance(v, float) and v.is_integer():
+        v = int(v)
     if isinstance(v, bool) or not isinstance(v, int | str):
         raise ValueError(f"a length is a number of tokens or a distribution string, not a "
                          f"{type(v).__name__}")
@@ -59,6 +73,22 @@ def _length(v: Any) -> Any:
 
     parse_length(v)
     return v
+
+
+_Length = Annotated[str | int, WithJsonSchema({
+    "anyOf": [{"type": "integer", "minimum": L.TOKENS.lo, "maximum": L.TOKENS.hi},
+              {"type": "string", "minLength": 1}],
+    "description": "tokens: a number, or a distribution ('lognormal:mean=800,p99=4000')"})]
+ENGINE_PATTERN = (r"^\s*(" + "|".join(ci(n) for n in ("vllm", "sglang", "trtllm", "trt"))
+                  + "|" + ci("tensorrt") + r"[-_]?" + ci("llm") + r")(@[^@+\s]+)?(\+[^+]+)*\s*$")
+"""An engine spec as models.engine.engine_profile reads it (name in any case, @VERSION,
++OPTION); which releases and options exist the planner says."""
+EXPORT_PATTERN = (r"^(?![/\\])(?!(.*[/\\])?\.\.([/\\]|$)).*\.("
+                  + "|".join(ci(x.lstrip(".")) for x in (
+                      ".csv", ".json", ".md", ".xlsx", ".k8s.yaml", ".llm-d.yaml", ".html"))
+                  + ")$")
+"""A plan file's export: a relative path (no `..`) with an export suffix in any case
+(capplan.export.EXPORT_SUFFIXES; plan.load.plan_output_path refuses the others)."""
 
 
 class Slo(BaseModel):
@@ -124,7 +154,7 @@ class CurvePoint(BaseModel):
     """One point of a daily rate curve (linear between points, wrapping at midnight)."""
 
     model_config = _STRICT
-    at: str
+    at: Annotated[str, WithJsonSchema({"type": "string", "pattern": CLOCK_PATTERN})]
     """Time of day, 'HH:MM' (or 'HH:MM:SS'); a number (`at: 900`) is refused, not read as
     seconds after midnight."""
     rate_per_s: float = Field(ge=0, allow_inf_nan=False)
@@ -158,9 +188,9 @@ class Lane(BaseModel):
     arrival: Literal["poisson", "gamma"] = "poisson"
     burstiness: L.BURSTINESS.field() = 1.0  # type: ignore[valid-type]
     """Gamma shape (1 = Poisson; < 1 burstier), as vllm bench serve --burstiness."""
-    input_len: str | int = 512
+    input_len: _Length = 512
     """Prompt tokens: a number or a distribution ('lognormal:mean=800,p99=4000')."""
-    output_len: str | int = 256
+    output_len: _Length = 256
     slo: Slo = Slo()
     priority: L.PRIORITY.field() = 0  # type: ignore[valid-type]
     """Lower is served first when lanes share a pool (vLLM priority scheduling)."""
@@ -224,7 +254,7 @@ class Candidates(BaseModel):
 
 class EngineSpec(BaseModel):
     model_config = _STRICT
-    name: str = "vllm"
+    name: Annotated[str, WithJsonSchema({"type": "string", "pattern": ENGINE_PATTERN})] = "vllm"
     """The serving engine: vllm, sglang or trtllm, optionally with its release and profile
     options (`vllm@0.11`, `sglang@0.5+mixed-chunk`); its memory accounting, scheduler, host
     costs and defaults apply (docs/engines.md, "Profiles by version")."""
@@ -387,7 +417,9 @@ class PlanFile(BaseModel):
     pools: Literal["shared", "separate", "both"] = "both"
     """Several lanes: one shared pool with priorities, a pool per lane, or plan both."""
     objective: Literal["min_cost", "min_gpus", "max_goodput_per_dollar"] = "min_cost"
-    headroom: L.HEADROOM.field() | Literal["auto"] = L.DEFAULT_HEADROOM  # type: ignore[valid-type]
+    headroom: L.HEADROOM.field() | Annotated[  # type: ignore[valid-type]
+        Literal["auto"], WithJsonSchema({"type": "string", "pattern": rf"^\s*{ci('auto')}\s*$"})
+    ] = L.DEFAULT_HEADROOM
     """Extra capacity for bursts and model error: replicas cover rate * (1 + headroom). "auto"
     in the file: the headroom that covers the engine's optimistic predictions, from its error
     band (capplan.plan.bands.auto_headroom; docs/validation.md section 4b)."""
@@ -412,11 +444,12 @@ class PlanFile(BaseModel):
     calibration: str | None = None
     """Calibration YAML for every candidate GPU (relative to the plan file); default: a
     measured one for each GPU, else datasheet defaults. A file for another device is refused."""
-    allow_near_floor: bool = False
+    allow_near_floor: bool = Field(default=False, strict=True)
     """Recommend fleets whose SLOs keep each replica under 10% of the load it sustains (SLOs
     just above the unloaded latency floor); by default they are left out and the floor and the
     trade-off are reported instead."""
-    export: list[str] = []
+    export: list[Annotated[str, WithJsonSchema({"type": "string",
+                                                "pattern": EXPORT_PATTERN})]] = []
     """Files to write (.csv, .json, .md, .xlsx, .k8s.yaml, .llm-d.yaml, .html), relative to the
     plan file."""
     disaggregated_layout: FixedDisaggregated | None = None

@@ -118,3 +118,4 @@ def test_names_map_both_ways():
             assert as_keys(as_flags(f"{key}: bad")) == f"{key}: bad"
             assert as_flags(as_keys(f"{flag} 'x': bad")) == f"{flag} 'x': bad"
     assert as_keys("--tp-size 3") == "--tp-size 3"  # a longer flag is not --tp
+    assert as_keys("x: or pass --export") == "x: or pass --export"  # advice, kept
