@@ -54,7 +54,7 @@ from capplan.models.engine import ENGINES, engine_display_name
 from capplan.plan.alternatives import PLAN_NOTES
 from capplan.plan.bench_cmds import STEP_LABELS, lane_step_lines, step_lines
 from capplan.plan.flags import launch_text
-from capplan.plan.launch import layout_cell, layout_of, pool_command, sized_for
+from capplan.plan.launch import fleet_words, layout_cell, layout_of, pool_command, sized_for
 from capplan.plan.placement import labelled
 from capplan.plan.result import PlanResult
 from capplan.plan.schema import PlanFile, load_plan, plan_json_schema
@@ -308,8 +308,7 @@ def render_plan(result: dict[str, Any], fmt: str) -> str:
     lead = {AGGREGATED: "recommended", DISAGGREGATED: "rank 1, the best aggregated fleet"
             }.get(layout, "rank 1, one shared pool")
     out += ["", *([headline(result)] * (layout != AGGREGATED)),
-            f"{lead}: {best['replicas']} x {best['gpu']} {layout_of(best)} "
-            f"({best['gpus_total']} GPU{'' if best['gpus_total'] == 1 else 's'}); "
+            f"{lead}: {fleet_words(best)}; "
             "each replica carries up to "
             f"{best['capacity_per_replica_rps']:.3g} req/s, limited by (binding constraint) "
             f"{best['binding_constraint']}; at the planned "

@@ -42,10 +42,9 @@ def _ms(x: Any, fmt: str) -> str:
 
 def fleet_text(rec: dict[str, Any]) -> str:
     """"3 x h200 TP 8 (24 GPUs, $96.00/h)": a recommendation's (or a pool's) fleet."""
-    from capplan.plan.launch import layout_of
+    from capplan.plan.launch import fleet_words
 
-    return (f"{rec.get('replicas')} x {rec.get('gpu')} {layout_of(rec)} "
-            f"({_gpus(rec.get('gpus_total'))}{_cost(rec.get('cost_per_hour'))})")
+    return fleet_words(rec, _cost(rec.get("cost_per_hour")))
 
 
 def headline(plan: dict[str, Any]) -> str:

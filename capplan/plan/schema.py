@@ -173,7 +173,8 @@ class Lane(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, json_schema_extra={
         "oneOf": [{"required": ["rate_per_s"]}, {"required": ["trace"]},
                   {"required": ["rate_curve"]}]})
-    name: str = "default"
+    name: str = Field(default="default", json_schema_extra={"minLength": 1, "pattern": r"\S"})
+    """The lane's name (not empty: outputs, pools and Kubernetes objects are named after it)."""
     rate_per_s: L.RATE_PER_S.field() | None = None  # type: ignore[valid-type]
     """Mean arrival rate, requests per second (for the whole fleet); or give `trace` or
     `rate_curve` for a day of traffic (docs/day-planning.md)."""
@@ -209,6 +210,14 @@ class Lane(BaseModel):
     @classmethod
     def _lengths(cls, v: Any) -> Any:
         return _length(v)
+
+    @field_validator("name")
+    @classmethod
+    def _named(cls, v: str) -> str:
+        if not v.strip():
+            raise ValueError("the lane's name is empty: name it (pools, exports and Kubernetes "
+                             "objects are named after their lane)")
+        return v
 
     @model_validator(mode="after")
     def _one_rate(self) -> Lane:
@@ -578,7 +587,7 @@ def load_plan(path: str | Path) -> PlanFile:
         raise InputError(f"{p}:1: a plan file is a YAML mapping (model:, workloads:, ...)")
     text = L.read_text(p, "plan file")
     try:
-        return PlanFile.model_validate(data)
+        plan = PlanFile.model_validate(data)
     except ValidationError as e:
         err = next((x for x in plain_errors(e) if x["type"] == "extra_forbidden"), None)
         keys = _keys_at(PlanFile, tuple(err["loc"])) if err else []
@@ -587,6 +596,10 @@ def load_plan(path: str | Path) -> PlanFile:
             msg += f" (the keys here: {', '.join(keys)})"
         line = _line_of(text, loc)
         raise InputError(f"{p}:{line}: {msg}" if line else f"{p}: {msg}") from e
+    if "day" in plan.model_fields_set and not plan.is_day:  # it would be ignored in silence
+        raise InputError(f"{p}:{_line_of(text, ('day',))}: day: applies to a day plan, and no "
+                         "lane has a rate_curve or trace: drop day:, or give a lane one")
+    return plan
 
 
 def plan_json_schema() -> dict[str, Any]:

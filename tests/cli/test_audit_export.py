@@ -119,3 +119,58 @@ def test_names_map_both_ways():
             assert as_flags(as_keys(f"{flag} 'x': bad")) == f"{flag} 'x': bad"
     assert as_keys("--tp-size 3") == "--tp-size 3"  # a longer flag is not --tp
     assert as_keys("x: or pass --export") == "x: or pass --export"  # advice, kept
+
+
+def test_a_path_under_a_file_says_it_is_a_file(run_cli, tmp_path):
+    f = tmp_path / "afile"
+    f.write_text("x")
+    res = run_cli("plan", str(_plan(tmp_path)), "--export", str(f / "x.json"))
+    assert res.exit_code == 2
+    assert res.stderr.strip() == f"Error: {f / 'x.json'}: {f} is a file, not a folder"
+
+
+def test_a_miss_shows_the_digits_that_make_it():
+    from capplan.plan.slo import SloSet
+
+    s = SloSet(tbt_p99_s=0.08)
+    assert s.misses({"tbt_s": {"p99": 0.0800412}}) == ["p99 TBT 80.04 ms > 80.0 ms"]
+    assert s.misses({"tbt_s": {"p99": 0.0812}}) == ["p99 TBT 81.2 ms > 80.0 ms"]
+
+
+def test_one_gpu_and_a_layout_counting_its_gpus():
+    from capplan.export.layout import fleet_text
+
+    wide = {"replicas": 1, "gpu": "h100-sxm", "tp": 1, "attention_dp": 16,
+            "expert_parallel": 16, "gpus_total": 16, "cost_per_hour": None,
+            "layout": "16 GPUs over 2 nodes: attention TP 1 x DP 16, EP 16"}
+    assert fleet_text(wide) == "1 x h100-sxm (16 GPUs over 2 nodes: attention TP 1 x DP 16, EP 16)"
+    assert fleet_text({**wide, "replicas": 2, "gpus_total": 32}).endswith(") (32 GPUs)")
+    one = {"replicas": 1, "gpu": "h100-sxm", "tp": 1, "gpus_total": 1, "cost_per_hour": 3.78}
+    assert fleet_text(one) == "1 x h100-sxm TP 1 (1 GPU, $3.78/h)"
+
+
+def test_empty_lane_name_and_a_day_block_without_a_day_are_refused(run_cli, tmp_path):
+    p = _case(tmp_path, BASE.replace("name: chat", 'name: ""'))
+    res = run_cli("plan", str(p))
+    assert res.exit_code == 2
+    assert res.stderr.strip() == (f"Error: {p}:9: workloads.0.name: the lane's name is empty: "
+                                  "name it (pools, exports and Kubernetes objects are named "
+                                  "after their lane)")
+    p = _case(tmp_path, BASE + "day: {window_s: 900}\n")
+    res = run_cli("plan", str(p))
+    assert res.exit_code == 2
+    assert res.stderr.strip() == (f"Error: {p}:11: day: applies to a day plan, and no lane has "
+                                  "a rate_curve or trace: drop day:, or give a lane one")
+
+
+def test_an_alternative_of_one_gpu_says_gpu():
+    from types import SimpleNamespace as NS
+
+    from capplan.plan.alternatives import _fleet_versus
+
+    def fleet(n: int, cost: float) -> NS:
+        return NS(replicas=n, gpus_total=n, cost_per_hour=cost,
+                  candidate=NS(gpu=NS(key="h100-sxm"), settings=NS(tp=1)))
+
+    said = str(_fleet_versus(fleet(1, 3.78), fleet(2, 7.56)))
+    assert "= 1 GPU ($3.78/h)" in said and "1 GPUs" not in said

@@ -115,6 +115,8 @@ CASES = [  # (what, the file, valid to both)
     ("export /tmp/x.json", _with("export", ["/tmp/x.json"]), False),
     ("export ../x.json", _with("export", ["../x.json"]), False),
     ("export out/PLAN.JSON", _with("export", ["PLAN.JSON"]), True),
+    ("lane name ''", _with("workloads.0.name", ""), False),
+    ("lane name ' '", _with("workloads.0.name", " "), False),
 ]
 
 
