@@ -20,6 +20,7 @@ from pydantic import (
 
 from capplan import limits as L
 from capplan.errors import InputError, plain_errors, validation_error_line
+from capplan.models.engine import ENGINE_ALIASES
 from capplan.units import CLOCK_PATTERN, parse_seconds
 
 _STRICT = ConfigDict(extra="forbid", frozen=True)
@@ -79,10 +80,13 @@ _Length = Annotated[str | int, WithJsonSchema({
     "anyOf": [{"type": "integer", "minimum": L.TOKENS.lo, "maximum": L.TOKENS.hi},
               {"type": "string", "minLength": 1}],
     "description": "tokens: a number, or a distribution ('lognormal:mean=800,p99=4000')"})]
-ENGINE_PATTERN = (r"^\s*(" + "|".join(ci(n) for n in ("vllm", "sglang", "trtllm", "trt"))
-                  + "|" + ci("tensorrt") + r"[-_]?" + ci("llm") + r")(@[^@+\s]+)?(\+[^+]+)*\s*$")
-"""An engine spec as models.engine.engine_profile reads it (name in any case, @VERSION,
-+OPTION); which releases and options exist the planner says."""
+ENGINE_PATTERN = (r"^\s*[-_]*(" + "|".join("[-_]*".join(ci(c) for c in name)
+                                            for name in sorted(ENGINE_ALIASES, key=len,
+                                                               reverse=True))
+                  + r")[-_]*(@[^@+\s]+)?(\+[^+]+)*\s*$")
+"""An engine spec as models.engine.engine_profile reads it (a name of ENGINE_ALIASES in any
+case, '-' and '_' anywhere in it; @VERSION, +OPTION); which releases and options exist the
+planner says."""
 EXPORT_PATTERN = (r"^(?![/\\])(?!(.*[/\\])?\.\.([/\\]|$)).*\.("
                   + "|".join(ci(x.lstrip(".")) for x in (
                       ".csv", ".json", ".md", ".xlsx", ".k8s.yaml", ".llm-d.yaml", ".html"))
@@ -596,7 +600,7 @@ def load_plan(path: str | Path) -> PlanFile:
             msg += f" (the keys here: {', '.join(keys)})"
         line = _line_of(text, loc)
         raise InputError(f"{p}:{line}: {msg}" if line else f"{p}: {msg}") from e
-    if "day" in plan.model_fields_set and not plan.is_day:  # it would be ignored in silence
+    if plan.day != DaySpec() and not plan.is_day:  # set, it would be ignored in silence
         raise InputError(f"{p}:{_line_of(text, ('day',))}: day: applies to a day plan, and no "
                          "lane has a rate_curve or trace: drop day:, or give a lane one")
     return plan

@@ -156,7 +156,7 @@ def test_empty_lane_name_and_a_day_block_without_a_day_are_refused(run_cli, tmp_
     assert res.stderr.strip() == (f"Error: {p}:9: workloads.0.name: the lane's name is empty: "
                                   "name it (pools, exports and Kubernetes objects are named "
                                   "after their lane)")
-    p = _case(tmp_path, BASE + "day: {window_s: 900}\n")
+    p = _case(tmp_path, BASE + "day: {window_s: 600}\n")
     res = run_cli("plan", str(p))
     assert res.exit_code == 2
     assert res.stderr.strip() == (f"Error: {p}:11: day: applies to a day plan, and no lane has "

@@ -111,6 +111,8 @@ CASES = [  # (what, the file, valid to both)
     ("engine tgi", _with("engine.name", "tgi"), False),
     ("engine SGLang", _with("engine.name", "SGLang"), True),
     ("engine vllm@0.11", _with("engine.name", "vllm@0.11"), True),
+    ("engine TensorRT-LLM", _with("engine.name", "TensorRT-LLM"), True),
+    ("engine tensorrt", _with("engine.name", "tensorrt"), False),
     ("export x.pdf", _with("export", ["x.pdf"]), False),
     ("export /tmp/x.json", _with("export", ["/tmp/x.json"]), False),
     ("export ../x.json", _with("export", ["../x.json"]), False),
