@@ -459,7 +459,7 @@ def verify(plan: str | Path | dict[str, Any], *, endpoint: str | None = None,
     predicted vs measured (capplan.plan.verify_endpoint.VerifyResult). A day plan is verified
     at its peak window; a plan of several models needs `model`. Further keywords:
     VerifyOptions' fields (model, served_model, requests, seed, trace, timeout_s,
-    calibration_out, layout)."""
+    calibration_out, layout, lane: a plan of a pool per lane's lane)."""
     from capplan.plan.verify_endpoint import VerifyOptions, verify_plan
 
     known = [f.name for f in fields(VerifyOptions)]

@@ -62,6 +62,10 @@ def validation_error_line(e: Any, valid_keys: Sequence[str] = ()) -> tuple[tuple
         hint = f" (did you mean {near[0]!r}?)" if near else ""
         return loc, f"unknown key {shown_key(key)}{hint}"
     msg = str(err["msg"]).removeprefix("Value error, ")
+    if err["type"] == "too_short" and (err.get("ctx") or {}).get("actual_length") == 0:
+        msg = "an empty list: give at least one value" + (
+            "" if loc and loc[-1] in ("workloads", "models") else
+            ", or leave the key out for its default")
     return loc, f"{key or 'file'}: {msg.splitlines()[0] if msg else err['type']}"
 
 

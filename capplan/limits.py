@@ -67,15 +67,22 @@ class Bound:
         `true` is not 1), bounds in the JSON Schema, the reason in the error."""
         from typing import Annotated
 
-        from pydantic import AfterValidator, Field
+        from pydantic import AfterValidator, BeforeValidator, Field
 
         as_int = self.integer if integer is None else integer
         schema = {"exclusiveMinimum" if self.lo_open else "minimum": self.lo,
                   "maximum": self.hi}
         extra = {} if as_int else {"allow_inf_nan": False}
-        return Annotated[int if as_int else float,
+        whole = [BeforeValidator(_whole)] if as_int else []  # 4096.0: JSON Schema's integer
+        return Annotated[int if as_int else float, *whole,
                          Field(strict=True, json_schema_extra=schema, **extra),
                          AfterValidator(lambda v: type(v)(self.check(v, "")))]
+
+
+def _whole(v: object) -> object:
+    """A whole float (4096.0) as the integer JSON Schema takes it for; anything else as given
+    (the strict integer check refuses 0.5 and true)."""
+    return int(v) if isinstance(v, float) and math.isfinite(v) and v.is_integer() else v
 
 
 def _num(x: float) -> str:

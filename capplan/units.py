@@ -95,6 +95,11 @@ def parse_bytes(text: str | float) -> float:
     return value * _SIZE_UNITS[unit]
 
 
+CLOCK_PATTERN = r"^\s*(([01]?[0-9]|2[0-3]):[0-5][0-9](:[0-5][0-9](\.[0-9]+)?)?|24:00(:00)?)\s*$"
+"""A time of day as a rate curve's `at` may write it ('09:00', '9:30:15', '24:00'): the
+planner's check (plan/rate_curve._clock) and the plan file's JSON Schema."""
+
+
 def parse_seconds(text: str | float) -> float:
     """'50ms' -> 0.05; a bare number is seconds (YAML `true` is not 1 s)."""
     if isinstance(text, bool):

@@ -97,33 +97,16 @@ def pop_pd(kw: dict[str, Any], implied: bool = False) -> dict[str, Any] | None:
 
 def pd_table(res: dict[str, Any], fmt: str) -> str:
     """Per-pool rows, then the composed latencies; the layout and any saturated pool below."""
-    def ms(x: Any) -> str:
-        return "-" if x is None or not math.isfinite(x) else f"{x / MS_S:.1f}"
+    from capplan.export.layout import (
+        PD_LATENCY_HEADERS,
+        PD_POOL_HEADERS,
+        pd_latency_rows,
+        pd_pool_rows,
+    )
 
-    pools = res["pools"]
-    rows = []
-    for role in ("prefill", "decode"):
-        p = pools[role]
-        lat = p.get("ttft_s") if role == "prefill" else p.get("tbt_s")
-        rows.append({"pool": role, "workers": p["workers"], "gpus": p["gpus_per_worker"],
-                     "rate": f"{p['requests_per_s_per_worker']:.3g}",
-                     "cap": f"{p['capacity_requests_per_s']:.3g}",
-                     "util": f"{100 * p['utilization']:.0f}%"
-                     + (" SATURATED" if role in res["saturated_pools"] else ""),
-                     "mean": ms(lat and lat["mean"]), "p99": ms(lat and lat["p99"])})
-    cols = [Column("pool", "pool"), Column("workers", "workers"),
-            Column("gpus", "GPUs/worker"), Column("rate", "req/s per worker"),
-            Column("cap", "pool capacity (req/s)"), Column("util", "utilization"),
-            Column("mean", "prefill stage or TBT mean (ms)"),
-            Column("p99", "prefill stage or TBT p99 (ms)")]
-    text = render_rows(rows, cols, fmt)
-    comp = [{"metric": name, **{q: ms((res.get(key) or {}).get(q))
-                                for q in ("mean", "p50", "p90", "p99")}}
-            for key, name in (("ttft_s", "TTFT"), ("tbt_s", "TBT"), ("e2e_s", "E2E"),
-                              ("kv_transfer_s", "KV transfer"))]
-    text += "\n\n" + render_rows(comp, [Column("metric", "latency"),
-                                        *(Column(q, f"{q} (ms)") for q in (
-                                            "mean", "p50", "p90", "p99"))], fmt)
+    text = render_rows(pd_pool_rows(res), [Column(k, h) for k, h in PD_POOL_HEADERS], fmt)
+    text += "\n\n" + render_rows(pd_latency_rows(res),
+                                  [Column(k, h) for k, h in PD_LATENCY_HEADERS], fmt)
     if fmt == "table":
         notes = [f"{res['model']}: {res['layout']}", f"load: {res.get('load')}",
                  *_overhead_note(res)]

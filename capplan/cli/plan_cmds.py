@@ -44,6 +44,7 @@ from capplan.export.csv_export import SHOWN_RECOMMENDATIONS, pool_records, shown
 from capplan.export.layout import (
     AGGREGATED,
     DISAGGREGATED,
+    SEPARATE,
     headline,
     recommended_layout,
     unverified_text,
@@ -51,9 +52,9 @@ from capplan.export.layout import (
 from capplan.limits import DEFAULT_HEADROOM
 from capplan.models.engine import ENGINES, engine_display_name
 from capplan.plan.alternatives import PLAN_NOTES
-from capplan.plan.bench_cmds import STEP_LABELS, step_lines
+from capplan.plan.bench_cmds import STEP_LABELS, lane_step_lines, step_lines
 from capplan.plan.flags import launch_text
-from capplan.plan.launch import layout_cell, layout_of, pool_command, sized_for
+from capplan.plan.launch import fleet_words, layout_cell, layout_of, pool_command, sized_for
 from capplan.plan.placement import labelled
 from capplan.plan.result import PlanResult
 from capplan.plan.schema import PlanFile, load_plan, plan_json_schema
@@ -110,6 +111,12 @@ def _finish(plan: PlanResult, fmt: str, exports: list[Path], plot_dir: str | Non
         raise
     for p in atomic_write_all(files):
         click.echo(f"wrote {p}", err=True)
+        if str(p).endswith((".k8s.yaml", ".llm-d.yaml")):  # its header says the same
+            from capplan.plan.feature_flags import placeholder_note
+
+            todo = placeholder_note(list(yaml.safe_load_all(Path(p).read_text("utf-8"))))
+            if todo:
+                click.echo(f"warning: {p}: {todo}", err=True)
     _answer(result, fmt, exports)
 
 
@@ -124,7 +131,7 @@ def _answer(result: dict[str, Any], fmt: str, exports: list[Path]) -> None:
         if "schedule" in result:  # a day plan: recommendations, launch, schedule, totals
             emit(day_sections(result, fmt))
             return
-        emit(render_rows(_plan_rows(result), PLAN_COLUMNS, fmt))
+        emit(machine_sections(result, fmt))
         return
     _emit_text(result, fmt, next((p for p in exports if export_kind(p) == ".json"), None))
 
@@ -194,6 +201,31 @@ def day_sections(result: dict[str, Any], fmt: str) -> str:
     if fmt == "csv":
         return "\n\n".join(text for _, text in sections)
     return "\n\n".join(f"## {title}\n\n{text}" for title, text in sections)
+
+
+def machine_sections(result: dict[str, Any], fmt: str) -> str:
+    """A plan in CSV or Markdown: which layout is recommended (the sentence every format
+    gives, `layout.headline`), the recommendations (a `recommended` column when the plan
+    compares layouts, as the CSV export's), the pool comparison when there is one. Sections
+    are separated by a blank line, each with its own header row (CSV) or heading (Markdown)."""
+    from capplan.export.csv_export import layout_marks, marked_pools
+
+    marks = layout_marks(result)
+    rows = [{**r, "recommended": marks.get("aggregated") if r.get("rank") == 1 else "no"}
+            for r in _plan_rows(result)]
+    cols = PLAN_COLUMNS + ([Column("recommended", "recommended")] if marks else [])
+    said = headline(result).removeprefix("recommended: ")
+    pools = marked_pools(result)
+    pcols = POOL_COLUMNS + [Column("binding_constraint", "binding constraint"),
+                            Column("recommended", "recommended")]
+    if fmt == "csv":
+        parts = [render_rows([{"recommended": said}], [Column("recommended", "recommended")],
+                             fmt), render_rows(rows, cols, fmt)]
+        return "\n\n".join(parts + ([render_rows(pools, pcols, fmt)] if pools else []))
+    parts = [f"Recommended: {said}", "## recommendations", render_rows(rows, cols, fmt)]
+    if pools:
+        parts += ["## pools", render_rows(pools, pcols, fmt)]
+    return "\n\n".join(parts)
 
 
 def render_disagg(d: dict[str, Any]) -> str:
@@ -276,8 +308,7 @@ def render_plan(result: dict[str, Any], fmt: str) -> str:
     lead = {AGGREGATED: "recommended", DISAGGREGATED: "rank 1, the best aggregated fleet"
             }.get(layout, "rank 1, one shared pool")
     out += ["", *([headline(result)] * (layout != AGGREGATED)),
-            f"{lead}: {best['replicas']} x {best['gpu']} {layout_of(best)} "
-            f"({best['gpus_total']} GPU{'' if best['gpus_total'] == 1 else 's'}); "
+            f"{lead}: {fleet_words(best)}; "
             "each replica carries up to "
             f"{best['capacity_per_replica_rps']:.3g} req/s, limited by (binding constraint) "
             f"{best['binding_constraint']}; at the planned "
@@ -291,7 +322,10 @@ def render_plan(result: dict[str, Any], fmt: str) -> str:
                                  120, initial_indent="  ", subsequent_indent="      ",
                                  break_on_hyphens=False))
     out += _pool_lines(result, fmt)
-    out += ["", *launch_block(best["engine_flags"]), sized_for(best),
+    flags = best["engine_flags"]
+    if recommended_layout(result) == SEPARATE:  # verified by each lane's pool's steps above
+        flags = {k: v for k, v in flags.items() if k not in STEP_LABELS}
+    out += ["", *launch_block(flags), sized_for(best),
             f"calibration: {best.get('calibration', '')}"]
     reason = result.get("inputs", {}).get("max_model_len_reason")
     if reason:
@@ -369,9 +403,12 @@ def _pool_lines(result: dict[str, Any], fmt: str) -> list[str]:
              else "pools:")
     out = ["", title, render_rows(rows, POOL_COLUMNS, fmt)]
     # each lane's lines, every engine's the plan gives (as the HTML and Markdown reports)
-    out += [labelled(f"{engine_display_name(key)} ({ln['lane']}): ",
-                     launch_text(ln["engine_flags"], key))
-            for ln in lanes for key in ENGINES if (ln.get("engine_flags") or {}).get(key)]
+    for ln in lanes:
+        flags = ln.get("engine_flags") or {}
+        out += [labelled(f"{engine_display_name(key)} ({ln['lane']}): ", launch_text(flags, key))
+                for key in ENGINES if flags.get(key)]
+        if recommended_layout(result) == SEPARATE:  # the recommended pools' own verify steps
+            out += lane_step_lines(flags, str(ln["lane"]))
     return out
 
 
@@ -503,13 +540,18 @@ def recommend_cmd(model: str, rate: float | None, input_len: str, output_len: st
     plan = PlanFile.model_validate(recommend_doc(model, {**lane, **feat_lane, **day["lane"]},
                                                  opts, day["day"] if day["lane"] else None))
     out_paths = _check_outputs(plan, out_paths, plot_dir)
-    with _verifier(verify_top > 0, jobs) as verify:
-        if plan.is_day:
-            from capplan.plan.day_run import run_day_plan
+    from capplan.plan.names import as_flags
 
-            result = run_day_plan(load_catalog(catalog_dir), plan, verify, base=Path.cwd())
-        else:
-            result = run_plan(load_catalog(catalog_dir), plan, verify, disagg=disagg)
+    try:
+        with _verifier(verify_top > 0, jobs) as verify:
+            if plan.is_day:
+                from capplan.plan.day_run import run_day_plan
+
+                result = run_day_plan(load_catalog(catalog_dir), plan, verify, base=Path.cwd())
+            else:
+                result = run_plan(load_catalog(catalog_dir), plan, verify, disagg=disagg)
+    except InputError as e:  # named as the command line names it (the flags typed)
+        raise type(e)(as_flags(str(e))) from e
     _finish(result, fmt, out_paths, plot_dir)
 
 
@@ -570,8 +612,16 @@ def plan_cmd(plan_file: str, exports: tuple[str, ...], plot_dir: str | None, no_
     base = Path(plan_file).parent
     if plan.calibration and not Path(plan.calibration).is_absolute():
         plan = plan.model_copy(update={"calibration": str(base / plan.calibration)})
-    own = [str(plan_output_path(p, base, Path(out_dir) if out_dir else None))
-           for p in plan.export]
+    from capplan.plan.names import in_file
+
+    try:  # the file's own exports first: an error names its key and line
+        own = [str(plan_output_path(p, base, Path(out_dir) if out_dir else None))
+               for p in plan.export]
+        _check_outputs(plan, [Path(p) for p in own], None)
+    except InputError as e:
+        said = str(e)  # "--export PATH: ..." is the file's "export: PATH: ..."
+        raise type(e)(in_file(plan_file, "export: " + said.removeprefix("--export ")
+                              if said.startswith("--export ") else said)) from e
     out_paths = _check_outputs(plan, [Path(p) for p in (*own, *exports)], plot_dir)
     try:
         with _plan_progress(len(plan.workloads), plan.pools) as progress, \
@@ -582,8 +632,8 @@ def plan_cmd(plan_file: str, exports: tuple[str, ...], plot_dir: str | None, no_
                 result = run_day_plan(load_catalog(catalog_dir), plan, verify, base=base)
             else:
                 result = run_plan(load_catalog(catalog_dir), plan, verify, progress=progress)
-    except InputError as e:
-        raise type(e)(f"{plan_file}: {e}") from e
+    except InputError as e:  # named as the file names it, at its line
+        raise type(e)(in_file(plan_file, str(e))) from e
     _finish(result, fmt, out_paths, plot_dir)
 
 

@@ -25,12 +25,20 @@ _COLUMNS = [
 ]
 
 
+_LANE_COLUMNS = [Column("lane", "lane"), Column("slo_h", "SLO"),
+                 Column("limit_ms", "SLO (ms)", None, ".4g"),
+                 Column("measured_ms", "measured (ms)", None, ".4g"), Column("met_h", "met")]
+
+
 @click.command("verify")
 @click.argument("plan_file", type=click.Path(dir_okay=False))
 @click.option("--endpoint", default=None, help="Base URL of a running OpenAI-compatible server: "
               "send it the plan's workload and compare.")
 @click.option("--model", default=None,
               help="A plan of several models: the one to verify (its name in the plan file).")
+@click.option("--lane", default=None,
+              help="A plan of a pool per lane: verify that lane's own pool with its requests "
+              "alone.")
 @click.option("--served-model", default=None,
               help="Model name the server serves (default: the plan's Hugging Face id).")
 @click.option("--client", type=click.Choice(["capplan", *CLIENTS]), default="capplan",
@@ -53,7 +61,7 @@ _COLUMNS = [
               "disaggregated layout behind its front end (the whole workload).")
 @format_option
 @catalog_option
-def verify_cmd(plan_file: str, endpoint: str | None, model: str | None,
+def verify_cmd(plan_file: str, endpoint: str | None, model: str | None, lane: str | None,
                served_model: str | None, client: str, write_dataset: str | None,
                requests: int | None, seed: int, trace: str | None, timeout: float,
                out: str | None, layout: str, fmt: str, catalog_dir: tuple[str, ...]) -> None:
@@ -67,6 +75,7 @@ def verify_cmd(plan_file: str, endpoint: str | None, model: str | None,
       capplan verify PLAN.json --endpoint http://localhost:8000
       capplan verify PLAN.json --client vllm --write-dataset capplan-workload.jsonl
       capplan verify PLAN.json --model qwen2.5-72b --endpoint http://localhost:8000
+      capplan verify PLAN.json --lane batch --client vllm --write-dataset batch.jsonl
       capplan verify PLAN.json --layout disaggregated --endpoint http://localhost:30000
     """
     from capplan.plan.verify_endpoint import VerifyOptions, verify_plan
@@ -75,7 +84,7 @@ def verify_cmd(plan_file: str, endpoint: str | None, model: str | None,
         endpoint=endpoint, served_model=served_model, client=client,
         write_dataset=write_dataset, requests=requests, seed=seed, trace=trace,
         timeout_s=timeout, calibration_out=out, catalog_dirs=catalog_dir, layout=layout,
-        model=model))
+        model=model, lane=lane))
     d = res.to_dict()
     if res.dataset:
         click.echo(f"wrote {res.dataset} ({len(res.requests)} requests, {client} format"
@@ -101,6 +110,8 @@ def verify_cmd(plan_file: str, endpoint: str | None, model: str | None,
     m = res.measured
     where = ("the disaggregated layout" if d["layout"] == "disaggregated"
              else f"one replica ({d['gpu']} TP {d['tp']})")
+    if d.get("lane"):
+        where += f" of lane {d['lane']}'s own pool"
     head = (f"{d['model']} on {where} at "
             f"{d['per_replica_rate_per_s']:.3g} req/s{_window(d)}: {m['completed']} of "
             f"{d['requests']} requests completed, {m['errors']} errors")
@@ -111,6 +122,13 @@ def verify_cmd(plan_file: str, endpoint: str | None, model: str | None,
     sep = "\n\n" if fmt == "markdown" else "\n"
     emit(head + sep + render_rows(rows, _COLUMNS, fmt) if fmt != "csv"
          else render_rows(rows, _COLUMNS, fmt))
+    if d.get("lane_slos") and fmt != "csv":  # each lane against its own SLOs
+        emit(sep.join(["each lane's p99 against its own SLO:", render_rows(
+            [{**c, "slo_h": c["slo"].replace("_p99_s", " p99").upper(),
+              "limit_ms": c["limit_s"] * 1e3,
+              "measured_ms": None if c["measured_s"] is None else c["measured_s"] * 1e3,
+              "met_h": {True: "yes", False: "no", None: "?"}[c["met"]]}
+             for c in d["lane_slos"]], _LANE_COLUMNS, fmt)]))
 
 
 def _window(d: dict[str, Any]) -> str:

@@ -62,13 +62,22 @@ def check_writable(path: Path) -> None:
     os.unlink(tmp)
 
 
+def _missing_folder(folder: Path) -> str:
+    """Why `folder` takes no file: it, or a folder above it, is a file ("/etc/passwd is a
+    file, not a folder"), or it does not exist."""
+    for p in (folder, *folder.parents):
+        if p.exists() and not p.is_dir():
+            return f"{p} is a file, not a folder"
+    return f"folder {folder} does not exist"
+
+
 def _temp_beside(path: Path, failure: str) -> str:
     """An empty temporary file in `path`'s folder (its name hides it), after checking the folder
     exists and the target is absent or a regular file; `failure` (with {folder}) heads the
     one-line error when the folder takes no file."""
     folder = path.parent if str(path.parent) else Path(".")
     if not folder.is_dir():
-        raise InputError(f"{path}: folder {folder} does not exist")
+        raise InputError(f"{path}: {_missing_folder(folder)}")
     check_replaceable(path)
     _check_confined(path)
     try:

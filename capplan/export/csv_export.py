@@ -120,6 +120,7 @@ RECOMMENDATION_COLUMNS: tuple[RecColumn, ...] = (
     _c("capacity_per_replica_rps", "capacity per replica (req/s)", None, ".2f", False),
     _c("per_replica_rate_per_s", "load per replica (req/s)", None, ".2f"),
     _c("binding_constraint", "binding constraint"),
+    _c("pool_note", "note", None, "g", True, True),  # a pool row's (CSV: the pool comparison)
     _c("slo_margins.ttft_p99", "TTFT p99 margin (%)", _pct, ".0f", False),
     _c("slo_margins.tbt_p99", "TBT p99 margin (%)", _pct, ".0f", False),
     _c("verified.ok", "verified by sim", _yes_no),
@@ -316,6 +317,40 @@ def disaggregated_table(plan: dict[str, Any], *, brief: bool = False
     return cols, _rows(recs, cols)
 
 
+def fixed_layout_records(plan: dict[str, Any]) -> list[dict[str, Any]]:
+    """A plan file's fixed disaggregated layout (JSON `fixed_disaggregated`) as rows of the
+    recommendation table, one per pool: its workers as replicas, each worker's rate and
+    capacity, the layout's TTFT and TBT p99 end to end beside the pool's own share of TTFT p99,
+    and its launch lines (one per worker) in its engine's command cell."""
+    from capplan.plan.flags import runnable
+
+    d = plan.get("fixed_disaggregated")
+    if not isinstance(d, dict) or not isinstance(d.get("pools"), dict):
+        return []
+    out = []
+    for role in ("prefill", "decode"):
+        p = d["pools"].get(role) or {}
+        es = p.get("engine_settings") or {}
+        n = int(p.get("workers") or 0)
+        lines = [f"# {name}\n{runnable(str(x))}" for name, ls in (d.get("launch") or {}).items()
+                 if name.startswith(role) for x in (ls if isinstance(ls, list) else [ls])]
+        out.append({"rank": f"fixed disaggregated {role}", "gpu": d.get("gpu"),
+                    **{k: es.get(k) for k in ("tp", "attention_dp", "expert_parallel",
+                                              "max_num_seqs", "max_num_batched_tokens")},
+                    "gpus_per_replica": p.get("gpus_per_worker"), "replicas": n,
+                    "gpus_total": n * int(p.get("gpus_per_worker") or 0),
+                    "per_replica_rate_per_s": p.get("requests_per_s_per_worker"),
+                    "capacity_per_replica_rps": (p.get("capacity_requests_per_s") or 0) / n
+                    if n else None,
+                    "predicted": {"ttft_s": {"p99": (d.get("ttft_s") or {}).get("p99")},
+                                  "tbt_s": {"p99": (d.get("tbt_s") or {}).get("p99")}},
+                    "pool_ttft_p99_s": (p.get("ttft_s") or {}).get("p99")
+                    if role == "prefill" else None,
+                    "binding_constraint": f"bound: {d.get('bound')}",
+                    "engine_flags": {es.get("engine", "vllm"): "\n".join(lines)}})
+    return out
+
+
 SHOWN_RECOMMENDATIONS = 10
 """Recommendations the tables people read show (terminal, HTML, Markdown); CSV, XLSX and JSON
 hold every one."""
@@ -414,9 +449,8 @@ def csv_files(plan: dict[str, Any], path: str | Path) -> list[Staged]:
     path = Path(path)
     # the disaggregated pools (rank says so), then the pool comparison: each pool a row, its
     # name in the rank column
-    more = [*disaggregated_records(plan),
-            *({**p, "rank": f"pool: {p['pool']}",
-               "binding_constraint": p.get("binding_constraint") or p.get("note")}
+    more = [*disaggregated_records(plan), *fixed_layout_records(plan),
+            *({**p, "rank": f"pool: {p['pool']}", "pool_note": p.get("note")}
               for p in marked_pools(plan))]
     cols, rows = recommendation_table(plan, also=more)
     rows += _rows(more, cols)

@@ -29,10 +29,12 @@ from capplan.export.csv_export import (
 from capplan.export.layout import (
     AGGREGATED,
     DISAGGREGATED,
+    FIXED_TITLE,
     HOSTS_TITLE,
     SEPARATE,
     disagg_figures,
     disagg_launch,
+    fixed_layout_sections,
     fleet_text,
     headline,
     recommended_layout,
@@ -318,6 +320,24 @@ def _disaggregated(p: dict[str, Any]) -> str:
     return "".join(out)
 
 
+def _fixed_layout(p: dict[str, Any]) -> str:
+    """A plan file's fixed disaggregated layout ('' without one): its pools, latencies, layout,
+    launch and verify lines, as the terminal prints them (layout.fixed_layout_sections)."""
+    parts = fixed_layout_sections(p)
+    if not parts:
+        return ""
+    out = [f"<h2>{_e(sentence(FIXED_TITLE))}</h2>"]
+    for title, headers, rows in parts:
+        if title.startswith("launch"):
+            out += [_cmd(name, line) for name, line in rows]
+        else:
+            out.append(_table(headers, [[_e(c) for c in r] for r in rows], 1))
+    if (p.get("fixed_disaggregated") or {}).get("bench"):
+        out.append(_cmd("measure", f"{verify_call()} --layout disaggregated --endpoint "
+                                   f"{_bench_url(p['fixed_disaggregated']['bench'])}"))
+    return "".join(out)
+
+
 def _pools(p: dict[str, Any]) -> str:
     """One shared pool against a pool per lane ('' without the comparison)."""
     cols, rows = pool_table(p)
@@ -331,6 +351,13 @@ def _pools(p: dict[str, Any]) -> str:
         flags = ln.get("engine_flags") or {}
         out += "".join(_cmd(f"lane {ln.get('lane')}: {engine_display_name(key)}",
                             launch_text(flags, key)) for key in ENGINES if flags.get(key))
+        lane = str(ln.get("lane"))  # its own verify steps: its requests alone, at its rate
+        out += "".join(_cmd(f"lane {lane}: {label}", flags[key])
+                       for key, label in STEP_LABELS.items() if flags.get(key))
+        if flags.get("bench"):
+            out += _cmd(f"lane {lane}: measure",
+                        f"{verify_call()} --lane {shlex.quote(lane)} --endpoint "
+                        f"{_bench_url(flags['bench'])}")
     return out
 
 
@@ -381,8 +408,9 @@ def _commands(p: dict[str, Any], run: Run | None = None, model: str | None = Non
         out.append("<p>The lines of the aggregated fleet (rank 1); the recommended "
                    "disaggregated layout's are in its section above.</p>")
     elif recommended_layout(p) == SEPARATE:
-        out.append("<p>The lines of one shared pool (rank 1); the recommended pool per "
-                   "lane's are in the pools' section above.</p>")
+        out.append("<p>The launch lines of one shared pool (rank 1), for comparison; the "
+                   "recommended pool per lane's launch and verify lines are in the pools' "
+                   "section above.</p>")
     for key in ENGINES:
         if flags.get(key):  # a fleet of several replicas as it runs on hosts
             out.append(_cmd(engine_display_name(key), launch_text(flags, key)))
@@ -393,11 +421,12 @@ def _commands(p: dict[str, Any], run: Run | None = None, model: str | None = Non
     if best.get("engine"):
         sized = sized_for(best).replace("sized for: ", "Sized for ", 1)
         out.append(f"<p>{_e(sized)}.</p>")
-    for key, label in STEP_LABELS.items():
-        if flags.get(key):
-            out.append(_cmd(label, flags[key]))
-    out.append(_cmd("measure",
-                    f"{verify_call(model)} --endpoint {_bench_url(flags.get('bench'))}"))
+    if recommended_layout(p) != SEPARATE:  # else each lane's pool's, in the pools' section
+        for key, label in STEP_LABELS.items():
+            if flags.get(key):
+                out.append(_cmd(label, flags[key]))
+        out.append(_cmd("measure",
+                        f"{verify_call(model)} --endpoint {_bench_url(flags.get('bench'))}"))
     return "".join(out) + ("" if model else _deploy(run))
 
 
@@ -443,7 +472,8 @@ def _day(p: dict[str, Any]) -> str:
     return html_section(p, _table, line_chart, _num) if has_day(p) else ""
 
 
-SECTIONS: list[Section] = [_inputs, _recommendations, _disaggregated, _pools, _charts,
+SECTIONS: list[Section] = [_inputs, _recommendations, _disaggregated, _fixed_layout, _pools,
+                           _charts,
                            _commands, _assumptions, _day]
 
 

@@ -574,7 +574,12 @@ def k8s_text(plan: dict[str, Any]) -> str:
 
     site = Site.from_env()
     objs, targets, fixed = _manifest(plan, None, site)
-    head = f"# capplan: {rates_title(plan)}; kubectl apply -f this file\n{TOKEN_LINE}"
+    from capplan.plan.feature_flags import placeholder_note
+
+    todo = placeholder_note(objs)  # a draft head to name before the file can run
+    head = (f"# capplan: {rates_title(plan)}; " + (
+        f"{todo}, then kubectl apply -f this file" if todo else "kubectl apply -f this file")
+        + f"\n{TOKEN_LINE}")
     head += schedule_head(plan, targets, fixed)
     if any("capplan/network" in o["metadata"].get("annotations", {}) for o in objs):
         head += ("# RDMA: pods whose traffic crosses hosts request "

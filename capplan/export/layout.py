@@ -42,10 +42,9 @@ def _ms(x: Any, fmt: str) -> str:
 
 def fleet_text(rec: dict[str, Any]) -> str:
     """"3 x h200 TP 8 (24 GPUs, $96.00/h)": a recommendation's (or a pool's) fleet."""
-    from capplan.plan.launch import layout_of
+    from capplan.plan.launch import fleet_words
 
-    return (f"{rec.get('replicas')} x {rec.get('gpu')} {layout_of(rec)} "
-            f"({_gpus(rec.get('gpus_total'))}{_cost(rec.get('cost_per_hour'))})")
+    return fleet_words(rec, _cost(rec.get("cost_per_hour")))
 
 
 def headline(plan: dict[str, Any]) -> str:
@@ -130,3 +129,73 @@ def unverified_text(rec: dict[str, Any]) -> str:
     if replay_found(str(rec.get("binding_constraint", ""))):
         return "its capacity comes from the simulator's replay (this fleet was not replayed)"
     return "not simulated"
+
+
+FIXED_TITLE = "the plan's fixed disaggregated layout"
+"""What every output calls a plan file's `disaggregated_layout` (JSON `fixed_disaggregated`)."""
+PD_POOL_HEADERS = (("pool", "pool"), ("workers", "workers"), ("gpus", "GPUs/worker"),
+                   ("rate", "req/s per worker"), ("cap", "pool capacity (req/s)"),
+                   ("util", "utilization"), ("mean", "prefill stage or TBT mean (ms)"),
+                   ("p99", "prefill stage or TBT p99 (ms)"))
+PD_LATENCY_HEADERS = (("metric", "latency"), *((q, f"{q} (ms)") for q in (
+    "mean", "p50", "p90", "p99")))
+
+
+def _pd_ms(x: Any) -> str:
+    x = jsonable(x)
+    return "-" if not isinstance(x, int | float) or x != x or abs(x) == float("inf") \
+        else f"{x * 1e3:.1f}"
+
+
+def pd_pool_rows(res: dict[str, Any]) -> list[dict[str, Any]]:
+    """A fixed P/D layout's pools as the terminal prints them (PD_POOL_HEADERS' keys): workers,
+    GPUs, rate and capacity, utilization (a saturated pool says so), the pool's own latency."""
+    rows = []
+    for role in ("prefill", "decode"):
+        p = res["pools"][role]
+        lat = p.get("ttft_s") if role == "prefill" else p.get("tbt_s")
+        rows.append({"pool": role, "workers": p["workers"], "gpus": p["gpus_per_worker"],
+                     "rate": f"{p['requests_per_s_per_worker']:.3g}",
+                     "cap": f"{p['capacity_requests_per_s']:.3g}",
+                     "util": f"{100 * p['utilization']:.0f}%"
+                     + (" SATURATED" if role in (res.get("saturated_pools") or []) else ""),
+                     "mean": _pd_ms(lat and lat["mean"]), "p99": _pd_ms(lat and lat["p99"])})
+    return rows
+
+
+def pd_latency_rows(res: dict[str, Any]) -> list[dict[str, Any]]:
+    """A fixed P/D layout's composed latencies (PD_LATENCY_HEADERS' keys), in ms."""
+    return [{"metric": name, **{q: _pd_ms((res.get(key) or {}).get(q))
+                                for q in ("mean", "p50", "p90", "p99")}}
+            for key, name in (("ttft_s", "TTFT"), ("tbt_s", "TBT"), ("e2e_s", "E2E"),
+                              ("kv_transfer_s", "KV transfer"))]
+
+
+def pd_launch_lines(res: dict[str, Any]) -> list[tuple[str, str]]:
+    """A fixed P/D layout's launch lines, (name, line) one per host, and its verify steps
+    (dataset, verify: the whole workload through the front end)."""
+    from capplan.plan.bench_cmds import STEP_LABELS
+
+    out = [(name, str(line)) for name, lines in (res.get("launch") or {}).items()
+           for line in (lines if isinstance(lines, list) else [lines])]
+    return out + [(label, str(res[key])) for key, label in STEP_LABELS.items() if res.get(key)]
+
+
+def fixed_layout_sections(plan: dict[str, Any]) -> list[tuple[str, list[str], list[list[Any]]]]:
+    """A plan file's fixed disaggregated layout as the exports show it ([] without one), each
+    part (title, headers, rows): its pools, its latencies, its layout and load, its launch and
+    verify lines; the terminal's figures (`_pd.pd_table`)."""
+    res = plan.get("fixed_disaggregated")
+    if not isinstance(res, dict) or not isinstance(res.get("pools"), dict):
+        return []
+    facts = [["layout", f"{res.get('model')}: {res.get('layout')}"],
+             ["load", str(res.get("load"))], ["bound", str(res.get("bound"))]]
+    if res.get("saturated_pools"):
+        facts.append(["saturated", ", ".join(res["saturated_pools"])])
+    return [("pools", [h for _, h in PD_POOL_HEADERS],
+             [[r[k] for k, _ in PD_POOL_HEADERS] for r in pd_pool_rows(res)]),
+            ("latencies", [h for _, h in PD_LATENCY_HEADERS],
+             [[r[k] for k, _ in PD_LATENCY_HEADERS] for r in pd_latency_rows(res)]),
+            ("layout", ["what", "value"], facts),
+            ("launch and verify lines", ["line", "command"],
+             [list(x) for x in pd_launch_lines(res)])]

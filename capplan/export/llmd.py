@@ -232,7 +232,10 @@ def _command(p: Pool, role: str, served: str) -> dict[str, Any]:
 
 def llmd_text(plan: dict[str, Any]) -> str:
     """The `.llm-d.yaml` export: `llmd_values` under a title line and the token's Secret."""
-    head = ("# capplan: llm-d-modelservice values (helm install ... -f this file)\n"
-            f"{TOKEN_LINE}")
-    return head + yaml.dump(llmd_values(plan, Site.from_env()), Dumper=YamlDumper,
-                            sort_keys=False)
+    from capplan.plan.feature_flags import placeholder_note
+
+    values = llmd_values(plan, Site.from_env())
+    todo = placeholder_note(values)  # a draft head to name before the file can run
+    head = ("# capplan: llm-d-modelservice values (" + (f"{todo}, then " if todo else "")
+            + f"helm install ... -f this file)\n{TOKEN_LINE}")
+    return head + yaml.dump(values, Dumper=YamlDumper, sort_keys=False)

@@ -21,10 +21,12 @@ from capplan.export.csv_export import (
 )
 from capplan.export.layout import (
     DISAGGREGATED,
+    FIXED_TITLE,
     HOSTS_TITLE,
     SEPARATE,
     disagg_figures,
     disagg_launch,
+    fixed_layout_sections,
     headline,
     recommended_layout,
     sentence,
@@ -101,6 +103,10 @@ def _pools(plan: dict[str, Any]) -> list[str]:
             if key in ENGINES and flag:
                 out += [f"Lane {ln.get('lane')}, {engine_display_name(key)}:", "", "```bash",
                         runnable(launch_text(ln["engine_flags"], key)), "```", ""]
+        steps = [str(ln["engine_flags"][k]) for k in STEP_LABELS
+                 if (ln.get("engine_flags") or {}).get(k)]
+        if steps:  # its own verify steps: the lane's requests alone, at its pool's rate
+            out += [f"Lane {ln.get('lane')}, verify:", "", "```bash", *steps, "```", ""]
     return out
 
 
@@ -117,7 +123,9 @@ def _commands(plan: dict[str, Any]) -> list[str]:
         return []
     lines = [f"## Engine commands (rank {recs[0].get('rank', 1)}: {recs[0]['gpu']})", ""]
     known = [k for k, _ in _ENGINE_TITLES]
-    titled = [(k, t) for k, t in _ENGINE_TITLES if flags.get(k)]
+    titled = [(k, t) for k, t in _ENGINE_TITLES if flags.get(k)
+              # a pool per lane recommended: each lane's pool's verify steps (_pools)
+              and not (k in STEP_LABELS and recommended_layout(plan) == SEPARATE)]
     titled += [(k, k) for k in flags
                if k not in known and flags.get(k) and not k.startswith(fleet_key(""))]
     for key, title in titled:  # an engine's fleet of several replicas as it runs on hosts
@@ -148,6 +156,21 @@ def _disaggregated(plan: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _fixed_layout(plan: dict[str, Any]) -> list[str]:
+    """A plan file's fixed disaggregated layout ([] without one), as the terminal prints it."""
+    parts = fixed_layout_sections(plan)
+    if not parts:
+        return []
+    lines = [f"## {sentence(FIXED_TITLE)}", ""]
+    for title, headers, rows in parts:
+        if title.startswith("launch"):
+            lines += [f"{sentence(title)}:", "", "```bash",
+                      *(f"# {name}\n{runnable(line)}" for name, line in rows), "```", ""]
+        else:
+            lines += [_table(headers, rows, None), ""]
+    return lines
+
+
 def _assumptions(plan: dict[str, Any]) -> list[str]:
     inp = plan.get("inputs") or {}
     items = [inp.get("max_model_len_reason")] + [
@@ -164,7 +187,8 @@ def _model_parts(plan: dict[str, Any]) -> list[str]:
     """One model's report: its summary, workload, recommendations, launch lines and notes."""
     parts = [*_summary(plan), ""]
     parts += _lanes(plan) + _recommendations(plan) + _pools(plan) + _warnings(plan)
-    return parts + _assumptions(plan) + _commands(plan) + _disaggregated(plan) + _pareto(plan)
+    return (parts + _assumptions(plan) + _commands(plan) + _disaggregated(plan)
+            + _fixed_layout(plan) + _pareto(plan))
 
 
 def plan_to_markdown(plan: dict[str, Any], run: Any = None) -> str:

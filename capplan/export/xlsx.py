@@ -23,6 +23,7 @@ from capplan.export.csv_export import (
     recommendation_table,
 )
 from capplan.export.json_export import jsonable
+from capplan.export.layout import fixed_layout_sections
 from capplan.plan.alternatives import PLAN_NOTES
 from capplan.units import s_to_ms
 
@@ -192,6 +193,12 @@ def xlsx_files(plan: dict[str, Any], path: str | Path) -> list[Staged]:
         if disagg:
             _write_table(wb.add_worksheet("disaggregated"), [c.header for c in disagg_cols],
                          disagg, bold, [c.fmt for c in disagg_cols], wb)
+        fixed = fixed_layout_sections(plan)
+        if fixed:  # a plan file's fixed disaggregated layout: its parts one under another
+            ws, row = wb.add_worksheet("fixed disaggregated"), 0
+            for _, headers, rows in fixed:
+                _write_table(ws, headers, rows, bold, None, wb, first_row=row)
+                row += len(rows) + 2
         pool_cols, pools = pool_table(plan)
         if pools:  # one shared pool against a pool per lane
             _write_table(wb.add_worksheet("pools"), [c.header for c in pool_cols], pools,

@@ -1147,6 +1147,9 @@ TensorRT-LLM disable_overlap_scheduler)."""
 
 _ALIASES = {"tensorrtllm": "trtllm", "trt": "trtllm", "trtllm": "trtllm", "vllm": "vllm",
             "sglang": "sglang"}
+ENGINE_ALIASES = tuple(_ALIASES)
+"""The names an engine spec may give (lower case, '-' and '_' left out), for the plan file's
+JSON Schema."""
 
 
 def _version_key(version: str) -> tuple[int, ...] | None:

@@ -105,7 +105,8 @@ def _fleet_versus(alt: Any, best: Any) -> dict[str, Any]:
     saving = (1 - cost / base_cost) if base_cost and cost is not None else None
     gpu_saving = 1 - alt.gpus_total / best.gpus_total
     text = (f"{alt.replicas} x {alt.candidate.gpu.key} TP {alt.candidate.settings.tp} = "
-            f"{alt.gpus_total} GPUs" + (f" (${cost:,.2f}/h)" if cost is not None else "")
+            f"{alt.gpus_total} GPU{'' if alt.gpus_total == 1 else 's'}"
+            + (f" (${cost:,.2f}/h)" if cost is not None else "")
             + f" instead of {best.gpus_total} {best.candidate.gpu.key}"
             + (f" (${base_cost:,.2f}/h)" if base_cost is not None else "")
             + (f": {saving:.0%} cheaper" if saving is not None else

@@ -68,17 +68,37 @@ class BenchImages:
 DATASET_STEM = "capplan-workload"
 VERIFY_PLAN = "capplan verify PLAN.json"
 """How a printed line calls verify; the CLI names the JSON just exported in its place."""
-STEP_LABELS = {"bench_dataset": "dataset", "bench": "verify"}
+STEP_LABELS = {"bench_dataset": "dataset", "bench": "verify", "bench_goodput": "goodput"}
 """What every output calls a plan's verify steps (`verify_lines`' keys): the terminal's
-`dataset:` and `verify:` lines (`step_lines`), the HTML and Markdown reports' titles."""
+`dataset:` and `verify:` lines (`step_lines`), the HTML and Markdown reports' titles; `goodput`:
+a shell comment saying which lanes' SLOs the verify line of a mixed load does not check."""
+GOODPUT_SLOS = (("ttft_p99_s", "TTFT p99"), ("tpot_p99_s", "TPOT p99"), ("e2e_p99_s", "E2E p99"))
+"""The SLOs a client's --goodput can hold a request to (vLLM's ttft, tpot, e2el; AIPerf's)."""
 
 
 def step_lines(steps: dict[str, Any]) -> list[str]:
     """The terminal's lines of the verify steps `steps` holds ("dataset: ...", "verify:  ...",
     labels one column wide), a step it lacks or leaves empty left out."""
     width = max(map(len, STEP_LABELS.values())) + 2
-    return [f"{label}:".ljust(width) + str(steps[key]) for key, label in STEP_LABELS.items()
-            if steps.get(key)]
+    return [_wrapped(f"{label}:".ljust(width) + str(steps[key]), width, key)
+            for key, label in STEP_LABELS.items() if steps.get(key)]
+
+
+def _wrapped(line: str, width: int, key: str) -> str:
+    """A command stays one line (to copy); the goodput note, a shell comment, wraps at 120
+    columns, each line a comment."""
+    if key != "bench_goodput":
+        return line
+    import textwrap
+
+    return textwrap.fill(line, 120, subsequent_indent=" " * width + "# ",
+                         break_on_hyphens=False, break_long_words=False)
+
+
+def lane_step_lines(steps: dict[str, Any], lane: str) -> list[str]:
+    """A lane's own pool's verify steps for the terminal ("dataset (lane NAME): ...")."""
+    return [_wrapped(f"{label} (lane {lane}): {steps[key]}", 4, key)
+            for key, label in STEP_LABELS.items() if steps.get(key)]
 
 
 def dataset_name(client: str, stem: str = DATASET_STEM) -> str:
@@ -120,6 +140,63 @@ def for_model(plan: dict[str, Any], model: str) -> dict[str, Any]:
         if isinstance(plan.get(key), dict):
             out[key] = steps(plan[key])
     return out
+
+
+def lane_stem(lane: str) -> str:
+    """A lane's dataset file stem (capplan-workload-lane-NAME), apart from other lanes'."""
+    return f"{DATASET_STEM}-lane-{re.sub(r'[^A-Za-z0-9._-]+', '-', lane)}"
+
+
+def for_lane(flags: dict[str, Any], lane: str) -> dict[str, Any]:
+    """A lane's own pool's flags (a plan of a pool per lane) with its verify steps calling
+    `capplan verify PLAN.json --lane NAME`, which writes that lane's requests alone at its
+    pool's per-replica rate, into the lane's own dataset file (lane_stem), which its verify
+    line reads."""
+    call = f"{VERIFY_PLAN} --lane {shlex.quote(lane)}"
+    return {**flags, **{k: flags[k].replace(VERIFY_PLAN, call)
+                        .replace(f"{DATASET_STEM}.", f"{lane_stem(lane)}.")
+                        for k in ("bench", "bench_dataset") if isinstance(flags.get(k), str)}}
+
+
+def shared_slos(lane_slos: list[tuple[str, Any]]) -> tuple[dict[str, float | None], list[str]]:
+    """The p99 SLOs a client's --goodput can hold every request of a mixed load to: those every
+    lane has, with one value (goodput applies each threshold to every request, whatever its
+    lane); and the lanes' SLOs it leaves out, each as "lane NAME's TTFT p99 500 ms"."""
+    common: dict[str, float | None] = {}
+    left: list[str] = []
+    for key, label in GOODPUT_SLOS:
+        vals = [getattr(s, key, None) for _, s in lane_slos]
+        one = len(set(vals)) == 1 and vals[0] is not None
+        common[key] = vals[0] if one else None
+        if not one:
+            left += [f"lane {name}'s {label} {_dur(v)}"
+                     for (name, _), v in zip(lane_slos, vals, strict=True) if v]
+    return common, left
+
+
+def unchecked_note(client: str, left: list[str], common: dict[str, float | None]) -> str:
+    """The `goodput` step of a mixed load's verify line ("" when it checks every lane's SLOs):
+    a shell comment naming what it leaves out and what checks it."""
+    if not left:
+        return ""
+    shared = ", ".join(f"{label} {_dur(common[k])}" for k, label in GOODPUT_SLOS
+                       if common.get(k))
+    if client not in ("vllm", "aiperf"):
+        held = "the client's p99s mix every lane's requests"
+    elif shared:
+        held = f"--goodput holds every request to the SLOs every lane has ({shared})"
+    else:
+        held = "the lanes have no SLO in common, so the line has no --goodput"
+    return (f"# the lanes share this load: {held}; not checked: {', '.join(left)}; "
+            f"`{VERIFY_PLAN} --endpoint URL` sends the same mix and checks each lane's p99s "
+            "against its own SLOs")
+
+
+def _dur(x: float | None) -> str:
+    """A duration in ms below 10 s, else in s."""
+    if x is None:
+        return "?"
+    return f"{x * 1e3:.4g} ms" if x < 10 else f"{x:.4g} s"
 
 
 def num_prompts(rate_per_s: float) -> int:
@@ -223,14 +300,24 @@ def verify_lines(model_id: str, rate_per_s: float, engine: str, port: int | tupl
     with `layout` "disaggregated", for the whole P/D deployment behind its front end, which
     takes the plan's whole rate; SLOs given as an object with their p99s as attributes (a
     Traffic's `slos`; None: none). With `images` the command sends them (image_bench_command)
-    and needs no dataset file (`bench_dataset` empty)."""
+    and needs no dataset file (`bench_dataset` empty). `slos` may be the Traffic itself: with
+    its `lane_slos` ((lane, its SLOs) of each lane the load mixes) the goodput thresholds are
+    those every lane shares (shared_slos), and the `bench_goodput` step names the lanes' SLOs
+    left out."""
     client = client or DEFAULT_CLIENT.get(engine, "vllm")
-    slo = {k: getattr(slos, k, None) for k in ("ttft_p99_s", "tbt_p99_s", "e2e_p99_s")}
+    lane_slos = list(getattr(slos, "lane_slos", None) or ())
+    slos = getattr(slos, "slos", slos)
+    slo: dict[str, float | None] = {k: getattr(slos, k, None) for k, _ in GOODPUT_SLOS}
+    left: list[str] = []
+    if lane_slos:
+        slo, left = shared_slos(lane_slos)
     which = "" if layout == "aggregated" else f" --layout {layout}"
     host, port = port if isinstance(port, tuple) else ("localhost", port)
     bench = bench_command(client, model_id=model_id, base_url=f"http://{host}:{port}",
                           rate_per_s=rate_per_s, slo=slo, images=images)
-    return {"bench": bench,
-            "bench_dataset": "" if images is not None else
-            f"{VERIFY_PLAN}{which} --client {client} "
-            f"--write-dataset {dataset_name(client)}"}
+    out = {"bench": bench,
+           "bench_dataset": "" if images is not None else
+           f"{VERIFY_PLAN}{which} --client {client} "
+           f"--write-dataset {dataset_name(client)}"}
+    note = unchecked_note(client, left, slo)
+    return {**out, "bench_goodput": note} if note else out

@@ -18,6 +18,7 @@ trtllm_line writes it).
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 from capplan.models.speculative import DEFAULT_SPEC_TOKENS, parse_method
@@ -26,6 +27,45 @@ _SGLANG_ALGO = {"eagle3": "EAGLE3", "eagle": "EAGLE", "mtp": "EAGLE", "ngram": "
                 "draft": "STANDALONE"}
 _TRT_TYPE = {"eagle3": "Eagle3", "eagle": "Eagle", "mtp": "MTP", "ngram": "NGram",
              "draft": "Draft_Target"}
+
+
+DRAFT_PLACEHOLDER = re.compile(r"<[A-Z0-9]+ draft head for [^>]+>")
+"""The name a launch line gives a speculative plan's draft head (the head's repository is
+yours to pick, docs/features.md): a manifest running it fails until it is replaced."""
+
+
+def placeholders(obj: Any) -> list[tuple[str, str]]:
+    """(placeholder, the argument holding it) for each draft-head placeholder in `obj` (a
+    manifest's objects, values, or a text), once each: the flag before it in an argument list
+    (`--speculative-config`), or the key holding it (`speculative_model`)."""
+    found: dict[tuple[str, str], None] = {}
+
+    def walk(x: Any, where: str) -> None:
+        if isinstance(x, dict):
+            for k, v in x.items():
+                walk(v, str(k))
+        elif isinstance(x, list):
+            for i, v in enumerate(x):
+                before = x[i - 1] if i and isinstance(x[i - 1], str) else ""
+                walk(v, before if before.startswith("-") else where)
+        elif isinstance(x, str):
+            for m in DRAFT_PLACEHOLDER.finditer(x):
+                words = x[:m.start()].split()
+                flag = next((w for w in reversed(words) if w.startswith("--")), where)
+                found[(m.group(0), flag.split("=")[0])] = None
+
+    walk(obj, "")
+    return list(found)
+
+
+def placeholder_note(obj: Any) -> str:
+    """"replace <EAGLE3 draft head for M> (--speculative-config's model) with ..." ('' when
+    `obj` has no placeholder)."""
+    got = placeholders(obj)
+    if not got:
+        return ""
+    return "replace " + "; ".join(f"{ph} (in {arg})" for ph, arg in got) + (
+        " with the draft head's repository (a placeholder: the pods fail to start with it)")
 
 
 def _draft_path(method: str, arg: str | None, r: dict[str, Any], hf: str) -> str | None:

@@ -123,8 +123,7 @@ def engine_flags(model: ModelSpec, r: dict[str, Any], traffic: Any,
     engine = r.get("engine", "vllm")
     at = fleet_address(engine, opts, replicas, out)  # one replica's, at its share of the rate
     return {**flags, **verify_lines(model.hf_id, r["per_replica_rate_per_s"], engine, at,
-                                  getattr(traffic, "slos", None), client,
-                                  images=bench_images(model, r, traffic))}
+                                  traffic, client, images=bench_images(model, r, traffic))}
 
 
 def bench_images(model: ModelSpec, r: dict[str, Any], traffic: Any) -> BenchImages | None:

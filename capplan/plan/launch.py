@@ -129,6 +129,19 @@ def layout_of(rec: dict[str, Any]) -> str:
     return f"TP {rec['tp']}" if _plain(rec) or not rec.get("layout") else f"({rec['layout']})"
 
 
+def fleet_words(rec: dict[str, Any], extra: str = "") -> str:
+    """"3 x h200 TP 8 (24 GPUs)": replicas, GPU, layout and the GPUs in all; one replica whose
+    layout already counts its GPUs ("(16 GPUs over 2 nodes: ...)") does not count them twice.
+    `extra` (", $96.00/h") goes in the count's parentheses."""
+    n = rec.get("gpus_total")
+    count = f"{n} GPU{'' if n == 1 else 's'}"
+    if not _plain(rec) and rec.get("layout") and rec.get("replicas") == 1:
+        count = ""
+    inside = (count + extra).removeprefix(", ")
+    return (f"{rec.get('replicas')} x {rec.get('gpu')} {layout_of(rec)}"
+            + (f" ({inside})" if inside else ""))
+
+
 def layout_cell(rec: dict[str, Any]) -> str:
     """The same in a table cell: "4", "1xDP16 EP16", "8 PP2"."""
     if _plain(rec):

@@ -641,4 +641,4 @@ def fixed_layout_for_plan(cat: Any, plan: Any, resolved: Any, traffic: Any) -> d
     engine = lay.decode.profile.name
     return {**pd_latency(lay, load), **verify_lines(  # at the port of the layout's router line
         lay.decode.served_id, traffic.rate_per_s, engine, pd_front_port(engine),
-        traffic.slos, layout="disaggregated")}
+        traffic, layout="disaggregated")}

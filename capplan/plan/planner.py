@@ -97,7 +97,8 @@ def traffic_for(lanes: Sequence[Lane], max_model_len: int | None = None) -> Traf
         pc = PrefixCache()
     return Traffic(total, inp, out, scv, SloSet.strictest(SloSet.of(ln.slo) for ln in lanes),
                    tuple(lane.name for lane in lanes),
-                   priority_scheduling=len({ln.priority for ln in lanes}) > 1, prefix=pc)
+                   priority_scheduling=len({ln.priority for ln in lanes}) > 1, prefix=pc,
+                   lane_slos=tuple((ln.name, SloSet.of(ln.slo)) for ln in lanes))
 
 
 def served_traffic(lanes: Sequence[Lane], plan: PlanFile, model: ModelSpec) -> Traffic:
@@ -392,7 +393,7 @@ def _disagg_verify(d: Any, lanes: list[Lane]) -> dict[str, str]:
     engine = d.decode.dep.profile.name
     t = traffic_for(lanes)
     return verify_lines(d.decode.dep.served_id, t.rate_per_s, engine, pd_front_port(engine),
-                        t.slos, layout="disaggregated")
+                        t, layout="disaggregated")
 
 
 def _disaggregated_plan(cat: Catalog, plan: PlanFile, resolved: ResolvedModel,

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import csv
 import math
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,6 +37,7 @@ from capplan import limits as L
 from capplan.errors import InputError
 from capplan.sim.stability import gap_scv
 from capplan.sim.workload import Requests, replayable_rate
+from capplan.units import CLOCK_PATTERN
 
 DAY_S = 86_400.0
 
@@ -226,6 +228,8 @@ def clock_text(v: Any, where: str | None = None) -> str:
 
 def _clock(v: Any, where: str) -> float:
     """'HH:MM' (or 'HH:MM:SS') -> seconds after midnight."""
+    if not re.fullmatch(CLOCK_PATTERN, clock_text(v, where)):
+        raise InputError(f"{where}: at {v!r} is not a time of day like 14:30 (00:00 to 24:00)")
     parts = clock_text(v, where).strip().split(":")
     try:
         nums = [float(p) for p in parts]

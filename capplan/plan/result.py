@@ -14,6 +14,7 @@ from typing import Any
 from capplan.models.engine import engine_profile
 from capplan.models.layout import describe
 from capplan.plan.bands import attach_bands
+from capplan.plan.bench_cmds import for_lane
 from capplan.plan.features_plan import features_dict
 from capplan.plan.launch import deepep_launch
 from capplan.plan.schema import Lane
@@ -219,7 +220,10 @@ class SeparatePool:
             return {"lane": self.lane, "error": self.error}
         return {"lane": self.lane, **self.best.head(),
                 "binding_constraint": self.best.candidate.binding_constraint,
-                "engine_flags": dict(self.best.engine_flags)}
+                # what `capplan verify --lane` sends and compares (verify_endpoint.lane_plan)
+                **{k: v for k, v in self.best.to_dict().items()
+                   if k in ("per_replica_rate_per_s", "max_model_len", "predicted")},
+                "engine_flags": for_lane(dict(self.best.engine_flags), self.lane)}
 
 
 @dataclass(frozen=True)

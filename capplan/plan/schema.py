@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -19,7 +20,8 @@ from pydantic import (
 
 from capplan import limits as L
 from capplan.errors import InputError, plain_errors, validation_error_line
-from capplan.units import parse_seconds
+from capplan.models.engine import ENGINE_ALIASES
+from capplan.units import CLOCK_PATTERN, parse_seconds
 
 _STRICT = ConfigDict(extra="forbid", frozen=True)
 _COUNT = L.ENGINE_COUNT.field()
@@ -39,19 +41,32 @@ def _seconds(v: Any) -> float | None:
     return float(L.DURATION_S.check(x, ""))
 
 
+def ci(word: str) -> str:
+    """A regex of `word` in any case (JSON Schema patterns take no flags): 'ms' -> '[mM][sS]'."""
+    return "".join(f"[{c.lower()}{c.upper()}]" if c.isalpha() and c.lower() != c.upper()
+                   else re.escape(c) for c in word)
+
+
+_UNITS = "|".join(ci(u) for u in ("min", "ms", "us", "µs", "s", "m", "h"))
 _Duration = Annotated[float | None, WithJsonSchema({
-    "anyOf": [{"type": "number", "exclusiveMinimum": 0},
-              {"type": "string", "pattern": r"^\s*([0-9]+\.?[0-9]*|\.[0-9]+)([eE][-+]?[0-9]+)?"
-                                            r"\s*(s|ms|us|µs|m|min|h)?\s*$"},
+    "anyOf": [{"type": "number", "exclusiveMinimum": 0, "maximum": L.DURATION_S.hi},
+              {"type": "string",
+               # a mantissa with a nonzero digit ('0ms' is no duration), a unit in any case
+               "pattern": r"^\s*\+?([0-9]*[1-9][0-9]*\.?[0-9]*|[0-9]*\.[0-9]*[1-9][0-9]*)"
+                          rf"([eE][-+]?[0-9]+)?\s*({_UNITS})?\s*$"},
               {"type": "null"}],
-    "description": "seconds: a number, or a string with a unit ('60ms', '1.5s')"})]
+    "description": "seconds: a number, or a string with a unit in any case ('60ms', '1.5s'); "
+                   f"at most {L.DURATION_S.hi:g} s"})]
 """A duration as the file may write it: the JSON Schema says what the validator accepts
 (capplan.units.parse_seconds), so an editor does not flag the demo's own '60ms'."""
 
 
 def _length(v: Any) -> Any:
     """A token length: a whole number or a distribution string, checked by parse_length (the
-    edge's bounds) so that a plan file fails where the CLI does."""
+    edge's bounds) so that a plan file fails where the CLI does; a whole float (500.0, an
+    integer to JSON Schema) is the integer."""
+    if isinstance(v, float) and v.is_integer():
+        v = int(v)
     if isinstance(v, bool) or not isinstance(v, int | str):
         raise ValueError(f"a length is a number of tokens or a distribution string, not a "
                          f"{type(v).__name__}")
@@ -59,6 +74,25 @@ def _length(v: Any) -> Any:
 
     parse_length(v)
     return v
+
+
+_Length = Annotated[str | int, WithJsonSchema({
+    "anyOf": [{"type": "integer", "minimum": L.TOKENS.lo, "maximum": L.TOKENS.hi},
+              {"type": "string", "minLength": 1}],
+    "description": "tokens: a number, or a distribution ('lognormal:mean=800,p99=4000')"})]
+ENGINE_PATTERN = (r"^\s*[-_]*(" + "|".join("[-_]*".join(ci(c) for c in name)
+                                            for name in sorted(ENGINE_ALIASES, key=len,
+                                                               reverse=True))
+                  + r")[-_]*(@[^@+\s]+)?(\+[^+]+)*\s*$")
+"""An engine spec as models.engine.engine_profile reads it (a name of ENGINE_ALIASES in any
+case, '-' and '_' anywhere in it; @VERSION, +OPTION); which releases and options exist the
+planner says."""
+EXPORT_PATTERN = (r"^(?![/\\])(?!(.*[/\\])?\.\.([/\\]|$)).*\.("
+                  + "|".join(ci(x.lstrip(".")) for x in (
+                      ".csv", ".json", ".md", ".xlsx", ".k8s.yaml", ".llm-d.yaml", ".html"))
+                  + ")$")
+"""A plan file's export: a relative path (no `..`) with an export suffix in any case
+(capplan.export.EXPORT_SUFFIXES; plan.load.plan_output_path refuses the others)."""
 
 
 class Slo(BaseModel):
@@ -124,7 +158,7 @@ class CurvePoint(BaseModel):
     """One point of a daily rate curve (linear between points, wrapping at midnight)."""
 
     model_config = _STRICT
-    at: str
+    at: Annotated[str, WithJsonSchema({"type": "string", "pattern": CLOCK_PATTERN})]
     """Time of day, 'HH:MM' (or 'HH:MM:SS'); a number (`at: 900`) is refused, not read as
     seconds after midnight."""
     rate_per_s: float = Field(ge=0, allow_inf_nan=False)
@@ -143,7 +177,8 @@ class Lane(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, json_schema_extra={
         "oneOf": [{"required": ["rate_per_s"]}, {"required": ["trace"]},
                   {"required": ["rate_curve"]}]})
-    name: str = "default"
+    name: str = Field(default="default", json_schema_extra={"minLength": 1, "pattern": r"\S"})
+    """The lane's name (not empty: outputs, pools and Kubernetes objects are named after it)."""
     rate_per_s: L.RATE_PER_S.field() | None = None  # type: ignore[valid-type]
     """Mean arrival rate, requests per second (for the whole fleet); or give `trace` or
     `rate_curve` for a day of traffic (docs/day-planning.md)."""
@@ -158,9 +193,9 @@ class Lane(BaseModel):
     arrival: Literal["poisson", "gamma"] = "poisson"
     burstiness: L.BURSTINESS.field() = 1.0  # type: ignore[valid-type]
     """Gamma shape (1 = Poisson; < 1 burstier), as vllm bench serve --burstiness."""
-    input_len: str | int = 512
+    input_len: _Length = 512
     """Prompt tokens: a number or a distribution ('lognormal:mean=800,p99=4000')."""
-    output_len: str | int = 256
+    output_len: _Length = 256
     slo: Slo = Slo()
     priority: L.PRIORITY.field() = 0  # type: ignore[valid-type]
     """Lower is served first when lanes share a pool (vLLM priority scheduling)."""
@@ -180,6 +215,14 @@ class Lane(BaseModel):
     def _lengths(cls, v: Any) -> Any:
         return _length(v)
 
+    @field_validator("name")
+    @classmethod
+    def _named(cls, v: str) -> str:
+        if not v.strip():
+            raise ValueError("the lane's name is empty: name it (pools, exports and Kubernetes "
+                             "objects are named after their lane)")
+        return v
+
     @model_validator(mode="after")
     def _one_rate(self) -> Lane:
         given = [k for k in ("rate_per_s", "trace", "rate_curve") if getattr(self, k) is not None]
@@ -194,15 +237,21 @@ class Lane(BaseModel):
         return self.trace is not None or self.rate_curve is not None
 
 
+def _some(item: Any) -> Any:
+    """A candidate list of `item`s: at least one (an empty list would search nothing, or
+    everything, by accident; the JSON Schema says minItems 1)."""
+    return Annotated[list[item], Field(min_length=1)]
+
+
 class Candidates(BaseModel):
     model_config = _STRICT
-    gpus: list[str] | None = None
+    gpus: _some(str) | None = None  # type: ignore[valid-type]
     """GPU types to consider (default: every catalog GPU that can hold the model)."""
-    tp: list[L.PARALLEL.field()] | None = None  # type: ignore[valid-type]
+    tp: _some(L.PARALLEL.field()) | None = None  # type: ignore[valid-type]
     """Tensor-parallel sizes (default: 1, 2, 4, 8 where they divide the heads and fit)."""
-    weight_dtypes: list[Literal["auto", "fp32", "bf16", "fp16", "fp8", "int8", "int4",
-                                "fp4"]] = ["auto"]
-    kv_dtypes: list[Literal["auto", "bf16", "fp16", "fp8"]] = ["auto"]
+    weight_dtypes: _some(Literal["auto", "fp32", "bf16", "fp16", "fp8", "int8", "int4",
+                                 "fp4"]) = ["auto"]  # type: ignore[valid-type]
+    kv_dtypes: _some(Literal["auto", "bf16", "fp16", "fp8"]) = ["auto"]  # type: ignore[valid-type]
     prices: dict[str, L.PRICE_PER_HOUR.field()] = {}  # type: ignore[valid-type]
     """Your price per GPU-hour (USD) by GPU name, over the catalog's indicative prices; GPUs
     without any price rank after priced ones."""
@@ -218,7 +267,7 @@ class Candidates(BaseModel):
 
 class EngineSpec(BaseModel):
     model_config = _STRICT
-    name: str = "vllm"
+    name: Annotated[str, WithJsonSchema({"type": "string", "pattern": ENGINE_PATTERN})] = "vllm"
     """The serving engine: vllm, sglang or trtllm, optionally with its release and profile
     options (`vllm@0.11`, `sglang@0.5+mixed-chunk`); its memory accounting, scheduler, host
     costs and defaults apply (docs/engines.md, "Profiles by version")."""
@@ -251,9 +300,9 @@ class EngineSpec(BaseModel):
             return engine_profile(self.name).spec
         head, plus, opts = self.name.partition("+")
         return engine_profile(f"{head}@{self.version}{plus}{opts}").spec
-    max_num_seqs: list[_COUNT] | _COUNT | None = None  # type: ignore[valid-type]
+    max_num_seqs: _some(_COUNT) | _COUNT | None = None  # type: ignore[valid-type]
     """Values to search (default 64..1024)."""
-    max_num_batched_tokens: list[_COUNT] | _COUNT | None = None  # type: ignore[valid-type]
+    max_num_batched_tokens: _some(_COUNT) | _COUNT | None = None  # type: ignore[valid-type]
     """Prefill chunk sizes to search (default 512..16384)."""
     gpu_memory_utilization: L.FRACTION.field() | None = None  # type: ignore[valid-type]
     """The engine's memory fraction in its own meaning; default: the engine's for the GPU."""
@@ -269,7 +318,7 @@ class EngineSpec(BaseModel):
     speculative: str | None = None
     """Speculative decoding method: eagle3, eagle, mtp, ngram or draft:MODEL (docs/features.md);
     recommend then searches spec_tokens per candidate."""
-    spec_tokens: list[Annotated[int, Field(ge=0, le=16)]] | Annotated[
+    spec_tokens: _some(Annotated[int, Field(ge=0, le=16)]) | Annotated[  # type: ignore[valid-type]
         int, Field(ge=0, le=16)] | None = None
     """Draft lengths to search (0 = off); default 0..4."""
     spec_topk: int = Field(default=1, ge=1, le=64, strict=True)
@@ -278,7 +327,7 @@ class EngineSpec(BaseModel):
     """Measured tokens per step (1 + accepted / drafts); default: the published figure."""
     acceptance_kind: Literal["chat", "code", "math", "summarisation"] = "chat"
     """Workload kind whose published acceptance length is the default."""
-    max_loras: list[Annotated[int, Field(ge=0, le=1024)]] | Annotated[
+    max_loras: _some(Annotated[int, Field(ge=0, le=1024)]) | Annotated[  # type: ignore[valid-type]
         int, Field(ge=0, le=1024)] | None = None
     """LoRA adapter slots (a value or a list to search); default: searched when lanes use
     adapters."""
@@ -377,11 +426,13 @@ class PlanFile(BaseModel):
     model: str = ""
     candidates: Candidates = Candidates()
     engine: EngineSpec = EngineSpec()
-    workloads: list[Lane] = []
+    workloads: _some(Lane) = []  # type: ignore[valid-type]
     pools: Literal["shared", "separate", "both"] = "both"
     """Several lanes: one shared pool with priorities, a pool per lane, or plan both."""
     objective: Literal["min_cost", "min_gpus", "max_goodput_per_dollar"] = "min_cost"
-    headroom: L.HEADROOM.field() | Literal["auto"] = L.DEFAULT_HEADROOM  # type: ignore[valid-type]
+    headroom: L.HEADROOM.field() | Annotated[  # type: ignore[valid-type]
+        Literal["auto"], WithJsonSchema({"type": "string", "pattern": rf"^\s*{ci('auto')}\s*$"})
+    ] = L.DEFAULT_HEADROOM
     """Extra capacity for bursts and model error: replicas cover rate * (1 + headroom). "auto"
     in the file: the headroom that covers the engine's optimistic predictions, from its error
     band (capplan.plan.bands.auto_headroom; docs/validation.md section 4b)."""
@@ -406,11 +457,12 @@ class PlanFile(BaseModel):
     calibration: str | None = None
     """Calibration YAML for every candidate GPU (relative to the plan file); default: a
     measured one for each GPU, else datasheet defaults. A file for another device is refused."""
-    allow_near_floor: bool = False
+    allow_near_floor: bool = Field(default=False, strict=True)
     """Recommend fleets whose SLOs keep each replica under 10% of the load it sustains (SLOs
     just above the unloaded latency floor); by default they are left out and the floor and the
     trade-off are reported instead."""
-    export: list[str] = []
+    export: list[Annotated[str, WithJsonSchema({"type": "string",
+                                                "pattern": EXPORT_PATTERN})]] = []
     """Files to write (.csv, .json, .md, .xlsx, .k8s.yaml, .llm-d.yaml, .html), relative to the
     plan file."""
     disaggregated_layout: FixedDisaggregated | None = None
@@ -418,7 +470,7 @@ class PlanFile(BaseModel):
     search (JSON `fixed_disaggregated`: per-pool figures, a saturated pool named)."""
     day: DaySpec = DaySpec()
     """Day plans (lanes with `trace` or `rate_curve`): windows and replica start-up."""
-    models: list[ModelEntry] | None = None
+    models: _some(ModelEntry) | None = None  # type: ignore[valid-type]
     """Several models on one GPU pool over the day (then `model` and `workloads` are left
     out): each model's lanes, GPUs per window, the pool's peak (docs/day-planning.md)."""
 
@@ -539,7 +591,7 @@ def load_plan(path: str | Path) -> PlanFile:
         raise InputError(f"{p}:1: a plan file is a YAML mapping (model:, workloads:, ...)")
     text = L.read_text(p, "plan file")
     try:
-        return PlanFile.model_validate(data)
+        plan = PlanFile.model_validate(data)
     except ValidationError as e:
         err = next((x for x in plain_errors(e) if x["type"] == "extra_forbidden"), None)
         keys = _keys_at(PlanFile, tuple(err["loc"])) if err else []
@@ -548,6 +600,10 @@ def load_plan(path: str | Path) -> PlanFile:
             msg += f" (the keys here: {', '.join(keys)})"
         line = _line_of(text, loc)
         raise InputError(f"{p}:{line}: {msg}" if line else f"{p}: {msg}") from e
+    if plan.day != DaySpec() and not plan.is_day:  # set, it would be ignored in silence
+        raise InputError(f"{p}:{_line_of(text, ('day',))}: day: applies to a day plan, and no "
+                         "lane has a rate_curve or trace: drop day:, or give a lane one")
+    return plan
 
 
 def plan_json_schema() -> dict[str, Any]:

@@ -55,6 +55,9 @@ class Traffic:
     the engine serves lower priority values first."""
     prefix: PrefixCache = PrefixCache()
     """What automatic prefix caching saves on this traffic (none unless lanes share)."""
+    lane_slos: tuple[tuple[str, SloSet], ...] = ()
+    """Each lane's own SLOs (`slos` is their strictest): what a verify line of the mixed load
+    can check (bench_cmds.shared_slos)."""
 
 
 @dataclass(frozen=True)

@@ -49,6 +49,15 @@ def _value(res: Mapping[str, Any], t: SloTarget) -> Any:
     return res[t.metric][t.stat]
 
 
+def _over(got_ms: float, limit_ms: float) -> tuple[str, str]:
+    """`got_ms` and `limit_ms` (got > limit) with as many decimals as show the miss (80.04 >
+    80.0, not 80.0 > 80.0): one at least, up to six."""
+    digits = 1
+    while digits < 6 and round(got_ms, digits) <= round(limit_ms, digits):
+        digits += 1
+    return f"{got_ms:.{digits}f}", f"{limit_ms:.1f}"
+
+
 @dataclass(frozen=True)
 class SloSet:
     """The latency objectives of a lane, or the strictest of several lanes."""
@@ -110,8 +119,8 @@ class SloSet:
         for t in self:
             got = (res.get(t.metric) or {}).get(t.stat)  # a lane the run never served: no key
             if got is not None and got > t.limit_s:
-                out.append(f"{t.stat} {t.label}{who} {got * 1e3:.1f} ms > "
-                           f"{t.limit_s * 1e3:.1f} ms")
+                shown, limit = _over(got * 1e3, t.limit_s * 1e3)
+                out.append(f"{t.stat} {t.label}{who} {shown} ms > {limit} ms")
         return out
 
     def worst(self, res: Mapping[str, Any]) -> tuple[float, SloTarget | None, float]:

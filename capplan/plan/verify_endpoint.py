@@ -77,6 +77,49 @@ def model_plan(plan: dict[str, Any], model: str | None) -> dict[str, Any]:
     raise InputError(f"--model {model}: not one of the plan's models ({names})")
 
 
+def lane_plan(plan: dict[str, Any], lane: str | None) -> dict[str, Any]:
+    """The plan of one lane's own pool (a plan of a pool per lane, `pools.separate`): its
+    recommendation, with that lane alone (a day plan's peak too), so verify sends the lane's
+    requests at its pool's per-replica rate; the plan itself without `lane`."""
+    if lane is None:
+        return plan
+    pools = ((plan.get("pools") or {}).get("separate") or {}).get("lanes") or []
+    names = [str(ln.get("lane")) for ln in pools]
+    if not pools:
+        raise InputError(f"--lane {lane}: the plan has no pool per lane (plan it with "
+                         "`pools: separate` or `both`)")
+    if lane not in names:
+        raise InputError(f"--lane {lane}: not one of the plan's lanes ({', '.join(names)})")
+    pool = pools[names.index(lane)]
+    if not pool.get("engine_flags"):
+        raise InputError(f"--lane {lane}: the lane has no pool ({pool.get('error')})")
+    i = [ln.get("name") for ln in plan.get("lanes") or []].index(lane)
+    out = {**plan, "recommendations": [{**pool, "rank": 1}], "lanes": [plan["lanes"][i]],
+           "pools": None, "lane": lane}
+    peak = day_peak(plan)
+    if peak and len(peak.get("lanes") or []) == len(plan["lanes"]):
+        out["day"] = {**plan["day"], "peak": {**peak, "lanes": [peak["lanes"][i]]}}
+    return out
+
+
+def lane_checks(plan: dict[str, Any], measured: dict[str, Any] | None) -> list[dict[str, Any]]:
+    """Each lane's p99s against its own SLOs, from a run of several lanes' mixed requests
+    (measured `lanes`, probe.replay): what one --goodput of the mixed load cannot check."""
+    per = (measured or {}).get("lanes") or {}
+    out = []
+    for ln in plan.get("lanes") or []:
+        got = per.get(ln.get("name"))
+        for key, metric in (("ttft_p99_s", "ttft_s"), ("tbt_p99_s", "tbt_s"),
+                            ("tpot_p99_s", "tpot_s"), ("e2e_p99_s", "e2e_s")):
+            limit = ln.get(key)
+            if not limit or got is None:
+                continue
+            m = (got.get(metric) or {}).get("p99")
+            out.append({"lane": ln.get("name"), "slo": key, "limit_s": limit, "measured_s": m,
+                        "met": None if m is None else bool(m <= limit)})
+    return out
+
+
 @dataclass(frozen=True)
 class VerifyResult:
     """Predicted vs measured for one replica of the plan's best recommendation."""
@@ -128,7 +171,9 @@ class VerifyResult:
                 "day_window": None if peak is None else {
                     k: peak[k] for k in ("start_s", "end_s", "rate_per_s")},
                 "requests": len(self.requests), "dataset": self.dataset,
+                "lane": self.plan.get("lane"),
                 "comparison": self.rows(), "measured": self.measured,
+                "lane_slos": lane_checks(self.plan, self.measured),
                 "calibration": self.calibration}
 
 
@@ -150,6 +195,8 @@ class VerifyOptions:
     layout behind its front end (the whole workload)."""
     model: str | None = None
     """A plan of several models: the one to verify (its name in the plan file)."""
+    lane: str | None = None
+    """A plan of a pool per lane: the lane whose own pool is verified (lane_plan)."""
 
 
 def verify_plan(plan: str | Path | dict[str, Any], opts: VerifyOptions) -> VerifyResult:
@@ -171,7 +218,10 @@ def verify_plan(plan: str | Path | dict[str, Any], opts: VerifyOptions) -> Verif
     if opts.layout == "disaggregated" and opts.calibration_out:
         raise InputError("--out fits one aggregated replica's host costs: verify --layout "
                          "aggregated against one replica to write a calibration")
-    d = model_plan(load_plan_result(plan, opts.catalog_dirs), opts.model)
+    d = lane_plan(model_plan(load_plan_result(plan, opts.catalog_dirs), opts.model), opts.lane)
+    if opts.lane is not None and opts.layout != "aggregated":
+        raise InputError(f"--lane {opts.lane}: a lane's own pool is aggregated; leave out "
+                         "--layout")
     if opts.write_dataset is not None:
         check_client_sends_images(d, opts.client)
     reqs = plan_requests(d, num_requests=opts.requests, seed=opts.seed, trace=opts.trace,

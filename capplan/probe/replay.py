@@ -105,6 +105,11 @@ def replay(url: str, model: str, reqs: Sequence[Any], timeout_s: float) -> dict[
     def prompt(r: Any) -> int:  # text and image tokens
         return int(getattr(r, "prompt_tokens", r.input_tokens))
 
+    names = [str(getattr(r, "lane", "")) for r in reqs[:len(done)]]
+    if len(set(names)) > 1:  # each lane's own latencies, for its own SLOs
+        summary["lanes"] = {name: level_from_requests(
+            1, [x for x, n in zip(done, names, strict=True) if n == name], duration)
+            for name in dict.fromkeys(names)}
     summary.update(in_flight_mean=in_flight,
                    mean_input_tokens=sum(prompt(r) for r in reqs) / n,
                    mean_context_tokens=sum(prompt(r) + int(r.output_tokens) / 2

@@ -1,0 +1,123 @@
+"""A plan of a pool per lane is verified pool by pool (`capplan verify PLAN.json --lane NAME`,
+each lane's own requests at its pool's rate), and a verify line of a mixed load holds a request
+to no SLO its lane does not have (vLLM's --goodput applies every threshold to every request)."""
+
+from __future__ import annotations
+
+import json
+import shlex
+from pathlib import Path
+
+import yaml
+
+from tests.probe.test_endpoint import _url, server  # noqa: F401
+from tests.probe.test_verify import _plan
+
+LANES = [
+    {"name": "Chat_UI", "rate_per_s": 8, "input_len": 800, "output_len": 200,
+     "slo": {"ttft_p99_s": 0.5, "tbt_p99_s": "50ms"}},
+    {"name": "batch", "rate_per_s": 2, "input_len": 4000, "output_len": 500, "priority": 10,
+     "slo": {"tpot_p99_s": 0.1, "e2e_p99_s": 120}},
+]
+
+
+def _lanes_plan(tmp_path: Path, pools: str = "separate") -> Path:
+    p = tmp_path / "lanes.yaml"
+    p.write_text(yaml.safe_dump({
+        "version": 1, "model": "llama-3.1-8b", "verify": {"top": 0},
+        "candidates": {"gpus": ["h100-sxm"], "tp": [1]}, "engine": {"max_model_len": 8192},
+        "workloads": LANES, "pools": pools}))
+    return p
+
+
+def _goodput(line: str) -> list[str]:
+    words = shlex.split(line)
+    if "--goodput" not in words:
+        return []
+    return words[words.index("--goodput") + 1:]
+
+
+def test_each_lanes_pool_has_its_own_verify_line_and_dataset(run_cli, tmp_path: Path) -> None:
+    plan = _lanes_plan(tmp_path)
+    out_json = tmp_path / "plan.json"
+    res = run_cli("plan", str(plan), "--export", str(out_json), "--export",
+                  str(tmp_path / "plan.md"), "--export", str(tmp_path / "plan.html"))
+    assert res.exit_code == 0, res.stderr
+    d = json.loads(out_json.read_text())
+    lanes = d["pools"]["separate"]["lanes"]
+    for ln, port, rate, good in zip(lanes, (8100, 8101), ("8", "2"),
+                                    (["ttft:500"], ["tpot:100", "e2el:120000"]), strict=True):
+        f = ln["engine_flags"]
+        assert f"--lane {ln['lane']} " in f["bench_dataset"]
+        data = f"capplan-workload-lane-{ln['lane']}.jsonl"
+        assert f["bench_dataset"].endswith(data)
+        words = shlex.split(f["bench"])
+        assert words[words.index("--dataset-path") + 1] == data
+        assert words[words.index("--base-url") + 1] == f"http://localhost:{port}"
+        assert words[words.index("--request-rate") + 1] == rate
+        assert _goodput(f["bench"]) == good  # the lane's own SLOs, TPOT included
+        # the terminal prints each lane's steps, not the shared pool's
+        assert f"dataset (lane {ln['lane']}): {f['bench_dataset']}".replace(
+            "PLAN.json", str(out_json)) in res.stdout
+        assert f["bench"] in res.stdout
+        assert f["bench_dataset"].replace("PLAN.json", str(out_json)) in (
+            tmp_path / "plan.md").read_text()
+        assert f"--lane {ln['lane']}" in (tmp_path / "plan.html").read_text()
+    shared = d["recommendations"][0]["engine_flags"]["bench"]
+    assert shared not in res.stdout
+    assert shared not in (tmp_path / "plan.md").read_text()
+    # the lane's dataset: its requests alone, at its pool's rate
+    ds = tmp_path / "batch.jsonl"
+    res = run_cli("verify", str(out_json), "--lane", "batch", "--client", "vllm",
+                  "--write-dataset", str(ds))
+    assert res.exit_code == 0, res.stderr
+    rows = [json.loads(x) for x in ds.read_text().splitlines()]
+    assert len(rows) == 600 and {r["output_tokens"] for r in rows} == {500}
+    res = run_cli("verify", str(out_json), "--lane", "nope", "--write-dataset", str(ds))
+    assert res.exit_code == 2
+    assert res.stderr.strip() == ("Error: --lane nope: not one of the plan's lanes "
+                                  "(Chat_UI, batch)")
+
+
+def test_a_shared_pools_goodput_holds_no_request_to_another_lanes_slo(run_cli, tmp_path: Path
+                                                                     ) -> None:
+    plan = _lanes_plan(tmp_path, pools="shared")
+    res = run_cli("plan", str(plan), "--format", "json")
+    assert res.exit_code == 0, res.stderr
+    f = json.loads(res.stdout)["recommendations"][0]["engine_flags"]
+    assert _goodput(f["bench"]) == []  # the lanes share no SLO
+    note = f["bench_goodput"]
+    assert note.startswith("# the lanes share this load")
+    for left in ("lane Chat_UI's TTFT p99 500 ms", "lane batch's TPOT p99 100 ms",
+                 "lane batch's E2E p99 120 s"):
+        assert left in note
+    res = run_cli("plan", str(plan))  # wrapped at 120 columns, each line a comment
+    said = " ".join(res.stdout.split()).replace("# ", "")
+    assert f"goodput: {note}".replace("# ", "") in said
+
+
+def test_goodput_keeps_an_slo_every_lane_shares() -> None:
+    from capplan.plan.bench_cmds import shared_slos
+    from capplan.plan.slo import SloSet
+
+    common, left = shared_slos([("a", SloSet(ttft_p99_s=1.0, e2e_p99_s=30.0)),
+                                ("b", SloSet(ttft_p99_s=1.0))])
+    assert common["ttft_p99_s"] == 1.0 and common["e2e_p99_s"] is None
+    assert left == ["lane a's E2E p99 30 s"]
+
+
+def test_verify_checks_each_lane_against_its_own_slo(server, tmp_path, run_cli  # noqa: F811
+                                                     ) -> None:
+    d = _plan()
+    d["lanes"] = [{**d["lanes"][0], "name": "a", "rate_per_s": 20, "ttft_p99_s": 5.0},
+                  {**d["lanes"][0], "name": "b", "rate_per_s": 20, "ttft_p99_s": None,
+                   "e2e_p99_s": 1e-6}]
+    p = tmp_path / "plan.json"
+    p.write_text(json.dumps(d))
+    res = run_cli("verify", str(p), "--endpoint", _url(server), "--requests", "12",
+                  "--format", "json")
+    assert res.exit_code == 0, res.stderr
+    checks = {(c["lane"], c["slo"]): c["met"] for c in res.json()["lane_slos"]}
+    assert checks == {("a", "ttft_p99_s"): True, ("b", "e2e_p99_s"): False}
+    res = run_cli("verify", str(p), "--endpoint", _url(server), "--requests", "12")
+    assert "each lane's p99 against its own SLO:" in res.stdout
