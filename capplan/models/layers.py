@@ -273,15 +273,34 @@ NO_CAP = 1 << 40
 """BlockLayout.window_cap of a layout without window layers (no token count reaches it)."""
 
 
+def window_blocks(token_blocks: int, cap: int) -> int:
+    """Blocks one sliding-window layer holds for a sequence of `token_blocks` blocks of tokens
+    (the one rule of `memory` and the replay): min(token_blocks + 1, cap), 0 for no tokens;
+    cap from `window_blocks_cap`. vLLM V1 `SlidingWindowSpec.max_memory_usage_bytes`:
+    cdiv(min(window - 1 + max_num_batched_tokens, L), bs) + 1, which for L of `token_blocks`
+    blocks is min(token_blocks, cap - 1) + 1 (the + 1: a window that straddles block edges).
+    Uncapped (cap NO_CAP: an engine that keeps out-of-window blocks) all token_blocks."""
+    if cap >= NO_CAP:
+        return token_blocks
+    return min(token_blocks + 1, cap) if token_blocks > 0 else 0
+
+
 @dataclass(frozen=True)
 class BlockLayout:
     """How a sequence's token blocks fill the KV pool, in the simulator's block unit: block_size
     tokens in gcd(full, window) attention layers of the stage (for a model without window
     layers, all of them: the unit of `memory_report`'s num_gpu_blocks, `units` = 1).
 
-    A sequence of k token blocks holds `blocks(k)` = full * k + window * min(k, window_cap)
-    pool blocks (vLLM V1's hybrid KV cache manager: full-attention groups grow with the
-    sequence, sliding-window groups keep at most `window_blocks_cap` blocks)."""
+    A sequence of k token blocks holds `blocks(k)` = full * k + window * window_blocks(k,
+    window_cap) pool blocks (vLLM V1's hybrid KV cache manager: full-attention groups grow with
+    the sequence, sliding-window groups keep at most `window_blocks_cap` blocks).
+
+    A prefix-cache entry (one cached token block) holds `entry` pool blocks: its full-layer
+    blocks; in a layout of window layers only, its window-layer blocks, and a sequence caches
+    at most `cached_cap` token blocks (the window blocks it holds at once; vLLM's
+    `SlidingWindowManager.find_longest_cache_hit` needs only the cdiv(window - 1, bs) blocks
+    before the hit cached and holds only those, so a longer cached prefix is reused here up to
+    `cached_cap` blocks and the rest recomputed)."""
 
     full: int = 1
     """Pool blocks per token block in the full-attention layers."""
@@ -305,7 +324,34 @@ class BlockLayout:
 
     def blocks(self, token_blocks: int) -> int:
         """Pool blocks of a sequence holding `token_blocks` blocks of tokens."""
-        return self.full * token_blocks + self.window * min(token_blocks, self.window_cap)
+        if not self.window:
+            return self.full * token_blocks
+        return self.full * token_blocks + self.window * window_blocks(token_blocks,
+                                                                      self.window_cap)
+
+    @property
+    def entry(self) -> int:
+        """Pool blocks one prefix-cache entry (a cached token block) holds: the full layers',
+        the window layers' in a layout without full layers (never 0)."""
+        return self.full or self.window
+
+    @property
+    def cached_cap(self) -> int:
+        """Token blocks of a sequence that can be prefix-cache entries: all with full layers,
+        the window blocks held at once (`window_cap`) without."""
+        return NO_CAP if self.full else self.window_cap
+
+    def token_blocks_within(self, pool_blocks: int, most: int) -> int:
+        """The most token blocks, up to `most`, whose `blocks` fit `pool_blocks` (blocks grows
+        with the token blocks)."""
+        lo, hi = 0, max(most, 0)
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            if self.blocks(mid) <= pool_blocks:
+                lo = mid
+            else:
+                hi = mid - 1
+        return lo
 
 
 DENSE_LAYOUT = BlockLayout()
@@ -349,8 +395,8 @@ def sequence_bytes(model: ModelSpec, seq_len: float, tp: int, kv_bytes: float,
         if max_num_batched_tokens is None:
             win = min(full_blocks, cdiv(model.sliding_window - 1, block_size) + 1)
         else:
-            win = min(cdiv(math.ceil(seq_len), block_size) + 1,
-                      window_blocks_cap(model.sliding_window, block_size, max_num_batched_tokens))
+            win = window_blocks(full_blocks, window_blocks_cap(
+                model.sliding_window, block_size, max_num_batched_tokens))
         blocks = full * full_blocks + win_layers * win
     return (blocks * block_size * per_layer
             + state_bytes_per_seq(model, tp, kv_bytes, block_size, pp))

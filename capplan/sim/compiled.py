@@ -27,8 +27,8 @@ struct-of-arrays state, on the exact clock, one step at a time:
   records);
 - hybrid models: `state_blocks` pool blocks per running sequence, held from admission to
   finish or preemption besides its token blocks;
-- sliding-window models: the block layout in cfg (`_units`, `_edge`): a token block costs
-  cfg[FULL_U] + cfg[WIN_U] pool blocks up to cfg[WIN_CAP] token blocks, cfg[FULL_U] beyond;
+- sliding-window models: the block layout in cfg (`_units`, `_edge`): k token blocks cost
+  cfg[FULL_U] k + cfg[WIN_U] min(k + 1, cfg[WIN_CAP]) pool blocks (layers.window_blocks);
 - closed loops: `concurrency` clients, each sending its next request when its last one
   finishes; it reaches the engine its delay after the end of that step (models.engine.
   closed_loop_delay: the overhead's own exponential delay, or a fixed part plus jitter), and
@@ -62,6 +62,7 @@ import numpy as np
 
 from capplan.models import lora, perf
 from capplan.models.engine import NO_JITTER, ClientJitter, closed_loop_delay
+from capplan.models.layers import NO_CAP
 from capplan.sim.engine_options import NO_WINDOW, check_overhead
 from capplan.sim.entities import STEP_INPUTS, RunRecord, StepSummary
 from capplan.sim.interrupt import pending as _pending_signals
@@ -153,7 +154,9 @@ SERIES_CAP = 1 << 16
 """cfg[FULL_U], cfg[WIN_U], cfg[WIN_CAP]: the block layout (models/layers.BlockLayout): pool
 blocks per token block in the full and the window layers, and the token blocks at which the
 window layers stop growing (`_units`). A prefix-cache entry is a token block's full-layer blocks
-(cfg[FULL_U] pool blocks); window-layer blocks are never cached."""
+(cfg[FULL_U] pool blocks; window-layer blocks are not cached), or with no full layers its
+window-layer blocks (cfg[WIN_U]; `_entry`, BlockLayout.entry), a request's first cfg[WIN_CAP]
+token blocks at most (BlockLayout.cached_cap: `prefix_cache`, `_preempt`)."""
 KEEP_NONE, KEEP_PROMPT, KEEP_COMPUTED = range(3)
 PREEMPT_KEEPS = {"none": KEEP_NONE, "prompt": KEEP_PROMPT, "computed": KEEP_COMPUTED}
 """cfg[PREEMPT_KEEP] of SchedulerPolicy.preempt_cached: which full blocks a preempted sequence
@@ -527,15 +530,15 @@ def _hit(s: int, nh: int, q: np.ndarray, sc: np.ndarray, cfg: np.ndarray, pcx: t
     kid, isref, kref, kstamp, a = pcx[KID], pcx[ISREF], pcx[KREF], pcx[KSTAMP], pcx[KOFF][s]
     nk, own = pcx[KOFF][s + 1] - a, pcx[OWN]
     if own[0, s] > 0:
-        sc[NCACHED] -= own[0, s] * cfg[FULL_U]
-        sc[FREE] -= max(nh - nk, 0) * cfg[FULL_U]
+        sc[NCACHED] -= own[0, s] * _entry(cfg)
+        sc[FREE] -= max(nh - nk, 0) * _entry(cfg)
         own[0, s] = 0  # its queue entries are stale
     for i in range(min(nh, nk)):
         k = kid[a + i]
         if kstamp[k] >= 0:
             kstamp[k] = -1
-            sc[NCACHED] -= cfg[FULL_U]
-            sc[FREE] -= cfg[FULL_U]
+            sc[NCACHED] -= _entry(cfg)
+            sc[FREE] -= _entry(cfg)
         kref[k] += 1
         isref[a + i] = 1
     q[COMPUTED, s] = nh * cfg[BS]
@@ -558,8 +561,8 @@ def _take(n: int, sc: np.ndarray, cfg: np.ndarray, pcx: tuple) -> None:
                     kstamp[k] = -1
                 else:  # a preempted request's own block, its last one first
                     pcx[OWN][0, -1 - k] -= 1
-                sc[NCACHED] -= cfg[FULL_U]
-                evict -= cfg[FULL_U]
+                sc[NCACHED] -= _entry(cfg)
+                evict -= _entry(cfg)
     sc[FREE] -= n
 
 
@@ -606,7 +609,7 @@ def _cache(k: int, sc: np.ndarray, cfg: np.ndarray, pcx: tuple) -> None:
         kstamp[k] = sc[STAMP]
     sc[STAMP] += 1
     sc[LRU_TAIL] = i + 1
-    sc[NCACHED] += cfg[FULL_U]
+    sc[NCACHED] += _entry(cfg)
 
 
 @_njit_inline
@@ -636,7 +639,7 @@ def _release(s: int, computed: int, keep: int, q: np.ndarray, sc: np.ndarray,
             isref[a + j] = 0
             kref[k] -= 1
             if kref[k] > 0:
-                sc[FREE] -= cfg[FULL_U]  # another request still holds the block
+                sc[FREE] -= _entry(cfg)  # another request still holds the block
                 continue
             _cache(k, sc, cfg, pcx)
         elif j < full and kref[k] == 0 and kstamp[k] < 0:
@@ -648,15 +651,28 @@ def _release(s: int, computed: int, keep: int, q: np.ndarray, sc: np.ndarray,
 # -- blocks, the running set, preemption -----------------------------------------------------
 @_njit_inline
 def _units(k: int, cfg: np.ndarray) -> int:
-    """Pool blocks of k token blocks: the window layers' stop at cfg[WIN_CAP]
-    (layers.BlockLayout.blocks, vLLM V1 SlidingWindowSpec.max_memory_usage_bytes)."""
-    return cfg[FULL_U] * k + cfg[WIN_U] * min(k, cfg[WIN_CAP])
+    """Pool blocks of k token blocks: the window layers' min(k + 1, cfg[WIN_CAP]), 0 for k = 0
+    (layers.BlockLayout.blocks and window_blocks, vLLM V1
+    SlidingWindowSpec.max_memory_usage_bytes)."""
+    if cfg[WIN_U] == 0 or k <= 0:
+        return cfg[FULL_U] * k
+    if cfg[WIN_CAP] >= NO_CAP:  # an engine that keeps out-of-window blocks
+        return (cfg[FULL_U] + cfg[WIN_U]) * k
+    return cfg[FULL_U] * k + cfg[WIN_U] * min(k + 1, cfg[WIN_CAP])
 
 
 @_njit_inline
 def _edge(due: int, cfg: np.ndarray) -> int:
     """Pool blocks the token block that starts at context `due` (a block edge) adds."""
-    return cfg[FULL_U] + cfg[WIN_U] * (due // cfg[BS] < cfg[WIN_CAP])
+    k = due // cfg[BS]
+    return _units(k + 1, cfg) - _units(k, cfg)
+
+
+@_njit_inline
+def _entry(cfg: np.ndarray) -> int:
+    """Pool blocks of one prefix-cache entry (layers.BlockLayout.entry): a token block's
+    full-layer blocks, its window-layer blocks in a layout without full layers."""
+    return cfg[FULL_U] if cfg[FULL_U] > 0 else cfg[WIN_U]
 
 
 @_njit_inline
@@ -720,6 +736,8 @@ def _preempt(v: int, q: np.ndarray, sc: np.ndarray, cfg: np.ndarray, run: np.nda
         kept = (q[COMPUTED, v] if cfg[PREEMPT_KEEP] == KEEP_COMPUTED
                 else min(q[COMPUTED, v], q[PROMPT, v]))
         keep = kept // cfg[BS]
+        if cfg[FULL_U] == 0:  # window layers only: BlockLayout.cached_cap
+            keep = min(keep, cfg[WIN_CAP])
     _release(v, nc, keep, q, sc, cfg, bufs[11])
     q[COMPUTED, v] = 0
     q[TARGET, v] = q[PROMPT, v] + q[GENERATED, v]
@@ -830,8 +848,8 @@ def _admission(s: int, budget: int, cap: int, q: np.ndarray, sc: np.ndarray, cfg
     c = min(target - h, budget, cap)
     if c < target - h and cfg[CHUNKED] == 0:
         return -1, 0, 0  # the whole prompt must fit what is left of the budget
-    nb = _held(s, h + c, q, cfg) - nh * cfg[FULL_U]
-    if nb + (_reused(s, nh, pcx) * cfg[FULL_U] if nh else 0) > sc[FREE]:
+    nb = _held(s, h + c, q, cfg) - nh * _entry(cfg)
+    if nb + (_reused(s, nh, pcx) * _entry(cfg) if nh else 0) > sc[FREE]:
         return -1, 0, 0
     return c, nb, nh
 
@@ -1566,11 +1584,16 @@ def no_prefix_cache(n: int, total_blocks: int = -1) -> tuple:
             np.zeros((2, 2 * total_blocks + 2), np.int64), np.zeros((2, n), np.int64))
 
 
-def prefix_cache(reqs: Requests, block_size: int, total_blocks: int) -> tuple:
+def prefix_cache(reqs: Requests, block_size: int, total_blocks: int,
+                 cached_cap: int = NO_CAP) -> tuple:
     """`simulate_loop`'s `pcx` for requests that share content: each request's
-    `Requests.block_keys` as dense key ids (equal keys, equal ids), built with numpy."""
+    `Requests.block_keys` as dense key ids (equal keys, equal ids), built with numpy; its first
+    `cached_cap` blocks (BlockLayout.cached_cap) at most."""
     n = len(reqs)
     content, nblk = _key_codes(reqs, block_size)
+    if int(nblk.max(initial=0)) > cached_cap:
+        first = np.arange(len(content)) - np.repeat(np.cumsum(nblk) - nblk, nblk)
+        content, nblk = content[first < cached_cap], np.minimum(nblk, cached_cap)
     koff = np.zeros(n + 1, np.int64)
     koff[1:] = np.cumsum(nblk)
     # a key is (content, end token): the content id with the block's index (its end / bs)
@@ -1784,7 +1807,8 @@ def _inputs_of(eng: Any, reqs: Requests, priorities: np.ndarray | None,
     pcx = no_prefix_cache(len(reqs))
     if eng.policy.prefix_caching and (reqs.has_prefix or cfg[PREEMPT_KEEP]):
         cfg[PC] = 1
-        pcx = (prefix_cache(reqs, eng.block_size, eng.total_blocks) if reqs.has_prefix else
+        pcx = (prefix_cache(reqs, eng.block_size, eng.total_blocks, eng.layout.cached_cap)
+               if reqs.has_prefix else
                no_prefix_cache(len(reqs), eng.total_blocks))
     return arr, q, cfg, ar, pcx
 

@@ -21,11 +21,14 @@ cache manager allocates them from the same block pool, `MambaManager` in
 Sliding-window models (`layout`, a `capplan.models.layers.BlockLayout`): the pool counts blocks
 of `block_size` tokens in gcd(full, window) attention layers, `layout.units` per block of
 `num_gpu_blocks`, and a sequence of k token blocks holds `layout.blocks(k)` = full * k +
-window * min(k, window_cap): its window layers stop growing at the window behind a prefill
-chunk (vLLM V1 `SlidingWindowManager` frees the blocks that fall out of the window;
-`SlidingWindowSpec.max_memory_usage_bytes` bounds what is left). A prefix-cache entry is a
-token block's full-layer part; window-layer blocks are taken afresh on a hit. A policy with
-`frees_out_of_window` off counts window layers at full length.
+window * min(k + 1, window_cap) (0 for k = 0): its window layers stop growing at the window
+behind a prefill chunk (vLLM V1 `SlidingWindowManager` frees the blocks that fall out of the
+window; `SlidingWindowSpec.max_memory_usage_bytes`, the rule `memory` sizes with, bounds what is
+left). A prefix-cache entry is a token block's full-layer part (`layout.entry` pool blocks);
+window-layer blocks are taken afresh on a hit. A layout of window layers only caches a token
+block's window-layer blocks instead, a sequence's first `layout.cached_cap` token blocks at most
+(vLLM reuses a longer cached prefix holding only its last window; here the rest is recomputed).
+A policy with `frees_out_of_window` off counts window layers at full length.
 
 `SchedulerPolicy` (capplan/models/engine.py) changes four things, each honoured exactly:
 - prefill_first (SGLang `Scheduler.get_next_batch_to_run`, "run prefill first if possible"):
@@ -188,9 +191,11 @@ class ContinuousEngine:
     def _check_requests(self, reqs: Requests) -> None:
         need = reqs.input_tokens + reqs.output_tokens
         i = int(np.argmax(need)) if len(reqs) else 0
-        if len(reqs) and (self.layout.blocks(-(-int(need[i]) // self.block_size))
-                          > self.total_blocks - self.state_blocks):
-            cap = (self.total_blocks - self.state_blocks) // self.layout.units * self.block_size
+        pool = self.total_blocks - self.state_blocks
+        need_blocks = -(-int(need[i]) // self.block_size) if len(reqs) else 0
+        if len(reqs) and self.layout.blocks(need_blocks) > pool:
+            # the limit the decision uses: the longest sequence whose blocks fit the pool
+            cap = self.layout.token_blocks_within(pool, need_blocks) * self.block_size
             raise InputError(f"request {i} needs {int(need[i])} KV tokens but the cache holds "
                              f"{cap}: raise --gpu-memory-utilization or shorten requests")
         if len(reqs) and not self.policy.chunked_prefill:

@@ -175,8 +175,25 @@ def test_h20_and_h200_nvl_memory_is_nvidia_smis_total():
     cat = load_catalog(())
     assert cat.gpu("h20").memory_mib == 97_871
     assert cat.gpu("h200-nvl").memory_mib == 143_771
-    # Llama-3.1-8B on an H20 by hand (the audit's figure): CUDA total (97871 - 450) MiB =
-    # 95.14 GiB; KV = 0.9 x 95.14 - 14.96 weights - 1.82 activation - 0.15 non-torch = 68.69 GiB
-    # / 128 KiB per token = 562,700 tokens (the GiB figures are rounded to 0.01: 0.1%).
+    # Llama-3.1-8B on an H20 by hand (the audit's figure), from numbers written out here:
+    # - CUDA total: nvidia-smi's 97,871 MiB less capplan's 450 MiB (NVML total - 450 MiB);
+    # - budget: 0.9 of it (--gpu-memory-utilization);
+    # - weights: 14.96 GiB (8.03e9 bf16 parameters);
+    # - activation peak 1.82 GiB and non-torch 0.15 GiB as `capplan memory` prints them;
+    # - KV per token: 2 (K, V) x 32 layers x 8 KV heads x 128 head_dim x 2 B = 128 KiB.
+    gib = 2.0**30
+    total_gib = (97_871 - 450) / 1024  # 95.138
+    kv_gib = 0.9 * total_gib - 14.96 - 1.82 - 0.15  # 68.694
+    per_token = 2 * 32 * 8 * 128 * 2
+    assert per_token == 128 * 1024
+    by_hand = kv_gib * gib / per_token  # 562,740 tokens
     rep = capplan.memory("llama-3.1-8b", "h20").deployment.memory
-    assert rep.kv_cache_tokens == pytest.approx(562_700, rel=1e-3)
+    assert rep.total_memory_bytes / gib == pytest.approx(total_gib, abs=1e-9)
+    for got, printed in ((rep.weights_bytes_per_gpu, 14.96),
+                         (rep.activation_peak_bytes_per_gpu, 1.82),
+                         (rep.runtime_overhead_bytes_per_gpu, 0.15)):
+        assert abs(got / gib - printed) <= 0.005  # printed to 0.01 GiB
+    assert rep.kv_bytes_per_token_per_gpu == per_token
+    # tolerance: the three printed figures rounded to 0.01 GiB (+-0.015 GiB, 123 tokens) and
+    # the pool floored to whole 16-token blocks (< 16 tokens): 140 tokens, 0.025%
+    assert rep.kv_cache_tokens == pytest.approx(by_hand, abs=140)

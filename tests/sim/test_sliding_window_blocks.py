@@ -109,6 +109,35 @@ def test_gemma3_speed_fits_what_memory_says():
     assert dep.memory.kv_cache_tokens // 32_768 == 1
 
 
+def test_gpt_oss_memory_and_speed_agree_below_the_window_cap():
+    # max_model_len 800 = 50 blocks, below the cap: vLLM's max_memory_usage_bytes counts
+    # cdiv(min(127 + 8,192, 800), 16) + 1 = 51 window blocks, so a sequence holds 50 + 51 = 101
+    # group blocks of the 6,969 * 2 = 13,938 (test above): 138.0 sequences, memory and speed
+    dep = resolve_deployment(_CAT, "gpt-oss-120b", "h100-sxm", EngineOptions(max_model_len=800))
+    assert dep.pool.layout.blocks(50) == 50 + 51
+    assert dep.pool.num_blocks * 2 // 101 == 138
+    assert int(dep.memory.max_concurrency) == 138 == max_batch(dep, 800)
+    assert dep.pool.sequences_at(800) == 138
+
+
+def test_too_long_request_error_quotes_the_limit_it_decides_by(gpt_oss):
+    # one sequence fits while full * k + min(k + 1, 521) <= 13,938 group blocks: k = 13,417
+    # token blocks, 214,672 tokens (counted at full length the cache would hold 111,504)
+    pool, s = gpt_oss.pool, gpt_oss.settings
+    eng = ContinuousEngine(gpt_oss.step, pool.num_blocks, 16, 8, 8192, s.profile.scheduler,
+                           layout=pool.layout)
+    limit = (13_938 - WINDOW_BLOCKS) * 16
+    assert limit == 214_672
+
+    def one(tokens: int) -> Requests:
+        return Requests(np.zeros(1), np.array([tokens - 1]), np.array([1]), np.zeros(1, np.int64))
+
+    eng._check_requests(one(limit))
+    want = f"needs {limit + 1} KV tokens but the cache holds {limit}:"
+    with pytest.raises(Exception, match=want):
+        eng._check_requests(one(limit + 1))
+
+
 def test_engines_that_keep_out_of_window_blocks_count_them():
     dep = resolve_deployment(_CAT, "gpt-oss-120b", "h100-sxm")
     pool, s = dep.pool, dep.settings
@@ -232,3 +261,90 @@ def test_window_blocks_never_exceed_the_pool_and_follow_the_rule(seed, policy, s
         rec = eng.run(reqs)
     assert seen and (rec.step_kv_blocks <= blocks * layout.units).all()
     assert np.isfinite(rec.finished_at_s).all()
+
+
+@contextmanager
+def _checked_cache(layout: BlockLayout, state: int, seen: list):
+    """The plain loop with prefix caching checked after every step's advance: a shared block is
+    held once, so the pool blocks in use equal the running sequences' state plus
+    layout.blocks(...) less layout.entry per extra holder of a shared key; they never exceed the
+    pool; the cached free blocks (layout.entry each, never 0) are free blocks, and the free
+    queue's live entries are them, within its array."""
+    from capplan.sim import compiled
+
+    mod = compiled.plain_module()
+    orig = mod._advance_running
+
+    def checked(decode, q, sc, cfg, run, bufs):  # noqa: ANN001, ANN202
+        orig(decode, q, sc, cfg, run, bufs)
+        pcx = bufs[11]
+        bs, total, entry = int(cfg[mod.BS]), int(cfg[mod.TOTAL]), layout.entry
+        assert entry > 0
+        want = 0
+        for s in run[:sc[mod.NRUN]]:
+            tok = max(int(q[mod.RESERVED, s]), -(-int(q[mod.COMPUTED, s]) // bs))
+            want += state * layout.units + layout.blocks(tok)
+        want -= entry * int(np.maximum(pcx[mod.KREF].astype(np.int64) - 1, 0).sum())
+        used = total - int(sc[mod.FREE])
+        assert used == want <= total
+        lru, head, tail = pcx[mod.LRU], int(sc[mod.LRU_HEAD]), int(sc[mod.LRU_TAIL])
+        assert 0 <= head <= tail <= lru.shape[1]
+        live = sum(bool(mod._live(int(lru[0, i]), int(lru[1, i]), pcx))
+                   for i in range(head, tail))
+        assert 0 <= int(sc[mod.NCACHED]) == live * entry <= int(sc[mod.FREE])
+        seen.append(int(sc[mod.NCACHED]))
+
+    mod._advance_running = checked
+    try:
+        yield
+    finally:
+        mod._advance_running = orig
+
+
+@settings(max_examples=30, deadline=None, derandomize=True)
+@given(seed=st.integers(0, 10_000), policy=st.sampled_from(_WINDOW_POLICIES[1:]),
+       shape=st.sampled_from([(0, 1), (1, 1), (5, 26), (1, 3)]), cap=st.integers(2, 30),
+       state=st.sampled_from([0, 1]), blocks=st.integers(60, 160),
+       rate=st.sampled_from([None, 40.0]))
+def test_window_blocks_with_shared_prefixes_keep_the_pool_and_free_queue(seed, policy, shape,
+                                                                         cap, state, blocks,
+                                                                         rate):
+    # window-only (Mistral-7B-v0.1, Phi-3-mini) and hybrid layouts with prefix caching on and
+    # prompts sharing one of four contents: hits, evictions and preempted blocks kept cached
+    layout = BlockLayout(*shape, cap, 64)
+    rng = np.random.default_rng(seed)
+    n = 40
+    arr = np.zeros(n) if rate is None else np.cumsum(rng.exponential(1 / rate, n))
+    inp = rng.integers(16, 700, n)
+    reqs = Requests(arr, inp, rng.integers(1, 120, n), np.zeros(n, np.int64),
+                    prefix_group=rng.integers(-1, 4, n),
+                    prefix_tokens=np.minimum(inp, rng.integers(0, 600, n)))
+    eng = ContinuousEngine(_LinearStep(), blocks, 16, 32, 1024, policy, state_blocks=state,
+                           layout=layout)
+    eng.jit = False
+    seen: list = []
+    with _checked_cache(layout, state, seen):
+        rec = eng.run(reqs)
+    assert seen and (rec.step_kv_blocks <= blocks * layout.units).all()
+    assert np.isfinite(rec.finished_at_s).all()
+
+
+def test_window_only_prefix_hits_hold_evictable_memory():
+    # Mistral-7B-v0.1's shape: a cached block is its window-layer block, so hits are evicted
+    # when the pool needs them (the free queue stays in its array) and both loops agree
+    layout = BlockLayout(0, 1, 8, 64)
+    assert (layout.entry, layout.cached_cap) == (1, 8)
+    n = 60
+    reqs = Requests(np.arange(n) * 0.5, np.full(n, 200), np.full(n, 4), np.zeros(n, np.int64),
+                    prefix_group=np.arange(n), prefix_tokens=np.full(n, 200))
+    runs = []
+    for jit in (False, True):
+        if jit and not compiled_available():
+            continue
+        eng = ContinuousEngine(_LinearStep(), 40, 16, 8, 1024, SchedulerPolicy(),
+                               layout=layout)
+        eng.jit = jit
+        runs.append(eng.run(reqs))
+    assert np.isfinite(runs[0].finished_at_s).all()
+    for r in runs[1:]:
+        np.testing.assert_allclose(r.finished_at_s, runs[0].finished_at_s, rtol=0, atol=1e-9)
