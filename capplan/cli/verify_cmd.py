@@ -93,12 +93,8 @@ def verify_cmd(plan_file: str, endpoint: str | None, model: str | None, lane: st
         click.echo(f"wrote {res.calibration}", err=True)
     for w in (res.measured or {}).get("warnings") or ():
         click.echo(f"warning: {w}", err=True)
-    if (res.measured or {}).get("arrival_rate_per_s"):
-        m = res.measured or {}
-        click.echo(f"note: sent at {m['arrival_rate_per_s']:.4g} req/s; the throughput rows are "
-                   "the completed requests at that rate (the arrival window); over the whole "
-                   f"run, the drain after the last arrival included: {m['requests_per_s']:.4g} "
-                   f"req/s, {m['output_tokens_per_s']:.4g} output tok/s", err=True)
+    if res.measured is not None:
+        click.echo(_throughput_note(res.measured), err=True)
     if fmt == "json":
         emit(to_json(d))
         return
@@ -129,6 +125,18 @@ def verify_cmd(plan_file: str, endpoint: str | None, model: str | None, lane: st
               "measured_ms": None if c["measured_s"] is None else c["measured_s"] * 1e3,
               "met_h": {True: "yes", False: "no", None: "?"}[c["met"]]}
              for c in d["lane_slos"]], _LANE_COLUMNS, fmt)]))
+
+
+def _throughput_note(m: dict[str, Any]) -> str:
+    """How the throughput rows were compared (capplan.plan.verify_endpoint.run_throughput)."""
+    if not m.get("send_span_s"):
+        return (f"note: throughput n/a: {m.get('sent', 0)} request(s) sent at one instant, no "
+                "send span to measure a rate over (send --requests 2 or more); over the whole "
+                f"run: {m['requests_per_s']:.4g} req/s, {m['output_tokens_per_s']:.4g} output "
+                "tok/s")
+    return (f"note: sent at {m['arrival_rate_per_s']:.4g} req/s; the throughput rows are the "
+            "completed requests (output tokens) from the first send to the last completion, "
+            "against the plan's: all sent over the send span + its mean E2E")
 
 
 def _window(d: dict[str, Any]) -> str:

@@ -120,6 +120,31 @@ def lane_checks(plan: dict[str, Any], measured: dict[str, Any] | None) -> list[d
     return out
 
 
+def over_run(count: float, send_span_s: float, drain_s: float) -> float | None:
+    """Throughput over a run: `count` over the first send to the last completion, which is
+    the send span plus the drain after the last send (None: no send span to measure over)."""
+    return count / (send_span_s + drain_s) if send_span_s > 0 else None
+
+
+def run_throughput(key: str, pred: dict[str, Any], measured: dict[str, Any] | None
+                   ) -> tuple[float | None, float | None]:
+    """(predicted, measured) `requests_per_s` or `output_tokens_per_s` of the run verify sent
+    (over_run on both sides): measured, the completed requests (their output tokens) over the
+    first send to the last completion, as vllm bench serve reports them; predicted, all that
+    was sent (their planned output tokens) over the same send span plus the plan's mean E2E
+    (the last request's drain). A server that keeps up reads ~1; one that queues reads low.
+    One request, or all at once, has no send span: both are None."""
+    m = measured or {}
+    span, e2e = m.get("send_span_s") or 0.0, (pred.get("e2e_s") or {}).get("mean")
+    if key == "requests_per_s":
+        got, planned = m.get("completed", 0), m.get("sent", 0)
+    else:
+        got, planned = m.get("output_tokens", 0), m.get("sent_output_tokens", 0)
+    run = m.get("run_span_s") or 0.0
+    measured_v = over_run(got, span, max(run - span, 0.0))
+    return (over_run(planned, span, e2e) if e2e else None), measured_v
+
+
 @dataclass(frozen=True)
 class VerifyResult:
     """Predicted vs measured for one replica of the plan's best recommendation."""
@@ -149,9 +174,9 @@ class VerifyResult:
         for key, stat in COMPARED:
             p = pred.get(key)
             m = (self.measured or {}).get(key)
-            if stat is None:  # throughput over the arrival window, as the plan predicts it
-                m = (self.measured or {}).get(f"{key}_arrival_window", m)
-            if stat is not None:
+            if stat is None:  # throughput over this run, measured and predicted alike
+                p, m = run_throughput(key, pred, self.measured)
+            else:
                 p, m = (p or {}).get(stat), (m or {}).get(stat)
             ratio = m / p if isinstance(m, (int, float)) and p else None
             out.append({"metric": key if stat is None else f"{key[:-2]} {stat}",

@@ -96,6 +96,13 @@ class _Handler(BaseHTTPRequestHandler):
             clock.step(dt, lambda: self._chunk(f"data: {payload}\n".encode()))
 
     def do_POST(self) -> None:  # noqa: N802 - http.server's name
+        if self.server.mode == "serial":  # type: ignore[attr-defined] # one request at a time
+            with self.server.serial_lock:  # type: ignore[attr-defined]
+                self._post()
+        else:
+            self._post()
+
+    def _post(self) -> None:
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
         srv = self.server
         srv.requests_seen.set()  # type: ignore[attr-defined]
@@ -180,6 +187,7 @@ def server() -> Iterator[ThreadingHTTPServer]:
     srv.handle_error = lambda *a: None  # type: ignore[method-assign] # cut streams: quiet
     srv.level, srv.mode, srv.clock = 1, "ok", None  # type: ignore[attr-defined]
     srv.requests_seen = threading.Event()  # type: ignore[attr-defined]
+    srv.serial_lock = threading.Lock()  # type: ignore[attr-defined] # mode "serial"
     srv.bodies = []  # type: ignore[attr-defined] # (path, request body) as received
     th = threading.Thread(target=srv.serve_forever, daemon=True)
     th.start()
