@@ -174,13 +174,14 @@ def fit_run(run: DeviceRun, model: ModelSpec) -> tuple[GpuSpec, Calibration, Fit
     return gpu, fit.calibration, fit
 
 
-def param_sources(run: DeviceRun, params: dict[str, Any], fit: FitResult | None
-                  ) -> dict[str, str]:
+def param_sources(run: DeviceRun, params: dict[str, Any], fit: FitResult | None,
+                  gpu: GpuSpec) -> dict[str, str]:
     """Where each parameter of the file comes from: fitted to the decoder steps, measured by a
     microbenchmark (on a CPU the copy and GEMM ones are 1 by construction: the host's peaks
-    are this run's best rates), or the default (datasheet or engine profile)."""
+    are this run's best rates), or the default (datasheet or engine profile). Without a fit
+    (no decoder steps) the file holds the microbenchmark fractions: they are measured."""
     fitted = set(fit.fitted) if fit is not None else set()
-    priors = fit.priors if fit is not None else {}
+    priors = fit.priors if fit is not None else microbench_priors(run.samples, gpu)
     host_peak = run.device == "cpu"
     out = {}
     for name, v in params.items():
@@ -205,7 +206,7 @@ def calibration_file(run: DeviceRun, gpu: GpuSpec, cal: Calibration, fit: FitRes
     measured["skipped"] = run.skipped
     measured["interrupted"] = run.interrupted
     params = {n: getattr(cal, n) for n in Calibration.param_names()}
-    fit_d: dict[str, Any] = {"param_sources": param_sources(run, params, fit)}
+    fit_d: dict[str, Any] = {"param_sources": param_sources(run, params, fit, gpu)}
     if fit is not None:
         fit_d = {**fit_d, **fit.after, "n_samples": fit.n_samples,
                  "before_median_rel_error": fit.before["median_rel_error"],
