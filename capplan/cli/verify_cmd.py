@@ -86,6 +86,8 @@ def verify_cmd(plan_file: str, endpoint: str | None, model: str | None, lane: st
         timeout_s=timeout, calibration_out=out, catalog_dirs=catalog_dir, layout=layout,
         model=model, lane=lane))
     d = res.to_dict()
+    for note in res.notes:
+        click.echo(f"note: {note}", err=True)
     if res.dataset:
         click.echo(f"wrote {res.dataset} ({len(res.requests)} requests, {client} format"
                    f"{_window(d)})", err=True)

@@ -102,6 +102,18 @@ def lane_plan(plan: dict[str, Any], lane: str | None) -> dict[str, Any]:
     return out
 
 
+def pools_note(plan: dict[str, Any], lane: str | None, layout: str) -> str | None:
+    """A plan that recommends a pool per lane, verified without --lane: what was verified,
+    and how to verify each pool (None otherwise)."""
+    from capplan.export.layout import SEPARATE, recommended_layout
+
+    if lane is not None or layout != "aggregated" or recommended_layout(plan) != SEPARATE:
+        return None
+    names = [str(ln.get("lane")) for ln in plan["pools"]["separate"]["lanes"]]
+    return (f"the plan recommends a pool per lane ({', '.join(names)}); this verified one "
+            f"shared pool with every lane's requests: --lane NAME verifies each lane's pool")
+
+
 def lane_checks(plan: dict[str, Any], measured: dict[str, Any] | None) -> list[dict[str, Any]]:
     """Each lane's p99s against its own SLOs, from a run of several lanes' mixed requests
     (measured `lanes`, probe.replay): what one --goodput of the mixed load cannot check."""
@@ -157,6 +169,8 @@ class VerifyResult:
     layout: str = "aggregated"
     """aggregated (one replica of the best recommendation) or disaggregated (the P/D layout
     behind its front end, the whole workload; it predicts TTFT and TBT p99)."""
+    notes: tuple[str, ...] = ()
+    """What the reader should know about what was verified (pools_note)."""
 
     def predicted(self) -> dict[str, Any]:
         """The plan's predictions for what was run: the best recommendation's replica, or the
@@ -265,7 +279,8 @@ def verify_plan(plan: str | Path | dict[str, Any], opts: VerifyOptions) -> Verif
                              "is it an OpenAI-compatible server serving that model?")
         if opts.calibration_out:
             cal = _write_calibration(d, measured, opts)
-    return VerifyResult(d, reqs, measured, ds, cal, opts.layout)
+    note = pools_note(d, opts.lane, opts.layout)
+    return VerifyResult(d, reqs, measured, ds, cal, opts.layout, (note,) if note else ())
 
 
 def _kinds(level: dict[str, Any]) -> str:

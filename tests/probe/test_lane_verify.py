@@ -121,3 +121,25 @@ def test_verify_checks_each_lane_against_its_own_slo(server, tmp_path, run_cli  
     assert checks == {("a", "ttft_p99_s"): True, ("b", "e2e_p99_s"): False}
     res = run_cli("verify", str(p), "--endpoint", _url(server), "--requests", "12")
     assert "each lane's p99 against its own SLO:" in res.stdout
+
+
+def test_verify_without_lane_says_the_plan_recommends_a_pool_per_lane(run_cli,
+                                                                      tmp_path: Path) -> None:
+    """Review finding 5: `verify PLAN.json --write-dataset all.jsonl` of a `pools: separate`
+    plan silently wrote the shared pool's mixed load. One note line says so and names --lane;
+    with --lane, or for a plan that does not recommend a pool per lane, there is none."""
+    for pools in ("separate", "shared"):
+        out_json = tmp_path / f"{pools}.json"
+        res = run_cli("plan", str(_lanes_plan(tmp_path, pools)), "--export", str(out_json))
+        assert res.exit_code == 0, res.stderr
+        res = run_cli("verify", str(out_json), "--write-dataset", str(tmp_path / "all.jsonl"))
+        assert res.exit_code == 0, res.stderr
+        notes = [ln for ln in res.stderr.splitlines() if "pool per lane" in ln]
+        if pools == "separate":
+            assert len(notes) == 1 and notes[0].startswith("note: "), res.stderr
+            assert "Chat_UI, batch" in notes[0] and "--lane NAME" in notes[0]
+        else:
+            assert notes == [], res.stderr
+    res = run_cli("verify", str(tmp_path / "separate.json"), "--lane", "batch",
+                  "--write-dataset", str(tmp_path / "b.jsonl"))
+    assert res.exit_code == 0 and "pool per lane" not in res.stderr, res.stderr
