@@ -349,10 +349,12 @@ def _line(x: np.ndarray, y: np.ndarray) -> dict[str, float] | None:
 
 
 def fit_levels(levels: list[dict[str, Any]], model: str | None = None, gpu: str | None = None,
-               catalog: Any = None, options: Any = None) -> dict[str, Any]:
+               catalog: Any = None, options: Any = None, served_model: str | None = None
+               ) -> dict[str, Any]:
     """TBT and TTFT laws over concurrency; with the model and GPU, the host costs that make
     the engine's latency model reproduce the levels (probe/level_fit.py; `options`: the
-    deployment's EngineOptions, default vLLM at TP 1)."""
+    deployment's EngineOptions, default vLLM at TP 1; `served_model`: the name the server
+    served --model under, which a results file may name instead)."""
     use = [lv for lv in levels if _centre(lv, "tbt_s") is not None]
     # open-loop levels: the mean requests in flight (Little's law), not the rounded count
     c = np.array([lv.get("in_flight_mean", lv["concurrency"]) for lv in use], float)
@@ -384,7 +386,8 @@ def fit_levels(levels: list[dict[str, Any]], model: str | None = None, gpu: str 
         if served:
             fit["served_model"] = served[0]
         fit["warnings"] = [*fit.get("warnings", []),
-                           *_model_mismatch(served, dep.model.key, model, catalog)]
+                           *_model_mismatch(served, dep.model.key, (model, served_model),
+                                           catalog)]
         fit["engine"] = dep.profile.label
         fit["host_overlap"] = bool(dep.profile.host_overlap)
         fit["round_trip"] = got["levels"]
@@ -410,19 +413,25 @@ def _served_models(levels: list[dict[str, Any]]) -> list[str]:
     return list(dict.fromkeys(str(lv["model"]) for lv in levels if lv.get("model")))
 
 
-def _model_mismatch(served: list[str], key: str, given: str, catalog: Any) -> list[str]:
-    """A warning when a results file names another model than --model: the fit would put that
-    model's server costs on this one (an engine mismatch is warned about likewise)."""
+def _model_mismatch(served: list[str], key: str, given: tuple[str, str | None],
+                    catalog: Any) -> list[str]:
+    """A warning when a results file names another model than --model (or --served-model,
+    the name the server served it under): the fit would put that model's server costs on this
+    one (an engine mismatch is warned about likewise)."""
+    model, served_name = given
     out = []
     for m in served:
+        if m in (model, key, served_name):
+            continue
         try:
-            same = catalog.resolve_model(m).spec.key == key
-        except CapplanError:  # a served name the catalog does not know: compare the names
-            same = m in (given, key)
-        if not same:
-            out.append(f"the results files measured {m}, and --model {given} is {key}: the host "
-                       f"costs are fitted through {key}'s latency model from another model's "
-                       "levels (pass the model the server ran)")
+            if catalog.resolve_model(m).spec.key == key:
+                continue
+        except CapplanError:  # a served name the catalog does not know
+            pass
+        out.append(f"the results files measured {m}, and --model {model} is {key}: the host "
+                   f"costs are fitted through {key}'s latency model from another model's "
+                   f"levels (pass the model the server ran, or --served-model {m} if the "
+                   "server served it under that name)")
     return out
 
 

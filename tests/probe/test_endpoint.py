@@ -336,7 +336,7 @@ def test_served_model_is_sent_and_model_is_fitted(server: ThreadingHTTPServer, r
     assert r.exit_code == 0, r.stderr
     assert {b["model"] for _p, b in server.bodies} == {"my-llama"}  # type: ignore[attr-defined]
     assert yaml.safe_load(out.read_text())["measured"]["model"] == "llama-3.1-8b"
-    r = run_cli("calibrate", "--from-results", "x.json", "--served-model", "my-llama")
+    r = run_cli("calibrate", "--device", "cpu", "--served-model", "my-llama")
     assert r.exit_code == 2 and "--served-model goes with --endpoint" in r.stderr
 
 
