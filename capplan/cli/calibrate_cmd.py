@@ -141,7 +141,7 @@ def calibrate_cmd(device: str, model: str | None, served_model: str | None, gpu:
         from capplan.probe.endpoint import Interrupted, run_endpoint
 
         if out:  # checked before the benchmark: its minutes are not lost at the end
-            _check_levels_out(out, model, gpu, cat)
+            _check_levels_out(out, model, gpu, cat, output_len)
         try:
             levels = run_endpoint(endpoint, served_model or model, concurrency, input_len,
                                   output_len, requests_per_level, timeout)
@@ -158,10 +158,14 @@ def calibrate_cmd(device: str, model: str | None, served_model: str | None, gpu:
     _device(device, model, out, quick, force, layers, cat, fmt)
 
 
-def _check_levels_out(out: str, model: str, gpu: str | None, cat: Any) -> None:
+def _check_levels_out(out: str, model: str, gpu: str | None, cat: Any, output_len: int
+                      ) -> None:
     """What writing a levels calibration to `out` needs, before any request is sent."""
     from capplan.export.atomic import check_writable
 
+    if output_len < 2:
+        raise InputError(f"--out fits TBT from the token gaps, and --output-len {output_len} "
+                         "gives each request one token, no gap: --output-len 2 or more")
     if not gpu:
         raise InputError("--out with --endpoint needs --gpu G (the server's GPU) to derive "
                          "calibration parameters; add it or drop --out")

@@ -459,6 +459,8 @@ def write_levels_calibration(path: Path, levels: list[dict[str, Any]], fit: dict
         write_calibration,
     )
 
+    if fit.get("tbt_law") is None:  # no level has a token gap: nothing was fitted
+        raise InputError(f"--out: {fit.get('note') or 'no level to fit'}; nothing written")
     if not fit.get("calibration_params") or not fit.get("gpu_key"):
         raise InputError("--out with --endpoint/--from-results needs --gpu G and a catalog "
                          "--model to derive calibration parameters")
