@@ -143,3 +143,59 @@ def test_verify_without_lane_says_the_plan_recommends_a_pool_per_lane(run_cli,
     res = run_cli("verify", str(tmp_path / "separate.json"), "--lane", "batch",
                   "--write-dataset", str(tmp_path / "b.jsonl"))
     assert res.exit_code == 0 and "pool per lane" not in res.stderr, res.stderr
+
+
+def test_the_unchecked_note_names_tbt_and_tpot_mean_slos(run_cli) -> None:
+    """Review finding 8: no --goodput checks a TBT p99 (or a TPOT mean), yet the note that
+    names every SLO left unchecked left them out (examples/shared-70b.yaml: interactive's
+    TBT p99 80 ms). Even one every lane shares is unchecked."""
+    from capplan.plan.bench_cmds import shared_slos
+    from capplan.plan.slo import SloSet
+
+    common, left = shared_slos([("a", SloSet(ttft_p99_s=1.0, tbt_p99_s=0.05)),
+                                ("b", SloSet(ttft_p99_s=1.0, tbt_p99_s=0.05,
+                                             tpot_mean_s=0.04))])
+    assert common == {"ttft_p99_s": 1.0, "tpot_p99_s": None, "e2e_p99_s": None}
+    assert left == ["lane a's TBT p99 50 ms", "lane b's TBT p99 50 ms",
+                    "lane b's TPOT mean 40 ms"]
+    res = run_cli("plan", str(Path(__file__).parents[2] / "examples" / "shared-70b.yaml"),
+                  "--format", "json")
+    assert res.exit_code == 0, res.stderr
+    note = json.loads(res.stdout)["recommendations"][0]["engine_flags"]["bench_goodput"]
+    assert "lane interactive's TBT p99 80 ms" in note, note
+
+
+def test_one_table_maps_slos_to_every_clients_goodput(monkeypatch) -> None:
+    """Review finding 10: the SLO -> --goodput mapping was written three times (the note's
+    table and a list in each client's command). One table drives both clients' lines."""
+    from capplan.plan import bench_cmds
+
+    slo = {"ttft_p99_s": 0.5, "tpot_p99_s": 0.1, "e2e_p99_s": 30.0}
+    args = {"model_id": "m", "base_url": "http://h:1", "rate_per_s": 1.0, "slo": slo}
+    assert _goodput(bench_cmds.bench_command("vllm", **args)) == [
+        "ttft:500", "tpot:100", "e2el:30000"]
+    assert _goodput(bench_cmds.bench_command("aiperf", **args)) == [
+        "time_to_first_token:500 inter_token_latency:100 request_latency:30000"]
+    monkeypatch.delitem(bench_cmds.GOODPUT_METRICS, "e2e_p99_s")
+    assert _goodput(bench_cmds.bench_command("vllm", **args)) == ["ttft:500", "tpot:100"]
+    assert _goodput(bench_cmds.bench_command("aiperf", **args)) == [
+        "time_to_first_token:500 inter_token_latency:100"]
+
+
+def test_model_and_lane_steps_are_one_rewrite() -> None:
+    """Review finding 10: for_model and for_lane did the same rewrite with the same regex,
+    twice. Both are _calling: the verify call and the dataset stem, the name made safe."""
+    from capplan.plan import bench_cmds
+
+    flags = {"bench": "vllm bench serve --dataset-path capplan-workload.jsonl",
+             "bench_dataset": "capplan verify PLAN.json --write-dataset capplan-workload.jsonl",
+             "launch": "vllm serve m"}
+    lane = bench_cmds.for_lane(flags, "a b/c")
+    model = bench_cmds.for_model({"recommendations": [{"engine_flags": flags}]},
+                                 "a b/c")["recommendations"][0]["engine_flags"]
+    assert lane == bench_cmds._calling(flags, "capplan verify PLAN.json --lane 'a b/c'",
+                                       "capplan-workload-lane-a-b-c")
+    assert model == bench_cmds._calling(flags, "capplan verify PLAN.json --model 'a b/c'",
+                                        "capplan-workload-a-b-c")
+    assert model["launch"] == "vllm serve m"
+    assert model["bench"].endswith("capplan-workload-a-b-c.jsonl")
