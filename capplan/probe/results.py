@@ -35,6 +35,7 @@ import numpy as np
 
 from capplan.errors import CapplanError, InputError
 from capplan.limits import read_text
+from capplan.probe import sources
 from capplan.probe.report_formats import (
     from_aiperf,
     from_llmperf,
@@ -393,8 +394,7 @@ def fit_levels(levels: list[dict[str, Any]], model: str | None = None, gpu: str 
         fit["round_trip"] = got["levels"]
         fit["calibration_params"] = got["params"]
         if got["per_seq"] != "fitted":
-            fit["per_seq_source"] = (f"default: the engine profile's ({got['per_seq']}: the "
-                                     "levels cannot tell it from the fixed cost)")
+            fit["per_seq_source"] = sources.profile_default(got["per_seq"])
         fit["note"] = (f"host costs fitted through {dep.profile.label}'s latency model for "
                        f"{dep.model.key} on {dep.gpu.key} (TP {dep.settings.tp}, default "
                        "efficiencies)" + (f"; request overhead from the TTFT at concurrency "
@@ -464,12 +464,12 @@ def write_levels_calibration(path: Path, levels: list[dict[str, Any]], fit: dict
     if not fit.get("calibration_params") or not fit.get("gpu_key"):
         raise InputError("--out with --endpoint/--from-results needs --gpu G and a catalog "
                          "--model to derive calibration parameters")
-    fit = {**fit, "param_sources": {k: "fitted to the serving levels" for k in
+    fit = {**fit, "param_sources": {k: sources.FITTED_LEVELS for k in
                                     fit["calibration_params"]}}
     if fit.get("per_seq_source"):  # kept at the engine profile's (one load, or flat TBT)
         fit["param_sources"]["per_seq_overhead_s"] = fit["per_seq_source"]
     if "spec_acceptance_length" in fit["calibration_params"]:
-        fit["param_sources"]["spec_acceptance_length"] = "the server's spec-decode counters"
+        fit["param_sources"]["spec_acceptance_length"] = sources.SPEC_COUNTERS
     write_calibration(path, CalibrationFile(
         gpu=fit["gpu_key"], kind="measured",
         measured={"method": SERVING_METHOD, "engine": fit.get("engine"),

@@ -19,6 +19,7 @@ from capplan.catalog.schema import GpuSpec, ModelSpec
 from capplan.errors import InputError, ProbeUnavailable
 from capplan.models.calibration import Calibration, default_calibration
 from capplan.probe import bench as bn
+from capplan.probe import sources
 from capplan.probe.decoder import RandomDecoder, check_supported
 from capplan.probe.fit import FitResult, fit_calibration, host_gpu_spec, microbench_priors
 from capplan.units import MIB_BYTES
@@ -188,13 +189,12 @@ def param_sources(run: DeviceRun, params: dict[str, Any], fit: FitResult | None,
         if v is None:
             continue
         if name in fitted:
-            out[name] = "fitted to the decoder steps"
+            out[name] = sources.FITTED_STEPS
         elif name in priors and priors[name] == v:
             by_construction = host_peak and name in ("mem_bw_frac", "gemm_frac")
-            out[name] = ("microbenchmark (1 by construction: the host's peaks are this run's "
-                         "best rates)" if by_construction else "microbenchmark")
+            out[name] = sources.BY_CONSTRUCTION if by_construction else sources.MICROBENCHMARK
         else:
-            out[name] = "default (not measured)"
+            out[name] = sources.DEFAULT
     return out
 
 

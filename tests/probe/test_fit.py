@@ -128,3 +128,14 @@ def test_a_microbenchmarks_only_file_says_its_fractions_were_measured() -> None:
     assert cal.attn_frac == pytest.approx(0.186, abs=1e-3)
     assert cal.attn_bw_frac == pytest.approx(0.297, abs=1e-3)
     assert src["allreduce_bw_frac"] == "default (not measured)"
+
+
+def test_docs_list_the_param_sources_the_files_hold() -> None:
+    """Review finding 11: docs/probe.md gave three param_sources values; the files hold
+    others too. Every value the code writes (capplan.probe.sources) is listed as written."""
+    from capplan.probe import sources
+
+    doc = " ".join((Path(__file__).parents[2] / "docs" / "probe.md").read_text().split())
+    for value in sources.ALL:
+        assert f"`{value}`" in doc, value
+    assert "once made" not in doc and "once halved" not in doc  # the product, not history
