@@ -18,16 +18,23 @@ def _human(row: dict[str, Any], key: str) -> Any:
     return v * 1e3 if row["unit"] == "s" else v
 
 
+def plain(x: float) -> str:
+    """4 significant digits, a large value whole (60000 ms, not 6e+04)."""
+    s = f"{x:.4g}"
+    return f"{x:.0f}" if "e+" in s else s
+
+
 _COLUMNS = [
     Column("metric", "metric"), Column("unit_h", "unit"),
-    Column("predicted_h", "predicted", None, ".4g"), Column("measured_h", "measured", None, ".4g"),
+    Column("predicted_h", "predicted", plain, "text"),
+    Column("measured_h", "measured", plain, "text"),
     Column("measured_over_predicted", "measured /\npredicted", None, ".2f"),
 ]
 
 
 _LANE_COLUMNS = [Column("lane", "lane"), Column("slo_h", "SLO"),
-                 Column("limit_ms", "SLO (ms)", None, ".4g"),
-                 Column("measured_ms", "measured (ms)", None, ".4g"), Column("met_h", "met")]
+                 Column("limit_ms", "SLO (ms)", plain, "text"),
+                 Column("measured_ms", "measured (ms)", plain, "text"), Column("met_h", "met")]
 
 
 @click.command("verify")

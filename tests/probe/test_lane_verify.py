@@ -109,7 +109,7 @@ def test_goodput_keeps_an_slo_every_lane_shares() -> None:
 def test_verify_checks_each_lane_against_its_own_slo(server, tmp_path, run_cli  # noqa: F811
                                                      ) -> None:
     d = _plan()
-    d["lanes"] = [{**d["lanes"][0], "name": "a", "rate_per_s": 20, "ttft_p99_s": 5.0},
+    d["lanes"] = [{**d["lanes"][0], "name": "a", "rate_per_s": 20, "ttft_p99_s": 60.0},
                   {**d["lanes"][0], "name": "b", "rate_per_s": 20, "ttft_p99_s": None,
                    "e2e_p99_s": 1e-6}]
     p = tmp_path / "plan.json"
@@ -121,6 +121,9 @@ def test_verify_checks_each_lane_against_its_own_slo(server, tmp_path, run_cli  
     assert checks == {("a", "ttft_p99_s"): True, ("b", "e2e_p99_s"): False}
     res = run_cli("verify", str(p), "--endpoint", _url(server), "--requests", "12")
     assert "each lane's p99 against its own SLO:" in res.stdout
+    # review finding 13: a 60 s SLO printed as 6e+04 ms
+    row = next(ln for ln in res.stdout.splitlines() if ln.startswith("a ") and "TTFT" in ln)
+    assert "60000" in row.split() and "e+" not in res.stdout, row
 
 
 def test_verify_without_lane_says_the_plan_recommends_a_pool_per_lane(run_cli,
