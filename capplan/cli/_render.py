@@ -24,6 +24,8 @@ class Column:
     """Human header with its unit, e.g. 'KV cache (GiB)'."""
     to_display: Callable[[Any], Any] | None = None
     fmt: str = "g"
+    """The number format; "text": cells already formatted (to_display), printed as they are,
+    right-aligned."""
 
 
 def _cell(col: Column, row: dict[str, Any]) -> Any:
@@ -57,7 +59,10 @@ def render_rows(rows: Sequence[dict[str, Any]], columns: Sequence[Column], fmt: 
     import tabulate as tabulate_module  # a text table only (JSON and CSV answers need none)
 
     table = [[_cell(c, r) for c in columns] for r in rows]
-    floatfmt = tuple(c.fmt for c in columns)
+    floatfmt = tuple("g" if c.fmt == "text" else c.fmt for c in columns)
+    text = [i for i, c in enumerate(columns) if c.fmt == "text"]
+    align = {"colalign": tuple("right" if c.fmt == "text" else None for c in columns)
+             } if text else {}
     tablefmt = "github" if fmt == "markdown" else "simple"
     saved = tabulate_module.MIN_PADDING
     # tabulate widens every column by 2 beyond its header; the 2-space gap between columns
@@ -66,7 +71,7 @@ def render_rows(rows: Sequence[dict[str, Any]], columns: Sequence[Column], fmt: 
     try:
         return tabulate_module.tabulate(table, headers=[c.header for c in columns],
                                         floatfmt=floatfmt, tablefmt=tablefmt,
-                                        disable_numparse=False)
+                                        disable_numparse=text or False, **align)
     finally:
         tabulate_module.MIN_PADDING = saved
 

@@ -73,7 +73,7 @@ def _flat(level: dict[str, Any]) -> dict[str, Any]:
                    "With --endpoint: the served model name, and the catalog model the fit "
                    "uses (unless --served-model).")
 @click.option("--served-model", default=None,
-              help="With --endpoint: the model name the server serves (its "
+              help="With --endpoint/--from-results: the model name the server serves (its "
                    "--served-model-name), when --model names the catalog model.")
 @click.option("--gpu", default=None,
               help="With --endpoint/--from-results: the server's GPU, to derive overheads.")
@@ -124,8 +124,9 @@ def calibrate_cmd(device: str, model: str | None, served_model: str | None, gpu:
       capplan calibrate --from-results vllm-result.json guidellm-report.json
     """
     files = [*from_results, *more_results]
-    if served_model is not None and not endpoint:
-        raise InputError("--served-model goes with --endpoint (the name its requests carry)")
+    if served_model is not None and not (endpoint or files):
+        raise InputError("--served-model goes with --endpoint (the name its requests carry) "
+                         "or --from-results (the name the files give --model)")
     if more_results and not from_results:
         raise InputError(f"unexpected argument {more_results[0]!r}: files go after --from-results")
     if endpoint and files:
@@ -133,34 +134,38 @@ def calibrate_cmd(device: str, model: str | None, served_model: str | None, gpu:
     cat = load_catalog(catalog_dir)
     from capplan.plan.deployment import EngineOptions  # the command's own modules load here
 
-    served = EngineOptions(engine=engine, tp=tp)
+    server = (model, gpu, EngineOptions(engine=engine, tp=tp), served_model)
     if endpoint:
         if not model:
             raise InputError("--endpoint needs --model NAME (the model the server serves)")
         from capplan.probe.endpoint import Interrupted, run_endpoint
 
         if out:  # checked before the benchmark: its minutes are not lost at the end
-            _check_levels_out(out, model, gpu, cat)
+            _check_levels_out(out, model, gpu, cat, output_len)
         try:
             levels = run_endpoint(endpoint, served_model or model, concurrency, input_len,
                                   output_len, requests_per_level, timeout)
         except Interrupted as e:
-            _interrupted(e.levels, len(concurrency), (model, gpu, served), cat, fmt, out)
+            _interrupted(e.levels, len(concurrency), server, cat, fmt, out)
         done = any(lv.get("completed") for lv in levels)
-        _emit_levels(levels, (model, gpu, served), cat, fmt, out if done else None)
+        _emit_levels(levels, server, cat, fmt, out if done else None)
         _fail_if_nothing_completed(levels, endpoint)  # --out left as it was
         return
     if files:
         levels = _read_results(files)
-        _emit_levels(levels, (model, gpu, served), cat, fmt, out)
+        _emit_levels(levels, server, cat, fmt, out)
         return
     _device(device, model, out, quick, force, layers, cat, fmt)
 
 
-def _check_levels_out(out: str, model: str, gpu: str | None, cat: Any) -> None:
+def _check_levels_out(out: str, model: str, gpu: str | None, cat: Any, output_len: int
+                      ) -> None:
     """What writing a levels calibration to `out` needs, before any request is sent."""
     from capplan.export.atomic import check_writable
 
+    if output_len < 2:
+        raise InputError(f"--out fits TBT from the token gaps, and --output-len {output_len} "
+                         "gives each request one token, no gap: --output-len 2 or more")
     if not gpu:
         raise InputError("--out with --endpoint needs --gpu G (the server's GPU) to derive "
                          "calibration parameters; add it or drop --out")
@@ -290,11 +295,12 @@ def _device(device: str, model: str | None, out: str | None, quick: bool, force:
 
 def _emit_levels(levels: list[dict[str, Any]], served: tuple[Any, ...], cat: Any,
                  fmt: str, out: str | None) -> None:
-    """Print the levels and their fit; `served`: (model, GPU, EngineOptions) of the server."""
+    """Print the levels and their fit; `served`: (model, GPU, EngineOptions, served name) of the
+    server."""
     from capplan.probe.results import fit_levels
 
-    model, gpu, options = served
-    fit = fit_levels(levels, model, gpu, cat, options)
+    model, gpu, options, served_model = served
+    fit = fit_levels(levels, model, gpu, cat, options, served_model)
     _print_levels(levels, fit, fmt)  # printed before the file is written (or fails to be)
     if out:
         from capplan.probe.results import write_levels_calibration

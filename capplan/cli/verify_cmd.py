@@ -18,16 +18,23 @@ def _human(row: dict[str, Any], key: str) -> Any:
     return v * 1e3 if row["unit"] == "s" else v
 
 
+def plain(x: float) -> str:
+    """4 significant digits, a large value whole (60000 ms, not 6e+04)."""
+    s = f"{x:.4g}"
+    return f"{x:.0f}" if "e+" in s else s
+
+
 _COLUMNS = [
     Column("metric", "metric"), Column("unit_h", "unit"),
-    Column("predicted_h", "predicted", None, ".4g"), Column("measured_h", "measured", None, ".4g"),
+    Column("predicted_h", "predicted", plain, "text"),
+    Column("measured_h", "measured", plain, "text"),
     Column("measured_over_predicted", "measured /\npredicted", None, ".2f"),
 ]
 
 
 _LANE_COLUMNS = [Column("lane", "lane"), Column("slo_h", "SLO"),
-                 Column("limit_ms", "SLO (ms)", None, ".4g"),
-                 Column("measured_ms", "measured (ms)", None, ".4g"), Column("met_h", "met")]
+                 Column("limit_ms", "SLO (ms)", plain, "text"),
+                 Column("measured_ms", "measured (ms)", plain, "text"), Column("met_h", "met")]
 
 
 @click.command("verify")
@@ -86,6 +93,8 @@ def verify_cmd(plan_file: str, endpoint: str | None, model: str | None, lane: st
         timeout_s=timeout, calibration_out=out, catalog_dirs=catalog_dir, layout=layout,
         model=model, lane=lane))
     d = res.to_dict()
+    for note in res.notes:
+        click.echo(f"note: {note}", err=True)
     if res.dataset:
         click.echo(f"wrote {res.dataset} ({len(res.requests)} requests, {client} format"
                    f"{_window(d)})", err=True)
@@ -93,12 +102,8 @@ def verify_cmd(plan_file: str, endpoint: str | None, model: str | None, lane: st
         click.echo(f"wrote {res.calibration}", err=True)
     for w in (res.measured or {}).get("warnings") or ():
         click.echo(f"warning: {w}", err=True)
-    if (res.measured or {}).get("arrival_rate_per_s"):
-        m = res.measured or {}
-        click.echo(f"note: sent at {m['arrival_rate_per_s']:.4g} req/s; the throughput rows are "
-                   "the completed requests at that rate (the arrival window); over the whole "
-                   f"run, the drain after the last arrival included: {m['requests_per_s']:.4g} "
-                   f"req/s, {m['output_tokens_per_s']:.4g} output tok/s", err=True)
+    if res.measured is not None:
+        click.echo(_throughput_note(res.measured), err=True)
     if fmt == "json":
         emit(to_json(d))
         return
@@ -129,6 +134,18 @@ def verify_cmd(plan_file: str, endpoint: str | None, model: str | None, lane: st
               "measured_ms": None if c["measured_s"] is None else c["measured_s"] * 1e3,
               "met_h": {True: "yes", False: "no", None: "?"}[c["met"]]}
              for c in d["lane_slos"]], _LANE_COLUMNS, fmt)]))
+
+
+def _throughput_note(m: dict[str, Any]) -> str:
+    """How the throughput rows were compared (capplan.plan.verify_endpoint.run_throughput)."""
+    if not m.get("send_span_s"):
+        return (f"note: throughput n/a: {m.get('sent', 0)} request(s) sent at one instant, no "
+                "send span to measure a rate over (send --requests 2 or more); over the whole "
+                f"run: {m['requests_per_s']:.4g} req/s, {m['output_tokens_per_s']:.4g} output "
+                "tok/s")
+    return (f"note: sent at {m['arrival_rate_per_s']:.4g} req/s; the throughput rows are the "
+            "completed requests (output tokens) from the first send to the last completion, "
+            "against the plan's: all sent over the send span + its mean E2E")
 
 
 def _window(d: dict[str, Any]) -> str:

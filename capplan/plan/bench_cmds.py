@@ -72,8 +72,20 @@ STEP_LABELS = {"bench_dataset": "dataset", "bench": "verify", "bench_goodput": "
 """What every output calls a plan's verify steps (`verify_lines`' keys): the terminal's
 `dataset:` and `verify:` lines (`step_lines`), the HTML and Markdown reports' titles; `goodput`:
 a shell comment saying which lanes' SLOs the verify line of a mixed load does not check."""
-GOODPUT_SLOS = (("ttft_p99_s", "TTFT p99"), ("tpot_p99_s", "TPOT p99"), ("e2e_p99_s", "E2E p99"))
-"""The SLOs a client's --goodput can hold a request to (vLLM's ttft, tpot, e2el; AIPerf's)."""
+LANE_SLOS = {"ttft_p99_s": "TTFT p99", "tbt_p99_s": "TBT p99", "tpot_p99_s": "TPOT p99",
+             "tpot_mean_s": "TPOT mean", "e2e_p99_s": "E2E p99"}
+"""A lane's SLOs (plan.slo.SloSet) as the notes name them."""
+GOODPUT_METRICS = {"ttft_p99_s": {"vllm": "ttft", "aiperf": "time_to_first_token"},
+                   "tpot_p99_s": {"vllm": "tpot", "aiperf": "inter_token_latency"},
+                   "e2e_p99_s": {"vllm": "e2el", "aiperf": "request_latency"}}
+"""The SLOs a client's --goodput can hold a request to, with each client's metric name (a
+lane's TBT p99 and TPOT mean have none)."""
+
+
+def goodput_terms(client: str, slo: dict[str, float | None]) -> list[str]:
+    """The client's --goodput thresholds ("ttft:500", ...) of the SLOs `slo` sets."""
+    return [f"{names[client]}:{_ms(v)}" for key, names in GOODPUT_METRICS.items()
+            if (v := slo.get(key))]
 
 
 def step_lines(steps: dict[str, Any]) -> list[str]:
@@ -121,30 +133,38 @@ def verify_call(model: str | None = None) -> str:
     return VERIFY_PLAN + ("" if model is None else f" --model {shlex.quote(model)}")
 
 
+def _safe_name(name: str) -> str:
+    """A model's or lane's name as part of a file name."""
+    return re.sub(r"[^A-Za-z0-9._-]+", "-", name)
+
+
+def _calling(flags: dict[str, Any], call: str, stem: str) -> dict[str, Any]:
+    """`flags` with its verify steps (bench, bench_dataset) calling `call` in place of
+    `capplan verify PLAN.json` and writing and reading the dataset file `stem`.* in place of
+    capplan-workload.*."""
+    return {**flags, **{k: flags[k].replace(VERIFY_PLAN, call)
+                        .replace(f"{DATASET_STEM}.", f"{stem}.")
+                        for k in ("bench", "bench_dataset") if isinstance(flags.get(k), str)}}
+
+
 def for_model(plan: dict[str, Any], model: str) -> dict[str, Any]:
     """One model's plan dict in a plan of several: its printed verify steps (the
     recommendations' and a disaggregated layout's) call verify with `--model NAME`, the one
     JSON holding every model, and write and read the model's own dataset file
     (capplan-workload-NAME.jsonl), so two models' datasets in one folder stay apart."""
-    stem = f"{DATASET_STEM}-{re.sub(r'[^A-Za-z0-9._-]+', '-', model)}."
-
-    def steps(d: dict[str, Any]) -> dict[str, Any]:
-        return {**d, **{k: d[k].replace(VERIFY_PLAN, verify_call(model))
-                        .replace(f"{DATASET_STEM}.", stem)
-                        for k in ("bench", "bench_dataset") if isinstance(d.get(k), str)}}
-
+    call, stem = verify_call(model), f"{DATASET_STEM}-{_safe_name(model)}"
     out = {**plan, "recommendations": [
-        {**r, "engine_flags": steps(r.get("engine_flags") or {})}
+        {**r, "engine_flags": _calling(r.get("engine_flags") or {}, call, stem)}
         for r in plan.get("recommendations") or []]}
     for key in ("disaggregated", "fixed_disaggregated"):
         if isinstance(plan.get(key), dict):
-            out[key] = steps(plan[key])
+            out[key] = _calling(plan[key], call, stem)
     return out
 
 
 def lane_stem(lane: str) -> str:
     """A lane's dataset file stem (capplan-workload-lane-NAME), apart from other lanes'."""
-    return f"{DATASET_STEM}-lane-{re.sub(r'[^A-Za-z0-9._-]+', '-', lane)}"
+    return f"{DATASET_STEM}-lane-{_safe_name(lane)}"
 
 
 def for_lane(flags: dict[str, Any], lane: str) -> dict[str, Any]:
@@ -152,22 +172,21 @@ def for_lane(flags: dict[str, Any], lane: str) -> dict[str, Any]:
     `capplan verify PLAN.json --lane NAME`, which writes that lane's requests alone at its
     pool's per-replica rate, into the lane's own dataset file (lane_stem), which its verify
     line reads."""
-    call = f"{VERIFY_PLAN} --lane {shlex.quote(lane)}"
-    return {**flags, **{k: flags[k].replace(VERIFY_PLAN, call)
-                        .replace(f"{DATASET_STEM}.", f"{lane_stem(lane)}.")
-                        for k in ("bench", "bench_dataset") if isinstance(flags.get(k), str)}}
+    return _calling(flags, f"{VERIFY_PLAN} --lane {shlex.quote(lane)}", lane_stem(lane))
 
 
 def shared_slos(lane_slos: list[tuple[str, Any]]) -> tuple[dict[str, float | None], list[str]]:
     """The p99 SLOs a client's --goodput can hold every request of a mixed load to: those every
     lane has, with one value (goodput applies each threshold to every request, whatever its
-    lane); and the lanes' SLOs it leaves out, each as "lane NAME's TTFT p99 500 ms"."""
+    lane); and the lanes' SLOs it leaves out, each as "lane NAME's TTFT p99 500 ms" (a TBT
+    p99 or TPOT mean always: no --goodput checks them)."""
     common: dict[str, float | None] = {}
     left: list[str] = []
-    for key, label in GOODPUT_SLOS:
+    for key, label in LANE_SLOS.items():
         vals = [getattr(s, key, None) for _, s in lane_slos]
-        one = len(set(vals)) == 1 and vals[0] is not None
-        common[key] = vals[0] if one else None
+        one = key in GOODPUT_METRICS and len(set(vals)) == 1 and vals[0] is not None
+        if key in GOODPUT_METRICS:
+            common[key] = vals[0] if one else None
         if not one:
             left += [f"lane {name}'s {label} {_dur(v)}"
                      for (name, _), v in zip(lane_slos, vals, strict=True) if v]
@@ -179,7 +198,7 @@ def unchecked_note(client: str, left: list[str], common: dict[str, float | None]
     a shell comment naming what it leaves out and what checks it."""
     if not left:
         return ""
-    shared = ", ".join(f"{label} {_dur(common[k])}" for k, label in GOODPUT_SLOS
+    shared = ", ".join(f"{LANE_SLOS[k]} {_dur(common[k])}" for k in GOODPUT_METRICS
                        if common.get(k))
     if client not in ("vllm", "aiperf"):
         held = "the client's p99s mix every lane's requests"
@@ -209,9 +228,7 @@ def _ms(x: float) -> str:
 
 
 def _vllm_goodput(slo: dict[str, float | None]) -> list[str]:
-    good = [f"{k}:{_ms(v)}" for k, v in (("ttft", slo.get("ttft_p99_s")),
-                                         ("tpot", slo.get("tpot_p99_s")),
-                                         ("e2el", slo.get("e2e_p99_s"))) if v]
+    good = goodput_terms("vllm", slo)
     return ["--goodput", *good] if good else []
 
 
@@ -278,9 +295,7 @@ def bench_command(client: str, *, model_id: str, base_url: str, rate_per_s: floa
              "--endpoint-type", "completions", "--streaming", "--input-file", data,
              "--custom-dataset-type", "mooncake_trace", "--fixed-schedule",
              "--extra-inputs", "ignore_eos:true"]
-        good = [f"{k}:{_ms(v)}" for k, v in (("time_to_first_token", slo.get("ttft_p99_s")),
-                                             ("inter_token_latency", slo.get("tpot_p99_s")),
-                                             ("request_latency", slo.get("e2e_p99_s"))) if v]
+        good = goodput_terms("aiperf", slo)
         return shlex.join(w + (["--goodput", " ".join(good)] if good else []))
     if client == "guidellm":
         w = ["guidellm", "benchmark", "--target", base_url, "--model", model_id,
@@ -307,7 +322,7 @@ def verify_lines(model_id: str, rate_per_s: float, engine: str, port: int | tupl
     client = client or DEFAULT_CLIENT.get(engine, "vllm")
     lane_slos = list(getattr(slos, "lane_slos", None) or ())
     slos = getattr(slos, "slos", slos)
-    slo: dict[str, float | None] = {k: getattr(slos, k, None) for k, _ in GOODPUT_SLOS}
+    slo: dict[str, float | None] = {k: getattr(slos, k, None) for k in GOODPUT_METRICS}
     left: list[str] = []
     if lane_slos:
         slo, left = shared_slos(lane_slos)

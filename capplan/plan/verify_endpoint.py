@@ -102,6 +102,18 @@ def lane_plan(plan: dict[str, Any], lane: str | None) -> dict[str, Any]:
     return out
 
 
+def pools_note(plan: dict[str, Any], lane: str | None, layout: str) -> str | None:
+    """A plan that recommends a pool per lane, verified without --lane: what was verified,
+    and how to verify each pool (None otherwise)."""
+    from capplan.export.layout import SEPARATE, recommended_layout
+
+    if lane is not None or layout != "aggregated" or recommended_layout(plan) != SEPARATE:
+        return None
+    names = [str(ln.get("lane")) for ln in plan["pools"]["separate"]["lanes"]]
+    return (f"the plan recommends a pool per lane ({', '.join(names)}); this verified one "
+            f"shared pool with every lane's requests: --lane NAME verifies each lane's pool")
+
+
 def lane_checks(plan: dict[str, Any], measured: dict[str, Any] | None) -> list[dict[str, Any]]:
     """Each lane's p99s against its own SLOs, from a run of several lanes' mixed requests
     (measured `lanes`, probe.replay): what one --goodput of the mixed load cannot check."""
@@ -120,6 +132,31 @@ def lane_checks(plan: dict[str, Any], measured: dict[str, Any] | None) -> list[d
     return out
 
 
+def over_run(count: float, send_span_s: float, drain_s: float) -> float | None:
+    """Throughput over a run: `count` over the first send to the last completion, which is
+    the send span plus the drain after the last send (None: no send span to measure over)."""
+    return count / (send_span_s + drain_s) if send_span_s > 0 else None
+
+
+def run_throughput(key: str, pred: dict[str, Any], measured: dict[str, Any] | None
+                   ) -> tuple[float | None, float | None]:
+    """(predicted, measured) `requests_per_s` or `output_tokens_per_s` of the run verify sent
+    (over_run on both sides): measured, the completed requests (their output tokens) over the
+    first send to the last completion, as vllm bench serve reports them; predicted, all that
+    was sent (their planned output tokens) over the same send span plus the plan's mean E2E
+    (the last request's drain). A server that keeps up reads ~1; one that queues reads low.
+    One request, or all at once, has no send span: both are None."""
+    m = measured or {}
+    span, e2e = m.get("send_span_s") or 0.0, (pred.get("e2e_s") or {}).get("mean")
+    if key == "requests_per_s":
+        got, planned = m.get("completed", 0), m.get("sent", 0)
+    else:
+        got, planned = m.get("output_tokens", 0), m.get("sent_output_tokens", 0)
+    run = m.get("run_span_s") or 0.0
+    measured_v = over_run(got, span, max(run - span, 0.0))
+    return (over_run(planned, span, e2e) if e2e else None), measured_v
+
+
 @dataclass(frozen=True)
 class VerifyResult:
     """Predicted vs measured for one replica of the plan's best recommendation."""
@@ -132,6 +169,8 @@ class VerifyResult:
     layout: str = "aggregated"
     """aggregated (one replica of the best recommendation) or disaggregated (the P/D layout
     behind its front end, the whole workload; it predicts TTFT and TBT p99)."""
+    notes: tuple[str, ...] = ()
+    """What the reader should know about what was verified (pools_note)."""
 
     def predicted(self) -> dict[str, Any]:
         """The plan's predictions for what was run: the best recommendation's replica, or the
@@ -149,9 +188,9 @@ class VerifyResult:
         for key, stat in COMPARED:
             p = pred.get(key)
             m = (self.measured or {}).get(key)
-            if stat is None:  # throughput over the arrival window, as the plan predicts it
-                m = (self.measured or {}).get(f"{key}_arrival_window", m)
-            if stat is not None:
+            if stat is None:  # throughput over this run, measured and predicted alike
+                p, m = run_throughput(key, pred, self.measured)
+            else:
                 p, m = (p or {}).get(stat), (m or {}).get(stat)
             ratio = m / p if isinstance(m, (int, float)) and p else None
             out.append({"metric": key if stat is None else f"{key[:-2]} {stat}",
@@ -240,7 +279,8 @@ def verify_plan(plan: str | Path | dict[str, Any], opts: VerifyOptions) -> Verif
                              "is it an OpenAI-compatible server serving that model?")
         if opts.calibration_out:
             cal = _write_calibration(d, measured, opts)
-    return VerifyResult(d, reqs, measured, ds, cal, opts.layout)
+    note = pools_note(d, opts.lane, opts.layout)
+    return VerifyResult(d, reqs, measured, ds, cal, opts.layout, (note,) if note else ())
 
 
 def _kinds(level: dict[str, Any]) -> str:

@@ -70,9 +70,10 @@ def _sibling_concurrency(p: Path) -> int | None:
 
 
 def _max_in_flight(spans: list[tuple[float, float]]) -> int:
-    """Most intervals open at once (starts before ends at equal stamps)."""
-    ev = sorted([(a, 1) for a, _b in spans] + [(b, -1) for _a, b in spans],
-                key=lambda e: (e[0], -e[1]))
+    """Most intervals [send, end) open at once: at equal stamps an end comes before a start (a
+    closed loop's next request is sent as the last one ends; a request that ended as it was
+    sent never held a slot)."""
+    ev = sorted([(a, 1) for a, _b in spans] + [(b, -1) for _a, b in spans])
     n = best = 0
     for _t, d in ev:
         n += d
@@ -80,21 +81,37 @@ def _max_in_flight(spans: list[tuple[float, float]]) -> int:
     return best
 
 
+def _ns(meta: dict[str, Any], *names: str) -> float | None:
+    """The first of `names` in a record's metadata that is a number of ns, in seconds."""
+    for name in names:
+        x = meta.get(name)
+        if isinstance(x, int | float) and not isinstance(x, bool):
+            return float(x) * 1e-9
+    return None
+
+
+def _failed_spans(recs: list[dict[str, Any]]) -> list[tuple[float, float]]:
+    """The failed records' [send, end]: request_end_ns or cancellation_time_ns of AIPerf's
+    metadata; a record without either (older AIPerf: timestamp_ns alone) ends at its send."""
+    out = []
+    for d in recs:
+        if d.get("error") is None:
+            continue
+        meta = d.get("metadata") or {}
+        sent = _ns(meta, "request_start_ns", "timestamp_ns")
+        if sent is not None:
+            end = _ns(meta, "request_end_ns", "cancellation_time_ns")
+            out.append((sent, max(sent, end if end is not None else sent)))
+    return out
+
+
 def _loop_concurrency(recs: list[dict[str, Any]], spans: list[tuple[float, float]]
                       ) -> tuple[int, str]:
-    """A closed loop's client count from its records: the most completed requests in flight at
-    once, or, when more, the requests sent (cancelled and failed ones included: each held a
-    client's slot) before the first completed response ended, which is each client's first
-    request. Cancelled records carry no end time, so only the opening count sees them."""
-    busy = _max_in_flight(spans)
-    first_end = min((b for _a, b in spans), default=None)
-    sent = [x * 1e-9 for d in recs if isinstance(x := (d.get("metadata") or {}).get(
-        "timestamp_ns"), int | float) and not isinstance(x, bool)]
-    opening = sum(1 for t in sent if first_end is not None and t <= first_end)
-    if opening > busy:
-        return opening, ("the requests sent before the first response ended (cancelled and "
-                         "failed ones included), each client's first")
-    return max(1, busy), "the most requests in flight at once"
+    """A closed loop's client count from its records: the most requests in flight at once,
+    failed ones included over their own send to end (a request that fails fast frees its
+    client, which sends again: counting sends would count it twice)."""
+    return max(1, _max_in_flight(spans + _failed_spans(recs))), (
+        "the most requests in flight at once (failed ones over their own send to end)")
 
 
 def from_aiperf_records(docs: list[dict[str, Any]], p: Path,
@@ -130,6 +147,9 @@ def from_aiperf_records(docs: list[dict[str, Any]], p: Path,
         t0, t1 = _value(m, "min_request_timestamp"), _value(m, "max_response_timestamp")
         if t0 is not None and t1 is not None:
             spans.append((t0 * 1e-9, t1 * 1e-9))  # AIPerf stamps are ns
+        elif (a := _ns(d["metadata"], "request_start_ns")) is not None and (
+                b := _ns(d["metadata"], "request_end_ns")) is not None:
+            spans.append((a, b))  # newer AIPerf: the request's stamps in its metadata
     if not ttfts:
         raise InputError(f"{p}: no completed request among {len(recs)} AIPerf records")
     duration = (max(b for _a, b in spans) - min(a for a, _b in spans)) if spans else 0.0

@@ -43,10 +43,12 @@ def replay(url: str, model: str, reqs: Sequence[Any], timeout_s: float) -> dict[
 
     `in_flight_mean` is the mean number of requests in flight (Little's law: the rate sent x
     the mean E2E), the concurrency an open loop reaches. `requests_per_s` and
-    `output_tokens_per_s` are over the whole run, the drain after the last arrival included
-    (as vllm bench serve reports them); `arrival_rate_per_s` is the rate the requests were
-    sent at, and the `*_arrival_window` figures are the completed requests and their output
-    tokens at that rate (what a steady state at the rate sent delivers, less what failed)."""
+    `output_tokens_per_s` are the completed requests and their output tokens over `run_span_s`,
+    the first send to the last completion (the drain after the last send included, as vllm
+    bench serve reports them); `send_span_s` is the first send to the last, `sent` the
+    requests sent; `output_tokens` are the completed ones', `sent_output_tokens` the planned
+    ones of all sent (what verify's predicted throughput is for); `arrival_rate_per_s` is the
+    rate they were sent at."""
     t = parse_url(url)
     check_reachable(t, timeout_s)
     results: list[RequestResult | None] = [None] * len(reqs)
@@ -86,8 +88,11 @@ def replay(url: str, model: str, reqs: Sequence[Any], timeout_s: float) -> dict[
     lost = RequestResult(ok=False, error=f"level deadline of {level.seconds:g} s passed",
                          end_s=time.perf_counter())
     done = [r if r is not None else lost for r in results[:len(threads)]]
-    duration = max((r.end_s for r in done), default=t0) - t0
-    rate = arrival_rate(reqs[:len(threads)])
+    sent_reqs = reqs[:len(threads)]
+    first = min((float(r.arrival_s) for r in sent_reqs), default=0.0)
+    last = max((float(r.arrival_s) for r in sent_reqs), default=0.0)
+    duration = max((r.end_s for r in done), default=t0) - (t0 + first)
+    rate = arrival_rate(sent_reqs)
     ok_e2e = [r.e2e_s or 0.0 for r in done if r.ok]
     if rate is not None and ok_e2e:  # Little's law at the rate sent: L = lambda x mean E2E
         in_flight = rate * sum(ok_e2e) / len(ok_e2e)
@@ -95,13 +100,12 @@ def replay(url: str, model: str, reqs: Sequence[Any], timeout_s: float) -> dict[
         in_flight = sum(ok_e2e) / duration if duration > 0 else 0.0
     summary = level_from_requests(max(1, round(in_flight)), done, duration)
     n = max(len(reqs), 1)
-    if rate is not None:  # the arrival window: the rate sent, less what did not complete
-        sent = max(len(done), 1)
-        summary.update(
-            arrival_rate_per_s=rate,
-            requests_per_s_arrival_window=rate * summary["completed"] / sent,
-            output_tokens_per_s_arrival_window=rate * sum(
-                r.output_tokens for r in done if r.ok) / sent)
+    summary.update(run_span_s=duration, send_span_s=last - first, sent=len(done),
+                   output_tokens=sum(r.output_tokens for r in done if r.ok),
+                   sent_output_tokens=sum(int(r.output_tokens) for r in sent_reqs))
+    if rate is not None:
+        summary["arrival_rate_per_s"] = rate
+
     def prompt(r: Any) -> int:  # text and image tokens
         return int(getattr(r, "prompt_tokens", r.input_tokens))
 

@@ -35,6 +35,7 @@ import numpy as np
 
 from capplan.errors import CapplanError, InputError
 from capplan.limits import read_text
+from capplan.probe import sources
 from capplan.probe.report_formats import (
     from_aiperf,
     from_llmperf,
@@ -349,10 +350,12 @@ def _line(x: np.ndarray, y: np.ndarray) -> dict[str, float] | None:
 
 
 def fit_levels(levels: list[dict[str, Any]], model: str | None = None, gpu: str | None = None,
-               catalog: Any = None, options: Any = None) -> dict[str, Any]:
+               catalog: Any = None, options: Any = None, served_model: str | None = None
+               ) -> dict[str, Any]:
     """TBT and TTFT laws over concurrency; with the model and GPU, the host costs that make
     the engine's latency model reproduce the levels (probe/level_fit.py; `options`: the
-    deployment's EngineOptions, default vLLM at TP 1)."""
+    deployment's EngineOptions, default vLLM at TP 1; `served_model`: the name the server
+    served --model under, which a results file may name instead)."""
     use = [lv for lv in levels if _centre(lv, "tbt_s") is not None]
     # open-loop levels: the mean requests in flight (Little's law), not the rounded count
     c = np.array([lv.get("in_flight_mean", lv["concurrency"]) for lv in use], float)
@@ -384,14 +387,14 @@ def fit_levels(levels: list[dict[str, Any]], model: str | None = None, gpu: str 
         if served:
             fit["served_model"] = served[0]
         fit["warnings"] = [*fit.get("warnings", []),
-                           *_model_mismatch(served, dep.model.key, model, catalog)]
+                           *_model_mismatch(served, dep.model.key, (model, served_model),
+                                           catalog)]
         fit["engine"] = dep.profile.label
         fit["host_overlap"] = bool(dep.profile.host_overlap)
         fit["round_trip"] = got["levels"]
         fit["calibration_params"] = got["params"]
         if got["per_seq"] != "fitted":
-            fit["per_seq_source"] = (f"default: the engine profile's ({got['per_seq']}: the "
-                                     "levels cannot tell it from the fixed cost)")
+            fit["per_seq_source"] = sources.profile_default(got["per_seq"])
         fit["note"] = (f"host costs fitted through {dep.profile.label}'s latency model for "
                        f"{dep.model.key} on {dep.gpu.key} (TP {dep.settings.tp}, default "
                        "efficiencies)" + (f"; request overhead from the TTFT at concurrency "
@@ -410,19 +413,25 @@ def _served_models(levels: list[dict[str, Any]]) -> list[str]:
     return list(dict.fromkeys(str(lv["model"]) for lv in levels if lv.get("model")))
 
 
-def _model_mismatch(served: list[str], key: str, given: str, catalog: Any) -> list[str]:
-    """A warning when a results file names another model than --model: the fit would put that
-    model's server costs on this one (an engine mismatch is warned about likewise)."""
+def _model_mismatch(served: list[str], key: str, given: tuple[str, str | None],
+                    catalog: Any) -> list[str]:
+    """A warning when a results file names another model than --model (or --served-model,
+    the name the server served it under): the fit would put that model's server costs on this
+    one (an engine mismatch is warned about likewise)."""
+    model, served_name = given
     out = []
     for m in served:
+        if m in (model, key, served_name):
+            continue
         try:
-            same = catalog.resolve_model(m).spec.key == key
-        except CapplanError:  # a served name the catalog does not know: compare the names
-            same = m in (given, key)
-        if not same:
-            out.append(f"the results files measured {m}, and --model {given} is {key}: the host "
-                       f"costs are fitted through {key}'s latency model from another model's "
-                       "levels (pass the model the server ran)")
+            if catalog.resolve_model(m).spec.key == key:
+                continue
+        except CapplanError:  # a served name the catalog does not know
+            pass
+        out.append(f"the results files measured {m}, and --model {model} is {key}: the host "
+                   f"costs are fitted through {key}'s latency model from another model's "
+                   f"levels (pass the model the server ran, or --served-model {m} if the "
+                   "server served it under that name)")
     return out
 
 
@@ -450,15 +459,17 @@ def write_levels_calibration(path: Path, levels: list[dict[str, Any]], fit: dict
         write_calibration,
     )
 
+    if fit.get("tbt_law") is None:  # no level has a token gap: nothing was fitted
+        raise InputError(f"--out: {fit.get('note') or 'no level to fit'}; nothing written")
     if not fit.get("calibration_params") or not fit.get("gpu_key"):
         raise InputError("--out with --endpoint/--from-results needs --gpu G and a catalog "
                          "--model to derive calibration parameters")
-    fit = {**fit, "param_sources": {k: "fitted to the serving levels" for k in
+    fit = {**fit, "param_sources": {k: sources.FITTED_LEVELS for k in
                                     fit["calibration_params"]}}
     if fit.get("per_seq_source"):  # kept at the engine profile's (one load, or flat TBT)
         fit["param_sources"]["per_seq_overhead_s"] = fit["per_seq_source"]
     if "spec_acceptance_length" in fit["calibration_params"]:
-        fit["param_sources"]["spec_acceptance_length"] = "the server's spec-decode counters"
+        fit["param_sources"]["spec_acceptance_length"] = sources.SPEC_COUNTERS
     write_calibration(path, CalibrationFile(
         gpu=fit["gpu_key"], kind="measured",
         measured={"method": SERVING_METHOD, "engine": fit.get("engine"),

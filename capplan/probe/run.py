@@ -19,6 +19,7 @@ from capplan.catalog.schema import GpuSpec, ModelSpec
 from capplan.errors import InputError, ProbeUnavailable
 from capplan.models.calibration import Calibration, default_calibration
 from capplan.probe import bench as bn
+from capplan.probe import sources
 from capplan.probe.decoder import RandomDecoder, check_supported
 from capplan.probe.fit import FitResult, fit_calibration, host_gpu_spec, microbench_priors
 from capplan.units import MIB_BYTES
@@ -174,26 +175,26 @@ def fit_run(run: DeviceRun, model: ModelSpec) -> tuple[GpuSpec, Calibration, Fit
     return gpu, fit.calibration, fit
 
 
-def param_sources(run: DeviceRun, params: dict[str, Any], fit: FitResult | None
-                  ) -> dict[str, str]:
+def param_sources(run: DeviceRun, params: dict[str, Any], fit: FitResult | None,
+                  gpu: GpuSpec) -> dict[str, str]:
     """Where each parameter of the file comes from: fitted to the decoder steps, measured by a
     microbenchmark (on a CPU the copy and GEMM ones are 1 by construction: the host's peaks
-    are this run's best rates), or the default (datasheet or engine profile)."""
+    are this run's best rates), or the default (datasheet or engine profile). Without a fit
+    (no decoder steps) the file holds the microbenchmark fractions: they are measured."""
     fitted = set(fit.fitted) if fit is not None else set()
-    priors = fit.priors if fit is not None else {}
+    priors = fit.priors if fit is not None else microbench_priors(run.samples, gpu)
     host_peak = run.device == "cpu"
     out = {}
     for name, v in params.items():
         if v is None:
             continue
         if name in fitted:
-            out[name] = "fitted to the decoder steps"
+            out[name] = sources.FITTED_STEPS
         elif name in priors and priors[name] == v:
             by_construction = host_peak and name in ("mem_bw_frac", "gemm_frac")
-            out[name] = ("microbenchmark (1 by construction: the host's peaks are this run's "
-                         "best rates)" if by_construction else "microbenchmark")
+            out[name] = sources.BY_CONSTRUCTION if by_construction else sources.MICROBENCHMARK
         else:
-            out[name] = "default (not measured)"
+            out[name] = sources.DEFAULT
     return out
 
 
@@ -205,7 +206,7 @@ def calibration_file(run: DeviceRun, gpu: GpuSpec, cal: Calibration, fit: FitRes
     measured["skipped"] = run.skipped
     measured["interrupted"] = run.interrupted
     params = {n: getattr(cal, n) for n in Calibration.param_names()}
-    fit_d: dict[str, Any] = {"param_sources": param_sources(run, params, fit)}
+    fit_d: dict[str, Any] = {"param_sources": param_sources(run, params, fit, gpu)}
     if fit is not None:
         fit_d = {**fit_d, **fit.after, "n_samples": fit.n_samples,
                  "before_median_rel_error": fit.before["median_rel_error"],

@@ -96,6 +96,13 @@ class _Handler(BaseHTTPRequestHandler):
             clock.step(dt, lambda: self._chunk(f"data: {payload}\n".encode()))
 
     def do_POST(self) -> None:  # noqa: N802 - http.server's name
+        if self.server.mode == "serial":  # type: ignore[attr-defined] # one request at a time
+            with self.server.serial_lock:  # type: ignore[attr-defined]
+                self._post()
+        else:
+            self._post()
+
+    def _post(self) -> None:
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
         srv = self.server
         srv.requests_seen.set()  # type: ignore[attr-defined]
@@ -180,6 +187,7 @@ def server() -> Iterator[ThreadingHTTPServer]:
     srv.handle_error = lambda *a: None  # type: ignore[method-assign] # cut streams: quiet
     srv.level, srv.mode, srv.clock = 1, "ok", None  # type: ignore[attr-defined]
     srv.requests_seen = threading.Event()  # type: ignore[attr-defined]
+    srv.serial_lock = threading.Lock()  # type: ignore[attr-defined] # mode "serial"
     srv.bodies = []  # type: ignore[attr-defined] # (path, request body) as received
     th = threading.Thread(target=srv.serve_forever, daemon=True)
     th.start()
@@ -314,6 +322,27 @@ def test_one_token_outputs_say_there_is_no_gap_to_fit(server: ThreadingHTTPServe
     assert "no level has a token gap to fit TBT from" in r.stdout
 
 
+def test_out_with_one_token_outputs_is_refused_before_the_run(server: ThreadingHTTPServer,
+                                                              run_cli, tmp_path) -> None:
+    """Review finding 7: --out with --output-len 1 ran the benchmark, then said "needs --gpu G
+    and a catalog --model" with both given. The cause (no token gap) is said before any
+    request is sent; results files without a gap say the same cause."""
+    out = tmp_path / "one.yaml"
+    r = run_cli("calibrate", "--endpoint", _url(server), "--model", "llama-3.1-8b",
+                "--served-model", "x", "--gpu", "h100-sxm", "--output-len", "1",
+                "--concurrency", "1", "--requests-per-level", "2", "--out", str(out))
+    assert r.exit_code == 2 and len(r.stderr_lines) == 1, r.stderr
+    assert "--output-len 1 gives each request one token, no gap" in r.stderr
+    assert not server.bodies and not out.exists()  # type: ignore[attr-defined]
+    from capplan.errors import InputError
+    from capplan.probe.results import fit_levels, write_levels_calibration
+
+    level = {"concurrency": 1, "completed": 2, "ttft_s": {"mean": 0.1}, "tbt_s": {}}
+    fit = fit_levels([level], "llama-3.1-8b", "h100-sxm")
+    with pytest.raises(InputError, match="no level has a token gap to fit TBT from"):
+        write_levels_calibration(out, [level], fit)
+
+
 def test_served_model_is_sent_and_model_is_fitted(server: ThreadingHTTPServer, run_cli,
                                                   tmp_path) -> None:
     """Audit defect 13: a server launched with --served-model-name my-llama could not be
@@ -328,7 +357,7 @@ def test_served_model_is_sent_and_model_is_fitted(server: ThreadingHTTPServer, r
     assert r.exit_code == 0, r.stderr
     assert {b["model"] for _p, b in server.bodies} == {"my-llama"}  # type: ignore[attr-defined]
     assert yaml.safe_load(out.read_text())["measured"]["model"] == "llama-3.1-8b"
-    r = run_cli("calibrate", "--from-results", "x.json", "--served-model", "my-llama")
+    r = run_cli("calibrate", "--device", "cpu", "--served-model", "my-llama")
     assert r.exit_code == 2 and "--served-model goes with --endpoint" in r.stderr
 
 

@@ -109,7 +109,7 @@ def test_goodput_keeps_an_slo_every_lane_shares() -> None:
 def test_verify_checks_each_lane_against_its_own_slo(server, tmp_path, run_cli  # noqa: F811
                                                      ) -> None:
     d = _plan()
-    d["lanes"] = [{**d["lanes"][0], "name": "a", "rate_per_s": 20, "ttft_p99_s": 5.0},
+    d["lanes"] = [{**d["lanes"][0], "name": "a", "rate_per_s": 20, "ttft_p99_s": 60.0},
                   {**d["lanes"][0], "name": "b", "rate_per_s": 20, "ttft_p99_s": None,
                    "e2e_p99_s": 1e-6}]
     p = tmp_path / "plan.json"
@@ -121,3 +121,84 @@ def test_verify_checks_each_lane_against_its_own_slo(server, tmp_path, run_cli  
     assert checks == {("a", "ttft_p99_s"): True, ("b", "e2e_p99_s"): False}
     res = run_cli("verify", str(p), "--endpoint", _url(server), "--requests", "12")
     assert "each lane's p99 against its own SLO:" in res.stdout
+    # review finding 13: a 60 s SLO printed as 6e+04 ms
+    row = next(ln for ln in res.stdout.splitlines() if ln.startswith("a ") and "TTFT" in ln)
+    assert "60000" in row.split() and "e+" not in res.stdout, row
+
+
+def test_verify_without_lane_says_the_plan_recommends_a_pool_per_lane(run_cli,
+                                                                      tmp_path: Path) -> None:
+    """Review finding 5: `verify PLAN.json --write-dataset all.jsonl` of a `pools: separate`
+    plan silently wrote the shared pool's mixed load. One note line says so and names --lane;
+    with --lane, or for a plan that does not recommend a pool per lane, there is none."""
+    for pools in ("separate", "shared"):
+        out_json = tmp_path / f"{pools}.json"
+        res = run_cli("plan", str(_lanes_plan(tmp_path, pools)), "--export", str(out_json))
+        assert res.exit_code == 0, res.stderr
+        res = run_cli("verify", str(out_json), "--write-dataset", str(tmp_path / "all.jsonl"))
+        assert res.exit_code == 0, res.stderr
+        notes = [ln for ln in res.stderr.splitlines() if "pool per lane" in ln]
+        if pools == "separate":
+            assert len(notes) == 1 and notes[0].startswith("note: "), res.stderr
+            assert "Chat_UI, batch" in notes[0] and "--lane NAME" in notes[0]
+        else:
+            assert notes == [], res.stderr
+    res = run_cli("verify", str(tmp_path / "separate.json"), "--lane", "batch",
+                  "--write-dataset", str(tmp_path / "b.jsonl"))
+    assert res.exit_code == 0 and "pool per lane" not in res.stderr, res.stderr
+
+
+def test_the_unchecked_note_names_tbt_and_tpot_mean_slos(run_cli) -> None:
+    """Review finding 8: no --goodput checks a TBT p99 (or a TPOT mean), yet the note that
+    names every SLO left unchecked left them out (examples/shared-70b.yaml: interactive's
+    TBT p99 80 ms). Even one every lane shares is unchecked."""
+    from capplan.plan.bench_cmds import shared_slos
+    from capplan.plan.slo import SloSet
+
+    common, left = shared_slos([("a", SloSet(ttft_p99_s=1.0, tbt_p99_s=0.05)),
+                                ("b", SloSet(ttft_p99_s=1.0, tbt_p99_s=0.05,
+                                             tpot_mean_s=0.04))])
+    assert common == {"ttft_p99_s": 1.0, "tpot_p99_s": None, "e2e_p99_s": None}
+    assert left == ["lane a's TBT p99 50 ms", "lane b's TBT p99 50 ms",
+                    "lane b's TPOT mean 40 ms"]
+    res = run_cli("plan", str(Path(__file__).parents[2] / "examples" / "shared-70b.yaml"),
+                  "--format", "json")
+    assert res.exit_code == 0, res.stderr
+    note = json.loads(res.stdout)["recommendations"][0]["engine_flags"]["bench_goodput"]
+    assert "lane interactive's TBT p99 80 ms" in note, note
+
+
+def test_one_table_maps_slos_to_every_clients_goodput(monkeypatch) -> None:
+    """Review finding 10: the SLO -> --goodput mapping was written three times (the note's
+    table and a list in each client's command). One table drives both clients' lines."""
+    from capplan.plan import bench_cmds
+
+    slo = {"ttft_p99_s": 0.5, "tpot_p99_s": 0.1, "e2e_p99_s": 30.0}
+    args = {"model_id": "m", "base_url": "http://h:1", "rate_per_s": 1.0, "slo": slo}
+    assert _goodput(bench_cmds.bench_command("vllm", **args)) == [
+        "ttft:500", "tpot:100", "e2el:30000"]
+    assert _goodput(bench_cmds.bench_command("aiperf", **args)) == [
+        "time_to_first_token:500 inter_token_latency:100 request_latency:30000"]
+    monkeypatch.delitem(bench_cmds.GOODPUT_METRICS, "e2e_p99_s")
+    assert _goodput(bench_cmds.bench_command("vllm", **args)) == ["ttft:500", "tpot:100"]
+    assert _goodput(bench_cmds.bench_command("aiperf", **args)) == [
+        "time_to_first_token:500 inter_token_latency:100"]
+
+
+def test_model_and_lane_steps_are_one_rewrite() -> None:
+    """Review finding 10: for_model and for_lane did the same rewrite with the same regex,
+    twice. Both are _calling: the verify call and the dataset stem, the name made safe."""
+    from capplan.plan import bench_cmds
+
+    flags = {"bench": "vllm bench serve --dataset-path capplan-workload.jsonl",
+             "bench_dataset": "capplan verify PLAN.json --write-dataset capplan-workload.jsonl",
+             "launch": "vllm serve m"}
+    lane = bench_cmds.for_lane(flags, "a b/c")
+    model = bench_cmds.for_model({"recommendations": [{"engine_flags": flags}]},
+                                 "a b/c")["recommendations"][0]["engine_flags"]
+    assert lane == bench_cmds._calling(flags, "capplan verify PLAN.json --lane 'a b/c'",
+                                       "capplan-workload-lane-a-b-c")
+    assert model == bench_cmds._calling(flags, "capplan verify PLAN.json --model 'a b/c'",
+                                        "capplan-workload-a-b-c")
+    assert model["launch"] == "vllm serve m"
+    assert model["bench"].endswith("capplan-workload-a-b-c.jsonl")

@@ -387,3 +387,22 @@ def test_from_results_with_another_model_warns_and_the_file_records_it(tmp_path:
     assert r.exit_code == 0 and "measured with llama-3.1-8b, this run is of qwen2.5-7b" in r.stderr
     r = run_cli(*args, "--model", "llama-3.1-8b")
     assert r.exit_code == 0 and "warning" not in r.stderr, r.stderr
+
+
+def test_from_results_of_a_served_name_is_silenced_by_served_model(tmp_path: Path,
+                                                                   run_cli) -> None:
+    """Review finding 6: a file naming the served name (model_id my-llama) warned with the
+    right --model llama-3.1-8b, and the remedy (--served-model) was refused without
+    --endpoint. --served-model names it: no warning when either name matches."""
+    d = json.loads(VLLM.read_text())
+    d["model_id"] = "my-llama"
+    p = tmp_path / "served.json"
+    p.write_text(json.dumps(d))
+    args = ("calibrate", "--from-results", str(p), "--model", "llama-3.1-8b", "--gpu",
+            "h100-sxm")
+    r = run_cli(*args)
+    assert r.exit_code == 0 and "--served-model my-llama" in r.stderr, r.stderr
+    r = run_cli(*args, "--served-model", "my-llama")
+    assert r.exit_code == 0 and "the results files measured" not in r.stderr, r.stderr
+    r = run_cli(*args, "--served-model", "other-name")
+    assert r.exit_code == 0 and "the results files measured my-llama" in r.stderr

@@ -47,24 +47,59 @@ def test_records_give_aiperfs_own_aggregates(run_dir: Path) -> None:
     assert lv["requests_per_s"] == pytest.approx(agg["request_throughput"]["avg"], rel=1e-6)
 
 
-def test_records_alone_count_the_cancelled_requests_of_the_opening(tmp_path: Path) -> None:
-    """Audit defect 16: alone, the records gave concurrency 89 (the completed requests in
-    flight at once) where the run's own export says 100. By hand from the file: all 100
-    records (89 completed, 11 cancelled) were sent within 20.5 ms of the first (metadata
-    timestamp_ns), and the first response ended 7.94 s after it: 100 clients' first requests."""
+def test_records_alone_count_the_requests_in_flight_at_once(tmp_path: Path) -> None:
+    """Alone, the records give the most requests in flight at once. By hand from the file:
+    the 89 completed requests were all in flight together (sent within 20.5 ms, the first
+    ended 7.94 s later); the 11 cancelled ones carry no end time ("cancelled after 0.000
+    seconds"): they end at their send and held no slot, so 89 (the run's export says 100
+    clients; with it beside the file, 100 is read)."""
     shutil.copy(RECORDS, tmp_path / "profile_export.jsonl")
     (lv,) = load_results([tmp_path / "profile_export.jsonl"])
-    assert lv["concurrency"] == 100 and "cancelled and failed ones included" in lv["note"]
-
-
-def test_records_of_a_loop_past_its_opening_take_the_most_in_flight(tmp_path: Path) -> None:
-    """Without cancellations before the first response, the most completed requests in flight
-    at once: drop the 11 cancelled records, and 89 remain, all in flight together."""
-    rows = [ln for ln in RECORDS.read_text().splitlines()
-            if json.loads(ln).get("error") is None]
-    (tmp_path / "profile_export.jsonl").write_text("\n".join(rows) + "\n")
-    (lv,) = load_results([tmp_path / "profile_export.jsonl"])
     assert lv["concurrency"] == 89 and "most requests in flight" in lv["note"]
+
+
+def _fast_failures(ends: bool) -> list[str]:
+    """4 completed records of the bundled file (all in flight together) and 40 failed ones
+    sent 10 ms apart while they are, each ending 1 ms after its send when `ends` (newer
+    AIPerf's request_end_ns), else with no end time (older AIPerf: timestamp_ns alone)."""
+    rows = [json.loads(ln) for ln in RECORDS.read_text().splitlines()]
+    ok = [r for r in rows if r.get("error") is None][:4]
+    err = next(r for r in rows if r.get("error") is not None)
+    t0 = max(r["metrics"]["min_request_timestamp"]["value"] for r in ok)
+    out = [json.dumps(r) for r in ok]
+    for k in range(40):
+        sent = t0 + 1_000_000 + k * 10_000_000
+        meta = {**err["metadata"], "timestamp_ns": sent}
+        if ends:
+            meta.update(request_start_ns=sent, request_end_ns=sent + 1_000_000)
+        out.append(json.dumps({**err, "metadata": meta}))
+    return out
+
+
+@pytest.mark.parametrize("ends", [False, True])
+def test_fast_failures_do_not_inflate_the_concurrency(tmp_path: Path, ends: bool) -> None:
+    """Review finding 3: 4 clients and 40 requests that failed fast (a client that fails
+    sends again) gave concurrency 44, every send before the first response ended counted as a
+    client. By hand: the 4 completed overlap throughout; each failure is alone beside them
+    for its 1 ms (or no time at all without an end time): 4 + 1 = 5, or 4."""
+    (tmp_path / "profile_export.jsonl").write_text("\n".join(_fast_failures(ends)) + "\n")
+    (lv,) = load_results([tmp_path / "profile_export.jsonl"])
+    assert lv["errors"] == 40 and lv["completed"] == 4
+    assert lv["concurrency"] == (5 if ends else 4), lv["note"]
+
+
+def test_failures_that_hold_their_slot_are_counted(tmp_path: Path) -> None:
+    """A failed request is in flight from its send to its own end: 3 failures that each
+    last 5 s beside the 4 completed (all 7 overlap) give 7."""
+    rows = _fast_failures(True)[:7]
+    longer = []
+    for ln in rows[4:]:
+        r = json.loads(ln)
+        r["metadata"]["request_end_ns"] = r["metadata"]["request_start_ns"] + 5 * 10**9
+        longer.append(json.dumps(r))
+    (tmp_path / "profile_export.jsonl").write_text("\n".join(rows[:4] + longer) + "\n")
+    (lv,) = load_results([tmp_path / "profile_export.jsonl"])
+    assert lv["concurrency"] == 7, lv["note"]
 
 
 def test_files_of_different_models_are_refused(run_cli) -> None:  # noqa: ANN001

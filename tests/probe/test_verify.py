@@ -196,26 +196,45 @@ def test_open_loop_is_fitted_at_the_rate_sent_not_diluted_by_the_drain(server) -
     assert lv["arrival_rate_per_s"] == pytest.approx(20.0, rel=1e-9)
     assert lv["requests_per_s"] < 14.0  # the whole run's, the drain included
     assert target_of(lv, _centre).rate_per_s == pytest.approx(20.0, rel=1e-9)
-    # the arrival window's throughput: 4 of 4 completed at 20 req/s, 6 tokens each = 120 tok/s
-    assert lv["requests_per_s_arrival_window"] == pytest.approx(20.0, rel=1e-9)
-    assert lv["output_tokens_per_s_arrival_window"] == pytest.approx(120.0, rel=1e-9)
+    assert lv["send_span_s"] == pytest.approx(0.15, rel=1e-9) and lv["sent"] == 4
     # Little's law at the rate sent: L = 20 req/s x mean E2E (>= 0.14 s, + machine delays)
     assert lv["in_flight_mean"] == pytest.approx(20.0 * lv["e2e_s"]["mean"], rel=1e-9)
 
 
-def test_verify_compares_throughput_over_the_arrival_window(server, plan_json, run_cli,  # noqa: F811
-                                                             tmp_path) -> None:
-    """The compared throughput is the completed requests at the rate the dataset sent them
-    (its arrival_s: (n - 1) / last arrival, the first at 0), not a drain-diluted figure."""
-    ds = tmp_path / "ds.jsonl"
-    res = run_cli("verify", str(plan_json), "--endpoint", _url(server), "--requests", "12",
-                  "--write-dataset", str(ds), "--format", "json")
+@pytest.mark.parametrize("mode", ["ok", "serial"])
+def test_verify_throughput_is_the_servers_own_over_the_run(server, mode) -> None:  # noqa: F811
+    """Measured throughput is completed / (first send -> last completion); predicted is what
+    the plan predicts for the same run: n / (send span + its mean E2E). By hand: 10 requests
+    0.02 s apart span 0.18 s; the plan's mean E2E is 0.14 s, so predicted = 10 / 0.32 =
+    31.25 req/s and 60 / 0.32 = 187.5 tok/s (6 tokens each). A server that keeps up ends at
+    >= 0.18 + 0.14 s: ~1. One that serves one request at a time ends at >= 10 x 0.14 = 1.4 s:
+    <= 10 / 1.4 / 31.25 = 0.229 (before: both read completed/sent x the rate sent = 1.0)."""
+    from capplan.plan.verify_endpoint import VerifyResult
+    from capplan.probe.replay import replay
+
+    server.mode = mode
+    reqs = [_Req(0.02 * i) for i in range(10)]
+    lv = replay(_url(server), "m", reqs, timeout_s=30)
+    assert lv["completed"] == 10
+    rows = {r["metric"]: r for r in VerifyResult(_plan(), reqs, lv).rows()}
+    assert rows["requests_per_s"]["predicted"] == pytest.approx(10 / 0.32, rel=1e-9)
+    assert rows["output_tokens_per_s"]["predicted"] == pytest.approx(60 / 0.32, rel=1e-9)
+    for key in ("requests_per_s", "output_tokens_per_s"):
+        ratio = rows[key]["measured_over_predicted"]
+        if mode == "ok":  # sleeps on a loaded machine only add time
+            assert 0.6 <= ratio <= 1.0 + 1e-9, (key, ratio)
+        else:
+            assert ratio <= 10 / 1.4 / 31.25 + 1e-9, (key, ratio)
+
+
+def test_verify_one_request_has_no_throughput_ratio(server, plan_json, run_cli) -> None:  # noqa: F811
+    """One request has no send span: the throughput rows are n/a and the note says why
+    (before: the whole run's 1 / E2E against the plan's rate, a 0.03 'ratio')."""
+    res = run_cli("verify", str(plan_json), "--endpoint", _url(server), "--requests", "1",
+                  "--format", "json")
     assert res.exit_code == 0, res.stderr
-    arrivals = [json.loads(line)["arrival_s"] for line in ds.read_text().splitlines()]
-    sent = 11 / (arrivals[-1] - arrivals[0])
-    d = res.json()
-    rows = {r["metric"]: r for r in d["comparison"]}
-    assert d["measured"]["completed"] == 12
-    assert rows["requests_per_s"]["measured"] == pytest.approx(sent, rel=1e-6)
-    assert rows["output_tokens_per_s"]["measured"] == pytest.approx(6 * sent, rel=1e-6)
-    assert "note: sent at" in res.stderr
+    rows = {r["metric"]: r for r in res.json()["comparison"]}
+    for key in ("requests_per_s", "output_tokens_per_s"):
+        assert rows[key]["measured_over_predicted"] is None
+        assert rows[key]["predicted"] is None
+    assert "throughput n/a" in res.stderr and "no send span" in res.stderr
