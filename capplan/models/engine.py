@@ -150,6 +150,24 @@ class SchedulerPolicy:
     wait for batch k - 1's result) and TensorRT-LLM's overlap scheduler
     (`_executor_loop_overlap`) all work this way; an idle engine schedules an arrival at once.
     Set from the profile's `host_overlap` (EngineProfile)."""
+    whole_prompts_after_first: bool = False
+    """After a step's first prompt (a continuing chunk counts as first), a further waiting
+    prompt is admitted only if its tokens past its prefix-cache hit are fewer than what the step
+    leaves of the prompt budget (`max_prefill_tokens` less the decodes riding in the step and
+    the prompt tokens already scheduled); the first one it refuses ends the step's admissions.
+    The first prompt, and a further one that is admitted, is chunked at the step's token budget
+    as usual. SGLang: `PrefillAdder.add_one_req` refuses with `input_tokens >=
+    rem_input_tokens and len(can_run_list) != 0` (`AddReqResult.OTHER`, which ends the
+    scheduler's loop), rem_input_tokens = max_prefill_tokens - running_bs with
+    --enable-mixed-chunk (`PrefillAdder.__init__`, `mixed_with_decode_tokens`) and the chunk
+    cap chunked_prefill_size - running_bs (python/sglang/srt/managers/schedule_policy.py,
+    scheduler.py `get_new_batch_prefill`, 0.5.8). False (vLLM V1, TensorRT-LLM): the budget's
+    leftover takes a chunk of the next prompt."""
+    max_prefill_tokens: int = 0
+    """The prompt budget of `whole_prompts_after_first`, per attention-DP rank, when the engine
+    is given none (capplan.sim.engine.ContinuousEngine.max_prefill_tokens): SGLang's
+    --max-prefill-tokens default 16384 (python/sglang/srt/server_args.py 0.5.8); 0: the step's
+    token budget."""
 
     def held_tokens(self, isl: ArrayLike, osl: ArrayLike) -> Any:
         """Mean KV tokens a running sequence holds: running sequences are spread evenly over
@@ -795,7 +813,8 @@ SGLANG = EngineProfile(
     memory=MemoryAccounting("static"),
     scheduler=SchedulerPolicy(prefill_first=True, chunked_prefill=True,
                               reserve_output_frac=0.7, preemption=True,
-                              preempt_cached="prompt"),
+                              preempt_cached="prompt", whole_prompts_after_first=True,
+                              max_prefill_tokens=16384),
     defaults_rule=_sglang_defaults,
     limits_per_dp_group=True,
     tp_flag_is_world=True,
@@ -857,6 +876,12 @@ SGLANG = EngineProfile(
                   "(v0.5): rest_memory = available - total * (1 - mem_fraction_static)",
         "scheduler": "python/sglang/srt/managers/scheduler.py get_next_batch_to_run (v0.5): "
                      "a new prefill batch runs before decode; mixed chunks off by default",
+        "admission": "python/sglang/srt/managers/schedule_policy.py (0.5.8) PrefillAdder: "
+                     "after a step's first prompt a further one is admitted only whole within "
+                     "rem_input_tokens = max_prefill_tokens (16384, server_args.py) less the "
+                     "step's decodes and prompt tokens (add_one_req 'input_tokens >= "
+                     "rem_input_tokens and len(can_run_list) != 0' returns OTHER); chunks are "
+                     "cut at chunked_prefill_size less the same (rem_chunk_tokens)",
         "reserve": "python/sglang/srt/managers/schedule_policy.py PrefillAdder: reserves "
                    "new_token_ratio x max_new_tokens per running request "
                    "(SGLANG_INIT_NEW_TOKEN_RATIO 0.7)",

@@ -122,10 +122,13 @@ def agg_deployment(cat: Catalog, run: AggRun, calibration: dict[str, float] | No
 
 def agg_policy(dep: Deployment, run: AggRun) -> SchedulerPolicy:
     """The scheduler the benchmark ran: the profile's, with prefill chunks riding with the
-    decode batch where the generator enabled it (SGLang's enable_mixed_chunk)."""
+    decode batch where the generator enabled it (SGLang's enable_mixed_chunk) and the prompt
+    budget it set (SGLang's max_prefill_tokens, SchedulerPolicy.max_prefill_tokens)."""
     policy = dep.settings.profile.scheduler
     got = aiconfigurator_settings(run.backend, run.isl, run.osl, run.batch_size,
                                   run.concurrency, run.attention_dp)
+    if got["max_prefill_tokens"] is not None:
+        policy = replace(policy, max_prefill_tokens=got["max_prefill_tokens"])
     return replace(policy, prefill_first=False) if got["mixed_prefill"] else policy
 
 
@@ -134,18 +137,23 @@ def agg_closed_loop(dep: Deployment, run: AggRun, measured: int,
     """The analytic closed loop of the run (models/closed_loop.py) over `measured` requests:
     `ttft_wave_s`, `ttft_steady_s`, `tpot_s`, `request_overhead_s` (the reported TTFT is
     capplan.sim.protocol.reported_ttft of them). `jitter` replaces the profile's client
-    jitter. A whole-prompt engine's budget holds a prompt (the benchmark sized it so); the
-    replica's caps and budget are its attention-DP ranks' together."""
+    jitter. A whole-prompt engine's budget holds a prompt (the benchmark sized it so); an
+    engine with a prompt budget beside its chunk (SGLang's max_prefill_tokens) steps at most
+    that budget's prompt tokens beside its decodes; the replica's caps and budget are its
+    attention-DP ranks' together."""
     s = dep.settings
     budget = s.max_num_batched_tokens
     if not s.profile.scheduler.chunked_prefill:
         budget = max(budget, run.isl)
+    policy = agg_policy(dep, run)
+    if policy.whole_prompts_after_first and policy.max_prefill_tokens > 0:
+        budget = min(budget, policy.max_prefill_tokens + s.max_num_seqs)
     jit = s.profile.client_jitter if jitter is None else jitter
     lim = dep.limits
     return closed_loop_latency(dep.step, run.isl, run.osl, lim.max_num_seqs,
                                budget * s.attention_dp, lim.kv_cache_tokens, s.block_size,
                                BenchmarkProtocol(run.concurrency, measured, client_jitter=jit),
-                               agg_policy(dep, run))
+                               policy)
 
 
 def agg_closed_loop_replay(dep: Deployment, run: AggRun, measured: int,

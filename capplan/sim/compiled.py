@@ -114,7 +114,10 @@ ARRIVING, WAITING, PREFILLING, DECODING, FINISHED, NEW_DECODER = range(6)
  KV_MAX) = range(25)
 SEQCAP = 35
 """sc[SEQCAP]: the most prompt tokens one sequence may take this step (`_seq_cap`)."""
-NUM_SCALARS = 40
+INBUDGET = 40
+"""sc[INBUDGET]: what is left this step of the prompt budget a further prompt must come in
+under whole (cfg[WHOLE_AFTER]: `_whole_below`)."""
+NUM_SCALARS = 41
 BULK_MIN_STEPS = 2
 """Shortest decode stretch `_bulk` runs: a one-step stretch costs more passes over the running
 set than a full step (overload, where a large batch completes a sequence every step)."""
@@ -150,7 +153,10 @@ SERIES_CAP = 1 << 16
 # configuration cfg[...]
 (TOTAL, BS, MAX_SEQS, MAX_TOKENS, WINDOW, HAS_WINDOW, PREFILL_FIRST, CHUNKED, CAN_PREEMPT,
  STATE_BLOCKS, KEEP_STEPS, SERIES_CAP_, CONC, JITTER, PC, KV_PRESENT, DP, AHEAD,
- MAX_LORAS, PREEMPT_KEEP, FULL_U, WIN_U, WIN_CAP) = range(23)
+ MAX_LORAS, PREEMPT_KEEP, FULL_U, WIN_U, WIN_CAP, WHOLE_AFTER, MAX_PREFILL) = range(25)
+"""cfg[WHOLE_AFTER], cfg[MAX_PREFILL]: SchedulerPolicy.whole_prompts_after_first and the
+prompt budget a step's further prompts are admitted within (SGLang's max_prefill_tokens;
+`_whole_below`)."""
 """cfg[FULL_U], cfg[WIN_U], cfg[WIN_CAP]: the block layout (models/layers.BlockLayout): pool
 blocks per token block in the full and the window layers, and the token blocks at which the
 window layers stop growing (`_units`). A prefix-cache entry is a token block's full-layer blocks
@@ -788,6 +794,7 @@ def _add_chunk(s: int, c: int, q: np.ndarray, sc: np.ndarray, chl: np.ndarray) -
     chl[sc[NCH]] = s
     sc[NCH] += 1
     sc[BUDGET] -= c
+    sc[INBUDGET] -= c
 
 
 @_njit_inline
@@ -836,15 +843,32 @@ def _seq_cap(budget: int, cfg: np.ndarray) -> int:
 
 
 @_njit_inline
-def _admission(s: int, budget: int, cap: int, q: np.ndarray, sc: np.ndarray, cfg: np.ndarray,
-               pcx: tuple) -> tuple:
+def _whole_below(sc: np.ndarray, cfg: np.ndarray) -> int:
+    """The tokens a waiting prompt must come in under, whole, to be admitted into this step, or
+    -1 when it may be chunked at the budget. SchedulerPolicy.whole_prompts_after_first (SGLang
+    `PrefillAdder.add_one_req`, managers/schedule_policy.py 0.5.8): once the step holds a prompt
+    (a continuing chunk counts) a further one is refused, ending the step's admissions, unless
+    its tokens past its prefix-cache hit are fewer than what the step leaves of the prompt
+    budget (max_prefill_tokens less the decodes riding in the step and the prompt tokens
+    scheduled); one that is admitted is still chunked at the step's token budget."""
+    if cfg[WHOLE_AFTER] and sc[NCH] > 0:
+        return max(sc[INBUDGET], 0)
+    return -1
+
+
+@_njit_inline
+def _admission(s: int, budget: int, cap: int, below: int, q: np.ndarray, sc: np.ndarray,
+               cfg: np.ndarray, pcx: tuple) -> tuple:
     """Whether waiting request s is admitted with `budget` tokens left, at most `cap` of them
     its own (`_seq_cap`): (its chunk, new blocks, prefix-cache hit blocks), the chunk -1 when it
-    is not (a whole prompt that does not fit the budget, or too few free blocks: new ones beyond
-    the hits, its state's, and the hit blocks taken out of the free queue)."""
+    is not (a whole prompt that does not fit the budget, a prompt not under `below` tokens
+    (`_whole_below`, -1: no such bound), or too few free blocks: new ones beyond the hits, its
+    state's, and the hit blocks taken out of the free queue)."""
     target = q[TARGET, s]
     nh = _lookup(s, target, cfg, pcx) if cfg[PC] else 0
     h = nh * cfg[BS]
+    if below >= 0 and target - h >= below:
+        return -1, 0, 0  # after the step's first prompt, only a whole one that fits
     c = min(target - h, budget, cap)
     if c < target - h and cfg[CHUNKED] == 0:
         return -1, 0, 0  # the whole prompt must fit what is left of the budget
@@ -868,7 +892,8 @@ def _lora_unchanged(q: np.ndarray, sc: np.ndarray, cfg: np.ndarray, heap: np.nda
         sc[NPARK] = 0
     c = sc[LORA_CAND]
     if (c >= 0 and sc[BUDGET] > 0 and sc[NRUN] < cfg[MAX_SEQS]
-            and _admission(c, sc[BUDGET], sc[SEQCAP], q, sc, cfg, bufs[11])[0] < 0):
+            and _admission(c, sc[BUDGET], sc[SEQCAP], _whole_below(sc, cfg), q, sc, cfg,
+                           bufs[11])[0] < 0):
         return True
     sc[LORA_CAND] = -1
     return False
@@ -905,7 +930,8 @@ def _admit_waiting(q: np.ndarray, sc: np.ndarray, cfg: np.ndarray, lists: tuple,
             parked[sc[NPARK]] = _pop(heap, sc, q, arr)
             sc[NPARK] += 1
             continue
-        c, nb, nh = _admission(s, sc[BUDGET], sc[SEQCAP], q, sc, cfg, pcx)
+        c, nb, nh = _admission(s, sc[BUDGET], sc[SEQCAP], _whole_below(sc, cfg), q, sc, cfg,
+                               pcx)
         if c < 0:
             if cfg[MAX_LORAS]:
                 sc[LORA_CAND] = s  # the first to try while nothing changes (`_bulk_ok` too)
@@ -936,6 +962,7 @@ def _admit_waiting(q: np.ndarray, sc: np.ndarray, cfg: np.ndarray, lists: tuple,
 def _schedule_prefill(budget: int, q: np.ndarray, sc: np.ndarray, cfg: np.ndarray,
                       lists: tuple, arr: np.ndarray, bufs: tuple) -> bool:
     sc[BUDGET] = budget
+    sc[INBUDGET] = cfg[MAX_PREFILL] - (cfg[MAX_TOKENS] - budget)  # less the step's decodes
     sc[SEQCAP] = _seq_cap(budget, cfg)
     sc[BLOCKED] = 0
     _prefill_running(q, sc, cfg, lists, arr, bufs)
@@ -1310,7 +1337,8 @@ def _bulk_ok(q: np.ndarray, sc: np.ndarray, cfg: np.ndarray, heap: np.ndarray, b
         if sc[LORA_CAND] < 0:
             return False  # not known without a scan: the full step scans
         s = sc[LORA_CAND]
-    return _admission(s, budget, _seq_cap(budget, cfg), q, sc, cfg, bufs[11])[0] < 0
+    # the step's first prompt: chunked at the budget whatever cfg[WHOLE_AFTER]
+    return _admission(s, budget, _seq_cap(budget, cfg), -1, q, sc, cfg, bufs[11])[0] < 0
 
 
 @_njit_inline
@@ -1719,6 +1747,19 @@ def attention_ranks(eng: Any) -> int:
     return max(1, int(round(dp)))
 
 
+def prompt_budget(eng: Any) -> int:
+    """The prompt tokens a step admits further prompts within, whole, under
+    SchedulerPolicy.whole_prompts_after_first: the engine's `max_prefill_tokens`, else the
+    policy's per attention-DP rank times the ranks, else the step's token budget."""
+    own = getattr(eng, "max_prefill_tokens", None)
+    if own is not None:
+        return int(own)
+    per_rank = int(getattr(eng.policy, "max_prefill_tokens", 0) or 0)
+    if per_rank > 0:
+        return per_rank * attention_ranks(eng)
+    return int(eng.max_num_batched_tokens)
+
+
 def build_arrays(eng: Any, reqs: Requests, prio: np.ndarray
                  ) -> tuple[np.ndarray, np.ndarray]:
     """Per-request state q[FIELD] and the configuration array of the loop."""
@@ -1739,7 +1780,9 @@ def build_arrays(eng: Any, reqs: Requests, prio: np.ndarray
                     bool(getattr(eng, "kv_present", False)), attention_ranks(eng),
                     bool(getattr(pol, "schedules_ahead", False)), slots,
                     PREEMPT_KEEPS[getattr(pol, "preempt_cached", "none")] * pol.preemption,
-                    eng.layout.full, eng.layout.window, eng.layout.window_cap],
+                    eng.layout.full, eng.layout.window, eng.layout.window_cap,
+                    bool(getattr(pol, "whole_prompts_after_first", False)),
+                    prompt_budget(eng)],
                    np.int64)
     return q, cfg
 

@@ -42,6 +42,12 @@ A policy with `frees_out_of_window` off counts window layers at full length.
 - reserve_output_frac r > 0 (TensorRT-LLM GUARANTEED_NO_EVICT reserves ISL + OSL, r = 1):
   admission needs ceil((prompt + r * output) / block_size) free blocks, held until the request
   finishes; a sequence allocates beyond its reservation only as its context outgrows it.
+- whole_prompts_after_first (SGLang `PrefillAdder.add_one_req`): after a step's first prompt
+  (a continuing chunk counts), a waiting prompt is admitted only if its tokens past its
+  prefix-cache hit are fewer than what the step leaves of the prompt budget
+  (`max_prefill_tokens`, less the step's decodes and prompt tokens; capplan.sim.compiled
+  `prompt_budget`), and the first refused ends the step's admissions; admitted prompts are
+  chunked at the token budget as usual.
 - preemption False: the engine never preempts; it needs r = 1, and a sequence finding no free
   block is an internal error (assert), not a silent preemption.
 - prefix_caching True (vLLM V1's automatic prefix caching, `vllm/v1/core/kv_cache_manager.py`
@@ -136,6 +142,11 @@ class ContinuousEngine:
     adapter_seed = 0
     """Seed of the requests' LoRA adapters when they carry none (compiled.adapters_of; the
     simulator's runs take the workload's seed, `run_scheduler`)."""
+    max_prefill_tokens: int | None = None
+    """The prompt budget of an engine whose policy admits a step's further prompts only whole
+    (SchedulerPolicy.whole_prompts_after_first; SGLang's --max-prefill-tokens, the replica's:
+    each attention-DP rank's times the ranks); None: the policy's default
+    (capplan.sim.compiled.prompt_budget)."""
     kv_present = False
     """A P/D decode worker (capplan.sim.pd): a prompt's KV arrived over the link, so its step
     computes its last token only, reading the rest as a cached prefix (sim/pd.KvPresentStep)."""

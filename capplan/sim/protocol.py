@@ -223,16 +223,22 @@ def aiconfigurator_settings(backend: str, isl: int, osl: int, batch_size: int,
     (github:ai-dynamo/aiconfigurator src/aiconfigurator/generator/rule_plugin/benchmark/
     {vllm,sglang,trtllm}.rule @2b264ba/043c66c/581e459): running-request cap = batch_size
     (vLLM max_num_seqs, SGLang max_running_requests, TensorRT-LLM max_batch_size), per engine
-    (attention-DP rank); per-step tokens = batch_size + ISL + 1500 (TensorRT-LLM rounded up to
-    its 32-token blocks); max_model_len = ISL + OSL + 1500; SGLang with enable_mixed_chunk
-    (`mixed_prefill`: prefill chunks ride with the decode batch)."""
+    (attention-DP rank); per-step tokens = batch_size + ISL + 1500 for vLLM and TensorRT-LLM
+    (TensorRT-LLM rounded up to its 32-token blocks); max_model_len = ISL + OSL + 1500. SGLang:
+    max_prefill_tokens = ISL + 1500 (`max_prefill_tokens`, the prompt budget a step's further
+    prompts are admitted within whole, SchedulerPolicy.whole_prompts_after_first) with
+    chunked_prefill_size left at SGLang's GPU-memory-tier default (no max_num_batched_tokens
+    here: the profile's defaults_rule gives it), and enable_mixed_chunk (`mixed_prefill`:
+    prefill chunks ride with the decode batch)."""
     seqs = max(int(batch_size or 0), -(-int(concurrency) // max(int(attention_dp), 1)))
     tokens = seqs + isl + 1500
     if backend == "trtllm":  # maxNumTokens % tokensPerBlock (32) == 0 (trtllm.rule)
         tokens = -(-tokens // 32) * 32
-    return {"options": {"max_num_seqs": seqs, "max_num_batched_tokens": tokens,
-                        "max_model_len": isl + osl + 1500},
-            "mixed_prefill": backend == "sglang"}
+    sglang = backend == "sglang"
+    opts = {"max_num_seqs": seqs, "max_num_batched_tokens": None if sglang else tokens,
+            "max_model_len": isl + osl + 1500}
+    return {"options": opts, "mixed_prefill": sglang,
+            "max_prefill_tokens": isl + 1500 if sglang else None}
 
 
 

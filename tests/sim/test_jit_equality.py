@@ -140,6 +140,29 @@ def test_open_loop_compiled_equals_interpreted(llama_h100, capacity_per_s, polic
         assert ref.preemptions > 0  # the overloaded vLLM case exercises preemption
 
 
+WHOLE_AFTER_FIRST = {
+    "mixed": SchedulerPolicy(whole_prompts_after_first=True, max_prefill_tokens=1200),
+    "prefill_first": SchedulerPolicy(prefill_first=True, whole_prompts_after_first=True,
+                                     max_prefill_tokens=1200),
+}
+"""SGLang's admission (a step's further prompts only whole within a prompt budget of 1,200
+tokens, the chunk cap TOKENS), with --enable-mixed-chunk and without."""
+
+
+@pytest.mark.parametrize("policy", list(WHOLE_AFTER_FIRST))
+@pytest.mark.parametrize("rate", [20.0, 200.0, None])
+@pytest.mark.parametrize("prefix", [False, True])
+def test_whole_prompts_after_first_compiled_equals_interpreted(llama_h100, policy, rate,
+                                                               prefix):
+    pol = replace(WHOLE_AFTER_FIRST[policy], prefix_caching=prefix)
+    reqs = _shared_requests(3, rate) if prefix else _requests(3, rate, 12 if rate is None
+                                                              else None)
+    ref = _both(llama_h100.step, reqs, pol)
+    other = _run(False, llama_h100.step, reqs, replace(pol, whole_prompts_after_first=False))
+    if rate == 200.0 and not prefix:  # overloaded: the rule changes which prompts share a step
+        assert not np.array_equal(ref.first_token_at_s, other.first_token_at_s)
+
+
 def test_windowed_model_caps_attention(llama_h100):
     # the grid's windowed model is not inert: a decoder with 1,000 tokens of context reads 256
     # of them in half the layers, so the step is shorter than without the window
