@@ -218,14 +218,33 @@ def machine_sections(result: dict[str, Any], fmt: str) -> str:
     pools = marked_pools(result)
     pcols = POOL_COLUMNS + [Column("binding_constraint", "binding constraint"),
                             Column("recommended", "recommended")]
+    disagg = _disagg_section(result, fmt)
     if fmt == "csv":
         parts = [render_rows([{"recommended": said}], [Column("recommended", "recommended")],
                              fmt), render_rows(rows, cols, fmt)]
-        return "\n\n".join(parts + ([render_rows(pools, pcols, fmt)] if pools else []))
+        return "\n\n".join(parts + [disagg] * bool(disagg)
+                           + ([render_rows(pools, pcols, fmt)] if pools else []))
     parts = [f"Recommended: {said}", "## recommendations", render_rows(rows, cols, fmt)]
+    if disagg:
+        parts += ["## disaggregated", disagg]
     if pools:
         parts += ["## pools", render_rows(pools, pcols, fmt)]
     return "\n\n".join(parts)
+
+
+def _disagg_section(result: dict[str, Any], fmt: str) -> str:
+    """The disaggregated layout's pools as the .csv export gives them (`disaggregated_table`:
+    every column in CSV, the reports' in Markdown, with the `recommended` mark); "" without
+    the layout."""
+    from capplan.export.csv_export import DISAGG_BRIEF, disaggregated_table
+
+    cols, table = disaggregated_table(result)
+    keep = [i for i, c in enumerate(cols)
+            if fmt == "csv" or c.path[0] in (*DISAGG_BRIEF, "recommended")]
+    if not table:
+        return ""
+    return render_rows([{str(i): row[i] for i in keep} for row in table],
+                       [Column(str(i), cols[i].header) for i in keep], fmt)
 
 
 def render_disagg(d: dict[str, Any]) -> str:

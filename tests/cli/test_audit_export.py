@@ -252,3 +252,34 @@ def test_an_alternative_of_one_gpu_says_gpu():
 
     said = str(_fleet_versus(fleet(1, 3.78), fleet(2, 7.56)))
     assert "= 1 GPU ($3.78/h)" in said and "1 GPUs" not in said
+
+
+DISAGG = ["recommend", "--model", "llama-3.1-70b", "--gpu", "h100-sxm", "--tp", "4,8", "--rate",
+          "10", "--input-len", "8000", "--output-len", "500", "--ttft-p99", "3", "--tbt-p99",
+          "0.025", "--verify-top", "0", "--disagg"]
+
+
+def test_csv_and_markdown_give_the_recommended_disaggregated_layout(run_cli, tmp_path):
+    """With the disaggregated layout recommended, stdout's CSV and Markdown give its pools
+    (as the .csv export's rows), not only the headline and the aggregated ranks."""
+    out = tmp_path / "x.csv"
+    res = run_cli(*DISAGG, "--format", "csv", "--export", str(out))
+    assert res.exit_code == 0, res.stderr
+    assert res.stdout.startswith("recommended\n\"the disaggregated prefill/decode layout")
+    with out.open(encoding="utf-8", newline="") as f:
+        exported = {r["rank"]: r for r in csv.DictReader(f) if r["rank"].startswith("disagg")}
+    assert set(exported) == {"disaggregated prefill", "disaggregated decode"}
+    sections = [list(csv.DictReader(io.StringIO(s))) for s in res.stdout.strip().split("\n\n")]
+    said = {r["rank"]: r for s in sections for r in s if r.get("rank", "").startswith("disagg")}
+    assert set(said) == set(exported)
+    for rank, row in exported.items():
+        for key in ("replicas", "GPU", "TP", "recommended", "cost ($/h)"):
+            assert said[rank][key] == row[key], (rank, key)
+        assert said[rank]["recommended"] == "yes"
+    res = run_cli(*DISAGG, "--format", "markdown")
+    assert res.exit_code == 0, res.stderr
+    assert "## disaggregated" in res.stdout
+    table = res.stdout.split("## disaggregated", 1)[1]
+    for rank, row in exported.items():
+        line = next(ln for ln in table.splitlines() if ln.startswith(f"| {rank}"))
+        assert f" {row['replicas']} " in line and " yes " in line
