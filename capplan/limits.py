@@ -73,13 +73,13 @@ class Bound:
         schema = {"exclusiveMinimum" if self.lo_open else "minimum": self.lo,
                   "maximum": self.hi}
         extra = {} if as_int else {"allow_inf_nan": False}
-        whole = [BeforeValidator(_whole)] if as_int else []  # 4096.0: JSON Schema's integer
-        return Annotated[int if as_int else float, *whole,
+        to_int = [BeforeValidator(whole)] if as_int else []  # 4096.0: JSON Schema's integer
+        return Annotated[int if as_int else float, *to_int,
                          Field(strict=True, json_schema_extra=schema, **extra),
                          AfterValidator(lambda v: type(v)(self.check(v, "")))]
 
 
-def _whole(v: object) -> object:
+def whole(v: object) -> object:
     """A whole float (4096.0) as the integer JSON Schema takes it for; anything else as given
     (the strict integer check refuses 0.5 and true)."""
     return int(v) if isinstance(v, float) and math.isfinite(v) and v.is_integer() else v

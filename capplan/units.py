@@ -115,3 +115,12 @@ def parse_seconds(text: str | float) -> float:
 
 def is_finite_number(x: object) -> bool:
     return isinstance(x, int | float) and not isinstance(x, bool) and math.isfinite(x)
+
+
+def ci(word: str) -> str:
+    """A regex of `word` in any case (JSON Schema patterns take no flags): 'ms' -> '[mM][sS]'.
+    A letter whose upper case does not come back to it ('µ' -> 'Μ' -> 'μ') is kept as is: the
+    planner lower-cases what it reads."""
+    return "".join(f"[{c.lower()}{c.upper()}]"
+                   if c.isalpha() and c.lower() != c.upper() and c.upper().lower() == c
+                   else re.escape(c) for c in word)

@@ -123,13 +123,10 @@ def pd_table(res: dict[str, Any], fmt: str) -> str:
 
 
 def _overhead_note(res: dict[str, Any]) -> list[str]:
-    """What a pool row's prefill stage leaves out: the request overhead, which TTFT and E2E
-    count once (latency and simulate alike)."""
-    if res.get("request_overhead_s") is None:
-        return []
-    return [f"prefill stage: queue and prompt, sent to prefill done; the request overhead "
-            f"({res['request_overhead_s'] / MS_S:.1f} ms) is counted once in TTFT and E2E, "
-            "not in the pool rows"]
+    """The request overhead's note (layout.pd_overhead_note: the exports say it alike)."""
+    from capplan.export.layout import pd_overhead_note
+
+    return pd_overhead_note(res)
 
 
 def _implied_note(res: dict[str, Any]) -> list[str]:

@@ -218,14 +218,33 @@ def machine_sections(result: dict[str, Any], fmt: str) -> str:
     pools = marked_pools(result)
     pcols = POOL_COLUMNS + [Column("binding_constraint", "binding constraint"),
                             Column("recommended", "recommended")]
+    disagg = _disagg_section(result, fmt)
     if fmt == "csv":
         parts = [render_rows([{"recommended": said}], [Column("recommended", "recommended")],
                              fmt), render_rows(rows, cols, fmt)]
-        return "\n\n".join(parts + ([render_rows(pools, pcols, fmt)] if pools else []))
+        return "\n\n".join(parts + [disagg] * bool(disagg)
+                           + ([render_rows(pools, pcols, fmt)] if pools else []))
     parts = [f"Recommended: {said}", "## recommendations", render_rows(rows, cols, fmt)]
+    if disagg:
+        parts += ["## disaggregated", disagg]
     if pools:
         parts += ["## pools", render_rows(pools, pcols, fmt)]
     return "\n\n".join(parts)
+
+
+def _disagg_section(result: dict[str, Any], fmt: str) -> str:
+    """The disaggregated layout's pools as the .csv export gives them (`disaggregated_table`:
+    every column in CSV, the reports' in Markdown, with the `recommended` mark); "" without
+    the layout."""
+    from capplan.export.csv_export import DISAGG_BRIEF, disaggregated_table
+
+    cols, table = disaggregated_table(result)
+    keep = [i for i, c in enumerate(cols)
+            if fmt == "csv" or c.path[0] in (*DISAGG_BRIEF, "recommended")]
+    if not table:
+        return ""
+    return render_rows([{str(i): row[i] for i in keep} for row in table],
+                       [Column(str(i), cols[i].header) for i in keep], fmt)
 
 
 def render_disagg(d: dict[str, Any]) -> str:
@@ -537,11 +556,17 @@ def recommend_cmd(model: str, rate: float | None, input_len: str, output_len: st
         max_model_len=max_model_len, engine=engine, gpu_memory_utilization=gpu_memory_utilization,
         calibration=calibration, objective=objective, headroom=headroom, verify_top=verify_top,
         allow_near_floor=allow_near_floor, engine_features=feat_engine)
-    plan = PlanFile.model_validate(recommend_doc(model, {**lane, **feat_lane, **day["lane"]},
-                                                 opts, day["day"] if day["lane"] else None))
-    out_paths = _check_outputs(plan, out_paths, plot_dir)
+    from pydantic import ValidationError
+
+    from capplan.errors import one_line_error
     from capplan.plan.names import as_flags
 
+    try:  # the plan the flags make: its errors named as the flags typed
+        plan = PlanFile.model_validate(recommend_doc(
+            model, {**lane, **feat_lane, **day["lane"]}, opts, day["day"] if day["lane"] else None))
+    except ValidationError as e:
+        raise InputError(as_flags(one_line_error(e))) from e
+    out_paths = _check_outputs(plan, out_paths, plot_dir)
     try:
         with _verifier(verify_top > 0, jobs) as verify:
             if plan.is_day:
@@ -605,7 +630,6 @@ def plan_cmd(plan_file: str, exports: tuple[str, ...], plot_dir: str | None, no_
              out_dir: str | None, jobs: int | None, fmt: str,
              catalog_dir: tuple[str, ...]) -> None:
     """Run a YAML plan file: recommendations, pool comparison, exports."""
-    from capplan.plan.load import plan_output_path
     from capplan.plan.planner import run_plan
 
     plan = load_plan(plan_file)
@@ -614,14 +638,8 @@ def plan_cmd(plan_file: str, exports: tuple[str, ...], plot_dir: str | None, no_
         plan = plan.model_copy(update={"calibration": str(base / plan.calibration)})
     from capplan.plan.names import in_file
 
-    try:  # the file's own exports first: an error names its key and line
-        own = [str(plan_output_path(p, base, Path(out_dir) if out_dir else None))
-               for p in plan.export]
-        _check_outputs(plan, [Path(p) for p in own], None)
-    except InputError as e:
-        said = str(e)  # "--export PATH: ..." is the file's "export: PATH: ..."
-        raise type(e)(in_file(plan_file, "export: " + said.removeprefix("--export ")
-                              if said.startswith("--export ") else said)) from e
+    own = [_own_export(plan, plan_file, p, Path(out_dir) if out_dir else None)
+           for p in plan.export]  # the file's own exports first: an error names its key and line
     out_paths = _check_outputs(plan, [Path(p) for p in (*own, *exports)], plot_dir)
     try:
         with _plan_progress(len(plan.workloads), plan.pools) as progress, \
@@ -635,6 +653,28 @@ def plan_cmd(plan_file: str, exports: tuple[str, ...], plot_dir: str | None, no_
     except InputError as e:  # named as the file names it, at its line
         raise type(e)(in_file(plan_file, str(e))) from e
     _finish(result, fmt, out_paths, plot_dir)
+
+
+def _own_export(plan: PlanFile, plan_file: str, entry: str, out_dir: Path | None) -> str:
+    """Where the plan file's export `entry` goes, checked; an error names the entry as the file
+    gives it ("FILE:LINE: export 'x.pdf': ..."), not the path it resolves to."""
+    from capplan.plan.load import plan_output_path
+    from capplan.plan.names import in_file
+
+    path = None
+    try:
+        path = plan_output_path(entry, Path(plan_file).parent, out_dir)
+        _check_outputs(plan, [path], None)
+    except InputError as e:
+        said = str(e)
+        if path is not None:  # the resolved path is the file's entry ("--export PATH: ...")
+            for head in (f"--export {path}", str(path)):
+                said = said.removeprefix(head) if said.startswith(head) else said
+            said = f"--export {entry!r}" + (said if said[:1] in ":; " else f": {said}")
+            said = said.replace(str(path), entry).replace(
+                str(out_dir or Path(plan_file).parent) + os.sep, "")  # the file's own folder
+        raise type(e)(in_file(plan_file, said)) from e
+    return str(path)
 
 
 @click.command("schema")

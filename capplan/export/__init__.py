@@ -51,11 +51,11 @@ def export_files(plan: Any, path: str | Path, run: Any = None) -> list[Any]:
     if suffix == ".csv":
         from capplan.export.csv_export import csv_files
 
-        return csv_files(plan, path)
+        return csv_files(plan, path, run)
     if suffix == ".xlsx":
         from capplan.export.xlsx import xlsx_files
 
-        return xlsx_files(plan, path)
+        return xlsx_files(plan, path, run)
     from capplan.export.atomic import text_file
 
     return [text_file(path, _text(plan, suffix, run))]

@@ -317,37 +317,24 @@ def disaggregated_table(plan: dict[str, Any], *, brief: bool = False
     return cols, _rows(recs, cols)
 
 
-def fixed_layout_records(plan: dict[str, Any]) -> list[dict[str, Any]]:
-    """A plan file's fixed disaggregated layout (JSON `fixed_disaggregated`) as rows of the
-    recommendation table, one per pool: its workers as replicas, each worker's rate and
-    capacity, the layout's TTFT and TBT p99 end to end beside the pool's own share of TTFT p99,
-    and its launch lines (one per worker) in its engine's command cell."""
+def fixed_layout_records(plan: dict[str, Any], plan_json: Any = None) -> list[dict[str, Any]]:
+    """A plan file's fixed disaggregated layout (JSON `fixed_disaggregated`) as CSV rows, the
+    parts every export shows (layout.fixed_layout_sections): one row per line of each part,
+    named in the rank column ("fixed disaggregated pools: prefill"), its figures in the note
+    column as "header: value; ..." and each launch or verify line there as it runs."""
+    from capplan.export.layout import PD_HOSTS, fixed_layout_sections
     from capplan.plan.flags import runnable
 
-    d = plan.get("fixed_disaggregated")
-    if not isinstance(d, dict) or not isinstance(d.get("pools"), dict):
-        return []
     out = []
-    for role in ("prefill", "decode"):
-        p = d["pools"].get(role) or {}
-        es = p.get("engine_settings") or {}
-        n = int(p.get("workers") or 0)
-        lines = [f"# {name}\n{runnable(str(x))}" for name, ls in (d.get("launch") or {}).items()
-                 if name.startswith(role) for x in (ls if isinstance(ls, list) else [ls])]
-        out.append({"rank": f"fixed disaggregated {role}", "gpu": d.get("gpu"),
-                    **{k: es.get(k) for k in ("tp", "attention_dp", "expert_parallel",
-                                              "max_num_seqs", "max_num_batched_tokens")},
-                    "gpus_per_replica": p.get("gpus_per_worker"), "replicas": n,
-                    "gpus_total": n * int(p.get("gpus_per_worker") or 0),
-                    "per_replica_rate_per_s": p.get("requests_per_s_per_worker"),
-                    "capacity_per_replica_rps": (p.get("capacity_requests_per_s") or 0) / n
-                    if n else None,
-                    "predicted": {"ttft_s": {"p99": (d.get("ttft_s") or {}).get("p99")},
-                                  "tbt_s": {"p99": (d.get("tbt_s") or {}).get("p99")}},
-                    "pool_ttft_p99_s": (p.get("ttft_s") or {}).get("p99")
-                    if role == "prefill" else None,
-                    "binding_constraint": f"bound: {d.get('bound')}",
-                    "engine_flags": {es.get("engine", "vllm"): "\n".join(lines)}})
+    for title, headers, rows in fixed_layout_sections(plan, plan_json):
+        for first, *rest in rows:
+            if title.startswith("launch"):
+                note = rest[0] if first == PD_HOSTS else runnable(str(rest[0]))
+            elif headers[0] == "what":
+                note = rest[0]
+            else:
+                note = "; ".join(f"{h}: {v}" for h, v in zip(headers[1:], rest, strict=True))
+            out.append({"rank": f"fixed disaggregated {title}: {first}", "pool_note": note})
     return out
 
 
@@ -442,14 +429,15 @@ def pool_table(plan: dict[str, Any]) -> tuple[list[RecColumn], list[list[Any]]]:
     return cols, _rows(recs, cols)
 
 
-def csv_files(plan: dict[str, Any], path: str | Path) -> list[Staged]:
+def csv_files(plan: dict[str, Any], path: str | Path, run: Any = None) -> list[Staged]:
     """The CSV export rendered: one row per recommendation (header row first), then one per
     pool of the disaggregated layout when the plan has one, then the pool comparison; a day
     plan's schedule beside it (plan.schedule.csv)."""
     path = Path(path)
     # the disaggregated pools (rank says so), then the pool comparison: each pool a row, its
     # name in the rank column
-    more = [*disaggregated_records(plan), *fixed_layout_records(plan),
+    plan_json = run.export(".json") if run is not None else None
+    more = [*disaggregated_records(plan), *fixed_layout_records(plan, plan_json),
             *({**p, "rank": f"pool: {p['pool']}", "pool_note": p.get("note")}
               for p in marked_pools(plan))]
     cols, rows = recommendation_table(plan, also=more)

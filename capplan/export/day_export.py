@@ -266,7 +266,7 @@ def html_section(plan: dict[str, Any], table: Any, line_chart: Any, num: Any) ->
     rate = [(r[0], float(r[2] or 0.0)) for r in raw]
     chart = line_chart("Replicas and offered rate over the day", [("replicas", reps),
                                                                  ("offered (req/s)", rate)],
-                       "time of day (h)", "replicas, requests/s")
+                       f"time of day (h in {zone(plan)})", "replicas, requests/s")
     totals = table(["quantity", "value"], [[num(q), num(v)] for q, v in summary_shown(plan)])
     import html
 

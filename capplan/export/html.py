@@ -32,6 +32,7 @@ from capplan.export.layout import (
     FIXED_TITLE,
     HOSTS_TITLE,
     SEPARATE,
+    bench_url,
     disagg_figures,
     disagg_launch,
     fixed_layout_sections,
@@ -316,7 +317,7 @@ def _disaggregated(p: dict[str, Any]) -> str:
             out.append(_cmd(f"P/D {label}", d[key]))
     if d.get("bench"):  # the P/D layout through its front end, the whole workload
         out.append(_cmd("P/D measure", f"{verify_call()} --layout disaggregated "
-                        f"--endpoint {_bench_url(d['bench'])}"))
+                        f"--endpoint {bench_url(d['bench'])}"))
     return "".join(out)
 
 
@@ -332,9 +333,6 @@ def _fixed_layout(p: dict[str, Any]) -> str:
             out += [_cmd(name, line) for name, line in rows]
         else:
             out.append(_table(headers, [[_e(c) for c in r] for r in rows], 1))
-    if (p.get("fixed_disaggregated") or {}).get("bench"):
-        out.append(_cmd("measure", f"{verify_call()} --layout disaggregated --endpoint "
-                                   f"{_bench_url(p['fixed_disaggregated']['bench'])}"))
     return "".join(out)
 
 
@@ -357,7 +355,7 @@ def _pools(p: dict[str, Any]) -> str:
         if flags.get("bench"):
             out += _cmd(f"lane {lane}: measure",
                         f"{verify_call()} --lane {shlex.quote(lane)} --endpoint "
-                        f"{_bench_url(flags['bench'])}")
+                        f"{bench_url(flags['bench'])}")
     return out
 
 
@@ -426,7 +424,7 @@ def _commands(p: dict[str, Any], run: Run | None = None, model: str | None = Non
             if flags.get(key):
                 out.append(_cmd(label, flags[key]))
         out.append(_cmd("measure",
-                        f"{verify_call(model)} --endpoint {_bench_url(flags.get('bench'))}"))
+                        f"{verify_call(model)} --endpoint {bench_url(flags.get('bench'))}"))
     return "".join(out) + ("" if model else _deploy(run))
 
 
@@ -443,13 +441,6 @@ def _deploy(run: Run | None) -> str:
     return ("<p>Deploy: export this plan's Kubernetes manifests with <code>--export "
             "plan.k8s.yaml</code> on the command that made it, then:</p>"
             + _cmd("deploy", "kubectl apply -f plan.k8s.yaml"))
-
-
-def _bench_url(bench: Any) -> str:
-    """The server URL a verify line's client sends to (its --base-url, --url or --target)."""
-    words = str(bench or "").split()
-    return next((words[i + 1] for i, w in enumerate(words[:-1])
-                 if w in ("--base-url", "--url", "--target")), "http://localhost:8000")
 
 
 def _assumptions(p: dict[str, Any]) -> str:

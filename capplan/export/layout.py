@@ -171,25 +171,59 @@ def pd_latency_rows(res: dict[str, Any]) -> list[dict[str, Any]]:
                               ("kv_transfer_s", "KV transfer"))]
 
 
-def pd_launch_lines(res: dict[str, Any]) -> list[tuple[str, str]]:
-    """A fixed P/D layout's launch lines, (name, line) one per host, and its verify steps
-    (dataset, verify: the whole workload through the front end)."""
-    from capplan.plan.bench_cmds import STEP_LABELS
+def bench_url(bench: Any) -> str:
+    """The server URL a verify line's client sends to (its --base-url, --url or --target)."""
+    words = str(bench or "").split()
+    return next((words[i + 1] for i, w in enumerate(words[:-1])
+                 if w in ("--base-url", "--url", "--target")), "http://localhost:8000")
+
+
+def pd_overhead_note(res: dict[str, Any]) -> list[str]:
+    """What a pool row's prefill stage leaves out: the request overhead, which TTFT and E2E
+    count once (latency and simulate alike)."""
+    if res.get("request_overhead_s") is None:
+        return []
+    return [f"prefill stage: queue and prompt, sent to prefill done; the request overhead "
+            f"({res['request_overhead_s'] * 1e3:.1f} ms) is counted once in TTFT and E2E, "
+            "not in the pool rows"]
+
+
+PD_HOSTS = "hosts"
+"""The launch line of a fixed layout that is not a command: where each worker runs."""
+
+
+def pd_launch_lines(res: dict[str, Any], plan_json: Any = None) -> list[tuple[str, str]]:
+    """A fixed P/D layout's launch lines, (name, line) one per host (the router's and the
+    hosts' too), and its verify steps (dataset, verify: the whole workload through the front
+    end; measure: the verify call that reads the run back), their plan JSON `plan_json` when
+    the run wrote one (else PLAN.json)."""
+    from capplan.plan.bench_cmds import STEP_LABELS, reading_plan, verify_call
 
     out = [(name, str(line)) for name, lines in (res.get("launch") or {}).items()
            for line in (lines if isinstance(lines, list) else [lines])]
-    return out + [(label, str(res[key])) for key, label in STEP_LABELS.items() if res.get(key)]
+    out += [(label, str(res[key])) for key, label in STEP_LABELS.items() if res.get(key)]
+    if res.get("bench"):
+        out.append(("measure", f"{verify_call()} --layout disaggregated --endpoint "
+                               f"{bench_url(res['bench'])}"))
+    return [(name, reading_plan(line, plan_json)) for name, line in out]
 
 
-def fixed_layout_sections(plan: dict[str, Any]) -> list[tuple[str, list[str], list[list[Any]]]]:
+def fixed_layout_sections(plan: dict[str, Any], plan_json: Any = None
+                          ) -> list[tuple[str, list[str], list[list[Any]]]]:
     """A plan file's fixed disaggregated layout as the exports show it ([] without one), each
-    part (title, headers, rows): its pools, its latencies, its layout and load, its launch and
-    verify lines; the terminal's figures (`_pd.pd_table`)."""
+    part (title, headers, rows): its pools, its latencies, its layout and load (dtypes,
+    calibration, the request overhead's note), its launch and verify lines (`plan_json`: the
+    plan JSON the run wrote, which the verify lines read); the terminal's figures
+    (`_pd.pd_table`)."""
     res = plan.get("fixed_disaggregated")
     if not isinstance(res, dict) or not isinstance(res.get("pools"), dict):
         return []
+    es = (res["pools"].get("prefill") or {}).get("engine_settings") or {}
     facts = [["layout", f"{res.get('model')}: {res.get('layout')}"],
-             ["load", str(res.get("load"))], ["bound", str(res.get("bound"))]]
+             ["dtypes", f"weights {es.get('weight_dtype')}, KV cache {es.get('kv_dtype')}"],
+             ["load", str(res.get("load"))], ["bound", str(res.get("bound"))],
+             ["calibration", str(res.get("calibration"))],
+             *(["note", n] for n in pd_overhead_note(res))]
     if res.get("saturated_pools"):
         facts.append(["saturated", ", ".join(res["saturated_pools"])])
     return [("pools", [h for _, h in PD_POOL_HEADERS],
@@ -198,4 +232,4 @@ def fixed_layout_sections(plan: dict[str, Any]) -> list[tuple[str, list[str], li
              [[r[k] for k, _ in PD_LATENCY_HEADERS] for r in pd_latency_rows(res)]),
             ("layout", ["what", "value"], facts),
             ("launch and verify lines", ["line", "command"],
-             [list(x) for x in pd_launch_lines(res)])]
+             [list(x) for x in pd_launch_lines(res, plan_json)])]

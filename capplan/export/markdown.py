@@ -23,6 +23,7 @@ from capplan.export.layout import (
     DISAGGREGATED,
     FIXED_TITLE,
     HOSTS_TITLE,
+    PD_HOSTS,
     SEPARATE,
     disagg_figures,
     disagg_launch,
@@ -165,7 +166,8 @@ def _fixed_layout(plan: dict[str, Any]) -> list[str]:
     for title, headers, rows in parts:
         if title.startswith("launch"):
             lines += [f"{sentence(title)}:", "", "```bash",
-                      *(f"# {name}\n{runnable(line)}" for name, line in rows), "```", ""]
+                      *(f"# {name}: {line}" if name == PD_HOSTS else f"# {name}\n{runnable(line)}"
+                        for name, line in rows), "```", ""]
         else:
             lines += [_table(headers, rows, None), ""]
     return lines

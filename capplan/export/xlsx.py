@@ -176,7 +176,7 @@ def _curve_sheet(wb: Any, plan: dict[str, Any], bold: Any) -> None:
     ws.insert_chart(1, len(CURVE_HEADERS) + 1, chart)
 
 
-def xlsx_files(plan: dict[str, Any], path: str | Path) -> list[Staged]:
+def xlsx_files(plan: dict[str, Any], path: str | Path, run: Any = None) -> list[Staged]:
     """The workbook, built in memory now (a failure writes nothing), to write at `path`."""
     xlsxwriter = _xlsxwriter()
     cols, rec_rows = recommendation_table(plan)
@@ -193,7 +193,7 @@ def xlsx_files(plan: dict[str, Any], path: str | Path) -> list[Staged]:
         if disagg:
             _write_table(wb.add_worksheet("disaggregated"), [c.header for c in disagg_cols],
                          disagg, bold, [c.fmt for c in disagg_cols], wb)
-        fixed = fixed_layout_sections(plan)
+        fixed = fixed_layout_sections(plan, run.export(".json") if run is not None else None)
         if fixed:  # a plan file's fixed disaggregated layout: its parts one under another
             ws, row = wb.add_worksheet("fixed disaggregated"), 0
             for _, headers, rows in fixed:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import functools
 import math
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields, replace
 from typing import Any, Protocol
@@ -22,7 +23,7 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from capplan.errors import InputError, nearest
-from capplan.units import GIB_BYTES, gib_to_bytes
+from capplan.units import GIB_BYTES, ci, gib_to_bytes
 
 
 class GpuLike(Protocol):
@@ -1173,6 +1174,13 @@ TensorRT-LLM disable_overlap_scheduler)."""
 _ALIASES = {"tensorrtllm": "trtllm", "trt": "trtllm", "trtllm": "trtllm", "vllm": "vllm",
             "sglang": "sglang"}
 ENGINE_ALIASES = tuple(_ALIASES)
+ENGINE_PATTERN = (r"^\s*[-_]*(" + "|".join("[-_]*".join(ci(c) for c in name)
+                                            for name in sorted(_ALIASES, key=len, reverse=True))
+                  + r")[-_]*\s*(@[^@+]*[^@+\s][^@+]*)?(\+[^+]+)*\s*$")
+"""An engine spec's shape as `engine_profile` reads it (a name of ENGINE_ALIASES in any case,
+'-' and '_' anywhere in it, blanks around it; one non-blank @VERSION; +OPTIONs): the plan
+file's JSON Schema, and `engine_profile` refuses what it refuses. Which releases and options
+exist the planner says."""
 """The names an engine spec may give (lower case, '-' and '_' left out), for the plan file's
 JSON Schema."""
 
@@ -1281,6 +1289,9 @@ def _engine_profile(spec: str) -> EngineProfile:
                          "sglang+mixed-chunk)" + (f" (did you mean {hint[0]}?)" if hint else ""))
     prof = profile_for_version(_ALIASES[key], version if "@" in head else None)
     release = prof
+    if not re.match(ENGINE_PATTERN, spec):
+        raise InputError(f"engine {spec!r}: expected NAME[@VERSION][+OPTION...] "
+                         "(e.g. sglang@0.5+mixed-chunk)")
     applied: list[str] = []
     for opt in (o.strip().lower() for o in opts):
         if opt not in PROFILE_OPTIONS:

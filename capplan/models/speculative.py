@@ -174,8 +174,8 @@ def default_accept_len(method: str, kind: str, spec_tokens: int) -> tuple[float,
     acc = ACCEPTANCE.get((method, kind))
     if acc is None:
         raise InputError(f"--speculative {method}: no published acceptance length for {kind} "
-                         "workloads; pass --acceptance-length (a server reports it as "
-                         "1 + accepted / drafts)")
+                         "workloads; give the measured one in --acceptance-length (a server "
+                         "reports it as 1 + accepted / drafts)")
     tau = chain_accept_len(acc.alpha, spec_tokens)
     return tau, f"{acc.source} (alpha {acc.alpha:.3f}; spread {acc.spread})"
 

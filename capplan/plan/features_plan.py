@@ -87,7 +87,8 @@ def _lane_images(model: Any, lane: Any) -> tuple[int, float]:
     if not n:
         return 0, 0.0
     if model.vision is None:
-        raise InputError(f"lane {lane.name!r}: images_per_request {n} but {model.key} has no "
+        raise InputError(f"lane {lane.name!r}: workloads.images_per_request {n} but {model.key} "
+                         "has no "
                          "vision encoder in the catalog")
     patches = vision.image_patches(lane.image_height, lane.image_width, model.vision)
     return (n * (patches // model.vision.spatial_merge_size ** 2),
@@ -102,8 +103,9 @@ def image_lanes(model: Any, lanes: list[Any]) -> list[Any]:
         if tokens:
             text = str(ln.input_len).strip()
             if not text.isdigit():
-                raise InputError(f"lane {ln.name!r}: input_len {ln.input_len!r} with "
-                                 "images_per_request: give the text tokens as a number")
+                raise InputError(f"lane {ln.name!r}: workloads.input_len {ln.input_len!r} with "
+                                 "workloads.images_per_request: give the text tokens as a "
+                                 "number")
             ln = ln.model_copy(update={"input_len": str(int(text) + tokens)})
         out.append(ln)
     return out

@@ -212,7 +212,8 @@ def plan_output_path(entry: str, plan_dir: Path, out_dir: Path | None = None) ->
                          "relative path (or pass --export on the command line)")
     if ".." in rel.parts:
         raise InputError(f"export {entry!r}: '..' leaves {base}; a plan file writes only "
-                         "inside its folder (use --out-dir or --export to write elsewhere)")
+                         "inside its folder (pass --out-dir or --export on the command line to "
+                         "write elsewhere)")
     path = base / rel
     root = base.resolve()
     if not path.parent.resolve().is_relative_to(root):

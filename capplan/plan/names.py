@@ -38,31 +38,68 @@ KEY_FLAGS: tuple[tuple[str, str], ...] = (
     ("objective", "--objective"),
     ("export", "--export"),
     ("model", "--model"),
+    ("disaggregated_layout.kv_link", "--kv-link"),
+    *((f"disaggregated_layout.{role}.{key}", f"--{role}-{flag}") for role in ("prefill", "decode")
+      for key, flag in (("workers", "workers"), ("tp", "tp"), ("pp", "pp"), ("gpu", "gpu"),
+                        ("attention_dp", "attention-dp"),
+                        ("expert_parallel", "expert-parallel"),
+                        ("max_num_seqs", "max-num-seqs"),
+                        ("max_num_batched_tokens", "max-num-batched-tokens"))),
+    ("workloads.rate_per_s", "--rate"),
+    ("workloads.input_len", "--input-len"),
+    ("workloads.output_len", "--output-len"),
+    ("workloads.burstiness", "--burstiness"),
+    ("workloads.slo.ttft_p99_s", "--ttft-p99"),
+    ("workloads.slo.tbt_p99_s", "--tbt-p99"),
+    ("workloads.slo.e2e_p99_s", "--e2e-p99"),
+    ("workloads.slo.tpot_p99_s", "--tpot-p99"),
+    ("workloads.slo.tpot_mean_s", "--tpot-mean"),
+    ("workloads.adapters", "--adapters"),
+    ("workloads.popularity", "--popularity"),
+    ("workloads.images_per_request", "--images-per-request"),
+    ("workloads.image_width", "--image-width"),
+    ("workloads.image_height", "--image-height"),
+    ("workloads.trace", "--trace"),
+    ("workloads.rate_curve", "--rate-curve"),
+    ("workloads.time_unit", "--time-unit"),
+    ("day.min_replicas", "--min-replicas"),
+    ("verify.top", "--verify-top"),
 )
-"""(plan-file key, recommend's flag) of each setting both take."""
+"""(plan-file key, the command line's flag) of each setting both take; a lane's key
+(`workloads.input_len`) stands for each lane's (`workloads.0.input_len`)."""
 
 
 def _flag_re(flag: str) -> re.Pattern[str]:
-    return re.compile(re.escape(flag) + r"(?![\w-])")
+    return re.compile(r"(?<![\w-])" + re.escape(flag) + r"(?![\w-])")
 
 
 def _key_re(key: str) -> re.Pattern[str]:
-    return re.compile(r"(?<![\w.-])" + re.escape(key) + r"(?![\w-])")
+    """`key` as a message names it: a lane's key with its lane's index or without."""
+    head, dot, rest = key.partition(".")
+    body = (re.escape(head) + r"(\.\d+)?\." + re.escape(rest) if head == "workloads" and dot
+            else re.escape(key))
+    return re.compile(r"(?<![\w.-])" + body + r"(?![\w-])")
+
+
+_CLI_ADVICE = re.compile(r"[^);]*command line")
+"""What follows a flag that is advice about the command line ("or pass --export on the
+command line"): a flag in such a clause is kept."""
 
 
 def as_keys(msg: str) -> str:
-    """`msg` with the flag it opens with (its subject: "--speculative 'medusa': ...") as the
-    plan file's key; a flag later in the message is advice about the command line ("or pass
-    --export"), kept."""
+    """`msg` with each flag it names as the plan file's key ("--speculative 'medusa': ...
+    pass --acceptance-length" -> "engine.speculative 'medusa': ... pass
+    engine.acceptance_length"); a flag in a clause about the command line ("or pass --export
+    on the command line") is kept."""
     for key, flag in KEY_FLAGS:
-        if _flag_re(flag).match(msg):
-            return key + msg[len(flag):]
+        msg = _flag_re(flag).sub(
+            lambda m, key=key: m.group(0) if _CLI_ADVICE.match(m.string, m.end()) else key, msg)
     return msg
 
 
 def as_flags(msg: str) -> str:
-    """`msg` with each plan-file key it names (a dotted one: engine.x, candidates.x, day.x) as
-    the command-line flag."""
+    """`msg` with each plan-file key it names (a dotted one: engine.x, candidates.x, day.x,
+    workloads.N.x) as the command-line flag."""
     for key, flag in KEY_FLAGS:
         if "." in key:
             msg = _key_re(key).sub(flag, msg)
@@ -93,9 +130,10 @@ def line_of(text: str, msg: str) -> int | None:
     nodes = _nodes(root)
     keys = {".".join(p for p in path if not p.isdigit()): n for path, n in nodes
             if path and isinstance(n, yaml.ScalarNode) and n.value == path[-1]}
-    for key, _ in KEY_FLAGS:
-        if _key_re(key).search(msg) and key in keys:
-            return keys[key].start_mark.line + 1
+    named = sorted((m.start(), key) for key, _ in KEY_FLAGS if key in keys
+                   for m in [_key_re(key).search(msg)] if m)
+    if named:  # the key the message names first (its subject), as the file spells it
+        return keys[named[0][1]].start_mark.line + 1
     for quoted in re.findall(r"'([^']+)'", msg):
         for path, n in nodes:
             if path and isinstance(n, yaml.ScalarNode) and n.value == quoted:

@@ -10,6 +10,7 @@ from typing import Annotated, Any, Literal
 import yaml
 from pydantic import (
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Field,
     ValidationError,
@@ -20,11 +21,13 @@ from pydantic import (
 
 from capplan import limits as L
 from capplan.errors import InputError, plain_errors, validation_error_line
-from capplan.models.engine import ENGINE_ALIASES
-from capplan.units import CLOCK_PATTERN, parse_seconds
+from capplan.models.engine import ENGINE_PATTERN
+from capplan.units import CLOCK_PATTERN, ci, parse_seconds
 
 _STRICT = ConfigDict(extra="forbid", frozen=True)
 _COUNT = L.ENGINE_COUNT.field()
+_Whole = BeforeValidator(L.whole)
+"""A whole float (2.0, an integer to JSON Schema) as the integer, before a strict int check."""
 _CATALOG_GPUS_ESTIMATE = 25
 """GPUs a plan without `candidates.gpus` may search (the catalog holds 23)."""
 
@@ -38,22 +41,50 @@ def _seconds(v: Any) -> float | None:
         raise ValueError(str(e)) from e
     if not math.isfinite(x) or x <= 0:
         raise ValueError(f"{v!r} must be a positive duration (e.g. 1.0, '800ms')")
-    return float(L.DURATION_S.check(x, ""))
+    x = float(L.DURATION_S.check(x, ""))
+    if isinstance(v, str) and not re.match(DURATION_PATTERN, v):
+        # the schema's own pattern: what an editor accepts, the planner accepts
+        raise ValueError(f"{v!r}: write a duration as a number with a unit ('90s', '1.5h'), "
+                         "an exponent only below one ('5e-2s')")
+    return x
 
 
-def ci(word: str) -> str:
-    """A regex of `word` in any case (JSON Schema patterns take no flags): 'ms' -> '[mM][sS]'."""
-    return "".join(f"[{c.lower()}{c.upper()}]" if c.isalpha() and c.lower() != c.upper()
-                   else re.escape(c) for c in word)
+def _int_below(n: int) -> str:
+    """A regex of the digit strings (maybe empty) of the whole numbers below `n` >= 1."""
+    d = str(n)
+    alts = [f"[0-9]{{0,{len(d) - 1}}}"]
+    for i, c in enumerate(d):
+        if c != "0" and (i or c != "1"):
+            low = f"[{'0' if i else '1'}-{int(c) - 1}]"
+            alts.append(d[:i] + low + f"[0-9]{{{len(d) - i - 1}}}")
+    return "(" + "|".join(alts) + ")"
 
 
-_UNITS = "|".join(ci(u) for u in ("min", "ms", "us", "µs", "s", "m", "h"))
+def _at_most(n: int) -> str:
+    """A regex of a decimal mantissa (no sign) of at most `n`, leading zeros allowed."""
+    return rf"0*({_int_below(n)}(\.[0-9]*)?|{n}(\.0*)?)"
+
+
+def _duration_pattern() -> str:
+    from capplan.units import _TIME_UNITS
+
+    units: dict[int, list[str]] = {}
+    for unit, factor in _TIME_UNITS.items():
+        units.setdefault(round(L.DURATION_S.hi / factor), []).append(ci(unit))
+    units[round(L.DURATION_S.hi)].append("")  # a bare number is seconds
+    forms = "|".join(rf"{_at_most(n)}([eE](-[0-9]+|\+?0+))?\s*({'|'.join(us)})"
+                     for n, us in sorted(units.items()))
+    # a nonzero digit before any exponent ('0ms' is no duration)
+    return rf"^\s*\+?(?=[0-9.]*[1-9])({forms})\s*$"
+
+
+DURATION_PATTERN = _duration_pattern()
+"""A duration string as the planner takes it: a positive number of at most a day
+(L.DURATION_S) in its unit, any case; an exponent only to scale down (bounded by its
+mantissa). Both the JSON Schema and `_seconds` check it."""
 _Duration = Annotated[float | None, WithJsonSchema({
     "anyOf": [{"type": "number", "exclusiveMinimum": 0, "maximum": L.DURATION_S.hi},
-              {"type": "string",
-               # a mantissa with a nonzero digit ('0ms' is no duration), a unit in any case
-               "pattern": r"^\s*\+?([0-9]*[1-9][0-9]*\.?[0-9]*|[0-9]*\.[0-9]*[1-9][0-9]*)"
-                          rf"([eE][-+]?[0-9]+)?\s*({_UNITS})?\s*$"},
+              {"type": "string", "pattern": DURATION_PATTERN},
               {"type": "null"}],
     "description": "seconds: a number, or a string with a unit in any case ('60ms', '1.5s'); "
                    f"at most {L.DURATION_S.hi:g} s"})]
@@ -80,18 +111,12 @@ _Length = Annotated[str | int, WithJsonSchema({
     "anyOf": [{"type": "integer", "minimum": L.TOKENS.lo, "maximum": L.TOKENS.hi},
               {"type": "string", "minLength": 1}],
     "description": "tokens: a number, or a distribution ('lognormal:mean=800,p99=4000')"})]
-ENGINE_PATTERN = (r"^\s*[-_]*(" + "|".join("[-_]*".join(ci(c) for c in name)
-                                            for name in sorted(ENGINE_ALIASES, key=len,
-                                                               reverse=True))
-                  + r")[-_]*(@[^@+\s]+)?(\+[^+]+)*\s*$")
-"""An engine spec as models.engine.engine_profile reads it (a name of ENGINE_ALIASES in any
-case, '-' and '_' anywhere in it; @VERSION, +OPTION); which releases and options exist the
-planner says."""
-EXPORT_PATTERN = (r"^(?![/\\])(?!(.*[/\\])?\.\.([/\\]|$)).*\.("
+EXPORT_PATTERN = (r"^(?![/\\])(?!(.*[/\\])?\.\.([/\\]|$))(.*[/\\])?[^/\\]+\.("
                   + "|".join(ci(x.lstrip(".")) for x in (
                       ".csv", ".json", ".md", ".xlsx", ".k8s.yaml", ".llm-d.yaml", ".html"))
                   + ")$")
-"""A plan file's export: a relative path (no `..`) with an export suffix in any case
+"""A plan file's export: a relative path (no `..`) whose file name has a stem before an export
+suffix in any case
 (capplan.export.EXPORT_SUFFIXES; plan.load.plan_output_path refuses the others)."""
 
 
@@ -201,14 +226,14 @@ class Lane(BaseModel):
     """Lower is served first when lanes share a pool (vLLM priority scheduling)."""
     prefix: Prefix | None = None
     """Prompt content shared between requests (automatic prefix caching)."""
-    adapters: int = Field(default=0, ge=0, le=100_000, strict=True)
+    adapters: Annotated[int, _Whole] = Field(default=0, ge=0, le=100_000, strict=True)
     """Distinct LoRA adapters this lane's requests use (0: the base model)."""
     popularity: Literal["uniform", "zipf"] = "uniform"
     """How the lane's requests pick their adapter."""
-    images_per_request: int = Field(default=0, ge=0, le=64, strict=True)
+    images_per_request: Annotated[int, _Whole] = Field(default=0, ge=0, le=64, strict=True)
     """Images in each prompt (vision models); their tokens are not in input_len."""
-    image_width: int = Field(default=1024, ge=1, le=16384, strict=True)
-    image_height: int = Field(default=1024, ge=1, le=16384, strict=True)
+    image_width: Annotated[int, _Whole] = Field(default=1024, ge=1, le=16384, strict=True)
+    image_height: Annotated[int, _Whole] = Field(default=1024, ge=1, le=16384, strict=True)
 
     @field_validator("input_len", "output_len", mode="before")
     @classmethod
@@ -321,7 +346,7 @@ class EngineSpec(BaseModel):
     spec_tokens: _some(Annotated[int, Field(ge=0, le=16)]) | Annotated[  # type: ignore[valid-type]
         int, Field(ge=0, le=16)] | None = None
     """Draft lengths to search (0 = off); default 0..4."""
-    spec_topk: int = Field(default=1, ge=1, le=64, strict=True)
+    spec_topk: Annotated[int, _Whole] = Field(default=1, ge=1, le=64, strict=True)
     spec_draft_tokens: int | None = Field(default=None, ge=2, le=1024)
     acceptance_length: float | None = Field(default=None, ge=1, le=65)
     """Measured tokens per step (1 + accepted / drafts); default: the published figure."""
@@ -362,9 +387,9 @@ class FixedDisaggregated(BaseModel):
 
 class VerifySpec(BaseModel):
     model_config = _STRICT
-    top: int = Field(default=5, ge=0, le=100, strict=True)
+    top: Annotated[int, _Whole] = Field(default=5, ge=0, le=100, strict=True)
     """How many of the best configurations the simulator checks."""
-    requests: int = Field(default=10_000, ge=50, le=1_000_000, strict=True)
+    requests: Annotated[int, _Whole] = Field(default=10_000, ge=50, le=1_000_000, strict=True)
     """Requests per simulated check at most (a lightly loaded replica's check takes fewer,
     at least 2,000: verified.verify_job); left at its default, at most the sim_requests cap
     over `top`."""
@@ -384,7 +409,7 @@ class DaySpec(BaseModel):
     model_config = _STRICT
     window_s: float = Field(default=900.0, ge=60, le=86_400, allow_inf_nan=False)
     """Window length in seconds (replicas are decided per window)."""
-    min_replicas: int = Field(default=1, ge=0, le=100_000, strict=True)
+    min_replicas: Annotated[int, _Whole] = Field(default=1, ge=0, le=100_000, strict=True)
     """Replicas kept in every window (0 lets the fleet go to zero)."""
     load_from: Literal["nvme", "network"] = "nvme"
     """Where a starting replica reads its weights (docs/day-planning.md gives the rates)."""

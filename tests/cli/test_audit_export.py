@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import io
+import json
 from pathlib import Path
 
 import yaml
@@ -36,9 +37,15 @@ def test_csv_and_markdown_say_what_is_recommended_and_give_the_pools(run_cli, tm
     res = run_cli("plan", str(plan), "--format", "markdown")
     assert res.stdout.startswith("Recommended: a pool per lane, as the plan asks")
     assert "## pools" in res.stdout and "| lane batch" in res.stdout
-    res = run_cli("plan", str(_plan(tmp_path)), "--format", "markdown")  # one layout
-    assert res.stdout.startswith("Recommended: 1 x h100-sxm TP 1") or res.stdout.startswith(
-        "Recommended: ")
+    one = _plan(tmp_path)  # one layout: the headline the exports give
+    res = run_cli("plan", str(one), "--format", "json")
+    assert res.exit_code == 0, res.stderr
+    from capplan.export.layout import headline, sentence
+
+    said = sentence(headline(json.loads(res.stdout)))
+    assert said.startswith("Recommended: ") and " x h100-sxm TP 1" in said
+    res = run_cli("plan", str(one), "--format", "markdown")
+    assert res.stdout.startswith(said)
 
 
 def test_csv_pool_total_note_is_in_a_note_column(run_cli, tmp_path):
@@ -98,8 +105,13 @@ def test_plan_file_errors_name_the_key_and_line(run_cli, tmp_path):
     p = _case(tmp_path, BASE + "export: [x.pdf]\n")
     res = run_cli("plan", str(p))
     assert res.exit_code == 2
-    assert res.stderr.strip().startswith(f"Error: {p}:11: export: ")
-    assert "--export" not in res.stderr
+    assert res.stderr.strip().startswith(f"Error: {p}:11: export 'x.pdf': use a .csv")
+    assert "--export" not in res.stderr and str(tmp_path) not in res.stderr.replace(str(p), "")
+    p = _case(tmp_path, BASE + "export:\n  - nosub/x.json\n")
+    res = run_cli("plan", str(p))
+    assert res.exit_code == 2
+    assert res.stderr.strip() == (f"Error: {p}:11: export 'nosub/x.json': folder nosub does "
+                                  "not exist")
 
 
 def test_command_line_errors_name_the_flags(run_cli):
@@ -110,15 +122,81 @@ def test_command_line_errors_name_the_flags(run_cli):
                                   "give one --spec-tokens value with it")
 
 
-def test_names_map_both_ways():
-    from capplan.plan.names import KEY_FLAGS, as_flags, as_keys
+def _line(text: str, key: str) -> int:
+    return next(i for i, ln in enumerate(text.splitlines(), 1) if ln.strip().startswith(key))
 
-    for key, flag in KEY_FLAGS:
-        if "." in key:
-            assert as_keys(as_flags(f"{key}: bad")) == f"{key}: bad"
-            assert as_flags(as_keys(f"{flag} 'x': bad")) == f"{flag} 'x': bad"
+
+def test_one_error_named_by_each_side(run_cli, tmp_path):
+    """The same check through a plan file (its key, at its line) and through recommend (the
+    flag): the key/flag table (plan/names.py) read by real errors, both ways."""
+    text = BASE.replace("  max_num_seqs: [64]\n", "  max_num_seqs: [64]\n  speculative: ngram\n")
+    p = _case(tmp_path, text)
+    res = run_cli("plan", str(p))
+    assert res.exit_code == 2
+    err = res.stderr.strip()
+    assert err.startswith(f"Error: {p}:{_line(text, 'speculative:')}: engine.speculative ngram: ")
+    assert "engine.acceptance_length" in err and "--" not in err.replace(str(p), "")
+    res = run_cli("recommend", "--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--tp", "1",
+                  "--rate", "4", "--speculative", "ngram", "--verify-top", "0")
+    assert res.exit_code == 2
+    err = res.stderr.strip()
+    assert err.startswith("Error: --speculative ngram: ") and "--acceptance-length" in err
+    assert "engine." not in err
+
+
+def test_a_lane_error_is_named_by_each_side(run_cli, tmp_path):
+    text = BASE.replace("input_len: 500", "input_len: 'lognormal:mean=800'")
+    p = _case(tmp_path, text)
+    res = run_cli("plan", str(p))
+    assert res.exit_code == 2
+    assert res.stderr.strip().startswith(f"Error: {p}:{_line(text, '- {name: chat')}: "
+                                         "workloads.0.input_len: ")
+    res = run_cli("recommend", "--model", "llama-3.1-8b", "--gpu", "h100-sxm", "--tp", "1",
+                  "--verify-top", "0", "--output-len", "100", "--rate", "2",
+                  "--input-len", "lognormal:mean=800")
+    assert res.exit_code == 2
+    assert res.stderr.strip().startswith("Error: --input-len: length 'lognormal:mean=800'")
+    assert "workloads" not in res.stderr
+
+
+def test_image_lane_error_is_named_by_each_side(run_cli, tmp_path):
+    text = ("version: 1\nmodel: qwen2.5-vl-7b\ncandidates: {gpus: [h100-sxm], tp: [1]}\n"
+            "verify: {top: 0}\nworkloads:\n  - name: chat\n    rate_per_s: 2\n"
+            "    input_len: 'lognormal:mean=800,p99=4000'\n    output_len: 100\n"
+            "    images_per_request: 1\n")
+    p = _case(tmp_path, text)
+    res = run_cli("plan", str(p))
+    assert res.exit_code == 2
+    assert res.stderr.strip().startswith(f"Error: {p}:{_line(text, 'input_len:')}: lane 'chat': "
+                                         "workloads.input_len 'lognormal")
+    assert "--" not in res.stderr.replace(str(p), "")
+    res = run_cli("recommend", "--model", "qwen2.5-vl-7b", "--gpu", "h100-sxm", "--tp", "1",
+                  "--verify-top", "0", "--rate", "2", "--images-per-request", "1",
+                  "--input-len", "lognormal:mean=800,p99=4000")
+    assert res.exit_code == 2
+    assert "--input-len 'lognormal:mean=800,p99=4000' with --images-per-request" in res.stderr
+    assert "workloads" not in res.stderr
+
+
+def test_a_fixed_layout_error_names_its_key_and_line(run_cli, tmp_path):
+    text = ("version: 1\nmodel: llama-3.1-70b\ncandidates: {gpus: [h100-sxm], tp: [4]}\n"
+            "verify: {top: 0}\nworkloads:\n  - {name: chat, rate_per_s: 4, input_len: 3000, "
+            "output_len: 300}\ndisaggregated_layout:\n  prefill: {workers: 2, tp: 4}\n"
+            "  decode: {workers: 2, tp: 4}\n  kv_link: nvlink\n")
+    p = _case(tmp_path, text)
+    res = run_cli("plan", str(p))
+    assert res.exit_code == 2
+    assert res.stderr.strip().startswith(
+        f"Error: {p}:{_line(text, 'kv_link:')}: disaggregated_layout.kv_link nvlink: the two "
+        "pools (16 GPUs)")
+
+
+def test_command_line_advice_keeps_its_flag():
+    from capplan.plan.names import as_keys
+
     assert as_keys("--tp-size 3") == "--tp-size 3"  # a longer flag is not --tp
-    assert as_keys("x: or pass --export") == "x: or pass --export"  # advice, kept
+    assert as_keys("x: give a relative path (or pass --export on the command line)") == (
+        "x: give a relative path (or pass --export on the command line)")
 
 
 def test_a_path_under_a_file_says_it_is_a_file(run_cli, tmp_path):
@@ -174,3 +252,34 @@ def test_an_alternative_of_one_gpu_says_gpu():
 
     said = str(_fleet_versus(fleet(1, 3.78), fleet(2, 7.56)))
     assert "= 1 GPU ($3.78/h)" in said and "1 GPUs" not in said
+
+
+DISAGG = ["recommend", "--model", "llama-3.1-70b", "--gpu", "h100-sxm", "--tp", "4,8", "--rate",
+          "10", "--input-len", "8000", "--output-len", "500", "--ttft-p99", "3", "--tbt-p99",
+          "0.025", "--verify-top", "0", "--disagg"]
+
+
+def test_csv_and_markdown_give_the_recommended_disaggregated_layout(run_cli, tmp_path):
+    """With the disaggregated layout recommended, stdout's CSV and Markdown give its pools
+    (as the .csv export's rows), not only the headline and the aggregated ranks."""
+    out = tmp_path / "x.csv"
+    res = run_cli(*DISAGG, "--format", "csv", "--export", str(out))
+    assert res.exit_code == 0, res.stderr
+    assert res.stdout.startswith("recommended\n\"the disaggregated prefill/decode layout")
+    with out.open(encoding="utf-8", newline="") as f:
+        exported = {r["rank"]: r for r in csv.DictReader(f) if r["rank"].startswith("disagg")}
+    assert set(exported) == {"disaggregated prefill", "disaggregated decode"}
+    sections = [list(csv.DictReader(io.StringIO(s))) for s in res.stdout.strip().split("\n\n")]
+    said = {r["rank"]: r for s in sections for r in s if r.get("rank", "").startswith("disagg")}
+    assert set(said) == set(exported)
+    for rank, row in exported.items():
+        for key in ("replicas", "GPU", "TP", "recommended", "cost ($/h)"):
+            assert said[rank][key] == row[key], (rank, key)
+        assert said[rank]["recommended"] == "yes"
+    res = run_cli(*DISAGG, "--format", "markdown")
+    assert res.exit_code == 0, res.stderr
+    assert "## disaggregated" in res.stdout
+    table = res.stdout.split("## disaggregated", 1)[1]
+    for rank, row in exported.items():
+        line = next(ln for ln in table.splitlines() if ln.startswith(f"| {rank}"))
+        assert f" {row['replicas']} " in line and " yes " in line

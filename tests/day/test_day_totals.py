@@ -134,6 +134,10 @@ def test_html_gives_units(day, tmp_path: Path):
     assert got["saving (GPU-hours)"] == f"{want['saving (GPU-hours)']:.1f}"
     assert f"<th class=\"\">{ATTAINMENT}</th>" in text
     assert "cost_per_day" not in text and "saving_frac" not in text
+    from capplan.export.day_export import zone
+
+    # the chart's axis names the zone, as the schedule's headers and the PNG do
+    assert f"time of day (h in {zone(day)})" in text and "time of day (h)" not in text
 
 
 def test_several_models_totals_give_each_models_day(tmp_path: Path):

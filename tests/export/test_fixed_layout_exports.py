@@ -29,19 +29,45 @@ def test_fixed_layout_in_every_export(run_cli, tmp_path: Path) -> None:
     ttft = f"{d['ttft_s']['p99'] * 1e3:.1f}"
     assert ttft in res.stdout
     prefill = d["launch"]["prefill worker 0"][0]
+    router = d["launch"]["router"][0]
+    hosts = d["launch"]["hosts"][0]
+    # the terminal's figures, each in every export: utilization, E2E p99, KV transfer, dtypes
+    util = [f"{100 * d['pools'][r]['utilization']:.0f}%" for r in ("prefill", "decode")]
+    e2e = f"{d['e2e_s']['p99'] * 1e3:.1f}"
+    kv = f"{d['kv_transfer_s']['p99'] * 1e3:.1f}"
+    for fig in (*util, e2e, kv, router, hosts.split(";")[0]):
+        assert fig in res.stdout, fig
+    dtypes = f"weights {d['pools']['prefill']['engine_settings']['weight_dtype']}"
     with out["csv"].open(encoding="utf-8", newline="") as f:
         rows = list(csv.DictReader(f))
-    fixed = {r["rank"]: r for r in rows if r["rank"].startswith("fixed disaggregated")}
-    assert set(fixed) == {"fixed disaggregated prefill", "fixed disaggregated decode"}
-    assert fixed["fixed disaggregated decode"]["replicas"] == "2"
-    assert prefill in fixed["fixed disaggregated prefill"]["vLLM command"]
+    fixed = {r["rank"]: r["note"] for r in rows if r["rank"].startswith("fixed disaggregated")}
+    csv_text = "\n".join(f"{k} {v}" for k, v in fixed.items())
+    assert "replicas: " not in csv_text
+    assert "workers: 2" in fixed["fixed disaggregated pools: decode"]
+    assert prefill in fixed["fixed disaggregated launch and verify lines: prefill worker 0"]
+    assert router in fixed["fixed disaggregated launch and verify lines: router"]
+    assert fixed["fixed disaggregated launch and verify lines: hosts"] == hosts
+    assert f"capplan verify {out['json']}" in fixed[
+        "fixed disaggregated launch and verify lines: dataset"]
+    assert "fixed disaggregated launch and verify lines: verify" in fixed
+    assert "fixed disaggregated launch and verify lines: measure" in fixed
+    for fig in (*util, e2e, kv, dtypes, ttft):
+        assert fig in csv_text, fig
     wb = openpyxl.load_workbook(out["xlsx"])
     cells = [str(c) for r in wb["fixed disaggregated"].iter_rows(values_only=True)
              for c in r if c is not None]
     wb.close()
     assert "prefill" in cells and "decode" in cells and ttft in cells and prefill in cells
-    assert any(c.startswith("capplan verify") and "--layout disaggregated" in c for c in cells)
+    assert router in cells and hosts in cells and e2e in cells and kv in cells
+    verify = [c for c in cells if c.startswith("capplan verify")]
+    assert verify and all(c.startswith(f"capplan verify {out['json']}") for c in verify)
+    assert any("--layout disaggregated" in c for c in verify)
     for fmt in ("md", "html"):
         text = out[fmt].read_text()
         assert "fixed disaggregated layout" in text and ttft in text, fmt
         assert "--layout disaggregated" in text and "prefill worker 0" in text, fmt
+        assert f"capplan verify {out['json']} --layout disaggregated --endpoint" in text, fmt
+        for fig in (*util, e2e, kv, dtypes):
+            assert fig in text, (fmt, fig)
+    md = out["md"].read_text()
+    assert f"\n# hosts: {hosts}\n" in md  # a comment in the bash block, not a bare line

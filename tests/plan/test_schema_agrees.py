@@ -119,6 +119,36 @@ CASES = [  # (what, the file, valid to both)
     ("export out/PLAN.JSON", _with("export", ["PLAN.JSON"]), True),
     ("lane name ''", _with("workloads.0.name", ""), False),
     ("lane name ' '", _with("workloads.0.name", " "), False),
+    # the audit's own case (/work/audit-export/val/cases/slo_huge.yaml): a string past a day
+    ("e2e 100h", _with("workloads.0.slo.e2e_p99_s", "100h"), False),
+    ("e2e 24h", _with("workloads.0.slo.e2e_p99_s", "24h"), True),
+    ("e2e 24.5H", _with("workloads.0.slo.e2e_p99_s", "24.5H"), False),
+    ("e2e 1440min", _with("workloads.0.slo.e2e_p99_s", "1440min"), True),
+    ("e2e 1441m", _with("workloads.0.slo.e2e_p99_s", "1441m"), False),
+    ("e2e '86400'", _with("workloads.0.slo.e2e_p99_s", "86400"), True),
+    ("e2e 86400.5s", _with("workloads.0.slo.e2e_p99_s", "86400.5s"), False),
+    ("e2e 86400001ms", _with("workloads.0.slo.e2e_p99_s", "86400001ms"), False),
+    ("tbt 5e-2s", _with("workloads.0.slo.tbt_p99_s", "5e-2s"), True),
+    ("e2e 1e3s", _with("workloads.0.slo.e2e_p99_s", "1e3s"), False),
+    ("tbt 5000us", _with("workloads.0.slo.tbt_p99_s", "5000us"), True),
+    ("tbt 5000µs", _with("workloads.0.slo.tbt_p99_s", "5000µs"), True),
+    ("tbt 5000ΜS (Greek capital mu)", _with("workloads.0.slo.tbt_p99_s", "5000ΜS"), False),
+    # whole floats in count fields (an integer to JSON Schema)
+    ("verify.top 2.0", _with("verify.top", 2.0), True),
+    ("verify.top 2.5", _with("verify.top", 2.5), False),
+    ("verify.requests 500.0", _with("verify.requests", 500.0), True),
+    ("engine.spec_topk 1.0", _with("engine.spec_topk", 1.0), True),
+    ("adapters 0.0", _with("workloads.0.adapters", 0.0), True),
+    ("adapters true", _with("workloads.0.adapters", True), False),
+    ("images_per_request 0.0", _with("workloads.0.images_per_request", 0.0), True),
+    ("image_width 512.0", _with("workloads.0.image_width", 512.0), True),
+    ("image_height 512.0", _with("workloads.0.image_height", 512.0), True),
+    ("export .json", _with("export", [".json"]), False),
+    ("export out/.md", _with("export", ["out/.md"]), False),
+    ("export x.k8s.yaml", _with("export", ["x.k8s.yaml"]), True),
+    ("engine 'vllm +overlap'", _with("engine.name", "vllm +overlap"), True),
+    ("engine 'sglang++overlap'", _with("engine.name", "sglang++overlap"), False),
+    ("engine 'vllm@'", _with("engine.name", "vllm@"), False),
 ]
 
 
@@ -157,3 +187,30 @@ def test_rate_curve_times_agree(at, tmp_path) -> None:
         ok = False
     assert _valid(doc, SCHEMA) is ok
     assert ok is (at in ("00:00", "9:30", "23:59:59", "24:00"))
+
+
+def test_day_min_replicas_whole_float_agrees(tmp_path) -> None:
+    """day.min_replicas: 1.0 is the integer 1 to both (a day plan's `day:` needs a day lane)."""
+    doc = _with("workloads.0", {"name": "d", "input_len": 500, "output_len": 100,
+                                "rate_curve": [{"at": "00:00", "rate_per_s": 2}]})
+    doc["day"] = {"min_replicas": 1.0}
+    assert _valid(doc, SCHEMA)
+    assert _planner_ok(doc, tmp_path)
+
+
+@pytest.mark.parametrize("spec", ["vllm", "vllm +overlap", " SGLang ", "_VLLM_", "Tensor-RT-LLM",
+                                  "vllm @0.11", "vllm@", "vllm@0.11@1", "sglang++overlap",
+                                  "v llm", "vllm+", "tgi", "vllm@0.11 +overlap"])
+def test_engine_pattern_refuses_what_the_parser_refuses(spec) -> None:
+    """The schema's engine pattern is the parser's own gate: a spec the pattern refuses the
+    planner refuses (the planner may refuse more: releases and options it lacks)."""
+    from capplan.models.engine import ENGINE_PATTERN, engine_profile
+
+    try:
+        engine_profile(spec)
+        planner = True
+    except InputError:
+        planner = False
+    schema = re.match(ENGINE_PATTERN, spec) is not None
+    assert schema or not planner, spec
+    assert schema is _valid(_with("engine.name", spec), SCHEMA)
