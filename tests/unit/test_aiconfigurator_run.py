@@ -36,9 +36,11 @@ RUN = AggRun(backend="sglang", model="meta-llama/Llama-3.1-8B-Instruct", system=
 def test_the_deployment_is_what_the_generator_launched():
     dep = agg_deployment(CAT, RUN)
     s = dep.settings
-    # sglang.rule: max_running_requests = batch_size; tokens per step batch_size + ISL + 1500;
-    # max_model_len ISL + OSL + 1500
-    assert (s.max_num_seqs, s.max_num_batched_tokens) == (160, 160 + 1000 + 1500)
+    # sglang.rule: max_running_requests = batch_size; max_prefill_tokens = ISL + 1500, the
+    # chunk (--chunked-prefill-size) left at SGLang's default for a 141 GB GPU (8,192,
+    # server_args.py _handle_gpu_memory_settings); max_model_len ISL + OSL + 1500
+    assert (s.max_num_seqs, s.max_num_batched_tokens) == (160, 8192)
+    assert agg_policy(dep, RUN).max_prefill_tokens == 1000 + 1500
     assert dep.memory.max_model_len == 1000 + 100 + 1500
     assert dep.gpu.key == "h200" and s.engine == "sglang"
     assert (dep.memory.weight_dtype, s.kv_dtype) == ("fp8", "fp8")  # quantized runs: fp8 KV
