@@ -101,6 +101,7 @@ def pd_table(res: dict[str, Any], fmt: str) -> str:
         PD_LATENCY_HEADERS,
         PD_POOL_HEADERS,
         pd_latency_rows,
+        pd_overhead_note,
         pd_pool_rows,
     )
 
@@ -109,7 +110,7 @@ def pd_table(res: dict[str, Any], fmt: str) -> str:
                                   [Column(k, h) for k, h in PD_LATENCY_HEADERS], fmt)
     if fmt == "table":
         notes = [f"{res['model']}: {res['layout']}", f"load: {res.get('load')}",
-                 *_overhead_note(res)]
+                 *pd_overhead_note(res)]
         if res["saturated_pools"]:
             notes.append("SATURATED: " + (res.get("reason") or (
                 f"the closed loop queues at the {' and '.join(res['saturated_pools'])} pool "
@@ -120,13 +121,6 @@ def pd_table(res: dict[str, Any], fmt: str) -> str:
                          + (f" ({res['replay_note']})" if res.get("replay_note") else ""))
         text += "\n\n" + "\n".join(_implied_note(res) + notes + _launch_notes(res))
     return text
-
-
-def _overhead_note(res: dict[str, Any]) -> list[str]:
-    """The request overhead's note (layout.pd_overhead_note: the exports say it alike)."""
-    from capplan.export.layout import pd_overhead_note
-
-    return pd_overhead_note(res)
 
 
 def _implied_note(res: dict[str, Any]) -> list[str]:
@@ -157,6 +151,8 @@ def _launch_notes(res: dict[str, Any]) -> list[str]:
 def pd_sim_table(res: dict[str, Any], fmt: str) -> str:
     """`simulate` on a layout: per-pool rows (stage latencies, batch, KV, saturation), then
     the composed latencies; the layout and any saturated pool below."""
+    from capplan.export.layout import pd_overhead_note
+
     def ms(x: Any) -> str:
         return "-" if x is None or not math.isfinite(x) else f"{x / MS_S:.1f}"
 
@@ -189,7 +185,7 @@ def pd_sim_table(res: dict[str, Any], fmt: str) -> str:
         notes = [f"{res['model']}: {res['layout']}",
                  f"load: {res.get('load')}{_replayed_count(res)}; "
                  f"{res['requests_per_s']:.3g} req/s, "
-                 f"{res['output_tokens_per_s']:.4g} output tok/s", *_overhead_note(res)]
+                 f"{res['output_tokens_per_s']:.4g} output tok/s", *pd_overhead_note(res)]
         if res["saturated_pools"]:
             notes.append("SATURATED: " + (res.get("reason") or (
                 f"the {' and '.join(res['saturated_pools'])} pool (its queue grows with the "

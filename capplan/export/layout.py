@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from capplan.export.json_export import jsonable
+from capplan.units import s_to_ms
 
 AGGREGATED, DISAGGREGATED, SEPARATE = "aggregated", "disaggregated", "separate"
 
@@ -144,7 +145,7 @@ PD_LATENCY_HEADERS = (("metric", "latency"), *((q, f"{q} (ms)") for q in (
 def _pd_ms(x: Any) -> str:
     x = jsonable(x)
     return "-" if not isinstance(x, int | float) or x != x or abs(x) == float("inf") \
-        else f"{x * 1e3:.1f}"
+        else f"{s_to_ms(x):.1f}"
 
 
 def pd_pool_rows(res: dict[str, Any]) -> list[dict[str, Any]]:
@@ -184,7 +185,7 @@ def pd_overhead_note(res: dict[str, Any]) -> list[str]:
     if res.get("request_overhead_s") is None:
         return []
     return [f"prefill stage: queue and prompt, sent to prefill done; the request overhead "
-            f"({res['request_overhead_s'] * 1e3:.1f} ms) is counted once in TTFT and E2E, "
+            f"({s_to_ms(res['request_overhead_s']):.1f} ms) is counted once in TTFT and E2E, "
             "not in the pool rows"]
 
 

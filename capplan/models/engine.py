@@ -23,6 +23,7 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from capplan.errors import InputError, nearest
+from capplan.models.speculative import METHODS
 from capplan.units import GIB_BYTES, ci, gib_to_bytes
 
 
@@ -38,8 +39,8 @@ class GpuLike(Protocol):
 
 
 VENDOR_NAMES = {"nvidia": "NVIDIA", "amd": "AMD"}
-SPEC_METHODS = ("eagle3", "eagle", "mtp", "ngram", "draft")
-"""Every speculative decoding method capplan models (capplan.models.speculative.METHODS)."""
+SPEC_METHODS = METHODS
+"""Every speculative decoding method capplan models."""
 WEIGHT_DTYPES = ("auto", "fp32", "bf16", "fp16", "fp8", "int8", "int4", "fp4")
 KV_DTYPES = ("auto", "bf16", "fp16", "fp8")
 
@@ -1173,16 +1174,13 @@ TensorRT-LLM disable_overlap_scheduler)."""
 
 _ALIASES = {"tensorrtllm": "trtllm", "trt": "trtllm", "trtllm": "trtllm", "vllm": "vllm",
             "sglang": "sglang"}
-ENGINE_ALIASES = tuple(_ALIASES)
 ENGINE_PATTERN = (r"^\s*[-_]*(" + "|".join("[-_]*".join(ci(c) for c in name)
                                             for name in sorted(_ALIASES, key=len, reverse=True))
                   + r")[-_]*\s*(@[^@+]*[^@+\s][^@+]*)?(\+[^+]+)*\s*$")
-"""An engine spec's shape as `engine_profile` reads it (a name of ENGINE_ALIASES in any case,
+"""An engine spec's shape as `engine_profile` reads it (a name of _ALIASES in any case,
 '-' and '_' anywhere in it, blanks around it; one non-blank @VERSION; +OPTIONs): the plan
 file's JSON Schema, and `engine_profile` refuses what it refuses. Which releases and options
 exist the planner says."""
-"""The names an engine spec may give (lower case, '-' and '_' left out), for the plan file's
-JSON Schema."""
 
 
 def _version_key(version: str) -> tuple[int, ...] | None:

@@ -35,7 +35,7 @@ from capplan.models.memory import MemoryReport, memory_report
 from capplan.models.perf import StepModel, build_step_model, settings_deepep_mode
 from capplan.models.queueing import Limits
 from capplan.models.speculative import NOT_NEEDED
-from capplan.units import GIB_BYTES
+from capplan.units import GIB_BYTES, cdiv
 
 # Below this much memory left outside the engine's budget, CUDA graphs or a second process
 # are likely to OOM: a warning, not an error (vLLM itself does not check it).
@@ -105,7 +105,7 @@ class KvPool:
         """Sequences of context_len tokens the pool holds at once: its blocks over a sequence's
         (window layers capped, models/layers.BlockLayout; its recurrent state's)."""
         u = self.layout.units
-        per_seq = (self.layout.blocks(-(-int(context_len) // self.block_size))
+        per_seq = (self.layout.blocks(cdiv(int(context_len), self.block_size))
                    + self.state_blocks_per_seq * u)
         return self.num_blocks * u // max(per_seq, 1)
 

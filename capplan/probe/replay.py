@@ -26,14 +26,15 @@ from capplan.probe.endpoint import (
     parse_url,
     request_body,
 )
+from capplan.sim import workload
 
 
 def arrival_rate(reqs: Sequence[Any]) -> float | None:
     """The rate the requests were sent at: (n - 1) arrivals after the first over the span from
     the first to the last (None: fewer than two, or all at once)."""
-    times = sorted(float(r.arrival_s) for r in reqs)
-    span = times[-1] - times[0] if len(times) > 1 else 0.0
-    return (len(times) - 1) / span if span > 0 else None
+    times = [float(r.arrival_s) for r in reqs]
+    span = max(times) - min(times) if len(times) > 1 else 0.0
+    return workload.arrival_rate(len(times), span) if span > 0 else None
 
 
 def replay(url: str, model: str, reqs: Sequence[Any], timeout_s: float) -> dict[str, Any]:

@@ -111,6 +111,7 @@ from capplan.sim.engine_options import (  # noqa: F401 (re-exported: the engine'
 )
 from capplan.sim.entities import STEP_INPUTS, RunRecord
 from capplan.sim.workload import Requests
+from capplan.units import cdiv
 
 VLLM_POLICY = replace(VLLM.scheduler, schedules_ahead=False)
 """The default: vLLM V1's scheduler policy, from its engine profile, with each step formed when
@@ -203,7 +204,7 @@ class ContinuousEngine:
         need = reqs.input_tokens + reqs.output_tokens
         i = int(np.argmax(need)) if len(reqs) else 0
         pool = self.total_blocks - self.state_blocks
-        need_blocks = -(-int(need[i]) // self.block_size) if len(reqs) else 0
+        need_blocks = cdiv(int(need[i]), self.block_size) if len(reqs) else 0
         if len(reqs) and self.layout.blocks(need_blocks) > pool:
             # the limit the decision uses: the longest sequence whose blocks fit the pool
             cap = self.layout.token_blocks_within(pool, need_blocks) * self.block_size

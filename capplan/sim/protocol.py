@@ -217,6 +217,11 @@ def reported_ttft(overhead_s: Any, wave_s: Any, steady_s: Any, rounds: float) ->
     return overhead_s + w * (wave_s - overhead_s) + (1 - w) * (steady_s - overhead_s)
 
 
+AIC_MARGIN_TOKENS = 1500
+"""The tokens AIConfigurator's benchmark rules add to a worker's lengths (generator
+rule_plugin/benchmark/{vllm,sglang,trtllm}.rule: `SlaConfig.isl + 1500` and `isl + osl + 1500`)."""
+
+
 def aiconfigurator_settings(backend: str, isl: int, osl: int, batch_size: int,
                             concurrency: int, attention_dp: int = 1) -> dict[str, Any]:
     """The engine settings AIConfigurator's benchmark generator gives an `agg` worker
@@ -231,14 +236,15 @@ def aiconfigurator_settings(backend: str, isl: int, osl: int, batch_size: int,
     here: the profile's defaults_rule gives it), and enable_mixed_chunk (`mixed_prefill`:
     prefill chunks ride with the decode batch)."""
     seqs = max(int(batch_size or 0), -(-int(concurrency) // max(int(attention_dp), 1)))
-    tokens = seqs + isl + 1500
+    prefill = isl + AIC_MARGIN_TOKENS
+    tokens = seqs + prefill
     if backend == "trtllm":  # maxNumTokens % tokensPerBlock (32) == 0 (trtllm.rule)
         tokens = -(-tokens // 32) * 32
     sglang = backend == "sglang"
     opts = {"max_num_seqs": seqs, "max_num_batched_tokens": None if sglang else tokens,
-            "max_model_len": isl + osl + 1500}
+            "max_model_len": isl + osl + AIC_MARGIN_TOKENS}
     return {"options": opts, "mixed_prefill": sglang,
-            "max_prefill_tokens": isl + 1500 if sglang else None}
+            "max_prefill_tokens": prefill if sglang else None}
 
 
 

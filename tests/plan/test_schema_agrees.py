@@ -119,7 +119,7 @@ CASES = [  # (what, the file, valid to both)
     ("export out/PLAN.JSON", _with("export", ["PLAN.JSON"]), True),
     ("lane name ''", _with("workloads.0.name", ""), False),
     ("lane name ' '", _with("workloads.0.name", " "), False),
-    # the audit's own case (/work/audit-export/val/cases/slo_huge.yaml): a string past a day
+    # a duration string past a day (86,400 s)
     ("e2e 100h", _with("workloads.0.slo.e2e_p99_s", "100h"), False),
     ("e2e 24h", _with("workloads.0.slo.e2e_p99_s", "24h"), True),
     ("e2e 24.5H", _with("workloads.0.slo.e2e_p99_s", "24.5H"), False),

@@ -200,5 +200,11 @@ def test_model_and_lane_steps_are_one_rewrite() -> None:
                                        "capplan-workload-lane-a-b-c")
     assert model == bench_cmds._calling(flags, "capplan verify PLAN.json --model 'a b/c'",
                                         "capplan-workload-a-b-c")
+    # written out: the call quoted for a shell, the file name made safe
+    assert lane["bench_dataset"] == ("capplan verify PLAN.json --lane 'a b/c' --write-dataset "
+                                     "capplan-workload-lane-a-b-c.jsonl")
+    assert lane["bench"].endswith("--dataset-path capplan-workload-lane-a-b-c.jsonl")
+    assert model["bench_dataset"] == ("capplan verify PLAN.json --model 'a b/c' "
+                                      "--write-dataset capplan-workload-a-b-c.jsonl")
     assert model["launch"] == "vllm serve m"
     assert model["bench"].endswith("capplan-workload-a-b-c.jsonl")

@@ -160,7 +160,7 @@ def test_verify_out_reproduces_the_measured_level(server, tmp_path: Path,  # noq
 
 
 # Audit defect 8: `calibrate --endpoint` against a server whose TBT is 10.01 ms at concurrency 1
-# and at 8 (input 512, output 64, 16 requests a level: /work/audit-probe/ep_cal.yaml's samples).
+# and at 8 (input 512, output 64, 16 requests a level: a user audit's recorded samples).
 FLAT_LEVELS = [
     {"concurrency": c, "completed": 16, "errors": 0, "mean_input_tokens": 512.0,
      "mean_context_tokens": 544.0, "ttft_s": {"mean": ttft}, "tbt_s": {"mean": tbt}}

@@ -253,11 +253,17 @@ def test_window_blocks_never_exceed_the_pool_and_follow_the_rule(seed, policy, s
     arr = np.zeros(n) if rate is None else np.cumsum(rng.exponential(1 / rate, n))
     reqs = Requests(arr, rng.integers(16, 700, n), rng.integers(1, 120, n),
                     np.zeros(n, np.int64))
+    _run_checked(_checked_blocks, layout, policy, blocks, state, reqs)
+
+
+def _run_checked(checker, layout: BlockLayout, policy, blocks: int, state: int, reqs) -> None:  # noqa: ANN001
+    """The plain loop over `reqs` with `checker` asserting its invariants after every step;
+    every step's blocks within the pool, every request finished."""
     eng = ContinuousEngine(_LinearStep(), blocks, 16, 32, 1024, policy, state_blocks=state,
                            layout=layout)
     eng.jit = False
     seen: list = []
-    with _checked_blocks(layout, state, seen):
+    with checker(layout, state, seen):
         rec = eng.run(reqs)
     assert seen and (rec.step_kv_blocks <= blocks * layout.units).all()
     assert np.isfinite(rec.finished_at_s).all()
@@ -319,14 +325,7 @@ def test_window_blocks_with_shared_prefixes_keep_the_pool_and_free_queue(seed, p
     reqs = Requests(arr, inp, rng.integers(1, 120, n), np.zeros(n, np.int64),
                     prefix_group=rng.integers(-1, 4, n),
                     prefix_tokens=np.minimum(inp, rng.integers(0, 600, n)))
-    eng = ContinuousEngine(_LinearStep(), blocks, 16, 32, 1024, policy, state_blocks=state,
-                           layout=layout)
-    eng.jit = False
-    seen: list = []
-    with _checked_cache(layout, state, seen):
-        rec = eng.run(reqs)
-    assert seen and (rec.step_kv_blocks <= blocks * layout.units).all()
-    assert np.isfinite(rec.finished_at_s).all()
+    _run_checked(_checked_cache, layout, policy, blocks, state, reqs)
 
 
 def test_window_only_prefix_hits_hold_evictable_memory():
