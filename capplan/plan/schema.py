@@ -21,7 +21,6 @@ from pydantic import (
 
 from capplan import limits as L
 from capplan.errors import InputError, plain_errors, validation_error_line
-from capplan.export import EXPORT_SUFFIXES
 from capplan.models.engine import ENGINE_PATTERN
 from capplan.units import CLOCK_PATTERN, ci, parse_seconds
 
@@ -113,7 +112,9 @@ _Length = Annotated[str | int, WithJsonSchema({
               {"type": "string", "minLength": 1}],
     "description": "tokens: a number, or a distribution ('lognormal:mean=800,p99=4000')"})]
 EXPORT_PATTERN = (r"^(?![/\\])(?!(.*[/\\])?\.\.([/\\]|$))(.*[/\\])?[^/\\]+\.("
-                  + "|".join(ci(x.lstrip(".")) for x in EXPORT_SUFFIXES) + ")$")
+                  + "|".join(ci(x.lstrip(".")) for x in (
+                      ".csv", ".json", ".md", ".xlsx", ".k8s.yaml", ".llm-d.yaml", ".html"))
+                  + ")$")
 """A plan file's export: a relative path (no `..`) whose file name has a stem before an export
 suffix in any case
 (capplan.export.EXPORT_SUFFIXES; plan.load.plan_output_path refuses the others)."""

@@ -214,3 +214,15 @@ def test_engine_pattern_refuses_what_the_parser_refuses(spec) -> None:
     schema = re.match(ENGINE_PATTERN, spec) is not None
     assert schema or not planner, spec
     assert schema is _valid(_with("engine.name", spec), SCHEMA)
+
+
+def test_the_export_pattern_takes_every_export_suffix():
+    # the schema spells the suffixes out (capplan.export imports the planner: a circle), so
+    # each of the exporters' own suffixes must match it, and no other
+    import re
+
+    from capplan.export import EXPORT_SUFFIXES
+    from capplan.plan.schema import EXPORT_PATTERN
+
+    assert all(re.match(EXPORT_PATTERN, "plan" + s) for s in EXPORT_SUFFIXES)
+    assert not re.match(EXPORT_PATTERN, "plan.yaml")
