@@ -1061,7 +1061,13 @@ SGLANG_0_4 = replace(
                   for m in ("auto", "normal", "low_latency")},
     sources={**SGLANG.sources,
              "defaults": "python/sglang/srt/server_args.py (v0.4) __post_init__: "
-                         "mem_fraction_static by tp_size, chunked_prefill_size by GPU memory"})
+                         "mem_fraction_static by tp_size, chunked_prefill_size by GPU memory",
+             "admission": "python/sglang/srt/managers/schedule_policy.py (v0.4.0-0.4.9) "
+                          "PrefillAdder.add_one_req, scheduler.py get_new_batch_prefill: "
+                          "0.5.8's rule and max_prefill_tokens 16384 (server_args.py); "
+                          "through 0.4.6 a later prompt is refused above rem_input_tokens "
+                          "('input_tokens > self.rem_input_tokens'), from 0.4.9 at it ('>='), "
+                          "a one-token difference not replayed"})
 
 TRTLLM_1_0 = replace(
     TRTLLM, version="1.0", covers="1.0-1.1 (PyTorch backend)",
@@ -1131,7 +1137,19 @@ SGLANG_0_3 = replace(
                          "0.85 at TP 4, as benchmark/benchmark_vllm_060/README.md notes), "
                          "chunked_prefill_size 8192; the request cap is 0.4's (0.3.0's "
                          "depends on the KV cache: model_executor/model_runner.py "
-                         "init_memory_pool, managers/tp_worker.py)"})
+                         "init_memory_pool, managers/tp_worker.py)",
+             "scheduler": "python/sglang/srt/managers/tp_worker.py ModelTpServer.forward_step "
+                          "(v0.3.0): a new prefill batch runs instead of the decode batch; "
+                          "--enable-mixed-chunk off by default (server_args.py)",
+             "admission": "python/sglang/srt/managers/policy_scheduler.py (v0.3.0) "
+                          "PrefillAdder.add_one_req: after a step's first prompt a further one "
+                          "is refused when 'input_tokens > self.rem_input_tokens', "
+                          "rem_input_tokens = max_prefill_tokens (16384, server_args.py) less "
+                          "the prompt tokens scheduled and, with --enable-mixed-chunk only, "
+                          "the running decodes; one admitted is chunked at rem_chunk_tokens "
+                          "(chunked_prefill_size less the same); tp_worker.py "
+                          "get_new_prefill_batch ends the step at the first refusal: 0.5.8's "
+                          "rule but for '>' (0.5.8 '>='), a one-token difference not replayed"})
 
 VERSIONS: dict[str, tuple[EngineProfile, ...]] = {
     "vllm": (VLLM_0_6, VLLM_0_11, VLLM, VLLM_0_17, VLLM_0_19),
