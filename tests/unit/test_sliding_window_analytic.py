@@ -18,6 +18,8 @@ from capplan.models.closed_loop import kv_concurrency_cap
 from capplan.models.layers import DENSE_LAYOUT, stack_layouts
 from capplan.models.queueing import LengthStats, Limits, QueueModel
 from capplan.plan.deployment import EngineOptions, resolve_deployment
+from capplan.plan.pd import PdModel, make_layout
+from capplan.plan.search_bound import _subset
 from capplan.sim import BatchEngine, ContinuousEngine, Requests
 
 _CAT = load_catalog(())
@@ -102,7 +104,11 @@ def test_decode_slots_count_window_layers_at_their_window(gpt_oss):
     lim = gpt_oss.limits
     held = float(lim.held_kv(PROMPT + OUTPUT))
     assert held == pytest.approx((90_500 / 16 + WINDOW_BLOCKS) * 16 / 2)
-    assert POOL_TOKENS / held == pytest.approx(2.256, abs=0.001)
+    model = PdModel(make_layout(gpt_oss, 1, gpt_oss, 1), LengthStats.fixed(PROMPT),
+                    LengthStats.fixed(OUTPUT))
+    assert model.decode_slots() == pytest.approx(
+        POOL_TOKENS / ((90_500 / 16 + WINDOW_BLOCKS) * 16 / 2), rel=1e-9)
+    assert model.decode_slots() == pytest.approx(2.256, abs=0.001)
 
 
 def test_analytic_and_replay_agree_on_sequences_that_fit(gpt_oss):
@@ -138,3 +144,18 @@ def test_stacked_rows_equal_their_own_models(gpt_oss):
     stacked = QueueModel(gpt_oss.step, *lengths, both, 1.0, gpt_oss.profile.scheduler).cap
     assert np.asarray(stacked).ravel() == pytest.approx(caps)
     assert caps[1] == pytest.approx(1.23, abs=0.01)  # at full length: 111,504 / 90,250 - p99
+
+
+def test_search_subset_keeps_each_rows_layout(gpt_oss):
+    # the planner's bisection takes some configurations' rows (search_bound._subset): each
+    # keeps its own window layout, so its cap is the one of the whole model's row
+    lim = gpt_oss.limits
+    both = Limits(np.full((1, 2), float(lim.max_num_seqs)),
+                  np.full((1, 2), float(lim.max_num_batched_tokens)),
+                  np.full((1, 2), float(lim.kv_cache_tokens)), np.zeros((1, 2)),
+                  np.full((1, 2), 16.0), stack_layouts([[lim.layout, DENSE_LAYOUT]]))
+    qm = QueueModel(gpt_oss.step, LengthStats.fixed(PROMPT), LengthStats.fixed(OUTPUT), both,
+                    1.0, gpt_oss.profile.scheduler)
+    sub = _subset(qm, (np.array([0, 0]), np.array([1, 0])))
+    assert np.asarray(sub.cap).ravel() == pytest.approx(np.asarray(qm.cap).ravel()[::-1])
+    assert int(np.asarray(qm.cap).ravel()[0]) == FIT
