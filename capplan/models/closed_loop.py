@@ -39,6 +39,7 @@ from typing import Any
 import numpy as np
 
 from capplan.models.engine import NO_JITTER, ClientJitter, SchedulerPolicy, closed_loop_delay
+from capplan.models.layers import DENSE_LAYOUT, BlockLayout
 from capplan.models.perf import StepModel, chunk_attention
 
 _FP_ITERS = 60
@@ -102,16 +103,18 @@ def block_rounding_tokens(start_tokens: Any, added_tokens: Any, block_size: Any)
 
 
 def kv_concurrency_cap(kv_tokens: float, isl: float, osl: float, block_size: int,
-                       policy: SchedulerPolicy, state_tokens_per_seq: float = 0.0) -> float:
+                       policy: SchedulerPolicy, state_tokens_per_seq: float = 0.0,
+                       layout: BlockLayout = DENSE_LAYOUT) -> float:
     """Sequences the KV cache holds at once under the engine's admission rule.
 
     Per sequence the mean it holds under the policy (SchedulerPolicy.held_tokens), rounded up
-    to whole blocks, plus a hybrid's recurrent state (`state_tokens_per_seq`, whole blocks
-    held from admission to finish: vLLM V1 MambaManager); vLLM (no reservation) preempts to
-    stay there.
+    to whole blocks, its sliding-window layers' capped at their window (`layout`,
+    layers.BlockLayout.kv_tokens: vLLM's hybrid allocator frees out-of-window blocks), plus a
+    hybrid's recurrent state (`state_tokens_per_seq`, whole blocks held from admission to
+    finish: vLLM V1 MambaManager); vLLM (no reservation) preempts to stay there.
     """
-    per_seq = (math.ceil(policy.held_tokens(isl, osl) / block_size) * block_size
-               + state_tokens_per_seq)
+    held = math.ceil(policy.held_tokens(isl, osl) / block_size) * block_size
+    per_seq = float(layout.kv_tokens(held, block_size)) + state_tokens_per_seq
     return max(math.floor(kv_tokens / max(per_seq, 1)), 0)
 
 
@@ -119,10 +122,11 @@ def closed_loop_latency(step: StepModel, isl: float, osl: float, max_num_seqs: i
                         max_num_batched_tokens: int, kv_cache_tokens: float, block_size: int,
                         protocol: BenchmarkProtocol,
                         policy: SchedulerPolicy | None = None,
-                        state_tokens_per_seq: float = 0.0) -> dict[str, Any]:
+                        state_tokens_per_seq: float = 0.0,
+                        layout: BlockLayout = DENSE_LAYOUT) -> dict[str, Any]:
     """Mean TTFT, TPOT and E2E the benchmark reports, with throughput and what bound it.
-    `state_tokens_per_seq`: KV capacity a hybrid's recurrent state holds per sequence
-    (plan/deployment.KvPool)."""
+    `state_tokens_per_seq`: KV capacity a hybrid's recurrent state holds per sequence;
+    `layout`: sliding-window layers capped at their window (plan/deployment.KvPool)."""
     policy = policy or SchedulerPolicy()
     c = int(protocol.concurrency)
     n = max(int(protocol.num_prompts), 1)
@@ -131,7 +135,7 @@ def closed_loop_latency(step: StepModel, isl: float, osl: float, max_num_seqs: i
     # the delay before a client's next request: fixed + spread x Exp(1) (closed_loop_delay)
     fixed, spread = closed_loop_delay(overhead, protocol.client_jitter, osl)
     kv_cap = kv_concurrency_cap(kv_cache_tokens, isl, osl, block_size, policy,
-                                state_tokens_per_seq)
+                                state_tokens_per_seq, layout)
     m = max(min(c, max_num_seqs, kv_cap), 1)
     bound = ("clients" if m == c else "max_num_seqs" if m == max_num_seqs else "kv_cache")
     budget = float(max_num_batched_tokens)
@@ -248,7 +252,8 @@ def closed_loop_latency(step: StepModel, isl: float, osl: float, max_num_seqs: i
         "decode_step_s": st["t_dec"], "prefill_step_s": st["t_pf"],
         "concurrency_cap": float(m), "bound": bound, "request_overhead_s": overhead,
         "mean_running_batch": float(m), "preemptions": 0.0,
-        "kv_peak_utilization": min(float(m) * (isl + osl + state_tokens_per_seq)
+        "kv_peak_utilization": min(float(m) * (float(layout.kv_tokens(isl + osl, block_size))
+                                              + state_tokens_per_seq)
                                    / max(kv_cache_tokens, 1.0), 1.0),
         "stable": True, "concurrency": float(c), "num_prompts": float(n),
     }

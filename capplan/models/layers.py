@@ -30,6 +30,9 @@ import math
 from collections import Counter
 from dataclasses import dataclass, replace
 from functools import cached_property
+from typing import Any
+
+import numpy as np
 
 from capplan.catalog.schema import ATTENTION_KINDS, RECURRENT_KINDS, ModelSpec
 from capplan.models.memo import per_model
@@ -273,16 +276,18 @@ NO_CAP = 1 << 40
 """BlockLayout.window_cap of a layout without window layers (no token count reaches it)."""
 
 
-def window_blocks(token_blocks: int, cap: int) -> int:
+def window_blocks(token_blocks: Any, cap: Any) -> Any:
     """Blocks one sliding-window layer holds for a sequence of `token_blocks` blocks of tokens
-    (the one rule of `memory` and the replay): min(token_blocks + 1, cap), 0 for no tokens;
-    cap from `window_blocks_cap`. vLLM V1 `SlidingWindowSpec.max_memory_usage_bytes`:
-    cdiv(min(window - 1 + max_num_batched_tokens, L), bs) + 1, which for L of `token_blocks`
-    blocks is min(token_blocks, cap - 1) + 1 (the + 1: a window that straddles block edges).
-    Uncapped (cap NO_CAP: an engine that keeps out-of-window blocks) all token_blocks."""
-    if cap >= NO_CAP:
-        return token_blocks
-    return min(token_blocks + 1, cap) if token_blocks > 0 else 0
+    (the one rule of `memory`, the replay and the analytic models): min(token_blocks + 1, cap),
+    0 for no tokens; cap from `window_blocks_cap`. vLLM V1
+    `SlidingWindowSpec.max_memory_usage_bytes`: cdiv(min(window - 1 + max_num_batched_tokens,
+    L), bs) + 1, which for L of `token_blocks` blocks is min(token_blocks, cap - 1) + 1 (the
+    + 1: a window that straddles block edges). Uncapped (cap NO_CAP: an engine that keeps
+    out-of-window blocks) all token_blocks. Numbers in, a number out; arrays (the analytic
+    models' rows, a mean's fractional blocks) element by element."""
+    k = np.asarray(token_blocks)
+    held = np.where(np.asarray(cap) >= NO_CAP, k, np.where(k > 0, np.minimum(k + 1, cap), 0))
+    return held if held.ndim else held.item()
 
 
 @dataclass(frozen=True)
@@ -322,12 +327,24 @@ class BlockLayout:
         """Simulator blocks per block of `memory_report`'s num_gpu_blocks."""
         return self.full + self.window
 
-    def blocks(self, token_blocks: int) -> int:
-        """Pool blocks of a sequence holding `token_blocks` blocks of tokens."""
-        if not self.window:
+    def blocks(self, token_blocks: Any) -> Any:
+        """Pool blocks of a sequence holding `token_blocks` blocks of tokens (element by
+        element for arrays: a layout whose fields are the analytic models' rows)."""
+        if isinstance(self.window, int) and not self.window:
             return self.full * token_blocks
         return self.full * token_blocks + self.window * window_blocks(token_blocks,
                                                                       self.window_cap)
+
+    def kv_tokens(self, tokens: Any, block_size: Any) -> Any:
+        """KV capacity a sequence of `tokens` tokens holds, in the tokens `memory_report`'s
+        kv_cache_tokens counts (a token in every attention layer of the stage): block_size x
+        `blocks`(tokens / block_size) / `units`, window layers capped by `window_blocks`;
+        `tokens` itself without window layers. Fractional token blocks (a mean length, its
+        last block's rounding counted apart) are taken as they are."""
+        if isinstance(self.window, int) and not self.window:
+            return tokens
+        bs = np.asarray(block_size, float)
+        return bs * self.blocks(np.asarray(tokens, float) / bs) / self.units
 
     @property
     def entry(self) -> int:
@@ -355,6 +372,20 @@ class BlockLayout:
 
 
 DENSE_LAYOUT = BlockLayout()
+
+
+def stack_layouts(rows: list[list[BlockLayout]]) -> BlockLayout:
+    """One layout whose fields are arrays of shape (rows, columns) (a column broadcast over
+    a row), for the analytic models' configuration rows; DENSE_LAYOUT when none has window
+    layers (BlockLayout.blocks and kv_tokens take the fields element by element)."""
+    if not any(lay.window for row in rows for lay in row):
+        return DENSE_LAYOUT
+
+    def field(name: str) -> np.ndarray:
+        return np.asarray([[getattr(lay, name) for lay in row] for row in rows], np.int64)
+
+    return BlockLayout(field("full"), field("window"), field("window_cap"),
+                       field("sliding_window"))
 
 
 def block_layout(model: ModelSpec, block_size: int, max_num_batched_tokens: int, pp: int = 1,

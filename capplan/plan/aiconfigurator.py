@@ -153,7 +153,7 @@ def agg_closed_loop(dep: Deployment, run: AggRun, measured: int,
     return closed_loop_latency(dep.step, run.isl, run.osl, lim.max_num_seqs,
                                budget * s.attention_dp, lim.kv_cache_tokens, s.block_size,
                                BenchmarkProtocol(run.concurrency, measured, client_jitter=jit),
-                               policy)
+                               policy, layout=dep.pool.layout)
 
 
 def agg_closed_loop_replay(dep: Deployment, run: AggRun, measured: int,

@@ -153,7 +153,7 @@ class Deployment:
         dp = s.attention_dp  # each DP rank schedules its own batch (per-rank engine limits)
         return Limits(s.max_num_seqs * dp, s.max_num_batched_tokens * dp,
                       self.memory.replica_kv_cache_tokens, self.pool.state_tokens_per_seq,
-                      self.pool.block_size)
+                      self.pool.block_size, self.pool.layout)
 
     @property
     def layout_text(self) -> str:

@@ -14,6 +14,7 @@ from capplan.catalog.loader import Catalog
 from capplan.catalog.schema import ModelSpec
 from capplan.errors import CapplanError
 from capplan.models.disagg import Link, kv_link, kv_transfer_s
+from capplan.models.layers import stack_layouts
 from capplan.models.queueing import Limits, QueueModel
 from capplan.plan.deployment import Deployment, EngineOptions, resolve_deployment
 from capplan.plan.pd import network_link, pool_queue, role_pool
@@ -125,7 +126,7 @@ def _stacked(deps: list[Deployment], t: Traffic, role: str) -> QueueModel:
     lims = [d.limits for d in deps]
     limits = Limits(*(np.asarray([[float(getattr(x, f))] for x in lims]) for f in (
         "max_num_seqs", "max_num_batched_tokens", "kv_cache_tokens", "state_tokens_per_seq",
-        "block_size")))
+        "block_size")), stack_layouts([[x.layout] for x in lims]))
     step = stack_step_models([d.step for d in deps])
     return _pool(step, limits, t, role, deps[0].profile.scheduler)
 

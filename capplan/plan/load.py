@@ -173,7 +173,8 @@ def _closed_loop(dep: Deployment, load: LoadSpec) -> dict[str, Any]:
     res = closed_loop_latency(dep.step, load.input_stats.mean, load.output_stats.mean,
                               dep.limits.max_num_seqs, dep.limits.max_num_batched_tokens,
                               dep.memory.replica_kv_cache_tokens, dep.pool.block_size, proto,
-                              dep.profile.scheduler, dep.pool.state_tokens_per_seq)
+                              dep.profile.scheduler, dep.pool.state_tokens_per_seq,
+                              dep.pool.layout)
     if res["bound"] == "clients":  # not capped: the decode step's own bound
         step = dep.step.decode_step(res["mean_running_batch"],
                                     load.input_stats.mean + load.output_stats.mean / 2)

@@ -232,9 +232,10 @@ class PdModel:
 
     def decode_slots(self) -> float:
         """Sequences the decode pool runs at once: per worker its engine's max_num_seqs (all
-        DP ranks) or the full-length sequences its KV cache holds, whichever is smaller."""
+        DP ranks) or the full-length sequences its KV cache holds (window layers capped at
+        their window, Limits.held_kv), whichever is smaller."""
         lim = self.layout.decode.limits
-        per_seq = max(self.inp.mean + self.out.mean, 1.0)
+        per_seq = np.maximum(lim.held_kv(self.inp.mean + self.out.mean), 1.0)
         kv_seqs = float(np.asarray(lim.kv_cache_tokens)) / per_seq
         return self.layout.decode_workers * max(min(float(np.asarray(lim.max_num_seqs)),
                                                     kv_seqs), 1.0)

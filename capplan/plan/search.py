@@ -26,6 +26,7 @@ from capplan.limits import DEFAULT_HEADROOM
 from capplan.models.calibration import Calibration
 from capplan.models.engine import EngineSettings, engine_profile
 from capplan.models.features import resolve_draft_model
+from capplan.models.layers import stack_layouts
 from capplan.models.memory import MemoryReport, fp8_refusal, memory_report
 from capplan.models.perf import StepModel, build_step_model
 from capplan.models.prefix import PrefixCache
@@ -403,8 +404,11 @@ def _queue_model(groups: list[ConfigGroup], t: Traffic
     pools = [g.pool or KvPool(0, g.settings.block_size) for g in groups]
     state = np.asarray([[p.state_tokens_per_seq] for p in pools], float)
     block = np.asarray([[p.block_size] for p in pools], float)
-    qm = QueueModel(sm, t.inp, t.out, Limits(seqs, chunk, kv, state, block), t.arrival_scv,
-                    policy, t.prefix)
+    # window layers capped at the window behind each combination's chunk (per rank)
+    layout = stack_layouts([[p.layout.for_budget(p.block_size, c[1]) for c in g.combos]
+                            for g, p in zip(groups, pools, strict=True)])
+    qm = QueueModel(sm, t.inp, t.out, Limits(seqs, chunk, kv, state, block, layout),
+                    t.arrival_scv, policy, t.prefix)
     return qm, seqs, kv
 
 

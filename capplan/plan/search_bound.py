@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import fields
+from dataclasses import fields, replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -81,9 +81,15 @@ def _subset(qm: QueueModel, rows: tuple[np.ndarray, np.ndarray]) -> QueueModel:
     def take(a: Any) -> np.ndarray:
         return np.broadcast_to(np.asarray(a, float), shape)[i, j][:, None]
 
+    def take_int(a: Any) -> Any:
+        return np.broadcast_to(np.asarray(a), shape)[i, j][:, None]
+
+    lay = lim.layout
+    if lim.windowed:
+        lay = replace(lay, **{f.name: take_int(getattr(lay, f.name)) for f in fields(lay)})
     limits = Limits(take(lim.max_num_seqs), take(lim.max_num_batched_tokens),
                     take(lim.kv_cache_tokens), take(lim.state_tokens_per_seq),
-                    take(lim.block_size))
+                    take(lim.block_size), lay)
     return QueueModel(StepModel(**kw), qm.inp, qm.out, limits, qm.ca2, qm.policy, qm.prefix)
 
 

@@ -75,7 +75,8 @@ def queue_model(c: Candidate, t: Traffic) -> QueueModel:
     return QueueModel(c.step, t.inp, t.out,
                       Limits(s.max_num_seqs * s.attention_dp,
                              s.max_num_batched_tokens * s.attention_dp, c.kv_cache_tokens,
-                             c.pool.state_tokens_per_seq, c.pool.block_size),
+                             c.pool.state_tokens_per_seq, c.pool.block_size,
+                             c.pool.layout),
                       t.arrival_scv, s.profile.scheduler, t.prefix)
 
 

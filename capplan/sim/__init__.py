@@ -99,7 +99,7 @@ def run_scheduler(step_model: Any, reqs: Requests, lanes: tuple[Lane, ...], *, s
     (`engine_impl`); both give the same results. `state_blocks`: blocks each running
     sequence's recurrent state holds (hybrid models, `MemoryReport.state_blocks_per_seq`;
     continuous batching). `layout`: how a sequence's tokens fill the pool, sliding-window layers
-    capped at their window's blocks (`MemoryReport.block_layout`; continuous batching).
+    capped at their window's blocks (`MemoryReport.block_layout`; every scheduler).
     `adapter_seed`: a LoRA step model's engine draws the requests'
     adapters with it when they carry none (continuous batching; capplan.sim.compiled.adapters_of).
     `measure(record, lanes)` summarises the run (default `summarize`; a benchmark protocol's
@@ -119,7 +119,7 @@ def run_scheduler(step_model: Any, reqs: Requests, lanes: tuple[Lane, ...], *, s
         return measure(eng.run(reqs, prio, progress, request_overhead_s, client_jitter), lanes)
     if scheduler in ("static", "dynamic"):
         batch = BatchEngine(step_model, num_gpu_blocks, block_size,
-                            batch_size or max_num_seqs, scheduler, batch_timeout_s)
+                            batch_size or max_num_seqs, scheduler, batch_timeout_s, layout)
         return measure(batch.run(reqs, prio, progress), lanes)
     raise InputError(f"--scheduler {scheduler!r}: expected one of {', '.join(SCHEDULERS)}")
 

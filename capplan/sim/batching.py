@@ -10,9 +10,11 @@ A batch runs one prefill step of every prompt padded to the longest (no chunking
 steps for the longest output, every slot padded to the longest context. Tokens stream: a request's
 first token is at the end of the prefill step, it completes with its own last token, but its slot
 stays busy until the batch ends. A batch also stops growing before its padded KV
-(`size * ceil((longest prompt + longest output - 1) / block_size)` blocks, the blocks its last
-decode step holds) exceeds the cache, as a static engine pre-allocates it. Step times come
-from the same `StepModel.step`.
+(`size * ceil((longest prompt + longest output - 1) / block_size)` token blocks, the blocks its
+last decode step holds) exceeds the cache, as a static engine pre-allocates it; sliding-window
+layers hold at most their window's blocks (`layout`, models/layers.BlockLayout.blocks: the rule
+of continuous batching's pool, in its block unit). Step times come from the same
+`StepModel.step`.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from capplan.errors import InputError
+from capplan.models.layers import DENSE_LAYOUT, BlockLayout
 from capplan.models.perf import chunk_attention
 from capplan.sim.engine import NO_WINDOW, step_times
 from capplan.sim.entities import STEP_INPUTS, RunRecord
@@ -32,7 +35,8 @@ class BatchEngine:
     """Static or dynamic request-level batching over a step-time model."""
 
     def __init__(self, step_model: Any, num_gpu_blocks: int, block_size: int, batch_size: int,
-                 mode: str = "static", timeout_s: float = 0.0) -> None:
+                 mode: str = "static", timeout_s: float = 0.0,
+                 layout: BlockLayout = DENSE_LAYOUT) -> None:
         if mode not in ("static", "dynamic"):
             raise InputError(f"batching mode {mode!r}: expected static or dynamic")
         if batch_size < 1:
@@ -40,7 +44,10 @@ class BatchEngine:
         if not np.isfinite(timeout_s) or timeout_s < 0:
             raise InputError(f"--batch-timeout {timeout_s}: must be a finite number >= 0")
         self.m = step_model
-        self.total_blocks, self.bs = int(num_gpu_blocks), int(block_size)
+        # counted in the layout's unit (`units` per block of num_gpu_blocks), as the
+        # continuous engine's pool
+        self.layout = layout
+        self.total_blocks, self.bs = int(num_gpu_blocks) * layout.units, int(block_size)
         self.B, self.mode, self.timeout_s = int(batch_size), mode, float(timeout_s)
 
     def _fits(self, lo: int, hi: int, reqs: Requests) -> int:
@@ -50,7 +57,7 @@ class BatchEngine:
         inp = np.maximum.accumulate(reqs.input_tokens[lo:hi])
         out = np.maximum.accumulate(reqs.output_tokens[lo:hi])
         k = np.arange(1, hi - lo + 1)
-        per_seq = -(-(inp + np.maximum(out, 1) - 1) // self.bs)
+        per_seq = self.layout.blocks(-(-(inp + np.maximum(out, 1) - 1) // self.bs))
         ok = k * per_seq <= self.total_blocks
         if not ok[0]:
             raise InputError(f"request {lo} needs {int(per_seq[0])} KV blocks of {self.bs} "
@@ -126,6 +133,6 @@ class BatchEngine:
         # TBT: decode step j (1-based) gives a token to every request with out - 1 >= j.
         counts = np.zeros(omax, np.int64)
         counts[1:] = b - np.searchsorted(np.sort(out - 1), np.arange(1, omax), "left")
-        kv_blocks = b * -(-(lmax + np.concatenate(([0.0], k))) // self.bs)
+        kv_blocks = b * self.layout.blocks(-(-(lmax + np.concatenate(([0.0], k))) // self.bs))
         starts = ends - dur
         return float(ends[-1]), (starts, dur, counts, np.full(omax, b), kv_blocks.astype(np.int64))

@@ -373,11 +373,13 @@ class QueueModel(SteadyState):
         (Little's law); the peak at the Poisson p99 of B (normal approximation)."""
         running = b + lam * own_mean
         state = np.asarray(self.limits.state_tokens_per_seq, float)
-        kv_used = b * (self.ctx_mean + state) + lam * own_mean * (self.inp.mean + state)
+        # window layers capped at their window (Limits.held_kv)
+        ctx, prompt = self.limits.held_kv(self.ctx_mean), self.limits.held_kv(self.inp.mean)
+        kv_used = b * (ctx + state) + lam * own_mean * (prompt + state)
         b_p99 = b + Z99 * np.sqrt(b)  # normal approximation of the Poisson p99
         kv_cap = np.maximum(np.asarray(self.limits.kv_cache_tokens, float), 1.0)
-        peak = np.minimum(b_p99 * (self.ctx_mean + state) / kv_cap + (
-            lam * own_mean * (self.inp.mean + state)) / kv_cap, 1.0)
+        peak = np.minimum(b_p99 * (ctx + state) / kv_cap + (
+            lam * own_mean * (prompt + state)) / kv_cap, 1.0)
         return running, kv_used / kv_cap, peak
 
 

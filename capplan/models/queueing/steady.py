@@ -20,6 +20,7 @@ from numpy.typing import ArrayLike
 
 from capplan.models.closed_loop import block_rounding_tokens
 from capplan.models.engine import SchedulerPolicy
+from capplan.models.layers import DENSE_LAYOUT, BlockLayout
 from capplan.models.perf import StepModel
 from capplan.models.prefill import packed_prefill_step
 from capplan.models.prefix import PrefixCache
@@ -48,6 +49,22 @@ class Limits:
     hybrid models' state blocks * block_size (plan/deployment.KvPool)."""
     block_size: Any = 1
     """Tokens per KV block: a sequence holds whole blocks (1: counted in tokens)."""
+    layout: BlockLayout = DENSE_LAYOUT
+    """How a sequence's tokens fill the pool: sliding-window layers capped at their window's
+    blocks (plan/deployment.KvPool.layout; fields may be arrays of the rows, `stack_layouts`).
+    kv_cache_tokens counts a token in every attention layer; a sequence of h tokens holds
+    layout.kv_tokens(h, block_size) of them."""
+
+    @property
+    def windowed(self) -> bool:
+        """Whether any row holds sliding-window layers capped at their window."""
+        return bool(np.any(np.asarray(self.layout.window) > 0))
+
+    def held_kv(self, tokens: Any) -> Any:
+        """KV capacity (kv_cache_tokens' unit) a sequence of `tokens` tokens holds, window
+        layers capped (models/layers.BlockLayout.kv_tokens: the rule `memory` and the replay
+        count by)."""
+        return self.layout.kv_tokens(tokens, self.block_size)
 
 
 CALL_ROWS = 600
@@ -162,11 +179,20 @@ class SteadyState:
         # shared with other running requests are held once (vLLM block_pool.touch); a hybrid's
         # recurrent state holds its fixed blocks whatever the length (vLLM MambaManager), and
         # the last block is partly empty (large for hybrids' raised block sizes).
-        mu = np.maximum(float(self.policy.held_tokens(inp.mean, out.mean))
-                        + block_rounding_tokens(inp.mean, out.mean, limits.block_size)
-                        - self.prefix.shared_kv_tokens_per_seq
-                        + np.asarray(limits.state_tokens_per_seq, float), 1.0)
+        # Sliding-window layers hold at most their window's blocks (vLLM's hybrid allocator
+        # frees the rest; layers.window_blocks): a sequence's tokens count as limits.held_kv
+        # of them, and their spread as the spread of held_kv over mean +- one sd (the slope of
+        # held_kv there: 1 without window layers, the full layers' share past the window).
+        held = (float(self.policy.held_tokens(inp.mean, out.mean))
+                + block_rounding_tokens(inp.mean, out.mean, limits.block_size)
+                - self.prefix.shared_kv_tokens_per_seq)
+        mu = np.maximum(limits.held_kv(held) + np.asarray(limits.state_tokens_per_seq, float),
+                        1.0)
         sigma = math.sqrt(inp.var + out.var / 4 + out.mean_sq / 12)
+        if sigma > 0 and limits.windowed:
+            lo_h = np.maximum(held - sigma, 0.0)
+            sigma = sigma * (limits.held_kv(held + sigma) - limits.held_kv(lo_h)) / (
+                held + sigma - lo_h)
         kv = np.asarray(limits.kv_cache_tokens, float) - self.prefix.resident_kv_tokens
         z = Z99
         root = (-z * sigma + np.sqrt(z * z * sigma * sigma + 4 * mu * np.maximum(kv, 0.0))) / (
