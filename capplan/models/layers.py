@@ -322,6 +322,11 @@ class BlockLayout:
         """Simulator blocks per block of `memory_report`'s num_gpu_blocks."""
         return self.full + self.window
 
+    def sim_blocks(self, memory_blocks: int) -> int:
+        """`memory_blocks` blocks of `memory_report`'s num_gpu_blocks (all layers) in the
+        simulator's block unit (gcd(full, window) layers): `units` each."""
+        return int(memory_blocks) * self.units
+
     def blocks(self, token_blocks: int) -> int:
         """Pool blocks of a sequence holding `token_blocks` blocks of tokens."""
         if not self.window:

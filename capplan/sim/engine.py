@@ -178,10 +178,10 @@ class ContinuousEngine:
         self.layout = layout if policy.frees_out_of_window or not layout.window else replace(
             layout, window_cap=NO_CAP)
         """How a sequence's tokens fill the pool (models/layers.BlockLayout); the engine counts
-        blocks in its unit, layout.units per block of `num_gpu_blocks`."""
-        self.total_blocks = int(num_gpu_blocks) * self.layout.units
+        blocks in its unit (layout.sim_blocks of `num_gpu_blocks`)."""
+        self.total_blocks = self.layout.sim_blocks(num_gpu_blocks)
         self.block_size = int(block_size)
-        self.state_blocks = int(state_blocks) * self.layout.units
+        self.state_blocks = self.layout.sim_blocks(state_blocks)
         """Blocks a running sequence's recurrent state holds from admission until it finishes
         or is preempted (hybrid models: models/layers.state_blocks_per_seq)."""
         self.max_num_seqs = int(max_num_seqs)
