@@ -1749,11 +1749,8 @@ def attention_ranks(eng: Any) -> int:
 
 def prompt_budget(eng: Any) -> int:
     """The prompt tokens a step admits further prompts within, whole, under
-    SchedulerPolicy.whole_prompts_after_first: the engine's `max_prefill_tokens`, else the
-    policy's per attention-DP rank times the ranks, else the step's token budget."""
-    own = getattr(eng, "max_prefill_tokens", None)
-    if own is not None:
-        return int(own)
+    SchedulerPolicy.whole_prompts_after_first: the policy's `max_prefill_tokens` per
+    attention-DP rank times the ranks, else the step's token budget."""
     per_rank = int(getattr(eng.policy, "max_prefill_tokens", 0) or 0)
     if per_rank > 0:
         return per_rank * attention_ranks(eng)

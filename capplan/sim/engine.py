@@ -143,11 +143,6 @@ class ContinuousEngine:
     adapter_seed = 0
     """Seed of the requests' LoRA adapters when they carry none (compiled.adapters_of; the
     simulator's runs take the workload's seed, `run_scheduler`)."""
-    max_prefill_tokens: int | None = None
-    """The prompt budget of an engine whose policy admits a step's further prompts only whole
-    (SchedulerPolicy.whole_prompts_after_first; SGLang's --max-prefill-tokens, the replica's:
-    each attention-DP rank's times the ranks); None: the policy's default
-    (capplan.sim.compiled.prompt_budget)."""
     kv_present = False
     """A P/D decode worker (capplan.sim.pd): a prompt's KV arrived over the link, so its step
     computes its last token only, reading the rest as a cached prefix (sim/pd.KvPresentStep)."""
