@@ -141,7 +141,7 @@ class SchedulerPolicy:
     behind the window, advancing a request's `swa_evicted_seqlen`; TensorRT-LLM
     `WindowBlockManager::adjustBlocksIfNeeded` calls `detachFrontBlock` once a sequence spans
     window + tokens_per_block, batch_manager/kvCacheManager.cpp). False: window layers hold the
-    whole sequence, as full ones (ContinuousEngine's layout)."""
+    whole sequence, as full ones (layers.BlockLayout.kept_whole)."""
     schedules_ahead: bool = False
     """The batch of step k is formed while step k - 1 runs, so it admits only the requests
     that reached the engine before step k - 1 began: an arrival during a step waits for the

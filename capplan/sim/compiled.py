@@ -662,8 +662,6 @@ def _units(k: int, cfg: np.ndarray) -> int:
     SlidingWindowSpec.max_memory_usage_bytes)."""
     if cfg[WIN_U] == 0 or k <= 0:
         return cfg[FULL_U] * k
-    if cfg[WIN_CAP] >= NO_CAP:  # an engine that keeps out-of-window blocks
-        return (cfg[FULL_U] + cfg[WIN_U]) * k
     return cfg[FULL_U] * k + cfg[WIN_U] * min(k + 1, cfg[WIN_CAP])
 
 

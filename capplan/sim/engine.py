@@ -28,7 +28,8 @@ left). A prefix-cache entry is a token block's full-layer part (`layout.entry` p
 window-layer blocks are taken afresh on a hit. A layout of window layers only caches a token
 block's window-layer blocks instead, a sequence's first `layout.cached_cap` token blocks at most
 (vLLM reuses a longer cached prefix holding only its last window; here the rest is recomputed).
-A policy with `frees_out_of_window` off counts window layers at full length.
+A policy with `frees_out_of_window` off counts window layers as full ones
+(`layout.kept_whole`).
 
 `SchedulerPolicy` (capplan/models/engine.py) changes four things, each honoured exactly:
 - prefill_first (SGLang `Scheduler.get_next_batch_to_run`, "run prefill first if possible"):
@@ -101,7 +102,7 @@ import numpy as np
 
 from capplan.errors import InputError
 from capplan.models.engine import VLLM, ClientJitter, SchedulerPolicy, check_step_budget
-from capplan.models.layers import DENSE_LAYOUT, NO_CAP, BlockLayout
+from capplan.models.layers import DENSE_LAYOUT, BlockLayout
 from capplan.sim.engine_options import (  # noqa: F401 (re-exported: the engine's options)
     ENGINE_IMPLS,
     INSTALL_HINT,
@@ -170,8 +171,7 @@ class ContinuousEngine:
         self.step_model = step_model
         self.policy = policy
         # the policy decides whether window layers shed their out-of-window blocks
-        self.layout = layout if policy.frees_out_of_window or not layout.window else replace(
-            layout, window_cap=NO_CAP)
+        self.layout = layout if policy.frees_out_of_window else layout.kept_whole()
         """How a sequence's tokens fill the pool (models/layers.BlockLayout); the engine counts
         blocks in its unit (layout.sim_blocks of `num_gpu_blocks`)."""
         self.total_blocks = self.layout.sim_blocks(num_gpu_blocks)
