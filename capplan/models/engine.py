@@ -141,7 +141,7 @@ class SchedulerPolicy:
     behind the window, advancing a request's `swa_evicted_seqlen`; TensorRT-LLM
     `WindowBlockManager::adjustBlocksIfNeeded` calls `detachFrontBlock` once a sequence spans
     window + tokens_per_block, batch_manager/kvCacheManager.cpp). False: window layers hold the
-    whole sequence, as full ones (ContinuousEngine's layout)."""
+    whole sequence, as full ones (layers.BlockLayout.kept_whole)."""
     schedules_ahead: bool = False
     """The batch of step k is formed while step k - 1 runs, so it admits only the requests
     that reached the engine before step k - 1 began: an arrival during a step waits for the
@@ -166,8 +166,8 @@ class SchedulerPolicy:
     scheduler.py `get_new_batch_prefill`, 0.5.8). False (vLLM V1, TensorRT-LLM): the budget's
     leftover takes a chunk of the next prompt."""
     max_prefill_tokens: int = 0
-    """The prompt budget of `whole_prompts_after_first`, per attention-DP rank, when the engine
-    is given none (capplan.sim.engine.ContinuousEngine.max_prefill_tokens): SGLang's
+    """The prompt budget of `whole_prompts_after_first`, per attention-DP rank (the replica's
+    is this times the ranks, capplan.sim.compiled.prompt_budget): SGLang's
     --max-prefill-tokens default 16384 (python/sglang/srt/server_args.py 0.5.8); 0: the step's
     token budget."""
 

@@ -282,11 +282,10 @@ def window_blocks(token_blocks: Any, cap: Any) -> Any:
     0 for no tokens; cap from `window_blocks_cap`. vLLM V1
     `SlidingWindowSpec.max_memory_usage_bytes`: cdiv(min(window - 1 + max_num_batched_tokens,
     L), bs) + 1, which for L of `token_blocks` blocks is min(token_blocks, cap - 1) + 1 (the
-    + 1: a window that straddles block edges). Uncapped (cap NO_CAP: an engine that keeps
-    out-of-window blocks) all token_blocks. Numbers in, a number out; arrays (the analytic
+    + 1: a window that straddles block edges). Numbers in, a number out; arrays (the analytic
     models' rows, a mean's fractional blocks) element by element."""
     k = np.asarray(token_blocks)
-    held = np.where(np.asarray(cap) >= NO_CAP, k, np.where(k > 0, np.minimum(k + 1, cap), 0))
+    held = np.where(k > 0, np.minimum(k + 1, cap), 0)
     return held if held.ndim else held.item()
 
 
@@ -326,6 +325,17 @@ class BlockLayout:
     def units(self) -> int:
         """Simulator blocks per block of `memory_report`'s num_gpu_blocks."""
         return self.full + self.window
+
+    def sim_blocks(self, memory_blocks: int) -> int:
+        """`memory_blocks` blocks of `memory_report`'s num_gpu_blocks (all layers) in the
+        simulator's block unit (gcd(full, window) layers): `units` each."""
+        return int(memory_blocks) * self.units
+
+    def kept_whole(self) -> BlockLayout:
+        """The layout under an engine that keeps its window layers' out-of-window blocks
+        (SchedulerPolicy.frees_out_of_window False): window layers count as full ones, for the
+        blocks a sequence holds and a prefix-cache entry's, in the same block unit."""
+        return BlockLayout(self.units) if self.window else self
 
     def blocks(self, token_blocks: Any) -> Any:
         """Pool blocks of a sequence holding `token_blocks` blocks of tokens (element by
@@ -392,15 +402,16 @@ def block_layout(model: ModelSpec, block_size: int, max_num_batched_tokens: int,
                  frees_out_of_window: bool = True) -> BlockLayout:
     """The simulator's block layout of `model` on its heaviest stage: window layers capped at
     `window_blocks_cap` (the rule `sequence_bytes` applies, so the replay holds what `memory`
-    sizes), or counted at full length when the engine keeps out-of-window blocks
-    (`frees_out_of_window` False; SchedulerPolicy.frees_out_of_window)."""
+    sizes), or counted as full layers when the engine keeps out-of-window blocks
+    (`frees_out_of_window` False; SchedulerPolicy.frees_out_of_window, BlockLayout.kept_whole)."""
     st = stage_layers(model, pp)
     full, win = st.count("full_attention"), st.count(*WINDOW_KINDS)
-    if not (win and model.sliding_window and frees_out_of_window):
+    if not (win and model.sliding_window):
         return DENSE_LAYOUT
     g = math.gcd(full, win)
-    return BlockLayout(full // g, win // g, window_blocks_cap(
+    layout = BlockLayout(full // g, win // g, window_blocks_cap(
         model.sliding_window, block_size, max_num_batched_tokens), model.sliding_window)
+    return layout if frees_out_of_window else layout.kept_whole()
 
 
 def sequence_bytes(model: ModelSpec, seq_len: float, tp: int, kv_bytes: float,

@@ -104,10 +104,10 @@ class KvPool:
     def sequences_at(self, context_len: int) -> int:
         """Sequences of context_len tokens the pool holds at once: its blocks over a sequence's
         (window layers capped, models/layers.BlockLayout; its recurrent state's)."""
-        u = self.layout.units
-        per_seq = (self.layout.blocks(cdiv(int(context_len), self.block_size))
-                   + self.state_blocks_per_seq * u)
-        return self.num_blocks * u // max(per_seq, 1)
+        lay = self.layout
+        per_seq = (lay.blocks(cdiv(int(context_len), self.block_size))
+                   + lay.sim_blocks(self.state_blocks_per_seq))
+        return lay.sim_blocks(self.num_blocks) // max(per_seq, 1)
 
     @classmethod
     def of(cls, mem: MemoryReport) -> KvPool:

@@ -662,8 +662,6 @@ def _units(k: int, cfg: np.ndarray) -> int:
     SlidingWindowSpec.max_memory_usage_bytes)."""
     if cfg[WIN_U] == 0 or k <= 0:
         return cfg[FULL_U] * k
-    if cfg[WIN_CAP] >= NO_CAP:  # an engine that keeps out-of-window blocks
-        return (cfg[FULL_U] + cfg[WIN_U]) * k
     return cfg[FULL_U] * k + cfg[WIN_U] * min(k + 1, cfg[WIN_CAP])
 
 
@@ -1749,11 +1747,8 @@ def attention_ranks(eng: Any) -> int:
 
 def prompt_budget(eng: Any) -> int:
     """The prompt tokens a step admits further prompts within, whole, under
-    SchedulerPolicy.whole_prompts_after_first: the engine's `max_prefill_tokens`, else the
-    policy's per attention-DP rank times the ranks, else the step's token budget."""
-    own = getattr(eng, "max_prefill_tokens", None)
-    if own is not None:
-        return int(own)
+    SchedulerPolicy.whole_prompts_after_first: the policy's `max_prefill_tokens` per
+    attention-DP rank times the ranks, else the step's token budget."""
     per_rank = int(getattr(eng.policy, "max_prefill_tokens", 0) or 0)
     if per_rank > 0:
         return per_rank * attention_ranks(eng)

@@ -28,7 +28,8 @@ left). A prefix-cache entry is a token block's full-layer part (`layout.entry` p
 window-layer blocks are taken afresh on a hit. A layout of window layers only caches a token
 block's window-layer blocks instead, a sequence's first `layout.cached_cap` token blocks at most
 (vLLM reuses a longer cached prefix holding only its last window; here the rest is recomputed).
-A policy with `frees_out_of_window` off counts window layers at full length.
+A policy with `frees_out_of_window` off counts window layers as full ones
+(`layout.kept_whole`).
 
 `SchedulerPolicy` (capplan/models/engine.py) changes four things, each honoured exactly:
 - prefill_first (SGLang `Scheduler.get_next_batch_to_run`, "run prefill first if possible"):
@@ -101,7 +102,7 @@ import numpy as np
 
 from capplan.errors import InputError
 from capplan.models.engine import VLLM, ClientJitter, SchedulerPolicy, check_step_budget
-from capplan.models.layers import DENSE_LAYOUT, NO_CAP, BlockLayout
+from capplan.models.layers import DENSE_LAYOUT, BlockLayout
 from capplan.sim.engine_options import (  # noqa: F401 (re-exported: the engine's options)
     ENGINE_IMPLS,
     INSTALL_HINT,
@@ -143,11 +144,6 @@ class ContinuousEngine:
     adapter_seed = 0
     """Seed of the requests' LoRA adapters when they carry none (compiled.adapters_of; the
     simulator's runs take the workload's seed, `run_scheduler`)."""
-    max_prefill_tokens: int | None = None
-    """The prompt budget of an engine whose policy admits a step's further prompts only whole
-    (SchedulerPolicy.whole_prompts_after_first; SGLang's --max-prefill-tokens, the replica's:
-    each attention-DP rank's times the ranks); None: the policy's default
-    (capplan.sim.compiled.prompt_budget)."""
     kv_present = False
     """A P/D decode worker (capplan.sim.pd): a prompt's KV arrived over the link, so its step
     computes its last token only, reading the rest as a cached prefix (sim/pd.KvPresentStep)."""
@@ -175,13 +171,12 @@ class ContinuousEngine:
         self.step_model = step_model
         self.policy = policy
         # the policy decides whether window layers shed their out-of-window blocks
-        self.layout = layout if policy.frees_out_of_window or not layout.window else replace(
-            layout, window_cap=NO_CAP)
+        self.layout = layout if policy.frees_out_of_window else layout.kept_whole()
         """How a sequence's tokens fill the pool (models/layers.BlockLayout); the engine counts
-        blocks in its unit, layout.units per block of `num_gpu_blocks`."""
-        self.total_blocks = int(num_gpu_blocks) * self.layout.units
+        blocks in its unit (layout.sim_blocks of `num_gpu_blocks`)."""
+        self.total_blocks = self.layout.sim_blocks(num_gpu_blocks)
         self.block_size = int(block_size)
-        self.state_blocks = int(state_blocks) * self.layout.units
+        self.state_blocks = self.layout.sim_blocks(state_blocks)
         """Blocks a running sequence's recurrent state holds from admission until it finishes
         or is preempted (hybrid models: models/layers.state_blocks_per_seq)."""
         self.max_num_seqs = int(max_num_seqs)

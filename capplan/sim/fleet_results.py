@@ -274,6 +274,6 @@ def fleet_record(spec: FleetReplaySpec, tm: _Times, tbt_gap_s: np.ndarray,
         output_tokens=np.asarray(reqs.output_tokens)[done], lane=np.asarray(reqs.lane)[done],
         step_start_s=z, step_dur_s=z, step_tbt_count=zi, step_tbt_gap_s=z, extra_gaps_s=z,
         step_running=zi, step_waiting=zi, step_kv_blocks=zi,
-        num_gpu_blocks=pool.num_blocks * pool.layout.units,  # the loop's block unit
+        num_gpu_blocks=pool.layout.sim_blocks(pool.num_blocks),  # the loop's block unit
         preemptions=int(tm.agg.get("preemptions", 0)), scheduler="continuous", steps=steps,
         prefix_hit_tokens=int(tm.agg.get("prefix_hit_tokens", 0)))

@@ -5,10 +5,12 @@ SGLang 0.5.8 `PrefillAdder` (python/sglang/srt/managers/schedule_policy.py): wit
 its chunk cap rem_chunk = chunked_prefill_size - running_bs; the step's first prompt is chunked
 at rem_chunk, and a later one is refused (ending the step's admissions) unless its tokens are
 fewer than what is left of rem_input. capplan's `max_num_batched_tokens` is the chunk cap and
-`ContinuousEngine.max_prefill_tokens` the prompt budget.
+`SchedulerPolicy.max_prefill_tokens` the prompt budget (one attention rank here).
 """
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -53,8 +55,9 @@ def _requests(prompt: int, n_new: int) -> Requests:
 def _run(policy: SchedulerPolicy, chunk: int, max_prefill: int | None, prompt: int,
          n_new: int) -> tuple[list[tuple[int, int]], object]:
     rec = Recorder()
+    if max_prefill is not None:
+        policy = replace(policy, max_prefill_tokens=max_prefill)
     eng = ContinuousEngine(rec, 4000, 16, 128, chunk, policy)
-    eng.max_prefill_tokens = max_prefill
     eng.jit = False
     run = eng.run(_requests(prompt, n_new))
     return rec.prefill, run
@@ -99,8 +102,7 @@ def test_a_refused_prompt_ends_the_step_even_if_a_later_one_fits():
     r = Requests(np.r_[np.zeros(DECODERS), np.full(3, 0.5)],
                  np.r_[np.ones(DECODERS, np.int64), [1024, 2000, 100]],
                  np.r_[np.full(DECODERS, 400), [4, 4, 4]], np.zeros(n, np.int64))
-    eng = ContinuousEngine(rec, 4000, 16, 128, 8192, MIXED)
-    eng.max_prefill_tokens = 2524
+    eng = ContinuousEngine(rec, 4000, 16, 128, 8192, replace(MIXED, max_prefill_tokens=2524))
     eng.jit = False
     eng.run(r)
     assert rec.prefill[1:] == [(1024, 1), (2100, 2)]
@@ -121,7 +123,8 @@ def test_profiles_and_budgets():
     assert not TRTLLM.scheduler.whole_prompts_after_first
     eng = ContinuousEngine(Recorder(), 100, 16, 8, 8192, SGLANG.scheduler)
     assert prompt_budget(eng) == 16384
-    eng.max_prefill_tokens = 2524
+    eng = ContinuousEngine(Recorder(), 100, 16, 8, 8192,
+                           replace(SGLANG.scheduler, max_prefill_tokens=2524))
     assert prompt_budget(eng) == 2524
     assert prompt_budget(ContinuousEngine(Recorder(), 100, 16, 8, 4096)) == 4096
 

@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 
 from capplan.catalog.loader import load_catalog
 from capplan.models.engine import EngineSettings, SchedulerPolicy
-from capplan.models.layers import DENSE_LAYOUT, BlockLayout, stage_layers
+from capplan.models.layers import DENSE_LAYOUT, BlockLayout, block_layout, stage_layers
 from capplan.plan.deployment import EngineOptions, resolve_deployment
 from capplan.plan.speed import max_batch
 from capplan.sim import ContinuousEngine, Requests, compiled_available
@@ -145,6 +145,20 @@ def test_engines_that_keep_out_of_window_blocks_count_them():
     eng = ContinuousEngine(dep.step, pool.num_blocks, 16, 8, 8192, keeps, layout=pool.layout)
     assert eng.layout.window_cap > 10**9 and eng.total_blocks == 2 * pool.num_blocks
     assert eng.layout.blocks(FULL_BLOCKS) == 2 * FULL_BLOCKS
+
+
+def test_keeping_out_of_window_blocks_is_one_rule_for_memory_and_the_engine():
+    # 18 full + 18 window layers (gcd 18): 1 + 1 pool blocks per token block, both growing with
+    # the sequence as full layers do: 2 per token block, and a prefix-cache entry holds both
+    # (window layers as full ones), whether the layout is built for the policy or the engine
+    # is handed the freeing layout
+    dep = resolve_deployment(_CAT, "gpt-oss-120b", "h100-sxm")
+    kept = block_layout(dep.model, 16, 8192, frees_out_of_window=False)
+    assert (kept.blocks(FULL_BLOCKS), kept.entry, kept.window) == (2 * FULL_BLOCKS, 2, 0)
+    keeps = replace(dep.settings.profile.scheduler, frees_out_of_window=False)
+    eng = ContinuousEngine(dep.step, dep.pool.num_blocks, 16, 8, 8192, keeps,
+                           layout=dep.pool.layout)
+    assert eng.layout == kept
 
 
 # --- the dense replay is unchanged ----------------------------------------------------------
