@@ -44,7 +44,7 @@ from capplan.export.layout import (
 )
 from capplan.models.engine import ENGINES, engine_display_name
 from capplan.plan.alternatives import PLAN_NOTES
-from capplan.plan.bench_cmds import STEP_LABELS, reading_plan, verify_call
+from capplan.plan.bench_cmds import STEP_LABELS, lane_steps, reading_plan, verify_call
 from capplan.plan.flags import launch_text, runnable
 from capplan.plan.launch import layout_cell, sized_for
 
@@ -350,12 +350,8 @@ def _pools(p: dict[str, Any]) -> str:
         out += "".join(_cmd(f"lane {ln.get('lane')}: {engine_display_name(key)}",
                             launch_text(flags, key)) for key in ENGINES if flags.get(key))
         lane = str(ln.get("lane"))  # its own verify steps: its requests alone, at its rate
-        out += "".join(_cmd(f"lane {lane}: {label}", flags[key])
-                       for key, label in STEP_LABELS.items() if flags.get(key))
-        if flags.get("bench"):
-            out += _cmd(f"lane {lane}: measure",
-                        f"{verify_call()} --lane {shlex.quote(lane)} --endpoint "
-                        f"{bench_url(flags['bench'])}")
+        out += "".join(_cmd(f"lane {lane}: {label}", line)
+                       for _, label, line in lane_steps(flags, lane, measure=True))
     return out
 
 

@@ -107,10 +107,36 @@ def _wrapped(line: str, width: int, key: str) -> str:
                          break_on_hyphens=False, break_long_words=False)
 
 
+def bench_url(bench: Any) -> str:
+    """The server URL a verify line's client sends to (its --base-url, --url or --target)."""
+    words = str(bench or "").split()
+    return next((words[i + 1] for i, w in enumerate(words[:-1])
+                 if w in ("--base-url", "--url", "--target")), "http://localhost:8000")
+
+
+MEASURE = "measure"
+"""What the reports call a verify step's read-back: the verify call that measures the
+endpoint the verify line sends to."""
+
+
+def lane_steps(steps: dict[str, Any], lane: str, *, measure: bool = False
+               ) -> list[tuple[str, str, str]]:
+    """(key, label, line) of a lane's own pool's verify steps, those `steps` (the lane's
+    engine_flags) holds in STEP_LABELS' order; `measure`: then the verify call that measures
+    its pool's endpoint (`capplan verify PLAN.json --lane NAME --endpoint URL`) when it has a
+    verify line. One builder for the terminal (lane_step_lines), Markdown and HTML."""
+    out = [(key, label, str(steps[key])) for key, label in STEP_LABELS.items()
+           if steps.get(key)]
+    if measure and steps.get("bench"):
+        out.append((MEASURE, MEASURE, f"{verify_call()} --lane {shlex.quote(lane)} --endpoint "
+                                      f"{bench_url(steps['bench'])}"))
+    return out
+
+
 def lane_step_lines(steps: dict[str, Any], lane: str) -> list[str]:
     """A lane's own pool's verify steps for the terminal ("dataset (lane NAME): ...")."""
-    return [_wrapped(f"{label} (lane {lane}): {steps[key]}", 4, key)
-            for key, label in STEP_LABELS.items() if steps.get(key)]
+    return [_wrapped(f"{label} (lane {lane}): {line}", 4, key)
+            for key, label, line in lane_steps(steps, lane)]
 
 
 def dataset_name(client: str, stem: str = DATASET_STEM) -> str:
