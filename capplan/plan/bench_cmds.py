@@ -167,17 +167,18 @@ def _safe_name(name: str) -> str:
 def _calling(flags: dict[str, Any], call: str, stem: str) -> dict[str, Any]:
     """`flags` with its verify steps (bench, bench_dataset) calling `call` in place of
     `capplan verify PLAN.json` and writing and reading the dataset file `stem`.* in place of
-    capplan-workload.*."""
-    return {**flags, **{k: flags[k].replace(VERIFY_PLAN, call)
-                        .replace(f"{DATASET_STEM}.", f"{stem}.")
+    capplan-workload.* (a lane's capplan-workload-lane-NAME.*: `stem`-lane-NAME.*)."""
+    named = re.compile(re.escape(DATASET_STEM) + r"(?=\.|-lane-)")  # one pass: a stem once
+    return {**flags, **{k: named.sub(stem, flags[k].replace(VERIFY_PLAN, call))
                         for k in ("bench", "bench_dataset") if isinstance(flags.get(k), str)}}
 
 
 def for_model(plan: dict[str, Any], model: str) -> dict[str, Any]:
     """One model's plan dict in a plan of several: its printed verify steps (the
-    recommendations' and a disaggregated layout's) call verify with `--model NAME`, the one
-    JSON holding every model, and write and read the model's own dataset file
-    (capplan-workload-NAME.jsonl), so two models' datasets in one folder stay apart."""
+    recommendations', a disaggregated layout's and its lanes' pools') call verify with
+    `--model NAME`, the one JSON holding every model, and write and read the model's own
+    dataset files (capplan-workload-NAME.jsonl, capplan-workload-NAME-lane-LANE.jsonl), so two
+    models' datasets in one folder stay apart."""
     call, stem = verify_call(model), f"{DATASET_STEM}-{_safe_name(model)}"
     out = {**plan, "recommendations": [
         {**r, "engine_flags": _calling(r.get("engine_flags") or {}, call, stem)}
@@ -185,6 +186,12 @@ def for_model(plan: dict[str, Any], model: str) -> dict[str, Any]:
     for key in ("disaggregated", "fixed_disaggregated"):
         if isinstance(plan.get(key), dict):
             out[key] = _calling(plan[key], call, stem)
+    sep = (plan.get("pools") or {}).get("separate") or {}
+    if isinstance(sep.get("lanes"), list):  # each lane's pool (`capplan verify --lane NAME`)
+        out["pools"] = {**plan["pools"], "separate": {**sep, "lanes": [
+            {**ln, "engine_flags": _calling(ln["engine_flags"], call, stem)}
+            if isinstance(ln, dict) and isinstance(ln.get("engine_flags"), dict) else ln
+            for ln in sep["lanes"]]}}
     return out
 
 
