@@ -336,8 +336,9 @@ def _fixed_layout(p: dict[str, Any]) -> str:
     return "".join(out)
 
 
-def _pools(p: dict[str, Any]) -> str:
-    """One shared pool against a pool per lane ('' without the comparison)."""
+def _pools(p: dict[str, Any], model: str | None = None) -> str:
+    """One shared pool against a pool per lane ('' without the comparison); `model`: one model
+    of a plan of several, which its lanes' measure lines name (bench_cmds.verify_call)."""
     cols, rows = pool_table(p)
     if not rows:
         return ""
@@ -351,7 +352,8 @@ def _pools(p: dict[str, Any]) -> str:
                             launch_text(flags, key)) for key in ENGINES if flags.get(key))
         lane = str(ln.get("lane"))  # its own verify steps: its requests alone, at its rate
         out += "".join(_cmd(f"lane {lane}: {label}", line)
-                       for _, label, line in lane_steps(flags, lane, measure=True))
+                       for _, label, line in lane_steps(flags, lane, measure=True,
+                                                        model=model))
     return out
 
 
@@ -473,8 +475,10 @@ def render_html(plan: dict[str, Any], run: Run | None = None) -> str:
     title = "capplan: " + rates_title(plan)
 
     def sections(p: dict[str, Any], model: str | None = None) -> str:
-        return "".join(_commands(p, run, model) if s is _commands else s(p) for s in SECTIONS
-                       if s is not _day)
+        # the verify lines of one model of several name it (bench_cmds.verify_call)
+        named = {_commands: lambda q: _commands(q, run, model),
+                 _pools: lambda q: _pools(q, model)}
+        return "".join(named.get(s, s)(p) for s in SECTIONS if s is not _day)
 
     if len(subs) == 1:
         body = sections(plan) + _day(plan)

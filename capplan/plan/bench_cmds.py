@@ -119,17 +119,18 @@ MEASURE = "measure"
 endpoint the verify line sends to."""
 
 
-def lane_steps(steps: dict[str, Any], lane: str, *, measure: bool = False
-               ) -> list[tuple[str, str, str]]:
+def lane_steps(steps: dict[str, Any], lane: str, *, measure: bool = False,
+               model: str | None = None) -> list[tuple[str, str, str]]:
     """(key, label, line) of a lane's own pool's verify steps, those `steps` (the lane's
     engine_flags) holds in STEP_LABELS' order; `measure`: then the verify call that measures
-    its pool's endpoint (`capplan verify PLAN.json --lane NAME --endpoint URL`) when it has a
-    verify line. One builder for the terminal (lane_step_lines), Markdown and HTML."""
+    its pool's endpoint (`capplan verify PLAN.json --lane NAME --endpoint URL`, naming
+    `model`, one of a plan of several: verify_call) when it has a verify line. One builder
+    for the terminal (lane_step_lines), Markdown and HTML."""
     out = [(key, label, str(steps[key])) for key, label in STEP_LABELS.items()
            if steps.get(key)]
     if measure and steps.get("bench"):
-        out.append((MEASURE, MEASURE, f"{verify_call()} --lane {shlex.quote(lane)} --endpoint "
-                                      f"{bench_url(steps['bench'])}"))
+        out.append((MEASURE, MEASURE, f"{verify_call(model)} --lane {shlex.quote(lane)} "
+                                      f"--endpoint {bench_url(steps['bench'])}"))
     return out
 
 

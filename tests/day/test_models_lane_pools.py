@@ -26,7 +26,8 @@ def _plan(run_cli, tmp_path: Path) -> tuple[str, Path]:
     path = tmp_path / "models.yaml"
     path.write_text(yaml.safe_dump(doc, sort_keys=False))
     out = tmp_path / "models.json"
-    res = run_cli("plan", str(path), "--export", str(out))
+    res = run_cli("plan", str(path), "--export", str(out), "--export",
+                  str(tmp_path / "models.html"))
     assert res.exit_code == 0, res.stderr
     return res.stdout, out
 
@@ -70,6 +71,11 @@ def test_a_lanes_verify_steps_name_its_model(run_cli, tmp_path: Path):
         f"capplan verify {out} --model {m} --lane {ln} --client vllm --write-dataset "
         f"capplan-workload-{m}-lane-{ln}.jsonl"
         for m in MODELS for ln in ("chat", "rag")]
+    # the HTML report's measure line of each lane names its model too
+    page = (tmp_path / "models.html").read_text()
+    for k, (m, ln) in enumerate((m, ln) for m in MODELS for ln in ("chat", "rag")):
+        assert (f"capplan verify {out} --model {m} --lane {ln} --endpoint "
+                f"http://localhost:{8100 + k}") in page
     dataset = tmp_path / "qwen-chat.jsonl"
     res = run_cli("verify", str(out), "--model", "qwen2.5-7b", "--lane", "chat", "--client",
                   "vllm", "--write-dataset", str(dataset))
