@@ -175,32 +175,68 @@ def _emit_text(result: dict[str, Any], fmt: str, plan_json: Path | None) -> None
 
 
 def day_sections(result: dict[str, Any], fmt: str) -> str:
-    """A day plan in CSV or Markdown: the recommendations (each model's, a `model` column first
-    for several), the first one's launch lines, the schedule and the totals. Sections are
-    separated by a blank line, each with its own header row (as `latency --format csv` and
-    the `.schedule.csv` export); Markdown titles each with a heading."""
+    """A day plan in CSV or Markdown: which layout is recommended (the sentence every format
+    gives, `layout.headline`, each model's for several), the recommendations (each model's, a
+    `model` column first for several; a `recommended` column when a plan compares layouts),
+    the recommended fleet's launch lines (each lane's pool's when a pool per lane is
+    recommended), the disaggregated layout's pools and the pool comparison when there are,
+    the schedule and the totals.
+    Sections are separated by a blank line, each with its own header row (as `latency
+    --format csv` and the `.schedule.csv` export); Markdown titles each with a heading."""
     from capplan.cli._day import schedule_sections
+    from capplan.export.csv_export import marked_pools
 
     plans = result.get("models") or [result]
     several = "models" in result
-    rows = [{**r, "model": p["model"]} for p in plans for r in _plan_rows(p)]
-    cols = [Column("model", "model")] * several + PLAN_COLUMNS
-    launch = [{"model": p["model"], "engine": engine_display_name(key),
+    first = [Column("model", "model")] * several
+    said = [{"model": p["model"], "recommended": headline(p).removeprefix("recommended: ")}
+            for p in plans]
+    rows = [{**r, "model": p["model"]} for p in plans for r in _marked_rows(p)]
+    marked = any(r.get("recommended") for r in rows)
+    cols = first + PLAN_COLUMNS + [Column("recommended", "recommended")] * marked
+    launch = [{"model": p["model"], "engine": engine_display_name(key) + tag,
                "command": launch_text(flags, key)}
-              for p in plans for flags in [p["recommendations"][0]["engine_flags"]]
+              for p in plans for tag, flags in _deployed_flags(p)
               for key in ENGINES if key in flags]
-    lcols = [Column("model", "model")] * several + [Column("engine", "engine"),
-                                                    Column("command", "launch command")]
+    lcols = first + [Column("engine", "engine"), Column("command", "launch command")]
+    pools = [{**r, "model": p["model"]} for p in plans for r in marked_pools(p)]
+    pcols = first + POOL_COLUMNS + [Column("binding_constraint", "binding constraint"),
+                                    Column("recommended", "recommended")]
     if fmt == "markdown":  # a command (one line per host) stays whole in a code block
         ltext = "\n\n".join(f"{r['engine']}" + (f" ({r['model']})" if several else "")
                              + f":\n```sh\n{r['command']}\n```" for r in launch)
     else:
         ltext = render_rows(launch, lcols, fmt)
+    disagg = "" if several else _disagg_section(result, fmt)
     sections = [("recommendations", render_rows(rows, cols, fmt)), ("launch", ltext),
+                *([("disaggregated", disagg)] if disagg else []),
+                *([("pools", render_rows(pools, pcols, fmt))] if pools else []),
                 *schedule_sections(result, fmt)]
     if fmt == "csv":
-        return "\n\n".join(text for _, text in sections)
-    return "\n\n".join(f"## {title}\n\n{text}" for title, text in sections)
+        head = render_rows(said, first + [Column("recommended", "recommended")], fmt)
+        return "\n\n".join([head, *(text for _, text in sections)])
+    head = "\n\n".join("Recommended" + (f" ({s['model']})" if several else "")
+                        + f": {s['recommended']}" for s in said)
+    return "\n\n".join([head, *(f"## {title}\n\n{text}" for title, text in sections)])
+
+
+def _marked_rows(result: dict[str, Any]) -> list[dict[str, Any]]:
+    """The plan's recommendation rows, each marked "recommended" (yes/no) when the plan
+    compares layouts (`layout_marks`, as the CSV export's): rank 1 is the aggregated one."""
+    from capplan.export.csv_export import layout_marks
+
+    marks = layout_marks(result)
+    return [{**r, "recommended": (marks.get("aggregated") if r.get("rank") == 1 else "no")
+             if marks else None} for r in _plan_rows(result)]
+
+
+def _deployed_flags(result: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+    """(engine label suffix, engine_flags) of the fleets the plan recommends: each lane's pool
+    (" (lane NAME)") when it recommends a pool per lane, else rank 1's ("")."""
+    if recommended_layout(result) == SEPARATE:
+        return [(f" (lane {ln['lane']})", ln["engine_flags"])
+                for ln in result["pools"]["separate"]["lanes"]]
+    return [("", result["recommendations"][0]["engine_flags"])]
 
 
 def machine_sections(result: dict[str, Any], fmt: str) -> str:
@@ -211,8 +247,7 @@ def machine_sections(result: dict[str, Any], fmt: str) -> str:
     from capplan.export.csv_export import layout_marks, marked_pools
 
     marks = layout_marks(result)
-    rows = [{**r, "recommended": marks.get("aggregated") if r.get("rank") == 1 else "no"}
-            for r in _plan_rows(result)]
+    rows = _marked_rows(result)
     cols = PLAN_COLUMNS + ([Column("recommended", "recommended")] if marks else [])
     said = headline(result).removeprefix("recommended: ")
     pools = marked_pools(result)

@@ -44,7 +44,7 @@ from capplan.export.layout import (
 )
 from capplan.models.engine import ENGINES, engine_display_name
 from capplan.plan.alternatives import PLAN_NOTES
-from capplan.plan.bench_cmds import STEP_LABELS, reading_plan, verify_call
+from capplan.plan.bench_cmds import STEP_LABELS, lane_steps, reading_plan, verify_call
 from capplan.plan.flags import launch_text, runnable
 from capplan.plan.launch import layout_cell, sized_for
 
@@ -336,8 +336,9 @@ def _fixed_layout(p: dict[str, Any]) -> str:
     return "".join(out)
 
 
-def _pools(p: dict[str, Any]) -> str:
-    """One shared pool against a pool per lane ('' without the comparison)."""
+def _pools(p: dict[str, Any], model: str | None = None) -> str:
+    """One shared pool against a pool per lane ('' without the comparison); `model`: one model
+    of a plan of several, which its lanes' measure lines name (bench_cmds.verify_call)."""
     cols, rows = pool_table(p)
     if not rows:
         return ""
@@ -350,12 +351,9 @@ def _pools(p: dict[str, Any]) -> str:
         out += "".join(_cmd(f"lane {ln.get('lane')}: {engine_display_name(key)}",
                             launch_text(flags, key)) for key in ENGINES if flags.get(key))
         lane = str(ln.get("lane"))  # its own verify steps: its requests alone, at its rate
-        out += "".join(_cmd(f"lane {lane}: {label}", flags[key])
-                       for key, label in STEP_LABELS.items() if flags.get(key))
-        if flags.get("bench"):
-            out += _cmd(f"lane {lane}: measure",
-                        f"{verify_call()} --lane {shlex.quote(lane)} --endpoint "
-                        f"{bench_url(flags['bench'])}")
+        out += "".join(_cmd(f"lane {lane}: {label}", line)
+                       for _, label, line in lane_steps(flags, lane, measure=True,
+                                                        model=model))
     return out
 
 
@@ -477,8 +475,10 @@ def render_html(plan: dict[str, Any], run: Run | None = None) -> str:
     title = "capplan: " + rates_title(plan)
 
     def sections(p: dict[str, Any], model: str | None = None) -> str:
-        return "".join(_commands(p, run, model) if s is _commands else s(p) for s in SECTIONS
-                       if s is not _day)
+        # the verify lines of one model of several name it (bench_cmds.verify_call)
+        named = {_commands: lambda q: _commands(q, run, model),
+                 _pools: lambda q: _pools(q, model)}
+        return "".join(named.get(s, s)(p) for s in SECTIONS if s is not _day)
 
     if len(subs) == 1:
         body = sections(plan) + _day(plan)

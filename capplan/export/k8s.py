@@ -39,6 +39,7 @@ from typing import Any
 import yaml
 
 from capplan.errors import InputError
+from capplan.export.k8s_day import pool_kind
 from capplan.models.engine import engine_profile
 from capplan.plan.launch import HEAD, pd_front_port, pool_command
 from capplan.plan.placement import one_replica
@@ -432,14 +433,6 @@ def _manifest(plan: dict[str, Any], engine: str | None, site: Site
         held = fixed_workloads(sub, [(pool_kind(p), p.name, p.replicas) for p in pools])
         fixed += [held] if not mine and held is not None else []
     return objs + schedule_objects(plan, targets), targets, fixed
-
-
-def pool_kind(p: Pool) -> str:
-    """The kind of a pool's workload: a LeaderWorkerSet for a replica over hosts, else a
-    StatefulSet when each replica needs its own address, else a Deployment."""
-    if p.hosts > 1:
-        return "LeaderWorkerSet"
-    return "StatefulSet" if p.addressed else "Deployment"
 
 
 def _pool_objects(p: Pool, site: Site) -> list[dict[str, Any]]:

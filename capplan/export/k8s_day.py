@@ -88,12 +88,19 @@ def day_targets(sub: dict[str, Any], pools: list[Any]) -> list[Target]:
     return [_target(p, d) for p, d in zip(pools, days, strict=True)]
 
 
+def pool_kind(p: Any) -> str:
+    """The kind of a pool's workload (a `k8s.Pool`): a LeaderWorkerSet for a replica over hosts,
+    else a StatefulSet when each replica needs its own address, else a Deployment."""
+    if p.hosts > 1:
+        return "LeaderWorkerSet"
+    return "StatefulSet" if p.addressed else "Deployment"
+
+
 def _target(p: Any, day: dict[str, Any]) -> Target:
     """Pool p scaled by the day plan `day`'s schedule, a scale-up its replica start-up ahead."""
     lead = ((day.get("day") or {}).get("startup") or {}).get("replica_start_s") or 0.0
-    return Target(p.name, "Deployment" if p.hosts == 1 else "LeaderWorkerSet", p.gpu,
-                  p.gpus_per_replica, [int(w["replicas"]) for w in day["schedule"]],
-                  float(lead))
+    return Target(p.name, pool_kind(p), p.gpu, p.gpus_per_replica,
+                  [int(w["replicas"]) for w in day["schedule"]], float(lead))
 
 
 def time_zone(plan: dict[str, Any]) -> str:

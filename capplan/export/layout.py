@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from capplan.export.json_export import jsonable
+from capplan.plan.bench_cmds import bench_url
 from capplan.units import s_to_ms
 
 AGGREGATED, DISAGGREGATED, SEPARATE = "aggregated", "disaggregated", "separate"
@@ -170,13 +171,6 @@ def pd_latency_rows(res: dict[str, Any]) -> list[dict[str, Any]]:
                                 for q in ("mean", "p50", "p90", "p99")}}
             for key, name in (("ttft_s", "TTFT"), ("tbt_s", "TBT"), ("e2e_s", "E2E"),
                               ("kv_transfer_s", "KV transfer"))]
-
-
-def bench_url(bench: Any) -> str:
-    """The server URL a verify line's client sends to (its --base-url, --url or --target)."""
-    words = str(bench or "").split()
-    return next((words[i + 1] for i, w in enumerate(words[:-1])
-                 if w in ("--base-url", "--url", "--target")), "http://localhost:8000")
 
 
 def pd_overhead_note(res: dict[str, Any]) -> list[str]:

@@ -34,7 +34,7 @@ from capplan.export.layout import (
 )
 from capplan.models.engine import ENGINES, engine_display_name
 from capplan.plan.alternatives import PLAN_NOTES
-from capplan.plan.bench_cmds import STEP_LABELS
+from capplan.plan.bench_cmds import STEP_LABELS, lane_steps
 from capplan.plan.flags import fleet_key, launch_text, runnable
 from capplan.plan.launch import sized_for
 
@@ -104,8 +104,8 @@ def _pools(plan: dict[str, Any]) -> list[str]:
             if key in ENGINES and flag:
                 out += [f"Lane {ln.get('lane')}, {engine_display_name(key)}:", "", "```bash",
                         runnable(launch_text(ln["engine_flags"], key)), "```", ""]
-        steps = [str(ln["engine_flags"][k]) for k in STEP_LABELS
-                 if (ln.get("engine_flags") or {}).get(k)]
+        steps = [line for _, _, line in lane_steps(ln.get("engine_flags") or {},
+                                                     str(ln.get("lane")))]
         if steps:  # its own verify steps: the lane's requests alone, at its pool's rate
             out += [f"Lane {ln.get('lane')}, verify:", "", "```bash", *steps, "```", ""]
     return out

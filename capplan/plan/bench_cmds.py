@@ -107,10 +107,37 @@ def _wrapped(line: str, width: int, key: str) -> str:
                          break_on_hyphens=False, break_long_words=False)
 
 
+def bench_url(bench: Any) -> str:
+    """The server URL a verify line's client sends to (its --base-url, --url or --target)."""
+    words = str(bench or "").split()
+    return next((words[i + 1] for i, w in enumerate(words[:-1])
+                 if w in ("--base-url", "--url", "--target")), "http://localhost:8000")
+
+
+MEASURE = "measure"
+"""What the reports call a verify step's read-back: the verify call that measures the
+endpoint the verify line sends to."""
+
+
+def lane_steps(steps: dict[str, Any], lane: str, *, measure: bool = False,
+               model: str | None = None) -> list[tuple[str, str, str]]:
+    """(key, label, line) of a lane's own pool's verify steps, those `steps` (the lane's
+    engine_flags) holds in STEP_LABELS' order; `measure`: then the verify call that measures
+    its pool's endpoint (`capplan verify PLAN.json --lane NAME --endpoint URL`, naming
+    `model`, one of a plan of several: verify_call) when it has a verify line. One builder
+    for the terminal (lane_step_lines), Markdown and HTML."""
+    out = [(key, label, str(steps[key])) for key, label in STEP_LABELS.items()
+           if steps.get(key)]
+    if measure and steps.get("bench"):
+        out.append((MEASURE, MEASURE, f"{verify_call(model)} --lane {shlex.quote(lane)} "
+                                      f"--endpoint {bench_url(steps['bench'])}"))
+    return out
+
+
 def lane_step_lines(steps: dict[str, Any], lane: str) -> list[str]:
     """A lane's own pool's verify steps for the terminal ("dataset (lane NAME): ...")."""
-    return [_wrapped(f"{label} (lane {lane}): {steps[key]}", 4, key)
-            for key, label in STEP_LABELS.items() if steps.get(key)]
+    return [_wrapped(f"{label} (lane {lane}): {line}", 4, key)
+            for key, label, line in lane_steps(steps, lane)]
 
 
 def dataset_name(client: str, stem: str = DATASET_STEM) -> str:
@@ -141,17 +168,18 @@ def _safe_name(name: str) -> str:
 def _calling(flags: dict[str, Any], call: str, stem: str) -> dict[str, Any]:
     """`flags` with its verify steps (bench, bench_dataset) calling `call` in place of
     `capplan verify PLAN.json` and writing and reading the dataset file `stem`.* in place of
-    capplan-workload.*."""
-    return {**flags, **{k: flags[k].replace(VERIFY_PLAN, call)
-                        .replace(f"{DATASET_STEM}.", f"{stem}.")
+    capplan-workload.* (a lane's capplan-workload-lane-NAME.*: `stem`-lane-NAME.*)."""
+    named = re.compile(re.escape(DATASET_STEM) + r"(?=\.|-lane-)")  # one pass: a stem once
+    return {**flags, **{k: named.sub(stem, flags[k].replace(VERIFY_PLAN, call))
                         for k in ("bench", "bench_dataset") if isinstance(flags.get(k), str)}}
 
 
 def for_model(plan: dict[str, Any], model: str) -> dict[str, Any]:
     """One model's plan dict in a plan of several: its printed verify steps (the
-    recommendations' and a disaggregated layout's) call verify with `--model NAME`, the one
-    JSON holding every model, and write and read the model's own dataset file
-    (capplan-workload-NAME.jsonl), so two models' datasets in one folder stay apart."""
+    recommendations', a disaggregated layout's and its lanes' pools') call verify with
+    `--model NAME`, the one JSON holding every model, and write and read the model's own
+    dataset files (capplan-workload-NAME.jsonl, capplan-workload-NAME-lane-LANE.jsonl), so two
+    models' datasets in one folder stay apart."""
     call, stem = verify_call(model), f"{DATASET_STEM}-{_safe_name(model)}"
     out = {**plan, "recommendations": [
         {**r, "engine_flags": _calling(r.get("engine_flags") or {}, call, stem)}
@@ -159,6 +187,12 @@ def for_model(plan: dict[str, Any], model: str) -> dict[str, Any]:
     for key in ("disaggregated", "fixed_disaggregated"):
         if isinstance(plan.get(key), dict):
             out[key] = _calling(plan[key], call, stem)
+    sep = (plan.get("pools") or {}).get("separate") or {}
+    if isinstance(sep.get("lanes"), list):  # each lane's pool (`capplan verify --lane NAME`)
+        out["pools"] = {**plan["pools"], "separate": {**sep, "lanes": [
+            {**ln, "engine_flags": _calling(ln["engine_flags"], call, stem)}
+            if isinstance(ln, dict) and isinstance(ln.get("engine_flags"), dict) else ln
+            for ln in sep["lanes"]]}}
     return out
 
 

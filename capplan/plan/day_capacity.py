@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from capplan.plan.result import Verification
-from capplan.plan.search import REPLAY_BINDING, replay_found
+from capplan.plan.search import replay_binding, replay_found
 from capplan.plan.slo import SloSet
 from capplan.sim.workload import Requests
 
@@ -87,11 +87,10 @@ class CapacityCheck:
 
         m = self.missed or {}
         if m.get("overloaded") or m.get("unfinished"):
-            return f"capacity {REPLAY_BINDING}"
+            return replay_binding("capacity")
         over = [(float(m[stat_key(t)]) / t.limit_s, t.label) for t in slos
                 if m.get(stat_key(t)) is not None and np.isfinite(m[stat_key(t)])]
-        return (f"{max(over)[1]} SLO {REPLAY_BINDING}" if over
-                else f"capacity {REPLAY_BINDING}")
+        return replay_binding(f"{max(over)[1]} SLO" if over else "capacity")
 
 
 def _replay_at(base: Requests, rate_rps: float, dep: Any, slos: SloSet

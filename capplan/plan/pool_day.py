@@ -175,8 +175,44 @@ def plan_pool_day(cat: Catalog, plan: PlanFile, opts: DayOptions,
 
 
 def placed_together(days: list[DayPlan]) -> list[DayPlan]:
-    """The models' day plans, whose fleets run at once, with their best's launch lines placed
-    as one (flags.place_together: hosts, GPUs and ports continue from one model to the next)."""
-    bests = place_together([d.plan.best for d in days])
-    return [replace(d, plan=replace(d.plan, recommendations=[b, *d.plan.recommendations[1:]]))
-            for d, b in zip(days, bests, strict=True)]
+    """The models' day plans, whose fleets run at once, with their launch lines placed as one
+    (flags.place_together: hosts, GPUs and ports continue from one fleet to the next): each
+    model's recommended fleets first (its lanes' pools when it recommends a pool per lane, else
+    its best), then the fleets each prints for comparison (the other layout's), after every
+    fleet that runs, so no printed line takes a GPU or a port of one that runs."""
+    runs = [_fleets(d, _deploys_lanes(d)) for d in days]
+    alts = [_fleets(d, not _deploys_lanes(d)) for d in days]
+    placed = iter(place_together([r for fleets in (*runs, *alts) for r in fleets]))
+    runs = [[next(placed) for _ in fleets] for fleets in runs]
+    alts = [[next(placed) for _ in fleets] for fleets in alts]
+    return [_replaced(d, run if _deploys_lanes(d) else alt, alt if _deploys_lanes(d) else run)
+            for d, run, alt in zip(days, runs, alts, strict=True)]
+
+
+def _deploys_lanes(d: DayPlan) -> bool:
+    """The model's plan recommends a pool per lane (`pools: separate`, every lane planned), as
+    layout.recommended_layout reads it from the plan's JSON."""
+    pools = d.plan.pools
+    return d.plan.inputs.pools == "separate" and pools is not None and bool(pools.separate) \
+        and all(p.best is not None for p in pools.separate)
+
+
+def _fleets(d: DayPlan, lanes: bool) -> list[Any]:
+    """The model's lanes' pools (`lanes`: those it planned; none without a comparison), else
+    its best fleet."""
+    if not lanes:
+        return [d.plan.best]
+    return [p.best for p in (d.plan.pools.separate if d.plan.pools else []) if p.best]
+
+
+def _replaced(d: DayPlan, lanes: list[Any], best: list[Any]) -> DayPlan:
+    """d with its best fleet (`best`: one) and its lanes' pools (`lanes`, in order) placed."""
+    plan = d.plan
+    (top,) = best
+    pools = plan.pools
+    if pools is not None:
+        it = iter(lanes)
+        pools = replace(pools, shared=top, separate=[
+            replace(p, best=next(it)) if p.best is not None else p for p in pools.separate])
+    return replace(d, plan=replace(plan, recommendations=[top, *plan.recommendations[1:]],
+                                   pools=pools))

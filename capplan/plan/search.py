@@ -103,12 +103,26 @@ class ConfigGroup:
 
 REPLAY_BINDING = "(replay)"
 """Suffix of a binding constraint the replay found (the SLO it missed by most)."""
+_REPLAY_OPEN = REPLAY_BINDING[:-1]
+""""(replay", which a binding with a detail continues: "KV capacity (replay: 647 ...)"."""
+
+
+def replay_binding(what: str, detail: str | None = None) -> str:
+    """The binding constraint `what` as the replay found it: "TTFT SLO (replay)", or with a
+    detail "KV capacity (replay: 647 preemptions)"."""
+    return f"{what} {REPLAY_BINDING}" if detail is None else f"{what} {_REPLAY_OPEN}: {detail})"
 
 
 def replay_found(binding: str) -> bool:
-    """A binding constraint the simulator's replay found: "TTFT SLO (replay)", "KV capacity
-    (replay: 647 preemptions)" (verified._replay_binding)."""
-    return binding.endswith(REPLAY_BINDING) or f"{REPLAY_BINDING[:-1]}:" in binding
+    """A binding constraint the simulator's replay found (`replay_binding`): "TTFT SLO
+    (replay)", "KV capacity (replay: 647 preemptions)" (verified._replay_binding)."""
+    return binding.endswith(REPLAY_BINDING) or f"{_REPLAY_OPEN}:" in binding
+
+
+def replay_bound(binding: str) -> str:
+    """What binds, without the replay's suffix: "TTFT SLO (replay)" -> "TTFT SLO" (a binding
+    the replay did not find unchanged)."""
+    return binding.split(f" {_REPLAY_OPEN}")[0]
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -27,7 +27,14 @@ from capplan.errors import InfeasibleError
 from capplan.models.queueing import Limits, QueueModel, summarize
 from capplan.plan.result import Prediction, Recommendation, Verification
 from capplan.plan.schema import Lane, PlanFile
-from capplan.plan.search import REPLAY_BINDING, Candidate, RankKey, SearchSpace, Traffic
+from capplan.plan.search import (
+    Candidate,
+    RankKey,
+    SearchSpace,
+    Traffic,
+    replay_binding,
+    replay_bound,
+)
 from capplan.plan.search_bound import MAX_REPLICAS, NEAR_FLOOR_FRAC
 from capplan.plan.verify import VerifyJob, verification_engine
 
@@ -187,7 +194,7 @@ def _unverified(r: Recommendation) -> Recommendation:
     c = r.candidate
     if r.verified is not None or not c.sized_by_replay:
         return r
-    what = c.binding_constraint.split(f" {REPLAY_BINDING[:-1]}")[0]
+    what = replay_bound(c.binding_constraint)
     return r.with_(candidate=replace(c, binding_constraint=f"{what} {UNVERIFIED_BINDING}"))
 
 
@@ -403,8 +410,8 @@ def _replay_binding(miss: Verification, t: Traffic) -> str:
     what = _overshoot(miss, t)[1]
     if what == "KV capacity":
         n = int(miss.simulated["preemptions"])
-        return f"{what} {REPLAY_BINDING[:-1]}: {n:,} preemption{'s' if n != 1 else ''})"
-    return f"{what} {REPLAY_BINDING}"
+        return replay_binding(what, f"{n:,} preemption{'s' if n != 1 else ''}")
+    return replay_binding(what)
 
 
 def _replicated(r: Recommendation, n: int, t: Traffic, binding: str, headroom: float

@@ -359,13 +359,16 @@ def _csv_sections(text: str) -> list[list[list[str]]]:
 
 def test_day_plan_csv_carries_recommendation_launch_schedule_and_totals(run_cli,
                                                                         tmp_path: Path):
-    """`--format csv` of a day plan: recommendations, launch lines, the schedule in the
-    `.schedule.csv` export's columns, and the totals; every file written is announced."""
+    """`--format csv` of a day plan: what it recommends (the sentence the terminal and the
+    exports give), recommendations, launch lines, the schedule in the `.schedule.csv`
+    export's columns, and the totals; every file written is announced."""
     plan = tmp_path / "day.yaml"
     plan.write_text(yaml.safe_dump(_curve_plan()))
     res = run_cli("plan", str(plan), "--format", "csv", "--export", str(tmp_path / "d.csv"))
     assert res.exit_code == 0, res.stderr
-    recs, launch, sched, totals = _csv_sections(res.stdout)
+    said, recs, launch, sched, totals = _csv_sections(res.stdout)
+    # the peak's fleet: 4 replicas of TP 4 = 16 H100s at $3.78 per GPU-hour (the catalog's)
+    assert said == [["recommended"], ["4 x h100-sxm TP 4 (16 GPUs, $60.48/h)"]]
     assert recs[0][:5] == ["#", "GPU", "TP", "replicas", "GPUs"]
     assert recs[1][1:3] == ["h100-sxm", "4"]  # the plan's only candidate
     assert launch[0] == ["engine", "launch command"]
@@ -392,6 +395,7 @@ def test_day_plan_markdown_has_each_section(run_cli, tmp_path: Path):
     plan.write_text(yaml.safe_dump(_curve_plan()))
     res = run_cli("plan", str(plan), "--format", "markdown")
     assert res.exit_code == 0, res.stderr
+    assert res.stdout.startswith("Recommended: 4 x h100-sxm TP 4 (16 GPUs, $60.48/h)\n\n")
     heads = [ln for ln in res.stdout.splitlines() if ln.startswith("## ")]
     assert heads == ["## recommendations", "## launch",
                      "## day plan (replicas per window), clock times in UTC", "## totals"]

@@ -168,3 +168,38 @@ def test_shared_pool_of_several_lanes_is_recommended_as_the_schedules_peak_fleet
     assert out["fixed_fleet_gpu_hours"] == pytest.approx(out["peak_replicas"] * 1 * 24.0)
     peak = out["schedule"][out["day"]["peak"]["window"]]
     assert rec["per_replica_rate_per_s"] == pytest.approx(peak["sizing_rps"] / rec["replicas"])
+
+
+def test_csv_and_markdown_say_a_pool_per_lane_is_recommended(run_cli, lanes, tmp_path: Path):
+    """`--format csv|markdown` of a day plan that deploys a pool per lane say so first, as the
+    terminal does (before, they gave the shared pool's rank 1 and its launch lines alone),
+    mark the shared pool's row "no", launch each lane's pool and mark the lanes' pools "yes"."""
+    import csv
+    import io
+
+    plan, _ = lanes
+    n = {ln["lane"]: ln["replicas"] for ln in plan["pools"]["separate"]["lanes"]}
+    shared = plan["recommendations"][0]["replicas"]
+
+    def fleet(k: int) -> str:  # k replicas of TP 1 on H100s at $3.78 per GPU-hour
+        return f"{k} x h100-sxm TP 1 ({k} GPU{'' if k == 1 else 's'}, ${3.78 * k:.2f}/h)"
+
+    said = (f"a pool per lane, as the plan asks: lane chat: {fleet(n['chat'])}; lane rag: "
+            f"{fleet(n['rag'])} ({n['chat'] + n['rag']} GPUs in all, "
+            f"${3.78 * (n['chat'] + n['rag']):.2f}/h); rank 1 is one shared pool, for "
+            f"comparison: {fleet(shared)}")
+    path = tmp_path / "lanes.yaml"  # the `lanes` fixture's plan file
+    res = run_cli("plan", str(path), "--format", "csv")
+    assert res.exit_code == 0, res.stderr
+    head, recs, launch, pools, *_ = [list(csv.reader(io.StringIO(part)))
+                                     for part in res.stdout.strip().split("\n\n")]
+    assert head == [["recommended"], [said]]
+    assert recs[0][-1] == "recommended" and recs[1][-1] == "no"
+    assert [row[0] for row in launch[1:]] == [
+        f"{e} (lane {ln})" for ln in ("chat", "rag") for e in ("vLLM", "SGLang", "TensorRT-LLM")]
+    marks = {row[0]: row[-1] for row in pools[1:]}
+    assert (marks["shared (all lanes)"], marks["lane chat"], marks["lane rag"]) == (
+        "no", "yes", "yes")
+    res = run_cli("plan", str(path), "--format", "markdown")
+    assert res.exit_code == 0, res.stderr
+    assert res.stdout.startswith(f"Recommended: {said}\n\n## recommendations\n")
