@@ -34,7 +34,7 @@ from capplan.export.layout import (
 )
 from capplan.models.engine import ENGINES, engine_display_name
 from capplan.plan.alternatives import PLAN_NOTES
-from capplan.plan.bench_cmds import STEP_LABELS, lane_steps
+from capplan.plan.bench_cmds import MEASURE, STEP_LABELS, lane_steps
 from capplan.plan.flags import fleet_key, launch_text, runnable
 from capplan.plan.launch import sized_for
 
@@ -94,7 +94,9 @@ def _section(title: str, table: tuple[Any, list[Any]]) -> list[str]:
                                        tuple(c.fmt for c in cols)), ""]
 
 
-def _pools(plan: dict[str, Any]) -> list[str]:
+def _pools(plan: dict[str, Any], model: str | None = None) -> list[str]:
+    """One shared pool against a pool per lane; `model`: one model of a plan of several,
+    which its lanes' verify and measure lines name (bench_cmds.verify_call)."""
     out = _section("Pools: one shared pool against a pool per lane", pool_table(plan))
     if recommended_layout(plan) != SEPARATE:
         return out
@@ -104,10 +106,14 @@ def _pools(plan: dict[str, Any]) -> list[str]:
             if key in ENGINES and flag:
                 out += [f"Lane {ln.get('lane')}, {engine_display_name(key)}:", "", "```bash",
                         runnable(launch_text(ln["engine_flags"], key)), "```", ""]
-        steps = [line for _, _, line in lane_steps(ln.get("engine_flags") or {},
-                                                     str(ln.get("lane")))]
-        if steps:  # its own verify steps: the lane's requests alone, at its pool's rate
-            out += [f"Lane {ln.get('lane')}, verify:", "", "```bash", *steps, "```", ""]
+        steps = lane_steps(ln.get("engine_flags") or {}, str(ln.get("lane")), measure=True,
+                           model=model)
+        verify = [line for key, _, line in steps if key != MEASURE]
+        if verify:  # its own verify steps: the lane's requests alone, at its pool's rate
+            out += [f"Lane {ln.get('lane')}, verify:", "", "```bash", *verify, "```", ""]
+        out += [part for key, _, line in steps if key == MEASURE  # capplan's own client
+                for part in (f"Lane {ln.get('lane')}, {MEASURE}:", "", "```bash", line, "```",
+                             "")]
     return out
 
 
@@ -185,10 +191,11 @@ def _pareto(plan: dict[str, Any]) -> list[str]:
     return _section("Pareto front (cost against latency)", pareto_table(plan))
 
 
-def _model_parts(plan: dict[str, Any]) -> list[str]:
-    """One model's report: its summary, workload, recommendations, launch lines and notes."""
+def _model_parts(plan: dict[str, Any], model: str | None = None) -> list[str]:
+    """One model's report: its summary, workload, recommendations, launch lines and notes;
+    `model`: one model of a plan of several (its lanes' measure lines name it)."""
     parts = [*_summary(plan), ""]
-    parts += _lanes(plan) + _recommendations(plan) + _pools(plan) + _warnings(plan)
+    parts += _lanes(plan) + _recommendations(plan) + _pools(plan, model) + _warnings(plan)
     return (parts + _assumptions(plan) + _commands(plan) + _disaggregated(plan)
             + _fixed_layout(plan) + _pareto(plan))
 
@@ -205,7 +212,8 @@ def plan_to_markdown(plan: dict[str, Any], run: Any = None) -> str:
     else:  # several models: each model's report under its own heading, a level down
         for sub in subs:
             parts += [f"## Model: {sub.get('model')}", ""]
-            parts += [f"#{ln}" if ln.startswith("## ") else ln for ln in _model_parts(sub)]
+            parts += [f"#{ln}" if ln.startswith("## ") else ln
+                      for ln in _model_parts(sub, str(sub.get("model")))]
     from capplan.export.day_export import has_day, markdown_section
 
     if has_day(plan):

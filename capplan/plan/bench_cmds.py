@@ -96,15 +96,23 @@ def step_lines(steps: dict[str, Any]) -> list[str]:
             for key, label in STEP_LABELS.items() if steps.get(key)]
 
 
+_NBSP = "\x00"
+"""What stands for a space inside a command while a note is wrapped (not whitespace to
+textwrap)."""
+
+
 def _wrapped(line: str, width: int, key: str) -> str:
     """A command stays one line (to copy); the goodput note, a shell comment, wraps at 120
-    columns, each line a comment."""
+    columns, each line a comment, between its words only: a command it names (`...`) stays
+    whole on one line, so it copies as printed and its PLAN.json is the one reading_plan
+    names."""
     if key != "bench_goodput":
         return line
     import textwrap
 
-    return textwrap.fill(line, 120, subsequent_indent=" " * width + "# ",
-                         break_on_hyphens=False, break_long_words=False)
+    whole = re.sub(r"`[^`]*`", lambda m: m[0].replace(" ", _NBSP), line)  # one unbreakable word
+    return textwrap.fill(whole, 120, subsequent_indent=" " * width + "# ",
+                         break_on_hyphens=False, break_long_words=False).replace(_NBSP, " ")
 
 
 def bench_url(bench: Any) -> str:
@@ -166,12 +174,13 @@ def _safe_name(name: str) -> str:
 
 
 def _calling(flags: dict[str, Any], call: str, stem: str) -> dict[str, Any]:
-    """`flags` with its verify steps (bench, bench_dataset) calling `call` in place of
+    """`flags` with its verify steps (STEP_LABELS: the goodput note's verify call too) calling
+    `call` in place of
     `capplan verify PLAN.json` and writing and reading the dataset file `stem`.* in place of
     capplan-workload.* (a lane's capplan-workload-lane-NAME.*: `stem`-lane-NAME.*)."""
     named = re.compile(re.escape(DATASET_STEM) + r"(?=\.|-lane-)")  # one pass: a stem once
     return {**flags, **{k: named.sub(stem, flags[k].replace(VERIFY_PLAN, call))
-                        for k in ("bench", "bench_dataset") if isinstance(flags.get(k), str)}}
+                        for k in STEP_LABELS if isinstance(flags.get(k), str)}}
 
 
 def for_model(plan: dict[str, Any], model: str) -> dict[str, Any]:
@@ -227,13 +236,27 @@ def shared_slos(lane_slos: list[tuple[str, Any]]) -> tuple[dict[str, float | Non
     return common, left
 
 
-def unchecked_note(client: str, left: list[str], common: dict[str, float | None]) -> str:
-    """The `goodput` step of a mixed load's verify line ("" when it checks every lane's SLOs):
-    a shell comment naming what it leaves out and what checks it."""
+def unchecked_note(client: str, left: list[str], common: dict[str, float | None],
+                   call: str, lanes: int = 2) -> str:
+    """The `goodput` step of a verify line ("" when it checks every SLO): a shell comment
+    naming what it leaves out and `call`, the verify call that checks it (`capplan verify
+    PLAN.json --endpoint URL` at the line's own server; for_lane and for_model add the lane
+    and the model it needs). `lanes`: how many lanes the load mixes (one: a pool of its own,
+    or a plan of one lane)."""
     if not left:
         return ""
     shared = ", ".join(f"{LANE_SLOS[k]} {_dur(common[k])}" for k in GOODPUT_METRICS
                        if common.get(k))
+    call = f"`{call}`"
+    if lanes == 1:
+        if client not in ("vllm", "aiperf"):
+            held = "the client has no --goodput"
+        elif shared:
+            held = f"--goodput holds the lane's requests to its SLOs ({shared})"
+        else:
+            held = "no SLO of the lane has a --goodput metric, so the line has no --goodput"
+        return (f"# {held}; not checked: {', '.join(left)}; {call} sends the lane's requests "
+                "and checks its p99s against its SLOs")
     if client not in ("vllm", "aiperf"):
         held = "the client's p99s mix every lane's requests"
     elif shared:
@@ -241,8 +264,7 @@ def unchecked_note(client: str, left: list[str], common: dict[str, float | None]
     else:
         held = "the lanes have no SLO in common, so the line has no --goodput"
     return (f"# the lanes share this load: {held}; not checked: {', '.join(left)}; "
-            f"`{VERIFY_PLAN} --endpoint URL` sends the same mix and checks each lane's p99s "
-            "against its own SLOs")
+            f"{call} sends the same mix and checks each lane's p99s against its own SLOs")
 
 
 def _dur(x: float | None) -> str:
@@ -362,11 +384,13 @@ def verify_lines(model_id: str, rate_per_s: float, engine: str, port: int | tupl
         slo, left = shared_slos(lane_slos)
     which = "" if layout == "aggregated" else f" --layout {layout}"
     host, port = port if isinstance(port, tuple) else ("localhost", port)
-    bench = bench_command(client, model_id=model_id, base_url=f"http://{host}:{port}",
-                          rate_per_s=rate_per_s, slo=slo, images=images)
+    url = f"http://{host}:{port}"
+    bench = bench_command(client, model_id=model_id, base_url=url, rate_per_s=rate_per_s,
+                          slo=slo, images=images)
     out = {"bench": bench,
            "bench_dataset": "" if images is not None else
            f"{VERIFY_PLAN}{which} --client {client} "
            f"--write-dataset {dataset_name(client)}"}
-    note = unchecked_note(client, left, slo)
+    note = unchecked_note(client, left, slo, f"{VERIFY_PLAN}{which} --endpoint {url}",
+                          len(lane_slos))
     return {**out, "bench_goodput": note} if note else out

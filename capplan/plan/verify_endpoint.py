@@ -116,10 +116,14 @@ def pools_note(plan: dict[str, Any], lane: str | None, layout: str) -> str | Non
 
 def lane_checks(plan: dict[str, Any], measured: dict[str, Any] | None) -> list[dict[str, Any]]:
     """Each lane's p99s against its own SLOs, from a run of several lanes' mixed requests
-    (measured `lanes`, probe.replay): what one --goodput of the mixed load cannot check."""
-    per = (measured or {}).get("lanes") or {}
+    (measured `lanes`, probe.replay), or of one lane's (a plan of one lane, or `--lane`: the
+    whole run): what a client's --goodput cannot check (a TBT p99, or SLOs the lanes do not
+    share)."""
+    lanes = plan.get("lanes") or []
+    per = (measured or {}).get("lanes") or (
+        {lanes[0].get("name"): measured} if measured and len(lanes) == 1 else {})
     out = []
-    for ln in plan.get("lanes") or []:
+    for ln in lanes:
         got = per.get(ln.get("name"))
         for key, metric in (("ttft_p99_s", "ttft_s"), ("tbt_p99_s", "tbt_s"),
                             ("tpot_p99_s", "tpot_s"), ("e2e_p99_s", "e2e_s")):

@@ -208,3 +208,75 @@ def test_model_and_lane_steps_are_one_rewrite() -> None:
                                       "--write-dataset capplan-workload-a-b-c.jsonl")
     assert model["launch"] == "vllm serve m"
     assert model["bench"].endswith("capplan-workload-a-b-c.jsonl")
+
+
+def test_a_wrapped_goodput_note_keeps_its_verify_call_on_one_line() -> None:
+    """The terminal wraps the goodput note at 120 columns; it broke `capplan verify PLAN.json`
+    across two lines (examples/shared-70b.yaml), so the copied call was cut and the CLI's
+    PLAN.json substitution missed it. The note now wraps between words outside the call."""
+    from capplan.plan.bench_cmds import step_lines
+
+    note = ("# the lanes share this load: the lanes have no SLO in common, so the line has no "
+            "--goodput; not checked: lane interactive's TTFT p99 1500 ms, lane interactive's "
+            "TBT p99 80 ms, lane batch's E2E p99 300 s; `capplan verify PLAN.json --endpoint "
+            "http://localhost:8000` sends the same mix and checks each lane's p99s against its "
+            "own SLOs")
+    assert step_lines({"bench_goodput": note}) == [
+        "goodput: # the lanes share this load: the lanes have no SLO in common, so the line "
+        "has no --goodput; not checked: lane\n"
+        "         # interactive's TTFT p99 1500 ms, lane interactive's TBT p99 80 ms, lane "
+        "batch's E2E p99 300 s;\n"
+        "         # `capplan verify PLAN.json --endpoint http://localhost:8000` sends the same "
+        "mix and checks each lane's p99s\n"
+        "         # against its own SLOs"]
+
+
+def test_a_lane_pools_goodput_note_names_its_lane_and_runs_as_printed(
+        server, run_cli, tmp_path: Path) -> None:  # noqa: F811
+    """A lane's own pool: its goodput note said "the lanes share this load" and named
+    `capplan verify PLAN.json --endpoint URL`, which verifies the shared pool's mix. It now
+    speaks of the lane's requests and names the lane's verify call at its pool's server, which
+    checks the lane's TBT p99 (no --goodput has it) against its SLO; the Markdown report gives
+    each lane pool's measure line, as the HTML report does."""
+    out_json = tmp_path / "plan.json"
+    res = run_cli("plan", str(_lanes_plan(tmp_path)), "--export", str(out_json), "--export",
+                  str(tmp_path / "plan.md"))
+    assert res.exit_code == 0, res.stderr
+    chat, batch = json.loads(out_json.read_text())["pools"]["separate"]["lanes"]
+    call = "capplan verify PLAN.json --lane Chat_UI --endpoint http://localhost:8100"
+    assert chat["engine_flags"]["bench_goodput"] == (
+        "# --goodput holds the lane's requests to its SLOs (TTFT p99 500 ms); not checked: "
+        f"lane Chat_UI's TBT p99 50 ms; `{call}` sends the lane's requests and checks its p99s "
+        "against its SLOs")
+    assert "bench_goodput" not in batch["engine_flags"]  # TPOT p99 and E2E p99: --goodput's
+    # the terminal prints the call whole, reading the JSON just written
+    printed = call.replace("PLAN.json", str(out_json))
+    assert any(printed in line for line in res.stdout.splitlines()), res.stdout
+    md = (tmp_path / "plan.md").read_text()
+    for lane, port in (("Chat_UI", 8100), ("batch", 8101)):
+        assert (f"Lane {lane}, measure:\n\n```bash\ncapplan verify {out_json} --lane {lane} "
+                f"--endpoint http://localhost:{port}\n```\n") in md
+    # run as printed (at the test's server): the lane's own SLOs checked, its TBT p99 too
+    words = shlex.split(printed.replace("http://localhost:8100", _url(server)))
+    res = run_cli(*words[1:], "--requests", "6", "--format", "json")
+    assert res.exit_code == 0, res.stderr
+    assert {(c["lane"], c["slo"], c["limit_s"]) for c in res.json()["lane_slos"]} == {
+        ("Chat_UI", "ttft_p99_s", 0.5), ("Chat_UI", "tbt_p99_s", 0.05)}
+
+
+def test_a_models_goodput_note_names_the_model() -> None:
+    """In a plan of several models the note's verify call needs --model (the JSON holds every
+    model), as the dataset line has it; a lane's pool's call names the model and the lane."""
+    from capplan.plan import bench_cmds
+
+    note = "# ...; `capplan verify PLAN.json --endpoint http://HOST0:8100` sends ..."
+    lane = bench_cmds.for_lane({"bench_goodput": note}, "chat")
+    plan = {"recommendations": [{"engine_flags": {"bench_goodput": note}}],
+            "pools": {"separate": {"lanes": [{"lane": "chat", "engine_flags": lane}]}}}
+    got = bench_cmds.for_model(plan, "qwen2.5-72b")
+    assert got["recommendations"][0]["engine_flags"]["bench_goodput"] == (
+        "# ...; `capplan verify PLAN.json --model qwen2.5-72b --endpoint http://HOST0:8100` "
+        "sends ...")
+    assert got["pools"]["separate"]["lanes"][0]["engine_flags"]["bench_goodput"] == (
+        "# ...; `capplan verify PLAN.json --model qwen2.5-72b --lane chat --endpoint "
+        "http://HOST0:8100` sends ...")
