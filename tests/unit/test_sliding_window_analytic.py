@@ -201,3 +201,26 @@ def test_search_subset_keeps_each_rows_layout(gpt_oss):
     sub = _subset(qm, (np.array([0, 0]), np.array([1, 0])))
     assert np.asarray(sub.cap).ravel() == pytest.approx(np.asarray(qm.cap).ravel()[::-1])
     assert int(np.asarray(qm.cap).ravel()[0]) == FIT
+
+
+def test_whole_prompt_closed_loop_caps_the_window_at_its_raised_budget():
+    # TensorRT-LLM (no chunked prefill) on an H200 with an 8,192-token budget: a 20,000-token
+    # prompt runs whole, so AIConfigurator's closed loop raises the budget to 20,000 and the
+    # window layers' cap follows it: cdiv(127 + 20,000, 32) + 1 = 630 blocks of 32 tokens (at
+    # the configured budget cdiv(127 + 8,192, 32) + 1 = 261). The engine reserves each
+    # request's output (GUARANTEED_NO_EVICT): 20,500 tokens = 641 blocks, and 641 + 630 =
+    # 1,271 blocks of 18 layers = 1,271 x 32 / 2 = 20,336 tokens of all 36 layers; the pool's
+    # 1,011,552 hold 49 (with the cap 261: 70, beyond the 64 clients).
+    from capplan.plan.aiconfigurator import AggRun, agg_closed_loop
+
+    run = AggRun(backend="trtllm", model="openai/gpt-oss-120b", system="h200_sxm",
+                 precision="fp4", tp=1, isl=20_000, osl=500, batch_size=64, concurrency=64)
+    dep = resolve_deployment(_CAT, "gpt-oss-120b", "h200",
+                             EngineOptions(engine="trtllm", max_num_batched_tokens=8192,
+                                           max_num_seqs=64))
+    assert dep.pool.layout.window_cap == -(-(127 + 8192) // 32) + 1 == 261
+    assert dep.memory.kv_cache_tokens == 1_011_552
+    assert -(-(127 + 20_000) // 32) + 1 == 630
+    want = 1_011_552 // ((641 + 630) * 32 // 2)
+    assert (want, 1_011_552 // ((641 + 261) * 32 // 2)) == (49, 70)
+    assert agg_closed_loop(dep, run, measured=4 * 64)["concurrency_cap"] == want
