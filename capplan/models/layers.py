@@ -278,14 +278,12 @@ NO_CAP = 1 << 40
 
 def window_blocks(token_blocks: Any, cap: Any) -> Any:
     """Blocks one sliding-window layer holds for a sequence of `token_blocks` blocks of tokens
-    (the one rule of `memory`, the replay and the analytic models): min(token_blocks + 1, cap),
-    0 for no tokens; cap from `window_blocks_cap`. vLLM V1
-    `SlidingWindowSpec.max_memory_usage_bytes`: cdiv(min(window - 1 + max_num_batched_tokens,
-    L), bs) + 1, which for L of `token_blocks` blocks is min(token_blocks, cap - 1) + 1 (the
-    + 1: a window that straddles block edges). Numbers in, a number out; arrays (the analytic
-    models' rows, a mean's fractional blocks) element by element."""
-    k = np.asarray(token_blocks)
-    held = np.where(k > 0, np.minimum(k + 1, cap), 0)
+    (the one rule of the replay, `speed` and the analytic models): min(token_blocks, cap), 0
+    for no tokens; cap from `window_blocks_cap`. Numbers in, a number out; arrays (the
+    analytic models' rows, a mean's fractional blocks) element by element."""
+    # vLLM V1 allocates cdiv(L, bs) blocks (get_num_blocks_to_allocate) and frees only those
+    # wholly behind the window (get_num_skipped_tokens), so at most the cap once it slides
+    held = np.minimum(np.maximum(np.asarray(token_blocks), 0), cap)
     return held if held.ndim else held.item()
 
 
@@ -356,6 +354,20 @@ class BlockLayout:
         bs = np.asarray(block_size, float)
         return bs * self.blocks(np.asarray(tokens, float) / bs) / self.units
 
+    def cached_kv_tokens(self, tokens: Any, block_size: Any) -> Any:
+        """KV capacity (kv_cache_tokens' unit) a cached prefix of `tokens` tokens holds once for
+        all its holders: `entry` pool blocks per token block, its first `cached_cap` token
+        blocks at most, over `units` (the replay's prefix-cache entries: window layers' blocks
+        are each sequence's own unless the layout has no full layers); `tokens` itself without
+        window layers. Element by element for arrays, as `kv_tokens`."""
+        if isinstance(self.window, int) and not self.window:
+            return tokens
+        full = np.asarray(self.full)
+        entry = np.where(full > 0, full, self.window)
+        most = np.where(full > 0, NO_CAP, self.window_cap)
+        bs = np.asarray(block_size, float)
+        return bs * entry * np.minimum(np.asarray(tokens, float) / bs, most) / self.units
+
     @property
     def entry(self) -> int:
         """Pool blocks one prefix-cache entry (a cached token block) holds: the full layers',
@@ -401,8 +413,8 @@ def stack_layouts(rows: list[list[BlockLayout]]) -> BlockLayout:
 def block_layout(model: ModelSpec, block_size: int, max_num_batched_tokens: int, pp: int = 1,
                  frees_out_of_window: bool = True) -> BlockLayout:
     """The simulator's block layout of `model` on its heaviest stage: window layers capped at
-    `window_blocks_cap` (the rule `sequence_bytes` applies, so the replay holds what `memory`
-    sizes), or counted as full layers when the engine keeps out-of-window blocks
+    `window_blocks_cap` (the cap `sequence_bytes` sizes `memory`'s max concurrency with), or
+    counted as full layers when the engine keeps out-of-window blocks
     (`frees_out_of_window` False; SchedulerPolicy.frees_out_of_window, BlockLayout.kept_whole)."""
     st = stage_layers(model, pp)
     full, win = st.count("full_attention"), st.count(*WINDOW_KINDS)
@@ -424,7 +436,9 @@ def sequence_bytes(model: ModelSpec, seq_len: float, tp: int, kv_bytes: float,
       ceil((window - 1) / bs) + 1) blocks (blocks behind the window are freed);
     - else vLLM's reservation, ceil(min(window - 1 + max_num_batched_tokens, L) / bs) + 1
       blocks: a prefill chunk needs the window behind its first token
-      (SlidingWindowSpec.max_memory_usage_bytes, the figure behind "Maximum concurrency").
+      (SlidingWindowSpec.max_memory_usage_bytes, the figure behind "Maximum concurrency" and
+      vLLM's start-up check). It is `window_blocks`' cap from L = window - 1 + budget on;
+      below, one block more than the ceil(L / bs) a sequence holds (`window_blocks`).
     Recurrent layers hold one (padded) state page whatever L is (MambaSpec).
     """
     st = stage_layers(model, pp)
@@ -437,8 +451,10 @@ def sequence_bytes(model: ModelSpec, seq_len: float, tp: int, kv_bytes: float,
         if max_num_batched_tokens is None:
             win = min(full_blocks, cdiv(model.sliding_window - 1, block_size) + 1)
         else:
-            win = window_blocks(full_blocks, window_blocks_cap(
-                model.sliding_window, block_size, max_num_batched_tokens))
+            # vLLM's start-up reservation: cdiv(min(window - 1 + budget, L), bs) + 1 (its
+            # straddling block even below the cap, where a sequence holds window_blocks)
+            win = min(full_blocks, window_blocks_cap(
+                model.sliding_window, block_size, max_num_batched_tokens) - 1) + 1
         blocks = full * full_blocks + win_layers * win
     return (blocks * block_size * per_layer
             + state_bytes_per_seq(model, tp, kv_bytes, block_size, pp))

@@ -145,6 +145,8 @@ def agg_closed_loop(dep: Deployment, run: AggRun, measured: int,
     budget = s.max_num_batched_tokens
     if not s.profile.scheduler.chunked_prefill:
         budget = max(budget, run.isl)
+    # the window layers' cap follows the chunk a step computes: the (raised) token budget
+    layout = dep.pool.layout.for_budget(dep.pool.block_size, budget)
     policy = agg_policy(dep, run)
     if policy.whole_prompts_after_first and policy.max_prefill_tokens > 0:
         budget = min(budget, policy.max_prefill_tokens + s.max_num_seqs)
@@ -153,7 +155,7 @@ def agg_closed_loop(dep: Deployment, run: AggRun, measured: int,
     return closed_loop_latency(dep.step, run.isl, run.osl, lim.max_num_seqs,
                                budget * s.attention_dp, lim.kv_cache_tokens, s.block_size,
                                BenchmarkProtocol(run.concurrency, measured, client_jitter=jit),
-                               policy, layout=dep.pool.layout)
+                               policy, layout=layout)
 
 
 def agg_closed_loop_replay(dep: Deployment, run: AggRun, measured: int,

@@ -235,7 +235,7 @@ class PdModel:
         DP ranks) or the full-length sequences its KV cache holds (window layers capped at
         their window, Limits.held_kv), whichever is smaller."""
         lim = self.layout.decode.limits
-        per_seq = np.maximum(lim.held_kv(self.inp.mean + self.out.mean), 1.0)
+        per_seq = max(float(np.asarray(lim.held_kv(self.inp.mean + self.out.mean))), 1.0)
         kv_seqs = float(np.asarray(lim.kv_cache_tokens)) / per_seq
         return self.layout.decode_workers * max(min(float(np.asarray(lim.max_num_seqs)),
                                                     kv_seqs), 1.0)
@@ -371,7 +371,8 @@ def implied_workers(prefill: Deployment, decode: Deployment, inp: LengthStats,
     - decode ("ridge", the default): the fewest workers that hold the peak's clients with
       each worker's batch at most its `ridge_batch` (step RIDGE_STEP x its one-sequence step)
       and its slots (`PdModel.decode_slots`: the engine's max batch over its attention-DP
-      ranks, bounded by the full-length sequences its KV cache holds): disaggregation is
+      ranks, bounded by the sequences of prompt + output tokens its KV cache holds, window
+      layers at their window): disaggregation is
       deployed to protect TPOT, and past the ridge a sequence costs every other one's token
       latency; a number k > 1: the same at step ratio k; "slots": the fewest workers whose
       slots hold the peak (the fewest GPUs);

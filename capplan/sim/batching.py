@@ -13,8 +13,10 @@ stays busy until the batch ends. A batch also stops growing before its padded KV
 (`size * ceil((longest prompt + longest output - 1) / block_size)` token blocks, the blocks its
 last decode step holds) exceeds the cache, as a static engine pre-allocates it; sliding-window
 layers hold at most their window's blocks (`layout`, models/layers.BlockLayout.blocks: the rule
-of continuous batching's pool, in its block unit). Step times come from the same
-`StepModel.step`.
+of continuous batching's pool, in its block unit), with the cap of a step whose chunk is the
+whole padded prompt (`BlockLayout.for_budget`: the window behind the prompt's first token, so
+the prefill step holds every prompt block and a batch fits only if its prefill step does). Step
+times come from the same `StepModel.step`.
 """
 
 from __future__ import annotations
@@ -50,18 +52,29 @@ class BatchEngine:
         self.total_blocks, self.bs = int(num_gpu_blocks) * layout.units, int(block_size)
         self.B, self.mode, self.timeout_s = int(batch_size), mode, float(timeout_s)
 
+    def _layout(self, prompt: Any) -> BlockLayout:
+        """The layout of a batch whose padded prompts are `prompt` tokens: one prefill chunk
+        each, so the window layers' cap is that chunk's (BlockLayout.for_budget)."""
+        return self.layout.for_budget(self.bs, prompt)
+
     def _fits(self, lo: int, hi: int, reqs: Requests) -> int:
         """Largest k <= hi - lo such that requests lo..lo+k-1 fit the cache padded: k
-        sequences of ceil((longest prompt + longest output - 1) / block_size) blocks each, the
-        most `_run_batch` holds (its last decode step's context)."""
+        sequences of ceil((longest prompt + longest output - 1) / block_size) token blocks
+        each, the most `_run_batch` holds (its last decode step's context; window layers at the
+        cap of the padded prompt's chunk, at least its prefill step's blocks)."""
         inp = np.maximum.accumulate(reqs.input_tokens[lo:hi])
         out = np.maximum.accumulate(reqs.output_tokens[lo:hi])
         k = np.arange(1, hi - lo + 1)
-        per_seq = self.layout.blocks(-(-(inp + np.maximum(out, 1) - 1) // self.bs))
+        tokens = inp + np.maximum(out, 1) - 1
+        per_seq = self._layout(inp).blocks(-(-tokens // self.bs))
         ok = k * per_seq <= self.total_blocks
         if not ok[0]:
-            raise InputError(f"request {lo} needs {int(per_seq[0])} KV blocks of {self.bs} "
-                             f"tokens but the cache holds {self.total_blocks}")
+            # in tokens, the unit of memory's kv_cache_tokens (the pool's blocks are in the
+            # layout's unit): the longest sequence of this prompt whose blocks fit
+            most = self._layout(int(inp[0])).token_blocks_within(
+                self.total_blocks, -(-int(tokens[0]) // self.bs)) * self.bs
+            raise InputError(f"request {lo} needs {int(tokens[0])} KV tokens but the cache "
+                             f"holds {most}")
         return int(np.argmin(ok)) if not ok.all() else hi - lo
 
     def run(self, reqs: Requests,
@@ -133,6 +146,7 @@ class BatchEngine:
         # TBT: decode step j (1-based) gives a token to every request with out - 1 >= j.
         counts = np.zeros(omax, np.int64)
         counts[1:] = b - np.searchsorted(np.sort(out - 1), np.arange(1, omax), "left")
-        kv_blocks = b * self.layout.blocks(-(-(lmax + np.concatenate(([0.0], k))) // self.bs))
+        kv_blocks = b * self._layout(lmax).blocks(
+            -(-(lmax + np.concatenate(([0.0], k))) // self.bs))
         starts = ends - dur
         return float(ends[-1]), (starts, dur, counts, np.full(omax, b), kv_blocks.astype(np.int64))

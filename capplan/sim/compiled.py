@@ -28,7 +28,7 @@ struct-of-arrays state, on the exact clock, one step at a time:
 - hybrid models: `state_blocks` pool blocks per running sequence, held from admission to
   finish or preemption besides its token blocks;
 - sliding-window models: the block layout in cfg (`_units`, `_edge`): k token blocks cost
-  cfg[FULL_U] k + cfg[WIN_U] min(k + 1, cfg[WIN_CAP]) pool blocks (layers.window_blocks);
+  cfg[FULL_U] k + cfg[WIN_U] min(k, cfg[WIN_CAP]) pool blocks (layers.window_blocks);
 - closed loops: `concurrency` clients, each sending its next request when its last one
   finishes; it reaches the engine its delay after the end of that step (models.engine.
   closed_loop_delay: the overhead's own exponential delay, or a fixed part plus jitter), and
@@ -657,12 +657,11 @@ def _release(s: int, computed: int, keep: int, q: np.ndarray, sc: np.ndarray,
 # -- blocks, the running set, preemption -----------------------------------------------------
 @_njit_inline
 def _units(k: int, cfg: np.ndarray) -> int:
-    """Pool blocks of k token blocks: the window layers' min(k + 1, cfg[WIN_CAP]), 0 for k = 0
-    (layers.BlockLayout.blocks and window_blocks, vLLM V1
-    SlidingWindowSpec.max_memory_usage_bytes)."""
+    """Pool blocks of k token blocks: the window layers' min(k, cfg[WIN_CAP]), 0 for k = 0
+    (layers.BlockLayout.blocks and window_blocks, vLLM V1 SlidingWindowManager)."""
     if cfg[WIN_U] == 0 or k <= 0:
         return cfg[FULL_U] * k
-    return cfg[FULL_U] * k + cfg[WIN_U] * min(k + 1, cfg[WIN_CAP])
+    return cfg[FULL_U] * k + cfg[WIN_U] * min(k, cfg[WIN_CAP])
 
 
 @_njit_inline

@@ -21,13 +21,14 @@ cache manager allocates them from the same block pool, `MambaManager` in
 Sliding-window models (`layout`, a `capplan.models.layers.BlockLayout`): the pool counts blocks
 of `block_size` tokens in gcd(full, window) attention layers, `layout.units` per block of
 `num_gpu_blocks`, and a sequence of k token blocks holds `layout.blocks(k)` = full * k +
-window * min(k + 1, window_cap) (0 for k = 0): its window layers stop growing at the window
-behind a prefill chunk (vLLM V1 `SlidingWindowManager` frees the blocks that fall out of the
-window; `SlidingWindowSpec.max_memory_usage_bytes`, the rule `memory` sizes with, bounds what is
-left). A prefix-cache entry is a token block's full-layer part (`layout.entry` pool blocks);
-window-layer blocks are taken afresh on a hit. A layout of window layers only caches a token
-block's window-layer blocks instead, a sequence's first `layout.cached_cap` token blocks at most
-(vLLM reuses a longer cached prefix holding only its last window; here the rest is recomputed).
+window * min(k, window_cap): its window layers stop growing at the window behind a prefill
+chunk (vLLM V1 `SlidingWindowManager` allocates ceil(L / block_size) blocks and frees those
+that fall out of the window; `SlidingWindowSpec.max_memory_usage_bytes`, the cap `memory`
+sizes with, bounds what is left). A prefix-cache entry is a token block's full-layer part
+(`layout.entry` pool blocks); window-layer blocks are taken afresh on a hit. A layout of
+window layers only caches a token block's window-layer blocks instead, a sequence's first
+`layout.cached_cap` token blocks at most (vLLM reuses a longer cached prefix holding only its
+last window; here the rest is recomputed).
 A policy with `frees_out_of_window` off counts window layers as full ones
 (`layout.kept_whole`).
 

@@ -2,9 +2,10 @@
 sequence's blocks by one rule (models/layers.BlockLayout, window_blocks_cap).
 
 vLLM V1's hybrid KV cache manager keeps full-attention groups' blocks for the whole sequence
-and a sliding-window group's for at most cdiv(window - 1 + max_num_batched_tokens, block_size)
-+ 1 blocks (SlidingWindowSpec.max_memory_usage_bytes; SlidingWindowManager.remove_skipped_blocks
-frees the blocks that fall out of the window). The hand calculations below are independent of
+and a sliding-window group's cdiv(L, block_size) blocks of an L-token sequence, at most
+cdiv(window - 1 + max_num_batched_tokens, block_size) + 1 (SlidingWindowSpec.
+max_memory_usage_bytes; SlidingWindowManager.remove_skipped_blocks frees the blocks that fall out
+of the window). The hand calculations below are independent of
 the code: they use the catalog's layer counts and the memory report's KV bytes only.
 """
 
@@ -109,19 +110,23 @@ def test_gemma3_speed_fits_what_memory_says():
     assert dep.memory.kv_cache_tokens // 32_768 == 1
 
 
-def test_gpt_oss_memory_and_speed_agree_below_the_window_cap():
-    # max_model_len 800 = 50 blocks, below the cap: vLLM's max_memory_usage_bytes counts
-    # cdiv(min(127 + 8,192, 800), 16) + 1 = 51 window blocks, so a sequence holds 50 + 51 = 101
-    # group blocks of the 6,969 * 2 = 13,938 (test above): 138.0 sequences, memory and speed
+def test_gpt_oss_below_the_window_cap_speed_holds_what_vllm_allocates():
+    # max_model_len 800 = 50 blocks, below the cap (521). vLLM allocates a window layer
+    # cdiv(800, 16) = 50 blocks (SingleTypeKVCacheManager.get_num_blocks_to_allocate; none is
+    # behind the window at the prefill of an 800-token prompt), so a sequence holds 50 + 50 =
+    # 100 group blocks of the 6,969 * 2 = 13,938 (test above): 139 sequences in `speed` and
+    # the replay. `memory`'s max concurrency is vLLM's start-up figure, whose reservation
+    # counts cdiv(min(127 + 8,192, 800), 16) + 1 = 51 window blocks (max_memory_usage_bytes):
+    # 13,939 // 101 = 138.
     dep = resolve_deployment(_CAT, "gpt-oss-120b", "h100-sxm", EngineOptions(max_model_len=800))
-    assert dep.pool.layout.blocks(50) == 50 + 51
-    assert dep.pool.num_blocks * 2 // 101 == 138
-    assert int(dep.memory.max_concurrency) == 138 == max_batch(dep, 800)
-    assert dep.pool.sequences_at(800) == 138
+    assert dep.pool.layout.blocks(50) == 50 + 50
+    assert dep.pool.num_blocks * 2 // 100 == 139
+    assert max_batch(dep, 800) == 139 == dep.pool.sequences_at(800)
+    assert int(dep.memory.max_concurrency) == 138 == 13_939 // 101
 
 
 def test_too_long_request_error_quotes_the_limit_it_decides_by(gpt_oss):
-    # one sequence fits while full * k + min(k + 1, 521) <= 13,938 group blocks: k = 13,417
+    # one sequence fits while full * k + min(k, 521) <= 13,938 group blocks: k = 13,417
     # token blocks, 214,672 tokens (counted at full length the cache would hold 111,504)
     pool, s = gpt_oss.pool, gpt_oss.settings
     eng = ContinuousEngine(gpt_oss.step, pool.num_blocks, 16, 8, 8192, s.profile.scheduler,

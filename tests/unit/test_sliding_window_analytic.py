@@ -1,11 +1,12 @@
 """The analytic models count sliding-window layers at their window, as `memory` and the replay do.
 
 vLLM V1's hybrid KV cache manager keeps a full-attention layer's blocks for the whole sequence
-and a sliding-window layer's for at most cdiv(window - 1 + max_num_batched_tokens, block_size)
-+ 1 blocks (SlidingWindowSpec.max_memory_usage_bytes; SlidingWindowManager.remove_skipped_blocks
-frees the blocks behind the window). The queueing model's concurrency cap, the closed loop's, the
-static batcher's fit and the disaggregated decode slots must hold as many sequences as that
-rule lets fit; the figures below are worked out by hand from the catalog's numbers.
+and a sliding-window layer's cdiv(L, block_size) blocks of an L-token sequence, at most
+cdiv(window - 1 + max_num_batched_tokens, block_size) + 1 (SlidingWindowSpec.
+max_memory_usage_bytes; SlidingWindowManager.remove_skipped_blocks frees the blocks behind the
+window). The queueing model's concurrency cap, the closed loop's, the static batcher's fit and
+the disaggregated decode slots must hold as many sequences as that rule lets fit; the figures
+below are worked out by hand from the catalog's numbers.
 """
 
 from __future__ import annotations
@@ -84,17 +85,53 @@ def test_closed_loop_cap_by_hand(gpt_oss):
 
 
 def test_static_batch_fits_by_hand(gpt_oss):
-    # a static batch pre-allocates its padded peak: 6,178 group blocks a request, 2 of them in
-    # 13,938 (at full length 5,657 blocks of 36 layers in 6,969: 1)
+    # A static batch prefills every 90,000-token prompt in one chunk, so its window layers'
+    # cap is that chunk's: cdiv(128 - 1 + 90,000, 16) + 1 = 5,633 + 1 = 5,634 blocks. Its
+    # prefill step holds 5,625 + 5,625 = 11,250 group blocks a request, its last decode step
+    # (90,499 tokens) 5,657 + min(5,657, 5,634) = 11,291: one request in 13,938 (two need
+    # 22,500 at the prefill step). With the 8,192-token chunk's cap (521) it would claim 2.
+    whole_cap = -(-(128 - 1 + PROMPT) // 16) + 1
+    assert whole_cap == 5_634
+    peak = 5_657 + min(5_657, whole_cap)
+    assert (peak, GROUP_BLOCKS // peak, GROUP_BLOCKS // (2 * 5_625)) == (11_291, 1, 1)
     n = 4
     reqs = Requests(np.zeros(n), np.full(n, PROMPT), np.full(n, OUTPUT), np.zeros(n, np.int64))
     pool = gpt_oss.pool
     eng = BatchEngine(gpt_oss.step, pool.num_blocks, pool.block_size, 8, "static",
                       layout=pool.layout)
     rec = eng.run(reqs)
-    assert int(rec.step_running.max()) == FIT
+    assert int(rec.step_running.max()) == 1
     assert rec.num_gpu_blocks == GROUP_BLOCKS
-    assert int(rec.step_kv_blocks.max()) == FIT * PEAK_SEQ_BLOCKS
+    assert int(rec.step_kv_blocks[0]) == 2 * 5_625  # the prefill step
+    assert int(rec.step_kv_blocks.max()) == peak
+
+
+def test_static_batch_short_prompts_hold_their_blocks(gpt_oss):
+    # 100-token prompts, 20-token outputs, padded: the last decode step holds 119 tokens,
+    # cdiv(119, 16) = 8 token blocks; below the window's cap a window layer holds as many
+    # blocks as the sequence's (vLLM allocates cdiv(L, 16)), so a request holds 8 + 8 = 16
+    # group blocks and a batch of 8 holds 128 at its peak (the prefill step: 8 x (7 + 7) = 112)
+    n = 8
+    reqs = Requests(np.zeros(n), np.full(n, 100), np.full(n, 20), np.zeros(n, np.int64))
+    pool = gpt_oss.pool
+    rec = BatchEngine(gpt_oss.step, pool.num_blocks, pool.block_size, 8, "static",
+                      layout=pool.layout).run(reqs)
+    assert int(rec.step_running.max()) == 8
+    assert (int(rec.step_kv_blocks[0]), int(rec.step_kv_blocks.max())) == (112, 128)
+
+
+def test_static_batch_too_long_request_error_in_tokens(gpt_oss):
+    # one 150,000 + 1 token request: its prompt's window cap is cdiv(127 + 150,000, 16) + 1 =
+    # 9,384 blocks, beyond the pool's own length, so the window layers count as many blocks as
+    # the full ones: 13,938 // 2 = 6,969 token blocks = 111,504 tokens fit (the memory report's
+    # kv_cache_tokens), stated in tokens
+    reqs = Requests(np.zeros(1), np.array([150_000]), np.array([1]), np.zeros(1, np.int64))
+    pool = gpt_oss.pool
+    eng = BatchEngine(gpt_oss.step, pool.num_blocks, pool.block_size, 8, "static",
+                      layout=pool.layout)
+    with pytest.raises(Exception, match="request 0 needs 150000 KV tokens but the cache holds "
+                                        "111504$"):
+        eng.run(reqs)
 
 
 def test_decode_slots_count_window_layers_at_their_window(gpt_oss):
@@ -109,6 +146,10 @@ def test_decode_slots_count_window_layers_at_their_window(gpt_oss):
     assert model.decode_slots() == pytest.approx(
         POOL_TOKENS / ((90_500 / 16 + WINDOW_BLOCKS) * 16 / 2), rel=1e-9)
     assert model.decode_slots() == pytest.approx(2.256, abs=0.001)
+    # the replay's whole blocks (5,657 + 521 = 6,178 group blocks) give 13,938 / 6,178 = 2.2561
+    # against the mean's fractional 2.2563
+    assert model.decode_slots() == pytest.approx(GROUP_BLOCKS / PEAK_SEQ_BLOCKS, rel=1e-3)
+    assert type(model.decode_slots()) is float  # a plain float, as for every layout
 
 
 def test_analytic_and_replay_agree_on_sequences_that_fit(gpt_oss):
@@ -143,6 +184,7 @@ def test_stacked_rows_equal_their_own_models(gpt_oss):
                                         gpt_oss.profile.scheduler).cap)) for x in (lim, dense)]
     stacked = QueueModel(gpt_oss.step, *lengths, both, 1.0, gpt_oss.profile.scheduler).cap
     assert np.asarray(stacked).ravel() == pytest.approx(caps)
+    assert np.asarray(stacked).ravel()[1] == caps[1]  # the dense row bit for bit
     assert caps[1] == pytest.approx(1.23, abs=0.01)  # at full length: 111,504 / 90,250 - p99
 
 
@@ -159,3 +201,26 @@ def test_search_subset_keeps_each_rows_layout(gpt_oss):
     sub = _subset(qm, (np.array([0, 0]), np.array([1, 0])))
     assert np.asarray(sub.cap).ravel() == pytest.approx(np.asarray(qm.cap).ravel()[::-1])
     assert int(np.asarray(qm.cap).ravel()[0]) == FIT
+
+
+def test_whole_prompt_closed_loop_caps_the_window_at_its_raised_budget():
+    # TensorRT-LLM (no chunked prefill) on an H200 with an 8,192-token budget: a 20,000-token
+    # prompt runs whole, so AIConfigurator's closed loop raises the budget to 20,000 and the
+    # window layers' cap follows it: cdiv(127 + 20,000, 32) + 1 = 630 blocks of 32 tokens (at
+    # the configured budget cdiv(127 + 8,192, 32) + 1 = 261). The engine reserves each
+    # request's output (GUARANTEED_NO_EVICT): 20,500 tokens = 641 blocks, and 641 + 630 =
+    # 1,271 blocks of 18 layers = 1,271 x 32 / 2 = 20,336 tokens of all 36 layers; the pool's
+    # 1,011,552 hold 49 (with the cap 261: 70, beyond the 64 clients).
+    from capplan.plan.aiconfigurator import AggRun, agg_closed_loop
+
+    run = AggRun(backend="trtllm", model="openai/gpt-oss-120b", system="h200_sxm",
+                 precision="fp4", tp=1, isl=20_000, osl=500, batch_size=64, concurrency=64)
+    dep = resolve_deployment(_CAT, "gpt-oss-120b", "h200",
+                             EngineOptions(engine="trtllm", max_num_batched_tokens=8192,
+                                           max_num_seqs=64))
+    assert dep.pool.layout.window_cap == -(-(127 + 8192) // 32) + 1 == 261
+    assert dep.memory.kv_cache_tokens == 1_011_552
+    assert -(-(127 + 20_000) // 32) + 1 == 630
+    want = 1_011_552 // ((641 + 630) * 32 // 2)
+    assert (want, 1_011_552 // ((641 + 261) * 32 // 2)) == (49, 70)
+    assert agg_closed_loop(dep, run, measured=4 * 64)["concurrency_cap"] == want

@@ -181,19 +181,25 @@ class SteadyState:
         # the last block is partly empty (large for hybrids' raised block sizes).
         # Sliding-window layers hold at most their window's blocks (vLLM's hybrid allocator
         # frees the rest; layers.window_blocks): a sequence's tokens count as limits.held_kv
-        # of them, and their spread as the spread of held_kv over mean +- one sd (the slope of
-        # held_kv there: 1 without window layers, the full layers' share past the window).
+        # of them, and their spread as the spread of held_kv over mean +- one sd (its secant
+        # there: 1 without window layers, the full layers' share past the window). Shared and
+        # resident prefix blocks count as cached entries: their full layers' part only
+        # (BlockLayout.cached_kv_tokens, as the replay holds them).
+        lay = limits.layout
         held = (float(self.policy.held_tokens(inp.mean, out.mean))
-                + block_rounding_tokens(inp.mean, out.mean, limits.block_size)
-                - self.prefix.shared_kv_tokens_per_seq)
-        mu = np.maximum(limits.held_kv(held) + np.asarray(limits.state_tokens_per_seq, float),
-                        1.0)
+                + block_rounding_tokens(inp.mean, out.mean, limits.block_size))
+        mu = np.maximum(limits.held_kv(held)
+                        - lay.cached_kv_tokens(self.prefix.shared_kv_tokens_per_seq,
+                                               limits.block_size)
+                        + np.asarray(limits.state_tokens_per_seq, float), 1.0)
         sigma = math.sqrt(inp.var + out.var / 4 + out.mean_sq / 12)
         if sigma > 0 and limits.windowed:
             lo_h = np.maximum(held - sigma, 0.0)
-            sigma = sigma * (limits.held_kv(held + sigma) - limits.held_kv(lo_h)) / (
-                held + sigma - lo_h)
-        kv = np.asarray(limits.kv_cache_tokens, float) - self.prefix.resident_kv_tokens
+            secant = (limits.held_kv(held + sigma) - limits.held_kv(lo_h)) / (held + sigma - lo_h)
+            # rows without window layers (a stack's dense rows) keep their own sd exactly
+            sigma = np.where(np.asarray(lay.window) > 0, sigma * secant, sigma)
+        kv = np.asarray(limits.kv_cache_tokens, float) - lay.cached_kv_tokens(
+            self.prefix.resident_kv_tokens, limits.block_size)
         z = Z99
         root = (-z * sigma + np.sqrt(z * z * sigma * sigma + 4 * mu * np.maximum(kv, 0.0))) / (
             2 * mu)
