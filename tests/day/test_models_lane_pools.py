@@ -166,9 +166,10 @@ def test_a_comparison_pool_follows_one_rule_for_one_model_and_several(run_cli, t
 
 
 def test_schedule_and_totals_count_the_lanes_pools_that_run(run_cli, tmp_path):
-    """CSV, Markdown, JSON and the terminal count the lanes' pools the plan recommends: 3 GPUs
-    per model (2 + 1), 6 in the pool, 6 x 24 h = 144 GPU-hours at this constant rate, $3.78
-    per GPU-hour: $544.32 a day (before: the shared pools' 3 + 2 = 5 GPUs, 120 GPU-hours)."""
+    """CSV, Markdown, JSON, the terminal and the Kubernetes export count the lanes' pools the
+    plan recommends: 3 GPUs per model (2 + 1), 6 in the pool, 6 x 24 h = 144 GPU-hours at this
+    constant rate, $3.78 per GPU-hour: $544.32 a day (before: the shared pools' 3 + 2 = 5 GPUs,
+    120 GPU-hours, and the lanes' Deployments left unscheduled at the peak's replicas)."""
     import csv
     import io
     import json
@@ -192,3 +193,11 @@ def test_schedule_and_totals_count_the_lanes_pools_that_run(run_cli, tmp_path):
     text = _busy(run_cli, tmp_path)
     assert ("pool h100-sxm (llama-3.1-8b, qwen2.5-7b): peak 6 GPUs shared vs 6 in one fleet "
             "per model") in text
+    # the Kubernetes export deploys the lanes' pools by their own schedules (2 + 1 replicas a
+    # model), as the totals count them: no pool is left out of the schedule
+    k8s = tmp_path / "busy.k8s.yaml"
+    _busy(run_cli, tmp_path, "--export", str(k8s))
+    docs = [d for d in yaml.safe_load_all(k8s.read_text()) if d and d["kind"] == "Deployment"]
+    assert {d["metadata"]["name"]: d["spec"]["replicas"] for d in docs} == {
+        "llama-3-1-8b-chat": 2, "llama-3-1-8b-rag": 1, "qwen2-5-7b-chat": 2, "qwen2-5-7b-rag": 1}
+    assert "not scheduled" not in k8s.read_text()
