@@ -160,8 +160,8 @@ def fixed_note(fixed: list[Fixed]) -> str:
                "only, with no per-window prefill or decode count, so traffic above that "
                "window's is not covered" if f.layout == DISAGGREGATED else
                f"{f.model}'s day plan counts replicas per window for one shared pool only, "
-               "with no per-window count per lane (a plan of one model schedules each lane's "
-               "pool; one of several models, each model's shared pool), so a lane busier at "
+               "with no per-window count per lane (the plan dict has no `lane_days`, which "
+               "`capplan plan` gives a model that deploys a pool per lane), so a lane busier at "
                "another hour than that window is not covered (`pools: shared` or `both` "
                "deploys the shared pool, which the schedule moves)")
         objs = ", ".join(f"{k}/{n} ({r} replica{'' if r == 1 else 's'})"

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from capplan.catalog.loader import Catalog
-from capplan.plan.day import DayOptions, plan_day
+from capplan.plan.day import DayOptions, DayPlan, plan_day
 from capplan.plan.lane_day import deploys_lane_pools, plan_lane_days
 from capplan.plan.pool_day import plan_pool_day
 from capplan.plan.result import PlanResult
@@ -24,7 +24,8 @@ def day_options(plan: PlanFile) -> DayOptions:
 def run_day_plan(cat: Catalog, plan: PlanFile, verify: Any = None, base: Path | None = None,
                  opts: DayOptions | None = None) -> Any:
     """A day plan (one model: DayPlan; its lanes' own day plans when it deploys a pool per
-    lane: LaneDays) or a shared pool of several models (PoolDay), with the steady-rate planner
+    lane: LaneDays) or a shared pool of several models (PoolDay; a model of them that deploys a
+    pool per lane as its LaneDays), with the steady-rate planner
     `planner.run_plan(cat, plan, verify)` sizing each peak."""
     from capplan.plan.planner import run_plan
 
@@ -33,9 +34,13 @@ def run_day_plan(cat: Catalog, plan: PlanFile, verify: Any = None, base: Path | 
     def run(c: Catalog, p: PlanFile) -> PlanResult:
         return run_plan(c, p, verify)
 
-    if plan.models is not None:
-        return plan_pool_day(cat, plan, opts, run, base)
-    dp = plan_day(cat, plan, opts, run, base)
-    if deploys_lane_pools(plan, dp):  # a pool per lane: each lane's pool on its own schedule
-        return plan_lane_days(cat, plan, opts, run, dp, base)
-    return dp
+    def lanes(one: PlanFile, dp: DayPlan) -> Any:
+        """A model's lanes' own day plans when it deploys a pool per lane: each lane's pool on
+        its own schedule, which the totals count (they count what runs)."""
+        if deploys_lane_pools(one, dp):
+            return plan_lane_days(cat, one, opts, run, dp, base)
+        return dp
+
+    if plan.models is not None:  # each model as one model's plan is (`lanes`)
+        return plan_pool_day(cat, plan, opts, run, base, lanes)
+    return lanes(plan, plan_day(cat, plan, opts, run, base))

@@ -6,6 +6,11 @@ Models share a pool when their plans pick the same GPU type: a model's off-peak 
 another's peak (the pool is sized for the peak of the sum, not the sum of the peaks). Models on
 different GPU types form a pool each. Each replica keeps whole GPUs: two small models sharing
 one GPU (memory fractions) is not planned here.
+
+A model that deploys a pool per lane is planned as a plan of one model deploying them is
+(plan/lane_day.py: each lane's own day plan): its fleets are its lanes' pools, which the
+schedule, the pool's peak and the GPU-hours count (each lane's pool a fleet with its own peak),
+not its shared pool, which it prints only for comparison.
 """
 
 from __future__ import annotations
@@ -29,41 +34,54 @@ from capplan.plan.schema import PlanFile
 class PoolDay:
     """The day plans of several models and their shared pool(s)."""
 
-    days: list[DayPlan]
+    days: list[Any]
+    """Each model's day plan (DayPlan), or, for a model that deploys a pool per lane, its
+    lanes' own day plans (plan/lane_day.py's LaneDays): its fleets are then its lanes' pools."""
     names: list[str]
     unit: str = "model"
     """What each day plan is a fleet of: "model", or "lane" for a model's pool per lane
     (plan/lane_day.py); it names the keys (`models` / `lanes`, `gpus_by_model` / `..._lane`)."""
 
+    def _fleet_days(self) -> list[tuple[int, DayPlan]]:
+        """(index of its model, its day plan) of every fleet that runs, in order: a model's
+        own, or each of its lanes' pools (`running_days`)."""
+        return [(i, f) for i, d in enumerate(self.days) for f in running_days(d)]
+
     def _gpus(self) -> np.ndarray:
-        """(models, windows) GPUs per window (a shorter day counts 0 after its end)."""
-        n = max(len(d.windows) for d in self.days)
-        g = np.zeros((len(self.days), n), np.int64)
-        for i, d in enumerate(self.days):
+        """(fleets, windows) GPUs per window (a shorter day counts 0 after its end)."""
+        fleets = [f for _, f in self._fleet_days()]
+        n = max(len(d.windows) for d in fleets)
+        g = np.zeros((len(fleets), n), np.int64)
+        for i, d in enumerate(fleets):
             g[i, :len(d.windows)] = [w.gpus for w in d.windows]
         return g
 
     def _edges(self) -> tuple[np.ndarray, np.ndarray]:
-        """(start_s, end_s) of the pool's windows: the longest model day's."""
-        longest = max(self.days, key=lambda d: (len(d.windows), d.span_s)).windows
+        """(start_s, end_s) of the pool's windows: the longest fleet day's."""
+        longest = max((f for _, f in self._fleet_days()),
+                      key=lambda d: (len(d.windows), d.span_s)).windows
         return (np.array([w.start_s for w in longest]), np.array([w.end_s for w in longest]))
 
     def pools(self) -> list[dict[str, Any]]:
-        """One pool per GPU type: its peak, GPU-hours, and what separate fleets would need."""
+        """One pool per GPU type: its peak, GPU-hours, and what separate fleets would need
+        (each fleet fixed at its own peak: a model's, or each lane's pool of a model that
+        deploys a pool per lane)."""
         g = self._gpus()
         start, end = self._edges()
         length_h = (end - start) / HOUR_S
         span_h = float(length_h.sum())
+        fleets = self._fleet_days()
         out = []
-        types = sorted({d.plan.best.candidate.gpu.key for d in self.days})
+        types = sorted({f.plan.best.candidate.gpu.key for _, f in fleets})
         for gpu in types:
-            idx = [i for i, d in enumerate(self.days) if d.plan.best.candidate.gpu.key == gpu]
+            idx = [k for k, (_, f) in enumerate(fleets) if f.plan.best.candidate.gpu.key == gpu]
             total = g[idx].sum(axis=0)
             peaks = g[idx].max(axis=1)
-            price = self.days[idx[0]].price_per_gpu_hour
+            price = fleets[idx[0]][1].price_per_gpu_hour
             pool_peak, sep = int(total.max()), int(peaks.sum())
+            names = [self.names[i] for i in dict.fromkeys(fleets[k][0] for k in idx)]
             out.append({
-                "gpu": gpu, f"{self.unit}s": [self.names[i] for i in idx],
+                "gpu": gpu, f"{self.unit}s": names,
                 "peak_gpus": pool_peak, "separate_fleets_peak_gpus": sep,
                 "saving_gpus": sep - pool_peak,
                 "gpu_hours": float((total * length_h).sum()),
@@ -77,29 +95,28 @@ class PoolDay:
             })
         return out
 
-    def _types(self) -> list[str]:
-        """Each model's GPU type, in model order."""
-        return [d.plan.best.candidate.gpu.key for d in self.days]
-
     def schedule(self) -> list[dict[str, Any]]:
-        """The pool's windows: every model's offered rate and replicas summed, GPUs per model
-        (`gpus_by_model`, or per lane) and per GPU type (a total only over one type: an L40S
-        and an H100 are not two of anything)."""
+        """The pool's windows: every fleet's offered rate and replicas summed, GPUs per model
+        (`gpus_by_model`, or per lane; a model's pools per lane together) and per GPU type (a
+        total only over one type: an L40S and an H100 are not two of anything)."""
         g = self._gpus()
         start, end = self._edges()
-        types = self._types()
+        fleets = self._fleet_days()
+        types = [f.plan.best.candidate.gpu.key for _, f in fleets]
         one_type = len(set(types)) == 1
         sched = []
         for k in range(g.shape[1]):
-            ws = [d.windows[k] for d in self.days if k < len(d.windows)]
+            ws = [f.windows[k] for _, f in fleets if k < len(f.windows)]
             by_gpu = {t: int(sum(g[i, k] for i in range(len(types)) if types[i] == t))
                       for t in sorted(set(types))}
+            by_unit = {m: int(sum(g[i, k] for i, (j, _) in enumerate(fleets) if j == n))
+                       for n, m in enumerate(self.names)}
             sched.append({
                 "start_s": float(start[k]), "end_s": float(end[k]),
                 "offered_rps": sum(w.offered_rps for w in ws),
                 "replicas": sum(w.replicas for w in ws),
                 "gpus": int(g[:, k].sum()) if one_type else None,
-                f"gpus_by_{self.unit}": {m: int(g[i, k]) for i, m in enumerate(self.names)},
+                f"gpus_by_{self.unit}": by_unit,
                 "gpus_by_gpu": by_gpu,
                 # each model's own p99s are in its schedule (`models`): a pool has none
                 "ttft_p99_s": None, "tbt_p99_s": None})
@@ -120,7 +137,8 @@ class PoolDay:
             "models": [{"model": m, **p} for m, p in zip(self.names, per, strict=True)],
             "recommendations": recs,
             "gpu_pools": pools,
-            "timezone": self.days[0].timezone,  # every model's day is planned in one zone
+            # every model's day is planned in one zone
+            "timezone": self._fleet_days()[0][1].timezone,
             "schedule": sched,
             "peak_replicas": max(s["replicas"] for s in sched),
             **gpus,  # GPU counts of the one GPU type; null over several (see gpu_pools)
@@ -156,8 +174,11 @@ def sum_or_none(xs: Any) -> float | None:
 
 
 def plan_pool_day(cat: Catalog, plan: PlanFile, opts: DayOptions,
-                  run: Callable[[Catalog, PlanFile], Any], base: Path | None = None) -> PoolDay:
-    """Each model's day plan (its lanes; its own candidates/engine or the plan's), pooled."""
+                  run: Callable[[Catalog, PlanFile], Any], base: Path | None = None,
+                  lanes: Callable[[PlanFile, DayPlan], Any] | None = None) -> PoolDay:
+    """Each model's day plan (its lanes; its own candidates/engine or the plan's), pooled;
+    `lanes(one, day)`: the model's lanes' own day plans when its day plan deploys a pool per
+    lane (day_run: plan/lane_day.py's plan_lane_days), else its day plan as it is."""
     assert plan.models is not None, "plan_pool_day needs models:"
     days, names = [], []
     for m in plan.models:
@@ -165,7 +186,8 @@ def plan_pool_day(cat: Catalog, plan: PlanFile, opts: DayOptions,
             "models": None, "model": m.model, "workloads": m.workloads,
             "candidates": m.candidates or plan.candidates, "engine": m.engine or plan.engine})
         try:
-            days.append(plan_day(cat, one, opts, run, base))
+            day = plan_day(cat, one, opts, run, base)
+            days.append(day if lanes is None else lanes(one, day))
         except InputError as e:
             raise InputError(f"model {m.model}: {e}") from e
         names.append(m.model)
@@ -174,19 +196,55 @@ def plan_pool_day(cat: Catalog, plan: PlanFile, opts: DayOptions,
     return PoolDay(placed_together(days), names)
 
 
-def placed_together(days: list[DayPlan]) -> list[DayPlan]:
-    """The models' day plans, whose fleets run at once, with their launch lines placed as one
-    (flags.place_together: hosts, GPUs and ports continue from one fleet to the next): each
-    model's recommended fleets first (its lanes' pools when it recommends a pool per lane, else
-    its best), then the fleets each prints for comparison (the other layout's), after every
-    fleet that runs, so no printed line takes a GPU or a port of one that runs."""
-    runs = [_fleets(d, _deploys_lanes(d)) for d in days]
-    alts = [_fleets(d, not _deploys_lanes(d)) for d in days]
-    placed = iter(place_together([r for fleets in (*runs, *alts) for r in fleets]))
-    runs = [[next(placed) for _ in fleets] for fleets in runs]
-    alts = [[next(placed) for _ in fleets] for fleets in alts]
-    return [_replaced(d, run if _deploys_lanes(d) else alt, alt if _deploys_lanes(d) else run)
-            for d, run, alt in zip(days, runs, alts, strict=True)]
+def running_days(d: Any) -> list[DayPlan]:
+    """The day plans of the fleets a model's entry runs: its own (a DayPlan), or its lanes'
+    (a LaneDays: `lanes.days`)."""
+    return [d] if isinstance(d, DayPlan) else list(d.lanes.days)
+
+
+def placed_together(days: list[Any]) -> list[Any]:
+    """The models' day plans (DayPlan, or a model's LaneDays) with their launch lines placed:
+    the fleets that run (each model's lanes' pools when it deploys a pool per lane, else its
+    best) as one output (flags.place_together: hosts, GPUs and ports continue from one fleet
+    to the next), hosts named from them alone; the fleets printed for comparison (each model's
+    other layout) as an output of their own, from the first GPU of the first host, router on
+    the engine's default port: an alternative to the fleets that run, not run beside them
+    (only one layout runs), as a plan of one model places its comparison
+    (planner._per_lane_pools)."""
+    runs = _placed([_running(d) for d in days])
+    alts = _placed([_compared(d) for d in days])
+    return [_with(d, run, alt) for d, run, alt in zip(days, runs, alts, strict=True)]
+
+
+def _placed(groups: list[list[Any]]) -> list[list[Any]]:
+    """Each group's recommendations, every group's placed as one output, in order."""
+    placed = iter(place_together([r for g in groups for r in g]))
+    return [[next(placed) for _ in g] for g in groups]
+
+
+def _running(d: Any) -> list[Any]:
+    """The fleets a model's entry runs (`running_days`' recommended fleets)."""
+    if isinstance(d, DayPlan):
+        return _fleets(d, _deploys_lanes(d))
+    return [f.plan.best for f in running_days(d)]
+
+
+def _compared(d: Any) -> list[Any]:
+    """The fleets a model's entry prints for comparison: the layout it does not deploy (a
+    LaneDays: its model's one shared pool)."""
+    if isinstance(d, DayPlan):
+        return _fleets(d, not _deploys_lanes(d))
+    return [d.model.plan.best]
+
+
+def _with(d: Any, run: list[Any], alt: list[Any]) -> Any:
+    """A model's entry with its fleets placed (`run`: those it runs, `alt`: its comparison)."""
+    if isinstance(d, DayPlan):
+        lanes = _deploys_lanes(d)
+        return _replaced(d, run if lanes else alt, alt if lanes else run)
+    model = _replaced(d.model, _fleets(d.model, True), alt)
+    ran = [_replaced(f, [], [r]) for f, r in zip(d.lanes.days, run, strict=True)]
+    return replace(d, model=model, lanes=replace(d.lanes, days=ran))
 
 
 def _deploys_lanes(d: DayPlan) -> bool:

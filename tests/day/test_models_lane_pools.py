@@ -1,13 +1,16 @@
 """A plan of several models, each recommending a pool per lane: every lane's pool of every model
 runs at once, so the printed launch lines place them as one (no two on a GPU or a port of one
 host), each lane's verify line sends to its own pool's first replica and names its model, and
-the shared pools printed for comparison sit after every pool that runs."""
+the shared pools printed for comparison are an alternative layout, placed on their own from
+GPU 0 (as one model's comparison is), so they never change the lines of the pools that run.
+Its schedule and totals count the pools that run: each model's lanes' pools."""
 
 from __future__ import annotations
 
 import re
 from pathlib import Path
 
+import pytest
 import yaml
 
 SLO = {"ttft_p99_s": 1.0, "tbt_p99_s": "60ms"}
@@ -55,10 +58,11 @@ def test_every_models_lane_pools_are_placed_together(run_cli, tmp_path: Path):
                       re.M)
     assert urls == [("chat", "http://localhost:8100"), ("rag", "http://localhost:8101"),
                     ("chat", "http://localhost:8102"), ("rag", "http://localhost:8103")]
-    # the shared pools, for comparison, after the lanes' pools: GPUs 4 and 5
+    # the shared pools, for comparison, an alternative to the lanes' pools placed on its own:
+    # GPUs 0 and 1, ports 8100 and 8101 (the lanes' GPUs and ports: only one layout runs)
     shared = re.findall(r"^vLLM: +replica 0 \(localhost\): CUDA_VISIBLE_DEVICES=(\d) .* "
                         r"--port (\d+)$", text, re.M)
-    assert shared == [("4", "8104"), ("5", "8105")]
+    assert shared == [("0", "8100"), ("1", "8101")]
 
 
 def test_a_lanes_verify_steps_name_its_model(run_cli, tmp_path: Path):
@@ -81,3 +85,119 @@ def test_a_lanes_verify_steps_name_its_model(run_cli, tmp_path: Path):
                   "vllm", "--write-dataset", str(dataset))
     assert res.exit_code == 0, res.stderr
     assert dataset.read_text().count("\n") > 0
+
+
+# Lanes busy enough for two replicas of chat (30 req/s + 20% headroom = 36 req/s; one H100 TP 1
+# replica carries 18.2 req/s of Llama, 23.6 of Qwen at this mix, as the plans print) and one of
+# rag (7.2 req/s): 2 + 1 = 3 GPUs per model run, 6 in all, on one 8-GPU host; the shared pools
+# for comparison take 3 (Llama) and 2 (Qwen): 11 GPUs if they were counted with those that run.
+BUSY = [{**LANES[0], "rate_per_s": 30}, {**LANES[1], "rate_per_s": 6}]
+LLAMA, QWEN = "meta-llama/Llama-3.1-8B-Instruct", "Qwen/Qwen2.5-7B"
+REPLICA = re.compile(r"replica (\d) \((\S+)\): CUDA_VISIBLE_DEVICES=(\S+) vllm serve (\S+) .* "
+                     r"--port (\d+)$", re.M)
+ROUTER = re.compile(r"router: vllm-router --worker-urls (.*?) --policy round_robin --host "
+                    r"0\.0\.0\.0 --port (\d+) ")
+
+
+def _busy(run_cli, tmp_path: Path, *args: str, models=MODELS) -> str:
+    doc = {"version": 1, "candidates": {"gpus": ["h100-sxm"], "tp": [1]},
+           "engine": {"max_num_seqs": [128], "max_num_batched_tokens": [2048]},
+           "pools": "separate", "verify": {"top": 0}}
+    if len(models) == 1:  # one model at a steady rate: `day:` needs a lane's rate curve
+        doc.update(model=models[0], workloads=BUSY)
+    else:
+        doc.update(day={"replay": "none"},
+                   models=[{"model": m, "workloads": BUSY} for m in models])
+    path = tmp_path / f"busy{len(models)}.yaml"
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    res = run_cli("plan", str(path), *args)
+    assert res.exit_code == 0, res.stderr
+    return res.stdout
+
+
+def test_comparison_pools_past_one_host_leave_the_running_lines_on_localhost(run_cli, tmp_path):
+    """The 6 GPUs that run fit one 8-GPU host: every lane's line and verify URL says
+    `localhost` (before, the 5 comparison GPUs counted with them made 11, over HOST0 and
+    HOST1, and every line said HOST0). The shared pools for comparison are placed on their own
+    from GPU 0, router on the default port 8000 up: an alternative to the lanes' pools."""
+    text = _busy(run_cli, tmp_path)
+    assert "HOST" not in text
+    # (replica, host, GPUs, model, port) of each vLLM line, in the order printed: Llama's lanes
+    # chat (2) and rag (1), its shared pool (3); Qwen's lanes, its shared pool (2)
+    assert REPLICA.findall(text) == [
+        ("0", "localhost", "0", LLAMA, "8100"), ("1", "localhost", "1", LLAMA, "8101"),
+        ("0", "localhost", "2", LLAMA, "8102"),
+        ("0", "localhost", "0", LLAMA, "8100"), ("1", "localhost", "1", LLAMA, "8101"),
+        ("2", "localhost", "2", LLAMA, "8102"),
+        ("0", "localhost", "3", QWEN, "8103"), ("1", "localhost", "4", QWEN, "8104"),
+        ("0", "localhost", "5", QWEN, "8105"),
+        ("0", "localhost", "3", QWEN, "8103"), ("1", "localhost", "4", QWEN, "8104")]
+    # the routers (vLLM's and TensorRT-LLM's are one): the lanes' on 8000 (Llama chat) and 8002
+    # (Qwen chat: the 3rd fleet that runs), the comparison's on 8000 and 8001
+    assert list(dict.fromkeys(ROUTER.findall(text))) == [
+        ("http://localhost:8100 http://localhost:8101", "8000"),
+        ("http://localhost:8100 http://localhost:8101 http://localhost:8102", "8000"),
+        ("http://localhost:8103 http://localhost:8104", "8002"),
+        ("http://localhost:8103 http://localhost:8104", "8001")]
+    urls = re.findall(r"^verify \(lane (\w+)\): vllm bench serve .*--base-url (\S+) ", text,
+                      re.M)
+    assert urls == [("chat", "http://localhost:8100"), ("rag", "http://localhost:8102"),
+                    ("chat", "http://localhost:8103"), ("rag", "http://localhost:8105")]
+    assert "hosts: localhost: replica 0 (GPU 2, port 8102)" not in text  # one replica: no line
+
+
+def test_a_comparison_pool_follows_one_rule_for_one_model_and_several(run_cli, tmp_path):
+    """Llama's shared pool for comparison prints the same lines planned alone (a steady plan of
+    one model) and planned first of two models: GPUs 0-2, ports 8100-8102, router 8000
+    (before, with two models it sat after every lane's pool: GPUs 6, 7 of HOST0 and 0 of
+    HOST1, router 8004)."""
+    alone = _busy(run_cli, tmp_path, models=MODELS[:1])
+    both = _busy(run_cli, tmp_path)
+
+    def shared(text: str) -> str:
+        return re.search(r"^vLLM: .*?(?=^SGLang:)", text, re.M | re.S)[0]
+
+    assert shared(both.split("qwen2.5-7b: ", 1)[0]) == shared(alone)
+    assert REPLICA.findall(shared(alone)) == [
+        ("0", "localhost", "0", LLAMA, "8100"), ("1", "localhost", "1", LLAMA, "8101"),
+        ("2", "localhost", "2", LLAMA, "8102")]
+    assert ROUTER.findall(shared(alone)) == [
+        ("http://localhost:8100 http://localhost:8101 http://localhost:8102", "8000")]
+
+
+def test_schedule_and_totals_count_the_lanes_pools_that_run(run_cli, tmp_path):
+    """CSV, Markdown, JSON, the terminal and the Kubernetes export count the lanes' pools the
+    plan recommends: 3 GPUs per model (2 + 1), 6 in the pool, 6 x 24 h = 144 GPU-hours at this
+    constant rate, $3.78 per GPU-hour: $544.32 a day (before: the shared pools' 3 + 2 = 5 GPUs,
+    120 GPU-hours, and the lanes' Deployments left unscheduled at the peak's replicas)."""
+    import csv
+    import io
+    import json
+
+    parts = _busy(run_cli, tmp_path, "--format", "csv").strip().split("\n\n")
+    sched, totals = (list(csv.reader(io.StringIO(p))) for p in parts[-2:])
+    head = sched[0]
+    by = {h: head.index(h) for h in ("GPUs llama-3.1-8b", "GPUs qwen2.5-7b",
+                                      "GPUs h100-sxm pool")}
+    assert {tuple(row[i] for i in by.values()) for row in sched[1:]} == {("3", "3", "6")}
+    rows = dict(totals[1:])
+    assert rows["peak GPUs"] == "6"
+    assert float(rows["GPU-hours, autoscaled"]) == 144.0
+    assert float(rows["cost per day, autoscaled ($)"]) == pytest.approx(6 * 24 * 3.78)
+    assert (rows["llama-3.1-8b: peak GPUs"], rows["qwen2.5-7b: peak GPUs"]) == ("3", "3")
+    md = _busy(run_cli, tmp_path, "--format", "markdown")
+    assert re.search(r"^\| peak GPUs +\| +6 +\|$", md, re.M)
+    plan = json.loads(_busy(run_cli, tmp_path, "--format", "json"))
+    assert (plan["peak_gpus"], plan["gpu_pools"][0]["peak_gpus"]) == (6, 6)
+    assert [m["peak_gpus"] for m in plan["models"]] == [3, 3]
+    text = _busy(run_cli, tmp_path)
+    assert ("pool h100-sxm (llama-3.1-8b, qwen2.5-7b): peak 6 GPUs shared vs 6 in one fleet "
+            "per model") in text
+    # the Kubernetes export deploys the lanes' pools by their own schedules (2 + 1 replicas a
+    # model), as the totals count them: no pool is left out of the schedule
+    k8s = tmp_path / "busy.k8s.yaml"
+    _busy(run_cli, tmp_path, "--export", str(k8s))
+    docs = [d for d in yaml.safe_load_all(k8s.read_text()) if d and d["kind"] == "Deployment"]
+    assert {d["metadata"]["name"]: d["spec"]["replicas"] for d in docs} == {
+        "llama-3-1-8b-chat": 2, "llama-3-1-8b-rag": 1, "qwen2-5-7b-chat": 2, "qwen2-5-7b-rag": 1}
+    assert "not scheduled" not in k8s.read_text()
