@@ -312,6 +312,15 @@ class BlockLayout:
     sliding_window: int = 0
     """The window (tokens) behind window_cap; 0 without window layers."""
 
+    def __post_init__(self) -> None:
+        # window layers without their cap would hold every token block (window_blocks has no
+        # uncapped case): a layout that keeps them whole is `kept_whole`
+        if isinstance(self.window, int) and not self.window:
+            return
+        if np.any((np.asarray(self.window) > 0) & (np.asarray(self.window_cap) >= NO_CAP)):
+            raise ValueError("a BlockLayout with window layers needs their window_cap "
+                             "(window_blocks_cap)")
+
     def for_budget(self, block_size: int, max_num_batched_tokens: int) -> BlockLayout:
         """The layout under another token budget (the cap follows max_num_batched_tokens)."""
         if not self.window:

@@ -46,10 +46,9 @@ class BatchEngine:
         if not np.isfinite(timeout_s) or timeout_s < 0:
             raise InputError(f"--batch-timeout {timeout_s}: must be a finite number >= 0")
         self.m = step_model
-        # counted in the layout's unit (`units` per block of num_gpu_blocks), as the
-        # continuous engine's pool
+        # counted in the layout's unit, as the continuous engine's pool
         self.layout = layout
-        self.total_blocks, self.bs = int(num_gpu_blocks) * layout.units, int(block_size)
+        self.total_blocks, self.bs = layout.sim_blocks(num_gpu_blocks), int(block_size)
         self.B, self.mode, self.timeout_s = int(batch_size), mode, float(timeout_s)
 
     def _layout(self, prompt: Any) -> BlockLayout:

@@ -366,3 +366,16 @@ def test_window_only_prefix_hits_hold_evictable_memory():
     assert np.isfinite(runs[0].finished_at_s).all()
     for r in runs[1:]:
         np.testing.assert_allclose(r.finished_at_s, runs[0].finished_at_s, rtol=0, atol=1e-9)
+
+
+def test_a_layout_with_window_layers_needs_their_cap():
+    # window_blocks has no uncapped case: window layers without a cap would count every token
+    # block plus none freed, so such a layout is refused at construction (kept_whole is the
+    # layout of an engine that keeps out-of-window blocks)
+    with pytest.raises(ValueError, match="window_cap"):
+        BlockLayout(1, 1)
+    with pytest.raises(ValueError, match="window_cap"):
+        BlockLayout(np.array([[1, 1]]), np.array([[0, 1]]), np.array([[1 << 40, 1 << 40]]),
+                    np.array([[0, 128]]))
+    assert BlockLayout(2).window == 0
+    assert BlockLayout(1, 1, 6, 64).kept_whole() == BlockLayout(2)
