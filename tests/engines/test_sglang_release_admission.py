@@ -20,6 +20,7 @@ import pytest
 from capplan.catalog.loader import load_catalog
 from capplan.models.engine import engine_profile
 from capplan.sim import ContinuousEngine, Requests
+from tests.sim.test_sglang_admission import Recorder
 
 
 @pytest.mark.parametrize("spec", ["sglang@0.3", "sglang@0.4"])
@@ -45,22 +46,6 @@ def test_chunk_default_is_the_release_s(spec, gpu, chunk):
     # 2048 when gpu_mem < 25,000 MB (the 24 GB L4), else 8192
     d = engine_profile(spec).defaults(load_catalog(()).gpu(gpu), 1)
     assert d.max_num_batched_tokens == chunk
-
-
-class Recorder:
-    """A stand-in step model: 10 ms a step, each step's prompt tokens and prompt count
-    recorded."""
-
-    window = 2.0**62
-
-    def __init__(self) -> None:
-        self.prefill: list[tuple[int, int]] = []
-
-    def step(self, **kw):  # noqa: ANN003, ANN201
-        pt = np.atleast_1d(np.asarray(kw["prefill_tokens"], float))
-        ns = np.broadcast_to(np.asarray(kw["num_prefill_seqs"], float), pt.shape)
-        self.prefill += [(int(p), int(n)) for p, n in zip(pt, ns, strict=True) if p > 0]
-        return {"step_s": np.full(np.shape(kw["num_decode"]), 0.01)}
 
 
 def _steps(spec: str, prompts: list[int]) -> list[tuple[int, int]]:
