@@ -43,6 +43,7 @@ from capplan.errors import InputError
 from capplan.export.csv_export import SHOWN_RECOMMENDATIONS, pool_records, shown_note
 from capplan.export.layout import (
     AGGREGATED,
+    COMPARISON_TITLE,
     DISAGGREGATED,
     SEPARATE,
     headline,
@@ -151,16 +152,13 @@ def _emit_text(result: dict[str, Any], fmt: str, plan_json: Path | None) -> None
         for m in result["models"]:  # each model's plan and its day (its schedule in JSON)
             say(render_plan(m, fmt))
             say("\n".join([f"{m['model']} over the day:", *scale_up_line(m), *day_lines(m)]))
+            for text in lane_day_texts(m, str(m["model"])):
+                say(text)
         say(render_day(result, fmt))
         return
     say(render_plan(result, fmt))
-    for ln in result.get("lane_days") or []:  # a pool per lane: each lane's pool's own day
-        from capplan.cli._day import day_lines, scale_up_line
-        from capplan.export.layout import fleet_text
-
-        say("\n".join([f"lane {ln['lane']} over the day, on its own pool (at its peak "
-                       f"{fleet_text(ln['recommendations'][0])}):", *scale_up_line(ln),
-                       *day_lines(ln)]))
+    for text in lane_day_texts(result):
+        say(text)
     if result.get("disaggregated"):
         say(render_disagg(result["disaggregated"]))
     if "schedule" in result:
@@ -172,6 +170,20 @@ def _emit_text(result: dict[str, Any], fmt: str, plan_json: Path | None) -> None
 
         say("\nthe plan's fixed disaggregated layout:\n"
             + pd_table(result["fixed_disaggregated"], fmt))
+
+
+def lane_day_texts(result: dict[str, Any], model: str | None = None) -> list[str]:
+    """Each lane's own day on its pool (a plan of a pool per lane, `lane_days`): "lane NAME
+    over the day, on its own pool (at its peak FLEET):", its scale-ups and day lines; `model`:
+    one model of a plan of several, which the header names (two models may share lane
+    names)."""
+    from capplan.cli._day import day_lines, scale_up_line
+    from capplan.export.layout import fleet_text
+
+    of = "" if model is None else f" of {model}"
+    return ["\n".join([f"lane {ln['lane']}{of} over the day, on its own pool (at its peak "
+                       f"{fleet_text(ln['recommendations'][0])}):", *scale_up_line(ln),
+                       *day_lines(ln)]) for ln in result.get("lane_days") or []]
 
 
 def day_sections(result: dict[str, Any], fmt: str) -> str:
@@ -377,9 +389,11 @@ def render_plan(result: dict[str, Any], fmt: str) -> str:
                                  break_on_hyphens=False))
     out += _pool_lines(result, fmt)
     flags = best["engine_flags"]
+    head = []
     if recommended_layout(result) == SEPARATE:  # verified by each lane's pool's steps above
         flags = {k: v for k, v in flags.items() if k not in STEP_LABELS}
-    out += ["", *launch_block(flags), sized_for(best),
+        head = [f"{COMPARISON_TITLE}:"]  # an alternative on the lanes' GPUs and ports
+    out += ["", *head, *launch_block(flags), sized_for(best),
             f"calibration: {best.get('calibration', '')}"]
     reason = result.get("inputs", {}).get("max_model_len_reason")
     if reason:

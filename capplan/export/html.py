@@ -28,6 +28,7 @@ from capplan.export.csv_export import (
 )
 from capplan.export.layout import (
     AGGREGATED,
+    COMPARISON_TITLE,
     DISAGGREGATED,
     FIXED_TITLE,
     HOSTS_TITLE,
@@ -404,9 +405,8 @@ def _commands(p: dict[str, Any], run: Run | None = None, model: str | None = Non
         out.append("<p>The lines of the aggregated fleet (rank 1); the recommended "
                    "disaggregated layout's are in its section above.</p>")
     elif recommended_layout(p) == SEPARATE:
-        out.append("<p>The launch lines of one shared pool (rank 1), for comparison; the "
-                   "recommended pool per lane's launch and verify lines are in the pools' "
-                   "section above.</p>")
+        out.append(f"<p>{_e(sentence(COMPARISON_TITLE))}; the recommended pool per lane's "
+                   "launch and verify lines are in the pools' section above.</p>")
     for key in ENGINES:
         if flags.get(key):  # a fleet of several replicas as it runs on hosts
             out.append(_cmd(engine_display_name(key), launch_text(flags, key)))

@@ -92,6 +92,14 @@ def sentence(text: str) -> str:
     return text[:1].upper() + text[1:]
 
 
+COMPARISON_TITLE = ("for comparison, instead of the lanes' pools: one shared pool (rank 1), "
+                    "whose lines reuse the lanes' pools' GPUs and ports (run one layout or the "
+                    "other, never both)")
+"""What every output says above the shared pool's launch lines when a pool per lane is
+recommended: an alternative placed on the GPUs and ports of the pools that run
+(docs/takeaways.md), not a fleet to launch beside them."""
+
+
 HOSTS_TITLE = "where each replica runs"
 """The end of the title of `disagg_launch`'s one line that is not a command (reports print it
 as text, not as a code block)."""

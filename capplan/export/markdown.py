@@ -20,6 +20,7 @@ from capplan.export.csv_export import (
     three_sig,
 )
 from capplan.export.layout import (
+    COMPARISON_TITLE,
     DISAGGREGATED,
     FIXED_TITLE,
     HOSTS_TITLE,
@@ -129,6 +130,8 @@ def _commands(plan: dict[str, Any]) -> list[str]:
     if not isinstance(flags, dict) or not flags:
         return []
     lines = [f"## Engine commands (rank {recs[0].get('rank', 1)}: {recs[0]['gpu']})", ""]
+    if recommended_layout(plan) == SEPARATE:  # an alternative on the lanes' GPUs and ports
+        lines += [f"{sentence(COMPARISON_TITLE)}.", ""]
     known = [k for k, _ in _ENGINE_TITLES]
     titled = [(k, t) for k, t in _ENGINE_TITLES if flags.get(k)
               # a pool per lane recommended: each lane's pool's verify steps (_pools)

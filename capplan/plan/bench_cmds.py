@@ -183,13 +183,10 @@ def _calling(flags: dict[str, Any], call: str, stem: str) -> dict[str, Any]:
                         for k in STEP_LABELS if isinstance(flags.get(k), str)}}
 
 
-def for_model(plan: dict[str, Any], model: str) -> dict[str, Any]:
-    """One model's plan dict in a plan of several: its printed verify steps (the
-    recommendations', a disaggregated layout's and its lanes' pools') call verify with
-    `--model NAME`, the one JSON holding every model, and write and read the model's own
-    dataset files (capplan-workload-NAME.jsonl, capplan-workload-NAME-lane-LANE.jsonl), so two
-    models' datasets in one folder stay apart."""
-    call, stem = verify_call(model), f"{DATASET_STEM}-{_safe_name(model)}"
+def _plan_calling(plan: dict[str, Any], call: str, stem: str) -> dict[str, Any]:
+    """A plan dict with every verify step it prints calling `call` and naming the dataset
+    `stem` (_calling): the recommendations', a disaggregated layout's, its lanes' pools' and
+    its lanes' own day plans' (`lane_days`)."""
     out = {**plan, "recommendations": [
         {**r, "engine_flags": _calling(r.get("engine_flags") or {}, call, stem)}
         for r in plan.get("recommendations") or []]}
@@ -202,7 +199,27 @@ def for_model(plan: dict[str, Any], model: str) -> dict[str, Any]:
             {**ln, "engine_flags": _calling(ln["engine_flags"], call, stem)}
             if isinstance(ln, dict) and isinstance(ln.get("engine_flags"), dict) else ln
             for ln in sep["lanes"]]}}
+    if isinstance(plan.get("lane_days"), list):  # each lane's day (lane_plan wrote its lane)
+        out["lane_days"] = [_plan_calling(d, call, stem) if isinstance(d, dict) else d
+                            for d in plan["lane_days"]]
     return out
+
+
+def for_model(plan: dict[str, Any], model: str) -> dict[str, Any]:
+    """One model's plan dict in a plan of several: its printed verify steps (the
+    recommendations', a disaggregated layout's, its lanes' pools' and its lanes' own day
+    plans') call verify with `--model NAME`, the one JSON holding every model, and write and
+    read the model's own dataset files (capplan-workload-NAME.jsonl,
+    capplan-workload-NAME-lane-LANE.jsonl), so two models' datasets in one folder stay
+    apart."""
+    return _plan_calling(plan, verify_call(model), f"{DATASET_STEM}-{_safe_name(model)}")
+
+
+def lane_plan(plan: dict[str, Any], lane: str) -> dict[str, Any]:
+    """A lane's own day plan dict (a plan of a pool per lane, `lane_days`): its verify steps
+    call `capplan verify PLAN.json --lane NAME` and name the lane's dataset file, as its
+    pool's (for_lane) do; for_model adds the model to both."""
+    return _plan_calling(plan, f"{VERIFY_PLAN} --lane {shlex.quote(lane)}", lane_stem(lane))
 
 
 def lane_stem(lane: str) -> str:

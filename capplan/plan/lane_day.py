@@ -21,6 +21,7 @@ from typing import Any
 
 from capplan.catalog.loader import Catalog
 from capplan.errors import InputError
+from capplan.plan.bench_cmds import lane_plan
 from capplan.plan.day import DayOptions, DayPlan, plan_day
 from capplan.plan.pool_day import PoolDay, placed_together, sum_or_none
 from capplan.plan.rate_curve import DAY_S
@@ -105,7 +106,9 @@ class LaneDays:
         return {**out, **totals, "day": day, "pools": pools.to_dict(),
                 "warnings": [*warnings, said],
                 "gpu_pools": self.lanes.pools(),
-                LANE_KEY: [{"lane": n, **d.to_dict()} for d, n in zip(days, names, strict=True)]}
+                # each lane's day: its verify steps name the lane and its dataset (lane_plan)
+                LANE_KEY: [{"lane": n, **lane_plan(d.to_dict(), n)}
+                           for d, n in zip(days, names, strict=True)]}
 
 
 
