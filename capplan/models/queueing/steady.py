@@ -58,7 +58,7 @@ class Limits:
     @property
     def windowed(self) -> bool:
         """Whether any row holds sliding-window layers capped at their window."""
-        return bool(np.any(np.asarray(self.layout.window) > 0))
+        return self.layout.has_window
 
     def held_kv(self, tokens: Any) -> Any:
         """KV capacity (kv_cache_tokens' unit) a sequence of `tokens` tokens holds, window
