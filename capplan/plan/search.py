@@ -104,7 +104,7 @@ class ConfigGroup:
 REPLAY_BINDING = "(replay)"
 """Suffix of a binding constraint the replay found (the SLO it missed by most)."""
 _REPLAY_OPEN = REPLAY_BINDING[:-1]
-""""(replay", which a binding with a detail continues: "KV capacity (replay: 647 ...)"."""
+"""The "(replay" prefix a binding with a detail continues: "KV capacity (replay: 647 ...)"."""
 
 
 def replay_binding(what: str, detail: str | None = None) -> str:

@@ -121,10 +121,10 @@ def test_static_batch_short_prompts_hold_their_blocks(gpt_oss):
 
 
 def test_static_batch_too_long_request_error_in_tokens(gpt_oss):
-    # one 150,000 + 1 token request: its prompt's window cap is cdiv(127 + 150,000, 16) + 1 =
-    # 9,384 blocks, beyond the pool's own length, so the window layers count as many blocks as
-    # the full ones: 13,938 // 2 = 6,969 token blocks = 111,504 tokens fit (the memory report's
-    # kv_cache_tokens), stated in tokens
+    # a 150,000-token prompt with one output token (150,000 tokens at its peak): its prompt's
+    # window cap is cdiv(127 + 150,000, 16) + 1 = 9,384 blocks, beyond the pool's own length,
+    # so the window layers count as many blocks as the full ones: 13,938 // 2 = 6,969 token
+    # blocks = 111,504 tokens fit (the memory report's kv_cache_tokens), stated in tokens
     reqs = Requests(np.zeros(1), np.array([150_000]), np.array([1]), np.zeros(1, np.int64))
     pool = gpt_oss.pool
     eng = BatchEngine(gpt_oss.step, pool.num_blocks, pool.block_size, 8, "static",
