@@ -172,6 +172,18 @@ def test_verified_queue_model_holds_the_candidates_window():
     cap = float(np.asarray(queue_model(c, t).cap))
     assert cap == pytest.approx(_cap(_mu(41), SD_LONG, 148_912.0), rel=1e-6)
     assert cap == pytest.approx(14.18, abs=0.005)
+    # its pool (what its replay runs on): 148,912 / 16 = 9,307 blocks, the window cap 41
+    assert (c.pool.num_blocks, c.pool.block_size, c.pool.layout.window_cap) == (9_307, 16, 41)
+
+
+def test_each_combinations_pool_holds_its_budgets_window():
+    # ConfigGroup.pool_at: each (max_num_seqs, budget) combination's blocks and window cap
+    # (cdiv(127 + budget, 16) + 1: 41 at 512, 521 at 8,192)
+    g = _search_groups()[0][0]
+    for j, (_, budget) in enumerate(g.combos):
+        p = g.pool_at(j)
+        assert p.num_blocks == g.kv_tokens[j] // 16
+        assert p.layout.window_cap == {512: 41, 8192: 521}[budget]
 
 
 def test_pd_stacked_decode_pools_hold_each_budgets_window(gpt_oss):

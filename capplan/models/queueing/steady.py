@@ -19,7 +19,7 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from capplan.models.closed_loop import block_rounding_tokens
-from capplan.models.engine import SchedulerPolicy
+from capplan.models.engine import EngineSettings, SchedulerPolicy
 from capplan.models.layers import DENSE_LAYOUT, BlockLayout
 from capplan.models.perf import StepModel
 from capplan.models.prefill import packed_prefill_step
@@ -54,6 +54,15 @@ class Limits:
     blocks (plan/deployment.KvPool.layout; fields may be arrays of the rows, `stack_layouts`).
     kv_cache_tokens counts a token in every attention layer; a sequence of h tokens holds
     layout.kv_tokens(h, block_size) of them."""
+
+    @classmethod
+    def of_replica(cls, settings: EngineSettings, kv_cache_tokens: Any, pool: Any) -> Limits:
+        """One replica's limits: the engine's per-rank max_num_seqs and max_num_batched_tokens
+        times its attention-DP ranks (each rank schedules its own batch), its KV tokens, and
+        `pool`'s (plan/deployment.KvPool) state, block size and layout."""
+        dp = settings.attention_dp
+        return cls(settings.max_num_seqs * dp, settings.max_num_batched_tokens * dp,
+                   kv_cache_tokens, pool.state_tokens_per_seq, pool.block_size, pool.layout)
 
     @property
     def windowed(self) -> bool:
