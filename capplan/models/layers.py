@@ -315,15 +315,26 @@ class BlockLayout:
     def __post_init__(self) -> None:
         # window layers without their cap would hold every token block (window_blocks has no
         # uncapped case): a layout that keeps them whole is `kept_whole`
-        if isinstance(self.window, int) and not self.window:
+        if not self.has_window:
             return
         if np.any((np.asarray(self.window) > 0) & (np.asarray(self.window_cap) >= NO_CAP)):
             raise ValueError("a BlockLayout with window layers needs their window_cap "
                              "(window_blocks_cap)")
 
+    @property
+    def has_window(self) -> bool:
+        """Whether the layout holds window layers (in any row, for a layout of arrays)."""
+        return bool(np.any(np.asarray(self.window) > 0))
+
+    @property
+    def _scalar_dense(self) -> bool:
+        """No window layers in a layout of numbers: a sequence holds its tokens as they are
+        (the fast path; a layout of arrays goes element by element even where all are dense)."""
+        return isinstance(self.window, int) and not self.has_window
+
     def for_budget(self, block_size: int, max_num_batched_tokens: int) -> BlockLayout:
         """The layout under another token budget (the cap follows max_num_batched_tokens)."""
-        if not self.window:
+        if not self.has_window:
             return self
         return replace(self, window_cap=window_blocks_cap(self.sliding_window, block_size,
                                                           max_num_batched_tokens))
@@ -342,12 +353,12 @@ class BlockLayout:
         """The layout under an engine that keeps its window layers' out-of-window blocks
         (SchedulerPolicy.frees_out_of_window False): window layers count as full ones, for the
         blocks a sequence holds and a prefix-cache entry's, in the same block unit."""
-        return BlockLayout(self.units) if self.window else self
+        return BlockLayout(self.units) if self.has_window else self
 
     def blocks(self, token_blocks: Any) -> Any:
         """Pool blocks of a sequence holding `token_blocks` blocks of tokens (element by
         element for arrays: a layout whose fields are the analytic models' rows)."""
-        if isinstance(self.window, int) and not self.window:
+        if self._scalar_dense:
             return self.full * token_blocks
         return self.full * token_blocks + self.window * window_blocks(token_blocks,
                                                                       self.window_cap)
@@ -358,7 +369,7 @@ class BlockLayout:
         `blocks`(tokens / block_size) / `units`, window layers capped by `window_blocks`;
         `tokens` itself without window layers. Fractional token blocks (a mean length, its
         last block's rounding counted apart) are taken as they are."""
-        if isinstance(self.window, int) and not self.window:
+        if self._scalar_dense:
             return tokens
         bs = np.asarray(block_size, float)
         return bs * self.blocks(np.asarray(tokens, float) / bs) / self.units
@@ -369,25 +380,28 @@ class BlockLayout:
         blocks at most, over `units` (the replay's prefix-cache entries: window layers' blocks
         are each sequence's own unless the layout has no full layers); `tokens` itself without
         window layers. Element by element for arrays, as `kv_tokens`."""
-        if isinstance(self.window, int) and not self.window:
+        if self._scalar_dense:
             return tokens
-        full = np.asarray(self.full)
-        entry = np.where(full > 0, full, self.window)
-        most = np.where(full > 0, NO_CAP, self.window_cap)
         bs = np.asarray(block_size, float)
-        return bs * entry * np.minimum(np.asarray(tokens, float) / bs, most) / self.units
+        return (bs * self.entry * np.minimum(np.asarray(tokens, float) / bs, self.cached_cap)
+                / self.units)
 
     @property
-    def entry(self) -> int:
+    def entry(self) -> Any:
         """Pool blocks one prefix-cache entry (a cached token block) holds: the full layers',
-        the window layers' in a layout without full layers (never 0)."""
-        return self.full or self.window
+        the window layers' in a layout without full layers (never 0). Element by element for
+        a layout of arrays."""
+        full = np.asarray(self.full)
+        out = np.where(full > 0, full, self.window)
+        return out if out.ndim else out.item()
 
     @property
-    def cached_cap(self) -> int:
+    def cached_cap(self) -> Any:
         """Token blocks of a sequence that can be prefix-cache entries: all with full layers,
-        the window blocks held at once (`window_cap`) without."""
-        return NO_CAP if self.full else self.window_cap
+        the window blocks held at once (`window_cap`) without. Element by element for a
+        layout of arrays."""
+        out = np.where(np.asarray(self.full) > 0, NO_CAP, self.window_cap)
+        return out if out.ndim else out.item()
 
     def token_blocks_within(self, pool_blocks: int, most: int) -> int:
         """The most token blocks, up to `most`, whose `blocks` fit `pool_blocks` (blocks grows
@@ -409,7 +423,7 @@ def stack_layouts(rows: list[list[BlockLayout]]) -> BlockLayout:
     """One layout whose fields are arrays of shape (rows, columns) (a column broadcast over
     a row), for the analytic models' configuration rows; DENSE_LAYOUT when none has window
     layers (BlockLayout.blocks and kv_tokens take the fields element by element)."""
-    if not any(lay.window for row in rows for lay in row):
+    if not any(lay.has_window for row in rows for lay in row):
         return DENSE_LAYOUT
 
     def field(name: str) -> np.ndarray:

@@ -408,8 +408,9 @@ class MemoryReport:
     lora_bytes_per_gpu: float = 0.0
     """LoRA adapter slots, part of weights_bytes_per_gpu (models/lora.py)."""
     block_layout: layers.BlockLayout = layers.DENSE_LAYOUT
-    """How a sequence's tokens fill the pool in the simulator's block unit (window layers
-    capped: layers.block_layout, the rule kv_bytes_per_max_len_seq follows)."""
+    """How a sequence's tokens fill the pool in the simulator's block unit (layers.block_layout):
+    the blocks a running sequence holds, window layers capped (layers.window_blocks);
+    max_concurrency keeps vLLM's start-up reservation (layers.sequence_bytes)."""
     context_bytes_per_gpu: float = 0.0
     """CUDA context and communicators (`context_bytes`): outside vLLM's budget, outside
     SGLang's base, inside TensorRT-LLM's profiled peak (MemoryAccounting)."""

@@ -149,11 +149,7 @@ class Deployment:
     @property
     def limits(self) -> Limits:
         """The engine limits the analytic queueing model takes (hybrid state included)."""
-        s = self.settings
-        dp = s.attention_dp  # each DP rank schedules its own batch (per-rank engine limits)
-        return Limits(s.max_num_seqs * dp, s.max_num_batched_tokens * dp,
-                      self.memory.replica_kv_cache_tokens, self.pool.state_tokens_per_seq,
-                      self.pool.block_size, self.pool.layout)
+        return Limits.of_replica(self.settings, self.memory.replica_kv_cache_tokens, self.pool)
 
     @property
     def layout_text(self) -> str:

@@ -98,13 +98,21 @@ class ConfigGroup:
     combos: tuple[tuple[int, int], ...]
     kv_tokens: tuple[int, ...]
     pool: KvPool | None = None
-    """Block size and hybrid state blocks (num_blocks varies by combo: kv_tokens)."""
+    """Block size and hybrid state blocks (num_blocks and the window cap vary by combination:
+    `pool_at`)."""
+
+    def pool_at(self, j: int) -> KvPool:
+        """The KV block pool of combination j: its kv_tokens in blocks, window layers capped at
+        the window behind its token budget (hybrids' block size and state blocks included)."""
+        p = self.pool or KvPool(0, self.settings.block_size)
+        return KvPool(self.kv_tokens[j] // p.block_size, p.block_size, p.state_blocks_per_seq,
+                      p.layout.for_budget(p.block_size, self.combos[j][1]))
 
 
 REPLAY_BINDING = "(replay)"
 """Suffix of a binding constraint the replay found (the SLO it missed by most)."""
 _REPLAY_OPEN = REPLAY_BINDING[:-1]
-""""(replay", which a binding with a detail continues: "KV capacity (replay: 647 ...)"."""
+"""The "(replay" prefix a binding with a detail continues: "KV capacity (replay: 647 ...)"."""
 
 
 def replay_binding(what: str, detail: str | None = None) -> str:
@@ -171,9 +179,7 @@ class Candidate:
     def pool(self) -> KvPool:
         """The KV block pool a simulation of this candidate runs on (hybrids' block size and
         state blocks included)."""
-        p = self.group.pool or KvPool(0, self.settings.block_size)
-        return KvPool(self.kv_cache_tokens // p.block_size, p.block_size, p.state_blocks_per_seq,
-                      p.layout.for_budget(p.block_size, self.settings.max_num_batched_tokens))
+        return self.group.pool_at(self.index[1])
 
     @property
     def num_gpu_blocks(self) -> int:
@@ -415,12 +421,11 @@ def _queue_model(groups: list[ConfigGroup], t: Traffic
     chunk = np.asarray([[c[1] for c in g.combos] for g in groups], float) * dps
     kv = np.asarray([g.kv_tokens for g in groups], float)
     policy = groups[0].settings.profile.scheduler if groups else None  # one engine per plan
-    pools = [g.pool or KvPool(0, g.settings.block_size) for g in groups]
-    state = np.asarray([[p.state_tokens_per_seq] for p in pools], float)
-    block = np.asarray([[p.block_size] for p in pools], float)
+    pools = [[g.pool_at(j) for j in range(len(g.combos))] for g in groups]
+    state = np.asarray([[p[0].state_tokens_per_seq] for p in pools], float)
+    block = np.asarray([[p[0].block_size] for p in pools], float)
     # window layers capped at the window behind each combination's chunk (per rank)
-    layout = stack_layouts([[p.layout.for_budget(p.block_size, c[1]) for c in g.combos]
-                            for g, p in zip(groups, pools, strict=True)])
+    layout = stack_layouts([[p.layout for p in row] for row in pools])
     qm = QueueModel(sm, t.inp, t.out, Limits(seqs, chunk, kv, state, block, layout),
                     t.arrival_scv, policy, t.prefix)
     return qm, seqs, kv

@@ -78,15 +78,12 @@ def _subset(qm: QueueModel, rows: tuple[np.ndarray, np.ndarray]) -> QueueModel:
     shape = np.shape(qm.cap)
     lim = qm.limits
 
-    def take(a: Any) -> np.ndarray:
-        return np.broadcast_to(np.asarray(a, float), shape)[i, j][:, None]
-
-    def take_int(a: Any) -> Any:
-        return np.broadcast_to(np.asarray(a), shape)[i, j][:, None]
+    def take(a: Any, dtype: Any = float) -> np.ndarray:
+        return np.broadcast_to(np.asarray(a, dtype), shape)[i, j][:, None]
 
     lay = lim.layout
     if lim.windowed:
-        lay = replace(lay, **{f.name: take_int(getattr(lay, f.name)) for f in fields(lay)})
+        lay = replace(lay, **{f.name: take(getattr(lay, f.name), None) for f in fields(lay)})
     limits = Limits(take(lim.max_num_seqs), take(lim.max_num_batched_tokens),
                     take(lim.kv_cache_tokens), take(lim.state_tokens_per_seq),
                     take(lim.block_size), lay)

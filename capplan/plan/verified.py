@@ -77,14 +77,10 @@ class PlanPool:
 
 def queue_model(c: Candidate, t: Traffic) -> QueueModel:
     """The analytic queue of one replica of candidate c under traffic t."""
-    s = c.settings
     # engine limits are per attention-DP rank: a replica holds dp x them (as the search's)
     return QueueModel(c.step, t.inp, t.out,
-                      Limits(s.max_num_seqs * s.attention_dp,
-                             s.max_num_batched_tokens * s.attention_dp, c.kv_cache_tokens,
-                             c.pool.state_tokens_per_seq, c.pool.block_size,
-                             c.pool.layout),
-                      t.arrival_scv, s.profile.scheduler, t.prefix)
+                      Limits.of_replica(c.settings, c.kv_cache_tokens, c.pool),
+                      t.arrival_scv, c.settings.profile.scheduler, t.prefix)
 
 
 def near_floor(c: Candidate) -> bool:
@@ -130,11 +126,10 @@ def prepare(verify: Any, groups: list, pool: PlanPool) -> None:
     if g is None:
         return
     s, j = g.settings, int(np.argmax(g.kv_tokens))
+    p = g.pool_at(j)
     verify.prepare(VerifyJob(lanes=pool.lanes, replicas=1, step=g.step,
-                             num_gpu_blocks=g.kv_tokens[j] // g.pool.block_size,
-                             block_size=g.pool.block_size,
-                             state_blocks=g.pool.state_blocks_per_seq,
-                             layout=g.pool.layout.for_budget(g.pool.block_size, g.combos[j][1]),
+                             num_gpu_blocks=p.num_blocks, block_size=p.block_size,
+                             state_blocks=p.state_blocks_per_seq, layout=p.layout,
                              max_num_seqs=g.combos[j][0], max_num_batched_tokens=g.combos[j][1],
                              max_model_len=s.max_model_len, requests=64,
                              policy=s.profile.scheduler))

@@ -51,7 +51,7 @@ class BatchEngine:
         self.total_blocks, self.bs = layout.sim_blocks(num_gpu_blocks), int(block_size)
         self.B, self.mode, self.timeout_s = int(batch_size), mode, float(timeout_s)
 
-    def _layout(self, prompt: Any) -> BlockLayout:
+    def _layout_for(self, prompt: Any) -> BlockLayout:
         """The layout of a batch whose padded prompts are `prompt` tokens: one prefill chunk
         each, so the window layers' cap is that chunk's (BlockLayout.for_budget)."""
         return self.layout.for_budget(self.bs, prompt)
@@ -65,12 +65,12 @@ class BatchEngine:
         out = np.maximum.accumulate(reqs.output_tokens[lo:hi])
         k = np.arange(1, hi - lo + 1)
         tokens = inp + np.maximum(out, 1) - 1
-        per_seq = self._layout(inp).blocks(-(-tokens // self.bs))
+        per_seq = self._layout_for(inp).blocks(-(-tokens // self.bs))
         ok = k * per_seq <= self.total_blocks
         if not ok[0]:
             # in tokens, the unit of memory's kv_cache_tokens (the pool's blocks are in the
             # layout's unit): the longest sequence of this prompt whose blocks fit
-            most = self._layout(int(inp[0])).token_blocks_within(
+            most = self._layout_for(int(inp[0])).token_blocks_within(
                 self.total_blocks, -(-int(tokens[0]) // self.bs)) * self.bs
             raise InputError(f"request {lo} needs {int(tokens[0])} KV tokens but the cache "
                              f"holds {most}")
@@ -145,7 +145,7 @@ class BatchEngine:
         # TBT: decode step j (1-based) gives a token to every request with out - 1 >= j.
         counts = np.zeros(omax, np.int64)
         counts[1:] = b - np.searchsorted(np.sort(out - 1), np.arange(1, omax), "left")
-        kv_blocks = b * self._layout(lmax).blocks(
+        kv_blocks = b * self._layout_for(lmax).blocks(
             -(-(lmax + np.concatenate(([0.0], k))) // self.bs))
         starts = ends - dur
         return float(ends[-1]), (starts, dur, counts, np.full(omax, b), kv_blocks.astype(np.int64))

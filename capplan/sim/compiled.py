@@ -1748,7 +1748,7 @@ def prompt_budget(eng: Any) -> int:
     """The prompt tokens a step admits further prompts within, whole, under
     SchedulerPolicy.whole_prompts_after_first: the policy's `max_prefill_tokens` per
     attention-DP rank times the ranks, else the step's token budget."""
-    per_rank = int(getattr(eng.policy, "max_prefill_tokens", 0) or 0)
+    per_rank = int(eng.policy.max_prefill_tokens)
     if per_rank > 0:
         return per_rank * attention_ranks(eng)
     return int(eng.max_num_batched_tokens)

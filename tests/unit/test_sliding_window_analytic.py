@@ -15,10 +15,11 @@ import numpy as np
 import pytest
 
 from capplan.catalog.loader import load_catalog
-from capplan.models.closed_loop import kv_concurrency_cap
+from capplan.models.closed_loop import BenchmarkProtocol, closed_loop_latency, kv_concurrency_cap
 from capplan.models.layers import DENSE_LAYOUT, stack_layouts
 from capplan.models.queueing import LengthStats, Limits, QueueModel
 from capplan.plan.deployment import EngineOptions, resolve_deployment
+from capplan.plan.load import LoadSpec, analytic_latency
 from capplan.plan.pd import PdModel, make_layout
 from capplan.plan.search_bound import _subset
 from capplan.sim import BatchEngine, ContinuousEngine, Requests
@@ -84,6 +85,51 @@ def test_closed_loop_cap_by_hand(gpt_oss):
     assert cap == POOL_TOKENS // ((5_641 + WINDOW_BLOCKS) * 16 // 2) == 2
 
 
+# A sequence's KV of all 36 layers at t tokens (bs 16, mean lengths taken fractionally): the
+# full layers' t / 16 token blocks plus the window layers' min(t / 16, 521), 16 tokens each, over
+# the 2 units: (t + 521 x 16) / 2 past the window. The decode context's mean: 90,000 + (500^2 -
+# 500) / (2 x 499) = 90,250 tokens -> (90,250 + 8,336) / 2 = 49,293; the prompt's: (90,000 +
+# 8,336) / 2 = 49,168; a whole request's 90,500: (90,500 + 8,336) / 2 = 49,418.
+HELD_CTX, HELD_PROMPT, HELD_PEAK = 49_293.0, 49_168.0, 49_418.0
+
+
+def test_kv_utilization_counts_window_layers_at_their_window(gpt_oss):
+    # QueueModel._occupancy (`latency`'s kv_mean_utilization and kv_peak_utilization): b = 0.25
+    # decoding sequences at the mean context and lam x own = 1 x 0.5 prompts being prefilled:
+    # mean (0.25 x 49,293 + 0.5 x 49,168) / 111,504 = 36,907.25 / 111,504 = 0.33099; peak at
+    # b's Poisson p99, 0.25 + 2.3263 x 0.5 = 1.41317 sequences: (1.41317 x 49,293 + 24,584) /
+    # 111,504 = 0.84520. At full length: 0.4247 and 1 (capped).
+    qm = _queue(gpt_oss)
+    _, mean, peak = qm._occupancy(np.asarray(1.0), np.asarray(0.25), np.asarray(0.5))
+    z = 2.3263478740408408  # the normal distribution's 99th percentile
+    assert float(mean) == pytest.approx((0.25 * HELD_CTX + 0.5 * HELD_PROMPT) / POOL_TOKENS,
+                                        rel=1e-9)
+    assert float(peak) == pytest.approx(
+        ((0.25 + z * 0.5) * HELD_CTX + 0.5 * HELD_PROMPT) / POOL_TOKENS, rel=1e-9)
+    assert (float(mean), float(peak)) == pytest.approx((0.33099, 0.84520), abs=1e-5)
+
+
+def test_closed_loop_kv_peak_utilization_counts_window_layers_at_their_window(gpt_oss):
+    # 4 clients, 2 running (test_closed_loop_cap_by_hand), each at its whole 90,500 tokens:
+    # 2 x 49,418 / 111,504 = 0.88638 (at full length 2 x 90,500 / 111,504 > 1: capped at 1)
+    s, pool = gpt_oss.settings, gpt_oss.pool
+    res = closed_loop_latency(gpt_oss.step, PROMPT, OUTPUT, s.max_num_seqs,
+                              s.max_num_batched_tokens, POOL_TOKENS, 16, BenchmarkProtocol(4),
+                              gpt_oss.profile.scheduler, 0.0, pool.layout)
+    assert res["concurrency_cap"] == 2
+    assert res["kv_peak_utilization"] == pytest.approx(2 * HELD_PEAK / POOL_TOKENS, rel=1e-9)
+    assert res["kv_peak_utilization"] == pytest.approx(0.88638, abs=1e-5)
+
+
+def test_latency_closed_loop_holds_the_deployments_layout(gpt_oss):
+    # `latency --concurrency 4` (plan/load._closed_loop): the cap of test_closed_loop_cap_by_hand,
+    # 2 (at full length 1), and its KV peak as above
+    load = LoadSpec(None, 4, LengthStats.fixed(PROMPT), LengthStats.fixed(OUTPUT))
+    res = analytic_latency(gpt_oss, load)
+    assert res["concurrency_cap"] == 2
+    assert res["kv_peak_utilization"] == pytest.approx(2 * HELD_PEAK / POOL_TOKENS, rel=1e-9)
+
+
 def test_static_batch_fits_by_hand(gpt_oss):
     # A static batch prefills every 90,000-token prompt in one chunk, so its window layers'
     # cap is that chunk's: cdiv(128 - 1 + 90,000, 16) + 1 = 5,633 + 1 = 5,634 blocks. Its
@@ -121,10 +167,10 @@ def test_static_batch_short_prompts_hold_their_blocks(gpt_oss):
 
 
 def test_static_batch_too_long_request_error_in_tokens(gpt_oss):
-    # one 150,000 + 1 token request: its prompt's window cap is cdiv(127 + 150,000, 16) + 1 =
-    # 9,384 blocks, beyond the pool's own length, so the window layers count as many blocks as
-    # the full ones: 13,938 // 2 = 6,969 token blocks = 111,504 tokens fit (the memory report's
-    # kv_cache_tokens), stated in tokens
+    # a 150,000-token prompt with one output token (150,000 tokens at its peak): its prompt's
+    # window cap is cdiv(127 + 150,000, 16) + 1 = 9,384 blocks, beyond the pool's own length,
+    # so the window layers count as many blocks as the full ones: 13,938 // 2 = 6,969 token
+    # blocks = 111,504 tokens fit (the memory report's kv_cache_tokens), stated in tokens
     reqs = Requests(np.zeros(1), np.array([150_000]), np.array([1]), np.zeros(1, np.int64))
     pool = gpt_oss.pool
     eng = BatchEngine(gpt_oss.step, pool.num_blocks, pool.block_size, 8, "static",

@@ -1,7 +1,8 @@
 """The queueing model's concurrency cap with sliding-window layers, against hand figures: the
 p99 margin's sd scaled by the held-KV rule's secant, the search's stacked rows (each at its own
-token budget's window cap), the disaggregated search's stacked decode pools, and prefix-cache
-residency counted in the full layers only (the replay's prefix-cache entry).
+token budget's window cap) and a candidate's own queue model (plan/verified), the disaggregated
+search's stacked decode pools, and prefix-cache residency counted in the full layers only (the
+replay's prefix-cache entry).
 
 The cap solves B mu + z sqrt(B) sigma = KV for the largest B (models/queueing/steady.py: mu and
 sigma a running sequence's mean and sd of held KV, z the normal 99th percentile), so
@@ -24,8 +25,9 @@ from capplan.plan.deployment import EngineOptions, resolve_deployment
 from capplan.plan.disagg import _stacked
 from capplan.plan.planner import _groups, search_space, traffic_for
 from capplan.plan.schema import PlanFile
-from capplan.plan.search import Traffic, _queue_model
+from capplan.plan.search import Candidate, ConfigGroup, Traffic, _queue_model
 from capplan.plan.slo import SloSet
+from capplan.plan.verified import queue_model
 
 _CAT = load_catalog(())
 Z = 2.3263478740408408  # the normal distribution's 99th percentile
@@ -115,8 +117,9 @@ def _traffic(prompt: int) -> Traffic:
                    SloSet(ttft_p99_s=60.0), ("x",))
 
 
-def test_search_rows_hold_each_budgets_window(gpt_oss):
-    assert (-(-(127 + 512) // 16) + 1, -(-(127 + 8192) // 16) + 1) == (41, 521)
+def _search_groups() -> tuple[list[ConfigGroup], Traffic]:
+    """The planner's configuration groups of gpt-oss-120b on one H100 at token budgets of 512
+    and 8,192, and its traffic (20,000-token prompts, 500-token outputs)."""
     plan = PlanFile.model_validate({
         "model": "gpt-oss-120b", "candidates": {"gpus": ["h100-sxm"], "tp": [1]},
         "engine": {"max_num_batched_tokens": [512, 8192]},
@@ -125,7 +128,12 @@ def test_search_rows_hold_each_budgets_window(gpt_oss):
     resolved = _CAT.resolve_model(plan.model)
     t = traffic_for(list(plan.workloads), resolved.spec.context_len(plan.engine.max_model_len))
     space = search_space(_CAT, plan, resolved.spec, t, resolved.implied_weight_dtype)
-    groups = _groups(_CAT, resolved.spec, space)
+    return _groups(_CAT, resolved.spec, space), t
+
+
+def test_search_rows_hold_each_budgets_window(gpt_oss):
+    assert (-(-(127 + 512) // 16) + 1, -(-(127 + 8192) // 16) + 1) == (41, 521)
+    groups, t = _search_groups()
     qm, seqs, kv = _queue_model(groups, t)
     caps = np.broadcast_to(np.asarray(qm.cap), kv.shape)
     window_caps = np.broadcast_to(np.asarray(qm.limits.layout.window_cap), kv.shape)
@@ -145,6 +153,37 @@ def test_search_rows_hold_each_budgets_window(gpt_oss):
     # e.g. one H100 at 64 sequences and a 512-token budget: 148,912 KV tokens, 14.18 requests
     assert (kv[0, 0], window_caps[0, 0]) == (148_912, 41)
     assert caps[0, 0] == pytest.approx(14.18, abs=0.005)
+
+
+def test_verified_queue_model_holds_the_candidates_window():
+    # plan/verified.queue_model (the replay-resized recommendations', day fleets' and the
+    # nearest miss's predictions): one H100 at 64 sequences and a 512-token budget, 148,912
+    # KV tokens: the window layers' cap at that budget, 41 blocks, gives
+    # _cap(16 x (1,266.097 + 41) / 2, 72.169, 148,912) = 14.18 requests (every layer at full
+    # length: about 7)
+    groups, t = _search_groups()
+    g = groups[0]
+    seqs, budget = g.combos[0]
+    assert (seqs, budget, g.kv_tokens[0]) == (64, 512, 148_912)
+    c = Candidate(group=g, settings=g.settings.with_(max_num_seqs=seqs,
+                                                    max_num_batched_tokens=budget),
+                  kv_cache_tokens=148_912, max_rate_per_s=1.0, capacity_per_s=1.0,
+                  binding_constraint="", index=(0, 0), replicas=1)
+    cap = float(np.asarray(queue_model(c, t).cap))
+    assert cap == pytest.approx(_cap(_mu(41), SD_LONG, 148_912.0), rel=1e-6)
+    assert cap == pytest.approx(14.18, abs=0.005)
+    # its pool (what its replay runs on): 148,912 / 16 = 9,307 blocks, the window cap 41
+    assert (c.pool.num_blocks, c.pool.block_size, c.pool.layout.window_cap) == (9_307, 16, 41)
+
+
+def test_each_combinations_pool_holds_its_budgets_window():
+    # ConfigGroup.pool_at: each (max_num_seqs, budget) combination's blocks and window cap
+    # (cdiv(127 + budget, 16) + 1: 41 at 512, 521 at 8,192)
+    g = _search_groups()[0][0]
+    for j, (_, budget) in enumerate(g.combos):
+        p = g.pool_at(j)
+        assert p.num_blocks == g.kv_tokens[j] // 16
+        assert p.layout.window_cap == {512: 41, 8192: 521}[budget]
 
 
 def test_pd_stacked_decode_pools_hold_each_budgets_window(gpt_oss):

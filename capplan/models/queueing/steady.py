@@ -19,7 +19,7 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from capplan.models.closed_loop import block_rounding_tokens
-from capplan.models.engine import SchedulerPolicy
+from capplan.models.engine import EngineSettings, SchedulerPolicy
 from capplan.models.layers import DENSE_LAYOUT, BlockLayout
 from capplan.models.perf import StepModel
 from capplan.models.prefill import packed_prefill_step
@@ -55,10 +55,19 @@ class Limits:
     kv_cache_tokens counts a token in every attention layer; a sequence of h tokens holds
     layout.kv_tokens(h, block_size) of them."""
 
+    @classmethod
+    def of_replica(cls, settings: EngineSettings, kv_cache_tokens: Any, pool: Any) -> Limits:
+        """One replica's limits: the engine's per-rank max_num_seqs and max_num_batched_tokens
+        times its attention-DP ranks (each rank schedules its own batch), its KV tokens, and
+        `pool`'s (plan/deployment.KvPool) state, block size and layout."""
+        dp = settings.attention_dp
+        return cls(settings.max_num_seqs * dp, settings.max_num_batched_tokens * dp,
+                   kv_cache_tokens, pool.state_tokens_per_seq, pool.block_size, pool.layout)
+
     @property
     def windowed(self) -> bool:
         """Whether any row holds sliding-window layers capped at their window."""
-        return bool(np.any(np.asarray(self.layout.window) > 0))
+        return self.layout.has_window
 
     def held_kv(self, tokens: Any) -> Any:
         """KV capacity (kv_cache_tokens' unit) a sequence of `tokens` tokens holds, window
@@ -135,6 +144,45 @@ def _gather(stacks: list[tuple[list[str], np.ndarray]], rows: np.ndarray
     return out
 
 
+def _kv_cap(limits: Limits, policy: SchedulerPolicy, prefix: PrefixCache, inp: LengthStats,
+            out: LengthStats) -> np.ndarray:
+    """The KV concurrency cap: the most running sequences whose KV footprint fits the pool at
+    the 99th percentile (`prefix`: the cache in effect, an inactive one without)."""
+    # KV held by a running sequence: its prompt plus the part of its output generated so
+    # far (uniform over its life): mean I + O/2, variance Var(I) + Var(O)/4 + E[O^2]/12.
+    # B sequences hold a sum with mean B mu and sd sqrt(B) sigma; the cap is the largest B
+    # whose 99th percentile fits: B mu + 2.33 sqrt(B) sigma = KV tokens (heavy-tailed
+    # lengths leave less room than the mean suggests; vLLM would preempt beyond it).
+    # An output reservation at admission raises it (SchedulerPolicy.held_tokens); blocks
+    # shared with other running requests are held once (vLLM block_pool.touch); a hybrid's
+    # recurrent state holds its fixed blocks whatever the length (vLLM MambaManager), and
+    # the last block is partly empty (large for hybrids' raised block sizes).
+    # Sliding-window layers hold at most their window's blocks (vLLM's hybrid allocator
+    # frees the rest; layers.window_blocks): a sequence's tokens count as limits.held_kv
+    # of them, and their spread as the spread of held_kv over mean +- one sd (its secant
+    # there: 1 without window layers, the full layers' share past the window). Shared and
+    # resident prefix blocks count as cached entries: their full layers' part only
+    # (BlockLayout.cached_kv_tokens, as the replay holds them).
+    lay = limits.layout
+    held = (float(policy.held_tokens(inp.mean, out.mean))
+            + block_rounding_tokens(inp.mean, out.mean, limits.block_size))
+    mu = np.maximum(limits.held_kv(held)
+                    - lay.cached_kv_tokens(prefix.shared_kv_tokens_per_seq, limits.block_size)
+                    + np.asarray(limits.state_tokens_per_seq, float), 1.0)
+    sigma = math.sqrt(inp.var + out.var / 4 + out.mean_sq / 12)
+    if sigma > 0 and limits.windowed:
+        lo_h = np.maximum(held - sigma, 0.0)
+        secant = (limits.held_kv(held + sigma) - limits.held_kv(lo_h)) / (held + sigma - lo_h)
+        # rows without window layers (a stack's dense rows) keep their own sd exactly
+        sigma = np.where(np.asarray(lay.window) > 0, sigma * secant, sigma)
+    kv = np.asarray(limits.kv_cache_tokens, float) - lay.cached_kv_tokens(
+        prefix.resident_kv_tokens, limits.block_size)
+    z = Z99
+    root = (-z * sigma + np.sqrt(z * z * sigma * sigma + 4 * mu * np.maximum(kv, 0.0))) / (
+        2 * mu)
+    return root * root
+
+
 class SteadyState:
     """Mean steady state of one replica for given lengths and limits, and its stability."""
 
@@ -170,41 +218,8 @@ class SteadyState:
         self.ctx_mean = inp.mean + ((out.mean_sq - out.mean) / (2 * self.dec_tokens)
                                     if self.dec_tokens > 0 else 0.0)
         mnbt = np.asarray(limits.max_num_batched_tokens, float)
-        # KV held by a running sequence: its prompt plus the part of its output generated so
-        # far (uniform over its life): mean I + O/2, variance Var(I) + Var(O)/4 + E[O^2]/12.
-        # B sequences hold a sum with mean B mu and sd sqrt(B) sigma; the cap is the largest B
-        # whose 99th percentile fits: B mu + 2.33 sqrt(B) sigma = KV tokens (heavy-tailed
-        # lengths leave less room than the mean suggests; vLLM would preempt beyond it).
-        # An output reservation at admission raises it (SchedulerPolicy.held_tokens); blocks
-        # shared with other running requests are held once (vLLM block_pool.touch); a hybrid's
-        # recurrent state holds its fixed blocks whatever the length (vLLM MambaManager), and
-        # the last block is partly empty (large for hybrids' raised block sizes).
-        # Sliding-window layers hold at most their window's blocks (vLLM's hybrid allocator
-        # frees the rest; layers.window_blocks): a sequence's tokens count as limits.held_kv
-        # of them, and their spread as the spread of held_kv over mean +- one sd (its secant
-        # there: 1 without window layers, the full layers' share past the window). Shared and
-        # resident prefix blocks count as cached entries: their full layers' part only
-        # (BlockLayout.cached_kv_tokens, as the replay holds them).
-        lay = limits.layout
-        held = (float(self.policy.held_tokens(inp.mean, out.mean))
-                + block_rounding_tokens(inp.mean, out.mean, limits.block_size))
-        mu = np.maximum(limits.held_kv(held)
-                        - lay.cached_kv_tokens(self.prefix.shared_kv_tokens_per_seq,
-                                               limits.block_size)
-                        + np.asarray(limits.state_tokens_per_seq, float), 1.0)
-        sigma = math.sqrt(inp.var + out.var / 4 + out.mean_sq / 12)
-        if sigma > 0 and limits.windowed:
-            lo_h = np.maximum(held - sigma, 0.0)
-            secant = (limits.held_kv(held + sigma) - limits.held_kv(lo_h)) / (held + sigma - lo_h)
-            # rows without window layers (a stack's dense rows) keep their own sd exactly
-            sigma = np.where(np.asarray(lay.window) > 0, sigma * secant, sigma)
-        kv = np.asarray(limits.kv_cache_tokens, float) - lay.cached_kv_tokens(
-            self.prefix.resident_kv_tokens, limits.block_size)
-        z = Z99
-        root = (-z * sigma + np.sqrt(z * z * sigma * sigma + 4 * mu * np.maximum(kv, 0.0))) / (
-            2 * mu)
-        kv_cap = root * root
-        self.cap = np.maximum(np.minimum(np.asarray(limits.max_num_seqs, float), kv_cap), 0.0)
+        self.cap = np.maximum(np.minimum(np.asarray(limits.max_num_seqs, float),
+                                         _kv_cap(limits, self.policy, self.prefix, inp, out)), 0.0)
         # A whole prompt joins at most budget - prompt running decodes (the mean of the prompt
         # tokens a step computes, as the replay's admission counts them, each by its own
         # length): the prompt's own sequence plus those.
