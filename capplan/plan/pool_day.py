@@ -26,7 +26,8 @@ from capplan.catalog.loader import Catalog
 from capplan.errors import InputError
 from capplan.plan.bench_cmds import for_model
 from capplan.plan.day import HOUR_S, DayOptions, DayPlan, plan_day
-from capplan.plan.flags import place_together
+from capplan.plan.flags import fleet_pool, place_together
+from capplan.plan.placement import Around, Output, place, place_around
 from capplan.plan.schema import PlanFile
 
 
@@ -207,12 +208,12 @@ def placed_together(days: list[Any]) -> list[Any]:
     the fleets that run (each model's lanes' pools when it deploys a pool per lane, else its
     best) as one output (flags.place_together: hosts, GPUs and ports continue from one fleet
     to the next), hosts named from them alone; the fleets printed for comparison (each model's
-    other layout) as an output of their own, from the first GPU of the first host, router on
-    the engine's default port: an alternative to the fleets that run, not run beside them
-    (only one layout runs), as a plan of one model places its comparison
-    (planner._per_lane_pools)."""
-    runs = _placed([_running(d) for d in days])
-    alts = _placed([_compared(d) for d in days])
+    other layout) each beside them (`_beside`): an alternative to its own model's running
+    fleets, not run beside them (only one layout of a model runs), while the other models'
+    fleets keep running."""
+    groups = [_running(d) for d in days]
+    runs = _placed(groups)
+    alts = _beside([_compared(d) for d in days], groups)
     return [_with(d, run, alt) for d, run, alt in zip(days, runs, alts, strict=True)]
 
 
@@ -220,6 +221,57 @@ def _placed(groups: list[list[Any]]) -> list[list[Any]]:
     """Each group's recommendations, every group's placed as one output, in order."""
     placed = iter(place_together([r for g in groups for r in g]))
     return [[next(placed) for _ in g] for g in groups]
+
+
+def _beside(alts: list[list[Any]], groups: list[list[Any]]) -> list[list[Any]]:
+    """Each model's comparison (`alts`) placed beside the fleets that run (`groups`, each
+    model's, placed as one output): from its model's own first running host, on its own
+    running GPUs and ports, then on hosts past every running fleet and every comparison
+    placed before it, never on another model's running GPUs or ports (placement.Around); its
+    router on its model's first running fleet's front port. Fleets that `place_together`
+    leaves as they are (one fleet, or no `relaunch`) keep their comparison as one output."""
+    recs = [r for g in groups for r in g]
+    flat = [r for g in alts for r in g]
+    if len(recs) < 2 or any(r.relaunch is None for r in recs + flat):
+        return _placed(alts)
+    pools = tuple(fleet_pool(r) for r in recs)
+    where = place("vllm", pools, fronts=len(pools))  # an aggregated replica's ports: any engine
+    owner = [k for k, g in enumerate(groups) for r in g for _ in range(r.replicas)]
+    hosts = max(_host(p) + p.span for p in where)
+    placed = list(zip(owner, where, strict=True))
+    out = []
+    for k, g in enumerate(alts):
+        others = [p for j, p in placed if j != k]
+        mine = [p for j, p in placed if j == k]
+        a = Around(own=tuple(sorted({_host(p) for p in mine})),
+                   kinds=tuple((_host(p), fleet_pool(r).gpu) for r, p in _owned(groups[k], mine)),
+                   after=max(_host(p) + p.span for _, p in placed),
+                   taken=frozenset(x for p in others for x in _gpus(p)),
+                   ports=frozenset((_host(p), p.port) for p in others),
+                   front=sum(len(x) for x in groups[:k]), fronts=len(pools), hosts=hosts)
+        shapes = tuple(fleet_pool(r) for r in g)
+        out.append([r.with_(engine_flags=r.relaunch(out=Output(shapes, i, around=a)))
+                    for i, r in enumerate(g)])
+        placed += [(k, p) for p in place_around("vllm", shapes, a)]
+    return out
+
+
+def _owned(fleets: list[Any], where: list[Any]) -> list[tuple[Any, Any]]:
+    """Each replica's placement (`where`, in order) with its fleet's recommendation."""
+    it = iter(where)
+    return [(r, next(it)) for r in fleets for _ in range(r.replicas)]
+
+
+def _host(p: Any) -> int:
+    """A placement's first host's index (HOSTn; `localhost`: 0)."""
+    return int(p.host[4:]) if p.host.startswith("HOST") else 0
+
+
+def _gpus(p: Any) -> list[tuple[int, int]]:
+    """The (host, GPU) a placement takes: its GPUs on its host, or every GPU of its hosts."""
+    if p.span == 1:
+        return [(_host(p), x) for x in p.gpu_ids]
+    return [(_host(p) + k, x) for k in range(p.span) for x in range(p.host_gpus)]
 
 
 def _running(d: Any) -> list[Any]:

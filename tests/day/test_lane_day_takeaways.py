@@ -30,7 +30,8 @@ COMMON = {"version": 1, "candidates": {"gpus": ["h100-sxm"], "tp": [1]},
           "pools": "separate", "headroom": 0.2, "verify": {"top": 0},
           "day": {"window_s": 21600, "replay": "none"}}
 HEADER = ("for comparison, instead of the lanes' pools: one shared pool (rank 1), whose lines "
-          "reuse the lanes' pools' GPUs and ports (run one layout or the other, never both):")
+          "reuse the lanes' pools' GPUs and ports, then hosts no running pool uses (run one layout "
+          "or the other, never both):")
 
 
 def _write(tmp_path: Path, name: str, several: bool) -> Path:
