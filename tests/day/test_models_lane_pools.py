@@ -193,8 +193,8 @@ def test_schedule_and_totals_count_the_lanes_pools_that_run(run_cli, tmp_path):
     assert (plan["peak_gpus"], plan["gpu_pools"][0]["peak_gpus"]) == (6, 6)
     assert [m["peak_gpus"] for m in plan["models"]] == [3, 3]
     text = _busy(run_cli, tmp_path)
-    assert ("pool h100-sxm (llama-3.1-8b, qwen2.5-7b): peak 6 GPUs shared vs 6 in one fleet "
-            "per model") in text
+    assert ("pool h100-sxm (llama-3.1-8b, qwen2.5-7b): peak 6 GPUs shared vs 6 with each fleet "
+            "at its own peak") in text
     # the Kubernetes export deploys the lanes' pools by their own schedules (2 + 1 replicas a
     # model), as the totals count them: no pool is left out of the schedule
     k8s = tmp_path / "busy.k8s.yaml"
@@ -280,3 +280,28 @@ def test_a_models_comparison_never_lands_on_another_models_running_pools(run_cli
     assert {h for h, _, _ in l_cmp[1][28:]} == {f"HOST{k}" for k in range(5, 13)}
     # Qwen's 2 x TP 4 comparison sits exactly on its own lanes' GPUs and ports
     assert {(h, g, p) for h, g, p in q_cmp[1]} == {x for b in (q_chat, q_sum) for x in b[1]}
+
+
+def test_the_fleets_at_their_own_peaks_are_named_as_counted(run_cli, tmp_path):
+    """Llama's batch lane peaks at 03:00 (8 req/s), its chat lane at 15:00: each lane's pool
+    at its own peak is 5 x TP 4 = 20 (chat) and 2 x TP 4 = 8 (batch), Qwen's 4 + 4, so the
+    fleets at their own peaks take 20 + 8 + 4 + 4 = 36 GPUs, while the models at theirs take
+    24 + 8 = 32 (Llama's lanes never both peak). The 36 is labelled as what it counts, each
+    fleet at its own peak (before: "one fleet per model", whose sum is 32)."""
+    import copy
+    import csv
+    import io
+
+    doc = copy.deepcopy(CLASH)
+    doc["models"][0]["workloads"][1]["rate_curve"] = [{"at": "03:00", "rate_per_s": 8},
+                                                      {"at": "15:00", "rate_per_s": 0.5}]
+    path = tmp_path / "offpeak.yaml"
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    res = run_cli("plan", str(path), "--format", "csv")
+    assert res.exit_code == 0, res.stderr
+    rows = dict(r for r in csv.reader(io.StringIO(res.stdout)) if len(r) == 2)
+    assert rows["peak GPUs, each fleet at its own peak"] == str(20 + 8 + 4 + 4)
+    assert (rows["llama-3.1-70b: peak GPUs"], rows["qwen2.5-72b: peak GPUs"]) == ("24", "8")
+    text = run_cli("plan", str(path)).stdout
+    assert "peak 32 GPUs shared vs 36 with each fleet at its own peak (saves 4 GPUs)" in text
+    assert "the launch lines above start each fleet at its own peak (36 GPUs together)" in text
