@@ -277,7 +277,7 @@ def _gpus(p: Any) -> list[tuple[int, int]]:
 def _running(d: Any) -> list[Any]:
     """The fleets a model's entry runs (`running_days`' recommended fleets)."""
     if isinstance(d, DayPlan):
-        return _fleets(d, _deploys_lanes(d))
+        return _fleets(d, deploys_lane_pools(d))
     return [f.plan.best for f in running_days(d)]
 
 
@@ -285,23 +285,25 @@ def _compared(d: Any) -> list[Any]:
     """The fleets a model's entry prints for comparison: the layout it does not deploy (a
     LaneDays: its model's one shared pool)."""
     if isinstance(d, DayPlan):
-        return _fleets(d, not _deploys_lanes(d))
+        return _fleets(d, not deploys_lane_pools(d))
     return [d.model.plan.best]
 
 
 def _with(d: Any, run: list[Any], alt: list[Any]) -> Any:
     """A model's entry with its fleets placed (`run`: those it runs, `alt`: its comparison)."""
     if isinstance(d, DayPlan):
-        lanes = _deploys_lanes(d)
+        lanes = deploys_lane_pools(d)
         return _replaced(d, run if lanes else alt, alt if lanes else run)
     model = _replaced(d.model, _fleets(d.model, True), alt)
     ran = [_replaced(f, [], [r]) for f, r in zip(d.lanes.days, run, strict=True)]
     return replace(d, model=model, lanes=replace(d.lanes, days=ran))
 
 
-def _deploys_lanes(d: DayPlan) -> bool:
-    """The model's plan recommends a pool per lane (`pools: separate`, every lane planned), as
-    layout.recommended_layout reads it from the plan's JSON."""
+def deploys_lane_pools(d: DayPlan) -> bool:
+    """Whether a model's day plan deploys a pool per lane: its plan asks for one (`pools:
+    separate`; the pool comparison exists only over several lanes, planner._per_lane_pools)
+    and its peak plan found a fleet for every lane, as export/layout.recommended_layout reads
+    it from the plan's JSON (the layout every export deploys)."""
     pools = d.plan.pools
     return d.plan.inputs.pools == "separate" and pools is not None and bool(pools.separate) \
         and all(p.best is not None for p in pools.separate)
