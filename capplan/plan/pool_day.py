@@ -294,7 +294,7 @@ def _with(d: Any, run: list[Any], alt: list[Any]) -> Any:
     if isinstance(d, DayPlan):
         lanes = deploys_lane_pools(d)
         return _replaced(d, run if lanes else alt, alt if lanes else run)
-    model = _replaced(d.model, _fleets(d.model, True), alt)
+    model = _replaced(d.model, run, alt)  # its lanes' pools as placed to run
     ran = [_replaced(f, [], [r]) for f, r in zip(d.lanes.days, run, strict=True)]
     return replace(d, model=model, lanes=replace(d.lanes, days=ran))
 

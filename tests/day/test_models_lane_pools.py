@@ -305,3 +305,11 @@ def test_the_fleets_at_their_own_peaks_are_named_as_counted(run_cli, tmp_path):
     text = run_cli("plan", str(path)).stdout
     assert "peak 32 GPUs shared vs 36 with each fleet at its own peak (saves 4 GPUs)" in text
     assert "the launch lines above start each fleet at its own peak (36 GPUs together)" in text
+
+
+def test_a_markdown_launch_heading_names_model_and_lane_in_one_parenthesis(run_cli, tmp_path):
+    """Each lane's launch block of a plan of several models is headed "vLLM (MODEL, lane
+    NAME):" (before: "vLLM (lane chat) (llama-3.1-8b):")."""
+    md = _busy(run_cli, tmp_path, "--format", "markdown")
+    heads = re.findall(r"^vLLM \(.*\):$", md, re.M)
+    assert heads == [f"vLLM ({m}, lane {ln}):" for m in MODELS for ln in ("chat", "rag")]
