@@ -243,12 +243,13 @@ def _replay_lines(result: dict[str, Any]) -> list[str]:
 def _pool_line(p: dict[str, Any]) -> str:
     """A GPU type's pool: of several models, or of a model's pools per lane."""
     unit = "lane" if "lanes" in p else "model"
+    # a fleet: a model's, or each lane's pool of a model deploying a pool per lane (pool_day)
     return (f"pool {p['gpu']} ({', '.join(p[unit + 's'])}): peak {p['peak_gpus']} GPUs shared "
-            f"vs {p['separate_fleets_peak_gpus']} in one fleet per {unit} (saves "
+            f"vs {p['separate_fleets_peak_gpus']} with each fleet at its own peak (saves "
             f"{p['saving_gpus']} GPUs); {p['gpu_hours']:,.1f} GPU-hours autoscaled, "
             f"{p['fixed_pool_gpu_hours']:,.1f} for a fixed pool at its peak, "
-            f"{p['separate_fleets_gpu_hours']:,.1f} for fixed fleets per {unit}") + (
-        f"\n    the launch lines above start each {unit} at its own peak "
+            f"{p['separate_fleets_gpu_hours']:,.1f} for fixed fleets each at its own peak") + (
+        "\n    the launch lines above start each fleet at its own peak "
         f"({p['separate_fleets_peak_gpus']} GPUs together); scaled by its schedule (the "
         f"Kubernetes export's CronJobs) the pool never runs more than {p['peak_gpus']}"
         if p["saving_gpus"] else "")

@@ -215,8 +215,8 @@ def day_sections(result: dict[str, Any], fmt: str) -> str:
     pcols = first + POOL_COLUMNS + [Column("binding_constraint", "binding constraint"),
                                     Column("recommended", "recommended")]
     if fmt == "markdown":  # a command (one line per host) stays whole in a code block
-        ltext = "\n\n".join(f"{r['engine']}" + (f" ({r['model']})" if several else "")
-                             + f":\n```sh\n{r['command']}\n```" for r in launch)
+        ltext = "\n\n".join(f"{_headed(r['engine'], r['model'] if several else None)}"
+                             f":\n```sh\n{r['command']}\n```" for r in launch)
     else:
         ltext = render_rows(launch, lcols, fmt)
     disagg = "" if several else _disagg_section(result, fmt)
@@ -277,6 +277,15 @@ def machine_sections(result: dict[str, Any], fmt: str) -> str:
     if pools:
         parts += ["## pools", render_rows(pools, pcols, fmt)]
     return "\n\n".join(parts)
+
+
+def _headed(engine: str, model: str | None) -> str:
+    """A Markdown launch block's heading: the engine (its lane in parentheses) and, in a plan of
+    several models, the model, in one parenthesis ("vLLM (llama-3.1-70b, lane chat)")."""
+    if model is None:
+        return engine
+    name, paren, rest = engine.partition(" (")
+    return f"{name} ({model}, {rest}" if paren else f"{engine} ({model})"
 
 
 def _disagg_section(result: dict[str, Any], fmt: str) -> str:

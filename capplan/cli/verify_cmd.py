@@ -149,8 +149,8 @@ def _throughput_note(m: dict[str, Any]) -> str:
 
 
 def _window(d: dict[str, Any]) -> str:
-    """Which window of a day plan the requests stand for: its peak (empty for a plan at one
-    rate)."""
+    """Which window of a day plan the requests stand for: its peak, or a lane's own (`--lane`;
+    empty for a plan at one rate)."""
     w = d.get("day_window")
     if not w:
         return ""
@@ -158,7 +158,8 @@ def _window(d: dict[str, Any]) -> str:
 
     share = ("the whole rate" if d["layout"] == "disaggregated"
              else f"one replica's share {d['per_replica_rate_per_s']:.3g} req/s")
-    return (f"; the day plan's peak window {hhmm(w['start_s'])}-{hhmm(w['end_s'])}, "
+    whose = f"lane {d['lane']}'s" if d.get("lane") else "the day plan's"
+    return (f"; {whose} peak window {hhmm(w['start_s'])}-{hhmm(w['end_s'])}, "
             f"{w['rate_per_s']:.3g} req/s, {share}")
 
 

@@ -23,13 +23,14 @@ FMTS = (".2f", ".2f", ".3f", ".2f", "g", "g", ".0f", ".1f", ".2f", ".1f", ".1f",
 TOTALS = (
     ("peak_replicas", "peak replicas", 1.0, "g"),
     ("peak_gpus", "peak GPUs", 1.0, "g"),
-    ("separate_fleets_peak_gpus", "peak GPUs, one fleet per model", 1.0, "g"),
+    ("separate_fleets_peak_gpus", "peak GPUs, each fleet at its own peak", 1.0, "g"),
     ("gpu_hours", "GPU-hours, autoscaled", 1.0, ".1f"),
     ("fixed_fleet_gpu_hours", "GPU-hours, fixed at the peak", 1.0, ".1f"),
-    ("separate_fleets_gpu_hours", "GPU-hours, fixed fleets per model", 1.0, ".1f"),
+    ("separate_fleets_gpu_hours", "GPU-hours, fixed fleets each at its own peak", 1.0, ".1f"),
     ("cost_per_day", "cost per day, autoscaled ($)", 1.0, ".2f"),
     ("fixed_fleet_cost_per_day", "cost per day, fixed at the peak ($)", 1.0, ".2f"),
-    ("separate_fleets_cost_per_day", "cost per day, fixed fleets per model ($)", 1.0, ".2f"),
+    ("separate_fleets_cost_per_day", "cost per day, fixed fleets each at its own peak ($)", 1.0,
+     ".2f"),
     ("cost_per_million_output_tokens", "cost per million output tokens, autoscaled ($)", 1.0,
      ".4g"),
     ("fixed_fleet_cost_per_million_output_tokens",
@@ -43,12 +44,12 @@ GPU-hours are over the schedule's span, costs per 24 h (plan/day.py); a fraction
 a percentage, as the table output prints it."""
 POOL_TOTALS = (
     ("peak_gpus", "peak GPUs", "g"),
-    ("separate_fleets_peak_gpus", "peak GPUs, one fleet per model", "g"),
+    ("separate_fleets_peak_gpus", "peak GPUs, each fleet at its own peak", "g"),
     ("gpu_hours", "GPU-hours, autoscaled", ".1f"),
     ("fixed_pool_gpu_hours", "GPU-hours, fixed at the peak", ".1f"),
-    ("separate_fleets_gpu_hours", "GPU-hours, fixed fleets per model", ".1f"),
+    ("separate_fleets_gpu_hours", "GPU-hours, fixed fleets each at its own peak", ".1f"),
     ("fixed_pool_cost_per_day", "cost per day, fixed at the peak ($)", ".2f"),
-    ("separate_fleets_cost_per_day", "cost per day, fixed fleets per model ($)", ".2f"),
+    ("separate_fleets_cost_per_day", "cost per day, fixed fleets each at its own peak ($)", ".2f"),
 )
 """A GPU type's pool in a plan of several models (`gpu_pools`): key, label, format."""
 

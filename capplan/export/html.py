@@ -33,7 +33,6 @@ from capplan.export.layout import (
     FIXED_TITLE,
     HOSTS_TITLE,
     SEPARATE,
-    bench_url,
     disagg_figures,
     disagg_launch,
     fixed_layout_sections,
@@ -45,7 +44,7 @@ from capplan.export.layout import (
 )
 from capplan.models.engine import ENGINES, engine_display_name
 from capplan.plan.alternatives import PLAN_NOTES
-from capplan.plan.bench_cmds import STEP_LABELS, lane_steps, reading_plan, verify_call
+from capplan.plan.bench_cmds import STEP_LABELS, bench_url, lane_steps, reading_plan, verify_call
 from capplan.plan.flags import launch_text, runnable
 from capplan.plan.launch import layout_cell, sized_for
 

@@ -93,11 +93,12 @@ def sentence(text: str) -> str:
 
 
 COMPARISON_TITLE = ("for comparison, instead of the lanes' pools: one shared pool (rank 1), "
-                    "whose lines reuse the lanes' pools' GPUs and ports (run one layout or the "
-                    "other, never both)")
+                    "whose lines reuse the lanes' pools' GPUs and ports, then hosts no running "
+                    "pool uses (run one layout or the other, never both)")
 """What every output says above the shared pool's launch lines when a pool per lane is
-recommended: an alternative placed on the GPUs and ports of the pools that run
-(docs/takeaways.md), not a fleet to launch beside them."""
+recommended: an alternative placed on the GPUs and ports of its own lanes' pools, then past
+every fleet that runs (docs/takeaways.md, plan/pool_day.py), not a fleet to launch beside
+them."""
 
 
 HOSTS_TITLE = "where each replica runs"

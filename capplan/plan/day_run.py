@@ -8,8 +8,8 @@ from typing import Any
 
 from capplan.catalog.loader import Catalog
 from capplan.plan.day import DayOptions, DayPlan, plan_day
-from capplan.plan.lane_day import deploys_lane_pools, plan_lane_days
-from capplan.plan.pool_day import plan_pool_day
+from capplan.plan.lane_day import plan_lane_days
+from capplan.plan.pool_day import deploys_lane_pools, plan_pool_day
 from capplan.plan.result import PlanResult
 from capplan.plan.schema import PlanFile
 
@@ -37,7 +37,7 @@ def run_day_plan(cat: Catalog, plan: PlanFile, verify: Any = None, base: Path | 
     def lanes(one: PlanFile, dp: DayPlan) -> Any:
         """A model's lanes' own day plans when it deploys a pool per lane: each lane's pool on
         its own schedule, which the totals count (they count what runs)."""
-        if deploys_lane_pools(one, dp):
+        if deploys_lane_pools(dp):
             return plan_lane_days(cat, one, opts, run, dp, base)
         return dp
 

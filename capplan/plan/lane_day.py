@@ -32,15 +32,6 @@ LANE_KEY = "lane_days"
 """The JSON key holding each lane's own day plan (a list of `{"lane": NAME, ...}`)."""
 
 
-def deploys_lane_pools(plan: PlanFile, dp: DayPlan) -> bool:
-    """Whether the day plan's layout is a pool per lane: the plan asks for one (`pools:
-    separate`, the layout every export deploys then: export/layout.recommended_layout) over
-    several lanes, and the peak plan found a fleet for every lane."""
-    pools = dp.plan.pools
-    return (plan.pools == "separate" and len(plan.workloads) > 1 and pools is not None
-            and all(p.best is not None for p in pools.separate))
-
-
 @dataclass(frozen=True)
 class LaneDays:
     """A model's day plan (`model`: its shared pool's, with the peak plan's pool comparison)

@@ -118,20 +118,25 @@ def place(engine: str, pools: Sequence[PoolShape], fronts: int = 1) -> list[Plac
             gpu, used = pool.gpu, used + g
             if used >= cap:
                 host, used = host + -(-used // cap), 0
-    count = host + (1 if used else 0)
+    return _placements(engine, slots, host + (1 if used else 0), fronts)
 
+
+def _placements(engine: str, slots: list[tuple[PoolShape, int, int]], count: int,
+                fronts: int, busy: dict[str, set[int]] | None = None) -> list[Placement]:
+    """The replicas at `slots` (pool, host index, first GPU) on `count` hosts, with their ports
+    (`host_ports`; `busy`: ports other fleets take on a host)."""
     def name(i: int) -> str:
         return LOCALHOST if count == 1 else f"HOST{i}"
 
-    ports = host_ports(engine, [(p.role, name(h), p.gpus) for p, h, _ in slots], fronts)
+    ports = host_ports(engine, [(p.role, name(h), p.gpus) for p, h, _ in slots], fronts, busy)
     return [Placement(p.role, name(h), first, port, kv, p.gpus, span, p.host_gpus,
                       tuple(node_gpus(engine, p.gpus, p.host_gpus, span)) if span > 1 else ())
             for (p, h, first), (port, kv) in zip(slots, ports, strict=True)
             for span in [nodes_spanned(p.gpus, p.host_gpus)]]
 
 
-def host_ports(engine: str, workers: list[tuple[str, str, int]], fronts: int = 1
-               ) -> list[tuple[int, int | None]]:
+def host_ports(engine: str, workers: list[tuple[str, str, int]], fronts: int = 1,
+               busy: dict[str, set[int]] | None = None) -> list[tuple[int, int | None]]:
     """Each replica's (HTTP port, KV handshake port), the replicas given as (role, host, ranks)
     in launch order. HTTP: from its role's first port up (DISAGG_PORTS; an aggregated
     "replica": REPLICA_PORT), the k-th replica of a role on a host on the k-th port (8100,
@@ -140,8 +145,8 @@ def host_ports(engine: str, workers: list[tuple[str, str, int]], fronts: int = 1
     ranks of those before it (vLLM's side channel takes one port per rank) or by one (SGLang's
     bootstrap servers). No port is taken twice on a host, nor the `fronts` front ends'
     (`pd_front_port` up, `front_port`) or a rendezvous port (DIST_PORT, DP_RPC_PORT,
-    RAY_PORT): a port already taken moves a replica to the next free one (only a host of
-    hundreds of replicas gets there)."""
+    RAY_PORT), nor one `busy` lists for its host: a port already taken moves a replica to the
+    next free one (only a host of hundreds of replicas gets there)."""
     spec = engine_profile(engine).pd.kv_handshake
     reserved = {*(front_port(engine, i) for i in range(fronts)), DIST_PORT, DP_RPC_PORT,
                 RAY_PORT}
@@ -149,7 +154,7 @@ def host_ports(engine: str, workers: list[tuple[str, str, int]], fronts: int = 1
     cursor: dict[tuple[str, str], int] = {}
     out: list[tuple[int, int | None]] = []
     for role, host, ranks in workers:
-        taken = used.setdefault(host, set(reserved))
+        taken = used.setdefault(host, reserved | (busy or {}).get(host, set()))
         first = DISAGG_PORTS.get(role, REPLICA_PORT)
         http = _free_ports(taken, cursor.get((host, role), first), 1)
         cursor[(host, role)] = http + 1
@@ -227,6 +232,71 @@ def labelled(head: str, text: str) -> str:
 
 
 @dataclass(frozen=True)
+class Around:
+    """Where fleets printed for comparison go beside the fleets of an output that keep running
+    (plan/pool_day.py: one model's comparison, an alternative to its own running fleets only):
+    on `own` (its model's running hosts, `kinds` their GPUs) wherever the `taken` (host, GPU)
+    and `ports` (host, port) of the others leave room, then on hosts from `after` (past every
+    running fleet) up; its router on the `front`-th front port, the running output's `fronts`
+    kept free; hosts named as in the running output of `hosts` hosts."""
+
+    own: tuple[int, ...]
+    kinds: tuple[tuple[int, str], ...]
+    after: int
+    taken: frozenset[tuple[int, int]]
+    ports: frozenset[tuple[int, int]]
+    front: int
+    fronts: int
+    hosts: int
+
+
+def place_around(engine: str, pools: Sequence[PoolShape], a: Around) -> list[Placement]:
+    """Every replica of `pools` placed as `a` says (Around), in order: each on the first host
+    from the last one used that may take its GPU and has room (its GPUs on a host free of
+    `a.taken`; one wider than a host: whole free hosts)."""
+    busy = set(a.taken)
+    kind = dict(a.kinds)
+    own = set(a.own)
+
+    def fits(h: int, first: int, g: int, gpu: str) -> bool:
+        ok = (h in own or h >= a.after) and kind.get(h, gpu) == gpu
+        return ok and not any((h, x) in busy for x in range(first, first + g))
+
+    slots: list[tuple[PoolShape, int, int]] = []
+    host = min(own, default=a.after)
+    for pool in pools:
+        g, cap = pool.gpus, pool.host_gpus
+        for _ in range(pool.replicas):
+            host, first = _free_slot(fits, host, g, cap, pool.gpu)
+            span = -(-g // cap)
+            for k in range(span):
+                kind[host + k] = pool.gpu
+                busy.update((host + k, x) for x in range(first, first + min(g, cap)))
+            slots.append((pool, host, first))
+    count = max([a.hosts, *(h + -(-p.gpus // p.host_gpus) for p, h, _ in slots)])
+    names = {h: LOCALHOST if count == 1 else f"HOST{h}" for h in range(count)}
+    taken_ports: dict[str, set[int]] = {}
+    for h, port in a.ports:
+        taken_ports.setdefault(names.get(h, f"HOST{h}"), set()).add(port)
+    return _placements(engine, slots, count, a.fronts, taken_ports)
+
+
+def _free_slot(fits: Callable[[int, int, int, str], bool], host: int, g: int, cap: int,
+               gpu: str) -> tuple[int, int]:
+    """The first (host, first GPU) from `host` up where a replica of `g` GPUs fits (`fits`
+    over each host it takes: GPUs `first`.. on one host, every GPU of whole hosts)."""
+    while True:
+        if g > cap:
+            if all(fits(host + k, 0, cap, gpu) for k in range(-(-g // cap))):
+                return host, 0
+        else:
+            for first in range(0, cap - g + 1, g):
+                if fits(host, first, g, gpu):
+                    return host, first
+        host += 1
+
+
+@dataclass(frozen=True)
 class Output:
     """The aggregated fleets one output prints side by side (several models' day plans, a plan's
     pool per lane), in order, and which of them a launch block is: they run at once, so they
@@ -234,6 +304,8 @@ class Output:
 
     pools: tuple[PoolShape, ...]
     index: int = 0
+    around: Around | None = None
+    """Where they go when printed for comparison beside fleets that run (place_around)."""
 
 
 def front_port(engine: str, i: int = 0) -> int:
@@ -245,9 +317,12 @@ def front_port(engine: str, i: int = 0) -> int:
 def fleet_place(engine: str, out: Output) -> tuple[list[Placement], int]:
     """Where the replicas of `out`'s fleet run, placed with every other fleet of the output
     (`place`, their pools in order), and its front end's port (`front_port`)."""
-    where = place(engine, out.pools, fronts=len(out.pools))
+    a = out.around
+    where = (place(engine, out.pools, fronts=len(out.pools)) if a is None
+             else place_around(engine, out.pools, a))
     start = sum(p.replicas for p in out.pools[:out.index])
-    return where[start:start + out.pools[out.index].replicas], front_port(engine, out.index)
+    front = out.index if a is None else a.front + out.index
+    return where[start:start + out.pools[out.index].replicas], front_port(engine, front)
 
 
 def fleet_text(engine: str, o: LaunchOptions, replicas: int, out: Output | None = None) -> str:

@@ -26,7 +26,8 @@ from capplan.catalog.loader import Catalog
 from capplan.errors import InputError
 from capplan.plan.bench_cmds import for_model
 from capplan.plan.day import HOUR_S, DayOptions, DayPlan, plan_day
-from capplan.plan.flags import place_together
+from capplan.plan.flags import fleet_pool, place_together
+from capplan.plan.placement import Around, Output, place, place_around
 from capplan.plan.schema import PlanFile
 
 
@@ -207,12 +208,12 @@ def placed_together(days: list[Any]) -> list[Any]:
     the fleets that run (each model's lanes' pools when it deploys a pool per lane, else its
     best) as one output (flags.place_together: hosts, GPUs and ports continue from one fleet
     to the next), hosts named from them alone; the fleets printed for comparison (each model's
-    other layout) as an output of their own, from the first GPU of the first host, router on
-    the engine's default port: an alternative to the fleets that run, not run beside them
-    (only one layout runs), as a plan of one model places its comparison
-    (planner._per_lane_pools)."""
-    runs = _placed([_running(d) for d in days])
-    alts = _placed([_compared(d) for d in days])
+    other layout) each beside them (`_beside`): an alternative to its own model's running
+    fleets, not run beside them (only one layout of a model runs), while the other models'
+    fleets keep running."""
+    groups = [_running(d) for d in days]
+    runs = _placed(groups)
+    alts = _beside([_compared(d) for d in days], groups)
     return [_with(d, run, alt) for d, run, alt in zip(days, runs, alts, strict=True)]
 
 
@@ -222,10 +223,61 @@ def _placed(groups: list[list[Any]]) -> list[list[Any]]:
     return [[next(placed) for _ in g] for g in groups]
 
 
+def _beside(alts: list[list[Any]], groups: list[list[Any]]) -> list[list[Any]]:
+    """Each model's comparison (`alts`) placed beside the fleets that run (`groups`, each
+    model's, placed as one output): from its model's own first running host, on its own
+    running GPUs and ports, then on hosts past every running fleet and every comparison
+    placed before it, never on another model's running GPUs or ports (placement.Around); its
+    router on its model's first running fleet's front port. Fleets that `place_together`
+    leaves as they are (one fleet, or no `relaunch`) keep their comparison as one output."""
+    recs = [r for g in groups for r in g]
+    flat = [r for g in alts for r in g]
+    if len(recs) < 2 or any(r.relaunch is None for r in recs + flat):
+        return _placed(alts)
+    pools = tuple(fleet_pool(r) for r in recs)
+    where = place("vllm", pools, fronts=len(pools))  # an aggregated replica's ports: any engine
+    owner = [k for k, g in enumerate(groups) for r in g for _ in range(r.replicas)]
+    hosts = max(_host(p) + p.span for p in where)
+    placed = list(zip(owner, where, strict=True))
+    out = []
+    for k, g in enumerate(alts):
+        others = [p for j, p in placed if j != k]
+        mine = [p for j, p in placed if j == k]
+        a = Around(own=tuple(sorted({_host(p) for p in mine})),
+                   kinds=tuple((_host(p), fleet_pool(r).gpu) for r, p in _owned(groups[k], mine)),
+                   after=max(_host(p) + p.span for _, p in placed),
+                   taken=frozenset(x for p in others for x in _gpus(p)),
+                   ports=frozenset((_host(p), p.port) for p in others),
+                   front=sum(len(x) for x in groups[:k]), fronts=len(pools), hosts=hosts)
+        shapes = tuple(fleet_pool(r) for r in g)
+        out.append([r.with_(engine_flags=r.relaunch(out=Output(shapes, i, around=a)))
+                    for i, r in enumerate(g)])
+        placed += [(k, p) for p in place_around("vllm", shapes, a)]
+    return out
+
+
+def _owned(fleets: list[Any], where: list[Any]) -> list[tuple[Any, Any]]:
+    """Each replica's placement (`where`, in order) with its fleet's recommendation."""
+    it = iter(where)
+    return [(r, next(it)) for r in fleets for _ in range(r.replicas)]
+
+
+def _host(p: Any) -> int:
+    """A placement's first host's index (HOSTn; `localhost`: 0)."""
+    return int(p.host[4:]) if p.host.startswith("HOST") else 0
+
+
+def _gpus(p: Any) -> list[tuple[int, int]]:
+    """The (host, GPU) a placement takes: its GPUs on its host, or every GPU of its hosts."""
+    if p.span == 1:
+        return [(_host(p), x) for x in p.gpu_ids]
+    return [(_host(p) + k, x) for k in range(p.span) for x in range(p.host_gpus)]
+
+
 def _running(d: Any) -> list[Any]:
     """The fleets a model's entry runs (`running_days`' recommended fleets)."""
     if isinstance(d, DayPlan):
-        return _fleets(d, _deploys_lanes(d))
+        return _fleets(d, deploys_lane_pools(d))
     return [f.plan.best for f in running_days(d)]
 
 
@@ -233,23 +285,25 @@ def _compared(d: Any) -> list[Any]:
     """The fleets a model's entry prints for comparison: the layout it does not deploy (a
     LaneDays: its model's one shared pool)."""
     if isinstance(d, DayPlan):
-        return _fleets(d, not _deploys_lanes(d))
+        return _fleets(d, not deploys_lane_pools(d))
     return [d.model.plan.best]
 
 
 def _with(d: Any, run: list[Any], alt: list[Any]) -> Any:
     """A model's entry with its fleets placed (`run`: those it runs, `alt`: its comparison)."""
     if isinstance(d, DayPlan):
-        lanes = _deploys_lanes(d)
+        lanes = deploys_lane_pools(d)
         return _replaced(d, run if lanes else alt, alt if lanes else run)
-    model = _replaced(d.model, _fleets(d.model, True), alt)
+    model = _replaced(d.model, run, alt)  # its lanes' pools as placed to run
     ran = [_replaced(f, [], [r]) for f, r in zip(d.lanes.days, run, strict=True)]
     return replace(d, model=model, lanes=replace(d.lanes, days=ran))
 
 
-def _deploys_lanes(d: DayPlan) -> bool:
-    """The model's plan recommends a pool per lane (`pools: separate`, every lane planned), as
-    layout.recommended_layout reads it from the plan's JSON."""
+def deploys_lane_pools(d: DayPlan) -> bool:
+    """Whether a model's day plan deploys a pool per lane: its plan asks for one (`pools:
+    separate`; the pool comparison exists only over several lanes, planner._per_lane_pools)
+    and its peak plan found a fleet for every lane, as export/layout.recommended_layout reads
+    it from the plan's JSON (the layout every export deploys)."""
     pools = d.plan.pools
     return d.plan.inputs.pools == "separate" and pools is not None and bool(pools.separate) \
         and all(p.best is not None for p in pools.separate)

@@ -79,8 +79,9 @@ def model_plan(plan: dict[str, Any], model: str | None) -> dict[str, Any]:
 
 def lane_plan(plan: dict[str, Any], lane: str | None) -> dict[str, Any]:
     """The plan of one lane's own pool (a plan of a pool per lane, `pools.separate`): its
-    recommendation, with that lane alone (a day plan's peak too), so verify sends the lane's
-    requests at its pool's per-replica rate; the plan itself without `lane`."""
+    recommendation, with that lane alone (a day plan's peak too: the lane's own peak window
+    and rate from its own day plan, `lane_days`, where the plan has one), so verify sends the
+    lane's requests at its pool's per-replica rate; the plan itself without `lane`."""
     if lane is None:
         return plan
     pools = ((plan.get("pools") or {}).get("separate") or {}).get("lanes") or []
@@ -96,6 +97,11 @@ def lane_plan(plan: dict[str, Any], lane: str | None) -> dict[str, Any]:
     i = [ln.get("name") for ln in plan.get("lanes") or []].index(lane)
     out = {**plan, "recommendations": [{**pool, "rank": 1}], "lanes": [plan["lanes"][i]],
            "pools": None, "lane": lane}
+    own = [d for d in plan.get("lane_days") or [] if d.get("lane") == lane]
+    peak = day_peak(own[0]) if own else None
+    if peak:  # the lane's own day plan: its pool is sized at its own peak (plan/lane_day.py)
+        out["day"] = {**plan["day"], "peak": peak}
+        return out
     peak = day_peak(plan)
     if peak and len(peak.get("lanes") or []) == len(plan["lanes"]):
         out["day"] = {**plan["day"], "peak": {**peak, "lanes": [peak["lanes"][i]]}}

@@ -149,5 +149,5 @@ def test_several_models_totals_give_each_models_day(tmp_path: Path):
     for m in two["models"]:
         want = {f"{m['model']}: {q}": v for q, v in _expected(m).items()}
         assert {q: got.get(q) for q in want} == pytest.approx(want)
-    assert got["cost per day, fixed fleets per model ($)"] == pytest.approx(
+    assert got["cost per day, fixed fleets each at its own peak ($)"] == pytest.approx(
         two["separate_fleets_cost_per_day"])

@@ -30,7 +30,8 @@ COMMON = {"version": 1, "candidates": {"gpus": ["h100-sxm"], "tp": [1]},
           "pools": "separate", "headroom": 0.2, "verify": {"top": 0},
           "day": {"window_s": 21600, "replay": "none"}}
 HEADER = ("for comparison, instead of the lanes' pools: one shared pool (rank 1), whose lines "
-          "reuse the lanes' pools' GPUs and ports (run one layout or the other, never both):")
+          "reuse the lanes' pools' GPUs and ports, then hosts no running pool uses (run one layout "
+          "or the other, never both):")
 
 
 def _write(tmp_path: Path, name: str, several: bool) -> Path:
@@ -197,13 +198,16 @@ def _unwrapped(text: str) -> list[str]:
 def test_the_comparison_pool_is_titled_an_alternative(one, two, tmp_path: Path):
     """The shared pool's launch lines, on the lanes' pools' GPUs and ports, are headed as an
     alternative to them in the terminal (once a model), the Markdown and the HTML reports."""
-    # the shared pools' first lines: one model's one replica on port 8000; two models'
-    # placed together from GPU 0, port 8100 (the lanes' pools' first GPU and port)
+    # the shared pools' first lines: one model's one replica on port 8000; of two models, each
+    # on its own first lane's GPU and port: Llama's lanes run on GPUs 0 and 1 (8100, 8101),
+    # Qwen's on GPUs 2 and 3 (8102, 8103), so Llama's comparison on GPU 0, port 8100, and
+    # Qwen's on GPU 2, port 8102
     llama, qwen = "meta-llama/Llama-3.1-8B-Instruct", "Qwen/Qwen2.5-7B"
     for (text, _), first in ((one, [rf"vllm serve {llama} .* --port 8000"]),
                              (two, [rf"replica 0 \(localhost\): CUDA_VISIBLE_DEVICES=0 vllm "
-                                    rf"serve {llama} .* --port 8100", rf"(replica 0 .*)?vllm "
-                                    rf"serve {qwen} .*"])):
+                                    rf"serve {llama} .* --port 8100",
+                                    rf"replica 0 \(localhost\): CUDA_VISIBLE_DEVICES=2 vllm "
+                                    rf"serve {qwen} .* --port 8102"])):
         lines = _unwrapped(text)
         at = [i for i, line in enumerate(lines) if line == HEADER]
         assert len(at) == len(first)
@@ -221,10 +225,14 @@ def test_the_comparison_pool_is_titled_an_alternative(one, two, tmp_path: Path):
 
 
 def test_a_shared_plan_has_no_comparison_title(run_cli, tmp_path: Path):
-    """A plan recommending its one shared pool launches it: no alternative title."""
+    """A plan comparing both layouts (`pools: both`) where its one shared pool wins launches
+    the shared pool: no alternative title. At the lanes' peaks (chat 15 req/s, rag 4) one
+    H100 replica of the shared pool carries both ($3.78/h), a pool per lane takes one each
+    ($7.56/h)."""
     path = tmp_path / "shared.yaml"
-    path.write_text(yaml.safe_dump({**COMMON, "pools": "shared", "model": MODELS[0],
+    path.write_text(yaml.safe_dump({**COMMON, "pools": "both", "model": MODELS[0],
                                     "workloads": LANES}, sort_keys=False))
     res = run_cli("plan", str(path))
     assert res.exit_code == 0, res.stderr
+    assert "a pool per lane $7.56/h: shared is cheaper" in res.stdout  # the comparison ran
     assert "instead of the lanes' pools" not in res.stdout

@@ -1,8 +1,9 @@
 """A plan of several models, each recommending a pool per lane: every lane's pool of every model
 runs at once, so the printed launch lines place them as one (no two on a GPU or a port of one
 host), each lane's verify line sends to its own pool's first replica and names its model, and
-the shared pools printed for comparison are an alternative layout, placed on their own from
-GPU 0 (as one model's comparison is), so they never change the lines of the pools that run.
+each model's shared pool printed for comparison is an alternative to its own lanes' pools,
+placed on their GPUs and ports, then on hosts past every pool that runs, never on another
+model's, so it never changes the lines of the pools that run.
 Its schedule and totals count the pools that run: each model's lanes' pools."""
 
 from __future__ import annotations
@@ -58,11 +59,12 @@ def test_every_models_lane_pools_are_placed_together(run_cli, tmp_path: Path):
                       re.M)
     assert urls == [("chat", "http://localhost:8100"), ("rag", "http://localhost:8101"),
                     ("chat", "http://localhost:8102"), ("rag", "http://localhost:8103")]
-    # the shared pools, for comparison, an alternative to the lanes' pools placed on its own:
-    # GPUs 0 and 1, ports 8100 and 8101 (the lanes' GPUs and ports: only one layout runs)
+    # each model's shared pool, for comparison, an alternative to its own lanes' pools: on its
+    # first lane's GPU and port, Llama's GPU 0 port 8100, Qwen's GPU 2 port 8102 (GPU 1 and
+    # port 8101 are Llama's rag lane, which keeps running when Qwen's layout changes)
     shared = re.findall(r"^vLLM: +replica 0 \(localhost\): CUDA_VISIBLE_DEVICES=(\d) .* "
                         r"--port (\d+)$", text, re.M)
-    assert shared == [("0", "8100"), ("1", "8101")]
+    assert shared == [("0", "8100"), ("2", "8102")]
 
 
 def test_a_lanes_verify_steps_name_its_model(run_cli, tmp_path: Path):
@@ -118,8 +120,8 @@ def _busy(run_cli, tmp_path: Path, *args: str, models=MODELS) -> str:
 def test_comparison_pools_past_one_host_leave_the_running_lines_on_localhost(run_cli, tmp_path):
     """The 6 GPUs that run fit one 8-GPU host: every lane's line and verify URL says
     `localhost` (before, the 5 comparison GPUs counted with them made 11, over HOST0 and
-    HOST1, and every line said HOST0). The shared pools for comparison are placed on their own
-    from GPU 0, router on the default port 8000 up: an alternative to the lanes' pools."""
+    HOST1, and every line said HOST0). Each model's shared pool for comparison is placed on its
+    own lanes' GPUs and ports, router on its first lane's: an alternative to its lanes' pools."""
     text = _busy(run_cli, tmp_path)
     assert "HOST" not in text
     # (replica, host, GPUs, model, port) of each vLLM line, in the order printed: Llama's lanes
@@ -133,12 +135,12 @@ def test_comparison_pools_past_one_host_leave_the_running_lines_on_localhost(run
         ("0", "localhost", "5", QWEN, "8105"),
         ("0", "localhost", "3", QWEN, "8103"), ("1", "localhost", "4", QWEN, "8104")]
     # the routers (vLLM's and TensorRT-LLM's are one): the lanes' on 8000 (Llama chat) and 8002
-    # (Qwen chat: the 3rd fleet that runs), the comparison's on 8000 and 8001
+    # (Qwen chat: the 3rd fleet that runs); each comparison's on its model's first lane's: 8000
+    # (Llama) and 8002 (Qwen: the same workers, so the same line as its chat lane's router)
     assert list(dict.fromkeys(ROUTER.findall(text))) == [
         ("http://localhost:8100 http://localhost:8101", "8000"),
         ("http://localhost:8100 http://localhost:8101 http://localhost:8102", "8000"),
-        ("http://localhost:8103 http://localhost:8104", "8002"),
-        ("http://localhost:8103 http://localhost:8104", "8001")]
+        ("http://localhost:8103 http://localhost:8104", "8002")]
     urls = re.findall(r"^verify \(lane (\w+)\): vllm bench serve .*--base-url (\S+) ", text,
                       re.M)
     assert urls == [("chat", "http://localhost:8100"), ("rag", "http://localhost:8102"),
@@ -191,8 +193,8 @@ def test_schedule_and_totals_count_the_lanes_pools_that_run(run_cli, tmp_path):
     assert (plan["peak_gpus"], plan["gpu_pools"][0]["peak_gpus"]) == (6, 6)
     assert [m["peak_gpus"] for m in plan["models"]] == [3, 3]
     text = _busy(run_cli, tmp_path)
-    assert ("pool h100-sxm (llama-3.1-8b, qwen2.5-7b): peak 6 GPUs shared vs 6 in one fleet "
-            "per model") in text
+    assert ("pool h100-sxm (llama-3.1-8b, qwen2.5-7b): peak 6 GPUs shared vs 6 with each fleet "
+            "at its own peak") in text
     # the Kubernetes export deploys the lanes' pools by their own schedules (2 + 1 replicas a
     # model), as the totals count them: no pool is left out of the schedule
     k8s = tmp_path / "busy.k8s.yaml"
@@ -201,3 +203,113 @@ def test_schedule_and_totals_count_the_lanes_pools_that_run(run_cli, tmp_path):
     assert {d["metadata"]["name"]: d["spec"]["replicas"] for d in docs} == {
         "llama-3-1-8b-chat": 2, "llama-3-1-8b-rag": 1, "qwen2-5-7b-chat": 2, "qwen2-5-7b-rag": 1}
     assert "not scheduled" not in k8s.read_text()
+
+
+# Llama's batch lane at 6 req/s at 15:00 makes its shared pool 45 x TP 2 = 90 GPUs, its lanes'
+# pools 5 x TP 4 (chat) + 2 x TP 4 (batch) = 28; Qwen's lanes 1 x TP 4 each (as the plan prints).
+CLASH = {
+    "version": 1, "candidates": {"gpus": ["h100-sxm"], "tp": [1, 2, 4]},
+    "engine": {"max_num_seqs": [128, 256], "max_num_batched_tokens": [2048, 8192]},
+    "day": {"window_s": 3600, "replay": "none", "timezone": "Europe/Berlin"},
+    "verify": {"top": 0}, "pools": "separate",
+    "models": [
+        {"model": "llama-3.1-70b", "workloads": [
+            {"name": "chat", "input_len": "lognormal:mean=1000,p99=6000",
+             "output_len": "lognormal:mean=250,p99=1000",
+             "rate_curve": [{"at": "03:00", "rate_per_s": 0.5}, {"at": "15:00", "rate_per_s": 4}],
+             "slo": {"ttft_p99_s": 1.0, "tbt_p99_s": "50ms"}},
+            {"name": "batch", "input_len": 2000, "output_len": 300,
+             "rate_curve": [{"at": "03:00", "rate_per_s": 1}, {"at": "15:00", "rate_per_s": 6}],
+             "slo": {"e2e_p99_s": 60}}]},
+        {"model": "qwen2.5-72b", "workloads": [
+            {"name": "chat", "input_len": 1000, "output_len": 200,
+             "rate_curve": [{"at": "03:00", "rate_per_s": 1}, {"at": "15:00", "rate_per_s": 3}],
+             "slo": {"ttft_p99_s": 2.0}},
+            {"name": "summarise", "input_len": 2000, "output_len": 300,
+             "rate_curve": [{"at": "03:00", "rate_per_s": 5}, {"at": "15:00", "rate_per_s": 1}],
+             "slo": {"e2e_p99_s": 60}}]}]}
+HOSTED = re.compile(r"replica \d+ \((\S+)\): CUDA_VISIBLE_DEVICES=(\S+) vllm serve .* "
+                    r"--port (\d+)$")
+
+
+def _vllm_blocks(text: str) -> list[tuple[str, list[tuple[str, int, str]]]]:
+    """Each vLLM launch block in order: its heading (`vLLM (lane):` or `vLLM:`) and the
+    (host, GPU, port) of every GPU its replicas take."""
+    out: list[tuple[str, list[tuple[str, int, str]]]] = []
+    block = None
+    for line in text.splitlines():
+        if line.startswith("vLLM"):
+            block = (line.split(":", 1)[0], [])
+            out.append(block)
+        elif not line.startswith(" "):
+            block = None
+        if block is not None and (m := HOSTED.search(line)):
+            block[1].extend((m[1], int(g), m[3]) for g in m[2].split(","))
+    return out
+
+
+def test_a_models_comparison_never_lands_on_another_models_running_pools(run_cli, tmp_path):
+    """Llama's shared pool (90 GPUs) outgrows its lanes' pools (28): it fills its own lanes'
+    GPUs, then goes on past every pool that runs, never onto Qwen's pools, which keep running
+    while Llama's layout changes (before, its replicas 14-17 sat on Qwen's HOST3 GPUs 4-7 and
+    HOST4 GPUs 0-3, port 8100, and Qwen's comparison on HOST11/HOST12, none of its lanes'
+    hosts)."""
+    path = tmp_path / "clash.yaml"
+    path.write_text(yaml.safe_dump(CLASH, sort_keys=False))
+    res = run_cli("plan", str(path))
+    assert res.exit_code == 0, res.stderr
+    llama, qwen = res.stdout.split("qwen2.5-72b: ", 1)
+    (l_chat, l_batch, l_cmp), (q_chat, q_sum, q_cmp) = _vllm_blocks(llama), _vllm_blocks(qwen)
+    assert [b[0] for b in (l_chat, l_batch, l_cmp, q_chat, q_sum, q_cmp)] == [
+        "vLLM (chat)", "vLLM (batch)", "vLLM", "vLLM (chat)", "vLLM (summarise)", "vLLM"]
+    l_run = {(h, g) for b in (l_chat, l_batch) for h, g, _ in b[1]}
+    q_run = {(h, g) for b in (q_chat, q_sum) for h, g, _ in b[1]}
+    assert (len(l_run), len(q_run), len(l_cmp[1]), len(q_cmp[1])) == (28, 8, 90, 8)
+    # Llama: 7 x TP 4 on HOST0-HOST2 and HOST3 GPUs 0-3; Qwen: HOST3 GPUs 4-7, HOST4 GPUs 0-3
+    assert q_run == {("HOST3", g) for g in range(4, 8)} | {("HOST4", g) for g in range(4)}
+    # no comparison GPU is another model's running GPU, nor its port on that host
+    assert not {(h, g) for h, g, _ in l_cmp[1]} & q_run
+    assert not {(h, g) for h, g, _ in q_cmp[1]} & l_run
+    q_ports = {(h, p) for b in (q_chat, q_sum) for h, _, p in b[1]}
+    l_ports = {(h, p) for b in (l_chat, l_batch) for h, _, p in b[1]}
+    assert not {(h, p) for h, _, p in l_cmp[1]} & q_ports
+    assert not {(h, p) for h, _, p in q_cmp[1]} & l_ports
+    # Llama's 45 x TP 2 start on its own 28 GPUs (14 replicas), the other 31 replicas on hosts
+    # past every running pool: HOST5 up, none on Qwen's HOST4
+    assert {(h, g) for h, g, _ in l_cmp[1][:28]} == l_run
+    assert {h for h, _, _ in l_cmp[1][28:]} == {f"HOST{k}" for k in range(5, 13)}
+    # Qwen's 2 x TP 4 comparison sits exactly on its own lanes' GPUs and ports
+    assert {(h, g, p) for h, g, p in q_cmp[1]} == {x for b in (q_chat, q_sum) for x in b[1]}
+
+
+def test_the_fleets_at_their_own_peaks_are_named_as_counted(run_cli, tmp_path):
+    """Llama's batch lane peaks at 03:00 (8 req/s), its chat lane at 15:00: each lane's pool
+    at its own peak is 5 x TP 4 = 20 (chat) and 2 x TP 4 = 8 (batch), Qwen's 4 + 4, so the
+    fleets at their own peaks take 20 + 8 + 4 + 4 = 36 GPUs, while the models at theirs take
+    24 + 8 = 32 (Llama's lanes never both peak). The 36 is labelled as what it counts, each
+    fleet at its own peak (before: "one fleet per model", whose sum is 32)."""
+    import copy
+    import csv
+    import io
+
+    doc = copy.deepcopy(CLASH)
+    doc["models"][0]["workloads"][1]["rate_curve"] = [{"at": "03:00", "rate_per_s": 8},
+                                                      {"at": "15:00", "rate_per_s": 0.5}]
+    path = tmp_path / "offpeak.yaml"
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    res = run_cli("plan", str(path), "--format", "csv")
+    assert res.exit_code == 0, res.stderr
+    rows = dict(r for r in csv.reader(io.StringIO(res.stdout)) if len(r) == 2)
+    assert rows["peak GPUs, each fleet at its own peak"] == str(20 + 8 + 4 + 4)
+    assert (rows["llama-3.1-70b: peak GPUs"], rows["qwen2.5-72b: peak GPUs"]) == ("24", "8")
+    text = run_cli("plan", str(path)).stdout
+    assert "peak 32 GPUs shared vs 36 with each fleet at its own peak (saves 4 GPUs)" in text
+    assert "the launch lines above start each fleet at its own peak (36 GPUs together)" in text
+
+
+def test_a_markdown_launch_heading_names_model_and_lane_in_one_parenthesis(run_cli, tmp_path):
+    """Each lane's launch block of a plan of several models is headed "vLLM (MODEL, lane
+    NAME):" (before: "vLLM (lane chat) (llama-3.1-8b):")."""
+    md = _busy(run_cli, tmp_path, "--format", "markdown")
+    heads = re.findall(r"^vLLM \(.*\):$", md, re.M)
+    assert heads == [f"vLLM ({m}, lane {ln}):" for m in MODELS for ln in ("chat", "rag")]

@@ -113,6 +113,6 @@ def test_table_gives_every_models_day(run_cli):
     pool = json.loads(js.stdout)["gpu_pools"][0]
     gpus = sum(max(w["gpus"] for w in m["schedule"]) for m in json.loads(js.stdout)["models"])
     assert pool["separate_fleets_peak_gpus"] == gpus > pool["peak_gpus"]
-    assert (f"the launch lines above start each model at its own peak ({gpus} GPUs together); "
+    assert (f"the launch lines above start each fleet at its own peak ({gpus} GPUs together); "
             "scaled by its schedule (the Kubernetes export's CronJobs) the pool never runs "
             f"more than {pool['peak_gpus']}") in res.stdout

@@ -280,3 +280,35 @@ def test_a_models_goodput_note_names_the_model() -> None:
     assert got["pools"]["separate"]["lanes"][0]["engine_flags"]["bench_goodput"] == (
         "# ...; `capplan verify PLAN.json --model qwen2.5-72b --lane chat --endpoint "
         "http://HOST0:8100` sends ...")
+
+
+def test_a_lanes_verify_names_the_lanes_own_peak_window(run_cli, tmp_path: Path) -> None:
+    """A day plan of a pool per lane sizes each lane's pool at the lane's own peak (lane_days):
+    chat peaks at 15:00 (6 req/s), batch at 03:00 (3 req/s), the two together at 15:00 (6.5 req/s
+    against 4 at 03:00). Verify of lane batch stands for the window its pool was sized for,
+    02:00-03:00 at 3 req/s (the window ending at its curve's top), not the plan's 14:00-15:00,
+    where batch runs at 0.5 req/s."""
+    slo = {"ttft_p99_s": 2.0, "tbt_p99_s": "60ms"}
+    doc = {"version": 1, "model": "llama-3.1-8b", "pools": "separate", "verify": {"top": 0},
+           "candidates": {"gpus": ["h100-sxm"], "tp": [1]},
+           "engine": {"max_num_seqs": [128], "max_num_batched_tokens": [2048]},
+           "day": {"window_s": 3600, "replay": "none"},
+           "workloads": [
+               {"name": "chat", "input_len": 800, "output_len": 200, "slo": slo,
+                "rate_curve": [{"at": "03:00", "rate_per_s": 1}, {"at": "15:00", "rate_per_s": 6}]},
+               {"name": "batch", "input_len": 2000, "output_len": 300, "slo": slo,
+                "rate_curve": [{"at": "03:00", "rate_per_s": 3},
+                               {"at": "15:00", "rate_per_s": 0.5}]}]}
+    path = tmp_path / "day.yaml"
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    out = tmp_path / "day.plan.json"
+    res = run_cli("plan", str(path), "--export", str(out))
+    assert res.exit_code == 0, res.stderr
+    data = tmp_path / "batch.jsonl"
+    res = run_cli("verify", str(out), "--lane", "batch", "--client", "vllm", "--write-dataset",
+                  str(data))
+    assert res.exit_code == 0, res.stderr
+    assert "lane batch's peak window 02:00-03:00, 3 req/s" in res.stderr
+    res = run_cli("verify", str(out), "--lane", "chat", "--client", "vllm", "--write-dataset",
+                  str(tmp_path / "chat.jsonl"))
+    assert "lane chat's peak window 14:00-15:00, 6 req/s" in res.stderr
