@@ -826,10 +826,12 @@ SGLANG = EngineProfile(
     pd=PdServing("sglang-router", decode_routed_at="arrival", router_takes_bootstrap_port=True,
                  kv_handshake=KvHandshake(8998, ("prefill",), per_rank=False)),
     block_sizes=(1, 16, 32, 64, 128),
+    # the all-rows fit of docs/validation.md 4b (HOST_COSTS_SOURCE) ...
     request_overhead_s=0.25,
     mla_layer_request_overhead_s=0.125e-3,
     step_overhead_s=0.0,
     layer_step_overhead_s=60e-6,
+    # ... but 55 us, not the fit's 45 us: the published SGLang 0.3 plateaus (4c) +2% / +12%
     per_seq_overhead_s=55e-6,
     sampler="flashinfer",
     # python/sglang/srt/server_args.py (v0.5): --moe-a2a-backend deepep (default none),

@@ -80,6 +80,8 @@ GOODPUT_METRICS = {"ttft_p99_s": {"vllm": "ttft", "aiperf": "time_to_first_token
                    "e2e_p99_s": {"vllm": "e2el", "aiperf": "request_latency"}}
 """The SLOs a client's --goodput can hold a request to, with each client's metric name (a
 lane's TBT p99 and TPOT mean have none)."""
+GOODPUT_CLIENTS = frozenset(c for names in GOODPUT_METRICS.values() for c in names)
+"""The clients whose benchmark has a --goodput (those GOODPUT_METRICS names a metric for)."""
 
 
 def goodput_terms(client: str, slo: dict[str, float | None]) -> list[str]:
@@ -266,7 +268,7 @@ def unchecked_note(client: str, left: list[str], common: dict[str, float | None]
                        if common.get(k))
     call = f"`{call}`"
     if lanes == 1:
-        if client not in ("vllm", "aiperf"):
+        if client not in GOODPUT_CLIENTS:
             held = "the client has no --goodput"
         elif shared:
             held = f"--goodput holds the lane's requests to its SLOs ({shared})"
@@ -274,7 +276,7 @@ def unchecked_note(client: str, left: list[str], common: dict[str, float | None]
             held = "no SLO of the lane has a --goodput metric, so the line has no --goodput"
         return (f"# {held}; not checked: {', '.join(left)}; {call} sends the lane's requests "
                 "and checks its p99s against its SLOs")
-    if client not in ("vllm", "aiperf"):
+    if client not in GOODPUT_CLIENTS:
         held = "the client's p99s mix every lane's requests"
     elif shared:
         held = f"--goodput holds every request to the SLOs every lane has ({shared})"
